@@ -1,0 +1,35 @@
+#!/bin/sh
+# Install everything Mooncake needs to build and test, from Debian 12 packages only.
+# Idempotent: packages already present are skipped by apt; the apt index is refreshed
+# only when something is missing.
+set -eu
+
+PKGS="build-essential pkg-config meson ninja-build clang-14 lld-14 libclang-rt-14-dev llvm-14
+libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libcmocka-dev libxxhash-dev
+liburing-dev libibverbs-dev librdmacm-dev
+python3 python3-dev python3-pytest python3-numpy python3-mesonpy python3-pip
+iperf3 iproute2 procps psmisc curl"
+
+if [ "${1:-}" = "--with-servers" ]; then
+	PKGS="$PKGS etcd-server etcd-client redis-server"
+fi
+
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing="$missing $p"
+	fi
+done
+
+if [ -z "$missing" ]; then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO="sudo"
+fi
+echo "install-deps: installing$missing"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing

@@ -1,0 +1,96 @@
+/*
+ * base/alloc.c - thin wrappers over the C allocator.
+ *
+ * They exist so there is one place to hook failure injection (tests set
+ * MC_FAULT_ALLOC=N to fail the Nth allocation after mc_alloc_fault_arm()).
+ */
+#include "base/alloc.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_long fault_countdown; /* 0 = disabled; N = fail the Nth call from now */
+
+void mc_alloc_fault_arm(long nth);
+void mc_alloc_fault_arm(long nth)
+{
+	atomic_store(&fault_countdown, nth);
+}
+
+static int should_fail(void)
+{
+	long v = atomic_load_explicit(&fault_countdown, memory_order_relaxed);
+	if (v <= 0)
+		return 0;
+	return atomic_fetch_sub(&fault_countdown, 1) == 1;
+}
+
+void *mc_malloc(size_t size)
+{
+	if (should_fail())
+		return NULL;
+	return malloc(size ? size : 1);
+}
+
+void *mc_calloc(size_t n, size_t size)
+{
+	if (size && n > SIZE_MAX / size)
+		return NULL;
+	if (should_fail())
+		return NULL;
+	return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *mc_realloc(void *ptr, size_t size)
+{
+	if (should_fail())
+		return NULL;
+	return realloc(ptr, size ? size : 1);
+}
+
+void mc_free(void *ptr)
+{
+	free(ptr);
+}
+
+char *mc_strndup(const char *s, size_t n)
+{
+	char *d;
+	if (!s)
+		return NULL;
+	d = mc_malloc(n + 1);
+	if (!d)
+		return NULL;
+	memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
+char *mc_strdup(const char *s)
+{
+	return s ? mc_strndup(s, strlen(s)) : NULL;
+}
+
+char *mc_asprintf(const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+	char *buf;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return NULL;
+	buf = mc_malloc((size_t)n + 1);
+	if (!buf)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(buf, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return buf;
+}

@@ -1,0 +1,303 @@
+/*
+ * base/sock.c - socket helpers; see sock.h.
+ */
+#define MC_LOG_MODULE "sock"
+#include "base/sock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "mooncake/status.h"
+
+bool mc_sock_split_hostport(const char *s, char *host, size_t host_len, uint16_t *port,
+			    uint16_t def_port)
+{
+	const char *h = s, *colon = NULL;
+	size_t hl;
+	char *end;
+	unsigned long p;
+
+	*port = def_port;
+	if (!s)
+		return false;
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+		if (!rb)
+			return false;
+		h = s + 1;
+		hl = (size_t)(rb - h);
+		if (rb[1] == ':')
+			colon = rb + 1;
+	} else {
+		const char *first = strchr(s, ':');
+		const char *last = strrchr(s, ':');
+		if (first && first != last) {
+			/* bare IPv6 literal without brackets: no port */
+			hl = strlen(s);
+		} else {
+			colon = last;
+			hl = colon ? (size_t)(colon - s) : strlen(s);
+		}
+	}
+	if (hl + 1 > host_len)
+		return false;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	if (colon && colon[1]) {
+		errno = 0;
+		p = strtoul(colon + 1, &end, 10);
+		if (!errno && !*end && p > 0 && p <= 65535)
+			*port = (uint16_t)p;
+	}
+	return true;
+}
+
+int mc_sock_set_nonblock(int fd, bool on)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return MC_ERR_SOCKET;
+	fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+	return fcntl(fd, F_SETFL, fl) < 0 ? MC_ERR_SOCKET : MC_OK;
+}
+
+int mc_sock_set_nodelay(int fd)
+{
+	int one = 1;
+	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ? MC_ERR_SOCKET
+									       : MC_OK;
+}
+
+int mc_sock_set_bufsize(int fd, int bytes)
+{
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) < 0)
+		return MC_ERR_SOCKET;
+	return MC_OK;
+}
+
+static int listen_family(int family, uint16_t port, int backlog)
+{
+	int fd, one = 1;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	memset(&ss, 0, sizeof(ss));
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		int zero = 0;
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		a->sin6_family = AF_INET6;
+		a->sin6_addr = in6addr_any;
+		a->sin6_port = htons(port);
+		sl = sizeof(*a);
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(INADDR_ANY);
+		a->sin_port = htons(port);
+		sl = sizeof(*a);
+	}
+	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, backlog) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int mc_sock_listen(uint16_t port, int backlog)
+{
+	int fd = listen_family(AF_INET6, port, backlog);
+	if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL)
+		fd = listen_family(AF_INET, port, backlog);
+	if (fd < 0)
+		return mc_set_error(MC_ERR_SOCKET, "cannot listen on port %u: %s", port,
+				    strerror(-fd));
+	return fd;
+}
+
+int mc_sock_listen_range(uint16_t min, uint16_t max, int tries, int backlog)
+{
+	unsigned span = (unsigned)max - min + 1;
+	unsigned seed = (unsigned)(mc_now_ns() ^ (uint64_t)getpid() << 16);
+	for (int i = 0; i < tries; i++) {
+		uint16_t port = (uint16_t)(min + rand_r(&seed) % span);
+		int fd = listen_family(AF_INET6, port, backlog);
+		if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL)
+			fd = listen_family(AF_INET, port, backlog);
+		if (fd >= 0)
+			return fd;
+	}
+	return mc_set_error(MC_ERR_SOCKET, "no free port in [%u, %u] after %d tries", min, max,
+			    tries);
+}
+
+uint16_t mc_sock_local_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+		return 0;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+static int wait_fd(int fd, short events, uint64_t deadline_ms)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	for (;;) {
+		int timeout = -1, r;
+		if (deadline_ms) {
+			uint64_t now = mc_now_ms();
+			if (now >= deadline_ms)
+				return MC_ERR_TIMEOUT;
+			timeout = (int)MC_MIN(deadline_ms - now, (uint64_t)INT32_MAX);
+		}
+		r = poll(&p, 1, timeout);
+		if (r > 0)
+			return MC_OK;
+		if (r == 0)
+			return MC_ERR_TIMEOUT;
+		if (errno != EINTR)
+			return MC_ERR_SOCKET;
+	}
+}
+
+int mc_sock_connect(const char *host, uint16_t port, int timeout_ms, bool nonblock)
+{
+	struct addrinfo hints = {0}, *res = NULL, *ai;
+	char portstr[8];
+	int rc, fd = -1, last = MC_ERR_CONN_REFUSED, last_errno = 0;
+	uint64_t deadline = mc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 5000);
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	rc = getaddrinfo(host, portstr, &hints, &res);
+	if (rc != 0)
+		return mc_set_error(MC_ERR_DNS, "cannot resolve %s: %s", host, gai_strerror(rc));
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
+		if (fd < 0) {
+			last_errno = errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+			break;
+		if (errno == EINPROGRESS) {
+			int err = 0;
+			socklen_t el = sizeof(err);
+			rc = wait_fd(fd, POLLOUT, deadline);
+			if (rc == MC_OK && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+			    err == 0)
+				break;
+			last = rc == MC_ERR_TIMEOUT ? MC_ERR_TIMEOUT : MC_ERR_CONN_REFUSED;
+			last_errno = rc == MC_ERR_TIMEOUT ? ETIMEDOUT : err;
+		} else {
+			last_errno = errno;
+		}
+		close(fd);
+		fd = -1;
+		if (mc_now_ms() >= deadline) {
+			last = MC_ERR_TIMEOUT;
+			break;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return mc_set_error(last, "cannot connect to %s:%u: %s", host, port,
+				    strerror(last_errno ? last_errno : ECONNREFUSED));
+	mc_sock_set_nodelay(fd);
+	if (!nonblock)
+		mc_sock_set_nonblock(fd, false);
+	return fd;
+}
+
+int mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int rc = wait_fd(fd, POLLOUT, deadline_ms);
+			if (rc != MC_OK)
+				return rc;
+			continue;
+		}
+		return (errno == EPIPE || errno == ECONNRESET) ? MC_ERR_CONN_CLOSED : MC_ERR_SOCKET;
+	}
+	return MC_OK;
+}
+
+int mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return MC_ERR_CONN_CLOSED;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			int rc = wait_fd(fd, POLLIN, deadline_ms);
+			if (rc != MC_OK)
+				return rc;
+			continue;
+		}
+		return errno == ECONNRESET ? MC_ERR_CONN_CLOSED : MC_ERR_SOCKET;
+	}
+	return MC_OK;
+}
+
+void mc_sock_local_ip(char *buf, size_t len)
+{
+	struct ifaddrs *ifs, *i;
+	snprintf(buf, len, "127.0.0.1");
+	if (getifaddrs(&ifs) < 0)
+		return;
+	for (i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP) ||
+		    !(i->ifa_flags & IFF_RUNNING))
+			continue;
+		inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
+			  (socklen_t)len);
+		break;
+	}
+	freeifaddrs(ifs);
+}

@@ -1,0 +1,66 @@
+/*
+ * meta/meta.h - metadata store backends behind one small vtable.
+ *
+ * A backend stores opaque values under string keys: get/put/del.  The
+ * backend is chosen from the connection string's scheme:
+ *   http://, https://   meta_http.c (libcurl; the whole URI is the base URL,
+ *                       requests are METHOD <base>?key=<percent-encoded key>;
+ *                       only HTTP 200 is success, 404 on GET = not found)
+ *   mem://<name>        meta_mem.c: an in-process table shared by every
+ *                       client opened with the same name (tests, and engines
+ *                       embedded in one process)
+ *   etcd://, redis://, bare host:port (= etcd): MC_ERR_NOT_SUPPORTED until
+ *                       their backends exist, with a clear message.
+ * "P2PHANDSHAKE" is handled by the engine, not here.
+ *
+ * Threads: a struct mc_meta may be used from many threads at once.
+ */
+#ifndef MC_META_META_H
+#define MC_META_META_H
+
+#include <stddef.h>
+
+struct mc_meta;
+
+struct mc_meta_ops {
+	const char *name;
+	int (*get)(struct mc_meta *m, const char *key, char **value_out, size_t *len_out);
+	int (*put)(struct mc_meta *m, const char *key, const char *value, size_t len);
+	int (*del)(struct mc_meta *m, const char *key);
+	void (*close)(struct mc_meta *m);
+};
+
+struct mc_meta {
+	const struct mc_meta_ops *ops;
+	char *uri;
+};
+
+/* Open a backend for uri.  MC_ERR_INVALID_PARAMS for an unknown scheme,
+ * MC_ERR_NOT_SUPPORTED for a scheme whose backend is not built. */
+int mc_meta_open(const char *uri, struct mc_meta **out);
+void mc_meta_close(struct mc_meta *m);
+
+/* MC_OK with a malloc'ed, NUL-terminated value; MC_ERR_NOT_FOUND when the
+ * key is absent; MC_ERR_METADATA (or MC_ERR_TIMEOUT) when the service fails. */
+static inline int mc_meta_get(struct mc_meta *m, const char *key, char **value_out,
+			      size_t *len_out)
+{
+	return m->ops->get(m, key, value_out, len_out);
+}
+
+static inline int mc_meta_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+{
+	return m->ops->put(m, key, value, len);
+}
+
+/* MC_OK, or MC_ERR_NOT_FOUND when absent. */
+static inline int mc_meta_del(struct mc_meta *m, const char *key)
+{
+	return m->ops->del(m, key);
+}
+
+/* Backend constructors (used by mc_meta_open and by tests). */
+int mc_meta_http_open(const char *uri, struct mc_meta **out);
+int mc_meta_mem_open(const char *uri, struct mc_meta **out);
+
+#endif

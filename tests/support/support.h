@@ -1,0 +1,15 @@
+/* tests/support/support.h - helpers shared by the C tests. */
+#ifndef MC_TEST_SUPPORT_H
+#define MC_TEST_SUPPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Deterministic pseudo-random bytes (xorshift) from seed. */
+void mc_test_fill(void *buf, size_t len, uint64_t seed);
+/* A TCP port that was free a moment ago on 127.0.0.1. */
+uint16_t mc_test_free_port(void);
+/* Fail the Nth mc_malloc from now (0 disables). */
+void mc_alloc_fault_arm(long nth);
+
+#endif

@@ -1,0 +1,166 @@
+/* tests/unit/test_base.c - status table, config parsers, host:port splitting, list. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "mooncake/status.h"
+#include "support.h"
+
+static void status_names_and_numbers_are_pinned(void **state)
+{
+	(void)state;
+	assert_int_equal(MC_ERR_NO_AVAILABLE_HANDLE, -200);
+	assert_int_equal(MC_ERR_OBJECT_NOT_FOUND, -704);
+	assert_int_equal(MC_ERR_INVALID_PARAMS, -600);
+	assert_string_equal(mc_status_name(MC_ERR_TIMEOUT), "ERR_TIMEOUT");
+	assert_string_equal(mc_strerror(MC_OK), "success");
+	assert_string_equal(mc_strerror((mc_status)12345), "unknown status");
+}
+
+static void parse_size_accepts_units_and_rejects_garbage(void **state)
+{
+	uint64_t v;
+	(void)state;
+	assert_true(mc_parse_size("64kb", &v));
+	assert_int_equal(v, 65536);
+	assert_true(mc_parse_size("3g", &v));
+	assert_int_equal(v, 3ull << 30);
+	assert_true(mc_parse_size("1MiB", &v));
+	assert_int_equal(v, 1 << 20);
+	assert_false(mc_parse_size("-1", &v));
+	assert_false(mc_parse_size("12q", &v));
+	assert_false(mc_parse_size("99999999999999999999t", &v));
+	assert_false(mc_parse_size("", &v));
+}
+
+struct cfg {
+	int64_t n;
+	uint64_t sz;
+	bool flag;
+	char *s;
+};
+
+static const struct mc_config_field cfg_tab[] = {
+	{"n", "TEST_MC_N", "5", "a number", offsetof(struct cfg, n), MC_CONFIG_INT, 1, 10},
+	{"sz", NULL, "1k", "a size", offsetof(struct cfg, sz), MC_CONFIG_SIZE, 0, 1 << 20},
+	{"flag", "TEST_MC_FLAG", NULL, "presence", offsetof(struct cfg, flag), MC_CONFIG_PRESENCE,
+	 0, 0},
+	{"s", NULL, "x", "a string", offsetof(struct cfg, s), MC_CONFIG_STRING, 0, 0},
+};
+
+static void config_table_defaults_env_and_bounds(void **state)
+{
+	struct cfg c;
+	(void)state;
+	setenv("TEST_MC_N", "7", 1);
+	setenv("TEST_MC_FLAG", "0", 1);
+	mc_config_defaults(cfg_tab, 4, &c);
+	assert_int_equal(c.n, 5);
+	assert_int_equal(c.sz, 1024);
+	assert_false(c.flag);
+	assert_string_equal(c.s, "x");
+	mc_config_load_env(cfg_tab, 4, &c);
+	assert_int_equal(c.n, 7);
+	assert_true(c.flag); /* presence flags: any value enables */
+	setenv("TEST_MC_N", "70", 1);
+	mc_config_load_env(cfg_tab, 4, &c);
+	assert_int_equal(c.n, 7); /* out of range ignored */
+	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "n", "11"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "option n"));
+	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "nope", "1"), MC_ERR_NOT_FOUND);
+	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "s", "hello"), MC_OK);
+	assert_string_equal(c.s, "hello");
+	mc_config_release(cfg_tab, 4, &c);
+	assert_null(c.s);
+	unsetenv("TEST_MC_N");
+	unsetenv("TEST_MC_FLAG");
+}
+
+static void split_hostport_forms(void **state)
+{
+	char h[64];
+	uint16_t p;
+	(void)state;
+	assert_true(mc_sock_split_hostport("10.0.0.1:1234", h, sizeof(h), &p, 12001));
+	assert_string_equal(h, "10.0.0.1");
+	assert_int_equal(p, 1234);
+	assert_true(mc_sock_split_hostport("node1", h, sizeof(h), &p, 12001));
+	assert_string_equal(h, "node1");
+	assert_int_equal(p, 12001);
+	assert_true(mc_sock_split_hostport("[::1]:99", h, sizeof(h), &p, 12001));
+	assert_string_equal(h, "::1");
+	assert_int_equal(p, 99);
+	assert_true(mc_sock_split_hostport("fe80::1", h, sizeof(h), &p, 7));
+	assert_string_equal(h, "fe80::1");
+	assert_int_equal(p, 7);
+	assert_true(mc_sock_split_hostport("h:notaport", h, sizeof(h), &p, 7));
+	assert_int_equal(p, 7);
+	assert_false(mc_sock_split_hostport("[::1", h, sizeof(h), &p, 7));
+	assert_false(mc_sock_split_hostport("averyveryverylonghostname", h, 4, &p, 7));
+}
+
+struct item {
+	int v;
+	struct mc_list node;
+};
+
+static void list_add_del_splice(void **state)
+{
+	struct mc_list a = MC_LIST_INIT(a), b = MC_LIST_INIT(b), *pos, *tmp;
+	struct item it[4];
+	int sum = 0;
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		it[i].v = i + 1;
+		mc_list_add_tail(i < 2 ? &a : &b, &it[i].node);
+	}
+	mc_list_splice_tail(&a, &b);
+	assert_true(mc_list_empty(&b));
+	mc_list_for_each_safe(pos, tmp, &a)
+	{
+		struct item *x = mc_list_entry(pos, struct item, node);
+		sum = sum * 10 + x->v;
+		if (x->v == 2)
+			mc_list_del(pos);
+	}
+	assert_int_equal(sum, 1234);
+	assert_int_equal(mc_list_first(&a, struct item, node)->v, 1);
+}
+
+static void calloc_overflow_and_fault_injection(void **state)
+{
+	void *p;
+	(void)state;
+	assert_null(mc_calloc(SIZE_MAX / 2, 4));
+	mc_alloc_fault_arm(2);
+	p = mc_malloc(8);
+	assert_non_null(p);
+	assert_null(mc_malloc(8));
+	mc_free(p);
+	p = mc_malloc(8);
+	assert_non_null(p);
+	mc_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(status_names_and_numbers_are_pinned),
+		cmocka_unit_test(parse_size_accepts_units_and_rejects_garbage),
+		cmocka_unit_test(config_table_defaults_env_and_bounds),
+		cmocka_unit_test(split_hostport_forms),
+		cmocka_unit_test(list_add_del_splice),
+		cmocka_unit_test(calloc_overflow_and_fault_injection),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
