@@ -35,21 +35,28 @@ enum mc_rpc_type {
  * payload (*resp_out, *resp_len_out) to answer, or an error to close the
  * connection without a reply.  Must not block for long.
  */
-typedef int (*mc_rpc_handler_cb)(void *arg, int type, const char *req, size_t len,
-				 char **resp_out, size_t *resp_len_out);
+typedef int (*mc_rpc_handler_cb)(void *arg, int type, const char *req, size_t len, char **resp_out,
+				 size_t *resp_len_out);
 
 struct mc_rpc_server_params {
-	int listen_fd;           /* already bound and listening; the server takes ownership */
-	uint64_t max_frame;      /* MC_HANDSHAKE_MAX_LENGTH, default 1 MiB */
-	int recv_timeout_ms;     /* per-connection deadline to receive a whole frame, default 5000 */
+	int listen_fd;	     /* already bound and listening; the server takes ownership */
+	uint64_t max_frame;  /* MC_HANDSHAKE_MAX_LENGTH, default 1 MiB */
+	int recv_timeout_ms; /* per-connection deadline to receive a whole frame, default 5000 */
 	mc_rpc_handler_cb handler;
 	void *handler_arg;
 };
 
 struct mc_rpc_server;
 
+/*
+ * Start the server thread.  listen_fd is owned by the server from this call
+ * on, also when it fails (it is closed then).  max_frame 0 = 1 MiB,
+ * recv_timeout_ms <= 0 = 5000.  The handler runs on the server thread only.
+ * MC_OK, MC_ERR_INVALID_PARAMS, MC_ERR_NOMEM, MC_ERR_SOCKET, MC_ERR_INTERNAL.
+ */
 int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out);
-/* Stops the thread, closes every connection and the listener. */
+/* Stops the thread, closes every connection and the listener.  Not from the
+ * handler.  NULL is a no-op. */
 void mc_rpc_server_stop(struct mc_rpc_server *s);
 
 /*
@@ -58,7 +65,10 @@ void mc_rpc_server_stop(struct mc_rpc_server *s);
  * type, return its payload (malloc'ed, NUL-terminated; *resp_len_out
  * excludes the NUL).  Errors: MC_ERR_DNS, MC_ERR_CONN_REFUSED,
  * MC_ERR_TIMEOUT, MC_ERR_SOCKET, MC_ERR_PROTOCOL (bad or mismatched frame),
- * MC_ERR_TOO_LARGE (response above max_frame).
+ * MC_ERR_TOO_LARGE (response above max_frame), MC_ERR_CONN_CLOSED (the
+ * peer closed before a whole response: it refused the request),
+ * MC_ERR_INVALID_PARAMS, MC_ERR_NOMEM.  max_frame 0 = 1 MiB; io_timeout_ms
+ * <= 0 = 60 s (one deadline for the write and the read).  Thread-safe.
  */
 int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
 		int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame, char **resp_out,
@@ -73,5 +83,59 @@ int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size
  */
 int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame, int *type_out,
 			uint64_t *payload_len_out);
+
+/*
+ * Building blocks shared by the server, the client and the fuzz target.
+ *
+ * Legacy detection: a 9th header byte of 0..3 is a type; '{' or JSON
+ * whitespace (' ', '\t', '\r', '\n') starts a legacy untyped frame; any
+ * other byte is an unknown type (MC_ERR_PROTOCOL).
+ */
+
+/*
+ * Encode one frame: type MC_RPC_* for a typed frame, -1 for a legacy
+ * untyped one.  A '\n' is appended to the payload unless it already ends
+ * with one.  *frame_out is mc_malloc'ed (caller frees with mc_free).
+ * MC_OK, MC_ERR_INVALID_PARAMS (bad type), MC_ERR_NOMEM.
+ */
+int mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
+			size_t *frame_len_out);
+
+/*
+ * Incremental frame reader: the server's per-connection frame assembly,
+ * free of sockets so it can be driven chunk by chunk (and fuzzed).  The
+ * payload buffer grows with the bytes that actually arrive, so a header
+ * announcing max_frame costs nothing until the data comes.  Not
+ * thread-safe; one reader per connection.
+ */
+struct mc_rpc_reader {
+	uint64_t max_frame; /* 0 at init = 1 MiB */
+	uint8_t hdr[MC_RPC_HEADER_LEN];
+	size_t hdr_len;	      /* header bytes received so far */
+	int type;	      /* MC_RPC_* or -1 (legacy), once the header is complete */
+	uint64_t payload_len; /* valid once the header is complete */
+	uint64_t payload_got;
+	char *payload; /* mc_malloc'ed; NUL-terminated once complete */
+	size_t cap;    /* bytes allocated at payload */
+	int status;    /* MC_INPROGRESS, MC_OK (complete) or the sticky error */
+};
+
+void mc_rpc_reader_init(struct mc_rpc_reader *r, uint64_t max_frame);
+/* Frees the payload (unless taken); the reader may be re-initialised. */
+void mc_rpc_reader_release(struct mc_rpc_reader *r);
+/*
+ * Consume up to len bytes of data.  Returns MC_INPROGRESS (all len bytes
+ * used, frame not complete yet), MC_OK (frame complete; *used_out bytes
+ * were part of it, the rest belong to whatever follows), or an error from
+ * mc_rpc_parse_header / MC_ERR_NOMEM.  Once complete or failed, further
+ * calls return the same status and consume nothing.  *used_out is written
+ * on MC_OK and MC_INPROGRESS.
+ */
+int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, size_t *used_out);
+/*
+ * After MC_OK: hand the NUL-terminated payload to the caller (mc_free it);
+ * *len_out excludes the NUL.  NULL if the frame is not complete.
+ */
+char *mc_rpc_reader_take(struct mc_rpc_reader *r, size_t *len_out);
 
 #endif

@@ -1,0 +1,803 @@
+/*
+ * te/rpc.c - the RPC / handshake side channel (spec transfer-engine.md 3.6).
+ *
+ * Wire: an 8-byte little-endian length, then either a type byte (0..3) and
+ * length - 1 payload bytes, or (legacy) length payload bytes starting with
+ * '{'.  One request per TCP connection; the answer carries the request's
+ * type (untyped for a legacy request), then the server half-closes.
+ *
+ * Server.  Upstream serves connections one after another with a 5 s read
+ * timeout, so a single silent client stalls every handshake on the host
+ * (spec 10.1 item 5).  Here one thread multiplexes the listener and every
+ * accepted connection with epoll.  A connection moves through three states,
+ *
+ *   READING   -> a complete frame was assembled -> handler -> WRITING
+ *   WRITING   -> response fully sent, shutdown(SHUT_WR)   -> LINGERING
+ *   LINGERING -> peer EOF (or linger deadline)            -> closed
+ *
+ * and sits on the server's list for its state.  Each state's deadline is
+ * "time of entry + a constant" (recv_timeout for READING and WRITING, a
+ * short linger for LINGERING) and the clock is monotonic, so every list is
+ * sorted by deadline just by appending at the tail: the next timeout is the
+ * earliest of three list heads, and expiry pops heads, both O(1) per
+ * connection.  The epoll_wait timeout is computed from that deadline, so no
+ * timerfd is needed.  Malformed frames, unknown types, handler errors and
+ * deadlines close the connection without a reply; the reason is logged at
+ * info (peer's fault) or debug (timeouts, peer went away).
+ *
+ * Frame assembly is struct mc_rpc_reader: a pure, socket-free state machine
+ * fed with whatever recv() returned, which the fuzz target drives directly.
+ * Its payload buffer grows with the bytes that arrive, so 1024 connections
+ * each announcing a 1 MiB frame cost nothing until they send the data.
+ *
+ * Stopping: an eventfd in the same epoll set wakes the loop;
+ * mc_rpc_server_stop joins the thread, then frees every connection.
+ * Everything except the handler's argument is owned by the server thread
+ * while it runs, so there are no locks.
+ *
+ * Client: mc_rpc_call is a plain blocking exchange with deadlines, built on
+ * mc_sock_connect / mc_sock_{read,write}_full and the same header parser.
+ */
+#define MC_LOG_MODULE "rpc"
+#include "te/rpc.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "mooncake/status.h"
+
+#define RPC_DEFAULT_MAX_FRAME	    (1ull << 20)
+#define RPC_DEFAULT_RECV_TIMEOUT_MS 5000
+#define RPC_DEFAULT_IO_TIMEOUT_MS   60000
+#define RPC_MAX_CONNS		    1024
+#define RPC_LINGER_MS		    1000 /* wait for the peer's EOF after replying */
+#define RPC_READ_CHUNK		    65536
+#define RPC_READER_INITIAL_CAP	    4096
+#define RPC_MAX_EVENTS		    64
+#define RPC_READS_PER_EVENT	    16 /* fairness: then back to epoll (level-triggered) */
+
+/* ------------------------------------------------------------------------ */
+/* Framing                                                                   */
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static bool starts_legacy_json(uint8_t c)
+{
+	return c == '{' || c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame, int *type_out,
+			uint64_t *payload_len_out)
+{
+	uint64_t len = get_le64(hdr);
+	uint8_t t = hdr[8];
+
+	if (!max_frame)
+		max_frame = RPC_DEFAULT_MAX_FRAME;
+	if (len == 0)
+		return MC_ERR_PROTOCOL;
+	if (len > max_frame || len >= SIZE_MAX)
+		return MC_ERR_TOO_LARGE;
+	if (t <= MC_RPC_PROBE) {
+		*type_out = t;
+		*payload_len_out = len - 1;
+		return MC_OK;
+	}
+	if (starts_legacy_json(t)) {
+		*type_out = -1;
+		*payload_len_out = len;
+		return MC_OK;
+	}
+	return MC_ERR_PROTOCOL;
+}
+
+int mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
+			size_t *frame_len_out)
+{
+	size_t hdr = type < 0 ? 8 : MC_RPC_HEADER_LEN;
+	size_t nl = (len == 0 || payload[len - 1] != '\n') ? 1 : 0;
+	size_t total;
+	char *f;
+
+	if (type < -1 || type > MC_RPC_PROBE || (len && !payload))
+		return MC_ERR_INVALID_PARAMS;
+	if (len > SIZE_MAX - hdr - nl)
+		return MC_ERR_TOO_LARGE;
+	total = hdr + len + nl;
+	f = mc_malloc(total);
+	if (!f)
+		return MC_ERR_NOMEM;
+	put_le64((uint8_t *)f, (uint64_t)(total - 8));
+	if (type >= 0)
+		f[8] = (char)type;
+	if (len)
+		memcpy(f + hdr, payload, len);
+	if (nl)
+		f[total - 1] = '\n';
+	*frame_out = f;
+	*frame_len_out = total;
+	return MC_OK;
+}
+
+void mc_rpc_reader_init(struct mc_rpc_reader *r, uint64_t max_frame)
+{
+	memset(r, 0, sizeof(*r));
+	r->max_frame = max_frame ? max_frame : RPC_DEFAULT_MAX_FRAME;
+	r->type = -1;
+	r->status = MC_INPROGRESS;
+}
+
+void mc_rpc_reader_release(struct mc_rpc_reader *r)
+{
+	mc_free(r->payload);
+	r->payload = NULL;
+	r->cap = 0;
+}
+
+/* Make room for need bytes (payload plus NUL), doubling up to the frame size. */
+static int reader_reserve(struct mc_rpc_reader *r, size_t need)
+{
+	size_t cap = r->cap ? r->cap : RPC_READER_INITIAL_CAP;
+	size_t limit = (size_t)r->payload_len + 1;
+	char *p;
+
+	if (need <= r->cap)
+		return MC_OK;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+	cap = MC_MIN(cap, limit);
+	p = mc_realloc(r->payload, cap);
+	if (!p)
+		return MC_ERR_NOMEM;
+	r->payload = p;
+	r->cap = cap;
+	return MC_OK;
+}
+
+int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, size_t *used_out)
+{
+	const uint8_t *p = data;
+	size_t used = 0, n;
+	int rc;
+
+	if (r->status != MC_INPROGRESS) {
+		if (r->status == MC_OK)
+			*used_out = 0;
+		return r->status;
+	}
+	if (r->hdr_len < MC_RPC_HEADER_LEN) {
+		n = MC_MIN(MC_RPC_HEADER_LEN - r->hdr_len, len);
+		if (n)
+			memcpy(r->hdr + r->hdr_len, p, n);
+		r->hdr_len += n;
+		used += n;
+		if (r->hdr_len < MC_RPC_HEADER_LEN) {
+			*used_out = used;
+			return MC_INPROGRESS;
+		}
+		rc = mc_rpc_parse_header(r->hdr, r->max_frame, &r->type, &r->payload_len);
+		if (rc != MC_OK)
+			return r->status = rc;
+		rc = reader_reserve(r, (size_t)MC_MIN(r->payload_len + 1, RPC_READER_INITIAL_CAP));
+		if (rc != MC_OK)
+			return r->status = rc;
+		if (r->type < 0)
+			r->payload[r->payload_got++] = (char)r->hdr[8];
+	}
+	n = (size_t)MC_MIN(r->payload_len - r->payload_got, (uint64_t)(len - used));
+	if (n) {
+		rc = reader_reserve(r, (size_t)r->payload_got + n + 1);
+		if (rc != MC_OK)
+			return r->status = rc;
+		memcpy(r->payload + r->payload_got, p + used, n);
+		r->payload_got += n;
+		used += n;
+	}
+	if (r->payload_got == r->payload_len) {
+		r->payload[r->payload_got] = '\0';
+		r->status = MC_OK;
+	}
+	*used_out = used;
+	return r->status;
+}
+
+char *mc_rpc_reader_take(struct mc_rpc_reader *r, size_t *len_out)
+{
+	char *p;
+
+	if (r->status != MC_OK || !r->payload)
+		return NULL;
+	p = r->payload;
+	*len_out = (size_t)r->payload_len;
+	r->payload = NULL;
+	r->cap = 0;
+	return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Server                                                                    */
+
+enum conn_state {
+	CONN_READING,
+	CONN_WRITING,
+	CONN_LINGERING,
+	CONN_NSTATES,
+};
+
+struct rpc_conn {
+	struct mc_list node; /* on server->conns[state], sorted by deadline */
+	int fd;
+	enum conn_state state;
+	uint64_t deadline_ms;
+	uint64_t received; /* bytes read while READING, for log lines */
+	struct mc_rpc_reader rd;
+	char *out; /* encoded response frame while WRITING */
+	size_t out_len;
+	size_t out_off;
+	char peer[64];
+};
+
+struct mc_rpc_server {
+	int listen_fd;
+	int epfd;
+	int wake_fd;	/* eventfd: mc_rpc_server_stop rings it */
+	int reserve_fd; /* spare fd released to shed connections on EMFILE */
+	uint64_t max_frame;
+	int recv_timeout_ms;
+	int linger_ms;
+	mc_rpc_handler_cb handler;
+	void *handler_arg;
+	pthread_t thread;
+	struct mc_list conns[CONN_NSTATES];
+	unsigned nconns;
+	char buf[RPC_READ_CHUNK];
+};
+
+static const char *const state_names[CONN_NSTATES] = {"reading", "writing", "lingering"};
+
+static void conn_set_state(struct mc_rpc_server *s, struct rpc_conn *c, enum conn_state st,
+			   int timeout_ms)
+{
+	c->state = st;
+	c->deadline_ms = mc_now_ms() + (uint64_t)timeout_ms;
+	mc_list_del(&c->node);
+	mc_list_add_tail(&s->conns[st], &c->node);
+}
+
+static void conn_close(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	close(c->fd); /* also removes it from the epoll set */
+	mc_list_del(&c->node);
+	mc_rpc_reader_release(&c->rd);
+	mc_free(c->out);
+	mc_free(c);
+	s->nconns--;
+}
+
+static void format_peer(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+		port = ntohs(a->sin6_port);
+		if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+			/* the dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d */
+			inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], ip, sizeof(ip));
+			snprintf(buf, len, "%s:%u", ip, port);
+			return;
+		}
+		inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+		snprintf(buf, len, "[%s]:%u", ip, port);
+		return;
+	}
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+		port = ntohs(a->sin_port);
+	}
+	snprintf(buf, len, "%s:%u", ip, port);
+}
+
+static int conn_watch(struct mc_rpc_server *s, struct rpc_conn *c, uint32_t events, int op)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = c};
+
+	if (epoll_ctl(s->epfd, op, c->fd, &ev) < 0) {
+		mc_warn("peer %s: epoll_ctl failed: %s", c->peer, strerror(errno));
+		return MC_ERR_SOCKET;
+	}
+	return MC_OK;
+}
+
+static void conn_linger(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	mc_free(c->out);
+	c->out = NULL;
+	if (shutdown(c->fd, SHUT_WR) < 0 ||
+	    conn_watch(s, c, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD) != MC_OK) {
+		conn_close(s, c);
+		return;
+	}
+	conn_set_state(s, c, CONN_LINGERING, s->linger_ms);
+}
+
+static void conn_flush(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (conn_watch(s, c, EPOLLOUT, EPOLL_CTL_MOD) != MC_OK)
+				conn_close(s, c);
+			return;
+		}
+		mc_debug("peer %s: send failed: %s", c->peer, strerror(errno));
+		conn_close(s, c);
+		return;
+	}
+	conn_linger(s, c);
+}
+
+static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	int type = c->rd.type < 0 ? MC_RPC_CONNECTION : c->rd.type;
+	char *resp = NULL;
+	size_t resp_len = 0;
+	int rc;
+
+	rc = s->handler(s->handler_arg, type, c->rd.payload, (size_t)c->rd.payload_len, &resp,
+			&resp_len);
+	mc_rpc_reader_release(&c->rd);
+	if (rc != MC_OK) {
+		mc_free(resp);
+		mc_info("peer %s: handler refused type %d request: %s, closing", c->peer, type,
+			mc_status_name((mc_status)rc));
+		conn_close(s, c);
+		return;
+	}
+	rc = mc_rpc_frame_encode(c->rd.type, resp, resp_len, &c->out, &c->out_len);
+	mc_free(resp);
+	if (rc != MC_OK) {
+		mc_warn("peer %s: cannot encode %zu-byte response: %s", c->peer, resp_len,
+			mc_status_name((mc_status)rc));
+		conn_close(s, c);
+		return;
+	}
+	c->out_off = 0;
+	conn_set_state(s, c, CONN_WRITING, s->recv_timeout_ms);
+	conn_flush(s, c);
+}
+
+static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
+		ssize_t n = recv(c->fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
+		size_t used;
+		int rc;
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			mc_debug("peer %s: recv failed after %llu bytes: %s", c->peer,
+				 (unsigned long long)c->received, strerror(errno));
+			conn_close(s, c);
+			return;
+		}
+		if (n == 0) {
+			mc_debug("peer %s: closed after %llu bytes of an incomplete frame", c->peer,
+				 (unsigned long long)c->received);
+			conn_close(s, c);
+			return;
+		}
+		c->received += (uint64_t)n;
+		rc = mc_rpc_reader_feed(&c->rd, s->buf, (size_t)n, &used);
+		if (rc == MC_INPROGRESS)
+			continue;
+		if (rc == MC_OK) {
+			if (used < (size_t)n)
+				mc_debug("peer %s: ignoring %zu bytes after the frame", c->peer,
+					 (size_t)n - used);
+			conn_handle_frame(s, c);
+			return;
+		}
+		if (rc == MC_ERR_NOMEM)
+			mc_warn("peer %s: out of memory for a %llu-byte frame, closing", c->peer,
+				(unsigned long long)c->rd.payload_len);
+		else
+			mc_info("peer %s: bad frame header (length %llu, type byte %u, limit %llu): "
+				"%s, closing",
+				c->peer, (unsigned long long)get_le64(c->rd.hdr), c->rd.hdr[8],
+				(unsigned long long)s->max_frame, mc_status_name((mc_status)rc));
+		conn_close(s, c);
+		return;
+	}
+}
+
+/* After the reply: discard whatever the peer still sends until its EOF. */
+static void conn_drain(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
+		ssize_t n = recv(c->fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		conn_close(s, c);
+		return;
+	}
+}
+
+static void conn_on_event(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	switch (c->state) {
+	case CONN_READING:
+		conn_on_readable(s, c);
+		break;
+	case CONN_WRITING:
+		conn_flush(s, c);
+		break;
+	case CONN_LINGERING:
+		conn_drain(s, c);
+		break;
+	default:
+		mc_assert(!"bad connection state");
+	}
+}
+
+/*
+ * EMFILE/ENFILE leave the connection in the backlog and the listener
+ * readable forever; give back the spare fd, accept and drop the
+ * connection, and take the spare again, so the loop does not spin.
+ */
+static void shed_one_connection(struct mc_rpc_server *s)
+{
+	int fd;
+
+	if (s->reserve_fd < 0)
+		return;
+	close(s->reserve_fd);
+	fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void server_accept(struct mc_rpc_server *s)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct rpc_conn *c;
+		int fd;
+
+		fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			if (errno == EMFILE || errno == ENFILE) {
+				mc_warn("accept failed: %s; dropping a connection",
+					strerror(errno));
+				shed_one_connection(s);
+				return;
+			}
+			mc_warn("accept failed: %s", strerror(errno));
+			return;
+		}
+		if (s->nconns >= RPC_MAX_CONNS) {
+			char peer[64];
+			format_peer(&ss, peer, sizeof(peer));
+			mc_info("peer %s: refused, %u connections open", peer, s->nconns);
+			close(fd);
+			continue;
+		}
+		c = mc_calloc(1, sizeof(*c));
+		if (!c) {
+			mc_warn("accept: out of memory, closing connection");
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		format_peer(&ss, c->peer, sizeof(c->peer));
+		mc_rpc_reader_init(&c->rd, s->max_frame);
+		mc_list_init(&c->node);
+		s->nconns++;
+		if (conn_watch(s, c, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD) != MC_OK) {
+			conn_close(s, c);
+			continue;
+		}
+		conn_set_state(s, c, CONN_READING, s->recv_timeout_ms);
+		mc_trace("peer %s: accepted (%u open)", c->peer, s->nconns);
+	}
+}
+
+/* Milliseconds until the earliest deadline, or -1 when nothing is pending. */
+static int server_next_timeout(struct mc_rpc_server *s, uint64_t now)
+{
+	uint64_t first = UINT64_MAX;
+
+	for (int st = 0; st < CONN_NSTATES; st++) {
+		if (mc_list_empty(&s->conns[st]))
+			continue;
+		first = MC_MIN(first,
+			       mc_list_first(&s->conns[st], struct rpc_conn, node)->deadline_ms);
+	}
+	if (first == UINT64_MAX)
+		return -1;
+	if (first <= now)
+		return 0;
+	/* +1: epoll_wait may round down and wake a millisecond early */
+	return (int)MC_MIN(first - now + 1, (uint64_t)INT32_MAX);
+}
+
+static void server_expire(struct mc_rpc_server *s, uint64_t now)
+{
+	for (int st = 0; st < CONN_NSTATES; st++) {
+		while (!mc_list_empty(&s->conns[st])) {
+			struct rpc_conn *c = mc_list_first(&s->conns[st], struct rpc_conn, node);
+			if (c->deadline_ms > now)
+				break;
+			if (st == CONN_READING)
+				mc_debug("peer %s: no complete frame within %d ms (%llu bytes), "
+					 "closing",
+					 c->peer, s->recv_timeout_ms,
+					 (unsigned long long)c->received);
+			else
+				mc_debug("peer %s: deadline passed while %s, closing", c->peer,
+					 state_names[st]);
+			conn_close(s, c);
+		}
+	}
+}
+
+static void *server_main(void *arg)
+{
+	struct mc_rpc_server *s = arg;
+	struct epoll_event evs[RPC_MAX_EVENTS];
+	bool stop = false;
+
+	while (!stop) {
+		int n = epoll_wait(s->epfd, evs, RPC_MAX_EVENTS,
+				   server_next_timeout(s, mc_now_ms()));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			mc_error("epoll_wait failed: %s; server stops serving", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+			if (p == &s->wake_fd)
+				stop = true;
+			else if (p == &s->listen_fd)
+				server_accept(s);
+			else
+				conn_on_event(s, p);
+		}
+		server_expire(s, mc_now_ms());
+	}
+	return NULL;
+}
+
+static int watch_fd(int epfd, int fd, void *tag)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out)
+{
+	struct mc_rpc_server *s;
+	int rc;
+
+	if (!p || !out || p->listen_fd < 0 || !p->handler) {
+		if (p && p->listen_fd >= 0)
+			close(p->listen_fd);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "rpc server: missing listener or handler");
+	}
+	s = mc_calloc(1, sizeof(*s));
+	if (!s) {
+		close(p->listen_fd);
+		return mc_set_error(MC_ERR_NOMEM, "rpc server: out of memory");
+	}
+	s->listen_fd = p->listen_fd;
+	s->max_frame = p->max_frame ? p->max_frame : RPC_DEFAULT_MAX_FRAME;
+	s->recv_timeout_ms =
+		p->recv_timeout_ms > 0 ? p->recv_timeout_ms : RPC_DEFAULT_RECV_TIMEOUT_MS;
+	s->linger_ms = MC_MIN(s->recv_timeout_ms, RPC_LINGER_MS);
+	s->handler = p->handler;
+	s->handler_arg = p->handler_arg;
+	for (int st = 0; st < CONN_NSTATES; st++)
+		mc_list_init(&s->conns[st]);
+
+	if (mc_sock_set_nonblock(s->listen_fd, true) != MC_OK) {
+		rc = mc_set_error(MC_ERR_SOCKET,
+				  "rpc server: cannot make listener non-blocking: %s",
+				  strerror(errno));
+		goto err_free;
+	}
+	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->epfd < 0) {
+		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: epoll_create1 failed: %s",
+				  strerror(errno));
+		goto err_close_reserve;
+	}
+	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->wake_fd < 0) {
+		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: eventfd failed: %s", strerror(errno));
+		goto err_close_epoll;
+	}
+	if (watch_fd(s->epfd, s->wake_fd, &s->wake_fd) < 0 ||
+	    watch_fd(s->epfd, s->listen_fd, &s->listen_fd) < 0) {
+		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: epoll_ctl failed: %s",
+				  strerror(errno));
+		goto err_close_wake;
+	}
+	rc = pthread_create(&s->thread, NULL, server_main, s);
+	if (rc != 0) {
+		rc = mc_set_error(MC_ERR_INTERNAL, "rpc server: cannot start thread: %s",
+				  strerror(rc));
+		goto err_close_wake;
+	}
+	pthread_setname_np(s->thread, "mc-rpc");
+	mc_debug("server listening on port %u", mc_sock_local_port(s->listen_fd));
+	*out = s;
+	return MC_OK;
+
+err_close_wake:
+	close(s->wake_fd);
+err_close_epoll:
+	close(s->epfd);
+err_close_reserve:
+	if (s->reserve_fd >= 0)
+		close(s->reserve_fd);
+err_free:
+	close(s->listen_fd);
+	mc_free(s);
+	return rc;
+}
+
+void mc_rpc_server_stop(struct mc_rpc_server *s)
+{
+	uint64_t one = 1;
+
+	if (!s)
+		return;
+	while (write(s->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	pthread_join(s->thread, NULL);
+	for (int st = 0; st < CONN_NSTATES; st++)
+		while (!mc_list_empty(&s->conns[st]))
+			conn_close(s, mc_list_first(&s->conns[st], struct rpc_conn, node));
+	mc_assert(s->nconns == 0);
+	close(s->wake_fd);
+	close(s->epfd);
+	close(s->listen_fd);
+	if (s->reserve_fd >= 0)
+		close(s->reserve_fd);
+	mc_free(s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                    */
+
+int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+		int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame, char **resp_out,
+		size_t *resp_len_out)
+{
+	uint8_t hdr[MC_RPC_HEADER_LEN];
+	char *frame = NULL, *payload = NULL;
+	size_t frame_len;
+	uint64_t deadline, plen;
+	int fd, rc, rtype;
+
+	if (!host || type < MC_RPC_CONNECTION || type > MC_RPC_PROBE || (len && !req) ||
+	    !resp_out || !resp_len_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "rpc call: bad arguments");
+	if (!max_frame)
+		max_frame = RPC_DEFAULT_MAX_FRAME;
+	rc = mc_rpc_frame_encode(type, req, len, &frame, &frame_len);
+	if (rc != MC_OK)
+		return mc_set_error(rc, "rpc call to %s:%u: cannot encode %zu-byte request", host,
+				    port, len);
+	fd = mc_sock_connect(host, port, connect_timeout_ms, false);
+	if (fd < 0) {
+		rc = fd; /* mc_sock_connect recorded the cause */
+		goto out_free_frame;
+	}
+	deadline = mc_now_ms() +
+		   (uint64_t)(io_timeout_ms > 0 ? io_timeout_ms : RPC_DEFAULT_IO_TIMEOUT_MS);
+	rc = mc_sock_write_full(fd, frame, frame_len, deadline);
+	if (rc != MC_OK) {
+		rc = mc_set_error(rc, "rpc call to %s:%u: sending type %d request failed: %s", host,
+				  port, type,
+				  rc == MC_ERR_SOCKET ? strerror(errno) : mc_strerror(rc));
+		goto out_close;
+	}
+	rc = mc_sock_read_full(fd, hdr, sizeof(hdr), deadline);
+	if (rc != MC_OK) {
+		rc = mc_set_error(rc, "rpc call to %s:%u: no response header: %s", host, port,
+				  rc == MC_ERR_SOCKET ? strerror(errno) : mc_strerror(rc));
+		goto out_close;
+	}
+	rc = mc_rpc_parse_header(hdr, max_frame, &rtype, &plen);
+	if (rc != MC_OK) {
+		rc = mc_set_error(rc,
+				  "rpc call to %s:%u: bad response header (length %llu, type "
+				  "byte %u, limit %llu)",
+				  host, port, (unsigned long long)get_le64(hdr), hdr[8],
+				  (unsigned long long)max_frame);
+		goto out_close;
+	}
+	if (rtype != type) {
+		rc = mc_set_error(MC_ERR_PROTOCOL,
+				  "rpc call to %s:%u: response type %d does not match request "
+				  "type %d (-1: untyped)",
+				  host, port, rtype, type);
+		goto out_close;
+	}
+	payload = mc_malloc((size_t)plen + 1);
+	if (!payload) {
+		rc = mc_set_error(MC_ERR_NOMEM, "rpc call to %s:%u: no memory for %llu bytes", host,
+				  port, (unsigned long long)plen);
+		goto out_close;
+	}
+	rc = mc_sock_read_full(fd, payload, (size_t)plen, deadline);
+	if (rc != MC_OK) {
+		rc = mc_set_error(rc, "rpc call to %s:%u: truncated %llu-byte response", host, port,
+				  (unsigned long long)plen);
+		mc_free(payload);
+		goto out_close;
+	}
+	payload[plen] = '\0';
+	*resp_out = payload;
+	*resp_len_out = (size_t)plen;
+out_close:
+	close(fd);
+out_free_frame:
+	mc_free(frame);
+	return rc;
+}
