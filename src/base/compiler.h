@@ -14,6 +14,14 @@
 #define MC_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #define MC_CACHELINE 64
 
+#if defined(__x86_64__) || defined(__i386__)
+#define mc_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define mc_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define mc_cpu_relax() ((void)0)
+#endif
+
 #define mc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define MC_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -131,7 +131,7 @@ void mc_log_write(int level, const char *module, const char *file, int line, con
 int mc_set_error(int status, const char *fmt, ...)
 {
 	va_list ap;
-	char msg[sizeof(last_error)];
+	char msg[sizeof(last_error) - 48];
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -1,0 +1,240 @@
+/*
+ * te/batch.c - batches, tasks and completion.
+ *
+ * A batch id is (slot index + 1) << 32 | generation, so a stale or forged
+ * id is refused (MC_ERR_BATCH_NOT_FOUND) instead of dereferenced, unlike
+ * upstream's raw pointers.  Completion is lock-free: each slice decrements
+ * its task's slices_left; the last one sets the task's terminal state and
+ * decrements the batch's inflight count, which doubles as a futex word so
+ * mc_te_batch_wait sleeps without polling.  A batch marked discard is freed
+ * by whichever thread ends its last task.
+ */
+#define MC_LOG_MODULE "batch"
+#include "te/batch.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+
+static void futex_wake_all(atomic_uint *w)
+{
+	syscall(SYS_futex, (void *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static int futex_wait(atomic_uint *w, unsigned expected, const struct timespec *rel)
+{
+	return (int)syscall(SYS_futex, (void *)w, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);
+}
+
+void mc_batch_destroy(struct mc_batch *b)
+{
+	if (!b)
+		return;
+	for (size_t i = 0; i < b->ntasks; i++)
+		mc_free(b->tasks[i].extra);
+	mc_free(b->tasks);
+	mc_free(b->notify_name);
+	mc_free(b->notify_msg);
+	mc_free(b);
+}
+
+/* Remove the batch from the slot table; the caller frees it. */
+static void unlink_batch(struct mc_te *te, struct mc_batch *b)
+{
+	uint32_t slot = (uint32_t)(b->id >> 32) - 1;
+	pthread_mutex_lock(&te->batch_lock);
+	if (slot < te->nbatch_slots && te->batches[slot] == b) {
+		te->batches[slot] = NULL;
+		te->batch_gen[slot]++;
+		te->batch_free[te->nbatch_free++] = slot;
+	}
+	pthread_mutex_unlock(&te->batch_lock);
+}
+
+static void task_finish(struct mc_task *t)
+{
+	struct mc_batch *b = t->batch;
+	int err = atomic_load(&t->error);
+	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
+			      memory_order_release);
+	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
+		futex_wake_all(&b->inflight);
+		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
+			unlink_batch(b->te, b);
+			mc_batch_destroy(b);
+		}
+	}
+}
+
+void mc_slice_done(struct mc_slice *s, int status)
+{
+	struct mc_task *t = s->task;
+	if (status != MC_OK) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&t->error, &zero, status);
+	} else {
+		atomic_fetch_add(&t->bytes, s->len);
+	}
+	if (atomic_fetch_sub(&t->slices_left, 1) == 1)
+		task_finish(t);
+}
+
+void mc_task_fail_now(struct mc_task *t, int status)
+{
+	atomic_store(&t->error, status);
+	atomic_store(&t->slices_left, 0);
+	task_finish(t);
+}
+
+int mc_batch_table_init(struct mc_te *te)
+{
+	pthread_mutex_init(&te->batch_lock, NULL);
+	return MC_OK;
+}
+
+void mc_batch_table_release(struct mc_te *te)
+{
+	for (size_t i = 0; i < te->nbatch_slots; i++)
+		if (te->batches[i])
+			mc_batch_destroy(te->batches[i]);
+	mc_free(te->batches);
+	mc_free(te->batch_gen);
+	mc_free(te->batch_free);
+	pthread_mutex_destroy(&te->batch_lock);
+}
+
+int mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out)
+{
+	struct mc_batch *b;
+	uint32_t slot;
+	int rc = MC_OK;
+
+	if (capacity == 0 || capacity > (1u << 24))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "batch capacity %zu out of range",
+				    capacity);
+	b = mc_calloc(1, sizeof(*b));
+	if (!b)
+		return MC_ERR_NOMEM;
+	b->tasks = mc_calloc(capacity, sizeof(*b->tasks));
+	if (!b->tasks) {
+		mc_free(b);
+		return MC_ERR_NOMEM;
+	}
+	b->capacity = capacity;
+	b->te = te;
+
+	pthread_mutex_lock(&te->batch_lock);
+	if (te->nbatch_free == 0) {
+		size_t ncap = te->nbatch_slots ? te->nbatch_slots * 2 : 64;
+		void *nb, *ng, *nf;
+		if (ncap > UINT32_MAX - 1) {
+			rc = MC_ERR_NOMEM;
+			goto out_unlock;
+		}
+		nb = mc_realloc(te->batches, ncap * sizeof(*te->batches));
+		if (nb)
+			te->batches = nb;
+		ng = mc_realloc(te->batch_gen, ncap * sizeof(*te->batch_gen));
+		if (ng)
+			te->batch_gen = ng;
+		nf = mc_realloc(te->batch_free, ncap * sizeof(*te->batch_free));
+		if (nf)
+			te->batch_free = nf;
+		if (!nb || !ng || !nf) {
+			rc = MC_ERR_NOMEM;
+			goto out_unlock;
+		}
+		for (size_t i = te->nbatch_slots; i < ncap; i++) {
+			te->batches[i] = NULL;
+			te->batch_gen[i] = 1;
+		}
+		/* push in reverse so low slots are used first */
+		for (size_t i = ncap; i > te->nbatch_slots; i--)
+			te->batch_free[te->nbatch_free++] = (uint32_t)(i - 1);
+		te->nbatch_slots = ncap;
+	}
+	slot = te->batch_free[--te->nbatch_free];
+	te->batches[slot] = b;
+	b->id = ((uint64_t)(slot + 1) << 32) | te->batch_gen[slot];
+out_unlock:
+	pthread_mutex_unlock(&te->batch_lock);
+	if (rc != MC_OK) {
+		mc_batch_destroy(b);
+		return rc;
+	}
+	*out = b;
+	return MC_OK;
+}
+
+struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id)
+{
+	uint32_t slot = (uint32_t)(id >> 32);
+	struct mc_batch *b = NULL;
+	if (slot == 0)
+		return NULL;
+	slot--;
+	pthread_mutex_lock(&te->batch_lock);
+	if (slot < te->nbatch_slots && te->batches[slot] && te->batches[slot]->id == id &&
+	    !atomic_load(&te->batches[slot]->discard))
+		b = te->batches[slot];
+	pthread_mutex_unlock(&te->batch_lock);
+	return b;
+}
+
+int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
+{
+	struct mc_batch *b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	if (atomic_load(&b->inflight) > 0) {
+		if (!discard)
+			return mc_set_error(MC_ERR_BATCH_BUSY, "batch 0x%llx has tasks in flight",
+					    (unsigned long long)id);
+		atomic_store(&b->discard, true);
+		/* the last completion may have raced ahead of the flag */
+		if (atomic_load(&b->inflight) > 0 || atomic_exchange(&b->freed, true))
+			return MC_OK;
+	} else {
+		atomic_store(&b->discard, true);
+		if (atomic_exchange(&b->freed, true))
+			return MC_OK;
+	}
+	unlink_batch(te, b);
+	mc_batch_destroy(b);
+	return MC_OK;
+}
+
+int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
+{
+	uint64_t deadline = timeout_ms >= 0 ? mc_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+	unsigned spins = 0;
+	for (;;) {
+		unsigned v = atomic_load(&b->inflight);
+		struct timespec rel, *relp = NULL;
+		if (v == 0)
+			return MC_OK;
+		/* a short spin catches fast loopback completions without a sleep/wake */
+		if (spins++ < 200) {
+			mc_cpu_relax();
+			continue;
+		}
+		if (deadline) {
+			uint64_t now = mc_now_ns();
+			if (now >= deadline)
+				return MC_ERR_TIMEOUT;
+			rel.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+			rel.tv_nsec = (long)((deadline - now) % 1000000000ull);
+			relp = &rel;
+		}
+		futex_wait(&b->inflight, v, relp);
+	}
+}

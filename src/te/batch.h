@@ -1,0 +1,19 @@
+/* te/batch.h - batch table and completion (internal). */
+#ifndef MC_TE_BATCH_H
+#define MC_TE_BATCH_H
+
+#include "te/engine.h"
+
+int mc_batch_table_init(struct mc_te *te);
+void mc_batch_table_release(struct mc_te *te);
+int mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out);
+/* Borrowed pointer, NULL for an unknown, freed or discarded id. */
+struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id);
+/* Free now (MC_ERR_BATCH_BUSY while in flight) or, with discard, when done. */
+int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard);
+void mc_batch_destroy(struct mc_batch *b);
+int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms);
+/* Fail a task that never reached a transport. */
+void mc_task_fail_now(struct mc_task *t, int status);
+
+#endif

@@ -1,0 +1,1348 @@
+/*
+ * te/engine.c - the Transfer Engine core.
+ *
+ * The engine ties together the pieces: the metadata client (or none in P2P
+ * mode), the RPC listener (handshakes, notifications, probes, descriptor
+ * exchange), registered memory, the segment cache and the batch table, and
+ * hands slices to the transports.
+ *
+ * Segment cache: an array indexed by segment id behind a rwlock; entries
+ * are never removed while the engine lives (ids stay valid), only their
+ * descriptor is replaced on refresh.  A descriptor is refreshed when the
+ * caller asks, or automatically before the next submit once a connection to
+ * the peer failed: that is how a restarted peer (new ports, same name) is
+ * found again without restarting the initiator.
+ *
+ * Restart under the same name: if rpc_meta/<name> already exists and the
+ * engine it names does not answer a probe, the stale keys are deleted and
+ * replaced; if it answers, creation fails with MC_ERR_EXISTS.
+ */
+#define MC_LOG_MODULE "te"
+#include "te/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "meta/meta.h"
+#include "te/batch.h"
+#include "te/rpc.h"
+#include "transport/tcp.h"
+#include "transport/transport.h"
+
+void mc_log_init_from_env(void);
+
+#define CFG(f) offsetof(struct mc_te_config, f)
+const struct mc_config_field mc_te_config_table[] = {
+	{"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port", CFG(min_rpc_port),
+	 MC_CONFIG_INT, 1024, 65535},
+	{"max_rpc_port", "MC_MAX_RPC_PORT", "17000", "highest random RPC/data port",
+	 CFG(max_rpc_port), MC_CONFIG_INT, 1024, 65535},
+	{"handshake_port", "MC_HANDSHAKE_PORT", "12001", "default port of a name without one",
+	 CFG(handshake_port), MC_CONFIG_INT, 1, 65535},
+	{"handshake_max_length", "MC_HANDSHAKE_MAX_LENGTH", "1048576", "largest RPC frame accepted",
+	 CFG(handshake_max_length), MC_CONFIG_SIZE, 1 << 20, 128 << 20},
+	{"handshake_connect_timeout", "MC_HANDSHAKE_CONNECT_TIMEOUT", "5",
+	 "RPC connect timeout in seconds", CFG(handshake_connect_timeout_s), MC_CONFIG_INT, 1, 3599},
+	{"rpc_io_timeout_ms", "MC_RPC_IO_TIMEOUT_MS", "10000", "RPC reply deadline in milliseconds",
+	 CFG(rpc_io_timeout_ms), MC_CONFIG_INT, 10, 600000},
+	{"disable_metacache", "MC_DISABLE_METACACHE", NULL, "refetch descriptors on every open",
+	 CFG(disable_metacache), MC_CONFIG_PRESENCE, 0, 0},
+	{"legacy_rpc_port_binding", "MC_LEGACY_RPC_PORT_BINDING", NULL,
+	 "take the RPC port from the local name", CFG(legacy_rpc_port_binding), MC_CONFIG_PRESENCE,
+	 0, 0},
+	{"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL, "address advertised to peers",
+	 CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0},
+	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(tcp_workers),
+	 MC_CONFIG_INT, 1, 64},
+	{"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4", "persistent connections per peer",
+	 CFG(tcp_conns_per_peer), MC_CONFIG_INT, 1, 16},
+	{"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator", CFG(tcp_proto),
+	 MC_CONFIG_STRING, 0, 0},
+	{"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30", "wait for a v2 status frame (s)",
+	 CFG(tcp_status_timeout_s), MC_CONFIG_INT, 1, 3600},
+	{"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
+	 "fail requests on a connection that made no progress for this long",
+	 CFG(tcp_io_timeout_ms), MC_CONFIG_INT, 100, 3600000},
+	{"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000", "data connect timeout",
+	 CFG(tcp_connect_timeout_ms), MC_CONFIG_INT, 10, 600000},
+	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "4m",
+	 "requests larger than this are split across connections", CFG(tcp_split_size),
+	 MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
+	 CFG(tcp_sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
+	{"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2", "threads copying large local requests",
+	 CFG(local_copy_threads), MC_CONFIG_INT, 0, 64},
+	{"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
+	 "local requests at least this large are copied by several threads",
+	 CFG(local_parallel_min), MC_CONFIG_SIZE, 4096, 1ll << 40},
+};
+#undef CFG
+const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
+
+/* ---- descriptors and publishing ----------------------------------------- */
+
+int mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out)
+{
+	struct mc_seg_desc *d = mc_calloc(1, sizeof(*d));
+	char ts[40];
+	int rc;
+
+	if (!d)
+		return MC_ERR_NOMEM;
+	mc_seg_timestamp(ts, sizeof(ts));
+	d->name = mc_strdup(te->name);
+	d->protocol = mc_strdup("tcp");
+	d->timestamp = mc_strdup(ts);
+	d->host_id = te->host_id[0] ? mc_strdup(te->host_id) : NULL;
+	d->tcp_proto_version = 2;
+	if (!d->name || !d->protocol || !d->timestamp) {
+		rc = MC_ERR_NOMEM;
+		goto err;
+	}
+	mc_transport_fill_desc(te->tcp, d);
+	rc = mc_memreg_fill_desc(&te->memreg, te->name, d);
+	if (rc != MC_OK)
+		goto err;
+	*out = d;
+	return MC_OK;
+err:
+	mc_seg_desc_free(d);
+	return rc;
+}
+
+int mc_te_publish(struct mc_te *te)
+{
+	struct mc_seg_desc *d = NULL;
+	char *json = NULL, *key = NULL;
+	int rc;
+
+	if (te->p2p)
+		return MC_OK; /* served on demand over RPC */
+	pthread_mutex_lock(&te->publish_lock);
+	rc = mc_te_local_desc(te, &d);
+	if (rc != MC_OK)
+		goto out;
+	rc = mc_seg_desc_encode(d, &json);
+	if (rc != MC_OK)
+		goto out;
+	key = mc_meta_key_segment(te->name);
+	if (!key) {
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	rc = mc_meta_put(te->meta, key, json, strlen(json));
+	if (rc != MC_OK)
+		mc_error("cannot publish segment %s: %s", te->name, mc_last_error());
+out:
+	pthread_mutex_unlock(&te->publish_lock);
+	mc_free(key);
+	mc_free(json);
+	mc_seg_desc_free(d);
+	return rc;
+}
+
+static int probe_endpoint(struct mc_te *te, const char *host, uint16_t port, int timeout_ms)
+{
+	char *resp = NULL;
+	size_t len = 0;
+	int rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, timeout_ms, timeout_ms,
+			     te->cfg.handshake_max_length, &resp, &len);
+	mc_free(resp);
+	return rc;
+}
+
+/* Publish rpc_meta/<name>, replacing a stale entry left by a dead engine. */
+static int publish_rpc_meta(struct mc_te *te)
+{
+	struct mc_rpc_meta m = {.ip_or_host_name = te->host, .rpc_port = te->rpc_port};
+	char *json = NULL, *key = NULL, *old = NULL;
+	size_t oldlen = 0;
+	int rc;
+
+	key = mc_meta_key_rpc(te->name);
+	rc = key ? mc_rpc_meta_encode(&m, &json) : MC_ERR_NOMEM;
+	if (rc != MC_OK)
+		goto out;
+	rc = mc_meta_get(te->meta, key, &old, &oldlen);
+	if (rc == MC_OK) {
+		struct mc_rpc_meta om = {0};
+		if (mc_rpc_meta_decode(old, oldlen, &om) == MC_OK &&
+		    probe_endpoint(te, om.ip_or_host_name, om.rpc_port, 1000) == MC_OK) {
+			rc = mc_set_error(MC_ERR_EXISTS,
+					  "segment name %s is in use by a live engine at %s:%u",
+					  te->name, om.ip_or_host_name, om.rpc_port);
+			mc_rpc_meta_release(&om);
+			goto out;
+		}
+		mc_rpc_meta_release(&om);
+		mc_info("replacing stale metadata of %s", te->name);
+		mc_meta_del(te->meta, key);
+	} else if (rc != MC_ERR_NOT_FOUND) {
+		goto out;
+	}
+	rc = mc_meta_put(te->meta, key, json, strlen(json));
+out:
+	mc_free(old);
+	mc_free(json);
+	mc_free(key);
+	return rc;
+}
+
+/* ---- RPC handler ---------------------------------------------------------- */
+
+static int queue_notify(struct mc_te *te, const char *name, const char *msg)
+{
+	int rc = MC_OK;
+	pthread_mutex_lock(&te->notify_lock);
+	if (te->nnotifs == te->notifs_cap) {
+		size_t ncap = te->notifs_cap ? te->notifs_cap * 2 : 16;
+		void *p = ncap <= (1u << 20) ? mc_realloc(te->notifs, ncap * sizeof(*te->notifs))
+					     : NULL;
+		if (!p) {
+			rc = MC_ERR_NOMEM;
+			goto out;
+		}
+		te->notifs = p;
+		te->notifs_cap = ncap;
+	}
+	te->notifs[te->nnotifs].name = mc_strdup(name);
+	te->notifs[te->nnotifs].msg = mc_strdup(msg);
+	if (!te->notifs[te->nnotifs].name || !te->notifs[te->nnotifs].msg) {
+		mc_free(te->notifs[te->nnotifs].name);
+		mc_free(te->notifs[te->nnotifs].msg);
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	te->nnotifs++;
+out:
+	pthread_mutex_unlock(&te->notify_lock);
+	return rc;
+}
+
+static int dup_out(const char *s, char **out, size_t *len_out)
+{
+	*out = mc_strdup(s);
+	if (!*out)
+		return MC_ERR_NOMEM;
+	*len_out = strlen(s);
+	return MC_OK;
+}
+
+static int rpc_handler(void *arg, int type, const char *req, size_t len, char **resp_out,
+		       size_t *resp_len_out)
+{
+	struct mc_te *te = arg;
+
+	switch (type) {
+	case MC_RPC_PROBE:
+		return dup_out("{\"status\":\"success\"}", resp_out, resp_len_out);
+	case MC_RPC_CONNECTION:
+		/* a TCP-only engine answers with an all-empty handshake descriptor */
+		return dup_out("{\"local_nic_path\":\"\",\"peer_nic_path\":\"\",\"qp_num\":[],"
+			       "\"reply_msg\":\"\"}",
+			       resp_out, resp_len_out);
+	case MC_RPC_METADATA: {
+		struct mc_seg_desc *d = NULL;
+		int rc;
+		if (!te->p2p)
+			return dup_out("null", resp_out, resp_len_out);
+		rc = mc_te_local_desc(te, &d);
+		if (rc == MC_OK)
+			rc = mc_seg_desc_encode(d, resp_out);
+		mc_seg_desc_free(d);
+		if (rc == MC_OK)
+			*resp_len_out = strlen(*resp_out);
+		return rc;
+	}
+	case MC_RPC_NOTIFY: {
+		json_error_t jerr;
+		json_t *j = json_loadb(req, len, JSON_DISABLE_EOF_CHECK, &jerr);
+		json_t *n = j ? json_object_get(j, "name") : NULL;
+		json_t *m = j ? json_object_get(j, "notify_msg") : NULL;
+		int rc;
+		if (!json_is_string(n) || !json_is_string(m)) {
+			json_decref(j);
+			return mc_set_error(MC_ERR_MALFORMED_JSON, "notify: malformed request");
+		}
+		rc = queue_notify(te, json_string_value(n), json_string_value(m));
+		json_decref(j);
+		if (rc != MC_OK)
+			return rc;
+		return dup_out("{\"name\":\"\",\"notify_msg\":\"success\"}", resp_out,
+			       resp_len_out);
+	}
+	}
+	return mc_set_error(MC_ERR_PROTOCOL, "rpc: unknown type %d", type);
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static void read_host_id(struct mc_te *te)
+{
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (!f)
+		return;
+	if (fgets(te->host_id, sizeof(te->host_id), f))
+		te->host_id[strcspn(te->host_id, "\n")] = '\0';
+	fclose(f);
+}
+
+static int apply_params(struct mc_te *te, const struct mc_te_params *p)
+{
+	uint64_t m = p ? p->field_mask : 0;
+	if ((m & MC_TE_PARAM_WORKERS) && p->workers) {
+		if (p->workers > 64)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "workers %u > 64", p->workers);
+		te->cfg.tcp_workers = p->workers;
+	}
+	if ((m & MC_TE_PARAM_CONNS_PER_PEER) && p->conns_per_peer) {
+		if (p->conns_per_peer > 64)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "conns_per_peer %u > 64",
+					    p->conns_per_peer);
+		te->cfg.tcp_conns_per_peer = p->conns_per_peer;
+	}
+	if (te->cfg.min_rpc_port > te->cfg.max_rpc_port) {
+		mc_warn("MC_MIN_RPC_PORT > MC_MAX_RPC_PORT; using 15000-17000");
+		te->cfg.min_rpc_port = 15000;
+		te->cfg.max_rpc_port = 17000;
+	}
+	return MC_OK;
+}
+
+static int open_rpc_listener(struct mc_te *te, const struct mc_te_params *p, const char *local_name,
+			     int *fd_out)
+{
+	int fd;
+	if (p && (p->field_mask & MC_TE_PARAM_RPC_PORT) && p->rpc_port) {
+		fd = mc_sock_listen(p->rpc_port, 128);
+	} else if (!te->p2p && te->cfg.legacy_rpc_port_binding) {
+		char h[256];
+		uint16_t port;
+		mc_sock_split_hostport(local_name, h, sizeof(h), &port,
+				       (uint16_t)te->cfg.handshake_port);
+		fd = mc_sock_listen(port, 128);
+	} else {
+		fd = mc_sock_listen_range((uint16_t)te->cfg.min_rpc_port,
+					  (uint16_t)te->cfg.max_rpc_port, 500, 128);
+	}
+	if (fd < 0)
+		return fd;
+	*fd_out = fd;
+	return MC_OK;
+}
+
+static int choose_identity(struct mc_te *te, const struct mc_te_params *p, const char *local_name)
+{
+	const char *host = p && (p->field_mask & MC_TE_PARAM_HOST) ? p->host : NULL;
+	char hostname[256];
+
+	if (!local_name || !*local_name) {
+		if (gethostname(hostname, sizeof(hostname)) < 0)
+			snprintf(hostname, sizeof(hostname), "localhost");
+		hostname[sizeof(hostname) - 1] = '\0';
+		local_name = hostname;
+	}
+	if (te->p2p) {
+		char h[256];
+		uint16_t port;
+		if (!mc_sock_split_hostport(local_name, h, sizeof(h), &port, 0))
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "bad local name %s", local_name);
+		snprintf(te->host, sizeof(te->host), "%s", host && *host ? host : h);
+		if (strchr(h, ':'))
+			te->name = mc_asprintf("[%s]:%u", h, te->rpc_port);
+		else
+			te->name = mc_asprintf("%s:%u", h, te->rpc_port);
+	} else {
+		if (host && *host)
+			snprintf(te->host, sizeof(te->host), "%s", host);
+		else if (te->cfg.tcp_bind_address && *te->cfg.tcp_bind_address)
+			snprintf(te->host, sizeof(te->host), "%s", te->cfg.tcp_bind_address);
+		else if (te->cfg.legacy_rpc_port_binding) {
+			uint16_t port;
+			mc_sock_split_hostport(local_name, te->host, sizeof(te->host), &port, 0);
+		} else
+			mc_sock_local_ip(te->host, sizeof(te->host));
+		te->name = mc_strdup(local_name);
+	}
+	return te->name ? MC_OK : MC_ERR_NOMEM;
+}
+
+mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
+{
+	struct mc_te *te;
+	const char *uri = params && (params->field_mask & MC_TE_PARAM_METADATA)
+				  ? params->metadata_uri
+				  : NULL;
+	const char *local_name = params && (params->field_mask & MC_TE_PARAM_LOCAL_NAME)
+					 ? params->local_name
+					 : NULL;
+	const char *proto = params && (params->field_mask & MC_TE_PARAM_PROTOCOL)
+				    ? params->protocol
+				    : NULL;
+	struct mc_rpc_server_params rp = {0};
+	int rc, fd = -1;
+
+	mc_log_init_from_env();
+	if (!te_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "te_out is NULL");
+	if (!uri || !*uri)
+		uri = getenv("MC_METADATA_SERVER");
+	if (!uri || !*uri)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "no metadata server given (an http:// URI or P2PHANDSHAKE)");
+	if (proto && *proto && strcmp(proto, "tcp") != 0) {
+		if (strcmp(proto, "rdma") == 0)
+			mc_info("no usable RDMA device; protocol rdma falls back to tcp");
+		else
+			return mc_set_error(MC_ERR_TRANSPORT_UNSUPPORTED,
+					    "protocol %s is not supported by this build", proto);
+	}
+
+	te = mc_calloc(1, sizeof(*te));
+	if (!te)
+		return MC_ERR_NOMEM;
+	mc_config_defaults(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_load_env(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_memreg_init(&te->memreg);
+	pthread_mutex_init(&te->publish_lock, NULL);
+	pthread_rwlock_init(&te->seg_lock, NULL);
+	pthread_mutex_init(&te->notify_lock, NULL);
+	mc_batch_table_init(te);
+	read_host_id(te);
+	rc = apply_params(te, params);
+	if (rc != MC_OK)
+		goto err;
+
+	te->metadata_uri = mc_strdup(uri);
+	te->p2p = strcmp(uri, "P2PHANDSHAKE") == 0;
+	if (!te->p2p) {
+		rc = mc_meta_open(uri, &te->meta);
+		if (rc != MC_OK)
+			goto err;
+	}
+	rc = open_rpc_listener(te, params, local_name, &fd);
+	if (rc != MC_OK)
+		goto err;
+	te->rpc_port = mc_sock_local_port(fd);
+	rc = choose_identity(te, params, local_name);
+	if (rc != MC_OK)
+		goto err;
+
+	rc = mc_tcp_transport_ops.open(te, &te->tcp);
+	if (rc != MC_OK)
+		goto err;
+	rc = mc_local_transport_ops.open(te, &te->local);
+	if (rc != MC_OK)
+		goto err;
+
+	rp.listen_fd = fd;
+	rp.max_frame = te->cfg.handshake_max_length;
+	rp.recv_timeout_ms = 5000;
+	rp.handler = rpc_handler;
+	rp.handler_arg = te;
+	fd = -1; /* the server owns it now, even on failure */
+	rc = mc_rpc_server_start(&rp, &te->rpc);
+	if (rc != MC_OK)
+		goto err;
+
+	if (!te->p2p) {
+		rc = publish_rpc_meta(te);
+		if (rc == MC_OK)
+			rc = mc_te_publish(te);
+		if (rc != MC_OK)
+			goto err;
+	}
+	mc_info("engine %s up: rpc %s:%u, tcp port %u, metadata %s", te->name, te->host,
+		te->rpc_port, mc_tcp_data_port(te->tcp), uri);
+	*te_out = te;
+	return MC_OK;
+err:
+	if (fd >= 0)
+		close(fd);
+	{
+		/* keep the cause: teardown may overwrite the thread's last error */
+		char why[512];
+		snprintf(why, sizeof(why), "%s", mc_last_error());
+		mc_te_free(te);
+		mc_set_error(rc, "%s", why);
+	}
+	return rc;
+}
+
+void mc_te_free(struct mc_te *te)
+{
+	if (!te)
+		return;
+	if (te->rpc)
+		mc_rpc_server_stop(te->rpc);
+	mc_transport_close(te->tcp);
+	mc_transport_close(te->local);
+	if (te->meta && te->name) {
+		char *k1 = mc_meta_key_rpc(te->name), *k2 = mc_meta_key_segment(te->name);
+		if (k1)
+			mc_meta_del(te->meta, k1);
+		if (k2)
+			mc_meta_del(te->meta, k2);
+		mc_free(k1);
+		mc_free(k2);
+	}
+	if (te->meta)
+		mc_meta_close(te->meta);
+	for (size_t i = 0; i < te->nsegs; i++) {
+		if (!te->segs[i])
+			continue;
+		mc_seg_desc_free(te->segs[i]->desc);
+		mc_free(te->segs[i]->name);
+		mc_free(te->segs[i]);
+	}
+	mc_free(te->segs);
+	mc_batch_table_release(te);
+	for (size_t i = 0; i < te->nnotifs; i++) {
+		mc_free(te->notifs[i].name);
+		mc_free(te->notifs[i].msg);
+	}
+	mc_free(te->notifs);
+	mc_memreg_release(&te->memreg);
+	mc_config_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	pthread_mutex_destroy(&te->publish_lock);
+	pthread_rwlock_destroy(&te->seg_lock);
+	pthread_mutex_destroy(&te->notify_lock);
+	mc_free(te->metadata_uri);
+	mc_free(te->name);
+	mc_free(te);
+}
+
+const char *mc_te_local_name(const struct mc_te *te)
+{
+	return te ? te->name : NULL;
+}
+
+const char *mc_te_local_host(const struct mc_te *te)
+{
+	return te ? te->host : NULL;
+}
+
+uint16_t mc_te_rpc_port(const struct mc_te *te)
+{
+	return te ? te->rpc_port : 0;
+}
+
+uint16_t mc_te_tcp_port(const struct mc_te *te)
+{
+	return te ? mc_tcp_data_port(te->tcp) : 0;
+}
+
+/* ---- memory registration ---------------------------------------------------- */
+
+mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
+			 bool remote_accessible)
+{
+	int rc;
+	if (!te || !addr || !length)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: NULL address or zero length");
+	rc = mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location,
+			   remote_accessible);
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_te_publish(te);
+	if (rc != MC_OK)
+		mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
+	return rc;
+}
+
+mc_status mc_te_deregister(struct mc_te *te, void *addr)
+{
+	int rc;
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
+	if (rc != MC_OK)
+		return rc;
+	return mc_te_publish(te);
+}
+
+mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs, size_t n,
+			       const char *location)
+{
+	size_t i;
+	int rc = MC_OK;
+	if (!te || (!bufs && n))
+		return MC_ERR_INVALID_PARAMS;
+	for (i = 0; i < n; i++) {
+		if (!bufs[i].addr || !bufs[i].length) {
+			rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+					  "register: entry %zu has NULL address or zero length", i);
+			break;
+		}
+		rc = mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr, bufs[i].length,
+				   location, true);
+		if (rc != MC_OK)
+			break;
+	}
+	if (rc == MC_OK)
+		rc = mc_te_publish(te);
+	if (rc != MC_OK)
+		while (i-- > 0)
+			mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr);
+	return rc;
+}
+
+mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
+{
+	int first = MC_OK;
+	if (!te || (!addrs && n))
+		return MC_ERR_INVALID_PARAMS;
+	for (size_t i = 0; i < n; i++) {
+		int rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addrs[i]);
+		if (rc != MC_OK && first == MC_OK)
+			first = rc;
+	}
+	mc_te_publish(te);
+	return first;
+}
+
+/* ---- segments ------------------------------------------------------------------ */
+
+/* Fetch name's descriptor and where to reach it. */
+static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc **desc_out,
+			 char *host, size_t host_len, uint16_t *port_out)
+{
+	char *val = NULL, *key = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (te->p2p) {
+		struct mc_seg_desc *mine = NULL;
+		char *req = NULL;
+		if (!mc_sock_split_hostport(name, host, host_len, port_out, 0) || !*port_out)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "P2P segment name %s is not host:port", name);
+		rc = mc_te_local_desc(te, &mine);
+		if (rc == MC_OK)
+			rc = mc_seg_desc_encode(mine, &req);
+		mc_seg_desc_free(mine);
+		if (rc != MC_OK)
+			return rc;
+		rc = mc_rpc_call(host, *port_out, MC_RPC_METADATA, req, strlen(req),
+				 (int)te->cfg.handshake_connect_timeout_s * 1000,
+				 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &val,
+				 &len);
+		mc_free(req);
+		if (rc != MC_OK)
+			return rc;
+		if (len >= 4 && strncmp(val, "null", 4) == 0) {
+			mc_free(val);
+			return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND,
+					    "peer %s serves no descriptor (not in P2P mode?)", name);
+		}
+		rc = mc_seg_desc_decode(val, len, desc_out);
+		mc_free(val);
+		return rc;
+	}
+
+	key = mc_meta_key_rpc(name);
+	if (!key)
+		return MC_ERR_NOMEM;
+	rc = mc_meta_get(te->meta, key, &val, &len);
+	mc_free(key);
+	if (rc == MC_ERR_NOT_FOUND)
+		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
+	if (rc != MC_OK)
+		return rc;
+	{
+		struct mc_rpc_meta m = {0};
+		rc = mc_rpc_meta_decode(val, len, &m);
+		mc_free(val);
+		val = NULL;
+		if (rc != MC_OK)
+			return rc;
+		snprintf(host, host_len, "%s", m.ip_or_host_name);
+		*port_out = m.rpc_port;
+		mc_rpc_meta_release(&m);
+	}
+	key = mc_meta_key_segment(name);
+	if (!key)
+		return MC_ERR_NOMEM;
+	rc = mc_meta_get(te->meta, key, &val, &len);
+	mc_free(key);
+	if (rc == MC_ERR_NOT_FOUND)
+		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s has no descriptor", name);
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_seg_desc_decode(val, len, desc_out);
+	mc_free(val);
+	return rc;
+}
+
+static void *peer_for(struct mc_te *te, const struct mc_seg_desc *d, const char *host)
+{
+	if (strcmp(d->protocol, "tcp") != 0 || !d->tcp_data_port)
+		return NULL;
+	return mc_tcp_peer_get(te->tcp, host, d->tcp_data_port, d->tcp_proto_version);
+}
+
+static struct mc_segment *find_segment_locked(struct mc_te *te, const char *name)
+{
+	for (size_t i = 1; i < te->nsegs; i++)
+		if (te->segs[i] && strcmp(te->segs[i]->name, name) == 0)
+			return te->segs[i];
+	return NULL;
+}
+
+/* Refetch seg's descriptor and swap it in. */
+static int refresh_segment(struct mc_te *te, struct mc_segment *seg)
+{
+	struct mc_seg_desc *d = NULL, *old;
+	char host[256];
+	uint16_t port = 0;
+	int rc = fetch_segment(te, seg->name, &d, host, sizeof(host), &port);
+	if (rc != MC_OK)
+		return rc;
+	pthread_rwlock_wrlock(&te->seg_lock);
+	old = seg->desc;
+	seg->desc = d;
+	snprintf(seg->host, sizeof(seg->host), "%s", host);
+	seg->rpc_port = port;
+	seg->peer = peer_for(te, d, host);
+	atomic_store(&seg->stale, false);
+	pthread_rwlock_unlock(&te->seg_lock);
+	if (seg->peer)
+		mc_tcp_peer_clear_failed(seg->peer);
+	/* every reader of seg->desc holds seg_lock, so the old one is unused now */
+	mc_seg_desc_free(old);
+	return MC_OK;
+}
+
+static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_segment_id *id_out)
+{
+	struct mc_segment *seg;
+	struct mc_seg_desc *d = NULL;
+	char host[256];
+	uint16_t port = 0;
+	int rc;
+
+	if (!te || !name || !id_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "open_segment: NULL argument");
+	while (*name == '/')
+		name++;
+	if (!*name)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "open_segment: empty name");
+	if (strcmp(name, te->name) == 0) {
+		*id_out = MC_LOCAL_SEGMENT;
+		return MC_OK;
+	}
+	pthread_rwlock_rdlock(&te->seg_lock);
+	seg = find_segment_locked(te, name);
+	pthread_rwlock_unlock(&te->seg_lock);
+	if (seg) {
+		if (nocache || te->cfg.disable_metacache || atomic_load(&seg->stale)) {
+			rc = refresh_segment(te, seg);
+			if (rc != MC_OK)
+				return rc;
+		}
+		*id_out = seg->id;
+		return MC_OK;
+	}
+
+	rc = fetch_segment(te, name, &d, host, sizeof(host), &port);
+	if (rc != MC_OK)
+		return rc;
+	pthread_rwlock_wrlock(&te->seg_lock);
+	seg = find_segment_locked(te, name); /* lost a race with another opener? */
+	if (seg) {
+		pthread_rwlock_unlock(&te->seg_lock);
+		mc_seg_desc_free(d);
+		*id_out = seg->id;
+		return MC_OK;
+	}
+	if (te->nsegs == te->segs_cap) {
+		size_t ncap = te->segs_cap ? te->segs_cap * 2 : 16;
+		void *p = mc_realloc(te->segs, ncap * sizeof(*te->segs));
+		if (!p) {
+			rc = MC_ERR_NOMEM;
+			goto err_unlock;
+		}
+		te->segs = p;
+		te->segs_cap = ncap;
+		if (te->nsegs == 0)
+			te->segs[te->nsegs++] = NULL; /* id 0 is the local segment */
+	}
+	seg = mc_calloc(1, sizeof(*seg));
+	if (!seg || !(seg->name = mc_strdup(name))) {
+		mc_free(seg);
+		rc = MC_ERR_NOMEM;
+		goto err_unlock;
+	}
+	seg->id = te->nsegs;
+	seg->desc = d;
+	snprintf(seg->host, sizeof(seg->host), "%s", host);
+	seg->rpc_port = port;
+	seg->peer = peer_for(te, d, host);
+	te->segs[te->nsegs++] = seg;
+	pthread_rwlock_unlock(&te->seg_lock);
+	*id_out = seg->id;
+	return MC_OK;
+err_unlock:
+	pthread_rwlock_unlock(&te->seg_lock);
+	mc_seg_desc_free(d);
+	return rc;
+}
+
+mc_status mc_te_open_segment(struct mc_te *te, const char *name, mc_segment_id *id_out)
+{
+	return open_segment(te, name, false, id_out);
+}
+
+mc_status mc_te_reopen_segment(struct mc_te *te, const char *name, mc_segment_id *id_out)
+{
+	return open_segment(te, name, true, id_out);
+}
+
+mc_status mc_te_close_segment(struct mc_te *te, mc_segment_id id)
+{
+	(void)te;
+	(void)id;
+	return MC_OK; /* ids stay valid for the engine's life, as upstream */
+}
+
+static struct mc_segment *get_segment(struct mc_te *te, mc_segment_id id)
+{
+	struct mc_segment *s = NULL;
+	pthread_rwlock_rdlock(&te->seg_lock);
+	if (id > 0 && id < te->nsegs)
+		s = te->segs[id];
+	pthread_rwlock_unlock(&te->seg_lock);
+	return s;
+}
+
+mc_status mc_te_sync_segment_cache(struct mc_te *te, const char *name)
+{
+	int first = MC_OK;
+	size_t n;
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	pthread_rwlock_rdlock(&te->seg_lock);
+	n = te->nsegs;
+	pthread_rwlock_unlock(&te->seg_lock);
+	for (size_t i = 1; i < n; i++) {
+		struct mc_segment *s = get_segment(te, i);
+		int rc;
+		if (!s || (name && *name && strcmp(name, s->name) != 0))
+			continue;
+		rc = refresh_segment(te, s);
+		if (rc != MC_OK && first == MC_OK)
+			first = rc;
+	}
+	return first;
+}
+
+mc_status mc_te_segment_buffer(struct mc_te *te, mc_segment_id id, size_t index,
+			       uint64_t *addr_out, uint64_t *length_out)
+{
+	int rc = MC_OK;
+	if (!te || !addr_out || !length_out)
+		return MC_ERR_INVALID_PARAMS;
+	if (id == MC_LOCAL_SEGMENT) {
+		pthread_rwlock_rdlock(&te->memreg.lock);
+		if (index < te->memreg.n) {
+			*addr_out = te->memreg.v[index]->addr;
+			*length_out = te->memreg.v[index]->length;
+		} else {
+			rc = MC_ERR_NOT_FOUND;
+		}
+		pthread_rwlock_unlock(&te->memreg.lock);
+		return rc;
+	}
+	pthread_rwlock_rdlock(&te->seg_lock);
+	if (id >= te->nsegs || !te->segs[id]) {
+		rc = mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "unknown segment id %llu",
+				  (unsigned long long)id);
+	} else if (index >= te->segs[id]->desc->nbuffers) {
+		rc = MC_ERR_NOT_FOUND;
+	} else {
+		*addr_out = te->segs[id]->desc->buffers[index].addr;
+		*length_out = te->segs[id]->desc->buffers[index].length;
+	}
+	pthread_rwlock_unlock(&te->seg_lock);
+	return rc;
+}
+
+/* ---- batches and submission --------------------------------------------------------- */
+
+mc_status mc_te_batch_new(struct mc_te *te, size_t capacity, mc_batch_id *id_out)
+{
+	struct mc_batch *b;
+	int rc;
+	if (!te || !id_out)
+		return MC_ERR_INVALID_PARAMS;
+	rc = mc_batch_alloc(te, capacity, &b);
+	if (rc == MC_OK)
+		*id_out = b->id;
+	return rc;
+}
+
+mc_status mc_te_batch_free(struct mc_te *te, mc_batch_id id)
+{
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	return mc_batch_release(te, id, false);
+}
+
+mc_status mc_te_batch_discard(struct mc_te *te, mc_batch_id id)
+{
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	return mc_batch_release(te, id, true);
+}
+
+/* Slices bound for one transport and target, submitted together. */
+struct run {
+	struct mc_transport *tp;
+	struct mc_segment *seg;
+	size_t start, count;
+};
+
+/* Validate every request before any starts; resolve each target's peer
+ * (NULL = the local segment). */
+static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_xfer_req *reqs,
+			 size_t n, void **peers)
+{
+	if (b->ntasks + n > b->capacity)
+		return mc_set_error(MC_ERR_TOO_MANY_REQUESTS,
+				    "batch holds %zu of %zu tasks; %zu more do not fit", b->ntasks,
+				    b->capacity, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_xfer_req *r = &reqs[i];
+		struct mc_segment *seg;
+		bool refresh;
+		if (r->opcode != MC_OP_READ && r->opcode != MC_OP_WRITE)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "request %zu: bad opcode %d", i,
+					    r->opcode);
+		if (r->length && !r->source)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "request %zu: NULL source", i);
+		if (r->length && r->target_offset + r->length < r->target_offset)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "request %zu: target range overflows", i);
+		peers[i] = NULL;
+		if (r->target_id == MC_LOCAL_SEGMENT)
+			continue;
+		if (i > 0 && r->target_id == reqs[i - 1].target_id) {
+			peers[i] = peers[i - 1];
+			continue;
+		}
+		seg = get_segment(te, r->target_id);
+		if (!seg)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "request %zu: unknown segment %llu",
+					    i, (unsigned long long)r->target_id);
+		pthread_rwlock_rdlock(&te->seg_lock);
+		refresh = atomic_load(&seg->stale) || (seg->peer && mc_tcp_peer_failed(seg->peer));
+		pthread_rwlock_unlock(&te->seg_lock);
+		if (refresh && refresh_segment(te, seg) != MC_OK)
+			mc_debug("refresh of %s failed: %s", seg->name, mc_last_error());
+		pthread_rwlock_rdlock(&te->seg_lock);
+		peers[i] = seg->peer;
+		if (!peers[i])
+			mc_set_error(MC_ERR_TRANSPORT_UNSUPPORTED,
+				     "request %zu: segment %s speaks %s, not tcp", i, seg->name,
+				     seg->desc->protocol);
+		pthread_rwlock_unlock(&te->seg_lock);
+		if (!peers[i])
+			return MC_ERR_TRANSPORT_UNSUPPORTED;
+	}
+	return MC_OK;
+}
+
+static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs, size_t n,
+		     const char *notify_name, const char *notify_msg)
+{
+	struct mc_batch *b;
+	void *segs_stack[64], **segs = segs_stack;
+	struct mc_slice *slices_stack[256], **slices = slices_stack;
+	size_t nslices = 0, cap_slices = MC_ARRAY_SIZE(slices_stack);
+	size_t base;
+	int rc;
+
+	if (!te || (!reqs && n))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit: NULL argument");
+	b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	if (n > MC_ARRAY_SIZE(segs_stack)) {
+		segs = mc_calloc(n, sizeof(*segs));
+		if (!segs)
+			return MC_ERR_NOMEM;
+	}
+	rc = submit_checks(te, b, reqs, n, segs);
+	if (rc != MC_OK)
+		goto out;
+	if (notify_name) {
+		mc_free(b->notify_name);
+		mc_free(b->notify_msg);
+		b->notify_name = mc_strdup(notify_name);
+		b->notify_msg = mc_strdup(notify_msg ? notify_msg : "");
+		b->notify_target = reqs[0].target_id;
+		atomic_store(&b->notify_sent, false);
+	}
+
+	base = b->ntasks;
+	b->ntasks += n;
+	atomic_fetch_add(&b->inflight, (unsigned)n);
+
+	/* Build every task's slices, then hand runs of same-target slices over. */
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_xfer_req *r = &reqs[i];
+		struct mc_task *t = &b->tasks[base + i];
+		struct mc_transport *tp = segs[i] ? te->tcp : te->local;
+		unsigned k = r->length ? mc_transport_split(tp, r->length) : 1;
+		uint64_t per, off = 0;
+
+		memset(t, 0, sizeof(*t));
+		t->batch = b;
+		t->length = r->length;
+		t->target = r->target_id;
+		atomic_store(&t->state, MC_XFER_WAITING);
+		if (r->length == 0) {
+			atomic_store(&t->slices_left, 1);
+			t->first.task = t;
+			mc_slice_done(&t->first, MC_OK);
+			continue;
+		}
+		if (k > 1) {
+			t->extra = mc_calloc(k - 1, sizeof(*t->extra));
+			if (!t->extra)
+				k = 1;
+		}
+		t->nslices = k;
+		atomic_store(&t->slices_left, k);
+		per = r->length / k;
+		if (nslices + k > cap_slices) {
+			size_t ncap = (nslices + k) * 2;
+			struct mc_slice **p = mc_malloc(ncap * sizeof(*p));
+			if (!p) {
+				/* cannot queue: fail this task, keep going */
+				mc_task_fail_now(t, MC_ERR_NOMEM);
+				continue;
+			}
+			memcpy(p, slices, nslices * sizeof(*p));
+			if (slices != slices_stack)
+				mc_free(slices);
+			slices = p;
+			cap_slices = ncap;
+		}
+		for (unsigned j = 0; j < k; j++) {
+			struct mc_slice *s = j == 0 ? &t->first : &t->extra[j - 1];
+			uint64_t len = j == k - 1 ? r->length - off : per;
+			s->task = t;
+			s->opcode = (uint8_t)r->opcode;
+			s->local = (char *)r->source + off;
+			s->remote_addr = r->target_offset + off;
+			s->len = len;
+			off += len;
+			slices[nslices++] = s;
+		}
+	}
+
+	for (size_t i = 0; i < nslices;) {
+		void *seg = segs[slices[i]->task - &b->tasks[base]];
+		size_t j = i + 1;
+		while (j < nslices && segs[slices[j]->task - &b->tasks[base]] == seg)
+			j++;
+		mc_transport_submit(seg ? te->tcp : te->local, seg, &slices[i], j - i);
+		i = j;
+	}
+	rc = MC_OK;
+out:
+	if (segs != segs_stack)
+		mc_free(segs);
+	if (slices != slices_stack)
+		mc_free(slices);
+	return rc;
+}
+
+mc_status mc_te_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs, size_t n)
+{
+	return do_submit(te, id, reqs, n, NULL, NULL);
+}
+
+mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id,
+				   const struct mc_xfer_req *reqs, size_t n,
+				   const char *notify_name, const char *notify_msg)
+{
+	if (n == 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit with notify: no requests");
+	return do_submit(te, id, reqs, n, notify_name ? notify_name : "", notify_msg);
+}
+
+static void maybe_send_batch_notify(struct mc_te *te, struct mc_batch *b)
+{
+	if (!b->notify_name || atomic_load(&b->inflight) != 0)
+		return;
+	for (size_t i = 0; i < b->ntasks; i++)
+		if (atomic_load(&b->tasks[i].state) != MC_XFER_COMPLETED)
+			return;
+	if (atomic_exchange(&b->notify_sent, true))
+		return;
+	if (mc_te_notify_send(te, b->notify_target, b->notify_name, b->notify_msg) != MC_OK)
+		mc_warn("batch notify to segment %llu failed: %s",
+			(unsigned long long)b->notify_target, mc_last_error());
+}
+
+mc_status mc_te_task_status(struct mc_te *te, mc_batch_id id, size_t task,
+			    struct mc_xfer_status *status_out)
+{
+	struct mc_batch *b;
+	struct mc_task *t;
+	if (!te || !status_out)
+		return MC_ERR_INVALID_PARAMS;
+	b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	if (task >= b->ntasks)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "task %zu out of range (%zu tasks)",
+				    task, b->ntasks);
+	t = &b->tasks[task];
+	status_out->state = atomic_load_explicit(&t->state, memory_order_acquire);
+	status_out->error = status_out->state == MC_XFER_FAILED ? atomic_load(&t->error) : MC_OK;
+	status_out->transferred_bytes = atomic_load(&t->bytes);
+	if (status_out->state == MC_XFER_COMPLETED)
+		maybe_send_batch_notify(te, b);
+	return MC_OK;
+}
+
+static void batch_status(struct mc_batch *b, struct mc_xfer_status *st)
+{
+	bool all = true;
+	st->state = MC_XFER_WAITING;
+	st->error = MC_OK;
+	st->transferred_bytes = 0;
+	for (size_t i = 0; i < b->ntasks; i++) {
+		int s = atomic_load_explicit(&b->tasks[i].state, memory_order_acquire);
+		if (s == MC_XFER_FAILED || s == MC_XFER_TIMEOUT) {
+			if (st->state != MC_XFER_FAILED) {
+				st->state = MC_XFER_FAILED;
+				st->error = atomic_load(&b->tasks[i].error);
+			}
+			all = false;
+		} else if (s == MC_XFER_COMPLETED) {
+			st->transferred_bytes += b->tasks[i].length;
+		} else {
+			all = false;
+		}
+	}
+	if (all && st->state != MC_XFER_FAILED)
+		st->state = MC_XFER_COMPLETED;
+}
+
+mc_status mc_te_batch_status(struct mc_te *te, mc_batch_id id, struct mc_xfer_status *status_out)
+{
+	struct mc_batch *b;
+	if (!te || !status_out)
+		return MC_ERR_INVALID_PARAMS;
+	b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	batch_status(b, status_out);
+	if (status_out->state == MC_XFER_COMPLETED)
+		maybe_send_batch_notify(te, b);
+	return MC_OK;
+}
+
+mc_status mc_te_batch_wait(struct mc_te *te, mc_batch_id id, int64_t timeout_ms,
+			   struct mc_xfer_status *status_out)
+{
+	struct mc_batch *b;
+	struct mc_xfer_status st;
+	int rc;
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	rc = mc_batch_wait_inflight(b, timeout_ms);
+	batch_status(b, &st);
+	if (status_out)
+		*status_out = st;
+	if (rc != MC_OK)
+		return mc_set_error(rc, "batch 0x%llx not done after %lld ms",
+				    (unsigned long long)id, (long long)timeout_ms);
+	if (st.state == MC_XFER_COMPLETED) {
+		maybe_send_batch_notify(te, b);
+		return MC_OK;
+	}
+	return mc_set_error(st.error ? st.error : MC_ERR_TRANSFER_FAIL, "batch 0x%llx failed: %s",
+			    (unsigned long long)id, mc_strerror(st.error));
+}
+
+mc_status mc_te_transfer_sync(struct mc_te *te, const struct mc_xfer_req *reqs, size_t n,
+			      int64_t timeout_ms)
+{
+	mc_batch_id id;
+	int rc;
+	if (n == 0)
+		return MC_OK;
+	rc = mc_te_batch_new(te, n, &id);
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_te_submit(te, id, reqs, n);
+	if (rc != MC_OK) {
+		mc_te_batch_discard(te, id);
+		return rc;
+	}
+	rc = mc_te_batch_wait(te, id, timeout_ms, NULL);
+	/* on timeout the tasks still run; the batch goes when they end */
+	mc_te_batch_discard(te, id);
+	return rc;
+}
+
+/* ---- notifications and probes ------------------------------------------------------ */
+
+static int rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host, size_t host_len,
+				uint16_t *port)
+{
+	char *val = NULL, *key;
+	size_t len;
+	struct mc_rpc_meta m = {0};
+	int rc;
+
+	if (te->p2p) {
+		if (!mc_sock_split_hostport(name, host, host_len, port, 0) || !*port)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "%s is not host:port", name);
+		return MC_OK;
+	}
+	key = mc_meta_key_rpc(name);
+	if (!key)
+		return MC_ERR_NOMEM;
+	rc = mc_meta_get(te->meta, key, &val, &len);
+	mc_free(key);
+	if (rc == MC_ERR_NOT_FOUND)
+		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_rpc_meta_decode(val, len, &m);
+	mc_free(val);
+	if (rc != MC_OK)
+		return rc;
+	snprintf(host, host_len, "%s", m.ip_or_host_name);
+	*port = m.rpc_port;
+	mc_rpc_meta_release(&m);
+	return MC_OK;
+}
+
+static int send_notify(struct mc_te *te, const char *host, uint16_t port, const char *name,
+		       const char *msg)
+{
+	json_t *j = json_pack("{s:s, s:s}", "name", name ? name : "", "notify_msg",
+			      msg ? msg : "");
+	char *req = j ? json_dumps(j, JSON_COMPACT) : NULL, *resp = NULL;
+	size_t rlen = 0;
+	int rc;
+
+	json_decref(j);
+	if (!req)
+		return MC_ERR_NOMEM;
+	rc = mc_rpc_call(host, port, MC_RPC_NOTIFY, req, strlen(req),
+			 (int)te->cfg.handshake_connect_timeout_s * 1000,
+			 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &resp, &rlen);
+	free(req);
+	if (rc == MC_OK) {
+		json_error_t jerr;
+		json_t *r = json_loadb(resp, rlen, JSON_DISABLE_EOF_CHECK, &jerr);
+		json_t *m = r ? json_object_get(r, "notify_msg") : NULL;
+		if (!json_is_string(m) || !*json_string_value(m))
+			rc = mc_set_error(MC_ERR_METADATA, "notify to %s:%u was not accepted", host,
+					  port);
+		json_decref(r);
+	}
+	mc_free(resp);
+	return rc;
+}
+
+mc_status mc_te_notify_send(struct mc_te *te, mc_segment_id target, const char *name,
+			    const char *msg)
+{
+	struct mc_segment *s;
+	char host[256];
+	uint16_t port;
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	if (target == MC_LOCAL_SEGMENT)
+		return queue_notify(te, name ? name : "", msg ? msg : "");
+	s = get_segment(te, target);
+	if (!s)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "notify: unknown segment %llu",
+				    (unsigned long long)target);
+	pthread_rwlock_rdlock(&te->seg_lock);
+	snprintf(host, sizeof(host), "%s", s->host);
+	port = s->rpc_port;
+	pthread_rwlock_unlock(&te->seg_lock);
+	return send_notify(te, host, port, name, msg);
+}
+
+mc_status mc_te_notify_send_by_name(struct mc_te *te, const char *segment_name, const char *name,
+				    const char *msg)
+{
+	char host[256];
+	uint16_t port = 0;
+	int rc;
+	if (!te || !segment_name)
+		return MC_ERR_INVALID_PARAMS;
+	if (strcmp(segment_name, te->name) == 0)
+		return queue_notify(te, name ? name : "", msg ? msg : "");
+	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);
+	if (rc != MC_OK)
+		return rc;
+	return send_notify(te, host, port, name, msg);
+}
+
+mc_status mc_te_notify_recv(struct mc_te *te, struct mc_te_notify **list_out, size_t *count_out)
+{
+	if (!te || !list_out || !count_out)
+		return MC_ERR_INVALID_PARAMS;
+	pthread_mutex_lock(&te->notify_lock);
+	*list_out = te->nnotifs ? te->notifs : NULL;
+	*count_out = te->nnotifs;
+	if (te->nnotifs) {
+		te->notifs = NULL;
+		te->nnotifs = 0;
+		te->notifs_cap = 0;
+	}
+	pthread_mutex_unlock(&te->notify_lock);
+	return MC_OK;
+}
+
+void mc_te_notify_free(struct mc_te_notify *list, size_t count)
+{
+	for (size_t i = 0; list && i < count; i++) {
+		mc_free(list[i].name);
+		mc_free(list[i].msg);
+	}
+	mc_free(list);
+}
+
+mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
+{
+	char host[256];
+	uint16_t port = 0;
+	int rc;
+	if (!te || !segment_name)
+		return MC_ERR_INVALID_PARAMS;
+	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);
+	if (rc != MC_OK)
+		return rc;
+	return probe_endpoint(te, host, port, (int)te->cfg.handshake_connect_timeout_s * 1000);
+}

@@ -1,0 +1,181 @@
+/*
+ * te/engine.h - the engine's internal structures, shared by the engine core
+ * (engine.c, batch.c, memreg.c) and the transports.
+ */
+#ifndef MC_TE_ENGINE_H
+#define MC_TE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/config.h"
+#include "base/list.h"
+#include "meta/desc.h"
+#include "mooncake/te.h"
+
+struct mc_meta;
+struct mc_rpc_server;
+struct mc_transport;
+
+/* Engine configuration, filled from mc_te_config_table (env MC_*) then params. */
+struct mc_te_config {
+	int64_t min_rpc_port;
+	int64_t max_rpc_port;
+	int64_t handshake_port;
+	uint64_t handshake_max_length;
+	int64_t handshake_connect_timeout_s;
+	int64_t rpc_io_timeout_ms;
+	bool disable_metacache;
+	bool legacy_rpc_port_binding;
+	char *tcp_bind_address;
+	int64_t tcp_workers;
+	int64_t tcp_conns_per_peer;
+	char *tcp_proto;
+	int64_t tcp_status_timeout_s;
+	int64_t tcp_io_timeout_ms;
+	int64_t tcp_connect_timeout_ms;
+	uint64_t tcp_split_size;
+	uint64_t tcp_sockbuf;
+	int64_t local_copy_threads;
+	uint64_t local_parallel_min;
+};
+
+extern const struct mc_config_field mc_te_config_table[];
+extern const size_t mc_te_config_table_len;
+
+/* ---- registered memory ------------------------------------------------ */
+
+struct mc_memreg_entry {
+	uint64_t addr;
+	uint64_t length;
+	char location[32];
+	bool remote_accessible;
+	atomic_int users;   /* incoming requests touching it right now */
+	atomic_bool dying;  /* deregistration waits for users to drop to 0 */
+};
+
+struct mc_memreg {
+	pthread_rwlock_t lock;
+	struct mc_memreg_entry **v; /* sorted by addr, non-overlapping */
+	size_t n, cap;
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond;
+};
+
+int mc_memreg_init(struct mc_memreg *r);
+void mc_memreg_release(struct mc_memreg *r);
+int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
+		  bool remote);
+int mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
+/* If [addr, addr+len) lies inside one remotely accessible entry, take a user
+ * reference on it and return it; NULL otherwise (len 0 or overflow too). */
+struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len);
+void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
+/* Copy the ranges into desc->buffers (named name), for publishing. */
+int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
+
+/* ---- tasks and slices -------------------------------------------------- */
+
+struct mc_task;
+
+/* One unit of wire work; a request becomes one or more slices. */
+struct mc_slice {
+	struct mc_list node;
+	struct mc_task *task;
+	char *local;
+	uint64_t remote_addr;
+	uint64_t len;
+	uint8_t opcode;
+	/* transport-private progress */
+	uint64_t done;
+	uint32_t hdr_done;
+	uint32_t flags;
+};
+
+struct mc_batch;
+
+struct mc_task {
+	struct mc_batch *batch;
+	atomic_int state;        /* enum mc_xfer_state */
+	atomic_int error;        /* first mc_status error */
+	atomic_uint slices_left;
+	atomic_uint_fast64_t bytes;
+	uint64_t length;
+	mc_segment_id target;
+	struct mc_slice first;   /* most requests need exactly one slice */
+	struct mc_slice *extra;  /* further slices of a split request */
+	unsigned nslices;
+};
+
+struct mc_batch {
+	uint64_t id;
+	struct mc_te *te;
+	size_t capacity;
+	size_t ntasks;
+	struct mc_task *tasks;
+	atomic_uint inflight;    /* tasks not yet terminal; futex word */
+	atomic_bool discard;     /* free when inflight reaches 0 */
+	atomic_bool freed;
+	char *notify_name;
+	char *notify_msg;
+	mc_segment_id notify_target;
+	atomic_bool notify_sent;
+};
+
+/* Called by transports when a slice ends (status MC_OK or an error). */
+void mc_slice_done(struct mc_slice *s, int status);
+
+/* ---- segments ---------------------------------------------------------- */
+
+struct mc_segment {
+	mc_segment_id id;
+	char *name;
+	struct mc_seg_desc *desc;
+	char host[256];           /* where its RPC and data ports live */
+	uint16_t rpc_port;
+	void *peer;               /* transport's peer handle (TCP) */
+	atomic_bool stale;        /* refetch the descriptor before next use */
+};
+
+/* ---- the engine -------------------------------------------------------- */
+
+struct mc_te {
+	struct mc_te_config cfg;
+	char *name;
+	char host[256];
+	uint16_t rpc_port;
+	bool p2p;
+	char *metadata_uri;
+	struct mc_meta *meta;
+	struct mc_rpc_server *rpc;
+	struct mc_transport *tcp;
+	struct mc_transport *local;
+	struct mc_memreg memreg;
+	char host_id[64];
+
+	pthread_mutex_t publish_lock;
+
+	pthread_rwlock_t seg_lock;
+	struct mc_segment **segs; /* index = id; [0] unused (local) */
+	size_t nsegs, segs_cap;
+
+	pthread_mutex_t batch_lock;
+	struct mc_batch **batches; /* slot table */
+	uint32_t *batch_gen;
+	size_t nbatch_slots;
+	uint32_t *batch_free;      /* free slot stack */
+	size_t nbatch_free;
+
+	pthread_mutex_t notify_lock;
+	struct mc_te_notify *notifs;
+	size_t nnotifs, notifs_cap;
+};
+
+/* Publish the local segment descriptor (after a registration change). */
+int mc_te_publish(struct mc_te *te);
+/* Build the local descriptor (caller frees). */
+int mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out);
+
+#endif

@@ -1,0 +1,1192 @@
+/*
+ * transport/tcp.c - the TCP transport: upstream's wire format, done fast.
+ *
+ * Threads: a fixed set of workers (MC_TCP_WORKERS, default 2), each owning
+ * an epoll loop, the client connections assigned to it and the server
+ * connections it accepted (the listener sits in every worker's epoll with
+ * EPOLLEXCLUSIVE).  Nothing a worker owns is touched by another thread,
+ * except each connection's `incoming` list, which submitters fill under the
+ * worker's lock before ringing its eventfd (only when the worker sleeps).
+ *
+ * Client side: per peer (host, data port) a fixed set of persistent
+ * connections (MC_TCP_LANES_PER_PEER, default 4) spread over the workers;
+ * slices are dealt round-robin, so a split request runs on several
+ * connections at once.  Each connection pipelines: many requests are on the
+ * wire at once (sendq: not fully sent; recvq: sent, awaiting status/data, in
+ * order).  Headers and write payloads leave with one sendmsg() gathering
+ * many requests, straight from the caller's memory; read payloads land
+ * straight in the caller's memory (small ones through a 64 KiB staging
+ * buffer that also batches status frames).
+ *
+ * Server side: headers are parsed from a staging buffer; every request is
+ * checked against registered memory (mc_memreg_acquire) before a byte is
+ * touched; a bad one gets a v2 rejection frame (or a close for v1) and the
+ * connection closes after it, as upstream.  Write payloads go straight into
+ * the target memory; read data is sent straight from it.  A write header is
+ * not processed while read data queued before it is unsent, so requests on
+ * one connection keep their order.
+ *
+ * Failure: a connection that fails, closes or makes no progress for
+ * MC_TCP_IO_TIMEOUT_MS fails its in-flight slices (typed status) and is
+ * re-established on next use; a rejection requeues the slices behind the
+ * rejected one, which the server never looked at.
+ */
+#define MC_LOG_MODULE "tcp"
+#include "transport/tcp.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "te/engine.h"
+#include "transport/transport.h"
+
+#define RBUF_SIZE       (64 * 1024)
+#define DIRECT_MIN      (32 * 1024) /* payloads at least this large bypass the staging buffer */
+#define IOV_BATCH       64
+#define OUT_HIGH_WATER  (16u << 20) /* stop parsing requests above this much queued output */
+#define TICK_MS         100
+
+enum ev_kind { EV_LISTEN = 1, EV_WAKE, EV_CONN, EV_SCONN };
+
+struct tcp_transport;
+struct tcp_worker;
+
+struct tcp_peer {
+	struct mc_list node;
+	char host[256];
+	uint16_t port;
+	int version;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	bool resolved;
+	atomic_bool failed;
+	atomic_uint rr;
+	unsigned nconns;
+	struct tcp_conn **conns;
+};
+
+struct tcp_conn {
+	int kind; /* EV_CONN: must be first */
+	int fd;
+	struct tcp_worker *w;
+	struct tcp_peer *peer;
+	enum { CONN_DOWN, CONN_CONNECTING, CONN_UP } state;
+	bool v2;
+	bool want_out;
+	bool queued;             /* on w->ready (guarded by w->lock) */
+	struct mc_list incoming; /* guarded by w->lock */
+	struct mc_list ready_node;
+	struct mc_list sendq;    /* worker-owned from here on */
+	struct mc_list recvq;
+	bool got_status;         /* head of recvq: status seen, payload phase */
+	uint64_t deadline_ms;    /* connect deadline */
+	uint64_t last_progress_ms;
+	uint8_t *rbuf;
+	size_t rpos, rlen;
+};
+
+struct out_item {
+	const uint8_t *ptr;
+	uint64_t len;
+	uint64_t done;
+	struct mc_memreg_entry *ent; /* released when sent (read data) */
+	uint8_t status[8];
+	bool is_status;
+};
+
+struct tcp_sconn {
+	int kind; /* EV_SCONN: must be first */
+	int fd;
+	struct tcp_worker *w;
+	struct mc_list node;
+	enum { S_HDR, S_WPAYLOAD, S_CLOSING } state;
+	struct mc_tcp_hdr cur;
+	bool cur_v2;
+	struct mc_memreg_entry *cur_ent;
+	uint64_t cur_done;
+	uint8_t *rbuf;
+	size_t rpos, rlen;
+	struct out_item *out;
+	size_t out_head, out_n, out_cap;
+	uint64_t out_bytes;
+	size_t reads_pending; /* read-data items in out */
+	uint32_t events;
+	uint64_t last_progress_ms;
+	char peer_name[64];
+};
+
+struct tcp_worker {
+	int kind; /* EV_WAKE */
+	struct tcp_transport *tp;
+	pthread_t thread;
+	int epfd;
+	int evfd;
+	pthread_mutex_t lock;
+	struct mc_list ready; /* conns with incoming slices */
+	atomic_bool sleeping;
+	bool stop;
+	struct mc_list sconns;
+	struct tcp_conn **conns; /* client conns owned, for deadline scans */
+	size_t nconns, conns_cap;
+	uint64_t next_tick_ms;
+};
+
+struct tcp_transport {
+	struct mc_transport base;
+	struct mc_te *te;
+	int listen_kind; /* EV_LISTEN; its address is the epoll cookie */
+	int listen_fd;
+	uint16_t port;
+	unsigned nworkers;
+	struct tcp_worker *workers;
+	pthread_mutex_t peers_lock;
+	struct mc_list peers;
+	atomic_uint next_worker;
+	bool force_v1;
+	uint64_t split_size;
+	unsigned conns_per_peer;
+	uint64_t io_timeout_ms;
+	uint64_t connect_timeout_ms;
+	int sockbuf;
+};
+
+static inline struct tcp_transport *to_tcp(struct mc_transport *tp)
+{
+	return mc_container_of(tp, struct tcp_transport, base);
+}
+
+static uint16_t fd_port_str(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char h[NI_MAXHOST] = "?", p[NI_MAXSERV] = "?";
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+		getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(buf, len, "%s:%s", h, p);
+	return 0;
+}
+
+/* ---- client connections ----------------------------------------------------- */
+
+static void conn_set_events(struct tcp_conn *c, bool out)
+{
+	struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = c};
+	if (c->want_out == out)
+		return;
+	c->want_out = out;
+	epoll_ctl(c->w->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static void fail_list(struct mc_list *l, int status)
+{
+	while (!mc_list_empty(l)) {
+		struct mc_slice *s = mc_list_first(l, struct mc_slice, node);
+		mc_list_del(&s->node);
+		mc_slice_done(s, status);
+	}
+}
+
+static void conn_close_fd(struct tcp_conn *c)
+{
+	if (c->fd >= 0) {
+		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	c->fd = -1;
+	c->state = CONN_DOWN;
+	c->want_out = false;
+	c->got_status = false;
+	c->rpos = c->rlen = 0;
+}
+
+/* The connection is unusable: fail everything it carried. */
+static void conn_fail(struct tcp_conn *c, int status, const char *why)
+{
+	mc_warn("connection to %s:%u failed: %s", c->peer->host, c->peer->port, why);
+	conn_close_fd(c);
+	atomic_store(&c->peer->failed, true);
+	fail_list(&c->recvq, status);
+	fail_list(&c->sendq, status);
+}
+
+static void conn_connect(struct tcp_conn *c);
+
+/* After a rejection the server closes; requeue what it never looked at. */
+static void conn_reset_requeue(struct tcp_conn *c)
+{
+	struct mc_list tmp = MC_LIST_INIT(tmp), *pos;
+	conn_close_fd(c);
+	mc_list_splice_tail(&tmp, &c->recvq);
+	mc_list_splice_tail(&tmp, &c->sendq);
+	mc_list_for_each(pos, &tmp)
+	{
+		struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
+		s->done = 0;
+		s->hdr_done = 0;
+	}
+	mc_list_splice_tail(&c->sendq, &tmp);
+	if (!mc_list_empty(&c->sendq))
+		conn_connect(c);
+}
+
+static bool peer_resolve(struct tcp_peer *p)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+	char port[8];
+	int rc;
+	if (p->resolved)
+		return true;
+	snprintf(port, sizeof(port), "%u", p->port);
+	rc = getaddrinfo(p->host, port, &hints, &res);
+	if (rc != 0) {
+		mc_set_error(MC_ERR_DNS, "cannot resolve %s: %s", p->host, gai_strerror(rc));
+		return false;
+	}
+	memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
+	p->addrlen = res->ai_addrlen;
+	p->resolved = true;
+	freeaddrinfo(res);
+	return true;
+}
+
+static void conn_connect(struct tcp_conn *c)
+{
+	struct tcp_transport *tp = c->w->tp;
+	struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
+	int fd;
+
+	if (!peer_resolve(c->peer)) {
+		conn_fail(c, MC_ERR_DNS, mc_last_error());
+		return;
+	}
+	fd = socket(c->peer->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		conn_fail(c, MC_ERR_SOCKET, strerror(errno));
+		return;
+	}
+	mc_sock_set_nodelay(fd);
+	if (tp->sockbuf)
+		mc_sock_set_bufsize(fd, tp->sockbuf);
+	c->fd = fd;
+	c->v2 = c->peer->version >= 2 && !tp->force_v1;
+	if (connect(fd, (struct sockaddr *)&c->peer->addr, c->peer->addrlen) < 0 &&
+	    errno != EINPROGRESS) {
+		int e = errno;
+		conn_fail(c, MC_ERR_CONN_REFUSED, strerror(e));
+		return;
+	}
+	c->state = CONN_CONNECTING;
+	c->want_out = true;
+	c->deadline_ms = mc_now_ms() + tp->connect_timeout_ms;
+	c->last_progress_ms = mc_now_ms();
+	epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void conn_send(struct tcp_conn *c)
+{
+	uint8_t hdrs[IOV_BATCH][MC_TCP_HDR_LEN];
+	struct iovec iov[IOV_BATCH * 2];
+	struct msghdr msg = {.msg_iov = iov};
+
+	while (!mc_list_empty(&c->sendq)) {
+		struct mc_list *pos;
+		size_t niov = 0, nh = 0, total = 0;
+		ssize_t n, sent;
+
+		mc_list_for_each(pos, &c->sendq)
+		{
+			struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
+			if (nh == IOV_BATCH)
+				break;
+			if (s->hdr_done < MC_TCP_HDR_LEN) {
+				struct mc_tcp_hdr h = {
+					.size = s->len,
+					.addr = s->remote_addr,
+					.opcode = (uint8_t)((s->opcode == MC_OP_WRITE ? MC_TCP_OP_WRITE
+										       : MC_TCP_OP_READ) |
+							    (c->v2 ? MC_TCP_OP_V2 : 0)),
+				};
+				mc_tcp_hdr_encode(&h, hdrs[nh]);
+				iov[niov].iov_base = hdrs[nh] + s->hdr_done;
+				iov[niov].iov_len = MC_TCP_HDR_LEN - s->hdr_done;
+				total += iov[niov++].iov_len;
+			}
+			nh++;
+			if (s->opcode == MC_OP_WRITE) {
+				iov[niov].iov_base = s->local + s->done;
+				iov[niov].iov_len = (size_t)(s->len - s->done);
+				total += iov[niov++].iov_len;
+			}
+		}
+		msg.msg_iovlen = niov;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		sent = n;
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				conn_set_events(c, true);
+				return;
+			}
+			conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
+			return;
+		}
+		c->last_progress_ms = mc_now_ms();
+		/* advance over what left */
+		while (n > 0) {
+			struct mc_slice *s = mc_list_first(&c->sendq, struct mc_slice, node);
+			if (s->hdr_done < MC_TCP_HDR_LEN) {
+				size_t k = MC_MIN((size_t)n, (size_t)(MC_TCP_HDR_LEN - s->hdr_done));
+				s->hdr_done += (uint32_t)k;
+				n -= (ssize_t)k;
+			}
+			if (s->opcode == MC_OP_WRITE && s->hdr_done == MC_TCP_HDR_LEN) {
+				uint64_t k = MC_MIN((uint64_t)n, s->len - s->done);
+				s->done += k;
+				n -= (ssize_t)k;
+			}
+			if (s->hdr_done == MC_TCP_HDR_LEN &&
+			    (s->opcode != MC_OP_WRITE || s->done == s->len)) {
+				mc_list_del(&s->node);
+				if (s->opcode == MC_OP_WRITE && !c->v2) {
+					mc_slice_done(s, MC_OK); /* v1: no acknowledgement */
+				} else {
+					s->done = 0;
+					mc_list_add_tail(&c->recvq, &s->node);
+				}
+			} else {
+				break;
+			}
+		}
+		if ((size_t)sent < total) {
+			/* the kernel took less than offered: wait for room */
+			conn_set_events(c, true);
+			return;
+		}
+	}
+	conn_set_events(c, false);
+}
+
+/* Fill rbuf; returns bytes read, 0 on EAGAIN, negative status on EOF/error. */
+static ssize_t conn_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen)
+{
+	ssize_t n;
+	if (*rpos == *rlen) {
+		*rpos = *rlen = 0;
+	} else if (*rpos > 0 && RBUF_SIZE - *rlen < 4096) {
+		memmove(rbuf, rbuf + *rpos, *rlen - *rpos);
+		*rlen -= *rpos;
+		*rpos = 0;
+	}
+	if (*rlen == RBUF_SIZE)
+		return 0;
+	n = recv(fd, rbuf + *rlen, RBUF_SIZE - *rlen, MSG_DONTWAIT);
+	if (n > 0) {
+		*rlen += (size_t)n;
+		return n;
+	}
+	if (n == 0)
+		return MC_ERR_CONN_CLOSED;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return errno == ECONNRESET ? MC_ERR_CONN_CLOSED : MC_ERR_SOCKET;
+}
+
+static void conn_recv(struct tcp_conn *c)
+{
+	for (;;) {
+		struct mc_slice *s;
+		size_t avail = c->rlen - c->rpos;
+		bool from_sendq = false;
+
+		if (!mc_list_empty(&c->recvq)) {
+			s = mc_list_first(&c->recvq, struct mc_slice, node);
+		} else if (!mc_list_empty(&c->sendq) &&
+			   mc_list_first(&c->sendq, struct mc_slice, node)->hdr_done ==
+				   MC_TCP_HDR_LEN) {
+			/* an early status for a write still being sent: a rejection */
+			s = mc_list_first(&c->sendq, struct mc_slice, node);
+			from_sendq = true;
+		} else {
+			s = NULL;
+		}
+
+		if (s && c->v2 && !c->got_status) {
+			uint32_t code;
+			if (avail < 8)
+				goto fill;
+			if (mc_tcp_status_decode(c->rbuf + c->rpos, &code) != MC_OK) {
+				conn_fail(c, MC_ERR_PROTOCOL, "malformed status frame");
+				return;
+			}
+			c->rpos += 8;
+			if (code != MC_TCP_STATUS_OK) {
+				mc_list_del(&s->node);
+				mc_slice_done(s, MC_ERR_REMOTE_REJECTED);
+				mc_info("%s:%u rejected %s of %llu bytes at 0x%llx", c->peer->host,
+					c->peer->port, s->opcode == MC_OP_WRITE ? "write" : "read",
+					(unsigned long long)s->len,
+					(unsigned long long)s->remote_addr);
+				conn_reset_requeue(c);
+				return;
+			}
+			if (from_sendq) {
+				conn_fail(c, MC_ERR_PROTOCOL, "status before the request was sent");
+				return;
+			}
+			if (s->opcode == MC_OP_WRITE) {
+				mc_list_del(&s->node);
+				mc_slice_done(s, MC_OK);
+				c->last_progress_ms = mc_now_ms();
+				continue;
+			}
+			c->got_status = true;
+			continue;
+		}
+		if (s && !from_sendq && s->opcode == MC_OP_READ) {
+			uint64_t want = s->len - s->done;
+			if (avail) {
+				size_t k = (size_t)MC_MIN((uint64_t)avail, want);
+				memcpy(s->local + s->done, c->rbuf + c->rpos, k);
+				c->rpos += k;
+				s->done += k;
+				want -= k;
+			}
+			if (want == 0) {
+				mc_list_del(&s->node);
+				c->got_status = false;
+				mc_slice_done(s, MC_OK);
+				c->last_progress_ms = mc_now_ms();
+				continue;
+			}
+			if (want >= DIRECT_MIN) {
+				ssize_t n = recv(c->fd, s->local + s->done, (size_t)want, MSG_DONTWAIT);
+				if (n > 0) {
+					s->done += (uint64_t)n;
+					c->last_progress_ms = mc_now_ms();
+					continue;
+				}
+				if (n == 0) {
+					conn_fail(c, MC_ERR_CONN_CLOSED, "peer closed mid-read");
+					return;
+				}
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return;
+				if (errno == EINTR)
+					continue;
+				conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
+				return;
+			}
+		}
+		if (!s && avail) {
+			conn_fail(c, MC_ERR_PROTOCOL, "unexpected bytes from server");
+			return;
+		}
+fill : {
+	ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen);
+	if (n == 0)
+		return;
+	if (n < 0) {
+		if (!s && mc_list_empty(&c->sendq)) {
+			/* idle connection closed by the server: just reconnect later */
+			conn_close_fd(c);
+			return;
+		}
+		conn_fail(c, (int)n, "peer closed the connection");
+		return;
+	}
+	c->last_progress_ms = mc_now_ms();
+}
+	}
+}
+
+static void conn_event(struct tcp_conn *c, uint32_t events)
+{
+	if (c->state == CONN_CONNECTING) {
+		int err = 0;
+		socklen_t el = sizeof(err);
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
+			char why[300];
+			snprintf(why, sizeof(why), "connect: %s", strerror(err ? err : errno));
+			conn_fail(c, MC_ERR_CONN_REFUSED, why);
+			return;
+		}
+		c->state = CONN_UP;
+		c->last_progress_ms = mc_now_ms();
+		conn_send(c);
+		return;
+	}
+	if (c->state != CONN_UP)
+		return;
+	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+		conn_recv(c);
+	if (c->state == CONN_UP && (events & EPOLLOUT))
+		conn_send(c);
+}
+
+/* ---- server connections ---------------------------------------------------- */
+
+static void sconn_free(struct tcp_sconn *sc)
+{
+	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	if (sc->fd >= 0)
+		close(sc->fd);
+	if (sc->cur_ent)
+		mc_memreg_put(reg, sc->cur_ent);
+	for (size_t i = 0; i < sc->out_n; i++) {
+		struct out_item *it = &sc->out[(sc->out_head + i) % sc->out_cap];
+		if (it->ent)
+			mc_memreg_put(reg, it->ent);
+	}
+	mc_list_del(&sc->node);
+	mc_free(sc->out);
+	mc_free(sc->rbuf);
+	mc_free(sc);
+}
+
+static bool sconn_push(struct tcp_sconn *sc, const uint8_t *ptr, uint64_t len,
+		       struct mc_memreg_entry *ent, int status_code)
+{
+	struct out_item *it;
+	if (sc->out_n == sc->out_cap) {
+		size_t ncap = sc->out_cap ? sc->out_cap * 2 : 64;
+		struct out_item *n = mc_malloc(ncap * sizeof(*n));
+		if (!n)
+			return false;
+		for (size_t i = 0; i < sc->out_n; i++)
+			n[i] = sc->out[(sc->out_head + i) % sc->out_cap];
+		mc_free(sc->out);
+		sc->out = n;
+		sc->out_cap = ncap;
+		sc->out_head = 0;
+	}
+	it = &sc->out[(sc->out_head + sc->out_n) % sc->out_cap];
+	memset(it, 0, sizeof(*it));
+	if (status_code >= 0) {
+		mc_tcp_status_encode((uint32_t)status_code, it->status);
+		it->is_status = true;
+		it->len = 8;
+	} else {
+		it->ptr = ptr;
+		it->len = len;
+		it->ent = ent;
+		sc->reads_pending++;
+	}
+	sc->out_n++;
+	sc->out_bytes += it->len;
+	return true;
+}
+
+static void sconn_set_events(struct tcp_sconn *sc)
+{
+	uint32_t ev = 0;
+	struct epoll_event e;
+	if (sc->state != S_CLOSING && sc->out_bytes < OUT_HIGH_WATER)
+		ev |= EPOLLIN;
+	if (sc->out_n)
+		ev |= EPOLLOUT;
+	if (ev == sc->events)
+		return;
+	sc->events = ev;
+	e.events = ev;
+	e.data.ptr = sc;
+	epoll_ctl(sc->w->epfd, EPOLL_CTL_MOD, sc->fd, &e);
+}
+
+/* Returns false when the connection was freed. */
+static bool sconn_flush(struct tcp_sconn *sc)
+{
+	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	while (sc->out_n) {
+		struct iovec iov[IOV_BATCH];
+		size_t niov = 0;
+		ssize_t n;
+		for (size_t i = 0; i < sc->out_n && niov < IOV_BATCH; i++) {
+			struct out_item *it = &sc->out[(sc->out_head + i) % sc->out_cap];
+			iov[niov].iov_base =
+				(void *)((it->is_status ? it->status : it->ptr) + it->done);
+			iov[niov].iov_len = (size_t)(it->len - it->done);
+			niov++;
+		}
+		n = writev(sc->fd, iov, (int)niov);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			mc_info("closing data connection from %s: %s", sc->peer_name,
+				strerror(errno));
+			sconn_free(sc);
+			return false;
+		}
+		sc->last_progress_ms = mc_now_ms();
+		while (n > 0 && sc->out_n) {
+			struct out_item *it = &sc->out[sc->out_head];
+			uint64_t k = MC_MIN((uint64_t)n, it->len - it->done);
+			it->done += k;
+			n -= (ssize_t)k;
+			sc->out_bytes -= k;
+			if (it->done < it->len)
+				break;
+			if (it->ent) {
+				mc_memreg_put(reg, it->ent);
+				sc->reads_pending--;
+			}
+			sc->out_head = (sc->out_head + 1) % sc->out_cap;
+			sc->out_n--;
+		}
+	}
+	if (sc->state == S_CLOSING && sc->out_n == 0) {
+		sconn_free(sc);
+		return false;
+	}
+	sconn_set_events(sc);
+	return true;
+}
+
+/* A request outside registered memory: reject (v2) or close (v1). */
+static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool v2)
+{
+	mc_info("rejected %s of %llu bytes at 0x%llx from %s: not inside registered memory",
+		(h->opcode & 0x7f) == MC_TCP_OP_WRITE ? "write" : "read",
+		(unsigned long long)h->size, (unsigned long long)h->addr, sc->peer_name);
+	if (!v2) {
+		sconn_free(sc);
+		return false;
+	}
+	sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_REJ);
+	sc->state = S_CLOSING;
+	shutdown(sc->fd, SHUT_RD);
+	return sconn_flush(sc);
+}
+
+/* Returns false when the connection was freed. */
+static bool sconn_readable(struct tcp_sconn *sc)
+{
+	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	for (;;) {
+		size_t avail = sc->rlen - sc->rpos;
+		if (sc->state == S_CLOSING)
+			return true;
+		if (sc->out_bytes >= OUT_HIGH_WATER)
+			break;
+		if (sc->state == S_HDR) {
+			struct mc_tcp_hdr h;
+			bool v2, write;
+			if (avail < MC_TCP_HDR_LEN)
+				goto fill;
+			mc_tcp_hdr_decode(sc->rbuf + sc->rpos, &h);
+			v2 = (h.opcode & MC_TCP_OP_V2) != 0;
+			write = (h.opcode & 0x7f) == MC_TCP_OP_WRITE;
+			if (write && sc->reads_pending)
+				break; /* keep order: earlier reads must leave first */
+			sc->rpos += MC_TCP_HDR_LEN;
+			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size);
+			if (!sc->cur_ent)
+				return sconn_reject(sc, &h, v2);
+			if (write) {
+				sc->cur = h;
+				sc->cur_v2 = v2;
+				sc->cur_done = 0;
+				sc->state = S_WPAYLOAD;
+				continue;
+			}
+			if ((v2 && !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) ||
+			    !sconn_push(sc, (const uint8_t *)(uintptr_t)h.addr, h.size, sc->cur_ent,
+					-1)) {
+				mc_error("out of memory queueing a read response");
+				sconn_free(sc);
+				return false;
+			}
+			sc->cur_ent = NULL;
+			continue;
+		}
+		/* S_WPAYLOAD */
+		{
+			uint64_t want = sc->cur.size - sc->cur_done;
+			uint8_t *dst = (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done;
+			if (avail) {
+				size_t k = (size_t)MC_MIN((uint64_t)avail, want);
+				memcpy(dst, sc->rbuf + sc->rpos, k);
+				sc->rpos += k;
+				sc->cur_done += k;
+				want -= k;
+			}
+			if (want == 0) {
+				mc_memreg_put(reg, sc->cur_ent);
+				sc->cur_ent = NULL;
+				sc->state = S_HDR;
+				if (sc->cur_v2 && !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) {
+					sconn_free(sc);
+					return false;
+				}
+				continue;
+			}
+			if (want >= DIRECT_MIN) {
+				ssize_t n = recv(sc->fd, (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
+						 (size_t)want, MSG_DONTWAIT);
+				if (n > 0) {
+					sc->cur_done += (uint64_t)n;
+					sc->last_progress_ms = mc_now_ms();
+					continue;
+				}
+				if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+					break;
+				if (n < 0 && errno == EINTR)
+					continue;
+				mc_info("data connection from %s closed mid-write", sc->peer_name);
+				sconn_free(sc);
+				return false;
+			}
+		}
+fill : {
+	ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen);
+	if (n == 0)
+		break;
+	if (n < 0) {
+		if (sc->state != S_HDR || sc->rpos != sc->rlen)
+			mc_info("data connection from %s closed mid-request", sc->peer_name);
+		sconn_free(sc);
+		return false;
+	}
+	sc->last_progress_ms = mc_now_ms();
+}
+	}
+	return sconn_flush(sc);
+}
+
+static void worker_accept(struct tcp_worker *w)
+{
+	struct tcp_transport *tp = w->tp;
+	for (;;) {
+		struct tcp_sconn *sc;
+		struct epoll_event ev;
+		int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				mc_warn("accept: %s", strerror(errno));
+			return;
+		}
+		sc = mc_calloc(1, sizeof(*sc));
+		if (sc)
+			sc->rbuf = mc_malloc(RBUF_SIZE);
+		if (!sc || !sc->rbuf) {
+			mc_error("out of memory accepting a data connection");
+			if (sc)
+				mc_free(sc);
+			close(fd);
+			continue;
+		}
+		sc->kind = EV_SCONN;
+		sc->fd = fd;
+		sc->w = w;
+		sc->state = S_HDR;
+		sc->events = EPOLLIN;
+		sc->last_progress_ms = mc_now_ms();
+		mc_sock_set_nodelay(fd);
+		if (tp->sockbuf)
+			mc_sock_set_bufsize(fd, tp->sockbuf);
+		fd_port_str(fd, sc->peer_name, sizeof(sc->peer_name));
+		mc_list_add_tail(&w->sconns, &sc->node);
+		ev.events = EPOLLIN;
+		ev.data.ptr = sc;
+		epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev);
+	}
+}
+
+/* ---- worker loop ------------------------------------------------------------ */
+
+static void worker_take_incoming(struct tcp_worker *w)
+{
+	struct mc_list ready = MC_LIST_INIT(ready);
+	pthread_mutex_lock(&w->lock);
+	while (!mc_list_empty(&w->ready)) {
+		struct tcp_conn *c = mc_list_first(&w->ready, struct tcp_conn, ready_node);
+		mc_list_del(&c->ready_node);
+		c->queued = false;
+		mc_list_splice_tail(&c->sendq, &c->incoming);
+		mc_list_add_tail(&ready, &c->ready_node);
+	}
+	pthread_mutex_unlock(&w->lock);
+	while (!mc_list_empty(&ready)) {
+		struct tcp_conn *c = mc_list_first(&ready, struct tcp_conn, ready_node);
+		mc_list_del(&c->ready_node);
+		if (c->state == CONN_DOWN)
+			conn_connect(c);
+		else if (c->state == CONN_UP)
+			conn_send(c);
+	}
+}
+
+static void worker_tick(struct tcp_worker *w, uint64_t now)
+{
+	struct tcp_transport *tp = w->tp;
+	struct mc_list *pos, *tmp;
+	for (size_t i = 0; i < w->nconns; i++) {
+		struct tcp_conn *c = w->conns[i];
+		bool busy = !mc_list_empty(&c->sendq) || !mc_list_empty(&c->recvq);
+		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
+			conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
+		else if (c->state == CONN_UP && busy && now - c->last_progress_ms > tp->io_timeout_ms)
+			conn_fail(c, MC_ERR_TIMEOUT, "no progress within the i/o timeout");
+	}
+	mc_list_for_each_safe(pos, tmp, &w->sconns)
+	{
+		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
+		bool busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
+		if (busy && now - sc->last_progress_ms > tp->io_timeout_ms) {
+			mc_info("closing stalled data connection from %s", sc->peer_name);
+			sconn_free(sc);
+		}
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct tcp_worker *w = arg;
+	struct epoll_event evs[64];
+
+	while (!w->stop) {
+		int n, timeout = TICK_MS;
+		uint64_t now;
+		atomic_store(&w->sleeping, true);
+		pthread_mutex_lock(&w->lock);
+		if (!mc_list_empty(&w->ready))
+			timeout = 0;
+		pthread_mutex_unlock(&w->lock);
+		n = epoll_wait(w->epfd, evs, 64, timeout);
+		atomic_store(&w->sleeping, false);
+		for (int i = 0; i < n; i++) {
+			int kind = *(int *)evs[i].data.ptr;
+			if (kind == EV_WAKE) {
+				uint64_t v;
+				if (read(w->evfd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: another wake-up already drained it */
+				}
+			}
+		}
+		worker_take_incoming(w);
+		for (int i = 0; i < n; i++) {
+			int kind = *(int *)evs[i].data.ptr;
+			if (kind == EV_CONN) {
+				conn_event((struct tcp_conn *)evs[i].data.ptr, evs[i].events);
+			} else if (kind == EV_SCONN) {
+				struct tcp_sconn *sc = evs[i].data.ptr;
+				if ((evs[i].events & EPOLLOUT) && !sconn_flush(sc))
+					continue;
+				if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+					sconn_readable(sc);
+			} else if (kind == EV_LISTEN) {
+				worker_accept(w);
+			}
+		}
+		now = mc_now_ms();
+		if (now >= w->next_tick_ms) {
+			worker_tick(w, now);
+			w->next_tick_ms = now + TICK_MS;
+		}
+	}
+	return NULL;
+}
+
+static void worker_wake(struct tcp_worker *w)
+{
+	uint64_t one = 1;
+	if (write(w->evfd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: the worker is awake anyway */
+	}
+}
+
+/* ---- peers and submission ------------------------------------------------------ */
+
+void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port,
+		      int proto_version)
+{
+	struct tcp_transport *tp = to_tcp(base);
+	struct tcp_peer *p;
+	struct mc_list *pos;
+
+	pthread_mutex_lock(&tp->peers_lock);
+	mc_list_for_each(pos, &tp->peers)
+	{
+		p = mc_list_entry(pos, struct tcp_peer, node);
+		if (p->port == port && p->version == proto_version && strcmp(p->host, host) == 0)
+			goto out;
+	}
+	p = mc_calloc(1, sizeof(*p));
+	if (!p)
+		goto out;
+	p->conns = mc_calloc(tp->conns_per_peer, sizeof(*p->conns));
+	if (!p->conns) {
+		mc_free(p);
+		p = NULL;
+		goto out;
+	}
+	snprintf(p->host, sizeof(p->host), "%s", host);
+	p->port = port;
+	p->version = proto_version;
+	p->nconns = tp->conns_per_peer;
+	for (unsigned i = 0; i < p->nconns; i++) {
+		unsigned wi = atomic_fetch_add(&tp->next_worker, 1) % tp->nworkers;
+		struct tcp_worker *w = &tp->workers[wi];
+		struct tcp_conn *c = mc_calloc(1, sizeof(*c));
+		if (c)
+			c->rbuf = mc_malloc(RBUF_SIZE);
+		if (!c || !c->rbuf) {
+			mc_free(c);
+			p->nconns = i;
+			break;
+		}
+		c->kind = EV_CONN;
+		c->fd = -1;
+		c->w = w;
+		c->peer = p;
+		mc_list_init(&c->incoming);
+		mc_list_init(&c->sendq);
+		mc_list_init(&c->recvq);
+		mc_list_init(&c->ready_node);
+		pthread_mutex_lock(&w->lock);
+		if (w->nconns == w->conns_cap) {
+			size_t ncap = w->conns_cap ? w->conns_cap * 2 : 16;
+			void *nv = mc_realloc(w->conns, ncap * sizeof(*w->conns));
+			if (nv) {
+				w->conns = nv;
+				w->conns_cap = ncap;
+			}
+		}
+		if (w->nconns < w->conns_cap)
+			w->conns[w->nconns++] = c;
+		pthread_mutex_unlock(&w->lock);
+		p->conns[i] = c;
+	}
+	if (p->nconns == 0) {
+		mc_free(p->conns);
+		mc_free(p);
+		p = NULL;
+		goto out;
+	}
+	mc_list_add_tail(&tp->peers, &p->node);
+out:
+	pthread_mutex_unlock(&tp->peers_lock);
+	return p;
+}
+
+bool mc_tcp_peer_failed(void *peer)
+{
+	return peer && atomic_load(&((struct tcp_peer *)peer)->failed);
+}
+
+void mc_tcp_peer_clear_failed(void *peer)
+{
+	if (peer)
+		atomic_store(&((struct tcp_peer *)peer)->failed, false);
+}
+
+uint16_t mc_tcp_data_port(struct mc_transport *base)
+{
+	return base ? to_tcp(base)->port : 0;
+}
+
+static int tcp_submit(struct mc_transport *base, void *peer, struct mc_slice **slices, size_t n)
+{
+	struct tcp_transport *tp = to_tcp(base);
+	struct tcp_peer *p = peer;
+	unsigned start = atomic_fetch_add(&p->rr, (unsigned)n);
+
+	/* one pass per worker so each worker's lock is taken once */
+	for (unsigned wi = 0; wi < tp->nworkers; wi++) {
+		struct tcp_worker *w = &tp->workers[wi];
+		bool any = false;
+		for (size_t i = 0; i < n; i++) {
+			struct tcp_conn *c = p->conns[(start + i) % p->nconns];
+			if (c->w != w)
+				continue;
+			if (!any) {
+				pthread_mutex_lock(&w->lock);
+				any = true;
+			}
+			slices[i]->done = 0;
+			slices[i]->hdr_done = 0;
+			mc_list_add_tail(&c->incoming, &slices[i]->node);
+			if (!c->queued) {
+				c->queued = true;
+				mc_list_add_tail(&w->ready, &c->ready_node);
+			}
+		}
+		if (any) {
+			pthread_mutex_unlock(&w->lock);
+			if (atomic_load(&w->sleeping))
+				worker_wake(w);
+		}
+	}
+	return MC_OK;
+}
+
+static unsigned tcp_split(struct mc_transport *base, uint64_t len)
+{
+	struct tcp_transport *tp = to_tcp(base);
+	uint64_t k;
+	if (len <= tp->split_size)
+		return 1;
+	k = (len + tp->split_size - 1) / tp->split_size;
+	return (unsigned)MC_MIN(k, (uint64_t)tp->conns_per_peer);
+}
+
+static void tcp_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
+{
+	d->tcp_data_port = to_tcp(base)->port;
+	d->tcp_proto_version = 2;
+}
+
+/* ---- open / close --------------------------------------------------------------- */
+
+static void tcp_close(struct mc_transport *base)
+{
+	struct tcp_transport *tp = to_tcp(base);
+	for (unsigned i = 0; tp->workers && i < tp->nworkers; i++) {
+		struct tcp_worker *w = &tp->workers[i];
+		if (!w->thread)
+			continue;
+		w->stop = true;
+		worker_wake(w);
+		pthread_join(w->thread, NULL);
+	}
+	for (unsigned i = 0; tp->workers && i < tp->nworkers; i++) {
+		struct tcp_worker *w = &tp->workers[i];
+		if (!w->tp)
+			continue; /* never initialised */
+		while (!mc_list_empty(&w->sconns))
+			sconn_free(mc_list_first(&w->sconns, struct tcp_sconn, node));
+		for (size_t j = 0; j < w->nconns; j++) {
+			struct tcp_conn *c = w->conns[j];
+			mc_list_splice_tail(&c->sendq, &c->incoming);
+			if (c->fd >= 0)
+				close(c->fd);
+			fail_list(&c->recvq, MC_ERR_SHUTDOWN);
+			fail_list(&c->sendq, MC_ERR_SHUTDOWN);
+			mc_free(c->rbuf);
+			mc_free(c);
+		}
+		mc_free(w->conns);
+		if (w->epfd >= 0)
+			close(w->epfd);
+		if (w->evfd >= 0)
+			close(w->evfd);
+		pthread_mutex_destroy(&w->lock);
+	}
+	while (!mc_list_empty(&tp->peers)) {
+		struct tcp_peer *p = mc_list_first(&tp->peers, struct tcp_peer, node);
+		mc_list_del(&p->node);
+		mc_free(p->conns);
+		mc_free(p);
+	}
+	if (tp->listen_fd >= 0)
+		close(tp->listen_fd);
+	pthread_mutex_destroy(&tp->peers_lock);
+	mc_free(tp->workers);
+	mc_free(tp);
+}
+
+static int tcp_open(struct mc_te *te, struct mc_transport **out)
+{
+	struct tcp_transport *tp = mc_calloc(1, sizeof(*tp));
+	int rc = MC_OK;
+
+	if (!tp)
+		return MC_ERR_NOMEM;
+	tp->base.ops = &mc_tcp_transport_ops;
+	tp->base.te = te;
+	tp->te = te;
+	tp->listen_kind = EV_LISTEN;
+	tp->listen_fd = -1;
+	pthread_mutex_init(&tp->peers_lock, NULL);
+	mc_list_init(&tp->peers);
+	tp->nworkers = (unsigned)te->cfg.tcp_workers;
+	tp->conns_per_peer = (unsigned)te->cfg.tcp_conns_per_peer;
+	tp->split_size = te->cfg.tcp_split_size;
+	tp->io_timeout_ms = (uint64_t)te->cfg.tcp_io_timeout_ms;
+	tp->connect_timeout_ms = (uint64_t)te->cfg.tcp_connect_timeout_ms;
+	tp->sockbuf = (int)te->cfg.tcp_sockbuf;
+	tp->force_v1 = te->cfg.tcp_proto && strcmp(te->cfg.tcp_proto, "1") == 0;
+
+	tp->workers = mc_calloc(tp->nworkers, sizeof(*tp->workers));
+	if (!tp->workers) {
+		rc = MC_ERR_NOMEM;
+		goto err;
+	}
+	for (unsigned i = 0; i < tp->nworkers; i++) {
+		tp->workers[i].epfd = -1;
+		tp->workers[i].evfd = -1;
+	}
+	rc = mc_sock_listen_range((uint16_t)te->cfg.min_rpc_port, (uint16_t)te->cfg.max_rpc_port,
+				  500, 1024);
+	if (rc < 0)
+		goto err;
+	tp->listen_fd = rc;
+	tp->port = mc_sock_local_port(tp->listen_fd);
+
+	for (unsigned i = 0; i < tp->nworkers; i++) {
+		struct tcp_worker *w = &tp->workers[i];
+		struct epoll_event ev;
+		w->kind = EV_WAKE;
+		w->tp = tp;
+		pthread_mutex_init(&w->lock, NULL);
+		mc_list_init(&w->ready);
+		mc_list_init(&w->sconns);
+		w->epfd = epoll_create1(EPOLL_CLOEXEC);
+		w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (w->epfd < 0 || w->evfd < 0) {
+			rc = mc_set_error(MC_ERR_SOCKET, "epoll/eventfd: %s", strerror(errno));
+			goto err;
+		}
+		ev.events = EPOLLIN;
+		ev.data.ptr = w;
+		epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev);
+		ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+		ev.data.ptr = &tp->listen_kind;
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, tp->listen_fd, &ev) < 0) {
+			rc = mc_set_error(MC_ERR_SOCKET, "epoll_ctl listener: %s", strerror(errno));
+			goto err;
+		}
+	}
+	for (unsigned i = 0; i < tp->nworkers; i++) {
+		if (pthread_create(&tp->workers[i].thread, NULL, worker_main, &tp->workers[i]) != 0) {
+			tp->workers[i].thread = 0;
+			rc = mc_set_error(MC_ERR_INTERNAL, "cannot start tcp worker");
+			goto err;
+		}
+	}
+	*out = &tp->base;
+	return MC_OK;
+err:
+	tcp_close(&tp->base);
+	return rc;
+}
+
+const struct mc_transport_ops mc_tcp_transport_ops = {
+	.name = "tcp",
+	.open = tcp_open,
+	.close = tcp_close,
+	.submit = tcp_submit,
+	.fill_desc = tcp_fill_desc,
+	.split = tcp_split,
+};

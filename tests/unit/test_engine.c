@@ -1,0 +1,231 @@
+/*
+ * tests/unit/test_engine.c - two engines in one process over loopback TCP
+ * (in-process metadata and P2P), plus the local path and the API's checks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cmocka.h>
+
+#include "mooncake/te.h"
+#include "support.h"
+
+#define BUF (8u << 20)
+
+struct pair {
+	struct mc_te *a, *b;
+	char *abuf, *bbuf;
+	mc_segment_id b_id;
+};
+
+static struct mc_te *new_engine(const char *uri, const char *name)
+{
+	struct mc_te_params p = {
+		.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_HOST,
+		.metadata_uri = uri,
+		.local_name = name,
+		.host = "127.0.0.1",
+	};
+	struct mc_te *te = NULL;
+	int rc = mc_te_new(&p, &te);
+	if (rc != MC_OK)
+		fprintf(stderr, "mc_te_new: %s\n", mc_last_error());
+	assert_int_equal(rc, MC_OK);
+	return te;
+}
+
+static int setup_pair(void **state, const char *uri)
+{
+	struct pair *p = calloc(1, sizeof(*p));
+	p->a = new_engine(uri, "127.0.0.1");
+	p->b = new_engine(uri, strcmp(uri, "P2PHANDSHAKE") ? "engine-b" : "127.0.0.1");
+	p->abuf = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p->bbuf = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_int_equal(mc_te_register(p->a, p->abuf, BUF, "cpu:0", true), MC_OK);
+	assert_int_equal(mc_te_register(p->b, p->bbuf, BUF, "cpu:0", true), MC_OK);
+	assert_int_equal(mc_te_open_segment(p->a, mc_te_local_name(p->b), &p->b_id), MC_OK);
+	assert_true(p->b_id != MC_LOCAL_SEGMENT);
+	*state = p;
+	return 0;
+}
+
+static int setup_mem(void **state)
+{
+	return setup_pair(state, "mem://test_engine");
+}
+
+static int setup_p2p(void **state)
+{
+	return setup_pair(state, "P2PHANDSHAKE");
+}
+
+static int teardown_pair(void **state)
+{
+	struct pair *p = *state;
+	mc_te_free(p->a);
+	mc_te_free(p->b);
+	munmap(p->abuf, BUF);
+	munmap(p->bbuf, BUF);
+	free(p);
+	return 0;
+}
+
+static int xfer(struct mc_te *te, int op, void *local, mc_segment_id seg, uint64_t addr,
+		uint64_t len)
+{
+	struct mc_xfer_req r = {
+		.opcode = op, .source = local, .target_id = seg, .target_offset = addr, .length = len};
+	return mc_te_transfer_sync(te, &r, 1, 10000);
+}
+
+static void write_read_roundtrip_sizes(void **state)
+{
+	struct pair *p = *state;
+	static const size_t sizes[] = {1, 7, 4095, 65539, 1 << 20, (4 << 20) + 1};
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len = sizes[i], loff = 3 + i, roff = 11 + 2 * i;
+		mc_test_fill(p->abuf + loff, len, i + 1);
+		memset(p->bbuf, 0, len + roff + 16);
+		assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf + loff, p->b_id,
+				      (uint64_t)(uintptr_t)(p->bbuf + roff), len),
+				 MC_OK);
+		assert_memory_equal(p->abuf + loff, p->bbuf + roff, len);
+		memset(p->abuf + (4 << 20) - 1, 0, len);
+		assert_int_equal(xfer(p->a, MC_OP_READ, p->abuf + (4 << 20) - 1, p->b_id,
+				      (uint64_t)(uintptr_t)(p->bbuf + roff), len),
+				 MC_OK);
+		assert_memory_equal(p->abuf + (4 << 20) - 1, p->bbuf + roff, len);
+	}
+}
+
+static void out_of_range_write_is_rejected_and_memory_untouched(void **state)
+{
+	struct pair *p = *state;
+	uint64_t base = (uint64_t)(uintptr_t)p->bbuf;
+	char *copy = malloc(BUF);
+	memset(p->bbuf, 0x5a, BUF);
+	memcpy(copy, p->bbuf, BUF);
+	mc_test_fill(p->abuf, 8192, 99);
+	/* straddles the end */
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, base + BUF - 100, 8192),
+			     MC_OK);
+	/* just past the end */
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, base + BUF, 1), MC_OK);
+	/* address 0 */
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, 0, 16), MC_OK);
+	/* read from unregistered memory */
+	assert_int_not_equal(xfer(p->a, MC_OP_READ, p->abuf, p->b_id, base - 4096, 16), MC_OK);
+	assert_memory_equal(copy, p->bbuf, BUF);
+	/* the target still serves */
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, base + 64, 8192), MC_OK);
+	assert_memory_equal(p->abuf, p->bbuf + 64, 8192);
+	free(copy);
+}
+
+static void batch_of_mixed_requests(void **state)
+{
+	struct pair *p = *state;
+	struct mc_xfer_req reqs[128];
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	size_t chunk = BUF / 128;
+
+	mc_test_fill(p->abuf, BUF, 7);
+	mc_test_fill(p->bbuf, BUF, 8);
+	for (int i = 0; i < 128; i++) {
+		reqs[i].opcode = i % 2 ? MC_OP_READ : MC_OP_WRITE;
+		reqs[i].source = p->abuf + i * chunk;
+		reqs[i].target_id = p->b_id;
+		reqs[i].target_offset = (uint64_t)(uintptr_t)(p->bbuf + i * chunk);
+		reqs[i].length = chunk - (size_t)i;
+	}
+	assert_int_equal(mc_te_batch_new(p->a, 128, &id), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, reqs, 128), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, reqs, 1), MC_ERR_TOO_MANY_REQUESTS);
+	assert_int_equal(mc_te_batch_wait(p->a, id, 10000, &st), MC_OK);
+	assert_int_equal(st.state, MC_XFER_COMPLETED);
+	for (int i = 0; i < 128; i++) {
+		struct mc_xfer_status ts;
+		assert_int_equal(mc_te_task_status(p->a, id, (size_t)i, &ts), MC_OK);
+		assert_int_equal(ts.state, MC_XFER_COMPLETED);
+		assert_memory_equal(p->abuf + i * chunk, p->bbuf + i * chunk, chunk - (size_t)i);
+	}
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_ERR_BATCH_NOT_FOUND);
+	assert_int_equal(mc_te_submit(p->a, 12345, reqs, 1), MC_ERR_BATCH_NOT_FOUND);
+}
+
+static void local_segment_copies_and_checks_bounds(void **state)
+{
+	struct pair *p = *state;
+	uint64_t base = (uint64_t)(uintptr_t)p->abuf;
+	char src[1000];
+	mc_test_fill(src, sizeof(src), 3);
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, src, MC_LOCAL_SEGMENT, base + 5, sizeof(src)),
+			 MC_OK);
+	assert_memory_equal(src, p->abuf + 5, sizeof(src));
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, src, MC_LOCAL_SEGMENT, base + BUF - 10, 100),
+			 MC_ERR_ADDRESS_NOT_REGISTERED);
+	/* large: goes through the copy pool */
+	mc_test_fill(p->abuf, 4 << 20, 5);
+	assert_int_equal(xfer(p->a, MC_OP_READ, p->bbuf, MC_LOCAL_SEGMENT, base, 8 << 20), MC_OK);
+	assert_memory_equal(p->bbuf, p->abuf, 8 << 20);
+}
+
+static void notify_and_probe(void **state)
+{
+	struct pair *p = *state;
+	struct mc_te_notify *list;
+	size_t n;
+	assert_int_equal(mc_te_notify_send(p->a, p->b_id, "kv", "done:1"), MC_OK);
+	assert_int_equal(mc_te_notify_recv(p->b, &list, &n), MC_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(list[0].name, "kv");
+	assert_string_equal(list[0].msg, "done:1");
+	mc_te_notify_free(list, n);
+	assert_int_equal(mc_te_notify_recv(p->b, &list, &n), MC_OK);
+	assert_int_equal(n, 0);
+	assert_int_equal(mc_te_probe(p->a, mc_te_local_name(p->b)), MC_OK);
+}
+
+static void registration_rules(void **state)
+{
+	struct pair *p = *state;
+	assert_int_equal(mc_te_register(p->a, p->abuf + 10, 10, "cpu:0", true),
+			 MC_ERR_ADDRESS_OVERLAPPED);
+	assert_int_equal(mc_te_register(p->a, NULL, 10, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_register(p->a, p->abuf, 0, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_deregister(p->a, p->abuf + 1), MC_ERR_ADDRESS_NOT_REGISTERED);
+}
+
+static void unknown_segment_fails_fast(void **state)
+{
+	struct pair *p = *state;
+	mc_segment_id id;
+	assert_int_not_equal(mc_te_open_segment(p->a, "no-such-engine:1", &id), MC_OK);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(out_of_range_write_is_rejected_and_memory_untouched,
+						setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(local_segment_copies_and_checks_bounds, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(notify_and_probe, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem, teardown_pair),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
