@@ -31,5 +31,8 @@ if [ "$(id -u)" -ne 0 ]; then
 	SUDO="sudo"
 fi
 echo "install-deps: installing$missing"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+# No prompts (CI has no stdin), wait for a dpkg lock held by another apt, retry downloads.
+APT_OPTS="-o DPkg::Lock::Timeout=300 -o Acquire::Retries=3"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get $APT_OPTS update -q </dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get $APT_OPTS install -y -q \
+	--no-install-recommends $missing </dev/null
