@@ -59,19 +59,35 @@ static void unlink_batch(struct mc_te *te, struct mc_batch *b)
 	pthread_mutex_unlock(&te->batch_lock);
 }
 
+/*
+ * The completing thread still touches the batch after inflight reaches 0
+ * (futex wake, discard check).  `busy` is raised before the decrement, so a
+ * thread that sees inflight == 0 and wants to free the batch first waits for
+ * busy to drop (a few instructions and one syscall away).
+ */
 static void task_finish(struct mc_task *t)
 {
 	struct mc_batch *b = t->batch;
 	int err = atomic_load(&t->error);
 	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
 			      memory_order_release);
+	atomic_fetch_add(&b->busy, 1);
 	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
 		futex_wake_all(&b->inflight);
 		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
+			atomic_fetch_sub(&b->busy, 1);
 			unlink_batch(b->te, b);
 			mc_batch_destroy(b);
+			return;
 		}
 	}
+	atomic_fetch_sub(&b->busy, 1);
+}
+
+static void wait_not_busy(struct mc_batch *b)
+{
+	while (atomic_load(&b->busy) > 0)
+		mc_cpu_relax();
 }
 
 void mc_slice_done(struct mc_slice *s, int status)
@@ -208,6 +224,7 @@ int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 		if (atomic_exchange(&b->freed, true))
 			return MC_OK;
 	}
+	wait_not_busy(b);
 	unlink_batch(te, b);
 	mc_batch_destroy(b);
 	return MC_OK;

@@ -118,6 +118,7 @@ struct mc_batch {
 	atomic_uint inflight;    /* tasks not yet terminal; futex word */
 	atomic_bool discard;     /* free when inflight reaches 0 */
 	atomic_bool freed;
+	atomic_uint busy;        /* completers still touching the batch */
 	char *notify_name;
 	char *notify_msg;
 	mc_segment_id notify_target;

@@ -92,6 +92,7 @@ struct tcp_conn {
 	bool queued;             /* on w->ready (guarded by w->lock) */
 	struct mc_list incoming; /* guarded by w->lock */
 	struct mc_list ready_node;
+	struct mc_list work_node; /* worker-private, while taking incoming work */
 	struct mc_list sendq;    /* worker-owned from here on */
 	struct mc_list recvq;
 	bool got_status;         /* head of recvq: status seen, payload phase */
@@ -438,12 +439,12 @@ static void conn_recv(struct tcp_conn *c)
 			}
 			c->rpos += 8;
 			if (code != MC_TCP_STATUS_OK) {
-				mc_list_del(&s->node);
-				mc_slice_done(s, MC_ERR_REMOTE_REJECTED);
 				mc_info("%s:%u rejected %s of %llu bytes at 0x%llx", c->peer->host,
 					c->peer->port, s->opcode == MC_OP_WRITE ? "write" : "read",
 					(unsigned long long)s->len,
 					(unsigned long long)s->remote_addr);
+				mc_list_del(&s->node);
+				mc_slice_done(s, MC_ERR_REMOTE_REJECTED);
 				conn_reset_requeue(c);
 				return;
 			}
@@ -627,7 +628,8 @@ static bool sconn_flush(struct tcp_sconn *sc)
 			iov[niov].iov_len = (size_t)(it->len - it->done);
 			niov++;
 		}
-		n = writev(sc->fd, iov, (int)niov);
+		struct msghdr msg = {.msg_iov = iov, .msg_iovlen = niov};
+		n = sendmsg(sc->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -687,8 +689,15 @@ static bool sconn_readable(struct tcp_sconn *sc)
 		size_t avail = sc->rlen - sc->rpos;
 		if (sc->state == S_CLOSING)
 			return true;
-		if (sc->out_bytes >= OUT_HIGH_WATER)
-			break;
+		if (sc->out_bytes >= OUT_HIGH_WATER) {
+			/* drain first; if the socket takes it all, carry on parsing,
+			 * else EPOLLOUT brings us back (see worker_main) */
+			if (!sconn_flush(sc))
+				return false;
+			if (sc->out_bytes >= OUT_HIGH_WATER)
+				return true;
+			continue;
+		}
 		if (sc->state == S_HDR) {
 			struct mc_tcp_hdr h;
 			bool v2, write;
@@ -697,8 +706,14 @@ static bool sconn_readable(struct tcp_sconn *sc)
 			mc_tcp_hdr_decode(sc->rbuf + sc->rpos, &h);
 			v2 = (h.opcode & MC_TCP_OP_V2) != 0;
 			write = (h.opcode & 0x7f) == MC_TCP_OP_WRITE;
-			if (write && sc->reads_pending)
-				break; /* keep order: earlier reads must leave first */
+			if (write && sc->reads_pending) {
+				/* keep order: earlier reads must leave first */
+				if (!sconn_flush(sc))
+					return false;
+				if (sc->reads_pending)
+					return true;
+				continue;
+			}
 			sc->rpos += MC_TCP_HDR_LEN;
 			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size);
 			if (!sc->cur_ent)
@@ -824,12 +839,13 @@ static void worker_take_incoming(struct tcp_worker *w)
 		mc_list_del(&c->ready_node);
 		c->queued = false;
 		mc_list_splice_tail(&c->sendq, &c->incoming);
-		mc_list_add_tail(&ready, &c->ready_node);
+		/* not ready_node: a submitter may queue c again once we unlock */
+		mc_list_add_tail(&ready, &c->work_node);
 	}
 	pthread_mutex_unlock(&w->lock);
 	while (!mc_list_empty(&ready)) {
-		struct tcp_conn *c = mc_list_first(&ready, struct tcp_conn, ready_node);
-		mc_list_del(&c->ready_node);
+		struct tcp_conn *c = mc_list_first(&ready, struct tcp_conn, work_node);
+		mc_list_del(&c->work_node);
 		if (c->state == CONN_DOWN)
 			conn_connect(c);
 		else if (c->state == CONN_UP)
@@ -893,7 +909,10 @@ static void *worker_main(void *arg)
 				struct tcp_sconn *sc = evs[i].data.ptr;
 				if ((evs[i].events & EPOLLOUT) && !sconn_flush(sc))
 					continue;
-				if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+				/* requests parked in rbuf (output was full, or a write
+				 * waited for earlier reads) get no new EPOLLIN: resume */
+				if ((evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) ||
+				    sc->rpos != sc->rlen)
 					sconn_readable(sc);
 			} else if (kind == EV_LISTEN) {
 				worker_accept(w);
@@ -964,6 +983,7 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 		mc_list_init(&c->sendq);
 		mc_list_init(&c->recvq);
 		mc_list_init(&c->ready_node);
+		mc_list_init(&c->work_node);
 		pthread_mutex_lock(&w->lock);
 		if (w->nconns == w->conns_cap) {
 			size_t ncap = w->conns_cap ? w->conns_cap * 2 : 16;

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -211,6 +215,63 @@ static void unknown_segment_fails_fast(void **state)
 	assert_int_not_equal(mc_te_open_segment(p->a, "no-such-engine:1", &id), MC_OK);
 }
 
+/* Regression: with more read data queued than the server's output high
+ * water mark, requests parked in its staging buffer were never resumed once
+ * the socket drained within the same call, and the batch hung. */
+static void many_large_reads_in_flight_complete(void **state)
+{
+	struct pair *p = *state;
+	enum { N = 96, BLK = 1 << 20 };
+	char *local = malloc((size_t)N * BLK);
+	struct mc_xfer_req reqs[N];
+	struct mc_xfer_status st;
+	mc_batch_id id;
+
+	mc_test_fill(p->bbuf, BUF, 21);
+	for (int i = 0; i < N; i++) {
+		reqs[i].opcode = MC_OP_READ;
+		reqs[i].source = local + (size_t)i * BLK;
+		reqs[i].target_id = p->b_id;
+		reqs[i].target_offset = (uint64_t)(uintptr_t)(p->bbuf + (size_t)(i % 8) * BLK);
+		reqs[i].length = BLK;
+	}
+	assert_int_equal(mc_te_batch_new(p->a, N, &id), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, reqs, N), MC_OK);
+	assert_int_equal(mc_te_batch_wait(p->a, id, 20000, &st), MC_OK);
+	for (int i = 0; i < N; i++)
+		assert_memory_equal(local + (size_t)i * BLK, p->bbuf + (size_t)(i % 8) * BLK, BLK);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	free(local);
+}
+
+/* Regression: a client that asks for a large read and hangs up must not
+ * kill the target with SIGPIPE; the target keeps serving. */
+static void client_hangup_during_read_does_not_kill_target(void **state)
+{
+	struct pair *p = *state;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(mc_te_tcp_port(p->b))};
+	uint8_t hdr[24] = {0};
+	uint64_t size = BUF, addr = (uint64_t)(uintptr_t)p->bbuf;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (int round = 0; round < 20; round++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_true(fd >= 0);
+		assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+		for (int i = 0; i < 8; i++) {
+			hdr[i] = (uint8_t)(size >> (8 * i));
+			hdr[8 + i] = (uint8_t)(addr >> (8 * i));
+		}
+		hdr[16] = 0x80; /* v2 read */
+		assert_int_equal(send(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+		close(fd);
+	}
+	/* still alive and serving */
+	mc_test_fill(p->abuf, 4096, 5);
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, addr, 4096), MC_OK);
+	assert_memory_equal(p->abuf, p->bbuf, 4096);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -226,6 +287,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
+						setup_mem, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
