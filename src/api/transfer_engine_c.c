@@ -193,9 +193,9 @@ int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len)
 		return -1;
 	host = mc_te_local_host(te);
 	if (strchr(host, ':'))
-		snprintf(buf_out, buf_len, "[%s]:%u", host, (unsigned)mc_te_rpc_port(te));
+		(void)snprintf(buf_out, buf_len, "[%s]:%u", host, (unsigned)mc_te_rpc_port(te));
 	else
-		snprintf(buf_out, buf_len, "%s:%u", host, (unsigned)mc_te_rpc_port(te));
+		(void)snprintf(buf_out, buf_len, "%s:%u", host, (unsigned)mc_te_rpc_port(te));
 	return 0;
 }
 
@@ -458,7 +458,7 @@ int showLinks(transfer_engine_t engine, char *buf, size_t len, int json)
 {
 	if (!te_of(engine) || !buf)
 		return -1;
-	snprintf(buf, len, "%s", json ? "[]" : "");
+	(void)snprintf(buf, len, "%s", json ? "[]" : "");
 	return 0;
 }
 
@@ -518,7 +518,7 @@ static void install_shutdown_hooks(void)
 	sigset_t all, old;
 	int rc;
 
-	atexit(reap_registered);
+	(void)atexit(reap_registered); /* if it fails, signals still work */
 	if (pipe2(signal_pipe, O_CLOEXEC) < 0)
 		return;
 	/* start the thread with signals blocked so it never runs the handler */
