@@ -53,7 +53,6 @@ struct mc_memreg_entry {
 	char location[32];
 	bool remote_accessible;
 	atomic_int users;   /* incoming requests touching it right now */
-	atomic_bool dying;  /* deregistration waits for users to drop to 0 */
 };
 
 struct mc_memreg {
@@ -62,6 +61,7 @@ struct mc_memreg {
 	size_t n, cap;
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond;
+	atomic_uint ndying; /* removers waiting for an entry's users to drain */
 };
 
 int mc_memreg_init(struct mc_memreg *r);

@@ -117,9 +117,10 @@ int mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 				    "deregister: no range starts at 0x%llx", (unsigned long long)addr);
 
 	pthread_mutex_lock(&r->wait_lock);
-	atomic_store(&e->dying, true);
+	atomic_fetch_add(&r->ndying, 1);
 	while (atomic_load(&e->users) > 0)
 		pthread_cond_wait(&r->wait_cond, &r->wait_lock);
+	atomic_fetch_sub(&r->ndying, 1);
 	pthread_mutex_unlock(&r->wait_lock);
 	mc_free(e);
 	return MC_OK;
@@ -145,9 +146,11 @@ struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, ui
 	return e;
 }
 
+/* e must not be touched after the decrement: a waiting remover may free it
+ * at once.  Hence the registry-wide ndying, not a flag in e. */
 void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e)
 {
-	if (atomic_fetch_sub(&e->users, 1) == 1 && atomic_load(&e->dying)) {
+	if (atomic_fetch_sub(&e->users, 1) == 1 && atomic_load(&r->ndying) > 0) {
 		pthread_mutex_lock(&r->wait_lock);
 		pthread_cond_broadcast(&r->wait_cond);
 		pthread_mutex_unlock(&r->wait_lock);

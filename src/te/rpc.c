@@ -293,7 +293,10 @@ static void conn_set_state(struct mc_rpc_server *s, struct rpc_conn *c, enum con
 
 static void conn_close(struct mc_rpc_server *s, struct rpc_conn *c)
 {
-	close(c->fd); /* also removes it from the epoll set */
+	/* explicit removal: a forked child may hold a copy of the fd, and then
+	 * close() alone would leave the registration (and c) live in epoll */
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
 	mc_list_del(&c->node);
 	mc_rpc_reader_release(&c->rd);
 	mc_free(c->out);

@@ -141,7 +141,7 @@ struct tcp_worker {
 	pthread_mutex_t lock;
 	struct mc_list ready; /* conns with incoming slices */
 	atomic_bool sleeping;
-	bool stop;
+	atomic_bool stop;
 	struct mc_list sconns;
 	struct tcp_conn **conns; /* client conns owned, for deadline scans */
 	size_t nconns, conns_cap;
@@ -273,8 +273,8 @@ static void conn_connect(struct tcp_conn *c)
 	struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
 	int fd;
 
-	if (!peer_resolve(c->peer)) {
-		conn_fail(c, MC_ERR_DNS, mc_last_error());
+	if (!c->peer->resolved) {
+		conn_fail(c, MC_ERR_DNS, "peer address could not be resolved");
 		return;
 	}
 	fd = socket(c->peer->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -549,8 +549,11 @@ static void conn_event(struct tcp_conn *c, uint32_t events)
 static void sconn_free(struct tcp_sconn *sc)
 {
 	struct mc_memreg *reg = &sc->w->tp->te->memreg;
-	if (sc->fd >= 0)
+	if (sc->fd >= 0) {
+		/* explicit removal: a forked child may share the fd */
+		epoll_ctl(sc->w->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
 		close(sc->fd);
+	}
 	if (sc->cur_ent)
 		mc_memreg_put(reg, sc->cur_ent);
 	for (size_t i = 0; i < sc->out_n; i++) {
@@ -881,7 +884,7 @@ static void *worker_main(void *arg)
 	struct tcp_worker *w = arg;
 	struct epoll_event evs[64];
 
-	while (!w->stop) {
+	while (!atomic_load(&w->stop)) {
 		int n, timeout = TICK_MS;
 		uint64_t now;
 		atomic_store(&w->sleeping, true);
@@ -964,6 +967,9 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 	p->port = port;
 	p->version = proto_version;
 	p->nconns = tp->conns_per_peer;
+	/* resolved once, here, so workers only ever read the address */
+	if (!peer_resolve(p))
+		mc_warn("peer %s:%u: %s", host, port, mc_last_error());
 	for (unsigned i = 0; i < p->nconns; i++) {
 		unsigned wi = atomic_fetch_add(&tp->next_worker, 1) % tp->nworkers;
 		struct tcp_worker *w = &tp->workers[wi];
@@ -1086,7 +1092,7 @@ static void tcp_close(struct mc_transport *base)
 		struct tcp_worker *w = &tp->workers[i];
 		if (!w->thread)
 			continue;
-		w->stop = true;
+		atomic_store(&w->stop, true);
 		worker_wake(w);
 		pthread_join(w->thread, NULL);
 	}
