@@ -131,7 +131,7 @@ for stage in "${STAGES[@]}"; do
 		unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 		;;
 	tsan)
-		export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${symbolizer:+:external_symbolizer_path=$symbolizer}"
+		export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${symbolizer:+:external_symbolizer_path=$symbolizer}"
 		# LLVM 14's TSan cannot map its shadow with more than 28 bits of mmap
 		# randomisation ("unexpected memory mapping"); run without ASLR there.
 		if [ "$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)" -gt 28 ]; then

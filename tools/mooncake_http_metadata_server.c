@@ -125,8 +125,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, mc_last_error());
 		return 1;
 	}
-	printf("%s listening on %s:%u\n", prog, host ? host : "0.0.0.0",
-	       mc_http_meta_server_port(srv));
+	if (!host)
+		host = "0.0.0.0";
+	/* an IPv6 literal is bracketed so the port stays separable */
+	printf(strchr(host, ':') ? "%s listening on [%s]:%u\n" : "%s listening on %s:%u\n", prog,
+	       host, mc_http_meta_server_port(srv));
 	fflush(stdout);
 
 	while (sigwait(&set, &sig) != 0)

@@ -38,6 +38,7 @@
 #include <pthread.h>
 #include <search.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,8 @@ struct mc_http_meta_server {
 	pthread_mutex_t store_lock; /* protects root and count */
 	void *root;		    /* tsearch tree of struct kv_entry */
 	uint64_t count;
+	char start_msg[256]; /* MHD's last message while starting, for the error */
+	atomic_bool started; /* set once MHD_start_daemon returned */
 };
 
 struct request {
@@ -310,8 +313,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	*con_cls = NULL;
 }
 
+/*
+ * MHD's messages are mostly about misbehaving clients, which a library
+ * should not shout about: they go to debug.  While the daemon starts (only
+ * the starting thread runs then) the last one is kept for the error text,
+ * since it holds the reason, e.g. the bind() failure.
+ */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	struct mc_http_meta_server *s = cls;
 	char msg[512];
 	size_t n;
 
@@ -319,7 +329,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
 		msg[--n] = '\0';
-	mc_warn("http metadata server: %s", msg);
+	if (!atomic_load(&s->started))
+		snprintf(s->start_msg, sizeof(s->start_msg), "%s", msg);
+	mc_debug("http metadata server: %s", msg);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
@@ -387,10 +399,12 @@ int mc_http_meta_server_start(const char *host, uint16_t port, struct mc_http_me
 		(struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_TIMEOUT, MHD_OPTION_END);
 	if (!s->daemon) {
-		status = mc_set_error(MC_ERR_SOCKET, "http metadata server: cannot listen on %s:%u",
-				      host, port);
+		status = mc_set_error(
+			MC_ERR_SOCKET, "http metadata server: cannot listen on %s port %u: %s",
+			host, port, s->start_msg[0] ? s->start_msg : "libmicrohttpd refused");
 		goto err_free_server;
 	}
+	atomic_store(&s->started, true);
 	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info && info->port ? info->port : port;
 	*out = s;

@@ -10,8 +10,8 @@
  * a red-black tree in glibc) under the table's own mutex.  Values are copied
  * in and out; callers never see the table's memory.
  *
- * Lock order: registry_lock before a table's lock (only taken together
- * nowhere today, but keep it that way).
+ * Locks: registry_lock and a table's lock are never held together; should
+ * that change, registry_lock comes first.
  */
 #define MC_LOG_MODULE "meta"
 #include "meta/meta.h"

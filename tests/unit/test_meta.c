@@ -115,16 +115,20 @@ static int server_up(void **state)
 	if (!f)
 		return -1;
 	if (mc_http_meta_server_start("127.0.0.1", 0, &f->srv) != MC_OK)
-		return -1;
+		goto err_free;
 	port = mc_http_meta_server_port(f->srv);
-	if (port == 0)
-		return -1;
 	snprintf(f->base, sizeof(f->base), "http://127.0.0.1:%u", port);
 	snprintf(f->uri, sizeof(f->uri), "%s/metadata", f->base);
-	if (mc_meta_open(f->uri, &f->meta) != MC_OK)
-		return -1;
+	if (port == 0 || mc_meta_open(f->uri, &f->meta) != MC_OK)
+		goto err_stop;
 	*state = f;
 	return 0;
+
+err_stop:
+	mc_http_meta_server_stop(f->srv);
+err_free:
+	free(f);
+	return -1;
 }
 
 static int server_down(void **state)
@@ -291,6 +295,52 @@ static void oversized_bodies_get_413(void **state)
 	raw_expect("GET", url, NULL, 404, NULL);
 }
 
+struct zero_src {
+	size_t left;
+};
+
+static size_t read_zeros(char *buf, size_t size, size_t n, void *arg)
+{
+	struct zero_src *z = arg;
+	size_t k = size * n < z->left ? size * n : z->left;
+	memset(buf, 0, k);
+	z->left -= k;
+	return k;
+}
+
+static void oversized_chunked_body_gets_413(void **state)
+{
+	struct fixture *f = *state;
+	struct zero_src z = {(64u << 20) + 4096};
+	struct curl_slist *hdrs = curl_slist_append(NULL, "Transfer-Encoding: chunked");
+	char url[160];
+	struct raw_resp r = {0};
+	long code = 0;
+	CURL *h = curl_easy_init();
+
+	/* no Content-Length: the server only learns the size while reading */
+	assert_non_null(h);
+	snprintf(url, sizeof(url), "%s?key=chunked", f->uri);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+	curl_easy_setopt(h, CURLOPT_READFUNCTION, read_zeros);
+	curl_easy_setopt(h, CURLOPT_READDATA, &z);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+	assert_int_equal(curl_easy_perform(h), CURLE_OK);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+	assert_int_equal(code, 413);
+	assert_string_equal(r.body, "request body too large");
+	free(r.body);
+	assert_int_equal(z.left, 0);
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(h);
+	raw_expect("GET", url, NULL, 404, NULL);
+	assert_int_equal(mc_http_meta_server_count(f->srv), 0);
+}
+
 struct worker_arg {
 	struct mc_meta *meta;
 	int id;
@@ -333,6 +383,20 @@ static void one_client_many_threads(void **state)
 }
 
 /* ---- failure modes ------------------------------------------------------- */
+
+static void busy_port_fails_with_reason(void **state)
+{
+	struct fixture *f = *state;
+	struct mc_http_meta_server *second = NULL;
+
+	assert_int_equal(
+		mc_http_meta_server_start("127.0.0.1", mc_http_meta_server_port(f->srv), &second),
+		MC_ERR_SOCKET);
+	assert_null(second);
+	assert_non_null(strstr(mc_last_error(), "in use"));
+	assert_int_equal(mc_http_meta_server_start("no.such.host.invalid", 0, &second), MC_ERR_DNS);
+	assert_null(second);
+}
 
 static long ms_since(const struct timespec *t0)
 {
@@ -524,7 +588,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(server_answers_like_upstream_master, server_up,
 						server_down),
 		cmocka_unit_test_setup_teardown(oversized_bodies_get_413, server_up, server_down),
+		cmocka_unit_test_setup_teardown(oversized_chunked_body_gets_413, server_up,
+						server_down),
 		cmocka_unit_test_setup_teardown(one_client_many_threads, server_up, server_down),
+		cmocka_unit_test_setup_teardown(busy_port_fails_with_reason, server_up,
+						server_down),
 		cmocka_unit_test(refused_connection_is_metadata_error),
 		cmocka_unit_test(silent_server_times_out),
 		cmocka_unit_test(backend_selection_by_scheme),
