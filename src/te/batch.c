@@ -205,12 +205,28 @@ struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id)
 	return b;
 }
 
+static bool all_terminal(struct mc_batch *b)
+{
+	for (size_t i = 0; i < b->ntasks; i++) {
+		int st = atomic_load(&b->tasks[i].state);
+		if (st != MC_XFER_COMPLETED && st != MC_XFER_FAILED)
+			return false;
+	}
+	return true;
+}
+
 int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 {
 	struct mc_batch *b = mc_batch_lookup(te, id);
 	if (!b)
 		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
 				    (unsigned long long)id);
+	if (atomic_load(&b->inflight) > 0 && all_terminal(b)) {
+		/* every task shows its end state, but the last completer has not
+		 * decremented inflight yet: it is a few instructions away */
+		while (atomic_load(&b->inflight) > 0)
+			mc_cpu_relax();
+	}
 	if (atomic_load(&b->inflight) > 0) {
 		if (!discard)
 			return mc_set_error(MC_ERR_BATCH_BUSY, "batch 0x%llx has tasks in flight",

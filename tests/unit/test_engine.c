@@ -272,6 +272,29 @@ static void client_hangup_during_read_does_not_kill_target(void **state)
 	assert_memory_equal(p->abuf, p->bbuf, 4096);
 }
 
+/* Regression: a task could show COMPLETED before the batch's in-flight
+ * count dropped, so freeing right after polling returned MC_ERR_BATCH_BUSY. */
+static void free_right_after_polling_completed(void **state)
+{
+	struct pair *p = *state;
+	struct mc_xfer_req r = {.opcode = MC_OP_WRITE,
+				.source = p->abuf,
+				.target_id = p->b_id,
+				.target_offset = (uint64_t)(uintptr_t)p->bbuf,
+				.length = 64};
+	for (int i = 0; i < 3000; i++) {
+		struct mc_xfer_status st;
+		mc_batch_id id;
+		assert_int_equal(mc_te_batch_new(p->a, 1, &id), MC_OK);
+		assert_int_equal(mc_te_submit(p->a, id, &r, 1), MC_OK);
+		do {
+			assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
+		} while (st.state == MC_XFER_WAITING);
+		assert_int_equal(st.state, MC_XFER_COMPLETED);
+		assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +310,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(free_right_after_polling_completed, setup_mem,
+						teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
