@@ -4,7 +4,7 @@
 #   1. build (meson setup build-demo if it does not exist, then ninja);
 #   2. start mooncake_http_metadata_server on a free port (--port 0);
 #   3. start two te_node engines against it: a target with a 256 MiB buffer
-#      and an initiator with 128 MiB;
+#      and an initiator with room for the data twice (136 MiB by default);
 #   4. fill 64 MiB of the initiator with pseudo-random bytes, WRITE them into
 #      the target at an unaligned address, READ them back into another part
 #      of the initiator, and compare XXH3 checksums of all three copies;
@@ -23,8 +23,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MC_DEMO_BUILD:-$ROOT/build-demo}
 SIZE_MIB=${MC_DEMO_SIZE_MIB:-64}
 SIZE=$((SIZE_MIB << 20))
+INI_MIB=$((2 * SIZE_MIB + 8)) # the source and, after it, room for the read-back
 TIMEOUT=120 # seconds allowed for any one step
 export MC_LOG_LEVEL=${MC_LOG_LEVEL:-warn}
+case $SIZE_MIB in
+'' | *[!0-9]*) echo "demo: MC_DEMO_SIZE_MIB must be a number of MiB" >&2; exit 2 ;;
+esac
+if [ "$SIZE_MIB" -lt 1 ] || [ "$SIZE_MIB" -gt 240 ]; then
+	echo "demo: MC_DEMO_SIZE_MIB must be 1..240 (the target has 256 MiB)" >&2
+	exit 2
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mooncake-demo.XXXXXX")
 PIDS=()
@@ -68,6 +76,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 	meson setup "$BUILD" "$ROOT" >"$WORK/build.log" 2>&1 || die "meson setup failed"
 fi
 ninja -C "$BUILD" >>"$WORK/build.log" 2>&1 || die "ninja failed"
+rm -f "$WORK/build.log"
 say "   done in $((SECONDS - t0)) s"
 
 SERVER=$BUILD/tools/mooncake_http_metadata_server
@@ -145,10 +154,13 @@ say "== metadata server: $META (pid $SERVER_PID)"
 
 # --- 3. engines ------------------------------------------------------------------
 start_node TGT --metadata "$META" --name demo-target --host 127.0.0.1 --buffer 256m
-start_node INI --metadata "$META" --name demo-initiator --host 127.0.0.1 --buffer 128m
+start_node INI --metadata "$META" --name demo-initiator --host 127.0.0.1 --buffer "${INI_MIB}m"
 TGT_ADDR=$(field "$TGT_INFO" addr)
+# From here a dead te_node makes our writes fail (and die) instead of killing
+# us; set only now so the children keep the default SIGPIPE action.
+trap '' PIPE
 say "== target    $(field "$TGT_INFO" name): 256 MiB at $TGT_ADDR, rpc port $(field "$TGT_INFO" rpc_port)"
-say "== initiator $(field "$INI_INFO" name): 128 MiB at $(field "$INI_INFO" addr), rpc port $(field "$INI_INFO" rpc_port)"
+say "== initiator $(field "$INI_INFO" name): $INI_MIB MiB at $(field "$INI_INFO" addr), rpc port $(field "$INI_INFO" rpc_port)"
 
 cmd INI open demo-target
 SEG=${REPLY#OK }
@@ -159,7 +171,7 @@ say "   initiator opened demo-target: segment id $SEG, buffer ${REPLY#OK }"
 # --- 4. data --------------------------------------------------------------------
 SRC_OFF=3                       # unaligned on purpose
 DST_OFF=$(((1 << 20) + 5))      # where the data lands in the target
-BACK_OFF=$((SIZE + (1 << 20) + 7)) # where the read-back lands in the initiator
+BACK_OFF=$((SIZE + 4096 + 7))      # where the read-back lands in the initiator
 REMOTE=$(printf '0x%x' $((TGT_ADDR + DST_OFF)))
 
 say "== writing $SIZE_MIB MiB ($SIZE bytes) of random data"

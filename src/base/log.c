@@ -141,6 +141,13 @@ int mc_set_error(int status, const char *fmt, ...)
 	return status;
 }
 
+/* Put back a last-error text saved earlier (verbatim). */
+void mc_restore_error(const char *text);
+void mc_restore_error(const char *text)
+{
+	snprintf(last_error, sizeof(last_error), "%s", text);
+}
+
 void mc_assert_fail(const char *expr, const char *file, int line)
 {
 	char buf[512];

@@ -41,6 +41,7 @@
 #include "transport/transport.h"
 
 void mc_log_init_from_env(void);
+void mc_restore_error(const char *text);
 
 #define CFG(f) offsetof(struct mc_te_config, f)
 const struct mc_config_field mc_te_config_table[] = {
@@ -152,11 +153,12 @@ out:
 	return rc;
 }
 
-static int probe_endpoint(struct mc_te *te, const char *host, uint16_t port, int timeout_ms)
+static int probe_endpoint(struct mc_te *te, const char *host, uint16_t port, int connect_ms,
+			  int io_ms)
 {
 	char *resp = NULL;
 	size_t len = 0;
-	int rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, timeout_ms, timeout_ms,
+	int rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
 			     te->cfg.handshake_max_length, &resp, &len);
 	mc_free(resp);
 	return rc;
@@ -178,7 +180,7 @@ static int publish_rpc_meta(struct mc_te *te)
 	if (rc == MC_OK) {
 		struct mc_rpc_meta om = {0};
 		if (mc_rpc_meta_decode(old, oldlen, &om) == MC_OK &&
-		    probe_endpoint(te, om.ip_or_host_name, om.rpc_port, 1000) == MC_OK) {
+		    probe_endpoint(te, om.ip_or_host_name, om.rpc_port, 1000, 1000) == MC_OK) {
 			rc = mc_set_error(MC_ERR_EXISTS,
 					  "segment name %s is in use by a live engine at %s:%u",
 					  te->name, om.ip_or_host_name, om.rpc_port);
@@ -458,8 +460,10 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 
 	if (!te->p2p) {
 		rc = publish_rpc_meta(te);
-		if (rc == MC_OK)
-			rc = mc_te_publish(te);
+		if (rc != MC_OK)
+			goto err;
+		te->published = true; /* from here on the keys are ours to delete */
+		rc = mc_te_publish(te);
 		if (rc != MC_OK)
 			goto err;
 	}
@@ -475,7 +479,7 @@ err:
 		char why[512];
 		snprintf(why, sizeof(why), "%s", mc_last_error());
 		mc_te_free(te);
-		mc_set_error(rc, "%s", why);
+		mc_restore_error(why);
 	}
 	return rc;
 }
@@ -488,7 +492,7 @@ void mc_te_free(struct mc_te *te)
 		mc_rpc_server_stop(te->rpc);
 	mc_transport_close(te->tcp);
 	mc_transport_close(te->local);
-	if (te->meta && te->name) {
+	if (te->meta && te->name && te->published) {
 		char *k1 = mc_meta_key_rpc(te->name), *k2 = mc_meta_key_segment(te->name);
 		if (k1)
 			mc_meta_del(te->meta, k1);
@@ -746,7 +750,11 @@ static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_seg
 	seg = find_segment_locked(te, name);
 	pthread_rwlock_unlock(&te->seg_lock);
 	if (seg) {
-		if (nocache || te->cfg.disable_metacache || atomic_load(&seg->stale)) {
+		bool failed;
+		pthread_rwlock_rdlock(&te->seg_lock);
+		failed = seg->peer && mc_tcp_peer_failed(seg->peer);
+		pthread_rwlock_unlock(&te->seg_lock);
+		if (nocache || te->cfg.disable_metacache || atomic_load(&seg->stale) || failed) {
 			rc = refresh_segment(te, seg);
 			if (rc != MC_OK)
 				return rc;
@@ -1344,5 +1352,7 @@ mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
 	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);
 	if (rc != MC_OK)
 		return rc;
-	return probe_endpoint(te, host, port, (int)te->cfg.handshake_connect_timeout_s * 1000);
+	/* a live peer answers a probe at once: the connect timeout bounds both */
+	return probe_endpoint(te, host, port, (int)te->cfg.handshake_connect_timeout_s * 1000,
+			      (int)te->cfg.handshake_connect_timeout_s * 1000);
 }

@@ -155,6 +155,7 @@ struct mc_te {
 	struct mc_transport *local;
 	struct mc_memreg memreg;
 	char host_id[64];
+	bool published;           /* our keys are in the metadata store */
 
 	pthread_mutex_t publish_lock;
 
