@@ -48,6 +48,8 @@ static inline int mc_meta_get(struct mc_meta *m, const char *key, char **value_o
 	return m->ops->get(m, key, value_out, len_out);
 }
 
+/* MC_OK; MC_ERR_EXISTS when the service refuses to overwrite (an rpc_meta key
+ * held by another engine); MC_ERR_METADATA when the service fails. */
 static inline int mc_meta_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	return m->ops->put(m, key, value, len);
