@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1127,6 +1128,8 @@ mc_status mc_te_task_status(struct mc_te *te, mc_batch_id id, size_t task,
 	status_out->transferred_bytes = atomic_load(&t->bytes);
 	if (status_out->state == MC_XFER_COMPLETED)
 		maybe_send_batch_notify(te, b);
+	else if (status_out->state == MC_XFER_WAITING)
+		sched_yield(); /* a spinning poller must not starve the workers */
 	return MC_OK;
 }
 
@@ -1166,6 +1169,8 @@ mc_status mc_te_batch_status(struct mc_te *te, mc_batch_id id, struct mc_xfer_st
 	batch_status(b, status_out);
 	if (status_out->state == MC_XFER_COMPLETED)
 		maybe_send_batch_notify(te, b);
+	else if (status_out->state == MC_XFER_WAITING)
+		sched_yield(); /* a spinning poller must not starve the workers */
 	return MC_OK;
 }
 

@@ -119,6 +119,7 @@ struct tcp_sconn {
 	enum { S_HDR, S_WPAYLOAD, S_CLOSING } state;
 	struct mc_tcp_hdr cur;
 	bool cur_v2;
+	bool last_large; /* the last request was a large write */
 	struct mc_memreg_entry *cur_ent;
 	uint64_t cur_done;
 	uint8_t *rbuf;
@@ -385,8 +386,9 @@ static void conn_send(struct tcp_conn *c)
 	conn_set_events(c, false);
 }
 
-/* Fill rbuf; returns bytes read, 0 on EAGAIN, negative status on EOF/error. */
-static ssize_t conn_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen)
+/* Fill rbuf with up to max bytes; returns bytes read, 0 on EAGAIN, negative
+ * status on EOF/error. */
+static ssize_t conn_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen, size_t max)
 {
 	ssize_t n;
 	if (*rpos == *rlen) {
@@ -398,7 +400,7 @@ static ssize_t conn_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen)
 	}
 	if (*rlen == RBUF_SIZE)
 		return 0;
-	n = recv(fd, rbuf + *rlen, RBUF_SIZE - *rlen, MSG_DONTWAIT);
+	n = recv(fd, rbuf + *rlen, MC_MIN(max, RBUF_SIZE - *rlen), MSG_DONTWAIT);
 	if (n > 0) {
 		*rlen += (size_t)n;
 		return n;
@@ -431,6 +433,30 @@ static void conn_recv(struct tcp_conn *c)
 
 		if (s && c->v2 && !c->got_status) {
 			uint32_t code;
+			if (avail == 0 && !from_sendq && s->opcode == MC_OP_READ &&
+			    s->len >= DIRECT_MIN) {
+				/* status into rbuf, payload straight into the destination */
+				struct iovec iov[2] = {{c->rbuf, 8}, {s->local, (size_t)s->len}};
+				ssize_t n = readv(c->fd, iov, 2);
+				if (n > 0) {
+					c->rpos = 0;
+					c->rlen = (size_t)MC_MIN(n, (ssize_t)8);
+					if (n > 8)
+						s->done = (uint64_t)(n - 8);
+					c->last_progress_ms = mc_now_ms();
+					continue;
+				}
+				if (n == 0) {
+					conn_fail(c, MC_ERR_CONN_CLOSED, "peer closed the connection");
+					return;
+				}
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return;
+				if (errno == EINTR)
+					continue;
+				conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
+				return;
+			}
 			if (avail < 8)
 				goto fill;
 			if (mc_tcp_status_decode(c->rbuf + c->rpos, &code) != MC_OK) {
@@ -501,7 +527,7 @@ static void conn_recv(struct tcp_conn *c)
 			return;
 		}
 fill : {
-	ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen);
+	ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen, RBUF_SIZE);
 	if (n == 0)
 		return;
 	if (n < 0) {
@@ -742,6 +768,7 @@ static bool sconn_readable(struct tcp_sconn *sc)
 			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size);
 			if (!sc->cur_ent)
 				return sconn_reject(sc, &h, v2);
+			sc->last_large = write && h.size >= DIRECT_MIN;
 			if (write) {
 				sc->cur = h;
 				sc->cur_v2 = v2;
@@ -800,7 +827,12 @@ static bool sconn_readable(struct tcp_sconn *sc)
 			}
 		}
 fill : {
-	ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen);
+	/* after a large write, fetch just the next header so that its payload
+	 * can go straight to its destination rather than through rbuf */
+	size_t max = sc->state == S_HDR && sc->last_large && sc->rpos == sc->rlen
+			     ? MC_TCP_HDR_LEN
+			     : RBUF_SIZE;
+	ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen, max);
 	if (n == 0)
 		break;
 	if (n < 0) {

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Run transfer_engine_bench against iperf3 (and itself) in one sitting.
+
+Starts one target (P2P handshake, or an HTTP metadata server with --http),
+then for each case alternates an iperf3 loopback run (-l 1M) and a bench run,
+--runs times, and prints the median of each with their ratio.  Figures go to
+stdout as one line per case; see docs/benchmarks.md for recorded results.
+
+usage: bench/te_compare.py [--build build] [--runs 5] [--duration 5] [--quick]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+
+def iperf(port, duration):
+    out = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", "1M",
+                          "-t", str(max(1, int(duration))), "-J"], capture_output=True, text=True,
+                         timeout=duration + 30)
+    j = json.loads(out.stdout)
+    return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
+
+
+def bench(exe, seg, op, block, batch, threads, duration, extra=()):
+    cmd = [exe, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
+           "--local_server_name=127.0.0.1", f"--segment_id={seg}", f"--operation={op}",
+           f"--block_size={block}", f"--batch_size={batch}", f"--threads={threads}",
+           f"--duration={duration}", "--buffer_size=1073741824", "--latency", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    gbs = float(re.search(r"throughput ([0-9.]+) GB/s", out.stdout).group(1))
+    lat = re.search(r"p50 ([0-9.]+) us p99 ([0-9.]+) us .*requests/s ([0-9.]+)", out.stdout)
+    return gbs, float(lat.group(1)), float(lat.group(2)), float(lat.group(3))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=5)
+    ap.add_argument("--quick", action="store_true", help="one short run per case (CI smoke)")
+    ap.add_argument("--filter", default="", help="only cases whose description matches")
+    ap.add_argument("--poll", default="", help="pass --poll=MODE to the bench")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.duration = 1, 0.5
+    exe = os.path.join(args.build, "tools", "transfer_engine_bench")
+
+    iperf_port = 5299
+    iperf_srv = subprocess.Popen(["iperf3", "-s", "-p", str(iperf_port)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = subprocess.Popen([exe, "--mode=target", "--metadata_server=P2PHANDSHAKE",
+                               "--local_server_name=127.0.0.1", "--buffer_size=1073741824"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        seg = target.stdout.readline().strip()
+        if not seg:
+            sys.exit("target did not start")
+        time.sleep(0.3)  # iperf3 server start-up has no ready line
+        cases = [
+            # op, block, batch, threads, compare with iperf3
+            ("write", 1 << 20, 128, 1, True), ("read", 1 << 20, 128, 1, True),
+            ("write", 4 << 20, 128, 1, True), ("read", 4 << 20, 128, 1, True),
+            ("write", 1 << 20, 128, 12, True), ("read", 1 << 20, 128, 12, True),
+            ("write", 4 << 20, 128, 12, True), ("read", 4 << 20, 128, 12, True),
+            ("write", 4096, 128, 1, False), ("read", 4096, 128, 1, False),
+            ("write", 4096, 1, 1, False), ("read", 4096, 1, 1, False),
+            ("write", 65536, 128, 1, False), ("read", 65536, 128, 1, False),
+        ]
+        extra = [f"--poll={args.poll}"] if args.poll else []
+        for op, block, batch, threads, cmp in cases:
+            desc = f"op={op} block={block} batch={batch} threads={threads}"
+            if args.filter and not re.search(args.filter, desc):
+                continue
+            ref, res = [], []
+            for _ in range(args.runs):
+                if cmp:
+                    ref.append(iperf(iperf_port, args.duration))
+                res.append(bench(exe, seg, op, block, batch, threads, args.duration, extra))
+            gbs = statistics.median(r[0] for r in res)
+            p50 = statistics.median(r[1] for r in res)
+            p99 = statistics.median(r[2] for r in res)
+            rps = statistics.median(r[3] for r in res)
+            line = (f"case {desc} "
+                    f"GB/s={gbs:.2f} req/s={rps:.0f} p50_us={p50:.1f} p99_us={p99:.1f}")
+            if cmp:
+                iref = statistics.median(ref)
+                line += f" iperf3_GB/s={iref:.2f} ratio={gbs / iref:.2f}"
+            print(line, flush=True)
+    finally:
+        target.send_signal(signal.SIGTERM)
+        iperf_srv.send_signal(signal.SIGTERM)
+        target.wait(timeout=30)
+        iperf_srv.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
