@@ -1,0 +1,81 @@
+/*
+ * tools/mc_config_doc.c - print docs/config.md from the configuration tables.
+ *
+ *   mc_config_doc            print the document
+ *   mc_config_doc --check F  exit 1 (and say so) when F differs from it
+ *
+ * The test suite runs the --check form, so the document cannot drift from the
+ * tables.  Regenerate with: build/tools/mc_config_doc > docs/config.md
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/config.h"
+#include "te/engine.h"
+
+static const char *type_name(enum mc_config_type t)
+{
+	switch (t) {
+	case MC_CONFIG_BOOL:
+		return "bool";
+	case MC_CONFIG_PRESENCE:
+		return "presence";
+	case MC_CONFIG_INT:
+		return "int";
+	case MC_CONFIG_SIZE:
+		return "size";
+	case MC_CONFIG_STRING:
+		return "string";
+	}
+	return "?";
+}
+
+static void emit(FILE *out)
+{
+	fprintf(out, "# Configuration\n\n"
+		     "Generated from the configuration tables by `tools/mc_config_doc`; do not edit.\n"
+		     "Environment variables keep upstream's names. A value outside its range is "
+		     "ignored with a warning. Sizes take k/m/g/t suffixes (binary). Presence flags "
+		     "are on when the variable is set at all, as upstream.\n\n"
+		     "## Transfer Engine\n\n"
+		     "| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
+	for (size_t i = 0; i < mc_te_config_table_len; i++) {
+		const struct mc_config_field *f = &mc_te_config_table[i];
+		char range[64] = "";
+		if (f->type == MC_CONFIG_INT || f->type == MC_CONFIG_SIZE)
+			snprintf(range, sizeof(range), "%lld-%lld", (long long)f->min,
+				 (long long)f->max);
+		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
+			f->def ? f->def : "unset", type_name(f->type), range, f->doc);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	char *want = NULL, *have = NULL;
+	size_t wl = 0, hl = 0;
+	FILE *m, *f;
+	int same;
+
+	if (argc < 3 || strcmp(argv[1], "--check") != 0) {
+		emit(stdout);
+		return 0;
+	}
+	m = open_memstream(&want, &wl);
+	emit(m);
+	fclose(m);
+	f = fopen(argv[2], "rb");
+	if (f) {
+		have = malloc(wl + 2);
+		hl = fread(have, 1, wl + 1, f);
+		fclose(f);
+	}
+	same = have && hl == wl && memcmp(have, want, wl) == 0;
+	if (!same)
+		fprintf(stderr, "%s is out of date: run build/tools/mc_config_doc > %s\n", argv[2],
+			argv[2]);
+	free(have);
+	free(want);
+	return same ? 0 : 1;
+}
