@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -246,18 +247,28 @@ int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 	return MC_OK;
 }
 
+/*
+ * Waiting: first poll for up to WAIT_SPIN_NS, yielding the CPU between
+ * polls (so a worker on the same core still runs), then sleep on the futex.
+ * A futex wake-up costs tens of microseconds on a virtual machine, more than
+ * a small request's whole round trip, so short transfers finish inside the
+ * polling window; long ones sleep and leave the cores to the workers.
+ */
+#define WAIT_SPIN_NS 100000ull
+
 int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
 {
-	uint64_t deadline = timeout_ms >= 0 ? mc_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
-	unsigned spins = 0;
+	uint64_t start = mc_now_ns();
+	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
 	for (;;) {
 		unsigned v = atomic_load(&b->inflight);
 		struct timespec rel, *relp = NULL;
 		if (v == 0)
 			return MC_OK;
-		/* a short spin catches fast loopback completions without a sleep/wake */
-		if (spins++ < 200) {
-			mc_cpu_relax();
+		if (mc_now_ns() - start < WAIT_SPIN_NS) {
+			for (int i = 0; i < 16 && atomic_load(&b->inflight); i++)
+				mc_cpu_relax();
+			sched_yield();
 			continue;
 		}
 		if (deadline) {

@@ -69,6 +69,16 @@ static int setup_p2p(void **state)
 	return setup_pair(state, "P2PHANDSHAKE");
 }
 
+/* Both engines speak upstream's legacy v1 framing as initiators. */
+static int setup_v1(void **state)
+{
+	int rc;
+	setenv("MC_TCP_PROTO", "1", 1);
+	rc = setup_pair(state, "mem://test_engine_v1");
+	unsetenv("MC_TCP_PROTO");
+	return rc;
+}
+
 static int teardown_pair(void **state)
 {
 	struct pair *p = *state;
@@ -300,6 +310,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_v1, teardown_pair),
+		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_v1, teardown_pair),
 		cmocka_unit_test_setup_teardown(out_of_range_write_is_rejected_and_memory_untouched,
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_mem, teardown_pair),
