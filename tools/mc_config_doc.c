@@ -33,13 +33,14 @@ static const char *type_name(enum mc_config_type t)
 
 static void emit(FILE *out)
 {
-	fprintf(out, "# Configuration\n\n"
-		     "Generated from the configuration tables by `tools/mc_config_doc`; do not edit.\n"
-		     "Environment variables keep upstream's names. A value outside its range is "
-		     "ignored with a warning. Sizes take k/m/g/t suffixes (binary). Presence flags "
-		     "are on when the variable is set at all, as upstream.\n\n"
-		     "## Transfer Engine\n\n"
-		     "| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
+	fprintf(out,
+		"# Configuration\n\n"
+		"Generated from the configuration tables by `tools/mc_config_doc`; do not edit.\n"
+		"Environment variables keep upstream's names. A value outside its range is "
+		"ignored with a warning. Sizes take k/m/g/t suffixes (binary). Presence flags "
+		"are on when the variable is set at all, as upstream.\n\n"
+		"## Transfer Engine\n\n"
+		"| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
 	for (size_t i = 0; i < mc_te_config_table_len; i++) {
 		const struct mc_config_field *f = &mc_te_config_table[i];
 		char range[64] = "";

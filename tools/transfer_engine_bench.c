@@ -22,9 +22,9 @@
  * --conns_per_peer (engine parameters), --poll (how a thread waits for its
  * batch: by default it sleeps in mc_te_batch_wait; upstream's busy loop,
  * --poll=spin, takes a core away from the engine's workers on small
- * machines, so more threads would look slower) and --json.  A batch is allocated and freed per iteration, as
- * upstream does: reusing one is not possible, since a batch's capacity
- * counts every request ever submitted to it (MC_ERR_TOO_MANY_REQUESTS).
+ * machines, so more threads would look slower) and --json.  A batch is allocated and freed per
+ * iteration, as upstream does: reusing one is not possible, since a batch's capacity counts every
+ * request ever submitted to it (MC_ERR_TOO_MANY_REQUESTS).
  *
  * Flags use gflags' syntax, since scripts written for upstream pass them
  * that way: --flag=value, --flag value, -flag, and --flag / --noflag for

@@ -36,7 +36,7 @@ extern "C" {
 
 struct mc_te;
 
-typedef uint64_t mc_batch_id;  /* opaque; never 0 for a valid batch */
+typedef uint64_t mc_batch_id;	/* opaque; never 0 for a valid batch */
 typedef uint64_t mc_segment_id; /* 0 = the local segment */
 
 #define MC_LOCAL_SEGMENT ((mc_segment_id)0)
@@ -79,7 +79,7 @@ struct mc_te_params {
 };
 
 enum mc_opcode {
-	MC_OP_READ = 0,  /* remote -> local source buffer */
+	MC_OP_READ = 0,	 /* remote -> local source buffer */
 	MC_OP_WRITE = 1, /* local source buffer -> remote */
 };
 
@@ -105,8 +105,8 @@ enum mc_xfer_state {
 };
 
 struct mc_xfer_status {
-	int state;                  /* enum mc_xfer_state */
-	mc_status error;            /* why it failed (MC_OK otherwise) */
+	int state;		    /* enum mc_xfer_state */
+	mc_status error;	    /* why it failed (MC_OK otherwise) */
 	uint64_t transferred_bytes; /* bytes of finished tasks / slices */
 };
 

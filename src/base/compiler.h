@@ -4,15 +4,15 @@
 
 #include <stddef.h>
 
-#define MC_API __attribute__((visibility("default")))
+#define MC_API			    __attribute__((visibility("default")))
 
-#define mc_likely(x)   __builtin_expect(!!(x), 1)
-#define mc_unlikely(x) __builtin_expect(!!(x), 0)
-#define MC_UNUSED      __attribute__((unused))
-#define MC_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#define MC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define mc_likely(x)		    __builtin_expect(!!(x), 1)
+#define mc_unlikely(x)		    __builtin_expect(!!(x), 0)
+#define MC_UNUSED		    __attribute__((unused))
+#define MC_PRINTF(a, b)		    __attribute__((format(printf, a, b)))
+#define MC_ARRAY_SIZE(a)	    (sizeof(a) / sizeof((a)[0]))
 #define MC_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
-#define MC_CACHELINE 64
+#define MC_CACHELINE		    64
 
 #if defined(__x86_64__) || defined(__i386__)
 #define mc_cpu_relax() __builtin_ia32_pause()
@@ -24,8 +24,8 @@
 
 #define mc_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-#define MC_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MC_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MC_MIN(a, b)			   ((a) < (b) ? (a) : (b))
+#define MC_MAX(a, b)			   ((a) > (b) ? (a) : (b))
 
 /* Always-on invariant check: a broken invariant is a bug, never peer input. */
 void mc_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));

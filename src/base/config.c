@@ -110,8 +110,8 @@ static int set_field(const struct mc_config_field *f, void *obj, const char *val
 	case MC_CONFIG_BOOL:
 	case MC_CONFIG_PRESENCE:
 		if (!mc_parse_bool(value, &b))
-			return mc_set_error(MC_ERR_INVALID_PARAMS, "option %s: '%s' is not a boolean",
-					    f->name, value);
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "option %s: '%s' is not a boolean", f->name, value);
 		*(bool *)p = b;
 		return MC_OK;
 	case MC_CONFIG_INT:
@@ -125,8 +125,8 @@ static int set_field(const struct mc_config_field *f, void *obj, const char *val
 	case MC_CONFIG_SIZE:
 		if (!mc_parse_size(value, &u) || u < (uint64_t)f->min || u > (uint64_t)f->max)
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
-					    "option %s: '%s' is not a size in [%" PRId64 ", %" PRId64
-					    "]",
+					    "option %s: '%s' is not a size in [%" PRId64
+					    ", %" PRId64 "]",
 					    f->name, value, f->min, f->max);
 		*(uint64_t *)p = u;
 		return MC_OK;

@@ -18,21 +18,21 @@
 #include <stdio.h>
 
 enum mc_config_type {
-	MC_CONFIG_BOOL,     /* "1/true/yes/on" or "0/false/no/off" */
+	MC_CONFIG_BOOL,	    /* "1/true/yes/on" or "0/false/no/off" */
 	MC_CONFIG_PRESENCE, /* env: set at all means true (upstream's presence flags) */
-	MC_CONFIG_INT,      /* int64 within [min, max] */
-	MC_CONFIG_SIZE,     /* bytes, with optional k/m/g/t suffix (binary), within [min, max] */
+	MC_CONFIG_INT,	    /* int64 within [min, max] */
+	MC_CONFIG_SIZE,	    /* bytes, with optional k/m/g/t suffix (binary), within [min, max] */
 	MC_CONFIG_STRING,   /* malloc'ed copy; owned by the struct, freed by mc_config_release */
 };
 
 struct mc_config_field {
-	const char *name;     /* flag name: "tcp_slice_size" */
-	const char *env;      /* environment variable, or NULL */
-	const char *def;      /* default as text, or NULL (string: NULL pointer) */
-	const char *doc;      /* one line of help */
-	size_t offset;        /* offsetof(struct, field) */
+	const char *name; /* flag name: "tcp_slice_size" */
+	const char *env;  /* environment variable, or NULL */
+	const char *def;  /* default as text, or NULL (string: NULL pointer) */
+	const char *doc;  /* one line of help */
+	size_t offset;	  /* offsetof(struct, field) */
 	enum mc_config_type type;
-	int64_t min, max;     /* bounds for INT and SIZE */
+	int64_t min, max; /* bounds for INT and SIZE */
 };
 
 /* Fill every field of obj with its default. */

@@ -11,7 +11,10 @@ struct mc_list {
 	struct mc_list *prev;
 };
 
-#define MC_LIST_INIT(name) {&(name), &(name)}
+#define MC_LIST_INIT(name)       \
+	{                        \
+		&(name), &(name) \
+	}
 
 static inline void mc_list_init(struct mc_list *l)
 {
@@ -63,12 +66,12 @@ static inline void mc_list_splice_tail(struct mc_list *dst, struct mc_list *src)
 	mc_list_init(src);
 }
 
-#define mc_list_entry(ptr, type, member) mc_container_of(ptr, type, member)
+#define mc_list_entry(ptr, type, member)  mc_container_of(ptr, type, member)
 #define mc_list_first(head, type, member) mc_list_entry((head)->next, type, member)
 
-#define mc_list_for_each(pos, head) for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
-#define mc_list_for_each_safe(pos, tmp, head)                                                      \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
+#define mc_list_for_each(pos, head)	  for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
+#define mc_list_for_each_safe(pos, tmp, head)                            \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif

@@ -35,8 +35,8 @@ int mc_log_level_parse(const char *text)
 		const char *name;
 		int level;
 	} names[] = {
-		{"fatal", MC_LOG_FATAL}, {"error", MC_LOG_ERROR}, {"warn", MC_LOG_WARN},
-		{"warning", MC_LOG_WARN}, {"info", MC_LOG_INFO}, {"debug", MC_LOG_DEBUG},
+		{"fatal", MC_LOG_FATAL},  {"error", MC_LOG_ERROR}, {"warn", MC_LOG_WARN},
+		{"warning", MC_LOG_WARN}, {"info", MC_LOG_INFO},   {"debug", MC_LOG_DEBUG},
 		{"trace", MC_LOG_TRACE},
 	};
 	if (!text)
@@ -105,7 +105,10 @@ void mc_log_write(int level, const char *module, const char *file, int line, con
 	r = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ld %d:%ld %c [%s] ",
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
 		     ts.tv_nsec / 1000000, (int)getpid(), (long)syscall(SYS_gettid),
-		     letters[level < 0 ? 0 : level > 5 ? 5 : level], module);
+		     letters[level < 0	 ? 0
+			     : level > 5 ? 5
+					 : level],
+		     module);
 	n = r > 0 ? (size_t)r : 0;
 	if (n >= sizeof(buf))
 		n = sizeof(buf) - 1;

@@ -28,11 +28,11 @@ extern atomic_int mc_log_level_current;
 void mc_log_write(int level, const char *module, const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
-#define mc_log(level, ...)                                                                         \
-	do {                                                                                       \
-		if ((level) <= MC_LOG_MAX_LEVEL &&                                                 \
+#define mc_log(level, ...)                                                                        \
+	do {                                                                                      \
+		if ((level) <= MC_LOG_MAX_LEVEL &&                                                \
 		    (level) <= atomic_load_explicit(&mc_log_level_current, memory_order_relaxed)) \
-			mc_log_write((level), MC_LOG_MODULE, __FILE__, __LINE__, __VA_ARGS__);     \
+			mc_log_write((level), MC_LOG_MODULE, __FILE__, __LINE__, __VA_ARGS__);    \
 	} while (0)
 
 #define mc_error(...) mc_log(MC_LOG_ERROR, __VA_ARGS__)

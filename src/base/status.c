@@ -4,8 +4,8 @@
 const char *mc_strerror(mc_status status)
 {
 	switch (status) {
-#define MC__STATUS_DESC(name, value, desc)                                                         \
-	case MC_##name:                                                                            \
+#define MC__STATUS_DESC(name, value, desc) \
+	case MC_##name:                    \
 		return (desc);
 		MC_STATUS_MAP(MC__STATUS_DESC)
 #undef MC__STATUS_DESC
@@ -16,8 +16,8 @@ const char *mc_strerror(mc_status status)
 const char *mc_status_name(mc_status status)
 {
 	switch (status) {
-#define MC__STATUS_NAME(name, value, desc)                                                         \
-	case MC_##name:                                                                            \
+#define MC__STATUS_NAME(name, value, desc) \
+	case MC_##name:                    \
 		return #name;
 		MC_STATUS_MAP(MC__STATUS_NAME)
 #undef MC__STATUS_NAME

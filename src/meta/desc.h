@@ -17,18 +17,18 @@
 #include <stdint.h>
 
 struct mc_seg_buffer {
-	char *name;      /* location string ("cpu:0") or segment name for tcp */
+	char *name; /* location string ("cpu:0") or segment name for tcp */
 	uint64_t addr;
 	uint64_t length;
 };
 
 struct mc_seg_desc {
 	char *name;
-	char *protocol;           /* "tcp", "rdma", ... */
-	uint16_t tcp_data_port;   /* 0 when not installed */
-	int tcp_proto_version;    /* absent => 1 */
-	char *timestamp;          /* "YYYY-MM-DD HH:MM:SS.uuuuuu", ignored on compare */
-	char *host_id;            /* our extension "mc_host_id" (boot id); may be NULL */
+	char *protocol;		/* "tcp", "rdma", ... */
+	uint16_t tcp_data_port; /* 0 when not installed */
+	int tcp_proto_version;	/* absent => 1 */
+	char *timestamp;	/* "YYYY-MM-DD HH:MM:SS.uuuuuu", ignored on compare */
+	char *host_id;		/* our extension "mc_host_id" (boot id); may be NULL */
 	struct mc_seg_buffer *buffers;
 	size_t nbuffers;
 };

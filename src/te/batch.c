@@ -14,8 +14,8 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -46,8 +46,8 @@ void mc_restore_error(const char *text);
 
 #define CFG(f) offsetof(struct mc_te_config, f)
 const struct mc_config_field mc_te_config_table[] = {
-	{"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port", CFG(min_rpc_port),
-	 MC_CONFIG_INT, 1024, 65535},
+	{"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port",
+	 CFG(min_rpc_port), MC_CONFIG_INT, 1024, 65535},
 	{"max_rpc_port", "MC_MAX_RPC_PORT", "17000", "highest random RPC/data port",
 	 CFG(max_rpc_port), MC_CONFIG_INT, 1024, 65535},
 	{"handshake_port", "MC_HANDSHAKE_PORT", "12001", "default port of a name without one",
@@ -55,7 +55,8 @@ const struct mc_config_field mc_te_config_table[] = {
 	{"handshake_max_length", "MC_HANDSHAKE_MAX_LENGTH", "1048576", "largest RPC frame accepted",
 	 CFG(handshake_max_length), MC_CONFIG_SIZE, 1 << 20, 128 << 20},
 	{"handshake_connect_timeout", "MC_HANDSHAKE_CONNECT_TIMEOUT", "5",
-	 "RPC connect timeout in seconds", CFG(handshake_connect_timeout_s), MC_CONFIG_INT, 1, 3599},
+	 "RPC connect timeout in seconds", CFG(handshake_connect_timeout_s), MC_CONFIG_INT, 1,
+	 3599},
 	{"rpc_io_timeout_ms", "MC_RPC_IO_TIMEOUT_MS", "10000", "RPC reply deadline in milliseconds",
 	 CFG(rpc_io_timeout_ms), MC_CONFIG_INT, 10, 600000},
 	{"disable_metacache", "MC_DISABLE_METACACHE", NULL, "refetch descriptors on every open",
@@ -384,15 +385,12 @@ static int choose_identity(struct mc_te *te, const struct mc_te_params *p, const
 mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 {
 	struct mc_te *te;
-	const char *uri = params && (params->field_mask & MC_TE_PARAM_METADATA)
-				  ? params->metadata_uri
-				  : NULL;
-	const char *local_name = params && (params->field_mask & MC_TE_PARAM_LOCAL_NAME)
-					 ? params->local_name
-					 : NULL;
-	const char *proto = params && (params->field_mask & MC_TE_PARAM_PROTOCOL)
-				    ? params->protocol
-				    : NULL;
+	const char *uri =
+		params && (params->field_mask & MC_TE_PARAM_METADATA) ? params->metadata_uri : NULL;
+	const char *local_name =
+		params && (params->field_mask & MC_TE_PARAM_LOCAL_NAME) ? params->local_name : NULL;
+	const char *proto =
+		params && (params->field_mask & MC_TE_PARAM_PROTOCOL) ? params->protocol : NULL;
 	struct mc_rpc_server_params rp = {0};
 	int rc, fd = -1;
 
@@ -649,7 +647,8 @@ static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc 
 		if (len >= 4 && strncmp(val, "null", 4) == 0) {
 			mc_free(val);
 			return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND,
-					    "peer %s serves no descriptor (not in P2P mode?)", name);
+					    "peer %s serves no descriptor (not in P2P mode?)",
+					    name);
 		}
 		rc = mc_seg_desc_decode(val, len, desc_out);
 		mc_free(val);
@@ -856,8 +855,8 @@ mc_status mc_te_sync_segment_cache(struct mc_te *te, const char *name)
 	return first;
 }
 
-mc_status mc_te_segment_buffer(struct mc_te *te, mc_segment_id id, size_t index,
-			       uint64_t *addr_out, uint64_t *length_out)
+mc_status mc_te_segment_buffer(struct mc_te *te, mc_segment_id id, size_t index, uint64_t *addr_out,
+			       uint64_t *length_out)
 {
 	int rc = MC_OK;
 	if (!te || !addr_out || !length_out)
@@ -952,8 +951,9 @@ static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_x
 		}
 		seg = get_segment(te, r->target_id);
 		if (!seg)
-			return mc_set_error(MC_ERR_INVALID_PARAMS, "request %zu: unknown segment %llu",
-					    i, (unsigned long long)r->target_id);
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "request %zu: unknown segment %llu", i,
+					    (unsigned long long)r->target_id);
 		pthread_rwlock_rdlock(&te->seg_lock);
 		refresh = atomic_load(&seg->stale) || (seg->peer && mc_tcp_peer_failed(seg->peer));
 		pthread_rwlock_unlock(&te->seg_lock);
@@ -1085,9 +1085,8 @@ mc_status mc_te_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_re
 	return do_submit(te, id, reqs, n, NULL, NULL);
 }
 
-mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id,
-				   const struct mc_xfer_req *reqs, size_t n,
-				   const char *notify_name, const char *notify_msg)
+mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
+				   size_t n, const char *notify_name, const char *notify_msg)
 {
 	if (n == 0)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit with notify: no requests");
@@ -1259,8 +1258,7 @@ static int rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host, 
 static int send_notify(struct mc_te *te, const char *host, uint16_t port, const char *name,
 		       const char *msg)
 {
-	json_t *j = json_pack("{s:s, s:s}", "name", name ? name : "", "notify_msg",
-			      msg ? msg : "");
+	json_t *j = json_pack("{s:s, s:s}", "name", name ? name : "", "notify_msg", msg ? msg : "");
 	char *req = j ? json_dumps(j, JSON_COMPACT) : NULL, *resp = NULL;
 	size_t rlen = 0;
 	int rc;
@@ -1270,7 +1268,8 @@ static int send_notify(struct mc_te *te, const char *host, uint16_t port, const 
 		return MC_ERR_NOMEM;
 	rc = mc_rpc_call(host, port, MC_RPC_NOTIFY, req, strlen(req),
 			 (int)te->cfg.handshake_connect_timeout_s * 1000,
-			 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &resp, &rlen);
+			 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &resp,
+			 &rlen);
 	free(req);
 	if (rc == MC_OK) {
 		json_error_t jerr;

@@ -52,7 +52,7 @@ struct mc_memreg_entry {
 	uint64_t length;
 	char location[32];
 	bool remote_accessible;
-	atomic_int users;   /* incoming requests touching it right now */
+	atomic_int users; /* incoming requests touching it right now */
 };
 
 struct mc_memreg {
@@ -98,14 +98,14 @@ struct mc_batch;
 
 struct mc_task {
 	struct mc_batch *batch;
-	atomic_int state;        /* enum mc_xfer_state */
-	atomic_int error;        /* first mc_status error */
+	atomic_int state; /* enum mc_xfer_state */
+	atomic_int error; /* first mc_status error */
 	atomic_uint slices_left;
 	atomic_uint_fast64_t bytes;
 	uint64_t length;
 	mc_segment_id target;
-	struct mc_slice first;   /* most requests need exactly one slice */
-	struct mc_slice *extra;  /* further slices of a split request */
+	struct mc_slice first;	/* most requests need exactly one slice */
+	struct mc_slice *extra; /* further slices of a split request */
 	unsigned nslices;
 };
 
@@ -115,10 +115,10 @@ struct mc_batch {
 	size_t capacity;
 	size_t ntasks;
 	struct mc_task *tasks;
-	atomic_uint inflight;    /* tasks not yet terminal; futex word */
-	atomic_bool discard;     /* free when inflight reaches 0 */
+	atomic_uint inflight; /* tasks not yet terminal; futex word */
+	atomic_bool discard;  /* free when inflight reaches 0 */
 	atomic_bool freed;
-	atomic_uint busy;        /* completers still touching the batch */
+	atomic_uint busy; /* completers still touching the batch */
 	char *notify_name;
 	char *notify_msg;
 	mc_segment_id notify_target;
@@ -134,10 +134,10 @@ struct mc_segment {
 	mc_segment_id id;
 	char *name;
 	struct mc_seg_desc *desc;
-	char host[256];           /* where its RPC and data ports live */
+	char host[256]; /* where its RPC and data ports live */
 	uint16_t rpc_port;
-	void *peer;               /* transport's peer handle (TCP) */
-	atomic_bool stale;        /* refetch the descriptor before next use */
+	void *peer;	   /* transport's peer handle (TCP) */
+	atomic_bool stale; /* refetch the descriptor before next use */
 };
 
 /* ---- the engine -------------------------------------------------------- */
@@ -155,7 +155,7 @@ struct mc_te {
 	struct mc_transport *local;
 	struct mc_memreg memreg;
 	char host_id[64];
-	bool published;           /* our keys are in the metadata store */
+	bool published; /* our keys are in the metadata store */
 
 	pthread_mutex_t publish_lock;
 
@@ -167,7 +167,7 @@ struct mc_te {
 	struct mc_batch **batches; /* slot table */
 	uint32_t *batch_gen;
 	size_t nbatch_slots;
-	uint32_t *batch_free;      /* free slot stack */
+	uint32_t *batch_free; /* free slot stack */
 	size_t nbatch_free;
 
 	pthread_mutex_t notify_lock;

@@ -114,7 +114,8 @@ int mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 	pthread_rwlock_unlock(&r->lock);
 	if (!e)
 		return mc_set_error(MC_ERR_ADDRESS_NOT_REGISTERED,
-				    "deregister: no range starts at 0x%llx", (unsigned long long)addr);
+				    "deregister: no range starts at 0x%llx",
+				    (unsigned long long)addr);
 
 	pthread_mutex_lock(&r->wait_lock);
 	atomic_fetch_add(&r->ndying, 1);

@@ -123,19 +123,21 @@ static int local_submit(struct mc_transport *base, void *peer, struct mc_slice *
 	(void)peer;
 	for (size_t i = 0; i < n; i++) {
 		struct mc_slice *s = slices[i];
-		struct mc_memreg_entry *ent = mc_memreg_acquire(&lt->te->memreg, s->remote_addr, s->len);
+		struct mc_memreg_entry *ent =
+			mc_memreg_acquire(&lt->te->memreg, s->remote_addr, s->len);
 		char *remote = (char *)(uintptr_t)s->remote_addr;
 		char *dst = s->opcode == MC_OP_WRITE ? remote : s->local;
 		const char *src = s->opcode == MC_OP_WRITE ? s->local : remote;
 
 		if (!ent) {
 			mc_info("local %s of %llu bytes at 0x%llx rejected: not inside registered memory",
-				s->opcode == MC_OP_WRITE ? "write" : "read", (unsigned long long)s->len,
-				(unsigned long long)s->remote_addr);
+				s->opcode == MC_OP_WRITE ? "write" : "read",
+				(unsigned long long)s->len, (unsigned long long)s->remote_addr);
 			mc_slice_done(s, MC_ERR_ADDRESS_NOT_REGISTERED);
 			continue;
 		}
-		if (lt->nthreads && s->len >= lt->parallel_min && copy_parallel(lt, s, ent, dst, src))
+		if (lt->nthreads && s->len >= lt->parallel_min &&
+		    copy_parallel(lt, s, ent, dst, src))
 			continue;
 		memmove(dst, src, (size_t)s->len);
 		mc_memreg_put(&lt->te->memreg, ent);

@@ -56,11 +56,11 @@
 #include "te/engine.h"
 #include "transport/transport.h"
 
-#define RBUF_SIZE       (64 * 1024)
-#define DIRECT_MIN      (32 * 1024) /* payloads at least this large bypass the staging buffer */
-#define IOV_BATCH       64
-#define OUT_HIGH_WATER  (16u << 20) /* stop parsing requests above this much queued output */
-#define TICK_MS         100
+#define RBUF_SIZE      (64 * 1024)
+#define DIRECT_MIN     (32 * 1024) /* payloads at least this large bypass the staging buffer */
+#define IOV_BATCH      64
+#define OUT_HIGH_WATER (16u << 20) /* stop parsing requests above this much queued output */
+#define TICK_MS	       100
 
 enum ev_kind { EV_LISTEN = 1, EV_WAKE, EV_CONN, EV_SCONN };
 
@@ -89,14 +89,14 @@ struct tcp_conn {
 	enum { CONN_DOWN, CONN_CONNECTING, CONN_UP } state;
 	bool v2;
 	bool want_out;
-	bool queued;             /* on w->ready (guarded by w->lock) */
+	bool queued;		 /* on w->ready (guarded by w->lock) */
 	struct mc_list incoming; /* guarded by w->lock */
 	struct mc_list ready_node;
 	struct mc_list work_node; /* worker-private, while taking incoming work */
-	struct mc_list sendq;    /* worker-owned from here on */
+	struct mc_list sendq;	  /* worker-owned from here on */
 	struct mc_list recvq;
-	bool got_status;         /* head of recvq: status seen, payload phase */
-	uint64_t deadline_ms;    /* connect deadline */
+	bool got_status;      /* head of recvq: status seen, payload phase */
+	uint64_t deadline_ms; /* connect deadline */
 	uint64_t last_progress_ms;
 	uint8_t *rbuf;
 	size_t rpos, rlen;
@@ -237,8 +237,7 @@ static void conn_reset_requeue(struct tcp_conn *c)
 	conn_close_fd(c);
 	mc_list_splice_tail(&tmp, &c->recvq);
 	mc_list_splice_tail(&tmp, &c->sendq);
-	mc_list_for_each(pos, &tmp)
-	{
+	mc_list_for_each(pos, &tmp) {
 		struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
 		s->done = 0;
 		s->hdr_done = 0;
@@ -312,8 +311,7 @@ static void conn_send(struct tcp_conn *c)
 		size_t niov = 0, nh = 0, total = 0;
 		ssize_t n, sent;
 
-		mc_list_for_each(pos, &c->sendq)
-		{
+		mc_list_for_each(pos, &c->sendq) {
 			struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
 			if (nh == IOV_BATCH)
 				break;
@@ -321,8 +319,9 @@ static void conn_send(struct tcp_conn *c)
 				struct mc_tcp_hdr h = {
 					.size = s->len,
 					.addr = s->remote_addr,
-					.opcode = (uint8_t)((s->opcode == MC_OP_WRITE ? MC_TCP_OP_WRITE
-										       : MC_TCP_OP_READ) |
+					.opcode = (uint8_t)((s->opcode == MC_OP_WRITE
+								     ? MC_TCP_OP_WRITE
+								     : MC_TCP_OP_READ) |
 							    (c->v2 ? MC_TCP_OP_V2 : 0)),
 				};
 				mc_tcp_hdr_encode(&h, hdrs[nh]);
@@ -355,7 +354,8 @@ static void conn_send(struct tcp_conn *c)
 		while (n > 0) {
 			struct mc_slice *s = mc_list_first(&c->sendq, struct mc_slice, node);
 			if (s->hdr_done < MC_TCP_HDR_LEN) {
-				size_t k = MC_MIN((size_t)n, (size_t)(MC_TCP_HDR_LEN - s->hdr_done));
+				size_t k =
+					MC_MIN((size_t)n, (size_t)(MC_TCP_HDR_LEN - s->hdr_done));
 				s->hdr_done += (uint32_t)k;
 				n -= (ssize_t)k;
 			}
@@ -447,7 +447,8 @@ static void conn_recv(struct tcp_conn *c)
 					continue;
 				}
 				if (n == 0) {
-					conn_fail(c, MC_ERR_CONN_CLOSED, "peer closed the connection");
+					conn_fail(c, MC_ERR_CONN_CLOSED,
+						  "peer closed the connection");
 					return;
 				}
 				if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -504,7 +505,8 @@ static void conn_recv(struct tcp_conn *c)
 				continue;
 			}
 			if (want >= DIRECT_MIN) {
-				ssize_t n = recv(c->fd, s->local + s->done, (size_t)want, MSG_DONTWAIT);
+				ssize_t n =
+					recv(c->fd, s->local + s->done, (size_t)want, MSG_DONTWAIT);
 				if (n > 0) {
 					s->done += (uint64_t)n;
 					c->last_progress_ms = mc_now_ms();
@@ -526,21 +528,21 @@ static void conn_recv(struct tcp_conn *c)
 			conn_fail(c, MC_ERR_PROTOCOL, "unexpected bytes from server");
 			return;
 		}
-fill : {
-	ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen, RBUF_SIZE);
-	if (n == 0)
-		return;
-	if (n < 0) {
-		if (!s && mc_list_empty(&c->sendq)) {
-			/* idle connection closed by the server: just reconnect later */
-			conn_close_fd(c);
+	fill : {
+		ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen, RBUF_SIZE);
+		if (n == 0)
+			return;
+		if (n < 0) {
+			if (!s && mc_list_empty(&c->sendq)) {
+				/* idle connection closed by the server: just reconnect later */
+				conn_close_fd(c);
+				return;
+			}
+			conn_fail(c, (int)n, "peer closed the connection");
 			return;
 		}
-		conn_fail(c, (int)n, "peer closed the connection");
-		return;
+		c->last_progress_ms = mc_now_ms();
 	}
-	c->last_progress_ms = mc_now_ms();
-}
 	}
 }
 
@@ -801,17 +803,17 @@ static bool sconn_readable(struct tcp_sconn *sc)
 				mc_memreg_put(reg, sc->cur_ent);
 				sc->cur_ent = NULL;
 				sc->state = S_HDR;
-				if (sc->cur_v2 && !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) {
+				if (sc->cur_v2 &&
+				    !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) {
 					sconn_free(sc);
 					return false;
 				}
 				continue;
 			}
 			if (want >= DIRECT_MIN) {
-				ssize_t n = user_mem_recv(sc->fd,
-							  (uint8_t *)(uintptr_t)sc->cur.addr +
-								  sc->cur_done,
-							  (size_t)want);
+				ssize_t n = user_mem_recv(
+					sc->fd, (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
+					(size_t)want);
 				if (n > 0) {
 					sc->cur_done += (uint64_t)n;
 					sc->last_progress_ms = mc_now_ms();
@@ -826,23 +828,24 @@ static bool sconn_readable(struct tcp_sconn *sc)
 				return false;
 			}
 		}
-fill : {
-	/* after a large write, fetch just the next header so that its payload
-	 * can go straight to its destination rather than through rbuf */
-	size_t max = sc->state == S_HDR && sc->last_large && sc->rpos == sc->rlen
-			     ? MC_TCP_HDR_LEN
-			     : RBUF_SIZE;
-	ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen, max);
-	if (n == 0)
-		break;
-	if (n < 0) {
-		if (sc->state != S_HDR || sc->rpos != sc->rlen)
-			mc_info("data connection from %s closed mid-request", sc->peer_name);
-		sconn_free(sc);
-		return false;
+	fill : {
+		/* after a large write, fetch just the next header so that its payload
+		 * can go straight to its destination rather than through rbuf */
+		size_t max = sc->state == S_HDR && sc->last_large && sc->rpos == sc->rlen
+				     ? MC_TCP_HDR_LEN
+				     : RBUF_SIZE;
+		ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen, max);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			if (sc->state != S_HDR || sc->rpos != sc->rlen)
+				mc_info("data connection from %s closed mid-request",
+					sc->peer_name);
+			sconn_free(sc);
+			return false;
+		}
+		sc->last_progress_ms = mc_now_ms();
 	}
-	sc->last_progress_ms = mc_now_ms();
-}
 	}
 	return sconn_flush(sc);
 }
@@ -920,11 +923,11 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 		bool busy = !mc_list_empty(&c->sendq) || !mc_list_empty(&c->recvq);
 		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
 			conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
-		else if (c->state == CONN_UP && busy && now - c->last_progress_ms > tp->io_timeout_ms)
+		else if (c->state == CONN_UP && busy &&
+			 now - c->last_progress_ms > tp->io_timeout_ms)
 			conn_fail(c, MC_ERR_TIMEOUT, "no progress within the i/o timeout");
 	}
-	mc_list_for_each_safe(pos, tmp, &w->sconns)
-	{
+	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
 		bool busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
 		if (busy && now - sc->last_progress_ms > tp->io_timeout_ms) {
@@ -995,16 +998,14 @@ static void worker_wake(struct tcp_worker *w)
 
 /* ---- peers and submission ------------------------------------------------------ */
 
-void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port,
-		      int proto_version)
+void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port, int proto_version)
 {
 	struct tcp_transport *tp = to_tcp(base);
 	struct tcp_peer *p;
 	struct mc_list *pos;
 
 	pthread_mutex_lock(&tp->peers_lock);
-	mc_list_for_each(pos, &tp->peers)
-	{
+	mc_list_for_each(pos, &tp->peers) {
 		p = mc_list_entry(pos, struct tcp_peer, node);
 		if (p->port == port && p->version == proto_version && strcmp(p->host, host) == 0)
 			goto out;
@@ -1250,7 +1251,8 @@ static int tcp_open(struct mc_te *te, struct mc_transport **out)
 		}
 	}
 	for (unsigned i = 0; i < tp->nworkers; i++) {
-		if (pthread_create(&tp->workers[i].thread, NULL, worker_main, &tp->workers[i]) != 0) {
+		if (pthread_create(&tp->workers[i].thread, NULL, worker_main, &tp->workers[i]) !=
+		    0) {
 			tp->workers[i].thread = 0;
 			rc = mc_set_error(MC_ERR_INTERNAL, "cannot start tcp worker");
 			goto err;

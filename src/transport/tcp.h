@@ -9,8 +9,7 @@ struct mc_transport;
 
 /* The peer object for host:port (created on first use, lives as long as the
  * transport).  proto_version is the target's tcp_proto_version. */
-void *mc_tcp_peer_get(struct mc_transport *tp, const char *host, uint16_t port,
-		      int proto_version);
+void *mc_tcp_peer_get(struct mc_transport *tp, const char *host, uint16_t port, int proto_version);
 /* True once a connection to the peer failed since the last refresh; the
  * engine then refetches the target's descriptor before the next submit. */
 bool mc_tcp_peer_failed(void *peer);

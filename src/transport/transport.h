@@ -39,8 +39,8 @@ struct mc_transport {
 extern const struct mc_transport_ops mc_tcp_transport_ops;
 extern const struct mc_transport_ops mc_local_transport_ops;
 
-static inline int mc_transport_submit(struct mc_transport *tp, void *peer,
-				      struct mc_slice **slices, size_t n)
+static inline int mc_transport_submit(struct mc_transport *tp, void *peer, struct mc_slice **slices,
+				      size_t n)
 {
 	return tp->ops->submit(tp, peer, slices, n);
 }
@@ -62,10 +62,10 @@ static inline void mc_transport_close(struct mc_transport *tp)
 }
 
 /* TCP wire format (spec transfer-engine.md 4.2). */
-#define MC_TCP_HDR_LEN      24
-#define MC_TCP_OP_READ      0x00
-#define MC_TCP_OP_WRITE     0x01
-#define MC_TCP_OP_V2        0x80
+#define MC_TCP_HDR_LEN	    24
+#define MC_TCP_OP_READ	    0x00
+#define MC_TCP_OP_WRITE	    0x01
+#define MC_TCP_OP_V2	    0x80
 #define MC_TCP_STATUS_MAGIC 0x4D435456u
 #define MC_TCP_STATUS_OK    0u
 #define MC_TCP_STATUS_REJ   1u

@@ -126,8 +126,7 @@ static void list_add_del_splice(void **state)
 	}
 	mc_list_splice_tail(&a, &b);
 	assert_true(mc_list_empty(&b));
-	mc_list_for_each_safe(pos, tmp, &a)
-	{
+	mc_list_for_each_safe(pos, tmp, &a) {
 		struct item *x = mc_list_entry(pos, struct item, node);
 		sum = sum * 10 + x->v;
 		if (x->v == 2)

@@ -2,6 +2,8 @@
  * tests/unit/test_engine.c - two engines in one process over loopback TCP
  * (in-process metadata and P2P), plus the local path and the API's checks.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,8 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -95,8 +95,11 @@ static int teardown_pair(void **state)
 static int xfer(struct mc_te *te, int op, void *local, mc_segment_id seg, uint64_t addr,
 		uint64_t len)
 {
-	struct mc_xfer_req r = {
-		.opcode = op, .source = local, .target_id = seg, .target_offset = addr, .length = len};
+	struct mc_xfer_req r = {.opcode = op,
+				.source = local,
+				.target_id = seg,
+				.target_offset = addr,
+				.length = len};
 	return mc_te_transfer_sync(te, &r, 1, 10000);
 }
 
@@ -323,9 +326,12 @@ static void free_right_after_polling_completed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_mem, teardown_pair),
-		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_p2p, teardown_pair),
-		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_v1, teardown_pair),
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_p2p,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_v1,
+						teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_v1, teardown_pair),
 		cmocka_unit_test_setup_teardown(out_of_range_write_is_rejected_and_memory_untouched,
 						setup_mem, teardown_pair),
@@ -336,7 +342,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
-		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem,
+						teardown_pair),
 		cmocka_unit_test_setup_teardown(free_right_after_polling_completed, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
