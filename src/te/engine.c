@@ -617,6 +617,32 @@ mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
 
 /* ---- segments ------------------------------------------------------------------ */
 
+static int lookup_rpc_meta(struct mc_te *te, const char *name, char *host, size_t host_len,
+			   uint16_t *port)
+{
+	struct mc_rpc_meta m = {0};
+	char *val = NULL, *key = mc_meta_key_rpc(name);
+	size_t len = 0;
+	int rc;
+
+	if (!key)
+		return MC_ERR_NOMEM;
+	rc = mc_meta_get(te->meta, key, &val, &len);
+	mc_free(key);
+	if (rc == MC_ERR_NOT_FOUND)
+		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_rpc_meta_decode(val, len, &m);
+	mc_free(val);
+	if (rc != MC_OK)
+		return rc;
+	snprintf(host, host_len, "%s", m.ip_or_host_name);
+	*port = m.rpc_port;
+	mc_rpc_meta_release(&m);
+	return MC_OK;
+}
+
 /* Fetch name's descriptor and where to reach it. */
 static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc **desc_out,
 			 char *host, size_t host_len, uint16_t *port_out)
@@ -655,26 +681,9 @@ static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc 
 		return rc;
 	}
 
-	key = mc_meta_key_rpc(name);
-	if (!key)
-		return MC_ERR_NOMEM;
-	rc = mc_meta_get(te->meta, key, &val, &len);
-	mc_free(key);
-	if (rc == MC_ERR_NOT_FOUND)
-		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
+	rc = lookup_rpc_meta(te, name, host, host_len, port_out);
 	if (rc != MC_OK)
 		return rc;
-	{
-		struct mc_rpc_meta m = {0};
-		rc = mc_rpc_meta_decode(val, len, &m);
-		mc_free(val);
-		val = NULL;
-		if (rc != MC_OK)
-			return rc;
-		snprintf(host, host_len, "%s", m.ip_or_host_name);
-		*port_out = m.rpc_port;
-		mc_rpc_meta_release(&m);
-	}
 	key = mc_meta_key_segment(name);
 	if (!key)
 		return MC_ERR_NOMEM;
@@ -686,7 +695,13 @@ static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc 
 		return rc;
 	rc = mc_seg_desc_decode(val, len, desc_out);
 	mc_free(val);
-	return rc;
+	if (rc != MC_OK) {
+		char why[400];
+		snprintf(why, sizeof(why), "%s", mc_last_error());
+		mc_warn("skipping segment %s: malformed descriptor: %s", name, why);
+		return mc_set_error(rc, "malformed descriptor of segment %s: %s", name, why);
+	}
+	return MC_OK;
 }
 
 static void *peer_for(struct mc_te *te, const struct mc_seg_desc *d, const char *host)
@@ -1223,36 +1238,17 @@ mc_status mc_te_transfer_sync(struct mc_te *te, const struct mc_xfer_req *reqs, 
 
 /* ---- notifications and probes ------------------------------------------------------ */
 
+/* Where a segment's RPC listener is: from its name in P2P mode, else from
+ * its rpc_meta record. */
 static int rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host, size_t host_len,
 				uint16_t *port)
 {
-	char *val = NULL, *key;
-	size_t len;
-	struct mc_rpc_meta m = {0};
-	int rc;
-
 	if (te->p2p) {
 		if (!mc_sock_split_hostport(name, host, host_len, port, 0) || !*port)
 			return mc_set_error(MC_ERR_INVALID_PARAMS, "%s is not host:port", name);
 		return MC_OK;
 	}
-	key = mc_meta_key_rpc(name);
-	if (!key)
-		return MC_ERR_NOMEM;
-	rc = mc_meta_get(te->meta, key, &val, &len);
-	mc_free(key);
-	if (rc == MC_ERR_NOT_FOUND)
-		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
-	if (rc != MC_OK)
-		return rc;
-	rc = mc_rpc_meta_decode(val, len, &m);
-	mc_free(val);
-	if (rc != MC_OK)
-		return rc;
-	snprintf(host, host_len, "%s", m.ip_or_host_name);
-	*port = m.rpc_port;
-	mc_rpc_meta_release(&m);
-	return MC_OK;
+	return lookup_rpc_meta(te, name, host, host_len, port);
 }
 
 static int send_notify(struct mc_te *te, const char *host, uint16_t port, const char *name,

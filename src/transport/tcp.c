@@ -412,6 +412,24 @@ static ssize_t conn_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen, size
 	return errno == ECONNRESET ? MC_ERR_CONN_CLOSED : MC_ERR_SOCKET;
 }
 
+/* After a direct recv() into a destination returned n <= 0: RECV_RETRY
+ * (interrupted), or RECV_STOP (no data for now, or the connection failed
+ * and was torn down). */
+enum { RECV_RETRY, RECV_STOP };
+static int direct_recv_error(struct tcp_conn *c, ssize_t n)
+{
+	if (n == 0) {
+		conn_fail(c, MC_ERR_CONN_CLOSED, "peer closed the connection");
+		return RECV_STOP;
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK)
+		return RECV_STOP;
+	if (errno == EINTR)
+		return RECV_RETRY;
+	conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
+	return RECV_STOP;
+}
+
 static void conn_recv(struct tcp_conn *c)
 {
 	for (;;) {
@@ -446,16 +464,8 @@ static void conn_recv(struct tcp_conn *c)
 					c->last_progress_ms = mc_now_ms();
 					continue;
 				}
-				if (n == 0) {
-					conn_fail(c, MC_ERR_CONN_CLOSED,
-						  "peer closed the connection");
-					return;
-				}
-				if (errno == EAGAIN || errno == EWOULDBLOCK)
-					return;
-				if (errno == EINTR)
+				if (direct_recv_error(c, n) == RECV_RETRY)
 					continue;
-				conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
 				return;
 			}
 			if (avail < 8)
@@ -512,15 +522,8 @@ static void conn_recv(struct tcp_conn *c)
 					c->last_progress_ms = mc_now_ms();
 					continue;
 				}
-				if (n == 0) {
-					conn_fail(c, MC_ERR_CONN_CLOSED, "peer closed mid-read");
-					return;
-				}
-				if (errno == EAGAIN || errno == EWOULDBLOCK)
-					return;
-				if (errno == EINTR)
+				if (direct_recv_error(c, n) == RECV_RETRY)
 					continue;
-				conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
 				return;
 			}
 		}
