@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "meta/desc.h"
+#include "meta/meta.h"
 #include "mooncake/te.h"
 #include "support.h"
 
@@ -243,6 +245,31 @@ static void unknown_segment_fails_fast(void **state)
 	assert_int_not_equal(mc_te_open_segment(p->a, "no-such-engine:1", &id), MC_OK);
 }
 
+static void malformed_descriptor_is_reported_with_its_name(void **state)
+{
+	struct pair *p = *state;
+	struct mc_meta *m;
+	char *k1 = mc_meta_key_rpc("bogus-seg"), *k2 = mc_meta_key_segment("bogus-seg");
+	const char *rpc = "{\"ip_or_host_name\":\"127.0.0.1\",\"rpc_port\":1}";
+	const char *bad =
+		"{\"name\":\"bogus-seg\",\"protocol\":\"tcp\",\"buffers\":[{\"name\":\"x\","
+		"\"addr\":0,\"length\":5}]}";
+	mc_segment_id id;
+
+	assert_int_equal(mc_meta_open("mem://test_engine", &m), MC_OK);
+	assert_int_equal(mc_meta_put(m, k1, rpc, strlen(rpc)), MC_OK);
+	assert_int_equal(mc_meta_put(m, k2, bad, strlen(bad)), MC_OK);
+	assert_int_equal(mc_te_open_segment(p->a, "bogus-seg", &id), MC_ERR_MALFORMED_JSON);
+	assert_non_null(strstr(mc_last_error(), "bogus-seg"));
+	/* the engine keeps working with good segments */
+	assert_int_equal(mc_te_probe(p->a, mc_te_local_name(p->b)), MC_OK);
+	mc_meta_del(m, k1);
+	mc_meta_del(m, k2);
+	mc_meta_close(m);
+	free(k1);
+	free(k2);
+}
+
 /* Regression: with more read data queued than the server's output high
  * water mark, requests parked in its staging buffer were never resumed once
  * the socket drained within the same call, and the batch hung. */
@@ -344,6 +371,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem,
 						teardown_pair),
+		cmocka_unit_test_setup_teardown(malformed_descriptor_is_reported_with_its_name,
+						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(free_right_after_polling_completed, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
