@@ -3,11 +3,10 @@
  *
  * The grammar is upstream's (spec transfer-engine.md 3.1): "<scheme>://..."
  * selects a backend, and a string without "://" names etcd endpoints
- * ("host:port[,host:port...]").  http(s) and mem are built in; etcd and
- * redis are recognised so the caller gets MC_ERR_NOT_SUPPORTED naming the
- * endpoint instead of a confusing "unknown scheme".  "P2PHANDSHAKE" means
- * "no metadata service" and is the engine's business, so it is refused here
- * like any other string that is not a metadata URI.
+ * ("host:port[,host:port...]").  http(s), mem, etcd and redis are built
+ * in.  "P2PHANDSHAKE" means "no metadata service" and is the engine's
+ * business, so it is refused here like any other string that is not a
+ * metadata URI.
  */
 #define MC_LOG_MODULE "meta"
 #include "meta/meta.h"
@@ -34,11 +33,9 @@ int mc_meta_open(const char *uri, struct mc_meta **out)
 	if (has_scheme(uri, "mem"))
 		return mc_meta_mem_open(uri, out);
 	if (has_scheme(uri, "etcd"))
-		return mc_set_error(MC_ERR_NOT_SUPPORTED,
-				    "metadata: etcd backend is not built, cannot use %s", uri);
+		return mc_meta_etcd_open(uri, out);
 	if (has_scheme(uri, "redis"))
-		return mc_set_error(MC_ERR_NOT_SUPPORTED,
-				    "metadata: redis backend is not built, cannot use %s", uri);
+		return mc_meta_redis_open(uri, out);
 	if (strstr(uri, "://"))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "metadata: unknown scheme in %s (expected http://, https://, "
@@ -48,11 +45,7 @@ int mc_meta_open(const char *uri, struct mc_meta **out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "metadata: P2PHANDSHAKE is not a metadata service");
 	if (strchr(uri, ':'))
-		return mc_set_error(
-			MC_ERR_NOT_SUPPORTED,
-			"metadata: %s names etcd endpoints, and the etcd backend is not "
-			"built",
-			uri);
+		return mc_meta_etcd_open(uri, out);
 	return mc_set_error(MC_ERR_INVALID_PARAMS,
 			    "metadata: cannot parse connection string %s (no scheme, no port)",
 			    uri);

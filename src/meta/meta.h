@@ -9,8 +9,12 @@
  *   mem://<name>        meta_mem.c: an in-process table shared by every
  *                       client opened with the same name (tests, and engines
  *                       embedded in one process)
- *   etcd://, redis://, bare host:port (= etcd): MC_ERR_NOT_SUPPORTED until
- *                       their backends exist, with a clear message.
+ *   etcd://h:p[,h:p...], bare h:p[,h:p...]
+ *                       meta_etcd.c (etcd v3 JSON gateway; entries live under
+ *                       a per-client lease kept alive by a thread)
+ *   redis://[[user]:password@]host[:port]
+ *                       meta_redis.c (hiredis; every key is SET with a TTL
+ *                       that a thread refreshes, and re-SET if it vanished)
  * "P2PHANDSHAKE" is handled by the engine, not here.
  *
  * Threads: a struct mc_meta may be used from many threads at once.
@@ -64,5 +68,12 @@ static inline int mc_meta_del(struct mc_meta *m, const char *key)
 /* Backend constructors (used by mc_meta_open and by tests). */
 int mc_meta_http_open(const char *uri, struct mc_meta **out);
 int mc_meta_mem_open(const char *uri, struct mc_meta **out);
+/* Grants the client's lease, so an unreachable etcd fails here with
+ * MC_ERR_METADATA naming every endpoint tried. */
+int mc_meta_etcd_open(const char *uri, struct mc_meta **out);
+/* Connects, authenticates and PINGs, so an unreachable or refusing Redis
+ * fails here with MC_ERR_METADATA naming the endpoint; a bad uri or
+ * MC_REDIS_DB_INDEX is MC_ERR_INVALID_PARAMS. */
+int mc_meta_redis_open(const char *uri, struct mc_meta **out);
 
 #endif

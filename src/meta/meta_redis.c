@@ -1,0 +1,1045 @@
+/*
+ * meta/meta_redis.c - the Redis metadata backend (hiredis).
+ *
+ * Upstream's client (spec transfer-engine.md 3.4) maps the three operations
+ * onto GET, SET and DEL of the engine's keys over one connection guarded by
+ * a mutex, with optional AUTH [user] pass (MC_REDIS_USERNAME,
+ * MC_REDIS_PASSWORD) and SELECT (MC_REDIS_DB_INDEX, 0-255).  We keep the
+ * keys, the opaque values and those variables, and add what upstream lacks:
+ *
+ * Connection strings.  redis://host[:port], redis://:password@host:port and
+ * redis://user:password@host:port; the user and password are
+ * percent-decoded and take precedence over the environment; the port
+ * defaults to 6379; IPv6 hosts are bracketed.  A path is refused (the
+ * database comes from MC_REDIS_DB_INDEX) and so is an out-of-range database
+ * index: silently falling back to database 0 could mix two clusters.  The
+ * password never appears in messages: base.uri is "redis://host:port".
+ *
+ * Liveness.  Every key this client writes is SET with an expiry (PX, from
+ * MC_REDIS_KEY_TTL_SEC, default 10 s, at least 2 s), and a refresher
+ * thread extends all of them with one pipelined round of PEXPIRE every
+ * TTL/3.  A PEXPIRE answering 0 means the key is gone (the server
+ * restarted, or someone flushed it), so the same round re-SETs it from the
+ * client's own copy.  A crashed engine's keys thus vanish within the TTL
+ * while a live one's come back after any loss.  The client's copy is the
+ * "owned" list: every key put and not deleted since, with its latest value.
+ * A put records its value even when the SET fails, so the server converges
+ * to the latest value once it is reachable again; a del forgets the key
+ * first, so a failed DEL leaves the key to expire instead of being revived.
+ * close() stops the refresher and deletes every owned key.
+ *
+ * Failures.  Open connects, authenticates, selects and PINGs, and fails
+ * with MC_ERR_METADATA naming the endpoint when any step fails.  Afterwards
+ * a broken connection is replaced lazily: the next exchange reconnects
+ * (AUTH and SELECT again), and an exchange that failed on a connection
+ * which had been working is retried once on a fresh one, unless it timed
+ * out, so a server restart is invisible to callers.  Every new connection
+ * first runs a refresh round, so after a restart the owned keys are back
+ * before the caller's command runs; an idle client is reconnected by its
+ * refresher, which retries every second while the server is unreachable.
+ *
+ * Timeouts.  Connect times out after 1 s and every command after 3 s;
+ * MC_METADATA_TIMEOUT_MS (read at open) sets the command timeout and
+ * connect gets a third of it.  A call thus fails within about connect + 2
+ * command timeouts (a retry pays a connect, the restore round and the
+ * command), and at once when the server refuses connections.
+ *
+ * SIGPIPE.  hiredis writes with write(2), which raises SIGPIPE on a
+ * connection the server closed; each exchange blocks SIGPIPE in the calling
+ * thread and consumes one it caused (libpq's technique), so the process's
+ * signal dispositions are left alone.
+ *
+ * Threads and locks: one mutex, lock, protects the connection, the owned
+ * list and the refresher's flags, and is held across each exchange with the
+ * server, so commands from many threads are serialised on the connection.
+ * The refresher sleeps on wake (a CLOCK_MONOTONIC condition variable) with
+ * lock released.  Nothing else is locked while lock is held, except the
+ * allocator and the log.
+ */
+#define MC_LOG_MODULE "redis"
+#include "meta/meta.h"
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/list.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "mooncake/status.h"
+
+#define REDIS_DEFAULT_PORT    6379
+#define REDIS_TIMEOUT_MS      3000L /* per command; connect gets a third */
+#define REDIS_TTL_DEFAULT_SEC 10L
+#define REDIS_TTL_MIN_SEC     2L
+#define REDIS_TTL_MAX_SEC     (INT_MAX / 1000)
+#define REDIS_RETRY_MS	      1000L /* refresher period while the server is unreachable */
+#define REDIS_ERR_SHOW	      200   /* bytes of a server error put in messages */
+
+struct owned_key {
+	struct mc_list node; /* in redis_client.owned */
+	char *key;
+	char *value; /* len bytes, NUL-terminated */
+	size_t len;
+	bool missing; /* scratch for a refresh round */
+};
+
+struct redis_client {
+	struct mc_meta base; /* must be first; base.uri is redis://host:port */
+	char *host;
+	int port;
+	char *user; /* NULL: AUTH without a user name */
+	char *pass; /* NULL: no AUTH */
+	int db;
+	long connect_ms;
+	long cmd_ms;
+	long ttl_ms;
+	pthread_mutex_t lock;
+	redisContext *ctx;    /* NULL while disconnected; under lock */
+	bool ever_connected;  /* a later connect is a reconnect; under lock */
+	int io_errno;	      /* errno of the last failed hiredis call; under lock */
+	struct mc_list owned; /* struct owned_key; under lock */
+	pthread_cond_t wake;  /* wakes the refresher */
+	bool stop;	      /* under lock */
+	bool refresh_failing; /* last refresh failed (log once); refresher only */
+	bool refresher_up;    /* the thread was started */
+	pthread_t refresher;
+};
+
+static const struct mc_meta_ops redis_ops;
+
+static struct redis_client *client_of(struct mc_meta *m)
+{
+	return mc_container_of(m, struct redis_client, base);
+}
+
+/* ---- SIGPIPE guard ----------------------------------------------------------- */
+
+struct sigpipe_guard {
+	sigset_t old;
+	bool was_pending;
+};
+
+static void sigpipe_block(struct sigpipe_guard *g)
+{
+	sigset_t set, pending;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, &g->old);
+	sigemptyset(&pending);
+	sigpending(&pending);
+	g->was_pending = sigismember(&pending, SIGPIPE) == 1;
+}
+
+static void sigpipe_restore(struct sigpipe_guard *g)
+{
+	sigset_t set, pending;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	sigemptyset(&pending);
+	sigpending(&pending);
+	if (!g->was_pending && sigismember(&pending, SIGPIPE) == 1) {
+		struct timespec zero = {0, 0};
+		int saved = errno;
+		while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
+			;
+		errno = saved;
+	}
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* ---- connection -------------------------------------------------------------- */
+
+static struct timeval tv_of_ms(long ms)
+{
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+	return tv;
+}
+
+static void drop_conn_locked(struct redis_client *c)
+{
+	if (c->ctx) {
+		redisFree(c->ctx);
+		c->ctx = NULL;
+	}
+}
+
+static bool io_timed_out(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT;
+}
+
+/* A blocking command on the current connection; NULL with io_errno set on I/O failure. */
+static redisReply *command_locked(struct redis_client *c, int argc, const char **argv,
+				  const size_t *lens)
+{
+	redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
+
+	if (!r)
+		c->io_errno = errno;
+	return r;
+}
+
+/* Text for an I/O failure on c->ctx (call before dropping it). */
+static const char *io_cause(struct redis_client *c, char *buf, size_t len)
+{
+	if (c->ctx && c->ctx->err == REDIS_ERR_IO && io_timed_out(c->io_errno))
+		snprintf(buf, len, "timed out after %ld ms", c->cmd_ms);
+	else if (c->ctx && c->ctx->err)
+		snprintf(buf, len, "%s", c->ctx->errstr);
+	else
+		snprintf(buf, len, "out of memory");
+	return buf;
+}
+
+/* MC_ERR_METADATA with the server's error reply; NOAUTH says how to give a password. */
+static int reply_error(struct redis_client *c, const char *what, const char *key,
+		       const redisReply *r)
+{
+	int n = (int)MC_MIN(r->len, (size_t)REDIS_ERR_SHOW);
+
+	return mc_set_error(MC_ERR_METADATA, "%s: %s%s%s: %.*s%s", c->base.uri, what,
+			    key ? " " : "", key ? key : "", n, r->str,
+			    strncmp(r->str, "NOAUTH", 6) == 0 ? " (set MC_REDIS_PASSWORD or use "
+								"redis://[user]:password@host:port)"
+							      : "");
+}
+
+/* Run one setup command (AUTH, SELECT) on a new connection. */
+static int setup_command_locked(struct redis_client *c, int argc, const char **argv)
+{
+	size_t lens[3];
+	redisReply *r;
+	char cause[256];
+	int status = MC_OK;
+
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	r = command_locked(c, argc, argv, lens);
+	if (!r)
+		return mc_set_error(MC_ERR_METADATA, "%s: %s failed: %s", c->base.uri, argv[0],
+				    io_cause(c, cause, sizeof(cause)));
+	if (r->type == REDIS_REPLY_ERROR)
+		status = reply_error(c, argv[0], NULL, r);
+	freeReplyObject(r);
+	return status;
+}
+
+static int restore_locked(struct redis_client *c);
+
+/*
+ * Make c->ctx a working, authenticated connection on the right database,
+ * with this client's keys in place.
+ * On failure c->ctx is NULL and the error names the endpoint.
+ */
+static int connect_locked(struct redis_client *c)
+{
+	char db[16];
+	int status;
+
+	drop_conn_locked(c);
+	c->ctx = redisConnectWithTimeout(c->host, c->port, tv_of_ms(c->connect_ms));
+	if (!c->ctx)
+		return mc_set_error(MC_ERR_NOMEM, "%s: out of memory connecting", c->base.uri);
+	if (c->ctx->err) {
+		status = mc_set_error(MC_ERR_METADATA, "%s: cannot connect: %s", c->base.uri,
+				      c->ctx->errstr);
+		goto err_drop;
+	}
+	if (redisSetTimeout(c->ctx, tv_of_ms(c->cmd_ms)) != REDIS_OK) {
+		status = mc_set_error(MC_ERR_METADATA, "%s: cannot set socket timeouts: %s",
+				      c->base.uri, c->ctx->errstr);
+		goto err_drop;
+	}
+	redisEnableKeepAlive(c->ctx);
+	if (c->pass) {
+		const char *argv[3] = {"AUTH", c->user ? c->user : c->pass, c->pass};
+		status = setup_command_locked(c, c->user ? 3 : 2, argv);
+		if (status)
+			goto err_drop;
+	}
+	if (c->db) {
+		const char *argv[2] = {"SELECT", db};
+		snprintf(db, sizeof(db), "%d", c->db);
+		status = setup_command_locked(c, 2, argv);
+		if (status)
+			goto err_drop;
+	}
+	if (c->ever_connected)
+		mc_info("%s: reconnected", c->base.uri);
+	c->ever_connected = true;
+	/* the server may have lost our keys (a restart): put them back first */
+	status = restore_locked(c);
+	if (status)
+		goto err_drop;
+	return MC_OK;
+
+err_drop:
+	drop_conn_locked(c);
+	return status;
+}
+
+/*
+ * One exchange with the server: fn sends its commands and reads their
+ * replies on c->ctx.  When it fails with an I/O error on a connection that
+ * had been working (and did not time out), the connection was probably
+ * closed under us, so the exchange is retried once on a new one.
+ */
+typedef int (*exchange_fn)(struct redis_client *c, void *arg);
+
+static int exchange_locked(struct redis_client *c, exchange_fn fn, void *arg, const char *what,
+			   const char *key)
+{
+	struct sigpipe_guard g;
+	char cause[256];
+	int status;
+
+	sigpipe_block(&g);
+	for (int attempt = 0;; attempt++) {
+		bool fresh = !c->ctx || c->ctx->err;
+
+		c->io_errno = 0;
+		if (fresh) {
+			status = connect_locked(c);
+			if (status)
+				break;
+		}
+		status = fn(c, arg);
+		if (!c->ctx->err)
+			break;
+		io_cause(c, cause, sizeof(cause));
+		drop_conn_locked(c);
+		if (fresh || attempt || io_timed_out(c->io_errno)) {
+			status = mc_set_error(MC_ERR_METADATA, "%s: %s%s%s: %s", c->base.uri, what,
+					      key ? " " : "", key ? key : "", cause);
+			break;
+		}
+		mc_debug("%s: %s: connection lost (%s), retrying on a new one", c->base.uri, what,
+			 cause);
+	}
+	sigpipe_restore(&g);
+	return status;
+}
+
+/* ---- single commands ---------------------------------------------------------- */
+
+struct one_cmd {
+	int argc;
+	const char **argv;
+	const size_t *lens;
+	redisReply *reply; /* out */
+};
+
+static int one_cmd_fn(struct redis_client *c, void *arg)
+{
+	struct one_cmd *cmd = arg;
+
+	cmd->reply = command_locked(c, cmd->argc, cmd->argv, cmd->lens);
+	return cmd->reply ? MC_OK : MC_ERR_METADATA;
+}
+
+/*
+ * Run one command (argv[1], if any, is the key named in messages).  MC_OK
+ * with *reply_out set, for the caller to free; an error reply is
+ * MC_ERR_METADATA with the server's words.
+ */
+static int run_locked(struct redis_client *c, int argc, const char **argv, const size_t *lens,
+		      redisReply **reply_out)
+{
+	struct one_cmd cmd = {.argc = argc, .argv = argv, .lens = lens};
+	const char *key = argc > 1 ? argv[1] : NULL;
+	int status;
+
+	status = exchange_locked(c, one_cmd_fn, &cmd, argv[0], key);
+	if (status) {
+		if (cmd.reply)
+			freeReplyObject(cmd.reply);
+		return status;
+	}
+	if (cmd.reply->type == REDIS_REPLY_ERROR) {
+		status = reply_error(c, argv[0], key, cmd.reply);
+		freeReplyObject(cmd.reply);
+		return status;
+	}
+	*reply_out = cmd.reply;
+	return MC_OK;
+}
+
+/* ---- the owned keys ----------------------------------------------------------- */
+
+static struct owned_key *owned_find_locked(struct redis_client *c, const char *key)
+{
+	struct mc_list *pos;
+
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		if (strcmp(o->key, key) == 0)
+			return o;
+	}
+	return NULL;
+}
+
+static void owned_free(struct owned_key *o)
+{
+	mc_free(o->key);
+	mc_free(o->value);
+	mc_free(o);
+}
+
+/* Remember key = value as ours, replacing an older value. */
+static int owned_set_locked(struct redis_client *c, const char *key, const char *value, size_t len)
+{
+	struct owned_key *o = owned_find_locked(c, key);
+	char *copy = mc_malloc(len + 1);
+
+	if (!copy)
+		return mc_set_error(MC_ERR_NOMEM, "%s: out of memory storing %s", c->base.uri, key);
+	if (len)
+		memcpy(copy, value, len);
+	copy[len] = '\0';
+	if (!o) {
+		o = mc_calloc(1, sizeof(*o));
+		if (o)
+			o->key = mc_strdup(key);
+		if (!o || !o->key) {
+			mc_free(o);
+			mc_free(copy);
+			return mc_set_error(MC_ERR_NOMEM, "%s: out of memory storing %s",
+					    c->base.uri, key);
+		}
+		mc_list_add_tail(&c->owned, &o->node);
+	}
+	mc_free(o->value);
+	o->value = copy;
+	o->len = len;
+	return MC_OK;
+}
+
+static void owned_forget_locked(struct redis_client *c, const char *key)
+{
+	struct owned_key *o = owned_find_locked(c, key);
+
+	if (o) {
+		mc_list_del(&o->node);
+		owned_free(o);
+	}
+}
+
+/* ---- the refresher ---------------------------------------------------------------- */
+
+struct refresh_round {
+	char ttl[24];
+	size_t nkeys;
+	size_t nreset; /* out: keys that were missing and SET again */
+	int status;    /* first error reply */
+};
+
+static void note_error_reply(struct redis_client *c, struct refresh_round *rr, const char *what,
+			     const char *key, const redisReply *r)
+{
+	if (rr->status == MC_OK)
+		rr->status = reply_error(c, what, key, r);
+}
+
+/* PEXPIRE every owned key in one pipeline, then SET again those that were gone. */
+static int refresh_fn(struct redis_client *c, void *arg)
+{
+	struct refresh_round *rr = arg;
+	struct mc_list *pos;
+	size_t nmissing = 0;
+	redisReply *r;
+
+	rr->nreset = 0;
+	rr->status = MC_OK;
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		const char *argv[3] = {"PEXPIRE", o->key, rr->ttl};
+		size_t lens[3] = {7, strlen(o->key), strlen(rr->ttl)};
+		if (redisAppendCommandArgv(c->ctx, 3, argv, lens) != REDIS_OK)
+			return MC_ERR_METADATA;
+	}
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		if (redisGetReply(c->ctx, (void **)&r) != REDIS_OK) {
+			c->io_errno = errno;
+			return MC_ERR_METADATA;
+		}
+		o->missing = r->type == REDIS_REPLY_INTEGER && r->integer == 0;
+		nmissing += o->missing;
+		if (r->type == REDIS_REPLY_ERROR)
+			note_error_reply(c, rr, "PEXPIRE", o->key, r);
+		freeReplyObject(r);
+	}
+	if (!nmissing)
+		return rr->status;
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		const char *argv[5] = {"SET", o->key, o->value, "PX", rr->ttl};
+		size_t lens[5] = {3, strlen(o->key), o->len, 2, strlen(rr->ttl)};
+		if (!o->missing)
+			continue;
+		if (redisAppendCommandArgv(c->ctx, 5, argv, lens) != REDIS_OK)
+			return MC_ERR_METADATA;
+	}
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		if (!o->missing)
+			continue;
+		if (redisGetReply(c->ctx, (void **)&r) != REDIS_OK) {
+			c->io_errno = errno;
+			return MC_ERR_METADATA;
+		}
+		if (r->type == REDIS_REPLY_ERROR)
+			note_error_reply(c, rr, "SET", o->key, r);
+		else
+			rr->nreset++;
+		freeReplyObject(r);
+	}
+	return rr->status;
+}
+
+static int refresh_locked(struct redis_client *c, size_t *nreset_out)
+{
+	struct refresh_round rr = {.nkeys = 0};
+	struct mc_list *pos;
+	int status;
+
+	*nreset_out = 0;
+	mc_list_for_each(pos, &c->owned)
+		rr.nkeys++;
+	if (!rr.nkeys)
+		return MC_OK;
+	snprintf(rr.ttl, sizeof(rr.ttl), "%ld", c->ttl_ms);
+	status = exchange_locked(c, refresh_fn, &rr, "refresh", NULL);
+	*nreset_out = rr.nreset;
+	return status;
+}
+
+/*
+ * On a new connection: one refresh round on it, outside exchange_locked (no
+ * reconnect, no retry).  An I/O failure fails the connection; error replies
+ * are only logged, the refresher will try again.
+ */
+static int restore_locked(struct redis_client *c)
+{
+	struct refresh_round rr = {.nkeys = 0};
+	struct mc_list *pos;
+	char cause[256];
+	int status;
+
+	mc_list_for_each(pos, &c->owned)
+		rr.nkeys++;
+	if (!rr.nkeys)
+		return MC_OK;
+	snprintf(rr.ttl, sizeof(rr.ttl), "%ld", c->ttl_ms);
+	status = refresh_fn(c, &rr);
+	if (c->ctx->err)
+		return mc_set_error(MC_ERR_METADATA, "%s: restoring this client's keys (%zu): %s",
+				    c->base.uri, rr.nkeys, io_cause(c, cause, sizeof(cause)));
+	if (status)
+		mc_warn("%s", mc_last_error());
+	else if (rr.nreset)
+		mc_info("%s: %zu keys were gone and are set again", c->base.uri, rr.nreset);
+	return MC_OK;
+}
+
+static void *refresher_main(void *arg)
+{
+	struct redis_client *c = arg;
+	long interval = MC_MAX(c->ttl_ms / 3, 1L);
+	uint64_t next = mc_now_ms() + (uint64_t)interval;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop) {
+		uint64_t now = mc_now_ms();
+		size_t nreset = 0;
+		int status;
+
+		if (now < next) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += (time_t)((next - now) / 1000);
+			ts.tv_nsec += (long)((next - now) % 1000) * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&c->wake, &c->lock, &ts);
+			continue;
+		}
+		status = refresh_locked(c, &nreset);
+		if (status == MC_OK) {
+			if (c->refresh_failing || nreset)
+				mc_info("%s: keys refreshed, %zu were gone and are set again",
+					c->base.uri, nreset);
+			c->refresh_failing = false;
+			next = mc_now_ms() + (uint64_t)interval;
+		} else {
+			if (!c->refresh_failing)
+				mc_warn("cannot refresh keys: %s (retrying every %ld ms)",
+					mc_last_error(), MC_MIN(interval, REDIS_RETRY_MS));
+			c->refresh_failing = true;
+			next = mc_now_ms() + (uint64_t)MC_MIN(interval, REDIS_RETRY_MS);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- operations ------------------------------------------------------------------- */
+
+static int redis_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+{
+	struct redis_client *c = client_of(m);
+	redisReply *r = NULL;
+	char *v;
+	int status;
+
+	if (!key || !value_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key", m->uri);
+	{
+		const char *argv[2] = {"GET", key};
+		size_t lens[2] = {3, strlen(key)};
+		pthread_mutex_lock(&c->lock);
+		status = run_locked(c, 2, argv, lens, &r);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (status)
+		return status;
+	if (r->type == REDIS_REPLY_NIL) {
+		status = mc_set_error(MC_ERR_NOT_FOUND, "%s: key %s not found", m->uri, key);
+		goto out_free;
+	}
+	if (r->type != REDIS_REPLY_STRING) {
+		status = mc_set_error(MC_ERR_METADATA, "%s: GET %s: unexpected reply type %d",
+				      m->uri, key, r->type);
+		goto out_free;
+	}
+	v = mc_malloc(r->len + 1);
+	if (!v) {
+		status = mc_set_error(MC_ERR_NOMEM, "%s: out of memory reading %s", m->uri, key);
+		goto out_free;
+	}
+	memcpy(v, r->str, r->len);
+	v[r->len] = '\0';
+	*value_out = v;
+	if (len_out)
+		*len_out = r->len;
+out_free:
+	freeReplyObject(r);
+	return status;
+}
+
+static int redis_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+{
+	struct redis_client *c = client_of(m);
+	redisReply *r = NULL;
+	char ttl[24];
+	int status;
+
+	if (!key || (!value && len))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key or value", m->uri);
+	snprintf(ttl, sizeof(ttl), "%ld", c->ttl_ms);
+	{
+		const char *argv[5] = {"SET", key, len ? value : "", "PX", ttl};
+		size_t lens[5] = {3, strlen(key), len, 2, strlen(ttl)};
+		pthread_mutex_lock(&c->lock);
+		/* recorded first: a SET that fails now is made good by the refresher */
+		status = owned_set_locked(c, key, value, len);
+		if (status == MC_OK)
+			status = run_locked(c, 5, argv, lens, &r);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (r)
+		freeReplyObject(r);
+	return status;
+}
+
+static int redis_del(struct mc_meta *m, const char *key)
+{
+	struct redis_client *c = client_of(m);
+	redisReply *r = NULL;
+	int status;
+
+	if (!key)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key", m->uri);
+	{
+		const char *argv[2] = {"DEL", key};
+		size_t lens[2] = {3, strlen(key)};
+		pthread_mutex_lock(&c->lock);
+		/* forgotten first: a DEL that fails leaves the key to expire */
+		owned_forget_locked(c, key);
+		status = run_locked(c, 2, argv, lens, &r);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (status)
+		return status;
+	if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
+		status = mc_set_error(MC_ERR_NOT_FOUND, "%s: key %s not found", m->uri, key);
+	freeReplyObject(r);
+	return status;
+}
+
+/* Delete every owned key with one DEL (best effort: they expire anyway) and forget them. */
+static void delete_owned_locked(struct redis_client *c)
+{
+	struct mc_list *pos, *tmp;
+	redisReply *r = NULL;
+	const char **argv;
+	size_t n = 0, i = 1;
+	size_t *lens;
+
+	mc_list_for_each(pos, &c->owned)
+		n++;
+	if (!n)
+		return;
+	argv = mc_calloc(n + 1, sizeof(*argv));
+	lens = mc_calloc(n + 1, sizeof(*lens));
+	if (!argv || !lens) {
+		mc_warn("%s: out of memory deleting %zu keys at close; they expire within %ld ms",
+			c->base.uri, n, c->ttl_ms);
+		goto out_free;
+	}
+	argv[0] = "DEL";
+	lens[0] = 3;
+	mc_list_for_each(pos, &c->owned) {
+		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		argv[i] = o->key;
+		lens[i++] = strlen(o->key);
+	}
+	if (run_locked(c, (int)(n + 1), argv, lens, &r) == MC_OK)
+		freeReplyObject(r);
+	else
+		mc_warn("cannot delete %zu keys at close: %s; they expire within %ld ms", n,
+			mc_last_error(), c->ttl_ms);
+out_free:
+	mc_free(argv);
+	mc_free(lens);
+	mc_list_for_each_safe(pos, tmp, &c->owned) {
+		mc_list_del(pos);
+		owned_free(mc_list_entry(pos, struct owned_key, node));
+	}
+}
+
+static void client_free(struct redis_client *c)
+{
+	pthread_cond_destroy(&c->wake);
+	pthread_mutex_destroy(&c->lock);
+	mc_free(c->host);
+	mc_free(c->user);
+	if (c->pass) {
+		explicit_bzero(c->pass, strlen(c->pass));
+		mc_free(c->pass);
+	}
+	mc_free(c->base.uri);
+	mc_free(c);
+}
+
+static void redis_close(struct mc_meta *m)
+{
+	struct redis_client *c = client_of(m);
+
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_signal(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+	if (c->refresher_up)
+		pthread_join(c->refresher, NULL);
+	pthread_mutex_lock(&c->lock);
+	delete_owned_locked(c);
+	drop_conn_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	client_free(c);
+}
+
+/* ---- configuration ------------------------------------------------------------------ */
+
+/* A decimal integer in [lo, hi] from the environment; def when unset. */
+static int env_long(const char *name, long def, long lo, long hi, long *out)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	*out = def;
+	if (!v || !*v)
+		return MC_OK;
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (errno || *end || x < lo || x > hi)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "%s='%s' is not an integer in [%ld, %ld]", name, v, lo, hi);
+	*out = x;
+	return MC_OK;
+}
+
+static long timeout_from_env(void)
+{
+	long ms;
+
+	if (env_long("MC_METADATA_TIMEOUT_MS", REDIS_TIMEOUT_MS, 1, INT_MAX, &ms) != MC_OK) {
+		mc_warn("ignoring MC_METADATA_TIMEOUT_MS='%s': not a positive integer",
+			getenv("MC_METADATA_TIMEOUT_MS"));
+		return REDIS_TIMEOUT_MS;
+	}
+	return ms;
+}
+
+static long ttl_from_env(void)
+{
+	long sec;
+
+	if (env_long("MC_REDIS_KEY_TTL_SEC", REDIS_TTL_DEFAULT_SEC, LONG_MIN, LONG_MAX, &sec) !=
+	    MC_OK) {
+		mc_warn("ignoring MC_REDIS_KEY_TTL_SEC='%s': not an integer",
+			getenv("MC_REDIS_KEY_TTL_SEC"));
+		sec = REDIS_TTL_DEFAULT_SEC;
+	}
+	if (sec < REDIS_TTL_MIN_SEC) {
+		mc_warn("MC_REDIS_KEY_TTL_SEC=%ld is below the minimum, using %ld s", sec,
+			REDIS_TTL_MIN_SEC);
+		sec = REDIS_TTL_MIN_SEC;
+	}
+	if (sec > REDIS_TTL_MAX_SEC)
+		sec = REDIS_TTL_MAX_SEC;
+	return sec * 1000;
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Percent-decode s[0..n) into a new string; NULL (no message) on bad escapes or no memory. */
+static char *pct_decode(const char *s, size_t n)
+{
+	char *out = mc_malloc(n + 1), *o = out;
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '%') {
+			int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+			int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+			if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+				mc_free(out);
+				return NULL;
+			}
+			*o++ = (char)(hi * 16 + lo);
+			i += 2;
+		} else {
+			*o++ = s[i];
+		}
+	}
+	*o = '\0';
+	return out;
+}
+
+/*
+ * Split redis://[[user]:password@]host[:port][/] into c->host, c->port,
+ * c->user, c->pass.  Messages show the URI without its credentials.
+ */
+static int parse_uri(struct redis_client *c, const char *uri)
+{
+	const char *auth = uri + strlen("redis://"), *hp = auth, *end, *at, *colon, *host_end;
+	size_t hlen;
+	long port = REDIS_DEFAULT_PORT;
+
+	end = auth + strcspn(auth, "/?#");
+	if (*end && strcmp(end, "/") != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "metadata: redis connection string takes no path or query "
+				    "(\"%s\"); the database comes from MC_REDIS_DB_INDEX",
+				    end);
+	at = memrchr(auth, '@', (size_t)(end - auth));
+	if (at) {
+		colon = memchr(auth, ':', (size_t)(at - auth));
+		if (!colon)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "metadata: redis credentials must be written "
+					    "redis://:password@host:port or "
+					    "redis://user:password@host:port");
+		if (colon > auth) {
+			c->user = pct_decode(auth, (size_t)(colon - auth));
+			if (!c->user)
+				goto err_escape;
+		}
+		c->pass = pct_decode(colon + 1, (size_t)(at - colon - 1));
+		if (!c->pass)
+			goto err_escape;
+		hp = at + 1;
+	}
+	if (*hp == '[') {
+		host_end = memchr(hp, ']', (size_t)(end - hp));
+		if (!host_end)
+			goto err_host;
+		hp++;
+		colon = host_end + 1 < end ? host_end + 1 : NULL;
+		if (colon && *colon != ':')
+			goto err_host;
+	} else {
+		colon = memrchr(hp, ':', (size_t)(end - hp));
+		host_end = colon ? colon : end;
+		if (colon && memchr(hp, ':', (size_t)(colon - hp)))
+			goto err_host; /* bare IPv6 is ambiguous: ask for brackets */
+	}
+	hlen = (size_t)(host_end - hp);
+	if (!hlen)
+		goto err_host;
+	if (colon) {
+		char digits[8] = "";
+		size_t dlen = (size_t)(end - colon - 1);
+		char *dend;
+		if (!dlen || dlen >= sizeof(digits))
+			goto err_port;
+		memcpy(digits, colon + 1, dlen);
+		port = strtol(digits, &dend, 10);
+		if (*dend || port < 1 || port > 65535 || digits[0] == '-' || digits[0] == '+')
+			goto err_port;
+	}
+	c->host = mc_strndup(hp, hlen);
+	c->port = (int)port;
+	if (!c->host)
+		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory parsing a redis uri");
+	c->base.uri = strchr(c->host, ':') ? mc_asprintf("redis://[%s]:%d", c->host, c->port)
+					   : mc_asprintf("redis://%s:%d", c->host, c->port);
+	if (!c->base.uri)
+		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory parsing a redis uri");
+	return MC_OK;
+
+err_escape:
+	return mc_set_error(MC_ERR_INVALID_PARAMS,
+			    "metadata: bad percent-escape in the credentials of a redis uri");
+err_host:
+	return mc_set_error(MC_ERR_INVALID_PARAMS,
+			    "metadata: no host in redis uri (expected redis://host:port, IPv6 "
+			    "in brackets)");
+err_port:
+	return mc_set_error(MC_ERR_INVALID_PARAMS,
+			    "metadata: bad port in redis uri (expected redis://host:port, port "
+			    "1-65535)");
+}
+
+/* Credentials and database from the environment, where the uri gave none. */
+static int config_from_env(struct redis_client *c)
+{
+	const char *user = getenv("MC_REDIS_USERNAME");
+	const char *pass = getenv("MC_REDIS_PASSWORD");
+	long db;
+	int status;
+
+	status = env_long("MC_REDIS_DB_INDEX", 0, 0, 255, &db);
+	if (status)
+		return status;
+	c->db = (int)db;
+	if (c->pass)
+		return MC_OK; /* the uri's credentials win */
+	if (pass && *pass) {
+		c->pass = mc_strdup(pass);
+		if (!c->pass)
+			return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory");
+		if (user && *user) {
+			c->user = mc_strdup(user);
+			if (!c->user)
+				return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory");
+		}
+	} else if (user && *user) {
+		mc_warn("ignoring MC_REDIS_USERNAME: AUTH needs MC_REDIS_PASSWORD too");
+	}
+	return MC_OK;
+}
+
+/* ---- open ------------------------------------------------------------------------------ */
+
+int mc_meta_redis_open(const char *uri, struct mc_meta **out)
+{
+	struct redis_client *c;
+	pthread_condattr_t ca;
+	sigset_t all, old;
+	redisReply *r = NULL;
+	int status;
+
+	if (!uri || !out || strncasecmp(uri, "redis://", 8) != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: %s is not a redis:// uri",
+				    uri ? uri : "(null)");
+	c = mc_calloc(1, sizeof(*c));
+	if (!c)
+		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening a redis client");
+	c->base.ops = &redis_ops;
+	mc_list_init(&c->owned);
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->wake, &ca);
+	pthread_condattr_destroy(&ca);
+
+	status = parse_uri(c, uri);
+	if (status == MC_OK)
+		status = config_from_env(c);
+	if (status)
+		goto err_free;
+	c->cmd_ms = timeout_from_env();
+	c->connect_ms = MC_MAX(c->cmd_ms / 3, 1L);
+	c->ttl_ms = ttl_from_env();
+
+	/* connect, AUTH, SELECT and PING now, so a bad endpoint fails here */
+	{
+		const char *argv[1] = {"PING"};
+		size_t lens[1] = {4};
+		pthread_mutex_lock(&c->lock);
+		status = run_locked(c, 1, argv, lens, &r);
+		pthread_mutex_unlock(&c->lock);
+		if (status)
+			goto err_close; /* an error reply leaves the connection open */
+		freeReplyObject(r);
+	}
+
+	/* the refresher takes no signals meant for the application */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	status = pthread_create(&c->refresher, NULL, refresher_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (status) {
+		status = mc_set_error(MC_ERR_INTERNAL, "%s: cannot start the key refresher: %s",
+				      c->base.uri, strerror(status));
+		goto err_close;
+	}
+	c->refresher_up = true;
+	mc_debug("%s: open, db %d, key ttl %ld ms, timeouts %ld/%ld ms", c->base.uri, c->db,
+		 c->ttl_ms, c->connect_ms, c->cmd_ms);
+	*out = &c->base;
+	return MC_OK;
+
+err_close:
+	drop_conn_locked(c);
+err_free:
+	client_free(c);
+	return status;
+}
+
+static const struct mc_meta_ops redis_ops = {
+	.name = "redis",
+	.get = redis_get,
+	.put = redis_put,
+	.del = redis_del,
+	.close = redis_close,
+};
