@@ -466,8 +466,9 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 		if (rc != MC_OK)
 			goto err;
 	}
+	/* the backend's uri has any password removed */
 	mc_info("engine %s up: rpc %s:%u, tcp port %u, metadata %s", te->name, te->host,
-		te->rpc_port, mc_tcp_data_port(te->tcp), uri);
+		te->rpc_port, mc_tcp_data_port(te->tcp), te->meta ? te->meta->uri : uri);
 	*te_out = te;
 	return MC_OK;
 err:
@@ -559,8 +560,14 @@ mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char
 	if (rc != MC_OK)
 		return rc;
 	rc = mc_te_publish(te);
-	if (rc != MC_OK)
+	if (rc != MC_OK) {
+		char why[400];
+		snprintf(why, sizeof(why), "%s", mc_last_error());
 		mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
+		/* a failed put may still have landed: publish the rolled-back state */
+		mc_te_publish(te);
+		mc_restore_error(why);
+	}
 	return rc;
 }
 
@@ -595,9 +602,16 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 	}
 	if (rc == MC_OK)
 		rc = mc_te_publish(te);
-	if (rc != MC_OK)
+	if (rc != MC_OK) {
+		char why[400];
+		bool published = i == n;
+		snprintf(why, sizeof(why), "%s", mc_last_error());
 		while (i-- > 0)
 			mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr);
+		if (published)
+			mc_te_publish(te); /* a failed put may still have landed */
+		mc_restore_error(why);
+	}
 	return rc;
 }
 

@@ -1,0 +1,686 @@
+/*
+ * store/proto.h - the binary protocol between store clients and the master.
+ *
+ * Every message is one frame: a fixed 32-byte little-endian header (magic
+ * "MCST", protocol major and minor version, message type, flags, status,
+ * request id, payload length) followed by the payload.  Requests and
+ * responses share the type number; the RESPONSE flag tells them apart and
+ * a response echoes its request's id, so a connection may carry many
+ * requests in flight and answers are matched by id, not by order.  Batch
+ * operations carry all their items in one frame.  The byte layouts, the
+ * version rule and the error conventions are written down in
+ * docs/protocol.md ("Store client <-> master protocol").
+ *
+ * Payloads are sequences of fixed-width little-endian integers, byte
+ * strings (u32 length + bytes, any byte allowed) and lists (u32 count +
+ * items).  Each payload shape is a C struct below; proto.c describes each
+ * one with a field table, and one walker per direction (write, read, free,
+ * compare) runs over the tables, so the encoder and the decoder of a
+ * message cannot drift apart.
+ *
+ * Decoding is strict and canonical: a payload either decodes completely,
+ * with no bytes left over, or fails with MC_ERR_PROTOCOL; booleans and
+ * presence bytes must be 0 or 1, strings and keys respect their maximum
+ * lengths, and a list count is checked against the bytes that remain
+ * before anything is allocated.  Re-encoding a decoded payload therefore
+ * gives back the same bytes, which the fuzz target checks.  What the codec
+ * does not judge is meaning: an empty key, a zero length or an unknown
+ * enum value decodes fine so the master can answer with the right code.
+ *
+ * Ownership: the caller owns what it passes to the encoders.  Decoders
+ * write into caller-provided structs and allocate every string and list
+ * they fill (strings are NUL-terminated after their len bytes, and may
+ * contain NULs themselves); the matching _release frees them.  Threads:
+ * every function here is reentrant; a struct mc_buf or mc_reader belongs
+ * to one thread at a time.
+ */
+#ifndef MC_STORE_PROTO_H
+#define MC_STORE_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "mooncake/status.h"
+
+/* ------------------------------------------------------------------------ */
+/* Protocol constants                                                        */
+
+#define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
+#define MC_STORE_PROTO_MAJOR 1
+#define MC_STORE_PROTO_MINOR 0
+#define MC_PROTO_HDR_LEN     32
+/* Largest payload the encoders produce and the default decode limit. */
+#define MC_PROTO_MAX_PAYLOAD (64u << 20)
+/* Longest key (bytes).  Longer keys are refused by the encoder
+ * (MC_ERR_INVALID_KEY) and are a protocol violation on receipt. */
+#define MC_STORE_KEY_MAX 4096u
+/* Longest other byte string: names, endpoints, tenants, patterns, texts. */
+#define MC_PROTO_STR_MAX 65536u
+
+enum mc_proto_flags {
+	MC_PROTO_F_RESPONSE = 1u << 0,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Growable writer                                                           */
+
+/*
+ * A byte buffer that frames are appended to.  Writes never fail on the
+ * spot: the first allocation failure is kept in err and later writes are
+ * dropped, so an encoder checks once at the end.  The encoders below
+ * restore len (and clear err) when they fail, leaving earlier frames in
+ * the buffer intact; several frames may be appended before one send.
+ */
+struct mc_buf {
+	uint8_t *data;
+	size_t len;
+	size_t cap;
+	mc_status err; /* first failure since the last reset; MC_OK if none */
+};
+
+void mc_buf_init(struct mc_buf *b);
+/* Frees the storage; the buffer is empty and reusable afterwards. */
+void mc_buf_release(struct mc_buf *b);
+/* Empties the buffer and clears err, keeping the storage. */
+void mc_buf_reset(struct mc_buf *b);
+/* Room for extra more bytes.  MC_OK or MC_ERR_NOMEM (also recorded in err). */
+mc_status mc_buf_reserve(struct mc_buf *b, size_t extra);
+void mc_buf_put_u8(struct mc_buf *b, uint8_t v);
+void mc_buf_put_u16(struct mc_buf *b, uint16_t v);
+void mc_buf_put_u32(struct mc_buf *b, uint32_t v);
+void mc_buf_put_u64(struct mc_buf *b, uint64_t v);
+void mc_buf_put_bytes(struct mc_buf *b, const void *p, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Bounds-checked reader                                                     */
+
+/*
+ * A cursor over received bytes.  Every read checks what remains and fails
+ * with MC_ERR_PROTOCOL (and mc_set_error naming the offset) instead of
+ * reading past the end.  alloc_bytes counts what decoders allocated
+ * through this reader, so tests can check that no input makes the decoder
+ * allocate much more than the input's own size.
+ */
+struct mc_reader {
+	const uint8_t *p;
+	size_t left;
+	size_t pos;	    /* bytes consumed so far, for error messages */
+	size_t alloc_bytes; /* total bytes allocated by decoders reading from here */
+};
+
+void mc_reader_init(struct mc_reader *r, const void *data, size_t len);
+mc_status mc_reader_u8(struct mc_reader *r, uint8_t *out);
+mc_status mc_reader_u16(struct mc_reader *r, uint16_t *out);
+mc_status mc_reader_u32(struct mc_reader *r, uint32_t *out);
+mc_status mc_reader_u64(struct mc_reader *r, uint64_t *out);
+/* Borrow the next n bytes (valid while the underlying data lives). */
+mc_status mc_reader_bytes(struct mc_reader *r, size_t n, const uint8_t **out);
+/*
+ * Read a u32 item count and check that count items of at least min_item
+ * bytes each (min_item >= 1) fit in what remains: the check comes before
+ * any allocation, so a forged count cannot cause a large one.
+ */
+mc_status mc_reader_count(struct mc_reader *r, size_t min_item, uint32_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Frame header                                                              */
+
+struct mc_proto_hdr {
+	uint8_t major;	      /* protocol major version of the sender */
+	uint8_t minor;	      /* protocol minor version of the sender */
+	uint16_t type;	      /* enum mc_store_msg_type */
+	uint16_t flags;	      /* enum mc_proto_flags; unknown bits are ignored */
+	int32_t status;	      /* responses: mc_status of the call; requests: 0 */
+	uint64_t req_id;      /* chosen by the client, echoed in the response */
+	uint32_t payload_len; /* bytes after the header */
+};
+
+/* Writes the 32 header bytes (magic included; reserved bytes zero). */
+void mc_proto_hdr_encode(const struct mc_proto_hdr *h, uint8_t out[MC_PROTO_HDR_LEN]);
+/*
+ * Parses the first 32 bytes of a frame.  MC_OK; MC_ERR_PROTOCOL (bad
+ * magic); MC_ERR_INVALID_VERSION (a major version other than ours) and
+ * MC_ERR_TOO_LARGE (payload_len above max_payload): *out is filled in
+ * these two cases as well, so the master can refuse the request by id.
+ */
+mc_status mc_proto_hdr_decode(const uint8_t in[MC_PROTO_HDR_LEN], uint32_t max_payload,
+			      struct mc_proto_hdr *out);
+/*
+ * For stream readers: look at the bytes received so far.  MC_OK: a whole
+ * frame of *frame_len_out bytes starts at buf, header in *hdr_out.
+ * MC_INPROGRESS: no whole frame yet; once the 32 header bytes are there,
+ * *hdr_out and *frame_len_out are filled anyway so the caller can size its
+ * receive buffer.  A wrong magic is reported (MC_ERR_PROTOCOL) as soon as
+ * the first bytes show it; otherwise the errors of mc_proto_hdr_decode,
+ * with *hdr_out filled where that function fills it.  Frames that follow
+ * in buf are left alone (pipelining).
+ */
+mc_status mc_proto_frame_peek(const void *buf, size_t len, uint32_t max_payload,
+			      struct mc_proto_hdr *hdr_out, size_t *frame_len_out);
+
+/* ------------------------------------------------------------------------ */
+/* Value types                                                               */
+
+/* A byte string.  Decoded ones are NUL-terminated after len bytes. */
+struct mc_proto_str {
+	const char *ptr; /* may be NULL when len is 0 */
+	uint32_t len;
+};
+
+/* A C string as a protocol string (NULL gives the empty string). */
+static inline struct mc_proto_str mc_proto_str_c(const char *s)
+{
+	struct mc_proto_str v = {s, s ? (uint32_t)strlen(s) : 0};
+	return v;
+}
+
+struct mc_proto_opt_u64 {
+	bool present;
+	uint64_t value; /* meaningful only when present */
+};
+
+/* Upstream's UUID: a pair of u64, printed "<first>-<second>". */
+struct mc_store_uuid {
+	uint64_t first;
+	uint64_t second;
+};
+
+enum mc_store_replica_type {
+	MC_STORE_REPLICA_MEMORY = 0,
+	MC_STORE_REPLICA_DISK = 1,
+	MC_STORE_REPLICA_LOCAL_DISK = 2,
+	MC_STORE_REPLICA_NOF_SSD = 3,
+	MC_STORE_REPLICA_ALL = 4, /* PutEnd/PutRevoke: every replica of the object */
+	MC_STORE_REPLICA_DFS = 100,
+};
+
+enum mc_store_replica_status {
+	MC_STORE_REPLICA_UNDEFINED = 0,
+	MC_STORE_REPLICA_INITIALIZED = 1,
+	MC_STORE_REPLICA_PROCESSING = 2,
+	MC_STORE_REPLICA_COMPLETE = 3,
+	MC_STORE_REPLICA_REMOVED = 4,
+	MC_STORE_REPLICA_FAILED = 5,
+};
+
+enum mc_store_client_status {
+	MC_STORE_CLIENT_UNDEFINED = 0,
+	MC_STORE_CLIENT_OK = 1,
+	MC_STORE_CLIENT_NEED_REMOUNT = 2,
+};
+
+enum mc_store_soft_pin_action {
+	MC_STORE_SOFT_PIN_PRESERVE = 0,
+	MC_STORE_SOFT_PIN_ENABLE = 1,
+	MC_STORE_SOFT_PIN_DISABLE = 2,
+};
+
+/* A segment a client contributes (spec store.md 2.2). */
+struct mc_store_segment {
+	struct mc_store_uuid id;
+	struct mc_proto_str name; /* the client's host:port */
+	uint64_t base;		  /* address in the owner's address space */
+	uint64_t size;
+	struct mc_proto_str te_endpoint;
+	struct mc_proto_str protocol; /* "tcp", "rdma", ... */
+	struct mc_proto_str host_id;
+};
+
+/* Placement and pinning of a put (spec store.md 2.2, 2.5, 2.7). */
+struct mc_store_replicate_config {
+	uint32_t replica_num;
+	uint32_t nof_replica_num;
+	uint32_t dfs_replica_num;
+	uint8_t soft_pin_action; /* enum mc_store_soft_pin_action */
+	struct mc_proto_opt_u64 soft_pin_ttl_ms;
+	bool with_hard_pin;
+	bool prefer_alloc_in_same_node;
+	uint8_t data_type;		       /* upstream's ObjectDataType, 0 = UNKNOWN */
+	struct mc_proto_str preferred_segment; /* non-empty: replaces the list */
+	uint32_t n_preferred_segments;
+	struct mc_proto_str *preferred_segments;
+	uint32_t n_preferred_nof_segments;
+	struct mc_proto_str *preferred_nof_segments;
+	struct mc_proto_str host_id; /* the writer's host, for local-first placement */
+};
+
+/*
+ * Where one copy of an object lives.  Which fields are on the wire depends
+ * on type: MEMORY and NOF_SSD carry address, segment_name,
+ * transport_endpoint and protocol; DISK carries file_path; LOCAL_DISK
+ * carries client_id and transport_endpoint; DFS carries file_path, offset,
+ * aligned_size and shard_idx.  The others stay zero.
+ */
+struct mc_store_replica {
+	uint64_t id;
+	uint8_t status; /* enum mc_store_replica_status */
+	uint8_t type;	/* enum mc_store_replica_type, never ALL */
+	uint64_t size;	/* object bytes held by this replica */
+	uint64_t address;
+	struct mc_proto_str segment_name;
+	struct mc_proto_str transport_endpoint;
+	struct mc_proto_str protocol;
+	struct mc_proto_str file_path;
+	uint64_t offset;
+	uint64_t aligned_size;
+	uint32_t shard_idx;
+	struct mc_store_uuid client_id;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Message bodies: one struct per payload shape                              */
+
+/* Carries nothing; void results use it. */
+struct mc_store_empty {
+	uint8_t unused;
+};
+
+/* ServiceReady, both ways: the sender's software version (informational;
+ * compatibility is decided by the header's major version). */
+struct mc_store_hello {
+	struct mc_proto_str version;
+};
+
+struct mc_store_client_req {
+	struct mc_store_uuid client_id;
+};
+
+struct mc_store_ping_resp {
+	int64_t view_version;
+	uint8_t client_status; /* enum mc_store_client_status */
+};
+
+struct mc_store_mount_req {
+	struct mc_store_uuid client_id;
+	struct mc_store_segment segment;
+};
+
+struct mc_store_remount_req {
+	struct mc_store_uuid client_id;
+	uint32_t n_segments;
+	struct mc_store_segment *segments;
+};
+
+struct mc_store_unmount_req {
+	struct mc_store_uuid client_id;
+	struct mc_store_uuid segment_id;
+};
+
+struct mc_store_graceful_unmount_req {
+	struct mc_store_uuid client_id;
+	struct mc_store_uuid segment_id;
+	uint64_t grace_period_ms;
+};
+
+/* tenant: "" means the default tenant, except in RemoveAll (all tenants). */
+struct mc_store_key_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+};
+
+struct mc_store_keys_req {
+	struct mc_proto_str tenant;
+	uint32_t n_keys;
+	struct mc_proto_str *keys;
+};
+
+struct mc_store_regex_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str pattern; /* ECMAScript, search semantics */
+};
+
+struct mc_store_exist_resp {
+	bool exists;
+};
+
+struct mc_store_exist_item {
+	int32_t status; /* MC_OK, or why this key could not be checked */
+	bool exists;	/* on the wire only when status is MC_OK */
+};
+
+struct mc_store_batch_exist_resp {
+	uint32_t n_items;
+	struct mc_store_exist_item *items; /* in request order */
+};
+
+/* GetReplicaList's answer: readable replicas and the lease granted. */
+struct mc_store_replica_list {
+	uint64_t lease_ttl_ms;
+	struct mc_proto_opt_u64 checksum;
+	uint32_t n_replicas;
+	struct mc_store_replica *replicas;
+};
+
+struct mc_store_replica_list_item {
+	int32_t status;			   /* MC_OK or the key's own error */
+	struct mc_store_replica_list list; /* on the wire only when status is MC_OK */
+};
+
+struct mc_store_batch_replica_list {
+	uint32_t n_items;
+	struct mc_store_replica_list_item *items; /* in request order */
+};
+
+struct mc_store_keyed_replica_list {
+	struct mc_proto_str key;
+	struct mc_store_replica_list list;
+};
+
+struct mc_store_regex_replica_list {
+	uint32_t n_items;
+	struct mc_store_keyed_replica_list *items;
+};
+
+struct mc_store_put_start_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint64_t value_len;
+	struct mc_proto_str group_id; /* "" = no object group */
+	struct mc_store_replicate_config config;
+};
+
+/* One replica list per key, the descriptors the writer must fill. */
+struct mc_store_put_start_resp {
+	uint32_t n_replicas;
+	struct mc_store_replica *replicas;
+};
+
+struct mc_store_put_item {
+	struct mc_proto_str key;
+	uint64_t value_len;
+	struct mc_proto_str group_id;
+};
+
+struct mc_store_batch_put_start_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	struct mc_store_replicate_config config; /* shared by every item */
+	uint32_t n_items;
+	struct mc_store_put_item *items;
+};
+
+struct mc_store_put_start_item {
+	int32_t status; /* MC_OK or the key's own error */
+	uint32_t n_replicas;
+	struct mc_store_replica *replicas; /* on the wire only when status is MC_OK */
+};
+
+struct mc_store_batch_put_start_resp {
+	uint32_t n_items;
+	struct mc_store_put_start_item *items;
+};
+
+struct mc_store_put_end_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	uint8_t replica_type; /* enum mc_store_replica_type */
+	struct mc_proto_str key;
+	struct mc_proto_opt_u64 checksum;
+};
+
+struct mc_store_object_meta {
+	struct mc_proto_str key;
+	struct mc_proto_opt_u64 checksum;
+};
+
+struct mc_store_batch_put_end_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	uint8_t replica_type;
+	uint32_t n_items;
+	struct mc_store_object_meta *items;
+};
+
+struct mc_store_put_revoke_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	uint8_t replica_type;
+	struct mc_proto_str key;
+};
+
+struct mc_store_batch_put_revoke_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	uint8_t replica_type;
+	uint32_t n_keys;
+	struct mc_proto_str *keys;
+};
+
+/* Per-key results of BatchPutEnd/Revoke and BatchRemove, in request order. */
+struct mc_store_batch_status_resp {
+	uint32_t n_items;
+	int32_t *statuses;
+};
+
+struct mc_store_remove_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	bool force;
+};
+
+struct mc_store_remove_regex_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str pattern;
+	bool force;
+};
+
+struct mc_store_remove_all_req {
+	struct mc_proto_str tenant; /* "" = every tenant */
+	bool force;
+};
+
+struct mc_store_batch_remove_req {
+	struct mc_proto_str tenant;
+	bool force;
+	uint32_t n_keys;
+	struct mc_proto_str *keys;
+};
+
+struct mc_store_count_resp {
+	int64_t count;
+};
+
+/* X(name): struct mc_store_<name>; generates mc_store_<name>_release() and
+ * mc_store_<name>_equal(); release only what a decoder filled. */
+#define MC_STORE_BODY_MAP(X)    \
+	X(empty)                \
+	X(hello)                \
+	X(client_req)           \
+	X(ping_resp)            \
+	X(mount_req)            \
+	X(remount_req)          \
+	X(unmount_req)          \
+	X(graceful_unmount_req) \
+	X(key_req)              \
+	X(keys_req)             \
+	X(regex_req)            \
+	X(exist_resp)           \
+	X(batch_exist_resp)     \
+	X(replica_list)         \
+	X(batch_replica_list)   \
+	X(regex_replica_list)   \
+	X(put_start_req)        \
+	X(put_start_resp)       \
+	X(batch_put_start_req)  \
+	X(batch_put_start_resp) \
+	X(put_end_req)          \
+	X(batch_put_end_req)    \
+	X(put_revoke_req)       \
+	X(batch_put_revoke_req) \
+	X(batch_status_resp)    \
+	X(remove_req)           \
+	X(remove_regex_req)     \
+	X(remove_all_req)       \
+	X(batch_remove_req)     \
+	X(count_resp)
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                  */
+
+/*
+ * X(NAME, number, name, request body, response body), one row per master
+ * RPC (spec store.md 2.3).  Numbers are pinned forever.  Upsert* use the
+ * Put* shapes.  GetSize has no RPC of its own: the client asks
+ * GetReplicaList and reads the first replica's size, as upstream does.
+ */
+#define MC_STORE_MSG_MAP(X)                                                                        \
+	X(SERVICE_READY, 1, service_ready, hello, hello)                                           \
+	X(PING, 2, ping, client_req, ping_resp)                                                    \
+	X(MOUNT_SEGMENT, 3, mount_segment, mount_req, empty)                                       \
+	X(REMOUNT_SEGMENT, 4, remount_segment, remount_req, empty)                                 \
+	X(UNMOUNT_SEGMENT, 5, unmount_segment, unmount_req, empty)                                 \
+	X(GRACEFUL_UNMOUNT_SEGMENT, 6, graceful_unmount_segment, graceful_unmount_req, empty)      \
+	X(EXIST_KEY, 16, exist_key, key_req, exist_resp)                                           \
+	X(BATCH_EXIST_KEY, 17, batch_exist_key, keys_req, batch_exist_resp)                        \
+	X(GET_REPLICA_LIST, 18, get_replica_list, key_req, replica_list)                           \
+	X(BATCH_GET_REPLICA_LIST, 19, batch_get_replica_list, keys_req, batch_replica_list)        \
+	X(GET_REPLICA_LIST_BY_REGEX, 20, get_replica_list_by_regex, regex_req, regex_replica_list) \
+	X(PUT_START, 32, put_start, put_start_req, put_start_resp)                                 \
+	X(PUT_END, 33, put_end, put_end_req, empty)                                                \
+	X(PUT_REVOKE, 34, put_revoke, put_revoke_req, empty)                                       \
+	X(BATCH_PUT_START, 35, batch_put_start, batch_put_start_req, batch_put_start_resp)         \
+	X(BATCH_PUT_END, 36, batch_put_end, batch_put_end_req, batch_status_resp)                  \
+	X(BATCH_PUT_REVOKE, 37, batch_put_revoke, batch_put_revoke_req, batch_status_resp)         \
+	X(UPSERT_START, 38, upsert_start, put_start_req, put_start_resp)                           \
+	X(UPSERT_END, 39, upsert_end, put_end_req, empty)                                          \
+	X(UPSERT_REVOKE, 40, upsert_revoke, put_revoke_req, empty)                                 \
+	X(BATCH_UPSERT_START, 41, batch_upsert_start, batch_put_start_req, batch_put_start_resp)   \
+	X(BATCH_UPSERT_END, 42, batch_upsert_end, batch_put_end_req, batch_status_resp)            \
+	X(BATCH_UPSERT_REVOKE, 43, batch_upsert_revoke, batch_put_revoke_req, batch_status_resp)   \
+	X(REMOVE, 48, remove, remove_req, empty)                                                   \
+	X(REMOVE_BY_REGEX, 49, remove_by_regex, remove_regex_req, count_resp)                      \
+	X(REMOVE_ALL, 50, remove_all, remove_all_req, count_resp)                                  \
+	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_status_resp)
+
+enum mc_store_msg_type {
+#define MC__STORE_MSG_ENUM(NAME, num, name, req, resp) MC_STORE_##NAME = (num),
+	MC_STORE_MSG_MAP(MC__STORE_MSG_ENUM)
+#undef MC__STORE_MSG_ENUM
+};
+
+/* True for the types in MC_STORE_MSG_MAP. */
+bool mc_store_msg_known(uint16_t type);
+/* The X-macro name for logs ("PUT_START"); "unknown" for unknown types. */
+const char *mc_store_msg_name(uint16_t type);
+
+/*
+ * A decoded frame.  body holds the request or response struct of
+ * hdr.type (per the RESPONSE flag) unless this is an error response
+ * (hdr.status != 0), which carries only the error text.
+ */
+struct mc_store_msg {
+	struct mc_proto_hdr hdr;
+	struct mc_proto_str error; /* error responses: why (may be empty) */
+	union {
+#define MC__STORE_BODY_MEMBER(name) struct mc_store_##name name;
+		MC_STORE_BODY_MAP(MC__STORE_BODY_MEMBER)
+#undef MC__STORE_BODY_MEMBER
+	} body;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Encoding                                                                  */
+
+/*
+ * Append one frame to b: a request (status 0), a response (status 0, the
+ * body struct of type), or an error response (any non-zero status; the
+ * payload is text, NULL for none, cut at MC_PROTO_STR_MAX; any type, so
+ * an unknown one can be refused with MC_ERR_NOT_SUPPORTED).  body must
+ * point to the struct that MC_STORE_MSG_MAP names for type and direction
+ * (it may be NULL for the empty ones).  Returns MC_OK; MC_ERR_INVALID_KEY
+ * (a key over MC_STORE_KEY_MAX); MC_ERR_INVALID_PARAMS (unknown type, a
+ * string over MC_PROTO_STR_MAX, a NULL pointer with a non-zero length or
+ * count, an unknown replica type, status 0 for an error response);
+ * MC_ERR_TOO_LARGE (payload over MC_PROTO_MAX_PAYLOAD); MC_ERR_NOMEM.  On
+ * failure b is as it was before the call.
+ */
+mc_status mc_store_request_encode(struct mc_buf *b, uint16_t type, uint64_t req_id,
+				  const void *body);
+mc_status mc_store_response_encode(struct mc_buf *b, uint16_t type, uint64_t req_id,
+				   const void *body);
+mc_status mc_store_error_encode(struct mc_buf *b, uint16_t type, uint64_t req_id, mc_status status,
+				const char *text);
+/* Re-encode a decoded (or hand-built) message, header fields included. */
+mc_status mc_store_msg_encode(struct mc_buf *b, const struct mc_store_msg *m);
+
+/* Payload only: append the body of (type, response) without a header. */
+mc_status mc_store_body_write(struct mc_buf *b, uint16_t type, bool response, const void *body);
+
+/* ------------------------------------------------------------------------ */
+/* Decoding                                                                  */
+
+/*
+ * Decode one whole frame (len must be exactly header + payload_len).
+ * Returns MC_OK and fills *out, which the caller frees with
+ * mc_store_msg_release; or MC_ERR_PROTOCOL (bad magic, wrong length,
+ * malformed payload, trailing bytes); MC_ERR_INVALID_VERSION (foreign
+ * major version); MC_ERR_TOO_LARGE (payload_len over max_payload);
+ * MC_ERR_NOT_SUPPORTED (unknown message type); MC_ERR_NOMEM.  On failure
+ * nothing is left allocated in *out; out->hdr is valid after
+ * MC_ERR_INVALID_VERSION, MC_ERR_TOO_LARGE and MC_ERR_NOT_SUPPORTED (and
+ * after MC_ERR_PROTOCOL from a bad payload) so the master can answer by id.
+ */
+mc_status mc_store_msg_decode(const void *frame, size_t len, uint32_t max_payload,
+			      struct mc_store_msg *out);
+void mc_store_msg_release(struct mc_store_msg *m);
+/* Same header fields (reserved bytes aside), same error text, same body. */
+bool mc_store_msg_equal(const struct mc_store_msg *a, const struct mc_store_msg *b);
+
+/*
+ * Payload only: read the body of (type, response) from r into *body_out
+ * (zeroed first).  Does not require r to be empty afterwards.  MC_OK,
+ * MC_ERR_PROTOCOL, MC_ERR_NOMEM, MC_ERR_NOT_SUPPORTED (unknown type).  On
+ * failure *body_out holds nothing.
+ */
+mc_status mc_store_body_read(struct mc_reader *r, uint16_t type, bool response, void *body_out);
+/* Whole payload: as mc_store_body_read, and leftover bytes are MC_ERR_PROTOCOL. */
+mc_status mc_store_payload_decode(uint16_t type, bool response, const void *payload, size_t len,
+				  void *body_out);
+/* Free what a decoder allocated in a body of (type, response). */
+void mc_store_body_release(uint16_t type, bool response, void *body);
+/* Compare two bodies of (type, response) field by field. */
+bool mc_store_body_equal(uint16_t type, bool response, const void *a, const void *b);
+
+#define MC__STORE_BODY_DECL(name)                                     \
+	void mc_store_##name##_release(struct mc_store_##name *m);    \
+	bool mc_store_##name##_equal(const struct mc_store_##name *a, \
+				     const struct mc_store_##name *b);
+MC_STORE_BODY_MAP(MC__STORE_BODY_DECL)
+#undef MC__STORE_BODY_DECL
+
+/*
+ * Typed wrappers, per message (name from MC_STORE_MSG_MAP):
+ *   mc_store_<name>_request_encode(b, req_id, const struct mc_store_<req> *)
+ *   mc_store_<name>_response_encode(b, req_id, const struct mc_store_<resp> *)
+ *   mc_store_<name>_request_decode(payload, len, struct mc_store_<req> *)
+ *   mc_store_<name>_response_decode(payload, len, struct mc_store_<resp> *)
+ * e.g. mc_store_put_start_request_encode(b, id, &req).
+ */
+#define MC__STORE_MSG_WRAP(NAME, num, name, req, resp)                                             \
+	static inline mc_status mc_store_##name##_request_encode(                                  \
+		struct mc_buf *b, uint64_t req_id, const struct mc_store_##req *m)                 \
+	{                                                                                          \
+		return mc_store_request_encode(b, MC_STORE_##NAME, req_id, m);                     \
+	}                                                                                          \
+	static inline mc_status mc_store_##name##_response_encode(                                 \
+		struct mc_buf *b, uint64_t req_id, const struct mc_store_##resp *m)                \
+	{                                                                                          \
+		return mc_store_response_encode(b, MC_STORE_##NAME, req_id, m);                    \
+	}                                                                                          \
+	static inline mc_status mc_store_##name##_request_decode(const void *payload, size_t len,  \
+								 struct mc_store_##req *out)       \
+	{                                                                                          \
+		return mc_store_payload_decode(MC_STORE_##NAME, false, payload, len, out);         \
+	}                                                                                          \
+	static inline mc_status mc_store_##name##_response_decode(const void *payload, size_t len, \
+								  struct mc_store_##resp *out)     \
+	{                                                                                          \
+		return mc_store_payload_decode(MC_STORE_##NAME, true, payload, len, out);          \
+	}
+MC_STORE_MSG_MAP(MC__STORE_MSG_WRAP)
+#undef MC__STORE_MSG_WRAP
+
+#endif

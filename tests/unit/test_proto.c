@@ -1,0 +1,1059 @@
+/*
+ * tests/unit/test_proto.c - the store client <-> master protocol codec:
+ * header layout, stream peeking and pipelining, a round trip of every
+ * request and response (batch forms with 0, 1 and 1000 items, keys with
+ * NUL bytes, empty and maximum-length keys), and rejection of truncated,
+ * padded, forged and foreign frames without large allocations or leaks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "mooncake/status.h"
+#include "store/proto.h"
+#include "support.h"
+
+#define MAX_PAYLOAD MC_PROTO_MAX_PAYLOAD
+
+/* ------------------------------------------------------------------------ */
+/* Sample bodies                                                             */
+
+static const uint16_t all_types[] = {
+#define TYPE_ROW(NAME, num, name, req, resp) MC_STORE_##NAME,
+	MC_STORE_MSG_MAP(TYPE_ROW)
+#undef TYPE_ROW
+};
+
+static char key_nul[] = {'k', '\0', 'e', '\0', 'y'};
+static char key_max[MC_STORE_KEY_MAX + 1];
+
+#define S(lit) ((struct mc_proto_str){(lit), sizeof(lit) - 1})
+
+static struct mc_proto_str sample_keys[3];
+static struct mc_proto_str pref[2];
+static struct mc_store_segment segs[2];
+static struct mc_store_replica reps[5];
+static struct mc_store_replica_list lists[2];
+
+static void samples_init(void)
+{
+	memset(key_max, 'x', MC_STORE_KEY_MAX);
+	sample_keys[0] = S("plain/key");
+	sample_keys[1] = (struct mc_proto_str){key_nul, sizeof(key_nul)};
+	sample_keys[2] = (struct mc_proto_str){key_max, MC_STORE_KEY_MAX};
+	pref[0] = S("10.0.0.5:12345");
+	pref[1] = S("");
+	for (int i = 0; i < 2; i++) {
+		segs[i] = (struct mc_store_segment){
+			.id = {0x1122334455667788ull + i, 0x99aabbccddeeff00ull},
+			.name = S("10.0.0.5:12345"),
+			.base = 0x7f0000000000ull + ((uint64_t)i << 32),
+			.size = 3200ull << 20,
+			.te_endpoint = S("10.0.0.5:12345"),
+			.protocol = S("tcp"),
+			.host_id = i ? S("") : S("10.0.0.5"),
+		};
+	}
+	reps[0] = (struct mc_store_replica){
+		.id = 1,
+		.status = MC_STORE_REPLICA_COMPLETE,
+		.type = MC_STORE_REPLICA_MEMORY,
+		.size = 1 << 20,
+		.address = 0x7f0000001000ull,
+		.segment_name = S("10.0.0.5:12345"),
+		.transport_endpoint = S("10.0.0.5:16044"),
+		.protocol = S("tcp"),
+	};
+	reps[1] = (struct mc_store_replica){
+		.id = 2,
+		.status = MC_STORE_REPLICA_PROCESSING,
+		.type = MC_STORE_REPLICA_DISK,
+		.size = 77,
+		.file_path = S("/mnt/store/obj"),
+	};
+	reps[2] = (struct mc_store_replica){
+		.id = 3,
+		.status = MC_STORE_REPLICA_COMPLETE,
+		.type = MC_STORE_REPLICA_LOCAL_DISK,
+		.size = 78,
+		.transport_endpoint = S("10.0.0.6:50052"),
+		.client_id = {7, 8},
+	};
+	reps[3] = (struct mc_store_replica){
+		.id = UINT64_MAX,
+		.status = MC_STORE_REPLICA_COMPLETE,
+		.type = MC_STORE_REPLICA_NOF_SSD,
+		.size = 79,
+		.address = 4096,
+		.segment_name = S("nof0"),
+		.transport_endpoint = S("10.0.0.7:1"),
+		.protocol = S("rdma"),
+	};
+	reps[4] = (struct mc_store_replica){
+		.id = 5,
+		.status = MC_STORE_REPLICA_COMPLETE,
+		.type = MC_STORE_REPLICA_DFS,
+		.size = 80,
+		.file_path = S("/mnt/3fs/shard-3"),
+		.offset = 1ull << 40,
+		.aligned_size = 4096,
+		.shard_idx = 3,
+	};
+	lists[0] = (struct mc_store_replica_list){
+		.lease_ttl_ms = 10000,
+		.checksum = {true, 0xdeadbeefcafef00dull},
+		.n_replicas = 5,
+		.replicas = reps,
+	};
+	lists[1] = (struct mc_store_replica_list){
+		.lease_ttl_ms = 5, .n_replicas = 1, .replicas = reps};
+}
+
+static struct mc_store_replicate_config sample_config(void)
+{
+	return (struct mc_store_replicate_config){
+		.replica_num = 2,
+		.nof_replica_num = 1,
+		.soft_pin_action = MC_STORE_SOFT_PIN_ENABLE,
+		.soft_pin_ttl_ms = {true, 30ull * 60 * 1000},
+		.with_hard_pin = true,
+		.prefer_alloc_in_same_node = false,
+		.data_type = 1,
+		.preferred_segment = S(""),
+		.n_preferred_segments = 2,
+		.preferred_segments = pref,
+		.n_preferred_nof_segments = 1,
+		.preferred_nof_segments = pref,
+		.host_id = S("10.0.0.5"),
+	};
+}
+
+/* Item storage for batch samples (n up to 1000). */
+#define MAX_ITEMS 1000
+static struct mc_proto_str many_keys[MAX_ITEMS];
+static struct mc_store_exist_item exist_items[MAX_ITEMS];
+static struct mc_store_replica_list_item rl_items[MAX_ITEMS];
+static struct mc_store_keyed_replica_list keyed[MAX_ITEMS];
+static struct mc_store_put_item put_items[MAX_ITEMS];
+static struct mc_store_put_start_item ps_items[MAX_ITEMS];
+static struct mc_store_object_meta metas[MAX_ITEMS];
+static int32_t statuses[MAX_ITEMS];
+static char key_text[MAX_ITEMS][16];
+
+static void items_init(uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int len = snprintf(key_text[i], sizeof(key_text[i]), "k%u", i);
+		bool ok = i % 3 != 1;
+		many_keys[i] =
+			i < 3 ? sample_keys[i] : (struct mc_proto_str){key_text[i], (uint32_t)len};
+		exist_items[i] = (struct mc_store_exist_item){ok ? MC_OK : MC_ERR_OBJECT_NOT_FOUND,
+							      ok && i % 2};
+		rl_items[i] = (struct mc_store_replica_list_item){
+			.status = ok ? MC_OK : MC_ERR_REPLICA_IS_NOT_READY,
+			.list = ok ? lists[i % 2] : (struct mc_store_replica_list){0}};
+		keyed[i] = (struct mc_store_keyed_replica_list){many_keys[i], lists[i % 2]};
+		put_items[i] = (struct mc_store_put_item){many_keys[i], (uint64_t)i << 20,
+							  i % 2 ? S("group-a") : S("")};
+		ps_items[i] = (struct mc_store_put_start_item){
+			.status = ok ? MC_OK : MC_ERR_NO_AVAILABLE_HANDLE,
+			.n_replicas = ok ? 1 + i % 5 : 0,
+			.replicas = ok ? reps : NULL};
+		metas[i] = (struct mc_store_object_meta){many_keys[i], {i % 2 == 0, i * 31ull}};
+		statuses[i] = ok ? MC_OK : MC_ERR_OBJECT_HAS_LEASE;
+	}
+}
+
+union body {
+#define BODY_MEMBER(name) struct mc_store_##name name;
+	MC_STORE_BODY_MAP(BODY_MEMBER)
+#undef BODY_MEMBER
+};
+
+/* A request or response body of type with n items in its list (batch forms). */
+static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
+{
+	struct mc_proto_str key = sample_keys[1];
+
+	memset(u, 0, sizeof(*u));
+	items_init(n);
+	switch (type) {
+	case MC_STORE_SERVICE_READY:
+		u->hello.version = resp ? S("mooncake-c 0.1.0 (master)") : S("mooncake-c 0.1.0");
+		return;
+	case MC_STORE_PING:
+		if (resp)
+			u->ping_resp =
+				(struct mc_store_ping_resp){-42, MC_STORE_CLIENT_NEED_REMOUNT};
+		else
+			u->client_req.client_id = (struct mc_store_uuid){1, UINT64_MAX};
+		return;
+	case MC_STORE_MOUNT_SEGMENT:
+		if (!resp)
+			u->mount_req = (struct mc_store_mount_req){{3, 4}, segs[0]};
+		return;
+	case MC_STORE_REMOUNT_SEGMENT:
+		if (!resp)
+			u->remount_req = (struct mc_store_remount_req){{3, 4}, MC_MIN(n, 2), segs};
+		return;
+	case MC_STORE_UNMOUNT_SEGMENT:
+		if (!resp)
+			u->unmount_req = (struct mc_store_unmount_req){{3, 4}, segs[1].id};
+		return;
+	case MC_STORE_GRACEFUL_UNMOUNT_SEGMENT:
+		if (!resp)
+			u->graceful_unmount_req =
+				(struct mc_store_graceful_unmount_req){{3, 4}, segs[1].id, 5000};
+		return;
+	case MC_STORE_EXIST_KEY:
+	case MC_STORE_GET_REPLICA_LIST:
+		if (!resp)
+			u->key_req = (struct mc_store_key_req){S("tenant-1"), key};
+		else if (type == MC_STORE_EXIST_KEY)
+			u->exist_resp.exists = true;
+		else
+			u->replica_list = lists[0];
+		return;
+	case MC_STORE_BATCH_EXIST_KEY:
+	case MC_STORE_BATCH_GET_REPLICA_LIST:
+		if (!resp)
+			u->keys_req = (struct mc_store_keys_req){S(""), n, many_keys};
+		else if (type == MC_STORE_BATCH_EXIST_KEY)
+			u->batch_exist_resp = (struct mc_store_batch_exist_resp){n, exist_items};
+		else
+			u->batch_replica_list = (struct mc_store_batch_replica_list){n, rl_items};
+		return;
+	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
+		if (!resp)
+			u->regex_req = (struct mc_store_regex_req){S("default"), S("^k[0-9]+$")};
+		else
+			u->regex_replica_list = (struct mc_store_regex_replica_list){n, keyed};
+		return;
+	case MC_STORE_PUT_START:
+	case MC_STORE_UPSERT_START:
+		if (!resp)
+			u->put_start_req = (struct mc_store_put_start_req){
+				{9, 10}, S("tenant-1"), key, 1 << 20, S("g"), sample_config()};
+		else
+			u->put_start_resp = (struct mc_store_put_start_resp){3, reps};
+		return;
+	case MC_STORE_BATCH_PUT_START:
+	case MC_STORE_BATCH_UPSERT_START:
+		if (!resp)
+			u->batch_put_start_req = (struct mc_store_batch_put_start_req){
+				{9, 10}, S(""), sample_config(), n, put_items};
+		else
+			u->batch_put_start_resp =
+				(struct mc_store_batch_put_start_resp){n, ps_items};
+		return;
+	case MC_STORE_PUT_END:
+	case MC_STORE_UPSERT_END:
+		if (!resp)
+			u->put_end_req = (struct mc_store_put_end_req){
+				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, key, {true, 12345}};
+		return;
+	case MC_STORE_PUT_REVOKE:
+	case MC_STORE_UPSERT_REVOKE:
+		if (!resp)
+			u->put_revoke_req = (struct mc_store_put_revoke_req){
+				{9, 10}, S("t"), MC_STORE_REPLICA_MEMORY, key};
+		return;
+	case MC_STORE_BATCH_PUT_END:
+	case MC_STORE_BATCH_UPSERT_END:
+		if (!resp)
+			u->batch_put_end_req = (struct mc_store_batch_put_end_req){
+				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, n, metas};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	case MC_STORE_BATCH_PUT_REVOKE:
+	case MC_STORE_BATCH_UPSERT_REVOKE:
+		if (!resp)
+			u->batch_put_revoke_req = (struct mc_store_batch_put_revoke_req){
+				{9, 10}, S("t"), MC_STORE_REPLICA_NOF_SSD, n, many_keys};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	case MC_STORE_REMOVE:
+		if (!resp)
+			u->remove_req = (struct mc_store_remove_req){S("t"), key, true};
+		return;
+	case MC_STORE_REMOVE_BY_REGEX:
+		if (!resp)
+			u->remove_regex_req =
+				(struct mc_store_remove_regex_req){S("t"), S("a.*"), false};
+		else
+			u->count_resp.count = 17;
+		return;
+	case MC_STORE_REMOVE_ALL:
+		if (!resp)
+			u->remove_all_req = (struct mc_store_remove_all_req){S(""), true};
+		else
+			u->count_resp.count = INT64_MIN;
+		return;
+	case MC_STORE_BATCH_REMOVE:
+		if (!resp)
+			u->batch_remove_req =
+				(struct mc_store_batch_remove_req){S("t"), true, n, many_keys};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	default:
+		fail_msg("no sample for type %u", type);
+	}
+}
+
+/* Encode (type, resp) with n items as a frame into b (appending). */
+static void encode_sample(struct mc_buf *b, uint16_t type, bool resp, uint32_t n, uint64_t id,
+			  union body *u)
+{
+	fill(type, resp, n, u);
+	if (resp)
+		assert_int_equal(mc_store_response_encode(b, type, id, u), MC_OK);
+	else
+		assert_int_equal(mc_store_request_encode(b, type, id, u), MC_OK);
+}
+
+static int setup(void **state)
+{
+	samples_init();
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Header and buffer                                                         */
+
+static void header_layout_is_pinned(void **state)
+{
+	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
+	static const uint8_t want[] = {
+		'M', 'C', 'S', 'T', 1, 0, 2, 0, /* magic, 1.0, type 2 */
+		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
+		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
+		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
+		1,   0,	  0,   0,   0, 0, 0, 0, /* client_id.first */
+		2,   0,	  0,   0,   0, 0, 0, 0, /* client_id.second */
+	};
+	struct mc_store_client_req req = {{1, 2}};
+	struct mc_buf b;
+	struct mc_proto_hdr h;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_ping_request_encode(&b, 0x0102030405060708ull, &req), MC_OK);
+	assert_int_equal(b.len, sizeof(want));
+	assert_memory_equal(b.data, want, sizeof(want));
+
+	/* a response sets the flag and the status */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_error_encode(&b, MC_STORE_PING, 9, MC_ERR_OBJECT_NOT_FOUND, "x"),
+			 MC_OK);
+	assert_int_equal(b.data[8], 1);
+	assert_int_equal(mc_proto_hdr_decode(b.data, MAX_PAYLOAD, &h), MC_OK);
+	assert_int_equal(h.status, -704);
+	assert_int_equal(h.flags, MC_PROTO_F_RESPONSE);
+	assert_int_equal(h.payload_len, 5);
+	assert_int_equal(h.req_id, 9);
+	mc_buf_release(&b);
+}
+
+static void buf_writes_little_endian(void **state)
+{
+	static const uint8_t want[] = {0xab, 0x34, 0x12, 0x78, 0x56, 0x34, 0x12, 8,  7,
+				       6,    5,	   4,	 3,    2,    1,	   'h',	 'i'};
+	struct mc_buf b;
+	struct mc_reader r;
+	uint8_t u8;
+	uint16_t u16;
+	uint32_t u32;
+	uint64_t u64;
+	const uint8_t *p;
+
+	mc_buf_init(&b);
+	mc_buf_put_u8(&b, 0xab);
+	mc_buf_put_u16(&b, 0x1234);
+	mc_buf_put_u32(&b, 0x12345678);
+	mc_buf_put_u64(&b, 0x0102030405060708ull);
+	mc_buf_put_bytes(&b, "hi", 2);
+	assert_int_equal(b.err, MC_OK);
+	assert_int_equal(b.len, sizeof(want));
+	assert_memory_equal(b.data, want, sizeof(want));
+
+	mc_reader_init(&r, b.data, b.len);
+	assert_int_equal(mc_reader_u8(&r, &u8), MC_OK);
+	assert_int_equal(mc_reader_u16(&r, &u16), MC_OK);
+	assert_int_equal(mc_reader_u32(&r, &u32), MC_OK);
+	assert_int_equal(mc_reader_u64(&r, &u64), MC_OK);
+	assert_int_equal(u8, 0xab);
+	assert_int_equal(u16, 0x1234);
+	assert_int_equal(u32, 0x12345678);
+	assert_int_equal(u64, 0x0102030405060708ull);
+	assert_int_equal(mc_reader_u32(&r, &u32), MC_ERR_PROTOCOL); /* 2 bytes left */
+	assert_int_equal(r.left, 2);
+	assert_int_equal(mc_reader_bytes(&r, 2, &p), MC_OK);
+	assert_memory_equal(p, "hi", 2);
+	assert_int_equal(mc_reader_u8(&r, &u8), MC_ERR_PROTOCOL);
+	assert_int_equal(r.pos, sizeof(want));
+	mc_buf_release(&b);
+}
+
+static void reader_count_checked_against_remaining(void **state)
+{
+	uint8_t in[4 + 12] = {3, 0, 0, 0};
+	struct mc_reader r;
+	uint32_t n = 99;
+
+	mc_reader_init(&r, in, sizeof(in));
+	assert_int_equal(mc_reader_count(&r, 4, &n), MC_OK);
+	assert_int_equal(n, 3);
+	mc_reader_init(&r, in, sizeof(in));
+	assert_int_equal(mc_reader_count(&r, 5, &n), MC_ERR_PROTOCOL);
+	in[0] = in[1] = in[2] = in[3] = 0xff;
+	mc_reader_init(&r, in, sizeof(in));
+	n = 99;
+	assert_int_equal(mc_reader_count(&r, 0, &n), MC_ERR_PROTOCOL);
+	assert_int_equal(n, 99); /* outputs written only on success */
+}
+
+static void header_rejects_bad_magic_version_and_size(void **state)
+{
+	struct mc_store_client_req req = {{1, 2}};
+	struct mc_store_msg m;
+	struct mc_buf b;
+	struct mc_proto_hdr h;
+	size_t flen;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_ping_request_encode(&b, 77, &req), MC_OK);
+
+	b.data[0] ^= 0x20; /* "mCST" */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+	assert_int_equal(mc_proto_frame_peek(b.data, 1, MAX_PAYLOAD, &h, &flen), MC_ERR_PROTOCOL);
+	b.data[0] ^= 0x20;
+
+	b.data[4] = MC_STORE_PROTO_MAJOR + 1;
+	b.data[5] = 7;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m),
+			 MC_ERR_INVALID_VERSION);
+	assert_int_equal(m.hdr.req_id, 77); /* the master can still refuse by id */
+	assert_int_equal(m.hdr.type, MC_STORE_PING);
+	assert_int_equal(m.hdr.major, MC_STORE_PROTO_MAJOR + 1);
+	assert_int_equal(mc_proto_frame_peek(b.data, MC_PROTO_HDR_LEN, MAX_PAYLOAD, &h, &flen),
+			 MC_ERR_INVALID_VERSION);
+	b.data[4] = MC_STORE_PROTO_MAJOR;
+
+	/* a newer minor version is fine */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.hdr.minor, 7);
+	mc_store_msg_release(&m);
+
+	/* the decode limit is the caller's */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, 15, &m), MC_ERR_TOO_LARGE);
+	assert_int_equal(m.hdr.req_id, 77);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, 16, &m), MC_OK);
+	mc_store_msg_release(&m);
+	b.data[27] = 0x80; /* payload length 2 GiB */
+	assert_int_equal(mc_proto_frame_peek(b.data, b.len, MAX_PAYLOAD, &h, &flen),
+			 MC_ERR_TOO_LARGE);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_TOO_LARGE);
+	b.data[27] = 0;
+
+	/* reserved bytes and unknown flag bits are ignored */
+	b.data[10] = b.data[11] = b.data[28] = b.data[31] = 0xee;
+	b.data[9] = 0x80;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.client_req.client_id.second, 2);
+	mc_store_msg_release(&m);
+
+	/* an unknown type is answered, not a reason to close */
+	b.data[6] = 63;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_NOT_SUPPORTED);
+	assert_int_equal(m.hdr.type, 63);
+	assert_int_equal(m.hdr.req_id, 77);
+	b.data[6] = 0xff;
+	b.data[7] = 0xff;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_NOT_SUPPORTED);
+	mc_buf_release(&b);
+}
+
+static void peek_waits_for_whole_frames_and_pipelines(void **state)
+{
+	struct mc_buf b;
+	union body u;
+	size_t off = 0, flen = 0;
+	struct mc_proto_hdr h;
+	uint64_t want_id = 100;
+
+	mc_buf_init(&b);
+	/* three frames in one buffer, as a pipelining client sends them */
+	encode_sample(&b, MC_STORE_PUT_START, false, 0, 100, &u);
+	encode_sample(&b, MC_STORE_BATCH_EXIST_KEY, false, 5, 101, &u);
+	encode_sample(&b, MC_STORE_BATCH_GET_REPLICA_LIST, true, 3, 102, &u);
+
+	for (size_t i = 0; i < b.len; i++) {
+		/* a partial frame is never mistaken for a whole one */
+		mc_status rc =
+			mc_proto_frame_peek(b.data + off, i - off + 1, MAX_PAYLOAD, &h, &flen);
+		if (i - off + 1 < MC_PROTO_HDR_LEN) {
+			assert_int_equal(rc, MC_INPROGRESS);
+			continue;
+		}
+		assert_int_equal(h.req_id, want_id);
+		if (rc == MC_INPROGRESS) {
+			assert_true(i - off + 1 < flen);
+			continue;
+		}
+		assert_int_equal(rc, MC_OK);
+		assert_int_equal(i - off + 1, flen);
+		{
+			struct mc_store_msg m;
+			assert_int_equal(mc_store_msg_decode(b.data + off, flen, MAX_PAYLOAD, &m),
+					 MC_OK);
+			assert_int_equal(m.hdr.req_id, want_id);
+			mc_store_msg_release(&m);
+		}
+		off += flen;
+		want_id++;
+	}
+	assert_int_equal(off, b.len);
+	assert_int_equal(want_id, 103);
+
+	/* peek with more than one frame buffered reports only the first */
+	assert_int_equal(mc_proto_frame_peek(b.data, b.len, MAX_PAYLOAD, &h, &flen), MC_OK);
+	assert_int_equal(h.req_id, 100);
+	assert_true(flen < b.len);
+	mc_buf_release(&b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Round trips                                                               */
+
+/* Encode (type, resp, n), decode, compare, re-encode to the same bytes. */
+static void round_trip(uint16_t type, bool resp, uint32_t n)
+{
+	struct mc_buf b, b2;
+	struct mc_store_msg want, got;
+	union body u;
+
+	mc_buf_init(&b);
+	mc_buf_init(&b2);
+	encode_sample(&b, type, resp, n, 0xfeedull << 32 | type, &u);
+
+	memset(&want, 0, sizeof(want));
+	want.hdr.type = type;
+	want.hdr.flags = resp ? MC_PROTO_F_RESPONSE : 0;
+	want.hdr.req_id = 0xfeedull << 32 | type;
+	memcpy(&want.body, &u, sizeof(u));
+
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &got), MC_OK);
+	assert_true(mc_store_msg_equal(&got, &want));
+	assert_true(mc_store_body_equal(type, resp, &got.body, &u));
+	assert_int_equal(got.hdr.major, MC_STORE_PROTO_MAJOR);
+	assert_int_equal(got.hdr.minor, MC_STORE_PROTO_MINOR);
+	assert_int_equal(got.hdr.payload_len, b.len - MC_PROTO_HDR_LEN);
+
+	assert_int_equal(mc_store_msg_encode(&b2, &got), MC_OK);
+	assert_int_equal(b2.len, b.len);
+	assert_memory_equal(b2.data, b.data, b.len);
+
+	/* the payload-only decoder agrees */
+	{
+		union body v;
+		assert_int_equal(mc_store_payload_decode(type, resp, b.data + MC_PROTO_HDR_LEN,
+							 b.len - MC_PROTO_HDR_LEN, &v),
+				 MC_OK);
+		assert_true(mc_store_body_equal(type, resp, &v, &u));
+		mc_store_body_release(type, resp, &v);
+	}
+	mc_store_msg_release(&got);
+	mc_buf_release(&b);
+	mc_buf_release(&b2);
+}
+
+static void every_message_round_trips(void **state)
+{
+	for (size_t i = 0; i < MC_ARRAY_SIZE(all_types); i++) {
+		assert_true(mc_store_msg_known(all_types[i]));
+		assert_string_not_equal(mc_store_msg_name(all_types[i]), "unknown");
+		round_trip(all_types[i], false, 3);
+		round_trip(all_types[i], true, 3);
+	}
+	assert_false(mc_store_msg_known(0));
+	assert_false(mc_store_msg_known(7));
+	assert_false(mc_store_msg_known(64));
+	assert_false(mc_store_msg_known(0xffff));
+	assert_string_equal(mc_store_msg_name(0xffff), "unknown");
+	assert_string_equal(mc_store_msg_name(MC_STORE_PUT_START), "PUT_START");
+}
+
+static void batches_of_0_1_and_1000_items_round_trip(void **state)
+{
+	static const uint32_t sizes[] = {0, 1, 1000};
+	for (size_t s = 0; s < MC_ARRAY_SIZE(sizes); s++)
+		for (size_t i = 0; i < MC_ARRAY_SIZE(all_types); i++) {
+			round_trip(all_types[i], false, sizes[s]);
+			round_trip(all_types[i], true, sizes[s]);
+		}
+}
+
+static void typed_wrappers_round_trip(void **state)
+{
+	struct mc_store_key_req req = {S("tenant"), {key_nul, sizeof(key_nul)}}, got;
+	struct mc_store_replica_list resp;
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_get_replica_list_request_encode(&b, 5, &req), MC_OK);
+	assert_int_equal(mc_store_get_replica_list_request_decode(b.data + MC_PROTO_HDR_LEN,
+								  b.len - MC_PROTO_HDR_LEN, &got),
+			 MC_OK);
+	assert_true(mc_store_key_req_equal(&got, &req));
+	assert_int_equal(got.key.len, 5);
+	assert_memory_equal(got.key.ptr, key_nul, 5);
+	assert_int_equal(got.key.ptr[5], '\0'); /* decoded strings are NUL-terminated */
+	mc_store_key_req_release(&got);
+	assert_null(got.key.ptr);
+	mc_store_key_req_release(&got); /* twice is harmless */
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_get_replica_list_response_encode(&b, 5, &lists[0]), MC_OK);
+	assert_int_equal(mc_store_get_replica_list_response_decode(b.data + MC_PROTO_HDR_LEN,
+								   b.len - MC_PROTO_HDR_LEN, &resp),
+			 MC_OK);
+	assert_true(mc_store_replica_list_equal(&resp, &lists[0]));
+	assert_int_equal(resp.n_replicas, 5);
+	assert_int_equal(resp.replicas[0].address, 0x7f0000001000ull);
+	assert_string_equal(resp.replicas[0].segment_name.ptr, "10.0.0.5:12345");
+	assert_string_equal(resp.replicas[4].file_path.ptr, "/mnt/3fs/shard-3");
+	assert_int_equal(resp.replicas[2].client_id.second, 8);
+	mc_store_replica_list_release(&resp);
+
+	/* void results have an empty payload */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_end_response_encode(&b, 5, NULL), MC_OK);
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN);
+	mc_buf_release(&b);
+}
+
+static void error_responses_carry_status_and_text(void **state)
+{
+	struct mc_store_msg m, m2;
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_error_encode(&b, MC_STORE_GET_REPLICA_LIST, 31,
+					       MC_ERR_OBJECT_NOT_FOUND, "no such key"),
+			 MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.hdr.status, MC_ERR_OBJECT_NOT_FOUND);
+	assert_true(m.hdr.flags & MC_PROTO_F_RESPONSE);
+	assert_int_equal(m.error.len, 11);
+	assert_string_equal(m.error.ptr, "no such key");
+	assert_int_equal(m.body.replica_list.n_replicas, 0);
+
+	/* refusing an unknown type, and a foreign version, works the same way */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_error_encode(&b, 60, 32, MC_ERR_NOT_SUPPORTED, NULL), MC_OK);
+	assert_int_equal(mc_store_error_encode(&b, MC_STORE_SERVICE_READY, 33,
+					       MC_ERR_INVALID_VERSION, "master speaks 1.0"),
+			 MC_OK);
+	mc_store_msg_release(&m);
+	assert_int_equal(mc_store_msg_decode(b.data, MC_PROTO_HDR_LEN + 4, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.hdr.status, MC_ERR_NOT_SUPPORTED);
+	assert_int_equal(m.error.len, 0);
+	assert_int_equal(mc_store_msg_decode(b.data + MC_PROTO_HDR_LEN + 4,
+					     b.len - MC_PROTO_HDR_LEN - 4, MAX_PAYLOAD, &m2),
+			 MC_OK);
+	assert_int_equal(m2.hdr.status, MC_ERR_INVALID_VERSION);
+	assert_int_equal(m2.hdr.req_id, 33);
+	assert_false(mc_store_msg_equal(&m, &m2));
+	mc_store_msg_release(&m);
+	mc_store_msg_release(&m2);
+
+	/* status 0 is not an error */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_error_encode(&b, MC_STORE_PING, 1, MC_OK, "x"),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(b.len, 0);
+	mc_buf_release(&b);
+}
+
+static void keys_with_nul_empty_and_maximum_length(void **state)
+{
+	struct mc_store_remove_req req = {S(""), S(""), false};
+	struct mc_store_msg m;
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	/* empty key: representable, so the master can answer INVALID_PARAMS */
+	assert_int_equal(mc_store_remove_request_encode(&b, 1, &req), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.remove_req.key.len, 0);
+	assert_non_null(m.body.remove_req.key.ptr);
+	assert_string_equal(m.body.remove_req.key.ptr, "");
+	mc_store_msg_release(&m);
+
+	/* exactly MC_STORE_KEY_MAX bytes */
+	mc_buf_reset(&b);
+	req.key = (struct mc_proto_str){key_max, MC_STORE_KEY_MAX};
+	assert_int_equal(mc_store_remove_request_encode(&b, 2, &req), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.remove_req.key.len, MC_STORE_KEY_MAX);
+	assert_memory_equal(m.body.remove_req.key.ptr, key_max, MC_STORE_KEY_MAX);
+	mc_store_msg_release(&m);
+
+	/* one more byte: the encoder refuses, the buffer is untouched */
+	{
+		size_t before = b.len;
+		req.key.len = MC_STORE_KEY_MAX + 1;
+		key_max[MC_STORE_KEY_MAX] = 'x';
+		assert_int_equal(mc_store_remove_request_encode(&b, 3, &req), MC_ERR_INVALID_KEY);
+		assert_int_equal(b.len, before);
+		assert_int_equal(b.err, MC_OK);
+	}
+
+	/* ... and a peer that sends one anyway violates the protocol */
+	{
+		uint32_t klen = MC_STORE_KEY_MAX + 1;
+		/* payload: tenant "" (4), key length (4) at payload offset 4 */
+		uint8_t *len_at = b.data + MC_PROTO_HDR_LEN + 4;
+		memcpy(len_at, &klen, 4); /* the test host is little-endian, like the wire */
+		/* grow the frame by the one extra byte the length claims */
+		mc_buf_put_u8(&b, 0);
+		b.data[24]++;
+		assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m),
+				 MC_ERR_PROTOCOL);
+	}
+
+	/* strings other than keys allow up to MC_PROTO_STR_MAX */
+	{
+		char *big = mc_malloc(MC_PROTO_STR_MAX + 1);
+		struct mc_store_regex_req rr = {S(""), {big, MC_PROTO_STR_MAX}};
+		memset(big, '.', MC_PROTO_STR_MAX + 1);
+		mc_buf_reset(&b);
+		assert_int_equal(mc_store_get_replica_list_by_regex_request_encode(&b, 4, &rr),
+				 MC_OK);
+		rr.pattern.len++;
+		assert_int_equal(mc_store_get_replica_list_by_regex_request_encode(&b, 5, &rr),
+				 MC_ERR_INVALID_PARAMS);
+		mc_free(big);
+	}
+	mc_buf_release(&b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Malformed input                                                           */
+
+/* Every strict prefix of every sample frame and payload is refused. */
+static void truncation_at_every_offset_is_a_protocol_error(void **state)
+{
+	for (size_t i = 0; i < MC_ARRAY_SIZE(all_types); i++) {
+		for (int resp = 0; resp < 2; resp++) {
+			struct mc_buf b;
+			union body u;
+			uint8_t *copy;
+
+			mc_buf_init(&b);
+			encode_sample(&b, all_types[i], resp, 2, 1, &u);
+			copy = mc_malloc(b.len);
+			for (size_t len = 0; len < b.len; len++) {
+				struct mc_store_msg m;
+				union body v;
+
+				/* a short frame */
+				assert_int_equal(mc_store_msg_decode(b.data, len, MAX_PAYLOAD, &m),
+						 MC_ERR_PROTOCOL);
+				if (len < MC_PROTO_HDR_LEN)
+					continue;
+				/* a short payload whose header agrees with it */
+				memcpy(copy, b.data, len);
+				copy[24] = (uint8_t)(len - MC_PROTO_HDR_LEN);
+				copy[25] = (uint8_t)((len - MC_PROTO_HDR_LEN) >> 8);
+				copy[26] = copy[27] = 0;
+				assert_int_equal(mc_store_msg_decode(copy, len, MAX_PAYLOAD, &m),
+						 MC_ERR_PROTOCOL);
+				assert_int_equal(mc_store_payload_decode(all_types[i], resp,
+									 copy + MC_PROTO_HDR_LEN,
+									 len - MC_PROTO_HDR_LEN,
+									 &v),
+						 MC_ERR_PROTOCOL);
+			}
+			mc_free(copy);
+			mc_buf_release(&b);
+		}
+	}
+}
+
+static void trailing_bytes_are_a_protocol_error(void **state)
+{
+	for (size_t i = 0; i < MC_ARRAY_SIZE(all_types); i++) {
+		struct mc_store_msg m;
+		struct mc_buf b;
+		union body u;
+
+		mc_buf_init(&b);
+		encode_sample(&b, all_types[i], true, 1, 1, &u);
+		mc_buf_put_u8(&b, 0);
+		if (++b.data[24] == 0) /* payload length + 1, with the carry */
+			b.data[25]++;
+		assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m),
+				 MC_ERR_PROTOCOL);
+		mc_buf_release(&b);
+	}
+}
+
+/* Decode payload as (type, resp) through a reader; report what it allocated. */
+static mc_status read_as(uint16_t type, bool resp, const void *p, size_t len, size_t *alloc)
+{
+	struct mc_reader r;
+	union body u;
+	mc_status rc;
+
+	mc_reader_init(&r, p, len);
+	rc = mc_store_body_read(&r, type, resp, &u);
+	*alloc = r.alloc_bytes;
+	if (rc == MC_OK)
+		mc_store_body_release(type, resp, &u);
+	return rc;
+}
+
+static void forged_counts_and_lengths_allocate_nothing(void **state)
+{
+	uint8_t p[64];
+	size_t alloc;
+
+	/* BatchExistKey request: tenant "", then 2^32-1 keys in 16 bytes */
+	memset(p, 0, sizeof(p));
+	memset(p + 4, 0xff, 4);
+	assert_int_equal(read_as(MC_STORE_BATCH_EXIST_KEY, false, p, 24, &alloc), MC_ERR_PROTOCOL);
+	assert_int_equal(alloc, 0);
+
+	/* a count that just fits the remaining bytes is accepted */
+	memset(p + 4, 0, 4);
+	p[4] = 4; /* 4 empty keys: 16 bytes */
+	assert_int_equal(read_as(MC_STORE_BATCH_EXIST_KEY, false, p, 24, &alloc), MC_OK);
+	assert_int_equal(alloc, 4 * sizeof(struct mc_proto_str));
+	p[4] = 5;
+	assert_int_equal(read_as(MC_STORE_BATCH_EXIST_KEY, false, p, 24, &alloc), MC_ERR_PROTOCOL);
+	assert_int_equal(alloc, 0);
+
+	/* tenant length 2^32-1 */
+	memset(p, 0xff, 4);
+	assert_int_equal(read_as(MC_STORE_EXIST_KEY, false, p, sizeof(p), &alloc), MC_ERR_PROTOCOL);
+	assert_int_equal(alloc, 0);
+	/* tenant length within the limit but past the end */
+	p[0] = 100;
+	p[1] = p[2] = p[3] = 0;
+	assert_int_equal(read_as(MC_STORE_EXIST_KEY, false, p, sizeof(p), &alloc), MC_ERR_PROTOCOL);
+	assert_int_equal(alloc, 0);
+
+	/* nested: BatchGetReplicaList response, 1 item OK, then 2^32-1 replicas */
+	memset(p, 0, sizeof(p));
+	p[0] = 1; /* one item */
+	/* status 0 at 4..7, lease ttl at 8..15, checksum absent at 16 */
+	memset(p + 17, 0xff, 4); /* replica count */
+	assert_int_equal(read_as(MC_STORE_BATCH_GET_REPLICA_LIST, true, p, sizeof(p), &alloc),
+			 MC_ERR_PROTOCOL);
+	assert_int_equal(alloc, sizeof(struct mc_store_replica_list_item));
+}
+
+static void bad_flags_and_tags_are_protocol_errors(void **state)
+{
+	struct mc_store_exist_resp e = {true};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}};
+	struct mc_store_put_start_resp ps = {1, reps};
+	struct mc_store_replica bad = reps[0];
+	struct mc_store_msg m;
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_exist_key_response_encode(&b, 1, &e), MC_OK);
+	b.data[MC_PROTO_HDR_LEN] = 2; /* a boolean must be 0 or 1 */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	/* client_id 16, tenant 4, replica type 1, key 4+1: presence byte at 26 */
+	assert_int_equal(b.data[MC_PROTO_HDR_LEN + 26], 1);
+	b.data[MC_PROTO_HDR_LEN + 26] = 3;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+
+	/* a replica type the codec does not know */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_start_response_encode(&b, 1, &ps), MC_OK);
+	/* count 4, id 8, status 1: type at 13 */
+	assert_int_equal(b.data[MC_PROTO_HDR_LEN + 13], MC_STORE_REPLICA_MEMORY);
+	b.data[MC_PROTO_HDR_LEN + 13] = 7;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+	b.data[MC_PROTO_HDR_LEN + 13] = MC_STORE_REPLICA_ALL;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+
+	/* and the encoder will not write one */
+	mc_buf_reset(&b);
+	bad.type = MC_STORE_REPLICA_ALL;
+	ps.replicas = &bad;
+	assert_int_equal(mc_store_put_start_response_encode(&b, 1, &ps), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(b.len, 0);
+	mc_buf_release(&b);
+}
+
+static void encoder_refuses_bad_input_and_leaves_buffer_alone(void **state)
+{
+	struct mc_store_keys_req kr = {S(""), 3, NULL};
+	struct mc_store_key_req k = {S(""), {NULL, 2}};
+	struct mc_buf b;
+	union body u;
+	size_t len;
+
+	mc_buf_init(&b);
+	encode_sample(&b, MC_STORE_PING, false, 0, 1, &u);
+	len = b.len;
+	assert_int_equal(mc_store_batch_exist_key_request_encode(&b, 2, &kr),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_exist_key_request_encode(&b, 2, &k), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_exist_key_request_encode(&b, 2, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_request_encode(&b, 0, 2, &k), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_response_encode(&b, 99, 2, &k), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(b.len, len);
+	assert_int_equal(b.err, MC_OK);
+	/* the buffer still works */
+	encode_sample(&b, MC_STORE_PING, true, 0, 3, &u);
+	assert_true(b.len > len);
+	mc_buf_release(&b);
+}
+
+static void oversize_batch_is_refused_by_the_encoder(void **state)
+{
+	uint32_t n = MC_PROTO_MAX_PAYLOAD / (4 + MC_STORE_KEY_MAX) + 1;
+	struct mc_proto_str *keys = mc_calloc(n, sizeof(*keys));
+	struct mc_store_keys_req kr = {S(""), n, keys};
+	struct mc_buf b;
+
+	for (uint32_t i = 0; i < n; i++)
+		keys[i] = (struct mc_proto_str){key_max, MC_STORE_KEY_MAX};
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_batch_exist_key_request_encode(&b, 1, &kr), MC_ERR_TOO_LARGE);
+	assert_int_equal(b.len, 0);
+	kr.n_keys = n - 1; /* fits */
+	assert_int_equal(mc_store_batch_exist_key_request_encode(&b, 1, &kr), MC_OK);
+	assert_true(b.len <= MC_PROTO_HDR_LEN + MC_PROTO_MAX_PAYLOAD);
+	mc_buf_release(&b);
+	mc_free(keys);
+}
+
+/* The decoder allocates at most a small multiple of its input. */
+static void allocation_is_bounded_by_input_size(void **state)
+{
+	static const uint32_t sizes[] = {0, 1, 1000};
+	for (size_t s = 0; s < MC_ARRAY_SIZE(sizes); s++)
+		for (size_t i = 0; i < MC_ARRAY_SIZE(all_types); i++)
+			for (int resp = 0; resp < 2; resp++) {
+				struct mc_buf b;
+				union body u;
+				size_t alloc, plen;
+
+				mc_buf_init(&b);
+				encode_sample(&b, all_types[i], resp, sizes[s], 1, &u);
+				plen = b.len - MC_PROTO_HDR_LEN;
+				assert_int_equal(read_as(all_types[i], resp,
+							 b.data + MC_PROTO_HDR_LEN, plen, &alloc),
+						 MC_OK);
+				assert_true(alloc <= 16 * plen + 64);
+				mc_buf_release(&b);
+			}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Allocation failures                                                       */
+
+static void allocation_failures_are_clean(void **state)
+{
+	static const uint16_t types[] = {MC_STORE_BATCH_GET_REPLICA_LIST, MC_STORE_BATCH_PUT_START,
+					 MC_STORE_REMOUNT_SEGMENT,
+					 MC_STORE_GET_REPLICA_LIST_BY_REGEX};
+	for (size_t t = 0; t < MC_ARRAY_SIZE(types); t++) {
+		for (int resp = 0; resp < 2; resp++) {
+			struct mc_buf frame;
+			union body u;
+			long nth;
+
+			mc_buf_init(&frame);
+			encode_sample(&frame, types[t], resp, 4, 1, &u);
+
+			/* decoding: every allocation in turn fails */
+			for (nth = 1;; nth++) {
+				struct mc_store_msg m;
+				mc_status rc;
+
+				mc_alloc_fault_arm(nth);
+				rc = mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m);
+				mc_alloc_fault_arm(0);
+				if (rc == MC_OK) {
+					mc_store_msg_release(&m);
+					break;
+				}
+				assert_int_equal(rc, MC_ERR_NOMEM);
+				assert_int_equal(m.body.batch_replica_list.n_items, 0);
+				assert_null(m.body.batch_replica_list.items);
+			}
+			assert_true(nth > 1 || (types[t] == MC_STORE_REMOUNT_SEGMENT && resp));
+
+			/* encoding: the buffer's growth fails */
+			for (nth = 1;; nth++) {
+				struct mc_buf b;
+				mc_status rc;
+
+				mc_buf_init(&b);
+				mc_buf_put_u8(&b, 0xaa); /* earlier data survives a failure */
+				mc_alloc_fault_arm(nth);
+				rc = resp ? mc_store_response_encode(&b, types[t], 1, &u)
+					  : mc_store_request_encode(&b, types[t], 1, &u);
+				mc_alloc_fault_arm(0);
+				if (rc == MC_OK) {
+					assert_int_equal(b.len, frame.len + 1);
+					assert_memory_equal(b.data + 1, frame.data, frame.len);
+					mc_buf_release(&b);
+					break;
+				}
+				assert_int_equal(rc, MC_ERR_NOMEM);
+				assert_int_equal(b.len, 1);
+				assert_int_equal(b.data[0], 0xaa);
+				assert_int_equal(b.err, MC_OK);
+				mc_buf_release(&b);
+			}
+			mc_buf_release(&frame);
+		}
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(header_layout_is_pinned),
+		cmocka_unit_test(buf_writes_little_endian),
+		cmocka_unit_test(reader_count_checked_against_remaining),
+		cmocka_unit_test(header_rejects_bad_magic_version_and_size),
+		cmocka_unit_test(peek_waits_for_whole_frames_and_pipelines),
+		cmocka_unit_test(every_message_round_trips),
+		cmocka_unit_test(batches_of_0_1_and_1000_items_round_trip),
+		cmocka_unit_test(typed_wrappers_round_trip),
+		cmocka_unit_test(error_responses_carry_status_and_text),
+		cmocka_unit_test(keys_with_nul_empty_and_maximum_length),
+		cmocka_unit_test(truncation_at_every_offset_is_a_protocol_error),
+		cmocka_unit_test(trailing_bytes_are_a_protocol_error),
+		cmocka_unit_test(forged_counts_and_lengths_allocate_nothing),
+		cmocka_unit_test(bad_flags_and_tags_are_protocol_errors),
+		cmocka_unit_test(encoder_refuses_bad_input_and_leaves_buffer_alone),
+		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),
+		cmocka_unit_test(allocation_is_bounded_by_input_size),
+		cmocka_unit_test(allocation_failures_are_clean),
+	};
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
