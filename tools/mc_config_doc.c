@@ -31,6 +31,24 @@ static const char *type_name(enum mc_config_type t)
 	return "?";
 }
 
+/* Variables the metadata backends read when they open (not table-driven yet). */
+static const struct {
+	const char *env, *def, *doc;
+} meta_vars[] = {
+	{"MC_METADATA_SERVER", "unset",
+	 "metadata connection string used when the caller passes none"},
+	{"MC_METADATA_CLUSTER_ID", "unset", "namespace inserted after mooncake/ in every key"},
+	{"MC_METADATA_TIMEOUT_MS", "3000",
+	 "per-request timeout of the http, etcd and redis backends"},
+	{"MC_ETCD_LEASE_TTL_SEC", "10",
+	 "lease TTL of an engine's etcd keys (min 2); kept alive at TTL/3"},
+	{"MC_REDIS_KEY_TTL_SEC", "10",
+	 "expiry of an engine's redis keys (min 2); refreshed at TTL/3"},
+	{"MC_REDIS_USERNAME", "unset", "redis ACL user (the URI's user wins)"},
+	{"MC_REDIS_PASSWORD", "unset", "redis password (the URI's password wins)"},
+	{"MC_REDIS_DB_INDEX", "0", "redis database, 0-255; anything else is an error"},
+};
+
 static void emit(FILE *out)
 {
 	fprintf(out,
@@ -50,6 +68,15 @@ static void emit(FILE *out)
 		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
 			f->def ? f->def : "unset", type_name(f->type), range, f->doc);
 	}
+	fprintf(out,
+		"\n## Metadata backends\n\n"
+		"Connection strings: `http(s)://host:port/path`, `etcd://host:port[,host:port...]` "
+		"(or a bare `host:port[,...]`), `redis://[user:password@]host:port`, "
+		"`P2PHANDSHAKE`.\n\n"
+		"| Variable | Default | Meaning |\n|---|---|---|\n");
+	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
+		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
+			meta_vars[i].doc);
 }
 
 int main(int argc, char **argv)

@@ -59,8 +59,9 @@ enum mc_te_params_field {
  */
 struct mc_te_params {
 	uint64_t field_mask;
-	/* "http://host:port/metadata", "P2PHANDSHAKE", "mem://<name>" (in-process,
-	 * for tests); etcd and redis come with their backends. */
+	/* "http://host:port/metadata", "etcd://host:port[,host:port]", bare
+	 * "host:port" (= etcd), "redis://[user:pass@]host:port", "P2PHANDSHAKE",
+	 * or "mem://<name>" (in-process, for tests).  NULL = MC_METADATA_SERVER. */
 	const char *metadata_uri;
 	/* Segment name.  In P2P mode only the host part is used and the
 	 * engine is named "<host>:<rpc_port>". */
