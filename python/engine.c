@@ -945,33 +945,46 @@ static PyObject *engine_write_bytes_to_buffer(PyObject *self, PyObject *const *a
 	PyObject *a[MAX_ARGS];
 	uint64_t dest, len;
 	Py_buffer view;
+	const char *src;
+	Py_ssize_t srclen;
 
 	if (parse_args(&spec, args, nargs, kwnames, a) < 0 ||
 	    arg_u64(a[0], spec.fname, "dest_address", &dest) < 0 ||
 	    arg_u64(a[2], spec.fname, "length", &len) < 0)
 		return NULL;
-	if (PyUnicode_Check(a[1]) || PyObject_GetBuffer(a[1], &view, PyBUF_SIMPLE) < 0) {
+	/* upstream takes a char *, so a str (as UTF-8) is accepted besides bytes-likes */
+	view.obj = NULL;
+	if (PyUnicode_Check(a[1])) {
+		src = PyUnicode_AsUTF8AndSize(a[1], &srclen);
+		if (!src)
+			return NULL;
+	} else if (PyObject_GetBuffer(a[1], &view, PyBUF_SIMPLE) == 0) {
+		src = view.buf;
+		srclen = view.len;
+	} else {
 		PyErr_Clear();
 		PyErr_Format(PyExc_TypeError,
-			     "write_bytes_to_buffer(): src must be bytes-like, not %.100s",
+			     "write_bytes_to_buffer(): src must be bytes-like or str, not %.100s",
 			     Py_TYPE(a[1])->tp_name);
 		return NULL;
 	}
-	if (len > (uint64_t)view.len) {
-		PyBuffer_Release(&view);
+	if (len > (uint64_t)srclen) {
+		if (view.obj)
+			PyBuffer_Release(&view);
 		PyErr_Format(PyExc_ValueError,
 			     "write_bytes_to_buffer(): length %llu exceeds the source's %zd bytes",
-			     (unsigned long long)len, view.len);
+			     (unsigned long long)len, srclen);
 		return NULL;
 	}
 	if (len >= COPY_NOGIL_MIN) {
 		ts = PyEval_SaveThread();
-		memcpy((void *)(uintptr_t)dest, view.buf, (size_t)len);
+		memcpy((void *)(uintptr_t)dest, src, (size_t)len);
 		PyEval_RestoreThread(ts);
 	} else if (len) {
-		memcpy((void *)(uintptr_t)dest, view.buf, (size_t)len);
+		memcpy((void *)(uintptr_t)dest, src, (size_t)len);
 	}
-	PyBuffer_Release(&view);
+	if (view.obj)
+		PyBuffer_Release(&view);
 	return PyLong_FromLong(0);
 }
 
@@ -1638,8 +1651,8 @@ static PyMethodDef engine_methods[] = {
 	 "Give a block back; length must be the length it was allocated with.  0, or -1 for\n"
 	 "an address that is not a managed block of that size."},
 	{"write_bytes_to_buffer", FASTKW(engine_write_bytes_to_buffer),
-	 "write_bytes_to_buffer(dest_address, src, length) -> int: copy length bytes of the\n"
-	 "bytes-like src to dest_address; 0."},
+	 "write_bytes_to_buffer(dest_address, src, length) -> int: copy length bytes of src\n"
+	 "(bytes-like, or str as UTF-8) to dest_address; 0."},
 	{"read_bytes_from_buffer", FASTKW(engine_read_bytes_from_buffer),
 	 "read_bytes_from_buffer(source_address, length) -> bytes"},
 	{"get_first_buffer_address", FASTKW(engine_get_first_buffer_address),
@@ -1789,6 +1802,10 @@ static int add_opcode_enum(PyObject *m)
 	}
 	if (!op || PyModule_AddObjectRef(m, "TransferOpcode", op) < 0)
 		goto out;
+	/* also TransferEngine.TransferOpcode, as upstream */
+	if (PyDict_SetItemString(EngineType.tp_dict, "TransferOpcode", op) < 0)
+		goto out;
+	PyType_Modified(&EngineType);
 	/* module-level aliases, as upstream's pybind11 enum exports them */
 	v = PyObject_GetAttrString(op, "Read");
 	if (!v || PyModule_AddObjectRef(m, "Read", v) < 0) {
