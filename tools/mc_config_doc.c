@@ -38,7 +38,7 @@ static const struct {
 	{"MC_METADATA_SERVER", "unset",
 	 "metadata connection string used when the caller passes none"},
 	{"MC_METADATA_CLUSTER_ID", "unset", "namespace inserted after mooncake/ in every key"},
-	{"MC_METADATA_TIMEOUT_MS", "3000",
+	{"MC_METADATA_TIMEOUT_MS", "3000 (etcd: 5000)",
 	 "per-request timeout of the http, etcd and redis backends"},
 	{"MC_ETCD_LEASE_TTL_SEC", "10",
 	 "lease TTL of an engine's etcd keys (min 2); kept alive at TTL/3"},

@@ -82,7 +82,7 @@
 #include "mooncake/status.h"
 
 #define ETCD_DEFAULT_PORT "2379"
-#define ETCD_TIMEOUT_MS	  3000L
+#define ETCD_TIMEOUT_MS	  5000L /* upstream's etcd client uses 5 s */
 #define ETCD_CONNECT_MS	  1000L
 #define ETCD_TTL_DEFAULT  10
 #define ETCD_TTL_MIN	  2
@@ -435,7 +435,9 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 			else
 				errs_add(errs, ep, "%s",
 					 errbuf[0] ? errbuf : curl_easy_strerror(rc));
-			status = MC_ERR_METADATA;
+			/* a member that holds the request (an election) may answer
+			 * on the next round; a refused connection will not */
+			status = rc == CURLE_OPERATION_TIMEDOUT ? MC_ERR_TIMEOUT : MC_ERR_METADATA;
 			goto out;
 		}
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code_out);
@@ -477,7 +479,9 @@ static int etcd_call(struct etcd_client *c, const char *what, const char *path, 
 {
 	uint64_t deadline = mc_now_ms() + (uint64_t)c->timeout_ms;
 	size_t n = c->nendpoints, start = atomic_load(&c->cur);
-	long attempt_ms = c->timeout_ms, backoff_ms = 50;
+	/* one stuck member must not use up the whole request time */
+	long attempt_cap = MC_MAX(c->timeout_ms / 3, 500L);
+	long attempt_ms = MC_MIN(c->timeout_ms, attempt_cap), backoff_ms = 50;
 	char errs[ETCD_ERRS_MAX] = "";
 	struct etcd_resp r = {0};
 	bool retryable = false;
@@ -503,6 +507,8 @@ again:
 		status = post_once(c, idx, path, body, attempt_ms, &code, &r, errs);
 		if (status == MC_ERR_NOMEM)
 			goto out_nomem;
+		if (status == MC_ERR_TIMEOUT)
+			retryable = true;
 		if (status != MC_OK)
 			continue;
 		ans = json_loadb(r.data ? r.data : "", r.len, JSON_DISABLE_EOF_CHECK, &jerr);
@@ -542,7 +548,7 @@ again:
 	}
 	if (retryable && mc_now_ms() + (uint64_t)backoff_ms + 100 < deadline) {
 		nap_ms(backoff_ms);
-		attempt_ms = (long)(deadline - mc_now_ms());
+		attempt_ms = MC_MIN((long)(deadline - mc_now_ms()), attempt_cap);
 		backoff_ms = MC_MIN(backoff_ms * 2, 500L);
 		retryable = false;
 		start = atomic_load(&c->cur);

@@ -48,7 +48,7 @@
 
 #define TTL_SEC	     2
 #define START_MS     30000 /* etcd start-up on a loaded 2-core machine */
-#define TIMEOUT_MS   3000  /* the backend's default request time */
+#define TIMEOUT_MS   5000  /* the backend's default request time */
 #define EXPIRY_SLACK 2500  /* etcd checks expiry every 500 ms; scheduling */
 #define RESTORE_MS   (TTL_SEC * 1000 + 8000)
 
