@@ -46,8 +46,7 @@ void mc_meta_close(struct mc_meta *m);
 
 /* MC_OK with a malloc'ed, NUL-terminated value; MC_ERR_NOT_FOUND when the
  * key is absent; MC_ERR_METADATA (or MC_ERR_TIMEOUT) when the service fails. */
-static inline int mc_meta_get(struct mc_meta *m, const char *key, char **value_out,
-			      size_t *len_out)
+static inline int mc_meta_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	return m->ops->get(m, key, value_out, len_out);
 }

@@ -54,7 +54,7 @@
  * op_lock, which orders them and guards the lease id and the owned list.
  * The keep-alive thread takes op_lock only to read the lease id and to
  * replace the lease; ka_lock/ka_cond only carry its stop request.  Lock
- * order: op_lock, then pool_lock; ka_lock is never held with another.
+ * order: op_lock, then the curl pool's lock; ka_lock is never held with another.
  */
 #define MC_LOG_MODULE "etcd"
 #include "meta/meta.h"
@@ -79,6 +79,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "meta/curl_pool.h"
 #include "mooncake/status.h"
 
 #define ETCD_DEFAULT_PORT "2379"
@@ -87,10 +88,8 @@
 #define ETCD_TTL_DEFAULT  10
 #define ETCD_TTL_MIN	  2
 #define ETCD_RETRY_MS	  1000 /* keep-alive cadence while etcd is unreachable */
-#define ETCD_POOL_MAX	  8
-#define ETCD_MAX_RESPONSE (64u << 20)
-#define ETCD_ERR_SHOW	  160 /* bytes of an error answer put in messages */
-#define ETCD_ERRS_MAX	  400 /* per-endpoint reasons kept for one request */
+#define ETCD_ERR_SHOW	  160  /* bytes of an error answer put in messages */
+#define ETCD_ERRS_MAX	  400  /* per-endpoint reasons kept for one request */
 
 /* gRPC status codes the gateway returns in "code". */
 #define GRPC_DEADLINE_EXCEEDED 4
@@ -115,9 +114,7 @@ struct etcd_client {
 	long timeout_ms;
 	long connect_ms;
 
-	pthread_mutex_t pool_lock; /* protects idle[] and nidle */
-	CURL *idle[ETCD_POOL_MAX];
-	int nidle;
+	struct mc_curl_pool pool;
 
 	pthread_mutex_t op_lock; /* orders put/del/lease changes; guards what follows */
 	int64_t lease_id;
@@ -131,22 +128,7 @@ struct etcd_client {
 	pthread_t ka_thread;
 };
 
-struct etcd_resp {
-	char *data;
-	size_t len;
-	size_t cap;
-	bool too_large;
-};
-
 static const struct mc_meta_ops etcd_ops;
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init_once(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
-}
-
 static struct etcd_client *client_of(struct mc_meta *m)
 {
 	return mc_container_of(m, struct etcd_client, base);
@@ -304,59 +286,6 @@ static int grpc_error(const json_t *body, char *msg, size_t msglen)
 
 /* ---- requests --------------------------------------------------------------- */
 
-static CURL *handle_take(struct etcd_client *c)
-{
-	CURL *h = NULL;
-
-	pthread_mutex_lock(&c->pool_lock);
-	if (c->nidle)
-		h = c->idle[--c->nidle];
-	pthread_mutex_unlock(&c->pool_lock);
-	if (h)
-		curl_easy_reset(h);
-	else
-		h = curl_easy_init();
-	return h;
-}
-
-static void handle_give(struct etcd_client *c, CURL *h)
-{
-	pthread_mutex_lock(&c->pool_lock);
-	if (c->nidle < ETCD_POOL_MAX) {
-		c->idle[c->nidle++] = h;
-		h = NULL;
-	}
-	pthread_mutex_unlock(&c->pool_lock);
-	if (h)
-		curl_easy_cleanup(h);
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct etcd_resp *r = arg;
-	size_t n = size * nmemb;
-
-	if (n > ETCD_MAX_RESPONSE - r->len) {
-		r->too_large = true;
-		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
-	}
-	if (r->len + n + 1 > r->cap) {
-		size_t cap = r->cap ? r->cap : 4096;
-		char *p;
-		while (cap < r->len + n + 1)
-			cap *= 2;
-		p = mc_realloc(r->data, cap);
-		if (!p)
-			return 0;
-		r->data = p;
-		r->cap = cap;
-	}
-	memcpy(r->data + r->len, ptr, n);
-	r->len += n;
-	r->data[r->len] = '\0';
-	return n;
-}
-
 /* Append "<endpoint>: <reason>" to the reasons collected for one request. */
 static void errs_add(char *errs, const char *endpoint, const char *fmt, ...) MC_PRINTF(3, 4);
 static void errs_add(char *errs, const char *endpoint, const char *fmt, ...)
@@ -383,7 +312,7 @@ static void errs_add(char *errs, const char *endpoint, const char *fmt, ...)
  * attempt is bounded by timeout_ms (connecting by connect_ms).
  */
 static int post_once(struct etcd_client *c, size_t idx, const char *path, const char *body,
-		     long timeout_ms, long *code_out, struct etcd_resp *resp, char *errs)
+		     long timeout_ms, long *code_out, struct mc_curl_body *resp, char *errs)
 {
 	const char *ep = c->endpoints[idx];
 	char errbuf[CURL_ERROR_SIZE];
@@ -391,7 +320,7 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 	int status = MC_OK;
 	CURL *h;
 
-	h = handle_take(c);
+	h = mc_curl_pool_take(&c->pool);
 	hdrs = curl_slist_append(NULL, "Content-Type: application/json");
 	/* gRPC metadata "hasleader": a member cut off from the leader answers
 	 * "no leader" at once instead of holding the request until it times out */
@@ -421,7 +350,7 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
 		curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, MC_MIN(c->connect_ms, timeout_ms));
 		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc_curl_on_body);
 		curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
 		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
@@ -431,7 +360,7 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 		if (rc != CURLE_OK) {
 			if (resp->too_large)
 				errs_add(errs, ep, "answer larger than %u bytes",
-					 ETCD_MAX_RESPONSE);
+					 MC_CURL_MAX_RESPONSE);
 			else
 				errs_add(errs, ep, "%s",
 					 errbuf[0] ? errbuf : curl_easy_strerror(rc));
@@ -456,7 +385,7 @@ out:
 	if (h) {
 		/* the handle keeps pointers to our stack until the next reset */
 		curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-		handle_give(c, h);
+		mc_curl_pool_give(&c->pool, h);
 	}
 	return status;
 }
@@ -483,7 +412,7 @@ static int etcd_call(struct etcd_client *c, const char *what, const char *path, 
 	long attempt_cap = MC_MAX(c->timeout_ms / 3, 500L);
 	long attempt_ms = MC_MIN(c->timeout_ms, attempt_cap), backoff_ms = 50;
 	char errs[ETCD_ERRS_MAX] = "";
-	struct etcd_resp r = {0};
+	struct mc_curl_body r = {0};
 	bool retryable = false;
 	char *body;
 	int status = MC_ERR_METADATA;
@@ -955,15 +884,13 @@ static void client_free(struct etcd_client *c)
 	mc_list_for_each_safe(pos, tmp, &c->owned) {
 		owned_free(mc_list_entry(pos, struct owned_kv, node));
 	}
-	for (int i = 0; i < c->nidle; i++)
-		curl_easy_cleanup(c->idle[i]);
+	mc_curl_pool_release(&c->pool);
 	for (size_t i = 0; i < c->nendpoints; i++)
 		mc_free(c->endpoints[i]);
 	mc_free(c->endpoints);
 	pthread_cond_destroy(&c->ka_cond);
 	pthread_mutex_destroy(&c->ka_lock);
 	pthread_mutex_destroy(&c->op_lock);
-	pthread_mutex_destroy(&c->pool_lock);
 	mc_free(c->base.uri);
 	mc_free(c);
 }
@@ -1069,16 +996,14 @@ int mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 	if (!uri || !out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: NULL etcd connection string");
 	list = strncasecmp(uri, "etcd://", 7) == 0 ? uri + 7 : uri;
-	pthread_once(&curl_once, curl_init_once);
-	if (curl_init_rc != CURLE_OK)
-		return mc_set_error(MC_ERR_METADATA, "metadata: curl_global_init failed: %s",
-				    curl_easy_strerror(curl_init_rc));
+	if (mc_curl_global_init() != MC_OK)
+		return MC_ERR_METADATA;
 	c = mc_calloc(1, sizeof(*c));
 	if (!c)
 		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
 	c->base.ops = &etcd_ops;
 	mc_list_init(&c->owned);
-	pthread_mutex_init(&c->pool_lock, NULL);
+	mc_curl_pool_init(&c->pool);
 	pthread_mutex_init(&c->op_lock, NULL);
 	pthread_mutex_init(&c->ka_lock, NULL);
 	pthread_condattr_init(&ca);

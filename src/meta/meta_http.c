@@ -35,94 +35,23 @@
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "meta/curl_pool.h"
 #include "mooncake/status.h"
 
-#define HTTP_POOL_MAX	   8
 #define HTTP_TIMEOUT_MS	   3000L
-#define HTTP_MAX_RESPONSE  (64u << 20) /* matches the server's request bound */
-#define HTTP_ERR_BODY_SHOW 200	       /* bytes of an error body put in messages */
+#define HTTP_ERR_BODY_SHOW 200 /* bytes of an error body put in messages */
 
 struct http_client {
 	struct mc_meta base; /* must be first */
 	long timeout_ms;
 	long connect_timeout_ms;
-	pthread_mutex_t lock;	   /* protects idle[] and nidle */
-	CURL *idle[HTTP_POOL_MAX]; /* handles not in use */
-	int nidle;
-};
-
-struct http_resp {
-	char *data;
-	size_t len;
-	size_t cap;
-	bool too_large;
+	struct mc_curl_pool pool;
 };
 
 static const struct mc_meta_ops http_ops;
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init_once(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
-}
-
 static struct http_client *client_of(struct mc_meta *m)
 {
 	return mc_container_of(m, struct http_client, base);
-}
-
-static CURL *handle_take(struct http_client *c)
-{
-	CURL *h = NULL;
-
-	pthread_mutex_lock(&c->lock);
-	if (c->nidle)
-		h = c->idle[--c->nidle];
-	pthread_mutex_unlock(&c->lock);
-	if (h)
-		curl_easy_reset(h);
-	else
-		h = curl_easy_init();
-	return h;
-}
-
-static void handle_give(struct http_client *c, CURL *h)
-{
-	pthread_mutex_lock(&c->lock);
-	if (c->nidle < HTTP_POOL_MAX) {
-		c->idle[c->nidle++] = h;
-		h = NULL;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (h)
-		curl_easy_cleanup(h);
-}
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-	struct http_resp *r = arg;
-	size_t n = size * nmemb;
-
-	if (n > HTTP_MAX_RESPONSE - r->len) {
-		r->too_large = true;
-		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
-	}
-	if (r->len + n + 1 > r->cap) {
-		size_t cap = r->cap ? r->cap : 4096;
-		char *p;
-		while (cap < r->len + n + 1)
-			cap *= 2;
-		p = mc_realloc(r->data, cap);
-		if (!p)
-			return 0;
-		r->data = p;
-		r->cap = cap;
-	}
-	memcpy(r->data + r->len, ptr, n);
-	r->len += n;
-	r->data[r->len] = '\0';
-	return n;
 }
 
 /*
@@ -130,7 +59,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
  * (NUL-terminated when non-empty); transport failures return MC_ERR_METADATA.
  */
 static int http_request(struct http_client *c, const char *method, const char *key,
-			const char *body, size_t len, long *code_out, struct http_resp *resp)
+			const char *body, size_t len, long *code_out, struct mc_curl_body *resp)
 {
 	char errbuf[CURL_ERROR_SIZE] = "";
 	struct curl_slist *hdrs = NULL;
@@ -140,7 +69,7 @@ static int http_request(struct http_client *c, const char *method, const char *k
 	CURL *h;
 	int status = MC_OK;
 
-	h = handle_take(c);
+	h = mc_curl_pool_take(&c->pool);
 	if (!h)
 		return mc_set_error(MC_ERR_METADATA, "metadata %s %s: cannot create a curl handle",
 				    method, base);
@@ -157,7 +86,7 @@ static int http_request(struct http_client *c, const char *method, const char *k
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc_curl_on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
 	if (strcmp(method, "PUT") == 0) {
 		struct curl_slist *t;
@@ -184,7 +113,7 @@ static int http_request(struct http_client *c, const char *method, const char *k
 		if (resp->too_large)
 			status = mc_set_error(MC_ERR_METADATA,
 					      "metadata %s %s: response larger than %u bytes",
-					      method, url, HTTP_MAX_RESPONSE);
+					      method, url, MC_CURL_MAX_RESPONSE);
 		else
 			status = mc_set_error(MC_ERR_METADATA, "metadata %s %s: %s", method, url,
 					      errbuf[0] ? errbuf : curl_easy_strerror(rc));
@@ -198,13 +127,13 @@ out_free:
 	mc_free(url);
 	/* the handle keeps pointers to our stack until the next reset */
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-	handle_give(c, h);
+	mc_curl_pool_give(&c->pool, h);
 	return status;
 }
 
 /* Turn a non-200 answer into a status with the server's words in the text. */
 static int http_fail(struct http_client *c, const char *method, const char *key, long code,
-		     const struct http_resp *r)
+		     const struct mc_curl_body *r)
 {
 	int len = (int)MC_MIN(r->len, (size_t)HTTP_ERR_BODY_SHOW);
 	const char *body = r->data ? r->data : "";
@@ -222,7 +151,7 @@ static int http_fail(struct http_client *c, const char *method, const char *key,
 static int http_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct http_client *c = client_of(m);
-	struct http_resp r = {0};
+	struct mc_curl_body r = {0};
 	long code = 0;
 	int status;
 
@@ -256,7 +185,7 @@ out_free:
 static int http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct http_client *c = client_of(m);
-	struct http_resp r = {0};
+	struct mc_curl_body r = {0};
 	long code = 0;
 	int status;
 
@@ -273,7 +202,7 @@ static int http_put(struct mc_meta *m, const char *key, const char *value, size_
 static int http_del(struct mc_meta *m, const char *key)
 {
 	struct http_client *c = client_of(m);
-	struct http_resp r = {0};
+	struct mc_curl_body r = {0};
 	long code = 0;
 	int status;
 
@@ -290,9 +219,7 @@ static void http_close(struct mc_meta *m)
 {
 	struct http_client *c = client_of(m);
 
-	for (int i = 0; i < c->nidle; i++)
-		curl_easy_cleanup(c->idle[i]);
-	pthread_mutex_destroy(&c->lock);
+	mc_curl_pool_release(&c->pool);
 	mc_free(c->base.uri);
 	mc_free(c);
 }
@@ -321,10 +248,8 @@ int mc_meta_http_open(const char *uri, struct mc_meta **out)
 	    (strncasecmp(uri, "http://", 7) != 0 && strncasecmp(uri, "https://", 8) != 0))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: %s is not an http(s) url",
 				    uri ? uri : "(null)");
-	pthread_once(&curl_once, curl_init_once);
-	if (curl_init_rc != CURLE_OK)
-		return mc_set_error(MC_ERR_METADATA, "metadata: curl_global_init failed: %s",
-				    curl_easy_strerror(curl_init_rc));
+	if (mc_curl_global_init() != MC_OK)
+		return MC_ERR_METADATA;
 	c = mc_calloc(1, sizeof(*c));
 	if (!c)
 		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
@@ -336,7 +261,7 @@ int mc_meta_http_open(const char *uri, struct mc_meta **out)
 	}
 	c->timeout_ms = timeout_from_env();
 	c->connect_timeout_ms = MC_MAX(c->timeout_ms / 2, 1L);
-	pthread_mutex_init(&c->lock, NULL);
+	mc_curl_pool_init(&c->pool);
 	*out = &c->base;
 	return MC_OK;
 }

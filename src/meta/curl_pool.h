@@ -1,0 +1,45 @@
+/*
+ * meta/curl_pool.h - what the libcurl-based metadata backends (http, etcd)
+ * share: one-time global initialisation, a small pool of reusable easy
+ * handles (kept-alive connections survive between requests), and a bounded
+ * response-body collector.
+ */
+#ifndef MC_META_CURL_POOL_H
+#define MC_META_CURL_POOL_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MC_CURL_POOL_MAX     8
+#define MC_CURL_MAX_RESPONSE (64u << 20) /* matches the HTTP server's request bound */
+
+struct mc_curl_pool {
+	pthread_mutex_t lock;	      /* protects idle[] and nidle */
+	CURL *idle[MC_CURL_POOL_MAX]; /* handles not in use */
+	int nidle;
+};
+
+/* curl_global_init once per process: MC_OK, or MC_ERR_METADATA with the cause recorded. */
+int mc_curl_global_init(void);
+
+void mc_curl_pool_init(struct mc_curl_pool *p);
+void mc_curl_pool_release(struct mc_curl_pool *p);
+/* A reset handle (reused or new; NULL when out of memory). */
+CURL *mc_curl_pool_take(struct mc_curl_pool *p);
+/* Return a handle; kept for reuse while the pool has room. */
+void mc_curl_pool_give(struct mc_curl_pool *p, CURL *h);
+
+/* Response body, NUL-terminated when non-empty; owner frees data. */
+struct mc_curl_body {
+	char *data;
+	size_t len;
+	size_t cap;
+	bool too_large; /* the body passed MC_CURL_MAX_RESPONSE; the transfer was aborted */
+};
+
+/* CURLOPT_WRITEFUNCTION for a struct mc_curl_body (CURLOPT_WRITEDATA). */
+size_t mc_curl_on_body(char *ptr, size_t size, size_t nmemb, void *arg);
+
+#endif
