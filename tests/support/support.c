@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,4 +42,22 @@ uint16_t mc_test_free_port(void)
 		port = ntohs(a.sin_port);
 	close(fd);
 	return port;
+}
+
+#include "mooncake/te.h"
+
+struct mc_te *mc_test_engine_new(const char *uri, const char *name)
+{
+	struct mc_te_params p = {
+		.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_HOST,
+		.metadata_uri = uri,
+		.local_name = name,
+		.host = "127.0.0.1",
+	};
+	struct mc_te *te = NULL;
+	if (mc_te_new(&p, &te) != MC_OK) {
+		fprintf(stderr, "mc_te_new(%s, %s): %s\n", uri, name, mc_last_error());
+		return NULL;
+	}
+	return te;
 }

@@ -12,4 +12,9 @@ uint16_t mc_test_free_port(void);
 /* Fail the Nth mc_malloc from now (0 disables). */
 void mc_alloc_fault_arm(long nth);
 
+struct mc_te;
+/* An engine on 127.0.0.1 named name, with metadata uri; NULL (cause printed)
+ * when it cannot be created. */
+struct mc_te *mc_test_engine_new(const char *uri, const char *name);
+
 #endif

@@ -674,17 +674,8 @@ struct engines {
 
 static struct mc_te *new_engine(const char *uri, const char *name)
 {
-	struct mc_te_params p = {
-		.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_HOST,
-		.metadata_uri = uri,
-		.local_name = name,
-		.host = "127.0.0.1",
-	};
-	struct mc_te *te = NULL;
-	int rc = mc_te_new(&p, &te);
-	if (rc != MC_OK)
-		fprintf(stderr, "mc_te_new: %s\n", mc_last_error());
-	assert_int_equal(rc, MC_OK);
+	struct mc_te *te = mc_test_engine_new(uri, name);
+	assert_non_null(te);
 	return te;
 }
 
