@@ -631,20 +631,30 @@ mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
 
 /* ---- segments ------------------------------------------------------------------ */
 
-static int lookup_rpc_meta(struct mc_te *te, const char *name, char *host, size_t host_len,
-			   uint16_t *port)
+/* GET key (takes ownership of it; NULL = out of memory); an absent key is
+ * MC_ERR_SEGMENT_NOT_FOUND, "segment <name> <missing>". */
+static int get_published(struct mc_te *te, char *key, const char *name, const char *missing,
+			 char **val_out, size_t *len_out)
 {
-	struct mc_rpc_meta m = {0};
-	char *val = NULL, *key = mc_meta_key_rpc(name);
-	size_t len = 0;
 	int rc;
 
 	if (!key)
 		return MC_ERR_NOMEM;
-	rc = mc_meta_get(te->meta, key, &val, &len);
+	rc = mc_meta_get(te->meta, key, val_out, len_out);
 	mc_free(key);
 	if (rc == MC_ERR_NOT_FOUND)
-		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s is not published", name);
+		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s %s", name, missing);
+	return rc;
+}
+
+static int lookup_rpc_meta(struct mc_te *te, const char *name, char *host, size_t host_len,
+			   uint16_t *port)
+{
+	struct mc_rpc_meta m = {0};
+	char *val = NULL;
+	size_t len = 0;
+	int rc = get_published(te, mc_meta_key_rpc(name), name, "is not published", &val, &len);
+
 	if (rc != MC_OK)
 		return rc;
 	rc = mc_rpc_meta_decode(val, len, &m);
@@ -661,7 +671,7 @@ static int lookup_rpc_meta(struct mc_te *te, const char *name, char *host, size_
 static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc **desc_out,
 			 char *host, size_t host_len, uint16_t *port_out)
 {
-	char *val = NULL, *key = NULL;
+	char *val = NULL;
 	size_t len = 0;
 	int rc;
 
@@ -698,13 +708,7 @@ static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc 
 	rc = lookup_rpc_meta(te, name, host, host_len, port_out);
 	if (rc != MC_OK)
 		return rc;
-	key = mc_meta_key_segment(name);
-	if (!key)
-		return MC_ERR_NOMEM;
-	rc = mc_meta_get(te->meta, key, &val, &len);
-	mc_free(key);
-	if (rc == MC_ERR_NOT_FOUND)
-		return mc_set_error(MC_ERR_SEGMENT_NOT_FOUND, "segment %s has no descriptor", name);
+	rc = get_published(te, mc_meta_key_segment(name), name, "has no descriptor", &val, &len);
 	if (rc != MC_OK)
 		return rc;
 	rc = mc_seg_desc_decode(val, len, desc_out);
