@@ -1,0 +1,188 @@
+/*
+ * mooncake/store.h - the Mooncake Store client's native C API.
+ *
+ * A client (struct mc_store) talks to one master over the store protocol
+ * (docs/protocol.md), contributes a global segment of memory that other
+ * clients write replicas into and read them from through the Transfer
+ * Engine, and keeps a local transfer buffer to stage the copy-based calls.
+ * Both regions are anonymous mappings touched lazily, so a large segment
+ * costs memory only as it fills; huge pages are used where available.
+ *
+ * Semantics are upstream's (../shared/spec/store.md 1.3-1.10): put is
+ * insert-if-absent and returns MC_OK for a key that already exists;
+ * readers see only complete objects; a read that outlives its lease fails
+ * with MC_ERR_LEASE_EXPIRED; keys are scoped by the client's tenant.
+ *
+ * Threads: every call may be made from any thread at once, except
+ * mc_store_setup, mc_store_close and mc_store_free, which must not race
+ * with other calls on the same client.
+ *
+ * Errors: MC_OK (0) or a negative mc_status (the store's numbers, e.g.
+ * MC_ERR_OBJECT_NOT_FOUND = -704); mc_last_error() names the cause.
+ * Size-returning calls return the size (>= 0) or a negative status.
+ */
+#ifndef MOONCAKE_STORE_H
+#define MOONCAKE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mc_store;
+struct mc_te;
+
+struct mc_store_params {
+	/* "host" or "host:port": this client's segment name.  Without a port
+	 * one is chosen in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT]. */
+	const char *local_hostname;
+	/* Transfer Engine metadata: "http://h:p/metadata", "etcd://...",
+	 * "redis://...", "P2PHANDSHAKE". */
+	const char *metadata_server;
+	uint64_t global_segment_size; /* bytes contributed; 0 = pure client */
+	uint64_t local_buffer_size;   /* staging for put/get; 0 = none */
+	const char *protocol;	      /* "tcp" (NULL = "tcp") */
+	const char *rdma_devices;     /* "" or NULL = auto */
+	const char *master_server_addr; /* "host:port" (NULL = 127.0.0.1:50051) */
+	const char *tenant_id;	      /* NULL or "" = "default" */
+	/* An existing engine to share (not freed by the store), or NULL to
+	 * create one. */
+	struct mc_te *engine;
+};
+
+/* Placement and pinning of a put (upstream's ReplicateConfig). */
+struct mc_store_config {
+	uint32_t replica_num; /* 0 is taken as 1 */
+	bool with_soft_pin;
+	uint64_t soft_pin_ttl_ms; /* 0 = the master's default */
+	bool with_hard_pin;
+	bool prefer_alloc_in_same_node;
+	const char *preferred_segment;	       /* NULL or "": none */
+	const char *const *preferred_segments; /* tried in order */
+	size_t n_preferred_segments;
+	const char *group_id; /* NULL or "": ungrouped */
+};
+
+/* Where one replica lives (for get_replica_desc and tests). */
+struct mc_store_replica_desc {
+	int status; /* enum mc_store_replica_status of store/proto.h: 3 = COMPLETE */
+	int type;   /* 0 = memory */
+	uint64_t size;
+	uint64_t address;
+	char segment_name[256];
+	char transport_endpoint[256];
+	char protocol[16];
+};
+
+MC_API mc_status mc_store_new(struct mc_store **out);
+/* Unmounts and closes if still set up, then frees.  NULL is a no-op. */
+MC_API void mc_store_free(struct mc_store *s);
+
+/*
+ * Connect to the master (ServiceReady; a foreign protocol major version is
+ * MC_ERR_INVALID_VERSION), create or attach the engine, map and register
+ * the local buffer and the global segment and mount the segment, then
+ * start the heartbeat.  MC_ERR_INVALID_PARAMS for a bad parameter or a
+ * second setup without close.
+ */
+MC_API mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p);
+/* Unmount, deregister and unmap everything; the client can set up again.
+ * MC_OK also when not set up. */
+MC_API mc_status mc_store_close(struct mc_store *s);
+/* 0 healthy, 1 not set up or closed, 2 the last ping failed. */
+MC_API int mc_store_health_check(struct mc_store *s);
+/* "host:port", the segment name; "" before setup. */
+MC_API const char *mc_store_hostname(const struct mc_store *s);
+/* The engine in use (NULL before setup). */
+MC_API struct mc_te *mc_store_engine(const struct mc_store *s);
+
+/* ---- copy-based calls (staged through the local buffer) ---- */
+
+/* config NULL = defaults.  A value larger than the free local buffer is
+ * MC_ERR_INVALID_PARAMS; len 0 is MC_ERR_INVALID_PARAMS. */
+MC_API mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
+			      const struct mc_store_config *config);
+/* One object from several parts, concatenated. */
+MC_API mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
+				    const size_t *lens, size_t nparts,
+				    const struct mc_store_config *config);
+/* Insert or overwrite. */
+MC_API mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value,
+				 size_t len, const struct mc_store_config *config);
+/* Per-key statuses in results (may be NULL); returns MC_OK if every key
+ * succeeded, else the first failure. */
+MC_API mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys,
+				    const void *const *values, const size_t *lens, size_t n,
+				    const struct mc_store_config *config, mc_status *results);
+/* Read the object into a malloc'ed buffer (*value_out, free with free()).
+ * Returns the size or a negative status. */
+MC_API int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out);
+
+/* ---- zero-copy calls (buffers registered with mc_store_register_buffer,
+ *      or inside the local buffer) ---- */
+
+MC_API mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len);
+MC_API mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr);
+/* len 0 is a no-op success, as upstream. */
+MC_API mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf,
+				   size_t len, const struct mc_store_config *config);
+MC_API mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf,
+				      size_t len, const struct mc_store_config *config);
+/* cap is the buffer's capacity; an object larger than cap is
+ * MC_ERR_INVALID_PARAMS.  Returns the object size or a negative status. */
+MC_API int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap);
+MC_API mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys,
+					 void *const *bufs, const size_t *lens, size_t n,
+					 const struct mc_store_config *config, mc_status *results);
+/* results[i]: the size read or a negative status. */
+MC_API mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys,
+					 void *const *bufs, const size_t *caps, size_t n,
+					 int64_t *results);
+/*
+ * Scatter-gather: object i is assembled from (or scattered into) the
+ * nbufs[i] buffers bufs[i][0..], of lengths lens[i][0..].
+ */
+MC_API mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
+						       void *const *const *bufs,
+						       const size_t *const *lens,
+						       const size_t *nbufs, size_t n,
+						       const struct mc_store_config *config,
+						       mc_status *results);
+MC_API mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
+						       void *const *const *bufs,
+						       const size_t *const *lens,
+						       const size_t *nbufs, size_t n,
+						       int64_t *results);
+
+/* ---- metadata calls ---- */
+
+/* 1 exists, 0 absent, or a negative status.  Grants a read lease. */
+MC_API int mc_store_is_exist(struct mc_store *s, const char *key);
+/* results[i]: 1, 0 or a negative status. */
+MC_API mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *keys, size_t n,
+					 int *results);
+/* Object size or a negative status (takes a lease, as upstream). */
+MC_API int64_t mc_store_get_size(struct mc_store *s, const char *key);
+MC_API mc_status mc_store_remove(struct mc_store *s, const char *key, bool force);
+/* Count removed, or a negative status (bad regex: MC_ERR_INVALID_PARAMS). */
+MC_API int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool force);
+MC_API int64_t mc_store_remove_all(struct mc_store *s, bool force);
+MC_API mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, size_t n,
+				       bool force, mc_status *results);
+/* Readable replicas of key (grants a lease).  Fills up to cap entries;
+ * returns the number of replicas (may exceed cap) or a negative status. */
+MC_API int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,
+					 struct mc_store_replica_desc *out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,2 @@
+/* placeholder: being written this session */
+typedef int mc__placeholder_master;

@@ -1,0 +1,224 @@
+/*
+ * master/master.h - the master's state: mounted segments, clients,
+ * objects, replicas, leases, pins, groups, tenants and eviction.
+ *
+ * This module is the whole meaning of the master and none of its I/O.
+ * The daemon (master/server.c) reads frames, decodes them with
+ * store/proto.h and hands each decoded request to mc_master_handle(),
+ * which appends exactly one response frame to an output buffer.  Time is
+ * an argument (monotonic milliseconds), so tests drive leases, liveness
+ * and timeouts without sleeping.  Periodic work (client expiry, eviction,
+ * zombie PutStart release, graceful-unmount deadlines, soft-pin expiry)
+ * happens in mc_master_tick().
+ *
+ * Semantics follow ../shared/spec/store.md sections 1-4 and 6.1: put is
+ * insert-if-absent, readers only ever see COMPLETE replicas on mounted
+ * segments, reads are protected by leases, eviction is approximate LRU by
+ * lease deadline and never touches leased, hard-pinned or in-flight
+ * objects, and soft-pinned ones only in a second pass.
+ *
+ * Every state change goes through mc_master_handle() or mc_master_tick(),
+ * so a later write-ahead log can record the accepted requests at that one
+ * point (see docs/design.md, "Master").
+ *
+ * Threads: not thread-safe.  The caller serialises every call on one
+ * struct mc_master (the daemon holds one mutex, taken by its RPC loop and
+ * by the HTTP admin threads; see docs/threads.md).
+ */
+#ifndef MC_MASTER_MASTER_H
+#define MC_MASTER_MASTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/alloc.h"
+#include "mooncake/status.h"
+#include "store/proto.h"
+
+struct mc_master;
+
+struct mc_master_config {
+	uint64_t default_kv_lease_ttl_ms;	/* 10000 */
+	uint64_t default_kv_soft_pin_ttl_ms;	/* 1800000 (30 min) */
+	uint64_t max_kv_soft_pin_ttl_ms;	/* 86400000 (24 h) */
+	bool allow_evict_soft_pinned_objects;	/* true */
+	double eviction_ratio;			/* 0.05: fraction of evictable objects per round */
+	double eviction_high_watermark_ratio;	/* 0.90 */
+	uint64_t client_ttl_ms;			/* 10000 */
+	uint64_t put_start_discard_timeout_ms;	/* 30000 */
+	uint64_t put_start_release_timeout_ms;	/* 600000 */
+	enum mc_alloc_strategy strategy;	/* MC_ALLOC_RANDOM */
+	bool enable_multi_tenants;		/* false: every tenant is "default", as upstream */
+	const char *version;			/* ServiceReady answer; copied */
+	uint64_t rng_seed;			/* placement and eviction sampling */
+};
+
+/* Fill *c with the defaults above (version = MC_VERSION). */
+void mc_master_config_defaults(struct mc_master_config *c);
+
+/* MC_OK, MC_ERR_INVALID_PARAMS (a ratio outside [0, 1], soft-pin default
+ * above the maximum, a zero TTL), MC_ERR_NOMEM. */
+mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out);
+void mc_master_free(struct mc_master *m);
+
+/*
+ * Handle one decoded request (req->hdr.flags without RESPONSE) and append
+ * exactly one response frame for it to out: the typed response on
+ * success, an error response (status and a text naming the cause)
+ * otherwise.  Returns the status written into the response, or
+ * MC_ERR_NOMEM if not even an error response fit (out unchanged then; the
+ * daemon drops the connection).  Unknown types get MC_ERR_NOT_SUPPORTED.
+ *
+ * Requests are checked for meaning here (empty key, zero length, unknown
+ * segment, bad regex, ...) and answered with the store's codes.
+ */
+mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, uint64_t now_ms,
+			   struct mc_buf *out);
+
+/*
+ * Periodic work due at now_ms: expire silent clients (their segments are
+ * unmounted at once, their replicas stop being readable, objects with no
+ * replica left are erased), finish graceful unmounts whose deadline
+ * passed, run an eviction round if the used ratio is above the high
+ * watermark or an allocation failed since the last round, release zombie
+ * PutStart space past the release timeout, drop expired soft pins.
+ * Returns the delay in ms until the next tick is useful (at most 10, the
+ * eviction period; the daemon may call it more often).
+ */
+uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms);
+
+/* ---- queries for the HTTP admin service ---- */
+
+/*
+ * Readable replicas of (tenant, key), encoded as a GET_REPLICA_LIST
+ * response body (struct mc_store_replica_list, payload only) appended to
+ * out; decode with mc_store_payload_decode().  grant_lease: behave as the
+ * GetReplicaList RPC (lease, counted as a get: /query_key); false: read
+ * only (/batch_query_keys).  tenant NULL or "" = default.  Errors as the
+ * RPC: MC_ERR_OBJECT_NOT_FOUND, MC_ERR_REPLICA_IS_NOT_READY, ...
+ */
+mc_status mc_master_query_replicas(struct mc_master *m, const char *tenant, const char *key,
+				   size_t key_len, bool grant_lease, uint64_t now_ms,
+				   struct mc_buf *out);
+
+/* Calls fn for each key of tenant (NULL = default) with a readable replica;
+ * stops early when fn returns false.  No leases. */
+typedef bool (*mc_master_key_fn)(void *arg, const char *key, size_t key_len);
+void mc_master_foreach_key(struct mc_master *m, const char *tenant, mc_master_key_fn fn,
+			   void *arg);
+
+enum mc_master_segment_status {
+	MC_SEGMENT_UNDEFINED = 0,
+	MC_SEGMENT_OK = 1,
+	MC_SEGMENT_DRAINING = 2,
+	MC_SEGMENT_DRAINED = 3,
+	MC_SEGMENT_GRACEFULLY_UNMOUNTING = 4,
+	MC_SEGMENT_UNMOUNTING = 5,
+};
+/* Upstream's name of a segment status ("OK", "GRACEFULLY_UNMOUNTING", ...). */
+const char *mc_master_segment_status_name(int status);
+
+struct mc_master_segment_info {
+	const char *name; /* borrowed, valid during the callback */
+	struct mc_store_uuid id;
+	struct mc_store_uuid client_id;
+	uint64_t base;
+	uint64_t size;
+	const char *te_endpoint;
+	const char *protocol;
+	int status; /* enum mc_master_segment_status */
+	uint64_t used_bytes;
+	uint64_t capacity_bytes;
+};
+/* Every mounted segment, in mount order; stops when fn returns false. */
+typedef bool (*mc_master_segment_fn)(void *arg, const struct mc_master_segment_info *seg);
+void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, void *arg);
+
+/* RemoveAll for the admin endpoint; tenant NULL or "" = every tenant.
+ * Returns the count removed. */
+int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force, uint64_t now_ms);
+
+/* ---- metrics ---- */
+
+/*
+ * Request counters, upstream's Prometheus names: each X(name) is exported
+ * as <name>_requests_total and <name>_failures_total.
+ */
+#define MC_MASTER_REQ_COUNTERS(X)             \
+	X(master_exist_key)                   \
+	X(master_put_start)                   \
+	X(master_put_end)                     \
+	X(master_put_revoke)                  \
+	X(master_get_replica_list)            \
+	X(master_get_replica_list_by_regex)   \
+	X(master_remove)                      \
+	X(master_remove_by_regex)             \
+	X(master_remove_all)                  \
+	X(master_mount_segment)               \
+	X(master_unmount_segment)             \
+	X(master_remount_segment)             \
+	X(master_ping)
+
+/* Batch counters: <name>_requests_total, _failures_total,
+ * _partial_successes_total, _items_total, _failed_items_total. */
+#define MC_MASTER_BATCH_COUNTERS(X)        \
+	X(master_batch_exist_key)          \
+	X(master_batch_get_replica_list)   \
+	X(master_batch_put_start)          \
+	X(master_batch_put_end)            \
+	X(master_batch_put_revoke)
+
+struct mc_master_req_counter {
+	uint64_t requests;
+	uint64_t failures;
+};
+struct mc_master_batch_counter {
+	uint64_t requests;
+	uint64_t failures;
+	uint64_t partial_successes;
+	uint64_t items;
+	uint64_t failed_items;
+};
+
+/* master_value_size_bytes buckets (upper bounds; the last is +Inf). */
+#define MC_MASTER_VALUE_SIZE_BUCKETS 8
+extern const uint64_t mc_master_value_size_bounds[MC_MASTER_VALUE_SIZE_BUCKETS - 1];
+
+struct mc_master_metrics {
+#define MC__REQ_FIELD(n) struct mc_master_req_counter n;
+	MC_MASTER_REQ_COUNTERS(MC__REQ_FIELD)
+#undef MC__REQ_FIELD
+#define MC__BATCH_FIELD(n) struct mc_master_batch_counter n;
+	MC_MASTER_BATCH_COUNTERS(MC__BATCH_FIELD)
+#undef MC__BATCH_FIELD
+	/* gauges */
+	uint64_t allocated_bytes;      /* master_allocated_bytes */
+	uint64_t total_capacity_bytes; /* master_total_capacity_bytes */
+	uint64_t key_count;	       /* master_key_count */
+	uint64_t soft_pin_key_count;   /* master_soft_pin_key_count */
+	uint64_t active_clients;       /* master_active_clients */
+	uint64_t discarded_staging_bytes; /* master_put_start_discarded_staging_size */
+	/* counters */
+	uint64_t put_start_alloc_failures;	/* master_put_start_alloc_failures_total */
+	uint64_t put_start_partial_allocations; /* master_put_start_partial_allocations_total */
+	uint64_t successful_evictions;		/* master_successful_evictions_total */
+	uint64_t attempted_evictions;		/* master_attempted_evictions_total */
+	uint64_t evicted_key_count;		/* master_evicted_key_count */
+	uint64_t evicted_size_bytes;		/* master_evicted_size_bytes */
+	uint64_t put_start_discard_cnt;		/* master_put_start_discard_cnt */
+	uint64_t put_start_release_cnt;		/* master_put_start_release_cnt */
+	uint64_t mem_cache_hit_nums;		/* mem_cache_hit_nums_ */
+	uint64_t mem_cache_hit_bytes;		/* mem_cache_hit_bytes_total */
+	uint64_t valid_get_nums;		/* valid_get_nums_ */
+	uint64_t total_get_nums;		/* total_get_nums_ */
+	/* master_value_size_bytes histogram (PutStart lengths) */
+	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
+	uint64_t value_size_sum;
+	uint64_t value_size_count;
+};
+
+/* A consistent copy of the counters and gauges as of now. */
+void mc_master_metrics(struct mc_master *m, struct mc_master_metrics *out);
+
+#endif

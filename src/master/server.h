@@ -1,0 +1,77 @@
+/*
+ * master/server.h - the master daemon's I/O: the RPC listener, the HTTP
+ * admin and metrics service, the embedded HTTP metadata server, and the
+ * timer that drives mc_master_tick().
+ *
+ * mooncake_master is a thin main() over this: parse flags and the config
+ * file into struct mc_master_server_config, start, wait for a signal,
+ * stop.  Tests start a server in-process the same way (port 0 picks free
+ * ports; the chosen ones are readable afterwards).
+ *
+ * Threads: one RPC loop thread owns every connection (epoll) and calls
+ * mc_master_handle() under the state mutex; libmicrohttpd's threads serve
+ * the admin pages under the same mutex; the loop thread also runs the
+ * ticks.  See docs/threads.md.
+ */
+#ifndef MC_MASTER_SERVER_H
+#define MC_MASTER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "master/master.h"
+#include "mooncake/status.h"
+
+struct mc_master_server;
+
+/* Every flag of mooncake_master that this build acts on or accepts
+ * (upstream's names and defaults, spec store.md 8.1). */
+struct mc_master_server_config {
+	struct mc_master_config master; /* object model */
+	char *rpc_address;		/* "0.0.0.0" */
+	int64_t rpc_port;		/* 0 -> port */
+	int64_t port;			/* 50051 */
+	int64_t rpc_thread_num;		/* accepted; the loop is one thread */
+	int64_t max_threads;		/* 16, accepted */
+	int64_t rpc_conn_timeout_seconds; /* 0 = none */
+	bool rpc_enable_tcp_no_delay;	/* true */
+	bool enable_metric_reporting;	/* true: summary line in the log every 10 s */
+	int64_t metrics_port;		/* 9003; 0 = any free port */
+	char *metrics_host;		/* "0.0.0.0" */
+	bool enable_http_metadata_server; /* false */
+	int64_t http_metadata_server_port; /* 8080; 0 = any free port */
+	char *http_metadata_server_host; /* "0.0.0.0" */
+	char *cluster_id;		/* "mooncake_cluster" */
+	char *memory_allocator;		/* "offset" */
+	char *allocation_strategy;	/* "random" */
+};
+
+/* Defaults of every field.  Release with mc_master_server_config_release. */
+void mc_master_server_config_defaults(struct mc_master_server_config *c);
+void mc_master_server_config_release(struct mc_master_server_config *c);
+
+/*
+ * Parse argv (upstream's gflags style: --flag=value, -flag=value,
+ * --flag value, --bool_flag, --nobool_flag) on top of the defaults,
+ * loading --config_path (JSON, or YAML's flat "key: value" form) first so
+ * that flags given explicitly override the file.  --help and --version
+ * set *exit_code_out to 0 after printing (to out); a bad flag or value
+ * prints the reason and sets it to 2.  Returns MC_OK when the caller
+ * should start the server.
+ */
+mc_status mc_master_server_config_parse(struct mc_master_server_config *c, int argc, char **argv,
+					FILE *out, int *exit_code_out);
+
+/* Start listening and serving.  MC_OK, or the reason (a port in use is
+ * MC_ERR_SOCKET with mc_last_error naming it). */
+mc_status mc_master_server_start(const struct mc_master_server_config *c,
+				 struct mc_master_server **out);
+/* Ports actually bound (useful with port 0). */
+uint16_t mc_master_server_rpc_port(const struct mc_master_server *s);
+uint16_t mc_master_server_metrics_port(const struct mc_master_server *s);
+uint16_t mc_master_server_metadata_port(const struct mc_master_server *s);
+/* Stop serving, close every connection, free everything. */
+void mc_master_server_stop(struct mc_master_server *s);
+
+#endif
