@@ -4,7 +4,7 @@
 #   asan     gcc, -Db_sanitize=address,undefined, leak checks on, every suite
 #   tsan     clang-14, -Db_sanitize=thread, the suites that run threads (unit, integration)
 # Build directories: build-ci-release, build-ci-asan, build-ci-tsan (reused when present).
-# The last line printed is "N passed, N failed, N skipped" over all stages; the exit
+# The last line printed is "N passed, N failed" over all stages; the exit
 # status is non-zero when a build or a test failed.
 #
 # Usage: scripts/test.sh [STAGE...]     (default: release asan tsan)
