@@ -61,6 +61,16 @@ void mc_log_init_from_env(void)
 	pthread_once(&env_once, load_env_level);
 }
 
+/*
+ * Also at load time: a program that logs before calling any entry point
+ * that runs the above (the master daemon's flag parser, a test) must see
+ * MC_LOG_LEVEL too.  log.o is linked whenever anything can log.
+ */
+__attribute__((constructor)) static void log_load_env_at_start(void)
+{
+	mc_log_init_from_env();
+}
+
 void mc_log_set_level(int level)
 {
 	mc_log_init_from_env();
