@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "master/server.h"
 #include "te/engine.h"
 
 static const char *type_name(enum mc_config_type t)
@@ -77,6 +78,15 @@ static void emit(FILE *out)
 	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
 		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
 			meta_vars[i].doc);
+	fprintf(out,
+		"\n## mooncake_master\n\n"
+		"Upstream's flags and defaults (`--flag=value`, `-flag=value`, `--flag value`, "
+		"`--bool_flag`, `--nobool_flag`), also read from `--config_path` (JSON, or flat "
+		"YAML `key: value`); flags on the command line override the file. Durations take "
+		"`ms`, `s`, `m`, `h` suffixes. Flags for features this build lacks are accepted at "
+		"their default and refused otherwise (\"only the default\"). "
+		"`mooncake_master --dump-config` prints the effective configuration.\n\n");
+	mc_master_server_config_print_doc(out);
 }
 
 int main(int argc, char **argv)

@@ -54,7 +54,7 @@ struct mc_master_config {
 	uint64_t rng_seed;			/* placement and eviction sampling */
 };
 
-/* Fill *c with the defaults above (version = MC_VERSION). */
+/* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
 void mc_master_config_defaults(struct mc_master_config *c);
 
 /* MC_OK, MC_ERR_INVALID_PARAMS (a ratio outside [0, 1], soft-pin default

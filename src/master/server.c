@@ -1,2 +1,784 @@
-/* placeholder: being written this session */
-typedef int mc__placeholder_server;
+/*
+ * master/server.c - the master daemon's RPC loop and its lifecycle.
+ *
+ * One thread runs an epoll loop (level-triggered) over the listening
+ * socket, an eventfd used to stop it, and every client connection.  Each
+ * connection has a growable read buffer and a write buffer (struct
+ * mc_buf).  When a connection is readable the loop reads until the socket
+ * is drained (or the buffer is full), then walks the complete frames in
+ * the buffer: mc_proto_frame_peek finds each frame's end,
+ * mc_store_msg_decode turns it into a request and mc_master_handle
+ * appends the response to the write buffer.  All the frames of one read
+ * are handled under one acquisition of the state mutex, so a pipelining
+ * client pays for the lock once per batch, not once per request.  The
+ * responses are then sent with one send(); what the socket does not take
+ * waits for EPOLLOUT, and while more than WBUF_HIGH bytes wait the loop
+ * stops reading from that connection (backpressure: a client that does
+ * not read its answers cannot make the master buffer without bound).
+ *
+ * Frames are judged before they reach the master:
+ *   - bad magic, a payload that does not decode, a frame above the size
+ *     limit, a response frame, or a connection that ends in the middle of
+ *     a frame: the connection is closed with one log line naming the peer
+ *     and the cause (after an error response when the header could be
+ *     read, so the peer learns why).  Nothing else changes: the master
+ *     never saw the frame;
+ *   - a foreign major version: an INVALID_VERSION error response (same
+ *     type and id), then close (docs/protocol.md, "Versions");
+ *   - an unknown message type: a NOT_SUPPORTED error response, and the
+ *     connection goes on.
+ *
+ * The loop also runs mc_master_tick() when it is due (its return value
+ * is the next deadline, at most 10 ms away, and bounds the epoll wait),
+ * closes connections idle longer than rpc_conn_timeout_seconds, and every
+ * 10 s takes a metrics snapshot: the window for /metrics/summary's rates
+ * and, with enable_metric_reporting, the "Master Admin Metrics:" log line.
+ *
+ * Threads and locks (docs/threads.md): the loop thread owns the
+ * connections; libmicrohttpd's threads (server_http.c) serve the admin
+ * pages.  Both reach the master only under s->lock, which is never held
+ * across a system call that can block.
+ */
+#define MC_LOG_MODULE "master"
+#include "master/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "master/server_priv.h"
+#include "meta/http_server.h"
+#include "mooncake/version.h"
+
+#define MAX_PAYLOAD	 MC_PROTO_MAX_PAYLOAD
+#define MAX_FRAME	 ((size_t)MC_PROTO_HDR_LEN + MAX_PAYLOAD)
+#define RBUF_INIT	 (16u << 10) /* first read buffer of a connection */
+#define RBUF_KEEP	 (1u << 20)  /* larger idle buffers are given back */
+#define WBUF_KEEP	 (1u << 20)
+#define WBUF_HIGH	 (16u << 20) /* stop reading while this much waits to be sent */
+#define READS_PER_WAKEUP 16	     /* full-buffer reads before yielding to others */
+#define MAX_EVENTS	 256
+#define REPORT_PERIOD_MS 10000
+#define IDLE_SCAN_MS	 1000
+#define ACCEPT_PAUSE_MS	 100
+#define LISTEN_BACKLOG	 1024
+
+struct conn {
+	struct mc_list link; /* in s->conns */
+	int fd;
+	uint32_t events; /* current epoll interest */
+	bool closing;	 /* no more reading; close once wbuf is sent */
+	bool eof;	 /* the peer shut its side */
+	bool logged;	 /* the reason for closing was logged */
+	uint8_t *rbuf;
+	size_t rlen, rcap;
+	struct mc_buf wbuf;
+	size_t woff; /* bytes of wbuf already sent */
+	uint64_t last_active_ms;
+	char *why; /* why it is closing, until logged */
+	char peer[INET6_ADDRSTRLEN + 8];
+};
+
+/* epoll tags for the two non-connection descriptors */
+static char tag_listen, tag_wake;
+
+/* ---- connections ---------------------------------------------------------- */
+
+static size_t conn_pending(const struct conn *c)
+{
+	return c->wbuf.len - c->woff;
+}
+
+static void conn_free(struct mc_master_server *s, struct conn *c)
+{
+	mc_list_del(&c->link);
+	s->nconns--;
+	close(c->fd); /* also removes it from the epoll set */
+	mc_free(c->rbuf);
+	mc_free(c->why);
+	mc_buf_release(&c->wbuf);
+	mc_free(c);
+}
+
+/*
+ * Stop reading; the connection closes once what is queued is sent.  The
+ * reason is logged by conn_event, after the state lock is released (this
+ * may run under it, and a log line is a write to stderr).
+ */
+static void conn_fail(struct conn *c, const char *fmt, ...) MC_PRINTF(2, 3);
+static void conn_fail(struct conn *c, const char *fmt, ...)
+{
+	char why[512];
+	va_list ap;
+
+	if (c->closing)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	c->why = mc_strdup(why);
+	c->closing = true;
+}
+
+/* Send what is queued.  false: the socket failed (the caller closes). */
+static bool conn_flush(struct conn *c, uint64_t now_ms)
+{
+	while (c->woff < c->wbuf.len) {
+		ssize_t n = send(c->fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->woff += (size_t)n;
+			c->last_active_ms = now_ms;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return true;
+		if (!c->closing)
+			mc_info("rpc: connection from %s: send failed: %s", c->peer,
+				strerror(errno));
+		return false;
+	}
+	/* all sent: keep the storage unless a big answer inflated it */
+	if (c->wbuf.cap > WBUF_KEEP)
+		mc_buf_release(&c->wbuf);
+	else
+		mc_buf_reset(&c->wbuf);
+	c->woff = 0;
+	return true;
+}
+
+/* Make the epoll interest match the state; false when it should close. */
+static bool conn_rearm(struct mc_master_server *s, struct conn *c)
+{
+	uint32_t want = 0;
+	size_t pending = conn_pending(c);
+
+	if (c->closing || c->eof) {
+		if (!pending)
+			return false;
+		want = EPOLLOUT;
+	} else {
+		if (pending < WBUF_HIGH)
+			want |= EPOLLIN;
+		if (pending)
+			want |= EPOLLOUT;
+	}
+	if (want != c->events) {
+		struct epoll_event ev = {.events = want, .data.ptr = c};
+		if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
+			mc_error("rpc: epoll_ctl on connection from %s: %s", c->peer,
+				 strerror(errno));
+			return false;
+		}
+		c->events = want;
+	}
+	return true;
+}
+
+/* Handle one complete frame; the state lock is held. */
+static void handle_frame_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
+				size_t len, const struct mc_proto_hdr *hdr, uint64_t now_ms)
+{
+	struct mc_store_msg msg;
+	mc_status st;
+	size_t before;
+
+	st = mc_store_msg_decode(frame, len, MAX_PAYLOAD, &msg);
+	if (mc_likely(st == MC_OK)) {
+		if (msg.hdr.flags & MC_PROTO_F_RESPONSE) {
+			mc_store_msg_release(&msg);
+			mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id, MC_ERR_PROTOCOL,
+					      "the master takes requests, not responses");
+			conn_fail(c, "response frame (type %u, id %llu) sent to the master",
+				  hdr->type, (unsigned long long)hdr->req_id);
+			return;
+		}
+		before = c->wbuf.len;
+		st = mc_master_handle(s->master, &msg, now_ms, &c->wbuf);
+		mc_store_msg_release(&msg);
+		if (mc_unlikely(st == MC_ERR_NOMEM && c->wbuf.len == before))
+			conn_fail(c, "out of memory answering %s", mc_store_msg_name(hdr->type));
+		return;
+	}
+	switch (st) {
+	case MC_ERR_NOT_SUPPORTED: {
+		char text[64];
+		snprintf(text, sizeof(text), "unknown message type %u", hdr->type);
+		if (mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id, MC_ERR_NOT_SUPPORTED,
+					  text) != MC_OK)
+			conn_fail(c, "out of memory refusing message type %u", hdr->type);
+		return;
+	}
+	case MC_ERR_NOMEM:
+		conn_fail(c, "out of memory decoding %s", mc_store_msg_name(hdr->type));
+		return;
+	default: {
+		char text[256];
+		snprintf(text, sizeof(text), "malformed %s payload: %s",
+			 mc_store_msg_name(hdr->type), mc_last_error());
+		mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id,
+				      st == MC_ERR_INVALID_VERSION ? st : MC_ERR_PROTOCOL, text);
+		conn_fail(c, "%s (type %u, id %llu, %zu bytes)", text, hdr->type,
+			  (unsigned long long)hdr->req_id, len);
+		return;
+	}
+	}
+}
+
+/*
+ * Handle every complete frame in the read buffer (one lock acquisition),
+ * then move what is left to the front and make room for the next frame.
+ */
+static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
+{
+	size_t off = 0;
+	bool locked = false;
+
+	while (!c->closing && off < c->rlen && conn_pending(c) < WBUF_HIGH) {
+		struct mc_proto_hdr hdr;
+		size_t flen = 0;
+		mc_status st =
+			mc_proto_frame_peek(c->rbuf + off, c->rlen - off, MAX_PAYLOAD, &hdr, &flen);
+
+		if (mc_likely(st == MC_OK)) {
+			if (!locked) {
+				pthread_mutex_lock(&s->lock);
+				locked = true;
+			}
+			handle_frame_locked(s, c, c->rbuf + off, flen, &hdr, now_ms);
+			off += flen;
+			continue;
+		}
+		if (st == MC_INPROGRESS) {
+			/* a partial frame: make sure the whole of it will fit */
+			if (flen > c->rcap) {
+				uint8_t *p;
+				memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+				c->rlen -= off;
+				off = 0;
+				p = mc_realloc(c->rbuf, flen);
+				if (!p) {
+					conn_fail(c, "out of memory for a %zu-byte frame", flen);
+					break;
+				}
+				c->rbuf = p;
+				c->rcap = flen;
+			}
+			break;
+		}
+		if (st == MC_ERR_INVALID_VERSION) {
+			char text[96];
+			snprintf(text, sizeof(text), "protocol major version %u, master speaks %u",
+				 hdr.major, (unsigned)MC_STORE_PROTO_MAJOR);
+			mc_store_error_encode(&c->wbuf, hdr.type, hdr.req_id,
+					      MC_ERR_INVALID_VERSION, text);
+			conn_fail(c, "%s", text);
+		} else if (st == MC_ERR_TOO_LARGE) {
+			char text[96];
+			snprintf(text, sizeof(text), "frame payload of %u bytes exceeds %u",
+				 hdr.payload_len, (unsigned)MAX_PAYLOAD);
+			mc_store_error_encode(&c->wbuf, hdr.type, hdr.req_id, MC_ERR_TOO_LARGE,
+					      text);
+			conn_fail(c, "%s", text);
+		} else {
+			conn_fail(c, "bad frame header (%s) at stream offset %zu",
+				  st == MC_ERR_PROTOCOL ? "wrong magic" : mc_strerror(st), off);
+		}
+		break;
+	}
+	if (locked)
+		pthread_mutex_unlock(&s->lock);
+	if (off) {
+		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+		c->rlen -= off;
+	}
+	if (c->rlen == 0 && c->rcap > RBUF_KEEP) {
+		uint8_t *p = mc_realloc(c->rbuf, RBUF_INIT);
+		if (p) {
+			c->rbuf = p;
+			c->rcap = RBUF_INIT;
+		}
+	}
+	if (c->eof && !c->closing && c->rlen && conn_pending(c) < WBUF_HIGH)
+		conn_fail(c, "peer closed in the middle of a frame (%zu bytes of it received)",
+			  c->rlen);
+}
+
+/* Read what the socket has, handling frames as buffers fill. */
+static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
+{
+	for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->eof; i++) {
+		size_t space = c->rcap - c->rlen;
+		ssize_t n;
+
+		if (space == 0) {
+			/* full of complete frames held back by backpressure */
+			if (conn_pending(c) >= WBUF_HIGH)
+				break;
+			/* otherwise grow (process() sized it for a partial frame) */
+			size_t cap = c->rcap * 2 > MAX_FRAME ? MAX_FRAME : c->rcap * 2;
+			uint8_t *p = cap > c->rcap ? mc_realloc(c->rbuf, cap) : NULL;
+			if (!p) {
+				conn_fail(c, "read buffer cannot grow past %zu bytes", c->rcap);
+				break;
+			}
+			c->rbuf = p;
+			c->rcap = cap;
+			space = cap - c->rlen;
+		}
+		n = recv(c->fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
+		if (n > 0) {
+			c->rlen += (size_t)n;
+			c->last_active_ms = now_ms;
+			conn_process(s, c, now_ms);
+			if ((size_t)n < space)
+				break; /* drained */
+			continue;
+		}
+		if (n == 0) {
+			c->eof = true;
+			conn_process(s, c, now_ms);
+			break;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			break;
+		mc_info("rpc: connection from %s: recv failed: %s", c->peer, strerror(errno));
+		return false;
+	}
+	return true;
+}
+
+static void conn_event(struct mc_master_server *s, struct conn *c, uint32_t events, uint64_t now_ms)
+{
+	bool ok = true;
+
+	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+		if (!c->closing && !c->eof)
+			ok = conn_readable(s, c, now_ms);
+		else if (!(events & EPOLLOUT) && (events & (EPOLLHUP | EPOLLERR)))
+			ok = false; /* nothing more can be sent */
+	}
+	if (ok)
+		ok = conn_flush(c, now_ms);
+	/* frames held back while too much waited to be sent: go on with them */
+	while (ok && !c->closing && c->rlen && conn_pending(c) < WBUF_HIGH) {
+		size_t before = c->rlen;
+		conn_process(s, c, now_ms);
+		ok = conn_flush(c, now_ms);
+		if (c->rlen == before)
+			break; /* only a partial frame is left */
+	}
+	if (c->closing && !c->logged) {
+		mc_warn("rpc: closing connection from %s: %s", c->peer,
+			c->why ? c->why : "out of memory");
+		c->logged = true;
+	}
+	if (!ok || !conn_rearm(s, c))
+		conn_free(s, c);
+}
+
+static void accept_all(struct mc_master_server *s, uint64_t now_ms)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct epoll_event ev;
+		struct conn *c;
+		int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				mc_warn("rpc: accept: %s; pausing accepts for %d ms",
+					strerror(errno), ACCEPT_PAUSE_MS);
+				epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
+				s->accept_paused_until_ms = now_ms + ACCEPT_PAUSE_MS;
+			} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				mc_warn("rpc: accept: %s", strerror(errno));
+			}
+			return;
+		}
+		c = mc_calloc(1, sizeof(*c));
+		if (c)
+			c->rbuf = mc_malloc(RBUF_INIT);
+		if (!c || !c->rbuf) {
+			mc_warn("rpc: out of memory accepting a connection");
+			if (c)
+				mc_free(c);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->rcap = RBUF_INIT;
+		mc_buf_init(&c->wbuf);
+		c->last_active_ms = now_ms;
+		if (ss.ss_family == AF_INET) {
+			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+			char ip[INET_ADDRSTRLEN];
+			inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+			snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(a->sin_port));
+		} else if (ss.ss_family == AF_INET6) {
+			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+			char ip[INET6_ADDRSTRLEN];
+			inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+			snprintf(c->peer, sizeof(c->peer), "[%s]:%u", ip, ntohs(a->sin6_port));
+		} else {
+			snprintf(c->peer, sizeof(c->peer), "fd %d", fd);
+		}
+		if (s->tcp_nodelay)
+			mc_sock_set_nodelay(fd);
+		ev.events = EPOLLIN;
+		ev.data.ptr = c;
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			mc_warn("rpc: epoll_ctl for %s: %s", c->peer, strerror(errno));
+			close(fd);
+			mc_free(c->rbuf);
+			mc_free(c);
+			continue;
+		}
+		c->events = EPOLLIN;
+		mc_list_add_tail(&s->conns, &c->link);
+		s->nconns++;
+		mc_debug("rpc: connection from %s", c->peer);
+	}
+}
+
+static void close_idle(struct mc_master_server *s, uint64_t now_ms)
+{
+	struct mc_list *pos, *tmp;
+
+	mc_list_for_each_safe(pos, tmp, &s->conns) {
+		struct conn *c = mc_list_entry(pos, struct conn, link);
+		if (now_ms - c->last_active_ms >= s->conn_timeout_ms) {
+			mc_info("rpc: closing connection from %s: idle for %llu s", c->peer,
+				(unsigned long long)((now_ms - c->last_active_ms) / 1000));
+			conn_free(s, c);
+		}
+	}
+}
+
+static void report(struct mc_master_server *s, uint64_t now_ms)
+{
+	struct mc_master_server_snap cur, prev;
+	char *line;
+
+	pthread_mutex_lock(&s->lock);
+	mc_master_server_snap_locked(s, &cur, now_ms);
+	prev = s->prev_snap;
+	s->prev_snap = cur;
+	pthread_mutex_unlock(&s->lock);
+	if (!s->enable_metric_reporting)
+		return;
+	line = mc_master_summary_format(&prev, &cur);
+	if (line)
+		mc_info("Master Admin Metrics: %s", line);
+	mc_free(line);
+}
+
+static void *loop_main(void *arg)
+{
+	struct mc_master_server *s = arg;
+	struct epoll_event events[MAX_EVENTS];
+	uint64_t now = mc_now_ms();
+	uint64_t next_tick = now, next_report = now + REPORT_PERIOD_MS;
+	uint64_t next_idle = now + IDLE_SCAN_MS;
+
+	while (!atomic_load_explicit(&s->stopping, memory_order_acquire)) {
+		uint64_t deadline = MC_MIN(next_tick, next_report);
+		int timeout, n;
+
+		if (s->conn_timeout_ms)
+			deadline = MC_MIN(deadline, next_idle);
+		if (s->accept_paused_until_ms)
+			deadline = MC_MIN(deadline, s->accept_paused_until_ms);
+		now = mc_now_ms();
+		timeout = deadline > now ? (int)MC_MIN(deadline - now, 1000) : 0;
+		n = epoll_wait(s->epfd, events, MAX_EVENTS, timeout);
+		if (n < 0 && errno != EINTR) {
+			mc_error("rpc: epoll_wait: %s", strerror(errno));
+			break;
+		}
+		now = mc_now_ms();
+		for (int i = 0; i < n; i++) {
+			void *p = events[i].data.ptr;
+			if (p == &tag_listen)
+				accept_all(s, now);
+			else if (p == &tag_wake)
+				continue; /* the while condition sees stopping */
+			else
+				conn_event(s, p, events[i].events, now);
+		}
+		if (s->accept_paused_until_ms && now >= s->accept_paused_until_ms) {
+			struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &tag_listen};
+			s->accept_paused_until_ms = 0;
+			epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev);
+		}
+		if (now >= next_tick) {
+			uint64_t d;
+			pthread_mutex_lock(&s->lock);
+			d = mc_master_tick(s->master, now);
+			pthread_mutex_unlock(&s->lock);
+			next_tick = now + (d ? d : 1);
+		}
+		if (s->conn_timeout_ms && now >= next_idle) {
+			close_idle(s, now);
+			next_idle = now + IDLE_SCAN_MS;
+		}
+		if (now >= next_report) {
+			report(s, now);
+			next_report = now + REPORT_PERIOD_MS;
+		}
+	}
+	while (!mc_list_empty(&s->conns))
+		conn_free(s, mc_list_first(&s->conns, struct conn, link));
+	return NULL;
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+/* The IPv4 address of interface name, into buf. */
+static mc_status interface_ipv4(const char *name, char *buf, size_t len)
+{
+	struct ifaddrs *ifs, *i;
+	mc_status st = MC_ERR_NOT_FOUND;
+
+	if (getifaddrs(&ifs) < 0)
+		return mc_set_error(MC_ERR_SOCKET, "getifaddrs: %s", strerror(errno));
+	for (i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
+		    strcmp(i->ifa_name, name) != 0)
+			continue;
+		inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
+			  (socklen_t)len);
+		st = MC_OK;
+		break;
+	}
+	freeifaddrs(ifs);
+	if (st)
+		return mc_set_error(MC_ERR_NOT_FOUND, "rpc_interface %s has no IPv4 address", name);
+	return MC_OK;
+}
+
+static int rpc_listen(const char *host, uint16_t port)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res, *ai;
+	char portstr[8], h[256];
+	int rc, err = 0;
+	size_t hl;
+
+	/* "[::1]" -> "::1" */
+	hl = strlen(host);
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < sizeof(h)) {
+		memcpy(h, host + 1, hl - 2);
+		h[hl - 2] = '\0';
+		host = h;
+	}
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	rc = getaddrinfo(*host ? host : NULL, portstr, &hints, &res);
+	if (rc)
+		return mc_set_error(MC_ERR_DNS, "rpc: cannot resolve %s: %s", host,
+				    gai_strerror(rc));
+	for (ai = res; ai; ai = ai->ai_next) {
+		int one = 1, fd;
+
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			err = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ai->ai_family == AF_INET6) {
+			int zero = 0;
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		}
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) {
+			freeaddrinfo(res);
+			return fd;
+		}
+		err = errno;
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return mc_set_error(MC_ERR_SOCKET, "rpc: cannot listen on %s port %u: %s", host, port,
+			    strerror(err ? err : EADDRNOTAVAIL));
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+/* base/log.c: apply MC_LOG_LEVEL (called from the library's entry points). */
+void mc_log_init_from_env(void);
+
+mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
+				 struct mc_master_server **out)
+{
+	struct mc_master_server *s;
+	struct epoll_event ev;
+	char ifaddr[INET_ADDRSTRLEN];
+	const char *host;
+	uint16_t port;
+	mc_status st;
+
+	mc_log_init_from_env();
+	if (!cfg || !out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "master server: NULL argument");
+	s = mc_calloc(1, sizeof(*s));
+	if (!s)
+		return mc_set_error(MC_ERR_NOMEM, "master server: out of memory");
+	s->listen_fd = s->epfd = s->wake_fd = -1;
+	s->enable_metric_reporting = cfg->enable_metric_reporting;
+	s->tcp_nodelay = cfg->rpc_enable_tcp_no_delay;
+	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
+				     ? (uint64_t)cfg->rpc_conn_timeout_seconds * 1000
+				     : 0;
+	mc_list_init(&s->conns);
+	atomic_init(&s->stopping, false);
+	pthread_mutex_init(&s->lock, NULL);
+
+	st = mc_master_new(&cfg->master, &s->master);
+	if (st) {
+		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
+		goto err_free;
+	}
+	s->prev_snap.at_ms = mc_now_ms();
+	mc_master_metrics(s->master, &s->prev_snap.m);
+
+	host = cfg->rpc_address ? cfg->rpc_address : "0.0.0.0";
+	if (cfg->rpc_interface && *cfg->rpc_interface) {
+		st = interface_ipv4(cfg->rpc_interface, ifaddr, sizeof(ifaddr));
+		if (st)
+			goto err_master;
+		host = ifaddr;
+	}
+	/* upstream: rpc_port 0 falls back to port; here an explicit 0 means any
+	 * free port, which tests and scripts need */
+	port = (uint16_t)(cfg->rpc_port || cfg->rpc_port_explicit ? cfg->rpc_port : cfg->port);
+	s->listen_fd = rpc_listen(host, port);
+	if (s->listen_fd < 0) {
+		st = s->listen_fd;
+		goto err_master;
+	}
+	s->rpc_port = mc_sock_local_port(s->listen_fd);
+
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->epfd < 0 || s->wake_fd < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll/eventfd: %s", strerror(errno));
+		goto err_fds;
+	}
+	ev.events = EPOLLIN;
+	ev.data.ptr = &tag_listen;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll_ctl: %s", strerror(errno));
+		goto err_fds;
+	}
+	ev.data.ptr = &tag_wake;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &ev) < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll_ctl: %s", strerror(errno));
+		goto err_fds;
+	}
+
+	st = mc_master_admin_start(s, cfg->metrics_host, (uint16_t)cfg->metrics_port);
+	if (st)
+		goto err_fds;
+	if (cfg->enable_http_metadata_server) {
+		st = mc_http_meta_server_start(cfg->http_metadata_server_host,
+					       (uint16_t)cfg->http_metadata_server_port, &s->meta);
+		if (st)
+			goto err_admin;
+		s->metadata_port = mc_http_meta_server_port(s->meta);
+	}
+	if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
+		st = mc_set_error(MC_ERR_INTERNAL, "rpc: cannot start the loop thread");
+		goto err_meta;
+	}
+	s->loop_started = true;
+	mc_info("master %s: rpc on %s:%u, admin on %s:%u, http metadata server %s port %u",
+		MC_VERSION_STRING, host, s->rpc_port,
+		cfg->metrics_host ? cfg->metrics_host : "0.0.0.0", s->metrics_port,
+		s->meta ? "on" : "off", s->metadata_port);
+	*out = s;
+	return MC_OK;
+
+err_meta:
+	mc_http_meta_server_stop(s->meta);
+err_admin:
+	mc_master_admin_stop(s);
+err_fds:
+	if (s->wake_fd >= 0)
+		close(s->wake_fd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->listen_fd >= 0)
+		close(s->listen_fd);
+err_master:
+	mc_master_free(s->master);
+err_free:
+	pthread_mutex_destroy(&s->lock);
+	mc_free(s);
+	return st;
+}
+
+uint16_t mc_master_server_rpc_port(const struct mc_master_server *s)
+{
+	return s ? s->rpc_port : 0;
+}
+
+uint16_t mc_master_server_metrics_port(const struct mc_master_server *s)
+{
+	return s ? s->metrics_port : 0;
+}
+
+uint16_t mc_master_server_metadata_port(const struct mc_master_server *s)
+{
+	return s ? s->metadata_port : 0;
+}
+
+void mc_master_server_stop(struct mc_master_server *s)
+{
+	uint64_t one = 1;
+
+	if (!s)
+		return;
+	/* the HTTP threads first: they use the master under the lock */
+	mc_master_admin_stop(s);
+	mc_http_meta_server_stop(s->meta);
+	if (s->loop_started) {
+		atomic_store_explicit(&s->stopping, true, memory_order_release);
+		if (write(s->wake_fd, &one, sizeof(one)) < 0)
+			mc_warn("rpc: cannot wake the loop: %s", strerror(errno));
+		pthread_join(s->loop_thread, NULL);
+	}
+	close(s->wake_fd);
+	close(s->epfd);
+	close(s->listen_fd);
+	mc_master_free(s->master);
+	pthread_mutex_destroy(&s->lock);
+	mc_free(s);
+}

@@ -28,23 +28,25 @@ struct mc_master_server;
 /* Every flag of mooncake_master that this build acts on or accepts
  * (upstream's names and defaults, spec store.md 8.1). */
 struct mc_master_server_config {
-	struct mc_master_config master; /* object model */
-	char *rpc_address;		/* "0.0.0.0" */
-	int64_t rpc_port;		/* 0 -> port */
-	int64_t port;			/* 50051 */
-	int64_t rpc_thread_num;		/* accepted; the loop is one thread */
-	int64_t max_threads;		/* 16, accepted */
+	struct mc_master_config master;	  /* object model */
+	char *rpc_address;		  /* "0.0.0.0" */
+	char *rpc_interface;		  /* "": NIC whose IPv4 replaces rpc_address */
+	int64_t rpc_port;		  /* 0 -> port (but see rpc_port_explicit) */
+	bool rpc_port_explicit;		  /* rpc_port was given (file or flag): 0 = any free port */
+	int64_t port;			  /* 50051 */
+	int64_t rpc_thread_num;		  /* accepted; the loop is one thread */
+	int64_t max_threads;		  /* 16, accepted */
 	int64_t rpc_conn_timeout_seconds; /* 0 = none */
-	bool rpc_enable_tcp_no_delay;	/* true */
-	bool enable_metric_reporting;	/* true: summary line in the log every 10 s */
-	int64_t metrics_port;		/* 9003; 0 = any free port */
-	char *metrics_host;		/* "0.0.0.0" */
+	bool rpc_enable_tcp_no_delay;	  /* true */
+	bool enable_metric_reporting;	  /* true: summary line in the log every 10 s */
+	int64_t metrics_port;		  /* 9003; 0 = any free port */
+	char *metrics_host;		  /* "0.0.0.0" */
 	bool enable_http_metadata_server; /* false */
 	int64_t http_metadata_server_port; /* 8080; 0 = any free port */
-	char *http_metadata_server_host; /* "0.0.0.0" */
-	char *cluster_id;		/* "mooncake_cluster" */
-	char *memory_allocator;		/* "offset" */
-	char *allocation_strategy;	/* "random" */
+	char *http_metadata_server_host;   /* "0.0.0.0" */
+	char *cluster_id;		   /* "mooncake_cluster" */
+	char *memory_allocator;		   /* "offset" */
+	char *allocation_strategy;	   /* "random" */
 };
 
 /* Defaults of every field.  Release with mc_master_server_config_release. */
@@ -55,13 +57,37 @@ void mc_master_server_config_release(struct mc_master_server_config *c);
  * Parse argv (upstream's gflags style: --flag=value, -flag=value,
  * --flag value, --bool_flag, --nobool_flag) on top of the defaults,
  * loading --config_path (JSON, or YAML's flat "key: value" form) first so
- * that flags given explicitly override the file.  --help and --version
- * set *exit_code_out to 0 after printing (to out); a bad flag or value
- * prints the reason and sets it to 2.  Returns MC_OK when the caller
+ * that flags given explicitly override the file.  --help, --version and
+ * --dump-config (the effective configuration as flat YAML) set
+ * *exit_code_out to 0 after printing (to out), returning non-OK; a bad
+ * flag or value prints the reason (to stderr) and sets it to 2.  Returns MC_OK when the caller
  * should start the server.
  */
 mc_status mc_master_server_config_parse(struct mc_master_server_config *c, int argc, char **argv,
 					FILE *out, int *exit_code_out);
+
+/* docs/config.md's table of every flag (tools/mc_config_doc prints it). */
+void mc_master_server_config_print_doc(FILE *out);
+
+/*
+ * The two halves of the parser, for tools and the fuzz target.  Both
+ * print nothing: on failure they return MC_ERR_INVALID_PARAMS (or
+ * MC_ERR_NOMEM) and leave the reason in err (err_len bytes, always
+ * NUL-terminated).
+ *
+ * config_set: one flag by name (upstream's name or a config-file alias
+ * such as client_live_ttl_sec) from its text value.  MC_ERR_NOT_FOUND for
+ * an unknown name.
+ *
+ * config_load_buffer: a config file's text, JSON when its first
+ * non-blank byte is '{', else YAML's flat "key: value" form.  Unknown
+ * keys are ignored with a warning (newer upstream files carry keys this
+ * build does not know), bad values are errors.
+ */
+mc_status mc_master_server_config_set(struct mc_master_server_config *c, const char *name,
+				      const char *value, char *err, size_t err_len);
+mc_status mc_master_server_config_load_buffer(struct mc_master_server_config *c, const char *text,
+					      size_t len, char *err, size_t err_len);
 
 /* Start listening and serving.  MC_OK, or the reason (a port in use is
  * MC_ERR_SOCKET with mc_last_error naming it). */

@@ -1,0 +1,1539 @@
+/*
+ * master/objects.c - the master's tables: objects, segments, clients,
+ * tenants, groups, in-flight puts, soft pins and parked (discarded) space;
+ * plus what runs over them: the unmount sweep, eviction, mc_master_tick,
+ * the admin queries and the metrics snapshot.  The request handlers are in
+ * master.c.
+ *
+ * Object table.  One open-addressing hash table (linear probing, load kept
+ * at or below 3/4, backward-shift deletion, so no tombstones) of 8-byte
+ * slots.  A slot is the object's pointer in the low 48 bits and the top 16
+ * bits of the key's hash in the high 16 (user-space pointers on x86-64 and
+ * arm64 fit in 48 bits; mc_master_obj_insert asserts it), so a probe that
+ * meets another key almost never touches that object's memory.  The hash
+ * is XXH3 of the key, seeded per master and per tenant, so tenants are
+ * separate namespaces without storing the tenant name per object.  The
+ * table doubles when an insert would pass 3/4 load and halves (in the
+ * tick) under 1/8, and either resize is incremental (see migrate()): a
+ * rehash of 10 M objects costs about a second of pointer chasing, which
+ * must not land on one request.  Full scans (regex, remove-all, sweep,
+ * admin listing) first finish any resize; they may delete the slot they
+ * are looking at and then look at it again (backward shift moves only
+ * later entries of the same run into it).
+ *
+ * Object memory.  One allocation per object with the key inline, and
+ * nothing in it that only some objects need:
+ *
+ *     t 8 | r0 {addr 8, seg 4, gen 4} | ext 8 | aux 4 | group 4 |
+ *     size 6 | tenant 2 | key_len 2 | flags 1 | nrep 1
+ *     = 52 bytes of header, then key_len bytes of key (no NUL).
+ *
+ * A glibc chunk is the request plus 8, rounded up to 16, so a 20-byte key
+ * makes a 72-byte request in an 80-byte chunk.  The table adds 8 / load =
+ * 10.7 to 16 bytes per object (13.4 at 10 M objects in 2^24 slots).  The
+ * segment allocator adds its 32-byte block record and 8-16 bytes of address
+ * hash per replica (alloc.c, "Memory").  Budget for 10 M one-replica
+ * objects with 20-byte keys: 80 + 13.4 + ~46 = ~140 bytes; measured with
+ * bench/master_mem_bench.c: 139 (20-byte keys), 171 (40), 187 (64), all
+ * under the 200-byte target.  Kept out of the object: the replicas beyond
+ * the first and the checksum (ext, only when present); UUIDs and strings
+ * (segments, clients, tenants and groups are interned, objects hold
+ * u16/u32 indices); the writer and the pending soft-pin action of an
+ * in-flight put (struct mc_proc in m->proc); a soft-pin deadline (struct
+ * mc_pin in m->pins).  Values are limited to 2^48 - 1 bytes (256 TiB).
+ *
+ * Replicas are weak references.  A replica names a segment slot and the
+ * slot's generation; unmount (explicit, graceful deadline, client expiry)
+ * bumps the generation and drops the allocator, so every replica there is
+ * unreadable at that instant, then mc_master_sweep() walks the table once
+ * to drop the dead replicas and erase objects left with none (including
+ * in-flight puts, whose PutEnd then fails with OBJECT_NOT_FOUND).
+ *
+ * Object state.  An object is either being written (MC_OBJ_PROC: every
+ * replica PROCESSING, t = PutStart time, aux = index in m->proc) or
+ * complete (every replica COMPLETE, t = lease deadline, which is also the
+ * LRU key).  In-flight puts sit in m->proc, a dense array, so client expiry
+ * and the zombie scan visit only them.  Soft-pinned complete objects sit
+ * in m->pins, a min-heap on their deadline (aux = heap index), which is the
+ * deadline index of spec 2.7.
+ *
+ * Eviction (spec 4) is approximate LRU by sampling, as Redis does: a round
+ * looks at a window of up to 2^18 consecutive slots from a random start
+ * (the whole table when it is smaller, so small tables are exact), keeps
+ * the evictable objects (complete, readable, not hard-pinned, lease
+ * expired; pass 1 skips live soft pins, pass 2 takes only them), and
+ * evicts the ones with the oldest lease deadline (quickselect, no full
+ * sort).  Target and lower bound are scaled to the window's share of the
+ * table, so a big table is worked through over several 10 ms ticks.
+ * Groups: a chosen member pulls in its whole group unless a member holds a
+ * lease, in which case the group is skipped.  A watermark round that frees
+ * nothing backs off for EVICT_IDLE_MS.
+ *
+ * Other per-tick work is proportional to what is due, not to the table:
+ * client expiry walks the clients, graceful deadlines the segments, soft
+ * pins pop off their heap, parked space leaves a FIFO, and the zombie scan
+ * (once a second) walks only the in-flight puts.
+ */
+#define MC_LOG_MODULE "master"
+#include "master/master_int.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "mooncake/version.h"
+
+#define TAG_SHIFT     48
+#define PTR_MASK      ((1ull << TAG_SHIFT) - 1)
+#define MIN_SLOTS     1024u
+#define EVICT_WINDOW  (1u << 18) /* slots one eviction round looks at */
+#define EVICT_IDLE_MS 100u	 /* back-off after a watermark round freed nothing */
+#define PROC_SCAN_MS  1000u
+#define MIGRATE_STEP  128u	 /* old slots moved per insert while resizing */
+#define MIGRATE_TICK  (1u << 16) /* and per tick */
+
+MC_STATIC_ASSERT(offsetof(struct mc_obj, key) == 52, "object header is 52 bytes");
+
+const uint64_t mc_master_value_size_bounds[MC_MASTER_VALUE_SIZE_BUCKETS - 1] = {
+	4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+};
+
+/* ------------------------------------------------------------------------ */
+/* small helpers                                                             */
+
+static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t elem)
+{
+	uint32_t ncap;
+	void *p;
+
+	if (need <= *cap)
+		return true;
+	ncap = *cap ? *cap : 8;
+	while (ncap < need) {
+		if (ncap > UINT32_MAX / 2)
+			return false;
+		ncap *= 2;
+	}
+	p = mc_realloc(*arr, (size_t)ncap * elem);
+	if (!p)
+		return false;
+	*arr = p;
+	*cap = ncap;
+	return true;
+}
+
+void *mc_master_scratch(struct mc_master *m, size_t n)
+{
+	if (n > m->iscratch_cap) {
+		size_t c = m->iscratch_cap ? m->iscratch_cap : 256;
+		void *p;
+
+		while (c < n)
+			c *= 2;
+		p = mc_realloc(m->iscratch, c);
+		if (!p)
+			return NULL;
+		m->iscratch = p;
+		m->iscratch_cap = c;
+	}
+	return m->iscratch;
+}
+
+mc_status mc_master_rscratch(struct mc_master *m, uint32_t n)
+{
+	return grow((void **)&m->rscratch, &m->rscratch_cap, n, sizeof(*m->rscratch))
+		       ? MC_OK
+		       : MC_ERR_NOMEM;
+}
+
+static inline bool uuid_eq(const struct mc_store_uuid *a, const struct mc_store_uuid *b)
+{
+	return a->first == b->first && a->second == b->second;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tenants                                                                   */
+
+uint16_t mc_master_tenant_find(struct mc_master *m, const char *name, size_t len, bool *found_out)
+{
+	*found_out = true;
+	if (!m->cfg.enable_multi_tenants || len == 0)
+		return 0;
+	for (uint32_t i = 0; i < m->ntenants; i++) {
+		if (m->tenant_lens[i] == len && memcmp(m->tenants[i], name, len) == 0)
+			return (uint16_t)i;
+	}
+	*found_out = false;
+	return 0;
+}
+
+mc_status mc_master_tenant_intern(struct mc_master *m, const char *name, size_t len,
+				  uint16_t *id_out)
+{
+	bool found;
+	uint16_t id = mc_master_tenant_find(m, name, len, &found);
+	uint32_t cap = m->ntenants;
+	char *copy;
+
+	if (found) {
+		*id_out = id;
+		return MC_OK;
+	}
+	if (m->ntenants >= MC_MASTER_MAX_TENANTS)
+		return MC_ERR_INVALID_PARAMS;
+	copy = mc_strndup(name, len);
+	if (!copy)
+		return MC_ERR_NOMEM;
+	if (!grow((void **)&m->tenants, &cap, m->ntenants + 1, sizeof(char *))) {
+		mc_free(copy);
+		return MC_ERR_NOMEM;
+	}
+	cap = m->ntenants;
+	if (!grow((void **)&m->tenant_lens, &cap, m->ntenants + 1, sizeof(uint32_t))) {
+		mc_free(copy);
+		return MC_ERR_NOMEM;
+	}
+	m->tenants[m->ntenants] = copy;
+	m->tenant_lens[m->ntenants] = (uint32_t)len;
+	*id_out = (uint16_t)m->ntenants++;
+	return MC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* object table                                                              */
+
+static inline uint64_t obj_hash(const struct mc_master *m, uint16_t tenant, const char *key,
+				size_t len)
+{
+	return XXH3_64bits_withSeed(key, len,
+				    m->hash_seed + (uint64_t)tenant * 0x9E3779B97F4A7C15ull);
+}
+
+static inline uint64_t slot_make(const struct mc_obj *o, uint64_t h)
+{
+	return (uint64_t)(uintptr_t)o | (h >> TAG_SHIFT << TAG_SHIFT);
+}
+
+static struct mc_obj *probe(const uint64_t *slots, uint64_t mask, uint64_t h, uint16_t tenant,
+			    const char *key, size_t len)
+{
+	uint64_t tag = h >> TAG_SHIFT;
+	uint64_t i = h & mask;
+
+	for (;;) {
+		uint64_t s = slots[i];
+		struct mc_obj *o;
+
+		if (!s)
+			return NULL;
+		o = (struct mc_obj *)(uintptr_t)(s & PTR_MASK);
+		if ((s >> TAG_SHIFT) == tag && o->key_len == len && o->tenant == tenant &&
+		    memcmp(o->key, key, len) == 0)
+			return o;
+		i = (i + 1) & mask;
+	}
+}
+
+struct mc_obj *mc_master_obj_find(struct mc_master *m, uint16_t tenant, const char *key, size_t len)
+{
+	uint64_t h = obj_hash(m, tenant, key, len);
+	struct mc_obj *o = probe(m->slots, m->mask, h, tenant, key, len);
+
+	if (!o && m->old)
+		o = probe(m->old, m->old_mask, h, tenant, key, len);
+	return o;
+}
+
+static void table_place(uint64_t *slots, uint64_t mask, uint64_t s, uint64_t h)
+{
+	uint64_t i = h & mask;
+
+	while (slots[i])
+		i = (i + 1) & mask;
+	slots[i] = s;
+}
+
+/*
+ * Incremental resize.  The old table is drained one run (a maximal block
+ * of occupied slots) at a time, starting at a slot that was empty when the
+ * resize began: every key of a run has its home slot inside the run, so
+ * emptying whole runs never breaks a probe sequence of the runs left, and
+ * since nothing is inserted into the old table that first slot stays empty
+ * and bounds the last run.  Lookups and deletes look in the new table,
+ * then the old one; inserts go to the new one and each moves ~128 old
+ * slots along, the tick moves more; a full scan settles the move first.
+ */
+static void migrate(struct mc_master *m, uint64_t budget)
+{
+	while (m->old && budget) {
+		uint64_t i = m->old_cursor;
+
+		if (m->old_left == 0) {
+			mc_free(m->old);
+			m->old = NULL;
+			break;
+		}
+		if (!m->old[i]) {
+			m->old_cursor = (i + 1) & m->old_mask;
+			m->old_left--;
+			budget--;
+			continue;
+		}
+		while (m->old[i]) {
+			uint64_t sl = m->old[i];
+			const struct mc_obj *o = (const struct mc_obj *)(uintptr_t)(sl & PTR_MASK);
+
+			table_place(m->slots, m->mask, sl,
+				    obj_hash(m, o->tenant, o->key, o->key_len));
+			m->old[i] = 0;
+			i = (i + 1) & m->old_mask;
+			m->old_left--;
+			if (budget)
+				budget--;
+		}
+		m->old_cursor = i;
+	}
+}
+
+void mc_master_table_settle(struct mc_master *m)
+{
+	migrate(m, UINT64_MAX);
+}
+
+static mc_status table_resize(struct mc_master *m, uint64_t nslots)
+{
+	uint64_t *ns, start = 0;
+
+	mc_master_table_settle(m);
+	ns = mc_calloc(nslots, sizeof(uint64_t));
+	if (!ns)
+		return MC_ERR_NOMEM;
+	while (m->slots[start]) /* the load is below 1: an empty slot exists */
+		start++;
+	m->old = m->slots;
+	m->old_mask = m->mask;
+	m->old_cursor = start;
+	m->old_left = m->mask + 1;
+	m->slots = ns;
+	m->mask = nslots - 1;
+	migrate(m, MIGRATE_STEP);
+	return MC_OK;
+}
+
+mc_status mc_master_obj_insert(struct mc_master *m, struct mc_obj *o)
+{
+	uint64_t h;
+
+	mc_assert(((uintptr_t)o >> TAG_SHIFT) == 0);
+	if ((m->nobjs + 1) * 4 > (m->mask + 1) * 3) {
+		mc_status st = table_resize(m, (m->mask + 1) * 2);
+
+		if (st != MC_OK)
+			return st;
+	}
+	h = obj_hash(m, o->tenant, o->key, o->key_len);
+	table_place(m->slots, m->mask, slot_make(o, h), h);
+	m->nobjs++;
+	if (m->old)
+		migrate(m, MIGRATE_STEP);
+	return MC_OK;
+}
+
+/* Find o's slot in one table by pointer; false if it is not there. */
+static bool slot_of(const struct mc_master *m, const uint64_t *slots, uint64_t mask,
+		    const struct mc_obj *o, uint64_t *i_out)
+{
+	uint64_t i = obj_hash(m, o->tenant, o->key, o->key_len) & mask;
+
+	while (slots[i]) {
+		if ((slots[i] & PTR_MASK) == (uint64_t)(uintptr_t)o) {
+			*i_out = i;
+			return true;
+		}
+		i = (i + 1) & mask;
+	}
+	return false;
+}
+
+/* Empty slot i of a table, pulling later entries of its run back (no
+ * tombstones): an entry moves into the hole unless its home slot lies
+ * cyclically in (hole, its slot]. */
+static void backshift(const struct mc_master *m, uint64_t *slots, uint64_t mask, uint64_t i)
+{
+	uint64_t j = i;
+
+	for (;;) {
+		uint64_t s, home;
+		const struct mc_obj *x;
+
+		j = (j + 1) & mask;
+		s = slots[j];
+		if (!s)
+			break;
+		x = (const struct mc_obj *)(uintptr_t)(s & PTR_MASK);
+		home = obj_hash(m, x->tenant, x->key, x->key_len) & mask;
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			slots[i] = s;
+			i = j;
+		}
+	}
+	slots[i] = 0;
+}
+
+static void table_delete(struct mc_master *m, const struct mc_obj *o)
+{
+	uint64_t i;
+
+	if (slot_of(m, m->slots, m->mask, o, &i)) {
+		backshift(m, m->slots, m->mask, i);
+	} else {
+		mc_assert(m->old && slot_of(m, m->old, m->old_mask, o, &i));
+		backshift(m, m->old, m->old_mask, i);
+	}
+	m->nobjs--;
+}
+
+struct mc_rep *mc_master_obj_rep(struct mc_obj *o, uint32_t i)
+{
+	return i == 0 ? &o->r0 : &o->ext->reps[i - 1];
+}
+
+bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r)
+{
+	const struct mc_seg *s;
+
+	if (r->seg >= m->nsegs_slots)
+		return false;
+	s = &m->segs[r->seg];
+	return s->state != MC_SEG_FREE && s->gen == r->gen;
+}
+
+bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o)
+{
+	if (o->flags & MC_OBJ_PROC)
+		return false;
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		if (mc_master_rep_live(m, mc_master_obj_rep((struct mc_obj *)o, i)))
+			return true;
+	}
+	return false;
+}
+
+static void rep_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
+{
+	struct mc_seg *s;
+
+	if (!mc_master_rep_live(m, r))
+		return;
+	s = &m->segs[r->seg];
+	if (mc_offset_alloc_release(s->alloc, r->addr) != MC_OK) {
+		mc_error("replica at 0x%" PRIx64 " on segment %s was not a live block", r->addr,
+			 s->name);
+		return;
+	}
+	s->used -= size;
+	m->allocated_bytes -= size;
+}
+
+void mc_master_obj_release_reps(struct mc_master *m, struct mc_obj *o)
+{
+	for (uint32_t i = 0; i < o->nrep; i++)
+		rep_release(m, mc_master_obj_rep(o, i), mc_obj_size(o));
+	o->nrep = 0;
+}
+
+void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)
+{
+	bool parked = false;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+		struct mc_discarded *d;
+
+		if (!mc_master_rep_live(m, r))
+			continue;
+		if (!grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1, sizeof(*m->disc))) {
+			/* cannot park it: release now rather than leak it */
+			rep_release(m, r, mc_obj_size(o));
+			continue;
+		}
+		d = &m->disc[m->ndisc++];
+		d->addr = r->addr;
+		d->size = mc_obj_size(o);
+		d->seg = r->seg;
+		d->gen = r->gen;
+		d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
+		m->disc_bytes += mc_obj_size(o);
+		parked = true;
+	}
+	if (parked)
+		m->met.put_start_discard_cnt++;
+	o->nrep = 0;
+}
+
+void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)
+{
+	uint64_t ttl = m->cfg.default_kv_lease_ttl_ms;
+	uint64_t d = now_ms + ttl;
+	const struct mc_group *g;
+
+	if (o->t < d)
+		o->t = d;
+	g = mc_master_group_of(m, o);
+	if (!g)
+		return;
+	for (uint32_t i = 0; i < g->nmem; i++) {
+		struct mc_obj *x = g->mem[i];
+
+		/* refreshed only when within half a TTL of expiring (spec 2.6) */
+		if (!(x->flags & MC_OBJ_PROC) && x->t < now_ms + ttl / 2)
+			x->t = d;
+	}
+}
+
+/* ---- in-flight puts ---- */
+
+void mc_master_proc_add(struct mc_master *m, struct mc_obj *o, uint32_t writer, uint64_t pin)
+{
+	/* the caller reserved room (proc_cap > nproc) before creating o */
+	mc_assert(m->nproc < m->proc_cap);
+	o->aux = m->nproc;
+	m->proc[m->nproc].o = o;
+	m->proc[m->nproc].pin = pin;
+	m->proc[m->nproc].writer = writer;
+	m->nproc++;
+	o->flags |= MC_OBJ_PROC;
+	if (writer < m->nclient_slots)
+		m->clients[writer].nproc++;
+}
+
+void mc_master_proc_del(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t i = o->aux;
+	uint32_t writer;
+
+	mc_assert(i < m->nproc && m->proc[i].o == o);
+	writer = m->proc[i].writer;
+	m->proc[i] = m->proc[--m->nproc];
+	m->proc[i].o->aux = i;
+	o->aux = MC_MASTER_NO_AUX;
+	o->flags &= (uint8_t)~MC_OBJ_PROC;
+	if (writer < m->nclient_slots && m->clients[writer].nproc > 0)
+		m->clients[writer].nproc--;
+}
+
+bool mc_master_proc_reserve(struct mc_master *m, uint32_t n)
+{
+	return grow((void **)&m->proc, &m->proc_cap, m->nproc + n, sizeof(*m->proc));
+}
+
+/* ---- soft-pin heap ---- */
+
+static void pin_swap(struct mc_master *m, uint32_t a, uint32_t b)
+{
+	struct mc_pin t = m->pins[a];
+
+	m->pins[a] = m->pins[b];
+	m->pins[b] = t;
+	m->pins[a].o->aux = a;
+	m->pins[b].o->aux = b;
+}
+
+static void pin_up(struct mc_master *m, uint32_t i)
+{
+	while (i > 0) {
+		uint32_t p = (i - 1) / 2;
+
+		if (m->pins[p].deadline <= m->pins[i].deadline)
+			break;
+		pin_swap(m, p, i);
+		i = p;
+	}
+}
+
+static void pin_down(struct mc_master *m, uint32_t i)
+{
+	for (;;) {
+		uint32_t l = 2 * i + 1, r = l + 1, s = i;
+
+		if (l < m->npins && m->pins[l].deadline < m->pins[s].deadline)
+			s = l;
+		if (r < m->npins && m->pins[r].deadline < m->pins[s].deadline)
+			s = r;
+		if (s == i)
+			break;
+		pin_swap(m, s, i);
+		i = s;
+	}
+}
+
+void mc_master_pin_add(struct mc_master *m, struct mc_obj *o, uint64_t deadline)
+{
+	if (!grow((void **)&m->pins, &m->pins_cap, m->npins + 1, sizeof(*m->pins))) {
+		/* no room in the index: the object stays an ordinary cache entry */
+		mc_warn("no memory for the soft-pin index; %.*s is not pinned", (int)o->key_len,
+			o->key);
+		o->flags &= (uint8_t)~MC_OBJ_SOFT;
+		return;
+	}
+	o->flags |= MC_OBJ_SOFT;
+	o->aux = m->npins;
+	m->pins[m->npins].deadline = deadline;
+	m->pins[m->npins].o = o;
+	m->npins++;
+	pin_up(m, o->aux);
+}
+
+void mc_master_pin_del(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t i = o->aux;
+
+	mc_assert(i < m->npins && m->pins[i].o == o);
+	m->npins--;
+	if (i != m->npins) {
+		pin_swap(m, i, m->npins);
+		pin_down(m, i);
+		pin_up(m, i);
+	}
+	o->aux = MC_MASTER_NO_AUX;
+	o->flags &= (uint8_t)~MC_OBJ_SOFT;
+}
+
+/* ---- groups ---- */
+
+static void group_free(struct mc_master *m, struct mc_group *g);
+
+static uint64_t group_hash(const struct mc_master *m, uint16_t tenant, const char *name, size_t len)
+{
+	return XXH3_64bits_withSeed(name, len, m->group_seed + tenant);
+}
+
+struct mc_group *mc_master_group_of(const struct mc_master *m, const struct mc_obj *o)
+{
+	if (o->group == 0 || o->group > m->ngslots)
+		return NULL;
+	return m->gslots[o->group - 1];
+}
+
+static mc_status group_rehash(struct mc_master *m, uint32_t nb)
+{
+	struct mc_group **b = mc_calloc(nb, sizeof(*b));
+
+	if (!b)
+		return MC_ERR_NOMEM;
+	for (uint32_t i = 0; m->gbuckets && i <= m->gmask; i++) {
+		struct mc_group *g = m->gbuckets[i], *next;
+
+		for (; g; g = next) {
+			next = g->next;
+			g->next = b[g->hash & (nb - 1)];
+			b[g->hash & (nb - 1)] = g;
+		}
+	}
+	mc_free(m->gbuckets);
+	m->gbuckets = b;
+	m->gmask = nb - 1;
+	return MC_OK;
+}
+
+mc_status mc_master_group_join(struct mc_master *m, uint16_t tenant, const char *name, size_t len,
+			       struct mc_obj *o)
+{
+	uint64_t h = group_hash(m, tenant, name, len);
+	struct mc_group *g;
+	uint32_t slot;
+
+	if (!m->gbuckets && group_rehash(m, 64) != MC_OK)
+		return MC_ERR_NOMEM;
+	for (g = m->gbuckets[h & m->gmask]; g; g = g->next) {
+		if (g->hash == h && g->tenant == tenant && g->name_len == len &&
+		    memcmp(g->name, name, len) == 0)
+			break;
+	}
+	if (!g) {
+		if (m->ngroups + 1 > m->gmask + 1 && group_rehash(m, (m->gmask + 1) * 2) != MC_OK)
+			return MC_ERR_NOMEM;
+		if (!m->ngfree &&
+		    !grow((void **)&m->gslots, &m->gslots_cap, m->ngslots + 1, sizeof(*m->gslots)))
+			return MC_ERR_NOMEM;
+		g = mc_calloc(1, sizeof(*g) + len + 1);
+		if (!g)
+			return MC_ERR_NOMEM;
+		g->hash = h;
+		g->tenant = tenant;
+		g->name_len = (uint32_t)len;
+		memcpy(g->name, name, len);
+		slot = m->ngfree ? m->gfree[--m->ngfree] : m->ngslots++;
+		g->slot = slot;
+		m->gslots[slot] = g;
+		g->next = m->gbuckets[h & m->gmask];
+		m->gbuckets[h & m->gmask] = g;
+		m->ngroups++;
+	}
+	if (!grow((void **)&g->mem, &g->cap, g->nmem + 1, sizeof(*g->mem))) {
+		if (g->nmem == 0)
+			group_free(m, g);
+		return MC_ERR_NOMEM;
+	}
+	g->mem[g->nmem++] = o;
+	o->group = g->slot + 1;
+	return MC_OK;
+}
+
+static void group_free(struct mc_master *m, struct mc_group *g)
+{
+	struct mc_group **pp = &m->gbuckets[g->hash & m->gmask];
+
+	while (*pp != g)
+		pp = &(*pp)->next;
+	*pp = g->next;
+	m->gslots[g->slot] = NULL;
+	if (grow((void **)&m->gfree, &m->gfree_cap, m->ngfree + 1, sizeof(uint32_t)))
+		m->gfree[m->ngfree++] = g->slot;
+	m->ngroups--;
+	mc_free(g->mem);
+	mc_free(g);
+}
+
+static void group_leave(struct mc_master *m, struct mc_obj *o)
+{
+	struct mc_group *g = mc_master_group_of(m, o);
+
+	o->group = 0;
+	if (!g)
+		return;
+	for (uint32_t i = 0; i < g->nmem; i++) {
+		if (g->mem[i] == o) {
+			g->mem[i] = g->mem[--g->nmem];
+			break;
+		}
+	}
+	if (g->nmem == 0)
+		group_free(m, g);
+}
+
+void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
+{
+	table_delete(m, o);
+	if (o->flags & MC_OBJ_PROC)
+		mc_master_proc_del(m, o);
+	else if (o->flags & MC_OBJ_SOFT)
+		mc_master_pin_del(m, o);
+	group_leave(m, o);
+	mc_free(o->ext);
+	mc_free(o);
+}
+
+mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force, uint64_t now_ms)
+{
+	if (o->flags & MC_OBJ_PROC)
+		return MC_ERR_REPLICA_IS_NOT_READY;
+	if (!force && o->t > now_ms)
+		return MC_ERR_OBJECT_HAS_LEASE;
+	mc_master_obj_release_reps(m, o);
+	mc_master_obj_erase(m, o);
+	return MC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* clients                                                                   */
+
+struct mc_client *mc_master_client_find(struct mc_master *m, const struct mc_store_uuid *id,
+					uint32_t *slot_out)
+{
+	uint32_t c = m->last_client;
+
+	if (c < m->nclient_slots && m->clients[c].used && uuid_eq(&m->clients[c].id, id)) {
+		*slot_out = c;
+		return &m->clients[c];
+	}
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
+		if (m->clients[i].used && uuid_eq(&m->clients[i].id, id)) {
+			m->last_client = i;
+			*slot_out = i;
+			return &m->clients[i];
+		}
+	}
+	return NULL;
+}
+
+mc_status mc_master_client_intern(struct mc_master *m, const struct mc_store_uuid *id,
+				  uint32_t *slot_out)
+{
+	uint32_t slot = UINT32_MAX;
+
+	if (mc_master_client_find(m, id, slot_out))
+		return MC_OK;
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
+		if (!m->clients[i].used) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot == UINT32_MAX) {
+		if (m->nclient_slots >= MC_MASTER_NO_CLIENT - 1 ||
+		    !grow((void **)&m->clients, &m->clients_cap, m->nclient_slots + 1,
+			  sizeof(*m->clients)))
+			return MC_ERR_NOMEM;
+		slot = m->nclient_slots++;
+	}
+	memset(&m->clients[slot], 0, sizeof(m->clients[slot]));
+	m->clients[slot].id = *id;
+	m->clients[slot].used = true;
+	*slot_out = slot;
+	return MC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* segments                                                                  */
+
+struct mc_seg *mc_master_seg_find(struct mc_master *m, const struct mc_store_uuid *id,
+				  uint32_t *slot_out)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state != MC_SEG_FREE && uuid_eq(&m->segs[i].id, id)) {
+			*slot_out = i;
+			return &m->segs[i];
+		}
+	}
+	return NULL;
+}
+
+static void seg_strings_free(struct mc_seg *s)
+{
+	mc_free(s->name);
+	mc_free(s->te_endpoint);
+	mc_free(s->protocol);
+	mc_free(s->host_id);
+	s->name = s->te_endpoint = s->protocol = s->host_id = NULL;
+}
+
+mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
+			      const struct mc_store_segment *in, uint64_t now_ms)
+{
+	uint32_t slot = UINT32_MAX;
+	struct mc_seg *s;
+	mc_status st;
+
+	(void)now_ms;
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state == MC_SEG_FREE) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot == UINT32_MAX) {
+		if (!grow((void **)&m->segs, &m->segs_cap, m->nsegs_slots + 1, sizeof(*m->segs)))
+			return MC_ERR_NOMEM;
+		slot = m->nsegs_slots;
+		memset(&m->segs[slot], 0, sizeof(m->segs[slot]));
+		m->nsegs_slots++;
+	}
+	s = &m->segs[slot];
+	s->name = mc_strndup(in->name.ptr ? in->name.ptr : "", in->name.len);
+	s->te_endpoint =
+		mc_strndup(in->te_endpoint.ptr ? in->te_endpoint.ptr : "", in->te_endpoint.len);
+	s->protocol = mc_strndup(in->protocol.ptr ? in->protocol.ptr : "", in->protocol.len);
+	s->host_id = mc_strndup(in->host_id.ptr ? in->host_id.ptr : "", in->host_id.len);
+	if (!s->name || !s->te_endpoint || !s->protocol || !s->host_id) {
+		st = MC_ERR_NOMEM;
+		goto err_strings;
+	}
+	st = mc_offset_alloc_new(in->base, in->size, MC_MASTER_MIN_ALIGN, &s->alloc);
+	if (st != MC_OK)
+		goto err_strings;
+	s->name_len = in->name.len;
+	s->te_len = in->te_endpoint.len;
+	s->proto_len = in->protocol.len;
+	s->id = in->id;
+	s->base = in->base;
+	s->size = in->size;
+	s->used = 0;
+	s->deadline = 0;
+	s->mount_seq = ++m->mount_seq;
+	s->client = client;
+	s->state = MC_SEG_MOUNTED;
+	m->capacity_bytes += mc_offset_alloc_capacity(s->alloc);
+	m->clients[client].nsegs++;
+	m->targets_dirty = true;
+	return MC_OK;
+
+err_strings:
+	seg_strings_free(s);
+	return st;
+}
+
+void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
+{
+	struct mc_seg *s = &m->segs[slot];
+
+	if (s->state == MC_SEG_FREE)
+		return;
+	mc_info("unmounting segment %s (%" PRIu64 "-%" PRIu64 ")", s->name, s->id.first,
+		s->id.second);
+	m->capacity_bytes -= mc_offset_alloc_capacity(s->alloc);
+	m->allocated_bytes -= s->used;
+	mc_offset_alloc_free(s->alloc);
+	s->alloc = NULL;
+	s->used = 0;
+	s->gen++;
+	s->state = MC_SEG_FREE;
+	if (s->client < m->nclient_slots && m->clients[s->client].nsegs > 0)
+		m->clients[s->client].nsegs--;
+	seg_strings_free(s);
+	m->targets_dirty = true;
+	m->need_sweep = true;
+}
+
+mc_status mc_master_targets(struct mc_master *m)
+{
+	uint32_t nt = 0, na = 0;
+
+	if (!m->targets_dirty)
+		return MC_OK;
+	/* worst case one target and one allocator per segment */
+	if (m->nsegs_slots + 1 > m->targets_cap) {
+		uint32_t cap = m->nsegs_slots + 1;
+		void *p;
+
+		if (!(p = mc_realloc(m->targets, cap * sizeof(*m->targets))))
+			return MC_ERR_NOMEM;
+		m->targets = p;
+		if (!(p = mc_realloc(m->tstart, cap * sizeof(*m->tstart))))
+			return MC_ERR_NOMEM;
+		m->tstart = p;
+		if (!(p = mc_realloc(m->tallocs, cap * sizeof(*m->tallocs))))
+			return MC_ERR_NOMEM;
+		m->tallocs = p;
+		if (!(p = mc_realloc(m->tsegs, cap * sizeof(*m->tsegs))))
+			return MC_ERR_NOMEM;
+		m->tsegs = p;
+		m->targets_cap = cap;
+	}
+	/* group allocatable segments by name, in slot order */
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		const struct mc_seg *s = &m->segs[i];
+		bool seen = false;
+
+		if (s->state != MC_SEG_MOUNTED)
+			continue;
+		for (uint32_t j = 0; j < i && !seen; j++) {
+			const struct mc_seg *p = &m->segs[j];
+
+			seen = p->state == MC_SEG_MOUNTED && p->name_len == s->name_len &&
+			       memcmp(p->name, s->name, s->name_len) == 0;
+		}
+		if (seen)
+			continue;
+		m->tstart[nt] = na;
+		m->targets[nt].name = s->name;
+		for (uint32_t j = i; j < m->nsegs_slots; j++) {
+			const struct mc_seg *p = &m->segs[j];
+
+			if (p->state == MC_SEG_MOUNTED && p->name_len == s->name_len &&
+			    memcmp(p->name, s->name, s->name_len) == 0) {
+				m->tallocs[na] = p->alloc;
+				m->tsegs[na] = j;
+				na++;
+			}
+		}
+		m->targets[nt].nallocs = na - m->tstart[nt];
+		nt++;
+	}
+	for (uint32_t t = 0; t < nt; t++)
+		m->targets[t].allocs = &m->tallocs[m->tstart[t]];
+	m->ntargets = nt;
+	m->ntallocs = na;
+	m->targets_dirty = false;
+	return MC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sweep after unmount                                                       */
+
+/* Drop o's dead replicas; returns the number left. */
+static uint32_t obj_prune(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep r = *mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_live(m, &r))
+			*mc_master_obj_rep(o, n++) = r;
+	}
+	o->nrep = (uint8_t)n;
+	return n;
+}
+
+void mc_master_sweep(struct mc_master *m)
+{
+	uint32_t k = 0;
+
+	m->need_sweep = false;
+	mc_master_table_settle(m);
+	for (uint64_t i = 0; i <= m->mask;) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		if (o && obj_prune(m, o) == 0) {
+			mc_master_obj_erase(m, o);
+			continue; /* slot i may now hold a later entry */
+		}
+		i++;
+	}
+	for (uint32_t i = m->disc_head; i < m->ndisc; i++) {
+		const struct mc_rep r = {m->disc[i].addr, m->disc[i].seg, m->disc[i].gen};
+
+		if (mc_master_rep_live(m, &r))
+			m->disc[k++] = m->disc[i];
+		else
+			m->disc_bytes -= m->disc[i].size;
+	}
+	m->disc_head = 0;
+	m->ndisc = k;
+}
+
+/* ------------------------------------------------------------------------ */
+/* eviction                                                                  */
+
+struct cand {
+	uint64_t t;
+	struct mc_obj *o;
+};
+
+/* a complete object with a soft pin that has not expired yet */
+static bool soft_pinned(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms)
+{
+	return (o->flags & MC_OBJ_SOFT) && !(o->flags & MC_OBJ_PROC) &&
+	       mc_master_pin_deadline(m, o) > now_ms;
+}
+
+/* pass 1: not soft-pinned; pass 2: soft-pinned only */
+static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms, int pass)
+{
+	if (o->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK))
+		return false;
+	if (o->t > now_ms || !mc_master_obj_readable(m, o))
+		return false;
+	return pass == 1 ? !soft_pinned(m, o, now_ms) : soft_pinned(m, o, now_ms);
+}
+
+/* Put the k smallest (by t) first; O(n) expected. */
+static void cand_select(struct cand *c, size_t n, size_t k, uint64_t *rng)
+{
+	size_t lo = 0, hi = n;
+
+	if (k >= n)
+		return;
+	while (hi - lo > 1) {
+		size_t p = lo + mc_alloc_rand(rng) % (hi - lo), i = lo, j = lo;
+		uint64_t pv = c[p].t;
+		struct cand tmp;
+
+		/* three-way: [lo, i) < pv, [i, j) == pv, [j, hi) > pv */
+		for (size_t x = lo; x < hi; x++) {
+			if (c[x].t < pv) {
+				tmp = c[x];
+				c[x] = c[j];
+				c[j] = c[i];
+				c[i] = tmp;
+				i++;
+				j++;
+			} else if (c[x].t == pv) {
+				tmp = c[x];
+				c[x] = c[j];
+				c[j] = tmp;
+				j++;
+			}
+		}
+		if (k < i)
+			hi = i;
+		else if (k <= j)
+			return;
+		else
+			lo = j;
+	}
+}
+
+/* Mark o (and its group) for eviction, appending what was marked to *list. */
+static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_ms, int pass,
+			   struct mc_obj ***list, uint32_t *n, uint32_t *cap)
+{
+	const struct mc_group *g = mc_master_group_of(m, o);
+	bool allow_soft = pass == 2;
+
+	if (!g) {
+		if (!grow((void **)list, cap, *n + 1, sizeof(**list)))
+			return false;
+		o->flags |= MC_OBJ_MARK;
+		(*list)[(*n)++] = o;
+		return true;
+	}
+	for (uint32_t i = 0; i < g->nmem; i++) {
+		if (g->mem[i]->t > now_ms)
+			return true; /* a leased member protects the whole group */
+	}
+	if (!grow((void **)list, cap, *n + g->nmem, sizeof(**list)))
+		return false;
+	for (uint32_t i = 0; i < g->nmem; i++) {
+		struct mc_obj *x = g->mem[i];
+
+		if (x->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK))
+			continue;
+		if (soft_pinned(m, x, now_ms) &&
+		    (!allow_soft || !m->cfg.allow_evict_soft_pinned_objects))
+			continue;
+		if (!mc_master_obj_readable(m, x))
+			continue;
+		x->flags |= MC_OBJ_MARK;
+		(*list)[(*n)++] = x;
+	}
+	return true;
+}
+
+static uint64_t evict_pass(struct mc_master *m, uint64_t now_ms, int pass, uint64_t want,
+			   uint64_t start, uint64_t window)
+{
+	struct cand *c = NULL;
+	uint32_t nc = 0, ccap = 0, nl = 0, lcap = 0;
+	struct mc_obj **list = NULL;
+	uint64_t evicted = 0;
+
+	for (uint64_t k = 0; k < window; k++) {
+		struct mc_obj *o = mc_master_slot_obj(m, (start + k) & m->mask);
+
+		if (!o || !evictable(m, o, now_ms, pass))
+			continue;
+		if (!grow((void **)&c, &ccap, nc + 1, sizeof(*c)))
+			break;
+		c[nc].t = o->t;
+		c[nc].o = o;
+		nc++;
+	}
+	if (want < nc) {
+		cand_select(c, nc, (size_t)want, &m->rng);
+		nc = (uint32_t)want;
+	}
+	for (uint32_t i = 0; i < nc; i++) {
+		if (c[i].o->flags & MC_OBJ_MARK)
+			continue;
+		if (!mark_for_evict(m, c[i].o, now_ms, pass, &list, &nl, &lcap))
+			break;
+	}
+	for (uint32_t i = 0; i < nl; i++) {
+		struct mc_obj *o = list[i];
+
+		m->met.evicted_key_count++;
+		m->met.evicted_size_bytes += mc_obj_size(o) * o->nrep;
+		mc_master_obj_release_reps(m, o);
+		mc_master_obj_erase(m, o);
+		evicted++;
+	}
+	mc_free(c);
+	mc_free(list);
+	return evicted;
+}
+
+/*
+ * One round (spec 4.1): target and lower bound are fractions of the
+ * evictable objects; a round looks at a window of the table (all of it
+ * when it is small) and scales both to the share of the table it sees, so
+ * a big table is worked through over several ticks instead of stalling
+ * the loop.  Returns the number evicted.
+ */
+static uint64_t evict_round(struct mc_master *m, uint64_t now_ms)
+{
+	double used =
+		m->capacity_bytes ? (double)m->allocated_bytes / (double)m->capacity_bytes : 0;
+	double hw = m->cfg.eviction_high_watermark_ratio;
+	double ratio = m->cfg.eviction_ratio;
+	double target = MC_MAX(ratio, used - hw + ratio);
+	double lower = MC_MAX(target / 2, used - hw);
+	uint64_t slots = m->mask + 1;
+	uint64_t window = slots < EVICT_WINDOW ? slots : EVICT_WINDOW;
+	double share = (double)window / (double)slots;
+	uint64_t n = m->nobjs - m->nproc;
+	uint64_t start = mc_alloc_rand(&m->rng) & m->mask;
+	uint64_t want, low, done;
+
+	if (n == 0)
+		return 0;
+	target = MC_MIN(target, 1.0);
+	lower = MC_MIN(lower, 1.0);
+	want = (uint64_t)ceil((double)n * target * share);
+	low = lower > 0 ? (uint64_t)ceil((double)n * lower * share) : 0;
+	if (want == 0)
+		want = 1;
+	m->met.attempted_evictions++;
+	done = evict_pass(m, now_ms, 1, want, start, window);
+	if (done < low && done < want && m->cfg.allow_evict_soft_pinned_objects)
+		done += evict_pass(m, now_ms, 2, want - done, start, window);
+	if (done > 0)
+		m->met.successful_evictions++;
+	mc_debug("eviction round: %" PRIu64 " of %" PRIu64 " wanted", done, want);
+	return done;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tick                                                                      */
+
+static void revoke_client_puts(struct mc_master *m, uint32_t client)
+{
+	for (uint32_t i = m->nproc; i-- > 0;) {
+		struct mc_obj *o;
+
+		if (i >= m->nproc)
+			continue;
+		if (m->proc[i].writer != client)
+			continue;
+		o = m->proc[i].o;
+		mc_master_obj_release_reps(m, o);
+		mc_master_obj_erase(m, o);
+	}
+}
+
+static void expire_client(struct mc_master *m, uint32_t slot)
+{
+	struct mc_client *c = &m->clients[slot];
+
+	mc_info("client %" PRIu64 "-%" PRIu64 " expired", c->id.first, c->id.second);
+	c->alive = false;
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].client == slot)
+			mc_master_seg_unmount(m, i);
+	}
+	revoke_client_puts(m, slot);
+}
+
+/* The discarded list is a FIFO: every entry waits the same timeout. */
+static void release_discarded(struct mc_master *m, uint64_t now_ms)
+{
+	while (m->disc_head < m->ndisc && m->disc[m->disc_head].release_at <= now_ms) {
+		const struct mc_discarded *d = &m->disc[m->disc_head++];
+		const struct mc_rep r = {d->addr, d->seg, d->gen};
+
+		rep_release(m, &r, d->size);
+		m->disc_bytes -= d->size;
+		m->met.put_start_release_cnt++;
+	}
+	if (m->disc_head == m->ndisc) {
+		m->disc_head = m->ndisc = 0;
+	} else if (m->disc_head >= 1024 && m->disc_head * 2 >= m->ndisc) {
+		memmove(m->disc, m->disc + m->disc_head,
+			(m->ndisc - m->disc_head) * sizeof(*m->disc));
+		m->ndisc -= m->disc_head;
+		m->disc_head = 0;
+	}
+}
+
+static void expire_zombies(struct mc_master *m, uint64_t now_ms)
+{
+	for (uint32_t i = m->nproc; i-- > 0;) {
+		struct mc_obj *o;
+
+		if (i >= m->nproc)
+			continue;
+		o = m->proc[i].o;
+		if (now_ms - o->t < m->cfg.put_start_release_timeout_ms || now_ms < o->t)
+			continue;
+		mc_master_obj_release_reps(m, o);
+		mc_master_obj_erase(m, o);
+		m->met.put_start_release_cnt++;
+	}
+}
+
+uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
+{
+	double used;
+
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
+		struct mc_client *c = &m->clients[i];
+
+		if (c->used && c->alive && c->expiry <= now_ms)
+			expire_client(m, i);
+	}
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state == MC_SEG_GRACEFUL && m->segs[i].deadline <= now_ms)
+			mc_master_seg_unmount(m, i);
+	}
+	if (m->need_sweep)
+		mc_master_sweep(m);
+	while (m->npins && m->pins[0].deadline <= now_ms)
+		mc_master_pin_del(m, m->pins[0].o);
+	if (m->ndisc > m->disc_head)
+		release_discarded(m, now_ms);
+	if (now_ms - m->last_proc_scan >= PROC_SCAN_MS || now_ms < m->last_proc_scan) {
+		m->last_proc_scan = now_ms;
+		expire_zombies(m, now_ms);
+	}
+	used = m->capacity_bytes ? (double)m->allocated_bytes / (double)m->capacity_bytes : 0;
+	if (m->need_evict && m->cfg.eviction_ratio > 0) {
+		evict_round(m, now_ms);
+	} else if (m->capacity_bytes && used > m->cfg.eviction_high_watermark_ratio &&
+		   now_ms >= m->evict_idle_until) {
+		/* nothing evictable: do not rescan every 10 ms */
+		if (evict_round(m, now_ms) == 0)
+			m->evict_idle_until = now_ms + EVICT_IDLE_MS;
+	}
+	m->need_evict = false;
+	/* forget clients that hold nothing any more */
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
+		struct mc_client *c = &m->clients[i];
+
+		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0)
+			c->used = false;
+	}
+	if (m->old)
+		migrate(m, MIGRATE_TICK);
+	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1)
+		(void)table_resize(m, (m->mask + 1) / 2);
+	return 10;
+}
+
+/* ------------------------------------------------------------------------ */
+/* lifecycle                                                                 */
+
+void mc_master_config_defaults(struct mc_master_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->default_kv_lease_ttl_ms = 10000;
+	c->default_kv_soft_pin_ttl_ms = 1800000;
+	c->max_kv_soft_pin_ttl_ms = 86400000;
+	c->allow_evict_soft_pinned_objects = true;
+	c->eviction_ratio = 0.05;
+	c->eviction_high_watermark_ratio = 0.90;
+	c->client_ttl_ms = 10000;
+	c->put_start_discard_timeout_ms = 30000;
+	c->put_start_release_timeout_ms = 600000;
+	c->strategy = MC_ALLOC_RANDOM;
+	c->enable_multi_tenants = false;
+	c->version = "mooncake-c " MC_VERSION_STRING;
+	c->rng_seed = 0x6d6f6f6e63616b65ull;
+}
+
+mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out)
+{
+	struct mc_master *m;
+
+	if (!(c->eviction_ratio >= 0 && c->eviction_ratio <= 1) ||
+	    !(c->eviction_high_watermark_ratio >= 0 && c->eviction_high_watermark_ratio <= 1) ||
+	    c->default_kv_soft_pin_ttl_ms > c->max_kv_soft_pin_ttl_ms ||
+	    c->default_kv_lease_ttl_ms == 0 || c->client_ttl_ms == 0 ||
+	    c->put_start_discard_timeout_ms == 0 || c->put_start_release_timeout_ms == 0) {
+		mc_error("invalid master configuration");
+		return MC_ERR_INVALID_PARAMS;
+	}
+	m = mc_calloc(1, sizeof(*m));
+	if (!m)
+		return MC_ERR_NOMEM;
+	m->cfg = *c;
+	m->version = mc_strdup(c->version ? c->version : "mooncake-c " MC_VERSION_STRING);
+	m->slots = mc_calloc(MIN_SLOTS, sizeof(uint64_t));
+	m->tenants = mc_calloc(1, sizeof(char *));
+	m->tenant_lens = mc_calloc(1, sizeof(uint32_t));
+	if (!m->version || !m->slots || !m->tenants || !m->tenant_lens ||
+	    !(m->tenants[0] = mc_strdup("default"))) {
+		mc_master_free(m);
+		return MC_ERR_NOMEM;
+	}
+	m->cfg.version = m->version;
+	m->tenant_lens[0] = 7;
+	m->ntenants = 1;
+	m->mask = MIN_SLOTS - 1;
+	m->rng = c->rng_seed;
+	m->hash_seed = mc_alloc_rand(&m->rng);
+	m->group_seed = mc_alloc_rand(&m->rng);
+	m->last_client = UINT32_MAX;
+	*out = m;
+	return MC_OK;
+}
+
+void mc_master_free(struct mc_master *m)
+{
+	if (!m)
+		return;
+	if (m->slots)
+		mc_master_table_settle(m);
+	for (uint64_t i = 0; m->slots && i <= m->mask; i++) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		if (o) {
+			mc_free(o->ext);
+			mc_free(o);
+		}
+	}
+	mc_free(m->slots);
+	for (uint32_t i = 0; m->gslots && i < m->ngslots; i++) {
+		if (m->gslots[i]) {
+			mc_free(m->gslots[i]->mem);
+			mc_free(m->gslots[i]);
+		}
+	}
+	mc_free(m->gslots);
+	mc_free(m->gbuckets);
+	mc_free(m->gfree);
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state != MC_SEG_FREE) {
+			mc_offset_alloc_free(m->segs[i].alloc);
+			seg_strings_free(&m->segs[i]);
+		}
+	}
+	mc_free(m->segs);
+	mc_free(m->clients);
+	for (uint32_t i = 0; m->tenants && i < m->ntenants; i++)
+		mc_free(m->tenants[i]);
+	mc_free(m->tenants);
+	mc_free(m->tenant_lens);
+	mc_free(m->proc);
+	mc_free(m->pins);
+	mc_free(m->disc);
+	mc_free(m->targets);
+	mc_free(m->tallocs);
+	mc_free(m->tsegs);
+	mc_free(m->tstart);
+	mc_free(m->place);
+	mc_free(m->rscratch);
+	mc_free(m->iscratch);
+	mc_free(m->version);
+	mc_free(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* admin queries                                                             */
+
+const char *mc_master_segment_status_name(int status)
+{
+	switch (status) {
+	case MC_SEGMENT_OK:
+		return "OK";
+	case MC_SEGMENT_DRAINING:
+		return "DRAINING";
+	case MC_SEGMENT_DRAINED:
+		return "DRAINED";
+	case MC_SEGMENT_GRACEFULLY_UNMOUNTING:
+		return "GRACEFULLY_UNMOUNTING";
+	case MC_SEGMENT_UNMOUNTING:
+		return "UNMOUNTING";
+	default:
+		return "UNDEFINED";
+	}
+}
+
+/* tenant filter for the admin calls: false when the tenant is unknown */
+static bool admin_tenant(struct mc_master *m, const char *tenant, bool *all_out, uint16_t *id_out)
+{
+	bool found = true;
+
+	*all_out = false;
+	*id_out =
+		mc_master_tenant_find(m, tenant ? tenant : "", tenant ? strlen(tenant) : 0, &found);
+	return found;
+}
+
+void mc_master_foreach_key(struct mc_master *m, const char *tenant, mc_master_key_fn fn, void *arg)
+{
+	bool all;
+	uint16_t tid;
+
+	if (!admin_tenant(m, tenant, &all, &tid))
+		return;
+	mc_master_table_settle(m);
+	for (uint64_t i = 0; i <= m->mask; i++) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		if (!o || o->tenant != tid || !mc_master_obj_readable(m, o))
+			continue;
+		if (!fn(arg, o->key, o->key_len))
+			return;
+	}
+}
+
+void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, void *arg)
+{
+	uint32_t *idx = mc_calloc(m->nsegs_slots ? m->nsegs_slots : 1, sizeof(uint32_t));
+	uint32_t n = 0;
+
+	if (!idx)
+		return;
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state != MC_SEG_FREE)
+			idx[n++] = i;
+	}
+	/* mount order; a handful of segments, so insertion sort */
+	for (uint32_t i = 1; i < n; i++) {
+		uint32_t v = idx[i], j = i;
+
+		for (; j > 0 && m->segs[idx[j - 1]].mount_seq > m->segs[v].mount_seq; j--)
+			idx[j] = idx[j - 1];
+		idx[j] = v;
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		const struct mc_seg *s = &m->segs[idx[k]];
+		struct mc_master_segment_info info = {
+			.name = s->name,
+			.id = s->id,
+			.client_id = s->client < m->nclient_slots ? m->clients[s->client].id
+								  : (struct mc_store_uuid){0, 0},
+			.base = s->base,
+			.size = s->size,
+			.te_endpoint = s->te_endpoint,
+			.protocol = s->protocol,
+			.status = s->state,
+			.used_bytes = s->used,
+			.capacity_bytes = mc_offset_alloc_capacity(s->alloc),
+		};
+
+		if (!fn(arg, &info))
+			break;
+	}
+	mc_free(idx);
+}
+
+int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force, uint64_t now_ms)
+{
+	bool all = !tenant || !*tenant || !m->cfg.enable_multi_tenants;
+	bool found = true;
+	uint16_t tid = 0;
+	int64_t n = 0;
+
+	m->met.master_remove_all.requests++;
+	if (!all) {
+		tid = mc_master_tenant_find(m, tenant, strlen(tenant), &found);
+		if (!found)
+			return 0;
+	}
+	mc_master_table_settle(m);
+	for (uint64_t i = 0; i <= m->mask;) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		if (o && (all || o->tenant == tid) &&
+		    mc_master_remove_obj(m, o, force, now_ms) == MC_OK) {
+			n++;
+			continue;
+		}
+		i++;
+	}
+	return n;
+}
+
+void mc_master_metrics(struct mc_master *m, struct mc_master_metrics *out)
+{
+	uint64_t alive = 0;
+
+	for (uint32_t i = 0; i < m->nclient_slots; i++)
+		alive += m->clients[i].used && m->clients[i].alive;
+	*out = m->met;
+	out->allocated_bytes = m->allocated_bytes;
+	out->total_capacity_bytes = m->capacity_bytes;
+	out->key_count = m->nobjs;
+	out->soft_pin_key_count = m->npins;
+	out->active_clients = alive;
+	out->discarded_staging_bytes = m->disc_bytes;
+}

@@ -1,0 +1,1125 @@
+/*
+ * master/server_http.c - the master's admin and metrics HTTP service.
+ *
+ * Upstream's paths and response shapes (spec store.md 7.1-7.3) over
+ * libmicrohttpd with a pool of 4 threads, as upstream's admin server has:
+ *   /health /role /ha_status /leader /kv_events/status   fixed answers of a
+ *                                  single, always-serving master (no HA)
+ *   /metrics                       Prometheus text 0.0.4 (below)
+ *   /metrics/summary               the one-line summary, rates over the
+ *                                  current 10 s window
+ *   /query_key /batch_query_keys   replica descriptors (the first grants a
+ *                                  lease, as GetReplicaList does)
+ *   /get_all_keys /get_all_segments /get_segments_detail /query_segment
+ *   /api/v1/segments/status        one segment's status
+ *   POST /api/v1/remove_all        RemoveAll
+ * Drain jobs and tenant quotas are answered with upstream's error shape
+ * (this build has neither).  Query parameters are URL-decoded by MHD.
+ *
+ * Every page copies what it needs from the master under the state mutex
+ * (metrics, segment records, replica lists encoded as bytes) and renders
+ * after releasing it, so a slow scraper cannot hold up the RPC loop for
+ * longer than the copy.
+ *
+ * /metrics emits every metric name upstream exports, touched at zero
+ * when this build has no such thing (NoF, SSD, HA, promotion, tasks,
+ * snapshots), so dashboards and alerts written for upstream find their
+ * series.
+ */
+#define MC_LOG_MODULE "master"
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "master/server_priv.h"
+
+#define ADMIN_THREADS	   4
+#define ADMIN_CONN_TIMEOUT 60 /* seconds */
+#define CT_TEXT		   "text/plain; charset=utf-8"
+#define CT_PROM		   "text/plain; version=0.0.4"
+#define CT_JSON		   "application/json; charset=utf-8"
+
+/* ---- text building --------------------------------------------------------- */
+
+static void bprintf(struct mc_buf *b, const char *fmt, ...) MC_PRINTF(2, 3);
+static void bprintf(struct mc_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->err)
+		return;
+	if (b->cap - b->len < 256 && mc_buf_reserve(b, 256) != MC_OK)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf((char *)b->data + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		b->err = MC_ERR_INTERNAL;
+		return;
+	}
+	if ((size_t)n >= b->cap - b->len) {
+		if (mc_buf_reserve(b, (size_t)n + 1) != MC_OK)
+			return;
+		va_start(ap, fmt);
+		vsnprintf((char *)b->data + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
+}
+
+static void bputs(struct mc_buf *b, const char *s)
+{
+	mc_buf_put_bytes(b, s, strlen(s));
+}
+
+/* "94.09 MB", "0 B": upstream's byte_size_to_string style (binary units). */
+static void format_bytes(char *out, size_t len, uint64_t v)
+{
+	static const char *const units[] = {"KB", "MB", "GB", "TB", "PB"};
+	double d = (double)v / 1024.0;
+	size_t u = 0;
+
+	if (v < 1024) {
+		snprintf(out, len, "%" PRIu64 " B", v);
+		return;
+	}
+	while (d >= 1024.0 && u + 1 < MC_ARRAY_SIZE(units)) {
+		d /= 1024.0;
+		u++;
+	}
+	snprintf(out, len, "%.2f %s", d, units[u]);
+}
+
+/* ---- summary ------------------------------------------------------------------ */
+
+static double rate(uint64_t cur, uint64_t prev, double secs)
+{
+	return cur >= prev && secs > 0 ? (double)(cur - prev) / secs : 0.0;
+}
+
+static void req_rate(struct mc_buf *b, const char *label, const struct mc_master_req_counter *cur,
+		     const struct mc_master_req_counter *prev, double secs, bool first)
+{
+	uint64_t ok_cur = cur->requests - cur->failures, ok_prev = prev->requests - prev->failures;
+	bprintf(b, "%s%s=%.2f/%.2f", first ? "" : ", ", label, rate(ok_cur, ok_prev, secs),
+		rate(cur->requests, prev->requests, secs));
+}
+
+static void batch_rate(struct mc_buf *b, const char *label,
+		       const struct mc_master_batch_counter *cur,
+		       const struct mc_master_batch_counter *prev, double secs)
+{
+	uint64_t ok_cur = cur->requests - cur->failures - cur->partial_successes;
+	uint64_t ok_prev = prev->requests - prev->failures - prev->partial_successes;
+	bprintf(b, "%s:(Req=%.2f/%.2f/%.2f, Item=%.2f/%.2f), ", label, rate(ok_cur, ok_prev, secs),
+		rate(cur->partial_successes, prev->partial_successes, secs),
+		rate(cur->requests, prev->requests, secs),
+		rate(cur->items - cur->failed_items, prev->items - prev->failed_items, secs),
+		rate(cur->items, prev->items, secs));
+}
+
+char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+			       const struct mc_master_server_snap *cur)
+{
+	const struct mc_master_metrics *c = &cur->m, *p = &prev->m;
+	double secs = cur->at_ms > prev->at_ms ? (double)(cur->at_ms - prev->at_ms) / 1000.0 : 0;
+	struct mc_master_req_counter zero = {0, 0};
+	struct mc_master_batch_counter zb = {0, 0, 0, 0, 0};
+	char used[32], total[32], evicted[32], staging[32];
+	struct mc_buf b;
+	char *out;
+
+	mc_buf_init(&b);
+	format_bytes(used, sizeof(used), c->allocated_bytes);
+	format_bytes(total, sizeof(total), c->total_capacity_bytes);
+	format_bytes(evicted, sizeof(evicted),
+		     c->evicted_size_bytes >= p->evicted_size_bytes
+			     ? c->evicted_size_bytes - p->evicted_size_bytes
+			     : 0);
+	format_bytes(staging, sizeof(staging), c->discarded_staging_bytes);
+	bprintf(&b,
+		"role=leader, state=serving, service_ready=true, master={Mem Storage: %s / %s "
+		"(%.1f%%) | SSD Storage: 0 B / 0 B | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
+		") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
+		used, total,
+		c->total_capacity_bytes
+			? 100.0 * (double)c->allocated_bytes / (double)c->total_capacity_bytes
+			: 0.0,
+		c->key_count, c->soft_pin_key_count, c->active_clients);
+	req_rate(&b, "PutStart", &c->master_put_start, &p->master_put_start, secs, true);
+	req_rate(&b, "PutEnd", &c->master_put_end, &p->master_put_end, secs, false);
+	req_rate(&b, "PutRevoke", &c->master_put_revoke, &p->master_put_revoke, secs, false);
+	req_rate(&b, "Get", &c->master_get_replica_list, &p->master_get_replica_list, secs, false);
+	req_rate(&b, "Exist", &c->master_exist_key, &p->master_exist_key, secs, false);
+	req_rate(&b, "Del", &c->master_remove, &p->master_remove, secs, false);
+	req_rate(&b, "DelAll", &c->master_remove_all, &p->master_remove_all, secs, false);
+	req_rate(&b, "Ping", &c->master_ping, &p->master_ping, secs, false);
+	req_rate(&b, "CopyStart", &zero, &zero, secs, false);
+	req_rate(&b, "CopyEnd", &zero, &zero, secs, false);
+	req_rate(&b, "CopyRevoke", &zero, &zero, secs, false);
+	req_rate(&b, "MoveStart", &zero, &zero, secs, false);
+	req_rate(&b, "MoveEnd", &zero, &zero, secs, false);
+	req_rate(&b, "MoveRevoke", &zero, &zero, secs, false);
+	req_rate(&b, "EvictDiskReplica", &zero, &zero, secs, false);
+	bputs(&b, " | Batch Requests (per sec, Req=Success/PartialSuccess/Total, "
+		  "Item=Success/Total): ");
+	batch_rate(&b, "PutStart", &c->master_batch_put_start, &p->master_batch_put_start, secs);
+	batch_rate(&b, "PutEnd", &c->master_batch_put_end, &p->master_batch_put_end, secs);
+	batch_rate(&b, "PutRevoke", &c->master_batch_put_revoke, &p->master_batch_put_revoke, secs);
+	batch_rate(&b, "Get", &c->master_batch_get_replica_list, &p->master_batch_get_replica_list,
+		   secs);
+	batch_rate(&b, "ExistKey", &c->master_batch_exist_key, &p->master_batch_exist_key, secs);
+	batch_rate(&b, "QueryIp", &zb, &zb, secs);
+	batch_rate(&b, "Clear", &zb, &zb, secs);
+	bputs(&b, "CreateMoveTask:(Req=0.00/0.00), CreateCopyTask:(Req=0.00/0.00), "
+		  "QueryTask:(Req=0.00/0.00), FetchTasks:(Req=0.00/0.00), "
+		  "MarkTaskToComplete:(Req=0.00/0.00)");
+	bprintf(&b,
+		" | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
+		", keys=%" PRIu64 ", size=%s | Discard: Released/Total=%" PRIu64 "/%" PRIu64
+		", StagingSize=%s | Snapshots: Success=0, Fail=0}, ha={HA: disabled}",
+		c->successful_evictions - p->successful_evictions,
+		c->attempted_evictions - p->attempted_evictions,
+		c->put_start_alloc_failures - p->put_start_alloc_failures,
+		c->evicted_key_count - p->evicted_key_count, evicted, c->put_start_release_cnt,
+		c->put_start_discard_cnt, staging);
+	mc_buf_put_u8(&b, 0);
+	if (b.err) {
+		mc_buf_release(&b);
+		return NULL;
+	}
+	out = (char *)b.data; /* ownership passes to the caller (mc_free) */
+	return out;
+}
+
+/* ---- segments, copied out of the master ----------------------------------- */
+
+struct seg_rec {
+	char *name, *te_endpoint, *protocol;
+	struct mc_store_uuid id, client_id;
+	uint64_t base, size, used, capacity;
+	int status;
+};
+
+struct seg_list {
+	struct seg_rec *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static bool seg_collect(void *arg, const struct mc_master_segment_info *si)
+{
+	struct seg_list *l = arg;
+	struct seg_rec *r;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		struct seg_rec *v = mc_realloc(l->v, cap * sizeof(*v));
+		if (!v) {
+			l->nomem = true;
+			return false;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	r = &l->v[l->n];
+	memset(r, 0, sizeof(*r));
+	r->name = mc_strdup(si->name ? si->name : "");
+	r->te_endpoint = mc_strdup(si->te_endpoint ? si->te_endpoint : "");
+	r->protocol = mc_strdup(si->protocol ? si->protocol : "");
+	if (!r->name || !r->te_endpoint || !r->protocol) {
+		mc_free(r->name);
+		mc_free(r->te_endpoint);
+		mc_free(r->protocol);
+		l->nomem = true;
+		return false;
+	}
+	r->id = si->id;
+	r->client_id = si->client_id;
+	r->base = si->base;
+	r->size = si->size;
+	r->used = si->used_bytes;
+	r->capacity = si->capacity_bytes;
+	r->status = si->status;
+	l->n++;
+	return true;
+}
+
+static void seg_list_release(struct seg_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		mc_free(l->v[i].name);
+		mc_free(l->v[i].te_endpoint);
+		mc_free(l->v[i].protocol);
+	}
+	mc_free(l->v);
+	memset(l, 0, sizeof(*l));
+}
+
+/* Segments with their allocator figures, under the lock.  false: no memory. */
+static bool segments_copy(struct mc_master_server *s, struct seg_list *l)
+{
+	memset(l, 0, sizeof(*l));
+	pthread_mutex_lock(&s->lock);
+	mc_master_foreach_segment(s->master, seg_collect, l);
+	pthread_mutex_unlock(&s->lock);
+	if (l->nomem) {
+		seg_list_release(l);
+		return false;
+	}
+	return true;
+}
+
+/* ---- /metrics --------------------------------------------------------------- */
+
+static void prom_one(struct mc_buf *b, const char *name, const char *type, const char *help,
+		     uint64_t v)
+{
+	bprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name, v);
+}
+
+static void prom_label_value(struct mc_buf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			mc_buf_put_u8(b, '\\');
+		if (*v == '\n') {
+			bputs(b, "\\n");
+			continue;
+		}
+		mc_buf_put_u8(b, (uint8_t)*v);
+	}
+}
+
+static void prom_histogram(struct mc_buf *b, const char *name, const char *help,
+			   const uint64_t *bounds, size_t nbounds, const uint64_t *counts,
+			   uint64_t sum, uint64_t count)
+{
+	uint64_t cum = 0;
+
+	bprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (size_t i = 0; i < nbounds; i++) {
+		cum += counts ? counts[i] : 0;
+		bprintf(b, "%s_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n", name, bounds[i], cum);
+	}
+	bprintf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n",
+		name, count, name, sum, name, count);
+}
+
+/* Upstream metrics this build has no source for; exported at zero. */
+static const char *const zero_gauges[] = {
+	"master_nof_allocated_bytes",
+	"master_total_nof_capacity_bytes",
+	"master_allocated_file_size_bytes",
+	"master_total_file_capacity_bytes",
+	"file_cache_nums_",
+	"master_promotion_in_flight",
+	"ha_oplog_last_sequence_id",
+	"ha_oplog_applied_sequence_id",
+	"ha_oplog_standby_lag",
+	"ha_oplog_pending_entries",
+	"ha_pending_mutation_queue_size",
+	"ha_batch_record_committed_queue_depth",
+	"ha_batch_record_callback_queue_depth",
+	"ha_batch_record_last_batch_id",
+	"ha_batch_record_durable_sequence",
+	"ha_standby_state",
+};
+
+static const char *const zero_req_counters[] = {
+	"master_mount_nof_segment",
+	"master_unmount_nof_segment",
+	"master_remount_nof_segment",
+	"master_copy_start",
+	"master_copy_end",
+	"master_copy_revoke",
+	"master_move_start",
+	"master_move_end",
+	"master_move_revoke",
+	"master_evict_disk_replica",
+	"master_create_copy_task",
+	"master_create_move_task",
+	"master_query_task",
+	"master_fetch_tasks",
+	"master_update_task",
+};
+
+static const char *const zero_batch_counters[] = {
+	"master_batch_query_ip",
+	"master_batch_replica_clear",
+};
+
+static const char *const zero_counters[] = {
+	"master_nof_heartbeat_success_total",
+	"master_nof_heartbeat_failure_total",
+	"master_nof_heartbeat_timeout_total",
+	"master_nof_segments_unmounted_by_heartbeat_total",
+	"file_cache_hit_nums_",
+	"file_cache_hit_bytes_total",
+	"master_successful_evictions_nof",
+	"master_attempted_evictions_nof",
+	"master_evicted_key_count_nof",
+	"master_evicted_size_bytes_nof",
+	"master_promotion_admitted_total",
+	"master_promotion_completed_total",
+	"master_promotion_completed_bytes_total",
+	"master_promotion_expired_total",
+	"master_promotion_failed_total",
+	"master_promotion_cancelled_total",
+	"master_promotion_rejected_frequency_total",
+	"master_promotion_rejected_watermark_total",
+	"master_promotion_rejected_cap_total",
+	"master_promotion_candidate_recorded_total",
+	"master_promotion_candidate_admitted_total",
+	"master_promotion_candidate_admission_rejected_total",
+	"master_promotion_candidate_expired_evaluated_total",
+	"master_promotion_candidate_expired_unevaluated_total",
+	"master_promotion_candidate_dropped_limit_total",
+	"master_snapshot_success",
+	"master_snapshot_fail",
+	"ha_oplog_skipped_entries_total",
+	"ha_oplog_checksum_failures_total",
+	"ha_oplog_gap_resolve_attempts_total",
+	"ha_oplog_gap_resolve_success_total",
+	"ha_oplog_etcd_write_failures_total",
+	"ha_oplog_etcd_write_retries_total",
+	"ha_oplog_watch_disconnections_total",
+	"ha_oplog_applied_entries_total",
+	"ha_oplog_dropped_put_end_total",
+	"ha_oplog_batch_commits_total",
+	"ha_oplog_sync_batch_commits_total",
+	"ha_batch_record_durable_batches_total",
+	"ha_batch_record_durable_entries_total",
+	"ha_batch_record_retry_total",
+	"ha_state_transitions_total",
+};
+
+static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
+			   const struct seg_list *segs)
+{
+	static const uint64_t nof_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+	static const uint64_t snap_bounds[] = {0,     500,    1000,   5000,   10000, 30000,
+					       60000, 120000, 180000, 240000, 300000};
+	char name[128];
+
+	prom_one(b, "master_allocated_bytes", "gauge", "Bytes allocated in mounted memory segments",
+		 m->allocated_bytes);
+	prom_one(b, "master_total_capacity_bytes", "gauge", "Capacity of mounted memory segments",
+		 m->total_capacity_bytes);
+	/* per segment name (a client mounting several chunks sums up) */
+	bputs(b, "# HELP segment_allocated_bytes Bytes allocated per segment\n"
+		 "# TYPE segment_allocated_bytes gauge\n");
+	for (size_t i = 0; i < segs->n; i++) {
+		uint64_t used = 0;
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(segs->v[j].name, segs->v[i].name) == 0;
+		if (seen)
+			continue;
+		for (size_t j = i; j < segs->n; j++)
+			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
+				used += segs->v[j].used;
+		bputs(b, "segment_allocated_bytes{segment=\"");
+		prom_label_value(b, segs->v[i].name);
+		bprintf(b, "\"} %" PRIu64 "\n", used);
+	}
+	bputs(b, "# HELP segment_total_capacity_bytes Capacity per segment\n"
+		 "# TYPE segment_total_capacity_bytes gauge\n");
+	for (size_t i = 0; i < segs->n; i++) {
+		uint64_t cap = 0;
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(segs->v[j].name, segs->v[i].name) == 0;
+		if (seen)
+			continue;
+		for (size_t j = i; j < segs->n; j++)
+			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
+				cap += segs->v[j].capacity;
+		bputs(b, "segment_total_capacity_bytes{segment=\"");
+		prom_label_value(b, segs->v[i].name);
+		bprintf(b, "\"} %" PRIu64 "\n", cap);
+	}
+	prom_one(b, "master_key_count", "gauge", "Objects with metadata on the master",
+		 m->key_count);
+	prom_one(b, "master_soft_pin_key_count", "gauge", "Soft-pinned objects",
+		 m->soft_pin_key_count);
+	prom_one(b, "master_active_clients", "gauge", "Clients alive (pinging)", m->active_clients);
+	prom_one(b, "mem_cache_nums_", "gauge", "Objects with a memory replica", m->key_count);
+	prom_one(b, "master_put_start_discarded_staging_size", "gauge",
+		 "Bytes held by discarded, not yet released PutStart allocations",
+		 m->discarded_staging_bytes);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_gauges); i++)
+		prom_one(b, zero_gauges[i], "gauge", "Not used in this build (always 0)", 0);
+
+	prom_histogram(b, "master_value_size_bytes", "Value sizes of PutStart requests",
+		       mc_master_value_size_bounds, MC_MASTER_VALUE_SIZE_BUCKETS - 1,
+		       m->value_size_buckets, m->value_size_sum, m->value_size_count);
+	prom_histogram(b, "master_nof_heartbeat_probe_latency_ms",
+		       "Not used in this build (always 0)", nof_bounds, MC_ARRAY_SIZE(nof_bounds),
+		       NULL, 0, 0);
+	prom_histogram(b, "master_snapshot_duration_ms", "Not used in this build (always 0)",
+		       snap_bounds, MC_ARRAY_SIZE(snap_bounds), NULL, 0, 0);
+
+#define REQ_METRIC(n)                                                                         \
+	prom_one(b, #n "_requests_total", "counter", "Total " #n " requests", m->n.requests); \
+	prom_one(b, #n "_failures_total", "counter", "Failed " #n " requests", m->n.failures);
+	MC_MASTER_REQ_COUNTERS(REQ_METRIC)
+#undef REQ_METRIC
+	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_req_counters); i++) {
+		snprintf(name, sizeof(name), "%s_requests_total", zero_req_counters[i]);
+		prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
+		snprintf(name, sizeof(name), "%s_failures_total", zero_req_counters[i]);
+		prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
+	}
+	prom_one(b, "master_put_start_alloc_failures_total", "counter",
+		 "PutStart requests that found no space", m->put_start_alloc_failures);
+	prom_one(b, "master_put_start_partial_allocations_total", "counter",
+		 "PutStart requests that got fewer replicas than asked",
+		 m->put_start_partial_allocations);
+
+#define BATCH_METRIC(n)                                                                        \
+	prom_one(b, #n "_requests_total", "counter", "Total " #n " requests", m->n.requests);  \
+	prom_one(b, #n "_failures_total", "counter", "Failed " #n " requests", m->n.failures); \
+	prom_one(b, #n "_partial_successes_total", "counter", "Partly failed " #n " requests", \
+		 m->n.partial_successes);                                                      \
+	prom_one(b, #n "_items_total", "counter", "Items in " #n " requests", m->n.items);     \
+	prom_one(b, #n "_failed_items_total", "counter", "Failed items in " #n " requests",    \
+		 m->n.failed_items);
+	MC_MASTER_BATCH_COUNTERS(BATCH_METRIC)
+#undef BATCH_METRIC
+	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_batch_counters); i++) {
+		static const char *const sfx[] = {"_requests_total", "_failures_total",
+						  "_partial_successes_total", "_items_total",
+						  "_failed_items_total"};
+		for (size_t j = 0; j < MC_ARRAY_SIZE(sfx); j++) {
+			snprintf(name, sizeof(name), "%s%s", zero_batch_counters[i], sfx[j]);
+			prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
+		}
+	}
+
+	prom_one(b, "mem_cache_hit_nums_", "counter", "Gets served from a memory replica",
+		 m->mem_cache_hit_nums);
+	prom_one(b, "mem_cache_hit_bytes_total", "counter", "Bytes of gets served from memory",
+		 m->mem_cache_hit_bytes);
+	prom_one(b, "valid_get_nums_", "counter", "Gets that found a readable replica",
+		 m->valid_get_nums);
+	prom_one(b, "total_get_nums_", "counter", "Gets", m->total_get_nums);
+	prom_one(b, "master_successful_evictions_total", "counter",
+		 "Eviction rounds that freed something", m->successful_evictions);
+	prom_one(b, "master_attempted_evictions_total", "counter", "Eviction rounds",
+		 m->attempted_evictions);
+	prom_one(b, "master_evicted_key_count", "counter", "Objects evicted", m->evicted_key_count);
+	prom_one(b, "master_evicted_size_bytes", "counter", "Bytes evicted", m->evicted_size_bytes);
+	prom_one(b, "master_successful_evictions_mem", "counter",
+		 "Memory eviction rounds that freed something", m->successful_evictions);
+	prom_one(b, "master_attempted_evictions_mem", "counter", "Memory eviction rounds",
+		 m->attempted_evictions);
+	prom_one(b, "master_evicted_key_count_mem", "counter", "Objects evicted from memory",
+		 m->evicted_key_count);
+	prom_one(b, "master_evicted_size_bytes_mem", "counter", "Bytes evicted from memory",
+		 m->evicted_size_bytes);
+	prom_one(b, "master_put_start_discard_cnt", "counter",
+		 "Unfinished PutStart allocations discarded", m->put_start_discard_cnt);
+	prom_one(b, "master_put_start_release_cnt", "counter",
+		 "Discarded PutStart allocations released", m->put_start_release_cnt);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_counters); i++)
+		prom_one(b, zero_counters[i], "counter", "Not used in this build (always 0)", 0);
+}
+
+/* ---- responses -------------------------------------------------------------- */
+
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const void *body,
+			       size_t len, const char *ctype)
+{
+	struct MHD_Response *r;
+	enum MHD_Result ret;
+
+	r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	ret = MHD_queue_response(conn, code, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, const char *text,
+				    const char *ctype)
+{
+	return respond(conn, code, text, strlen(text), ctype);
+}
+
+/* Takes the reference to j. */
+static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned code, json_t *j)
+{
+	char *text;
+	enum MHD_Result ret;
+
+	if (!j)
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(j);
+	if (!text)
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	ret = respond(conn, code, text, strlen(text), CT_JSON);
+	free(text);
+	return ret;
+}
+
+static enum MHD_Result respond_buf(struct MHD_Connection *conn, unsigned code, struct mc_buf *b,
+				   const char *ctype)
+{
+	enum MHD_Result ret;
+
+	if (b->err) {
+		mc_buf_release(b);
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	}
+	ret = respond(conn, code, b->data ? (const void *)b->data : "", b->len, ctype);
+	mc_buf_release(b);
+	return ret;
+}
+
+/* Upstream's error name: "OBJECT_NOT_FOUND" for MC_ERR_OBJECT_NOT_FOUND. */
+static const char *error_name(mc_status st)
+{
+	const char *n = mc_status_name(st);
+	return strncmp(n, "ERR_", 4) == 0 ? n + 4 : n;
+}
+
+/* The /api/v1 error body and upstream's status mapping. */
+static enum MHD_Result respond_api_error(struct MHD_Connection *conn, mc_status st,
+					 const char *message)
+{
+	unsigned code = 500;
+
+	switch (st) {
+	case MC_ERR_INVALID_PARAMS:
+		code = 400;
+		break;
+	case MC_ERR_SEGMENT_NOT_FOUND:
+	case MC_ERR_OBJECT_NOT_FOUND:
+		code = 404;
+		break;
+	case MC_ERR_UNAVAILABLE_IN_CURRENT_MODE:
+	case MC_ERR_UNAVAILABLE_IN_CURRENT_STATUS:
+		code = 409;
+		break;
+	default:
+		break;
+	}
+	return respond_json(conn, code,
+			    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code", (int)st,
+				      "error_message", message ? message : error_name(st)));
+}
+
+/* ---- replica descriptors ---------------------------------------------------- */
+
+static json_t *mem_descriptor(const struct mc_store_replica *r)
+{
+	return json_pack("{s:I, s:I, s:s%, s:s%}", "size_", (json_int_t)r->size, "buffer_address_",
+			 (json_int_t)r->address, "protocol_",
+			 r->protocol.ptr ? r->protocol.ptr : "", (size_t)r->protocol.len,
+			 "transport_endpoint_",
+			 r->transport_endpoint.ptr ? r->transport_endpoint.ptr : "",
+			 (size_t)r->transport_endpoint.len);
+}
+
+/*
+ * Replicas of key as the master answers GetReplicaList (lease or not).
+ * MC_OK with *list filled (release with mc_store_replica_list_release),
+ * or the master's error.
+ */
+static mc_status query_key(struct mc_master_server *s, const char *key, bool lease,
+			   struct mc_store_replica_list *list)
+{
+	struct mc_buf b;
+	mc_status st;
+
+	mc_buf_init(&b);
+	pthread_mutex_lock(&s->lock);
+	st = mc_master_query_replicas(s->master, NULL, key, strlen(key), lease, mc_now_ms(), &b);
+	pthread_mutex_unlock(&s->lock);
+	if (st == MC_OK)
+		st = b.err ? b.err
+			   : mc_store_payload_decode(MC_STORE_GET_REPLICA_LIST, true, b.data, b.len,
+						     list);
+	mc_buf_release(&b);
+	return st;
+}
+
+static enum MHD_Result page_query_key(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	const char *key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
+	struct mc_store_replica_list list;
+	json_t *data, *root;
+	mc_status st;
+
+	st = query_key(s, key ? key : "", true, &list);
+	if (st)
+		return respond_json(conn, 404,
+				    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
+					      (int)st, "error_message", error_name(st)));
+	data = json_array();
+	for (uint32_t i = 0; data && i < list.n_replicas; i++)
+		if (list.replicas[i].type == MC_STORE_REPLICA_MEMORY)
+			json_array_append_new(data, mem_descriptor(&list.replicas[i]));
+	mc_store_replica_list_release(&list);
+	root = data ? json_pack("{s:b, s:o}", "success", 1, "data", data) : NULL;
+	return respond_json(conn, 200, root);
+}
+
+static json_t *key_entry(const struct mc_store_replica_list *list)
+{
+	json_t *o = json_object(), *values = json_array(), *disk = NULL, *local = NULL, *nof = NULL;
+
+	if (!o || !values) {
+		json_decref(o);
+		json_decref(values);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < list->n_replicas; i++) {
+		const struct mc_store_replica *r = &list->replicas[i];
+		switch (r->type) {
+		case MC_STORE_REPLICA_MEMORY:
+			json_array_append_new(values, mem_descriptor(r));
+			break;
+		case MC_STORE_REPLICA_NOF_SSD:
+			if (!nof)
+				nof = json_array();
+			json_array_append_new(nof, mem_descriptor(r));
+			break;
+		case MC_STORE_REPLICA_DISK:
+		case MC_STORE_REPLICA_DFS:
+			if (!disk)
+				disk = json_array();
+			json_array_append_new(disk,
+					      json_pack("{s:s%, s:I}", "file_path",
+							r->file_path.ptr ? r->file_path.ptr : "",
+							(size_t)r->file_path.len, "object_size",
+							(json_int_t)r->size));
+			break;
+		case MC_STORE_REPLICA_LOCAL_DISK: {
+			char id[48];
+			snprintf(id, sizeof(id), "%" PRIu64 "-%" PRIu64, r->client_id.first,
+				 r->client_id.second);
+			if (!local)
+				local = json_array();
+			json_array_append_new(local, json_pack("{s:s, s:I, s:s%}", "client_id", id,
+							       "object_size", (json_int_t)r->size,
+							       "transport_endpoint",
+							       r->transport_endpoint.ptr
+								       ? r->transport_endpoint.ptr
+								       : "",
+							       (size_t)r->transport_endpoint.len));
+			break;
+		}
+		default:
+			break;
+		}
+	}
+	json_object_set_new(o, "ok", json_true());
+	json_object_set_new(o, "values", values);
+	if (disk)
+		json_object_set_new(o, "disk_values", disk);
+	if (local)
+		json_object_set_new(o, "local_disk_values", local);
+	if (nof)
+		json_object_set_new(o, "nof_values", nof);
+	return o;
+}
+
+static enum MHD_Result page_batch_query_keys(struct mc_master_server *s,
+					     struct MHD_Connection *conn)
+{
+	const char *keys = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keys");
+	json_t *data, *root;
+	const char *p;
+
+	if (!keys || !*keys)
+		return respond_json(conn, 400,
+				    json_pack("{s:b, s:s}", "success", 0, "error",
+					      "No keys provided. Use ?keys=key1,key2,..."));
+	data = json_object();
+	if (!data)
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	for (p = keys;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		char *key = mc_strndup(p, n);
+		struct mc_store_replica_list list;
+		mc_status st;
+		json_t *e;
+
+		if (!key) {
+			json_decref(data);
+			return respond_text(conn, 500, "out of memory", CT_TEXT);
+		}
+		if (n) {
+			st = query_key(s, key, false, &list);
+			if (st == MC_OK) {
+				e = key_entry(&list);
+				mc_store_replica_list_release(&list);
+			} else {
+				e = json_pack("{s:b, s:s}", "ok", 0, "error", error_name(st));
+			}
+			if (e)
+				json_object_set_new(data, key, e);
+		}
+		mc_free(key);
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	root = json_pack("{s:b, s:o}", "success", 1, "data", data);
+	return respond_json(conn, 200, root);
+}
+
+/* ---- keys and segments pages ------------------------------------------------ */
+
+static bool key_line(void *arg, const char *key, size_t len)
+{
+	struct mc_buf *b = arg;
+	mc_buf_put_bytes(b, key, len);
+	mc_buf_put_u8(b, '\n');
+	return b->err == MC_OK;
+}
+
+static enum MHD_Result page_get_all_keys(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	pthread_mutex_lock(&s->lock);
+	mc_master_foreach_key(s->master, NULL, key_line, &b);
+	pthread_mutex_unlock(&s->lock);
+	if (b.err) {
+		mc_buf_release(&b);
+		return respond_text(conn, 500, "Failed to get all keys", CT_TEXT);
+	}
+	return respond_buf(conn, 200, &b, CT_PROM);
+}
+
+static enum MHD_Result page_get_all_segments(struct mc_master_server *s,
+					     struct MHD_Connection *conn)
+{
+	struct seg_list l;
+	struct mc_buf b;
+
+	if (!segments_copy(s, &l))
+		return respond_text(conn, 500, "Failed to get all segments", CT_TEXT);
+	mc_buf_init(&b);
+	for (size_t i = 0; i < l.n; i++)
+		if (l.v[i].status == MC_SEGMENT_OK)
+			bprintf(&b, "%s\n", l.v[i].name);
+	seg_list_release(&l);
+	return respond_buf(conn, 200, &b, CT_PROM);
+}
+
+static enum MHD_Result page_segments_detail(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	struct seg_list l;
+	json_t *arr, *root;
+
+	if (!segments_copy(s, &l))
+		return respond_text(conn, 500, "Failed to get segments", CT_TEXT);
+	arr = json_array();
+	for (size_t i = 0; arr && i < l.n; i++) {
+		const struct seg_rec *r = &l.v[i];
+		char id[48], cid[48], base[24], human[32];
+		snprintf(id, sizeof(id), "%" PRIu64 "-%" PRIu64, r->id.first, r->id.second);
+		snprintf(cid, sizeof(cid), "%" PRIu64 "-%" PRIu64, r->client_id.first,
+			 r->client_id.second);
+		snprintf(base, sizeof(base), "0x%" PRIx64, r->base);
+		snprintf(human, sizeof(human), "%.2f GiB",
+			 (double)r->size / (1024.0 * 1024 * 1024));
+		json_array_append_new(
+			arr,
+			json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:I, s:I, s:f}",
+				  "segment_name", r->name, "segment_id", id, "client_id", cid,
+				  "base_address", base, "size_bytes", (json_int_t)r->size,
+				  "size_human", human, "te_endpoint", r->te_endpoint, "protocol",
+				  r->protocol, "status", mc_master_segment_status_name(r->status),
+				  "allocator_used_bytes", (json_int_t)r->used,
+				  "allocator_capacity_bytes", (json_int_t)r->capacity,
+				  "allocator_usage_percent",
+				  r->capacity ? 100.0 * (double)r->used / (double)r->capacity
+					      : 0.0));
+	}
+	root = arr ? json_pack("{s:I, s:o}", "total_segments", (json_int_t)l.n, "segments", arr)
+		   : NULL;
+	seg_list_release(&l);
+	return respond_json(conn, 200, root);
+}
+
+static enum MHD_Result page_query_segment(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "segment");
+	struct seg_list l;
+	uint64_t used = 0, cap = 0;
+	bool found = false;
+	struct mc_buf b;
+
+	if (!name || !*name || !segments_copy(s, &l))
+		return respond_text(conn, 500, "Failed to query segment", CT_TEXT);
+	for (size_t i = 0; i < l.n; i++)
+		if (strcmp(l.v[i].name, name) == 0) {
+			found = true;
+			used += l.v[i].used;
+			cap += l.v[i].capacity;
+		}
+	seg_list_release(&l);
+	if (!found)
+		return respond_text(conn, 500, "Failed to query segment", CT_TEXT);
+	mc_buf_init(&b);
+	/* upstream's text, the space before the second colon included */
+	bprintf(&b, "%s\nUsed(bytes): %" PRIu64 "\nCapacity(bytes) : %" PRIu64 "\n", name, used,
+		cap);
+	return respond_buf(conn, 200, &b, CT_TEXT);
+}
+
+static enum MHD_Result page_segment_status(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "segment");
+	struct seg_list l;
+	int status = -1;
+
+	if (!name || !*name)
+		return respond_api_error(conn, MC_ERR_INVALID_PARAMS,
+					 "missing query parameter: segment");
+	if (!segments_copy(s, &l))
+		return respond_api_error(conn, MC_ERR_INTERNAL, "out of memory");
+	for (size_t i = 0; i < l.n && status < 0; i++)
+		if (strcmp(l.v[i].name, name) == 0)
+			status = l.v[i].status;
+	seg_list_release(&l);
+	if (status < 0)
+		return respond_api_error(conn, MC_ERR_SEGMENT_NOT_FOUND, NULL);
+	return respond_json(conn, 200,
+			    json_pack("{s:b, s:s, s:i, s:s}", "success", 1, "segment", name,
+				      "status", status, "status_name",
+				      mc_master_segment_status_name(status)));
+}
+
+static enum MHD_Result page_remove_all(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	const char *force = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "force");
+	const char *tenant = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tenant_id");
+	bool f = force && (strcmp(force, "true") == 0 || strcmp(force, "1") == 0);
+	int64_t n;
+
+	pthread_mutex_lock(&s->lock);
+	n = mc_master_remove_all(s->master, tenant && *tenant ? tenant : NULL, f, mc_now_ms());
+	pthread_mutex_unlock(&s->lock);
+	if (n < 0)
+		return respond_api_error(conn, (mc_status)n, NULL);
+	return respond_json(conn, 200,
+			    json_pack("{s:b, s:I}", "success", 1, "removed_count", (json_int_t)n));
+}
+
+static enum MHD_Result page_metrics(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	struct mc_master_metrics m;
+	struct seg_list l;
+	struct mc_buf b;
+
+	memset(&l, 0, sizeof(l));
+	pthread_mutex_lock(&s->lock);
+	mc_master_metrics(s->master, &m);
+	mc_master_foreach_segment(s->master, seg_collect, &l);
+	pthread_mutex_unlock(&s->lock);
+	if (l.nomem) {
+		seg_list_release(&l);
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	}
+	mc_buf_init(&b);
+	render_metrics(&b, &m, &l);
+	seg_list_release(&l);
+	return respond_buf(conn, 200, &b, CT_PROM);
+}
+
+static enum MHD_Result page_summary(struct mc_master_server *s, struct MHD_Connection *conn)
+{
+	struct mc_master_server_snap prev, cur;
+	enum MHD_Result ret;
+	char *line;
+
+	pthread_mutex_lock(&s->lock);
+	mc_master_server_snap_locked(s, &cur, mc_now_ms());
+	prev = s->prev_snap;
+	pthread_mutex_unlock(&s->lock);
+	line = mc_master_summary_format(&prev, &cur);
+	if (!line)
+		return respond_text(conn, 500, "out of memory", CT_TEXT);
+	ret = respond_text(conn, 200, line, CT_PROM);
+	mc_free(line);
+	return ret;
+}
+
+/* ---- dispatch --------------------------------------------------------------- */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls)
+{
+	struct mc_master_server *s = cls;
+	bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
+		   strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+	bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+
+	/* first call: headers only; then drain any body (none is used) */
+	if (!*con_cls) {
+		*con_cls = s;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+
+	if (strcmp(url, "/api/v1/remove_all") == 0) {
+		if (!post)
+			return respond_api_error(conn, MC_ERR_INVALID_PARAMS, "use POST");
+		return page_remove_all(s, conn);
+	}
+	if (strncmp(url, "/api/v1/drain_jobs", 18) == 0)
+		return respond_api_error(conn, MC_ERR_NOT_SUPPORTED,
+					 "drain jobs are not supported in this build");
+	if (strcmp(url, "/api/v1/tenant_quotas") == 0)
+		return respond_api_error(conn, MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,
+					 "tenant quotas are not supported in this build");
+	if (!get)
+		return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed",
+				    CT_TEXT);
+
+	if (strcmp(url, "/metrics") == 0)
+		return page_metrics(s, conn);
+	if (strcmp(url, "/metrics/summary") == 0)
+		return page_summary(s, conn);
+	if (strcmp(url, "/health") == 0)
+		return respond_text(
+			conn, 200,
+			"{\"status\":\"ok\",\"role\":\"leader\",\"ha_state\":\"serving\","
+			"\"service_ready\":true}",
+			CT_JSON);
+	if (strcmp(url, "/role") == 0)
+		return respond_text(conn, 200, "leader", CT_TEXT);
+	if (strcmp(url, "/ha_status") == 0)
+		return respond_text(conn, 200, "serving", CT_TEXT);
+	if (strcmp(url, "/leader") == 0)
+		return respond_text(conn, 200, "{\"present\":false}", CT_JSON);
+	if (strcmp(url, "/kv_events/status") == 0)
+		return respond_text(
+			conn, 200,
+			"{\"enabled\":false,\"published_batches\":0,\"published_events\":0,"
+			"\"dropped_events\":0,\"skipped_unparsed_keys\":0}",
+			CT_JSON);
+	if (strcmp(url, "/query_key") == 0)
+		return page_query_key(s, conn);
+	if (strcmp(url, "/batch_query_keys") == 0)
+		return page_batch_query_keys(s, conn);
+	if (strcmp(url, "/get_all_keys") == 0)
+		return page_get_all_keys(s, conn);
+	if (strcmp(url, "/get_all_segments") == 0)
+		return page_get_all_segments(s, conn);
+	if (strcmp(url, "/get_segments_detail") == 0)
+		return page_segments_detail(s, conn);
+	if (strcmp(url, "/query_segment") == 0)
+		return page_query_segment(s, conn);
+	if (strcmp(url, "/api/v1/segments/status") == 0)
+		return page_segment_status(s, conn);
+	return respond_text(conn, MHD_HTTP_NOT_FOUND, "Not Found", CT_TEXT);
+}
+
+/* MHD's own messages are about misbehaving peers: debug level, except
+ * while starting, when the last one is the reason a bind failed. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct mc_master_server *s = cls;
+	char msg[256];
+	size_t n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	if (atomic_load(&s->admin_starting))
+		snprintf(s->admin_start_msg, sizeof(s->admin_start_msg), "%s", msg);
+	mc_debug("admin http: %s", msg);
+}
+
+mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, uint16_t port)
+{
+	struct addrinfo hints = {
+		.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res, *ai, *pick = NULL;
+	struct sockaddr_storage ss;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+	const union MHD_DaemonInfo *info;
+	char h[256];
+	size_t hl;
+	int rc;
+
+	if (!host || !*host)
+		host = "0.0.0.0";
+	hl = strlen(host);
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < sizeof(h)) {
+		memcpy(h, host + 1, hl - 2);
+		h[hl - 2] = '\0';
+		host = h;
+	}
+	rc = getaddrinfo(host, NULL, &hints, &res);
+	if (rc)
+		return mc_set_error(MC_ERR_DNS, "admin http: cannot resolve %s: %s", host,
+				    gai_strerror(rc));
+	for (ai = res; ai && !pick; ai = ai->ai_next)
+		if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
+			pick = ai;
+	if (!pick) {
+		freeaddrinfo(res);
+		return mc_set_error(MC_ERR_DNS, "admin http: no IP address for %s", host);
+	}
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, pick->ai_addr, pick->ai_addrlen);
+	freeaddrinfo(res);
+	if (ss.ss_family == AF_INET6) {
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
+		flags |= MHD_USE_IPv6;
+	} else {
+		((struct sockaddr_in *)&ss)->sin_port = htons(port);
+	}
+	s->admin_start_msg[0] = '\0';
+	atomic_store(&s->admin_starting, true);
+	s->admin = MHD_start_daemon(flags, port, NULL, NULL, on_request, s,
+				    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
+				    (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+				    (unsigned)ADMIN_THREADS, MHD_OPTION_CONNECTION_TIMEOUT,
+				    (unsigned)ADMIN_CONN_TIMEOUT, MHD_OPTION_END);
+	atomic_store(&s->admin_starting, false);
+	if (!s->admin)
+		return mc_set_error(
+			MC_ERR_SOCKET, "admin http: cannot listen on %s port %u: %s", host, port,
+			s->admin_start_msg[0] ? s->admin_start_msg : "libmicrohttpd refused");
+	info = MHD_get_daemon_info(s->admin, MHD_DAEMON_INFO_BIND_PORT);
+	s->metrics_port = info && info->port ? info->port : port;
+	return MC_OK;
+}
+
+void mc_master_admin_stop(struct mc_master_server *s)
+{
+	if (s->admin)
+		MHD_stop_daemon(s->admin);
+	s->admin = NULL;
+}

@@ -1,0 +1,82 @@
+/*
+ * master/server_priv.h - what server.c (RPC loop, lifecycle) and
+ * server_http.c (admin/metrics pages) share.  Not an interface.
+ */
+#ifndef MC_MASTER_SERVER_PRIV_H
+#define MC_MASTER_SERVER_PRIV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/list.h"
+#include "master/master.h"
+#include "master/server.h"
+
+struct MHD_Daemon;
+struct mc_http_meta_server;
+
+/* The metrics as of one moment, for rates over a window. */
+struct mc_master_server_snap {
+	struct mc_master_metrics m;
+	uint64_t at_ms;
+};
+
+struct mc_master_server {
+	/* copies of what the running server needs from the config */
+	bool enable_metric_reporting;
+	bool tcp_nodelay;
+	uint64_t conn_timeout_ms; /* 0 = none */
+
+	/*
+	 * lock: the state mutex.  Protects master, prev_snap and cur_snap.
+	 * Taken by the loop thread for each batch of frames, each tick and
+	 * each report, and by the HTTP threads for each admin page.  Nothing
+	 * that can block (I/O, another lock) is done while holding it.
+	 */
+	pthread_mutex_t lock;
+	struct mc_master *master;
+	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
+
+	/* RPC loop (owned by the loop thread once started) */
+	int listen_fd;
+	int epfd;
+	int wake_fd; /* eventfd: stop */
+	pthread_t loop_thread;
+	bool loop_started;
+	atomic_bool stopping;
+	struct mc_list conns; /* struct conn, loop thread only */
+	uint64_t nconns;
+	uint64_t accept_paused_until_ms; /* after EMFILE/ENFILE */
+
+	/* HTTP */
+	struct MHD_Daemon *admin;
+	atomic_bool admin_starting; /* MHD messages are kept while it starts... */
+	char admin_start_msg[256];  /* ...the last one names a bind failure */
+	struct mc_http_meta_server *meta;
+
+	uint16_t rpc_port, metrics_port, metadata_port;
+};
+
+/* Current metrics with the lock held. */
+static inline void mc_master_server_snap_locked(struct mc_master_server *s,
+						struct mc_master_server_snap *out, uint64_t now_ms)
+{
+	mc_master_metrics(s->master, &out->m);
+	out->at_ms = now_ms;
+}
+
+/* server_http.c */
+mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, uint16_t port);
+void mc_master_admin_stop(struct mc_master_server *s);
+/*
+ * The one-line summary of spec 7.1 (/metrics/summary and the periodic
+ * log): "role=leader, state=serving, service_ready=true, master={...},
+ * ha={...}".  Rates are over [prev, cur].  Returns a malloc'ed string or
+ * NULL.  No lock needed: it only reads the two snapshots.
+ */
+char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+			       const struct mc_master_server_snap *cur);
+
+#endif

@@ -1,0 +1,592 @@
+"""mooncake_master as a separate process: flags, config file, RPC framing
+rules, the admin/metrics HTTP service and the embedded metadata server.
+
+Every master here listens on 127.0.0.1 with port 0 and reports its ports
+in its "listening rpc=.. metrics=.. metadata=.." stderr line, which the
+fixture waits for (no sleeps).  Raw frames are built with mcproto.py (the
+32-byte header of docs/protocol.md and a few payloads), so malformed input
+can be sent on purpose.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import mcproto as mp
+from conftest import BUILD, SANITIZER_MARKERS, _find_binary
+
+START_TIMEOUT = 20.0
+LISTEN_RE = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
+BASE_ARGS = ["--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
+             "--metrics_host=127.0.0.1"]
+
+
+def master_path():
+    exe = _find_binary("MC_MASTER", "mooncake_master", ["tools/mooncake_master"])
+    if exe is None:
+        pytest.skip(f"mooncake_master not built under {BUILD}")
+    return exe
+
+
+def run_master(*args, timeout=20):
+    """Run to completion (for --help, --version and bad flags)."""
+    return subprocess.run([str(master_path()), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class Master:
+    """A running daemon; stderr is collected by a thread."""
+
+    def __init__(self, args, env=None):
+        self.p = subprocess.Popen([str(master_path()), *args], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, env=None if env is None else {**os.environ, **env})
+        self.lines = []
+        self.cond = threading.Condition()
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+        line = self.wait_line(LISTEN_RE.search, START_TIMEOUT)
+        m = LISTEN_RE.search(line)
+        self.rpc, self.metrics, self.metadata = (int(x) for x in m.groups())
+
+    def _read(self):
+        for line in self.p.stderr:
+            with self.cond:
+                self.lines.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.lines.append(None)
+            self.cond.notify_all()
+
+    def wait_line(self, pred, timeout, start=0):
+        """First stderr line from index start on that satisfies pred."""
+        deadline = time.monotonic() + timeout
+        i = start
+        with self.cond:
+            while True:
+                while i < len(self.lines):
+                    line = self.lines[i]
+                    if line is None:
+                        raise AssertionError(f"master exited (rc={self.p.poll()}):\n"
+                                             + self.text())
+                    if pred(line):
+                        return line
+                    i += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("expected master log line not seen:\n" + self.text())
+                self.cond.wait(left)
+
+    def text(self):
+        with self.cond:
+            return "\n".join(l for l in self.lines if l is not None)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        try:
+            rc = self.p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError("master did not exit within 15 s of SIGTERM")
+        self.t.join(timeout=5)
+        log = self.text()
+        assert rc == 0, f"master exited {rc}:\n{log}"
+        for marker in SANITIZER_MARKERS:
+            assert marker not in log, log
+
+    # ---- helpers ----
+    def conn(self):
+        return mp.Conn(self.rpc)
+
+    def http(self, method, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.metrics, timeout=10)
+        try:
+            c.request(method, path)
+            r = c.getresponse()
+            return r.status, r.getheader("Content-Type"), r.read().decode()
+        finally:
+            c.close()
+
+    def get(self, path):
+        return self.http("GET", path)
+
+
+@pytest.fixture(scope="module")
+def master():
+    m = Master(BASE_ARGS + ["--enable_http_metadata_server=true",
+                            "--http_metadata_server_port=0",
+                            "--http_metadata_server_host=127.0.0.1"])
+    yield m
+    m.stop()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def closed_by_peer(sock, timeout=10.0):
+    """Read until the master closes; True on EOF or reset.  Frames it sent
+    before closing are returned as the second value."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True, data
+            data += chunk
+    except ConnectionResetError:
+        return True, data
+    except socket.timeout:
+        return False, data
+
+
+def parse_frames(data):
+    out = []
+    while len(data) >= 32:
+        magic, major, minor, mtype, flags, _r, status, rid, plen, _r2 = mp.HDR.unpack(data[:32])
+        out.append({"type": mtype, "flags": flags, "status": status, "id": rid,
+                    "payload": data[32:32 + plen]})
+        data = data[32 + plen:]
+    return out
+
+
+# ---- command line -------------------------------------------------------------
+
+def test_help_lists_flags_and_their_status():
+    r = run_master("--help")
+    assert r.returncode == 0, r.stderr
+    for flag in ("--rpc_port=0", "--port=50051", "--metrics_port=9003",
+                 "--default_kv_lease_ttl=10000", "--client_ttl=10", "--enable_ha=false",
+                 "--eviction_high_watermark_ratio=0.90", "--memory_allocator=offset"):
+        assert flag in r.stdout
+    assert "accepted, no effect in this build" in r.stdout
+    assert "only the default is supported in this build" in r.stdout
+
+
+def test_version():
+    r = run_master("--version")
+    assert r.returncode == 0
+    assert re.fullmatch(r"\d+\.\d+\.\d+ \(git: ([0-9a-f]{7,}|unknown)\)\n", r.stdout), r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus_flag=1"], "unknown command line flag 'bogus_flag'"),
+    (["positional"], "unexpected argument"),
+    (["--eviction_ratio=1.5"], "eviction_ratio"),
+    (["--rpc_port=70000"], "rpc_port"),
+    (["--client_ttl=ten"], "client_ttl"),
+    (["--rpc_port"], "missing its argument"),
+    (["--enable_ha=true"], "not supported in this build"),
+    (["--enable_offload=true"], "not supported in this build"),
+    (["--memory_allocator=cachelib"], "not supported in this build"),
+    (["--allocation_strategy=local_first"], "not supported in this build"),
+    (["--allocation_strategy=fastest"], "allocation_strategy"),
+    (["--default_kv_soft_pin_ttl=2h", "--max_kv_soft_pin_ttl=1h"], "exceeds"),
+    (["--cluster_id=a/b"], "cluster_id"),
+])
+def test_bad_flags_exit_2_with_a_reason(args, needle):
+    r = run_master(*args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in r.stderr, r.stderr
+
+
+def test_accepted_forms_of_flags():
+    """gflags spellings, durations with units and no-effect flags all start."""
+    m = Master(["-rpc_port=0", "--rpc_address", "127.0.0.1", "--metrics_port=0",
+                "--metrics_host=127.0.0.1", "--noenable_metric_reporting",
+                "--default_kv_lease_ttl=5s", "--client_ttl=2m", "--rpc_thread_num=8",
+                "--enable_ha=false", "--etcd_endpoints=http://localhost:2379",
+                "--eviction_high_watermark_ratio", "1.0", "--allocation_strategy",
+                "free_ratio_first"])
+    try:
+        with m.conn() as c:
+            assert c.ping()[1] in (1, 2)
+    finally:
+        m.stop()
+
+
+def test_config_file_and_precedence(tmp_path):
+    meta_port, metrics_port = free_port(), free_port()
+    yaml = tmp_path / "master.yaml"
+    yaml.write_text(
+        "# flat YAML, as upstream's conf/master.yaml\n"
+        "rpc_port: 0\n"
+        "rpc_address: \"127.0.0.1\"\n"
+        f"metrics_port: {metrics_port}\n"
+        "metrics_host: 127.0.0.1   # comment\n"
+        "enable_http_metadata_server: true\n"
+        "http_metadata_server_host: '127.0.0.1'\n"
+        f"http_metadata_server_port: {meta_port}\n"
+        "client_live_ttl_sec: 60\n"
+        "eviction_ratio: 0.1\n"
+        "some_key_of_a_newer_upstream: 1\n")
+    # the file alone
+    m = Master([f"--config_path={yaml}"])
+    try:
+        assert m.metadata == meta_port and m.metrics == metrics_port
+        assert m.get("/health")[0] == 200
+    finally:
+        m.stop()
+    # a command-line flag overrides the file, wherever it appears
+    m = Master(["--http_metadata_server_port=0", f"--config_path={yaml}"])
+    try:
+        assert m.metrics == metrics_port
+        assert m.metadata not in (0, meta_port)
+    finally:
+        m.stop()
+    # JSON, with the config-file alias of client_ttl
+    js = tmp_path / "master.json"
+    js.write_text(json.dumps({"rpc_port": 0, "rpc_address": "127.0.0.1",
+                              "metrics_port": 0, "metrics_host": "127.0.0.1",
+                              "client_live_ttl_sec": 60, "default_kv_lease_ttl": 10000,
+                              "enable_ha": False, "etcd_endpoints": "http://localhost:2379"}))
+    m = Master([f"--config_path={js}"])
+    m.stop()
+    # a bad value in the file is an error naming the flag
+    js.write_text(json.dumps({"client_live_ttl_sec": "soon"}))
+    r = run_master(f"--config_path={js}")
+    assert r.returncode == 2 and "client_ttl" in r.stderr, r.stderr
+    js.write_text(json.dumps({"enable_ha": True}))
+    r = run_master(f"--config_path={js}")
+    assert r.returncode == 2 and "not supported in this build" in r.stderr, r.stderr
+    r = run_master(f"--config_path={tmp_path / 'missing.yaml'}")
+    assert r.returncode == 2 and "cannot open config file" in r.stderr, r.stderr
+
+
+def test_dump_config_round_trips(tmp_path):
+    r = run_master("--client_ttl=2m", "--eviction_ratio=0.125", "--rpc_address=127.0.0.1",
+                   "--dump-config")
+    assert r.returncode == 0, r.stderr
+    assert "client_ttl: 120000ms\n" in r.stdout
+    assert "eviction_ratio: 0.125\n" in r.stdout
+    assert 'rpc_address: "127.0.0.1"\n' in r.stdout
+    f = tmp_path / "dumped.yaml"
+    f.write_text(r.stdout)
+    r2 = run_master(f"--config_path={f}", "--dump-config")
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout == r.stdout
+
+
+def test_port_in_use_exits_1():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run_master(f"--rpc_port={port}", "--rpc_address=127.0.0.1", "--metrics_port=0",
+                       "--metrics_host=127.0.0.1")
+    assert r.returncode == 1, r.stderr
+    assert str(port) in r.stderr
+
+
+# ---- RPC ----------------------------------------------------------------------
+
+def test_service_ready_ping_exist(master):
+    with master.conn() as c:
+        version = c.hello("test 1")
+        assert version
+        view, status = c.ping()
+        assert status == 2  # NEED_REMOUNT: an unknown client
+        assert c.exist("no-such-key") is False
+
+
+def test_pipelined_requests_answered_by_id(master):
+    with master.conn() as c:
+        payload = mp.string("") + mp.key("k")
+        data = b"".join(mp.frame(mp.EXIST_KEY, 1000 + i, payload) for i in range(200))
+        c.send_raw(data)
+        ids = set()
+        for _ in range(200):
+            h, p = c.recv()
+            assert h["status"] == 0 and h["flags"] & mp.F_RESPONSE
+            ids.add(h["id"])
+        assert ids == set(range(1000, 1200))
+
+
+def test_unknown_type_is_not_supported_and_connection_goes_on(master):
+    with master.conn() as c:
+        c.send_raw(mp.frame(999, 77, b"whatever"))
+        h, p = c.recv()
+        assert (h["type"], h["id"], h["status"]) == (999, 77, mp.ERR_NOT_SUPPORTED)
+        assert c.ping()[1] == 2
+
+
+@pytest.mark.parametrize("kind", ["bad_magic", "bad_payload", "truncated", "too_large",
+                                  "response_frame"])
+def test_malformed_input_closes_only_that_connection(master, kind):
+    start = len(master.lines)
+    with master.conn() as good, master.conn() as bad:
+        assert good.ping()[1] == 2
+        if kind == "bad_magic":
+            bad.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\0" * 32)
+        elif kind == "bad_payload":
+            bad.send_raw(mp.frame(mp.EXIST_KEY, 5, b"\xff\xff\xff"))
+        elif kind == "truncated":
+            bad.send_raw(mp.frame(mp.PING, 5, mp.uuid(1, 2))[:40])
+            bad.sock.shutdown(socket.SHUT_WR)
+        elif kind == "too_large":
+            bad.send_raw(mp.HDR.pack(mp.MAGIC, 1, 0, mp.PING, 0, 0, 0, 5, 65 << 20, 0))
+        elif kind == "response_frame":
+            bad.send_raw(mp.frame(mp.PING, 5, struct.pack("<qB", 0, 1), flags=mp.F_RESPONSE))
+        closed, data = closed_by_peer(bad.sock)
+        assert closed, f"{kind}: the master kept the connection open"
+        frames = parse_frames(data)
+        if kind in ("bad_payload", "too_large", "response_frame"):
+            # the header was readable: an error response by id, then close
+            assert frames and frames[0]["id"] == 5 and frames[0]["status"] < 0, frames
+        # the other connection, and new ones, are served as before
+        assert good.ping()[1] == 2
+        with master.conn() as c3:
+            assert c3.exist("k") is False
+    # one log line names the peer and the cause
+    master.wait_line(lambda l: "closing connection from 127.0.0.1:" in l, 10, start)
+
+
+def test_foreign_major_version_gets_invalid_version_then_close(master):
+    with master.conn() as c:
+        c.send_raw(mp.frame(mp.PING, 42, mp.uuid(1, 2), major=2))
+        closed, data = closed_by_peer(c.sock)
+        assert closed
+        frames = parse_frames(data)
+        assert len(frames) == 1
+        assert (frames[0]["id"], frames[0]["status"]) == (42, mp.ERR_INVALID_VERSION)
+
+
+def test_garbage_on_many_connections_does_not_disturb_a_client(master):
+    stop = threading.Event()
+    errors = []
+
+    def flood():
+        rnd = bytearray(os.urandom(4096))
+        while not stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", master.rpc), timeout=5)
+                s.sendall(rnd)
+                s.close()
+            except OSError as e:  # a reset while sending is fine
+                if not isinstance(e, (ConnectionResetError, BrokenPipeError)):
+                    errors.append(e)
+
+    threads = [threading.Thread(target=flood) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        with master.conn() as c:
+            deadline = time.monotonic() + 2.0
+            n = 0
+            while time.monotonic() < deadline:
+                assert c.ping()[1] == 2
+                assert c.exist("k") is False
+                n += 1
+            assert n > 50
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+
+
+def test_idle_connections_time_out():
+    m = Master(BASE_ARGS + ["--rpc_conn_timeout_seconds=1"], env={"MC_LOG_LEVEL": "info"})
+    try:
+        with m.conn() as idle, m.conn() as busy:
+            assert idle.ping()[1] == 2
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 4:
+                assert busy.ping()[1] == 2  # activity keeps this one open
+                time.sleep(0.2)
+            closed, _ = closed_by_peer(idle.sock, timeout=5)
+            assert closed
+            assert busy.ping()[1] == 2
+        m.wait_line(lambda l: "idle for" in l, 5)
+    finally:
+        m.stop()
+
+
+# ---- admin / metrics HTTP -------------------------------------------------------
+
+def test_health_role_ha_status(master):
+    st, ct, body = master.get("/health")
+    assert st == 200 and ct.startswith("application/json")
+    h = json.loads(body)
+    assert h["status"] == "ok" and h["role"] == "leader" and h["ha_state"] == "serving"
+    assert h["service_ready"] is True
+    assert master.get("/role")[::2] == (200, "leader")
+    assert master.get("/ha_status")[::2] == (200, "serving")
+    assert master.get("/no/such/page")[0] == 404
+
+
+def test_metrics_prometheus_text(master):
+    with master.conn() as c:
+        c.ping()
+    st, ct, body = master.get("/metrics")
+    assert st == 200 and ct == "text/plain; version=0.0.4"
+    for name in ("master_key_count", "master_allocated_bytes", "master_total_capacity_bytes",
+                 "master_active_clients", "master_ping_requests_total",
+                 "master_exist_key_requests_total", "master_put_start_failures_total",
+                 "master_batch_exist_key_items_total", "mem_cache_hit_nums_",
+                 "master_successful_evictions_total", "ha_standby_state"):
+        assert re.search(rf"^# TYPE {name} (gauge|counter)$", body, re.M), name
+        assert re.search(rf"^{name} \d+$", body, re.M), name
+    assert re.search(r"^master_ping_requests_total [1-9]\d*$", body, re.M)
+    assert "# TYPE master_value_size_bytes histogram" in body
+    buckets = re.findall(r'^master_value_size_bytes_bucket\{le="([^"]+)"\} (\d+)$', body, re.M)
+    assert [b[0] for b in buckets] == ["4096", "65536", "262144", "1048576", "4194304",
+                                       "16777216", "67108864", "+Inf"]
+    counts = [int(b[1]) for b in buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert re.search(r"^master_value_size_bytes_count \d+$", body, re.M)
+    assert re.search(r"^master_value_size_bytes_sum \d+$", body, re.M)
+
+
+def test_metrics_summary_line(master):
+    st, ct, body = master.get("/metrics/summary")
+    assert st == 200
+    assert "\n" not in body.strip()
+    assert body.startswith("role=leader, state=serving, service_ready=true, master={")
+    for section in ("Mem Storage: ", "SSD Storage: ", "Keys: ", "Clients: ",
+                    "Requests (Success/Total per sec): PutStart=", "Batch Requests",
+                    "Eviction: Success/Attempts=", "Discard: Released/Total="):
+        assert section in body, section
+
+
+def test_query_key_errors_are_404_json(master):
+    st, ct, body = master.get("/query_key?key=definitely-missing")
+    assert st == 404 and ct.startswith("application/json")
+    assert json.loads(body) == {"success": False, "error_code": -704,
+                                "error_message": "OBJECT_NOT_FOUND"}
+
+
+def test_batch_query_keys(master):
+    st, _, body = master.get("/batch_query_keys")
+    assert st == 400
+    assert json.loads(body) == {"success": False,
+                                "error": "No keys provided. Use ?keys=key1,key2,..."}
+    st, _, body = master.get("/batch_query_keys?keys=x1,x2")
+    assert st == 200
+    j = json.loads(body)
+    assert j["success"] is True
+    assert j["data"] == {"x1": {"ok": False, "error": "OBJECT_NOT_FOUND"},
+                         "x2": {"ok": False, "error": "OBJECT_NOT_FOUND"}}
+
+
+def test_segment_pages_without_segments(master):
+    st, _, body = master.get("/query_segment?segment=unknown-seg")
+    assert (st, body) == (500, "Failed to query segment")
+    st, _, body = master.get("/get_all_segments")
+    assert st == 200
+    st, _, body = master.get("/get_segments_detail")
+    assert st == 200 and "total_segments" in json.loads(body)
+
+
+def test_objects_through_rpc_and_http():
+    """Mount a segment and put an object with raw frames, then read it back
+    through every admin page."""
+    m = Master(BASE_ARGS)
+    try:
+        with m.conn() as c:
+            c.mount((7, 8), "node-a:1234", 0x10000000, 64 << 20, endpoint="node-a:1234")
+            reps = c.put_start("obj/1", 4096)
+            assert len(reps) == 1 and reps[0]["segment_name"] == "node-a:1234"
+            c.put_end("obj/1")
+            assert c.exist("obj/1") is True
+
+        st, _, body = m.get("/query_key?key=obj%2F1")  # URL-decoded by the server
+        assert st == 200, body
+        j = json.loads(body)
+        assert j["success"] is True and len(j["data"]) == 1
+        d = j["data"][0]
+        assert d == {"size_": 4096, "buffer_address_": reps[0]["address"], "protocol_": "tcp",
+                     "transport_endpoint_": "node-a:1234"}
+
+        st, _, body = m.get("/batch_query_keys?keys=obj/1,nope")
+        j = json.loads(body)["data"]
+        assert j["obj/1"]["ok"] is True and j["obj/1"]["values"][0]["size_"] == 4096
+        assert j["nope"] == {"ok": False, "error": "OBJECT_NOT_FOUND"}
+
+        assert m.get("/get_all_keys")[2] == "obj/1\n"
+        assert m.get("/get_all_segments")[2] == "node-a:1234\n"
+        st, _, body = m.get("/query_segment?segment=node-a:1234")
+        assert st == 200
+        lines = body.split("\n")
+        assert lines[0] == "node-a:1234"
+        assert re.fullmatch(r"Used\(bytes\): [1-9]\d*", lines[1]), body
+        assert lines[2] == f"Capacity(bytes) : {64 << 20}"
+        seg = json.loads(m.get("/get_segments_detail")[2])
+        assert seg["total_segments"] == 1
+        s0 = seg["segments"][0]
+        assert s0["segment_name"] == "node-a:1234" and s0["segment_id"] == "7-8"
+        assert s0["base_address"] == "0x10000000" and s0["status"] == "OK"
+        assert s0["size_bytes"] == 64 << 20
+
+        body = m.get("/metrics")[2]
+        assert re.search(r"^master_key_count 1$", body, re.M)
+        assert re.search(r'^segment_total_capacity_bytes\{segment="node-a:1234"\} 67108864$',
+                         body, re.M)
+        assert re.search(r'^segment_allocated_bytes\{segment="node-a:1234"\} [1-9]\d*$', body,
+                         re.M)
+        assert re.search(r'^master_value_size_bytes_bucket\{le="4096"\} 1$', body, re.M)
+        summary = m.get("/metrics/summary")[2]
+        assert "Keys: 1 (soft-pinned: 0)" in summary
+        assert re.search(r"Mem Storage: \d+\.\d\d KB / 64\.00 MB \(0\.0%\)", summary), summary
+
+        st, _, body = m.http("POST", "/api/v1/remove_all?force=true")
+        assert st == 200 and json.loads(body) == {"success": True, "removed_count": 1}
+        assert m.get("/get_all_keys")[2] == ""
+        assert m.http("GET", "/api/v1/remove_all")[0] == 400
+    finally:
+        m.stop()
+
+
+def test_periodic_metrics_log_line():
+    m = Master(BASE_ARGS, env={"MC_LOG_LEVEL": "info"})
+    try:
+        # the first report comes 10 s after start
+        line = m.wait_line(lambda l: "Master Admin Metrics: role=leader" in l, 15)
+        assert "master={Mem Storage:" in line
+    finally:
+        m.stop()
+
+
+# ---- embedded HTTP metadata server ------------------------------------------------
+
+def test_embedded_metadata_server(master):
+    assert master.metadata > 0
+    c = http.client.HTTPConnection("127.0.0.1", master.metadata, timeout=10)
+    try:
+        c.request("GET", "/metadata?key=mooncake/ram/x")
+        r = c.getresponse()
+        assert (r.status, r.read()) == (404, b"metadata not found")
+        c.request("PUT", "/metadata?key=mooncake/ram/x", body=b'{"a":1}')
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, b"metadata updated")
+        c.request("GET", "/metadata?key=mooncake/ram/x")
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, b'{"a":1}')
+        c.request("GET", "/health")
+        r = c.getresponse()
+        assert (r.status, r.read()) == (200, b"OK")
+    finally:
+        c.close()
+
+
+def test_metadata_server_off_by_default():
+    m = Master(BASE_ARGS)
+    try:
+        assert m.metadata == 0
+    finally:
+        m.stop()

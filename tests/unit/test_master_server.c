@@ -1,0 +1,446 @@
+/*
+ * tests/unit/test_master_server.c - mooncake_master's flags, config file
+ * and RPC framing, in process (master/server.h).
+ *
+ * The parser cases check upstream's defaults, the duration units, the
+ * refusal of features this build lacks, the config file forms and the
+ * precedence of command-line flags over the file.  The server cases start
+ * a real server on 127.0.0.1 with free ports and talk to it over a socket
+ * with the protocol codec: a request is answered, a malformed frame
+ * closes only its own connection, a port in use is refused by name.
+ * tests/integration/test_master_daemon.py does the same against the
+ * mooncake_master binary.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "master/server.h"
+#include "mooncake/status.h"
+#include "store/proto.h"
+
+static char err[512];
+
+static mc_status set(struct mc_master_server_config *c, const char *name, const char *value)
+{
+	return mc_master_server_config_set(c, name, value, err, sizeof(err));
+}
+
+static mc_status load(struct mc_master_server_config *c, const char *text)
+{
+	return mc_master_server_config_load_buffer(c, text, strlen(text), err, sizeof(err));
+}
+
+/* ---- flags ------------------------------------------------------------------ */
+
+static void defaults_are_upstreams(void **state)
+{
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(c.rpc_port, 0);
+	assert_int_equal(c.port, 50051);
+	assert_false(c.rpc_port_explicit);
+	assert_int_equal(c.metrics_port, 9003);
+	assert_int_equal(c.http_metadata_server_port, 8080);
+	assert_false(c.enable_http_metadata_server);
+	assert_true(c.enable_metric_reporting);
+	assert_true(c.rpc_enable_tcp_no_delay);
+	assert_int_equal(c.rpc_conn_timeout_seconds, 0);
+	assert_string_equal(c.rpc_address, "0.0.0.0");
+	assert_string_equal(c.metrics_host, "0.0.0.0");
+	assert_string_equal(c.cluster_id, "mooncake_cluster");
+	assert_string_equal(c.memory_allocator, "offset");
+	assert_string_equal(c.allocation_strategy, "random");
+	assert_int_equal(c.master.default_kv_lease_ttl_ms, 10000);
+	assert_int_equal(c.master.default_kv_soft_pin_ttl_ms, 1800000);
+	assert_int_equal(c.master.max_kv_soft_pin_ttl_ms, 86400000);
+	assert_int_equal(c.master.client_ttl_ms, 10000);
+	assert_int_equal(c.master.put_start_discard_timeout_ms, 30000);
+	assert_int_equal(c.master.put_start_release_timeout_ms, 600000);
+	assert_true(c.master.eviction_ratio == 0.05);
+	assert_true(c.master.eviction_high_watermark_ratio == 0.90);
+	assert_true(c.master.allow_evict_soft_pinned_objects);
+	mc_master_server_config_release(&c);
+}
+
+static void durations_take_units(void **state)
+{
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(set(&c, "default_kv_lease_ttl", "5s"), MC_OK);
+	assert_int_equal(c.master.default_kv_lease_ttl_ms, 5000);
+	assert_int_equal(set(&c, "default_kv_lease_ttl", "250"), MC_OK); /* bare: ms */
+	assert_int_equal(c.master.default_kv_lease_ttl_ms, 250);
+	assert_int_equal(set(&c, "default_kv_soft_pin_ttl", "2m"), MC_OK);
+	assert_int_equal(c.master.default_kv_soft_pin_ttl_ms, 120000);
+	assert_int_equal(set(&c, "client_ttl", "30"), MC_OK); /* bare: seconds */
+	assert_int_equal(c.master.client_ttl_ms, 30000);
+	assert_int_equal(set(&c, "client_ttl", "1500ms"), MC_OK);
+	assert_int_equal(c.master.client_ttl_ms, 1500);
+	assert_int_equal(set(&c, "put_start_release_timeout_sec", "1h"), MC_OK);
+	assert_int_equal(c.master.put_start_release_timeout_ms, 3600000);
+	assert_int_equal(set(&c, "rpc_conn_timeout_seconds", "1500ms"), MC_OK); /* rounds up */
+	assert_int_equal(c.rpc_conn_timeout_seconds, 2);
+
+	assert_int_equal(set(&c, "client_ttl", "5x"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(err, "client_ttl"));
+	assert_int_equal(set(&c, "client_ttl", "-1"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "client_ttl", "0"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "default_kv_lease_ttl", ""), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "default_kv_lease_ttl", "99999999999999999999h"),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(c.master.client_ttl_ms, 1500); /* failures change nothing */
+	mc_master_server_config_release(&c);
+}
+
+static void values_are_checked(void **state)
+{
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(set(&c, "eviction_ratio", "0.25"), MC_OK);
+	assert_true(c.master.eviction_ratio == 0.25);
+	assert_int_equal(set(&c, "eviction_ratio", "1.5"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "eviction_ratio", "nan"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "metrics_port", "65536"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "rpc_enable_tcp_no_delay", "maybe"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "allocation_strategy", "free_ratio_first"), MC_OK);
+	assert_int_equal(c.master.strategy, MC_ALLOC_FREE_RATIO_FIRST);
+	assert_string_equal(c.allocation_strategy, "free_ratio_first");
+	assert_int_equal(set(&c, "allocation_strategy", "Random"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "cluster_id", "a b"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "no_such_flag", "1"), MC_ERR_NOT_FOUND);
+	assert_int_equal(set(&c, "config_path", "x"), MC_ERR_NOT_FOUND); /* argv only */
+	assert_int_equal(set(&c, "client_live_ttl_sec", "60"), MC_OK);	 /* file alias */
+	assert_int_equal(c.master.client_ttl_ms, 60000);
+	assert_int_equal(set(&c, "rpc_port", "0"), MC_OK);
+	assert_true(c.rpc_port_explicit);
+	mc_master_server_config_release(&c);
+}
+
+static void missing_features_refuse_anything_but_the_default(void **state)
+{
+	static const char *const refused[][2] = {
+		{"enable_ha", "true"},
+		{"enable_offload", "1"},
+		{"enable_oplog", "yes"},
+		{"enable_snapshot", "true"},
+		{"promotion_on_hit", "true"},
+		{"enable_cxl", "true"},
+		{"enable_kv_events", "true"},
+		{"enable_metadata_cleanup_on_timeout", "true"},
+		{"root_fs_dir", "/mnt/shared"},
+		{"dynamic_replication_mode", "enforce"},
+		{"memory_allocator", "cachelib"},
+		{"allocation_strategy", "cxl"},
+	};
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		assert_int_equal(set(&c, refused[i][0], refused[i][1]), MC_ERR_INVALID_PARAMS);
+		assert_non_null(strstr(err, "not supported in this build"));
+	}
+	/* their defaults, and flags without an effect, are accepted */
+	assert_int_equal(set(&c, "enable_ha", "false"), MC_OK);
+	assert_int_equal(set(&c, "dynamic_replication_mode", "off"), MC_OK);
+	assert_int_equal(set(&c, "etcd_endpoints", "http://localhost:2379"), MC_OK);
+	assert_int_equal(set(&c, "rpc_thread_num", "16"), MC_OK);
+	assert_int_equal(set(&c, "ha_backend_type", "redis"), MC_OK);
+	assert_int_equal(set(&c, "ha_backend_type", "zookeeper"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "cxl_size", "16g"), MC_OK);
+	mc_master_server_config_release(&c);
+}
+
+/* ---- config files ------------------------------------------------------------ */
+
+static void yaml_file(void **state)
+{
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(load(&c, "# comment\n"
+				  "---\n"
+				  "rpc_port: 50052\n"
+				  "rpc_address: \"127.0.0.1\"  # trailing comment\n"
+				  "metrics_host: '::1'\n"
+				  "rpc_interface: eth#0\n" /* '#' not after a blank: data */
+				  "client_live_ttl_sec: 60\r\n"
+				  "eviction_ratio: 0.1\n"
+				  "pod_name:\n" /* null */
+				  "tenant_eviction_high_watermark_ratio: 0.9\n"),
+			 MC_OK);
+	assert_int_equal(c.rpc_port, 50052);
+	assert_string_equal(c.rpc_address, "127.0.0.1");
+	assert_string_equal(c.metrics_host, "::1");
+	assert_string_equal(c.rpc_interface, "eth#0");
+	assert_int_equal(c.master.client_ttl_ms, 60000);
+	assert_true(c.master.eviction_ratio == 0.1);
+
+	assert_int_equal(load(&c, "enable_ha: true\n"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(err, "line 1"));
+	assert_int_equal(load(&c, "rpc_port: 1\nnested:\n  a: 1\n"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(err, "nested"));
+	assert_int_equal(load(&c, "just text\n"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(load(&c, "rpc_address: \"open\n"), MC_ERR_INVALID_PARAMS);
+	mc_master_server_config_release(&c);
+}
+
+static void json_file(void **state)
+{
+	struct mc_master_server_config c;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(load(&c, "{\"rpc_port\": 50053, \"enable_metric_reporting\": false,"
+				  " \"eviction_high_watermark_ratio\": 1.0,"
+				  " \"default_kv_lease_ttl\": \"2s\", \"client_live_ttl_sec\": 60,"
+				  " \"newer_upstream_key\": {\"x\": 1}, \"pod_name\": null}"),
+			 MC_OK);
+	assert_int_equal(c.rpc_port, 50053);
+	assert_false(c.enable_metric_reporting);
+	assert_true(c.master.eviction_high_watermark_ratio == 1.0);
+	assert_int_equal(c.master.default_kv_lease_ttl_ms, 2000);
+	assert_int_equal(c.master.client_ttl_ms, 60000);
+
+	assert_int_equal(load(&c, "{\"rpc_port\": 1,"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(err, "JSON"));
+	assert_int_equal(load(&c, "{\"rpc_port\": 1, \"rpc_port\": 2}"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(load(&c, "{\"rpc_port\": [1]}"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(load(&c, "{\"eviction_ratio\": 7}"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(load(&c, "  [1, 2]"), MC_ERR_INVALID_PARAMS); /* YAML: no colon */
+	mc_master_server_config_release(&c);
+}
+
+/* ---- argv ---------------------------------------------------------------------- */
+
+/* parse(c, &code, &text_or_NULL, "--flag", ...): argv after the program name. */
+#define parse(c, code, out_text, ...) \
+	parse_argv((c), (code), (out_text), (const char *[]){__VA_ARGS__, NULL})
+
+static mc_status parse_argv(struct mc_master_server_config *c, int *code, char **out_text,
+			    const char **args)
+{
+	char *argv[16] = {"mooncake_master"};
+	int argc = 1;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	mc_status st;
+
+	for (; *args && argc < 15; args++)
+		argv[argc++] = (char *)*args;
+	st = mc_master_server_config_parse(c, argc, argv, out, code);
+	fclose(out);
+	if (out_text)
+		*out_text = buf;
+	else
+		free(buf);
+	return st;
+}
+
+static void argv_forms_and_precedence(void **state)
+{
+	struct mc_master_server_config c;
+	char path[] = "/tmp/mc_master_cfg_XXXXXX";
+	int fd = mkstemp(path), code = -1;
+	char flag[64];
+	const char text[] = "metrics_port: 1111\neviction_ratio: 0.2\nrpc_port: 2222\n";
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+	close(fd);
+	snprintf(flag, sizeof(flag), "--config_path=%s", path);
+
+	/* a flag before --config_path still overrides the file */
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(parse(&c, &code, NULL, "--metrics_port=3333", flag, "-rpc_address",
+			       "127.0.0.1", "--noenable_metric_reporting",
+			       "--rpc_enable_tcp_no_delay"),
+			 MC_OK);
+	assert_int_equal(code, 0);
+	assert_int_equal(c.metrics_port, 3333);
+	assert_int_equal(c.rpc_port, 2222);
+	assert_true(c.master.eviction_ratio == 0.2);
+	assert_string_equal(c.rpc_address, "127.0.0.1");
+	assert_false(c.enable_metric_reporting);
+	assert_true(c.rpc_enable_tcp_no_delay);
+	mc_master_server_config_release(&c);
+	unlink(path);
+
+	mc_master_server_config_defaults(&c);
+	assert_int_not_equal(parse(&c, &code, NULL, flag), MC_OK); /* file gone */
+	assert_int_equal(code, 2);
+	assert_int_not_equal(parse(&c, &code, NULL, "--nosuch"), MC_OK);
+	assert_int_equal(code, 2);
+	assert_int_not_equal(parse(&c, &code, NULL, "--noeviction_ratio"), MC_OK);
+	assert_int_equal(code, 2);
+	assert_int_not_equal(parse(&c, &code, NULL, "--port"), MC_OK);
+	assert_int_equal(code, 2);
+	assert_int_not_equal(parse(&c, &code, NULL, "--default_kv_soft_pin_ttl=2d"), MC_OK);
+	assert_int_equal(code, 2);
+	mc_master_server_config_release(&c);
+}
+
+static void help_and_version_exit_0(void **state)
+{
+	struct mc_master_server_config c;
+	char *text = NULL;
+	int code = -1;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_not_equal(parse(&c, &code, &text, "--rpc_port=1", "--help"), MC_OK);
+	assert_int_equal(code, 0);
+	assert_non_null(strstr(text, "--rpc_port=0"));
+	assert_non_null(strstr(text, "--enable_ha=false"));
+	assert_non_null(strstr(text, "accepted, no effect in this build"));
+	free(text);
+	assert_int_not_equal(parse(&c, &code, &text, "--version"), MC_OK);
+	assert_int_equal(code, 0);
+	assert_non_null(strstr(text, " (git: "));
+	free(text);
+	mc_master_server_config_release(&c);
+}
+
+/* ---- the running server ---------------------------------------------------------- */
+
+static struct mc_master_server *start_local(uint16_t rpc_port)
+{
+	struct mc_master_server_config c;
+	struct mc_master_server *s = NULL;
+	mc_status st;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(set(&c, "rpc_address", "127.0.0.1"), MC_OK);
+	assert_int_equal(set(&c, "metrics_host", "127.0.0.1"), MC_OK);
+	assert_int_equal(set(&c, "metrics_port", "0"), MC_OK);
+	assert_int_equal(set(&c, "enable_metric_reporting", "false"), MC_OK);
+	c.rpc_port = rpc_port;
+	c.rpc_port_explicit = true;
+	st = mc_master_server_start(&c, &s);
+	mc_master_server_config_release(&c);
+	return st == MC_OK ? s : NULL;
+}
+
+/* Send one frame; read one back.  Returns the decode status. */
+static mc_status round_trip(int fd, const struct mc_buf *req, struct mc_store_msg *resp)
+{
+	uint8_t buf[4096];
+	size_t len = 0, flen;
+	struct mc_proto_hdr h;
+
+	assert_int_equal(mc_sock_write_full(fd, req->data, req->len, mc_now_ms() + 5000), MC_OK);
+	for (;;) {
+		mc_status st = mc_proto_frame_peek(buf, len, sizeof(buf), &h, &flen);
+		if (st == MC_OK)
+			return mc_store_msg_decode(buf, flen, sizeof(buf), resp);
+		if (st != MC_INPROGRESS)
+			return st;
+		ssize_t n = recv(fd, buf + len, sizeof(buf) - len, 0);
+		if (n <= 0)
+			return MC_ERR_CONN_CLOSED;
+		len += (size_t)n;
+	}
+}
+
+static void ping(int fd, uint64_t id)
+{
+	struct mc_store_client_req req = {.client_id = {1, 2}};
+	struct mc_store_msg resp;
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_ping_request_encode(&b, id, &req), MC_OK);
+	assert_int_equal(round_trip(fd, &b, &resp), MC_OK);
+	assert_int_equal(resp.hdr.type, MC_STORE_PING);
+	assert_true(resp.hdr.flags & MC_PROTO_F_RESPONSE);
+	assert_int_equal(resp.hdr.req_id, id);
+	assert_int_equal(resp.hdr.status, 0);
+	assert_int_equal(resp.body.ping_resp.client_status, MC_STORE_CLIENT_NEED_REMOUNT);
+	mc_store_msg_release(&resp);
+	mc_buf_release(&b);
+}
+
+static void server_answers_and_drops_only_bad_connections(void **state)
+{
+	struct mc_master_server *s = start_local(0);
+	struct mc_store_msg resp;
+	struct mc_buf b;
+	uint8_t junk[64];
+	int good, bad;
+
+	assert_non_null(s);
+	assert_int_not_equal(mc_master_server_rpc_port(s), 0);
+	assert_int_not_equal(mc_master_server_metrics_port(s), 0);
+	assert_int_equal(mc_master_server_metadata_port(s), 0);
+	good = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	bad = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(good >= 0 && bad >= 0);
+	ping(good, 1);
+
+	/* an unknown type is refused and the connection goes on */
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_error_encode(&b, 4000, 9, MC_ERR_INTERNAL, "x"), MC_OK);
+	b.data[8] = 0; /* make it a request: clear the RESPONSE flag, status 0 */
+	memset(b.data + 12, 0, 4);
+	assert_int_equal(round_trip(good, &b, &resp), MC_OK);
+	assert_int_equal(resp.hdr.status, MC_ERR_NOT_SUPPORTED);
+	assert_int_equal(resp.hdr.req_id, 9);
+	mc_store_msg_release(&resp);
+	mc_buf_release(&b);
+	ping(good, 2);
+
+	/* garbage: that connection is closed, the other one is served */
+	memset(junk, 'x', sizeof(junk));
+	assert_int_equal(mc_sock_write_full(bad, junk, sizeof(junk), mc_now_ms() + 5000), MC_OK);
+	assert_true(recv(bad, junk, sizeof(junk), 0) <= 0);
+	ping(good, 3);
+
+	close(bad);
+	close(good);
+	mc_master_server_stop(s);
+}
+
+static void port_in_use_is_named(void **state)
+{
+	struct mc_master_server *a = start_local(0), *b;
+	char port[16];
+
+	assert_non_null(a);
+	b = start_local(mc_master_server_rpc_port(a));
+	assert_null(b);
+	snprintf(port, sizeof(port), "%u", mc_master_server_rpc_port(a));
+	assert_non_null(strstr(mc_last_error(), port));
+	mc_master_server_stop(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(defaults_are_upstreams),
+		cmocka_unit_test(durations_take_units),
+		cmocka_unit_test(values_are_checked),
+		cmocka_unit_test(missing_features_refuse_anything_but_the_default),
+		cmocka_unit_test(yaml_file),
+		cmocka_unit_test(json_file),
+		cmocka_unit_test(argv_forms_and_precedence),
+		cmocka_unit_test(help_and_version_exit_0),
+		cmocka_unit_test(server_answers_and_drops_only_bad_connections),
+		cmocka_unit_test(port_in_use_is_named),
+	};
+
+	mc_log_set_level(MC_LOG_ERROR);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
