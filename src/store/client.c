@@ -1,2 +1,1878 @@
-/* placeholder: being written this session */
-typedef int mc__placeholder_client;
+/*
+ * store/client.c - the Mooncake Store client (include/mooncake/store.h).
+ *
+ * A client is three things: a connection to the master (master_conn.c),
+ * a Transfer Engine that moves the bytes, and two anonymous mappings
+ * registered with that engine: the global segment, which it mounts on the
+ * master so other clients' replicas land in it, and the local buffer,
+ * which stages the copy-based calls and is carved up by an offset
+ * allocator (master/alloc.h, the same one the master uses for segments).
+ *
+ * Put: PutStart (one master round trip) hands back one descriptor per
+ * replica, an address inside some client's segment; every replica is
+ * written with one engine batch (a memcpy when the replica is in this
+ * client's own segment), all replicas and, for batch calls, all keys
+ * together so the transfers overlap; then PutEnd makes the object visible,
+ * or PutRevoke frees the space.  Get: GetReplicaList (one round trip, which
+ * also grants a read lease), a read from the replica in the own segment if
+ * there is one, else from the first, and a lease check afterwards: a read
+ * that finished after send time + lease TTL may have raced with a removal
+ * and is thrown away (MC_ERR_LEASE_EXPIRED).  No call holds a lock around
+ * an RPC or a transfer, so calls from many threads overlap.
+ *
+ * Threads: the caller's threads, the master connection's receiver, and a
+ * heartbeat thread that pings the master every second and remounts the
+ * segment when the master has forgotten this client (NEED_REMOUNT).
+ * Locks: lbuf_lock guards the local buffer allocator only; hb_lock the
+ * heartbeat's sleep.  Neither is held across a call into another module.
+ */
+#define MC_LOG_MODULE "store"
+#include "mooncake/store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "master/alloc.h"
+#include "mooncake/te.h"
+#include "store/master_conn.h"
+#include "store/proto.h"
+
+#define SEGMENT_ALIGN	 (16ull << 20) /* spec store.md 1.2: cachelib slab size */
+#define LBUF_ALIGN	 64	       /* local buffer allocation granularity */
+#define DEFAULT_TENANT	 "default"
+#define HEARTBEAT_MS	 1000
+#define PING_FAILS_RESET 3
+#define STACK_REQS	 16 /* transfer requests that need no allocation */
+
+struct mc_store {
+	bool ready;
+	struct mc_master_conn *conn;
+	struct mc_te *te;
+	bool own_te;
+	char name[256];	   /* segment name: the engine's local name */
+	char host_id[256]; /* "" = unknown */
+	char protocol[16];
+	char tenant[256];
+	struct mc_store_uuid client_id;
+	bool local_memcpy; /* own-segment replicas by memcpy (MC_STORE_MEMCPY) */
+
+	/* global segment */
+	void *seg;
+	uint64_t seg_size;
+	size_t seg_map_len;
+	bool seg_registered;
+	bool seg_mounted;
+	struct mc_store_uuid seg_id;
+
+	/* local buffer */
+	void *lbuf;
+	uint64_t lbuf_size;
+	size_t lbuf_map_len;
+	bool lbuf_registered;
+	pthread_mutex_t lbuf_lock;
+	struct mc_offset_alloc *lbuf_alloc;
+
+	/* heartbeat */
+	pthread_t hb;
+	bool hb_started;
+	bool hb_stop; /* under hb_lock */
+	pthread_mutex_t hb_lock;
+	pthread_cond_t hb_cond;
+	atomic_bool ping_failed;
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static struct mc_store_uuid random_uuid(void)
+{
+	struct mc_store_uuid u = {0, 0};
+	uint64_t v[2];
+	if (getrandom(v, sizeof(v), 0) == (ssize_t)sizeof(v)) {
+		u.first = v[0];
+		u.second = v[1];
+	} else {
+		static atomic_uint_fast64_t counter;
+		u.first = mc_now_ns() ^ ((uint64_t)getpid() << 32);
+		u.second = atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
+	}
+	return u;
+}
+
+/* Anonymous, lazily touched, 16 MiB aligned mapping of size bytes. */
+static mc_status map_region(uint64_t size, void **addr_out, size_t *len_out)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len = (size_t)((size + (uint64_t)page - 1) & ~((uint64_t)page - 1));
+	size_t total = len + SEGMENT_ALIGN;
+	uintptr_t p, a;
+	void *m;
+
+	if (size == 0 || size > SIZE_MAX - SEGMENT_ALIGN - (size_t)page)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "cannot map %" PRIu64 " bytes", size);
+	m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (m == MAP_FAILED)
+		return mc_set_error(MC_ERR_NOMEM, "mmap of %zu bytes failed: %s", total,
+				    strerror(errno));
+	p = (uintptr_t)m;
+	a = (p + SEGMENT_ALIGN - 1) & ~(uintptr_t)(SEGMENT_ALIGN - 1);
+	if (a > p)
+		munmap(m, a - p);
+	if (p + total > a + len)
+		munmap((void *)(a + len), p + total - (a + len));
+#ifdef MADV_HUGEPAGE
+	madvise((void *)a, len, MADV_HUGEPAGE); /* best effort */
+#endif
+	*addr_out = (void *)a;
+	*len_out = len;
+	return MC_OK;
+}
+
+static bool is_own_segment(const struct mc_store *s, const struct mc_store_replica *r)
+{
+	return r->segment_name.len == strlen(s->name) &&
+	       memcmp(r->segment_name.ptr, s->name, r->segment_name.len) == 0;
+}
+
+/* [addr, addr + len) lies in this client's mapped global segment. */
+static bool in_own_segment(const struct mc_store *s, uint64_t addr, uint64_t len)
+{
+	uint64_t base = (uint64_t)(uintptr_t)s->seg;
+	return s->seg && addr >= base && len <= s->seg_size && addr - base <= s->seg_size - len;
+}
+
+static struct mc_proto_str tenant_str(const struct mc_store *s)
+{
+	return mc_proto_str_c(s->tenant);
+}
+
+static mc_status check_ready(const struct mc_store *s)
+{
+	if (!s || !s->ready)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "store client is not set up");
+	return MC_OK;
+}
+
+static mc_status check_key(const char *key)
+{
+	if (!key || !*key)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "empty key");
+	return MC_OK;
+}
+
+/* Translate the public config; preferred (room for n strings) is filled
+ * from config->preferred_segments. */
+static void make_config(const struct mc_store *s, const struct mc_store_config *cfg,
+			struct mc_proto_str *preferred, struct mc_store_replicate_config *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->replica_num = 1;
+	out->host_id = mc_proto_str_c(s->host_id);
+	if (!cfg)
+		return;
+	out->replica_num = cfg->replica_num ? cfg->replica_num : 1;
+	if (cfg->with_soft_pin) {
+		out->soft_pin_action = MC_STORE_SOFT_PIN_ENABLE;
+		if (cfg->soft_pin_ttl_ms) {
+			out->soft_pin_ttl_ms.present = true;
+			out->soft_pin_ttl_ms.value = cfg->soft_pin_ttl_ms;
+		}
+	}
+	out->with_hard_pin = cfg->with_hard_pin;
+	out->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node;
+	out->preferred_segment = mc_proto_str_c(cfg->preferred_segment);
+	if (cfg->preferred_segments && cfg->n_preferred_segments) {
+		for (size_t i = 0; i < cfg->n_preferred_segments; i++)
+			preferred[i] = mc_proto_str_c(cfg->preferred_segments[i]);
+		out->preferred_segments = preferred;
+		out->n_preferred_segments = (uint32_t)cfg->n_preferred_segments;
+	}
+}
+
+static mc_status check_config(const struct mc_store_config *cfg, bool staged)
+{
+	if (!cfg)
+		return MC_OK;
+	if (cfg->n_preferred_segments > 1024 ||
+	    (cfg->n_preferred_segments && !cfg->preferred_segments))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad preferred segment list");
+	/* upstream: meant for the multi-buffer and tensor paths only */
+	if (staged && cfg->prefer_alloc_in_same_node)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "prefer_alloc_in_same_node is not allowed on this call");
+	return MC_OK;
+}
+
+/* ---- local buffer ------------------------------------------------------------ */
+
+static void *lbuf_alloc(struct mc_store *s, uint64_t len)
+{
+	uint64_t addr;
+	mc_status rc;
+	if (!s->lbuf_alloc) {
+		mc_set_error(MC_ERR_INVALID_PARAMS, "no local buffer (local_buffer_size is 0)");
+		return NULL;
+	}
+	pthread_mutex_lock(&s->lbuf_lock);
+	rc = mc_offset_alloc_alloc(s->lbuf_alloc, len, &addr);
+	pthread_mutex_unlock(&s->lbuf_lock);
+	if (rc != MC_OK) {
+		mc_set_error(MC_ERR_INVALID_PARAMS,
+			     "%" PRIu64 " bytes do not fit in the free local buffer", len);
+		return NULL;
+	}
+	return (void *)(uintptr_t)addr;
+}
+
+static void lbuf_release(struct mc_store *s, void *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&s->lbuf_lock);
+	mc_offset_alloc_release(s->lbuf_alloc, (uint64_t)(uintptr_t)p);
+	pthread_mutex_unlock(&s->lbuf_lock);
+}
+
+/* ---- transfers ------------------------------------------------------------------ */
+
+/* One object's side of a transfer: its user buffers (scatter-gather) and
+ * the replicas to write, or the one replica to read. */
+struct obj_io {
+	void *const *bufs;
+	const size_t *lens;
+	size_t nbufs;
+	uint64_t len; /* bytes to move (read: the object size) */
+	const struct mc_store_replica *reps;
+	uint32_t nreps;
+	mc_status status; /* in: MC_OK to take part; out: result */
+};
+
+/* Growable request list with a stack start. */
+struct req_list {
+	struct mc_xfer_req *v;
+	uint32_t *owner; /* index of the obj_io each request serves */
+	size_t n, cap;
+	struct mc_xfer_req stack_v[STACK_REQS];
+	uint32_t stack_owner[STACK_REQS];
+};
+
+static void req_list_init(struct req_list *l)
+{
+	l->v = l->stack_v;
+	l->owner = l->stack_owner;
+	l->n = 0;
+	l->cap = STACK_REQS;
+}
+
+static void req_list_release(struct req_list *l)
+{
+	if (l->v != l->stack_v) {
+		mc_free(l->v);
+		mc_free(l->owner);
+	}
+}
+
+static mc_status req_list_add(struct req_list *l, const struct mc_xfer_req *r, uint32_t owner)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap * 2;
+		struct mc_xfer_req *v = mc_calloc(ncap, sizeof(*v));
+		uint32_t *o = mc_calloc(ncap, sizeof(*o));
+		if (!v || !o) {
+			mc_free(v);
+			mc_free(o);
+			return MC_ERR_NOMEM;
+		}
+		memcpy(v, l->v, l->n * sizeof(*v));
+		memcpy(o, l->owner, l->n * sizeof(*o));
+		req_list_release(l);
+		l->v = v;
+		l->owner = o;
+		l->cap = ncap;
+	}
+	l->v[l->n] = *r;
+	l->owner[l->n] = owner;
+	l->n++;
+	return MC_OK;
+}
+
+/* Copy between the user buffers of io and [addr, addr + io->len). */
+static void local_copy(const struct obj_io *io, int opcode, char *addr)
+{
+	uint64_t off = 0;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		size_t n = (size_t)MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (opcode == MC_OP_WRITE)
+			memcpy(addr + off, io->bufs[b], n);
+		else
+			memcpy(io->bufs[b], addr + off, n);
+		off += n;
+	}
+}
+
+/* Queue the requests that move io to or from replica r. */
+static mc_status queue_replica(struct mc_store *s, struct req_list *l, const struct obj_io *io,
+			       uint32_t idx, int opcode, const struct mc_store_replica *r)
+{
+	struct mc_xfer_req req;
+	mc_segment_id seg;
+	uint64_t off = 0;
+	mc_status rc;
+
+	if (r->type != MC_STORE_REPLICA_MEMORY)
+		return mc_set_error(MC_ERR_INVALID_REPLICA, "replica type %u is not memory",
+				    r->type);
+	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len)) {
+		local_copy(io, opcode, (char *)(uintptr_t)r->address);
+		return MC_OK;
+	}
+	/* anything else, own name included, goes through the engine, which
+	 * checks the range against registered memory */
+	rc = mc_te_open_segment(s->te, r->segment_name.ptr, &seg);
+	if (rc != MC_OK)
+		return rc;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (!n)
+			continue;
+		req.opcode = opcode;
+		req.source = io->bufs[b];
+		req.target_id = seg;
+		req.target_offset = r->address + off;
+		req.length = n;
+		rc = req_list_add(l, &req, idx);
+		if (rc != MC_OK)
+			return rc;
+		off += n;
+	}
+	return MC_OK;
+}
+
+/*
+ * Move every object in ios whose status is MC_OK: writes go to all its
+ * replicas, reads come from reps[0].  Everything is submitted as one
+ * engine batch so the transfers overlap.  Sets each status.
+ */
+static void run_transfers(struct mc_store *s, struct obj_io *ios, size_t n, int opcode)
+{
+	struct req_list l;
+	mc_batch_id bid;
+	mc_status rc;
+
+	req_list_init(&l);
+	for (size_t i = 0; i < n; i++) {
+		struct obj_io *io = &ios[i];
+		size_t first = l.n;
+		if (io->status != MC_OK)
+			continue;
+		for (uint32_t r = 0; r < io->nreps && io->status == MC_OK; r++)
+			io->status = queue_replica(s, &l, io, (uint32_t)i, opcode, &io->reps[r]);
+		if (io->status != MC_OK)
+			l.n = first; /* drop what was queued for it */
+	}
+	if (l.n == 0)
+		goto out;
+	rc = mc_te_batch_new(s->te, l.n, &bid);
+	if (rc == MC_OK) {
+		rc = mc_te_submit(s->te, bid, l.v, l.n);
+		if (rc != MC_OK)
+			mc_te_batch_free(s->te, bid);
+	}
+	if (rc != MC_OK) {
+		for (size_t k = 0; k < l.n; k++)
+			ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+		goto out;
+	}
+	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
+	if (rc != MC_OK) {
+		/* find which objects failed */
+		for (size_t k = 0; k < l.n; k++) {
+			struct mc_xfer_status st;
+			if (mc_te_task_status(s->te, bid, k, &st) != MC_OK ||
+			    st.state != MC_XFER_COMPLETED)
+				ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+		}
+	}
+	mc_te_batch_free(s->te, bid);
+out:
+	req_list_release(&l);
+}
+
+/* ---- put ------------------------------------------------------------------------ */
+
+static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
+			 size_t nbufs, uint64_t len, const struct mc_store_config *cfg, bool upsert)
+{
+	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
+	struct mc_store_put_start_req req;
+	struct mc_store_msg resp;
+	struct obj_io io;
+	mc_status rc;
+
+	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack)) {
+		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
+		if (!preferred)
+			return MC_ERR_NOMEM;
+	}
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.tenant = tenant_str(s);
+	req.key = mc_proto_str_c(key);
+	req.value_len = len;
+	req.group_id = mc_proto_str_c(cfg ? cfg->group_id : NULL);
+	make_config(s, cfg, preferred, &req.config);
+	rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
+				 &resp);
+	if (preferred != preferred_stack)
+		mc_free(preferred);
+	if (rc == MC_ERR_OBJECT_ALREADY_EXISTS && !upsert)
+		return MC_OK; /* insert-if-absent: upstream reports success */
+	if (rc != MC_OK)
+		return rc;
+
+	memset(&io, 0, sizeof(io));
+	io.bufs = bufs;
+	io.lens = lens;
+	io.nbufs = nbufs;
+	io.len = len;
+	io.reps = resp.body.put_start_resp.replicas;
+	io.nreps = resp.body.put_start_resp.n_replicas;
+	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
+	if (io.status == MC_OK)
+		run_transfers(s, &io, 1, MC_OP_WRITE);
+	mc_store_msg_release(&resp);
+
+	if (io.status == MC_OK) {
+		struct mc_store_put_end_req end = {
+			.client_id = s->client_id,
+			.tenant = tenant_str(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.key = mc_proto_str_c(key),
+		};
+		rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END,
+					 &end, &resp);
+		if (rc == MC_OK)
+			mc_store_msg_release(&resp);
+		return rc;
+	} else {
+		struct mc_store_put_revoke_req rev = {
+			.client_id = s->client_id,
+			.tenant = tenant_str(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.key = mc_proto_str_c(key),
+		};
+		char why[400];
+		snprintf(why, sizeof(why), "%s", mc_last_error());
+		if (mc_master_conn_call(s->conn,
+					upsert ? MC_STORE_UPSERT_REVOKE : MC_STORE_PUT_REVOKE, &rev,
+					&resp) == MC_OK)
+			mc_store_msg_release(&resp);
+		else
+			mc_warn("revoke of %s failed: %s", key, mc_last_error());
+		return mc_set_error(io.status, "put %s: %s", key, why);
+	}
+}
+
+/*
+ * The batch put path: BatchPutStart for every key with status MC_OK in
+ * results, transfers of all of them in one engine batch, then BatchPutEnd
+ * for the ones that made it and BatchPutRevoke for the rest.
+ */
+static void put_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		     const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+		     size_t n, const struct mc_store_config *cfg, bool upsert, mc_status *results)
+{
+	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
+	struct mc_store_batch_put_start_req req;
+	struct mc_store_put_item *items = NULL;
+	struct mc_store_object_meta *metas = NULL;
+	struct mc_proto_str *revoke_keys = NULL;
+	uint32_t *sent = NULL;	    /* item index -> key index */
+	uint32_t *end_owner = NULL; /* PutEnd item -> key index */
+	struct obj_io *ios = NULL;
+	struct mc_store_msg resp;
+	bool have_resp = false;
+	uint32_t nsent = 0, nend = 0, nrev = 0;
+	mc_status rc;
+
+	items = mc_calloc(n, sizeof(*items));
+	sent = mc_calloc(n, sizeof(*sent));
+	end_owner = mc_calloc(n, sizeof(*end_owner));
+	ios = mc_calloc(n, sizeof(*ios));
+	metas = mc_calloc(n, sizeof(*metas));
+	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
+	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack))
+		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
+	if (!items || !sent || !end_owner || !ios || !metas || !revoke_keys || !preferred) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] != MC_OK)
+			continue;
+		items[nsent].key = mc_proto_str_c(keys[i]);
+		items[nsent].value_len = totals[i];
+		items[nsent].group_id = mc_proto_str_c(cfg ? cfg->group_id : NULL);
+		sent[nsent++] = (uint32_t)i;
+	}
+	if (nsent == 0)
+		goto out;
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.tenant = tenant_str(s);
+	make_config(s, cfg, preferred, &req.config);
+	req.n_items = nsent;
+	req.items = items;
+	rc = mc_master_conn_call(s->conn,
+				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
+				 &req, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	have_resp = true;
+	if (resp.body.batch_put_start_resp.n_items != nsent) {
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items",
+				  resp.body.batch_put_start_resp.n_items, nsent);
+		goto fail_all;
+	}
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
+		uint32_t i = sent[j];
+		struct obj_io *io = &ios[j];
+		io->bufs = bufs[i];
+		io->lens = lens[i];
+		io->nbufs = nbufs[i];
+		io->len = totals[i];
+		io->reps = it->replicas;
+		io->nreps = it->n_replicas;
+		io->status = (mc_status)it->status;
+		if (io->status == MC_OK && io->nreps == 0)
+			io->status = MC_ERR_INVALID_REPLICA;
+	}
+	run_transfers(s, ios, nsent, MC_OP_WRITE);
+
+	for (uint32_t j = 0; j < nsent; j++) {
+		int32_t st = resp.body.batch_put_start_resp.items[j].status;
+		uint32_t i = sent[j];
+		if (st == MC_ERR_OBJECT_ALREADY_EXISTS && !upsert) {
+			results[i] = MC_OK;
+		} else if (st != MC_OK) {
+			results[i] = (mc_status)st;
+		} else if (ios[j].status == MC_OK) {
+			metas[nend].key = mc_proto_str_c(keys[i]);
+			end_owner[nend++] = i;
+			results[i] = MC_OK;
+		} else {
+			revoke_keys[nrev++] = mc_proto_str_c(keys[i]);
+			results[i] = ios[j].status;
+		}
+	}
+	mc_store_msg_release(&resp);
+	have_resp = false;
+
+	if (nend) {
+		struct mc_store_batch_put_end_req end = {
+			.client_id = s->client_id,
+			.tenant = tenant_str(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.n_items = nend,
+			.items = metas,
+		};
+		rc = mc_master_conn_call(
+			s->conn, upsert ? MC_STORE_BATCH_UPSERT_END : MC_STORE_BATCH_PUT_END, &end,
+			&resp);
+		/* map the per-key answers back, in order */
+		for (uint32_t e = 0; e < nend; e++) {
+			uint32_t i = end_owner[e];
+			if (rc != MC_OK)
+				results[i] = rc;
+			else if (e < resp.body.batch_status_resp.n_items)
+				results[i] = (mc_status)resp.body.batch_status_resp.statuses[e];
+		}
+		if (rc == MC_OK)
+			mc_store_msg_release(&resp);
+	}
+	if (nrev) {
+		struct mc_store_batch_put_revoke_req rev = {
+			.client_id = s->client_id,
+			.tenant = tenant_str(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.n_keys = nrev,
+			.keys = revoke_keys,
+		};
+		if (mc_master_conn_call(s->conn,
+					upsert ? MC_STORE_BATCH_UPSERT_REVOKE
+					       : MC_STORE_BATCH_PUT_REVOKE,
+					&rev, &resp) == MC_OK)
+			mc_store_msg_release(&resp);
+		else
+			mc_warn("batch revoke failed: %s", mc_last_error());
+	}
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			results[i] = rc;
+	if (have_resp)
+		mc_store_msg_release(&resp);
+out:
+	if (preferred && preferred != preferred_stack)
+		mc_free(preferred);
+	mc_free(items);
+	mc_free(sent);
+	mc_free(end_owner);
+	mc_free(ios);
+	mc_free(metas);
+	mc_free(revoke_keys);
+}
+
+static mc_status first_failure(const mc_status *results, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (results[i] != MC_OK)
+			return results[i];
+	return MC_OK;
+}
+
+/* ---- get ------------------------------------------------------------------------- */
+
+/* The replica to read: one in this client's own segment, else the first
+ * memory replica; NULL if none is readable here. */
+static const struct mc_store_replica *choose_replica(const struct mc_store *s,
+						     const struct mc_store_replica_list *l)
+{
+	const struct mc_store_replica *first = NULL;
+	for (uint32_t i = 0; i < l->n_replicas; i++) {
+		const struct mc_store_replica *r = &l->replicas[i];
+		if (r->type != MC_STORE_REPLICA_MEMORY)
+			continue;
+		if (is_own_segment(s, r))
+			return r;
+		if (!first)
+			first = r;
+	}
+	return first;
+}
+
+static mc_status get_replicas(struct mc_store *s, const char *key, struct mc_store_msg *resp)
+{
+	struct mc_store_key_req req = {tenant_str(s), mc_proto_str_c(key)};
+	return mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
+}
+
+/* Read key into bufs (capacity cap in all); returns the size or a status. */
+static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
+		       size_t nbufs, uint64_t cap)
+{
+	struct mc_store_msg resp;
+	const struct mc_store_replica *r;
+	struct obj_io io;
+	uint64_t t0 = mc_now_ms(), ttl;
+	mc_status rc;
+
+	rc = get_replicas(s, key, &resp);
+	if (rc != MC_OK)
+		return rc;
+	ttl = resp.body.replica_list.lease_ttl_ms;
+	r = choose_replica(s, &resp.body.replica_list);
+	if (!r) {
+		rc = mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
+		goto out;
+	}
+	if (r->size > cap) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "%s is %" PRIu64 " bytes, the buffer holds %" PRIu64, key,
+				  r->size, cap);
+		goto out;
+	}
+	memset(&io, 0, sizeof(io));
+	io.bufs = bufs;
+	io.lens = lens;
+	io.nbufs = nbufs;
+	io.len = r->size;
+	io.reps = r;
+	io.nreps = 1;
+	run_transfers(s, &io, 1, MC_OP_READ);
+	rc = io.status;
+	if (rc == MC_OK && mc_now_ms() > t0 + ttl)
+		rc = mc_set_error(MC_ERR_LEASE_EXPIRED,
+				  "read of %s outlived its %" PRIu64 " ms lease", key, ttl);
+	if (rc == MC_OK) {
+		int64_t size = (int64_t)r->size;
+		mc_store_msg_release(&resp);
+		return size;
+	}
+out:
+	mc_store_msg_release(&resp);
+	return rc;
+}
+
+/* Batch read: one BatchGetReplicaList, one engine batch, per-key lease checks. */
+static void get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		     const size_t *const *lens, const size_t *nbufs, size_t n, int64_t *results)
+{
+	struct mc_store_keys_req req;
+	struct mc_proto_str *kv = NULL;
+	struct obj_io *ios = NULL;
+	uint32_t *sent = NULL;
+	struct mc_store_msg resp;
+	uint32_t nsent = 0;
+	uint64_t t0;
+	mc_status rc;
+
+	kv = mc_calloc(n, sizeof(*kv));
+	ios = mc_calloc(n, sizeof(*ios));
+	sent = mc_calloc(n, sizeof(*sent));
+	if (!kv || !ios || !sent) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] != MC_OK)
+			continue;
+		kv[nsent] = mc_proto_str_c(keys[i]);
+		sent[nsent++] = (uint32_t)i;
+	}
+	if (!nsent)
+		goto out;
+	req.tenant = tenant_str(s);
+	req.n_keys = nsent;
+	req.keys = kv;
+	t0 = mc_now_ms();
+	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	if (resp.body.batch_replica_list.n_items != nsent) {
+		mc_store_msg_release(&resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
+				  resp.body.batch_replica_list.n_items, nsent);
+		goto fail_all;
+	}
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica_list_item *it =
+			&resp.body.batch_replica_list.items[j];
+		uint32_t i = sent[j];
+		struct obj_io *io = &ios[j];
+		const struct mc_store_replica *r;
+		uint64_t cap = 0;
+
+		io->status = (mc_status)it->status;
+		if (io->status != MC_OK)
+			continue;
+		r = choose_replica(s, &it->list);
+		if (!r) {
+			io->status = MC_ERR_INVALID_REPLICA;
+			continue;
+		}
+		for (size_t b = 0; b < nbufs[i]; b++)
+			cap += lens[i][b];
+		if (r->size > cap) {
+			io->status = MC_ERR_INVALID_PARAMS;
+			continue;
+		}
+		io->bufs = bufs[i];
+		io->lens = lens[i];
+		io->nbufs = nbufs[i];
+		io->len = r->size;
+		io->reps = r;
+		io->nreps = 1;
+	}
+	run_transfers(s, ios, nsent, MC_OP_READ);
+	for (uint32_t j = 0; j < nsent; j++) {
+		uint32_t i = sent[j];
+		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
+		if (ios[j].status != MC_OK)
+			results[i] = ios[j].status;
+		else if (mc_now_ms() > t0 + ttl)
+			results[i] = MC_ERR_LEASE_EXPIRED;
+		else
+			results[i] = (int64_t)ios[j].len;
+	}
+	mc_store_msg_release(&resp);
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			results[i] = rc;
+out:
+	mc_free(kv);
+	mc_free(ios);
+	mc_free(sent);
+}
+
+/* ---- heartbeat ------------------------------------------------------------------- */
+
+static mc_status remount(struct mc_store *s)
+{
+	struct mc_store_segment seg;
+	struct mc_store_remount_req req = {s->client_id, 0, NULL};
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	if (s->seg_mounted) {
+		memset(&seg, 0, sizeof(seg));
+		seg.id = s->seg_id;
+		seg.name = mc_proto_str_c(s->name);
+		seg.base = (uint64_t)(uintptr_t)s->seg;
+		seg.size = s->seg_size;
+		seg.te_endpoint = mc_proto_str_c(s->name);
+		seg.protocol = mc_proto_str_c(s->protocol);
+		seg.host_id = mc_proto_str_c(s->host_id);
+		req.n_segments = 1;
+		req.segments = &seg;
+	}
+	rc = mc_master_conn_call(s->conn, MC_STORE_REMOUNT_SEGMENT, &req, &resp);
+	if (rc == MC_OK)
+		mc_store_msg_release(&resp);
+	return rc;
+}
+
+static void heartbeat_once(struct mc_store *s, unsigned *fails)
+{
+	struct mc_store_client_req req = {s->client_id};
+	struct mc_store_msg resp;
+	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_PING, &req, &resp);
+
+	if (rc != MC_OK) {
+		atomic_store(&s->ping_failed, true);
+		mc_debug("ping failed: %s", mc_last_error());
+		if (++*fails >= PING_FAILS_RESET) {
+			mc_master_conn_reset(s->conn);
+			*fails = 0;
+		}
+		return;
+	}
+	*fails = 0;
+	atomic_store(&s->ping_failed, false);
+	if (resp.body.ping_resp.client_status == MC_STORE_CLIENT_NEED_REMOUNT) {
+		rc = remount(s);
+		if (rc != MC_OK)
+			mc_warn("remount of segment %s failed: %s", s->name, mc_last_error());
+		else
+			mc_info("remounted segment %s", s->name);
+	}
+	mc_store_msg_release(&resp);
+}
+
+static void *heartbeat_main(void *arg)
+{
+	struct mc_store *s = arg;
+	unsigned fails = 0;
+	pthread_mutex_lock(&s->hb_lock);
+	while (!s->hb_stop) {
+		struct timespec ts;
+		uint64_t until;
+		pthread_mutex_unlock(&s->hb_lock);
+		heartbeat_once(s, &fails);
+		until = mc_now_ms() + HEARTBEAT_MS;
+		ts.tv_sec = (time_t)(until / 1000);
+		ts.tv_nsec = (long)(until % 1000) * 1000000L;
+		pthread_mutex_lock(&s->hb_lock);
+		while (!s->hb_stop && mc_now_ms() < until)
+			pthread_cond_timedwait(&s->hb_cond, &s->hb_lock, &ts);
+	}
+	pthread_mutex_unlock(&s->hb_lock);
+	return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+mc_status mc_store_new(struct mc_store **out)
+{
+	struct mc_store *s;
+	pthread_condattr_t a;
+	if (!out)
+		return MC_ERR_INVALID_PARAMS;
+	s = mc_calloc(1, sizeof(*s));
+	if (!s)
+		return MC_ERR_NOMEM;
+	pthread_mutex_init(&s->lbuf_lock, NULL);
+	pthread_mutex_init(&s->hb_lock, NULL);
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->hb_cond, &a);
+	pthread_condattr_destroy(&a);
+	*out = s;
+	return MC_OK;
+}
+
+void mc_store_free(struct mc_store *s)
+{
+	if (!s)
+		return;
+	mc_store_close(s);
+	pthread_mutex_destroy(&s->lbuf_lock);
+	pthread_mutex_destroy(&s->hb_lock);
+	pthread_cond_destroy(&s->hb_cond);
+	mc_free(s);
+}
+
+/* Undo whatever setup got done; safe on a partly set up client. */
+static void teardown(struct mc_store *s)
+{
+	struct mc_store_msg resp;
+
+	if (s->hb_started) {
+		pthread_mutex_lock(&s->hb_lock);
+		s->hb_stop = true;
+		pthread_cond_broadcast(&s->hb_cond);
+		pthread_mutex_unlock(&s->hb_lock);
+		pthread_join(s->hb, NULL);
+		s->hb_started = false;
+	}
+	if (s->seg_mounted) {
+		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
+		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)
+			mc_store_msg_release(&resp);
+		else
+			mc_warn("unmount of segment %s failed: %s", s->name, mc_last_error());
+		s->seg_mounted = false;
+	}
+	if (s->seg_registered)
+		mc_te_deregister(s->te, s->seg);
+	if (s->lbuf_registered)
+		mc_te_deregister(s->te, s->lbuf);
+	s->seg_registered = s->lbuf_registered = false;
+	if (s->seg)
+		munmap(s->seg, s->seg_map_len);
+	if (s->lbuf)
+		munmap(s->lbuf, s->lbuf_map_len);
+	s->seg = s->lbuf = NULL;
+	s->seg_size = s->lbuf_size = 0;
+	mc_offset_alloc_free(s->lbuf_alloc);
+	s->lbuf_alloc = NULL;
+	mc_master_conn_free(s->conn);
+	s->conn = NULL;
+	if (s->own_te)
+		mc_te_free(s->te);
+	s->te = NULL;
+	s->own_te = false;
+	s->name[0] = '\0';
+	s->ready = false;
+}
+
+static bool is_loopback_host(const char *h)
+{
+	return !*h || strcmp(h, "localhost") == 0 || strcmp(h, "127.0.0.1") == 0 ||
+	       strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::1") == 0 || strcmp(h, "::") == 0;
+}
+
+static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi)
+{
+	const char *v = getenv(name);
+	char *end;
+	long long x;
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	x = strtoll(v, &end, 10);
+	if (errno || *end || x < lo || x > hi) {
+		mc_warn("ignoring %s=%s", name, v);
+		return def;
+	}
+	return x;
+}
+
+/* Unset, empty or "auto" = def; otherwise upstream's boolean spellings. */
+static bool env_bool(const char *name, bool def)
+{
+	const char *v = getenv(name);
+	if (!v || !*v || strcasecmp(v, "auto") == 0)
+		return def;
+	if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+	    !strcasecmp(v, "off") || !strcasecmp(v, "disable"))
+		return false;
+	return true;
+}
+
+/* Create the engine named after local_hostname, choosing a port when none is given. */
+static mc_status create_engine(struct mc_store *s, const struct mc_store_params *p)
+{
+	struct mc_te_params tp;
+	char host[256];
+	uint16_t port = 0;
+	mc_status rc = MC_ERR_INVALID_PARAMS;
+	const char *lh = p->local_hostname && *p->local_hostname ? p->local_hostname : "localhost";
+
+	if (!mc_sock_split_hostport(lh, host, sizeof(host), &port, 0) || !host[0])
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad local_hostname %s", lh);
+	memset(&tp, 0, sizeof(tp));
+	tp.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL;
+	tp.metadata_uri = p->metadata_server;
+	tp.protocol = s->protocol;
+	if (strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
+		tp.field_mask |= MC_TE_PARAM_HOST;
+		tp.host = host;
+	}
+	if (port) {
+		/* the name's port becomes the engine's RPC port when it is free */
+		tp.local_name = lh;
+		tp.field_mask |= MC_TE_PARAM_RPC_PORT;
+		tp.rpc_port = port;
+		rc = mc_te_new(&tp, &s->te);
+		if (rc == MC_ERR_SOCKET) {
+			tp.field_mask &= ~(uint64_t)MC_TE_PARAM_RPC_PORT;
+			rc = mc_te_new(&tp, &s->te);
+		}
+	} else {
+		int64_t lo = env_int("MC_STORE_CLIENT_MIN_PORT", 12300, 1024, 65535);
+		int64_t hi = env_int("MC_STORE_CLIENT_MAX_PORT", 14300, 1024, 65535);
+		int64_t tries = env_int("MC_STORE_CLIENT_SETUP_RETRIES", 20, 1, 1000);
+		char name[300];
+		uint64_t rnd;
+		if (hi < lo) {
+			lo = 12300;
+			hi = 14300;
+		}
+		for (int64_t t = 0; t < tries; t++) {
+			if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+				rnd = mc_now_ns();
+			port = (uint16_t)(lo + (int64_t)(rnd % (uint64_t)(hi - lo + 1)));
+			snprintf(name, sizeof(name), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
+				 port);
+			tp.local_name = name;
+			tp.field_mask |= MC_TE_PARAM_RPC_PORT;
+			tp.rpc_port = port;
+			rc = mc_te_new(&tp, &s->te);
+			if (rc == MC_OK)
+				break;
+			mc_debug("engine on port %u: %s; retrying", port, mc_last_error());
+		}
+	}
+	if (rc != MC_OK)
+		return rc;
+	s->own_te = true;
+	return MC_OK;
+}
+
+static mc_status mount_segment(struct mc_store *s)
+{
+	struct mc_store_mount_req req;
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.segment.id = s->seg_id;
+	req.segment.name = mc_proto_str_c(s->name);
+	req.segment.base = (uint64_t)(uintptr_t)s->seg;
+	req.segment.size = s->seg_size;
+	req.segment.te_endpoint = mc_proto_str_c(s->name);
+	req.segment.protocol = mc_proto_str_c(s->protocol);
+	req.segment.host_id = mc_proto_str_c(s->host_id);
+	rc = mc_master_conn_call(s->conn, MC_STORE_MOUNT_SEGMENT, &req, &resp);
+	if (rc != MC_OK)
+		return rc;
+	mc_store_msg_release(&resp);
+	s->seg_mounted = true;
+	return MC_OK;
+}
+
+mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
+{
+	char host[256], why[400];
+	uint16_t port;
+	mc_status rc;
+
+	if (!s || !p)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "setup: NULL argument");
+	if (s->ready)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "store client is already set up");
+	if (!p->engine && (!p->metadata_server || !*p->metadata_server))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "setup: no metadata_server");
+	if (p->local_buffer_size > (1ull << 40))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "local_buffer_size above 1 TiB");
+	snprintf(s->protocol, sizeof(s->protocol), "%s",
+		 p->protocol && *p->protocol ? p->protocol : "tcp");
+	snprintf(s->tenant, sizeof(s->tenant), "%s",
+		 p->tenant_id && *p->tenant_id ? p->tenant_id : DEFAULT_TENANT);
+	s->client_id = random_uuid();
+	s->local_memcpy = env_bool("MC_STORE_MEMCPY", true);
+	s->hb_stop = false;
+	atomic_store(&s->ping_failed, false);
+
+	rc = mc_master_conn_new(p->master_server_addr, &s->conn);
+	if (rc != MC_OK)
+		goto err;
+	if (p->engine) {
+		s->te = p->engine;
+		s->own_te = false;
+	} else {
+		rc = create_engine(s, p);
+		if (rc != MC_OK)
+			goto err;
+	}
+	snprintf(s->name, sizeof(s->name), "%s", mc_te_local_name(s->te));
+	if (!mc_sock_split_hostport(s->name, host, sizeof(host), &port, 0) ||
+	    is_loopback_host(host))
+		host[0] = '\0';
+	snprintf(s->host_id, sizeof(s->host_id), "%s", host);
+
+	if (p->local_buffer_size) {
+		rc = map_region(p->local_buffer_size, &s->lbuf, &s->lbuf_map_len);
+		if (rc != MC_OK)
+			goto err;
+		s->lbuf_size = p->local_buffer_size;
+		rc = mc_te_register(s->te, s->lbuf, s->lbuf_size, NULL, true);
+		if (rc != MC_OK)
+			goto err;
+		s->lbuf_registered = true;
+		rc = mc_offset_alloc_new((uint64_t)(uintptr_t)s->lbuf, s->lbuf_size, LBUF_ALIGN,
+					 &s->lbuf_alloc);
+		if (rc != MC_OK)
+			goto err;
+	}
+	if (p->global_segment_size) {
+		rc = map_region(p->global_segment_size, &s->seg, &s->seg_map_len);
+		if (rc != MC_OK)
+			goto err;
+		s->seg_size = p->global_segment_size;
+		rc = mc_te_register(s->te, s->seg, s->seg_size, NULL, true);
+		if (rc != MC_OK)
+			goto err;
+		s->seg_registered = true;
+		s->seg_id = random_uuid();
+		rc = mount_segment(s);
+		if (rc != MC_OK)
+			goto err;
+	}
+	if (pthread_create(&s->hb, NULL, heartbeat_main, s) != 0) {
+		rc = mc_set_error(MC_ERR_INTERNAL, "cannot start the heartbeat thread");
+		goto err;
+	}
+	s->hb_started = true;
+	s->ready = true;
+	mc_info("store client %s set up: segment %" PRIu64 " bytes, local buffer %" PRIu64
+		" bytes, master %s",
+		s->name, s->seg_size, s->lbuf_size,
+		p->master_server_addr ? p->master_server_addr : "127.0.0.1:50051");
+	return MC_OK;
+err:
+	snprintf(why, sizeof(why), "%s", mc_last_error());
+	teardown(s);
+	mc_set_error(rc, "store setup failed: %s", why);
+	return rc;
+}
+
+mc_status mc_store_close(struct mc_store *s)
+{
+	if (!s || !s->ready)
+		return MC_OK;
+	teardown(s);
+	return MC_OK;
+}
+
+int mc_store_health_check(struct mc_store *s)
+{
+	if (!s || !s->ready)
+		return 1;
+	return atomic_load(&s->ping_failed) ? 2 : 0;
+}
+
+const char *mc_store_hostname(const struct mc_store *s)
+{
+	return s ? s->name : "";
+}
+
+struct mc_te *mc_store_engine(const struct mc_store *s)
+{
+	return s ? s->te : NULL;
+}
+
+/* ---- copy-based calls --------------------------------------------------------------- */
+
+/* Stage parts into the local buffer and put them as one object. */
+static mc_status put_staged(struct mc_store *s, const char *key, const void *const *parts,
+			    const size_t *lens, size_t nparts, const struct mc_store_config *cfg,
+			    bool upsert)
+{
+	uint64_t len = 0, off = 0;
+	mc_status rc;
+	char *stage;
+	void *bufs[1];
+	size_t blen[1];
+
+	rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK)
+		rc = check_config(cfg, true);
+	if (rc != MC_OK)
+		return rc;
+	for (size_t i = 0; i < nparts; i++) {
+		if (lens[i] && !parts[i])
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "NULL part with a length");
+		len += lens[i];
+	}
+	if (len == 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put of an empty value");
+	stage = lbuf_alloc(s, len);
+	if (!stage)
+		return MC_ERR_INVALID_PARAMS;
+	for (size_t i = 0; i < nparts; i++) {
+		if (lens[i])
+			memcpy(stage + off, parts[i], lens[i]);
+		off += lens[i];
+	}
+	bufs[0] = stage;
+	blen[0] = (size_t)len;
+	rc = put_one(s, key, bufs, blen, 1, len, cfg, upsert);
+	lbuf_release(s, stage);
+	return rc;
+}
+
+mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
+		       const struct mc_store_config *config)
+{
+	return put_staged(s, key, &value, &len, 1, config, false);
+}
+
+mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
+			     const size_t *lens, size_t nparts,
+			     const struct mc_store_config *config)
+{
+	if ((!parts || !lens) && nparts)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_parts: NULL arrays");
+	return put_staged(s, key, parts, lens, nparts, config, false);
+}
+
+mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
+			  const struct mc_store_config *config)
+{
+	return put_staged(s, key, &value, &len, 1, config, true);
+}
+
+mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
+			     const size_t *lens, size_t n, const struct mc_store_config *config,
+			     mc_status *results)
+{
+	mc_status *res = results, rc;
+	void **stage = NULL;
+	void *const **bufs = NULL;
+	const size_t **blens = NULL;
+	size_t *nbufs = NULL;
+	uint64_t *totals = NULL;
+
+	rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_config(config, true);
+	if (rc == MC_OK && n && (!keys || !values || !lens))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "put_batch: NULL arrays");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	if (!res)
+		res = mc_calloc(n, sizeof(*res));
+	stage = mc_calloc(n, sizeof(*stage));
+	bufs = mc_calloc(n, sizeof(*bufs));
+	blens = mc_calloc(n, sizeof(*blens));
+	nbufs = mc_calloc(n, sizeof(*nbufs));
+	totals = mc_calloc(n, sizeof(*totals));
+	if (!res || !stage || !bufs || !blens || !nbufs || !totals) {
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		res[i] = check_key(keys[i]);
+		if (res[i] == MC_OK && (!lens[i] || !values[i]))
+			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
+		if (res[i] == MC_OK) {
+			stage[i] = lbuf_alloc(s, lens[i]);
+			if (!stage[i])
+				res[i] = MC_ERR_INVALID_PARAMS;
+			else
+				memcpy(stage[i], values[i], lens[i]);
+		}
+		bufs[i] = &stage[i];
+		blens[i] = &lens[i];
+		nbufs[i] = 1;
+		totals[i] = lens[i];
+	}
+	put_many(s, keys, bufs, blens, nbufs, totals, n, config, false, res);
+	rc = first_failure(res, n);
+out:
+	if (stage)
+		for (size_t i = 0; i < n; i++)
+			lbuf_release(s, stage[i]);
+	if (rc == MC_ERR_NOMEM && results)
+		for (size_t i = 0; i < n; i++)
+			results[i] = rc;
+	if (res != results)
+		mc_free(res);
+	mc_free(stage);
+	mc_free(bufs);
+	mc_free(blens);
+	mc_free(nbufs);
+	mc_free(totals);
+	return rc;
+}
+
+int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out)
+{
+	struct mc_store_msg resp;
+	const struct mc_store_replica *r;
+	uint64_t t0 = mc_now_ms(), ttl;
+	struct obj_io io;
+	void *buf;
+	size_t blen;
+	mc_status rc;
+
+	rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK && !value_out)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get: NULL value_out");
+	if (rc != MC_OK)
+		return rc;
+	rc = get_replicas(s, key, &resp);
+	if (rc != MC_OK)
+		return rc;
+	ttl = resp.body.replica_list.lease_ttl_ms;
+	r = choose_replica(s, &resp.body.replica_list);
+	if (!r) {
+		mc_store_msg_release(&resp);
+		return mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
+	}
+	/* TCP reads land anywhere, so read straight into the caller's buffer */
+	blen = (size_t)r->size;
+	buf = malloc(blen ? blen : 1);
+	if (!buf) {
+		mc_store_msg_release(&resp);
+		return MC_ERR_NOMEM;
+	}
+	memset(&io, 0, sizeof(io));
+	io.bufs = &buf;
+	io.lens = &blen;
+	io.nbufs = 1;
+	io.len = r->size;
+	io.reps = r;
+	io.nreps = 1;
+	run_transfers(s, &io, 1, MC_OP_READ);
+	mc_store_msg_release(&resp);
+	rc = io.status;
+	if (rc == MC_OK && mc_now_ms() > t0 + ttl)
+		rc = mc_set_error(MC_ERR_LEASE_EXPIRED, "read of %s outlived its lease", key);
+	if (rc != MC_OK) {
+		free(buf);
+		return rc;
+	}
+	*value_out = buf;
+	return (int64_t)blen;
+}
+
+/* ---- zero-copy calls ---------------------------------------------------------------- */
+
+mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len)
+{
+	mc_status rc = check_ready(s);
+	if (rc != MC_OK)
+		return rc;
+	if (!addr || !len)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: NULL or empty");
+	return mc_te_register(s->te, addr, len, NULL, true);
+}
+
+mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr)
+{
+	mc_status rc = check_ready(s);
+	if (rc != MC_OK)
+		return rc;
+	return mc_te_deregister(s->te, addr);
+}
+
+static mc_status put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			  const struct mc_store_config *cfg, bool upsert)
+{
+	void *bufs[1] = {(void *)(uintptr_t)buf};
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK)
+		rc = check_config(cfg, true);
+	if (rc != MC_OK)
+		return rc;
+	if (len == 0)
+		return MC_OK; /* upstream: a no-op */
+	if (!buf)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_from: NULL buffer");
+	return put_one(s, key, bufs, &len, 1, len, cfg, upsert);
+}
+
+mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			    const struct mc_store_config *config)
+{
+	return put_from(s, key, buf, len, config, false);
+}
+
+mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			       const struct mc_store_config *config)
+{
+	return put_from(s, key, buf, len, config, true);
+}
+
+int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
+{
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK && !buf && cap)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into: NULL buffer");
+	if (rc != MC_OK)
+		return rc;
+	return get_one(s, key, &buf, &cap, 1, cap);
+}
+
+/* Shared argument check and result setup of the batch zero-copy calls. */
+static mc_status batch_begin(struct mc_store *s, const char *const *keys, const void *arrays,
+			     size_t n, const struct mc_store_config *cfg)
+{
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_config(cfg, false);
+	if (rc == MC_OK && n && (!keys || !arrays))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL arrays");
+	return rc;
+}
+
+static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
+				 void *const *const *bufs, const size_t *const *lens,
+				 const size_t *nbufs, size_t n, const struct mc_store_config *cfg,
+				 mc_status *results)
+{
+	mc_status *res = results;
+	uint64_t *totals;
+	mc_status rc;
+
+	if (!res)
+		res = mc_calloc(n ? n : 1, sizeof(*res));
+	totals = mc_calloc(n ? n : 1, sizeof(*totals));
+	if (!res || !totals) {
+		if (res != results)
+			mc_free(res);
+		mc_free(totals);
+		return MC_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		res[i] = check_key(keys[i]);
+		for (size_t b = 0; res[i] == MC_OK && b < nbufs[i]; b++) {
+			if (lens[i][b] && !bufs[i][b])
+				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
+						      keys[i]);
+			totals[i] += lens[i][b];
+		}
+		if (res[i] == MC_OK && totals[i] == 0)
+			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
+	}
+	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, false, res);
+	rc = first_failure(res, n);
+	if (res != results)
+		mc_free(res);
+	mc_free(totals);
+	return rc;
+}
+
+mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *lens, size_t n,
+				  const struct mc_store_config *config, mc_status *results)
+{
+	void *const **bv = NULL;
+	const size_t **lv = NULL;
+	size_t *nv = NULL;
+	mc_status rc = batch_begin(s, keys, bufs, n, config);
+	if (rc == MC_OK && n && !lens)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_put_from: NULL lens");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	bv = mc_calloc(n, sizeof(*bv));
+	lv = mc_calloc(n, sizeof(*lv));
+	nv = mc_calloc(n, sizeof(*nv));
+	if (!bv || !lv || !nv) {
+		rc = MC_ERR_NOMEM;
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bv[i] = &bufs[i];
+		lv[i] = &lens[i];
+		nv[i] = 1;
+	}
+	rc = batch_put_multi(s, keys, bv, lv, nv, n, config, results);
+out:
+	mc_free(bv);
+	mc_free(lv);
+	mc_free(nv);
+	return rc;
+}
+
+mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n,
+						const struct mc_store_config *config,
+						mc_status *results)
+{
+	mc_status rc = batch_begin(s, keys, bufs, n, config);
+	if (rc == MC_OK && n && (!lens || !nbufs))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL lens");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	return batch_put_multi(s, keys, bufs, lens, nbufs, n, config, results);
+}
+
+static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
+				 void *const *const *bufs, const size_t *const *lens,
+				 const size_t *nbufs, size_t n, int64_t *results)
+{
+	int64_t *res = results;
+	mc_status rc = MC_OK;
+
+	if (!res)
+		res = mc_calloc(n, sizeof(*res));
+	if (!res)
+		return MC_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		res[i] = check_key(keys[i]);
+		for (size_t b = 0; res[i] == MC_OK && b < nbufs[i]; b++)
+			if (lens[i][b] && !bufs[i][b])
+				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
+						      keys[i]);
+	}
+	get_many(s, keys, bufs, lens, nbufs, n, res);
+	for (size_t i = 0; i < n && rc == MC_OK; i++)
+		if (res[i] < 0)
+			rc = (mc_status)res[i];
+	if (res != results)
+		mc_free(res);
+	return rc;
+}
+
+mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *caps, size_t n, int64_t *results)
+{
+	void *const **bv = NULL;
+	const size_t **lv = NULL;
+	size_t *nv = NULL;
+	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
+	if (rc == MC_OK && n && !caps)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get_into: NULL caps");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	bv = mc_calloc(n, sizeof(*bv));
+	lv = mc_calloc(n, sizeof(*lv));
+	nv = mc_calloc(n, sizeof(*nv));
+	if (!bv || !lv || !nv) {
+		rc = MC_ERR_NOMEM;
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		bv[i] = &bufs[i];
+		lv[i] = &caps[i];
+		nv[i] = 1;
+	}
+	rc = batch_get_multi(s, keys, bv, lv, nv, n, results);
+out:
+	mc_free(bv);
+	mc_free(lv);
+	mc_free(nv);
+	return rc;
+}
+
+mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n, int64_t *results)
+{
+	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
+	if (rc == MC_OK && n && (!lens || !nbufs))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL lens");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	return batch_get_multi(s, keys, bufs, lens, nbufs, n, results);
+}
+
+/* ---- metadata calls ------------------------------------------------------------------ */
+
+int mc_store_is_exist(struct mc_store *s, const char *key)
+{
+	struct mc_store_key_req req;
+	struct mc_store_msg resp;
+	int ret;
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc != MC_OK)
+		return rc;
+	req.tenant = tenant_str(s);
+	req.key = mc_proto_str_c(key);
+	rc = mc_master_conn_call(s->conn, MC_STORE_EXIST_KEY, &req, &resp);
+	if (rc == MC_ERR_OBJECT_NOT_FOUND)
+		return 0;
+	if (rc != MC_OK)
+		return rc;
+	ret = resp.body.exist_resp.exists ? 1 : 0;
+	mc_store_msg_release(&resp);
+	return ret;
+}
+
+/* Fill a keys request; kv has room for n. */
+static mc_status keys_req(struct mc_store *s, const char *const *keys, size_t n,
+			  struct mc_proto_str *kv, struct mc_store_keys_req *req)
+{
+	for (size_t i = 0; i < n; i++) {
+		mc_status rc = check_key(keys[i]);
+		if (rc != MC_OK)
+			return rc;
+		kv[i] = mc_proto_str_c(keys[i]);
+	}
+	req->tenant = tenant_str(s);
+	req->n_keys = (uint32_t)n;
+	req->keys = kv;
+	return MC_OK;
+}
+
+mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *keys, size_t n,
+				  int *results)
+{
+	struct mc_store_keys_req req;
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv;
+	mc_status rc = check_ready(s);
+
+	if (rc == MC_OK && n && (!keys || !results))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_is_exist: NULL arrays");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	kv = mc_calloc(n, sizeof(*kv));
+	if (!kv)
+		return MC_ERR_NOMEM;
+	rc = keys_req(s, keys, n, kv, &req);
+	if (rc == MC_OK)
+		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_EXIST_KEY, &req, &resp);
+	mc_free(kv);
+	if (rc == MC_OK && resp.body.batch_exist_resp.n_items != n) {
+		mc_store_msg_release(&resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "batch exist: wrong item count");
+	}
+	if (rc != MC_OK) {
+		for (size_t i = 0; i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_store_exist_item *it = &resp.body.batch_exist_resp.items[i];
+		if (it->status == MC_OK)
+			results[i] = it->exists ? 1 : 0;
+		else
+			results[i] = it->status == MC_ERR_OBJECT_NOT_FOUND ? 0 : it->status;
+	}
+	mc_store_msg_release(&resp);
+	return MC_OK;
+}
+
+int64_t mc_store_get_size(struct mc_store *s, const char *key)
+{
+	struct mc_store_msg resp;
+	int64_t size;
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc != MC_OK)
+		return rc;
+	rc = get_replicas(s, key, &resp);
+	if (rc != MC_OK)
+		return rc;
+	if (resp.body.replica_list.n_replicas == 0)
+		size = mc_set_error(MC_ERR_OBJECT_NOT_FOUND, "%s has no replica", key);
+	else
+		size = (int64_t)resp.body.replica_list.replicas[0].size;
+	mc_store_msg_release(&resp);
+	return size;
+}
+
+mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
+{
+	struct mc_store_remove_req req;
+	struct mc_store_msg resp;
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc != MC_OK)
+		return rc;
+	req.tenant = tenant_str(s);
+	req.key = mc_proto_str_c(key);
+	req.force = force;
+	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE, &req, &resp);
+	if (rc == MC_OK)
+		mc_store_msg_release(&resp);
+	return rc;
+}
+
+int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool force)
+{
+	struct mc_store_remove_regex_req req;
+	struct mc_store_msg resp;
+	int64_t count;
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK && !pattern)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "remove_by_regex: NULL pattern");
+	if (rc != MC_OK)
+		return rc;
+	req.tenant = tenant_str(s);
+	req.pattern = mc_proto_str_c(pattern);
+	req.force = force;
+	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE_BY_REGEX, &req, &resp);
+	if (rc != MC_OK)
+		return rc;
+	count = resp.body.count_resp.count;
+	mc_store_msg_release(&resp);
+	return count;
+}
+
+int64_t mc_store_remove_all(struct mc_store *s, bool force)
+{
+	struct mc_store_remove_all_req req;
+	struct mc_store_msg resp;
+	int64_t count;
+	mc_status rc = check_ready(s);
+	if (rc != MC_OK)
+		return rc;
+	req.tenant = tenant_str(s); /* this client's tenant, never "" (= all) */
+	req.force = force;
+	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE_ALL, &req, &resp);
+	if (rc != MC_OK)
+		return rc;
+	count = resp.body.count_resp.count;
+	mc_store_msg_release(&resp);
+	return count;
+}
+
+mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, size_t n, bool force,
+				mc_status *results)
+{
+	struct mc_store_batch_remove_req req;
+	struct mc_store_keys_req kr;
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv;
+	mc_status rc = check_ready(s), first = MC_OK;
+
+	if (rc == MC_OK && n && !keys)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_remove: NULL keys");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	kv = mc_calloc(n, sizeof(*kv));
+	if (!kv)
+		return MC_ERR_NOMEM;
+	rc = keys_req(s, keys, n, kv, &kr);
+	if (rc == MC_OK) {
+		req.tenant = kr.tenant;
+		req.force = force;
+		req.n_keys = kr.n_keys;
+		req.keys = kv;
+		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_REMOVE, &req, &resp);
+	}
+	mc_free(kv);
+	if (rc == MC_OK && resp.body.batch_status_resp.n_items != n) {
+		mc_store_msg_release(&resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "batch remove: wrong item count");
+	}
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		mc_status st = (mc_status)resp.body.batch_status_resp.statuses[i];
+		if (results)
+			results[i] = st;
+		if (st != MC_OK && first == MC_OK)
+			first = st;
+	}
+	mc_store_msg_release(&resp);
+	return first;
+}
+
+static void copy_field(char *dst, size_t cap, const struct mc_proto_str *v)
+{
+	size_t n = MC_MIN((size_t)v->len, cap - 1);
+	if (n)
+		memcpy(dst, v->ptr, n);
+	dst[n] = '\0';
+}
+
+int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,
+				  struct mc_store_replica_desc *out, size_t cap)
+{
+	struct mc_store_msg resp;
+	int64_t n;
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK && cap && !out)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_replica_desc: NULL out");
+	if (rc != MC_OK)
+		return rc;
+	rc = get_replicas(s, key, &resp);
+	if (rc != MC_OK)
+		return rc;
+	n = resp.body.replica_list.n_replicas;
+	for (size_t i = 0; i < (size_t)n && i < cap; i++) {
+		const struct mc_store_replica *r = &resp.body.replica_list.replicas[i];
+		struct mc_store_replica_desc *d = &out[i];
+		memset(d, 0, sizeof(*d));
+		d->status = r->status;
+		d->type = r->type;
+		d->size = r->size;
+		d->address = r->address;
+		copy_field(d->segment_name, sizeof(d->segment_name), &r->segment_name);
+		copy_field(d->transport_endpoint, sizeof(d->transport_endpoint),
+			   &r->transport_endpoint);
+		copy_field(d->protocol, sizeof(d->protocol), &r->protocol);
+	}
+	mc_store_msg_release(&resp);
+	return n;
+}

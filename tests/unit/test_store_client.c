@@ -1,5 +1,885 @@
-/* placeholder while test_store_client is being written this session */
+/*
+ * tests/unit/test_store_client.c - the store client (mooncake/store.h and
+ * upstream's store_c.h) against an in-process master over loopback.
+ *
+ * One master (master/server.h) with its embedded HTTP metadata server
+ * serves the whole program; two clients, A and B, each with its own
+ * engine, segment and local buffer, live for the whole run, and cases that
+ * need a fresh client make their own.  Cases use distinct keys so their
+ * order does not matter.  The connection layer's failure paths (foreign
+ * protocol version, a master that stops answering, a dropped connection)
+ * are driven by a tiny scripted fake master instead.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/alloc.h"
+#include "base/sock.h"
+#include "base/time.h"
+#include "master/server.h"
+#include "mooncake/store.h"
+#include "mooncake/store_c.h"
+#include "store/master_conn.h"
+#include "store/proto.h"
+#include "support.h"
+
+#define SEG_SIZE  (64ull << 20)
+#define LBUF_SIZE (32ull << 20)
+
+static struct mc_master_server *master;
+static char master_addr[64];
+static char meta_uri[128];
+static struct mc_store *A, *B;
+
+/* ---- fixture ------------------------------------------------------------------ */
+
+static void set_str(char **field, const char *v)
+{
+	mc_free(*field);
+	*field = mc_strdup(v);
+}
+
+static struct mc_store_params params(uint64_t seg, uint64_t lbuf)
+{
+	struct mc_store_params p = {
+		.local_hostname = "127.0.0.1",
+		.metadata_server = meta_uri,
+		.global_segment_size = seg,
+		.local_buffer_size = lbuf,
+		.protocol = "tcp",
+		.master_server_addr = master_addr,
+	};
+	return p;
+}
+
+static struct mc_store *client_new(uint64_t seg, uint64_t lbuf)
+{
+	struct mc_store_params p = params(seg, lbuf);
+	struct mc_store *s = NULL;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	if (mc_store_setup(s, &p) != MC_OK)
+		fail_msg("setup: %s", mc_last_error());
+	return s;
+}
+
+static int group_setup(void **state)
+{
+	struct mc_master_server_config c;
+	(void)state;
+	mc_master_server_config_defaults(&c);
+	set_str(&c.rpc_address, "127.0.0.1");
+	set_str(&c.metrics_host, "127.0.0.1");
+	set_str(&c.http_metadata_server_host, "127.0.0.1");
+	c.rpc_port = 0;
+	c.port = 0;
+	c.metrics_port = 0;
+	c.enable_metric_reporting = false;
+	c.enable_http_metadata_server = true;
+	c.http_metadata_server_port = 0;
+	/* No eviction in these tests: a deliberate -200 (errors_are_typed)
+	 * would otherwise make the next tick evict unleased objects that later
+	 * cases read back.  Eviction has its own tests in test_master.c. */
+	c.master.eviction_ratio = 0;
+	c.master.eviction_high_watermark_ratio = 1.0;
+	if (mc_master_server_start(&c, &master) != MC_OK) {
+		fprintf(stderr, "master start: %s\n", mc_last_error());
+		mc_master_server_config_release(&c);
+		return -1;
+	}
+	mc_master_server_config_release(&c);
+	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u",
+		 mc_master_server_rpc_port(master));
+	snprintf(meta_uri, sizeof(meta_uri), "http://127.0.0.1:%u/metadata",
+		 mc_master_server_metadata_port(master));
+	A = client_new(SEG_SIZE, LBUF_SIZE);
+	B = client_new(SEG_SIZE, LBUF_SIZE);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	mc_store_free(A);
+	mc_store_free(B);
+	mc_master_server_stop(master);
+	return 0;
+}
+
+static struct mc_store_config prefer(struct mc_store *s)
+{
+	struct mc_store_config c = {.replica_num = 1, .preferred_segment = mc_store_hostname(s)};
+	return c;
+}
+
+static void expect_get(struct mc_store *s, const char *key, const void *want, size_t len)
+{
+	void *got = NULL;
+	int64_t n = mc_store_get(s, key, &got);
+	if (n < 0)
+		fail_msg("get %s: %lld (%s)", key, (long long)n, mc_last_error());
+	assert_int_equal(n, len);
+	assert_memory_equal(got, want, len);
+	free(got);
+}
+
+/* ---- put / get --------------------------------------------------------------------- */
+
+/* Every combination of writer, replica owner and reader: the local memcpy
+ * paths and the TCP paths in both directions. */
+static void put_get_across_clients(void **state)
+{
+	struct mc_store *who[2] = {A, B};
+	size_t len = 1 << 20;
+	char *v = malloc(len);
+	(void)state;
+	for (int w = 0; w < 2; w++) {
+		for (int owner = 0; owner < 2; owner++) {
+			struct mc_store_config c = prefer(who[owner]);
+			char key[64];
+			snprintf(key, sizeof(key), "across-%d-%d", w, owner);
+			mc_test_fill(v, len, (uint64_t)(w * 2 + owner + 1));
+			assert_int_equal(mc_store_put(who[w], key, v, len, &c), MC_OK);
+			expect_get(A, key, v, len);
+			expect_get(B, key, v, len);
+		}
+	}
+	free(v);
+}
+
+static void put_existing_key_keeps_first_value(void **state)
+{
+	char v1[100], v2[200];
+	(void)state;
+	mc_test_fill(v1, sizeof(v1), 11);
+	mc_test_fill(v2, sizeof(v2), 12);
+	assert_int_equal(mc_store_put(A, "keep", v1, sizeof(v1), NULL), MC_OK);
+	assert_int_equal(mc_store_put(B, "keep", v2, sizeof(v2), NULL), MC_OK);
+	expect_get(B, "keep", v1, sizeof(v1));
+}
+
+static void upsert_overwrites(void **state)
+{
+	char v1[4096], v2[4096], v3[100];
+	(void)state;
+	mc_test_fill(v1, sizeof(v1), 21);
+	mc_test_fill(v2, sizeof(v2), 22);
+	mc_test_fill(v3, sizeof(v3), 23);
+	assert_int_equal(mc_store_upsert(A, "ups", v1, sizeof(v1), NULL), MC_OK);
+	expect_get(B, "ups", v1, sizeof(v1));
+	assert_int_equal(mc_store_upsert(B, "ups", v2, sizeof(v2), NULL), MC_OK); /* same size */
+	expect_get(A, "ups", v2, sizeof(v2));
+	assert_int_equal(mc_store_upsert(A, "ups", v3, sizeof(v3), NULL), MC_OK); /* new size */
+	expect_get(B, "ups", v3, sizeof(v3));
+	assert_int_equal(mc_store_get_size(A, "ups"), sizeof(v3));
+}
+
+static void put_parts_concatenates(void **state)
+{
+	char a[10] = "0123456789", b[5] = "abcde", whole[15];
+	const void *parts[2] = {a, b};
+	size_t lens[2] = {sizeof(a), sizeof(b)};
+	(void)state;
+	memcpy(whole, a, 10);
+	memcpy(whole + 10, b, 5);
+	assert_int_equal(mc_store_put_parts(A, "parts", parts, lens, 2, NULL), MC_OK);
+	expect_get(B, "parts", whole, sizeof(whole));
+}
+
+/* ---- zero copy ------------------------------------------------------------------------ */
+
+static void put_from_get_into_registered(void **state)
+{
+	size_t len = 4 << 20;
+	char *src = malloc(len), *dst = malloc(len + 64);
+	struct mc_store_config c = prefer(B);
+	(void)state;
+	mc_test_fill(src, len, 31);
+	assert_int_equal(mc_store_register_buffer(A, src, len), MC_OK);
+	assert_int_equal(mc_store_register_buffer(B, dst, len + 64), MC_OK);
+	assert_int_equal(mc_store_put_from(A, "zc", src, len, &c), MC_OK);
+	memset(dst, 0, len);
+	assert_int_equal(mc_store_get_into(B, "zc", dst, len + 64), len);
+	assert_memory_equal(dst, src, len);
+	/* capacity below the object size */
+	assert_int_equal(mc_store_get_into(B, "zc", dst, len - 1), MC_ERR_INVALID_PARAMS);
+	/* zero length is a no-op */
+	assert_int_equal(mc_store_put_from(A, "zc-empty", src, 0, NULL), MC_OK);
+	assert_int_equal(mc_store_is_exist(A, "zc-empty"), 0);
+	assert_int_equal(mc_store_upsert_from(A, "zc", src + 1, len - 1, NULL), MC_OK);
+	assert_int_equal(mc_store_get_into(A, "zc", dst, len), len - 1);
+	assert_memory_equal(dst, src + 1, len - 1);
+	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(B, dst), MC_OK);
+	assert_int_not_equal(mc_store_unregister_buffer(B, dst), MC_OK);
+	free(src);
+	free(dst);
+}
+
+/* ---- batches --------------------------------------------------------------------------- */
+
+static void batch_put_and_get_per_key_results(void **state)
+{
+	char v[4][1000], out[4][1000];
+	const char *keys[4] = {"bat-0", "bat-1", "", "bat-3"};
+	const void *vals[4] = {v[0], v[1], v[2], v[3]};
+	size_t lens[4] = {1000, 500, 10, 1000};
+	mc_status res[4];
+	void *bufs[4] = {out[0], out[1], out[2], out[3]};
+	size_t caps[4] = {1000, 1000, 1000, 100};
+	const char *gkeys[4] = {"bat-0", "bat-1", "bat-none", "bat-3"};
+	int64_t gres[4];
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		mc_test_fill(v[i], sizeof(v[i]), (uint64_t)(40 + i));
+	assert_int_equal(mc_store_put(A, "bat-3", v[3], 1000, NULL), MC_OK); /* exists already */
+	assert_int_equal(mc_store_put_batch(B, keys, vals, lens, 4, NULL, res),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[0], MC_OK);
+	assert_int_equal(res[1], MC_OK);
+	assert_int_equal(res[2], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[3], MC_OK);
+
+	assert_int_not_equal(mc_store_batch_get_into(A, gkeys, bufs, caps, 4, gres), MC_OK);
+	assert_int_equal(gres[0], 1000);
+	assert_memory_equal(out[0], v[0], 1000);
+	assert_int_equal(gres[1], 500);
+	assert_memory_equal(out[1], v[1], 500);
+	assert_int_equal(gres[2], MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(gres[3], MC_ERR_INVALID_PARAMS); /* cap 100 < 1000 */
+}
+
+static void batch_put_from_and_get_into(void **state)
+{
+	enum { N = 8, LEN = 256 << 10 };
+	char *src = malloc((size_t)N * LEN), *dst = malloc((size_t)N * LEN);
+	const char *keys[N];
+	char names[N][32];
+	void *sb[N], *db[N];
+	size_t lens[N];
+	mc_status res[N];
+	int64_t gres[N];
+	(void)state;
+	mc_test_fill(src, (size_t)N * LEN, 50);
+	assert_int_equal(mc_store_register_buffer(A, src, (size_t)N * LEN), MC_OK);
+	assert_int_equal(mc_store_register_buffer(B, dst, (size_t)N * LEN), MC_OK);
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "bpf-%d", i);
+		keys[i] = names[i];
+		sb[i] = src + (size_t)i * LEN;
+		db[i] = dst + (size_t)i * LEN;
+		lens[i] = LEN - (size_t)i;
+	}
+	assert_int_equal(mc_store_batch_put_from(A, keys, sb, lens, N, NULL, res), MC_OK);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(res[i], MC_OK);
+	memset(dst, 0, (size_t)N * LEN);
+	assert_int_equal(mc_store_batch_get_into(B, keys, db, lens, N, gres), MC_OK);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gres[i], LEN - i);
+		assert_memory_equal(db[i], sb[i], lens[i]);
+	}
+	mc_store_unregister_buffer(A, src);
+	mc_store_unregister_buffer(B, dst);
+	free(src);
+	free(dst);
+}
+
+static void multi_buffer_gather_and_scatter(void **state)
+{
+	char a0[300], a1[700], b0[100], b1[1000];
+	char o0[500], o1[500], p0[600], p1[600];
+	void *put0[2] = {a0, a1}, *put1[2] = {b0, b1};
+	size_t pl0[2] = {300, 700}, pl1[2] = {100, 1000};
+	void *const *pbufs[2] = {put0, put1};
+	const size_t *plens[2] = {pl0, pl1};
+	size_t nb[2] = {2, 2};
+	void *get0[2] = {o0, o1}, *get1[2] = {p0, p1};
+	size_t gl0[2] = {500, 500}, gl1[2] = {600, 600};
+	void *const *gbufs[2] = {get0, get1};
+	const size_t *glens[2] = {gl0, gl1};
+	const char *keys[2] = {"mb-0", "mb-1"};
+	mc_status res[2];
+	int64_t gres[2];
+	char whole0[1000], whole1[1100];
+	(void)state;
+	mc_test_fill(a0, sizeof(a0), 61);
+	mc_test_fill(a1, sizeof(a1), 62);
+	mc_test_fill(b0, sizeof(b0), 63);
+	mc_test_fill(b1, sizeof(b1), 64);
+	memcpy(whole0, a0, 300);
+	memcpy(whole0 + 300, a1, 700);
+	memcpy(whole1, b0, 100);
+	memcpy(whole1 + 100, b1, 1000);
+	assert_int_equal(
+		mc_store_batch_put_from_multi_buffers(A, keys, pbufs, plens, nb, 2, NULL, res),
+		MC_OK);
+	assert_int_equal(mc_store_batch_get_into_multi_buffers(B, keys, gbufs, glens, nb, 2, gres),
+			 MC_OK);
+	assert_int_equal(gres[0], 1000);
+	assert_memory_equal(o0, whole0, 500);
+	assert_memory_equal(o1, whole0 + 500, 500);
+	assert_int_equal(gres[1], 1100);
+	assert_memory_equal(p0, whole1, 600);
+	assert_memory_equal(p1, whole1 + 600, 500);
+	expect_get(A, "mb-1", whole1, sizeof(whole1));
+}
+
+/* ---- metadata ------------------------------------------------------------------------------ */
+
+static void exist_size_remove(void **state)
+{
+	char v[64] = "x";
+	const char *keys[3] = {"meta-1", "meta-none", "meta-2"};
+	int ex[3];
+	mc_status rr[3];
+	(void)state;
+	assert_int_equal(mc_store_put(A, "meta-1", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_put(A, "meta-2", v, 10, NULL), MC_OK);
+	assert_int_equal(mc_store_is_exist(B, "meta-1"), 1);
+	assert_int_equal(mc_store_is_exist(B, "meta-none"), 0);
+	assert_int_equal(mc_store_batch_is_exist(B, keys, 3, ex), MC_OK);
+	assert_int_equal(ex[0], 1);
+	assert_int_equal(ex[1], 0);
+	assert_int_equal(ex[2], 1);
+	assert_int_equal(mc_store_get_size(B, "meta-2"), 10);
+	assert_int_equal(mc_store_get_size(B, "meta-none"), MC_ERR_OBJECT_NOT_FOUND);
+	/* is_exist and get_size took leases */
+	assert_int_equal(mc_store_remove(B, "meta-1", false), MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(mc_store_remove(B, "meta-1", true), MC_OK);
+	assert_int_equal(mc_store_remove(B, "meta-1", true), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mc_store_is_exist(A, "meta-1"), 0);
+	assert_int_equal(mc_store_batch_remove(A, keys, 3, true, rr), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(rr[0], MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(rr[1], MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(rr[2], MC_OK);
+}
+
+static void remove_by_regex_and_all(void **state)
+{
+	char v[16] = "v";
+	char key[32];
+	(void)state;
+	for (int i = 0; i < 5; i++) {
+		snprintf(key, sizeof(key), "rx/%d/end", i);
+		assert_int_equal(mc_store_put(A, key, v, sizeof(v), NULL), MC_OK);
+	}
+	assert_int_equal(mc_store_put(A, "rx-other", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_remove_by_regex(B, "^rx/[0-2]/", true), 3);
+	assert_int_equal(mc_store_is_exist(B, "rx/1/end"), 0);
+	assert_int_equal(mc_store_is_exist(B, "rx/3/end"), 1);
+	assert_int_equal(mc_store_remove_by_regex(B, "([", true), MC_ERR_INVALID_PARAMS);
+	assert_true(mc_store_remove_all(B, true) >= 3);
+	assert_int_equal(mc_store_is_exist(A, "rx/4/end"), 0);
+	assert_int_equal(mc_store_is_exist(A, "rx-other"), 0);
+}
+
+static void replica_descriptors(void **state)
+{
+	char v[1000];
+	struct mc_store_config c = {.replica_num = 2};
+	struct mc_store_replica_desc d[4];
+	bool seen_a = false, seen_b = false;
+	(void)state;
+	mc_test_fill(v, sizeof(v), 71);
+	assert_int_equal(mc_store_put(A, "two-replicas", v, sizeof(v), &c), MC_OK);
+	assert_int_equal(mc_store_get_replica_desc(B, "two-replicas", d, 4), 2);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(d[i].status, MC_STORE_REPLICA_COMPLETE);
+		assert_int_equal(d[i].type, MC_STORE_REPLICA_MEMORY);
+		assert_int_equal(d[i].size, sizeof(v));
+		assert_string_equal(d[i].protocol, "tcp");
+		seen_a |= strcmp(d[i].segment_name, mc_store_hostname(A)) == 0;
+		seen_b |= strcmp(d[i].segment_name, mc_store_hostname(B)) == 0;
+	}
+	assert_true(seen_a && seen_b);
+	assert_int_equal(mc_store_get_replica_desc(B, "two-replicas", d, 1), 2);
+	assert_int_equal(mc_store_get_replica_desc(B, "no-such", d, 4), MC_ERR_OBJECT_NOT_FOUND);
+	expect_get(A, "two-replicas", v, sizeof(v));
+	expect_get(B, "two-replicas", v, sizeof(v));
+}
+
+/* ---- errors ------------------------------------------------------------------------------------
+ */
+
+static void bad_arguments_and_missing_keys(void **state)
+{
+	char v[16] = "v";
+	char *big;
+	void *out = NULL;
+	size_t huge = (size_t)(SEG_SIZE + (1 << 20));
+	(void)state;
+	assert_int_equal(mc_store_put(A, "", v, sizeof(v), NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_put(A, NULL, v, sizeof(v), NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_put(A, "zero", v, 0, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_get(A, "", &out), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_get(A, "never-put", &out), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mc_store_get_into(A, "never-put", v, sizeof(v)), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mc_store_remove(A, "never-put", false), MC_ERR_OBJECT_NOT_FOUND);
+	/* larger than the free local buffer: refused before the master is asked */
+	big = malloc(huge);
+	memset(big, 1, huge);
+	assert_int_equal(mc_store_put(A, "too-big", big, LBUF_SIZE + 1, NULL),
+			 MC_ERR_INVALID_PARAMS);
+	/* larger than any segment: the master has no space */
+	assert_int_equal(mc_store_register_buffer(A, big, huge), MC_OK);
+	assert_int_equal(mc_store_put_from(A, "too-big", big, huge, NULL),
+			 MC_ERR_NO_AVAILABLE_HANDLE);
+	assert_int_equal(mc_store_unregister_buffer(A, big), MC_OK);
+	free(big);
+	assert_int_equal(mc_store_is_exist(A, "too-big"), 0);
+	/* prefer_alloc_in_same_node is for the multi-buffer paths only */
+	{
+		struct mc_store_config c = {.prefer_alloc_in_same_node = true};
+		assert_int_equal(mc_store_put(A, "same-node", v, sizeof(v), &c),
+				 MC_ERR_INVALID_PARAMS);
+	}
+}
+
+static void not_set_up_client(void **state)
+{
+	struct mc_store *s;
+	char v[4] = "abc";
+	void *out;
+	(void)state;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	assert_int_equal(mc_store_health_check(s), 1);
+	assert_string_equal(mc_store_hostname(s), "");
+	assert_null(mc_store_engine(s));
+	assert_int_equal(mc_store_put(s, "k", v, sizeof(v), NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_get(s, "k", &out), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_is_exist(s, "k"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_close(s), MC_OK);
+	mc_store_free(s);
+	mc_store_free(NULL);
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------------
+ */
+
+static void close_and_setup_again(void **state)
+{
+	struct mc_store_params p = params(16 << 20, 4 << 20);
+	struct mc_store *s = client_new(16 << 20, 4 << 20);
+	struct mc_store_config c = prefer(s);
+	char v[5000];
+	(void)state;
+	mc_test_fill(v, sizeof(v), 81);
+	assert_int_equal(mc_store_health_check(s), 0);
+	assert_non_null(mc_store_engine(s));
+	assert_int_equal(mc_store_setup(s, &p), MC_ERR_INVALID_PARAMS); /* twice */
+	assert_int_equal(mc_store_put(s, "cycle-1", v, sizeof(v), &c), MC_OK);
+	expect_get(A, "cycle-1", v, sizeof(v));
+	assert_int_equal(mc_store_close(s), MC_OK);
+	assert_int_equal(mc_store_health_check(s), 1);
+	assert_int_equal(mc_store_close(s), MC_OK);
+	/* its segment is gone with it, and so is the object */
+	assert_int_not_equal(mc_store_get_size(A, "cycle-1"), (int64_t)sizeof(v));
+
+	assert_int_equal(mc_store_setup(s, &p), MC_OK);
+	c = prefer(s);
+	assert_int_equal(mc_store_put(s, "cycle-2", v, sizeof(v), &c), MC_OK);
+	expect_get(B, "cycle-2", v, sizeof(v));
+	expect_get(s, "cycle-2", v, sizeof(v));
+	mc_store_free(s);
+}
+
+/* A pure client (no segment, no local buffer) and a client sharing an engine. */
+static void pure_client_and_shared_engine(void **state)
+{
+	struct mc_store *s = client_new(0, 0), *t;
+	struct mc_store_params p = params(8 << 20, 1 << 20);
+	char v[100], *buf = malloc(100);
+	struct mc_store_config c = prefer(A);
+	(void)state;
+	mc_test_fill(v, sizeof(v), 91);
+	memcpy(buf, v, sizeof(v));
+	assert_int_equal(mc_store_put(s, "pure", v, sizeof(v), NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_register_buffer(s, buf, 100), MC_OK);
+	assert_int_equal(mc_store_put_from(s, "pure", buf, 100, &c), MC_OK);
+	expect_get(s, "pure", v, sizeof(v));
+
+	p.engine = mc_store_engine(s);
+	assert_int_equal(mc_store_new(&t), MC_OK);
+	assert_int_equal(mc_store_setup(t, &p), MC_OK);
+	assert_string_equal(mc_store_hostname(t), mc_store_hostname(s));
+	assert_ptr_equal(mc_store_engine(t), mc_store_engine(s));
+	c = prefer(t);
+	assert_int_equal(mc_store_put(t, "shared", v, sizeof(v), &c), MC_OK);
+	expect_get(B, "shared", v, sizeof(v));
+	mc_store_free(t); /* leaves the engine to s */
+	expect_get(s, "pure", v, sizeof(v));
+	mc_store_free(s);
+	free(buf);
+}
+
+struct worker {
+	struct mc_store *s;
+	int id;
+	int failures;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char v[8192], key[64];
+	for (int i = 0; i < 20; i++) {
+		void *out = NULL;
+		snprintf(key, sizeof(key), "mt-%d-%d", w->id, i);
+		mc_test_fill(v, sizeof(v), (uint64_t)(w->id * 1000 + i));
+		if (mc_store_put(w->s, key, v, sizeof(v), NULL) != MC_OK ||
+		    mc_store_get(w->s, key, &out) != (int64_t)sizeof(v) ||
+		    memcmp(out, v, sizeof(v)) != 0)
+			w->failures++;
+		free(out);
+	}
+	return NULL;
+}
+
+/* Many threads on one client: the requests are pipelined on one socket. */
+static void concurrent_callers(void **state)
+{
+	enum { T = 6 };
+	pthread_t th[T];
+	struct worker w[T];
+	(void)state;
+	for (int i = 0; i < T; i++) {
+		w[i] = (struct worker){.s = i % 2 ? A : B, .id = i};
+		assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].failures, 0);
+	}
+}
+
+static void heartbeat_keeps_client_healthy(void **state)
+{
+	(void)state;
+	assert_int_equal(mc_store_health_check(A), 0);
+	assert_int_equal(mc_store_health_check(B), 0);
+}
+
+/* A master that restarts (same port, empty state): the client's next
+ * ping reconnects, is told NEED_REMOUNT, and remounts its segment, so
+ * objects can be placed on it again. */
+static struct mc_master_server *restartable_master(uint16_t port)
+{
+	struct mc_master_server_config c;
+	struct mc_master_server *m = NULL;
+	mc_master_server_config_defaults(&c);
+	set_str(&c.rpc_address, "127.0.0.1");
+	set_str(&c.metrics_host, "127.0.0.1");
+	c.rpc_port = port;
+	c.port = port;
+	c.metrics_port = 0;
+	c.enable_metric_reporting = false;
+	if (mc_master_server_start(&c, &m) != MC_OK)
+		m = NULL;
+	mc_master_server_config_release(&c);
+	return m;
+}
+
+static void master_restart_remounts(void **state)
+{
+	struct mc_master_server *m;
+	struct mc_store_params p = params(16 << 20, 4 << 20);
+	struct mc_store *s;
+	struct mc_store_config c;
+	char addr[64], v[2000];
+	uint16_t port = 0;
+	int healthy = 0;
+	(void)state;
+	for (int i = 0; i < 5 && !(m = restartable_master(port = mc_test_free_port())); i++)
+		;
+	assert_non_null(m);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	p.master_server_addr = addr;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	assert_int_equal(mc_store_setup(s, &p), MC_OK);
+	c = prefer(s);
+	mc_test_fill(v, sizeof(v), 111);
+	assert_int_equal(mc_store_put(s, "restart-1", v, sizeof(v), &c), MC_OK);
+
+	mc_master_server_stop(m);
+	/* the next heartbeat (within a second) finds the master gone */
+	for (int i = 0; i < 300 && mc_store_health_check(s) != 2; i++)
+		usleep(10 * 1000);
+	assert_int_equal(mc_store_health_check(s), 2);
+	assert_int_equal(mc_store_get_size(s, "restart-1"), MC_ERR_RPC_FAIL);
+	m = restartable_master(port);
+	assert_non_null(m);
+	/* the new master knows nothing until the heartbeat remounts */
+	for (int i = 0; i < 50 && !healthy; i++) {
+		usleep(100 * 1000);
+		healthy = mc_store_health_check(s) == 0 &&
+			  mc_store_put(s, "restart-2", v, sizeof(v), &c) == MC_OK;
+	}
+	assert_true(healthy);
+	assert_int_equal(mc_store_get_size(s, "restart-1"), MC_ERR_OBJECT_NOT_FOUND);
+	expect_get(s, "restart-2", v, sizeof(v));
+	mc_store_free(s);
+	mc_master_server_stop(m);
+}
+
+/* ---- the upstream C API (store_c.h) ---------------------------------------------------------- */
+
+static void upstream_c_api(void **state)
+{
+	mooncake_store_t h = mooncake_store_create();
+	mooncake_replicate_config_t cfg = {.replica_num = 1};
+	char name[128], v[3000], out[3000], *rb = malloc(3000);
+	const char *keys[2] = {"capi-1", "capi-2"};
+	void *bufs[2] = {rb, rb + 1000};
+	size_t sizes[2] = {1000, 2000};
+	int ires[2];
+	int64_t gres[2];
+	(void)state;
+	assert_non_null(h);
+	mc_test_fill(v, sizeof(v), 101);
+	memcpy(rb, v, sizeof(v));
+	assert_int_equal(mooncake_store_health_check(h), 1);
+	assert_int_equal(mooncake_store_put(NULL, "k", v, 1, NULL), -1);
+	assert_int_equal(mooncake_store_put(h, NULL, v, 1, NULL), -1);
+	assert_int_equal(mooncake_store_get_hostname(h, name, sizeof(name)), 0);
+	assert_string_equal(name, "");
+	assert_int_equal(mooncake_store_setup(h, "127.0.0.1", meta_uri, 16 << 20, 4 << 20, "tcp",
+					      "", master_addr),
+			 0);
+	assert_int_equal(mooncake_store_health_check(h), 0);
+	assert_int_equal(mooncake_store_get_hostname(h, name, 4), -1);
+	assert_int_equal(mooncake_store_get_hostname(h, name, sizeof(name)), 0);
+	assert_true(strncmp(name, "127.0.0.1:", 10) == 0);
+
+	assert_int_equal(mooncake_store_put(h, "capi-0", v, 100, &cfg), 0);
+	assert_int_equal(mooncake_store_is_exist(h, "capi-0"), 1);
+	assert_int_equal(mooncake_store_get_size(h, "capi-0"), 100);
+	assert_int_equal(mooncake_store_register_buffer(h, rb, 3000), 0);
+	assert_int_equal(mooncake_store_put_from(h, "capi-from", rb, 3000, NULL), 0);
+	assert_int_equal(mooncake_store_get_into(h, "capi-from", out, sizeof(out)), 3000);
+	assert_memory_equal(out, v, 3000);
+	assert_int_equal(mooncake_store_get_into(h, "capi-from", out, 10), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mooncake_store_batch_put_from(h, keys, bufs, sizes, 2, NULL, ires), 0);
+	assert_int_equal(ires[0], 0);
+	assert_int_equal(ires[1], 0);
+	memset(rb, 0, 3000);
+	assert_int_equal(mooncake_store_batch_get_into(h, keys, bufs, sizes, 2, gres), 0);
+	assert_int_equal(gres[0], 1000);
+	assert_int_equal(gres[1], 2000);
+	assert_memory_equal(rb, v, 3000);
+	assert_int_equal(mooncake_store_batch_is_exist(h, keys, 2, ires), 0);
+	assert_int_equal(ires[0], 1);
+	assert_int_equal(mooncake_store_remove(h, "capi-nope", 1), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mooncake_store_remove(h, "capi-0", 1), 0);
+	assert_int_equal(mooncake_store_remove_by_regex(h, "^capi-[12]$", 1), 2);
+	assert_true(mooncake_store_remove_all(h, 1) >= 1);
+	assert_int_equal(mooncake_store_unregister_buffer(h, rb), 0);
+	mooncake_store_destroy(h);
+	mooncake_store_destroy(NULL);
+	free(rb);
+}
+
+/* ---- the connection layer against a scripted master ---------------------------------------------
+ */
+
+enum fake_mode {
+	FAKE_FOREIGN_VERSION, /* answers ServiceReady with protocol major 2 */
+	FAKE_SILENT,	      /* answers ServiceReady, then nothing */
+	FAKE_DROP_AFTER_PING, /* answers one Ping per connection, then closes */
+};
+
+struct fake {
+	int lfd;
+	uint16_t port;
+	enum fake_mode mode;
+	int connections;
+	pthread_t th;
+};
+
+static bool fake_answer(int fd, enum fake_mode mode, int *answered)
+{
+	uint8_t hdr[MC_PROTO_HDR_LEN];
+	struct mc_proto_hdr h;
+	uint8_t payload[4096];
+	struct mc_buf out;
+	bool ok = true;
+
+	if (mc_sock_read_full(fd, hdr, sizeof(hdr), mc_now_ms() + 10000) != MC_OK ||
+	    mc_proto_hdr_decode(hdr, sizeof(payload), &h) != MC_OK ||
+	    mc_sock_read_full(fd, payload, h.payload_len, mc_now_ms() + 10000) != MC_OK)
+		return false;
+	mc_buf_init(&out);
+	if (h.type == MC_STORE_SERVICE_READY) {
+		struct mc_store_hello hello = {mc_proto_str_c("fake")};
+		mc_store_service_ready_response_encode(&out, h.req_id, &hello);
+		if (mode == FAKE_FOREIGN_VERSION)
+			out.data[4] = MC_STORE_PROTO_MAJOR + 1;
+	} else if (h.type == MC_STORE_PING && mode == FAKE_DROP_AFTER_PING) {
+		struct mc_store_ping_resp pr = {1, MC_STORE_CLIENT_OK};
+		mc_store_ping_response_encode(&out, h.req_id, &pr);
+		(*answered)++;
+	}
+	if (out.len)
+		ok = mc_sock_write_full(fd, out.data, out.len, mc_now_ms() + 10000) == MC_OK;
+	mc_buf_release(&out);
+	return ok;
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	for (;;) {
+		int fd = accept(f->lfd, NULL, NULL), answered = 0;
+		if (fd < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			break;
+		}
+		f->connections++;
+		while (fake_answer(fd, f->mode, &answered) &&
+		       !(f->mode == FAKE_DROP_AFTER_PING && answered))
+			;
+		close(fd);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake *f, enum fake_mode mode)
+{
+	memset(f, 0, sizeof(*f));
+	f->mode = mode;
+	f->lfd = mc_sock_listen(0, 16);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(mc_sock_set_nonblock(f->lfd, false), 0);
+	f->port = mc_sock_local_port(f->lfd);
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+	shutdown(f->lfd, SHUT_RDWR);
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+}
+
+static void conn_foreign_version_is_refused(void **state)
+{
+	struct fake f;
+	struct mc_master_conn *c = NULL;
+	struct mc_store *s;
+	struct mc_store_params p = params(0, 0);
+	char addr[64];
+	(void)state;
+	fake_start(&f, FAKE_FOREIGN_VERSION);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", f.port);
+	assert_int_equal(mc_master_conn_new(addr, &c), MC_ERR_INVALID_VERSION);
+	p.master_server_addr = addr;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	assert_int_equal(mc_store_setup(s, &p), MC_ERR_INVALID_VERSION);
+	assert_int_equal(mc_store_health_check(s), 1);
+	mc_store_free(s);
+	fake_stop(&f);
+}
+
+static void conn_silent_master_times_out(void **state)
+{
+	struct fake f;
+	struct mc_master_conn *c = NULL;
+	struct mc_store_client_req req = {{1, 2}};
+	struct mc_store_msg resp;
+	char addr[64];
+	uint64_t t0;
+	(void)state;
+	fake_start(&f, FAKE_SILENT);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", f.port);
+	setenv("MC_RPC_TIMEOUT_MS", "300", 1);
+	assert_int_equal(mc_master_conn_new(addr, &c), MC_OK);
+	unsetenv("MC_RPC_TIMEOUT_MS");
+	t0 = mc_now_ms();
+	assert_int_equal(mc_master_conn_call(c, MC_STORE_PING, &req, &resp), MC_ERR_RPC_TIMEOUT);
+	assert_true(mc_now_ms() - t0 >= 250);
+	assert_true(mc_now_ms() - t0 < 5000);
+	mc_master_conn_free(c);
+	fake_stop(&f);
+}
+
+static void conn_reconnects_after_drop(void **state)
+{
+	struct fake f;
+	struct mc_master_conn *c = NULL;
+	struct mc_store_client_req req = {{1, 2}};
+	struct mc_store_msg resp;
+	char addr[64];
+	int ok = 0;
+	(void)state;
+	fake_start(&f, FAKE_DROP_AFTER_PING);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", f.port);
+	assert_int_equal(mc_master_conn_new(addr, &c), MC_OK);
+	for (int i = 0; i < 6; i++) {
+		mc_status rc = mc_master_conn_call(c, MC_STORE_PING, &req, &resp);
+		if (rc == MC_OK) {
+			assert_int_equal(resp.body.ping_resp.client_status, MC_STORE_CLIENT_OK);
+			mc_store_msg_release(&resp);
+			ok++;
+		} else {
+			assert_int_equal(rc, MC_ERR_RPC_FAIL);
+		}
+	}
+	assert_true(ok >= 3);
+	assert_true(f.connections >= 3);
+	mc_master_conn_free(c);
+	fake_stop(&f);
+}
+
+static void unreachable_master(void **state)
+{
+	struct mc_store *s;
+	struct mc_store_params p = params(0, 0);
+	char addr[64];
+	(void)state;
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", mc_test_free_port());
+	p.master_server_addr = addr;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	assert_int_equal(mc_store_setup(s, &p), MC_ERR_RPC_FAIL);
+	mc_store_free(s);
+}
+
 int main(void)
 {
-	return 77;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(put_get_across_clients),
+		cmocka_unit_test(put_existing_key_keeps_first_value),
+		cmocka_unit_test(upsert_overwrites),
+		cmocka_unit_test(put_parts_concatenates),
+		cmocka_unit_test(put_from_get_into_registered),
+		cmocka_unit_test(batch_put_and_get_per_key_results),
+		cmocka_unit_test(batch_put_from_and_get_into),
+		cmocka_unit_test(multi_buffer_gather_and_scatter),
+		cmocka_unit_test(exist_size_remove),
+		cmocka_unit_test(replica_descriptors),
+		cmocka_unit_test(bad_arguments_and_missing_keys),
+		cmocka_unit_test(not_set_up_client),
+		cmocka_unit_test(close_and_setup_again),
+		cmocka_unit_test(pure_client_and_shared_engine),
+		cmocka_unit_test(concurrent_callers),
+		cmocka_unit_test(heartbeat_keeps_client_healthy),
+		cmocka_unit_test(master_restart_remounts),
+		cmocka_unit_test(upstream_c_api),
+		cmocka_unit_test(remove_by_regex_and_all),
+		cmocka_unit_test(conn_foreign_version_is_refused),
+		cmocka_unit_test(conn_silent_master_times_out),
+		cmocka_unit_test(conn_reconnects_after_drop),
+		cmocka_unit_test(unreachable_master),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

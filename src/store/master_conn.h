@@ -1,0 +1,53 @@
+/*
+ * store/master_conn.h - the store client's connection to the master.
+ *
+ * One TCP connection carries every RPC of a client (docs/protocol.md,
+ * "Store client <-> master protocol").  Any number of threads may call at
+ * once: each request gets its own id, requests are pipelined on the one
+ * socket, and a receiver thread matches each response to its caller by id
+ * and wakes it.  A call that does not get its answer by its deadline
+ * (MC_RPC_TIMEOUT_MS, default 30000, negative = none) fails with
+ * MC_ERR_RPC_TIMEOUT; the late answer is dropped when it arrives.  A
+ * transport failure fails every call in flight with MC_ERR_RPC_FAIL and
+ * the next call reconnects (connect deadline MC_RPC_CONNECT_TIMEOUT_MS),
+ * sending ServiceReady first; a master of another protocol major version
+ * is MC_ERR_INVALID_VERSION.
+ *
+ * Threads: every function may be called from any thread, except
+ * mc_master_conn_free, which must not race with calls.
+ */
+#ifndef MC_STORE_MASTER_CONN_H
+#define MC_STORE_MASTER_CONN_H
+
+#include <stdint.h>
+
+#include "mooncake/status.h"
+#include "store/proto.h"
+
+struct mc_master_conn;
+
+/*
+ * Create a connection to addr ("host:port", port 50051 when absent) and
+ * connect it (ServiceReady included).  MC_OK; MC_ERR_INVALID_PARAMS (bad
+ * address); MC_ERR_RPC_FAIL or MC_ERR_RPC_TIMEOUT (master unreachable);
+ * MC_ERR_INVALID_VERSION; MC_ERR_NOMEM.
+ */
+mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out);
+/* Close the socket, stop the receiver, free.  NULL is a no-op. */
+void mc_master_conn_free(struct mc_master_conn *c);
+
+/*
+ * Send request (type, body) and wait for its answer.  On MC_OK *resp_out
+ * holds the decoded response body (release with mc_store_msg_release).
+ * An error response returns its status (its text in mc_last_error) and
+ * leaves nothing to release; so do MC_ERR_RPC_FAIL, MC_ERR_RPC_TIMEOUT,
+ * MC_ERR_PROTOCOL (an answer that does not decode) and the encoder's
+ * errors (MC_ERR_INVALID_KEY for an over-long key, ...).
+ */
+mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
+			      struct mc_store_msg *resp_out);
+
+/* Drop the connection now (calls in flight fail); the next call reconnects. */
+void mc_master_conn_reset(struct mc_master_conn *c);
+
+#endif
