@@ -1,41 +1,53 @@
 #!/usr/bin/env bash
-# scripts/demo.sh - the main job on a fresh machine, end to end:
+# scripts/demo.sh - the main job on a fresh machine, end to end: Mooncake Store
+# in its embedded default set-up, on loopback.
 #
 #   1. build (meson setup build-demo if it does not exist, then ninja);
-#   2. start mooncake_http_metadata_server on a free port (--port 0);
-#   3. start two te_node engines against it: a target with a 256 MiB buffer
-#      and an initiator with room for the data twice (136 MiB by default);
-#   4. fill 64 MiB of the initiator with pseudo-random bytes, WRITE them into
-#      the target at an unaligned address, READ them back into another part
-#      of the initiator, and compare XXH3 checksums of all three copies;
-#   5. print sizes, checksums and the bandwidth of each direction, shut
-#      everything down and exit 0 -- or non-zero on any failure or mismatch.
+#   2. start mooncake_master with its embedded HTTP metadata server, every
+#      port chosen free by the master (port 0; it logs "listening rpc=..
+#      metrics=.. metadata=..");
+#   3. start two storage clients (store_node, each contributing a 256 MiB
+#      segment): A and B;
+#   4. A puts 64 objects of 1 MiB of pseudo-random data with their replicas
+#      on B's segment (the bytes move through the Transfer Engine);
+#      B reads every object back and compares it with the data A generated;
+#      A reads them back too (zero-copy, over TCP again) and the XXH3 digests
+#      of all three views must agree;
+#   5. print objects, bytes and MB/s of each step and the master's
+#      /metrics/summary, then shut down (clients quit, master SIGTERM) and
+#      exit 0 -- or non-zero on any failure or mismatch.
 #
-# te_node (tests/integration/te_node.c) is a small engine process that takes
-# one command per line on stdin and answers one line on stdout; this script
-# talks to each through a pair of FIFOs.
+# store_node (tests/integration/store_node.c) is a store client over the
+# public API that takes one command per line on stdin and answers one line
+# on stdout; this script talks to each through a pair of FIFOs.  The old
+# Transfer-Engine-only demo is scripts/demo_te.sh.
 #
 # Environment: MC_DEMO_BUILD (build dir, default <repo>/build-demo),
-# MC_DEMO_SIZE_MIB (default 64), MC_LOG_LEVEL (engine log level, default warn).
+# MC_DEMO_OBJECTS (default 64), MC_DEMO_OBJECT_KIB (default 1024),
+# MC_LOG_LEVEL (library log level, default warn).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MC_DEMO_BUILD:-$ROOT/build-demo}
-SIZE_MIB=${MC_DEMO_SIZE_MIB:-64}
-SIZE=$((SIZE_MIB << 20))
-INI_MIB=$((2 * SIZE_MIB + 8)) # the source and, after it, room for the read-back
-TIMEOUT=120 # seconds allowed for any one step
+OBJECTS=${MC_DEMO_OBJECTS:-64}
+OBJ_KIB=${MC_DEMO_OBJECT_KIB:-1024}
+TIMEOUT=60 # seconds allowed for any one step
 export MC_LOG_LEVEL=${MC_LOG_LEVEL:-warn}
-case $SIZE_MIB in
-'' | *[!0-9]*) echo "demo: MC_DEMO_SIZE_MIB must be a number of MiB" >&2; exit 2 ;;
-esac
-if [ "$SIZE_MIB" -lt 1 ] || [ "$SIZE_MIB" -gt 240 ]; then
-	echo "demo: MC_DEMO_SIZE_MIB must be 1..240 (the target has 256 MiB)" >&2
+for v in "$OBJECTS" "$OBJ_KIB"; do
+	case $v in
+	'' | *[!0-9]*) echo "demo: MC_DEMO_OBJECTS and MC_DEMO_OBJECT_KIB must be numbers" >&2; exit 2 ;;
+	esac
+done
+OBJ_SIZE=$((OBJ_KIB << 10))
+TOTAL=$((OBJECTS * OBJ_SIZE))
+if [ "$OBJECTS" -lt 1 ] || [ "$OBJ_KIB" -lt 1 ] || [ "$TOTAL" -gt $((192 << 20)) ]; then
+	echo "demo: 1..192 MiB of data in all (B's segment has 256 MiB)" >&2
 	exit 2
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mooncake-demo.XXXXXX")
-PIDS=()
+NODE_PIDS=()
+MASTER_PID=
 
 say() { printf '%s\n' "$*"; }
 die() {
@@ -52,14 +64,15 @@ die() {
 cleanup() {
 	local rc=$? pid
 	trap - EXIT INT TERM
-	# Ask the engines to quit (closing their stdin), then stop what is left.
-	for fd in ${TGT_W:-} ${INI_W:-}; do
+	# Clients first (closing their stdin makes them quit and unmount), then
+	# the master; whatever is left after that gets SIGTERM.
+	for fd in ${A_W:-} ${B_W:-}; do
 		exec {fd}>&- 2>/dev/null || true
 	done
-	for pid in "${PIDS[@]}"; do
+	for pid in "${NODE_PIDS[@]}" $MASTER_PID; do
 		kill -TERM "$pid" 2>/dev/null || true
 	done
-	for pid in "${PIDS[@]}"; do
+	for pid in "${NODE_PIDS[@]}" $MASTER_PID; do
 		wait "$pid" 2>/dev/null || true
 	done
 	rm -rf "$WORK"
@@ -79,20 +92,20 @@ ninja -C "$BUILD" >>"$WORK/build.log" 2>&1 || die "ninja failed"
 rm -f "$WORK/build.log"
 say "   done in $((SECONDS - t0)) s"
 
-SERVER=$BUILD/tools/mooncake_http_metadata_server
-TE_NODE=$BUILD/tests/integration/te_node
-[ -x "$SERVER" ] || die "$SERVER was not built"
-[ -x "$TE_NODE" ] || die "$TE_NODE was not built (is -Dtests=false set on $BUILD?)"
+MASTER=$BUILD/tools/mooncake_master
+STORE_NODE=$BUILD/tests/integration/store_node
+[ -x "$MASTER" ] || die "$MASTER was not built"
+[ -x "$STORE_NODE" ] || die "$STORE_NODE was not built (is -Dtests=false set on $BUILD?)"
 
-# --- helpers for the te_node dialogue ----------------------------------------
-# start_node VAR ARGS...: starts te_node with FIFOs on stdin/stdout, stores
-# the write fd in VAR_W and the read fd in VAR_R, and the READY line in VAR_INFO.
+# --- helpers for the store_node dialogue ---------------------------------------
+# start_node VAR ARGS...: starts store_node with FIFOs on stdin/stdout, stores
+# the write fd in VAR_W, the read fd in VAR_R and the READY line in VAR_INFO.
 start_node() {
 	local var=$1 wfd rfd line
 	shift
 	mkfifo "$WORK/$var.in" "$WORK/$var.out"
-	"$TE_NODE" "$@" <"$WORK/$var.in" >"$WORK/$var.out" 2>"$WORK/$var.log" &
-	PIDS+=($!)
+	"$STORE_NODE" "$@" <"$WORK/$var.in" >"$WORK/$var.out" 2>"$WORK/$var.log" &
+	NODE_PIDS+=($!)
 	# Same order as the child's redirections: its stdin first, then stdout.
 	exec {wfd}>"$WORK/$var.in"
 	exec {rfd}<"$WORK/$var.out"
@@ -132,97 +145,101 @@ cmd() {
 	esac
 }
 
-# mbps BYTES MS
-mbps() { awk -v b="$1" -v ms="$2" 'BEGIN { if (ms <= 0) ms = 0.001; printf "%.1f", b / 1e6 / (ms / 1000) }'; }
-ms_of() { field "$1" ms; }
-
-# --- 2. metadata server --------------------------------------------------------
-mkfifo "$WORK/server.out"
-"$SERVER" --host 127.0.0.1 --port 0 >"$WORK/server.out" 2>"$WORK/server.log" &
-SERVER_PID=$!
-PIDS+=("$SERVER_PID")
-exec {SERVER_R}<"$WORK/server.out"
+# --- 2. master ---------------------------------------------------------------------
+"$MASTER" --rpc_port=0 --rpc_address=127.0.0.1 --metrics_port=0 --metrics_host=127.0.0.1 \
+	--enable_http_metadata_server=true --http_metadata_server_port=0 \
+	--http_metadata_server_host=127.0.0.1 --enable_metric_reporting=false \
+	</dev/null >/dev/null 2>"$WORK/master.log" &
+MASTER_PID=$!
+# The master logs its ports once it listens; wait for that line (bounded).
 line=""
-IFS= read -r -t "$TIMEOUT" -u "$SERVER_R" line || die "metadata server did not start"
-case $line in
-*"listening on "*) ;;
-*) die "metadata server did not report its port: $line" ;;
-esac
-PORT=${line##*:}
-META="http://127.0.0.1:$PORT/metadata"
-say "== metadata server: $META (pid $SERVER_PID)"
+for _ in $(seq 1 $((TIMEOUT * 20))); do
+	line=$(grep -m1 -o 'listening rpc=[0-9]* metrics=[0-9]* metadata=[0-9]*' "$WORK/master.log" || true)
+	[ -n "$line" ] && break
+	kill -0 "$MASTER_PID" 2>/dev/null || die "mooncake_master exited"
+	sleep 0.05
+done
+[ -n "$line" ] || die "mooncake_master did not report its ports"
+RPC=$(field "${line#listening }" rpc)
+METRICS=$(field "${line#listening }" metrics)
+META_PORT=$(field "${line#listening }" metadata)
+META="http://127.0.0.1:$META_PORT/metadata"
+say "== mooncake_master (pid $MASTER_PID): rpc 127.0.0.1:$RPC, metrics :$METRICS, metadata $META"
 
-# --- 3. engines ------------------------------------------------------------------
-start_node TGT --metadata "$META" --name demo-target --host 127.0.0.1 --buffer 256m
-start_node INI --metadata "$META" --name demo-initiator --host 127.0.0.1 --buffer "${INI_MIB}m"
-TGT_ADDR=$(field "$TGT_INFO" addr)
-# From here a dead te_node makes our writes fail (and die) instead of killing
-# us; set only now so the children keep the default SIGPIPE action.
+# --- 3. storage clients -------------------------------------------------------------
+NODE_ARGS=(--master "127.0.0.1:$RPC" --metadata "$META" --host 127.0.0.1
+	--segment 256m --buffer 64m --zbuf "$((OBJ_SIZE > (16 << 20) ? OBJ_SIZE : (16 << 20)))")
+start_node A "${NODE_ARGS[@]}"
+start_node B "${NODE_ARGS[@]}"
+A_HOST=$(field "$A_INFO" hostname)
+B_HOST=$(field "$B_INFO" hostname)
+# From here a dead store_node makes our writes fail (and die) instead of
+# killing us; set only now so the children keep the default SIGPIPE action.
 trap '' PIPE
-say "== target    $(field "$TGT_INFO" name): 256 MiB at $TGT_ADDR, rpc port $(field "$TGT_INFO" rpc_port)"
-say "== initiator $(field "$INI_INFO" name): $INI_MIB MiB at $(field "$INI_INFO" addr), rpc port $(field "$INI_INFO" rpc_port)"
+say "== client A: $A_HOST (pid $(field "$A_INFO" pid)), 256 MiB segment"
+say "== client B: $B_HOST (pid $(field "$B_INFO" pid)), 256 MiB segment"
 
-cmd INI open demo-target
-SEG=${REPLY#OK }
-SEG=${SEG%% *}
-cmd INI remote_base "$SEG"
-say "   initiator opened demo-target: segment id $SEG, buffer ${REPLY#OK }"
+# --- 4. data ------------------------------------------------------------------------
+SEED=20240601
+say "== A puts $OBJECTS objects of $OBJ_KIB KiB, replicas on B's segment"
+cmd A putn demo- "$OBJECTS" "$OBJ_SIZE" "$SEED" "seg=$B_HOST"
+PUT=${REPLY#OK }
+cmd A replicas demo-0
+say "   demo-0 lives on: ${REPLY#OK n=1 }"
+say "== B reads them back and compares with the generated data"
+cmd B getn demo- "$OBJECTS" "$OBJ_SIZE" "$SEED"
+GETB=${REPLY#OK }
+say "== A reads them back (zero-copy) from B's segment"
+cmd A getn demo- "$OBJECTS" "$OBJ_SIZE" "$SEED" zc
+GETA=${REPLY#OK }
 
-# --- 4. data --------------------------------------------------------------------
-SRC_OFF=3                       # unaligned on purpose
-DST_OFF=$(((1 << 20) + 5))      # where the data lands in the target
-BACK_OFF=$((SIZE + 4096 + 7))      # where the read-back lands in the initiator
-REMOTE=$(printf '0x%x' $((TGT_ADDR + DST_OFF)))
-
-say "== writing $SIZE_MIB MiB ($SIZE bytes) of random data"
-cmd INI fill 20240601 "$SRC_OFF" "$SIZE"
-cmd INI crc "$SRC_OFF" "$SIZE"
-SRC_CRC=${REPLY#OK }
-cmd TGT zero "$DST_OFF" "$SIZE"
-cmd INI write "$SEG" "$SRC_OFF" "$REMOTE" "$SIZE"
-W_MS=$(ms_of "$REPLY")
-cmd TGT crc "$DST_OFF" "$SIZE"
-DST_CRC=${REPLY#OK }
-
-say "== reading it back"
-cmd INI zero "$BACK_OFF" "$SIZE"
-cmd INI read "$SEG" "$BACK_OFF" "$REMOTE" "$SIZE"
-R_MS=$(ms_of "$REPLY")
-cmd INI crc "$BACK_OFF" "$SIZE"
-BACK_CRC=${REPLY#OK }
-
-printf '\n%-34s %s\n' "source (initiator +$SRC_OFF)" "xxh3 $SRC_CRC"
-printf '%-34s %s\n' "written copy (target +$DST_OFF)" "xxh3 $DST_CRC"
-printf '%-34s %s\n' "read-back (initiator +$BACK_OFF)" "xxh3 $BACK_CRC"
-printf '%-34s %8.1f ms  %8s MB/s\n' "write initiator -> target" "$W_MS" "$(mbps "$SIZE" "$W_MS")"
-printf '%-34s %8.1f ms  %8s MB/s\n\n' "read  target -> initiator" "$R_MS" "$(mbps "$SIZE" "$R_MS")"
+printf '\n%-44s %8s %12s %10s %10s  %s\n' step objects bytes ms MB/s xxh3
+for row in "A put -> B's segment (other process):$PUT" "B get, its own segment (local):$GETB" \
+	"A get_into <- B's segment (other process):$GETA"; do
+	name=${row%%:*}
+	f=${row#*:}
+	printf '%-44s %8s %12s %10s %10s  %s\n' "$name" "$(field "$f" n)" "$(field "$f" bytes)" \
+		"$(field "$f" ms)" "$(field "$f" mbps)" "$(field "$f" xxh3)"
+done
+printf '\n'
 
 status=0
-if [ "$SRC_CRC" != "$DST_CRC" ]; then
-	say "MISMATCH: the target's copy differs from the source"
-	status=1
-fi
-if [ "$SRC_CRC" != "$BACK_CRC" ]; then
-	say "MISMATCH: the data read back differs from the source"
-	status=1
+for f in "$GETB" "$GETA"; do
+	if [ "$(field "$f" bad)" != 0 ] || [ "$(field "$f" xxh3)" != "$(field "$PUT" xxh3)" ]; then
+		say "MISMATCH: data read back differs from what was put ($f)"
+		status=1
+	fi
+done
+
+say "== curl -s http://127.0.0.1:$METRICS/metrics/summary"
+if command -v curl >/dev/null; then
+	curl -s --max-time 10 "http://127.0.0.1:$METRICS/metrics/summary" || say "(no answer)"
+	printf '\n'
 fi
 
-# --- 5. shut down -----------------------------------------------------------------
+# --- 5. shut down -------------------------------------------------------------------
 say "== shutting down"
-for var in INI TGT; do
+cmd A remove_all force
+say "   removed ${REPLY#OK } objects"
+for var in A B; do
 	cmd "$var" quit
-	# te_node frees its engine and exits; its stdout reaching EOF says so.
+	# store_node closes its client and exits; its stdout reaching EOF says so.
 	r=${var}_R
 	rc=0
 	while [ "$rc" -eq 0 ]; do
 		IFS= read -r -t "$TIMEOUT" -u "${!r}" line || rc=$?
 	done
-	if [ "$rc" -gt 128 ]; then
-		die "$var did not exit after quit"
-	fi
+	[ "$rc" -gt 128 ] && die "$var did not exit after quit"
 done
+for pid in "${NODE_PIDS[@]}"; do
+	wait "$pid" || die "a store_node exited with status $?"
+done
+NODE_PIDS=()
+kill -TERM "$MASTER_PID"
+wait "$MASTER_PID" || die "mooncake_master exited with status $? after SIGTERM"
+MASTER_PID=
 if [ "$status" -eq 0 ]; then
-	say "demo: OK, $SIZE_MIB MiB written and read back, all checksums match"
+	say "demo: OK, $OBJECTS objects ($((TOTAL >> 20)) MiB) stored by A on B, read back by both, all checksums match"
 else
 	say "demo: FAILED, checksums differ"
 fi

@@ -85,10 +85,27 @@ static void task_finish(struct mc_task *t)
 	atomic_fetch_sub(&b->busy, 1);
 }
 
+/*
+ * Wait for a counter that a completer is a few instructions away from
+ * dropping.  Spin briefly, then yield: the completer may have been
+ * preempted in between (its futex wake-up often hands the CPU to the very
+ * thread waiting here), and a pure spin would then burn a whole time slice
+ * before it runs again -- milliseconds of tail latency per batch on a
+ * 2-core machine.
+ */
+static void wait_zero(atomic_uint *v)
+{
+	for (unsigned i = 0; atomic_load(v) > 0; i++) {
+		if (i < 64)
+			mc_cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
 static void wait_not_busy(struct mc_batch *b)
 {
-	while (atomic_load(&b->busy) > 0)
-		mc_cpu_relax();
+	wait_zero(&b->busy);
 }
 
 void mc_slice_done(struct mc_slice *s, int status)
@@ -225,8 +242,7 @@ int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 	if (atomic_load(&b->inflight) > 0 && all_terminal(b)) {
 		/* every task shows its end state, but the last completer has not
 		 * decremented inflight yet: it is a few instructions away */
-		while (atomic_load(&b->inflight) > 0)
-			mc_cpu_relax();
+		wait_zero(&b->inflight);
 	}
 	if (atomic_load(&b->inflight) > 0) {
 		if (!discard)

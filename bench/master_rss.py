@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Master memory per object, measured on the real daemon.
+
+Starts mooncake_master (port 0 everywhere, ports read from its "listening"
+line), reads its VmRSS, creates --objects small objects through the wire
+protocol with bench/store_proto_bench --load (BatchPutStart + BatchPutEnd,
+1000 keys per frame, against a fake mounted segment: the master never
+touches segment memory, so none is needed), reads VmRSS again while the
+objects are live, and prints
+
+    master_rss objects=N value_size=B rss_before_kib=.. rss_after_kib=..
+        bytes_per_object=.. load_keys_per_s=..
+
+(one line; --json for a JSON object).  The in-process counterpart, which
+counts the master's own allocations, is bench/master_mem_bench.c.
+
+usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+LISTEN_RE = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
+
+
+def find(build, *rel):
+    for r in rel:
+        p = os.path.join(build, r)
+        if os.access(p, os.X_OK):
+            return p
+    sys.exit(f"none of {rel} built under {build}")
+
+
+class Master:
+    """mooncake_master on free ports; stop() sends SIGTERM and waits."""
+
+    def __init__(self, exe, extra=(), timeout=20.0):
+        self.log = tempfile.NamedTemporaryFile(prefix="mooncake_master.", suffix=".log",
+                                               delete=False)
+        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
+                "--metrics_host=127.0.0.1", "--enable_http_metadata_server=true",
+                "--http_metadata_server_port=0", "--http_metadata_server_host=127.0.0.1",
+                "--enable_metric_reporting=false", *extra]
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=self.log)
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.log.name, "rb") as f:
+                m = LISTEN_RE.search(f.read().decode(errors="replace"))
+            if m:
+                break
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(self.log.name) as f:
+                    sys.exit(f"mooncake_master did not start:\n{f.read()[-2000:]}")
+            time.sleep(0.02)
+        self.rpc, self.metrics, self.meta = (int(x) for x in m.groups())
+        self.addr = f"127.0.0.1:{self.rpc}"
+        self.meta_uri = f"http://127.0.0.1:{self.meta}/metadata"
+
+    def rss_kib(self):
+        with open(f"/proc/{self.p.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+
+def measure(build, objects, value_size, master_extra=()):
+    exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
+    loader = find(build, "bench/store_proto_bench")
+    # A long client_ttl: the loader pings every second anyway.
+    m = Master(exe, ["--client_ttl=60", *master_extra])
+    try:
+        before = m.rss_kib()
+        ld = subprocess.Popen([loader, f"--master={m.addr}", f"--load={objects}",
+                               f"--value-size={value_size}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            done = None
+            for line in ld.stdout:  # the loader's progress, bounded by its own exit
+                if line.startswith("DONE"):
+                    done = dict(kv.split("=", 1) for kv in line.split()[1:])
+                    break
+            if done is None:
+                raise RuntimeError(f"loader failed (rc={ld.wait()})")
+            after = m.rss_kib()
+        finally:
+            ld.stdin.close()
+            ld.wait(timeout=60)
+        return {
+            "objects": objects,
+            "value_size": value_size,
+            "rss_before_kib": before,
+            "rss_after_kib": after,
+            "bytes_per_object": (after - before) * 1024 / objects,
+            "load_keys_per_s": float(done["keys/s"]),
+            "load_s": float(done["s"]),
+        }
+    finally:
+        m.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--objects", type=int, default=10_000_000)
+    ap.add_argument("--value-size", type=int, default=1024)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    r = measure(args.build, args.objects, args.value_size)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print("master_rss " + " ".join(
+            f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+
+
+if __name__ == "__main__":
+    main()

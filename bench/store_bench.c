@@ -1,0 +1,978 @@
+/*
+ * store_bench - Mooncake Store throughput and metadata latency, in the
+ * spirit of valkey-benchmark, over the public API only (<mooncake/store.h>).
+ *
+ * Two processes on one machine.  A "holder" contributes a global segment
+ * (--segment, default 2 GiB, mapped lazily) and serves it; a "client"
+ * (no segment of its own) puts and gets objects whose single replica is
+ * placed on the holder (preferred_segment = the holder's hostname), so
+ * every byte crosses the Transfer Engine's TCP transport, and measures:
+ *
+ *   put_from / get_into   zero-copy, one key per call, registered buffers
+ *   put / get             copy-based (staged through the local buffer;
+ *                         get returns a malloc'ed copy that is freed)
+ *   batch_put_from / batch_get_into
+ *                         --batch keys per call
+ *   mt_put_from / mt_get_into
+ *                         --threads threads, one key per call each, phases
+ *                         synchronised by a barrier
+ *   exist, batch_exist, replica_desc
+ *                         metadata calls at batch 1 and --meta-keys keys
+ *                         (run first)
+ *
+ * Data cases run for every --sizes entry (default 1 MiB and 4 MiB).  A
+ * round puts a window of keys (--window bytes per thread, default 64 MiB,
+ * from as many distinct buffers), reads them back (the first 8 bytes of
+ * each object carry its round and index and are checked), then removes
+ * them with one forced batch remove, so the pool never fills; rounds repeat
+ * for --duration seconds.  Throughput = bytes / time spent in the timed
+ * calls (phase wall time for the threaded case); latency percentiles are
+ * per call.  Every case runs --runs times and the median is reported.
+ *
+ *   store_bench [--master H:P] [--metadata URI] [--target HOSTNAME] ...
+ *
+ * Without --target the client starts its own holder (this program with
+ * --mode=holder, same master and metadata) and stops it at the end.
+ * Output: one line per case, "case=<name> size=<B> batch=<n> threads=<n>
+ * GB/s=<median> ..." (metadata cases: "ops/s", "keys/s", "p50_us",
+ * "p99_us"), or one JSON object per line with --json.  --quick makes one
+ * short run per case (smoke test).
+ *
+ * Same-host engines may move bytes through the same-host transport rather
+ * than TCP; run with MC_SHM_DISABLE=1 in the environment (the holder
+ * inherits it) to measure TCP, as bench/store_compare.py does.
+ *
+ * Exit status: 0 success, 1 a store call failed or data did not verify,
+ * 2 bad flags.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mooncake/store.h>
+
+#define PROG	    "store_bench"
+#define MAX_SIZES   8
+#define MAX_THREADS 16
+#define MAX_RUNS    101
+#define KEY_LEN	    64
+
+static struct options {
+	const char *mode; /* client | holder */
+	const char *master;
+	const char *metadata;
+	const char *host;
+	const char *target;
+	uint64_t segment;
+	uint64_t window;
+	uint64_t sizes[MAX_SIZES];
+	int nsizes;
+	int runs;
+	double duration;
+	int batch;
+	int threads;
+	int meta_keys;
+	const char *cases;
+	bool json;
+	bool quick;
+} opt = {
+	.mode = "client",
+	.master = "127.0.0.1:50051",
+	.metadata = "http://127.0.0.1:8080/metadata",
+	.host = "127.0.0.1",
+	.segment = 2ull << 30,
+	.window = 64ull << 20,
+	.sizes = {1u << 20, 4u << 20},
+	.nsizes = 2,
+	.runs = 5,
+	.duration = 2.0,
+	.batch = 8,
+	.threads = 2,
+	.meta_keys = 1000,
+	.cases = "zc,copy,batch,mt,meta",
+};
+
+static struct mc_store *store;
+static volatile sig_atomic_t stop_signal;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, PROG ": ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	exit(1);
+}
+
+static void check(int64_t st, const char *what, const char *key)
+{
+	if (st < 0)
+		die("%s(%s): %s (%" PRId64 "): %s", what, key ? key : "",
+		    mc_status_name((mc_status)st), st, mc_last_error());
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool case_on(const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = opt.cases; (p = strstr(p, name)); p += n)
+		if ((p == opt.cases || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Samples and statistics                                                    */
+
+struct samples {
+	double *v;
+	size_t n, cap;
+};
+
+static void sample_add(struct samples *s, double x)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 4096;
+		s->v = realloc(s->v, s->cap * sizeof(*s->v));
+		if (!s->v)
+			die("out of memory");
+	}
+	s->v[s->n++] = x;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* p in [0, 100] of the samples (sorted in place); 0 if none. */
+static double percentile(struct samples *s, double p)
+{
+	size_t i;
+
+	if (!s->n)
+		return 0;
+	qsort(s->v, s->n, sizeof(*s->v), cmp_double);
+	i = (size_t)ceil(p / 100.0 * (double)s->n);
+	return s->v[i ? i - 1 : 0];
+}
+
+static double median(double *v, int n)
+{
+	double tmp[MAX_RUNS];
+
+	memcpy(tmp, v, (size_t)n * sizeof(*v));
+	qsort(tmp, (size_t)n, sizeof(*tmp), cmp_double);
+	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+/* One run's figures of a data case. */
+struct xfer_result {
+	double put_gbs, get_gbs;
+	double put_p50, put_p99, get_p50, get_p99; /* us per call */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Data cases                                                                */
+
+enum xfer_kind { X_ZC, X_COPY, X_BATCH };
+
+struct window {
+	size_t n;	/* keys per round */
+	size_t size;	/* object size */
+	uint8_t **bufs; /* n distinct source/destination buffers */
+	char (*keys)[KEY_LEN];
+	const char **keyp;
+};
+
+static struct mc_store_config place_cfg(void)
+{
+	struct mc_store_config c = {.replica_num = 1, .preferred_segment = opt.target};
+
+	return c;
+}
+
+static void stamp(uint8_t *p, uint64_t tag)
+{
+	memcpy(p, &tag, sizeof(tag));
+}
+
+static bool stamped(const uint8_t *p, uint64_t tag)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v == tag;
+}
+
+static uint64_t tag_of(unsigned tid, uint64_t round, size_t i)
+{
+	return ((uint64_t)tid << 56) ^ (round << 24) ^ i;
+}
+
+/* A region for n buffers of size bytes, registered for zero-copy calls. */
+static void window_init(struct window *w, size_t size, size_t n, bool zc)
+{
+	uint8_t *base;
+
+	w->n = n;
+	w->size = size;
+	w->bufs = calloc(n, sizeof(*w->bufs));
+	w->keys = calloc(n, sizeof(*w->keys));
+	w->keyp = calloc(n, sizeof(*w->keyp));
+	if (!w->bufs || !w->keys || !w->keyp)
+		die("out of memory");
+	base = mmap(NULL, n * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (base == MAP_FAILED)
+		die("mmap %zu bytes: %s", n * size, strerror(errno));
+	madvise(base, n * size, MADV_HUGEPAGE);
+	for (size_t i = 0; i < n * size; i += 8)
+		base[i] = (uint8_t)(i * 131 + 7); /* touch and fill */
+	for (size_t i = 0; i < n; i++) {
+		w->bufs[i] = base + i * size;
+		w->keyp[i] = w->keys[i];
+	}
+	if (zc)
+		check(mc_store_register_buffer(store, base, n * size), "register_buffer", NULL);
+}
+
+static void window_release(struct window *w, bool zc)
+{
+	if (zc)
+		mc_store_unregister_buffer(store, w->bufs[0]);
+	munmap(w->bufs[0], w->n * w->size);
+	free(w->bufs);
+	free(w->keys);
+	free(w->keyp);
+}
+
+static void window_keys(struct window *w, unsigned tid, uint64_t round)
+{
+	for (size_t i = 0; i < w->n; i++) {
+		snprintf(w->keys[i], KEY_LEN, "sb-%d-%u-%" PRIu64 "-%zu", (int)getpid(), tid, round,
+			 i);
+		stamp(w->bufs[i], tag_of(tid, round, i));
+	}
+}
+
+static void window_remove(struct window *w)
+{
+	mc_status *res = calloc(w->n, sizeof(*res));
+
+	if (!res)
+		die("out of memory");
+	check(mc_store_batch_remove(store, w->keyp, w->n, true, res), "batch_remove", NULL);
+	free(res);
+}
+
+/* Put phase of one round; per-call latencies into lat (us). */
+static void put_phase(enum xfer_kind k, struct window *w, struct samples *lat)
+{
+	struct mc_store_config cfg = place_cfg();
+
+	if (k == X_BATCH) {
+		size_t b = (size_t)opt.batch;
+		size_t *lens = calloc(b, sizeof(*lens));
+		mc_status *res = calloc(b, sizeof(*res));
+
+		if (!lens || !res)
+			die("out of memory");
+		for (size_t i = 0; i < b; i++)
+			lens[i] = w->size;
+		for (size_t i = 0; i + b <= w->n; i += b) {
+			double t0 = now_s();
+			mc_status st = mc_store_batch_put_from(store, w->keyp + i,
+							       (void *const *)(w->bufs + i), lens,
+							       b, &cfg, res);
+
+			sample_add(lat, (now_s() - t0) * 1e6);
+			check(st, "batch_put_from", w->keyp[i]);
+		}
+		free(lens);
+		free(res);
+		return;
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		double t0 = now_s();
+		mc_status st =
+			k == X_ZC ? mc_store_put_from(store, w->keyp[i], w->bufs[i], w->size, &cfg)
+				  : mc_store_put(store, w->keyp[i], w->bufs[i], w->size, &cfg);
+
+		sample_add(lat, (now_s() - t0) * 1e6);
+		check(st, k == X_ZC ? "put_from" : "put", w->keyp[i]);
+	}
+}
+
+static void get_phase(enum xfer_kind k, struct window *w, unsigned tid, uint64_t round,
+		      struct samples *lat)
+{
+	if (k == X_BATCH) {
+		size_t b = (size_t)opt.batch;
+		size_t *caps = calloc(b, sizeof(*caps));
+		int64_t *res = calloc(b, sizeof(*res));
+
+		if (!caps || !res)
+			die("out of memory");
+		for (size_t i = 0; i < b; i++)
+			caps[i] = w->size;
+		for (size_t i = 0; i + b <= w->n; i += b) {
+			double t0 = now_s();
+			mc_status st;
+
+			memset(w->bufs[i], 0, 8);
+			st = mc_store_batch_get_into(store, w->keyp + i,
+						     (void *const *)(w->bufs + i), caps, b, res);
+			sample_add(lat, (now_s() - t0) * 1e6);
+			check(st, "batch_get_into", w->keyp[i]);
+			for (size_t j = 0; j < b; j++)
+				if (res[j] != (int64_t)w->size)
+					die("batch_get_into(%s): %" PRId64, w->keyp[i + j], res[j]);
+			if (!stamped(w->bufs[i], tag_of(tid, round, i)))
+				die("batch_get_into(%s): wrong data", w->keyp[i]);
+		}
+		free(caps);
+		free(res);
+		return;
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		double t0 = now_s();
+		void *v = NULL;
+		int64_t n;
+
+		if (k == X_ZC) {
+			memset(w->bufs[i], 0, 8);
+			n = mc_store_get_into(store, w->keyp[i], w->bufs[i], w->size);
+			v = w->bufs[i];
+		} else {
+			n = mc_store_get(store, w->keyp[i], &v);
+		}
+		sample_add(lat, (now_s() - t0) * 1e6);
+		check(n, k == X_ZC ? "get_into" : "get", w->keyp[i]);
+		if (n != (int64_t)w->size || !stamped(v, tag_of(tid, round, i)))
+			die("%s(%s): wrong size or data", k == X_ZC ? "get_into" : "get",
+			    w->keyp[i]);
+		if (k != X_ZC)
+			free(v);
+	}
+}
+
+static size_t window_count(size_t size, size_t unit)
+{
+	size_t n = opt.window / size;
+
+	if (n < unit)
+		n = unit;
+	return n / unit * unit;
+}
+
+static struct xfer_result run_single(enum xfer_kind k, size_t size)
+{
+	struct window w;
+	struct samples pl = {0}, gl = {0};
+	double put_t = 0, get_t = 0, t_end;
+	uint64_t bytes = 0;
+	struct xfer_result r;
+	static uint64_t round;
+
+	window_init(&w, size, window_count(size, k == X_BATCH ? (size_t)opt.batch : 1),
+		    k != X_COPY);
+	t_end = now_s() + opt.duration;
+	do {
+		double t0;
+
+		window_keys(&w, 0, ++round);
+		t0 = now_s();
+		put_phase(k, &w, &pl);
+		put_t += now_s() - t0;
+		t0 = now_s();
+		get_phase(k, &w, 0, round, &gl);
+		get_t += now_s() - t0;
+		bytes += w.n * size;
+		window_remove(&w);
+	} while (now_s() < t_end && !stop_signal);
+	r.put_gbs = (double)bytes / put_t / 1e9;
+	r.get_gbs = (double)bytes / get_t / 1e9;
+	r.put_p50 = percentile(&pl, 50);
+	r.put_p99 = percentile(&pl, 99);
+	r.get_p50 = percentile(&gl, 50);
+	r.get_p99 = percentile(&gl, 99);
+	free(pl.v);
+	free(gl.v);
+	window_release(&w, k != X_COPY);
+	return r;
+}
+
+/* Threaded zero-copy: every thread owns a window; phases are barriers. */
+struct mt_shared {
+	pthread_barrier_t bar;
+	size_t size;
+	volatile bool done;
+	double put_t, get_t;
+	uint64_t bytes;
+	struct samples pl[MAX_THREADS], gl[MAX_THREADS];
+};
+
+struct mt_arg {
+	struct mt_shared *sh;
+	unsigned tid;
+};
+
+static void *mt_thread(void *p)
+{
+	struct mt_arg *a = p;
+	struct mt_shared *sh = a->sh;
+	struct window w;
+	uint64_t round = 0;
+	double t0 = 0;
+
+	window_init(&w, sh->size, window_count(sh->size, 1), true);
+	for (;;) {
+		window_keys(&w, a->tid, ++round);
+		pthread_barrier_wait(&sh->bar);
+		if (sh->done)
+			break;
+		if (a->tid == 0)
+			t0 = now_s();
+		put_phase(X_ZC, &w, &sh->pl[a->tid]);
+		pthread_barrier_wait(&sh->bar);
+		if (a->tid == 0) {
+			sh->put_t += now_s() - t0;
+			t0 = now_s();
+		}
+		get_phase(X_ZC, &w, a->tid, round, &sh->gl[a->tid]);
+		pthread_barrier_wait(&sh->bar);
+		if (a->tid == 0)
+			sh->get_t += now_s() - t0;
+		window_remove(&w);
+		if (a->tid == 0)
+			sh->bytes += (uint64_t)opt.threads * w.n * sh->size;
+		/* The main thread decides between this barrier and the next start. */
+		pthread_barrier_wait(&sh->bar);
+	}
+	window_release(&w, true);
+	return NULL;
+}
+
+static struct xfer_result run_mt(size_t size)
+{
+	struct mt_shared sh = {.size = size};
+	struct mt_arg args[MAX_THREADS];
+	pthread_t th[MAX_THREADS];
+	struct samples pl = {0}, gl = {0};
+	struct xfer_result r;
+	double t_end;
+	int n = opt.threads;
+
+	pthread_barrier_init(&sh.bar, NULL, (unsigned)n + 1);
+	for (int i = 0; i < n; i++) {
+		args[i] = (struct mt_arg){&sh, (unsigned)i};
+		if (pthread_create(&th[i], NULL, mt_thread, &args[i]))
+			die("pthread_create failed");
+	}
+	/* The main thread takes part in the barriers and owns the clock. */
+	t_end = now_s() + opt.duration;
+	for (;;) {
+		pthread_barrier_wait(&sh.bar); /* start */
+		if (sh.done)
+			break;
+		pthread_barrier_wait(&sh.bar); /* puts done */
+		pthread_barrier_wait(&sh.bar); /* gets done */
+		pthread_barrier_wait(&sh.bar); /* removed */
+		if (now_s() >= t_end || stop_signal)
+			sh.done = true;
+	}
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		for (size_t j = 0; j < sh.pl[i].n; j++)
+			sample_add(&pl, sh.pl[i].v[j]);
+		for (size_t j = 0; j < sh.gl[i].n; j++)
+			sample_add(&gl, sh.gl[i].v[j]);
+		free(sh.pl[i].v);
+		free(sh.gl[i].v);
+	}
+	pthread_barrier_destroy(&sh.bar);
+	r.put_gbs = (double)sh.bytes / sh.put_t / 1e9;
+	r.get_gbs = (double)sh.bytes / sh.get_t / 1e9;
+	r.put_p50 = percentile(&pl, 50);
+	r.put_p99 = percentile(&pl, 99);
+	r.get_p50 = percentile(&gl, 50);
+	r.get_p99 = percentile(&gl, 99);
+	free(pl.v);
+	free(gl.v);
+	return r;
+}
+
+static void report_xfer(const char *put_name, const char *get_name, size_t size, int batch,
+			int threads, struct xfer_result *rs, int n)
+{
+	double v[6][MAX_RUNS];
+	const char *names[2] = {put_name, get_name};
+
+	for (int i = 0; i < n; i++) {
+		v[0][i] = rs[i].put_gbs;
+		v[1][i] = rs[i].get_gbs;
+		v[2][i] = rs[i].put_p50;
+		v[3][i] = rs[i].put_p99;
+		v[4][i] = rs[i].get_p50;
+		v[5][i] = rs[i].get_p99;
+	}
+	for (int k = 0; k < 2; k++) {
+		double gbs = median(v[k], n), p50 = median(v[2 + 2 * k], n),
+		       p99 = median(v[3 + 2 * k], n);
+
+		if (opt.json) {
+			printf("{\"case\":\"%s\",\"size\":%zu,\"batch\":%d,\"threads\":%d,"
+			       "\"runs\":%d,\"gbps\":%.4f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+			       "\"gbps_runs\":[",
+			       names[k], size, batch, threads, n, gbs, p50, p99);
+			for (int i = 0; i < n; i++)
+				printf("%s%.4f", i ? "," : "", v[k][i]);
+			printf("]}\n");
+		} else {
+			printf("case=%s size=%zu batch=%d threads=%d GB/s=%.3f p50_us=%.1f "
+			       "p99_us=%.1f runs=%d\n",
+			       names[k], size, batch, threads, gbs, p50, p99, n);
+		}
+		fflush(stdout);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metadata cases                                                            */
+
+struct meta_result {
+	double ops, keys, p50, p99;
+};
+
+enum meta_kind { M_EXIST, M_BATCH_EXIST, M_DESC };
+
+static struct meta_result run_meta(enum meta_kind k, const char **keys, size_t n)
+{
+	struct samples lat = {0};
+	struct meta_result r;
+	double t_end = now_s() + opt.duration, busy = 0;
+	int *res = calloc(n, sizeof(*res));
+	uint64_t ops = 0, nkeys = 0;
+	size_t i = 0;
+
+	if (!res)
+		die("out of memory");
+	do {
+		double t0 = now_s(), dt;
+
+		if (k == M_EXIST) {
+			int e = mc_store_is_exist(store, keys[i]);
+
+			check(e, "is_exist", keys[i]);
+			if (e != 1)
+				die("is_exist(%s) = %d", keys[i], e);
+			nkeys++;
+		} else if (k == M_BATCH_EXIST) {
+			check(mc_store_batch_is_exist(store, keys, n, res), "batch_is_exist", NULL);
+			if (res[0] != 1 || res[n - 1] != 1)
+				die("batch_is_exist: %d %d", res[0], res[n - 1]);
+			nkeys += n;
+		} else {
+			struct mc_store_replica_desc d;
+			int64_t c = mc_store_get_replica_desc(store, keys[i], &d, 1);
+
+			check(c, "get_replica_desc", keys[i]);
+			if (c < 1)
+				die("get_replica_desc(%s): no replica", keys[i]);
+			nkeys++;
+		}
+		dt = now_s() - t0;
+		busy += dt;
+		sample_add(&lat, dt * 1e6);
+		ops++;
+		i = (i + 1) % n;
+	} while (now_s() < t_end && !stop_signal);
+	r.ops = (double)ops / busy;
+	r.keys = (double)nkeys / busy;
+	r.p50 = percentile(&lat, 50);
+	r.p99 = percentile(&lat, 99);
+	free(lat.v);
+	free(res);
+	return r;
+}
+
+static void report_meta(const char *name, int batch, struct meta_result *rs, int n)
+{
+	double v[4][MAX_RUNS];
+
+	for (int i = 0; i < n; i++) {
+		v[0][i] = rs[i].ops;
+		v[1][i] = rs[i].keys;
+		v[2][i] = rs[i].p50;
+		v[3][i] = rs[i].p99;
+	}
+	if (opt.json)
+		printf("{\"case\":\"%s\",\"batch\":%d,\"runs\":%d,\"ops_per_s\":%.0f,"
+		       "\"keys_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+		       name, batch, n, median(v[0], n), median(v[1], n), median(v[2], n),
+		       median(v[3], n));
+	else
+		printf("case=%s batch=%d ops/s=%.0f keys/s=%.0f p50_us=%.1f p99_us=%.1f runs=%d\n",
+		       name, batch, median(v[0], n), median(v[1], n), median(v[2], n),
+		       median(v[3], n), n);
+	fflush(stdout);
+}
+
+static void meta_cases(void)
+{
+	size_t n = (size_t)opt.meta_keys, vsize = 1024;
+	char(*keys)[KEY_LEN] = calloc(n, sizeof(*keys));
+	const char **keyp = calloc(n, sizeof(*keyp));
+	mc_status *st = calloc(n, sizeof(*st));
+	uint8_t *val = calloc(1, vsize);
+	struct mc_store_config cfg = place_cfg();
+	struct meta_result rs[MAX_RUNS];
+
+	if (!keys || !keyp || !st || !val)
+		die("out of memory");
+	for (size_t i = 0; i < n; i++) {
+		snprintf(keys[i], KEY_LEN, "sbm-%d-%zu", (int)getpid(), i);
+		keyp[i] = keys[i];
+		check(mc_store_put(store, keyp[i], val, vsize, &cfg), "put", keyp[i]);
+	}
+	for (int r = 0; r < opt.runs; r++)
+		rs[r] = run_meta(M_EXIST, keyp, n);
+	report_meta("exist", 1, rs, opt.runs);
+	for (int r = 0; r < opt.runs; r++)
+		rs[r] = run_meta(M_BATCH_EXIST, keyp, n);
+	report_meta("batch_exist", (int)n, rs, opt.runs);
+	for (int r = 0; r < opt.runs; r++)
+		rs[r] = run_meta(M_DESC, keyp, n);
+	report_meta("replica_desc", 1, rs, opt.runs);
+	check(mc_store_batch_remove(store, keyp, n, true, st), "batch_remove", NULL);
+	free(keys);
+	free(keyp);
+	free(st);
+	free(val);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Processes                                                                 */
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static void setup_store(uint64_t segment, uint64_t local_buffer)
+{
+	struct mc_store_params p = {
+		.local_hostname = opt.host,
+		.metadata_server = opt.metadata,
+		.global_segment_size = segment,
+		.local_buffer_size = local_buffer,
+		.protocol = "tcp",
+		.master_server_addr = opt.master,
+	};
+
+	check(mc_store_new(&store), "store_new", NULL);
+	check(mc_store_setup(store, &p), "store_setup", NULL);
+}
+
+/* Holder: contribute the segment, print READY, serve until stdin closes
+ * or a signal comes. */
+static int holder_main(void)
+{
+	char buf[64];
+
+	setup_store(opt.segment, 16u << 20);
+	printf("READY hostname=%s pid=%ld segment=%" PRIu64 "\n", mc_store_hostname(store),
+	       (long)getpid(), opt.segment);
+	fflush(stdout);
+	while (!stop_signal && read(STDIN_FILENO, buf, sizeof(buf)) > 0)
+		;
+	mc_store_free(store);
+	return 0;
+}
+
+static pid_t holder_pid = -1;
+static int holder_stdin = -1;
+static char holder_name[256];
+
+static void start_holder(const char *self)
+{
+	int in[2], out[2];
+	char seg[32], line[512];
+	FILE *f;
+
+	snprintf(seg, sizeof(seg), "--segment=%" PRIu64, opt.segment);
+	if (pipe(in) || pipe(out))
+		die("pipe: %s", strerror(errno));
+	holder_pid = fork();
+	if (holder_pid < 0)
+		die("fork: %s", strerror(errno));
+	if (holder_pid == 0) {
+		char m[300], md[600], h[300];
+
+		snprintf(m, sizeof(m), "--master=%s", opt.master);
+		snprintf(md, sizeof(md), "--metadata=%s", opt.metadata);
+		snprintf(h, sizeof(h), "--host=%s", opt.host);
+		dup2(in[0], STDIN_FILENO);
+		dup2(out[1], STDOUT_FILENO);
+		close(in[1]);
+		close(out[0]);
+		execl(self, self, "--mode=holder", m, md, h, seg, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	holder_stdin = in[1];
+	f = fdopen(out[0], "r");
+	if (!f || !fgets(line, sizeof(line), f) || strncmp(line, "READY hostname=", 15))
+		die("the holder did not start");
+	sscanf(line + 15, "%255s", holder_name);
+	fclose(f);
+	opt.target = holder_name;
+}
+
+static void stop_holder(void)
+{
+	int status;
+
+	if (holder_pid <= 0)
+		return;
+	close(holder_stdin);
+	if (waitpid(holder_pid, &status, 0) == holder_pid &&
+	    !(WIFEXITED(status) && !WEXITSTATUS(status)))
+		fprintf(stderr, PROG ": the holder exited with status %d\n", status);
+	holder_pid = -1;
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return false;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		v *= 1024;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v *= 1024 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		v *= 1024.0 * 1024 * 1024;
+		end++;
+		break;
+	}
+	if (*end)
+		return false;
+	*out = (uint64_t)v;
+	return true;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: " PROG " [--mode=client|holder] [--master=H:P] [--metadata=URI]\n"
+		"       [--host=NAME] [--target=HOLDER_HOSTNAME] [--segment=2g] [--window=64m]\n"
+		"       [--sizes=1m,4m] [--runs=5] [--duration=2] [--batch=8] [--threads=2]\n"
+		"       [--meta-keys=1000] [--cases=zc,copy,batch,mt,meta] [--json] [--quick]\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"mode", required_argument, NULL, 'o'},
+		{"master", required_argument, NULL, 'M'},
+		{"metadata", required_argument, NULL, 'm'},
+		{"host", required_argument, NULL, 'H'},
+		{"target", required_argument, NULL, 'T'},
+		{"segment", required_argument, NULL, 's'},
+		{"window", required_argument, NULL, 'w'},
+		{"sizes", required_argument, NULL, 'z'},
+		{"runs", required_argument, NULL, 'r'},
+		{"duration", required_argument, NULL, 'd'},
+		{"batch", required_argument, NULL, 'b'},
+		{"threads", required_argument, NULL, 't'},
+		{"meta-keys", required_argument, NULL, 'k'},
+		{"cases", required_argument, NULL, 'c'},
+		{"json", no_argument, NULL, 'j'},
+		{"quick", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct sigaction sa = {.sa_handler = on_signal};
+	struct xfer_result rs[MAX_RUNS];
+	uint64_t v;
+	int o;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'o':
+			opt.mode = optarg;
+			break;
+		case 'M':
+			opt.master = optarg;
+			break;
+		case 'm':
+			opt.metadata = optarg;
+			break;
+		case 'H':
+			opt.host = optarg;
+			break;
+		case 'T':
+			opt.target = optarg;
+			break;
+		case 's':
+			if (!parse_size(optarg, &opt.segment) || !opt.segment)
+				goto bad;
+			break;
+		case 'w':
+			if (!parse_size(optarg, &opt.window) || !opt.window)
+				goto bad;
+			break;
+		case 'z': {
+			char *s = strdup(optarg), *save = NULL;
+
+			opt.nsizes = 0;
+			for (char *t = strtok_r(s, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+				if (opt.nsizes == MAX_SIZES || !parse_size(t, &v) || v < 8)
+					goto bad;
+				opt.sizes[opt.nsizes++] = v;
+			}
+			free(s);
+			break;
+		}
+		case 'r':
+			opt.runs = atoi(optarg);
+			if (opt.runs < 1 || opt.runs > MAX_RUNS)
+				goto bad;
+			break;
+		case 'd':
+			opt.duration = atof(optarg);
+			if (!(opt.duration > 0))
+				goto bad;
+			break;
+		case 'b':
+			opt.batch = atoi(optarg);
+			if (opt.batch < 1 || opt.batch > 1024)
+				goto bad;
+			break;
+		case 't':
+			opt.threads = atoi(optarg);
+			if (opt.threads < 1 || opt.threads > MAX_THREADS)
+				goto bad;
+			break;
+		case 'k':
+			opt.meta_keys = atoi(optarg);
+			if (opt.meta_keys < 1)
+				goto bad;
+			break;
+		case 'c':
+			opt.cases = optarg;
+			break;
+		case 'j':
+			opt.json = true;
+			break;
+		case 'q':
+			opt.quick = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			goto bad;
+		}
+	}
+	if (optind != argc)
+		goto bad;
+	if (opt.quick) {
+		opt.runs = 1;
+		opt.duration = 0.3;
+	}
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (!strcmp(opt.mode, "holder"))
+		return holder_main();
+	if (strcmp(opt.mode, "client"))
+		goto bad;
+	if (!opt.target)
+		start_holder("/proc/self/exe");
+	atexit(stop_holder);
+	/* A pure client: no segment, so every replica lands on the holder;
+	 * the local buffer stages the copy-based calls. */
+	setup_store(0, 64u << 20);
+
+	/* Metadata first: right after the data cases the machine is still busy
+	 * settling their memory, which shows in microsecond round trips. */
+	if (case_on("meta"))
+		meta_cases();
+	for (int s = 0; s < opt.nsizes; s++) {
+		size_t size = opt.sizes[s];
+
+		if (case_on("zc")) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_single(X_ZC, size);
+			report_xfer("put_from", "get_into", size, 1, 1, rs, opt.runs);
+		}
+		if (case_on("copy") && size <= (32u << 20)) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_single(X_COPY, size);
+			report_xfer("put", "get", size, 1, 1, rs, opt.runs);
+		}
+		if (case_on("batch")) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_single(X_BATCH, size);
+			report_xfer("batch_put_from", "batch_get_into", size, opt.batch, 1, rs,
+				    opt.runs);
+		}
+		if (case_on("mt")) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_mt(size);
+			report_xfer("mt_put_from", "mt_get_into", size, 1, opt.threads, rs,
+				    opt.runs);
+		}
+	}
+	mc_store_free(store);
+	stop_holder();
+	return 0;
+bad:
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Mooncake Store against Redis and against the Transfer Engine, in one sitting.
+
+On one machine, in rounds that alternate the three systems (so each sees
+the same machine conditions; nothing runs concurrently):
+
+1. redis-server 7 (Debian's) on a free port, no persistence
+   (--save '' --appendonly no), measured with
+   `redis-benchmark -p PORT -d SIZE -c 1 -n N -t set,get --csv` for 1 MiB and 4 MiB;
+2. the engine's TCP bandwidth: transfer_engine_bench target + initiator
+   (P2P handshake, one thread, write and read of SIZE blocks, batch 1 and 128);
+3. the store: mooncake_master (embedded metadata server, free ports), then
+   bench/store_bench (a holder process contributes the segment, the client
+   puts and gets with the replica on the holder, so the data crosses TCP)
+   and bench/store_proto_bench (metadata calls on the wire);
+4. optionally (--objects N) the master's RSS per object (bench/master_rss.py).
+
+Each figure is the median over --runs rounds.  The table shows the ratios the
+store is held to: put/get against Redis SET/GET (target >= 1.5x) and
+against the engine's TCP bandwidth (target >= 60%); single-key metadata
+round trip (target p99 < 100 us) and batched exist (target >= 1M keys/s).
+
+The engines are kept on TCP (MC_SHM_DISABLE=1 in their environment) unless
+--shm is given, so the store's bytes cross loopback TCP as the targets assume.
+
+usage: bench/store_compare.py [--build build] [--runs 3] [--duration 2]
+                              [--objects N] [--json] [--quick] [--shm]
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import master_rss  # noqa: E402
+
+MIB = 1 << 20
+SIZES = [1 * MIB, 4 * MIB]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            sys.exit(f"store_compare: timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Redis:
+    """redis-server on a free port, no persistence."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.p = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind",
+                                   "127.0.0.1", "--save", "", "--appendonly", "no",
+                                   "--daemonize", "no"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def up():
+            r = subprocess.run(["redis-cli", "-p", str(self.port), "ping"],
+                               capture_output=True, text=True)
+            return r.stdout.strip() == "PONG"
+
+        wait_for(up, 20, "redis-server")
+
+    def round(self, out, quick):
+        """One redis-benchmark run per size: out[(op, size)] gets a sample."""
+        for size in SIZES:
+            n = (200 if quick else 2000) if size == MIB else (50 if quick else 500)
+            r = subprocess.run(["redis-benchmark", "-p", str(self.port), "-d", str(size),
+                                "-c", "1", "-n", str(n), "-t", "set,get", "--csv"],
+                               capture_output=True, text=True, timeout=600)
+            rows = {row[0]: row for row in csv.reader(io.StringIO(r.stdout)) if row}
+            # columns: test, rps, avg, min, p50, p95, p99, max (ms)
+            for op in ("SET", "GET"):
+                rps = float(rows[op][1])
+                out.setdefault((op, size), []).append(
+                    {"rps": rps, "gbps": rps * size / 1e9, "p99_us": float(rows[op][6]) * 1e3})
+
+    def stop(self):
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
+                       capture_output=True)
+        try:
+            self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+class Engine:
+    """transfer_engine_bench: one target, one initiator run per case."""
+
+    def __init__(self, build):
+        self.exe = os.path.join(build, "tools", "transfer_engine_bench")
+        self.target = subprocess.Popen(
+            [self.exe, "--mode=target", "--metadata_server=P2PHANDSHAKE",
+             "--local_server_name=127.0.0.1", "--buffer_size=1073741824"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.seg = self.target.stdout.readline().strip()  # printed once it serves
+        if not self.seg:
+            sys.exit("store_compare: transfer_engine_bench target did not start")
+
+    def round(self, out, duration):
+        for size in SIZES:
+            for op in ("write", "read"):
+                for batch in (1, 128):
+                    cmd = [self.exe, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
+                           "--local_server_name=127.0.0.1", f"--segment_id={self.seg}",
+                           f"--operation={op}", f"--block_size={size}",
+                           f"--batch_size={batch}", "--threads=1", f"--duration={duration}",
+                           "--buffer_size=1073741824"]
+                    r = subprocess.run(cmd, capture_output=True, text=True,
+                                       timeout=duration + 120)
+                    if r.returncode:
+                        sys.exit(f"store_compare: {' '.join(cmd)}: {r.stderr.strip()}")
+                    gbs = float(re.search(r"throughput ([0-9.]+) GB/s", r.stdout).group(1))
+                    out.setdefault((op, size, batch), []).append(gbs)
+
+    def stop(self):
+        self.target.send_signal(signal.SIGTERM)
+        self.target.wait(timeout=30)
+
+
+def store_round(build, m, data, meta, duration, quick):
+    """One store_bench run (its own holder process) and one store_proto_bench
+    run against the running master m."""
+    bench = master_rss.find(build, "bench/store_bench")
+    proto = master_rss.find(build, "bench/store_proto_bench")
+    cmd = [bench, f"--master={m.addr}", f"--metadata={m.meta_uri}", "--runs=1",
+           f"--duration={duration}", "--sizes=1m,4m", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    for line in r.stdout.splitlines():
+        j = json.loads(line)
+        if "gbps" in j:
+            data.setdefault((j["case"], j["size"]), []).append(j)
+        else:
+            meta.setdefault(("lib", j["case"], j["batch"]), []).append(j)
+    cmd = [proto, f"--master={m.addr}", "--runs=1", f"--duration={duration}",
+           "--keys=1000", "--batch=1000", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    for line in r.stdout.splitlines():
+        j = json.loads(line)
+        meta.setdefault(("wire", j["case"], j["batch"]), []).append(j)
+
+
+def med(samples, field=None):
+    """Median of a list of numbers, or of one field of a list of dicts
+    (returned as a dict with every numeric field's median)."""
+    if field is None and samples and isinstance(samples[0], dict):
+        keys = [k for k, v in samples[0].items() if isinstance(v, (int, float))]
+        return {k: statistics.median(s[k] for s in samples) for k in keys}
+    return statistics.median(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--objects", type=int, default=0,
+                    help="also measure master RSS per object with this many objects "
+                         "(e.g. 10000000)")
+    ap.add_argument("--value-size", type=int, default=1024)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one short run of everything")
+    ap.add_argument("--shm", action="store_true",
+                    help="let the engines use the same-host transport (default: TCP only, "
+                         "MC_SHM_DISABLE=1, which is what the targets are about)")
+    args = ap.parse_args()
+    if not args.shm:
+        os.environ["MC_SHM_DISABLE"] = "1"  # inherited by every engine started below
+    if args.quick:
+        args.runs, args.duration = 1, 0.5
+
+    # Rounds alternate the three systems so that each sees the same
+    # machine conditions; every figure is the median over the rounds.
+    redis_s, te_s, data_s, meta_s = {}, {}, {}, {}
+    have_redis = shutil.which("redis-server") and shutil.which("redis-benchmark")
+    if not have_redis:
+        print("store_compare: redis-server/redis-benchmark not installed, skipping Redis",
+              file=sys.stderr)
+    rd = Redis() if have_redis else None
+    te = Engine(args.build)
+    m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
+                                          "src/master/mooncake_master"))
+    try:
+        for i in range(args.runs):
+            print(f"store_compare: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+            if rd:
+                rd.round(redis_s, args.quick)
+            te.round(te_s, args.duration)
+            store_round(args.build, m, data_s, meta_s, args.duration, args.quick)
+    finally:
+        m.stop()
+        te.stop()
+        if rd:
+            rd.stop()
+    redis = {k: med(v) for k, v in redis_s.items()}
+    te = {k: med(v) for k, v in te_s.items()}
+    store = {k: dict(v[0], **med(v)) for k, v in data_s.items()}
+    meta = {k: dict(v[0], **med(v)) for k, v in meta_s.items()}
+    rss = (master_rss.measure(args.build, args.objects, args.value_size)
+           if args.objects else None)
+
+    if args.json:
+        print(json.dumps({
+            "redis": {f"{k[0]}/{k[1]}": v for k, v in redis.items()},
+            "te": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in te.items()},
+            "store": {f"{k[0]}/{k[1]}": v for k, v in store.items()},
+            "meta": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in meta.items()},
+            "master_rss": rss,
+        }))
+        return
+
+    print(f"runs={args.runs} duration={args.duration}s (medians), "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
+    print()
+    hdr = ("| size | op | store GB/s | store p99 us | Redis GB/s | x Redis | "
+           "TE b=1 GB/s | TE b=128 GB/s | % of TE best |")
+    print(hdr)
+    print("|" + "---|" * 9)
+    for size in SIZES:
+        for case, rop, top in (("put_from", "SET", "write"), ("put", "SET", "write"),
+                               ("batch_put_from", "SET", "write"),
+                               ("mt_put_from", "SET", "write"),
+                               ("get_into", "GET", "read"), ("get", "GET", "read"),
+                               ("batch_get_into", "GET", "read"),
+                               ("mt_get_into", "GET", "read")):
+            s = store.get((case, size))
+            if not s:
+                continue
+            rd = redis.get((rop, size))
+            t1, t128 = te.get((top, size, 1)), te.get((top, size, 128))
+            label = case
+            if s["batch"] > 1:
+                label += f" (batch {s['batch']})"
+            if s["threads"] > 1:
+                label += f" ({s['threads']} threads)"
+            cols = [f"{size >> 20} MiB", label, f"{s['gbps']:.2f}", f"{s['p99_us']:.0f}"]
+            cols += ([f"{rd['gbps']:.2f}", f"{s['gbps'] / rd['gbps']:.2f}x"] if rd
+                     else ["-", "-"])
+            best = max(t1 or 0, t128 or 0)
+            cols += [f"{t1:.2f}" if t1 else "-", f"{t128:.2f}" if t128 else "-",
+                     f"{100 * s['gbps'] / best:.0f}%" if best else "-"]
+            print("| " + " | ".join(cols) + " |")
+    print()
+    print("targets: put/get >= 1.5x Redis SET/GET; >= 60% of the engine's TCP bandwidth")
+    print("(TE best = the better of transfer_engine_bench's batch 1 and batch 128, one thread,")
+    print(" same block size and direction: write for puts, read for gets)")
+    print()
+    print("| path | call | batch | calls/s | keys/s | p50 us | p99 us |")
+    print("|---|---|---|---|---|---|---|")
+    for (path, case, batch), j in sorted(meta.items()):
+        print(f"| {'library' if path == 'lib' else 'wire'} | {case} | {batch} | "
+              f"{j['ops_per_s']:.0f} | {j['keys_per_s']:.0f} | {j['p50_us']:.1f} | "
+              f"{j['p99_us']:.1f} |")
+    print()
+    print("targets: single-key round trip p99 < 100 us; batched exist >= 1M keys/s")
+    if rss:
+        print()
+        print(f"master RSS: {rss['objects']} objects of {rss['value_size']} B: "
+              f"{rss['rss_before_kib']} KiB -> {rss['rss_after_kib']} KiB, "
+              f"{rss['bytes_per_object']:.1f} B/object "
+              f"(loaded at {rss['load_keys_per_s']:.0f} keys/s)")
+
+
+if __name__ == "__main__":
+    main()
