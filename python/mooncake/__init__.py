@@ -1,10 +1,31 @@
-"""Mooncake: the Transfer Engine (and, later, the distributed KV store) for Python.
+"""Mooncake: the Transfer Engine and the distributed KV store for Python.
 
-Modules:
-    mooncake.engine  TransferEngine, TransferOpcode, TransferNotify -- the
-                     upstream-compatible binding of the Transfer Engine's C API.
+Modules (imported on demand, nothing eagerly):
+    mooncake.engine                TransferEngine, TransferOpcode, TransferNotify
+    mooncake.store                 MooncakeDistributedStore, ReplicateConfig, ...
+    mooncake.async_store           MooncakeDistributedStoreAsync (asyncio wrappers)
+    mooncake.buffer_pool           BufferPool, RegisteredBufferPool
+    mooncake.mooncake_config       MooncakeConfig (MOONCAKE_* variables, JSON file)
+    mooncake.http_metadata_server  python -m mooncake.http_metadata_server --host --port
+    mooncake.cli                   the console programs' entry points
 
-Nothing is imported eagerly: ``import mooncake.engine`` loads only what it needs.
+As upstream, ``mooncake.BufferPool`` and ``mooncake.RegisteredBufferPool``
+resolve lazily to ``mooncake.buffer_pool``'s names, and the package path is
+extended over other ``mooncake`` directories on sys.path.
 """
 
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
 __version__ = "@VERSION@"
+
+__all__ = ["BufferPool", "RegisteredBufferPool"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from mooncake import buffer_pool
+
+        return getattr(buffer_pool, name)
+    raise AttributeError(f"module 'mooncake' has no attribute '{name}'")

@@ -302,3 +302,53 @@ def meta_server(tmp_path_factory):
         p.kill()
         p.wait(timeout=30)
         log.close()
+
+
+# ---- mooncake.store: the master daemon -------------------------------------------------
+
+class MasterDaemon:
+    """mooncake_master from MC_MASTER on free ports (rpc, metrics, embedded
+    HTTP metadata server); ports come from its 'listening ...' stderr line."""
+
+    def __init__(self, logdir, extra=()):
+        import re
+        exe = os.environ.get("MC_MASTER") or str(BUILD / "tools" / "mooncake_master")
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            pytest.skip(f"mooncake_master not found (MC_MASTER={exe})")
+        self.log_path = Path(logdir) / "master.stderr"
+        self._log = open(self.log_path, "wb")
+        argv = [exe, "--rpc_port=0", "--metrics_port=0", "--enable_http_metadata_server",
+                "--http_metadata_server_port=0", *extra]
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=self._log)
+        pat = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
+
+        def found():
+            if self.p.poll() is not None:
+                raise AssertionError(f"master exited (rc={self.p.returncode}): "
+                                     f"{self.log_path.read_bytes()[-2000:]!r}")
+            return pat.search(self.log_path.read_bytes().decode(errors="replace"))
+
+        m = poll_until(found, START_TIMEOUT, "the master's 'listening' line")
+        self.rpc, self.metrics, self.meta = (int(x) for x in m.groups())
+        self.addr = f"127.0.0.1:{self.rpc}"
+        self.meta_uri = f"http://127.0.0.1:{self.meta}/metadata"
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=30)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def mc_master(tmp_path_factory):
+    """A mooncake_master for one test module (short lease so removals are testable)."""
+    m = MasterDaemon(tmp_path_factory.mktemp("master"), extra=("--default_kv_lease_ttl=500",
+                                                                   "--enable_multi_tenants=true"))
+    yield m
+    m.stop()

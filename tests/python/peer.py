@@ -59,6 +59,7 @@ def main():
                       "rpc_port": te.get_rpc_port()}), flush=True)
 
     managed = []
+    regions = {}  # address -> numpy array, kept alive until exit
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
@@ -93,6 +94,19 @@ def main():
                 a = te.allocate_managed_buffer(cmd["len"])
                 managed.append((a, cmd["len"]))
                 reply["addr"] = a
+            elif op == "regions":
+                # more registered memory, as KV caches per layer, weight buckets or
+                # per-request buffers: count arrays of len bytes in one batch call
+                arrs = [np.zeros(cmd["len"], np.uint8) for _ in range(cmd["count"])]
+                if cmd.get("seed") is not None:
+                    for i, a in enumerate(arrs):
+                        a[:] = pattern(cmd["seed"] + i, cmd["len"])
+                addrs = [a.ctypes.data for a in arrs]
+                regions.update(zip(addrs, arrs))
+                reply["rc"] = te.batch_register_memory(addrs, [cmd["len"]] * cmd["count"])
+                reply["addrs"] = addrs
+            elif op == "unregister":
+                reply["rc"] = te.batch_unregister_memory(cmd["addrs"])
             elif op == "first_buffer":
                 reply["addr"] = te.get_first_buffer_address(cmd["segment"])
             else:
