@@ -27,11 +27,13 @@ def iperf(port, duration):
     return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
 
 
-def bench(exe, seg, op, block, batch, threads, duration, extra=()):
+def bench(exe, seg, op, block, batch, threads, duration, bufsize, extra=()):
     cmd = [exe, "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
            "--local_server_name=127.0.0.1", f"--segment_id={seg}", f"--operation={op}",
            f"--block_size={block}", f"--batch_size={batch}", f"--threads={threads}",
-           f"--duration={duration}", "--buffer_size=1073741824", "--latency", *extra]
+           f"--duration={duration}", f"--buffer_size={bufsize}", "--latency",
+           "--noshm",  # TCP against iperf3; bench/shm_compare.py measures the same-host path
+           *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
@@ -48,6 +50,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one short run per case (CI smoke)")
     ap.add_argument("--filter", default="", help="only cases whose description matches")
     ap.add_argument("--poll", default="", help="pass --poll=MODE to the bench")
+    ap.add_argument("--buffer-size", type=int, default=1 << 30,
+                    help="bytes registered on each side (iperf3 -l 1M works in 1 MiB)")
+    ap.add_argument("--batch", type=int, default=128, help="batch size of the bulk cases")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.duration = 1, 0.5
@@ -57,19 +62,20 @@ def main():
     iperf_srv = subprocess.Popen(["iperf3", "-s", "-p", str(iperf_port)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     target = subprocess.Popen([exe, "--mode=target", "--metadata_server=P2PHANDSHAKE",
-                               "--local_server_name=127.0.0.1", "--buffer_size=1073741824"],
+                               "--local_server_name=127.0.0.1", f"--buffer_size={args.buffer_size}"],
                               stdout=subprocess.PIPE, text=True)
     try:
         seg = target.stdout.readline().strip()
         if not seg:
             sys.exit("target did not start")
         time.sleep(0.3)  # iperf3 server start-up has no ready line
+        nb = args.batch
         cases = [
             # op, block, batch, threads, compare with iperf3
-            ("write", 1 << 20, 128, 1, True), ("read", 1 << 20, 128, 1, True),
-            ("write", 4 << 20, 128, 1, True), ("read", 4 << 20, 128, 1, True),
-            ("write", 1 << 20, 128, 12, True), ("read", 1 << 20, 128, 12, True),
-            ("write", 4 << 20, 128, 12, True), ("read", 4 << 20, 128, 12, True),
+            ("write", 1 << 20, nb, 1, True), ("read", 1 << 20, nb, 1, True),
+            ("write", 4 << 20, nb, 1, True), ("read", 4 << 20, nb, 1, True),
+            ("write", 1 << 20, nb, 12, True), ("read", 1 << 20, nb, 12, True),
+            ("write", 4 << 20, nb, 12, True), ("read", 4 << 20, nb, 12, True),
             ("write", 4096, 128, 1, False), ("read", 4096, 128, 1, False),
             ("write", 4096, 1, 1, False), ("read", 4096, 1, 1, False),
             ("write", 65536, 128, 1, False), ("read", 65536, 128, 1, False),
@@ -83,7 +89,8 @@ def main():
             for _ in range(args.runs):
                 if cmp:
                     ref.append(iperf(iperf_port, args.duration))
-                res.append(bench(exe, seg, op, block, batch, threads, args.duration, extra))
+                res.append(bench(exe, seg, op, block, batch, threads, args.duration,
+                                 args.buffer_size, extra))
             gbs = statistics.median(r[0] for r in res)
             p50 = statistics.median(r[1] for r in res)
             p99 = statistics.median(r[2] for r in res)

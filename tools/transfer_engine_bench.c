@@ -22,7 +22,9 @@
  * --conns_per_peer (engine parameters), --poll (how a thread waits for its
  * batch: by default it sleeps in mc_te_batch_wait; upstream's busy loop,
  * --poll=spin, takes a core away from the engine's workers on small
- * machines, so more threads would look slower) and --json.  A batch is allocated and freed per
+ * machines, so more threads would look slower), --shm (a target on the same host is
+ * reached through the same-host transport; --noshm measures the TCP path
+ * instead) and --json.  A batch is allocated and freed per
  * iteration, as upstream does: reusing one is not possible, since a batch's capacity counts every
  * request ever submitted to it (MC_ERR_TOO_MANY_REQUESTS).
  *
@@ -107,6 +109,7 @@ static struct options {
 	int64_t conns_per_peer;
 	bool json;
 	const char *poll;
+	bool shm;
 } opt = {
 	.mode = "initiator",
 	.local_server_name = NULL, /* hostname, filled in main */
@@ -132,6 +135,7 @@ static struct options {
 	.conns_per_peer = 0,
 	.json = false,
 	.poll = "wait",
+	.shm = true,
 };
 
 enum flag_type {
@@ -190,6 +194,8 @@ static struct flag flags[] = {
 	FLAG("json", FLAG_BOOL, &opt.json, 0, 0, "print results as JSON lines"),
 	FLAG("poll", FLAG_STRING, &opt.poll, 0, 0,
 	     "wait (sleep until the batch is done), yield, or spin (upstream's loop)"),
+	FLAG("shm", FLAG_BOOL, &opt.shm, 0, 0,
+	     "same-host transport to a target on this host (--noshm sets MC_SHM_DISABLE=1: TCP)"),
 };
 
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))
@@ -646,6 +652,8 @@ static struct mc_te *engine_open(void)
 	mc_status st;
 
 	apply_rdma_flags();
+	if (!opt.shm)
+		setenv("MC_SHM_DISABLE", "1", 1);
 	memset(&p, 0, sizeof(p));
 	p.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL;
 	p.metadata_uri = opt.metadata_server;

@@ -4,10 +4,11 @@
  * An engine (struct mc_te) owns one local segment named after the process,
  * a metadata client (HTTP server, in-process, or none in P2P mode), an RPC
  * listener for handshakes, notifications and probes, and its transports
- * (TCP, and the local memcpy path used when the target is the engine
- * itself).  Memory must be registered before a peer can read or write it;
- * every incoming request is checked against the registered ranges before
- * any byte is touched.
+ * (TCP; a same-host path, process_vm_readv/writev done by the target, for
+ * engines on one host, off with MC_SHM_DISABLE=1; and the local memcpy path
+ * used when the target is the engine itself).  Memory must be registered
+ * before a peer can read or write it; every incoming request is checked
+ * against the registered ranges before any byte is touched.
  *
  * Threads: every function may be called from any thread at once, except
  * mc_te_free, which must not race with other calls on the same engine.

@@ -5,8 +5,12 @@
  * transfer-engine.md 3.2-3.3): an rpc_meta record {ip_or_host_name,
  * rpc_port} and a segment descriptor {name, protocol, tcp_data_port,
  * tcp_proto_version, timestamp, buffers[{name, addr, length}]}, plus our
- * optional extension "mc_host_id".  This file converts between those
- * documents and struct mc_seg_desc / struct mc_rpc_meta with jansson.
+ * optional extensions "mc_host_id", "mc_shm_ep" (the same-host transport's
+ * endpoint, see transport/shm.c) and "mc_tcp_addrs" (the addresses of a
+ * multi-path TCP target: an array of at most MC_SEG_MAX_TCP_ADDRS non-empty
+ * strings of at most MC_SEG_MAX_TCP_ADDR_LEN bytes); upstream ignores all
+ * three.  This file converts between those documents and struct
+ * mc_seg_desc / struct mc_rpc_meta with jansson.
  *
  * Decoding is tolerant where upstream writers differ and strict where a
  * wrong value would later send bytes to the wrong place:
@@ -144,7 +148,49 @@ void mc_seg_desc_free(struct mc_seg_desc *d)
 	mc_free(d->protocol);
 	mc_free(d->timestamp);
 	mc_free(d->host_id);
+	mc_free(d->shm_ep);
+	for (size_t i = 0; i < d->ntcp_addrs; i++)
+		mc_free(d->tcp_addrs[i]);
+	mc_free(d->tcp_addrs);
 	mc_free(d);
+}
+
+/* "mc_tcp_addrs": optional; when present an array of bounded non-empty strings. */
+static int decode_tcp_addrs(json_t *root, struct mc_seg_desc *d)
+{
+	json_t *v = json_object_get(root, "mc_tcp_addrs");
+	size_t n;
+
+	if (!v || json_is_null(v))
+		return MC_OK;
+	if (!json_is_array(v))
+		return mc_set_error(MC_ERR_MALFORMED_JSON, "%s: field mc_tcp_addrs is not an array",
+				    seg_what);
+	n = json_array_size(v);
+	if (n > MC_SEG_MAX_TCP_ADDRS)
+		return mc_set_error(MC_ERR_MALFORMED_JSON,
+				    "%s: field mc_tcp_addrs has %zu entries (at most %d)", seg_what,
+				    n, MC_SEG_MAX_TCP_ADDRS);
+	if (n == 0)
+		return MC_OK;
+	d->tcp_addrs = mc_calloc(n, sizeof(*d->tcp_addrs));
+	if (!d->tcp_addrs)
+		return mc_set_error(MC_ERR_NOMEM, "%s: out of memory for mc_tcp_addrs", seg_what);
+	for (size_t i = 0; i < n; i++) {
+		json_t *a = json_array_get(v, i);
+		if (!json_is_string(a) || json_string_length(a) == 0 ||
+		    json_string_length(a) > MC_SEG_MAX_TCP_ADDR_LEN)
+			return mc_set_error(
+				MC_ERR_MALFORMED_JSON,
+				"%s: mc_tcp_addrs[%zu] is not a string of 1 to %d bytes", seg_what,
+				i, MC_SEG_MAX_TCP_ADDR_LEN);
+		d->tcp_addrs[i] = mc_strdup(json_string_value(a));
+		if (!d->tcp_addrs[i])
+			return mc_set_error(MC_ERR_NOMEM, "%s: out of memory copying mc_tcp_addrs",
+					    seg_what);
+		d->ntcp_addrs = i + 1;
+	}
+	return MC_OK;
 }
 
 static int decode_buffer(json_t *b, size_t i, struct mc_seg_buffer *out)
@@ -213,6 +259,12 @@ int mc_seg_desc_decode(const char *json, size_t len, struct mc_seg_desc **desc_o
 	if (status)
 		goto err_free_desc;
 	status = get_string(seg_what, root, "mc_host_id", "mc_host_id", false, false, &d->host_id);
+	if (status)
+		goto err_free_desc;
+	status = get_string(seg_what, root, "mc_shm_ep", "mc_shm_ep", false, false, &d->shm_ep);
+	if (status)
+		goto err_free_desc;
+	status = decode_tcp_addrs(root, d);
 	if (status)
 		goto err_free_desc;
 
@@ -293,6 +345,16 @@ static int check_encodable(const struct mc_seg_desc *d)
 	if (d->nbuffers && !d->buffers)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s %s: %zu buffers but no array",
 				    seg_what, d->name, d->nbuffers);
+	if (d->ntcp_addrs > MC_SEG_MAX_TCP_ADDRS || (d->ntcp_addrs && !d->tcp_addrs))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s %s: %zu tcp addresses (at most %d)",
+				    seg_what, d->name, d->ntcp_addrs, MC_SEG_MAX_TCP_ADDRS);
+	for (size_t i = 0; i < d->ntcp_addrs; i++) {
+		const char *a = d->tcp_addrs[i];
+		if (!a || !*a || strlen(a) > MC_SEG_MAX_TCP_ADDR_LEN)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "%s %s: tcp_addrs[%zu] is empty or too long", seg_what,
+					    d->name, i);
+	}
 	/* refuse to publish what every peer would reject */
 	for (size_t i = 0; i < d->nbuffers; i++) {
 		const struct mc_seg_buffer *b = &d->buffers[i];
@@ -340,6 +402,7 @@ int mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out)
 	    set_new(root, "tcp_proto_version", json_integer(d->tcp_proto_version)) ||
 	    set_new(root, "timestamp", json_string(d->timestamp ? d->timestamp : now)) ||
 	    (d->host_id && set_new(root, "mc_host_id", json_string(d->host_id))) ||
+	    (d->shm_ep && set_new(root, "mc_shm_ep", json_string(d->shm_ep))) ||
 	    json_object_set(root, "buffers", bufs)) {
 		status = mc_set_error(MC_ERR_INVALID_PARAMS,
 				      "%s %s: a string field is not valid UTF-8 (or out of memory)",
@@ -358,6 +421,23 @@ int mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out)
 					      "of memory)",
 					      seg_what, d->name, i);
 			goto out_decref;
+		}
+	}
+	if (d->ntcp_addrs) {
+		json_t *addrs = json_array();
+		if (!addrs || json_object_set_new(root, "mc_tcp_addrs", addrs)) {
+			status = mc_set_error(MC_ERR_NOMEM, "%s: out of memory", seg_what);
+			goto out_decref;
+		}
+		for (size_t i = 0; i < d->ntcp_addrs; i++) {
+			if (json_array_append_new(addrs, json_string(d->tcp_addrs[i]))) {
+				status =
+					mc_set_error(MC_ERR_INVALID_PARAMS,
+						     "%s %s: tcp_addrs[%zu] is not valid UTF-8 (or "
+						     "out of memory)",
+						     seg_what, d->name, i);
+				goto out_decref;
+			}
 		}
 	}
 	status = dump_compact(seg_what, root, json_out);
@@ -382,8 +462,19 @@ int mc_seg_desc_dup(const struct mc_seg_desc *d, struct mc_seg_desc **out)
 	if ((d->name && !(c->name = mc_strdup(d->name))) ||
 	    (d->protocol && !(c->protocol = mc_strdup(d->protocol))) ||
 	    (d->timestamp && !(c->timestamp = mc_strdup(d->timestamp))) ||
-	    (d->host_id && !(c->host_id = mc_strdup(d->host_id))))
+	    (d->host_id && !(c->host_id = mc_strdup(d->host_id))) ||
+	    (d->shm_ep && !(c->shm_ep = mc_strdup(d->shm_ep))))
 		goto err_free_copy;
+	if (d->ntcp_addrs) {
+		c->tcp_addrs = mc_calloc(d->ntcp_addrs, sizeof(*c->tcp_addrs));
+		if (!c->tcp_addrs)
+			goto err_free_copy;
+		for (size_t i = 0; i < d->ntcp_addrs; i++) {
+			c->ntcp_addrs = i + 1;
+			if (!(c->tcp_addrs[i] = mc_strdup(d->tcp_addrs[i])))
+				goto err_free_copy;
+		}
+	}
 	if (d->nbuffers) {
 		c->buffers = mc_calloc(d->nbuffers, sizeof(*c->buffers));
 		if (!c->buffers)

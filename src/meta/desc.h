@@ -29,9 +29,18 @@ struct mc_seg_desc {
 	int tcp_proto_version;	/* absent => 1 */
 	char *timestamp;	/* "YYYY-MM-DD HH:MM:SS.uuuuuu", ignored on compare */
 	char *host_id;		/* our extension "mc_host_id" (boot id); may be NULL */
+	char *shm_ep;		/* our extension "mc_shm_ep": same-host endpoint; may be NULL */
+	/* our extension "mc_tcp_addrs": the addresses (one per interface) the
+	 * TCP data port is reachable on; absent or empty => rpc_meta's host only */
+	char **tcp_addrs;
+	size_t ntcp_addrs;
 	struct mc_seg_buffer *buffers;
 	size_t nbuffers;
 };
+
+/* Bounds on "mc_tcp_addrs": entries, and bytes per address (NUL excluded). */
+#define MC_SEG_MAX_TCP_ADDRS	16
+#define MC_SEG_MAX_TCP_ADDR_LEN 255
 
 struct mc_rpc_meta {
 	char *ip_or_host_name;

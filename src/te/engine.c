@@ -38,6 +38,7 @@
 #include "meta/meta.h"
 #include "te/batch.h"
 #include "te/rpc.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
 
@@ -84,11 +85,38 @@ const struct mc_config_field mc_te_config_table[] = {
 	 MC_CONFIG_SIZE, 4096, 1ll << 40},
 	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
 	 CFG(tcp_sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
+	{"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
+	 "multi-path TCP: interfaces and/or IPs (comma-separated, or \"auto\" for every up "
+	 "non-loopback IPv4 interface) published as the data port's paths; peers spread their "
+	 "connections over them and retry a failed path's requests on another",
+	 CFG(tcp_interfaces), MC_CONFIG_STRING, 0, 0},
+	{"tcp_path_backoff_ms", "MC_TCP_PATH_BACKOFF_MS", "1000",
+	 "multi-path TCP: a failed path is avoided this long, doubling per consecutive failure "
+	 "up to 32x",
+	 CFG(tcp_path_backoff_ms), MC_CONFIG_INT, 10, 600000},
 	{"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2", "threads copying large local requests",
 	 CFG(local_copy_threads), MC_CONFIG_INT, 0, 64},
 	{"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
 	 "local requests at least this large are copied by several threads",
 	 CFG(local_parallel_min), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"force_tcp", "MC_FORCE_TCP", NULL,
+	 "use TCP for every remote segment (upstream's name; also turns the same-host path off)",
+	 CFG(force_tcp), MC_CONFIG_PRESENCE, 0, 0},
+	{"shm_disable", "MC_SHM_DISABLE", "false",
+	 "turn the same-host transport (process_vm_readv/writev between engines on one host) "
+	 "off: same-host peers then use TCP",
+	 CFG(shm_disable), MC_CONFIG_BOOL, 0, 0},
+	{"shm_workers", "MC_SHM_WORKERS", "2", "same-host transport: threads copying for peers",
+	 CFG(shm_workers), MC_CONFIG_INT, 1, 16},
+	{"shm_lanes", "MC_SHM_LANES", "2", "same-host transport: connections per same-host peer",
+	 CFG(shm_lanes), MC_CONFIG_INT, 1, 16},
+	{"shm_split_size", "MC_SHM_SPLIT_SIZE", "1m",
+	 "same-host transport: requests at least this large are split across the connections",
+	 CFG(shm_split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"shm_io_timeout_ms", "MC_SHM_IO_TIMEOUT_MS", "0",
+	 "same-host transport: fail requests on a connection that made no progress for this long "
+	 "(0 = MC_TCP_IO_TIMEOUT_MS)",
+	 CFG(shm_io_timeout_ms), MC_CONFIG_INT, 0, 3600000},
 };
 #undef CFG
 const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
@@ -114,6 +142,8 @@ int mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out)
 		goto err;
 	}
 	mc_transport_fill_desc(te->tcp, d);
+	if (te->shm)
+		mc_transport_fill_desc(te->shm, d);
 	rc = mc_memreg_fill_desc(&te->memreg, te->name, d);
 	if (rc != MC_OK)
 		goto err;
@@ -446,6 +476,11 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rc = mc_local_transport_ops.open(te, &te->local);
 	if (rc != MC_OK)
 		goto err;
+	if (te->cfg.shm_disable || te->cfg.force_tcp)
+		mc_info("same-host transport off (%s): same-host peers use TCP",
+			te->cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");
+	else if (mc_shm_transport_ops.open(te, &te->shm) != MC_OK)
+		mc_info("same-host transport unavailable: %s", mc_last_error());
 
 	rp.listen_fd = fd;
 	rp.max_frame = te->cfg.handshake_max_length;
@@ -490,6 +525,7 @@ void mc_te_free(struct mc_te *te)
 		return;
 	if (te->rpc)
 		mc_rpc_server_stop(te->rpc);
+	mc_transport_close(te->shm); /* first: it hands slices to tcp */
 	mc_transport_close(te->tcp);
 	mc_transport_close(te->local);
 	if (te->meta && te->name && te->published) {
@@ -726,7 +762,18 @@ static void *peer_for(struct mc_te *te, const struct mc_seg_desc *d, const char 
 {
 	if (strcmp(d->protocol, "tcp") != 0 || !d->tcp_data_port)
 		return NULL;
-	return mc_tcp_peer_get(te->tcp, host, d->tcp_data_port, d->tcp_proto_version);
+	return mc_tcp_peer_get(te->tcp, host, d->tcp_data_port, d->tcp_proto_version,
+			       (const char *const *)d->tcp_addrs, d->ntcp_addrs);
+}
+
+/* The same-host peer for a target on this host that publishes an endpoint
+ * (NULL otherwise: TCP carries its requests). */
+static void *shm_peer_for(struct mc_te *te, const struct mc_seg_desc *d, void *tcp_peer)
+{
+	if (!te->shm || !tcp_peer || !d->shm_ep || !d->host_id || !te->host_id[0] ||
+	    strcmp(d->host_id, te->host_id) != 0)
+		return NULL;
+	return mc_shm_peer_get(te->shm, d->shm_ep, tcp_peer);
 }
 
 static struct mc_segment *find_segment_locked(struct mc_te *te, const char *name)
@@ -752,10 +799,12 @@ static int refresh_segment(struct mc_te *te, struct mc_segment *seg)
 	snprintf(seg->host, sizeof(seg->host), "%s", host);
 	seg->rpc_port = port;
 	seg->peer = peer_for(te, d, host);
+	seg->shm_peer = shm_peer_for(te, d, seg->peer);
 	atomic_store(&seg->stale, false);
 	pthread_rwlock_unlock(&te->seg_lock);
 	if (seg->peer)
 		mc_tcp_peer_clear_failed(seg->peer);
+	mc_shm_peer_clear_failed(seg->shm_peer);
 	/* every reader of seg->desc holds seg_lock, so the old one is unused now */
 	mc_seg_desc_free(old);
 	return MC_OK;
@@ -785,7 +834,8 @@ static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_seg
 	if (seg) {
 		bool failed;
 		pthread_rwlock_rdlock(&te->seg_lock);
-		failed = seg->peer && mc_tcp_peer_failed(seg->peer);
+		failed = (seg->peer && mc_tcp_peer_failed(seg->peer)) ||
+			 mc_shm_peer_failed(seg->shm_peer);
 		pthread_rwlock_unlock(&te->seg_lock);
 		if (nocache || te->cfg.disable_metacache || atomic_load(&seg->stale) || failed) {
 			rc = refresh_segment(te, seg);
@@ -830,6 +880,7 @@ static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_seg
 	snprintf(seg->host, sizeof(seg->host), "%s", host);
 	seg->rpc_port = port;
 	seg->peer = peer_for(te, d, host);
+	seg->shm_peer = shm_peer_for(te, d, seg->peer);
 	te->segs[te->nsegs++] = seg;
 	pthread_rwlock_unlock(&te->seg_lock);
 	*id_out = seg->id;
@@ -957,7 +1008,7 @@ struct run {
 /* Validate every request before any starts; resolve each target's peer
  * (NULL = the local segment). */
 static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_xfer_req *reqs,
-			 size_t n, void **peers)
+			 size_t n, void **peers, struct mc_transport **tps)
 {
 	if (b->ntasks + n > b->capacity)
 		return mc_set_error(MC_ERR_TOO_MANY_REQUESTS,
@@ -976,10 +1027,12 @@ static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_x
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
 					    "request %zu: target range overflows", i);
 		peers[i] = NULL;
+		tps[i] = te->local;
 		if (r->target_id == MC_LOCAL_SEGMENT)
 			continue;
 		if (i > 0 && r->target_id == reqs[i - 1].target_id) {
 			peers[i] = peers[i - 1];
+			tps[i] = tps[i - 1];
 			continue;
 		}
 		seg = get_segment(te, r->target_id);
@@ -988,12 +1041,15 @@ static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_x
 					    "request %zu: unknown segment %llu", i,
 					    (unsigned long long)r->target_id);
 		pthread_rwlock_rdlock(&te->seg_lock);
-		refresh = atomic_load(&seg->stale) || (seg->peer && mc_tcp_peer_failed(seg->peer));
+		refresh = atomic_load(&seg->stale) ||
+			  (seg->peer && mc_tcp_peer_failed(seg->peer)) ||
+			  mc_shm_peer_failed(seg->shm_peer);
 		pthread_rwlock_unlock(&te->seg_lock);
 		if (refresh && refresh_segment(te, seg) != MC_OK)
 			mc_debug("refresh of %s failed: %s", seg->name, mc_last_error());
 		pthread_rwlock_rdlock(&te->seg_lock);
-		peers[i] = seg->peer;
+		peers[i] = seg->shm_peer ? seg->shm_peer : seg->peer;
+		tps[i] = seg->shm_peer ? te->shm : te->tcp;
 		if (!peers[i])
 			mc_set_error(MC_ERR_TRANSPORT_UNSUPPORTED,
 				     "request %zu: segment %s speaks %s, not tcp", i, seg->name,
@@ -1010,6 +1066,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 {
 	struct mc_batch *b;
 	void *segs_stack[64], **segs = segs_stack;
+	struct mc_transport *tps_stack[64], **tps = tps_stack;
 	struct mc_slice *slices_stack[256], **slices = slices_stack;
 	size_t nslices = 0, cap_slices = MC_ARRAY_SIZE(slices_stack);
 	size_t base;
@@ -1023,10 +1080,14 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 				    (unsigned long long)id);
 	if (n > MC_ARRAY_SIZE(segs_stack)) {
 		segs = mc_calloc(n, sizeof(*segs));
-		if (!segs)
+		tps = mc_calloc(n, sizeof(*tps));
+		if (!segs || !tps) {
+			mc_free(segs);
+			mc_free(tps);
 			return MC_ERR_NOMEM;
+		}
 	}
-	rc = submit_checks(te, b, reqs, n, segs);
+	rc = submit_checks(te, b, reqs, n, segs, tps);
 	if (rc != MC_OK)
 		goto out;
 	if (notify_name) {
@@ -1046,7 +1107,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 	for (size_t i = 0; i < n; i++) {
 		const struct mc_xfer_req *r = &reqs[i];
 		struct mc_task *t = &b->tasks[base + i];
-		struct mc_transport *tp = segs[i] ? te->tcp : te->local;
+		struct mc_transport *tp = tps[i];
 		unsigned k = r->length ? mc_transport_split(tp, r->length) : 1;
 		uint64_t per, off = 0;
 
@@ -1101,13 +1162,15 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 		size_t j = i + 1;
 		while (j < nslices && segs[slices[j]->task - &b->tasks[base]] == seg)
 			j++;
-		mc_transport_submit(seg ? te->tcp : te->local, seg, &slices[i], j - i);
+		mc_transport_submit(tps[slices[i]->task - &b->tasks[base]], seg, &slices[i], j - i);
 		i = j;
 	}
 	rc = MC_OK;
 out:
-	if (segs != segs_stack)
+	if (segs != segs_stack) {
 		mc_free(segs);
+		mc_free(tps);
+	}
 	if (slices != slices_stack)
 		mc_free(slices);
 	return rc;

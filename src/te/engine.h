@@ -38,8 +38,16 @@ struct mc_te_config {
 	int64_t tcp_connect_timeout_ms;
 	uint64_t tcp_split_size;
 	uint64_t tcp_sockbuf;
+	char *tcp_interfaces;
+	int64_t tcp_path_backoff_ms;
 	int64_t local_copy_threads;
 	uint64_t local_parallel_min;
+	bool force_tcp;
+	bool shm_disable;
+	int64_t shm_workers;
+	int64_t shm_lanes;
+	uint64_t shm_split_size;
+	int64_t shm_io_timeout_ms;
 };
 
 extern const struct mc_config_field mc_te_config_table[];
@@ -137,6 +145,7 @@ struct mc_segment {
 	char host[256]; /* where its RPC and data ports live */
 	uint16_t rpc_port;
 	void *peer;	   /* transport's peer handle (TCP) */
+	void *shm_peer;	   /* same-host peer (shm transport), or NULL */
 	atomic_bool stale; /* refetch the descriptor before next use */
 };
 
@@ -153,6 +162,7 @@ struct mc_te {
 	struct mc_rpc_server *rpc;
 	struct mc_transport *tcp;
 	struct mc_transport *local;
+	struct mc_transport *shm; /* same-host transport; NULL when off */
 	struct mc_memreg memreg;
 	char host_id[64];
 	bool published; /* our keys are in the metadata store */

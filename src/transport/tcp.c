@@ -30,11 +30,23 @@
  * MC_TCP_IO_TIMEOUT_MS fails its in-flight slices (typed status) and is
  * re-established on next use; a rejection requeues the slices behind the
  * rejected one, which the server never looked at.
+ *
+ * Multi-path: a target that publishes several addresses ("mc_tcp_addrs",
+ * from its MC_TCP_INTERFACES) is reached over all of them: lane i prefers
+ * path i % npaths.  A failed connection puts its path in back-off and, while
+ * the lane has not failed on every path since a slice last completed on it,
+ * resends all it carried over another path instead of failing it (requests
+ * are idempotent at their target address; see conn_fail for why no slice
+ * can complete twice).  The lane moves, not the slices, so everything stays
+ * on its worker.
  */
 #define MC_LOG_MODULE "tcp"
 #include "transport/tcp.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -67,16 +79,27 @@ enum ev_kind { EV_LISTEN = 1, EV_WAKE, EV_CONN, EV_SCONN };
 struct tcp_transport;
 struct tcp_worker;
 
+/* One address of a peer (one of its interfaces).  Shared by the peer's lanes
+ * on every worker: the address is written once at creation, the health
+ * fields are atomics. */
+struct tcp_path {
+	char host[256];
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	bool resolved;
+	atomic_uint_fast64_t dead_until_ms; /* back-off: avoid until then */
+	atomic_uint fails;		    /* consecutive failures, sizes the back-off */
+};
+
 struct tcp_peer {
 	struct mc_list node;
 	char host[256];
 	uint16_t port;
 	int version;
-	struct sockaddr_storage addr;
-	socklen_t addrlen;
-	bool resolved;
 	atomic_bool failed;
 	atomic_uint rr;
+	unsigned npaths; /* >= 1; paths[0] is host when the target publishes no list */
+	struct tcp_path *paths;
 	unsigned nconns;
 	struct tcp_conn **conns;
 };
@@ -86,6 +109,9 @@ struct tcp_conn {
 	int fd;
 	struct tcp_worker *w;
 	struct tcp_peer *peer;
+	unsigned home;	      /* the path this lane prefers (lane index % npaths) */
+	unsigned path;	      /* the path the current/next connection uses */
+	unsigned fail_streak; /* paths failed since a slice last completed here */
 	enum { CONN_DOWN, CONN_CONNECTING, CONN_UP } state;
 	bool v2;
 	bool want_out;
@@ -144,8 +170,10 @@ struct tcp_worker {
 	atomic_bool sleeping;
 	atomic_bool stop;
 	struct mc_list sconns;
-	struct tcp_conn **conns; /* client conns owned, for deadline scans */
+	struct tcp_conn **conns; /* client conns owned (appended under lock) */
 	size_t nconns, conns_cap;
+	struct tcp_conn **scan; /* the worker's private copy, for deadline scans */
+	size_t nscan, scan_cap;
 	uint64_t next_tick_ms;
 };
 
@@ -165,7 +193,10 @@ struct tcp_transport {
 	unsigned conns_per_peer;
 	uint64_t io_timeout_ms;
 	uint64_t connect_timeout_ms;
+	uint64_t path_backoff_ms;
 	int sockbuf;
+	char *addrs[MC_SEG_MAX_TCP_ADDRS]; /* published paths (MC_TCP_INTERFACES) */
+	size_t naddrs;
 };
 
 static inline struct tcp_transport *to_tcp(struct mc_transport *tp)
@@ -218,23 +249,68 @@ static void conn_close_fd(struct tcp_conn *c)
 	c->rpos = c->rlen = 0;
 }
 
-/* The connection is unusable: fail everything it carried. */
-static void conn_fail(struct tcp_conn *c, int status, const char *why)
+/*
+ * Close abortively (RST, SO_LINGER 0): the kernel drops what it still holds
+ * to send.  A failed connection's slices are retried elsewhere; had its
+ * write bytes stayed in the retransmit queue, a path that comes back could
+ * deliver them after the retry completed, on top of a newer write.
+ */
+static void conn_abort_fd(struct tcp_conn *c)
 {
-	mc_warn("connection to %s:%u failed: %s", c->peer->host, c->peer->port, why);
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	if (c->fd >= 0)
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	conn_close_fd(c);
-	atomic_store(&c->peer->failed, true);
-	fail_list(&c->recvq, status);
-	fail_list(&c->sendq, status);
+}
+
+/* ---- paths ------------------------------------------------------------------ */
+
+static bool path_usable(const struct tcp_path *pa, uint64_t now)
+{
+	return atomic_load(&pa->dead_until_ms) <= now;
+}
+
+/* A connection over pa failed: avoid the path for backoff * 2^(fails-1),
+ * capped at 32 times the base. */
+static void path_mark_failed(struct tcp_transport *tp, struct tcp_path *pa)
+{
+	unsigned f = atomic_fetch_add(&pa->fails, 1);
+	uint64_t wait = tp->path_backoff_ms << MC_MIN(f, 5u);
+	atomic_store(&pa->dead_until_ms, mc_now_ms() + wait);
+}
+
+static void path_mark_ok(struct tcp_path *pa)
+{
+	if (atomic_load(&pa->fails) || atomic_load(&pa->dead_until_ms)) {
+		atomic_store(&pa->fails, 0);
+		atomic_store(&pa->dead_until_ms, 0);
+	}
+}
+
+/* The lane's home path if it is not backing off, else the next one that is
+ * not (after `after`, skipping it), else the next after `after`. */
+static unsigned path_pick(const struct tcp_conn *c, unsigned after, bool avoid_after)
+{
+	const struct tcp_peer *p = c->peer;
+	uint64_t now = mc_now_ms();
+	if (!(avoid_after && c->home == after) && path_usable(&p->paths[c->home], now))
+		return c->home;
+	for (unsigned k = 1; k <= p->npaths; k++) {
+		unsigned i = (after + k) % p->npaths;
+		if (avoid_after && i == after)
+			continue;
+		if (path_usable(&p->paths[i], now))
+			return i;
+	}
+	return (after + 1) % p->npaths;
 }
 
 static void conn_connect(struct tcp_conn *c);
 
-/* After a rejection the server closes; requeue what it never looked at. */
-static void conn_reset_requeue(struct tcp_conn *c)
+/* Move everything c carried back to sendq, progress reset, in order. */
+static void conn_requeue_all(struct tcp_conn *c)
 {
 	struct mc_list tmp = MC_LIST_INIT(tmp), *pos;
-	conn_close_fd(c);
 	mc_list_splice_tail(&tmp, &c->recvq);
 	mc_list_splice_tail(&tmp, &c->sendq);
 	mc_list_for_each(pos, &tmp) {
@@ -243,26 +319,64 @@ static void conn_reset_requeue(struct tcp_conn *c)
 		s->hdr_done = 0;
 	}
 	mc_list_splice_tail(&c->sendq, &tmp);
+}
+
+/*
+ * The connection is unusable.  With several paths, and fewer paths failed
+ * on this lane than there are since a slice last completed on it, its
+ * slices are resent from scratch over another path; otherwise they fail
+ * with status.  A slice lives on exactly one lane list at any time and the
+ * dead socket is closed before the retry starts, so nothing that arrives
+ * late on it can complete a slice a second time.
+ */
+static void conn_fail(struct tcp_conn *c, int status, const char *why)
+{
+	struct tcp_peer *p = c->peer;
+	bool busy = !mc_list_empty(&c->recvq) || !mc_list_empty(&c->sendq);
+
+	mc_warn("connection to %s:%u failed: %s", p->paths[c->path].host, p->port, why);
+	conn_abort_fd(c);
+	path_mark_failed(c->w->tp, &p->paths[c->path]);
+	if (p->npaths > 1 && busy && ++c->fail_streak < p->npaths) {
+		unsigned from = c->path;
+		c->path = path_pick(c, from, true);
+		mc_info("retrying the requests of a connection to %s:%u over %s",
+			p->paths[from].host, p->port, p->paths[c->path].host);
+		conn_requeue_all(c);
+		conn_connect(c);
+		return;
+	}
+	c->fail_streak = 0;
+	/* one path lost while others serve is not a reason to refetch the target */
+	if (p->npaths == 1 || busy)
+		atomic_store(&p->failed, true);
+	fail_list(&c->recvq, status);
+	fail_list(&c->sendq, status);
+}
+
+/* After a rejection the server closes; requeue what it never looked at. */
+static void conn_reset_requeue(struct tcp_conn *c)
+{
+	conn_close_fd(c);
+	conn_requeue_all(c);
 	if (!mc_list_empty(&c->sendq))
 		conn_connect(c);
 }
 
-static bool peer_resolve(struct tcp_peer *p)
+static bool path_resolve(struct tcp_path *pa, uint16_t port)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-	char port[8];
+	char ps[8];
 	int rc;
-	if (p->resolved)
-		return true;
-	snprintf(port, sizeof(port), "%u", p->port);
-	rc = getaddrinfo(p->host, port, &hints, &res);
+	snprintf(ps, sizeof(ps), "%u", port);
+	rc = getaddrinfo(pa->host, ps, &hints, &res);
 	if (rc != 0) {
-		mc_set_error(MC_ERR_DNS, "cannot resolve %s: %s", p->host, gai_strerror(rc));
+		mc_set_error(MC_ERR_DNS, "cannot resolve %s: %s", pa->host, gai_strerror(rc));
 		return false;
 	}
-	memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
-	p->addrlen = res->ai_addrlen;
-	p->resolved = true;
+	memcpy(&pa->addr, res->ai_addr, res->ai_addrlen);
+	pa->addrlen = res->ai_addrlen;
+	pa->resolved = true;
 	freeaddrinfo(res);
 	return true;
 }
@@ -271,13 +385,14 @@ static void conn_connect(struct tcp_conn *c)
 {
 	struct tcp_transport *tp = c->w->tp;
 	struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
+	struct tcp_path *pa = &c->peer->paths[c->path];
 	int fd;
 
-	if (!c->peer->resolved) {
+	if (!pa->resolved) {
 		conn_fail(c, MC_ERR_DNS, "peer address could not be resolved");
 		return;
 	}
-	fd = socket(c->peer->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = socket(pa->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		conn_fail(c, MC_ERR_SOCKET, strerror(errno));
 		return;
@@ -287,8 +402,7 @@ static void conn_connect(struct tcp_conn *c)
 		mc_sock_set_bufsize(fd, tp->sockbuf);
 	c->fd = fd;
 	c->v2 = c->peer->version >= 2 && !tp->force_v1;
-	if (connect(fd, (struct sockaddr *)&c->peer->addr, c->peer->addrlen) < 0 &&
-	    errno != EINPROGRESS) {
+	if (connect(fd, (struct sockaddr *)&pa->addr, pa->addrlen) < 0 && errno != EINPROGRESS) {
 		int e = errno;
 		conn_fail(c, MC_ERR_CONN_REFUSED, strerror(e));
 		return;
@@ -368,6 +482,7 @@ static void conn_send(struct tcp_conn *c)
 			    (s->opcode != MC_OP_WRITE || s->done == s->len)) {
 				mc_list_del(&s->node);
 				if (s->opcode == MC_OP_WRITE && !c->v2) {
+					c->fail_streak = 0;
 					mc_slice_done(s, MC_OK); /* v1: no acknowledgement */
 				} else {
 					s->done = 0;
@@ -476,8 +591,9 @@ static void conn_recv(struct tcp_conn *c)
 			}
 			c->rpos += 8;
 			if (code != MC_TCP_STATUS_OK) {
-				mc_info("%s:%u rejected %s of %llu bytes at 0x%llx", c->peer->host,
-					c->peer->port, s->opcode == MC_OP_WRITE ? "write" : "read",
+				mc_info("%s:%u rejected %s of %llu bytes at 0x%llx",
+					c->peer->paths[c->path].host, c->peer->port,
+					s->opcode == MC_OP_WRITE ? "write" : "read",
 					(unsigned long long)s->len,
 					(unsigned long long)s->remote_addr);
 				mc_list_del(&s->node);
@@ -491,6 +607,7 @@ static void conn_recv(struct tcp_conn *c)
 			}
 			if (s->opcode == MC_OP_WRITE) {
 				mc_list_del(&s->node);
+				c->fail_streak = 0;
 				mc_slice_done(s, MC_OK);
 				c->last_progress_ms = mc_now_ms();
 				continue;
@@ -510,6 +627,7 @@ static void conn_recv(struct tcp_conn *c)
 			if (want == 0) {
 				mc_list_del(&s->node);
 				c->got_status = false;
+				c->fail_streak = 0;
 				mc_slice_done(s, MC_OK);
 				c->last_progress_ms = mc_now_ms();
 				continue;
@@ -554,6 +672,8 @@ static void conn_event(struct tcp_conn *c, uint32_t events)
 	if (c->state == CONN_CONNECTING) {
 		int err = 0;
 		socklen_t el = sizeof(err);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
 		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
 			return;
 		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
@@ -562,7 +682,12 @@ static void conn_event(struct tcp_conn *c, uint32_t events)
 			conn_fail(c, MC_ERR_CONN_REFUSED, why);
 			return;
 		}
+		/* an event of the socket this one replaced (same batch) must not
+		 * pass for this connect's completion */
+		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0)
+			return;
 		c->state = CONN_UP;
+		path_mark_ok(&c->peer->paths[c->path]);
 		c->last_progress_ms = mc_now_ms();
 		conn_send(c);
 		return;
@@ -910,25 +1035,54 @@ static void worker_take_incoming(struct tcp_worker *w)
 	while (!mc_list_empty(&ready)) {
 		struct tcp_conn *c = mc_list_first(&ready, struct tcp_conn, work_node);
 		mc_list_del(&c->work_node);
-		if (c->state == CONN_DOWN)
+		if (c->state == CONN_DOWN) {
+			if (c->peer->npaths > 1)
+				c->path = path_pick(c, c->path, false);
 			conn_connect(c);
-		else if (c->state == CONN_UP)
+		} else if (c->state == CONN_UP)
 			conn_send(c);
 	}
+}
+
+/* Copy connections added since the last tick into the worker's private
+ * array: a submitter may append to (and realloc) w->conns at any time. */
+static void worker_sync_conns(struct tcp_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->nconns > w->nscan) {
+		if (w->nconns > w->scan_cap) {
+			void *nv = mc_realloc(w->scan, w->conns_cap * sizeof(*w->scan));
+			if (nv) {
+				w->scan = nv;
+				w->scan_cap = w->conns_cap;
+			}
+		}
+		if (w->nconns <= w->scan_cap) {
+			memcpy(w->scan + w->nscan, w->conns + w->nscan,
+			       (w->nconns - w->nscan) * sizeof(*w->scan));
+			w->nscan = w->nconns;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
 }
 
 static void worker_tick(struct tcp_worker *w, uint64_t now)
 {
 	struct tcp_transport *tp = w->tp;
 	struct mc_list *pos, *tmp;
-	for (size_t i = 0; i < w->nconns; i++) {
-		struct tcp_conn *c = w->conns[i];
+
+	worker_sync_conns(w);
+	for (size_t i = 0; i < w->nscan; i++) {
+		struct tcp_conn *c = w->scan[i];
 		bool busy = !mc_list_empty(&c->sendq) || !mc_list_empty(&c->recvq);
 		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
 			conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
 		else if (c->state == CONN_UP && busy &&
 			 now - c->last_progress_ms > tp->io_timeout_ms)
 			conn_fail(c, MC_ERR_TIMEOUT, "no progress within the i/o timeout");
+		else if (c->state == CONN_UP && !busy && c->path != c->home &&
+			 path_usable(&c->peer->paths[c->home], now))
+			conn_close_fd(c); /* idle away from home: the next use tries home again */
 	}
 	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
@@ -1001,34 +1155,69 @@ static void worker_wake(struct tcp_worker *w)
 
 /* ---- peers and submission ------------------------------------------------------ */
 
-void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port, int proto_version)
+/* The paths of a peer: its published addresses, or host alone. */
+static bool peer_same_paths(const struct tcp_peer *p, const char *host, const char *const *addrs,
+			    size_t naddrs)
+{
+	if (naddrs == 0)
+		return p->npaths == 1 && strcmp(p->paths[0].host, host) == 0;
+	if (p->npaths != naddrs)
+		return false;
+	for (size_t i = 0; i < naddrs; i++)
+		if (strcmp(p->paths[i].host, addrs[i]) != 0)
+			return false;
+	return true;
+}
+
+static void peer_free(struct tcp_peer *p)
+{
+	mc_free(p->conns);
+	mc_free(p->paths);
+	mc_free(p);
+}
+
+void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port, int proto_version,
+		      const char *const *addrs, size_t naddrs)
 {
 	struct tcp_transport *tp = to_tcp(base);
 	struct tcp_peer *p;
 	struct mc_list *pos;
 
+	naddrs = MC_MIN(naddrs, (size_t)MC_SEG_MAX_TCP_ADDRS);
 	pthread_mutex_lock(&tp->peers_lock);
 	mc_list_for_each(pos, &tp->peers) {
 		p = mc_list_entry(pos, struct tcp_peer, node);
-		if (p->port == port && p->version == proto_version && strcmp(p->host, host) == 0)
+		if (p->port == port && p->version == proto_version && strcmp(p->host, host) == 0 &&
+		    peer_same_paths(p, host, addrs, naddrs))
 			goto out;
 	}
 	p = mc_calloc(1, sizeof(*p));
 	if (!p)
 		goto out;
-	p->conns = mc_calloc(tp->conns_per_peer, sizeof(*p->conns));
-	if (!p->conns) {
-		mc_free(p);
+	p->npaths = naddrs ? (unsigned)naddrs : 1;
+	/* every path gets at least one lane */
+	p->nconns = MC_MAX(tp->conns_per_peer, p->npaths);
+	p->paths = mc_calloc(p->npaths, sizeof(*p->paths));
+	p->conns = mc_calloc(p->nconns, sizeof(*p->conns));
+	if (!p->paths || !p->conns) {
+		peer_free(p);
 		p = NULL;
 		goto out;
 	}
 	snprintf(p->host, sizeof(p->host), "%s", host);
 	p->port = port;
 	p->version = proto_version;
-	p->nconns = tp->conns_per_peer;
-	/* resolved once, here, so workers only ever read the address */
-	if (!peer_resolve(p))
-		mc_warn("peer %s:%u: %s", host, port, mc_last_error());
+	/* resolved once, here, so workers only ever read the addresses */
+	for (unsigned i = 0; i < p->npaths; i++) {
+		struct tcp_path *pa = &p->paths[i];
+		snprintf(pa->host, sizeof(pa->host), "%s", naddrs ? addrs[i] : host);
+		atomic_init(&pa->dead_until_ms, 0);
+		atomic_init(&pa->fails, 0);
+		if (!path_resolve(pa, port))
+			mc_warn("peer %s:%u: %s", pa->host, port, mc_last_error());
+	}
+	if (p->npaths > 1)
+		mc_info("peer %s:%u: %u paths, %u connections", host, port, p->npaths, p->nconns);
 	for (unsigned i = 0; i < p->nconns; i++) {
 		unsigned wi = atomic_fetch_add(&tp->next_worker, 1) % tp->nworkers;
 		struct tcp_worker *w = &tp->workers[wi];
@@ -1044,6 +1233,7 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 		c->fd = -1;
 		c->w = w;
 		c->peer = p;
+		c->home = c->path = i % p->npaths;
 		mc_list_init(&c->incoming);
 		mc_list_init(&c->sendq);
 		mc_list_init(&c->recvq);
@@ -1064,8 +1254,7 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 		p->conns[i] = c;
 	}
 	if (p->nconns == 0) {
-		mc_free(p->conns);
-		mc_free(p);
+		peer_free(p);
 		p = NULL;
 		goto out;
 	}
@@ -1138,8 +1327,92 @@ static unsigned tcp_split(struct mc_transport *base, uint64_t len)
 
 static void tcp_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
 {
-	d->tcp_data_port = to_tcp(base)->port;
+	struct tcp_transport *tp = to_tcp(base);
+	d->tcp_data_port = tp->port;
 	d->tcp_proto_version = 2;
+	if (!tp->naddrs || d->tcp_addrs)
+		return;
+	d->tcp_addrs = mc_calloc(tp->naddrs, sizeof(*d->tcp_addrs));
+	if (!d->tcp_addrs)
+		return; /* published without its paths: peers use the rpc host */
+	for (size_t i = 0; i < tp->naddrs; i++) {
+		d->tcp_addrs[d->ntcp_addrs] = mc_strdup(tp->addrs[i]);
+		if (d->tcp_addrs[d->ntcp_addrs])
+			d->ntcp_addrs++;
+	}
+}
+
+/* ---- local paths ------------------------------------------------------------ */
+
+static void add_local_addr(struct tcp_transport *tp, const char *a)
+{
+	if (tp->naddrs == MC_SEG_MAX_TCP_ADDRS) {
+		mc_warn("MC_TCP_INTERFACES: more than %d addresses; %s and later ones ignored",
+			MC_SEG_MAX_TCP_ADDRS, a);
+		return;
+	}
+	for (size_t i = 0; i < tp->naddrs; i++)
+		if (strcmp(tp->addrs[i], a) == 0)
+			return;
+	tp->addrs[tp->naddrs] = mc_strdup(a);
+	if (tp->addrs[tp->naddrs])
+		tp->naddrs++;
+}
+
+/* The IPv4 addresses of interface name, or of every up, running, non-loopback
+ * interface when name is NULL.  Returns how many were added. */
+static size_t add_iface_addrs(struct tcp_transport *tp, const char *name)
+{
+	struct ifaddrs *ifs, *i;
+	size_t before = tp->naddrs;
+	if (getifaddrs(&ifs) < 0)
+		return 0;
+	for (i = ifs; i; i = i->ifa_next) {
+		char buf[INET_ADDRSTRLEN];
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if (name ? strcmp(i->ifa_name, name) != 0
+			 : (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP) ||
+				    !(i->ifa_flags & IFF_RUNNING))
+			continue;
+		if (inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf,
+			      sizeof(buf)))
+			add_local_addr(tp, buf);
+	}
+	freeifaddrs(ifs);
+	return tp->naddrs - before;
+}
+
+/*
+ * MC_TCP_INTERFACES: comma- or space-separated interface names, IP
+ * addresses, or "auto" (every up non-loopback IPv4 interface).  The result
+ * is published as the descriptor's "mc_tcp_addrs"; the data listener is on
+ * the wildcard address, so it serves all of them.
+ */
+static void load_local_paths(struct tcp_transport *tp, const char *spec)
+{
+	char *copy, *tok, *save = NULL;
+	if (!spec || !*spec)
+		return;
+	copy = mc_strdup(spec);
+	if (!copy)
+		return;
+	for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+		unsigned char bin[sizeof(struct in6_addr)];
+		if (strcmp(tok, "auto") == 0) {
+			add_iface_addrs(tp, NULL);
+		} else if (inet_pton(AF_INET, tok, bin) == 1 ||
+			   inet_pton(AF_INET6, tok, bin) == 1) {
+			add_local_addr(tp, tok);
+		} else if (strlen(tok) > MC_SEG_MAX_TCP_ADDR_LEN || add_iface_addrs(tp, tok) == 0) {
+			mc_warn("MC_TCP_INTERFACES: %.64s is neither an address nor an interface with "
+				"an IPv4 address; ignored",
+				tok);
+		}
+	}
+	mc_free(copy);
+	for (size_t i = 0; i < tp->naddrs; i++)
+		mc_info("publishing tcp path %s", tp->addrs[i]);
 }
 
 /* ---- open / close --------------------------------------------------------------- */
@@ -1172,6 +1445,7 @@ static void tcp_close(struct mc_transport *base)
 			mc_free(c);
 		}
 		mc_free(w->conns);
+		mc_free(w->scan);
 		if (w->epfd >= 0)
 			close(w->epfd);
 		if (w->evfd >= 0)
@@ -1181,9 +1455,10 @@ static void tcp_close(struct mc_transport *base)
 	while (!mc_list_empty(&tp->peers)) {
 		struct tcp_peer *p = mc_list_first(&tp->peers, struct tcp_peer, node);
 		mc_list_del(&p->node);
-		mc_free(p->conns);
-		mc_free(p);
+		peer_free(p);
 	}
+	for (size_t i = 0; i < tp->naddrs; i++)
+		mc_free(tp->addrs[i]);
 	if (tp->listen_fd >= 0)
 		close(tp->listen_fd);
 	pthread_mutex_destroy(&tp->peers_lock);
@@ -1210,6 +1485,8 @@ static int tcp_open(struct mc_te *te, struct mc_transport **out)
 	tp->split_size = te->cfg.tcp_split_size;
 	tp->io_timeout_ms = (uint64_t)te->cfg.tcp_io_timeout_ms;
 	tp->connect_timeout_ms = (uint64_t)te->cfg.tcp_connect_timeout_ms;
+	tp->path_backoff_ms = (uint64_t)te->cfg.tcp_path_backoff_ms;
+	load_local_paths(tp, te->cfg.tcp_interfaces);
 	tp->sockbuf = (int)te->cfg.tcp_sockbuf;
 	tp->force_v1 = te->cfg.tcp_proto && strcmp(te->cfg.tcp_proto, "1") == 0;
 

@@ -3,13 +3,17 @@
 #define MC_TRANSPORT_TCP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct mc_transport;
 
 /* The peer object for host:port (created on first use, lives as long as the
- * transport).  proto_version is the target's tcp_proto_version. */
-void *mc_tcp_peer_get(struct mc_transport *tp, const char *host, uint16_t port, int proto_version);
+ * transport).  proto_version is the target's tcp_proto_version; addrs are
+ * the target's published paths ("mc_tcp_addrs", naddrs 0 = host only):
+ * the peer's connections spread over them and fail over between them. */
+void *mc_tcp_peer_get(struct mc_transport *tp, const char *host, uint16_t port, int proto_version,
+		      const char *const *addrs, size_t naddrs);
 /* True once a connection to the peer failed since the last refresh; the
  * engine then refetches the target's descriptor before the next submit. */
 bool mc_tcp_peer_failed(void *peer);

@@ -3,7 +3,9 @@
  *
  * A transport moves slices to and from a target.  The engine picks the
  * transport per request from the target: the local segment goes through
- * "local", a tcp segment through "tcp".  Callers use the inline wrappers,
+ * "local", a segment of an engine on the same host that advertises it
+ * through "shm" (which hands slices to "tcp" when it cannot be used), any
+ * other tcp segment through "tcp".  Callers use the inline wrappers,
  * never the table directly.  Transports report each finished slice with
  * mc_slice_done() from whatever thread finished it.
  */
@@ -38,6 +40,7 @@ struct mc_transport {
 
 extern const struct mc_transport_ops mc_tcp_transport_ops;
 extern const struct mc_transport_ops mc_local_transport_ops;
+extern const struct mc_transport_ops mc_shm_transport_ops;
 
 static inline int mc_transport_submit(struct mc_transport *tp, void *peer, struct mc_slice **slices,
 				      size_t n)

@@ -35,6 +35,11 @@ static void check_seg_round_trip(const struct mc_seg_desc *d)
 		abort();
 	if (d->timestamp && strcmp(d->timestamp, again->timestamp))
 		abort();
+	if (d->ntcp_addrs != again->ntcp_addrs || d->ntcp_addrs > MC_SEG_MAX_TCP_ADDRS)
+		abort();
+	for (size_t i = 0; i < d->ntcp_addrs; i++)
+		if (strcmp(d->tcp_addrs[i], again->tcp_addrs[i]))
+			abort();
 	for (size_t i = 0; i < d->nbuffers; i++) {
 		if (strcmp(d->buffers[i].name, again->buffers[i].name) ||
 		    d->buffers[i].addr != again->buffers[i].addr ||

@@ -73,6 +73,30 @@ class ProcError(AssertionError):
     pass
 
 
+def sigstop(pid, timeout=10.0):
+    """SIGSTOP pid and return once every one of its threads is stopped.
+
+    kill() returns before the group stop reaches all threads: on a busy
+    machine a worker can still serve a request that arrives a moment later
+    (the same-host path answers within a millisecond), so a test that means
+    "the peer no longer answers" must wait for the stop to be complete."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that just exited
+        if states and all(s in ("T", "t") for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise ProcError(f"pid {pid} not stopped within {timeout}s (thread states {states})")
+        time.sleep(0.001)
+
+
 class Proc:
     """A child process with a line-oriented stdout read by a thread.
 

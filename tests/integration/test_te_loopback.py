@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import MODES, ProcError
+from conftest import MODES, ProcError, sigstop
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -294,7 +294,7 @@ def test_stopped_target_times_out(cluster, mode):
     seg = init.open(target.name)
     init.fill(77, 0, 4 * MiB)
     assert is_ok(init.write(seg, 0, target.base, 4 * MiB))
-    os.kill(target.pid, signal.SIGSTOP)
+    sigstop(target.pid)
     try:
         t0 = time.monotonic()
         r = init.write(seg, 0, target.base, 4 * MiB, timeout=60)

@@ -184,6 +184,93 @@ static void encode_fills_timestamp_and_omits_absent_host_id(void **state)
 	mc_free(json);
 }
 
+/* "mc_tcp_addrs" (multi-path TCP): optional, bounded, round-trips, ignored by
+ * readers that do not know it and absent from what single-path engines write. */
+static void tcp_addrs_round_trip_and_bounds(void **state)
+{
+	char *addrs[2] = {"10.1.0.1", "fd00::1"};
+	char long_addr[MC_SEG_MAX_TCP_ADDR_LEN + 2];
+	char *many[MC_SEG_MAX_TCP_ADDRS + 1];
+	struct mc_seg_desc in = {.name = "n",
+				 .protocol = "tcp",
+				 .tcp_proto_version = 2,
+				 .tcp_addrs = addrs,
+				 .ntcp_addrs = 2};
+	struct mc_seg_desc *out, *dup;
+	char *json, *json2, doc[8192];
+	int len;
+	(void)state;
+
+	assert_int_equal(mc_seg_desc_encode(&in, &json), MC_OK);
+	assert_non_null(strstr(json, "\"mc_tcp_addrs\":[\"10.1.0.1\",\"fd00::1\"]"));
+	out = decode_ok(json);
+	assert_int_equal(out->ntcp_addrs, 2);
+	assert_string_equal(out->tcp_addrs[0], "10.1.0.1");
+	assert_string_equal(out->tcp_addrs[1], "fd00::1");
+	assert_int_equal(mc_seg_desc_dup(out, &dup), MC_OK);
+	assert_ptr_not_equal(dup->tcp_addrs[1], out->tcp_addrs[1]);
+	assert_int_equal(mc_seg_desc_encode(dup, &json2), MC_OK);
+	assert_string_equal(json, json2);
+	mc_seg_desc_free(out);
+	mc_seg_desc_free(dup);
+	mc_free(json);
+	mc_free(json2);
+
+	/* absent, null and [] all mean "rpc_meta's host only"; single-path
+	 * engines do not write the field at all */
+	in.ntcp_addrs = 0;
+	assert_int_equal(mc_seg_desc_encode(&in, &json), MC_OK);
+	assert_null(strstr(json, "mc_tcp_addrs"));
+	mc_free(json);
+	out = decode_ok("{\"name\":\"a\",\"protocol\":\"tcp\"}");
+	assert_int_equal(out->ntcp_addrs, 0);
+	assert_null(out->tcp_addrs);
+	mc_seg_desc_free(out);
+	out = decode_ok("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":null}");
+	assert_int_equal(out->ntcp_addrs, 0);
+	mc_seg_desc_free(out);
+	out = decode_ok("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[]}");
+	assert_int_equal(out->ntcp_addrs, 0);
+	mc_seg_desc_free(out);
+
+	/* wrong shapes and sizes are rejected, naming the field */
+	expect_malformed("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":\"10.0.0.1\"}",
+			 "mc_tcp_addrs");
+	expect_malformed("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[1]}",
+			 "mc_tcp_addrs[0]");
+	expect_malformed("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[\"a\",\"\"]}",
+			 "mc_tcp_addrs[1]");
+	expect_malformed("{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[[\"a\"]]}",
+			 "mc_tcp_addrs[0]");
+	memset(long_addr, 'a', sizeof(long_addr) - 1);
+	long_addr[sizeof(long_addr) - 1] = '\0';
+	snprintf(doc, sizeof(doc),
+		 "{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[\"%s\"]}", long_addr);
+	expect_malformed(doc, "mc_tcp_addrs[0]");
+	long_addr[sizeof(long_addr) - 2] = '\0'; /* exactly the limit */
+	snprintf(doc, sizeof(doc),
+		 "{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[\"%s\"]}", long_addr);
+	out = decode_ok(doc);
+	assert_int_equal(strlen(out->tcp_addrs[0]), MC_SEG_MAX_TCP_ADDR_LEN);
+	mc_seg_desc_free(out);
+	len = snprintf(doc, sizeof(doc), "{\"name\":\"a\",\"protocol\":\"tcp\",\"mc_tcp_addrs\":[");
+	for (int i = 0; i <= MC_SEG_MAX_TCP_ADDRS; i++)
+		len += snprintf(doc + len, sizeof(doc) - (size_t)len, "%s\"10.0.0.%d\"",
+				i ? "," : "", i);
+	snprintf(doc + len, sizeof(doc) - (size_t)len, "]}");
+	expect_malformed(doc, "mc_tcp_addrs");
+
+	/* the encoder refuses what the decoder would reject */
+	for (int i = 0; i <= MC_SEG_MAX_TCP_ADDRS; i++)
+		many[i] = "10.0.0.1";
+	in.tcp_addrs = many;
+	in.ntcp_addrs = MC_SEG_MAX_TCP_ADDRS + 1;
+	assert_int_equal(mc_seg_desc_encode(&in, &json), MC_ERR_INVALID_PARAMS);
+	in.ntcp_addrs = 1;
+	many[0] = "";
+	assert_int_equal(mc_seg_desc_encode(&in, &json), MC_ERR_INVALID_PARAMS);
+}
+
 static void encode_refuses_what_peers_reject(void **state)
 {
 	struct mc_seg_buffer b = {.name = "x", .addr = 1, .length = 1};
@@ -405,6 +492,7 @@ int main(void)
 		cmocka_unit_test(key_order_newline_and_defaults),
 		cmocka_unit_test(round_trip_preserves_every_field),
 		cmocka_unit_test(encode_fills_timestamp_and_omits_absent_host_id),
+		cmocka_unit_test(tcp_addrs_round_trip_and_bounds),
 		cmocka_unit_test(encode_refuses_what_peers_reject),
 		cmocka_unit_test(bad_inputs_are_malformed_json),
 		cmocka_unit_test(bad_buffers_name_the_field),

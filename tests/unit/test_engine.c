@@ -68,9 +68,11 @@ static int setup_v1(void **state)
 	int rc;
 	setenv("MC_TCP_PROTO", "1", 1);
 	setenv("MC_TCP_LANES_PER_PEER", "1", 1);
+	setenv("MC_SHM_DISABLE", "1", 1); /* same host: keep these on TCP */
 	rc = setup_pair(state, "mem://test_engine_v1");
 	unsetenv("MC_TCP_PROTO");
 	unsetenv("MC_TCP_LANES_PER_PEER");
+	unsetenv("MC_SHM_DISABLE");
 	return rc;
 }
 
