@@ -835,7 +835,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	o->key_len = (uint16_t)key->len;
 	o->tenant = tenant;
 	mc_obj_set_size(o, value_len);
-	o->aux = MC_MASTER_NO_AUX;
+	o->aux = MC_MASTER_NO_CLIENT; /* no writer yet: proc_add sets it */
 	if (n > 1 && !ext_fit(o, n)) {
 		mc_free(o);
 		place_undo(m, n);
@@ -1200,6 +1200,48 @@ static mc_status h_batch_remove(struct ctx *c, const struct mc_store_batch_remov
 	return mc_store_batch_remove_response_encode(c->out, c->id, &resp);
 }
 
+/*
+ * BatchReplicaClear (spec 2.3): for each key, skip it unless the object is
+ * complete, was written by r->client_id and holds no lease; then remove the
+ * whole object (segment_name "") or only its replicas on that segment, and
+ * erase it if none is left.  Skipped keys are not errors.
+ */
+static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_replica_clear_req *r)
+{
+	struct mc_master *m = c->m;
+	struct mc_store_keys_resp resp = {0, NULL};
+	uint32_t writer = MC_MASTER_NO_CLIENT;
+	mc_status st;
+
+	if (r->n_keys) {
+		resp.keys = mc_master_scratch(m, (size_t)r->n_keys * sizeof(*resp.keys));
+		if (!resp.keys)
+			return FAIL(c, MC_ERR_NOMEM, "no memory");
+	}
+	/* an unknown client wrote nothing here */
+	if (mc_master_client_find(m, &r->client_id, &writer)) {
+		for (uint32_t i = 0; i < r->n_keys; i++) {
+			struct mc_obj *o = lookup(m, &r->tenant, &r->keys[i]);
+
+			if (!o || (o->flags & MC_OBJ_PROC) || o->t > c->now ||
+			    mc_master_obj_writer(m, o) != writer)
+				continue;
+			if (r->segment_name.len == 0) {
+				mc_master_obj_release_reps(m, o);
+			} else if (mc_master_obj_drop_seg_reps(m, o, sp(&r->segment_name),
+							       r->segment_name.len) == 0) {
+				continue;
+			}
+			if (o->nrep == 0)
+				mc_master_obj_erase(m, o);
+			resp.keys[resp.n_keys++] = r->keys[i];
+		}
+	}
+	batch_count(&m->met.master_batch_replica_clear, r->n_keys, r->n_keys - resp.n_keys);
+	st = mc_store_batch_replica_clear_response_encode(c->out, c->id, &resp);
+	return st;
+}
+
 static mc_status h_remove_regex(struct ctx *c, const struct mc_store_remove_regex_req *r)
 {
 	struct mc_master *m = c->m;
@@ -1384,6 +1426,10 @@ static bool req_ok(const struct mc_store_msg *req)
 	case MC_STORE_BATCH_REMOVE:
 		return s_ok(&b->batch_remove_req.tenant) &&
 		       strs_ok(b->batch_remove_req.keys, b->batch_remove_req.n_keys);
+	case MC_STORE_BATCH_REPLICA_CLEAR:
+		return s_ok(&b->replica_clear_req.tenant) &&
+		       s_ok(&b->replica_clear_req.segment_name) &&
+		       strs_ok(b->replica_clear_req.keys, b->replica_clear_req.n_keys);
 	default:
 		return true;
 	}
@@ -1450,6 +1496,8 @@ static mc_status dispatch(struct ctx *c, const struct mc_store_msg *req)
 		return h_remove_all(c, &req->body.remove_all_req);
 	case MC_STORE_BATCH_REMOVE:
 		return h_batch_remove(c, &req->body.batch_remove_req);
+	case MC_STORE_BATCH_REPLICA_CLEAR:
+		return h_batch_replica_clear(c, &req->body.replica_clear_req);
 	default:
 		return FAIL(c, MC_ERR_NOT_SUPPORTED, "message type %u is not supported", t);
 	}

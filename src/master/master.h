@@ -167,7 +167,8 @@ int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force
 	X(master_batch_get_replica_list)   \
 	X(master_batch_put_start)          \
 	X(master_batch_put_end)            \
-	X(master_batch_put_revoke)
+	X(master_batch_put_revoke)         \
+	X(master_batch_replica_clear)
 
 struct mc_master_req_counter {
 	uint64_t requests;

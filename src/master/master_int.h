@@ -53,7 +53,8 @@ struct mc_obj {
 	uint64_t t;		/* COMPLETE: lease deadline (ms); PROC: PutStart time (ms) */
 	struct mc_rep r0;	/* first replica, inline */
 	struct mc_obj_ext *ext; /* NULL unless nrep > 1 or a checksum is stored */
-	uint32_t aux;		/* PROC: index in m->proc; SOFT: index in m->pins */
+	uint32_t aux;		/* PROC: index in m->proc; SOFT: index in m->pins;
+				 * otherwise the writer's client slot (mc_master_obj_writer) */
 	uint32_t group;		/* group slot + 1; 0 = no group */
 	uint32_t size_lo;	/* value length in bytes: 48 bits, size_lo | size_hi << 32 */
 	uint16_t size_hi;
@@ -88,6 +89,7 @@ struct mc_proc {
 struct mc_pin {
 	uint64_t deadline;
 	struct mc_obj *o;
+	uint32_t writer; /* the object's writer while its aux is the heap index */
 };
 
 enum mc_seg_state {
@@ -117,6 +119,7 @@ struct mc_client {
 	struct mc_store_uuid id;
 	uint64_t expiry; /* alive: expires at this time (ms) */
 	uint32_t nproc;	 /* objects it is writing */
+	uint32_t nobjs;	 /* objects whose writer it is (in flight or complete) */
 	uint32_t nsegs;	 /* segments it has mounted */
 	bool used;	 /* slot in use */
 	bool alive;	 /* in the alive set (mounted or remounted, not expired) */
@@ -228,6 +231,10 @@ struct mc_rep *mc_master_obj_rep(struct mc_obj *o, uint32_t i);
 bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r);
 /* Give the blocks of o back to their allocators at once. */
 void mc_master_obj_release_reps(struct mc_master *m, struct mc_obj *o);
+/* Release o's live replicas on the segment called name (len bytes) and
+ * drop them from its list; returns how many went. */
+uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, const char *name,
+				     size_t len);
 /* Park the blocks of o in the discarded list (released after the timeout). */
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
 /* Readable = COMPLETE with at least one replica on a mounted segment. */
@@ -239,6 +246,16 @@ void mc_master_proc_del(struct mc_master *m, struct mc_obj *o);
 static inline struct mc_proc *mc_master_proc_of(struct mc_master *m, const struct mc_obj *o)
 {
 	return &m->proc[o->aux];
+}
+/* The client slot of the last PutStart/UpsertStart caller of o, or
+ * MC_MASTER_NO_CLIENT.  A slot stays taken while it writes any object. */
+static inline uint32_t mc_master_obj_writer(const struct mc_master *m, const struct mc_obj *o)
+{
+	if (o->flags & MC_OBJ_PROC)
+		return m->proc[o->aux].writer;
+	if (o->flags & MC_OBJ_SOFT)
+		return m->pins[o->aux].writer;
+	return o->aux;
 }
 /* o (complete) becomes soft-pinned until deadline. */
 void mc_master_pin_add(struct mc_master *m, struct mc_obj *o, uint64_t deadline);

@@ -38,9 +38,12 @@
  * under the 200-byte target.  Kept out of the object: the replicas beyond
  * the first and the checksum (ext, only when present); UUIDs and strings
  * (segments, clients, tenants and groups are interned, objects hold
- * u16/u32 indices); the writer and the pending soft-pin action of an
- * in-flight put (struct mc_proc in m->proc); a soft-pin deadline (struct
- * mc_pin in m->pins).  Values are limited to 2^48 - 1 bytes (256 TiB).
+ * u16/u32 indices); the pending soft-pin action of an in-flight put
+ * (struct mc_proc in m->proc); a soft-pin deadline (struct mc_pin in
+ * m->pins).  The writer's client slot (BatchReplicaClear clears only what
+ * a client wrote) costs no byte: aux holds it unless aux is busy as the
+ * m->proc or m->pins index, and then that entry holds it; a client slot
+ * stays taken while it is the writer of any object (mc_client.nobjs).  Values are limited to 2^48 - 1 bytes (256 TiB).
  *
  * Replicas are weak references.  A replica names a segment slot and the
  * slot's generation; unmount (explicit, graceful deadline, client expiry)
@@ -449,6 +452,26 @@ void mc_master_obj_release_reps(struct mc_master *m, struct mc_obj *o)
 	o->nrep = 0;
 }
 
+uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, const char *name,
+				     size_t len)
+{
+	uint32_t n = 0, dropped = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep r = *mc_master_obj_rep(o, i);
+		const struct mc_seg *s = &m->segs[r.seg];
+
+		if (mc_master_rep_live(m, &r) && s->name_len == len && !memcmp(s->name, name, len)) {
+			rep_release(m, &r, mc_obj_size(o));
+			dropped++;
+			continue;
+		}
+		*mc_master_obj_rep(o, n++) = r;
+	}
+	o->nrep = (uint8_t)n;
+	return dropped;
+}
+
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)
 {
 	bool parked = false;
@@ -504,6 +527,12 @@ void mc_master_proc_add(struct mc_master *m, struct mc_obj *o, uint32_t writer, 
 {
 	/* the caller reserved room (proc_cap > nproc) before creating o */
 	mc_assert(m->nproc < m->proc_cap);
+	mc_assert(!(o->flags & MC_OBJ_PROC));
+	/* aux holds the previous writer (NO_CLIENT for a new object) */
+	if (o->aux < m->nclient_slots && m->clients[o->aux].nobjs > 0)
+		m->clients[o->aux].nobjs--;
+	if (writer < m->nclient_slots)
+		m->clients[writer].nobjs++;
 	o->aux = m->nproc;
 	m->proc[m->nproc].o = o;
 	m->proc[m->nproc].pin = pin;
@@ -523,7 +552,7 @@ void mc_master_proc_del(struct mc_master *m, struct mc_obj *o)
 	writer = m->proc[i].writer;
 	m->proc[i] = m->proc[--m->nproc];
 	m->proc[i].o->aux = i;
-	o->aux = MC_MASTER_NO_AUX;
+	o->aux = writer; /* kept: BatchReplicaClear checks it */
 	o->flags &= (uint8_t)~MC_OBJ_PROC;
 	if (writer < m->nclient_slots && m->clients[writer].nproc > 0)
 		m->clients[writer].nproc--;
@@ -583,7 +612,9 @@ void mc_master_pin_add(struct mc_master *m, struct mc_obj *o, uint64_t deadline)
 		o->flags &= (uint8_t)~MC_OBJ_SOFT;
 		return;
 	}
+	mc_assert(!(o->flags & MC_OBJ_PROC)); /* aux is the writer */
 	o->flags |= MC_OBJ_SOFT;
+	m->pins[m->npins].writer = o->aux;
 	o->aux = m->npins;
 	m->pins[m->npins].deadline = deadline;
 	m->pins[m->npins].o = o;
@@ -593,16 +624,17 @@ void mc_master_pin_add(struct mc_master *m, struct mc_obj *o, uint64_t deadline)
 
 void mc_master_pin_del(struct mc_master *m, struct mc_obj *o)
 {
-	uint32_t i = o->aux;
+	uint32_t i = o->aux, writer;
 
 	mc_assert(i < m->npins && m->pins[i].o == o);
+	writer = m->pins[i].writer;
 	m->npins--;
 	if (i != m->npins) {
 		pin_swap(m, i, m->npins);
 		pin_down(m, i);
 		pin_up(m, i);
 	}
-	o->aux = MC_MASTER_NO_AUX;
+	o->aux = writer;
 	o->flags &= (uint8_t)~MC_OBJ_SOFT;
 }
 
@@ -726,6 +758,9 @@ void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
 		mc_master_proc_del(m, o);
 	else if (o->flags & MC_OBJ_SOFT)
 		mc_master_pin_del(m, o);
+	/* aux is now the writer */
+	if (o->aux < m->nclient_slots && m->clients[o->aux].nobjs > 0)
+		m->clients[o->aux].nobjs--;
 	group_leave(m, o);
 	mc_free(o->ext);
 	mc_free(o);
@@ -1287,7 +1322,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 	for (uint32_t i = 0; i < m->nclient_slots; i++) {
 		struct mc_client *c = &m->clients[i];
 
-		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0)
+		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0 && c->nobjs == 0)
 			c->used = false;
 	}
 	if (m->old)

@@ -358,7 +358,6 @@ static const char *const zero_req_counters[] = {
 
 static const char *const zero_batch_counters[] = {
 	"master_batch_query_ip",
-	"master_batch_replica_clear",
 };
 
 static const char *const zero_counters[] = {

@@ -583,6 +583,12 @@ LAYOUT(L_batch_remove_req, struct mc_store_batch_remove_req,
        F_BOOL(struct mc_store_batch_remove_req, force),
        F_LIST(struct mc_store_batch_remove_req, keys, n_keys, struct mc_proto_str, L_key_item));
 LAYOUT(L_count_resp, struct mc_store_count_resp, F_I64(struct mc_store_count_resp, count));
+#define RCR struct mc_store_replica_clear_req
+LAYOUT(L_replica_clear_req, RCR, F_UUID(RCR, client_id), F_STR(RCR, tenant),
+       F_STR(RCR, segment_name), F_LIST(RCR, keys, n_keys, struct mc_proto_str, L_key_item));
+#undef RCR
+LAYOUT(L_keys_resp, struct mc_store_keys_resp,
+       F_LIST(struct mc_store_keys_resp, keys, n_keys, struct mc_proto_str, L_key_item));
 
 /* ------------------------------------------------------------------------ */
 /* Message table                                                             */

@@ -49,7 +49,7 @@
 
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
-#define MC_STORE_PROTO_MINOR 0
+#define MC_STORE_PROTO_MINOR 1 /* 1: BatchReplicaClear */
 #define MC_PROTO_HDR_LEN     32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
@@ -483,6 +483,22 @@ struct mc_store_count_resp {
 	int64_t count;
 };
 
+/* BatchReplicaClear: only objects client_id wrote, lease expired.
+ * segment_name "" = whole objects, else only the replicas on that segment. */
+struct mc_store_replica_clear_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	struct mc_proto_str segment_name;
+	uint32_t n_keys;
+	struct mc_proto_str *keys;
+};
+
+/* The keys cleared, in request order. */
+struct mc_store_keys_resp {
+	uint32_t n_keys;
+	struct mc_proto_str *keys;
+};
+
 /* X(name): struct mc_store_<name>; generates mc_store_<name>_release() and
  * mc_store_<name>_equal(); release only what a decoder filled. */
 #define MC_STORE_BODY_MAP(X)    \
@@ -515,7 +531,9 @@ struct mc_store_count_resp {
 	X(remove_regex_req)     \
 	X(remove_all_req)       \
 	X(batch_remove_req)     \
-	X(count_resp)
+	X(count_resp)           \
+	X(replica_clear_req)    \
+	X(keys_resp)
 
 /* ------------------------------------------------------------------------ */
 /* Messages                                                                  */
@@ -553,7 +571,8 @@ struct mc_store_count_resp {
 	X(REMOVE, 48, remove, remove_req, empty)                                                   \
 	X(REMOVE_BY_REGEX, 49, remove_by_regex, remove_regex_req, count_resp)                      \
 	X(REMOVE_ALL, 50, remove_all, remove_all_req, count_resp)                                  \
-	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_status_resp)
+	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_status_resp)                     \
+	X(BATCH_REPLICA_CLEAR, 52, batch_replica_clear, replica_clear_req, keys_resp)
 
 enum mc_store_msg_type {
 #define MC__STORE_MSG_ENUM(NAME, num, name, req, resp) MC_STORE_##NAME = (num),

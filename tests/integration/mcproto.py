@@ -17,7 +17,7 @@ import socket
 import struct
 
 MAGIC = b"MCST"
-MAJOR, MINOR = 1, 0
+MAJOR, MINOR = 1, 1
 HDR = struct.Struct("<4sBBHHHiQII")
 assert HDR.size == 32
 F_RESPONSE = 1

@@ -1250,6 +1250,103 @@ static void test_batches(void **state)
 	t_free(t);
 }
 
+/* BatchReplicaClear of keys (NULL-terminated); returns how many were
+ * cleared and checks they are want (NULL-terminated), in order. */
+static void clear_want(struct t *t, struct mc_store_uuid client, const char *segment,
+		       const char *const *keys, const char *const *want)
+{
+	struct mc_proto_str ks[16];
+	struct mc_store_replica_clear_req r = {client, mc_proto_str_c(""),
+					       mc_proto_str_c(segment), 0, ks};
+	const struct mc_store_keys_resp *got;
+	uint32_t n = 0;
+
+	while (keys[r.n_keys]) {
+		ks[r.n_keys] = mc_proto_str_c(keys[r.n_keys]);
+		r.n_keys++;
+	}
+	assert_int_equal(call(t, MC_STORE_BATCH_REPLICA_CLEAR, &r), MC_OK);
+	got = &t->resp.body.keys_resp;
+	while (want[n])
+		n++;
+	assert_int_equal(got->n_keys, n);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(got->keys[i].len, strlen(want[i]));
+		assert_memory_equal(got->keys[i].ptr, want[i], got->keys[i].len);
+	}
+}
+
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define NONE	  ((const char *const[]){NULL})
+
+static void test_batch_replica_clear(void **state)
+{
+	struct t *t = t_new();
+	struct mc_store_replicate_config two = cfg1(), soft = cfg1(), one = cfg1();
+	struct mc_master_metrics x;
+
+	(void)state;
+	assert_int_equal(mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
+	assert_int_equal(mount(t, CB, SB, "b:1", 0x900000, MIB), MC_OK);
+	two.replica_num = 2;
+	soft.soft_pin_action = MC_STORE_SOFT_PIN_ENABLE;
+	soft.soft_pin_ttl_ms.present = true;
+	soft.soft_pin_ttl_ms.value = 60000;
+
+	put_ok(t, CA, "x", 100); /* CA's, no lease: cleared */
+	put_ok(t, CB, "y", 100); /* CB's: kept */
+	assert_int_equal(put_start(t, CA, "p", 100), MC_OK); /* being written: kept */
+	put_ok(t, CA, "l", 100);
+	assert_int_equal(get(t, "l"), MC_OK); /* leased: kept */
+	assert_int_equal(put_start_cfg(t, CA, "", "s", 100, "", &soft, false), MC_OK);
+	assert_int_equal(put_end(t, CA, "s"), MC_OK); /* soft-pinned, CA's: cleared */
+	put_ok(t, CA, "u", 100);
+	assert_int_equal(put_start_cfg(t, CB, "", "u", 100, "", &one, true), MC_OK);
+	assert_int_equal(put_end_t(t, CB, "", "u", true), MC_OK); /* upserted: now CB's */
+
+	/* an unknown client wrote nothing */
+	clear_want(t, CC, "", KEYS("x", "s"), NONE);
+	clear_want(t, CA, "", KEYS("x", "y", "p", "l", "s", "u", "missing", ""), KEYS("x", "s"));
+	assert_int_equal(get(t, "x"), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(get(t, "s"), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(metrics(t).soft_pin_key_count, 0);
+	assert_int_equal(exist(t, "y"), 1);
+	assert_int_equal(exist(t, "u"), 1);
+	clear_want(t, CB, "", KEYS("u"), NONE); /* exist leased it */
+	t->now += 20000;
+	clear_want(t, CB, "", KEYS("u"), KEYS("u"));
+	clear_want(t, CA, "", KEYS("l", "x"), KEYS("l"));
+	assert_int_equal(put_end(t, CA, "p"), MC_OK);
+	clear_want(t, CA, "", KEYS("p"), KEYS("p"));
+	x = metrics(t);
+	assert_int_equal(x.master_batch_replica_clear.requests, 6);
+	assert_int_equal(x.master_batch_replica_clear.items, 2 + 8 + 1 + 1 + 2 + 1);
+	assert_int_equal(x.master_batch_replica_clear.failed_items, 2 + 6 + 1 + 0 + 1 + 0);
+
+	/* by segment: only the replicas there; the object goes with its last */
+	assert_int_equal(put_start_cfg(t, CA, "", "two", 100, "", &two, false), MC_OK);
+	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 2);
+	assert_int_equal(put_end(t, CA, "two"), MC_OK);
+	clear_want(t, CA, "nowhere:1", KEYS("two"), NONE);
+	clear_want(t, CA, "b:1", KEYS("two"), KEYS("two"));
+	assert_int_equal(get(t, "two"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	assert_memory_equal(t->resp.body.replica_list.replicas[0].segment_name.ptr, "a:1", 3);
+	t->now += 20000;
+	clear_want(t, CA, "b:1", KEYS("two"), NONE);
+	clear_want(t, CA, "a:1", KEYS("two"), KEYS("two"));
+	assert_int_equal(get(t, "two"), MC_ERR_OBJECT_NOT_FOUND);
+
+	/* a writer without segments keeps its identity while it has objects */
+	put_ok(t, CC, "c", 100);
+	mc_master_tick(t->m, t->now);
+	clear_want(t, CC, "", KEYS("c"), KEYS("c"));
+	clear_want(t, CB, "", KEYS("y"), KEYS("y"));
+	assert_int_equal(metrics(t).allocated_bytes, 0);
+	assert_int_equal(metrics(t).key_count, 0);
+	t_free(t);
+}
+
 static bool collect_key(void *arg, const char *key, size_t len)
 {
 	int *n = arg;
@@ -1808,6 +1905,7 @@ int main(void)
 		cmocka_unit_test(test_graceful_unmount),
 		cmocka_unit_test(test_multi_replica),
 		cmocka_unit_test(test_batches),
+		cmocka_unit_test(test_batch_replica_clear),
 		cmocka_unit_test(test_regex_and_queries),
 		cmocka_unit_test(test_many_objects_table),
 		cmocka_unit_test(test_table_resize_in_steps),

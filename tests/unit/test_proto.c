@@ -306,6 +306,13 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
+	case MC_STORE_BATCH_REPLICA_CLEAR:
+		if (!resp)
+			u->replica_clear_req = (struct mc_store_replica_clear_req){
+				{9, 10}, S("t"), S("10.0.0.1:1234"), n, many_keys};
+		else
+			u->keys_resp = (struct mc_store_keys_resp){n, many_keys};
+		return;
 	default:
 		fail_msg("no sample for type %u", type);
 	}
@@ -335,7 +342,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 0, 2, 0, /* magic, 1.0, type 2 */
+		'M', 'C', 'S', 'T', 1, 1, 2, 0, /* magic, 1.1, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -361,6 +368,41 @@ static void header_layout_is_pinned(void **state)
 	assert_int_equal(h.flags, MC_PROTO_F_RESPONSE);
 	assert_int_equal(h.payload_len, 5);
 	assert_int_equal(h.req_id, 9);
+	mc_buf_release(&b);
+}
+
+static void replica_clear_layout_is_pinned(void **state)
+{
+	static const uint8_t want_req[] = {
+		7, 0, 0, 0, 0, 0, 0, 0,	 /* client_id.first */
+		9, 0, 0, 0, 0, 0, 0, 0,	 /* client_id.second */
+		1, 0, 0, 0, 't',	 /* tenant */
+		1, 0, 0, 0, 's',	 /* segment_name */
+		2, 0, 0, 0,		 /* keys: count */
+		1, 0, 0, 0, 'a',	 /* keys[0] */
+		2, 0, 0, 0, 'b', 'c',	 /* keys[1] */
+	};
+	static const uint8_t want_resp[] = {1, 0, 0, 0, 2, 0, 0, 0, 'b', 'c'};
+	struct mc_proto_str keys[] = {S("a"), S("bc")};
+	struct mc_store_replica_clear_req req = {{7, 9}, S("t"), S("s"), 2, keys};
+	struct mc_store_keys_resp resp = {1, &keys[1]}, got;
+	struct mc_buf b;
+
+	assert_int_equal(MC_STORE_BATCH_REPLICA_CLEAR, 52);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_BATCH_REPLICA_CLEAR, false, &req), MC_OK);
+	assert_int_equal(b.len, sizeof(want_req));
+	assert_memory_equal(b.data, want_req, sizeof(want_req));
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_BATCH_REPLICA_CLEAR, true, &resp), MC_OK);
+	assert_int_equal(b.len, sizeof(want_resp));
+	assert_memory_equal(b.data, want_resp, sizeof(want_resp));
+	assert_int_equal(mc_store_batch_replica_clear_response_decode(b.data, b.len, &got), MC_OK);
+	assert_true(mc_store_keys_resp_equal(&got, &resp));
+	mc_store_keys_resp_release(&got);
+	/* one byte short of the last key is malformed */
+	assert_int_equal(mc_store_batch_replica_clear_response_decode(b.data, b.len - 1, &got),
+			 MC_ERR_PROTOCOL);
 	mc_buf_release(&b);
 }
 
@@ -1037,6 +1079,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(header_layout_is_pinned),
+		cmocka_unit_test(replica_clear_layout_is_pinned),
 		cmocka_unit_test(buf_writes_little_endian),
 		cmocka_unit_test(reader_count_checked_against_remaining),
 		cmocka_unit_test(header_rejects_bad_magic_version_and_size),
