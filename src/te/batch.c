@@ -61,31 +61,6 @@ static void unlink_batch(struct mc_te *te, struct mc_batch *b)
 }
 
 /*
- * The completing thread still touches the batch after inflight reaches 0
- * (futex wake, discard check).  `busy` is raised before the decrement, so a
- * thread that sees inflight == 0 and wants to free the batch first waits for
- * busy to drop (a few instructions and one syscall away).
- */
-static void task_finish(struct mc_task *t)
-{
-	struct mc_batch *b = t->batch;
-	int err = atomic_load(&t->error);
-	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
-			      memory_order_release);
-	atomic_fetch_add(&b->busy, 1);
-	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
-		futex_wake_all(&b->inflight);
-		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
-			atomic_fetch_sub(&b->busy, 1);
-			unlink_batch(b->te, b);
-			mc_batch_destroy(b);
-			return;
-		}
-	}
-	atomic_fetch_sub(&b->busy, 1);
-}
-
-/*
  * Wait for a counter that a completer is a few instructions away from
  * dropping.  Spin briefly, then yield: the completer may have been
  * preempted in between (its futex wake-up often hands the CPU to the very
@@ -106,6 +81,38 @@ static void wait_zero(atomic_uint *v)
 static void wait_not_busy(struct mc_batch *b)
 {
 	wait_zero(&b->busy);
+}
+
+/*
+ * The completing thread still touches the batch after inflight reaches 0
+ * (futex wake, discard check).  `busy` is raised before the decrement, so a
+ * thread that sees inflight == 0 and wants to free the batch first waits for
+ * busy to drop (a few instructions and one syscall away).  A releasing
+ * thread raises busy too, for as long as it touches the batch, because the
+ * last completer may free a batch whose release it raced with: whichever
+ * of the two wins the `freed` exchange frees, after busy is zero, and the
+ * loser's last access is its busy decrement.
+ */
+static void task_finish(struct mc_task *t)
+{
+	struct mc_batch *b = t->batch;
+	int err = atomic_load(&t->error);
+	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
+			      memory_order_release);
+	atomic_fetch_add(&b->busy, 1);
+	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
+		futex_wake_all(&b->inflight);
+		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
+			atomic_fetch_sub(&b->busy, 1);
+			/* a releasing thread may still be inside (it holds busy
+			 * until its last access): let it leave first */
+			wait_not_busy(b);
+			unlink_batch(b->te, b);
+			mc_batch_destroy(b);
+			return;
+		}
+	}
+	atomic_fetch_sub(&b->busy, 1);
 }
 
 void mc_slice_done(struct mc_slice *s, int status)
@@ -244,19 +251,20 @@ int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 		 * decremented inflight yet: it is a few instructions away */
 		wait_zero(&b->inflight);
 	}
-	if (atomic_load(&b->inflight) > 0) {
-		if (!discard)
-			return mc_set_error(MC_ERR_BATCH_BUSY, "batch 0x%llx has tasks in flight",
-					    (unsigned long long)id);
-		atomic_store(&b->discard, true);
-		/* the last completion may have raced ahead of the flag */
-		if (atomic_load(&b->inflight) > 0 || atomic_exchange(&b->freed, true))
-			return MC_OK;
-	} else {
-		atomic_store(&b->discard, true);
-		if (atomic_exchange(&b->freed, true))
-			return MC_OK;
+	if (atomic_load(&b->inflight) > 0 && !discard)
+		return mc_set_error(MC_ERR_BATCH_BUSY, "batch 0x%llx has tasks in flight",
+				    (unsigned long long)id);
+	/* From the discard flag on, the last completer may free the batch:
+	 * hold busy while touching it (see task_finish). */
+	atomic_fetch_add(&b->busy, 1);
+	atomic_store(&b->discard, true);
+	/* with tasks still in flight the last completion frees it; it may
+	 * also have raced ahead of the flag, hence the exchange */
+	if (atomic_load(&b->inflight) > 0 || atomic_exchange(&b->freed, true)) {
+		atomic_fetch_sub(&b->busy, 1); /* the last access */
+		return MC_OK;
 	}
+	atomic_fetch_sub(&b->busy, 1);
 	wait_not_busy(b);
 	unlink_batch(te, b);
 	mc_batch_destroy(b);
