@@ -682,8 +682,10 @@ static PyTypeObject ConfigType = {
 
 /* A ReplicateConfig copied into C memory that the call owns. */
 struct cfg {
-	struct mc_store_config c;
+	struct mc_store_config c; /* group_id: the first of group_ids */
 	const char **segs;
+	const char **gids; /* all of group_ids, for the batch calls */
+	size_t ngids;
 	char *blob; /* every string, NUL-separated */
 	bool given;
 };
@@ -691,18 +693,39 @@ struct cfg {
 static void cfg_release(struct cfg *k)
 {
 	PyMem_Free(k->segs);
+	PyMem_Free(k->gids);
 	PyMem_Free(k->blob);
 	k->segs = NULL;
+	k->gids = NULL;
 	k->blob = NULL;
+}
+
+/* A batch call: one group id per key (the C client checks the count). */
+static const struct mc_store_config *cfg_batch(struct cfg *k)
+{
+	k->c.group_ids = k->gids;
+	k->c.n_group_ids = k->ngids;
+	return &k->c;
+}
+
+/* Key i of an n-key call made one key at a time: its own group when
+ * group_ids has one per key, else the first. */
+static struct mc_store_config cfg_key(const struct cfg *k, size_t i, size_t n)
+{
+	struct mc_store_config c = k->c;
+
+	if (k->ngids == n && i < n)
+		c.group_id = k->gids[i];
+	c.group_ids = NULL;
+	c.n_group_ids = 0;
+	return c;
 }
 
 /* NULL or None = the defaults (a fresh ReplicateConfig). */
 static int cfg_from(PyObject *o, const char *fname, struct cfg *k)
 {
 	struct rc_obj *c;
-	Py_ssize_t nseg, total = 0, off = 0;
-	const char *gid = NULL;
-	Py_ssize_t glen = 0;
+	Py_ssize_t nseg, ngid = 0, total = 0, off = 0;
 
 	memset(k, 0, sizeof(*k));
 	k->c.replica_num = 1;
@@ -726,12 +749,15 @@ static int cfg_from(PyObject *o, const char *fname, struct cfg *k)
 	k->c.with_hard_pin = c->with_hard_pin;
 	k->c.prefer_alloc_in_same_node = c->prefer_alloc_in_same_node;
 	nseg = PyList_GET_SIZE(c->preferred_segments);
-	/* One group id per call: the first of group_ids (upstream gives one per
-	 * key of a batch; the C client takes one per config). */
-	if (c->group_ids != Py_None && PyList_GET_SIZE(c->group_ids) > 0) {
-		gid = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->group_ids, 0), &glen);
-		if (!gid)
+	/* group_ids: one per key of a batch (cfg_batch); a single put takes
+	 * the first. */
+	if (c->group_ids != Py_None)
+		ngid = PyList_GET_SIZE(c->group_ids);
+	for (Py_ssize_t i = 0; i < ngid; i++) {
+		Py_ssize_t n;
+		if (!PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->group_ids, i), &n))
 			return -1;
+		total += n + 1;
 	}
 	{
 		Py_ssize_t n;
@@ -745,10 +771,10 @@ static int cfg_from(PyObject *o, const char *fname, struct cfg *k)
 			return -1;
 		total += n + 1;
 	}
-	total += glen + 1;
 	k->blob = PyMem_Malloc((size_t)total);
 	k->segs = PyMem_Calloc(nseg ? (size_t)nseg : 1, sizeof(*k->segs));
-	if (!k->blob || !k->segs) {
+	k->gids = PyMem_Calloc(ngid ? (size_t)ngid : 1, sizeof(*k->gids));
+	if (!k->blob || !k->segs || !k->gids) {
 		cfg_release(k);
 		PyErr_NoMemory();
 		return -1;
@@ -771,8 +797,14 @@ static int cfg_from(PyObject *o, const char *fname, struct cfg *k)
 			PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->preferred_segments, i), &n);
 		CFG_COPY(s, n, k->segs[i]);
 	}
-	if (gid)
-		CFG_COPY(gid, glen, k->c.group_id);
+	for (Py_ssize_t i = 0; i < ngid; i++) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->group_ids, i), &n);
+		CFG_COPY(s, n, k->gids[i]);
+	}
+	k->ngids = (size_t)ngid;
+	if (ngid)
+		k->c.group_id = k->gids[0];
 #undef CFG_COPY
 	k->c.preferred_segments = k->segs;
 	k->c.n_preferred_segments = (size_t)nseg;
@@ -1396,12 +1428,14 @@ static PyObject *batch_common(PyObject *self, const char *fname, PyObject *const
 	}
 	call_begin(&c, ST(self), false);
 	if (kind == PUT_INSERT) {
-		rc = mc_store_put_batch(ST(self)->s, k.v, vp, lens, k.n, &cfg.c, NULL);
+		rc = mc_store_put_batch(ST(self)->s, k.v, vp, lens, k.n, cfg_batch(&cfg), NULL);
 	} else {
 		/* no batch upsert in the C API: one upsert per key, first failure wins */
 		rc = mc_store_health_check(ST(self)->s) == 1 ? MC_ERR_INVALID_PARAMS : MC_OK;
-		for (size_t i = 0; i < k.n && rc == MC_OK; i++)
-			rc = mc_store_upsert(ST(self)->s, k.v[i], vp[i], lens[i], &cfg.c);
+		for (size_t i = 0; i < k.n && rc == MC_OK; i++) {
+			struct mc_store_config ci = cfg_key(&cfg, i, k.n);
+			rc = mc_store_upsert(ST(self)->s, k.v[i], vp[i], lens[i], &ci);
+		}
 	}
 	call_end(&c);
 done:
@@ -2011,10 +2045,12 @@ static PyObject *zc_batch(PyObject *self, const char *fname, PyObject *const *ar
 	if (kind == ZC_GET) {
 		mc_store_batch_get_into(ST(self)->s, k.v, bv, lv, k.n, got);
 	} else if (kind == ZC_PUT) {
-		mc_store_batch_put_from(ST(self)->s, k.v, bv, lv, k.n, &cfg.c, st);
+		mc_store_batch_put_from(ST(self)->s, k.v, bv, lv, k.n, cfg_batch(&cfg), st);
 	} else {
-		for (size_t i = 0; i < k.n; i++)
-			st[i] = mc_store_upsert_from(ST(self)->s, k.v[i], bv[i], lv[i], &cfg.c);
+		for (size_t i = 0; i < k.n; i++) {
+			struct mc_store_config ci = cfg_key(&cfg, i, k.n);
+			st[i] = mc_store_upsert_from(ST(self)->s, k.v[i], bv[i], lv[i], &ci);
+		}
 	}
 	call_end(&c);
 	out = kind == ZC_GET ? i64_list(got, k.n) : status_list(st, k.n);
@@ -2163,8 +2199,8 @@ static PyObject *store_batch_put_from_multi_buffers(DEFARGS)
 	}
 	call_begin(&c, ST(self), false);
 	mc_store_batch_put_from_multi_buffers(ST(self)->s, k.v, (void *const *const *)m.bufs,
-					      (const size_t *const *)m.lens, m.nbufs, k.n, &cfg.c,
-					      res);
+					      (const size_t *const *)m.lens, m.nbufs, k.n,
+					      cfg_batch(&cfg), res);
 	call_end(&c);
 	out = status_list(res, k.n);
 	PyMem_Free(res);
@@ -2587,20 +2623,43 @@ static PyObject *store_batch_get_replica_desc(DEFARGS)
 	return out;
 }
 
-/* The master has no BatchReplicaClear RPC (spec store.md 2.3 lists it; this
- * master does not serve it): nothing is ever cleared, so the list of
- * cleared keys is always empty. */
+/* Clears what this client wrote (spec store.md 2.3); a failed call clears
+ * nothing and, as upstream, answers an empty list. */
 static PyObject *store_batch_replica_clear(DEFARGS)
 {
 	struct keys k;
 	const char *seg = "";
+	struct call c;
+	bool *cleared;
+	int64_t n;
+	PyObject *out;
 	PARSE("batch_replica_clear", 1, "keys", "segment_name");
-	if (keys_from(a[0], "batch_replica_clear", &k) < 0)
-		return NULL;
-	keys_release(&k);
 	if (a[1] && arg_str(a[1], "batch_replica_clear", "segment_name", &seg) < 0)
 		return NULL;
-	return PyList_New(0);
+	if (keys_from(a[0], "batch_replica_clear", &k) < 0)
+		return NULL;
+	cleared = PyMem_Calloc(k.n ? k.n : 1, sizeof(*cleared));
+	if (!cleared) {
+		keys_release(&k);
+		return PyErr_NoMemory();
+	}
+	call_begin(&c, ST(self), false);
+	n = mc_store_batch_replica_clear(ST(self)->s, k.v, k.n, seg, cleared);
+	call_end(&c);
+	out = PyList_New(0);
+	for (size_t i = 0; out && n > 0 && i < k.n; i++) {
+		PyObject *key;
+
+		if (!cleared[i])
+			continue;
+		key = PyUnicode_FromString(k.v[i]);
+		if (!key || PyList_Append(out, key) < 0)
+			Py_CLEAR(out);
+		Py_XDECREF(key);
+	}
+	PyMem_Free(cleared);
+	keys_release(&k);
+	return out;
 }
 
 /* ---- tensors ------------------------------------------------------------------------ */
@@ -2987,9 +3046,11 @@ static int tensors_put(struct store_obj *st, const char *fname, PyObject *torch,
 		res[i] = r ? MC_ERR_INVALID_PARAMS : MC_OK;
 	}
 	call_begin(&c, st, false);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_config ci = cfg_key(&cfg, i, n);
 		if (res[i] == MC_OK)
-			res[i] = wtensor_put(st->s, keys[i], &w[i], &cfg.c, upsert);
+			res[i] = wtensor_put(st->s, keys[i], &w[i], &ci, upsert);
+	}
 	call_end(&c);
 	for (size_t i = 0; i < n; i++)
 		wtensor_release(&w[i]);
@@ -3298,9 +3359,11 @@ static PyObject *tensor_from_batch(PyObject *self, const char *fname, PyObject *
 	res = PyMem_Calloc(k.n ? k.n : 1, sizeof(*res));
 	if (res) {
 		call_begin(&c, ST(self), false);
-		for (size_t i = 0; i < k.n; i++)
-			res[i] = tensor_from_buffer(ST(self)->s, k.v[i], ptrs[i], sizes[i], &cfg.c,
+		for (size_t i = 0; i < k.n; i++) {
+			struct mc_store_config ci = cfg_key(&cfg, i, k.n);
+			res[i] = tensor_from_buffer(ST(self)->s, k.v[i], ptrs[i], sizes[i], &ci,
 						    upsert);
+		}
 		call_end(&c);
 		out = status_list(res, k.n);
 	} else {
@@ -3827,7 +3890,7 @@ static PyMethodDef store_methods[] = {
 	M(get_replica_desc, "get_replica_desc(key) -> list of ReplicaDescriptor"),
 	M(batch_get_replica_desc, "batch_get_replica_desc(keys) -> dict key -> list"),
 	M(batch_replica_clear, "batch_replica_clear(keys, segment_name='') -> list of cleared "
-			       "keys (always empty: the master has no BatchReplicaClear)"),
+			       "keys (objects this client wrote, lease expired)"),
 	M(put_tensor, "put_tensor(key, tensor) -> int"),
 	M(upsert_tensor, "upsert_tensor(key, tensor) -> int"),
 	M(pub_tensor, "pub_tensor(key, tensor, config=None) -> int"),

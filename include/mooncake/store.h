@@ -68,6 +68,12 @@ struct mc_store_config {
 	const char *const *preferred_segments; /* tried in order */
 	size_t n_preferred_segments;
 	const char *group_id; /* NULL or "": ungrouped */
+	/* One group id per key (NULL or "": that key ungrouped), overriding
+	 * group_id when n_group_ids is not 0; n_group_ids must then equal the
+	 * number of keys of the call (1 for a single put), else
+	 * MC_ERR_INVALID_PARAMS (spec store.md 2.5 "bad group_ids count"). */
+	const char *const *group_ids;
+	size_t n_group_ids;
 };
 
 /* Where one replica lives (for get_replica_desc and tests). */
@@ -176,6 +182,16 @@ MC_API int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern,
 MC_API int64_t mc_store_remove_all(struct mc_store *s, bool force);
 MC_API mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, size_t n,
 				       bool force, mc_status *results);
+/*
+ * BatchReplicaClear: of keys, clear the objects this client wrote (its last
+ * put or upsert) whose lease has expired and that are not being written;
+ * other keys are skipped, not errors.  segment_name NULL or "": remove
+ * whole objects; else drop only their replicas on that segment (an object
+ * left with none is removed).  cleared[i] (may be NULL) tells whether key
+ * i was cleared.  Returns the number cleared or a negative status.
+ */
+MC_API int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *const *keys, size_t n,
+					    const char *segment_name, bool *cleared);
 /* Readable replicas of key (grants a lease).  Fills up to cap entries;
  * returns the number of replicas (may exceed cap) or a negative status. */
 MC_API int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,

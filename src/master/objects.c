@@ -43,7 +43,8 @@
  * m->pins).  The writer's client slot (BatchReplicaClear clears only what
  * a client wrote) costs no byte: aux holds it unless aux is busy as the
  * m->proc or m->pins index, and then that entry holds it; a client slot
- * stays taken while it is the writer of any object (mc_client.nobjs).  Values are limited to 2^48 - 1 bytes (256 TiB).
+ * stays taken while it is the writer of any object (mc_client.nobjs).
+ * Values are limited to 2^48 - 1 bytes (256 TiB).
  *
  * Replicas are weak references.  A replica names a segment slot and the
  * slot's generation; unmount (explicit, graceful deadline, client expiry)
@@ -461,7 +462,8 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 		struct mc_rep r = *mc_master_obj_rep(o, i);
 		const struct mc_seg *s = &m->segs[r.seg];
 
-		if (mc_master_rep_live(m, &r) && s->name_len == len && !memcmp(s->name, name, len)) {
+		if (mc_master_rep_live(m, &r) && s->name_len == len &&
+		    !memcmp(s->name, name, len)) {
 			rep_release(m, &r, mc_obj_size(o));
 			dropped++;
 			continue;

@@ -204,10 +204,14 @@ static void make_config(const struct mc_store *s, const struct mc_store_config *
 	}
 }
 
-static mc_status check_config(const struct mc_store_config *cfg, bool staged)
+/* nkeys: the keys of the call, which group_ids must match one to one. */
+static mc_status check_config(const struct mc_store_config *cfg, bool staged, size_t nkeys)
 {
 	if (!cfg)
 		return MC_OK;
+	if (cfg->n_group_ids && (!cfg->group_ids || cfg->n_group_ids != nkeys))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad group_ids count: %zu for %zu keys",
+				    cfg->n_group_ids, nkeys);
 	if (cfg->n_preferred_segments > 1024 ||
 	    (cfg->n_preferred_segments && !cfg->preferred_segments))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad preferred segment list");
@@ -216,6 +220,14 @@ static mc_status check_config(const struct mc_store_config *cfg, bool staged)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "prefer_alloc_in_same_node is not allowed on this call");
 	return MC_OK;
+}
+
+/* The group of key i of a call: group_ids[i] when given, else group_id. */
+static const char *group_of(const struct mc_store_config *cfg, size_t i)
+{
+	if (!cfg)
+		return NULL;
+	return cfg->n_group_ids ? cfg->group_ids[i] : cfg->group_id;
 }
 
 /* ---- local buffer ------------------------------------------------------------ */
@@ -434,7 +446,7 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 	req.tenant = tenant_str(s);
 	req.key = mc_proto_str_c(key);
 	req.value_len = len;
-	req.group_id = mc_proto_str_c(cfg ? cfg->group_id : NULL);
+	req.group_id = mc_proto_str_c(group_of(cfg, 0));
 	make_config(s, cfg, preferred, &req.config);
 	rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
 				 &resp);
@@ -527,7 +539,7 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 			continue;
 		items[nsent].key = mc_proto_str_c(keys[i]);
 		items[nsent].value_len = totals[i];
-		items[nsent].group_id = mc_proto_str_c(cfg ? cfg->group_id : NULL);
+		items[nsent].group_id = mc_proto_str_c(group_of(cfg, i));
 		sent[nsent++] = (uint32_t)i;
 	}
 	if (nsent == 0)
@@ -1210,7 +1222,7 @@ static mc_status put_staged(struct mc_store *s, const char *key, const void *con
 	if (rc == MC_OK)
 		rc = check_key(key);
 	if (rc == MC_OK)
-		rc = check_config(cfg, true);
+		rc = check_config(cfg, true, 1);
 	if (rc != MC_OK)
 		return rc;
 	for (size_t i = 0; i < nparts; i++) {
@@ -1269,7 +1281,7 @@ mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const 
 
 	rc = check_ready(s);
 	if (rc == MC_OK)
-		rc = check_config(config, true);
+		rc = check_config(config, true, n);
 	if (rc == MC_OK && n && (!keys || !values || !lens))
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "put_batch: NULL arrays");
 	if (rc != MC_OK) {
@@ -1406,7 +1418,7 @@ static mc_status put_from(struct mc_store *s, const char *key, const void *buf, 
 	if (rc == MC_OK)
 		rc = check_key(key);
 	if (rc == MC_OK)
-		rc = check_config(cfg, true);
+		rc = check_config(cfg, true, 1);
 	if (rc != MC_OK)
 		return rc;
 	if (len == 0)
@@ -1446,7 +1458,7 @@ static mc_status batch_begin(struct mc_store *s, const char *const *keys, const 
 {
 	mc_status rc = check_ready(s);
 	if (rc == MC_OK)
-		rc = check_config(cfg, false);
+		rc = check_config(cfg, false, n);
 	if (rc == MC_OK && n && (!keys || !arrays))
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL arrays");
 	return rc;
@@ -1768,6 +1780,58 @@ int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool f
 	count = resp.body.count_resp.count;
 	mc_store_msg_release(&resp);
 	return count;
+}
+
+int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *const *keys, size_t n,
+				     const char *segment_name, bool *cleared)
+{
+	struct mc_store_replica_clear_req req;
+	struct mc_store_keys_req kr;
+	const struct mc_store_keys_resp *got;
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv;
+	size_t j = 0, ngot;
+	mc_status rc = check_ready(s);
+
+	for (size_t i = 0; cleared && i < n; i++)
+		cleared[i] = false;
+	if (rc == MC_OK && n && !keys)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_replica_clear: NULL keys");
+	if (rc == MC_OK && n > UINT32_MAX)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_replica_clear: too many keys");
+	if (rc != MC_OK || n == 0)
+		return rc;
+	kv = mc_calloc(n, sizeof(*kv));
+	if (!kv)
+		return MC_ERR_NOMEM;
+	rc = keys_req(s, keys, n, kv, &kr);
+	if (rc == MC_OK) {
+		req.client_id = s->client_id;
+		req.tenant = kr.tenant;
+		req.segment_name = mc_proto_str_c(segment_name ? segment_name : "");
+		req.n_keys = kr.n_keys;
+		req.keys = kv;
+		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_REPLICA_CLEAR, &req, &resp);
+	}
+	mc_free(kv);
+	if (rc != MC_OK)
+		return rc;
+	/* the cleared keys come back as a subsequence of the request */
+	got = &resp.body.keys_resp;
+	ngot = got->n_keys;
+	for (size_t i = 0; i < n && j < ngot; i++) {
+		if (got->keys[j].len == strlen(keys[i]) &&
+		    !memcmp(got->keys[j].ptr, keys[i], got->keys[j].len)) {
+			if (cleared)
+				cleared[i] = true;
+			j++;
+		}
+	}
+	mc_store_msg_release(&resp);
+	if (j != ngot)
+		return mc_set_error(MC_ERR_PROTOCOL,
+				    "batch_replica_clear: unexpected key in answer");
+	return (int64_t)j;
 }
 
 int64_t mc_store_remove_all(struct mc_store *s, bool force)

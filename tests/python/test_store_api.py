@@ -510,11 +510,49 @@ def test_replica_desc(store, k):
     assert list(got) == [k("d")] and got[k("d")][0].is_memory_replica()
 
 
-def test_batch_replica_clear_has_no_master_rpc(store, k):
+def test_batch_replica_clear(store, k):
     assert store.put(k("c"), b"1") == 0
-    assert store.batch_replica_clear([k("c")]) == []
-    assert store.batch_replica_clear([k("c")], store.get_hostname()) == []
-    assert store.get(k("c")) == b"1"
+    assert store.put(k("d"), b"2") == 0
+    assert store.put(k("e"), b"3") == 0
+    # no replica on an unknown segment
+    assert store.batch_replica_clear([k("c"), k("nope")], "nowhere:1") == []
+    assert store.get(k("d")) == b"2"  # a read lease protects d
+    assert store.batch_replica_clear([k("c"), k("d"), k("nope")]) == [k("c")]
+    assert store.is_exist(k("c")) == 0
+    assert store.get(k("d")) == b"2"
+    # by segment: e's only replica is on this client's segment
+    assert store.batch_replica_clear([k("e")], segment_name=store.get_hostname()) == [k("e")]
+    assert store.is_exist(k("e")) == 0
+    assert store.batch_replica_clear([]) == []
+
+
+def test_batch_put_per_key_group_ids(store, k):
+    keys = [k("g1"), k("g2"), k("g3")]
+    c = ReplicateConfig()
+    c.group_ids = [k("G1"), k("G2")]  # bad count: every key refused
+    assert store.put_batch(keys, [b"a", b"b", b"c"], c) == INVALID_PARAMS
+    assert store.batch_put_from(keys, [0, 0, 0], [1, 1, 1], c) == [INVALID_PARAMS] * 3
+    assert store.batch_is_exist(keys) == [0, 0, 0]
+    c.group_ids = [k("G1"), k("G2"), k("G1")]
+    assert store.put_batch(keys, [b"a", b"b", b"c"], c) == 0
+    # a lease on g1 covers its group (g3), not g2
+    assert store.is_exist(k("g1")) == 1
+    assert store.remove(k("g3")) == OBJECT_HAS_LEASE
+    assert store.remove(k("g2")) == 0
+    # the zero-copy batch path takes one id per key as well
+    buf = np.frombuffer(b"xyz" * 4, np.uint8).copy()
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    zk = [k("z1"), k("z2")]
+    c.group_ids = [k("Z1"), k("Z2")]
+    assert store.batch_put_from(zk, [buf.ctypes.data] * 2, [4, 4], c) == [0, 0]
+    assert store.is_exist(k("z1")) == 1
+    assert store.remove(k("z2")) == 0
+    c.group_ids = [k("Z3")] * 2
+    mb = [k("m1"), k("m2")]
+    assert store.batch_put_from_multi_buffers(mb, [[buf.ctypes.data]] * 2, [[4]] * 2, c) == [0, 0]
+    assert store.is_exist(k("m1")) == 1
+    assert store.remove(k("m2")) == OBJECT_HAS_LEASE
+    assert store.unregister_buffer(buf.ctypes.data) == 0
 
 
 def test_misc(store):

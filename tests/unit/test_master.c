@@ -1256,8 +1256,8 @@ static void clear_want(struct t *t, struct mc_store_uuid client, const char *seg
 		       const char *const *keys, const char *const *want)
 {
 	struct mc_proto_str ks[16];
-	struct mc_store_replica_clear_req r = {client, mc_proto_str_c(""),
-					       mc_proto_str_c(segment), 0, ks};
+	struct mc_store_replica_clear_req r = {client, mc_proto_str_c(""), mc_proto_str_c(segment),
+					       0, ks};
 	const struct mc_store_keys_resp *got;
 	uint32_t n = 0;
 
@@ -1293,8 +1293,8 @@ static void test_batch_replica_clear(void **state)
 	soft.soft_pin_ttl_ms.present = true;
 	soft.soft_pin_ttl_ms.value = 60000;
 
-	put_ok(t, CA, "x", 100); /* CA's, no lease: cleared */
-	put_ok(t, CB, "y", 100); /* CB's: kept */
+	put_ok(t, CA, "x", 100);			     /* CA's, no lease: cleared */
+	put_ok(t, CB, "y", 100);			     /* CB's: kept */
 	assert_int_equal(put_start(t, CA, "p", 100), MC_OK); /* being written: kept */
 	put_ok(t, CA, "l", 100);
 	assert_int_equal(get(t, "l"), MC_OK); /* leased: kept */

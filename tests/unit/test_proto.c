@@ -374,13 +374,13 @@ static void header_layout_is_pinned(void **state)
 static void replica_clear_layout_is_pinned(void **state)
 {
 	static const uint8_t want_req[] = {
-		7, 0, 0, 0, 0, 0, 0, 0,	 /* client_id.first */
-		9, 0, 0, 0, 0, 0, 0, 0,	 /* client_id.second */
-		1, 0, 0, 0, 't',	 /* tenant */
-		1, 0, 0, 0, 's',	 /* segment_name */
-		2, 0, 0, 0,		 /* keys: count */
-		1, 0, 0, 0, 'a',	 /* keys[0] */
-		2, 0, 0, 0, 'b', 'c',	 /* keys[1] */
+		7, 0, 0, 0, 0,	 0,   0, 0, /* client_id.first */
+		9, 0, 0, 0, 0,	 0,   0, 0, /* client_id.second */
+		1, 0, 0, 0, 't',	    /* tenant */
+		1, 0, 0, 0, 's',	    /* segment_name */
+		2, 0, 0, 0,		    /* keys: count */
+		1, 0, 0, 0, 'a',	    /* keys[0] */
+		2, 0, 0, 0, 'b', 'c',	    /* keys[1] */
 	};
 	static const uint8_t want_resp[] = {1, 0, 0, 0, 2, 0, 0, 0, 'b', 'c'};
 	struct mc_proto_str keys[] = {S("a"), S("bc")};

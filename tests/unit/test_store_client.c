@@ -365,6 +365,75 @@ static void exist_size_remove(void **state)
 	assert_int_equal(rr[2], MC_OK);
 }
 
+static void batch_replica_clear_own_objects(void **state)
+{
+	char v[32] = "v";
+	const char *ab[2] = {"rc-a1", "rc-b"};
+	const char *a2[1] = {"rc-a2"};
+	const char *a1[2] = {"rc-a1", "rc-none"};
+	bool cl[2] = {true, true};
+	int64_t n;
+	(void)state;
+	assert_int_equal(mc_store_put(A, "rc-a1", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_put(A, "rc-a2", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_put(B, "rc-b", v, sizeof(v), NULL), MC_OK);
+	/* B clears only what B wrote */
+	assert_int_equal(mc_store_batch_replica_clear(B, ab, 2, NULL, cl), 1);
+	assert_false(cl[0]);
+	assert_true(cl[1]);
+	assert_int_equal(mc_store_batch_replica_clear(A, a1, 2, "nowhere:1", cl), 0);
+	assert_false(cl[0]);
+	assert_false(cl[1]);
+	/* by segment: the one replica is on A's or on B's */
+	n = mc_store_batch_replica_clear(A, a2, 1, mc_store_hostname(A), NULL);
+	n += mc_store_batch_replica_clear(A, a2, 1, mc_store_hostname(B), NULL);
+	assert_int_equal(n, 1);
+	assert_int_equal(mc_store_batch_replica_clear(A, a1, 2, "", cl), 1);
+	assert_true(cl[0]);
+	assert_false(cl[1]);
+	assert_int_equal(mc_store_is_exist(B, "rc-a1"), 0);
+	assert_int_equal(mc_store_is_exist(B, "rc-a2"), 0);
+	assert_int_equal(mc_store_is_exist(B, "rc-b"), 0);
+	assert_int_equal(mc_store_batch_replica_clear(A, NULL, 1, NULL, NULL),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_replica_clear(A, a1, 0, NULL, NULL), 0);
+}
+
+static void batch_put_per_key_group_ids(void **state)
+{
+	char v[32] = "g";
+	const char *keys[3] = {"grp-1", "grp-2", "grp-3"};
+	const char *gids[3] = {"G1", "G2", "G1"};
+	const void *vals[3] = {v, v, v};
+	const size_t lens[3] = {sizeof(v), sizeof(v), sizeof(v)};
+	struct mc_store_config cfg = {.replica_num = 1, .group_ids = gids, .n_group_ids = 2};
+	mc_status res[3];
+	(void)state;
+	/* bad group_ids count: every key refused, nothing written */
+	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, 3, &cfg, res),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[0], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[2], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_put(A, "grp-1", v, sizeof(v), &cfg), MC_ERR_INVALID_PARAMS);
+	cfg.group_ids = NULL;
+	cfg.n_group_ids = 1;
+	assert_int_equal(mc_store_put(A, "grp-1", v, sizeof(v), &cfg), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_is_exist(B, "grp-1"), 0);
+	cfg.group_ids = gids;
+	cfg.n_group_ids = 3;
+	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, 3, &cfg, res), MC_OK);
+	/* a lease on grp-1 covers its group G1 (grp-3), not grp-2 in G2 */
+	assert_int_equal(mc_store_is_exist(B, "grp-1"), 1);
+	assert_int_equal(mc_store_remove(B, "grp-3", false), MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(mc_store_remove(B, "grp-2", false), MC_OK);
+	assert_int_equal(mc_store_remove(B, "grp-1", true), MC_OK);
+	assert_int_equal(mc_store_remove(B, "grp-3", true), MC_OK);
+	/* one id for a single put */
+	cfg.n_group_ids = 1;
+	assert_int_equal(mc_store_put(A, "grp-1", v, sizeof(v), &cfg), MC_OK);
+	assert_int_equal(mc_store_remove(B, "grp-1", true), MC_OK);
+}
+
 static void remove_by_regex_and_all(void **state)
 {
 	char v[16] = "v";
@@ -876,6 +945,8 @@ int main(void)
 		cmocka_unit_test(master_restart_remounts),
 		cmocka_unit_test(upstream_c_api),
 		cmocka_unit_test(remove_by_regex_and_all),
+		cmocka_unit_test(batch_replica_clear_own_objects),
+		cmocka_unit_test(batch_put_per_key_group_ids),
 		cmocka_unit_test(conn_foreign_version_is_refused),
 		cmocka_unit_test(conn_silent_master_times_out),
 		cmocka_unit_test(conn_reconnects_after_drop),
