@@ -46,12 +46,12 @@ struct mc_store_params {
 	/* Transfer Engine metadata: "http://h:p/metadata", "etcd://...",
 	 * "redis://...", "P2PHANDSHAKE". */
 	const char *metadata_server;
-	uint64_t global_segment_size; /* bytes contributed; 0 = pure client */
-	uint64_t local_buffer_size;   /* staging for put/get; 0 = none */
-	const char *protocol;	      /* "tcp" (NULL = "tcp") */
-	const char *rdma_devices;     /* "" or NULL = auto */
+	uint64_t global_segment_size;	/* bytes contributed; 0 = pure client */
+	uint64_t local_buffer_size;	/* staging for put/get; 0 = none */
+	const char *protocol;		/* "tcp" (NULL = "tcp") */
+	const char *rdma_devices;	/* "" or NULL = auto */
 	const char *master_server_addr; /* "host:port" (NULL = 127.0.0.1:50051) */
-	const char *tenant_id;	      /* NULL or "" = "default" */
+	const char *tenant_id;		/* NULL or "" = "default" */
 	/* An existing engine to share (not freed by the store), or NULL to
 	 * create one. */
 	struct mc_te *engine;
@@ -120,8 +120,8 @@ MC_API mc_status mc_store_put_parts(struct mc_store *s, const char *key, const v
 				    const size_t *lens, size_t nparts,
 				    const struct mc_store_config *config);
 /* Insert or overwrite. */
-MC_API mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value,
-				 size_t len, const struct mc_store_config *config);
+MC_API mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
+				 const struct mc_store_config *config);
 /* Per-key statuses in results (may be NULL); returns MC_OK if every key
  * succeeded, else the first failure. */
 MC_API mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys,
@@ -137,8 +137,8 @@ MC_API int64_t mc_store_get(struct mc_store *s, const char *key, void **value_ou
 MC_API mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len);
 MC_API mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr);
 /* len 0 is a no-op success, as upstream. */
-MC_API mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf,
-				   size_t len, const struct mc_store_config *config);
+MC_API mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+				   const struct mc_store_config *config);
 MC_API mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf,
 				      size_t len, const struct mc_store_config *config);
 /* cap is the buffer's capacity; an object larger than cap is

@@ -39,19 +39,19 @@
 struct mc_master;
 
 struct mc_master_config {
-	uint64_t default_kv_lease_ttl_ms;	/* 10000 */
-	uint64_t default_kv_soft_pin_ttl_ms;	/* 1800000 (30 min) */
-	uint64_t max_kv_soft_pin_ttl_ms;	/* 86400000 (24 h) */
-	bool allow_evict_soft_pinned_objects;	/* true */
-	double eviction_ratio;			/* 0.05: fraction of evictable objects per round */
-	double eviction_high_watermark_ratio;	/* 0.90 */
-	uint64_t client_ttl_ms;			/* 10000 */
-	uint64_t put_start_discard_timeout_ms;	/* 30000 */
-	uint64_t put_start_release_timeout_ms;	/* 600000 */
-	enum mc_alloc_strategy strategy;	/* MC_ALLOC_RANDOM */
-	bool enable_multi_tenants;		/* false: every tenant is "default", as upstream */
-	const char *version;			/* ServiceReady answer; copied */
-	uint64_t rng_seed;			/* placement and eviction sampling */
+	uint64_t default_kv_lease_ttl_ms;      /* 10000 */
+	uint64_t default_kv_soft_pin_ttl_ms;   /* 1800000 (30 min) */
+	uint64_t max_kv_soft_pin_ttl_ms;       /* 86400000 (24 h) */
+	bool allow_evict_soft_pinned_objects;  /* true */
+	double eviction_ratio;		       /* 0.05: fraction of evictable objects per round */
+	double eviction_high_watermark_ratio;  /* 0.90 */
+	uint64_t client_ttl_ms;		       /* 10000 */
+	uint64_t put_start_discard_timeout_ms; /* 30000 */
+	uint64_t put_start_release_timeout_ms; /* 600000 */
+	enum mc_alloc_strategy strategy;       /* MC_ALLOC_RANDOM */
+	bool enable_multi_tenants;	       /* false: every tenant is "default", as upstream */
+	const char *version;		       /* ServiceReady answer; copied */
+	uint64_t rng_seed;		       /* placement and eviction sampling */
 };
 
 /* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
@@ -105,8 +105,7 @@ mc_status mc_master_query_replicas(struct mc_master *m, const char *tenant, cons
 /* Calls fn for each key of tenant (NULL = default) with a readable replica;
  * stops early when fn returns false.  No leases. */
 typedef bool (*mc_master_key_fn)(void *arg, const char *key, size_t key_len);
-void mc_master_foreach_key(struct mc_master *m, const char *tenant, mc_master_key_fn fn,
-			   void *arg);
+void mc_master_foreach_key(struct mc_master *m, const char *tenant, mc_master_key_fn fn, void *arg);
 
 enum mc_master_segment_status {
 	MC_SEGMENT_UNDEFINED = 0,
@@ -145,29 +144,29 @@ int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force
  * Request counters, upstream's Prometheus names: each X(name) is exported
  * as <name>_requests_total and <name>_failures_total.
  */
-#define MC_MASTER_REQ_COUNTERS(X)             \
-	X(master_exist_key)                   \
-	X(master_put_start)                   \
-	X(master_put_end)                     \
-	X(master_put_revoke)                  \
-	X(master_get_replica_list)            \
-	X(master_get_replica_list_by_regex)   \
-	X(master_remove)                      \
-	X(master_remove_by_regex)             \
-	X(master_remove_all)                  \
-	X(master_mount_segment)               \
-	X(master_unmount_segment)             \
-	X(master_remount_segment)             \
+#define MC_MASTER_REQ_COUNTERS(X)           \
+	X(master_exist_key)                 \
+	X(master_put_start)                 \
+	X(master_put_end)                   \
+	X(master_put_revoke)                \
+	X(master_get_replica_list)          \
+	X(master_get_replica_list_by_regex) \
+	X(master_remove)                    \
+	X(master_remove_by_regex)           \
+	X(master_remove_all)                \
+	X(master_mount_segment)             \
+	X(master_unmount_segment)           \
+	X(master_remount_segment)           \
 	X(master_ping)
 
 /* Batch counters: <name>_requests_total, _failures_total,
  * _partial_successes_total, _items_total, _failed_items_total. */
-#define MC_MASTER_BATCH_COUNTERS(X)        \
-	X(master_batch_exist_key)          \
-	X(master_batch_get_replica_list)   \
-	X(master_batch_put_start)          \
-	X(master_batch_put_end)            \
-	X(master_batch_put_revoke)         \
+#define MC_MASTER_BATCH_COUNTERS(X)      \
+	X(master_batch_exist_key)        \
+	X(master_batch_get_replica_list) \
+	X(master_batch_put_start)        \
+	X(master_batch_put_end)          \
+	X(master_batch_put_revoke)       \
 	X(master_batch_replica_clear)
 
 struct mc_master_req_counter {
@@ -194,11 +193,11 @@ struct mc_master_metrics {
 	MC_MASTER_BATCH_COUNTERS(MC__BATCH_FIELD)
 #undef MC__BATCH_FIELD
 	/* gauges */
-	uint64_t allocated_bytes;      /* master_allocated_bytes */
-	uint64_t total_capacity_bytes; /* master_total_capacity_bytes */
-	uint64_t key_count;	       /* master_key_count */
-	uint64_t soft_pin_key_count;   /* master_soft_pin_key_count */
-	uint64_t active_clients;       /* master_active_clients */
+	uint64_t allocated_bytes;	  /* master_allocated_bytes */
+	uint64_t total_capacity_bytes;	  /* master_total_capacity_bytes */
+	uint64_t key_count;		  /* master_key_count */
+	uint64_t soft_pin_key_count;	  /* master_soft_pin_key_count */
+	uint64_t active_clients;	  /* master_active_clients */
 	uint64_t discarded_staging_bytes; /* master_put_start_discarded_staging_size */
 	/* counters */
 	uint64_t put_start_alloc_failures;	/* master_put_start_alloc_failures_total */
