@@ -49,6 +49,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,7 +555,7 @@ static void *loop_main(void *arg)
 		if (n > 0 && spin_us)
 			spin_until = mc_now_us() + spin_us;
 		else if (n == 0 && timeout == 0)
-			mc_cpu_relax();
+			sched_yield(); /* polling must not keep a runnable thread off this CPU */
 		now = mc_now_ms();
 		for (int i = 0; i < n; i++) {
 			void *p = events[i].data.ptr;
