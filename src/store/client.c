@@ -1501,16 +1501,48 @@ static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
 	return rc;
 }
 
+/* One buffer per key, as the arrays the multi-buffer batch forms take. */
+struct one_buf_views {
+	void *const **bufs;
+	const size_t **lens;
+	size_t *nbufs;
+};
+
+static void one_buf_views_free(struct one_buf_views *v)
+{
+	mc_free(v->bufs);
+	mc_free(v->lens);
+	mc_free(v->nbufs);
+}
+
+static mc_status one_buf_views_new(void *const *bufs, const size_t *lens, size_t n,
+				   struct one_buf_views *v)
+{
+	v->bufs = mc_calloc(n, sizeof(*v->bufs));
+	v->lens = mc_calloc(n, sizeof(*v->lens));
+	v->nbufs = mc_calloc(n, sizeof(*v->nbufs));
+	if (!v->bufs || !v->lens || !v->nbufs) {
+		one_buf_views_free(v);
+		return MC_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		v->bufs[i] = &bufs[i];
+		v->lens[i] = &lens[i];
+		v->nbufs[i] = 1;
+	}
+	return MC_OK;
+}
+
 mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
 				  const size_t *lens, size_t n,
 				  const struct mc_store_config *config, mc_status *results)
 {
-	void *const **bv = NULL;
-	const size_t **lv = NULL;
-	size_t *nv = NULL;
+	struct one_buf_views v;
 	mc_status rc = batch_begin(s, keys, bufs, n, config);
 	if (rc == MC_OK && n && !lens)
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_put_from: NULL lens");
+	if (rc == MC_OK && n)
+		rc = one_buf_views_new(bufs, lens, n, &v);
 	if (rc != MC_OK) {
 		for (size_t i = 0; results && i < n; i++)
 			results[i] = rc;
@@ -1518,25 +1550,8 @@ mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, v
 	}
 	if (n == 0)
 		return MC_OK;
-	bv = mc_calloc(n, sizeof(*bv));
-	lv = mc_calloc(n, sizeof(*lv));
-	nv = mc_calloc(n, sizeof(*nv));
-	if (!bv || !lv || !nv) {
-		rc = MC_ERR_NOMEM;
-		for (size_t i = 0; results && i < n; i++)
-			results[i] = rc;
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		bv[i] = &bufs[i];
-		lv[i] = &lens[i];
-		nv[i] = 1;
-	}
-	rc = batch_put_multi(s, keys, bv, lv, nv, n, config, results);
-out:
-	mc_free(bv);
-	mc_free(lv);
-	mc_free(nv);
+	rc = batch_put_multi(s, keys, v.bufs, v.lens, v.nbufs, n, config, results);
+	one_buf_views_free(&v);
 	return rc;
 }
 
@@ -1589,12 +1604,12 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, void *const *bufs,
 				  const size_t *caps, size_t n, int64_t *results)
 {
-	void *const **bv = NULL;
-	const size_t **lv = NULL;
-	size_t *nv = NULL;
+	struct one_buf_views v;
 	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
 	if (rc == MC_OK && n && !caps)
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get_into: NULL caps");
+	if (rc == MC_OK && n)
+		rc = one_buf_views_new(bufs, caps, n, &v);
 	if (rc != MC_OK) {
 		for (size_t i = 0; results && i < n; i++)
 			results[i] = rc;
@@ -1602,25 +1617,8 @@ mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, v
 	}
 	if (n == 0)
 		return MC_OK;
-	bv = mc_calloc(n, sizeof(*bv));
-	lv = mc_calloc(n, sizeof(*lv));
-	nv = mc_calloc(n, sizeof(*nv));
-	if (!bv || !lv || !nv) {
-		rc = MC_ERR_NOMEM;
-		for (size_t i = 0; results && i < n; i++)
-			results[i] = rc;
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		bv[i] = &bufs[i];
-		lv[i] = &caps[i];
-		nv[i] = 1;
-	}
-	rc = batch_get_multi(s, keys, bv, lv, nv, n, results);
-out:
-	mc_free(bv);
-	mc_free(lv);
-	mc_free(nv);
+	rc = batch_get_multi(s, keys, v.bufs, v.lens, v.nbufs, n, results);
+	one_buf_views_free(&v);
 	return rc;
 }
 
