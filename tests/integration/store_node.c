@@ -75,6 +75,8 @@
 #include <mooncake/store.h>
 #include <xxhash.h>
 
+#include "node_util.h"
+
 #define MAX_LINE  (64 * 1024)
 #define MAX_ARGS  1024
 #define MAX_PREFS 16
@@ -87,19 +89,6 @@ static volatile sig_atomic_t stop_signal;
 
 /* ------------------------------------------------------------------ */
 /* Output */
-
-static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void reply(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-}
 
 static double now_ms(void)
 {
@@ -117,41 +106,6 @@ static void reply_err(int64_t st, double ms, const char *what)
 
 /* ------------------------------------------------------------------ */
 /* Parsing */
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	uint64_t mul = 1;
-
-	if (!s || !*s || *s == '-')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		return false;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1ull << 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		mul = 1ull << 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1ull << 30;
-		end++;
-		break;
-	}
-	if (*end || (mul > 1 && v > UINT64_MAX / mul))
-		return false;
-	*out = v * mul;
-	return true;
-}
 
 static int hexval(char c)
 {
@@ -236,25 +190,6 @@ static bool parse_opts(int argc, char **argv, int from, struct put_opts *o)
 
 /* ------------------------------------------------------------------ */
 /* Data */
-
-static void fill_bytes(uint8_t *p, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(p + i, &x, 8);
-	}
-	for (; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
-}
 
 /* Checksum of the data (SIZE, SEED) without keeping it. */
 static uint64_t expected_xxh3(uint8_t *tmp, size_t len, uint64_t seed)

@@ -65,6 +65,8 @@
 #include <mooncake/mooncake.h>
 #include <xxhash.h>
 
+#include "node_util.h"
+
 #define MAX_LINE    (256 * 1024)
 #define MAX_ARGS    4096
 #define MAX_REGIONS 64
@@ -83,19 +85,6 @@ static size_t buf_size;
 
 /* ------------------------------------------------------------------ */
 /* Output */
-
-static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void reply(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-}
 
 /* Print s with spaces, '=', '%' and non-printable bytes as %XX. */
 static void put_escaped(const char *s)
@@ -123,41 +112,6 @@ static void reply_status(mc_status st, const char *what)
 
 /* ------------------------------------------------------------------ */
 /* Parsing */
-
-static bool parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	uint64_t mul = 1;
-
-	if (!s || !*s || *s == '-')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		return false;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		mul = 1ull << 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		mul = 1ull << 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		mul = 1ull << 30;
-		end++;
-		break;
-	}
-	if (*end || (mul > 1 && v > UINT64_MAX / mul))
-		return false;
-	*out = v * mul;
-	return true;
-}
 
 static bool parse_i64(const char *s, int64_t *out)
 {
@@ -193,25 +147,6 @@ static bool local_range(uint64_t off, uint64_t len)
 
 /* ------------------------------------------------------------------ */
 /* Memory helpers */
-
-static void fill_bytes(uint8_t *p, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-	size_t i = 0;
-
-	for (; i + 8 <= len; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(p + i, &x, 8);
-	}
-	for (; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
-}
 
 static void *map_region(size_t len)
 {
