@@ -36,18 +36,10 @@ if [ "$SIZE_MIB" -lt 1 ] || [ "$SIZE_MIB" -gt 240 ]; then
 fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mooncake-demo.XXXXXX")
-PIDS=()
+NODE_PIDS=()
+# shellcheck source=scripts/demo_lib.sh
+. "$ROOT/scripts/demo_lib.sh"
 
-say() { printf '%s\n' "$*"; }
-die() {
-	printf 'demo: FAILED: %s\n' "$*" >&2
-	for f in "$WORK"/*.log; do
-		[ -s "$f" ] || continue
-		printf -- '--- %s (last lines) ---\n' "$(basename "$f")" >&2
-		tail -n 15 "$f" >&2
-	done
-	exit 1
-}
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
@@ -57,10 +49,10 @@ cleanup() {
 	for fd in ${TGT_W:-} ${INI_W:-}; do
 		exec {fd}>&- 2>/dev/null || true
 	done
-	for pid in "${PIDS[@]}"; do
+	for pid in "${NODE_PIDS[@]}"; do
 		kill -TERM "$pid" 2>/dev/null || true
 	done
-	for pid in "${PIDS[@]}"; do
+	for pid in "${NODE_PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
 	rm -rf "$WORK"
@@ -71,67 +63,13 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- 1. build ---------------------------------------------------------------
-say "== building in $BUILD"
-t0=$SECONDS
-if [ ! -f "$BUILD/build.ninja" ]; then
-	meson setup "$BUILD" "$ROOT" >"$WORK/build.log" 2>&1 || die "meson setup failed"
-fi
-ninja -C "$BUILD" >>"$WORK/build.log" 2>&1 || die "ninja failed"
-rm -f "$WORK/build.log"
-say "   done in $((SECONDS - t0)) s"
+build_tree
 
 SERVER=$BUILD/tools/mooncake_http_metadata_server
 TE_NODE=$BUILD/tests/integration/te_node
 [ -x "$SERVER" ] || die "$SERVER was not built"
 [ -x "$TE_NODE" ] || die "$TE_NODE was not built (is -Dtests=false set on $BUILD?)"
-
-# --- helpers for the te_node dialogue ----------------------------------------
-# start_node VAR ARGS...: starts te_node with FIFOs on stdin/stdout, stores
-# the write fd in VAR_W and the read fd in VAR_R, and the READY line in VAR_INFO.
-start_node() {
-	local var=$1 wfd rfd line
-	shift
-	mkfifo "$WORK/$var.in" "$WORK/$var.out"
-	"$TE_NODE" "$@" <"$WORK/$var.in" >"$WORK/$var.out" 2>"$WORK/$var.log" &
-	PIDS+=($!)
-	# Same order as the child's redirections: its stdin first, then stdout.
-	exec {wfd}>"$WORK/$var.in"
-	exec {rfd}<"$WORK/$var.out"
-	printf -v "${var}_W" '%s' "$wfd"
-	printf -v "${var}_R" '%s' "$rfd"
-	IFS= read -r -t "$TIMEOUT" -u "$rfd" line || die "$var did not start"
-	case $line in
-	READY*) ;;
-	*) die "$var did not start: $line" ;;
-	esac
-	printf -v "${var}_INFO" '%s' "$line"
-}
-
-# field "k1=v1 k2=v2" KEY -> value
-field() {
-	local kv
-	for kv in $1; do
-		case $kv in "$2"=*)
-			printf '%s\n' "${kv#*=}"
-			return
-			;;
-		esac
-	done
-}
-
-# cmd VAR LINE: send one command, put the reply in REPLY; die on ERR.
-cmd() {
-	local var=$1 w r
-	shift
-	w=${var}_W
-	r=${var}_R
-	printf '%s\n' "$*" >&"${!w}" || die "$var: cannot send '$*'"
-	IFS= read -r -t "$TIMEOUT" -u "${!r}" REPLY || die "$var: no reply to '$*'"
-	case $REPLY in
-	OK*) ;;
-	*) die "$var: '$*' -> $REPLY" ;;
-	esac
-}
+NODE_BIN=$TE_NODE
 
 # mbps BYTES MS
 mbps() { awk -v b="$1" -v ms="$2" 'BEGIN { if (ms <= 0) ms = 0.001; printf "%.1f", b / 1e6 / (ms / 1000) }'; }
@@ -141,7 +79,7 @@ ms_of() { field "$1" ms; }
 mkfifo "$WORK/server.out"
 "$SERVER" --host 127.0.0.1 --port 0 >"$WORK/server.out" 2>"$WORK/server.log" &
 SERVER_PID=$!
-PIDS+=("$SERVER_PID")
+NODE_PIDS+=("$SERVER_PID")
 exec {SERVER_R}<"$WORK/server.out"
 line=""
 IFS= read -r -t "$TIMEOUT" -u "$SERVER_R" line || die "metadata server did not start"
