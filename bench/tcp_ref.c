@@ -2,8 +2,12 @@
  * bench/tcp_ref.c - the reference a TCP transport is measured against: a
  * plain blocking request/response loop over one loopback socket.
  *
- *   tcp_ref --server PORT [--buffer SIZE]
+ *   tcp_ref --server PORT [--buffer SIZE] [--splice 1]
  *   tcp_ref --client PORT --op write|read --block SIZE [--buffer SIZE] [--duration S]
+ *           [--splice 1]
+ *
+ * --splice 1: the side that sends payload does it by reference (vmsplice
+ * into a pipe, splice into the socket), so the kernel copies once, not twice.
  *
  * Each request is a 24-byte header {size, offset, op}; a write carries its
  * payload and gets an 8-byte ack, a read gets the payload back.  Both sides
@@ -13,6 +17,7 @@
  * iperf3.  Prints "tcp_ref op=... block=... GB/s=...".
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -21,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +48,33 @@ static int full(int fd, void *buf, size_t len, int sending)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/* Send len bytes from p by reference: vmsplice into a pipe, splice into fd. */
+static int pipefd[2] = {-1, -1};
+static int send_spliced(int fd, void *p, size_t len)
+{
+	while (len) {
+		struct iovec iov = {p, len > (1u << 20) ? (1u << 20) : len};
+		ssize_t n = vmsplice(pipefd[1], &iov, 1, 0);
+		if (n <= 0)
+			return -1;
+		p = (char *)p + n;
+		len -= (size_t)n;
+		while (n) {
+			ssize_t m = splice(pipefd[0], NULL, fd, NULL, (size_t)n,
+					   len ? SPLICE_F_MORE : 0);
+			if (m <= 0)
+				return -1;
+			n -= m;
+		}
+	}
+	return 0;
+}
+
+static int send_payload(int fd, void *p, size_t len)
+{
+	return pipefd[0] >= 0 ? send_spliced(fd, p, len) : full(fd, p, len, 1);
 }
 
 static char *alloc(size_t size)
@@ -75,6 +108,12 @@ int main(int argc, char **argv)
 			block = strtoull(argv[i + 1], NULL, 0);
 		} else if (!strcmp(argv[i], "--buffer")) {
 			bufsize = strtoull(argv[i + 1], NULL, 0);
+		} else if (!strcmp(argv[i], "--splice")) {
+			if (atoi(argv[i + 1]) &&
+			    (pipe(pipefd) || fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20) < 0)) {
+				perror("pipe");
+				return 1;
+			}
 		} else if (!strcmp(argv[i], "--duration")) {
 			duration = atof(argv[i + 1]);
 		}
@@ -104,7 +143,7 @@ int main(int argc, char **argv)
 				if (h[2]) {
 					if (full(fd, buf + h[1], h[0], 0) || full(fd, &ack, 8, 1))
 						break;
-				} else if (full(fd, buf + h[1], h[0], 1)) {
+				} else if (send_payload(fd, buf + h[1], h[0])) {
 					break;
 				}
 			}
@@ -123,7 +162,7 @@ int main(int argc, char **argv)
 	do {
 		uint64_t h[3] = {block, off, (uint64_t)write_op};
 		if (full(fd, h, sizeof(h), 1) ||
-		    (write_op ? (full(fd, buf + off, block, 1) || full(fd, &ack, 8, 0))
+		    (write_op ? (send_payload(fd, buf + off, block) || full(fd, &ack, 8, 0))
 			      : full(fd, buf + off, block, 0))) {
 			fprintf(stderr, "transfer failed\n");
 			return 1;

@@ -663,7 +663,6 @@ static PyObject *do_initialize(struct engine_obj *e, const char *fname, PyObject
 	    arg_str(a[3], fname, "device_name", &device) < 0 ||
 	    (ext && arg_str(a[4], fname, "metadata_type", &mtype) < 0))
 		return NULL;
-	(void)device; /* a NIC allow-list; TCP has no NICs to filter */
 	if (e->te)
 		return PyLong_FromLong(-1); /* one engine per object */
 	/* Upstream's protocol argument does not select the transport: the engine
@@ -680,7 +679,10 @@ static PyObject *do_initialize(struct engine_obj *e, const char *fname, PyObject
 			return PyErr_NoMemory();
 		snprintf(uri, len, "%s://%s", mtype, meta);
 	}
-	p.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL;
+	/* device_name: the NIC allow-list; TCP publishes their interfaces as paths */
+	p.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL |
+		       MC_TE_PARAM_DEVICES;
+	p.devices = device;
 	p.metadata_uri = uri ? uri : meta;
 	p.local_name = host;
 	p.protocol = strcmp(proto, "tcp") == 0 ? "tcp" : "rdma";
@@ -1622,7 +1624,8 @@ static PyMethodDef engine_methods[] = {
 	 "or a bare 'host:port' (etcd).  In P2P mode only the host part of local_hostname\n"
 	 "is used and peers address this engine as 'host:get_rpc_port()'.  protocol 'tcp'\n"
 	 "asks for TCP; any other value (e.g. 'rdma') uses the best transport available,\n"
-	 "which falls back to TCP.  device_name (a NIC allow-list) is ignored by TCP.\n"
+	 "which falls back to TCP.  device_name (a NIC allow-list): with two or more\n"
+	 "NICs, TCP publishes their interfaces' addresses as paths (multi-path).\n"
 	 "0 on success, -1 on failure (also when already initialized)."},
 	{"initialize_ext", FASTKW(engine_initialize_ext),
 	 "initialize_ext(local_hostname, metadata_server, protocol, device_name, metadata_type, /)"

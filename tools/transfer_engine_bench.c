@@ -28,6 +28,15 @@
  * iteration, as upstream does: reusing one is not possible, since a batch's capacity counts every
  * request ever submitted to it (MC_ERR_TOO_MANY_REQUESTS).
  *
+ * Upstream's GPU flags --use_vram, --gpu_id and --init_mem are accepted:
+ * with --use_vram both sides' buffers are device memory (cudaMalloc on
+ * --gpu_id, filled with 0xCC unless --noinit_mem), registered at location
+ * cuda:<gpu_id>.  Unlike upstream's GPU builds, --use_vram is off by
+ * default (one binary serves hosts with and without GPUs) and --gpu_id=-1
+ * (one buffer per GPU) is not supported.  The bench loads libcudart with
+ * dlopen only when --use_vram is given, so it needs no CUDA to build; the
+ * engine must be a CUDA build to move device memory (bench/gpu_check.sh).
+ *
  * Flags use gflags' syntax, since scripts written for upstream pass them
  * that way: --flag=value, --flag value, -flag, and --flag / --noflag for
  * booleans.  An unknown flag is an error (exit 2).
@@ -43,6 +52,7 @@
  */
 #include <mooncake/mooncake.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -110,6 +120,10 @@ static struct options {
 	bool json;
 	const char *poll;
 	bool shm;
+	/* upstream's GPU flags */
+	bool use_vram;
+	int64_t gpu_id;
+	bool init_mem;
 } opt = {
 	.mode = "initiator",
 	.local_server_name = NULL, /* hostname, filled in main */
@@ -136,6 +150,9 @@ static struct options {
 	.json = false,
 	.poll = "wait",
 	.shm = true,
+	.use_vram = false,
+	.gpu_id = 0,
+	.init_mem = true,
 };
 
 enum flag_type {
@@ -196,6 +213,10 @@ static struct flag flags[] = {
 	     "wait (sleep until the batch is done), yield, or spin (upstream's loop)"),
 	FLAG("shm", FLAG_BOOL, &opt.shm, 0, 0,
 	     "same-host transport to a target on this host (--noshm sets MC_SHM_DISABLE=1: TCP)"),
+	FLAG("use_vram", FLAG_BOOL, &opt.use_vram, 0, 0,
+	     "buffers in GPU memory (cudaMalloc), registered at cuda:<gpu_id>"),
+	FLAG("gpu_id", FLAG_INT, &opt.gpu_id, 0, 1023, "GPU of the --use_vram buffers"),
+	FLAG("init_mem", FLAG_BOOL, &opt.init_mem, 0, 0, "fill --use_vram buffers with 0xCC"),
 };
 
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))
@@ -449,6 +470,103 @@ static uint8_t *buffer_alloc(uint64_t size)
 	return p;
 }
 
+/* ------------------------------------------------------------------------ */
+/* GPU memory (--use_vram), through libcudart loaded at run time             */
+
+enum { CUDA_MEMCPY_DEFAULT = 4 }; /* cudaMemcpyDefault */
+
+static struct {
+	void *lib;
+	int (*set_device)(int);
+	int (*malloc)(void **, size_t);
+	int (*free)(void *);
+	int (*memset)(void *, int, size_t);
+	int (*memcpy)(void *, const void *, size_t, int);
+	const char *(*error_string)(int);
+} cuda;
+
+static void cuda_die(const char *what, int err)
+{
+	fprintf(stderr, "%s: %s: %s\n", PROG, what,
+		cuda.error_string ? cuda.error_string(err) : "CUDA error");
+	exit(EXIT_FAILURE);
+}
+
+static void cuda_load(void)
+{
+	static const char *const names[] = {
+#ifdef MC_CUDART_SONAME
+		MC_CUDART_SONAME, /* the runtime the engine was built against */
+#endif
+		"libcudart.so.13", "libcudart.so.12",
+		"libcudart.so",	   "/usr/local/cuda/lib64/libcudart.so",
+	};
+	int err;
+
+	if (cuda.lib)
+		return;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !cuda.lib; i++)
+		cuda.lib = dlopen(names[i], RTLD_NOW | RTLD_GLOBAL);
+	if (!cuda.lib) {
+		fprintf(stderr, "%s: --use_vram: cannot load libcudart: %s\n", PROG, dlerror());
+		exit(EXIT_FAILURE);
+	}
+	*(void **)&cuda.set_device = dlsym(cuda.lib, "cudaSetDevice");
+	*(void **)&cuda.malloc = dlsym(cuda.lib, "cudaMalloc");
+	*(void **)&cuda.free = dlsym(cuda.lib, "cudaFree");
+	*(void **)&cuda.memset = dlsym(cuda.lib, "cudaMemset");
+	*(void **)&cuda.memcpy = dlsym(cuda.lib, "cudaMemcpy");
+	*(void **)&cuda.error_string = dlsym(cuda.lib, "cudaGetErrorString");
+	if (!cuda.set_device || !cuda.malloc || !cuda.free || !cuda.memset || !cuda.memcpy ||
+	    !cuda.error_string) {
+		fprintf(stderr, "%s: --use_vram: libcudart lacks a symbol\n", PROG);
+		exit(EXIT_FAILURE);
+	}
+	err = cuda.set_device((int)opt.gpu_id);
+	if (err)
+		cuda_die("cudaSetDevice", err);
+}
+
+/* The bench's buffers: host memory (buffer_alloc), or GPU memory with
+ * --use_vram.  Freed with mem_free(p, size). */
+static uint8_t *mem_alloc(uint64_t size)
+{
+	void *p = NULL;
+	int err;
+
+	if (!opt.use_vram)
+		return buffer_alloc(size);
+	cuda_load();
+	err = cuda.malloc(&p, (size_t)size);
+	if (err)
+		cuda_die("cudaMalloc", err);
+	if (opt.init_mem && (err = cuda.memset(p, 0xCC, (size_t)size)) != 0)
+		cuda_die("cudaMemset", err);
+	return p;
+}
+
+static void mem_free(uint8_t *p, uint64_t size)
+{
+	if (opt.use_vram)
+		cuda.free(p);
+	else
+		munmap(p, size);
+}
+
+/* Copy between the bench's buffers and host memory (either may be GPU memory). */
+static void mem_copy(void *dst, const void *src, uint64_t len)
+{
+	int err;
+
+	if (!opt.use_vram) {
+		memcpy(dst, src, len);
+		return;
+	}
+	err = cuda.memcpy(dst, src, (size_t)len, CUDA_MEMCPY_DEFAULT);
+	if (err)
+		cuda_die("cudaMemcpy", err);
+}
+
 static void json_string(FILE *out, const char *s)
 {
 	fputc('"', out);
@@ -677,7 +795,12 @@ static struct mc_te *engine_open(void)
 
 static void buffer_register(struct mc_te *te, uint8_t *buf, uint64_t len)
 {
-	mc_status st = mc_te_register(te, buf, (size_t)len, "cpu:0", true);
+	char location[32] = "cpu:0";
+	mc_status st;
+
+	if (opt.use_vram)
+		snprintf(location, sizeof(location), "cuda:%d", (int)opt.gpu_id);
+	st = mc_te_register(te, buf, (size_t)len, location, true);
 
 	if (st != MC_OK)
 		die_status("cannot register the buffer", st);
@@ -689,7 +812,7 @@ static void buffer_register(struct mc_te *te, uint8_t *buf, uint64_t len)
 static int run_target(void)
 {
 	struct mc_te *te = engine_open();
-	uint8_t *buf = buffer_alloc(opt.buffer_size);
+	uint8_t *buf = mem_alloc(opt.buffer_size);
 	const char *name;
 
 	buffer_register(te, buf, opt.buffer_size);
@@ -713,7 +836,7 @@ static int run_target(void)
 	mc_te_deregister(te, buf);
 	mc_te_free(te);
 	watchdog_disarm();
-	munmap(buf, opt.buffer_size);
+	mem_free(buf, opt.buffer_size);
 	return 0;
 }
 
@@ -1094,14 +1217,18 @@ static bool run_verify(struct bench *b)
 	uint64_t len = b->remote_len < VERIFY_MAX_BYTES ? b->remote_len : VERIFY_MAX_BYTES;
 	uint64_t seed = now_ns() ^ ((uint64_t)getpid() << 32);
 	uint64_t block = opt.block_size < len ? opt.block_size : len;
-	uint8_t *src = buffer_alloc(len), *dst = buffer_alloc(len);
+	uint8_t *src = mem_alloc(len), *dst = mem_alloc(len);
+	/* what src holds and what dst got, in host memory (src, dst may be GPU memory) */
+	uint8_t *want = buffer_alloc(len), *got = buffer_alloc(len);
 	uint64_t bad = 0, first_bad = 0;
 	mc_status st;
 
 	buffer_register(b->te, src, len);
 	buffer_register(b->te, dst, len);
-	pattern_fill(src, len, seed);
-	memset(dst, 0, len);
+	pattern_fill(want, len, seed);
+	mem_copy(src, want, len);
+	memset(got, 0, len);
+	mem_copy(dst, got, len);
 
 	watchdog_arm("verification", SETUP_TIMEOUT_S + 5);
 	st = verify_transfer(b, MC_OP_WRITE, src, len, block);
@@ -1114,8 +1241,9 @@ static bool run_verify(struct bench *b)
 		report_status("verify: read failed", st, mc_last_error());
 		goto out;
 	}
+	mem_copy(got, dst, len);
 	for (uint64_t i = 0; i < len; i++) {
-		if (src[i] != dst[i]) {
+		if (want[i] != got[i]) {
 			if (!bad)
 				first_bad = i;
 			bad++;
@@ -1125,7 +1253,7 @@ static bool run_verify(struct bench *b)
 		fprintf(stderr,
 			"%s: verify: MISMATCH: %" PRIu64 " of %" PRIu64
 			" bytes differ, first at offset %" PRIu64 " (wrote 0x%02x, read 0x%02x)\n",
-			PROG, bad, len, first_bad, src[first_bad], dst[first_bad]);
+			PROG, bad, len, first_bad, want[first_bad], got[first_bad]);
 	else if (opt.json)
 		printf("{\"verify\":\"ok\",\"bytes\":%" PRIu64 ",\"block_size\":%" PRIu64 "}\n",
 		       len, block);
@@ -1137,8 +1265,10 @@ out:
 	watchdog_disarm();
 	mc_te_deregister(b->te, src);
 	mc_te_deregister(b->te, dst);
-	munmap(src, len);
-	munmap(dst, len);
+	mem_free(src, len);
+	mem_free(dst, len);
+	munmap(want, len);
+	munmap(got, len);
 	return st == MC_OK && !bad;
 }
 
@@ -1189,7 +1319,7 @@ static int run_initiator(void)
 
 	b.te = engine_open();
 	b.local_len = opt.buffer_size;
-	b.local = buffer_alloc(b.local_len);
+	b.local = mem_alloc(b.local_len);
 	buffer_register(b.te, b.local, b.local_len);
 
 	watchdog_arm("opening the target segment", SETUP_TIMEOUT_S);
@@ -1235,7 +1365,7 @@ static int run_initiator(void)
 	mc_te_deregister(b.te, b.local);
 	mc_te_free(b.te);
 	watchdog_disarm();
-	munmap(b.local, b.local_len);
+	mem_free(b.local, b.local_len);
 	return ok ? 0 : EXIT_FAILURE;
 }
 

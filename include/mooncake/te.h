@@ -51,6 +51,7 @@ enum mc_te_params_field {
 	MC_TE_PARAM_RPC_PORT = 1u << 4,
 	MC_TE_PARAM_WORKERS = 1u << 5,
 	MC_TE_PARAM_CONNS_PER_PEER = 1u << 6,
+	MC_TE_PARAM_DEVICES = 1u << 7,
 };
 
 /*
@@ -78,6 +79,12 @@ struct mc_te_params {
 	unsigned workers;
 	/* Persistent TCP connections per peer (default MC_TCP_CONNS_PER_PEER or 4). */
 	unsigned conns_per_peer;
+	/* NICs to use, comma-separated (upstream's device_name; NULL or "" = all;
+	 * default MC_TE_FILTERS).  RDMA device names (mlx5_0) or network interfaces
+	 * (eth1).  TCP: when MC_TCP_INTERFACES is unset and these name two or more
+	 * IPv4 addresses (an RDMA device counts as its network interfaces), they
+	 * are published as the data port's paths (multi-path). */
+	const char *devices;
 };
 
 enum mc_opcode {

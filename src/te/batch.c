@@ -24,6 +24,7 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "te/stage.h"
 
 static void futex_wake_all(atomic_uint *w)
 {
@@ -118,6 +119,10 @@ static void task_finish(struct mc_task *t)
 void mc_slice_done(struct mc_slice *s, int status)
 {
 	struct mc_task *t = s->task;
+	if (s->staged) {
+		mc_stage_slice_done(s, status); /* a chunk of a staged request */
+		return;
+	}
 	if (status != MC_OK) {
 		int zero = 0;
 		atomic_compare_exchange_strong(&t->error, &zero, status);

@@ -37,7 +37,9 @@
 #include "base/time.h"
 #include "meta/meta.h"
 #include "te/batch.h"
+#include "te/devmem.h"
 #include "te/rpc.h"
+#include "te/stage.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
@@ -83,6 +85,11 @@ const struct mc_config_field mc_te_config_table[] = {
 	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
 	 "requests larger than this are split across connections (256 KiB: one large request keeps both cores copying)",
 	 CFG(tcp_split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
+	 "payloads at least this large leave from registered memory by reference (vmsplice + "
+	 "splice: the kernel does not copy them into socket buffers; saves the sender a copy "
+	 "on a real NIC, but over loopback the receiver then does all the work); 0 = off",
+	 CFG(tcp_zerocopy_min), MC_CONFIG_SIZE, 0, 1ll << 40},
 	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
 	 CFG(tcp_sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
 	{"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
@@ -117,6 +124,14 @@ const struct mc_config_field mc_te_config_table[] = {
 	 "same-host transport: fail requests on a connection that made no progress for this long "
 	 "(0 = MC_TCP_IO_TIMEOUT_MS)",
 	 CFG(shm_io_timeout_ms), MC_CONFIG_INT, 0, 3600000},
+	{"gpu_stage_chunk", "MC_GPU_STAGE_CHUNK", "1m",
+	 "device memory: bytes per pinned staging buffer; requests on device memory move in "
+	 "chunks of this size, copies to or from the device overlapping with the network",
+	 CFG(gpu_stage_chunk), MC_CONFIG_SIZE, 4096, 1 << 30},
+	{"gpu_stage_buffers", "MC_GPU_STAGE_BUFFERS", "16",
+	 "device memory: pinned staging buffers of an initiator (pinned at first use); one "
+	 "request uses at most half of them",
+	 CFG(gpu_stage_buffers), MC_CONFIG_INT, 2, 1024},
 };
 #undef CFG
 const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
@@ -346,6 +361,15 @@ static int apply_params(struct mc_te *te, const struct mc_te_params *p)
 					    p->conns_per_peer);
 		te->cfg.tcp_conns_per_peer = p->conns_per_peer;
 	}
+	if ((m & MC_TE_PARAM_DEVICES) && p->devices && *p->devices) {
+		te->devices = mc_strdup(p->devices);
+		if (!te->devices)
+			return MC_ERR_NOMEM;
+	} else if (getenv("MC_TE_FILTERS") && *getenv("MC_TE_FILTERS")) {
+		te->devices = mc_strdup(getenv("MC_TE_FILTERS"));
+		if (!te->devices)
+			return MC_ERR_NOMEM;
+	}
 	if (te->cfg.min_rpc_port > te->cfg.max_rpc_port) {
 		mc_warn("MC_MIN_RPC_PORT > MC_MAX_RPC_PORT; using 15000-17000");
 		te->cfg.min_rpc_port = 15000;
@@ -470,6 +494,12 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	if (rc != MC_OK)
 		goto err;
 
+	te->devmem = mc_devmem();
+	if (te->devmem) {
+		rc = mc_stager_open(te, &te->stager);
+		if (rc != MC_OK)
+			goto err;
+	}
 	rc = mc_tcp_transport_ops.open(te, &te->tcp);
 	if (rc != MC_OK)
 		goto err;
@@ -525,9 +555,11 @@ void mc_te_free(struct mc_te *te)
 		return;
 	if (te->rpc)
 		mc_rpc_server_stop(te->rpc);
-	mc_transport_close(te->shm); /* first: it hands slices to tcp */
+	mc_stager_quiesce(te->stager); /* it hands chunks to the transports */
+	mc_transport_close(te->shm);   /* first: it hands slices to tcp */
 	mc_transport_close(te->tcp);
 	mc_transport_close(te->local);
+	mc_stager_close(te->stager); /* after the transports gave every chunk back */
 	if (te->meta && te->name && te->published) {
 		char *k1 = mc_meta_key_rpc(te->name), *k2 = mc_meta_key_segment(te->name);
 		if (k1)
@@ -559,6 +591,7 @@ void mc_te_free(struct mc_te *te)
 	pthread_rwlock_destroy(&te->seg_lock);
 	pthread_mutex_destroy(&te->notify_lock);
 	mc_free(te->metadata_uri);
+	mc_free(te->devices);
 	mc_free(te->name);
 	mc_free(te);
 }
@@ -585,14 +618,65 @@ uint16_t mc_te_tcp_port(const struct mc_te *te)
 
 /* ---- memory registration ---------------------------------------------------- */
 
+/*
+ * Is the range at addr device memory (*dev_out: its device, else -1), and
+ * under which location is it recorded?  With a backend the pointer decides,
+ * whatever the label says, and "*" or "" becomes "cuda:N" for device memory
+ * (upstream resolves "*" the same way).  Without one, "cuda:N" is refused:
+ * no transport could reach such memory.
+ */
+static int resolve_location(struct mc_te *te, const void *addr, const char *location, char *buf,
+			    size_t buflen, const char **loc_out, int *dev_out)
+{
+	int want = mc_devmem_location_device(location);
+	int dev;
+
+	*loc_out = location;
+	*dev_out = -1;
+	if (!te->devmem) {
+		if (want >= 0)
+			return mc_set_error(
+				MC_ERR_DEVICE_NOT_FOUND,
+				"register: location %s needs device memory support, "
+				"which this process lacks (a CUDA build and a CUDA device)",
+				location);
+		return MC_OK;
+	}
+	dev = te->devmem->ptr_device(addr);
+	if (dev < 0) {
+		if (want >= 0)
+			mc_info("register: %p is host memory, although its location is %s", addr,
+				location);
+		return MC_OK;
+	}
+	if (!location || !*location || strcmp(location, "*") == 0) {
+		snprintf(buf, buflen, "cuda:%d", dev);
+		*loc_out = buf;
+	} else if (want >= 0 && want != dev) {
+		mc_info("register: %p is memory of device %d, although its location is %s", addr,
+			dev, location);
+	}
+	*dev_out = dev;
+	return MC_OK;
+}
+
+static int memreg_add(struct mc_te *te, void *addr, size_t length, const char *location,
+		      bool remote)
+{
+	char buf[32];
+	int dev, rc = resolve_location(te, addr, location, buf, sizeof(buf), &location, &dev);
+	if (rc != MC_OK)
+		return rc;
+	return mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location, dev, remote);
+}
+
 mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
 			 bool remote_accessible)
 {
 	int rc;
 	if (!te || !addr || !length)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: NULL address or zero length");
-	rc = mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location,
-			   remote_accessible);
+	rc = memreg_add(te, addr, length, location, remote_accessible);
 	if (rc != MC_OK)
 		return rc;
 	rc = mc_te_publish(te);
@@ -631,8 +715,7 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 					  "register: entry %zu has NULL address or zero length", i);
 			break;
 		}
-		rc = mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr, bufs[i].length,
-				   location, true);
+		rc = memreg_add(te, bufs[i].addr, bufs[i].length, location, true);
 		if (rc != MC_OK)
 			break;
 	}
@@ -998,6 +1081,16 @@ mc_status mc_te_batch_discard(struct mc_te *te, mc_batch_id id)
 	return mc_batch_release(te, id, true);
 }
 
+int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len)
+{
+	int dev;
+	if (!te->devmem || !len)
+		return -1;
+	if (mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev))
+		return dev;
+	return te->devmem->ptr_device(p);
+}
+
 /* Slices bound for one transport and target, submitted together. */
 struct run {
 	struct mc_transport *tp;
@@ -1110,6 +1203,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 		struct mc_transport *tp = tps[i];
 		unsigned k = r->length ? mc_transport_split(tp, r->length) : 1;
 		uint64_t per, off = 0;
+		int dev;
 
 		memset(t, 0, sizeof(*t));
 		t->batch = b;
@@ -1120,6 +1214,15 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 			atomic_store(&t->slices_left, 1);
 			t->first.task = t;
 			mc_slice_done(&t->first, MC_OK);
+			continue;
+		}
+		if (tp != te->local && (dev = mc_te_local_device(te, r->source, r->length)) >= 0) {
+			/* device memory: through bounce buffers (te/stage.c) */
+			atomic_store(&t->slices_left, 1);
+			t->nslices = 1;
+			t->first.task = t;
+			t->first.len = r->length;
+			mc_stager_submit(te->stager, t, tp, segs[i], r, dev);
 			continue;
 		}
 		if (k > 1) {

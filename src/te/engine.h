@@ -15,8 +15,10 @@
 #include "meta/desc.h"
 #include "mooncake/te.h"
 
+struct mc_devmem_ops;
 struct mc_meta;
 struct mc_rpc_server;
+struct mc_stager;
 struct mc_transport;
 
 /* Engine configuration, filled from mc_te_config_table (env MC_*) then params. */
@@ -37,6 +39,7 @@ struct mc_te_config {
 	int64_t tcp_io_timeout_ms;
 	int64_t tcp_connect_timeout_ms;
 	uint64_t tcp_split_size;
+	uint64_t tcp_zerocopy_min;
 	uint64_t tcp_sockbuf;
 	char *tcp_interfaces;
 	int64_t tcp_path_backoff_ms;
@@ -48,6 +51,8 @@ struct mc_te_config {
 	int64_t shm_lanes;
 	uint64_t shm_split_size;
 	int64_t shm_io_timeout_ms;
+	uint64_t gpu_stage_chunk;
+	int64_t gpu_stage_buffers;
 };
 
 extern const struct mc_config_field mc_te_config_table[];
@@ -59,6 +64,7 @@ struct mc_memreg_entry {
 	uint64_t addr;
 	uint64_t length;
 	char location[32];
+	int dev; /* device memory of device dev (te/devmem.h), or -1: host memory */
 	bool remote_accessible;
 	atomic_int users; /* incoming requests touching it right now */
 };
@@ -74,13 +80,16 @@ struct mc_memreg {
 
 int mc_memreg_init(struct mc_memreg *r);
 void mc_memreg_release(struct mc_memreg *r);
-int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
+int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location, int dev,
 		  bool remote);
 int mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
 /* If [addr, addr+len) lies inside one remotely accessible entry, take a user
  * reference on it and return it; NULL otherwise (len 0 or overflow too). */
 struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len);
 void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
+/* If [addr, addr+len) lies inside one entry (remotely accessible or not),
+ * true and its device (-1 for host memory) in *dev_out. */
+bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out);
 /* Copy the ranges into desc->buffers (named name), for publishing. */
 int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
 
@@ -96,6 +105,7 @@ struct mc_slice {
 	uint64_t remote_addr;
 	uint64_t len;
 	uint8_t opcode;
+	bool staged; /* a chunk of a staged request: completion goes to te/stage.c */
 	/* transport-private progress */
 	uint64_t done;
 	uint32_t hdr_done;
@@ -158,12 +168,15 @@ struct mc_te {
 	uint16_t rpc_port;
 	bool p2p;
 	char *metadata_uri;
+	char *devices; /* mc_te_params.devices or MC_TE_FILTERS; NULL = all */
 	struct mc_meta *meta;
 	struct mc_rpc_server *rpc;
 	struct mc_transport *tcp;
 	struct mc_transport *local;
 	struct mc_transport *shm; /* same-host transport; NULL when off */
 	struct mc_memreg memreg;
+	const struct mc_devmem_ops *devmem; /* device memory backend, or NULL */
+	struct mc_stager *stager;	    /* initiator-side staging; NULL without devmem */
 	char host_id[64];
 	bool published; /* our keys are in the metadata store */
 
@@ -184,6 +197,10 @@ struct mc_te {
 	struct mc_te_notify *notifs;
 	size_t nnotifs, notifs_cap;
 };
+
+/* The device of local memory at [p, p+len) (registered at a cuda:N
+ * location, or a device pointer by the backend), -1 for host memory. */
+int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
 
 /* Publish the local segment descriptor (after a registration change). */
 int mc_te_publish(struct mc_te *te);

@@ -52,7 +52,7 @@ static size_t upper_bound_locked(struct mc_memreg *r, uint64_t a)
 	return lo;
 }
 
-int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
+int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location, int dev,
 		  bool remote)
 {
 	struct mc_memreg_entry *e;
@@ -68,6 +68,7 @@ int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *
 	e->addr = addr;
 	e->length = len;
 	e->remote_accessible = remote;
+	e->dev = dev;
 	snprintf(e->location, sizeof(e->location), "%s", location && *location ? location : "*");
 
 	pthread_rwlock_wrlock(&r->lock);
@@ -156,6 +157,26 @@ void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e)
 		pthread_cond_broadcast(&r->wait_cond);
 		pthread_mutex_unlock(&r->wait_lock);
 	}
+}
+
+bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out)
+{
+	bool found = false;
+	size_t pos;
+
+	if (addr + len < addr)
+		return false;
+	pthread_rwlock_rdlock(&r->lock);
+	pos = upper_bound_locked(r, addr);
+	if (pos > 0) {
+		struct mc_memreg_entry *c = r->v[pos - 1];
+		if (addr >= c->addr && addr + len <= c->addr + c->length) {
+			*dev_out = c->dev;
+			found = true;
+		}
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return found;
 }
 
 int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc)

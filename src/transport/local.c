@@ -8,6 +8,10 @@
  * copy threads (MC_LOCAL_COPY_THREADS) and the submitter itself; the last
  * chunk to finish completes the slice.  Submission therefore never waits for
  * another thread.
+ *
+ * Device memory on either side (te/devmem.h) is never touched directly: the
+ * backend's synchronous copy moves it, in the submitting thread (requests
+ * whose local buffer is device memory are not staged for this transport).
  */
 #define MC_LOG_MODULE "local"
 #include <pthread.h>
@@ -17,6 +21,7 @@
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "te/devmem.h"
 #include "te/engine.h"
 #include "transport/transport.h"
 
@@ -134,6 +139,12 @@ static int local_submit(struct mc_transport *base, void *peer, struct mc_slice *
 				s->opcode == MC_OP_WRITE ? "write" : "read",
 				(unsigned long long)s->len, (unsigned long long)s->remote_addr);
 			mc_slice_done(s, MC_ERR_ADDRESS_NOT_REGISTERED);
+			continue;
+		}
+		if (ent->dev >= 0 || mc_te_local_device(lt->te, s->local, s->len) >= 0) {
+			int rc = lt->te->devmem->copy(dst, src, (size_t)s->len);
+			mc_memreg_put(&lt->te->memreg, ent);
+			mc_slice_done(s, rc);
 			continue;
 		}
 		if (lt->nthreads && s->len >= lt->parallel_min &&

@@ -17,6 +17,12 @@
  * space.  A pidfd taken at accept time is checked before each batch of
  * requests, so a pid recycled after the initiator died is not written to.
  *
+ * Device memory (te/devmem.h): a target range registered as device memory
+ * is never handed to process_vm_*; the worker moves it through two pinned
+ * buffers, the process_vm_* copy of one chunk overlapping the device copy
+ * of the other (serve_copy_dev).  An initiator's device buffers never reach
+ * this transport: the engine stages them (te/stage.c).
+ *
  * Target side: MC_SHM_WORKERS threads, each owning an epoll loop, its own
  * listening socket "<ep>.<i>" (so connections are spread over the workers
  * by construction) and the connections it accepted.  Requests are processed
@@ -67,6 +73,7 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "te/devmem.h"
 #include "te/engine.h"
 #include "transport/transport.h"
 
@@ -233,6 +240,8 @@ struct shm_worker {
 	int listen_kind; /* EV_LISTEN: epoll tag of lfd */
 	int wake_kind;	 /* EV_WAKE */
 	struct mc_list sconns;
+	struct mc_devstage stage; /* pinned at the first device-memory request */
+	bool stage_ok;
 };
 
 struct shm_transport {
@@ -373,28 +382,20 @@ static bool initiator_waiting(struct shm_sconn *sc)
 	       !(sc->pidfd >= 0 && (p[1].revents & POLLIN));
 }
 
-/* Copy one request; returns the wire status. */
-static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
+/* process_vm_readv (write: the initiator's bytes at theirs into mine) or
+ * process_vm_writev (read) of len bytes; returns the wire status. */
+static uint32_t pvm_copy(struct shm_sconn *sc, bool write, char *mine, uint64_t theirs,
+			 uint64_t len)
 {
-	struct mc_te *te = sc->w->st->te;
-	struct mc_memreg_entry *e = mc_memreg_acquire(&te->memreg, r->remote, r->len);
-	uint32_t st = MC_SHM_ST_OK;
 	uint64_t done = 0;
 
-	if (!e) {
-		mc_info("same-host %s of %llu bytes at 0x%llx from pid %d rejected: not inside "
-			"registered memory",
-			r->opcode == MC_SHM_OP_WRITE ? "write" : "read", (unsigned long long)r->len,
-			(unsigned long long)r->remote, (int)sc->pid);
-		return MC_SHM_ST_REJECTED;
-	}
-	while (done < r->len) {
-		size_t chunk = r->len - done < COPY_CHUNK ? (size_t)(r->len - done) : COPY_CHUNK;
-		struct iovec mine = {(void *)(uintptr_t)(r->remote + done), chunk};
-		struct iovec theirs = {(void *)(uintptr_t)(r->local + done), chunk};
-		ssize_t n = r->opcode == MC_SHM_OP_WRITE
-				    ? process_vm_readv(sc->pid, &mine, 1, &theirs, 1, 0)
-				    : process_vm_writev(sc->pid, &mine, 1, &theirs, 1, 0);
+	while (done < len) {
+		size_t chunk = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
+		struct iovec m = {mine + done, chunk};
+		struct iovec t = {(void *)(uintptr_t)(theirs + done), chunk};
+		ssize_t n = write ? process_vm_readv(sc->pid, &m, 1, &t, 1, 0)
+				  : process_vm_writev(sc->pid, &m, 1, &t, 1, 0);
+		uint32_t st;
 		if (n > 0) {
 			done += (uint64_t)n;
 			continue;
@@ -408,10 +409,108 @@ static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
 		else
 			st = MC_SHM_ST_FAULT;
 		mc_debug("same-host copy for pid %d failed after %llu of %llu bytes: %s",
-			 (int)sc->pid, (unsigned long long)done, (unsigned long long)r->len,
+			 (int)sc->pid, (unsigned long long)done, (unsigned long long)len,
 			 n < 0 ? strerror(errno) : "no progress");
-		break;
+		return st;
 	}
+	return MC_SHM_ST_OK;
+}
+
+static struct mc_devstage *worker_stage(struct shm_worker *w)
+{
+	struct mc_te *te = w->st->te;
+	if (!w->stage_ok) {
+		if (mc_devstage_init(&w->stage, te->devmem, 2, (size_t)te->cfg.gpu_stage_chunk) !=
+		    MC_OK) {
+			mc_error("same-host worker %u: cannot pin staging buffers: %s", w->index,
+				 mc_last_error());
+			return NULL;
+		}
+		w->stage_ok = true;
+	}
+	return &w->stage;
+}
+
+/*
+ * The target range is memory of device dev: chunk k moves between the
+ * initiator and pinned buffer k % 2 with process_vm_*, while the other
+ * buffer is being copied to (write) or from (read) the device.
+ */
+static uint32_t serve_copy_dev(struct shm_sconn *sc, const struct mc_shm_req *r, int dev)
+{
+	struct mc_devstage *ds = worker_stage(sc->w);
+	char *dptr = (char *)(uintptr_t)r->remote;
+	uint32_t st = MC_SHM_ST_OK;
+	uint64_t chunk, n;
+
+	if (!ds)
+		return MC_SHM_ST_FAILED;
+	chunk = ds->chunk;
+	n = (r->len + chunk - 1) / chunk;
+	if (r->opcode == MC_SHM_OP_WRITE) {
+		for (uint64_t k = 0; k < n && st == MC_SHM_ST_OK; k++) {
+			unsigned b = (unsigned)(k & 1);
+			uint64_t off = k * chunk, len = MC_MIN(chunk, r->len - off);
+			char *host = (char *)mc_devstage_host(ds, b);
+			if (mc_devstage_wait(ds, b) != MC_OK)
+				st = MC_SHM_ST_FAILED;
+			else
+				st = pvm_copy(sc, true, host, r->local + off, len);
+			if (st == MC_SHM_ST_OK &&
+			    mc_devstage_copy(ds, b, dev, dptr + off, host, (size_t)len) != MC_OK)
+				st = MC_SHM_ST_FAILED;
+		}
+	} else {
+		for (uint64_t k = 0; k < n && k < 2 && st == MC_SHM_ST_OK; k++) {
+			uint64_t off = k * chunk;
+			if (mc_devstage_copy(ds, (unsigned)k, dev,
+					     mc_devstage_host(ds, (unsigned)k), dptr + off,
+					     (size_t)MC_MIN(chunk, r->len - off)) != MC_OK)
+				st = MC_SHM_ST_FAILED;
+		}
+		for (uint64_t k = 0; k < n && st == MC_SHM_ST_OK; k++) {
+			unsigned b = (unsigned)(k & 1);
+			uint64_t off = k * chunk, len = MC_MIN(chunk, r->len - off);
+			char *host = (char *)mc_devstage_host(ds, b);
+			if (mc_devstage_wait(ds, b) != MC_OK)
+				st = MC_SHM_ST_FAILED;
+			else
+				st = pvm_copy(sc, false, host, r->local + off, len);
+			off += 2 * chunk; /* the chunk this buffer takes next */
+			if (st == MC_SHM_ST_OK && k + 2 < n &&
+			    mc_devstage_copy(ds, b, dev, host, dptr + off,
+					     (size_t)MC_MIN(chunk, r->len - off)) != MC_OK)
+				st = MC_SHM_ST_FAILED;
+		}
+	}
+	if (mc_devstage_drain(ds) != MC_OK && st == MC_SHM_ST_OK)
+		st = MC_SHM_ST_FAILED;
+	if (st == MC_SHM_ST_FAILED)
+		mc_warn("same-host %s of %llu bytes at 0x%llx (device %d) failed: %s",
+			r->opcode == MC_SHM_OP_WRITE ? "write" : "read", (unsigned long long)r->len,
+			(unsigned long long)r->remote, dev, mc_last_error());
+	return st;
+}
+
+/* Copy one request; returns the wire status. */
+static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
+{
+	struct mc_te *te = sc->w->st->te;
+	struct mc_memreg_entry *e = mc_memreg_acquire(&te->memreg, r->remote, r->len);
+	uint32_t st;
+
+	if (!e) {
+		mc_info("same-host %s of %llu bytes at 0x%llx from pid %d rejected: not inside "
+			"registered memory",
+			r->opcode == MC_SHM_OP_WRITE ? "write" : "read", (unsigned long long)r->len,
+			(unsigned long long)r->remote, (int)sc->pid);
+		return MC_SHM_ST_REJECTED;
+	}
+	if (e->dev >= 0)
+		st = serve_copy_dev(sc, r, e->dev);
+	else
+		st = pvm_copy(sc, r->opcode == MC_SHM_OP_WRITE, (char *)(uintptr_t)r->remote,
+			      r->local, r->len);
 	mc_memreg_put(&te->memreg, e);
 	return st;
 }
@@ -624,6 +723,8 @@ static void worker_stop(struct shm_worker *w)
 	}
 	while (!mc_list_empty(&w->sconns))
 		sconn_close(mc_list_first(&w->sconns, struct shm_sconn, node), NULL);
+	if (w->stage_ok)
+		mc_devstage_release(&w->stage);
 	if (w->lfd >= 0)
 		close(w->lfd);
 	if (w->wakefd >= 0)

@@ -24,7 +24,10 @@
  * connection closes after it, as upstream.  Write payloads go straight into
  * the target memory; read data is sent straight from it.  A write header is
  * not processed while read data queued before it is unsent, so requests on
- * one connection keep their order.
+ * one connection keep their order.  Device memory (te/devmem.h) is the
+ * exception: it passes through two pinned buffers of the connection, see
+ * "server connections: device memory" below.  (The initiator never sees
+ * device memory: the engine stages it, te/stage.c.)
  *
  * Failure: a connection that fails, closes or makes no progress for
  * MC_TCP_IO_TIMEOUT_MS fails its in-flight slices (typed status) and is
@@ -44,13 +47,16 @@
 #include "transport/tcp.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,7 +71,9 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
+#include "te/devmem.h"
 #include "te/engine.h"
+#include "transport/tcp_zc.h"
 #include "transport/transport.h"
 
 #define RBUF_SIZE      (64 * 1024)
@@ -126,6 +134,8 @@ struct tcp_conn {
 	uint64_t last_progress_ms;
 	uint8_t *rbuf;
 	size_t rpos, rlen;
+	struct mc_zc zc; /* v2 write payloads sent by reference */
+	bool zc_off;	 /* splicing failed here: copy from now on */
 };
 
 struct out_item {
@@ -133,6 +143,7 @@ struct out_item {
 	uint64_t len;
 	uint64_t done;
 	struct mc_memreg_entry *ent; /* released when sent (read data) */
+	uint64_t dev_seq;	     /* read data in device memory: staged (sconn_dev_iov) */
 	uint8_t status[8];
 	bool is_status;
 };
@@ -156,6 +167,9 @@ struct tcp_sconn {
 	size_t reads_pending; /* read-data items in out */
 	uint32_t events;
 	uint64_t last_progress_ms;
+	struct mc_zc zc; /* read data sent by reference */
+	bool zc_off;
+	struct tcp_devio *dev; /* staging buffers for device memory, from first use */
 	char peer_name[64];
 };
 
@@ -190,6 +204,7 @@ struct tcp_transport {
 	atomic_uint next_worker;
 	bool force_v1;
 	uint64_t split_size;
+	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */
 	unsigned conns_per_peer;
 	uint64_t io_timeout_ms;
 	uint64_t connect_timeout_ms;
@@ -243,6 +258,7 @@ static void conn_close_fd(struct tcp_conn *c)
 		close(c->fd);
 	}
 	c->fd = -1;
+	mc_zc_close(&c->zc);
 	c->state = CONN_DOWN;
 	c->want_out = false;
 	c->got_status = false;
@@ -414,17 +430,62 @@ static void conn_connect(struct tcp_conn *c)
 	epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* A v2 write payload this large leaves by reference (tcp_zc.h): the target's
+ * status, which completes the slice, comes after it has every byte. */
+static bool conn_zc(const struct tcp_conn *c, const struct mc_slice *s)
+{
+	uint64_t min = c->w->tp->zc_min;
+	return min && c->v2 && !c->zc_off && s->opcode == MC_OP_WRITE && s->len >= min;
+}
+
+/* The head of sendq is a spliced write whose header is out: take the next
+ * part of its payload into the pipe (conn_send flushes it). */
+static void conn_send_zc(struct tcp_conn *c, struct mc_slice *s)
+{
+	ssize_t k = mc_zc_take(&c->zc, c->fd, s->local + s->done, (size_t)(s->len - s->done));
+	if (k < 0) {
+		mc_info("connection to %s:%u: sending by reference failed (%s); copying instead",
+			c->peer->paths[c->path].host, c->peer->port, strerror(errno));
+		c->zc_off = true;
+		return;
+	}
+	c->last_progress_ms = mc_now_ms();
+	s->done += (uint64_t)k;
+	if (s->done == s->len) {
+		mc_list_del(&s->node);
+		s->done = 0;
+		mc_list_add_tail(&c->recvq, &s->node);
+	}
+}
+
 static void conn_send(struct tcp_conn *c)
 {
 	uint8_t hdrs[IOV_BATCH][MC_TCP_HDR_LEN];
 	struct iovec iov[IOV_BATCH * 2];
 	struct msghdr msg = {.msg_iov = iov};
 
-	while (!mc_list_empty(&c->sendq)) {
+	for (;;) {
 		struct mc_list *pos;
+		struct mc_slice *head;
 		size_t niov = 0, nh = 0, total = 0;
 		ssize_t n, sent;
+		int zr = mc_zc_flush(&c->zc, c->fd);
 
+		if (zr == 0) {
+			conn_set_events(c, true);
+			return;
+		}
+		if (zr < 0) {
+			conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
+			return;
+		}
+		if (mc_list_empty(&c->sendq))
+			break;
+		head = mc_list_first(&c->sendq, struct mc_slice, node);
+		if (head->hdr_done == MC_TCP_HDR_LEN && conn_zc(c, head)) {
+			conn_send_zc(c, head);
+			continue;
+		}
 		mc_list_for_each(pos, &c->sendq) {
 			struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
 			if (nh == IOV_BATCH)
@@ -444,6 +505,8 @@ static void conn_send(struct tcp_conn *c)
 				total += iov[niov++].iov_len;
 			}
 			nh++;
+			if (conn_zc(c, s))
+				break; /* its payload follows by reference */
 			if (s->opcode == MC_OP_WRITE) {
 				iov[niov].iov_base = s->local + s->done;
 				iov[niov].iov_len = (size_t)(s->len - s->done);
@@ -723,6 +786,177 @@ __attribute__((noinline)) static ssize_t user_mem_send(int fd, const struct msgh
 	return sendmsg(fd, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+/* ---- server connections: device memory ------------------------------------------
+ *
+ * A request whose target range is device memory (te/devmem.h) never gets
+ * that address near recv() or sendmsg(): its bytes pass through two pinned
+ * buffers of the connection (pinned at its first such request).  A write's
+ * payload is received into one buffer while the other is being copied to
+ * the device; its status goes out once every copy finished.  A read's data
+ * item in the output queue is marked (dev_seq) and leaves chunk by chunk
+ * from the buffers: while chunk k is sent, chunk k+1 is copied out of the
+ * device.  Waiting for a copy blocks the worker for at most one chunk at
+ * PCIe speed, and normally not at all, since each copy had a whole chunk's
+ * network time to finish.  Read items are never sent by reference
+ * (sconn_zc): a buffer is reused as soon as the kernel took its bytes.
+ */
+#define NO_CHUNK UINT64_MAX
+
+struct tcp_devio {
+	struct mc_devstage st;
+	/* the write being received */
+	unsigned wbuf;	 /* buffer being filled */
+	size_t wfill;	 /* bytes in it */
+	uint64_t wstart; /* payload offset of its first byte */
+	/* the read being sent: the out item with dev_seq == rseq */
+	uint64_t rseq, next_seq;
+	uint64_t rchunk[2]; /* chunk of the item each buffer holds, or NO_CHUNK */
+};
+
+enum { DEV_DONE, DEV_AGAIN, DEV_CLOSE };
+
+static bool sconn_dev_open(struct tcp_sconn *sc)
+{
+	struct mc_te *te = sc->w->tp->te;
+	struct tcp_devio *d;
+
+	if (sc->dev)
+		return true;
+	d = mc_calloc(1, sizeof(*d));
+	if (!d)
+		return false;
+	if (mc_devstage_init(&d->st, te->devmem, 2, (size_t)te->cfg.gpu_stage_chunk) != MC_OK) {
+		mc_error("cannot pin staging buffers for the connection from %s: %s", sc->peer_name,
+			 mc_last_error());
+		mc_free(d);
+		return false;
+	}
+	d->rchunk[0] = d->rchunk[1] = NO_CHUNK;
+	sc->dev = d;
+	return true;
+}
+
+/* Waits for copies still running: they use the connection's buffers. */
+static void sconn_dev_release(struct tcp_sconn *sc)
+{
+	if (!sc->dev)
+		return;
+	mc_devstage_release(&sc->dev->st);
+	mc_free(sc->dev);
+	sc->dev = NULL;
+}
+
+/* Mark the read-data item just queued as device memory. */
+static void sconn_dev_mark_last(struct tcp_sconn *sc)
+{
+	struct out_item *it = &sc->out[(sc->out_head + sc->out_n - 1) % sc->out_cap];
+	it->dev_seq = ++sc->dev->next_seq;
+}
+
+/* S_WPAYLOAD into device memory: DEV_DONE once every byte of the payload is
+ * on the device, DEV_AGAIN when the socket has no more for now. */
+static int sconn_dev_write(struct tcp_sconn *sc)
+{
+	struct tcp_devio *d = sc->dev;
+	uint8_t *base = (uint8_t *)(uintptr_t)sc->cur.addr;
+	size_t chunk = d->st.chunk;
+
+	d->rseq = 0; /* the buffers carry write data now */
+	while (sc->cur_done < sc->cur.size) {
+		uint64_t want = sc->cur.size - sc->cur_done;
+		size_t avail = sc->rlen - sc->rpos, room, k;
+		uint8_t *dst;
+
+		if (d->wfill == 0 && mc_devstage_wait(&d->st, d->wbuf) != MC_OK)
+			goto copy_failed;
+		room = (size_t)MC_MIN((uint64_t)(chunk - d->wfill), want);
+		dst = mc_devstage_host(&d->st, d->wbuf) + d->wfill;
+		if (avail) {
+			k = MC_MIN(avail, room);
+			memcpy(dst, sc->rbuf + sc->rpos, k);
+			sc->rpos += k;
+		} else {
+			ssize_t n = recv(sc->fd, dst, room, MSG_DONTWAIT);
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				return DEV_AGAIN;
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				mc_info("data connection from %s closed mid-write", sc->peer_name);
+				return DEV_CLOSE;
+			}
+			k = (size_t)n;
+			sc->last_progress_ms = mc_now_ms();
+		}
+		d->wfill += k;
+		sc->cur_done += k;
+		if (d->wfill == chunk || sc->cur_done == sc->cur.size) {
+			if (mc_devstage_copy(&d->st, d->wbuf, sc->cur_ent->dev, base + d->wstart,
+					     mc_devstage_host(&d->st, d->wbuf), d->wfill) != MC_OK)
+				goto copy_failed;
+			d->wstart += d->wfill;
+			d->wfill = 0;
+			d->wbuf ^= 1;
+		}
+	}
+	/* the payload counts as written once the device has it */
+	if (mc_devstage_drain(&d->st) != MC_OK)
+		goto copy_failed;
+	d->wstart = 0;
+	return DEV_DONE;
+copy_failed:
+	mc_error("write of %llu bytes from %s to device memory at 0x%llx failed: %s",
+		 (unsigned long long)sc->cur.size, sc->peer_name, (unsigned long long)sc->cur.addr,
+		 mc_last_error());
+	return DEV_CLOSE;
+}
+
+/* The iovec for the next bytes of device read item it: the chunk holding
+ * it->done, copied out of the device unless it already is (and the next
+ * chunk started into the other buffer).  *last: the iovec reaches the
+ * item's end.  False when a copy failed. */
+static bool sconn_dev_iov(struct tcp_sconn *sc, const struct out_item *it, struct iovec *iov,
+			  bool *last)
+{
+	struct tcp_devio *d = sc->dev;
+	uint64_t chunk = d->st.chunk, c = it->done / chunk, nch = (it->len + chunk - 1) / chunk;
+	unsigned b = (unsigned)(c & 1);
+	uint64_t off;
+
+	if (it->dev_seq != d->rseq) {
+		/* the item before left completely, and so did its chunks */
+		if (mc_devstage_drain(&d->st) != MC_OK)
+			goto copy_failed;
+		d->rseq = it->dev_seq;
+		d->rchunk[0] = d->rchunk[1] = NO_CHUNK;
+	}
+	for (uint64_t k = c; k < c + 2 && k < nch; k++) {
+		unsigned kb = (unsigned)(k & 1);
+		if (d->rchunk[kb] == k)
+			continue;
+		/* kb holds chunk k - 2, sent already, or nothing */
+		if (mc_devstage_wait(&d->st, kb) != MC_OK ||
+		    mc_devstage_copy(&d->st, kb, it->ent->dev, mc_devstage_host(&d->st, kb),
+				     it->ptr + k * chunk,
+				     (size_t)MC_MIN(chunk, it->len - k * chunk)) != MC_OK)
+			goto copy_failed;
+		d->rchunk[kb] = k;
+	}
+	if (mc_devstage_wait(&d->st, b) != MC_OK)
+		goto copy_failed;
+	off = it->done - c * chunk;
+	iov->iov_base = mc_devstage_host(&d->st, b) + off;
+	iov->iov_len = (size_t)(MC_MIN(chunk, it->len - c * chunk) - off);
+	*last = c + 1 == nch;
+	return true;
+copy_failed:
+	mc_error("read of %llu bytes from device memory at %p for %s failed: %s",
+		 (unsigned long long)it->len, (const void *)it->ptr, sc->peer_name,
+		 mc_last_error());
+	errno = EIO;
+	return false;
+}
+
 static void sconn_free(struct tcp_sconn *sc)
 {
 	struct mc_memreg *reg = &sc->w->tp->te->memreg;
@@ -731,6 +965,8 @@ static void sconn_free(struct tcp_sconn *sc)
 		epoll_ctl(sc->w->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
 		close(sc->fd);
 	}
+	mc_zc_close(&sc->zc);
+	sconn_dev_release(sc); /* before the entries: copies may still use them */
 	if (sc->cur_ent)
 		mc_memreg_put(reg, sc->cur_ent);
 	for (size_t i = 0; i < sc->out_n; i++) {
@@ -783,7 +1019,7 @@ static void sconn_set_events(struct tcp_sconn *sc)
 	struct epoll_event e;
 	if (sc->state != S_CLOSING && sc->out_bytes < OUT_HIGH_WATER)
 		ev |= EPOLLIN;
-	if (sc->out_n)
+	if (sc->out_n || sc->zc.piped)
 		ev |= EPOLLOUT;
 	if (ev == sc->events)
 		return;
@@ -793,16 +1029,80 @@ static void sconn_set_events(struct tcp_sconn *sc)
 	epoll_ctl(sc->w->epfd, EPOLL_CTL_MOD, sc->fd, &e);
 }
 
+/* Read data this large leaves by reference (tcp_zc.h): the read completes
+ * at its initiator once the bytes arrived there. */
+static bool sconn_zc(const struct tcp_sconn *sc, const struct out_item *it)
+{
+	uint64_t min = sc->w->tp->zc_min;
+	return min && !sc->zc_off && !it->is_status && !it->dev_seq && it->len >= min;
+}
+
+/* Account k bytes of the head items as gone; pops finished items. */
+static void sconn_sent(struct tcp_sconn *sc, uint64_t n)
+{
+	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	while (n > 0 && sc->out_n) {
+		struct out_item *it = &sc->out[sc->out_head];
+		uint64_t k = MC_MIN(n, it->len - it->done);
+		it->done += k;
+		n -= k;
+		sc->out_bytes -= k;
+		if (it->done < it->len)
+			break;
+		if (it->ent) {
+			mc_memreg_put(reg, it->ent);
+			sc->reads_pending--;
+		}
+		sc->out_head = (sc->out_head + 1) % sc->out_cap;
+		sc->out_n--;
+	}
+}
+
 /* Returns false when the connection was freed. */
 static bool sconn_flush(struct tcp_sconn *sc)
 {
-	struct mc_memreg *reg = &sc->w->tp->te->memreg;
-	while (sc->out_n) {
+	for (;;) {
 		struct iovec iov[IOV_BATCH];
+		struct out_item *head;
 		size_t niov = 0;
 		ssize_t n;
+		bool staged = false; /* a device read item is in iov */
+		int zr = mc_zc_flush(&sc->zc, sc->fd);
+
+		if (zr < 0)
+			goto failed;
+		if (zr == 0 || !sc->out_n)
+			break;
+		head = &sc->out[sc->out_head];
+		if (sconn_zc(sc, head)) {
+			n = mc_zc_take(&sc->zc, sc->fd, head->ptr + head->done,
+				       (size_t)(head->len - head->done));
+			if (n < 0) {
+				mc_info("data connection from %s: sending by reference failed "
+					"(%s); copying instead",
+					sc->peer_name, strerror(errno));
+				sc->zc_off = true;
+				continue;
+			}
+			sc->last_progress_ms = mc_now_ms();
+			sconn_sent(sc, (uint64_t)n);
+			continue;
+		}
 		for (size_t i = 0; i < sc->out_n && niov < IOV_BATCH; i++) {
 			struct out_item *it = &sc->out[(sc->out_head + i) % sc->out_cap];
+			if (i > 0 && sconn_zc(sc, it))
+				break;
+			if (it->dev_seq) {
+				bool last;
+				if (staged)
+					break; /* the two buffers serve one item at a time */
+				if (!sconn_dev_iov(sc, it, &iov[niov++], &last))
+					goto failed;
+				staged = true;
+				if (!last)
+					break;
+				continue;
+			}
 			iov[niov].iov_base =
 				(void *)((it->is_status ? it->status : it->ptr) + it->done);
 			iov[niov].iov_len = (size_t)(it->len - it->done);
@@ -815,34 +1115,21 @@ static bool sconn_flush(struct tcp_sconn *sc)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
-			mc_info("closing data connection from %s: %s", sc->peer_name,
-				strerror(errno));
-			sconn_free(sc);
-			return false;
+			goto failed;
 		}
 		sc->last_progress_ms = mc_now_ms();
-		while (n > 0 && sc->out_n) {
-			struct out_item *it = &sc->out[sc->out_head];
-			uint64_t k = MC_MIN((uint64_t)n, it->len - it->done);
-			it->done += k;
-			n -= (ssize_t)k;
-			sc->out_bytes -= k;
-			if (it->done < it->len)
-				break;
-			if (it->ent) {
-				mc_memreg_put(reg, it->ent);
-				sc->reads_pending--;
-			}
-			sc->out_head = (sc->out_head + 1) % sc->out_cap;
-			sc->out_n--;
-		}
+		sconn_sent(sc, (uint64_t)n);
 	}
-	if (sc->state == S_CLOSING && sc->out_n == 0) {
+	if (sc->state == S_CLOSING && sc->out_n == 0 && sc->zc.piped == 0) {
 		sconn_free(sc);
 		return false;
 	}
 	sconn_set_events(sc);
 	return true;
+failed:
+	mc_info("closing data connection from %s: %s", sc->peer_name, strerror(errno));
+	sconn_free(sc);
+	return false;
 }
 
 /* A request outside registered memory: reject (v2) or close (v1). */
@@ -898,6 +1185,10 @@ static bool sconn_readable(struct tcp_sconn *sc)
 			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size);
 			if (!sc->cur_ent)
 				return sconn_reject(sc, &h, v2);
+			if (sc->cur_ent->dev >= 0 && !sconn_dev_open(sc)) {
+				sconn_free(sc);
+				return false;
+			}
 			sc->last_large = write && h.size >= DIRECT_MIN;
 			if (write) {
 				sc->cur = h;
@@ -913,14 +1204,26 @@ static bool sconn_readable(struct tcp_sconn *sc)
 				sconn_free(sc);
 				return false;
 			}
+			if (sc->cur_ent->dev >= 0)
+				sconn_dev_mark_last(sc);
 			sc->cur_ent = NULL;
 			continue;
 		}
 		/* S_WPAYLOAD */
+		if (sc->cur_ent->dev >= 0) {
+			int r = sconn_dev_write(sc);
+			if (r == DEV_CLOSE) {
+				sconn_free(sc);
+				return false;
+			}
+			if (r == DEV_AGAIN)
+				break;
+			/* DEV_DONE: the payload is complete, finished below */
+		}
 		{
 			uint64_t want = sc->cur.size - sc->cur_done;
 			uint8_t *dst = (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done;
-			if (avail) {
+			if (avail && want) {
 				size_t k = (size_t)MC_MIN((uint64_t)avail, want);
 				user_mem_copy_in(dst, sc->rbuf + sc->rpos, k);
 				sc->rpos += k;
@@ -1002,6 +1305,7 @@ static void worker_accept(struct tcp_worker *w)
 		}
 		sc->kind = EV_SCONN;
 		sc->fd = fd;
+		sc->zc = (struct mc_zc)MC_ZC_INIT;
 		sc->w = w;
 		sc->state = S_HDR;
 		sc->events = EPOLLIN;
@@ -1098,6 +1402,14 @@ static void *worker_main(void *arg)
 {
 	struct tcp_worker *w = arg;
 	struct epoll_event evs[64];
+	sigset_t pipe_sig;
+
+	/* splice() into a socket the peer closed raises SIGPIPE (it has no
+	 * MSG_NOSIGNAL); the signal goes to this thread, which ignores it by
+	 * keeping it blocked and sees EPIPE instead */
+	sigemptyset(&pipe_sig);
+	sigaddset(&pipe_sig, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL);
 
 	while (!atomic_load(&w->stop)) {
 		int n, timeout = TICK_MS;
@@ -1231,6 +1543,7 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 		}
 		c->kind = EV_CONN;
 		c->fd = -1;
+		c->zc = (struct mc_zc)MC_ZC_INIT;
 		c->w = w;
 		c->peer = p;
 		c->home = c->path = i % p->npaths;
@@ -1417,6 +1730,52 @@ static void load_local_paths(struct tcp_transport *tp, const char *spec)
 
 /* ---- open / close --------------------------------------------------------------- */
 
+/* The network interfaces of NIC name: itself when it is one, else those of
+ * the RDMA device of that name (/sys/class/infiniband/NAME/device/net/). */
+static void add_device_addrs(struct tcp_transport *tp, const char *name)
+{
+	char path[PATH_MAX];
+	DIR *d;
+	struct dirent *e;
+
+	if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/net/%s", name);
+	if (access(path, F_OK) == 0) {
+		add_iface_addrs(tp, name);
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net", name);
+	d = opendir(path);
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			add_iface_addrs(tp, e->d_name);
+	closedir(d);
+}
+
+/* The engine's device list (upstream's device_name, MC_TE_FILTERS) as TCP
+ * paths, when MC_TCP_INTERFACES is unset: published only when the devices
+ * give two or more addresses, so one NIC keeps the engine's own host. */
+static void load_device_paths(struct tcp_transport *tp, const char *devices)
+{
+	char *copy = mc_strdup(devices), *tok, *save = NULL;
+	if (!copy)
+		return;
+	for (tok = strtok_r(copy, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save))
+		add_device_addrs(tp, tok);
+	mc_free(copy);
+	if (tp->naddrs < 2) {
+		for (size_t i = 0; i < tp->naddrs; i++)
+			mc_free(tp->addrs[i]);
+		tp->naddrs = 0;
+		return;
+	}
+	for (size_t i = 0; i < tp->naddrs; i++)
+		mc_info("publishing tcp path %s (device list %s)", tp->addrs[i], devices);
+}
+
 static void tcp_close(struct mc_transport *base)
 {
 	struct tcp_transport *tp = to_tcp(base);
@@ -1439,6 +1798,7 @@ static void tcp_close(struct mc_transport *base)
 			mc_list_splice_tail(&c->sendq, &c->incoming);
 			if (c->fd >= 0)
 				close(c->fd);
+			mc_zc_close(&c->zc);
 			fail_list(&c->recvq, MC_ERR_SHUTDOWN);
 			fail_list(&c->sendq, MC_ERR_SHUTDOWN);
 			mc_free(c->rbuf);
@@ -1483,10 +1843,14 @@ static int tcp_open(struct mc_te *te, struct mc_transport **out)
 	tp->nworkers = (unsigned)te->cfg.tcp_workers;
 	tp->conns_per_peer = (unsigned)te->cfg.tcp_conns_per_peer;
 	tp->split_size = te->cfg.tcp_split_size;
+	tp->zc_min = te->cfg.tcp_zerocopy_min;
 	tp->io_timeout_ms = (uint64_t)te->cfg.tcp_io_timeout_ms;
 	tp->connect_timeout_ms = (uint64_t)te->cfg.tcp_connect_timeout_ms;
 	tp->path_backoff_ms = (uint64_t)te->cfg.tcp_path_backoff_ms;
-	load_local_paths(tp, te->cfg.tcp_interfaces);
+	if (te->cfg.tcp_interfaces && *te->cfg.tcp_interfaces)
+		load_local_paths(tp, te->cfg.tcp_interfaces);
+	else if (te->devices)
+		load_device_paths(tp, te->devices);
 	tp->sockbuf = (int)te->cfg.tcp_sockbuf;
 	tp->force_v1 = te->cfg.tcp_proto && strcmp(te->cfg.tcp_proto, "1") == 0;
 

@@ -20,15 +20,8 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "fuzz.h"
 #include "master/server.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define check(cond)              \
-	do {                     \
-		if (!(cond))     \
-			abort(); \
-	} while (0)
 
 static void check_config(const struct mc_master_server_config *c)
 {

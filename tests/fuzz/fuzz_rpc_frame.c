@@ -14,18 +14,11 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "fuzz.h"
 #include "mooncake/status.h"
 #include "te/rpc.h"
 
 #define FUZZ_MAX_FRAME 65536
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define check(cond)              \
-	do {                     \
-		if (!(cond))     \
-			abort(); \
-	} while (0)
 
 struct outcome {
 	int status;

@@ -12,10 +12,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "fuzz.h"
 #include "meta/desc.h"
 #include "mooncake/status.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_seg_round_trip(const struct mc_seg_desc *d)
 {

@@ -13,33 +13,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "te/engine.h"
+#include "fuzz.h"
+#include "fuzz_memreg.h"
 #include "transport/shm.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static uint8_t *r1, *r2;
-	static struct mc_memreg reg;
-	static int ready;
+	uint8_t *r1;
+	struct mc_memreg *reg = fuzz_regions(&r1);
 	size_t off = 0;
 
-	if (!ready) {
-		r1 = malloc(4096);
-		r2 = malloc(100);
-		mc_memreg_init(&reg);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)r1, 4096, "cpu:0", true);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)r2, 100, "cpu:0", true);
-		ready = 1;
-	}
 	while (size - off >= MC_SHM_REQ_LEN) {
 		struct mc_shm_req r;
 		const char *why = NULL;
 		uint8_t again[MC_SHM_REQ_LEN];
 
 		if (mc_shm_req_decode(data + off, &r, &why) == MC_OK) {
-			struct mc_memreg_entry *e;
 			if (why)
 				abort();
 			mc_shm_req_encode(&r, again);
@@ -50,15 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			/* half the time aim near r1 so accepted ranges are exercised */
 			if (r.id & 1)
 				r.remote = (uint64_t)(uintptr_t)r1 + (r.remote & 0x1fff);
-			e = mc_memreg_acquire(&reg, r.remote, r.len);
-			if (e) {
-				uint8_t *p = (uint8_t *)(uintptr_t)r.remote;
-				volatile uint8_t sum = 0;
-				for (uint64_t i = 0; i < r.len; i++)
-					sum ^= p[i];
-				memset(p, (int)sum, (size_t)r.len);
-				mc_memreg_put(&reg, e);
-			}
+			fuzz_touch(reg, r.remote, r.len);
 		} else if (!why) {
 			abort(); /* every rejection names its reason */
 		}

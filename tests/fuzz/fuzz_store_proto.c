@@ -20,18 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "mooncake/status.h"
 #include "store/proto.h"
 
 #define FUZZ_MAX_PAYLOAD (1u << 20)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define check(cond)              \
-	do {                     \
-		if (!(cond))     \
-			abort(); \
-	} while (0)
 
 static const uint16_t types[] = {
 #define TYPE_ROW(NAME, num, name, req, resp) MC_STORE_##NAME,

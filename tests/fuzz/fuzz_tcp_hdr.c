@@ -12,29 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "te/engine.h"
+#include "fuzz.h"
+#include "fuzz_memreg.h"
 #include "transport/transport.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static uint8_t *r1, *r2;
-	static struct mc_memreg reg;
-	static int ready;
+	uint8_t *r1;
+	struct mc_memreg *reg = fuzz_regions(&r1);
 	size_t off = 0;
 
-	if (!ready) {
-		r1 = malloc(4096);
-		r2 = malloc(100);
-		mc_memreg_init(&reg);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)r1, 4096, "cpu:0", true);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)r2, 100, "cpu:0", true);
-		ready = 1;
-	}
 	while (size - off >= MC_TCP_HDR_LEN) {
 		struct mc_tcp_hdr h;
-		struct mc_memreg_entry *e;
 		uint8_t again[MC_TCP_HDR_LEN];
 
 		mc_tcp_hdr_decode(data + off, &h);
@@ -46,15 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * so accepted ranges are actually exercised */
 		if (h.opcode & 1)
 			h.addr = (uint64_t)(uintptr_t)r1 + (h.addr & 0x1fff);
-		e = mc_memreg_acquire(&reg, h.addr, h.size);
-		if (e) {
-			uint8_t *p = (uint8_t *)(uintptr_t)h.addr;
-			volatile uint8_t sum = 0;
-			for (uint64_t i = 0; i < h.size; i++)
-				sum ^= p[i];
-			memset(p, (int)sum, (size_t)h.size);
-			mc_memreg_put(&reg, e);
-		}
+		fuzz_touch(reg, h.addr, h.size);
 		off += MC_TCP_HDR_LEN;
 	}
 	while (size - off >= 8) {

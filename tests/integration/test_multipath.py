@@ -125,10 +125,12 @@ def net():
         n.teardown()
 
 
-@pytest.fixture
+@pytest.fixture(params=["MC_TCP_INTERFACES", "MC_TE_FILTERS"])
 def nodes(request, tmp_path_factory, net):
     """(net, target, initiator, segment id): target in t publishing both
-    links' addresses, initiator in i with the segment opened."""
+    links' addresses, initiator in i with the segment opened.  The target
+    names its two interfaces in MC_TCP_INTERFACES, or in its device list
+    (MC_TE_FILTERS, upstream's device_name), which TCP publishes the same way."""
     c = Cluster(request, tmp_path_factory, "multipath")
     exe = te_node_path()
     if exe is None:
@@ -145,7 +147,7 @@ def nodes(request, tmp_path_factory, net):
 
     try:
         target = start(net.t, net.t_addr(1),
-                       {**ENV, "MC_TCP_INTERFACES": f"{net.t_dev[1]},{net.t_dev[2]}"})
+                       {**ENV, request.param: f"{net.t_dev[1]},{net.t_dev[2]}"})
         init = start(net.i, "10.231.1.2", ENV)
         seg = init.open(target.name)
         yield net, target, init, seg
