@@ -25,6 +25,7 @@
  *    mc_store_get_replica_desc results.
  *  - BufferPool / BufferLease / BufferLeaseView: registered host memory
  *    handed out as leases for the zero-copy calls (see its section).
+ *  - MooncakeHostMemAllocator: shared host mappings owned by the module.
  *  - Enums (SoftPinAction, ReplicaStatus, ObjectDataType, TaskType,
  *    TaskStatus) as enum.IntEnum, with module-level aliases as upstream.
  *
@@ -32,7 +33,11 @@
  * import time.  A stored tensor is upstream's [304-byte header][raw bytes]
  * (spec store.md 1.12); the header is built and validated here in C, and
  * torch is only asked for a contiguous CPU tensor, its dtype, shape and
- * data pointer, or for an empty tensor to copy into.
+ * data pointer, or for an empty tensor to copy into.  A stored dtype the
+ * installed torch lacks reads as None with a RuntimeWarning.
+ *
+ * Each method is one C call (batch, ranged and session forms included);
+ * the binding parses, calls with the GIL released, and builds results.
  *
  * Every argument list is held as a tuple copy while the GIL is released,
  * so another thread mutating the caller's list cannot free a key or a
@@ -1298,7 +1303,7 @@ static PyObject *parts_common(PyObject *self, const char *fname, PyObject *const
 	struct cfg cfg;
 	struct call c;
 	const void **parts = NULL;
-	size_t *lens = NULL, total = 0;
+	size_t *lens = NULL;
 	mc_status rc;
 	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
 
@@ -1337,27 +1342,12 @@ static PyObject *parts_common(PyObject *self, const char *fname, PyObject *const
 	for (size_t i = 0; i < b.n; i++) {
 		parts[i] = b.v[i].buf;
 		lens[i] = (size_t)b.v[i].len;
-		total += lens[i];
 	}
 	call_begin(&c, ST(self), false);
-	if (kind == PUT_INSERT) {
+	if (kind == PUT_INSERT)
 		rc = mc_store_put_parts(ST(self)->s, key, parts, lens, b.n, &cfg.c);
-	} else {
-		/* no upsert_parts in the C API: concatenate, then upsert */
-		char *joined = malloc(total ? total : 1);
-		size_t off = 0;
-		if (!joined) {
-			rc = MC_ERR_NOMEM;
-		} else {
-			for (size_t i = 0; i < b.n; i++) {
-				if (lens[i])
-					memcpy(joined + off, parts[i], lens[i]);
-				off += lens[i];
-			}
-			rc = mc_store_upsert(ST(self)->s, key, joined, total, &cfg.c);
-			free(joined);
-		}
-	}
+	else
+		rc = mc_store_upsert_parts(ST(self)->s, key, parts, lens, b.n, &cfg.c);
 	call_end(&c);
 	PyMem_Free(parts);
 	PyMem_Free(lens);
@@ -1427,16 +1417,10 @@ static PyObject *batch_common(PyObject *self, const char *fname, PyObject *const
 		lens[i] = (size_t)b.v[i].len;
 	}
 	call_begin(&c, ST(self), false);
-	if (kind == PUT_INSERT) {
+	if (kind == PUT_INSERT)
 		rc = mc_store_put_batch(ST(self)->s, k.v, vp, lens, k.n, cfg_batch(&cfg), NULL);
-	} else {
-		/* no batch upsert in the C API: one upsert per key, first failure wins */
-		rc = mc_store_health_check(ST(self)->s) == 1 ? MC_ERR_INVALID_PARAMS : MC_OK;
-		for (size_t i = 0; i < k.n && rc == MC_OK; i++) {
-			struct mc_store_config ci = cfg_key(&cfg, i, k.n);
-			rc = mc_store_upsert(ST(self)->s, k.v[i], vp[i], lens[i], &ci);
-		}
-	}
+	else
+		rc = mc_store_upsert_batch(ST(self)->s, k.v, vp, lens, k.n, cfg_batch(&cfg), NULL);
 	call_end(&c);
 done:
 	PyMem_Free(vp);
@@ -1522,8 +1506,8 @@ static PyObject *store_get_batch(DEFARGS)
 	}
 	call_begin(&c, ST(self), false);
 	any_ready = mc_store_health_check(ST(self)->s) != 1;
-	for (size_t i = 0; any_ready && i < k.n; i++)
-		sizes[i] = mc_store_get(ST(self)->s, k.v[i], &bufs[i]);
+	if (any_ready && k.n)
+		mc_store_batch_get(ST(self)->s, k.v, k.n, bufs, sizes);
 	call_end(&c);
 	/* a failed batch (not set up, no keys) is upstream's one-element [b""] */
 	if (!any_ready || k.n == 0) {
@@ -1543,8 +1527,7 @@ static PyObject *store_get_batch(DEFARGS)
 	}
 out:
 	for (size_t i = 0; i < k.n; i++)
-		if (sizes[i] >= 0)
-			free(bufs[i]);
+		free(bufs[i]); /* NULL unless read */
 	PyMem_Free(bufs);
 	PyMem_Free(sizes);
 	keys_release(&k);
@@ -1667,8 +1650,7 @@ static PyObject *store_batch_get_buffer(DEFARGS)
 		return PyErr_NoMemory();
 	}
 	call_begin(&c, ST(self), false);
-	for (size_t i = 0; i < k.n; i++)
-		sizes[i] = mc_store_get(ST(self)->s, k.v[i], &bufs[i]);
+	mc_store_batch_get(ST(self)->s, k.v, k.n, bufs, sizes);
 	call_end(&c);
 	out = PyList_New((Py_ssize_t)k.n);
 	for (size_t i = 0; i < k.n; i++) {
@@ -2047,10 +2029,7 @@ static PyObject *zc_batch(PyObject *self, const char *fname, PyObject *const *ar
 	} else if (kind == ZC_PUT) {
 		mc_store_batch_put_from(ST(self)->s, k.v, bv, lv, k.n, cfg_batch(&cfg), st);
 	} else {
-		for (size_t i = 0; i < k.n; i++) {
-			struct mc_store_config ci = cfg_key(&cfg, i, k.n);
-			st[i] = mc_store_upsert_from(ST(self)->s, k.v[i], bv[i], lv[i], &ci);
-		}
+		mc_store_batch_upsert_from(ST(self)->s, k.v, bv, lv, k.n, cfg_batch(&cfg), st);
 	}
 	call_end(&c);
 	out = kind == ZC_GET ? i64_list(got, k.n) : status_list(st, k.n);
@@ -2250,134 +2229,386 @@ static PyObject *store_batch_get_into_multi_buffers(DEFARGS)
 	return out;
 }
 
+/* One key of get_into_ranges as parsed: its fragment lists. */
+struct gir_key {
+	uint64_t *d, *s, *z;
+	size_t n;
+	bool bad; /* lists of different lengths: every fragment -600 */
+};
+
 /*
  * get_into_ranges(buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
- * all_sizes) -> [buffer][key][fragment]: bytes copied or a negative status.
- * Each key is read once (a whole-object read with a lease check), then its
- * fragments are copied out, bounds-checked against the object.
+ * all_sizes) -> [buffer][key][fragment]: bytes read or a negative status.
+ * Every fragment of every key goes to mc_store_get_into_ranges at once (one
+ * BatchGetReplicaList, one engine batch).  Lists of the wrong shape: []
+ * when the outer lists differ, [] per key for a buffer whose inner lists
+ * differ from its keys, -600 per fragment when a key's three lists differ.
  */
 static PyObject *store_get_into_ranges(DEFARGS)
 {
-	PyObject *kt = NULL, *dt = NULL, *srt = NULL, *szt = NULL, *out = NULL;
+	PyObject *top[4] = {NULL}, **inner = NULL, *out = NULL;
 	uint64_t *bufs = NULL;
-	size_t nb;
+	size_t nb = 0, nk = 0, nfrag = 0, r = 0, off = 0;
+	struct keys *kb = NULL;
+	bool *shape_ok = NULL;
+	struct gir_key *gk = NULL;
+	struct mc_store_range_read *reads = NULL;
+	struct mc_store_range *ranges = NULL;
+	int64_t *results = NULL;
+	static const char *const what[4] = {"all_keys", "all_dst_offsets", "all_src_offsets",
+					    "all_sizes"};
+	struct call c;
 	PARSE("get_into_ranges", 5, "buffer_ptrs", "all_keys", "all_dst_offsets", "all_src_offsets",
 	      "all_sizes");
 
 	if (u64s_from(a[0], "get_into_ranges", "buffer_ptrs", &bufs, &nb) < 0)
 		return NULL;
-	if (!(kt = arg_seq(a[1], "get_into_ranges", "all_keys")) ||
-	    !(dt = arg_seq(a[2], "get_into_ranges", "all_dst_offsets")) ||
-	    !(srt = arg_seq(a[3], "get_into_ranges", "all_src_offsets")) ||
-	    !(szt = arg_seq(a[4], "get_into_ranges", "all_sizes")))
-		goto out;
-	if ((size_t)PyTuple_GET_SIZE(kt) != nb || (size_t)PyTuple_GET_SIZE(dt) != nb ||
-	    (size_t)PyTuple_GET_SIZE(srt) != nb || (size_t)PyTuple_GET_SIZE(szt) != nb) {
-		out = PyList_New(0);
+	for (int t = 0; t < 4; t++)
+		if (!(top[t] = arg_seq(a[t + 1], "get_into_ranges", what[t])))
+			goto out;
+	for (int t = 0; t < 4; t++) {
+		if ((size_t)PyTuple_GET_SIZE(top[t]) != nb) {
+			out = PyList_New(0);
+			goto out;
+		}
+	}
+	kb = PyMem_Calloc(nb ? nb : 1, sizeof(*kb));
+	shape_ok = PyMem_Calloc(nb ? nb : 1, sizeof(*shape_ok));
+	inner = PyMem_Calloc(3 * nb + 1, sizeof(*inner)); /* [b][dst, src, sizes] tuples */
+	if (!kb || !shape_ok || !inner) {
+		PyErr_NoMemory();
 		goto out;
 	}
+	/* keys, and the inner lists (as tuples, so their shapes cannot change) */
+	for (size_t b = 0; b < nb; b++) {
+		if (keys_from(PyTuple_GET_ITEM(top[0], b), "get_into_ranges", &kb[b]) < 0)
+			goto out;
+		shape_ok[b] = true;
+		for (int t = 1; t < 4; t++) {
+			PyObject *x =
+				arg_seq(PyTuple_GET_ITEM(top[t], b), "get_into_ranges", what[t]);
+			if (!x)
+				goto out;
+			inner[3 * b + (size_t)t - 1] = x;
+			if ((size_t)PyTuple_GET_SIZE(x) != kb[b].n)
+				shape_ok[b] = false;
+		}
+		if (shape_ok[b])
+			nk += kb[b].n;
+	}
+	gk = PyMem_Calloc(nk ? nk : 1, sizeof(*gk));
+	reads = PyMem_Calloc(nk ? nk : 1, sizeof(*reads));
+	if (!gk || !reads) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	/* each key's fragment lists */
+	for (size_t b = 0; b < nb; b++) {
+		PyObject *dk = inner[3 * b], *sk = inner[3 * b + 1], *zk = inner[3 * b + 2];
+		for (size_t i = 0; shape_ok[b] && i < kb[b].n; i++, r++) {
+			size_t nd, ns, nz;
+			if (u64s_from(PyTuple_GET_ITEM(dk, i), "get_into_ranges", "dst_offsets",
+				      &gk[r].d, &nd) < 0 ||
+			    u64s_from(PyTuple_GET_ITEM(sk, i), "get_into_ranges", "src_offsets",
+				      &gk[r].s, &ns) < 0 ||
+			    u64s_from(PyTuple_GET_ITEM(zk, i), "get_into_ranges", "sizes", &gk[r].z,
+				      &nz) < 0)
+				goto out;
+			gk[r].n = nd;
+			gk[r].bad = nd != ns || nd != nz;
+			nfrag += nd;
+		}
+	}
+	ranges = PyMem_Calloc(nfrag ? nfrag : 1, sizeof(*ranges));
+	results = PyMem_Calloc(nfrag ? nfrag : 1, sizeof(*results));
+	if (!ranges || !results) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	r = 0;
+	for (size_t b = 0; b < nb; b++) {
+		for (size_t i = 0; shape_ok[b] && i < kb[b].n; i++, r++) {
+			struct mc_store_range_read *rd = &reads[r];
+			rd->key = kb[b].v[i];
+			rd->buf = (void *)(uintptr_t)bufs[b];
+			rd->ranges = &ranges[off];
+			rd->results = &results[off];
+			rd->nranges = gk[r].bad ? 0 : gk[r].n;
+			for (size_t f = 0; f < gk[r].n; f++) {
+				if (!gk[r].bad) {
+					ranges[off + f].dst_offset = gk[r].d[f];
+					ranges[off + f].src_offset = gk[r].s[f];
+					ranges[off + f].length = gk[r].z[f];
+				}
+				results[off + f] = ERR_INVALID_PARAMS;
+			}
+			off += gk[r].n;
+		}
+	}
+	call_begin(&c, ST(self), false);
+	mc_store_get_into_ranges(ST(self)->s, reads, nk);
+	call_end(&c);
 	out = PyList_New((Py_ssize_t)nb);
+	r = 0;
 	for (size_t b = 0; out && b < nb; b++) {
-		struct keys k;
-		PyObject *dk = NULL, *sk = NULL, *zk = NULL, *per_buf = NULL;
-		if (keys_from(PyTuple_GET_ITEM(kt, b), "get_into_ranges", &k) < 0) {
+		PyObject *per_buf = PyList_New((Py_ssize_t)kb[b].n);
+		for (size_t i = 0; per_buf && i < kb[b].n; i++) {
+			PyObject *frag;
+			if (shape_ok[b]) {
+				frag = i64_list(reads[r].results, gk[r].n);
+				r++;
+			} else {
+				frag = PyList_New(0);
+			}
+			if (!frag) {
+				Py_CLEAR(per_buf);
+				break;
+			}
+			PyList_SET_ITEM(per_buf, (Py_ssize_t)i, frag);
+		}
+		if (!per_buf) {
 			Py_CLEAR(out);
 			break;
 		}
-		if (!(dk = arg_seq(PyTuple_GET_ITEM(dt, b), "get_into_ranges", "dst_offsets")) ||
-		    !(sk = arg_seq(PyTuple_GET_ITEM(srt, b), "get_into_ranges", "src_offsets")) ||
-		    !(zk = arg_seq(PyTuple_GET_ITEM(szt, b), "get_into_ranges", "sizes")))
-			goto buf_fail;
-		per_buf = PyList_New((Py_ssize_t)k.n);
-		if (!per_buf)
-			goto buf_fail;
-		for (size_t i = 0; i < k.n; i++) {
-			uint64_t *d = NULL, *s = NULL, *z = NULL;
-			size_t nd, ns, nz;
-			int64_t *res;
-			void *obj = NULL;
-			int64_t osz = ERR_INVALID_PARAMS;
-			bool shape_ok = (size_t)PyTuple_GET_SIZE(dk) == k.n &&
-					(size_t)PyTuple_GET_SIZE(sk) == k.n &&
-					(size_t)PyTuple_GET_SIZE(zk) == k.n;
-			PyObject *frag;
-			if (!shape_ok) {
-				PyList_SET_ITEM(per_buf, (Py_ssize_t)i, PyList_New(0));
-				continue;
-			}
-			if (u64s_from(PyTuple_GET_ITEM(dk, i), "get_into_ranges", "dst_offsets", &d,
-				      &nd) < 0 ||
-			    u64s_from(PyTuple_GET_ITEM(sk, i), "get_into_ranges", "src_offsets", &s,
-				      &ns) < 0 ||
-			    u64s_from(PyTuple_GET_ITEM(zk, i), "get_into_ranges", "sizes", &z,
-				      &nz) < 0) {
-				PyMem_Free(d);
-				PyMem_Free(s);
-				PyMem_Free(z);
-				goto buf_fail;
-			}
-			res = PyMem_Calloc(nd ? nd : 1, sizeof(*res));
-			if (!res) {
-				PyMem_Free(d);
-				PyMem_Free(s);
-				PyMem_Free(z);
-				PyErr_NoMemory();
-				goto buf_fail;
-			}
-			if (nd == ns && nd == nz && nd) {
-				PyThreadState *ts;
-				osz = get_malloc(ST(self), k.v[i], &obj);
-				ts = PyEval_SaveThread();
-				for (size_t f = 0; f < nd; f++) {
-					if (osz < 0)
-						res[f] = osz;
-					else if (s[f] > (uint64_t)osz ||
-						 z[f] > (uint64_t)osz - s[f] || !bufs[b] ||
-						 d[f] > UINT64_MAX - z[f])
-						res[f] = ERR_INVALID_PARAMS;
-					else {
-						memcpy((char *)(uintptr_t)bufs[b] + d[f],
-						       (char *)obj + s[f], (size_t)z[f]);
-						res[f] = (int64_t)z[f];
-					}
-				}
-				PyEval_RestoreThread(ts);
-				free(obj);
-			} else {
-				for (size_t f = 0; f < nd; f++)
-					res[f] = ERR_INVALID_PARAMS;
-			}
-			frag = i64_list(res, nd);
-			PyMem_Free(res);
-			PyMem_Free(d);
-			PyMem_Free(s);
-			PyMem_Free(z);
-			if (!frag)
-				goto buf_fail;
-			PyList_SET_ITEM(per_buf, (Py_ssize_t)i, frag);
-		}
 		PyList_SET_ITEM(out, (Py_ssize_t)b, per_buf);
-		per_buf = NULL;
-		Py_XDECREF(dk);
-		Py_XDECREF(sk);
-		Py_XDECREF(zk);
-		keys_release(&k);
-		continue;
-	buf_fail:
-		Py_XDECREF(per_buf);
-		Py_XDECREF(dk);
-		Py_XDECREF(sk);
-		Py_XDECREF(zk);
-		keys_release(&k);
-		Py_CLEAR(out);
 	}
 out:
+	for (size_t i = 0; gk && i < nk; i++) {
+		PyMem_Free(gk[i].d);
+		PyMem_Free(gk[i].s);
+		PyMem_Free(gk[i].z);
+	}
+	for (size_t b = 0; kb && b < nb; b++)
+		keys_release(&kb[b]);
+	for (size_t i = 0; inner && i < 3 * nb; i++)
+		Py_XDECREF(inner[i]);
+	PyMem_Free(inner);
+	PyMem_Free(kb);
+	PyMem_Free(shape_ok);
+	PyMem_Free(gk);
+	PyMem_Free(reads);
+	PyMem_Free(ranges);
+	PyMem_Free(results);
 	PyMem_Free(bufs);
-	Py_XDECREF(kt);
-	Py_XDECREF(dt);
-	Py_XDECREF(srt);
-	Py_XDECREF(szt);
+	for (int t = 0; t < 4; t++)
+		Py_XDECREF(top[t]);
 	return out;
+}
+
+/* ---- sessions (spec store.md 1.11) ------------------------------------------------------ */
+
+enum sess_kind { SESS_GET_START, SESS_PUT_END, SESS_PUT_REVOKE };
+
+/* fname(keys) -> list of int */
+static PyObject *sess_keys_call(PyObject *self, const char *fname, PyObject *keys_o,
+				enum sess_kind kind)
+{
+	struct keys k;
+	struct call c;
+	mc_status *res;
+	PyObject *out;
+
+	if (keys_from(keys_o, fname, &k) < 0)
+		return NULL;
+	res = PyMem_Calloc(k.n ? k.n : 1, sizeof(*res));
+	if (!res) {
+		keys_release(&k);
+		return PyErr_NoMemory();
+	}
+	call_begin(&c, ST(self), false);
+	if (kind == SESS_GET_START)
+		mc_store_batch_get_session_start(ST(self)->s, k.v, k.n, res);
+	else if (kind == SESS_PUT_END)
+		mc_store_batch_put_session_end(ST(self)->s, k.v, k.n, res);
+	else
+		mc_store_batch_put_session_revoke(ST(self)->s, k.v, k.n, res);
+	call_end(&c);
+	out = status_list(res, k.n);
+	PyMem_Free(res);
+	keys_release(&k);
+	return out;
+}
+
+static PyObject *store_batch_get_session_start(DEFARGS)
+{
+	PARSE("batch_get_session_start", 1, "keys");
+	return sess_keys_call(self, "batch_get_session_start", a[0], SESS_GET_START);
+}
+
+static PyObject *store_batch_put_session_end(DEFARGS)
+{
+	PARSE("batch_put_session_end", 1, "keys");
+	return sess_keys_call(self, "batch_put_session_end", a[0], SESS_PUT_END);
+}
+
+static PyObject *store_batch_put_session_revoke(DEFARGS)
+{
+	PARSE("batch_put_session_revoke", 1, "keys");
+	return sess_keys_call(self, "batch_put_session_revoke", a[0], SESS_PUT_REVOKE);
+}
+
+static PyObject *store_batch_get_session_end(DEFARGS)
+{
+	struct keys k;
+	struct call c;
+	mc_status rc;
+	PARSE("batch_get_session_end", 1, "keys");
+
+	if (keys_from(a[0], "batch_get_session_end", &k) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	rc = mc_store_batch_get_session_end(ST(self)->s, k.v, k.n);
+	call_end(&c);
+	keys_release(&k);
+	return PyLong_FromLong(rc);
+}
+
+static PyObject *store_batch_put_session_start(DEFARGS)
+{
+	struct keys k;
+	uint64_t *sizes = NULL;
+	size_t ns;
+	struct cfg cfg;
+	struct call c;
+	mc_status *res;
+	PyObject *out = NULL;
+	PARSE("batch_put_session_start", 2, "keys", "sizes", "config");
+
+	if (keys_from(a[0], "batch_put_session_start", &k) < 0)
+		return NULL;
+	if (u64s_from(a[1], "batch_put_session_start", "sizes", &sizes, &ns) < 0)
+		goto out_keys;
+	if (cfg_from(a[2], "batch_put_session_start", &cfg) < 0)
+		goto out_keys;
+	if (ns != k.n) {
+		out = fill_list(k.n, ERR_INVALID_PARAMS);
+		goto out;
+	}
+	res = PyMem_Calloc(k.n ? k.n : 1, sizeof(*res));
+	if (!res) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	call_begin(&c, ST(self), false);
+	mc_store_batch_put_session_start(ST(self)->s, k.v, sizes, k.n, cfg_batch(&cfg), res);
+	call_end(&c);
+	out = status_list(res, k.n);
+	PyMem_Free(res);
+out:
+	cfg_release(&cfg);
+out_keys:
+	PyMem_Free(sizes);
+	keys_release(&k);
+	return out;
+}
+
+static void offsets_free(uint64_t **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		PyMem_Free(v[i]);
+	PyMem_Free(v);
+}
+
+/* Per-key object offsets shaped like m's buffers: 1 = parsed, 0 = shape
+ * mismatch (a per-key error), -1 = exception. */
+static int offsets_from(PyObject *o, const struct multi *m, const char *fname, const char *what,
+			uint64_t ***out)
+{
+	PyObject *t = arg_seq(o, fname, what);
+	uint64_t **v;
+	int ret = 1;
+
+	*out = NULL;
+	if (!t)
+		return -1;
+	if ((size_t)PyTuple_GET_SIZE(t) != m->n) {
+		Py_DECREF(t);
+		return 0;
+	}
+	v = PyMem_Calloc(m->n ? m->n : 1, sizeof(*v));
+	if (!v) {
+		Py_DECREF(t);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (size_t i = 0; i < m->n && ret == 1; i++) {
+		size_t no;
+		if (u64s_from(PyTuple_GET_ITEM(t, i), fname, what, &v[i], &no) < 0)
+			ret = -1;
+		else if (no != m->nbufs[i])
+			ret = 0;
+	}
+	Py_DECREF(t);
+	if (ret != 1)
+		offsets_free(v, m->n);
+	else
+		*out = v;
+	return ret;
+}
+
+/* batch_{get_into,put_from}_multi_buffer_ranges(keys, all_buffer_ptrs,
+ * all_sizes, all_{src,dst}_offsets) -> list: bytes moved or negative. */
+static PyObject *sess_ranges(PyObject *self, const char *fname, PyObject *const *a, bool put)
+{
+	struct keys k;
+	struct multi m;
+	uint64_t **offs = NULL;
+	struct call c;
+	int64_t *res;
+	PyObject *out = NULL;
+	int r;
+
+	if (keys_from(a[0], fname, &k) < 0)
+		return NULL;
+	r = multi_from(a[1], a[2], k.n, fname, &m);
+	if (r > 0) {
+		r = offsets_from(a[3], &m, fname, put ? "all_dst_offsets" : "all_src_offsets",
+				 &offs);
+		if (r <= 0)
+			multi_release(&m);
+	}
+	if (r <= 0) {
+		out = r < 0 ? NULL : fill_list(k.n, ERR_INVALID_PARAMS);
+		keys_release(&k);
+		return out;
+	}
+	res = PyMem_Calloc(k.n ? k.n : 1, sizeof(*res));
+	if (res) {
+		call_begin(&c, ST(self), false);
+		if (put)
+			mc_store_batch_put_from_multi_buffer_ranges(
+				ST(self)->s, k.v, (void *const *const *)m.bufs,
+				(const size_t *const *)m.lens, (const uint64_t *const *)offs,
+				m.nbufs, k.n, res);
+		else
+			mc_store_batch_get_into_multi_buffer_ranges(
+				ST(self)->s, k.v, (void *const *const *)m.bufs,
+				(const size_t *const *)m.lens, (const uint64_t *const *)offs,
+				m.nbufs, k.n, res);
+		call_end(&c);
+		out = i64_list(res, k.n);
+		PyMem_Free(res);
+	} else {
+		PyErr_NoMemory();
+	}
+	offsets_free(offs, k.n);
+	multi_release(&m);
+	keys_release(&k);
+	return out;
+}
+
+static PyObject *store_batch_get_into_multi_buffer_ranges(DEFARGS)
+{
+	PARSE("batch_get_into_multi_buffer_ranges", 4, "keys", "all_buffer_ptrs", "all_sizes",
+	      "all_src_offsets");
+	return sess_ranges(self, "batch_get_into_multi_buffer_ranges", a, false);
+}
+
+static PyObject *store_batch_put_from_multi_buffer_ranges(DEFARGS)
+{
+	PARSE("batch_put_from_multi_buffer_ranges", 4, "keys", "all_buffer_ptrs", "all_sizes",
+	      "all_dst_offsets");
+	return sess_ranges(self, "batch_put_from_multi_buffer_ranges", a, true);
 }
 
 /* ---- replica descriptors ----------------------------------------------------------- */
@@ -2838,7 +3069,17 @@ static int wtensor_from(PyObject *torch, PyObject *t, const char *fname, struct 
 			goto out;
 		Py_SETREF(shape, st);
 	}
-	if (w->h.dtype < 0 || PyTuple_GET_SIZE(shape) > TENSOR_MAX_DIMS) {
+	if (w->h.dtype < 0) {
+		/* complex, quantized, uint1..7, ...: no code in the stored format */
+		rc = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+				      "%s(): %R has no dtype code in the stored tensor format; "
+				      "returning -600",
+				      fname, dtype) < 0
+			     ? -1
+			     : 1;
+		goto out;
+	}
+	if (PyTuple_GET_SIZE(shape) > TENSOR_MAX_DIMS) {
 		rc = 1;
 		goto out;
 	}
@@ -2890,27 +3131,42 @@ static mc_status wtensor_put(struct mc_store *s, const char *key, const struct w
 {
 	const void *parts[2] = {&w->h, w->data};
 	size_t lens[2] = {TENSOR_HDR_SIZE, w->nbytes};
-	char *joined;
-	mc_status rc;
 
-	if (!upsert)
-		return mc_store_put_parts(s, key, parts, lens, w->nbytes ? 2 : 1, cfg);
-	joined = malloc(TENSOR_HDR_SIZE + w->nbytes);
-	if (!joined)
-		return MC_ERR_NOMEM;
-	memcpy(joined, &w->h, TENSOR_HDR_SIZE);
-	if (w->nbytes)
-		memcpy(joined + TENSOR_HDR_SIZE, w->data, w->nbytes);
-	rc = mc_store_upsert(s, key, joined, TENSOR_HDR_SIZE + w->nbytes, cfg);
-	free(joined);
-	return rc;
+	if (upsert)
+		return mc_store_upsert_parts(s, key, parts, lens, w->nbytes ? 2 : 1, cfg);
+	return mc_store_put_parts(s, key, parts, lens, w->nbytes ? 2 : 1, cfg);
 }
 
-/* The torch dtype object for a code (new reference; NULL + exception if
- * this torch lacks it). */
+/*
+ * The torch dtype object for a stored dtype code (new reference).  A code
+ * the installed torch lacks (float8_* before torch 2.1, uint16/32/64
+ * before 2.3; Debian's 1.13 has neither) cannot become a tensor: that is
+ * reported with a RuntimeWarning naming the dtype and the torch version,
+ * and NULL comes back without an exception, so the data call returns None.
+ * NULL with an exception: the warning was turned into an error.
+ */
 static PyObject *torch_dtype(PyObject *torch, int code)
 {
-	return PyObject_GetAttrString(torch, dtype_names[code]);
+	PyObject *d = PyObject_GetAttrString(torch, dtype_names[code]), *v;
+	const char *vs;
+	int w;
+
+	if (d || !PyErr_ExceptionMatches(PyExc_AttributeError))
+		return d;
+	PyErr_Clear();
+	v = PyObject_GetAttrString(torch, "__version__");
+	vs = v && PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+	if (!vs) {
+		PyErr_Clear();
+		vs = "?";
+	}
+	w = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+			     "mooncake.store: the stored tensor has dtype %s (code %d), which "
+			     "the installed torch %s does not have; returning None",
+			     dtype_names[code], code, vs);
+	Py_XDECREF(v);
+	(void)w; /* < 0: the warning is now the pending exception */
+	return NULL;
 }
 
 static PyObject *shape_tuple(const struct tensor_hdr *h)
@@ -2942,7 +3198,8 @@ static PyObject *tensor_from_bytes(PyObject *torch, const void *buf, uint64_t to
 		Py_RETURN_NONE;
 	dt = torch_dtype(torch, h.dtype);
 	if (!dt) {
-		PyErr_Clear();
+		if (PyErr_Occurred())
+			return NULL;
 		Py_RETURN_NONE;
 	}
 	shape = shape_tuple(&h);
@@ -2989,7 +3246,8 @@ static PyObject *tensor_view(PyObject *torch, void *buf, uint64_t total)
 		return tensor_from_bytes(torch, buf, total);
 	dt = torch_dtype(torch, h.dtype);
 	if (!dt) {
-		PyErr_Clear();
+		if (PyErr_Occurred())
+			return NULL;
 		Py_RETURN_NONE;
 	}
 	shape = shape_tuple(&h);
@@ -3885,6 +4143,20 @@ static PyMethodDef store_methods[] = {
 	  "                all_src_offsets, all_sizes) -> [buffer][key][fragment]"),
 	M(batch_put_from_multi_buffers,
 	  "batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config=None) -> list"),
+	M(batch_get_session_start, "batch_get_session_start(keys) -> list of int: pin each key's "
+				   "memory replica and lease for ranged reads"),
+	M(batch_get_into_multi_buffer_ranges,
+	  "batch_get_into_multi_buffer_ranges(keys, all_buffer_ptrs, all_sizes,\n"
+	  "                                   all_src_offsets) -> list: bytes read or negative"),
+	M(batch_get_session_end, "batch_get_session_end(keys) -> int"),
+	M(batch_put_session_start,
+	  "batch_put_session_start(keys, sizes, config=None) -> list of int"),
+	M(batch_put_from_multi_buffer_ranges,
+	  "batch_put_from_multi_buffer_ranges(keys, all_buffer_ptrs, all_sizes,\n"
+	  "                                   all_dst_offsets) -> list: bytes written or negative"),
+	M(batch_put_session_end,
+	  "batch_put_session_end(keys) -> list of int: the objects become readable"),
+	M(batch_put_session_revoke, "batch_put_session_revoke(keys) -> list of int"),
 	M(batch_get_into_multi_buffers, "batch_get_into_multi_buffers(keys, all_buffer_ptrs, "
 					"all_sizes, prefer_alloc_in_same_node=False) -> list"),
 	M(get_replica_desc, "get_replica_desc(key) -> list of ReplicaDescriptor"),
@@ -4617,6 +4889,87 @@ static PyTypeObject ViewType = {
 	.tp_as_buffer = &view_as_buffer,
 };
 
+/* ---- MooncakeHostMemAllocator ------------------------------------------------------ */
+
+/*
+ * MooncakeHostMemAllocator: page-aligned shared anonymous mappings for host
+ * buffers (SGLang allocates its host KV pools with it in standalone mode;
+ * the memory can be registered with register_buffer like any other).
+ * alloc(size) -> address, 0 on failure; free(ptr) -> 0, or -1 for an
+ * address it did not hand out.  The mappings belong to the module, not to
+ * the allocator object (callers use a temporary one), and live until
+ * free(); the registry is touched only with the GIL held.
+ */
+struct hma_block {
+	uintptr_t addr;
+	size_t len;
+};
+
+static struct hma_block *hma_blocks;
+static size_t hma_n, hma_cap;
+
+static PyObject *hma_alloc(PyObject *self, PyObject *arg)
+{
+	uint64_t size;
+	void *p;
+	(void)self;
+	if (arg_u64(arg, "alloc", "size", &size) < 0)
+		return NULL;
+	if (size == 0 || size > (uint64_t)PY_SSIZE_T_MAX)
+		return PyLong_FromLong(0);
+	if (hma_n == hma_cap) {
+		size_t ncap = hma_cap ? 2 * hma_cap : 16;
+		struct hma_block *v = PyMem_Realloc(hma_blocks, ncap * sizeof(*v));
+		if (!v)
+			return PyErr_NoMemory();
+		hma_blocks = v;
+		hma_cap = ncap;
+	}
+	p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return PyLong_FromLong(0);
+	hma_blocks[hma_n].addr = (uintptr_t)p;
+	hma_blocks[hma_n].len = (size_t)size;
+	hma_n++;
+	return PyLong_FromVoidPtr(p);
+}
+
+static PyObject *hma_free(PyObject *self, PyObject *arg)
+{
+	uint64_t addr;
+	(void)self;
+	if (arg_u64(arg, "free", "ptr", &addr) < 0)
+		return NULL;
+	for (size_t i = 0; i < hma_n; i++) {
+		if (hma_blocks[i].addr != addr)
+			continue;
+		munmap((void *)hma_blocks[i].addr, hma_blocks[i].len);
+		hma_blocks[i] = hma_blocks[--hma_n];
+		return PyLong_FromLong(0);
+	}
+	return PyLong_FromLong(-1);
+}
+
+static PyMethodDef hma_methods[] = {
+	{"alloc", hma_alloc, METH_O,
+	 "alloc(size) -> int: address of size bytes of shared memory, "
+	 "0 on failure"},
+	{"free", hma_free, METH_O, "free(ptr) -> int: 0, or -1 if ptr is not from alloc()"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HostMemAllocatorType = {
+	/* clang-format off */
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = MODULE_NAME ".MooncakeHostMemAllocator",
+	/* clang-format on */
+	.tp_basicsize = sizeof(PyObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "MooncakeHostMemAllocator(): shared host memory for buffers.",
+	.tp_new = PyType_GenericNew,
+	.tp_methods = hma_methods,
+};
+
 /* ---- module ----------------------------------------------------------------------- */
 
 /* An IntEnum named name with the given members; also added to the module,
@@ -4687,7 +5040,7 @@ PyMODINIT_FUNC PyInit_store(void)
 	    PyType_Ready(&HandleType) < 0 || PyType_Ready(&DescriptorType) < 0 ||
 	    PyType_Ready(&MemDescType) < 0 || PyType_Ready(&ReplicaDescType) < 0 ||
 	    PyType_Ready(&PoolType) < 0 || PyType_Ready(&LeaseType) < 0 ||
-	    PyType_Ready(&ViewType) < 0)
+	    PyType_Ready(&ViewType) < 0 || PyType_Ready(&HostMemAllocatorType) < 0)
 		return NULL;
 	m = PyModule_Create(&store_module);
 	if (!m)
@@ -4696,7 +5049,7 @@ PyMODINIT_FUNC PyInit_store(void)
 	    PyModule_AddType(m, &HandleType) < 0 || PyModule_AddType(m, &DescriptorType) < 0 ||
 	    PyModule_AddType(m, &MemDescType) < 0 || PyModule_AddType(m, &ReplicaDescType) < 0 ||
 	    PyModule_AddType(m, &PoolType) < 0 || PyModule_AddType(m, &LeaseType) < 0 ||
-	    PyModule_AddType(m, &ViewType) < 0 ||
+	    PyModule_AddType(m, &ViewType) < 0 || PyModule_AddType(m, &HostMemAllocatorType) < 0 ||
 	    PyModule_AddObjectRef(m, "RegisteredBufferPool", (PyObject *)&PoolType) < 0 ||
 	    PyModule_AddStringConstant(m, "__version__", MC_VERSION_STRING) < 0)
 		goto err;

@@ -122,14 +122,32 @@ MC_API mc_status mc_store_put_parts(struct mc_store *s, const char *key, const v
 /* Insert or overwrite. */
 MC_API mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
 				 const struct mc_store_config *config);
+/* Insert or overwrite one object from several parts: each part is copied
+ * once, straight to its place in the staging area, never joined first. */
+MC_API mc_status mc_store_upsert_parts(struct mc_store *s, const char *key,
+				       const void *const *parts, const size_t *lens, size_t nparts,
+				       const struct mc_store_config *config);
 /* Per-key statuses in results (may be NULL); returns MC_OK if every key
  * succeeded, else the first failure. */
 MC_API mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys,
 				    const void *const *values, const size_t *lens, size_t n,
 				    const struct mc_store_config *config, mc_status *results);
+/* As mc_store_put_batch, but insert or overwrite: one BatchUpsertStart, one
+ * engine batch for every key, one BatchUpsertEnd. */
+MC_API mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
+				       const void *const *values, const size_t *lens, size_t n,
+				       const struct mc_store_config *config, mc_status *results);
 /* Read the object into a malloc'ed buffer (*value_out, free with free()).
  * Returns the size or a negative status. */
 MC_API int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out);
+/*
+ * Read n objects with one BatchGetReplicaList and one engine batch.
+ * values_out[i] is a malloc'ed copy of object i (free with free()) when
+ * results[i] (its size) is >= 0, else NULL and results[i] is a negative
+ * status.  Returns MC_OK if every key was read, else the first failure.
+ */
+MC_API mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
+				    void **values_out, int64_t *results);
 
 /* ---- zero-copy calls (buffers registered with mc_store_register_buffer,
  *      or inside the local buffer) ---- */
@@ -147,6 +165,11 @@ MC_API int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf,
 MC_API mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys,
 					 void *const *bufs, const size_t *lens, size_t n,
 					 const struct mc_store_config *config, mc_status *results);
+/* As mc_store_batch_put_from, but insert or overwrite. */
+MC_API mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys,
+					    void *const *bufs, const size_t *lens, size_t n,
+					    const struct mc_store_config *config,
+					    mc_status *results);
 /* results[i]: the size read or a negative status. */
 MC_API mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys,
 					 void *const *bufs, const size_t *caps, size_t n,
@@ -166,6 +189,85 @@ MC_API mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const
 						       const size_t *const *lens,
 						       const size_t *nbufs, size_t n,
 						       int64_t *results);
+
+/* One byte range of an object and where it goes. */
+struct mc_store_range {
+	uint64_t dst_offset; /* from the start of the destination buffer */
+	uint64_t src_offset; /* from the start of the object */
+	uint64_t length;
+};
+
+/* The ranges of one object read into one destination buffer. */
+struct mc_store_range_read {
+	const char *key;
+	void *buf; /* destination: inside memory registered with this client's engine */
+	const struct mc_store_range *ranges;
+	size_t nranges;
+	int64_t *results; /* nranges entries: bytes read or a negative status */
+};
+
+/*
+ * Partial reads (upstream's get_into_ranges): for every read, its byte
+ * ranges of its key's memory replica land in its buffer.  One
+ * BatchGetReplicaList and one engine batch carry all reads; each read is
+ * lease-checked as a whole.  A range must lie inside the object and, at
+ * buf + dst_offset, inside the one registered region that holds buf, else
+ * its result is MC_ERR_INVALID_PARAMS and nothing is written for it; a
+ * failure of the key (not found, no memory replica, lease expired) is the
+ * result of all its ranges.  No checksum is verified.  Returns MC_OK if
+ * every range was read, else the first failure.
+ */
+MC_API mc_status mc_store_get_into_ranges(struct mc_store *s,
+					  const struct mc_store_range_read *reads, size_t n);
+
+/*
+ * ---- sessions: ranged transfers without master round trips ----
+ *
+ * For layer-wise KV saving and loading (spec store.md 1.11).  A get session
+ * pins, per key, one memory replica and the lease that BatchGetReplicaList
+ * granted; ranged reads then go straight to that replica, checked against
+ * the lease locally (MC_ERR_LEASE_EXPIRED once it ran out: start a new
+ * session).  A put session is a BatchPutStart whose replicas ranged writes
+ * fill piece by piece; the object becomes visible at session end
+ * (BatchPutEnd) or is dropped by revoke (BatchPutRevoke).  Sessions belong
+ * to the client (any thread may use them) and are dropped by close.  A
+ * ranged call for a key without a session gives MC_ERR_INVALID_PARAMS for
+ * that key; a range outside the object too.  The range lists are
+ * bufs[i][0..nbufs[i]), lens[i][..] and offsets[i][..] (the object offset
+ * each buffer reads from or writes to); results[i] is the number of bytes
+ * moved for key i or a negative status.  Calls return MC_OK when every key
+ * succeeded, else the first failure.
+ */
+
+/* Start (or renew) get sessions: one BatchGetReplicaList for all keys. */
+MC_API mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const *keys,
+						  size_t n, mc_status *results);
+MC_API mc_status mc_store_batch_get_into_multi_buffer_ranges(
+	struct mc_store *s, const char *const *keys, void *const *const *bufs,
+	const size_t *const *lens, const uint64_t *const *src_offsets, const size_t *nbufs,
+	size_t n, int64_t *results);
+/* Drop the get sessions of keys (keys without one are ignored). */
+MC_API mc_status mc_store_batch_get_session_end(struct mc_store *s, const char *const *keys,
+						size_t n);
+/* BatchPutStart for objects of sizes[i] bytes.  A key that exists already
+ * is MC_ERR_OBJECT_ALREADY_EXISTS (no session); one with a put session of
+ * this client open is MC_ERR_INVALID_PARAMS. */
+MC_API mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const *keys,
+						  const uint64_t *sizes, size_t n,
+						  const struct mc_store_config *config,
+						  mc_status *results);
+MC_API mc_status mc_store_batch_put_from_multi_buffer_ranges(
+	struct mc_store *s, const char *const *keys, void *const *const *bufs,
+	const size_t *const *lens, const uint64_t *const *dst_offsets, const size_t *nbufs,
+	size_t n, int64_t *results);
+/* Wait for the keys' ranged writes in flight, then BatchPutEnd: the
+ * objects become readable.  The session ends unless the master could not
+ * be asked at all (then end or revoke may be called again). */
+MC_API mc_status mc_store_batch_put_session_end(struct mc_store *s, const char *const *keys,
+						size_t n, mc_status *results);
+/* As end, but BatchPutRevoke: the objects and their space are dropped. */
+MC_API mc_status mc_store_batch_put_session_revoke(struct mc_store *s, const char *const *keys,
+						   size_t n, mc_status *results);
 
 /* ---- metadata calls ---- */
 

@@ -24,7 +24,16 @@
  * heartbeat thread that pings the master every second and remounts the
  * segment when the master has forgotten this client (NEED_REMOUNT).
  * Locks: lbuf_lock guards the local buffer allocator only; hb_lock the
- * heartbeat's sleep.  Neither is held across a call into another module.
+ * heartbeat's sleep; sess_lock the session tables.  None is held across a
+ * call into another module.
+ *
+ * Ranged calls (get_into_ranges, the session calls) make every (buffer,
+ * object offset, length) an object of its own whose replicas are copies of
+ * the real ones moved by the offset, so one engine batch carries them all.
+ * Sessions cache what the master said (a get session's replica and lease
+ * deadline, a put session's replicas) in two trees; a ranged call takes a
+ * use of each session it touches, and ending a put session waits until the
+ * uses in flight are done before BatchPutEnd or BatchPutRevoke.
  */
 #define MC_LOG_MODULE "store"
 #include "mooncake/store.h"
@@ -32,6 +41,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <search.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +61,7 @@
 #include "mooncake/te.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
+#include "te/engine.h" /* mc_te_local_device */
 
 #define SEGMENT_ALIGN	 (16ull << 20) /* spec store.md 1.2: cachelib slab size */
 #define LBUF_ALIGN	 64	       /* local buffer allocation granularity */
@@ -86,6 +97,12 @@ struct mc_store {
 	bool lbuf_registered;
 	pthread_mutex_t lbuf_lock;
 	struct mc_offset_alloc *lbuf_alloc;
+
+	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
+	pthread_mutex_t sess_lock; /* the trees and every session's users/detached */
+	pthread_cond_t sess_cond;  /* a waited-for session lost its last user */
+	void *get_sessions;
+	void *put_sessions;
 
 	/* heartbeat */
 	pthread_t hb;
@@ -337,6 +354,21 @@ static void local_copy(const struct obj_io *io, int opcode, char *addr)
 	}
 }
 
+/* The user buffers of io are host memory.  Device memory (vLLM's KV
+ * caches, te/devmem.h) must never be touched by memcpy: the engine moves
+ * it through its device copies, even to or from this client's segment. */
+static bool host_buffers(struct mc_store *s, const struct obj_io *io)
+{
+	uint64_t off = 0;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (n && mc_te_local_device(s->te, io->bufs[b], n) >= 0)
+			return false;
+		off += n;
+	}
+	return true;
+}
+
 /* Queue the requests that move io to or from replica r. */
 static mc_status queue_replica(struct mc_store *s, struct req_list *l, const struct obj_io *io,
 			       uint32_t idx, int opcode, const struct mc_store_replica *r)
@@ -349,7 +381,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 	if (r->type != MC_STORE_REPLICA_MEMORY)
 		return mc_set_error(MC_ERR_INVALID_REPLICA, "replica type %u is not memory",
 				    r->type);
-	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len)) {
+	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len) &&
+	    host_buffers(s, io)) {
 		local_copy(io, opcode, (char *)(uintptr_t)r->address);
 		return MC_OK;
 	}
@@ -505,13 +538,77 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
  * results, transfers of all of them in one engine batch, then BatchPutEnd
  * for the ones that made it and BatchPutRevoke for the rest.
  */
+/*
+ * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,
+ * of totals[sent[j]] bytes.  On MC_OK resp holds one item per sent key, in
+ * order.
+ */
+static mc_status send_put_start(struct mc_store *s, const char *const *keys, const uint64_t *totals,
+				const uint32_t *sent, uint32_t nsent,
+				const struct mc_store_config *cfg, bool upsert,
+				struct mc_store_msg *resp)
+{
+	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
+	struct mc_store_batch_put_start_req req;
+	struct mc_store_put_item *items;
+	mc_status rc;
+
+	items = mc_calloc(nsent ? nsent : 1, sizeof(*items));
+	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack))
+		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
+	if (!items || !preferred) {
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	for (uint32_t j = 0; j < nsent; j++) {
+		items[j].key = mc_proto_str_c(keys[sent[j]]);
+		items[j].value_len = totals[sent[j]];
+		items[j].group_id = mc_proto_str_c(group_of(cfg, sent[j]));
+	}
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.tenant = tenant_str(s);
+	make_config(s, cfg, preferred, &req.config);
+	req.n_items = nsent;
+	req.items = items;
+	rc = mc_master_conn_call(s->conn,
+				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
+				 &req, resp);
+	if (rc == MC_OK && resp->body.batch_put_start_resp.n_items != nsent) {
+		uint32_t got = resp->body.batch_put_start_resp.n_items;
+		mc_store_msg_release(resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items", got, nsent);
+	}
+out:
+	if (preferred && preferred != preferred_stack)
+		mc_free(preferred);
+	mc_free(items);
+	return rc;
+}
+
+/* BatchPutRevoke (BatchUpsertRevoke) of n keys; logs a failure. */
+static mc_status send_put_revoke(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				 bool upsert, struct mc_store_msg *resp)
+{
+	struct mc_store_batch_put_revoke_req rev = {
+		.client_id = s->client_id,
+		.tenant = tenant_str(s),
+		.replica_type = MC_STORE_REPLICA_ALL,
+		.n_keys = n,
+		.keys = keys,
+	};
+	mc_status rc = mc_master_conn_call(
+		s->conn, upsert ? MC_STORE_BATCH_UPSERT_REVOKE : MC_STORE_BATCH_PUT_REVOKE, &rev,
+		resp);
+	if (rc != MC_OK)
+		mc_warn("batch revoke failed: %s", mc_last_error());
+	return rc;
+}
+
 static void put_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
 		     const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
 		     size_t n, const struct mc_store_config *cfg, bool upsert, mc_status *results)
 {
-	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
-	struct mc_store_batch_put_start_req req;
-	struct mc_store_put_item *items = NULL;
 	struct mc_store_object_meta *metas = NULL;
 	struct mc_proto_str *revoke_keys = NULL;
 	uint32_t *sent = NULL;	    /* item index -> key index */
@@ -522,45 +619,24 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	uint32_t nsent = 0, nend = 0, nrev = 0;
 	mc_status rc;
 
-	items = mc_calloc(n, sizeof(*items));
 	sent = mc_calloc(n, sizeof(*sent));
 	end_owner = mc_calloc(n, sizeof(*end_owner));
 	ios = mc_calloc(n, sizeof(*ios));
 	metas = mc_calloc(n, sizeof(*metas));
 	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
-	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack))
-		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
-	if (!items || !sent || !end_owner || !ios || !metas || !revoke_keys || !preferred) {
+	if (!sent || !end_owner || !ios || !metas || !revoke_keys) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (results[i] != MC_OK)
-			continue;
-		items[nsent].key = mc_proto_str_c(keys[i]);
-		items[nsent].value_len = totals[i];
-		items[nsent].group_id = mc_proto_str_c(group_of(cfg, i));
-		sent[nsent++] = (uint32_t)i;
-	}
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			sent[nsent++] = (uint32_t)i;
 	if (nsent == 0)
 		goto out;
-	memset(&req, 0, sizeof(req));
-	req.client_id = s->client_id;
-	req.tenant = tenant_str(s);
-	make_config(s, cfg, preferred, &req.config);
-	req.n_items = nsent;
-	req.items = items;
-	rc = mc_master_conn_call(s->conn,
-				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
-				 &req, &resp);
+	rc = send_put_start(s, keys, totals, sent, nsent, cfg, upsert, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
 	have_resp = true;
-	if (resp.body.batch_put_start_resp.n_items != nsent) {
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items",
-				  resp.body.batch_put_start_resp.n_items, nsent);
-		goto fail_all;
-	}
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
 		uint32_t i = sent[j];
@@ -618,22 +694,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		if (rc == MC_OK)
 			mc_store_msg_release(&resp);
 	}
-	if (nrev) {
-		struct mc_store_batch_put_revoke_req rev = {
-			.client_id = s->client_id,
-			.tenant = tenant_str(s),
-			.replica_type = MC_STORE_REPLICA_ALL,
-			.n_keys = nrev,
-			.keys = revoke_keys,
-		};
-		if (mc_master_conn_call(s->conn,
-					upsert ? MC_STORE_BATCH_UPSERT_REVOKE
-					       : MC_STORE_BATCH_PUT_REVOKE,
-					&rev, &resp) == MC_OK)
-			mc_store_msg_release(&resp);
-		else
-			mc_warn("batch revoke failed: %s", mc_last_error());
-	}
+	if (nrev && send_put_revoke(s, revoke_keys, nrev, upsert, &resp) == MC_OK)
+		mc_store_msg_release(&resp);
 	goto out;
 fail_all:
 	for (size_t i = 0; i < n; i++)
@@ -642,9 +704,6 @@ fail_all:
 	if (have_resp)
 		mc_store_msg_release(&resp);
 out:
-	if (preferred && preferred != preferred_stack)
-		mc_free(preferred);
-	mc_free(items);
 	mc_free(sent);
 	mc_free(end_owner);
 	mc_free(ios);
@@ -733,14 +792,22 @@ out:
 	return rc;
 }
 
-/* Batch read: one BatchGetReplicaList, one engine batch, per-key lease checks. */
+/*
+ * Batch read: one BatchGetReplicaList, one engine batch, per-key lease
+ * checks, for every key whose results[] entry is MC_OK on entry.  Object i
+ * lands in bufs[i] (nbufs[i] buffers of lens[i][..] bytes), or, when alloc
+ * is given, in a malloc'ed buffer of its size left in alloc[i] (NULL
+ * unless the read succeeded; alloc[] must be NULL on entry).
+ */
 static void get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
-		     const size_t *const *lens, const size_t *nbufs, size_t n, int64_t *results)
+		     const size_t *const *lens, const size_t *nbufs, size_t n, void **alloc,
+		     int64_t *results)
 {
 	struct mc_store_keys_req req;
 	struct mc_proto_str *kv = NULL;
 	struct obj_io *ios = NULL;
 	uint32_t *sent = NULL;
+	size_t *alloc_lens = NULL;
 	struct mc_store_msg resp;
 	uint32_t nsent = 0;
 	uint64_t t0;
@@ -749,7 +816,9 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	kv = mc_calloc(n, sizeof(*kv));
 	ios = mc_calloc(n, sizeof(*ios));
 	sent = mc_calloc(n, sizeof(*sent));
-	if (!kv || !ios || !sent) {
+	if (alloc)
+		alloc_lens = mc_calloc(n, sizeof(*alloc_lens));
+	if (!kv || !ios || !sent || (alloc && !alloc_lens)) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -790,15 +859,27 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 			io->status = MC_ERR_INVALID_REPLICA;
 			continue;
 		}
-		for (size_t b = 0; b < nbufs[i]; b++)
-			cap += lens[i][b];
-		if (r->size > cap) {
-			io->status = MC_ERR_INVALID_PARAMS;
-			continue;
+		if (alloc) {
+			alloc_lens[j] = (size_t)r->size;
+			alloc[i] = malloc(r->size ? (size_t)r->size : 1);
+			if (!alloc[i]) {
+				io->status = MC_ERR_NOMEM;
+				continue;
+			}
+			io->bufs = &alloc[i];
+			io->lens = &alloc_lens[j];
+			io->nbufs = 1;
+		} else {
+			for (size_t b = 0; b < nbufs[i]; b++)
+				cap += lens[i][b];
+			if (r->size > cap) {
+				io->status = MC_ERR_INVALID_PARAMS;
+				continue;
+			}
+			io->bufs = bufs[i];
+			io->lens = lens[i];
+			io->nbufs = nbufs[i];
 		}
-		io->bufs = bufs[i];
-		io->lens = lens[i];
-		io->nbufs = nbufs[i];
 		io->len = r->size;
 		io->reps = r;
 		io->nreps = 1;
@@ -813,6 +894,10 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 			results[i] = MC_ERR_LEASE_EXPIRED;
 		else
 			results[i] = (int64_t)ios[j].len;
+		if (alloc && results[i] < 0) {
+			free(alloc[i]);
+			alloc[i] = NULL;
+		}
 	}
 	mc_store_msg_release(&resp);
 	goto out;
@@ -824,6 +909,246 @@ out:
 	mc_free(kv);
 	mc_free(ios);
 	mc_free(sent);
+	mc_free(alloc_lens);
+}
+
+/* ---- ranged transfers and sessions: shared pieces ----------------------------------- */
+
+/* Object ranges as objects of their own (see the essay at the top). */
+struct range_set {
+	struct obj_io *ios;
+	struct mc_store_replica *reps; /* moved copies, nreps per io */
+	void **bufs;		       /* one per io */
+	size_t *lens;		       /* one per io */
+	size_t n, cap;
+	size_t nreps, reps_cap;
+};
+
+static void range_set_release(struct range_set *rs)
+{
+	mc_free(rs->ios);
+	mc_free(rs->reps);
+	mc_free(rs->bufs);
+	mc_free(rs->lens);
+	memset(rs, 0, sizeof(*rs));
+}
+
+/* Room for nios ranges with nreps replica copies in all. */
+static mc_status range_set_init(struct range_set *rs, size_t nios, size_t nreps)
+{
+	memset(rs, 0, sizeof(*rs));
+	rs->ios = mc_calloc(nios ? nios : 1, sizeof(*rs->ios));
+	rs->reps = mc_calloc(nreps ? nreps : 1, sizeof(*rs->reps));
+	rs->bufs = mc_calloc(nios ? nios : 1, sizeof(*rs->bufs));
+	rs->lens = mc_calloc(nios ? nios : 1, sizeof(*rs->lens));
+	if (!rs->ios || !rs->reps || !rs->bufs || !rs->lens) {
+		range_set_release(rs);
+		return MC_ERR_NOMEM;
+	}
+	rs->cap = nios;
+	rs->reps_cap = nreps;
+	return MC_OK;
+}
+
+/* Add bytes [off, off + len) of an object with replicas reps[0..nreps),
+ * moved to or from buf (a read uses the first replica only); returns the
+ * range's index in rs->ios. */
+static size_t range_set_add(struct range_set *rs, void *buf, uint64_t off, uint64_t len,
+			    const struct mc_store_replica *reps, uint32_t nreps)
+{
+	size_t i = rs->n;
+	struct obj_io *io = &rs->ios[i];
+	struct mc_store_replica *r = &rs->reps[rs->nreps];
+
+	mc_assert(i < rs->cap && rs->nreps + nreps <= rs->reps_cap);
+	for (uint32_t k = 0; k < nreps; k++) {
+		r[k] = reps[k];
+		r[k].address += off;
+		r[k].size = len;
+	}
+	rs->n++;
+	rs->nreps += nreps;
+	rs->bufs[i] = buf;
+	rs->lens[i] = (size_t)len;
+	io->bufs = &rs->bufs[i];
+	io->lens = &rs->lens[i];
+	io->nbufs = 1;
+	io->len = len;
+	io->reps = r;
+	io->nreps = len ? nreps : 0; /* an empty range moves nothing */
+	io->status = MC_OK;
+	return i;
+}
+
+/* [off, off + len) lies inside [0, size). */
+static bool range_inside(uint64_t off, uint64_t len, uint64_t size)
+{
+	return len <= size && off <= size - len;
+}
+
+/* One end of a session: what the master said about a key, kept by the
+ * client between calls. */
+struct session {
+	const char *key;	       /* in blob; the trees' order */
+	uint64_t size;		       /* object bytes */
+	uint64_t deadline_ms;	       /* get: the lease's end (mc_now_ms) */
+	struct mc_store_replica *reps; /* strings in blob */
+	uint32_t nreps;		       /* get: 1; put: every replica */
+	unsigned users;		       /* ranged calls using it (sess_lock) */
+	bool detached;		       /* out of its tree (sess_lock) */
+	bool awaited;		       /* detached: an ender waits for users == 0 */
+	char *blob;
+};
+
+static int session_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct session *)a)->key, ((const struct session *)b)->key);
+}
+
+static void session_free(void *p)
+{
+	struct session *x = p;
+	if (!x)
+		return;
+	mc_free(x->reps);
+	mc_free(x->blob);
+	mc_free(x);
+}
+
+static void blob_str(char **p, struct mc_proto_str *v)
+{
+	if (v->len)
+		memcpy(*p, v->ptr, v->len);
+	(*p)[v->len] = '\0';
+	v->ptr = *p;
+	*p += (size_t)v->len + 1;
+}
+
+/* A session for key over copies of reps (which may point into a response). */
+static struct session *session_new(const char *key, uint64_t size,
+				   const struct mc_store_replica *reps, uint32_t nreps)
+{
+	size_t klen = strlen(key) + 1, slen = 0;
+	struct session *x;
+	char *p;
+
+	for (uint32_t k = 0; k < nreps; k++)
+		slen += (size_t)reps[k].segment_name.len + reps[k].transport_endpoint.len +
+			reps[k].protocol.len + reps[k].file_path.len + 4;
+	x = mc_calloc(1, sizeof(*x));
+	if (!x)
+		return NULL;
+	x->reps = mc_calloc(nreps ? nreps : 1, sizeof(*x->reps));
+	x->blob = mc_malloc(klen + slen);
+	if (!x->reps || !x->blob) {
+		session_free(x);
+		return NULL;
+	}
+	memcpy(x->blob, key, klen);
+	x->key = x->blob;
+	p = x->blob + klen;
+	for (uint32_t k = 0; k < nreps; k++) {
+		x->reps[k] = reps[k];
+		blob_str(&p, &x->reps[k].segment_name);
+		blob_str(&p, &x->reps[k].transport_endpoint);
+		blob_str(&p, &x->reps[k].protocol);
+		blob_str(&p, &x->reps[k].file_path);
+	}
+	x->nreps = nreps;
+	x->size = size;
+	return x;
+}
+
+/* The session of key in tree, or NULL; sess_lock held. */
+static struct session *session_find_locked(void *const *tree, const char *key)
+{
+	struct session probe = {.key = key};
+	void *node = tfind(&probe, tree, session_cmp);
+	return node ? *(struct session **)node : NULL;
+}
+
+/* Take x out of its tree; it is freed now or, when ranged calls still
+ * use it, by the last of them.  sess_lock held. */
+static void session_drop_locked(void **tree, struct session *x)
+{
+	tdelete(x, tree, session_cmp);
+	x->detached = true;
+	if (x->users == 0)
+		session_free(x);
+}
+
+/* Add x to tree, replacing (and dropping) a session of the same key when
+ * replace is set; false when the key has one and replace is not set.
+ * sess_lock held. */
+static bool session_insert_locked(void **tree, struct session *x, bool replace)
+{
+	void *node = tsearch(x, tree, session_cmp);
+	struct session *old;
+	if (!node)
+		return false;
+	old = *(struct session **)node;
+	if (old == x)
+		return true;
+	if (!replace)
+		return false;
+	*(struct session **)node = x; /* same key, so the order holds */
+	old->detached = true;
+	if (old->users == 0)
+		session_free(old);
+	return true;
+}
+
+/* A ranged call is done with x. */
+static void session_unuse(struct mc_store *s, struct session *x)
+{
+	pthread_mutex_lock(&s->sess_lock);
+	if (--x->users == 0 && x->detached) {
+		if (x->awaited)
+			pthread_cond_broadcast(&s->sess_cond);
+		else
+			session_free(x);
+	}
+	pthread_mutex_unlock(&s->sess_lock);
+}
+
+struct keys_out {
+	struct mc_proto_str *v;
+	uint32_t n;
+};
+
+static void collect_key(const void *node, VISIT which, void *arg)
+{
+	const struct session *x = *(struct session *const *)node;
+	struct keys_out *o = arg;
+	if (which == postorder || which == leaf)
+		o->v[o->n++] = mc_proto_str_c(x->key);
+}
+
+static void count_node(const void *node, VISIT which, void *arg)
+{
+	(void)node;
+	if (which == postorder || which == leaf)
+		(*(uint32_t *)arg)++;
+}
+
+/* close: revoke the open put sessions (best effort) and drop every
+ * session.  No other call runs (mc_store_close's contract). */
+static void sessions_drop_all(struct mc_store *s)
+{
+	struct keys_out o = {NULL, 0};
+	uint32_t n = 0;
+	struct mc_store_msg resp;
+
+	twalk_r(s->put_sessions, count_node, &n);
+	if (n && s->conn && (o.v = mc_calloc(n, sizeof(*o.v)))) {
+		twalk_r(s->put_sessions, collect_key, &o);
+		if (send_put_revoke(s, o.v, o.n, false, &resp) == MC_OK)
+			mc_store_msg_release(&resp);
+		mc_free(o.v);
+	}
+	tdestroy(s->put_sessions, session_free);
+	tdestroy(s->get_sessions, session_free);
+	s->put_sessions = s->get_sessions = NULL;
 }
 
 /* ---- heartbeat ------------------------------------------------------------------- */
@@ -914,6 +1239,8 @@ mc_status mc_store_new(struct mc_store **out)
 		return MC_ERR_NOMEM;
 	pthread_mutex_init(&s->lbuf_lock, NULL);
 	pthread_mutex_init(&s->hb_lock, NULL);
+	pthread_mutex_init(&s->sess_lock, NULL);
+	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->hb_cond, &a);
@@ -930,6 +1257,8 @@ void mc_store_free(struct mc_store *s)
 	pthread_mutex_destroy(&s->lbuf_lock);
 	pthread_mutex_destroy(&s->hb_lock);
 	pthread_cond_destroy(&s->hb_cond);
+	pthread_mutex_destroy(&s->sess_lock);
+	pthread_cond_destroy(&s->sess_cond);
 	mc_free(s);
 }
 
@@ -946,6 +1275,7 @@ static void teardown(struct mc_store *s)
 		pthread_join(s->hb, NULL);
 		s->hb_started = false;
 	}
+	sessions_drop_all(s);
 	if (s->seg_mounted) {
 		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
 		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)
@@ -1023,9 +1353,11 @@ static mc_status create_engine(struct mc_store *s, const struct mc_store_params 
 	if (!mc_sock_split_hostport(lh, host, sizeof(host), &port, 0) || !host[0])
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad local_hostname %s", lh);
 	memset(&tp, 0, sizeof(tp));
-	tp.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL;
+	tp.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL |
+			MC_TE_PARAM_DEVICES;
 	tp.metadata_uri = p->metadata_server;
 	tp.protocol = s->protocol;
+	tp.devices = p->rdma_devices; /* TCP: two or more NICs become paths */
 	if (strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
 		tp.field_mask |= MC_TE_PARAM_HOST;
 		tp.host = host;
@@ -1268,9 +1600,19 @@ mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value
 	return put_staged(s, key, &value, &len, 1, config, true);
 }
 
-mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
-			     const size_t *lens, size_t n, const struct mc_store_config *config,
-			     mc_status *results)
+mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
+				const size_t *lens, size_t nparts,
+				const struct mc_store_config *config)
+{
+	if ((!parts || !lens) && nparts)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "upsert_parts: NULL arrays");
+	return put_staged(s, key, parts, lens, nparts, config, true);
+}
+
+static mc_status put_batch_staged(struct mc_store *s, const char *const *keys,
+				  const void *const *values, const size_t *lens, size_t n,
+				  const struct mc_store_config *config, bool upsert,
+				  mc_status *results)
 {
 	mc_status *res = results, rc;
 	void **stage = NULL;
@@ -1318,7 +1660,7 @@ mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const 
 		nbufs[i] = 1;
 		totals[i] = lens[i];
 	}
-	put_many(s, keys, bufs, blens, nbufs, totals, n, config, false, res);
+	put_many(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
 	rc = first_failure(res, n);
 out:
 	if (stage)
@@ -1335,6 +1677,20 @@ out:
 	mc_free(nbufs);
 	mc_free(totals);
 	return rc;
+}
+
+mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
+			     const size_t *lens, size_t n, const struct mc_store_config *config,
+			     mc_status *results)
+{
+	return put_batch_staged(s, keys, values, lens, n, config, false, results);
+}
+
+mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
+				const void *const *values, const size_t *lens, size_t n,
+				const struct mc_store_config *config, mc_status *results)
+{
+	return put_batch_staged(s, keys, values, lens, n, config, true, results);
 }
 
 int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out)
@@ -1467,7 +1823,7 @@ static mc_status batch_begin(struct mc_store *s, const char *const *keys, const 
 static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
 				 void *const *const *bufs, const size_t *const *lens,
 				 const size_t *nbufs, size_t n, const struct mc_store_config *cfg,
-				 mc_status *results)
+				 bool upsert, mc_status *results)
 {
 	mc_status *res = results;
 	uint64_t *totals;
@@ -1493,7 +1849,7 @@ static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
 		if (res[i] == MC_OK && totals[i] == 0)
 			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
 	}
-	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, false, res);
+	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, res);
 	rc = first_failure(res, n);
 	if (res != results)
 		mc_free(res);
@@ -1533,9 +1889,9 @@ static mc_status one_buf_views_new(void *const *bufs, const size_t *lens, size_t
 	return MC_OK;
 }
 
-mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
-				  const size_t *lens, size_t n,
-				  const struct mc_store_config *config, mc_status *results)
+static mc_status batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				const size_t *lens, size_t n, const struct mc_store_config *config,
+				bool upsert, mc_status *results)
 {
 	struct one_buf_views v;
 	mc_status rc = batch_begin(s, keys, bufs, n, config);
@@ -1550,9 +1906,23 @@ mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, v
 	}
 	if (n == 0)
 		return MC_OK;
-	rc = batch_put_multi(s, keys, v.bufs, v.lens, v.nbufs, n, config, results);
+	rc = batch_put_multi(s, keys, v.bufs, v.lens, v.nbufs, n, config, upsert, results);
 	one_buf_views_free(&v);
 	return rc;
+}
+
+mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *lens, size_t n,
+				  const struct mc_store_config *config, mc_status *results)
+{
+	return batch_put_from(s, keys, bufs, lens, n, config, false, results);
+}
+
+mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				     const size_t *lens, size_t n,
+				     const struct mc_store_config *config, mc_status *results)
+{
+	return batch_put_from(s, keys, bufs, lens, n, config, true, results);
 }
 
 mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
@@ -1571,7 +1941,7 @@ mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *
 	}
 	if (n == 0)
 		return MC_OK;
-	return batch_put_multi(s, keys, bufs, lens, nbufs, n, config, results);
+	return batch_put_multi(s, keys, bufs, lens, nbufs, n, config, false, results);
 }
 
 static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
@@ -1592,7 +1962,7 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
 						      keys[i]);
 	}
-	get_many(s, keys, bufs, lens, nbufs, n, res);
+	get_many(s, keys, bufs, lens, nbufs, n, NULL, res);
 	for (size_t i = 0; i < n && rc == MC_OK; i++)
 		if (res[i] < 0)
 			rc = (mc_status)res[i];
@@ -1637,6 +2007,612 @@ mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *
 	if (n == 0)
 		return MC_OK;
 	return batch_get_multi(s, keys, bufs, lens, nbufs, n, results);
+}
+
+mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
+			     void **values_out, int64_t *results)
+{
+	mc_status rc = check_ready(s);
+
+	for (size_t i = 0; values_out && i < n; i++)
+		values_out[i] = NULL;
+	if (rc == MC_OK && n && (!keys || !values_out || !results))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		results[i] = check_key(keys[i]);
+	get_many(s, keys, NULL, NULL, NULL, n, values_out, results);
+	for (size_t i = 0; i < n; i++)
+		if (results[i] < 0)
+			return (mc_status)results[i];
+	return MC_OK;
+}
+
+/* ---- ranged reads ---------------------------------------------------------------------- */
+
+/* The end of the region registered with this client's engine that holds
+ * addr, or 0 when none does. */
+static uint64_t registered_end(struct mc_store *s, uint64_t addr)
+{
+	uint64_t a, len;
+	for (size_t i = 0; mc_te_segment_buffer(s->te, MC_LOCAL_SEGMENT, i, &a, &len) == MC_OK; i++)
+		if (addr >= a && addr - a < len)
+			return a + len;
+	return 0;
+}
+
+/* Results of the ranges of read r whose entry is still MC_OK. */
+static void range_results_fill(const struct mc_store_range_read *r, int64_t v)
+{
+	for (size_t f = 0; f < r->nranges; f++)
+		if (r->results[f] == MC_OK)
+			r->results[f] = v;
+}
+
+mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_range_read *reads,
+				   size_t n)
+{
+	struct mc_store_keys_req req;
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv = NULL;
+	uint32_t *sent = NULL, nsent = 0;
+	size_t *first = NULL; /* per read: its first range's index in rs */
+	size_t nfrag = 0;
+	struct range_set rs = {0};
+	bool have_resp = false;
+	uint64_t t0 = 0;
+	mc_status rc = check_ready(s), ret = MC_OK;
+
+	if (n && !reads)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL reads");
+	for (size_t i = 0; i < n; i++) {
+		if (reads[i].nranges && (!reads[i].ranges || !reads[i].results))
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL ranges");
+		nfrag += reads[i].nranges;
+	}
+	for (size_t i = 0; i < n; i++) {
+		mc_status st = rc == MC_OK ? check_key(reads[i].key) : rc;
+		if (st == MC_OK && !reads[i].buf && reads[i].nranges)
+			st = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL buffer");
+		for (size_t f = 0; f < reads[i].nranges; f++)
+			reads[i].results[f] = st;
+	}
+	if (rc != MC_OK || n == 0)
+		return rc;
+	kv = mc_calloc(n, sizeof(*kv));
+	sent = mc_calloc(n, sizeof(*sent));
+	first = mc_calloc(n, sizeof(*first));
+	if (!kv || !sent || !first || range_set_init(&rs, nfrag, nfrag) != MC_OK) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	/* reads with nothing to do (no ranges, or refused above) ask nothing */
+	for (size_t i = 0; i < n; i++) {
+		if (!reads[i].nranges || reads[i].results[0] != MC_OK)
+			continue;
+		kv[nsent] = mc_proto_str_c(reads[i].key);
+		sent[nsent++] = (uint32_t)i;
+	}
+	if (!nsent)
+		goto out;
+	req.tenant = tenant_str(s);
+	req.n_keys = nsent;
+	req.keys = kv;
+	t0 = mc_now_ms();
+	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	have_resp = true;
+	if (resp.body.batch_replica_list.n_items != nsent) {
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
+				  resp.body.batch_replica_list.n_items, nsent);
+		goto fail_all;
+	}
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica_list_item *it =
+			&resp.body.batch_replica_list.items[j];
+		const struct mc_store_range_read *r = &reads[sent[j]];
+		const struct mc_store_replica *rep;
+		uint64_t base = (uint64_t)(uintptr_t)r->buf, end, room;
+
+		first[sent[j]] = rs.n;
+		if (it->status != MC_OK) {
+			range_results_fill(r, it->status);
+			continue;
+		}
+		rep = choose_replica(s, &it->list);
+		if (!rep) {
+			range_results_fill(r, MC_ERR_INVALID_REPLICA);
+			continue;
+		}
+		end = registered_end(s, base);
+		room = end ? end - base : 0;
+		if (!end)
+			mc_set_error(MC_ERR_INVALID_PARAMS,
+				     "get_into_ranges: %p is not in registered memory", r->buf);
+		for (size_t f = 0; f < r->nranges; f++) {
+			const struct mc_store_range *g = &r->ranges[f];
+			if (!end || !range_inside(g->src_offset, g->length, rep->size) ||
+			    !range_inside(g->dst_offset, g->length, room)) {
+				r->results[f] = MC_ERR_INVALID_PARAMS;
+				continue;
+			}
+			range_set_add(&rs, (char *)r->buf + g->dst_offset, g->src_offset, g->length,
+				      rep, 1);
+		}
+	}
+	run_transfers(s, rs.ios, rs.n, MC_OP_READ);
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_range_read *r = &reads[sent[j]];
+		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
+		bool expired = mc_now_ms() > t0 + ttl;
+		size_t k = first[sent[j]];
+		for (size_t f = 0; f < r->nranges; f++) {
+			if (r->results[f] != MC_OK)
+				continue; /* refused: no range queued */
+			if (rs.ios[k].status != MC_OK)
+				r->results[f] = rs.ios[k].status;
+			else if (expired)
+				r->results[f] = MC_ERR_LEASE_EXPIRED;
+			else
+				r->results[f] = (int64_t)rs.ios[k].len;
+			k++;
+		}
+	}
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		range_results_fill(&reads[i], rc);
+out:
+	if (have_resp)
+		mc_store_msg_release(&resp);
+	for (size_t i = 0; i < n && ret == MC_OK; i++)
+		for (size_t f = 0; f < reads[i].nranges && ret == MC_OK; f++)
+			if (reads[i].results[f] < 0)
+				ret = (mc_status)reads[i].results[f];
+	range_set_release(&rs);
+	mc_free(kv);
+	mc_free(sent);
+	mc_free(first);
+	return ret;
+}
+
+/* ---- sessions ---------------------------------------------------------------------------- */
+
+/* Shared checks of the session calls; on failure every result is set. */
+static mc_status session_begin(struct mc_store *s, const char *const *keys, size_t n,
+			       const void *results, bool need_results)
+{
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK && n && (!keys || (need_results && !results)))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "session call: NULL arrays");
+	if (rc == MC_OK && n > UINT32_MAX)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "session call: too many keys");
+	return rc;
+}
+
+static mc_status first_failure_i64(const int64_t *results, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (results[i] < 0)
+			return (mc_status)results[i];
+	return MC_OK;
+}
+
+mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const *keys, size_t n,
+					   mc_status *results)
+{
+	struct mc_store_keys_req req;
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv;
+	uint32_t *sent, nsent = 0;
+	uint64_t t0;
+	mc_status rc = session_begin(s, keys, n, results, true);
+
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	kv = mc_calloc(n, sizeof(*kv));
+	sent = mc_calloc(n, sizeof(*sent));
+	for (size_t i = 0; i < n; i++)
+		results[i] = MC_ERR_NOMEM;
+	if (!kv || !sent)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		results[i] = check_key(keys[i]);
+		if (results[i] == MC_OK) {
+			kv[nsent] = mc_proto_str_c(keys[i]);
+			sent[nsent++] = (uint32_t)i;
+		}
+	}
+	if (!nsent)
+		goto out;
+	req.tenant = tenant_str(s);
+	req.n_keys = nsent;
+	req.keys = kv;
+	t0 = mc_now_ms();
+	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
+	if (rc == MC_OK && resp.body.batch_replica_list.n_items != nsent) {
+		mc_store_msg_release(&resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered a different number of keys");
+	}
+	if (rc != MC_OK)
+		goto out;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica_list_item *it =
+			&resp.body.batch_replica_list.items[j];
+		const struct mc_store_replica *rep;
+		struct session *x;
+		uint32_t i = sent[j];
+
+		if (it->status != MC_OK) {
+			results[i] = (mc_status)it->status;
+			continue;
+		}
+		rep = choose_replica(s, &it->list);
+		if (!rep) {
+			results[i] = mc_set_error(MC_ERR_INVALID_REPLICA,
+						  "%s has no memory replica", keys[i]);
+			continue;
+		}
+		x = session_new(keys[i], rep->size, rep, 1);
+		if (!x) {
+			results[i] = MC_ERR_NOMEM;
+			continue;
+		}
+		x->deadline_ms = t0 + it->list.lease_ttl_ms;
+		pthread_mutex_lock(&s->sess_lock);
+		if (!session_insert_locked(&s->get_sessions, x, true)) {
+			session_free(x);
+			results[i] = MC_ERR_NOMEM;
+		}
+		pthread_mutex_unlock(&s->sess_lock);
+	}
+	mc_store_msg_release(&resp);
+out:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK && rc != MC_OK)
+			results[i] = rc;
+	mc_free(kv);
+	mc_free(sent);
+	return first_failure(results, n);
+}
+
+mc_status mc_store_batch_get_session_end(struct mc_store *s, const char *const *keys, size_t n)
+{
+	mc_status rc = session_begin(s, keys, n, NULL, false);
+	if (rc != MC_OK)
+		return rc;
+	pthread_mutex_lock(&s->sess_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct session *x = keys[i] ? session_find_locked(&s->get_sessions, keys[i]) : NULL;
+		if (x)
+			session_drop_locked(&s->get_sessions, x);
+	}
+	pthread_mutex_unlock(&s->sess_lock);
+	return MC_OK;
+}
+
+/*
+ * The ranged calls of both session kinds: bufs[i][b] (lens[i][b] bytes)
+ * to or from object offset offs[i][b] of key i, through the session's
+ * replica (get) or all its replicas (put), in one engine batch.
+ */
+static mc_status session_ranges(struct mc_store *s, bool put, const char *const *keys,
+				void *const *const *bufs, const size_t *const *lens,
+				const uint64_t *const *offs, const size_t *nbufs, size_t n,
+				int64_t *results)
+{
+	struct session **xs = NULL;
+	size_t *first = NULL, nio = 0, nrep = 0;
+	struct range_set rs = {0};
+	void **tree = put ? &s->put_sessions : &s->get_sessions;
+	uint64_t now;
+	mc_status rc = session_begin(s, keys, n, results, true);
+
+	if (rc == MC_OK && n && (!bufs || !lens || !offs || !nbufs))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "ranged call: NULL arrays");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	xs = mc_calloc(n, sizeof(*xs));
+	first = mc_calloc(n, sizeof(*first));
+	if (!xs || !first) {
+		mc_free(xs);
+		mc_free(first);
+		for (size_t i = 0; i < n; i++)
+			results[i] = MC_ERR_NOMEM;
+		return MC_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		results[i] = check_key(keys[i]);
+	pthread_mutex_lock(&s->sess_lock);
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] != MC_OK)
+			continue;
+		xs[i] = session_find_locked(tree, keys[i]);
+		if (xs[i])
+			xs[i]->users++;
+		else
+			results[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "no %s session for %s",
+						  put ? "put" : "get", keys[i]);
+	}
+	pthread_mutex_unlock(&s->sess_lock);
+	now = mc_now_ms();
+	for (size_t i = 0; i < n; i++) {
+		if (!xs[i])
+			continue;
+		if (!put && now > xs[i]->deadline_ms) {
+			results[i] =
+				mc_set_error(MC_ERR_LEASE_EXPIRED,
+					     "the get session of %s outlived its lease", keys[i]);
+			continue;
+		}
+		for (size_t b = 0; b < nbufs[i] && results[i] == MC_OK; b++) {
+			if (lens[i][b] && !bufs[i][b])
+				results[i] = mc_set_error(MC_ERR_INVALID_PARAMS,
+							  "NULL buffer for %s", keys[i]);
+			else if (!range_inside(offs[i][b], lens[i][b], xs[i]->size))
+				results[i] = mc_set_error(
+					MC_ERR_INVALID_PARAMS,
+					"range %" PRIu64 "+%zu outside %s (%" PRIu64 " bytes)",
+					offs[i][b], lens[i][b], keys[i], xs[i]->size);
+		}
+		if (results[i] == MC_OK) {
+			nio += nbufs[i];
+			nrep += nbufs[i] * (put ? xs[i]->nreps : 1);
+		}
+	}
+	rc = range_set_init(&rs, nio, nrep);
+	for (size_t i = 0; i < n; i++) {
+		if (!xs[i] || results[i] != MC_OK)
+			continue;
+		if (rc != MC_OK) {
+			results[i] = rc;
+			continue;
+		}
+		first[i] = rs.n;
+		for (size_t b = 0; b < nbufs[i]; b++)
+			range_set_add(&rs, bufs[i][b], offs[i][b], lens[i][b], xs[i]->reps,
+				      put ? xs[i]->nreps : 1);
+	}
+	run_transfers(s, rs.ios, rs.n, put ? MC_OP_WRITE : MC_OP_READ);
+	now = mc_now_ms();
+	for (size_t i = 0; i < n; i++) {
+		uint64_t total = 0;
+		if (!xs[i])
+			continue;
+		for (size_t b = 0; results[i] == MC_OK && b < nbufs[i]; b++) {
+			const struct obj_io *io = &rs.ios[first[i] + b];
+			if (io->status != MC_OK)
+				results[i] = io->status;
+			total += io->len;
+		}
+		if (results[i] == MC_OK && !put && now > xs[i]->deadline_ms)
+			results[i] = MC_ERR_LEASE_EXPIRED; /* may have raced with a removal */
+		if (results[i] == MC_OK)
+			results[i] = (int64_t)total;
+		session_unuse(s, xs[i]);
+	}
+	range_set_release(&rs);
+	mc_free(xs);
+	mc_free(first);
+	return first_failure_i64(results, n);
+}
+
+mc_status mc_store_batch_get_into_multi_buffer_ranges(struct mc_store *s, const char *const *keys,
+						      void *const *const *bufs,
+						      const size_t *const *lens,
+						      const uint64_t *const *src_offsets,
+						      const size_t *nbufs, size_t n,
+						      int64_t *results)
+{
+	return session_ranges(s, false, keys, bufs, lens, src_offsets, nbufs, n, results);
+}
+
+mc_status mc_store_batch_put_from_multi_buffer_ranges(struct mc_store *s, const char *const *keys,
+						      void *const *const *bufs,
+						      const size_t *const *lens,
+						      const uint64_t *const *dst_offsets,
+						      const size_t *nbufs, size_t n,
+						      int64_t *results)
+{
+	return session_ranges(s, true, keys, bufs, lens, dst_offsets, nbufs, n, results);
+}
+
+mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const *keys,
+					   const uint64_t *sizes, size_t n,
+					   const struct mc_store_config *config, mc_status *results)
+{
+	struct mc_store_msg resp;
+	struct mc_proto_str *revoke = NULL;
+	uint32_t *sent = NULL, nsent = 0, nrev = 0;
+	mc_status rc = session_begin(s, keys, n, results, true);
+
+	if (rc == MC_OK)
+		rc = check_config(config, false, n);
+	if (rc == MC_OK && n && !sizes)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "put_session_start: NULL sizes");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	sent = mc_calloc(n, sizeof(*sent));
+	revoke = mc_calloc(n, sizeof(*revoke));
+	if (!sent || !revoke) {
+		for (size_t i = 0; i < n; i++)
+			results[i] = MC_ERR_NOMEM;
+		goto out;
+	}
+	pthread_mutex_lock(&s->sess_lock);
+	for (size_t i = 0; i < n; i++) {
+		results[i] = check_key(keys[i]);
+		if (results[i] == MC_OK && !sizes[i])
+			results[i] =
+				mc_set_error(MC_ERR_INVALID_PARAMS, "empty object %s", keys[i]);
+		if (results[i] == MC_OK && session_find_locked(&s->put_sessions, keys[i]))
+			results[i] = mc_set_error(MC_ERR_INVALID_PARAMS,
+						  "a put session for %s is open", keys[i]);
+		if (results[i] == MC_OK)
+			sent[nsent++] = (uint32_t)i;
+	}
+	pthread_mutex_unlock(&s->sess_lock);
+	if (!nsent)
+		goto out;
+	rc = send_put_start(s, keys, sizes, sent, nsent, config, false, &resp);
+	if (rc != MC_OK)
+		goto out;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
+		uint32_t i = sent[j];
+		struct session *x = NULL;
+		bool ok = false;
+
+		if (it->status != MC_OK) {
+			results[i] = (mc_status)it->status;
+			continue;
+		}
+		if (it->n_replicas)
+			x = session_new(keys[i], sizes[i], it->replicas, it->n_replicas);
+		if (x) {
+			pthread_mutex_lock(&s->sess_lock);
+			ok = session_insert_locked(&s->put_sessions, x, false);
+			pthread_mutex_unlock(&s->sess_lock);
+		}
+		if (!ok) {
+			results[i] = x ? MC_ERR_INVALID_PARAMS
+				       : (it->n_replicas ? MC_ERR_NOMEM : MC_ERR_INVALID_REPLICA);
+			session_free(x);
+			revoke[nrev++] = mc_proto_str_c(keys[i]);
+		}
+	}
+	if (nrev) {
+		struct mc_store_msg rresp;
+		if (send_put_revoke(s, revoke, nrev, false, &rresp) == MC_OK)
+			mc_store_msg_release(&rresp);
+	}
+	mc_store_msg_release(&resp);
+out:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK && rc != MC_OK)
+			results[i] = rc; /* asked for, but the master was not reached */
+	mc_free(sent);
+	mc_free(revoke);
+	return first_failure(results, n);
+}
+
+/* End (BatchPutEnd) or revoke (BatchPutRevoke) put sessions. */
+static mc_status put_session_finish(struct mc_store *s, const char *const *keys, size_t n,
+				    bool revoke, mc_status *results)
+{
+	struct session **xs;
+	struct mc_proto_str *kv = NULL;
+	struct mc_store_object_meta *metas = NULL;
+	uint32_t *owner = NULL, m = 0;
+	struct mc_store_msg resp;
+	mc_status rc = session_begin(s, keys, n, results, true);
+
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	xs = mc_calloc(n, sizeof(*xs));
+	kv = mc_calloc(n, sizeof(*kv));
+	metas = mc_calloc(n, sizeof(*metas));
+	owner = mc_calloc(n, sizeof(*owner));
+	if (!xs || !kv || !metas || !owner) {
+		for (size_t i = 0; i < n; i++)
+			results[i] = MC_ERR_NOMEM;
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	/* detach, so no new ranged write finds them, then wait for those in flight */
+	pthread_mutex_lock(&s->sess_lock);
+	for (size_t i = 0; i < n; i++) {
+		results[i] = check_key(keys[i]);
+		if (results[i] != MC_OK)
+			continue;
+		xs[i] = session_find_locked(&s->put_sessions, keys[i]);
+		if (!xs[i]) {
+			results[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "no put session for %s",
+						  keys[i]);
+			continue;
+		}
+		tdelete(xs[i], &s->put_sessions, session_cmp);
+		xs[i]->detached = true;
+		xs[i]->awaited = true;
+		kv[m] = mc_proto_str_c(xs[i]->key);
+		metas[m].key = kv[m];
+		owner[m++] = (uint32_t)i;
+	}
+	for (uint32_t e = 0; e < m; e++)
+		while (xs[owner[e]]->users)
+			pthread_cond_wait(&s->sess_cond, &s->sess_lock);
+	pthread_mutex_unlock(&s->sess_lock);
+	if (!m)
+		goto out;
+	if (revoke) {
+		rc = send_put_revoke(s, kv, m, false, &resp);
+	} else {
+		struct mc_store_batch_put_end_req end = {
+			.client_id = s->client_id,
+			.tenant = tenant_str(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.n_items = m,
+			.items = metas,
+		};
+		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_PUT_END, &end, &resp);
+	}
+	if (rc == MC_OK && resp.body.batch_status_resp.n_items != m) {
+		mc_store_msg_release(&resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered a different number of keys");
+	}
+	if (rc != MC_OK) {
+		/* the master was not reached: the sessions stay, for a retry */
+		pthread_mutex_lock(&s->sess_lock);
+		for (uint32_t e = 0; e < m; e++) {
+			struct session *x = xs[owner[e]];
+			x->detached = x->awaited = false;
+			if (!session_insert_locked(&s->put_sessions, x, false))
+				session_free(x);
+			results[owner[e]] = rc;
+		}
+		pthread_mutex_unlock(&s->sess_lock);
+		goto out;
+	}
+	for (uint32_t e = 0; e < m; e++) {
+		results[owner[e]] = (mc_status)resp.body.batch_status_resp.statuses[e];
+		session_free(xs[owner[e]]);
+	}
+	mc_store_msg_release(&resp);
+out:
+	mc_free(xs);
+	mc_free(kv);
+	mc_free(metas);
+	mc_free(owner);
+	return first_failure(results, n);
+}
+
+mc_status mc_store_batch_put_session_end(struct mc_store *s, const char *const *keys, size_t n,
+					 mc_status *results)
+{
+	return put_session_finish(s, keys, n, false, results);
+}
+
+mc_status mc_store_batch_put_session_revoke(struct mc_store *s, const char *const *keys, size_t n,
+					    mc_status *results)
+{
+	return put_session_finish(s, keys, n, true, results);
 }
 
 /* ---- metadata calls ------------------------------------------------------------------ */

@@ -4,31 +4,56 @@
  *
  * Design.  One TCP socket per client, many callers.  A caller encodes its
  * request with a fresh id, puts a struct call (on its own stack) on the
- * pending list, writes the frame and sleeps on the call's condition
- * variable.  The receiver thread reads the socket, cuts the stream into
- * frames with mc_proto_frame_peek, looks the id up in the pending list,
- * copies the frame into the call (into its inline buffer when it fits, as
- * almost every answer does) and wakes the caller, who decodes it.  Decoding
- * on the caller's thread keeps the receiver short, and answers may arrive
- * in any order.
+ * pending list, writes the frame, and then waits for its answer.
+ *
+ * Reading: "the leader reads".  Whoever holds the read role (c->reader)
+ * reads the socket, cuts the stream into frames with mc_proto_frame_peek,
+ * and hands each answer to the pending call with its id (a copy into the
+ * call's inline buffer, as almost every answer fits, and a signal of its
+ * condition variable).  A waiting caller takes the role itself whenever
+ * nobody holds it, so a lone caller reads its own answer: no hand-off to
+ * another thread and no second wake-up per call, which on a virtual
+ * machine costs more than the round trip.  Before blocking in poll the
+ * leader polls the socket without sleeping for MC_RPC_BUSY_POLL_US
+ * (yielding the CPU between tries, as the master's loop does), because the
+ * answer usually arrives within tens of microseconds.  The leader keeps
+ * the role until its own answer is in (delivering other callers' answers
+ * on the way), then gives it up and signals the first pending call, which
+ * takes the role over; with many callers the answers are still pipelined
+ * and may arrive in any order.  Partly received frames stay in rxbuf for
+ * the next holder.  The protocol has no unsolicited frames; an answer
+ * whose caller gave up is dropped by whichever holder reads it.
+ *
+ * The receiver thread reads nothing while callers wait.  It watches the
+ * socket for a hang-up (poll for POLLRDHUP only, which data does not
+ * wake), so a master that closes an idle connection is noticed at once;
+ * then it takes the role when it is free, hands out what is left, and
+ * fails the connection.  It is also the only thread that closes the
+ * socket, so no thread ever polls or reads a closed (and maybe reused) fd:
+ * readers use the fd only while holding the role, and the receiver closes
+ * only when nobody holds it.
  *
  * States: DOWN (no socket) -> UP (connected, ServiceReady answered) ->
- * BROKEN (a write or read failed, or reset was asked: the socket is shut
- * down but still open) -> DOWN (the receiver closed it and failed every
- * pending call).  Only a caller connects, and only from DOWN, so a failure
- * is followed by a reconnect on next use and not by a busy loop.
+ * BROKEN (a read or write failed, a frame was malformed, or reset was
+ * asked: every pending call has failed and the socket is shut down but
+ * still open) -> DOWN (the receiver closed it).  Only a caller connects,
+ * and only from DOWN, so a failure is followed by a reconnect on next use
+ * and not by a busy loop.
  *
  * Locks: send_lock is held while connecting and while writing one frame,
  * so frames never interleave and the socket cannot be closed under a
- * writer; lock protects state, fd and the pending list.  Order: send_lock
- * before lock.  The receiver takes send_lock only to close the socket.
+ * writer; lock protects state, fd, reader, the pending list and the call
+ * records on it.  Order: send_lock before lock.  The read role is not a
+ * lock: its holder keeps no lock while it reads; rxbuf belongs to it.
  */
 #define MC_LOG_MODULE "store"
 #include "store/master_conn.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,9 +74,11 @@
 void mc_restore_error(const char *text); /* base/log.c */
 
 #define DEFAULT_MASTER_PORT 50051
+#define DEFAULT_BUSY_POLL   50	/* us; see busy polling above */
 #define CALL_INLINE	    512 /* answers up to this size need no allocation */
 #define BUF_CACHE	    8	/* encode buffers kept for reuse */
 #define BUF_KEEP_MAX	    (1u << 20)
+#define RX_MIN_ROOM	    4096
 
 enum conn_state {
 	CONN_DOWN,
@@ -59,10 +86,16 @@ enum conn_state {
 	CONN_BROKEN,
 };
 
+enum reader {
+	READER_NONE,
+	READER_CALLER,
+	READER_RX,
+};
+
 struct call {
 	struct mc_list node; /* on conn->pending while waiting */
 	uint64_t id;
-	pthread_cond_t cond;
+	pthread_cond_t cond; /* answer in, call failed, or the read role is free */
 	bool done;
 	mc_status status; /* transport outcome once done */
 	uint8_t *frame;	  /* the answer: inline_buf or allocated */
@@ -75,24 +108,31 @@ struct mc_master_conn {
 	uint16_t port;
 	int64_t timeout_ms;	    /* per call; < 0 = none */
 	int64_t connect_timeout_ms; /* connect + ServiceReady */
+	uint64_t busy_poll_us;	    /* leader polls this long before sleeping */
 
 	pthread_mutex_t send_lock; /* connecting, writing one frame */
 	pthread_mutex_t lock;	   /* everything below */
-	pthread_cond_t state_cond; /* state changes */
+	pthread_cond_t state_cond; /* state, reader (when rx_waits), users */
 	int state;		   /* enum conn_state */
 	int fd;
-	bool stop;
+	int reader;		/* enum reader: who holds the read role */
+	bool rx_waits;		/* the receiver waits for the role to be free */
+	bool stop;		/* mc_master_conn_free has begun */
+	unsigned users;		/* calls inside mc_master_conn_call */
 	struct mc_list pending; /* struct call, waiting for answers */
 	mc_status fail_status;	/* what the pending calls get when the link drops */
 	struct mc_buf *bufs[BUF_CACHE];
 	unsigned nbufs;
+	struct mc_master_conn_stats stats;
 
 	atomic_uint_fast64_t next_id;
 	pthread_t rx;
 	bool rx_started;
-	/* receiver only */
+	/* the read role's holder only */
 	uint8_t *rxbuf;
 	size_t rxcap;
+	size_t rxlen;  /* bytes received, not yet handed out */
+	size_t rxneed; /* size of the frame being received, once its header is in */
 };
 
 static int64_t env_ms(const char *name, int64_t def)
@@ -139,50 +179,36 @@ static uint64_t deadline_after(int64_t ms)
 	return ms < 0 ? 0 : mc_now_ms() + (uint64_t)ms;
 }
 
-/* ---- encode buffers ----------------------------------------------------- */
-
-static struct mc_buf *buf_get(struct mc_master_conn *c)
+static bool expired(uint64_t deadline_ms)
 {
-	struct mc_buf *b = NULL;
-	pthread_mutex_lock(&c->lock);
-	if (c->nbufs)
-		b = c->bufs[--c->nbufs];
-	pthread_mutex_unlock(&c->lock);
-	if (!b) {
-		b = mc_malloc(sizeof(*b));
-		if (b)
-			mc_buf_init(b);
-	}
-	return b;
-}
-
-static void buf_put(struct mc_master_conn *c, struct mc_buf *b)
-{
-	if (b->cap > BUF_KEEP_MAX)
-		mc_buf_release(b);
-	else
-		mc_buf_reset(b);
-	pthread_mutex_lock(&c->lock);
-	if (c->nbufs < BUF_CACHE) {
-		c->bufs[c->nbufs++] = b;
-		b = NULL;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (b) {
-		mc_buf_release(b);
-		mc_free(b);
-	}
+	return deadline_ms && mc_now_ms() >= deadline_ms;
 }
 
 /* ---- connection state ----------------------------------------------------- */
 
-/* Shut the socket down so the receiver sees the end; lock held. */
+/* Fail every pending call with status; lock held. */
+static void fail_pending_locked(struct mc_master_conn *c, mc_status status)
+{
+	struct mc_list *pos, *tmp;
+	mc_list_for_each_safe(pos, tmp, &c->pending) {
+		struct call *k = mc_list_entry(pos, struct call, node);
+		mc_list_del(&k->node);
+		k->status = status;
+		k->done = true;
+		pthread_cond_signal(&k->cond);
+	}
+}
+
+/* Fail the connection: pending calls fail with why and the socket is shut
+ * down, which wakes whoever polls or reads it; the receiver closes it once
+ * nobody holds the read role.  Lock held. */
 static void mark_broken_locked(struct mc_master_conn *c, mc_status why)
 {
 	if (c->state != CONN_UP)
 		return;
 	c->state = CONN_BROKEN;
 	c->fail_status = why;
+	fail_pending_locked(c, why);
 	shutdown(c->fd, SHUT_RDWR);
 	pthread_cond_broadcast(&c->state_cond);
 }
@@ -194,6 +220,41 @@ void mc_master_conn_reset(struct mc_master_conn *c)
 	pthread_mutex_lock(&c->lock);
 	mark_broken_locked(c, MC_ERR_RPC_FAIL);
 	pthread_mutex_unlock(&c->lock);
+}
+
+/* Give the read role up: the first pending call takes it over (its
+ * thread may be waiting, or about to look), the receiver if it waits for
+ * it.  Lock held. */
+static void release_role_locked(struct mc_master_conn *c)
+{
+	c->reader = READER_NONE;
+	if (!mc_list_empty(&c->pending)) {
+		struct call *next = mc_list_first(&c->pending, struct call, node);
+		pthread_cond_signal(&next->cond);
+	}
+	if (c->rx_waits)
+		pthread_cond_broadcast(&c->state_cond);
+}
+
+/* Close a BROKEN connection; receiver only, lock held, nobody reading. */
+static void close_broken_locked(struct mc_master_conn *c)
+{
+	pthread_mutex_unlock(&c->lock);
+	/* no writer may be on the socket when it closes */
+	pthread_mutex_lock(&c->send_lock);
+	pthread_mutex_lock(&c->lock);
+	mc_assert(c->state == CONN_BROKEN && c->reader == READER_NONE);
+	close(c->fd);
+	c->fd = -1;
+	c->state = CONN_DOWN;
+	c->rxlen = 0;
+	c->rxneed = 0;
+	fail_pending_locked(c, c->fail_status); /* none are left; kept for safety */
+	pthread_cond_broadcast(&c->state_cond);
+	pthread_mutex_unlock(&c->send_lock);
+	if (!c->stop)
+		mc_info("connection to master %s:%u lost; reconnecting on next call", c->host,
+			c->port);
 }
 
 /* Read one whole frame (blocking socket) into a malloc'ed buffer. */
@@ -282,6 +343,11 @@ static mc_status do_connect(struct mc_master_conn *c)
 	mc_store_msg_release(&m);
 
 	pthread_mutex_lock(&c->lock);
+	if (c->stop) { /* mc_master_conn_free began meanwhile */
+		pthread_mutex_unlock(&c->lock);
+		rc = mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
+		goto err_close;
+	}
 	c->fd = fd;
 	c->state = CONN_UP;
 	c->fail_status = MC_ERR_RPC_FAIL;
@@ -293,12 +359,13 @@ err_close:
 	return rc;
 }
 
-/* ---- receiver ------------------------------------------------------------------- */
+/* ---- the read role -------------------------------------------------------------- */
 
-static void deliver(struct mc_master_conn *c, const uint8_t *frame, size_t len, uint64_t id)
+/* Give the answer frame to the pending call with its id; lock held.
+ * Returns whether a call took it. */
+static bool deliver_locked(struct mc_master_conn *c, const uint8_t *frame, size_t len, uint64_t id)
 {
 	struct mc_list *pos;
-	pthread_mutex_lock(&c->lock);
 	mc_list_for_each(pos, &c->pending) {
 		struct call *k = mc_list_entry(pos, struct call, node);
 		if (k->id != id)
@@ -314,107 +381,215 @@ static void deliver(struct mc_master_conn *c, const uint8_t *frame, size_t len, 
 		}
 		k->done = true;
 		pthread_cond_signal(&k->cond);
-		break;
+		return true;
 	}
-	pthread_mutex_unlock(&c->lock);
+	return false;
 }
 
-/* Read frames from fd until it fails; returns what pending calls should get. */
-static mc_status read_loop(struct mc_master_conn *c, int fd)
+/*
+ * Hand out every whole frame in rxbuf; role and lock held.  self is the
+ * reading caller (NULL for the receiver), for the statistics only.
+ * MC_OK, or what pending calls should get when the stream is bad.
+ */
+static mc_status dispatch_locked(struct mc_master_conn *c, const struct call *self)
 {
-	size_t have = 0;
-	for (;;) {
-		struct mc_proto_hdr h;
-		size_t flen = 0, off = 0;
-		ssize_t n;
-		mc_status rc;
+	size_t off = 0;
+	mc_status rc = MC_OK;
 
-		if (c->rxcap - have < 4096) {
-			size_t ncap = c->rxcap * 2;
-			uint8_t *p = mc_realloc(c->rxbuf, ncap);
-			if (!p)
-				return MC_ERR_RPC_FAIL;
-			c->rxbuf = p;
-			c->rxcap = ncap;
+	c->rxneed = 0;
+	while (off < c->rxlen) {
+		struct mc_proto_hdr h;
+		size_t flen = 0;
+		rc = mc_proto_frame_peek(c->rxbuf + off, c->rxlen - off, MC_PROTO_MAX_PAYLOAD, &h,
+					 &flen);
+		if (rc == MC_INPROGRESS) {
+			c->rxneed = flen; /* 0 while the header is incomplete */
+			rc = MC_OK;
+			break;
 		}
-		n = read(fd, c->rxbuf + have, c->rxcap - have);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			if (n < 0)
-				mc_set_error(MC_ERR_RPC_FAIL, "read from master: %s",
-					     strerror(errno));
-			return MC_ERR_RPC_FAIL;
+		if (rc != MC_OK) {
+			mc_warn("bad frame from master %s:%u: %s", c->host, c->port,
+				mc_strerror(rc));
+			rc = rc == MC_ERR_INVALID_VERSION ? rc : MC_ERR_RPC_FAIL;
+			break;
 		}
-		have += (size_t)n;
-		for (;;) {
-			rc = mc_proto_frame_peek(c->rxbuf + off, have - off, MC_PROTO_MAX_PAYLOAD,
-						 &h, &flen);
-			if (rc == MC_INPROGRESS)
+		if ((h.flags & MC_PROTO_F_RESPONSE) &&
+		    deliver_locked(c, c->rxbuf + off, flen, h.req_id)) {
+			if (!self)
+				c->stats.by_receiver++;
+			else if (self->id == h.req_id)
+				c->stats.own++;
+			else
+				c->stats.for_others++;
+		}
+		off += flen;
+	}
+	if (off) {
+		memmove(c->rxbuf, c->rxbuf + off, c->rxlen - off);
+		c->rxlen -= off;
+	}
+	return rc;
+}
+
+/*
+ * Receive what the socket holds into rxbuf without waiting; role held.
+ * Returns 1 (bytes came), 0 (nothing there yet) or -1 (end of stream or
+ * error, recorded as the last error).
+ */
+static int rx_fill(struct mc_master_conn *c, int fd)
+{
+	size_t want = MC_MAX(c->rxlen + RX_MIN_ROOM, c->rxneed);
+	ssize_t n;
+
+	if (want > c->rxcap) {
+		size_t ncap = MC_MAX(c->rxcap * 2, want);
+		uint8_t *p = mc_realloc(c->rxbuf, ncap);
+		if (!p) {
+			mc_set_error(MC_ERR_NOMEM, "no memory for a %zu-byte answer from master",
+				     want);
+			return -1;
+		}
+		c->rxbuf = p;
+		c->rxcap = ncap;
+	}
+	n = recv(fd, c->rxbuf + c->rxlen, c->rxcap - c->rxlen, MSG_DONTWAIT);
+	if (n > 0) {
+		c->rxlen += (size_t)n;
+		return 1;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 0;
+	if (n == 0)
+		mc_set_error(MC_ERR_RPC_FAIL, "master %s:%u closed the connection", c->host,
+			     c->port);
+	else
+		mc_set_error(MC_ERR_RPC_FAIL, "read from master %s:%u: %s", c->host, c->port,
+			     strerror(errno));
+	return -1;
+}
+
+/*
+ * Caller k holds nothing and finds the role free on an UP connection: take
+ * it and read until k's answer is in, the connection fails, or k's
+ * deadline passes; then give the role up.  Lock held on entry and return.
+ */
+static void lead_locked(struct mc_master_conn *c, struct call *k, uint64_t deadline)
+{
+	uint64_t spin_until = c->busy_poll_us ? mc_now_us() + c->busy_poll_us : 0;
+	int fd = c->fd;
+
+	c->reader = READER_CALLER;
+	pthread_mutex_unlock(&c->lock);
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int got = rx_fill(c, fd), timeout = -1;
+
+		if (got > 0) {
+			mc_status why;
+			pthread_mutex_lock(&c->lock);
+			why = dispatch_locked(c, k);
+			if (why != MC_OK)
+				mark_broken_locked(c, why);
+			if (k->done || c->state != CONN_UP)
 				break;
-			if (rc != MC_OK) {
-				mc_warn("bad frame from master %s:%u: %s", c->host, c->port,
-					mc_strerror(rc));
-				return rc == MC_ERR_INVALID_VERSION ? rc : MC_ERR_RPC_FAIL;
+			pthread_mutex_unlock(&c->lock);
+			continue;
+		}
+		if (got < 0) {
+			pthread_mutex_lock(&c->lock);
+			mark_broken_locked(c, MC_ERR_RPC_FAIL);
+			break;
+		}
+		if (spin_until) {
+			if (mc_now_us() < spin_until) {
+				sched_yield(); /* keep the CPU awake, not away from others */
+				continue;
 			}
-			if (h.flags & MC_PROTO_F_RESPONSE)
-				deliver(c, c->rxbuf + off, flen, h.req_id);
-			off += flen;
+			spin_until = 0;
 		}
-		if (off) {
-			memmove(c->rxbuf, c->rxbuf + off, have - off);
-			have -= off;
+		if (deadline) {
+			uint64_t now = mc_now_ms();
+			if (now >= deadline) {
+				pthread_mutex_lock(&c->lock);
+				break;
+			}
+			timeout = (int)MC_MIN(deadline - now, (uint64_t)INT32_MAX);
 		}
-		/* room for the frame being received, at once */
-		if (flen > c->rxcap) {
-			uint8_t *p = mc_realloc(c->rxbuf, flen);
-			if (!p)
-				return MC_ERR_RPC_FAIL;
-			c->rxbuf = p;
-			c->rxcap = flen;
+		/* a shutdown of the socket (reset, free) wakes this too */
+		if (poll(&p, 1, timeout) < 0 && errno != EINTR) {
+			mc_set_error(MC_ERR_RPC_FAIL, "poll on the master connection: %s",
+				     strerror(errno));
+			pthread_mutex_lock(&c->lock);
+			mark_broken_locked(c, MC_ERR_RPC_FAIL);
+			break;
 		}
 	}
+	release_role_locked(c);
+}
+
+/* ---- receiver ------------------------------------------------------------------- */
+
+/* The peer hung up (or the socket erred) and nobody reads: hand out the
+ * answers that arrived before, then fail the connection.  Lock held. */
+static void drain_locked(struct mc_master_conn *c)
+{
+	int fd = c->fd;
+	mc_status why = MC_ERR_RPC_FAIL;
+	int got;
+
+	c->reader = READER_RX;
+	pthread_mutex_unlock(&c->lock);
+	while ((got = rx_fill(c, fd)) > 0) {
+		pthread_mutex_lock(&c->lock);
+		why = dispatch_locked(c, NULL);
+		pthread_mutex_unlock(&c->lock);
+		if (why != MC_OK)
+			break;
+		why = MC_ERR_RPC_FAIL;
+	}
+	pthread_mutex_lock(&c->lock);
+	mark_broken_locked(c, why);
+	release_role_locked(c);
 }
 
 static void *rx_main(void *arg)
 {
 	struct mc_master_conn *c = arg;
+	bool hup = false;
+
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		struct mc_list *pos, *tmp;
-		mc_status why;
-		int fd;
+		struct pollfd p;
+		int n;
 
-		while (!c->stop && c->state != CONN_UP)
+		if (c->state == CONN_DOWN) {
+			hup = false;
+			if (c->stop)
+				break;
 			pthread_cond_wait(&c->state_cond, &c->lock);
-		if (c->stop)
-			break;
-		fd = c->fd;
-		pthread_mutex_unlock(&c->lock);
-
-		why = read_loop(c, fd);
-
-		pthread_mutex_lock(&c->lock);
-		mark_broken_locked(c, why);
-		pthread_mutex_unlock(&c->lock);
-		/* no writer may be on the socket when it closes */
-		pthread_mutex_lock(&c->send_lock);
-		pthread_mutex_lock(&c->lock);
-		close(c->fd);
-		c->fd = -1;
-		c->state = CONN_DOWN;
-		mc_list_for_each_safe(pos, tmp, &c->pending) {
-			struct call *k = mc_list_entry(pos, struct call, node);
-			mc_list_del(&k->node);
-			k->status = c->fail_status;
-			k->done = true;
-			pthread_cond_signal(&k->cond);
+			continue;
 		}
-		pthread_cond_broadcast(&c->state_cond);
-		pthread_mutex_unlock(&c->send_lock);
-		if (!c->stop)
-			mc_info("connection to master %s:%u lost; reconnecting on next call",
-				c->host, c->port);
+		if (c->reader != READER_NONE && (hup || c->state == CONN_BROKEN)) {
+			c->rx_waits = true;
+			pthread_cond_wait(&c->state_cond, &c->lock);
+			c->rx_waits = false;
+			continue;
+		}
+		if (c->state == CONN_BROKEN) {
+			close_broken_locked(c);
+			continue;
+		}
+		if (hup) {
+			drain_locked(c);
+			continue;
+		}
+		/* UP: sleep until the peer hangs up or the socket errs (POLLHUP and
+		 * POLLERR are always reported); arriving data does not wake this */
+		p = (struct pollfd){.fd = c->fd, .events = POLLRDHUP};
+		pthread_mutex_unlock(&c->lock);
+		n = poll(&p, 1, -1);
+		pthread_mutex_lock(&c->lock);
+		hup = n > 0;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -449,7 +624,7 @@ static mc_status send_call(struct mc_master_conn *c, struct call *k, const struc
 			/* the receiver is about to close it: wait for DOWN */
 			bool ok = true;
 			pthread_mutex_unlock(&c->send_lock);
-			while (c->state == CONN_BROKEN && ok)
+			while (c->state == CONN_BROKEN && !c->stop && ok)
 				ok = cond_wait_until(&c->state_cond, &c->lock, deadline);
 			pthread_mutex_unlock(&c->lock);
 			if (!ok)
@@ -480,6 +655,61 @@ static mc_status send_call(struct mc_master_conn *c, struct call *k, const struc
 	}
 }
 
+/* Wait until k is done: read the socket whenever nobody else does, sleep
+ * otherwise.  Lock held. */
+static void wait_answer_locked(struct mc_master_conn *c, struct call *k, uint64_t deadline)
+{
+	while (!k->done) {
+		if (c->reader == READER_NONE && c->state == CONN_UP && !expired(deadline)) {
+			lead_locked(c, k, deadline);
+			continue;
+		}
+		if (expired(deadline)) {
+			mc_list_del(&k->node);
+			k->done = true;
+			k->status = MC_ERR_RPC_TIMEOUT;
+			/* k may have been told to take the role: pass it on */
+			if (c->reader == READER_NONE)
+				release_role_locked(c);
+			break;
+		}
+		cond_wait_until(&k->cond, &c->lock, deadline);
+	}
+}
+
+/* Take an encode buffer from the cache or make one; lock held. */
+static struct mc_buf *buf_get_locked(struct mc_master_conn *c)
+{
+	struct mc_buf *b;
+	if (c->nbufs)
+		return c->bufs[--c->nbufs];
+	b = mc_malloc(sizeof(*b));
+	if (b)
+		mc_buf_init(b);
+	return b;
+}
+
+/* Return b to the cache, or free it; lock held. */
+static void buf_put_locked(struct mc_master_conn *c, struct mc_buf *b)
+{
+	if (b->cap <= BUF_KEEP_MAX && c->nbufs < BUF_CACHE) {
+		mc_buf_reset(b);
+		c->bufs[c->nbufs++] = b;
+		return;
+	}
+	mc_buf_release(b);
+	mc_free(b);
+}
+
+/* A call is over: let a waiting mc_master_conn_free go on.  Unlocks;
+ * c must not be touched afterwards. */
+static void leave_unlock(struct mc_master_conn *c)
+{
+	if (--c->users == 0 && c->stop)
+		pthread_cond_broadcast(&c->state_cond);
+	pthread_mutex_unlock(&c->lock);
+}
+
 mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
 			      struct mc_store_msg *resp_out)
 {
@@ -488,64 +718,77 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 	struct call k;
 	mc_status rc;
 
-	b = buf_get(c);
-	if (!b)
-		return MC_ERR_NOMEM;
-	memset(&k, 0, offsetof(struct call, inline_buf));
-	k.id = atomic_fetch_add(&c->next_id, 1);
-	rc = mc_store_request_encode(b, type, k.id, body);
-	if (rc != MC_OK) {
-		buf_put(c, b);
-		return rc;
-	}
-	cond_init_mono(&k.cond);
-	rc = send_call(c, &k, b, deadline);
-	buf_put(c, b);
-	if (rc != MC_OK)
-		goto out;
-
 	pthread_mutex_lock(&c->lock);
-	while (!k.done) {
-		if (!cond_wait_until(&k.cond, &c->lock, deadline) && !k.done) {
-			mc_list_del(&k.node);
-			k.done = true;
-			k.status = MC_ERR_RPC_TIMEOUT;
-		}
+	if (c->stop) {
+		pthread_mutex_unlock(&c->lock);
+		return mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
+	}
+	c->users++;
+	b = buf_get_locked(c);
+	if (!b) {
+		leave_unlock(c);
+		return MC_ERR_NOMEM;
 	}
 	pthread_mutex_unlock(&c->lock);
-	rc = k.status;
+	memset(&k, 0, offsetof(struct call, inline_buf));
+	k.id = atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
+	rc = mc_store_request_encode(b, type, k.id, body);
+	if (rc == MC_OK) {
+		cond_init_mono(&k.cond);
+		rc = send_call(c, &k, b, deadline);
+		pthread_mutex_lock(&c->lock);
+		buf_put_locked(c, b);
+		if (rc == MC_OK) {
+			wait_answer_locked(c, &k, deadline);
+			rc = k.status;
+			if (rc != MC_OK)
+				rc = mc_set_error(rc, "%s to master %s:%u: %s",
+						  mc_store_msg_name(type), c->host, c->port,
+						  rc == MC_ERR_RPC_TIMEOUT ? "no answer in time"
+									   : "connection lost");
+		}
+		pthread_cond_destroy(&k.cond);
+	} else {
+		pthread_mutex_lock(&c->lock);
+		buf_put_locked(c, b);
+	}
 	if (rc != MC_OK) {
-		rc = mc_set_error(
-			rc, "%s to master %s:%u: %s", mc_store_msg_name(type), c->host, c->port,
-			rc == MC_ERR_RPC_TIMEOUT ? "no answer in time" : "connection lost");
+		leave_unlock(c);
 		goto out;
 	}
+	pthread_mutex_unlock(&c->lock);
+
+	/* decoded outside the lock, but still as a user: a bad answer resets c */
 	rc = mc_store_msg_decode(k.frame, k.len, MC_PROTO_MAX_PAYLOAD, resp_out);
 	if (rc != MC_OK) {
 		mc_warn("undecodable %s answer from master %s:%u: %s", mc_store_msg_name(type),
 			c->host, c->port, mc_last_error());
 		mc_master_conn_reset(c);
 		rc = MC_ERR_PROTOCOL;
-		goto out;
-	}
-	if (resp_out->hdr.type != type) {
+	} else if (resp_out->hdr.type != type) {
 		mc_store_msg_release(resp_out);
 		mc_master_conn_reset(c);
 		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %s with type %u",
 				  mc_store_msg_name(type), resp_out->hdr.type);
-		goto out;
-	}
-	if (resp_out->hdr.status != MC_OK) {
+	} else if (resp_out->hdr.status != MC_OK) {
 		rc = (mc_status)resp_out->hdr.status;
 		mc_set_error(rc, "%s: %.*s", mc_store_msg_name(type), (int)resp_out->error.len,
 			     resp_out->error.ptr ? resp_out->error.ptr : "");
 		mc_store_msg_release(resp_out);
 	}
+	pthread_mutex_lock(&c->lock);
+	leave_unlock(c);
 out:
 	if (k.frame && k.frame != k.inline_buf)
 		mc_free(k.frame);
-	pthread_cond_destroy(&k.cond);
 	return rc;
+}
+
+void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats *out)
+{
+	pthread_mutex_lock(&c->lock);
+	*out = c->stats;
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */
@@ -554,6 +797,7 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 {
 	struct mc_master_conn *c;
 	char why[400];
+	int64_t spin;
 	mc_status rc;
 
 	if (!addr || !*addr)
@@ -569,8 +813,11 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 	}
 	c->timeout_ms = env_ms("MC_RPC_TIMEOUT_MS", 30000);
 	c->connect_timeout_ms = env_ms("MC_RPC_CONNECT_TIMEOUT_MS", 30000);
+	spin = env_ms("MC_RPC_BUSY_POLL_US", DEFAULT_BUSY_POLL);
+	c->busy_poll_us = (uint64_t)MC_MIN(MC_MAX(spin, 0), 1000000);
 	c->fd = -1;
 	c->state = CONN_DOWN;
+	c->reader = READER_NONE;
 	c->fail_status = MC_ERR_RPC_FAIL;
 	atomic_init(&c->next_id, 1);
 	mc_list_init(&c->pending);
@@ -593,6 +840,7 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 		goto err;
 	}
 	c->rx_started = true;
+	pthread_setname_np(c->rx, "mc-master-rx");
 	*out = c;
 	return MC_OK;
 err:
@@ -608,9 +856,12 @@ void mc_master_conn_free(struct mc_master_conn *c)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->stop = true;
-	if (c->fd >= 0)
-		shutdown(c->fd, SHUT_RDWR);
+	mark_broken_locked(c, MC_ERR_RPC_FAIL);
 	pthread_cond_broadcast(&c->state_cond);
+	/* calls in flight have failed or are about to (their socket is shut
+	 * down); wait until the last one has left */
+	while (c->users)
+		pthread_cond_wait(&c->state_cond, &c->lock);
 	pthread_mutex_unlock(&c->lock);
 	if (c->rx_started)
 		pthread_join(c->rx, NULL);

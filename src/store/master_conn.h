@@ -3,9 +3,13 @@
  *
  * One TCP connection carries every RPC of a client (docs/protocol.md,
  * "Store client <-> master protocol").  Any number of threads may call at
- * once: each request gets its own id, requests are pipelined on the one
- * socket, and a receiver thread matches each response to its caller by id
- * and wakes it.  A call that does not get its answer by its deadline
+ * once: each request gets its own id and requests are pipelined on the one
+ * socket.  A waiting caller reads the socket itself whenever no other
+ * thread does, handing other callers' answers to them by id, so a lone
+ * caller needs no thread hand-off; it polls the socket without sleeping
+ * for MC_RPC_BUSY_POLL_US (default 50, 0 = off) before it blocks.  A
+ * receiver thread only watches an idle connection for a hang-up.  A call
+ * that does not get its answer by its deadline
  * (MC_RPC_TIMEOUT_MS, default 30000, negative = none) fails with
  * MC_ERR_RPC_TIMEOUT; the late answer is dropped when it arrives.  A
  * transport failure fails every call in flight with MC_ERR_RPC_FAIL and
@@ -13,8 +17,10 @@
  * sending ServiceReady first; a master of another protocol major version
  * is MC_ERR_INVALID_VERSION.
  *
- * Threads: every function may be called from any thread, except
- * mc_master_conn_free, which must not race with calls.
+ * Threads: every function may be called from any thread.
+ * mc_master_conn_free may run while calls are in flight (they fail with
+ * MC_ERR_RPC_FAIL and free waits until they have returned), but no call
+ * may start once it has begun.
  */
 #ifndef MC_STORE_MASTER_CONN_H
 #define MC_STORE_MASTER_CONN_H
@@ -49,5 +55,13 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 
 /* Drop the connection now (calls in flight fail); the next call reconnects. */
 void mc_master_conn_reset(struct mc_master_conn *c);
+
+/* Who read the answers that reached their callers, since mc_master_conn_new. */
+struct mc_master_conn_stats {
+	uint64_t own;	      /* by the caller that waited for it */
+	uint64_t for_others;  /* by a caller holding the read role for another */
+	uint64_t by_receiver; /* by the receiver thread (after a hang-up) */
+};
+void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats *out);
 
 #endif

@@ -335,6 +335,443 @@ static void multi_buffer_gather_and_scatter(void **state)
 	expect_get(A, "mb-1", whole1, sizeof(whole1));
 }
 
+/* ---- upsert family, batch get ------------------------------------------------------------ */
+
+static void upsert_parts_and_batches(void **state)
+{
+	char a[300], b[200], c[64], whole[500];
+	const void *parts[2] = {a, b};
+	size_t plens[2] = {sizeof(a), sizeof(b)};
+	const char *keys[3] = {"ub-0", "ub-1", ""};
+	const void *vals[3] = {a, b, c};
+	size_t lens[3] = {sizeof(a), sizeof(b), sizeof(c)};
+	mc_status res[3];
+	char *src = malloc(4096);
+	void *sb[2] = {src, src + 1000};
+	size_t sl[2] = {1000, 50};
+	(void)state;
+	mc_test_fill(a, sizeof(a), 201);
+	mc_test_fill(b, sizeof(b), 202);
+	mc_test_fill(c, sizeof(c), 203);
+	mc_test_fill(src, 4096, 204);
+	memcpy(whole, a, sizeof(a));
+	memcpy(whole + sizeof(a), b, sizeof(b));
+	/* upsert_parts: insert, then overwrite with another size */
+	assert_int_equal(mc_store_upsert_parts(A, "up-parts", parts, plens, 2, NULL), MC_OK);
+	expect_get(B, "up-parts", whole, sizeof(whole));
+	assert_int_equal(mc_store_upsert_parts(B, "up-parts", parts + 1, plens + 1, 1, NULL),
+			 MC_OK);
+	expect_get(A, "up-parts", b, sizeof(b));
+	assert_int_equal(mc_store_upsert_parts(A, "up-parts", NULL, NULL, 0, NULL),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_upsert_parts(A, "up-parts", NULL, plens, 2, NULL),
+			 MC_ERR_INVALID_PARAMS);
+	/* upsert_batch: per-key results, existing keys overwritten */
+	assert_int_equal(mc_store_put(A, "ub-0", c, sizeof(c), NULL), MC_OK);
+	assert_int_equal(mc_store_upsert_batch(B, keys, vals, lens, 3, NULL, res),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[0], MC_OK);
+	assert_int_equal(res[1], MC_OK);
+	assert_int_equal(res[2], MC_ERR_INVALID_PARAMS);
+	expect_get(A, "ub-0", a, sizeof(a));
+	expect_get(A, "ub-1", b, sizeof(b));
+	assert_int_equal(mc_store_upsert_batch(B, keys, vals, lens, 2, NULL, res), MC_OK);
+	/* batch_upsert_from: zero copy, overwrites */
+	assert_int_equal(mc_store_register_buffer(A, src, 4096), MC_OK);
+	assert_int_equal(mc_store_batch_upsert_from(A, keys, sb, sl, 2, NULL, res), MC_OK);
+	assert_int_equal(res[0], MC_OK);
+	assert_int_equal(res[1], MC_OK);
+	expect_get(B, "ub-0", src, 1000);
+	expect_get(B, "ub-1", src + 1000, 50);
+	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
+	free(src);
+}
+
+static void batch_get_one_round_trip(void **state)
+{
+	char v0[3000], v1[10];
+	const char *keys[4] = {"bg-0", "bg-none", "bg-1", ""};
+	void *vals[4];
+	int64_t res[4];
+	struct mc_store_config on_b = prefer(B);
+	(void)state;
+	mc_test_fill(v0, sizeof(v0), 211);
+	mc_test_fill(v1, sizeof(v1), 212);
+	assert_int_equal(mc_store_put(A, "bg-0", v0, sizeof(v0), &on_b), MC_OK); /* TCP read */
+	assert_int_equal(mc_store_put(B, "bg-1", v1, sizeof(v1), &on_b), MC_OK); /* own segment */
+	assert_int_equal(mc_store_batch_get(B, keys, 4, vals, res), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(res[0], sizeof(v0));
+	assert_memory_equal(vals[0], v0, sizeof(v0));
+	assert_int_equal(res[1], MC_ERR_OBJECT_NOT_FOUND);
+	assert_null(vals[1]);
+	assert_int_equal(res[2], sizeof(v1));
+	assert_memory_equal(vals[2], v1, sizeof(v1));
+	assert_int_equal(res[3], MC_ERR_INVALID_PARAMS);
+	assert_null(vals[3]);
+	free(vals[0]);
+	free(vals[2]);
+	assert_int_equal(mc_store_batch_get(A, keys, 0, vals, res), MC_OK);
+	assert_int_equal(mc_store_batch_get(A, keys, 1, NULL, res), MC_ERR_INVALID_PARAMS);
+}
+
+/* ---- get_into_ranges ----------------------------------------------------------------------- */
+
+static void get_into_ranges_reads_fragments(void **state)
+{
+	enum { OBJ = 64 << 10, BUF = 16 << 10 };
+	char *obj = malloc(OBJ), *dst = malloc(BUF), *unreg = malloc(64);
+	struct mc_store_config on_a = prefer(A), on_b = prefer(B);
+	struct mc_store_range r0[3] = {
+		{.dst_offset = 0, .src_offset = 100, .length = 1000},
+		{.dst_offset = 1000, .src_offset = OBJ - 24, .length = 24},
+		{.dst_offset = 2000, .src_offset = 0, .length = 0},
+	};
+	struct mc_store_range r1[2] = {
+		{.dst_offset = 4096, .src_offset = 7, .length = 4000},
+		{.dst_offset = 9000, .src_offset = OBJ - 10, .length = 11}, /* past the object */
+	};
+	struct mc_store_range r2[1] = {{.dst_offset = 0, .src_offset = 0, .length = 1}};
+	struct mc_store_range r3[2] = {
+		{.dst_offset = BUF - 8, .src_offset = 0, .length = 9}, /* past the buffer */
+		{.dst_offset = BUF - 8, .src_offset = 0, .length = 8},
+	};
+	int64_t res0[3], res1[2], res2[1], res3[2], res4[1], res5[1];
+	struct mc_store_range_read reads[6] = {
+		{"gr-a", dst, r0, 3, res0},    {"gr-b", dst, r1, 2, res1},
+		{"gr-none", dst, r2, 1, res2}, {"gr-a", dst, r3, 2, res3},
+		{"gr-b", unreg, r2, 1, res4},  {"", dst, r2, 1, res5},
+	};
+	(void)state;
+	mc_test_fill(obj, OBJ, 221);
+	/* gr-a on A's own segment (memcpy), gr-b on B's (TCP) */
+	assert_int_equal(mc_store_register_buffer(A, obj, OBJ), MC_OK);
+	assert_int_equal(mc_store_put_from(A, "gr-a", obj, OBJ, &on_a), MC_OK);
+	assert_int_equal(mc_store_put_from(A, "gr-b", obj, OBJ, &on_b), MC_OK);
+	assert_int_equal(mc_store_register_buffer(A, dst, BUF), MC_OK);
+	memset(dst, 0, BUF);
+	assert_int_not_equal(mc_store_get_into_ranges(A, reads, 6), MC_OK);
+	assert_int_equal(res0[0], 1000);
+	assert_int_equal(res0[1], 24);
+	assert_int_equal(res0[2], 0);
+	assert_memory_equal(dst, obj + 100, 1000);
+	assert_memory_equal(dst + 1000, obj + OBJ - 24, 24);
+	assert_int_equal(res1[0], 4000);
+	assert_memory_equal(dst + 4096, obj + 7, 4000);
+	assert_int_equal(res1[1], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res2[0], MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(res3[0], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res3[1], 8);
+	assert_memory_equal(dst + BUF - 8, obj, 8);
+	assert_int_equal(res4[0], MC_ERR_INVALID_PARAMS); /* not registered */
+	assert_int_equal(res5[0], MC_ERR_INVALID_PARAMS);
+	/* all good: MC_OK; nothing to read: MC_OK */
+	assert_int_equal(mc_store_get_into_ranges(A, reads, 1), MC_OK);
+	assert_int_equal(mc_store_get_into_ranges(B, reads, 0), MC_OK);
+	assert_int_equal(mc_store_get_into_ranges(B, NULL, 1), MC_ERR_INVALID_PARAMS);
+	/* B has not registered dst */
+	assert_int_equal(mc_store_get_into_ranges(B, reads, 1), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res0[0], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(A, obj), MC_OK);
+	free(obj);
+	free(dst);
+	free(unreg);
+}
+
+/* ---- sessions ---------------------------------------------------------------------------------
+ */
+
+/* Layer-wise save and load: two objects written in ranges out of order,
+ * invisible until session end, read back in ranges. */
+static void put_and_get_sessions(void **state)
+{
+	enum { LAYER = 4096, LAYERS = 4, OBJ = LAYER * LAYERS };
+	char *src = malloc(2 * OBJ), *dst = malloc(2 * OBJ);
+	const char *keys[3] = {"ses-0", "ses-1", "ses-exists"};
+	uint64_t sizes[3] = {OBJ, OBJ, 10};
+	struct mc_store_config two = {.replica_num = 2};
+	mc_status st[3];
+	int64_t got[3];
+	char v[10] = "exists";
+	(void)state;
+	mc_test_fill(src, 2 * OBJ, 231);
+	assert_int_equal(mc_store_register_buffer(A, src, 2 * OBJ), MC_OK);
+	assert_int_equal(mc_store_register_buffer(B, dst, 2 * OBJ), MC_OK);
+	assert_int_equal(mc_store_put(A, "ses-exists", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_batch_put_session_start(A, keys, sizes, 3, &two, st),
+			 MC_ERR_OBJECT_ALREADY_EXISTS);
+	assert_int_equal(st[0], MC_OK);
+	assert_int_equal(st[1], MC_OK);
+	assert_int_equal(st[2], MC_ERR_OBJECT_ALREADY_EXISTS);
+	/* a second start of an open session is refused */
+	assert_int_equal(mc_store_batch_put_session_start(A, keys, sizes, 1, NULL, st),
+			 MC_ERR_INVALID_PARAMS);
+	for (int l = LAYERS - 1; l >= 0; l--) {
+		/* key i, layer l: two buffers of half a layer each */
+		void *b0[2] = {src + l * LAYER, src + l * LAYER + LAYER / 2};
+		void *b1[2] = {src + OBJ + l * LAYER, src + OBJ + l * LAYER + LAYER / 2};
+		size_t half[2] = {LAYER / 2, LAYER / 2};
+		uint64_t o[2] = {(uint64_t)l * LAYER, (uint64_t)l * LAYER + LAYER / 2};
+		void *const *bufs[2] = {b0, b1};
+		const size_t *lens[2] = {half, half};
+		const uint64_t *offs[2] = {o, o};
+		size_t nb[2] = {2, 2};
+		assert_int_equal(mc_store_batch_put_from_multi_buffer_ranges(A, keys, bufs, lens,
+									     offs, nb, 2, got),
+				 MC_OK);
+		assert_int_equal(got[0], LAYER);
+		assert_int_equal(got[1], LAYER);
+		assert_int_equal(mc_store_is_exist(B, "ses-0"), 0); /* not yet visible */
+	}
+	{
+		/* out of the object, and a key without a session */
+		void *b[1] = {src};
+		size_t l[1] = {2};
+		uint64_t o[1] = {OBJ - 1};
+		void *const *bufs[2] = {b, b};
+		const size_t *lens[2] = {l, l};
+		const uint64_t *offs[2] = {o, o};
+		size_t nb[2] = {1, 1};
+		const char *k2[2] = {"ses-0", "ses-none"};
+		assert_int_equal(mc_store_batch_put_from_multi_buffer_ranges(A, k2, bufs, lens,
+									     offs, nb, 2, got),
+				 MC_ERR_INVALID_PARAMS);
+		assert_int_equal(got[0], MC_ERR_INVALID_PARAMS);
+		assert_int_equal(got[1], MC_ERR_INVALID_PARAMS);
+		/* B cannot use A's session */
+		assert_int_equal(mc_store_batch_put_from_multi_buffer_ranges(B, k2, bufs, lens,
+									     offs, nb, 1, got),
+				 MC_ERR_INVALID_PARAMS);
+	}
+	assert_int_equal(mc_store_batch_put_session_end(A, keys, 3, st), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(st[0], MC_OK);
+	assert_int_equal(st[1], MC_OK);
+	assert_int_equal(st[2], MC_ERR_INVALID_PARAMS); /* no session */
+	assert_int_equal(mc_store_batch_put_session_end(A, keys, 1, st), MC_ERR_INVALID_PARAMS);
+	expect_get(B, "ses-0", src, OBJ);
+	expect_get(B, "ses-1", src + OBJ, OBJ);
+	assert_int_equal(mc_store_get_replica_desc(B, "ses-1", NULL, 0), 2);
+
+	/* get sessions: ranged reads without master round trips */
+	{
+		const char *gk[3] = {"ses-0", "ses-none", "ses-1"};
+		void *b0[2] = {dst, dst + 100}, *b1[1] = {dst + OBJ};
+		size_t l0[2] = {100, LAYER}, l1[1] = {LAYER};
+		uint64_t o0[2] = {0, 2 * LAYER}, o1[1] = {3 * LAYER};
+		void *const *bufs[3] = {b0, b1, b1};
+		const size_t *lens[3] = {l0, l1, l1};
+		const uint64_t *offs[3] = {o0, o1, o1};
+		size_t nb[3] = {2, 1, 1};
+		assert_int_equal(mc_store_batch_get_session_start(B, gk, 3, st),
+				 MC_ERR_OBJECT_NOT_FOUND);
+		assert_int_equal(st[0], MC_OK);
+		assert_int_equal(st[1], MC_ERR_OBJECT_NOT_FOUND);
+		assert_int_equal(st[2], MC_OK);
+		memset(dst, 0, 2 * OBJ);
+		assert_int_equal(mc_store_batch_get_into_multi_buffer_ranges(B, gk, bufs, lens,
+									     offs, nb, 3, got),
+				 MC_ERR_INVALID_PARAMS);
+		assert_int_equal(got[0], 100 + LAYER);
+		assert_int_equal(got[1], MC_ERR_INVALID_PARAMS); /* no session */
+		assert_int_equal(got[2], LAYER);
+		assert_memory_equal(dst, src, 100);
+		assert_memory_equal(dst + 100, src + 2 * LAYER, LAYER);
+		assert_memory_equal(dst + OBJ, src + OBJ + 3 * LAYER, LAYER);
+		/* renewing is allowed; ending drops the session */
+		assert_int_equal(mc_store_batch_get_session_start(B, gk, 1, st), MC_OK);
+		assert_int_equal(mc_store_batch_get_session_end(B, gk, 3), MC_OK);
+		assert_int_equal(mc_store_batch_get_into_multi_buffer_ranges(B, gk, bufs, lens,
+									     offs, nb, 1, got),
+				 MC_ERR_INVALID_PARAMS);
+	}
+	/* revoke: the object is dropped and the key is free again */
+	assert_int_equal(mc_store_batch_put_session_start(A, keys + 2, sizes, 1, NULL, st),
+			 MC_ERR_OBJECT_ALREADY_EXISTS);
+	assert_int_equal(mc_store_remove(A, "ses-exists", true), MC_OK);
+	assert_int_equal(mc_store_batch_put_session_start(A, keys + 2, sizes + 2, 1, NULL, st),
+			 MC_OK);
+	assert_int_equal(mc_store_batch_put_session_revoke(A, keys + 2, 1, st), MC_OK);
+	assert_int_equal(mc_store_is_exist(B, "ses-exists"), 0);
+	assert_int_equal(mc_store_put(B, "ses-exists", v, sizeof(v), NULL), MC_OK);
+	expect_get(A, "ses-exists", v, sizeof(v));
+	assert_int_equal(mc_store_batch_put_session_revoke(A, keys + 2, 1, st),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(B, dst), MC_OK);
+	free(src);
+	free(dst);
+}
+
+struct ranged_writer {
+	struct mc_store *s;
+	char *buf;
+	int id;
+	int bad;
+};
+
+static void *ranged_writer_main(void *arg)
+{
+	struct ranged_writer *w = arg;
+	const char *key = "ses-race";
+	void *b[1] = {w->buf + w->id * 1024};
+	size_t l[1] = {1024};
+	uint64_t o[1] = {(uint64_t)w->id * 1024};
+	void *const *bufs[1] = {b};
+	const size_t *lens[1] = {l};
+	const uint64_t *offs[1] = {o};
+	size_t nb[1] = {1};
+	for (int i = 0; i < 200; i++) {
+		int64_t got;
+		mc_store_batch_put_from_multi_buffer_ranges(w->s, &key, bufs, lens, offs, nb, 1,
+							    &got);
+		if (got != 1024 && got != MC_ERR_INVALID_PARAMS)
+			w->bad++;
+		if (got == MC_ERR_INVALID_PARAMS) /* the session ended */
+			break;
+	}
+	return NULL;
+}
+
+/* Ending a put session while other threads write ranges into it: the end
+ * waits for the writes in flight; later ones find no session. */
+static void put_session_end_races_ranged_writes(void **state)
+{
+	enum { T = 4 };
+	const char *key = "ses-race";
+	uint64_t size = T * 1024;
+	char *buf = malloc(size);
+	struct ranged_writer w[T];
+	pthread_t th[T];
+	mc_status st;
+	(void)state;
+	mc_test_fill(buf, size, 241);
+	assert_int_equal(mc_store_register_buffer(A, buf, size), MC_OK);
+	assert_int_equal(mc_store_batch_put_session_start(A, &key, &size, 1, NULL, &st), MC_OK);
+	for (int i = 0; i < T; i++) {
+		w[i] = (struct ranged_writer){.s = A, .buf = buf, .id = i};
+		assert_int_equal(pthread_create(&th[i], NULL, ranged_writer_main, &w[i]), 0);
+	}
+	assert_int_equal(mc_store_batch_put_session_end(A, &key, 1, &st), MC_OK);
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(w[i].bad, 0);
+	}
+	assert_int_equal(mc_store_get_size(B, "ses-race"), size);
+	assert_int_equal(mc_store_unregister_buffer(A, buf), MC_OK);
+	free(buf);
+}
+
+/* close revokes open put sessions (the key is free for others at once)
+ * and drops get sessions; not set up: every result is -600. */
+static void close_drops_sessions(void **state)
+{
+	struct mc_store *s = client_new(8 << 20, 4 << 20), *t;
+	const char *key = "ses-closed";
+	uint64_t size = 100;
+	char v[100];
+	mc_status st;
+	int64_t got;
+	(void)state;
+	mc_test_fill(v, sizeof(v), 251);
+	assert_int_equal(mc_store_batch_put_session_start(s, &key, &size, 1, NULL, &st), MC_OK);
+	assert_int_equal(mc_store_batch_get_session_start(s, &key, 1, &st),
+			 MC_ERR_REPLICA_IS_NOT_READY); /* not visible yet */
+	mc_store_free(s);
+	assert_int_equal(mc_store_put(B, key, v, sizeof(v), NULL), MC_OK);
+	expect_get(A, key, v, sizeof(v));
+
+	assert_int_equal(mc_store_new(&t), MC_OK);
+	assert_int_equal(mc_store_batch_put_session_start(t, &key, &size, 1, NULL, &st),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(st, MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_get_session_start(t, &key, 1, &st), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_get_session_end(t, &key, 1), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_put_session_end(t, &key, 1, &st), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_put_session_revoke(t, &key, 1, &st), MC_ERR_INVALID_PARAMS);
+	{
+		void *b[1] = {v};
+		size_t l[1] = {1};
+		uint64_t o[1] = {0};
+		void *const *bufs[1] = {b};
+		const size_t *lens[1] = {l};
+		const uint64_t *offs[1] = {o};
+		size_t nb[1] = {1};
+		assert_int_equal(mc_store_batch_get_into_multi_buffer_ranges(t, &key, bufs, lens,
+									     offs, nb, 1, &got),
+				 MC_ERR_INVALID_PARAMS);
+		assert_int_equal(got, MC_ERR_INVALID_PARAMS);
+	}
+	{
+		struct mc_store_range r = {0, 0, 1};
+		struct mc_store_range_read rd = {key, v, &r, 1, &got};
+		assert_int_equal(mc_store_get_into_ranges(t, &rd, 1), MC_ERR_INVALID_PARAMS);
+		assert_int_equal(got, MC_ERR_INVALID_PARAMS);
+	}
+	mc_store_free(t);
+}
+
+/* A get session is only as good as its lease: once it ran out, ranged
+ * reads fail with LEASE_EXPIRED until the session is started again. */
+static void get_session_lease_expires(void **state)
+{
+	struct mc_master_server_config c;
+	struct mc_master_server *m = NULL;
+	struct mc_store_params p = params(8 << 20, 4 << 20);
+	struct mc_store *s;
+	const char *key = "lease-1";
+	char v[64], out[64], addr[64];
+	void *b[1] = {out};
+	size_t l[1] = {sizeof(out)};
+	uint64_t o[1] = {0};
+	void *const *bufs[1] = {b};
+	const size_t *lens[1] = {l};
+	const uint64_t *offs[1] = {o};
+	size_t nb[1] = {1};
+	int64_t got;
+	mc_status st;
+	uint64_t t0;
+	(void)state;
+	mc_master_server_config_defaults(&c);
+	set_str(&c.rpc_address, "127.0.0.1");
+	set_str(&c.metrics_host, "127.0.0.1");
+	c.rpc_port = 0;
+	c.port = 0;
+	c.metrics_port = 0;
+	c.enable_metric_reporting = false;
+	c.master.default_kv_lease_ttl_ms = 200;
+	assert_int_equal(mc_master_server_start(&c, &m), MC_OK);
+	mc_master_server_config_release(&c);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", mc_master_server_rpc_port(m));
+	p.master_server_addr = addr;
+	assert_int_equal(mc_store_new(&s), MC_OK);
+	assert_int_equal(mc_store_setup(s, &p), MC_OK);
+	mc_test_fill(v, sizeof(v), 261);
+	assert_int_equal(mc_store_register_buffer(s, out, sizeof(out)), MC_OK);
+	assert_int_equal(mc_store_put(s, key, v, sizeof(v), NULL), MC_OK);
+	t0 = mc_now_ms();
+	assert_int_equal(mc_store_batch_get_session_start(s, &key, 1, &st), MC_OK);
+	assert_int_equal(
+		mc_store_batch_get_into_multi_buffer_ranges(s, &key, bufs, lens, offs, nb, 1, &got),
+		MC_OK);
+	assert_int_equal(got, sizeof(v));
+	assert_memory_equal(out, v, sizeof(v));
+	/* the lease is a duration: let it run out */
+	while (mc_now_ms() <= t0 + 250)
+		usleep(10 * 1000);
+	assert_int_equal(
+		mc_store_batch_get_into_multi_buffer_ranges(s, &key, bufs, lens, offs, nb, 1, &got),
+		MC_ERR_LEASE_EXPIRED);
+	assert_int_equal(got, MC_ERR_LEASE_EXPIRED);
+	assert_int_equal(mc_store_batch_get_session_start(s, &key, 1, &st), MC_OK);
+	memset(out, 0, sizeof(out));
+	assert_int_equal(
+		mc_store_batch_get_into_multi_buffer_ranges(s, &key, bufs, lens, offs, nb, 1, &got),
+		MC_OK);
+	assert_memory_equal(out, v, sizeof(v));
+	mc_store_free(s);
+	mc_master_server_stop(m);
+}
+
 /* ---- metadata ------------------------------------------------------------------------------ */
 
 static void exist_size_remove(void **state)
@@ -934,6 +1371,13 @@ int main(void)
 		cmocka_unit_test(batch_put_and_get_per_key_results),
 		cmocka_unit_test(batch_put_from_and_get_into),
 		cmocka_unit_test(multi_buffer_gather_and_scatter),
+		cmocka_unit_test(upsert_parts_and_batches),
+		cmocka_unit_test(batch_get_one_round_trip),
+		cmocka_unit_test(get_into_ranges_reads_fragments),
+		cmocka_unit_test(put_and_get_sessions),
+		cmocka_unit_test(put_session_end_races_ranged_writes),
+		cmocka_unit_test(close_drops_sessions),
+		cmocka_unit_test(get_session_lease_expires),
 		cmocka_unit_test(exist_size_remove),
 		cmocka_unit_test(replica_descriptors),
 		cmocka_unit_test(bad_arguments_and_missing_keys),
