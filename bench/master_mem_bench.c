@@ -74,6 +74,17 @@ static mc_status roundtrip(struct mc_master *m, const struct mc_buf *req, uint64
 	return st;
 }
 
+/* handle a built request that must succeed; the reply is dropped */
+static void handle_ok(struct mc_master *m, struct mc_store_msg *msg, uint64_t now,
+		      struct mc_buf *out, const char *what)
+{
+	mc_status st = mc_master_handle(m, msg, now, out);
+
+	if (st != MC_OK)
+		die(what, st);
+	mc_buf_reset(out);
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t nobj = 10000000, lookups = 2000000;
@@ -144,10 +155,7 @@ int main(int argc, char **argv)
 		msg.body.mount_req.segment.size = seg_size;
 		msg.body.mount_req.segment.te_endpoint = mc_proto_str_c("127.0.0.1:12345");
 		msg.body.mount_req.segment.protocol = mc_proto_str_c("tcp");
-		st = mc_master_handle(m, &msg, now, &out);
-		if (st != MC_OK)
-			die("mount", st);
-		mc_buf_reset(&out);
+		handle_ok(m, &msg, now, &out, "mount");
 	}
 	rss0 = rss_bytes();
 
@@ -169,20 +177,14 @@ int main(int argc, char **argv)
 		msg.body.batch_put_start_req.config.replica_num = 1;
 		msg.body.batch_put_start_req.n_items = n;
 		msg.body.batch_put_start_req.items = items;
-		st = mc_master_handle(m, &msg, now, &out);
-		if (st != MC_OK)
-			die("batch put start", st);
-		mc_buf_reset(&out);
+		handle_ok(m, &msg, now, &out, "batch put start");
 		memset(&msg, 0, sizeof(msg));
 		msg.hdr.type = MC_STORE_BATCH_PUT_END;
 		msg.body.batch_put_end_req.client_id = client;
 		msg.body.batch_put_end_req.replica_type = MC_STORE_REPLICA_ALL;
 		msg.body.batch_put_end_req.n_items = n;
 		msg.body.batch_put_end_req.items = metas;
-		st = mc_master_handle(m, &msg, now, &out);
-		if (st != MC_OK)
-			die("batch put end", st);
-		mc_buf_reset(&out);
+		handle_ok(m, &msg, now, &out, "batch put end");
 		e = mc_now_ns();
 		if (e - s > worst)
 			worst = e - s;
@@ -289,10 +291,7 @@ int main(int argc, char **argv)
 		msg.body.mount_req.segment.name = mc_proto_str_c("127.0.0.1:23456");
 		msg.body.mount_req.segment.base = 1ull << 20;
 		msg.body.mount_req.segment.size = 1ull << 20;
-		st = mc_master_handle(m, &msg, now, &out);
-		if (st != MC_OK)
-			die("mount", st);
-		mc_buf_reset(&out);
+		handle_ok(m, &msg, now, &out, "mount");
 		memset(&msg, 0, sizeof(msg));
 		msg.hdr.type = MC_STORE_UNMOUNT_SEGMENT;
 		msg.body.unmount_req.client_id = client;

@@ -64,10 +64,11 @@
 
 #include <mooncake/store.h>
 
-#define PROG	    "store_bench"
+#define PROG "store_bench"
+#include "bench_util.h"
+
 #define MAX_SIZES   8
 #define MAX_THREADS 16
-#define MAX_RUNS    101
 #define KEY_LEN	    64
 
 static struct options {
@@ -108,33 +109,11 @@ static struct options {
 static struct mc_store *store;
 static volatile sig_atomic_t stop_signal;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, PROG ": ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
 static void check(int64_t st, const char *what, const char *key)
 {
 	if (st < 0)
 		die("%s(%s): %s (%" PRId64 "): %s", what, key ? key : "",
 		    mc_status_name((mc_status)st), st, mc_last_error());
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static bool case_on(const char *name)
@@ -166,13 +145,6 @@ static void sample_add(struct samples *s, double x)
 	s->v[s->n++] = x;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* p in [0, 100] of the samples (sorted in place); 0 if none. */
 static double percentile(struct samples *s, double p)
 {
@@ -183,15 +155,6 @@ static double percentile(struct samples *s, double p)
 	qsort(s->v, s->n, sizeof(*s->v), cmp_double);
 	i = (size_t)ceil(p / 100.0 * (double)s->n);
 	return s->v[i ? i - 1 : 0];
-}
-
-static double median(double *v, int n)
-{
-	double tmp[MAX_RUNS];
-
-	memcpy(tmp, v, (size_t)n * sizeof(*v));
-	qsort(tmp, (size_t)n, sizeof(*tmp), cmp_double);
-	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
 }
 
 /* One run's figures of a data case. */
@@ -293,6 +256,18 @@ static void window_remove(struct window *w)
 	free(res);
 }
 
+/* n copies of size in a malloc'ed array (the lengths of a batch call). */
+static size_t *sizes_of(size_t n, size_t size)
+{
+	size_t *v = malloc(n * sizeof(*v));
+
+	if (!v)
+		die("out of memory");
+	for (size_t i = 0; i < n; i++)
+		v[i] = size;
+	return v;
+}
+
 /* Put phase of one round; per-call latencies into lat (us). */
 static void put_phase(enum xfer_kind k, struct window *w, struct samples *lat)
 {
@@ -300,13 +275,11 @@ static void put_phase(enum xfer_kind k, struct window *w, struct samples *lat)
 
 	if (k == X_BATCH) {
 		size_t b = (size_t)opt.batch;
-		size_t *lens = calloc(b, sizeof(*lens));
+		size_t *lens = sizes_of(b, w->size);
 		mc_status *res = calloc(b, sizeof(*res));
 
-		if (!lens || !res)
+		if (!res)
 			die("out of memory");
-		for (size_t i = 0; i < b; i++)
-			lens[i] = w->size;
 		for (size_t i = 0; i + b <= w->n; i += b) {
 			double t0 = now_s();
 			mc_status st = mc_store_batch_put_from(store, w->keyp + i,
@@ -336,13 +309,11 @@ static void get_phase(enum xfer_kind k, struct window *w, unsigned tid, uint64_t
 {
 	if (k == X_BATCH) {
 		size_t b = (size_t)opt.batch;
-		size_t *caps = calloc(b, sizeof(*caps));
+		size_t *caps = sizes_of(b, w->size);
 		int64_t *res = calloc(b, sizeof(*res));
 
-		if (!caps || !res)
+		if (!res)
 			die("out of memory");
-		for (size_t i = 0; i < b; i++)
-			caps[i] = w->size;
 		for (size_t i = 0; i + b <= w->n; i += b) {
 			double t0 = now_s();
 			mc_status st;
@@ -568,10 +539,6 @@ static void report_xfer(const char *put_name, const char *get_name, size_t size,
 /* ------------------------------------------------------------------------ */
 /* Metadata cases                                                            */
 
-struct meta_result {
-	double ops, keys, p50, p99;
-};
-
 enum meta_kind { M_EXIST, M_BATCH_EXIST, M_DESC };
 
 static struct meta_result run_meta(enum meta_kind k, const char **keys, size_t n)
@@ -624,28 +591,6 @@ static struct meta_result run_meta(enum meta_kind k, const char **keys, size_t n
 	return r;
 }
 
-static void report_meta(const char *name, int batch, struct meta_result *rs, int n)
-{
-	double v[4][MAX_RUNS];
-
-	for (int i = 0; i < n; i++) {
-		v[0][i] = rs[i].ops;
-		v[1][i] = rs[i].keys;
-		v[2][i] = rs[i].p50;
-		v[3][i] = rs[i].p99;
-	}
-	if (opt.json)
-		printf("{\"case\":\"%s\",\"batch\":%d,\"runs\":%d,\"ops_per_s\":%.0f,"
-		       "\"keys_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-		       name, batch, n, median(v[0], n), median(v[1], n), median(v[2], n),
-		       median(v[3], n));
-	else
-		printf("case=%s batch=%d ops/s=%.0f keys/s=%.0f p50_us=%.1f p99_us=%.1f runs=%d\n",
-		       name, batch, median(v[0], n), median(v[1], n), median(v[2], n),
-		       median(v[3], n), n);
-	fflush(stdout);
-}
-
 static void meta_cases(void)
 {
 	size_t n = (size_t)opt.meta_keys, vsize = 1024;
@@ -665,13 +610,13 @@ static void meta_cases(void)
 	}
 	for (int r = 0; r < opt.runs; r++)
 		rs[r] = run_meta(M_EXIST, keyp, n);
-	report_meta("exist", 1, rs, opt.runs);
+	report_meta("exist", 1, rs, opt.runs, opt.json);
 	for (int r = 0; r < opt.runs; r++)
 		rs[r] = run_meta(M_BATCH_EXIST, keyp, n);
-	report_meta("batch_exist", (int)n, rs, opt.runs);
+	report_meta("batch_exist", n, rs, opt.runs, opt.json);
 	for (int r = 0; r < opt.runs; r++)
 		rs[r] = run_meta(M_DESC, keyp, n);
-	report_meta("replica_desc", 1, rs, opt.runs);
+	report_meta("replica_desc", 1, rs, opt.runs, opt.json);
 	check(mc_store_batch_remove(store, keyp, n, true, st), "batch_remove", NULL);
 	free(keys);
 	free(keyp);

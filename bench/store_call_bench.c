@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROG	    "store_call_bench"
+#define PROG "store_call_bench"
+#include "bench_util.h"
+
 #define BATCH_N	    128
 #define BATCH_PIECE (64u << 10)
 #define SMALL	    4096u
@@ -58,30 +60,11 @@ static struct mc_store *store;
 static char keys_buf[BATCH_N][KEY_LEN];
 static const char *keys[BATCH_N];
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void die(const char *what, int64_t st)
+static void die_result(const char *what, int64_t st)
 {
 	fprintf(stderr, "%s: %s: %" PRId64 " (%s)\n", PROG, what, st,
 		st < 0 ? mc_strerror((mc_status)st) : "unexpected size");
 	exit(1);
-}
-
-static char *buffer_alloc(size_t size)
-{
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED) {
-		fprintf(stderr, "%s: mmap %zu bytes: %s\n", PROG, size, strerror(errno));
-		exit(1);
-	}
-	return p;
 }
 
 static void setup(uint64_t segment)
@@ -97,10 +80,10 @@ static void setup(uint64_t segment)
 	mc_status st = mc_store_new(&store);
 
 	if (st != MC_OK)
-		die("mc_store_new", st);
+		die_result("mc_store_new", st);
 	st = mc_store_setup(store, &p);
 	if (st != MC_OK)
-		die("mc_store_setup", st);
+		die_result("mc_store_setup", st);
 	for (int i = 0; i < BATCH_N; i++) {
 		snprintf(keys_buf[i], KEY_LEN, "pyov/64k/%d", i);
 		keys[i] = keys_buf[i];
@@ -110,7 +93,7 @@ static void setup(uint64_t segment)
 static int holder(void)
 {
 	size_t size = (size_t)BATCH_N * BATCH_PIECE;
-	char *buf = buffer_alloc(size), line[64];
+	char *buf = buffer_map(size), line[64];
 	void *bufs[BATCH_N];
 	size_t lens[BATCH_N];
 	mc_status res[BATCH_N], st;
@@ -120,20 +103,20 @@ static int holder(void)
 		buf[i] = (char)(i * 131 + 7);
 	st = mc_store_register_buffer(store, buf, size);
 	if (st != MC_OK)
-		die("mc_store_register_buffer", st);
+		die_result("mc_store_register_buffer", st);
 	st = mc_store_put_from(store, "pyov/4k", buf, SMALL, NULL);
 	if (st != MC_OK)
-		die("put_from pyov/4k", st);
+		die_result("put_from pyov/4k", st);
 	for (int i = 0; i < BATCH_N; i++) {
 		bufs[i] = buf + (size_t)i * BATCH_PIECE;
 		lens[i] = BATCH_PIECE;
 	}
 	st = mc_store_batch_put_from(store, keys, bufs, lens, BATCH_N, NULL, res);
 	if (st != MC_OK)
-		die("batch_put_from", st);
+		die_result("batch_put_from", st);
 	for (int i = 0; i < BATCH_N; i++)
 		if (res[i] != MC_OK)
-			die(keys[i], res[i]);
+			die_result(keys[i], res[i]);
 	printf("READY hostname=%s\n", mc_store_hostname(store));
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin))
@@ -147,7 +130,7 @@ static void get_4k(char *buf)
 	int64_t n = mc_store_get_into(store, "pyov/4k", buf, SMALL);
 
 	if (n != SMALL)
-		die("get_into pyov/4k", n);
+		die_result("get_into pyov/4k", n);
 }
 
 static void get_batch(void *const *bufs, const size_t *caps)
@@ -156,16 +139,16 @@ static void get_batch(void *const *bufs, const size_t *caps)
 	mc_status st = mc_store_batch_get_into(store, keys, bufs, caps, BATCH_N, res);
 
 	if (st != MC_OK)
-		die("batch_get_into", st);
+		die_result("batch_get_into", st);
 	for (int i = 0; i < BATCH_N; i++)
 		if (res[i] != BATCH_PIECE)
-			die(keys[i], res[i]);
+			die_result(keys[i], res[i]);
 }
 
 static int client(void)
 {
 	size_t size = (size_t)BATCH_N * BATCH_PIECE;
-	char *buf = buffer_alloc(size), line[128], op[64];
+	char *buf = buffer_map(size), line[128], op[64];
 	void *bufs[BATCH_N];
 	size_t caps[BATCH_N];
 	unsigned iters;
@@ -174,7 +157,7 @@ static int client(void)
 	setup(0);
 	st = mc_store_register_buffer(store, buf, size);
 	if (st != MC_OK)
-		die("mc_store_register_buffer", st);
+		die_result("mc_store_register_buffer", st);
 	for (int i = 0; i < BATCH_N; i++) {
 		bufs[i] = buf + (size_t)i * BATCH_PIECE;
 		caps[i] = BATCH_PIECE;

@@ -46,8 +46,9 @@
 #include "mooncake/log.h"
 #include "store/proto.h"
 
-#define PROG	   "store_proto_bench"
-#define MAX_RUNS   101
+#define PROG "store_proto_bench"
+#include "bench_util.h"
+
 #define KEY_LEN	   48
 #define FRAME_KEYS 1000
 
@@ -77,28 +78,6 @@ static size_t in_cap;
 static struct mc_store_uuid client_id;
 static struct mc_store_uuid seg_id = {0x5eed, 0xfa4e};
 static double last_ping;
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, PROG ": ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n");
-	exit(1);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Connection                                                                */
@@ -310,31 +289,12 @@ static void create_objects(const char *prefix, uint64_t first, size_t n)
 /* ------------------------------------------------------------------------ */
 /* Measurements                                                              */
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	double tmp[MAX_RUNS];
-
-	memcpy(tmp, v, (size_t)n * sizeof(*v));
-	qsort(tmp, (size_t)n, sizeof(*tmp), cmp_double);
-	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
-}
-
-struct result {
-	double ops, keys, p50, p99;
-};
-
-static struct result run_case(uint16_t type, size_t batch, struct mc_proto_str *keys, size_t nkeys)
+static struct meta_result run_case(uint16_t type, size_t batch, struct mc_proto_str *keys,
+				   size_t nkeys)
 {
 	size_t cap = 1 << 16, n = 0, at = 0;
 	double *lat = malloc(cap * sizeof(*lat)), busy = 0, t_end = now_s() + opt.duration;
-	struct result r;
+	struct meta_result r;
 
 	if (!lat)
 		die("out of memory");
@@ -373,35 +333,13 @@ static struct result run_case(uint16_t type, size_t batch, struct mc_proto_str *
 	return r;
 }
 
-static void report(const char *name, size_t batch, struct result *rs, int n)
-{
-	double v[4][MAX_RUNS];
-
-	for (int i = 0; i < n; i++) {
-		v[0][i] = rs[i].ops;
-		v[1][i] = rs[i].keys;
-		v[2][i] = rs[i].p50;
-		v[3][i] = rs[i].p99;
-	}
-	if (opt.json)
-		printf("{\"case\":\"%s\",\"batch\":%zu,\"runs\":%d,\"ops_per_s\":%.0f,"
-		       "\"keys_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-		       name, batch, n, median(v[0], n), median(v[1], n), median(v[2], n),
-		       median(v[3], n));
-	else
-		printf("case=%s batch=%zu ops/s=%.0f keys/s=%.0f p50_us=%.1f p99_us=%.1f runs=%d\n",
-		       name, batch, median(v[0], n), median(v[1], n), median(v[2], n),
-		       median(v[3], n), n);
-	fflush(stdout);
-}
-
 static void meta_main(void)
 {
 	size_t n = (size_t)opt.keys;
 	struct mc_proto_str *keys = calloc(n, sizeof(*keys));
 	char(*names)[KEY_LEN] = calloc(n, sizeof(*names));
 	char prefix[32];
-	struct result rs[MAX_RUNS];
+	struct meta_result rs[MAX_RUNS];
 	static const struct {
 		const char *name;
 		uint16_t type;
@@ -432,7 +370,7 @@ static void meta_main(void)
 			rs[r] = run_case(cases[c].type, batch, keys, n);
 			ping();
 		}
-		report(cases[c].name, batch, rs, opt.runs);
+		report_meta(cases[c].name, batch, rs, opt.runs, opt.json);
 	}
 	free(keys);
 	free(names);

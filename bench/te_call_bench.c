@@ -39,35 +39,18 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define PROG	    "te_call_bench"
+#define PROG "te_call_bench"
+#include "bench_util.h"
+
 #define BATCH_N	    128
 #define BATCH_PIECE (64u << 10)
 #define SMALL	    4096u
 #define TIMEOUT_MS  30000
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void die_status(const char *what, mc_status st)
-{
-	fprintf(stderr, "%s: %s: %s (%s): %s\n", PROG, what, mc_strerror(st), mc_status_name(st),
-		mc_last_error());
-	exit(EXIT_FAILURE);
-}
-
 static void *buffer_alloc(uint64_t size)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = buffer_map(size);
 
-	if (p == MAP_FAILED) {
-		fprintf(stderr, "%s: mmap %" PRIu64 " bytes: %s\n", PROG, size, strerror(errno));
-		exit(EXIT_FAILURE);
-	}
 	memset(p, 0x5a, size);
 	return p;
 }

@@ -34,9 +34,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#define PROG	 "te_local_bench"
-
-#define MAX_RUNS 101
+#define PROG "te_local_bench"
+#include "bench_util.h"
 
 static struct {
 	uint64_t size;
@@ -54,44 +53,12 @@ static struct {
 	.workers = 0,
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void die_status(const char *what, mc_status st)
-{
-	fprintf(stderr, "%s: %s: %s (%s): %s\n", PROG, what, mc_strerror(st), mc_status_name(st),
-		mc_last_error());
-	exit(EXIT_FAILURE);
-}
-
 static uint8_t *buffer_alloc(uint64_t size, int fill)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *p = buffer_map(size);
 
-	if (p == MAP_FAILED) {
-		fprintf(stderr, "%s: mmap %" PRIu64 " bytes: %s\n", PROG, size, strerror(errno));
-		exit(EXIT_FAILURE);
-	}
 	memset(p, fill, size);
 	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static double memcpy_gbs(uint8_t *dst, const uint8_t *src, uint64_t block)
@@ -270,8 +237,8 @@ int main(int argc, char **argv)
 			mc[r] = memcpy_gbs(dst, src, block);
 			en[r] = engine_gbs(te, reqs, n);
 		}
-		mc_med = median(mc, opt.runs);
-		en_med = median(en, opt.runs);
+		mc_med = median(mc, (int)opt.runs);
+		en_med = median(en, (int)opt.runs);
 		printf("local block=%" PRIu64 " bytes=%" PRIu64
 		       " memcpy_GB/s=%.2f engine_GB/s=%.2f ratio=%.2f\n",
 		       block, n * block, mc_med, en_med, mc_med > 0 ? en_med / mc_med : 0);

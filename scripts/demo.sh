@@ -47,31 +47,11 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mooncake-demo.XXXXXX")
 NODE_PIDS=()
+NODE_VARS=(A B) # clients quitting unmount their segments
 MASTER_PID=
 # shellcheck source=scripts/demo_lib.sh
 . "$ROOT/scripts/demo_lib.sh"
-
-# shellcheck disable=SC2317 # invoked by the EXIT trap
-cleanup() {
-	local rc=$? pid
-	trap - EXIT INT TERM
-	# Clients first (closing their stdin makes them quit and unmount), then
-	# the master; whatever is left after that gets SIGTERM.
-	for fd in ${A_W:-} ${B_W:-}; do
-		exec {fd}>&- 2>/dev/null || true
-	done
-	for pid in "${NODE_PIDS[@]}" $MASTER_PID; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${NODE_PIDS[@]}" $MASTER_PID; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$WORK"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
 # --- 1. build ---------------------------------------------------------------
 build_tree
@@ -158,16 +138,8 @@ fi
 say "== shutting down"
 cmd A remove_all force
 say "   removed ${REPLY#OK } objects"
-for var in A B; do
-	cmd "$var" quit
-	# store_node closes its client and exits; its stdout reaching EOF says so.
-	r=${var}_R
-	rc=0
-	while [ "$rc" -eq 0 ]; do
-		IFS= read -r -t "$TIMEOUT" -u "${!r}" line || rc=$?
-	done
-	[ "$rc" -gt 128 ] && die "$var did not exit after quit"
-done
+quit_node A
+quit_node B
 for pid in "${NODE_PIDS[@]}"; do
 	wait "$pid" || die "a store_node exited with status $?"
 done

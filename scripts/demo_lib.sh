@@ -1,7 +1,8 @@
 # scripts/demo_lib.sh - what scripts/demo.sh and scripts/demo_te.sh share:
 # messages, the build step and the line dialogue with a scriptable node
-# process (store_node or te_node).  Sourced; expects ROOT, BUILD, WORK and
-# TIMEOUT set, NODE_PIDS an array, and NODE_BIN the node program once built.
+# process (store_node or te_node), and the clean-up.  Sourced; expects ROOT,
+# BUILD, WORK and TIMEOUT set, NODE_PIDS an array, and NODE_BIN the node
+# program once built; NODE_VARS names the nodes, MASTER_PID a master if any.
 # shellcheck shell=bash
 
 say() { printf '%s\n' "$*"; }
@@ -72,4 +73,47 @@ cmd() {
 	OK*) ;;
 	*) die "$var: '$*' -> $REPLY" ;;
 	esac
+}
+
+# quit_node VAR: ask the node to quit and wait for its stdout to reach EOF
+# (the node frees what it holds and exits).
+quit_node() {
+	local var=$1 r=${1}_R rc=0 line
+	cmd "$var" quit
+	while [ "$rc" -eq 0 ]; do
+		IFS= read -r -t "$TIMEOUT" -u "${!r}" line || rc=$?
+	done
+	if [ "$rc" -gt 128 ]; then
+		die "$var did not exit after quit"
+	fi
+}
+
+# demo_cleanup: the EXIT trap.  Nodes first (closing their stdin makes them
+# quit), then the master; whatever is left after that gets SIGTERM.
+# shellcheck disable=SC2317 # invoked by the EXIT trap
+demo_cleanup() {
+	local rc=$? pid var w fd
+	trap - EXIT INT TERM
+	for var in "${NODE_VARS[@]}"; do
+		w=${var}_W
+		fd=${!w:-}
+		if [ -n "$fd" ]; then
+			exec {fd}>&- 2>/dev/null || true
+		fi
+	done
+	for pid in "${NODE_PIDS[@]}" ${MASTER_PID:-}; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${NODE_PIDS[@]}" ${MASTER_PID:-}; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$WORK"
+	exit "$rc"
+}
+
+# trap_cleanup: run demo_cleanup on exit, interrupted or not.
+trap_cleanup() {
+	trap demo_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 }

@@ -37,30 +37,10 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mooncake-demo.XXXXXX")
 NODE_PIDS=()
+NODE_VARS=(TGT INI)
 # shellcheck source=scripts/demo_lib.sh
 . "$ROOT/scripts/demo_lib.sh"
-
-
-# shellcheck disable=SC2317 # invoked by the EXIT trap
-cleanup() {
-	local rc=$? pid
-	trap - EXIT INT TERM
-	# Ask the engines to quit (closing their stdin), then stop what is left.
-	for fd in ${TGT_W:-} ${INI_W:-}; do
-		exec {fd}>&- 2>/dev/null || true
-	done
-	for pid in "${NODE_PIDS[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${NODE_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$WORK"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap_cleanup
 
 # --- 1. build ---------------------------------------------------------------
 build_tree
@@ -148,18 +128,8 @@ fi
 
 # --- 5. shut down -----------------------------------------------------------------
 say "== shutting down"
-for var in INI TGT; do
-	cmd "$var" quit
-	# te_node frees its engine and exits; its stdout reaching EOF says so.
-	r=${var}_R
-	rc=0
-	while [ "$rc" -eq 0 ]; do
-		IFS= read -r -t "$TIMEOUT" -u "${!r}" line || rc=$?
-	done
-	if [ "$rc" -gt 128 ]; then
-		die "$var did not exit after quit"
-	fi
-done
+quit_node INI
+quit_node TGT
 if [ "$status" -eq 0 ]; then
 	say "demo: OK, $SIZE_MIB MiB written and read back, all checksums match"
 else

@@ -998,28 +998,50 @@ static void commit_pins(struct mc_master *m, struct mc_obj *o, uint64_t now, uin
 	o->flags &= (uint8_t) ~(MC_OBJ_PIN_SET | MC_OBJ_PIN_CLEAR);
 }
 
+/* PutEnd/PutRevoke: the object key names in tenant tid, or the error. */
+static mc_status put_find(struct ctx *c, uint16_t tid, bool tenant_found,
+			  const struct mc_proto_str *key, struct mc_obj **out)
+{
+	*out = NULL;
+	if (key->len == 0)
+		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
+	if (tenant_found && key->len <= MC_STORE_KEY_MAX)
+		*out = mc_master_obj_find(c->m, tid, sp(key), key->len);
+	if (!*out)
+		return FAIL(c, MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found", show(key->len),
+			    sp(key));
+	return MC_OK;
+}
+
+/* PutEnd/PutRevoke: only the client writing o may finish it. */
+static mc_status put_check_writer(struct ctx *c, const struct mc_store_uuid *client,
+				  struct mc_obj *o, const struct mc_proto_str *key)
+{
+	uint32_t slot;
+
+	if (!mc_master_client_find(c->m, client, &slot) ||
+	    slot != mc_master_proc_of(c->m, o)->writer)
+		return FAIL(c, MC_ERR_ILLEGAL_CLIENT,
+			    "key '%.*s' is being written by another client", show(key->len),
+			    sp(key));
+	return MC_OK;
+}
+
 static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, uint16_t tid,
 			     bool tenant_found, const struct mc_proto_str *key,
 			     const struct mc_proto_opt_u64 *cksum)
 {
 	struct mc_master *m = c->m;
-	struct mc_obj *o = NULL;
-	uint32_t slot;
+	struct mc_obj *o;
 	uint64_t pin;
+	mc_status st = put_find(c, tid, tenant_found, key, &o);
 
-	if (key->len == 0)
-		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
-	if (tenant_found && key->len <= MC_STORE_KEY_MAX)
-		o = mc_master_obj_find(m, tid, sp(key), key->len);
-	if (!o)
-		return FAIL(c, MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found", show(key->len),
-			    sp(key));
+	if (st != MC_OK)
+		return st;
 	if (!(o->flags & MC_OBJ_PROC))
 		return MC_OK; /* already complete: idempotent */
-	if (!mc_master_client_find(m, client, &slot) || slot != mc_master_proc_of(m, o)->writer)
-		return FAIL(c, MC_ERR_ILLEGAL_CLIENT,
-			    "key '%.*s' is being written by another client", show(key->len),
-			    sp(key));
+	if ((st = put_check_writer(c, client, o, key)) != MC_OK)
+		return st;
 	pin = mc_master_proc_of(m, o)->pin;
 	if (cksum && cksum->present) {
 		o->flags |= MC_OBJ_CKSUM;
@@ -1040,26 +1062,18 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 static mc_status put_revoke_one(struct ctx *c, const struct mc_store_uuid *client, uint16_t tid,
 				bool tenant_found, const struct mc_proto_str *key)
 {
-	struct mc_master *m = c->m;
-	struct mc_obj *o = NULL;
-	uint32_t slot;
+	struct mc_obj *o;
+	mc_status st = put_find(c, tid, tenant_found, key, &o);
 
-	if (key->len == 0)
-		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
-	if (tenant_found && key->len <= MC_STORE_KEY_MAX)
-		o = mc_master_obj_find(m, tid, sp(key), key->len);
-	if (!o)
-		return FAIL(c, MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found", show(key->len),
-			    sp(key));
+	if (st != MC_OK)
+		return st;
 	if (!(o->flags & MC_OBJ_PROC))
 		return FAIL(c, MC_ERR_INVALID_WRITE, "key '%.*s' is not being written",
 			    show(key->len), sp(key));
-	if (!mc_master_client_find(m, client, &slot) || slot != mc_master_proc_of(m, o)->writer)
-		return FAIL(c, MC_ERR_ILLEGAL_CLIENT,
-			    "key '%.*s' is being written by another client", show(key->len),
-			    sp(key));
-	mc_master_obj_release_reps(m, o);
-	mc_master_obj_erase(m, o);
+	if ((st = put_check_writer(c, client, o, key)) != MC_OK)
+		return st;
+	mc_master_obj_release_reps(c->m, o);
+	mc_master_obj_erase(c->m, o);
 	return MC_OK;
 }
 
@@ -1089,64 +1103,63 @@ static mc_status h_put_revoke(struct ctx *c, const struct mc_store_put_revoke_re
 	return mc_store_response_encode(c->out, type, c->id, NULL);
 }
 
-static mc_status status_list(struct ctx *c, uint32_t n, int32_t **out)
+/* One status per entry of list (n long, named what in the error). */
+static mc_status status_list(struct ctx *c, uint32_t n, const void *list, const char *what,
+			     int32_t **out)
 {
+	if (n && !list)
+		return FAIL(c, MC_ERR_INVALID_PARAMS, "%s list missing", what);
 	if (!(*out = mc_master_scratch(c->m, (size_t)n * sizeof(int32_t) + 1)))
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", n);
 	return MC_OK;
 }
 
-static mc_status h_batch_put_end(struct ctx *c, const struct mc_store_batch_put_end_req *r,
-				 uint16_t type)
+/*
+ * BatchPutEnd (end: items, with checksums) and BatchPutRevoke (keys): one
+ * status per entry; per-entry causes are not reported.
+ */
+static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *client,
+				  const struct mc_proto_str *tenant, uint8_t replica_type,
+				  uint32_t n, const struct mc_store_object_meta *items,
+				  const struct mc_proto_str *keys, bool end, uint16_t type)
 {
-	struct mc_store_batch_status_resp resp = {r->n_items, NULL};
+	struct mc_store_batch_status_resp resp = {n, NULL};
 	bool found;
-	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
+	uint16_t tid = mc_master_tenant_find(c->m, sp(tenant), tenant->len, &found);
 	uint32_t nfail = 0;
 	char *keep = c->err, scratch_err[ERR_LEN];
-	mc_status st = check_type(c, r->replica_type);
+	mc_status st = check_type(c, replica_type);
 
-	if (st == MC_OK && r->n_items && !r->items)
-		st = FAIL(c, MC_ERR_INVALID_PARAMS, "item list missing");
 	if (st == MC_OK)
-		st = status_list(c, r->n_items, &resp.statuses);
+		st = end ? status_list(c, n, items, "item", &resp.statuses)
+			 : status_list(c, n, keys, "key", &resp.statuses);
 	if (st != MC_OK)
 		return st;
 	c->err = scratch_err;
-	for (uint32_t i = 0; i < r->n_items; i++) {
-		resp.statuses[i] = put_end_one(c, &r->client_id, tid, found, &r->items[i].key,
-					       &r->items[i].checksum);
+	for (uint32_t i = 0; i < n; i++) {
+		resp.statuses[i] =
+			end ? put_end_one(c, client, tid, found, &items[i].key, &items[i].checksum)
+			    : put_revoke_one(c, client, tid, found, &keys[i]);
 		nfail += resp.statuses[i] != MC_OK;
 	}
 	c->err = keep;
-	batch_count(&c->m->met.master_batch_put_end, r->n_items, nfail);
+	batch_count(end ? &c->m->met.master_batch_put_end : &c->m->met.master_batch_put_revoke, n,
+		    nfail);
 	return mc_store_response_encode(c->out, type, c->id, &resp);
+}
+
+static mc_status h_batch_put_end(struct ctx *c, const struct mc_store_batch_put_end_req *r,
+				 uint16_t type)
+{
+	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_items, r->items,
+				NULL, true, type);
 }
 
 static mc_status h_batch_put_revoke(struct ctx *c, const struct mc_store_batch_put_revoke_req *r,
 				    uint16_t type)
 {
-	struct mc_store_batch_status_resp resp = {r->n_keys, NULL};
-	bool found;
-	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
-	uint32_t nfail = 0;
-	char *keep = c->err, scratch_err[ERR_LEN];
-	mc_status st = check_type(c, r->replica_type);
-
-	if (st == MC_OK && r->n_keys && !r->keys)
-		st = FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	if (st == MC_OK)
-		st = status_list(c, r->n_keys, &resp.statuses);
-	if (st != MC_OK)
-		return st;
-	c->err = scratch_err;
-	for (uint32_t i = 0; i < r->n_keys; i++) {
-		resp.statuses[i] = put_revoke_one(c, &r->client_id, tid, found, &r->keys[i]);
-		nfail += resp.statuses[i] != MC_OK;
-	}
-	c->err = keep;
-	batch_count(&c->m->met.master_batch_put_revoke, r->n_keys, nfail);
-	return mc_store_response_encode(c->out, type, c->id, &resp);
+	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_keys, NULL,
+				r->keys, false, type);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1185,12 +1198,8 @@ static mc_status h_batch_remove(struct ctx *c, const struct mc_store_batch_remov
 {
 	struct mc_store_batch_status_resp resp = {r->n_keys, NULL};
 	char *keep = c->err, scratch_err[ERR_LEN];
-	mc_status st = MC_OK;
+	mc_status st = status_list(c, r->n_keys, r->keys, "key", &resp.statuses);
 
-	if (r->n_keys && !r->keys)
-		st = FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	if (st == MC_OK)
-		st = status_list(c, r->n_keys, &resp.statuses);
 	if (st != MC_OK)
 		return st;
 	c->err = scratch_err;

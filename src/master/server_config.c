@@ -331,6 +331,16 @@ static bool one_of(const char *v, const char *const *set, size_t n)
 	return false;
 }
 
+/* v is one of set; else "<flag> must be <choices>, not '<v>'" in err. */
+static bool check_choice(const char *v, const char *const *set, size_t n, const char *flag,
+			 const char *choices, char *err, size_t err_len)
+{
+	if (one_of(v, set, n))
+		return true;
+	errf(err, err_len, "%s must be %s, not '%s'", flag, choices, v);
+	return false;
+}
+
 static bool check_memory_allocator(const char *v, char *err, size_t err_len)
 {
 	if (strcmp(v, "offset") == 0)
@@ -345,10 +355,8 @@ static bool check_memory_allocator(const char *v, char *err, size_t err_len)
 static bool check_ha_backend(const char *v, char *err, size_t err_len)
 {
 	static const char *const ok[] = {"etcd", "redis", "k8s"};
-	if (one_of(v, ok, MC_ARRAY_SIZE(ok)))
-		return true;
-	errf(err, err_len, "ha_backend_type must be etcd, redis or k8s, not '%s'", v);
-	return false;
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "ha_backend_type", "etcd, redis or k8s", err,
+			    err_len);
 }
 
 static bool check_cluster_id(const char *v, char *err, size_t err_len)
@@ -372,37 +380,29 @@ static bool check_cluster_id(const char *v, char *err, size_t err_len)
 static bool check_dynamic_mode(const char *v, char *err, size_t err_len)
 {
 	static const char *const ok[] = {"off", "observe", "enforce"};
-	if (one_of(v, ok, MC_ARRAY_SIZE(ok)))
-		return true;
-	errf(err, err_len, "dynamic_replication_mode must be off, observe or enforce, not '%s'", v);
-	return false;
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "dynamic_replication_mode",
+			    "off, observe or enforce", err, err_len);
 }
 
 static bool check_connector(const char *v, char *err, size_t err_len)
 {
 	static const char *const ok[] = {"file", "etcd"};
-	if (one_of(v, ok, MC_ARRAY_SIZE(ok)))
-		return true;
-	errf(err, err_len, "tenant_quota_connector_type must be file or etcd, not '%s'", v);
-	return false;
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "tenant_quota_connector_type", "file or etcd",
+			    err, err_len);
 }
 
 static bool check_object_store(const char *v, char *err, size_t err_len)
 {
 	static const char *const ok[] = {"", "local", "s3"};
-	if (one_of(v, ok, MC_ARRAY_SIZE(ok)))
-		return true;
-	errf(err, err_len, "snapshot_object_store_type must be local or s3, not '%s'", v);
-	return false;
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "snapshot_object_store_type", "local or s3",
+			    err, err_len);
 }
 
 static bool check_catalog_store(const char *v, char *err, size_t err_len)
 {
 	static const char *const ok[] = {"", "embedded", "redis"};
-	if (one_of(v, ok, MC_ARRAY_SIZE(ok)))
-		return true;
-	errf(err, err_len, "snapshot_catalog_store_type must be embedded or redis, not '%s'", v);
-	return false;
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "snapshot_catalog_store_type",
+			    "embedded or redis", err, err_len);
 }
 
 static const struct flag *flag_find(const char *name)

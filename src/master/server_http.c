@@ -405,6 +405,27 @@ static const char *const zero_counters[] = {
 	"ha_state_transitions_total",
 };
 
+/* A gauge per segment name, summing used (or capacity) over its chunks. */
+static void prom_per_segment(struct mc_buf *b, const struct seg_list *segs, const char *name,
+			     const char *help, bool capacity)
+{
+	bprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	for (size_t i = 0; i < segs->n; i++) {
+		uint64_t sum = 0;
+		bool seen = false;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = strcmp(segs->v[j].name, segs->v[i].name) == 0;
+		if (seen)
+			continue;
+		for (size_t j = i; j < segs->n; j++)
+			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
+				sum += capacity ? segs->v[j].capacity : segs->v[j].used;
+		bprintf(b, "%s{segment=\"", name);
+		prom_label_value(b, segs->v[i].name);
+		bprintf(b, "\"} %" PRIu64 "\n", sum);
+	}
+}
+
 static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
 			   const struct seg_list *segs)
 {
@@ -418,38 +439,8 @@ static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
 	prom_one(b, "master_total_capacity_bytes", "gauge", "Capacity of mounted memory segments",
 		 m->total_capacity_bytes);
 	/* per segment name (a client mounting several chunks sums up) */
-	bputs(b, "# HELP segment_allocated_bytes Bytes allocated per segment\n"
-		 "# TYPE segment_allocated_bytes gauge\n");
-	for (size_t i = 0; i < segs->n; i++) {
-		uint64_t used = 0;
-		bool seen = false;
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = strcmp(segs->v[j].name, segs->v[i].name) == 0;
-		if (seen)
-			continue;
-		for (size_t j = i; j < segs->n; j++)
-			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
-				used += segs->v[j].used;
-		bputs(b, "segment_allocated_bytes{segment=\"");
-		prom_label_value(b, segs->v[i].name);
-		bprintf(b, "\"} %" PRIu64 "\n", used);
-	}
-	bputs(b, "# HELP segment_total_capacity_bytes Capacity per segment\n"
-		 "# TYPE segment_total_capacity_bytes gauge\n");
-	for (size_t i = 0; i < segs->n; i++) {
-		uint64_t cap = 0;
-		bool seen = false;
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = strcmp(segs->v[j].name, segs->v[i].name) == 0;
-		if (seen)
-			continue;
-		for (size_t j = i; j < segs->n; j++)
-			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
-				cap += segs->v[j].capacity;
-		bputs(b, "segment_total_capacity_bytes{segment=\"");
-		prom_label_value(b, segs->v[i].name);
-		bprintf(b, "\"} %" PRIu64 "\n", cap);
-	}
+	prom_per_segment(b, segs, "segment_allocated_bytes", "Bytes allocated per segment", false);
+	prom_per_segment(b, segs, "segment_total_capacity_bytes", "Capacity per segment", true);
 	prom_one(b, "master_key_count", "gauge", "Objects with metadata on the master",
 		 m->key_count);
 	prom_one(b, "master_soft_pin_key_count", "gauge", "Soft-pinned objects",
@@ -969,6 +960,39 @@ static enum MHD_Result page_summary(struct mc_master_server *s, struct MHD_Conne
 
 /* ---- dispatch --------------------------------------------------------------- */
 
+/* GET (and HEAD) pages built from the master's state. */
+static const struct {
+	const char *url;
+	enum MHD_Result (*page)(struct mc_master_server *s, struct MHD_Connection *conn);
+} get_pages[] = {
+	{"/metrics", page_metrics},
+	{"/metrics/summary", page_summary},
+	{"/query_key", page_query_key},
+	{"/batch_query_keys", page_batch_query_keys},
+	{"/get_all_keys", page_get_all_keys},
+	{"/get_all_segments", page_get_all_segments},
+	{"/get_segments_detail", page_segments_detail},
+	{"/query_segment", page_query_segment},
+	{"/api/v1/segments/status", page_segment_status},
+};
+
+/* GET (and HEAD) pages that never change in this build (no HA, no KV events). */
+static const struct {
+	const char *url, *body, *ctype;
+} get_fixed[] = {
+	{"/health",
+	 "{\"status\":\"ok\",\"role\":\"leader\",\"ha_state\":\"serving\","
+	 "\"service_ready\":true}",
+	 CT_JSON},
+	{"/role", "leader", CT_TEXT},
+	{"/ha_status", "serving", CT_TEXT},
+	{"/leader", "{\"present\":false}", CT_JSON},
+	{"/kv_events/status",
+	 "{\"enabled\":false,\"published_batches\":0,\"published_events\":0,"
+	 "\"dropped_events\":0,\"skipped_unparsed_keys\":0}",
+	 CT_JSON},
+};
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -1003,42 +1027,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed",
 				    CT_TEXT);
 
-	if (strcmp(url, "/metrics") == 0)
-		return page_metrics(s, conn);
-	if (strcmp(url, "/metrics/summary") == 0)
-		return page_summary(s, conn);
-	if (strcmp(url, "/health") == 0)
-		return respond_text(
-			conn, 200,
-			"{\"status\":\"ok\",\"role\":\"leader\",\"ha_state\":\"serving\","
-			"\"service_ready\":true}",
-			CT_JSON);
-	if (strcmp(url, "/role") == 0)
-		return respond_text(conn, 200, "leader", CT_TEXT);
-	if (strcmp(url, "/ha_status") == 0)
-		return respond_text(conn, 200, "serving", CT_TEXT);
-	if (strcmp(url, "/leader") == 0)
-		return respond_text(conn, 200, "{\"present\":false}", CT_JSON);
-	if (strcmp(url, "/kv_events/status") == 0)
-		return respond_text(
-			conn, 200,
-			"{\"enabled\":false,\"published_batches\":0,\"published_events\":0,"
-			"\"dropped_events\":0,\"skipped_unparsed_keys\":0}",
-			CT_JSON);
-	if (strcmp(url, "/query_key") == 0)
-		return page_query_key(s, conn);
-	if (strcmp(url, "/batch_query_keys") == 0)
-		return page_batch_query_keys(s, conn);
-	if (strcmp(url, "/get_all_keys") == 0)
-		return page_get_all_keys(s, conn);
-	if (strcmp(url, "/get_all_segments") == 0)
-		return page_get_all_segments(s, conn);
-	if (strcmp(url, "/get_segments_detail") == 0)
-		return page_segments_detail(s, conn);
-	if (strcmp(url, "/query_segment") == 0)
-		return page_query_segment(s, conn);
-	if (strcmp(url, "/api/v1/segments/status") == 0)
-		return page_segment_status(s, conn);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(get_pages); i++)
+		if (strcmp(url, get_pages[i].url) == 0)
+			return get_pages[i].page(s, conn);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(get_fixed); i++)
+		if (strcmp(url, get_fixed[i].url) == 0)
+			return respond_text(conn, 200, get_fixed[i].body, get_fixed[i].ctype);
 	return respond_text(conn, MHD_HTTP_NOT_FOUND, "Not Found", CT_TEXT);
 }
 

@@ -572,20 +572,10 @@ static void cmd_remove_all(int argc, char **argv)
 static bool run_line(char *line)
 {
 	static char *argv[MAX_ARGS];
-	int argc = 0;
-	char *save = NULL;
+	int argc = split_args(line, argv, MAX_ARGS, "0 ");
 
-	for (char *t = strtok_r(line, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
-		if (argc == MAX_ARGS) {
-			reply("ERR TOOLONG 0 more than %d words", MAX_ARGS);
-			return true;
-		}
-		argv[argc++] = t;
-	}
-	if (argc == 0) {
-		reply("ERR BADCMD 0 empty line");
+	if (argc == 0)
 		return true;
-	}
 
 	const char *c = argv[0];
 
@@ -685,9 +675,6 @@ int main(int argc, char **argv)
 	};
 	struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: getline returns */
 	uint64_t zsize = 64ull << 20;
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
 	mc_status st;
 	int o, rc = 0;
 
@@ -703,22 +690,18 @@ int main(int argc, char **argv)
 			p.local_hostname = optarg;
 			break;
 		case 's':
-			if (!parse_u64(optarg, &p.global_segment_size)) {
-				fprintf(stderr, "store_node: bad --segment '%s'\n", optarg);
+			if (!opt_u64("store_node", "segment", optarg, 0, UINT64_MAX,
+				     &p.global_segment_size))
 				return 2;
-			}
 			break;
 		case 'b':
-			if (!parse_u64(optarg, &p.local_buffer_size)) {
-				fprintf(stderr, "store_node: bad --buffer '%s'\n", optarg);
+			if (!opt_u64("store_node", "buffer", optarg, 0, UINT64_MAX,
+				     &p.local_buffer_size))
 				return 2;
-			}
 			break;
 		case 'z':
-			if (!parse_u64(optarg, &zsize) || zsize == 0) {
-				fprintf(stderr, "store_node: bad --zbuf '%s'\n", optarg);
+			if (!opt_u64("store_node", "zbuf", optarg, 1, UINT64_MAX, &zsize))
 				return 2;
-			}
 			break;
 		case 'p':
 			p.protocol = optarg;
@@ -727,11 +710,8 @@ int main(int argc, char **argv)
 			p.tenant_id = optarg;
 			break;
 		case 'l':
-			if (mc_log_level_parse(optarg) < 0) {
-				fprintf(stderr, "store_node: bad --log-level '%s'\n", optarg);
+			if (!opt_log_level("store_node", optarg))
 				return 2;
-			}
-			mc_log_set_level(mc_log_level_parse(optarg));
 			break;
 		case 'h':
 			usage(stdout);
@@ -753,9 +733,7 @@ int main(int argc, char **argv)
 	if (st == MC_OK)
 		st = mc_store_setup(store, &p);
 	if (st != MC_OK) {
-		fprintf(stderr, "store_node: setup: %s: %s\n", mc_status_name(st), mc_last_error());
-		printf("FAILED %s %s\n", mc_status_name(st), mc_last_error());
-		fflush(stdout);
+		report_failed("store_node", "setup", st);
 		rc = 1;
 		goto out;
 	}
@@ -778,15 +756,7 @@ int main(int argc, char **argv)
 	      mc_store_hostname(store), (long)getpid(), p.global_segment_size, p.local_buffer_size,
 	      zbuf_size);
 
-	while (!stop_signal && (n = getline(&line, &cap, stdin)) >= 0) {
-		if (n > MAX_LINE) {
-			reply("ERR TOOLONG 0 line of %zd bytes (max %d)", n, MAX_LINE);
-			continue;
-		}
-		if (!run_line(line))
-			break;
-	}
-	free(line);
+	command_loop(run_line, MAX_LINE, "0 ", &stop_signal);
 	if (!stop_signal)
 		reply("OK bye");
 	mc_store_unregister_buffer(store, zbuf);

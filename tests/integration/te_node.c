@@ -667,20 +667,10 @@ static void print_info(const char *head)
 static bool run_line(char *line)
 {
 	static char *argv[MAX_ARGS];
-	int argc = 0;
-	char *save = NULL;
+	int argc = split_args(line, argv, MAX_ARGS, "");
 
-	for (char *t = strtok_r(line, " \t\r\n", &save); t; t = strtok_r(NULL, " \t\r\n", &save)) {
-		if (argc == MAX_ARGS) {
-			reply("ERR TOOLONG more than %d words", MAX_ARGS);
-			return true;
-		}
-		argv[argc++] = t;
-	}
-	if (argc == 0) {
-		reply("ERR BADCMD empty line");
+	if (argc == 0)
 		return true;
-	}
 
 	const char *c = argv[0];
 
@@ -763,9 +753,6 @@ int main(int argc, char **argv)
 	struct mc_te_params params = {0};
 	uint64_t bufsz = 64ull << 20, unregsz = 1ull << 20, v;
 	const char *name = NULL, *host = NULL;
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
 	mc_status st;
 	int o, rc = 0;
 
@@ -782,43 +769,32 @@ int main(int argc, char **argv)
 			host = optarg;
 			break;
 		case 'b':
-			if (!parse_u64(optarg, &bufsz) || bufsz == 0) {
-				fprintf(stderr, "te_node: bad --buffer '%s'\n", optarg);
+			if (!opt_u64("te_node", "buffer", optarg, 1, UINT64_MAX, &bufsz))
 				return 2;
-			}
 			break;
 		case 'u':
-			if (!parse_u64(optarg, &unregsz) || unregsz == 0) {
-				fprintf(stderr, "te_node: bad --unreg '%s'\n", optarg);
+			if (!opt_u64("te_node", "unreg", optarg, 1, UINT64_MAX, &unregsz))
 				return 2;
-			}
 			break;
 		case 'p':
 			params.protocol = optarg;
 			params.field_mask |= MC_TE_PARAM_PROTOCOL;
 			break;
 		case 'r':
-			if (!parse_u64(optarg, &v) || v > 65535) {
-				fprintf(stderr, "te_node: bad --rpc-port '%s'\n", optarg);
+			if (!opt_u64("te_node", "rpc-port", optarg, 0, 65535, &v))
 				return 2;
-			}
 			params.rpc_port = (uint16_t)v;
 			params.field_mask |= MC_TE_PARAM_RPC_PORT;
 			break;
 		case 'w':
-			if (!parse_u64(optarg, &v) || v == 0 || v > 64) {
-				fprintf(stderr, "te_node: bad --workers '%s'\n", optarg);
+			if (!opt_u64("te_node", "workers", optarg, 1, 64, &v))
 				return 2;
-			}
 			params.workers = (unsigned)v;
 			params.field_mask |= MC_TE_PARAM_WORKERS;
 			break;
 		case 'l':
-			if (mc_log_level_parse(optarg) < 0) {
-				fprintf(stderr, "te_node: bad --log-level '%s'\n", optarg);
+			if (!opt_log_level("te_node", optarg))
 				return 2;
-			}
-			mc_log_set_level(mc_log_level_parse(optarg));
 			break;
 		case 'h':
 			usage(stdout);
@@ -843,10 +819,7 @@ int main(int argc, char **argv)
 
 	st = mc_te_new(&params, &te);
 	if (st != MC_OK) {
-		fprintf(stderr, "te_node: mc_te_new: %s: %s\n", mc_status_name(st),
-			mc_last_error());
-		printf("FAILED %s %s\n", mc_status_name(st), mc_last_error());
-		fflush(stdout);
+		report_failed("te_node", "mc_te_new", st);
 		return 1;
 	}
 	if (!add_region(bufsz) || !add_region(unregsz)) {
@@ -861,25 +834,14 @@ int main(int argc, char **argv)
 	buf_size = regions[0].len;
 	st = mc_te_register(te, buf, buf_size, NULL, true);
 	if (st != MC_OK) {
-		fprintf(stderr, "te_node: mc_te_register: %s: %s\n", mc_status_name(st),
-			mc_last_error());
-		printf("FAILED %s %s\n", mc_status_name(st), mc_last_error());
-		fflush(stdout);
+		report_failed("te_node", "mc_te_register", st);
 		rc = 1;
 		goto out;
 	}
 	regions[0].registered = true;
 	print_info("READY");
 
-	while ((n = getline(&line, &cap, stdin)) >= 0) {
-		if (n > MAX_LINE) {
-			reply("ERR TOOLONG line of %zd bytes (max %d)", n, MAX_LINE);
-			continue;
-		}
-		if (!run_line(line))
-			break;
-	}
-	free(line);
+	command_loop(run_line, MAX_LINE, "", NULL);
 	for (size_t i = 0; i < nregions; i++)
 		if (regions[i].registered)
 			mc_te_deregister(te, regions[i].addr);
