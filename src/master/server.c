@@ -500,7 +500,7 @@ static void report(struct mc_master_server *s, uint64_t now_ms)
 	mc_free(line);
 }
 
-#define MASTER_BUSY_POLL_US 200
+#define MASTER_BUSY_POLL_US 50
 
 static uint64_t busy_poll_us(void)
 {
