@@ -85,6 +85,10 @@ const struct mc_config_field mc_te_config_table[] = {
 	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
 	 "requests larger than this are split across connections (256 KiB: one large request keeps both cores copying)",
 	 CFG(tcp_split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
+	 "TCP workers poll without sleeping this long after work, so back-to-back requests find "
+	 "them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
+	 CFG(tcp_busy_poll_us), MC_CONFIG_INT, 0, 1000000},
 	{"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
 	 "payloads at least this large leave from registered memory by reference (vmsplice + "
 	 "splice: the kernel does not copy them into socket buffers; saves the sender a copy "

@@ -40,6 +40,7 @@ struct mc_te_config {
 	int64_t tcp_connect_timeout_ms;
 	uint64_t tcp_split_size;
 	uint64_t tcp_zerocopy_min;
+	int64_t tcp_busy_poll_us;
 	uint64_t tcp_sockbuf;
 	char *tcp_interfaces;
 	int64_t tcp_path_backoff_ms;
