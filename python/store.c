@@ -1704,11 +1704,12 @@ static PyObject *store_is_exist(DEFARGS)
 	return PyLong_FromLong(n);
 }
 
-static PyObject *int_list(const int *v, size_t n)
+/* A Python list of n ints made by item(v, i); NULL with an exception set. */
+static PyObject *num_list(const void *v, size_t n, PyObject *(*item)(const void *, size_t))
 {
 	PyObject *out = PyList_New((Py_ssize_t)n);
 	for (size_t i = 0; out && i < n; i++) {
-		PyObject *x = PyLong_FromLong(v[i]);
+		PyObject *x = item(v, i);
 		if (!x) {
 			Py_CLEAR(out);
 			break;
@@ -1716,34 +1717,36 @@ static PyObject *int_list(const int *v, size_t n)
 		PyList_SET_ITEM(out, (Py_ssize_t)i, x);
 	}
 	return out;
+}
+
+static PyObject *int_item(const void *v, size_t i)
+{
+	return PyLong_FromLong(((const int *)v)[i]);
+}
+
+static PyObject *i64_item(const void *v, size_t i)
+{
+	return PyLong_FromLongLong(((const int64_t *)v)[i]);
+}
+
+static PyObject *status_item(const void *v, size_t i)
+{
+	return PyLong_FromLong(((const mc_status *)v)[i]);
+}
+
+static PyObject *int_list(const int *v, size_t n)
+{
+	return num_list(v, n, int_item);
 }
 
 static PyObject *i64_list(const int64_t *v, size_t n)
 {
-	PyObject *out = PyList_New((Py_ssize_t)n);
-	for (size_t i = 0; out && i < n; i++) {
-		PyObject *x = PyLong_FromLongLong(v[i]);
-		if (!x) {
-			Py_CLEAR(out);
-			break;
-		}
-		PyList_SET_ITEM(out, (Py_ssize_t)i, x);
-	}
-	return out;
+	return num_list(v, n, i64_item);
 }
 
 static PyObject *status_list(const mc_status *v, size_t n)
 {
-	PyObject *out = PyList_New((Py_ssize_t)n);
-	for (size_t i = 0; out && i < n; i++) {
-		PyObject *x = PyLong_FromLong(v[i]);
-		if (!x) {
-			Py_CLEAR(out);
-			break;
-		}
-		PyList_SET_ITEM(out, (Py_ssize_t)i, x);
-	}
-	return out;
+	return num_list(v, n, status_item);
 }
 
 static PyObject *store_batch_is_exist(DEFARGS)

@@ -792,6 +792,23 @@ out:
 	return rc;
 }
 
+/* One BatchGetReplicaList for keys[0..n); an answer that does not hold
+ * exactly n items is released and refused. */
+static mc_status batch_replica_lists(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				     struct mc_store_msg *resp)
+{
+	struct mc_store_keys_req req = {.tenant = tenant_str(s), .n_keys = n, .keys = keys};
+	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, resp);
+	if (rc != MC_OK)
+		return rc;
+	if (resp->body.batch_replica_list.n_items != n) {
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
+				  resp->body.batch_replica_list.n_items, n);
+		mc_store_msg_release(resp);
+	}
+	return rc;
+}
+
 /*
  * Batch read: one BatchGetReplicaList, one engine batch, per-key lease
  * checks, for every key whose results[] entry is MC_OK on entry.  Object i
@@ -803,7 +820,6 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		     const size_t *const *lens, const size_t *nbufs, size_t n, void **alloc,
 		     int64_t *results)
 {
-	struct mc_store_keys_req req;
 	struct mc_proto_str *kv = NULL;
 	struct obj_io *ios = NULL;
 	uint32_t *sent = NULL;
@@ -830,19 +846,10 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	}
 	if (!nsent)
 		goto out;
-	req.tenant = tenant_str(s);
-	req.n_keys = nsent;
-	req.keys = kv;
 	t0 = mc_now_ms();
-	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
+	rc = batch_replica_lists(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
-	if (resp.body.batch_replica_list.n_items != nsent) {
-		mc_store_msg_release(&resp);
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
-				  resp.body.batch_replica_list.n_items, nsent);
-		goto fail_all;
-	}
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_replica_list_item *it =
 			&resp.body.batch_replica_list.items[j];
@@ -2056,7 +2063,6 @@ static void range_results_fill(const struct mc_store_range_read *r, int64_t v)
 mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_range_read *reads,
 				   size_t n)
 {
-	struct mc_store_keys_req req;
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv = NULL;
 	uint32_t *sent = NULL, nsent = 0;
@@ -2099,19 +2105,11 @@ mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_ran
 	}
 	if (!nsent)
 		goto out;
-	req.tenant = tenant_str(s);
-	req.n_keys = nsent;
-	req.keys = kv;
 	t0 = mc_now_ms();
-	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
+	rc = batch_replica_lists(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
 	have_resp = true;
-	if (resp.body.batch_replica_list.n_items != nsent) {
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
-				  resp.body.batch_replica_list.n_items, nsent);
-		goto fail_all;
-	}
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_replica_list_item *it =
 			&resp.body.batch_replica_list.items[j];
