@@ -64,65 +64,15 @@
 #include <mooncake/mooncake.h>
 #include <mooncake/store.h>
 
+#include "pyargs.h"
+
 #define MODULE_NAME	   "mooncake.store"
 
 #define ERR_INVALID_PARAMS ((int)MC_ERR_INVALID_PARAMS) /* -600 */
 
 /* ---- argument parsing ------------------------------------------------------------ */
 
-struct argspec {
-	const char *fname;
-	const char *const *names; /* keyword names */
-	int nreq;		  /* required arguments */
-	int nmax;		  /* all arguments */
-};
-
 #define MAX_ARGS 16
-
-/* Spread a FASTCALL argument vector over out[0..nmax): positional first,
- * then keywords by name.  Missing optional arguments stay NULL. */
-static int parse_args(const struct argspec *s, PyObject *const *args, Py_ssize_t nargs,
-		      PyObject *kwnames, PyObject **out)
-{
-	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-
-	for (int i = 0; i < s->nmax; i++)
-		out[i] = NULL;
-	if (nargs > s->nmax) {
-		PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)",
-			     s->fname, s->nmax, nargs + nkw);
-		return -1;
-	}
-	for (Py_ssize_t i = 0; i < nargs; i++)
-		out[i] = args[i];
-	for (Py_ssize_t k = 0; k < nkw; k++) {
-		PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-		int j;
-		for (j = 0; j < s->nmax; j++)
-			if (PyUnicode_CompareWithASCIIString(key, s->names[j]) == 0)
-				break;
-		if (j == s->nmax) {
-			PyErr_Format(PyExc_TypeError,
-				     "%s() got an unexpected keyword argument '%U'", s->fname, key);
-			return -1;
-		}
-		if (out[j]) {
-			PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
-				     s->fname, s->names[j]);
-			return -1;
-		}
-		out[j] = args[nargs + k];
-	}
-	for (int i = 0; i < s->nreq; i++) {
-		if (!out[i]) {
-			PyErr_Format(PyExc_TypeError,
-				     "%s() missing required argument '%s' (pos %d)", s->fname,
-				     s->names[i], i + 1);
-			return -1;
-		}
-	}
-	return 0;
-}
 
 /* A non-negative int below 2**64 (anything with __index__).  Floats,
  * strings and out-of-range values are TypeErrors. */
@@ -182,32 +132,6 @@ static int opt_long(PyObject *o, long def, const char *fname, const char *what, 
 		return 0;
 	}
 	return arg_long(o, fname, what, out);
-}
-
-/* str (UTF-8) or bytes without NUL; the pointer is borrowed from o. */
-static int arg_str(PyObject *o, const char *fname, const char *what, const char **out)
-{
-	const char *s;
-	Py_ssize_t n;
-
-	if (PyUnicode_Check(o)) {
-		s = PyUnicode_AsUTF8AndSize(o, &n);
-		if (!s)
-			return -1;
-	} else if (PyBytes_Check(o)) {
-		s = PyBytes_AS_STRING(o);
-		n = PyBytes_GET_SIZE(o);
-	} else {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be str, not %.100s", fname, what,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	if ((size_t)n != strlen(s)) {
-		PyErr_Format(PyExc_ValueError, "%s(): %s contains a NUL character", fname, what);
-		return -1;
-	}
-	*out = s;
-	return 0;
 }
 
 /* Truth value of an optional argument. */
