@@ -9,8 +9,10 @@
  * every byte crosses the Transfer Engine's TCP transport, and measures:
  *
  *   put_from / get_into   zero-copy, one key per call, registered buffers
- *   put / get             copy-based (staged through the local buffer;
- *                         get returns a malloc'ed copy that is freed)
+ *   put / get             upstream's copy-based calls, from and into
+ *                         unregistered memory (nothing stages through a
+ *                         local buffer; get returns a malloc'ed buffer,
+ *                         freed after the check)
  *   batch_put_from / batch_get_into
  *                         --batch keys per call
  *   mt_put_from / mt_get_into
@@ -880,8 +882,8 @@ int main(int argc, char **argv)
 	if (!opt.target)
 		start_holder("/proc/self/exe");
 	atexit(stop_holder);
-	/* A pure client: no segment, so every replica lands on the holder;
-	 * the local buffer stages the copy-based calls. */
+	/* A pure client: no segment, so every replica lands on the holder
+	 * (a local buffer is passed as applications do; nothing uses it). */
 	setup_store(0, 64u << 20);
 
 	/* Metadata first: right after the data cases the machine is still busy

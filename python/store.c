@@ -1390,22 +1390,48 @@ static int64_t get_malloc(struct store_obj *st, const char *key, void **out)
 	return n;
 }
 
+/* mc_store_get_alloc's allocator for get(): a bytes object of the object's
+ * size, made under the GIL, which the read then fills in place. */
+struct bytes_alloc {
+	struct call *c;
+	PyObject *obj;
+};
+
+static void *bytes_alloc(void *ctx, size_t size)
+{
+	struct bytes_alloc *ba = ctx;
+	void *p = NULL;
+
+	if (size > (size_t)PY_SSIZE_T_MAX)
+		return NULL;
+	PyEval_RestoreThread(ba->c->ts);
+	ba->obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+	if (ba->obj)
+		p = PyBytes_AS_STRING(ba->obj);
+	else
+		PyErr_Clear(); /* get() reports failure as b"" */
+	ba->c->ts = PyEval_SaveThread();
+	return p;
+}
+
 static PyObject *store_get(DEFARGS)
 {
 	const char *key;
-	void *buf;
+	struct call c;
+	struct bytes_alloc ba = {&c, NULL};
 	int64_t n;
-	PyObject *r;
 	PARSE("get", 1, "key");
 
 	if (arg_str(a[0], "get", "key", &key) < 0)
 		return NULL;
-	n = get_malloc(ST(self), key, &buf);
-	if (n < 0)
+	call_begin(&c, ST(self), false);
+	n = mc_store_get_alloc(ST(self)->s, key, bytes_alloc, &ba);
+	call_end(&c);
+	if (n < 0) {
+		Py_XDECREF(ba.obj);
 		return PyBytes_FromStringAndSize("", 0);
-	r = PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
-	free(buf);
-	return r;
+	}
+	return ba.obj;
 }
 
 static PyObject *store_get_batch(DEFARGS)

@@ -117,6 +117,7 @@ static struct options {
 	bool verify;
 	int64_t workers;
 	int64_t conns_per_peer;
+	uint64_t window;
 	bool json;
 	const char *poll;
 	bool shm;
@@ -208,6 +209,9 @@ static struct flag flags[] = {
 	FLAG("workers", FLAG_INT, &opt.workers, 0, 1024, "engine worker threads (0 = default)"),
 	FLAG("conns_per_peer", FLAG_INT, &opt.conns_per_peer, 0, 1024,
 	     "TCP connections per peer (0 = default)"),
+	FLAG("window", FLAG_UINT64, &opt.window, 0, 0,
+	     "bytes the batches walk: each batch takes the next slots of a window this large "
+	     "(0 = upstream: every batch at the same offsets)"),
 	FLAG("json", FLAG_BOOL, &opt.json, 0, 0, "print results as JSON lines"),
 	FLAG("poll", FLAG_STRING, &opt.poll, 0, 0,
 	     "wait (sleep until the batch is done), yield, or spin (upstream's loop)"),
@@ -868,7 +872,7 @@ struct worker {
 	pthread_t tid;
 	unsigned index;
 	struct run *run;
-	struct mc_xfer_req *reqs; /* batch entries, built once */
+	struct mc_xfer_req *reqs; /* batch entries, built once (or per batch: --window) */
 	struct hist *hist;
 	uint64_t batches;
 	/* First failure, for the report. */
@@ -932,6 +936,42 @@ static bool batch_finish(struct worker *w, mc_batch_id id)
 	}
 }
 
+/* Offset of request slot inside a buffer of len bytes: upstream's block *
+ * slot, wrapped to a whole block inside the buffer. */
+static uint64_t req_offset(uint64_t block, uint64_t slot, uint64_t len)
+{
+	return block * (slot % (len / block));
+}
+
+/*
+ * Build worker w's requests for its round-th batch.  Request i of thread t
+ * takes slot i * threads + t, as upstream's bench; with --window the slots
+ * of batch round follow those of batch round - 1 inside the first --window
+ * bytes, so consecutive batches walk memory as a store's puts do.
+ */
+static void fill_reqs(struct worker *w, uint64_t round)
+{
+	struct run *run = w->run;
+	struct bench *b = run->b;
+	uint64_t llen = opt.window && opt.window < b->local_len ? opt.window : b->local_len;
+	uint64_t rlen = opt.window && opt.window < b->remote_len ? opt.window : b->remote_len;
+
+	if (llen < run->block || rlen < run->block) /* a window below the block: none */
+		llen = b->local_len, rlen = b->remote_len;
+
+	for (unsigned i = 0; i < run->batch; i++) {
+		uint64_t slot =
+			((opt.window ? round * run->batch : 0) + i) * run->threads + w->index;
+		struct mc_xfer_req *r = &w->reqs[i];
+
+		r->opcode = b->opcode;
+		r->source = b->local + req_offset(run->block, slot, llen);
+		r->target_id = b->seg;
+		r->target_offset = b->remote_base + req_offset(run->block, slot, rlen);
+		r->length = run->block;
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -944,6 +984,8 @@ static void *worker_main(void *arg)
 	while (atomic_load_explicit(&run->running, memory_order_relaxed)) {
 		uint64_t t0 = now_ns();
 
+		if (opt.window && batches)
+			fill_reqs(w, batches);
 		st = mc_te_batch_new(b->te, run->batch, &id);
 		if (st != MC_OK) {
 			worker_fail(w, "cannot allocate a batch", st, -1);
@@ -972,13 +1014,6 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Offset of request i of thread t inside a buffer of len bytes: upstream's
- * block * (i * threads + t), wrapped to a whole block inside the buffer. */
-static uint64_t req_offset(uint64_t block, uint64_t slot, uint64_t len)
-{
-	return block * (slot % (len / block));
-}
-
 /* Returns false when a transfer failed (the reason is already printed). */
 static bool run_once(struct bench *b, uint64_t block, unsigned batch, unsigned threads,
 		     double duration, struct result *res)
@@ -1000,16 +1035,7 @@ static bool run_once(struct bench *b, uint64_t block, unsigned batch, unsigned t
 		w[t].run = &run;
 		w[t].reqs = reqs + (size_t)t * batch;
 		w[t].hist = &hists[t];
-		for (unsigned i = 0; i < batch; i++) {
-			uint64_t slot = (uint64_t)i * threads + t;
-			struct mc_xfer_req *r = &w[t].reqs[i];
-
-			r->opcode = b->opcode;
-			r->source = b->local + req_offset(block, slot, b->local_len);
-			r->target_id = b->seg;
-			r->target_offset = b->remote_base + req_offset(block, slot, b->remote_len);
-			r->length = block;
-		}
+		fill_reqs(&w[t], 0);
 	}
 
 	atomic_store(&run.running, true);

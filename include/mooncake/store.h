@@ -47,7 +47,7 @@ struct mc_store_params {
 	 * "redis://...", "P2PHANDSHAKE". */
 	const char *metadata_server;
 	uint64_t global_segment_size;	/* bytes contributed; 0 = pure client */
-	uint64_t local_buffer_size;	/* staging for put/get; 0 = none */
+	uint64_t local_buffer_size;	/* accepted as upstream (<= 1 TiB); unused: no staging */
 	const char *protocol;		/* "tcp" (NULL = "tcp") */
 	const char *rdma_devices;	/* "" or NULL = auto */
 	const char *master_server_addr; /* "host:port" (NULL = 127.0.0.1:50051) */
@@ -140,6 +140,17 @@ MC_API mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *ke
 /* Read the object into a malloc'ed buffer (*value_out, free with free()).
  * Returns the size or a negative status. */
 MC_API int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out);
+/*
+ * Read the object into memory the caller allocates once its size is known:
+ * alloc(ctx, size) returns size writable bytes of host memory, or NULL
+ * (the call then fails with MC_ERR_NOMEM).  Returns the size or a negative
+ * status; on failure what alloc returned, if it was called, is still the
+ * caller's to release.  Lets a binding read straight into its own object
+ * (Python's bytes) instead of copying out of a malloc'ed one.
+ */
+typedef void *(*mc_store_alloc_fn)(void *ctx, size_t size);
+MC_API int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc,
+				  void *ctx);
 /*
  * Read n objects with one BatchGetReplicaList and one engine batch.
  * values_out[i] is a malloc'ed copy of object i (free with free()) when

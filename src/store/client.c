@@ -2,11 +2,11 @@
  * store/client.c - the Mooncake Store client (include/mooncake/store.h).
  *
  * A client is three things: a connection to the master (master_conn.c),
- * a Transfer Engine that moves the bytes, and two anonymous mappings
- * registered with that engine: the global segment, which it mounts on the
- * master so other clients' replicas land in it, and the local buffer,
- * which stages the copy-based calls and is carved up by an offset
- * allocator (master/alloc.h, the same one the master uses for segments).
+ * a Transfer Engine that moves the bytes, and an anonymous mapping
+ * registered with that engine, the global segment, which it mounts on the
+ * master so other clients' replicas land in it.  Nothing stages through a
+ * local buffer: put and get move the caller's memory, registered or not
+ * (local_buffer_size is accepted and checked as upstream, and unused).
  *
  * Put: PutStart (one master round trip) hands back one descriptor per
  * replica, an address inside some client's segment; every replica is
@@ -23,8 +23,7 @@
  * Threads: the caller's threads, the master connection's receiver, and a
  * heartbeat thread that pings the master every second and remounts the
  * segment when the master has forgotten this client (NEED_REMOUNT).
- * Locks: lbuf_lock guards the local buffer allocator only; hb_lock the
- * heartbeat's sleep; sess_lock the session tables.  None is held across a
+ * Locks: hb_lock guards the heartbeat's sleep; sess_lock the session tables.  None is held across a
  * call into another module.
  *
  * Ranged calls (get_into_ranges, the session calls) make every (buffer,
@@ -57,14 +56,12 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
-#include "master/alloc.h"
 #include "mooncake/te.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
 #include "te/engine.h" /* mc_te_local_device */
 
 #define SEGMENT_ALIGN	 (16ull << 20) /* spec store.md 1.2: cachelib slab size */
-#define LBUF_ALIGN	 64	       /* local buffer allocation granularity */
 #define DEFAULT_TENANT	 "default"
 #define HEARTBEAT_MS	 1000
 #define PING_FAILS_RESET 3
@@ -89,14 +86,6 @@ struct mc_store {
 	bool seg_registered;
 	bool seg_mounted;
 	struct mc_store_uuid seg_id;
-
-	/* local buffer */
-	void *lbuf;
-	uint64_t lbuf_size;
-	size_t lbuf_map_len;
-	bool lbuf_registered;
-	pthread_mutex_t lbuf_lock;
-	struct mc_offset_alloc *lbuf_alloc;
 
 	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
 	pthread_mutex_t sess_lock; /* the trees and every session's users/detached */
@@ -245,36 +234,6 @@ static const char *group_of(const struct mc_store_config *cfg, size_t i)
 	if (!cfg)
 		return NULL;
 	return cfg->n_group_ids ? cfg->group_ids[i] : cfg->group_id;
-}
-
-/* ---- local buffer ------------------------------------------------------------ */
-
-static void *lbuf_alloc(struct mc_store *s, uint64_t len)
-{
-	uint64_t addr;
-	mc_status rc;
-	if (!s->lbuf_alloc) {
-		mc_set_error(MC_ERR_INVALID_PARAMS, "no local buffer (local_buffer_size is 0)");
-		return NULL;
-	}
-	pthread_mutex_lock(&s->lbuf_lock);
-	rc = mc_offset_alloc_alloc(s->lbuf_alloc, len, &addr);
-	pthread_mutex_unlock(&s->lbuf_lock);
-	if (rc != MC_OK) {
-		mc_set_error(MC_ERR_INVALID_PARAMS,
-			     "%" PRIu64 " bytes do not fit in the free local buffer", len);
-		return NULL;
-	}
-	return (void *)(uintptr_t)addr;
-}
-
-static void lbuf_release(struct mc_store *s, void *p)
-{
-	if (!p)
-		return;
-	pthread_mutex_lock(&s->lbuf_lock);
-	mc_offset_alloc_release(s->lbuf_alloc, (uint64_t)(uintptr_t)p);
-	pthread_mutex_unlock(&s->lbuf_lock);
 }
 
 /* ---- transfers ------------------------------------------------------------------ */
@@ -745,14 +704,18 @@ static mc_status get_replicas(struct mc_store *s, const char *key, struct mc_sto
 	return mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
 }
 
-/* Read key into bufs (capacity cap in all); returns the size or a status. */
+/* Read key into bufs (capacity cap in all), or, with alloc, into one
+ * buffer alloc(ctx, size) returns once the size is known; returns the size
+ * or a status. */
 static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
-		       size_t nbufs, uint64_t cap)
+		       size_t nbufs, uint64_t cap, mc_store_alloc_fn alloc, void *ctx)
 {
 	struct mc_store_msg resp;
 	const struct mc_store_replica *r;
 	struct obj_io io;
 	uint64_t t0 = mc_now_ms(), ttl;
+	void *abuf[1];
+	size_t alen[1];
 	mc_status rc;
 
 	rc = get_replicas(s, key, &resp);
@@ -764,7 +727,17 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 		rc = mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
 		goto out;
 	}
-	if (r->size > cap) {
+	if (alloc) {
+		if (r->size > SIZE_MAX || !(abuf[0] = alloc(ctx, (size_t)r->size))) {
+			rc = mc_set_error(MC_ERR_NOMEM, "no memory for the %" PRIu64 " bytes of %s",
+					  r->size, key);
+			goto out;
+		}
+		alen[0] = (size_t)r->size;
+		bufs = abuf;
+		lens = alen;
+		nbufs = 1;
+	} else if (r->size > cap) {
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 				  "%s is %" PRIu64 " bytes, the buffer holds %" PRIu64, key,
 				  r->size, cap);
@@ -1244,7 +1217,6 @@ mc_status mc_store_new(struct mc_store **out)
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return MC_ERR_NOMEM;
-	pthread_mutex_init(&s->lbuf_lock, NULL);
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
 	pthread_cond_init(&s->sess_cond, NULL);
@@ -1261,7 +1233,6 @@ void mc_store_free(struct mc_store *s)
 	if (!s)
 		return;
 	mc_store_close(s);
-	pthread_mutex_destroy(&s->lbuf_lock);
 	pthread_mutex_destroy(&s->hb_lock);
 	pthread_cond_destroy(&s->hb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
@@ -1293,17 +1264,11 @@ static void teardown(struct mc_store *s)
 	}
 	if (s->seg_registered)
 		mc_te_deregister(s->te, s->seg);
-	if (s->lbuf_registered)
-		mc_te_deregister(s->te, s->lbuf);
-	s->seg_registered = s->lbuf_registered = false;
+	s->seg_registered = false;
 	if (s->seg)
 		munmap(s->seg, s->seg_map_len);
-	if (s->lbuf)
-		munmap(s->lbuf, s->lbuf_map_len);
-	s->seg = s->lbuf = NULL;
-	s->seg_size = s->lbuf_size = 0;
-	mc_offset_alloc_free(s->lbuf_alloc);
-	s->lbuf_alloc = NULL;
+	s->seg = NULL;
+	s->seg_size = 0;
 	mc_master_conn_free(s->conn);
 	s->conn = NULL;
 	if (s->own_te)
@@ -1473,20 +1438,6 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		host[0] = '\0';
 	snprintf(s->host_id, sizeof(s->host_id), "%s", host);
 
-	if (p->local_buffer_size) {
-		rc = map_region(p->local_buffer_size, &s->lbuf, &s->lbuf_map_len);
-		if (rc != MC_OK)
-			goto err;
-		s->lbuf_size = p->local_buffer_size;
-		rc = mc_te_register(s->te, s->lbuf, s->lbuf_size, NULL, true);
-		if (rc != MC_OK)
-			goto err;
-		s->lbuf_registered = true;
-		rc = mc_offset_alloc_new((uint64_t)(uintptr_t)s->lbuf, s->lbuf_size, LBUF_ALIGN,
-					 &s->lbuf_alloc);
-		if (rc != MC_OK)
-			goto err;
-	}
 	if (p->global_segment_size) {
 		rc = map_region(p->global_segment_size, &s->seg, &s->seg_map_len);
 		if (rc != MC_OK)
@@ -1507,10 +1458,8 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 	}
 	s->hb_started = true;
 	s->ready = true;
-	mc_info("store client %s set up: segment %" PRIu64 " bytes, local buffer %" PRIu64
-		" bytes, master %s",
-		s->name, s->seg_size, s->lbuf_size,
-		p->master_server_addr ? p->master_server_addr : "127.0.0.1:50051");
+	mc_info("store client %s set up: segment %" PRIu64 " bytes, master %s", s->name,
+		s->seg_size, p->master_server_addr ? p->master_server_addr : "127.0.0.1:50051");
 	return MC_OK;
 err:
 	snprintf(why, sizeof(why), "%s", mc_last_error());
@@ -1544,18 +1493,23 @@ struct mc_te *mc_store_engine(const struct mc_store *s)
 	return s ? s->te : NULL;
 }
 
-/* ---- copy-based calls --------------------------------------------------------------- */
+/* ---- value calls ------------------------------------------------------------------ */
 
-/* Stage parts into the local buffer and put them as one object. */
-static mc_status put_staged(struct mc_store *s, const char *key, const void *const *parts,
-			    const size_t *lens, size_t nparts, const struct mc_store_config *cfg,
-			    bool upsert)
+/*
+ * put/put_parts/upsert: the value's parts go to the engine as they are, one
+ * request per part and replica, without a copy through the local buffer.
+ * The engine's transports read the initiator's memory wherever it is (TCP
+ * sends from it, the same-host and local paths copy from it); a transport
+ * that can only send registered memory stages unregistered memory itself,
+ * as te/stage.c does for device memory.  The call is synchronous, so the
+ * parts need to stay valid only while it runs.
+ */
+static mc_status put_value(struct mc_store *s, const char *key, const void *const *parts,
+			   const size_t *lens, size_t nparts, const struct mc_store_config *cfg,
+			   bool upsert)
 {
-	uint64_t len = 0, off = 0;
+	uint64_t len = 0;
 	mc_status rc;
-	char *stage;
-	void *bufs[1];
-	size_t blen[1];
 
 	rc = check_ready(s);
 	if (rc == MC_OK)
@@ -1571,25 +1525,13 @@ static mc_status put_staged(struct mc_store *s, const char *key, const void *con
 	}
 	if (len == 0)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "put of an empty value");
-	stage = lbuf_alloc(s, len);
-	if (!stage)
-		return MC_ERR_INVALID_PARAMS;
-	for (size_t i = 0; i < nparts; i++) {
-		if (lens[i])
-			memcpy(stage + off, parts[i], lens[i]);
-		off += lens[i];
-	}
-	bufs[0] = stage;
-	blen[0] = (size_t)len;
-	rc = put_one(s, key, bufs, blen, 1, len, cfg, upsert);
-	lbuf_release(s, stage);
-	return rc;
+	return put_one(s, key, (void *const *)(uintptr_t)parts, lens, nparts, len, cfg, upsert);
 }
 
 mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
 		       const struct mc_store_config *config)
 {
-	return put_staged(s, key, &value, &len, 1, config, false);
+	return put_value(s, key, &value, &len, 1, config, false);
 }
 
 mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
@@ -1598,13 +1540,13 @@ mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *co
 {
 	if ((!parts || !lens) && nparts)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_parts: NULL arrays");
-	return put_staged(s, key, parts, lens, nparts, config, false);
+	return put_value(s, key, parts, lens, nparts, config, false);
 }
 
 mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
 			  const struct mc_store_config *config)
 {
-	return put_staged(s, key, &value, &len, 1, config, true);
+	return put_value(s, key, &value, &len, 1, config, true);
 }
 
 mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
@@ -1613,16 +1555,18 @@ mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void 
 {
 	if ((!parts || !lens) && nparts)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "upsert_parts: NULL arrays");
-	return put_staged(s, key, parts, lens, nparts, config, true);
+	return put_value(s, key, parts, lens, nparts, config, true);
 }
 
-static mc_status put_batch_staged(struct mc_store *s, const char *const *keys,
+/* put_batch/upsert_batch: as put_value, every value straight from the
+ * caller's memory, all keys in one BatchPutStart, one engine batch and one
+ * BatchPutEnd. */
+static mc_status put_batch_values(struct mc_store *s, const char *const *keys,
 				  const void *const *values, const size_t *lens, size_t n,
 				  const struct mc_store_config *config, bool upsert,
 				  mc_status *results)
 {
 	mc_status *res = results, rc;
-	void **stage = NULL;
 	void *const **bufs = NULL;
 	const size_t **blens = NULL;
 	size_t *nbufs = NULL;
@@ -1642,12 +1586,11 @@ static mc_status put_batch_staged(struct mc_store *s, const char *const *keys,
 		return MC_OK;
 	if (!res)
 		res = mc_calloc(n, sizeof(*res));
-	stage = mc_calloc(n, sizeof(*stage));
 	bufs = mc_calloc(n, sizeof(*bufs));
 	blens = mc_calloc(n, sizeof(*blens));
 	nbufs = mc_calloc(n, sizeof(*nbufs));
 	totals = mc_calloc(n, sizeof(*totals));
-	if (!res || !stage || !bufs || !blens || !nbufs || !totals) {
+	if (!res || !bufs || !blens || !nbufs || !totals) {
 		rc = MC_ERR_NOMEM;
 		goto out;
 	}
@@ -1655,14 +1598,7 @@ static mc_status put_batch_staged(struct mc_store *s, const char *const *keys,
 		res[i] = check_key(keys[i]);
 		if (res[i] == MC_OK && (!lens[i] || !values[i]))
 			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
-		if (res[i] == MC_OK) {
-			stage[i] = lbuf_alloc(s, lens[i]);
-			if (!stage[i])
-				res[i] = MC_ERR_INVALID_PARAMS;
-			else
-				memcpy(stage[i], values[i], lens[i]);
-		}
-		bufs[i] = &stage[i];
+		bufs[i] = (void *const *)(uintptr_t)&values[i];
 		blens[i] = &lens[i];
 		nbufs[i] = 1;
 		totals[i] = lens[i];
@@ -1670,15 +1606,11 @@ static mc_status put_batch_staged(struct mc_store *s, const char *const *keys,
 	put_many(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
 	rc = first_failure(res, n);
 out:
-	if (stage)
-		for (size_t i = 0; i < n; i++)
-			lbuf_release(s, stage[i]);
 	if (rc == MC_ERR_NOMEM && results)
 		for (size_t i = 0; i < n; i++)
 			results[i] = rc;
 	if (res != results)
 		mc_free(res);
-	mc_free(stage);
 	mc_free(bufs);
 	mc_free(blens);
 	mc_free(nbufs);
@@ -1690,67 +1622,49 @@ mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const 
 			     const size_t *lens, size_t n, const struct mc_store_config *config,
 			     mc_status *results)
 {
-	return put_batch_staged(s, keys, values, lens, n, config, false, results);
+	return put_batch_values(s, keys, values, lens, n, config, false, results);
 }
 
 mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
 				const void *const *values, const size_t *lens, size_t n,
 				const struct mc_store_config *config, mc_status *results)
 {
-	return put_batch_staged(s, keys, values, lens, n, config, true, results);
+	return put_batch_values(s, keys, values, lens, n, config, true, results);
+}
+
+int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc, void *ctx)
+{
+	mc_status rc = check_ready(s);
+	if (rc == MC_OK)
+		rc = check_key(key);
+	if (rc == MC_OK && !alloc)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_alloc: NULL allocator");
+	if (rc != MC_OK)
+		return rc;
+	return get_one(s, key, NULL, NULL, 0, 0, alloc, ctx);
+}
+
+static void *malloc_into(void *ctx, size_t size)
+{
+	void **out = ctx;
+	*out = malloc(size ? size : 1);
+	return *out;
 }
 
 int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out)
 {
-	struct mc_store_msg resp;
-	const struct mc_store_replica *r;
-	uint64_t t0 = mc_now_ms(), ttl;
-	struct obj_io io;
-	void *buf;
-	size_t blen;
-	mc_status rc;
+	void *buf = NULL;
+	int64_t n;
 
-	rc = check_ready(s);
-	if (rc == MC_OK)
-		rc = check_key(key);
-	if (rc == MC_OK && !value_out)
-		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get: NULL value_out");
-	if (rc != MC_OK)
-		return rc;
-	rc = get_replicas(s, key, &resp);
-	if (rc != MC_OK)
-		return rc;
-	ttl = resp.body.replica_list.lease_ttl_ms;
-	r = choose_replica(s, &resp.body.replica_list);
-	if (!r) {
-		mc_store_msg_release(&resp);
-		return mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
-	}
-	/* TCP reads land anywhere, so read straight into the caller's buffer */
-	blen = (size_t)r->size;
-	buf = malloc(blen ? blen : 1);
-	if (!buf) {
-		mc_store_msg_release(&resp);
-		return MC_ERR_NOMEM;
-	}
-	memset(&io, 0, sizeof(io));
-	io.bufs = &buf;
-	io.lens = &blen;
-	io.nbufs = 1;
-	io.len = r->size;
-	io.reps = r;
-	io.nreps = 1;
-	run_transfers(s, &io, 1, MC_OP_READ);
-	mc_store_msg_release(&resp);
-	rc = io.status;
-	if (rc == MC_OK && mc_now_ms() > t0 + ttl)
-		rc = mc_set_error(MC_ERR_LEASE_EXPIRED, "read of %s outlived its lease", key);
-	if (rc != MC_OK) {
+	if (!value_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "get: NULL value_out");
+	n = mc_store_get_alloc(s, key, malloc_into, &buf);
+	if (n < 0) {
 		free(buf);
-		return rc;
+		return n;
 	}
 	*value_out = buf;
-	return (int64_t)blen;
+	return n;
 }
 
 /* ---- zero-copy calls ---------------------------------------------------------------- */
@@ -1812,7 +1726,7 @@ int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into: NULL buffer");
 	if (rc != MC_OK)
 		return rc;
-	return get_one(s, key, &buf, &cap, 1, cap);
+	return get_one(s, key, &buf, &cap, 1, cap, NULL, NULL);
 }
 
 /* Shared argument check and result setup of the batch zero-copy calls. */

@@ -4,9 +4,10 @@
  *
  * It sets up one store client through the public API only
  * (<mooncake/store.h>): it connects to the master, contributes a global
- * segment of --segment bytes, keeps a local buffer of --buffer bytes for
- * the copy-based calls, and maps a scratch region of --zbuf bytes that it
- * registers with mc_store_register_buffer for the zero-copy calls.  Both
+ * segment of --segment bytes, passes --buffer as local_buffer_size
+ * (accepted, unused: nothing stages through it), and maps a scratch region
+ * of --zbuf bytes that it registers with mc_store_register_buffer for the
+ * zero-copy calls.  Both
  * the segment and the scratch region are touched lazily, so large sizes
  * cost memory only as they fill.  Then it prints
  *

@@ -115,6 +115,30 @@ def test_bench_p2p(tmp_path):
     run_pair(tmp_path, "P2PHANDSHAKE")
 
 
+@pytest.mark.parametrize("window", ["1048576", "1024"])
+def test_bench_window(tmp_path, window):
+    """--window walks the batches through a window (1 MiB: 16 blocks of
+    64 KiB, two threads, batches of 4, so offsets wrap within the window);
+    a window below the block falls back to upstream's fixed offsets."""
+    exe = bench_path()
+    common = ["--metadata_server=P2PHANDSHAKE", "--protocol=tcp", "--buffer_size=8388608",
+              "--local_server_name=127.0.0.1"]
+    target = Proc([exe, "--mode=target", *common], "bench_target", tmp_path)
+    try:
+        name = target.wait_for_line(lambda l: l.strip() != "", START_TIMEOUT).strip()
+        for op in ("write", "read"):
+            out = subprocess.run(
+                [exe, "--mode=initiator", f"--segment_id={name}", f"--operation={op}",
+                 "--block_size=65536", "--batch_size=4", "--threads=2", "--duration=0.3",
+                 f"--window={window}", *common],
+                capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            m = re.search(r"batch count (\d+)", out.stdout)
+            assert m and int(m.group(1)) > 8, out.stdout
+    finally:
+        target.stop()
+
+
 def test_bench_etcd(tmp_path, etcd_uri):
     run_pair(tmp_path, etcd_uri)
 

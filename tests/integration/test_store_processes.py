@@ -388,10 +388,15 @@ def test_error_codes(sc):
     assert "no-such-host" not in r and (a.hostname in r or b.hostname in r), r
     assert b.get("pref") == (4096, want)
 
-    # Oversize: above the local buffer (copy-based) / above every segment.
+    # Above the local buffer (16 MiB): nothing stages through it, so a
+    # copy-based put of 32 MiB goes through (upstream: -600) and reads back.
+    want = a.put("past-lbuf", 32 * MIB, 1)
+    assert b.get("past-lbuf") == (32 * MIB, want)
+    b.ok("remove past-lbuf force")
+    # Oversize: above every segment.
     # (A failed allocation makes the master run an eviction round, which may
     # take "pref" with it: it has no lease; so it was checked first.)
-    assert a.err(f"put big {32 * MIB} 1") == ("ERR_INVALID_PARAMS", -600)
+    assert a.err(f"put big {128 * MIB} 1") == ("ERR_NO_AVAILABLE_HANDLE", -200)
     assert a.err(f"put_from big {128 * MIB} 1") == ("ERR_NO_AVAILABLE_HANDLE", -200)
     assert a.ok("exist big") == "OK 0"
     # Zero length: put refuses it; put_from is a no-op success (upstream).

@@ -932,12 +932,19 @@ static void bad_arguments_and_missing_keys(void **state)
 	assert_int_equal(mc_store_get(A, "never-put", &out), MC_ERR_OBJECT_NOT_FOUND);
 	assert_int_equal(mc_store_get_into(A, "never-put", v, sizeof(v)), MC_ERR_OBJECT_NOT_FOUND);
 	assert_int_equal(mc_store_remove(A, "never-put", false), MC_ERR_OBJECT_NOT_FOUND);
-	/* larger than the free local buffer: refused before the master is asked */
+	/* larger than the local buffer, from memory never registered: put sends
+	 * it as it is (nothing stages through the local buffer) */
 	big = malloc(huge);
-	memset(big, 1, huge);
-	assert_int_equal(mc_store_put(A, "too-big", big, LBUF_SIZE + 1, NULL),
-			 MC_ERR_INVALID_PARAMS);
+	for (size_t i = 0; i < huge; i++)
+		big[i] = (char)(i * 7 + 3);
+	assert_int_equal(mc_store_put(A, "past-lbuf", big + 1, LBUF_SIZE + 1, NULL), MC_OK);
+	assert_int_equal(mc_store_get(B, "past-lbuf", &out), (int64_t)LBUF_SIZE + 1);
+	assert_memory_equal(out, big + 1, LBUF_SIZE + 1);
+	free(out);
+	out = NULL;
+	assert_int_equal(mc_store_remove(A, "past-lbuf", true), MC_OK);
 	/* larger than any segment: the master has no space */
+	assert_int_equal(mc_store_put(A, "too-big", big, huge, NULL), MC_ERR_NO_AVAILABLE_HANDLE);
 	assert_int_equal(mc_store_register_buffer(A, big, huge), MC_OK);
 	assert_int_equal(mc_store_put_from(A, "too-big", big, huge, NULL),
 			 MC_ERR_NO_AVAILABLE_HANDLE);
@@ -1010,7 +1017,9 @@ static void pure_client_and_shared_engine(void **state)
 	(void)state;
 	mc_test_fill(v, sizeof(v), 91);
 	memcpy(buf, v, sizeof(v));
-	assert_int_equal(mc_store_put(s, "pure", v, sizeof(v), NULL), MC_ERR_INVALID_PARAMS);
+	/* no local buffer, and none needed: put sends the value as it is */
+	assert_int_equal(mc_store_put(s, "pure-put", v, sizeof(v), &c), MC_OK);
+	expect_get(s, "pure-put", v, sizeof(v));
 	assert_int_equal(mc_store_register_buffer(s, buf, 100), MC_OK);
 	assert_int_equal(mc_store_put_from(s, "pure", buf, 100, &c), MC_OK);
 	expect_get(s, "pure", v, sizeof(v));
