@@ -160,14 +160,14 @@ enum flag_type {
 	FLAG_STRING,
 	FLAG_BOOL,
 	FLAG_INT,    /* int64_t within [min, max] */
-	FLAG_UINT64, /* uint64_t >= 1 */
+	FLAG_UINT64, /* uint64_t >= 1 (>= 0 with min -1) */
 	FLAG_DOUBLE, /* double > 0 */
 };
 
 struct flag {
 	const char *name;
 	void *value;
-	int64_t min, max; /* FLAG_INT only */
+	int64_t min, max; /* FLAG_INT; FLAG_UINT64: min -1 allows 0 */
 	const char *doc;
 	enum flag_type type;
 	bool set; /* given on the command line */
@@ -209,7 +209,7 @@ static struct flag flags[] = {
 	FLAG("workers", FLAG_INT, &opt.workers, 0, 1024, "engine worker threads (0 = default)"),
 	FLAG("conns_per_peer", FLAG_INT, &opt.conns_per_peer, 0, 1024,
 	     "TCP connections per peer (0 = default)"),
-	FLAG("window", FLAG_UINT64, &opt.window, 0, 0,
+	FLAG("window", FLAG_UINT64, &opt.window, -1, 0,
 	     "bytes the batches walk: each batch takes the next slots of a window this large "
 	     "(0 = upstream: every batch at the same offsets)"),
 	FLAG("json", FLAG_BOOL, &opt.json, 0, 0, "print results as JSON lines"),
@@ -317,7 +317,7 @@ static void flag_set(struct flag *f, const char *value)
 		*(int64_t *)f->value = iv;
 		break;
 	case FLAG_UINT64:
-		if (!parse_int(value, true, &iv) || iv < 1)
+		if (!parse_int(value, true, &iv) || iv < (f->min < 0 ? 0 : 1))
 			usage_error("illegal value '%s' specified for flag '%s'", value, f->name);
 		*(uint64_t *)f->value = (uint64_t)iv;
 		break;

@@ -115,11 +115,11 @@ def test_bench_p2p(tmp_path):
     run_pair(tmp_path, "P2PHANDSHAKE")
 
 
-@pytest.mark.parametrize("window", ["1048576", "1024"])
+@pytest.mark.parametrize("window", ["1048576", "1024", "0"])
 def test_bench_window(tmp_path, window):
     """--window walks the batches through a window (1 MiB: 16 blocks of
     64 KiB, two threads, batches of 4, so offsets wrap within the window);
-    a window below the block falls back to upstream's fixed offsets."""
+    a window below the block, or 0, keeps upstream's fixed offsets."""
     exe = bench_path()
     common = ["--metadata_server=P2PHANDSHAKE", "--protocol=tcp", "--buffer_size=8388608",
               "--local_server_name=127.0.0.1"]
