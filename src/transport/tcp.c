@@ -153,7 +153,8 @@ struct tcp_sconn {
 	int kind; /* EV_SCONN: must be first */
 	int fd;
 	struct tcp_worker *w;
-	struct mc_list node;
+	struct mc_list node; /* in w->sconns, or w->accepted until adopted */
+	bool adopted;
 	enum { S_HDR, S_WPAYLOAD, S_CLOSING } state;
 	struct mc_tcp_hdr cur;
 	bool cur_v2;
@@ -181,10 +182,12 @@ struct tcp_worker {
 	int epfd;
 	int evfd;
 	pthread_mutex_t lock;
-	struct mc_list ready; /* conns with incoming slices */
+	struct mc_list ready;	 /* conns with incoming slices */
+	struct mc_list accepted; /* sconns another worker accepted for this one */
 	atomic_bool sleeping;
 	atomic_bool stop;
 	struct mc_list sconns;
+	atomic_uint nsconns;	 /* adopted server connections (mc_tcp_worker_sconns) */
 	struct tcp_conn **conns; /* client conns owned (appended under lock) */
 	size_t nconns, conns_cap;
 	struct tcp_conn **scan; /* the worker's private copy, for deadline scans */
@@ -203,6 +206,7 @@ struct tcp_transport {
 	pthread_mutex_t peers_lock;
 	struct mc_list peers;
 	atomic_uint next_worker;
+	atomic_uint next_accept; /* accepted connections are dealt round-robin */
 	bool force_v1;
 	uint64_t split_size;
 	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */
@@ -977,6 +981,8 @@ static void sconn_free(struct tcp_sconn *sc)
 			mc_memreg_put(reg, it->ent);
 	}
 	mc_list_del(&sc->node);
+	if (sc->adopted)
+		atomic_fetch_sub(&sc->w->nsconns, 1);
 	mc_free(sc->out);
 	mc_free(sc->rbuf);
 	mc_free(sc);
@@ -1283,12 +1289,24 @@ static bool sconn_readable(struct tcp_sconn *sc)
 	return sconn_flush(sc);
 }
 
+/* Start serving sc on its worker (the calling thread). */
+static void sconn_adopt(struct tcp_sconn *sc)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = sc};
+	sc->adopted = true;
+	atomic_fetch_add(&sc->w->nsconns, 1);
+	mc_list_add_tail(&sc->w->sconns, &sc->node);
+	epoll_ctl(sc->w->epfd, EPOLL_CTL_ADD, sc->fd, &ev);
+}
+
+static void worker_wake(struct tcp_worker *w);
+
 static void worker_accept(struct tcp_worker *w)
 {
 	struct tcp_transport *tp = w->tp;
 	for (;;) {
+		struct tcp_worker *tw;
 		struct tcp_sconn *sc;
-		struct epoll_event ev;
 		int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
@@ -1316,10 +1334,19 @@ static void worker_accept(struct tcp_worker *w)
 		if (tp->sockbuf)
 			mc_sock_set_bufsize(fd, tp->sockbuf);
 		fd_port_str(fd, sc->peer_name, sizeof(sc->peer_name));
-		mc_list_add_tail(&w->sconns, &sc->node);
-		ev.events = EPOLLIN;
-		ev.data.ptr = sc;
-		epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev);
+		/* The worker that wakes first would accept a peer's whole burst
+		 * of lanes; dealing them out keeps every core receiving. */
+		tw = &tp->workers[atomic_fetch_add(&tp->next_accept, 1) % tp->nworkers];
+		sc->w = tw;
+		if (tw == w) {
+			sconn_adopt(sc);
+			continue;
+		}
+		pthread_mutex_lock(&tw->lock);
+		mc_list_add_tail(&tw->accepted, &sc->node);
+		pthread_mutex_unlock(&tw->lock);
+		if (atomic_load(&tw->sleeping))
+			worker_wake(tw);
 	}
 }
 
@@ -1329,9 +1356,11 @@ static void worker_accept(struct tcp_worker *w)
 static bool worker_take_incoming(struct tcp_worker *w)
 {
 	struct mc_list ready = MC_LIST_INIT(ready);
+	struct mc_list accepted = MC_LIST_INIT(accepted);
 	bool any;
 	pthread_mutex_lock(&w->lock);
-	any = !mc_list_empty(&w->ready);
+	any = !mc_list_empty(&w->ready) || !mc_list_empty(&w->accepted);
+	mc_list_splice_tail(&accepted, &w->accepted);
 	while (!mc_list_empty(&w->ready)) {
 		struct tcp_conn *c = mc_list_first(&w->ready, struct tcp_conn, ready_node);
 		mc_list_del(&c->ready_node);
@@ -1341,6 +1370,11 @@ static bool worker_take_incoming(struct tcp_worker *w)
 		mc_list_add_tail(&ready, &c->work_node);
 	}
 	pthread_mutex_unlock(&w->lock);
+	while (!mc_list_empty(&accepted)) {
+		struct tcp_sconn *sc = mc_list_first(&accepted, struct tcp_sconn, node);
+		mc_list_del(&sc->node);
+		sconn_adopt(sc);
+	}
 	while (!mc_list_empty(&ready)) {
 		struct tcp_conn *c = mc_list_first(&ready, struct tcp_conn, work_node);
 		mc_list_del(&c->work_node);
@@ -1430,7 +1464,7 @@ static void *worker_main(void *arg)
 		if (!spin)
 			atomic_store(&w->sleeping, true);
 		pthread_mutex_lock(&w->lock);
-		if (spin || !mc_list_empty(&w->ready))
+		if (spin || !mc_list_empty(&w->ready) || !mc_list_empty(&w->accepted))
 			timeout = 0;
 		pthread_mutex_unlock(&w->lock);
 		n = epoll_wait(w->epfd, evs, 64, timeout);
@@ -1609,6 +1643,14 @@ void mc_tcp_peer_clear_failed(void *peer)
 uint16_t mc_tcp_data_port(struct mc_transport *base)
 {
 	return base ? to_tcp(base)->port : 0;
+}
+
+unsigned mc_tcp_worker_sconns(struct mc_transport *base, unsigned worker)
+{
+	struct tcp_transport *tp = base ? to_tcp(base) : NULL;
+	if (!tp || worker >= tp->nworkers)
+		return 0;
+	return atomic_load(&tp->workers[worker].nsconns);
 }
 
 static int tcp_submit(struct mc_transport *base, void *peer, struct mc_slice **slices, size_t n)
@@ -1811,6 +1853,8 @@ static void tcp_close(struct mc_transport *base)
 			continue; /* never initialised */
 		while (!mc_list_empty(&w->sconns))
 			sconn_free(mc_list_first(&w->sconns, struct tcp_sconn, node));
+		while (!mc_list_empty(&w->accepted)) /* dealt out, never adopted */
+			sconn_free(mc_list_first(&w->accepted, struct tcp_sconn, node));
 		for (size_t j = 0; j < w->nconns; j++) {
 			struct tcp_conn *c = w->conns[j];
 			mc_list_splice_tail(&c->sendq, &c->incoming);
@@ -1896,6 +1940,7 @@ static int tcp_open(struct mc_te *te, struct mc_transport **out)
 		w->tp = tp;
 		pthread_mutex_init(&w->lock, NULL);
 		mc_list_init(&w->ready);
+		mc_list_init(&w->accepted);
 		mc_list_init(&w->sconns);
 		w->epfd = epoll_create1(EPOLL_CLOEXEC);
 		w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -19,5 +19,8 @@ void *mc_tcp_peer_get(struct mc_transport *tp, const char *host, uint16_t port, 
 bool mc_tcp_peer_failed(void *peer);
 void mc_tcp_peer_clear_failed(void *peer);
 uint16_t mc_tcp_data_port(struct mc_transport *tp);
+/* How many incoming data connections worker serves now (tests, diagnostics):
+ * accepted connections are dealt to the workers round-robin. */
+unsigned mc_tcp_worker_sconns(struct mc_transport *tp, unsigned worker);
 
 #endif

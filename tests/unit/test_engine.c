@@ -21,6 +21,8 @@
 #include "meta/meta.h"
 #include "mooncake/te.h"
 #include "support.h"
+#include "te/engine.h"
+#include "transport/tcp.h"
 
 #define BUF (8u << 20)
 
@@ -292,6 +294,43 @@ static void many_large_reads_in_flight_complete(void **state)
 	free(local);
 }
 
+/* TCP only, 2 workers and 4 connections per peer on both sides. */
+static int setup_tcp_lanes(void **state)
+{
+	int rc;
+	setenv("MC_SHM_DISABLE", "1", 1);
+	setenv("MC_TCP_WORKERS", "2", 1);
+	setenv("MC_TCP_LANES_PER_PEER", "4", 1);
+	rc = setup_pair(state, "mem://test_engine_lanes");
+	unsetenv("MC_SHM_DISABLE");
+	unsetenv("MC_TCP_WORKERS");
+	unsetenv("MC_TCP_LANES_PER_PEER");
+	return rc;
+}
+
+/* Regression: the target's worker that woke first accepted a peer's whole
+ * burst of connections, so one core did all the receiving for that peer.
+ * One 1 MiB write opens all 4 lanes at once; the target deals them out. */
+static void accepted_connections_are_spread_over_workers(void **state)
+{
+	struct pair *p = *state;
+	struct mc_te *b = p->b;
+	char *src = malloc(1 << 20);
+	struct mc_xfer_req req = {.opcode = MC_OP_WRITE,
+				  .source = src,
+				  .target_id = p->b_id,
+				  .target_offset = (uint64_t)(uintptr_t)p->bbuf,
+				  .length = 1 << 20};
+
+	mc_test_fill(src, 1 << 20, 5);
+	assert_int_equal(mc_te_transfer_sync(p->a, &req, 1, 20000), MC_OK);
+	assert_memory_equal(p->bbuf, src, 1 << 20);
+	/* every slice was served, so every connection was adopted */
+	assert_int_equal(mc_tcp_worker_sconns(b->tcp, 0), 2);
+	assert_int_equal(mc_tcp_worker_sconns(b->tcp, 1), 2);
+	free(src);
+}
+
 /* Regression: a client that asks for a large read and hangs up must not
  * kill the target with SIGPIPE; the target keeps serving. */
 static void client_hangup_during_read_does_not_kill_target(void **state)
@@ -368,6 +407,8 @@ int main(void)
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(free_right_after_polling_completed, setup_mem,
 						teardown_pair),
+		cmocka_unit_test_setup_teardown(accepted_connections_are_spread_over_workers,
+						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
