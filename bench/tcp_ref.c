@@ -3,14 +3,17 @@
  * plain blocking request/response loop over one loopback socket.
  *
  *   tcp_ref --server PORT [--buffer SIZE] [--splice 1]
- *   tcp_ref --client PORT --op write|read --block SIZE [--buffer SIZE] [--duration S]
- *           [--splice 1]
+ *   tcp_ref --client PORT --op write|read|stream --block SIZE [--buffer SIZE]
+ *           [--duration S] [--splice 1]
  *
  * --splice 1: the side that sends payload does it by reference (vmsplice
  * into a pipe, splice into the socket), so the kernel copies once, not twice.
  *
  * Each request is a 24-byte header {size, offset, op}; a write carries its
- * payload and gets an 8-byte ack, a read gets the payload back.  Both sides
+ * payload and gets an 8-byte ack, a read gets the payload back, and a
+ * stream write carries its payload and gets nothing back, so the client
+ * sends without pause as iperf3 does (its bandwidth: iperf3's, but over
+ * the same memory as the engine's bench).  Both sides
  * walk a buffer of --buffer bytes (default 1 GiB, huge pages advised) block
  * by block, like transfer_engine_bench does, so the memory traffic matches;
  * with --buffer equal to --block the loop reuses one cache-hot block, like
@@ -91,7 +94,7 @@ static char *alloc(size_t size)
 
 int main(int argc, char **argv)
 {
-	int port = 0, server = 0, write_op = 1, one = 1;
+	int port = 0, server = 0, op = 1, one = 1; /* op: 0 read, 1 write, 2 stream */
 	size_t block = 1 << 20, bufsize = 1ul << 30;
 	double duration = 5;
 	struct sockaddr_in a = {.sin_family = AF_INET};
@@ -103,7 +106,7 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--client")) {
 			port = atoi(argv[i + 1]);
 		} else if (!strcmp(argv[i], "--op")) {
-			write_op = !strcmp(argv[i + 1], "write");
+			op = !strcmp(argv[i + 1], "stream") ? 2 : !strcmp(argv[i + 1], "write");
 		} else if (!strcmp(argv[i], "--block")) {
 			block = strtoull(argv[i + 1], NULL, 0);
 		} else if (!strcmp(argv[i], "--buffer")) {
@@ -140,7 +143,10 @@ int main(int argc, char **argv)
 			while (full(fd, h, sizeof(h), 0) == 0) {
 				if (h[1] > bufsize || h[0] > bufsize - h[1])
 					break;
-				if (h[2]) {
+				if (h[2] == 2) {
+					if (full(fd, buf + h[1], h[0], 0))
+						break;
+				} else if (h[2]) {
 					if (full(fd, buf + h[1], h[0], 0) || full(fd, &ack, 8, 1))
 						break;
 				} else if (send_payload(fd, buf + h[1], h[0])) {
@@ -160,10 +166,11 @@ int main(int argc, char **argv)
 	double t0 = now(), t;
 	uint64_t bytes = 0, off = 0, ack;
 	do {
-		uint64_t h[3] = {block, off, (uint64_t)write_op};
+		uint64_t h[3] = {block, off, (uint64_t)op};
 		if (full(fd, h, sizeof(h), 1) ||
-		    (write_op ? (send_payload(fd, buf + off, block) || full(fd, &ack, 8, 0))
-			      : full(fd, buf + off, block, 0))) {
+		    (op == 2   ? send_payload(fd, buf + off, block)
+		     : op == 1 ? (send_payload(fd, buf + off, block) || full(fd, &ack, 8, 0))
+			       : full(fd, buf + off, block, 0))) {
 			fprintf(stderr, "transfer failed\n");
 			return 1;
 		}
@@ -173,7 +180,16 @@ int main(int argc, char **argv)
 			off = 0;
 		t = now();
 	} while (t - t0 < duration);
-	printf("tcp_ref op=%s block=%zu buffer=%zu GB/s=%.2f\n", write_op ? "write" : "read", block,
-	       bufsize, (double)bytes / (t - t0) / 1e9);
+	if (op == 2) { /* a stream is done when the server has it all */
+		shutdown(fd, SHUT_WR);
+		while (recv(fd, &ack, sizeof(ack), 0) > 0) {
+		}
+		t = now();
+	}
+	printf("tcp_ref op=%s block=%zu buffer=%zu GB/s=%.2f\n",
+	       op == 2 ? "stream"
+	       : op    ? "write"
+		       : "read",
+	       block, bufsize, (double)bytes / (t - t0) / 1e9);
 	return 0;
 }
