@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""Python's copy-based get against get_into, over TCP.
+
+A master (embedded metadata server, free ports), a holder process that
+contributes the only segment, and this process as a pure client put 64 MiB
+of 1 MiB and 4 MiB objects onto the holder, then time
+``MooncakeDistributedStore.get`` (which returns bytes) against
+``get_into`` (a registered buffer) of the same keys, in alternating 1 s
+loops.  Prints the median GB/s of each and checks one value.
+
+usage: bench/py_store_get.py [--build build] [--rounds 7]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    os.environ["MC_SHM_DISABLE"] = "1"  # TCP, inherited by the holder
+    sys.path.insert(0, os.path.join(build, "python"))
+    sys.path.insert(0, HERE)
+    import master_rss
+    import numpy as np
+    from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+    m = master_rss.Master(master_rss.find(build, "tools/mooncake_master"))
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys
+sys.path.insert(0, {os.path.join(build, 'python')!r})
+from mooncake.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+assert s.setup("127.0.0.1", {m.meta_uri!r}, 1 << 30, 0, "tcp", "", {m.addr!r}) == 0
+print(s.get_hostname(), flush=True)
+sys.stdin.read()
+s.close()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    c = MooncakeDistributedStore()
+    try:
+        name = holder.stdout.readline().strip()
+        assert name, "holder did not start"
+        assert c.setup("127.0.0.1", m.meta_uri, 0, 64 << 20, "tcp", "", m.addr) == 0
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = name
+        for size in (1 << 20, 4 << 20):
+            n = (64 << 20) // size
+            vals = [np.random.bytes(size) for _ in range(n)]
+            keys = [f"pyget-{size}-{i}" for i in range(n)]
+            for k, v in zip(keys, vals):
+                assert c.put(k, v, cfg) == 0
+            buf = np.zeros(size, np.uint8)
+            assert c.register_buffer(buf.ctypes.data, size) == 0
+            res = {"get": [], "get_into": []}
+            for _ in range(args.rounds):
+                for op in res:
+                    t0, total = time.perf_counter(), 0
+                    while time.perf_counter() - t0 < 1.0:
+                        for k in keys:
+                            total += (len(c.get(k)) if op == "get"
+                                      else c.get_into(k, buf.ctypes.data, size))
+                    res[op].append(total / (time.perf_counter() - t0) / 1e9)
+            assert c.get(keys[3]) == vals[3]
+            for op, v in res.items():
+                print(f"py_store_get size={size} op={op} GB/s={statistics.median(v):.2f} "
+                      f"runs={' '.join(f'{x:.2f}' for x in v)}", flush=True)
+            assert c.unregister_buffer(buf.ctypes.data) == 0
+            for k in keys:
+                c.remove(k, True)
+    finally:
+        c.close()
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        m.stop()
+
+
+if __name__ == "__main__":
+    main()
