@@ -4,9 +4,10 @@
  * A client (struct mc_store) talks to one master over the store protocol
  * (docs/protocol.md), contributes a global segment of memory that other
  * clients write replicas into and read them from through the Transfer
- * Engine, and keeps a local transfer buffer to stage the copy-based calls.
- * Both regions are anonymous mappings touched lazily, so a large segment
- * costs memory only as it fills; huge pages are used where available.
+ * Engine.  The segment is an anonymous mapping touched lazily, so a large
+ * segment costs memory only as it fills; huge pages are used where
+ * available.  Nothing stages through a local buffer: the copy-based calls
+ * move the caller's memory through the engine as the zero-copy ones do.
  *
  * Semantics are upstream's (../shared/spec/store.md 1.3-1.10): put is
  * insert-if-absent and returns MC_OK for a key that already exists;
@@ -94,7 +95,7 @@ MC_API void mc_store_free(struct mc_store *s);
 /*
  * Connect to the master (ServiceReady; a foreign protocol major version is
  * MC_ERR_INVALID_VERSION), create or attach the engine, map and register
- * the local buffer and the global segment and mount the segment, then
+ * the global segment and mount it, then
  * start the heartbeat.  MC_ERR_INVALID_PARAMS for a bad parameter or a
  * second setup without close.
  */
@@ -109,10 +110,11 @@ MC_API const char *mc_store_hostname(const struct mc_store *s);
 /* The engine in use (NULL before setup). */
 MC_API struct mc_te *mc_store_engine(const struct mc_store *s);
 
-/* ---- copy-based calls (staged through the local buffer) ---- */
+/* ---- copy-based calls (upstream's names; any host memory, sent as it is) ---- */
 
-/* config NULL = defaults.  A value larger than the free local buffer is
- * MC_ERR_INVALID_PARAMS; len 0 is MC_ERR_INVALID_PARAMS. */
+/* config NULL = defaults; len 0 is MC_ERR_INVALID_PARAMS.  Upstream stages
+ * the value through its local buffer (-600 when it does not fit); this
+ * library sends it from value directly, whatever local_buffer_size is. */
 MC_API mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
 			      const struct mc_store_config *config);
 /* One object from several parts, concatenated. */
@@ -122,8 +124,8 @@ MC_API mc_status mc_store_put_parts(struct mc_store *s, const char *key, const v
 /* Insert or overwrite. */
 MC_API mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
 				 const struct mc_store_config *config);
-/* Insert or overwrite one object from several parts: each part is copied
- * once, straight to its place in the staging area, never joined first. */
+/* Insert or overwrite one object from several parts, each sent from where
+ * it lies, never joined first. */
 MC_API mc_status mc_store_upsert_parts(struct mc_store *s, const char *key,
 				       const void *const *parts, const size_t *lens, size_t nparts,
 				       const struct mc_store_config *config);
@@ -160,8 +162,7 @@ MC_API int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_
 MC_API mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
 				    void **values_out, int64_t *results);
 
-/* ---- zero-copy calls (buffers registered with mc_store_register_buffer,
- *      or inside the local buffer) ---- */
+/* ---- zero-copy calls (buffers registered with mc_store_register_buffer) ---- */
 
 MC_API mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len);
 MC_API mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr);
