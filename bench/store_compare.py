@@ -152,40 +152,32 @@ class Engine:
         self.target.wait(timeout=30)
 
 
+def json_lines(cmd):
+    """Run a bench that prints one JSON object per line; exit on failure."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
 def store_round(build, m, data, meta, duration, quick):
     """One store_bench run (its own holder process) and one store_proto_bench
     run against the running master m."""
     bench = master_rss.find(build, "bench/store_bench")
     proto = master_rss.find(build, "bench/store_proto_bench")
-    cmd = [bench, f"--master={m.addr}", f"--metadata={m.meta_uri}", "--runs=1",
-           f"--duration={duration}", "--sizes=1m,4m", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if r.returncode:
-        sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-    for line in r.stdout.splitlines():
-        j = json.loads(line)
+    common = [bench, f"--master={m.addr}", f"--metadata={m.meta_uri}", "--runs=1",
+              f"--duration={duration}", "--json"]
+    for j in json_lines(common + ["--sizes=1m,4m"]):
         if "gbps" in j:
             data.setdefault((j["case"], j["size"], "walk"), []).append(j)
         else:
             meta.setdefault(("lib", j["case"], j["batch"]), []).append(j)
     # one key per round, as redis-benchmark's default command
     for size in SIZES:
-        cmd = [bench, f"--master={m.addr}", f"--metadata={m.meta_uri}", "--runs=1",
-               f"--duration={duration}", f"--sizes={size}", f"--window={size}",
-               "--cases=zc,copy", "--json"]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-        if r.returncode:
-            sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-        for line in r.stdout.splitlines():
-            j = json.loads(line)
+        for j in json_lines(common + [f"--sizes={size}", f"--window={size}", "--cases=zc,copy"]):
             data.setdefault((j["case"], j["size"], "one"), []).append(j)
-    cmd = [proto, f"--master={m.addr}", "--runs=1", f"--duration={duration}",
-           "--keys=1000", "--batch=1000", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
-    if r.returncode:
-        sys.exit(f"store_compare: {' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-    for line in r.stdout.splitlines():
-        j = json.loads(line)
+    for j in json_lines([proto, f"--master={m.addr}", "--runs=1", f"--duration={duration}",
+                         "--keys=1000", "--batch=1000", "--json"]):
         meta.setdefault(("wire", j["case"], j["batch"]), []).append(j)
 
 

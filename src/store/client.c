@@ -211,7 +211,7 @@ static void make_config(const struct mc_store *s, const struct mc_store_config *
 }
 
 /* nkeys: the keys of the call, which group_ids must match one to one. */
-static mc_status check_config(const struct mc_store_config *cfg, bool staged, size_t nkeys)
+static mc_status check_config(const struct mc_store_config *cfg, bool value_call, size_t nkeys)
 {
 	if (!cfg)
 		return MC_OK;
@@ -221,8 +221,9 @@ static mc_status check_config(const struct mc_store_config *cfg, bool staged, si
 	if (cfg->n_preferred_segments > 1024 ||
 	    (cfg->n_preferred_segments && !cfg->preferred_segments))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad preferred segment list");
-	/* upstream: meant for the multi-buffer and tensor paths only */
-	if (staged && cfg->prefer_alloc_in_same_node)
+	/* upstream: meant for the multi-buffer and tensor paths only, refused
+	 * on the single-buffer calls (put, put_parts, put_batch, put_from) */
+	if (value_call && cfg->prefer_alloc_in_same_node)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "prefer_alloc_in_same_node is not allowed on this call");
 	return MC_OK;

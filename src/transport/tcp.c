@@ -1299,7 +1299,13 @@ static void sconn_adopt(struct tcp_sconn *sc)
 	epoll_ctl(sc->w->epfd, EPOLL_CTL_ADD, sc->fd, &ev);
 }
 
-static void worker_wake(struct tcp_worker *w);
+static void worker_wake(struct tcp_worker *w)
+{
+	uint64_t one = 1;
+	if (write(w->evfd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: the worker is awake anyway */
+	}
+}
 
 static void worker_accept(struct tcp_worker *w)
 {
@@ -1507,14 +1513,6 @@ static void *worker_main(void *arg)
 			sched_yield(); /* keep the vCPU awake, not a runnable thread off it */
 	}
 	return NULL;
-}
-
-static void worker_wake(struct tcp_worker *w)
-{
-	uint64_t one = 1;
-	if (write(w->evfd, &one, sizeof(one)) < 0) {
-		/* the counter is saturated: the worker is awake anyway */
-	}
 }
 
 /* ---- peers and submission ------------------------------------------------------ */

@@ -64,18 +64,25 @@ static int setup_p2p(void **state)
 	return setup_pair(state, "P2PHANDSHAKE");
 }
 
+/* setup_pair with env (NULL-terminated name/value pairs) set while the
+ * engines are created.  MC_SHM_DISABLE keeps same-host engines on TCP. */
+static int setup_pair_env(void **state, const char *uri, const char *const *env)
+{
+	int rc;
+	for (size_t i = 0; env[i]; i += 2)
+		setenv(env[i], env[i + 1], 1);
+	rc = setup_pair(state, uri);
+	for (size_t i = 0; env[i]; i += 2)
+		unsetenv(env[i]);
+	return rc;
+}
+
 /* Both engines speak upstream's legacy v1 framing as initiators. */
 static int setup_v1(void **state)
 {
-	int rc;
-	setenv("MC_TCP_PROTO", "1", 1);
-	setenv("MC_TCP_LANES_PER_PEER", "1", 1);
-	setenv("MC_SHM_DISABLE", "1", 1); /* same host: keep these on TCP */
-	rc = setup_pair(state, "mem://test_engine_v1");
-	unsetenv("MC_TCP_PROTO");
-	unsetenv("MC_TCP_LANES_PER_PEER");
-	unsetenv("MC_SHM_DISABLE");
-	return rc;
+	static const char *const env[] = {
+		"MC_TCP_PROTO", "1", "MC_TCP_LANES_PER_PEER", "1", "MC_SHM_DISABLE", "1", NULL};
+	return setup_pair_env(state, "mem://test_engine_v1", env);
 }
 
 static int teardown_pair(void **state)
@@ -297,15 +304,9 @@ static void many_large_reads_in_flight_complete(void **state)
 /* TCP only, 2 workers and 4 connections per peer on both sides. */
 static int setup_tcp_lanes(void **state)
 {
-	int rc;
-	setenv("MC_SHM_DISABLE", "1", 1);
-	setenv("MC_TCP_WORKERS", "2", 1);
-	setenv("MC_TCP_LANES_PER_PEER", "4", 1);
-	rc = setup_pair(state, "mem://test_engine_lanes");
-	unsetenv("MC_SHM_DISABLE");
-	unsetenv("MC_TCP_WORKERS");
-	unsetenv("MC_TCP_LANES_PER_PEER");
-	return rc;
+	static const char *const env[] = {
+		"MC_SHM_DISABLE", "1", "MC_TCP_WORKERS", "2", "MC_TCP_LANES_PER_PEER", "4", NULL};
+	return setup_pair_env(state, "mem://test_engine_lanes", env);
 }
 
 /* Regression: the target's worker that woke first accepted a peer's whole

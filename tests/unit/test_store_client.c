@@ -935,8 +935,7 @@ static void bad_arguments_and_missing_keys(void **state)
 	/* larger than the local buffer, from memory never registered: put sends
 	 * it as it is (nothing stages through the local buffer) */
 	big = malloc(huge);
-	for (size_t i = 0; i < huge; i++)
-		big[i] = (char)(i * 7 + 3);
+	mc_test_fill(big, huge, 37);
 	assert_int_equal(mc_store_put(A, "past-lbuf", big + 1, LBUF_SIZE + 1, NULL), MC_OK);
 	assert_int_equal(mc_store_get(B, "past-lbuf", &out), (int64_t)LBUF_SIZE + 1);
 	assert_memory_equal(out, big + 1, LBUF_SIZE + 1);
