@@ -958,6 +958,47 @@ static void bad_arguments_and_missing_keys(void **state)
 	}
 }
 
+/* mc_store_get_alloc: the allocator is asked once, for the object's size,
+ * and the read lands in what it returned; a NULL from it is MC_ERR_NOMEM,
+ * a missing key never calls it. */
+struct test_alloc {
+	char buf[256];
+	size_t asked;
+	unsigned calls;
+	bool refuse;
+};
+
+static void *test_alloc_fn(void *ctx, size_t size)
+{
+	struct test_alloc *a = ctx;
+	a->calls++;
+	a->asked = size;
+	return a->refuse || size > sizeof(a->buf) ? NULL : a->buf;
+}
+
+static void get_alloc_calls_the_allocator_once(void **state)
+{
+	struct mc_store_config c = prefer(B);
+	struct test_alloc a = {.calls = 0};
+	char v[200];
+	(void)state;
+	mc_test_fill(v, sizeof(v), 61);
+	assert_int_equal(mc_store_put(A, "get-alloc", v, sizeof(v), &c), MC_OK);
+	assert_int_equal(mc_store_get_alloc(A, "get-alloc", test_alloc_fn, &a), (int64_t)sizeof(v));
+	assert_int_equal(a.calls, 1);
+	assert_int_equal(a.asked, sizeof(v));
+	assert_memory_equal(a.buf, v, sizeof(v));
+	a.refuse = true;
+	assert_int_equal(mc_store_get_alloc(A, "get-alloc", test_alloc_fn, &a), MC_ERR_NOMEM);
+	assert_int_equal(a.calls, 2);
+	a.refuse = false;
+	assert_int_equal(mc_store_get_alloc(A, "never-put", test_alloc_fn, &a),
+			 MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(a.calls, 2);
+	assert_int_equal(mc_store_get_alloc(A, "get-alloc", NULL, &a), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_remove(A, "get-alloc", true), MC_OK);
+}
+
 static void not_set_up_client(void **state)
 {
 	struct mc_store *s;
@@ -1389,6 +1430,7 @@ int main(void)
 		cmocka_unit_test(exist_size_remove),
 		cmocka_unit_test(replica_descriptors),
 		cmocka_unit_test(bad_arguments_and_missing_keys),
+		cmocka_unit_test(get_alloc_calls_the_allocator_once),
 		cmocka_unit_test(not_set_up_client),
 		cmocka_unit_test(close_and_setup_again),
 		cmocka_unit_test(pure_client_and_shared_engine),
