@@ -63,6 +63,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -82,6 +83,13 @@
 #define IOV_BATCH      64
 #define OUT_HIGH_WATER (16u << 20) /* stop parsing requests above this much queued output */
 #define TICK_MS	       100
+/* One readiness event reads at most this much from a socket before the
+ * worker moves on (epoll is level-triggered, so the rest is reported again):
+ * a peer that sends faster than the worker copies must not starve the
+ * worker's other connections, nor its stall checks. */
+#define READ_BUDGET (4u << 20)
+/* The same for sending, when the peer drains faster than the worker copies. */
+#define SEND_BUDGET (4u << 20)
 
 enum ev_kind { EV_LISTEN = 1, EV_WAKE, EV_CONN, EV_SCONN };
 
@@ -445,15 +453,16 @@ static bool conn_zc(const struct tcp_conn *c, const struct mc_slice *s)
 }
 
 /* The head of sendq is a spliced write whose header is out: take the next
- * part of its payload into the pipe (conn_send flushes it). */
-static void conn_send_zc(struct tcp_conn *c, struct mc_slice *s)
+ * part of its payload into the pipe (conn_send flushes it).  Returns the
+ * bytes taken. */
+static uint64_t conn_send_zc(struct tcp_conn *c, struct mc_slice *s)
 {
 	ssize_t k = mc_zc_take(&c->zc, c->fd, s->local + s->done, (size_t)(s->len - s->done));
 	if (k < 0) {
 		mc_info("connection to %s:%u: sending by reference failed (%s); copying instead",
 			c->peer->paths[c->path].host, c->peer->port, strerror(errno));
 		c->zc_off = true;
-		return;
+		return 0;
 	}
 	c->last_progress_ms = mc_now_ms();
 	s->done += (uint64_t)k;
@@ -462,6 +471,7 @@ static void conn_send_zc(struct tcp_conn *c, struct mc_slice *s)
 		s->done = 0;
 		mc_list_add_tail(&c->recvq, &s->node);
 	}
+	return (uint64_t)k;
 }
 
 static void conn_send(struct tcp_conn *c)
@@ -469,6 +479,7 @@ static void conn_send(struct tcp_conn *c)
 	uint8_t hdrs[IOV_BATCH][MC_TCP_HDR_LEN];
 	struct iovec iov[IOV_BATCH * 2];
 	struct msghdr msg = {.msg_iov = iov};
+	uint64_t put = 0; /* bytes sent this call (SEND_BUDGET) */
 
 	for (;;) {
 		struct mc_list *pos;
@@ -487,9 +498,13 @@ static void conn_send(struct tcp_conn *c)
 		}
 		if (mc_list_empty(&c->sendq))
 			break;
+		if (put >= SEND_BUDGET) {
+			conn_set_events(c, true); /* the rest when EPOLLOUT reports again */
+			return;
+		}
 		head = mc_list_first(&c->sendq, struct mc_slice, node);
 		if (head->hdr_done == MC_TCP_HDR_LEN && conn_zc(c, head)) {
-			conn_send_zc(c, head);
+			put += conn_send_zc(c, head);
 			continue;
 		}
 		mc_list_for_each(pos, &c->sendq) {
@@ -532,6 +547,7 @@ static void conn_send(struct tcp_conn *c)
 			conn_fail(c, MC_ERR_CONN_CLOSED, strerror(errno));
 			return;
 		}
+		put += (uint64_t)n;
 		c->last_progress_ms = mc_now_ms();
 		/* advance over what left */
 		while (n > 0) {
@@ -616,6 +632,7 @@ static int direct_recv_error(struct tcp_conn *c, ssize_t n)
 
 static void conn_recv(struct tcp_conn *c)
 {
+	uint64_t got = 0; /* bytes read this call (READ_BUDGET) */
 	for (;;) {
 		struct mc_slice *s;
 		size_t avail = c->rlen - c->rpos;
@@ -639,8 +656,12 @@ static void conn_recv(struct tcp_conn *c)
 			    s->len >= DIRECT_MIN) {
 				/* status into rbuf, payload straight into the destination */
 				struct iovec iov[2] = {{c->rbuf, 8}, {s->local, (size_t)s->len}};
-				ssize_t n = readv(c->fd, iov, 2);
+				ssize_t n;
+				if (got >= READ_BUDGET)
+					return;
+				n = readv(c->fd, iov, 2);
 				if (n > 0) {
+					got += (uint64_t)n;
 					c->rpos = 0;
 					c->rlen = (size_t)MC_MIN(n, (ssize_t)8);
 					if (n > 8)
@@ -702,9 +723,12 @@ static void conn_recv(struct tcp_conn *c)
 				continue;
 			}
 			if (want >= DIRECT_MIN) {
-				ssize_t n =
-					recv(c->fd, s->local + s->done, (size_t)want, MSG_DONTWAIT);
+				ssize_t n;
+				if (got >= READ_BUDGET)
+					return;
+				n = recv(c->fd, s->local + s->done, (size_t)want, MSG_DONTWAIT);
 				if (n > 0) {
+					got += (uint64_t)n;
 					s->done += (uint64_t)n;
 					c->last_progress_ms = mc_now_ms();
 					continue;
@@ -719,7 +743,10 @@ static void conn_recv(struct tcp_conn *c)
 			return;
 		}
 	fill : {
-		ssize_t n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen, RBUF_SIZE);
+		ssize_t n;
+		if (got >= READ_BUDGET)
+			return;
+		n = conn_fill(c->fd, c->rbuf, &c->rpos, &c->rlen, RBUF_SIZE);
 		if (n == 0)
 			return;
 		if (n < 0) {
@@ -731,6 +758,7 @@ static void conn_recv(struct tcp_conn *c)
 			conn_fail(c, (int)n, "peer closed the connection");
 			return;
 		}
+		got += (uint64_t)n;
 		c->last_progress_ms = mc_now_ms();
 	}
 	}
@@ -1069,6 +1097,7 @@ static void sconn_sent(struct tcp_sconn *sc, uint64_t n)
 /* Returns false when the connection was freed. */
 static bool sconn_flush(struct tcp_sconn *sc)
 {
+	uint64_t put = 0; /* bytes sent this call (SEND_BUDGET) */
 	for (;;) {
 		struct iovec iov[IOV_BATCH];
 		struct out_item *head;
@@ -1079,7 +1108,8 @@ static bool sconn_flush(struct tcp_sconn *sc)
 
 		if (zr < 0)
 			goto failed;
-		if (zr == 0 || !sc->out_n)
+		/* past the budget, EPOLLOUT (armed below) brings us back */
+		if (zr == 0 || !sc->out_n || put >= SEND_BUDGET)
 			break;
 		head = &sc->out[sc->out_head];
 		if (sconn_zc(sc, head)) {
@@ -1093,6 +1123,7 @@ static bool sconn_flush(struct tcp_sconn *sc)
 				continue;
 			}
 			sc->last_progress_ms = mc_now_ms();
+			put += (uint64_t)n;
 			sconn_sent(sc, (uint64_t)n);
 			continue;
 		}
@@ -1126,6 +1157,7 @@ static bool sconn_flush(struct tcp_sconn *sc)
 			goto failed;
 		}
 		sc->last_progress_ms = mc_now_ms();
+		put += (uint64_t)n;
 		sconn_sent(sc, (uint64_t)n);
 	}
 	if (sc->state == S_CLOSING && sc->out_n == 0 && sc->zc.piped == 0) {
@@ -1160,6 +1192,7 @@ static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool 
 static bool sconn_readable(struct tcp_sconn *sc)
 {
 	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	uint64_t got = 0; /* bytes read this call (READ_BUDGET) */
 	for (;;) {
 		size_t avail = sc->rlen - sc->rpos;
 		if (sc->state == S_CLOSING)
@@ -1250,10 +1283,14 @@ static bool sconn_readable(struct tcp_sconn *sc)
 				continue;
 			}
 			if (want >= DIRECT_MIN) {
-				ssize_t n = user_mem_recv(
-					sc->fd, (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
-					(size_t)want);
+				ssize_t n;
+				if (got >= READ_BUDGET)
+					break;
+				n = user_mem_recv(sc->fd,
+						  (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
+						  (size_t)want);
 				if (n > 0) {
+					got += (uint64_t)n;
 					sc->cur_done += (uint64_t)n;
 					sc->last_progress_ms = mc_now_ms();
 					continue;
@@ -1273,7 +1310,10 @@ static bool sconn_readable(struct tcp_sconn *sc)
 		size_t max = sc->state == S_HDR && sc->last_large && sc->rpos == sc->rlen
 				     ? MC_TCP_HDR_LEN
 				     : RBUF_SIZE;
-		ssize_t n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen, max);
+		ssize_t n;
+		if (got >= READ_BUDGET)
+			break;
+		n = conn_fill(sc->fd, sc->rbuf, &sc->rpos, &sc->rlen, max);
 		if (n == 0)
 			break;
 		if (n < 0) {
@@ -1283,6 +1323,7 @@ static bool sconn_readable(struct tcp_sconn *sc)
 			sconn_free(sc);
 			return false;
 		}
+		got += (uint64_t)n;
 		sc->last_progress_ms = mc_now_ms();
 	}
 	}
@@ -1416,6 +1457,33 @@ static void worker_sync_conns(struct tcp_worker *w)
 	pthread_mutex_unlock(&w->lock);
 }
 
+/* What the kernel holds for a socket whose connection made no progress: bytes
+ * not yet read, bytes not yet acknowledged by the peer, and TCP's retransmit
+ * state.  Tells a stalled network (unacknowledged bytes, backoff) from a
+ * stalled reader (unread bytes). */
+static void sock_stall_info(int fd, char *buf, size_t len)
+{
+	int inq = -1, outq = -1;
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+	(void)ioctl(fd, FIONREAD, &inq);
+	(void)ioctl(fd, TIOCOUTQ, &outq);
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0)
+		snprintf(buf, len,
+			 "unread %d, unsent or unacked %d, rto %u ms, backoff %u, retransmits %u",
+			 inq, outq, ti.tcpi_rto / 1000, ti.tcpi_backoff, ti.tcpi_total_retrans);
+	else
+		snprintf(buf, len, "unread %d, unsent or unacked %d", inq, outq);
+}
+
+/* Bytes the kernel holds for us to read: a connection with some is not
+ * stalled by its peer, whatever the time since this worker last read it. */
+static bool sock_has_unread(int fd)
+{
+	int inq = 0;
+	return ioctl(fd, FIONREAD, &inq) == 0 && inq > 0;
+}
+
 static void worker_tick(struct tcp_worker *w, uint64_t now)
 {
 	struct tcp_transport *tp = w->tp;
@@ -1428,17 +1496,26 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
 			conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
 		else if (c->state == CONN_UP && busy &&
-			 now - c->last_progress_ms > tp->io_timeout_ms)
-			conn_fail(c, MC_ERR_TIMEOUT, "no progress within the i/o timeout");
-		else if (c->state == CONN_UP && !busy && c->path != c->home &&
-			 path_usable(&c->peer->paths[c->home], now))
+			 now - c->last_progress_ms > tp->io_timeout_ms && !sock_has_unread(c->fd)) {
+			char why[200], info[160];
+			sock_stall_info(c->fd, info, sizeof(info));
+			snprintf(why, sizeof(why), "no progress within the i/o timeout (%s)", info);
+			conn_fail(c, MC_ERR_TIMEOUT, why);
+		} else if (c->state == CONN_UP && !busy && c->path != c->home &&
+			   path_usable(&c->peer->paths[c->home], now))
 			conn_close_fd(c); /* idle away from home: the next use tries home again */
 	}
 	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
 		bool busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
-		if (busy && now - sc->last_progress_ms > tp->io_timeout_ms) {
-			mc_info("closing stalled data connection from %s", sc->peer_name);
+		/* unread bytes while reading is on: the worker is behind, not the
+		 * peer (while reading is off, the peer is not taking our output) */
+		if (busy && now - sc->last_progress_ms > tp->io_timeout_ms &&
+		    !((sc->events & EPOLLIN) && sock_has_unread(sc->fd))) {
+			char info[160];
+			sock_stall_info(sc->fd, info, sizeof(info));
+			mc_info("closing stalled data connection from %s (%s)", sc->peer_name,
+				info);
 			sconn_free(sc);
 		}
 	}

@@ -3,16 +3,25 @@
  * (in-process metadata and P2P), plus the local path and the API's checks.
  */
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -23,6 +32,7 @@
 #include "support.h"
 #include "te/engine.h"
 #include "transport/tcp.h"
+#include "transport/transport.h"
 
 #define BUF (8u << 20)
 
@@ -360,6 +370,189 @@ static void client_hangup_during_read_does_not_kill_target(void **state)
 	assert_memory_equal(p->abuf, p->bbuf, 4096);
 }
 
+/* TCP only, one worker on each side: every connection shares it. */
+static int setup_one_worker(void **state)
+{
+	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TCP_WORKERS", "1", NULL};
+	return setup_pair_env(state, "mem://test_engine_one_worker", env);
+}
+
+static int raw_connect(struct mc_te *te)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(mc_te_tcp_port(te))};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct timeval tv = {.tv_sec = 60};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void v2_write_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint64_t size, uint64_t addr)
+{
+	struct mc_tcp_hdr h = {
+		.size = size, .addr = addr, .opcode = MC_TCP_OP_WRITE | MC_TCP_OP_V2};
+	mc_tcp_hdr_encode(&h, hdr);
+}
+
+static bool recv_status_ok(int fd)
+{
+	uint8_t st[8];
+	size_t got = 0;
+	while (got < sizeof(st)) {
+		ssize_t n = recv(fd, st + got, sizeof(st) - got, 0);
+		if (n <= 0)
+			return false;
+		got += (size_t)n;
+	}
+	uint32_t code;
+	return mc_tcp_status_decode(st, &code) == MC_OK && code == MC_TCP_STATUS_OK;
+}
+
+/* A peer streaming writes from the page cache (sendfile: the kernel sends
+ * pages by reference). */
+struct streamer {
+	int fd, memfd;
+	uint64_t addr, size; /* request i writes size bytes at addr + i * size */
+	int count;
+	atomic_bool done;
+};
+
+static void *stream_writes(void *arg)
+{
+	struct streamer *st = arg;
+	sigset_t pipe_sig; /* a closed socket fails sendfile() with EPIPE, not a signal */
+	sigemptyset(&pipe_sig);
+	sigaddset(&pipe_sig, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL);
+	for (int i = 0; i < st->count; i++) {
+		uint8_t hdr[MC_TCP_HDR_LEN];
+		off_t off = 0;
+		v2_write_hdr(hdr, st->size, st->addr + (uint64_t)i * st->size);
+		if (send(st->fd, hdr, sizeof(hdr), MSG_MORE) != (ssize_t)sizeof(hdr))
+			break;
+		while ((uint64_t)off < st->size)
+			if (sendfile(st->fd, st->memfd, &off, (size_t)(st->size - (uint64_t)off)) <=
+			    0)
+				goto out;
+	}
+out:
+	atomic_store(&st->done, true);
+	return NULL;
+}
+
+/* Memory whose pages come in slowly: a userfaultfd handler supplies each
+ * page on first touch after a pause, so whoever writes there (the target's
+ * recv()) is slower than any sender, deterministically. */
+struct slow_mem {
+	char *base;
+	size_t len;
+	int uffd;
+	atomic_bool stop;
+	pthread_t th;
+};
+
+static void *slow_mem_serve(void *arg)
+{
+	struct slow_mem *m = arg;
+	while (!atomic_load(&m->stop)) {
+		struct pollfd pfd = {.fd = m->uffd, .events = POLLIN};
+		struct uffd_msg msg;
+		if (poll(&pfd, 1, 50) <= 0 || read(m->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
+		    msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		usleep(20);
+		struct uffdio_zeropage z = {
+			.range = {.start = msg.arg.pagefault.address & ~(uint64_t)4095,
+				  .len = 4096}};
+		ioctl(m->uffd, UFFDIO_ZEROPAGE, &z);
+	}
+	return NULL;
+}
+
+/* false: userfaultfd is not permitted here (the caller skips) */
+static bool slow_mem_open(struct slow_mem *m, size_t len)
+{
+	struct uffdio_api api = {.api = UFFD_API};
+	struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING};
+	memset(m, 0, sizeof(*m));
+	m->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+	if (m->uffd < 0)
+		return false;
+	if (ioctl(m->uffd, UFFDIO_API, &api) < 0) {
+		close(m->uffd);
+		return false;
+	}
+	m->len = len;
+	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(m->base != MAP_FAILED);
+	reg.range.start = (uint64_t)(uintptr_t)m->base;
+	reg.range.len = len;
+	assert_int_equal(ioctl(m->uffd, UFFDIO_REGISTER, &reg), 0);
+	assert_int_equal(pthread_create(&m->th, NULL, slow_mem_serve, m), 0);
+	return true;
+}
+
+static void slow_mem_close(struct slow_mem *m)
+{
+	atomic_store(&m->stop, true);
+	pthread_join(m->th, NULL);
+	close(m->uffd);
+	munmap(m->base, m->len);
+}
+
+/* Regression: a connection whose peer sent faster than the target's worker
+ * copied kept that worker reading it until the peer stopped, so every other
+ * connection of the worker waited (and one waiting mid-request was then
+ * closed as "stalled" with megabytes unread: the multipath failover test
+ * failed that way under TSan on a loaded machine).  With one worker, a small
+ * write on a second connection is answered while the stream on the first is
+ * still going. */
+static void a_saturating_connection_does_not_starve_the_others(void **state)
+{
+	struct pair *p = *state;
+	enum { BLK = 1 << 20, COUNT = 64 };
+	struct streamer st = {.size = BLK, .count = COUNT};
+	uint64_t base = (uint64_t)(uintptr_t)p->bbuf;
+	uint8_t hdr[MC_TCP_HDR_LEN];
+	char small[4096];
+	struct slow_mem slow;
+	pthread_t th;
+	bool streaming_when_answered;
+	int b;
+
+	if (!slow_mem_open(&slow, (size_t)BLK * COUNT))
+		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
+	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
+	st.memfd = memfd_create("stream", 0);
+	assert_true(st.memfd >= 0);
+	assert_int_equal(ftruncate(st.memfd, BLK), 0);
+	st.fd = raw_connect(p->b);
+	st.addr = (uint64_t)(uintptr_t)slow.base;
+	assert_int_equal(pthread_create(&th, NULL, stream_writes, &st), 0);
+	assert_true(recv_status_ok(st.fd)); /* the stream is flowing */
+
+	b = raw_connect(p->b);
+	mc_test_fill(small, sizeof(small), 9);
+	v2_write_hdr(hdr, sizeof(small), base);
+	assert_int_equal(send(b, hdr, sizeof(hdr), MSG_MORE), (ssize_t)sizeof(hdr));
+	assert_int_equal(send(b, small, sizeof(small), 0), (ssize_t)sizeof(small));
+	assert_true(recv_status_ok(b));
+	streaming_when_answered = !atomic_load(&st.done);
+	assert_memory_equal(p->bbuf, small, sizeof(small));
+
+	pthread_join(th, NULL);
+	for (int i = 1; i < COUNT; i++)
+		assert_true(recv_status_ok(st.fd));
+	close(b);
+	close(st.fd);
+	close(st.memfd);
+	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
+	slow_mem_close(&slow);
+	assert_true(streaming_when_answered);
+}
+
 /* Regression: a task could show COMPLETED before the batch's in-flight
  * count dropped, so freeing right after polling returned MC_ERR_BATCH_BUSY. */
 static void free_right_after_polling_completed(void **state)
@@ -414,6 +607,8 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
 						setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(a_saturating_connection_does_not_starve_the_others,
+						setup_one_worker, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
