@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""Python's copy-based get against get_into, over TCP.
+"""Python's copy-based gets against the zero-copy ones, over TCP.
 
 A master (embedded metadata server, free ports), a holder process that
 contributes the only segment, and this process as a pure client put 64 MiB
 of 1 MiB and 4 MiB objects onto the holder, then time
 ``MooncakeDistributedStore.get`` (which returns bytes) against
-``get_into`` (a registered buffer) of the same keys, in alternating 1 s
-loops.  Prints the median GB/s of each and checks one value.
+``get_into`` (a registered buffer) of the same keys, and ``get_batch``
+(a list of bytes) against ``batch_get_into``, 8 keys a call, in
+alternating 1 s loops.  Prints the median GB/s of each and checks values.
 
 usage: bench/py_store_get.py [--build build] [--rounds 7]
 """
@@ -57,18 +58,26 @@ s.close()
             keys = [f"pyget-{size}-{i}" for i in range(n)]
             for k, v in zip(keys, vals):
                 assert c.put(k, v, cfg) == 0
-            buf = np.zeros(size, np.uint8)
-            assert c.register_buffer(buf.ctypes.data, size) == 0
-            res = {"get": [], "get_into": []}
+            buf = np.zeros(8 * size, np.uint8)
+            assert c.register_buffer(buf.ctypes.data, 8 * size) == 0
+            groups = [keys[i:i + 8] for i in range(0, n, 8)]
+            ptrs = [buf.ctypes.data + j * size for j in range(8)]
+            ops = {
+                "get": lambda: sum(len(c.get(k)) for k in keys),
+                "get_into": lambda: sum(c.get_into(k, buf.ctypes.data, size) for k in keys),
+                "get_batch": lambda: sum(len(v) for g in groups for v in c.get_batch(g)),
+                "batch_get_into": lambda: sum(sum(c.batch_get_into(g, ptrs, [size] * 8))
+                                              for g in groups),
+            }
+            res = {op: [] for op in ops}
             for _ in range(args.rounds):
-                for op in res:
+                for op, fn in ops.items():
                     t0, total = time.perf_counter(), 0
                     while time.perf_counter() - t0 < 1.0:
-                        for k in keys:
-                            total += (len(c.get(k)) if op == "get"
-                                      else c.get_into(k, buf.ctypes.data, size))
+                        total += fn()
                     res[op].append(total / (time.perf_counter() - t0) / 1e9)
             assert c.get(keys[3]) == vals[3]
+            assert c.get_batch(groups[0]) == vals[:8]
             for op, v in res.items():
                 print(f"py_store_get size={size} op={op} GB/s={statistics.median(v):.2f} "
                       f"runs={' '.join(f'{x:.2f}' for x in v)}", flush=True)

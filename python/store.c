@@ -1434,30 +1434,55 @@ static PyObject *store_get(DEFARGS)
 	return ba.obj;
 }
 
+/* mc_store_batch_get_alloc's allocator for get_batch(): object i's bytes,
+ * made under the GIL, which the batch then fills in place. */
+struct bytes_nth {
+	struct call *c;
+	PyObject **objs;
+};
+
+static void *bytes_nth(void *ctx, size_t i, size_t size)
+{
+	struct bytes_nth *bn = ctx;
+	void *p = NULL;
+
+	if (size > (size_t)PY_SSIZE_T_MAX)
+		return NULL;
+	PyEval_RestoreThread(bn->c->ts);
+	bn->objs[i] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+	if (bn->objs[i])
+		p = PyBytes_AS_STRING(bn->objs[i]);
+	else
+		PyErr_Clear(); /* that key reads as b"" */
+	bn->c->ts = PyEval_SaveThread();
+	return p;
+}
+
 static PyObject *store_get_batch(DEFARGS)
 {
 	struct keys k;
-	PyObject *out;
-	void **bufs;
+	PyObject *out = NULL, **objs;
 	int64_t *sizes;
 	struct call c;
+	struct bytes_nth bn = {&c, NULL};
 	bool any_ready;
 	PARSE("get_batch", 1, "keys");
 
 	if (keys_from(a[0], "get_batch", &k) < 0)
 		return NULL;
-	bufs = PyMem_Calloc(k.n ? k.n : 1, sizeof(*bufs));
+	objs = PyMem_Calloc(k.n ? k.n : 1, sizeof(*objs));
 	sizes = PyMem_Calloc(k.n ? k.n : 1, sizeof(*sizes));
-	if (!bufs || !sizes) {
-		PyMem_Free(bufs);
+	if (!objs || !sizes) {
+		PyMem_Free(objs);
 		PyMem_Free(sizes);
 		keys_release(&k);
 		return PyErr_NoMemory();
 	}
+	bn.objs = objs;
 	call_begin(&c, ST(self), false);
 	any_ready = mc_store_health_check(ST(self)->s) != 1;
 	if (any_ready && k.n)
-		mc_store_batch_get(ST(self)->s, k.v, k.n, bufs, sizes);
+		mc_store_batch_get_alloc(ST(self)->s, k.v, k.n, bytes_nth, &bn, sizes);
 	call_end(&c);
 	/* a failed batch (not set up, no keys) is upstream's one-element [b""] */
 	if (!any_ready || k.n == 0) {
@@ -1466,9 +1491,12 @@ static PyObject *store_get_batch(DEFARGS)
 	}
 	out = PyList_New((Py_ssize_t)k.n);
 	for (size_t i = 0; out && i < k.n; i++) {
-		PyObject *b = sizes[i] >= 0
-				      ? PyBytes_FromStringAndSize(bufs[i], (Py_ssize_t)sizes[i])
-				      : PyBytes_FromStringAndSize("", 0);
+		PyObject *b = objs[i];
+		if (sizes[i] < 0 || !b) {
+			Py_XDECREF(b);
+			b = PyBytes_FromStringAndSize("", 0);
+		}
+		objs[i] = NULL;
 		if (!b) {
 			Py_CLEAR(out);
 			break;
@@ -1477,8 +1505,8 @@ static PyObject *store_get_batch(DEFARGS)
 	}
 out:
 	for (size_t i = 0; i < k.n; i++)
-		free(bufs[i]); /* NULL unless read */
-	PyMem_Free(bufs);
+		Py_XDECREF(objs[i]); /* not handed to the list */
+	PyMem_Free(objs);
 	PyMem_Free(sizes);
 	keys_release(&k);
 	return out;

@@ -161,6 +161,19 @@ MC_API int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_
  */
 MC_API mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
 				    void **values_out, int64_t *results);
+/*
+ * mc_store_batch_get into memory the caller allocates: alloc(ctx, i, size)
+ * returns size writable bytes of host memory for object i once its size is
+ * known, or NULL (results[i] is then MC_ERR_NOMEM).  It is called at most
+ * once per key, from the calling thread, before any byte moves; whatever it
+ * returned is the caller's, whether or not that object's read succeeded
+ * (results[i] >= 0: its size; < 0: its status).  Returns MC_OK if every key
+ * was read, else the first failure.
+ */
+typedef void *(*mc_store_batch_alloc_fn)(void *ctx, size_t index, size_t size);
+MC_API mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+					  mc_store_batch_alloc_fn alloc, void *ctx,
+					  int64_t *results);
 
 /* ---- zero-copy calls (buffers registered with mc_store_register_buffer) ---- */
 

@@ -791,12 +791,13 @@ static mc_status batch_replica_lists(struct mc_store *s, struct mc_proto_str *ke
  * unless the read succeeded; alloc[] must be NULL on entry).
  */
 static void get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
-		     const size_t *const *lens, const size_t *nbufs, size_t n, void **alloc,
-		     int64_t *results)
+		     const size_t *const *lens, const size_t *nbufs, size_t n,
+		     mc_store_batch_alloc_fn alloc, void *actx, int64_t *results)
 {
 	struct mc_proto_str *kv = NULL;
 	struct obj_io *ios = NULL;
 	uint32_t *sent = NULL;
+	void **alloc_bufs = NULL; /* per sent key: what alloc returned */
 	size_t *alloc_lens = NULL;
 	struct mc_store_msg resp;
 	uint32_t nsent = 0;
@@ -806,9 +807,11 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	kv = mc_calloc(n, sizeof(*kv));
 	ios = mc_calloc(n, sizeof(*ios));
 	sent = mc_calloc(n, sizeof(*sent));
-	if (alloc)
+	if (alloc) {
+		alloc_bufs = mc_calloc(n, sizeof(*alloc_bufs));
 		alloc_lens = mc_calloc(n, sizeof(*alloc_lens));
-	if (!kv || !ios || !sent || (alloc && !alloc_lens)) {
+	}
+	if (!kv || !ios || !sent || (alloc && (!alloc_bufs || !alloc_lens))) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -842,12 +845,14 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		}
 		if (alloc) {
 			alloc_lens[j] = (size_t)r->size;
-			alloc[i] = malloc(r->size ? (size_t)r->size : 1);
-			if (!alloc[i]) {
-				io->status = MC_ERR_NOMEM;
+			alloc_bufs[j] = alloc(actx, i, (size_t)r->size);
+			if (!alloc_bufs[j]) {
+				io->status = mc_set_error(
+					MC_ERR_NOMEM, "batch_get: no memory for %s (%llu bytes)",
+					keys[i], (unsigned long long)r->size);
 				continue;
 			}
-			io->bufs = &alloc[i];
+			io->bufs = &alloc_bufs[j];
 			io->lens = &alloc_lens[j];
 			io->nbufs = 1;
 		} else {
@@ -875,10 +880,6 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 			results[i] = MC_ERR_LEASE_EXPIRED;
 		else
 			results[i] = (int64_t)ios[j].len;
-		if (alloc && results[i] < 0) {
-			free(alloc[i]);
-			alloc[i] = NULL;
-		}
 	}
 	mc_store_msg_release(&resp);
 	goto out;
@@ -890,6 +891,7 @@ out:
 	mc_free(kv);
 	mc_free(ios);
 	mc_free(sent);
+	mc_free(alloc_bufs);
 	mc_free(alloc_lens);
 }
 
@@ -1884,7 +1886,7 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
 						      keys[i]);
 	}
-	get_many(s, keys, bufs, lens, nbufs, n, NULL, res);
+	get_many(s, keys, bufs, lens, nbufs, n, NULL, NULL, res);
 	for (size_t i = 0; i < n && rc == MC_OK; i++)
 		if (res[i] < 0)
 			rc = (mc_status)res[i];
@@ -1931,15 +1933,13 @@ mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *
 	return batch_get_multi(s, keys, bufs, lens, nbufs, n, results);
 }
 
-mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
-			     void **values_out, int64_t *results)
+mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+				   mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
 {
 	mc_status rc = check_ready(s);
 
-	for (size_t i = 0; values_out && i < n; i++)
-		values_out[i] = NULL;
-	if (rc == MC_OK && n && (!keys || !values_out || !results))
-		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays");
+	if (rc == MC_OK && n && (!keys || !alloc || !results))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays or allocator");
 	if (rc != MC_OK || n == 0) {
 		for (size_t i = 0; results && i < n; i++)
 			results[i] = rc;
@@ -1947,11 +1947,40 @@ mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t
 	}
 	for (size_t i = 0; i < n; i++)
 		results[i] = check_key(keys[i]);
-	get_many(s, keys, NULL, NULL, NULL, n, values_out, results);
+	get_many(s, keys, NULL, NULL, NULL, n, alloc, ctx, results);
 	for (size_t i = 0; i < n; i++)
 		if (results[i] < 0)
 			return (mc_status)results[i];
 	return MC_OK;
+}
+
+static void *malloc_nth(void *ctx, size_t i, size_t size)
+{
+	void **values = ctx;
+	values[i] = malloc(size ? size : 1);
+	return values[i];
+}
+
+mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
+			     void **values_out, int64_t *results)
+{
+	mc_status rc;
+
+	for (size_t i = 0; values_out && i < n; i++)
+		values_out[i] = NULL;
+	if (n && !values_out) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays");
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	rc = mc_store_batch_get_alloc(s, keys, n, malloc_nth, values_out, results);
+	for (size_t i = 0; results && i < n; i++)
+		if (results[i] < 0) {
+			free(values_out[i]);
+			values_out[i] = NULL;
+		}
+	return rc;
 }
 
 /* ---- ranged reads ---------------------------------------------------------------------- */

@@ -999,6 +999,67 @@ static void get_alloc_calls_the_allocator_once(void **state)
 	assert_int_equal(mc_store_remove(A, "get-alloc", true), MC_OK);
 }
 
+/* mc_store_batch_get_alloc: hands out buf[i] for key i, or refuses key
+ * `refuse` (-1: none) */
+struct test_nth {
+	char buf[3][300];
+	size_t asked[3];
+	int calls[3];
+	int refuse;
+};
+
+static void *test_nth_fn(void *ctx, size_t i, size_t size)
+{
+	struct test_nth *t = ctx;
+	assert_true(i < 3);
+	t->calls[i]++;
+	t->asked[i] = size;
+	return (int)i == t->refuse || size > sizeof(t->buf[i]) ? NULL : t->buf[i];
+}
+
+static void batch_get_alloc_asks_once_per_found_key(void **state)
+{
+	struct mc_store_config c = prefer(B);
+	const char *keys[3] = {"bga-0", "bga-missing", "bga-2"};
+	struct test_nth t = {.refuse = -1};
+	char v0[120], v2[250];
+	int64_t res[3];
+	(void)state;
+	mc_test_fill(v0, sizeof(v0), 71);
+	mc_test_fill(v2, sizeof(v2), 72);
+	assert_int_equal(mc_store_put(A, keys[0], v0, sizeof(v0), &c), MC_OK);
+	assert_int_equal(mc_store_put(A, keys[2], v2, sizeof(v2), &c), MC_OK);
+
+	/* the missing key fails alone; the others land where the allocator said */
+	assert_int_equal(mc_store_batch_get_alloc(A, keys, 3, test_nth_fn, &t, res),
+			 MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(res[0], (int64_t)sizeof(v0));
+	assert_int_equal(res[1], MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(res[2], (int64_t)sizeof(v2));
+	assert_int_equal(t.calls[0], 1);
+	assert_int_equal(t.calls[1], 0);
+	assert_int_equal(t.calls[2], 1);
+	assert_int_equal(t.asked[0], sizeof(v0));
+	assert_int_equal(t.asked[2], sizeof(v2));
+	assert_memory_equal(t.buf[0], v0, sizeof(v0));
+	assert_memory_equal(t.buf[2], v2, sizeof(v2));
+
+	/* a refusal fails that key with MC_ERR_NOMEM, not the batch's others */
+	memset(&t, 0, sizeof(t));
+	t.refuse = 0;
+	keys[1] = keys[2];
+	assert_int_equal(mc_store_batch_get_alloc(A, keys, 2, test_nth_fn, &t, res), MC_ERR_NOMEM);
+	assert_int_equal(res[0], MC_ERR_NOMEM);
+	assert_int_equal(res[1], (int64_t)sizeof(v2));
+	assert_memory_equal(t.buf[1], v2, sizeof(v2));
+
+	assert_int_equal(mc_store_batch_get_alloc(A, keys, 2, NULL, &t, res),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(res[0], MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_remove(A, "bga-0", true), MC_OK);
+	assert_int_equal(mc_store_remove(A, "bga-2", true), MC_OK);
+}
+
 static void not_set_up_client(void **state)
 {
 	struct mc_store *s;
@@ -1431,6 +1492,7 @@ int main(void)
 		cmocka_unit_test(replica_descriptors),
 		cmocka_unit_test(bad_arguments_and_missing_keys),
 		cmocka_unit_test(get_alloc_calls_the_allocator_once),
+		cmocka_unit_test(batch_get_alloc_asks_once_per_found_key),
 		cmocka_unit_test(not_set_up_client),
 		cmocka_unit_test(close_and_setup_again),
 		cmocka_unit_test(pure_client_and_shared_engine),
