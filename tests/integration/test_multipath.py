@@ -38,7 +38,11 @@ GiB = 1 << 30
 CHUNK = 64 * MiB  # one request; 16 of them make the 1 GiB
 NCHUNKS = GiB // CHUNK
 
-IO_TIMEOUT_MS = 1500
+# Short enough to keep the test quick, long enough that a live path is never
+# taken for a dead one: under TSan on a loaded 2-core machine a worker was
+# seen draining its sockets at ~10 MB/s, so a status could wait 2.4 s behind
+# 24 MB already in the target's socket (1.5 s failed that way).
+IO_TIMEOUT_MS = 3000
 CONNECT_TIMEOUT_MS = 1000
 ENV = {
     "MC_TCP_IO_TIMEOUT_MS": str(IO_TIMEOUT_MS),
