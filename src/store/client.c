@@ -787,8 +787,8 @@ static mc_status batch_replica_lists(struct mc_store *s, struct mc_proto_str *ke
  * Batch read: one BatchGetReplicaList, one engine batch, per-key lease
  * checks, for every key whose results[] entry is MC_OK on entry.  Object i
  * lands in bufs[i] (nbufs[i] buffers of lens[i][..] bytes), or, when alloc
- * is given, in a malloc'ed buffer of its size left in alloc[i] (NULL
- * unless the read succeeded; alloc[] must be NULL on entry).
+ * is given, in what alloc(actx, i, size) returned once its size was known
+ * (the caller's to release, read or not; mc_store_batch_get_alloc).
  */
 static void get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
 		     const size_t *const *lens, const size_t *nbufs, size_t n,

@@ -342,25 +342,37 @@ static void accepted_connections_are_spread_over_workers(void **state)
 	free(src);
 }
 
+/* A raw data connection to te's TCP port, for hand-made frames. */
+static int raw_connect(struct mc_te *te)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(mc_te_tcp_port(te))};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct timeval tv = {.tv_sec = 60};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+/* op: MC_TCP_OP_READ or MC_TCP_OP_WRITE */
+static void v2_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint8_t op, uint64_t size, uint64_t addr)
+{
+	struct mc_tcp_hdr h = {.size = size, .addr = addr, .opcode = op | MC_TCP_OP_V2};
+	mc_tcp_hdr_encode(&h, hdr);
+}
+
 /* Regression: a client that asks for a large read and hangs up must not
  * kill the target with SIGPIPE; the target keeps serving. */
 static void client_hangup_during_read_does_not_kill_target(void **state)
 {
 	struct pair *p = *state;
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(mc_te_tcp_port(p->b))};
-	uint8_t hdr[24] = {0};
-	uint64_t size = BUF, addr = (uint64_t)(uintptr_t)p->bbuf;
+	uint8_t hdr[MC_TCP_HDR_LEN];
+	uint64_t addr = (uint64_t)(uintptr_t)p->bbuf;
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	v2_hdr(hdr, MC_TCP_OP_READ, BUF, addr);
 	for (int round = 0; round < 20; round++) {
-		int fd = socket(AF_INET, SOCK_STREAM, 0);
-		assert_true(fd >= 0);
-		assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-		for (int i = 0; i < 8; i++) {
-			hdr[i] = (uint8_t)(size >> (8 * i));
-			hdr[8 + i] = (uint8_t)(addr >> (8 * i));
-		}
-		hdr[16] = 0x80; /* v2 read */
+		int fd = raw_connect(p->b);
 		assert_int_equal(send(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
 		close(fd);
 	}
@@ -375,25 +387,6 @@ static int setup_one_worker(void **state)
 {
 	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TCP_WORKERS", "1", NULL};
 	return setup_pair_env(state, "mem://test_engine_one_worker", env);
-}
-
-static int raw_connect(struct mc_te *te)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(mc_te_tcp_port(te))};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct timeval tv = {.tv_sec = 60};
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return fd;
-}
-
-static void v2_write_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint64_t size, uint64_t addr)
-{
-	struct mc_tcp_hdr h = {
-		.size = size, .addr = addr, .opcode = MC_TCP_OP_WRITE | MC_TCP_OP_V2};
-	mc_tcp_hdr_encode(&h, hdr);
 }
 
 static bool recv_status_ok(int fd)
@@ -429,7 +422,7 @@ static void *stream_writes(void *arg)
 	for (int i = 0; i < st->count; i++) {
 		uint8_t hdr[MC_TCP_HDR_LEN];
 		off_t off = 0;
-		v2_write_hdr(hdr, st->size, st->addr + (uint64_t)i * st->size);
+		v2_hdr(hdr, MC_TCP_OP_WRITE, st->size, st->addr + (uint64_t)i * st->size);
 		if (send(st->fd, hdr, sizeof(hdr), MSG_MORE) != (ssize_t)sizeof(hdr))
 			break;
 		while ((uint64_t)off < st->size)
@@ -535,7 +528,7 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 
 	b = raw_connect(p->b);
 	mc_test_fill(small, sizeof(small), 9);
-	v2_write_hdr(hdr, sizeof(small), base);
+	v2_hdr(hdr, MC_TCP_OP_WRITE, sizeof(small), base);
 	assert_int_equal(send(b, hdr, sizeof(hdr), MSG_MORE), (ssize_t)sizeof(hdr));
 	assert_int_equal(send(b, small, sizeof(small), 0), (ssize_t)sizeof(small));
 	assert_true(recv_status_ok(b));
