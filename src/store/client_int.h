@@ -1,0 +1,191 @@
+/*
+ * store/client_int.h - what the three files of the store client share:
+ * client.c (set-up and close, the global segment, the heartbeat, the
+ * metadata calls), client_xfer.c (the put and get paths and their batch
+ * and ranged forms) and client_session.c (batch sessions).  Nothing
+ * outside those three files includes this; the API is mooncake/store.h.
+ *
+ * struct mc_store is here because all three read it.  Its fields are set
+ * by mc_store_setup and cleared by teardown (client.c), which never race
+ * with other calls (store.h's contract); after set-up every other call
+ * only reads them, except the session trees (under sess_lock, sessions)
+ * and the heartbeat's own fields (hb_lock, ping_failed).
+ */
+#ifndef MC_STORE_CLIENT_INT_H
+#define MC_STORE_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+#include "mooncake/status.h"
+#include "mooncake/store.h"
+#include "store/proto.h"
+
+struct mc_master_conn;
+
+struct mc_store {
+	bool ready;
+	struct mc_master_conn *conn;
+	struct mc_te *te;
+	bool own_te;
+	char name[256];	   /* segment name: the engine's local name */
+	char host_id[256]; /* "" = unknown */
+	char protocol[16];
+	char tenant[256];
+	struct mc_store_uuid client_id;
+	bool local_memcpy; /* own-segment replicas by memcpy (MC_STORE_MEMCPY) */
+
+	/* global segment */
+	void *seg;
+	uint64_t seg_size;
+	size_t seg_map_len;
+	bool seg_registered;
+	bool seg_mounted;
+	struct mc_store_uuid seg_id;
+
+	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
+	pthread_mutex_t sess_lock; /* the trees and every session's users/detached */
+	pthread_cond_t sess_cond;  /* a waited-for session lost its last user */
+	void *get_sessions;
+	void *put_sessions;
+
+	/* heartbeat */
+	pthread_t hb;
+	bool hb_started;
+	bool hb_stop; /* under hb_lock */
+	pthread_mutex_t hb_lock;
+	pthread_cond_t hb_cond;
+	atomic_bool ping_failed;
+};
+
+/* One object's side of a transfer: its user buffers (scatter-gather) and
+ * the replicas to write, or the one replica to read. */
+struct mc_store_io {
+	void *const *bufs;
+	const size_t *lens;
+	size_t nbufs;
+	uint64_t len; /* bytes to move (read: the object size) */
+	const struct mc_store_replica *reps;
+	uint32_t nreps;
+	mc_status status; /* in: MC_OK to take part; out: result */
+};
+
+/* Object ranges as objects of their own (client_xfer.c, "Ranged calls"). */
+struct mc_store_ranges {
+	struct mc_store_io *ios;
+	struct mc_store_replica *reps; /* moved copies, nreps per io */
+	void **bufs;		       /* one per io */
+	size_t *lens;		       /* one per io */
+	size_t n, cap;
+	size_t nreps, reps_cap;
+};
+
+/* ---- small helpers ---- */
+
+static inline struct mc_proto_str mc_store_tenant(const struct mc_store *s)
+{
+	return mc_proto_str_c(s->tenant);
+}
+
+static inline mc_status mc_store_check_ready(const struct mc_store *s)
+{
+	if (!s || !s->ready)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "store client is not set up");
+	return MC_OK;
+}
+
+static inline mc_status mc_store_check_key(const char *key)
+{
+	if (!key || !*key)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "empty key");
+	return MC_OK;
+}
+
+/* The first entry of results that is not MC_OK, else MC_OK. */
+static inline mc_status mc_store_first_failure(const mc_status *results, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (results[i] != MC_OK)
+			return results[i];
+	return MC_OK;
+}
+
+/* The first negative entry (a status) of size-or-status results, else MC_OK. */
+static inline mc_status mc_store_first_failure_i64(const int64_t *results, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (results[i] < 0)
+			return (mc_status)results[i];
+	return MC_OK;
+}
+
+/* [off, off + len) lies inside [0, size). */
+static inline bool mc_store_range_inside(uint64_t off, uint64_t len, uint64_t size)
+{
+	return len <= size && off <= size - len;
+}
+
+/* ---- client_xfer.c ---- */
+
+/* Check a call's config; nkeys: the keys of the call, which group_ids must
+ * match one to one; value_call: a single-buffer call, which refuses
+ * prefer_alloc_in_same_node as upstream does. */
+mc_status mc_store_check_config(const struct mc_store_config *cfg, bool value_call, size_t nkeys);
+
+/*
+ * Move every object in ios whose status is MC_OK: writes go to all its
+ * replicas, reads come from reps[0].  Everything is submitted as one
+ * engine batch so the transfers overlap.  Sets each status.
+ */
+void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode);
+
+/*
+ * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,
+ * of totals[sent[j]] bytes.  On MC_OK resp holds one item per sent key, in
+ * order.
+ */
+mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
+				  const uint64_t *totals, const uint32_t *sent, uint32_t nsent,
+				  const struct mc_store_config *cfg, bool upsert,
+				  struct mc_store_msg *resp);
+
+/* BatchPutRevoke (BatchUpsertRevoke) of n keys; logs a failure.  On MC_OK
+ * the caller releases resp. */
+mc_status mc_store_send_put_revoke(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				   bool upsert, struct mc_store_msg *resp);
+
+/* The replica to read: one in this client's own segment, else the first
+ * memory replica; NULL if none is readable here.  Borrowed from l. */
+const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
+						       const struct mc_store_replica_list *l);
+
+/* GetReplicaList of key (which grants a read lease); on MC_OK the caller
+ * releases resp. */
+mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp);
+
+/* One BatchGetReplicaList for keys[0..n); an answer that does not hold
+ * exactly n items is released and refused (MC_ERR_PROTOCOL). */
+mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				struct mc_store_msg *resp);
+
+/* Room for nios ranges with nreps replica copies in all. */
+mc_status mc_store_ranges_init(struct mc_store_ranges *rs, size_t nios, size_t nreps);
+void mc_store_ranges_release(struct mc_store_ranges *rs);
+
+/* Add bytes [off, off + len) of an object with replicas reps[0..nreps),
+ * moved to or from buf (a read uses the first replica only); returns the
+ * range's index in rs->ios.  The room was reserved by mc_store_ranges_init. */
+size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
+			   const struct mc_store_replica *reps, uint32_t nreps);
+
+/* ---- client_session.c ---- */
+
+/* close: revoke the open put sessions (best effort) and drop every
+ * session.  No other call runs (mc_store_close's contract). */
+void mc_store_sessions_drop_all(struct mc_store *s);
+
+#endif

@@ -1,0 +1,1427 @@
+/*
+ * store/client_xfer.c - the store client's data paths: put and get of one
+ * object or a batch, from and into the caller's memory (value calls,
+ * zero-copy calls, scatter-gather buffers) and ranged reads.  The client
+ * itself (set-up, segment, heartbeat) is client.c; sessions, which reuse
+ * the pieces here, are client_session.c.
+ *
+ * Put: PutStart (one master round trip) hands back one descriptor per
+ * replica, an address inside some client's segment; every replica is
+ * written with one engine batch (a memcpy when the replica is in this
+ * client's own segment), all replicas and, for batch calls, all keys
+ * together so the transfers overlap; then PutEnd makes the object visible,
+ * or PutRevoke frees the space.  Get: GetReplicaList (one round trip, which
+ * also grants a read lease), a read from the replica in the own segment if
+ * there is one, else from the first, and a lease check afterwards: a read
+ * that finished after send time + lease TTL may have raced with a removal
+ * and is thrown away (MC_ERR_LEASE_EXPIRED).
+ *
+ * Every path meets in mc_store_run_transfers: a struct mc_store_io per
+ * object (its buffers, its replicas, its status), one engine request per
+ * buffer piece and replica, one batch for the whole call.  The memcpy
+ * shortcut for the own segment (MC_STORE_MEMCPY, on by default) is taken
+ * only for host buffers: device memory (te/devmem.h) goes through the
+ * engine's device copies, even to or from this client's segment.
+ *
+ * Ranged calls (get_into_ranges, the session calls) make every (buffer,
+ * object offset, length) an object of its own whose replicas are copies of
+ * the real ones moved by the offset (struct mc_store_ranges), so one
+ * engine batch carries them all.
+ *
+ * Threads: any number of callers at once.  Nothing here takes a lock: a
+ * call's state is on its stack or in its own allocations, the fields of
+ * struct mc_store it reads are fixed after set-up, and the master
+ * connection and the engine are thread-safe.
+ */
+#define MC_LOG_MODULE "store"
+#include "store/client_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "mooncake/te.h"
+#include "store/master_conn.h"
+#include "store/proto.h"
+#include "te/engine.h" /* mc_te_local_device */
+
+#define STACK_REQS 16 /* transfer requests that need no allocation */
+
+/* ---- small helpers ----------------------------------------------------------------------- */
+
+static bool is_own_segment(const struct mc_store *s, const struct mc_store_replica *r)
+{
+	return r->segment_name.len == strlen(s->name) &&
+	       memcmp(r->segment_name.ptr, s->name, r->segment_name.len) == 0;
+}
+
+/* [addr, addr + len) lies in this client's mapped global segment. */
+static bool in_own_segment(const struct mc_store *s, uint64_t addr, uint64_t len)
+{
+	uint64_t base = (uint64_t)(uintptr_t)s->seg;
+	return s->seg && addr >= base && len <= s->seg_size && addr - base <= s->seg_size - len;
+}
+
+/* Translate the public config; preferred (room for n strings) is filled
+ * from config->preferred_segments. */
+static void make_config(const struct mc_store *s, const struct mc_store_config *cfg,
+			struct mc_proto_str *preferred, struct mc_store_replicate_config *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->replica_num = 1;
+	out->host_id = mc_proto_str_c(s->host_id);
+	if (!cfg)
+		return;
+	out->replica_num = cfg->replica_num ? cfg->replica_num : 1;
+	if (cfg->with_soft_pin) {
+		out->soft_pin_action = MC_STORE_SOFT_PIN_ENABLE;
+		if (cfg->soft_pin_ttl_ms) {
+			out->soft_pin_ttl_ms.present = true;
+			out->soft_pin_ttl_ms.value = cfg->soft_pin_ttl_ms;
+		}
+	}
+	out->with_hard_pin = cfg->with_hard_pin;
+	out->prefer_alloc_in_same_node = cfg->prefer_alloc_in_same_node;
+	out->preferred_segment = mc_proto_str_c(cfg->preferred_segment);
+	if (cfg->preferred_segments && cfg->n_preferred_segments) {
+		for (size_t i = 0; i < cfg->n_preferred_segments; i++)
+			preferred[i] = mc_proto_str_c(cfg->preferred_segments[i]);
+		out->preferred_segments = preferred;
+		out->n_preferred_segments = (uint32_t)cfg->n_preferred_segments;
+	}
+}
+
+mc_status mc_store_check_config(const struct mc_store_config *cfg, bool value_call, size_t nkeys)
+{
+	if (!cfg)
+		return MC_OK;
+	if (cfg->n_group_ids && (!cfg->group_ids || cfg->n_group_ids != nkeys))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad group_ids count: %zu for %zu keys",
+				    cfg->n_group_ids, nkeys);
+	if (cfg->n_preferred_segments > 1024 ||
+	    (cfg->n_preferred_segments && !cfg->preferred_segments))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad preferred segment list");
+	/* upstream: meant for the multi-buffer and tensor paths only, refused
+	 * on the single-buffer calls (put, put_parts, put_batch, put_from) */
+	if (value_call && cfg->prefer_alloc_in_same_node)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "prefer_alloc_in_same_node is not allowed on this call");
+	return MC_OK;
+}
+
+/* The group of key i of a call: group_ids[i] when given, else group_id. */
+static const char *group_of(const struct mc_store_config *cfg, size_t i)
+{
+	if (!cfg)
+		return NULL;
+	return cfg->n_group_ids ? cfg->group_ids[i] : cfg->group_id;
+}
+
+/* ---- transfers --------------------------------------------------------------------------- */
+
+/* Growable request list with a stack start. */
+struct req_list {
+	struct mc_xfer_req *v;
+	uint32_t *owner; /* index of the mc_store_io each request serves */
+	size_t n, cap;
+	struct mc_xfer_req stack_v[STACK_REQS];
+	uint32_t stack_owner[STACK_REQS];
+};
+
+static void req_list_init(struct req_list *l)
+{
+	l->v = l->stack_v;
+	l->owner = l->stack_owner;
+	l->n = 0;
+	l->cap = STACK_REQS;
+}
+
+static void req_list_release(struct req_list *l)
+{
+	if (l->v != l->stack_v) {
+		mc_free(l->v);
+		mc_free(l->owner);
+	}
+}
+
+static mc_status req_list_add(struct req_list *l, const struct mc_xfer_req *r, uint32_t owner)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap * 2;
+		struct mc_xfer_req *v = mc_calloc(ncap, sizeof(*v));
+		uint32_t *o = mc_calloc(ncap, sizeof(*o));
+		if (!v || !o) {
+			mc_free(v);
+			mc_free(o);
+			return MC_ERR_NOMEM;
+		}
+		memcpy(v, l->v, l->n * sizeof(*v));
+		memcpy(o, l->owner, l->n * sizeof(*o));
+		req_list_release(l);
+		l->v = v;
+		l->owner = o;
+		l->cap = ncap;
+	}
+	l->v[l->n] = *r;
+	l->owner[l->n] = owner;
+	l->n++;
+	return MC_OK;
+}
+
+/* Copy between the user buffers of io and [addr, addr + io->len). */
+static void local_copy(const struct mc_store_io *io, int opcode, char *addr)
+{
+	uint64_t off = 0;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		size_t n = (size_t)MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (opcode == MC_OP_WRITE)
+			memcpy(addr + off, io->bufs[b], n);
+		else
+			memcpy(io->bufs[b], addr + off, n);
+		off += n;
+	}
+}
+
+/* The user buffers of io are host memory.  Device memory (vLLM's KV
+ * caches, te/devmem.h) must never be touched by memcpy: the engine moves
+ * it through its device copies, even to or from this client's segment. */
+static bool host_buffers(struct mc_store *s, const struct mc_store_io *io)
+{
+	uint64_t off = 0;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (n && mc_te_local_device(s->te, io->bufs[b], n) >= 0)
+			return false;
+		off += n;
+	}
+	return true;
+}
+
+/* Queue the requests that move io to or from replica r. */
+static mc_status queue_replica(struct mc_store *s, struct req_list *l, const struct mc_store_io *io,
+			       uint32_t idx, int opcode, const struct mc_store_replica *r)
+{
+	struct mc_xfer_req req;
+	mc_segment_id seg;
+	uint64_t off = 0;
+	mc_status rc;
+
+	if (r->type != MC_STORE_REPLICA_MEMORY)
+		return mc_set_error(MC_ERR_INVALID_REPLICA, "replica type %u is not memory",
+				    r->type);
+	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len) &&
+	    host_buffers(s, io)) {
+		local_copy(io, opcode, (char *)(uintptr_t)r->address);
+		return MC_OK;
+	}
+	/* anything else, own name included, goes through the engine, which
+	 * checks the range against registered memory */
+	rc = mc_te_open_segment(s->te, r->segment_name.ptr, &seg);
+	if (rc != MC_OK)
+		return rc;
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+		if (!n)
+			continue;
+		req.opcode = opcode;
+		req.source = io->bufs[b];
+		req.target_id = seg;
+		req.target_offset = r->address + off;
+		req.length = n;
+		rc = req_list_add(l, &req, idx);
+		if (rc != MC_OK)
+			return rc;
+		off += n;
+	}
+	return MC_OK;
+}
+
+void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
+{
+	struct req_list l;
+	mc_batch_id bid;
+	mc_status rc;
+
+	req_list_init(&l);
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
+		size_t first = l.n;
+		if (io->status != MC_OK)
+			continue;
+		for (uint32_t r = 0; r < io->nreps && io->status == MC_OK; r++)
+			io->status = queue_replica(s, &l, io, (uint32_t)i, opcode, &io->reps[r]);
+		if (io->status != MC_OK)
+			l.n = first; /* drop what was queued for it */
+	}
+	if (l.n == 0)
+		goto out;
+	rc = mc_te_batch_new(s->te, l.n, &bid);
+	if (rc == MC_OK) {
+		rc = mc_te_submit(s->te, bid, l.v, l.n);
+		if (rc != MC_OK)
+			mc_te_batch_free(s->te, bid);
+	}
+	if (rc != MC_OK) {
+		for (size_t k = 0; k < l.n; k++)
+			ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+		goto out;
+	}
+	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
+	if (rc != MC_OK) {
+		/* find which objects failed */
+		for (size_t k = 0; k < l.n; k++) {
+			struct mc_xfer_status st;
+			if (mc_te_task_status(s->te, bid, k, &st) != MC_OK ||
+			    st.state != MC_XFER_COMPLETED)
+				ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+		}
+	}
+	mc_te_batch_free(s->te, bid);
+out:
+	req_list_release(&l);
+}
+
+/* ---- put --------------------------------------------------------------------------------- */
+
+static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
+			 size_t nbufs, uint64_t len, const struct mc_store_config *cfg, bool upsert)
+{
+	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
+	struct mc_store_put_start_req req;
+	struct mc_store_msg resp;
+	struct mc_store_io io;
+	mc_status rc;
+
+	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack)) {
+		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
+		if (!preferred)
+			return MC_ERR_NOMEM;
+	}
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.tenant = mc_store_tenant(s);
+	req.key = mc_proto_str_c(key);
+	req.value_len = len;
+	req.group_id = mc_proto_str_c(group_of(cfg, 0));
+	make_config(s, cfg, preferred, &req.config);
+	rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
+				 &resp);
+	if (preferred != preferred_stack)
+		mc_free(preferred);
+	if (rc == MC_ERR_OBJECT_ALREADY_EXISTS && !upsert)
+		return MC_OK; /* insert-if-absent: upstream reports success */
+	if (rc != MC_OK)
+		return rc;
+
+	memset(&io, 0, sizeof(io));
+	io.bufs = bufs;
+	io.lens = lens;
+	io.nbufs = nbufs;
+	io.len = len;
+	io.reps = resp.body.put_start_resp.replicas;
+	io.nreps = resp.body.put_start_resp.n_replicas;
+	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
+	if (io.status == MC_OK)
+		mc_store_run_transfers(s, &io, 1, MC_OP_WRITE);
+	mc_store_msg_release(&resp);
+
+	if (io.status == MC_OK) {
+		struct mc_store_put_end_req end = {
+			.client_id = s->client_id,
+			.tenant = mc_store_tenant(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.key = mc_proto_str_c(key),
+		};
+		rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END,
+					 &end, &resp);
+		if (rc == MC_OK)
+			mc_store_msg_release(&resp);
+		return rc;
+	} else {
+		struct mc_store_put_revoke_req rev = {
+			.client_id = s->client_id,
+			.tenant = mc_store_tenant(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.key = mc_proto_str_c(key),
+		};
+		char why[400];
+		snprintf(why, sizeof(why), "%s", mc_last_error());
+		if (mc_master_conn_call(s->conn,
+					upsert ? MC_STORE_UPSERT_REVOKE : MC_STORE_PUT_REVOKE, &rev,
+					&resp) == MC_OK)
+			mc_store_msg_release(&resp);
+		else
+			mc_warn("revoke of %s failed: %s", key, mc_last_error());
+		return mc_set_error(io.status, "put %s: %s", key, why);
+	}
+}
+
+mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
+				  const uint64_t *totals, const uint32_t *sent, uint32_t nsent,
+				  const struct mc_store_config *cfg, bool upsert,
+				  struct mc_store_msg *resp)
+{
+	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
+	struct mc_store_batch_put_start_req req;
+	struct mc_store_put_item *items;
+	mc_status rc;
+
+	items = mc_calloc(nsent ? nsent : 1, sizeof(*items));
+	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack))
+		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
+	if (!items || !preferred) {
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	for (uint32_t j = 0; j < nsent; j++) {
+		items[j].key = mc_proto_str_c(keys[sent[j]]);
+		items[j].value_len = totals[sent[j]];
+		items[j].group_id = mc_proto_str_c(group_of(cfg, sent[j]));
+	}
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	req.tenant = mc_store_tenant(s);
+	make_config(s, cfg, preferred, &req.config);
+	req.n_items = nsent;
+	req.items = items;
+	rc = mc_master_conn_call(s->conn,
+				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
+				 &req, resp);
+	if (rc == MC_OK && resp->body.batch_put_start_resp.n_items != nsent) {
+		uint32_t got = resp->body.batch_put_start_resp.n_items;
+		mc_store_msg_release(resp);
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items", got, nsent);
+	}
+out:
+	if (preferred && preferred != preferred_stack)
+		mc_free(preferred);
+	mc_free(items);
+	return rc;
+}
+
+mc_status mc_store_send_put_revoke(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				   bool upsert, struct mc_store_msg *resp)
+{
+	struct mc_store_batch_put_revoke_req rev = {
+		.client_id = s->client_id,
+		.tenant = mc_store_tenant(s),
+		.replica_type = MC_STORE_REPLICA_ALL,
+		.n_keys = n,
+		.keys = keys,
+	};
+	mc_status rc = mc_master_conn_call(
+		s->conn, upsert ? MC_STORE_BATCH_UPSERT_REVOKE : MC_STORE_BATCH_PUT_REVOKE, &rev,
+		resp);
+	if (rc != MC_OK)
+		mc_warn("batch revoke failed: %s", mc_last_error());
+	return rc;
+}
+
+/*
+ * The batch put path: BatchPutStart for every key with status MC_OK in
+ * results, transfers of all of them in one engine batch, then BatchPutEnd
+ * for the ones that made it and BatchPutRevoke for the rest.
+ */
+static void put_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		     const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+		     size_t n, const struct mc_store_config *cfg, bool upsert, mc_status *results)
+{
+	struct mc_store_object_meta *metas = NULL;
+	struct mc_proto_str *revoke_keys = NULL;
+	uint32_t *sent = NULL;	    /* item index -> key index */
+	uint32_t *end_owner = NULL; /* PutEnd item -> key index */
+	struct mc_store_io *ios = NULL;
+	struct mc_store_msg resp;
+	bool have_resp = false;
+	uint32_t nsent = 0, nend = 0, nrev = 0;
+	mc_status rc;
+
+	sent = mc_calloc(n, sizeof(*sent));
+	end_owner = mc_calloc(n, sizeof(*end_owner));
+	ios = mc_calloc(n, sizeof(*ios));
+	metas = mc_calloc(n, sizeof(*metas));
+	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
+	if (!sent || !end_owner || !ios || !metas || !revoke_keys) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			sent[nsent++] = (uint32_t)i;
+	if (nsent == 0)
+		goto out;
+	rc = mc_store_send_put_start(s, keys, totals, sent, nsent, cfg, upsert, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	have_resp = true;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
+		uint32_t i = sent[j];
+		struct mc_store_io *io = &ios[j];
+		io->bufs = bufs[i];
+		io->lens = lens[i];
+		io->nbufs = nbufs[i];
+		io->len = totals[i];
+		io->reps = it->replicas;
+		io->nreps = it->n_replicas;
+		io->status = (mc_status)it->status;
+		if (io->status == MC_OK && io->nreps == 0)
+			io->status = MC_ERR_INVALID_REPLICA;
+	}
+	mc_store_run_transfers(s, ios, nsent, MC_OP_WRITE);
+
+	for (uint32_t j = 0; j < nsent; j++) {
+		int32_t st = resp.body.batch_put_start_resp.items[j].status;
+		uint32_t i = sent[j];
+		if (st == MC_ERR_OBJECT_ALREADY_EXISTS && !upsert) {
+			results[i] = MC_OK;
+		} else if (st != MC_OK) {
+			results[i] = (mc_status)st;
+		} else if (ios[j].status == MC_OK) {
+			metas[nend].key = mc_proto_str_c(keys[i]);
+			end_owner[nend++] = i;
+			results[i] = MC_OK;
+		} else {
+			revoke_keys[nrev++] = mc_proto_str_c(keys[i]);
+			results[i] = ios[j].status;
+		}
+	}
+	mc_store_msg_release(&resp);
+	have_resp = false;
+
+	if (nend) {
+		struct mc_store_batch_put_end_req end = {
+			.client_id = s->client_id,
+			.tenant = mc_store_tenant(s),
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.n_items = nend,
+			.items = metas,
+		};
+		rc = mc_master_conn_call(
+			s->conn, upsert ? MC_STORE_BATCH_UPSERT_END : MC_STORE_BATCH_PUT_END, &end,
+			&resp);
+		/* map the per-key answers back, in order */
+		for (uint32_t e = 0; e < nend; e++) {
+			uint32_t i = end_owner[e];
+			if (rc != MC_OK)
+				results[i] = rc;
+			else if (e < resp.body.batch_status_resp.n_items)
+				results[i] = (mc_status)resp.body.batch_status_resp.statuses[e];
+		}
+		if (rc == MC_OK)
+			mc_store_msg_release(&resp);
+	}
+	if (nrev && mc_store_send_put_revoke(s, revoke_keys, nrev, upsert, &resp) == MC_OK)
+		mc_store_msg_release(&resp);
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			results[i] = rc;
+	if (have_resp)
+		mc_store_msg_release(&resp);
+out:
+	mc_free(sent);
+	mc_free(end_owner);
+	mc_free(ios);
+	mc_free(metas);
+	mc_free(revoke_keys);
+}
+
+/* ---- get --------------------------------------------------------------------------------- */
+
+const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
+						       const struct mc_store_replica_list *l)
+{
+	const struct mc_store_replica *first = NULL;
+	for (uint32_t i = 0; i < l->n_replicas; i++) {
+		const struct mc_store_replica *r = &l->replicas[i];
+		if (r->type != MC_STORE_REPLICA_MEMORY)
+			continue;
+		if (is_own_segment(s, r))
+			return r;
+		if (!first)
+			first = r;
+	}
+	return first;
+}
+
+mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp)
+{
+	struct mc_store_key_req req = {mc_store_tenant(s), mc_proto_str_c(key)};
+	return mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
+}
+
+/* Read key into bufs (capacity cap in all), or, with alloc, into one
+ * buffer alloc(ctx, size) returns once the size is known; returns the size
+ * or a status. */
+static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
+		       size_t nbufs, uint64_t cap, mc_store_alloc_fn alloc, void *ctx)
+{
+	struct mc_store_msg resp;
+	const struct mc_store_replica *r;
+	struct mc_store_io io;
+	uint64_t t0 = mc_now_ms(), ttl;
+	void *abuf[1];
+	size_t alen[1];
+	mc_status rc;
+
+	rc = mc_store_lookup(s, key, &resp);
+	if (rc != MC_OK)
+		return rc;
+	ttl = resp.body.replica_list.lease_ttl_ms;
+	r = mc_store_choose_replica(s, &resp.body.replica_list);
+	if (!r) {
+		rc = mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
+		goto out;
+	}
+	if (alloc) {
+		if (r->size > SIZE_MAX || !(abuf[0] = alloc(ctx, (size_t)r->size))) {
+			rc = mc_set_error(MC_ERR_NOMEM, "no memory for the %" PRIu64 " bytes of %s",
+					  r->size, key);
+			goto out;
+		}
+		alen[0] = (size_t)r->size;
+		bufs = abuf;
+		lens = alen;
+		nbufs = 1;
+	} else if (r->size > cap) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "%s is %" PRIu64 " bytes, the buffer holds %" PRIu64, key,
+				  r->size, cap);
+		goto out;
+	}
+	memset(&io, 0, sizeof(io));
+	io.bufs = bufs;
+	io.lens = lens;
+	io.nbufs = nbufs;
+	io.len = r->size;
+	io.reps = r;
+	io.nreps = 1;
+	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
+	rc = io.status;
+	if (rc == MC_OK && mc_now_ms() > t0 + ttl)
+		rc = mc_set_error(MC_ERR_LEASE_EXPIRED,
+				  "read of %s outlived its %" PRIu64 " ms lease", key, ttl);
+	if (rc == MC_OK) {
+		int64_t size = (int64_t)r->size;
+		mc_store_msg_release(&resp);
+		return size;
+	}
+out:
+	mc_store_msg_release(&resp);
+	return rc;
+}
+
+mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				struct mc_store_msg *resp)
+{
+	struct mc_store_keys_req req = {.tenant = mc_store_tenant(s), .n_keys = n, .keys = keys};
+	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, resp);
+	if (rc != MC_OK)
+		return rc;
+	if (resp->body.batch_replica_list.n_items != n) {
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
+				  resp->body.batch_replica_list.n_items, n);
+		mc_store_msg_release(resp);
+	}
+	return rc;
+}
+
+/*
+ * Batch read: one BatchGetReplicaList, one engine batch, per-key lease
+ * checks, for every key whose results[] entry is MC_OK on entry.  Object i
+ * lands in bufs[i] (nbufs[i] buffers of lens[i][..] bytes), or, when alloc
+ * is given, in what alloc(actx, i, size) returned once its size was known
+ * (the caller's to release, read or not; mc_store_batch_get_alloc).
+ */
+static void get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		     const size_t *const *lens, const size_t *nbufs, size_t n,
+		     mc_store_batch_alloc_fn alloc, void *actx, int64_t *results)
+{
+	struct mc_proto_str *kv = NULL;
+	struct mc_store_io *ios = NULL;
+	uint32_t *sent = NULL;
+	void **alloc_bufs = NULL; /* per sent key: what alloc returned */
+	size_t *alloc_lens = NULL;
+	struct mc_store_msg resp;
+	uint32_t nsent = 0;
+	uint64_t t0;
+	mc_status rc;
+
+	kv = mc_calloc(n, sizeof(*kv));
+	ios = mc_calloc(n, sizeof(*ios));
+	sent = mc_calloc(n, sizeof(*sent));
+	if (alloc) {
+		alloc_bufs = mc_calloc(n, sizeof(*alloc_bufs));
+		alloc_lens = mc_calloc(n, sizeof(*alloc_lens));
+	}
+	if (!kv || !ios || !sent || (alloc && (!alloc_bufs || !alloc_lens))) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] != MC_OK)
+			continue;
+		kv[nsent] = mc_proto_str_c(keys[i]);
+		sent[nsent++] = (uint32_t)i;
+	}
+	if (!nsent)
+		goto out;
+	t0 = mc_now_ms();
+	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica_list_item *it =
+			&resp.body.batch_replica_list.items[j];
+		uint32_t i = sent[j];
+		struct mc_store_io *io = &ios[j];
+		const struct mc_store_replica *r;
+		uint64_t cap = 0;
+
+		io->status = (mc_status)it->status;
+		if (io->status != MC_OK)
+			continue;
+		r = mc_store_choose_replica(s, &it->list);
+		if (!r) {
+			io->status = MC_ERR_INVALID_REPLICA;
+			continue;
+		}
+		if (alloc) {
+			alloc_lens[j] = (size_t)r->size;
+			alloc_bufs[j] = alloc(actx, i, (size_t)r->size);
+			if (!alloc_bufs[j]) {
+				io->status = mc_set_error(
+					MC_ERR_NOMEM, "batch_get: no memory for %s (%llu bytes)",
+					keys[i], (unsigned long long)r->size);
+				continue;
+			}
+			io->bufs = &alloc_bufs[j];
+			io->lens = &alloc_lens[j];
+			io->nbufs = 1;
+		} else {
+			for (size_t b = 0; b < nbufs[i]; b++)
+				cap += lens[i][b];
+			if (r->size > cap) {
+				io->status = MC_ERR_INVALID_PARAMS;
+				continue;
+			}
+			io->bufs = bufs[i];
+			io->lens = lens[i];
+			io->nbufs = nbufs[i];
+		}
+		io->len = r->size;
+		io->reps = r;
+		io->nreps = 1;
+	}
+	mc_store_run_transfers(s, ios, nsent, MC_OP_READ);
+	for (uint32_t j = 0; j < nsent; j++) {
+		uint32_t i = sent[j];
+		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
+		if (ios[j].status != MC_OK)
+			results[i] = ios[j].status;
+		else if (mc_now_ms() > t0 + ttl)
+			results[i] = MC_ERR_LEASE_EXPIRED;
+		else
+			results[i] = (int64_t)ios[j].len;
+	}
+	mc_store_msg_release(&resp);
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		if (results[i] == MC_OK)
+			results[i] = rc;
+out:
+	mc_free(kv);
+	mc_free(ios);
+	mc_free(sent);
+	mc_free(alloc_bufs);
+	mc_free(alloc_lens);
+}
+
+/* ---- object ranges ----------------------------------------------------------------------- */
+
+void mc_store_ranges_release(struct mc_store_ranges *rs)
+{
+	mc_free(rs->ios);
+	mc_free(rs->reps);
+	mc_free(rs->bufs);
+	mc_free(rs->lens);
+	memset(rs, 0, sizeof(*rs));
+}
+
+mc_status mc_store_ranges_init(struct mc_store_ranges *rs, size_t nios, size_t nreps)
+{
+	memset(rs, 0, sizeof(*rs));
+	rs->ios = mc_calloc(nios ? nios : 1, sizeof(*rs->ios));
+	rs->reps = mc_calloc(nreps ? nreps : 1, sizeof(*rs->reps));
+	rs->bufs = mc_calloc(nios ? nios : 1, sizeof(*rs->bufs));
+	rs->lens = mc_calloc(nios ? nios : 1, sizeof(*rs->lens));
+	if (!rs->ios || !rs->reps || !rs->bufs || !rs->lens) {
+		mc_store_ranges_release(rs);
+		return MC_ERR_NOMEM;
+	}
+	rs->cap = nios;
+	rs->reps_cap = nreps;
+	return MC_OK;
+}
+
+size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
+			   const struct mc_store_replica *reps, uint32_t nreps)
+{
+	size_t i = rs->n;
+	struct mc_store_io *io = &rs->ios[i];
+	struct mc_store_replica *r = &rs->reps[rs->nreps];
+
+	mc_assert(i < rs->cap && rs->nreps + nreps <= rs->reps_cap);
+	for (uint32_t k = 0; k < nreps; k++) {
+		r[k] = reps[k];
+		r[k].address += off;
+		r[k].size = len;
+	}
+	rs->n++;
+	rs->nreps += nreps;
+	rs->bufs[i] = buf;
+	rs->lens[i] = (size_t)len;
+	io->bufs = &rs->bufs[i];
+	io->lens = &rs->lens[i];
+	io->nbufs = 1;
+	io->len = len;
+	io->reps = r;
+	io->nreps = len ? nreps : 0; /* an empty range moves nothing */
+	io->status = MC_OK;
+	return i;
+}
+
+/* ---- value calls ------------------------------------------------------------------------- */
+
+/*
+ * put/put_parts/upsert: the value's parts go to the engine as they are, one
+ * request per part and replica, without a copy through the local buffer.
+ * The engine's transports read the initiator's memory wherever it is (TCP
+ * sends from it, the same-host and local paths copy from it); a transport
+ * that can only send registered memory stages unregistered memory itself,
+ * as te/stage.c does for device memory.  The call is synchronous, so the
+ * parts need to stay valid only while it runs.
+ */
+static mc_status put_value(struct mc_store *s, const char *key, const void *const *parts,
+			   const size_t *lens, size_t nparts, const struct mc_store_config *cfg,
+			   bool upsert)
+{
+	uint64_t len = 0;
+	mc_status rc;
+
+	rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_key(key);
+	if (rc == MC_OK)
+		rc = mc_store_check_config(cfg, true, 1);
+	if (rc != MC_OK)
+		return rc;
+	for (size_t i = 0; i < nparts; i++) {
+		if (lens[i] && !parts[i])
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "NULL part with a length");
+		len += lens[i];
+	}
+	if (len == 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put of an empty value");
+	return put_one(s, key, (void *const *)(uintptr_t)parts, lens, nparts, len, cfg, upsert);
+}
+
+mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
+		       const struct mc_store_config *config)
+{
+	return put_value(s, key, &value, &len, 1, config, false);
+}
+
+mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
+			     const size_t *lens, size_t nparts,
+			     const struct mc_store_config *config)
+{
+	if ((!parts || !lens) && nparts)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_parts: NULL arrays");
+	return put_value(s, key, parts, lens, nparts, config, false);
+}
+
+mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
+			  const struct mc_store_config *config)
+{
+	return put_value(s, key, &value, &len, 1, config, true);
+}
+
+mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
+				const size_t *lens, size_t nparts,
+				const struct mc_store_config *config)
+{
+	if ((!parts || !lens) && nparts)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "upsert_parts: NULL arrays");
+	return put_value(s, key, parts, lens, nparts, config, true);
+}
+
+/* put_batch/upsert_batch: as put_value, every value straight from the
+ * caller's memory, all keys in one BatchPutStart, one engine batch and one
+ * BatchPutEnd. */
+static mc_status put_batch_values(struct mc_store *s, const char *const *keys,
+				  const void *const *values, const size_t *lens, size_t n,
+				  const struct mc_store_config *config, bool upsert,
+				  mc_status *results)
+{
+	mc_status *res = results, rc;
+	void *const **bufs = NULL;
+	const size_t **blens = NULL;
+	size_t *nbufs = NULL;
+	uint64_t *totals = NULL;
+
+	rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_config(config, true, n);
+	if (rc == MC_OK && n && (!keys || !values || !lens))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "put_batch: NULL arrays");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	if (!res)
+		res = mc_calloc(n, sizeof(*res));
+	bufs = mc_calloc(n, sizeof(*bufs));
+	blens = mc_calloc(n, sizeof(*blens));
+	nbufs = mc_calloc(n, sizeof(*nbufs));
+	totals = mc_calloc(n, sizeof(*totals));
+	if (!res || !bufs || !blens || !nbufs || !totals) {
+		rc = MC_ERR_NOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		res[i] = mc_store_check_key(keys[i]);
+		if (res[i] == MC_OK && (!lens[i] || !values[i]))
+			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
+		bufs[i] = (void *const *)(uintptr_t)&values[i];
+		blens[i] = &lens[i];
+		nbufs[i] = 1;
+		totals[i] = lens[i];
+	}
+	put_many(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
+	rc = mc_store_first_failure(res, n);
+out:
+	if (rc == MC_ERR_NOMEM && results)
+		for (size_t i = 0; i < n; i++)
+			results[i] = rc;
+	if (res != results)
+		mc_free(res);
+	mc_free(bufs);
+	mc_free(blens);
+	mc_free(nbufs);
+	mc_free(totals);
+	return rc;
+}
+
+mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
+			     const size_t *lens, size_t n, const struct mc_store_config *config,
+			     mc_status *results)
+{
+	return put_batch_values(s, keys, values, lens, n, config, false, results);
+}
+
+mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
+				const void *const *values, const size_t *lens, size_t n,
+				const struct mc_store_config *config, mc_status *results)
+{
+	return put_batch_values(s, keys, values, lens, n, config, true, results);
+}
+
+int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc, void *ctx)
+{
+	mc_status rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_key(key);
+	if (rc == MC_OK && !alloc)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_alloc: NULL allocator");
+	if (rc != MC_OK)
+		return rc;
+	return get_one(s, key, NULL, NULL, 0, 0, alloc, ctx);
+}
+
+static void *malloc_into(void *ctx, size_t size)
+{
+	void **out = ctx;
+	*out = malloc(size ? size : 1);
+	return *out;
+}
+
+int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out)
+{
+	void *buf = NULL;
+	int64_t n;
+
+	if (!value_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "get: NULL value_out");
+	n = mc_store_get_alloc(s, key, malloc_into, &buf);
+	if (n < 0) {
+		free(buf);
+		return n;
+	}
+	*value_out = buf;
+	return n;
+}
+
+/* ---- zero-copy calls --------------------------------------------------------------------- */
+
+mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len)
+{
+	mc_status rc = mc_store_check_ready(s);
+	if (rc != MC_OK)
+		return rc;
+	if (!addr || !len)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: NULL or empty");
+	return mc_te_register(s->te, addr, len, NULL, true);
+}
+
+mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr)
+{
+	mc_status rc = mc_store_check_ready(s);
+	if (rc != MC_OK)
+		return rc;
+	return mc_te_deregister(s->te, addr);
+}
+
+static mc_status put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			  const struct mc_store_config *cfg, bool upsert)
+{
+	void *bufs[1] = {(void *)(uintptr_t)buf};
+	mc_status rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_key(key);
+	if (rc == MC_OK)
+		rc = mc_store_check_config(cfg, true, 1);
+	if (rc != MC_OK)
+		return rc;
+	if (len == 0)
+		return MC_OK; /* upstream: a no-op */
+	if (!buf)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_from: NULL buffer");
+	return put_one(s, key, bufs, &len, 1, len, cfg, upsert);
+}
+
+mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			    const struct mc_store_config *config)
+{
+	return put_from(s, key, buf, len, config, false);
+}
+
+mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			       const struct mc_store_config *config)
+{
+	return put_from(s, key, buf, len, config, true);
+}
+
+int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
+{
+	mc_status rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_key(key);
+	if (rc == MC_OK && !buf && cap)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into: NULL buffer");
+	if (rc != MC_OK)
+		return rc;
+	return get_one(s, key, &buf, &cap, 1, cap, NULL, NULL);
+}
+
+/* Shared argument check and result setup of the batch zero-copy calls. */
+static mc_status batch_begin(struct mc_store *s, const char *const *keys, const void *arrays,
+			     size_t n, const struct mc_store_config *cfg)
+{
+	mc_status rc = mc_store_check_ready(s);
+	if (rc == MC_OK)
+		rc = mc_store_check_config(cfg, false, n);
+	if (rc == MC_OK && n && (!keys || !arrays))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL arrays");
+	return rc;
+}
+
+static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
+				 void *const *const *bufs, const size_t *const *lens,
+				 const size_t *nbufs, size_t n, const struct mc_store_config *cfg,
+				 bool upsert, mc_status *results)
+{
+	mc_status *res = results;
+	uint64_t *totals;
+	mc_status rc;
+
+	if (!res)
+		res = mc_calloc(n ? n : 1, sizeof(*res));
+	totals = mc_calloc(n ? n : 1, sizeof(*totals));
+	if (!res || !totals) {
+		if (res != results)
+			mc_free(res);
+		mc_free(totals);
+		return MC_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		res[i] = mc_store_check_key(keys[i]);
+		for (size_t b = 0; res[i] == MC_OK && b < nbufs[i]; b++) {
+			if (lens[i][b] && !bufs[i][b])
+				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
+						      keys[i]);
+			totals[i] += lens[i][b];
+		}
+		if (res[i] == MC_OK && totals[i] == 0)
+			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
+	}
+	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, res);
+	rc = mc_store_first_failure(res, n);
+	if (res != results)
+		mc_free(res);
+	mc_free(totals);
+	return rc;
+}
+
+/* One buffer per key, as the arrays the multi-buffer batch forms take. */
+struct one_buf_views {
+	void *const **bufs;
+	const size_t **lens;
+	size_t *nbufs;
+};
+
+static void one_buf_views_free(struct one_buf_views *v)
+{
+	mc_free(v->bufs);
+	mc_free(v->lens);
+	mc_free(v->nbufs);
+}
+
+static mc_status one_buf_views_new(void *const *bufs, const size_t *lens, size_t n,
+				   struct one_buf_views *v)
+{
+	v->bufs = mc_calloc(n, sizeof(*v->bufs));
+	v->lens = mc_calloc(n, sizeof(*v->lens));
+	v->nbufs = mc_calloc(n, sizeof(*v->nbufs));
+	if (!v->bufs || !v->lens || !v->nbufs) {
+		one_buf_views_free(v);
+		return MC_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		v->bufs[i] = &bufs[i];
+		v->lens[i] = &lens[i];
+		v->nbufs[i] = 1;
+	}
+	return MC_OK;
+}
+
+static mc_status batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				const size_t *lens, size_t n, const struct mc_store_config *config,
+				bool upsert, mc_status *results)
+{
+	struct one_buf_views v;
+	mc_status rc = batch_begin(s, keys, bufs, n, config);
+	if (rc == MC_OK && n && !lens)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_put_from: NULL lens");
+	if (rc == MC_OK && n)
+		rc = one_buf_views_new(bufs, lens, n, &v);
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	rc = batch_put_multi(s, keys, v.bufs, v.lens, v.nbufs, n, config, upsert, results);
+	one_buf_views_free(&v);
+	return rc;
+}
+
+mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *lens, size_t n,
+				  const struct mc_store_config *config, mc_status *results)
+{
+	return batch_put_from(s, keys, bufs, lens, n, config, false, results);
+}
+
+mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				     const size_t *lens, size_t n,
+				     const struct mc_store_config *config, mc_status *results)
+{
+	return batch_put_from(s, keys, bufs, lens, n, config, true, results);
+}
+
+mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n,
+						const struct mc_store_config *config,
+						mc_status *results)
+{
+	mc_status rc = batch_begin(s, keys, bufs, n, config);
+	if (rc == MC_OK && n && (!lens || !nbufs))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL lens");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	return batch_put_multi(s, keys, bufs, lens, nbufs, n, config, false, results);
+}
+
+static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
+				 void *const *const *bufs, const size_t *const *lens,
+				 const size_t *nbufs, size_t n, int64_t *results)
+{
+	int64_t *res = results;
+	mc_status rc = MC_OK;
+
+	if (!res)
+		res = mc_calloc(n, sizeof(*res));
+	if (!res)
+		return MC_ERR_NOMEM;
+	for (size_t i = 0; i < n; i++) {
+		res[i] = mc_store_check_key(keys[i]);
+		for (size_t b = 0; res[i] == MC_OK && b < nbufs[i]; b++)
+			if (lens[i][b] && !bufs[i][b])
+				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
+						      keys[i]);
+	}
+	get_many(s, keys, bufs, lens, nbufs, n, NULL, NULL, res);
+	for (size_t i = 0; i < n && rc == MC_OK; i++)
+		if (res[i] < 0)
+			rc = (mc_status)res[i];
+	if (res != results)
+		mc_free(res);
+	return rc;
+}
+
+mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *caps, size_t n, int64_t *results)
+{
+	struct one_buf_views v;
+	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
+	if (rc == MC_OK && n && !caps)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get_into: NULL caps");
+	if (rc == MC_OK && n)
+		rc = one_buf_views_new(bufs, caps, n, &v);
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	rc = batch_get_multi(s, keys, v.bufs, v.lens, v.nbufs, n, results);
+	one_buf_views_free(&v);
+	return rc;
+}
+
+mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n, int64_t *results)
+{
+	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
+	if (rc == MC_OK && n && (!lens || !nbufs))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch call: NULL lens");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	if (n == 0)
+		return MC_OK;
+	return batch_get_multi(s, keys, bufs, lens, nbufs, n, results);
+}
+
+mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+				   mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
+{
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc == MC_OK && n && (!keys || !alloc || !results))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays or allocator");
+	if (rc != MC_OK || n == 0) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		results[i] = mc_store_check_key(keys[i]);
+	get_many(s, keys, NULL, NULL, NULL, n, alloc, ctx, results);
+	for (size_t i = 0; i < n; i++)
+		if (results[i] < 0)
+			return (mc_status)results[i];
+	return MC_OK;
+}
+
+static void *malloc_nth(void *ctx, size_t i, size_t size)
+{
+	void **values = ctx;
+	values[i] = malloc(size ? size : 1);
+	return values[i];
+}
+
+mc_status mc_store_batch_get(struct mc_store *s, const char *const *keys, size_t n,
+			     void **values_out, int64_t *results)
+{
+	mc_status rc;
+
+	for (size_t i = 0; values_out && i < n; i++)
+		values_out[i] = NULL;
+	if (n && !values_out) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays");
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	rc = mc_store_batch_get_alloc(s, keys, n, malloc_nth, values_out, results);
+	for (size_t i = 0; results && i < n; i++)
+		if (results[i] < 0) {
+			free(values_out[i]);
+			values_out[i] = NULL;
+		}
+	return rc;
+}
+
+/* ---- ranged reads ------------------------------------------------------------------------ */
+
+/* The end of the region registered with this client's engine that holds
+ * addr, or 0 when none does. */
+static uint64_t registered_end(struct mc_store *s, uint64_t addr)
+{
+	uint64_t a, len;
+	for (size_t i = 0; mc_te_segment_buffer(s->te, MC_LOCAL_SEGMENT, i, &a, &len) == MC_OK; i++)
+		if (addr >= a && addr - a < len)
+			return a + len;
+	return 0;
+}
+
+/* Results of the ranges of read r whose entry is still MC_OK. */
+static void range_results_fill(const struct mc_store_range_read *r, int64_t v)
+{
+	for (size_t f = 0; f < r->nranges; f++)
+		if (r->results[f] == MC_OK)
+			r->results[f] = v;
+}
+
+mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_range_read *reads,
+				   size_t n)
+{
+	struct mc_store_msg resp;
+	struct mc_proto_str *kv = NULL;
+	uint32_t *sent = NULL, nsent = 0;
+	size_t *first = NULL; /* per read: its first range's index in rs */
+	size_t nfrag = 0;
+	struct mc_store_ranges rs = {0};
+	bool have_resp = false;
+	uint64_t t0 = 0;
+	mc_status rc = mc_store_check_ready(s), ret = MC_OK;
+
+	if (n && !reads)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL reads");
+	for (size_t i = 0; i < n; i++) {
+		if (reads[i].nranges && (!reads[i].ranges || !reads[i].results))
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL ranges");
+		nfrag += reads[i].nranges;
+	}
+	for (size_t i = 0; i < n; i++) {
+		mc_status st = rc == MC_OK ? mc_store_check_key(reads[i].key) : rc;
+		if (st == MC_OK && !reads[i].buf && reads[i].nranges)
+			st = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into_ranges: NULL buffer");
+		for (size_t f = 0; f < reads[i].nranges; f++)
+			reads[i].results[f] = st;
+	}
+	if (rc != MC_OK || n == 0)
+		return rc;
+	kv = mc_calloc(n, sizeof(*kv));
+	sent = mc_calloc(n, sizeof(*sent));
+	first = mc_calloc(n, sizeof(*first));
+	if (!kv || !sent || !first || mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
+		rc = MC_ERR_NOMEM;
+		goto fail_all;
+	}
+	/* reads with nothing to do (no ranges, or refused above) ask nothing */
+	for (size_t i = 0; i < n; i++) {
+		if (!reads[i].nranges || reads[i].results[0] != MC_OK)
+			continue;
+		kv[nsent] = mc_proto_str_c(reads[i].key);
+		sent[nsent++] = (uint32_t)i;
+	}
+	if (!nsent)
+		goto out;
+	t0 = mc_now_ms();
+	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	have_resp = true;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica_list_item *it =
+			&resp.body.batch_replica_list.items[j];
+		const struct mc_store_range_read *r = &reads[sent[j]];
+		const struct mc_store_replica *rep;
+		uint64_t base = (uint64_t)(uintptr_t)r->buf, end, room;
+
+		first[sent[j]] = rs.n;
+		if (it->status != MC_OK) {
+			range_results_fill(r, it->status);
+			continue;
+		}
+		rep = mc_store_choose_replica(s, &it->list);
+		if (!rep) {
+			range_results_fill(r, MC_ERR_INVALID_REPLICA);
+			continue;
+		}
+		end = registered_end(s, base);
+		room = end ? end - base : 0;
+		if (!end)
+			mc_set_error(MC_ERR_INVALID_PARAMS,
+				     "get_into_ranges: %p is not in registered memory", r->buf);
+		for (size_t f = 0; f < r->nranges; f++) {
+			const struct mc_store_range *g = &r->ranges[f];
+			if (!end || !mc_store_range_inside(g->src_offset, g->length, rep->size) ||
+			    !mc_store_range_inside(g->dst_offset, g->length, room)) {
+				r->results[f] = MC_ERR_INVALID_PARAMS;
+				continue;
+			}
+			mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset, g->src_offset,
+					    g->length, rep, 1);
+		}
+	}
+	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_range_read *r = &reads[sent[j]];
+		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
+		bool expired = mc_now_ms() > t0 + ttl;
+		size_t k = first[sent[j]];
+		for (size_t f = 0; f < r->nranges; f++) {
+			if (r->results[f] != MC_OK)
+				continue; /* refused: no range queued */
+			if (rs.ios[k].status != MC_OK)
+				r->results[f] = rs.ios[k].status;
+			else if (expired)
+				r->results[f] = MC_ERR_LEASE_EXPIRED;
+			else
+				r->results[f] = (int64_t)rs.ios[k].len;
+			k++;
+		}
+	}
+	goto out;
+fail_all:
+	for (size_t i = 0; i < n; i++)
+		range_results_fill(&reads[i], rc);
+out:
+	if (have_resp)
+		mc_store_msg_release(&resp);
+	for (size_t i = 0; i < n && ret == MC_OK; i++)
+		for (size_t f = 0; f < reads[i].nranges && ret == MC_OK; f++)
+			if (reads[i].results[f] < 0)
+				ret = (mc_status)reads[i].results[f];
+	mc_store_ranges_release(&rs);
+	mc_free(kv);
+	mc_free(sent);
+	mc_free(first);
+	return ret;
+}
