@@ -11,13 +11,14 @@
  * (local_buffer_size is accepted and checked as upstream, and unused).
  * mc_store_setup builds them in that order (connection, engine, segment
  * mapped, registered, mounted, heartbeat) and teardown undoes whatever got
- * done, in reverse, so a failed set-up and mc_store_close share one path.
+ * done, so a failed set-up and mc_store_close share one path.
  *
  * The client's other two parts live next door and share struct mc_store
  * through client_int.h: client_xfer.c moves objects (put and get, their
  * batch, zero-copy and ranged forms), client_session.c keeps batch
  * sessions.  This file owns the fields of struct mc_store: only setup and
- * teardown write them, and those never race with other calls (store.h).
+ * teardown write them (the session trees and the heartbeat's flags
+ * aside), and those two never race with other calls (store.h).
  *
  * Liveness: a heartbeat thread pings the master every second.  A failed
  * ping marks the client unhealthy for mc_store_health_check, and three in a

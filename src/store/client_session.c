@@ -218,7 +218,6 @@ static mc_status session_begin(struct mc_store *s, const char *const *keys, size
 mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const *keys, size_t n,
 					   mc_status *results)
 {
-	struct mc_store_keys_req req;
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv;
 	uint32_t *sent, nsent = 0;
@@ -245,15 +244,8 @@ mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const
 	}
 	if (!nsent)
 		goto out;
-	req.tenant = mc_store_tenant(s);
-	req.n_keys = nsent;
-	req.keys = kv;
 	t0 = mc_now_ms();
-	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, &resp);
-	if (rc == MC_OK && resp.body.batch_replica_list.n_items != nsent) {
-		mc_store_msg_release(&resp);
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered a different number of keys");
-	}
+	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto out;
 	for (uint32_t j = 0; j < nsent; j++) {

@@ -1035,7 +1035,7 @@ int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t
 	return get_one(s, key, &buf, &cap, 1, cap, NULL, NULL);
 }
 
-/* Shared argument check and result setup of the batch zero-copy calls. */
+/* The argument checks the batch zero-copy calls share. */
 static mc_status batch_begin(struct mc_store *s, const char *const *keys, const void *arrays,
 			     size_t n, const struct mc_store_config *cfg)
 {
@@ -1176,7 +1176,7 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 				 const size_t *nbufs, size_t n, int64_t *results)
 {
 	int64_t *res = results;
-	mc_status rc = MC_OK;
+	mc_status rc;
 
 	if (!res)
 		res = mc_calloc(n, sizeof(*res));
@@ -1190,9 +1190,7 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 						      keys[i]);
 	}
 	get_many(s, keys, bufs, lens, nbufs, n, NULL, NULL, res);
-	for (size_t i = 0; i < n && rc == MC_OK; i++)
-		if (res[i] < 0)
-			rc = (mc_status)res[i];
+	rc = mc_store_first_failure_i64(res, n);
 	if (res != results)
 		mc_free(res);
 	return rc;
@@ -1251,10 +1249,7 @@ mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, 
 	for (size_t i = 0; i < n; i++)
 		results[i] = mc_store_check_key(keys[i]);
 	get_many(s, keys, NULL, NULL, NULL, n, alloc, ctx, results);
-	for (size_t i = 0; i < n; i++)
-		if (results[i] < 0)
-			return (mc_status)results[i];
-	return MC_OK;
+	return mc_store_first_failure_i64(results, n);
 }
 
 static void *malloc_nth(void *ctx, size_t i, size_t size)
@@ -1416,9 +1411,7 @@ out:
 	if (have_resp)
 		mc_store_msg_release(&resp);
 	for (size_t i = 0; i < n && ret == MC_OK; i++)
-		for (size_t f = 0; f < reads[i].nranges && ret == MC_OK; f++)
-			if (reads[i].results[f] < 0)
-				ret = (mc_status)reads[i].results[f];
+		ret = mc_store_first_failure_i64(reads[i].results, reads[i].nranges);
 	mc_store_ranges_release(&rs);
 	mc_free(kv);
 	mc_free(sent);
