@@ -31,9 +31,10 @@
  *
  * Tensors: torch is imported when a tensor method is called, never at
  * import time.  A stored tensor is upstream's [304-byte header][raw bytes]
- * (spec store.md 1.12); the header is built and validated here in C, and
- * torch is only asked for a contiguous CPU tensor, its dtype, shape and
- * data pointer, or for an empty tensor to copy into.  A stored dtype the
+ * (spec store.md 1.12); the header is built and validated in C by the
+ * library's codec (<mooncake/tensor_hdr.h>), and torch is only asked for a
+ * contiguous CPU tensor, its dtype, shape and data pointer, or for an
+ * empty tensor to copy into.  A stored dtype the
  * installed torch lacks reads as None with a RuntimeWarning.
  *
  * Each method is one C call (batch, ranged and session forms included);
@@ -63,6 +64,7 @@
 
 #include <mooncake/mooncake.h>
 #include <mooncake/store.h>
+#include <mooncake/tensor_hdr.h>
 
 #include "pyargs.h"
 
@@ -2876,89 +2878,14 @@ static PyObject *store_batch_replica_clear(DEFARGS)
 
 /* ---- tensors ------------------------------------------------------------------------ */
 
-#define TENSOR_MAGIC	0x4d4f4f4eu
-#define TENSOR_VERSION	1
-#define TENSOR_HDR_SIZE 304
-#define TENSOR_MAX_DIMS 8
-#define TENSOR_MAX_AXES 4
-#define LAYOUT_FULL	0
-#define LAYOUT_SHARD	1
-#define AXIS_TP		1
-#define AXIS_KIND_MAX	4
-#define N_TENSOR_DTYPES 15
+/* A stored tensor's bytes are [header][payload]; the header codec and its
+ * validator live in the library (mooncake/tensor_hdr.h), shared with C
+ * programs that read or write the same objects. */
 
-struct tensor_axis {
-	int32_t kind, axis_index, shard_rank, shard_count, split_dim, reserved;
-	int64_t reserved2;
-};
-
-/* Upstream's stored tensor header (spec store.md 1.12): native endianness,
- * natural alignment, 304 bytes. */
-struct tensor_hdr {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t header_size;
-	int32_t dtype;
-	int32_t ndim;
-	uint32_t layout_kind;
-	uint32_t reserved_flags;
-	uint64_t data_offset;
-	uint64_t data_bytes;
-	int64_t global_shape[TENSOR_MAX_DIMS];
-	int64_t local_shape[TENSOR_MAX_DIMS];
-	uint32_t axis_count;
-	uint32_t reserved0;
-	struct tensor_axis axes[TENSOR_MAX_AXES];
-};
-
-_Static_assert(sizeof(struct tensor_hdr) == TENSOR_HDR_SIZE, "tensor header is 304 bytes");
-_Static_assert(offsetof(struct tensor_hdr, data_offset) == 24, "data_offset at 24");
-_Static_assert(offsetof(struct tensor_hdr, global_shape) == 40, "global_shape at 40");
-_Static_assert(offsetof(struct tensor_hdr, local_shape) == 104, "local_shape at 104");
-_Static_assert(offsetof(struct tensor_hdr, axis_count) == 168, "axis_count at 168");
-_Static_assert(offsetof(struct tensor_hdr, axes) == 176, "axes at 176");
-
-static const char *const dtype_names[N_TENSOR_DTYPES] = {
-	"float32", "float64", "int8",	  "uint8",	   "int16",
-	"uint16",  "int32",   "uint32",	  "int64",	   "uint64",
-	"bool",	   "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-};
-static const uint8_t dtype_sizes[N_TENSOR_DTYPES] = {4, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1, 2, 2, 1, 1};
-
-/* Check a stored tensor of total bytes; returns false unless every rule
- * of spec 1.12 holds. */
-static bool tensor_valid(const struct tensor_hdr *h, uint64_t total)
+/* Whether total bytes at buf are a valid stored tensor; *h filled if so. */
+static bool tensor_decode(const void *buf, uint64_t total, struct mc_tensor_hdr *h)
 {
-	uint64_t numel = 1;
-
-	if (total < TENSOR_HDR_SIZE || h->magic != TENSOR_MAGIC || h->version != TENSOR_VERSION ||
-	    h->header_size != TENSOR_HDR_SIZE || h->dtype < 0 || h->dtype >= N_TENSOR_DTYPES ||
-	    h->ndim < 0 || h->ndim > TENSOR_MAX_DIMS || h->layout_kind > LAYOUT_SHARD ||
-	    h->axis_count > TENSOR_MAX_AXES)
-		return false;
-	for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
-		if (i < h->ndim) {
-			if (h->global_shape[i] < 0 || h->local_shape[i] < 0)
-				return false;
-			if (h->local_shape[i] && numel > UINT64_MAX / (uint64_t)h->local_shape[i])
-				return false;
-			numel *= (uint64_t)h->local_shape[i];
-		} else if (h->global_shape[i] != -1 || h->local_shape[i] != -1) {
-			return false;
-		}
-	}
-	for (uint32_t i = 0; i < h->axis_count; i++) {
-		const struct tensor_axis *ax = &h->axes[i];
-		if (ax->kind < 0 || ax->kind > AXIS_KIND_MAX || ax->shard_count < 1 ||
-		    ax->shard_rank < 0 || ax->shard_rank >= ax->shard_count || ax->split_dim < -1 ||
-		    ax->split_dim >= h->ndim)
-			return false;
-	}
-	if (h->data_offset < TENSOR_HDR_SIZE || h->data_offset > total ||
-	    h->data_bytes != total - h->data_offset || numel > UINT64_MAX / dtype_sizes[h->dtype] ||
-	    h->data_bytes != numel * dtype_sizes[h->dtype])
-		return false;
-	return true;
+	return mc_tensor_hdr_decode(buf, total, h) == MC_TENSOR_HDR_OK;
 }
 
 static PyObject *import_torch(void)
@@ -2969,7 +2896,7 @@ static PyObject *import_torch(void)
 /* A tensor prepared for writing: contiguous, on the CPU, with its header. */
 struct wtensor {
 	PyObject *t; /* the contiguous CPU tensor (owns the data) */
-	struct tensor_hdr h;
+	struct mc_tensor_hdr h;
 	const void *data;
 	size_t nbytes;
 };
@@ -2982,8 +2909,8 @@ static void wtensor_release(struct wtensor *w)
 /* torch dtype -> code (-1 if unsupported). */
 static int dtype_code(PyObject *torch, PyObject *dtype)
 {
-	for (int i = 0; i < N_TENSOR_DTYPES; i++) {
-		PyObject *d = PyObject_GetAttrString(torch, dtype_names[i]);
+	for (int i = 0; i < MC_TENSOR_DTYPE_COUNT; i++) {
+		PyObject *d = PyObject_GetAttrString(torch, mc_tensor_dtype_name(i));
 		int eq;
 		if (!d) {
 			PyErr_Clear();
@@ -3011,6 +2938,7 @@ static int wtensor_from(PyObject *torch, PyObject *t, const char *fname, struct 
 	long long numel;
 
 	memset(w, 0, sizeof(*w));
+	mc_tensor_hdr_init(&w->h);
 	tensor_type = PyObject_GetAttrString(torch, "Tensor");
 	if (!tensor_type)
 		return -1;
@@ -3060,23 +2988,15 @@ static int wtensor_from(PyObject *torch, PyObject *t, const char *fname, struct 
 			     : 1;
 		goto out;
 	}
-	if (PyTuple_GET_SIZE(shape) > TENSOR_MAX_DIMS) {
+	if (PyTuple_GET_SIZE(shape) > MC_TENSOR_MAX_DIMS) {
 		rc = 1;
 		goto out;
 	}
-	w->h.magic = TENSOR_MAGIC;
-	w->h.version = TENSOR_VERSION;
-	w->h.header_size = TENSOR_HDR_SIZE;
 	w->h.ndim = (int32_t)PyTuple_GET_SIZE(shape);
-	w->h.layout_kind = LAYOUT_FULL;
-	w->h.data_offset = TENSOR_HDR_SIZE;
-	for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
-		long long d = -1;
-		if (i < w->h.ndim) {
-			d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-			if (d == -1 && PyErr_Occurred())
-				goto out;
-		}
+	for (int i = 0; i < w->h.ndim; i++) {
+		long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+		if (d == -1 && PyErr_Occurred())
+			goto out;
 		w->h.global_shape[i] = d;
 		w->h.local_shape[i] = d;
 	}
@@ -3087,7 +3007,7 @@ static int wtensor_from(PyObject *torch, PyObject *t, const char *fname, struct 
 	Py_CLEAR(v);
 	if (numel < 0 && PyErr_Occurred())
 		goto out;
-	w->nbytes = (size_t)numel * dtype_sizes[w->h.dtype];
+	w->nbytes = (size_t)numel * mc_tensor_dtype_size(w->h.dtype);
 	w->h.data_bytes = w->nbytes;
 	v = PyObject_CallMethod(x, "data_ptr", NULL);
 	if (!v)
@@ -3110,8 +3030,11 @@ out:
 static mc_status wtensor_put(struct mc_store *s, const char *key, const struct wtensor *w,
 			     const struct mc_store_config *cfg, bool upsert)
 {
-	const void *parts[2] = {&w->h, w->data};
-	size_t lens[2] = {TENSOR_HDR_SIZE, w->nbytes};
+	uint8_t hdr[MC_TENSOR_HDR_SIZE];
+	const void *parts[2] = {hdr, w->data};
+	size_t lens[2] = {MC_TENSOR_HDR_SIZE, w->nbytes};
+
+	mc_tensor_hdr_encode(&w->h, hdr);
 
 	if (upsert)
 		return mc_store_upsert_parts(s, key, parts, lens, w->nbytes ? 2 : 1, cfg);
@@ -3128,7 +3051,7 @@ static mc_status wtensor_put(struct mc_store *s, const char *key, const struct w
  */
 static PyObject *torch_dtype(PyObject *torch, int code)
 {
-	PyObject *d = PyObject_GetAttrString(torch, dtype_names[code]), *v;
+	PyObject *d = PyObject_GetAttrString(torch, mc_tensor_dtype_name(code)), *v;
 	const char *vs;
 	int w;
 
@@ -3144,13 +3067,13 @@ static PyObject *torch_dtype(PyObject *torch, int code)
 	w = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
 			     "mooncake.store: the stored tensor has dtype %s (code %d), which "
 			     "the installed torch %s does not have; returning None",
-			     dtype_names[code], code, vs);
+			     mc_tensor_dtype_name(code), code, vs);
 	Py_XDECREF(v);
 	(void)w; /* < 0: the warning is now the pending exception */
 	return NULL;
 }
 
-static PyObject *shape_tuple(const struct tensor_hdr *h)
+static PyObject *shape_tuple(const struct mc_tensor_hdr *h)
 {
 	PyObject *t = PyTuple_New(h->ndim);
 	for (int i = 0; t && i < h->ndim; i++) {
@@ -3168,14 +3091,11 @@ static PyObject *shape_tuple(const struct tensor_hdr *h)
  * the bytes are not a valid stored tensor. */
 static PyObject *tensor_from_bytes(PyObject *torch, const void *buf, uint64_t total)
 {
-	struct tensor_hdr h;
+	struct mc_tensor_hdr h;
 	PyObject *dt, *shape, *kw, *empty, *t = NULL, *p;
 	void *dst;
 
-	if (total < TENSOR_HDR_SIZE)
-		Py_RETURN_NONE;
-	memcpy(&h, buf, sizeof(h));
-	if (!tensor_valid(&h, total))
+	if (!tensor_decode(buf, total, &h))
 		Py_RETURN_NONE;
 	dt = torch_dtype(torch, h.dtype);
 	if (!dt) {
@@ -3215,13 +3135,10 @@ static PyObject *tensor_from_bytes(PyObject *torch, const void *buf, uint64_t to
  * None if invalid. */
 static PyObject *tensor_view(PyObject *torch, void *buf, uint64_t total)
 {
-	struct tensor_hdr h;
+	struct mc_tensor_hdr h;
 	PyObject *dt, *shape, *mv = NULL, *t = NULL, *fb = NULL, *kw = NULL, *args = NULL;
 
-	if (total < TENSOR_HDR_SIZE)
-		Py_RETURN_NONE;
-	memcpy(&h, buf, sizeof(h));
-	if (!tensor_valid(&h, total))
+	if (!tensor_decode(buf, total, &h))
 		Py_RETURN_NONE;
 	if (h.data_bytes == 0)
 		return tensor_from_bytes(torch, buf, total);
@@ -3534,11 +3451,8 @@ out:
 static mc_status tensor_from_buffer(struct mc_store *s, const char *key, uint64_t ptr,
 				    uint64_t size, const struct mc_store_config *cfg, bool upsert)
 {
-	struct tensor_hdr h;
-	if (!ptr || size < TENSOR_HDR_SIZE)
-		return MC_ERR_INVALID_PARAMS;
-	memcpy(&h, (void *)(uintptr_t)ptr, sizeof(h));
-	if (!tensor_valid(&h, size))
+	struct mc_tensor_hdr h;
+	if (!ptr || !tensor_decode((void *)(uintptr_t)ptr, size, &h))
 		return MC_ERR_INVALID_PARAMS;
 	return upsert ? mc_store_upsert_from(s, key, (void *)(uintptr_t)ptr, (size_t)size, cfg)
 		      : mc_store_put_from(s, key, (void *)(uintptr_t)ptr, (size_t)size, cfg);
@@ -3650,7 +3564,7 @@ static int tp_put(struct store_obj *st, const char *fname, PyObject *torch, cons
 	struct call c;
 	Py_ssize_t n = 0;
 	int r, ret = -1;
-	int64_t global[TENSOR_MAX_DIMS];
+	int64_t global[MC_TENSOR_MAX_DIMS];
 	int ndim;
 
 	if (tp_size <= 1) {
@@ -3710,9 +3624,9 @@ static int tp_put(struct store_obj *st, const char *fname, PyObject *torch, cons
 		if (!kv[i] || wtensor_from(torch, PyTuple_GET_ITEM(ct, i), fname, &w[i]) != 0)
 			goto out;
 		memcpy(w[i].h.global_shape, global, sizeof(global));
-		w[i].h.layout_kind = LAYOUT_SHARD;
+		w[i].h.layout_kind = MC_TENSOR_LAYOUT_SHARD;
 		w[i].h.axis_count = 1;
-		w[i].h.axes[0].kind = AXIS_TP;
+		w[i].h.axes[0].kind = MC_TENSOR_AXIS_TP;
 		w[i].h.axes[0].axis_index = 0;
 		w[i].h.axes[0].shard_rank = (int32_t)i;
 		w[i].h.axes[0].shard_count = (int32_t)n;
@@ -3972,14 +3886,9 @@ static int tp_from_one(struct store_obj *st, const char *fname, PyObject *torch,
 {
 	PyObject *t;
 	int r;
-	struct tensor_hdr h;
+	struct mc_tensor_hdr h;
 
-	if (!ptr || size < TENSOR_HDR_SIZE) {
-		*out = MC_ERR_INVALID_PARAMS;
-		return 0;
-	}
-	memcpy(&h, (void *)(uintptr_t)ptr, sizeof(h));
-	if (!tensor_valid(&h, size)) {
+	if (!ptr || !tensor_decode((void *)(uintptr_t)ptr, size, &h)) {
 		*out = MC_ERR_INVALID_PARAMS;
 		return 0;
 	}
@@ -5052,7 +4961,7 @@ PyMODINIT_FUNC PyInit_store(void)
 	if (!e)
 		goto err;
 	Py_DECREF(e);
-	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", TENSOR_HDR_SIZE) < 0)
+	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0)
 		goto err;
 	return m;
 err:
