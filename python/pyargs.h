@@ -1,7 +1,9 @@
 /*
  * python/pyargs.h - argument parsing shared by the two extension modules
- * (engine.c, store.c): FASTCALL vectors spread over named slots, and str
- * arguments.  Static functions: each module gets its own copy.
+ * (engine.c, and store.c with the store_*.c files): FASTCALL vectors
+ * spread over named slots, and str arguments.  Static inline functions:
+ * each file that includes this gets its own copy of what it uses, and a
+ * file that uses only some of them is not warned about the rest.
  */
 #ifndef MC_PYTHON_PYARGS_H
 #define MC_PYTHON_PYARGS_H
@@ -19,8 +21,8 @@ struct argspec {
 
 /* Spread a FASTCALL argument vector over out[0..nmax): positional first,
  * then keywords by name.  Missing optional arguments stay NULL. */
-static int parse_args(const struct argspec *s, PyObject *const *args, Py_ssize_t nargs,
-		      PyObject *kwnames, PyObject **out)
+static inline int parse_args(const struct argspec *s, PyObject *const *args, Py_ssize_t nargs,
+			     PyObject *kwnames, PyObject **out)
 {
 	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
 
@@ -73,7 +75,7 @@ static int parse_args(const struct argspec *s, PyObject *const *args, Py_ssize_t
 }
 
 /* str (UTF-8) or bytes; the pointer is borrowed from o. */
-static int arg_str(PyObject *o, const char *fname, const char *what, const char **out)
+static inline int arg_str(PyObject *o, const char *fname, const char *what, const char **out)
 {
 	const char *s;
 	Py_ssize_t n;

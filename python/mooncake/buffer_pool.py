@@ -1,7 +1,7 @@
 """mooncake.buffer_pool: the store's local-buffer pools under their public name.
 
 Upstream's ``mooncake.buffer_pool``: ``BufferPool`` is the class of
-``mooncake.store`` (implemented in the extension, python/store.c) and
+``mooncake.store`` (implemented in the extension, python/store_pool.c) and
 ``RegisteredBufferPool`` is an alias of it.  Both are None when the store
 extension is not built or has no BufferPool, as upstream.
 """
