@@ -109,8 +109,13 @@ static int arg_int(PyObject *o, const char *fname, const char *what, long *out)
 		return -1;
 	}
 	v = PyLong_AsLong(o);
-	if (v == -1 && PyErr_Occurred())
+	if (v == -1 && PyErr_Occurred()) {
+		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError, "%s(): %s is out of range", fname, what);
+		}
 		return -1;
+	}
 	*out = v;
 	return 0;
 }

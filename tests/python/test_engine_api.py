@@ -167,6 +167,7 @@ def test_argument_type_errors(local):
         lambda: te.transfer_sync_write(name, a, a),
         lambda: te.transfer_sync_read(name, a, None, 8),
         lambda: te.transfer_sync(name, a, a, 8, "Write"),
+        lambda: te.transfer_sync(name, a, a, 8, 1 << 64),  # not OverflowError
         lambda: te.transfer_sync(name, a, a, 8, TransferOpcode.Write, "notify"),
         lambda: te.batch_transfer_sync_write(name, "abc", [a], [1]),
         lambda: te.batch_transfer_sync_write(name, [a], [a], ["1"]),
