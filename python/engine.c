@@ -58,6 +58,8 @@
 
 #include <mooncake/mooncake.h>
 
+/* True and False are ints here, as for upstream's pybind11 casters (pyargs.h). */
+#define PYARGS_BOOL_IS_INT
 #include "pyargs.h"
 
 #define MODULE_NAME "mooncake.engine"
@@ -65,72 +67,6 @@
 /* ---- argument parsing ----------------------------------------------------------- */
 
 #define MAX_ARGS 8
-
-/* A non-negative int below 2**64 (anything with __index__, as pybind11's
- * integer casters accept).  Floats, strings and out-of-range values are
- * TypeErrors, as with upstream's incompatible-argument errors. */
-static int arg_u64(PyObject *o, const char *fname, const char *what, uint64_t *out)
-{
-	unsigned long long v;
-	PyObject *idx;
-
-	if (PyLong_Check(o)) {
-		v = PyLong_AsUnsignedLongLong(o);
-	} else if (PyIndex_Check(o)) {
-		idx = PyNumber_Index(o);
-		if (!idx)
-			return -1;
-		v = PyLong_AsUnsignedLongLong(idx);
-		Py_DECREF(idx);
-	} else {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError,
-				     "%s(): %s must be a non-negative int below 2**64", fname,
-				     what);
-		}
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int arg_int(PyObject *o, const char *fname, const char *what, long *out)
-{
-	long v;
-	if (!PyLong_Check(o) && !PyIndex_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	v = PyLong_AsLong(o);
-	if (v == -1 && PyErr_Occurred()) {
-		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError, "%s(): %s is out of range", fname, what);
-		}
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-/* A sequence (list, tuple, ...; not str/bytes) as a new "fast" sequence. */
-static PyObject *arg_seq(PyObject *o, const char *fname, const char *what)
-{
-	if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
-	    !PySequence_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be a list of ints, not %.100s", fname,
-			     what, Py_TYPE(o)->tp_name);
-		return NULL;
-	}
-	return PySequence_Fast(o, "expected a sequence");
-}
 
 /* ---- time ------------------------------------------------------------------------ */
 
@@ -696,7 +632,7 @@ static PyObject *engine_unregister_memory(PyObject *self, PyObject *const *args,
 /* A list of ints into a PyMem_Raw array (n written to *n_out); NULL on error. */
 static uint64_t *u64_list(PyObject *o, const char *fname, const char *what, Py_ssize_t *n_out)
 {
-	PyObject *seq = arg_seq(o, fname, what);
+	PyObject *seq = arg_seq(o, fname, what, "ints");
 	uint64_t *v;
 	Py_ssize_t n;
 
@@ -1030,7 +966,7 @@ static mc_batch_id xfer_submit(struct mc_te *te, const char *peer, struct mc_xfe
 static int parse_opcode(PyObject *o, const char *fname, int *out)
 {
 	long v;
-	if (arg_int(o, fname, "opcode", &v) < 0)
+	if (arg_long(o, fname, "opcode", &v) < 0)
 		return -1;
 	if (v != MC_OP_READ && v != MC_OP_WRITE) {
 		PyErr_Format(PyExc_ValueError, "%s(): opcode must be TransferOpcode.Read or .Write",
@@ -1216,9 +1152,9 @@ static Py_ssize_t build_reqs(const char *fname, PyObject *lbuf, PyObject *lraddr
 	Py_ssize_t n = -1;
 	uint64_t bytes = 0;
 
-	if (!(s0 = arg_seq(lbuf, fname, "buffers")) ||
-	    !(s1 = arg_seq(lraddr, fname, "peer_buffer_addresses")) ||
-	    !(s2 = arg_seq(llen, fname, "lengths")))
+	if (!(s0 = arg_seq(lbuf, fname, "buffers", "ints")) ||
+	    !(s1 = arg_seq(lraddr, fname, "peer_buffer_addresses", "ints")) ||
+	    !(s2 = arg_seq(llen, fname, "lengths", "ints")))
 		goto out;
 	n = PySequence_Fast_GET_SIZE(s0);
 	if (PySequence_Fast_GET_SIZE(s1) != n || PySequence_Fast_GET_SIZE(s2) != n) {

@@ -1,16 +1,31 @@
 /*
  * python/pyargs.h - argument parsing shared by the two extension modules
  * (engine.c, and store.c with the store_*.c files): FASTCALL vectors
- * spread over named slots, and str arguments.  Static inline functions:
- * each file that includes this gets its own copy of what it uses, and a
- * file that uses only some of them is not warned about the rest.
+ * spread over named slots, str arguments, ints and lists.  Static inline
+ * functions: each file that includes this gets its own copy of what it
+ * uses, and a file that uses only some of them is not warned about the
+ * rest.
+ *
+ * The two modules differ in one rule, kept as each was written: where an
+ * int is expected, mooncake.engine takes True and False (as the pybind11
+ * casters of upstream's engine do), and mooncake.store refuses them with
+ * a TypeError.  A file of the engine defines PYARGS_BOOL_IS_INT before it
+ * includes this header.
  */
 #ifndef MC_PYTHON_PYARGS_H
 #define MC_PYTHON_PYARGS_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
+
+#ifdef PYARGS_BOOL_IS_INT
+#define PYARGS_REFUSES_BOOL(o) false
+#else
+#define PYARGS_REFUSES_BOOL(o) PyBool_Check(o)
+#endif
 
 struct argspec {
 	const char *fname;
@@ -98,6 +113,73 @@ static inline int arg_str(PyObject *o, const char *fname, const char *what, cons
 	}
 	*out = s;
 	return 0;
+}
+
+/* A non-negative int below 2**64 (anything with __index__).  Floats,
+ * strings and out-of-range values are TypeErrors. */
+static inline int arg_u64(PyObject *o, const char *fname, const char *what, uint64_t *out)
+{
+	unsigned long long v;
+	PyObject *idx;
+
+	if (PYARGS_REFUSES_BOOL(o) || !PyIndex_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	idx = PyNumber_Index(o);
+	if (!idx)
+		return -1;
+	v = PyLong_AsUnsignedLongLong(idx);
+	Py_DECREF(idx);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError,
+				     "%s(): %s must be a non-negative int below 2**64", fname,
+				     what);
+		}
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* An int that fits a C long (anything with __index__); a TypeError else. */
+static inline int arg_long(PyObject *o, const char *fname, const char *what, long *out)
+{
+	long v;
+	if (PYARGS_REFUSES_BOOL(o) || !PyIndex_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	v = PyLong_AsLong(o);
+	if (v == -1 && PyErr_Occurred()) {
+		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError, "%s(): %s is out of range", fname, what);
+		}
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* A list-like argument (not str/bytes; o may be NULL: missing) as a new
+ * tuple, which holds references to the items for as long as the call runs,
+ * whatever the caller does to its list meanwhile.  items names what the
+ * list holds in the TypeError ("ints": "a list of ints"), or is NULL. */
+static inline PyObject *arg_seq(PyObject *o, const char *fname, const char *what, const char *items)
+{
+	if (!o || PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
+	    !PySequence_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s(): %s must be a list%s%s, not %.100s", fname,
+			     what, items ? " of " : "", items ? items : "",
+			     o ? Py_TYPE(o)->tp_name : "nothing");
+		return NULL;
+	}
+	return PySequence_Tuple(o);
 }
 
 #endif

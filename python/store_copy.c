@@ -149,7 +149,7 @@ static PyObject *batch_common(PyObject *self, const char *fname, PyObject *const
 
 	if (keys_from(a[0], fname, &k) < 0)
 		return NULL;
-	vals = arg_seq(a[1], fname, "values");
+	vals = arg_seq(a[1], fname, "values", NULL);
 	if (!vals) {
 		keys_release(&k);
 		return NULL;

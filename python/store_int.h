@@ -16,8 +16,9 @@
  *   store_pool.c     BufferPool / BufferLease / BufferLeaseView and
  *                    MooncakeHostMemAllocator
  *
- * Here: the argument parsers and the C-side argument arrays every method
- * uses, the object and the GIL/lock discipline of a call (struct call),
+ * Here: the store's own argument helpers and the C-side argument arrays
+ * every method uses (the parsers shared with mooncake.engine are in
+ * pyargs.h), the object and the GIL/lock discipline of a call (struct call),
  * the config struct, the result-list builders, and the declarations of
  * what one file defines for the others (the type objects, the enums, the
  * methods the table in store.c names).  Small helpers are static inline,
@@ -59,56 +60,6 @@
 
 #define MAX_ARGS 16
 
-/* A non-negative int below 2**64 (anything with __index__).  Floats,
- * strings and out-of-range values are TypeErrors. */
-static inline int arg_u64(PyObject *o, const char *fname, const char *what, uint64_t *out)
-{
-	unsigned long long v;
-	PyObject *idx;
-
-	if (PyBool_Check(o) || !PyIndex_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	idx = PyNumber_Index(o);
-	if (!idx)
-		return -1;
-	v = PyLong_AsUnsignedLongLong(idx);
-	Py_DECREF(idx);
-	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError,
-				     "%s(): %s must be a non-negative int below 2**64", fname,
-				     what);
-		}
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static inline int arg_long(PyObject *o, const char *fname, const char *what, long *out)
-{
-	long v;
-	if (PyBool_Check(o) || !PyIndex_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be an int, not %.100s", fname, what,
-			     Py_TYPE(o)->tp_name);
-		return -1;
-	}
-	v = PyLong_AsLong(o);
-	if (v == -1 && PyErr_Occurred()) {
-		if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-			PyErr_Clear();
-			PyErr_Format(PyExc_TypeError, "%s(): %s is out of range", fname, what);
-		}
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
 /* Optional int argument with a default. */
 static inline int opt_long(PyObject *o, long def, const char *fname, const char *what, long *out)
 {
@@ -134,19 +85,6 @@ static inline int arg_bool(PyObject *o, bool def, bool *out)
 	return 0;
 }
 
-/* A list-like argument (not str/bytes) as a new tuple: it holds references
- * to the items for as long as the call runs. */
-static inline PyObject *arg_seq(PyObject *o, const char *fname, const char *what)
-{
-	if (!o || PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) ||
-	    !PySequence_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "%s(): %s must be a list, not %.100s", fname, what,
-			     o ? Py_TYPE(o)->tp_name : "nothing");
-		return NULL;
-	}
-	return PySequence_Tuple(o);
-}
-
 /* ---- C-side argument arrays ------------------------------------------------------ */
 
 /* Keys of a list: the tuple keeps the str objects (and their UTF-8) alive. */
@@ -168,7 +106,7 @@ static inline int keys_from(PyObject *o, const char *fname, struct keys *k)
 {
 	k->v = NULL;
 	k->n = 0;
-	k->tup = arg_seq(o, fname, "keys");
+	k->tup = arg_seq(o, fname, "keys", NULL);
 	if (!k->tup)
 		return -1;
 	k->n = (size_t)PyTuple_GET_SIZE(k->tup);
@@ -191,7 +129,7 @@ static inline int keys_from(PyObject *o, const char *fname, struct keys *k)
 static inline int u64s_from(PyObject *o, const char *fname, const char *what, uint64_t **out,
 			    size_t *n)
 {
-	PyObject *t = arg_seq(o, fname, what);
+	PyObject *t = arg_seq(o, fname, what, NULL);
 	*out = NULL;
 	*n = 0;
 	if (!t)

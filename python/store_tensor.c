@@ -407,7 +407,7 @@ static PyObject *tensor_put_batch(PyObject *self, const char *fname, PyObject *k
 
 	if (keys_from(keys_o, fname, &k) < 0)
 		return NULL;
-	tt = arg_seq(tensors_o, fname, "tensors_list");
+	tt = arg_seq(tensors_o, fname, "tensors_list", NULL);
 	if (!tt)
 		goto out;
 	if ((size_t)PyTuple_GET_SIZE(tt) != k.n) {
@@ -841,7 +841,7 @@ static PyObject *tp_put_batch(PyObject *self, const char *fname, PyObject *keys_
 	    opt_long(size_o, 1, fname, "tp_size", &size) < 0 ||
 	    opt_long(dim_o, 0, fname, "split_dim", &dim) < 0 || keys_from(keys_o, fname, &k) < 0)
 		return NULL;
-	tt = arg_seq(tensors_o, fname, "tensors_list");
+	tt = arg_seq(tensors_o, fname, "tensors_list", NULL);
 	if (!tt)
 		goto out;
 	if ((size_t)PyTuple_GET_SIZE(tt) != k.n) {

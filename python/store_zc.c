@@ -256,10 +256,10 @@ static int multi_from(PyObject *ptrs_o, PyObject *sizes_o, size_t nkeys, const c
 	int ret = -1;
 
 	memset(m, 0, sizeof(*m));
-	pt = arg_seq(ptrs_o, fname, "all_buffer_ptrs");
+	pt = arg_seq(ptrs_o, fname, "all_buffer_ptrs", NULL);
 	if (!pt)
 		return -1;
-	st = arg_seq(sizes_o, fname, "all_sizes");
+	st = arg_seq(sizes_o, fname, "all_sizes", NULL);
 	if (!st)
 		goto out;
 	if ((size_t)PyTuple_GET_SIZE(pt) != nkeys || (size_t)PyTuple_GET_SIZE(st) != nkeys) {
@@ -425,7 +425,7 @@ PyObject *mc_py_store_get_into_ranges(DEFARGS)
 	if (u64s_from(a[0], "get_into_ranges", "buffer_ptrs", &bufs, &nb) < 0)
 		return NULL;
 	for (int t = 0; t < 4; t++)
-		if (!(top[t] = arg_seq(a[t + 1], "get_into_ranges", what[t])))
+		if (!(top[t] = arg_seq(a[t + 1], "get_into_ranges", what[t], NULL)))
 			goto out;
 	for (int t = 0; t < 4; t++) {
 		if ((size_t)PyTuple_GET_SIZE(top[t]) != nb) {
@@ -446,8 +446,8 @@ PyObject *mc_py_store_get_into_ranges(DEFARGS)
 			goto out;
 		shape_ok[b] = true;
 		for (int t = 1; t < 4; t++) {
-			PyObject *x =
-				arg_seq(PyTuple_GET_ITEM(top[t], b), "get_into_ranges", what[t]);
+			PyObject *x = arg_seq(PyTuple_GET_ITEM(top[t], b), "get_into_ranges",
+					      what[t], NULL);
 			if (!x)
 				goto out;
 			inner[3 * b + (size_t)t - 1] = x;
@@ -675,7 +675,7 @@ static void offsets_free(uint64_t **v, size_t n)
 static int offsets_from(PyObject *o, const struct multi *m, const char *fname, const char *what,
 			uint64_t ***out)
 {
-	PyObject *t = arg_seq(o, fname, what);
+	PyObject *t = arg_seq(o, fname, what, NULL);
 	uint64_t **v;
 	int ret = 1;
 
