@@ -26,7 +26,7 @@
 /* Whether total bytes at buf are a valid stored tensor; *h filled if so. */
 static bool tensor_decode(const void *buf, uint64_t total, struct mc_tensor_hdr *h)
 {
-	return mc_tensor_hdr_decode(buf, total, h) == MC_TENSOR_HDR_OK;
+	return mc_tensor_hdr_decode(buf, total, h) == MC_OK;
 }
 
 static PyObject *import_torch(void)

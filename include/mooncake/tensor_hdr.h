@@ -9,14 +9,16 @@
  * natural alignment and no padding: struct mc_tensor_hdr below is the
  * byte layout itself.
  *
- * The codec is pure: no allocation, no logging, no global state; every
- * function is reentrant.  Writing: mc_tensor_hdr_init(), set dtype, ndim,
- * the shapes, data_bytes (and for a shard, layout_kind and the axes), then
+ * The codec allocates nothing and shares no state; every function is
+ * reentrant.  Writing: mc_tensor_hdr_init(), set dtype, ndim, the shapes,
+ * data_bytes (and for a shard, layout_kind and the axes), then
  * mc_tensor_hdr_encode() into the first MC_TENSOR_HDR_SIZE bytes of the
  * object.  Reading: mc_tensor_hdr_decode() over the whole stored object,
  * which accepts a header only if every rule of the format holds for that
- * object's length (mc_tensor_hdr_validate() lists them) and otherwise
- * says which rule failed.
+ * object's length (mc_tensor_hdr_validate() lists them).  A refusal is
+ * MC_ERR_INVALID_PARAMS, like every other mc_status failure, with the rule
+ * broken and the offending values as the calling thread's mc_last_error()
+ * text (mooncake/log.h).
  */
 #ifndef MOONCAKE_TENSOR_HDR_H
 #define MOONCAKE_TENSOR_HDR_H
@@ -98,33 +100,6 @@ struct mc_tensor_hdr {
 	struct mc_tensor_axis axes[MC_TENSOR_MAX_AXES];
 };
 
-/* Why a header was refused; X(name, value, description). */
-#define MC_TENSOR_HDR_STATUS_MAP(X)                                                     \
-	X(OK, 0, "valid stored tensor")                                                 \
-	X(ERR_SHORT, -1, "shorter than the 304-byte header")                            \
-	X(ERR_MAGIC, -2, "bad magic")                                                   \
-	X(ERR_VERSION, -3, "unknown version")                                           \
-	X(ERR_HEADER_SIZE, -4, "header_size is not 304")                                \
-	X(ERR_DTYPE, -5, "unknown dtype code")                                          \
-	X(ERR_NDIM, -6, "ndim outside 0..8")                                            \
-	X(ERR_LAYOUT, -7, "unknown layout kind")                                        \
-	X(ERR_AXIS_COUNT, -8, "more than 4 axes")                                       \
-	X(ERR_SHAPE, -9, "negative dimension, or a dimension past ndim not -1")         \
-	X(ERR_SHAPE_OVERFLOW, -10, "payload size overflows 64 bits")                    \
-	X(ERR_AXIS, -11, "axis kind, rank, count or split_dim out of range")            \
-	X(ERR_DATA_OFFSET, -12, "data_offset before the header end or past the object") \
-	X(ERR_DATA_LENGTH, -13, "data_bytes is not what follows data_offset")           \
-	X(ERR_DATA_SIZE, -14, "data_bytes is not the elements times the dtype size")
-
-enum mc_tensor_hdr_status {
-#define MC__TENSOR_HDR_STATUS_ENUM(name, value, desc) MC_TENSOR_HDR_##name = (value),
-	MC_TENSOR_HDR_STATUS_MAP(MC__TENSOR_HDR_STATUS_ENUM)
-#undef MC__TENSOR_HDR_STATUS_ENUM
-};
-
-/* Description of a verdict; never NULL ("unknown" for unknown values). */
-MC_API const char *mc_tensor_hdr_strerror(enum mc_tensor_hdr_status status);
-
 /* Element size in bytes of a dtype code; 0 for a code outside the format. */
 MC_API size_t mc_tensor_dtype_size(int32_t dtype);
 /* Name of a dtype code ("bfloat16"); NULL for a code outside the format. */
@@ -140,24 +115,25 @@ MC_API void mc_tensor_hdr_encode(const struct mc_tensor_hdr *h, void *out);
 
 /*
  * Check every rule of the format for h heading a stored object of total
- * bytes (header and payload): total >= MC_TENSOR_HDR_SIZE; magic, version, header_size; dtype,
- * ndim, layout and axis count in range; ndim non-negative dimensions in both shapes, -1 past ndim;
- * each axis in range (rank < count, split_dim < ndim); data_offset within [MC_TENSOR_HDR_SIZE,
- * total]; data_bytes equal to both total - data_offset and numel(local_shape) x dtype size, without
- * overflow. Rules are checked in that order; the first one broken is returned.
+ * bytes (header and payload): total >= MC_TENSOR_HDR_SIZE; magic, version,
+ * header_size; dtype, ndim, layout and axis count in range; ndim
+ * non-negative dimensions in both shapes, -1 past ndim; each axis in range
+ * (kind, count >= 1, rank < count, split_dim < ndim); data_offset within
+ * [MC_TENSOR_HDR_SIZE, total]; data_bytes equal to both total - data_offset
+ * and numel(local_shape) x dtype size, without overflow.  Rules are checked
+ * in that order: MC_OK, or MC_ERR_INVALID_PARAMS with the first rule
+ * broken recorded by mc_set_error (read it with mc_last_error()).
  */
-MC_API enum mc_tensor_hdr_status mc_tensor_hdr_validate(const struct mc_tensor_hdr *h,
-							uint64_t total);
+MC_API mc_status mc_tensor_hdr_validate(const struct mc_tensor_hdr *h, uint64_t total);
 
 /*
  * Decode and validate the header of a stored object: buf holds the
  * object's first min(len, MC_TENSOR_HDR_SIZE) bytes at least (any
- * alignment) and len is the whole object's length.  MC_TENSOR_HDR_OK and
- * *hdr_out filled, or the first rule broken (MC_TENSOR_HDR_ERR_SHORT when
- * len < MC_TENSOR_HDR_SIZE) and *hdr_out untouched.
+ * alignment) and len is the whole object's length.  MC_OK and *hdr_out
+ * filled, or MC_ERR_INVALID_PARAMS (the rule broken in mc_last_error(),
+ * as for mc_tensor_hdr_validate()) and *hdr_out untouched.
  */
-MC_API enum mc_tensor_hdr_status mc_tensor_hdr_decode(const void *buf, uint64_t len,
-						      struct mc_tensor_hdr *hdr_out);
+MC_API mc_status mc_tensor_hdr_decode(const void *buf, uint64_t len, struct mc_tensor_hdr *hdr_out);
 
 #ifdef __cplusplus
 }

@@ -9,18 +9,24 @@
  * believed before anything trusts their sizes: every field is checked
  * against the format's ranges and against the object's length, and every
  * product is checked for overflow before it is formed, so a forged header
- * can neither make a reader index past the object nor wrap a size.  The
- * verdict names the first rule broken, for tests and for callers that
- * report why an object was refused; the Python binding only asks "valid?".
+ * can neither make a reader index past the object nor wrap a size.  A
+ * refusal is MC_ERR_INVALID_PARAMS, the project's one status for bad
+ * input, and the first rule broken is recorded with its offending values
+ * by mc_set_error() for the calling thread (mc_last_error()), for tests
+ * and for callers that report why an object was refused; the Python
+ * binding only asks "valid?".
  *
- * Pure: no allocation, no logging, no state; callable from any thread.
+ * No allocation and no shared state (the error text is thread-local);
+ * callable from any thread.
  */
+#define MC_LOG_MODULE "store"
 #include "mooncake/tensor_hdr.h"
 
-#include <stdbool.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "base/compiler.h"
+#include "base/log.h"
 
 MC_STATIC_ASSERT(sizeof(struct mc_tensor_hdr) == MC_TENSOR_HDR_SIZE, "tensor header is 304 bytes");
 MC_STATIC_ASSERT(offsetof(struct mc_tensor_hdr, data_offset) == 24, "data_offset at 24");
@@ -42,18 +48,6 @@ static const uint8_t dtype_sizes[MC_TENSOR_DTYPE_COUNT] = {
 	MC_TENSOR_DTYPE_MAP(DTYPE_SIZE)
 #undef DTYPE_SIZE
 };
-
-const char *mc_tensor_hdr_strerror(enum mc_tensor_hdr_status status)
-{
-	switch (status) {
-#define STATUS_DESC(name, value, desc) \
-	case MC_TENSOR_HDR_##name:     \
-		return desc;
-		MC_TENSOR_HDR_STATUS_MAP(STATUS_DESC)
-#undef STATUS_DESC
-	}
-	return "unknown";
-}
 
 size_t mc_tensor_dtype_size(int32_t dtype)
 {
@@ -84,71 +78,126 @@ void mc_tensor_hdr_encode(const struct mc_tensor_hdr *h, void *out)
 	memcpy(out, h, MC_TENSOR_HDR_SIZE);
 }
 
-static bool axis_valid(const struct mc_tensor_axis *ax, int32_t ndim)
+/* The first rule, which decode checks before it copies: a whole header. */
+static mc_status too_short(uint64_t total)
 {
-	return ax->kind >= 0 && ax->kind <= MC_TENSOR_AXIS_KIND_MAX && ax->shard_count >= 1 &&
-	       ax->shard_rank >= 0 && ax->shard_rank < ax->shard_count && ax->split_dim >= -1 &&
-	       ax->split_dim < ndim;
+	return mc_set_error(MC_ERR_INVALID_PARAMS,
+			    "stored tensor: object of %" PRIu64
+			    " bytes is shorter than the %d-byte header",
+			    total, MC_TENSOR_HDR_SIZE);
 }
 
-enum mc_tensor_hdr_status mc_tensor_hdr_validate(const struct mc_tensor_hdr *h, uint64_t total)
+/* Every rule of one sharding axis; i is its index, for the message. */
+static mc_status axis_check(const struct mc_tensor_axis *ax, uint32_t i, int32_t ndim)
+{
+	if (ax->kind < 0 || ax->kind > MC_TENSOR_AXIS_KIND_MAX)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: axis %u kind %d outside 0..%d", i, ax->kind,
+				    MC_TENSOR_AXIS_KIND_MAX);
+	if (ax->shard_count < 1)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: axis %u shard_count %d < 1", i,
+				    ax->shard_count);
+	if (ax->shard_rank < 0 || ax->shard_rank >= ax->shard_count)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: axis %u shard_rank %d outside 0..%d", i,
+				    ax->shard_rank, ax->shard_count - 1);
+	if (ax->split_dim < -1 || ax->split_dim >= ndim)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: axis %u split_dim %d outside -1..%d", i,
+				    ax->split_dim, ndim - 1);
+	return MC_OK;
+}
+
+mc_status mc_tensor_hdr_validate(const struct mc_tensor_hdr *h, uint64_t total)
 {
 	uint64_t numel = 1, esize;
+	mc_status rc;
 
 	if (total < MC_TENSOR_HDR_SIZE)
-		return MC_TENSOR_HDR_ERR_SHORT;
+		return too_short(total);
 	if (h->magic != MC_TENSOR_MAGIC)
-		return MC_TENSOR_HDR_ERR_MAGIC;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: bad magic 0x%08x",
+				    h->magic);
 	if (h->version != MC_TENSOR_VERSION)
-		return MC_TENSOR_HDR_ERR_VERSION;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: unknown version %u",
+				    h->version);
 	if (h->header_size != MC_TENSOR_HDR_SIZE)
-		return MC_TENSOR_HDR_ERR_HEADER_SIZE;
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: header_size %u is not %d", h->header_size,
+				    MC_TENSOR_HDR_SIZE);
 	if (h->dtype < 0 || h->dtype >= MC_TENSOR_DTYPE_COUNT)
-		return MC_TENSOR_HDR_ERR_DTYPE;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: unknown dtype code %d",
+				    h->dtype);
 	if (h->ndim < 0 || h->ndim > MC_TENSOR_MAX_DIMS)
-		return MC_TENSOR_HDR_ERR_NDIM;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: ndim %d outside 0..%d",
+				    h->ndim, MC_TENSOR_MAX_DIMS);
 	if (h->layout_kind > MC_TENSOR_LAYOUT_SHARD)
-		return MC_TENSOR_HDR_ERR_LAYOUT;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: unknown layout kind %u",
+				    h->layout_kind);
 	if (h->axis_count > MC_TENSOR_MAX_AXES)
-		return MC_TENSOR_HDR_ERR_AXIS_COUNT;
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "stored tensor: axis_count %u > %d",
+				    h->axis_count, MC_TENSOR_MAX_AXES);
 	for (int i = 0; i < MC_TENSOR_MAX_DIMS; i++) {
 		if (i >= h->ndim) {
 			if (h->global_shape[i] != -1 || h->local_shape[i] != -1)
-				return MC_TENSOR_HDR_ERR_SHAPE;
+				return mc_set_error(
+					MC_ERR_INVALID_PARAMS,
+					"stored tensor: dimension %d past ndim %d is %" PRId64
+					" x %" PRId64 " (global x local), not -1",
+					i, h->ndim, h->global_shape[i], h->local_shape[i]);
 			continue;
 		}
 		if (h->global_shape[i] < 0 || h->local_shape[i] < 0)
-			return MC_TENSOR_HDR_ERR_SHAPE;
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "stored tensor: dimension %d is negative: %" PRId64
+					    " x %" PRId64 " (global x local)",
+					    i, h->global_shape[i], h->local_shape[i]);
 		if (h->local_shape[i] && numel > UINT64_MAX / (uint64_t)h->local_shape[i])
-			return MC_TENSOR_HDR_ERR_SHAPE_OVERFLOW;
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "stored tensor: element count overflows 64 bits at "
+					    "dimension %d (%" PRIu64 " x %" PRId64 ")",
+					    i, numel, h->local_shape[i]);
 		numel *= (uint64_t)h->local_shape[i];
 	}
-	for (uint32_t i = 0; i < h->axis_count; i++)
-		if (!axis_valid(&h->axes[i], h->ndim))
-			return MC_TENSOR_HDR_ERR_AXIS;
+	for (uint32_t i = 0; i < h->axis_count; i++) {
+		rc = axis_check(&h->axes[i], i, h->ndim);
+		if (rc != MC_OK)
+			return rc;
+	}
 	if (h->data_offset < MC_TENSOR_HDR_SIZE || h->data_offset > total)
-		return MC_TENSOR_HDR_ERR_DATA_OFFSET;
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: data_offset %" PRIu64 " outside %d..%" PRIu64,
+				    h->data_offset, MC_TENSOR_HDR_SIZE, total);
 	if (h->data_bytes != total - h->data_offset)
-		return MC_TENSOR_HDR_ERR_DATA_LENGTH;
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: data_bytes %" PRIu64 " but %" PRIu64
+				    " bytes follow data_offset %" PRIu64,
+				    h->data_bytes, total - h->data_offset, h->data_offset);
 	esize = dtype_sizes[h->dtype];
 	if (numel > UINT64_MAX / esize)
-		return MC_TENSOR_HDR_ERR_SHAPE_OVERFLOW;
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: payload size overflows 64 bits (%" PRIu64
+				    " elements of %" PRIu64 " bytes)",
+				    numel, esize);
 	if (h->data_bytes != numel * esize)
-		return MC_TENSOR_HDR_ERR_DATA_SIZE;
-	return MC_TENSOR_HDR_OK;
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "stored tensor: data_bytes %" PRIu64 " is not %" PRIu64
+				    " elements of %" PRIu64 " bytes (%s)",
+				    h->data_bytes, numel, esize, dtype_names[h->dtype]);
+	return MC_OK;
 }
 
-enum mc_tensor_hdr_status mc_tensor_hdr_decode(const void *buf, uint64_t len,
-					       struct mc_tensor_hdr *hdr_out)
+mc_status mc_tensor_hdr_decode(const void *buf, uint64_t len, struct mc_tensor_hdr *hdr_out)
 {
 	struct mc_tensor_hdr h;
-	enum mc_tensor_hdr_status st;
+	mc_status rc;
 
 	if (len < MC_TENSOR_HDR_SIZE)
-		return MC_TENSOR_HDR_ERR_SHORT;
+		return too_short(len);
 	memcpy(&h, buf, sizeof(h));
-	st = mc_tensor_hdr_validate(&h, len);
-	if (st == MC_TENSOR_HDR_OK)
+	rc = mc_tensor_hdr_validate(&h, len);
+	if (rc == MC_OK)
 		*hdr_out = h;
-	return st;
+	return rc;
 }

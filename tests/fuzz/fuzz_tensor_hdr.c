@@ -8,34 +8,45 @@
  * wrongly let through), its length is the element count times the dtype
  * size computed here independently with overflow checks, re-encoding gives
  * back the same 304 bytes, and validating the decoded header again agrees.
- * Whatever the verdict, it has a description, and a refused object leaves
- * the output untouched.
+ * A refusal is MC_ERR_INVALID_PARAMS with a reason in mc_last_error()
+ * that validating the same header again repeats, and leaves the output
+ * untouched.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
+#include "mooncake/log.h"
 #include "mooncake/tensor_hdr.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct mc_tensor_hdr h, canary;
 	uint8_t again[MC_TENSOR_HDR_SIZE];
-	enum mc_tensor_hdr_status st;
+	mc_status st;
 	uint64_t numel = 1, bytes;
 	volatile uint8_t sum = 0;
 
 	memset(&h, 0x5a, sizeof(h));
 	canary = h;
 	st = mc_tensor_hdr_decode(data, size, &h);
-	check(mc_tensor_hdr_strerror(st) != NULL);
-	if (st != MC_TENSOR_HDR_OK) {
-		check(st < 0);
+	if (st != MC_OK) {
+		char why[512];
+
+		check(st == MC_ERR_INVALID_PARAMS);
+		check(strncmp(mc_last_error(), "stored tensor: ", 15) == 0);
 		check(memcmp(&h, &canary, sizeof(h)) == 0);
+		if (size >= MC_TENSOR_HDR_SIZE) {
+			snprintf(why, sizeof(why), "%s", mc_last_error());
+			memcpy(&h, data, sizeof(h));
+			check(mc_tensor_hdr_validate(&h, size) == MC_ERR_INVALID_PARAMS);
+			check(strcmp(mc_last_error(), why) == 0);
+		}
 		return 0;
 	}
-	check(mc_tensor_hdr_validate(&h, size) == MC_TENSOR_HDR_OK);
+	check(mc_tensor_hdr_validate(&h, size) == MC_OK);
 	mc_tensor_hdr_encode(&h, again);
 	check(memcmp(again, data, MC_TENSOR_HDR_SIZE) == 0);
 
