@@ -3,8 +3,9 @@
  *
  * A batch id is (slot index + 1) << 32 | generation, so a stale or forged
  * id is refused (MC_ERR_BATCH_NOT_FOUND) instead of dereferenced, unlike
- * upstream's raw pointers.  Completion is lock-free: each slice decrements
- * its task's slices_left; the last one sets the task's terminal state and
+ * upstream's raw pointers.  Completion is lock-free: each slice of a task
+ * carries mc_task_slice_done as its completion callback (transport/slice.h),
+ * which decrements the task's slices_left; the last one sets the task's terminal state and
  * decrements the batch's inflight count, which doubles as a futex word so
  * mc_te_batch_wait sleeps without polling.  A batch marked discard is freed
  * by whichever thread ends its last task.
@@ -24,7 +25,6 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
-#include "te/stage.h"
 
 static void futex_wake_all(atomic_uint *w)
 {
@@ -116,13 +116,9 @@ static void task_finish(struct mc_task *t)
 	atomic_fetch_sub(&b->busy, 1);
 }
 
-void mc_slice_done(struct mc_slice *s, int status)
+void mc_task_slice_done(struct mc_slice *s, mc_status status)
 {
-	struct mc_task *t = s->task;
-	if (s->staged) {
-		mc_stage_slice_done(s, status); /* a chunk of a staged request */
-		return;
-	}
+	struct mc_task *t = s->owner;
 	if (status != MC_OK) {
 		int zero = 0;
 		atomic_compare_exchange_strong(&t->error, &zero, status);

@@ -13,6 +13,16 @@ struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id);
 int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard);
 void mc_batch_destroy(struct mc_batch *b);
 int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms);
+/* The completion callback of a task's slices (owner: the task); runs on
+ * the thread that finished the slice. */
+void mc_task_slice_done(struct mc_slice *s, mc_status status);
+
+static inline void mc_task_slice_init(struct mc_task *t, struct mc_slice *s)
+{
+	s->complete = mc_task_slice_done;
+	s->owner = t;
+}
+
 /* Fail a task that never reached a transport. */
 void mc_task_fail_now(struct mc_task *t, int status);
 

@@ -1216,7 +1216,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 		atomic_store(&t->state, MC_XFER_WAITING);
 		if (r->length == 0) {
 			atomic_store(&t->slices_left, 1);
-			t->first.task = t;
+			mc_task_slice_init(t, &t->first);
 			mc_slice_done(&t->first, MC_OK);
 			continue;
 		}
@@ -1224,7 +1224,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 			/* device memory: through bounce buffers (te/stage.c) */
 			atomic_store(&t->slices_left, 1);
 			t->nslices = 1;
-			t->first.task = t;
+			mc_task_slice_init(t, &t->first);
 			t->first.len = r->length;
 			mc_stager_submit(te->stager, t, tp, segs[i], r, dev);
 			continue;
@@ -1254,7 +1254,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 		for (unsigned j = 0; j < k; j++) {
 			struct mc_slice *s = j == 0 ? &t->first : &t->extra[j - 1];
 			uint64_t len = j == k - 1 ? r->length - off : per;
-			s->task = t;
+			mc_task_slice_init(t, s);
 			s->opcode = (uint8_t)r->opcode;
 			s->local = (char *)r->source + off;
 			s->remote_addr = r->target_offset + off;
@@ -1265,11 +1265,13 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 	}
 
 	for (size_t i = 0; i < nslices;) {
-		void *seg = segs[slices[i]->task - &b->tasks[base]];
+		size_t ti = (size_t)((struct mc_task *)slices[i]->owner - &b->tasks[base]);
+		void *seg = segs[ti];
 		size_t j = i + 1;
-		while (j < nslices && segs[slices[j]->task - &b->tasks[base]] == seg)
+		while (j < nslices &&
+		       segs[(struct mc_task *)slices[j]->owner - &b->tasks[base]] == seg)
 			j++;
-		mc_transport_submit(tps[slices[i]->task - &b->tasks[base]], seg, &slices[i], j - i);
+		mc_transport_submit(tps[ti], seg, &slices[i], j - i);
 		i = j;
 	}
 	rc = MC_OK;

@@ -14,6 +14,7 @@
 #include "base/list.h"
 #include "meta/desc.h"
 #include "mooncake/te.h"
+#include "transport/slice.h"
 
 struct mc_devmem_ops;
 struct mc_meta;
@@ -96,23 +97,6 @@ int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_des
 
 /* ---- tasks and slices -------------------------------------------------- */
 
-struct mc_task;
-
-/* One unit of wire work; a request becomes one or more slices. */
-struct mc_slice {
-	struct mc_list node;
-	struct mc_task *task;
-	char *local;
-	uint64_t remote_addr;
-	uint64_t len;
-	uint8_t opcode;
-	bool staged; /* a chunk of a staged request: completion goes to te/stage.c */
-	/* transport-private progress */
-	uint64_t done;
-	uint32_t hdr_done;
-	uint32_t flags;
-};
-
 struct mc_batch;
 
 struct mc_task {
@@ -143,9 +127,6 @@ struct mc_batch {
 	mc_segment_id notify_target;
 	atomic_bool notify_sent;
 };
-
-/* Called by transports when a slice ends (status MC_OK or an error). */
-void mc_slice_done(struct mc_slice *s, int status);
 
 /* ---- segments ---------------------------------------------------------- */
 

@@ -23,8 +23,8 @@
  * One thread per engine (started with the engine when a device-memory
  * backend exists) owns the buffers, the requests and every device copy, so
  * all CUDA calls of the initiator side come from it.  Transports report a
- * chunk's end through mc_slice_done() -> mc_stage_slice_done() from their
- * threads; that only queues the chunk under sg->lock and wakes the thread.
+ * chunk's end through mc_slice_done(), which calls the chunk's own
+ * completion callback (chunk_slice_done) on their threads; that only queues the chunk under sg->lock and wakes the thread.
  * The thread polls the copies it started (event queries) and, when a round
  * made no progress, blocks on the oldest copy, or sleeps on sg->cond when
  * there is none.  A copy is bounded (one chunk at PCIe speed), so blocking
@@ -103,7 +103,8 @@ struct mc_stager {
 	size_t nout;
 };
 
-void mc_stage_slice_done(struct mc_slice *s, int status)
+/* A chunk's completion callback (transport/slice.h), on a transport's thread. */
+static void chunk_slice_done(struct mc_slice *s, mc_status status)
 {
 	struct stage_chunk *ch = mc_container_of(s, struct stage_chunk, slice);
 	struct mc_stager *sg = ch->sg;
@@ -197,7 +198,7 @@ static bool start_chunks(struct mc_stager *sg)
 			r->held++;
 			memset(&ch->slice, 0, sizeof(ch->slice));
 			mc_list_init(&ch->slice.node);
-			ch->slice.staged = true;
+			ch->slice.complete = chunk_slice_done;
 			ch->slice.opcode = r->opcode;
 			ch->slice.local = (char *)mc_devstage_host(&sg->stage, b);
 			ch->slice.remote_addr = r->remote + ch->off;
@@ -235,7 +236,7 @@ static void submit_out(struct mc_stager *sg)
 	if (sg->quiesced) {
 		pthread_mutex_unlock(&sg->submit_lock);
 		for (size_t i = 0; i < n; i++)
-			mc_stage_slice_done(sg->out[i], MC_ERR_SHUTDOWN);
+			mc_slice_done(sg->out[i], MC_ERR_SHUTDOWN);
 		return;
 	}
 	for (size_t i = 0; i < n;) {

@@ -26,7 +26,4 @@ void mc_stager_close(struct mc_stager *sg);
  */
 void mc_stager_submit(struct mc_stager *sg, struct mc_task *t, struct mc_transport *tp, void *peer,
 		      const struct mc_xfer_req *r, int dev);
-/* mc_slice_done() of a chunk (s->staged): back to the stager. */
-void mc_stage_slice_done(struct mc_slice *s, int status);
-
 #endif

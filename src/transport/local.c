@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "te/devmem.h"
 #include "te/engine.h"
+#include "transport/slice.h"
 #include "transport/transport.h"
 
 struct copy_job {

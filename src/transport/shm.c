@@ -75,6 +75,7 @@
 #include "base/time.h"
 #include "te/devmem.h"
 #include "te/engine.h"
+#include "transport/slice.h"
 #include "transport/transport.h"
 
 #define MAX_LANES    16
