@@ -20,7 +20,7 @@
  * object (its buffers, its replicas, its status), one engine request per
  * buffer piece and replica, one batch for the whole call.  The memcpy
  * shortcut for the own segment (MC_STORE_MEMCPY, on by default) is taken
- * only for host buffers: device memory (te/devmem.h) goes through the
+ * only for host buffers: device memory (mem/devmem.h) goes through the
  * engine's device copies, even to or from this client's segment.
  *
  * Ranged calls (get_into_ranges, the session calls) make every (buffer,
@@ -188,7 +188,7 @@ static void local_copy(const struct mc_store_io *io, int opcode, char *addr)
 }
 
 /* The user buffers of io are host memory.  Device memory (vLLM's KV
- * caches, te/devmem.h) must never be touched by memcpy: the engine moves
+ * caches, mem/devmem.h) must never be touched by memcpy: the engine moves
  * it through its device copies, even to or from this client's segment. */
 static bool host_buffers(struct mc_store *s, const struct mc_store_io *io)
 {

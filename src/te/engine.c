@@ -35,9 +35,9 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
+#include "mem/devmem.h"
 #include "meta/meta.h"
 #include "te/batch.h"
-#include "te/devmem.h"
 #include "te/rpc.h"
 #include "te/stage.h"
 #include "transport/shm.h"
@@ -1033,15 +1033,7 @@ mc_status mc_te_segment_buffer(struct mc_te *te, mc_segment_id id, size_t index,
 	if (!te || !addr_out || !length_out)
 		return MC_ERR_INVALID_PARAMS;
 	if (id == MC_LOCAL_SEGMENT) {
-		pthread_rwlock_rdlock(&te->memreg.lock);
-		if (index < te->memreg.n) {
-			*addr_out = te->memreg.v[index]->addr;
-			*length_out = te->memreg.v[index]->length;
-		} else {
-			rc = MC_ERR_NOT_FOUND;
-		}
-		pthread_rwlock_unlock(&te->memreg.lock);
-		return rc;
+		return mc_memreg_nth(&te->memreg, index, addr_out, length_out);
 	}
 	pthread_rwlock_rdlock(&te->seg_lock);
 	if (id >= te->nsegs || !te->segs[id]) {
@@ -1087,12 +1079,7 @@ mc_status mc_te_batch_discard(struct mc_te *te, mc_batch_id id)
 
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len)
 {
-	int dev;
-	if (!te->devmem || !len)
-		return -1;
-	if (mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev))
-		return dev;
-	return te->devmem->ptr_device(p);
+	return mc_memreg_ptr_device(&te->memreg, te->devmem, p, len);
 }
 
 /* Slices bound for one transport and target, submitted together. */

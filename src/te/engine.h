@@ -1,6 +1,6 @@
 /*
  * te/engine.h - the engine's internal structures, shared by the engine core
- * (engine.c, batch.c, memreg.c) and the transports.
+ * (engine.c, batch.c, stage.c) and the transports.
  */
 #ifndef MC_TE_ENGINE_H
 #define MC_TE_ENGINE_H
@@ -12,6 +12,7 @@
 
 #include "base/config.h"
 #include "base/list.h"
+#include "mem/memreg.h"
 #include "meta/desc.h"
 #include "mooncake/te.h"
 #include "transport/slice.h"
@@ -59,41 +60,6 @@ struct mc_te_config {
 
 extern const struct mc_config_field mc_te_config_table[];
 extern const size_t mc_te_config_table_len;
-
-/* ---- registered memory ------------------------------------------------ */
-
-struct mc_memreg_entry {
-	uint64_t addr;
-	uint64_t length;
-	char location[32];
-	int dev; /* device memory of device dev (te/devmem.h), or -1: host memory */
-	bool remote_accessible;
-	atomic_int users; /* incoming requests touching it right now */
-};
-
-struct mc_memreg {
-	pthread_rwlock_t lock;
-	struct mc_memreg_entry **v; /* sorted by addr, non-overlapping */
-	size_t n, cap;
-	pthread_mutex_t wait_lock;
-	pthread_cond_t wait_cond;
-	atomic_uint ndying; /* removers waiting for an entry's users to drain */
-};
-
-int mc_memreg_init(struct mc_memreg *r);
-void mc_memreg_release(struct mc_memreg *r);
-int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location, int dev,
-		  bool remote);
-int mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
-/* If [addr, addr+len) lies inside one remotely accessible entry, take a user
- * reference on it and return it; NULL otherwise (len 0 or overflow too). */
-struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len);
-void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
-/* If [addr, addr+len) lies inside one entry (remotely accessible or not),
- * true and its device (-1 for host memory) in *dev_out. */
-bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out);
-/* Copy the ranges into desc->buffers (named name), for publishing. */
-int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
 
 /* ---- tasks and slices -------------------------------------------------- */
 

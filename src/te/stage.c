@@ -43,7 +43,7 @@
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
-#include "te/devmem.h"
+#include "mem/devmem.h"
 #include "transport/transport.h"
 
 struct stage_req {

@@ -9,7 +9,7 @@
  * chunk to finish completes the slice.  Submission therefore never waits for
  * another thread.
  *
- * Device memory on either side (te/devmem.h) is never touched directly: the
+ * Device memory on either side (mem/devmem.h) is never touched directly: the
  * backend's synchronous copy moves it, in the submitting thread (requests
  * whose local buffer is device memory are not staged for this transport).
  */
@@ -21,7 +21,8 @@
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
-#include "te/devmem.h"
+#include "mem/devmem.h"
+#include "mem/memreg.h"
 #include "te/engine.h"
 #include "transport/slice.h"
 #include "transport/transport.h"

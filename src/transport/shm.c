@@ -17,7 +17,7 @@
  * space.  A pidfd taken at accept time is checked before each batch of
  * requests, so a pid recycled after the initiator died is not written to.
  *
- * Device memory (te/devmem.h): a target range registered as device memory
+ * Device memory (mem/devmem.h): a target range registered as device memory
  * is never handed to process_vm_*; the worker moves it through two pinned
  * buffers, the process_vm_* copy of one chunk overlapping the device copy
  * of the other (serve_copy_dev).  An initiator's device buffers never reach
@@ -73,7 +73,8 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
-#include "te/devmem.h"
+#include "mem/devmem.h"
+#include "mem/memreg.h"
 #include "te/engine.h"
 #include "transport/slice.h"
 #include "transport/transport.h"

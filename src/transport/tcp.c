@@ -24,7 +24,7 @@
  * connection closes after it, as upstream.  Write payloads go straight into
  * the target memory; read data is sent straight from it.  A write header is
  * not processed while read data queued before it is unsent, so requests on
- * one connection keep their order.  Device memory (te/devmem.h) is the
+ * one connection keep their order.  Device memory (mem/devmem.h) is the
  * exception: it passes through two pinned buffers of the connection, see
  * "server connections: device memory" below.  (The initiator never sees
  * device memory: the engine stages it, te/stage.c.)
@@ -73,7 +73,8 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
-#include "te/devmem.h"
+#include "mem/devmem.h"
+#include "mem/memreg.h"
 #include "te/engine.h"
 #include "transport/slice.h"
 #include "transport/tcp_zc.h"
@@ -823,7 +824,7 @@ __attribute__((noinline)) static ssize_t user_mem_send(int fd, const struct msgh
 
 /* ---- server connections: device memory ------------------------------------------
  *
- * A request whose target range is device memory (te/devmem.h) never gets
+ * A request whose target range is device memory (mem/devmem.h) never gets
  * that address near recv() or sendmsg(): its bytes pass through two pinned
  * buffers of the connection (pinned at its first such request).  A write's
  * payload is received into one buffer while the other is being copied to

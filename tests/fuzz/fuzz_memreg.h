@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "te/engine.h"
+#include "mem/memreg.h"
 
 /* The registry (made once per process); *r1 is its 4 KiB region. */
 static inline struct mc_memreg *fuzz_regions(uint8_t **r1)

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "te/devmem.h"
+#include "mem/devmem.h"
 
 /* Install with mc_devmem_set_backend(&mc_devmem_emu_ops) before any engine. */
 extern const struct mc_devmem_ops mc_devmem_emu_ops;

@@ -33,7 +33,7 @@
 
 #include "mooncake/te.h"
 #include "support.h"
-#include "te/devmem.h"
+#include "mem/devmem.h"
 #include "te/engine.h"
 
 #ifndef MC_TEST_CUDA

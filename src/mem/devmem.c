@@ -1,5 +1,5 @@
 /*
- * te/devmem.c - choosing the device-memory backend, and the staging buffers
+ * mem/devmem.c - choosing the device-memory backend, and the staging buffers
  * every user of device memory shares.
  *
  * The backend is chosen once per process: whatever a test installed with
@@ -15,7 +15,7 @@
  * engine's stager), so nothing here locks.
  */
 #define MC_LOG_MODULE "devmem"
-#include "te/devmem.h"
+#include "mem/devmem.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,5 +1,5 @@
 /*
- * te/devmem.h - device (GPU) memory behind a small vtable.
+ * mem/devmem.h - device (GPU) memory behind a small vtable.
  *
  * Memory registered at a location "cuda:N" (or at "*"/"" when the pointer
  * turns out to be device memory) is device memory: no transport may touch
@@ -7,7 +7,7 @@
  * a backend's copies, staged through pinned host buffers (struct
  * mc_devstage) so that copies overlap with network I/O.
  *
- * Backends: "cuda" (te/devmem_cuda.c, built with -Dcuda, libcudart loaded
+ * Backends: "cuda" (mem/devmem_cuda.c, built with -Dcuda, libcudart loaded
  * with dlopen at first use so libmooncake.so loads on machines without the
  * CUDA driver) and a test-only emulated one (tests/support/devmem_emu.c)
  * that the tests install with mc_devmem_set_backend().  mc_devmem() returns
@@ -15,11 +15,16 @@
  * libcudart, no device): then no memory is device memory and a "cuda:N"
  * registration is refused.
  *
+ * This sits in src/mem/ with the table of registered memory
+ * (mem/memreg.h): both are used by the transports (the target side of
+ * every request) and by the engine (registration, the initiator's
+ * staging in te/stage.c), so they live in a layer below both.
+ *
  * Threads: a backend's functions may be called from any thread; a stream,
  * its events and a struct mc_devstage belong to one thread at a time.
  */
-#ifndef MC_TE_DEVMEM_H
-#define MC_TE_DEVMEM_H
+#ifndef MC_MEM_DEVMEM_H
+#define MC_MEM_DEVMEM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,7 +70,7 @@ void mc_devmem_set_backend(const struct mc_devmem_ops *ops);
 int mc_devmem_location_device(const char *location);
 
 #ifdef MC_HAVE_CUDA
-/* te/devmem_cuda.c: the CUDA backend, or NULL (logged) when libcudart
+/* mem/devmem_cuda.c: the CUDA backend, or NULL (logged) when libcudart
  * cannot be loaded or sees no device. */
 const struct mc_devmem_ops *mc_devmem_cuda_probe(void);
 #endif

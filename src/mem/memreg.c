@@ -1,5 +1,5 @@
 /*
- * te/memreg.c - the table of registered memory.
+ * mem/memreg.c - the table of registered memory (mem/memreg.h).
  *
  * A sorted array of non-overlapping ranges behind a rwlock: lookups (every
  * incoming request, on worker threads) take the read lock for a binary
@@ -9,7 +9,7 @@
  * count drops to zero, so memory is never unmapped under an in-flight copy.
  */
 #define MC_LOG_MODULE "memreg"
-#include "te/engine.h"
+#include "mem/memreg.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,14 +17,15 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "mem/devmem.h"
+#include "meta/desc.h"
 
-int mc_memreg_init(struct mc_memreg *r)
+void mc_memreg_init(struct mc_memreg *r)
 {
 	memset(r, 0, sizeof(*r));
 	pthread_rwlock_init(&r->lock, NULL);
 	pthread_mutex_init(&r->wait_lock, NULL);
 	pthread_cond_init(&r->wait_cond, NULL);
-	return MC_OK;
 }
 
 void mc_memreg_release(struct mc_memreg *r)
@@ -52,12 +53,12 @@ static size_t upper_bound_locked(struct mc_memreg *r, uint64_t a)
 	return lo;
 }
 
-int mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location, int dev,
-		  bool remote)
+mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
+			int dev, bool remote)
 {
 	struct mc_memreg_entry *e;
 	size_t pos;
-	int rc = MC_OK;
+	mc_status rc = MC_OK;
 
 	if (!addr || !len || addr + len < addr)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: bad range 0x%llx+%llu",
@@ -100,7 +101,7 @@ out_unlock:
 	return rc;
 }
 
-int mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 {
 	struct mc_memreg_entry *e = NULL;
 	size_t pos;
@@ -179,9 +180,34 @@ bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev
 	return found;
 }
 
-int mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc)
+int mc_memreg_ptr_device(struct mc_memreg *r, const struct mc_devmem_ops *devmem, const void *p,
+			 uint64_t len)
 {
-	int rc = MC_OK;
+	int dev;
+	if (!devmem || !len)
+		return -1;
+	if (mc_memreg_device(r, (uint64_t)(uintptr_t)p, len, &dev))
+		return dev;
+	return devmem->ptr_device(p);
+}
+
+mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out, uint64_t *length_out)
+{
+	mc_status rc = MC_OK;
+	pthread_rwlock_rdlock(&r->lock);
+	if (index < r->n) {
+		*addr_out = r->v[index]->addr;
+		*length_out = r->v[index]->length;
+	} else {
+		rc = MC_ERR_NOT_FOUND;
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return rc;
+}
+
+mc_status mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc)
+{
+	mc_status rc = MC_OK;
 	pthread_rwlock_rdlock(&r->lock);
 	desc->buffers = mc_calloc(r->n ? r->n : 1, sizeof(*desc->buffers));
 	if (!desc->buffers) {

@@ -1,5 +1,5 @@
 /*
- * te/devmem_cuda.c - the CUDA device-memory backend.
+ * mem/devmem_cuda.c - the CUDA device-memory backend.
  *
  * Built only with the cuda feature (meson -Dcuda=enabled, or auto when the
  * toolkit is found).  The toolkit's headers are used at build time, for the
@@ -23,7 +23,7 @@
  * direction) followed by cudaEventRecord on the buffer's event.
  */
 #define MC_LOG_MODULE "cuda"
-#include "te/devmem.h"
+#include "mem/devmem.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

@@ -1,0 +1,69 @@
+/*
+ * mem/memreg.h - the table of registered memory (mem/memreg.c).
+ *
+ * The engine adds and removes ranges (mc_te_register and friends, on the
+ * caller's thread); the transports look a target range up before a byte
+ * of an incoming request is touched (mc_memreg_acquire, on their worker
+ * threads) and hold a user reference on the entry while they copy, so
+ * deregistration waits for in-flight copies instead of racing them.
+ * Entries say which device a range belongs to (mem/devmem.h), -1 for host
+ * memory.
+ */
+#ifndef MC_MEM_MEMREG_H
+#define MC_MEM_MEMREG_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/status.h"
+
+struct mc_devmem_ops;
+struct mc_seg_desc;
+
+struct mc_memreg_entry {
+	uint64_t addr;
+	uint64_t length;
+	char location[32];
+	int dev; /* device memory of device dev (mem/devmem.h), or -1: host memory */
+	bool remote_accessible;
+	atomic_int users; /* incoming requests touching it right now */
+};
+
+struct mc_memreg {
+	pthread_rwlock_t lock;
+	struct mc_memreg_entry **v; /* sorted by addr, non-overlapping */
+	size_t n, cap;
+	pthread_mutex_t wait_lock;
+	pthread_cond_t wait_cond;
+	atomic_uint ndying; /* removers waiting for an entry's users to drain */
+};
+
+void mc_memreg_init(struct mc_memreg *r);
+void mc_memreg_release(struct mc_memreg *r);
+mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
+			int dev, bool remote);
+/* Unlink the range starting at addr, then wait until no request uses it. */
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
+/* If [addr, addr+len) lies inside one remotely accessible entry, take a user
+ * reference on it and return it; NULL otherwise (len 0 or overflow too). */
+struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len);
+void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
+/* If [addr, addr+len) lies inside one entry (remotely accessible or not),
+ * true and its device (-1 for host memory) in *dev_out. */
+bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out);
+/* The device of memory at [p, p+len): the entry's device when the range is
+ * registered, else what the backend says of the pointer; -1 for host
+ * memory (always without a backend, or for len 0). */
+int mc_memreg_ptr_device(struct mc_memreg *r, const struct mc_devmem_ops *devmem, const void *p,
+			 uint64_t len);
+/* The index-th range in address order (remotely accessible or not);
+ * MC_ERR_NOT_FOUND past the end. */
+mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out,
+			uint64_t *length_out);
+/* Copy the ranges into desc->buffers (named name), for publishing. */
+mc_status mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
+
+#endif
