@@ -13,7 +13,9 @@
 
 #include "base/config.h"
 #include "master/server.h"
+#include "mem/devmem.h"
 #include "te/engine.h"
+#include "transport/transport.h"
 
 static const char *type_name(enum mc_config_type t)
 {
@@ -50,6 +52,20 @@ static const struct {
 	{"MC_REDIS_DB_INDEX", "0", "redis database, 0-255; anything else is an error"},
 };
 
+static void emit_table(FILE *out, const struct mc_config_field *tab, size_t n)
+{
+	fprintf(out, "| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_config_field *f = &tab[i];
+		char range[64] = "";
+		if (f->type == MC_CONFIG_INT || f->type == MC_CONFIG_SIZE)
+			snprintf(range, sizeof(range), "%lld-%lld", (long long)f->min,
+				 (long long)f->max);
+		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
+			f->def ? f->def : "unset", type_name(f->type), range, f->doc);
+	}
+}
+
 static void emit(FILE *out)
 {
 	fprintf(out,
@@ -58,17 +74,18 @@ static void emit(FILE *out)
 		"Environment variables keep upstream's names. A value outside its range is "
 		"ignored with a warning. Sizes take k/m/g/t suffixes (binary). Presence flags "
 		"are on when the variable is set at all, as upstream.\n\n"
-		"## Transfer Engine\n\n"
-		"| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
-	for (size_t i = 0; i < mc_te_config_table_len; i++) {
-		const struct mc_config_field *f = &mc_te_config_table[i];
-		char range[64] = "";
-		if (f->type == MC_CONFIG_INT || f->type == MC_CONFIG_SIZE)
-			snprintf(range, sizeof(range), "%lld-%lld", (long long)f->min,
-				 (long long)f->max);
-		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
-			f->def ? f->def : "unset", type_name(f->type), range, f->doc);
+		"## Transfer Engine\n\n");
+	emit_table(out, mc_te_config_table, mc_te_config_table_len);
+	/* each transport's own table, in the registry's order */
+	for (size_t i = 0; i < mc_transport_registry_len; i++) {
+		const struct mc_transport_ops *ops = mc_transport_registry[i].ops;
+		if (!ops->nconfig)
+			continue;
+		fprintf(out, "\n### Transport %s\n\n", ops->name);
+		emit_table(out, ops->config, ops->nconfig);
 	}
+	fprintf(out, "\n### Device memory\n\n");
+	emit_table(out, mc_devmem_config_table, mc_devmem_config_table_len);
 	fprintf(out,
 		"\n## Metadata backends\n\n"
 		"Connection strings: `http(s)://host:port/path`, `etcd://host:port[,host:port...]` "

@@ -13,18 +13,38 @@
  * wire (or in a process_vm_* copy), the next buffer is being copied to or
  * from the device.  The owner is one thread (a TCP or same-host worker, the
  * engine's stager), so nothing here locks.
+ *
+ * The staging configuration table (MC_GPU_STAGE_*) lives here too: both
+ * the engine's stager and the transports' target sides read it.
  */
 #define MC_LOG_MODULE "devmem"
 #include "mem/devmem.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "mooncake/status.h"
+
+#define CFG(f) offsetof(struct mc_devmem_config, f)
+const struct mc_config_field mc_devmem_config_table[] = {
+	{"gpu_stage_chunk", "MC_GPU_STAGE_CHUNK", "1m",
+	 "device memory: bytes per pinned staging buffer; requests on device memory move in "
+	 "chunks of this size, copies to or from the device overlapping with the network",
+	 CFG(stage_chunk), MC_CONFIG_SIZE, 4096, 1 << 30},
+	{"gpu_stage_buffers", "MC_GPU_STAGE_BUFFERS", "16",
+	 "device memory: pinned staging buffers of an initiator (pinned at first use); one "
+	 "request uses at most half of them",
+	 CFG(stage_buffers), MC_CONFIG_INT, 2, 1024},
+};
+#undef CFG
+const size_t mc_devmem_config_table_len = MC_ARRAY_SIZE(mc_devmem_config_table);
 
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static _Atomic(const struct mc_devmem_ops *) active;

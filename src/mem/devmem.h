@@ -30,7 +30,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/config.h"
+
 #define MC_DEVMEM_MAX_DEVICES 16
+
+/* Staging configuration (env MC_GPU_STAGE_*), from mc_devmem_config_table:
+ * the engine loads it and hands stage_chunk to the transports, whose
+ * target side stages device memory in buffers of that size too. */
+struct mc_devmem_config {
+	uint64_t stage_chunk;
+	int64_t stage_buffers;
+};
+
+extern const struct mc_config_field mc_devmem_config_table[];
+extern const size_t mc_devmem_config_table_len;
 
 struct mc_devstream; /* an ordered queue of copies on one device (backend-defined) */
 struct mc_devevent;  /* marks the completion of one copy (backend-defined) */

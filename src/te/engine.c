@@ -35,13 +35,11 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
-#include "mem/devmem.h"
 #include "meta/meta.h"
 #include "te/batch.h"
+#include "mem/devmem.h"
 #include "te/rpc.h"
 #include "te/stage.h"
-#include "transport/shm.h"
-#include "transport/tcp.h"
 #include "transport/transport.h"
 
 void mc_log_init_from_env(void);
@@ -69,100 +67,37 @@ const struct mc_config_field mc_te_config_table[] = {
 	 0, 0},
 	{"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL, "address advertised to peers",
 	 CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0},
-	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(tcp_workers),
-	 MC_CONFIG_INT, 1, 64},
-	{"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4", "persistent connections per peer",
-	 CFG(tcp_conns_per_peer), MC_CONFIG_INT, 1, 16},
-	{"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator", CFG(tcp_proto),
-	 MC_CONFIG_STRING, 0, 0},
-	{"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30", "wait for a v2 status frame (s)",
-	 CFG(tcp_status_timeout_s), MC_CONFIG_INT, 1, 3600},
-	{"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
-	 "fail requests on a connection that made no progress for this long",
-	 CFG(tcp_io_timeout_ms), MC_CONFIG_INT, 100, 3600000},
-	{"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000", "data connect timeout",
-	 CFG(tcp_connect_timeout_ms), MC_CONFIG_INT, 10, 600000},
-	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
-	 "requests larger than this are split across connections (256 KiB: one large request keeps both cores copying)",
-	 CFG(tcp_split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
-	{"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
-	 "TCP workers poll without sleeping this long after work, so back-to-back requests find "
-	 "them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
-	 CFG(tcp_busy_poll_us), MC_CONFIG_INT, 0, 1000000},
-	{"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
-	 "payloads at least this large leave from registered memory by reference (vmsplice + "
-	 "splice: the kernel does not copy them into socket buffers; saves the sender a copy "
-	 "on a real NIC, but over loopback the receiver then does all the work); 0 = off",
-	 CFG(tcp_zerocopy_min), MC_CONFIG_SIZE, 0, 1ll << 40},
-	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
-	 CFG(tcp_sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
-	{"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
-	 "multi-path TCP: interfaces and/or IPs (comma-separated, or \"auto\" for every up "
-	 "non-loopback IPv4 interface) published as the data port's paths; peers spread their "
-	 "connections over them and retry a failed path's requests on another",
-	 CFG(tcp_interfaces), MC_CONFIG_STRING, 0, 0},
-	{"tcp_path_backoff_ms", "MC_TCP_PATH_BACKOFF_MS", "1000",
-	 "multi-path TCP: a failed path is avoided this long, doubling per consecutive failure "
-	 "up to 32x",
-	 CFG(tcp_path_backoff_ms), MC_CONFIG_INT, 10, 600000},
-	{"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2", "threads copying large local requests",
-	 CFG(local_copy_threads), MC_CONFIG_INT, 0, 64},
-	{"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
-	 "local requests at least this large are copied by several threads",
-	 CFG(local_parallel_min), MC_CONFIG_SIZE, 4096, 1ll << 40},
-	{"force_tcp", "MC_FORCE_TCP", NULL,
-	 "use TCP for every remote segment (upstream's name; also turns the same-host path off)",
-	 CFG(force_tcp), MC_CONFIG_PRESENCE, 0, 0},
-	{"shm_disable", "MC_SHM_DISABLE", "false",
-	 "turn the same-host transport (process_vm_readv/writev between engines on one host) "
-	 "off: same-host peers then use TCP",
-	 CFG(shm_disable), MC_CONFIG_BOOL, 0, 0},
-	{"shm_workers", "MC_SHM_WORKERS", "2", "same-host transport: threads copying for peers",
-	 CFG(shm_workers), MC_CONFIG_INT, 1, 16},
-	{"shm_lanes", "MC_SHM_LANES", "2", "same-host transport: connections per same-host peer",
-	 CFG(shm_lanes), MC_CONFIG_INT, 1, 16},
-	{"shm_split_size", "MC_SHM_SPLIT_SIZE", "1m",
-	 "same-host transport: requests at least this large are split across the connections",
-	 CFG(shm_split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
-	{"shm_io_timeout_ms", "MC_SHM_IO_TIMEOUT_MS", "0",
-	 "same-host transport: fail requests on a connection that made no progress for this long "
-	 "(0 = MC_TCP_IO_TIMEOUT_MS)",
-	 CFG(shm_io_timeout_ms), MC_CONFIG_INT, 0, 3600000},
-	{"gpu_stage_chunk", "MC_GPU_STAGE_CHUNK", "1m",
-	 "device memory: bytes per pinned staging buffer; requests on device memory move in "
-	 "chunks of this size, copies to or from the device overlapping with the network",
-	 CFG(gpu_stage_chunk), MC_CONFIG_SIZE, 4096, 1 << 30},
-	{"gpu_stage_buffers", "MC_GPU_STAGE_BUFFERS", "16",
-	 "device memory: pinned staging buffers of an initiator (pinned at first use); one "
-	 "request uses at most half of them",
-	 CFG(gpu_stage_buffers), MC_CONFIG_INT, 2, 1024},
 };
 #undef CFG
 const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
 
 /* ---- descriptors and publishing ----------------------------------------- */
 
-int mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out)
+mc_status mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out)
 {
 	struct mc_seg_desc *d = mc_calloc(1, sizeof(*d));
 	char ts[40];
-	int rc;
+	mc_status rc;
 
 	if (!d)
 		return MC_ERR_NOMEM;
 	mc_seg_timestamp(ts, sizeof(ts));
 	d->name = mc_strdup(te->name);
-	d->protocol = mc_strdup("tcp");
 	d->timestamp = mc_strdup(ts);
 	d->host_id = te->host_id[0] ? mc_strdup(te->host_id) : NULL;
-	d->tcp_proto_version = 2;
-	if (!d->name || !d->protocol || !d->timestamp) {
+	if (!d->name || !d->timestamp) {
 		rc = MC_ERR_NOMEM;
 		goto err;
 	}
-	mc_transport_fill_desc(te->tcp, d);
-	if (te->shm)
-		mc_transport_fill_desc(te->shm, d);
+	/* the transports add what peers need to reach them (the data port,
+	 * the same-host endpoint...) */
+	for (size_t i = 0; i < mc_transport_registry_len; i++) {
+		if (!te->tps[i])
+			continue;
+		rc = mc_transport_fill_desc(te->tps[i], d);
+		if (rc != MC_OK)
+			goto err;
+	}
 	rc = mc_memreg_fill_desc(&te->memreg, te->name, d);
 	if (rc != MC_OK)
 		goto err;
@@ -173,11 +108,11 @@ err:
 	return rc;
 }
 
-int mc_te_publish(struct mc_te *te)
+mc_status mc_te_publish(struct mc_te *te)
 {
 	struct mc_seg_desc *d = NULL;
 	char *json = NULL, *key = NULL;
-	int rc;
+	mc_status rc;
 
 	if (te->p2p)
 		return MC_OK; /* served on demand over RPC */
@@ -357,13 +292,13 @@ static int apply_params(struct mc_te *te, const struct mc_te_params *p)
 	if ((m & MC_TE_PARAM_WORKERS) && p->workers) {
 		if (p->workers > 64)
 			return mc_set_error(MC_ERR_INVALID_PARAMS, "workers %u > 64", p->workers);
-		te->cfg.tcp_workers = p->workers;
+		te->cfg.workers = p->workers;
 	}
 	if ((m & MC_TE_PARAM_CONNS_PER_PEER) && p->conns_per_peer) {
 		if (p->conns_per_peer > 64)
 			return mc_set_error(MC_ERR_INVALID_PARAMS, "conns_per_peer %u > 64",
 					    p->conns_per_peer);
-		te->cfg.tcp_conns_per_peer = p->conns_per_peer;
+		te->cfg.conns_per_peer = p->conns_per_peer;
 	}
 	if ((m & MC_TE_PARAM_DEVICES) && p->devices && *p->devices) {
 		te->devices = mc_strdup(p->devices);
@@ -440,6 +375,60 @@ static int choose_identity(struct mc_te *te, const struct mc_te_params *p, const
 	return te->name ? MC_OK : MC_ERR_NOMEM;
 }
 
+/*
+ * Open the registry's transports from the last row to the first, so that
+ * a row's fallback (a later row) is open before it.  An optional one that
+ * cannot open is left out (logged); it may also switch itself off.
+ */
+static mc_status open_transports(struct mc_te *te)
+{
+	struct mc_transport_env env = {
+		.memreg = &te->memreg,
+		.devmem = te->devmem,
+		.stage_chunk = (size_t)te->stage_cfg.stage_chunk,
+		.devices = te->devices,
+		.host_id = te->host_id,
+		.min_port = (uint16_t)te->cfg.min_rpc_port,
+		.max_port = (uint16_t)te->cfg.max_rpc_port,
+		.workers = te->cfg.workers,
+		.conns_per_peer = te->cfg.conns_per_peer,
+	};
+
+	for (size_t i = mc_transport_registry_len; i-- > 0;) {
+		const struct mc_transport_entry *e = &mc_transport_registry[i];
+		mc_status rc;
+
+		mc_assert(e->fallback < 0 || (size_t)e->fallback > i);
+		env.fallback = e->fallback >= 0 ? te->tps[e->fallback] : NULL;
+		if (e->fallback >= 0 && !env.fallback)
+			continue; /* its fallback is off, so is it */
+		rc = mc_transport_open(e->ops, &env, &te->tps[i]);
+		if (rc != MC_OK) {
+			te->tps[i] = NULL;
+			if (!e->ops->caps.optional)
+				return rc;
+			mc_info("%s transport unavailable: %s", e->ops->name, mc_last_error());
+			continue;
+		}
+		if (te->tps[i] && e->ops->caps.local && !te->local_tp)
+			te->local_tp = te->tps[i];
+	}
+	if (!te->local_tp)
+		return mc_set_error(MC_ERR_INTERNAL, "no transport serves the local segment");
+	return MC_OK;
+}
+
+/* First to last: a transport closes before its fallback, to which it may
+ * still hand slices while it closes. */
+static void close_transports(struct mc_te *te)
+{
+	for (size_t i = 0; i < mc_transport_registry_len; i++) {
+		mc_transport_close(te->tps[i]);
+		te->tps[i] = NULL;
+	}
+	te->local_tp = NULL;
+}
+
 mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 {
 	struct mc_te *te;
@@ -473,6 +462,8 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 		return MC_ERR_NOMEM;
 	mc_config_defaults(mc_te_config_table, mc_te_config_table_len, &te->cfg);
 	mc_config_load_env(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_defaults(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
+	mc_config_load_env(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
 	mc_memreg_init(&te->memreg);
 	pthread_mutex_init(&te->publish_lock, NULL);
 	pthread_rwlock_init(&te->seg_lock, NULL);
@@ -504,17 +495,9 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 		if (rc != MC_OK)
 			goto err;
 	}
-	rc = mc_tcp_transport_ops.open(te, &te->tcp);
+	rc = open_transports(te);
 	if (rc != MC_OK)
 		goto err;
-	rc = mc_local_transport_ops.open(te, &te->local);
-	if (rc != MC_OK)
-		goto err;
-	if (te->cfg.shm_disable || te->cfg.force_tcp)
-		mc_info("same-host transport off (%s): same-host peers use TCP",
-			te->cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");
-	else if (mc_shm_transport_ops.open(te, &te->shm) != MC_OK)
-		mc_info("same-host transport unavailable: %s", mc_last_error());
 
 	rp.listen_fd = fd;
 	rp.max_frame = te->cfg.handshake_max_length;
@@ -537,7 +520,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	}
 	/* the backend's uri has any password removed */
 	mc_info("engine %s up: rpc %s:%u, tcp port %u, metadata %s", te->name, te->host,
-		te->rpc_port, mc_tcp_data_port(te->tcp), te->meta ? te->meta->uri : uri);
+		te->rpc_port, mc_te_tcp_port(te), te->meta ? te->meta->uri : uri);
 	*te_out = te;
 	return MC_OK;
 err:
@@ -560,9 +543,7 @@ void mc_te_free(struct mc_te *te)
 	if (te->rpc)
 		mc_rpc_server_stop(te->rpc);
 	mc_stager_quiesce(te->stager); /* it hands chunks to the transports */
-	mc_transport_close(te->shm);   /* first: it hands slices to tcp */
-	mc_transport_close(te->tcp);
-	mc_transport_close(te->local);
+	close_transports(te);
 	mc_stager_close(te->stager); /* after the transports gave every chunk back */
 	if (te->meta && te->name && te->published) {
 		char *k1 = mc_meta_key_rpc(te->name), *k2 = mc_meta_key_segment(te->name);
@@ -591,6 +572,7 @@ void mc_te_free(struct mc_te *te)
 	mc_free(te->notifs);
 	mc_memreg_release(&te->memreg);
 	mc_config_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_release(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
 	pthread_mutex_destroy(&te->publish_lock);
 	pthread_rwlock_destroy(&te->seg_lock);
 	pthread_mutex_destroy(&te->notify_lock);
@@ -615,9 +597,23 @@ uint16_t mc_te_rpc_port(const struct mc_te *te)
 	return te ? te->rpc_port : 0;
 }
 
+/* The first data port a transport publishes (upstream's name: TCP's). */
 uint16_t mc_te_tcp_port(const struct mc_te *te)
 {
-	return te ? mc_tcp_data_port(te->tcp) : 0;
+	for (size_t i = 0; te && i < mc_transport_registry_len; i++) {
+		uint16_t port = te->tps[i] ? mc_transport_data_port(te->tps[i]) : 0;
+		if (port)
+			return port;
+	}
+	return 0;
+}
+
+struct mc_transport *mc_te_transport(struct mc_te *te, const char *name)
+{
+	for (size_t i = 0; i < mc_transport_registry_len; i++)
+		if (te->tps[i] && strcmp(mc_transport_registry[i].ops->name, name) == 0)
+			return te->tps[i];
+	return NULL;
 }
 
 /* ---- memory registration ---------------------------------------------------- */
@@ -845,22 +841,23 @@ static int fetch_segment(struct mc_te *te, const char *name, struct mc_seg_desc 
 	return MC_OK;
 }
 
-static void *peer_for(struct mc_te *te, const struct mc_seg_desc *d, const char *host)
+/* The peer of the first transport, in registry order, that reaches the
+ * target described by d at host; NULL when none does (set as the error). */
+static struct mc_peer *peer_for(struct mc_te *te, const struct mc_seg_desc *d, const char *host)
 {
-	if (strcmp(d->protocol, "tcp") != 0 || !d->tcp_data_port)
-		return NULL;
-	return mc_tcp_peer_get(te->tcp, host, d->tcp_data_port, d->tcp_proto_version,
-			       (const char *const *)d->tcp_addrs, d->ntcp_addrs);
-}
+	for (size_t i = 0; i < mc_transport_registry_len; i++) {
+		struct mc_transport *tp = te->tps[i];
+		struct mc_peer *peer;
 
-/* The same-host peer for a target on this host that publishes an endpoint
- * (NULL otherwise: TCP carries its requests). */
-static void *shm_peer_for(struct mc_te *te, const struct mc_seg_desc *d, void *tcp_peer)
-{
-	if (!te->shm || !tcp_peer || !d->shm_ep || !d->host_id || !te->host_id[0] ||
-	    strcmp(d->host_id, te->host_id) != 0)
-		return NULL;
-	return mc_shm_peer_get(te->shm, d->shm_ep, tcp_peer);
+		if (!tp || tp->ops->caps.local)
+			continue;
+		if (tp->ops->caps.same_host &&
+		    (!d->host_id || !te->host_id[0] || strcmp(d->host_id, te->host_id) != 0))
+			continue;
+		if (mc_transport_peer_open(tp, d, host, &peer) == MC_OK)
+			return peer;
+	}
+	return NULL;
 }
 
 static struct mc_segment *find_segment_locked(struct mc_te *te, const char *name)
@@ -886,12 +883,10 @@ static int refresh_segment(struct mc_te *te, struct mc_segment *seg)
 	snprintf(seg->host, sizeof(seg->host), "%s", host);
 	seg->rpc_port = port;
 	seg->peer = peer_for(te, d, host);
-	seg->shm_peer = shm_peer_for(te, d, seg->peer);
 	atomic_store(&seg->stale, false);
 	pthread_rwlock_unlock(&te->seg_lock);
 	if (seg->peer)
-		mc_tcp_peer_clear_failed(seg->peer);
-	mc_shm_peer_clear_failed(seg->shm_peer);
+		mc_peer_reset(seg->peer);
 	/* every reader of seg->desc holds seg_lock, so the old one is unused now */
 	mc_seg_desc_free(old);
 	return MC_OK;
@@ -921,8 +916,7 @@ static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_seg
 	if (seg) {
 		bool failed;
 		pthread_rwlock_rdlock(&te->seg_lock);
-		failed = (seg->peer && mc_tcp_peer_failed(seg->peer)) ||
-			 mc_shm_peer_failed(seg->shm_peer);
+		failed = seg->peer && mc_peer_failed(seg->peer);
 		pthread_rwlock_unlock(&te->seg_lock);
 		if (nocache || te->cfg.disable_metacache || atomic_load(&seg->stale) || failed) {
 			rc = refresh_segment(te, seg);
@@ -967,7 +961,6 @@ static int open_segment(struct mc_te *te, const char *name, bool nocache, mc_seg
 	snprintf(seg->host, sizeof(seg->host), "%s", host);
 	seg->rpc_port = port;
 	seg->peer = peer_for(te, d, host);
-	seg->shm_peer = shm_peer_for(te, d, seg->peer);
 	te->segs[te->nsegs++] = seg;
 	pthread_rwlock_unlock(&te->seg_lock);
 	*id_out = seg->id;
@@ -1082,17 +1075,11 @@ int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len)
 	return mc_memreg_ptr_device(&te->memreg, te->devmem, p, len);
 }
 
-/* Slices bound for one transport and target, submitted together. */
-struct run {
-	struct mc_transport *tp;
-	struct mc_segment *seg;
-	size_t start, count;
-};
-
 /* Validate every request before any starts; resolve each target's peer
- * (NULL = the local segment). */
-static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_xfer_req *reqs,
-			 size_t n, void **peers, struct mc_transport **tps)
+ * (NULL = the local segment) and transport. */
+static mc_status submit_checks(struct mc_te *te, struct mc_batch *b,
+			       const struct mc_xfer_req *reqs, size_t n, struct mc_peer **peers,
+			       struct mc_transport **tps)
 {
 	if (b->ntasks + n > b->capacity)
 		return mc_set_error(MC_ERR_TOO_MANY_REQUESTS,
@@ -1111,7 +1098,7 @@ static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_x
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
 					    "request %zu: target range overflows", i);
 		peers[i] = NULL;
-		tps[i] = te->local;
+		tps[i] = te->local_tp;
 		if (r->target_id == MC_LOCAL_SEGMENT)
 			continue;
 		if (i > 0 && r->target_id == reqs[i - 1].target_id) {
@@ -1125,16 +1112,15 @@ static int submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_x
 					    "request %zu: unknown segment %llu", i,
 					    (unsigned long long)r->target_id);
 		pthread_rwlock_rdlock(&te->seg_lock);
-		refresh = atomic_load(&seg->stale) ||
-			  (seg->peer && mc_tcp_peer_failed(seg->peer)) ||
-			  mc_shm_peer_failed(seg->shm_peer);
+		refresh = atomic_load(&seg->stale) || (seg->peer && mc_peer_failed(seg->peer));
 		pthread_rwlock_unlock(&te->seg_lock);
 		if (refresh && refresh_segment(te, seg) != MC_OK)
 			mc_debug("refresh of %s failed: %s", seg->name, mc_last_error());
 		pthread_rwlock_rdlock(&te->seg_lock);
-		peers[i] = seg->shm_peer ? seg->shm_peer : seg->peer;
-		tps[i] = seg->shm_peer ? te->shm : te->tcp;
-		if (!peers[i])
+		peers[i] = seg->peer;
+		if (peers[i])
+			tps[i] = peers[i]->tp;
+		else
 			mc_set_error(MC_ERR_TRANSPORT_UNSUPPORTED,
 				     "request %zu: segment %s speaks %s, not tcp", i, seg->name,
 				     seg->desc->protocol);
@@ -1149,7 +1135,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 		     const char *notify_name, const char *notify_msg)
 {
 	struct mc_batch *b;
-	void *segs_stack[64], **segs = segs_stack;
+	struct mc_peer *segs_stack[64], **segs = segs_stack;
 	struct mc_transport *tps_stack[64], **tps = tps_stack;
 	struct mc_slice *slices_stack[256], **slices = slices_stack;
 	size_t nslices = 0, cap_slices = MC_ARRAY_SIZE(slices_stack);
@@ -1207,13 +1193,14 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 			mc_slice_done(&t->first, MC_OK);
 			continue;
 		}
-		if (tp != te->local && (dev = mc_te_local_device(te, r->source, r->length)) >= 0) {
+		if (!tp->ops->caps.device_memory &&
+		    (dev = mc_te_local_device(te, r->source, r->length)) >= 0) {
 			/* device memory: through bounce buffers (te/stage.c) */
 			atomic_store(&t->slices_left, 1);
 			t->nslices = 1;
 			mc_task_slice_init(t, &t->first);
 			t->first.len = r->length;
-			mc_stager_submit(te->stager, t, tp, segs[i], r, dev);
+			mc_stager_submit(te->stager, t, segs[i], r, dev);
 			continue;
 		}
 		if (k > 1) {
@@ -1253,7 +1240,7 @@ static int do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req 
 
 	for (size_t i = 0; i < nslices;) {
 		size_t ti = (size_t)((struct mc_task *)slices[i]->owner - &b->tasks[base]);
-		void *seg = segs[ti];
+		struct mc_peer *seg = segs[ti];
 		size_t j = i + 1;
 		while (j < nslices &&
 		       segs[(struct mc_task *)slices[j]->owner - &b->tasks[base]] == seg)

@@ -1,6 +1,7 @@
 /*
- * te/engine.h - the engine's internal structures, shared by the engine core
- * (engine.c, batch.c, stage.c) and the transports.
+ * te/engine.h - the engine's internal structures, shared by the engine's
+ * files (engine.c, batch.c, stage.c) and the tests that look inside.  The
+ * transports below never see them (transport/transport.h).
  */
 #ifndef MC_TE_ENGINE_H
 #define MC_TE_ENGINE_H
@@ -12,18 +13,19 @@
 
 #include "base/config.h"
 #include "base/list.h"
+#include "mem/devmem.h"
 #include "mem/memreg.h"
 #include "meta/desc.h"
 #include "mooncake/te.h"
 #include "transport/slice.h"
+#include "transport/transport.h"
 
-struct mc_devmem_ops;
 struct mc_meta;
 struct mc_rpc_server;
 struct mc_stager;
-struct mc_transport;
 
-/* Engine configuration, filled from mc_te_config_table (env MC_*) then params. */
+/* Engine configuration, filled from mc_te_config_table (env MC_*) then
+ * params.  Each transport has its own table, in its own file. */
 struct mc_te_config {
 	int64_t min_rpc_port;
 	int64_t max_rpc_port;
@@ -33,29 +35,10 @@ struct mc_te_config {
 	int64_t rpc_io_timeout_ms;
 	bool disable_metacache;
 	bool legacy_rpc_port_binding;
-	char *tcp_bind_address;
-	int64_t tcp_workers;
-	int64_t tcp_conns_per_peer;
-	char *tcp_proto;
-	int64_t tcp_status_timeout_s;
-	int64_t tcp_io_timeout_ms;
-	int64_t tcp_connect_timeout_ms;
-	uint64_t tcp_split_size;
-	uint64_t tcp_zerocopy_min;
-	int64_t tcp_busy_poll_us;
-	uint64_t tcp_sockbuf;
-	char *tcp_interfaces;
-	int64_t tcp_path_backoff_ms;
-	int64_t local_copy_threads;
-	uint64_t local_parallel_min;
-	bool force_tcp;
-	bool shm_disable;
-	int64_t shm_workers;
-	int64_t shm_lanes;
-	uint64_t shm_split_size;
-	int64_t shm_io_timeout_ms;
-	uint64_t gpu_stage_chunk;
-	int64_t gpu_stage_buffers;
+	char *tcp_bind_address; /* the engine's advertised host (upstream's name) */
+	/* not in the table: from mc_te_params, 0 = the transports' own */
+	unsigned workers;
+	unsigned conns_per_peer;
 };
 
 extern const struct mc_config_field mc_te_config_table[];
@@ -102,8 +85,7 @@ struct mc_segment {
 	struct mc_seg_desc *desc;
 	char host[256]; /* where its RPC and data ports live */
 	uint16_t rpc_port;
-	void *peer;	   /* transport's peer handle (TCP) */
-	void *shm_peer;	   /* same-host peer (shm transport), or NULL */
+	struct mc_peer *peer; /* the first transport that reaches it, or NULL */
 	atomic_bool stale; /* refetch the descriptor before next use */
 };
 
@@ -119,11 +101,12 @@ struct mc_te {
 	char *devices; /* mc_te_params.devices or MC_TE_FILTERS; NULL = all */
 	struct mc_meta *meta;
 	struct mc_rpc_server *rpc;
-	struct mc_transport *tcp;
-	struct mc_transport *local;
-	struct mc_transport *shm; /* same-host transport; NULL when off */
+	/* by registry row (transport/registry.c); NULL: off or unavailable */
+	struct mc_transport *tps[MC_TRANSPORT_MAX];
+	struct mc_transport *local_tp; /* the row with caps.local */
 	struct mc_memreg memreg;
 	const struct mc_devmem_ops *devmem; /* device memory backend, or NULL */
+	struct mc_devmem_config stage_cfg;  /* MC_GPU_STAGE_* */
 	struct mc_stager *stager;	    /* initiator-side staging; NULL without devmem */
 	char host_id[64];
 	bool published; /* our keys are in the metadata store */
@@ -150,9 +133,12 @@ struct mc_te {
  * location, or a device pointer by the backend), -1 for host memory. */
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
 
+/* The engine's open transport named name, or NULL (tests, tools). */
+struct mc_transport *mc_te_transport(struct mc_te *te, const char *name);
+
 /* Publish the local segment descriptor (after a registration change). */
-int mc_te_publish(struct mc_te *te);
+mc_status mc_te_publish(struct mc_te *te);
 /* Build the local descriptor (caller frees). */
-int mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out);
+mc_status mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out);
 
 #endif

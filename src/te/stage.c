@@ -49,8 +49,7 @@
 struct stage_req {
 	struct mc_list node;
 	struct mc_task *task;
-	struct mc_transport *tp;
-	void *peer;
+	struct mc_peer *peer; /* its transport moves the chunks */
 	uint8_t opcode;
 	int dev;
 	char *dptr; /* the device buffer */
@@ -75,7 +74,6 @@ struct stage_chunk {
 };
 
 struct mc_stager {
-	struct mc_te *te;
 	const struct mc_devmem_ops *ops;
 	size_t chunk_size;
 	unsigned nbufs, per_req;
@@ -245,12 +243,12 @@ static void submit_out(struct mc_stager *sg)
 		while (j < n) {
 			struct stage_req *q =
 				mc_container_of(sg->out[j], struct stage_chunk, slice)->req;
-			if (q->tp != r->tp || q->peer != r->peer)
+			if (q->peer != r->peer)
 				break;
 			j++;
 		}
 		/* from here the chunks may come back on another thread */
-		mc_transport_submit(r->tp, r->peer, &sg->out[i], j - i);
+		mc_transport_submit(r->peer->tp, r->peer, &sg->out[i], j - i);
 		i = j;
 	}
 	pthread_mutex_unlock(&sg->submit_lock);
@@ -369,7 +367,7 @@ static void *stager_main(void *arg)
 	}
 }
 
-void mc_stager_submit(struct mc_stager *sg, struct mc_task *t, struct mc_transport *tp, void *peer,
+void mc_stager_submit(struct mc_stager *sg, struct mc_task *t, struct mc_peer *peer,
 		      const struct mc_xfer_req *r, int dev)
 {
 	struct stage_req *q = mc_calloc(1, sizeof(*q));
@@ -379,7 +377,6 @@ void mc_stager_submit(struct mc_stager *sg, struct mc_task *t, struct mc_transpo
 		return;
 	}
 	q->task = t;
-	q->tp = tp;
 	q->peer = peer;
 	q->opcode = (uint8_t)r->opcode;
 	q->dev = dev;
@@ -425,16 +422,15 @@ void mc_stager_close(struct mc_stager *sg)
 	mc_free(sg);
 }
 
-int mc_stager_open(struct mc_te *te, struct mc_stager **out)
+mc_status mc_stager_open(struct mc_te *te, struct mc_stager **out)
 {
 	struct mc_stager *sg = mc_calloc(1, sizeof(*sg));
 
 	if (!sg)
 		return MC_ERR_NOMEM;
-	sg->te = te;
 	sg->ops = te->devmem;
-	sg->chunk_size = (size_t)te->cfg.gpu_stage_chunk;
-	sg->nbufs = (unsigned)te->cfg.gpu_stage_buffers;
+	sg->chunk_size = (size_t)te->stage_cfg.stage_chunk;
+	sg->nbufs = (unsigned)te->stage_cfg.stage_buffers;
 	sg->per_req = MC_MAX(2u, sg->nbufs / 2);
 	pthread_mutex_init(&sg->lock, NULL);
 	pthread_cond_init(&sg->cond, NULL);

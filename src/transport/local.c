@@ -19,11 +19,11 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "mem/devmem.h"
 #include "mem/memreg.h"
-#include "te/engine.h"
 #include "transport/slice.h"
 #include "transport/transport.h"
 
@@ -37,9 +37,25 @@ struct copy_job {
 	size_t len;
 };
 
+struct local_config {
+	int64_t copy_threads;
+	uint64_t parallel_min;
+};
+
+#define CFG(f) offsetof(struct local_config, f)
+static const struct mc_config_field local_config_table[] = {
+	{"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2", "threads copying large local requests",
+	 CFG(copy_threads), MC_CONFIG_INT, 0, 64},
+	{"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
+	 "local requests at least this large are copied by several threads", CFG(parallel_min),
+	 MC_CONFIG_SIZE, 4096, 1ll << 40},
+};
+#undef CFG
+
 struct local_transport {
 	struct mc_transport base;
-	struct mc_te *te;
+	struct mc_memreg *memreg;
+	const struct mc_devmem_ops *devmem;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct mc_list jobs;
@@ -52,7 +68,7 @@ struct local_transport {
 static void chunk_done(struct local_transport *lt, struct copy_job *j)
 {
 	if (atomic_fetch_sub(j->chunks_left, 1) == 1) {
-		mc_memreg_put(&lt->te->memreg, j->ent);
+		mc_memreg_put(lt->memreg, j->ent);
 		mc_free(j->chunks_left);
 		mc_slice_done(j->slice, MC_OK);
 	}
@@ -124,14 +140,15 @@ static bool copy_parallel(struct local_transport *lt, struct mc_slice *s,
 	return true;
 }
 
-static int local_submit(struct mc_transport *base, void *peer, struct mc_slice **slices, size_t n)
+static mc_status local_submit(struct mc_transport *base, struct mc_peer *peer,
+			      struct mc_slice **slices, size_t n)
 {
 	struct local_transport *lt = mc_container_of(base, struct local_transport, base);
 	(void)peer;
 	for (size_t i = 0; i < n; i++) {
 		struct mc_slice *s = slices[i];
 		struct mc_memreg_entry *ent =
-			mc_memreg_acquire(&lt->te->memreg, s->remote_addr, s->len);
+			mc_memreg_acquire(lt->memreg, s->remote_addr, s->len);
 		char *remote = (char *)(uintptr_t)s->remote_addr;
 		char *dst = s->opcode == MC_OP_WRITE ? remote : s->local;
 		const char *src = s->opcode == MC_OP_WRITE ? s->local : remote;
@@ -143,9 +160,9 @@ static int local_submit(struct mc_transport *base, void *peer, struct mc_slice *
 			mc_slice_done(s, MC_ERR_ADDRESS_NOT_REGISTERED);
 			continue;
 		}
-		if (ent->dev >= 0 || mc_te_local_device(lt->te, s->local, s->len) >= 0) {
-			int rc = lt->te->devmem->copy(dst, src, (size_t)s->len);
-			mc_memreg_put(&lt->te->memreg, ent);
+		if (ent->dev >= 0 || mc_memreg_ptr_device(lt->memreg, lt->devmem, s->local, s->len) >= 0) {
+			int rc = lt->devmem->copy(dst, src, (size_t)s->len);
+			mc_memreg_put(lt->memreg, ent);
 			mc_slice_done(s, rc);
 			continue;
 		}
@@ -153,23 +170,10 @@ static int local_submit(struct mc_transport *base, void *peer, struct mc_slice *
 		    copy_parallel(lt, s, ent, dst, src))
 			continue;
 		memmove(dst, src, (size_t)s->len);
-		mc_memreg_put(&lt->te->memreg, ent);
+		mc_memreg_put(lt->memreg, ent);
 		mc_slice_done(s, MC_OK);
 	}
 	return MC_OK;
-}
-
-static unsigned local_split(struct mc_transport *base, uint64_t len)
-{
-	(void)base;
-	(void)len;
-	return 1;
-}
-
-static void local_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
-{
-	(void)base;
-	(void)d;
 }
 
 static void local_close(struct mc_transport *base)
@@ -187,16 +191,20 @@ static void local_close(struct mc_transport *base)
 	mc_free(lt);
 }
 
-static int local_open(struct mc_te *te, struct mc_transport **out)
+static mc_status local_open(const struct mc_transport_env *env, struct mc_transport **out)
 {
 	struct local_transport *lt = mc_calloc(1, sizeof(*lt));
-	unsigned want = (unsigned)te->cfg.local_copy_threads;
+	struct local_config cfg;
+	unsigned want;
 	if (!lt)
 		return MC_ERR_NOMEM;
+	mc_config_defaults(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
+	mc_config_load_env(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
+	want = (unsigned)cfg.copy_threads;
 	lt->base.ops = &mc_local_transport_ops;
-	lt->base.te = te;
-	lt->te = te;
-	lt->parallel_min = te->cfg.local_parallel_min;
+	lt->memreg = env->memreg;
+	lt->devmem = env->devmem;
+	lt->parallel_min = cfg.parallel_min;
 	pthread_mutex_init(&lt->lock, NULL);
 	pthread_cond_init(&lt->cond, NULL);
 	mc_list_init(&lt->jobs);
@@ -216,9 +224,16 @@ static int local_open(struct mc_te *te, struct mc_transport **out)
 
 const struct mc_transport_ops mc_local_transport_ops = {
 	.name = "local",
+	.caps = {.local = true, .same_host = true, .device_memory = true, .optional = false},
+	.config = local_config_table,
+	.nconfig = MC_ARRAY_SIZE(local_config_table),
 	.open = local_open,
 	.close = local_close,
+	.peer_open = mc_transport_no_peer_open,
+	.peer_failed = mc_transport_no_peer_failed,
+	.peer_reset = mc_transport_no_peer_reset,
 	.submit = local_submit,
-	.fill_desc = local_fill_desc,
-	.split = local_split,
+	.fill_desc = mc_transport_no_fill_desc,
+	.split = mc_transport_no_split,
+	.data_port = mc_transport_no_data_port,
 };

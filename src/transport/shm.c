@@ -38,11 +38,13 @@
  * and completes slices.  Requests of at least MC_SHM_SPLIT_SIZE bytes are
  * split into one slice per lane, so two target workers copy in parallel.
  *
- * Fallback: the engine routes a target here only when its descriptor
- * carries our host id and an "mc_shm_ep"; if the connect or the HELLO
- * fails (other network namespace, EPERM/ENOSYS from process_vm_*), the
- * peer is switched off and its slices, including any answered NOPERM, go to
- * TCP.  A lane that errors, closes or makes no progress for
+ * Fallback: a target is reached here only when its descriptor carries our
+ * host id (caps.same_host: the engine checks) and an "mc_shm_ep"; each
+ * same-host peer wraps the TCP peer of the same target (env->fallback, the
+ * registry's tcp row).  If the connect or the HELLO fails (other network
+ * namespace, EPERM/ENOSYS from process_vm_*), the peer is switched off and
+ * its slices, including any answered NOPERM, go to that TCP peer.  The
+ * peer counts as failed when either path failed.  A lane that errors, closes or makes no progress for
  * MC_SHM_IO_TIMEOUT_MS fails its in-flight slices (typed status), marks the
  * peer failed (the engine then refetches the descriptor) and is reconnected
  * on next use.
@@ -70,13 +72,15 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "mem/devmem.h"
 #include "mem/memreg.h"
-#include "te/engine.h"
+#include "meta/desc.h"
 #include "transport/slice.h"
+#include "transport/tcp.h"
 #include "transport/transport.h"
 
 #define MAX_LANES    16
@@ -129,7 +133,7 @@ void mc_shm_req_encode(const struct mc_shm_req *r, uint8_t out[MC_SHM_REQ_LEN])
 	put64(out + 32, r->len);
 }
 
-int mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out)
+mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out)
 {
 	const char *why = NULL;
 
@@ -164,7 +168,7 @@ void mc_shm_resp_encode(uint64_t id, uint32_t status, uint8_t out[MC_SHM_RESP_LE
 	put64(out + 8, id);
 }
 
-int mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out)
+mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out)
 {
 	if (get32(in) != MC_SHM_MAGIC)
 		return MC_ERR_PROTOCOL;
@@ -204,10 +208,11 @@ struct shm_lane {
 enum peer_mode { PEER_NEW, PEER_UP, PEER_OFF };
 
 struct shm_peer {
+	struct mc_peer base; /* first: container_of */
 	struct mc_list node;
 	struct shm_transport *st;
 	char ep[MC_SHM_EP_MAX + 1];
-	void *tcp_peer;
+	struct mc_peer *tcp_peer; /* the fallback's peer of the same target */
 	pthread_mutex_t lock; /* mode, connecting lanes */
 	atomic_int mode;
 	atomic_bool denied;	       /* the kernel refused: TCP for good */
@@ -246,9 +251,44 @@ struct shm_worker {
 	bool stage_ok;
 };
 
+struct shm_config {
+	bool force_tcp;
+	bool disable;
+	int64_t workers;
+	int64_t lanes;
+	uint64_t split_size;
+	int64_t io_timeout_ms;
+};
+
+#define CFG(f) offsetof(struct shm_config, f)
+static const struct mc_config_field shm_config_table[] = {
+	{"force_tcp", "MC_FORCE_TCP", NULL,
+	 "use TCP for every remote segment (upstream's name; also turns the same-host path off)",
+	 CFG(force_tcp), MC_CONFIG_PRESENCE, 0, 0},
+	{"shm_disable", "MC_SHM_DISABLE", "false",
+	 "turn the same-host transport (process_vm_readv/writev between engines on one host) "
+	 "off: same-host peers then use TCP",
+	 CFG(disable), MC_CONFIG_BOOL, 0, 0},
+	{"shm_workers", "MC_SHM_WORKERS", "2", "same-host transport: threads copying for peers",
+	 CFG(workers), MC_CONFIG_INT, 1, 16},
+	{"shm_lanes", "MC_SHM_LANES", "2", "same-host transport: connections per same-host peer",
+	 CFG(lanes), MC_CONFIG_INT, 1, 16},
+	{"shm_split_size", "MC_SHM_SPLIT_SIZE", "1m",
+	 "same-host transport: requests at least this large are split across the connections",
+	 CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"shm_io_timeout_ms", "MC_SHM_IO_TIMEOUT_MS", "0",
+	 "same-host transport: fail requests on a connection that made no progress for this long "
+	 "(0 = MC_TCP_IO_TIMEOUT_MS)",
+	 CFG(io_timeout_ms), MC_CONFIG_INT, 0, 3600000},
+};
+#undef CFG
+
 struct shm_transport {
 	struct mc_transport base;
-	struct mc_te *te;
+	struct mc_memreg *memreg;
+	const struct mc_devmem_ops *devmem;
+	size_t stage_chunk;
+	struct mc_transport *tcp; /* the fallback */
 	char ep[MC_SHM_EP_MAX + 1];
 	atomic_bool stop;
 	unsigned nworkers;
@@ -420,10 +460,9 @@ static uint32_t pvm_copy(struct shm_sconn *sc, bool write, char *mine, uint64_t 
 
 static struct mc_devstage *worker_stage(struct shm_worker *w)
 {
-	struct mc_te *te = w->st->te;
+	struct shm_transport *st = w->st;
 	if (!w->stage_ok) {
-		if (mc_devstage_init(&w->stage, te->devmem, 2, (size_t)te->cfg.gpu_stage_chunk) !=
-		    MC_OK) {
+		if (mc_devstage_init(&w->stage, st->devmem, 2, st->stage_chunk) != MC_OK) {
 			mc_error("same-host worker %u: cannot pin staging buffers: %s", w->index,
 				 mc_last_error());
 			return NULL;
@@ -497,8 +536,8 @@ static uint32_t serve_copy_dev(struct shm_sconn *sc, const struct mc_shm_req *r,
 /* Copy one request; returns the wire status. */
 static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
 {
-	struct mc_te *te = sc->w->st->te;
-	struct mc_memreg_entry *e = mc_memreg_acquire(&te->memreg, r->remote, r->len);
+	struct mc_memreg *reg = sc->w->st->memreg;
+	struct mc_memreg_entry *e = mc_memreg_acquire(reg, r->remote, r->len);
 	uint32_t st;
 
 	if (!e) {
@@ -513,7 +552,7 @@ static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
 	else
 		st = pvm_copy(sc, r->opcode == MC_SHM_OP_WRITE, (char *)(uintptr_t)r->remote,
 			      r->local, r->len);
-	mc_memreg_put(&te->memreg, e);
+	mc_memreg_put(reg, e);
 	return st;
 }
 
@@ -795,7 +834,7 @@ static void lane_complete(struct shm_lane *l, struct mc_slice *s, uint32_t statu
 		/* the kernel changed its mind (or a worker differs): TCP from now on */
 		peer_off(l->peer, "process_vm_* not permitted", true);
 		atomic_fetch_add(&st->n_fallback, 1);
-		mc_transport_submit(st->te->tcp, l->peer->tcp_peer, &s, 1);
+		mc_transport_submit(st->tcp, l->peer->tcp_peer, &s, 1);
 		break;
 	case MC_SHM_ST_FAULT:
 		mc_slice_done(s, MC_ERR_INVALID_PARAMS);
@@ -1150,16 +1189,17 @@ static void lane_send(struct shm_transport *st, struct shm_lane *l, struct mc_sl
 	pthread_mutex_unlock(&l->send_lock);
 }
 
-static int shm_submit(struct mc_transport *base, void *peer, struct mc_slice **slices, size_t n)
+static mc_status shm_submit(struct mc_transport *base, struct mc_peer *peer,
+			    struct mc_slice **slices, size_t n)
 {
 	struct shm_transport *st = to_shm(base);
-	struct shm_peer *p = peer;
+	struct shm_peer *p = mc_container_of(peer, struct shm_peer, base);
 	struct mc_slice *batch[SEND_BATCH];
 	unsigned start, nl;
 
 	if (!peer_ready(st, p)) {
 		atomic_fetch_add(&st->n_fallback, n);
-		return mc_transport_submit(st->te->tcp, p->tcp_peer, slices, n);
+		return mc_transport_submit(st->tcp, p->tcp_peer, slices, n);
 	}
 	nl = p->nlanes;
 	start = atomic_fetch_add(&p->rr, (unsigned)n);
@@ -1180,14 +1220,15 @@ static int shm_submit(struct mc_transport *base, void *peer, struct mc_slice **s
 	return MC_OK;
 }
 
-void *mc_shm_peer_get(struct mc_transport *base, const char *ep, void *tcp_peer)
+/* The peer object for a same-host target's endpoint (created on first use,
+ * lives as long as the transport).  tcp_peer is where its slices go when
+ * the same-host path cannot be used. */
+static struct shm_peer *peer_get(struct shm_transport *st, const char *ep,
+				 struct mc_peer *tcp_peer)
 {
-	struct shm_transport *st = to_shm(base);
 	struct shm_peer *p = NULL;
 	struct mc_list *it;
 
-	if (!ep || !*ep || strlen(ep) > MC_SHM_EP_MAX || !tcp_peer)
-		return NULL;
 	pthread_mutex_lock(&st->peers_lock);
 	mc_list_for_each(it, &st->peers) {
 		struct shm_peer *x = mc_list_entry(it, struct shm_peer, node);
@@ -1197,6 +1238,7 @@ void *mc_shm_peer_get(struct mc_transport *base, const char *ep, void *tcp_peer)
 		}
 	}
 	if (!p && (p = mc_calloc(1, sizeof(*p)))) {
+		p->base.tp = &st->base;
 		p->st = st;
 		snprintf(p->ep, sizeof(p->ep), "%s", ep);
 		p->tcp_peer = tcp_peer;
@@ -1217,15 +1259,37 @@ void *mc_shm_peer_get(struct mc_transport *base, const char *ep, void *tcp_peer)
 	return p;
 }
 
-bool mc_shm_peer_failed(void *peer)
+static mc_status shm_peer_open(struct mc_transport *base, const struct mc_seg_desc *d,
+			       const char *host, struct mc_peer **out)
 {
-	return peer && atomic_load(&((struct shm_peer *)peer)->failed);
+	struct shm_transport *st = to_shm(base);
+	struct mc_peer *tcp_peer;
+	struct shm_peer *p;
+	mc_status rc;
+
+	if (!d->shm_ep || !*d->shm_ep || strlen(d->shm_ep) > MC_SHM_EP_MAX)
+		return MC_ERR_TRANSPORT_UNSUPPORTED;
+	rc = mc_transport_peer_open(st->tcp, d, host, &tcp_peer);
+	if (rc != MC_OK)
+		return rc;
+	p = peer_get(st, d->shm_ep, tcp_peer);
+	if (!p)
+		return MC_ERR_NOMEM;
+	*out = &p->base;
+	return MC_OK;
 }
 
-void mc_shm_peer_clear_failed(void *peer)
+static bool shm_peer_failed(struct mc_peer *peer)
 {
-	if (peer)
-		atomic_store(&((struct shm_peer *)peer)->failed, false);
+	struct shm_peer *p = mc_container_of(peer, struct shm_peer, base);
+	return atomic_load(&p->failed) || mc_peer_failed(p->tcp_peer);
+}
+
+static void shm_peer_reset(struct mc_peer *peer)
+{
+	struct shm_peer *p = mc_container_of(peer, struct shm_peer, base);
+	mc_peer_reset(p->tcp_peer);
+	atomic_store(&p->failed, false);
 }
 
 void mc_shm_stats(struct mc_transport *base, uint64_t *copied_out, uint64_t *fallback_out)
@@ -1245,11 +1309,12 @@ static unsigned shm_split(struct mc_transport *base, uint64_t len)
 	return len >= st->split_size ? st->lanes : 1;
 }
 
-static void shm_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
+static mc_status shm_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
 {
 	struct shm_transport *st = to_shm(base);
 	mc_free(d->shm_ep);
 	d->shm_ep = mc_strdup(st->ep); /* optional: without it peers use TCP */
+	return MC_OK;
 }
 
 static void shm_close(struct mc_transport *base)
@@ -1295,28 +1360,40 @@ static bool kernel_permits(void)
 	return false;
 }
 
-static int shm_open(struct mc_te *te, struct mc_transport **out)
+static mc_status shm_open(const struct mc_transport_env *env, struct mc_transport **out)
 {
 	struct shm_transport *st;
+	struct shm_config cfg;
 	struct epoll_event ev = {.events = EPOLLIN};
-	uint64_t nonce = 0;
+	uint64_t nonce = 0, tcp_io_ms, tcp_connect_ms;
 	int rc;
 
+	mc_config_defaults(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
+	mc_config_load_env(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
+	if (cfg.disable || cfg.force_tcp) {
+		mc_info("same-host transport off (%s): same-host peers use TCP",
+			cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");
+		*out = NULL;
+		return MC_OK;
+	}
 	if (!kernel_permits())
-		return MC_ERR_TRANSPORT_UNSUPPORTED;
+		return mc_set_error(MC_ERR_TRANSPORT_UNSUPPORTED,
+				    "process_vm_readv is not permitted here");
+	mc_tcp_timeouts(env->fallback, &tcp_io_ms, &tcp_connect_ms);
 	st = mc_calloc(1, sizeof(*st));
 	if (!st)
 		return MC_ERR_NOMEM;
 	st->base.ops = &mc_shm_transport_ops;
-	st->base.te = te;
-	st->te = te;
+	st->memreg = env->memreg;
+	st->devmem = env->devmem;
+	st->stage_chunk = env->stage_chunk;
+	st->tcp = env->fallback;
 	st->epfd = st->wakefd = -1;
 	st->wake_kind = EV_WAKE;
-	st->lanes = (unsigned)te->cfg.shm_lanes;
-	st->split_size = te->cfg.shm_split_size;
-	st->io_timeout_ms =
-		te->cfg.shm_io_timeout_ms ? te->cfg.shm_io_timeout_ms : te->cfg.tcp_io_timeout_ms;
-	st->connect_timeout_ms = te->cfg.tcp_connect_timeout_ms;
+	st->lanes = (unsigned)cfg.lanes;
+	st->split_size = cfg.split_size;
+	st->io_timeout_ms = cfg.io_timeout_ms ? cfg.io_timeout_ms : (int64_t)tcp_io_ms;
+	st->connect_timeout_ms = (int64_t)tcp_connect_ms;
 	pthread_mutex_init(&st->peers_lock, NULL);
 	mc_list_init(&st->peers);
 	for (unsigned i = 0; i < MC_SHM_MAX_WORKERS; i++)
@@ -1339,7 +1416,7 @@ static int shm_open(struct mc_te *te, struct mc_transport **out)
 		goto err;
 	}
 	st->receiver_started = true;
-	for (unsigned i = 0; i < (unsigned)te->cfg.shm_workers; i++) {
+	for (unsigned i = 0; i < (unsigned)cfg.workers; i++) {
 		rc = worker_start(st, &st->workers[i], i);
 		st->nworkers = i + 1; /* stopped by close even if half started */
 		if (rc != MC_OK)
@@ -1355,9 +1432,16 @@ err:
 
 const struct mc_transport_ops mc_shm_transport_ops = {
 	.name = "shm",
+	.caps = {.local = false, .same_host = true, .device_memory = false, .optional = true},
+	.config = shm_config_table,
+	.nconfig = MC_ARRAY_SIZE(shm_config_table),
 	.open = shm_open,
 	.close = shm_close,
+	.peer_open = shm_peer_open,
+	.peer_failed = shm_peer_failed,
+	.peer_reset = shm_peer_reset,
 	.submit = shm_submit,
 	.fill_desc = shm_fill_desc,
 	.split = shm_split,
+	.data_port = mc_transport_no_data_port,
 };

@@ -1,6 +1,6 @@
 /*
- * transport/shm.h - the same-host transport: what the engine needs besides
- * the vtable, and the request codec (pure, fuzzed).
+ * transport/shm.h - the same-host transport: what it offers besides the
+ * vtable (counters), and the request codec (pure, fuzzed).
  *
  * Wire format on the Unix-domain socket (host byte order is not assumed;
  * everything is little-endian):
@@ -20,6 +20,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "mooncake/status.h"
 
 struct mc_transport;
 
@@ -53,18 +55,11 @@ void mc_shm_req_encode(const struct mc_shm_req *r, uint8_t out[MC_SHM_REQ_LEN]);
 /* MC_OK, or MC_ERR_PROTOCOL with *why_out naming the defect (static
  * string): bad magic/version/opcode, reserved bits set, zero length, or a
  * range that wraps around the address space. */
-int mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out);
+mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out);
 void mc_shm_resp_encode(uint64_t id, uint32_t status, uint8_t out[MC_SHM_RESP_LEN]);
 /* MC_OK, or MC_ERR_PROTOCOL for a bad magic. */
-int mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out);
+mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out);
 
-/* The peer object for a same-host target's endpoint (created on first use,
- * lives as long as the transport).  tcp_peer is where its slices go when
- * the same-host path cannot be used. */
-void *mc_shm_peer_get(struct mc_transport *tp, const char *ep, void *tcp_peer);
-/* True once a connection to the peer failed since the last refresh. */
-bool mc_shm_peer_failed(void *peer);
-void mc_shm_peer_clear_failed(void *peer);
 /* Counters for tests and tools: slices this transport finished itself, and
  * slices it handed to TCP. */
 void mc_shm_stats(struct mc_transport *tp, uint64_t *copied_out, uint64_t *fallback_out);

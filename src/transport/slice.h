@@ -21,6 +21,7 @@
 
 #include "base/list.h"
 #include "mooncake/status.h"
+#include "mooncake/te.h" /* MC_OP_READ, MC_OP_WRITE */
 
 struct mc_slice;
 

@@ -69,13 +69,14 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/config.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
 #include "mem/devmem.h"
 #include "mem/memreg.h"
-#include "te/engine.h"
+#include "meta/desc.h"
 #include "transport/slice.h"
 #include "transport/tcp_zc.h"
 #include "transport/transport.h"
@@ -111,6 +112,7 @@ struct tcp_path {
 };
 
 struct tcp_peer {
+	struct mc_peer base; /* first: container_of */
 	struct mc_list node;
 	char host[256];
 	uint16_t port;
@@ -205,9 +207,72 @@ struct tcp_worker {
 	uint64_t next_tick_ms;
 };
 
+/* Configuration, from tcp_config_table (env MC_TCP_*) then the engine's
+ * overrides (struct mc_transport_env). */
+struct tcp_config {
+	int64_t workers;
+	int64_t conns_per_peer;
+	char *proto;
+	int64_t status_timeout_s;
+	int64_t io_timeout_ms;
+	int64_t connect_timeout_ms;
+	uint64_t split_size;
+	int64_t busy_poll_us;
+	uint64_t zerocopy_min;
+	uint64_t sockbuf;
+	char *interfaces;
+	int64_t path_backoff_ms;
+};
+
+#define CFG(f) offsetof(struct tcp_config, f)
+static const struct mc_config_field tcp_config_table[] = {
+	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(workers), MC_CONFIG_INT,
+	 1, 64},
+	{"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4", "persistent connections per peer",
+	 CFG(conns_per_peer), MC_CONFIG_INT, 1, 16},
+	{"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator", CFG(proto),
+	 MC_CONFIG_STRING, 0, 0},
+	/* accepted for upstream's sake; nothing reads it (a v2 status frame is
+	 * bounded by MC_TCP_IO_TIMEOUT_MS) */
+	{"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30", "wait for a v2 status frame (s)",
+	 CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600},
+	{"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
+	 "fail requests on a connection that made no progress for this long",
+	 CFG(io_timeout_ms), MC_CONFIG_INT, 100, 3600000},
+	{"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000", "data connect timeout",
+	 CFG(connect_timeout_ms), MC_CONFIG_INT, 10, 600000},
+	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
+	 "requests larger than this are split across connections (256 KiB: one large request keeps both cores copying)",
+	 CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
+	{"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
+	 "TCP workers poll without sleeping this long after work, so back-to-back requests find "
+	 "them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
+	 CFG(busy_poll_us), MC_CONFIG_INT, 0, 1000000},
+	{"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
+	 "payloads at least this large leave from registered memory by reference (vmsplice + "
+	 "splice: the kernel does not copy them into socket buffers; saves the sender a copy "
+	 "on a real NIC, but over loopback the receiver then does all the work); 0 = off",
+	 CFG(zerocopy_min), MC_CONFIG_SIZE, 0, 1ll << 40},
+	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
+	 CFG(sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
+	{"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
+	 "multi-path TCP: interfaces and/or IPs (comma-separated, or \"auto\" for every up "
+	 "non-loopback IPv4 interface) published as the data port's paths; peers spread their "
+	 "connections over them and retry a failed path's requests on another",
+	 CFG(interfaces), MC_CONFIG_STRING, 0, 0},
+	{"tcp_path_backoff_ms", "MC_TCP_PATH_BACKOFF_MS", "1000",
+	 "multi-path TCP: a failed path is avoided this long, doubling per consecutive failure "
+	 "up to 32x",
+	 CFG(path_backoff_ms), MC_CONFIG_INT, 10, 600000},
+};
+#undef CFG
+
 struct tcp_transport {
 	struct mc_transport base;
-	struct mc_te *te;
+	struct tcp_config cfg;
+	struct mc_memreg *memreg;
+	const struct mc_devmem_ops *devmem;
+	size_t stage_chunk;
 	int listen_kind; /* EV_LISTEN; its address is the epoll cookie */
 	int listen_fd;
 	uint16_t port;
@@ -853,7 +918,7 @@ enum { DEV_DONE, DEV_AGAIN, DEV_CLOSE };
 
 static bool sconn_dev_open(struct tcp_sconn *sc)
 {
-	struct mc_te *te = sc->w->tp->te;
+	struct tcp_transport *tp = sc->w->tp;
 	struct tcp_devio *d;
 
 	if (sc->dev)
@@ -861,7 +926,7 @@ static bool sconn_dev_open(struct tcp_sconn *sc)
 	d = mc_calloc(1, sizeof(*d));
 	if (!d)
 		return false;
-	if (mc_devstage_init(&d->st, te->devmem, 2, (size_t)te->cfg.gpu_stage_chunk) != MC_OK) {
+	if (mc_devstage_init(&d->st, tp->devmem, 2, tp->stage_chunk) != MC_OK) {
 		mc_error("cannot pin staging buffers for the connection from %s: %s", sc->peer_name,
 			 mc_last_error());
 		mc_free(d);
@@ -995,7 +1060,7 @@ copy_failed:
 
 static void sconn_free(struct tcp_sconn *sc)
 {
-	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	struct mc_memreg *reg = sc->w->tp->memreg;
 	if (sc->fd >= 0) {
 		/* explicit removal: a forked child may share the fd */
 		epoll_ctl(sc->w->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
@@ -1078,7 +1143,7 @@ static bool sconn_zc(const struct tcp_sconn *sc, const struct out_item *it)
 /* Account k bytes of the head items as gone; pops finished items. */
 static void sconn_sent(struct tcp_sconn *sc, uint64_t n)
 {
-	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	struct mc_memreg *reg = sc->w->tp->memreg;
 	while (n > 0 && sc->out_n) {
 		struct out_item *it = &sc->out[sc->out_head];
 		uint64_t k = MC_MIN(n, it->len - it->done);
@@ -1193,7 +1258,7 @@ static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool 
 /* Returns false when the connection was freed. */
 static bool sconn_readable(struct tcp_sconn *sc)
 {
-	struct mc_memreg *reg = &sc->w->tp->te->memreg;
+	struct mc_memreg *reg = sc->w->tp->memreg;
 	uint64_t got = 0; /* bytes read this call (READ_BUDGET) */
 	for (;;) {
 		size_t avail = sc->rlen - sc->rpos;
@@ -1617,10 +1682,13 @@ static void peer_free(struct tcp_peer *p)
 	mc_free(p);
 }
 
-void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port, int proto_version,
-		      const char *const *addrs, size_t naddrs)
+/* The peer object for host:port (created on first use, lives as long as the
+ * transport).  proto_version is the target's tcp_proto_version; addrs are
+ * the target's published paths ("mc_tcp_addrs", naddrs 0 = host only):
+ * the peer's connections spread over them and fail over between them. */
+static struct tcp_peer *peer_get(struct tcp_transport *tp, const char *host, uint16_t port,
+				 int proto_version, const char *const *addrs, size_t naddrs)
 {
-	struct tcp_transport *tp = to_tcp(base);
 	struct tcp_peer *p;
 	struct mc_list *pos;
 
@@ -1645,6 +1713,7 @@ void *mc_tcp_peer_get(struct mc_transport *base, const char *host, uint16_t port
 		p = NULL;
 		goto out;
 	}
+	p->base.tp = &tp->base;
 	snprintf(p->host, sizeof(p->host), "%s", host);
 	p->port = port;
 	p->version = proto_version;
@@ -1706,20 +1775,41 @@ out:
 	return p;
 }
 
-bool mc_tcp_peer_failed(void *peer)
+static mc_status tcp_peer_open(struct mc_transport *base, const struct mc_seg_desc *d,
+			       const char *host, struct mc_peer **out)
 {
-	return peer && atomic_load(&((struct tcp_peer *)peer)->failed);
+	struct tcp_peer *p;
+
+	if (strcmp(d->protocol, "tcp") != 0 || !d->tcp_data_port)
+		return MC_ERR_TRANSPORT_UNSUPPORTED;
+	p = peer_get(to_tcp(base), host, d->tcp_data_port, d->tcp_proto_version,
+		     (const char *const *)d->tcp_addrs, d->ntcp_addrs);
+	if (!p)
+		return MC_ERR_NOMEM;
+	*out = &p->base;
+	return MC_OK;
 }
 
-void mc_tcp_peer_clear_failed(void *peer)
+static bool tcp_peer_failed(struct mc_peer *peer)
 {
-	if (peer)
-		atomic_store(&((struct tcp_peer *)peer)->failed, false);
+	return atomic_load(&mc_container_of(peer, struct tcp_peer, base)->failed);
 }
 
-uint16_t mc_tcp_data_port(struct mc_transport *base)
+static void tcp_peer_reset(struct mc_peer *peer)
 {
-	return base ? to_tcp(base)->port : 0;
+	atomic_store(&mc_container_of(peer, struct tcp_peer, base)->failed, false);
+}
+
+static uint16_t tcp_data_port(struct mc_transport *base)
+{
+	return to_tcp(base)->port;
+}
+
+void mc_tcp_timeouts(struct mc_transport *base, uint64_t *io_ms_out, uint64_t *connect_ms_out)
+{
+	mc_assert(base->ops == &mc_tcp_transport_ops);
+	*io_ms_out = to_tcp(base)->io_timeout_ms;
+	*connect_ms_out = to_tcp(base)->connect_timeout_ms;
 }
 
 unsigned mc_tcp_worker_sconns(struct mc_transport *base, unsigned worker)
@@ -1730,10 +1820,11 @@ unsigned mc_tcp_worker_sconns(struct mc_transport *base, unsigned worker)
 	return atomic_load(&tp->workers[worker].nsconns);
 }
 
-static int tcp_submit(struct mc_transport *base, void *peer, struct mc_slice **slices, size_t n)
+static mc_status tcp_submit(struct mc_transport *base, struct mc_peer *peer,
+			    struct mc_slice **slices, size_t n)
 {
 	struct tcp_transport *tp = to_tcp(base);
-	struct tcp_peer *p = peer;
+	struct tcp_peer *p = mc_container_of(peer, struct tcp_peer, base);
 	unsigned start = atomic_fetch_add(&p->rr, (unsigned)n);
 
 	/* one pass per worker so each worker's lock is taken once */
@@ -1775,21 +1866,24 @@ static unsigned tcp_split(struct mc_transport *base, uint64_t len)
 	return (unsigned)MC_MIN(k, (uint64_t)tp->conns_per_peer);
 }
 
-static void tcp_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
+static mc_status tcp_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
 {
 	struct tcp_transport *tp = to_tcp(base);
+	if (!d->protocol && !(d->protocol = mc_strdup("tcp")))
+		return MC_ERR_NOMEM;
 	d->tcp_data_port = tp->port;
 	d->tcp_proto_version = 2;
 	if (!tp->naddrs || d->tcp_addrs)
-		return;
+		return MC_OK;
 	d->tcp_addrs = mc_calloc(tp->naddrs, sizeof(*d->tcp_addrs));
 	if (!d->tcp_addrs)
-		return; /* published without its paths: peers use the rpc host */
+		return MC_OK; /* published without its paths: peers use the rpc host */
 	for (size_t i = 0; i < tp->naddrs; i++) {
 		d->tcp_addrs[d->ntcp_addrs] = mc_strdup(tp->addrs[i]);
 		if (d->tcp_addrs[d->ntcp_addrs])
 			d->ntcp_addrs++;
 	}
+	return MC_OK;
 }
 
 /* ---- local paths ------------------------------------------------------------ */
@@ -1961,38 +2055,48 @@ static void tcp_close(struct mc_transport *base)
 	if (tp->listen_fd >= 0)
 		close(tp->listen_fd);
 	pthread_mutex_destroy(&tp->peers_lock);
+	mc_config_release(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), &tp->cfg);
 	mc_free(tp->workers);
 	mc_free(tp);
 }
 
-static int tcp_open(struct mc_te *te, struct mc_transport **out)
+static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transport **out)
 {
 	struct tcp_transport *tp = mc_calloc(1, sizeof(*tp));
+	struct tcp_config *cfg;
 	int rc = MC_OK;
 
 	if (!tp)
 		return MC_ERR_NOMEM;
+	cfg = &tp->cfg;
+	mc_config_defaults(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
+	mc_config_load_env(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
+	if (env->workers)
+		cfg->workers = env->workers;
+	if (env->conns_per_peer)
+		cfg->conns_per_peer = env->conns_per_peer;
 	tp->base.ops = &mc_tcp_transport_ops;
-	tp->base.te = te;
-	tp->te = te;
+	tp->memreg = env->memreg;
+	tp->devmem = env->devmem;
+	tp->stage_chunk = env->stage_chunk;
 	tp->listen_kind = EV_LISTEN;
 	tp->listen_fd = -1;
 	pthread_mutex_init(&tp->peers_lock, NULL);
 	mc_list_init(&tp->peers);
-	tp->nworkers = (unsigned)te->cfg.tcp_workers;
-	tp->conns_per_peer = (unsigned)te->cfg.tcp_conns_per_peer;
-	tp->split_size = te->cfg.tcp_split_size;
-	tp->zc_min = te->cfg.tcp_zerocopy_min;
-	tp->busy_poll_us = (uint64_t)te->cfg.tcp_busy_poll_us;
-	tp->io_timeout_ms = (uint64_t)te->cfg.tcp_io_timeout_ms;
-	tp->connect_timeout_ms = (uint64_t)te->cfg.tcp_connect_timeout_ms;
-	tp->path_backoff_ms = (uint64_t)te->cfg.tcp_path_backoff_ms;
-	if (te->cfg.tcp_interfaces && *te->cfg.tcp_interfaces)
-		load_local_paths(tp, te->cfg.tcp_interfaces);
-	else if (te->devices)
-		load_device_paths(tp, te->devices);
-	tp->sockbuf = (int)te->cfg.tcp_sockbuf;
-	tp->force_v1 = te->cfg.tcp_proto && strcmp(te->cfg.tcp_proto, "1") == 0;
+	tp->nworkers = (unsigned)cfg->workers;
+	tp->conns_per_peer = (unsigned)cfg->conns_per_peer;
+	tp->split_size = cfg->split_size;
+	tp->zc_min = cfg->zerocopy_min;
+	tp->busy_poll_us = (uint64_t)cfg->busy_poll_us;
+	tp->io_timeout_ms = (uint64_t)cfg->io_timeout_ms;
+	tp->connect_timeout_ms = (uint64_t)cfg->connect_timeout_ms;
+	tp->path_backoff_ms = (uint64_t)cfg->path_backoff_ms;
+	if (cfg->interfaces && *cfg->interfaces)
+		load_local_paths(tp, cfg->interfaces);
+	else if (env->devices)
+		load_device_paths(tp, env->devices);
+	tp->sockbuf = (int)cfg->sockbuf;
+	tp->force_v1 = cfg->proto && strcmp(cfg->proto, "1") == 0;
 
 	tp->workers = mc_calloc(tp->nworkers, sizeof(*tp->workers));
 	if (!tp->workers) {
@@ -2003,8 +2107,7 @@ static int tcp_open(struct mc_te *te, struct mc_transport **out)
 		tp->workers[i].epfd = -1;
 		tp->workers[i].evfd = -1;
 	}
-	rc = mc_sock_listen_range((uint16_t)te->cfg.min_rpc_port, (uint16_t)te->cfg.max_rpc_port,
-				  500, 1024);
+	rc = mc_sock_listen_range(env->min_port, env->max_port, 500, 1024);
 	if (rc < 0)
 		goto err;
 	tp->listen_fd = rc;
@@ -2052,9 +2155,16 @@ err:
 
 const struct mc_transport_ops mc_tcp_transport_ops = {
 	.name = "tcp",
+	.caps = {.local = false, .same_host = false, .device_memory = false, .optional = false},
+	.config = tcp_config_table,
+	.nconfig = MC_ARRAY_SIZE(tcp_config_table),
 	.open = tcp_open,
 	.close = tcp_close,
+	.peer_open = tcp_peer_open,
+	.peer_failed = tcp_peer_failed,
+	.peer_reset = tcp_peer_reset,
 	.submit = tcp_submit,
 	.fill_desc = tcp_fill_desc,
 	.split = tcp_split,
+	.data_port = tcp_data_port,
 };

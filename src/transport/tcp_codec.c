@@ -39,7 +39,7 @@ void mc_tcp_hdr_decode(const uint8_t in[MC_TCP_HDR_LEN], struct mc_tcp_hdr *h)
 	h->opcode = in[16];
 }
 
-int mc_tcp_status_decode(const uint8_t in[8], uint32_t *code_out)
+mc_status mc_tcp_status_decode(const uint8_t in[8], uint32_t *code_out)
 {
 	uint64_t v = get_le64(in);
 	if ((uint32_t)(v >> 32) != MC_TCP_STATUS_MAGIC)

@@ -220,7 +220,7 @@ static void device_to_device(void **state)
 	/* staged, not copied directly: the 3 MiB + 5 request alone is that many
 	 * chunks, each copied out of one device and into the other, both ways */
 	if (r->path != PATH_LOCAL) {
-		uint64_t chunk = r->a->cfg.gpu_stage_chunk;
+		uint64_t chunk = r->a->stage_cfg.stage_chunk;
 		assert_true(mc_devmem_emu_async_copies() - before >=
 			    4 * (((3u << 20) + 5 + chunk - 1) / chunk));
 	}

@@ -337,8 +337,8 @@ static void accepted_connections_are_spread_over_workers(void **state)
 	assert_int_equal(mc_te_transfer_sync(p->a, &req, 1, 20000), MC_OK);
 	assert_memory_equal(p->bbuf, src, 1 << 20);
 	/* every slice was served, so every connection was adopted */
-	assert_int_equal(mc_tcp_worker_sconns(b->tcp, 0), 2);
-	assert_int_equal(mc_tcp_worker_sconns(b->tcp, 1), 2);
+	assert_int_equal(mc_tcp_worker_sconns(mc_te_transport(b, "tcp"), 0), 2);
+	assert_int_equal(mc_tcp_worker_sconns(mc_te_transport(b, "tcp"), 1), 2);
 	free(src);
 }
 

@@ -100,18 +100,20 @@ static int xfer(struct mc_te *te, int op, void *local, mc_segment_id seg, uint64
 static uint64_t copied(struct mc_te *te)
 {
 	uint64_t c = 0;
-	if (te->shm)
-		mc_shm_stats(te->shm, &c, NULL);
+	struct mc_transport *shm = mc_te_transport(te, "shm");
+	if (shm)
+		mc_shm_stats(shm, &c, NULL);
 	return c;
 }
 
-static void *seg_shm_peer(struct mc_te *te, mc_segment_id id)
+/* The segment's peer if the same-host transport reaches it, else NULL. */
+static struct mc_peer *seg_shm_peer(struct mc_te *te, mc_segment_id id)
 {
-	void *peer;
+	struct mc_peer *peer;
 	pthread_rwlock_rdlock(&te->seg_lock);
-	peer = te->segs[id]->shm_peer;
+	peer = te->segs[id]->peer;
 	pthread_rwlock_unlock(&te->seg_lock);
-	return peer;
+	return peer && peer->tp->ops == &mc_shm_transport_ops ? peer : NULL;
 }
 
 /* Sizes 1 B .. 16 MiB - 64 at unaligned offsets, both directions, every byte checked. */
@@ -228,7 +230,7 @@ static void same_host_path_moves_every_byte(void **state)
 {
 	struct pair *p = *state;
 	uint64_t before;
-	assert_non_null(p->a->shm);
+	assert_non_null(mc_te_transport(p->a, "shm"));
 	assert_non_null(seg_shm_peer(p->a, p->b_id));
 	before = copied(p->a);
 	roundtrip_sizes(p);
@@ -295,7 +297,7 @@ static void out_of_range_is_rejected_and_memory_untouched(void **state)
 static void switch_off_uses_tcp(void **state)
 {
 	struct pair *p = *state;
-	assert_null(p->a->shm);
+	assert_null(mc_te_transport(p->a, "shm"));
 	assert_null(seg_shm_peer(p->a, p->b_id));
 	roundtrip_sizes(p);
 }
@@ -304,7 +306,7 @@ static void peer_without_capability_uses_tcp(void **state)
 {
 	struct pair *p = *state;
 	struct mc_seg_desc *d = NULL;
-	assert_non_null(p->a->shm);
+	assert_non_null(mc_te_transport(p->a, "shm"));
 	assert_int_equal(mc_te_local_desc(p->b, &d), MC_OK);
 	assert_null(d->shm_ep); /* not advertised */
 	mc_seg_desc_free(d);
