@@ -21,8 +21,8 @@
 #include "mem/devmem.h"
 
 #include <pthread.h>
-#include <stddef.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 

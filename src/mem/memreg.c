@@ -191,8 +191,7 @@ int mc_memreg_ptr_device(struct mc_memreg *r, const struct mc_devmem_ops *devmem
 	return devmem->ptr_device(p);
 }
 
-mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out,
-			uint64_t *length_out)
+mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out, uint64_t *length_out)
 {
 	mc_status rc = MC_OK;
 	pthread_rwlock_rdlock(&r->lock);

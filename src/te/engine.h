@@ -86,7 +86,7 @@ struct mc_segment {
 	char host[256]; /* where its RPC and data ports live */
 	uint16_t rpc_port;
 	struct mc_peer *peer; /* the first transport that reaches it, or NULL */
-	atomic_bool stale; /* refetch the descriptor before next use */
+	atomic_bool stale;    /* refetch the descriptor before next use */
 };
 
 /* ---- the engine -------------------------------------------------------- */
@@ -132,6 +132,16 @@ struct mc_te {
 /* The device of local memory at [p, p+len) (registered at a cuda:N
  * location, or a device pointer by the backend), -1 for host memory. */
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
+
+/* ---- te/segment.c --------------------------------------------------------- */
+
+/* Borrowed (entries live as long as the engine); NULL for an unknown id. */
+struct mc_segment *mc_te_segment_get(struct mc_te *te, mc_segment_id id);
+/* Refetch seg's descriptor, swap it in and pick its peer again. */
+mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg);
+/* Where the segment called name has its RPC listener (rpc_meta record). */
+mc_status mc_te_rpc_meta_lookup(struct mc_te *te, const char *name, char *host, size_t host_len,
+				uint16_t *port);
 
 /* The engine's open transport named name, or NULL (tests, tools). */
 struct mc_transport *mc_te_transport(struct mc_te *te, const char *name);

@@ -24,11 +24,11 @@
  * backend exists) owns the buffers, the requests and every device copy, so
  * all CUDA calls of the initiator side come from it.  Transports report a
  * chunk's end through mc_slice_done(), which calls the chunk's own
- * completion callback (chunk_slice_done) on their threads; that only queues the chunk under sg->lock and wakes the thread.
- * The thread polls the copies it started (event queries) and, when a round
- * made no progress, blocks on the oldest copy, or sleeps on sg->cond when
- * there is none.  A copy is bounded (one chunk at PCIe speed), so blocking
- * on it delays the handling of a transport completion by at most that much.
+ * completion callback (chunk_slice_done) on their threads; that only queues the chunk under
+ * sg->lock and wakes the thread. The thread polls the copies it started (event queries) and, when a
+ * round made no progress, blocks on the oldest copy, or sleeps on sg->cond when there is none.  A
+ * copy is bounded (one chunk at PCIe speed), so blocking on it delays the handling of a transport
+ * completion by at most that much.
  *
  * The user's task has one slice, task->first, completed when the last
  * chunk ended; a failed chunk fails the task, after the chunks still in

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "base/alloc.h"
-#include "base/config.h"
 #include "base/compiler.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "mem/devmem.h"
 #include "mem/memreg.h"
@@ -147,8 +147,7 @@ static mc_status local_submit(struct mc_transport *base, struct mc_peer *peer,
 	(void)peer;
 	for (size_t i = 0; i < n; i++) {
 		struct mc_slice *s = slices[i];
-		struct mc_memreg_entry *ent =
-			mc_memreg_acquire(lt->memreg, s->remote_addr, s->len);
+		struct mc_memreg_entry *ent = mc_memreg_acquire(lt->memreg, s->remote_addr, s->len);
 		char *remote = (char *)(uintptr_t)s->remote_addr;
 		char *dst = s->opcode == MC_OP_WRITE ? remote : s->local;
 		const char *src = s->opcode == MC_OP_WRITE ? s->local : remote;
@@ -160,7 +159,8 @@ static mc_status local_submit(struct mc_transport *base, struct mc_peer *peer,
 			mc_slice_done(s, MC_ERR_ADDRESS_NOT_REGISTERED);
 			continue;
 		}
-		if (ent->dev >= 0 || mc_memreg_ptr_device(lt->memreg, lt->devmem, s->local, s->len) >= 0) {
+		if (ent->dev >= 0 ||
+		    mc_memreg_ptr_device(lt->memreg, lt->devmem, s->local, s->len) >= 0) {
 			int rc = lt->devmem->copy(dst, src, (size_t)s->len);
 			mc_memreg_put(lt->memreg, ent);
 			mc_slice_done(s, rc);

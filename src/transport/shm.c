@@ -44,10 +44,9 @@
  * registry's tcp row).  If the connect or the HELLO fails (other network
  * namespace, EPERM/ENOSYS from process_vm_*), the peer is switched off and
  * its slices, including any answered NOPERM, go to that TCP peer.  The
- * peer counts as failed when either path failed.  A lane that errors, closes or makes no progress for
- * MC_SHM_IO_TIMEOUT_MS fails its in-flight slices (typed status), marks the
- * peer failed (the engine then refetches the descriptor) and is reconnected
- * on next use.
+ * peer counts as failed when either path failed.  A lane that errors, closes or makes no progress
+ * for MC_SHM_IO_TIMEOUT_MS fails its in-flight slices (typed status), marks the peer failed (the
+ * engine then refetches the descriptor) and is reconnected on next use.
  *
  * Lock order: peer->lock, then a lane's send_lock, then the lane's lock;
  * st->peers_lock before a lane's locks (the receiver's timeout scan).
@@ -72,8 +71,8 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "base/config.h"
 #include "base/compiler.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "mem/devmem.h"
@@ -133,7 +132,8 @@ void mc_shm_req_encode(const struct mc_shm_req *r, uint8_t out[MC_SHM_REQ_LEN])
 	put64(out + 32, r->len);
 }
 
-mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out)
+mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r,
+			    const char **why_out)
 {
 	const char *why = NULL;
 
@@ -168,7 +168,8 @@ void mc_shm_resp_encode(uint64_t id, uint32_t status, uint8_t out[MC_SHM_RESP_LE
 	put64(out + 8, id);
 }
 
-mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out)
+mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out,
+			     uint32_t *status_out)
 {
 	if (get32(in) != MC_SHM_MAGIC)
 		return MC_ERR_PROTOCOL;
@@ -213,7 +214,7 @@ struct shm_peer {
 	struct shm_transport *st;
 	char ep[MC_SHM_EP_MAX + 1];
 	struct mc_peer *tcp_peer; /* the fallback's peer of the same target */
-	pthread_mutex_t lock; /* mode, connecting lanes */
+	pthread_mutex_t lock;	  /* mode, connecting lanes */
 	atomic_int mode;
 	atomic_bool denied;	       /* the kernel refused: TCP for good */
 	atomic_uint_fast64_t retry_ms; /* OFF for another reason: retry after */
@@ -1223,8 +1224,7 @@ static mc_status shm_submit(struct mc_transport *base, struct mc_peer *peer,
 /* The peer object for a same-host target's endpoint (created on first use,
  * lives as long as the transport).  tcp_peer is where its slices go when
  * the same-host path cannot be used. */
-static struct shm_peer *peer_get(struct shm_transport *st, const char *ep,
-				 struct mc_peer *tcp_peer)
+static struct shm_peer *peer_get(struct shm_transport *st, const char *ep, struct mc_peer *tcp_peer)
 {
 	struct shm_peer *p = NULL;
 	struct mc_list *it;

@@ -55,10 +55,12 @@ void mc_shm_req_encode(const struct mc_shm_req *r, uint8_t out[MC_SHM_REQ_LEN]);
 /* MC_OK, or MC_ERR_PROTOCOL with *why_out naming the defect (static
  * string): bad magic/version/opcode, reserved bits set, zero length, or a
  * range that wraps around the address space. */
-mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r, const char **why_out);
+mc_status mc_shm_req_decode(const uint8_t in[MC_SHM_REQ_LEN], struct mc_shm_req *r,
+			    const char **why_out);
 void mc_shm_resp_encode(uint64_t id, uint32_t status, uint8_t out[MC_SHM_RESP_LEN]);
 /* MC_OK, or MC_ERR_PROTOCOL for a bad magic. */
-mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out, uint32_t *status_out);
+mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out,
+			     uint32_t *status_out);
 
 /* Counters for tests and tools: slices this transport finished itself, and
  * slices it handed to TCP. */

@@ -52,8 +52,8 @@
 
 #define CFG(f) offsetof(struct tcp_config, f)
 static const struct mc_config_field tcp_config_table[] = {
-	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(workers), MC_CONFIG_INT,
-	 1, 64},
+	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(workers), MC_CONFIG_INT, 1,
+	 64},
 	{"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4", "persistent connections per peer",
 	 CFG(conns_per_peer), MC_CONFIG_INT, 1, 16},
 	{"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator", CFG(proto),
@@ -63,8 +63,8 @@ static const struct mc_config_field tcp_config_table[] = {
 	{"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30", "wait for a v2 status frame (s)",
 	 CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600},
 	{"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
-	 "fail requests on a connection that made no progress for this long",
-	 CFG(io_timeout_ms), MC_CONFIG_INT, 100, 3600000},
+	 "fail requests on a connection that made no progress for this long", CFG(io_timeout_ms),
+	 MC_CONFIG_INT, 100, 3600000},
 	{"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000", "data connect timeout",
 	 CFG(connect_timeout_ms), MC_CONFIG_INT, 10, 600000},
 	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
@@ -206,7 +206,8 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT, why);
 		} else if (c->state == CONN_UP && !busy && c->path != c->home &&
 			   mc_tcp_path_usable(&c->peer->paths[c->home], now))
-			mc_tcp_conn_close_fd(c); /* idle away from home: the next use tries home again */
+			mc_tcp_conn_close_fd(
+				c); /* idle away from home: the next use tries home again */
 	}
 	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
@@ -268,7 +269,8 @@ static void *worker_main(void *arg)
 		for (int i = 0; i < n; i++) {
 			int kind = *(int *)evs[i].data.ptr;
 			if (kind == EV_CONN) {
-				mc_tcp_conn_event((struct tcp_conn *)evs[i].data.ptr, evs[i].events);
+				mc_tcp_conn_event((struct tcp_conn *)evs[i].data.ptr,
+						  evs[i].events);
 			} else if (kind == EV_SCONN) {
 				struct tcp_sconn *sc = evs[i].data.ptr;
 				if ((evs[i].events & EPOLLOUT) && !mc_tcp_sconn_flush(sc))

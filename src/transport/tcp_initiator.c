@@ -456,7 +456,8 @@ static void conn_recv(struct tcp_conn *c)
 				return;
 			}
 			if (from_sendq) {
-				mc_tcp_conn_fail(c, MC_ERR_PROTOCOL, "status before the request was sent");
+				mc_tcp_conn_fail(c, MC_ERR_PROTOCOL,
+						 "status before the request was sent");
 				return;
 			}
 			if (s->opcode == MC_OP_WRITE) {
@@ -677,8 +678,8 @@ out:
 	return p;
 }
 
-mc_status mc_tcp_peer_open(struct mc_transport *base, const struct mc_seg_desc *d,
-			       const char *host, struct mc_peer **out)
+mc_status mc_tcp_peer_open(struct mc_transport *base, const struct mc_seg_desc *d, const char *host,
+			   struct mc_peer **out)
 {
 	struct tcp_peer *p;
 
@@ -702,8 +703,8 @@ void mc_tcp_peer_reset(struct mc_peer *peer)
 	atomic_store(&mc_container_of(peer, struct tcp_peer, base)->failed, false);
 }
 
-mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer,
-			    struct mc_slice **slices, size_t n)
+mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct mc_slice **slices,
+			size_t n)
 {
 	struct tcp_transport *tp = to_tcp(base);
 	struct tcp_peer *p = mc_container_of(peer, struct tcp_peer, base);

@@ -19,7 +19,6 @@
 
 #include "transport/tcp.h"
 
-
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -43,8 +42,8 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "base/config.h"
 #include "base/compiler.h"
+#include "base/config.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
@@ -198,7 +197,6 @@ struct tcp_config {
 	int64_t path_backoff_ms;
 };
 
-
 struct tcp_transport {
 	struct mc_transport base;
 	struct tcp_config cfg;
@@ -246,12 +244,12 @@ ssize_t mc_tcp_sock_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen, size
 /* epoll events of a client connection, on its worker. */
 void mc_tcp_conn_event(struct tcp_conn *c, uint32_t events);
 void mc_tcp_peer_free(struct tcp_peer *p);
-mc_status mc_tcp_peer_open(struct mc_transport *base, const struct mc_seg_desc *d,
-			       const char *host, struct mc_peer **out);
+mc_status mc_tcp_peer_open(struct mc_transport *base, const struct mc_seg_desc *d, const char *host,
+			   struct mc_peer **out);
 bool mc_tcp_peer_failed(struct mc_peer *peer);
 void mc_tcp_peer_reset(struct mc_peer *peer);
-mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer,
-			    struct mc_slice **slices, size_t n);
+mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct mc_slice **slices,
+			size_t n);
 unsigned mc_tcp_split(struct mc_transport *base, uint64_t len);
 
 /* ---- tcp_target.c ------------------------------------------------------------- */

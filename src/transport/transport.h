@@ -157,9 +157,8 @@ static inline uint16_t mc_transport_data_port(struct mc_transport *tp)
 	return tp->ops->data_port(tp);
 }
 
-static inline mc_status mc_transport_peer_open(struct mc_transport *tp,
-					       const struct mc_seg_desc *d, const char *host,
-					       struct mc_peer **out)
+static inline mc_status mc_transport_peer_open(struct mc_transport *tp, const struct mc_seg_desc *d,
+					       const char *host, struct mc_peer **out)
 {
 	return tp->ops->peer_open(tp, d, host, out);
 }

@@ -31,9 +31,9 @@
 
 #include <cmocka.h>
 
+#include "mem/devmem.h"
 #include "mooncake/te.h"
 #include "support.h"
-#include "mem/devmem.h"
 #include "te/engine.h"
 
 #ifndef MC_TEST_CUDA
