@@ -129,17 +129,16 @@ void mc_task_slice_done(struct mc_slice *s, mc_status status)
 		task_finish(t);
 }
 
-void mc_task_fail_now(struct mc_task *t, int status)
+void mc_task_fail_now(struct mc_task *t, mc_status status)
 {
 	atomic_store(&t->error, status);
 	atomic_store(&t->slices_left, 0);
 	task_finish(t);
 }
 
-int mc_batch_table_init(struct mc_te *te)
+void mc_batch_table_init(struct mc_te *te)
 {
 	pthread_mutex_init(&te->batch_lock, NULL);
-	return MC_OK;
 }
 
 void mc_batch_table_release(struct mc_te *te)
@@ -153,11 +152,11 @@ void mc_batch_table_release(struct mc_te *te)
 	pthread_mutex_destroy(&te->batch_lock);
 }
 
-int mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out)
+mc_status mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out)
 {
 	struct mc_batch *b;
 	uint32_t slot;
-	int rc = MC_OK;
+	mc_status rc = MC_OK;
 
 	if (capacity == 0 || capacity > (1u << 24))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "batch capacity %zu out of range",
@@ -241,7 +240,7 @@ static bool all_terminal(struct mc_batch *b)
 	return true;
 }
 
-int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
+mc_status mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
 {
 	struct mc_batch *b = mc_batch_lookup(te, id);
 	if (!b)
@@ -281,7 +280,7 @@ int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
  */
 #define WAIT_SPIN_NS 100000ull
 
-int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
+mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
 {
 	uint64_t start = mc_now_ns();
 	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;

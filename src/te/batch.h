@@ -4,15 +4,15 @@
 
 #include "te/engine.h"
 
-int mc_batch_table_init(struct mc_te *te);
+void mc_batch_table_init(struct mc_te *te);
 void mc_batch_table_release(struct mc_te *te);
-int mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out);
+mc_status mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **out);
 /* Borrowed pointer, NULL for an unknown, freed or discarded id. */
 struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id);
 /* Free now (MC_ERR_BATCH_BUSY while in flight) or, with discard, when done. */
-int mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard);
+mc_status mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard);
 void mc_batch_destroy(struct mc_batch *b);
-int mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms);
+mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms);
 /* The completion callback of a task's slices (owner: the task); runs on
  * the thread that finished the slice. */
 void mc_task_slice_done(struct mc_slice *s, mc_status status);
@@ -24,6 +24,6 @@ static inline void mc_task_slice_init(struct mc_task *t, struct mc_slice *s)
 }
 
 /* Fail a task that never reached a transport. */
-void mc_task_fail_now(struct mc_task *t, int status);
+void mc_task_fail_now(struct mc_task *t, mc_status status);
 
 #endif
