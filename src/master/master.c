@@ -192,8 +192,9 @@ static mc_status mount_one(struct ctx *c, uint32_t client, const struct mc_store
 	return MC_OK;
 }
 
-static mc_status h_ping(struct ctx *c, const struct mc_store_client_req *r)
+static mc_status h_ping(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_client_req *r = &q->body.client_req;
 	struct mc_store_ping_resp resp = {.view_version = 0,
 					  .client_status = MC_STORE_CLIENT_NEED_REMOUNT};
 	uint32_t slot;
@@ -206,8 +207,9 @@ static mc_status h_ping(struct ctx *c, const struct mc_store_client_req *r)
 	return mc_store_ping_response_encode(c->out, c->id, &resp);
 }
 
-static mc_status h_mount(struct ctx *c, const struct mc_store_mount_req *r)
+static mc_status h_mount(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_mount_req *r = &q->body.mount_req;
 	uint32_t client;
 	mc_status st = check_segment(c, &r->segment);
 
@@ -223,8 +225,9 @@ static mc_status h_mount(struct ctx *c, const struct mc_store_mount_req *r)
 	return mc_store_mount_segment_response_encode(c->out, c->id, NULL);
 }
 
-static mc_status h_remount(struct ctx *c, const struct mc_store_remount_req *r)
+static mc_status h_remount(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_remount_req *r = &q->body.remount_req;
 	uint32_t client;
 	mc_status st;
 
@@ -247,8 +250,9 @@ static mc_status h_remount(struct ctx *c, const struct mc_store_remount_req *r)
 	return mc_store_remount_segment_response_encode(c->out, c->id, NULL);
 }
 
-static mc_status h_unmount(struct ctx *c, const struct mc_store_unmount_req *r)
+static mc_status h_unmount(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_unmount_req *r = &q->body.unmount_req;
 	uint32_t slot;
 
 	if (mc_master_seg_find(c->m, &r->segment_id, &slot))
@@ -256,8 +260,9 @@ static mc_status h_unmount(struct ctx *c, const struct mc_store_unmount_req *r)
 	return mc_store_unmount_segment_response_encode(c->out, c->id, NULL);
 }
 
-static mc_status h_graceful(struct ctx *c, const struct mc_store_graceful_unmount_req *r)
+static mc_status h_graceful(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_graceful_unmount_req *r = &q->body.graceful_unmount_req;
 	uint32_t slot, client;
 	struct mc_seg *s = mc_master_seg_find(c->m, &r->segment_id, &slot);
 	struct mc_client *cl = mc_master_client_find(c->m, &r->client_id, &client);
@@ -289,8 +294,9 @@ static mc_status h_graceful(struct ctx *c, const struct mc_store_graceful_unmoun
 /* ------------------------------------------------------------------------ */
 /* reads                                                                     */
 
-static mc_status h_exist(struct ctx *c, const struct mc_store_key_req *r)
+static mc_status h_exist(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_key_req *r = &q->body.key_req;
 	struct mc_store_exist_resp resp = {false};
 	struct mc_obj *o;
 
@@ -315,8 +321,9 @@ static void batch_count(struct mc_master_batch_counter *bc, uint32_t n, uint32_t
 		bc->partial_successes++;
 }
 
-static mc_status h_batch_exist(struct ctx *c, const struct mc_store_keys_req *r)
+static mc_status h_batch_exist(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_keys_req *r = &q->body.keys_req;
 	struct mc_master *m = c->m;
 	struct mc_store_batch_exist_resp resp = {r->n_keys, NULL};
 	struct mc_store_exist_item *items;
@@ -354,8 +361,9 @@ static mc_status h_batch_exist(struct ctx *c, const struct mc_store_keys_req *r)
 	return mc_store_batch_exist_key_response_encode(c->out, c->id, &resp);
 }
 
-static mc_status h_get(struct ctx *c, const struct mc_store_key_req *r)
+static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_key_req *r = &q->body.key_req;
 	struct mc_master *m = c->m;
 	struct mc_store_replica_list l;
 	struct mc_obj *o;
@@ -379,8 +387,9 @@ static mc_status h_get(struct ctx *c, const struct mc_store_key_req *r)
 	return mc_store_get_replica_list_response_encode(c->out, c->id, &l);
 }
 
-static mc_status h_batch_get(struct ctx *c, const struct mc_store_keys_req *r)
+static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_keys_req *r = &q->body.keys_req;
 	struct mc_master *m = c->m;
 	struct mc_store_batch_replica_list resp = {r->n_keys, NULL};
 	struct mc_store_replica_list_item *items;
@@ -467,8 +476,9 @@ static bool key_match(const regex_t *re, const struct mc_obj *o)
 	return regexec(re, buf, 0, NULL, 0) == 0;
 }
 
-static mc_status h_regex(struct ctx *c, const struct mc_store_regex_req *r)
+static mc_status h_regex(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_regex_req *r = &q->body.regex_req;
 	struct mc_master *m = c->m;
 	struct mc_store_regex_replica_list resp = {0, NULL};
 	struct mc_obj **objs = NULL;
@@ -886,8 +896,10 @@ static mc_status put_client(struct ctx *c, const struct mc_store_uuid *id, uint3
 	return st == MC_OK ? MC_OK : FAIL(c, st, "cannot record client");
 }
 
-static mc_status h_put_start(struct ctx *c, const struct mc_store_put_start_req *r, bool upsert)
+static mc_status h_put_start(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_put_start_req *r = &q->body.put_start_req;
+	const bool upsert = q->hdr.type == MC_STORE_UPSERT_START;
 	struct mc_master *m = c->m;
 	struct mc_store_put_start_resp resp;
 	uint32_t client, pos = 0, n = 0;
@@ -911,9 +923,10 @@ static mc_status h_put_start(struct ctx *c, const struct mc_store_put_start_req 
 					c->id, &resp);
 }
 
-static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_batch_put_start_req *r,
-				   bool upsert)
+static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_batch_put_start_req *r = &q->body.batch_put_start_req;
+	const bool upsert = q->hdr.type == MC_STORE_BATCH_UPSERT_START;
 	struct mc_master *m = c->m;
 	struct mc_store_batch_put_start_resp resp = {r->n_items, NULL};
 	struct mc_store_put_start_item *items;
@@ -1077,8 +1090,10 @@ static mc_status put_revoke_one(struct ctx *c, const struct mc_store_uuid *clien
 	return MC_OK;
 }
 
-static mc_status h_put_end(struct ctx *c, const struct mc_store_put_end_req *r, uint16_t type)
+static mc_status h_put_end(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_put_end_req *r = &q->body.put_end_req;
+	const uint16_t type = q->hdr.type;
 	bool found;
 	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
 	mc_status st = check_type(c, r->replica_type);
@@ -1090,8 +1105,10 @@ static mc_status h_put_end(struct ctx *c, const struct mc_store_put_end_req *r, 
 	return mc_store_response_encode(c->out, type, c->id, NULL);
 }
 
-static mc_status h_put_revoke(struct ctx *c, const struct mc_store_put_revoke_req *r, uint16_t type)
+static mc_status h_put_revoke(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_put_revoke_req *r = &q->body.put_revoke_req;
+	const uint16_t type = q->hdr.type;
 	bool found;
 	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
 	mc_status st = check_type(c, r->replica_type);
@@ -1148,16 +1165,18 @@ static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *cli
 	return mc_store_response_encode(c->out, type, c->id, &resp);
 }
 
-static mc_status h_batch_put_end(struct ctx *c, const struct mc_store_batch_put_end_req *r,
-				 uint16_t type)
+static mc_status h_batch_put_end(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_batch_put_end_req *r = &q->body.batch_put_end_req;
+	const uint16_t type = q->hdr.type;
 	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_items, r->items,
 				NULL, true, type);
 }
 
-static mc_status h_batch_put_revoke(struct ctx *c, const struct mc_store_batch_put_revoke_req *r,
-				    uint16_t type)
+static mc_status h_batch_put_revoke(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_batch_put_revoke_req *r = &q->body.batch_put_revoke_req;
+	const uint16_t type = q->hdr.type;
 	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_keys, NULL,
 				r->keys, false, type);
 }
@@ -1185,8 +1204,9 @@ static mc_status remove_one(struct ctx *c, const struct mc_proto_str *tenant,
 	return st;
 }
 
-static mc_status h_remove(struct ctx *c, const struct mc_store_remove_req *r)
+static mc_status h_remove(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_remove_req *r = &q->body.remove_req;
 	mc_status st = remove_one(c, &r->tenant, &r->key, r->force);
 
 	if (st != MC_OK)
@@ -1194,8 +1214,9 @@ static mc_status h_remove(struct ctx *c, const struct mc_store_remove_req *r)
 	return mc_store_remove_response_encode(c->out, c->id, NULL);
 }
 
-static mc_status h_batch_remove(struct ctx *c, const struct mc_store_batch_remove_req *r)
+static mc_status h_batch_remove(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_batch_remove_req *r = &q->body.batch_remove_req;
 	struct mc_store_batch_status_resp resp = {r->n_keys, NULL};
 	char *keep = c->err, scratch_err[ERR_LEN];
 	mc_status st = status_list(c, r->n_keys, r->keys, "key", &resp.statuses);
@@ -1215,8 +1236,9 @@ static mc_status h_batch_remove(struct ctx *c, const struct mc_store_batch_remov
  * whole object (segment_name "") or only its replicas on that segment, and
  * erase it if none is left.  Skipped keys are not errors.
  */
-static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_replica_clear_req *r)
+static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_replica_clear_req *r = &q->body.replica_clear_req;
 	struct mc_master *m = c->m;
 	struct mc_store_keys_resp resp = {0, NULL};
 	uint32_t writer = MC_MASTER_NO_CLIENT;
@@ -1251,8 +1273,9 @@ static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_repl
 	return st;
 }
 
-static mc_status h_remove_regex(struct ctx *c, const struct mc_store_remove_regex_req *r)
+static mc_status h_remove_regex(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_remove_regex_req *r = &q->body.remove_regex_req;
 	struct mc_master *m = c->m;
 	struct mc_store_count_resp resp = {0};
 	bool found;
@@ -1277,8 +1300,9 @@ static mc_status h_remove_regex(struct ctx *c, const struct mc_store_remove_rege
 	return mc_store_remove_by_regex_response_encode(c->out, c->id, &resp);
 }
 
-static mc_status h_remove_all(struct ctx *c, const struct mc_store_remove_all_req *r)
+static mc_status h_remove_all(struct ctx *c, const struct mc_store_msg *q)
 {
+	const struct mc_store_remove_all_req *r = &q->body.remove_all_req;
 	struct mc_store_count_resp resp;
 	char *t = mc_strndup(sp(&r->tenant), r->tenant.len);
 
@@ -1292,49 +1316,11 @@ static mc_status h_remove_all(struct ctx *c, const struct mc_store_remove_all_re
 /* ------------------------------------------------------------------------ */
 /* dispatch                                                                  */
 
-static struct mc_master_req_counter *counter_of(struct mc_master *m, uint16_t type)
-{
-	struct mc_master_metrics *x = &m->met;
-
-	switch (type) {
-	case MC_STORE_PING:
-		return &x->master_ping;
-	case MC_STORE_MOUNT_SEGMENT:
-		return &x->master_mount_segment;
-	case MC_STORE_REMOUNT_SEGMENT:
-		return &x->master_remount_segment;
-	case MC_STORE_UNMOUNT_SEGMENT:
-	case MC_STORE_GRACEFUL_UNMOUNT_SEGMENT:
-		return &x->master_unmount_segment;
-	case MC_STORE_EXIST_KEY:
-		return &x->master_exist_key;
-	case MC_STORE_GET_REPLICA_LIST:
-		return &x->master_get_replica_list;
-	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
-		return &x->master_get_replica_list_by_regex;
-	case MC_STORE_PUT_START:
-	case MC_STORE_UPSERT_START:
-		return &x->master_put_start;
-	case MC_STORE_PUT_END:
-	case MC_STORE_UPSERT_END:
-		return &x->master_put_end;
-	case MC_STORE_PUT_REVOKE:
-	case MC_STORE_UPSERT_REVOKE:
-		return &x->master_put_revoke;
-	case MC_STORE_REMOVE:
-	case MC_STORE_BATCH_REMOVE:
-		return &x->master_remove;
-	case MC_STORE_REMOVE_BY_REGEX:
-		return &x->master_remove_by_regex;
-	default:
-		return NULL; /* batches count themselves; RemoveAll in mc_master_remove_all */
-	}
-}
-
 /*
  * The decoder never yields a NULL pointer with a non-zero length or count;
- * a request built by hand (tests, in-process callers) might.  Check every
- * string and list once here so the handlers can trust them.
+ * a request built by hand (tests, in-process callers) might.  Each
+ * message's validator checks every string and list once, before its
+ * handler runs, so the handlers can trust them.
  */
 static bool s_ok(const struct mc_proto_str *s)
 {
@@ -1364,152 +1350,202 @@ static bool cfg_ok(const struct mc_store_replicate_config *c)
 	       strs_ok(c->preferred_nof_segments, c->n_preferred_nof_segments);
 }
 
-static bool req_ok(const struct mc_store_msg *req)
+static bool v_hello(const struct mc_store_msg *q)
 {
-	const __typeof__(req->body) *b = &req->body;
-
-	switch (req->hdr.type) {
-	case MC_STORE_SERVICE_READY:
-		return s_ok(&b->hello.version);
-	case MC_STORE_MOUNT_SEGMENT:
-		return seg_ok(&b->mount_req.segment);
-	case MC_STORE_REMOUNT_SEGMENT:
-		if (b->remount_req.n_segments && !b->remount_req.segments)
-			return false;
-		for (uint32_t i = 0; i < b->remount_req.n_segments; i++) {
-			if (!seg_ok(&b->remount_req.segments[i]))
-				return false;
-		}
-		return true;
-	case MC_STORE_EXIST_KEY:
-	case MC_STORE_GET_REPLICA_LIST:
-		return s_ok(&b->key_req.tenant) && s_ok(&b->key_req.key);
-	case MC_STORE_BATCH_EXIST_KEY:
-	case MC_STORE_BATCH_GET_REPLICA_LIST:
-		return s_ok(&b->keys_req.tenant) && strs_ok(b->keys_req.keys, b->keys_req.n_keys);
-	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
-		return s_ok(&b->regex_req.tenant) && s_ok(&b->regex_req.pattern);
-	case MC_STORE_PUT_START:
-	case MC_STORE_UPSERT_START:
-		return s_ok(&b->put_start_req.tenant) && s_ok(&b->put_start_req.key) &&
-		       s_ok(&b->put_start_req.group_id) && cfg_ok(&b->put_start_req.config);
-	case MC_STORE_BATCH_PUT_START:
-	case MC_STORE_BATCH_UPSERT_START:
-		if (!s_ok(&b->batch_put_start_req.tenant) ||
-		    !cfg_ok(&b->batch_put_start_req.config) ||
-		    (b->batch_put_start_req.n_items && !b->batch_put_start_req.items))
-			return false;
-		for (uint32_t i = 0; i < b->batch_put_start_req.n_items; i++) {
-			const struct mc_store_put_item *it = &b->batch_put_start_req.items[i];
-
-			if (!s_ok(&it->key) || !s_ok(&it->group_id))
-				return false;
-		}
-		return true;
-	case MC_STORE_PUT_END:
-	case MC_STORE_UPSERT_END:
-		return s_ok(&b->put_end_req.tenant) && s_ok(&b->put_end_req.key);
-	case MC_STORE_BATCH_PUT_END:
-	case MC_STORE_BATCH_UPSERT_END:
-		if (!s_ok(&b->batch_put_end_req.tenant) ||
-		    (b->batch_put_end_req.n_items && !b->batch_put_end_req.items))
-			return false;
-		for (uint32_t i = 0; i < b->batch_put_end_req.n_items; i++) {
-			if (!s_ok(&b->batch_put_end_req.items[i].key))
-				return false;
-		}
-		return true;
-	case MC_STORE_PUT_REVOKE:
-	case MC_STORE_UPSERT_REVOKE:
-		return s_ok(&b->put_revoke_req.tenant) && s_ok(&b->put_revoke_req.key);
-	case MC_STORE_BATCH_PUT_REVOKE:
-	case MC_STORE_BATCH_UPSERT_REVOKE:
-		return s_ok(&b->batch_put_revoke_req.tenant) &&
-		       strs_ok(b->batch_put_revoke_req.keys, b->batch_put_revoke_req.n_keys);
-	case MC_STORE_REMOVE:
-		return s_ok(&b->remove_req.tenant) && s_ok(&b->remove_req.key);
-	case MC_STORE_REMOVE_BY_REGEX:
-		return s_ok(&b->remove_regex_req.tenant) && s_ok(&b->remove_regex_req.pattern);
-	case MC_STORE_REMOVE_ALL:
-		return s_ok(&b->remove_all_req.tenant);
-	case MC_STORE_BATCH_REMOVE:
-		return s_ok(&b->batch_remove_req.tenant) &&
-		       strs_ok(b->batch_remove_req.keys, b->batch_remove_req.n_keys);
-	case MC_STORE_BATCH_REPLICA_CLEAR:
-		return s_ok(&b->replica_clear_req.tenant) &&
-		       s_ok(&b->replica_clear_req.segment_name) &&
-		       strs_ok(b->replica_clear_req.keys, b->replica_clear_req.n_keys);
-	default:
-		return true;
-	}
+	return s_ok(&q->body.hello.version);
 }
 
-static mc_status dispatch(struct ctx *c, const struct mc_store_msg *req)
+static bool v_mount(const struct mc_store_msg *q)
 {
-	const uint16_t t = req->hdr.type;
-	struct mc_store_hello hello;
+	return seg_ok(&q->body.mount_req.segment);
+}
 
-	if (!req_ok(req))
-		return FAIL(c, MC_ERR_INVALID_PARAMS,
-			    "malformed %s request: a list or string "
-			    "without its data",
-			    mc_store_msg_name(t));
-	switch (t) {
-	case MC_STORE_SERVICE_READY:
-		hello.version = mc_proto_str_c(c->m->version);
-		return mc_store_service_ready_response_encode(c->out, c->id, &hello);
-	case MC_STORE_PING:
-		return h_ping(c, &req->body.client_req);
-	case MC_STORE_MOUNT_SEGMENT:
-		return h_mount(c, &req->body.mount_req);
-	case MC_STORE_REMOUNT_SEGMENT:
-		return h_remount(c, &req->body.remount_req);
-	case MC_STORE_UNMOUNT_SEGMENT:
-		return h_unmount(c, &req->body.unmount_req);
-	case MC_STORE_GRACEFUL_UNMOUNT_SEGMENT:
-		return h_graceful(c, &req->body.graceful_unmount_req);
-	case MC_STORE_EXIST_KEY:
-		return h_exist(c, &req->body.key_req);
-	case MC_STORE_BATCH_EXIST_KEY:
-		return h_batch_exist(c, &req->body.keys_req);
-	case MC_STORE_GET_REPLICA_LIST:
-		return h_get(c, &req->body.key_req);
-	case MC_STORE_BATCH_GET_REPLICA_LIST:
-		return h_batch_get(c, &req->body.keys_req);
-	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
-		return h_regex(c, &req->body.regex_req);
-	case MC_STORE_PUT_START:
-	case MC_STORE_UPSERT_START:
-		return h_put_start(c, &req->body.put_start_req, t == MC_STORE_UPSERT_START);
-	case MC_STORE_PUT_END:
-	case MC_STORE_UPSERT_END:
-		return h_put_end(c, &req->body.put_end_req, t);
-	case MC_STORE_PUT_REVOKE:
-	case MC_STORE_UPSERT_REVOKE:
-		return h_put_revoke(c, &req->body.put_revoke_req, t);
-	case MC_STORE_BATCH_PUT_START:
-	case MC_STORE_BATCH_UPSERT_START:
-		return h_batch_put_start(c, &req->body.batch_put_start_req,
-					 t == MC_STORE_BATCH_UPSERT_START);
-	case MC_STORE_BATCH_PUT_END:
-	case MC_STORE_BATCH_UPSERT_END:
-		return h_batch_put_end(c, &req->body.batch_put_end_req, t);
-	case MC_STORE_BATCH_PUT_REVOKE:
-	case MC_STORE_BATCH_UPSERT_REVOKE:
-		return h_batch_put_revoke(c, &req->body.batch_put_revoke_req, t);
-	case MC_STORE_REMOVE:
-		return h_remove(c, &req->body.remove_req);
-	case MC_STORE_REMOVE_BY_REGEX:
-		return h_remove_regex(c, &req->body.remove_regex_req);
-	case MC_STORE_REMOVE_ALL:
-		return h_remove_all(c, &req->body.remove_all_req);
-	case MC_STORE_BATCH_REMOVE:
-		return h_batch_remove(c, &req->body.batch_remove_req);
-	case MC_STORE_BATCH_REPLICA_CLEAR:
-		return h_batch_replica_clear(c, &req->body.replica_clear_req);
-	default:
-		return FAIL(c, MC_ERR_NOT_SUPPORTED, "message type %u is not supported", t);
+static bool v_remount(const struct mc_store_msg *q)
+{
+	const struct mc_store_remount_req *r = &q->body.remount_req;
+
+	if (r->n_segments && !r->segments)
+		return false;
+	for (uint32_t i = 0; i < r->n_segments; i++) {
+		if (!seg_ok(&r->segments[i]))
+			return false;
 	}
+	return true;
+}
+
+static bool v_key(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.key_req.tenant) && s_ok(&q->body.key_req.key);
+}
+
+static bool v_keys(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.keys_req.tenant) &&
+	       strs_ok(q->body.keys_req.keys, q->body.keys_req.n_keys);
+}
+
+static bool v_regex(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.regex_req.tenant) && s_ok(&q->body.regex_req.pattern);
+}
+
+static bool v_put_start(const struct mc_store_msg *q)
+{
+	const struct mc_store_put_start_req *r = &q->body.put_start_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->key) && s_ok(&r->group_id) && cfg_ok(&r->config);
+}
+
+static bool v_batch_put_start(const struct mc_store_msg *q)
+{
+	const struct mc_store_batch_put_start_req *r = &q->body.batch_put_start_req;
+
+	if (!s_ok(&r->tenant) || !cfg_ok(&r->config) || (r->n_items && !r->items))
+		return false;
+	for (uint32_t i = 0; i < r->n_items; i++) {
+		if (!s_ok(&r->items[i].key) || !s_ok(&r->items[i].group_id))
+			return false;
+	}
+	return true;
+}
+
+static bool v_put_end(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.put_end_req.tenant) && s_ok(&q->body.put_end_req.key);
+}
+
+static bool v_batch_put_end(const struct mc_store_msg *q)
+{
+	const struct mc_store_batch_put_end_req *r = &q->body.batch_put_end_req;
+
+	if (!s_ok(&r->tenant) || (r->n_items && !r->items))
+		return false;
+	for (uint32_t i = 0; i < r->n_items; i++) {
+		if (!s_ok(&r->items[i].key))
+			return false;
+	}
+	return true;
+}
+
+static bool v_put_revoke(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.put_revoke_req.tenant) && s_ok(&q->body.put_revoke_req.key);
+}
+
+static bool v_batch_put_revoke(const struct mc_store_msg *q)
+{
+	const struct mc_store_batch_put_revoke_req *r = &q->body.batch_put_revoke_req;
+
+	return s_ok(&r->tenant) && strs_ok(r->keys, r->n_keys);
+}
+
+static bool v_remove(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.remove_req.tenant) && s_ok(&q->body.remove_req.key);
+}
+
+static bool v_remove_regex(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.remove_regex_req.tenant) && s_ok(&q->body.remove_regex_req.pattern);
+}
+
+static bool v_remove_all(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.remove_all_req.tenant);
+}
+
+static bool v_batch_remove(const struct mc_store_msg *q)
+{
+	const struct mc_store_batch_remove_req *r = &q->body.batch_remove_req;
+
+	return s_ok(&r->tenant) && strs_ok(r->keys, r->n_keys);
+}
+
+static bool v_replica_clear(const struct mc_store_msg *q)
+{
+	const struct mc_store_replica_clear_req *r = &q->body.replica_clear_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->segment_name) && strs_ok(r->keys, r->n_keys);
+}
+
+static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
+{
+	struct mc_store_hello hello = {.version = mc_proto_str_c(c->m->version)};
+
+	(void)q;
+	return mc_store_service_ready_response_encode(c->out, c->id, &hello);
+}
+
+/*
+ * The command table: one row per message of MC_STORE_MSG_MAP (store/proto.h),
+ * X(NAME, handler, validator, counter).  The validator (NULL: the body has
+ * no string or list to check) runs before the handler; the counter is the
+ * struct mc_master_metrics member that counts the message's requests and
+ * failures (NO_COUNTER: batches count their items themselves and RemoveAll
+ * counts in mc_master_remove_all).  Adding an RPC is a row in the protocol's
+ * table, a row here and its handler; the asserts below refuse a build where
+ * the two tables disagree.
+ */
+#define NO_COUNTER SIZE_MAX
+#define COUNTER(f) offsetof(struct mc_master_metrics, f)
+
+/* clang-format off */
+#define MASTER_CMDS(X)                                                                      \
+	X(SERVICE_READY, h_service_ready, v_hello, NO_COUNTER)                              \
+	X(PING, h_ping, NULL, COUNTER(master_ping))                                         \
+	X(MOUNT_SEGMENT, h_mount, v_mount, COUNTER(master_mount_segment))                   \
+	X(REMOUNT_SEGMENT, h_remount, v_remount, COUNTER(master_remount_segment))           \
+	X(UNMOUNT_SEGMENT, h_unmount, NULL, COUNTER(master_unmount_segment))                \
+	X(GRACEFUL_UNMOUNT_SEGMENT, h_graceful, NULL, COUNTER(master_unmount_segment))      \
+	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
+	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
+	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \
+	X(BATCH_GET_REPLICA_LIST, h_batch_get, v_keys, NO_COUNTER)                          \
+	X(GET_REPLICA_LIST_BY_REGEX, h_regex, v_regex,                                      \
+	  COUNTER(master_get_replica_list_by_regex))                                        \
+	X(PUT_START, h_put_start, v_put_start, COUNTER(master_put_start))                   \
+	X(PUT_END, h_put_end, v_put_end, COUNTER(master_put_end))                           \
+	X(PUT_REVOKE, h_put_revoke, v_put_revoke, COUNTER(master_put_revoke))               \
+	X(BATCH_PUT_START, h_batch_put_start, v_batch_put_start, NO_COUNTER)                \
+	X(BATCH_PUT_END, h_batch_put_end, v_batch_put_end, NO_COUNTER)                      \
+	X(BATCH_PUT_REVOKE, h_batch_put_revoke, v_batch_put_revoke, NO_COUNTER)             \
+	X(UPSERT_START, h_put_start, v_put_start, COUNTER(master_put_start))                \
+	X(UPSERT_END, h_put_end, v_put_end, COUNTER(master_put_end))                        \
+	X(UPSERT_REVOKE, h_put_revoke, v_put_revoke, COUNTER(master_put_revoke))            \
+	X(BATCH_UPSERT_START, h_batch_put_start, v_batch_put_start, NO_COUNTER)             \
+	X(BATCH_UPSERT_END, h_batch_put_end, v_batch_put_end, NO_COUNTER)                   \
+	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, v_batch_put_revoke, NO_COUNTER)          \
+	X(REMOVE, h_remove, v_remove, COUNTER(master_remove))                               \
+	X(REMOVE_BY_REGEX, h_remove_regex, v_remove_regex, COUNTER(master_remove_by_regex)) \
+	X(REMOVE_ALL, h_remove_all, v_remove_all, NO_COUNTER)                               \
+	X(BATCH_REMOVE, h_batch_remove, v_batch_remove, COUNTER(master_remove))             \
+	X(BATCH_REPLICA_CLEAR, h_batch_replica_clear, v_replica_clear, NO_COUNTER)
+/* clang-format on */
+
+struct cmd {
+	mc_status (*handle)(struct ctx *c, const struct mc_store_msg *q);
+	bool (*valid)(const struct mc_store_msg *q); /* NULL: nothing to check */
+	size_t counter;				     /* in struct mc_master_metrics */
+};
+
+#define ONE(...) +1
+#define CMD_ROW(NAME, handler, validator, counter) \
+	[MC_STORE_##NAME] = {(handler), (validator), (counter)},
+
+/* Indexed by message type; a row is empty for a number no message has. */
+static const struct cmd cmds[] = {MASTER_CMDS(CMD_ROW)};
+
+/* Every protocol message has a row (rows cannot repeat: -Woverride-init). */
+MC_STATIC_ASSERT((0 MASTER_CMDS(ONE)) == (0 MC_STORE_MSG_MAP(ONE)),
+		 "MASTER_CMDS must have one row per message of MC_STORE_MSG_MAP");
+#undef CMD_ROW
+#undef ONE
+
+static const struct cmd *cmd_of(uint16_t type)
+{
+	if (type >= MC_ARRAY_SIZE(cmds) || !cmds[type].handle)
+		return NULL;
+	return &cmds[type];
 }
 
 mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, uint64_t now_ms,
@@ -1517,15 +1553,22 @@ mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, 
 {
 	char err[ERR_LEN];
 	struct ctx c = {m, now_ms, req->hdr.req_id, out, err};
-	struct mc_master_req_counter *rc;
+	const struct cmd *cmd = cmd_of(req->hdr.type);
 	size_t mark = out->len;
 	mc_status st;
 
 	err[0] = '\0';
 	if (req->hdr.flags & MC_PROTO_F_RESPONSE)
 		st = FAIL(&c, MC_ERR_INVALID_PARAMS, "a response frame sent to the master");
+	else if (!cmd)
+		st = FAIL(&c, MC_ERR_NOT_SUPPORTED, "message type %u is not supported",
+			  req->hdr.type);
+	else if (cmd->valid && !cmd->valid(req))
+		st = FAIL(&c, MC_ERR_INVALID_PARAMS,
+			  "malformed %s request: a list or string without its data",
+			  mc_store_msg_name(req->hdr.type));
 	else
-		st = dispatch(&c, req);
+		st = cmd->handle(&c, req);
 	if (m->need_sweep)
 		mc_master_sweep(m);
 	if (st != MC_OK && out->len != mark) {
@@ -1534,8 +1577,9 @@ mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, 
 	}
 	if (st != MC_OK && !err[0])
 		snprintf(err, sizeof(err), "cannot encode the response: %s", mc_strerror(st));
-	rc = counter_of(m, req->hdr.type);
-	if (rc) {
+	if (cmd && cmd->counter != NO_COUNTER) {
+		struct mc_master_req_counter *rc =
+			(struct mc_master_req_counter *)((char *)&m->met + cmd->counter);
 		rc->requests++;
 		rc->failures += st != MC_OK;
 	}
