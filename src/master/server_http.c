@@ -24,7 +24,8 @@
  * /metrics emits every metric name upstream exports, touched at zero
  * when this build has no such thing (NoF, SSD, HA, promotion, tasks,
  * snapshots), so dashboards and alerts written for upstream find their
- * series.
+ * series.  One table (metrics[] below) defines each series once: name,
+ * kind, help and the struct mc_master_metrics member it reads.
  */
 #define MC_LOG_MODULE "master"
 #include <arpa/inet.h>
@@ -318,92 +319,206 @@ static void prom_histogram(struct mc_buf *b, const char *name, const char *help,
 		name, count, name, sum, name, count);
 }
 
-/* Upstream metrics this build has no source for; exported at zero. */
-static const char *const zero_gauges[] = {
-	"master_nof_allocated_bytes",
-	"master_total_nof_capacity_bytes",
-	"master_allocated_file_size_bytes",
-	"master_total_file_capacity_bytes",
-	"file_cache_nums_",
-	"master_promotion_in_flight",
-	"ha_oplog_last_sequence_id",
-	"ha_oplog_applied_sequence_id",
-	"ha_oplog_standby_lag",
-	"ha_oplog_pending_entries",
-	"ha_pending_mutation_queue_size",
-	"ha_batch_record_committed_queue_depth",
-	"ha_batch_record_callback_queue_depth",
-	"ha_batch_record_last_batch_id",
-	"ha_batch_record_durable_sequence",
-	"ha_standby_state",
+/*
+ * The metrics table: every series /metrics exports, in output order, each
+ * defined once with its name, kind, help text and where its value comes
+ * from (a member of struct mc_master_metrics, or nothing: upstream exports
+ * it, this build has no source, and it stays at 0).  A request family
+ * (REQ) is <name>_requests_total and _failures_total of a struct
+ * mc_master_req_counter; a batch family (BATCH) adds _partial_successes_total,
+ * _items_total and _failed_items_total of a struct mc_master_batch_counter.
+ * The request and batch counters come from MC_MASTER_REQ_COUNTERS and
+ * MC_MASTER_BATCH_COUNTERS (master.h), which also declare their members,
+ * so a counter cannot exist without its series.
+ */
+enum metric_kind {
+	MK_GAUGE,
+	MK_COUNTER,
+	MK_SEGMENT_USED, /* gauge per segment name: bytes allocated over its chunks */
+	MK_SEGMENT_CAP,	 /* gauge per segment name: capacity over its chunks */
+	MK_VALUE_SIZE,	 /* the PutStart value size histogram */
+	MK_HISTOGRAM,	 /* a histogram this build does not fill (bounds only) */
+	MK_REQ,		 /* request family */
+	MK_BATCH,	 /* batch family */
 };
 
-static const char *const zero_req_counters[] = {
-	"master_mount_nof_segment",
-	"master_unmount_nof_segment",
-	"master_remount_nof_segment",
-	"master_copy_start",
-	"master_copy_end",
-	"master_copy_revoke",
-	"master_move_start",
-	"master_move_end",
-	"master_move_revoke",
-	"master_evict_disk_replica",
-	"master_create_copy_task",
-	"master_create_move_task",
-	"master_query_task",
-	"master_fetch_tasks",
-	"master_update_task",
+#define NO_FIELD SIZE_MAX
+#define NOT_USED "Not used in this build (always 0)"
+
+struct metric {
+	const char *name;
+	enum metric_kind kind;
+	const char *help;	/* NULL for a family with a source: derived from name */
+	size_t off;		/* into struct mc_master_metrics; NO_FIELD: always 0 */
+	const uint64_t *bounds; /* MK_HISTOGRAM: upper bounds (+Inf implied) */
+	size_t nbounds;
 };
 
-static const char *const zero_batch_counters[] = {
-	"master_batch_query_ip",
-};
+#define MF(f) offsetof(struct mc_master_metrics, f)
+#define GAUGE(n, h, f)                                                   \
+	{                                                                \
+		.name = (n), .kind = MK_GAUGE, .help = (h), .off = MF(f) \
+	}
+#define COUNTER(n, h, f)                                                   \
+	{                                                                  \
+		.name = (n), .kind = MK_COUNTER, .help = (h), .off = MF(f) \
+	}
+#define ZERO_GAUGE(n)                                                            \
+	{                                                                        \
+		.name = (n), .kind = MK_GAUGE, .help = NOT_USED, .off = NO_FIELD \
+	}
+#define ZERO_COUNTER(n)                                                            \
+	{                                                                          \
+		.name = (n), .kind = MK_COUNTER, .help = NOT_USED, .off = NO_FIELD \
+	}
+#define ZERO_HIST(n, b)                                                               \
+	{                                                                             \
+		.name = (n), .kind = MK_HISTOGRAM, .help = NOT_USED, .off = NO_FIELD, \
+		.bounds = (b), .nbounds = MC_ARRAY_SIZE(b)                            \
+	}
+#define REQ_ROW(f)   {.name = #f, .kind = MK_REQ, .off = MF(f)},
+#define BATCH_ROW(f) {.name = #f, .kind = MK_BATCH, .off = MF(f)},
+#define ZERO_REQ(n)                                                            \
+	{                                                                      \
+		.name = (n), .kind = MK_REQ, .help = NOT_USED, .off = NO_FIELD \
+	}
+#define ZERO_BATCH(n)                                                            \
+	{                                                                        \
+		.name = (n), .kind = MK_BATCH, .help = NOT_USED, .off = NO_FIELD \
+	}
 
-static const char *const zero_counters[] = {
-	"master_nof_heartbeat_success_total",
-	"master_nof_heartbeat_failure_total",
-	"master_nof_heartbeat_timeout_total",
-	"master_nof_segments_unmounted_by_heartbeat_total",
-	"file_cache_hit_nums_",
-	"file_cache_hit_bytes_total",
-	"master_successful_evictions_nof",
-	"master_attempted_evictions_nof",
-	"master_evicted_key_count_nof",
-	"master_evicted_size_bytes_nof",
-	"master_promotion_admitted_total",
-	"master_promotion_completed_total",
-	"master_promotion_completed_bytes_total",
-	"master_promotion_expired_total",
-	"master_promotion_failed_total",
-	"master_promotion_cancelled_total",
-	"master_promotion_rejected_frequency_total",
-	"master_promotion_rejected_watermark_total",
-	"master_promotion_rejected_cap_total",
-	"master_promotion_candidate_recorded_total",
-	"master_promotion_candidate_admitted_total",
-	"master_promotion_candidate_admission_rejected_total",
-	"master_promotion_candidate_expired_evaluated_total",
-	"master_promotion_candidate_expired_unevaluated_total",
-	"master_promotion_candidate_dropped_limit_total",
-	"master_snapshot_success",
-	"master_snapshot_fail",
-	"ha_oplog_skipped_entries_total",
-	"ha_oplog_checksum_failures_total",
-	"ha_oplog_gap_resolve_attempts_total",
-	"ha_oplog_gap_resolve_success_total",
-	"ha_oplog_etcd_write_failures_total",
-	"ha_oplog_etcd_write_retries_total",
-	"ha_oplog_watch_disconnections_total",
-	"ha_oplog_applied_entries_total",
-	"ha_oplog_dropped_put_end_total",
-	"ha_oplog_batch_commits_total",
-	"ha_oplog_sync_batch_commits_total",
-	"ha_batch_record_durable_batches_total",
-	"ha_batch_record_durable_entries_total",
-	"ha_batch_record_retry_total",
-	"ha_state_transitions_total",
+static const uint64_t nof_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+static const uint64_t snap_bounds[] = {0,     500,    1000,   5000,   10000, 30000,
+				       60000, 120000, 180000, 240000, 300000};
+
+/* clang-format off */
+static const struct metric metrics[] = {
+	GAUGE("master_allocated_bytes", "Bytes allocated in mounted memory segments",
+	      allocated_bytes),
+	GAUGE("master_total_capacity_bytes", "Capacity of mounted memory segments",
+	      total_capacity_bytes),
+	/* per segment name (a client mounting several chunks sums up) */
+	{.name = "segment_allocated_bytes", .kind = MK_SEGMENT_USED,
+	 .help = "Bytes allocated per segment", .off = NO_FIELD},
+	{.name = "segment_total_capacity_bytes", .kind = MK_SEGMENT_CAP,
+	 .help = "Capacity per segment", .off = NO_FIELD},
+	GAUGE("master_key_count", "Objects with metadata on the master", key_count),
+	GAUGE("master_soft_pin_key_count", "Soft-pinned objects", soft_pin_key_count),
+	GAUGE("master_active_clients", "Clients alive (pinging)", active_clients),
+	GAUGE("mem_cache_nums_", "Objects with a memory replica", key_count),
+	GAUGE("master_put_start_discarded_staging_size",
+	      "Bytes held by discarded, not yet released PutStart allocations",
+	      discarded_staging_bytes),
+	ZERO_GAUGE("master_nof_allocated_bytes"),
+	ZERO_GAUGE("master_total_nof_capacity_bytes"),
+	ZERO_GAUGE("master_allocated_file_size_bytes"),
+	ZERO_GAUGE("master_total_file_capacity_bytes"),
+	ZERO_GAUGE("file_cache_nums_"),
+	ZERO_GAUGE("master_promotion_in_flight"),
+	ZERO_GAUGE("ha_oplog_last_sequence_id"),
+	ZERO_GAUGE("ha_oplog_applied_sequence_id"),
+	ZERO_GAUGE("ha_oplog_standby_lag"),
+	ZERO_GAUGE("ha_oplog_pending_entries"),
+	ZERO_GAUGE("ha_pending_mutation_queue_size"),
+	ZERO_GAUGE("ha_batch_record_committed_queue_depth"),
+	ZERO_GAUGE("ha_batch_record_callback_queue_depth"),
+	ZERO_GAUGE("ha_batch_record_last_batch_id"),
+	ZERO_GAUGE("ha_batch_record_durable_sequence"),
+	ZERO_GAUGE("ha_standby_state"),
+
+	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
+	 .help = "Value sizes of PutStart requests", .off = NO_FIELD},
+	ZERO_HIST("master_nof_heartbeat_probe_latency_ms", nof_bounds),
+	ZERO_HIST("master_snapshot_duration_ms", snap_bounds),
+
+	MC_MASTER_REQ_COUNTERS(REQ_ROW)
+	ZERO_REQ("master_mount_nof_segment"),
+	ZERO_REQ("master_unmount_nof_segment"),
+	ZERO_REQ("master_remount_nof_segment"),
+	ZERO_REQ("master_copy_start"),
+	ZERO_REQ("master_copy_end"),
+	ZERO_REQ("master_copy_revoke"),
+	ZERO_REQ("master_move_start"),
+	ZERO_REQ("master_move_end"),
+	ZERO_REQ("master_move_revoke"),
+	ZERO_REQ("master_evict_disk_replica"),
+	ZERO_REQ("master_create_copy_task"),
+	ZERO_REQ("master_create_move_task"),
+	ZERO_REQ("master_query_task"),
+	ZERO_REQ("master_fetch_tasks"),
+	ZERO_REQ("master_update_task"),
+	COUNTER("master_put_start_alloc_failures_total", "PutStart requests that found no space",
+		put_start_alloc_failures),
+	COUNTER("master_put_start_partial_allocations_total",
+		"PutStart requests that got fewer replicas than asked",
+		put_start_partial_allocations),
+
+	MC_MASTER_BATCH_COUNTERS(BATCH_ROW)
+	ZERO_BATCH("master_batch_query_ip"),
+
+	COUNTER("mem_cache_hit_nums_", "Gets served from a memory replica", mem_cache_hit_nums),
+	COUNTER("mem_cache_hit_bytes_total", "Bytes of gets served from memory",
+		mem_cache_hit_bytes),
+	COUNTER("valid_get_nums_", "Gets that found a readable replica", valid_get_nums),
+	COUNTER("total_get_nums_", "Gets", total_get_nums),
+	COUNTER("master_successful_evictions_total", "Eviction rounds that freed something",
+		successful_evictions),
+	COUNTER("master_attempted_evictions_total", "Eviction rounds", attempted_evictions),
+	COUNTER("master_evicted_key_count", "Objects evicted", evicted_key_count),
+	COUNTER("master_evicted_size_bytes", "Bytes evicted", evicted_size_bytes),
+	COUNTER("master_successful_evictions_mem", "Memory eviction rounds that freed something",
+		successful_evictions),
+	COUNTER("master_attempted_evictions_mem", "Memory eviction rounds", attempted_evictions),
+	COUNTER("master_evicted_key_count_mem", "Objects evicted from memory", evicted_key_count),
+	COUNTER("master_evicted_size_bytes_mem", "Bytes evicted from memory", evicted_size_bytes),
+	COUNTER("master_put_start_discard_cnt", "Unfinished PutStart allocations discarded",
+		put_start_discard_cnt),
+	COUNTER("master_put_start_release_cnt", "Discarded PutStart allocations released",
+		put_start_release_cnt),
+	ZERO_COUNTER("master_nof_heartbeat_success_total"),
+	ZERO_COUNTER("master_nof_heartbeat_failure_total"),
+	ZERO_COUNTER("master_nof_heartbeat_timeout_total"),
+	ZERO_COUNTER("master_nof_segments_unmounted_by_heartbeat_total"),
+	ZERO_COUNTER("file_cache_hit_nums_"),
+	ZERO_COUNTER("file_cache_hit_bytes_total"),
+	ZERO_COUNTER("master_successful_evictions_nof"),
+	ZERO_COUNTER("master_attempted_evictions_nof"),
+	ZERO_COUNTER("master_evicted_key_count_nof"),
+	ZERO_COUNTER("master_evicted_size_bytes_nof"),
+	ZERO_COUNTER("master_promotion_admitted_total"),
+	ZERO_COUNTER("master_promotion_completed_total"),
+	ZERO_COUNTER("master_promotion_completed_bytes_total"),
+	ZERO_COUNTER("master_promotion_expired_total"),
+	ZERO_COUNTER("master_promotion_failed_total"),
+	ZERO_COUNTER("master_promotion_cancelled_total"),
+	ZERO_COUNTER("master_promotion_rejected_frequency_total"),
+	ZERO_COUNTER("master_promotion_rejected_watermark_total"),
+	ZERO_COUNTER("master_promotion_rejected_cap_total"),
+	ZERO_COUNTER("master_promotion_candidate_recorded_total"),
+	ZERO_COUNTER("master_promotion_candidate_admitted_total"),
+	ZERO_COUNTER("master_promotion_candidate_admission_rejected_total"),
+	ZERO_COUNTER("master_promotion_candidate_expired_evaluated_total"),
+	ZERO_COUNTER("master_promotion_candidate_expired_unevaluated_total"),
+	ZERO_COUNTER("master_promotion_candidate_dropped_limit_total"),
+	ZERO_COUNTER("master_snapshot_success"),
+	ZERO_COUNTER("master_snapshot_fail"),
+	ZERO_COUNTER("ha_oplog_skipped_entries_total"),
+	ZERO_COUNTER("ha_oplog_checksum_failures_total"),
+	ZERO_COUNTER("ha_oplog_gap_resolve_attempts_total"),
+	ZERO_COUNTER("ha_oplog_gap_resolve_success_total"),
+	ZERO_COUNTER("ha_oplog_etcd_write_failures_total"),
+	ZERO_COUNTER("ha_oplog_etcd_write_retries_total"),
+	ZERO_COUNTER("ha_oplog_watch_disconnections_total"),
+	ZERO_COUNTER("ha_oplog_applied_entries_total"),
+	ZERO_COUNTER("ha_oplog_dropped_put_end_total"),
+	ZERO_COUNTER("ha_oplog_batch_commits_total"),
+	ZERO_COUNTER("ha_oplog_sync_batch_commits_total"),
+	ZERO_COUNTER("ha_batch_record_durable_batches_total"),
+	ZERO_COUNTER("ha_batch_record_durable_entries_total"),
+	ZERO_COUNTER("ha_batch_record_retry_total"),
+	ZERO_COUNTER("ha_state_transitions_total"),
 };
+/* clang-format on */
 
 /* A gauge per segment name, summing used (or capacity) over its chunks. */
 static void prom_per_segment(struct mc_buf *b, const struct seg_list *segs, const char *name,
@@ -426,106 +541,73 @@ static void prom_per_segment(struct mc_buf *b, const struct seg_list *segs, cons
 	}
 }
 
+/* One series of a family: name + suffix; help "<what> <family> requests". */
+static void prom_family_one(struct mc_buf *b, const struct metric *x, const char *suffix,
+			    const char *what, uint64_t v)
+{
+	char name[128], help[160];
+
+	snprintf(name, sizeof(name), "%s%s", x->name, suffix);
+	if (x->help)
+		snprintf(help, sizeof(help), "%s", x->help);
+	else
+		snprintf(help, sizeof(help), "%s %s requests", what, x->name);
+	prom_one(b, name, "counter", help, v);
+}
+
+static void render_metric(struct mc_buf *b, const struct metric *x,
+			  const struct mc_master_metrics *m, const struct seg_list *segs)
+{
+	const char *base = (const char *)m + (x->off == NO_FIELD ? 0 : x->off);
+	uint64_t v = 0;
+
+	switch (x->kind) {
+	case MK_GAUGE:
+	case MK_COUNTER:
+		if (x->off != NO_FIELD)
+			memcpy(&v, base, sizeof(v));
+		prom_one(b, x->name, x->kind == MK_GAUGE ? "gauge" : "counter", x->help, v);
+		return;
+	case MK_SEGMENT_USED:
+	case MK_SEGMENT_CAP:
+		prom_per_segment(b, segs, x->name, x->help, x->kind == MK_SEGMENT_CAP);
+		return;
+	case MK_VALUE_SIZE:
+		prom_histogram(b, x->name, x->help, mc_master_value_size_bounds,
+			       MC_MASTER_VALUE_SIZE_BUCKETS - 1, m->value_size_buckets,
+			       m->value_size_sum, m->value_size_count);
+		return;
+	case MK_HISTOGRAM:
+		prom_histogram(b, x->name, x->help, x->bounds, x->nbounds, NULL, 0, 0);
+		return;
+	case MK_REQ: {
+		struct mc_master_req_counter r = {0, 0};
+		if (x->off != NO_FIELD)
+			memcpy(&r, base, sizeof(r));
+		prom_family_one(b, x, "_requests_total", "Total", r.requests);
+		prom_family_one(b, x, "_failures_total", "Failed", r.failures);
+		return;
+	}
+	case MK_BATCH: {
+		struct mc_master_batch_counter r = {0, 0, 0, 0, 0};
+		if (x->off != NO_FIELD)
+			memcpy(&r, base, sizeof(r));
+		prom_family_one(b, x, "_requests_total", "Total", r.requests);
+		prom_family_one(b, x, "_failures_total", "Failed", r.failures);
+		prom_family_one(b, x, "_partial_successes_total", "Partly failed",
+				r.partial_successes);
+		prom_family_one(b, x, "_items_total", "Items in", r.items);
+		prom_family_one(b, x, "_failed_items_total", "Failed items in", r.failed_items);
+		return;
+	}
+	}
+}
+
 static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
 			   const struct seg_list *segs)
 {
-	static const uint64_t nof_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
-	static const uint64_t snap_bounds[] = {0,     500,    1000,   5000,   10000, 30000,
-					       60000, 120000, 180000, 240000, 300000};
-	char name[128];
-
-	prom_one(b, "master_allocated_bytes", "gauge", "Bytes allocated in mounted memory segments",
-		 m->allocated_bytes);
-	prom_one(b, "master_total_capacity_bytes", "gauge", "Capacity of mounted memory segments",
-		 m->total_capacity_bytes);
-	/* per segment name (a client mounting several chunks sums up) */
-	prom_per_segment(b, segs, "segment_allocated_bytes", "Bytes allocated per segment", false);
-	prom_per_segment(b, segs, "segment_total_capacity_bytes", "Capacity per segment", true);
-	prom_one(b, "master_key_count", "gauge", "Objects with metadata on the master",
-		 m->key_count);
-	prom_one(b, "master_soft_pin_key_count", "gauge", "Soft-pinned objects",
-		 m->soft_pin_key_count);
-	prom_one(b, "master_active_clients", "gauge", "Clients alive (pinging)", m->active_clients);
-	prom_one(b, "mem_cache_nums_", "gauge", "Objects with a memory replica", m->key_count);
-	prom_one(b, "master_put_start_discarded_staging_size", "gauge",
-		 "Bytes held by discarded, not yet released PutStart allocations",
-		 m->discarded_staging_bytes);
-	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_gauges); i++)
-		prom_one(b, zero_gauges[i], "gauge", "Not used in this build (always 0)", 0);
-
-	prom_histogram(b, "master_value_size_bytes", "Value sizes of PutStart requests",
-		       mc_master_value_size_bounds, MC_MASTER_VALUE_SIZE_BUCKETS - 1,
-		       m->value_size_buckets, m->value_size_sum, m->value_size_count);
-	prom_histogram(b, "master_nof_heartbeat_probe_latency_ms",
-		       "Not used in this build (always 0)", nof_bounds, MC_ARRAY_SIZE(nof_bounds),
-		       NULL, 0, 0);
-	prom_histogram(b, "master_snapshot_duration_ms", "Not used in this build (always 0)",
-		       snap_bounds, MC_ARRAY_SIZE(snap_bounds), NULL, 0, 0);
-
-#define REQ_METRIC(n)                                                                         \
-	prom_one(b, #n "_requests_total", "counter", "Total " #n " requests", m->n.requests); \
-	prom_one(b, #n "_failures_total", "counter", "Failed " #n " requests", m->n.failures);
-	MC_MASTER_REQ_COUNTERS(REQ_METRIC)
-#undef REQ_METRIC
-	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_req_counters); i++) {
-		snprintf(name, sizeof(name), "%s_requests_total", zero_req_counters[i]);
-		prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
-		snprintf(name, sizeof(name), "%s_failures_total", zero_req_counters[i]);
-		prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
-	}
-	prom_one(b, "master_put_start_alloc_failures_total", "counter",
-		 "PutStart requests that found no space", m->put_start_alloc_failures);
-	prom_one(b, "master_put_start_partial_allocations_total", "counter",
-		 "PutStart requests that got fewer replicas than asked",
-		 m->put_start_partial_allocations);
-
-#define BATCH_METRIC(n)                                                                        \
-	prom_one(b, #n "_requests_total", "counter", "Total " #n " requests", m->n.requests);  \
-	prom_one(b, #n "_failures_total", "counter", "Failed " #n " requests", m->n.failures); \
-	prom_one(b, #n "_partial_successes_total", "counter", "Partly failed " #n " requests", \
-		 m->n.partial_successes);                                                      \
-	prom_one(b, #n "_items_total", "counter", "Items in " #n " requests", m->n.items);     \
-	prom_one(b, #n "_failed_items_total", "counter", "Failed items in " #n " requests",    \
-		 m->n.failed_items);
-	MC_MASTER_BATCH_COUNTERS(BATCH_METRIC)
-#undef BATCH_METRIC
-	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_batch_counters); i++) {
-		static const char *const sfx[] = {"_requests_total", "_failures_total",
-						  "_partial_successes_total", "_items_total",
-						  "_failed_items_total"};
-		for (size_t j = 0; j < MC_ARRAY_SIZE(sfx); j++) {
-			snprintf(name, sizeof(name), "%s%s", zero_batch_counters[i], sfx[j]);
-			prom_one(b, name, "counter", "Not used in this build (always 0)", 0);
-		}
-	}
-
-	prom_one(b, "mem_cache_hit_nums_", "counter", "Gets served from a memory replica",
-		 m->mem_cache_hit_nums);
-	prom_one(b, "mem_cache_hit_bytes_total", "counter", "Bytes of gets served from memory",
-		 m->mem_cache_hit_bytes);
-	prom_one(b, "valid_get_nums_", "counter", "Gets that found a readable replica",
-		 m->valid_get_nums);
-	prom_one(b, "total_get_nums_", "counter", "Gets", m->total_get_nums);
-	prom_one(b, "master_successful_evictions_total", "counter",
-		 "Eviction rounds that freed something", m->successful_evictions);
-	prom_one(b, "master_attempted_evictions_total", "counter", "Eviction rounds",
-		 m->attempted_evictions);
-	prom_one(b, "master_evicted_key_count", "counter", "Objects evicted", m->evicted_key_count);
-	prom_one(b, "master_evicted_size_bytes", "counter", "Bytes evicted", m->evicted_size_bytes);
-	prom_one(b, "master_successful_evictions_mem", "counter",
-		 "Memory eviction rounds that freed something", m->successful_evictions);
-	prom_one(b, "master_attempted_evictions_mem", "counter", "Memory eviction rounds",
-		 m->attempted_evictions);
-	prom_one(b, "master_evicted_key_count_mem", "counter", "Objects evicted from memory",
-		 m->evicted_key_count);
-	prom_one(b, "master_evicted_size_bytes_mem", "counter", "Bytes evicted from memory",
-		 m->evicted_size_bytes);
-	prom_one(b, "master_put_start_discard_cnt", "counter",
-		 "Unfinished PutStart allocations discarded", m->put_start_discard_cnt);
-	prom_one(b, "master_put_start_release_cnt", "counter",
-		 "Discarded PutStart allocations released", m->put_start_release_cnt);
-	for (size_t i = 0; i < MC_ARRAY_SIZE(zero_counters); i++)
-		prom_one(b, zero_counters[i], "counter", "Not used in this build (always 0)", 0);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(metrics); i++)
+		render_metric(b, &metrics[i], m, segs);
 }
 
 /* ---- responses -------------------------------------------------------------- */
