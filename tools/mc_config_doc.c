@@ -17,23 +17,6 @@
 #include "te/engine.h"
 #include "transport/transport.h"
 
-static const char *type_name(enum mc_config_type t)
-{
-	switch (t) {
-	case MC_CONFIG_BOOL:
-		return "bool";
-	case MC_CONFIG_PRESENCE:
-		return "presence";
-	case MC_CONFIG_INT:
-		return "int";
-	case MC_CONFIG_SIZE:
-		return "size";
-	case MC_CONFIG_STRING:
-		return "string";
-	}
-	return "?";
-}
-
 /* Variables the metadata backends read when they open (not table-driven yet). */
 static const struct {
 	const char *env, *def, *doc;
@@ -62,7 +45,7 @@ static void emit_table(FILE *out, const struct mc_config_field *tab, size_t n)
 			snprintf(range, sizeof(range), "%lld-%lld", (long long)f->min,
 				 (long long)f->max);
 		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
-			f->def ? f->def : "unset", type_name(f->type), range, f->doc);
+			f->def ? f->def : "unset", mc_config_type_name(f->type, 0), range, f->doc);
 	}
 }
 

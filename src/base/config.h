@@ -8,6 +8,13 @@
  * --name=value flags and prints help text.  Invalid values are rejected with
  * a message naming the option; for environment variables upstream's habit
  * is kept: a bad value is ignored with a warning and the default stays.
+ *
+ * A table that needs more than a field row holds (a check callback, the
+ * units of a duration, entries that are parsed and then dropped, entries
+ * that accept only their default) is an array of struct mc_config_entry:
+ * a field row plus those, set through the mc_config_entry_* functions.
+ * Both shapes go through the same parsers, bounds and messages; the field
+ * row is kept as it is so positional field tables still compile.
  */
 #ifndef MC_BASE_CONFIG_H
 #define MC_BASE_CONFIG_H
@@ -17,12 +24,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mooncake/status.h"
+
 enum mc_config_type {
 	MC_CONFIG_BOOL,	    /* "1/true/yes/on" or "0/false/no/off" */
 	MC_CONFIG_PRESENCE, /* env: set at all means true (upstream's presence flags) */
 	MC_CONFIG_INT,	    /* int64 within [min, max] */
 	MC_CONFIG_SIZE,	    /* bytes, with optional k/m/g/t suffix (binary), within [min, max] */
 	MC_CONFIG_STRING,   /* malloc'ed copy; owned by the struct, freed by mc_config_release */
+	MC_CONFIG_DOUBLE,   /* double, finite, within [min, max] */
+	MC_CONFIG_DURATION, /* uint64_t: digits with an optional ms/s/m/h unit, within [min, max]
+			     * in the stored unit; see struct mc_config_entry for the units */
 };
 
 struct mc_config_field {
@@ -35,22 +47,73 @@ struct mc_config_field {
 	int64_t min, max; /* bounds for INT and SIZE */
 };
 
+/* Offset of an entry that has no field: its value is checked, then dropped. */
+#define MC_CONFIG_NO_FIELD SIZE_MAX
+
+enum mc_config_entry_flags {
+	MC_CONFIG_F_NO_EFFECT = 1u << 0,    /* accepted (parsed, checked), no effect here */
+	MC_CONFIG_F_DEFAULT_ONLY = 1u << 1, /* any value but the default is refused */
+	MC_CONFIG_F_DEPRECATED = 1u << 2,   /* still accepted; the help says so */
+	MC_CONFIG_F_CMDLINE_ONLY = 1u << 3, /* the program's argv parser handles it:
+					     * mc_config_entry_set refuses it, no default is set */
+};
+
+/*
+ * An extra check of a value that parsed as its type: return false and
+ * write why (without the option's name, which the engine puts in front).
+ */
+typedef bool (*mc_config_check_cb)(const char *value, char *why, size_t why_len);
+
+struct mc_config_entry {
+	struct mc_config_field f; /* f.offset may be MC_CONFIG_NO_FIELD */
+	unsigned flags;		  /* enum mc_config_entry_flags */
+	mc_config_check_cb check; /* or NULL */
+	/* MC_CONFIG_DURATION: the unit of a bare number and the unit stored, in
+	 * milliseconds (0 means 1); a stored value is rounded up to its unit */
+	uint32_t bare_unit_ms;
+	uint32_t store_unit_ms;
+};
+
 /* Fill every field of obj with its default. */
 void mc_config_defaults(const struct mc_config_field *tab, size_t n, void *obj);
 /* Overlay environment variables (bad values warned and ignored). */
 void mc_config_load_env(const struct mc_config_field *tab, size_t n, void *obj);
 /* Set one field by name from text; MC_ERR_NOT_FOUND for an unknown name,
  * MC_ERR_INVALID_PARAMS (with mc_last_error text) for a bad value. */
-int mc_config_set(const struct mc_config_field *tab, size_t n, void *obj, const char *name,
-		  const char *value);
+mc_status mc_config_set(const struct mc_config_field *tab, size_t n, void *obj, const char *name,
+			const char *value);
 /* Free the strings owned by obj. */
 void mc_config_release(const struct mc_config_field *tab, size_t n, void *obj);
 /* Print "--name=<default>  doc [env]" lines. */
 void mc_config_print_help(const struct mc_config_field *tab, size_t n, FILE *out);
 
+/* Entry tables: the same as above for arrays of struct mc_config_entry. */
+void mc_config_entry_defaults(const struct mc_config_entry *tab, size_t n, void *obj);
+/* The entry called name, or NULL. */
+const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry *tab, size_t n,
+						   const char *name);
+/* Set e from text: MC_OK (a NO_FIELD entry changes nothing), or
+ * MC_ERR_INVALID_PARAMS with mc_last_error text naming e (bad value, out of
+ * range, failed check, not the default of a DEFAULT_ONLY entry, CMDLINE_ONLY),
+ * or MC_ERR_NOMEM. */
+mc_status mc_config_entry_set(const struct mc_config_entry *e, void *obj, const char *value);
+void mc_config_entry_release(const struct mc_config_entry *tab, size_t n, void *obj);
+/* Print "--name=<default>  doc (deprecated) (accepted, no effect...)" lines. */
+void mc_config_entry_print_help(const struct mc_config_entry *tab, size_t n, FILE *out);
+/* Write e's current value in obj as config-file text (durations with "ms"
+ * or "s", strings quoted); nothing for a NO_FIELD entry. */
+void mc_config_entry_print_value(const struct mc_config_entry *e, const void *obj, FILE *out);
+/* The type's name in docs: "bool", "int", "duration (s)", ... */
+const char *mc_config_type_name(enum mc_config_type type, uint32_t bare_unit_ms);
+
 /* Parsers usable on their own; return true on success. */
 bool mc_parse_bool(const char *text, bool *out);
 bool mc_parse_int(const char *text, int64_t *out);
 bool mc_parse_size(const char *text, uint64_t *out);
+/* A finite number, nothing around it. */
+bool mc_parse_double(const char *text, double *out);
+/* Digits, then optionally blanks and ms, s, m or h; a bare number is in
+ * bare_unit_ms.  The result is in milliseconds; false on syntax or overflow. */
+bool mc_parse_duration_ms(const char *text, uint64_t bare_unit_ms, uint64_t *out);
 
 #endif

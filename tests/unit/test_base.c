@@ -1,4 +1,4 @@
-/* tests/unit/test_base.c - status table, config parsers, host:port splitting, list. */
+/* tests/unit/test_base.c - status table, config parsers and tables, host:port splitting, list. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +86,117 @@ static void config_table_defaults_env_and_bounds(void **state)
 	unsetenv("TEST_MC_FLAG");
 }
 
+struct ecfg {
+	double ratio;
+	uint64_t ttl_ms;  /* bare number: ms */
+	uint64_t ttl_s;	  /* bare number: s, stored in s */
+	uint64_t life_ms; /* bare number: s, stored in ms */
+	char *mode;
+	bool ha;
+};
+
+static bool check_mode(const char *v, char *why, size_t why_len)
+{
+	if (strcmp(v, "a") == 0 || strcmp(v, "b") == 0)
+		return true;
+	snprintf(why, why_len, "must be a or b, not '%s'", v);
+	return false;
+}
+
+#define EF(f) offsetof(struct ecfg, f)
+static const struct mc_config_entry ecfg_tab[] = {
+	{.f = {"ratio", NULL, "0.5", "a ratio", EF(ratio), MC_CONFIG_DOUBLE, 0, 1}},
+	{.f = {"ttl_ms", NULL, "500", "ms", EF(ttl_ms), MC_CONFIG_DURATION, 1, INT64_MAX}},
+	{.f = {"ttl_s", NULL, "30", "s", EF(ttl_s), MC_CONFIG_DURATION, 0, 3600},
+	 .bare_unit_ms = 1000,
+	 .store_unit_ms = 1000},
+	{.f = {"life_ms", NULL, "2", "s", EF(life_ms), MC_CONFIG_DURATION, 1, INT64_MAX},
+	 .bare_unit_ms = 1000},
+	{.f = {"mode", NULL, "a", "a or b", EF(mode), MC_CONFIG_STRING, 0, 0}, .check = check_mode},
+	{.f = {"ha", NULL, "false", "no HA here", EF(ha), MC_CONFIG_BOOL, 0, 0},
+	 .flags = MC_CONFIG_F_DEFAULT_ONLY},
+	{.f = {"gone", NULL, "7", "dropped", MC_CONFIG_NO_FIELD, MC_CONFIG_INT, 0, 9},
+	 .flags = MC_CONFIG_F_NO_EFFECT},
+	{.f = {"path", NULL, "", "argv only", MC_CONFIG_NO_FIELD, MC_CONFIG_STRING, 0, 0},
+	 .flags = MC_CONFIG_F_CMDLINE_ONLY},
+};
+#define ECFG_N (sizeof(ecfg_tab) / sizeof(ecfg_tab[0]))
+
+static mc_status eset(struct ecfg *c, const char *name, const char *value)
+{
+	const struct mc_config_entry *e = mc_config_entry_find(ecfg_tab, ECFG_N, name);
+	assert_non_null(e);
+	return mc_config_entry_set(e, c, value);
+}
+
+static void config_entries_doubles_durations_checks(void **state)
+{
+	struct ecfg c;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	(void)state;
+	mc_config_entry_defaults(ecfg_tab, ECFG_N, &c);
+	assert_true(c.ratio == 0.5);
+	assert_int_equal(c.ttl_ms, 500);
+	assert_int_equal(c.ttl_s, 30);
+	assert_int_equal(c.life_ms, 2000);
+	assert_string_equal(c.mode, "a");
+	assert_null(mc_config_entry_find(ecfg_tab, ECFG_N, "nope"));
+
+	assert_int_equal(eset(&c, "ratio", "0.25"), MC_OK);
+	assert_true(c.ratio == 0.25);
+	assert_int_equal(eset(&c, "ratio", "1.5"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "option ratio"));
+	assert_int_equal(eset(&c, "ratio", "nan"), MC_ERR_INVALID_PARAMS);
+	assert_true(c.ratio == 0.25);
+
+	/* units; a bare number keeps each entry's unit */
+	assert_int_equal(eset(&c, "ttl_ms", "2m"), MC_OK);
+	assert_int_equal(c.ttl_ms, 120000);
+	assert_int_equal(eset(&c, "ttl_ms", "750"), MC_OK);
+	assert_int_equal(c.ttl_ms, 750);
+	assert_int_equal(eset(&c, "ttl_s", "500ms"), MC_OK);
+	assert_int_equal(c.ttl_s, 1); /* rounded up to the stored unit */
+	assert_int_equal(eset(&c, "ttl_s", "2h"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "option ttl_s"));
+	assert_int_equal(eset(&c, "life_ms", "30s"), MC_OK);
+	assert_int_equal(c.life_ms, 30000);
+	assert_int_equal(eset(&c, "life_ms", "3"), MC_OK);
+	assert_int_equal(c.life_ms, 3000);
+	assert_int_equal(eset(&c, "life_ms", "0"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(eset(&c, "life_ms", "5 days"), MC_ERR_INVALID_PARAMS);
+
+	/* checks, default-only, no-field and argv-only entries */
+	assert_int_equal(eset(&c, "mode", "b"), MC_OK);
+	assert_string_equal(c.mode, "b");
+	assert_int_equal(eset(&c, "mode", "c"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "option mode: must be a or b, not 'c'"));
+	assert_int_equal(eset(&c, "ha", "no"), MC_OK);
+	assert_int_equal(eset(&c, "ha", "true"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "not supported"));
+	assert_int_equal(eset(&c, "gone", "3"), MC_OK);
+	assert_int_equal(eset(&c, "gone", "10"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(eset(&c, "path", "x"), MC_ERR_INVALID_PARAMS);
+
+	f = open_memstream(&text, &len);
+	assert_non_null(f);
+	mc_config_entry_print_value(&ecfg_tab[1], &c, f);
+	fputc(' ', f);
+	mc_config_entry_print_value(&ecfg_tab[2], &c, f);
+	fputc(' ', f);
+	mc_config_entry_print_value(&ecfg_tab[3], &c, f);
+	fputc(' ', f);
+	mc_config_entry_print_value(&ecfg_tab[4], &c, f);
+	mc_config_entry_print_value(&ecfg_tab[6], &c, f);
+	fclose(f);
+	assert_string_equal(text, "750ms 1 3000ms \"b\"");
+	free(text);
+	mc_config_entry_release(ecfg_tab, ECFG_N, &c);
+	assert_null(c.mode);
+	assert_string_equal(mc_config_type_name(MC_CONFIG_DURATION, 1000), "duration (s)");
+}
+
 static void split_hostport_forms(void **state)
 {
 	char h[64];
@@ -157,6 +268,7 @@ int main(void)
 		cmocka_unit_test(status_names_and_numbers_are_pinned),
 		cmocka_unit_test(parse_size_accepts_units_and_rejects_garbage),
 		cmocka_unit_test(config_table_defaults_env_and_bounds),
+		cmocka_unit_test(config_entries_doubles_durations_checks),
 		cmocka_unit_test(split_hostport_forms),
 		cmocka_unit_test(list_add_del_splice),
 		cmocka_unit_test(calloc_overflow_and_fault_injection),
