@@ -28,20 +28,20 @@ struct mc_master_server;
 /* Every flag of mooncake_master that this build acts on or accepts
  * (upstream's names and defaults, spec store.md 8.1). */
 struct mc_master_server_config {
-	struct mc_master_config master;	  /* object model */
-	char *rpc_address;		  /* "0.0.0.0" */
-	char *rpc_interface;		  /* "": NIC whose IPv4 replaces rpc_address */
-	int64_t rpc_port;		  /* 0 -> port (but see rpc_port_explicit) */
-	bool rpc_port_explicit;		  /* rpc_port was given (file or flag): 0 = any free port */
-	int64_t port;			  /* 50051 */
-	int64_t rpc_thread_num;		  /* accepted; the loop is one thread */
-	int64_t max_threads;		  /* 16, accepted */
-	int64_t rpc_conn_timeout_seconds; /* 0 = none */
-	bool rpc_enable_tcp_no_delay;	  /* true */
-	bool enable_metric_reporting;	  /* true: summary line in the log every 10 s */
-	int64_t metrics_port;		  /* 9003; 0 = any free port */
-	char *metrics_host;		  /* "0.0.0.0" */
-	bool enable_http_metadata_server; /* false */
+	struct mc_master_config master; /* object model */
+	char *rpc_address;		/* "0.0.0.0" */
+	char *rpc_interface;		/* "": NIC whose IPv4 replaces rpc_address */
+	int64_t rpc_port;		/* 0 -> port (but see rpc_port_explicit) */
+	bool rpc_port_explicit;		/* rpc_port was given (file or flag): 0 = any free port */
+	int64_t port;			/* 50051 */
+	int64_t rpc_thread_num;		/* accepted; the loop is one thread */
+	int64_t max_threads;		/* 16, accepted */
+	uint64_t rpc_conn_timeout_seconds; /* 0 = none */
+	bool rpc_enable_tcp_no_delay;	   /* true */
+	bool enable_metric_reporting;	   /* true: summary line in the log every 10 s */
+	int64_t metrics_port;		   /* 9003; 0 = any free port */
+	char *metrics_host;		   /* "0.0.0.0" */
+	bool enable_http_metadata_server;  /* false */
 	int64_t http_metadata_server_port; /* 8080; 0 = any free port */
 	char *http_metadata_server_host;   /* "0.0.0.0" */
 	char *cluster_id;		   /* "mooncake_cluster" */

@@ -29,7 +29,7 @@ static void check_config(const struct mc_master_server_config *c)
 	check(c->port >= 0 && c->port <= 65535);
 	check(c->metrics_port >= 0 && c->metrics_port <= 65535);
 	check(c->http_metadata_server_port >= 0 && c->http_metadata_server_port <= 65535);
-	check(c->rpc_conn_timeout_seconds >= 0);
+	check(c->rpc_conn_timeout_seconds <= INT64_MAX);
 	check(c->master.eviction_ratio >= 0 && c->master.eviction_ratio <= 1);
 	check(c->master.eviction_high_watermark_ratio >= 0 &&
 	      c->master.eviction_high_watermark_ratio <= 1);
