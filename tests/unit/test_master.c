@@ -279,6 +279,13 @@ static void test_config_and_hello(void **state)
 	mc_buf_init(&out);
 	assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_NOT_SUPPORTED);
 	assert_true(out.len > MC_PROTO_HDR_LEN);
+	/* so are the numbers between and just past the known ones */
+	for (size_t i = 0; i < 3; i++) {
+		static const uint16_t gaps[] = {0, 7, MC_STORE_BATCH_REPLICA_CLEAR + 1};
+		mc_buf_reset(&out);
+		req.hdr.type = gaps[i];
+		assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_NOT_SUPPORTED);
+	}
 	mc_buf_reset(&out);
 	req.hdr.type = MC_STORE_PING;
 	req.hdr.flags = MC_PROTO_F_RESPONSE;
