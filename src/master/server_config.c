@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/compiler.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -760,35 +761,32 @@ static mc_status load_file(struct mc_master_server_config *c, const char *path, 
 			   size_t err_len)
 {
 	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t len = 0, cap = 0;
+	struct mc_buf buf;
 	mc_status st;
 
 	if (!f) {
 		errf(err, err_len, "cannot open config file %s: %s", path, strerror(errno));
 		return MC_ERR_INVALID_PARAMS;
 	}
+	mc_buf_init(&buf);
 	for (;;) {
 		size_t n;
-		if (len == cap) {
-			char *p;
-			if (cap >= CONFIG_FILE_MAX) {
+		if (buf.len == buf.cap) {
+			if (buf.cap >= CONFIG_FILE_MAX) {
 				errf(err, err_len, "config file %s is larger than %u bytes", path,
 				     CONFIG_FILE_MAX);
 				st = MC_ERR_INVALID_PARAMS;
 				goto out;
 			}
-			cap = cap ? cap * 2 : 4096;
-			p = mc_realloc(buf, cap);
-			if (!p) {
+			/* doubles the room: 4 KiB, 8 KiB, ... */
+			if (mc_buf_reserve(&buf, buf.cap ? buf.cap : 4096) != MC_OK) {
 				errf(err, err_len, "out of memory");
 				st = MC_ERR_NOMEM;
 				goto out;
 			}
-			buf = p;
 		}
-		n = fread(buf + len, 1, cap - len, f);
-		len += n;
+		n = fread(buf.data + buf.len, 1, buf.cap - buf.len, f);
+		buf.len += n;
 		if (n == 0)
 			break;
 	}
@@ -797,9 +795,10 @@ static mc_status load_file(struct mc_master_server_config *c, const char *path, 
 		st = MC_ERR_INVALID_PARAMS;
 		goto out;
 	}
-	st = mc_master_server_config_load_buffer(c, buf ? buf : "", len, err, err_len);
+	st = mc_master_server_config_load_buffer(c, buf.data ? (const char *)buf.data : "", buf.len,
+						 err, err_len);
 out:
-	mc_free(buf);
+	mc_buf_release(&buf);
 	fclose(f);
 	return st;
 }

@@ -40,6 +40,7 @@
 #include <sys/socket.h>
 
 #include "base/alloc.h"
+#include "base/buf.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
@@ -82,7 +83,7 @@ static void bprintf(struct mc_buf *b, const char *fmt, ...)
 
 static void bputs(struct mc_buf *b, const char *s)
 {
-	mc_buf_put_bytes(b, s, strlen(s));
+	mc_buf_append(b, s, strlen(s));
 }
 
 /* "94.09 MB", "0 B": upstream's byte_size_to_string style (binary units). */
@@ -864,7 +865,7 @@ static enum MHD_Result page_batch_query_keys(struct mc_master_server *s,
 static bool key_line(void *arg, const char *key, size_t len)
 {
 	struct mc_buf *b = arg;
-	mc_buf_put_bytes(b, key, len);
+	mc_buf_append(b, key, len);
 	mc_buf_put_u8(b, '\n');
 	return b->err == MC_OK;
 }

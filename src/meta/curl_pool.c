@@ -73,23 +73,14 @@ size_t mc_curl_on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 	struct mc_curl_body *r = arg;
 	size_t n = size * nmemb;
 
-	if (n > MC_CURL_MAX_RESPONSE - r->len) {
+	if (n > MC_CURL_MAX_RESPONSE - r->buf.len) {
 		r->too_large = true;
 		return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
 	}
-	if (r->len + n + 1 > r->cap) {
-		size_t cap = r->cap ? r->cap : 4096;
-		char *q;
-		while (cap < r->len + n + 1)
-			cap *= 2;
-		q = mc_realloc(r->data, cap);
-		if (!q)
-			return 0;
-		r->data = q;
-		r->cap = cap;
-	}
-	memcpy(r->data + r->len, ptr, n);
-	r->len += n;
-	r->data[r->len] = '\0';
+	/* room for the terminator too, so the append below cannot fail alone */
+	if (mc_buf_reserve(&r->buf, n + 1) != MC_OK)
+		return 0;
+	mc_buf_append(&r->buf, ptr, n);
+	r->buf.data[r->buf.len] = '\0';
 	return n;
 }

@@ -2,7 +2,7 @@
  * meta/curl_pool.h - what the libcurl-based metadata backends (http, etcd)
  * share: one-time global initialisation, a small pool of reusable easy
  * handles (kept-alive connections survive between requests), and a bounded
- * response-body collector.
+ * response-body collector over struct mc_buf.
  */
 #ifndef MC_META_CURL_POOL_H
 #define MC_META_CURL_POOL_H
@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "base/buf.h"
 
 #define MC_CURL_POOL_MAX     8
 #define MC_CURL_MAX_RESPONSE (64u << 20) /* matches the HTTP server's request bound */
@@ -31,13 +33,27 @@ CURL *mc_curl_pool_take(struct mc_curl_pool *p);
 /* Return a handle; kept for reuse while the pool has room. */
 void mc_curl_pool_give(struct mc_curl_pool *p, CURL *h);
 
-/* Response body, NUL-terminated when non-empty; owner frees data. */
+/*
+ * Response body: buf holds the bytes, followed by a NUL (not counted in
+ * buf.len) when non-empty.  Start with mc_curl_body_init; the owner calls
+ * mc_buf_release(&body.buf).
+ */
 struct mc_curl_body {
-	char *data;
-	size_t len;
-	size_t cap;
+	struct mc_buf buf;
 	bool too_large; /* the body passed MC_CURL_MAX_RESPONSE; the transfer was aborted */
 };
+
+static inline void mc_curl_body_init(struct mc_curl_body *r)
+{
+	mc_buf_init(&r->buf);
+	r->too_large = false;
+}
+
+/* The body as a string: "" when empty (borrowed, valid until the release). */
+static inline const char *mc_curl_body_text(const struct mc_curl_body *r)
+{
+	return r->buf.data ? (const char *)r->buf.data : "";
+}
 
 /* CURLOPT_WRITEFUNCTION for a struct mc_curl_body (CURLOPT_WRITEDATA). */
 size_t mc_curl_on_body(char *ptr, size_t size, size_t nmemb, void *arg);

@@ -343,8 +343,8 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 			goto out;
 		}
 		errbuf[0] = '\0';
-		mc_free(resp->data);
-		memset(resp, 0, sizeof(*resp));
+		mc_buf_release(&resp->buf);
+		mc_curl_body_init(resp);
 		curl_easy_setopt(h, CURLOPT_URL, url);
 		curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
@@ -371,7 +371,7 @@ static int post_once(struct etcd_client *c, size_t idx, const char *path, const 
 		}
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, code_out);
 		/* the gateway's own 404 is JSON; a plain-text one means "no such path" */
-		if (*code_out == 404 && !(resp->data && resp->data[0] == '{') &&
+		if (*code_out == 404 && mc_curl_body_text(resp)[0] != '{' &&
 		    p + 1 < (int)MC_ARRAY_SIZE(gateway_prefixes)) {
 			if (atomic_compare_exchange_strong(&c->prefix, &p, p + 1))
 				mc_info("%s serves no %s gateway, trying %s", ep,
@@ -412,11 +412,12 @@ static int etcd_call(struct etcd_client *c, const char *what, const char *path, 
 	long attempt_cap = MC_MAX(c->timeout_ms / 3, 500L);
 	long attempt_ms = MC_MIN(c->timeout_ms, attempt_cap), backoff_ms = 50;
 	char errs[ETCD_ERRS_MAX] = "";
-	struct mc_curl_body r = {0};
+	struct mc_curl_body r;
 	bool retryable = false;
 	char *body;
 	int status = MC_ERR_METADATA;
 
+	mc_curl_body_init(&r);
 	if (grpc_out)
 		*grpc_out = -1;
 	body = req ? json_dumps(req, JSON_COMPACT) : NULL;
@@ -440,11 +441,11 @@ again:
 			retryable = true;
 		if (status != MC_OK)
 			continue;
-		ans = json_loadb(r.data ? r.data : "", r.len, JSON_DISABLE_EOF_CHECK, &jerr);
+		ans = json_loadb(mc_curl_body_text(&r), r.buf.len, JSON_DISABLE_EOF_CHECK, &jerr);
 		if (!ans || !json_is_object(ans)) {
 			errs_add(errs, ep, "HTTP %ld, not JSON: %.*s", code,
-				 (int)MC_MIN(r.len, (size_t)ETCD_ERR_SHOW / 2),
-				 r.data ? r.data : "");
+				 (int)MC_MIN(r.buf.len, (size_t)ETCD_ERR_SHOW / 2),
+				 mc_curl_body_text(&r));
 			json_decref(ans);
 			status = MC_ERR_METADATA;
 			continue;
@@ -463,7 +464,8 @@ again:
 				ep, errs);
 		if (code != 200) {
 			if (gcode < 0)
-				snprintf(msg, sizeof(msg), "%.*s", ETCD_ERR_SHOW, r.data);
+				snprintf(msg, sizeof(msg), "%.*s", ETCD_ERR_SHOW,
+					 mc_curl_body_text(&r));
 			if (grpc_out)
 				*grpc_out = gcode;
 			status = mc_set_error(MC_ERR_METADATA, "etcd %s at %s: HTTP %ld: %s", what,
@@ -488,7 +490,7 @@ again:
 out_nomem:
 	status = mc_set_error(MC_ERR_NOMEM, "etcd %s: out of memory", what);
 out:
-	mc_free(r.data);
+	mc_buf_release(&r.buf);
 	free(body); /* jansson's allocation */
 	return status;
 }

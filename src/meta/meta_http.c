@@ -135,14 +135,13 @@ out_free:
 static int http_fail(struct http_client *c, const char *method, const char *key, long code,
 		     const struct mc_curl_body *r)
 {
-	int len = (int)MC_MIN(r->len, (size_t)HTTP_ERR_BODY_SHOW);
-	const char *body = r->data ? r->data : "";
+	int len = (int)MC_MIN(r->buf.len, (size_t)HTTP_ERR_BODY_SHOW);
+	const char *body = mc_curl_body_text(r);
 	int status = MC_ERR_METADATA;
 
 	if (code == 404 && strcmp(method, "PUT") != 0)
 		status = MC_ERR_NOT_FOUND;
-	else if (code == 400 && strcmp(method, "PUT") == 0 && r->data &&
-		 strstr(r->data, "Duplicate"))
+	else if (code == 400 && strcmp(method, "PUT") == 0 && strstr(body, "Duplicate"))
 		status = MC_ERR_EXISTS;
 	return mc_set_error(status, "metadata %s %s key %s: HTTP %ld: %.*s", method, c->base.uri,
 			    key, code, len, body);
@@ -151,12 +150,13 @@ static int http_fail(struct http_client *c, const char *method, const char *key,
 static int http_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct http_client *c = client_of(m);
-	struct mc_curl_body r = {0};
+	struct mc_curl_body r;
 	long code = 0;
 	int status;
 
 	if (!key || !value_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
+	mc_curl_body_init(&r);
 	status = http_request(c, "GET", key, NULL, 0, &code, &r);
 	if (status)
 		goto out_free;
@@ -164,54 +164,48 @@ static int http_get(struct mc_meta *m, const char *key, char **value_out, size_t
 		status = http_fail(c, "GET", key, code, &r);
 		goto out_free;
 	}
-	if (!r.data) {
-		r.data = mc_malloc(1);
-		if (!r.data) {
-			status = mc_set_error(MC_ERR_NOMEM, "metadata %s: out of memory", m->uri);
-			goto out_free;
-		}
-		r.data[0] = '\0';
-	}
-	*value_out = r.data;
-	if (len_out)
-		*len_out = r.len;
+	*value_out = mc_buf_steal(&r.buf, len_out);
+	if (!*value_out)
+		return mc_set_error(MC_ERR_NOMEM, "metadata %s: out of memory", m->uri);
 	return MC_OK;
 
 out_free:
-	mc_free(r.data);
+	mc_buf_release(&r.buf);
 	return status;
 }
 
 static int http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct http_client *c = client_of(m);
-	struct mc_curl_body r = {0};
+	struct mc_curl_body r;
 	long code = 0;
 	int status;
 
 	if (!key || (!value && len))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
 				    m->uri);
+	mc_curl_body_init(&r);
 	status = http_request(c, "PUT", key, value, len, &code, &r);
 	if (status == MC_OK && code != 200)
 		status = http_fail(c, "PUT", key, code, &r);
-	mc_free(r.data);
+	mc_buf_release(&r.buf);
 	return status;
 }
 
 static int http_del(struct mc_meta *m, const char *key)
 {
 	struct http_client *c = client_of(m);
-	struct mc_curl_body r = {0};
+	struct mc_curl_body r;
 	long code = 0;
 	int status;
 
 	if (!key)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
+	mc_curl_body_init(&r);
 	status = http_request(c, "DELETE", key, NULL, 0, &code, &r);
 	if (status == MC_OK && code != 200)
 		status = http_fail(c, "DELETE", key, code, &r);
-	mc_free(r.data);
+	mc_buf_release(&r.buf);
 	return status;
 }
 

@@ -90,52 +90,7 @@ static uint64_t get_le64(const uint8_t *p)
 }
 
 /* ------------------------------------------------------------------------ */
-/* struct mc_buf                                                             */
-
-void mc_buf_init(struct mc_buf *b)
-{
-	memset(b, 0, sizeof(*b));
-}
-
-void mc_buf_release(struct mc_buf *b)
-{
-	mc_free(b->data);
-	mc_buf_init(b);
-}
-
-void mc_buf_reset(struct mc_buf *b)
-{
-	b->len = 0;
-	b->err = MC_OK;
-}
-
-mc_status mc_buf_reserve(struct mc_buf *b, size_t extra)
-{
-	size_t cap;
-	uint8_t *p;
-
-	if (b->err != MC_OK)
-		return b->err;
-	if (extra <= b->cap - b->len)
-		return MC_OK;
-	if (extra > SIZE_MAX / 4 - b->len) {
-		b->err = mc_set_error(MC_ERR_NOMEM, "store proto: buffer of %zu + %zu bytes",
-				      b->len, extra);
-		return b->err;
-	}
-	cap = b->cap ? b->cap : 256;
-	while (cap < b->len + extra)
-		cap *= 2;
-	p = mc_realloc(b->data, cap);
-	if (!p) {
-		b->err = mc_set_error(MC_ERR_NOMEM,
-				      "store proto: cannot grow a buffer to %zu bytes", cap);
-		return b->err;
-	}
-	b->data = p;
-	b->cap = cap;
-	return MC_OK;
-}
+/* Little-endian writers over struct mc_buf                                  */
 
 void mc_buf_put_u8(struct mc_buf *b, uint8_t v)
 {
@@ -164,14 +119,6 @@ void mc_buf_put_u64(struct mc_buf *b, uint64_t v)
 	if (mc_buf_reserve(b, 8) == MC_OK) {
 		put_le64(b->data + b->len, v);
 		b->len += 8;
-	}
-}
-
-void mc_buf_put_bytes(struct mc_buf *b, const void *p, size_t n)
-{
-	if (n && mc_buf_reserve(b, n) == MC_OK) {
-		memcpy(b->data + b->len, p, n);
-		b->len += n;
 	}
 }
 
@@ -721,7 +668,7 @@ static mc_status write_str(struct mc_buf *b, const struct layout *l, const struc
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "store proto: %s.%s is NULL", l->name,
 				    f->name);
 	mc_buf_put_u32(b, s->len);
-	mc_buf_put_bytes(b, s->ptr, s->len);
+	mc_buf_append(b, s->ptr, s->len);
 	return MC_OK;
 }
 
@@ -1208,7 +1155,7 @@ static mc_status frame_encode(struct mc_buf *b, uint16_t type, uint16_t flags, i
 	} else {
 		uint32_t n = MC_MIN(text->len, MC_PROTO_STR_MAX);
 		mc_buf_put_u32(b, n);
-		mc_buf_put_bytes(b, text->ptr, n);
+		mc_buf_append(b, text->ptr, n);
 	}
 	if (rc != MC_OK)
 		goto out_restore;

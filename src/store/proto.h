@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "mooncake/status.h"
 
 /* ------------------------------------------------------------------------ */
@@ -64,34 +65,19 @@ enum mc_proto_flags {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Growable writer                                                           */
+/* Little-endian writers over struct mc_buf (base/buf.h)                     */
 
 /*
- * A byte buffer that frames are appended to.  Writes never fail on the
- * spot: the first allocation failure is kept in err and later writes are
- * dropped, so an encoder checks once at the end.  The encoders below
- * restore len (and clear err) when they fail, leaving earlier frames in
- * the buffer intact; several frames may be appended before one send.
+ * Frames are appended to a struct mc_buf; its errors are sticky, so an
+ * encoder checks once at the end.  The encoders below restore len (and
+ * clear err) when they fail, leaving earlier frames in the buffer intact;
+ * several frames may be appended before one send.  Raw bytes go in with
+ * mc_buf_append.
  */
-struct mc_buf {
-	uint8_t *data;
-	size_t len;
-	size_t cap;
-	mc_status err; /* first failure since the last reset; MC_OK if none */
-};
-
-void mc_buf_init(struct mc_buf *b);
-/* Frees the storage; the buffer is empty and reusable afterwards. */
-void mc_buf_release(struct mc_buf *b);
-/* Empties the buffer and clears err, keeping the storage. */
-void mc_buf_reset(struct mc_buf *b);
-/* Room for extra more bytes.  MC_OK or MC_ERR_NOMEM (also recorded in err). */
-mc_status mc_buf_reserve(struct mc_buf *b, size_t extra);
 void mc_buf_put_u8(struct mc_buf *b, uint8_t v);
 void mc_buf_put_u16(struct mc_buf *b, uint16_t v);
 void mc_buf_put_u32(struct mc_buf *b, uint32_t v);
 void mc_buf_put_u64(struct mc_buf *b, uint64_t v);
-void mc_buf_put_bytes(struct mc_buf *b, const void *p, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* Bounds-checked reader                                                     */

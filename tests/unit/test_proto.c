@@ -423,7 +423,7 @@ static void buf_writes_little_endian(void **state)
 	mc_buf_put_u16(&b, 0x1234);
 	mc_buf_put_u32(&b, 0x12345678);
 	mc_buf_put_u64(&b, 0x0102030405060708ull);
-	mc_buf_put_bytes(&b, "hi", 2);
+	mc_buf_append(&b, "hi", 2);
 	assert_int_equal(b.err, MC_OK);
 	assert_int_equal(b.len, sizeof(want));
 	assert_memory_equal(b.data, want, sizeof(want));
