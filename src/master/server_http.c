@@ -15,6 +15,8 @@
  *   POST /api/v1/remove_all        RemoveAll
  * Drain jobs and tenant quotas are answered with upstream's error shape
  * (this build has neither).  Query parameters are URL-decoded by MHD.
+ * base/http.c starts MHD and routes by the table at the bottom; any
+ * method but GET/HEAD on a path outside it is 405, an unknown GET 404.
  *
  * Every page copies what it needs from the master under the state mutex
  * (metrics, segment records, replica lists encoded as bytes) and renders
@@ -28,20 +30,18 @@
  * kind, help and the struct mc_master_metrics member it reads.
  */
 #define MC_LOG_MODULE "master"
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/compiler.h"
+#include "base/http.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "master/server_priv.h"
@@ -613,27 +613,6 @@ static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
 
 /* ---- responses -------------------------------------------------------------- */
 
-static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const void *body,
-			       size_t len, const char *ctype)
-{
-	struct MHD_Response *r;
-	enum MHD_Result ret;
-
-	r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-	if (!r)
-		return MHD_NO;
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	ret = MHD_queue_response(conn, code, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, const char *text,
-				    const char *ctype)
-{
-	return respond(conn, code, text, strlen(text), ctype);
-}
-
 /* Takes the reference to j. */
 static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned code, json_t *j)
 {
@@ -641,12 +620,12 @@ static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned code, 
 	enum MHD_Result ret;
 
 	if (!j)
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	if (!text)
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
-	ret = respond(conn, code, text, strlen(text), CT_JSON);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
+	ret = mc_http_respond(conn, code, text, strlen(text), CT_JSON);
 	free(text);
 	return ret;
 }
@@ -658,9 +637,9 @@ static enum MHD_Result respond_buf(struct MHD_Connection *conn, unsigned code, s
 
 	if (b->err) {
 		mc_buf_release(b);
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	}
-	ret = respond(conn, code, b->data ? (const void *)b->data : "", b->len, ctype);
+	ret = mc_http_respond(conn, code, b->data ? (const void *)b->data : "", b->len, ctype);
 	mc_buf_release(b);
 	return ret;
 }
@@ -733,8 +712,10 @@ static mc_status query_key(struct mc_master_server *s, const char *key, bool lea
 	return st;
 }
 
-static enum MHD_Result page_query_key(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_query_key(void *arg, struct MHD_Connection *conn,
+				      const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	const char *key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
 	struct mc_store_replica_list list;
 	json_t *data, *root;
@@ -814,9 +795,10 @@ static json_t *key_entry(const struct mc_store_replica_list *list)
 	return o;
 }
 
-static enum MHD_Result page_batch_query_keys(struct mc_master_server *s,
-					     struct MHD_Connection *conn)
+static enum MHD_Result page_batch_query_keys(void *arg, struct MHD_Connection *conn,
+					     const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	const char *keys = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keys");
 	json_t *data, *root;
 	const char *p;
@@ -827,7 +809,7 @@ static enum MHD_Result page_batch_query_keys(struct mc_master_server *s,
 					      "No keys provided. Use ?keys=key1,key2,..."));
 	data = json_object();
 	if (!data)
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	for (p = keys;;) {
 		const char *comma = strchr(p, ',');
 		size_t n = comma ? (size_t)(comma - p) : strlen(p);
@@ -838,7 +820,7 @@ static enum MHD_Result page_batch_query_keys(struct mc_master_server *s,
 
 		if (!key) {
 			json_decref(data);
-			return respond_text(conn, 500, "out of memory", CT_TEXT);
+			return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 		}
 		if (n) {
 			st = query_key(s, key, false, &list);
@@ -870,8 +852,10 @@ static bool key_line(void *arg, const char *key, size_t len)
 	return b->err == MC_OK;
 }
 
-static enum MHD_Result page_get_all_keys(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_get_all_keys(void *arg, struct MHD_Connection *conn,
+					 const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	struct mc_buf b;
 
 	mc_buf_init(&b);
@@ -880,19 +864,20 @@ static enum MHD_Result page_get_all_keys(struct mc_master_server *s, struct MHD_
 	pthread_mutex_unlock(&s->lock);
 	if (b.err) {
 		mc_buf_release(&b);
-		return respond_text(conn, 500, "Failed to get all keys", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "Failed to get all keys", CT_TEXT);
 	}
 	return respond_buf(conn, 200, &b, CT_PROM);
 }
 
-static enum MHD_Result page_get_all_segments(struct mc_master_server *s,
-					     struct MHD_Connection *conn)
+static enum MHD_Result page_get_all_segments(void *arg, struct MHD_Connection *conn,
+					     const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	struct seg_list l;
 	struct mc_buf b;
 
 	if (!segments_copy(s, &l))
-		return respond_text(conn, 500, "Failed to get all segments", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "Failed to get all segments", CT_TEXT);
 	mc_buf_init(&b);
 	for (size_t i = 0; i < l.n; i++)
 		if (l.v[i].status == MC_SEGMENT_OK)
@@ -901,13 +886,15 @@ static enum MHD_Result page_get_all_segments(struct mc_master_server *s,
 	return respond_buf(conn, 200, &b, CT_PROM);
 }
 
-static enum MHD_Result page_segments_detail(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_segments_detail(void *arg, struct MHD_Connection *conn,
+					    const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	struct seg_list l;
 	json_t *arr, *root;
 
 	if (!segments_copy(s, &l))
-		return respond_text(conn, 500, "Failed to get segments", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "Failed to get segments", CT_TEXT);
 	arr = json_array();
 	for (size_t i = 0; arr && i < l.n; i++) {
 		const struct seg_rec *r = &l.v[i];
@@ -937,8 +924,10 @@ static enum MHD_Result page_segments_detail(struct mc_master_server *s, struct M
 	return respond_json(conn, 200, root);
 }
 
-static enum MHD_Result page_query_segment(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_query_segment(void *arg, struct MHD_Connection *conn,
+					  const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "segment");
 	struct seg_list l;
 	uint64_t used = 0, cap = 0;
@@ -946,7 +935,7 @@ static enum MHD_Result page_query_segment(struct mc_master_server *s, struct MHD
 	struct mc_buf b;
 
 	if (!name || !*name || !segments_copy(s, &l))
-		return respond_text(conn, 500, "Failed to query segment", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "Failed to query segment", CT_TEXT);
 	for (size_t i = 0; i < l.n; i++)
 		if (strcmp(l.v[i].name, name) == 0) {
 			found = true;
@@ -955,7 +944,7 @@ static enum MHD_Result page_query_segment(struct mc_master_server *s, struct MHD
 		}
 	seg_list_release(&l);
 	if (!found)
-		return respond_text(conn, 500, "Failed to query segment", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "Failed to query segment", CT_TEXT);
 	mc_buf_init(&b);
 	/* upstream's text, the space before the second colon included */
 	bprintf(&b, "%s\nUsed(bytes): %" PRIu64 "\nCapacity(bytes) : %" PRIu64 "\n", name, used,
@@ -963,8 +952,10 @@ static enum MHD_Result page_query_segment(struct mc_master_server *s, struct MHD
 	return respond_buf(conn, 200, &b, CT_TEXT);
 }
 
-static enum MHD_Result page_segment_status(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_segment_status(void *arg, struct MHD_Connection *conn,
+					   const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "segment");
 	struct seg_list l;
 	int status = -1;
@@ -986,8 +977,10 @@ static enum MHD_Result page_segment_status(struct mc_master_server *s, struct MH
 				      mc_master_segment_status_name(status)));
 }
 
-static enum MHD_Result page_remove_all(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
+				       const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	const char *force = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "force");
 	const char *tenant = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tenant_id");
 	bool f = force && (strcmp(force, "true") == 0 || strcmp(force, "1") == 0);
@@ -1002,8 +995,10 @@ static enum MHD_Result page_remove_all(struct mc_master_server *s, struct MHD_Co
 			    json_pack("{s:b, s:I}", "success", 1, "removed_count", (json_int_t)n));
 }
 
-static enum MHD_Result page_metrics(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
+				    const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	struct mc_master_metrics m;
 	struct seg_list l;
 	struct mc_buf b;
@@ -1015,7 +1010,7 @@ static enum MHD_Result page_metrics(struct mc_master_server *s, struct MHD_Conne
 	pthread_mutex_unlock(&s->lock);
 	if (l.nomem) {
 		seg_list_release(&l);
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	}
 	mc_buf_init(&b);
 	render_metrics(&b, &m, &l);
@@ -1023,8 +1018,10 @@ static enum MHD_Result page_metrics(struct mc_master_server *s, struct MHD_Conne
 	return respond_buf(conn, 200, &b, CT_PROM);
 }
 
-static enum MHD_Result page_summary(struct mc_master_server *s, struct MHD_Connection *conn)
+static enum MHD_Result page_summary(void *arg, struct MHD_Connection *conn,
+				    const struct mc_http_request *req)
 {
+	struct mc_master_server *s = arg;
 	struct mc_master_server_snap prev, cur;
 	enum MHD_Result ret;
 	char *line;
@@ -1035,28 +1032,53 @@ static enum MHD_Result page_summary(struct mc_master_server *s, struct MHD_Conne
 	pthread_mutex_unlock(&s->lock);
 	line = mc_master_summary_format(&prev, &cur);
 	if (!line)
-		return respond_text(conn, 500, "out of memory", CT_TEXT);
-	ret = respond_text(conn, 200, line, CT_PROM);
+		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
+	ret = mc_http_respond_text(conn, 200, line, CT_PROM);
 	mc_free(line);
 	return ret;
 }
 
 /* ---- dispatch --------------------------------------------------------------- */
 
-/* GET (and HEAD) pages built from the master's state. */
-static const struct {
-	const char *url;
-	enum MHD_Result (*page)(struct mc_master_server *s, struct MHD_Connection *conn);
-} get_pages[] = {
-	{"/metrics", page_metrics},
-	{"/metrics/summary", page_summary},
-	{"/query_key", page_query_key},
-	{"/batch_query_keys", page_batch_query_keys},
-	{"/get_all_keys", page_get_all_keys},
-	{"/get_all_segments", page_get_all_segments},
-	{"/get_segments_detail", page_segments_detail},
-	{"/query_segment", page_query_segment},
-	{"/api/v1/segments/status", page_segment_status},
+static enum MHD_Result page_remove_all_post(void *arg, struct MHD_Connection *conn,
+					    const struct mc_http_request *req)
+{
+	if (req->method_bit != MC_HTTP_POST)
+		return respond_api_error(conn, MC_ERR_INVALID_PARAMS, "use POST");
+	return page_remove_all(arg, conn, req);
+}
+
+static enum MHD_Result page_drain_jobs(void *arg, struct MHD_Connection *conn,
+				       const struct mc_http_request *req)
+{
+	return respond_api_error(conn, MC_ERR_NOT_SUPPORTED,
+				 "drain jobs are not supported in this build");
+}
+
+static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn,
+					  const struct mc_http_request *req)
+{
+	return respond_api_error(conn, MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,
+				 "tenant quotas are not supported in this build");
+}
+
+#define GET_HEAD (MC_HTTP_GET | MC_HTTP_HEAD)
+
+/* The /api/v1 calls (any method), then the GET (and HEAD) pages built from
+ * the master's state. */
+static const struct mc_http_route routes[] = {
+	{"/api/v1/remove_all", 0, false, page_remove_all_post},
+	{"/api/v1/drain_jobs", 0, true, page_drain_jobs},
+	{"/api/v1/tenant_quotas", 0, false, page_tenant_quotas},
+	{"/metrics", GET_HEAD, false, page_metrics},
+	{"/metrics/summary", GET_HEAD, false, page_summary},
+	{"/query_key", GET_HEAD, false, page_query_key},
+	{"/batch_query_keys", GET_HEAD, false, page_batch_query_keys},
+	{"/get_all_keys", GET_HEAD, false, page_get_all_keys},
+	{"/get_all_segments", GET_HEAD, false, page_get_all_segments},
+	{"/get_segments_detail", GET_HEAD, false, page_segments_detail},
+	{"/query_segment", GET_HEAD, false, page_query_segment},
+	{"/api/v1/segments/status", GET_HEAD, false, page_segment_status},
 };
 
 /* GET (and HEAD) pages that never change in this build (no HA, no KV events). */
@@ -1076,126 +1098,56 @@ static const struct {
 	 CT_JSON},
 };
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload_data,
-				  size_t *upload_data_size, void **con_cls)
+/* Any method other than GET and HEAD on a path no route takes is 405. */
+static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
+				  const struct mc_http_request *req)
 {
-	struct mc_master_server *s = cls;
-	bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 ||
-		   strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-	bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+	const struct mc_http_route *r =
+		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, NULL);
 
-	/* first call: headers only; then drain any body (none is used) */
-	if (!*con_cls) {
-		*con_cls = s;
-		return MHD_YES;
-	}
-	if (*upload_data_size) {
-		*upload_data_size = 0;
-		return MHD_YES;
-	}
-
-	if (strcmp(url, "/api/v1/remove_all") == 0) {
-		if (!post)
-			return respond_api_error(conn, MC_ERR_INVALID_PARAMS, "use POST");
-		return page_remove_all(s, conn);
-	}
-	if (strncmp(url, "/api/v1/drain_jobs", 18) == 0)
-		return respond_api_error(conn, MC_ERR_NOT_SUPPORTED,
-					 "drain jobs are not supported in this build");
-	if (strcmp(url, "/api/v1/tenant_quotas") == 0)
-		return respond_api_error(conn, MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,
-					 "tenant quotas are not supported in this build");
-	if (!get)
-		return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed",
-				    CT_TEXT);
-
-	for (size_t i = 0; i < MC_ARRAY_SIZE(get_pages); i++)
-		if (strcmp(url, get_pages[i].url) == 0)
-			return get_pages[i].page(s, conn);
+	if (r)
+		return r->fn(arg, conn, req);
+	if (!(req->method_bit & GET_HEAD))
+		return mc_http_respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed",
+					    CT_TEXT);
 	for (size_t i = 0; i < MC_ARRAY_SIZE(get_fixed); i++)
-		if (strcmp(url, get_fixed[i].url) == 0)
-			return respond_text(conn, 200, get_fixed[i].body, get_fixed[i].ctype);
-	return respond_text(conn, MHD_HTTP_NOT_FOUND, "Not Found", CT_TEXT);
+		if (strcmp(req->url, get_fixed[i].url) == 0)
+			return mc_http_respond_text(conn, 200, get_fixed[i].body,
+						    get_fixed[i].ctype);
+	return mc_http_respond_text(conn, MHD_HTTP_NOT_FOUND, "Not Found", CT_TEXT);
 }
 
-/* MHD's own messages are about misbehaving peers: debug level, except
- * while starting, when the last one is the reason a bind failed. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-	struct mc_master_server *s = cls;
-	char msg[256];
-	size_t n;
-
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	n = strlen(msg);
-	while (n && msg[n - 1] == '\n')
-		msg[--n] = '\0';
-	if (atomic_load(&s->admin_starting))
-		snprintf(s->admin_start_msg, sizeof(s->admin_start_msg), "%s", msg);
-	mc_debug("admin http: %s", msg);
-}
-
+/* host may be a bracketed IPv6 literal ("[::1]"), as in the config file. */
 mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, uint16_t port)
 {
-	struct addrinfo hints = {
-		.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res, *ai, *pick = NULL;
-	struct sockaddr_storage ss;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-	const union MHD_DaemonInfo *info;
+	struct mc_http_config cfg = {
+		.name = "admin http",
+		.host = host,
+		.port = port,
+		.prefer_ipv4 = false,
+		.threads = ADMIN_THREADS,
+		.idle_timeout_s = ADMIN_CONN_TIMEOUT,
+		.max_body = 0, /* no page reads a body */
+		.handler = on_request,
+		.arg = s,
+	};
 	char h[256];
-	size_t hl;
-	int rc;
+	size_t hl = host ? strlen(host) : 0;
+	mc_status st;
 
-	if (!host || !*host)
-		host = "0.0.0.0";
-	hl = strlen(host);
-	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < sizeof(h)) {
+	if (hl > 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < sizeof(h)) {
 		memcpy(h, host + 1, hl - 2);
 		h[hl - 2] = '\0';
-		host = h;
+		cfg.host = h;
 	}
-	rc = getaddrinfo(host, NULL, &hints, &res);
-	if (rc)
-		return mc_set_error(MC_ERR_DNS, "admin http: cannot resolve %s: %s", host,
-				    gai_strerror(rc));
-	for (ai = res; ai && !pick; ai = ai->ai_next)
-		if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
-			pick = ai;
-	if (!pick) {
-		freeaddrinfo(res);
-		return mc_set_error(MC_ERR_DNS, "admin http: no IP address for %s", host);
-	}
-	memset(&ss, 0, sizeof(ss));
-	memcpy(&ss, pick->ai_addr, pick->ai_addrlen);
-	freeaddrinfo(res);
-	if (ss.ss_family == AF_INET6) {
-		((struct sockaddr_in6 *)&ss)->sin6_port = htons(port);
-		flags |= MHD_USE_IPv6;
-	} else {
-		((struct sockaddr_in *)&ss)->sin_port = htons(port);
-	}
-	s->admin_start_msg[0] = '\0';
-	atomic_store(&s->admin_starting, true);
-	s->admin = MHD_start_daemon(flags, port, NULL, NULL, on_request, s,
-				    MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
-				    (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-				    (unsigned)ADMIN_THREADS, MHD_OPTION_CONNECTION_TIMEOUT,
-				    (unsigned)ADMIN_CONN_TIMEOUT, MHD_OPTION_END);
-	atomic_store(&s->admin_starting, false);
-	if (!s->admin)
-		return mc_set_error(
-			MC_ERR_SOCKET, "admin http: cannot listen on %s port %u: %s", host, port,
-			s->admin_start_msg[0] ? s->admin_start_msg : "libmicrohttpd refused");
-	info = MHD_get_daemon_info(s->admin, MHD_DAEMON_INFO_BIND_PORT);
-	s->metrics_port = info && info->port ? info->port : port;
-	return MC_OK;
+	st = mc_http_open(&cfg, &s->admin);
+	if (st == MC_OK)
+		s->metrics_port = mc_http_port(s->admin);
+	return st;
 }
 
 void mc_master_admin_stop(struct mc_master_server *s)
 {
-	if (s->admin)
-		MHD_stop_daemon(s->admin);
+	mc_http_close(s->admin);
 	s->admin = NULL;
 }

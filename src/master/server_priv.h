@@ -14,7 +14,7 @@
 #include "master/master.h"
 #include "master/server.h"
 
-struct MHD_Daemon;
+struct mc_http;
 struct mc_http_meta_server;
 
 /* The metrics as of one moment, for rates over a window. */
@@ -51,9 +51,7 @@ struct mc_master_server {
 	uint64_t accept_paused_until_ms; /* after EMFILE/ENFILE */
 
 	/* HTTP */
-	struct MHD_Daemon *admin;
-	atomic_bool admin_starting; /* MHD messages are kept while it starts... */
-	char admin_start_msg[256];  /* ...the last one names a bind failure */
+	struct mc_http *admin; /* base/http.h */
 	struct mc_http_meta_server *meta;
 
 	uint16_t rpc_port, metrics_port, metadata_port;

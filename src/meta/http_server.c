@@ -16,11 +16,9 @@
  * MAX_BODY (64 MiB) 413.
  *
  * libmicrohttpd runs one internal polling thread (epoll or poll, its
- * choice).  The access handler is called several times per request: the
- * first call only attaches a struct request to the connection, the next
- * ones append upload chunks to it, and the last (upload size 0) answers.
- * The request is freed by the completion callback, which MHD calls for
- * every request it started, answered or not.
+ * choice); base/http.c does the plumbing (bodies collected up to
+ * MAX_BODY, the bind address, MHD's messages) and calls on_request once
+ * per complete request, which routes by the table below.
  *
  * Store: values are opaque bytes in a libc binary tree (tsearch, a
  * red-black tree in glibc) keyed by the decoded key, under store_lock, so
@@ -31,21 +29,15 @@
 #define MC_LOG_MODULE "meta"
 #include "meta/http_server.h"
 
-#include <arpa/inet.h>
-#include <microhttpd.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <search.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/http.h"
 #include "base/log.h"
 #include "mooncake/status.h"
 
@@ -59,20 +51,10 @@ struct kv_entry {
 };
 
 struct mc_http_meta_server {
-	struct MHD_Daemon *daemon;
-	uint16_t port;
+	struct mc_http *http;
 	pthread_mutex_t store_lock; /* protects root and count */
 	void *root;		    /* tsearch tree of struct kv_entry */
 	uint64_t count;
-	char start_msg[256]; /* MHD's last message while starting, for the error */
-	atomic_bool started; /* set once MHD_start_daemon returned */
-};
-
-struct request {
-	char *body;
-	size_t len;
-	size_t cap;
-	bool too_large;
 };
 
 static int entry_cmp(const void *a, const void *b)
@@ -90,25 +72,9 @@ static void entry_free(void *p)
 
 /* ---- responses ----------------------------------------------------------- */
 
-static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const void *body,
-			       size_t len, const char *content_type)
-{
-	struct MHD_Response *r;
-	enum MHD_Result ret;
-
-	r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-	if (!r)
-		return MHD_NO;
-	if (content_type)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-	ret = MHD_queue_response(conn, code, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
 static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, const char *text)
 {
-	return respond(conn, code, text, strlen(text), "text/plain");
+	return mc_http_respond_text(conn, code, text, "text/plain");
 }
 
 /* ---- /metadata verbs ----------------------------------------------------- */
@@ -123,8 +89,8 @@ static enum MHD_Result do_get(struct mc_http_meta_server *s, struct MHD_Connecti
 	pthread_mutex_lock(&s->store_lock);
 	found = tfind(&probe, &s->root, entry_cmp);
 	if (found)
-		ret = respond(conn, MHD_HTTP_OK, (*found)->value, (*found)->len,
-			      "application/json");
+		ret = mc_http_respond(conn, MHD_HTTP_OK, (*found)->value, (*found)->len,
+				      "application/json");
 	pthread_mutex_unlock(&s->store_lock);
 	if (!found)
 		ret = respond_text(conn, MHD_HTTP_NOT_FOUND, "metadata not found");
@@ -132,20 +98,20 @@ static enum MHD_Result do_get(struct mc_http_meta_server *s, struct MHD_Connecti
 }
 
 static enum MHD_Result do_put(struct mc_http_meta_server *s, struct MHD_Connection *conn,
-			      const char *key, struct request *req)
+			      const char *key, const struct mc_http_request *req)
 {
 	struct kv_entry *e, **slot;
 	char *value;
 
 	e = mc_calloc(1, sizeof(*e));
-	value = mc_malloc(req->len + 1);
+	value = mc_malloc(req->body_len + 1);
 	if (!e || !value || !(e->key = mc_strdup(key)))
 		goto err_nomem;
-	if (req->len)
-		memcpy(value, req->body, req->len);
-	value[req->len] = '\0';
+	if (req->body_len)
+		memcpy(value, req->body, req->body_len);
+	value[req->body_len] = '\0';
 	e->value = value;
-	e->len = req->len;
+	e->len = req->body_len;
 
 	pthread_mutex_lock(&s->store_lock);
 	slot = tsearch(e, &s->root, entry_cmp);
@@ -171,7 +137,7 @@ static enum MHD_Result do_put(struct mc_http_meta_server *s, struct MHD_Connecti
 	e->value = (*slot)->value;
 	e->len = (*slot)->len;
 	(*slot)->value = value;
-	(*slot)->len = req->len;
+	(*slot)->len = req->body_len;
 	pthread_mutex_unlock(&s->store_lock);
 	entry_free(e); /* frees the old value */
 	return respond_text(conn, MHD_HTTP_OK, "metadata updated");
@@ -205,208 +171,101 @@ static enum MHD_Result do_delete(struct mc_http_meta_server *s, struct MHD_Conne
 	return respond_text(conn, MHD_HTTP_OK, "metadata deleted");
 }
 
-/* ---- request plumbing ---------------------------------------------------- */
+/* ---- routing ------------------------------------------------------------- */
 
-/* Append an upload chunk; bodies past MAX_BODY are dropped and flagged. */
-static bool request_append(struct request *req, const char *data, size_t n)
+static enum MHD_Result page_health(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
 {
-	if (req->too_large || n > MAX_BODY - req->len) {
-		req->too_large = true;
-		return true;
-	}
-	if (req->len + n > req->cap) {
-		size_t cap = req->cap ? req->cap : 4096;
-		char *p;
-		while (cap < req->len + n)
-			cap *= 2;
-		if (cap > MAX_BODY)
-			cap = MAX_BODY;
-		p = mc_realloc(req->body, cap);
-		if (!p)
-			return false;
-		req->body = p;
-		req->cap = cap;
-	}
-	memcpy(req->body + req->len, data, n);
-	req->len += n;
-	return true;
+	(void)arg;
+	return respond_text(conn, MHD_HTTP_OK, "OK");
 }
 
-static bool content_length_too_large(struct MHD_Connection *conn)
+/* /metadata with its key; NULL (and 400 queued in *ret) without one. */
+static const char *metadata_key(struct MHD_Connection *conn, enum MHD_Result *ret)
 {
-	const char *cl =
-		MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-	char *end;
-	unsigned long long n;
+	const char *key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
 
-	if (!cl)
-		return false;
-	n = strtoull(cl, &end, 10);
-	return *end == '\0' && n > MAX_BODY;
+	if (key && *key)
+		return key;
+	*ret = respond_text(conn, MHD_HTTP_BAD_REQUEST, "Missing key parameter");
+	return NULL;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version, const char *upload_data,
-				  size_t *upload_data_size, void **con_cls)
+static enum MHD_Result page_get(void *arg, struct MHD_Connection *conn,
+				const struct mc_http_request *req)
 {
-	struct mc_http_meta_server *s = cls;
-	struct request *req = *con_cls;
-	const char *key;
+	enum MHD_Result ret;
+	const char *key = metadata_key(conn, &ret);
 
-	if (!req) {
-		req = mc_calloc(1, sizeof(*req));
-		if (!req)
-			return MHD_NO;
-		*con_cls = req;
-		/* refuse an announced oversized body before it is sent */
-		if (content_length_too_large(conn))
-			return respond_text(conn, MHD_HTTP_CONTENT_TOO_LARGE,
-					    "request body too large");
-		return MHD_YES;
-	}
-	if (*upload_data_size) {
-		if (!request_append(req, upload_data, *upload_data_size))
-			return MHD_NO;
-		*upload_data_size = 0;
-		return MHD_YES;
-	}
-	if (req->too_large)
-		return respond_text(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large");
-
-	if (strcmp(url, "/health") == 0) {
-		if (strcmp(method, MHD_HTTP_METHOD_GET) != 0)
-			return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
-					    "method not allowed");
-		return respond_text(conn, MHD_HTTP_OK, "OK");
-	}
-	if (strcmp(url, "/metadata") != 0)
-		return respond_text(conn, MHD_HTTP_NOT_FOUND, "not found");
-
-	key = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "key");
-	if (strcmp(method, MHD_HTTP_METHOD_GET) == 0) {
-		if (!key || !*key)
-			return respond_text(conn, MHD_HTTP_BAD_REQUEST, "Missing key parameter");
-		return do_get(s, conn, key);
-	}
-	if (strcmp(method, MHD_HTTP_METHOD_PUT) == 0) {
-		if (!key || !*key)
-			return respond_text(conn, MHD_HTTP_BAD_REQUEST, "Missing key parameter");
-		return do_put(s, conn, key, req);
-	}
-	if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0) {
-		if (!key || !*key)
-			return respond_text(conn, MHD_HTTP_BAD_REQUEST, "Missing key parameter");
-		return do_delete(s, conn, key);
-	}
-	return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+	return key ? do_get(arg, conn, key) : ret;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+static enum MHD_Result page_put(void *arg, struct MHD_Connection *conn,
+				const struct mc_http_request *req)
 {
-	struct request *req = *con_cls;
+	enum MHD_Result ret;
+	const char *key = metadata_key(conn, &ret);
 
-	if (!req)
-		return;
-	mc_free(req->body);
-	mc_free(req);
-	*con_cls = NULL;
+	return key ? do_put(arg, conn, key, req) : ret;
 }
 
-/*
- * MHD's messages are mostly about misbehaving clients, which a library
- * should not shout about: they go to debug.  While the daemon starts (only
- * the starting thread runs then) the last one is kept for the error text,
- * since it holds the reason, e.g. the bind() failure.
- */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+static enum MHD_Result page_delete(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
 {
-	struct mc_http_meta_server *s = cls;
-	char msg[512];
-	size_t n;
+	enum MHD_Result ret;
+	const char *key = metadata_key(conn, &ret);
 
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	n = strlen(msg);
-	while (n && msg[n - 1] == '\n')
-		msg[--n] = '\0';
-	if (!atomic_load(&s->started))
-		snprintf(s->start_msg, sizeof(s->start_msg), "%s", msg);
-	mc_debug("http metadata server: %s", msg);
+	return key ? do_delete(arg, conn, key) : ret;
+}
+
+static const struct mc_http_route routes[] = {
+	{"/health", MC_HTTP_GET, false, page_health},
+	{"/metadata", MC_HTTP_GET, false, page_get},
+	{"/metadata", MC_HTTP_PUT, false, page_put},
+	{"/metadata", MC_HTTP_DELETE, false, page_delete},
+};
+
+static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
+				  const struct mc_http_request *req)
+{
+	bool known;
+	const struct mc_http_route *r =
+		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, &known);
+
+	if (r)
+		return r->fn(arg, conn, req);
+	if (known)
+		return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+	return respond_text(conn, MHD_HTTP_NOT_FOUND, "not found");
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-/* Resolve host for binding; IPv4 preferred when a name has both. */
-static int resolve_bind(const char *host, uint16_t port, struct sockaddr_storage *ss)
-{
-	struct addrinfo hints = {
-		.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res, *ai, *pick = NULL;
-	int rc;
-
-	rc = getaddrinfo(host, NULL, &hints, &res);
-	if (rc)
-		return mc_set_error(MC_ERR_DNS, "http metadata server: cannot resolve %s: %s", host,
-				    gai_strerror(rc));
-	for (ai = res; ai; ai = ai->ai_next) {
-		if (ai->ai_family == AF_INET) {
-			pick = ai;
-			break;
-		}
-		if (ai->ai_family == AF_INET6 && !pick)
-			pick = ai;
-	}
-	if (!pick) {
-		freeaddrinfo(res);
-		return mc_set_error(MC_ERR_DNS, "http metadata server: no IP address for %s", host);
-	}
-	memset(ss, 0, sizeof(*ss));
-	memcpy(ss, pick->ai_addr, pick->ai_addrlen);
-	if (ss->ss_family == AF_INET)
-		((struct sockaddr_in *)ss)->sin_port = htons(port);
-	else
-		((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
-	freeaddrinfo(res);
-	return MC_OK;
-}
-
 int mc_http_meta_server_start(const char *host, uint16_t port, struct mc_http_meta_server **out)
 {
-	struct sockaddr_storage ss;
+	struct mc_http_config cfg = {
+		.name = "http metadata server",
+		.host = host,
+		.port = port,
+		.prefer_ipv4 = true,
+		.threads = 0,
+		.idle_timeout_s = CONN_IDLE_TIMEOUT,
+		.max_body = MAX_BODY,
+		.handler = on_request,
+	};
 	struct mc_http_meta_server *s;
-	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
-	const union MHD_DaemonInfo *info;
 	int status;
 
 	if (!out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "http metadata server: NULL output");
-	if (!host || !*host)
-		host = "0.0.0.0";
-	status = resolve_bind(host, port, &ss);
-	if (status)
-		return status;
-	if (ss.ss_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "http metadata server: out of memory");
 	pthread_mutex_init(&s->store_lock, NULL);
-	s->daemon = MHD_start_daemon(
-		flags, port, NULL, NULL, on_request, s,
-		/* the logger first, so MHD's own start-up messages use it */
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_SOCK_ADDR,
-		(struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_IDLE_TIMEOUT, MHD_OPTION_END);
-	if (!s->daemon) {
-		status = mc_set_error(
-			MC_ERR_SOCKET, "http metadata server: cannot listen on %s port %u: %s",
-			host, port, s->start_msg[0] ? s->start_msg : "libmicrohttpd refused");
+	cfg.arg = s;
+	status = mc_http_open(&cfg, &s->http);
+	if (status != MC_OK)
 		goto err_free_server;
-	}
-	atomic_store(&s->started, true);
-	info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = info && info->port ? info->port : port;
 	*out = s;
 	return MC_OK;
 
@@ -418,7 +277,7 @@ err_free_server:
 
 uint16_t mc_http_meta_server_port(const struct mc_http_meta_server *s)
 {
-	return s ? s->port : 0;
+	return s ? mc_http_port(s->http) : 0;
 }
 
 uint64_t mc_http_meta_server_count(struct mc_http_meta_server *s)
@@ -437,7 +296,7 @@ void mc_http_meta_server_stop(struct mc_http_meta_server *s)
 {
 	if (!s)
 		return;
-	MHD_stop_daemon(s->daemon);
+	mc_http_close(s->http);
 	tdestroy(s->root, entry_free);
 	pthread_mutex_destroy(&s->store_lock);
 	mc_free(s);

@@ -1,0 +1,101 @@
+/*
+ * base/http.h - the libmicrohttpd glue shared by our HTTP servers: the
+ * metadata server (meta/http_server.c) and the master's admin and
+ * metrics pages (master/server_http.c).
+ *
+ * mc_http_open starts a daemon on its own thread(s) and calls the
+ * handler once per request, when the request is complete: the body, if
+ * the server keeps bodies, is whole by then.  MHD's several calls per
+ * request, the body accumulation with its size cap (413 "request body too
+ * large", also when Content-Length announces too much), name resolution
+ * for the bind address and MHD's log messages (debug level; while
+ * starting, the last one is kept as the reason a bind failed) all live
+ * in http.c.  Routing is a table of {path, methods} rows looked up with
+ * mc_http_route_find; what a miss answers (404, 405) stays with each
+ * server, since ours answer misses with different texts.
+ *
+ * Threads: the handler and the route functions run on MHD's threads,
+ * several at once when cfg.threads > 1; they must lock what they share.
+ */
+#ifndef MC_BASE_HTTP_H
+#define MC_BASE_HTTP_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/status.h"
+
+enum mc_http_method {
+	MC_HTTP_GET = 1u << 0,
+	MC_HTTP_HEAD = 1u << 1,
+	MC_HTTP_POST = 1u << 2,
+	MC_HTTP_PUT = 1u << 3,
+	MC_HTTP_DELETE = 1u << 4,
+};
+
+/* One complete request; everything is borrowed for the handler's call. */
+struct mc_http_request {
+	const char *method;  /* as the client sent it */
+	unsigned method_bit; /* enum mc_http_method; 0 for other methods */
+	const char *url;     /* the path, query removed (MHD_lookup_connection_value has it) */
+	const void *body;    /* NULL when empty or the server keeps no bodies */
+	size_t body_len;
+};
+
+/* Queues the answer to req on conn (mc_http_respond*), MHD_NO to drop it. */
+typedef enum MHD_Result (*mc_http_handler_cb)(void *arg, struct MHD_Connection *conn,
+					      const struct mc_http_request *req);
+
+struct mc_http_config {
+	const char *name;	    /* prefix of messages: "http metadata server" */
+	const char *host;	    /* bind address; NULL or "" = all interfaces */
+	uint16_t port;		    /* 0 = any free port (mc_http_port says which) */
+	bool prefer_ipv4;	    /* a name with both families binds IPv4 (else the first) */
+	unsigned threads;	    /* 0: one internal thread, MHD's choice of epoll or poll;
+				     * N: a pool of N internal threads */
+	unsigned idle_timeout_s;    /* an idle connection is closed after this (0 = never) */
+	size_t max_body;	    /* 0: bodies are read and dropped; else kept up to this */
+	mc_http_handler_cb handler; /* required */
+	void *arg;		    /* the handler's first argument */
+};
+
+struct mc_http;
+
+/*
+ * Start serving.  MC_OK with *out set; MC_ERR_INVALID_PARAMS, MC_ERR_DNS
+ * (host does not resolve), MC_ERR_SOCKET (cannot listen: the text names
+ * MHD's reason) or MC_ERR_NOMEM, the cause recorded (mc_set_error).
+ */
+mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out);
+/* The bound port (the chosen one when cfg.port was 0). */
+uint16_t mc_http_port(const struct mc_http *h);
+/* Stop serving: waits for handlers that run, then frees h.  NULL is a no-op. */
+void mc_http_close(struct mc_http *h);
+
+/* Queue a response with a copy of body; ctype NULL sends no Content-Type. */
+enum MHD_Result mc_http_respond(struct MHD_Connection *conn, unsigned code, const void *body,
+				size_t len, const char *ctype);
+/* mc_http_respond with the NUL-terminated text. */
+enum MHD_Result mc_http_respond_text(struct MHD_Connection *conn, unsigned code, const char *text,
+				     const char *ctype);
+
+/* A row of a routing table. */
+struct mc_http_route {
+	const char *path;
+	unsigned methods; /* enum mc_http_method bits; 0 = any method */
+	bool prefix;	  /* path is a prefix of the URLs it takes (else exact) */
+	mc_http_handler_cb fn;
+};
+
+/*
+ * The first row of routes[n] whose path and methods take req, or NULL.
+ * *path_known_out (may be NULL) says whether some row's path matched, so a
+ * miss can be told apart: 405 (known path, other method) from 404.
+ */
+const struct mc_http_route *mc_http_route_find(const struct mc_http_route *routes, size_t n,
+					       const struct mc_http_request *req,
+					       bool *path_known_out);
+
+#endif

@@ -1,0 +1,210 @@
+/* tests/unit/test_http.c - the libmicrohttpd glue (base/http.h): routing
+ * table lookups, whole requests handed to the handler (bodies kept or
+ * drained), the body cap, and bind failures.  The servers built on it
+ * are tested through their pages in test_meta.c (metadata server) and
+ * tests/integration/test_master_daemon.py (admin pages). */
+#include <curl/curl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/compiler.h"
+#include "base/http.h"
+#include "base/log.h"
+#include "mooncake/status.h"
+
+static enum MHD_Result echo(void *arg, struct MHD_Connection *conn,
+			    const struct mc_http_request *req)
+{
+	char text[128];
+
+	snprintf(text, sizeof(text), "%s %s %zu", req->method, req->url, req->body_len);
+	if (req->body_len && req->body)
+		snprintf(text + strlen(text), sizeof(text) - strlen(text), " %.*s",
+			 (int)req->body_len, (const char *)req->body);
+	return mc_http_respond_text(conn, 200, text, "text/plain");
+}
+
+static const struct mc_http_route routes[] = {
+	{"/a", MC_HTTP_GET | MC_HTTP_HEAD, false, echo},
+	{"/a", MC_HTTP_PUT, false, echo},
+	{"/any", 0, false, echo},
+	{"/pre/", MC_HTTP_POST, true, echo},
+};
+
+static const struct mc_http_route *find(const char *method, unsigned bit, const char *url,
+					bool *known)
+{
+	struct mc_http_request req = {.method = method, .method_bit = bit, .url = url};
+	return mc_http_route_find(routes, MC_ARRAY_SIZE(routes), &req, known);
+}
+
+static void routes_match_path_then_method(void **state)
+{
+	bool known;
+	(void)state;
+
+	assert_ptr_equal(find("GET", MC_HTTP_GET, "/a", &known), &routes[0]);
+	assert_true(known);
+	assert_ptr_equal(find("HEAD", MC_HTTP_HEAD, "/a", NULL), &routes[0]);
+	assert_ptr_equal(find("PUT", MC_HTTP_PUT, "/a", &known), &routes[1]);
+	/* known path, other method: the caller answers 405 */
+	assert_null(find("DELETE", MC_HTTP_DELETE, "/a", &known));
+	assert_true(known);
+	assert_null(find("PATCH", 0, "/a", &known));
+	assert_true(known);
+	/* exact paths do not take longer ones; prefixes do */
+	assert_null(find("GET", MC_HTTP_GET, "/ab", &known));
+	assert_false(known);
+	assert_ptr_equal(find("PATCH", 0, "/any", &known), &routes[2]);
+	assert_ptr_equal(find("POST", MC_HTTP_POST, "/pre/x/y", &known), &routes[3]);
+	assert_null(find("POST", MC_HTTP_POST, "/pre", &known));
+	assert_false(known);
+}
+
+static enum MHD_Result handler(void *arg, struct MHD_Connection *conn,
+			       const struct mc_http_request *req)
+{
+	bool known;
+	const struct mc_http_route *r =
+		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, &known);
+
+	if (r)
+		return r->fn(arg, conn, req);
+	return mc_http_respond_text(conn, known ? 405 : 404, known ? "method" : "path", NULL);
+}
+
+struct resp {
+	long code;
+	char body[256];
+	size_t len;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+	struct resp *r = arg;
+	size_t k = size * n;
+
+	if (k > sizeof(r->body) - 1 - r->len)
+		k = sizeof(r->body) - 1 - r->len;
+	memcpy(r->body + r->len, p, k);
+	r->len += k;
+	r->body[r->len] = '\0';
+	return size * n;
+}
+
+static void call(uint16_t port, const char *method, const char *path, const char *body,
+		 struct resp *r)
+{
+	CURL *h = curl_easy_init();
+	char url[128];
+
+	assert_non_null(h);
+	memset(r, 0, sizeof(*r));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+	if (body) {
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+	}
+	assert_int_equal(curl_easy_perform(h), CURLE_OK);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->code);
+	curl_easy_cleanup(h);
+}
+
+static void open_server(unsigned threads, size_t max_body, struct mc_http **out)
+{
+	struct mc_http_config cfg = {
+		.name = "test http",
+		.host = "127.0.0.1",
+		.threads = threads,
+		.idle_timeout_s = 5,
+		.max_body = max_body,
+		.handler = handler,
+	};
+	assert_int_equal(mc_http_open(&cfg, out), MC_OK);
+	assert_true(mc_http_port(*out) > 0);
+}
+
+static void bodies_are_kept_up_to_the_cap(void **state)
+{
+	struct mc_http *h;
+	struct resp r;
+	(void)state;
+
+	open_server(0, 16, &h);
+	call(mc_http_port(h), "PUT", "/a?x=1", "hello", &r);
+	assert_int_equal(r.code, 200);
+	assert_string_equal(r.body, "PUT /a 5 hello");
+	call(mc_http_port(h), "GET", "/a", NULL, &r);
+	assert_string_equal(r.body, "GET /a 0");
+	call(mc_http_port(h), "PUT", "/a", "0123456789abcdefg", &r); /* 17 > 16 */
+	assert_int_equal(r.code, 413);
+	assert_string_equal(r.body, "request body too large");
+	call(mc_http_port(h), "PUT", "/a", "0123456789abcdef", &r); /* exactly 16 */
+	assert_int_equal(r.code, 200);
+	call(mc_http_port(h), "DELETE", "/a", NULL, &r);
+	assert_int_equal(r.code, 405);
+	call(mc_http_port(h), "GET", "/b", NULL, &r);
+	assert_int_equal(r.code, 404);
+	mc_http_close(h);
+}
+
+static void bodies_are_drained_when_not_kept(void **state)
+{
+	struct mc_http *h;
+	struct resp r;
+	(void)state;
+
+	open_server(2, 0, &h);
+	call(mc_http_port(h), "POST", "/pre/x", "a body nobody reads", &r);
+	assert_int_equal(r.code, 200);
+	assert_string_equal(r.body, "POST /pre/x 0");
+	call(mc_http_port(h), "PATCH", "/any", "x", &r);
+	assert_string_equal(r.body, "PATCH /any 0");
+	mc_http_close(h);
+	mc_http_close(NULL);
+}
+
+static void bind_failures_name_the_cause(void **state)
+{
+	struct mc_http *h, *second;
+	struct mc_http_config cfg = {.name = "test http", .host = "127.0.0.1", .handler = handler};
+	(void)state;
+
+	open_server(0, 0, &h);
+	cfg.port = mc_http_port(h);
+	assert_int_equal(mc_http_open(&cfg, &second), MC_ERR_SOCKET);
+	assert_non_null(strstr(mc_last_error(), "test http: cannot listen on 127.0.0.1 port"));
+	cfg.host = "no.such.host.invalid";
+	assert_int_equal(mc_http_open(&cfg, &second), MC_ERR_DNS);
+	cfg.handler = NULL;
+	assert_int_equal(mc_http_open(&cfg, &second), MC_ERR_INVALID_PARAMS);
+	mc_http_close(h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(routes_match_path_then_method),
+		cmocka_unit_test(bodies_are_kept_up_to_the_cap),
+		cmocka_unit_test(bodies_are_drained_when_not_kept),
+		cmocka_unit_test(bind_failures_name_the_cause),
+	};
+	int rc;
+
+	curl_global_init(CURL_GLOBAL_ALL);
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	curl_global_cleanup();
+	return rc;
+}
