@@ -33,7 +33,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,38 +52,6 @@
 #define CT_JSON		   "application/json; charset=utf-8"
 
 /* ---- text building --------------------------------------------------------- */
-
-static void bprintf(struct mc_buf *b, const char *fmt, ...) MC_PRINTF(2, 3);
-static void bprintf(struct mc_buf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (b->err)
-		return;
-	if (b->cap - b->len < 256 && mc_buf_reserve(b, 256) != MC_OK)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf((char *)b->data + b->len, b->cap - b->len, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		b->err = MC_ERR_INTERNAL;
-		return;
-	}
-	if ((size_t)n >= b->cap - b->len) {
-		if (mc_buf_reserve(b, (size_t)n + 1) != MC_OK)
-			return;
-		va_start(ap, fmt);
-		vsnprintf((char *)b->data + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-	}
-	b->len += (size_t)n;
-}
-
-static void bputs(struct mc_buf *b, const char *s)
-{
-	mc_buf_append(b, s, strlen(s));
-}
 
 /* "94.09 MB", "0 B": upstream's byte_size_to_string style (binary units). */
 static void format_bytes(char *out, size_t len, uint64_t v)
@@ -115,8 +82,8 @@ static void req_rate(struct mc_buf *b, const char *label, const struct mc_master
 		     const struct mc_master_req_counter *prev, double secs, bool first)
 {
 	uint64_t ok_cur = cur->requests - cur->failures, ok_prev = prev->requests - prev->failures;
-	bprintf(b, "%s%s=%.2f/%.2f", first ? "" : ", ", label, rate(ok_cur, ok_prev, secs),
-		rate(cur->requests, prev->requests, secs));
+	mc_buf_appendf(b, "%s%s=%.2f/%.2f", first ? "" : ", ", label, rate(ok_cur, ok_prev, secs),
+		       rate(cur->requests, prev->requests, secs));
 }
 
 static void batch_rate(struct mc_buf *b, const char *label,
@@ -125,11 +92,12 @@ static void batch_rate(struct mc_buf *b, const char *label,
 {
 	uint64_t ok_cur = cur->requests - cur->failures - cur->partial_successes;
 	uint64_t ok_prev = prev->requests - prev->failures - prev->partial_successes;
-	bprintf(b, "%s:(Req=%.2f/%.2f/%.2f, Item=%.2f/%.2f), ", label, rate(ok_cur, ok_prev, secs),
-		rate(cur->partial_successes, prev->partial_successes, secs),
-		rate(cur->requests, prev->requests, secs),
-		rate(cur->items - cur->failed_items, prev->items - prev->failed_items, secs),
-		rate(cur->items, prev->items, secs));
+	mc_buf_appendf(b, "%s:(Req=%.2f/%.2f/%.2f, Item=%.2f/%.2f), ", label,
+		       rate(ok_cur, ok_prev, secs),
+		       rate(cur->partial_successes, prev->partial_successes, secs),
+		       rate(cur->requests, prev->requests, secs),
+		       rate(cur->items - cur->failed_items, prev->items - prev->failed_items, secs),
+		       rate(cur->items, prev->items, secs));
 }
 
 char *mc_master_summary_format(const struct mc_master_server_snap *prev,
@@ -151,7 +119,8 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 			     ? c->evicted_size_bytes - p->evicted_size_bytes
 			     : 0);
 	format_bytes(staging, sizeof(staging), c->discarded_staging_bytes);
-	bprintf(&b,
+	mc_buf_appendf(
+		&b,
 		"role=leader, state=serving, service_ready=true, master={Mem Storage: %s / %s "
 		"(%.1f%%) | SSD Storage: 0 B / 0 B | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
 		") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
@@ -175,8 +144,8 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	req_rate(&b, "MoveEnd", &zero, &zero, secs, false);
 	req_rate(&b, "MoveRevoke", &zero, &zero, secs, false);
 	req_rate(&b, "EvictDiskReplica", &zero, &zero, secs, false);
-	bputs(&b, " | Batch Requests (per sec, Req=Success/PartialSuccess/Total, "
-		  "Item=Success/Total): ");
+	mc_buf_append_str(&b, " | Batch Requests (per sec, Req=Success/PartialSuccess/Total, "
+			      "Item=Success/Total): ");
 	batch_rate(&b, "PutStart", &c->master_batch_put_start, &p->master_batch_put_start, secs);
 	batch_rate(&b, "PutEnd", &c->master_batch_put_end, &p->master_batch_put_end, secs);
 	batch_rate(&b, "PutRevoke", &c->master_batch_put_revoke, &p->master_batch_put_revoke, secs);
@@ -185,18 +154,18 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	batch_rate(&b, "ExistKey", &c->master_batch_exist_key, &p->master_batch_exist_key, secs);
 	batch_rate(&b, "QueryIp", &zb, &zb, secs);
 	batch_rate(&b, "Clear", &zb, &zb, secs);
-	bputs(&b, "CreateMoveTask:(Req=0.00/0.00), CreateCopyTask:(Req=0.00/0.00), "
-		  "QueryTask:(Req=0.00/0.00), FetchTasks:(Req=0.00/0.00), "
-		  "MarkTaskToComplete:(Req=0.00/0.00)");
-	bprintf(&b,
-		" | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
-		", keys=%" PRIu64 ", size=%s | Discard: Released/Total=%" PRIu64 "/%" PRIu64
-		", StagingSize=%s | Snapshots: Success=0, Fail=0}, ha={HA: disabled}",
-		c->successful_evictions - p->successful_evictions,
-		c->attempted_evictions - p->attempted_evictions,
-		c->put_start_alloc_failures - p->put_start_alloc_failures,
-		c->evicted_key_count - p->evicted_key_count, evicted, c->put_start_release_cnt,
-		c->put_start_discard_cnt, staging);
+	mc_buf_append_str(&b, "CreateMoveTask:(Req=0.00/0.00), CreateCopyTask:(Req=0.00/0.00), "
+			      "QueryTask:(Req=0.00/0.00), FetchTasks:(Req=0.00/0.00), "
+			      "MarkTaskToComplete:(Req=0.00/0.00)");
+	mc_buf_appendf(&b,
+		       " | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
+		       ", keys=%" PRIu64 ", size=%s | Discard: Released/Total=%" PRIu64 "/%" PRIu64
+		       ", StagingSize=%s | Snapshots: Success=0, Fail=0}, ha={HA: disabled}",
+		       c->successful_evictions - p->successful_evictions,
+		       c->attempted_evictions - p->attempted_evictions,
+		       c->put_start_alloc_failures - p->put_start_alloc_failures,
+		       c->evicted_key_count - p->evicted_key_count, evicted,
+		       c->put_start_release_cnt, c->put_start_discard_cnt, staging);
 	mc_buf_put_u8(&b, 0);
 	if (b.err) {
 		mc_buf_release(&b);
@@ -289,7 +258,8 @@ static bool segments_copy(struct mc_master_server *s, struct seg_list *l)
 static void prom_one(struct mc_buf *b, const char *name, const char *type, const char *help,
 		     uint64_t v)
 {
-	bprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name, v);
+	mc_buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type,
+		       name, v);
 }
 
 static void prom_label_value(struct mc_buf *b, const char *v)
@@ -298,7 +268,7 @@ static void prom_label_value(struct mc_buf *b, const char *v)
 		if (*v == '\\' || *v == '"')
 			mc_buf_put_u8(b, '\\');
 		if (*v == '\n') {
-			bputs(b, "\\n");
+			mc_buf_append_str(b, "\\n");
 			continue;
 		}
 		mc_buf_put_u8(b, (uint8_t)*v);
@@ -311,12 +281,14 @@ static void prom_histogram(struct mc_buf *b, const char *name, const char *help,
 {
 	uint64_t cum = 0;
 
-	bprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	mc_buf_appendf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (size_t i = 0; i < nbounds; i++) {
 		cum += counts ? counts[i] : 0;
-		bprintf(b, "%s_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n", name, bounds[i], cum);
+		mc_buf_appendf(b, "%s_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n", name, bounds[i],
+			       cum);
 	}
-	bprintf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n",
+	mc_buf_appendf(
+		b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n",
 		name, count, name, sum, name, count);
 }
 
@@ -525,7 +497,7 @@ static const struct metric metrics[] = {
 static void prom_per_segment(struct mc_buf *b, const struct seg_list *segs, const char *name,
 			     const char *help, bool capacity)
 {
-	bprintf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+	mc_buf_appendf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
 	for (size_t i = 0; i < segs->n; i++) {
 		uint64_t sum = 0;
 		bool seen = false;
@@ -536,9 +508,9 @@ static void prom_per_segment(struct mc_buf *b, const struct seg_list *segs, cons
 		for (size_t j = i; j < segs->n; j++)
 			if (strcmp(segs->v[j].name, segs->v[i].name) == 0)
 				sum += capacity ? segs->v[j].capacity : segs->v[j].used;
-		bprintf(b, "%s{segment=\"", name);
+		mc_buf_appendf(b, "%s{segment=\"", name);
 		prom_label_value(b, segs->v[i].name);
-		bprintf(b, "\"} %" PRIu64 "\n", sum);
+		mc_buf_appendf(b, "\"} %" PRIu64 "\n", sum);
 	}
 }
 
@@ -881,7 +853,7 @@ static enum MHD_Result page_get_all_segments(void *arg, struct MHD_Connection *c
 	mc_buf_init(&b);
 	for (size_t i = 0; i < l.n; i++)
 		if (l.v[i].status == MC_SEGMENT_OK)
-			bprintf(&b, "%s\n", l.v[i].name);
+			mc_buf_appendf(&b, "%s\n", l.v[i].name);
 	seg_list_release(&l);
 	return respond_buf(conn, 200, &b, CT_PROM);
 }
@@ -947,8 +919,8 @@ static enum MHD_Result page_query_segment(void *arg, struct MHD_Connection *conn
 		return mc_http_respond_text(conn, 500, "Failed to query segment", CT_TEXT);
 	mc_buf_init(&b);
 	/* upstream's text, the space before the second colon included */
-	bprintf(&b, "%s\nUsed(bytes): %" PRIu64 "\nCapacity(bytes) : %" PRIu64 "\n", name, used,
-		cap);
+	mc_buf_appendf(&b, "%s\nUsed(bytes): %" PRIu64 "\nCapacity(bytes) : %" PRIu64 "\n", name,
+		       used, cap);
 	return respond_buf(conn, 200, &b, CT_TEXT);
 }
 
