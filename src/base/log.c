@@ -141,7 +141,7 @@ void mc_log_write(int level, const char *module, const char *file, int line, con
 	}
 }
 
-int mc_set_error(int status, const char *fmt, ...)
+mc_status mc_set_error(mc_status status, const char *fmt, ...)
 {
 	va_list ap;
 	char msg[sizeof(last_error) - 48];

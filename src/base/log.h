@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "mooncake/log.h"
+#include "mooncake/status.h"
 
 #ifndef MC_LOG_MODULE
 #define MC_LOG_MODULE "mc"
@@ -46,6 +47,7 @@ void mc_log_write(int level, const char *module, const char *file, int line, con
  * and log it at debug level.  Returns status so callers can write
  * "return mc_set_error(MC_ERR_X, "...")".
  */
-int mc_set_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+mc_status mc_set_error(mc_status status, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 #endif

@@ -67,7 +67,7 @@ bool mc_sock_split_hostport(const char *s, char *host, size_t host_len, uint16_t
 	return true;
 }
 
-int mc_sock_set_nonblock(int fd, bool on)
+mc_status mc_sock_set_nonblock(int fd, bool on)
 {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0)
@@ -76,14 +76,14 @@ int mc_sock_set_nonblock(int fd, bool on)
 	return fcntl(fd, F_SETFL, fl) < 0 ? MC_ERR_SOCKET : MC_OK;
 }
 
-int mc_sock_set_nodelay(int fd)
+mc_status mc_sock_set_nodelay(int fd)
 {
 	int one = 1;
 	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ? MC_ERR_SOCKET
 									       : MC_OK;
 }
 
-int mc_sock_set_bufsize(int fd, int bytes)
+mc_status mc_sock_set_bufsize(int fd, int bytes)
 {
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) < 0)
@@ -163,7 +163,7 @@ uint16_t mc_sock_local_port(int fd)
 	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static int wait_fd(int fd, short events, uint64_t deadline_ms)
+static mc_status wait_fd(int fd, short events, uint64_t deadline_ms)
 {
 	struct pollfd p = {.fd = fd, .events = events};
 	for (;;) {
@@ -235,7 +235,7 @@ int mc_sock_connect(const char *host, uint16_t port, int timeout_ms, bool nonblo
 	return fd;
 }
 
-int mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms)
+mc_status mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms)
 {
 	const char *p = buf;
 	while (len) {
@@ -248,7 +248,7 @@ int mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int rc = wait_fd(fd, POLLOUT, deadline_ms);
+			mc_status rc = wait_fd(fd, POLLOUT, deadline_ms);
 			if (rc != MC_OK)
 				return rc;
 			continue;
@@ -258,7 +258,7 @@ int mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms
 	return MC_OK;
 }
 
-int mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms)
+mc_status mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms)
 {
 	char *p = buf;
 	while (len) {
@@ -273,7 +273,7 @@ int mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms)
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			int rc = wait_fd(fd, POLLIN, deadline_ms);
+			mc_status rc = wait_fd(fd, POLLIN, deadline_ms);
 			if (rc != MC_OK)
 				return rc;
 			continue;

@@ -13,10 +13,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mooncake/status.h"
+
 /* Split "host:port", "[v6]:port" or "host" into host (no brackets) and port.
  * A missing or invalid port yields def_port.  Returns false if host does not fit. */
 bool mc_sock_split_hostport(const char *s, char *host, size_t host_len, uint16_t *port,
 			    uint16_t def_port);
+
+/* mc_sock_listen, _listen_range and _connect return a socket (>= 0) or a
+ * negative mc_status; the rest return mc_status. */
 
 /* Listen on port (0 = kernel's choice) on all interfaces (dual-stack [::]
  * falling back to 0.0.0.0), non-blocking, SO_REUSEADDR.  */
@@ -30,15 +35,15 @@ uint16_t mc_sock_local_port(int fd);
  * (nonblock) socket with TCP_NODELAY.  All getaddrinfo results are tried. */
 int mc_sock_connect(const char *host, uint16_t port, int timeout_ms, bool nonblock);
 
-int mc_sock_set_nonblock(int fd, bool on);
-int mc_sock_set_nodelay(int fd);
-int mc_sock_set_bufsize(int fd, int bytes);
+mc_status mc_sock_set_nonblock(int fd, bool on);
+mc_status mc_sock_set_nodelay(int fd);
+mc_status mc_sock_set_bufsize(int fd, int bytes);
 
 /* Blocking I/O of exactly len bytes with a deadline (absolute CLOCK_MONOTONIC
  * milliseconds, 0 = none), on a socket in either mode.  MC_OK, MC_ERR_TIMEOUT,
  * MC_ERR_CONN_CLOSED, MC_ERR_SOCKET. */
-int mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms);
-int mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms);
+mc_status mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms);
+mc_status mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms);
 
 /* First UP, RUNNING, non-loopback IPv4 address of this host ("127.0.0.1" if none). */
 void mc_sock_local_ip(char *buf, size_t len);

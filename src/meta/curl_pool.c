@@ -18,7 +18,7 @@ static void curl_init_once(void)
 	curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
-int mc_curl_global_init(void)
+mc_status mc_curl_global_init(void)
 {
 	pthread_once(&curl_once, curl_init_once);
 	if (curl_init_rc != CURLE_OK)

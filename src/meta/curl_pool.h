@@ -24,7 +24,7 @@ struct mc_curl_pool {
 };
 
 /* curl_global_init once per process: MC_OK, or MC_ERR_METADATA with the cause recorded. */
-int mc_curl_global_init(void);
+mc_status mc_curl_global_init(void);
 
 void mc_curl_pool_init(struct mc_curl_pool *p);
 void mc_curl_pool_release(struct mc_curl_pool *p);

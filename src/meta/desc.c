@@ -80,8 +80,8 @@ static json_t *parse_object(const char *what, const char *json, size_t len, int 
 }
 
 /* Copy a required (or optional, when out may stay NULL) string member. */
-static int get_string(const char *what, json_t *obj, const char *key, const char *field,
-		      bool required, bool nonempty, char **out)
+static mc_status get_string(const char *what, json_t *obj, const char *key, const char *field,
+			    bool required, bool nonempty, char **out)
 {
 	json_t *v = json_object_get(obj, key);
 
@@ -108,8 +108,8 @@ static int get_string(const char *what, json_t *obj, const char *key, const char
  * An integer member within [min, max].  Absent (or null) members leave *out
  * at the caller's default unless required.
  */
-static int get_int(const char *what, json_t *obj, const char *key, const char *field, bool required,
-		   json_int_t min, json_int_t max, json_int_t *out)
+static mc_status get_int(const char *what, json_t *obj, const char *key, const char *field,
+			 bool required, json_int_t min, json_int_t max, json_int_t *out)
 {
 	json_t *v = json_object_get(obj, key);
 	json_int_t n;
@@ -156,7 +156,7 @@ void mc_seg_desc_free(struct mc_seg_desc *d)
 }
 
 /* "mc_tcp_addrs": optional; when present an array of bounded non-empty strings. */
-static int decode_tcp_addrs(json_t *root, struct mc_seg_desc *d)
+static mc_status decode_tcp_addrs(json_t *root, struct mc_seg_desc *d)
 {
 	json_t *v = json_object_get(root, "mc_tcp_addrs");
 	size_t n;
@@ -193,11 +193,11 @@ static int decode_tcp_addrs(json_t *root, struct mc_seg_desc *d)
 	return MC_OK;
 }
 
-static int decode_buffer(json_t *b, size_t i, struct mc_seg_buffer *out)
+static mc_status decode_buffer(json_t *b, size_t i, struct mc_seg_buffer *out)
 {
 	char field[64];
 	json_int_t addr = 0, length = 0;
-	int status;
+	mc_status status;
 
 	if (!json_is_object(b))
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "%s: buffers[%zu] is not an object",
@@ -224,12 +224,12 @@ err_free_name:
 	return status;
 }
 
-int mc_seg_desc_decode(const char *json, size_t len, struct mc_seg_desc **desc_out)
+mc_status mc_seg_desc_decode(const char *json, size_t len, struct mc_seg_desc **desc_out)
 {
 	struct mc_seg_desc *d;
 	json_t *root, *bufs;
 	json_int_t port = 0, version = 1;
-	int status;
+	mc_status status;
 
 	root = parse_object(seg_what, json, len, &status);
 	if (!root)
@@ -305,7 +305,7 @@ out_decref:
 }
 
 /* Serialise root compactly into an mc_malloc'ed string. */
-static int dump_compact(const char *what, json_t *root, char **json_out)
+static mc_status dump_compact(const char *what, json_t *root, char **json_out)
 {
 	size_t n = json_dumpb(root, NULL, 0, JSON_COMPACT);
 	char *s;
@@ -332,7 +332,7 @@ static int set_new(json_t *obj, const char *key, json_t *v)
 	return json_object_set_new(obj, key, v);
 }
 
-static int check_encodable(const struct mc_seg_desc *d)
+static mc_status check_encodable(const struct mc_seg_desc *d)
 {
 	if (!d->name || !*d->name)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: name is empty", seg_what);
@@ -376,11 +376,11 @@ static int check_encodable(const struct mc_seg_desc *d)
 	return MC_OK;
 }
 
-int mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out)
+mc_status mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out)
 {
 	char now[32];
 	json_t *root, *bufs;
-	int status;
+	mc_status status;
 
 	if (!d || !json_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL argument", seg_what);
@@ -448,7 +448,7 @@ out_decref:
 	return status;
 }
 
-int mc_seg_desc_dup(const struct mc_seg_desc *d, struct mc_seg_desc **out)
+mc_status mc_seg_desc_dup(const struct mc_seg_desc *d, struct mc_seg_desc **out)
 {
 	struct mc_seg_desc *c;
 
@@ -501,12 +501,12 @@ err_nomem:
 
 static const char rpc_what[] = "rpc_meta";
 
-int mc_rpc_meta_decode(const char *json, size_t len, struct mc_rpc_meta *out)
+mc_status mc_rpc_meta_decode(const char *json, size_t len, struct mc_rpc_meta *out)
 {
 	json_int_t port = 0;
 	char *host = NULL;
 	json_t *root;
-	int status;
+	mc_status status;
 
 	if (!out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL output", rpc_what);
@@ -530,10 +530,10 @@ out_decref:
 	return status;
 }
 
-int mc_rpc_meta_encode(const struct mc_rpc_meta *m, char **json_out)
+mc_status mc_rpc_meta_encode(const struct mc_rpc_meta *m, char **json_out)
 {
 	json_t *root;
-	int status;
+	mc_status status;
 
 	if (!m || !json_out || !m->ip_or_host_name || !*m->ip_or_host_name)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: ip_or_host_name is empty",

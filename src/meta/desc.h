@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mooncake/status.h"
+
 struct mc_seg_buffer {
 	char *name; /* location string ("cpu:0") or segment name for tcp */
 	uint64_t addr;
@@ -48,16 +50,16 @@ struct mc_rpc_meta {
 };
 
 /* Encode to compact JSON (malloc'ed, NUL-terminated, no trailing newline). */
-int mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out);
+mc_status mc_seg_desc_encode(const struct mc_seg_desc *d, char **json_out);
 /* Decode len bytes (need not be NUL-terminated).  MC_ERR_MALFORMED_JSON with
  * mc_last_error naming the offending field. */
-int mc_seg_desc_decode(const char *json, size_t len, struct mc_seg_desc **desc_out);
+mc_status mc_seg_desc_decode(const char *json, size_t len, struct mc_seg_desc **desc_out);
 void mc_seg_desc_free(struct mc_seg_desc *d);
 /* Deep copy. */
-int mc_seg_desc_dup(const struct mc_seg_desc *d, struct mc_seg_desc **out);
+mc_status mc_seg_desc_dup(const struct mc_seg_desc *d, struct mc_seg_desc **out);
 
-int mc_rpc_meta_encode(const struct mc_rpc_meta *m, char **json_out);
-int mc_rpc_meta_decode(const char *json, size_t len, struct mc_rpc_meta *out); /* fills out */
+mc_status mc_rpc_meta_encode(const struct mc_rpc_meta *m, char **json_out);
+mc_status mc_rpc_meta_decode(const char *json, size_t len, struct mc_rpc_meta *out); /* fills out */
 void mc_rpc_meta_release(struct mc_rpc_meta *m);
 
 /* Keys, honouring MC_METADATA_CLUSTER_ID (read on each call).  malloc'ed. */

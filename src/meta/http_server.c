@@ -241,7 +241,8 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-int mc_http_meta_server_start(const char *host, uint16_t port, struct mc_http_meta_server **out)
+mc_status mc_http_meta_server_start(const char *host, uint16_t port,
+				    struct mc_http_meta_server **out)
 {
 	struct mc_http_config cfg = {
 		.name = "http metadata server",
@@ -254,7 +255,7 @@ int mc_http_meta_server_start(const char *host, uint16_t port, struct mc_http_me
 		.handler = on_request,
 	};
 	struct mc_http_meta_server *s;
-	int status;
+	mc_status status;
 
 	if (!out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "http metadata server: NULL output");

@@ -16,11 +16,14 @@
 
 #include <stdint.h>
 
+#include "mooncake/status.h"
+
 struct mc_http_meta_server;
 
 /* Start serving on host:port (host NULL = all interfaces; port 0 = any free
  * port, see mc_http_meta_server_port).  Runs its own thread(s). */
-int mc_http_meta_server_start(const char *host, uint16_t port, struct mc_http_meta_server **out);
+mc_status mc_http_meta_server_start(const char *host, uint16_t port,
+				    struct mc_http_meta_server **out);
 uint16_t mc_http_meta_server_port(const struct mc_http_meta_server *s);
 /* Number of keys stored (for tests and the admin page). */
 uint64_t mc_http_meta_server_count(struct mc_http_meta_server *s);

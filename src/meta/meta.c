@@ -24,7 +24,7 @@ static bool has_scheme(const char *uri, const char *scheme)
 	return strncasecmp(uri, scheme, n) == 0 && strncmp(uri + n, "://", 3) == 0;
 }
 
-int mc_meta_open(const char *uri, struct mc_meta **out)
+mc_status mc_meta_open(const char *uri, struct mc_meta **out)
 {
 	if (!uri || !*uri || !out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: empty connection string");

@@ -24,13 +24,15 @@
 
 #include <stddef.h>
 
+#include "mooncake/status.h"
+
 struct mc_meta;
 
 struct mc_meta_ops {
 	const char *name;
-	int (*get)(struct mc_meta *m, const char *key, char **value_out, size_t *len_out);
-	int (*put)(struct mc_meta *m, const char *key, const char *value, size_t len);
-	int (*del)(struct mc_meta *m, const char *key);
+	mc_status (*get)(struct mc_meta *m, const char *key, char **value_out, size_t *len_out);
+	mc_status (*put)(struct mc_meta *m, const char *key, const char *value, size_t len);
+	mc_status (*del)(struct mc_meta *m, const char *key);
 	void (*close)(struct mc_meta *m);
 };
 
@@ -41,38 +43,40 @@ struct mc_meta {
 
 /* Open a backend for uri.  MC_ERR_INVALID_PARAMS for an unknown scheme,
  * MC_ERR_NOT_SUPPORTED for a scheme whose backend is not built. */
-int mc_meta_open(const char *uri, struct mc_meta **out);
+mc_status mc_meta_open(const char *uri, struct mc_meta **out);
 void mc_meta_close(struct mc_meta *m);
 
 /* MC_OK with a malloc'ed, NUL-terminated value; MC_ERR_NOT_FOUND when the
  * key is absent; MC_ERR_METADATA (or MC_ERR_TIMEOUT) when the service fails. */
-static inline int mc_meta_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+static inline mc_status mc_meta_get(struct mc_meta *m, const char *key, char **value_out,
+				    size_t *len_out)
 {
 	return m->ops->get(m, key, value_out, len_out);
 }
 
 /* MC_OK; MC_ERR_EXISTS when the service refuses to overwrite (an rpc_meta key
  * held by another engine); MC_ERR_METADATA when the service fails. */
-static inline int mc_meta_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static inline mc_status mc_meta_put(struct mc_meta *m, const char *key, const char *value,
+				    size_t len)
 {
 	return m->ops->put(m, key, value, len);
 }
 
 /* MC_OK, or MC_ERR_NOT_FOUND when absent. */
-static inline int mc_meta_del(struct mc_meta *m, const char *key)
+static inline mc_status mc_meta_del(struct mc_meta *m, const char *key)
 {
 	return m->ops->del(m, key);
 }
 
 /* Backend constructors (used by mc_meta_open and by tests). */
-int mc_meta_http_open(const char *uri, struct mc_meta **out);
-int mc_meta_mem_open(const char *uri, struct mc_meta **out);
+mc_status mc_meta_http_open(const char *uri, struct mc_meta **out);
+mc_status mc_meta_mem_open(const char *uri, struct mc_meta **out);
 /* Grants the client's lease, so an unreachable etcd fails here with
  * MC_ERR_METADATA naming every endpoint tried. */
-int mc_meta_etcd_open(const char *uri, struct mc_meta **out);
+mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out);
 /* Connects, authenticates and PINGs, so an unreachable or refusing Redis
  * fails here with MC_ERR_METADATA naming the endpoint; a bad uri or
  * MC_REDIS_DB_INDEX is MC_ERR_INVALID_PARAMS. */
-int mc_meta_redis_open(const char *uri, struct mc_meta **out);
+mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out);
 
 #endif

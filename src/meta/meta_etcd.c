@@ -199,7 +199,7 @@ static int b64_value(char ch)
  * malloc'ed, NUL-terminated buffer.  MC_ERR_MALFORMED_JSON on bad input,
  * MC_ERR_NOMEM; no message is set.
  */
-static int b64_decode(const char *s, size_t slen, char **out, size_t *len_out)
+static mc_status b64_decode(const char *s, size_t slen, char **out, size_t *len_out)
 {
 	uint32_t acc = 0;
 	int bits = 0;
@@ -311,13 +311,13 @@ static void errs_add(char *errs, const char *endpoint, const char *fmt, ...)
  * Moves to an older gateway prefix when this one is not served.  The
  * attempt is bounded by timeout_ms (connecting by connect_ms).
  */
-static int post_once(struct etcd_client *c, size_t idx, const char *path, const char *body,
-		     long timeout_ms, long *code_out, struct mc_curl_body *resp, char *errs)
+static mc_status post_once(struct etcd_client *c, size_t idx, const char *path, const char *body,
+			   long timeout_ms, long *code_out, struct mc_curl_body *resp, char *errs)
 {
 	const char *ep = c->endpoints[idx];
 	char errbuf[CURL_ERROR_SIZE];
 	struct curl_slist *hdrs = NULL;
-	int status = MC_OK;
+	mc_status status = MC_OK;
 	CURL *h;
 
 	h = mc_curl_pool_take(&c->pool);
@@ -403,8 +403,8 @@ out:
  * second or two.  Members that cannot be reached at all are not waited
  * for.  On failure the message names each endpoint with its reason.
  */
-static int etcd_call(struct etcd_client *c, const char *what, const char *path, json_t *req,
-		     json_t **resp_out, int *grpc_out)
+static mc_status etcd_call(struct etcd_client *c, const char *what, const char *path, json_t *req,
+			   json_t **resp_out, int *grpc_out)
 {
 	uint64_t deadline = mc_now_ms() + (uint64_t)c->timeout_ms;
 	size_t n = c->nendpoints, start = atomic_load(&c->cur);
@@ -415,7 +415,7 @@ static int etcd_call(struct etcd_client *c, const char *what, const char *path, 
 	struct mc_curl_body r;
 	bool retryable = false;
 	char *body;
-	int status = MC_ERR_METADATA;
+	mc_status status = MC_ERR_METADATA;
 
 	mc_curl_body_init(&r);
 	if (grpc_out)
@@ -497,11 +497,11 @@ out:
 
 /* ---- leases ----------------------------------------------------------------- */
 
-static int lease_grant(struct etcd_client *c, int64_t ttl, int64_t *id_out, int64_t *ttl_out)
+static mc_status lease_grant(struct etcd_client *c, int64_t ttl, int64_t *id_out, int64_t *ttl_out)
 {
 	json_t *req = json_pack("{sI}", "TTL", (json_int_t)ttl), *ans = NULL;
 	int64_t id, granted;
-	int status;
+	mc_status status;
 
 	if (!req)
 		return mc_set_error(MC_ERR_NOMEM, "etcd lease grant: out of memory");
@@ -521,11 +521,12 @@ static int lease_grant(struct etcd_client *c, int64_t ttl, int64_t *id_out, int6
 }
 
 /* MC_OK with the TTL left (0 when the lease is gone). */
-static int lease_keepalive(struct etcd_client *c, int64_t id, int64_t *left_out, int *grpc_out)
+static mc_status lease_keepalive(struct etcd_client *c, int64_t id, int64_t *left_out,
+				 int *grpc_out)
 {
 	char ids[24];
 	json_t *req, *ans = NULL, *res;
-	int status;
+	mc_status status;
 
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
 	req = json_pack("{ss}", "ID", ids);
@@ -549,11 +550,11 @@ static int lease_keepalive(struct etcd_client *c, int64_t id, int64_t *left_out,
 	return status;
 }
 
-static int lease_revoke(struct etcd_client *c, int64_t id)
+static mc_status lease_revoke(struct etcd_client *c, int64_t id)
 {
 	char ids[24];
 	json_t *req, *ans = NULL;
-	int status;
+	mc_status status;
 
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
 	req = json_pack("{ss}", "ID", ids);
@@ -576,13 +577,13 @@ static json_t *key_request(const char *key)
 	return req;
 }
 
-static int put_raw(struct etcd_client *c, const char *key, const char *value, size_t len,
-		   int64_t lease, int *grpc_out)
+static mc_status put_raw(struct etcd_client *c, const char *key, const char *value, size_t len,
+			 int64_t lease, int *grpc_out)
 {
 	char *k64 = b64_encode(key, strlen(key)), *v64 = b64_encode(value, len);
 	char what[160], ids[24];
 	json_t *req = NULL, *ans = NULL;
-	int status;
+	mc_status status;
 
 	snprintf(ids, sizeof(ids), "%" PRId64, lease);
 	if (k64 && v64)
@@ -660,10 +661,10 @@ static void owned_remember_locked(struct etcd_client *c, const char *key, const 
 }
 
 /* Put every owned pair again under the current lease. */
-static int resync_locked(struct etcd_client *c)
+static mc_status resync_locked(struct etcd_client *c)
 {
 	struct mc_list *pos;
-	int status = MC_OK;
+	mc_status status = MC_OK;
 
 	mc_list_for_each(pos, &c->owned) {
 		struct owned_kv *o = mc_list_entry(pos, struct owned_kv, node);
@@ -680,10 +681,10 @@ static int resync_locked(struct etcd_client *c)
  * once the new lease exists; pairs that could not be put yet are left to
  * the keep-alive thread (c->resync).
  */
-static int lease_replace_locked(struct etcd_client *c)
+static mc_status lease_replace_locked(struct etcd_client *c)
 {
 	int64_t id, ttl;
-	int status;
+	mc_status status;
 
 	status = lease_grant(c, c->lease_ttl, &id, &ttl);
 	if (status)
@@ -698,13 +699,13 @@ static int lease_replace_locked(struct etcd_client *c)
 	return MC_OK;
 }
 
-static int etcd_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+static mc_status etcd_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct etcd_client *c = client_of(m);
 	json_t *req, *ans = NULL, *kvs, *val;
 	char what[160], *out = NULL;
 	size_t len = 0;
-	int status;
+	mc_status status;
 
 	if (!key || !value_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
@@ -745,10 +746,11 @@ out:
 	return status;
 }
 
-static int etcd_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static mc_status etcd_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct etcd_client *c = client_of(m);
-	int status, gcode;
+	mc_status status;
+	int gcode;
 
 	if (!key || (!value && len))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
@@ -768,13 +770,13 @@ static int etcd_put(struct mc_meta *m, const char *key, const char *value, size_
 	return status;
 }
 
-static int etcd_del(struct mc_meta *m, const char *key)
+static mc_status etcd_del(struct mc_meta *m, const char *key)
 {
 	struct etcd_client *c = client_of(m);
 	json_t *req, *ans = NULL;
 	int64_t deleted = 0;
 	char what[160];
-	int status;
+	mc_status status;
 
 	if (!key)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
@@ -829,7 +831,8 @@ static void *ka_main(void *arg)
 	pthread_mutex_unlock(&c->op_lock);
 	while (ka_wait(c, wait_ms)) {
 		int64_t id, ttl, left = 0;
-		int status, gcode = -1;
+		mc_status status;
+		int gcode = -1;
 		bool resync;
 
 		pthread_mutex_lock(&c->op_lock);
@@ -935,7 +938,7 @@ static long env_long(const char *name, long def, long min)
 }
 
 /* Split "a:1,b:2;c" into "http://a:1" ... (port 2379 when absent). */
-static int parse_endpoints(struct etcd_client *c, const char *list)
+static mc_status parse_endpoints(struct etcd_client *c, const char *list)
 {
 	const char *p = list;
 
@@ -988,12 +991,12 @@ static int parse_endpoints(struct etcd_client *c, const char *list)
 	return MC_OK;
 }
 
-int mc_meta_etcd_open(const char *uri, struct mc_meta **out)
+mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 {
 	pthread_condattr_t ca;
 	struct etcd_client *c;
 	const char *list;
-	int status;
+	mc_status status;
 
 	if (!uri || !out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: NULL etcd connection string");

@@ -58,8 +58,9 @@ static struct http_client *client_of(struct mc_meta *m)
  * One request.  On MC_OK *code_out holds the HTTP status and resp the body
  * (NUL-terminated when non-empty); transport failures return MC_ERR_METADATA.
  */
-static int http_request(struct http_client *c, const char *method, const char *key,
-			const char *body, size_t len, long *code_out, struct mc_curl_body *resp)
+static mc_status http_request(struct http_client *c, const char *method, const char *key,
+			      const char *body, size_t len, long *code_out,
+			      struct mc_curl_body *resp)
 {
 	char errbuf[CURL_ERROR_SIZE] = "";
 	struct curl_slist *hdrs = NULL;
@@ -67,7 +68,7 @@ static int http_request(struct http_client *c, const char *method, const char *k
 	const char *base = c->base.uri;
 	CURLcode rc;
 	CURL *h;
-	int status = MC_OK;
+	mc_status status = MC_OK;
 
 	h = mc_curl_pool_take(&c->pool);
 	if (!h)
@@ -132,12 +133,12 @@ out_free:
 }
 
 /* Turn a non-200 answer into a status with the server's words in the text. */
-static int http_fail(struct http_client *c, const char *method, const char *key, long code,
-		     const struct mc_curl_body *r)
+static mc_status http_fail(struct http_client *c, const char *method, const char *key, long code,
+			   const struct mc_curl_body *r)
 {
 	int len = (int)MC_MIN(r->buf.len, (size_t)HTTP_ERR_BODY_SHOW);
 	const char *body = mc_curl_body_text(r);
-	int status = MC_ERR_METADATA;
+	mc_status status = MC_ERR_METADATA;
 
 	if (code == 404 && strcmp(method, "PUT") != 0)
 		status = MC_ERR_NOT_FOUND;
@@ -147,12 +148,12 @@ static int http_fail(struct http_client *c, const char *method, const char *key,
 			    key, code, len, body);
 }
 
-static int http_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+static mc_status http_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct http_client *c = client_of(m);
 	struct mc_curl_body r;
 	long code = 0;
-	int status;
+	mc_status status;
 
 	if (!key || !value_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
@@ -174,12 +175,12 @@ out_free:
 	return status;
 }
 
-static int http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static mc_status http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct http_client *c = client_of(m);
 	struct mc_curl_body r;
 	long code = 0;
-	int status;
+	mc_status status;
 
 	if (!key || (!value && len))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
@@ -192,12 +193,12 @@ static int http_put(struct mc_meta *m, const char *key, const char *value, size_
 	return status;
 }
 
-static int http_del(struct mc_meta *m, const char *key)
+static mc_status http_del(struct mc_meta *m, const char *key)
 {
 	struct http_client *c = client_of(m);
 	struct mc_curl_body r;
 	long code = 0;
-	int status;
+	mc_status status;
 
 	if (!key)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
@@ -234,7 +235,7 @@ static long timeout_from_env(void)
 	return ms;
 }
 
-int mc_meta_http_open(const char *uri, struct mc_meta **out)
+mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 {
 	struct http_client *c;
 

@@ -119,14 +119,14 @@ static struct mem_table *table_of(struct mc_meta *m)
 	return mc_container_of(m, struct mem_client, base)->table;
 }
 
-static int mem_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+static mc_status mem_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct mem_table *t = table_of(m);
 	struct mem_entry probe = {.key = (char *)key};
 	struct mem_entry **found;
 	char *copy = NULL;
 	size_t len = 0;
-	int status = MC_OK;
+	mc_status status = MC_OK;
 
 	if (!key || !value_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
@@ -155,7 +155,7 @@ out_unlock:
 	return status;
 }
 
-static int mem_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static mc_status mem_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct mem_table *t = table_of(m);
 	struct mem_entry *e, **slot;
@@ -202,7 +202,7 @@ err_nomem:
 	return mc_set_error(MC_ERR_NOMEM, "metadata %s: out of memory storing %s", m->uri, key);
 }
 
-static int mem_del(struct mc_meta *m, const char *key)
+static mc_status mem_del(struct mc_meta *m, const char *key)
 {
 	struct mem_table *t = table_of(m);
 	struct mem_entry probe = {.key = (char *)key};
@@ -232,7 +232,7 @@ static void mem_close(struct mc_meta *m)
 	mc_free(c);
 }
 
-int mc_meta_mem_open(const char *uri, struct mc_meta **out)
+mc_status mc_meta_mem_open(const char *uri, struct mc_meta **out)
 {
 	static const char prefix[] = "mem://";
 	struct mem_client *c;

@@ -206,8 +206,8 @@ static const char *io_cause(struct redis_client *c, char *buf, size_t len)
 }
 
 /* MC_ERR_METADATA with the server's error reply; NOAUTH says how to give a password. */
-static int reply_error(struct redis_client *c, const char *what, const char *key,
-		       const redisReply *r)
+static mc_status reply_error(struct redis_client *c, const char *what, const char *key,
+			     const redisReply *r)
 {
 	int n = (int)MC_MIN(r->len, (size_t)REDIS_ERR_SHOW);
 
@@ -219,12 +219,12 @@ static int reply_error(struct redis_client *c, const char *what, const char *key
 }
 
 /* Run one setup command (AUTH, SELECT) on a new connection. */
-static int setup_command_locked(struct redis_client *c, int argc, const char **argv)
+static mc_status setup_command_locked(struct redis_client *c, int argc, const char **argv)
 {
 	size_t lens[3];
 	redisReply *r;
 	char cause[256];
-	int status = MC_OK;
+	mc_status status = MC_OK;
 
 	for (int i = 0; i < argc; i++)
 		lens[i] = strlen(argv[i]);
@@ -238,17 +238,17 @@ static int setup_command_locked(struct redis_client *c, int argc, const char **a
 	return status;
 }
 
-static int restore_locked(struct redis_client *c);
+static mc_status restore_locked(struct redis_client *c);
 
 /*
  * Make c->ctx a working, authenticated connection on the right database,
  * with this client's keys in place.
  * On failure c->ctx is NULL and the error names the endpoint.
  */
-static int connect_locked(struct redis_client *c)
+static mc_status connect_locked(struct redis_client *c)
 {
 	char db[16];
-	int status;
+	mc_status status;
 
 	drop_conn_locked(c);
 	c->ctx = redisConnectWithTimeout(c->host, c->port, tv_of_ms(c->connect_ms));
@@ -298,14 +298,14 @@ err_drop:
  * had been working (and did not time out), the connection was probably
  * closed under us, so the exchange is retried once on a new one.
  */
-typedef int (*exchange_fn)(struct redis_client *c, void *arg);
+typedef mc_status (*exchange_fn)(struct redis_client *c, void *arg);
 
-static int exchange_locked(struct redis_client *c, exchange_fn fn, void *arg, const char *what,
-			   const char *key)
+static mc_status exchange_locked(struct redis_client *c, exchange_fn fn, void *arg,
+				 const char *what, const char *key)
 {
 	struct sigpipe_guard g;
 	char cause[256];
-	int status;
+	mc_status status;
 
 	sigpipe_block(&g);
 	for (int attempt = 0;; attempt++) {
@@ -343,7 +343,7 @@ struct one_cmd {
 	redisReply *reply; /* out */
 };
 
-static int one_cmd_fn(struct redis_client *c, void *arg)
+static mc_status one_cmd_fn(struct redis_client *c, void *arg)
 {
 	struct one_cmd *cmd = arg;
 
@@ -356,12 +356,12 @@ static int one_cmd_fn(struct redis_client *c, void *arg)
  * with *reply_out set, for the caller to free; an error reply is
  * MC_ERR_METADATA with the server's words.
  */
-static int run_locked(struct redis_client *c, int argc, const char **argv, const size_t *lens,
-		      redisReply **reply_out)
+static mc_status run_locked(struct redis_client *c, int argc, const char **argv, const size_t *lens,
+			    redisReply **reply_out)
 {
 	struct one_cmd cmd = {.argc = argc, .argv = argv, .lens = lens};
 	const char *key = argc > 1 ? argv[1] : NULL;
-	int status;
+	mc_status status;
 
 	status = exchange_locked(c, one_cmd_fn, &cmd, argv[0], key);
 	if (status) {
@@ -400,7 +400,8 @@ static void owned_free(struct owned_key *o)
 }
 
 /* Remember key = value as ours, replacing an older value. */
-static int owned_set_locked(struct redis_client *c, const char *key, const char *value, size_t len)
+static mc_status owned_set_locked(struct redis_client *c, const char *key, const char *value,
+				  size_t len)
 {
 	struct owned_key *o = owned_find_locked(c, key);
 	char *copy = mc_malloc(len + 1);
@@ -444,7 +445,7 @@ struct refresh_round {
 	char ttl[24];
 	size_t nkeys;
 	size_t nreset; /* out: keys that were missing and SET again */
-	int status;    /* first error reply */
+	mc_status status; /* first error reply */
 };
 
 static void note_error_reply(struct redis_client *c, struct refresh_round *rr, const char *what,
@@ -455,7 +456,7 @@ static void note_error_reply(struct redis_client *c, struct refresh_round *rr, c
 }
 
 /* PEXPIRE every owned key in one pipeline, then SET again those that were gone. */
-static int refresh_fn(struct redis_client *c, void *arg)
+static mc_status refresh_fn(struct redis_client *c, void *arg)
 {
 	struct refresh_round *rr = arg;
 	struct mc_list *pos;
@@ -511,11 +512,11 @@ static int refresh_fn(struct redis_client *c, void *arg)
 	return rr->status;
 }
 
-static int refresh_locked(struct redis_client *c, size_t *nreset_out)
+static mc_status refresh_locked(struct redis_client *c, size_t *nreset_out)
 {
 	struct refresh_round rr = {.nkeys = 0};
 	struct mc_list *pos;
-	int status;
+	mc_status status;
 
 	*nreset_out = 0;
 	mc_list_for_each(pos, &c->owned)
@@ -533,12 +534,12 @@ static int refresh_locked(struct redis_client *c, size_t *nreset_out)
  * reconnect, no retry).  An I/O failure fails the connection; error replies
  * are only logged, the refresher will try again.
  */
-static int restore_locked(struct redis_client *c)
+static mc_status restore_locked(struct redis_client *c)
 {
 	struct refresh_round rr = {.nkeys = 0};
 	struct mc_list *pos;
 	char cause[256];
-	int status;
+	mc_status status;
 
 	mc_list_for_each(pos, &c->owned)
 		rr.nkeys++;
@@ -566,7 +567,7 @@ static void *refresher_main(void *arg)
 	while (!c->stop) {
 		uint64_t now = mc_now_ms();
 		size_t nreset = 0;
-		int status;
+		mc_status status;
 
 		if (now < next) {
 			struct timespec ts;
@@ -601,12 +602,12 @@ static void *refresher_main(void *arg)
 
 /* ---- operations ------------------------------------------------------------------- */
 
-static int redis_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
+static mc_status redis_get(struct mc_meta *m, const char *key, char **value_out, size_t *len_out)
 {
 	struct redis_client *c = client_of(m);
 	redisReply *r = NULL;
 	char *v;
-	int status;
+	mc_status status;
 
 	if (!key || !value_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key", m->uri);
@@ -643,12 +644,12 @@ out_free:
 	return status;
 }
 
-static int redis_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static mc_status redis_put(struct mc_meta *m, const char *key, const char *value, size_t len)
 {
 	struct redis_client *c = client_of(m);
 	redisReply *r = NULL;
 	char ttl[24];
-	int status;
+	mc_status status;
 
 	if (!key || (!value && len))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key or value", m->uri);
@@ -668,11 +669,11 @@ static int redis_put(struct mc_meta *m, const char *key, const char *value, size
 	return status;
 }
 
-static int redis_del(struct mc_meta *m, const char *key)
+static mc_status redis_del(struct mc_meta *m, const char *key)
 {
 	struct redis_client *c = client_of(m);
 	redisReply *r = NULL;
-	int status;
+	mc_status status;
 
 	if (!key)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL key", m->uri);
@@ -768,7 +769,7 @@ static void redis_close(struct mc_meta *m)
 /* ---- configuration ------------------------------------------------------------------ */
 
 /* A decimal integer in [lo, hi] from the environment; def when unset. */
-static int env_long(const char *name, long def, long lo, long hi, long *out)
+static mc_status env_long(const char *name, long def, long lo, long hi, long *out)
 {
 	const char *v = getenv(name);
 	char *end;
@@ -858,7 +859,7 @@ static char *pct_decode(const char *s, size_t n)
  * Split redis://[[user]:password@]host[:port][/] into c->host, c->port,
  * c->user, c->pass.  Messages show the URI without its credentials.
  */
-static int parse_uri(struct redis_client *c, const char *uri)
+static mc_status parse_uri(struct redis_client *c, const char *uri)
 {
 	const char *auth = uri + strlen("redis://"), *hp = auth, *end, *at, *colon, *host_end;
 	size_t hlen;
@@ -940,12 +941,12 @@ err_port:
 }
 
 /* Credentials and database from the environment, where the uri gave none. */
-static int config_from_env(struct redis_client *c)
+static mc_status config_from_env(struct redis_client *c)
 {
 	const char *user = getenv("MC_REDIS_USERNAME");
 	const char *pass = getenv("MC_REDIS_PASSWORD");
 	long db;
-	int status;
+	mc_status status;
 
 	status = env_long("MC_REDIS_DB_INDEX", 0, 0, 255, &db);
 	if (status)
@@ -970,13 +971,13 @@ static int config_from_env(struct redis_client *c)
 
 /* ---- open ------------------------------------------------------------------------------ */
 
-int mc_meta_redis_open(const char *uri, struct mc_meta **out)
+mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
 {
 	struct redis_client *c;
 	pthread_condattr_t ca;
 	sigset_t all, old;
 	redisReply *r = NULL;
-	int status;
+	mc_status status;
 
 	if (!uri || !out || strncasecmp(uri, "redis://", 8) != 0)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: %s is not a redis:// uri",
