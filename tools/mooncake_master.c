@@ -25,9 +25,6 @@
 #include "master/server.h"
 #include "mooncake/status.h"
 
-/* base/log.c: apply MC_LOG_LEVEL now (the library does it at its entry points). */
-void mc_log_init_from_env(void);
-
 int main(int argc, char **argv)
 {
 	struct mc_master_server_config cfg;

@@ -9,7 +9,7 @@
  * available.  Nothing stages through a local buffer: the copy-based calls
  * move the caller's memory through the engine as the zero-copy ones do.
  *
- * Semantics are upstream's (../shared/spec/store.md 1.3-1.10): put is
+ * Semantics are upstream Mooncake's (docs/design.md, "Mooncake Store"): put is
  * insert-if-absent and returns MC_OK for a key that already exists;
  * readers see only complete objects; a read that outlives its lease fails
  * with MC_ERR_LEASE_EXPIRED; keys are scoped by the client's tenant.
@@ -72,7 +72,7 @@ struct mc_store_config {
 	/* One group id per key (NULL or "": that key ungrouped), overriding
 	 * group_id when n_group_ids is not 0; n_group_ids must then equal the
 	 * number of keys of the call (1 for a single put), else
-	 * MC_ERR_INVALID_PARAMS (spec store.md 2.5 "bad group_ids count"). */
+	 * MC_ERR_INVALID_PARAMS ("bad group_ids count", as upstream). */
 	const char *const *group_ids;
 	size_t n_group_ids;
 };
@@ -248,7 +248,8 @@ MC_API mc_status mc_store_get_into_ranges(struct mc_store *s,
 /*
  * ---- sessions: ranged transfers without master round trips ----
  *
- * For layer-wise KV saving and loading (spec store.md 1.11).  A get session
+ * For layer-wise KV saving and loading (docs/python.md, "The store calls
+ * and the C API behind them", has the Python side).  A get session
  * pins, per key, one memory replica and the lease that BatchGetReplicaList
  * granted; ranged reads then go straight to that replica, checked against
  * the lease locally (MC_ERR_LEASE_EXPIRED once it ran out: start a new

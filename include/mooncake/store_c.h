@@ -1,6 +1,6 @@
 /*
  * mooncake/store_c.h - the Mooncake Store client's C API as upstream
- * Mooncake spells it (its mooncake-store/include/store_c.h), for programs
+ * Mooncake spells it (docs/design.md, "Layers": src/api/), for programs
  * written against upstream: same type names, field order and function
  * names, so such a program builds against this header and links against
  * libmooncake.so unchanged.  New code should use mooncake/store.h.

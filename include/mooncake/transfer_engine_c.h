@@ -1,6 +1,6 @@
 /*
  * mooncake/transfer_engine_c.h - the Transfer Engine's C API as upstream
- * Mooncake spells it (its transfer_engine_c.h), for programs written against
+ * Mooncake spells it (docs/design.md, "Layers": src/api/), for programs written against
  * upstream: the same type names, field order, constants and function names,
  * so such a program builds against this header and links against
  * libmooncake.so unchanged.  New code should use mooncake/te.h, which has

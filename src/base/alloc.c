@@ -1,8 +1,8 @@
 /*
  * base/alloc.c - thin wrappers over the C allocator.
  *
- * They exist so there is one place to hook failure injection (tests set
- * MC_FAULT_ALLOC=N to fail the Nth allocation after mc_alloc_fault_arm()).
+ * They exist so there is one place to hook failure injection: tests call
+ * mc_alloc_fault_arm(n) to fail the nth allocation from then on.
  */
 #include "base/alloc.h"
 
@@ -15,7 +15,6 @@
 
 static atomic_long fault_countdown; /* 0 = disabled; N = fail the Nth call from now */
 
-void mc_alloc_fault_arm(long nth);
 void mc_alloc_fault_arm(long nth)
 {
 	atomic_store(&fault_countdown, nth);

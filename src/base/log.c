@@ -54,8 +54,6 @@ static void load_env_level(void)
 		atomic_store(&mc_log_level_current, lvl);
 }
 
-/* Called once from library entry points so MC_LOG_LEVEL takes effect. */
-void mc_log_init_from_env(void);
 void mc_log_init_from_env(void)
 {
 	pthread_once(&env_once, load_env_level);

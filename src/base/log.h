@@ -42,6 +42,10 @@ void mc_log_write(int level, const char *module, const char *file, int line, con
 #define mc_debug(...) mc_log(MC_LOG_DEBUG, __VA_ARGS__)
 #define mc_trace(...) mc_log(MC_LOG_TRACE, __VA_ARGS__)
 
+/* Apply MC_LOG_LEVEL, once per process (library entry points call it; it
+ * also runs when the library is loaded). */
+void mc_log_init_from_env(void);
+
 /*
  * Record the calling thread's last error text (what mc_last_error() returns)
  * and log it at debug level.  Returns status so callers can write

@@ -666,9 +666,6 @@ static int rpc_listen(const char *host, uint16_t port)
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
-/* base/log.c: apply MC_LOG_LEVEL (called from the library's entry points). */
-void mc_log_init_from_env(void);
-
 mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 				 struct mc_master_server **out)
 {

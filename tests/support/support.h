@@ -9,8 +9,8 @@
 void mc_test_fill(void *buf, size_t len, uint64_t seed);
 /* A TCP port that was free a moment ago on 127.0.0.1. */
 uint16_t mc_test_free_port(void);
-/* Fail the Nth mc_malloc from now (0 disables). */
-void mc_alloc_fault_arm(long nth);
+/* mc_alloc_fault_arm (fail the Nth allocation from now) is in base/alloc.h. */
+#include "base/alloc.h"
 
 struct mc_te;
 /* An engine on 127.0.0.1 named name, with metadata uri; NULL (cause printed)
