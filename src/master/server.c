@@ -1,8 +1,8 @@
 /*
  * master/server.c - the master daemon's RPC loop and its lifecycle.
  *
- * One thread runs an epoll loop (level-triggered) over the listening
- * socket, an eventfd used to stop it, and every client connection.  Each
+ * One thread runs an event loop (base/loop.h: epoll, level-triggered)
+ * over the listening socket and every client connection.  Each
  * connection has a growable read buffer and a write buffer (struct
  * mc_buf).  When a connection is readable the loop reads until the socket
  * is drained (or the buffer is full), then walks the complete frames in
@@ -28,11 +28,12 @@
  *   - an unknown message type: a NOT_SUPPORTED error response, and the
  *     connection goes on.
  *
- * The loop also runs mc_master_tick() when it is due (its return value
+ * The loop's timers run mc_master_tick() when it is due (its return value
  * is the next deadline, at most 10 ms away, and bounds the epoll wait),
- * closes connections idle longer than rpc_conn_timeout_seconds, and every
- * 10 s takes a metrics snapshot: the window for /metrics/summary's rates
- * and, with enable_metric_reporting, the "Master Admin Metrics:" log line.
+ * close connections idle longer than rpc_conn_timeout_seconds, resume
+ * accepting after a pause for EMFILE, and every 10 s take a metrics
+ * snapshot: the window for /metrics/summary's rates and, with
+ * enable_metric_reporting, the "Master Admin Metrics:" log line.
  *
  * Threads and locks (docs/threads.md): the loop thread owns the
  * connections; libmicrohttpd's threads (server_http.c) serve the admin
@@ -49,19 +50,17 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "base/loop.h"
 #include "base/sock.h"
 #include "base/time.h"
 #include "master/server_priv.h"
@@ -75,7 +74,6 @@
 #define WBUF_KEEP	 (1u << 20)
 #define WBUF_HIGH	 (16u << 20) /* stop reading while this much waits to be sent */
 #define READS_PER_WAKEUP 16	     /* full-buffer reads before yielding to others */
-#define MAX_EVENTS	 256
 #define REPORT_PERIOD_MS 10000
 #define IDLE_SCAN_MS	 1000
 #define ACCEPT_PAUSE_MS	 100
@@ -83,8 +81,8 @@
 
 struct conn {
 	struct mc_list link; /* in s->conns */
-	int fd;
-	uint32_t events; /* current epoll interest */
+	struct mc_loop_fd io;
+	struct mc_master_server *s;
 	bool closing;	 /* no more reading; close once wbuf is sent */
 	bool eof;	 /* the peer shut its side */
 	bool logged;	 /* the reason for closing was logged */
@@ -97,9 +95,6 @@ struct conn {
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
-/* epoll tags for the two non-connection descriptors */
-static char tag_listen, tag_wake;
-
 /* ---- connections ---------------------------------------------------------- */
 
 static size_t conn_pending(const struct conn *c)
@@ -111,7 +106,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 {
 	mc_list_del(&c->link);
 	s->nconns--;
-	close(c->fd); /* also removes it from the epoll set */
+	close(c->io.fd); /* also removes it from the epoll set */
 	mc_free(c->rbuf);
 	mc_free(c->why);
 	mc_buf_release(&c->wbuf);
@@ -142,7 +137,7 @@ static void conn_fail(struct conn *c, const char *fmt, ...)
 static bool conn_flush(struct conn *c, uint64_t now_ms)
 {
 	while (c->woff < c->wbuf.len) {
-		ssize_t n = send(c->fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff,
+		ssize_t n = send(c->io.fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			c->woff += (size_t)n;
@@ -183,14 +178,9 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 		if (pending)
 			want |= EPOLLOUT;
 	}
-	if (want != c->events) {
-		struct epoll_event ev = {.events = want, .data.ptr = c};
-		if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
-			mc_error("rpc: epoll_ctl on connection from %s: %s", c->peer,
-				 strerror(errno));
-			return false;
-		}
-		c->events = want;
+	if (mc_loop_set_events(s->loop, &c->io, want) != MC_OK) {
+		mc_error("rpc: connection from %s: %s", c->peer, mc_last_error());
+		return false;
 	}
 	return true;
 }
@@ -346,7 +336,7 @@ static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t n
 			c->rcap = cap;
 			space = cap - c->rlen;
 		}
-		n = recv(c->fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
+		n = recv(c->io.fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
 		if (n > 0) {
 			c->rlen += (size_t)n;
 			c->last_active_ms = now_ms;
@@ -370,8 +360,11 @@ static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t n
 	return true;
 }
 
-static void conn_event(struct mc_master_server *s, struct conn *c, uint32_t events, uint64_t now_ms)
+static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 {
+	struct conn *c = mc_container_of(f, struct conn, io);
+	struct mc_master_server *s = c->s;
+	uint64_t now_ms = mc_loop_now_ms(l);
 	bool ok = true;
 
 	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
@@ -399,14 +392,16 @@ static void conn_event(struct mc_master_server *s, struct conn *c, uint32_t even
 		conn_free(s, c);
 }
 
-static void accept_all(struct mc_master_server *s, uint64_t now_ms)
+static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 {
+	struct mc_master_server *s = mc_container_of(f, struct mc_master_server, listen);
+	uint64_t now_ms = mc_loop_now_ms(l);
+
 	for (;;) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		struct epoll_event ev;
 		struct conn *c;
-		int fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl,
+		int fd = accept4(s->listen.fd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -416,8 +411,8 @@ static void accept_all(struct mc_master_server *s, uint64_t now_ms)
 			    errno == ENOMEM) {
 				mc_warn("rpc: accept: %s; pausing accepts for %d ms",
 					strerror(errno), ACCEPT_PAUSE_MS);
-				epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->listen_fd, NULL);
-				s->accept_paused_until_ms = now_ms + ACCEPT_PAUSE_MS;
+				mc_loop_del_fd(l, &s->listen);
+				mc_loop_timer_start(l, &s->accept_timer, ACCEPT_PAUSE_MS);
 			} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
 				mc_warn("rpc: accept: %s", strerror(errno));
 			}
@@ -433,7 +428,8 @@ static void accept_all(struct mc_master_server *s, uint64_t now_ms)
 			close(fd);
 			continue;
 		}
-		c->fd = fd;
+		mc_loop_fd_init(&c->io, fd, conn_event);
+		c->s = s;
 		c->rcap = RBUF_INIT;
 		mc_buf_init(&c->wbuf);
 		c->last_active_ms = now_ms;
@@ -452,24 +448,44 @@ static void accept_all(struct mc_master_server *s, uint64_t now_ms)
 		}
 		if (s->tcp_nodelay)
 			mc_sock_set_nodelay(fd);
-		ev.events = EPOLLIN;
-		ev.data.ptr = c;
-		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-			mc_warn("rpc: epoll_ctl for %s: %s", c->peer, strerror(errno));
+		if (mc_loop_add_fd(l, &c->io, EPOLLIN) != MC_OK) {
+			mc_warn("rpc: connection from %s: %s", c->peer, mc_last_error());
 			close(fd);
 			mc_free(c->rbuf);
 			mc_free(c);
 			continue;
 		}
-		c->events = EPOLLIN;
 		mc_list_add_tail(&s->conns, &c->link);
 		s->nconns++;
 		mc_debug("rpc: connection from %s", c->peer);
 	}
 }
 
-static void close_idle(struct mc_master_server *s, uint64_t now_ms)
+/* ---- timers ------------------------------------------------------------------ */
+
+static int64_t on_accept_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
 {
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, accept_timer);
+
+	if (mc_loop_add_fd(l, &s->listen, EPOLLIN) != MC_OK)
+		mc_warn("rpc: cannot resume accepting: %s", mc_last_error());
+	return MC_LOOP_TIMER_STOP;
+}
+
+static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, tick_timer);
+	uint64_t d;
+
+	pthread_mutex_lock(&s->lock);
+	d = mc_master_tick(s->master, now_ms);
+	pthread_mutex_unlock(&s->lock);
+	return (int64_t)(d ? d : 1);
+}
+
+static int64_t on_idle_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, idle_timer);
 	struct mc_list *pos, *tmp;
 
 	mc_list_for_each_safe(pos, tmp, &s->conns) {
@@ -480,10 +496,12 @@ static void close_idle(struct mc_master_server *s, uint64_t now_ms)
 			conn_free(s, c);
 		}
 	}
+	return IDLE_SCAN_MS;
 }
 
-static void report(struct mc_master_server *s, uint64_t now_ms)
+static int64_t on_report_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
 {
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, report_timer);
 	struct mc_master_server_snap cur, prev;
 	char *line;
 
@@ -493,11 +511,12 @@ static void report(struct mc_master_server *s, uint64_t now_ms)
 	s->prev_snap = cur;
 	pthread_mutex_unlock(&s->lock);
 	if (!s->enable_metric_reporting)
-		return;
+		return REPORT_PERIOD_MS;
 	line = mc_master_summary_format(&prev, &cur);
 	if (line)
 		mc_info("Master Admin Metrics: %s", line);
 	mc_free(line);
+	return REPORT_PERIOD_MS;
 }
 
 #define MASTER_BUSY_POLL_US 50
@@ -522,10 +541,7 @@ static uint64_t busy_poll_us(void)
 static void *loop_main(void *arg)
 {
 	struct mc_master_server *s = arg;
-	struct epoll_event events[MAX_EVENTS];
-	uint64_t now = mc_now_ms();
-	uint64_t next_tick = now, next_report = now + REPORT_PERIOD_MS;
-	uint64_t next_idle = now + IDLE_SCAN_MS;
+
 	/*
 	 * Busy polling (MC_MASTER_BUSY_POLL_US): after a wake-up with work,
 	 * poll without sleeping for that long before blocking.  A client's
@@ -533,60 +549,13 @@ static void *loop_main(void *arg)
 	 * idle CPU costs tens of microseconds on a virtual machine, more than
 	 * the round trip itself.  0 turns it off.
 	 */
-	uint64_t spin_us = busy_poll_us(), spin_until = 0;
-
-	while (!atomic_load_explicit(&s->stopping, memory_order_acquire)) {
-		uint64_t deadline = MC_MIN(next_tick, next_report);
-		int timeout, n;
-
-		if (s->conn_timeout_ms)
-			deadline = MC_MIN(deadline, next_idle);
-		if (s->accept_paused_until_ms)
-			deadline = MC_MIN(deadline, s->accept_paused_until_ms);
-		now = mc_now_ms();
-		timeout = deadline > now ? (int)MC_MIN(deadline - now, 1000) : 0;
-		if (spin_until && mc_now_us() < spin_until)
-			timeout = 0;
-		n = epoll_wait(s->epfd, events, MAX_EVENTS, timeout);
-		if (n < 0 && errno != EINTR) {
-			mc_error("rpc: epoll_wait: %s", strerror(errno));
-			break;
-		}
-		if (n > 0 && spin_us)
-			spin_until = mc_now_us() + spin_us;
-		else if (n == 0 && timeout == 0)
-			sched_yield(); /* polling must not keep a runnable thread off this CPU */
-		now = mc_now_ms();
-		for (int i = 0; i < n; i++) {
-			void *p = events[i].data.ptr;
-			if (p == &tag_listen)
-				accept_all(s, now);
-			else if (p == &tag_wake)
-				continue; /* the while condition sees stopping */
-			else
-				conn_event(s, p, events[i].events, now);
-		}
-		if (s->accept_paused_until_ms && now >= s->accept_paused_until_ms) {
-			struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &tag_listen};
-			s->accept_paused_until_ms = 0;
-			epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev);
-		}
-		if (now >= next_tick) {
-			uint64_t d;
-			pthread_mutex_lock(&s->lock);
-			d = mc_master_tick(s->master, now);
-			pthread_mutex_unlock(&s->lock);
-			next_tick = now + (d ? d : 1);
-		}
-		if (s->conn_timeout_ms && now >= next_idle) {
-			close_idle(s, now);
-			next_idle = now + IDLE_SCAN_MS;
-		}
-		if (now >= next_report) {
-			report(s, now);
-			next_report = now + REPORT_PERIOD_MS;
-		}
-	}
+	mc_loop_set_busy_poll(s->loop, busy_poll_us());
+	mc_loop_timer_start(s->loop, &s->tick_timer, 0);
+	mc_loop_timer_start(s->loop, &s->report_timer, REPORT_PERIOD_MS);
+	if (s->conn_timeout_ms)
+		mc_loop_timer_start(s->loop, &s->idle_timer, IDLE_SCAN_MS);
+	if (mc_loop_run(s->loop) != MC_OK)
+		mc_error("rpc: %s", mc_last_error());
 	while (!mc_list_empty(&s->conns))
 		conn_free(s, mc_list_first(&s->conns, struct conn, link));
 	return NULL;
@@ -670,7 +639,6 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 				 struct mc_master_server **out)
 {
 	struct mc_master_server *s;
-	struct epoll_event ev;
 	char ifaddr[INET_ADDRSTRLEN];
 	const char *host;
 	uint16_t port;
@@ -682,14 +650,17 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "master server: out of memory");
-	s->listen_fd = s->epfd = s->wake_fd = -1;
+	mc_loop_fd_init(&s->listen, -1, accept_all);
+	mc_loop_timer_init(&s->tick_timer, on_tick_timer);
+	mc_loop_timer_init(&s->idle_timer, on_idle_timer);
+	mc_loop_timer_init(&s->report_timer, on_report_timer);
+	mc_loop_timer_init(&s->accept_timer, on_accept_timer);
 	s->enable_metric_reporting = cfg->enable_metric_reporting;
 	s->tcp_nodelay = cfg->rpc_enable_tcp_no_delay;
 	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
 				     ? (uint64_t)cfg->rpc_conn_timeout_seconds * 1000
 				     : 0;
 	mc_list_init(&s->conns);
-	atomic_init(&s->stopping, false);
 	pthread_mutex_init(&s->lock, NULL);
 
 	st = mc_master_new(&cfg->master, &s->master);
@@ -710,30 +681,19 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	/* upstream: rpc_port 0 falls back to port; here an explicit 0 means any
 	 * free port, which tests and scripts need */
 	port = (uint16_t)(cfg->rpc_port || cfg->rpc_port_explicit ? cfg->rpc_port : cfg->port);
-	s->listen_fd = rpc_listen(host, port);
-	if (s->listen_fd < 0) {
-		st = s->listen_fd;
+	s->listen.fd = rpc_listen(host, port);
+	if (s->listen.fd < 0) {
+		st = s->listen.fd;
 		goto err_master;
 	}
-	s->rpc_port = mc_sock_local_port(s->listen_fd);
+	s->rpc_port = mc_sock_local_port(s->listen.fd);
 
-	s->epfd = epoll_create1(EPOLL_CLOEXEC);
-	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->epfd < 0 || s->wake_fd < 0) {
-		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll/eventfd: %s", strerror(errno));
+	st = mc_loop_new(&s->loop);
+	if (st)
 		goto err_fds;
-	}
-	ev.events = EPOLLIN;
-	ev.data.ptr = &tag_listen;
-	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &ev) < 0) {
-		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll_ctl: %s", strerror(errno));
+	st = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
+	if (st)
 		goto err_fds;
-	}
-	ev.data.ptr = &tag_wake;
-	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &ev) < 0) {
-		st = mc_set_error(MC_ERR_SOCKET, "rpc: epoll_ctl: %s", strerror(errno));
-		goto err_fds;
-	}
 
 	st = mc_master_admin_start(s, cfg->metrics_host, (uint16_t)cfg->metrics_port);
 	if (st)
@@ -762,12 +722,8 @@ err_meta:
 err_admin:
 	mc_master_admin_stop(s);
 err_fds:
-	if (s->wake_fd >= 0)
-		close(s->wake_fd);
-	if (s->epfd >= 0)
-		close(s->epfd);
-	if (s->listen_fd >= 0)
-		close(s->listen_fd);
+	mc_loop_free(s->loop);
+	close(s->listen.fd);
 err_master:
 	mc_master_free(s->master);
 err_free:
@@ -793,22 +749,17 @@ uint16_t mc_master_server_metadata_port(const struct mc_master_server *s)
 
 void mc_master_server_stop(struct mc_master_server *s)
 {
-	uint64_t one = 1;
-
 	if (!s)
 		return;
 	/* the HTTP threads first: they use the master under the lock */
 	mc_master_admin_stop(s);
 	mc_http_meta_server_stop(s->meta);
 	if (s->loop_started) {
-		atomic_store_explicit(&s->stopping, true, memory_order_release);
-		if (write(s->wake_fd, &one, sizeof(one)) < 0)
-			mc_warn("rpc: cannot wake the loop: %s", strerror(errno));
+		mc_loop_stop(s->loop);
 		pthread_join(s->loop_thread, NULL);
 	}
-	close(s->wake_fd);
-	close(s->epfd);
-	close(s->listen_fd);
+	mc_loop_free(s->loop);
+	close(s->listen.fd);
 	mc_master_free(s->master);
 	pthread_mutex_destroy(&s->lock);
 	mc_free(s);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "base/list.h"
+#include "base/loop.h"
 #include "master/master.h"
 #include "master/server.h"
 
@@ -40,15 +41,16 @@ struct mc_master_server {
 	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
 
 	/* RPC loop (owned by the loop thread once started) */
-	int listen_fd;
-	int epfd;
-	int wake_fd; /* eventfd: stop */
+	struct mc_loop *loop;
+	struct mc_loop_fd listen;	   /* the RPC listening socket */
+	struct mc_loop_timer tick_timer;   /* mc_master_tick, when it asks */
+	struct mc_loop_timer idle_timer;   /* every IDLE_SCAN_MS with conn_timeout_ms */
+	struct mc_loop_timer report_timer; /* every REPORT_PERIOD_MS */
+	struct mc_loop_timer accept_timer; /* resumes accepting after EMFILE/ENFILE */
 	pthread_t loop_thread;
 	bool loop_started;
-	atomic_bool stopping;
 	struct mc_list conns; /* struct conn, loop thread only */
 	uint64_t nconns;
-	uint64_t accept_paused_until_ms; /* after EMFILE/ENFILE */
 
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */

@@ -1,0 +1,230 @@
+/*
+ * base/loop.c - the epoll event loop (see loop.h for the contract).
+ *
+ * The eventfd used by mc_loop_wake and mc_loop_stop is watched like any
+ * other fd, with a callback that drains it.  The stop flag is an atomic
+ * the loop reads once per round, so mc_loop_stop is a store and a write.
+ *
+ * Due timers are first moved onto a private list, then run one by one:
+ * a callback may stop or start any timer (itself included) and a timer
+ * re-armed with delay 0 runs in the next round, not again in this one.
+ */
+#define MC_LOG_MODULE "loop"
+#include "base/loop.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+
+struct mc_loop {
+	int epfd;
+	struct mc_loop_fd wake; /* eventfd: mc_loop_wake, mc_loop_stop */
+	atomic_bool stopping;
+	uint64_t now_ms;
+	uint64_t spin_us;      /* busy polling after a round with events; 0 = off */
+	struct mc_list timers; /* struct mc_loop_timer, armed */
+};
+
+static void on_wake(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	uint64_t v;
+
+	while (read(f->fd, &v, sizeof(v)) < 0 && errno == EINTR)
+		;
+}
+
+mc_status mc_loop_new(struct mc_loop **out)
+{
+	struct mc_loop *l = mc_calloc(1, sizeof(*l));
+	int wfd;
+
+	if (!l)
+		return mc_set_error(MC_ERR_NOMEM, "loop: out of memory");
+	mc_list_init(&l->timers);
+	atomic_init(&l->stopping, false);
+	l->now_ms = mc_now_ms();
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	mc_loop_fd_init(&l->wake, wfd, on_wake);
+	if (l->epfd < 0 || wfd < 0) {
+		mc_set_error(MC_ERR_SOCKET, "loop: epoll/eventfd: %s", strerror(errno));
+		goto err_close;
+	}
+	if (mc_loop_add_fd(l, &l->wake, EPOLLIN) != MC_OK)
+		goto err_close;
+	*out = l;
+	return MC_OK;
+
+err_close:
+	if (wfd >= 0)
+		close(wfd);
+	if (l->epfd >= 0)
+		close(l->epfd);
+	mc_free(l);
+	return MC_ERR_SOCKET;
+}
+
+void mc_loop_free(struct mc_loop *l)
+{
+	if (!l)
+		return;
+	close(l->wake.fd);
+	close(l->epfd);
+	mc_free(l);
+}
+
+void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us)
+{
+	l->spin_us = us;
+}
+
+uint64_t mc_loop_now_ms(const struct mc_loop *l)
+{
+	return l->now_ms;
+}
+
+/* ---- file descriptors ------------------------------------------------------ */
+
+void mc_loop_fd_init(struct mc_loop_fd *f, int fd, mc_loop_fd_cb cb)
+{
+	f->fd = fd;
+	f->events = 0;
+	f->cb = cb;
+}
+
+mc_status mc_loop_add_fd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = f};
+
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, f->fd, &ev) < 0)
+		return mc_set_error(MC_ERR_SOCKET, "loop: watching fd %d: %s", f->fd,
+				    strerror(errno));
+	f->events = events;
+	return MC_OK;
+}
+
+mc_status mc_loop_set_events(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = f};
+
+	if (events == f->events)
+		return MC_OK;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, f->fd, &ev) < 0)
+		return mc_set_error(MC_ERR_SOCKET, "loop: changing events of fd %d: %s", f->fd,
+				    strerror(errno));
+	f->events = events;
+	return MC_OK;
+}
+
+void mc_loop_del_fd(struct mc_loop *l, struct mc_loop_fd *f)
+{
+	epoll_ctl(l->epfd, EPOLL_CTL_DEL, f->fd, NULL);
+	f->events = 0;
+}
+
+/* ---- timers ------------------------------------------------------------------ */
+
+void mc_loop_timer_init(struct mc_loop_timer *t, mc_loop_timer_cb cb)
+{
+	t->when_ms = 0;
+	t->cb = cb;
+	mc_list_init(&t->link);
+}
+
+void mc_loop_timer_start(struct mc_loop *l, struct mc_loop_timer *t, uint64_t delay_ms)
+{
+	mc_list_del(&t->link);
+	t->when_ms = mc_now_ms() + delay_ms;
+	mc_list_add_tail(&l->timers, &t->link);
+}
+
+void mc_loop_timer_stop(struct mc_loop *l, struct mc_loop_timer *t)
+{
+	mc_list_del(&t->link);
+}
+
+static void run_timers(struct mc_loop *l, uint64_t now)
+{
+	struct mc_list due, *pos, *tmp;
+
+	mc_list_init(&due);
+	mc_list_for_each_safe(pos, tmp, &l->timers) {
+		struct mc_loop_timer *t = mc_list_entry(pos, struct mc_loop_timer, link);
+		if (t->when_ms <= now) {
+			mc_list_del(pos);
+			mc_list_add_tail(&due, pos);
+		}
+	}
+	while (!mc_list_empty(&due)) {
+		struct mc_loop_timer *t = mc_list_first(&due, struct mc_loop_timer, link);
+		int64_t next;
+
+		mc_list_del(&t->link);
+		next = t->cb(l, t, now);
+		/* the callback may have re-armed t itself: that wins */
+		if (next >= 0 && mc_list_empty(&t->link)) {
+			t->when_ms = now + (uint64_t)next;
+			mc_list_add_tail(&l->timers, &t->link);
+		}
+	}
+}
+
+/* ---- running ----------------------------------------------------------------- */
+
+mc_status mc_loop_run(struct mc_loop *l)
+{
+	struct epoll_event events[MC_LOOP_MAX_EVENTS];
+	uint64_t spin_until = 0;
+
+	while (!atomic_load_explicit(&l->stopping, memory_order_acquire)) {
+		uint64_t now = mc_now_ms(), deadline = now + MC_LOOP_MAX_WAIT_MS;
+		struct mc_list *pos;
+		int timeout, n;
+
+		mc_list_for_each(pos, &l->timers) {
+			const struct mc_loop_timer *t =
+				mc_list_entry(pos, struct mc_loop_timer, link);
+			deadline = MC_MIN(deadline, t->when_ms);
+		}
+		timeout = deadline > now ? (int)(deadline - now) : 0;
+		if (spin_until && mc_now_us() < spin_until)
+			timeout = 0;
+		n = epoll_wait(l->epfd, events, MC_LOOP_MAX_EVENTS, timeout);
+		if (n < 0 && errno != EINTR)
+			return mc_set_error(MC_ERR_SOCKET, "loop: epoll_wait: %s", strerror(errno));
+		if (n > 0 && l->spin_us)
+			spin_until = mc_now_us() + l->spin_us;
+		else if (n == 0 && timeout == 0)
+			sched_yield(); /* polling must not keep a runnable thread off this CPU */
+		l->now_ms = mc_now_ms();
+		for (int i = 0; i < n; i++) {
+			struct mc_loop_fd *f = events[i].data.ptr;
+			f->cb(l, f, events[i].events);
+		}
+		run_timers(l, l->now_ms);
+	}
+	return MC_OK;
+}
+
+void mc_loop_stop(struct mc_loop *l)
+{
+	atomic_store_explicit(&l->stopping, true, memory_order_release);
+	mc_loop_wake(l);
+}
+
+void mc_loop_wake(struct mc_loop *l)
+{
+	uint64_t one = 1;
+
+	if (write(l->wake.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		mc_warn("loop: cannot wake the loop: %s", strerror(errno));
+}

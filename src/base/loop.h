@@ -1,0 +1,94 @@
+/*
+ * base/loop.h - a small epoll event loop, after Valkey's ae (epoll only).
+ *
+ * One thread runs mc_loop_run; it watches file descriptors (struct
+ * mc_loop_fd, embedded in the object that owns the fd, so watching
+ * allocates nothing), runs timers (struct mc_loop_timer, embedded too)
+ * and returns when another thread calls mc_loop_stop.  mc_loop_wake
+ * interrupts a sleeping loop from any thread (an eventfd), so it runs its
+ * timers and looks at its stop flag without waiting for the next event.
+ *
+ * Each round: wait in epoll_wait (level-triggered) until the earliest
+ * timer is due, at most MC_LOOP_MAX_WAIT_MS; call the callback of every
+ * ready fd; then call every timer that is due.  With busy polling on
+ * (mc_loop_set_busy_poll), a round that found events makes the next
+ * rounds poll without sleeping for that many microseconds, yielding the
+ * CPU between empty polls: a reply's next request usually arrives within
+ * microseconds, and waking a sleeping thread costs more than that.
+ *
+ * Timers sit in a list, not a heap: our loops keep a handful of them.
+ *
+ * Threads: everything but mc_loop_stop and mc_loop_wake must be called on
+ * the loop's thread (or before it runs / after it returned).
+ */
+#ifndef MC_BASE_LOOP_H
+#define MC_BASE_LOOP_H
+
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include "base/list.h"
+#include "mooncake/status.h"
+
+#define MC_LOOP_MAX_WAIT_MS 1000 /* longest sleep, timers or not */
+#define MC_LOOP_MAX_EVENTS  256	 /* events taken per epoll_wait */
+#define MC_LOOP_TIMER_STOP  (-1) /* a timer callback's "do not run again" */
+
+struct mc_loop;
+struct mc_loop_fd;
+struct mc_loop_timer;
+
+/* events: what epoll reported (EPOLLIN, EPOLLOUT, EPOLLHUP, EPOLLERR). */
+typedef void (*mc_loop_fd_cb)(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
+/* Returns the milliseconds until the timer runs again, or MC_LOOP_TIMER_STOP. */
+typedef int64_t (*mc_loop_timer_cb)(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms);
+
+struct mc_loop_fd {
+	int fd;
+	uint32_t events; /* the interest now registered; 0 = not watched */
+	mc_loop_fd_cb cb;
+};
+
+struct mc_loop_timer {
+	uint64_t when_ms; /* next run (mc_now_ms clock) while armed */
+	mc_loop_timer_cb cb;
+	struct mc_list link; /* in the loop's timers while armed; self-linked otherwise */
+};
+
+/* A loop: MC_OK, or MC_ERR_SOCKET (epoll/eventfd failed) / MC_ERR_NOMEM. */
+mc_status mc_loop_new(struct mc_loop **out);
+/* Frees the loop (not running).  Watched fds are not closed.  NULL is a no-op. */
+void mc_loop_free(struct mc_loop *l);
+
+/* Microseconds to keep polling after a round with events (0 = off, the default). */
+void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us);
+/* The time (mc_now_ms) taken after the last wait: "now" for the callbacks. */
+uint64_t mc_loop_now_ms(const struct mc_loop *l);
+
+/* Prepare f for fd with callback cb; does not watch it yet. */
+void mc_loop_fd_init(struct mc_loop_fd *f, int fd, mc_loop_fd_cb cb);
+/* Watch f for events (EPOLLIN and/or EPOLLOUT; not 0).  MC_ERR_SOCKET with the cause recorded. */
+mc_status mc_loop_add_fd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
+/* Change what f is watched for (a no-op when unchanged).  MC_ERR_SOCKET with the cause. */
+mc_status mc_loop_set_events(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
+/* Stop watching f (closing the fd does it too, when no duplicate of it is open). */
+void mc_loop_del_fd(struct mc_loop *l, struct mc_loop_fd *f);
+
+/* Prepare t (not armed). */
+void mc_loop_timer_init(struct mc_loop_timer *t, mc_loop_timer_cb cb);
+/* (Re)arm t to run delay_ms from now. */
+void mc_loop_timer_start(struct mc_loop *l, struct mc_loop_timer *t, uint64_t delay_ms);
+/* Disarm t (a no-op when it is not armed); it may be started again. */
+void mc_loop_timer_stop(struct mc_loop *l, struct mc_loop_timer *t);
+
+/*
+ * Run rounds until mc_loop_stop.  MC_OK when stopped; MC_ERR_SOCKET when
+ * epoll_wait failed (cause recorded), the loop's state left as it was.
+ */
+mc_status mc_loop_run(struct mc_loop *l);
+/* From any thread: make mc_loop_run return after its current round. */
+void mc_loop_stop(struct mc_loop *l);
+/* From any thread: end the loop's current sleep. */
+void mc_loop_wake(struct mc_loop *l);
+
+#endif

@@ -1,0 +1,276 @@
+/* tests/unit/test_loop.c - the epoll event loop (base/loop.h): fd events
+ * and interest changes, timers (order, re-arming, stopping one another),
+ * stop and wake from another thread, busy polling. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/compiler.h"
+#include "base/loop.h"
+#include "base/time.h"
+#include "mooncake/status.h"
+
+struct fdt {
+	struct mc_loop_fd io;
+	int reads, writes;
+	char got[16];
+};
+
+static void on_pipe(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct fdt *t = mc_container_of(f, struct fdt, io);
+
+	if (events & EPOLLIN) {
+		ssize_t n = read(f->fd, t->got, sizeof(t->got) - 1);
+		assert_true(n > 0);
+		t->got[n] = '\0';
+		t->reads++;
+		mc_loop_stop(l); /* from the loop's own thread */
+	}
+	if (events & EPOLLOUT) {
+		t->writes++;
+		assert_int_equal(mc_loop_set_events(l, f, 0), MC_OK); /* once is enough */
+	}
+}
+
+static void fd_events_reach_their_callback(void **state)
+{
+	struct mc_loop *l;
+	struct fdt rd, wr;
+	int p[2];
+	(void)state;
+
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	memset(&rd, 0, sizeof(rd));
+	memset(&wr, 0, sizeof(wr));
+	mc_loop_fd_init(&rd.io, p[0], on_pipe);
+	mc_loop_fd_init(&wr.io, p[1], on_pipe);
+	assert_int_equal(mc_loop_add_fd(l, &rd.io, EPOLLIN), MC_OK);
+	assert_int_equal(mc_loop_add_fd(l, &wr.io, EPOLLOUT), MC_OK);
+	assert_int_equal(rd.io.events, EPOLLIN);
+	assert_int_equal(mc_loop_set_events(l, &rd.io, EPOLLIN), MC_OK); /* unchanged: no-op */
+	assert_int_equal(write(p[1], "ping", 4), 4);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_int_equal(rd.reads, 1);
+	assert_string_equal(rd.got, "ping");
+	assert_int_equal(wr.writes, 1);
+
+	/* not watched any more: a write does not call back */
+	mc_loop_del_fd(l, &rd.io);
+	assert_int_equal(rd.io.events, 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	assert_int_equal(mc_loop_add_fd(l, &wr.io, EPOLLOUT), MC_ERR_SOCKET); /* already in */
+	mc_loop_free(l);
+	close(p[0]);
+	close(p[1]);
+}
+
+struct tt {
+	struct mc_loop_timer t;
+	int runs;
+	int64_t every;		    /* returned while runs < max */
+	int max;		    /* then MC_LOOP_TIMER_STOP */
+	struct mc_loop_timer *kill; /* stopped by this one's first run */
+	int *order, *norder;
+	int id;
+};
+
+static int64_t on_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct tt *x = mc_container_of(t, struct tt, t);
+
+	x->runs++;
+	if (x->order)
+		x->order[(*x->norder)++] = x->id;
+	if (x->kill) {
+		mc_loop_timer_stop(l, x->kill);
+		x->kill = NULL;
+	}
+	if (x->max < 0) {
+		mc_loop_stop(l);
+		return MC_LOOP_TIMER_STOP;
+	}
+	return x->runs < x->max ? x->every : MC_LOOP_TIMER_STOP;
+}
+
+static void timers_run_when_due_and_rearm(void **state)
+{
+	struct mc_loop *l;
+	struct tt rep = {.every = 5, .max = 4}, zero = {.every = 0, .max = 3},
+		  victim = {.every = 1, .max = 100}, killer = {.max = 1}, end = {.max = -1};
+	uint64_t t0;
+	(void)state;
+
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_timer_init(&rep.t, on_timer);
+	mc_loop_timer_init(&zero.t, on_timer);
+	mc_loop_timer_init(&victim.t, on_timer);
+	mc_loop_timer_init(&killer.t, on_timer);
+	mc_loop_timer_init(&end.t, on_timer);
+	killer.kill = &victim.t;
+	mc_loop_timer_start(l, &rep.t, 0);
+	mc_loop_timer_start(l, &zero.t, 0);
+	mc_loop_timer_start(l, &victim.t, 30);
+	mc_loop_timer_start(l, &killer.t, 10); /* stops victim before it is due */
+	mc_loop_timer_start(l, &end.t, 100);
+	mc_loop_timer_stop(l, &end.t);
+	mc_loop_timer_stop(l, &end.t); /* twice: a no-op */
+	mc_loop_timer_start(l, &end.t, 80);
+	t0 = mc_now_ms();
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_true(mc_now_ms() - t0 >= 80);
+	assert_true(mc_now_ms() - t0 < 1000);
+	assert_int_equal(rep.runs, 4);
+	assert_int_equal(zero.runs, 3); /* delay 0: once a round, not forever in one */
+	assert_int_equal(killer.runs, 1);
+	assert_int_equal(victim.runs, 0);
+	assert_int_equal(end.runs, 1);
+	mc_loop_free(l);
+}
+
+static void due_timers_run_in_arming_order(void **state)
+{
+	struct mc_loop *l;
+	int order[4], n = 0;
+	struct tt a = {.max = 1, .id = 1, .order = order, .norder = &n};
+	struct tt b = {.max = 1, .id = 2, .order = order, .norder = &n};
+	struct tt c = {.max = -1, .id = 3, .order = order, .norder = &n};
+	(void)state;
+
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_timer_init(&a.t, on_timer);
+	mc_loop_timer_init(&b.t, on_timer);
+	mc_loop_timer_init(&c.t, on_timer);
+	mc_loop_timer_start(l, &b.t, 0);
+	mc_loop_timer_start(l, &a.t, 0);
+	mc_loop_timer_start(l, &c.t, 0);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_int_equal(n, 3);
+	assert_int_equal(order[0], 2);
+	assert_int_equal(order[1], 1);
+	assert_int_equal(order[2], 3);
+	mc_loop_free(l);
+}
+
+struct poker {
+	struct mc_loop *l;
+	bool stop;
+};
+
+static void *poke(void *arg)
+{
+	struct poker *p = arg;
+
+	usleep(50 * 1000);
+	if (p->stop)
+		mc_loop_stop(p->l);
+	else
+		mc_loop_wake(p->l);
+	return NULL;
+}
+
+struct waker {
+	struct mc_loop_timer t;
+	uint64_t armed_at;
+	uint64_t woke_after;
+};
+
+static void stop_and_wake_from_another_thread(void **state)
+{
+	struct mc_loop *l;
+	struct poker p;
+	pthread_t th;
+	uint64_t t0;
+	(void)state;
+
+	/* no timers: the loop sleeps MC_LOOP_MAX_WAIT_MS at a time; stop ends that */
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	p.l = l;
+	p.stop = true;
+	t0 = mc_now_ms();
+	assert_int_equal(pthread_create(&th, NULL, poke, &p), 0);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_true(mc_now_ms() - t0 < MC_LOOP_MAX_WAIT_MS / 2);
+	pthread_join(th, NULL);
+
+	/* a wake alone does not stop it; the stop after it does */
+	p.stop = false;
+	assert_int_equal(pthread_create(&th, NULL, poke, &p), 0);
+	pthread_join(th, NULL);
+	mc_loop_stop(l);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	mc_loop_free(l);
+	mc_loop_free(NULL);
+}
+
+static uint64_t thread_cpu_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* CPU time the loop thread spends over 100 ms after one event. */
+static uint64_t cpu_after_one_event(uint64_t busy_poll_us)
+{
+	struct mc_loop *l;
+	struct fdt wr;
+	struct tt end = {.max = -1};
+	int p[2];
+	uint64_t t0, cpu0;
+
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_set_busy_poll(l, busy_poll_us);
+	memset(&wr, 0, sizeof(wr));
+	mc_loop_fd_init(&wr.io, p[1], on_pipe);
+	assert_int_equal(mc_loop_add_fd(l, &wr.io, EPOLLOUT), MC_OK); /* one event, then off */
+	mc_loop_timer_init(&end.t, on_timer);
+	mc_loop_timer_start(l, &end.t, 100);
+	t0 = mc_now_ms();
+	cpu0 = thread_cpu_us();
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	cpu0 = thread_cpu_us() - cpu0;
+	assert_true(mc_now_ms() - t0 >= 100);
+	assert_true(mc_loop_now_ms(l) >= t0 + 100);
+	assert_int_equal(wr.writes, 1);
+	mc_loop_free(l);
+	close(p[0]);
+	close(p[1]);
+	return cpu0;
+}
+
+static void busy_poll_spins_after_events(void **state)
+{
+	uint64_t sleeping, spinning;
+	(void)state;
+
+	/* without busy polling the loop sleeps until the timer; with it, it
+	 * polls (yielding between polls) for the whole 100 ms after the event */
+	sleeping = cpu_after_one_event(0);
+	spinning = cpu_after_one_event(1000 * 1000);
+	assert_true(sleeping < 5000);
+	assert_true(spinning > sleeping + 5000);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(fd_events_reach_their_callback),
+		cmocka_unit_test(timers_run_when_due_and_rearm),
+		cmocka_unit_test(due_timers_run_in_arming_order),
+		cmocka_unit_test(stop_and_wake_from_another_thread),
+		cmocka_unit_test(busy_poll_spins_after_events),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
