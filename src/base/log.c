@@ -153,7 +153,6 @@ mc_status mc_set_error(mc_status status, const char *fmt, ...)
 }
 
 /* Put back a last-error text saved earlier (verbatim). */
-void mc_restore_error(const char *text);
 void mc_restore_error(const char *text)
 {
 	snprintf(last_error, sizeof(last_error), "%s", text);

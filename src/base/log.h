@@ -54,4 +54,8 @@ void mc_log_init_from_env(void);
 mc_status mc_set_error(mc_status status, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Put back a last-error text saved earlier with mc_last_error(), verbatim
+ * (a caller that must run cleanup which may overwrite it). */
+void mc_restore_error(const char *text);
+
 #endif

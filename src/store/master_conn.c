@@ -71,8 +71,6 @@
 #include "base/time.h"
 #include "mooncake/version.h"
 
-void mc_restore_error(const char *text); /* base/log.c */
-
 #define DEFAULT_MASTER_PORT 50051
 #define DEFAULT_BUSY_POLL   50	/* us; see busy polling above */
 #define CALL_INLINE	    512 /* answers up to this size need no allocation */

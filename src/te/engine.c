@@ -38,9 +38,6 @@
 #include "te/stage.h"
 #include "transport/transport.h"
 
-void mc_log_init_from_env(void);
-void mc_restore_error(const char *text);
-
 #define CFG(f) offsetof(struct mc_te_config, f)
 const struct mc_config_field mc_te_config_table[] = {
 	{"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port",
