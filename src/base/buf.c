@@ -40,7 +40,7 @@ void mc_buf_reset(struct mc_buf *b)
 	b->err = MC_OK;
 }
 
-mc_status mc_buf_reserve(struct mc_buf *b, size_t extra)
+mc_status mc_buf_grow(struct mc_buf *b, size_t extra)
 {
 	size_t cap;
 	uint8_t *p;
@@ -64,14 +64,6 @@ mc_status mc_buf_reserve(struct mc_buf *b, size_t extra)
 	b->data = p;
 	b->cap = cap;
 	return MC_OK;
-}
-
-void mc_buf_append(struct mc_buf *b, const void *p, size_t n)
-{
-	if (n && mc_buf_reserve(b, n) == MC_OK) {
-		memcpy(b->data + b->len, p, n);
-		b->len += n;
-	}
 }
 
 void mc_buf_append_str(struct mc_buf *b, const char *s)

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/compiler.h"
 #include "mooncake/status.h"
@@ -38,13 +39,30 @@ void mc_buf_init(struct mc_buf *b);
 void mc_buf_release(struct mc_buf *b);
 /* Empties the buffer and clears err, keeping the storage. */
 void mc_buf_reset(struct mc_buf *b);
+/* mc_buf_reserve's slow path: grows the storage (or reports err). */
+mc_status mc_buf_grow(struct mc_buf *b, size_t extra);
+
 /*
  * Room for extra more bytes after len (capacity doubles, from 256).
  * MC_OK, or MC_ERR_NOMEM (also recorded in err), or err if already set.
+ * Inline, as is mc_buf_append: the wire codecs call them per field, and a
+ * call into another file per field cost the master 4% on batched requests.
  */
-mc_status mc_buf_reserve(struct mc_buf *b, size_t extra);
+static inline mc_status mc_buf_reserve(struct mc_buf *b, size_t extra)
+{
+	if (mc_likely(b->err == MC_OK && extra <= b->cap - b->len))
+		return MC_OK;
+	return mc_buf_grow(b, extra);
+}
+
 /* Appends n bytes of p (p may be NULL when n is 0). */
-void mc_buf_append(struct mc_buf *b, const void *p, size_t n);
+static inline void mc_buf_append(struct mc_buf *b, const void *p, size_t n)
+{
+	if (n && mc_buf_reserve(b, n) == MC_OK) {
+		memcpy(b->data + b->len, p, n);
+		b->len += n;
+	}
+}
 /* Appends the string s without its terminator. */
 void mc_buf_append_str(struct mc_buf *b, const char *s);
 /* Appends printf output (no terminator counted in len). */
