@@ -35,17 +35,18 @@ static const struct {
 	{"MC_REDIS_DB_INDEX", "0", "redis database, 0-255; anything else is an error"},
 };
 
-static void emit_table(FILE *out, const struct mc_config_field *tab, size_t n)
+static void emit_table(FILE *out, const struct mc_config_entry *tab, size_t n)
 {
 	fprintf(out, "| Variable | Default | Type | Range | Meaning |\n|---|---|---|---|---|\n");
 	for (size_t i = 0; i < n; i++) {
-		const struct mc_config_field *f = &tab[i];
+		const struct mc_config_field *f = &tab[i].f;
 		char range[64] = "";
 		if (f->type == MC_CONFIG_INT || f->type == MC_CONFIG_SIZE)
 			snprintf(range, sizeof(range), "%lld-%lld", (long long)f->min,
 				 (long long)f->max);
 		fprintf(out, "| `%s` | %s | %s | %s | %s |\n", f->env ? f->env : f->name,
-			f->def ? f->def : "unset", mc_config_type_name(f->type, 0), range, f->doc);
+			f->def ? f->def : "unset",
+			mc_config_type_name(f->type, tab[i].bare_unit_ms), range, f->doc);
 	}
 }
 

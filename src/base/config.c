@@ -1,9 +1,10 @@
 /*
  * base/config.c - the configuration table engine (see config.h).
  *
- * Every value, from a field row or an entry row, goes through set_value:
- * parse as the type (bounds included), the entry's check, the
- * default-only rule, then store (or drop, for an entry without a field).
+ * Every value, a default, an environment variable, a flag or a config-file
+ * key, goes through set_value: parse as the type (bounds included), the
+ * entry's check, the default-only rule, then store (or drop, for an entry
+ * without a field).
  * Error texts start with "option <name>:" so the caller can print them as
  * they are.
  */
@@ -172,10 +173,11 @@ static uint32_t unit_or_1(uint32_t unit_ms)
 	return unit_ms ? unit_ms : 1;
 }
 
-/* Parse text as f's type into *v; MC_ERR_INVALID_PARAMS with the reason. */
-static mc_status parse_value(const struct mc_config_field *f, const struct mc_config_entry *e,
-			     const char *value, union value *v)
+/* Parse text as e's type into *v; MC_ERR_INVALID_PARAMS with the reason. */
+static mc_status parse_value(const struct mc_config_entry *e, const char *value, union value *v)
 {
+	const struct mc_config_field *f = &e->f;
+
 	switch (f->type) {
 	case MC_CONFIG_BOOL:
 	case MC_CONFIG_PRESENCE:
@@ -207,8 +209,8 @@ static mc_status parse_value(const struct mc_config_field *f, const struct mc_co
 					    f->name, value, f->min, f->max);
 		return MC_OK;
 	case MC_CONFIG_DURATION: {
-		uint32_t bare = unit_or_1(e ? e->bare_unit_ms : 0);
-		uint32_t store = unit_or_1(e ? e->store_unit_ms : 0);
+		uint32_t bare = unit_or_1(e->bare_unit_ms);
+		uint32_t store = unit_or_1(e->store_unit_ms);
 		uint64_t ms;
 
 		if (!mc_parse_duration_ms(value, bare, &ms))
@@ -281,29 +283,29 @@ static mc_status store_value(const struct mc_config_field *f, void *obj, const u
 	return MC_ERR_INTERNAL;
 }
 
-/* Parse, check and store one value (e may be NULL: a plain field row). */
-static mc_status set_value(const struct mc_config_field *f, const struct mc_config_entry *e,
-			   void *obj, const char *value)
+/* Parse, check and store one value. */
+static mc_status set_value(const struct mc_config_entry *e, void *obj, const char *value)
 {
+	const struct mc_config_field *f = &e->f;
 	union value v;
 	mc_status st;
 
 	if (f->type != MC_CONFIG_STRING || value) {
-		st = parse_value(f, e, value, &v);
+		st = parse_value(e, value, &v);
 		if (st != MC_OK)
 			return st;
 	} else {
 		v.s = NULL;
 	}
-	if (e && e->check && value) {
+	if (e->check && value) {
 		char why[256] = "";
 		if (!e->check(value, why, sizeof(why)))
 			return mc_set_error(MC_ERR_INVALID_PARAMS, "option %s: %s", f->name,
 					    why[0] ? why : "bad value");
 	}
-	if (e && (e->flags & MC_CONFIG_F_DEFAULT_ONLY)) {
+	if (e->flags & MC_CONFIG_F_DEFAULT_ONLY) {
 		union value d;
-		if (parse_value(f, e, f->def, &d) != MC_OK)
+		if (parse_value(e, f->def, &d) != MC_OK)
 			mc_assert(!"bad default in config table");
 		if (!values_equal(f->type, &v, &d))
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
@@ -341,90 +343,35 @@ static void clear_field(const struct mc_config_field *f, void *obj)
 	}
 }
 
-static void set_default(const struct mc_config_field *f, const struct mc_config_entry *e, void *obj)
-{
-	if (f->offset == MC_CONFIG_NO_FIELD)
-		return;
-	clear_field(f, obj);
-	if (f->def && set_value(f, e, obj, f->def) != MC_OK)
-		mc_assert(!"bad default in config table");
-}
-
-static void release_field(const struct mc_config_field *f, void *obj)
-{
-	if (f->type == MC_CONFIG_STRING && f->offset != MC_CONFIG_NO_FIELD) {
-		char **p = (char **)((char *)obj + f->offset);
-		mc_free(*p);
-		*p = NULL;
-	}
-}
-
-static void print_help_line(const struct mc_config_field *f, unsigned flags, FILE *out)
-{
-	fprintf(out, "  --%s=%s\n      %s", f->name, f->def ? f->def : "", f->doc);
-	if (f->env)
-		fprintf(out, " [env %s]", f->env);
-	if (flags & MC_CONFIG_F_DEPRECATED)
-		fputs(" (deprecated)", out);
-	if (flags & MC_CONFIG_F_NO_EFFECT)
-		fputs(" (accepted, no effect in this build)", out);
-	if (flags & MC_CONFIG_F_DEFAULT_ONLY)
-		fputs(" (only the default is supported in this build)", out);
-	fputc('\n', out);
-}
-
-/* ---- field tables ---------------------------------------------------------- */
-
-void mc_config_defaults(const struct mc_config_field *tab, size_t n, void *obj)
-{
-	for (size_t i = 0; i < n; i++)
-		set_default(&tab[i], NULL, obj);
-}
-
-void mc_config_load_env(const struct mc_config_field *tab, size_t n, void *obj)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct mc_config_field *f = &tab[i];
-		const char *v = f->env ? getenv(f->env) : NULL;
-		if (!v)
-			continue;
-		if (f->type == MC_CONFIG_PRESENCE) {
-			*(bool *)((char *)obj + f->offset) = true;
-			continue;
-		}
-		if (set_value(f, NULL, obj, v) != MC_OK)
-			mc_warn("ignoring %s='%s': %s", f->env, v, mc_last_error());
-	}
-}
-
-mc_status mc_config_set(const struct mc_config_field *tab, size_t n, void *obj, const char *name,
-			const char *value)
-{
-	for (size_t i = 0; i < n; i++)
-		if (strcmp(tab[i].name, name) == 0)
-			return set_value(&tab[i], NULL, obj, value);
-	return mc_set_error(MC_ERR_NOT_FOUND, "unknown option %s", name);
-}
-
-void mc_config_release(const struct mc_config_field *tab, size_t n, void *obj)
-{
-	for (size_t i = 0; i < n; i++)
-		release_field(&tab[i], obj);
-}
-
-void mc_config_print_help(const struct mc_config_field *tab, size_t n, FILE *out)
-{
-	for (size_t i = 0; i < n; i++)
-		print_help_line(&tab[i], 0, out);
-}
-
-/* ---- entry tables ---------------------------------------------------------- */
+/* ---- tables ----------------------------------------------------------------- */
 
 void mc_config_entry_defaults(const struct mc_config_entry *tab, size_t n, void *obj)
 {
-	for (size_t i = 0; i < n; i++)
-		if (!(tab[i].flags & MC_CONFIG_F_CMDLINE_ONLY))
-			set_default(&tab[i].f, &tab[i], obj);
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_config_entry *e = &tab[i];
+
+		if ((e->flags & MC_CONFIG_F_CMDLINE_ONLY) || e->f.offset == MC_CONFIG_NO_FIELD)
+			continue;
+		clear_field(&e->f, obj);
+		if (e->f.def && set_value(e, obj, e->f.def) != MC_OK)
+			mc_assert(!"bad default in config table");
+	}
+}
+
+void mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_config_entry *e = &tab[i];
+		const char *v = e->f.env ? getenv(e->f.env) : NULL;
+		const char *text;
+
+		if (!v)
+			continue;
+		/* a presence flag is on when its variable is set at all */
+		text = e->f.type == MC_CONFIG_PRESENCE ? "true" : v;
+		if (mc_config_entry_set(e, obj, text) != MC_OK)
+			mc_warn("ignoring %s='%s': %s", e->f.env, v, mc_last_error());
+	}
 }
 
 const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry *tab, size_t n,
@@ -441,19 +388,39 @@ mc_status mc_config_entry_set(const struct mc_config_entry *e, void *obj, const 
 	if (e->flags & MC_CONFIG_F_CMDLINE_ONLY)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "option %s: only the command line may set it", e->f.name);
-	return set_value(&e->f, e, obj, value);
+	return set_value(e, obj, value);
 }
 
 void mc_config_entry_release(const struct mc_config_entry *tab, size_t n, void *obj)
 {
-	for (size_t i = 0; i < n; i++)
-		release_field(&tab[i].f, obj);
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_config_field *f = &tab[i].f;
+
+		if (f->type == MC_CONFIG_STRING && f->offset != MC_CONFIG_NO_FIELD) {
+			char **p = (char **)((char *)obj + f->offset);
+			mc_free(*p);
+			*p = NULL;
+		}
+	}
 }
 
 void mc_config_entry_print_help(const struct mc_config_entry *tab, size_t n, FILE *out)
 {
-	for (size_t i = 0; i < n; i++)
-		print_help_line(&tab[i].f, tab[i].flags, out);
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_config_field *f = &tab[i].f;
+		unsigned flags = tab[i].flags;
+
+		fprintf(out, "  --%s=%s\n      %s", f->name, f->def ? f->def : "", f->doc);
+		if (f->env)
+			fprintf(out, " [env %s]", f->env);
+		if (flags & MC_CONFIG_F_DEPRECATED)
+			fputs(" (deprecated)", out);
+		if (flags & MC_CONFIG_F_NO_EFFECT)
+			fputs(" (accepted, no effect in this build)", out);
+		if (flags & MC_CONFIG_F_DEFAULT_ONLY)
+			fputs(" (only the default is supported in this build)", out);
+		fputc('\n', out);
+	}
 }
 
 void mc_config_entry_print_value(const struct mc_config_entry *e, const void *obj, FILE *out)

@@ -2,19 +2,21 @@
  * base/config.h - table-driven configuration.
  *
  * A component describes its options once, in an array of struct
- * mc_config_field {name, default text, doc, offset, parser, bounds}.  The
- * same table fills defaults, overlays environment variables (each field
- * names the variable it reads; upstream's MC_* names are kept), parses
- * --name=value flags and prints help text.  Invalid values are rejected with
- * a message naming the option; for environment variables upstream's habit
- * is kept: a bad value is ignored with a warning and the default stays.
+ * mc_config_entry: a struct mc_config_field {name, env, default text, doc,
+ * offset, type, bounds} and what some options need beyond it (flags, a
+ * check callback, the units of a duration).  The same table fills
+ * defaults, overlays environment variables (each field names the variable
+ * it reads; upstream's MC_* names are kept), parses --name=value flags and
+ * config files, prints help text and --dump-config values, and generates
+ * docs/config.md.  Invalid values are rejected with a message naming the
+ * option; for environment variables upstream's habit is kept: a bad value
+ * is ignored with a warning and the default stays.
  *
- * A table that needs more than a field row holds (a check callback, the
- * units of a duration, entries that are parsed and then dropped, entries
- * that accept only their default) is an array of struct mc_config_entry:
- * a field row plus those, set through the mc_config_entry_* functions.
- * Both shapes go through the same parsers, bounds and messages; the field
- * row is kept as it is so positional field tables still compile.
+ * There is one row shape and one set of functions (mc_config_entry_*).
+ * Rows are written with designated initializers, {.f = {...}, .check =
+ * ...}, so a member added to struct mc_config_entry leaves every table
+ * valid; the field inside is positional, so new members go in the entry,
+ * never in struct mc_config_field.
  */
 #ifndef MC_BASE_CONFIG_H
 #define MC_BASE_CONFIG_H
@@ -31,12 +33,13 @@ enum mc_config_type {
 	MC_CONFIG_PRESENCE, /* env: set at all means true (upstream's presence flags) */
 	MC_CONFIG_INT,	    /* int64 within [min, max] */
 	MC_CONFIG_SIZE,	    /* bytes, with optional k/m/g/t suffix (binary), within [min, max] */
-	MC_CONFIG_STRING,   /* malloc'ed copy; owned by the struct, freed by mc_config_release */
+	MC_CONFIG_STRING,   /* malloc'ed copy owned by the struct (mc_config_entry_release) */
 	MC_CONFIG_DOUBLE,   /* double, finite, within [min, max] */
 	MC_CONFIG_DURATION, /* uint64_t: digits with an optional ms/s/m/h unit, within [min, max]
 			     * in the stored unit; see struct mc_config_entry for the units */
 };
 
+/* What an option is: every entry has one (as its member f). */
 struct mc_config_field {
 	const char *name; /* flag name: "tcp_slice_size" */
 	const char *env;  /* environment variable, or NULL */
@@ -44,7 +47,7 @@ struct mc_config_field {
 	const char *doc;  /* one line of help */
 	size_t offset;	  /* offsetof(struct, field) */
 	enum mc_config_type type;
-	int64_t min, max; /* bounds for INT and SIZE */
+	int64_t min, max; /* bounds for INT, SIZE, DOUBLE and DURATION */
 };
 
 /* Offset of an entry that has no field: its value is checked, then dropped. */
@@ -74,21 +77,12 @@ struct mc_config_entry {
 	uint32_t store_unit_ms;
 };
 
-/* Fill every field of obj with its default. */
-void mc_config_defaults(const struct mc_config_field *tab, size_t n, void *obj);
-/* Overlay environment variables (bad values warned and ignored). */
-void mc_config_load_env(const struct mc_config_field *tab, size_t n, void *obj);
-/* Set one field by name from text; MC_ERR_NOT_FOUND for an unknown name,
- * MC_ERR_INVALID_PARAMS (with mc_last_error text) for a bad value. */
-mc_status mc_config_set(const struct mc_config_field *tab, size_t n, void *obj, const char *name,
-			const char *value);
-/* Free the strings owned by obj. */
-void mc_config_release(const struct mc_config_field *tab, size_t n, void *obj);
-/* Print "--name=<default>  doc [env]" lines. */
-void mc_config_print_help(const struct mc_config_field *tab, size_t n, FILE *out);
-
-/* Entry tables: the same as above for arrays of struct mc_config_entry. */
+/* Fill every field of obj with its default (CMDLINE_ONLY entries: none). */
 void mc_config_entry_defaults(const struct mc_config_entry *tab, size_t n, void *obj);
+/* Overlay the environment variables the entries name, through
+ * mc_config_entry_set; a bad value is warned about and ignored.  A
+ * PRESENCE entry is set to true when its variable is set at all. */
+void mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj);
 /* The entry called name, or NULL. */
 const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry *tab, size_t n,
 						   const char *name);
@@ -97,8 +91,9 @@ const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry 
  * range, failed check, not the default of a DEFAULT_ONLY entry, CMDLINE_ONLY),
  * or MC_ERR_NOMEM. */
 mc_status mc_config_entry_set(const struct mc_config_entry *e, void *obj, const char *value);
+/* Free the strings owned by obj. */
 void mc_config_entry_release(const struct mc_config_entry *tab, size_t n, void *obj);
-/* Print "--name=<default>  doc (deprecated) (accepted, no effect...)" lines. */
+/* Print "--name=<default>  doc [env X] (deprecated) (accepted, no effect...)" lines. */
 void mc_config_entry_print_help(const struct mc_config_entry *tab, size_t n, FILE *out);
 /* Write e's current value in obj as config-file text (durations with "ms"
  * or "s", strings quoted); nothing for a NO_FIELD entry. */

@@ -33,15 +33,15 @@
 #include "mooncake/status.h"
 
 #define CFG(f) offsetof(struct mc_devmem_config, f)
-const struct mc_config_field mc_devmem_config_table[] = {
-	{"gpu_stage_chunk", "MC_GPU_STAGE_CHUNK", "1m",
-	 "device memory: bytes per pinned staging buffer; requests on device memory move in "
-	 "chunks of this size, copies to or from the device overlapping with the network",
-	 CFG(stage_chunk), MC_CONFIG_SIZE, 4096, 1 << 30},
-	{"gpu_stage_buffers", "MC_GPU_STAGE_BUFFERS", "16",
-	 "device memory: pinned staging buffers of an initiator (pinned at first use); one "
-	 "request uses at most half of them",
-	 CFG(stage_buffers), MC_CONFIG_INT, 2, 1024},
+const struct mc_config_entry mc_devmem_config_table[] = {
+	{.f = {"gpu_stage_chunk", "MC_GPU_STAGE_CHUNK", "1m",
+	       "device memory: bytes per pinned staging buffer; requests on device memory move in "
+	       "chunks of this size, copies to or from the device overlapping with the network",
+	       CFG(stage_chunk), MC_CONFIG_SIZE, 4096, 1 << 30}},
+	{.f = {"gpu_stage_buffers", "MC_GPU_STAGE_BUFFERS", "16",
+	       "device memory: pinned staging buffers of an initiator (pinned at first use); one "
+	       "request uses at most half of them",
+	       CFG(stage_buffers), MC_CONFIG_INT, 2, 1024}},
 };
 #undef CFG
 const size_t mc_devmem_config_table_len = MC_ARRAY_SIZE(mc_devmem_config_table);

@@ -42,7 +42,7 @@ struct mc_devmem_config {
 	int64_t stage_buffers;
 };
 
-extern const struct mc_config_field mc_devmem_config_table[];
+extern const struct mc_config_entry mc_devmem_config_table[];
 extern const size_t mc_devmem_config_table_len;
 
 struct mc_devstream; /* an ordered queue of copies on one device (backend-defined) */

@@ -39,27 +39,30 @@
 #include "transport/transport.h"
 
 #define CFG(f) offsetof(struct mc_te_config, f)
-const struct mc_config_field mc_te_config_table[] = {
-	{"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port",
-	 CFG(min_rpc_port), MC_CONFIG_INT, 1024, 65535},
-	{"max_rpc_port", "MC_MAX_RPC_PORT", "17000", "highest random RPC/data port",
-	 CFG(max_rpc_port), MC_CONFIG_INT, 1024, 65535},
-	{"handshake_port", "MC_HANDSHAKE_PORT", "12001", "default port of a name without one",
-	 CFG(handshake_port), MC_CONFIG_INT, 1, 65535},
-	{"handshake_max_length", "MC_HANDSHAKE_MAX_LENGTH", "1048576", "largest RPC frame accepted",
-	 CFG(handshake_max_length), MC_CONFIG_SIZE, 1 << 20, 128 << 20},
-	{"handshake_connect_timeout", "MC_HANDSHAKE_CONNECT_TIMEOUT", "5",
-	 "RPC connect timeout in seconds", CFG(handshake_connect_timeout_s), MC_CONFIG_INT, 1,
-	 3599},
-	{"rpc_io_timeout_ms", "MC_RPC_IO_TIMEOUT_MS", "10000", "RPC reply deadline in milliseconds",
-	 CFG(rpc_io_timeout_ms), MC_CONFIG_INT, 10, 600000},
-	{"disable_metacache", "MC_DISABLE_METACACHE", NULL, "refetch descriptors on every open",
-	 CFG(disable_metacache), MC_CONFIG_PRESENCE, 0, 0},
-	{"legacy_rpc_port_binding", "MC_LEGACY_RPC_PORT_BINDING", NULL,
-	 "take the RPC port from the local name", CFG(legacy_rpc_port_binding), MC_CONFIG_PRESENCE,
-	 0, 0},
-	{"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL, "address advertised to peers",
-	 CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0},
+const struct mc_config_entry mc_te_config_table[] = {
+	{.f = {"min_rpc_port", "MC_MIN_RPC_PORT", "15000", "lowest random RPC/data port",
+	       CFG(min_rpc_port), MC_CONFIG_INT, 1024, 65535}},
+	{.f = {"max_rpc_port", "MC_MAX_RPC_PORT", "17000", "highest random RPC/data port",
+	       CFG(max_rpc_port), MC_CONFIG_INT, 1024, 65535}},
+	{.f = {"handshake_port", "MC_HANDSHAKE_PORT", "12001", "default port of a name without one",
+	       CFG(handshake_port), MC_CONFIG_INT, 1, 65535}},
+	{.f = {"handshake_max_length", "MC_HANDSHAKE_MAX_LENGTH", "1048576",
+	       "largest RPC frame accepted", CFG(handshake_max_length), MC_CONFIG_SIZE, 1 << 20,
+	       128 << 20}},
+	{.f = {"handshake_connect_timeout", "MC_HANDSHAKE_CONNECT_TIMEOUT", "5",
+	       "RPC connect timeout in seconds", CFG(handshake_connect_timeout_s), MC_CONFIG_INT, 1,
+	       3599}},
+	{.f = {"rpc_io_timeout_ms", "MC_RPC_IO_TIMEOUT_MS", "10000",
+	       "RPC reply deadline in milliseconds", CFG(rpc_io_timeout_ms), MC_CONFIG_INT, 10,
+	       600000}},
+	{.f = {"disable_metacache", "MC_DISABLE_METACACHE", NULL,
+	       "refetch descriptors on every open", CFG(disable_metacache), MC_CONFIG_PRESENCE, 0,
+	       0}},
+	{.f = {"legacy_rpc_port_binding", "MC_LEGACY_RPC_PORT_BINDING", NULL,
+	       "take the RPC port from the local name", CFG(legacy_rpc_port_binding),
+	       MC_CONFIG_PRESENCE, 0, 0}},
+	{.f = {"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL, "address advertised to peers",
+	       CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0}},
 };
 #undef CFG
 const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
@@ -453,10 +456,12 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	te = mc_calloc(1, sizeof(*te));
 	if (!te)
 		return MC_ERR_NOMEM;
-	mc_config_defaults(mc_te_config_table, mc_te_config_table_len, &te->cfg);
-	mc_config_load_env(mc_te_config_table, mc_te_config_table_len, &te->cfg);
-	mc_config_defaults(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
-	mc_config_load_env(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
+	mc_config_entry_defaults(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_entry_load_env(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_entry_defaults(mc_devmem_config_table, mc_devmem_config_table_len,
+				 &te->stage_cfg);
+	mc_config_entry_load_env(mc_devmem_config_table, mc_devmem_config_table_len,
+				 &te->stage_cfg);
 	mc_memreg_init(&te->memreg);
 	pthread_mutex_init(&te->publish_lock, NULL);
 	pthread_rwlock_init(&te->seg_lock, NULL);
@@ -564,8 +569,8 @@ void mc_te_free(struct mc_te *te)
 	}
 	mc_free(te->notifs);
 	mc_memreg_release(&te->memreg);
-	mc_config_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
-	mc_config_release(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
+	mc_config_entry_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_config_entry_release(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
 	pthread_mutex_destroy(&te->publish_lock);
 	pthread_rwlock_destroy(&te->seg_lock);
 	pthread_mutex_destroy(&te->notify_lock);

@@ -41,7 +41,7 @@ struct mc_te_config {
 	unsigned conns_per_peer;
 };
 
-extern const struct mc_config_field mc_te_config_table[];
+extern const struct mc_config_entry mc_te_config_table[];
 extern const size_t mc_te_config_table_len;
 
 /* ---- tasks and slices -------------------------------------------------- */

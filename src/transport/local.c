@@ -43,12 +43,12 @@ struct local_config {
 };
 
 #define CFG(f) offsetof(struct local_config, f)
-static const struct mc_config_field local_config_table[] = {
-	{"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2", "threads copying large local requests",
-	 CFG(copy_threads), MC_CONFIG_INT, 0, 64},
-	{"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
-	 "local requests at least this large are copied by several threads", CFG(parallel_min),
-	 MC_CONFIG_SIZE, 4096, 1ll << 40},
+static const struct mc_config_entry local_config_table[] = {
+	{.f = {"local_copy_threads", "MC_LOCAL_COPY_THREADS", "2",
+	       "threads copying large local requests", CFG(copy_threads), MC_CONFIG_INT, 0, 64}},
+	{.f = {"local_parallel_min", "MC_LOCAL_PARALLEL_MIN", "8m",
+	       "local requests at least this large are copied by several threads",
+	       CFG(parallel_min), MC_CONFIG_SIZE, 4096, 1ll << 40}},
 };
 #undef CFG
 
@@ -198,8 +198,8 @@ static mc_status local_open(const struct mc_transport_env *env, struct mc_transp
 	unsigned want;
 	if (!lt)
 		return MC_ERR_NOMEM;
-	mc_config_defaults(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
-	mc_config_load_env(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
+	mc_config_entry_defaults(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
+	mc_config_entry_load_env(local_config_table, MC_ARRAY_SIZE(local_config_table), &cfg);
 	want = (unsigned)cfg.copy_threads;
 	lt->base.ops = &mc_local_transport_ops;
 	lt->memreg = env->memreg;

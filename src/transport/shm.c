@@ -262,25 +262,28 @@ struct shm_config {
 };
 
 #define CFG(f) offsetof(struct shm_config, f)
-static const struct mc_config_field shm_config_table[] = {
-	{"force_tcp", "MC_FORCE_TCP", NULL,
-	 "use TCP for every remote segment (upstream's name; also turns the same-host path off)",
-	 CFG(force_tcp), MC_CONFIG_PRESENCE, 0, 0},
-	{"shm_disable", "MC_SHM_DISABLE", "false",
-	 "turn the same-host transport (process_vm_readv/writev between engines on one host) "
-	 "off: same-host peers then use TCP",
-	 CFG(disable), MC_CONFIG_BOOL, 0, 0},
-	{"shm_workers", "MC_SHM_WORKERS", "2", "same-host transport: threads copying for peers",
-	 CFG(workers), MC_CONFIG_INT, 1, 16},
-	{"shm_lanes", "MC_SHM_LANES", "2", "same-host transport: connections per same-host peer",
-	 CFG(lanes), MC_CONFIG_INT, 1, 16},
-	{"shm_split_size", "MC_SHM_SPLIT_SIZE", "1m",
-	 "same-host transport: requests at least this large are split across the connections",
-	 CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
-	{"shm_io_timeout_ms", "MC_SHM_IO_TIMEOUT_MS", "0",
-	 "same-host transport: fail requests on a connection that made no progress for this long "
-	 "(0 = MC_TCP_IO_TIMEOUT_MS)",
-	 CFG(io_timeout_ms), MC_CONFIG_INT, 0, 3600000},
+static const struct mc_config_entry shm_config_table[] = {
+	{.f = {"force_tcp", "MC_FORCE_TCP", NULL,
+	       "use TCP for every remote segment (upstream's name; also turns the same-host path "
+	       "off)",
+	       CFG(force_tcp), MC_CONFIG_PRESENCE, 0, 0}},
+	{.f = {"shm_disable", "MC_SHM_DISABLE", "false",
+	       "turn the same-host transport (process_vm_readv/writev between engines on one host) "
+	       "off: same-host peers then use TCP",
+	       CFG(disable), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"shm_workers", "MC_SHM_WORKERS", "2",
+	       "same-host transport: threads copying for peers", CFG(workers), MC_CONFIG_INT, 1,
+	       16}},
+	{.f = {"shm_lanes", "MC_SHM_LANES", "2",
+	       "same-host transport: connections per same-host peer", CFG(lanes), MC_CONFIG_INT, 1,
+	       16}},
+	{.f = {"shm_split_size", "MC_SHM_SPLIT_SIZE", "1m",
+	       "same-host transport: requests at least this large are split across the connections",
+	       CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40}},
+	{.f = {"shm_io_timeout_ms", "MC_SHM_IO_TIMEOUT_MS", "0",
+	       "same-host transport: fail requests on a connection that made no progress for this "
+	       "long (0 = MC_TCP_IO_TIMEOUT_MS)",
+	       CFG(io_timeout_ms), MC_CONFIG_INT, 0, 3600000}},
 };
 #undef CFG
 
@@ -1368,8 +1371,8 @@ static mc_status shm_open(const struct mc_transport_env *env, struct mc_transpor
 	uint64_t nonce = 0, tcp_io_ms, tcp_connect_ms;
 	int rc;
 
-	mc_config_defaults(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
-	mc_config_load_env(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
+	mc_config_entry_defaults(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
+	mc_config_entry_load_env(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
 	if (cfg.disable || cfg.force_tcp) {
 		mc_info("same-host transport off (%s): same-host peers use TCP",
 			cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");

@@ -51,45 +51,46 @@
 #include "transport/tcp_int.h"
 
 #define CFG(f) offsetof(struct tcp_config, f)
-static const struct mc_config_field tcp_config_table[] = {
-	{"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(workers), MC_CONFIG_INT, 1,
-	 64},
-	{"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4", "persistent connections per peer",
-	 CFG(conns_per_peer), MC_CONFIG_INT, 1, 16},
-	{"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator", CFG(proto),
-	 MC_CONFIG_STRING, 0, 0},
+static const struct mc_config_entry tcp_config_table[] = {
+	{.f = {"tcp_workers", "MC_TCP_WORKERS", "2", "TCP worker threads", CFG(workers),
+	       MC_CONFIG_INT, 1, 64}},
+	{.f = {"tcp_conns_per_peer", "MC_TCP_LANES_PER_PEER", "4",
+	       "persistent connections per peer", CFG(conns_per_peer), MC_CONFIG_INT, 1, 16}},
+	{.f = {"tcp_proto", "MC_TCP_PROTO", NULL, "\"1\" forces v1 framing as initiator",
+	       CFG(proto), MC_CONFIG_STRING, 0, 0}},
 	/* accepted for upstream's sake; nothing reads it (a v2 status frame is
 	 * bounded by MC_TCP_IO_TIMEOUT_MS) */
-	{"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30", "wait for a v2 status frame (s)",
-	 CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600},
-	{"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
-	 "fail requests on a connection that made no progress for this long", CFG(io_timeout_ms),
-	 MC_CONFIG_INT, 100, 3600000},
-	{"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000", "data connect timeout",
-	 CFG(connect_timeout_ms), MC_CONFIG_INT, 10, 600000},
-	{"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
-	 "requests larger than this are split across connections (256 KiB: one large request keeps both cores copying)",
-	 CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40},
-	{"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
-	 "TCP workers poll without sleeping this long after work, so back-to-back requests find "
-	 "them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
-	 CFG(busy_poll_us), MC_CONFIG_INT, 0, 1000000},
-	{"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
-	 "payloads at least this large leave from registered memory by reference (vmsplice + "
-	 "splice: the kernel does not copy them into socket buffers; saves the sender a copy "
-	 "on a real NIC, but over loopback the receiver then does all the work); 0 = off",
-	 CFG(zerocopy_min), MC_CONFIG_SIZE, 0, 1ll << 40},
-	{"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
-	 CFG(sockbuf), MC_CONFIG_SIZE, 0, 1 << 30},
-	{"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
-	 "multi-path TCP: interfaces and/or IPs (comma-separated, or \"auto\" for every up "
-	 "non-loopback IPv4 interface) published as the data port's paths; peers spread their "
-	 "connections over them and retry a failed path's requests on another",
-	 CFG(interfaces), MC_CONFIG_STRING, 0, 0},
-	{"tcp_path_backoff_ms", "MC_TCP_PATH_BACKOFF_MS", "1000",
-	 "multi-path TCP: a failed path is avoided this long, doubling per consecutive failure "
-	 "up to 32x",
-	 CFG(path_backoff_ms), MC_CONFIG_INT, 10, 600000},
+	{.f = {"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30",
+	       "wait for a v2 status frame (s)", CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600}},
+	{.f = {"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
+	       "fail requests on a connection that made no progress for this long",
+	       CFG(io_timeout_ms), MC_CONFIG_INT, 100, 3600000}},
+	{.f = {"tcp_connect_timeout_ms", "MC_TCP_CONNECT_TIMEOUT_MS", "5000",
+	       "data connect timeout", CFG(connect_timeout_ms), MC_CONFIG_INT, 10, 600000}},
+	{.f = {"tcp_split_size", "MC_TCP_SPLIT_SIZE", "256k",
+	       "requests larger than this are split across connections (256 KiB: one large "
+	       "request keeps both cores copying)",
+	       CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40}},
+	{.f = {"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
+	       "TCP workers poll without sleeping this long after work, so back-to-back requests "
+	       "find them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
+	       CFG(busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+	{.f = {"tcp_zerocopy_min", "MC_TCP_ZEROCOPY_MIN", "0",
+	       "payloads at least this large leave from registered memory by reference (vmsplice + "
+	       "splice: the kernel does not copy them into socket buffers; saves the sender a copy "
+	       "on a real NIC, but over loopback the receiver then does all the work); 0 = off",
+	       CFG(zerocopy_min), MC_CONFIG_SIZE, 0, 1ll << 40}},
+	{.f = {"tcp_sockbuf", "MC_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF (0 = kernel default)",
+	       CFG(sockbuf), MC_CONFIG_SIZE, 0, 1 << 30}},
+	{.f = {"tcp_interfaces", "MC_TCP_INTERFACES", NULL,
+	       "multi-path TCP: interfaces and/or IPs (comma-separated, or \"auto\" for every up "
+	       "non-loopback IPv4 interface) published as the data port's paths; peers spread their "
+	       "connections over them and retry a failed path's requests on another",
+	       CFG(interfaces), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"tcp_path_backoff_ms", "MC_TCP_PATH_BACKOFF_MS", "1000",
+	       "multi-path TCP: a failed path is avoided this long, doubling per consecutive "
+	       "failure up to 32x",
+	       CFG(path_backoff_ms), MC_CONFIG_INT, 10, 600000}},
 };
 #undef CFG
 void mc_tcp_worker_wake(struct tcp_worker *w)
@@ -506,7 +507,7 @@ static void tcp_close(struct mc_transport *base)
 	if (tp->listen_fd >= 0)
 		close(tp->listen_fd);
 	pthread_mutex_destroy(&tp->peers_lock);
-	mc_config_release(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), &tp->cfg);
+	mc_config_entry_release(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), &tp->cfg);
 	mc_free(tp->workers);
 	mc_free(tp);
 }
@@ -520,8 +521,8 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 	if (!tp)
 		return MC_ERR_NOMEM;
 	cfg = &tp->cfg;
-	mc_config_defaults(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
-	mc_config_load_env(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
+	mc_config_entry_defaults(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
+	mc_config_entry_load_env(tcp_config_table, MC_ARRAY_SIZE(tcp_config_table), cfg);
 	if (env->workers)
 		cfg->workers = env->workers;
 	if (env->conns_per_peer)

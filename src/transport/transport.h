@@ -38,7 +38,7 @@
 
 #include "mooncake/status.h"
 
-struct mc_config_field;
+struct mc_config_entry;
 struct mc_devmem_ops;
 struct mc_memreg;
 struct mc_seg_desc;
@@ -74,7 +74,7 @@ struct mc_peer {
 struct mc_transport_ops {
 	const char *name;
 	struct mc_transport_caps caps;
-	const struct mc_config_field *config; /* its configuration table (docs/config.md) */
+	const struct mc_config_entry *config; /* its configuration table (docs/config.md) */
 	size_t nconfig;
 	/* MC_OK with *out NULL: switched off by its configuration (it says so). */
 	mc_status (*open)(const struct mc_transport_env *env, struct mc_transport **out);

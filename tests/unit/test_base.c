@@ -50,12 +50,12 @@ struct cfg {
 	char *s;
 };
 
-static const struct mc_config_field cfg_tab[] = {
-	{"n", "TEST_MC_N", "5", "a number", offsetof(struct cfg, n), MC_CONFIG_INT, 1, 10},
-	{"sz", NULL, "1k", "a size", offsetof(struct cfg, sz), MC_CONFIG_SIZE, 0, 1 << 20},
-	{"flag", "TEST_MC_FLAG", NULL, "presence", offsetof(struct cfg, flag), MC_CONFIG_PRESENCE,
-	 0, 0},
-	{"s", NULL, "x", "a string", offsetof(struct cfg, s), MC_CONFIG_STRING, 0, 0},
+static const struct mc_config_entry cfg_tab[] = {
+	{.f = {"n", "TEST_MC_N", "5", "a number", offsetof(struct cfg, n), MC_CONFIG_INT, 1, 10}},
+	{.f = {"sz", NULL, "1k", "a size", offsetof(struct cfg, sz), MC_CONFIG_SIZE, 0, 1 << 20}},
+	{.f = {"flag", "TEST_MC_FLAG", NULL, "presence", offsetof(struct cfg, flag),
+	       MC_CONFIG_PRESENCE, 0, 0}},
+	{.f = {"s", NULL, "x", "a string", offsetof(struct cfg, s), MC_CONFIG_STRING, 0, 0}},
 };
 
 static void config_table_defaults_env_and_bounds(void **state)
@@ -64,23 +64,24 @@ static void config_table_defaults_env_and_bounds(void **state)
 	(void)state;
 	setenv("TEST_MC_N", "7", 1);
 	setenv("TEST_MC_FLAG", "0", 1);
-	mc_config_defaults(cfg_tab, 4, &c);
+	mc_config_entry_defaults(cfg_tab, 4, &c);
 	assert_int_equal(c.n, 5);
 	assert_int_equal(c.sz, 1024);
 	assert_false(c.flag);
 	assert_string_equal(c.s, "x");
-	mc_config_load_env(cfg_tab, 4, &c);
+	mc_config_entry_load_env(cfg_tab, 4, &c);
 	assert_int_equal(c.n, 7);
 	assert_true(c.flag); /* presence flags: any value enables */
 	setenv("TEST_MC_N", "70", 1);
-	mc_config_load_env(cfg_tab, 4, &c);
+	mc_config_entry_load_env(cfg_tab, 4, &c);
 	assert_int_equal(c.n, 7); /* out of range ignored */
-	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "n", "11"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_config_entry_set(&cfg_tab[0], &c, "11"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(mc_last_error(), "option n"));
-	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "nope", "1"), MC_ERR_NOT_FOUND);
-	assert_int_equal(mc_config_set(cfg_tab, 4, &c, "s", "hello"), MC_OK);
+	assert_null(mc_config_entry_find(cfg_tab, 4, "nope"));
+	assert_ptr_equal(mc_config_entry_find(cfg_tab, 4, "s"), &cfg_tab[3]);
+	assert_int_equal(mc_config_entry_set(&cfg_tab[3], &c, "hello"), MC_OK);
 	assert_string_equal(c.s, "hello");
-	mc_config_release(cfg_tab, 4, &c);
+	mc_config_entry_release(cfg_tab, 4, &c);
 	assert_null(c.s);
 	unsetenv("TEST_MC_N");
 	unsetenv("TEST_MC_FLAG");
@@ -112,7 +113,8 @@ static const struct mc_config_entry ecfg_tab[] = {
 	 .store_unit_ms = 1000},
 	{.f = {"life_ms", NULL, "2", "s", EF(life_ms), MC_CONFIG_DURATION, 1, INT64_MAX},
 	 .bare_unit_ms = 1000},
-	{.f = {"mode", NULL, "a", "a or b", EF(mode), MC_CONFIG_STRING, 0, 0}, .check = check_mode},
+	{.f = {"mode", "TEST_MC_MODE", "a", "a or b", EF(mode), MC_CONFIG_STRING, 0, 0},
+	 .check = check_mode},
 	{.f = {"ha", NULL, "false", "no HA here", EF(ha), MC_CONFIG_BOOL, 0, 0},
 	 .flags = MC_CONFIG_F_DEFAULT_ONLY},
 	{.f = {"gone", NULL, "7", "dropped", MC_CONFIG_NO_FIELD, MC_CONFIG_INT, 0, 9},
@@ -172,6 +174,15 @@ static void config_entries_doubles_durations_checks(void **state)
 	assert_string_equal(c.mode, "b");
 	assert_int_equal(eset(&c, "mode", "c"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(mc_last_error(), "option mode: must be a or b, not 'c'"));
+	/* the environment goes through the same check; a failure is ignored */
+	setenv("TEST_MC_MODE", "c", 1);
+	mc_config_entry_load_env(ecfg_tab, ECFG_N, &c);
+	assert_string_equal(c.mode, "b");
+	setenv("TEST_MC_MODE", "a", 1);
+	mc_config_entry_load_env(ecfg_tab, ECFG_N, &c);
+	assert_string_equal(c.mode, "a");
+	unsetenv("TEST_MC_MODE");
+	assert_int_equal(eset(&c, "mode", "b"), MC_OK);
 	assert_int_equal(eset(&c, "ha", "no"), MC_OK);
 	assert_int_equal(eset(&c, "ha", "true"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(mc_last_error(), "not supported"));
