@@ -38,7 +38,7 @@ struct mc_loop;
 struct mc_loop_fd;
 struct mc_loop_timer;
 
-/* events: what epoll reported (EPOLLIN, EPOLLOUT, EPOLLHUP, EPOLLERR). */
+/* events: what epoll reported (EPOLLIN, EPOLLOUT, EPOLLRDHUP if asked for, EPOLLHUP, EPOLLERR). */
 typedef void (*mc_loop_fd_cb)(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
 /* Returns the milliseconds until the timer runs again, or MC_LOOP_TIMER_STOP. */
 typedef int64_t (*mc_loop_timer_cb)(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms);
@@ -67,7 +67,8 @@ uint64_t mc_loop_now_ms(const struct mc_loop *l);
 
 /* Prepare f for fd with callback cb; does not watch it yet. */
 void mc_loop_fd_init(struct mc_loop_fd *f, int fd, mc_loop_fd_cb cb);
-/* Watch f for events (EPOLLIN and/or EPOLLOUT; not 0).  MC_ERR_SOCKET with the cause recorded. */
+/* Watch f for events (EPOLLIN and/or EPOLLOUT, optionally EPOLLRDHUP; not 0).
+ * MC_ERR_SOCKET with the cause recorded. */
 mc_status mc_loop_add_fd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
 /* Change what f is watched for (a no-op when unchanged).  MC_ERR_SOCKET with the cause. */
 mc_status mc_loop_set_events(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
@@ -76,7 +77,7 @@ void mc_loop_del_fd(struct mc_loop *l, struct mc_loop_fd *f);
 
 /* Prepare t (not armed). */
 void mc_loop_timer_init(struct mc_loop_timer *t, mc_loop_timer_cb cb);
-/* (Re)arm t to run delay_ms from now. */
+/* (Re)arm t to run delay_ms from now; an armed t is moved, earlier or later. */
 void mc_loop_timer_start(struct mc_loop *l, struct mc_loop_timer *t, uint64_t delay_ms);
 /* Disarm t (a no-op when it is not armed); it may be started again. */
 void mc_loop_timer_stop(struct mc_loop *l, struct mc_loop_timer *t);

@@ -1,6 +1,6 @@
 /* tests/unit/test_loop.c - the epoll event loop (base/loop.h): fd events
- * and interest changes, timers (order, re-arming, stopping one another),
- * stop and wake from another thread, busy polling. */
+ * and interest changes, timers (order, re-arming, restarting an armed one,
+ * stopping one another), stop and wake from another thread, busy polling. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -161,6 +161,33 @@ static void due_timers_run_in_arming_order(void **state)
 	mc_loop_free(l);
 }
 
+/* te/rpc.c re-arms a list's timer while it may still be armed for an
+ * earlier head: the new time replaces the old one. */
+static void restarting_an_armed_timer_moves_it(void **state)
+{
+	struct mc_loop *l;
+	struct tt later = {.max = 1}, sooner = {.max = 1}, end = {.max = -1};
+	uint64_t t0;
+	(void)state;
+
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_timer_init(&later.t, on_timer);
+	mc_loop_timer_init(&sooner.t, on_timer);
+	mc_loop_timer_init(&end.t, on_timer);
+	mc_loop_timer_start(l, &later.t, 10);
+	mc_loop_timer_start(l, &later.t, 5000); /* armed: moved later */
+	mc_loop_timer_start(l, &sooner.t, 5000);
+	mc_loop_timer_start(l, &sooner.t, 10); /* armed: moved sooner */
+	mc_loop_timer_start(l, &end.t, 200);
+	t0 = mc_now_ms();
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_true(mc_now_ms() - t0 < 1000);
+	assert_int_equal(later.runs, 0);
+	assert_int_equal(sooner.runs, 1);
+	assert_int_equal(end.runs, 1);
+	mc_loop_free(l);
+}
+
 struct poker {
 	struct mc_loop *l;
 	bool stop;
@@ -269,6 +296,7 @@ int main(void)
 		cmocka_unit_test(fd_events_reach_their_callback),
 		cmocka_unit_test(timers_run_when_due_and_rearm),
 		cmocka_unit_test(due_timers_run_in_arming_order),
+		cmocka_unit_test(restarting_an_armed_timer_moves_it),
 		cmocka_unit_test(stop_and_wake_from_another_thread),
 		cmocka_unit_test(busy_poll_spins_after_events),
 	};
