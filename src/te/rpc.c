@@ -8,8 +8,10 @@
  *
  * Server.  Upstream serves connections one after another with a 5 s read
  * timeout, so a single silent client stalls every handshake on the host
- * (spec 10.1 item 5).  Here one thread multiplexes the listener and every
- * accepted connection with epoll.  A connection moves through three states,
+ * (spec 10.1 item 5).  Here one thread runs an event loop (base/loop.h:
+ * epoll, level-triggered) over the listener and every accepted
+ * connection, each fd embedded in its owner.  A connection moves through
+ * three states,
  *
  *   READING   -> a complete frame was assembled -> handler -> WRITING
  *   WRITING   -> response fully sent, shutdown(SHUT_WR)   -> LINGERING
@@ -18,20 +20,24 @@
  * and sits on the server's list for its state.  Each state's deadline is
  * "time of entry + a constant" (recv_timeout for READING and WRITING, a
  * short linger for LINGERING) and the clock is monotonic, so every list is
- * sorted by deadline just by appending at the tail: the next timeout is the
- * earliest of three list heads, and expiry pops heads, both O(1) per
- * connection.  The epoll_wait timeout is computed from that deadline, so no
- * timerfd is needed.  Malformed frames, unknown types, handler errors and
- * deadlines close the connection without a reply; the reason is logged at
- * info (peer's fault) or debug (timeouts, peer went away).
+ * sorted by deadline just by appending at the tail.  Each list has one
+ * loop timer, armed when a connection joins the empty list; when it fires
+ * it pops the heads whose deadline passed and re-arms itself to the new
+ * head's deadline (or stops when the list is empty), so expiry is O(1)
+ * per connection and the loop holds three timers, not one per connection.
+ * A head that leaves its list early (closed, or on to the next state)
+ * leaves the timer early: it then fires once for nothing.  Malformed
+ * frames, unknown types, handler errors and deadlines close the connection
+ * without a reply; the reason is logged at info (peer's fault) or debug
+ * (timeouts, peer went away).
  *
  * Frame assembly is struct mc_rpc_reader: a pure, socket-free state machine
  * fed with whatever recv() returned, which the fuzz target drives directly.
  * Its payload buffer grows with the bytes that arrive, so 1024 connections
  * each announcing a 1 MiB frame cost nothing until they send the data.
  *
- * Stopping: an eventfd in the same epoll set wakes the loop;
- * mc_rpc_server_stop joins the thread, then frees every connection.
+ * Stopping: mc_rpc_server_stop stops the loop (mc_loop_stop wakes it),
+ * joins the thread, then frees every connection.
  * Everything except the handler's argument is owned by the server thread
  * while it runs, so there are no locks.
  *
@@ -49,7 +55,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,6 +62,7 @@
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/loop.h"
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/status.h"
@@ -68,7 +74,6 @@
 #define RPC_LINGER_MS		    1000 /* wait for the peer's EOF after replying */
 #define RPC_READ_CHUNK		    65536
 #define RPC_READER_INITIAL_CAP	    4096
-#define RPC_MAX_EVENTS		    64
 #define RPC_READS_PER_EVENT	    16 /* fairness: then back to epoll (level-triggered) */
 
 /* ------------------------------------------------------------------------ */
@@ -252,8 +257,9 @@ enum conn_state {
 };
 
 struct rpc_conn {
-	struct mc_list node; /* on server->conns[state], sorted by deadline */
-	int fd;
+	struct mc_list node; /* on server->lists[state].conns, sorted by deadline */
+	struct mc_loop_fd io;
+	struct mc_rpc_server *s;
 	enum conn_state state;
 	uint64_t deadline_ms;
 	uint64_t received; /* bytes read while READING, for log lines */
@@ -264,10 +270,18 @@ struct rpc_conn {
 	char peer[64];
 };
 
+/* The connections in one state, and the timer that closes them at their deadlines. */
+struct conn_list {
+	struct mc_list conns;	    /* struct rpc_conn, sorted by deadline */
+	struct mc_loop_timer timer; /* armed while conns is non-empty, due about at the head's
+				       deadline, or earlier when the head left the list */
+	struct mc_rpc_server *s;
+	enum conn_state state;
+};
+
 struct mc_rpc_server {
-	int listen_fd;
-	int epfd;
-	int wake_fd;	/* eventfd: mc_rpc_server_stop rings it */
+	struct mc_loop *loop;
+	struct mc_loop_fd listen;
 	int reserve_fd; /* spare fd released to shed connections on EMFILE */
 	uint64_t max_frame;
 	int recv_timeout_ms;
@@ -275,7 +289,7 @@ struct mc_rpc_server {
 	mc_rpc_handler_cb handler;
 	void *handler_arg;
 	pthread_t thread;
-	struct mc_list conns[CONN_NSTATES];
+	struct conn_list lists[CONN_NSTATES];
 	unsigned nconns;
 	char buf[RPC_READ_CHUNK];
 };
@@ -285,18 +299,23 @@ static const char *const state_names[CONN_NSTATES] = {"reading", "writing", "lin
 static void conn_set_state(struct mc_rpc_server *s, struct rpc_conn *c, enum conn_state st,
 			   int timeout_ms)
 {
+	struct conn_list *cl = &s->lists[st];
+
 	c->state = st;
 	c->deadline_ms = mc_now_ms() + (uint64_t)timeout_ms;
 	mc_list_del(&c->node);
-	mc_list_add_tail(&s->conns[st], &c->node);
+	/* the timer is armed for an earlier head unless the list was empty */
+	if (mc_list_empty(&cl->conns))
+		mc_loop_timer_start(s->loop, &cl->timer, (uint64_t)timeout_ms);
+	mc_list_add_tail(&cl->conns, &c->node);
 }
 
 static void conn_close(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	/* explicit removal: a forked child may hold a copy of the fd, and then
 	 * close() alone would leave the registration (and c) live in epoll */
-	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	mc_loop_del_fd(s->loop, &c->io);
+	close(c->io.fd);
 	mc_list_del(&c->node);
 	mc_rpc_reader_release(&c->rd);
 	mc_free(c->out);
@@ -330,23 +349,21 @@ static void format_peer(const struct sockaddr_storage *ss, char *buf, size_t len
 	snprintf(buf, len, "%s:%u", ip, port);
 }
 
-static int conn_watch(struct mc_rpc_server *s, struct rpc_conn *c, uint32_t events, int op)
+/* Watch c for events instead of what it was watched for. */
+static int conn_watch(struct mc_rpc_server *s, struct rpc_conn *c, uint32_t events)
 {
-	struct epoll_event ev = {.events = events, .data.ptr = c};
+	int rc = mc_loop_set_events(s->loop, &c->io, events);
 
-	if (epoll_ctl(s->epfd, op, c->fd, &ev) < 0) {
-		mc_warn("peer %s: epoll_ctl failed: %s", c->peer, strerror(errno));
-		return MC_ERR_SOCKET;
-	}
-	return MC_OK;
+	if (rc != MC_OK)
+		mc_warn("peer %s: %s", c->peer, mc_last_error());
+	return rc;
 }
 
 static void conn_linger(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	mc_free(c->out);
 	c->out = NULL;
-	if (shutdown(c->fd, SHUT_WR) < 0 ||
-	    conn_watch(s, c, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD) != MC_OK) {
+	if (shutdown(c->io.fd, SHUT_WR) < 0 || conn_watch(s, c, EPOLLIN | EPOLLRDHUP) != MC_OK) {
 		conn_close(s, c);
 		return;
 	}
@@ -356,7 +373,7 @@ static void conn_linger(struct mc_rpc_server *s, struct rpc_conn *c)
 static void conn_flush(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	while (c->out_off < c->out_len) {
-		ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+		ssize_t n = send(c->io.fd, c->out + c->out_off, c->out_len - c->out_off,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			c->out_off += (size_t)n;
@@ -365,7 +382,7 @@ static void conn_flush(struct mc_rpc_server *s, struct rpc_conn *c)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (conn_watch(s, c, EPOLLOUT, EPOLL_CTL_MOD) != MC_OK)
+			if (conn_watch(s, c, EPOLLOUT) != MC_OK)
 				conn_close(s, c);
 			return;
 		}
@@ -409,7 +426,7 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
-		ssize_t n = recv(c->fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
+		ssize_t n = recv(c->io.fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
 		size_t used;
 		int rc;
 
@@ -457,7 +474,7 @@ static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 static void conn_drain(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
-		ssize_t n = recv(c->fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
+		ssize_t n = recv(c->io.fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
 		if (n > 0)
 			continue;
 		if (n < 0 && errno == EINTR)
@@ -469,8 +486,11 @@ static void conn_drain(struct mc_rpc_server *s, struct rpc_conn *c)
 	}
 }
 
-static void conn_on_event(struct mc_rpc_server *s, struct rpc_conn *c)
+static void conn_on_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 {
+	struct rpc_conn *c = mc_container_of(f, struct rpc_conn, io);
+	struct mc_rpc_server *s = c->s;
+
 	switch (c->state) {
 	case CONN_READING:
 		conn_on_readable(s, c);
@@ -498,21 +518,23 @@ static void shed_one_connection(struct mc_rpc_server *s)
 	if (s->reserve_fd < 0)
 		return;
 	close(s->reserve_fd);
-	fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	fd = accept4(s->listen.fd, NULL, NULL, SOCK_CLOEXEC);
 	if (fd >= 0)
 		close(fd);
 	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-static void server_accept(struct mc_rpc_server *s)
+static void server_accept(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 {
+	struct mc_rpc_server *s = mc_container_of(f, struct mc_rpc_server, listen);
+
 	for (;;) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		struct rpc_conn *c;
 		int fd;
 
-		fd = accept4(s->listen_fd, (struct sockaddr *)&ss, &sl,
+		fd = accept4(s->listen.fd, (struct sockaddr *)&ss, &sl,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
@@ -541,12 +563,14 @@ static void server_accept(struct mc_rpc_server *s)
 			close(fd);
 			continue;
 		}
-		c->fd = fd;
+		mc_loop_fd_init(&c->io, fd, conn_on_event);
+		c->s = s;
 		format_peer(&ss, c->peer, sizeof(c->peer));
 		mc_rpc_reader_init(&c->rd, s->max_frame);
 		mc_list_init(&c->node);
 		s->nconns++;
-		if (conn_watch(s, c, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD) != MC_OK) {
+		if (mc_loop_add_fd(l, &c->io, EPOLLIN | EPOLLRDHUP) != MC_OK) {
+			mc_warn("peer %s: %s", c->peer, mc_last_error());
 			conn_close(s, c);
 			continue;
 		}
@@ -555,78 +579,34 @@ static void server_accept(struct mc_rpc_server *s)
 	}
 }
 
-/* Milliseconds until the earliest deadline, or -1 when nothing is pending. */
-static int server_next_timeout(struct mc_rpc_server *s, uint64_t now)
+/* A list's timer: close the connections whose deadline passed, then wait for the new head's. */
+static int64_t conn_list_expire(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now)
 {
-	uint64_t first = UINT64_MAX;
+	struct conn_list *cl = mc_container_of(t, struct conn_list, timer);
+	struct mc_rpc_server *s = cl->s;
 
-	for (int st = 0; st < CONN_NSTATES; st++) {
-		if (mc_list_empty(&s->conns[st]))
-			continue;
-		first = MC_MIN(first,
-			       mc_list_first(&s->conns[st], struct rpc_conn, node)->deadline_ms);
+	while (!mc_list_empty(&cl->conns)) {
+		struct rpc_conn *c = mc_list_first(&cl->conns, struct rpc_conn, node);
+		if (c->deadline_ms > now)
+			return (int64_t)(c->deadline_ms - now);
+		if (cl->state == CONN_READING)
+			mc_debug("peer %s: no complete frame within %d ms (%llu bytes), closing",
+				 c->peer, s->recv_timeout_ms, (unsigned long long)c->received);
+		else
+			mc_debug("peer %s: deadline passed while %s, closing", c->peer,
+				 state_names[cl->state]);
+		conn_close(s, c);
 	}
-	if (first == UINT64_MAX)
-		return -1;
-	if (first <= now)
-		return 0;
-	/* +1: epoll_wait may round down and wake a millisecond early */
-	return (int)MC_MIN(first - now + 1, (uint64_t)INT32_MAX);
-}
-
-static void server_expire(struct mc_rpc_server *s, uint64_t now)
-{
-	for (int st = 0; st < CONN_NSTATES; st++) {
-		while (!mc_list_empty(&s->conns[st])) {
-			struct rpc_conn *c = mc_list_first(&s->conns[st], struct rpc_conn, node);
-			if (c->deadline_ms > now)
-				break;
-			if (st == CONN_READING)
-				mc_debug("peer %s: no complete frame within %d ms (%llu bytes), "
-					 "closing",
-					 c->peer, s->recv_timeout_ms,
-					 (unsigned long long)c->received);
-			else
-				mc_debug("peer %s: deadline passed while %s, closing", c->peer,
-					 state_names[st]);
-			conn_close(s, c);
-		}
-	}
+	return MC_LOOP_TIMER_STOP;
 }
 
 static void *server_main(void *arg)
 {
 	struct mc_rpc_server *s = arg;
-	struct epoll_event evs[RPC_MAX_EVENTS];
-	bool stop = false;
 
-	while (!stop) {
-		int n = epoll_wait(s->epfd, evs, RPC_MAX_EVENTS,
-				   server_next_timeout(s, mc_now_ms()));
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			mc_error("epoll_wait failed: %s; server stops serving", strerror(errno));
-			break;
-		}
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-			if (p == &s->wake_fd)
-				stop = true;
-			else if (p == &s->listen_fd)
-				server_accept(s);
-			else
-				conn_on_event(s, p);
-		}
-		server_expire(s, mc_now_ms());
-	}
+	if (mc_loop_run(s->loop) != MC_OK)
+		mc_error("%s; server stops serving", mc_last_error());
 	return NULL;
-}
-
-static int watch_fd(int epfd, int fd, void *tag)
-{
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
 int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out)
@@ -645,80 +625,67 @@ int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_serv
 		close(p->listen_fd);
 		return mc_set_error(MC_ERR_NOMEM, "rpc server: out of memory");
 	}
-	s->listen_fd = p->listen_fd;
+	mc_loop_fd_init(&s->listen, p->listen_fd, server_accept);
 	s->max_frame = p->max_frame ? p->max_frame : RPC_DEFAULT_MAX_FRAME;
 	s->recv_timeout_ms =
 		p->recv_timeout_ms > 0 ? p->recv_timeout_ms : RPC_DEFAULT_RECV_TIMEOUT_MS;
 	s->linger_ms = MC_MIN(s->recv_timeout_ms, RPC_LINGER_MS);
 	s->handler = p->handler;
 	s->handler_arg = p->handler_arg;
-	for (int st = 0; st < CONN_NSTATES; st++)
-		mc_list_init(&s->conns[st]);
+	for (int st = 0; st < CONN_NSTATES; st++) {
+		mc_list_init(&s->lists[st].conns);
+		mc_loop_timer_init(&s->lists[st].timer, conn_list_expire);
+		s->lists[st].s = s;
+		s->lists[st].state = (enum conn_state)st;
+	}
 
-	if (mc_sock_set_nonblock(s->listen_fd, true) != MC_OK) {
+	if (mc_sock_set_nonblock(s->listen.fd, true) != MC_OK) {
 		rc = mc_set_error(MC_ERR_SOCKET,
 				  "rpc server: cannot make listener non-blocking: %s",
 				  strerror(errno));
 		goto err_free;
 	}
 	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	s->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (s->epfd < 0) {
-		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: epoll_create1 failed: %s",
-				  strerror(errno));
+	rc = mc_loop_new(&s->loop);
+	if (rc != MC_OK)
 		goto err_close_reserve;
-	}
-	s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (s->wake_fd < 0) {
-		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: eventfd failed: %s", strerror(errno));
-		goto err_close_epoll;
-	}
-	if (watch_fd(s->epfd, s->wake_fd, &s->wake_fd) < 0 ||
-	    watch_fd(s->epfd, s->listen_fd, &s->listen_fd) < 0) {
-		rc = mc_set_error(MC_ERR_SOCKET, "rpc server: epoll_ctl failed: %s",
-				  strerror(errno));
-		goto err_close_wake;
-	}
+	rc = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
+	if (rc != MC_OK)
+		goto err_free_loop;
 	rc = pthread_create(&s->thread, NULL, server_main, s);
 	if (rc != 0) {
 		rc = mc_set_error(MC_ERR_INTERNAL, "rpc server: cannot start thread: %s",
 				  strerror(rc));
-		goto err_close_wake;
+		goto err_free_loop;
 	}
 	pthread_setname_np(s->thread, "mc-rpc");
-	mc_debug("server listening on port %u", mc_sock_local_port(s->listen_fd));
+	mc_debug("server listening on port %u", mc_sock_local_port(s->listen.fd));
 	*out = s;
 	return MC_OK;
 
-err_close_wake:
-	close(s->wake_fd);
-err_close_epoll:
-	close(s->epfd);
+err_free_loop:
+	mc_loop_free(s->loop);
 err_close_reserve:
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
 err_free:
-	close(s->listen_fd);
+	close(s->listen.fd);
 	mc_free(s);
 	return rc;
 }
 
 void mc_rpc_server_stop(struct mc_rpc_server *s)
 {
-	uint64_t one = 1;
-
 	if (!s)
 		return;
-	while (write(s->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
-		;
+	mc_loop_stop(s->loop);
 	pthread_join(s->thread, NULL);
 	for (int st = 0; st < CONN_NSTATES; st++)
-		while (!mc_list_empty(&s->conns[st]))
-			conn_close(s, mc_list_first(&s->conns[st], struct rpc_conn, node));
+		while (!mc_list_empty(&s->lists[st].conns))
+			conn_close(s, mc_list_first(&s->lists[st].conns, struct rpc_conn, node));
 	mc_assert(s->nconns == 0);
-	close(s->wake_fd);
-	close(s->epfd);
-	close(s->listen_fd);
+	mc_loop_free(s->loop);
+	close(s->listen.fd);
 	if (s->reserve_fd >= 0)
 		close(s->reserve_fd);
 	mc_free(s);
