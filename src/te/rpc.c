@@ -33,8 +33,11 @@
  *
  * Frame assembly is struct mc_rpc_reader: a pure, socket-free state machine
  * fed with whatever recv() returned, which the fuzz target drives directly.
- * Its payload buffer grows with the bytes that arrive, so 1024 connections
- * each announcing a 1 MiB frame cost nothing until they send the data.
+ * Its payload is a struct mc_buf (base/buf.h) that grows with the bytes
+ * that arrive, so 1024 connections each announcing a 1 MiB frame cost
+ * nothing until they send the data.  It is a builder, not a receive
+ * buffer: one frame per connection is appended whole and handed out, and
+ * nothing is ever compacted.
  *
  * Stopping: mc_rpc_server_stop stops the loop (mc_loop_stop wakes it),
  * joins the thread, then frees every connection.
@@ -156,34 +159,13 @@ void mc_rpc_reader_init(struct mc_rpc_reader *r, uint64_t max_frame)
 	memset(r, 0, sizeof(*r));
 	r->max_frame = max_frame ? max_frame : RPC_DEFAULT_MAX_FRAME;
 	r->type = -1;
+	mc_buf_init(&r->payload);
 	r->status = MC_INPROGRESS;
 }
 
 void mc_rpc_reader_release(struct mc_rpc_reader *r)
 {
-	mc_free(r->payload);
-	r->payload = NULL;
-	r->cap = 0;
-}
-
-/* Make room for need bytes (payload plus NUL), doubling up to the frame size. */
-static int reader_reserve(struct mc_rpc_reader *r, size_t need)
-{
-	size_t cap = r->cap ? r->cap : RPC_READER_INITIAL_CAP;
-	size_t limit = (size_t)r->payload_len + 1;
-	char *p;
-
-	if (need <= r->cap)
-		return MC_OK;
-	while (cap < need)
-		cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
-	cap = MC_MIN(cap, limit);
-	p = mc_realloc(r->payload, cap);
-	if (!p)
-		return MC_ERR_NOMEM;
-	r->payload = p;
-	r->cap = cap;
-	return MC_OK;
+	mc_buf_release(&r->payload);
 }
 
 int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, size_t *used_out)
@@ -210,23 +192,27 @@ int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, si
 		rc = mc_rpc_parse_header(r->hdr, r->max_frame, &r->type, &r->payload_len);
 		if (rc != MC_OK)
 			return r->status = rc;
-		rc = reader_reserve(r, (size_t)MC_MIN(r->payload_len + 1, RPC_READER_INITIAL_CAP));
+		/* a small frame's room (and its NUL) at once, a big one's as it comes */
+		rc = mc_buf_reserve(&r->payload,
+				    (size_t)MC_MIN(r->payload_len + 1, RPC_READER_INITIAL_CAP));
 		if (rc != MC_OK)
 			return r->status = rc;
 		if (r->type < 0)
-			r->payload[r->payload_got++] = (char)r->hdr[8];
+			mc_buf_append(&r->payload, &r->hdr[8], 1);
 	}
-	n = (size_t)MC_MIN(r->payload_len - r->payload_got, (uint64_t)(len - used));
+	n = (size_t)MC_MIN(r->payload_len - r->payload.len, (uint64_t)(len - used));
 	if (n) {
-		rc = reader_reserve(r, (size_t)r->payload_got + n + 1);
-		if (rc != MC_OK)
-			return r->status = rc;
-		memcpy(r->payload + r->payload_got, p + used, n);
-		r->payload_got += n;
+		mc_buf_append(&r->payload, p + used, n);
+		if (r->payload.err != MC_OK)
+			return r->status = r->payload.err;
 		used += n;
 	}
-	if (r->payload_got == r->payload_len) {
-		r->payload[r->payload_got] = '\0';
+	if (r->payload.len == r->payload_len) {
+		/* the terminator, not counted in len */
+		rc = mc_buf_reserve(&r->payload, 1);
+		if (rc != MC_OK)
+			return r->status = rc;
+		r->payload.data[r->payload.len] = '\0';
 		r->status = MC_OK;
 	}
 	*used_out = used;
@@ -235,15 +221,9 @@ int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, si
 
 char *mc_rpc_reader_take(struct mc_rpc_reader *r, size_t *len_out)
 {
-	char *p;
-
-	if (r->status != MC_OK || !r->payload)
+	if (r->status != MC_OK || !r->payload.data)
 		return NULL;
-	p = r->payload;
-	*len_out = (size_t)r->payload_len;
-	r->payload = NULL;
-	r->cap = 0;
-	return p;
+	return mc_buf_steal(&r->payload, len_out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -400,8 +380,8 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 	size_t resp_len = 0;
 	int rc;
 
-	rc = s->handler(s->handler_arg, type, c->rd.payload, (size_t)c->rd.payload_len, &resp,
-			&resp_len);
+	rc = s->handler(s->handler_arg, type, (const char *)c->rd.payload.data, c->rd.payload.len,
+			&resp, &resp_len);
 	mc_rpc_reader_release(&c->rd);
 	if (rc != MC_OK) {
 		mc_free(resp);
@@ -427,7 +407,7 @@ static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 {
 	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
 		ssize_t n = recv(c->io.fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
-		size_t used;
+		size_t used = 0; /* gcc cannot see that feed sets it when it matters */
 		int rc;
 
 		if (n < 0) {

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+
 enum mc_rpc_type {
 	MC_RPC_CONNECTION = 0,
 	MC_RPC_METADATA = 1,
@@ -104,20 +106,19 @@ int mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_
 /*
  * Incremental frame reader: the server's per-connection frame assembly,
  * free of sockets so it can be driven chunk by chunk (and fuzzed).  The
- * payload buffer grows with the bytes that actually arrive, so a header
- * announcing max_frame costs nothing until the data comes.  Not
- * thread-safe; one reader per connection.
+ * payload buffer (a struct mc_buf, doubling from 256 bytes) grows with the
+ * bytes that actually arrive, so a header announcing max_frame costs
+ * nothing until the data comes, and a whole frame costs less than twice
+ * its size.  Not thread-safe; one reader per connection.
  */
 struct mc_rpc_reader {
 	uint64_t max_frame; /* 0 at init = 1 MiB */
 	uint8_t hdr[MC_RPC_HEADER_LEN];
-	size_t hdr_len;	      /* header bytes received so far */
-	int type;	      /* MC_RPC_* or -1 (legacy), once the header is complete */
-	uint64_t payload_len; /* valid once the header is complete */
-	uint64_t payload_got;
-	char *payload; /* mc_malloc'ed; NUL-terminated once complete */
-	size_t cap;    /* bytes allocated at payload */
-	int status;    /* MC_INPROGRESS, MC_OK (complete) or the sticky error */
+	size_t hdr_len;	       /* header bytes received so far */
+	int type;	       /* MC_RPC_* or -1 (legacy), once the header is complete */
+	uint64_t payload_len;  /* valid once the header is complete */
+	struct mc_buf payload; /* the bytes so far; a NUL follows them once complete */
+	int status;	       /* MC_INPROGRESS, MC_OK (complete) or the sticky error */
 };
 
 void mc_rpc_reader_init(struct mc_rpc_reader *r, uint64_t max_frame);

@@ -295,7 +295,7 @@ static void reader_reports_trailing_bytes_and_legacy(void **state)
 	assert_int_equal(used, 11);
 	assert_int_equal(r.type, -1);
 	assert_int_equal(r.payload_len, 3);
-	assert_string_equal(r.payload, "{}\n");
+	assert_string_equal((char *)r.payload.data, "{}\n");
 	mc_rpc_reader_release(&r);
 
 	/* errors are sticky */
@@ -311,7 +311,7 @@ static void reader_reports_trailing_bytes_and_legacy(void **state)
 	memcpy(buf + 9, "{", 1);
 	mc_rpc_reader_init(&r, 0);
 	assert_int_equal(mc_rpc_reader_feed(&r, buf, 10, &used), MC_INPROGRESS);
-	assert_true(r.cap <= 4096);
+	assert_true(r.payload.cap <= 4096);
 	mc_rpc_reader_release(&r);
 }
 
