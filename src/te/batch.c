@@ -31,6 +31,7 @@ static void futex_wake_all(atomic_uint *w)
 	syscall(SYS_futex, (void *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/* The system call's result, not a status: 0, or -1 with errno (EAGAIN, ETIMEDOUT, EINTR). */
 static int futex_wait(atomic_uint *w, unsigned expected, const struct timespec *rel)
 {
 	return (int)syscall(SYS_futex, (void *)w, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);

@@ -135,24 +135,24 @@ out:
 	return rc;
 }
 
-static int probe_endpoint(struct mc_te *te, const char *host, uint16_t port, int connect_ms,
-			  int io_ms)
+static mc_status probe_endpoint(struct mc_te *te, const char *host, uint16_t port, int connect_ms,
+				int io_ms)
 {
 	char *resp = NULL;
 	size_t len = 0;
-	int rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
-			     te->cfg.handshake_max_length, &resp, &len);
+	mc_status rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
+				   te->cfg.handshake_max_length, &resp, &len);
 	mc_free(resp);
 	return rc;
 }
 
 /* Publish rpc_meta/<name>, replacing a stale entry left by a dead engine. */
-static int publish_rpc_meta(struct mc_te *te)
+static mc_status publish_rpc_meta(struct mc_te *te)
 {
 	struct mc_rpc_meta m = {.ip_or_host_name = te->host, .rpc_port = te->rpc_port};
 	char *json = NULL, *key = NULL, *old = NULL;
 	size_t oldlen = 0;
-	int rc;
+	mc_status rc;
 
 	key = mc_meta_key_rpc(te->name);
 	rc = key ? mc_rpc_meta_encode(&m, &json) : MC_ERR_NOMEM;
@@ -185,9 +185,9 @@ out:
 
 /* ---- RPC handler ---------------------------------------------------------- */
 
-static int queue_notify(struct mc_te *te, const char *name, const char *msg)
+static mc_status queue_notify(struct mc_te *te, const char *name, const char *msg)
 {
-	int rc = MC_OK;
+	mc_status rc = MC_OK;
 	pthread_mutex_lock(&te->notify_lock);
 	if (te->nnotifs == te->notifs_cap) {
 		size_t ncap = te->notifs_cap ? te->notifs_cap * 2 : 16;
@@ -214,7 +214,7 @@ out:
 	return rc;
 }
 
-static int dup_out(const char *s, char **out, size_t *len_out)
+static mc_status dup_out(const char *s, char **out, size_t *len_out)
 {
 	*out = mc_strdup(s);
 	if (!*out)
@@ -223,8 +223,8 @@ static int dup_out(const char *s, char **out, size_t *len_out)
 	return MC_OK;
 }
 
-static int rpc_handler(void *arg, int type, const char *req, size_t len, char **resp_out,
-		       size_t *resp_len_out)
+static mc_status rpc_handler(void *arg, int type, const char *req, size_t len, char **resp_out,
+			     size_t *resp_len_out)
 {
 	struct mc_te *te = arg;
 
@@ -238,7 +238,7 @@ static int rpc_handler(void *arg, int type, const char *req, size_t len, char **
 			       resp_out, resp_len_out);
 	case MC_RPC_METADATA: {
 		struct mc_seg_desc *d = NULL;
-		int rc;
+		mc_status rc;
 		if (!te->p2p)
 			return dup_out("null", resp_out, resp_len_out);
 		rc = mc_te_local_desc(te, &d);
@@ -254,7 +254,7 @@ static int rpc_handler(void *arg, int type, const char *req, size_t len, char **
 		json_t *j = json_loadb(req, len, JSON_DISABLE_EOF_CHECK, &jerr);
 		json_t *n = j ? json_object_get(j, "name") : NULL;
 		json_t *m = j ? json_object_get(j, "notify_msg") : NULL;
-		int rc;
+		mc_status rc;
 		if (!json_is_string(n) || !json_is_string(m)) {
 			json_decref(j);
 			return mc_set_error(MC_ERR_MALFORMED_JSON, "notify: malformed request");
@@ -282,7 +282,7 @@ static void read_host_id(struct mc_te *te)
 	fclose(f);
 }
 
-static int apply_params(struct mc_te *te, const struct mc_te_params *p)
+static mc_status apply_params(struct mc_te *te, const struct mc_te_params *p)
 {
 	uint64_t m = p ? p->field_mask : 0;
 	if ((m & MC_TE_PARAM_WORKERS) && p->workers) {
@@ -313,8 +313,8 @@ static int apply_params(struct mc_te *te, const struct mc_te_params *p)
 	return MC_OK;
 }
 
-static int open_rpc_listener(struct mc_te *te, const struct mc_te_params *p, const char *local_name,
-			     int *fd_out)
+static mc_status open_rpc_listener(struct mc_te *te, const struct mc_te_params *p,
+				   const char *local_name, int *fd_out)
 {
 	int fd;
 	if (p && (p->field_mask & MC_TE_PARAM_RPC_PORT) && p->rpc_port) {
@@ -330,12 +330,13 @@ static int open_rpc_listener(struct mc_te *te, const struct mc_te_params *p, con
 					  (uint16_t)te->cfg.max_rpc_port, 500, 128);
 	}
 	if (fd < 0)
-		return fd;
+		return (mc_status)fd; /* a negative mc_status */
 	*fd_out = fd;
 	return MC_OK;
 }
 
-static int choose_identity(struct mc_te *te, const struct mc_te_params *p, const char *local_name)
+static mc_status choose_identity(struct mc_te *te, const struct mc_te_params *p,
+				 const char *local_name)
 {
 	const char *host = p && (p->field_mask & MC_TE_PARAM_HOST) ? p->host : NULL;
 	char hostname[256];
@@ -435,7 +436,8 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	const char *proto =
 		params && (params->field_mask & MC_TE_PARAM_PROTOCOL) ? params->protocol : NULL;
 	struct mc_rpc_server_params rp = {0};
-	int rc, fd = -1;
+	mc_status rc;
+	int fd = -1;
 
 	mc_log_init_from_env();
 	if (!te_out)
@@ -623,8 +625,8 @@ struct mc_transport *mc_te_transport(struct mc_te *te, const char *name)
  * (upstream resolves "*" the same way).  Without one, "cuda:N" is refused:
  * no transport could reach such memory.
  */
-static int resolve_location(struct mc_te *te, const void *addr, const char *location, char *buf,
-			    size_t buflen, const char **loc_out, int *dev_out)
+static mc_status resolve_location(struct mc_te *te, const void *addr, const char *location,
+				  char *buf, size_t buflen, const char **loc_out, int *dev_out)
 {
 	int want = mc_devmem_location_device(location);
 	int dev;
@@ -658,11 +660,12 @@ static int resolve_location(struct mc_te *te, const void *addr, const char *loca
 	return MC_OK;
 }
 
-static int memreg_add(struct mc_te *te, void *addr, size_t length, const char *location,
-		      bool remote)
+static mc_status memreg_add(struct mc_te *te, void *addr, size_t length, const char *location,
+			    bool remote)
 {
 	char buf[32];
-	int dev, rc = resolve_location(te, addr, location, buf, sizeof(buf), &location, &dev);
+	int dev;
+	mc_status rc = resolve_location(te, addr, location, buf, sizeof(buf), &location, &dev);
 	if (rc != MC_OK)
 		return rc;
 	return mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location, dev, remote);
@@ -671,7 +674,7 @@ static int memreg_add(struct mc_te *te, void *addr, size_t length, const char *l
 mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
 			 bool remote_accessible)
 {
-	int rc;
+	mc_status rc;
 	if (!te || !addr || !length)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: NULL address or zero length");
 	rc = memreg_add(te, addr, length, location, remote_accessible);
@@ -691,7 +694,7 @@ mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char
 
 mc_status mc_te_deregister(struct mc_te *te, void *addr)
 {
-	int rc;
+	mc_status rc;
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
 	rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
@@ -704,7 +707,7 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 			       const char *location)
 {
 	size_t i;
-	int rc = MC_OK;
+	mc_status rc = MC_OK;
 	if (!te || (!bufs && n))
 		return MC_ERR_INVALID_PARAMS;
 	for (i = 0; i < n; i++) {
@@ -734,11 +737,11 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 
 mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
 {
-	int first = MC_OK;
+	mc_status first = MC_OK;
 	if (!te || (!addrs && n))
 		return MC_ERR_INVALID_PARAMS;
 	for (size_t i = 0; i < n; i++) {
-		int rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addrs[i]);
+		mc_status rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addrs[i]);
 		if (rc != MC_OK && first == MC_OK)
 			first = rc;
 	}
@@ -750,8 +753,8 @@ mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
 
 /* Where a segment's RPC listener is: from its name in P2P mode, else from
  * its rpc_meta record. */
-static int rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host, size_t host_len,
-				uint16_t *port)
+static mc_status rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host,
+				      size_t host_len, uint16_t *port)
 {
 	if (te->p2p) {
 		if (!mc_sock_split_hostport(name, host, host_len, port, 0) || !*port)
@@ -761,13 +764,13 @@ static int rpc_endpoint_by_name(struct mc_te *te, const char *name, char *host, 
 	return mc_te_rpc_meta_lookup(te, name, host, host_len, port);
 }
 
-static int send_notify(struct mc_te *te, const char *host, uint16_t port, const char *name,
-		       const char *msg)
+static mc_status send_notify(struct mc_te *te, const char *host, uint16_t port, const char *name,
+			     const char *msg)
 {
 	json_t *j = json_pack("{s:s, s:s}", "name", name ? name : "", "notify_msg", msg ? msg : "");
 	char *req = j ? json_dumps(j, JSON_COMPACT) : NULL, *resp = NULL;
 	size_t rlen = 0;
-	int rc;
+	mc_status rc;
 
 	json_decref(j);
 	if (!req)
@@ -816,7 +819,7 @@ mc_status mc_te_notify_send_by_name(struct mc_te *te, const char *segment_name, 
 {
 	char host[256];
 	uint16_t port = 0;
-	int rc;
+	mc_status rc;
 	if (!te || !segment_name)
 		return MC_ERR_INVALID_PARAMS;
 	if (strcmp(segment_name, te->name) == 0)
@@ -856,7 +859,7 @@ mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
 {
 	char host[256];
 	uint16_t port = 0;
-	int rc;
+	mc_status rc;
 	if (!te || !segment_name)
 		return MC_ERR_INVALID_PARAMS;
 	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);

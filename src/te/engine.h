@@ -130,7 +130,8 @@ struct mc_te {
 };
 
 /* The device of local memory at [p, p+len) (registered at a cuda:N
- * location, or a device pointer by the backend), -1 for host memory. */
+ * location, or a device pointer by the backend), -1 for host memory: a
+ * device index, not a status, hence int. */
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
 
 /* ---- te/segment.c --------------------------------------------------------- */

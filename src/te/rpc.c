@@ -101,8 +101,8 @@ static bool starts_legacy_json(uint8_t c)
 	return c == '{' || c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
-int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame, int *type_out,
-			uint64_t *payload_len_out)
+mc_status mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame,
+			      int *type_out, uint64_t *payload_len_out)
 {
 	uint64_t len = get_le64(hdr);
 	uint8_t t = hdr[8];
@@ -126,8 +126,8 @@ int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame
 	return MC_ERR_PROTOCOL;
 }
 
-int mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
-			size_t *frame_len_out)
+mc_status mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
+			      size_t *frame_len_out)
 {
 	size_t hdr = type < 0 ? 8 : MC_RPC_HEADER_LEN;
 	size_t nl = (len == 0 || payload[len - 1] != '\n') ? 1 : 0;
@@ -168,11 +168,12 @@ void mc_rpc_reader_release(struct mc_rpc_reader *r)
 	mc_buf_release(&r->payload);
 }
 
-int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, size_t *used_out)
+mc_status mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len,
+			     size_t *used_out)
 {
 	const uint8_t *p = data;
 	size_t used = 0, n;
-	int rc;
+	mc_status rc;
 
 	if (r->status != MC_INPROGRESS) {
 		if (r->status == MC_OK)
@@ -330,9 +331,9 @@ static void format_peer(const struct sockaddr_storage *ss, char *buf, size_t len
 }
 
 /* Watch c for events instead of what it was watched for. */
-static int conn_watch(struct mc_rpc_server *s, struct rpc_conn *c, uint32_t events)
+static mc_status conn_watch(struct mc_rpc_server *s, struct rpc_conn *c, uint32_t events)
 {
-	int rc = mc_loop_set_events(s->loop, &c->io, events);
+	mc_status rc = mc_loop_set_events(s->loop, &c->io, events);
 
 	if (rc != MC_OK)
 		mc_warn("peer %s: %s", c->peer, mc_last_error());
@@ -378,7 +379,7 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 	int type = c->rd.type < 0 ? MC_RPC_CONNECTION : c->rd.type;
 	char *resp = NULL;
 	size_t resp_len = 0;
-	int rc;
+	mc_status rc;
 
 	rc = s->handler(s->handler_arg, type, (const char *)c->rd.payload.data, c->rd.payload.len,
 			&resp, &resp_len);
@@ -386,7 +387,7 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 	if (rc != MC_OK) {
 		mc_free(resp);
 		mc_info("peer %s: handler refused type %d request: %s, closing", c->peer, type,
-			mc_status_name((mc_status)rc));
+			mc_status_name(rc));
 		conn_close(s, c);
 		return;
 	}
@@ -394,7 +395,7 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 	mc_free(resp);
 	if (rc != MC_OK) {
 		mc_warn("peer %s: cannot encode %zu-byte response: %s", c->peer, resp_len,
-			mc_status_name((mc_status)rc));
+			mc_status_name(rc));
 		conn_close(s, c);
 		return;
 	}
@@ -408,7 +409,7 @@ static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
 		ssize_t n = recv(c->io.fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
 		size_t used = 0; /* gcc cannot see that feed sets it when it matters */
-		int rc;
+		mc_status rc;
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -444,7 +445,7 @@ static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 			mc_info("peer %s: bad frame header (length %llu, type byte %u, limit %llu): "
 				"%s, closing",
 				c->peer, (unsigned long long)get_le64(c->rd.hdr), c->rd.hdr[8],
-				(unsigned long long)s->max_frame, mc_status_name((mc_status)rc));
+				(unsigned long long)s->max_frame, mc_status_name(rc));
 		conn_close(s, c);
 		return;
 	}
@@ -589,10 +590,11 @@ static void *server_main(void *arg)
 	return NULL;
 }
 
-int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out)
+mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out)
 {
 	struct mc_rpc_server *s;
-	int rc;
+	mc_status rc;
+	int err;
 
 	if (!p || !out || p->listen_fd < 0 || !p->handler) {
 		if (p && p->listen_fd >= 0)
@@ -632,10 +634,10 @@ int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_serv
 	rc = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
 	if (rc != MC_OK)
 		goto err_free_loop;
-	rc = pthread_create(&s->thread, NULL, server_main, s);
-	if (rc != 0) {
+	err = pthread_create(&s->thread, NULL, server_main, s);
+	if (err != 0) {
 		rc = mc_set_error(MC_ERR_INTERNAL, "rpc server: cannot start thread: %s",
-				  strerror(rc));
+				  strerror(err));
 		goto err_free_loop;
 	}
 	pthread_setname_np(s->thread, "mc-rpc");
@@ -674,15 +676,16 @@ void mc_rpc_server_stop(struct mc_rpc_server *s)
 /* ------------------------------------------------------------------------ */
 /* Client                                                                    */
 
-int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
-		int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame, char **resp_out,
-		size_t *resp_len_out)
+mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
+		      char **resp_out, size_t *resp_len_out)
 {
 	uint8_t hdr[MC_RPC_HEADER_LEN];
 	char *frame = NULL, *payload = NULL;
 	size_t frame_len;
 	uint64_t deadline, plen;
-	int fd, rc, rtype;
+	mc_status rc;
+	int fd, rtype;
 
 	if (!host || type < MC_RPC_CONNECTION || type > MC_RPC_PROBE || (len && !req) ||
 	    !resp_out || !resp_len_out)
@@ -695,7 +698,7 @@ int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size
 				    port, len);
 	fd = mc_sock_connect(host, port, connect_timeout_ms, false);
 	if (fd < 0) {
-		rc = fd; /* mc_sock_connect recorded the cause */
+		rc = (mc_status)fd; /* a negative mc_status; mc_sock_connect recorded the cause */
 		goto out_free_frame;
 	}
 	deadline = mc_now_ms() +

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "mooncake/status.h"
 
 enum mc_rpc_type {
 	MC_RPC_CONNECTION = 0,
@@ -37,8 +38,8 @@ enum mc_rpc_type {
  * payload (*resp_out, *resp_len_out) to answer, or an error to close the
  * connection without a reply.  Must not block for long.
  */
-typedef int (*mc_rpc_handler_cb)(void *arg, int type, const char *req, size_t len, char **resp_out,
-				 size_t *resp_len_out);
+typedef mc_status (*mc_rpc_handler_cb)(void *arg, int type, const char *req, size_t len,
+				       char **resp_out, size_t *resp_len_out);
 
 struct mc_rpc_server_params {
 	int listen_fd;	     /* already bound and listening; the server takes ownership */
@@ -56,7 +57,7 @@ struct mc_rpc_server;
  * recv_timeout_ms <= 0 = 5000.  The handler runs on the server thread only.
  * MC_OK, MC_ERR_INVALID_PARAMS, MC_ERR_NOMEM, MC_ERR_SOCKET, MC_ERR_INTERNAL.
  */
-int mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out);
+mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rpc_server **out);
 /* Stops the thread, closes every connection and the listener.  Not from the
  * handler.  NULL is a no-op. */
 void mc_rpc_server_stop(struct mc_rpc_server *s);
@@ -72,9 +73,9 @@ void mc_rpc_server_stop(struct mc_rpc_server *s);
  * MC_ERR_INVALID_PARAMS, MC_ERR_NOMEM.  max_frame 0 = 1 MiB; io_timeout_ms
  * <= 0 = 60 s (one deadline for the write and the read).  Thread-safe.
  */
-int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
-		int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame, char **resp_out,
-		size_t *resp_len_out);
+mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
+		      char **resp_out, size_t *resp_len_out);
 
 /*
  * Frame header parser, shared by server and client and fuzzed on its own:
@@ -83,8 +84,8 @@ int mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size
  * byte is the first payload byte, payload_len_out = length).  MC_OK, or
  * MC_ERR_PROTOCOL for length 0 / unknown type, MC_ERR_TOO_LARGE above max_frame.
  */
-int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame, int *type_out,
-			uint64_t *payload_len_out);
+mc_status mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame,
+			      int *type_out, uint64_t *payload_len_out);
 
 /*
  * Building blocks shared by the server, the client and the fuzz target.
@@ -100,8 +101,8 @@ int mc_rpc_parse_header(const uint8_t hdr[MC_RPC_HEADER_LEN], uint64_t max_frame
  * with one.  *frame_out is mc_malloc'ed (caller frees with mc_free).
  * MC_OK, MC_ERR_INVALID_PARAMS (bad type), MC_ERR_NOMEM.
  */
-int mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
-			size_t *frame_len_out);
+mc_status mc_rpc_frame_encode(int type, const char *payload, size_t len, char **frame_out,
+			      size_t *frame_len_out);
 
 /*
  * Incremental frame reader: the server's per-connection frame assembly,
@@ -118,7 +119,7 @@ struct mc_rpc_reader {
 	int type;	       /* MC_RPC_* or -1 (legacy), once the header is complete */
 	uint64_t payload_len;  /* valid once the header is complete */
 	struct mc_buf payload; /* the bytes so far; a NUL follows them once complete */
-	int status;	       /* MC_INPROGRESS, MC_OK (complete) or the sticky error */
+	mc_status status;      /* MC_INPROGRESS, MC_OK (complete) or the sticky error */
 };
 
 void mc_rpc_reader_init(struct mc_rpc_reader *r, uint64_t max_frame);
@@ -132,7 +133,8 @@ void mc_rpc_reader_release(struct mc_rpc_reader *r);
  * calls return the same status and consume nothing.  *used_out is written
  * on MC_OK and MC_INPROGRESS.
  */
-int mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len, size_t *used_out);
+mc_status mc_rpc_reader_feed(struct mc_rpc_reader *r, const void *data, size_t len,
+			     size_t *used_out);
 /*
  * After MC_OK: hand the NUL-terminated payload to the caller (mc_free it);
  * *len_out excludes the NUL.  NULL if the frame is not complete.

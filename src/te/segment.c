@@ -31,7 +31,7 @@
 static mc_status get_published(struct mc_te *te, char *key, const char *name, const char *missing,
 			       char **val_out, size_t *len_out)
 {
-	int rc;
+	mc_status rc;
 
 	if (!key)
 		return MC_ERR_NOMEM;
@@ -48,7 +48,8 @@ mc_status mc_te_rpc_meta_lookup(struct mc_te *te, const char *name, char *host, 
 	struct mc_rpc_meta m = {0};
 	char *val = NULL;
 	size_t len = 0;
-	int rc = get_published(te, mc_meta_key_rpc(name), name, "is not published", &val, &len);
+	mc_status rc =
+		get_published(te, mc_meta_key_rpc(name), name, "is not published", &val, &len);
 
 	if (rc != MC_OK)
 		return rc;
@@ -68,7 +69,7 @@ static mc_status fetch_segment(struct mc_te *te, const char *name, struct mc_seg
 {
 	char *val = NULL;
 	size_t len = 0;
-	int rc;
+	mc_status rc;
 
 	if (te->p2p) {
 		struct mc_seg_desc *mine = NULL;
@@ -150,7 +151,7 @@ mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg)
 	struct mc_seg_desc *d = NULL, *old;
 	char host[256];
 	uint16_t port = 0;
-	int rc = fetch_segment(te, seg->name, &d, host, sizeof(host), &port);
+	mc_status rc = fetch_segment(te, seg->name, &d, host, sizeof(host), &port);
 	if (rc != MC_OK)
 		return rc;
 	pthread_rwlock_wrlock(&te->seg_lock);
@@ -175,7 +176,7 @@ static mc_status open_segment(struct mc_te *te, const char *name, bool nocache,
 	struct mc_seg_desc *d = NULL;
 	char host[256];
 	uint16_t port = 0;
-	int rc;
+	mc_status rc;
 
 	if (!te || !name || !id_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "open_segment: NULL argument");
@@ -277,7 +278,7 @@ struct mc_segment *mc_te_segment_get(struct mc_te *te, mc_segment_id id)
 
 mc_status mc_te_sync_segment_cache(struct mc_te *te, const char *name)
 {
-	int first = MC_OK;
+	mc_status first = MC_OK;
 	size_t n;
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
@@ -286,7 +287,7 @@ mc_status mc_te_sync_segment_cache(struct mc_te *te, const char *name)
 	pthread_rwlock_unlock(&te->seg_lock);
 	for (size_t i = 1; i < n; i++) {
 		struct mc_segment *s = mc_te_segment_get(te, i);
-		int rc;
+		mc_status rc;
 		if (!s || (name && *name && strcmp(name, s->name) != 0))
 			continue;
 		rc = mc_te_segment_refresh(te, s);
@@ -299,7 +300,7 @@ mc_status mc_te_sync_segment_cache(struct mc_te *te, const char *name)
 mc_status mc_te_segment_buffer(struct mc_te *te, mc_segment_id id, size_t index, uint64_t *addr_out,
 			       uint64_t *length_out)
 {
-	int rc = MC_OK;
+	mc_status rc = MC_OK;
 	if (!te || !addr_out || !length_out)
 		return MC_ERR_INVALID_PARAMS;
 	if (id == MC_LOCAL_SEGMENT) {

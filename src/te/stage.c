@@ -57,7 +57,7 @@ struct stage_req {
 	uint64_t len;
 	uint64_t next; /* offset of the next chunk to start */
 	unsigned held; /* chunks holding a buffer */
-	int error;
+	mc_status error;
 };
 
 enum chunk_state { CH_FREE, CH_TO_HOST, CH_WIRE, CH_TO_DEV };
@@ -70,7 +70,7 @@ struct stage_chunk {
 	unsigned buf;
 	enum chunk_state state;
 	uint64_t off;
-	int status; /* the transport's verdict */
+	mc_status status; /* the transport's verdict */
 };
 
 struct mc_stager {
@@ -115,7 +115,7 @@ static void chunk_slice_done(struct mc_slice *s, mc_status status)
 	pthread_mutex_unlock(&sg->lock);
 }
 
-static void req_fail(struct stage_req *r, int status)
+static void req_fail(struct stage_req *r, mc_status status)
 {
 	if (r->error == MC_OK)
 		r->error = status;
@@ -136,7 +136,7 @@ static void chunk_to_wire(struct mc_stager *sg, struct stage_chunk *ch)
 }
 
 /* A device copy of ch ended with rc. */
-static void copy_done(struct mc_stager *sg, struct stage_chunk *ch, int rc)
+static void copy_done(struct mc_stager *sg, struct stage_chunk *ch, mc_status rc)
 {
 	struct stage_req *r = ch->req;
 
@@ -156,7 +156,7 @@ static void copy_done(struct mc_stager *sg, struct stage_chunk *ch, int rc)
 static void chunk_back(struct mc_stager *sg, struct stage_chunk *ch)
 {
 	struct stage_req *r = ch->req;
-	int rc;
+	mc_status rc;
 
 	if (ch->status != MC_OK)
 		req_fail(r, ch->status);
@@ -187,7 +187,7 @@ static bool start_chunks(struct mc_stager *sg)
 			unsigned b = sg->free_bufs[--sg->nfree];
 			struct stage_chunk *ch = &sg->chunks[b];
 			uint64_t len = MC_MIN((uint64_t)sg->chunk_size, r->len - r->next);
-			int rc;
+			mc_status rc;
 
 			ch->req = r;
 			ch->off = r->next;
@@ -262,7 +262,7 @@ static void finish_requests(struct mc_stager *sg)
 	mc_list_for_each_safe(pos, tmp, &sg->active) {
 		struct stage_req *r = mc_list_entry(pos, struct stage_req, node);
 		struct mc_task *t = r->task;
-		int status = r->error;
+		mc_status status = r->error;
 
 		if (r->held || (status == MC_OK && r->next < r->len))
 			continue;
@@ -274,9 +274,9 @@ static void finish_requests(struct mc_stager *sg)
 
 /* Pinned memory comes at the first request, so engines that never see
  * device memory pin nothing. */
-static int stage_ready(struct mc_stager *sg)
+static mc_status stage_ready(struct mc_stager *sg)
 {
-	int rc;
+	mc_status rc;
 
 	if (sg->stage_ok)
 		return MC_OK;
@@ -304,7 +304,7 @@ static bool run_round(struct mc_stager *sg, struct mc_list *in, struct mc_list *
 
 	while (!mc_list_empty(in)) {
 		struct stage_req *r = mc_list_first(in, struct stage_req, node);
-		int rc = stage_ready(sg);
+		mc_status rc = stage_ready(sg);
 		mc_list_del(&r->node);
 		if (rc != MC_OK)
 			req_fail(r, rc);
@@ -317,7 +317,7 @@ static bool run_round(struct mc_stager *sg, struct mc_list *in, struct mc_list *
 	}
 	mc_list_for_each_safe(pos, tmp, &sg->copying) {
 		struct stage_chunk *ch = mc_list_entry(pos, struct stage_chunk, node);
-		int rc = mc_devstage_query(&sg->stage, ch->buf);
+		mc_status rc = mc_devstage_query(&sg->stage, ch->buf);
 		if (rc == MC_INPROGRESS)
 			continue;
 		mc_list_del(&ch->node);
@@ -357,7 +357,7 @@ static void *stager_main(void *arg)
 			/* nothing else to do: wait for the oldest copy */
 			struct stage_chunk *ch =
 				mc_list_first(&sg->copying, struct stage_chunk, node);
-			int rc = mc_devstage_wait(&sg->stage, ch->buf);
+			mc_status rc = mc_devstage_wait(&sg->stage, ch->buf);
 			mc_list_del(&ch->node);
 			copy_done(sg, ch, rc);
 			start_chunks(sg);

@@ -21,7 +21,7 @@
 mc_status mc_te_batch_new(struct mc_te *te, size_t capacity, mc_batch_id *id_out)
 {
 	struct mc_batch *b;
-	int rc;
+	mc_status rc;
 	if (!te || !id_out)
 		return MC_ERR_INVALID_PARAMS;
 	rc = mc_batch_alloc(te, capacity, &b);
@@ -113,7 +113,7 @@ static mc_status do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfe
 	struct mc_slice *slices_stack[256], **slices = slices_stack;
 	size_t nslices = 0, cap_slices = MC_ARRAY_SIZE(slices_stack);
 	size_t base;
-	int rc;
+	mc_status rc;
 
 	if (!te || (!reqs && n))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit: NULL argument");
@@ -330,7 +330,7 @@ mc_status mc_te_batch_wait(struct mc_te *te, mc_batch_id id, int64_t timeout_ms,
 {
 	struct mc_batch *b;
 	struct mc_xfer_status st;
-	int rc;
+	mc_status rc;
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
 	b = mc_batch_lookup(te, id);
@@ -356,7 +356,7 @@ mc_status mc_te_transfer_sync(struct mc_te *te, const struct mc_xfer_req *reqs, 
 			      int64_t timeout_ms)
 {
 	mc_batch_id id;
-	int rc;
+	mc_status rc;
 	if (n == 0)
 		return MC_OK;
 	rc = mc_te_batch_new(te, n, &id);

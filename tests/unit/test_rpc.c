@@ -43,8 +43,8 @@ struct handler_state {
  * "nonl" gets a response without a trailing newline; anything else gets
  * "<type>:<request>" back (the request keeps the client's '\n').
  */
-static int echo_handler(void *arg, int type, const char *req, size_t len, char **resp_out,
-			size_t *resp_len_out)
+static mc_status echo_handler(void *arg, int type, const char *req, size_t len, char **resp_out,
+			      size_t *resp_len_out)
 {
 	struct handler_state *hs = arg;
 	char *r;
