@@ -91,10 +91,10 @@ int mc_devmem_location_device(const char *location)
 
 /* ---- staging buffers ----------------------------------------------------- */
 
-int mc_devstage_init(struct mc_devstage *st, const struct mc_devmem_ops *ops, unsigned n,
-		     size_t chunk)
+mc_status mc_devstage_init(struct mc_devstage *st, const struct mc_devmem_ops *ops, unsigned n,
+			   size_t chunk)
 {
-	int rc;
+	mc_status rc;
 
 	memset(st, 0, sizeof(*st));
 	st->ops = ops;
@@ -133,11 +133,11 @@ void mc_devstage_release(struct mc_devstage *st)
 	memset(st, 0, sizeof(*st));
 }
 
-int mc_devstage_copy(struct mc_devstage *st, unsigned i, int dev, void *dst, const void *src,
-		     size_t len)
+mc_status mc_devstage_copy(struct mc_devstage *st, unsigned i, int dev, void *dst, const void *src,
+			   size_t len)
 {
 	struct mc_devstage_buf *b = &st->bufs[i];
-	int rc;
+	mc_status rc;
 
 	if (dev < 0 || dev >= MC_DEVMEM_MAX_DEVICES)
 		return mc_set_error(MC_ERR_DEVICE_NOT_FOUND, "device %d out of range", dev);
@@ -163,10 +163,10 @@ int mc_devstage_copy(struct mc_devstage *st, unsigned i, int dev, void *dst, con
 	return rc;
 }
 
-int mc_devstage_query(struct mc_devstage *st, unsigned i)
+mc_status mc_devstage_query(struct mc_devstage *st, unsigned i)
 {
 	struct mc_devstage_buf *b = &st->bufs[i];
-	int rc;
+	mc_status rc;
 
 	if (!b->busy)
 		return MC_OK;
@@ -176,7 +176,7 @@ int mc_devstage_query(struct mc_devstage *st, unsigned i)
 	return rc;
 }
 
-int mc_devstage_wait(struct mc_devstage *st, unsigned i)
+mc_status mc_devstage_wait(struct mc_devstage *st, unsigned i)
 {
 	struct mc_devstage_buf *b = &st->bufs[i];
 
@@ -186,11 +186,11 @@ int mc_devstage_wait(struct mc_devstage *st, unsigned i)
 	return st->ops->event_wait(b->ev);
 }
 
-int mc_devstage_drain(struct mc_devstage *st)
+mc_status mc_devstage_drain(struct mc_devstage *st)
 {
-	int first = MC_OK;
+	mc_status first = MC_OK;
 	for (unsigned i = 0; i < st->n; i++) {
-		int rc = mc_devstage_wait(st, i);
+		mc_status rc = mc_devstage_wait(st, i);
 		if (rc != MC_OK && first == MC_OK)
 			first = rc;
 	}

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/config.h"
+#include "mooncake/status.h"
 
 #define MC_DEVMEM_MAX_DEVICES 16
 
@@ -50,28 +51,28 @@ struct mc_devevent;  /* marks the completion of one copy (backend-defined) */
 
 struct mc_devmem_ops {
 	const char *name;
-	/* device index of the memory at ptr, or -1 for host memory */
+	/* device index of the memory at ptr, or -1 for host memory (an index, not a status) */
 	int (*ptr_device)(const void *ptr);
 	/* page-locked host memory, the source and sink of asynchronous copies */
-	int (*host_alloc)(size_t len, void **out);
+	mc_status (*host_alloc)(size_t len, void **out);
 	void (*host_free)(void *p);
 	/* device memory (tests and tools) */
-	int (*dev_alloc)(int dev, size_t len, void **out);
+	mc_status (*dev_alloc)(int dev, size_t len, void **out);
 	void (*dev_free)(void *p);
-	int (*stream_new)(int dev, struct mc_devstream **out);
+	mc_status (*stream_new)(int dev, struct mc_devstream **out);
 	void (*stream_free)(struct mc_devstream *s);
 	/* an event usable with streams of s's device */
-	int (*event_new)(struct mc_devstream *s, struct mc_devevent **out);
+	mc_status (*event_new)(struct mc_devstream *s, struct mc_devevent **out);
 	void (*event_free)(struct mc_devevent *ev);
 	/* Queue a copy of len bytes on s (either side may be device memory);
 	 * ev completes when it has. */
-	int (*copy_async)(struct mc_devstream *s, void *dst, const void *src, size_t len,
-			  struct mc_devevent *ev);
+	mc_status (*copy_async)(struct mc_devstream *s, void *dst, const void *src, size_t len,
+				struct mc_devevent *ev);
 	/* MC_OK once ev's copy finished, MC_INPROGRESS before, else an error */
-	int (*event_query)(struct mc_devevent *ev);
-	int (*event_wait)(struct mc_devevent *ev);
+	mc_status (*event_query)(struct mc_devevent *ev);
+	mc_status (*event_wait)(struct mc_devevent *ev);
 	/* synchronous copy, either side may be device memory */
-	int (*copy)(void *dst, const void *src, size_t len);
+	mc_status (*copy)(void *dst, const void *src, size_t len);
 };
 
 /* The active backend, probed once (CUDA when built and a device is
@@ -79,7 +80,7 @@ struct mc_devmem_ops {
 const struct mc_devmem_ops *mc_devmem(void);
 /* Tests only, before any engine exists: use ops (NULL: none) from now on. */
 void mc_devmem_set_backend(const struct mc_devmem_ops *ops);
-/* N for a location "cuda:N", -1 for any other. */
+/* N for a location "cuda:N", -1 for any other (a device index, not a status). */
 int mc_devmem_location_device(const char *location);
 
 #ifdef MC_HAVE_CUDA
@@ -107,21 +108,21 @@ struct mc_devstage {
 };
 
 /* n buffers of chunk bytes, pinned. */
-int mc_devstage_init(struct mc_devstage *st, const struct mc_devmem_ops *ops, unsigned n,
-		     size_t chunk);
+mc_status mc_devstage_init(struct mc_devstage *st, const struct mc_devmem_ops *ops, unsigned n,
+			   size_t chunk);
 /* Waits for copies in flight, then frees. */
 void mc_devstage_release(struct mc_devstage *st);
 /* Queue a copy of len (<= chunk) bytes between buffer i and device dev's
  * memory; buffer i must be idle (mc_devstage_wait). */
-int mc_devstage_copy(struct mc_devstage *st, unsigned i, int dev, void *dst, const void *src,
-		     size_t len);
+mc_status mc_devstage_copy(struct mc_devstage *st, unsigned i, int dev, void *dst, const void *src,
+			   size_t len);
 /* MC_OK when buffer i is idle (its last copy succeeded), MC_INPROGRESS
  * while its copy runs, else the copy's error. */
-int mc_devstage_query(struct mc_devstage *st, unsigned i);
+mc_status mc_devstage_query(struct mc_devstage *st, unsigned i);
 /* Wait until buffer i is idle; its copy's status. */
-int mc_devstage_wait(struct mc_devstage *st, unsigned i);
+mc_status mc_devstage_wait(struct mc_devstage *st, unsigned i);
 /* Wait for every buffer; the first error. */
-int mc_devstage_drain(struct mc_devstage *st);
+mc_status mc_devstage_drain(struct mc_devstage *st);
 
 static inline uint8_t *mc_devstage_host(struct mc_devstage *st, unsigned i)
 {

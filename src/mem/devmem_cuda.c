@@ -70,11 +70,12 @@ struct mc_devevent {
 	int dev;
 };
 
-static int cu_fail(cudaError_t err, const char *what)
+static mc_status cu_fail(cudaError_t err, const char *what)
 {
 	return mc_set_error(MC_ERR_CONTEXT, "%s: %s", what, cu.cudaGetErrorString(err));
 }
 
+/* A device index or -1, not a status (see the ops table). */
 static int cuda_ptr_device(const void *ptr)
 {
 	struct cudaPointerAttributes a;
@@ -87,7 +88,7 @@ static int cuda_ptr_device(const void *ptr)
 	return a.type == cudaMemoryTypeDevice ? a.device : -1;
 }
 
-static int cuda_host_alloc(size_t len, void **out)
+static mc_status cuda_host_alloc(size_t len, void **out)
 {
 	cudaError_t err = cu.cudaHostAlloc(out, len, cudaHostAllocPortable);
 	return err == cudaSuccess ? MC_OK : cu_fail(err, "cudaHostAlloc");
@@ -98,7 +99,7 @@ static void cuda_host_free(void *p)
 	cu.cudaFreeHost(p);
 }
 
-static int cuda_dev_alloc(int dev, size_t len, void **out)
+static mc_status cuda_dev_alloc(int dev, size_t len, void **out)
 {
 	cudaError_t err = cu.cudaSetDevice(dev);
 	if (err == cudaSuccess)
@@ -111,7 +112,7 @@ static void cuda_dev_free(void *p)
 	cu.cudaFree(p);
 }
 
-static int cuda_stream_new(int dev, struct mc_devstream **out)
+static mc_status cuda_stream_new(int dev, struct mc_devstream **out)
 {
 	struct mc_devstream *s = mc_calloc(1, sizeof(*s));
 	cudaError_t err;
@@ -136,7 +137,7 @@ static void cuda_stream_free(struct mc_devstream *s)
 	mc_free(s);
 }
 
-static int cuda_event_new(struct mc_devstream *s, struct mc_devevent **out)
+static mc_status cuda_event_new(struct mc_devstream *s, struct mc_devevent **out)
 {
 	struct mc_devevent *e = mc_calloc(1, sizeof(*e));
 	cudaError_t err;
@@ -161,8 +162,8 @@ static void cuda_event_free(struct mc_devevent *e)
 	mc_free(e);
 }
 
-static int cuda_copy_async(struct mc_devstream *s, void *dst, const void *src, size_t len,
-			   struct mc_devevent *ev)
+static mc_status cuda_copy_async(struct mc_devstream *s, void *dst, const void *src, size_t len,
+				 struct mc_devevent *ev)
 {
 	cudaError_t err = cu.cudaSetDevice(s->dev);
 	if (err == cudaSuccess)
@@ -172,7 +173,7 @@ static int cuda_copy_async(struct mc_devstream *s, void *dst, const void *src, s
 	return err == cudaSuccess ? MC_OK : cu_fail(err, "cudaMemcpyAsync");
 }
 
-static int cuda_event_query(struct mc_devevent *ev)
+static mc_status cuda_event_query(struct mc_devevent *ev)
 {
 	cudaError_t err = cu.cudaEventQuery(ev->e);
 	if (err == cudaSuccess)
@@ -182,13 +183,13 @@ static int cuda_event_query(struct mc_devevent *ev)
 	return cu_fail(err, "copy to or from device memory");
 }
 
-static int cuda_event_wait(struct mc_devevent *ev)
+static mc_status cuda_event_wait(struct mc_devevent *ev)
 {
 	cudaError_t err = cu.cudaEventSynchronize(ev->e);
 	return err == cudaSuccess ? MC_OK : cu_fail(err, "copy to or from device memory");
 }
 
-static int cuda_copy(void *dst, const void *src, size_t len)
+static mc_status cuda_copy(void *dst, const void *src, size_t len)
 {
 	cudaError_t err = cu.cudaMemcpy(dst, src, len, cudaMemcpyDefault);
 	return err == cudaSuccess ? MC_OK : cu_fail(err, "cudaMemcpy");

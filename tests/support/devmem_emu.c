@@ -112,6 +112,7 @@ static void *copier_main(void *arg)
 	return NULL;
 }
 
+/* A device index or -1, not a status (see the ops table). */
 static int emu_ptr_device(const void *ptr)
 {
 	int dev;
@@ -121,7 +122,7 @@ static int emu_ptr_device(const void *ptr)
 	return dev;
 }
 
-static int emu_host_alloc(size_t len, void **out)
+static mc_status emu_host_alloc(size_t len, void **out)
 {
 	void *p = NULL;
 	if (posix_memalign(&p, 4096, len ? len : 1) != 0)
@@ -135,11 +136,11 @@ static void emu_host_free(void *p)
 	free(p);
 }
 
-static int emu_dev_alloc(int dev, size_t len, void **out)
+static mc_status emu_dev_alloc(int dev, size_t len, void **out)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE), mlen = (len + pg - 1) / pg * pg;
 	struct emu_alloc a = {.len = len, .index = dev, .fd = -1};
-	int rc = MC_ERR_NOMEM;
+	mc_status rc = MC_ERR_NOMEM;
 
 	if (dev < 0 || dev >= EMU_DEVICES || !len)
 		return MC_ERR_INVALID_PARAMS;
@@ -194,7 +195,7 @@ static void emu_dev_free(void *p)
 	close(a.fd);
 }
 
-static int emu_stream_new(int dev, struct mc_devstream **out)
+static mc_status emu_stream_new(int dev, struct mc_devstream **out)
 {
 	struct mc_devstream *s;
 	if (dev < 0 || dev >= EMU_DEVICES)
@@ -212,7 +213,7 @@ static void emu_stream_free(struct mc_devstream *s)
 	free(s);
 }
 
-static int emu_event_new(struct mc_devstream *s, struct mc_devevent **out)
+static mc_status emu_event_new(struct mc_devstream *s, struct mc_devevent **out)
 {
 	struct mc_devevent *e = calloc(1, sizeof(*e));
 	if (!e)
@@ -227,8 +228,8 @@ static void emu_event_free(struct mc_devevent *e)
 	free(e);
 }
 
-static int emu_copy_async(struct mc_devstream *s, void *dst, const void *src, size_t len,
-			  struct mc_devevent *ev)
+static mc_status emu_copy_async(struct mc_devstream *s, void *dst, const void *src, size_t len,
+				struct mc_devevent *ev)
 {
 	struct job *j = calloc(1, sizeof(*j));
 	int ddev, sdev;
@@ -271,16 +272,16 @@ static int emu_copy_async(struct mc_devstream *s, void *dst, const void *src, si
 	return MC_OK;
 }
 
-static int emu_event_query(struct mc_devevent *ev)
+static mc_status emu_event_query(struct mc_devevent *ev)
 {
-	int rc;
+	mc_status rc;
 	pthread_mutex_lock(&lock);
 	rc = completed >= ev->seq ? MC_OK : MC_INPROGRESS;
 	pthread_mutex_unlock(&lock);
 	return rc;
 }
 
-static int emu_event_wait(struct mc_devevent *ev)
+static mc_status emu_event_wait(struct mc_devevent *ev)
 {
 	pthread_mutex_lock(&lock);
 	while (completed < ev->seq)
@@ -291,10 +292,10 @@ static int emu_event_wait(struct mc_devevent *ev)
 
 /* Under the lock, like the copier's completions: the ordering with
  * asynchronous copies then runs through one mutex that TSan sees. */
-static int emu_copy(void *dst, const void *src, size_t len)
+static mc_status emu_copy(void *dst, const void *src, size_t len)
 {
 	char *d, *s;
-	int rc = MC_ERR_INVALID_PARAMS;
+	mc_status rc = MC_ERR_INVALID_PARAMS;
 	pthread_mutex_lock(&lock);
 	d = translate_locked(dst, len, NULL);
 	s = translate_locked(src, len, NULL);
