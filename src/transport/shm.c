@@ -197,7 +197,7 @@ struct shm_lane {
 	pthread_mutex_t send_lock; /* serialises writers; guards fd changes */
 	pthread_mutex_t lock;	   /* fd, the pending FIFO, progress time */
 	int fd;			   /* -1 = down */
-	struct pend *q;		   /* circular FIFO of sent requests */
+	struct pend *q;		   /* circular FIFO of sent requests (a hot ring: no mc_buf) */
 	size_t qhead, qlen, qcap;
 	uint64_t next_id;
 	uint64_t progress_ms; /* last answer, or first request after idle */
@@ -235,6 +235,8 @@ struct shm_sconn {
 	bool paused; /* EPOLLIN off while output is backed up */
 	uint8_t rbuf[MC_SHM_REQ_LEN * RBUF_FRAMES];
 	size_t rlen;
+	/* answers not yet sent; not a struct mc_buf: every request's answer
+	 * passes through it and a partial send compacts it (sconn_flush) */
 	uint8_t *obuf;
 	size_t olen, ocap;
 };

@@ -148,6 +148,8 @@ struct tcp_sconn {
 	uint64_t cur_done;
 	uint8_t *rbuf;
 	size_t rpos, rlen;
+	/* pending output items, a ring (sconn_push): on every request's path,
+	 * and items rather than bytes, so not a struct mc_buf */
 	struct out_item *out;
 	size_t out_head, out_n, out_cap;
 	uint64_t out_bytes;
