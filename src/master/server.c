@@ -83,9 +83,9 @@ struct conn {
 	struct mc_list link; /* in s->conns */
 	struct mc_loop_fd io;
 	struct mc_master_server *s;
-	bool closing;	 /* no more reading; close once wbuf is sent */
-	bool eof;	 /* the peer shut its side */
-	bool logged;	 /* the reason for closing was logged */
+	bool closing; /* no more reading; close once wbuf is sent */
+	bool eof;     /* the peer shut its side */
+	bool logged;  /* the reason for closing was logged */
 	uint8_t *rbuf;
 	size_t rlen, rcap;
 	struct mc_buf wbuf;

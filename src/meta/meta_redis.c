@@ -444,7 +444,7 @@ static void owned_forget_locked(struct redis_client *c, const char *key)
 struct refresh_round {
 	char ttl[24];
 	size_t nkeys;
-	size_t nreset; /* out: keys that were missing and SET again */
+	size_t nreset;	  /* out: keys that were missing and SET again */
 	mc_status status; /* first error reply */
 };
 
