@@ -529,9 +529,7 @@ mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *keys, s
 		return rc;
 	}
 	kv = mc_calloc(n, sizeof(*kv));
-	if (!kv)
-		return MC_ERR_NOMEM;
-	rc = keys_req(s, keys, n, kv, &req);
+	rc = kv ? keys_req(s, keys, n, kv, &req) : MC_ERR_NOMEM;
 	if (rc == MC_OK)
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_EXIST_KEY, &req, &resp);
 	mc_free(kv);

@@ -864,6 +864,24 @@ mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void 
 	return put_value(s, key, parts, lens, nparts, config, true);
 }
 
+/* The up-front check of one key of a batch put with one buffer per key. */
+static mc_status one_value_check(const char *key, const void *buf, size_t len)
+{
+	mc_status rc = mc_store_check_key(key);
+	if (rc == MC_OK && (!len || !buf))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", key);
+	return rc;
+}
+
+/* The call's own bookkeeping could not be allocated: every key not
+ * refused up front fails with MC_ERR_NOMEM, the others keep their code. */
+static void results_nomem(mc_status *results, size_t n)
+{
+	for (size_t i = 0; results && i < n; i++)
+		if (results[i] == MC_OK)
+			results[i] = MC_ERR_NOMEM;
+}
+
 /* put_batch/upsert_batch: as put_value, every value straight from the
  * caller's memory, all keys in one BatchPutStart, one engine batch and one
  * BatchPutEnd. */
@@ -892,18 +910,18 @@ static mc_status put_batch_values(struct mc_store *s, const char *const *keys,
 		return MC_OK;
 	if (!res)
 		res = mc_calloc(n, sizeof(*res));
+	for (size_t i = 0; res && i < n; i++)
+		res[i] = one_value_check(keys[i], values[i], lens[i]);
 	bufs = mc_calloc(n, sizeof(*bufs));
 	blens = mc_calloc(n, sizeof(*blens));
 	nbufs = mc_calloc(n, sizeof(*nbufs));
 	totals = mc_calloc(n, sizeof(*totals));
 	if (!res || !bufs || !blens || !nbufs || !totals) {
+		results_nomem(results, n);
 		rc = MC_ERR_NOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		res[i] = mc_store_check_key(keys[i]);
-		if (res[i] == MC_OK && (!lens[i] || !values[i]))
-			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
 		bufs[i] = (void *const *)(uintptr_t)&values[i];
 		blens[i] = &lens[i];
 		nbufs[i] = 1;
@@ -912,9 +930,6 @@ static mc_status put_batch_values(struct mc_store *s, const char *const *keys,
 	put_many(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
 	rc = mc_store_first_failure(res, n);
 out:
-	if (rc == MC_ERR_NOMEM && results)
-		for (size_t i = 0; i < n; i++)
-			results[i] = rc;
 	if (res != results)
 		mc_free(res);
 	mc_free(bufs);
@@ -1059,22 +1074,28 @@ static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
 	if (!res)
 		res = mc_calloc(n ? n : 1, sizeof(*res));
 	totals = mc_calloc(n ? n : 1, sizeof(*totals));
+	for (size_t i = 0; i < n; i++) {
+		mc_status st = mc_store_check_key(keys[i]);
+		uint64_t total = 0;
+		for (size_t b = 0; st == MC_OK && b < nbufs[i]; b++) {
+			if (lens[i][b] && !bufs[i][b])
+				st = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
+						  keys[i]);
+			total += lens[i][b];
+		}
+		if (st == MC_OK && total == 0)
+			st = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
+		if (res)
+			res[i] = st;
+		if (totals)
+			totals[i] = total;
+	}
 	if (!res || !totals) {
+		results_nomem(results, n);
 		if (res != results)
 			mc_free(res);
 		mc_free(totals);
 		return MC_ERR_NOMEM;
-	}
-	for (size_t i = 0; i < n; i++) {
-		res[i] = mc_store_check_key(keys[i]);
-		for (size_t b = 0; res[i] == MC_OK && b < nbufs[i]; b++) {
-			if (lens[i][b] && !bufs[i][b])
-				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
-						      keys[i]);
-			totals[i] += lens[i][b];
-		}
-		if (res[i] == MC_OK && totals[i] == 0)
-			res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "empty value for %s", keys[i]);
 	}
 	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, res);
 	rc = mc_store_first_failure(res, n);
@@ -1124,8 +1145,6 @@ static mc_status batch_put_from(struct mc_store *s, const char *const *keys, voi
 	mc_status rc = batch_begin(s, keys, bufs, n, config);
 	if (rc == MC_OK && n && !lens)
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_put_from: NULL lens");
-	if (rc == MC_OK && n)
-		rc = one_buf_views_new(bufs, lens, n, &v);
 	if (rc != MC_OK) {
 		for (size_t i = 0; results && i < n; i++)
 			results[i] = rc;
@@ -1133,6 +1152,12 @@ static mc_status batch_put_from(struct mc_store *s, const char *const *keys, voi
 	}
 	if (n == 0)
 		return MC_OK;
+	if (one_buf_views_new(bufs, lens, n, &v) != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = one_value_check(keys[i], bufs[i], lens[i]);
+		results_nomem(results, n);
+		return MC_ERR_NOMEM;
+	}
 	rc = batch_put_multi(s, keys, v.bufs, v.lens, v.nbufs, n, config, upsert, results);
 	one_buf_views_free(&v);
 	return rc;
