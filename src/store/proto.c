@@ -50,44 +50,8 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "base/log.h"
-
-/* ------------------------------------------------------------------------ */
-/* Little-endian helpers                                                     */
-
-static void put_le16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-	       ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Little-endian writers over struct mc_buf                                  */
@@ -101,7 +65,7 @@ void mc_buf_put_u8(struct mc_buf *b, uint8_t v)
 void mc_buf_put_u16(struct mc_buf *b, uint16_t v)
 {
 	if (mc_buf_reserve(b, 2) == MC_OK) {
-		put_le16(b->data + b->len, v);
+		mc_put_le16(b->data + b->len, v);
 		b->len += 2;
 	}
 }
@@ -109,7 +73,7 @@ void mc_buf_put_u16(struct mc_buf *b, uint16_t v)
 void mc_buf_put_u32(struct mc_buf *b, uint32_t v)
 {
 	if (mc_buf_reserve(b, 4) == MC_OK) {
-		put_le32(b->data + b->len, v);
+		mc_put_le32(b->data + b->len, v);
 		b->len += 4;
 	}
 }
@@ -117,7 +81,7 @@ void mc_buf_put_u32(struct mc_buf *b, uint32_t v)
 void mc_buf_put_u64(struct mc_buf *b, uint64_t v)
 {
 	if (mc_buf_reserve(b, 8) == MC_OK) {
-		put_le64(b->data + b->len, v);
+		mc_put_le64(b->data + b->len, v);
 		b->len += 8;
 	}
 }
@@ -173,7 +137,7 @@ mc_status mc_reader_u16(struct mc_reader *r, uint16_t *out)
 {
 	mc_status rc = need(r, 2);
 	if (rc == MC_OK)
-		*out = get_le16(take(r, 2));
+		*out = mc_get_le16(take(r, 2));
 	return rc;
 }
 
@@ -181,7 +145,7 @@ mc_status mc_reader_u32(struct mc_reader *r, uint32_t *out)
 {
 	mc_status rc = need(r, 4);
 	if (rc == MC_OK)
-		*out = get_le32(take(r, 4));
+		*out = mc_get_le32(take(r, 4));
 	return rc;
 }
 
@@ -189,7 +153,7 @@ mc_status mc_reader_u64(struct mc_reader *r, uint64_t *out)
 {
 	mc_status rc = need(r, 8);
 	if (rc == MC_OK)
-		*out = get_le64(take(r, 8));
+		*out = mc_get_le64(take(r, 8));
 	return rc;
 }
 
@@ -218,30 +182,30 @@ mc_status mc_reader_count(struct mc_reader *r, size_t min_item, uint32_t *out)
 void mc_proto_hdr_encode(const struct mc_proto_hdr *h, uint8_t out[MC_PROTO_HDR_LEN])
 {
 	memset(out, 0, MC_PROTO_HDR_LEN);
-	put_le32(out, MC_PROTO_MAGIC);
+	mc_put_le32(out, MC_PROTO_MAGIC);
 	out[4] = h->major;
 	out[5] = h->minor;
-	put_le16(out + 6, h->type);
-	put_le16(out + 8, h->flags);
-	put_le32(out + 12, (uint32_t)h->status);
-	put_le64(out + 16, h->req_id);
-	put_le32(out + 24, h->payload_len);
+	mc_put_le16(out + 6, h->type);
+	mc_put_le16(out + 8, h->flags);
+	mc_put_le32(out + 12, (uint32_t)h->status);
+	mc_put_le64(out + 16, h->req_id);
+	mc_put_le32(out + 24, h->payload_len);
 }
 
 mc_status mc_proto_hdr_decode(const uint8_t in[MC_PROTO_HDR_LEN], uint32_t max_payload,
 			      struct mc_proto_hdr *out)
 {
-	uint32_t magic = get_le32(in);
+	uint32_t magic = mc_get_le32(in);
 
 	if (magic != MC_PROTO_MAGIC)
 		return mc_set_error(MC_ERR_PROTOCOL, "store proto: bad magic 0x%08x", magic);
 	out->major = in[4];
 	out->minor = in[5];
-	out->type = get_le16(in + 6);
-	out->flags = get_le16(in + 8);
-	out->status = (int32_t)get_le32(in + 12);
-	out->req_id = get_le64(in + 16);
-	out->payload_len = get_le32(in + 24);
+	out->type = mc_get_le16(in + 6);
+	out->flags = mc_get_le16(in + 8);
+	out->status = (int32_t)mc_get_le32(in + 12);
+	out->req_id = mc_get_le64(in + 16);
+	out->payload_len = mc_get_le32(in + 24);
 	if (out->major != MC_STORE_PROTO_MAJOR)
 		return mc_set_error(MC_ERR_INVALID_VERSION,
 				    "store proto: peer speaks protocol %u.%u, we speak %u.%u",
@@ -261,7 +225,7 @@ mc_status mc_proto_frame_peek(const void *buf, size_t len, uint32_t max_payload,
 	uint8_t magic[4];
 	mc_status rc;
 
-	put_le32(magic, MC_PROTO_MAGIC);
+	mc_put_le32(magic, MC_PROTO_MAGIC);
 	if (len < MC_PROTO_HDR_LEN) {
 		if (memcmp(buf, magic, MC_MIN(len, sizeof(magic))) != 0)
 			return mc_set_error(MC_ERR_PROTOCOL, "store proto: bad magic");
