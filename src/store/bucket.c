@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -41,6 +40,7 @@
 #include "base/alloc.h"
 #include "base/endian.h"
 #include "base/log.h"
+#include "store/disk_io.h"
 
 #define REC_MAGIC	 0x5242434du /* "MCBR" */
 #define META_MAGIC	 0x4d42434du /* "MCBM" */
@@ -249,45 +249,45 @@ static mc_status write_fail(const char *what, const char *id, int err)
 	return mc_set_error(MC_ERR_FILE_WRITE_FAIL, "bucket %s: %s: %s", id, what, strerror(err));
 }
 
-/* pwritev of all of iov at off, through short writes. */
-static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
+/* mc_last_error() without its trailing " (STATUS)", to quote inside another. */
+static void last_reason(char *out, size_t cap)
 {
-	while (n > 0) {
-		ssize_t w = pwritev(fd, iov, n, (off_t)off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (w == 0) {
-			errno = EIO;
-			return -1;
-		}
-		off += (uint64_t)w;
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
+	char *p;
+	snprintf(out, cap, "%s", mc_last_error());
+	p = strrchr(out, '(');
+	if (p && p > out && p[-1] == ' ')
+		p[-1] = '\0';
 }
 
-/* The records of objs into fd, filling m's entries. */
-static mc_status write_records(int fd, const char *id, const struct mc_bucket_obj *objs, size_t n,
-			       struct mc_bucket_meta *m)
+/* One whole read or write through io (NULL: pread/pwrite). */
+static mc_status io_one(struct mc_disk_io *io, int fd, bool write, void *buf, size_t len,
+			uint64_t off)
 {
-	uint8_t *head = mc_malloc(mc_bucket_rec_data_off(MC_BUCKET_KEY_MAX));
-	uint64_t off = 0;
-	mc_status st = MC_OK;
+	struct mc_disk_op op = {fd, write, buf, len, off, MC_OK};
+	return mc_disk_io_run(io, &op, 1);
+}
 
-	if (!head)
-		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for a record header", id);
-	for (size_t i = 0; i < n && st == MC_OK; i++) {
+/* The records of objs into fd, filling m's entries: one batch of
+ * operations (each record's header block, value and padding), in flight
+ * together. */
+static mc_status write_records(struct mc_disk_io *io, int fd, const char *id,
+			       const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *m)
+{
+	struct mc_disk_op *ops = mc_calloc(3 * n, sizeof(*ops));
+	uint64_t heads_len = 0, off = 0;
+	uint8_t *heads;
+	size_t nops = 0;
+	mc_status st;
+
+	for (size_t i = 0; i < n; i++)
+		heads_len += mc_bucket_rec_data_off((uint32_t)objs[i].key_len);
+	heads = mc_malloc(heads_len);
+	if (!ops || !heads) {
+		mc_free(ops);
+		mc_free(heads);
+		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for record headers", id);
+	}
+	for (size_t i = 0, h_off = 0; i < n; i++) {
 		const struct mc_bucket_obj *o = &objs[i];
 		struct mc_bucket_entry *e = &m->entries[i];
 		struct mc_bucket_rec_hdr h = {
@@ -298,27 +298,29 @@ static mc_status write_records(int fd, const char *id, const struct mc_bucket_ob
 		};
 		uint64_t head_len = mc_bucket_rec_data_off(h.key_len);
 		uint64_t span = mc_bucket_rec_span(h.key_len, h.data_len);
-		struct iovec iov[3];
-		int niov = 0;
+		uint8_t *head = heads + h_off;
 
 		mc_bucket_rec_hdr_encode(&h, head);
 		memcpy(head + MC_BUCKET_REC_HDR_SIZE, o->key, o->key_len);
 		memset(head + MC_BUCKET_REC_HDR_SIZE + o->key_len, 0,
 		       head_len - MC_BUCKET_REC_HDR_SIZE - o->key_len);
-		iov[niov++] = (struct iovec){head, head_len};
+		ops[nops++] = (struct mc_disk_op){fd, true, head, head_len, off, MC_OK};
 		if (o->len)
-			iov[niov++] = (struct iovec){(void *)(uintptr_t)o->data, o->len};
+			ops[nops++] = (struct mc_disk_op){
+				fd,	true,		(void *)(uintptr_t)o->data,
+				o->len, off + head_len, MC_OK};
 		if (span - head_len > o->len)
-			iov[niov++] =
-				(struct iovec){(void *)(uintptr_t)zeros, span - head_len - o->len};
-		if (pwritev_all(fd, iov, niov, off) != 0) {
-			st = write_fail("writing a record", id, errno);
-			break;
-		}
+			ops[nops++] = (struct mc_disk_op){fd,
+							  true,
+							  (void *)(uintptr_t)zeros,
+							  span - head_len - o->len,
+							  off + head_len + o->len,
+							  MC_OK};
 		e->key = mc_malloc(o->key_len + 1);
 		if (!e->key) {
-			st = mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for a key", id);
-			break;
+			mc_free(ops);
+			mc_free(heads);
+			return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for a key", id);
 		}
 		memcpy(e->key, o->key, o->key_len);
 		e->key[o->key_len] = '\0';
@@ -327,9 +329,18 @@ static mc_status write_records(int fd, const char *id, const struct mc_bucket_ob
 		e->data_len = h.data_len;
 		e->data_sum = h.data_sum;
 		off += span;
+		h_off += head_len;
 	}
 	m->bucket_bytes = off;
-	mc_free(head);
+	st = mc_disk_io_run(io, ops, nops);
+	if (st != MC_OK) {
+		char why[256];
+		last_reason(why, sizeof(why));
+		st = mc_set_error(MC_ERR_FILE_WRITE_FAIL, "bucket %s: writing its records: %s", id,
+				  why);
+	}
+	mc_free(ops);
+	mc_free(heads);
 	return st;
 }
 
@@ -351,7 +362,8 @@ static mc_status check_objs(const char *id, const struct mc_bucket_obj *objs, si
 }
 
 /* The index to <id>.meta.tmp, fsynced, renamed to <id>.meta. */
-static mc_status write_index(int dirfd, const char *id, const struct mc_bucket_meta *m)
+static mc_status write_index(struct mc_disk_io *io, int dirfd, const char *id,
+			     const struct mc_bucket_meta *m)
 {
 	char tmp[MC_BUCKET_ID_MAX + 16], name[MC_BUCKET_ID_MAX + 16];
 	struct mc_buf b;
@@ -370,9 +382,14 @@ static mc_status write_index(int dirfd, const char *id, const struct mc_bucket_m
 	if (fd < 0) {
 		st = write_fail("creating the index", id, errno);
 	} else {
-		struct iovec iov = {b.data, b.len};
-		if (pwritev_all(fd, &iov, 1, 0) != 0 || fsync(fd) != 0)
-			st = write_fail("writing the index", id, errno);
+		if (io_one(io, fd, true, b.data, b.len, 0) != MC_OK) {
+			char why[256];
+			last_reason(why, sizeof(why));
+			st = mc_set_error(MC_ERR_FILE_WRITE_FAIL,
+					  "bucket %s: writing the index: %s", id, why);
+		} else if (fsync(fd) != 0) {
+			st = write_fail("syncing the index", id, errno);
+		}
 		close(fd);
 		if (st == MC_OK && renameat(dirfd, tmp, dirfd, name) != 0)
 			st = write_fail("renaming the index", id, errno);
@@ -383,8 +400,8 @@ static mc_status write_index(int dirfd, const char *id, const struct mc_bucket_m
 	return st;
 }
 
-mc_status mc_bucket_write(int dirfd, const char *id, const struct mc_bucket_obj *objs, size_t n,
-			  struct mc_bucket_meta *out)
+mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
+			  const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *out)
 {
 	char data_name[MC_BUCKET_ID_MAX + 16];
 	struct mc_bucket_meta m = {0};
@@ -409,12 +426,12 @@ mc_status mc_bucket_write(int dirfd, const char *id, const struct mc_bucket_obj 
 		mc_bucket_meta_release(&m);
 		return st;
 	}
-	st = write_records(fd, id, objs, n, &m);
+	st = write_records(io, fd, id, objs, n, &m);
 	if (st == MC_OK && fsync(fd) != 0)
 		st = write_fail("syncing the data file", id, errno);
 	close(fd);
 	if (st == MC_OK)
-		st = write_index(dirfd, id, &m);
+		st = write_index(io, dirfd, id, &m);
 	if (st == MC_OK && fsync(dirfd) != 0)
 		st = write_fail("syncing the directory", id, errno);
 	if (st != MC_OK) {
@@ -439,28 +456,6 @@ static mc_status read_fail(const char *what, const char *id, int err)
 	return mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket %s: %s: %s", id, what, strerror(err));
 }
 
-/* pread of exactly n bytes at off; 0, or -1 with errno (EIO for a short file). */
-static int pread_all(int fd, void *dst, size_t n, uint64_t off)
-{
-	uint8_t *p = dst;
-	while (n > 0) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		if (r == 0) {
-			errno = EIO;
-			return -1;
-		}
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
-
 /* A whole .meta file, at most what its largest valid form could take. */
 static mc_status read_index_file(int dirfd, const char *id, struct mc_buf *b)
 {
@@ -483,9 +478,8 @@ static mc_status read_index_file(int dirfd, const char *id, struct mc_buf *b)
 	else if ((uint64_t)sb.st_size > limit)
 		st = refuse(MC_ERR_FILE_READ_FAIL, "index", "larger than any index");
 	else if ((st = mc_buf_reserve(b, (size_t)sb.st_size)) == MC_OK) {
-		if (pread_all(fd, b->data, (size_t)sb.st_size, 0) != 0)
-			st = read_fail("reading the index", id, errno);
-		else
+		st = io_one(NULL, fd, false, b->data, (size_t)sb.st_size, 0);
+		if (st == MC_OK)
 			b->len = (size_t)sb.st_size;
 	}
 	close(fd);
@@ -544,10 +538,12 @@ int mc_bucket_open(int dirfd, const char *id, mc_status *rc)
 	return fd;
 }
 
-mc_status mc_bucket_read(int fd, const struct mc_bucket_entry *e, void *dst, uint64_t cap)
+mc_status mc_bucket_read(struct mc_disk_io *io, int fd, const struct mc_bucket_entry *e, void *dst,
+			 uint64_t cap)
 {
 	uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
 	struct mc_bucket_rec_hdr h;
+	struct mc_disk_op ops[2];
 	uint8_t *head;
 	mc_status st;
 
@@ -558,9 +554,14 @@ mc_status mc_bucket_read(int fd, const struct mc_bucket_entry *e, void *dst, uin
 	head = mc_malloc(head_len);
 	if (!head)
 		return mc_set_error(MC_ERR_NOMEM, "bucket read: no memory for a record header");
-	if (pread_all(fd, head, head_len, e->offset) != 0) {
-		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: header: %s", e->key,
-				  strerror(errno));
+	/* header and value in one batch; the value is trusted only after both check out */
+	ops[0] = (struct mc_disk_op){fd, false, head, head_len, e->offset, MC_OK};
+	ops[1] = (struct mc_disk_op){fd, false, dst, e->data_len, e->offset + head_len, MC_OK};
+	st = mc_disk_io_run(io, ops, e->data_len ? 2 : 1);
+	if (st != MC_OK) {
+		char why[256];
+		last_reason(why, sizeof(why));
+		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: %s", e->key, why);
 		goto out;
 	}
 	st = mc_bucket_rec_hdr_decode(head, head_len, &h);
@@ -571,11 +572,6 @@ mc_status mc_bucket_read(int fd, const struct mc_bucket_entry *e, void *dst, uin
 	    h.key_sum != XXH3_64bits(e->key, e->key_len)) {
 		st = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
 				  "bucket read of %s: the record is not the index's", e->key);
-		goto out;
-	}
-	if (pread_all(fd, dst, e->data_len, e->offset + head_len) != 0) {
-		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: value: %s", e->key,
-				  strerror(errno));
 		goto out;
 	}
 	if (XXH3_64bits(dst, e->data_len) != h.data_sum)

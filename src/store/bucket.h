@@ -26,8 +26,9 @@
  * the fifo eviction order.  All integers on disk are little-endian.
  *
  * The decoders are pure functions over bytes read from disk and validate
- * everything (tests/fuzz/fuzz_bucket.c); the file functions use plain
- * pread/pwrite, which is also the fallback when io_uring is refused.
+ * everything (tests/fuzz/fuzz_bucket.c); the file functions move their
+ * bytes through a store/disk_io.h handle (io_uring, or pread/pwrite where
+ * it is refused), or with pread/pwrite when given none.
  * Not thread-safe on one directory: one writer owns it (docs/design.md).
  */
 #ifndef MC_STORE_BUCKET_H
@@ -38,6 +39,7 @@
 
 #include "base/buf.h"
 #include "mooncake/status.h"
+#include "store/disk_io.h"
 
 #define MC_BUCKET_ALIGN	       4096u
 #define MC_BUCKET_REC_HDR_SIZE 64u
@@ -119,15 +121,16 @@ struct mc_bucket_obj {
 void mc_bucket_id(char out[MC_BUCKET_ID_MAX], uint64_t ms, uint32_t seq);
 
 /*
- * Writes objs as bucket id in the directory dirfd, durably: on MC_OK both
+ * Writes objs as bucket id in the directory dirfd, durably (the records
+ * in one batch through io, store/disk_io.h; NULL for pread/pwrite): on MC_OK both
  * files are written, fsynced and the .meta renamed into place.  out, when
  * not NULL, receives the index written (release it).  On failure nothing
  * of id is left behind.  MC_ERR_INVALID_PARAMS (no objects, a bad key or
  * id, a bucket of that id already), MC_ERR_FILE_WRITE_FAIL (a full disk
  * among others; errno's text in mc_last_error()), MC_ERR_NOMEM.
  */
-mc_status mc_bucket_write(int dirfd, const char *id, const struct mc_bucket_obj *objs, size_t n,
-			  struct mc_bucket_meta *out);
+mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
+			  const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *out);
 
 /* Reads and decodes <id>.meta and checks that <id>.bucket holds
  * bucket_bytes.  MC_ERR_FILE_NOT_FOUND, MC_ERR_FILE_READ_FAIL,
@@ -145,7 +148,8 @@ int mc_bucket_open(int dirfd, const char *id, mc_status *rc);
  * MC_ERR_BUFFER_OVERFLOW (cap too small), MC_ERR_FILE_READ_FAIL (short
  * file, header refused), MC_ERR_CHECKSUM_MISMATCH, MC_ERR_NOMEM.
  */
-mc_status mc_bucket_read(int fd, const struct mc_bucket_entry *e, void *dst, uint64_t cap);
+mc_status mc_bucket_read(struct mc_disk_io *io, int fd, const struct mc_bucket_entry *e, void *dst,
+			 uint64_t cap);
 
 /* Deletes bucket id: its .meta first (so a crash in between leaves an
  * orphan .bucket that the next scan deletes), then its .bucket. */

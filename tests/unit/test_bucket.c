@@ -3,8 +3,9 @@
  * on real files: written, found and read back, and every way a bucket on
  * disk can be incomplete or damaged refused, never served.
  *
- * The file cases run twice, in a directory under /tmp (the machine's
- * disk) and under /dev/shm (tmpfs) when it exists.
+ * The file cases run three times: through io_uring in a directory under
+ * /tmp (the machine's disk) and under /dev/shm (tmpfs, when it exists),
+ * and with the pread/pwrite fallback forced.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,16 +34,29 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/* Where and how a file case runs. */
+struct mode {
+	const char *base_dir;
+	bool uring; /* false: the pread/pwrite fallback, forced */
+};
+
+static const struct mode on_disk = {"/tmp", true}, on_tmpfs = {"/dev/shm", true},
+			 fallback = {"/tmp", false};
 static const char *base_dir = "/tmp";
 static char dir[256];
 static int dirfd_ = -1;
+static struct mc_disk_io *IO;
 
 static int dir_setup(void **state)
 {
+	const struct mode *m = *state;
+	struct mc_disk_io_params p = {.use_uring = m->uring};
 	struct stat sb;
-	base_dir = *state ? (const char *)*state : "/tmp";
+	base_dir = m->base_dir;
 	if (stat(base_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
 		base_dir = "/tmp"; /* no tmpfs here: the disk twice */
+	if (mc_disk_io_new(&p, &IO) != MC_OK || mc_disk_io_uring(IO) != m->uring)
+		return -1;
 	snprintf(dir, sizeof(dir), "%s/mc-bucket-XXXXXX", base_dir);
 	if (!mkdtemp(dir))
 		return -1;
@@ -55,6 +69,8 @@ static int dir_teardown(void **state)
 	char cmd[300];
 	(void)state;
 	close(dirfd_);
+	mc_disk_io_free(IO);
+	IO = NULL;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
@@ -128,7 +144,7 @@ static mc_status read_entry(const char *id, const struct mc_bucket_entry *e, voi
 	int fd = mc_bucket_open(dirfd_, id, &rc);
 	if (fd < 0)
 		return rc;
-	rc = mc_bucket_read(fd, e, dst, e->data_len);
+	rc = mc_bucket_read(IO, fd, e, dst, e->data_len);
 	close(fd);
 	return rc;
 }
@@ -143,7 +159,7 @@ static void write_load_read(void **state)
 	(void)state;
 	sample_make(&s, 1);
 	mc_bucket_id(id, 1700000000000ull, 1);
-	assert_int_equal(mc_bucket_write(dirfd_, id, s.objs, 3, &w), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, id, s.objs, 3, &w), MC_OK);
 	assert_int_equal(mc_bucket_load(dirfd_, id, &m), MC_OK);
 	assert_int_equal(m.n, 3);
 	assert_int_equal(m.bucket_bytes, w.bucket_bytes);
@@ -168,12 +184,12 @@ static void write_load_read(void **state)
 		int fd = mc_bucket_open(dirfd_, id, &rc);
 		char small[10];
 		assert_true(fd >= 0);
-		assert_int_equal(mc_bucket_read(fd, &m.entries[0], small, sizeof(small)),
+		assert_int_equal(mc_bucket_read(IO, fd, &m.entries[0], small, sizeof(small)),
 				 MC_ERR_BUFFER_OVERFLOW);
 		close(fd);
 	}
 	/* a second write of the same id is refused and leaves the first intact */
-	assert_int_equal(mc_bucket_write(dirfd_, id, s.objs, 3, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, id, s.objs, 3, NULL), MC_ERR_INVALID_PARAMS);
 	mc_bucket_meta_release(&w);
 	assert_int_equal(mc_bucket_load(dirfd_, id, &w), MC_OK);
 	assert_int_equal(w.n, 3);
@@ -192,15 +208,17 @@ static void bad_writes_leave_nothing(void **state)
 	char nul_key[4] = {'a', 0, 'b', 'c'};
 	(void)state;
 	sample_make(&s, 2);
-	assert_int_equal(mc_bucket_write(dirfd_, "b1", s.objs, 0, NULL), MC_ERR_INVALID_PARAMS);
-	assert_int_equal(mc_bucket_write(dirfd_, "../b1", s.objs, 1, NULL), MC_ERR_INVALID_PARAMS);
-	assert_int_equal(mc_bucket_write(dirfd_, ".b1", s.objs, 1, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "b1", s.objs, 0, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "../b1", s.objs, 1, NULL),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, ".b1", s.objs, 1, NULL),
+			 MC_ERR_INVALID_PARAMS);
 	bad = (struct mc_bucket_obj){nul_key, sizeof(nul_key), s.vals[0], 10};
-	assert_int_equal(mc_bucket_write(dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
 	bad = (struct mc_bucket_obj){s.keys[0], MC_BUCKET_KEY_MAX + 1, s.vals[0], 10};
-	assert_int_equal(mc_bucket_write(dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
 	bad = (struct mc_bucket_obj){s.keys[0], 5, NULL, 10};
-	assert_int_equal(mc_bucket_write(dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "b1", &bad, 1, NULL), MC_ERR_INVALID_PARAMS);
 	assert_false(file_exists("b1.bucket"));
 
 	/* a write the file system refuses half way (the file size limit
@@ -213,7 +231,7 @@ static void bad_writes_leave_nothing(void **state)
 		lim.rlim_cur = 64 << 10;
 		sigaction(SIGXFSZ, &ign, &prev);
 		assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-		assert_int_equal(mc_bucket_write(dirfd_, "b2", s.objs, 3, NULL),
+		assert_int_equal(mc_bucket_write(IO, dirfd_, "b2", s.objs, 3, NULL),
 				 MC_ERR_FILE_WRITE_FAIL);
 		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
 		sigaction(SIGXFSZ, &prev, NULL);
@@ -234,7 +252,7 @@ static void damaged_records_are_refused(void **state)
 	char *got = malloc((1u << 20) + 1);
 	(void)state;
 	sample_make(&s, 3);
-	assert_int_equal(mc_bucket_write(dirfd_, "d1", s.objs, 3, &m), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "d1", s.objs, 3, &m), MC_OK);
 
 	/* one bit of the second value: that object is refused, the others read */
 	flip("d1.bucket", (off_t)(m.entries[1].offset + mc_bucket_rec_data_off(12) + 777));
@@ -263,7 +281,7 @@ static void damaged_records_are_refused(void **state)
 		assert_null(l.entries);
 	}
 	/* an index with one bit flipped */
-	assert_int_equal(mc_bucket_write(dirfd_, "d2", s.objs, 3, NULL), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "d2", s.objs, 3, NULL), MC_OK);
 	flip("d2.meta", 40);
 	{
 		struct mc_bucket_meta l;
@@ -306,10 +324,10 @@ static void scan_keeps_complete_buckets_only(void **state)
 	mc_bucket_id(b, 999, 7);
 	mc_bucket_id(c, 20000, 1);
 	mc_bucket_id(d, 1000, 1);
-	assert_int_equal(mc_bucket_write(dirfd_, a, s.objs, 1, NULL), MC_OK);
-	assert_int_equal(mc_bucket_write(dirfd_, b, s.objs, 2, NULL), MC_OK);
-	assert_int_equal(mc_bucket_write(dirfd_, c, s.objs, 3, NULL), MC_OK);
-	assert_int_equal(mc_bucket_write(dirfd_, d, s.objs + 1, 2, NULL), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, a, s.objs, 1, NULL), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, b, s.objs, 2, NULL), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, c, s.objs, 3, NULL), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, d, s.objs + 1, 2, NULL), MC_OK);
 	/* an interrupted write: data without its index, and a half index */
 	touch("00000000000000005000-0000000001.bucket", "partial records");
 	touch("00000000000000005000-0000000002.bucket", "partial records");
@@ -496,23 +514,18 @@ static void record_header_codec(void **state)
 	}
 }
 
-#define ON_DISK(t) cmocka_unit_test_prestate_setup_teardown(t, dir_setup, dir_teardown, NULL)
-#define ON_TMPFS(t) \
-	cmocka_unit_test_prestate_setup_teardown(t, dir_setup, dir_teardown, (void *)"/dev/shm")
+#define ON(t, m)     cmocka_unit_test_prestate_setup_teardown(t, dir_setup, dir_teardown, (void *)&m)
+#define ALL_MODES(t) ON(t, on_disk), ON(t, on_tmpfs), ON(t, fallback)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(index_codec_round_trip_and_refusals),
 		cmocka_unit_test(record_header_codec),
-		ON_DISK(write_load_read),
-		ON_DISK(bad_writes_leave_nothing),
-		ON_DISK(damaged_records_are_refused),
-		ON_DISK(scan_keeps_complete_buckets_only),
-		ON_TMPFS(write_load_read),
-		ON_TMPFS(bad_writes_leave_nothing),
-		ON_TMPFS(damaged_records_are_refused),
-		ON_TMPFS(scan_keeps_complete_buckets_only),
+		ALL_MODES(write_load_read),
+		ALL_MODES(bad_writes_leave_nothing),
+		ALL_MODES(damaged_records_are_refused),
+		ALL_MODES(scan_keeps_complete_buckets_only),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

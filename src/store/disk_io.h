@@ -1,0 +1,74 @@
+/*
+ * store/disk_io.h - the SSD tier's file I/O: batches of whole reads and
+ * writes, through io_uring where the kernel allows it and through
+ * pread/pwrite where it does not.
+ *
+ * A batch is submitted at once and waited for as a whole, so the reads of
+ * many objects (or the records of one bucket) are in flight together.
+ * Each operation moves all its bytes or fails: a short transfer is
+ * continued from where it stopped, a read that reaches the end of the
+ * file fails (MC_ERR_FILE_READ_FAIL), a write the file system refuses
+ * fails (MC_ERR_FILE_WRITE_FAIL) with errno's text in mc_last_error().
+ *
+ * io_uring is tried when asked for (the offload setting
+ * MOONCAKE_OFFLOAD_USE_URING); when the kernel or a sandbox refuses it
+ * (ENOSYS, EPERM, a seccomp filter, io_uring_disabled) the handle falls
+ * back to pread/pwrite with one logged line, never an error.  An optional
+ * staging buffer is registered with the ring as a fixed buffer, and
+ * operations whose memory lies inside it use the fixed-buffer opcodes
+ * (no page pinning per request).  Whether a file is opened with O_DIRECT
+ * is the caller's business (mc_disk_dir_direct says whether the
+ * directory takes it); the buffers, lengths and offsets of operations on
+ * an O_DIRECT file must be 4 KiB-aligned.
+ *
+ * A handle is used by one thread at a time (it holds a lock over each
+ * batch); make one per thread for parallel batches.
+ */
+#ifndef MC_STORE_DISK_IO_H
+#define MC_STORE_DISK_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/status.h"
+
+struct mc_disk_io;
+
+struct mc_disk_io_params {
+	bool use_uring; /* false: pread/pwrite only */
+	unsigned depth; /* ring entries, 0 for 64 */
+	void *fixed;	/* staging buffer to register, or NULL */
+	size_t fixed_len;
+};
+
+/* MC_OK (with io_uring or without), MC_ERR_NOMEM, MC_ERR_INVALID_PARAMS. */
+mc_status mc_disk_io_new(const struct mc_disk_io_params *p, struct mc_disk_io **out);
+void mc_disk_io_free(struct mc_disk_io *io);
+/* Whether batches go through io_uring (false after a fallback). */
+bool mc_disk_io_uring(const struct mc_disk_io *io);
+/* Whether the staging buffer is registered as a fixed buffer. */
+bool mc_disk_io_fixed(const struct mc_disk_io *io);
+
+struct mc_disk_op {
+	int fd;
+	bool write;
+	void *buf;
+	size_t len;
+	uint64_t off;
+	mc_status status; /* out */
+};
+
+/* Runs ops (all of them, even after one fails) and waits for every one.
+ * Returns the first failure in ops' order, or MC_OK. */
+mc_status mc_disk_io_run(struct mc_disk_io *io, struct mc_disk_op *ops, size_t n);
+
+/*
+ * Whether files in the directory dirfd take O_DIRECT (tmpfs and some
+ * overlay file systems do not), found by opening an unnamed temporary
+ * file there with it (or, where O_TMPFILE is not supported, a named
+ * probe file that is removed at once).
+ */
+bool mc_disk_dir_direct(int dirfd);
+
+#endif
