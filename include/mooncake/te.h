@@ -7,8 +7,9 @@
  * (TCP; a same-host path, process_vm_readv/writev done by the target, for
  * engines on one host, off with MC_SHM_DISABLE=1; and the local memcpy path
  * used when the target is the engine itself).  Memory must be registered
- * before a peer can read or write it; every incoming request is checked
- * against the registered ranges before any byte is touched.
+ * before a peer can read or write it, and before a local request reads or
+ * writes it: every request, incoming or submitted, is checked against the
+ * registered ranges before any byte is touched.
  *
  * Threads: every function may be called from any thread at once, except
  * mc_te_free, which must not race with other calls on the same engine.
@@ -144,7 +145,8 @@ MC_API uint16_t mc_te_tcp_port(const struct mc_te *te);
 
 /* Register [addr, addr+length).  location: "cpu:N", "*" or NULL (= "*").
  * MC_ERR_ADDRESS_OVERLAPPED if it overlaps a registered range;
- * MC_ERR_INVALID_PARAMS for NULL or zero length. */
+ * MC_ERR_INVALID_PARAMS for NULL or zero length, and for host memory that
+ * is not mapped readable and writable in every page (peers write into it). */
 MC_API mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
 				bool remote_accessible);
 /* Deregister the range that starts exactly at addr (MC_ERR_ADDRESS_NOT_REGISTERED otherwise).
@@ -171,8 +173,10 @@ MC_API mc_status mc_te_batch_new(struct mc_te *te, size_t capacity, mc_batch_id 
 MC_API mc_status mc_te_batch_free(struct mc_te *te, mc_batch_id id);
 MC_API mc_status mc_te_batch_discard(struct mc_te *te, mc_batch_id id);
 /* Submit n requests (MC_ERR_TOO_MANY_REQUESTS past capacity).  A request
- * that cannot start (unknown segment, bad range) fails the whole call
- * before any of its requests is started. */
+ * that cannot start (unknown segment, bad range, a local range
+ * [source, source+length) that does not lie inside one registered range:
+ * MC_ERR_INVALID_PARAMS) fails the whole call before any of its requests
+ * is started. */
 MC_API mc_status mc_te_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
 			      size_t n);
 /* As mc_te_submit; when the batch completes, notify (name, msg) is sent to

@@ -7,7 +7,9 @@
  * threads) and hold a user reference on the entry while they copy, so
  * deregistration waits for in-flight copies instead of racing them.
  * Entries say which device a range belongs to (mem/devmem.h), -1 for host
- * memory.
+ * memory.  The engine checks that host ranges are mapped and writable
+ * before adding them (mc_memreg_check_mapped) and that the local side of
+ * every request lies inside one entry (mc_memreg_device).
  */
 #ifndef MC_MEM_MEMREG_H
 #define MC_MEM_MEMREG_H
@@ -65,5 +67,10 @@ mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out,
 			uint64_t *length_out);
 /* Copy the ranges into desc->buffers (named name), for publishing. */
 mc_status mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
+/* [addr, addr+len) is host memory this process may read and write: every
+ * page mapped, readable and writable, as a registration must be (peers
+ * write into it, local reads land in it).  MC_ERR_INVALID_PARAMS with a
+ * message otherwise.  A snapshot: it cannot stop a later munmap. */
+mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len);
 
 #endif

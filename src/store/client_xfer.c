@@ -262,7 +262,7 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 		goto out;
 	rc = mc_te_batch_new(s->te, l.n, &bid);
 	if (rc == MC_OK) {
-		rc = mc_te_submit(s->te, bid, l.v, l.n);
+		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)
 			mc_te_batch_free(s->te, bid);
 	}

@@ -668,6 +668,10 @@ static mc_status memreg_add(struct mc_te *te, void *addr, size_t length, const c
 	mc_status rc = resolve_location(te, addr, location, buf, sizeof(buf), &location, &dev);
 	if (rc != MC_OK)
 		return rc;
+	/* published at once: a hole or a read-only page would kill this process
+	 * at a peer's first write; device memory is the backend's to vouch for */
+	if (dev < 0 && (rc = mc_memreg_check_mapped((uint64_t)(uintptr_t)addr, length)) != MC_OK)
+		return rc;
 	return mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location, dev, remote);
 }
 

@@ -133,6 +133,15 @@ struct mc_te {
  * location, or a device pointer by the backend), -1 for host memory: a
  * device index, not a status, hence int. */
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
+/* [p, p+len) lies inside one range registered with te (len 0: true). */
+bool mc_te_local_registered(struct mc_te *te, const void *p, uint64_t len);
+/* As mc_te_submit, without the check that each request's local range is
+ * registered: for the store, which checks the buffers of its zero-copy
+ * calls itself (once per buffer, before asking the master anything) and
+ * hands its value calls' memory (the caller's value, its own allocations)
+ * to the engine unregistered. */
+mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
+				 size_t n);
 
 /* ---- te/segment.c --------------------------------------------------------- */
 

@@ -49,10 +49,17 @@ int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len)
 	return mc_memreg_ptr_device(&te->memreg, te->devmem, p, len);
 }
 
+bool mc_te_local_registered(struct mc_te *te, const void *p, uint64_t len)
+{
+	int dev;
+	return !len || mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev);
+}
+
 /* Validate every request before any starts; resolve each target's peer
  * (NULL = the local segment) and transport. */
 static mc_status submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_xfer_req *reqs,
-			       size_t n, struct mc_peer **peers, struct mc_transport **tps)
+			       size_t n, bool check_local, struct mc_peer **peers,
+			       struct mc_transport **tps)
 {
 	if (b->ntasks + n > b->capacity)
 		return mc_set_error(MC_ERR_TOO_MANY_REQUESTS,
@@ -70,6 +77,13 @@ static mc_status submit_checks(struct mc_te *te, struct mc_batch *b, const struc
 		if (r->length && r->target_offset + r->length < r->target_offset)
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
 					    "request %zu: target range overflows", i);
+		/* the local side: a wild pointer or a length past the caller's
+		 * buffer would otherwise be read, or written, by a worker */
+		if (check_local && !mc_te_local_registered(te, r->source, r->length))
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "request %zu: local range %p+%llu is not inside one "
+					    "registered buffer",
+					    i, r->source, (unsigned long long)r->length);
 		peers[i] = NULL;
 		tps[i] = te->local_tp;
 		if (r->target_id == MC_LOCAL_SEGMENT)
@@ -105,7 +119,8 @@ static mc_status submit_checks(struct mc_te *te, struct mc_batch *b, const struc
 }
 
 static mc_status do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
-			   size_t n, const char *notify_name, const char *notify_msg)
+			   size_t n, bool check_local, const char *notify_name,
+			   const char *notify_msg)
 {
 	struct mc_batch *b;
 	struct mc_peer *segs_stack[64], **segs = segs_stack;
@@ -130,7 +145,7 @@ static mc_status do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfe
 			return MC_ERR_NOMEM;
 		}
 	}
-	rc = submit_checks(te, b, reqs, n, segs, tps);
+	rc = submit_checks(te, b, reqs, n, check_local, segs, tps);
 	if (rc != MC_OK)
 		goto out;
 	if (notify_name) {
@@ -234,7 +249,13 @@ out:
 
 mc_status mc_te_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs, size_t n)
 {
-	return do_submit(te, id, reqs, n, NULL, NULL);
+	return do_submit(te, id, reqs, n, true, NULL, NULL);
+}
+
+mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
+				 size_t n)
+{
+	return do_submit(te, id, reqs, n, false, NULL, NULL);
 }
 
 mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
@@ -242,7 +263,7 @@ mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id, const struc
 {
 	if (n == 0)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit with notify: no requests");
-	return do_submit(te, id, reqs, n, notify_name ? notify_name : "", notify_msg);
+	return do_submit(te, id, reqs, n, true, notify_name ? notify_name : "", notify_msg);
 }
 
 static void maybe_send_batch_notify(struct mc_te *te, struct mc_batch *b)

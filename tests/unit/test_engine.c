@@ -39,8 +39,21 @@
 struct pair {
 	struct mc_te *a, *b;
 	char *abuf, *bbuf;
+	char *scratch; /* a page registered with a only, not remotely accessible */
 	mc_segment_id b_id;
 };
+
+/* Local buffers of a request must be registered with its engine: register
+ * a test's own buffer for local use only (not published). */
+static void reg_local(struct mc_te *te, void *buf, size_t len)
+{
+	assert_int_equal(mc_te_register(te, buf, len, "cpu:0", false), MC_OK);
+}
+
+static void unreg_local(struct mc_te *te, void *buf)
+{
+	assert_int_equal(mc_te_deregister(te, buf), MC_OK);
+}
 
 static struct mc_te *new_engine(const char *uri, const char *name)
 {
@@ -58,6 +71,8 @@ static int setup_pair(void **state, const char *uri)
 	p->bbuf = mmap(NULL, BUF, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	assert_int_equal(mc_te_register(p->a, p->abuf, BUF, "cpu:0", true), MC_OK);
 	assert_int_equal(mc_te_register(p->b, p->bbuf, BUF, "cpu:0", true), MC_OK);
+	p->scratch = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	reg_local(p->a, p->scratch, 4096);
 	assert_int_equal(mc_te_open_segment(p->a, mc_te_local_name(p->b), &p->b_id), MC_OK);
 	assert_true(p->b_id != MC_LOCAL_SEGMENT);
 	*state = p;
@@ -102,6 +117,7 @@ static int teardown_pair(void **state)
 	mc_te_free(p->b);
 	munmap(p->abuf, BUF);
 	munmap(p->bbuf, BUF);
+	munmap(p->scratch, 4096);
 	free(p);
 	return 0;
 }
@@ -123,9 +139,9 @@ static int xfer(struct mc_te *te, int op, void *local, mc_segment_id seg, uint64
  * writes (the v1 setup uses one connection per peer). */
 static void fence(struct pair *p)
 {
-	char c;
-	assert_int_equal(xfer(p->a, MC_OP_READ, &c, p->b_id, (uint64_t)(uintptr_t)p->bbuf, 1),
-			 MC_OK);
+	assert_int_equal(
+		xfer(p->a, MC_OP_READ, p->scratch, p->b_id, (uint64_t)(uintptr_t)p->bbuf, 1),
+		MC_OK);
 }
 
 static void write_read_roundtrip_sizes(void **state)
@@ -213,6 +229,7 @@ static void local_segment_copies_and_checks_bounds(void **state)
 	uint64_t base = (uint64_t)(uintptr_t)p->abuf;
 	char src[1000];
 	mc_test_fill(src, sizeof(src), 3);
+	reg_local(p->a, src, sizeof(src));
 	assert_int_equal(xfer(p->a, MC_OP_WRITE, src, MC_LOCAL_SEGMENT, base + 5, sizeof(src)),
 			 MC_OK);
 	assert_memory_equal(src, p->abuf + 5, sizeof(src));
@@ -220,8 +237,95 @@ static void local_segment_copies_and_checks_bounds(void **state)
 			 MC_ERR_ADDRESS_NOT_REGISTERED);
 	/* large: goes through the copy pool */
 	mc_test_fill(p->abuf, 4 << 20, 5);
+	reg_local(p->a, p->bbuf, BUF);
 	assert_int_equal(xfer(p->a, MC_OP_READ, p->bbuf, MC_LOCAL_SEGMENT, base, 8 << 20), MC_OK);
 	assert_memory_equal(p->bbuf, p->abuf, 8 << 20);
+	unreg_local(p->a, p->bbuf);
+	unreg_local(p->a, src);
+}
+
+/* The local side of a request must lie inside one registered range: a
+ * length past the buffer, a wild pointer or unregistered memory is refused
+ * before any byte moves, and neither side's memory changes. */
+static void local_ranges_must_be_registered(void **state)
+{
+	struct pair *p = *state;
+	uint64_t dst = (uint64_t)(uintptr_t)p->bbuf;
+	char *heap = malloc(4096);
+	struct mc_xfer_req two[2] = {
+		{.opcode = MC_OP_WRITE,
+		 .source = p->abuf,
+		 .target_id = p->b_id,
+		 .target_offset = dst,
+		 .length = 64},
+		{.opcode = MC_OP_WRITE,
+		 .source = p->abuf + BUF - 8,
+		 .target_id = p->b_id,
+		 .target_offset = dst + 64,
+		 .length = 64},
+	};
+
+	memset(p->abuf, 0x11, BUF);
+	memset(p->bbuf, 0x22, 4096);
+	/* past the end of the registered buffer, both directions */
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf + BUF - 8, p->b_id, dst, 64),
+			 MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "registered"));
+	assert_int_equal(xfer(p->a, MC_OP_READ, p->abuf + BUF - 8, p->b_id, dst, 64),
+			 MC_ERR_INVALID_PARAMS);
+	/* a wild pointer and unregistered memory */
+	assert_int_equal(xfer(p->a, MC_OP_READ, (void *)(uintptr_t)0x10, p->b_id, dst, 64),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(xfer(p->a, MC_OP_READ, heap, p->b_id, dst, 64), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(xfer(p->a, MC_OP_READ, (void *)(uintptr_t)0x10, MC_LOCAL_SEGMENT,
+			      (uint64_t)(uintptr_t)p->abuf, 64),
+			 MC_ERR_INVALID_PARAMS);
+	/* one bad request fails the whole submit: the good one did not start */
+	assert_int_equal(mc_te_transfer_sync(p->a, two, 2, 10000), MC_ERR_INVALID_PARAMS);
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal((unsigned char)p->bbuf[i], 0x22);
+	for (size_t i = BUF - 64; i < BUF; i++)
+		assert_int_equal((unsigned char)p->abuf[i], 0x11);
+	/* and the same ranges once registered */
+	reg_local(p->a, heap, 4096);
+	assert_int_equal(xfer(p->a, MC_OP_READ, heap, p->b_id, dst, 64), MC_OK);
+	assert_int_equal((unsigned char)heap[63], 0x22);
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf + BUF - 64, p->b_id, dst, 64), MC_OK);
+	unreg_local(p->a, heap);
+	free(heap);
+}
+
+/* Registration refuses host memory the process cannot read and write in
+ * every page: a hole, a read-only page, a PROT_NONE guard page. */
+static void registration_refuses_unmapped_memory(void **state)
+{
+	struct pair *p = *state;
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct mc_te_buffer both[2] = {{.addr = m, .length = pg}, {.addr = m + pg, .length = pg}};
+
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(munmap(m + pg, pg), 0); /* a hole in the middle */
+	assert_int_equal(mprotect(m + 2 * pg, pg, PROT_READ), 0);
+	assert_int_equal(mprotect(m + 3 * pg, pg, PROT_NONE), 0);
+	assert_int_equal(mc_te_register(p->a, m + pg, pg, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "not mapped"));
+	assert_int_equal(mc_te_register(p->a, m, 2 * pg, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_register(p->a, m + 2 * pg, pg, "cpu:0", true),
+			 MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "writable"));
+	assert_int_equal(mc_te_register(p->a, m + 3 * pg, 1, "cpu:0", false),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_register(p->a, (void *)(uintptr_t)0x10, 4096, "cpu:0", true),
+			 MC_ERR_INVALID_PARAMS);
+	/* all or nothing: the good first entry is not left behind */
+	assert_int_equal(mc_te_register_batch(p->a, both, 2, "cpu:0"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_deregister(p->a, m), MC_ERR_ADDRESS_NOT_REGISTERED);
+	/* a good range still registers */
+	assert_int_equal(mc_te_register(p->a, m, pg, "cpu:0", true), MC_OK);
+	assert_int_equal(mc_te_deregister(p->a, m), MC_OK);
+	munmap(m, pg);
+	munmap(m + 2 * pg, 2 * pg);
 }
 
 static void notify_and_probe(void **state)
@@ -294,6 +398,8 @@ static void many_large_reads_in_flight_complete(void **state)
 	struct mc_xfer_status st;
 	mc_batch_id id;
 
+	reg_local(p->a, local, (size_t)N * BLK);
+
 	mc_test_fill(p->bbuf, BUF, 21);
 	for (int i = 0; i < N; i++) {
 		reqs[i].opcode = MC_OP_READ;
@@ -308,6 +414,7 @@ static void many_large_reads_in_flight_complete(void **state)
 	for (int i = 0; i < N; i++)
 		assert_memory_equal(local + (size_t)i * BLK, p->bbuf + (size_t)(i % 8) * BLK, BLK);
 	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	unreg_local(p->a, local);
 	free(local);
 }
 
@@ -334,11 +441,13 @@ static void accepted_connections_are_spread_over_workers(void **state)
 				  .length = 1 << 20};
 
 	mc_test_fill(src, 1 << 20, 5);
+	reg_local(p->a, src, 1 << 20);
 	assert_int_equal(mc_te_transfer_sync(p->a, &req, 1, 20000), MC_OK);
 	assert_memory_equal(p->bbuf, src, 1 << 20);
 	/* every slice was served, so every connection was adopted */
 	assert_int_equal(mc_tcp_worker_sconns(mc_te_transport(b, "tcp"), 0), 2);
 	assert_int_equal(mc_tcp_worker_sconns(mc_te_transport(b, "tcp"), 1), 2);
+	unreg_local(p->a, src);
 	free(src);
 }
 
@@ -597,6 +706,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(accepted_connections_are_spread_over_workers,
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(local_ranges_must_be_registered, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(registration_refuses_unmapped_memory, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
 						setup_mem, teardown_pair),
