@@ -593,7 +593,9 @@ static mc_status tensor_from_buffer(struct mc_store *s, const char *key, uint64_
 				    uint64_t size, const struct mc_store_config *cfg, bool upsert)
 {
 	struct mc_tensor_hdr h;
-	if (!ptr || !tensor_decode((void *)(uintptr_t)ptr, size, &h))
+	/* the header is read here first: the buffer must be registered memory */
+	if (!ptr || mc_store_check_buffer(s, (void *)(uintptr_t)ptr, (size_t)size) != MC_OK ||
+	    !tensor_decode((void *)(uintptr_t)ptr, size, &h))
 		return MC_ERR_INVALID_PARAMS;
 	return upsert ? mc_store_upsert_from(s, key, (void *)(uintptr_t)ptr, (size_t)size, cfg)
 		      : mc_store_put_from(s, key, (void *)(uintptr_t)ptr, (size_t)size, cfg);
@@ -1029,7 +1031,8 @@ static int tp_from_one(struct store_obj *st, const char *fname, PyObject *torch,
 	int r;
 	struct mc_tensor_hdr h;
 
-	if (!ptr || !tensor_decode((void *)(uintptr_t)ptr, size, &h)) {
+	if (!ptr || mc_store_check_buffer(st->s, (void *)(uintptr_t)ptr, (size_t)size) != MC_OK ||
+	    !tensor_decode((void *)(uintptr_t)ptr, size, &h)) {
 		*out = MC_ERR_INVALID_PARAMS;
 		return 0;
 	}

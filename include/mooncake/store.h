@@ -177,7 +177,21 @@ MC_API mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const 
 
 /* ---- zero-copy calls (buffers registered with mc_store_register_buffer) ---- */
 
+/*
+ * Every buffer a zero-copy call takes, [buf, buf+len) (cap for the reads),
+ * must lie inside one registered buffer (or the client's own segment);
+ * otherwise that key fails with MC_ERR_INVALID_PARAMS before the master is
+ * asked anything and before any byte moves, so a wrong pointer or a size
+ * past the registered buffer is refused rather than read or written.  The
+ * ranged and session calls check their buffers the same way.
+ * register_buffer refuses (MC_ERR_INVALID_PARAMS) host memory that is not
+ * mapped readable and writable in every page.
+ */
 MC_API mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len);
+/* MC_OK when [buf, buf+len) lies inside one registered buffer (or len is
+ * 0), else MC_ERR_INVALID_PARAMS: the check every zero-copy call makes,
+ * for callers that read a buffer before handing it over. */
+MC_API mc_status mc_store_check_buffer(struct mc_store *s, const void *buf, size_t len);
 MC_API mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr);
 /* len 0 is a no-op success, as upstream. */
 MC_API mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,

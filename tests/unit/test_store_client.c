@@ -217,13 +217,61 @@ static void put_from_get_into_registered(void **state)
 	assert_int_equal(mc_store_put_from(A, "zc-empty", src, 0, NULL), MC_OK);
 	assert_int_equal(mc_store_is_exist(A, "zc-empty"), 0);
 	assert_int_equal(mc_store_upsert_from(A, "zc", src + 1, len - 1, NULL), MC_OK);
-	assert_int_equal(mc_store_get_into(A, "zc", dst, len), len - 1);
+	assert_int_equal(mc_store_get_into(B, "zc", dst, len), len - 1);
 	assert_memory_equal(dst, src + 1, len - 1);
 	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
 	assert_int_equal(mc_store_unregister_buffer(B, dst), MC_OK);
 	assert_int_not_equal(mc_store_unregister_buffer(B, dst), MC_OK);
 	free(src);
 	free(dst);
+}
+
+/* Zero-copy buffers must lie inside one registered buffer: a size past it,
+ * a wild pointer or unregistered memory is refused before the master is
+ * asked (nothing is stored) and no byte outside the buffer changes. */
+static void zero_copy_buffers_must_be_registered(void **state)
+{
+	enum { PG = 4096 };
+	char *m = malloc(4 * PG), *wild = (char *)(uintptr_t)0x10;
+	struct mc_store_config c = prefer(B);
+	const char *key = "zc-checked";
+	void *one[1] = {m}, *two[2] = {m, m + PG};
+	size_t len1[1] = {2 * PG}, len2[2] = {PG, PG}, nb2[1] = {2};
+	void *const *bufs2[1] = {two};
+	const size_t *lens2[1] = {len2};
+	mc_status st;
+	int64_t got;
+	(void)state;
+	memset(m, 0x3c, 4 * PG);
+	assert_int_equal(mc_store_register_buffer(A, m, PG), MC_OK); /* the first page only */
+	assert_int_equal(mc_store_put_from(A, key, m, 2 * PG, &c), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_put_from(A, key, wild, PG, &c), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_put_from(A, &key, one, len1, 1, &c, &st),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(st, MC_ERR_INVALID_PARAMS);
+	assert_int_equal(
+		mc_store_batch_put_from_multi_buffers(A, &key, bufs2, lens2, nb2, 1, &c, &st),
+		MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_is_exist(A, key), 0);
+	assert_int_equal(mc_store_put_from(A, key, m, PG, &c), MC_OK);
+	/* reads: the capacity passed is what must be registered */
+	assert_int_equal(mc_store_get_into(A, key, m, 2 * PG), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_get_into(A, key, wild, PG), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_get_into(A, key, m + 8, PG), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_get_into(A, &key, one, len1, 1, &got),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(got, MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_batch_get_into_multi_buffers(A, &key, bufs2, lens2, nb2, 1, &got),
+			 MC_ERR_INVALID_PARAMS);
+	for (int i = PG; i < 4 * PG; i++)
+		assert_int_equal((unsigned char)m[i], 0x3c);
+	assert_int_equal(mc_store_check_buffer(A, m, PG), MC_OK);
+	assert_int_equal(mc_store_check_buffer(A, m + 1, PG), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_store_check_buffer(A, wild, 0), MC_OK);
+	assert_int_equal(mc_store_get_into(A, key, m, PG), PG);
+	assert_int_equal(mc_store_remove(A, key, true), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(A, m), MC_OK);
+	free(m);
 }
 
 /* ---- batches --------------------------------------------------------------------------- */
@@ -250,7 +298,9 @@ static void batch_put_and_get_per_key_results(void **state)
 	assert_int_equal(res[2], MC_ERR_INVALID_PARAMS);
 	assert_int_equal(res[3], MC_OK);
 
+	assert_int_equal(mc_store_register_buffer(A, out, sizeof(out)), MC_OK);
 	assert_int_not_equal(mc_store_batch_get_into(A, gkeys, bufs, caps, 4, gres), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(A, out), MC_OK);
 	assert_int_equal(gres[0], 1000);
 	assert_memory_equal(out[0], v[0], 1000);
 	assert_int_equal(gres[1], 500);
@@ -321,11 +371,23 @@ static void multi_buffer_gather_and_scatter(void **state)
 	memcpy(whole0 + 300, a1, 700);
 	memcpy(whole1, b0, 100);
 	memcpy(whole1 + 100, b1, 1000);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(mc_store_register_buffer(A, put0[i], pl0[i]), MC_OK);
+		assert_int_equal(mc_store_register_buffer(A, put1[i], pl1[i]), MC_OK);
+		assert_int_equal(mc_store_register_buffer(B, get0[i], gl0[i]), MC_OK);
+		assert_int_equal(mc_store_register_buffer(B, get1[i], gl1[i]), MC_OK);
+	}
 	assert_int_equal(
 		mc_store_batch_put_from_multi_buffers(A, keys, pbufs, plens, nb, 2, NULL, res),
 		MC_OK);
 	assert_int_equal(mc_store_batch_get_into_multi_buffers(B, keys, gbufs, glens, nb, 2, gres),
 			 MC_OK);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(mc_store_unregister_buffer(A, put0[i]), MC_OK);
+		assert_int_equal(mc_store_unregister_buffer(A, put1[i]), MC_OK);
+		assert_int_equal(mc_store_unregister_buffer(B, get0[i]), MC_OK);
+		assert_int_equal(mc_store_unregister_buffer(B, get1[i]), MC_OK);
+	}
 	assert_int_equal(gres[0], 1000);
 	assert_memory_equal(o0, whole0, 500);
 	assert_memory_equal(o1, whole0 + 500, 500);
@@ -930,7 +992,9 @@ static void bad_arguments_and_missing_keys(void **state)
 	assert_int_equal(mc_store_put(A, "zero", v, 0, NULL), MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_store_get(A, "", &out), MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_store_get(A, "never-put", &out), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mc_store_register_buffer(A, v, sizeof(v)), MC_OK);
 	assert_int_equal(mc_store_get_into(A, "never-put", v, sizeof(v)), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(mc_store_unregister_buffer(A, v), MC_OK);
 	assert_int_equal(mc_store_remove(A, "never-put", false), MC_ERR_OBJECT_NOT_FOUND);
 	/* larger than the local buffer, from memory never registered: put sends
 	 * it as it is (nothing stages through the local buffer) */
@@ -1281,6 +1345,7 @@ static void upstream_c_api(void **state)
 	assert_int_equal(mooncake_store_is_exist(h, "capi-0"), 1);
 	assert_int_equal(mooncake_store_get_size(h, "capi-0"), 100);
 	assert_int_equal(mooncake_store_register_buffer(h, rb, 3000), 0);
+	assert_int_equal(mooncake_store_register_buffer(h, out, sizeof(out)), 0);
 	assert_int_equal(mooncake_store_put_from(h, "capi-from", rb, 3000, NULL), 0);
 	assert_int_equal(mooncake_store_get_into(h, "capi-from", out, sizeof(out)), 3000);
 	assert_memory_equal(out, v, 3000);
@@ -1478,6 +1543,7 @@ int main(void)
 		cmocka_unit_test(upsert_overwrites),
 		cmocka_unit_test(put_parts_concatenates),
 		cmocka_unit_test(put_from_get_into_registered),
+		cmocka_unit_test(zero_copy_buffers_must_be_registered),
 		cmocka_unit_test(batch_put_and_get_per_key_results),
 		cmocka_unit_test(batch_put_from_and_get_into),
 		cmocka_unit_test(multi_buffer_gather_and_scatter),

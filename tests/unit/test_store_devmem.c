@@ -95,6 +95,7 @@ static void device_buffers_skip_the_memcpy_shortcut(void **state)
 	assert_int_equal(dm->copy(src, host, LEN), MC_OK);
 	assert_int_equal(mc_store_register_buffer(S, src, LEN), MC_OK);
 	assert_int_equal(mc_store_register_buffer(S, dst, LEN), MC_OK);
+	assert_int_equal(mc_store_register_buffer(S, back, LEN), MC_OK);
 
 	assert_int_equal(mc_store_put_from(S, key, src, LEN, &own), MC_OK);
 	{
@@ -159,6 +160,7 @@ static void device_buffers_skip_the_memcpy_shortcut(void **state)
 	}
 	assert_int_equal(mc_store_unregister_buffer(S, src), MC_OK);
 	assert_int_equal(mc_store_unregister_buffer(S, dst), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(S, back), MC_OK);
 	dm->dev_free(src);
 	dm->dev_free(dst);
 	free(host);
