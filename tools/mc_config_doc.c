@@ -14,6 +14,7 @@
 #include "base/config.h"
 #include "master/server.h"
 #include "mem/devmem.h"
+#include "mem/hostmem.h"
 #include "te/engine.h"
 #include "transport/transport.h"
 
@@ -79,6 +80,8 @@ static void emit(FILE *out)
 	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
 		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
 			meta_vars[i].doc);
+	fprintf(out, "\n## Store client\n\n### Segment memory\n\n");
+	emit_table(out, mc_hostmem_config_table, mc_hostmem_config_table_len);
 	fprintf(out,
 		"\n## mooncake_master\n\n"
 		"Upstream's flags and defaults (`--flag=value`, `-flag=value`, `--flag value`, "

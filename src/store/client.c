@@ -44,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,36 +78,6 @@ static struct mc_store_uuid random_uuid(void)
 		u.second = atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull;
 	}
 	return u;
-}
-
-/* Anonymous, lazily touched, 16 MiB aligned mapping of size bytes. */
-static mc_status map_region(uint64_t size, void **addr_out, size_t *len_out)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	size_t len = (size_t)((size + (uint64_t)page - 1) & ~((uint64_t)page - 1));
-	size_t total = len + SEGMENT_ALIGN;
-	uintptr_t p, a;
-	void *m;
-
-	if (size == 0 || size > SIZE_MAX - SEGMENT_ALIGN - (size_t)page)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "cannot map %" PRIu64 " bytes", size);
-	m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
-	if (m == MAP_FAILED)
-		return mc_set_error(MC_ERR_NOMEM, "mmap of %zu bytes failed: %s", total,
-				    strerror(errno));
-	p = (uintptr_t)m;
-	a = (p + SEGMENT_ALIGN - 1) & ~(uintptr_t)(SEGMENT_ALIGN - 1);
-	if (a > p)
-		munmap(m, a - p);
-	if (p + total > a + len)
-		munmap((void *)(a + len), p + total - (a + len));
-#ifdef MADV_HUGEPAGE
-	madvise((void *)a, len, MADV_HUGEPAGE); /* best effort */
-#endif
-	*addr_out = (void *)a;
-	*len_out = len;
-	return MC_OK;
 }
 
 /* ---- heartbeat --------------------------------------------------------------------------- */
@@ -245,8 +214,8 @@ static void teardown(struct mc_store *s)
 	if (s->seg_registered)
 		mc_te_deregister(s->te, s->seg);
 	s->seg_registered = false;
-	if (s->seg)
-		munmap(s->seg, s->seg_map_len);
+	mc_hostmem_unmap(s->seg_mem);
+	s->seg_mem = NULL;
 	s->seg = NULL;
 	s->seg_size = 0;
 	mc_master_conn_free(s->conn);
@@ -419,9 +388,14 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 	snprintf(s->host_id, sizeof(s->host_id), "%s", host);
 
 	if (p->global_segment_size) {
-		rc = map_region(p->global_segment_size, &s->seg, &s->seg_map_len);
+		struct mc_hostmem_config hc;
+		mc_hostmem_config_load(&hc);
+		rc = mc_hostmem_map(p->global_segment_size, SEGMENT_ALIGN, &hc, "global segment",
+				    &s->seg_mem);
+		mc_config_entry_release(mc_hostmem_config_table, mc_hostmem_config_table_len, &hc);
 		if (rc != MC_OK)
 			goto err;
+		s->seg = mc_hostmem_addr(s->seg_mem);
 		s->seg_size = p->global_segment_size;
 		rc = mc_te_register(s->te, s->seg, s->seg_size, NULL, true);
 		if (rc != MC_OK)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "mem/hostmem.h"
 #include "mooncake/status.h"
 #include "mooncake/store.h"
 #include "store/proto.h"
@@ -42,7 +43,7 @@ struct mc_store {
 	/* global segment */
 	void *seg;
 	uint64_t seg_size;
-	size_t seg_map_len;
+	struct mc_hostmem *seg_mem; /* the mapping behind seg (mem/hostmem.h) */
 	bool seg_registered;
 	bool seg_mounted;
 	struct mc_store_uuid seg_id;

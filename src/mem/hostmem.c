@@ -1,0 +1,456 @@
+/*
+ * mem/hostmem.c - segment memory with huge pages and pre-faulting; see
+ * hostmem.h.
+ *
+ * The background thread populates CHUNK bytes at a time and paces itself
+ * to the configured rate with a sleep between chunks (pacing, not
+ * synchronisation: nothing waits for it but mc_hostmem_wait_prefault,
+ * which waits on a condition variable).  Every HEADROOM_EVERY bytes it
+ * checks the memory the process may still take and stops short of it.
+ */
+#define MC_LOG_MODULE "hostmem"
+#include "mem/hostmem.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "base/time.h"
+
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define CHUNK	       (2ull << 20)
+#define HEADROOM_EVERY (256ull << 20)
+#define HEADROOM_KEEP  (256ull << 20) /* left to everything else, at least */
+
+static bool check_hugepage_size(const char *value, char *why, size_t why_len)
+{
+	if (strcmp(value, "2MB") == 0 || strcmp(value, "1GB") == 0)
+		return true;
+	snprintf(why, why_len, "must be 2MB or 1GB");
+	return false;
+}
+
+static bool check_prefault(const char *value, char *why, size_t why_len)
+{
+	if (!strcmp(value, "off") || !strcmp(value, "mount") || !strcmp(value, "background"))
+		return true;
+	snprintf(why, why_len, "must be off, mount or background");
+	return false;
+}
+
+#define CFG(f) offsetof(struct mc_hostmem_config, f)
+const struct mc_config_entry mc_hostmem_config_table[] = {
+	{.f = {"store_use_hugepage", "MC_STORE_USE_HUGEPAGE", "false",
+	       "back the store's global segment with explicit huge pages (hugetlbfs; reserve them "
+	       "in /proc/sys/vm/nr_hugepages); without enough reserved, normal pages with "
+	       "transparent huge pages, and one logged line",
+	       CFG(use_hugepage), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"store_hugepage_size", "MC_STORE_HUGEPAGE_SIZE", "2MB",
+	       "size of the explicit huge pages: 2MB or 1GB", CFG(hugepage_size), MC_CONFIG_STRING,
+	       0, 0},
+	 .check = check_hugepage_size},
+	{.f = {"store_prefault", "MC_STORE_PREFAULT", "background",
+	       "fault the global segment's pages in ahead of use: background (a thread, at "
+	       "store_prefault_rate, from the segment's start), mount (all of it before setup "
+	       "returns) or off (lazy: untouched memory costs nothing); never past the memory "
+	       "the cgroup and the system leave",
+	       CFG(prefault), MC_CONFIG_STRING, 0, 0},
+	 .check = check_prefault},
+	{.f = {"store_prefault_rate", "MC_STORE_PREFAULT_RATE", "2g",
+	       "background pre-faulting: bytes per second (0 = as fast as it goes)",
+	       CFG(prefault_rate), MC_CONFIG_SIZE, 0, 1ll << 40}},
+};
+#undef CFG
+const size_t mc_hostmem_config_table_len = MC_ARRAY_SIZE(mc_hostmem_config_table);
+
+void mc_hostmem_config_load(struct mc_hostmem_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	mc_config_entry_defaults(mc_hostmem_config_table, mc_hostmem_config_table_len, c);
+	mc_config_entry_load_env(mc_hostmem_config_table, mc_hostmem_config_table_len, c);
+}
+
+struct mc_hostmem {
+	void *map; /* what mmap returned */
+	size_t map_len;
+	uint8_t *addr; /* aligned start handed out */
+	size_t len;
+	const char *pages;
+	enum mc_prefault_mode prefault;
+	uint64_t rate;
+	char what[64];
+	atomic_uint_fast64_t populated;
+	atomic_bool stop;
+	bool thread_started;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done; /* under lock */
+};
+
+/* ---- memory limits ----------------------------------------------------------------------- */
+
+/* A number from a one-line file, or UINT64_MAX ("max", unreadable). */
+static uint64_t read_u64_file(const char *path)
+{
+	char buf[64];
+	FILE *f = fopen(path, "re");
+	unsigned long long v;
+	if (!f)
+		return UINT64_MAX;
+	if (!fgets(buf, sizeof(buf), f) || sscanf(buf, "%llu", &v) != 1)
+		v = UINT64_MAX;
+	fclose(f);
+	return v;
+}
+
+/* memory.max - memory.current of the process's cgroup (v2), or UINT64_MAX. */
+static uint64_t cgroup_headroom(void)
+{
+	char line[512], path[600];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	uint64_t max, cur;
+	if (!f)
+		return UINT64_MAX;
+	path[0] = '\0';
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s", line + 3);
+			break;
+		}
+	fclose(f);
+	if (!path[0])
+		return UINT64_MAX;
+	{
+		char p[640];
+		snprintf(p, sizeof(p), "%s/memory.max", path);
+		max = read_u64_file(p);
+		snprintf(p, sizeof(p), "%s/memory.current", path);
+		cur = read_u64_file(p);
+	}
+	if (max == UINT64_MAX || cur == UINT64_MAX)
+		return UINT64_MAX;
+	return max > cur ? max - cur : 0;
+}
+
+/* A /proc/meminfo field in bytes, or UINT64_MAX. */
+static uint64_t meminfo(const char *field)
+{
+	char line[256], fmt[64];
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb;
+	uint64_t v = UINT64_MAX;
+	if (!f)
+		return UINT64_MAX;
+	snprintf(fmt, sizeof(fmt), "%s: %%llu kB", field);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, fmt, &kb) == 1) {
+			v = (uint64_t)kb * 1024;
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+uint64_t mc_hostmem_headroom(void)
+{
+	uint64_t a = cgroup_headroom(), b = meminfo("MemAvailable");
+	return a < b ? a : b;
+}
+
+/* ---- populating -------------------------------------------------------------------------- */
+
+/* Faults [p, p+n) in without changing it: 0, or an errno. */
+static int populate(uint8_t *p, size_t n)
+{
+	if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return errno;
+	/* kernels before 5.14: mlock faults the pages in, munlock leaves them */
+	if (mlock(p, n) != 0)
+		return errno;
+	munlock(p, n);
+	return 0;
+}
+
+/* How many more bytes may be populated now, at most want: all but what
+ * is left to everything else (HEADROOM_KEEP, or an eighth of the
+ * machine's memory when that is more). */
+static size_t allowed(size_t want, const char **why)
+{
+	uint64_t room = mc_hostmem_headroom(), total = meminfo("MemTotal");
+	uint64_t keep = HEADROOM_KEEP;
+	*why = NULL;
+	if (room == UINT64_MAX)
+		return want;
+	if (total != UINT64_MAX && total / 8 > keep)
+		keep = total / 8;
+	if (room <= keep) {
+		*why = "the memory the cgroup and the system leave";
+		return 0;
+	}
+	if (want > room - keep) {
+		*why = "the memory the cgroup and the system leave";
+		return (size_t)((room - keep) & ~(CHUNK - 1));
+	}
+	return want;
+}
+
+/* Populates from the current mark up to the end, pacing to rate when
+ * paced; returns when done, stopped or refused. */
+static void populate_all(struct mc_hostmem *m, bool paced)
+{
+	uint64_t start = mc_now_ns();
+	size_t off = (size_t)atomic_load(&m->populated), budget = 0;
+	const char *why = NULL;
+	int err = 0;
+
+	while (off < m->len && !atomic_load(&m->stop)) {
+		size_t n = MC_MIN((size_t)CHUNK, m->len - off);
+		if (budget < n) {
+			budget = allowed(MC_MIN((size_t)HEADROOM_EVERY, m->len - off), &why);
+			if (budget < n)
+				break;
+		}
+		err = populate(m->addr + off, n);
+		if (err)
+			break;
+		off += n;
+		budget -= n;
+		atomic_store(&m->populated, off);
+		if (paced && m->rate) {
+			uint64_t due = start + (uint64_t)((double)off * 1e9 / (double)m->rate);
+			uint64_t now = mc_now_ns();
+			if (due > now) {
+				struct timespec ts = {(time_t)((due - now) / 1000000000ull),
+						      (long)((due - now) % 1000000000ull)};
+				nanosleep(&ts, NULL);
+			}
+		}
+	}
+	if (err)
+		mc_warn("%s: pre-faulted %zu of %zu bytes, then stopped: %s", m->what, off, m->len,
+			strerror(err));
+	else if (why)
+		mc_warn("%s: pre-faulted %zu of %zu bytes, then stopped at %s", m->what, off,
+			m->len, why);
+	else if (off == m->len)
+		mc_info("%s: %zu bytes pre-faulted in %.2f s", m->what, m->len,
+			(double)(mc_now_ns() - start) / 1e9);
+}
+
+static void mark_done(struct mc_hostmem *m)
+{
+	pthread_mutex_lock(&m->lock);
+	m->done = true;
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+}
+
+static void *prefault_main(void *arg)
+{
+	struct mc_hostmem *m = arg;
+	populate_all(m, true);
+	mark_done(m);
+	return NULL;
+}
+
+/* ---- mapping ----------------------------------------------------------------------------- */
+
+static enum mc_prefault_mode prefault_mode(const char *s)
+{
+	if (s && !strcmp(s, "off"))
+		return MC_PREFAULT_OFF;
+	if (s && !strcmp(s, "mount"))
+		return MC_PREFAULT_MOUNT;
+	return MC_PREFAULT_BACKGROUND;
+}
+
+static const char *mode_name(enum mc_prefault_mode p)
+{
+	return p == MC_PREFAULT_OFF ? "off" : p == MC_PREFAULT_MOUNT ? "mount" : "background";
+}
+
+/* Explicit huge pages: the aligned mapping, or NULL (logged once why). */
+static void *map_hugetlb(size_t len, bool one_gb, size_t *len_out)
+{
+	size_t page = one_gb ? (1ull << 30) : (2ull << 20);
+	size_t n = (len + page - 1) & ~(page - 1);
+	int flags =
+		MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | ((one_gb ? 30 : 21) << MAP_HUGE_SHIFT);
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, flags, -1, 0);
+	if (p == MAP_FAILED) {
+		mc_warn("no %s huge pages for %zu bytes (%s; reserve them in "
+			"/proc/sys/vm/nr_hugepages); using normal pages with transparent huge pages",
+			one_gb ? "1GB" : "2MB", n, strerror(errno));
+		return NULL;
+	}
+	*len_out = n;
+	return p;
+}
+
+mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_config *c,
+			 const char *what, struct mc_hostmem **out)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	struct mc_hostmem *m;
+	size_t len, total;
+
+	*out = NULL;
+	if (align == 0)
+		align = (uint64_t)page;
+	if (size == 0 || (align & (align - 1)) || size > SIZE_MAX / 2 || align > (1ull << 30))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "%s: cannot map %" PRIu64 " bytes aligned to %" PRIu64, what,
+				    size, align);
+	m = mc_calloc(1, sizeof(*m));
+	if (!m)
+		return mc_set_error(MC_ERR_NOMEM, "%s: no memory", what);
+	snprintf(m->what, sizeof(m->what), "%s", what);
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->cond, NULL);
+	m->prefault = prefault_mode(c->prefault);
+	m->rate = c->prefault_rate;
+	len = (size_t)((size + (uint64_t)page - 1) & ~((uint64_t)page - 1));
+
+	if (c->use_hugepage) {
+		bool one_gb = c->hugepage_size && !strcmp(c->hugepage_size, "1GB");
+		m->map = map_hugetlb(len, one_gb, &m->map_len);
+		if (m->map) {
+			/* hugetlb mappings are aligned to their page size */
+			m->addr = m->map;
+			m->len = m->map_len;
+			m->pages = one_gb ? "hugetlb 1GB" : "hugetlb 2MB";
+		}
+	}
+	if (!m->map) {
+		uintptr_t p, a;
+		total = len + (size_t)align;
+		m->map = mmap(NULL, total, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m->map == MAP_FAILED) {
+			mc_free(m);
+			return mc_set_error(MC_ERR_NOMEM, "%s: mmap of %zu bytes failed: %s", what,
+					    total, strerror(errno));
+		}
+		p = (uintptr_t)m->map;
+		a = (p + (uintptr_t)align - 1) & ~((uintptr_t)align - 1);
+		if (a > p)
+			munmap(m->map, a - p);
+		if (p + total > a + len)
+			munmap((void *)(a + len), p + total - (a + len));
+		m->map = (void *)a;
+		m->map_len = len;
+		m->addr = (uint8_t *)a;
+		m->len = len;
+		m->pages = "4k";
+#ifdef MADV_HUGEPAGE
+		if (madvise(m->addr, m->len, MADV_HUGEPAGE) == 0)
+			m->pages = "thp";
+#endif
+	}
+	mc_info("%s: %zu bytes, pages %s, prefault %s", what, m->len, m->pages,
+		mode_name(m->prefault));
+	if (m->prefault == MC_PREFAULT_MOUNT) {
+		populate_all(m, false);
+		m->done = true;
+	} else if (m->prefault == MC_PREFAULT_BACKGROUND) {
+		if (pthread_create(&m->thread, NULL, prefault_main, m) == 0) {
+			m->thread_started = true;
+			pthread_setname_np(m->thread, "mc-prefault");
+		} else {
+			mc_warn("%s: no pre-fault thread; pages fault in as they are used", what);
+			m->done = true;
+		}
+	} else {
+		m->done = true;
+	}
+	*out = m;
+	return MC_OK;
+}
+
+void *mc_hostmem_addr(const struct mc_hostmem *m)
+{
+	return m->addr;
+}
+
+size_t mc_hostmem_len(const struct mc_hostmem *m)
+{
+	return m->len;
+}
+
+/* Bytes of [a, a+len) backed by huge pages, from /proc/self/smaps. */
+static uint64_t huge_bytes(const struct mc_hostmem *m)
+{
+	uintptr_t lo = (uintptr_t)m->addr, hi = lo + m->len;
+	char line[512];
+	bool in = false;
+	uint64_t sum = 0;
+	FILE *f = fopen("/proc/self/smaps", "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long s, e, kb;
+		if (sscanf(line, "%llx-%llx ", &s, &e) == 2 &&
+		    strchr(line, '-') < strchr(line, ' '))
+			in = s < hi && e > lo;
+		else if (in && (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1 ||
+				sscanf(line, "Private_Hugetlb: %llu kB", &kb) == 1 ||
+				sscanf(line, "Shared_Hugetlb: %llu kB", &kb) == 1))
+			sum += (uint64_t)kb * 1024;
+	}
+	fclose(f);
+	return sum;
+}
+
+void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->len = m->len;
+	st->populated = atomic_load(&m->populated);
+	st->huge_bytes = huge_bytes(m);
+	st->pages = m->pages;
+	st->prefault = m->prefault;
+	pthread_mutex_lock((pthread_mutex_t *)&m->lock);
+	st->prefault_done = m->done;
+	pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
+}
+
+void mc_hostmem_wait_prefault(struct mc_hostmem *m)
+{
+	pthread_mutex_lock(&m->lock);
+	while (!m->done)
+		pthread_cond_wait(&m->cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void mc_hostmem_unmap(struct mc_hostmem *m)
+{
+	if (!m)
+		return;
+	atomic_store(&m->stop, true);
+	if (m->thread_started)
+		pthread_join(m->thread, NULL);
+	munmap(m->map, m->map_len);
+	pthread_cond_destroy(&m->cond);
+	pthread_mutex_destroy(&m->lock);
+	mc_free(m);
+}

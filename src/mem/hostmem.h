@@ -1,0 +1,91 @@
+/*
+ * mem/hostmem.h - host memory the library maps for itself (the store's
+ * global segment): huge pages where the system has them, and pages
+ * faulted in ahead of the bytes that will land in them.
+ *
+ * The first write to a lazily mapped page costs a fault, and the kernel
+ * zeroes the page inside it: puts into a freshly mounted segment ran at a
+ * fifth of the speed of puts into memory touched once.  A mapping here is
+ *
+ *   - backed by explicit huge pages (hugetlbfs, MC_STORE_USE_HUGEPAGE and
+ *     MC_STORE_HUGEPAGE_SIZE 2MB|1GB) when asked for and the system has
+ *     them reserved, else by normal pages advised for transparent huge
+ *     pages (MADV_HUGEPAGE); a huge-page request the system cannot meet
+ *     falls back with one logged line, never a failed mapping;
+ *   - pre-faulted by MC_STORE_PREFAULT: "background" (the default) has a
+ *     thread populate it from its start at MC_STORE_PREFAULT_RATE bytes
+ *     per second, "mount" populates it all before the mapping is handed
+ *     out, "off" leaves it lazy, so an untouched segment costs no memory.
+ *
+ * Populating uses MADV_POPULATE_WRITE, which faults pages in without
+ * changing their contents, so it is safe while other threads (a
+ * transport's workers writing a put) use the same pages, and it takes no
+ * lock of ours.  Before and while populating, the memory the process may
+ * still take is checked (the cgroup's memory.max less memory.current, and
+ * the system's MemAvailable): pre-faulting stops short of it with one
+ * logged line saying how much was populated and why it stopped, so it
+ * never drives the machine into reclaim or the OOM killer.
+ */
+#ifndef MC_MEM_HOSTMEM_H
+#define MC_MEM_HOSTMEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/config.h"
+#include "mooncake/status.h"
+
+enum mc_prefault_mode {
+	MC_PREFAULT_OFF,
+	MC_PREFAULT_MOUNT,
+	MC_PREFAULT_BACKGROUND,
+};
+
+struct mc_hostmem_config {
+	bool use_hugepage;	/* MC_STORE_USE_HUGEPAGE */
+	char *hugepage_size;	/* MC_STORE_HUGEPAGE_SIZE: "2MB" or "1GB" */
+	char *prefault;		/* MC_STORE_PREFAULT: off | mount | background */
+	uint64_t prefault_rate; /* MC_STORE_PREFAULT_RATE: bytes/s, 0 = unlimited */
+};
+
+extern const struct mc_config_entry mc_hostmem_config_table[];
+extern const size_t mc_hostmem_config_table_len;
+
+/* The defaults overlaid with the environment; release with
+ * mc_config_entry_release(mc_hostmem_config_table, ...). */
+void mc_hostmem_config_load(struct mc_hostmem_config *c);
+
+struct mc_hostmem;
+
+struct mc_hostmem_stats {
+	uint64_t len;	     /* bytes mapped */
+	uint64_t populated;  /* bytes pre-faulted so far */
+	uint64_t huge_bytes; /* bytes backed by huge pages now (either kind) */
+	const char *pages;   /* "hugetlb 2MB", "hugetlb 1GB", "thp" or "4k" */
+	enum mc_prefault_mode prefault;
+	bool prefault_done; /* the whole mapping populated, or populating stopped */
+};
+
+/*
+ * Maps at least size bytes aligned to align (a power of two; 0 for the
+ * page size) for what (named in the log), as c says.  MC_ERR_INVALID_PARAMS
+ * (size 0, bad align or config), MC_ERR_NOMEM (the address space).
+ */
+mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_config *c,
+			 const char *what, struct mc_hostmem **out);
+void *mc_hostmem_addr(const struct mc_hostmem *m);
+size_t mc_hostmem_len(const struct mc_hostmem *m);
+/* A snapshot; huge_bytes reads /proc/self/smaps (a few milliseconds). */
+void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st);
+/* Waits for the background thread to finish populating (tests, benches). */
+void mc_hostmem_wait_prefault(struct mc_hostmem *m);
+/* Stops the background thread, then unmaps. */
+void mc_hostmem_unmap(struct mc_hostmem *m);
+
+/* Bytes the process may still take before a memory limit (the cgroup's
+ * and the system's available memory, the smaller), or UINT64_MAX when
+ * neither can be read. */
+uint64_t mc_hostmem_headroom(void);
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * tests/unit/test_hostmem.c - segment memory (mem/hostmem.h): each
+ * pre-fault mode populates what it promises and nothing more (checked
+ * with the kernel's own accounting in /proc/self/smaps), background
+ * populating leaves bytes written meanwhile intact, and a huge-page
+ * request the system cannot meet falls back instead of failing.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/config.h"
+#include "mem/hostmem.h"
+#include "support.h"
+
+#define MiB (1ull << 20)
+
+/* Resident bytes of [p, p+len) by the kernel's count. */
+static uint64_t resident(const void *p, size_t len)
+{
+	uintptr_t lo = (uintptr_t)p, hi = lo + len;
+	char line[512];
+	bool in = false;
+	uint64_t sum = 0;
+	FILE *f = fopen("/proc/self/smaps", "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long s, e, kb;
+		if (sscanf(line, "%llx-%llx ", &s, &e) == 2 &&
+		    strchr(line, '-') < strchr(line, ' '))
+			in = s < hi && e > lo;
+		else if (in && sscanf(line, "Rss: %llu kB", &kb) == 1)
+			sum += (uint64_t)kb * 1024;
+	}
+	fclose(f);
+	return sum;
+}
+
+static struct mc_hostmem_config config(const char *prefault, uint64_t rate)
+{
+	struct mc_hostmem_config c;
+	mc_config_entry_defaults(mc_hostmem_config_table, mc_hostmem_config_table_len, &c);
+	free(c.prefault);
+	c.prefault = strdup(prefault);
+	c.prefault_rate = rate;
+	return c;
+}
+
+static void release(struct mc_hostmem_config *c)
+{
+	mc_config_entry_release(mc_hostmem_config_table, mc_hostmem_config_table_len, c);
+}
+
+static void off_costs_nothing(void **state)
+{
+	struct mc_hostmem_config c = config("off", 0);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	(void)state;
+	assert_int_equal(mc_hostmem_map(64 * MiB, 16 * MiB, &c, "test", &m), MC_OK);
+	assert_int_equal((uintptr_t)mc_hostmem_addr(m) % (16 * MiB), 0);
+	assert_int_equal(mc_hostmem_len(m), 64 * MiB);
+	mc_hostmem_stats(m, &st);
+	assert_int_equal(st.populated, 0);
+	assert_true(st.prefault_done);
+	assert_int_equal(st.prefault, MC_PREFAULT_OFF);
+	assert_int_equal(resident(mc_hostmem_addr(m), mc_hostmem_len(m)), 0);
+	/* one byte touched: one page (or one huge page) resident */
+	((volatile uint8_t *)mc_hostmem_addr(m))[5 * MiB] = 1;
+	assert_in_range(resident(mc_hostmem_addr(m), mc_hostmem_len(m)), 4096, 2 * MiB);
+	mc_hostmem_unmap(m);
+	release(&c);
+}
+
+static void mount_populates_all_before_returning(void **state)
+{
+	struct mc_hostmem_config c = config("mount", 0);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	(void)state;
+	assert_int_equal(mc_hostmem_map(32 * MiB + 4096, 0, &c, "test", &m), MC_OK);
+	mc_hostmem_stats(m, &st);
+	assert_int_equal(st.len, 32 * MiB + 4096);
+	assert_int_equal(st.populated, st.len);
+	assert_true(st.prefault_done);
+	assert_int_equal(resident(mc_hostmem_addr(m), mc_hostmem_len(m)), st.len);
+	mc_hostmem_unmap(m);
+	release(&c);
+}
+
+/* Background populating at a slow rate while this thread writes a
+ * pattern ahead of it and behind it: every byte written survives. */
+static void background_keeps_concurrent_writes(void **state)
+{
+	struct mc_hostmem_config c = config("background", 256 * MiB);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	uint8_t *p;
+	size_t len = 64 * MiB;
+	(void)state;
+	assert_int_equal(mc_hostmem_map(len, 0, &c, "test", &m), MC_OK);
+	p = mc_hostmem_addr(m);
+	for (size_t off = 0; off < len; off += 1 * MiB)
+		mc_test_fill(p + off, 4096, off);
+	mc_hostmem_wait_prefault(m);
+	mc_hostmem_stats(m, &st);
+	assert_int_equal(st.populated, len);
+	assert_true(st.prefault_done);
+	assert_int_equal(resident(p, len), len);
+	for (size_t off = 0; off < len; off += 1 * MiB) {
+		uint8_t want[4096];
+		mc_test_fill(want, sizeof(want), off);
+		assert_memory_equal(p + off, want, sizeof(want));
+		/* the rest of the page block is still zero */
+		assert_int_equal(p[off + 8192], 0);
+	}
+	mc_hostmem_unmap(m);
+	release(&c);
+}
+
+/* Unmapped while populating: the thread stops, nothing is left behind. */
+static void unmap_stops_the_thread(void **state)
+{
+	struct mc_hostmem_config c = config("background", 16 * MiB);
+	struct mc_hostmem *m;
+	(void)state;
+	assert_int_equal(mc_hostmem_map(1024 * MiB, 0, &c, "test", &m), MC_OK);
+	mc_hostmem_unmap(m); /* 64 s of populating at this rate: must not wait for it */
+	release(&c);
+}
+
+static void hugepages_fall_back(void **state)
+{
+	struct mc_hostmem_config c = config("mount", 0);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	(void)state;
+	c.use_hugepage = true;
+	free(c.hugepage_size);
+	c.hugepage_size = strdup("1GB"); /* no machine here has 1 GB pages reserved */
+	assert_int_equal(mc_hostmem_map(8 * MiB, 0, &c, "test", &m), MC_OK);
+	mc_hostmem_stats(m, &st);
+	if (strcmp(st.pages, "hugetlb 1GB") != 0)
+		assert_true(strcmp(st.pages, "thp") == 0 || strcmp(st.pages, "4k") == 0);
+	assert_int_equal(st.populated, mc_hostmem_len(m));
+	memset(mc_hostmem_addr(m), 0xab, 8 * MiB);
+	mc_hostmem_unmap(m);
+	release(&c);
+}
+
+static void settings_are_checked(void **state)
+{
+	struct mc_hostmem_config c = config("off", 0);
+	struct mc_hostmem *m = (void *)1;
+	const struct mc_config_entry *e = mc_config_entry_find(
+		mc_hostmem_config_table, mc_hostmem_config_table_len, "store_prefault");
+	(void)state;
+	assert_non_null(e);
+	assert_int_equal(mc_config_entry_set(e, &c, "eager"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_config_entry_set(e, &c, "mount"), MC_OK);
+	e = mc_config_entry_find(mc_hostmem_config_table, mc_hostmem_config_table_len,
+				 "store_hugepage_size");
+	assert_int_equal(mc_config_entry_set(e, &c, "4MB"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_hostmem_map(0, 0, &c, "test", &m), MC_ERR_INVALID_PARAMS);
+	assert_null(m);
+	assert_int_equal(mc_hostmem_map(4096, 3000, &c, "test", &m), MC_ERR_INVALID_PARAMS);
+	assert_true(mc_hostmem_headroom() > 0);
+	release(&c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(off_costs_nothing),
+		cmocka_unit_test(mount_populates_all_before_returning),
+		cmocka_unit_test(background_keeps_concurrent_writes),
+		cmocka_unit_test(unmap_stops_the_thread),
+		cmocka_unit_test(hugepages_fall_back),
+		cmocka_unit_test(settings_are_checked),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
