@@ -319,7 +319,9 @@ MC_API mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *
 /* Object size or a negative status (takes a lease, as upstream). */
 MC_API int64_t mc_store_get_size(struct mc_store *s, const char *key);
 MC_API mc_status mc_store_remove(struct mc_store *s, const char *key, bool force);
-/* Count removed, or a negative status (bad regex: MC_ERR_INVALID_PARAMS). */
+/* Count removed, or a negative status (MC_ERR_INVALID_PARAMS: a bad
+ * regex, or one the master refused as too costly, nothing removed then;
+ * mc_last_error says which). */
 MC_API int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool force);
 MC_API int64_t mc_store_remove_all(struct mc_store *s, bool force);
 MC_API mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, size_t n,

@@ -7,7 +7,8 @@
  * budget) and either encodes its typed response or returns a status and
  * writes the cause into a small text buffer, which mc_master_handle turns
  * into an error response.  Nothing here blocks and nothing is O(objects)
- * except the regex calls and an unmount (one sweep of the table).
+ * except an unmount (one sweep of the table); the regex calls visit every
+ * object too, but as jobs run in slices ("regex scans" below).
  *
  * Responses borrow strings from the tables (segment names, endpoints,
  * keys) and build their lists in per-master scratch arrays that are reused
@@ -31,13 +32,14 @@
 #include "master/master.h"
 
 #include <inttypes.h>
-#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "base/time.h"
+#include "master/key_regex.h"
 #include "master/master_int.h"
 
 #define ERR_LEN	 320
@@ -49,6 +51,7 @@ struct ctx {
 	uint64_t id;
 	struct mc_buf *out;
 	char *err;
+	struct mc_master_job **job; /* a handler that leaves work puts it here */
 };
 
 #define FAIL(c, st, ...) (snprintf((c)->err, ERR_LEN, __VA_ARGS__), (st))
@@ -445,72 +448,185 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	return mc_store_batch_get_replica_list_response_encode(c->out, c->id, &resp);
 }
 
-static mc_status regex_compile(struct ctx *c, const struct mc_proto_str *pat, regex_t *re)
+/* ------------------------------------------------------------------------ */
+/* regex scans                                                               */
+
+/*
+ * GetReplicaListByRegex and RemoveByRegex look at every key of a tenant, so
+ * they run as jobs (struct mc_master_job) in steps: the daemon runs one
+ * slice of a job per loop turn (server.c), other connections' requests go
+ * in between, and a scan over millions of keys no longer stalls the master.
+ * A job has two phases:
+ *   - scan: the table cursor (objects.c) visits each bucket of the hash
+ *     space once; matching keys are copied into j->keys.  The time budget
+ *     (regex_time_budget, wall clock from the request's arrival) and the
+ *     per-key limits of key_regex.c apply here; a job over either fails with
+ *     INVALID_PARAMS and has changed nothing;
+ *   - apply: the matched keys are looked up again (they may have gone, or
+ *     been replaced, between slices) and removed, in slices too, or their
+ *     replica lists are encoded (one response frame, built at once).
+ * So the result is that of a scan bucket by bucket with other requests in
+ * between, like upstream's walk over its 1024 locked shards: an object
+ * present throughout is seen exactly once, one added or removed during the
+ * scan may or may not be.
+ */
+#define SCAN_STEP_SLOTS 512 /* most table slots per cursor step (one clock read) */
+#define SCAN_STEP_FIRST 16  /* the first step: the cost of a key is not known yet */
+#define SCAN_STEP_US	50  /* what a step should take: costly keys make steps smaller */
+#define APPLY_STEP	128 /* removals per clock read */
+
+enum job_phase { JOB_SCAN, JOB_APPLY };
+
+struct mc_master_job {
+	struct mc_master *m;
+	uint16_t type;
+	uint64_t req_id;
+	size_t counter; /* in struct mc_master_metrics, or NO_COUNTER */
+	uint16_t tid;
+	bool found; /* the tenant exists */
+	bool force;
+	bool remove; /* RemoveByRegex; else GetReplicaListByRegex */
+	enum job_phase phase;
+	struct mc_regex *re;
+	struct mc_master_cursor cur;
+	uint64_t deadline_us; /* mc_now_us clock */
+	uint64_t budget_ms;
+	uint64_t visited;   /* keys matched against */
+	uint64_t step;	    /* table slots per cursor step, adapted to the cost of a key */
+	struct mc_buf keys; /* matches: u16 length, then the key */
+	uint32_t nkeys;
+	size_t off; /* apply: the next key in keys */
+	int64_t count;
+	mc_status st; /* a scan step's failure */
+	char err[ERR_LEN];
+	char pat[KEY_SHOW + 1]; /* the pattern's first bytes, for messages */
+};
+
+void mc_master_job_free(struct mc_master *m, struct mc_master_job *j)
 {
-	char *p = mc_strndup(sp(pat), pat->len);
-	int rc;
+	if (!j)
+		return;
+	mc_master_cursor_close(m, &j->cur);
+	mc_regex_free(j->re);
+	mc_buf_release(&j->keys);
+	mc_free(j);
+}
 
-	if (!p)
-		return FAIL(c, MC_ERR_NOMEM, "no memory for the pattern");
-	rc = regcomp(re, p, REG_EXTENDED | REG_NOSUB);
-	mc_free(p);
-	if (rc != 0) {
-		char why[128];
+static mc_status job_new(struct ctx *c, const struct mc_proto_str *tenant,
+			 const struct mc_proto_str *pat, bool remove, bool force)
+{
+	struct mc_master *m = c->m;
+	const struct mc_regex_limits lim = {
+		.match_limit = (uint32_t)m->cfg.regex_match_limit,
+		.depth_limit = (uint32_t)m->cfg.regex_match_limit,
+		.heap_bytes = m->cfg.regex_heap_limit,
+	};
+	struct mc_master_job *j = mc_calloc(1, sizeof(*j));
+	mc_status st;
 
-		regerror(rc, re, why, sizeof(why));
-		return FAIL(c, MC_ERR_INVALID_PARAMS, "bad regular expression '%.*s': %s",
-			    show(pat->len), sp(pat), why);
+	if (!j)
+		return FAIL(c, MC_ERR_NOMEM, "no memory for the regex scan");
+	st = mc_regex_new(sp(pat), pat->len, &lim, &j->re);
+	if (st != MC_OK) {
+		mc_free(j);
+		return FAIL(c, st, "%s", mc_last_error());
 	}
-	return MC_OK;
+	j->m = m;
+	j->remove = remove;
+	j->force = force;
+	j->tid = mc_master_tenant_find(m, sp(tenant), tenant->len, &j->found);
+	j->budget_ms = m->cfg.regex_time_budget_ms;
+	j->step = SCAN_STEP_FIRST;
+	j->deadline_us = mc_now_us() + j->budget_ms * 1000;
+	mc_buf_init(&j->keys);
+	snprintf(j->pat, sizeof(j->pat), "%.*s", show(pat->len), sp(pat));
+	if (j->found)
+		mc_master_cursor_open(m, &j->cur);
+	else
+		j->phase = JOB_APPLY; /* nothing can match */
+	*c->job = j;
+	return MC_INPROGRESS;
 }
 
-/* Keys are stored without a NUL; regexec needs one (a NUL inside a key
- * ends the string regexec sees, as it would in upstream's std::regex on
- * c_str()). */
-static bool key_match(const regex_t *re, const struct mc_obj *o)
+static bool scan_one(void *arg, struct mc_obj *o)
 {
-	char buf[MC_STORE_KEY_MAX + 1];
+	struct mc_master_job *j = arg;
+	uint16_t len = o->key_len;
+	bool hit = false;
+	mc_status st;
 
-	memcpy(buf, o->key, o->key_len);
-	buf[o->key_len] = '\0';
-	return regexec(re, buf, 0, NULL, 0) == 0;
+	if (o->tenant != j->tid || (!j->remove && !mc_master_obj_readable(j->m, o)))
+		return true;
+	j->visited++;
+	st = mc_regex_search(j->re, o->key, o->key_len, &hit);
+	if (st != MC_OK) {
+		j->st = st;
+		snprintf(j->err, sizeof(j->err), "regex '%s' refused: %s", j->pat, mc_last_error());
+		return false;
+	}
+	if (hit) {
+		mc_buf_append(&j->keys, &len, sizeof(len));
+		mc_buf_append(&j->keys, o->key, len);
+		j->nkeys++;
+	}
+	return true;
 }
 
-static mc_status h_regex(struct ctx *c, const struct mc_store_msg *q)
+/* The next matched key; false at the end. */
+static bool job_key(struct mc_master_job *j, struct mc_proto_str *k)
 {
-	const struct mc_store_regex_req *r = &q->body.regex_req;
+	uint16_t len;
+
+	if (j->off >= j->keys.len)
+		return false;
+	memcpy(&len, j->keys.data + j->off, sizeof(len));
+	k->ptr = (const char *)j->keys.data + j->off + sizeof(len);
+	k->len = len;
+	j->off += sizeof(len) + len;
+	return true;
+}
+
+/* Remove up to n matched keys; true when none is left. */
+static bool apply_remove(struct mc_master_job *j, uint64_t now_ms, uint32_t n)
+{
+	struct mc_proto_str k;
+
+	while (n-- > 0) {
+		struct mc_obj *o;
+
+		if (!job_key(j, &k))
+			return true;
+		o = mc_master_obj_find(j->m, j->tid, k.ptr, k.len);
+		if (o && mc_master_remove_obj(j->m, o, j->force, now_ms) == MC_OK)
+			j->count++;
+	}
+	return j->off >= j->keys.len;
+}
+
+/* The response of GetReplicaListByRegex, from the keys still readable. */
+static mc_status apply_get(struct ctx *c, struct mc_master_job *j)
+{
 	struct mc_master *m = c->m;
 	struct mc_store_regex_replica_list resp = {0, NULL};
-	struct mc_obj **objs = NULL;
-	uint32_t n = 0, cap = 0, nrep = 0, pos = 0;
-	bool found;
-	uint16_t tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
-	regex_t re;
-	mc_status st = regex_compile(c, &r->pattern, &re);
+	struct mc_obj **objs = mc_malloc((j->nkeys ? j->nkeys : 1) * sizeof(*objs));
+	struct mc_proto_str k;
+	uint32_t n = 0, nrep = 0, pos = 0;
+	mc_status st;
 
-	if (st != MC_OK)
-		return st;
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; found && i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	resp.items = mc_calloc(j->nkeys ? j->nkeys : 1, sizeof(*resp.items));
+	if (!objs || !resp.items) {
+		st = FAIL(c, MC_ERR_NOMEM, "no memory for %u matches", j->nkeys);
+		goto out;
+	}
+	while (job_key(j, &k)) {
+		struct mc_obj *o = mc_master_obj_find(m, j->tid, k.ptr, k.len);
 
-		if (!o || o->tenant != tid || !mc_master_obj_readable(m, o) || !key_match(&re, o))
+		if (!o || !mc_master_obj_readable(m, o))
 			continue;
-		if (n == cap) {
-			void *p = mc_realloc(objs, (cap ? cap * 2 : 64) * sizeof(*objs));
-
-			if (!p) {
-				st = FAIL(c, MC_ERR_NOMEM, "no memory for the matches");
-				goto out;
-			}
-			objs = p;
-			cap = cap ? cap * 2 : 64;
-		}
 		objs[n++] = o;
 		nrep += o->nrep;
 	}
-	resp.items = mc_calloc(n ? n : 1, sizeof(*resp.items));
-	if (!resp.items || mc_master_rscratch(m, nrep) != MC_OK) {
+	if (mc_master_rscratch(m, nrep) != MC_OK) {
 		st = FAIL(c, MC_ERR_NOMEM, "no memory for %u matches", n);
 		goto out;
 	}
@@ -528,10 +644,63 @@ static mc_status h_regex(struct ctx *c, const struct mc_store_msg *q)
 	resp.n_items = n;
 	st = mc_store_get_replica_list_by_regex_response_encode(c->out, c->id, &resp);
 out:
-	regfree(&re);
 	mc_free(objs);
 	mc_free(resp.items);
 	return st;
+}
+
+/* One slice of work; MC_INPROGRESS while more is left. */
+static mc_status job_work(struct ctx *c, struct mc_master_job *j, uint64_t end_us)
+{
+	struct mc_store_count_resp cnt;
+	uint64_t now = mc_now_us();
+
+	for (;;) {
+		uint64_t t0 = now;
+
+		if (j->phase == JOB_SCAN) {
+			if (mc_master_cursor_done(&j->cur)) {
+				mc_master_cursor_close(c->m, &j->cur);
+				j->phase = JOB_APPLY;
+				continue;
+			}
+			if (!mc_master_cursor_step(c->m, &j->cur, j->step, scan_one, j))
+				return FAIL(c, j->st, "%s", j->err);
+			if (j->keys.err != MC_OK)
+				return FAIL(c, MC_ERR_NOMEM, "no memory for %u matching keys",
+					    j->nkeys);
+			now = mc_now_us();
+			/* a step cannot stop half-way: keep it short when keys cost much */
+			if (now - t0 > 2 * SCAN_STEP_US)
+				j->step = MC_MAX(j->step * SCAN_STEP_US / (now - t0), 1);
+			else if (now - t0 < SCAN_STEP_US / 2 && j->step < SCAN_STEP_SLOTS)
+				j->step *= 2;
+			if (now > j->deadline_us)
+				return FAIL(c, MC_ERR_INVALID_PARAMS,
+					    "regex '%s' refused: over its time budget of %llu ms "
+					    "(regex_time_budget) after matching %llu keys",
+					    j->pat, (unsigned long long)j->budget_ms,
+					    (unsigned long long)j->visited);
+		} else if (!j->remove) {
+			return apply_get(c, j);
+		} else {
+			if (apply_remove(j, c->now, APPLY_STEP)) {
+				cnt.count = j->count;
+				return mc_store_remove_by_regex_response_encode(c->out, c->id,
+										&cnt);
+			}
+			now = mc_now_us();
+		}
+		if (now >= end_us)
+			return MC_INPROGRESS;
+	}
+}
+
+static mc_status h_regex(struct ctx *c, const struct mc_store_msg *q)
+{
+	const struct mc_store_regex_req *r = &q->body.regex_req;
+
+	return job_new(c, &r->tenant, &r->pattern, false, false);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1276,28 +1445,8 @@ static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_msg 
 static mc_status h_remove_regex(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_remove_regex_req *r = &q->body.remove_regex_req;
-	struct mc_master *m = c->m;
-	struct mc_store_count_resp resp = {0};
-	bool found;
-	uint16_t tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
-	regex_t re;
-	mc_status st = regex_compile(c, &r->pattern, &re);
 
-	if (st != MC_OK)
-		return st;
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; found && i <= m->mask;) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
-
-		if (o && o->tenant == tid && key_match(&re, o) &&
-		    mc_master_remove_obj(m, o, r->force, c->now) == MC_OK) {
-			resp.count++;
-			continue; /* slot i may now hold a later entry */
-		}
-		i++;
-	}
-	regfree(&re);
-	return mc_store_remove_by_regex_response_encode(c->out, c->id, &resp);
+	return job_new(c, &r->tenant, &r->pattern, true, r->force);
 }
 
 static mc_status h_remove_all(struct ctx *c, const struct mc_store_msg *q)
@@ -1548,16 +1697,45 @@ static const struct cmd *cmd_of(uint16_t type)
 	return &cmds[type];
 }
 
-mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, uint64_t now_ms,
-			   struct mc_buf *out)
+/* What every request ends with: sweep, counters, the error response. */
+static mc_status finish(struct ctx *c, uint16_t type, size_t counter, size_t mark, mc_status st)
+{
+	struct mc_master *m = c->m;
+
+	if (m->need_sweep)
+		mc_master_sweep(m);
+	if (st != MC_OK && c->out->len != mark) {
+		/* a handler never leaves half a frame, but be safe */
+		c->out->len = mark;
+	}
+	if (st != MC_OK && !c->err[0])
+		snprintf(c->err, ERR_LEN, "cannot encode the response: %s", mc_strerror(st));
+	if (counter != NO_COUNTER) {
+		struct mc_master_req_counter *rc =
+			(struct mc_master_req_counter *)((char *)&m->met + counter);
+		rc->requests++;
+		rc->failures += st != MC_OK;
+	}
+	if (st == MC_OK)
+		return MC_OK;
+	if (mc_store_error_encode(c->out, type, c->id, st, c->err) != MC_OK)
+		return MC_ERR_NOMEM;
+	return st;
+}
+
+mc_status mc_master_handle_start(struct mc_master *m, const struct mc_store_msg *req,
+				 uint64_t now_ms, struct mc_buf *out,
+				 struct mc_master_job **job_out)
 {
 	char err[ERR_LEN];
-	struct ctx c = {m, now_ms, req->hdr.req_id, out, err};
+	struct mc_master_job *job = NULL;
+	struct ctx c = {m, now_ms, req->hdr.req_id, out, err, &job};
 	const struct cmd *cmd = cmd_of(req->hdr.type);
 	size_t mark = out->len;
 	mc_status st;
 
 	err[0] = '\0';
+	*job_out = NULL;
 	if (req->hdr.flags & MC_PROTO_F_RESPONSE)
 		st = FAIL(&c, MC_ERR_INVALID_PARAMS, "a response frame sent to the master");
 	else if (!cmd)
@@ -1569,24 +1747,41 @@ mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, 
 			  mc_store_msg_name(req->hdr.type));
 	else
 		st = cmd->handle(&c, req);
-	if (m->need_sweep)
-		mc_master_sweep(m);
-	if (st != MC_OK && out->len != mark) {
-		/* a handler never leaves half a frame, but be safe */
-		out->len = mark;
+	if (st == MC_INPROGRESS) {
+		job->type = req->hdr.type;
+		job->req_id = req->hdr.req_id;
+		job->counter = cmd->counter;
+		*job_out = job;
+		return MC_INPROGRESS;
 	}
-	if (st != MC_OK && !err[0])
-		snprintf(err, sizeof(err), "cannot encode the response: %s", mc_strerror(st));
-	if (cmd && cmd->counter != NO_COUNTER) {
-		struct mc_master_req_counter *rc =
-			(struct mc_master_req_counter *)((char *)&m->met + cmd->counter);
-		rc->requests++;
-		rc->failures += st != MC_OK;
-	}
-	if (st == MC_OK)
-		return MC_OK;
-	if (mc_store_error_encode(out, req->hdr.type, req->hdr.req_id, st, err) != MC_OK)
-		return MC_ERR_NOMEM;
+	return finish(&c, req->hdr.type, cmd ? cmd->counter : NO_COUNTER, mark, st);
+}
+
+mc_status mc_master_job_run(struct mc_master *m, struct mc_master_job *j, uint64_t now_ms,
+			    uint64_t slice_us, struct mc_buf *out)
+{
+	char err[ERR_LEN];
+	struct ctx c = {m, now_ms, j->req_id, out, err, NULL};
+	size_t mark = out->len;
+	mc_status st;
+
+	err[0] = '\0';
+	st = job_work(&c, j, slice_us ? mc_now_us() + slice_us : UINT64_MAX);
+	if (st == MC_INPROGRESS)
+		return st;
+	st = finish(&c, j->type, j->counter, mark, st);
+	mc_master_job_free(m, j);
+	return st;
+}
+
+mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, uint64_t now_ms,
+			   struct mc_buf *out)
+{
+	struct mc_master_job *job;
+	mc_status st = mc_master_handle_start(m, req, now_ms, out, &job);
+
+	while (st == MC_INPROGRESS)
+		st = mc_master_job_run(m, job, now_ms, 0, out);
 	return st;
 }
 

@@ -52,6 +52,10 @@ struct mc_master_config {
 	bool enable_multi_tenants;	       /* false: every tenant is "default", as upstream */
 	const char *version;		       /* ServiceReady answer; copied */
 	uint64_t rng_seed;		       /* placement and eviction sampling */
+	/* the regex calls (master/key_regex.h): per request and per key */
+	uint64_t regex_time_budget_ms; /* 10000: wall clock for one request's scan */
+	int64_t regex_match_limit;     /* 1000000: backtracking steps per key */
+	uint64_t regex_heap_limit;     /* 16 MiB: backtracking memory per key */
 };
 
 /* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
@@ -75,6 +79,27 @@ void mc_master_free(struct mc_master *m);
  */
 mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, uint64_t now_ms,
 			   struct mc_buf *out);
+
+/*
+ * The same, for a caller that can come back later: a request that visits
+ * the whole table (GetReplicaListByRegex, RemoveByRegex) may return
+ * MC_INPROGRESS with *job_out set and nothing appended.  Then call
+ * mc_master_job_run, other requests in between as the caller likes, until
+ * it returns anything else: the response is appended to its out then and
+ * the job is freed.  mc_master_job_free drops an unfinished job (its
+ * client went away); nothing of its request has happened then.  Otherwise
+ * *job_out is NULL and this is mc_master_handle.  Same thread and lock
+ * rules as every call into the master.
+ */
+struct mc_master_job;
+mc_status mc_master_handle_start(struct mc_master *m, const struct mc_store_msg *req,
+				 uint64_t now_ms, struct mc_buf *out,
+				 struct mc_master_job **job_out);
+/* Work on j for about slice_us microseconds (0: to the end). */
+mc_status mc_master_job_run(struct mc_master *m, struct mc_master_job *j, uint64_t now_ms,
+			    uint64_t slice_us, struct mc_buf *out);
+/* NULL is a no-op. */
+void mc_master_job_free(struct mc_master *m, struct mc_master_job *j);
 
 /*
  * Periodic work due at now_ms: expire silent clients (their segments are

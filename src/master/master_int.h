@@ -212,6 +212,7 @@ struct mc_master {
 	uint64_t evict_idle_until; /* no watermark round before this (ms) */
 	bool need_sweep;
 	uint64_t last_proc_scan;
+	uint32_t ncursors; /* open scan cursors: the table does not shrink */
 
 	struct mc_master_metrics met;
 };
@@ -284,6 +285,32 @@ mc_status mc_master_targets(struct mc_master *m);
 mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force, uint64_t now_ms);
 /* Finish a resize in progress; full scans call it first. */
 void mc_master_table_settle(struct mc_master *m);
+
+/*
+ * A scan of the object table in steps, with other requests (inserts,
+ * removals, resizes) between the steps (objects.c, "scan cursor").  Step
+ * by step it visits every object whose hash falls in the next part of the
+ * hash space, so an object present for the whole scan is visited exactly
+ * once, whatever the table did in between; one added or removed during the
+ * scan may or may not be.  The table does not shrink while a cursor is
+ * open.
+ */
+struct mc_master_cursor {
+	uint64_t unit; /* slots of the smallest table when the scan began */
+	uint64_t pos;  /* home slots [0, pos) (mod unit) are done */
+};
+/* Return false to end the step early (the cursor still moves past it). */
+typedef bool (*mc_master_obj_fn)(void *arg, struct mc_obj *o);
+void mc_master_cursor_open(struct mc_master *m, struct mc_master_cursor *cur);
+void mc_master_cursor_close(struct mc_master *m, struct mc_master_cursor *cur);
+static inline bool mc_master_cursor_done(const struct mc_master_cursor *cur)
+{
+	return cur->pos >= cur->unit;
+}
+/* One step: about slots table slots (at least one home slot of unit); fn
+ * must not add or erase objects.  false when fn ended it. */
+bool mc_master_cursor_step(struct mc_master *m, struct mc_master_cursor *cur, uint64_t slots,
+			   mc_master_obj_fn fn, void *arg);
 /* Iterate slot i of the table (after mc_master_table_settle): the object
  * there or NULL. */
 static inline struct mc_obj *mc_master_slot_obj(const struct mc_master *m, uint64_t i)

@@ -16,10 +16,12 @@
  * table doubles when an insert would pass 3/4 load and halves (in the
  * tick) under 1/8, and either resize is incremental (see migrate()): a
  * rehash of 10 M objects costs about a second of pointer chasing, which
- * must not land on one request.  Full scans (regex, remove-all, sweep,
- * admin listing) first finish any resize; they may delete the slot they
- * are looking at and then look at it again (backward shift moves only
- * later entries of the same run into it).
+ * must not land on one request.  Full scans (remove-all, sweep, admin
+ * listing) first finish any resize; they may delete the slot they are
+ * looking at and then look at it again (backward shift moves only later
+ * entries of the same run into it).  The regex calls scan in steps with
+ * other requests between them, through a cursor over the hash space that
+ * needs no settled table (see "scan cursor").
  *
  * Object memory.  One allocation per object with the key inline, and
  * nothing in it that only some objects need:
@@ -329,6 +331,96 @@ static mc_status table_resize(struct mc_master *m, uint64_t nslots)
 	m->mask = nslots - 1;
 	migrate(m, MIGRATE_STEP);
 	return MC_OK;
+}
+
+/*
+ * Scan cursor.  The regex calls walk the table in steps with other
+ * requests in between, so the table may grow (and migrate) between two
+ * steps; it never shrinks while a cursor is open.  Tables are powers of
+ * two and an object's home slot is its hash masked, so with unit the
+ * smallest table size seen when the scan began, every table since is a
+ * multiple of unit and h & (unit - 1) is a fixed "bucket" of each object.
+ * A step takes buckets [pos, pos + n) and, in each table present (the new
+ * one and, during a resize, the old one), walks the home slots k * unit +
+ * [pos, pos + n) for every k, then on to the end of the last run (linear
+ * probing may have pushed an object past its home range, never before it),
+ * keeping the objects whose home is in the range.  A step runs under the
+ * state lock with nothing moving, and every object lies in exactly one
+ * table, so each bucket is visited whole, once.
+ */
+void mc_master_cursor_open(struct mc_master *m, struct mc_master_cursor *cur)
+{
+	cur->unit = m->mask + 1;
+	if (m->old && m->old_mask + 1 < cur->unit)
+		cur->unit = m->old_mask + 1;
+	cur->pos = 0;
+	m->ncursors++;
+}
+
+void mc_master_cursor_close(struct mc_master *m, struct mc_master_cursor *cur)
+{
+	if (cur->unit) {
+		mc_assert(m->ncursors > 0);
+		m->ncursors--;
+	}
+	cur->unit = 0;
+	cur->pos = 0;
+}
+
+/* Objects of one table whose home slot is in [a, a + n); false if fn ended it. */
+static bool walk_range(struct mc_master *m, const uint64_t *slots, uint64_t mask, uint64_t a,
+		       uint64_t n, mc_master_obj_fn fn, void *arg)
+{
+	uint64_t i = a;
+
+	for (uint64_t steps = 0; steps <= mask; steps++, i = (i + 1) & mask) {
+		uint64_t s = slots[i], home;
+		struct mc_obj *o;
+
+		if (!s) {
+			if (steps >= n)
+				break;
+			continue;
+		}
+		o = (struct mc_obj *)(uintptr_t)(s & PTR_MASK);
+		home = obj_hash(m, o->tenant, o->key, o->key_len) & mask;
+		if (((home - a) & mask) < n && !fn(arg, o))
+			return false;
+	}
+	return true;
+}
+
+static bool walk_table(struct mc_master *m, const uint64_t *slots, uint64_t mask,
+		       const struct mc_master_cursor *cur, uint64_t n, mc_master_obj_fn fn,
+		       void *arg)
+{
+	mc_assert((mask + 1) % cur->unit == 0);
+	for (uint64_t base = 0; base <= mask; base += cur->unit) {
+		if (!walk_range(m, slots, mask, base + cur->pos, n, fn, arg))
+			return false;
+	}
+	return true;
+}
+
+bool mc_master_cursor_step(struct mc_master *m, struct mc_master_cursor *cur, uint64_t slots,
+			   mc_master_obj_fn fn, void *arg)
+{
+	/* slots of the biggest table per bucket of unit */
+	uint64_t big = m->old && m->old_mask > m->mask ? m->old_mask + 1 : m->mask + 1;
+	uint64_t n = slots / (big / cur->unit);
+	bool go;
+
+	if (mc_master_cursor_done(cur))
+		return true;
+	if (n == 0)
+		n = 1;
+	if (n > cur->unit - cur->pos)
+		n = cur->unit - cur->pos;
+	go = walk_table(m, m->slots, m->mask, cur, n, fn, arg);
+	if (go && m->old)
+		go = walk_table(m, m->old, m->old_mask, cur, n, fn, arg);
+	cur->pos += n;
+	return go;
 }
 
 mc_status mc_master_obj_insert(struct mc_master *m, struct mc_obj *o)
@@ -1329,7 +1421,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 	}
 	if (m->old)
 		migrate(m, MIGRATE_TICK);
-	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1)
+	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
 		(void)table_resize(m, (m->mask + 1) / 2);
 	return 10;
 }
@@ -1353,6 +1445,9 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->enable_multi_tenants = false;
 	c->version = "mooncake-c " MC_VERSION_STRING;
 	c->rng_seed = 0x6d6f6f6e63616b65ull;
+	c->regex_time_budget_ms = 10000;
+	c->regex_match_limit = 1000000;
+	c->regex_heap_limit = 16u << 20;
 }
 
 mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out)
@@ -1363,7 +1458,9 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	    !(c->eviction_high_watermark_ratio >= 0 && c->eviction_high_watermark_ratio <= 1) ||
 	    c->default_kv_soft_pin_ttl_ms > c->max_kv_soft_pin_ttl_ms ||
 	    c->default_kv_lease_ttl_ms == 0 || c->client_ttl_ms == 0 ||
-	    c->put_start_discard_timeout_ms == 0 || c->put_start_release_timeout_ms == 0) {
+	    c->put_start_discard_timeout_ms == 0 || c->put_start_release_timeout_ms == 0 ||
+	    c->regex_time_budget_ms == 0 || c->regex_match_limit < 1 ||
+	    c->regex_match_limit > UINT32_MAX || c->regex_heap_limit < 1024) {
 		mc_error("invalid master configuration");
 		return MC_ERR_INVALID_PARAMS;
 	}

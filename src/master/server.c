@@ -28,6 +28,14 @@
  *   - an unknown message type: a NOT_SUPPORTED error response, and the
  *     connection goes on.
  *
+ * Requests that visit the whole table (the regex calls) are jobs
+ * (mc_master_handle_start): the connection's later frames wait, and the
+ * job timer runs one slice of about JOB_SLICE_US of the first job each
+ * loop round, after the ready connections, then moves it to the back; so
+ * a scan of millions of keys delays another client's request by one slice,
+ * not by the scan.  A job's answer is queued like any other; a connection
+ * that closes first takes its unfinished job with it.
+ *
  * The loop's timers run mc_master_tick() when it is due (its return value
  * is the next deadline, at most 10 ms away, and bounds the epoll wait),
  * close connections idle longer than rpc_conn_timeout_seconds, resume
@@ -78,6 +86,7 @@
 #define IDLE_SCAN_MS	 1000
 #define ACCEPT_PAUSE_MS	 100
 #define LISTEN_BACKLOG	 1024
+#define JOB_SLICE_US	 200 /* a regex job's turn; the delay it adds to others */
 
 struct conn {
 	struct mc_list link; /* in s->conns */
@@ -89,7 +98,9 @@ struct conn {
 	uint8_t *rbuf;
 	size_t rlen, rcap;
 	struct mc_buf wbuf;
-	size_t woff; /* bytes of wbuf already sent */
+	size_t woff;		   /* bytes of wbuf already sent */
+	struct mc_master_job *job; /* unfinished request; no frame is read meanwhile */
+	struct mc_list job_link;   /* in s->jobs while job */
 	uint64_t last_active_ms;
 	char *why; /* why it is closing, until logged */
 	char peer[INET6_ADDRSTRLEN + 8];
@@ -104,6 +115,13 @@ static size_t conn_pending(const struct conn *c)
 
 static void conn_free(struct mc_master_server *s, struct conn *c)
 {
+	if (c->job) {
+		pthread_mutex_lock(&s->lock);
+		mc_master_job_free(s->master, c->job);
+		pthread_mutex_unlock(&s->lock);
+		c->job = NULL;
+		mc_list_del(&c->job_link);
+	}
 	mc_list_del(&c->link);
 	s->nconns--;
 	close(c->io.fd); /* also removes it from the epoll set */
@@ -173,11 +191,12 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 			return false;
 		want = EPOLLOUT;
 	} else {
-		if (pending < WBUF_HIGH)
+		if (pending < WBUF_HIGH && !c->job)
 			want |= EPOLLIN;
 		if (pending)
 			want |= EPOLLOUT;
 	}
+	/* 0 (a job runs, nothing to send): epoll still reports hang-ups and errors */
 	if (mc_loop_set_events(s->loop, &c->io, want) != MC_OK) {
 		mc_error("rpc: connection from %s: %s", c->peer, mc_last_error());
 		return false;
@@ -204,8 +223,14 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 			return;
 		}
 		before = c->wbuf.len;
-		st = mc_master_handle(s->master, &msg, now_ms, &c->wbuf);
+		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
 		mc_store_msg_release(&msg);
+		if (st == MC_INPROGRESS) {
+			if (mc_list_empty(&s->jobs))
+				mc_loop_timer_start(s->loop, &s->job_timer, 0);
+			mc_list_add_tail(&s->jobs, &c->job_link);
+			return;
+		}
 		if (mc_unlikely(st == MC_ERR_NOMEM && c->wbuf.len == before))
 			conn_fail(c, "out of memory answering %s", mc_store_msg_name(hdr->type));
 		return;
@@ -244,7 +269,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 	size_t off = 0;
 	bool locked = false;
 
-	while (!c->closing && off < c->rlen && conn_pending(c) < WBUF_HIGH) {
+	while (!c->closing && !c->job && off < c->rlen && conn_pending(c) < WBUF_HIGH) {
 		struct mc_proto_hdr hdr;
 		size_t flen = 0;
 		mc_status st =
@@ -309,7 +334,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 			c->rcap = RBUF_INIT;
 		}
 	}
-	if (c->eof && !c->closing && c->rlen && conn_pending(c) < WBUF_HIGH)
+	if (c->eof && !c->closing && !c->job && c->rlen && conn_pending(c) < WBUF_HIGH)
 		conn_fail(c, "peer closed in the middle of a frame (%zu bytes of it received)",
 			  c->rlen);
 }
@@ -317,7 +342,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 /* Read what the socket has, handling frames as buffers fill. */
 static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
 {
-	for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->eof; i++) {
+	for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->eof && !c->job; i++) {
 		size_t space = c->rcap - c->rlen;
 		ssize_t n;
 
@@ -360,23 +385,13 @@ static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t n
 	return true;
 }
 
-static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+/* Send, go on with frames held back, and close or re-arm. */
+static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now_ms, bool ok)
 {
-	struct conn *c = mc_container_of(f, struct conn, io);
-	struct mc_master_server *s = c->s;
-	uint64_t now_ms = mc_loop_now_ms(l);
-	bool ok = true;
-
-	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-		if (!c->closing && !c->eof)
-			ok = conn_readable(s, c, now_ms);
-		else if (!(events & EPOLLOUT) && (events & (EPOLLHUP | EPOLLERR)))
-			ok = false; /* nothing more can be sent */
-	}
 	if (ok)
 		ok = conn_flush(c, now_ms);
 	/* frames held back while too much waited to be sent: go on with them */
-	while (ok && !c->closing && c->rlen && conn_pending(c) < WBUF_HIGH) {
+	while (ok && !c->closing && !c->job && c->rlen && conn_pending(c) < WBUF_HIGH) {
 		size_t before = c->rlen;
 		conn_process(s, c, now_ms);
 		ok = conn_flush(c, now_ms);
@@ -390,6 +405,27 @@ static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 	}
 	if (!ok || !conn_rearm(s, c))
 		conn_free(s, c);
+}
+
+static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct conn *c = mc_container_of(f, struct conn, io);
+	struct mc_master_server *s = c->s;
+	uint64_t now_ms = mc_loop_now_ms(l);
+	bool ok = true;
+
+	if (c->job && (events & (EPOLLHUP | EPOLLERR))) {
+		/* the connection broke while its job ran: drop the job with it */
+		conn_free(s, c);
+		return;
+	}
+	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+		if (!c->closing && !c->eof && !c->job)
+			ok = conn_readable(s, c, now_ms);
+		else if (!(events & EPOLLOUT) && (events & (EPOLLHUP | EPOLLERR)))
+			ok = false; /* nothing more can be sent */
+	}
+	conn_settle(s, c, now_ms, ok);
 }
 
 static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
@@ -429,6 +465,7 @@ static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 			continue;
 		}
 		mc_loop_fd_init(&c->io, fd, conn_event);
+		mc_list_init(&c->job_link);
 		c->s = s;
 		c->rcap = RBUF_INIT;
 		mc_buf_init(&c->wbuf);
@@ -470,6 +507,33 @@ static int64_t on_accept_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 	if (mc_loop_add_fd(l, &s->listen, EPOLLIN) != MC_OK)
 		mc_warn("rpc: cannot resume accepting: %s", mc_last_error());
 	return MC_LOOP_TIMER_STOP;
+}
+
+/* One slice of the first job, which then waits at the back. */
+static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, job_timer);
+	struct conn *c;
+	size_t before;
+	mc_status st;
+
+	if (mc_list_empty(&s->jobs))
+		return MC_LOOP_TIMER_STOP;
+	c = mc_list_first(&s->jobs, struct conn, job_link);
+	mc_list_del(&c->job_link);
+	before = c->wbuf.len;
+	pthread_mutex_lock(&s->lock);
+	st = mc_master_job_run(s->master, c->job, now_ms, JOB_SLICE_US, &c->wbuf);
+	pthread_mutex_unlock(&s->lock);
+	if (st == MC_INPROGRESS) {
+		mc_list_add_tail(&s->jobs, &c->job_link);
+	} else {
+		c->job = NULL;
+		if (st == MC_ERR_NOMEM && c->wbuf.len == before)
+			conn_fail(c, "out of memory answering a regex call");
+		conn_settle(s, c, now_ms, true);
+	}
+	return mc_list_empty(&s->jobs) ? MC_LOOP_TIMER_STOP : 0;
 }
 
 static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
@@ -655,12 +719,14 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	mc_loop_timer_init(&s->idle_timer, on_idle_timer);
 	mc_loop_timer_init(&s->report_timer, on_report_timer);
 	mc_loop_timer_init(&s->accept_timer, on_accept_timer);
+	mc_loop_timer_init(&s->job_timer, on_job_timer);
 	s->enable_metric_reporting = cfg->enable_metric_reporting;
 	s->tcp_nodelay = cfg->rpc_enable_tcp_no_delay;
 	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
 				     ? (uint64_t)cfg->rpc_conn_timeout_seconds * 1000
 				     : 0;
 	mc_list_init(&s->conns);
+	mc_list_init(&s->jobs);
 	pthread_mutex_init(&s->lock, NULL);
 
 	st = mc_master_new(&cfg->master, &s->master);

@@ -151,6 +151,14 @@ static const struct mc_config_entry flags[] = {
 	    "replica placement: random or free_ratio_first"),
 	BOOL("enable_multi_tenants", "false", MF(enable_multi_tenants), 0,
 	     "keep tenants apart (false: every tenant is the default one)"),
+	/* regex calls (this build's own limits; upstream has none) */
+	MSEC("regex_time_budget", "10000", MF(regex_time_budget_ms), 1, 0,
+	     "longest a regex call may scan before it fails with INVALID_PARAMS "
+	     "(ms, or ms/s/m/h)"),
+	INT("regex_match_limit", "1000000", MF(regex_match_limit), 1000, UINT32_MAX, 0,
+	    "PCRE2 backtracking steps per key before a regex call fails with INVALID_PARAMS"),
+	SIZE("regex_heap_limit", "16m", MF(regex_heap_limit), 65536, 1ll << 30, 0,
+	     "backtracking memory per key before a regex call fails (bytes, k/m/g suffixes)"),
 	/* embedded HTTP metadata server */
 	BOOL("enable_http_metadata_server", "false", SF(enable_http_metadata_server), 0,
 	     "embed the transfer engine's HTTP metadata server"),

@@ -47,9 +47,11 @@ struct mc_master_server {
 	struct mc_loop_timer idle_timer;   /* every IDLE_SCAN_MS with conn_timeout_ms */
 	struct mc_loop_timer report_timer; /* every REPORT_PERIOD_MS */
 	struct mc_loop_timer accept_timer; /* resumes accepting after EMFILE/ENFILE */
+	struct mc_loop_timer job_timer;	   /* one slice of a regex job per round */
 	pthread_t loop_thread;
 	bool loop_started;
 	struct mc_list conns; /* struct conn, loop thread only */
+	struct mc_list jobs;  /* struct conn with a job, in turn order, loop thread only */
 	uint64_t nconns;
 
 	/* HTTP */
