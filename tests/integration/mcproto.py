@@ -32,6 +32,7 @@ EXIST_KEY = 16
 BATCH_EXIST_KEY = 17
 GET_REPLICA_LIST = 18
 BATCH_GET_REPLICA_LIST = 19
+GET_REPLICA_LIST_BY_REGEX = 20
 PUT_START = 32
 PUT_END = 33
 PUT_REVOKE = 34
@@ -351,6 +352,18 @@ class Conn:
 
     def remove(self, k, force=False, tenant=""):
         self.call(REMOVE, string(tenant) + key(k) + boolean(force))
+
+    def remove_by_regex(self, pattern, force=False, tenant=""):
+        return self.call(REMOVE_BY_REGEX, string(tenant) + string(pattern) + boolean(force)).i64()
+
+    def get_by_regex(self, pattern, tenant=""):
+        """The keys GetReplicaListByRegex returns (their replica lists are read and dropped)."""
+        r = self.call(GET_REPLICA_LIST_BY_REGEX, string(tenant) + string(pattern))
+        keys = []
+        for _ in range(r.u32()):
+            keys.append(r.string().decode(errors="replace"))
+            r.replica_list()
+        return keys
 
     def remove_all(self, force=True, tenant=""):
         return self.call(REMOVE_ALL, string(tenant) + boolean(force)).i64()
