@@ -86,7 +86,7 @@
 #define IDLE_SCAN_MS	 1000
 #define ACCEPT_PAUSE_MS	 100
 #define LISTEN_BACKLOG	 1024
-#define JOB_SLICE_US	 200 /* a regex job's turn; the delay it adds to others */
+#define JOB_SLICE_US	 100 /* a regex job's turn; the delay it adds to others */
 
 struct conn {
 	struct mc_list link; /* in s->conns */
