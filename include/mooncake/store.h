@@ -110,6 +110,20 @@ MC_API const char *mc_store_hostname(const struct mc_store *s);
 /* The engine in use (NULL before setup). */
 MC_API struct mc_te *mc_store_engine(const struct mc_store *s);
 
+/* The global segment's memory: what backs it and how much of it is faulted
+ * in ahead of use (MC_STORE_USE_HUGEPAGE, MC_STORE_PREFAULT; docs/config.md). */
+struct mc_store_segment_info {
+	uint64_t size;	     /* bytes mapped (0: no segment) */
+	uint64_t populated;  /* bytes pre-faulted so far */
+	uint64_t huge_bytes; /* bytes backed by huge pages now (explicit or transparent) */
+	char pages[16];	     /* "hugetlb 2MB", "hugetlb 1GB", "thp" or "4k" */
+	char prefault[16];   /* "off", "mount" or "background" */
+	bool prefault_done;  /* populated all it will */
+};
+/* MC_OK, or MC_ERR_INVALID_PARAMS before setup.  Reads /proc/self/smaps
+ * for huge_bytes (milliseconds): not for a hot path. */
+MC_API mc_status mc_store_segment_info(struct mc_store *s, struct mc_store_segment_info *out);
+
 /* ---- copy-based calls (upstream's names; any host memory, sent as it is) ---- */
 
 /* config NULL = defaults; len 0 is MC_ERR_INVALID_PARAMS.  Upstream stages

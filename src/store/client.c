@@ -447,6 +447,27 @@ struct mc_te *mc_store_engine(const struct mc_store *s)
 	return s ? s->te : NULL;
 }
 
+mc_status mc_store_segment_info(struct mc_store *s, struct mc_store_segment_info *out)
+{
+	static const char *const modes[] = {"off", "mount", "background"};
+	struct mc_hostmem_stats st;
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc != MC_OK)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	if (!s->seg_mem)
+		return MC_OK;
+	mc_hostmem_stats(s->seg_mem, &st);
+	out->size = st.len;
+	out->populated = st.populated;
+	out->huge_bytes = st.huge_bytes;
+	snprintf(out->pages, sizeof(out->pages), "%s", st.pages);
+	snprintf(out->prefault, sizeof(out->prefault), "%s", modes[st.prefault]);
+	out->prefault_done = st.prefault_done;
+	return MC_OK;
+}
+
 /* ---- metadata calls ---------------------------------------------------------------------- */
 
 int mc_store_is_exist(struct mc_store *s, const char *key)

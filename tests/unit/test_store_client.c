@@ -1522,6 +1522,44 @@ static void conn_reconnects_after_drop(void **state)
 	fake_stop(&f);
 }
 
+/* The segment's memory as mc_store_segment_info reports it: the shared
+ * clients pre-fault in the background (the default), a client set up
+ * with MC_STORE_PREFAULT=mount has all of it populated before setup
+ * returns, and one with off has none. */
+static void segment_info_reports_prefault(void **state)
+{
+	struct mc_store_segment_info info;
+	struct mc_store *s, *fresh = NULL;
+	(void)state;
+	assert_int_equal(mc_store_new(&fresh), MC_OK);
+	assert_int_equal(mc_store_segment_info(fresh, &info), MC_ERR_INVALID_PARAMS);
+	mc_store_free(fresh);
+
+	assert_int_equal(mc_store_segment_info(A, &info), MC_OK);
+	assert_int_equal(info.size, SEG_SIZE);
+	assert_string_equal(info.prefault, "background");
+	assert_true(info.populated <= info.size);
+
+	setenv("MC_STORE_PREFAULT", "mount", 1);
+	s = client_new(32ull << 20, 0);
+	unsetenv("MC_STORE_PREFAULT");
+	assert_int_equal(mc_store_segment_info(s, &info), MC_OK);
+	assert_string_equal(info.prefault, "mount");
+	assert_int_equal(info.populated, 32ull << 20);
+	assert_true(info.prefault_done);
+	assert_true(!strcmp(info.pages, "thp") || !strcmp(info.pages, "4k") ||
+		    !strncmp(info.pages, "hugetlb", 7));
+	mc_store_free(s);
+
+	setenv("MC_STORE_PREFAULT", "off", 1);
+	s = client_new(32ull << 20, 0);
+	unsetenv("MC_STORE_PREFAULT");
+	assert_int_equal(mc_store_segment_info(s, &info), MC_OK);
+	assert_string_equal(info.prefault, "off");
+	assert_int_equal(info.populated, 0);
+	mc_store_free(s);
+}
+
 static void unreachable_master(void **state)
 {
 	struct mc_store *s;
@@ -1572,6 +1610,7 @@ int main(void)
 		cmocka_unit_test(conn_foreign_version_is_refused),
 		cmocka_unit_test(conn_silent_master_times_out),
 		cmocka_unit_test(conn_reconnects_after_drop),
+		cmocka_unit_test(segment_info_reports_prefault),
 		cmocka_unit_test(unreachable_master),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
