@@ -18,6 +18,10 @@
  *   mt_put_from / mt_get_into
  *                         --threads threads, one key per call each, phases
  *                         synchronised by a barrier
+ *   put_from_cold, put_from_warm  (--cases=cold, not in the default set)
+ *                         one window put into a freshly started holder's
+ *                         segment at once, then again into the memory
+ *                         that fill touched (MC_STORE_PREFAULT applies)
  *   exist, batch_exist, replica_desc
  *                         metadata calls at batch 1 and --meta-keys keys
  *                         (run first)
@@ -403,6 +407,55 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 	return r;
 }
 
+/*
+ * First fill against refill: a fresh holder (a freshly mounted segment,
+ * pre-faulted as MC_STORE_PREFAULT in the environment says) is started
+ * and the window is put into it at once (put_gbs, "cold"), then removed
+ * and put again into the memory the first fill touched (get_gbs slot,
+ * "warm").  The data of both fills is read back and checked.
+ */
+static pid_t holder_pid;
+static void start_holder(const char *self);
+static void stop_holder(void);
+
+static struct xfer_result run_cold(size_t size)
+{
+	struct window w;
+	struct samples cl = {0}, wl = {0}, gl = {0};
+	struct xfer_result r;
+	double t0, cold_t, warm_t;
+	static uint64_t round;
+
+	if (holder_pid <= 0)
+		die("--cases=cold starts its own holders: drop --target");
+	window_init(&w, size, window_count(size, 1), true);
+	stop_holder();
+	start_holder("/proc/self/exe");
+	window_keys(&w, 0, ++round);
+	t0 = now_s();
+	put_phase(X_ZC, &w, &cl);
+	cold_t = now_s() - t0;
+	get_phase(X_ZC, &w, 0, round, &gl);
+	window_remove(&w);
+	window_keys(&w, 0, ++round);
+	t0 = now_s();
+	put_phase(X_ZC, &w, &wl);
+	warm_t = now_s() - t0;
+	get_phase(X_ZC, &w, 0, round, &gl);
+	window_remove(&w);
+	r.put_gbs = (double)(w.n * size) / cold_t / 1e9;
+	r.get_gbs = (double)(w.n * size) / warm_t / 1e9;
+	r.put_p50 = percentile(&cl, 50);
+	r.put_p99 = percentile(&cl, 99);
+	r.get_p50 = percentile(&wl, 50);
+	r.get_p99 = percentile(&wl, 99);
+	free(cl.v);
+	free(wl.v);
+	free(gl.v);
+	window_release(&w, true);
+	return r;
+}
+
 /* Threaded zero-copy: every thread owns a window; phases are barriers. */
 struct mt_shared {
 	pthread_barrier_t bar;
@@ -756,7 +809,7 @@ static void usage(FILE *f)
 		"usage: " PROG " [--mode=client|holder] [--master=H:P] [--metadata=URI]\n"
 		"       [--host=NAME] [--target=HOLDER_HOSTNAME] [--segment=2g] [--window=64m]\n"
 		"       [--sizes=1m,4m] [--runs=5] [--duration=2] [--batch=8] [--threads=2]\n"
-		"       [--meta-keys=1000] [--cases=zc,copy,batch,mt,meta] [--json] [--quick]\n");
+		"       [--meta-keys=1000] [--cases=zc,copy,batch,mt,meta,cold] [--json] [--quick]\n");
 }
 
 int main(int argc, char **argv)
@@ -908,6 +961,11 @@ int main(int argc, char **argv)
 				rs[r] = run_single(X_BATCH, size);
 			report_xfer("batch_put_from", "batch_get_into", size, opt.batch, 1, rs,
 				    opt.runs);
+		}
+		if (case_on("cold")) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_cold(size);
+			report_xfer("put_from_cold", "put_from_warm", size, 1, 1, rs, opt.runs);
 		}
 		if (case_on("mt")) {
 			for (int r = 0; r < opt.runs; r++)
