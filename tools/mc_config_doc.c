@@ -15,6 +15,7 @@
 #include "master/server.h"
 #include "mem/devmem.h"
 #include "mem/hostmem.h"
+#include "store/client_config.h"
 #include "te/engine.h"
 #include "transport/transport.h"
 
@@ -80,7 +81,9 @@ static void emit(FILE *out)
 	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
 		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
 			meta_vars[i].doc);
-	fprintf(out, "\n## Store client\n\n### Segment memory\n\n");
+	fprintf(out, "\n## Store client\n\n");
+	emit_table(out, mc_store_client_config_table, mc_store_client_config_table_len);
+	fprintf(out, "\n### Segment memory\n\n");
 	emit_table(out, mc_hostmem_config_table, mc_hostmem_config_table_len);
 	fprintf(out,
 		"\n## mooncake_master\n\n"

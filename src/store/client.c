@@ -54,6 +54,7 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/te.h"
+#include "store/client_config.h"
 #include "store/client_int.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
@@ -234,34 +235,6 @@ static bool is_loopback_host(const char *h)
 	       strcmp(h, "0.0.0.0") == 0 || strcmp(h, "::1") == 0 || strcmp(h, "::") == 0;
 }
 
-static int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi)
-{
-	const char *v = getenv(name);
-	char *end;
-	long long x;
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	x = strtoll(v, &end, 10);
-	if (errno || *end || x < lo || x > hi) {
-		mc_warn("ignoring %s=%s", name, v);
-		return def;
-	}
-	return x;
-}
-
-/* Unset, empty or "auto" = def; otherwise upstream's boolean spellings. */
-static bool env_bool(const char *name, bool def)
-{
-	const char *v = getenv(name);
-	if (!v || !*v || strcasecmp(v, "auto") == 0)
-		return def;
-	if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
-	    !strcasecmp(v, "off") || !strcasecmp(v, "disable"))
-		return false;
-	return true;
-}
-
 /* Create the engine named after local_hostname, choosing a port when none is given. */
 static mc_status create_engine(struct mc_store *s, const struct mc_store_params *p)
 {
@@ -294,9 +267,13 @@ static mc_status create_engine(struct mc_store *s, const struct mc_store_params 
 			rc = mc_te_new(&tp, &s->te);
 		}
 	} else {
-		int64_t lo = env_int("MC_STORE_CLIENT_MIN_PORT", 12300, 1024, 65535);
-		int64_t hi = env_int("MC_STORE_CLIENT_MAX_PORT", 14300, 1024, 65535);
-		int64_t tries = env_int("MC_STORE_CLIENT_SETUP_RETRIES", 20, 1, 1000);
+		struct mc_store_client_env env;
+		int64_t lo, hi, tries;
+		mc_store_client_env_load(&env);
+		lo = env.min_port;
+		hi = env.max_port;
+		tries = env.setup_retries;
+		mc_store_client_env_release(&env);
 		char name[300];
 		uint64_t rnd;
 		if (hi < lo) {
@@ -366,7 +343,12 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 	snprintf(s->tenant, sizeof(s->tenant), "%s",
 		 p->tenant_id && *p->tenant_id ? p->tenant_id : DEFAULT_TENANT);
 	s->client_id = random_uuid();
-	s->local_memcpy = env_bool("MC_STORE_MEMCPY", true);
+	{
+		struct mc_store_client_env env;
+		mc_store_client_env_load(&env);
+		s->local_memcpy = mc_store_client_env_memcpy(&env);
+		mc_store_client_env_release(&env);
+	}
 	s->hb_stop = false;
 	atomic_store(&s->ping_failed, false);
 

@@ -70,9 +70,9 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/version.h"
+#include "store/client_config.h"
 
 #define DEFAULT_MASTER_PORT 50051
-#define DEFAULT_BUSY_POLL   50	/* us; see busy polling above */
 #define CALL_INLINE	    512 /* answers up to this size need no allocation */
 #define BUF_CACHE	    8	/* encode buffers kept for reuse */
 #define BUF_KEEP_MAX	    (1u << 20)
@@ -132,22 +132,6 @@ struct mc_master_conn {
 	size_t rxlen;  /* bytes received, not yet handed out */
 	size_t rxneed; /* size of the frame being received, once its header is in */
 };
-
-static int64_t env_ms(const char *name, int64_t def)
-{
-	const char *v = getenv(name);
-	char *end;
-	long long x;
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	x = strtoll(v, &end, 10);
-	if (errno || *end) {
-		mc_warn("ignoring %s=%s: not an integer", name, v);
-		return def;
-	}
-	return x;
-}
 
 static void cond_init_mono(pthread_cond_t *c)
 {
@@ -795,7 +779,6 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 {
 	struct mc_master_conn *c;
 	char why[400];
-	int64_t spin;
 	mc_status rc;
 
 	if (!addr || !*addr)
@@ -809,10 +792,14 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 		mc_free(c);
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad master address %s", addr);
 	}
-	c->timeout_ms = env_ms("MC_RPC_TIMEOUT_MS", 30000);
-	c->connect_timeout_ms = env_ms("MC_RPC_CONNECT_TIMEOUT_MS", 30000);
-	spin = env_ms("MC_RPC_BUSY_POLL_US", DEFAULT_BUSY_POLL);
-	c->busy_poll_us = (uint64_t)MC_MIN(MC_MAX(spin, 0), 1000000);
+	{
+		struct mc_store_client_env env;
+		mc_store_client_env_load(&env);
+		c->timeout_ms = env.rpc_timeout_ms;
+		c->connect_timeout_ms = env.rpc_connect_ms;
+		c->busy_poll_us = (uint64_t)env.rpc_busy_poll_us;
+		mc_store_client_env_release(&env);
+	}
 	c->fd = -1;
 	c->state = CONN_DOWN;
 	c->reader = READER_NONE;

@@ -30,6 +30,7 @@
 #include "master/server.h"
 #include "mooncake/store.h"
 #include "mooncake/store_c.h"
+#include "store/client_config.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
 #include "support.h"
@@ -1560,6 +1561,37 @@ static void segment_info_reports_prefault(void **state)
 	mc_store_free(s);
 }
 
+/* The client's environment through its config table: upstream's
+ * spellings, bounds, and a bad value warned about and ignored. */
+static void client_env_table(void **state)
+{
+	struct mc_store_client_env e;
+	(void)state;
+	mc_store_client_env_load(&e);
+	assert_true(mc_store_client_env_memcpy(&e));
+	assert_int_equal(e.min_port, 12300);
+	assert_int_equal(e.rpc_timeout_ms, 30000);
+	mc_store_client_env_release(&e);
+	setenv("MC_STORE_MEMCPY", "disable", 1);
+	setenv("MC_STORE_CLIENT_MIN_PORT", "80", 1); /* below 1024: ignored */
+	setenv("MC_RPC_TIMEOUT_MS", "-1", 1);	     /* no deadline */
+	setenv("MC_RPC_BUSY_POLL_US", "often", 1);   /* not a number: ignored */
+	mc_store_client_env_load(&e);
+	assert_false(mc_store_client_env_memcpy(&e));
+	assert_int_equal(e.min_port, 12300);
+	assert_int_equal(e.rpc_timeout_ms, -1);
+	assert_int_equal(e.rpc_busy_poll_us, 50);
+	mc_store_client_env_release(&e);
+	setenv("MC_STORE_MEMCPY", "sometimes", 1); /* refused by its check: auto stays */
+	mc_store_client_env_load(&e);
+	assert_true(mc_store_client_env_memcpy(&e));
+	mc_store_client_env_release(&e);
+	unsetenv("MC_STORE_MEMCPY");
+	unsetenv("MC_STORE_CLIENT_MIN_PORT");
+	unsetenv("MC_RPC_TIMEOUT_MS");
+	unsetenv("MC_RPC_BUSY_POLL_US");
+}
+
 static void unreachable_master(void **state)
 {
 	struct mc_store *s;
@@ -1611,6 +1643,7 @@ int main(void)
 		cmocka_unit_test(conn_silent_master_times_out),
 		cmocka_unit_test(conn_reconnects_after_drop),
 		cmocka_unit_test(segment_info_reports_prefault),
+		cmocka_unit_test(client_env_table),
 		cmocka_unit_test(unreachable_master),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,0 +1,74 @@
+/* store/client_config.c - the store client's settings table; see client_config.h. */
+#include "store/client_config.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/compiler.h"
+
+static const char *const memcpy_off[] = {"0", "false", "no", "off", "disable"};
+static const char *const memcpy_on[] = {"auto", "1", "true", "yes", "on", "enable"};
+
+static bool spelled(const char *v, const char *const *set, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcasecmp(v, set[i]) == 0)
+			return true;
+	return false;
+}
+
+static bool check_memcpy(const char *value, char *why, size_t why_len)
+{
+	if (!*value || spelled(value, memcpy_on, MC_ARRAY_SIZE(memcpy_on)) ||
+	    spelled(value, memcpy_off, MC_ARRAY_SIZE(memcpy_off)))
+		return true;
+	snprintf(why, why_len, "must be auto or a boolean");
+	return false;
+}
+
+#define CFG(f) offsetof(struct mc_store_client_env, f)
+const struct mc_config_entry mc_store_client_config_table[] = {
+	{.f = {"store_memcpy", "MC_STORE_MEMCPY", "auto",
+	       "replicas in the client's own segment are copied with memcpy instead of the "
+	       "Transfer Engine (auto: on, the engine being TCP or same-host)",
+	       CFG(memcpy_mode), MC_CONFIG_STRING, 0, 0},
+	 .check = check_memcpy},
+	{.f = {"store_client_min_port", "MC_STORE_CLIENT_MIN_PORT", "12300",
+	       "lowest RPC port a client picks when its local_hostname names none", CFG(min_port),
+	       MC_CONFIG_INT, 1024, 65535}},
+	{.f = {"store_client_max_port", "MC_STORE_CLIENT_MAX_PORT", "14300", "highest such port",
+	       CFG(max_port), MC_CONFIG_INT, 1024, 65535}},
+	{.f = {"store_client_setup_retries", "MC_STORE_CLIENT_SETUP_RETRIES", "20",
+	       "ports tried before setup gives up", CFG(setup_retries), MC_CONFIG_INT, 1, 1000}},
+	{.f = {"rpc_timeout_ms", "MC_RPC_TIMEOUT_MS", "30000",
+	       "deadline of a call to the master, milliseconds (-1: none)", CFG(rpc_timeout_ms),
+	       MC_CONFIG_INT, -1, 86400000}},
+	{.f = {"rpc_connect_timeout_ms", "MC_RPC_CONNECT_TIMEOUT_MS", "30000",
+	       "deadline of connecting to the master, milliseconds (-1: none)", CFG(rpc_connect_ms),
+	       MC_CONFIG_INT, -1, 86400000}},
+	{.f = {"rpc_busy_poll_us", "MC_RPC_BUSY_POLL_US", "50",
+	       "a caller waiting for its answer polls the socket this long before sleeping "
+	       "(microseconds, 0 = off)",
+	       CFG(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+};
+#undef CFG
+const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);
+
+void mc_store_client_env_load(struct mc_store_client_env *e)
+{
+	memset(e, 0, sizeof(*e));
+	mc_config_entry_defaults(mc_store_client_config_table, mc_store_client_config_table_len, e);
+	mc_config_entry_load_env(mc_store_client_config_table, mc_store_client_config_table_len, e);
+}
+
+void mc_store_client_env_release(struct mc_store_client_env *e)
+{
+	mc_config_entry_release(mc_store_client_config_table, mc_store_client_config_table_len, e);
+}
+
+bool mc_store_client_env_memcpy(const struct mc_store_client_env *e)
+{
+	return !e->memcpy_mode || !spelled(e->memcpy_mode, memcpy_off, MC_ARRAY_SIZE(memcpy_off));
+}

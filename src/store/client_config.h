@@ -1,0 +1,37 @@
+/*
+ * store/client_config.h - the store client's settings from the
+ * environment, as one table of the configuration engine (base/config.h):
+ * upstream's MC_STORE_* and MC_RPC_* variables, listed in docs/config.md.
+ * The segment memory's settings (MC_STORE_USE_HUGEPAGE, MC_STORE_PREFAULT)
+ * are mem/hostmem.h's table.
+ */
+#ifndef MC_STORE_CLIENT_CONFIG_H
+#define MC_STORE_CLIENT_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/config.h"
+
+struct mc_store_client_env {
+	char *memcpy_mode;	  /* MC_STORE_MEMCPY: auto, or a boolean */
+	int64_t min_port;	  /* MC_STORE_CLIENT_MIN_PORT */
+	int64_t max_port;	  /* MC_STORE_CLIENT_MAX_PORT */
+	int64_t setup_retries;	  /* MC_STORE_CLIENT_SETUP_RETRIES */
+	int64_t rpc_timeout_ms;	  /* MC_RPC_TIMEOUT_MS, -1 = none */
+	int64_t rpc_connect_ms;	  /* MC_RPC_CONNECT_TIMEOUT_MS, -1 = none */
+	int64_t rpc_busy_poll_us; /* MC_RPC_BUSY_POLL_US */
+};
+
+extern const struct mc_config_entry mc_store_client_config_table[];
+extern const size_t mc_store_client_config_table_len;
+
+/* The defaults overlaid with the environment (a bad value is warned about
+ * and the default kept); release with mc_store_client_env_release. */
+void mc_store_client_env_load(struct mc_store_client_env *e);
+void mc_store_client_env_release(struct mc_store_client_env *e);
+/* MC_STORE_MEMCPY as a boolean: "auto" (and unset) is on, as upstream
+ * with TCP only. */
+bool mc_store_client_env_memcpy(const struct mc_store_client_env *e);
+
+#endif
