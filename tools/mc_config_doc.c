@@ -28,6 +28,9 @@ static const struct {
 	{"MC_METADATA_CLUSTER_ID", "unset", "namespace inserted after mooncake/ in every key"},
 	{"MC_METADATA_TIMEOUT_MS", "3000 (etcd: 5000)",
 	 "per-request timeout of the http, etcd and redis backends"},
+	{"MC_METADATA_HTTP_CHECK_MS", "1000",
+	 "http backend: every this often the client GETs the keys it wrote and PUTs those the "
+	 "server lost (a restarted server keeps nothing); 0 = off"},
 	{"MC_ETCD_LEASE_TTL_SEC", "10",
 	 "lease TTL of an engine's etcd keys (min 2); kept alive at TTL/3"},
 	{"MC_REDIS_KEY_TTL_SEC", "10",

@@ -15,17 +15,39 @@
  * Timeouts are upstream's, 3 s total and 1.5 s to connect, unless
  * MC_METADATA_TIMEOUT_MS (read at open) sets the total; connect gets half.
  *
+ * Lost keys.  Upstream's HTTP servers, ours (standalone or embedded in
+ * mooncake_master) among them, keep everything in memory: a restarted
+ * server knows none of the engines' descriptors and rpc_meta records, and
+ * nothing in the protocol tells the engines.  So the client keeps what it
+ * wrote, the "owned" keys (meta/owned.h: every key put and not deleted
+ * since, with its latest value), and a checker thread, started by the
+ * first put, GETs each of them every MC_METADATA_HTTP_CHECK_MS (default
+ * 1 s, 0 = off) and PUTs the client's value again when the server answers
+ * 404.  A GET of an engine's two small keys a second is what that costs;
+ * a put or del of the caller's own is never delayed by more than one
+ * restore.  A 400 "Duplicate" to a restore means another engine took the
+ * name meanwhile: the key is given up, with a warning.  A put is recorded
+ * before it is sent, so one that fails while the server is down is made
+ * good once it is back (refused ones, MC_ERR_EXISTS, are not ours and are
+ * forgotten); a del forgets first.  close() stops the checker and deletes
+ * nothing (the engine deletes its keys itself).
+ *
  * Threads: a client is used from many threads.  A curl easy handle is not,
  * so each request borrows one from a small pool under the client's mutex
  * (creating one when the pool is empty) and returns it afterwards.  Handles
  * are reset before each use, which keeps their live connections, so
  * back-to-back requests reuse a keep-alive connection.  curl_global_init
- * runs once per process through pthread_once.
+ * runs once per process through pthread_once.  write_lock is held across
+ * each put and del and across each of the checker's restores, so a restore
+ * never revives a key deleted (or overwrites a value put) meanwhile; lock
+ * guards the owned list and the checker's flags and is never held across
+ * a request.  Order: write_lock, then lock.
  */
 #define MC_LOG_MODULE "meta"
 #include "meta/meta.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -34,18 +56,31 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/list.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "meta/curl_pool.h"
+#include "meta/owned.h"
 #include "mooncake/status.h"
 
 #define HTTP_TIMEOUT_MS	   3000L
 #define HTTP_ERR_BODY_SHOW 200 /* bytes of an error body put in messages */
+#define HTTP_CHECK_MS	   1000L
 
 struct http_client {
 	struct mc_meta base; /* must be first */
 	long timeout_ms;
 	long connect_timeout_ms;
+	long check_ms; /* period of the lost-key check; 0 = off */
 	struct mc_curl_pool pool;
+
+	pthread_mutex_t write_lock; /* a put, a del, or one restore at a time */
+	pthread_mutex_t lock;	    /* owned, stop, checker_started */
+	pthread_cond_t wake;	    /* CLOCK_MONOTONIC; wakes the checker at close */
+	struct mc_list owned;	    /* struct mc_meta_owned_key */
+	bool stop;
+	bool checker_started;
+	pthread_t checker;
 };
 
 static const struct mc_meta_ops http_ops;
@@ -175,21 +210,65 @@ out_free:
 	return status;
 }
 
-static mc_status http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+static void *checker_main(void *arg);
+
+/* Start the lost-key checker once; lock held. */
+static void checker_start_locked(struct http_client *c)
 {
-	struct http_client *c = client_of(m);
+	int err;
+
+	if (c->checker_started || !c->check_ms || c->stop)
+		return;
+	err = pthread_create(&c->checker, NULL, checker_main, c);
+	if (err) {
+		mc_warn("metadata %s: cannot start the lost-key checker: %s", c->base.uri,
+			strerror(err));
+		c->check_ms = 0;
+		return;
+	}
+	c->checker_started = true;
+}
+
+/* PUT without touching the owned list. */
+static mc_status put_once(struct http_client *c, const char *key, const char *value, size_t len)
+{
 	struct mc_curl_body r;
 	long code = 0;
 	mc_status status;
 
-	if (!key || (!value && len))
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
-				    m->uri);
 	mc_curl_body_init(&r);
 	status = http_request(c, "PUT", key, value, len, &code, &r);
 	if (status == MC_OK && code != 200)
 		status = http_fail(c, "PUT", key, code, &r);
 	mc_buf_release(&r.buf);
+	return status;
+}
+
+static mc_status http_put(struct mc_meta *m, const char *key, const char *value, size_t len)
+{
+	struct http_client *c = client_of(m);
+	mc_status status = MC_OK;
+
+	if (!key || (!value && len))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
+				    m->uri);
+	pthread_mutex_lock(&c->write_lock);
+	if (c->check_ms) {
+		/* recorded first: a PUT that fails now is made good by the checker */
+		pthread_mutex_lock(&c->lock);
+		status = mc_meta_owned_set(&c->owned, m->uri, key, value, len);
+		if (status == MC_OK)
+			checker_start_locked(c);
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (status == MC_OK)
+		status = put_once(c, key, value, len);
+	if (status == MC_ERR_EXISTS) { /* another engine's key */
+		pthread_mutex_lock(&c->lock);
+		mc_meta_owned_forget(&c->owned, key);
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->write_lock);
 	return status;
 }
 
@@ -202,35 +281,145 @@ static mc_status http_del(struct mc_meta *m, const char *key)
 
 	if (!key)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key", m->uri);
+	pthread_mutex_lock(&c->write_lock);
+	pthread_mutex_lock(&c->lock);
+	mc_meta_owned_forget(&c->owned, key); /* first: a failed DELETE is not undone */
+	pthread_mutex_unlock(&c->lock);
 	mc_curl_body_init(&r);
 	status = http_request(c, "DELETE", key, NULL, 0, &code, &r);
 	if (status == MC_OK && code != 200)
 		status = http_fail(c, "DELETE", key, code, &r);
 	mc_buf_release(&r.buf);
+	pthread_mutex_unlock(&c->write_lock);
 	return status;
+}
+
+/* ---- the lost-key checker ---------------------------------------------------------- */
+
+/* PUT key's owned value again if the server lost it; write_lock held. */
+static void restore_locked(struct http_client *c, const char *key)
+{
+	struct mc_meta_owned_key *o;
+	char *value = NULL;
+	size_t len = 0;
+	mc_status status;
+
+	pthread_mutex_lock(&c->lock);
+	o = mc_meta_owned_find(&c->owned, key);
+	if (o)
+		value = mc_malloc(o->len + 1);
+	if (value) {
+		memcpy(value, o->value, o->len + 1);
+		len = o->len;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!value)
+		return; /* deleted meanwhile (or no memory: the next round retries) */
+	status = put_once(c, key, value, len);
+	mc_free(value);
+	if (status == MC_OK) {
+		mc_info("metadata %s had lost key %s; published it again", c->base.uri, key);
+	} else if (status == MC_ERR_EXISTS) {
+		mc_warn("metadata %s: key %s was lost and is now another engine's: %s", c->base.uri,
+			key, mc_last_error());
+		pthread_mutex_lock(&c->lock);
+		mc_meta_owned_forget(&c->owned, key);
+		pthread_mutex_unlock(&c->lock);
+	} else {
+		mc_debug("cannot restore %s: %s", key, mc_last_error());
+	}
+}
+
+/* One round: GET every owned key, restore those answered with 404. */
+static void check_round(struct http_client *c)
+{
+	struct mc_list *pos;
+	char **keys = NULL;
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&c->lock);
+	mc_list_for_each(pos, &c->owned)
+		n++;
+	keys = n ? mc_calloc(n, sizeof(*keys)) : NULL;
+	if (keys) {
+		mc_list_for_each(pos, &c->owned) {
+			struct mc_meta_owned_key *o =
+				mc_list_entry(pos, struct mc_meta_owned_key, node);
+			keys[i] = mc_strdup(o->key);
+			i += keys[i] != NULL;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (size_t k = 0; k < i; k++) {
+		struct mc_curl_body r;
+		long code = 0;
+
+		mc_curl_body_init(&r);
+		if (http_request(c, "GET", keys[k], NULL, 0, &code, &r) == MC_OK && code == 404) {
+			pthread_mutex_lock(&c->write_lock);
+			restore_locked(c, keys[k]);
+			pthread_mutex_unlock(&c->write_lock);
+		}
+		mc_buf_release(&r.buf);
+		mc_free(keys[k]);
+	}
+	mc_free(keys);
+}
+
+static void *checker_main(void *arg)
+{
+	struct http_client *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop) {
+		uint64_t until = mc_now_ms() + (uint64_t)c->check_ms;
+		struct timespec ts = {.tv_sec = (time_t)(until / 1000),
+				      .tv_nsec = (long)(until % 1000) * 1000000L};
+		while (!c->stop && mc_now_ms() < until)
+			pthread_cond_timedwait(&c->wake, &c->lock, &ts);
+		if (c->stop)
+			break;
+		pthread_mutex_unlock(&c->lock);
+		check_round(c);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 static void http_close(struct mc_meta *m)
 {
 	struct http_client *c = client_of(m);
 
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_broadcast(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+	if (c->checker_started)
+		pthread_join(c->checker, NULL);
+	mc_meta_owned_clear(&c->owned);
+	pthread_cond_destroy(&c->wake);
+	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->write_lock);
 	mc_curl_pool_release(&c->pool);
 	mc_free(c->base.uri);
 	mc_free(c);
 }
 
-static long timeout_from_env(void)
+/* A millisecond count from the environment, at least min; def when unset or bad. */
+static long ms_from_env(const char *name, long def, long min)
 {
-	const char *v = getenv("MC_METADATA_TIMEOUT_MS");
+	const char *v = getenv(name);
 	char *end;
 	long ms;
 
 	if (!v || !*v)
-		return HTTP_TIMEOUT_MS;
+		return def;
+	errno = 0;
 	ms = strtol(v, &end, 10);
-	if (*end || ms <= 0) {
-		mc_warn("ignoring MC_METADATA_TIMEOUT_MS='%s': not a positive integer", v);
-		return HTTP_TIMEOUT_MS;
+	if (*end || errno || ms < min) {
+		mc_warn("ignoring %s='%s': not an integer of at least %ld", name, v, min);
+		return def;
 	}
 	return ms;
 }
@@ -254,9 +443,20 @@ mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 		mc_free(c);
 		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
 	}
-	c->timeout_ms = timeout_from_env();
+	c->timeout_ms = ms_from_env("MC_METADATA_TIMEOUT_MS", HTTP_TIMEOUT_MS, 1);
+	c->check_ms = ms_from_env("MC_METADATA_HTTP_CHECK_MS", HTTP_CHECK_MS, 0);
 	c->connect_timeout_ms = MC_MAX(c->timeout_ms / 2, 1L);
 	mc_curl_pool_init(&c->pool);
+	pthread_mutex_init(&c->write_lock, NULL);
+	pthread_mutex_init(&c->lock, NULL);
+	{
+		pthread_condattr_t a;
+		pthread_condattr_init(&a);
+		pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+		pthread_cond_init(&c->wake, &a);
+		pthread_condattr_destroy(&a);
+	}
+	mc_list_init(&c->owned);
 	*out = &c->base;
 	return MC_OK;
 }

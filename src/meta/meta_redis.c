@@ -77,6 +77,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "meta/owned.h"
 #include "mooncake/status.h"
 
 #define REDIS_DEFAULT_PORT    6379
@@ -86,14 +87,6 @@
 #define REDIS_TTL_MAX_SEC     (INT_MAX / 1000)
 #define REDIS_RETRY_MS	      1000L /* refresher period while the server is unreachable */
 #define REDIS_ERR_SHOW	      200   /* bytes of a server error put in messages */
-
-struct owned_key {
-	struct mc_list node; /* in redis_client.owned */
-	char *key;
-	char *value; /* len bytes, NUL-terminated */
-	size_t len;
-	bool missing; /* scratch for a refresh round */
-};
 
 struct redis_client {
 	struct mc_meta base; /* must be first; base.uri is redis://host:port */
@@ -109,7 +102,7 @@ struct redis_client {
 	redisContext *ctx;    /* NULL while disconnected; under lock */
 	bool ever_connected;  /* a later connect is a reconnect; under lock */
 	int io_errno;	      /* errno of the last failed hiredis call; under lock */
-	struct mc_list owned; /* struct owned_key; under lock */
+	struct mc_list owned; /* struct mc_meta_owned_key (meta/owned.h); under lock */
 	pthread_cond_t wake;  /* wakes the refresher */
 	bool stop;	      /* under lock */
 	bool refresh_failing; /* last refresh failed (log once); refresher only */
@@ -378,67 +371,6 @@ static mc_status run_locked(struct redis_client *c, int argc, const char **argv,
 	return MC_OK;
 }
 
-/* ---- the owned keys ----------------------------------------------------------- */
-
-static struct owned_key *owned_find_locked(struct redis_client *c, const char *key)
-{
-	struct mc_list *pos;
-
-	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
-		if (strcmp(o->key, key) == 0)
-			return o;
-	}
-	return NULL;
-}
-
-static void owned_free(struct owned_key *o)
-{
-	mc_free(o->key);
-	mc_free(o->value);
-	mc_free(o);
-}
-
-/* Remember key = value as ours, replacing an older value. */
-static mc_status owned_set_locked(struct redis_client *c, const char *key, const char *value,
-				  size_t len)
-{
-	struct owned_key *o = owned_find_locked(c, key);
-	char *copy = mc_malloc(len + 1);
-
-	if (!copy)
-		return mc_set_error(MC_ERR_NOMEM, "%s: out of memory storing %s", c->base.uri, key);
-	if (len)
-		memcpy(copy, value, len);
-	copy[len] = '\0';
-	if (!o) {
-		o = mc_calloc(1, sizeof(*o));
-		if (o)
-			o->key = mc_strdup(key);
-		if (!o || !o->key) {
-			mc_free(o);
-			mc_free(copy);
-			return mc_set_error(MC_ERR_NOMEM, "%s: out of memory storing %s",
-					    c->base.uri, key);
-		}
-		mc_list_add_tail(&c->owned, &o->node);
-	}
-	mc_free(o->value);
-	o->value = copy;
-	o->len = len;
-	return MC_OK;
-}
-
-static void owned_forget_locked(struct redis_client *c, const char *key)
-{
-	struct owned_key *o = owned_find_locked(c, key);
-
-	if (o) {
-		mc_list_del(&o->node);
-		owned_free(o);
-	}
-}
-
 /* ---- the refresher ---------------------------------------------------------------- */
 
 struct refresh_round {
@@ -466,14 +398,14 @@ static mc_status refresh_fn(struct redis_client *c, void *arg)
 	rr->nreset = 0;
 	rr->status = MC_OK;
 	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		struct mc_meta_owned_key *o = mc_list_entry(pos, struct mc_meta_owned_key, node);
 		const char *argv[3] = {"PEXPIRE", o->key, rr->ttl};
 		size_t lens[3] = {7, strlen(o->key), strlen(rr->ttl)};
 		if (redisAppendCommandArgv(c->ctx, 3, argv, lens) != REDIS_OK)
 			return MC_ERR_METADATA;
 	}
 	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		struct mc_meta_owned_key *o = mc_list_entry(pos, struct mc_meta_owned_key, node);
 		if (redisGetReply(c->ctx, (void **)&r) != REDIS_OK) {
 			c->io_errno = errno;
 			return MC_ERR_METADATA;
@@ -487,7 +419,7 @@ static mc_status refresh_fn(struct redis_client *c, void *arg)
 	if (!nmissing)
 		return rr->status;
 	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		struct mc_meta_owned_key *o = mc_list_entry(pos, struct mc_meta_owned_key, node);
 		const char *argv[5] = {"SET", o->key, o->value, "PX", rr->ttl};
 		size_t lens[5] = {3, strlen(o->key), o->len, 2, strlen(rr->ttl)};
 		if (!o->missing)
@@ -496,7 +428,7 @@ static mc_status refresh_fn(struct redis_client *c, void *arg)
 			return MC_ERR_METADATA;
 	}
 	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		struct mc_meta_owned_key *o = mc_list_entry(pos, struct mc_meta_owned_key, node);
 		if (!o->missing)
 			continue;
 		if (redisGetReply(c->ctx, (void **)&r) != REDIS_OK) {
@@ -659,7 +591,7 @@ static mc_status redis_put(struct mc_meta *m, const char *key, const char *value
 		size_t lens[5] = {3, strlen(key), len, 2, strlen(ttl)};
 		pthread_mutex_lock(&c->lock);
 		/* recorded first: a SET that fails now is made good by the refresher */
-		status = owned_set_locked(c, key, value, len);
+		status = mc_meta_owned_set(&c->owned, c->base.uri, key, value, len);
 		if (status == MC_OK)
 			status = run_locked(c, 5, argv, lens, &r);
 		pthread_mutex_unlock(&c->lock);
@@ -682,7 +614,7 @@ static mc_status redis_del(struct mc_meta *m, const char *key)
 		size_t lens[2] = {3, strlen(key)};
 		pthread_mutex_lock(&c->lock);
 		/* forgotten first: a DEL that fails leaves the key to expire */
-		owned_forget_locked(c, key);
+		mc_meta_owned_forget(&c->owned, key);
 		status = run_locked(c, 2, argv, lens, &r);
 		pthread_mutex_unlock(&c->lock);
 	}
@@ -697,7 +629,7 @@ static mc_status redis_del(struct mc_meta *m, const char *key)
 /* Delete every owned key with one DEL (best effort: they expire anyway) and forget them. */
 static void delete_owned_locked(struct redis_client *c)
 {
-	struct mc_list *pos, *tmp;
+	struct mc_list *pos;
 	redisReply *r = NULL;
 	const char **argv;
 	size_t n = 0, i = 1;
@@ -717,7 +649,7 @@ static void delete_owned_locked(struct redis_client *c)
 	argv[0] = "DEL";
 	lens[0] = 3;
 	mc_list_for_each(pos, &c->owned) {
-		struct owned_key *o = mc_list_entry(pos, struct owned_key, node);
+		struct mc_meta_owned_key *o = mc_list_entry(pos, struct mc_meta_owned_key, node);
 		argv[i] = o->key;
 		lens[i++] = strlen(o->key);
 	}
@@ -729,10 +661,7 @@ static void delete_owned_locked(struct redis_client *c)
 out_free:
 	mc_free(argv);
 	mc_free(lens);
-	mc_list_for_each_safe(pos, tmp, &c->owned) {
-		mc_list_del(pos);
-		owned_free(mc_list_entry(pos, struct owned_key, node));
-	}
+	mc_meta_owned_clear(&c->owned);
 }
 
 static void client_free(struct redis_client *c)

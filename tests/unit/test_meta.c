@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,56 @@ static int server_down(void **state)
 }
 
 /* ---- http backend against our server ------------------------------------- */
+
+/* Poll key on m until it holds want (bounded); true when it does. */
+static bool await_value(struct mc_meta *m, const char *key, const char *want)
+{
+	for (int i = 0; i < 1000; i++) {
+		char *out = NULL;
+		size_t len = 0;
+		bool same = mc_meta_get(m, key, &out, &len) == MC_OK && strcmp(out, want) == 0;
+		mc_free(out);
+		if (same)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+/* A restarted server has lost every key: the client puts its own again. */
+static void http_restores_keys_a_restarted_server_lost(void **state)
+{
+	struct fixture *f = *state;
+	uint16_t port = mc_http_meta_server_port(f->srv);
+	struct mc_meta *m = NULL;
+	char *out = NULL;
+	size_t len = 0;
+
+	setenv("MC_METADATA_HTTP_CHECK_MS", "20", 1);
+	assert_int_equal(mc_meta_open(f->uri, &m), MC_OK);
+	unsetenv("MC_METADATA_HTTP_CHECK_MS");
+	assert_int_equal(mc_meta_put(m, "mooncake/rpc_meta/r1", "{\"a\":1}", 7), MC_OK);
+	assert_int_equal(mc_meta_put(m, "mooncake/ram/r1", "{\"b\":1}", 7), MC_OK);
+	assert_int_equal(mc_meta_put(m, "mooncake/ram/r1", "{\"b\":2}", 7), MC_OK);
+	assert_int_equal(mc_meta_put(m, "mooncake/ram/gone", "{}", 2), MC_OK);
+	assert_int_equal(mc_meta_del(m, "mooncake/ram/gone"), MC_OK);
+
+	mc_http_meta_server_stop(f->srv);
+	assert_int_equal(mc_http_meta_server_start("127.0.0.1", port, &f->srv), MC_OK);
+	assert_int_equal(mc_http_meta_server_count(f->srv), 0);
+
+	/* the latest value of each key the client still owns comes back */
+	assert_true(await_value(f->meta, "mooncake/rpc_meta/r1", "{\"a\":1}"));
+	assert_true(await_value(f->meta, "mooncake/ram/r1", "{\"b\":2}"));
+	/* a key it deleted does not (both others are back: a round has passed) */
+	assert_int_equal(mc_meta_get(f->meta, "mooncake/ram/gone", &out, &len), MC_ERR_NOT_FOUND);
+	assert_int_equal(mc_http_meta_server_count(f->srv), 2);
+
+	/* a deleted key stays deleted; close leaves the server's keys alone */
+	assert_int_equal(mc_meta_del(m, "mooncake/ram/r1"), MC_OK);
+	mc_meta_close(m);
+	assert_int_equal(mc_http_meta_server_count(f->srv), 1);
+}
 
 static void http_put_get_del_round_trip(void **state)
 {
@@ -593,6 +644,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(oversized_chunked_body_gets_413, server_up,
 						server_down),
 		cmocka_unit_test_setup_teardown(one_client_many_threads, server_up, server_down),
+		cmocka_unit_test_setup_teardown(http_restores_keys_a_restarted_server_lost,
+						server_up, server_down),
 		cmocka_unit_test_setup_teardown(busy_port_fails_with_reason, server_up,
 						server_down),
 		cmocka_unit_test(refused_connection_is_metadata_error),

@@ -1,0 +1,159 @@
+"""The store recovers from a restart of its metadata service (issue 11).
+
+A master that embeds the HTTP metadata server keeps the engines' segment
+descriptors and rpc_meta records in memory, and so does the standalone
+``mooncake_http_metadata_server``: after a kill -9 and restart on the same
+ports they are empty.  The clients must publish their keys again on their
+own, so that every client, old or new, can put and read within a few
+seconds.  Each scenario restarts the service on fixed ports and then polls
+(bounded) for puts and gets across old and new clients to succeed.
+"""
+
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, Proc, metadata_server_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_store_processes import (  # noqa: E402
+    CLIENT_TTL_S,
+    MIB,
+    Master,
+    StoreCluster,
+    StoreNode,
+    master_path,
+    wait_until,
+)
+
+RECOVER_S = 15.0  # generous bound; the clients' checks run every second
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RecoveryCluster(StoreCluster):
+    def master_argv(self, rpc, metrics, meta=None):
+        exe = master_path()
+        if exe is None:
+            pytest.skip(f"mooncake_master not built under {BUILD}")
+        argv = [exe, f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
+                f"--metrics_port={metrics}", "--metrics_host=127.0.0.1",
+                f"--client_ttl={CLIENT_TTL_S}"]
+        if meta:
+            argv += ["--enable_http_metadata_server=true",
+                     f"--http_metadata_server_port={meta}",
+                     "--http_metadata_server_host=127.0.0.1"]
+        return argv
+
+    def run_master(self, argv, meta_uri=None):
+        m = Master(argv, f"master{len(self.procs)}", self.logdir)
+        self.procs.append(m)
+        m.wait_listening()
+        if meta_uri:
+            m.meta_uri = meta_uri
+        self.master = m
+        return m
+
+    def run_meta_server(self, port):
+        exe = metadata_server_path()
+        if exe is None:
+            pytest.skip(f"mooncake_http_metadata_server not built under {BUILD}")
+        p = Proc([exe, "--host", "127.0.0.1", "--port", port], f"meta{len(self.procs)}",
+                 self.logdir)
+        self.procs.append(p)
+        p.wait_for_line(lambda l: "listening on" in l, 20.0)
+        return p
+
+
+    def teardown(self):
+        # clients and masters first, then the metadata servers (on SIGTERM:
+        # they do not stop at the end of their input)
+        servers = [p for p in self.procs if not isinstance(p, (Master, StoreNode))]
+        # stopped in reverse order: the clients, then the masters
+        self.procs = ([p for p in self.procs if isinstance(p, Master)] +
+                      [p for p in self.procs if isinstance(p, StoreNode)])
+        try:
+            super().teardown()
+        finally:
+            for p in servers:
+                if p.alive():
+                    p.p.send_signal(signal.SIGTERM)
+                c = p.stop(grace=10.0)
+                assert not c, c
+
+
+@pytest.fixture
+def rc(request, tmp_path_factory):
+    c = RecoveryCluster(request, tmp_path_factory)
+    yield c
+    c.teardown()
+
+
+def put_on(node, key, size, seed, holder):
+    """xxh3 of key put by node with its replica on holder's segment, or None
+    (the put failed, or the master placed it elsewhere: removed again)."""
+    r = node.cmd(f"put {key} {size} {seed} seg={holder.hostname}")
+    if not r.startswith("OK"):
+        return None
+    if f" {holder.hostname}:" not in node.ok(f"replicas {key}"):
+        node.ok(f"remove {key} force")
+        return None
+    return StoreNode.fields(r)["xxh3"]
+
+
+def got_ok(node, key):
+    r = node.cmd(f"get {key}")
+    if not r.startswith("OK"):
+        assert "ERR_SEGMENT_NOT_FOUND" in r, f"{node.label}: get {key} -> {r}"
+        return None
+    f = StoreNode.fields(r)
+    return int(f["size"]), f["xxh3"]
+
+
+def check_all_pairs(nodes, tag):
+    """Each node puts on every other node's segment; every node reads it back."""
+    for i, w in enumerate(nodes):
+        for j, h in enumerate(nodes):
+            if i == j:
+                continue
+            key = f"{tag}-{i}-on-{j}"
+            want = wait_until(lambda: put_on(w, key, MIB, 100 * i + j, h),
+                              RECOVER_S, f"{w.label} to put {key} on {h.label}", interval=0.2)
+            for r in nodes:
+                got = wait_until(lambda: got_ok(r, key), RECOVER_S, f"{r.label} to read {key}",
+                                 interval=0.2)
+                assert got == (MIB, want), f"{r.label} reading {key}"
+
+
+def test_master_with_metadata_server_restart(rc):
+    rpc, metrics, meta = free_port(), free_port(), free_port()
+    argv = rc.master_argv(rpc, metrics, meta)
+    m = rc.run_master(argv)
+    a, b = rc.node(), rc.node()
+    check_all_pairs([a, b], "before")
+
+    m.kill9()
+    rc.run_master(argv)
+    c = rc.node()  # a new client, which knows nobody's descriptor yet
+    check_all_pairs([a, b, c], "after")
+
+
+def test_standalone_metadata_server_restart(rc):
+    meta = str(free_port())
+    uri = f"http://127.0.0.1:{meta}/metadata"
+    ms = rc.run_meta_server(meta)
+    rc.run_master(rc.master_argv(free_port(), free_port()), meta_uri=uri)
+    a, b = rc.node(), rc.node()
+    check_all_pairs([a, b], "before")
+
+    ms.kill9()
+    rc.run_meta_server(meta)
+    c = rc.node()
+    check_all_pairs([a, b, c], "after")
