@@ -91,31 +91,25 @@ mc_status mc_sock_set_bufsize(int fd, int bytes)
 	return MC_OK;
 }
 
-static int listen_family(int family, uint16_t port, int backlog)
+/* A listening socket bound to *ss (its port replaced by port), or -errno. */
+static int listen_addr(const struct sockaddr_storage *addr, socklen_t sl, uint16_t port,
+		       int backlog)
 {
+	struct sockaddr_storage ss = *addr;
 	int fd, one = 1;
-	struct sockaddr_storage ss;
-	socklen_t sl;
 
-	fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	memset(&ss, 0, sizeof(ss));
-	if (family == AF_INET6) {
+	if (ss.ss_family == AF_INET6) {
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
 		int zero = 0;
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-		a->sin6_family = AF_INET6;
-		a->sin6_addr = in6addr_any;
+		if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr)) /* [::] also takes IPv4 */
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
 		a->sin6_port = htons(port);
-		sl = sizeof(*a);
 	} else {
-		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-		a->sin_family = AF_INET;
-		a->sin_addr.s_addr = htonl(INADDR_ANY);
-		a->sin_port = htons(port);
-		sl = sizeof(*a);
+		((struct sockaddr_in *)&ss)->sin_port = htons(port);
 	}
 	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, backlog) < 0) {
 		int e = errno;
@@ -125,31 +119,134 @@ static int listen_family(int family, uint16_t port, int backlog)
 	return fd;
 }
 
-int mc_sock_listen(uint16_t port, int backlog)
+/* Every interface: dual-stack [::], or 0.0.0.0 where IPv6 is off. */
+static int listen_any(uint16_t port, int backlog)
 {
-	int fd = listen_family(AF_INET6, port, backlog);
-	if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL)
-		fd = listen_family(AF_INET, port, backlog);
+	struct sockaddr_storage ss;
+	int fd;
+
+	memset(&ss, 0, sizeof(ss));
+	((struct sockaddr_in6 *)&ss)->sin6_family = AF_INET6;
+	((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+	fd = listen_addr(&ss, sizeof(struct sockaddr_in6), port, backlog);
+	if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL) {
+		memset(&ss, 0, sizeof(ss));
+		((struct sockaddr_in *)&ss)->sin_family = AF_INET;
+		((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+		fd = listen_addr(&ss, sizeof(struct sockaddr_in), port, backlog);
+	}
+	return fd;
+}
+
+bool mc_sock_host_is_any(const char *host)
+{
+	return !host || !*host || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
+	       strcmp(host, "[::]") == 0;
+}
+
+mc_status mc_sock_resolve(const char *host, struct sockaddr_storage *ss_out, socklen_t *len_out)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *res, *ai, *pick = NULL;
+	char h[256];
+	size_t n = host ? strlen(host) : 0;
+	int rc;
+
+	if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof(h)) {
+		memcpy(h, host + 1, n - 2); /* [v6] as written in host:port names */
+		h[n - 2] = '\0';
+	} else {
+		snprintf(h, sizeof(h), "%s", host ? host : "");
+	}
+	rc = getaddrinfo(h, NULL, &hints, &res);
+	if (rc)
+		return mc_set_error(MC_ERR_DNS, "cannot resolve %s: %s", h, gai_strerror(rc));
+	for (ai = res; ai; ai = ai->ai_next) {
+		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
+			continue;
+		if (!pick || (pick->ai_family != AF_INET && ai->ai_family == AF_INET))
+			pick = ai; /* IPv4 first: "localhost" is 127.0.0.1 */
+	}
+	if (!pick) {
+		freeaddrinfo(res);
+		return mc_set_error(MC_ERR_DNS, "no IP address for %s", h);
+	}
+	memset(ss_out, 0, sizeof(*ss_out));
+	memcpy(ss_out, pick->ai_addr, pick->ai_addrlen);
+	*len_out = pick->ai_addrlen;
+	freeaddrinfo(res);
+	return MC_OK;
+}
+
+bool mc_sock_addr_is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return false;
+}
+
+int mc_sock_listen_on(const char *host, uint16_t port, int backlog)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	mc_status rc;
+	int fd;
+
+	if (mc_sock_host_is_any(host)) {
+		fd = listen_any(port, backlog);
+		if (fd < 0)
+			return mc_set_error(MC_ERR_SOCKET, "cannot listen on port %u: %s", port,
+					    strerror(-fd));
+		return fd;
+	}
+	rc = mc_sock_resolve(host, &ss, &sl);
+	if (rc != MC_OK)
+		return mc_set_error(MC_ERR_SOCKET, "cannot listen on %s: %s", host,
+				    mc_last_error());
+	fd = listen_addr(&ss, sl, port, backlog);
 	if (fd < 0)
-		return mc_set_error(MC_ERR_SOCKET, "cannot listen on port %u: %s", port,
+		return mc_set_error(MC_ERR_SOCKET, "cannot listen on %s port %u: %s", host, port,
 				    strerror(-fd));
 	return fd;
 }
 
-int mc_sock_listen_range(uint16_t min, uint16_t max, int tries, int backlog)
+int mc_sock_listen(uint16_t port, int backlog)
+{
+	return mc_sock_listen_on(NULL, port, backlog);
+}
+
+int mc_sock_listen_range_on(const char *host, uint16_t min, uint16_t max, int tries, int backlog)
 {
 	unsigned span = (unsigned)max - min + 1;
 	unsigned seed = (unsigned)(mc_now_ns() ^ (uint64_t)getpid() << 16);
+	bool any = mc_sock_host_is_any(host);
+	struct sockaddr_storage ss;
+	socklen_t sl = 0;
+
+	if (!any && mc_sock_resolve(host, &ss, &sl) != MC_OK)
+		return mc_set_error(MC_ERR_SOCKET, "cannot listen on %s: %s", host,
+				    mc_last_error());
 	for (int i = 0; i < tries; i++) {
 		uint16_t port = (uint16_t)(min + rand_r(&seed) % span);
-		int fd = listen_family(AF_INET6, port, backlog);
-		if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL)
-			fd = listen_family(AF_INET, port, backlog);
+		int fd = any ? listen_any(port, backlog) : listen_addr(&ss, sl, port, backlog);
 		if (fd >= 0)
 			return fd;
+		if (fd == -EADDRNOTAVAIL || fd == -EAFNOSUPPORT || fd == -EACCES)
+			return mc_set_error(MC_ERR_SOCKET, "cannot listen on %s: %s",
+					    any ? "all interfaces" : host, strerror(-fd));
 	}
-	return mc_set_error(MC_ERR_SOCKET, "no free port in [%u, %u] after %d tries", min, max,
-			    tries);
+	return mc_set_error(MC_ERR_SOCKET, "no free port in [%u, %u]%s%s after %d tries", min, max,
+			    any ? "" : " on ", any ? "" : host, tries);
+}
+
+int mc_sock_listen_range(uint16_t min, uint16_t max, int tries, int backlog)
+{
+	return mc_sock_listen_range_on(NULL, min, max, tries, backlog);
 }
 
 uint16_t mc_sock_local_port(int fd)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "mooncake/status.h"
@@ -23,11 +24,22 @@ bool mc_sock_split_hostport(const char *s, char *host, size_t host_len, uint16_t
 /* mc_sock_listen, _listen_range and _connect return a socket (>= 0) or a
  * negative mc_status; the rest return mc_status. */
 
-/* Listen on port (0 = kernel's choice) on all interfaces (dual-stack [::]
- * falling back to 0.0.0.0), non-blocking, SO_REUSEADDR.  */
+/* Listen on port (0 = kernel's choice) of host: an IP address or a name
+ * (resolved, IPv4 first; "[v6]" accepted), or every interface when host is
+ * mc_sock_host_is_any (dual-stack [::] falling back to 0.0.0.0).
+ * Non-blocking, SO_REUSEADDR. */
+int mc_sock_listen_on(const char *host, uint16_t port, int backlog);
+/* mc_sock_listen_on(NULL, ...): every interface. */
 int mc_sock_listen(uint16_t port, int backlog);
-/* Listen on a random free port in [min, max] (up to tries attempts). */
+/* Listen on a random free port in [min, max] of host (up to tries attempts). */
+int mc_sock_listen_range_on(const char *host, uint16_t min, uint16_t max, int tries, int backlog);
 int mc_sock_listen_range(uint16_t min, uint16_t max, int tries, int backlog);
+/* NULL, "", "0.0.0.0", "::" and "[::]": every interface. */
+bool mc_sock_host_is_any(const char *host);
+/* host's first address (IPv4 first; "[v6]" accepted): MC_OK, or MC_ERR_DNS. */
+mc_status mc_sock_resolve(const char *host, struct sockaddr_storage *ss_out, socklen_t *len_out);
+/* 127.0.0.0/8, ::1 and IPv4-mapped 127/8. */
+bool mc_sock_addr_is_loopback(const struct sockaddr_storage *ss);
 /* The local port a socket is bound to, or 0. */
 uint16_t mc_sock_local_port(int fd);
 

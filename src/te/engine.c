@@ -16,6 +16,7 @@
 #define MC_LOG_MODULE "te"
 #include "te/engine.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -61,7 +62,9 @@ const struct mc_config_entry mc_te_config_table[] = {
 	{.f = {"legacy_rpc_port_binding", "MC_LEGACY_RPC_PORT_BINDING", NULL,
 	       "take the RPC port from the local name", CFG(legacy_rpc_port_binding),
 	       MC_CONFIG_PRESENCE, 0, 0}},
-	{.f = {"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL, "address advertised to peers",
+	{.f = {"tcp_bind_address", "MC_TCP_BIND_ADDRESS", NULL,
+	       "address advertised to peers, and where the RPC and TCP data ports listen (upstream "
+	       "listens on every interface)",
 	       CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0}},
 };
 #undef CFG
@@ -313,21 +316,68 @@ static mc_status apply_params(struct mc_te *te, const struct mc_te_params *p)
 	return MC_OK;
 }
 
+/*
+ * Where the RPC and data ports listen: the address peers are told, when it
+ * was configured rather than guessed (the host parameter, the store's
+ * local_hostname; MC_TCP_BIND_ADDRESS; the local name's host in P2P and
+ * legacy modes), else every interface, as upstream.  An explicit 0.0.0.0
+ * or :: is every interface too.  A name is resolved, except that one that
+ * resolves to loopback without being "localhost" means every interface
+ * (Debian maps the machine's own name to 127.0.1.1, where peers on other
+ * hosts could not reach it).
+ */
+static void choose_bind_host(struct mc_te *te, const struct mc_te_params *p, const char *local_name)
+{
+	const char *host = p && (p->field_mask & MC_TE_PARAM_HOST) ? p->host : NULL;
+	char h[256] = "";
+	struct in6_addr a6;
+	struct in_addr a4;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	if (host && *host)
+		snprintf(h, sizeof(h), "%s", host);
+	else if (!te->p2p && te->cfg.tcp_bind_address && *te->cfg.tcp_bind_address)
+		snprintf(h, sizeof(h), "%s", te->cfg.tcp_bind_address);
+	else if ((te->p2p || te->cfg.legacy_rpc_port_binding) && local_name && *local_name) {
+		uint16_t port;
+		if (!mc_sock_split_hostport(local_name, h, sizeof(h), &port, 0))
+			h[0] = '\0';
+	}
+	te->bind_host[0] = '\0';
+	if (mc_sock_host_is_any(h))
+		return;
+	if (inet_pton(AF_INET, h, &a4) != 1 && inet_pton(AF_INET6, h, &a6) != 1 &&
+	    strcmp(h, "localhost") != 0) {
+		if (mc_sock_resolve(h, &ss, &sl) != MC_OK) {
+			mc_info("%s; listening on every interface", mc_last_error());
+			return;
+		}
+		if (mc_sock_addr_is_loopback(&ss)) {
+			mc_info("%s resolves to a loopback address; listening on every interface",
+				h);
+			return;
+		}
+	}
+	snprintf(te->bind_host, sizeof(te->bind_host), "%s", h);
+}
+
 static mc_status open_rpc_listener(struct mc_te *te, const struct mc_te_params *p,
 				   const char *local_name, int *fd_out)
 {
+	const char *bh = te->bind_host;
 	int fd;
 	if (p && (p->field_mask & MC_TE_PARAM_RPC_PORT) && p->rpc_port) {
-		fd = mc_sock_listen(p->rpc_port, 128);
+		fd = mc_sock_listen_on(bh, p->rpc_port, 128);
 	} else if (!te->p2p && te->cfg.legacy_rpc_port_binding) {
 		char h[256];
 		uint16_t port;
 		mc_sock_split_hostport(local_name, h, sizeof(h), &port,
 				       (uint16_t)te->cfg.handshake_port);
-		fd = mc_sock_listen(port, 128);
+		fd = mc_sock_listen_on(bh, port, 128);
 	} else {
-		fd = mc_sock_listen_range((uint16_t)te->cfg.min_rpc_port,
-					  (uint16_t)te->cfg.max_rpc_port, 500, 128);
+		fd = mc_sock_listen_range_on(bh, (uint16_t)te->cfg.min_rpc_port,
+					     (uint16_t)te->cfg.max_rpc_port, 500, 128);
 	}
 	if (fd < 0)
 		return (mc_status)fd; /* a negative mc_status */
@@ -385,6 +435,7 @@ static mc_status open_transports(struct mc_te *te)
 		.stage_chunk = (size_t)te->stage_cfg.stage_chunk,
 		.devices = te->devices,
 		.host_id = te->host_id,
+		.bind_host = te->bind_host,
 		.min_port = (uint16_t)te->cfg.min_rpc_port,
 		.max_port = (uint16_t)te->cfg.max_rpc_port,
 		.workers = te->cfg.workers,
@@ -481,6 +532,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 		if (rc != MC_OK)
 			goto err;
 	}
+	choose_bind_host(te, params, local_name);
 	rc = open_rpc_listener(te, params, local_name, &fd);
 	if (rc != MC_OK)
 		goto err;

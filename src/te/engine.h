@@ -95,6 +95,7 @@ struct mc_te {
 	struct mc_te_config cfg;
 	char *name;
 	char host[256];
+	char bind_host[256]; /* where the RPC and data ports listen; "" = every interface */
 	uint16_t rpc_port;
 	bool p2p;
 	char *metadata_uri;

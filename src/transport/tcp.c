@@ -559,7 +559,9 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 		tp->workers[i].epfd = -1;
 		tp->workers[i].evfd = -1;
 	}
-	rc = mc_sock_listen_range(env->min_port, env->max_port, 500, 1024);
+	/* the engine's address, unless the data port has paths of its own */
+	rc = mc_sock_listen_range_on(tp->naddrs ? NULL : env->bind_host, env->min_port,
+				     env->max_port, 500, 1024);
 	if (rc < 0)
 		goto err;
 	tp->listen_fd = rc;

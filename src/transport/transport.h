@@ -52,6 +52,7 @@ struct mc_transport_env {
 	size_t stage_chunk;		    /* bytes per pinned staging buffer (mem/devmem.h) */
 	const char *devices;		    /* device filter (MC_TE_FILTERS), or NULL: all */
 	const char *host_id;		    /* this host's boot id, "" when unknown */
+	const char *bind_host;		    /* where they listen; "" = every interface */
 	uint16_t min_port, max_port;	    /* where listening ports are picked */
 	unsigned workers;		    /* caller's worker count, or 0: the transport's own */
 	unsigned conns_per_peer;	    /* caller's connections per peer, or 0: same */
