@@ -180,7 +180,7 @@ static struct mc_store_segment fake_segment(void)
 		.id = seg_id,
 		.name = mc_proto_str_c("proto-bench:1"),
 		.base = 1ull << 44,
-		.size = 1ull << 43,
+		.size = 1ull << 40, /* the master's default max_segment_size */
 		.te_endpoint = mc_proto_str_c("proto-bench:1"),
 		.protocol = mc_proto_str_c("tcp"),
 		.host_id = mc_proto_str_c(""),

@@ -163,6 +163,16 @@ static mc_status check_segment(struct ctx *c, const struct mc_store_segment *s)
 	if (s->base + s->size < s->base)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "segment %.*s wraps around the address space",
 			    show(s->name.len), sp(&s->name));
+	if (s->size > c->m->cfg.max_segment_size)
+		return FAIL(c, MC_ERR_INVALID_PARAMS,
+			    "segment %.*s of %" PRIu64
+			    " bytes is larger than max_segment_size (%" PRIu64 " bytes)",
+			    show(s->name.len), sp(&s->name), s->size, c->m->cfg.max_segment_size);
+	if (s->base + s->size > MC_MASTER_MAX_USER_ADDR)
+		return FAIL(c, MC_ERR_INVALID_PARAMS,
+			    "segment %.*s [0x%" PRIx64 ", +%" PRIu64
+			    ") ends beyond any user-space address (2^57)",
+			    show(s->name.len), sp(&s->name), s->base, s->size);
 	if (s->size < 2 * MC_MASTER_MIN_ALIGN)
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
 			    "segment %.*s is smaller than two %u-byte allocation units",

@@ -38,6 +38,9 @@
 
 struct mc_master;
 
+/* The default of max_segment_size: a bound on what one mount may claim. */
+#define MC_MASTER_MAX_SEGMENT_SIZE (1ull << 40)
+
 struct mc_master_config {
 	uint64_t default_kv_lease_ttl_ms;      /* 10000 */
 	uint64_t default_kv_soft_pin_ttl_ms;   /* 1800000 (30 min) */
@@ -46,6 +49,7 @@ struct mc_master_config {
 	double eviction_ratio;		       /* 0.05: fraction of evictable objects per round */
 	double eviction_high_watermark_ratio;  /* 0.90 */
 	uint64_t client_ttl_ms;		       /* 10000 */
+	uint64_t max_segment_size;	       /* 1 TiB: larger mounts are refused */
 	uint64_t put_start_discard_timeout_ms; /* 30000 */
 	uint64_t put_start_release_timeout_ms; /* 600000 */
 	enum mc_alloc_strategy strategy;       /* MC_ALLOC_RANDOM */

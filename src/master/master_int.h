@@ -24,6 +24,9 @@
 #define MC_MASTER_NO_CLIENT	UINT32_MAX
 #define MC_MASTER_NO_AUX	UINT32_MAX
 
+/* No user-space mapping ends above 2^57 (x86-64 with 5-level paging; 2^52 on arm64). */
+#define MC_MASTER_MAX_USER_ADDR (1ull << 57)
+
 /* One memory replica: a block in the allocator of segment slot seg, valid
  * while that slot's generation is still gen (a weak reference: unmounting
  * bumps the generation, so every replica on it dies at once). */

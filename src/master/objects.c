@@ -1439,6 +1439,7 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->eviction_ratio = 0.05;
 	c->eviction_high_watermark_ratio = 0.90;
 	c->client_ttl_ms = 10000;
+	c->max_segment_size = MC_MASTER_MAX_SEGMENT_SIZE;
 	c->put_start_discard_timeout_ms = 30000;
 	c->put_start_release_timeout_ms = 600000;
 	c->strategy = MC_ALLOC_RANDOM;

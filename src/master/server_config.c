@@ -141,6 +141,9 @@ static const struct mc_config_entry flags[] = {
 	       "NoF tier high watermark"),
 	SEC_MS("client_ttl", "10", MF(client_ttl_ms), 1, 0,
 	       "client liveness TTL (s, or with ms/s/m/h); config-file key client_live_ttl_sec"),
+	SIZE("max_segment_size", "1099511627776", MF(max_segment_size), 1 << 20, INT64_MAX, 0,
+	     "largest segment a client may mount (not upstream's flag: the master cannot see a "
+	     "client's memory, so it bounds what one mount may claim; 1 TiB, sizes take k/m/g/t)"),
 	SEC_MS("put_start_discard_timeout_sec", "30", MF(put_start_discard_timeout_ms), 1, 0,
 	       "after this an unfinished put may be pre-empted (s, or ms/s/m/h)"),
 	SEC_MS("put_start_release_timeout_sec", "600", MF(put_start_release_timeout_ms), 1, 0,

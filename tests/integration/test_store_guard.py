@@ -87,3 +87,48 @@ def test_engine_listens_where_told(how, request, tmp_path):
         c = n.stop()
     assert not c, c
 
+
+# ---- absurd segments ------------------------------------------------------------------
+
+EIB = 1 << 60
+
+
+def test_absurd_segment_mounts_are_refused(sc):
+    sc.start_master()
+    a, b = sc.node(), sc.node()
+    base = 0x7F0000000000
+    with mcproto.Conn(sc.master.rpc) as c:
+        c.hello()
+        c.client_id = (0x1234, 0x5678)
+        cases = [
+            ("8 EiB", 8 * EIB, base, "larger than max_segment_size"),
+            ("2 TiB", 2 << 40, base, "larger than max_segment_size"),
+            ("size zero", 0, base, "size 0"),
+            ("wrapping", 1 << 30, (1 << 64) - (1 << 29), "wraps around"),
+            ("past user space", 1 << 30, (1 << 57) - (1 << 29), "user-space"),
+        ]
+        for i, (what, size, b0, words) in enumerate(cases):
+            with pytest.raises(mcproto.StatusError) as e:
+                c.mount((7, i), f"bogus-{i}:1", b0, size, endpoint="10.255.255.1:1")
+            assert e.value.status == -600, what
+            assert words in e.value.text, (what, e.value.text)
+        # a sane one from the same connection is accepted (the checks are per mount)
+        c.mount((7, 99), "sane:1", base, 64 << 20)
+        c.unmount((7, 99))
+    assert not [s for s in sc.master.segments() if s.startswith("bogus")]
+    # the legitimate clients' puts keep landing, on both segments
+    for i in range(20):
+        holder = (a, b)[i % 2]
+        want = a.put(f"k{i}", MIB, i, f"seg={holder.hostname}")
+        assert b.get(f"k{i}") == (MIB, want)
+
+
+def test_max_segment_size_is_configurable(sc):
+    sc.start_master("--max_segment_size=32m")
+    with mcproto.Conn(sc.master.rpc) as c:
+        c.hello()
+        c.client_id = (0x1234, 0x9999)
+        with pytest.raises(mcproto.StatusError) as e:
+            c.mount((8, 1), "big:1", 0x7F0000000000, 64 << 20)
+        assert e.value.status == -600 and "33554432" in e.value.text, e.value.text
+        c.mount((8, 2), "fits:1", 0x7F0000000000, 32 << 20)

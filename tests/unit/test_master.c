@@ -389,6 +389,41 @@ static void test_ping_mount_remount(void **state)
 	t_free(t);
 }
 
+/* issue 11: a mount must not claim more than a host could have */
+static void test_absurd_segments_refused(void **state)
+{
+	struct mc_master_config cfg;
+	struct t *t = t_new();
+	struct mc_store_segment bad = seg(SC, "c:1", 0x7f0000000000ull, 8ull << 60);
+	struct mc_store_remount_req rr = {CB, 1, &bad};
+	const uint64_t base = 0x7f0000000000ull;
+
+	(void)state;
+	assert_int_equal(mount(t, CB, SB, "b:1", base, 8ull << 60), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(t->err, "larger than max_segment_size"));
+	assert_int_equal(mount(t, CB, SB, "b:1", base, MC_MASTER_MAX_SEGMENT_SIZE + 1),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mount(t, CB, SB, "b:1", (1ull << 57) - MIB, 2 * MIB),
+			 MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(t->err, "user-space"));
+	assert_int_equal(call(t, MC_STORE_REMOUNT_SEGMENT, &rr), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(metrics(t).total_capacity_bytes, 0);
+	/* the largest allowed, ending right at the top of user space, is fine */
+	assert_int_equal(mount(t, CB, SB, "b:1", (1ull << 57) - MC_MASTER_MAX_SEGMENT_SIZE,
+			       MC_MASTER_MAX_SEGMENT_SIZE),
+			 MC_OK);
+	assert_int_equal(metrics(t).total_capacity_bytes, MC_MASTER_MAX_SEGMENT_SIZE);
+	t_free(t);
+
+	/* the cap is a setting */
+	cfg_init(&cfg);
+	cfg.max_segment_size = 4 * MIB;
+	t = t_new_cfg(&cfg);
+	assert_int_equal(mount(t, CB, SB, "b:1", base, 8 * MIB), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mount(t, CB, SB, "b:1", base, 4 * MIB), MC_OK);
+	t_free(t);
+}
+
 static void test_put_get_exist(void **state)
 {
 	struct t *t = t_new();
@@ -1898,6 +1933,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_and_hello),
 		cmocka_unit_test(test_ping_mount_remount),
+		cmocka_unit_test(test_absurd_segments_refused),
 		cmocka_unit_test(test_put_get_exist),
 		cmocka_unit_test(test_end_revoke_rules),
 		cmocka_unit_test(test_lease),
