@@ -353,9 +353,14 @@ static void check_round(struct http_client *c)
 	for (size_t k = 0; k < i; k++) {
 		struct mc_curl_body r;
 		long code = 0;
+		bool stop;
 
+		pthread_mutex_lock(&c->lock);
+		stop = c->stop; /* close is waiting: the rest of the round can go */
+		pthread_mutex_unlock(&c->lock);
 		mc_curl_body_init(&r);
-		if (http_request(c, "GET", keys[k], NULL, 0, &code, &r) == MC_OK && code == 404) {
+		if (!stop && http_request(c, "GET", keys[k], NULL, 0, &code, &r) == MC_OK &&
+		    code == 404) {
 			pthread_mutex_lock(&c->write_lock);
 			restore_locked(c, keys[k]);
 			pthread_mutex_unlock(&c->write_lock);
