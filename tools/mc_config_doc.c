@@ -30,7 +30,8 @@ static const struct {
 	 "per-request timeout of the http, etcd and redis backends"},
 	{"MC_METADATA_HTTP_CHECK_MS", "1000",
 	 "http backend: every this often the client GETs the keys it wrote and PUTs those the "
-	 "server lost (a restarted server keeps nothing); 0 = off"},
+	 "server lost (a restarted server keeps nothing); 0 = off (a store client still does it "
+	 "when a restarted master asks it to remount)"},
 	{"MC_ETCD_LEASE_TTL_SEC", "10",
 	 "lease TTL of an engine's etcd keys (min 2); kept alive at TTL/3"},
 	{"MC_REDIS_KEY_TTL_SEC", "10",

@@ -56,3 +56,8 @@ void mc_meta_close(struct mc_meta *m)
 	if (m)
 		m->ops->close(m);
 }
+
+void mc_meta_no_resync(struct mc_meta *m)
+{
+	(void)m;
+}

@@ -33,6 +33,7 @@ struct mc_meta_ops {
 	mc_status (*get)(struct mc_meta *m, const char *key, char **value_out, size_t *len_out);
 	mc_status (*put)(struct mc_meta *m, const char *key, const char *value, size_t len);
 	mc_status (*del)(struct mc_meta *m, const char *key);
+	void (*resync)(struct mc_meta *m);
 	void (*close)(struct mc_meta *m);
 };
 
@@ -67,6 +68,18 @@ static inline mc_status mc_meta_del(struct mc_meta *m, const char *key)
 {
 	return m->ops->del(m, key);
 }
+
+/* Put back, now, the keys this client wrote that the service lost (a
+ * restarted in-memory server); blocks for the requests it makes.  The http
+ * backend also does this periodically; for the others, whose keys come
+ * back on their own (lease, TTL refresh), it does nothing. */
+static inline void mc_meta_resync(struct mc_meta *m)
+{
+	m->ops->resync(m);
+}
+
+/* The resync of backends that need none. */
+void mc_meta_no_resync(struct mc_meta *m);
 
 /* Backend constructors (used by mc_meta_open and by tests). */
 mc_status mc_meta_http_open(const char *uri, struct mc_meta **out);

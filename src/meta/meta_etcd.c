@@ -1053,5 +1053,6 @@ static const struct mc_meta_ops etcd_ops = {
 	.get = etcd_get,
 	.put = etcd_put,
 	.del = etcd_del,
+	.resync = mc_meta_no_resync,
 	.close = etcd_close,
 };

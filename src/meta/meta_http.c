@@ -23,7 +23,9 @@
  * since, with its latest value), and a checker thread, started by the
  * first put, GETs each of them every MC_METADATA_HTTP_CHECK_MS (default
  * 1 s, 0 = off) and PUTs the client's value again when the server answers
- * 404.  A GET of an engine's two small keys a second is what that costs;
+ * 404 (mc_meta_resync runs the same round at once: the store client does
+ * when a restarted master asks it to remount).  A GET of an engine's two
+ * small keys a second is what that costs;
  * a put or del of the caller's own is never delayed by more than one
  * restore.  A 400 "Duplicate" to a restore means another engine took the
  * name meanwhile: the key is given up, with a warning.  A put is recorded
@@ -253,14 +255,12 @@ static mc_status http_put(struct mc_meta *m, const char *key, const char *value,
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata %s: NULL key or value",
 				    m->uri);
 	pthread_mutex_lock(&c->write_lock);
-	if (c->check_ms) {
-		/* recorded first: a PUT that fails now is made good by the checker */
-		pthread_mutex_lock(&c->lock);
-		status = mc_meta_owned_set(&c->owned, m->uri, key, value, len);
-		if (status == MC_OK)
-			checker_start_locked(c);
-		pthread_mutex_unlock(&c->lock);
-	}
+	/* recorded first: a PUT that fails now is made good by the checker (or a resync) */
+	pthread_mutex_lock(&c->lock);
+	status = mc_meta_owned_set(&c->owned, m->uri, key, value, len);
+	if (status == MC_OK)
+		checker_start_locked(c);
+	pthread_mutex_unlock(&c->lock);
 	if (status == MC_OK)
 		status = put_once(c, key, value, len);
 	if (status == MC_ERR_EXISTS) { /* another engine's key */
@@ -371,6 +371,11 @@ static void check_round(struct http_client *c)
 	mc_free(keys);
 }
 
+static void http_resync(struct mc_meta *m)
+{
+	check_round(client_of(m));
+}
+
 static void *checker_main(void *arg)
 {
 	struct http_client *c = arg;
@@ -471,5 +476,6 @@ static const struct mc_meta_ops http_ops = {
 	.get = http_get,
 	.put = http_put,
 	.del = http_del,
+	.resync = http_resync,
 	.close = http_close,
 };

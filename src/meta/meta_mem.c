@@ -266,5 +266,6 @@ static const struct mc_meta_ops mem_ops = {
 	.get = mem_get,
 	.put = mem_put,
 	.del = mem_del,
+	.resync = mc_meta_no_resync,
 	.close = mem_close,
 };

@@ -971,5 +971,6 @@ static const struct mc_meta_ops redis_ops = {
 	.get = redis_get,
 	.put = redis_put,
 	.del = redis_del,
+	.resync = mc_meta_no_resync,
 	.close = redis_close,
 };

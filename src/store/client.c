@@ -25,7 +25,9 @@
  * row reset the master connection (it reconnects on the next call); a
  * master that has forgotten this client (restarted, or it timed the client
  * out) answers NEED_REMOUNT, and the heartbeat mounts the segment again
- * under the same ids.
+ * under the same ids and has the engine put back the metadata entries its
+ * metadata service lost (a master that embeds the HTTP metadata server
+ * restarts empty).
  *
  * Threads: the caller's threads, the master connection's receiver, and the
  * heartbeat.  Locks: hb_lock guards the heartbeat's sleep, so close wakes
@@ -58,6 +60,7 @@
 #include "store/client_int.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
+#include "te/engine.h"
 
 #define SEGMENT_ALIGN	 (16ull << 20) /* spec store.md 1.2: cachelib slab size */
 #define DEFAULT_TENANT	 "default"
@@ -131,6 +134,9 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 			mc_warn("remount of segment %s failed: %s", s->name, mc_last_error());
 		else
 			mc_info("remounted segment %s", s->name);
+		/* a restarted master may have taken its embedded metadata server's
+		 * entries with it: put the engine's back now */
+		mc_te_meta_resync(s->te);
 	}
 	mc_store_msg_release(&resp);
 }

@@ -149,6 +149,12 @@ static mc_status probe_endpoint(struct mc_te *te, const char *host, uint16_t por
 	return rc;
 }
 
+void mc_te_meta_resync(struct mc_te *te)
+{
+	if (te && te->meta)
+		mc_meta_resync(te->meta);
+}
+
 /* Publish rpc_meta/<name>, replacing a stale entry left by a dead engine. */
 static mc_status publish_rpc_meta(struct mc_te *te)
 {

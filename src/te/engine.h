@@ -159,6 +159,11 @@ struct mc_transport *mc_te_transport(struct mc_te *te, const char *name);
 
 /* Publish the local segment descriptor (after a registration change). */
 mc_status mc_te_publish(struct mc_te *te);
+/* Put back, now, the engine's metadata entries (descriptor, rpc_meta) that
+ * its metadata service lost, e.g. when a restarted master that embeds the
+ * HTTP metadata server asks the store client to remount; blocks for the
+ * requests that takes.  Nothing in P2P mode. */
+void mc_te_meta_resync(struct mc_te *te);
 /* Build the local descriptor (caller frees). */
 mc_status mc_te_local_desc(struct mc_te *te, struct mc_seg_desc **out);
 

@@ -132,16 +132,21 @@ def check_all_pairs(nodes, tag):
                 assert got == (MIB, want), f"{r.label} reading {key}"
 
 
-def test_master_with_metadata_server_restart(rc):
+# "periodic": the http client's own check (every second) puts the entries
+# back; "remount": with that check off, the remount the restarted master
+# asks for does.
+@pytest.mark.parametrize("check", ["periodic", "remount"])
+def test_master_with_metadata_server_restart(rc, check):
+    env = {"MC_METADATA_HTTP_CHECK_MS": "0"} if check == "remount" else None
     rpc, metrics, meta = free_port(), free_port(), free_port()
     argv = rc.master_argv(rpc, metrics, meta)
     m = rc.run_master(argv)
-    a, b = rc.node(), rc.node()
+    a, b = rc.node(env=env), rc.node(env=env)
     check_all_pairs([a, b], "before")
 
     m.kill9()
     rc.run_master(argv)
-    c = rc.node()  # a new client, which knows nobody's descriptor yet
+    c = rc.node(env=env)  # a new client, which knows nobody's descriptor yet
     check_all_pairs([a, b, c], "after")
 
 

@@ -143,6 +143,31 @@ static int server_down(void **state)
 
 /* ---- http backend against our server ------------------------------------- */
 
+/* With the periodic check off, mc_meta_resync puts the lost keys back at once. */
+static void http_resync_restores_at_once(void **state)
+{
+	struct fixture *f = *state;
+	uint16_t port = mc_http_meta_server_port(f->srv);
+	struct mc_meta *m = NULL;
+	char *out = NULL;
+	size_t len = 0;
+
+	setenv("MC_METADATA_HTTP_CHECK_MS", "0", 1);
+	assert_int_equal(mc_meta_open(f->uri, &m), MC_OK);
+	unsetenv("MC_METADATA_HTTP_CHECK_MS");
+	assert_int_equal(mc_meta_put(m, "mooncake/ram/s1", "{\"s\":1}", 7), MC_OK);
+	mc_http_meta_server_stop(f->srv);
+	assert_int_equal(mc_http_meta_server_start("127.0.0.1", port, &f->srv), MC_OK);
+	assert_int_equal(mc_meta_get(f->meta, "mooncake/ram/s1", &out, &len), MC_ERR_NOT_FOUND);
+	mc_meta_resync(m);
+	assert_int_equal(mc_meta_get(f->meta, "mooncake/ram/s1", &out, &len), MC_OK);
+	assert_string_equal(out, "{\"s\":1}");
+	mc_free(out);
+	mc_meta_resync(m); /* nothing lost: nothing written */
+	assert_int_equal(mc_http_meta_server_count(f->srv), 1);
+	mc_meta_close(m);
+}
+
 /* Poll key on m until it holds want (bounded); true when it does. */
 static bool await_value(struct mc_meta *m, const char *key, const char *want)
 {
@@ -646,6 +671,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(one_client_many_threads, server_up, server_down),
 		cmocka_unit_test_setup_teardown(http_restores_keys_a_restarted_server_lost,
 						server_up, server_down),
+		cmocka_unit_test_setup_teardown(http_resync_restores_at_once, server_up,
+						server_down),
 		cmocka_unit_test_setup_teardown(busy_port_fails_with_reason, server_up,
 						server_down),
 		cmocka_unit_test(refused_connection_is_metadata_error),
