@@ -330,7 +330,8 @@ static mc_status apply_params(struct mc_te *te, const struct mc_te_params *p)
  * or :: is every interface too.  A name is resolved, except that one that
  * resolves to loopback without being "localhost" means every interface
  * (Debian maps the machine's own name to 127.0.1.1, where peers on other
- * hosts could not reach it).
+ * hosts could not reach it), and so does an address this host does not
+ * have (a NAT's public address, advertised only).
  */
 static void choose_bind_host(struct mc_te *te, const struct mc_te_params *p, const char *local_name)
 {
@@ -340,6 +341,7 @@ static void choose_bind_host(struct mc_te *te, const struct mc_te_params *p, con
 	struct in_addr a4;
 	struct sockaddr_storage ss;
 	socklen_t sl;
+	int fd;
 
 	if (host && *host)
 		snprintf(h, sizeof(h), "%s", host);
@@ -365,6 +367,13 @@ static void choose_bind_host(struct mc_te *te, const struct mc_te_params *p, con
 			return;
 		}
 	}
+	/* an address of another host (a NAT's, say) is only advertised, as upstream */
+	fd = mc_sock_listen_on(h, 0, 1);
+	if (fd < 0) {
+		mc_warn("%s; listening on every interface", mc_last_error());
+		return;
+	}
+	close(fd);
 	snprintf(te->bind_host, sizeof(te->bind_host), "%s", h);
 }
 

@@ -65,6 +65,18 @@ def test_store_client_on_any_listens_everywhere(sc):
 
 
 @needs_ss
+def test_foreign_address_is_advertised_only(sc):
+    """An address this host lacks (a NAT's public one) is told to peers but
+    cannot be bound: the engine listens on every interface, as upstream."""
+    sc.start_master()
+    n = sc.node(extra=("--host", "203.0.113.7"))  # TEST-NET-3
+    assert n.hostname.startswith("203.0.113.7:"), n.hostname
+    addrs = listening(n.pid)
+    assert len(addrs) >= 2, addrs
+    assert all(h in ("*", "0.0.0.0", "::") for h, _ in addrs), addrs
+
+
+@needs_ss
 @pytest.mark.parametrize("how", ["bind_address", "p2p"])
 def test_engine_listens_where_told(how, request, tmp_path):
     exe = te_node_path()
