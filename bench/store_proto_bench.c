@@ -19,6 +19,14 @@
  *       of --runs runs of --duration seconds).  One line per case:
  *       "case=<name> batch=<n> ops/s=.. keys/s=.. p50_us=.. p99_us=..".
  *
+ *   store_proto_bench --master=H:P --clients=N [--duration=2] [--master-pid=PID]
+ *       N client processes at once, each with its own connection, fake
+ *       segment and keys, looping over ExistKey, GetReplicaList, PutStart,
+ *       PutEnd and Remove for --duration seconds: total calls/s, the spread
+ *       of the per-client rates (min/median/max: is anyone starved), the
+ *       median and worst of the per-client p99s, and with --master-pid the
+ *       master's CPU time per call.
+ *
  *   store_proto_bench --master=H:P --load=N [--value-size=1024]
  *       Creates N objects ("load-<i>"), printing "loaded <n>" now and then
  *       and "DONE objects=<n> s=<t> keys/s=<r>" at the end, then keeps the
@@ -40,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,6 +87,7 @@ static size_t in_cap;
 static struct mc_store_uuid client_id;
 static struct mc_store_uuid seg_id = {0x5eed, 0xfa4e};
 static double last_ping;
+static char seg_name[64] = "proto-bench:1"; /* per process in --clients mode */
 
 /* ------------------------------------------------------------------------ */
 /* Connection                                                                */
@@ -178,10 +188,10 @@ static struct mc_store_segment fake_segment(void)
 {
 	struct mc_store_segment s = {
 		.id = seg_id,
-		.name = mc_proto_str_c("proto-bench:1"),
+		.name = mc_proto_str_c(seg_name),
 		.base = 1ull << 44,
 		.size = 1ull << 40, /* the master's default max_segment_size */
-		.te_endpoint = mc_proto_str_c("proto-bench:1"),
+		.te_endpoint = mc_proto_str_c(seg_name),
 		.protocol = mc_proto_str_c("tcp"),
 		.host_id = mc_proto_str_c(""),
 	};
@@ -265,7 +275,7 @@ static void create_objects(const char *prefix, uint64_t first, size_t n)
 	}
 	ps.client_id = client_id;
 	ps.config.replica_num = 1;
-	ps.config.preferred_segment = mc_proto_str_c("proto-bench:1");
+	ps.config.preferred_segment = mc_proto_str_c(seg_name);
 	ps.n_items = (uint32_t)n;
 	ps.items = items;
 	call_ok(MC_STORE_BATCH_PUT_START, &ps, &m);
@@ -408,6 +418,214 @@ static void load_main(void)
 	}
 }
 
+/* ------------------------------------------------------------------------ */
+/* Many clients at once (--clients=N)                                        */
+
+struct client_result {
+	double ops_per_s;
+	double p50_us, p99_us;
+	uint64_t ops;
+};
+
+/*
+ * One client process's loop: ExistKey, GetReplicaList (on its own keys),
+ * then PutStart + PutEnd of a fresh key and Remove of it, again and again
+ * for --duration seconds after the start byte arrives on start_fd; every
+ * call's round trip is one sample.
+ */
+static struct client_result client_loop(int start_fd)
+{
+	size_t n = 64, cap = 1 << 16, ns = 0;
+	double *lat = malloc(cap * sizeof(*lat)), t_end, t0;
+	char names[64][KEY_LEN], fresh[KEY_LEN];
+	struct mc_proto_str keys[64];
+	struct client_result r = {0};
+	uint64_t i = 0;
+	char go;
+
+	if (!lat)
+		die("out of memory");
+	create_objects(seg_name, 0, n);
+	for (size_t k = 0; k < n; k++) {
+		int len = snprintf(names[k], KEY_LEN, "%s%zu", seg_name, k);
+		keys[k] = (struct mc_proto_str){names[k], (uint32_t)len};
+	}
+	if (read(start_fd, &go, 1) != 1)
+		die("no start signal");
+	t0 = now_s();
+	t_end = t0 + opt.duration;
+	while (now_s() < t_end) {
+		struct mc_store_msg m;
+		double a;
+		int step = (int)(i % 5);
+		if (step == 0 || step == 1) {
+			struct mc_store_key_req kr = {.key = keys[i % n]};
+			a = now_s();
+			call_ok(step == 0 ? MC_STORE_EXIST_KEY : MC_STORE_GET_REPLICA_LIST, &kr,
+				&m);
+		} else {
+			int len = snprintf(fresh, KEY_LEN, "%sf%" PRIu64, seg_name, i / 5);
+			struct mc_proto_str key = {fresh, (uint32_t)len};
+			a = now_s();
+			if (step == 2) {
+				struct mc_store_put_start_req ps = {.client_id = client_id,
+								    .key = key,
+								    .value_len = opt.value_size};
+				ps.config.replica_num = 1;
+				ps.config.preferred_segment = mc_proto_str_c(seg_name);
+				call_ok(MC_STORE_PUT_START, &ps, &m);
+			} else if (step == 3) {
+				struct mc_store_put_end_req pe = {.client_id = client_id,
+								  .replica_type =
+									  MC_STORE_REPLICA_ALL,
+								  .key = key};
+				call_ok(MC_STORE_PUT_END, &pe, &m);
+			} else {
+				struct mc_store_remove_req rr = {.key = key, .force = true};
+				call_ok(MC_STORE_REMOVE, &rr, &m);
+			}
+		}
+		mc_store_msg_release(&m);
+		if (ns == cap) {
+			cap *= 2;
+			lat = realloc(lat, cap * sizeof(*lat));
+			if (!lat)
+				die("out of memory");
+		}
+		lat[ns++] = (now_s() - a) * 1e6;
+		i++;
+		if (now_s() - last_ping > 1.0)
+			ping();
+	}
+	qsort(lat, ns, sizeof(*lat), cmp_double);
+	r.ops = ns;
+	r.ops_per_s = (double)ns / (now_s() - t0);
+	r.p50_us = lat[(size_t)ceil(0.50 * (double)ns) - 1];
+	r.p99_us = lat[(size_t)ceil(0.99 * (double)ns) - 1];
+	free(lat);
+	return r;
+}
+
+/* CPU seconds (user + system) of process pid so far, or -1. */
+static double proc_cpu_s(long pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	FILE *f;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	if (!p || !(p = strrchr(buf, ')')) ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static int cmp_result(const void *a, const void *b)
+{
+	double x = ((const struct client_result *)a)->ops_per_s,
+	       y = ((const struct client_result *)b)->ops_per_s;
+	return (x > y) - (x < y);
+}
+
+/*
+ * --clients=N: N processes, each with its own connection, fake segment and
+ * keys, all released at once by one byte each on their start pipes (no
+ * sleep), each sending back its result on its own pipe.
+ */
+static int clients_main(int nclients, long master_pid)
+{
+	struct client_result *rs = calloc((size_t)nclients, sizeof(*rs));
+	int(*go)[2] = calloc((size_t)nclients, sizeof(*go));
+	int(*back)[2] = calloc((size_t)nclients, sizeof(*back));
+	pid_t *pids = calloc((size_t)nclients, sizeof(*pids));
+	double cpu0, cpu1, t0, t1, total = 0, p99s[4096], p50s[4096];
+	uint64_t ops = 0;
+
+	if (!rs || !go || !back || !pids || nclients > 4096)
+		die("out of memory");
+	for (int c = 0; c < nclients; c++) {
+		if (pipe(go[c]) || pipe(back[c]))
+			die("pipe: %s", strerror(errno));
+		pids[c] = fork();
+		if (pids[c] < 0)
+			die("fork: %s", strerror(errno));
+		if (pids[c] == 0) {
+			struct client_result r;
+			snprintf(seg_name, sizeof(seg_name), "proto-bench-%d:1", (int)getpid());
+			mc_buf_init(&out);
+			connect_master(opt.master);
+			hello_and_mount();
+			/* ready: the parent waits for this byte before starting anyone */
+			if (write(back[c][1], "R", 1) != 1)
+				_exit(1);
+			r = client_loop(go[c][0]);
+			unmount();
+			if (write(back[c][1], &r, sizeof(r)) != (ssize_t)sizeof(r))
+				_exit(1);
+			_exit(0);
+		}
+		close(go[c][0]);
+		close(back[c][1]);
+	}
+	for (int c = 0; c < nclients; c++) {
+		char r;
+		if (read(back[c][0], &r, 1) != 1)
+			die("client %d did not start", c);
+	}
+	cpu0 = master_pid ? proc_cpu_s(master_pid) : -1;
+	t0 = now_s();
+	for (int c = 0; c < nclients; c++)
+		if (write(go[c][1], "G", 1) != 1)
+			die("client %d: %s", c, strerror(errno));
+	for (int c = 0; c < nclients; c++) {
+		int st;
+		if (read(back[c][0], &rs[c], sizeof(rs[c])) != (ssize_t)sizeof(rs[c]))
+			die("client %d sent no result", c);
+		waitpid(pids[c], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			die("client %d failed", c);
+	}
+	t1 = now_s();
+	cpu1 = master_pid ? proc_cpu_s(master_pid) : -1;
+	for (int c = 0; c < nclients; c++) {
+		total += rs[c].ops_per_s;
+		ops += rs[c].ops;
+		p99s[c] = rs[c].p99_us;
+		p50s[c] = rs[c].p50_us;
+	}
+	qsort(rs, (size_t)nclients, sizeof(*rs), cmp_result);
+	qsort(p99s, (size_t)nclients, sizeof(double), cmp_double);
+	qsort(p50s, (size_t)nclients, sizeof(double), cmp_double);
+	{
+		double med_rate = rs[nclients / 2].ops_per_s;
+		double cpu_us = cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e6 / (double)ops : -1;
+		if (opt.json)
+			printf("{\"case\":\"clients\",\"clients\":%d,\"ops_per_s\":%.0f,"
+			       "\"client_min\":%.0f,\"client_median\":%.0f,\"client_max\":%.0f,"
+			       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p99_max_us\":%.1f,"
+			       "\"master_cpu_us_per_op\":%.2f,\"wall_s\":%.2f}\n",
+			       nclients, total, rs[0].ops_per_s, med_rate,
+			       rs[nclients - 1].ops_per_s, p50s[nclients / 2], p99s[nclients / 2],
+			       p99s[nclients - 1], cpu_us, t1 - t0);
+		else
+			printf("case=clients clients=%d ops/s=%.0f per_client min=%.0f median=%.0f "
+			       "max=%.0f p50_us=%.1f p99_us=%.1f p99_max_us=%.1f "
+			       "master_cpu_us/op=%.2f\n",
+			       nclients, total, rs[0].ops_per_s, med_rate,
+			       rs[nclients - 1].ops_per_s, p50s[nclients / 2], p99s[nclients / 2],
+			       p99s[nclients - 1], cpu_us);
+	}
+	free(rs);
+	free(go);
+	free(back);
+	free(pids);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -418,12 +636,15 @@ int main(int argc, char **argv)
 		{"duration", required_argument, NULL, 'd'},
 		{"load", required_argument, NULL, 'L'},
 		{"value-size", required_argument, NULL, 'v'},
+		{"clients", required_argument, NULL, 'C'},
+		{"master-pid", required_argument, NULL, 'P'},
 		{"json", no_argument, NULL, 'j'},
 		{"quick", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	int o;
+	int o, clients = 0;
+	long master_pid = 0;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -448,6 +669,14 @@ int main(int argc, char **argv)
 		case 'v':
 			opt.value_size = strtoull(optarg, NULL, 0);
 			break;
+		case 'C':
+			clients = atoi(optarg);
+			if (clients < 1 || clients > 4096)
+				goto bad;
+			break;
+		case 'P':
+			master_pid = atol(optarg);
+			break;
 		case 'j':
 			opt.json = true;
 			break;
@@ -457,14 +686,21 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("usage: " PROG " --master=H:P [--keys=N] [--batch=N] [--runs=N]\n"
-			       "       [--duration=S] [--json] [--quick] | --load=N [--value-size=B]\n");
+			       "       [--duration=S] [--json] [--quick] | --load=N [--value-size=B]\n"
+			       "       | --clients=N [--duration=S] [--master-pid=PID] [--json]\n");
 			return 0;
 		default:
 			return 2;
 		}
 	}
+	if (clients) {
+		if (optind != argc || !(opt.duration > 0))
+			goto bad;
+		return clients_main(clients, master_pid);
+	}
 	if (optind != argc || opt.keys < 1 || opt.batch < 1 || opt.runs < 1 ||
 	    opt.runs > MAX_RUNS || !(opt.duration > 0) || !opt.value_size) {
+	bad:
 		fprintf(stderr, PROG ": bad arguments (see --help)\n");
 		return 2;
 	}
