@@ -17,8 +17,10 @@
  *    (the call holds a reference to self).
  *  - a managed-buffer allocator (allocate_managed_buffer): upstream's
  *    16 power-of-two size classes from 8 KiB to 256 MiB, split buddy-wise
- *    (without merging) out of 2 GiB chunks that are mmap'ed and registered
- *    on first use; larger requests get a dedicated registered mapping.
+ *    (without merging) out of 2 GiB chunks that are mapped
+ *    (mc_te_host_alloc: huge pages, lazy) and registered on first use;
+ *    larger requests get a dedicated registered mapping.  Each block
+ *    handed out is faulted in (mc_te_host_prefault, MC_STORE_PREFAULT).
  *    Protected by its own mutex, never held while waiting for the GIL.
  *  - a dict of batch deadlines for the asynchronous calls, so that
  *    get_batch_transfer_status and transfer_check_status time out as
@@ -52,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,11 +192,17 @@ static int range_append(struct mb_range **v, size_t *n, uintptr_t addr, size_t l
 	return 0;
 }
 
+/* Memory as the library maps it for buffers (mc_te_host_alloc: huge
+ * pages, pre-faulted per MC_STORE_PREFAULT); NULL when it cannot. */
 static void *map_region(size_t len)
 {
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	void *p;
+	return mc_te_host_alloc(len, &p) == MC_OK ? p : NULL;
+}
+
+static void unmap_region(void *p)
+{
+	(void)mc_te_host_free(p);
 }
 
 /* Make sure class c has a free block (lock held). */
@@ -210,12 +217,12 @@ static int managed_refill_locked(struct managed *m, struct mc_te *te, int c)
 		if (!p)
 			return -1;
 		if (mc_te_register(te, p, MB_CHUNK, "*", true) != MC_OK) {
-			munmap(p, MB_CHUNK);
+			unmap_region(p);
 			return -1;
 		}
 		if (range_append(&m->chunks, &m->nchunks, (uintptr_t)p, MB_CHUNK) < 0) {
 			mc_te_deregister(te, p);
-			munmap(p, MB_CHUNK);
+			unmap_region(p);
 			return -1;
 		}
 		/* pushed high to low, so blocks are handed out in address order */
@@ -245,12 +252,12 @@ static uintptr_t managed_alloc(struct managed *m, struct mc_te *te, size_t len)
 		if (!p)
 			goto out;
 		if (mc_te_register(te, p, size, "*", true) != MC_OK) {
-			munmap(p, size);
+			unmap_region(p);
 			goto out;
 		}
 		if (range_append(&m->large, &m->nlarge, (uintptr_t)p, size) < 0) {
 			mc_te_deregister(te, p);
-			munmap(p, size);
+			unmap_region(p);
 			goto out;
 		}
 		addr = (uintptr_t)p;
@@ -271,7 +278,7 @@ static int managed_free(struct managed *m, struct mc_te *te, uintptr_t addr, siz
 	for (size_t i = 0; i < m->nlarge; i++) {
 		if (m->large[i].addr == addr) {
 			mc_te_deregister(te, (void *)addr);
-			munmap((void *)addr, m->large[i].len);
+			unmap_region((void *)addr);
 			m->large[i] = m->large[--m->nlarge];
 			rc = 0;
 			goto out;
@@ -298,9 +305,9 @@ out:
 static void managed_release(struct managed *m)
 {
 	for (size_t i = 0; i < m->nchunks; i++)
-		munmap((void *)m->chunks[i].addr, m->chunks[i].len);
+		unmap_region((void *)m->chunks[i].addr);
 	for (size_t i = 0; i < m->nlarge; i++)
-		munmap((void *)m->large[i].addr, m->large[i].len);
+		unmap_region((void *)m->large[i].addr);
 	for (int c = 0; c < MB_NCLASSES; c++)
 		free(m->free[c].v);
 	free(m->chunks);
@@ -760,6 +767,10 @@ static PyObject *engine_allocate_managed_buffer(PyObject *self, PyObject *const 
 		return PyLong_FromLong(0);
 	ts = PyEval_SaveThread();
 	addr = managed_alloc(&e->managed, e->te, (size_t)len);
+	/* fault the block in now, not under the first bytes a peer writes
+	 * (a no-op with MC_STORE_PREFAULT=off; a refusal only leaves it lazy) */
+	if (addr && len)
+		(void)mc_te_host_prefault((void *)addr, (size_t)len);
 	PyEval_RestoreThread(ts);
 	return PyLong_FromUnsignedLongLong(addr);
 }

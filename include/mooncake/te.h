@@ -143,6 +143,23 @@ MC_API const char *mc_te_local_host(const struct mc_te *te);
 MC_API uint16_t mc_te_rpc_port(const struct mc_te *te);
 MC_API uint16_t mc_te_tcp_port(const struct mc_te *te);
 
+/* Host memory for buffers to register, mapped as the store's segments are:
+ * huge pages where MC_STORE_USE_HUGEPAGE asks and the system has them,
+ * otherwise pages advised for transparent huge pages.  It stays lazy (an
+ * untouched page costs nothing); mc_te_host_prefault faults in the part
+ * about to be used.  len is rounded up to the page size; the memory is
+ * zero-filled.  MC_ERR_INVALID_PARAMS (len 0), MC_ERR_NOMEM.  Free with
+ * mc_te_host_free (not munmap). */
+MC_API mc_status mc_te_host_alloc(size_t len, void **out);
+/* Faults [p, p+len) of an mc_te_host_alloc mapping in now, unless
+ * MC_STORE_PREFAULT is off, so that bytes a peer writes there first do not
+ * pay the page faults; within the memory the cgroup and the system leave.
+ * MC_OK, MC_ERR_INVALID_PARAMS (not such memory), MC_ERR_NOMEM. */
+MC_API mc_status mc_te_host_prefault(void *p, size_t len);
+/* Frees what mc_te_host_alloc returned; MC_ERR_INVALID_PARAMS for any
+ * other pointer. */
+MC_API mc_status mc_te_host_free(void *p);
+
 /* Register [addr, addr+length).  location: "cpu:N", "*" or NULL (= "*").
  * MC_ERR_ADDRESS_OVERLAPPED if it overlaps a registered range;
  * MC_ERR_INVALID_PARAMS for NULL or zero length, and for host memory that

@@ -257,6 +257,26 @@ static void populate_all(struct mc_hostmem *m, bool paced)
 			(double)(mc_now_ns() - start) / 1e9);
 }
 
+mc_status mc_hostmem_populate(struct mc_hostmem *m, size_t off, size_t len)
+{
+	const char *why = NULL;
+	size_t ok;
+	int err;
+
+	if (off >= m->len)
+		return MC_OK;
+	len = MC_MIN(len, m->len - off);
+	ok = allowed(len, &why);
+	if (ok < len)
+		return mc_set_error(MC_ERR_NOMEM, "%s: not pre-faulting %zu bytes: %s", m->what,
+				    len, why ? why : "memory limit");
+	err = populate(m->addr + off, len);
+	if (err)
+		return mc_set_error(MC_ERR_NOMEM, "%s: pre-faulting %zu bytes: %s", m->what, len,
+				    strerror(err));
+	return MC_OK;
+}
+
 static void mark_done(struct mc_hostmem *m)
 {
 	pthread_mutex_lock(&m->lock);
@@ -315,8 +335,8 @@ mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_
 	size_t len, total;
 
 	*out = NULL;
-	if (align == 0)
-		align = (uint64_t)page;
+	if (align == 0) /* huge-page aligned when it can hold one, so THP can back it */
+		align = size >= CHUNK ? CHUNK : (uint64_t)page;
 	if (size == 0 || (align & (align - 1)) || size > SIZE_MAX / 2 || align > (1ull << 30))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "%s: cannot map %" PRIu64 " bytes aligned to %" PRIu64, what,

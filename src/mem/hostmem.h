@@ -68,9 +68,9 @@ struct mc_hostmem_stats {
 };
 
 /*
- * Maps at least size bytes aligned to align (a power of two; 0 for the
- * page size) for what (named in the log), as c says.  MC_ERR_INVALID_PARAMS
- * (size 0, bad align or config), MC_ERR_NOMEM (the address space).
+ * Maps at least size bytes aligned to align (a power of two; 0 for 2 MiB
+ * when size is at least that, else the page size) for what (named in the log), as c says.
+ * MC_ERR_INVALID_PARAMS (size 0, bad align or config), MC_ERR_NOMEM (the address space).
  */
 mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_config *c,
 			 const char *what, struct mc_hostmem **out);
@@ -78,6 +78,10 @@ void *mc_hostmem_addr(const struct mc_hostmem *m);
 size_t mc_hostmem_len(const struct mc_hostmem *m);
 /* A snapshot; huge_bytes reads /proc/self/smaps (a few milliseconds). */
 void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st);
+/* Populates [off, off+len) of the mapping now (clamped to it), within the
+ * same memory limits; MC_OK, or MC_ERR_NOMEM when a limit or the kernel
+ * stopped it (logged once). */
+mc_status mc_hostmem_populate(struct mc_hostmem *m, size_t off, size_t len);
 /* Waits for the background thread to finish populating (tests, benches). */
 void mc_hostmem_wait_prefault(struct mc_hostmem *m);
 /* Stops the background thread, then unmaps. */

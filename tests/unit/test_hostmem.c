@@ -19,6 +19,7 @@
 
 #include "base/config.h"
 #include "mem/hostmem.h"
+#include "mooncake/te.h"
 #include "support.h"
 
 #define MiB (1ull << 20)
@@ -176,6 +177,30 @@ static void settings_are_checked(void **state)
 	release(&c);
 }
 
+/* The engine's buffers (mooncake/te.h): lazy until a block is faulted in. */
+static void engine_host_buffers(void **state)
+{
+	uint8_t *p;
+	uint64_t r;
+	int x;
+	(void)state;
+	assert_int_equal(mc_te_host_alloc(0, (void **)&p), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_host_alloc(16 * MiB, (void **)&p), MC_OK);
+	assert_int_equal((uintptr_t)p % (2 * MiB), 0);
+	assert_int_equal(resident(p, 16 * MiB), 0);
+	assert_int_equal(mc_te_host_prefault(p + 4 * MiB, 1 * MiB), MC_OK);
+	r = resident(p, 16 * MiB);
+	assert_in_range(r, 1 * MiB, 2 * MiB);
+	setenv("MC_STORE_PREFAULT", "off", 1);
+	assert_int_equal(mc_te_host_prefault(p + 8 * MiB, 4 * MiB), MC_OK);
+	unsetenv("MC_STORE_PREFAULT");
+	assert_int_equal(resident(p, 16 * MiB), r); /* off: nothing more */
+	assert_int_equal(mc_te_host_prefault(&x, 4), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_host_free(&x), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_host_free(p), MC_OK);
+	assert_int_equal(mc_te_host_free(p), MC_ERR_INVALID_PARAMS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -185,6 +210,7 @@ int main(void)
 		cmocka_unit_test(unmap_stops_the_thread),
 		cmocka_unit_test(hugepages_fall_back),
 		cmocka_unit_test(settings_are_checked),
+		cmocka_unit_test(engine_host_buffers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
