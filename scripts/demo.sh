@@ -94,7 +94,8 @@ B_HOST=$(field "$B_INFO" hostname)
 # killing us; set only now so the children keep the default SIGPIPE action.
 trap '' PIPE
 say "== client A: $A_HOST (pid $(field "$A_INFO" pid)), 256 MiB segment"
-say "== client B: $B_HOST (pid $(field "$B_INFO" pid)), 256 MiB segment"
+say "== client B: $B_HOST (pid $(field "$B_INFO" pid)), 256 MiB segment" \
+	"(pre-faulted: MC_STORE_PREFAULT=${MC_STORE_PREFAULT:-background})"
 
 # --- 4. data ------------------------------------------------------------------------
 SEED=20240601
@@ -109,10 +110,14 @@ GETB=${REPLY#OK }
 say "== A reads them back (zero-copy) from B's segment"
 cmd A getn demo- "$OBJECTS" "$OBJ_SIZE" "$SEED" zc
 GETA=${REPLY#OK }
+say "== A removes them and puts them again: the same bytes into memory B's segment has touched"
+cmd A remove_all force
+cmd A putn demo- "$OBJECTS" "$OBJ_SIZE" "$SEED" "seg=$B_HOST"
+PUTW=${REPLY#OK }
 
 printf '\n%-44s %8s %12s %10s %10s  %s\n' step objects bytes ms MB/s xxh3
-for row in "A put -> B's segment (other process):$PUT" "B get, its own segment (local):$GETB" \
-	"A get_into <- B's segment (other process):$GETA"; do
+for row in "A put -> B's segment, first fill (cold):$PUT" "B get, its own segment (local):$GETB" \
+	"A get_into <- B's segment (other process):$GETA" "A put again, refill (warm):$PUTW"; do
 	name=${row%%:*}
 	f=${row#*:}
 	printf '%-44s %8s %12s %10s %10s  %s\n' "$name" "$(field "$f" n)" "$(field "$f" bytes)" \
@@ -121,6 +126,10 @@ done
 printf '\n'
 
 status=0
+if [ "$(field "$PUTW" xxh3)" != "$(field "$PUT" xxh3)" ]; then
+	say "MISMATCH: the refill put other bytes than the first fill"
+	status=1
+fi
 for f in "$GETB" "$GETA"; do
 	if [ "$(field "$f" bad)" != 0 ] || [ "$(field "$f" xxh3)" != "$(field "$PUT" xxh3)" ]; then
 		say "MISMATCH: data read back differs from what was put ($f)"
