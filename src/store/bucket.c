@@ -689,11 +689,11 @@ mc_status mc_bucket_scan(int dirfd,
 		st = &local;
 	memset(st, 0, sizeof(*st));
 	rc = list_buckets(dirfd, &ids, &metas, st);
-	if (rc == MC_OK)
+	if (rc == MC_OK && ids.n) /* no list at all when empty: qsort wants one */
 		qsort(ids.v, ids.n, sizeof(*ids.v), cmp_id);
 	/* an index whose data file is gone (deleted by hand) serves nothing */
 	for (size_t i = 0; rc == MC_OK && i < metas.n; i++) {
-		if (bsearch(&metas.v[i], ids.v, ids.n, sizeof(*ids.v), cmp_id))
+		if (ids.n && bsearch(&metas.v[i], ids.v, ids.n, sizeof(*ids.v), cmp_id))
 			continue;
 		mc_warn("bucket %s: index without its data file; deleting it", metas.v[i]);
 		mc_bucket_remove(dirfd, metas.v[i]);

@@ -310,6 +310,24 @@ static mc_status record(void *arg, const char *id, const struct mc_bucket_meta *
 	return MC_OK;
 }
 
+/* A new offload directory holds nothing: the scan finds nothing, cleanly
+ * (it once passed NULL to qsort and bsearch, which UBSan reports). */
+static void scan_of_an_empty_directory(void **state)
+{
+	struct seen seen = {0};
+	struct mc_bucket_scan_stats st;
+	(void)state;
+	assert_int_equal(mc_bucket_scan(dirfd_, record, &seen, &st), MC_OK);
+	assert_int_equal(seen.n, 0);
+	assert_int_equal(st.buckets + st.orphans + st.dropped + st.stale_tmp, 0);
+	assert_int_equal(st.objects, 0);
+	/* an index without data, alone: still no data file list to search */
+	touch("00000000000000006000-0000000001.meta", "orphan index");
+	assert_int_equal(mc_bucket_scan(dirfd_, record, &seen, &st), MC_OK);
+	assert_int_equal(st.dropped, 1);
+	assert_false(file_exists("00000000000000006000-0000000001.meta"));
+}
+
 static void scan_keeps_complete_buckets_only(void **state)
 {
 	struct sample s;
@@ -526,6 +544,7 @@ int main(void)
 		ALL_MODES(bad_writes_leave_nothing),
 		ALL_MODES(damaged_records_are_refused),
 		ALL_MODES(scan_keeps_complete_buckets_only),
+		ON(scan_of_an_empty_directory, on_disk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
