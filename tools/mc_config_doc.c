@@ -16,6 +16,7 @@
 #include "mem/devmem.h"
 #include "mem/hostmem.h"
 #include "store/client_config.h"
+#include "store/disk_store.h"
 #include "te/engine.h"
 #include "transport/transport.h"
 
@@ -76,6 +77,8 @@ static void emit(FILE *out)
 	}
 	fprintf(out, "\n### Device memory\n\n");
 	emit_table(out, mc_devmem_config_table, mc_devmem_config_table_len);
+	fprintf(out, "\n## Store client: SSD tier (offload directory)\n\n");
+	emit_table(out, mc_disk_store_config_table, mc_disk_store_config_table_len);
 	fprintf(out,
 		"\n## Metadata backends\n\n"
 		"Connection strings: `http(s)://host:port/path`, `etcd://host:port[,host:port...]` "

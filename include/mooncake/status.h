@@ -67,6 +67,7 @@ extern "C" {
 	X(ERR_FILE_OPEN_FAIL, -1101, "file open failed")                             \
 	X(ERR_FILE_READ_FAIL, -1102, "file read failed")                             \
 	X(ERR_FILE_WRITE_FAIL, -1103, "file write failed")                           \
+	X(ERR_FILE_LOCK_FAIL, -1105, "file lock failed")                             \
 	X(ERR_TOO_MANY_REQUESTS, -2001, "too many requests for the batch")           \
 	X(ERR_ADDRESS_NOT_REGISTERED, -2002, "address not registered")               \
 	X(ERR_BATCH_BUSY, -2003, "batch has unfinished tasks")                       \
