@@ -475,9 +475,12 @@ static void insert_locked(struct mc_disk_store *ds, struct bucket *b, struct wor
 
 /* ---- eviction ----------------------------------------------------------------------------- */
 
+/* Whether need more bytes pass a cap; on the physical side the index
+ * file's last block counts whole. */
 static bool over(const struct mc_disk_store *ds, uint64_t need, uint64_t cap, uint64_t phys_cap)
 {
-	return ds->logical + need > cap || (phys_cap && ds->physical + need > phys_cap);
+	uint64_t phys_need = need ? need + MC_BUCKET_ALIGN : 0;
+	return ds->logical + need > cap || (phys_cap && ds->physical + phys_need > phys_cap);
 }
 
 static struct bucket *victim_locked(struct mc_disk_store *ds)
@@ -1377,8 +1380,11 @@ void mc_disk_store_close(struct mc_disk_store *ds)
 {
 	if (!ds)
 		return;
-	if (ds->pend)
+	if (ds->pend && ds->npend) {
+		mc_warn("offload directory %s: closing with %zu objects pending, never written",
+			ds->path, ds->npend);
 		pend_clear(ds);
+	}
 	while (ds->head.next != &ds->head) {
 		struct bucket *b = ds->head.next;
 		ds->head.next = b->next;
