@@ -538,48 +538,101 @@ int mc_bucket_open(int dirfd, const char *id, mc_status *rc)
 	return fd;
 }
 
+/* Whether the header read at head is e's record and dst holds its value. */
+static mc_status check_record(const struct mc_bucket_entry *e, const uint8_t *head,
+			      uint64_t head_len, const void *dst)
+{
+	struct mc_bucket_rec_hdr h = {0};
+	mc_status st = mc_bucket_rec_hdr_decode(head, head_len, &h);
+
+	if (st != MC_OK)
+		return st;
+	if (h.key_len != e->key_len || h.data_len != e->data_len || h.data_sum != e->data_sum ||
+	    memcmp(head + MC_BUCKET_REC_HDR_SIZE, e->key, e->key_len) != 0 ||
+	    h.key_sum != XXH3_64bits(e->key, e->key_len))
+		return mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
+				    "bucket read of %s: the record is not the index's", e->key);
+	if (XXH3_64bits(dst, e->data_len) != h.data_sum)
+		return mc_set_error(MC_ERR_CHECKSUM_MISMATCH, "bucket read of %s: value checksum",
+				    e->key);
+	return MC_OK;
+}
+
+mc_status mc_bucket_read_batch(struct mc_disk_io *io, struct mc_bucket_read_req *r, size_t n)
+{
+	uint64_t heads_len = 0;
+	struct mc_disk_op *ops;
+	mc_status first = MC_OK;
+	size_t nops = 0, k = 0;
+	uint8_t *heads;
+	char why[256] = "";
+
+	for (size_t i = 0; i < n; i++) {
+		r[i].status = MC_OK;
+		if (r[i].cap < r[i].e->data_len)
+			r[i].status =
+				mc_set_error(MC_ERR_BUFFER_OVERFLOW,
+					     "bucket read of %s: %" PRIu64 " bytes into %" PRIu64,
+					     r[i].e->key, r[i].e->data_len, r[i].cap);
+		else
+			heads_len += mc_bucket_rec_data_off(r[i].e->key_len);
+	}
+	ops = mc_calloc(2 * n + 1, sizeof(*ops));
+	heads = mc_malloc(heads_len + 1);
+	if (!ops || !heads) {
+		mc_free(ops);
+		mc_free(heads);
+		for (size_t i = 0; i < n; i++)
+			if (r[i].status == MC_OK)
+				r[i].status = MC_ERR_NOMEM;
+		return mc_set_error(MC_ERR_NOMEM, "bucket read: no memory for %zu records", n);
+	}
+	/* every header and value in one batch; a value is trusted only after both check out */
+	for (size_t i = 0, h_off = 0; i < n; i++) {
+		const struct mc_bucket_entry *e = r[i].e;
+		uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
+		if (r[i].status != MC_OK)
+			continue;
+		ops[nops++] = (struct mc_disk_op){r[i].fd,  false,     heads + h_off,
+						  head_len, e->offset, MC_OK};
+		if (e->data_len)
+			ops[nops++] = (struct mc_disk_op){
+				r[i].fd, false, r[i].dst, e->data_len, e->offset + head_len, MC_OK};
+		h_off += head_len;
+	}
+	if (nops && mc_disk_io_run(io, ops, nops) != MC_OK)
+		last_reason(why, sizeof(why));
+	for (size_t i = 0, h_off = 0; i < n; i++) {
+		const struct mc_bucket_entry *e = r[i].e;
+		uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
+		mc_status io_st;
+		if (r[i].status != MC_OK)
+			goto next;
+		io_st = ops[k++].status;
+		if (e->data_len && io_st == MC_OK)
+			io_st = ops[k].status;
+		if (e->data_len)
+			k++;
+		if (io_st != MC_OK)
+			r[i].status = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: %s",
+						   e->key, why[0] ? why : mc_strerror(io_st));
+		else
+			r[i].status = check_record(e, heads + h_off, head_len, r[i].dst);
+		h_off += head_len;
+	next:
+		if (r[i].status != MC_OK && first == MC_OK)
+			first = r[i].status;
+	}
+	mc_free(ops);
+	mc_free(heads);
+	return first;
+}
+
 mc_status mc_bucket_read(struct mc_disk_io *io, int fd, const struct mc_bucket_entry *e, void *dst,
 			 uint64_t cap)
 {
-	uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
-	struct mc_bucket_rec_hdr h;
-	struct mc_disk_op ops[2];
-	uint8_t *head;
-	mc_status st;
-
-	if (cap < e->data_len)
-		return mc_set_error(MC_ERR_BUFFER_OVERFLOW,
-				    "bucket read of %s: %" PRIu64 " bytes into %" PRIu64, e->key,
-				    e->data_len, cap);
-	head = mc_malloc(head_len);
-	if (!head)
-		return mc_set_error(MC_ERR_NOMEM, "bucket read: no memory for a record header");
-	/* header and value in one batch; the value is trusted only after both check out */
-	ops[0] = (struct mc_disk_op){fd, false, head, head_len, e->offset, MC_OK};
-	ops[1] = (struct mc_disk_op){fd, false, dst, e->data_len, e->offset + head_len, MC_OK};
-	st = mc_disk_io_run(io, ops, e->data_len ? 2 : 1);
-	if (st != MC_OK) {
-		char why[256];
-		last_reason(why, sizeof(why));
-		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: %s", e->key, why);
-		goto out;
-	}
-	st = mc_bucket_rec_hdr_decode(head, head_len, &h);
-	if (st != MC_OK)
-		goto out;
-	if (h.key_len != e->key_len || h.data_len != e->data_len || h.data_sum != e->data_sum ||
-	    memcmp(head + MC_BUCKET_REC_HDR_SIZE, e->key, e->key_len) != 0 ||
-	    h.key_sum != XXH3_64bits(e->key, e->key_len)) {
-		st = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
-				  "bucket read of %s: the record is not the index's", e->key);
-		goto out;
-	}
-	if (XXH3_64bits(dst, e->data_len) != h.data_sum)
-		st = mc_set_error(MC_ERR_CHECKSUM_MISMATCH, "bucket read of %s: value checksum",
-				  e->key);
-out:
-	mc_free(head);
-	return st;
+	struct mc_bucket_read_req r = {fd, e, dst, cap, MC_OK};
+	return mc_bucket_read_batch(io, &r, 1);
 }
 
 /* ---- removal and the start-up scan ------------------------------------------------------- */

@@ -151,6 +151,23 @@ int mc_bucket_open(int dirfd, const char *id, mc_status *rc);
 mc_status mc_bucket_read(struct mc_disk_io *io, int fd, const struct mc_bucket_entry *e, void *dst,
 			 uint64_t cap);
 
+/* One read of a batch: entry e of the open .bucket file fd into dst. */
+struct mc_bucket_read_req {
+	int fd;
+	const struct mc_bucket_entry *e;
+	void *dst;
+	uint64_t cap;
+	mc_status status; /* out, as mc_bucket_read's */
+};
+
+/*
+ * The reads of r (from one or several buckets) as one batch of I/O, in
+ * flight together, each checked as mc_bucket_read checks it.  Returns the
+ * first failure in r's order or MC_OK; mc_last_error() holds the reason
+ * of the last one that failed.
+ */
+mc_status mc_bucket_read_batch(struct mc_disk_io *io, struct mc_bucket_read_req *r, size_t n);
+
 /* Deletes bucket id: its .meta first (so a crash in between leaves an
  * orphan .bucket that the next scan deletes), then its .bucket. */
 mc_status mc_bucket_remove(int dirfd, const char *id);

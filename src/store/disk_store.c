@@ -889,34 +889,48 @@ mc_status mc_disk_store_read_begin(struct mc_disk_store *ds, const char *key, si
 	return MC_OK;
 }
 
+/* A read of entry i of b is over with st: the counters, the lru tick, and
+ * a record failing its checksum leaves the index for good. */
+static void read_done_locked(struct mc_disk_store *ds, struct bucket *b, uint32_t i, mc_status st,
+			     struct work *w)
+{
+	b->last_read = ++ds->tick;
+	ds->st.reads++;
+	if (st == MC_OK)
+		ds->st.read_bytes += b->meta.entries[i].data_len;
+	if (st == MC_ERR_CHECKSUM_MISMATCH) {
+		ds->st.checksum_failures++;
+		mc_error("bucket %s: a record of %s failed its checksum; dropping the key", b->id,
+			 b->meta.entries[i].key);
+		idx_drop_entry(ds, b, i);
+		kill_locked(ds, b, i, w);
+	}
+}
+
+static int open_data(struct mc_disk_store *ds, const struct bucket *b, mc_status *st)
+{
+	int fd = mc_bucket_open(ds->dirfd, b->id, st);
+	if (fd < 0 && *st == MC_ERR_FILE_NOT_FOUND)
+		*st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket %s: its data file is gone",
+				   b->id);
+	return fd;
+}
+
 mc_status mc_disk_store_read_into(struct mc_disk_store *ds, struct mc_disk_read *rd, void *dst,
 				  uint64_t cap)
 {
 	struct bucket *b = rd->bucket;
-	const struct mc_bucket_entry *e = &b->meta.entries[rd->entry];
 	struct work w;
 	mc_status st;
-	int fd;
+	int fd = open_data(ds, b, &st);
 
-	fd = mc_bucket_open(ds->dirfd, b->id, &st);
 	if (fd >= 0) {
-		st = mc_bucket_read(ds->io, fd, e, dst, cap);
+		st = mc_bucket_read(ds->io, fd, &b->meta.entries[rd->entry], dst, cap);
 		close(fd);
-	} else if (st == MC_ERR_FILE_NOT_FOUND) {
-		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket %s: its data file is gone", b->id);
 	}
 	work_init(&w, st == MC_ERR_CHECKSUM_MISMATCH ? 1 : 0);
 	lock(ds);
-	b->last_read = ++ds->tick;
-	ds->st.reads++;
-	if (st == MC_OK)
-		ds->st.read_bytes += e->data_len;
-	if (st == MC_ERR_CHECKSUM_MISMATCH) {
-		ds->st.checksum_failures++;
-		mc_error("%s; dropping the key", mc_last_error());
-		idx_drop_entry(ds, b, rd->entry);
-		kill_locked(ds, b, rd->entry, &w);
-	}
+	read_done_locked(ds, b, rd->entry, st, &w);
 	unlock(ds);
 	work_finish(ds, &w);
 	return st;
@@ -949,16 +963,81 @@ mc_status mc_disk_store_get(struct mc_disk_store *ds, const char *key, size_t ke
 	return st;
 }
 
+/*
+ * Every key pinned under one lock, each bucket's data file opened once, all
+ * the records read in one batch of I/O (store/bucket.h), then the
+ * accounting and the unpinning under one lock again.
+ */
 mc_status mc_disk_store_get_batch(struct mc_disk_store *ds, struct mc_disk_get *gets, size_t n)
 {
+	struct mc_bucket_read_req *req = mc_calloc(n + 1, sizeof(*req));
+	struct mc_disk_read *rd = mc_calloc(n + 1, sizeof(*rd));
+	size_t *which = mc_calloc(n + 1, sizeof(*which));
+	int *fds = mc_calloc(n + 1, sizeof(*fds));
+	struct bucket **fb = mc_calloc(n + 1, sizeof(*fb));
+	size_t nreq = 0, nfd = 0;
 	mc_status first = MC_OK;
+	struct work w;
+
+	if (!req || !rd || !which || !fds || !fb || work_init(&w, n) != MC_OK) {
+		mc_free(req);
+		mc_free(rd);
+		mc_free(which);
+		mc_free(fds);
+		mc_free(fb);
+		for (size_t i = 0; i < n; i++)
+			gets[i].status = MC_ERR_NOMEM;
+		return mc_set_error(MC_ERR_NOMEM, "disk store get: no memory for %zu keys", n);
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct mc_disk_get *g = &gets[i];
+		struct bucket *b;
+		size_t f;
 		g->len = 0;
-		g->status = mc_disk_store_get(ds, g->key, g->key_len, g->dst, g->cap, &g->len);
-		if (g->status != MC_OK && first == MC_OK)
-			first = g->status;
+		g->status = mc_disk_store_read_begin(ds, g->key, g->key_len, &rd[i]);
+		if (g->status != MC_OK)
+			continue;
+		g->len = rd[i].len;
+		b = rd[i].bucket;
+		for (f = 0; f < nfd && fb[f] != b; f++)
+			;
+		if (f == nfd) {
+			fb[nfd] = b;
+			fds[nfd++] = open_data(ds, b, &g->status);
+		}
+		if (fds[f] < 0) {
+			if (g->status == MC_OK)
+				g->status = MC_ERR_FILE_READ_FAIL;
+			continue;
+		}
+		req[nreq] = (struct mc_bucket_read_req){fds[f], &b->meta.entries[rd[i].entry],
+							g->dst, g->cap, MC_OK};
+		which[nreq++] = i;
 	}
+	if (nreq)
+		mc_bucket_read_batch(ds->io, req, nreq);
+	for (size_t f = 0; f < nfd; f++)
+		if (fds[f] >= 0)
+			close(fds[f]);
+	lock(ds);
+	for (size_t k = 0; k < nreq; k++) {
+		struct mc_disk_read *r = &rd[which[k]];
+		gets[which[k]].status = req[k].status;
+		read_done_locked(ds, r->bucket, r->entry, req[k].status, &w);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (rd[i].bucket)
+			unref_locked(rd[i].bucket, &w);
+	unlock(ds);
+	work_finish(ds, &w);
+	for (size_t i = 0; i < n; i++)
+		if (gets[i].status != MC_OK && first == MC_OK)
+			first = gets[i].status;
+	mc_free(req);
+	mc_free(rd);
+	mc_free(which);
+	mc_free(fds);
+	mc_free(fb);
 	return first;
 }
 

@@ -137,7 +137,8 @@ struct mc_disk_get {
  * (the key is dropped from the store), MC_ERR_FILE_READ_FAIL. */
 mc_status mc_disk_store_get(struct mc_disk_store *ds, const char *key, size_t key_len, void *dst,
 			    uint64_t cap, uint64_t *len_out);
-/* Every get of the batch; returns the first failure or MC_OK. */
+/* Every get of the batch, the records read as one batch of I/O; returns
+ * the first failure in gets' order or MC_OK. */
 mc_status mc_disk_store_get_batch(struct mc_disk_store *ds, struct mc_disk_get *gets, size_t n);
 
 /* A read in three steps: begin pins the object's bucket (it is not deleted

@@ -243,6 +243,59 @@ static void bad_writes_leave_nothing(void **state)
 	sample_free(&s);
 }
 
+/* Reads of several records of two buckets in one batch: each checked
+ * and answered on its own. */
+static void batch_reads_check_each_record(void **state)
+{
+	struct sample s;
+	struct mc_bucket_meta m1, m2;
+	struct mc_bucket_read_req r[5];
+	char *got[5];
+	mc_status rc;
+	int fd1, fd2;
+	(void)state;
+	sample_make(&s, 9);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "r1", s.objs, 3, &m1), MC_OK);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "r2", s.objs, 2, &m2), MC_OK);
+	flip("r2.bucket", (off_t)(m2.entries[0].offset + mc_bucket_rec_data_off(5) + 3));
+	fd1 = mc_bucket_open(dirfd_, "r1", &rc);
+	fd2 = mc_bucket_open(dirfd_, "r2", &rc);
+	assert_true(fd1 >= 0 && fd2 >= 0);
+	for (int i = 0; i < 5; i++)
+		got[i] = malloc((1u << 20) + 1);
+	r[0] = (struct mc_bucket_read_req){fd1, &m1.entries[2], got[0], (1u << 20) + 1, MC_OK};
+	r[1] = (struct mc_bucket_read_req){fd1, &m1.entries[1], got[1], 1000, MC_OK};
+	r[2] = (struct mc_bucket_read_req){fd2, &m2.entries[0], got[2], (1u << 20) + 1, MC_OK};
+	r[3] = (struct mc_bucket_read_req){fd1, &m1.entries[0], got[3], (1u << 20) + 1, MC_OK};
+	r[4] = (struct mc_bucket_read_req){fd2, &m2.entries[1], got[4], (1u << 20) + 1, MC_OK};
+	assert_int_equal(mc_bucket_read_batch(IO, r, 5), MC_ERR_BUFFER_OVERFLOW);
+	assert_int_equal(r[0].status, MC_OK);
+	assert_memory_equal(got[0], s.vals[2], 5000);
+	assert_int_equal(r[1].status, MC_ERR_BUFFER_OVERFLOW);
+	assert_int_equal(r[2].status, MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(r[3].status, MC_OK);
+	assert_memory_equal(got[3], s.vals[0], 100);
+	assert_int_equal(r[4].status, MC_OK);
+	assert_memory_equal(got[4], s.vals[1], (1u << 20) + 1);
+	/* a record past the end of its file: a read failure, the others unharmed */
+	{
+		int wfd = openat(dirfd_, "r2.bucket", O_WRONLY);
+		assert_true(wfd >= 0);
+		assert_int_equal(ftruncate(wfd, (off_t)m2.entries[1].offset), 0);
+		close(wfd);
+	}
+	assert_int_equal(mc_bucket_read_batch(IO, r + 3, 2), MC_ERR_FILE_READ_FAIL);
+	assert_int_equal(r[3].status, MC_OK);
+	assert_int_equal(r[4].status, MC_ERR_FILE_READ_FAIL);
+	close(fd1);
+	close(fd2);
+	for (int i = 0; i < 5; i++)
+		free(got[i]);
+	mc_bucket_meta_release(&m1);
+	mc_bucket_meta_release(&m2);
+	sample_free(&s);
+}
+
 /* ---- damage on disk ---------------------------------------------------------------------- */
 
 static void damaged_records_are_refused(void **state)
@@ -545,6 +598,7 @@ int main(void)
 		ALL_MODES(damaged_records_are_refused),
 		ALL_MODES(scan_keeps_complete_buckets_only),
 		ON(scan_of_an_empty_directory, on_disk),
+		ALL_MODES(batch_reads_check_each_record),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
