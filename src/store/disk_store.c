@@ -851,6 +851,38 @@ size_t mc_disk_store_pending(struct mc_disk_store *ds)
 	return n;
 }
 
+mc_status mc_disk_store_list(struct mc_disk_store *ds, struct mc_disk_keys *out)
+{
+	uint64_t nobj;
+	size_t want;
+	mc_status st = MC_OK;
+
+	lock(ds);
+	nobj = ds->objects;
+	want = out->n + nobj;
+	if (want > out->cap) {
+		struct mc_disk_key *v = mc_realloc(out->v, want * sizeof(*v));
+		if (v) {
+			out->v = v;
+			out->cap = want;
+		}
+	}
+	for (struct bucket *b = ds->head.next; b != &ds->head; b = b->next)
+		for (uint32_t i = 0; i < b->meta.n; i++) {
+			const struct mc_bucket_entry *e = &b->meta.entries[i];
+			size_t before = out->n;
+			if (!b->live[i])
+				continue;
+			keys_push(out, e->key, e->key_len, MC_OK, e->data_len);
+			if (out->n == before)
+				st = MC_ERR_NOMEM;
+		}
+	unlock(ds);
+	if (st != MC_OK)
+		return mc_set_error(st, "disk store list: no memory for %" PRIu64 " keys", nobj);
+	return MC_OK;
+}
+
 /* ---- reads -------------------------------------------------------------------------------- */
 
 bool mc_disk_store_contains(struct mc_disk_store *ds, const char *key, size_t key_len,

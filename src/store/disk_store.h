@@ -123,6 +123,13 @@ size_t mc_disk_store_pending(struct mc_disk_store *ds);
 bool mc_disk_store_contains(struct mc_disk_store *ds, const char *key, size_t key_len,
 			    uint64_t *len_out);
 
+/*
+ * Appends every stored key with its value's length to out, oldest bucket
+ * first: what a client re-registers with the master after a restart (its
+ * own, or the master's).  MC_ERR_NOMEM (out then holds a part).
+ */
+mc_status mc_disk_store_list(struct mc_disk_store *ds, struct mc_disk_keys *out);
+
 /* One key of a batched get. */
 struct mc_disk_get {
 	const char *key;

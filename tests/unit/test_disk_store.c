@@ -255,6 +255,21 @@ static void restart_finds_every_object(void **state)
 	mc_disk_store_stats(ds, &st);
 	assert_int_equal(st.objects, 299);
 	assert_int_equal(st.rescan_objects, 299);
+	{
+		/* what the client re-registers with the master: every key, its size */
+		struct mc_disk_keys all = {0};
+		bool seen[300] = {false};
+		assert_int_equal(mc_disk_store_list(ds, &all), MC_OK);
+		assert_int_equal(all.n, 299);
+		for (size_t k = 0; k < all.n; k++) {
+			int i = atoi(all.v[k].key + 4);
+			assert_true(i >= 0 && i < 300 && i != 20 && !seen[i]);
+			seen[i] = true;
+			assert_int_equal(all.v[k].len, len_of(i));
+			assert_int_equal(all.v[k].key_len, strlen(all.v[k].key));
+		}
+		mc_disk_keys_release(&all);
+	}
 	for (int i = 0; i < 300; i++) {
 		if (i == 20)
 			assert_false(has_key(ds, i));
