@@ -77,8 +77,6 @@ static void emit(FILE *out)
 	}
 	fprintf(out, "\n### Device memory\n\n");
 	emit_table(out, mc_devmem_config_table, mc_devmem_config_table_len);
-	fprintf(out, "\n## Store client: SSD tier (offload directory)\n\n");
-	emit_table(out, mc_disk_store_config_table, mc_disk_store_config_table_len);
 	fprintf(out,
 		"\n## Metadata backends\n\n"
 		"Connection strings: `http(s)://host:port/path`, `etcd://host:port[,host:port...]` "
@@ -92,6 +90,8 @@ static void emit(FILE *out)
 	emit_table(out, mc_store_client_config_table, mc_store_client_config_table_len);
 	fprintf(out, "\n### Segment memory\n\n");
 	emit_table(out, mc_hostmem_config_table, mc_hostmem_config_table_len);
+	fprintf(out, "\n### SSD tier (offload directory)\n\n");
+	emit_table(out, mc_disk_store_config_table, mc_disk_store_config_table_len);
 	fprintf(out,
 		"\n## mooncake_master\n\n"
 		"Upstream's flags and defaults (`--flag=value`, `-flag=value`, `--flag value`, "
