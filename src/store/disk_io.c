@@ -26,6 +26,7 @@
 #define DEFAULT_DEPTH 64u
 #define DEPTH_MAX     4096u
 #define CHUNK_MAX     (1u << 30) /* io_uring lengths are 32-bit */
+#define STALL_WARN_S  10
 
 struct mc_disk_io {
 	pthread_mutex_t lock;
@@ -219,7 +220,18 @@ static mc_status run_uring(struct mc_disk_io *io, struct mc_disk_op *ops, size_t
 			prep(io, sqe, &ops[i], q.done[i], i);
 			inflight++;
 		}
-		rc = io_uring_submit_and_wait(&io->ring, 1);
+		{
+			/* never give up on operations in flight (the kernel still owns
+			 * their buffers), but say so when they stall */
+			struct __kernel_timespec ts = {.tv_sec = STALL_WARN_S};
+			struct io_uring_cqe *first;
+			rc = io_uring_submit_and_wait_timeout(&io->ring, &first, 1, &ts, NULL);
+			if (rc == -ETIME) {
+				mc_warn("disk io: %u operations still in flight after %d s",
+					inflight, STALL_WARN_S);
+				continue;
+			}
+		}
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
 			/* the ring itself failed: nothing more completes through it */
 			mc_free(q.done);
