@@ -15,6 +15,7 @@
 #include "master/server.h"
 #include "mem/devmem.h"
 #include "mem/hostmem.h"
+#include "meta/http_server.h"
 #include "store/client_config.h"
 #include "store/disk_store.h"
 #include "te/engine.h"
@@ -86,6 +87,8 @@ static void emit(FILE *out)
 	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
 		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
 			meta_vars[i].doc);
+	fprintf(out, "\n### HTTP metadata server\n\n");
+	emit_table(out, mc_http_meta_server_config_table, mc_http_meta_server_config_table_len);
 	fprintf(out, "\n## Store client\n\n");
 	emit_table(out, mc_store_client_config_table, mc_store_client_config_table_len);
 	fprintf(out, "\n### Segment memory\n\n");

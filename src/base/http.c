@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,10 +32,30 @@
 
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/list.h"
 #include "base/log.h"
+#include "base/time.h"
+
+#define SWEEP_MS 100
+
+/* One open connection (the socket context MHD keeps for us). */
+struct http_conn {
+	struct mc_list link; /* in h->conns, under h->lock */
+	int fd;
+	uint64_t since_ms; /* its current request began (accept or the previous one's end) */
+	bool cut;	   /* shut down by the sweeper; MHD closes it */
+};
 
 struct mc_http {
 	struct MHD_Daemon *daemon;
+	pthread_mutex_t lock; /* conns, nconns, ncut, stopping */
+	pthread_cond_t wake;
+	struct mc_list conns; /* struct http_conn, oldest request first is not kept: scanned */
+	unsigned nconns, ncut;
+	bool stopping;
+	pthread_t sweeper;
+	bool sweeper_started;
+	uint64_t cut_deadline, cut_room;
 	struct mc_http_config cfg; /* host not kept: it is the caller's */
 	uint16_t port;
 	atomic_bool starting; /* MHD messages are kept while it starts... */
@@ -196,13 +217,137 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct mc_http *h = cls;
 	struct http_req *r = *con_cls;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	/* the next request on this connection gets its own time */
+	if (ci && ci->socket_context) {
+		struct http_conn *c = ci->socket_context;
+		pthread_mutex_lock(&h->lock);
+		c->since_ms = mc_now_ms();
+		pthread_mutex_unlock(&h->lock);
+	}
 
 	if (r && *con_cls != &drain_mark) {
 		mc_buf_release(&r->body);
 		mc_free(r);
 	}
 	*con_cls = NULL;
+}
+
+/* ---- connection bounds ---------------------------------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct mc_http *h = cls;
+	struct http_conn *c = *socket_context;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		c = mc_calloc(1, sizeof(*c));
+		if (!c)
+			return; /* untracked: only MHD's own limits apply to it */
+		c->fd = ci ? ci->connect_fd : -1;
+		c->since_ms = mc_now_ms();
+		pthread_mutex_lock(&h->lock);
+		mc_list_add_tail(&h->conns, &c->link);
+		h->nconns++;
+		/* running short of room: let the sweeper make some now */
+		if (h->cfg.max_conns - (h->nconns - h->ncut) < h->cfg.max_conns / 8 + 1)
+			pthread_cond_signal(&h->wake);
+		pthread_mutex_unlock(&h->lock);
+		*socket_context = c;
+		return;
+	}
+	if (!c)
+		return;
+	/* MHD closes the socket after this returns: the sweeper, which
+	 * shuts sockets down under the lock, never sees a reused number */
+	pthread_mutex_lock(&h->lock);
+	mc_list_del(&c->link);
+	h->nconns--;
+	if (c->cut)
+		h->ncut--;
+	pthread_mutex_unlock(&h->lock);
+	mc_free(c);
+	*socket_context = NULL;
+}
+
+static void conn_cut_locked(struct mc_http *h, struct http_conn *c)
+{
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_RDWR);
+	c->cut = true;
+	h->ncut++;
+}
+
+/* Cut what passed its deadline, then, while room is short, the longest waiting. */
+static void sweep_locked(struct mc_http *h, uint64_t now)
+{
+	unsigned reserve = h->cfg.max_conns / 8 + 1, cut_deadline = 0, cut_room = 0;
+	struct mc_list *pos;
+
+	mc_list_for_each(pos, &h->conns) {
+		struct http_conn *c = mc_list_entry(pos, struct http_conn, link);
+		if (!c->cut && h->cfg.request_timeout_ms &&
+		    now - c->since_ms >= h->cfg.request_timeout_ms) {
+			conn_cut_locked(h, c);
+			cut_deadline++;
+		}
+	}
+	while (h->cfg.max_conns - (h->nconns - h->ncut) < reserve) {
+		struct http_conn *oldest = NULL;
+		mc_list_for_each(pos, &h->conns) {
+			struct http_conn *c = mc_list_entry(pos, struct http_conn, link);
+			if (!c->cut && now - c->since_ms >= MC_HTTP_MIN_WAIT_MS &&
+			    (!oldest || c->since_ms < oldest->since_ms))
+				oldest = c;
+		}
+		if (!oldest)
+			break;
+		conn_cut_locked(h, oldest);
+		cut_room++;
+	}
+	h->cut_deadline += cut_deadline;
+	h->cut_room += cut_room;
+	if (cut_deadline || cut_room)
+		mc_info("%s: cut %u connections past the %u ms request deadline and %u for room "
+			"(%u open, at most %u)",
+			h->cfg.name, cut_deadline, h->cfg.request_timeout_ms, cut_room, h->nconns,
+			h->cfg.max_conns);
+}
+
+static void *sweeper_main(void *arg)
+{
+	struct mc_http *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += SWEEP_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&h->wake, &h->lock, &ts);
+		if (!h->stopping)
+			sweep_locked(h, mc_now_ms());
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out)
+{
+	pthread_mutex_lock(&h->lock);
+	*deadline_out = h->cut_deadline;
+	*room_out = h->cut_room;
+	pthread_mutex_unlock(&h->lock);
 }
 
 /*
@@ -282,18 +427,33 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 		return st;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	flags |= cfg->threads ? MHD_USE_INTERNAL_POLLING_THREAD : MHD_USE_AUTO_INTERNAL_THREAD;
+	/* never select(): it cannot take descriptors above FD_SETSIZE */
+	flags |= cfg->threads ? MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO
+			      : MHD_USE_AUTO_INTERNAL_THREAD;
 
 	h = mc_calloc(1, sizeof(*h));
 	if (!h)
 		return mc_set_error(MC_ERR_NOMEM, "%s: out of memory", cfg->name);
 	h->cfg = *cfg;
 	h->cfg.host = NULL;
+	if (!h->cfg.max_conns)
+		h->cfg.max_conns = MC_HTTP_DEFAULT_MAX_CONNS;
+	mc_list_init(&h->conns);
+	pthread_mutex_init(&h->lock, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&h->wake, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	atomic_store(&h->starting, true);
 	{
 		struct MHD_OptionItem opts[] = {
 			{MHD_OPTION_SOCK_ADDR, 0, &ss},
 			{MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->idle_timeout_s, NULL},
+			{MHD_OPTION_CONNECTION_LIMIT, (intptr_t)h->cfg.max_conns, NULL},
+			{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
 			/* pool size first dropped when there is no pool */
 			{cfg->threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
 			 (intptr_t)cfg->threads, NULL},
@@ -310,13 +470,25 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 		st = mc_set_error(MC_ERR_SOCKET, "%s: cannot listen on %s port %u: %s", cfg->name,
 				  host, cfg->port,
 				  h->start_msg[0] ? h->start_msg : "libmicrohttpd refused");
-		mc_free(h);
-		return st;
+		goto err_free;
 	}
+	if (pthread_create(&h->sweeper, NULL, sweeper_main, h) != 0) {
+		st = mc_set_error(MC_ERR_INTERNAL, "%s: cannot start its sweeper thread",
+				  cfg->name);
+		MHD_stop_daemon(h->daemon);
+		goto err_free;
+	}
+	h->sweeper_started = true;
 	info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info && info->port ? info->port : cfg->port;
 	*out = h;
 	return MC_OK;
+
+err_free:
+	pthread_cond_destroy(&h->wake);
+	pthread_mutex_destroy(&h->lock);
+	mc_free(h);
+	return st;
 }
 
 uint16_t mc_http_port(const struct mc_http *h)
@@ -328,6 +500,14 @@ void mc_http_close(struct mc_http *h)
 {
 	if (!h)
 		return;
-	MHD_stop_daemon(h->daemon);
+	pthread_mutex_lock(&h->lock);
+	h->stopping = true;
+	pthread_cond_signal(&h->wake);
+	pthread_mutex_unlock(&h->lock);
+	if (h->sweeper_started)
+		pthread_join(h->sweeper, NULL);
+	MHD_stop_daemon(h->daemon); /* closes every connection (notified) */
+	pthread_cond_destroy(&h->wake);
+	pthread_mutex_destroy(&h->lock);
 	mc_free(h);
 }

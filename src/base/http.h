@@ -14,6 +14,18 @@
  * mc_http_route_find; what a miss answers (404, 405) stays with each
  * server, since ours answer misses with different texts.
  *
+ * Bounds.  libmicrohttpd's own connection timeout counts inactivity only,
+ * so a client that sends one byte a second is never dropped.  Here every
+ * connection is tracked (MHD_OPTION_NOTIFY_CONNECTION) with the time its
+ * current request began (its accept, or the end of the previous request
+ * on a kept-alive connection), and a sweeper thread shuts down the
+ * socket of any whose request is not complete within request_timeout_ms;
+ * MHD then closes it.  At most max_conns connections are open (MHD
+ * refuses more), and once fewer than max_conns / 8 are left free the
+ * sweeper cuts the connections that have waited longest for their
+ * request, so a new client finds room even while others hold theirs
+ * idle.
+ *
  * Threads: the handler and the route functions run on MHD's threads,
  * several at once when cfg.threads > 1; they must lock what they share.
  */
@@ -49,19 +61,24 @@ typedef enum MHD_Result (*mc_http_handler_cb)(void *arg, struct MHD_Connection *
 					      const struct mc_http_request *req);
 
 struct mc_http_config {
-	const char *name;	    /* prefix of messages: "http metadata server" */
-	const char *host;	    /* bind address; NULL or "" = all interfaces */
-	uint16_t port;		    /* 0 = any free port (mc_http_port says which) */
-	bool prefer_ipv4;	    /* a name with both families binds IPv4 (else the first) */
-	unsigned threads;	    /* 0: one internal thread, MHD's choice of epoll or poll;
-				     * N: a pool of N internal threads */
-	unsigned idle_timeout_s;    /* an idle connection is closed after this (0 = never) */
-	size_t max_body;	    /* 0: bodies are read and dropped; else kept up to this */
-	mc_http_handler_cb handler; /* required */
-	void *arg;		    /* the handler's first argument */
+	const char *name;	     /* prefix of messages: "http metadata server" */
+	const char *host;	     /* bind address; NULL or "" = all interfaces */
+	uint16_t port;		     /* 0 = any free port (mc_http_port says which) */
+	bool prefer_ipv4;	     /* a name with both families binds IPv4 (else the first) */
+	unsigned threads;	     /* 0: one internal thread, MHD's choice of epoll or poll;
+				      * N: a pool of N internal threads */
+	unsigned idle_timeout_s;     /* an idle connection is closed after this (0 = never) */
+	unsigned request_timeout_ms; /* a request must be whole within this (0 = no bound) */
+	unsigned max_conns;	     /* connections open at most (0 = MC_HTTP_DEFAULT_MAX_CONNS) */
+	size_t max_body;	     /* 0: bodies are read and dropped; else kept up to this */
+	mc_http_handler_cb handler;  /* required */
+	void *arg;		     /* the handler's first argument */
 };
 
 struct mc_http;
+
+#define MC_HTTP_DEFAULT_MAX_CONNS 1000
+#define MC_HTTP_MIN_WAIT_MS	  200 /* a connection is not cut for room before this */
 
 /*
  * Start serving.  MC_OK with *out set; MC_ERR_INVALID_PARAMS, MC_ERR_DNS
@@ -71,6 +88,8 @@ struct mc_http;
 mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out);
 /* The bound port (the chosen one when cfg.port was 0). */
 uint16_t mc_http_port(const struct mc_http *h);
+/* Connections cut so far: past their request deadline, and for room. */
+void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out);
 /* Stop serving: waits for handlers that run, then frees h.  NULL is a no-op. */
 void mc_http_close(struct mc_http *h);
 

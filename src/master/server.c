@@ -36,10 +36,23 @@
  * not by the scan.  A job's answer is queued like any other; a connection
  * that closes first takes its unfinished job with it.
  *
+ * Bounds (base/accept.h): at most rpc_max_connections connections (more
+ * are accepted and closed at once); accept failing for lack of
+ * descriptors or memory takes the listener out of the loop for
+ * MC_ACCEPT_PAUSE_MS instead of spinning on it.  A partial frame must
+ * arrive whole within rpc_frame_timeout plus its size at
+ * rpc_frame_min_rate, counted from its first byte (trickling bytes does
+ * not extend it).  A read buffer grows with the bytes that arrive (a
+ * header alone reserves nothing), up to rpc_max_connection_buffer per
+ * connection; the growth of all of them above their first 16 KiB is held
+ * under rpc_max_buffered_bytes, and a connection whose frame would pass
+ * that is closed.
+ *
  * The loop's timers run mc_master_tick() when it is due (its return value
  * is the next deadline, at most 10 ms away, and bounds the epoll wait),
- * close connections idle longer than rpc_conn_timeout_seconds, resume
- * accepting after a pause for EMFILE, and every 10 s take a metrics
+ * close connections idle longer than rpc_conn_timeout_seconds or past
+ * their frame's deadline, resume accepting after a pause, and every 10 s
+ * take a metrics
  * snapshot: the window for /metrics/summary's rates and, with
  * enable_metric_reporting, the "Master Admin Metrics:" log line.
  *
@@ -65,6 +78,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
@@ -83,8 +97,7 @@
 #define WBUF_HIGH	 (16u << 20) /* stop reading while this much waits to be sent */
 #define READS_PER_WAKEUP 16	     /* full-buffer reads before yielding to others */
 #define REPORT_PERIOD_MS 10000
-#define IDLE_SCAN_MS	 1000
-#define ACCEPT_PAUSE_MS	 100
+#define IDLE_SCAN_MS	 250 /* idle and frame deadlines are checked this often */
 #define LISTEN_BACKLOG	 1024
 #define JOB_SLICE_US	 100 /* a regex job's turn; the delay it adds to others */
 
@@ -102,7 +115,9 @@ struct conn {
 	struct mc_master_job *job; /* unfinished request; no frame is read meanwhile */
 	struct mc_list job_link;   /* in s->jobs while job */
 	uint64_t last_active_ms;
-	char *why; /* why it is closing, until logged */
+	uint64_t frame_start_ms; /* when the partial frame in rbuf began; 0 = none */
+	size_t frame_len;	 /* its announced length, once its header is in */
+	char *why;		 /* why it is closing, until logged */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -111,6 +126,26 @@ struct conn {
 static size_t conn_pending(const struct conn *c)
 {
 	return c->wbuf.len - c->woff;
+}
+
+/* Bytes of c's read buffer above the first one: what the global cap counts. */
+static size_t conn_extra(const struct conn *c)
+{
+	return c->rcap > RBUF_INIT ? c->rcap - RBUF_INIT : 0;
+}
+
+/* Resize c's read buffer to cap bytes (>= rlen), keeping s->rbuf_extra true. */
+static bool conn_resize(struct mc_master_server *s, struct conn *c, size_t cap)
+{
+	size_t before = conn_extra(c);
+	uint8_t *p = mc_realloc(c->rbuf, cap);
+
+	if (!p)
+		return false;
+	c->rbuf = p;
+	c->rcap = cap;
+	s->rbuf_extra = s->rbuf_extra - before + conn_extra(c);
+	return true;
 }
 
 static void conn_free(struct mc_master_server *s, struct conn *c)
@@ -122,6 +157,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		c->job = NULL;
 		mc_list_del(&c->job_link);
 	}
+	s->rbuf_extra -= conn_extra(c);
 	mc_list_del(&c->link);
 	s->nconns--;
 	close(c->io.fd); /* also removes it from the epoll set */
@@ -285,19 +321,24 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 			continue;
 		}
 		if (st == MC_INPROGRESS) {
-			/* a partial frame: make sure the whole of it will fit */
-			if (flen > c->rcap) {
-				uint8_t *p;
-				memmove(c->rbuf, c->rbuf + off, c->rlen - off);
-				c->rlen -= off;
-				off = 0;
-				p = mc_realloc(c->rbuf, flen);
-				if (!p) {
-					conn_fail(c, "out of memory for a %zu-byte frame", flen);
-					break;
-				}
-				c->rbuf = p;
-				c->rcap = flen;
+			/*
+			 * A partial frame.  The buffer grows as its bytes arrive
+			 * (conn_readable), not to the announced length at once:
+			 * a header alone must not reserve 64 MiB.  Its deadline
+			 * runs from the moment its first bytes were seen.
+			 */
+			if (off || !c->frame_start_ms)
+				c->frame_start_ms = now_ms;
+			c->frame_len = flen;
+			if (flen > s->max_conn_buffer) {
+				char text[128];
+				snprintf(text, sizeof(text),
+					 "frame of %zu bytes exceeds this connection's buffer cap "
+					 "(rpc_max_connection_buffer %zu)",
+					 flen, s->max_conn_buffer);
+				mc_store_error_encode(&c->wbuf, hdr.type, hdr.req_id,
+						      MC_ERR_TOO_LARGE, text);
+				conn_fail(c, "%s", text);
 			}
 			break;
 		}
@@ -327,12 +368,14 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
 		c->rlen -= off;
 	}
-	if (c->rlen == 0 && c->rcap > RBUF_KEEP) {
-		uint8_t *p = mc_realloc(c->rbuf, RBUF_INIT);
-		if (p) {
-			c->rbuf = p;
-			c->rcap = RBUF_INIT;
-		}
+	if (c->rlen == 0) {
+		c->frame_start_ms = 0;
+		c->frame_len = 0;
+		if (c->rcap > RBUF_KEEP)
+			conn_resize(s, c, RBUF_INIT);
+	} else if (off && c->job) {
+		/* frames behind a job wait unread: their clock starts after it */
+		c->frame_start_ms = 0;
 	}
 	if (c->eof && !c->closing && !c->job && c->rlen && conn_pending(c) < WBUF_HIGH)
 		conn_fail(c, "peer closed in the middle of a frame (%zu bytes of it received)",
@@ -350,15 +393,29 @@ static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t n
 			/* full of complete frames held back by backpressure */
 			if (conn_pending(c) >= WBUF_HIGH)
 				break;
-			/* otherwise grow (process() sized it for a partial frame) */
-			size_t cap = c->rcap * 2 > MAX_FRAME ? MAX_FRAME : c->rcap * 2;
-			uint8_t *p = cap > c->rcap ? mc_realloc(c->rbuf, cap) : NULL;
-			if (!p) {
+			/* otherwise a partial frame fills it: grow, doubling up
+			 * to the frame's length, within both caps */
+			size_t want = c->frame_len > c->rcap ? c->frame_len : MAX_FRAME;
+			size_t cap = MC_MIN(MC_MIN(c->rcap * 2, want), s->max_conn_buffer);
+			if (cap <= c->rcap) {
 				conn_fail(c, "read buffer cannot grow past %zu bytes", c->rcap);
 				break;
 			}
-			c->rbuf = p;
-			c->rcap = cap;
+			if (s->rbuf_extra + (cap - c->rcap) > s->max_buffered) {
+				s->n_buffer_cut++;
+				conn_fail(
+					c,
+					"the master's buffers for incomplete frames are full "
+					"(rpc_max_buffered_bytes %zu); this %zu-byte frame waits for "
+					"%zu more bytes",
+					s->max_buffered, c->frame_len, c->frame_len - c->rlen);
+				break;
+			}
+			if (!conn_resize(s, c, cap)) {
+				conn_fail(c, "out of memory growing the read buffer to %zu bytes",
+					  cap);
+				break;
+			}
 			space = cap - c->rlen;
 		}
 		n = recv(c->io.fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
@@ -441,18 +498,21 @@ static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
+			enum mc_accept_next next =
+				mc_accept_failed(&s->accept_guard, errno, now_ms);
+			if (next == MC_ACCEPT_AGAIN)
 				continue;
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-			    errno == ENOMEM) {
-				mc_warn("rpc: accept: %s; pausing accepts for %d ms",
-					strerror(errno), ACCEPT_PAUSE_MS);
+			if (next == MC_ACCEPT_PAUSE) {
+				/* the backlog waits; the loop does not spin on it */
 				mc_loop_del_fd(l, &s->listen);
-				mc_loop_timer_start(l, &s->accept_timer, ACCEPT_PAUSE_MS);
-			} else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				mc_warn("rpc: accept: %s", strerror(errno));
+				mc_loop_timer_start(l, &s->accept_timer, MC_ACCEPT_PAUSE_MS);
 			}
 			return;
+		}
+		if (s->nconns >= s->max_conns) {
+			mc_accept_refused(&s->accept_guard, s->nconns, s->max_conns, now_ms);
+			close(fd);
+			continue;
 		}
 		c = mc_calloc(1, sizeof(*c));
 		if (c)
@@ -504,8 +564,10 @@ static int64_t on_accept_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 {
 	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, accept_timer);
 
-	if (mc_loop_add_fd(l, &s->listen, EPOLLIN) != MC_OK)
+	if (mc_loop_add_fd(l, &s->listen, EPOLLIN) != MC_OK) {
 		mc_warn("rpc: cannot resume accepting: %s", mc_last_error());
+		return MC_ACCEPT_PAUSE_MS;
+	}
 	return MC_LOOP_TIMER_STOP;
 }
 
@@ -529,6 +591,7 @@ static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t
 		mc_list_add_tail(&s->jobs, &c->job_link);
 	} else {
 		c->job = NULL;
+		c->frame_start_ms = 0; /* what waited behind it starts its clock now */
 		if (st == MC_ERR_NOMEM && c->wbuf.len == before)
 			conn_fail(c, "out of memory answering a regex call");
 		conn_settle(s, c, now_ms, true);
@@ -554,7 +617,20 @@ static int64_t on_idle_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 
 	mc_list_for_each_safe(pos, tmp, &s->conns) {
 		struct conn *c = mc_list_entry(pos, struct conn, link);
-		if (now_ms - c->last_active_ms >= s->conn_timeout_ms) {
+		/* a frame held back by backpressure is whole: only a partial
+		 * one that is still being read runs against its deadline */
+		if (c->frame_start_ms && !c->closing && !c->job && conn_pending(c) < WBUF_HIGH &&
+		    now_ms >= mc_frame_deadline_ms(c->frame_start_ms, MC_MAX(c->frame_len, c->rlen),
+						   s->frame_timeout_ms, s->frame_min_rate)) {
+			s->n_deadline_cut++;
+			mc_info("rpc: closing connection from %s: a %zu-byte frame not complete "
+				"after %llu ms (%zu bytes of it received)",
+				c->peer, c->frame_len,
+				(unsigned long long)(now_ms - c->frame_start_ms), c->rlen);
+			conn_free(s, c);
+			continue;
+		}
+		if (s->conn_timeout_ms && now_ms - c->last_active_ms >= s->conn_timeout_ms) {
 			mc_info("rpc: closing connection from %s: idle for %llu s", c->peer,
 				(unsigned long long)((now_ms - c->last_active_ms) / 1000));
 			conn_free(s, c);
@@ -616,8 +692,7 @@ static void *loop_main(void *arg)
 	mc_loop_set_busy_poll(s->loop, busy_poll_us());
 	mc_loop_timer_start(s->loop, &s->tick_timer, 0);
 	mc_loop_timer_start(s->loop, &s->report_timer, REPORT_PERIOD_MS);
-	if (s->conn_timeout_ms)
-		mc_loop_timer_start(s->loop, &s->idle_timer, IDLE_SCAN_MS);
+	mc_loop_timer_start(s->loop, &s->idle_timer, IDLE_SCAN_MS);
 	if (mc_loop_run(s->loop) != MC_OK)
 		mc_error("rpc: %s", mc_last_error());
 	while (!mc_list_empty(&s->conns))
@@ -725,6 +800,12 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
 				     ? (uint64_t)cfg->rpc_conn_timeout_seconds * 1000
 				     : 0;
+	s->max_conns = mc_accept_cap_for_fds("rpc", (uint64_t)cfg->rpc_max_connections, 60);
+	s->frame_timeout_ms = cfg->rpc_frame_timeout_ms;
+	s->frame_min_rate = cfg->rpc_frame_min_rate;
+	s->max_conn_buffer = MC_MAX((size_t)cfg->rpc_max_connection_buffer, (size_t)RBUF_INIT);
+	s->max_buffered = (size_t)cfg->rpc_max_buffered_bytes;
+	mc_accept_guard_init(&s->accept_guard, "rpc");
 	mc_list_init(&s->conns);
 	mc_list_init(&s->jobs);
 	pthread_mutex_init(&s->lock, NULL);
@@ -761,12 +842,19 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	if (st)
 		goto err_fds;
 
-	st = mc_master_admin_start(s, cfg->metrics_host, (uint16_t)cfg->metrics_port);
+	st = mc_master_admin_start(s, cfg);
 	if (st)
 		goto err_fds;
 	if (cfg->enable_http_metadata_server) {
-		st = mc_http_meta_server_start(cfg->http_metadata_server_host,
-					       (uint16_t)cfg->http_metadata_server_port, &s->meta);
+		struct mc_http_meta_server_limits lim = {
+			.max_conns = (int64_t)mc_accept_cap_for_fds(
+				"http metadata server",
+				(uint64_t)cfg->http_metadata_server_max_connections, 20),
+			.request_timeout_ms = (int64_t)cfg->http_metadata_server_request_timeout_ms,
+		};
+		st = mc_http_meta_server_start_limits(cfg->http_metadata_server_host,
+						      (uint16_t)cfg->http_metadata_server_port,
+						      &lim, &s->meta);
 		if (st)
 			goto err_admin;
 		s->metadata_port = mc_http_meta_server_port(s->meta);

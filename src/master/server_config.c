@@ -113,6 +113,18 @@ static const struct mc_config_entry flags[] = {
 	    "NIC name whose IPv4 address replaces --rpc_address"),
 	SEC("rpc_conn_timeout_seconds", "0", SF(rpc_conn_timeout_seconds), 0, 0,
 	    "close RPC connections idle this long (0 = never)"),
+	INT("rpc_max_connections", "4096", SF(rpc_max_connections), 1, 1000000, 0,
+	    "RPC connections kept open at most; more are accepted and closed at once"),
+	MSEC("rpc_frame_timeout", "10000", SF(rpc_frame_timeout_ms), 1, 0,
+	     "a request frame must arrive whole within this plus its size at rpc_frame_min_rate, "
+	     "from its first byte, or the connection is closed (ms, or with ms/s/m/h)"),
+	SIZE("rpc_frame_min_rate", "1mb", SF(rpc_frame_min_rate), 1, INT64_MAX, 0,
+	     "the slowest a large request frame may arrive (bytes per second)"),
+	SIZE("rpc_max_connection_buffer", "65mb", SF(rpc_max_connection_buffer), 65536, 1ll << 30, 0,
+	     "one RPC connection's read buffer at most (a larger frame is refused with TOO_LARGE)"),
+	SIZE("rpc_max_buffered_bytes", "512mb", SF(rpc_max_buffered_bytes), 1 << 20, INT64_MAX, 0,
+	     "all RPC connections' read buffers for incomplete frames at most; a connection whose "
+	     "frame would go beyond is closed"),
 	BOOL("rpc_enable_tcp_no_delay", "true", SF(rpc_enable_tcp_no_delay), 0,
 	     "set TCP_NODELAY on RPC connections"),
 	/* admin / metrics */
@@ -122,6 +134,12 @@ static const struct mc_config_entry flags[] = {
 	    "admin/metrics HTTP port (0 = any free port)"),
 	STR("metrics_host", "0.0.0.0", SF(metrics_host), 0, NULL,
 	    "admin/metrics HTTP bind address"),
+	INT("metrics_max_connections", "256", SF(metrics_max_connections), 8, 1000000, 0,
+	    "admin/metrics HTTP connections open at most; with fewer than 1/8 left free the ones "
+	    "waiting longest for their request are cut"),
+	MSEC("metrics_request_timeout", "30000", SF(metrics_request_timeout_ms), 0, 0,
+	     "an admin/metrics HTTP request must arrive whole within this (ms, or ms/s/m/h; "
+	     "slow senders are cut); 0 = no bound"),
 	/* object model */
 	MSEC("default_kv_lease_ttl", "10000", MF(default_kv_lease_ttl_ms), 1, 0,
 	     "read lease TTL (ms, or with ms/s/m/h)"),
@@ -169,6 +187,13 @@ static const struct mc_config_entry flags[] = {
 	    "its port (0 = any free port)"),
 	STR("http_metadata_server_host", "0.0.0.0", SF(http_metadata_server_host), 0, NULL,
 	    "its bind address"),
+	INT("http_metadata_server_max_connections", "1000",
+	    SF(http_metadata_server_max_connections), 8, 1000000, 0,
+	    "its connections open at most; with fewer than 1/8 left free the ones waiting "
+	    "longest for their request are cut"),
+	MSEC("http_metadata_server_request_timeout", "30000",
+	     SF(http_metadata_server_request_timeout_ms), 0, 0,
+	     "a request to it must arrive whole within this (ms, or ms/s/m/h); 0 = no bound"),
 	BOOL("enable_metadata_cleanup_on_timeout", "false", NO_FIELD, DEFAULT_ONLY,
 	     "delete expired clients' metadata keys"),
 	/* HA */

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/compiler.h"
@@ -1090,8 +1091,11 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 }
 
 /* host may be a bracketed IPv6 literal ("[::1]"), as in the config file. */
-mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, uint16_t port)
+mc_status mc_master_admin_start(struct mc_master_server *s,
+				const struct mc_master_server_config *mcfg)
 {
+	const char *host = mcfg->metrics_host;
+	uint16_t port = (uint16_t)mcfg->metrics_port;
 	struct mc_http_config cfg = {
 		.name = "admin http",
 		.host = host,
@@ -1099,6 +1103,9 @@ mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, ui
 		.prefer_ipv4 = false,
 		.threads = ADMIN_THREADS,
 		.idle_timeout_s = ADMIN_CONN_TIMEOUT,
+		.request_timeout_ms = (unsigned)mcfg->metrics_request_timeout_ms,
+		.max_conns = (unsigned)mc_accept_cap_for_fds(
+			"admin http", (uint64_t)mcfg->metrics_max_connections, 10),
 		.max_body = 0, /* no page reads a body */
 		.handler = on_request,
 		.arg = s,

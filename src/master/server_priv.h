@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/accept.h"
 #include "base/list.h"
 #include "base/loop.h"
 #include "master/master.h"
@@ -28,7 +29,12 @@ struct mc_master_server {
 	/* copies of what the running server needs from the config */
 	bool enable_metric_reporting;
 	bool tcp_nodelay;
-	uint64_t conn_timeout_ms; /* 0 = none */
+	uint64_t conn_timeout_ms;  /* 0 = none */
+	uint64_t max_conns;	   /* RPC connections open at most */
+	uint64_t frame_timeout_ms; /* a frame's deadline: this + its size at frame_min_rate */
+	uint64_t frame_min_rate;   /* bytes per second */
+	size_t max_conn_buffer;	   /* one connection's read buffer at most */
+	size_t max_buffered;	   /* all read buffers' growth above RBUF_INIT at most */
 
 	/*
 	 * lock: the state mutex.  Protects master, prev_snap and cur_snap.
@@ -53,6 +59,9 @@ struct mc_master_server {
 	struct mc_list conns; /* struct conn, loop thread only */
 	struct mc_list jobs;  /* struct conn with a job, in turn order, loop thread only */
 	uint64_t nconns;
+	size_t rbuf_extra;		       /* sum of the read buffers' growth (max_buffered) */
+	uint64_t n_deadline_cut, n_buffer_cut; /* connections cut by the frame bounds */
+	struct mc_accept_guard accept_guard;
 
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */
@@ -70,7 +79,8 @@ static inline void mc_master_server_snap_locked(struct mc_master_server *s,
 }
 
 /* server_http.c */
-mc_status mc_master_admin_start(struct mc_master_server *s, const char *host, uint16_t port);
+mc_status mc_master_admin_start(struct mc_master_server *s,
+				const struct mc_master_server_config *cfg);
 void mc_master_admin_stop(struct mc_master_server *s);
 /*
  * The one-line summary of spec 7.1 (/metrics/summary and the periodic

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/http.h"
@@ -43,6 +44,28 @@
 
 #define MAX_BODY	  (64ull << 20)
 #define CONN_IDLE_TIMEOUT 60 /* seconds before MHD drops an idle connection */
+
+#define CFG(f)		  offsetof(struct mc_http_meta_server_limits, f)
+const struct mc_config_entry mc_http_meta_server_config_table[] = {
+	{.f = {"http_metadata_max_conns", "MC_HTTP_METADATA_MAX_CONNS", "1000",
+	       "HTTP metadata server: connections open at most; with fewer than 1/8 left free the "
+	       "ones waiting longest for their request are cut",
+	       CFG(max_conns), MC_CONFIG_INT, 8, 1000000}},
+	{.f = {"http_metadata_request_timeout_ms", "MC_HTTP_METADATA_REQUEST_TIMEOUT_MS", "30000",
+	       "HTTP metadata server: a request must arrive whole within this (ms from the "
+	       "connection or the previous request; slow senders are cut); 0 = no bound",
+	       CFG(request_timeout_ms), MC_CONFIG_INT, 0, 3600000}},
+};
+#undef CFG
+const size_t mc_http_meta_server_config_table_len = MC_ARRAY_SIZE(mc_http_meta_server_config_table);
+
+void mc_http_meta_server_limits_from_env(struct mc_http_meta_server_limits *out)
+{
+	mc_config_entry_defaults(mc_http_meta_server_config_table,
+				 mc_http_meta_server_config_table_len, out);
+	mc_config_entry_load_env(mc_http_meta_server_config_table,
+				 mc_http_meta_server_config_table_len, out);
+}
 
 struct kv_entry {
 	char *key;
@@ -244,6 +267,14 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 mc_status mc_http_meta_server_start(const char *host, uint16_t port,
 				    struct mc_http_meta_server **out)
 {
+	return mc_http_meta_server_start_limits(host, port, NULL, out);
+}
+
+mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
+					   const struct mc_http_meta_server_limits *lim,
+					   struct mc_http_meta_server **out)
+{
+	struct mc_http_meta_server_limits env;
 	struct mc_http_config cfg = {
 		.name = "http metadata server",
 		.host = host,
@@ -259,6 +290,15 @@ mc_status mc_http_meta_server_start(const char *host, uint16_t port,
 
 	if (!out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "http metadata server: NULL output");
+	if (!lim) {
+		/* on its own (mooncake_http_metadata_server) it has the process to itself */
+		mc_http_meta_server_limits_from_env(&env);
+		env.max_conns = (int64_t)mc_accept_cap_for_fds("http metadata server",
+							       (uint64_t)env.max_conns, 90);
+		lim = &env;
+	}
+	cfg.max_conns = (unsigned)lim->max_conns;
+	cfg.request_timeout_ms = (unsigned)lim->request_timeout_ms;
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "http metadata server: out of memory");

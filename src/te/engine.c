@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/config.h"
@@ -56,6 +57,12 @@ const struct mc_config_entry mc_te_config_table[] = {
 	{.f = {"rpc_io_timeout_ms", "MC_RPC_IO_TIMEOUT_MS", "10000",
 	       "RPC reply deadline in milliseconds", CFG(rpc_io_timeout_ms), MC_CONFIG_INT, 10,
 	       600000}},
+	{.f = {"rpc_recv_timeout_ms", "MC_RPC_RECV_TIMEOUT_MS", "5000",
+	       "RPC server: a connection must deliver its whole request within this (ms)",
+	       CFG(rpc_recv_timeout_ms), MC_CONFIG_INT, 10, 600000}},
+	{.f = {"rpc_max_conns", "MC_RPC_MAX_CONNS", "1024",
+	       "RPC server: connections open at most; more are accepted and closed at once",
+	       CFG(rpc_max_conns), MC_CONFIG_INT, 1, 1000000}},
 	{.f = {"disable_metacache", "MC_DISABLE_METACACHE", NULL,
 	       "refetch descriptors on every open", CFG(disable_metacache), MC_CONFIG_PRESENCE, 0,
 	       0}},
@@ -568,7 +575,8 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 
 	rp.listen_fd = fd;
 	rp.max_frame = te->cfg.handshake_max_length;
-	rp.recv_timeout_ms = 5000;
+	rp.recv_timeout_ms = (int)te->cfg.rpc_recv_timeout_ms;
+	rp.max_conns = (unsigned)mc_accept_cap_for_fds("rpc", (uint64_t)te->cfg.rpc_max_conns, 10);
 	rp.handler = rpc_handler;
 	rp.handler_arg = te;
 	fd = -1; /* the server owns it now, even on failure */

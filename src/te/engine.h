@@ -33,6 +33,8 @@ struct mc_te_config {
 	uint64_t handshake_max_length;
 	int64_t handshake_connect_timeout_s;
 	int64_t rpc_io_timeout_ms;
+	int64_t rpc_recv_timeout_ms;
+	int64_t rpc_max_conns;
 	bool disable_metacache;
 	bool legacy_rpc_port_binding;
 	char *tcp_bind_address; /* the engine's advertised host (upstream's name) */

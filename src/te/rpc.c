@@ -31,6 +31,11 @@
  * without a reply; the reason is logged at info (peer's fault) or debug
  * (timeouts, peer went away).
  *
+ * At most max_conns (MC_RPC_MAX_CONNS) connections are open; more are
+ * accepted and closed at once.  When accept fails for lack of descriptors
+ * the listener leaves the loop for MC_ACCEPT_PAUSE_MS (base/accept.h): the
+ * backlog waits instead of the loop spinning on it.
+ *
  * Frame assembly is struct mc_rpc_reader: a pure, socket-free state machine
  * fed with whatever recv() returned, which the fuzz target drives directly.
  * Its payload is a struct mc_buf (base/buf.h) that grows with the bytes
@@ -61,6 +66,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/list.h"
@@ -73,7 +79,7 @@
 #define RPC_DEFAULT_MAX_FRAME	    (1ull << 20)
 #define RPC_DEFAULT_RECV_TIMEOUT_MS 5000
 #define RPC_DEFAULT_IO_TIMEOUT_MS   60000
-#define RPC_MAX_CONNS		    1024
+#define RPC_DEFAULT_MAX_CONNS	    1024
 #define RPC_LINGER_MS		    1000 /* wait for the peer's EOF after replying */
 #define RPC_READ_CHUNK		    65536
 #define RPC_READER_INITIAL_CAP	    4096
@@ -263,7 +269,9 @@ struct conn_list {
 struct mc_rpc_server {
 	struct mc_loop *loop;
 	struct mc_loop_fd listen;
-	int reserve_fd; /* spare fd released to shed connections on EMFILE */
+	struct mc_accept_guard accept_guard;
+	struct mc_loop_timer accept_timer; /* resumes accepting after a pause */
+	unsigned max_conns;
 	uint64_t max_frame;
 	int recv_timeout_ms;
 	int linger_ms;
@@ -487,22 +495,14 @@ static void conn_on_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 	}
 }
 
-/*
- * EMFILE/ENFILE leave the connection in the backlog and the listener
- * readable forever; give back the spare fd, accept and drop the
- * connection, and take the spare again, so the loop does not spin.
- */
-static void shed_one_connection(struct mc_rpc_server *s)
+/* The accept pause is over: watch the listener again. */
+static int64_t accept_resume(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now)
 {
-	int fd;
+	struct mc_rpc_server *s = mc_container_of(t, struct mc_rpc_server, accept_timer);
 
-	if (s->reserve_fd < 0)
-		return;
-	close(s->reserve_fd);
-	fd = accept4(s->listen.fd, NULL, NULL, SOCK_CLOEXEC);
-	if (fd >= 0)
-		close(fd);
-	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (mc_loop_add_fd(l, &s->listen, EPOLLIN) != MC_OK)
+		return MC_ACCEPT_PAUSE_MS;
+	return MC_LOOP_TIMER_STOP;
 }
 
 static void server_accept(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
@@ -518,23 +518,20 @@ static void server_accept(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 		fd = accept4(s->listen.fd, (struct sockaddr *)&ss, &sl,
 			     SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
+			enum mc_accept_next next =
+				mc_accept_failed(&s->accept_guard, errno, mc_loop_now_ms(l));
+			if (next == MC_ACCEPT_AGAIN)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return;
-			if (errno == EMFILE || errno == ENFILE) {
-				mc_warn("accept failed: %s; dropping a connection",
-					strerror(errno));
-				shed_one_connection(s);
-				return;
+			if (next == MC_ACCEPT_PAUSE) {
+				/* the backlog waits; the loop does not spin on it */
+				mc_loop_del_fd(l, &s->listen);
+				mc_loop_timer_start(l, &s->accept_timer, MC_ACCEPT_PAUSE_MS);
 			}
-			mc_warn("accept failed: %s", strerror(errno));
 			return;
 		}
-		if (s->nconns >= RPC_MAX_CONNS) {
-			char peer[64];
-			format_peer(&ss, peer, sizeof(peer));
-			mc_info("peer %s: refused, %u connections open", peer, s->nconns);
+		if (s->nconns >= s->max_conns) {
+			mc_accept_refused(&s->accept_guard, s->nconns, s->max_conns,
+					  mc_loop_now_ms(l));
 			close(fd);
 			continue;
 		}
@@ -612,6 +609,9 @@ mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rp
 	s->recv_timeout_ms =
 		p->recv_timeout_ms > 0 ? p->recv_timeout_ms : RPC_DEFAULT_RECV_TIMEOUT_MS;
 	s->linger_ms = MC_MIN(s->recv_timeout_ms, RPC_LINGER_MS);
+	s->max_conns = p->max_conns ? p->max_conns : RPC_DEFAULT_MAX_CONNS;
+	mc_accept_guard_init(&s->accept_guard, "rpc");
+	mc_loop_timer_init(&s->accept_timer, accept_resume);
 	s->handler = p->handler;
 	s->handler_arg = p->handler_arg;
 	for (int st = 0; st < CONN_NSTATES; st++) {
@@ -627,10 +627,9 @@ mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rp
 				  strerror(errno));
 		goto err_free;
 	}
-	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	rc = mc_loop_new(&s->loop);
 	if (rc != MC_OK)
-		goto err_close_reserve;
+		goto err_free;
 	rc = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
 	if (rc != MC_OK)
 		goto err_free_loop;
@@ -647,9 +646,6 @@ mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rp
 
 err_free_loop:
 	mc_loop_free(s->loop);
-err_close_reserve:
-	if (s->reserve_fd >= 0)
-		close(s->reserve_fd);
 err_free:
 	close(s->listen.fd);
 	mc_free(s);
@@ -668,8 +664,6 @@ void mc_rpc_server_stop(struct mc_rpc_server *s)
 	mc_assert(s->nconns == 0);
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
-	if (s->reserve_fd >= 0)
-		close(s->reserve_fd);
 	mc_free(s);
 }
 

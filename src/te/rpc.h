@@ -45,6 +45,7 @@ struct mc_rpc_server_params {
 	int listen_fd;	     /* already bound and listening; the server takes ownership */
 	uint64_t max_frame;  /* MC_HANDSHAKE_MAX_LENGTH, default 1 MiB */
 	int recv_timeout_ms; /* per-connection deadline to receive a whole frame, default 5000 */
+	unsigned max_conns;  /* connections open at most (more are closed at once), 0 = 1024 */
 	mc_rpc_handler_cb handler;
 	void *handler_arg;
 };

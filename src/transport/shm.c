@@ -70,6 +70,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/config.h"
@@ -250,7 +251,9 @@ struct shm_worker {
 	int listen_kind; /* EV_LISTEN: epoll tag of lfd */
 	int wake_kind;	 /* EV_WAKE */
 	struct mc_list sconns;
-	struct mc_devstage stage; /* pinned at the first device-memory request */
+	unsigned nsconns;
+	uint64_t accept_resume_ms; /* lfd out of the epoll set until then; 0 = in it */
+	struct mc_devstage stage;  /* pinned at the first device-memory request */
 	bool stage_ok;
 };
 
@@ -261,6 +264,7 @@ struct shm_config {
 	int64_t lanes;
 	uint64_t split_size;
 	int64_t io_timeout_ms;
+	int64_t max_conns;
 };
 
 #define CFG(f) offsetof(struct shm_config, f)
@@ -286,6 +290,10 @@ static const struct mc_config_entry shm_config_table[] = {
 	       "same-host transport: fail requests on a connection that made no progress for this "
 	       "long (0 = MC_TCP_IO_TIMEOUT_MS)",
 	       CFG(io_timeout_ms), MC_CONFIG_INT, 0, 3600000}},
+	{.f = {"shm_max_conns", "MC_SHM_MAX_CONNS", "1024",
+	       "same-host transport: connections each worker's endpoint keeps open at most; more "
+	       "are accepted and closed at once",
+	       CFG(max_conns), MC_CONFIG_INT, 1, 1000000}},
 };
 #undef CFG
 
@@ -306,6 +314,8 @@ struct shm_transport {
 	uint64_t split_size;
 	int64_t io_timeout_ms;
 	int64_t connect_timeout_ms;
+	unsigned max_conns; /* per worker endpoint */
+	struct mc_accept_guard accept_guard;
 	int epfd, wakefd; /* the receiver's */
 	int wake_kind;
 	pthread_t receiver;
@@ -354,6 +364,7 @@ static void sconn_close(struct shm_sconn *sc, const char *why)
 	if (sc->pidfd >= 0)
 		close(sc->pidfd);
 	mc_list_del(&sc->node);
+	sc->w->nsconns--;
 	mc_free(sc->obuf);
 	mc_free(sc);
 }
@@ -649,9 +660,23 @@ static void worker_accept(struct shm_worker *w)
 		int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno == EINTR)
+			uint64_t now = mc_now_ms();
+			enum mc_accept_next next =
+				mc_accept_failed(&w->st->accept_guard, errno, now);
+			if (next == MC_ACCEPT_AGAIN)
 				continue;
-			return; /* EAGAIN, or out of descriptors: try again on the next event */
+			if (next == MC_ACCEPT_PAUSE) {
+				/* the backlog waits; worker_main puts lfd back */
+				epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->lfd, NULL);
+				w->accept_resume_ms = now + MC_ACCEPT_PAUSE_MS;
+			}
+			return;
+		}
+		if (w->nsconns >= w->st->max_conns) {
+			mc_accept_refused(&w->st->accept_guard, w->nsconns, w->st->max_conns,
+					  mc_now_ms());
+			close(fd);
+			continue;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 || cred.pid <= 0) {
 			mc_warn("same-host connection without a visible peer pid refused");
@@ -677,6 +702,7 @@ static void worker_accept(struct shm_worker *w)
 			continue;
 		}
 		mc_list_add_tail(&w->sconns, &sc->node);
+		w->nsconns++;
 		mc_debug("worker %u: same-host connection from pid %d", w->index, (int)sc->pid);
 	}
 }
@@ -687,7 +713,20 @@ static void *worker_main(void *arg)
 	struct epoll_event evs[64];
 
 	while (!atomic_load(&w->st->stop)) {
-		int n = epoll_wait(w->epfd, evs, MC_ARRAY_SIZE(evs), -1);
+		int timeout = -1, n;
+		if (w->accept_resume_ms) {
+			uint64_t now = mc_now_ms();
+			struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &w->listen_kind};
+			if (now >= w->accept_resume_ms &&
+			    (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->lfd, &lev) == 0 ||
+			     errno == EEXIST))
+				w->accept_resume_ms = 0;
+			else
+				timeout = now >= w->accept_resume_ms
+						  ? MC_ACCEPT_PAUSE_MS
+						  : (int)(w->accept_resume_ms - now);
+		}
+		n = epoll_wait(w->epfd, evs, MC_ARRAY_SIZE(evs), timeout);
 		if (n < 0)
 			continue; /* EINTR */
 		for (int i = 0; i < n; i++) {
@@ -1398,6 +1437,9 @@ static mc_status shm_open(const struct mc_transport_env *env, struct mc_transpor
 	st->lanes = (unsigned)cfg.lanes;
 	st->split_size = cfg.split_size;
 	st->io_timeout_ms = cfg.io_timeout_ms ? cfg.io_timeout_ms : (int64_t)tcp_io_ms;
+	st->max_conns =
+		(unsigned)mc_accept_cap_for_fds("same-host endpoint", (uint64_t)cfg.max_conns, 10);
+	mc_accept_guard_init(&st->accept_guard, "same-host endpoint");
 	st->connect_timeout_ms = (int64_t)tcp_connect_ms;
 	pthread_mutex_init(&st->peers_lock, NULL);
 	mc_list_init(&st->peers);

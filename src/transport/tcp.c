@@ -34,6 +34,12 @@
  * re-established on next use; a rejection requeues the slices behind the
  * rejected one, which the server never looked at.
  *
+ * Bounds: the data port keeps at most MC_TCP_MAX_CONNS server connections
+ * (more are accepted and closed at once) and closes one idle for
+ * MC_TCP_IDLE_TIMEOUT_MS (its peer reconnects on next use); a worker whose
+ * accept fails for lack of descriptors takes the listener out of its epoll
+ * for MC_ACCEPT_PAUSE_MS (base/accept.h) instead of spinning on it.
+ *
  * Multi-path: a target that publishes several addresses ("mc_tcp_addrs",
  * from its MC_TCP_INTERFACES) is reached over all of them: lane i prefers
  * path i % npaths.  A failed connection puts its path in back-off and, while
@@ -91,6 +97,14 @@ static const struct mc_config_entry tcp_config_table[] = {
 	       "multi-path TCP: a failed path is avoided this long, doubling per consecutive "
 	       "failure up to 32x",
 	       CFG(path_backoff_ms), MC_CONFIG_INT, 10, 600000}},
+	{.f = {"tcp_max_conns", "MC_TCP_MAX_CONNS", "4096",
+	       "data port: server connections kept open at most; more are accepted and closed at "
+	       "once (a peer opens tcp_conns_per_peer of them)",
+	       CFG(max_conns), MC_CONFIG_INT, 1, 1000000}},
+	{.f = {"tcp_idle_timeout_ms", "MC_TCP_IDLE_TIMEOUT_MS", "300000",
+	       "data port: close a server connection with no request for this long (peers "
+	       "reconnect on next use); 0 = never. A busy one is bounded by tcp_io_timeout_ms",
+	       CFG(idle_timeout_ms), MC_CONFIG_INT, 0, 86400000}},
 };
 #undef CFG
 void mc_tcp_worker_wake(struct tcp_worker *w)
@@ -222,8 +236,13 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 			mc_info("closing stalled data connection from %s (%s)", sc->peer_name,
 				info);
 			mc_tcp_sconn_free(sc);
+		} else if (!busy && tp->idle_timeout_ms &&
+			   now - sc->last_progress_ms > tp->idle_timeout_ms) {
+			mc_debug("closing idle data connection from %s", sc->peer_name);
+			mc_tcp_sconn_free(sc);
 		}
 	}
+	mc_tcp_worker_accept_resume(w, now);
 }
 
 static void *worker_main(void *arg)
@@ -541,6 +560,10 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 	tp->zc_min = cfg->zerocopy_min;
 	tp->busy_poll_us = (uint64_t)cfg->busy_poll_us;
 	tp->io_timeout_ms = (uint64_t)cfg->io_timeout_ms;
+	tp->max_conns =
+		(unsigned)mc_accept_cap_for_fds("tcp data port", (uint64_t)cfg->max_conns, 40);
+	tp->idle_timeout_ms = (uint64_t)cfg->idle_timeout_ms;
+	mc_accept_guard_init(&tp->accept_guard, "tcp data port");
 	tp->connect_timeout_ms = (uint64_t)cfg->connect_timeout_ms;
 	tp->path_backoff_ms = (uint64_t)cfg->path_backoff_ms;
 	if (cfg->interfaces && *cfg->interfaces)

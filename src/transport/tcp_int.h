@@ -41,6 +41,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/config.h"
@@ -180,6 +181,7 @@ struct tcp_worker {
 	struct tcp_conn **scan; /* the worker's private copy, for deadline scans */
 	size_t nscan, scan_cap;
 	uint64_t next_tick_ms;
+	uint64_t accept_resume_ms; /* listener out of this worker's epoll until then; 0 = in */
 };
 
 /* Configuration, from tcp_config_table (env MC_TCP_*) then the engine's
@@ -197,6 +199,8 @@ struct tcp_config {
 	uint64_t sockbuf;
 	char *interfaces;
 	int64_t path_backoff_ms;
+	int64_t max_conns;
+	int64_t idle_timeout_ms;
 };
 
 struct tcp_transport {
@@ -213,7 +217,11 @@ struct tcp_transport {
 	pthread_mutex_t peers_lock;
 	struct mc_list peers;
 	atomic_uint next_worker;
-	atomic_uint next_accept; /* accepted connections are dealt round-robin */
+	atomic_uint next_accept;  /* accepted connections are dealt round-robin */
+	atomic_uint nsconns;	  /* server connections open (accepted, not yet freed) */
+	unsigned max_conns;	  /* cap on nsconns: more are accepted and closed */
+	uint64_t idle_timeout_ms; /* an idle server connection is closed after this; 0 = never */
+	struct mc_accept_guard accept_guard;
 	bool force_v1;
 	uint64_t split_size;
 	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */
@@ -257,6 +265,8 @@ unsigned mc_tcp_split(struct mc_transport *base, uint64_t len);
 /* ---- tcp_target.c ------------------------------------------------------------- */
 
 void mc_tcp_sconn_free(struct tcp_sconn *sc);
+/* Put the listener back into w's epoll once its accept pause is over. */
+void mc_tcp_worker_accept_resume(struct tcp_worker *w, uint64_t now);
 bool mc_tcp_sconn_flush(struct tcp_sconn *sc);
 bool mc_tcp_sconn_readable(struct tcp_sconn *sc);
 void mc_tcp_sconn_adopt(struct tcp_sconn *sc);

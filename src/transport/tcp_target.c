@@ -236,6 +236,7 @@ void mc_tcp_sconn_free(struct tcp_sconn *sc)
 	mc_list_del(&sc->node);
 	if (sc->adopted)
 		atomic_fetch_sub(&sc->w->nsconns, 1);
+	atomic_fetch_sub(&sc->w->tp->nsconns, 1);
 	mc_free(sc->out);
 	mc_free(sc->rbuf);
 	mc_free(sc);
@@ -565,6 +566,20 @@ void mc_tcp_sconn_adopt(struct tcp_sconn *sc)
 	epoll_ctl(sc->w->epfd, EPOLL_CTL_ADD, sc->fd, &ev);
 }
 
+void mc_tcp_worker_accept_resume(struct tcp_worker *w, uint64_t now)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE,
+				 .data.ptr = &w->tp->listen_kind};
+
+	if (!w->accept_resume_ms || now < w->accept_resume_ms)
+		return;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->tp->listen_fd, &ev) < 0 && errno != EEXIST) {
+		w->accept_resume_ms = now + MC_ACCEPT_PAUSE_MS;
+		return;
+	}
+	w->accept_resume_ms = 0;
+}
+
 void mc_tcp_worker_accept(struct tcp_worker *w)
 {
 	struct tcp_transport *tp = w->tp;
@@ -572,10 +587,29 @@ void mc_tcp_worker_accept(struct tcp_worker *w)
 		struct tcp_worker *tw;
 		struct tcp_sconn *sc;
 		int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		unsigned open;
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				mc_warn("accept: %s", strerror(errno));
+			uint64_t now = mc_now_ms();
+			switch (mc_accept_failed(&tp->accept_guard, errno, now)) {
+			case MC_ACCEPT_AGAIN:
+				continue;
+			case MC_ACCEPT_PAUSE:
+				/* out of this worker's epoll for a while: the backlog
+				 * waits instead of the worker spinning on it */
+				epoll_ctl(w->epfd, EPOLL_CTL_DEL, tp->listen_fd, NULL);
+				w->accept_resume_ms = now + MC_ACCEPT_PAUSE_MS;
+				return;
+			case MC_ACCEPT_DRAINED:
+				return;
+			}
 			return;
+		}
+		open = atomic_fetch_add(&tp->nsconns, 1);
+		if (open >= tp->max_conns) {
+			atomic_fetch_sub(&tp->nsconns, 1);
+			mc_accept_refused(&tp->accept_guard, open, tp->max_conns, mc_now_ms());
+			close(fd);
+			continue;
 		}
 		sc = mc_calloc(1, sizeof(*sc));
 		if (sc)
@@ -585,6 +619,7 @@ void mc_tcp_worker_accept(struct tcp_worker *w)
 			if (sc)
 				mc_free(sc);
 			close(fd);
+			atomic_fetch_sub(&tp->nsconns, 1);
 			continue;
 		}
 		sc->kind = EV_SCONN;

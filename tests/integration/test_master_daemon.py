@@ -47,8 +47,10 @@ def run_master(*args, timeout=20):
 class Master:
     """A running daemon; stderr is collected by a thread."""
 
-    def __init__(self, args, env=None):
-        self.p = subprocess.Popen([str(master_path()), *args], stdin=subprocess.DEVNULL,
+    def __init__(self, args, env=None, nofile=None):
+        # nofile: the daemon's RLIMIT_NOFILE (prlimit), for the resource tests
+        pre = [] if nofile is None else ["prlimit", f"--nofile={nofile}:{nofile}"]
+        self.p = subprocess.Popen([*pre, str(master_path()), *args], stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True, env=None if env is None else {**os.environ, **env})
         self.lines = []
