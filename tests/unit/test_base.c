@@ -7,8 +7,12 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <sys/resource.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
+#include "base/compiler.h"
 #include "base/config.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -258,6 +262,44 @@ static void list_add_del_splice(void **state)
 	assert_int_equal(mc_list_first(&a, struct item, node)->v, 1);
 }
 
+static void accept_failures_pause_and_log_once_per_interval(void **state)
+{
+	struct mc_accept_guard g;
+
+	mc_accept_guard_init(&g, "test");
+	assert_int_equal(mc_accept_failed(&g, EINTR, 1000), MC_ACCEPT_AGAIN);
+	assert_int_equal(mc_accept_failed(&g, ECONNABORTED, 1000), MC_ACCEPT_AGAIN);
+	assert_int_equal(mc_accept_failed(&g, EAGAIN, 1000), MC_ACCEPT_DRAINED);
+	/* resource failures pause; only the first of an interval is logged */
+	for (int i = 0; i < 50; i++)
+		assert_int_equal(mc_accept_failed(&g, EMFILE, 1000 + (uint64_t)i), MC_ACCEPT_PAUSE);
+	assert_int_equal(mc_accept_failed(&g, ENFILE, 1100), MC_ACCEPT_PAUSE);
+	assert_int_equal(mc_accept_failed(&g, ENOBUFS, 1200), MC_ACCEPT_PAUSE);
+	assert_int_equal(atomic_load(&g.paused), 52);
+	assert_int_equal(atomic_load(&g.fail_quiet), 51);
+	/* the next interval logs again and folds in the ones not logged */
+	assert_int_equal(mc_accept_failed(&g, EMFILE, 1000 + MC_ACCEPT_LOG_MS), MC_ACCEPT_PAUSE);
+	assert_int_equal(atomic_load(&g.fail_quiet), 0);
+	mc_accept_refused(&g, 10, 10, 5000);
+	mc_accept_refused(&g, 10, 10, 5001);
+	assert_int_equal(atomic_load(&g.refused), 2);
+	assert_int_equal(atomic_load(&g.refuse_quiet), 1);
+}
+
+static void accept_caps_follow_the_descriptor_limit(void **state)
+{
+	struct rlimit rl;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur == RLIM_INFINITY)
+		skip();
+	assert_int_equal(mc_accept_cap_for_fds("t", 4, 50), 4);
+	assert_int_equal(mc_accept_cap_for_fds("t", UINT64_MAX, 50), MC_MAX(rl.rlim_cur / 2, 8));
+	assert_int_equal(mc_accept_cap_for_fds("t", UINT64_MAX, 0), 8);
+	assert_int_equal(mc_frame_deadline_ms(100, 1 << 20, 10000, 1 << 20), 100 + 10000 + 1000);
+	assert_int_equal(mc_frame_deadline_ms(100, 1 << 20, 500, 0), 600);
+}
+
 static void calloc_overflow_and_fault_injection(void **state)
 {
 	void *p;
@@ -283,6 +325,8 @@ int main(void)
 		cmocka_unit_test(split_hostport_forms),
 		cmocka_unit_test(list_add_del_splice),
 		cmocka_unit_test(calloc_overflow_and_fault_injection),
+		cmocka_unit_test(accept_failures_pause_and_log_once_per_interval),
+		cmocka_unit_test(accept_caps_follow_the_descriptor_limit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
