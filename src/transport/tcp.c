@@ -36,7 +36,9 @@
  *
  * Bounds: the data port keeps at most MC_TCP_MAX_CONNS server connections
  * (more are accepted and closed at once) and closes one idle for
- * MC_TCP_IDLE_TIMEOUT_MS (its peer reconnects on next use); a worker whose
+ * MC_TCP_IDLE_TIMEOUT_MS (its peer reconnects on next use) or whose request
+ * header is not whole within MC_TCP_IO_TIMEOUT_MS of its first bytes (a
+ * trickle is progress, never a stall); a worker whose
  * accept fails for lack of descriptors takes the listener out of its epoll
  * for MC_ACCEPT_PAUSE_MS (base/accept.h) instead of spinning on it.
  *
@@ -227,6 +229,21 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
 		bool busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
+		bool partial_hdr = sc->state == S_HDR && !sc->out_n && sc->rpos != sc->rlen &&
+				   sc->rlen - sc->rpos < MC_TCP_HDR_LEN;
+		/* a header trickled a byte at a time makes progress forever: it
+		 * must be whole within the i/o timeout of its first bytes */
+		if (!partial_hdr)
+			sc->hdr_since_ms = 0;
+		else if (!sc->hdr_since_ms)
+			sc->hdr_since_ms = now;
+		if (partial_hdr && now - sc->hdr_since_ms > tp->io_timeout_ms) {
+			mc_info("closing data connection from %s: a request header not complete "
+				"within %llu ms",
+				sc->peer_name, (unsigned long long)tp->io_timeout_ms);
+			mc_tcp_sconn_free(sc);
+			continue;
+		}
 		/* unread bytes while reading is on: the worker is behind, not the
 		 * peer (while reading is off, the peer is not taking our output) */
 		if (busy && now - sc->last_progress_ms > tp->io_timeout_ms &&

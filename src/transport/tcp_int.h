@@ -157,7 +157,8 @@ struct tcp_sconn {
 	size_t reads_pending; /* read-data items in out */
 	uint32_t events;
 	uint64_t last_progress_ms;
-	struct mc_zc zc; /* read data sent by reference */
+	uint64_t hdr_since_ms; /* a partial header has waited since (tick-grained); 0 = none */
+	struct mc_zc zc;       /* read data sent by reference */
 	bool zc_off;
 	struct tcp_devio *dev; /* staging buffers for device memory, from first use */
 	char peer_name[64];

@@ -402,3 +402,30 @@ def test_master_admin_and_metadata_served_while_rpc_is_flooded():
     finally:
         close_all(socks)
         m.stop()
+
+
+def test_engine_data_port_cuts_a_trickled_header(tmp_path):
+    import select
+    n = start_te_node(tmp_path, env={"MC_TCP_IO_TIMEOUT_MS": "500", "MC_LOG_LEVEL": "info"})
+    try:
+        s = socket.create_connection(("127.0.0.1", n.data_port), timeout=5)
+        t0 = time.monotonic()
+        cut = None
+        while time.monotonic() - t0 < 8 and cut is None:
+            try:
+                s.send(b"\0")  # one byte of a header every 200 ms: progress, never whole
+            except OSError:
+                cut = time.monotonic() - t0
+                break
+            r, _, _ = select.select([s], [], [], 0.2)
+            if r:
+                try:
+                    if not s.recv(64):
+                        cut = time.monotonic() - t0
+                except OSError:
+                    cut = time.monotonic() - t0
+        s.close()
+        assert cut is not None and cut < 3.0, f"cut after {cut} s"
+        assert b"request header not complete" in n.log_path.read_bytes()
+    finally:
+        n.stop()
