@@ -16,6 +16,7 @@ are what is being measured, and they are short (a second or two).
 import http.client
 import os
 import resource
+import signal
 import socket
 import struct
 import time
@@ -39,6 +40,16 @@ def many_fds():
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def stop_clean(proc, sig=None):
+    """Stop a Proc (end of input, or sig) and fail on a bad exit or a
+    sanitizer report in its stderr."""
+    if sig is not None and proc.alive():
+        os.kill(proc.pid, sig)
+        proc.p.wait(timeout=15)
+    complaint = proc.stop()
+    assert not complaint, f"{complaint}: {proc.stderr_tail()}"
 
 
 def cpu_seconds(pid):
@@ -257,7 +268,7 @@ def test_engine_backs_off_on_emfile_and_resumes(tmp_path, which):
         assert served(port), "not served again once descriptors were freed"
     finally:
         close_all(socks)
-        n.stop()
+        stop_clean(n)
 
 
 def test_engine_data_port_caps_connections(tmp_path):
@@ -273,7 +284,7 @@ def test_engine_data_port_caps_connections(tmp_path):
         assert served(n.data_port)
     finally:
         close_all(socks)
-        n.stop()
+        stop_clean(n)
 
 
 def test_engine_data_port_closes_idle_connections(tmp_path):
@@ -284,7 +295,7 @@ def test_engine_data_port_closes_idle_connections(tmp_path):
         s.close()
         assert closed
     finally:
-        n.stop()
+        stop_clean(n)
 
 
 # ---- HTTP servers ----------------------------------------------------------------
@@ -367,8 +378,7 @@ def test_http_metadata_server_cuts_slow_clients(tmp_path):
         lasted = result["lasted"]
         assert all(x is not None and x < 4.0 for x in lasted), lasted
     finally:
-        p.kill9()
-        p.stop()
+        stop_clean(p, signal.SIGTERM)
 
 
 def test_http_metadata_server_keeps_room_for_new_clients(tmp_path):
@@ -381,8 +391,7 @@ def test_http_metadata_server_keeps_room_for_new_clients(tmp_path):
         assert b"for room" in p.log_path.read_bytes()
     finally:
         close_all(socks)
-        p.kill9()
-        p.stop()
+        stop_clean(p, signal.SIGTERM)
 
 
 def test_master_admin_and_metadata_served_while_rpc_is_flooded():
@@ -428,4 +437,4 @@ def test_engine_data_port_cuts_a_trickled_header(tmp_path):
         assert cut is not None and cut < 3.0, f"cut after {cut} s"
         assert b"request header not complete" in n.log_path.read_bytes()
     finally:
-        n.stop()
+        stop_clean(n)
