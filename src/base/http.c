@@ -20,23 +20,31 @@
 #include "base/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include "base/accept.h"
 #include "base/alloc.h"
 #include "base/buf.h"
+#include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
+#include "base/sock.h"
 #include "base/time.h"
 
-#define SWEEP_MS 100
+#define SWEEP_MS       100
+#define LISTEN_BACKLOG 1024
 
 /* One open connection (the socket context MHD keeps for us). */
 struct http_conn {
@@ -48,13 +56,16 @@ struct http_conn {
 
 struct mc_http {
 	struct MHD_Daemon *daemon;
-	pthread_mutex_t lock; /* conns, nconns, ncut, stopping */
-	pthread_cond_t wake;
-	struct mc_list conns; /* struct http_conn, oldest request first is not kept: scanned */
+	int lfd;	      /* the listening socket: accepted here, handed to MHD */
+	int wakefd;	      /* eventfd: stop */
+	atomic_bool stopping; /* the acceptor thread returns */
+	struct mc_accept_guard guard;
+	pthread_mutex_t lock; /* conns, nconns, ncut, pending */
+	struct mc_list conns; /* struct http_conn, scanned (max_conns at most) */
 	unsigned nconns, ncut;
-	bool stopping;
-	pthread_t sweeper;
-	bool sweeper_started;
+	unsigned pending; /* handed to MHD, not yet registered (MHD_CONNECTION_NOTIFY_STARTED) */
+	pthread_t acceptor;
+	bool acceptor_started;
 	uint64_t cut_deadline, cut_room;
 	struct mc_http_config cfg; /* host not kept: it is the caller's */
 	uint16_t port;
@@ -256,9 +267,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 		pthread_mutex_lock(&h->lock);
 		mc_list_add_tail(&h->conns, &c->link);
 		h->nconns++;
-		/* running short of room: let the sweeper make some now */
-		if (h->cfg.max_conns - (h->nconns - h->ncut) < h->cfg.max_conns / 8 + 1)
-			pthread_cond_signal(&h->wake);
+		if (h->pending)
+			h->pending--;
 		pthread_mutex_unlock(&h->lock);
 		*socket_context = c;
 		return;
@@ -275,6 +285,19 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	pthread_mutex_unlock(&h->lock);
 	mc_free(c);
 	*socket_context = NULL;
+}
+
+/* Free places below max_conns; negative when MHD registered more than the
+ * acceptor saw (it counts them from MHD's threads, a moment later). */
+static int64_t room_locked(const struct mc_http *h)
+{
+	return (int64_t)h->cfg.max_conns - (int64_t)(h->nconns + h->pending - h->ncut);
+}
+
+/* How long c has waited for its request (0 when it came after now was read). */
+static uint64_t conn_age(const struct http_conn *c, uint64_t now)
+{
+	return now > c->since_ms ? now - c->since_ms : 0;
 }
 
 static void conn_cut_locked(struct mc_http *h, struct http_conn *c)
@@ -294,16 +317,16 @@ static void sweep_locked(struct mc_http *h, uint64_t now)
 	mc_list_for_each(pos, &h->conns) {
 		struct http_conn *c = mc_list_entry(pos, struct http_conn, link);
 		if (!c->cut && h->cfg.request_timeout_ms &&
-		    now - c->since_ms >= h->cfg.request_timeout_ms) {
+		    conn_age(c, now) >= h->cfg.request_timeout_ms) {
 			conn_cut_locked(h, c);
 			cut_deadline++;
 		}
 	}
-	while (h->cfg.max_conns - (h->nconns - h->ncut) < reserve) {
+	while (room_locked(h) < (int64_t)reserve) {
 		struct http_conn *oldest = NULL;
 		mc_list_for_each(pos, &h->conns) {
 			struct http_conn *c = mc_list_entry(pos, struct http_conn, link);
-			if (!c->cut && now - c->since_ms >= MC_HTTP_MIN_WAIT_MS &&
+			if (!c->cut && conn_age(c, now) >= MC_HTTP_MIN_WAIT_MS &&
 			    (!oldest || c->since_ms < oldest->since_ms))
 				oldest = c;
 		}
@@ -321,25 +344,102 @@ static void sweep_locked(struct mc_http *h, uint64_t now)
 			h->cfg.max_conns);
 }
 
-static void *sweeper_main(void *arg)
+/* Accept what waits and hand it to MHD; false when accepting must pause. */
+static bool accept_all(struct mc_http *h)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		uint64_t now = mc_now_ms();
+		unsigned open;
+		int fd = accept4(h->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			enum mc_accept_next next = mc_accept_failed(&h->guard, errno, now);
+			if (next == MC_ACCEPT_AGAIN)
+				continue;
+			return next != MC_ACCEPT_PAUSE;
+		}
+		pthread_mutex_lock(&h->lock);
+		/* make room first, so the newcomer is not the one cut */
+		if (room_locked(h) < (int64_t)(h->cfg.max_conns / 8 + 1))
+			sweep_locked(h, now);
+		open = h->nconns + h->pending - h->ncut;
+		if (open < h->cfg.max_conns)
+			h->pending++;
+		pthread_mutex_unlock(&h->lock);
+		if (open >= h->cfg.max_conns) {
+			mc_accept_refused(&h->guard, open, h->cfg.max_conns, now);
+			close(fd);
+			continue;
+		}
+		/* MHD closes fd itself when it cannot take it */
+		if (MHD_add_connection(h->daemon, fd, (struct sockaddr *)&ss, sl) != MHD_YES) {
+			mc_debug("%s: libmicrohttpd did not take a connection: %s", h->cfg.name,
+				 strerror(errno));
+			pthread_mutex_lock(&h->lock);
+			if (h->pending)
+				h->pending--;
+			pthread_mutex_unlock(&h->lock);
+		}
+	}
+}
+
+/*
+ * The acceptor.  MHD's own accept loop busy-waits on EMFILE while it has
+ * no connection, so the listener is ours (MHD_USE_NO_LISTEN_SOCKET): this
+ * thread accepts with base/accept.h's pause and hands each connection to
+ * MHD, and every SWEEP_MS enforces the deadlines.
+ */
+static void *acceptor_main(void *arg)
 {
 	struct mc_http *h = arg;
+	uint64_t resume_ms = 0, next_sweep = mc_now_ms() + SWEEP_MS;
 
-	pthread_mutex_lock(&h->lock);
-	while (!h->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += SWEEP_MS * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
+	while (!atomic_load(&h->stopping)) {
+		struct pollfd pf[2] = {{.fd = h->wakefd, .events = POLLIN},
+				       {.fd = h->lfd, .events = POLLIN}};
+		uint64_t now = mc_now_ms(), wait = next_sweep > now ? next_sweep - now : 0;
+		bool listening = now >= resume_ms;
+		int n;
+
+		if (!listening)
+			wait = MC_MIN(wait, resume_ms - now);
+		n = poll(pf, listening ? 2 : 1, (int)wait);
+		if (n > 0 && listening && (pf[1].revents & POLLIN) && !accept_all(h))
+			resume_ms = mc_now_ms() + MC_ACCEPT_PAUSE_MS;
+		now = mc_now_ms();
+		if (now >= next_sweep) {
+			pthread_mutex_lock(&h->lock);
+			sweep_locked(h, now);
+			pthread_mutex_unlock(&h->lock);
+			next_sweep = now + SWEEP_MS;
 		}
-		pthread_cond_timedwait(&h->wake, &h->lock, &ts);
-		if (!h->stopping)
-			sweep_locked(h, mc_now_ms());
 	}
-	pthread_mutex_unlock(&h->lock);
 	return NULL;
+}
+
+/* A non-blocking listening socket on ss (port set), or a negative mc_status. */
+static int listen_on(const struct mc_http_config *cfg, const char *host,
+		     const struct sockaddr_storage *ss)
+{
+	socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						  : sizeof(struct sockaddr_in);
+	int one = 1, err, fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0) {
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ss->ss_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		if (bind(fd, (const struct sockaddr *)ss, len) == 0 &&
+		    listen(fd, LISTEN_BACKLOG) == 0)
+			return fd;
+	}
+	err = errno;
+	if (fd >= 0)
+		close(fd);
+	return mc_set_error(MC_ERR_SOCKET, "%s: cannot listen on %s port %u: %s", cfg->name, host,
+			    cfg->port, strerror(err));
 }
 
 void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out)
@@ -415,7 +515,6 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 	struct sockaddr_storage ss;
 	struct mc_http *h;
 	unsigned flags = MHD_USE_ERROR_LOG;
-	const union MHD_DaemonInfo *info;
 	const char *host;
 	mc_status st;
 
@@ -427,6 +526,7 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 		return st;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC; /* the acceptor hands them over */
 	/* never select(): it cannot take descriptors above FD_SETSIZE */
 	flags |= cfg->threads ? MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO
 			      : MHD_USE_AUTO_INTERNAL_THREAD;
@@ -439,20 +539,36 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 	if (!h->cfg.max_conns)
 		h->cfg.max_conns = MC_HTTP_DEFAULT_MAX_CONNS;
 	mc_list_init(&h->conns);
-	pthread_mutex_init(&h->lock, NULL);
-	{
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&h->wake, &ca);
-		pthread_condattr_destroy(&ca);
+	mc_accept_guard_init(&h->guard, h->cfg.name);
+	atomic_init(&h->stopping, false);
+	h->lfd = listen_on(cfg, host, &ss);
+	if (h->lfd < 0) {
+		st = h->lfd;
+		mc_free(h);
+		return st;
 	}
+	h->port = mc_sock_local_port(h->lfd);
+	h->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (h->wakefd < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "%s: eventfd: %s", cfg->name, strerror(errno));
+		close(h->lfd);
+		mc_free(h);
+		return st;
+	}
+	pthread_mutex_init(&h->lock, NULL);
 	atomic_store(&h->starting, true);
 	{
 		struct MHD_OptionItem opts[] = {
-			{MHD_OPTION_SOCK_ADDR, 0, &ss},
 			{MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->idle_timeout_s, NULL},
-			{MHD_OPTION_CONNECTION_LIMIT, (intptr_t)h->cfg.max_conns, NULL},
+			/*
+			 * Far above ours, which the acceptor enforces exactly
+			 * (pending counts what MHD has not registered yet): cut
+			 * connections count until MHD closes them, a pool splits
+			 * the limit between its threads, and MHD 0.9.75 must never
+			 * reach its own limit with connections handed over: its
+			 * worker threads were seen deadlocked on that path.
+			 */
+			{MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(h->cfg.max_conns * 4 + 256), NULL},
 			{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
 			/* pool size first dropped when there is no pool */
 			{cfg->threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
@@ -460,7 +576,7 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 			{MHD_OPTION_END, 0, NULL},
 		};
 		/* the logger first, so MHD's own start-up messages use it */
-		h->daemon = MHD_start_daemon(flags, cfg->port, NULL, NULL, on_request, h,
+		h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
 					     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
 					     MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 					     MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
@@ -472,20 +588,19 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 				  h->start_msg[0] ? h->start_msg : "libmicrohttpd refused");
 		goto err_free;
 	}
-	if (pthread_create(&h->sweeper, NULL, sweeper_main, h) != 0) {
-		st = mc_set_error(MC_ERR_INTERNAL, "%s: cannot start its sweeper thread",
+	if (pthread_create(&h->acceptor, NULL, acceptor_main, h) != 0) {
+		st = mc_set_error(MC_ERR_INTERNAL, "%s: cannot start its acceptor thread",
 				  cfg->name);
 		MHD_stop_daemon(h->daemon);
 		goto err_free;
 	}
-	h->sweeper_started = true;
-	info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-	h->port = info && info->port ? info->port : cfg->port;
+	h->acceptor_started = true;
 	*out = h;
 	return MC_OK;
 
 err_free:
-	pthread_cond_destroy(&h->wake);
+	close(h->wakefd);
+	close(h->lfd);
 	pthread_mutex_destroy(&h->lock);
 	mc_free(h);
 	return st;
@@ -500,14 +615,17 @@ void mc_http_close(struct mc_http *h)
 {
 	if (!h)
 		return;
-	pthread_mutex_lock(&h->lock);
-	h->stopping = true;
-	pthread_cond_signal(&h->wake);
-	pthread_mutex_unlock(&h->lock);
-	if (h->sweeper_started)
-		pthread_join(h->sweeper, NULL);
+	uint64_t one = 1;
+
+	atomic_store(&h->stopping, true);
+	if (write(h->wakefd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: the thread is awake anyway */
+	}
+	if (h->acceptor_started)
+		pthread_join(h->acceptor, NULL);
+	close(h->lfd);
 	MHD_stop_daemon(h->daemon); /* closes every connection (notified) */
-	pthread_cond_destroy(&h->wake);
+	close(h->wakefd);
 	pthread_mutex_destroy(&h->lock);
 	mc_free(h);
 }

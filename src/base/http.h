@@ -14,17 +14,21 @@
  * mc_http_route_find; what a miss answers (404, 405) stays with each
  * server, since ours answer misses with different texts.
  *
- * Bounds.  libmicrohttpd's own connection timeout counts inactivity only,
- * so a client that sends one byte a second is never dropped.  Here every
- * connection is tracked (MHD_OPTION_NOTIFY_CONNECTION) with the time its
- * current request began (its accept, or the end of the previous request
- * on a kept-alive connection), and a sweeper thread shuts down the
- * socket of any whose request is not complete within request_timeout_ms;
- * MHD then closes it.  At most max_conns connections are open (MHD
- * refuses more), and once fewer than max_conns / 8 are left free the
- * sweeper cuts the connections that have waited longest for their
- * request, so a new client finds room even while others hold theirs
- * idle.
+ * Bounds.  The listening socket is ours, not MHD's: libmicrohttpd 0.9.75
+ * busy-waits on EMFILE while it has no connection, so one acceptor thread
+ * per server accepts with base/accept.h's pause and hands each connection
+ * to MHD (MHD_add_connection, MHD_USE_NO_LISTEN_SOCKET).  MHD's own
+ * timeout counts inactivity only, so a client that sends one byte a
+ * second is never dropped; here every connection is tracked
+ * (MHD_OPTION_NOTIFY_CONNECTION) with the time its current request began
+ * (its accept, or the end of the previous request on a kept-alive
+ * connection), and the acceptor, every 100 ms, shuts down the socket of
+ * any whose request is not whole within request_timeout_ms (MHD then
+ * closes it).  At most max_conns connections are open (the acceptor
+ * refuses more, counting exactly), and once fewer than max_conns / 8 are
+ * free it first cuts the connections that have waited longest (at least
+ * MC_HTTP_MIN_WAIT_MS) for their request, so a new client finds room
+ * while others hold theirs idle.
  *
  * Threads: the handler and the route functions run on MHD's threads,
  * several at once when cfg.threads > 1; they must lock what they share.
@@ -88,7 +92,7 @@ struct mc_http;
 mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out);
 /* The bound port (the chosen one when cfg.port was 0). */
 uint16_t mc_http_port(const struct mc_http *h);
-/* Connections cut so far: past their request deadline, and for room. */
+/* Connections cut so far: past their request deadline, and for room (tests, metrics). */
 void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out);
 /* Stop serving: waits for handlers that run, then frees h.  NULL is a no-op. */
 void mc_http_close(struct mc_http *h);
