@@ -289,9 +289,11 @@ def test_engine_data_port_caps_connections(tmp_path):
     try:
         socks = hold(n.data_port, 300)
         # the ones above the cap are accepted and closed at once
-        wait_for(lambda: len(os.listdir(f"/proc/{n.pid}/fd")) < 100 + 60, 5,
-                 "the engine to close connections above its cap")
-        assert b"the cap is 100" in n.log_path.read_bytes()
+        wait_for(lambda: b"the cap is 100" in n.log_path.read_bytes(), 10,
+                 "the engine to refuse connections above its cap")
+        wait_for(lambda: sum(closed_by_peer(s, 0.01)[0] for s in socks[-100:]) == 100, 10,
+                 "the newest 100 connections to be closed")
+        assert len(os.listdir(f"/proc/{n.pid}/fd")) < 100 + 60
         close_all(socks)
         assert served(n.data_port)
     finally:
