@@ -95,7 +95,7 @@ B_HOST=$(field "$B_INFO" hostname)
 trap '' PIPE
 say "== client A: $A_HOST (pid $(field "$A_INFO" pid)), 256 MiB segment"
 say "== client B: $B_HOST (pid $(field "$B_INFO" pid)), 256 MiB segment" \
-	"(pre-faulted: MC_STORE_PREFAULT=${MC_STORE_PREFAULT:-background})"
+	"(pre-faulted: MC_STORE_PREFAULT=${MC_STORE_PREFAULT:-mount})"
 
 # --- 4. data ------------------------------------------------------------------------
 SEED=20240601

@@ -65,11 +65,11 @@ const struct mc_config_entry mc_hostmem_config_table[] = {
 	       "size of the explicit huge pages: 2MB or 1GB", CFG(hugepage_size), MC_CONFIG_STRING,
 	       0, 0},
 	 .check = check_hugepage_size},
-	{.f = {"store_prefault", "MC_STORE_PREFAULT", "background",
-	       "fault the global segment's pages in ahead of use: background (a thread, at "
-	       "store_prefault_rate, from the segment's start), mount (all of it before setup "
-	       "returns) or off (lazy: untouched memory costs nothing); never past the memory "
-	       "the cgroup and the system leave",
+	{.f = {"store_prefault", "MC_STORE_PREFAULT", "mount",
+	       "fault the global segment's pages in ahead of use: mount (all of it before setup "
+	       "returns), background (a thread, at store_prefault_rate, from the segment's "
+	       "start, so setup returns at once) or off (lazy: untouched memory costs nothing); "
+	       "never past the memory the cgroup and the system leave",
 	       CFG(prefault), MC_CONFIG_STRING, 0, 0},
 	 .check = check_prefault},
 	{.f = {"store_prefault_rate", "MC_STORE_PREFAULT_RATE", "2g",
@@ -299,9 +299,9 @@ static enum mc_prefault_mode prefault_mode(const char *s)
 {
 	if (s && !strcmp(s, "off"))
 		return MC_PREFAULT_OFF;
-	if (s && !strcmp(s, "mount"))
-		return MC_PREFAULT_MOUNT;
-	return MC_PREFAULT_BACKGROUND;
+	if (s && !strcmp(s, "background"))
+		return MC_PREFAULT_BACKGROUND;
+	return MC_PREFAULT_MOUNT;
 }
 
 static const char *mode_name(enum mc_prefault_mode p)
@@ -445,13 +445,15 @@ void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->len = m->len;
+	/* done first: the thread stores its last count before it marks done, so
+	 * a report that says done carries the final count */
+	pthread_mutex_lock((pthread_mutex_t *)&m->lock);
+	st->prefault_done = m->done;
+	pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
 	st->populated = atomic_load(&m->populated);
 	st->huge_bytes = huge_bytes(m);
 	st->pages = m->pages;
 	st->prefault = m->prefault;
-	pthread_mutex_lock((pthread_mutex_t *)&m->lock);
-	st->prefault_done = m->done;
-	pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
 }
 
 void mc_hostmem_wait_prefault(struct mc_hostmem *m)

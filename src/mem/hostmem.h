@@ -12,10 +12,12 @@
  *     them reserved, else by normal pages advised for transparent huge
  *     pages (MADV_HUGEPAGE); a huge-page request the system cannot meet
  *     falls back with one logged line, never a failed mapping;
- *   - pre-faulted by MC_STORE_PREFAULT: "background" (the default) has a
- *     thread populate it from its start at MC_STORE_PREFAULT_RATE bytes
- *     per second, "mount" populates it all before the mapping is handed
- *     out, "off" leaves it lazy, so an untouched segment costs no memory.
+ *   - pre-faulted by MC_STORE_PREFAULT: "mount" (the default) populates it
+ *     all before the mapping is handed out, "background" has a thread
+ *     populate it from its start at MC_STORE_PREFAULT_RATE bytes per
+ *     second (setup returns at once, but puts that outrun the thread fault
+ *     their own pages, and the two contend for THP compaction), "off"
+ *     leaves it lazy, so an untouched segment costs no memory.
  *
  * Populating uses MADV_POPULATE_WRITE, which faults pages in without
  * changing their contents, so it is safe while other threads (a

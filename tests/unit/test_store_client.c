@@ -1524,9 +1524,10 @@ static void conn_reconnects_after_drop(void **state)
 }
 
 /* The segment's memory as mc_store_segment_info reports it: the shared
- * clients pre-fault in the background (the default), a client set up
- * with MC_STORE_PREFAULT=mount has all of it populated before setup
- * returns, and one with off has none. */
+ * clients were set up with the default (mount: all of it populated before
+ * setup returned), a client set up with MC_STORE_PREFAULT=background
+ * reports it (a report that says done has the whole count), and one with
+ * off has none. */
 static void segment_info_reports_prefault(void **state)
 {
 	struct mc_store_segment_info info;
@@ -1538,16 +1539,18 @@ static void segment_info_reports_prefault(void **state)
 
 	assert_int_equal(mc_store_segment_info(A, &info), MC_OK);
 	assert_int_equal(info.size, SEG_SIZE);
-	assert_string_equal(info.prefault, "background");
-	assert_true(info.populated <= info.size);
+	assert_string_equal(info.prefault, "mount");
+	assert_int_equal(info.populated, SEG_SIZE);
+	assert_true(info.prefault_done);
 
-	setenv("MC_STORE_PREFAULT", "mount", 1);
+	setenv("MC_STORE_PREFAULT", "background", 1);
 	s = client_new(32ull << 20, 0);
 	unsetenv("MC_STORE_PREFAULT");
 	assert_int_equal(mc_store_segment_info(s, &info), MC_OK);
-	assert_string_equal(info.prefault, "mount");
-	assert_int_equal(info.populated, 32ull << 20);
-	assert_true(info.prefault_done);
+	assert_string_equal(info.prefault, "background");
+	assert_true(info.populated <= info.size); /* the thread's own end: test_hostmem */
+	if (info.prefault_done)
+		assert_int_equal(info.populated, 32ull << 20);
 	assert_true(!strcmp(info.pages, "thp") || !strcmp(info.pages, "4k") ||
 		    !strncmp(info.pages, "hugetlb", 7));
 	mc_store_free(s);
