@@ -69,7 +69,9 @@ static const struct mc_config_entry tcp_config_table[] = {
 	/* accepted for upstream's sake; nothing reads it (a v2 status frame is
 	 * bounded by MC_TCP_IO_TIMEOUT_MS) */
 	{.f = {"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30",
-	       "wait for a v2 status frame (s)", CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600}},
+	       "a request whose bytes are all sent fails when its v2 status frame does not come "
+	       "within this (s; a legacy peer behind a stale descriptor sends none)",
+	       CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600}},
 	{.f = {"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
 	       "fail requests on a connection that made no progress for this long",
 	       CFG(io_timeout_ms), MC_CONFIG_INT, 100, 3600000}},
@@ -204,6 +206,19 @@ static bool sock_has_unread(int fd)
 	return ioctl(fd, FIONREAD, &inq) == 0 && inq > 0;
 }
 
+/* All sent, and the head request waits for its v2 status frame: the wait
+ * MC_TCP_STATUS_TIMEOUT_SEC bounds (a legacy peer behind a stale descriptor
+ * never sends one).  Payload streaming stays under the i/o timeout. */
+static bool awaiting_status(const struct tcp_conn *c)
+{
+	return c->v2 && mc_list_empty(&c->sendq) && !mc_list_empty(&c->recvq) && !c->got_status;
+}
+
+static uint64_t conn_timeout_ms(const struct tcp_transport *tp, const struct tcp_conn *c)
+{
+	return awaiting_status(c) ? tp->status_timeout_ms : tp->io_timeout_ms;
+}
+
 static void worker_tick(struct tcp_worker *w, uint64_t now)
 {
 	struct tcp_transport *tp = w->tp;
@@ -216,10 +231,12 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
 			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
 		else if (c->state == CONN_UP && busy &&
-			 now - c->last_progress_ms > tp->io_timeout_ms && !sock_has_unread(c->fd)) {
+			 now - c->last_progress_ms > conn_timeout_ms(tp, c) &&
+			 !sock_has_unread(c->fd)) {
 			char why[200], info[160];
 			sock_stall_info(c->fd, info, sizeof(info));
-			snprintf(why, sizeof(why), "no progress within the i/o timeout (%s)", info);
+			snprintf(why, sizeof(why), "no progress within the %s timeout (%s)",
+				 awaiting_status(c) ? "status" : "i/o", info);
 			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT, why);
 		} else if (c->state == CONN_UP && !busy && c->path != c->home &&
 			   mc_tcp_path_usable(&c->peer->paths[c->home], now))
@@ -577,6 +594,7 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 	tp->zc_min = cfg->zerocopy_min;
 	tp->busy_poll_us = (uint64_t)cfg->busy_poll_us;
 	tp->io_timeout_ms = (uint64_t)cfg->io_timeout_ms;
+	tp->status_timeout_ms = (uint64_t)cfg->status_timeout_s * 1000u;
 	tp->max_conns =
 		(unsigned)mc_accept_cap_for_fds("tcp data port", (uint64_t)cfg->max_conns, 40);
 	tp->idle_timeout_ms = (uint64_t)cfg->idle_timeout_ms;

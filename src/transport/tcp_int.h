@@ -229,6 +229,7 @@ struct tcp_transport {
 	uint64_t busy_poll_us;
 	unsigned conns_per_peer;
 	uint64_t io_timeout_ms;
+	uint64_t status_timeout_ms; /* a v2 status frame awaited with nothing left to send */
 	uint64_t connect_timeout_ms;
 	uint64_t path_backoff_ms;
 	int sockbuf;

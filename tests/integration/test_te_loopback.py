@@ -317,6 +317,29 @@ def test_stopped_target_times_out(cluster, mode):
     assert target.crc(8 * MiB + 1, 4 * MiB) == init.crc(0, 4 * MiB)
 
 
+def test_status_timeout_bounds_a_silent_target(cluster, mode):
+    """MC_TCP_STATUS_TIMEOUT_SEC: a write whose bytes all went out (4 KiB fit in
+    the socket buffers) and whose status frame never comes (the target is
+    SIGSTOPped) fails after the status timeout, not after the i/o timeout
+    (30 s by default).  TCP only: the same-host path has no status frames."""
+    tcp = {"MC_SHM_DISABLE": "1"}
+    target = cluster.node(mode, env=tcp)
+    init = cluster.node(mode, env=dict(tcp, MC_TCP_STATUS_TIMEOUT_SEC="1"))
+    seg = init.open(target.name)
+    init.fill(79, 0, 4096)
+    assert is_ok(init.write(seg, 0, target.base, 4096))
+    sigstop(target.pid)
+    try:
+        t0 = time.monotonic()
+        r = init.write(seg, 0, target.base + 4096, 4096, timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        os.kill(target.pid, signal.SIGCONT)
+    expect_err(r, "write awaiting a stopped target's status")
+    assert 0.9 < elapsed < 10, f"status wait ended after {elapsed:.1f}s (status timeout 1 s): {r}"
+    assert is_ok(init.write(seg, 0, target.base + 8192, 4096)), "write after the target resumed"
+
+
 def test_unknown_segment(cluster, mode):
     init = cluster.node(mode)
     name = f"127.0.0.1:{free_port()}" if mode == "p2p" else "no-such-segment-" + cluster.tag
