@@ -70,7 +70,8 @@ static const struct mc_config_entry tcp_config_table[] = {
 	 * bounded by MC_TCP_IO_TIMEOUT_MS) */
 	{.f = {"tcp_status_timeout", "MC_TCP_STATUS_TIMEOUT_SEC", "30",
 	       "a request whose bytes are all sent fails when its v2 status frame does not come "
-	       "within this (s; a legacy peer behind a stale descriptor sends none)",
+	       "within this or tcp_io_timeout_ms, the shorter (s; a legacy peer behind a stale "
+	       "descriptor sends none)",
 	       CFG(status_timeout_s), MC_CONFIG_INT, 1, 3600}},
 	{.f = {"tcp_io_timeout_ms", "MC_TCP_IO_TIMEOUT_MS", "30000",
 	       "fail requests on a connection that made no progress for this long",
@@ -214,9 +215,13 @@ static bool awaiting_status(const struct tcp_conn *c)
 	return c->v2 && mc_list_empty(&c->sendq) && !mc_list_empty(&c->recvq) && !c->got_status;
 }
 
+/* No progress for this long fails the connection: the i/o timeout, and
+ * while a status frame is awaited the shorter of it and the status one. */
 static uint64_t conn_timeout_ms(const struct tcp_transport *tp, const struct tcp_conn *c)
 {
-	return awaiting_status(c) ? tp->status_timeout_ms : tp->io_timeout_ms;
+	if (awaiting_status(c))
+		return MC_MIN(tp->status_timeout_ms, tp->io_timeout_ms);
+	return tp->io_timeout_ms;
 }
 
 static void worker_tick(struct tcp_worker *w, uint64_t now)
@@ -236,7 +241,10 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 			char why[200], info[160];
 			sock_stall_info(c->fd, info, sizeof(info));
 			snprintf(why, sizeof(why), "no progress within the %s timeout (%s)",
-				 awaiting_status(c) ? "status" : "i/o", info);
+				 awaiting_status(c) && tp->status_timeout_ms < tp->io_timeout_ms
+					 ? "status"
+					 : "i/o",
+				 info);
 			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT, why);
 		} else if (c->state == CONN_UP && !busy && c->path != c->home &&
 			   mc_tcp_path_usable(&c->peer->paths[c->home], now))
