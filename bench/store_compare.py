@@ -21,7 +21,8 @@ the same machine conditions; nothing runs concurrently):
    and bench/store_proto_bench (metadata calls on the wire); the single-key
    calls run twice: over a 64 MiB window of keys (store_bench's default) and
    with one key per round (--window=SIZE), the two access patterns of the
-   two Redis runs;
+   two Redis runs; and the first fill of a fresh segment against a refill
+   (store_bench --cases=cold, 512 MiB into 2 GiB), beside Redis's one-key SET;
 4. optionally (--objects N) the master's RSS per object (bench/master_rss.py).
 
 Each figure is the median over --runs rounds.  The tables show the ratios the
@@ -176,6 +177,11 @@ def store_round(build, m, data, meta, duration, quick):
     for size in SIZES:
         for j in json_lines(common + [f"--sizes={size}", f"--window={size}", "--cases=zc,copy"]):
             data.setdefault((j["case"], j["size"], "one"), []).append(j)
+    # the first fill of a fresh segment against a refill of the same memory
+    # (issue 12): 512 MiB into a fresh holder's 2 GiB segment, then again
+    for j in json_lines(common + ["--sizes=1m,4m", "--cases=cold", "--window=512m",
+                                  "--segment=2g"]):
+        data.setdefault((j["case"], j["size"], "cold"), []).append(j)
     for j in json_lines([proto, f"--master={m.addr}", "--runs=1", f"--duration={duration}",
                          "--keys=1000", "--batch=1000", "--json"]):
         meta.setdefault(("wire", j["case"], j["batch"]), []).append(j)
@@ -255,12 +261,16 @@ def main():
     print()
     cases = (("put_from", "SET", "write"), ("put", "SET", "write"),
              ("batch_put_from", "SET", "write"), ("mt_put_from", "SET", "write"),
+             ("put_from_cold", "SET", "write"), ("put_from_warm", "SET", "write"),
              ("get_into", "GET", "read"), ("get", "GET", "read"),
              ("batch_get_into", "GET", "read"), ("mt_get_into", "GET", "read"))
     for mode, title, tkey, tname in (
             ("walk", "Keys over a 64 MiB window (store_bench's default; redis-benchmark -r K)",
              "w", "TE b=1 walk"),
             ("one", "One key per round (store_bench --window=SIZE; redis-benchmark's default)",
+             1, "TE b=1"),
+            ("cold", "First fill of a fresh 2 GiB segment (cold) and a refill of the same "
+             "memory (warm), 512 MiB (store_bench --cases=cold; MC_STORE_PREFAULT applies)",
              1, "TE b=1")):
         print(title)
         print()
@@ -272,7 +282,7 @@ def main():
                 st = store.get((case, size, mode))
                 if not st:
                     continue
-                rd = redis.get((rop, size, mode))
+                rd = redis.get((rop, size, "one" if mode == "cold" else mode))
                 t, t128 = te.get((top, size, tkey)), te.get((top, size, 128))
                 label = case
                 if st["batch"] > 1:
