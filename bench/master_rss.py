@@ -14,7 +14,12 @@ objects are live, and prints
 (one line; --json for a JSON object).  The in-process counterpart, which
 counts the master's own allocations, is bench/master_mem_bench.c.
 
+With --calls it also times single-key and batched metadata calls
+(store_proto_bench --keys=1000 --batch=1000 --runs=3) while the objects
+are live.
+
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
+                           [--calls] [--json]
 """
 import argparse
 import json
@@ -86,7 +91,7 @@ class Master:
             pass
 
 
-def measure(build, objects, value_size, master_extra=()):
+def measure(build, objects, value_size, master_extra=(), calls=False):
     exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
     loader = find(build, "bench/store_proto_bench")
     # A long client_ttl: the loader pings every second anyway.
@@ -105,6 +110,11 @@ def measure(build, objects, value_size, master_extra=()):
             if done is None:
                 raise RuntimeError(f"loader failed (rc={ld.wait()})")
             after = m.rss_kib()
+            if calls:  # metadata calls while the master is that full
+                r = subprocess.run([loader, f"--master={m.addr}", "--keys=1000", "--batch=1000",
+                                    "--runs=3", "--duration=2", "--json"],
+                                   capture_output=True, text=True, check=True)
+                meta = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
         finally:
             ld.stdin.close()
             ld.wait(timeout=60)
@@ -116,6 +126,7 @@ def measure(build, objects, value_size, master_extra=()):
             "bytes_per_object": (after - before) * 1024 / objects,
             "load_keys_per_s": float(done["keys/s"]),
             "load_s": float(done["s"]),
+            **({"calls": meta} if calls else {}),
         }
     finally:
         m.stop()
@@ -127,13 +138,21 @@ def main():
     ap.add_argument("--objects", type=int, default=10_000_000)
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--calls", action="store_true",
+                    help="also time single-key and batched metadata calls (store_proto_bench) "
+                         "while the objects are live")
     args = ap.parse_args()
-    r = measure(args.build, args.objects, args.value_size)
+    r = measure(args.build, args.objects, args.value_size, calls=args.calls)
+    calls = r.pop("calls", [])
     if args.json:
-        print(json.dumps(r))
+        print(json.dumps(dict(r, calls=calls) if calls else r))
     else:
         print("master_rss " + " ".join(
             f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        for c in calls:
+            print(f"  {c['case']} batch={c['batch']} calls/s={c['ops_per_s']:.0f} "
+                  f"keys/s={c['keys_per_s']:.0f} p50_us={c['p50_us']:.1f} "
+                  f"p99_us={c['p99_us']:.1f}")
 
 
 if __name__ == "__main__":
