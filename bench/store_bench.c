@@ -407,55 +407,6 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 	return r;
 }
 
-/*
- * First fill against refill: a fresh holder (a freshly mounted segment,
- * pre-faulted as MC_STORE_PREFAULT in the environment says) is started
- * and the window is put into it at once (put_gbs, "cold"), then removed
- * and put again into the memory the first fill touched (get_gbs slot,
- * "warm").  The data of both fills is read back and checked.
- */
-static pid_t holder_pid;
-static void start_holder(const char *self);
-static void stop_holder(void);
-
-static struct xfer_result run_cold(size_t size)
-{
-	struct window w;
-	struct samples cl = {0}, wl = {0}, gl = {0};
-	struct xfer_result r;
-	double t0, cold_t, warm_t;
-	static uint64_t round;
-
-	if (holder_pid <= 0)
-		die("--cases=cold starts its own holders: drop --target");
-	window_init(&w, size, window_count(size, 1), true);
-	stop_holder();
-	start_holder("/proc/self/exe");
-	window_keys(&w, 0, ++round);
-	t0 = now_s();
-	put_phase(X_ZC, &w, &cl);
-	cold_t = now_s() - t0;
-	get_phase(X_ZC, &w, 0, round, &gl);
-	window_remove(&w);
-	window_keys(&w, 0, ++round);
-	t0 = now_s();
-	put_phase(X_ZC, &w, &wl);
-	warm_t = now_s() - t0;
-	get_phase(X_ZC, &w, 0, round, &gl);
-	window_remove(&w);
-	r.put_gbs = (double)(w.n * size) / cold_t / 1e9;
-	r.get_gbs = (double)(w.n * size) / warm_t / 1e9;
-	r.put_p50 = percentile(&cl, 50);
-	r.put_p99 = percentile(&cl, 99);
-	r.get_p50 = percentile(&wl, 50);
-	r.get_p99 = percentile(&wl, 99);
-	free(cl.v);
-	free(wl.v);
-	free(gl.v);
-	window_release(&w, true);
-	return r;
-}
-
 /* Threaded zero-copy: every thread owns a window; phases are barriers. */
 struct mt_shared {
 	pthread_barrier_t bar;
@@ -769,6 +720,51 @@ static void stop_holder(void)
 	    !(WIFEXITED(status) && !WEXITSTATUS(status)))
 		fprintf(stderr, PROG ": the holder exited with status %d\n", status);
 	holder_pid = -1;
+}
+
+/*
+ * First fill against refill: a fresh holder (a freshly mounted segment,
+ * pre-faulted as MC_STORE_PREFAULT in the environment says) is started
+ * and the window is put into it at once (put_gbs, "cold"), then removed
+ * and put again into the memory the first fill touched (get_gbs slot,
+ * "warm").  The data of both fills is read back and checked.
+ */
+static struct xfer_result run_cold(size_t size)
+{
+	struct window w;
+	struct samples cl = {0}, wl = {0}, gl = {0};
+	struct xfer_result r;
+	double t0, cold_t, warm_t;
+	static uint64_t round;
+
+	if (holder_pid <= 0)
+		die("--cases=cold starts its own holders: drop --target");
+	window_init(&w, size, window_count(size, 1), true);
+	stop_holder();
+	start_holder("/proc/self/exe");
+	window_keys(&w, 0, ++round);
+	t0 = now_s();
+	put_phase(X_ZC, &w, &cl);
+	cold_t = now_s() - t0;
+	get_phase(X_ZC, &w, 0, round, &gl);
+	window_remove(&w);
+	window_keys(&w, 0, ++round);
+	t0 = now_s();
+	put_phase(X_ZC, &w, &wl);
+	warm_t = now_s() - t0;
+	get_phase(X_ZC, &w, 0, round, &gl);
+	window_remove(&w);
+	r.put_gbs = (double)(w.n * size) / cold_t / 1e9;
+	r.get_gbs = (double)(w.n * size) / warm_t / 1e9;
+	r.put_p50 = percentile(&cl, 50);
+	r.put_p99 = percentile(&cl, 99);
+	r.get_p50 = percentile(&wl, 50);
+	r.get_p99 = percentile(&wl, 99);
+	free(cl.v);
+	free(wl.v);
+	free(gl.v);
+	window_release(&w, true);
+	return r;
 }
 
 static bool parse_size(const char *s, uint64_t *out)

@@ -2,10 +2,13 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void mc_test_fill(void *buf, size_t len, uint64_t seed)
@@ -60,4 +63,27 @@ struct mc_te *mc_test_engine_new(const char *uri, const char *name)
 		return NULL;
 	}
 	return te;
+}
+
+bool mc_test_tmpdir(const char *base, const char *prefix, char *dir, size_t len)
+{
+	struct stat sb;
+	if (!base || stat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
+		base = "/tmp";
+	if ((size_t)snprintf(dir, len, "%s/%s-XXXXXX", base, prefix) >= len)
+		return false;
+	return mkdtemp(dir) != NULL;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+int mc_test_rmtree(const char *dir)
+{
+	return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
 }

@@ -42,7 +42,6 @@ struct mode {
 
 static const struct mode on_disk = {"/tmp", true}, on_tmpfs = {"/dev/shm", true},
 			 fallback = {"/tmp", false};
-static const char *base_dir = "/tmp";
 static char dir[256];
 static int dirfd_ = -1;
 static struct mc_disk_io *IO;
@@ -51,14 +50,10 @@ static int dir_setup(void **state)
 {
 	const struct mode *m = *state;
 	struct mc_disk_io_params p = {.use_uring = m->uring};
-	struct stat sb;
-	base_dir = m->base_dir;
-	if (stat(base_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		base_dir = "/tmp"; /* no tmpfs here: the disk twice */
 	if (mc_disk_io_new(&p, &IO) != MC_OK || mc_disk_io_uring(IO) != m->uring)
 		return -1;
-	snprintf(dir, sizeof(dir), "%s/mc-bucket-XXXXXX", base_dir);
-	if (!mkdtemp(dir))
+	/* without /dev/shm, /tmp: the disk twice */
+	if (!mc_test_tmpdir(m->base_dir, "mc-bucket", dir, sizeof(dir)))
 		return -1;
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return dirfd_ < 0 ? -1 : 0;
@@ -66,13 +61,11 @@ static int dir_setup(void **state)
 
 static int dir_teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
 	close(dirfd_);
 	mc_disk_io_free(IO);
 	IO = NULL;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return mc_test_rmtree(dir);
 }
 
 static bool file_exists(const char *name)

@@ -31,12 +31,7 @@ static int dirfd_ = -1;
 
 static int dir_setup(void **state)
 {
-	const char *base = *state ? (const char *)*state : "/tmp";
-	struct stat sb;
-	if (stat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		base = "/tmp";
-	snprintf(dir, sizeof(dir), "%s/mc-disk-io-XXXXXX", base);
-	if (!mkdtemp(dir))
+	if (!mc_test_tmpdir(*state, "mc-disk-io", dir, sizeof(dir)))
 		return -1;
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return dirfd_ < 0 ? -1 : 0;
@@ -44,11 +39,9 @@ static int dir_setup(void **state)
 
 static int dir_teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
 	close(dirfd_);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return mc_test_rmtree(dir);
 }
 
 static int new_file(const char *name, int extra_flags)

@@ -38,20 +38,13 @@ static char dir[256];
 
 static int dir_setup(void **state)
 {
-	const char *base = *state;
-	struct stat sb;
-	if (stat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
-		base = "/tmp";
-	snprintf(dir, sizeof(dir), "%s/mc-dstore-XXXXXX", base);
-	return mkdtemp(dir) ? 0 : -1;
+	return mc_test_tmpdir(*state, "mc-dstore", dir, sizeof(dir)) ? 0 : -1;
 }
 
 static int dir_teardown(void **state)
 {
-	char cmd[300];
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return mc_test_rmtree(dir);
 }
 
 /* A configuration for dir, whatever the environment says. */

@@ -74,35 +74,22 @@ static struct mc_store *client_new(uint64_t seg, uint64_t lbuf)
 	return s;
 }
 
+/* No eviction in these tests: a deliberate -200 (errors_are_typed) would
+ * otherwise make the next tick evict unleased objects that later cases
+ * read back.  Eviction has its own tests in test_master.c. */
+static void no_eviction(struct mc_master_server_config *c)
+{
+	c->master.eviction_ratio = 0;
+	c->master.eviction_high_watermark_ratio = 1.0;
+}
+
 static int group_setup(void **state)
 {
-	struct mc_master_server_config c;
 	(void)state;
-	mc_master_server_config_defaults(&c);
-	set_str(&c.rpc_address, "127.0.0.1");
-	set_str(&c.metrics_host, "127.0.0.1");
-	set_str(&c.http_metadata_server_host, "127.0.0.1");
-	c.rpc_port = 0;
-	c.port = 0;
-	c.metrics_port = 0;
-	c.enable_metric_reporting = false;
-	c.enable_http_metadata_server = true;
-	c.http_metadata_server_port = 0;
-	/* No eviction in these tests: a deliberate -200 (errors_are_typed)
-	 * would otherwise make the next tick evict unleased objects that later
-	 * cases read back.  Eviction has its own tests in test_master.c. */
-	c.master.eviction_ratio = 0;
-	c.master.eviction_high_watermark_ratio = 1.0;
-	if (mc_master_server_start(&c, &master) != MC_OK) {
-		fprintf(stderr, "master start: %s\n", mc_last_error());
-		mc_master_server_config_release(&c);
+	master = mc_test_master_start(no_eviction, master_addr, sizeof(master_addr), meta_uri,
+				      sizeof(meta_uri));
+	if (!master)
 		return -1;
-	}
-	mc_master_server_config_release(&c);
-	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u",
-		 mc_master_server_rpc_port(master));
-	snprintf(meta_uri, sizeof(meta_uri), "http://127.0.0.1:%u/metadata",
-		 mc_master_server_metadata_port(master));
 	A = client_new(SEG_SIZE, LBUF_SIZE);
 	B = client_new(SEG_SIZE, LBUF_SIZE);
 	return 0;

@@ -28,15 +28,8 @@ static struct mc_master_server *master;
 static struct mc_store *S;
 static const struct mc_devmem_ops *dm = &mc_devmem_emu_ops;
 
-static void set_str(char **field, const char *v)
-{
-	mc_free(*field);
-	*field = mc_strdup(v);
-}
-
 static int group_setup(void **state)
 {
-	struct mc_master_server_config c;
 	char addr[64], meta[128];
 	struct mc_store_params p = {
 		.local_hostname = "127.0.0.1",
@@ -48,24 +41,9 @@ static int group_setup(void **state)
 	};
 	(void)state;
 	mc_devmem_set_backend(dm); /* before any engine */
-	mc_master_server_config_defaults(&c);
-	set_str(&c.rpc_address, "127.0.0.1");
-	set_str(&c.metrics_host, "127.0.0.1");
-	set_str(&c.http_metadata_server_host, "127.0.0.1");
-	c.rpc_port = 0;
-	c.port = 0;
-	c.metrics_port = 0;
-	c.enable_metric_reporting = false;
-	c.enable_http_metadata_server = true;
-	c.http_metadata_server_port = 0;
-	if (mc_master_server_start(&c, &master) != MC_OK) {
-		mc_master_server_config_release(&c);
+	master = mc_test_master_start(NULL, addr, sizeof(addr), meta, sizeof(meta));
+	if (!master)
 		return -1;
-	}
-	mc_master_server_config_release(&c);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%u", mc_master_server_rpc_port(master));
-	snprintf(meta, sizeof(meta), "http://127.0.0.1:%u/metadata",
-		 mc_master_server_metadata_port(master));
 	if (mc_store_new(&S) != MC_OK || mc_store_setup(S, &p) != MC_OK)
 		return -1;
 	return 0;

@@ -33,15 +33,8 @@ static char master_addr[64];
 static char meta_uri[128];
 static struct mc_store *S;
 
-static void set_str(char **field, const char *v)
-{
-	mc_free(*field);
-	*field = mc_strdup(v);
-}
-
 static int group_setup(void **state)
 {
-	struct mc_master_server_config c;
 	struct mc_store_params p = {
 		.local_hostname = "127.0.0.1",
 		.metadata_server = meta_uri,
@@ -51,26 +44,10 @@ static int group_setup(void **state)
 		.master_server_addr = master_addr,
 	};
 	(void)state;
-	mc_master_server_config_defaults(&c);
-	set_str(&c.rpc_address, "127.0.0.1");
-	set_str(&c.metrics_host, "127.0.0.1");
-	set_str(&c.http_metadata_server_host, "127.0.0.1");
-	c.rpc_port = 0;
-	c.port = 0;
-	c.metrics_port = 0;
-	c.enable_metric_reporting = false;
-	c.enable_http_metadata_server = true;
-	c.http_metadata_server_port = 0;
-	if (mc_master_server_start(&c, &master) != MC_OK) {
-		fprintf(stderr, "master start: %s\n", mc_last_error());
-		mc_master_server_config_release(&c);
+	master = mc_test_master_start(NULL, master_addr, sizeof(master_addr), meta_uri,
+				      sizeof(meta_uri));
+	if (!master)
 		return -1;
-	}
-	mc_master_server_config_release(&c);
-	snprintf(master_addr, sizeof(master_addr), "127.0.0.1:%u",
-		 mc_master_server_rpc_port(master));
-	snprintf(meta_uri, sizeof(meta_uri), "http://127.0.0.1:%u/metadata",
-		 mc_master_server_metadata_port(master));
 	if (mc_store_new(&S) != MC_OK || mc_store_setup(S, &p) != MC_OK) {
 		fprintf(stderr, "store setup: %s\n", mc_last_error());
 		return -1;
