@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mooncake/log.h>
 #include <mooncake/status.h>
@@ -96,6 +97,28 @@ static inline double median(const double *v, int n)
 	memcpy(tmp, v, (size_t)n * sizeof(*v));
 	qsort(tmp, (size_t)n, sizeof(*tmp), cmp_double);
 	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+/* CPU seconds (user + system) of process pid so far, or -1 (pid <= 0, or
+ * /proc/pid/stat unreadable). */
+static inline double proc_cpu_s(long pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st;
+	FILE *f;
+
+	if (pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	if (!p || !(p = strrchr(buf, ')')) ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* One run's figures of a metadata case: calls/s, keys/s, latency per call (us). */

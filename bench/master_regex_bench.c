@@ -280,6 +280,7 @@ int main(int argc, char **argv)
 		{"metrics_port", "0"},
 		{"metrics_host", "127.0.0.1"},
 		{"enable_metric_reporting", "false"},
+		{"mount_probe", "false"}, /* the keys live on a fake segment, no engine */
 	};
 	struct mc_master_server_config cfg;
 	struct mc_master_server *srv;

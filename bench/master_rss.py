@@ -51,7 +51,9 @@ class Master:
         argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
                 "--metrics_host=127.0.0.1", "--enable_http_metadata_server=true",
                 "--http_metadata_server_port=0", "--http_metadata_server_host=127.0.0.1",
-                "--enable_metric_reporting=false", *extra]
+                "--enable_metric_reporting=false",
+                # store_proto_bench mounts fake segments with no engine behind them
+                "--mount_probe=false", *extra]
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=self.log)
         deadline = time.monotonic() + timeout

@@ -15,6 +15,9 @@
  *                         freed after the check)
  *   batch_put_from / batch_get_into
  *                         --batch keys per call
+ *   put_batch / batch_get (--cases=batchcopy, not in the default set)
+ *                         the copy-based batch calls, --batch keys per
+ *                         call, from and into unregistered memory
  *   mt_put_from / mt_get_into
  *                         --threads threads, one key per call each, phases
  *                         synchronised by a barrier
@@ -47,6 +50,20 @@
  * Same-host engines may move bytes through the same-host transport rather
  * than TCP; run with MC_SHM_DISABLE=1 in the environment (the holder
  * inherits it) to measure TCP, as bench/store_compare.py does.
+ *
+ * --mode=agg is one client of bench/store_aggregate.py's many: no segment,
+ * a window of --window bytes of --sizes[0] objects (registered), all put
+ * to the holder --target names, driven from stdin so that the driver can
+ * start the same phase in every client at once.  It prints "READY keys=N
+ * size=B" and answers each line with one line:
+ *
+ *   put      put_from every key of the window -> OK bytes=B t0=S t1=S p99_us=X
+ *   get      get_into every key (data checked) -> the same
+ *   remove   one forced batch remove, next round's keys -> OK
+ *   quit     (or end of input) exit
+ *
+ * t0 and t1 are CLOCK_MONOTONIC seconds around the phase, comparable
+ * between processes on one host.
  *
  * Exit status: 0 success, 1 a store call failed or data did not verify,
  * 2 bad flags.
@@ -172,7 +189,18 @@ struct xfer_result {
 /* ------------------------------------------------------------------------ */
 /* Data cases                                                                */
 
-enum xfer_kind { X_ZC, X_COPY, X_BATCH };
+enum xfer_kind { X_ZC, X_COPY, X_BATCH, X_BATCH_COPY };
+
+static bool kind_batched(enum xfer_kind k)
+{
+	return k == X_BATCH || k == X_BATCH_COPY;
+}
+
+/* The zero-copy kinds put from and get into registered buffers. */
+static bool kind_registered(enum xfer_kind k)
+{
+	return k == X_ZC || k == X_BATCH;
+}
 
 struct window {
 	size_t n;	/* keys per round */
@@ -279,7 +307,7 @@ static void put_phase(enum xfer_kind k, struct window *w, struct samples *lat)
 {
 	struct mc_store_config cfg = place_cfg();
 
-	if (k == X_BATCH) {
+	if (kind_batched(k)) {
 		size_t b = (size_t)opt.batch;
 		size_t *lens = sizes_of(b, w->size);
 		mc_status *res = calloc(b, sizeof(*res));
@@ -288,12 +316,17 @@ static void put_phase(enum xfer_kind k, struct window *w, struct samples *lat)
 			die("out of memory");
 		for (size_t i = 0; i + b <= w->n; i += b) {
 			double t0 = now_s();
-			mc_status st = mc_store_batch_put_from(store, w->keyp + i,
-							       (void *const *)(w->bufs + i), lens,
-							       b, &cfg, res);
+			mc_status st =
+				k == X_BATCH
+					? mc_store_batch_put_from(store, w->keyp + i,
+								  (void *const *)(w->bufs + i),
+								  lens, b, &cfg, res)
+					: mc_store_put_batch(store, w->keyp + i,
+							     (const void *const *)(w->bufs + i),
+							     lens, b, &cfg, res);
 
 			sample_add(lat, (now_s() - t0) * 1e6);
-			check(st, "batch_put_from", w->keyp[i]);
+			check(st, k == X_BATCH ? "batch_put_from" : "put_batch", w->keyp[i]);
 		}
 		free(lens);
 		free(res);
@@ -339,6 +372,30 @@ static void get_phase(enum xfer_kind k, struct window *w, unsigned tid, uint64_t
 		free(res);
 		return;
 	}
+	if (k == X_BATCH_COPY) {
+		size_t b = (size_t)opt.batch;
+		void **vals = calloc(b, sizeof(*vals));
+		int64_t *res = calloc(b, sizeof(*res));
+
+		if (!vals || !res)
+			die("out of memory");
+		for (size_t i = 0; i + b <= w->n; i += b) {
+			double t0 = now_s();
+			mc_status st = mc_store_batch_get(store, w->keyp + i, b, vals, res);
+
+			sample_add(lat, (now_s() - t0) * 1e6);
+			check(st, "batch_get", w->keyp[i]);
+			for (size_t j = 0; j < b; j++) {
+				if (res[j] != (int64_t)w->size ||
+				    !stamped(vals[j], tag_of(tid, round, i + j)))
+					die("batch_get(%s): wrong size or data", w->keyp[i + j]);
+				free(vals[j]);
+			}
+		}
+		free(vals);
+		free(res);
+		return;
+	}
 	for (size_t i = 0; i < w->n; i++) {
 		double t0 = now_s();
 		void *v = NULL;
@@ -379,8 +436,8 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 	struct xfer_result r;
 	static uint64_t round;
 
-	window_init(&w, size, window_count(size, k == X_BATCH ? (size_t)opt.batch : 1),
-		    k != X_COPY);
+	window_init(&w, size, window_count(size, kind_batched(k) ? (size_t)opt.batch : 1),
+		    kind_registered(k));
 	t_end = now_s() + opt.duration;
 	do {
 		double t0;
@@ -403,7 +460,7 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 	r.get_p99 = percentile(&gl, 99);
 	free(pl.v);
 	free(gl.v);
-	window_release(&w, k != X_COPY);
+	window_release(&w, kind_registered(k));
 	return r;
 }
 
@@ -669,6 +726,58 @@ static int holder_main(void)
 	return 0;
 }
 
+/* One phase of an aggregate client: "OK bytes=B t0=S t1=S p99_us=X". */
+static void agg_phase(bool put, struct window *w, uint64_t round)
+{
+	struct samples lat = {0};
+	double t0 = now_s(), t1;
+
+	if (put)
+		put_phase(X_ZC, w, &lat);
+	else
+		get_phase(X_ZC, w, 0, round, &lat);
+	t1 = now_s();
+	printf("OK bytes=%zu t0=%.6f t1=%.6f p99_us=%.1f\n", w->n * w->size, t0, t1,
+	       percentile(&lat, 99));
+	free(lat.v);
+}
+
+/* Aggregate client (--mode=agg): one window, its phases run on command. */
+static int agg_main(void)
+{
+	struct window w;
+	uint64_t round = 1;
+	char line[64];
+
+	if (!opt.target)
+		die("--mode=agg needs --target=HOLDER_HOSTNAME");
+	setup_store(0, 16u << 20);
+	window_init(&w, opt.sizes[0], window_count(opt.sizes[0], 1), true);
+	window_keys(&w, 0, round);
+	printf("READY keys=%zu size=%zu\n", w.n, w.size);
+	fflush(stdout);
+	while (!stop_signal && fgets(line, sizeof(line), stdin)) {
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!strcmp(line, "put")) {
+			agg_phase(true, &w, round);
+		} else if (!strcmp(line, "get")) {
+			agg_phase(false, &w, round);
+		} else if (!strcmp(line, "remove")) {
+			window_remove(&w);
+			window_keys(&w, 0, ++round);
+			printf("OK\n");
+		} else if (!strcmp(line, "quit")) {
+			break;
+		} else {
+			printf("ERR unknown command '%s'\n", line);
+		}
+		fflush(stdout);
+	}
+	window_release(&w, true);
+	mc_store_free(store);
+	return 0;
+}
+
 static pid_t holder_pid = -1;
 static int holder_stdin = -1;
 static char holder_name[256];
@@ -802,10 +911,11 @@ static bool parse_size(const char *s, uint64_t *out)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: " PROG " [--mode=client|holder] [--master=H:P] [--metadata=URI]\n"
+		"usage: " PROG " [--mode=client|holder|agg] [--master=H:P] [--metadata=URI]\n"
 		"       [--host=NAME] [--target=HOLDER_HOSTNAME] [--segment=2g] [--window=64m]\n"
 		"       [--sizes=1m,4m] [--runs=5] [--duration=2] [--batch=8] [--threads=2]\n"
-		"       [--meta-keys=1000] [--cases=zc,copy,batch,mt,meta,cold] [--json] [--quick]\n");
+		"       [--meta-keys=1000] [--cases=zc,copy,batch,batchcopy,mt,meta,cold] [--json]\n"
+		"       [--quick]\n");
 }
 
 int main(int argc, char **argv)
@@ -926,6 +1036,8 @@ int main(int argc, char **argv)
 
 	if (!strcmp(opt.mode, "holder"))
 		return holder_main();
+	if (!strcmp(opt.mode, "agg"))
+		return agg_main();
 	if (strcmp(opt.mode, "client"))
 		goto bad;
 	if (!opt.target)
@@ -957,6 +1069,11 @@ int main(int argc, char **argv)
 				rs[r] = run_single(X_BATCH, size);
 			report_xfer("batch_put_from", "batch_get_into", size, opt.batch, 1, rs,
 				    opt.runs);
+		}
+		if (case_on("batchcopy")) {
+			for (int r = 0; r < opt.runs; r++)
+				rs[r] = run_single(X_BATCH_COPY, size);
+			report_xfer("put_batch", "batch_get", size, opt.batch, 1, rs, opt.runs);
 		}
 		if (case_on("cold")) {
 			for (int r = 0; r < opt.runs; r++)

@@ -7,6 +7,8 @@
  * memory and no Transfer Engine: it mounts a fake segment (the master only
  * does bookkeeping on segments and never touches their memory) and creates
  * objects on it with BatchPutStart + BatchPutEnd, 1000 keys per frame.
+ * The master must run with --mount_probe=false, or it refuses the fake
+ * segment (no engine answers its probe).
  * This is the one bench that links the internal archive: the public API
  * has no batch GetReplicaList call, and the loader must stop short of any
  * data transfer.
@@ -504,24 +506,6 @@ static struct client_result client_loop(int start_fd)
 	r.p99_us = lat[(size_t)ceil(0.99 * (double)ns) - 1];
 	free(lat);
 	return r;
-}
-
-/* CPU seconds (user + system) of process pid so far, or -1. */
-static double proc_cpu_s(long pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long ut, st;
-	FILE *f;
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -1;
-	p = fgets(buf, sizeof(buf), f);
-	fclose(f);
-	if (!p || !(p = strrchr(buf, ')')) ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static int cmp_result(const void *a, const void *b)

@@ -25,6 +25,20 @@
  *       (bench/py_overhead.py) can interleave short C and Python loops and
  *       both see the same machine load.
  *
+ *   te_call_bench --agg --peer NAME --addr A --block B --window W
+ *       one initiator of bench/store_aggregate.py's engine reference: it
+ *       registers W bytes and, per stdin line, moves them in W / B
+ *       synchronous calls of one B-byte request each (the calls above),
+ *       walking [A, A + W) of the target as a store client's single-key
+ *       calls walk its keys:
+ *
+ *         write | read  -> OK bytes=N t0=S t1=S p99_us=X
+ *         quit (or end of input) exits
+ *
+ *       t0 and t1 are CLOCK_MONOTONIC seconds around the phase,
+ *       comparable between processes on one host.  It prints READY once
+ *       connected.
+ *
  * Only the public API is used.
  */
 #include <mooncake/mooncake.h>
@@ -32,6 +46,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,13 +197,80 @@ static int initiate(const char *peer, uint64_t raddr, unsigned iters, unsigned b
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* --agg: phases of window / block one-request calls, on command. */
+static int aggregate(const char *peer, uint64_t raddr, uint64_t block, uint64_t window)
+{
+	struct mc_te *te = engine_new();
+	size_t n = (size_t)(window / block);
+	char *buf = buffer_alloc(window);
+	uint64_t *lat = calloc(n, sizeof(*lat));
+	struct mc_xfer_req req;
+	char line[64];
+	mc_status st = mc_te_register(te, buf, window, "cpu:0", true);
+
+	if (st != MC_OK)
+		die_status("mc_te_register", st);
+	if (!lat)
+		die("out of memory");
+	req = (struct mc_xfer_req){
+		.opcode = MC_OP_READ, .source = buf, .target_offset = raddr, .length = block};
+	st = sync_call(te, peer, &req, 1); /* connect */
+	if (st != MC_OK)
+		die_status("first read", st);
+	printf("READY\n");
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin)) {
+		bool wr = !strncmp(line, "write", 5), rd = !strncmp(line, "read", 4);
+		double t0, t1;
+
+		if (!strncmp(line, "quit", 4))
+			break;
+		if (!wr && !rd) {
+			printf("ERR unknown command\n");
+			fflush(stdout);
+			continue;
+		}
+		t0 = now_s();
+		for (size_t i = 0; i < n; i++) {
+			uint64_t c0 = now_ns();
+
+			req = (struct mc_xfer_req){.opcode = wr ? MC_OP_WRITE : MC_OP_READ,
+						   .source = buf + i * block,
+						   .target_offset = raddr + i * block,
+						   .length = block};
+			st = sync_call(te, peer, &req, 1);
+			if (st != MC_OK)
+				die_status(wr ? "write" : "read", st);
+			lat[i] = now_ns() - c0;
+		}
+		t1 = now_s();
+		qsort(lat, n, sizeof(*lat), cmp_u64);
+		printf("OK bytes=%" PRIu64 " t0=%.6f t1=%.6f p99_us=%.1f\n", (uint64_t)n * block,
+		       t0, t1, (double)lat[(n * 99 + 99) / 100 - 1] / 1000.0);
+		fflush(stdout);
+	}
+	free(lat);
+	mc_te_deregister(te, buf);
+	mc_te_free(te);
+	munmap(buf, window);
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: %s --serve [--size N]\n"
 		"       %s --peer NAME --addr A [--iters N] [--batch-iters M] "
-		"[--interactive]\n",
-		PROG, PROG);
+		"[--interactive]\n"
+		"       %s --agg --peer NAME --addr A --block B --window W\n",
+		PROG, PROG, PROG);
 	exit(2);
 }
 
@@ -202,12 +284,15 @@ int main(int argc, char **argv)
 		{"iters", required_argument, NULL, 'i'},
 		{"batch-iters", required_argument, NULL, 'b'},
 		{"interactive", no_argument, NULL, 'I'},
+		{"agg", no_argument, NULL, 'g'},
+		{"block", required_argument, NULL, 'B'},
+		{"window", required_argument, NULL, 'w'},
 		{NULL, 0, NULL, 0},
 	};
-	uint64_t size = 16ull << 20, addr = 0;
+	uint64_t size = 16ull << 20, addr = 0, block = 0, window = 0;
 	unsigned iters = 2000, batch_iters = 100;
 	const char *peer = NULL;
-	int serve_mode = 0, interactive = 0, c;
+	int serve_mode = 0, interactive = 0, agg = 0, c;
 
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
@@ -232,6 +317,15 @@ int main(int argc, char **argv)
 		case 'I':
 			interactive = 1;
 			break;
+		case 'g':
+			agg = 1;
+			break;
+		case 'B':
+			block = strtoull(optarg, NULL, 0);
+			break;
+		case 'w':
+			window = strtoull(optarg, NULL, 0);
+			break;
 		default:
 			usage();
 		}
@@ -240,6 +334,11 @@ int main(int argc, char **argv)
 		if (size < (uint64_t)BATCH_N * BATCH_PIECE)
 			size = (uint64_t)BATCH_N * BATCH_PIECE;
 		return serve(size);
+	}
+	if (agg) {
+		if (!peer || !addr || !block || window < block)
+			usage();
+		return aggregate(peer, addr, block, window);
 	}
 	if (!peer || !addr || !iters || !batch_iters)
 		usage();

@@ -250,15 +250,18 @@ static PyObject *do_setup(struct store_obj *st, struct mc_store_params *p, PyObj
 static PyObject *setup_dict(struct store_obj *st, PyObject *d)
 {
 	static const char *const keys[] = {
-		"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-		"protocol",	  "rdma_devices",    "master_server_addr",  "tenant_id"};
-	const char *val[8] = {NULL};
-	PyObject *strs[8] = {NULL};
+		"local_hostname",     "metadata_server", "global_segment_size",
+		"local_buffer_size",  "protocol",	 "rdma_devices",
+		"master_server_addr", "tenant_id",	 "ssd_offload_path"};
+	const char *val[9] = {NULL};
+	PyObject *strs[9] = {NULL};
+	bool ssd = false;
 	PyObject *ret = NULL;
 	struct mc_store_params p = {0};
 	uint64_t gsz = 16ull << 20, lsz = 16ull << 20;
+	bool bad_port;
 
-	for (size_t i = 0; i < 8; i++) {
+	for (size_t i = 0; i < 9; i++) {
 		PyObject *v = PyDict_GetItemString(d, keys[i]);
 		if (!v && i == 6)
 			v = PyDict_GetItemString(d, "master_server_address");
@@ -277,7 +280,7 @@ static PyObject *setup_dict(struct store_obj *st, PyObject *d)
 		ret = PyLong_FromLong(ERR_INVALID_PARAMS);
 		goto out;
 	}
-	/* as in the positional form: no SSD tier, no client HTTP server */
+	/* as in the positional form: the SSD tier and the client HTTP server */
 	for (size_t i = 0; i < 2; i++) {
 		static const char *const flags[] = {"enable_ssd_offload",
 						    "enable_client_http_server"};
@@ -295,9 +298,34 @@ static PyObject *setup_dict(struct store_obj *st, PyObject *d)
 		on = !strcasecmp(t, "true") || !strcmp(t, "1") || !strcasecmp(t, "yes") ||
 		     !strcasecmp(t, "on") || !strcasecmp(t, "enable");
 		Py_DECREF(str);
-		if (on) {
-			ret = PyLong_FromLong(MC_ERR_NOT_SUPPORTED);
-			goto out;
+		if (i == 0)
+			ssd = on;
+		if (i == 1)
+			p.enable_http_server = on;
+	}
+	{
+		PyObject *v = PyDict_GetItemString(d, "client_http_port"), *str;
+		const char *t;
+		char *end;
+		unsigned long port;
+		if (v) {
+			str = PyObject_Str(v);
+			t = str ? PyUnicode_AsUTF8(str) : NULL;
+			if (!t) {
+				Py_XDECREF(str);
+				goto out;
+			}
+			errno = 0;
+			port = strtoul(t, &end, 10);
+			bad_port = !*t || *end || errno || port > 65535;
+			Py_DECREF(str);
+			if (bad_port) {
+				ret = PyLong_FromLong(ERR_INVALID_PARAMS);
+				goto out;
+			}
+			p.http_port = (uint16_t)port;
+		} else {
+			p.http_port = 9300;
 		}
 	}
 	if ((val[2] && parse_size(val[2], &gsz) < 0) || (val[3] && parse_size(val[3], &lsz) < 0) ||
@@ -313,9 +341,11 @@ static PyObject *setup_dict(struct store_obj *st, PyObject *d)
 	p.rdma_devices = val[5] ? val[5] : "";
 	p.master_server_addr = val[6] ? val[6] : "127.0.0.1:50051";
 	p.tenant_id = val[7];
+	p.enable_ssd_offload = ssd;
+	p.ssd_offload_path = val[8];
 	ret = do_setup(st, &p, NULL);
 out:
-	for (size_t i = 0; i < 8; i++)
+	for (size_t i = 0; i < 9; i++)
 		Py_XDECREF(strs[i]);
 	return ret;
 }
@@ -347,8 +377,6 @@ PyObject *mc_py_store_setup(DEFARGS)
 	    arg_bool(a[11], false, &http) < 0 ||
 	    (a[12] && arg_u64(a[12], "setup", "client_http_port", &http_port) < 0))
 		return NULL;
-	(void)ssd_path;
-	(void)http_port;
 	if (a[7] && a[7] != Py_None) {
 		struct mc_te *te;
 		if (engine_pointer(a[7], &te) < 0) /* type check before anything else */
@@ -356,10 +384,12 @@ PyObject *mc_py_store_setup(DEFARGS)
 	}
 	if (bad1 || bad2)
 		return PyLong_FromLong(ERR_INVALID_PARAMS);
-	/* The C client has no SSD tier and no client HTTP server: asking for
-	 * them is refused rather than silently ignored. */
-	if (ssd || http)
-		return PyLong_FromLong(MC_ERR_NOT_SUPPORTED);
+	if (http_port > 65535)
+		return PyLong_FromLong(ERR_INVALID_PARAMS);
+	p.enable_http_server = http;
+	p.http_port = (uint16_t)http_port;
+	p.enable_ssd_offload = ssd;
+	p.ssd_offload_path = ssd_path;
 	if (strcmp(dev, "auto-discovery") == 0)
 		dev = "";
 	p.global_segment_size = gsz;
@@ -438,7 +468,12 @@ PyObject *mc_py_store_setup_dummy(DEFARGS)
 
 PyObject *mc_py_store_get_offload_rpc_read_count(PyObject *self, PyObject *unused)
 {
-	return PyLong_FromLong(0); /* no SSD tier here */
+	struct call c;
+	uint64_t n;
+	call_begin(&c, ST(self), false);
+	n = mc_store_offload_rpc_read_count(ST(self)->s);
+	call_end(&c);
+	return PyLong_FromUnsignedLongLong(n);
 }
 
 /* ---- method table ------------------------------------------------------------------ */
@@ -464,7 +499,9 @@ static PyMethodDef store_methods[] = {
 	M(alloc_from_mem_pool, "alloc_from_mem_pool(size) -> int: 0 (dummy clients only)"),
 	M(setup_dummy, "setup_dummy(mem_pool_size, local_buffer_size, server_address) -> int: "
 		       "-1 (no dummy client in this build)"),
-	M0(get_offload_rpc_read_count, "get_offload_rpc_read_count() -> int: 0 (no SSD tier)"),
+	M0(get_offload_rpc_read_count,
+	   "get_offload_rpc_read_count() -> int: objects read from other clients' disks "
+	   "(LOCAL_DISK replicas, through their offload RPC) since setup"),
 	M(put_from_with_metadata, "put_from_with_metadata(key, buffer_ptr, metadata_buffer_ptr, "
 				  "size, metadata_size, config=None) -> int"),
 	M0(get_engine_ptr,

@@ -34,6 +34,7 @@
 #include <structmember.h>
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>

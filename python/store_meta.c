@@ -209,6 +209,11 @@ static PyObject *rd_is_memory(PyObject *self, PyObject *unused)
 	return PyBool_FromLong(((struct desc_obj *)self)->type == 0);
 }
 
+static PyObject *rd_is_local_disk(PyObject *self, PyObject *unused)
+{
+	return PyBool_FromLong(((struct desc_obj *)self)->type == 2); /* LOCAL_DISK */
+}
+
 static PyObject *rd_false(PyObject *self, PyObject *unused)
 {
 	Py_RETURN_FALSE;
@@ -238,8 +243,9 @@ static PyObject *rd_repr(PyObject *self)
 
 static PyMethodDef rd_methods[] = {
 	{"is_memory_replica", rd_is_memory, METH_NOARGS, "bool"},
-	{"is_disk_replica", rd_false, METH_NOARGS, "bool (no disk tier here: False)"},
-	{"is_local_disk_replica", rd_false, METH_NOARGS, "bool (False)"},
+	{"is_disk_replica", rd_false, METH_NOARGS, "bool (no shared-filesystem tier here: False)"},
+	{"is_local_disk_replica", rd_is_local_disk, METH_NOARGS,
+	 "bool: a copy on its owner's SSD tier, read through the owner's offload RPC"},
 	{"get_memory_descriptor", rd_get_memory, METH_NOARGS, "MemoryDescriptor"},
 	{"get_disk_descriptor", rd_get_disk, METH_NOARGS, "raises: no disk replicas"},
 	{NULL, NULL, 0, NULL},

@@ -3,8 +3,8 @@
 
 Every quoted include ("dir/file.h") of a file under src/ names the layer it
 reaches by its first path component.  A layer may include its own files and
-those of any layer below it; a layer on the same rank as another (api and
-master) may not include the other.  include/mooncake/ (the public headers)
+those of any layer below it; a layer on the same rank as another (api,
+master and conductor) may not include the other.  include/mooncake/ (the public headers)
 may include only each other, python/ only the public headers and its own
 files.  A layer's meson.build may not compile another layer's file
 ('../master/alloc.c' into the store).  tools/, bench/ and tests/ sit on top and are not checked.
@@ -32,6 +32,7 @@ LAYERS = {
     "store": 5,
     "master": 6,
     "api": 6,
+    "conductor": 6,
 }
 PUBLIC = "mooncake"  # include/mooncake/: reachable from everywhere
 

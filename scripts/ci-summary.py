@@ -15,7 +15,8 @@ failed test, and so does a `meson test` that exited non-zero without any
 failure in its log. A pytest run that collected no tests (exit 5) is counted
 as skipped, not failed.
 
-The last line printed is exactly `N passed, N failed` (skips on the line before); the exit
+A failed test's "not ok" lines and the tail of its stderr are printed just
+before the closing lines, so that the end of a CI log says why. The last line printed is exactly `N passed, N failed` (skips on the line before); the exit
 status is 1 when anything failed, else 0.
 """
 import argparse
@@ -46,6 +47,20 @@ def tap_cases(entry):
     return ok + not_ok
 
 
+def digest(entry, limit=8):
+    """The lines that say why a failed test failed, for the tail CI shows: its
+    "not ok" TAP lines with their "#" notes, then the last lines of stderr."""
+    lines = []
+    out = (entry.get("stdout") or "").splitlines()
+    for i, line in enumerate(out):
+        if line.startswith("not ok"):
+            lines.append(line)
+            lines.extend(l for l in out[i + 1:i + 4] if l.startswith("#"))
+    err = [l for l in (entry.get("stderr") or "").splitlines() if l.strip()]
+    lines.extend(err[-limit:])
+    return [l[:160] for l in lines[-2 * limit:]]
+
+
 def read_log(builddir):
     path = os.path.join(builddir, "meson-logs", "testlog.json")
     entries = []
@@ -72,6 +87,7 @@ def main():
 
     passed = failed = skipped = 0
     failures = []
+    digests = []
     print("== test summary ==")
     for name, builddir, status, rc in args.stage:
         rc = int(rc)
@@ -99,6 +115,7 @@ def main():
                 else:
                     s_fail += 1
                     failures.append(f"{tname} ({res}, exit {e.get('returncode')})")
+                    digests.append((tname, digest(e)))
             if rc != 0 and s_fail == 0:
                 # meson test failed without a failing test in its log: a missing log,
                 # a bad suite name, a crash of meson itself. Unless the only cause was
@@ -120,6 +137,10 @@ def main():
         failed += s_fail
         skipped += s_skip
 
+    for tname, lines in digests:
+        print(f"-- why {tname} failed (last lines) --")
+        for line in lines:
+            print(f"   {line}")
     for f in failures:
         print(f"FAILED: {f}")
     print(f"skipped: {skipped}")

@@ -12,36 +12,19 @@
 #include <string.h>
 
 #include "base/config.h"
+#include "conductor/costmodel.h"
+#include "conductor/sched.h"
+#include "conductor/service.h"
 #include "master/server.h"
 #include "mem/devmem.h"
 #include "mem/hostmem.h"
 #include "meta/http_server.h"
+#include "meta/meta_config.h"
 #include "store/client_config.h"
 #include "store/disk_store.h"
+#include "store/offload_server.h"
 #include "te/engine.h"
 #include "transport/transport.h"
-
-/* Variables the metadata backends read when they open (not table-driven yet). */
-static const struct {
-	const char *env, *def, *doc;
-} meta_vars[] = {
-	{"MC_METADATA_SERVER", "unset",
-	 "metadata connection string used when the caller passes none"},
-	{"MC_METADATA_CLUSTER_ID", "unset", "namespace inserted after mooncake/ in every key"},
-	{"MC_METADATA_TIMEOUT_MS", "3000 (etcd: 5000)",
-	 "per-request timeout of the http, etcd and redis backends"},
-	{"MC_METADATA_HTTP_CHECK_MS", "1000",
-	 "http backend: every this often the client GETs the keys it wrote and PUTs those the "
-	 "server lost (a restarted server keeps nothing); 0 = off (a store client still does it "
-	 "when a restarted master asks it to remount)"},
-	{"MC_ETCD_LEASE_TTL_SEC", "10",
-	 "lease TTL of an engine's etcd keys (min 2); kept alive at TTL/3"},
-	{"MC_REDIS_KEY_TTL_SEC", "10",
-	 "expiry of an engine's redis keys (min 2); refreshed at TTL/3"},
-	{"MC_REDIS_USERNAME", "unset", "redis ACL user (the URI's user wins)"},
-	{"MC_REDIS_PASSWORD", "unset", "redis password (the URI's password wins)"},
-	{"MC_REDIS_DB_INDEX", "0", "redis database, 0-255; anything else is an error"},
-};
 
 static void emit_table(FILE *out, const struct mc_config_entry *tab, size_t n)
 {
@@ -83,10 +66,9 @@ static void emit(FILE *out)
 		"Connection strings: `http(s)://host:port/path`, `etcd://host:port[,host:port...]` "
 		"(or a bare `host:port[,...]`), `redis://[user:password@]host:port`, "
 		"`P2PHANDSHAKE`.\n\n"
-		"| Variable | Default | Meaning |\n|---|---|---|\n");
-	for (size_t i = 0; i < sizeof(meta_vars) / sizeof(meta_vars[0]); i++)
-		fprintf(out, "| `%s` | %s | %s |\n", meta_vars[i].env, meta_vars[i].def,
-			meta_vars[i].doc);
+		"`MC_METADATA_SERVER` (Transfer Engine, above) is used when a program names no "
+		"connection string.\n\n");
+	emit_table(out, mc_meta_config_table, mc_meta_config_table_len);
 	fprintf(out, "\n### HTTP metadata server\n\n");
 	emit_table(out, mc_http_meta_server_config_table, mc_http_meta_server_config_table_len);
 	fprintf(out, "\n## Store client\n\n");
@@ -95,6 +77,8 @@ static void emit(FILE *out)
 	emit_table(out, mc_hostmem_config_table, mc_hostmem_config_table_len);
 	fprintf(out, "\n### SSD tier (offload directory)\n\n");
 	emit_table(out, mc_disk_store_config_table, mc_disk_store_config_table_len);
+	fprintf(out, "\n### SSD tier (offload heartbeat and RPC)\n\n");
+	emit_table(out, mc_offload_config_table, mc_offload_config_table_len);
 	fprintf(out,
 		"\n## mooncake_master\n\n"
 		"Upstream's flags and defaults (`--flag=value`, `-flag=value`, `--flag value`, "
@@ -104,6 +88,19 @@ static void emit(FILE *out)
 		"their default and refused otherwise (\"only the default\"). "
 		"`mooncake_master --dump-config` prints the effective configuration.\n\n");
 	mc_master_server_config_print_doc(out);
+	fprintf(out,
+		"\n## Conductor\n\n"
+		"The scheduler's and the cost model's options (docs/conductor.md), as flags of "
+		"`mooncake_replay` and `mooncake_conductor` (`--name=value`; `-` and `_` are the "
+		"same).\n\n"
+		"### mooncake_conductor\n\n"
+		"The daemon's own flags; they come first, so its `reject` (on) shadows the "
+		"scheduler's (off, the replay's default).\n\n");
+	emit_table(out, mc_conductor_config_table, mc_conductor_config_table_len);
+	fprintf(out, "\n### Scheduler (Algorithm 1)\n\n");
+	emit_table(out, mc_sched_config_table, mc_sched_config_table_len);
+	fprintf(out, "\n### Cost model (paper.md 5.4, Table 1)\n\n");
+	emit_table(out, mc_costmodel_config_table, mc_costmodel_config_table_len);
 }
 
 int main(int argc, char **argv)

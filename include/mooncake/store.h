@@ -56,6 +56,17 @@ struct mc_store_params {
 	/* An existing engine to share (not freed by the store), or NULL to
 	 * create one. */
 	struct mc_te *engine;
+	/* The SSD tier (spec store.md 5): keep copies of this client's objects
+	 * in ssd_offload_path (NULL or "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)
+	 * when the master offloads (its --enable_offload), and serve them to
+	 * readers.  Reading other clients' disk copies needs no setting. */
+	bool enable_ssd_offload;
+	const char *ssd_offload_path;
+	/* The client HTTP server (/health, /metrics, /metrics/summary) on
+	 * http_port (0: a free one, mc_store_http_port says which) of the
+	 * host of local_hostname; upstream's enable_client_http_server. */
+	bool enable_http_server;
+	uint16_t http_port;
 };
 
 /* Placement and pinning of a put (upstream's ReplicateConfig). */
@@ -109,6 +120,11 @@ MC_API int mc_store_health_check(struct mc_store *s);
 MC_API const char *mc_store_hostname(const struct mc_store *s);
 /* The engine in use (NULL before setup). */
 MC_API struct mc_te *mc_store_engine(const struct mc_store *s);
+/* Objects this client read from another client's disk (a LOCAL_DISK
+ * replica, through the owner's offload RPC) since setup. */
+MC_API uint64_t mc_store_offload_rpc_read_count(struct mc_store *s);
+/* The client HTTP server's port, 0 when it does not run. */
+MC_API uint16_t mc_store_http_port(const struct mc_store *s);
 
 /* The global segment's memory: what backs it and how much of it is faulted
  * in ahead of use (MC_STORE_USE_HUGEPAGE, MC_STORE_PREFAULT; docs/config.md). */

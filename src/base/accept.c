@@ -26,6 +26,7 @@ void mc_accept_guard_init(struct mc_accept_guard *g, const char *name)
 	atomic_init(&g->refuse_quiet, 0);
 	atomic_init(&g->refused, 0);
 	atomic_init(&g->paused, 0);
+	atomic_init(&g->refused_per_peer, 0);
 }
 
 /* Whether this event may be logged now; *quiet_out: how many were not since the last line. */
@@ -98,5 +99,18 @@ void mc_accept_refused(struct mc_accept_guard *g, uint64_t open, uint64_t cap, u
 		mc_warn("%s: refusing a connection: %llu open, the cap is %llu (%llu more refused "
 			"since the last report)",
 			g->name, (unsigned long long)open, (unsigned long long)cap,
+			(unsigned long long)quiet);
+}
+
+void mc_accept_refused_per_peer(struct mc_accept_guard *g, const char *peer, uint64_t open,
+				uint64_t cap, uint64_t now_ms)
+{
+	uint64_t quiet;
+
+	atomic_fetch_add_explicit(&g->refused_per_peer, 1, memory_order_relaxed);
+	if (may_log(&g->refuse_log_ms, &g->refuse_quiet, now_ms, &quiet))
+		mc_warn("%s: refusing a connection from %s: %llu open from that address, the "
+			"per-address cap is %llu (%llu more refused since the last report)",
+			g->name, peer, (unsigned long long)open, (unsigned long long)cap,
 			(unsigned long long)quiet);
 }

@@ -45,6 +45,7 @@ struct mc_accept_guard {
 	atomic_uint_fast64_t refuse_quiet;
 	atomic_uint_fast64_t refused; /* every refusal over the cap, for tests and metrics */
 	atomic_uint_fast64_t paused;  /* every pause */
+	atomic_uint_fast64_t refused_per_peer; /* refusals over a per-address cap */
 };
 
 enum mc_accept_next {
@@ -62,6 +63,12 @@ enum mc_accept_next mc_accept_failed(struct mc_accept_guard *g, int err, uint64_
 /* A connection was refused because open connections reached cap (the
  * caller closes it): counted, logged rate-limited. */
 void mc_accept_refused(struct mc_accept_guard *g, uint64_t open, uint64_t cap, uint64_t now_ms);
+
+/* The same for a per-address cap: open connections from peer (its address
+ * as text) reached cap.  Logged at the same rate as mc_accept_refused,
+ * counted apart. */
+void mc_accept_refused_per_peer(struct mc_accept_guard *g, const char *peer, uint64_t open,
+				uint64_t cap, uint64_t now_ms);
 
 /*
  * cap, lowered to percent of this process's descriptor limit

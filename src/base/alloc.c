@@ -51,6 +51,16 @@ void *mc_realloc(void *ptr, size_t size)
 	return realloc(ptr, size ? size : 1);
 }
 
+void *mc_aligned_alloc(size_t align, size_t size)
+{
+	void *p = NULL;
+	if (should_fail())
+		return NULL;
+	if (posix_memalign(&p, align, size ? size : 1) != 0)
+		return NULL;
+	return p;
+}
+
 void mc_free(void *ptr)
 {
 	free(ptr);

@@ -17,6 +17,9 @@
 void *mc_malloc(size_t size);
 void *mc_calloc(size_t n, size_t size);
 void *mc_realloc(void *ptr, size_t size);
+/* size bytes at an address that is a multiple of align (a power of two,
+ * at least sizeof(void *)); freed with mc_free.  For O_DIRECT I/O. */
+void *mc_aligned_alloc(size_t align, size_t size);
 void mc_free(void *ptr);
 char *mc_strdup(const char *s);
 char *mc_strndup(const char *s, size_t n);

@@ -358,7 +358,7 @@ void mc_config_entry_defaults(const struct mc_config_entry *tab, size_t n, void 
 	}
 }
 
-void mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj)
+mc_status mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj)
 {
 	for (size_t i = 0; i < n; i++) {
 		const struct mc_config_entry *e = &tab[i];
@@ -369,9 +369,17 @@ void mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void 
 			continue;
 		/* a presence flag is on when its variable is set at all */
 		text = e->f.type == MC_CONFIG_PRESENCE ? "true" : v;
-		if (mc_config_entry_set(e, obj, text) != MC_OK)
-			mc_warn("ignoring %s='%s': %s", e->f.env, v, mc_last_error());
+		if (mc_config_entry_set(e, obj, text) == MC_OK)
+			continue;
+		if (e->flags & MC_CONFIG_F_ENV_STRICT) {
+			char why[256];
+
+			snprintf(why, sizeof(why), "%s", mc_last_error());
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "%s='%s': %s", e->f.env, v, why);
+		}
+		mc_warn("ignoring %s='%s': %s", e->f.env, v, mc_last_error());
 	}
+	return MC_OK;
 }
 
 const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry *tab, size_t n,

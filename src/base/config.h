@@ -59,6 +59,8 @@ enum mc_config_entry_flags {
 	MC_CONFIG_F_DEPRECATED = 1u << 2,   /* still accepted; the help says so */
 	MC_CONFIG_F_CMDLINE_ONLY = 1u << 3, /* the program's argv parser handles it:
 					     * mc_config_entry_set refuses it, no default is set */
+	MC_CONFIG_F_ENV_STRICT = 1u << 4,   /* a bad value of its variable is an error
+					     * (mc_config_entry_load_env), not ignored */
 };
 
 /*
@@ -80,9 +82,11 @@ struct mc_config_entry {
 /* Fill every field of obj with its default (CMDLINE_ONLY entries: none). */
 void mc_config_entry_defaults(const struct mc_config_entry *tab, size_t n, void *obj);
 /* Overlay the environment variables the entries name, through
- * mc_config_entry_set; a bad value is warned about and ignored.  A
- * PRESENCE entry is set to true when its variable is set at all. */
-void mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj);
+ * mc_config_entry_set; a bad value is warned about and ignored, except in
+ * an ENV_STRICT entry: then the load stops with that entry's error
+ * (MC_ERR_INVALID_PARAMS naming the variable).  A PRESENCE entry is set to
+ * true when its variable is set at all. */
+mc_status mc_config_entry_load_env(const struct mc_config_entry *tab, size_t n, void *obj);
 /* The entry called name, or NULL. */
 const struct mc_config_entry *mc_config_entry_find(const struct mc_config_entry *tab, size_t n,
 						   const char *name);

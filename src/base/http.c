@@ -46,10 +46,23 @@
 #define SWEEP_MS       100
 #define LISTEN_BACKLOG 1024
 
+/* A peer's address without its port: what the per-address cap counts by. */
+struct peer_addr {
+	uint8_t len; /* 4 (IPv4, also IPv4-mapped IPv6) or 16; 0 = unknown, never counted */
+	uint8_t b[16];
+};
+
+/* A connection handed to MHD that MHD has not registered yet. */
+struct pending_conn {
+	int fd;
+	struct peer_addr peer;
+};
+
 /* One open connection (the socket context MHD keeps for us). */
 struct http_conn {
 	struct mc_list link; /* in h->conns, under h->lock */
 	int fd;
+	struct peer_addr peer;
 	uint64_t since_ms; /* its current request began (accept or the previous one's end) */
 	bool cut;	   /* shut down by the sweeper; MHD closes it */
 };
@@ -60,10 +73,13 @@ struct mc_http {
 	int wakefd;	      /* eventfd: stop */
 	atomic_bool stopping; /* the acceptor thread returns */
 	struct mc_accept_guard guard;
-	pthread_mutex_t lock; /* conns, nconns, ncut, pending */
+	pthread_mutex_t lock; /* conns, nconns, ncut, pend, npend */
 	struct mc_list conns; /* struct http_conn, scanned (max_conns at most) */
 	unsigned nconns, ncut;
-	unsigned pending; /* handed to MHD, not yet registered (MHD_CONNECTION_NOTIFY_STARTED) */
+	/* handed to MHD, not yet registered (MHD_CONNECTION_NOTIFY_STARTED): a pool
+	 * takes them on its own threads a moment later */
+	struct pending_conn *pend;
+	unsigned npend, pend_cap;
 	pthread_t acceptor;
 	bool acceptor_started;
 	uint64_t cut_deadline, cut_room;
@@ -222,6 +238,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	req.url = url;
 	req.body = kept && r->body.len ? r->body.data : NULL;
 	req.body_len = kept ? r->body.len : 0;
+	req.server = h;
 	return h->cfg.handler(h->cfg.arg, conn, &req);
 }
 
@@ -250,6 +267,75 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* ---- connection bounds ---------------------------------------------------- */
 
+static void peer_addr_of(const struct sockaddr *sa, struct peer_addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (sa && sa->sa_family == AF_INET) {
+		out->len = 4;
+		memcpy(out->b, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		/* an IPv4 client of a dual-stack socket is the same client as over IPv4 */
+		out->len = IN6_IS_ADDR_V4MAPPED(a) ? 4 : 16;
+		memcpy(out->b, a->s6_addr + (out->len == 4 ? 12 : 0), out->len);
+	}
+}
+
+static bool peer_addr_eq(const struct peer_addr *a, const struct peer_addr *b)
+{
+	return a->len && a->len == b->len && memcmp(a->b, b->b, a->len) == 0;
+}
+
+/*
+ * Note fd as handed to MHD.  An entry with the same number is stale (MHD
+ * closed that connection without registering it): it is replaced.  false
+ * when out of memory.
+ */
+static bool pend_add_locked(struct mc_http *h, int fd, const struct peer_addr *peer)
+{
+	unsigned i;
+
+	for (i = 0; i < h->npend && h->pend[i].fd != fd; i++)
+		;
+	if (i == h->npend) {
+		if (h->npend == h->pend_cap) {
+			unsigned cap = h->pend_cap ? h->pend_cap * 2 : 16;
+			struct pending_conn *p = mc_realloc(h->pend, cap * sizeof(*p));
+			if (!p)
+				return false;
+			h->pend = p;
+			h->pend_cap = cap;
+		}
+		h->npend++;
+	}
+	h->pend[i].fd = fd;
+	h->pend[i].peer = *peer;
+	return true;
+}
+
+/* fd is registered (or MHD gave up on it): forget it; its peer into *peer_out. */
+static bool pend_take_locked(struct mc_http *h, int fd, struct peer_addr *peer_out)
+{
+	for (unsigned i = 0; i < h->npend; i++) {
+		if (h->pend[i].fd != fd)
+			continue;
+		*peer_out = h->pend[i].peer;
+		h->pend[i] = h->pend[--h->npend];
+		return true;
+	}
+	return false;
+}
+
+static void refused_per_peer(struct mc_http *h, const struct peer_addr *peer, unsigned open,
+			     uint64_t now)
+{
+	char text[INET6_ADDRSTRLEN];
+
+	if (!inet_ntop(peer->len == 4 ? AF_INET : AF_INET6, peer->b, text, sizeof(text)))
+		snprintf(text, sizeof(text), "?");
+	mc_accept_refused_per_peer(&h->guard, text, open, h->cfg.max_conns_per_ip, now);
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
 {
@@ -259,18 +345,24 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		const union MHD_ConnectionInfo *ci =
 			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		int fd = ci ? ci->connect_fd : -1;
+		struct peer_addr peer;
+
 		c = mc_calloc(1, sizeof(*c));
-		if (!c)
-			return; /* untracked: only MHD's own limits apply to it */
-		c->fd = ci ? ci->connect_fd : -1;
-		c->since_ms = mc_now_ms();
 		pthread_mutex_lock(&h->lock);
-		mc_list_add_tail(&h->conns, &c->link);
-		h->nconns++;
-		if (h->pending)
-			h->pending--;
+		if (!pend_take_locked(h, fd, &peer)) {
+			ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+			peer_addr_of(ci ? ci->client_addr : NULL, &peer);
+		}
+		if (c) {
+			c->fd = fd;
+			c->peer = peer;
+			c->since_ms = mc_now_ms();
+			mc_list_add_tail(&h->conns, &c->link);
+			h->nconns++;
+		}
 		pthread_mutex_unlock(&h->lock);
-		*socket_context = c;
+		*socket_context = c; /* NULL, untracked: only MHD's own limits apply to it */
 		return;
 	}
 	if (!c)
@@ -291,7 +383,22 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
  * acceptor saw (it counts them from MHD's threads, a moment later). */
 static int64_t room_locked(const struct mc_http *h)
 {
-	return (int64_t)h->cfg.max_conns - (int64_t)(h->nconns + h->pending - h->ncut);
+	return (int64_t)h->cfg.max_conns - (int64_t)(h->nconns + h->npend - h->ncut);
+}
+
+/* Connections open from peer (registered and not cut, or pending). */
+static unsigned peer_open_locked(const struct mc_http *h, const struct peer_addr *peer)
+{
+	const struct mc_list *pos;
+	unsigned n = 0;
+
+	mc_list_for_each(pos, &h->conns) {
+		const struct http_conn *c = mc_list_entry(pos, struct http_conn, link);
+		n += !c->cut && peer_addr_eq(&c->peer, peer);
+	}
+	for (unsigned i = 0; i < h->npend; i++)
+		n += peer_addr_eq(&h->pend[i].peer, peer);
+	return n;
 }
 
 /* How long c has waited for its request (0 when it came after now was read). */
@@ -351,7 +458,9 @@ static bool accept_all(struct mc_http *h)
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		uint64_t now = mc_now_ms();
-		unsigned open;
+		unsigned open, from_peer;
+		struct peer_addr peer;
+		enum { REFUSE_NONE, REFUSE_CAP, REFUSE_PEER, REFUSE_NOMEM } refuse;
 		int fd = accept4(h->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -360,16 +469,31 @@ static bool accept_all(struct mc_http *h)
 				continue;
 			return next != MC_ACCEPT_PAUSE;
 		}
+		peer_addr_of((const struct sockaddr *)&ss, &peer);
 		pthread_mutex_lock(&h->lock);
-		/* make room first, so the newcomer is not the one cut */
-		if (room_locked(h) < (int64_t)(h->cfg.max_conns / 8 + 1))
-			sweep_locked(h, now);
-		open = h->nconns + h->pending - h->ncut;
-		if (open < h->cfg.max_conns)
-			h->pending++;
+		/* a peer at its own cap is refused before anyone is cut for it */
+		from_peer = h->cfg.max_conns_per_ip && peer.len ? peer_open_locked(h, &peer) : 0;
+		open = h->nconns + h->npend - h->ncut;
+		if (h->cfg.max_conns_per_ip && from_peer >= h->cfg.max_conns_per_ip) {
+			refuse = REFUSE_PEER;
+		} else {
+			/* make room first, so the newcomer is not the one cut */
+			if (room_locked(h) < (int64_t)(h->cfg.max_conns / 8 + 1))
+				sweep_locked(h, now);
+			open = h->nconns + h->npend - h->ncut;
+			if (open >= h->cfg.max_conns)
+				refuse = REFUSE_CAP;
+			else
+				refuse = pend_add_locked(h, fd, &peer) ? REFUSE_NONE : REFUSE_NOMEM;
+		}
 		pthread_mutex_unlock(&h->lock);
-		if (open >= h->cfg.max_conns) {
-			mc_accept_refused(&h->guard, open, h->cfg.max_conns, now);
+		if (refuse != REFUSE_NONE) {
+			if (refuse == REFUSE_CAP)
+				mc_accept_refused(&h->guard, open, h->cfg.max_conns, now);
+			else if (refuse == REFUSE_PEER)
+				refused_per_peer(h, &peer, from_peer, now);
+			else
+				mc_warn("%s: out of memory accepting a connection", h->cfg.name);
 			close(fd);
 			continue;
 		}
@@ -378,8 +502,7 @@ static bool accept_all(struct mc_http *h)
 			mc_debug("%s: libmicrohttpd did not take a connection: %s", h->cfg.name,
 				 strerror(errno));
 			pthread_mutex_lock(&h->lock);
-			if (h->pending)
-				h->pending--;
+			pend_take_locked(h, fd, &peer);
 			pthread_mutex_unlock(&h->lock);
 		}
 	}
@@ -442,11 +565,15 @@ static int listen_on(const struct mc_http_config *cfg, const char *host,
 			    cfg->port, strerror(err));
 }
 
-void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out)
+void mc_http_counts(struct mc_http *h, struct mc_http_counts *out)
 {
+	out->refused = atomic_load_explicit(&h->guard.refused, memory_order_relaxed);
+	out->paused = atomic_load_explicit(&h->guard.paused, memory_order_relaxed);
+	out->refused_per_ip =
+		atomic_load_explicit(&h->guard.refused_per_peer, memory_order_relaxed);
 	pthread_mutex_lock(&h->lock);
-	*deadline_out = h->cut_deadline;
-	*room_out = h->cut_room;
+	out->cut_deadline = h->cut_deadline;
+	out->cut_room = h->cut_room;
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -562,7 +689,7 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 			{MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)cfg->idle_timeout_s, NULL},
 			/*
 			 * Far above ours, which the acceptor enforces exactly
-			 * (pending counts what MHD has not registered yet): cut
+			 * (pend holds what MHD has not registered yet): cut
 			 * connections count until MHD closes them, a pool splits
 			 * the limit between its threads, and MHD 0.9.75 must never
 			 * reach its own limit with connections handed over: its
@@ -627,5 +754,6 @@ void mc_http_close(struct mc_http *h)
 	MHD_stop_daemon(h->daemon); /* closes every connection (notified) */
 	close(h->wakefd);
 	pthread_mutex_destroy(&h->lock);
+	mc_free(h->pend);
 	mc_free(h);
 }

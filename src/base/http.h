@@ -28,7 +28,10 @@
  * refuses more, counting exactly), and once fewer than max_conns / 8 are
  * free it first cuts the connections that have waited longest (at least
  * MC_HTTP_MIN_WAIT_MS) for their request, so a new client finds room
- * while others hold theirs idle.
+ * while others hold theirs idle.  With max_conns_per_ip, a connection
+ * from an address that has that many open already (IPv4-mapped IPv6
+ * counts as IPv4) is refused first, before anyone is cut for it, so one
+ * host cannot take the room that the cuts keep for others.
  *
  * Threads: the handler and the route functions run on MHD's threads,
  * several at once when cfg.threads > 1; they must lock what they share.
@@ -51,6 +54,8 @@ enum mc_http_method {
 	MC_HTTP_DELETE = 1u << 4,
 };
 
+struct mc_http;
+
 /* One complete request; everything is borrowed for the handler's call. */
 struct mc_http_request {
 	const char *method;  /* as the client sent it */
@@ -58,6 +63,7 @@ struct mc_http_request {
 	const char *url;     /* the path, query removed (MHD_lookup_connection_value has it) */
 	const void *body;    /* NULL when empty or the server keeps no bodies */
 	size_t body_len;
+	struct mc_http *server; /* the server that took it (mc_http_counts) */
 };
 
 /* Queues the answer to req on conn (mc_http_respond*), MHD_NO to drop it. */
@@ -74,12 +80,11 @@ struct mc_http_config {
 	unsigned idle_timeout_s;     /* an idle connection is closed after this (0 = never) */
 	unsigned request_timeout_ms; /* a request must be whole within this (0 = no bound) */
 	unsigned max_conns;	     /* connections open at most (0 = MC_HTTP_DEFAULT_MAX_CONNS) */
+	unsigned max_conns_per_ip;   /* of them from one address at most (0 = no such cap) */
 	size_t max_body;	     /* 0: bodies are read and dropped; else kept up to this */
 	mc_http_handler_cb handler;  /* required */
 	void *arg;		     /* the handler's first argument */
 };
-
-struct mc_http;
 
 #define MC_HTTP_DEFAULT_MAX_CONNS 1000
 #define MC_HTTP_MIN_WAIT_MS	  200 /* a connection is not cut for room before this */
@@ -92,8 +97,16 @@ struct mc_http;
 mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out);
 /* The bound port (the chosen one when cfg.port was 0). */
 uint16_t mc_http_port(const struct mc_http *h);
-/* Connections cut so far: past their request deadline, and for room (tests, metrics). */
-void mc_http_cut_counts(struct mc_http *h, uint64_t *deadline_out, uint64_t *room_out);
+/* What the bounds did so far (for metrics and tests); every count only grows. */
+struct mc_http_counts {
+	uint64_t refused;	 /* connections closed at accept: max_conns were open */
+	uint64_t refused_per_ip; /* closed at accept: max_conns_per_ip were open from its address */
+	uint64_t paused;	 /* accept pauses after EMFILE, ENFILE, ENOBUFS, ENOMEM */
+	uint64_t cut_deadline;	 /* connections cut: request not whole within request_timeout_ms */
+	uint64_t cut_room;	 /* connections cut to keep room for new clients */
+};
+/* h's counts as of now.  Any thread. */
+void mc_http_counts(struct mc_http *h, struct mc_http_counts *out);
 /* Stop serving: waits for handlers that run, then frees h.  NULL is a no-op. */
 void mc_http_close(struct mc_http *h);
 

@@ -6,9 +6,9 @@
  * objects.c, whose header comment has the data layout and the byte
  * budget) and either encodes its typed response or returns a status and
  * writes the cause into a small text buffer, which mc_master_handle turns
- * into an error response.  Nothing here blocks and nothing is O(objects)
- * except an unmount (one sweep of the table); the regex calls visit every
- * object too, but as jobs run in slices ("regex scans" below).
+ * into an error response.  Nothing here blocks and nothing is O(objects):
+ * the regex calls and RemoveAll visit every object, but as jobs run in
+ * slices (jobs.c), and an unmount leaves its sweep to mc_master_sweep_run.
  *
  * Responses borrow strings from the tables (segment names, endpoints,
  * keys) and build their lists in per-master scratch arrays that are reused
@@ -26,7 +26,11 @@
  *   - memory replicas only: NoF and DFS tiers are not built here, so a
  *     config asking for them is refused (INVALID_PARAMS, NOT_SUPPORTED);
  *   - End/Revoke must come from the PutStart caller (ILLEGAL_CLIENT); End on
- *     a complete object is an idempotent success, Revoke is INVALID_WRITE.
+ *     a complete object is an idempotent success, Revoke is INVALID_WRITE;
+ *   - the End rule: what changes or completes an object finds it with
+ *     mc_master_obj_find_live, so its dead replicas (an unmount the sweep
+ *     has not reached yet) go first and an object left with none is erased
+ *     and answers OBJECT_NOT_FOUND; reads treat such an object as absent.
  */
 #define MC_LOG_MODULE "master"
 #include "master/master.h"
@@ -39,32 +43,8 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
-#include "master/key_regex.h"
+#include "master/handler_int.h"
 #include "master/master_int.h"
-
-#define ERR_LEN	 320
-#define KEY_SHOW 80 /* key bytes quoted in error texts */
-
-struct ctx {
-	struct mc_master *m;
-	uint64_t now;
-	uint64_t id;
-	struct mc_buf *out;
-	char *err;
-	struct mc_master_job **job; /* a handler that leaves work puts it here */
-};
-
-#define FAIL(c, st, ...) (snprintf((c)->err, ERR_LEN, __VA_ARGS__), (st))
-
-static inline int show(uint32_t len)
-{
-	return (int)(len < KEY_SHOW ? len : KEY_SHOW);
-}
-
-static inline const char *sp(const struct mc_proto_str *s)
-{
-	return s->ptr ? s->ptr : "";
-}
 
 /* Resolve (tenant, key) for a read: NULL when absent (unknown tenant too). */
 static struct mc_obj *lookup(struct mc_master *m, const struct mc_proto_str *tenant,
@@ -76,6 +56,18 @@ static struct mc_obj *lookup(struct mc_master *m, const struct mc_proto_str *ten
 	if (!found || key->len == 0 || key->len > MC_STORE_KEY_MAX)
 		return NULL;
 	return mc_master_obj_find(m, tid, sp(key), key->len);
+}
+
+/* lookup for a request that changes the object: see mc_master_obj_find_live. */
+static struct mc_obj *lookup_live(struct mc_master *m, const struct mc_proto_str *tenant,
+				  const struct mc_proto_str *key)
+{
+	bool found;
+	uint16_t tid = mc_master_tenant_find(m, sp(tenant), tenant->len, &found);
+
+	if (!found || key->len == 0 || key->len > MC_STORE_KEY_MAX)
+		return NULL;
+	return mc_master_obj_find_live(m, tid, sp(key), key->len);
 }
 
 static uint64_t rep_id(const struct mc_rep *r)
@@ -94,6 +86,24 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 	const struct mc_seg *s = &m->segs[r->seg];
 
 	memset(d, 0, sizeof(*d));
+	if (mc_master_rep_fs(m, r)) {
+		/* DISK: the file under the master's fsdir (fs_tier.c) */
+		mc_master_fs_fill((struct mc_master *)m, o, r, d);
+		return;
+	}
+	if (s->state == MC_SEG_DISK) {
+		/* LOCAL_DISK: the owner and its offload RPC endpoint (spec 2.2) */
+		const struct mc_rep k = {(uint64_t)(uintptr_t)o, r->seg, r->gen};
+
+		d->id = rep_id(&k);
+		d->status = MC_STORE_REPLICA_COMPLETE;
+		d->type = MC_STORE_REPLICA_LOCAL_DISK;
+		d->size = mc_obj_size(o);
+		d->client_id = m->clients[s->client].id;
+		d->transport_endpoint.ptr = s->te_endpoint;
+		d->transport_endpoint.len = s->te_len;
+		return;
+	}
 	d->id = rep_id(r);
 	d->status = status;
 	d->type = MC_STORE_REPLICA_MEMORY;
@@ -107,25 +117,32 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 	d->protocol.len = s->proto_len;
 }
 
-/* Append o's live replicas to rscratch at *pos (room reserved by caller). */
+/* Append o's live replicas to rscratch at *pos (room reserved by caller):
+ * memory replicas first, then LOCAL_DISK ones. */
 static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, uint32_t *pos)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < o->nrep; i++) {
-		const struct mc_rep *r = mc_master_obj_rep(o, i);
+	for (int disk = 0; disk < 2; disk++) {
+		for (uint32_t i = 0; i < o->nrep; i++) {
+			const struct mc_rep *r = mc_master_obj_rep(o, i);
 
-		if (!mc_master_rep_live(m, r))
-			continue;
-		rep_fill(m, o, r, status, &m->rscratch[*pos + n]);
-		n++;
+			if (!mc_master_rep_live(m, r) || mc_master_rep_disk(m, r) != disk)
+				continue;
+			if (status == MC_STORE_REPLICA_COMPLETE && mc_master_rep_fs_pending(m, r))
+				continue; /* its file is not written yet */
+			rep_fill(m, o, r, status, &m->rscratch[*pos + n]);
+			if (mc_master_rep_fs(m, r) && !m->rscratch[*pos + n].file_path.ptr)
+				continue; /* no memory for its path: not listed */
+			n++;
+		}
 	}
 	*pos += n;
 	return n;
 }
 
-static void list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_replica_list *l,
-		      uint32_t *pos)
+void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_replica_list *l,
+			 uint32_t *pos)
 {
 	memset(l, 0, sizeof(*l));
 	l->lease_ttl_ms = m->cfg.default_kv_lease_ttl_ms;
@@ -137,16 +154,27 @@ static void list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_rep
 }
 
 /* Status of a get on o (NULL = absent); counts get metrics. */
-static mc_status get_status(struct mc_master *m, struct mc_obj *o)
+static mc_status get_status(struct mc_master *m, struct mc_obj *o, uint64_t now)
 {
 	m->met.total_get_nums++;
-	if (!o)
+	if (!o || mc_master_obj_gone(m, o)) /* gone: absent until the sweep erases it */
 		return MC_ERR_OBJECT_NOT_FOUND;
 	if (!mc_master_obj_readable(m, o))
 		return MC_ERR_REPLICA_IS_NOT_READY;
 	m->met.valid_get_nums++;
-	m->met.mem_cache_hit_nums++;
-	m->met.mem_cache_hit_bytes += mc_obj_size(o);
+	/* a memory hit if the first readable replica is in memory (spec 7.2) */
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_live(m, r) && !mc_master_rep_disk(m, r)) {
+			m->met.mem_cache_hit_nums++;
+			m->met.mem_cache_hit_bytes += mc_obj_size(o);
+			return MC_OK;
+		}
+	}
+	m->met.file_cache_hit_nums++;
+	m->met.file_cache_hit_bytes += mc_obj_size(o);
+	mc_master_ssd_hit(m, o, now);
 	return MC_OK;
 }
 
@@ -340,16 +368,21 @@ static mc_status h_batch_exist(struct ctx *c, const struct mc_store_msg *q)
 	struct mc_master *m = c->m;
 	struct mc_store_batch_exist_resp resp = {r->n_keys, NULL};
 	struct mc_store_exist_item *items;
+	struct mc_obj **objs;
+	size_t isz = (size_t)r->n_keys * sizeof(*items);
 	uint32_t nfail = 0;
 	bool found;
 	uint16_t tid;
 
 	if (r->n_keys && !r->keys)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	items = mc_master_scratch(m, (size_t)r->n_keys * sizeof(*items) + 1);
+	items = mc_master_scratch(m, isz + (size_t)r->n_keys * sizeof(*objs) + 1);
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
+	objs = (struct mc_obj **)(void *)((char *)items + isz);
 	tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
+	if (found)
+		mc_master_obj_find_many(m, tid, r->keys, r->n_keys, objs);
 	for (uint32_t i = 0; i < r->n_keys; i++) {
 		const struct mc_proto_str *k = &r->keys[i];
 		struct mc_obj *o;
@@ -363,7 +396,7 @@ static mc_status h_batch_exist(struct ctx *c, const struct mc_store_msg *q)
 		}
 		if (!found)
 			continue;
-		o = mc_master_obj_find(m, tid, sp(k), k->len);
+		o = objs[i];
 		if (o && mc_master_obj_readable(m, o)) {
 			mc_master_grant_lease(m, o, c->now);
 			items[i].exists = true;
@@ -386,7 +419,7 @@ static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 	if (r->key.len == 0)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
 	o = lookup(m, &r->tenant, &r->key);
-	st = get_status(m, o);
+	st = get_status(m, o, c->now);
 	if (st == MC_ERR_OBJECT_NOT_FOUND)
 		return FAIL(c, st, "key '%.*s' not found", show(r->key.len), sp(&r->key));
 	if (st != MC_OK)
@@ -395,7 +428,7 @@ static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 	if (mc_master_rscratch(m, o->nrep) != MC_OK)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
 	mc_master_grant_lease(m, o, c->now);
-	list_fill(m, o, &l, &pos);
+	mc_master_list_fill(m, o, &l, &pos);
 	l.replicas = m->rscratch;
 	return mc_store_get_replica_list_response_encode(c->out, c->id, &l);
 }
@@ -419,18 +452,21 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
 	objs = (struct mc_obj **)(void *)((char *)items + isz);
 	tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
+	if (found)
+		mc_master_obj_find_many(m, tid, r->keys, r->n_keys, objs);
 	for (uint32_t i = 0; i < r->n_keys; i++) {
 		const struct mc_proto_str *k = &r->keys[i];
 
-		objs[i] = NULL;
+		if (!found)
+			objs[i] = NULL;
 		memset(&items[i], 0, sizeof(items[i]));
 		if (k->len == 0 || k->len > MC_STORE_KEY_MAX) {
+			objs[i] = NULL;
 			items[i].status = MC_ERR_INVALID_PARAMS;
 			nfail++;
 			continue;
 		}
-		objs[i] = found ? mc_master_obj_find(m, tid, sp(k), k->len) : NULL;
-		items[i].status = get_status(m, objs[i]);
+		items[i].status = get_status(m, objs[i], c->now);
 		if (items[i].status != MC_OK) {
 			objs[i] = NULL;
 			nfail++;
@@ -444,7 +480,7 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 		if (!objs[i])
 			continue;
 		mc_master_grant_lease(m, objs[i], c->now);
-		list_fill(m, objs[i], &items[i].list, &pos);
+		mc_master_list_fill(m, objs[i], &items[i].list, &pos);
 	}
 	pos = 0;
 	for (uint32_t i = 0; i < r->n_keys; i++) {
@@ -458,259 +494,11 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	return mc_store_batch_get_replica_list_response_encode(c->out, c->id, &resp);
 }
 
-/* ------------------------------------------------------------------------ */
-/* regex scans                                                               */
-
-/*
- * GetReplicaListByRegex and RemoveByRegex look at every key of a tenant, so
- * they run as jobs (struct mc_master_job) in steps: the daemon runs one
- * slice of a job per loop turn (server.c), other connections' requests go
- * in between, and a scan over millions of keys no longer stalls the master.
- * A job has two phases:
- *   - scan: the table cursor (objects.c) visits each bucket of the hash
- *     space once; matching keys are copied into j->keys.  The time budget
- *     (regex_time_budget, wall clock from the request's arrival) and the
- *     per-key limits of key_regex.c apply here; a job over either fails with
- *     INVALID_PARAMS and has changed nothing;
- *   - apply: the matched keys are looked up again (they may have gone, or
- *     been replaced, between slices) and removed, in slices too, or their
- *     replica lists are encoded (one response frame, built at once).
- * So the result is that of a scan bucket by bucket with other requests in
- * between, like upstream's walk over its 1024 locked shards: an object
- * present throughout is seen exactly once, one added or removed during the
- * scan may or may not be.
- */
-#define SCAN_STEP_SLOTS 512 /* most table slots per cursor step (one clock read) */
-#define SCAN_STEP_FIRST 16  /* the first step: the cost of a key is not known yet */
-#define SCAN_STEP_US	50  /* what a step should take: costly keys make steps smaller */
-#define APPLY_STEP	128 /* removals per clock read */
-
-enum job_phase { JOB_SCAN, JOB_APPLY };
-
-struct mc_master_job {
-	struct mc_master *m;
-	uint16_t type;
-	uint64_t req_id;
-	size_t counter; /* in struct mc_master_metrics, or NO_COUNTER */
-	uint16_t tid;
-	bool found; /* the tenant exists */
-	bool force;
-	bool remove; /* RemoveByRegex; else GetReplicaListByRegex */
-	enum job_phase phase;
-	struct mc_regex *re;
-	struct mc_master_cursor cur;
-	uint64_t deadline_us; /* mc_now_us clock */
-	uint64_t budget_ms;
-	uint64_t visited;   /* keys matched against */
-	uint64_t step;	    /* table slots per cursor step, adapted to the cost of a key */
-	struct mc_buf keys; /* matches: u16 length, then the key */
-	uint32_t nkeys;
-	size_t off; /* apply: the next key in keys */
-	int64_t count;
-	mc_status st; /* a scan step's failure */
-	char err[ERR_LEN];
-	char pat[KEY_SHOW + 1]; /* the pattern's first bytes, for messages */
-};
-
-void mc_master_job_free(struct mc_master *m, struct mc_master_job *j)
-{
-	if (!j)
-		return;
-	mc_master_cursor_close(m, &j->cur);
-	mc_regex_free(j->re);
-	mc_buf_release(&j->keys);
-	mc_free(j);
-}
-
-static mc_status job_new(struct ctx *c, const struct mc_proto_str *tenant,
-			 const struct mc_proto_str *pat, bool remove, bool force)
-{
-	struct mc_master *m = c->m;
-	const struct mc_regex_limits lim = {
-		.match_limit = (uint32_t)m->cfg.regex_match_limit,
-		.depth_limit = (uint32_t)m->cfg.regex_match_limit,
-		.heap_bytes = m->cfg.regex_heap_limit,
-	};
-	struct mc_master_job *j = mc_calloc(1, sizeof(*j));
-	mc_status st;
-
-	if (!j)
-		return FAIL(c, MC_ERR_NOMEM, "no memory for the regex scan");
-	st = mc_regex_new(sp(pat), pat->len, &lim, &j->re);
-	if (st != MC_OK) {
-		mc_free(j);
-		return FAIL(c, st, "%s", mc_last_error());
-	}
-	j->m = m;
-	j->remove = remove;
-	j->force = force;
-	j->tid = mc_master_tenant_find(m, sp(tenant), tenant->len, &j->found);
-	j->budget_ms = m->cfg.regex_time_budget_ms;
-	j->step = SCAN_STEP_FIRST;
-	j->deadline_us = mc_now_us() + j->budget_ms * 1000;
-	mc_buf_init(&j->keys);
-	snprintf(j->pat, sizeof(j->pat), "%.*s", show(pat->len), sp(pat));
-	if (j->found)
-		mc_master_cursor_open(m, &j->cur);
-	else
-		j->phase = JOB_APPLY; /* nothing can match */
-	*c->job = j;
-	return MC_INPROGRESS;
-}
-
-static bool scan_one(void *arg, struct mc_obj *o)
-{
-	struct mc_master_job *j = arg;
-	uint16_t len = o->key_len;
-	bool hit = false;
-	mc_status st;
-
-	if (o->tenant != j->tid || (!j->remove && !mc_master_obj_readable(j->m, o)))
-		return true;
-	j->visited++;
-	st = mc_regex_search(j->re, o->key, o->key_len, &hit);
-	if (st != MC_OK) {
-		j->st = st;
-		snprintf(j->err, sizeof(j->err), "regex '%s' refused: %s", j->pat, mc_last_error());
-		return false;
-	}
-	if (hit) {
-		mc_buf_append(&j->keys, &len, sizeof(len));
-		mc_buf_append(&j->keys, o->key, len);
-		j->nkeys++;
-	}
-	return true;
-}
-
-/* The next matched key; false at the end. */
-static bool job_key(struct mc_master_job *j, struct mc_proto_str *k)
-{
-	uint16_t len;
-
-	if (j->off >= j->keys.len)
-		return false;
-	memcpy(&len, j->keys.data + j->off, sizeof(len));
-	k->ptr = (const char *)j->keys.data + j->off + sizeof(len);
-	k->len = len;
-	j->off += sizeof(len) + len;
-	return true;
-}
-
-/* Remove up to n matched keys; true when none is left. */
-static bool apply_remove(struct mc_master_job *j, uint64_t now_ms, uint32_t n)
-{
-	struct mc_proto_str k;
-
-	while (n-- > 0) {
-		struct mc_obj *o;
-
-		if (!job_key(j, &k))
-			return true;
-		o = mc_master_obj_find(j->m, j->tid, k.ptr, k.len);
-		if (o && mc_master_remove_obj(j->m, o, j->force, now_ms) == MC_OK)
-			j->count++;
-	}
-	return j->off >= j->keys.len;
-}
-
-/* The response of GetReplicaListByRegex, from the keys still readable. */
-static mc_status apply_get(struct ctx *c, struct mc_master_job *j)
-{
-	struct mc_master *m = c->m;
-	struct mc_store_regex_replica_list resp = {0, NULL};
-	struct mc_obj **objs = mc_malloc((j->nkeys ? j->nkeys : 1) * sizeof(*objs));
-	struct mc_proto_str k;
-	uint32_t n = 0, nrep = 0, pos = 0;
-	mc_status st;
-
-	resp.items = mc_calloc(j->nkeys ? j->nkeys : 1, sizeof(*resp.items));
-	if (!objs || !resp.items) {
-		st = FAIL(c, MC_ERR_NOMEM, "no memory for %u matches", j->nkeys);
-		goto out;
-	}
-	while (job_key(j, &k)) {
-		struct mc_obj *o = mc_master_obj_find(m, j->tid, k.ptr, k.len);
-
-		if (!o || !mc_master_obj_readable(m, o))
-			continue;
-		objs[n++] = o;
-		nrep += o->nrep;
-	}
-	if (mc_master_rscratch(m, nrep) != MC_OK) {
-		st = FAIL(c, MC_ERR_NOMEM, "no memory for %u matches", n);
-		goto out;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		mc_master_grant_lease(m, objs[i], c->now);
-		resp.items[i].key.ptr = objs[i]->key;
-		resp.items[i].key.len = objs[i]->key_len;
-		list_fill(m, objs[i], &resp.items[i].list, &pos);
-	}
-	pos = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		resp.items[i].list.replicas = &m->rscratch[pos];
-		pos += resp.items[i].list.n_replicas;
-	}
-	resp.n_items = n;
-	st = mc_store_get_replica_list_by_regex_response_encode(c->out, c->id, &resp);
-out:
-	mc_free(objs);
-	mc_free(resp.items);
-	return st;
-}
-
-/* One slice of work; MC_INPROGRESS while more is left. */
-static mc_status job_work(struct ctx *c, struct mc_master_job *j, uint64_t end_us)
-{
-	struct mc_store_count_resp cnt;
-	uint64_t now = mc_now_us();
-
-	for (;;) {
-		uint64_t t0 = now;
-
-		if (j->phase == JOB_SCAN) {
-			if (mc_master_cursor_done(&j->cur)) {
-				mc_master_cursor_close(c->m, &j->cur);
-				j->phase = JOB_APPLY;
-				continue;
-			}
-			if (!mc_master_cursor_step(c->m, &j->cur, j->step, scan_one, j))
-				return FAIL(c, j->st, "%s", j->err);
-			if (j->keys.err != MC_OK)
-				return FAIL(c, MC_ERR_NOMEM, "no memory for %u matching keys",
-					    j->nkeys);
-			now = mc_now_us();
-			/* a step cannot stop half-way: keep it short when keys cost much */
-			if (now - t0 > 2 * SCAN_STEP_US)
-				j->step = MC_MAX(j->step * SCAN_STEP_US / (now - t0), 1);
-			else if (now - t0 < SCAN_STEP_US / 2 && j->step < SCAN_STEP_SLOTS)
-				j->step *= 2;
-			if (now > j->deadline_us)
-				return FAIL(c, MC_ERR_INVALID_PARAMS,
-					    "regex '%s' refused: over its time budget of %llu ms "
-					    "(regex_time_budget) after matching %llu keys",
-					    j->pat, (unsigned long long)j->budget_ms,
-					    (unsigned long long)j->visited);
-		} else if (!j->remove) {
-			return apply_get(c, j);
-		} else {
-			if (apply_remove(j, c->now, APPLY_STEP)) {
-				cnt.count = j->count;
-				return mc_store_remove_by_regex_response_encode(c->out, c->id,
-										&cnt);
-			}
-			now = mc_now_us();
-		}
-		if (now >= end_us)
-			return MC_INPROGRESS;
-	}
-}
-
 static mc_status h_regex(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_regex_req *r = &q->body.regex_req;
 
-	return job_new(c, &r->tenant, &r->pattern, false, false);
+	return mc_master_job_new(c, &r->tenant, &r->pattern, false, false);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -854,25 +642,6 @@ static void place_install(struct mc_master *m, struct mc_obj *o, uint32_t n)
 	}
 }
 
-/* Make o->ext hold n - 1 extra replicas (keeping the checksum). */
-static bool ext_fit(struct mc_obj *o, uint32_t n)
-{
-	struct mc_obj_ext *e;
-
-	if (n <= 1 && !(o->flags & MC_OBJ_CKSUM)) {
-		mc_free(o->ext);
-		o->ext = NULL;
-		return true;
-	}
-	e = mc_realloc(o->ext, sizeof(*e) + (n ? n - 1 : 0) * sizeof(struct mc_rep));
-	if (!e)
-		return false;
-	if (!o->ext)
-		e->checksum = 0;
-	o->ext = e;
-	return true;
-}
-
 /*
  * Record the soft-pin action of a PutStart/UpsertStart for PutEnd, which
  * commits it (spec 2.7).  Returns what the in-flight entry keeps: the TTL
@@ -939,6 +708,12 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 
 	if (!mc_master_proc_reserve(m, 1))
 		return FAIL(c, MC_ERR_NOMEM, "no memory");
+	if (o->flags & MC_OBJ_OFFL)
+		return FAIL(c, MC_ERR_OBJECT_REPLICA_BUSY,
+			    "key '%.*s': its memory replica is being offloaded", show(o->key_len),
+			    o->key);
+	/* disk copies hold the old value: their owners delete them */
+	mc_master_ssd_drop_disk_reps(m, o);
 	if (o->flags & MC_OBJ_PROC) /* pre-empt the in-flight write at once */
 		mc_master_obj_discard_reps(m, o, c->now);
 	if (o->nrep && mc_obj_size(o) == value_len) { /* case B: in place */
@@ -954,7 +729,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		return st;
 	}
 	mc_master_obj_discard_reps(m, o, c->now);
-	if (!ext_fit(o, n)) {
+	if (!mc_master_obj_ext_fit(o, n)) {
 		place_undo(m, n);
 		mc_master_obj_erase(m, o);
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
@@ -993,7 +768,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
 			    "key '%.*s': value length %" PRIu64 " above 2^48 - 1", show(key->len),
 			    sp(key), value_len);
-	o = mc_master_obj_find(m, tenant, sp(key), key->len);
+	o = mc_master_obj_find_live(m, tenant, sp(key), key->len);
 	if (o && upsert) {
 		st = upsert_existing(c, o, client, value_len, cfg);
 		if (st != MC_OK)
@@ -1025,7 +800,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	o->tenant = tenant;
 	mc_obj_set_size(o, value_len);
 	o->aux = MC_MASTER_NO_CLIENT; /* no writer yet: proc_add sets it */
-	if (n > 1 && !ext_fit(o, n)) {
+	if (n > 1 && !mc_master_obj_ext_fit(o, n)) {
 		mc_free(o);
 		place_undo(m, n);
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
@@ -1053,6 +828,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	mc_master_proc_add(m, o, client, pin_pending(o, cfg, &m->cfg, 0));
 out:
 	observe_size(m, value_len);
+	mc_master_fs_begin(m, o, c->now); /* a DISK replica with --root_fs_dir */
 	*nrep_out = reps_out(m, o, MC_STORE_REPLICA_PROCESSING, pos);
 	return MC_OK;
 }
@@ -1164,6 +940,9 @@ static mc_status check_type(struct ctx *c, uint8_t type)
 	case MC_STORE_REPLICA_ALL:
 		return MC_OK;
 	case MC_STORE_REPLICA_DISK:
+		if (c->m->fs_seg != UINT32_MAX)
+			return MC_OK; /* End/Revoke of the DISK file (fs_tier.c) */
+				      /* fall through */
 	case MC_STORE_REPLICA_LOCAL_DISK:
 	case MC_STORE_REPLICA_NOF_SSD:
 	case MC_STORE_REPLICA_DFS:
@@ -1198,7 +977,7 @@ static mc_status put_find(struct ctx *c, uint16_t tid, bool tenant_found,
 	if (key->len == 0)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
 	if (tenant_found && key->len <= MC_STORE_KEY_MAX)
-		*out = mc_master_obj_find(c->m, tid, sp(key), key->len);
+		*out = mc_master_obj_find_live(c->m, tid, sp(key), key->len);
 	if (!*out)
 		return FAIL(c, MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found", show(key->len),
 			    sp(key));
@@ -1237,7 +1016,7 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 	pin = mc_master_proc_of(m, o)->pin;
 	if (cksum && cksum->present) {
 		o->flags |= MC_OBJ_CKSUM;
-		if (!ext_fit(o, o->nrep)) {
+		if (!mc_master_obj_ext_fit(o, o->nrep)) {
 			o->flags &= (uint8_t)~MC_OBJ_CKSUM;
 			return FAIL(c, MC_ERR_NOMEM, "no memory for the checksum");
 		}
@@ -1248,6 +1027,7 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 	mc_master_proc_del(m, o);
 	o->t = c->now; /* lease = now: no protection, but LRU recency */
 	commit_pins(m, o, c->now, pin);
+	mc_master_ssd_put_end(m, o, c->now);
 	return MC_OK;
 }
 
@@ -1269,6 +1049,38 @@ static mc_status put_revoke_one(struct ctx *c, const struct mc_store_uuid *clien
 	return MC_OK;
 }
 
+/* PutEnd/PutRevoke of the DISK replica (type DISK, --root_fs_dir). */
+static mc_status fs_finish_one(struct ctx *c, const struct mc_store_uuid *client, uint16_t tid,
+			       bool tenant_found, const struct mc_proto_str *key, bool end,
+			       const struct mc_proto_opt_u64 *id)
+{
+	struct mc_obj *o;
+	uint32_t slot;
+	mc_status st = put_find(c, tid, tenant_found, key, &o);
+
+	if (st != MC_OK)
+		return st;
+	if (!mc_master_client_find(c->m, client, &slot))
+		return FAIL(c, MC_ERR_ILLEGAL_CLIENT, "key '%.*s' was written by another client",
+			    show(key->len), sp(key));
+	return mc_master_fs_end(c->m, slot, o, end, id, c->err, ERR_LEN);
+}
+
+/* PutEnd(ALL) of an object with a DISK replica: its writer writes no file
+ * (it ends with MEMORY when it does), so the DISK replica goes. */
+static void fs_end_all(struct ctx *c, uint16_t tid, bool tenant_found,
+		       const struct mc_proto_str *key)
+{
+	struct mc_obj *o;
+
+	if (c->m->fs_seg == UINT32_MAX || !tenant_found || key->len == 0 ||
+	    key->len > MC_STORE_KEY_MAX)
+		return;
+	o = mc_master_obj_find(c->m, tid, sp(key), key->len);
+	if (o && !(o->flags & MC_OBJ_PROC))
+		mc_master_fs_drop_pending(c->m, o, true);
+}
+
 static mc_status h_put_end(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_put_end_req *r = &q->body.put_end_req;
@@ -1277,8 +1089,12 @@ static mc_status h_put_end(struct ctx *c, const struct mc_store_msg *q)
 	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
 	mc_status st = check_type(c, r->replica_type);
 
-	if (st == MC_OK)
+	if (st == MC_OK && r->replica_type == MC_STORE_REPLICA_DISK)
+		st = fs_finish_one(c, &r->client_id, tid, found, &r->key, true, &r->replica_id);
+	else if (st == MC_OK)
 		st = put_end_one(c, &r->client_id, tid, found, &r->key, &r->checksum);
+	if (st == MC_OK && r->replica_type == MC_STORE_REPLICA_ALL)
+		fs_end_all(c, tid, found, &r->key);
 	if (st != MC_OK)
 		return st;
 	return mc_store_response_encode(c->out, type, c->id, NULL);
@@ -1292,7 +1108,9 @@ static mc_status h_put_revoke(struct ctx *c, const struct mc_store_msg *q)
 	uint16_t tid = mc_master_tenant_find(c->m, sp(&r->tenant), r->tenant.len, &found);
 	mc_status st = check_type(c, r->replica_type);
 
-	if (st == MC_OK)
+	if (st == MC_OK && r->replica_type == MC_STORE_REPLICA_DISK)
+		st = fs_finish_one(c, &r->client_id, tid, found, &r->key, false, &r->replica_id);
+	else if (st == MC_OK)
 		st = put_revoke_one(c, &r->client_id, tid, found, &r->key);
 	if (st != MC_OK)
 		return st;
@@ -1333,9 +1151,15 @@ static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *cli
 		return st;
 	c->err = scratch_err;
 	for (uint32_t i = 0; i < n; i++) {
-		resp.statuses[i] =
-			end ? put_end_one(c, client, tid, found, &items[i].key, &items[i].checksum)
-			    : put_revoke_one(c, client, tid, found, &keys[i]);
+		if (replica_type == MC_STORE_REPLICA_DISK)
+			resp.statuses[i] = fs_finish_one(c, client, tid, found,
+							 end ? &items[i].key : &keys[i], end, NULL);
+		else
+			resp.statuses[i] = end ? put_end_one(c, client, tid, found, &items[i].key,
+							     &items[i].checksum)
+					       : put_revoke_one(c, client, tid, found, &keys[i]);
+		if (end && replica_type == MC_STORE_REPLICA_ALL && resp.statuses[i] == MC_OK)
+			fs_end_all(c, tid, found, &items[i].key);
 		nfail += resp.statuses[i] != MC_OK;
 	}
 	c->err = keep;
@@ -1371,7 +1195,7 @@ static mc_status remove_one(struct ctx *c, const struct mc_proto_str *tenant,
 
 	if (key->len == 0)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "empty key");
-	o = lookup(c->m, tenant, key);
+	o = lookup_live(c->m, tenant, key);
 	if (!o)
 		return FAIL(c, MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found", show(key->len),
 			    sp(key));
@@ -1431,9 +1255,9 @@ static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_msg 
 	/* an unknown client wrote nothing here */
 	if (mc_master_client_find(m, &r->client_id, &writer)) {
 		for (uint32_t i = 0; i < r->n_keys; i++) {
-			struct mc_obj *o = lookup(m, &r->tenant, &r->keys[i]);
+			struct mc_obj *o = lookup_live(m, &r->tenant, &r->keys[i]);
 
-			if (!o || (o->flags & MC_OBJ_PROC) || o->t > c->now ||
+			if (!o || (o->flags & (MC_OBJ_PROC | MC_OBJ_OFFL)) || o->t > c->now ||
 			    mc_master_obj_writer(m, o) != writer)
 				continue;
 			if (r->segment_name.len == 0) {
@@ -1456,20 +1280,20 @@ static mc_status h_remove_regex(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_remove_regex_req *r = &q->body.remove_regex_req;
 
-	return job_new(c, &r->tenant, &r->pattern, true, r->force);
+	return mc_master_job_new(c, &r->tenant, &r->pattern, true, r->force);
 }
 
+/* RemoveAll: a job (see remove_all_work); "" = every tenant. */
 static mc_status h_remove_all(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_remove_all_req *r = &q->body.remove_all_req;
-	struct mc_store_count_resp resp;
-	char *t = mc_strndup(sp(&r->tenant), r->tenant.len);
+	struct mc_master_job *j =
+		mc_master_remove_all_begin(c->m, sp(&r->tenant), r->tenant.len, r->force);
 
-	if (!t)
-		return FAIL(c, MC_ERR_NOMEM, "no memory");
-	resp.count = mc_master_remove_all(c->m, t, r->force, c->now);
-	mc_free(t);
-	return mc_store_remove_all_response_encode(c->out, c->id, &resp);
+	if (!j)
+		return FAIL(c, MC_ERR_NOMEM, "no memory for RemoveAll");
+	*c->job = j;
+	return MC_INPROGRESS;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1627,12 +1451,33 @@ static bool v_replica_clear(const struct mc_store_msg *q)
 	return s_ok(&r->tenant) && s_ok(&r->segment_name) && strs_ok(r->keys, r->n_keys);
 }
 
+/* The SSD tier (messages 64..71) lives in ssd.c. */
+static mc_status h_ssd(struct ctx *c, const struct mc_store_msg *q)
+{
+	return mc_master_ssd_handle(c->m, q, c->now, c->out, c->err, ERR_LEN);
+}
+
 static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
 {
 	struct mc_store_hello hello = {.version = mc_proto_str_c(c->m->version)};
 
 	(void)q;
 	return mc_store_service_ready_response_encode(c->out, c->id, &hello);
+}
+
+static mc_status h_get_fsdir(struct ctx *c, const struct mc_store_msg *q)
+{
+	struct mc_store_fsdir_resp r = {.fsdir = mc_proto_str_c(mc_master_fsdir(c->m))};
+
+	(void)q;
+	return mc_store_get_fsdir_response_encode(c->out, c->id, &r);
+}
+
+/* The offload RPC goes from client to client (store/offload_server.c). */
+static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
+{
+	return FAIL(c, MC_ERR_NOT_SUPPORTED, "%s is served by a client's offload server",
+		    mc_store_msg_name(q->hdr.type));
 }
 
 /*
@@ -1656,6 +1501,7 @@ static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
 	X(REMOUNT_SEGMENT, h_remount, v_remount, COUNTER(master_remount_segment))           \
 	X(UNMOUNT_SEGMENT, h_unmount, NULL, COUNTER(master_unmount_segment))                \
 	X(GRACEFUL_UNMOUNT_SEGMENT, h_graceful, NULL, COUNTER(master_unmount_segment))      \
+	X(GET_FSDIR, h_get_fsdir, NULL, NO_COUNTER)                                         \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \
@@ -1678,7 +1524,17 @@ static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
 	X(REMOVE_BY_REGEX, h_remove_regex, v_remove_regex, COUNTER(master_remove_by_regex)) \
 	X(REMOVE_ALL, h_remove_all, v_remove_all, NO_COUNTER)                               \
 	X(BATCH_REMOVE, h_batch_remove, v_batch_remove, COUNTER(master_remove))             \
-	X(BATCH_REPLICA_CLEAR, h_batch_replica_clear, v_replica_clear, NO_COUNTER)
+	X(BATCH_REPLICA_CLEAR, h_batch_replica_clear, v_replica_clear, NO_COUNTER)          \
+	X(MOUNT_LOCAL_DISK_SEGMENT, h_ssd, NULL, NO_COUNTER)                  \
+	X(UNMOUNT_LOCAL_DISK_SEGMENT, h_ssd, NULL, NO_COUNTER)                \
+	X(OFFLOAD_OBJECT_HEARTBEAT, h_ssd, NULL, NO_COUNTER)                  \
+	X(NOTIFY_OFFLOAD_SUCCESS, h_ssd, NULL, NO_COUNTER)                    \
+	X(REPORT_SSD_CAPACITY, h_ssd, NULL, NO_COUNTER)                       \
+	X(BATCH_EVICT_DISK_REPLICA, h_ssd, NULL, NO_COUNTER)                  \
+	X(PROMOTION_OBJECT_HEARTBEAT, h_ssd, NULL, NO_COUNTER)                \
+	X(NOTIFY_PROMOTION, h_ssd, NULL, NO_COUNTER)                          \
+	X(BATCH_GET_OFFLOAD_OBJECT, h_client_only, NULL, NO_COUNTER)                        \
+	X(RELEASE_OFFLOAD_BUFFER, h_client_only, NULL, NO_COUNTER)
 /* clang-format on */
 
 struct cmd {
@@ -1707,13 +1563,11 @@ static const struct cmd *cmd_of(uint16_t type)
 	return &cmds[type];
 }
 
-/* What every request ends with: sweep, counters, the error response. */
+/* What every request ends with: counters, the error response. */
 static mc_status finish(struct ctx *c, uint16_t type, size_t counter, size_t mark, mc_status st)
 {
 	struct mc_master *m = c->m;
 
-	if (m->need_sweep)
-		mc_master_sweep(m);
 	if (st != MC_OK && c->out->len != mark) {
 		/* a handler never leaves half a frame, but be safe */
 		c->out->len = mark;
@@ -1726,6 +1580,7 @@ static mc_status finish(struct ctx *c, uint16_t type, size_t counter, size_t mar
 		rc->requests++;
 		rc->failures += st != MC_OK;
 	}
+	mc_master_fs_reset(m); /* the response holds its paths no more */
 	if (st == MC_OK)
 		return MC_OK;
 	if (mc_store_error_encode(c->out, type, c->id, st, c->err) != MC_OK)
@@ -1758,9 +1613,11 @@ mc_status mc_master_handle_start(struct mc_master *m, const struct mc_store_msg 
 	else
 		st = cmd->handle(&c, req);
 	if (st == MC_INPROGRESS) {
-		job->type = req->hdr.type;
-		job->req_id = req->hdr.req_id;
-		job->counter = cmd->counter;
+		struct mc_master_job_origin *o = mc_master_job_origin(job);
+
+		o->type = req->hdr.type;
+		o->req_id = req->hdr.req_id;
+		o->counter = cmd->counter;
 		*job_out = job;
 		return MC_INPROGRESS;
 	}
@@ -1771,15 +1628,16 @@ mc_status mc_master_job_run(struct mc_master *m, struct mc_master_job *j, uint64
 			    uint64_t slice_us, struct mc_buf *out)
 {
 	char err[ERR_LEN];
-	struct ctx c = {m, now_ms, j->req_id, out, err, NULL};
+	const struct mc_master_job_origin *o = mc_master_job_origin(j);
+	struct ctx c = {m, now_ms, o->req_id, out, err, NULL};
 	size_t mark = out->len;
 	mc_status st;
 
 	err[0] = '\0';
-	st = job_work(&c, j, slice_us ? mc_now_us() + slice_us : UINT64_MAX);
+	st = mc_master_job_work(&c, j, slice_us ? mc_now_us() + slice_us : UINT64_MAX);
 	if (st == MC_INPROGRESS)
 		return st;
-	st = finish(&c, j->type, j->counter, mark, st);
+	st = finish(&c, o->type, o->counter, mark, st);
 	mc_master_job_free(m, j);
 	return st;
 }
@@ -1795,6 +1653,55 @@ mc_status mc_master_handle(struct mc_master *m, const struct mc_store_msg *req, 
 	return st;
 }
 
+/* ---- for a daemon that checks mounts first ---- */
+
+bool mc_master_mount_acceptable(struct mc_master *m, const struct mc_store_msg *req)
+{
+	char err[ERR_LEN];
+	struct ctx c = {m, 0, req->hdr.req_id, NULL, err, NULL};
+	const struct mc_store_segment *segs;
+	uint32_t n;
+
+	if (req->hdr.type == MC_STORE_MOUNT_SEGMENT) {
+		if (!v_mount(req))
+			return false;
+		segs = &req->body.mount_req.segment;
+		n = 1;
+	} else if (req->hdr.type == MC_STORE_REMOUNT_SEGMENT) {
+		if (!v_remount(req))
+			return false;
+		segs = req->body.remount_req.segments;
+		n = req->body.remount_req.n_segments;
+	} else {
+		return false;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (check_segment(&c, &segs[i]) != MC_OK)
+			return false;
+	}
+	return true;
+}
+
+bool mc_master_segment_mounted(struct mc_master *m, const struct mc_store_uuid *id)
+{
+	uint32_t slot;
+
+	return mc_master_seg_find(m, id, &slot) != NULL;
+}
+
+mc_status mc_master_refuse(struct mc_master *m, const struct mc_store_msg *req, mc_status st,
+			   const char *text, struct mc_buf *out)
+{
+	char err[ERR_LEN];
+	struct ctx c = {m, 0, req->hdr.req_id, out, err, NULL};
+	const struct cmd *cmd = cmd_of(req->hdr.type);
+
+	if (st == MC_OK || st == MC_INPROGRESS)
+		st = MC_ERR_INTERNAL;
+	snprintf(err, sizeof(err), "%s", text ? text : "");
+	return finish(&c, req->hdr.type, cmd ? cmd->counter : NO_COUNTER, out->len, st);
+}
+
 mc_status mc_master_query_replicas(struct mc_master *m, const char *tenant, const char *key,
 				   size_t key_len, bool grant_lease, uint64_t now_ms,
 				   struct mc_buf *out)
@@ -1807,11 +1714,11 @@ mc_status mc_master_query_replicas(struct mc_master *m, const char *tenant, cons
 	mc_status st;
 
 	if (grant_lease) {
-		st = get_status(m, o);
+		st = get_status(m, o, now_ms);
 		m->met.master_get_replica_list.requests++;
 		m->met.master_get_replica_list.failures += st != MC_OK;
 	} else {
-		st = !o				    ? MC_ERR_OBJECT_NOT_FOUND
+		st = !o || mc_master_obj_gone(m, o) ? MC_ERR_OBJECT_NOT_FOUND
 		     : mc_master_obj_readable(m, o) ? MC_OK
 						    : MC_ERR_REPLICA_IS_NOT_READY;
 	}
@@ -1821,7 +1728,7 @@ mc_status mc_master_query_replicas(struct mc_master *m, const char *tenant, cons
 		return MC_ERR_NOMEM;
 	if (grant_lease)
 		mc_master_grant_lease(m, o, now_ms);
-	list_fill(m, o, &l, &pos);
+	mc_master_list_fill(m, o, &l, &pos);
 	l.replicas = m->rscratch;
 	return mc_store_body_write(out, MC_STORE_GET_REPLICA_LIST, true, &l);
 }

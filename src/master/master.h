@@ -60,6 +60,19 @@ struct mc_master_config {
 	uint64_t regex_time_budget_ms; /* 10000: wall clock for one request's scan */
 	int64_t regex_match_limit;     /* 1000000: backtracking steps per key */
 	uint64_t regex_heap_limit;     /* 16 MiB: backtracking memory per key */
+	/* the SSD tier (spec store.md 4.2, 5) */
+	bool enable_offload;		/* false: MountLocalDiskSegment answers UNABLE_OFFLOAD */
+	bool offload_on_evict;		/* false: offload at PutEnd (eager) */
+	bool offload_force_evict;	/* offload-on-evict: drop what cannot be queued */
+	int64_t offloading_queue_limit; /* 50000: offloads queued or in flight per client */
+	double offload_cap_ratio;	/* 0.5: per-round cap (force-evict) / queue limit */
+	bool promotion_on_hit;		/* false: no SSD -> DRAM promotion */
+	int64_t promotion_admission_threshold; /* 2: sketch count that admits */
+	int64_t promotion_queue_limit;	       /* 50000: promotions in flight at most */
+	int64_t promotion_max_per_heartbeat;   /* 1: tasks per PromotionObjectHeartbeat */
+	/* the legacy shared-FS DISK tier (spec 5.1): <root_fs_dir>/<cluster_id>,
+	 * NULL or "" = off; copied */
+	const char *fsdir;
 };
 
 /* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
@@ -106,16 +119,51 @@ mc_status mc_master_job_run(struct mc_master *m, struct mc_master_job *j, uint64
 void mc_master_job_free(struct mc_master *m, struct mc_master_job *j);
 
 /*
+ * For a daemon that checks a mount before it lets the master apply it
+ * (server.c's mount probe: does each new segment's transfer engine answer?).
+ * The master itself never probes anything; these only read its state.
+ *
+ * mount_acceptable: req is a MountSegment or ReMountSegment that passes the
+ * master's own checks (form, size, range), so a probe could decide it.
+ * false for any other request and for one the master refuses by itself:
+ * mc_master_handle then answers it with the cause, with no probe needed.
+ *
+ * segment_mounted: a segment of that id is mounted (mounting it again is a
+ * no-op, so it needs no probe).
+ *
+ * refuse: answer req with error st (not MC_OK) and text, counted as a
+ * failure of req's counter like any other refusal.  Returns st, or
+ * MC_ERR_NOMEM if not even the error response fit.
+ */
+bool mc_master_mount_acceptable(struct mc_master *m, const struct mc_store_msg *req);
+bool mc_master_segment_mounted(struct mc_master *m, const struct mc_store_uuid *id);
+mc_status mc_master_refuse(struct mc_master *m, const struct mc_store_msg *req, mc_status st,
+			   const char *text, struct mc_buf *out);
+
+/*
  * Periodic work due at now_ms: expire silent clients (their segments are
  * unmounted at once, their replicas stop being readable, objects with no
- * replica left are erased), finish graceful unmounts whose deadline
- * passed, run an eviction round if the used ratio is above the high
+ * replica left are absent), finish graceful unmounts whose deadline
+ * passed, run a slice of the unmount sweep (below), run an eviction round
+ * if the used ratio is above the high
  * watermark or an allocation failed since the last round, release zombie
  * PutStart space past the release timeout, drop expired soft pins.
  * Returns the delay in ms until the next tick is useful (at most 10, the
  * eviction period; the daemon may call it more often).
  */
 uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms);
+
+/*
+ * The sweep after an unmount (or a client's expiry, or a wipe of the disk
+ * tier): the replicas there are dead at once, and objects left with none
+ * are absent to every request at once, but the walk that erases them runs
+ * in slices.  mc_master_tick runs one slice; a daemon that wants the sweep
+ * done sooner runs more between its requests while sweep_pending says so.
+ * run: work for about slice_us microseconds (0: to the end); returns
+ * whether work is left.  Same thread and lock rules as mc_master_handle.
+ */
+bool mc_master_sweep_pending(const struct mc_master *m);
+bool mc_master_sweep_run(struct mc_master *m, uint64_t slice_us);
 
 /* ---- queries for the HTTP admin service ---- */
 
@@ -163,9 +211,21 @@ struct mc_master_segment_info {
 typedef bool (*mc_master_segment_fn)(void *arg, const struct mc_master_segment_info *seg);
 void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, void *arg);
 
-/* RemoveAll for the admin endpoint; tenant NULL or "" = every tenant.
- * Returns the count removed. */
+/* RemoveAll at once (in-process callers, tests); tenant NULL or "" = every
+ * tenant.  Returns the count removed, or MC_ERR_NOMEM. */
 int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force, uint64_t now_ms);
+/*
+ * RemoveAll in steps, for a caller that takes the master's lock for each
+ * step and lets the RPC loop in between (the admin endpoint): begin (NULL:
+ * no memory), step until it returns true (about slice_us microseconds a
+ * step; 0 = to the end), end (frees the job, returns the count).  The same
+ * walk as the RemoveAll request (master.c, "regex scans"): not atomic.
+ */
+struct mc_master_job *mc_master_remove_all_begin(struct mc_master *m, const char *tenant,
+						 size_t tenant_len, bool force);
+bool mc_master_remove_all_step(struct mc_master *m, struct mc_master_job *j, uint64_t now_ms,
+			       uint64_t slice_us);
+int64_t mc_master_remove_all_end(struct mc_master *m, struct mc_master_job *j);
 
 /* ---- metrics ---- */
 
@@ -186,7 +246,8 @@ int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force
 	X(master_mount_segment)             \
 	X(master_unmount_segment)           \
 	X(master_remount_segment)           \
-	X(master_ping)
+	X(master_ping)                      \
+	X(master_evict_disk_replica)
 
 /* Batch counters: <name>_requests_total, _failures_total,
  * _partial_successes_total, _items_total, _failed_items_total. */
@@ -239,8 +300,32 @@ struct mc_master_metrics {
 	uint64_t put_start_release_cnt;		/* master_put_start_release_cnt */
 	uint64_t mem_cache_hit_nums;		/* mem_cache_hit_nums_ */
 	uint64_t mem_cache_hit_bytes;		/* mem_cache_hit_bytes_total */
+	uint64_t file_cache_hit_nums;		/* file_cache_hit_nums_ */
+	uint64_t file_cache_hit_bytes;		/* file_cache_hit_bytes_total */
 	uint64_t valid_get_nums;		/* valid_get_nums_ */
 	uint64_t total_get_nums;		/* total_get_nums_ */
+	/* the SSD tier (our own names: upstream has no such counters) */
+	uint64_t ssd_total_bytes;	       /* gauge: sum of ReportSsdCapacity totals */
+	uint64_t ssd_used_bytes;	       /* gauge: and of their used bytes */
+	uint64_t local_disk_clients;	       /* gauge: local-disk segments mounted */
+	uint64_t offload_in_flight;	       /* gauge: offloads queued or handed out */
+	uint64_t offload_queued;	       /* master_offload_queued_total */
+	uint64_t offload_completed;	       /* master_offload_completed_total */
+	uint64_t offload_failed;	       /* master_offload_failed_total */
+	uint64_t offload_queue_full;	       /* master_offload_queue_full_total */
+	uint64_t offload_reregistered;	       /* master_offload_reregistered_total */
+	uint64_t offload_expired;	       /* master_offload_expired_total */
+	uint64_t offload_backfilled;	       /* master_offload_backfilled_total */
+	uint64_t promotion_in_flight;	       /* gauge master_promotion_in_flight */
+	uint64_t promotion_admitted;	       /* master_promotion_admitted_total */
+	uint64_t promotion_completed;	       /* master_promotion_completed_total */
+	uint64_t promotion_completed_bytes;    /* master_promotion_completed_bytes_total */
+	uint64_t promotion_expired;	       /* master_promotion_expired_total */
+	uint64_t promotion_failed;	       /* master_promotion_failed_total */
+	uint64_t promotion_cancelled;	       /* master_promotion_cancelled_total */
+	uint64_t promotion_rejected_frequency; /* master_promotion_rejected_frequency_total */
+	uint64_t promotion_rejected_watermark; /* master_promotion_rejected_watermark_total */
+	uint64_t promotion_rejected_cap;       /* master_promotion_rejected_cap_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;
@@ -249,5 +334,22 @@ struct mc_master_metrics {
 
 /* A consistent copy of the counters and gauges as of now. */
 void mc_master_metrics(struct mc_master *m, struct mc_master_metrics *out);
+
+/*
+ * The legacy shared-FS DISK tier: files of DISK replicas the master
+ * dropped (removed, replaced, revoked), for the daemon to delete outside
+ * the master's lock with mc_fsdir_unlink (store/fsdir.h), which deletes a
+ * file only if it is that replica's.  mc_master_fs_take hands the list
+ * over (free it with mc_master_fs_gone_free) and starts a new one.
+ */
+struct mc_master_fs_gone {
+	char *path;
+	uint64_t replica_id;
+	bool written; /* its writer had reported the file */
+};
+uint32_t mc_master_fs_take(struct mc_master *m, struct mc_master_fs_gone **out);
+void mc_master_fs_gone_free(struct mc_master_fs_gone *g, uint32_t n);
+/* The directory of DISK files (<root_fs_dir>/<cluster_id>), "" when off. */
+const char *mc_master_fsdir(const struct mc_master *m);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * master/master_int.h - the master's private tables, shared by master.c
- * (the request handlers) and objects.c (tables, eviction, tick, queries).
- * Nothing outside src/master/master*.c and objects.c includes this.
+ * (the request handlers), jobs.c (the requests run in slices), objects.c
+ * (tables, eviction, tick, queries) and ssd.c (the SSD tier).  Nothing
+ * outside src/master/ includes this.
  *
  * The byte budget of an object and the reasons for each layout choice are
  * written at the top of objects.c.
@@ -50,6 +51,7 @@ enum mc_obj_flags {
 	MC_OBJ_PIN_CLEAR = 1u << 4, /* PROC: commit "no soft pin" at End */
 	MC_OBJ_CKSUM = 1u << 5,	    /* ext->checksum is valid */
 	MC_OBJ_MARK = 1u << 6,	    /* eviction: chosen in this round */
+	MC_OBJ_OFFL = 1u << 7,	    /* an offload is queued or in flight (m->offl, ssd.c) */
 };
 
 struct mc_obj {
@@ -99,6 +101,7 @@ enum mc_seg_state {
 	MC_SEG_FREE = 0, /* slot unused */
 	MC_SEG_MOUNTED = MC_SEGMENT_OK,
 	MC_SEG_GRACEFUL = MC_SEGMENT_GRACEFULLY_UNMOUNTING,
+	MC_SEG_DISK = 100, /* a client's local-disk segment: no allocator, no placement */
 };
 
 struct mc_seg {
@@ -118,14 +121,65 @@ struct mc_seg {
 	int state;	 /* enum mc_seg_state */
 };
 
+/* A key remembered for a disk owner (removes to deliver, offloads gone). */
+struct mc_dkey {
+	uint16_t tenant;
+	uint16_t len;
+	char key[];
+};
+
+/* A FIFO ring of object pointers (may hold stale ones: checked on pop). */
+struct mc_ring {
+	struct mc_obj **v;
+	uint32_t head, len, cap;
+};
+
+/*
+ * The SSD tier of one client (ssd.c): its local-disk segment slot (whose
+ * generation every LOCAL_DISK replica there names), the offloads queued
+ * for it, and what it must delete.
+ */
+struct mc_disk {
+	uint32_t seg;	     /* segment slot, state MC_SEG_DISK */
+	bool offloading;     /* the client takes offload work */
+	bool remove_all;     /* deliver "wipe your store" at the next heartbeat */
+	uint64_t total;	     /* ReportSsdCapacity, bytes */
+	uint64_t used;	     /* ReportSsdCapacity, bytes */
+	struct mc_ring q;    /* objects queued for offload */
+	struct mc_ring pq;   /* objects queued for promotion */
+	uint32_t nflight;    /* its offload entries in m->offl: queued or handed out */
+	bool backfill;	     /* some of its objects missed their offload: a lap is due */
+	struct mc_dkey **rm; /* disk copies to delete, not yet delivered */
+	uint32_t nrm, rm_cap;
+	struct mc_dkey **dead; /* handed out, then the object went away */
+	uint32_t ndead, dead_cap;
+};
+
+/* An offload queued or handed out, keyed by object in m->offl. */
+enum mc_offl_kind {
+	MC_OFFL_OFFLOAD = 0, /* memory -> the owner's disk */
+	MC_OFFL_PROMOTE = 1, /* the owner's disk -> memory (dst) */
+};
+
+/* An offload or promotion queued or handed out, keyed by object in m->offl. */
+struct mc_offl {
+	struct mc_obj *o;  /* NULL: empty slot */
+	uint64_t deadline; /* cancelled at this time (ms) unless reported */
+	struct mc_rep dst; /* PROMOTE, handed: the PROCESSING memory block */
+	uint32_t client;   /* the disk owner's slot */
+	uint8_t kind;	   /* enum mc_offl_kind */
+	bool handed;	   /* given out by a heartbeat, awaiting its report */
+};
+
 struct mc_client {
 	struct mc_store_uuid id;
-	uint64_t expiry; /* alive: expires at this time (ms) */
-	uint32_t nproc;	 /* objects it is writing */
-	uint32_t nobjs;	 /* objects whose writer it is (in flight or complete) */
-	uint32_t nsegs;	 /* segments it has mounted */
-	bool used;	 /* slot in use */
-	bool alive;	 /* in the alive set (mounted or remounted, not expired) */
+	struct mc_disk *disk; /* NULL: no local-disk segment mounted */
+	uint64_t expiry;      /* alive: expires at this time (ms) */
+	uint32_t nproc;	      /* objects it is writing */
+	uint32_t nobjs;	      /* objects whose writer it is (in flight or complete) */
+	uint32_t nsegs;	      /* segments it has mounted */
+	bool used;	      /* slot in use */
+	bool alive;	      /* in the alive set (mounted or remounted, not expired) */
 };
 
 struct mc_group {
@@ -146,6 +200,20 @@ struct mc_discarded {
 	uint64_t release_at;
 	uint32_t seg;
 	uint32_t gen;
+};
+
+/*
+ * A scan of the object table in steps, with other requests (inserts,
+ * removals, resizes) between the steps (objects.c, "scan cursor").  Step
+ * by step it visits every object whose hash falls in the next part of the
+ * hash space, so an object present for the whole scan is visited exactly
+ * once, whatever the table did in between; one added or removed during the
+ * scan may or may not be.  The table does not shrink while a cursor is
+ * open.
+ */
+struct mc_master_cursor {
+	uint64_t unit; /* slots of the smallest table when the scan began */
+	uint64_t pos;  /* home slots [0, pos) (mod unit) are done */
 };
 
 struct mc_master {
@@ -213,9 +281,38 @@ struct mc_master {
 	uint64_t capacity_bytes;
 	bool need_evict;
 	uint64_t evict_idle_until; /* no watermark round before this (ms) */
-	bool need_sweep;
 	uint64_t last_proc_scan;
 	uint32_t ncursors; /* open scan cursors: the table does not shrink */
+
+	/* the unmount sweep (objects.c), run in slices by the tick and the daemon */
+	bool need_sweep;	       /* a generation died since the running lap began */
+	bool sweep_again;	       /* one more lap after this one */
+	struct mc_master_cursor sweep; /* unit 0: no lap running */
+	uint64_t sweep_step;	       /* table slots per cursor step, adapted */
+	struct mc_obj **sweep_gone;    /* one step's objects to erase */
+	uint32_t nsweep_gone, sweep_gone_cap;
+
+	/* offloads queued or in flight: open addressing on the object pointer */
+	struct mc_offl *offl;
+	uint32_t offl_mask, noffl; /* offl_mask + 1 slots (0: none yet) */
+	uint32_t npromo;	   /* entries of kind PROMOTE */
+	uint64_t last_offl_scan;   /* deadline scan, once a second */
+	uint32_t *cms;		   /* promotion admission: count-min sketch (ssd.c) */
+	uint64_t cms_adds;
+	struct mc_master_cursor bf; /* the offload backfill lap (ssd.c); unit 0: none */
+	uint32_t bf_wait;	    /* slot + 1 of the client whose full queue paused it */
+
+	/* the legacy shared-FS DISK tier (fs_tier.c); fs_seg UINT32_MAX: off */
+	uint32_t fs_seg;
+	uint64_t fs_seq;
+	char *fsdir; /* <root_fs_dir>/<cluster_id>, no trailing '/' */
+	size_t fsdir_len;
+	struct mc_master_fs_gone *fs_gone; /* files to delete, for the daemon */
+	uint32_t nfs_gone, fs_gone_cap;
+	char **fs_blocks; /* descriptor paths of the current request */
+	size_t *fs_block_size;
+	uint32_t nfs_blocks, fs_blocks_cap, fs_sizes_cap;
+	size_t fs_pos;
 
 	struct mc_master_metrics met;
 };
@@ -227,12 +324,26 @@ mc_status mc_master_tenant_intern(struct mc_master *m, const char *name, size_t 
 				  uint16_t *id_out);
 struct mc_obj *mc_master_obj_find(struct mc_master *m, uint16_t tenant, const char *key,
 				  size_t len);
+/* mc_master_obj_find of each of keys[n] into out[n], with the cache misses
+ * of several keys overlapped; a key of length 0 or over MC_STORE_KEY_MAX
+ * gets NULL. */
+void mc_master_obj_find_many(struct mc_master *m, uint16_t tenant, const struct mc_proto_str *keys,
+			     uint32_t n, struct mc_obj **out);
 mc_status mc_master_obj_insert(struct mc_master *m, struct mc_obj *o);
 /* Unlink o from every index (table, proc, pins, group) and free it; its
  * replicas must already be released or parked. */
 void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o);
 struct mc_rep *mc_master_obj_rep(struct mc_obj *o, uint32_t i);
 bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r);
+/* r names a local-disk segment (a LOCAL_DISK replica; addr unused). */
+static inline bool mc_master_rep_disk(const struct mc_master *m, const struct mc_rep *r)
+{
+	return r->seg < m->nsegs_slots && m->segs[r->seg].state == MC_SEG_DISK;
+}
+/* Make o->ext hold n - 1 extra replicas (keeping the checksum). */
+bool mc_master_obj_ext_fit(struct mc_obj *o, uint32_t n);
+/* Release o's memory replicas only; returns how many (disk ones) are left. */
+uint32_t mc_master_obj_release_mem_reps(struct mc_master *m, struct mc_obj *o);
 /* Give the blocks of o back to their allocators at once. */
 void mc_master_obj_release_reps(struct mc_master *m, struct mc_obj *o);
 /* Release o's live replicas on the segment called name (len bytes) and
@@ -243,6 +354,22 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
 /* Readable = COMPLETE with at least one replica on a mounted segment. */
 bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o);
+/*
+ * Dead replicas (their segment slot's generation moved on: unmount, client
+ * expiry, a wipe) stay in an object until the unmount sweep reaches it or
+ * a request that changes it drops them.  An object with no live replica
+ * left is "gone": the sweep erases it, and until then every request treats
+ * it as absent.
+ */
+bool mc_master_obj_gone(const struct mc_master *m, const struct mc_obj *o);
+/* Drop o's dead replicas (nothing is written when none is dead); returns
+ * how many are left. */
+uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o);
+/* mc_master_obj_find for a request that changes or completes what it
+ * finds (the End rule): the object's dead replicas are dropped first, and
+ * one left with none is erased, as the sweep would have, and not found. */
+struct mc_obj *mc_master_obj_find_live(struct mc_master *m, uint16_t tenant, const char *key,
+				       size_t len);
 void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
 /* o becomes PROC, written by client slot writer; pin as struct mc_proc. */
 void mc_master_proc_add(struct mc_master *m, struct mc_obj *o, uint32_t writer, uint64_t pin);
@@ -281,27 +408,22 @@ struct mc_seg *mc_master_seg_find(struct mc_master *m, const struct mc_store_uui
 mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 			      const struct mc_store_segment *s, uint64_t now_ms);
 void mc_master_seg_unmount(struct mc_master *m, uint32_t slot);
-/* Drop dead replicas everywhere and erase objects left without any. */
-void mc_master_sweep(struct mc_master *m);
+/*
+ * The unmount sweep: drop dead replicas everywhere and erase the objects
+ * left without any, one cursor step at a time (objects.c, "sweep").  An
+ * unmount only sets need_sweep; mc_master_sweep_run (master.h) does the
+ * work.
+ */
 mc_status mc_master_targets(struct mc_master *m);
 /* Remove (tenant, object) as Remove does: status of the attempt. */
 mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force, uint64_t now_ms);
-/* Finish a resize in progress; full scans call it first. */
+/* Mount a local-disk segment slot for client (endpoint: its offload RPC). */
+mc_status mc_master_seg_mount_disk(struct mc_master *m, uint32_t client, const char *endpoint,
+				   size_t len, uint32_t *slot_out);
+/* Finish a resize in progress (before another starts, and at free). */
 void mc_master_table_settle(struct mc_master *m);
 
-/*
- * A scan of the object table in steps, with other requests (inserts,
- * removals, resizes) between the steps (objects.c, "scan cursor").  Step
- * by step it visits every object whose hash falls in the next part of the
- * hash space, so an object present for the whole scan is visited exactly
- * once, whatever the table did in between; one added or removed during the
- * scan may or may not be.  The table does not shrink while a cursor is
- * open.
- */
-struct mc_master_cursor {
-	uint64_t unit; /* slots of the smallest table when the scan began */
-	uint64_t pos;  /* home slots [0, pos) (mod unit) are done */
-};
+/* A scan of the object table in steps: see struct mc_master_cursor above. */
 /* Return false to end the step early (the cursor still moves past it). */
 typedef bool (*mc_master_obj_fn)(void *arg, struct mc_obj *o);
 void mc_master_cursor_open(struct mc_master *m, struct mc_master_cursor *cur);
@@ -321,9 +443,83 @@ static inline struct mc_obj *mc_master_slot_obj(const struct mc_master *m, uint6
 	return (struct mc_obj *)(uintptr_t)(m->slots[i] & ((1ull << 48) - 1));
 }
 /* Grow a scratch area to at least n bytes. */
+/* Make *arr (of elem-byte entries, *cap of them) hold at least need,
+ * doubling; false (nothing changed) when memory or the u32 count runs out. */
+bool mc_master_grow(void **arr, uint32_t *cap, uint32_t need, size_t elem);
 void *mc_master_scratch(struct mc_master *m, size_t n);
 mc_status mc_master_rscratch(struct mc_master *m, uint32_t n);
 /* Room for n more in-flight puts (so mc_master_proc_add cannot fail). */
 bool mc_master_proc_reserve(struct mc_master *m, uint32_t n);
+
+/* ---- fs_tier.c: the legacy shared-FS DISK tier ---- */
+
+/* r is a DISK replica (its file under the master's fsdir). */
+static inline bool mc_master_rep_fs(const struct mc_master *m, const struct mc_rep *r)
+{
+	return r->seg == m->fs_seg;
+}
+/* A DISK replica whose writer has not reported the file yet. */
+static inline bool mc_master_rep_fs_pending(const struct mc_master *m, const struct mc_rep *r)
+{
+	return mc_master_rep_fs(m, r) && !(r->addr & 1);
+}
+/* Set up the tier when cfg.fsdir is set (its segment slot). */
+mc_status mc_master_fs_init(struct mc_master *m);
+void mc_master_fs_free(struct mc_master *m);
+/* End of a request: the descriptor paths handed out go. */
+void mc_master_fs_reset(struct mc_master *m);
+/* Fill a DISK descriptor for r of o; false without memory for the path. */
+bool mc_master_fs_fill(struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r,
+		       struct mc_store_replica *d);
+/* A write of o begins (PutStart, UpsertStart): a fresh PROCESSING DISK replica. */
+void mc_master_fs_begin(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* o has a DISK replica being written, for less than the release timeout:
+ * its memory must stay. */
+bool mc_master_fs_pending(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms);
+/* Eviction must leave o's memory alone: mc_master_fs_pending, or (ssd.c)
+ * o waits for the eager offload backfill to give it a disk copy. */
+bool mc_master_tier_pending(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms);
+/* Drop o's DISK replica if still unwritten (its writer never reported,
+ * or ended with ALL: it writes no file); returns o->nrep. */
+uint32_t mc_master_fs_drop_pending(struct mc_master *m, struct mc_obj *o, bool quiet);
+/* The master drops the DISK replica r of o: its file is to be deleted. */
+void mc_master_fs_rep_gone(struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r);
+/* PutEnd (end) or PutRevoke of o's DISK replica by client slot client;
+ * id (NULL or absent: any, as from a sender of minor version < 4) must
+ * name the replica now being written, so a report of an older write of
+ * the key ends nothing; the cause of a failure in err.  A revoke may
+ * erase o. */
+mc_status mc_master_fs_end(struct mc_master *m, uint32_t client, struct mc_obj *o, bool end,
+			   const struct mc_proto_opt_u64 *id, char *err, size_t err_len);
+
+/* ---- ssd.c: the SSD tier ---- */
+
+/* The handlers of messages 64..69: answer into out (typed response) or
+ * return an error with its cause in err (err_len bytes). */
+mc_status mc_master_ssd_handle(struct mc_master *m, const struct mc_store_msg *q, uint64_t now_ms,
+			       struct mc_buf *out, char *err, size_t err_len);
+/* o became complete (PutEnd): queue its eager offload if one applies. */
+void mc_master_ssd_put_end(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* Offload-on-evict: queue o instead of evicting it.  MC_OK queued;
+ * otherwise it could not be. */
+mc_status mc_master_ssd_queue(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* A get found o readable only from disk: count it toward promotion. */
+void mc_master_ssd_hit(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* Cancel offloads and promotions past their deadline (once a second). */
+void mc_master_ssd_tick(struct mc_master *m, uint64_t now_ms);
+/* o, flagged MC_OBJ_OFFL, is being erased: forget its offload. */
+void mc_master_ssd_obj_gone(struct mc_master *m, struct mc_obj *o);
+/* A live LOCAL_DISK replica r of o is dropped by the master: its owner
+ * must delete the copy. */
+void mc_master_ssd_rep_gone(struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r);
+/* Drop o's LOCAL_DISK replicas (the owners delete them); returns how many. */
+uint32_t mc_master_ssd_drop_disk_reps(struct mc_master *m, struct mc_obj *o);
+/* RemoveAll of every tenant: every disk owner wipes its store; every
+ * LOCAL_DISK replica dies at once. */
+void mc_master_ssd_wipe_all(struct mc_master *m);
+/* The client's SSD tier goes (unmount, expiry): offloads cancelled,
+ * queues dropped, its LOCAL_DISK replicas dead. */
+void mc_master_ssd_client_gone(struct mc_master *m, uint32_t client);
+void mc_master_ssd_free(struct mc_master *m);
 
 #endif

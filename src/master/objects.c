@@ -16,11 +16,9 @@
  * table doubles when an insert would pass 3/4 load and halves (in the
  * tick) under 1/8, and either resize is incremental (see migrate()): a
  * rehash of 10 M objects costs about a second of pointer chasing, which
- * must not land on one request.  Full scans (remove-all, sweep, admin
- * listing) first finish any resize; they may delete the slot they are
- * looking at and then look at it again (backward shift moves only later
- * entries of the same run into it).  The regex calls scan in steps with
- * other requests between them, through a cursor over the hash space that
+ * must not land on one request.  The regex calls, RemoveAll and the
+ * unmount sweep scan in steps with other requests between them, and the
+ * admin key listing in one step, through a cursor over the hash space that
  * needs no settled table (see "scan cursor").
  *
  * Object memory.  One allocation per object with the key inline, and
@@ -51,9 +49,12 @@
  * Replicas are weak references.  A replica names a segment slot and the
  * slot's generation; unmount (explicit, graceful deadline, client expiry)
  * bumps the generation and drops the allocator, so every replica there is
- * unreadable at that instant, then mc_master_sweep() walks the table once
- * to drop the dead replicas and erase objects left with none (including
- * in-flight puts, whose PutEnd then fails with OBJECT_NOT_FOUND).
+ * unreadable at that instant, and an object left with no live replica is
+ * absent at once (mc_master_obj_gone); the sweep (see "sweep after
+ * unmount") then drops the dead replicas and erases the gone objects in
+ * slices, and until it reaches one, a request that changes or completes
+ * it does so itself (mc_master_obj_find_live: a PutEnd of an in-flight put
+ * whose replicas died fails with OBJECT_NOT_FOUND).
  *
  * Object state.  An object is either being written (MC_OBJ_PROC: every
  * replica PROCESSING, t = PutStart time, aux = index in m->proc) or
@@ -77,8 +78,9 @@
  *
  * Other per-tick work is proportional to what is due, not to the table:
  * client expiry walks the clients, graceful deadlines the segments, soft
- * pins pop off their heap, parked space leaves a FIFO, and the zombie scan
- * (once a second) walks only the in-flight puts.
+ * pins pop off their heap, parked space leaves a FIFO, the zombie scan
+ * (once a second) walks only the in-flight puts, and the unmount sweep
+ * gets one slice.
  */
 #define MC_LOG_MODULE "master"
 #include "master/master_int.h"
@@ -94,6 +96,7 @@
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "mooncake/version.h"
 
 #define TAG_SHIFT     48
@@ -104,6 +107,7 @@
 #define PROC_SCAN_MS  1000u
 #define MIGRATE_STEP  128u	 /* old slots moved per insert while resizing */
 #define MIGRATE_TICK  (1u << 16) /* and per tick */
+#define SWEEP_TICK_US 100u	 /* the unmount sweep's slice in each tick */
 
 MC_STATIC_ASSERT(offsetof(struct mc_obj, key) == 52, "object header is 52 bytes");
 
@@ -114,7 +118,7 @@ const uint64_t mc_master_value_size_bounds[MC_MASTER_VALUE_SIZE_BUCKETS - 1] = {
 /* ------------------------------------------------------------------------ */
 /* small helpers                                                             */
 
-static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t elem)
+bool mc_master_grow(void **arr, uint32_t *cap, uint32_t need, size_t elem)
 {
 	uint32_t ncap;
 	void *p;
@@ -154,7 +158,7 @@ void *mc_master_scratch(struct mc_master *m, size_t n)
 
 mc_status mc_master_rscratch(struct mc_master *m, uint32_t n)
 {
-	return grow((void **)&m->rscratch, &m->rscratch_cap, n, sizeof(*m->rscratch))
+	return mc_master_grow((void **)&m->rscratch, &m->rscratch_cap, n, sizeof(*m->rscratch))
 		       ? MC_OK
 		       : MC_ERR_NOMEM;
 }
@@ -197,12 +201,12 @@ mc_status mc_master_tenant_intern(struct mc_master *m, const char *name, size_t 
 	copy = mc_strndup(name, len);
 	if (!copy)
 		return MC_ERR_NOMEM;
-	if (!grow((void **)&m->tenants, &cap, m->ntenants + 1, sizeof(char *))) {
+	if (!mc_master_grow((void **)&m->tenants, &cap, m->ntenants + 1, sizeof(char *))) {
 		mc_free(copy);
 		return MC_ERR_NOMEM;
 	}
 	cap = m->ntenants;
-	if (!grow((void **)&m->tenant_lens, &cap, m->ntenants + 1, sizeof(uint32_t))) {
+	if (!mc_master_grow((void **)&m->tenant_lens, &cap, m->ntenants + 1, sizeof(uint32_t))) {
 		mc_free(copy);
 		return MC_ERR_NOMEM;
 	}
@@ -255,6 +259,57 @@ struct mc_obj *mc_master_obj_find(struct mc_master *m, uint16_t tenant, const ch
 	if (!o && m->old)
 		o = probe(m->old, m->old_mask, h, tenant, key, len);
 	return o;
+}
+
+/*
+ * Batched lookups.  With tens of millions of objects a lookup is two cache
+ * misses, the table slot and then the object it points at, and one at a
+ * time they run back to back.  Here the key of lookup i is hashed and its
+ * home slot prefetched FIND_AHEAD lookups before it is probed, and the
+ * object in that slot (when its tag matches) prefetched half-way, so the
+ * misses of several keys are in flight together.  Same answers as
+ * mc_master_obj_find, key by key.
+ */
+#define FIND_AHEAD 8u
+#define FIND_RING  (4 * FIND_AHEAD) /* > 2 * FIND_AHEAD: written before read */
+
+static inline bool find_key_ok(const struct mc_proto_str *k)
+{
+	return k->len && k->len <= MC_STORE_KEY_MAX;
+}
+
+void mc_master_obj_find_many(struct mc_master *m, uint16_t tenant, const struct mc_proto_str *keys,
+			     uint32_t n, struct mc_obj **out)
+{
+	/* the hash of key i lives at i % FIND_RING from stage one to stage three */
+	uint64_t hs[FIND_RING];
+
+	for (uint32_t i = 0; i < n + 2 * FIND_AHEAD; i++) {
+		if (i < n && find_key_ok(&keys[i])) {
+			uint64_t h = obj_hash(m, tenant, keys[i].ptr, keys[i].len);
+			hs[i % FIND_RING] = h;
+			__builtin_prefetch(&m->slots[h & m->mask]);
+		}
+		if (i >= FIND_AHEAD && i - FIND_AHEAD < n && find_key_ok(&keys[i - FIND_AHEAD])) {
+			uint64_t h = hs[(i - FIND_AHEAD) % FIND_RING];
+			uint64_t sl = m->slots[h & m->mask];
+			if (sl && (sl >> TAG_SHIFT) == (h >> TAG_SHIFT))
+				__builtin_prefetch((const void *)(uintptr_t)(sl & PTR_MASK));
+		}
+		if (i >= 2 * FIND_AHEAD) {
+			uint32_t j = i - 2 * FIND_AHEAD;
+			const struct mc_proto_str *k = &keys[j];
+			struct mc_obj *o = NULL;
+
+			if (find_key_ok(k)) {
+				uint64_t h = hs[j % FIND_RING];
+				o = probe(m->slots, m->mask, h, tenant, k->ptr, k->len);
+				if (!o && m->old)
+					o = probe(m->old, m->old_mask, h, tenant, k->ptr, k->len);
+			}
+			out[j] = o;
+		}
+	}
 }
 
 static void table_place(uint64_t *slots, uint64_t mask, uint64_t s, uint64_t h)
@@ -516,18 +571,59 @@ bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o)
 	if (o->flags & MC_OBJ_PROC)
 		return false;
 	for (uint32_t i = 0; i < o->nrep; i++) {
-		if (mc_master_rep_live(m, mc_master_obj_rep((struct mc_obj *)o, i)))
+		const struct mc_rep *r = mc_master_obj_rep((struct mc_obj *)o, i);
+
+		if (mc_master_rep_live(m, r) && !mc_master_rep_fs_pending(m, r))
 			return true;
 	}
 	return false;
+}
+
+bool mc_master_obj_gone(const struct mc_master *m, const struct mc_obj *o)
+{
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		if (mc_master_rep_live(m, mc_master_obj_rep((struct mc_obj *)o, i)))
+			return false;
+	}
+	return true;
+}
+
+uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t i = 0, n;
+
+	while (i < o->nrep && mc_master_rep_live(m, mc_master_obj_rep(o, i)))
+		i++;
+	if (i == o->nrep)
+		return i; /* all live: the object is not written to */
+	for (n = i; i < o->nrep; i++) {
+		struct mc_rep r = *mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_live(m, &r))
+			*mc_master_obj_rep(o, n++) = r;
+	}
+	o->nrep = (uint8_t)n;
+	return n;
+}
+
+struct mc_obj *mc_master_obj_find_live(struct mc_master *m, uint16_t tenant, const char *key,
+				       size_t len)
+{
+	struct mc_obj *o = mc_master_obj_find(m, tenant, key, len);
+
+	if (o && mc_master_obj_prune(m, o) == 0) {
+		mc_master_obj_erase(m, o); /* what the sweep would do: nothing is left to free */
+		return NULL;
+	}
+	return o;
 }
 
 static void rep_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
 {
 	struct mc_seg *s;
 
-	if (!mc_master_rep_live(m, r))
-		return;
+	if (!mc_master_rep_live(m, r) || mc_master_rep_disk(m, r))
+		return; /* gone already, or a LOCAL_DISK replica: nothing allocated here */
 	s = &m->segs[r->seg];
 	if (mc_offset_alloc_release(s->alloc, r->addr) != MC_OK) {
 		mc_error("replica at 0x%" PRIx64 " on segment %s was not a live block", r->addr,
@@ -540,9 +636,48 @@ static void rep_release(struct mc_master *m, const struct mc_rep *r, uint64_t si
 
 void mc_master_obj_release_reps(struct mc_master *m, struct mc_obj *o)
 {
-	for (uint32_t i = 0; i < o->nrep; i++)
-		rep_release(m, mc_master_obj_rep(o, i), mc_obj_size(o));
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_disk(m, r) && mc_master_rep_live(m, r))
+			mc_master_ssd_rep_gone(m, o, r);
+		rep_release(m, r, mc_obj_size(o));
+	}
 	o->nrep = 0;
+}
+
+uint32_t mc_master_obj_release_mem_reps(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep r = *mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_disk(m, &r) && mc_master_rep_live(m, &r))
+			*mc_master_obj_rep(o, n++) = r;
+		else
+			rep_release(m, &r, mc_obj_size(o));
+	}
+	o->nrep = (uint8_t)n;
+	return n;
+}
+
+bool mc_master_obj_ext_fit(struct mc_obj *o, uint32_t n)
+{
+	struct mc_obj_ext *e;
+
+	if (n <= 1 && !(o->flags & MC_OBJ_CKSUM)) {
+		mc_free(o->ext);
+		o->ext = NULL;
+		return true;
+	}
+	e = mc_realloc(o->ext, sizeof(*e) + (n ? n - 1 : 0) * sizeof(struct mc_rep));
+	if (!e)
+		return false;
+	if (!o->ext)
+		e->checksum = 0;
+	o->ext = e;
+	return true;
 }
 
 uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, const char *name,
@@ -554,7 +689,7 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 		struct mc_rep r = *mc_master_obj_rep(o, i);
 		const struct mc_seg *s = &m->segs[r.seg];
 
-		if (mc_master_rep_live(m, &r) && s->name_len == len &&
+		if (mc_master_rep_live(m, &r) && !mc_master_rep_disk(m, &r) && s->name_len == len &&
 		    !memcmp(s->name, name, len)) {
 			rep_release(m, &r, mc_obj_size(o));
 			dropped++;
@@ -576,7 +711,12 @@ void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t 
 
 		if (!mc_master_rep_live(m, r))
 			continue;
-		if (!grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1, sizeof(*m->disc))) {
+		if (mc_master_rep_disk(m, r)) { /* nothing to park: the owner deletes it */
+			mc_master_ssd_rep_gone(m, o, r);
+			continue;
+		}
+		if (!mc_master_grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1,
+				    sizeof(*m->disc))) {
 			/* cannot park it: release now rather than leak it */
 			rep_release(m, r, mc_obj_size(o));
 			continue;
@@ -654,7 +794,7 @@ void mc_master_proc_del(struct mc_master *m, struct mc_obj *o)
 
 bool mc_master_proc_reserve(struct mc_master *m, uint32_t n)
 {
-	return grow((void **)&m->proc, &m->proc_cap, m->nproc + n, sizeof(*m->proc));
+	return mc_master_grow((void **)&m->proc, &m->proc_cap, m->nproc + n, sizeof(*m->proc));
 }
 
 /* ---- soft-pin heap ---- */
@@ -699,7 +839,7 @@ static void pin_down(struct mc_master *m, uint32_t i)
 
 void mc_master_pin_add(struct mc_master *m, struct mc_obj *o, uint64_t deadline)
 {
-	if (!grow((void **)&m->pins, &m->pins_cap, m->npins + 1, sizeof(*m->pins))) {
+	if (!mc_master_grow((void **)&m->pins, &m->pins_cap, m->npins + 1, sizeof(*m->pins))) {
 		/* no room in the index: the object stays an ordinary cache entry */
 		mc_warn("no memory for the soft-pin index; %.*s is not pinned", (int)o->key_len,
 			o->key);
@@ -786,8 +926,8 @@ mc_status mc_master_group_join(struct mc_master *m, uint16_t tenant, const char 
 	if (!g) {
 		if (m->ngroups + 1 > m->gmask + 1 && group_rehash(m, (m->gmask + 1) * 2) != MC_OK)
 			return MC_ERR_NOMEM;
-		if (!m->ngfree &&
-		    !grow((void **)&m->gslots, &m->gslots_cap, m->ngslots + 1, sizeof(*m->gslots)))
+		if (!m->ngfree && !mc_master_grow((void **)&m->gslots, &m->gslots_cap,
+						  m->ngslots + 1, sizeof(*m->gslots)))
 			return MC_ERR_NOMEM;
 		g = mc_calloc(1, sizeof(*g) + len + 1);
 		if (!g)
@@ -803,7 +943,7 @@ mc_status mc_master_group_join(struct mc_master *m, uint16_t tenant, const char 
 		m->gbuckets[h & m->gmask] = g;
 		m->ngroups++;
 	}
-	if (!grow((void **)&g->mem, &g->cap, g->nmem + 1, sizeof(*g->mem))) {
+	if (!mc_master_grow((void **)&g->mem, &g->cap, g->nmem + 1, sizeof(*g->mem))) {
 		if (g->nmem == 0)
 			group_free(m, g);
 		return MC_ERR_NOMEM;
@@ -821,7 +961,7 @@ static void group_free(struct mc_master *m, struct mc_group *g)
 		pp = &(*pp)->next;
 	*pp = g->next;
 	m->gslots[g->slot] = NULL;
-	if (grow((void **)&m->gfree, &m->gfree_cap, m->ngfree + 1, sizeof(uint32_t)))
+	if (mc_master_grow((void **)&m->gfree, &m->gfree_cap, m->ngfree + 1, sizeof(uint32_t)))
 		m->gfree[m->ngfree++] = g->slot;
 	m->ngroups--;
 	mc_free(g->mem);
@@ -848,6 +988,8 @@ static void group_leave(struct mc_master *m, struct mc_obj *o)
 void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
 {
 	table_delete(m, o);
+	if (o->flags & MC_OBJ_OFFL)
+		mc_master_ssd_obj_gone(m, o);
 	if (o->flags & MC_OBJ_PROC)
 		mc_master_proc_del(m, o);
 	else if (o->flags & MC_OBJ_SOFT)
@@ -866,6 +1008,8 @@ mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force
 		return MC_ERR_REPLICA_IS_NOT_READY;
 	if (!force && o->t > now_ms)
 		return MC_ERR_OBJECT_HAS_LEASE;
+	if (o->flags & MC_OBJ_OFFL) /* its offload reads the memory replica */
+		return MC_ERR_OBJECT_HAS_REPLICATION_TASK;
 	mc_master_obj_release_reps(m, o);
 	mc_master_obj_erase(m, o);
 	return MC_OK;
@@ -908,8 +1052,8 @@ mc_status mc_master_client_intern(struct mc_master *m, const struct mc_store_uui
 	}
 	if (slot == UINT32_MAX) {
 		if (m->nclient_slots >= MC_MASTER_NO_CLIENT - 1 ||
-		    !grow((void **)&m->clients, &m->clients_cap, m->nclient_slots + 1,
-			  sizeof(*m->clients)))
+		    !mc_master_grow((void **)&m->clients, &m->clients_cap, m->nclient_slots + 1,
+				    sizeof(*m->clients)))
 			return MC_ERR_NOMEM;
 		slot = m->nclient_slots++;
 	}
@@ -927,7 +1071,8 @@ struct mc_seg *mc_master_seg_find(struct mc_master *m, const struct mc_store_uui
 				  uint32_t *slot_out)
 {
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-		if (m->segs[i].state != MC_SEG_FREE && uuid_eq(&m->segs[i].id, id)) {
+		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].state != MC_SEG_DISK &&
+		    uuid_eq(&m->segs[i].id, id)) {
 			*slot_out = i;
 			return &m->segs[i];
 		}
@@ -944,27 +1089,65 @@ static void seg_strings_free(struct mc_seg *s)
 	s->name = s->te_endpoint = s->protocol = s->host_id = NULL;
 }
 
+/* A free segment slot (its generation kept), or UINT32_MAX. */
+static uint32_t seg_slot_new(struct mc_master *m)
+{
+	uint32_t slot;
+
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state == MC_SEG_FREE)
+			return i;
+	}
+	if (!mc_master_grow((void **)&m->segs, &m->segs_cap, m->nsegs_slots + 1, sizeof(*m->segs)))
+		return UINT32_MAX;
+	slot = m->nsegs_slots;
+	memset(&m->segs[slot], 0, sizeof(m->segs[slot]));
+	m->nsegs_slots++;
+	return slot;
+}
+
+mc_status mc_master_seg_mount_disk(struct mc_master *m, uint32_t client, const char *endpoint,
+				   size_t len, uint32_t *slot_out)
+{
+	uint32_t slot = seg_slot_new(m);
+	struct mc_seg *s;
+
+	if (slot == UINT32_MAX)
+		return MC_ERR_NOMEM;
+	s = &m->segs[slot];
+	s->name = mc_strdup("");
+	s->te_endpoint = mc_strndup(endpoint ? endpoint : "", len);
+	s->protocol = mc_strdup("");
+	s->host_id = mc_strdup("");
+	if (!s->name || !s->te_endpoint || !s->protocol || !s->host_id) {
+		seg_strings_free(s);
+		return MC_ERR_NOMEM;
+	}
+	s->name_len = s->proto_len = 0;
+	s->te_len = (uint32_t)len;
+	s->id = (struct mc_store_uuid){0, 0};
+	s->base = s->size = s->used = 0;
+	s->alloc = NULL;
+	s->deadline = 0;
+	s->mount_seq = ++m->mount_seq;
+	s->client = client;
+	s->state = MC_SEG_DISK;
+	if (client != MC_MASTER_NO_CLIENT) /* else the DISK tier's slot (fs_tier.c) */
+		m->clients[client].nsegs++;
+	*slot_out = slot;
+	return MC_OK;
+}
+
 mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 			      const struct mc_store_segment *in, uint64_t now_ms)
 {
-	uint32_t slot = UINT32_MAX;
+	uint32_t slot = seg_slot_new(m);
 	struct mc_seg *s;
 	mc_status st;
 
 	(void)now_ms;
-	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-		if (m->segs[i].state == MC_SEG_FREE) {
-			slot = i;
-			break;
-		}
-	}
-	if (slot == UINT32_MAX) {
-		if (!grow((void **)&m->segs, &m->segs_cap, m->nsegs_slots + 1, sizeof(*m->segs)))
-			return MC_ERR_NOMEM;
-		slot = m->nsegs_slots;
-		memset(&m->segs[slot], 0, sizeof(m->segs[slot]));
-		m->nsegs_slots++;
-	}
+	if (slot == UINT32_MAX)
+		return MC_ERR_NOMEM;
 	s = &m->segs[slot];
 	s->name = mc_strndup(in->name.ptr ? in->name.ptr : "", in->name.len);
 	s->te_endpoint =
@@ -999,12 +1182,24 @@ err_strings:
 	return st;
 }
 
+static void disc_prune(struct mc_master *m);
+
 void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
 {
 	struct mc_seg *s = &m->segs[slot];
 
 	if (s->state == MC_SEG_FREE)
 		return;
+	if (s->state == MC_SEG_DISK) {
+		/* every LOCAL_DISK replica there dies with the generation */
+		s->gen++;
+		s->state = MC_SEG_FREE;
+		if (s->client < m->nclient_slots && m->clients[s->client].nsegs > 0)
+			m->clients[s->client].nsegs--;
+		seg_strings_free(s);
+		m->need_sweep = true;
+		return;
+	}
 	mc_info("unmounting segment %s (%" PRIu64 "-%" PRIu64 ")", s->name, s->id.first,
 		s->id.second);
 	m->capacity_bytes -= mc_offset_alloc_capacity(s->alloc);
@@ -1019,6 +1214,8 @@ void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
 	seg_strings_free(s);
 	m->targets_dirty = true;
 	m->need_sweep = true;
+	if (m->ndisc > m->disc_head)
+		disc_prune(m); /* O(parked), so at once: discarded bytes stay exact */
 }
 
 mc_status mc_master_targets(struct mc_master *m)
@@ -1087,36 +1284,35 @@ mc_status mc_master_targets(struct mc_master *m)
 /* ------------------------------------------------------------------------ */
 /* sweep after unmount                                                       */
 
-/* Drop o's dead replicas; returns the number left. */
-static uint32_t obj_prune(struct mc_master *m, struct mc_obj *o)
-{
-	uint32_t n = 0;
+/*
+ * An unmount bumps the slot's generation, so its replicas are dead at that
+ * instant, and parks nothing: the walk that drops them from their objects
+ * and erases the objects left with none runs as a cursor over the table
+ * (the same cursor as the regex calls and RemoveAll use), one step at a
+ * time, from mc_master_tick and from the daemon's loop between requests,
+ * so a table of 100 M objects no longer stops the RPC loop for the length
+ * of the walk.  Meanwhile nothing reads a dead replica (mc_master_rep_live
+ * guards every reader), an object with no live replica is absent to every
+ * request (mc_master_obj_gone: not found, not listed, not evicted), and a
+ * request that changes an object drops its dead replicas first and erases
+ * it if none is left (mc_master_obj_find_live: the End rule).
+ *
+ * A lap visits every bucket of the hash space once.  Each step prunes the
+ * objects it visits in place (no table change) and collects the gone ones,
+ * which are erased when the step has returned.  A generation that dies
+ * while a lap is under way is covered by the rest of that lap and by one
+ * more full lap after it (however many die meanwhile), so every object
+ * present at an unmount is visited after it.
+ */
+#define SWEEP_STEP_FIRST 64
+#define SWEEP_STEP_MAX	 1024 /* table slots per step (one clock read) */
+#define SWEEP_STEP_US	 50   /* what a step should take */
 
-	for (uint32_t i = 0; i < o->nrep; i++) {
-		struct mc_rep r = *mc_master_obj_rep(o, i);
-
-		if (mc_master_rep_live(m, &r))
-			*mc_master_obj_rep(o, n++) = r;
-	}
-	o->nrep = (uint8_t)n;
-	return n;
-}
-
-void mc_master_sweep(struct mc_master *m)
+/* Parked space of a dead generation: its allocator is gone with it. */
+static void disc_prune(struct mc_master *m)
 {
 	uint32_t k = 0;
 
-	m->need_sweep = false;
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask;) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
-
-		if (o && obj_prune(m, o) == 0) {
-			mc_master_obj_erase(m, o);
-			continue; /* slot i may now hold a later entry */
-		}
-		i++;
-	}
 	for (uint32_t i = m->disc_head; i < m->ndisc; i++) {
 		const struct mc_rep r = {m->disc[i].addr, m->disc[i].seg, m->disc[i].gen};
 
@@ -1127,6 +1323,66 @@ void mc_master_sweep(struct mc_master *m)
 	}
 	m->disc_head = 0;
 	m->ndisc = k;
+}
+
+static bool sweep_one(void *arg, struct mc_obj *o)
+{
+	struct mc_master *m = arg;
+
+	if (mc_master_obj_prune(m, o) != 0)
+		return true;
+	if (!mc_master_grow((void **)&m->sweep_gone, &m->sweep_gone_cap, m->nsweep_gone + 1,
+			    sizeof(*m->sweep_gone))) {
+		m->sweep_again = true; /* absent anyway; the next lap retries */
+		return true;
+	}
+	m->sweep_gone[m->nsweep_gone++] = o;
+	return true;
+}
+
+bool mc_master_sweep_pending(const struct mc_master *m)
+{
+	return m->need_sweep || m->sweep.unit != 0;
+}
+
+bool mc_master_sweep_run(struct mc_master *m, uint64_t slice_us)
+{
+	uint64_t end_us = slice_us ? mc_now_us() + slice_us : UINT64_MAX;
+
+	if (m->need_sweep) {
+		m->need_sweep = false;
+		if (!m->sweep.unit) {
+			mc_master_cursor_open(m, &m->sweep);
+			if (!m->sweep_step)
+				m->sweep_step = SWEEP_STEP_FIRST;
+		} else if (m->sweep.pos > 0) {
+			m->sweep_again = true; /* the part behind the cursor needs a new lap */
+		}
+	}
+	while (m->sweep.unit) {
+		uint64_t t0 = mc_now_us(), now;
+
+		if (mc_master_cursor_done(&m->sweep)) {
+			mc_master_cursor_close(m, &m->sweep);
+			if (!m->sweep_again)
+				return false;
+			m->sweep_again = false;
+			mc_master_cursor_open(m, &m->sweep);
+			continue;
+		}
+		m->nsweep_gone = 0;
+		mc_master_cursor_step(m, &m->sweep, m->sweep_step, sweep_one, m);
+		for (uint32_t i = 0; i < m->nsweep_gone; i++)
+			mc_master_obj_erase(m, m->sweep_gone[i]);
+		now = mc_now_us();
+		if (now - t0 > 2 * SWEEP_STEP_US)
+			m->sweep_step = MC_MAX(m->sweep_step * SWEEP_STEP_US / (now - t0), 1);
+		else if (now - t0 < SWEEP_STEP_US / 2 && m->sweep_step < SWEEP_STEP_MAX)
+			m->sweep_step *= 2;
+		if (now >= end_us)
+			return true;
+	}
+	return false;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1144,13 +1400,27 @@ static bool soft_pinned(const struct mc_master *m, const struct mc_obj *o, uint6
 	       mc_master_pin_deadline(m, o) > now_ms;
 }
 
+/* o has a live memory replica: something eviction can free */
+static bool has_mem_rep(const struct mc_master *m, const struct mc_obj *o)
+{
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep((struct mc_obj *)o, i);
+
+		if (mc_master_rep_live(m, r) && !mc_master_rep_disk(m, r))
+			return true;
+	}
+	return false;
+}
+
 /* pass 1: not soft-pinned; pass 2: soft-pinned only */
 static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms, int pass)
 {
-	if (o->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK))
+	if (o->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK | MC_OBJ_OFFL))
 		return false;
-	if (o->t > now_ms || !mc_master_obj_readable(m, o))
+	if (o->t > now_ms || !has_mem_rep(m, o))
 		return false;
+	if (mc_master_tier_pending(m, o, now_ms))
+		return false; /* memory stays while a DISK file or a disk copy is owed */
 	return pass == 1 ? !soft_pinned(m, o, now_ms) : soft_pinned(m, o, now_ms);
 }
 
@@ -1199,7 +1469,7 @@ static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 	bool allow_soft = pass == 2;
 
 	if (!g) {
-		if (!grow((void **)list, cap, *n + 1, sizeof(**list)))
+		if (!mc_master_grow((void **)list, cap, *n + 1, sizeof(**list)))
 			return false;
 		o->flags |= MC_OBJ_MARK;
 		(*list)[(*n)++] = o;
@@ -1209,17 +1479,17 @@ static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 		if (g->mem[i]->t > now_ms)
 			return true; /* a leased member protects the whole group */
 	}
-	if (!grow((void **)list, cap, *n + g->nmem, sizeof(**list)))
+	if (!mc_master_grow((void **)list, cap, *n + g->nmem, sizeof(**list)))
 		return false;
 	for (uint32_t i = 0; i < g->nmem; i++) {
 		struct mc_obj *x = g->mem[i];
 
-		if (x->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK))
+		if (x->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK | MC_OBJ_OFFL))
 			continue;
 		if (soft_pinned(m, x, now_ms) &&
 		    (!allow_soft || !m->cfg.allow_evict_soft_pinned_objects))
 			continue;
-		if (!mc_master_obj_readable(m, x))
+		if (!has_mem_rep(m, x))
 			continue;
 		x->flags |= MC_OBJ_MARK;
 		(*list)[(*n)++] = x;
@@ -1227,8 +1497,38 @@ static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 	return true;
 }
 
+/*
+ * Offload-on-evict (spec 4.2): an object without a disk copy is queued for
+ * offload instead of losing its memory.  true: keep o in memory this
+ * round (queued, or the queue refused it and force-evict is off).  With
+ * force-evict, at most offloading_queue_limit x offload_cap_ratio objects
+ * are queued per round and the others are evicted.
+ */
+static bool offload_instead(struct mc_master *m, struct mc_obj *o, uint64_t now_ms,
+			    uint64_t *queued)
+{
+	bool force = m->cfg.offload_force_evict;
+
+	if (!m->cfg.enable_offload || !m->cfg.offload_on_evict)
+		return false;
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (mc_master_rep_disk(m, r) && mc_master_rep_live(m, r))
+			return false; /* already on disk: memory goes */
+	}
+	if (force &&
+	    (double)*queued >= (double)m->cfg.offloading_queue_limit * m->cfg.offload_cap_ratio)
+		return false;
+	if (mc_master_ssd_queue(m, o, now_ms) == MC_OK) {
+		(*queued)++;
+		return true;
+	}
+	return !force;
+}
+
 static uint64_t evict_pass(struct mc_master *m, uint64_t now_ms, int pass, uint64_t want,
-			   uint64_t start, uint64_t window)
+			   uint64_t start, uint64_t window, uint64_t *queued)
 {
 	struct cand *c = NULL;
 	uint32_t nc = 0, ccap = 0, nl = 0, lcap = 0;
@@ -1240,7 +1540,7 @@ static uint64_t evict_pass(struct mc_master *m, uint64_t now_ms, int pass, uint6
 
 		if (!o || !evictable(m, o, now_ms, pass))
 			continue;
-		if (!grow((void **)&c, &ccap, nc + 1, sizeof(*c)))
+		if (!mc_master_grow((void **)&c, &ccap, nc + 1, sizeof(*c)))
 			break;
 		c[nc].t = o->t;
 		c[nc].o = o;
@@ -1258,11 +1558,19 @@ static uint64_t evict_pass(struct mc_master *m, uint64_t now_ms, int pass, uint6
 	}
 	for (uint32_t i = 0; i < nl; i++) {
 		struct mc_obj *o = list[i];
+		uint32_t before = mc_master_obj_prune(m, o), left; /* live ones: at least one */
 
+		o->flags &= (uint8_t)~MC_OBJ_MARK;
+		if (offload_instead(m, o, now_ms, queued))
+			continue; /* stays in memory until its copy is on disk */
+		left = mc_master_obj_release_mem_reps(m, o);
+		if (left)
+			left = mc_master_fs_drop_pending(m, o,
+							 false); /* a writer that never reported */
 		m->met.evicted_key_count++;
-		m->met.evicted_size_bytes += mc_obj_size(o) * o->nrep;
-		mc_master_obj_release_reps(m, o);
-		mc_master_obj_erase(m, o);
+		m->met.evicted_size_bytes += mc_obj_size(o) * (before - left);
+		if (left == 0)
+			mc_master_obj_erase(m, o); /* else readable from disk */
 		evicted++;
 	}
 	mc_free(c);
@@ -1290,7 +1598,7 @@ static uint64_t evict_round(struct mc_master *m, uint64_t now_ms)
 	double share = (double)window / (double)slots;
 	uint64_t n = m->nobjs - m->nproc;
 	uint64_t start = mc_alloc_rand(&m->rng) & m->mask;
-	uint64_t want, low, done;
+	uint64_t want, low, done, queued = 0;
 
 	if (n == 0)
 		return 0;
@@ -1301,9 +1609,9 @@ static uint64_t evict_round(struct mc_master *m, uint64_t now_ms)
 	if (want == 0)
 		want = 1;
 	m->met.attempted_evictions++;
-	done = evict_pass(m, now_ms, 1, want, start, window);
+	done = evict_pass(m, now_ms, 1, want, start, window, &queued);
 	if (done < low && done < want && m->cfg.allow_evict_soft_pinned_objects)
-		done += evict_pass(m, now_ms, 2, want - done, start, window);
+		done += evict_pass(m, now_ms, 2, want - done, start, window, &queued);
 	if (done > 0)
 		m->met.successful_evictions++;
 	mc_debug("eviction round: %" PRIu64 " of %" PRIu64 " wanted", done, want);
@@ -1334,6 +1642,7 @@ static void expire_client(struct mc_master *m, uint32_t slot)
 
 	mc_info("client %" PRIu64 "-%" PRIu64 " expired", c->id.first, c->id.second);
 	c->alive = false;
+	mc_master_ssd_client_gone(m, slot);
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].client == slot)
 			mc_master_seg_unmount(m, i);
@@ -1392,8 +1701,9 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		if (m->segs[i].state == MC_SEG_GRACEFUL && m->segs[i].deadline <= now_ms)
 			mc_master_seg_unmount(m, i);
 	}
-	if (m->need_sweep)
-		mc_master_sweep(m);
+	mc_master_ssd_tick(m, now_ms);
+	if (mc_master_sweep_pending(m))
+		(void)mc_master_sweep_run(m, SWEEP_TICK_US);
 	while (m->npins && m->pins[0].deadline <= now_ms)
 		mc_master_pin_del(m, m->pins[0].o);
 	if (m->ndisc > m->disc_head)
@@ -1449,6 +1759,11 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->regex_time_budget_ms = 10000;
 	c->regex_match_limit = 1000000;
 	c->regex_heap_limit = 16u << 20;
+	c->offloading_queue_limit = 50000;
+	c->offload_cap_ratio = 0.5;
+	c->promotion_admission_threshold = 2;
+	c->promotion_queue_limit = 50000;
+	c->promotion_max_per_heartbeat = 1;
 }
 
 mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out)
@@ -1461,7 +1776,9 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	    c->default_kv_lease_ttl_ms == 0 || c->client_ttl_ms == 0 ||
 	    c->put_start_discard_timeout_ms == 0 || c->put_start_release_timeout_ms == 0 ||
 	    c->regex_time_budget_ms == 0 || c->regex_match_limit < 1 ||
-	    c->regex_match_limit > UINT32_MAX || c->regex_heap_limit < 1024) {
+	    c->regex_match_limit > UINT32_MAX || c->regex_heap_limit < 1024 ||
+	    c->offloading_queue_limit < 1 || c->offloading_queue_limit > UINT32_MAX ||
+	    !(c->offload_cap_ratio >= 0 && c->offload_cap_ratio <= 1)) {
 		mc_error("invalid master configuration");
 		return MC_ERR_INVALID_PARAMS;
 	}
@@ -1486,6 +1803,10 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	m->hash_seed = mc_alloc_rand(&m->rng);
 	m->group_seed = mc_alloc_rand(&m->rng);
 	m->last_client = UINT32_MAX;
+	if (mc_master_fs_init(m) != MC_OK) {
+		mc_master_free(m);
+		return MC_ERR_NOMEM;
+	}
 	*out = m;
 	return MC_OK;
 }
@@ -1514,6 +1835,8 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->gslots);
 	mc_free(m->gbuckets);
 	mc_free(m->gfree);
+	mc_master_ssd_free(m);
+	mc_master_fs_free(m);
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state != MC_SEG_FREE) {
 			mc_offset_alloc_free(m->segs[i].alloc);
@@ -1536,6 +1859,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->place);
 	mc_free(m->rscratch);
 	mc_free(m->iscratch);
+	mc_free(m->sweep_gone);
 	mc_free(m->version);
 	mc_free(m);
 }
@@ -1572,22 +1896,35 @@ static bool admin_tenant(struct mc_master *m, const char *tenant, bool *all_out,
 	return found;
 }
 
+struct key_walk {
+	struct mc_master *m;
+	uint16_t tid;
+	mc_master_key_fn fn;
+	void *arg;
+};
+
+static bool key_one(void *arg, struct mc_obj *o)
+{
+	const struct key_walk *w = arg;
+
+	if (o->tenant != w->tid || !mc_master_obj_readable(w->m, o))
+		return true;
+	return w->fn(w->arg, o->key, o->key_len);
+}
+
+/* One cursor pass in a single step: both tables of a resize are walked as
+ * they are, so nothing has to be migrated first. */
 void mc_master_foreach_key(struct mc_master *m, const char *tenant, mc_master_key_fn fn, void *arg)
 {
+	struct key_walk w = {m, 0, fn, arg};
+	struct mc_master_cursor cur;
 	bool all;
-	uint16_t tid;
 
-	if (!admin_tenant(m, tenant, &all, &tid))
+	if (!admin_tenant(m, tenant, &all, &w.tid))
 		return;
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
-
-		if (!o || o->tenant != tid || !mc_master_obj_readable(m, o))
-			continue;
-		if (!fn(arg, o->key, o->key_len))
-			return;
-	}
+	mc_master_cursor_open(m, &cur);
+	(void)mc_master_cursor_step(m, &cur, UINT64_MAX, key_one, &w);
+	mc_master_cursor_close(m, &cur);
 }
 
 void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, void *arg)
@@ -1598,7 +1935,7 @@ void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, voi
 	if (!idx)
 		return;
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-		if (m->segs[i].state != MC_SEG_FREE)
+		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].state != MC_SEG_DISK)
 			idx[n++] = i;
 	}
 	/* mount order; a handful of segments, so insertion sort */
@@ -1631,33 +1968,6 @@ void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, voi
 	mc_free(idx);
 }
 
-int64_t mc_master_remove_all(struct mc_master *m, const char *tenant, bool force, uint64_t now_ms)
-{
-	bool all = !tenant || !*tenant || !m->cfg.enable_multi_tenants;
-	bool found = true;
-	uint16_t tid = 0;
-	int64_t n = 0;
-
-	m->met.master_remove_all.requests++;
-	if (!all) {
-		tid = mc_master_tenant_find(m, tenant, strlen(tenant), &found);
-		if (!found)
-			return 0;
-	}
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask;) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
-
-		if (o && (all || o->tenant == tid) &&
-		    mc_master_remove_obj(m, o, force, now_ms) == MC_OK) {
-			n++;
-			continue;
-		}
-		i++;
-	}
-	return n;
-}
-
 void mc_master_metrics(struct mc_master *m, struct mc_master_metrics *out)
 {
 	uint64_t alive = 0;
@@ -1665,6 +1975,18 @@ void mc_master_metrics(struct mc_master *m, struct mc_master_metrics *out)
 	for (uint32_t i = 0; i < m->nclient_slots; i++)
 		alive += m->clients[i].used && m->clients[i].alive;
 	*out = m->met;
+	out->ssd_total_bytes = out->ssd_used_bytes = out->local_disk_clients = 0;
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
+		const struct mc_disk *d = m->clients[i].used ? m->clients[i].disk : NULL;
+
+		if (d) {
+			out->ssd_total_bytes += d->total;
+			out->ssd_used_bytes += d->used;
+			out->local_disk_clients++;
+		}
+	}
+	out->offload_in_flight = m->noffl - m->npromo;
+	out->promotion_in_flight = m->npromo;
 	out->allocated_bytes = m->allocated_bytes;
 	out->total_capacity_bytes = m->capacity_bytes;
 	out->key_count = m->nobjs;

@@ -28,13 +28,20 @@
  *   - an unknown message type: a NOT_SUPPORTED error response, and the
  *     connection goes on.
  *
+ * A MountSegment or ReMountSegment with a new segment waits, like a job,
+ * while a probe thread checks that the segment's transfer engine answers
+ * (--mount_probe; "mount probes" below): the master applies it only then.
+ *
  * Requests that visit the whole table (the regex calls) are jobs
  * (mc_master_handle_start): the connection's later frames wait, and the
  * job timer runs one slice of about JOB_SLICE_US of the first job each
  * loop round, after the ready connections, then moves it to the back; so
  * a scan of millions of keys delays another client's request by one slice,
  * not by the scan.  A job's answer is queued like any other; a connection
- * that closes first takes its unfinished job with it.
+ * that closes first takes its unfinished job with it.  The sweep after an
+ * unmount or a client's expiry (mc_master_sweep_run) runs the same way,
+ * with no connection behind it: the sweep timer runs one slice per loop
+ * round while there is sweeping to do.
  *
  * Bounds (base/accept.h): at most rpc_max_connections connections (more
  * are accepted and closed at once); accept failing for lack of
@@ -67,6 +74,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <jansson.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -75,7 +83,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/accept.h"
@@ -86,8 +96,11 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "master/server_priv.h"
+#include "meta/desc.h"
 #include "meta/http_server.h"
 #include "mooncake/version.h"
+#include "store/fsdir.h"
+#include "te/rpc.h"
 
 #define MAX_PAYLOAD	 MC_PROTO_MAX_PAYLOAD
 #define MAX_FRAME	 ((size_t)MC_PROTO_HDR_LEN + MAX_PAYLOAD)
@@ -99,7 +112,9 @@
 #define REPORT_PERIOD_MS 10000
 #define IDLE_SCAN_MS	 250 /* idle and frame deadlines are checked this often */
 #define LISTEN_BACKLOG	 1024
-#define JOB_SLICE_US	 100 /* a regex job's turn; the delay it adds to others */
+#define JOB_SLICE_US	 100  /* a regex job's turn; the delay it adds to others */
+#define PROBES_MAX	 64   /* mount probes in flight at most; more are refused */
+#define PROBE_MAX_FRAME	 4096 /* a Probe answer is {"status":"success"} */
 
 struct conn {
 	struct mc_list link; /* in s->conns */
@@ -113,6 +128,7 @@ struct conn {
 	struct mc_buf wbuf;
 	size_t woff;		   /* bytes of wbuf already sent */
 	struct mc_master_job *job; /* unfinished request; no frame is read meanwhile */
+	struct mount_probe *probe; /* a mount waiting for its probe; likewise */
 	struct mc_list job_link;   /* in s->jobs while job */
 	uint64_t last_active_ms;
 	uint64_t frame_start_ms; /* when the partial frame in rbuf began; 0 = none */
@@ -121,11 +137,68 @@ struct conn {
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
+struct probe_target {
+	char *name;	/* the segment's name */
+	char *endpoint; /* its te_endpoint */
+};
+
+struct mount_probe {
+	struct mc_list link;	  /* in s->probes (loop thread) */
+	struct mc_list done_link; /* in s->probes_done once finished (probe_lock) */
+	struct mc_master_server *s;
+	struct conn *c; /* loop thread only; NULL once the connection is gone */
+	pthread_t thread;
+	bool launched;
+	uint8_t *frame; /* the request, decoded again to apply it */
+	size_t frame_len;
+	uint32_t n;
+	struct probe_target *t;
+	uint64_t deadline_ms;
+	/* written by the probe thread before it posts itself, read by the loop after */
+	mc_status st;
+	char why[640];
+};
+
 /* ---- connections ---------------------------------------------------------- */
+
+/*
+ * The DISK files the master dropped (--root_fs_dir): taken under the lock,
+ * deleted outside it, each only if it is still that replica's file (a
+ * newer write of the same name stays).  Run before the answers of the
+ * requests that dropped them go out, so a client whose remove returned
+ * finds the file gone.
+ */
+static uint32_t fs_take_locked(struct mc_master_server *s, struct mc_master_fs_gone **g)
+{
+	return mc_master_fs_take(s->master, g);
+}
+
+static void fs_delete(struct mc_master_fs_gone *g, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		if (g[i].written)
+			(void)mc_fsdir_unlink(g[i].path, g[i].replica_id);
+		else
+			mc_fsdir_unlink_tmp(g[i].path, g[i].replica_id);
+	}
+	mc_master_fs_gone_free(g, n);
+}
 
 static size_t conn_pending(const struct conn *c)
 {
 	return c->wbuf.len - c->woff;
+}
+
+/* One more of a bounds counter (read by /metrics on another thread). */
+static void count_one(atomic_uint_fast64_t *n)
+{
+	atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+}
+
+/* A request of c's is unfinished (a job or a mount probe): no frame is read. */
+static bool conn_waits(const struct conn *c)
+{
+	return c->job || c->probe;
 }
 
 /* Bytes of c's read buffer above the first one: what the global cap counts. */
@@ -156,6 +229,11 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		pthread_mutex_unlock(&s->lock);
 		c->job = NULL;
 		mc_list_del(&c->job_link);
+	}
+	if (c->probe) {
+		/* the probe runs on; its result is dropped when it comes */
+		c->probe->c = NULL;
+		c->probe = NULL;
 	}
 	s->rbuf_extra -= conn_extra(c);
 	mc_list_del(&c->link);
@@ -227,7 +305,7 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 			return false;
 		want = EPOLLOUT;
 	} else {
-		if (pending < WBUF_HIGH && !c->job)
+		if (pending < WBUF_HIGH && !conn_waits(c))
 			want |= EPOLLIN;
 		if (pending)
 			want |= EPOLLOUT;
@@ -238,6 +316,283 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 		return false;
 	}
 	return true;
+}
+
+/* ---- mount probes ------------------------------------------------------------------ */
+
+/*
+ * A MountSegment or ReMountSegment that the master would accept and that
+ * names a segment not mounted yet is not handed to the master at once: it
+ * becomes a mount_probe.  Its connection reads no further frame (answers
+ * stay in request order) and one thread per probe asks the transfer
+ * engine of each new segment for a Probe (te/rpc.h) by one deadline,
+ * mount_probe_timeout after the request.  Where that engine listens: the
+ * rpc_meta record of the segment's te_endpoint (then of its name) in the
+ * embedded HTTP metadata server when there is one, else te_endpoint read as
+ * host:port (a store client names its segment after its engine's RPC
+ * address).  When the thread is done it puts the probe on probes_done and
+ * writes the eventfd; the loop joins it and, if the connection is still
+ * there, re-decodes the saved frame and lets the master apply it (success)
+ * or refuses it with ENDPOINT and the cause, logged once.  A connection
+ * that closes first leaves its probe behind (p->c = NULL): the result is
+ * dropped.  The loop never waits for a probe; stopping the server joins
+ * what is still in flight, each bounded by its deadline.
+ */
+
+static void probe_free(struct mount_probe *p)
+{
+	if (!p)
+		return;
+	for (uint32_t i = 0; i < p->n; i++) {
+		mc_free(p->t[i].name);
+		mc_free(p->t[i].endpoint);
+	}
+	mc_free(p->t);
+	mc_free(p->frame);
+	mc_free(p);
+}
+
+/* Where t's engine answers RPCs: its rpc_meta record, else te_endpoint. */
+static mc_status probe_locate(struct mc_master_server *s, const struct probe_target *t, char *host,
+			      size_t host_len, uint16_t *port, char *why, size_t why_len)
+{
+	const char *names[2] = {t->endpoint, t->name};
+
+	for (int i = 0; s->meta && i < 2; i++) {
+		char *key, *v = NULL;
+		size_t vlen = 0;
+		struct mc_rpc_meta rm = {0};
+		mc_status st;
+
+		if (i == 1 && strcmp(t->name, t->endpoint) == 0)
+			break;
+		key = mc_meta_key_rpc(names[i]);
+		if (!key)
+			return MC_ERR_NOMEM;
+		st = mc_http_meta_server_get(s->meta, key, &v, &vlen);
+		mc_free(key);
+		if (st == MC_ERR_NOT_FOUND)
+			continue;
+		if (st == MC_OK)
+			st = mc_rpc_meta_decode(v, vlen, &rm);
+		mc_free(v);
+		if (st == MC_OK && rm.ip_or_host_name && *rm.ip_or_host_name && rm.rpc_port &&
+		    strlen(rm.ip_or_host_name) < host_len) {
+			snprintf(host, host_len, "%s", rm.ip_or_host_name);
+			*port = rm.rpc_port;
+			mc_rpc_meta_release(&rm);
+			return MC_OK;
+		}
+		mc_rpc_meta_release(&rm);
+		if (st == MC_ERR_NOMEM)
+			return st;
+		/* an unreadable record: te_endpoint may still say where */
+	}
+	if (!mc_sock_split_hostport(t->endpoint, host, host_len, port, 0) || !host[0] || !*port) {
+		snprintf(why, why_len,
+			 "segment %.80s: te_endpoint '%.80s' is not host:port%s, so the master "
+			 "cannot probe its transfer engine (--mount_probe=false skips the check)",
+			 t->name, t->endpoint,
+			 s->meta ? " and has no rpc_meta record in the master's metadata server"
+				 : "");
+		return MC_ERR_ENDPOINT;
+	}
+	return MC_OK;
+}
+
+/* Ask t's engine for a Probe by deadline_ms. */
+static mc_status probe_one(struct mc_master_server *s, const struct probe_target *t,
+			   uint64_t deadline_ms, char *why, size_t why_len)
+{
+	char host[256], *resp = NULL;
+	uint16_t port = 0;
+	size_t len = 0;
+	mc_status st;
+
+	st = probe_locate(s, t, host, sizeof(host), &port, why, why_len);
+	if (st != MC_OK)
+		return st;
+	st = mc_rpc_call_until(host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
+			       &resp, &len);
+	if (st == MC_OK) {
+		json_error_t jerr;
+		json_t *j = json_loadb(resp, len, JSON_DISABLE_EOF_CHECK, &jerr);
+		const char *v = json_string_value(json_object_get(j, "status"));
+
+		if (!v || strcmp(v, "success") != 0)
+			st = mc_set_error(MC_ERR_PROTOCOL, "answered %.60s, not a probe's success",
+					  resp);
+		json_decref(j);
+	}
+	mc_free(resp);
+	if (st == MC_ERR_NOMEM)
+		return st;
+	if (st != MC_OK) {
+		snprintf(why, why_len,
+			 "segment %.80s: its transfer engine at %.100s:%u (te_endpoint %.80s) did "
+			 "not answer the mount probe: %.160s; --mount_probe=false skips this check",
+			 t->name, host, port, t->endpoint, mc_last_error());
+		return MC_ERR_ENDPOINT;
+	}
+	return MC_OK;
+}
+
+static void *probe_main(void *arg)
+{
+	struct mount_probe *p = arg;
+	struct mc_master_server *s = p->s;
+	uint64_t one = 1;
+
+	p->st = MC_OK;
+	for (uint32_t i = 0; i < p->n && p->st == MC_OK; i++)
+		p->st = probe_one(s, &p->t[i], p->deadline_ms, p->why, sizeof(p->why));
+	if (p->st == MC_ERR_NOMEM)
+		snprintf(p->why, sizeof(p->why), "out of memory probing the segment's endpoint");
+	/* from here on p is the loop's: it may be freed at any moment */
+	pthread_mutex_lock(&s->probe_lock);
+	mc_list_add_tail(&s->probes_done, &p->done_link);
+	pthread_mutex_unlock(&s->probe_lock);
+	if (write(s->probe_efd.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		mc_error("rpc: mount probe cannot wake the loop: %s", strerror(errno));
+	return NULL;
+}
+
+/*
+ * Answer p's request into out: the master applies it when the probe
+ * succeeded, else refuses it with p->st and p->why.  Returns the status
+ * answered; MC_ERR_NOMEM with nothing appended when no answer fit.  The
+ * state lock is held.
+ */
+static mc_status probe_answer_locked(struct mc_master_server *s, struct mount_probe *p,
+				     struct mc_buf *out, uint64_t now_ms)
+{
+	struct mc_store_msg msg;
+	struct mc_master_job *job = NULL;
+	mc_status st;
+
+	if (mc_store_msg_decode(p->frame, p->frame_len, MAX_PAYLOAD, &msg) != MC_OK) {
+		/* it decoded when it arrived; only memory can fail now */
+		p->st = MC_ERR_NOMEM;
+		snprintf(p->why, sizeof(p->why), "out of memory decoding the mount again");
+		return MC_ERR_NOMEM;
+	}
+	if (p->st == MC_OK) {
+		st = mc_master_handle_start(s->master, &msg, now_ms, out, &job);
+		if (st == MC_INPROGRESS) {
+			mc_master_job_free(s->master, job); /* a mount is never a job */
+			st = MC_ERR_INTERNAL;
+		}
+	} else {
+		st = mc_master_refuse(s->master, &msg, p->st, p->why, out);
+	}
+	mc_store_msg_release(&msg);
+	return st;
+}
+
+/*
+ * Does msg need a probe before the master applies it?  Then make one for c
+ * (launched by probe_launch once the state lock is released).  false: hand
+ * msg to the master now (another type, a mount it refuses by itself, or
+ * one with no new segment).  The state lock is held.
+ */
+static bool probe_new_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
+			     size_t len, const struct mc_store_msg *msg, uint64_t now_ms)
+{
+	const struct mc_store_segment *segs;
+	struct mount_probe *p;
+	uint32_t n, k = 0;
+
+	if (!s->mount_probe || !mc_master_mount_acceptable(s->master, msg))
+		return false;
+	if (msg->hdr.type == MC_STORE_MOUNT_SEGMENT) {
+		segs = &msg->body.mount_req.segment;
+		n = 1;
+	} else {
+		segs = msg->body.remount_req.segments;
+		n = msg->body.remount_req.n_segments;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		k += !mc_master_segment_mounted(s->master, &segs[i].id);
+	if (!k)
+		return false;
+	if (s->nprobes >= PROBES_MAX) {
+		char text[160];
+		snprintf(text, sizeof(text),
+			 "%u mount probes are in flight already; try the mount again later",
+			 (unsigned)PROBES_MAX);
+		mc_master_refuse(s->master, msg, MC_ERR_AGAIN, text, &c->wbuf);
+		return true;
+	}
+	p = mc_calloc(1, sizeof(*p));
+	if (p) {
+		p->frame = mc_malloc(len);
+		p->t = mc_calloc(k, sizeof(*p->t));
+	}
+	if (!p || !p->frame || !p->t)
+		goto nomem;
+	memcpy(p->frame, frame, len);
+	p->frame_len = len;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct mc_store_segment *g = &segs[i];
+		struct probe_target *t;
+
+		if (mc_master_segment_mounted(s->master, &g->id))
+			continue;
+		t = &p->t[p->n++];
+		t->name = mc_strndup(g->name.ptr ? g->name.ptr : "", g->name.len);
+		t->endpoint = mc_strndup(g->te_endpoint.ptr ? g->te_endpoint.ptr : "",
+					 g->te_endpoint.len);
+		if (!t->name || !t->endpoint)
+			goto nomem;
+	}
+	p->s = s;
+	p->c = c;
+	p->deadline_ms = now_ms + s->mount_probe_timeout_ms;
+	mc_list_add_tail(&s->probes, &p->link);
+	s->nprobes++;
+	c->probe = p;
+	return true;
+
+nomem:
+	probe_free(p);
+	if (mc_master_refuse(s->master, msg, MC_ERR_NOMEM, "out of memory starting the mount probe",
+			     &c->wbuf) == MC_ERR_NOMEM)
+		conn_fail(c, "out of memory answering %s", mc_store_msg_name(msg->hdr.type));
+	return true;
+}
+
+/* Start c's probe thread; without one, the mount is refused at once. */
+static void probe_launch(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
+{
+	struct mount_probe *p = c->probe;
+	size_t before = c->wbuf.len;
+	int err = pthread_create(&p->thread, NULL, probe_main, p);
+	mc_status st;
+
+	if (err == 0) {
+		p->launched = true;
+		return;
+	}
+	p->st = MC_ERR_AGAIN;
+	snprintf(p->why, sizeof(p->why), "cannot start a mount probe thread: %s", strerror(err));
+	mc_warn("rpc: refusing a mount from %s: %s", c->peer, p->why);
+	pthread_mutex_lock(&s->lock);
+	st = probe_answer_locked(s, p, &c->wbuf, now_ms);
+	pthread_mutex_unlock(&s->lock);
+	if (st == MC_ERR_NOMEM && c->wbuf.len == before)
+		conn_fail(c, "out of memory answering a mount");
+	c->probe = NULL;
+	mc_list_del(&p->link);
+	s->nprobes--;
+	probe_free(p);
+}
+
+static void sweep_arm_locked(struct mc_master_server *s)
+{
+	if (!s->sweep_armed && mc_master_sweep_pending(s->master)) {
+		s->sweep_armed = true;
+		mc_loop_timer_start(s->loop, &s->sweep_timer, 0);
+	}
 }
 
 /* Handle one complete frame; the state lock is held. */
@@ -258,9 +613,14 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 				  hdr->type, (unsigned long long)hdr->req_id);
 			return;
 		}
+		if (probe_new_locked(s, c, frame, len, &msg, now_ms)) {
+			mc_store_msg_release(&msg);
+			return;
+		}
 		before = c->wbuf.len;
 		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
 		mc_store_msg_release(&msg);
+		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {
 			if (mc_list_empty(&s->jobs))
 				mc_loop_timer_start(s->loop, &s->job_timer, 0);
@@ -305,7 +665,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 	size_t off = 0;
 	bool locked = false;
 
-	while (!c->closing && !c->job && off < c->rlen && conn_pending(c) < WBUF_HIGH) {
+	while (!c->closing && !conn_waits(c) && off < c->rlen && conn_pending(c) < WBUF_HIGH) {
 		struct mc_proto_hdr hdr;
 		size_t flen = 0;
 		mc_status st =
@@ -339,6 +699,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 				mc_store_error_encode(&c->wbuf, hdr.type, hdr.req_id,
 						      MC_ERR_TOO_LARGE, text);
 				conn_fail(c, "%s", text);
+				count_one(&s->n_too_large);
 			}
 			break;
 		}
@@ -356,14 +717,22 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 			mc_store_error_encode(&c->wbuf, hdr.type, hdr.req_id, MC_ERR_TOO_LARGE,
 					      text);
 			conn_fail(c, "%s", text);
+			count_one(&s->n_too_large);
 		} else {
 			conn_fail(c, "bad frame header (%s) at stream offset %zu",
 				  st == MC_ERR_PROTOCOL ? "wrong magic" : mc_strerror(st), off);
 		}
 		break;
 	}
-	if (locked)
+	if (locked) {
+		struct mc_master_fs_gone *g;
+		uint32_t n = fs_take_locked(s, &g);
+
 		pthread_mutex_unlock(&s->lock);
+		fs_delete(g, n);
+	}
+	if (c->probe && !c->probe->launched)
+		probe_launch(s, c, now_ms);
 	if (off) {
 		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
 		c->rlen -= off;
@@ -373,11 +742,11 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 		c->frame_len = 0;
 		if (c->rcap > RBUF_KEEP)
 			conn_resize(s, c, RBUF_INIT);
-	} else if (off && c->job) {
+	} else if (off && conn_waits(c)) {
 		/* frames behind a job wait unread: their clock starts after it */
 		c->frame_start_ms = 0;
 	}
-	if (c->eof && !c->closing && !c->job && c->rlen && conn_pending(c) < WBUF_HIGH)
+	if (c->eof && !c->closing && !conn_waits(c) && c->rlen && conn_pending(c) < WBUF_HIGH)
 		conn_fail(c, "peer closed in the middle of a frame (%zu bytes of it received)",
 			  c->rlen);
 }
@@ -385,7 +754,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 /* Read what the socket has, handling frames as buffers fill. */
 static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
 {
-	for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->eof && !c->job; i++) {
+	for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->eof && !conn_waits(c); i++) {
 		size_t space = c->rcap - c->rlen;
 		ssize_t n;
 
@@ -399,10 +768,11 @@ static bool conn_readable(struct mc_master_server *s, struct conn *c, uint64_t n
 			size_t cap = MC_MIN(MC_MIN(c->rcap * 2, want), s->max_conn_buffer);
 			if (cap <= c->rcap) {
 				conn_fail(c, "read buffer cannot grow past %zu bytes", c->rcap);
+				count_one(&s->n_too_large);
 				break;
 			}
 			if (s->rbuf_extra + (cap - c->rcap) > s->max_buffered) {
-				s->n_buffer_cut++;
+				count_one(&s->n_buffer_cut);
 				conn_fail(
 					c,
 					"the master's buffers for incomplete frames are full "
@@ -448,7 +818,7 @@ static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now
 	if (ok)
 		ok = conn_flush(c, now_ms);
 	/* frames held back while too much waited to be sent: go on with them */
-	while (ok && !c->closing && !c->job && c->rlen && conn_pending(c) < WBUF_HIGH) {
+	while (ok && !c->closing && !conn_waits(c) && c->rlen && conn_pending(c) < WBUF_HIGH) {
 		size_t before = c->rlen;
 		conn_process(s, c, now_ms);
 		ok = conn_flush(c, now_ms);
@@ -471,13 +841,13 @@ static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 	uint64_t now_ms = mc_loop_now_ms(l);
 	bool ok = true;
 
-	if (c->job && (events & (EPOLLHUP | EPOLLERR))) {
+	if (conn_waits(c) && (events & (EPOLLHUP | EPOLLERR))) {
 		/* the connection broke while its job ran: drop the job with it */
 		conn_free(s, c);
 		return;
 	}
 	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-		if (!c->closing && !c->eof && !c->job)
+		if (!c->closing && !c->eof && !conn_waits(c))
 			ok = conn_readable(s, c, now_ms);
 		else if (!(events & EPOLLOUT) && (events & (EPOLLHUP | EPOLLERR)))
 			ok = false; /* nothing more can be sent */
@@ -575,6 +945,8 @@ static int64_t on_accept_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
 {
 	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, job_timer);
+	struct mc_master_fs_gone *fs_g;
+	uint32_t fs_n;
 	struct conn *c;
 	size_t before;
 	mc_status st;
@@ -586,7 +958,9 @@ static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t
 	before = c->wbuf.len;
 	pthread_mutex_lock(&s->lock);
 	st = mc_master_job_run(s->master, c->job, now_ms, JOB_SLICE_US, &c->wbuf);
+	fs_n = fs_take_locked(s, &fs_g);
 	pthread_mutex_unlock(&s->lock);
+	fs_delete(fs_g, fs_n);
 	if (st == MC_INPROGRESS) {
 		mc_list_add_tail(&s->jobs, &c->job_link);
 	} else {
@@ -599,15 +973,118 @@ static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t
 	return mc_list_empty(&s->jobs) ? MC_LOOP_TIMER_STOP : 0;
 }
 
+/* Probe threads finished: apply or refuse their mounts, then go on with
+ * what waited behind them. */
+static void on_probe_done(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct mc_master_server *s = mc_container_of(f, struct mc_master_server, probe_efd);
+	uint64_t now_ms = mc_loop_now_ms(l), cnt;
+	struct mc_list done;
+
+	(void)events;
+	if (read(f->fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN)
+		mc_warn("rpc: reading the mount probes' eventfd: %s", strerror(errno));
+	mc_list_init(&done);
+	pthread_mutex_lock(&s->probe_lock);
+	while (!mc_list_empty(&s->probes_done)) {
+		struct mount_probe *p =
+			mc_list_first(&s->probes_done, struct mount_probe, done_link);
+		mc_list_del(&p->done_link);
+		mc_list_add_tail(&done, &p->done_link);
+	}
+	pthread_mutex_unlock(&s->probe_lock);
+	while (!mc_list_empty(&done)) {
+		struct mount_probe *p = mc_list_first(&done, struct mount_probe, done_link);
+		struct conn *c = p->c;
+		size_t before;
+		mc_status st;
+
+		mc_list_del(&p->done_link);
+		pthread_join(p->thread, NULL); /* it has posted itself: returns at once */
+		mc_list_del(&p->link);
+		s->nprobes--;
+		if (!c) {
+			if (p->st != MC_OK)
+				mc_info("rpc: mount probe failed after its client left: %s",
+					p->why);
+			probe_free(p);
+			continue;
+		}
+		before = c->wbuf.len;
+		pthread_mutex_lock(&s->lock);
+		st = probe_answer_locked(s, p, &c->wbuf, now_ms);
+		pthread_mutex_unlock(&s->lock);
+		if (p->st != MC_OK)
+			mc_warn("rpc: refused a mount from %s: %s", c->peer, p->why);
+		c->probe = NULL;
+		c->frame_start_ms = 0; /* what waited behind it starts its clock now */
+		if (st == MC_ERR_NOMEM && c->wbuf.len == before)
+			conn_fail(c, "out of memory answering a mount");
+		probe_free(p);
+		conn_settle(s, c, now_ms, true);
+	}
+}
+
+/* --root_fs_dir: an existing directory; <root_fs_dir>/<cluster_id> is
+ * made when missing and becomes the master's fsdir (in buf). */
+static mc_status fs_dir_open(const struct mc_master_server_config *cfg, char *buf, size_t cap,
+			     struct mc_master_config *out)
+{
+	const char *root = cfg->root_fs_dir;
+	struct stat sb;
+
+	*out = cfg->master;
+	out->fsdir = NULL;
+	if (!root || !*root)
+		return MC_OK;
+	if (stat(root, &sb) != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "--root_fs_dir %s: %s", root,
+				    strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "--root_fs_dir %s: not a directory",
+				    root);
+	if ((size_t)snprintf(buf, cap, "%s/%s", root, cfg->cluster_id) >= cap - 256)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "--root_fs_dir %s: path too long", root);
+	if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "--root_fs_dir: cannot create %s: %s",
+				    buf, strerror(errno));
+	if (access(buf, W_OK | X_OK) != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "--root_fs_dir: %s is not writable: %s",
+				    buf, strerror(errno));
+	out->fsdir = buf;
+	mc_info("DISK tier: files under %s", buf);
+	return MC_OK;
+}
+
 static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
 {
 	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, tick_timer);
+	struct mc_master_fs_gone *g;
 	uint64_t d;
+	uint32_t n;
 
 	pthread_mutex_lock(&s->lock);
 	d = mc_master_tick(s->master, now_ms);
+	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
+	n = fs_take_locked(s, &g);
 	pthread_mutex_unlock(&s->lock);
+	fs_delete(g, n);
 	return (int64_t)(d ? d : 1);
+}
+
+/* One slice of the unmount sweep, like a job's: other requests go between. */
+static int64_t on_sweep_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct mc_master_server *s = mc_container_of(t, struct mc_master_server, sweep_timer);
+	bool more;
+
+	(void)l;
+	(void)now_ms;
+	pthread_mutex_lock(&s->lock);
+	more = mc_master_sweep_run(s->master, JOB_SLICE_US);
+	s->sweep_armed = more;
+	pthread_mutex_unlock(&s->lock);
+	return more ? 0 : MC_LOOP_TIMER_STOP;
 }
 
 static int64_t on_idle_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
@@ -619,10 +1096,11 @@ static int64_t on_idle_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 		struct conn *c = mc_list_entry(pos, struct conn, link);
 		/* a frame held back by backpressure is whole: only a partial
 		 * one that is still being read runs against its deadline */
-		if (c->frame_start_ms && !c->closing && !c->job && conn_pending(c) < WBUF_HIGH &&
+		if (c->frame_start_ms && !c->closing && !conn_waits(c) &&
+		    conn_pending(c) < WBUF_HIGH &&
 		    now_ms >= mc_frame_deadline_ms(c->frame_start_ms, MC_MAX(c->frame_len, c->rlen),
 						   s->frame_timeout_ms, s->frame_min_rate)) {
-			s->n_deadline_cut++;
+			count_one(&s->n_deadline_cut);
 			mc_info("rpc: closing connection from %s: a %zu-byte frame not complete "
 				"after %llu ms (%zu bytes of it received)",
 				c->peer, c->frame_len,
@@ -778,7 +1256,9 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 				 struct mc_master_server **out)
 {
 	struct mc_master_server *s;
+	struct mc_master_config mcfg;
 	char ifaddr[INET_ADDRSTRLEN];
+	char fsdir[4096];
 	const char *host;
 	uint16_t port;
 	mc_status st;
@@ -795,6 +1275,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	mc_loop_timer_init(&s->report_timer, on_report_timer);
 	mc_loop_timer_init(&s->accept_timer, on_accept_timer);
 	mc_loop_timer_init(&s->job_timer, on_job_timer);
+	mc_loop_timer_init(&s->sweep_timer, on_sweep_timer);
 	s->enable_metric_reporting = cfg->enable_metric_reporting;
 	s->tcp_nodelay = cfg->rpc_enable_tcp_no_delay;
 	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
@@ -806,11 +1287,22 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s->max_conn_buffer = MC_MAX((size_t)cfg->rpc_max_connection_buffer, (size_t)RBUF_INIT);
 	s->max_buffered = (size_t)cfg->rpc_max_buffered_bytes;
 	mc_accept_guard_init(&s->accept_guard, "rpc");
+	atomic_init(&s->n_deadline_cut, 0);
+	atomic_init(&s->n_buffer_cut, 0);
+	atomic_init(&s->n_too_large, 0);
 	mc_list_init(&s->conns);
 	mc_list_init(&s->jobs);
+	mc_list_init(&s->probes);
+	mc_list_init(&s->probes_done);
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->probe_lock, NULL);
+	s->mount_probe = cfg->mount_probe;
+	s->mount_probe_timeout_ms = cfg->mount_probe_timeout_ms;
+	mc_loop_fd_init(&s->probe_efd, -1, on_probe_done);
 
-	st = mc_master_new(&cfg->master, &s->master);
+	st = fs_dir_open(cfg, fsdir, sizeof(fsdir), &mcfg);
+	if (st == MC_OK)
+		st = mc_master_new(&mcfg, &s->master);
 	if (st) {
 		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
 		goto err_free;
@@ -841,27 +1333,37 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	st = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
 	if (st)
 		goto err_fds;
-
-	st = mc_master_admin_start(s, cfg);
+	s->probe_efd.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->probe_efd.fd < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: eventfd: %s", strerror(errno));
+		goto err_fds;
+	}
+	st = mc_loop_add_fd(s->loop, &s->probe_efd, EPOLLIN);
 	if (st)
 		goto err_fds;
+
+	/* the metadata server first: the admin pages read s->meta (its counts) */
 	if (cfg->enable_http_metadata_server) {
 		struct mc_http_meta_server_limits lim = {
 			.max_conns = (int64_t)mc_accept_cap_for_fds(
 				"http metadata server",
 				(uint64_t)cfg->http_metadata_server_max_connections, 20),
 			.request_timeout_ms = (int64_t)cfg->http_metadata_server_request_timeout_ms,
+			.max_conns_per_ip = cfg->http_metadata_server_max_connections_per_ip,
 		};
 		st = mc_http_meta_server_start_limits(cfg->http_metadata_server_host,
 						      (uint16_t)cfg->http_metadata_server_port,
 						      &lim, &s->meta);
 		if (st)
-			goto err_admin;
+			goto err_fds;
 		s->metadata_port = mc_http_meta_server_port(s->meta);
 	}
+	st = mc_master_admin_start(s, cfg);
+	if (st)
+		goto err_meta;
 	if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
 		st = mc_set_error(MC_ERR_INTERNAL, "rpc: cannot start the loop thread");
-		goto err_meta;
+		goto err_admin;
 	}
 	s->loop_started = true;
 	mc_info("master %s: rpc on %s:%u, admin on %s:%u, http metadata server %s port %u",
@@ -871,16 +1373,19 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	*out = s;
 	return MC_OK;
 
-err_meta:
-	mc_http_meta_server_stop(s->meta);
 err_admin:
 	mc_master_admin_stop(s);
+err_meta:
+	mc_http_meta_server_stop(s->meta);
 err_fds:
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
+	if (s->probe_efd.fd >= 0)
+		close(s->probe_efd.fd);
 err_master:
 	mc_master_free(s->master);
 err_free:
+	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
 	mc_free(s);
 	return st;
@@ -912,9 +1417,19 @@ void mc_master_server_stop(struct mc_master_server *s)
 		mc_loop_stop(s->loop);
 		pthread_join(s->loop_thread, NULL);
 	}
+	/* probes still in flight: each ends by its deadline; their clients are gone */
+	while (!mc_list_empty(&s->probes)) {
+		struct mount_probe *p = mc_list_first(&s->probes, struct mount_probe, link);
+		mc_list_del(&p->link);
+		if (p->launched)
+			pthread_join(p->thread, NULL);
+		probe_free(p);
+	}
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
+	close(s->probe_efd.fd);
 	mc_master_free(s->master);
+	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
 	mc_free(s);
 }

@@ -11,7 +11,8 @@
  * Threads: one RPC loop thread owns every connection (epoll) and calls
  * mc_master_handle() under the state mutex; libmicrohttpd's threads serve
  * the admin pages under the same mutex; the loop thread also runs the
- * ticks.  See docs/threads.md.
+ * ticks; a short-lived thread per mount probe (--mount_probe) checks a new
+ * segment's engine and never touches the master.  See docs/threads.md.
  */
 #ifndef MC_MASTER_SERVER_H
 #define MC_MASTER_SERVER_H
@@ -43,6 +44,8 @@ struct mc_master_server_config {
 	uint64_t rpc_max_connection_buffer;  /* one connection's read buffer at most */
 	uint64_t rpc_max_buffered_bytes;     /* all connections' read buffers for partial frames */
 	bool rpc_enable_tcp_no_delay;	     /* true */
+	bool mount_probe;		     /* true: a mount waits for its engine's Probe answer */
+	uint64_t mount_probe_timeout_ms;     /* 2000: the probe's deadline */
 	bool enable_metric_reporting;	     /* true: summary line in the log every 10 s */
 	int64_t metrics_port;		     /* 9003; 0 = any free port */
 	char *metrics_host;		     /* "0.0.0.0" */
@@ -52,8 +55,11 @@ struct mc_master_server_config {
 	int64_t http_metadata_server_port;   /* 8080; 0 = any free port */
 	char *http_metadata_server_host;     /* "0.0.0.0" */
 	int64_t http_metadata_server_max_connections;
+	int64_t http_metadata_server_max_connections_per_ip; /* 0 = no such cap */
+	int64_t metrics_max_connections_per_ip;		     /* the admin server's; likewise */
 	uint64_t http_metadata_server_request_timeout_ms;
 	char *cluster_id;	   /* "mooncake_cluster" */
+	char *root_fs_dir;	   /* "": no DISK replicas (spec 5.1) */
 	char *memory_allocator;	   /* "offset" */
 	char *allocation_strategy; /* "random" */
 };

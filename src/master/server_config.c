@@ -137,6 +137,10 @@ static const struct mc_config_entry flags[] = {
 	INT("metrics_max_connections", "256", SF(metrics_max_connections), 8, 1000000, 0,
 	    "admin/metrics HTTP connections open at most; with fewer than 1/8 left free the ones "
 	    "waiting longest for their request are cut"),
+	INT("metrics_max_connections_per_ip", "0", SF(metrics_max_connections_per_ip), 0, 1000000,
+	    0,
+	    "admin/metrics HTTP connections open from one address at most (more are closed at "
+	    "once); 0 = no such cap"),
 	MSEC("metrics_request_timeout", "30000", SF(metrics_request_timeout_ms), 0, 0,
 	     "an admin/metrics HTTP request must arrive whole within this (ms, or ms/s/m/h; "
 	     "slow senders are cut); 0 = no bound"),
@@ -162,6 +166,13 @@ static const struct mc_config_entry flags[] = {
 	SIZE("max_segment_size", "1099511627776", MF(max_segment_size), 1 << 20, INT64_MAX, 0,
 	     "largest segment a client may mount (not upstream's flag: the master cannot see a "
 	     "client's memory, so it bounds what one mount may claim; 1 TiB, sizes take k/m/g/t)"),
+	BOOL("mount_probe", "true", SF(mount_probe), 0,
+	     "apply a MountSegment or ReMountSegment only once each new segment's transfer engine "
+	     "answers a Probe on its RPC port (not upstream's flag; false for tools that mount "
+	     "segments with no engine behind them)"),
+	MSEC("mount_probe_timeout", "2000", SF(mount_probe_timeout_ms), 1, 0,
+	     "a mount probe's deadline, connect and answer together (ms, or ms/s/m/h); a mount "
+	     "whose engine has not answered by then is refused with ENDPOINT"),
 	SEC_MS("put_start_discard_timeout_sec", "30", MF(put_start_discard_timeout_ms), 1, 0,
 	       "after this an unfinished put may be pre-empted (s, or ms/s/m/h)"),
 	SEC_MS("put_start_release_timeout_sec", "600", MF(put_start_release_timeout_ms), 1, 0,
@@ -191,6 +202,10 @@ static const struct mc_config_entry flags[] = {
 	    SF(http_metadata_server_max_connections), 8, 1000000, 0,
 	    "its connections open at most; with fewer than 1/8 left free the ones waiting "
 	    "longest for their request are cut"),
+	INT("http_metadata_server_max_connections_per_ip", "0",
+	    SF(http_metadata_server_max_connections_per_ip), 0, 1000000, 0,
+	    "its connections open from one address at most (more are closed at once); 0 = no "
+	    "such cap"),
 	MSEC("http_metadata_server_request_timeout", "30000",
 	     SF(http_metadata_server_request_timeout_ms), 0, 0,
 	     "a request to it must arrive whole within this (ms, or ms/s/m/h); 0 = no bound"),
@@ -220,30 +235,37 @@ static const struct mc_config_entry flags[] = {
 	STR("pod_namespace", "", NO_FIELD, NOEFFECT, NULL,
 	    "Kubernetes pod namespace"),
 	/* SSD offload and promotion */
-	BOOL("enable_offload", "false", NO_FIELD, DEFAULT_ONLY,
-	     "master side of SSD offload"),
-	BOOL("offload_on_evict", "false", NO_FIELD, DEFAULT_ONLY,
-	     "offload at eviction time"),
-	BOOL("offload_force_evict", "false", NO_FIELD, NOEFFECT,
-	     "drop objects that cannot be offloaded in offload-on-evict mode"),
-	INT("offloading_queue_limit", "50000", NO_FIELD, 1, 100000000, NOEFFECT,
-	    "per local-disk segment offload queue bound"),
-	DOUBLE("offload_cap_ratio", "0.5", NO_FIELD, 0, 1, NOEFFECT,
-	       "per-cycle offload cap fraction"),
-	BOOL("promotion_on_hit", "false", NO_FIELD, DEFAULT_ONLY,
-	     "SSD to DRAM promotion"),
-	INT("promotion_admission_threshold", "2", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "promotion count-min sketch threshold"),
-	INT("promotion_queue_limit", "50000", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "max in-flight promotions"),
-	INT("promotion_max_per_heartbeat", "1", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "promotions per client heartbeat"),
+	BOOL("enable_offload", "false", MF(enable_offload), 0,
+	     "master side of SSD offload: clients may mount local-disk segments, objects get "
+	     "LOCAL_DISK replicas"),
+	BOOL("offload_on_evict", "false", MF(offload_on_evict), 0,
+	     "offload at eviction time instead of at PutEnd (needs --enable_offload)"),
+	BOOL("offload_force_evict", "false", MF(offload_force_evict), 0,
+	     "in offload-on-evict mode, drop objects beyond the per-cycle cap or whose offload "
+	     "cannot be queued instead of keeping them in memory"),
+	INT("offloading_queue_limit", "50000", MF(offloading_queue_limit), 1, 100000000, 0,
+	    "offloads queued or in flight per local-disk segment at most"),
+	DOUBLE("offload_cap_ratio", "0.5", MF(offload_cap_ratio), 0, 1, 0,
+	       "offload-on-evict with force-evict: objects queued per eviction round at most, as a "
+	       "fraction of --offloading_queue_limit"),
+	BOOL("promotion_on_hit", "false", MF(promotion_on_hit), 0,
+	     "promote objects read only from a client's SSD back to memory (needs "
+	     "--enable_offload)"),
+	INT("promotion_admission_threshold", "2", MF(promotion_admission_threshold), 0,
+	    UINT32_MAX, 0,
+	    "hits (count-min sketch estimate) that admit a promotion; 1 = the first read"),
+	INT("promotion_queue_limit", "50000", MF(promotion_queue_limit), 0, INT64_MAX, 0,
+	    "promotions queued or in flight at most"),
+	INT("promotion_max_per_heartbeat", "1", MF(promotion_max_per_heartbeat), 0, INT64_MAX, 0,
+	    "promotion tasks handed out per PromotionObjectHeartbeat at most"),
 	BOOL("enable_disk_eviction", "true", NO_FIELD, NOEFFECT,
 	     "storage config returned to clients"),
 	INT("quota_bytes", "0", NO_FIELD, 0, INT64_MAX, NOEFFECT,
 	    "storage quota returned to clients"),
-	STR("root_fs_dir", "", NO_FIELD, DEFAULT_ONLY, NULL,
-	    "legacy shared-FS DISK replicas"),
+	STR("root_fs_dir", "", SF(root_fs_dir), 0, NULL,
+	    "legacy shared-FS DISK tier: every object also gets a DISK replica, a file under "
+	    "<root_fs_dir>/<cluster_id> its writer writes and any client seeing the directory "
+	    "reads; an existing directory; not with --enable_offload"),
 	INT("global_file_segment_size", "9223372036854775807", NO_FIELD, 0, INT64_MAX, NOEFFECT,
 	    "declared legacy file capacity"),
 	/* tenants */
@@ -540,6 +562,12 @@ static mc_status config_check(const struct mc_master_server_config *c, char *err
 		     "default_kv_soft_pin_ttl (%" PRIu64
 		     " ms) exceeds max_kv_soft_pin_ttl (%" PRIu64 " ms)",
 		     c->master.default_kv_soft_pin_ttl_ms, c->master.max_kv_soft_pin_ttl_ms);
+		return MC_ERR_INVALID_PARAMS;
+	}
+	if (c->root_fs_dir && *c->root_fs_dir && c->master.enable_offload) {
+		errf(err, err_len,
+		     "--root_fs_dir (the legacy shared-FS DISK tier) cannot be combined with "
+		     "--enable_offload (the SSD tier): use one of them");
 		return MC_ERR_INVALID_PARAMS;
 	}
 	return MC_OK;

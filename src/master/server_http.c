@@ -24,7 +24,7 @@
  * longer than the copy.
  *
  * /metrics emits every metric name upstream exports, touched at zero
- * when this build has no such thing (NoF, SSD, HA, promotion, tasks,
+ * when this build has no such thing (NoF, HA, tasks,
  * snapshots), so dashboards and alerts written for upstream find their
  * series.  One table (metrics[] below) defines each series once: name,
  * kind, help and the struct mc_master_metrics member it reads.
@@ -45,12 +45,14 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "master/server_priv.h"
+#include "meta/http_server.h"
 
-#define ADMIN_THREADS	   4
-#define ADMIN_CONN_TIMEOUT 60 /* seconds */
-#define CT_TEXT		   "text/plain; charset=utf-8"
-#define CT_PROM		   "text/plain; version=0.0.4"
-#define CT_JSON		   "application/json; charset=utf-8"
+#define ADMIN_THREADS	    4
+#define ADMIN_CONN_TIMEOUT  60 /* seconds */
+#define CT_TEXT		    "text/plain; charset=utf-8"
+#define CT_PROM		    "text/plain; version=0.0.4"
+#define CT_JSON		    "application/json; charset=utf-8"
+#define REMOVE_ALL_SLICE_US 100 /* a step of /api/v1/remove_all under the lock */
 
 /* ---- text building --------------------------------------------------------- */
 
@@ -108,7 +110,7 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	double secs = cur->at_ms > prev->at_ms ? (double)(cur->at_ms - prev->at_ms) / 1000.0 : 0;
 	struct mc_master_req_counter zero = {0, 0};
 	struct mc_master_batch_counter zb = {0, 0, 0, 0, 0};
-	char used[32], total[32], evicted[32], staging[32];
+	char used[32], total[32], evicted[32], staging[32], ssd_used[32], ssd_total[32];
 	struct mc_buf b;
 	char *out;
 
@@ -120,16 +122,18 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 			     ? c->evicted_size_bytes - p->evicted_size_bytes
 			     : 0);
 	format_bytes(staging, sizeof(staging), c->discarded_staging_bytes);
+	format_bytes(ssd_used, sizeof(ssd_used), c->ssd_used_bytes);
+	format_bytes(ssd_total, sizeof(ssd_total), c->ssd_total_bytes);
 	mc_buf_appendf(
 		&b,
 		"role=leader, state=serving, service_ready=true, master={Mem Storage: %s / %s "
-		"(%.1f%%) | SSD Storage: 0 B / 0 B | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
+		"(%.1f%%) | SSD Storage: %s / %s | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
 		") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
 		used, total,
 		c->total_capacity_bytes
 			? 100.0 * (double)c->allocated_bytes / (double)c->total_capacity_bytes
 			: 0.0,
-		c->key_count, c->soft_pin_key_count, c->active_clients);
+		ssd_used, ssd_total, c->key_count, c->soft_pin_key_count, c->active_clients);
 	req_rate(&b, "PutStart", &c->master_put_start, &p->master_put_start, secs, true);
 	req_rate(&b, "PutEnd", &c->master_put_end, &p->master_put_end, secs, false);
 	req_rate(&b, "PutRevoke", &c->master_put_revoke, &p->master_put_revoke, secs, false);
@@ -144,7 +148,8 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	req_rate(&b, "MoveStart", &zero, &zero, secs, false);
 	req_rate(&b, "MoveEnd", &zero, &zero, secs, false);
 	req_rate(&b, "MoveRevoke", &zero, &zero, secs, false);
-	req_rate(&b, "EvictDiskReplica", &zero, &zero, secs, false);
+	req_rate(&b, "EvictDiskReplica", &c->master_evict_disk_replica,
+		 &p->master_evict_disk_replica, secs, false);
 	mc_buf_append_str(&b, " | Batch Requests (per sec, Req=Success/PartialSuccess/Total, "
 			      "Item=Success/Total): ");
 	batch_rate(&b, "PutStart", &c->master_batch_put_start, &p->master_batch_put_start, secs);
@@ -314,6 +319,34 @@ enum metric_kind {
 	MK_HISTOGRAM,	 /* a histogram this build does not fill (bounds only) */
 	MK_REQ,		 /* request family */
 	MK_BATCH,	 /* batch family */
+	MK_PORTS,	 /* counter per listening port (label port=), of struct port_counts */
+};
+
+/*
+ * What the daemon's listening ports' bounds did (base/accept.h,
+ * base/http.h and the RPC loop's frame bounds): these are the server's,
+ * not the master's, so they are read beside its metrics, without the lock.
+ */
+enum { PORT_RPC, PORT_ADMIN, PORT_METADATA, NPORTS };
+static const char *const port_names[NPORTS] = {"rpc", "admin", "metadata"};
+#define PORT_BIT(p) (1u << (p))
+#define ALL_PORTS   (PORT_BIT(PORT_RPC) | PORT_BIT(PORT_ADMIN) | PORT_BIT(PORT_METADATA))
+#define HTTP_PORTS  (PORT_BIT(PORT_ADMIN) | PORT_BIT(PORT_METADATA))
+
+struct port_counts {
+	uint64_t refused[NPORTS];	 /* closed at accept: the port's cap was open */
+	uint64_t refused_per_ip[NPORTS]; /* HTTP: closed at accept, its address at its cap */
+	uint64_t paused[NPORTS];	 /* accept paused: EMFILE, ENFILE, ENOBUFS, ENOMEM */
+	uint64_t cut_deadline[NPORTS];	 /* a frame (RPC) or request (HTTP) late */
+	uint64_t cut_room[NPORTS];	 /* HTTP: cut to keep room for new clients */
+	uint64_t rpc_buffer_cut;	 /* RPC: rpc_max_buffered_bytes reached */
+	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
+};
+
+/* Everything the table reads, as of one moment. */
+struct metric_src {
+	struct mc_master_metrics m;
+	struct port_counts p;
 };
 
 #define NO_FIELD SIZE_MAX
@@ -323,12 +356,14 @@ struct metric {
 	const char *name;
 	enum metric_kind kind;
 	const char *help;	/* NULL for a family with a source: derived from name */
-	size_t off;		/* into struct mc_master_metrics; NO_FIELD: always 0 */
+	size_t off;		/* into struct metric_src; NO_FIELD: always 0 */
 	const uint64_t *bounds; /* MK_HISTOGRAM: upper bounds (+Inf implied) */
 	size_t nbounds;
+	unsigned ports; /* MK_PORTS: PORT_BIT()s of the ports it has a series for */
 };
 
-#define MF(f) offsetof(struct mc_master_metrics, f)
+#define MF(f) offsetof(struct metric_src, m.f)
+#define PF(f) offsetof(struct metric_src, p.f)
 #define GAUGE(n, h, f)                                                   \
 	{                                                                \
 		.name = (n), .kind = MK_GAUGE, .help = (h), .off = MF(f) \
@@ -336,6 +371,14 @@ struct metric {
 #define COUNTER(n, h, f)                                                   \
 	{                                                                  \
 		.name = (n), .kind = MK_COUNTER, .help = (h), .off = MF(f) \
+	}
+#define PORT_COUNTER(n, h, f, mask)                                                       \
+	{                                                                                 \
+		.name = (n), .kind = MK_PORTS, .help = (h), .off = PF(f), .ports = (mask) \
+	}
+#define SERVER_COUNTER(n, h, f)                                            \
+	{                                                                  \
+		.name = (n), .kind = MK_COUNTER, .help = (h), .off = PF(f) \
 	}
 #define ZERO_GAUGE(n)                                                            \
 	{                                                                        \
@@ -385,10 +428,18 @@ static const struct metric metrics[] = {
 	      discarded_staging_bytes),
 	ZERO_GAUGE("master_nof_allocated_bytes"),
 	ZERO_GAUGE("master_total_nof_capacity_bytes"),
-	ZERO_GAUGE("master_allocated_file_size_bytes"),
-	ZERO_GAUGE("master_total_file_capacity_bytes"),
+	GAUGE("master_allocated_file_size_bytes",
+	      "SSD bytes used, as the clients with a local-disk segment report them",
+	      ssd_used_bytes),
+	GAUGE("master_total_file_capacity_bytes",
+	      "SSD capacity, as the clients with a local-disk segment report it", ssd_total_bytes),
+	GAUGE("master_local_disk_segments", "Clients with a local-disk segment mounted",
+	      local_disk_clients),
+	GAUGE("master_offload_in_flight", "Offloads queued or handed out, not yet reported",
+	      offload_in_flight),
 	ZERO_GAUGE("file_cache_nums_"),
-	ZERO_GAUGE("master_promotion_in_flight"),
+	GAUGE("master_promotion_in_flight", "Promotions queued or handed out, not yet reported",
+	      promotion_in_flight),
 	ZERO_GAUGE("ha_oplog_last_sequence_id"),
 	ZERO_GAUGE("ha_oplog_applied_sequence_id"),
 	ZERO_GAUGE("ha_oplog_standby_lag"),
@@ -415,7 +466,6 @@ static const struct metric metrics[] = {
 	ZERO_REQ("master_move_start"),
 	ZERO_REQ("master_move_end"),
 	ZERO_REQ("master_move_revoke"),
-	ZERO_REQ("master_evict_disk_replica"),
 	ZERO_REQ("master_create_copy_task"),
 	ZERO_REQ("master_create_move_task"),
 	ZERO_REQ("master_query_task"),
@@ -453,21 +503,41 @@ static const struct metric metrics[] = {
 	ZERO_COUNTER("master_nof_heartbeat_failure_total"),
 	ZERO_COUNTER("master_nof_heartbeat_timeout_total"),
 	ZERO_COUNTER("master_nof_segments_unmounted_by_heartbeat_total"),
-	ZERO_COUNTER("file_cache_hit_nums_"),
-	ZERO_COUNTER("file_cache_hit_bytes_total"),
+	COUNTER("file_cache_hit_nums_", "Gets served from a LOCAL_DISK replica",
+		file_cache_hit_nums),
+	COUNTER("file_cache_hit_bytes_total", "Bytes of gets served from disk",
+		file_cache_hit_bytes),
+	COUNTER("master_offload_queued_total", "Objects queued for offload to a client's SSD",
+		offload_queued),
+	COUNTER("master_offload_completed_total", "Offloads reported done (LOCAL_DISK replica)",
+		offload_completed),
+	COUNTER("master_offload_failed_total", "Offloads reported failed (memory kept)",
+		offload_failed),
+	COUNTER("master_offload_queue_full_total",
+		"Offloads not queued: the client's queue was at --offloading_queue_limit",
+		offload_queue_full),
+	COUNTER("master_offload_expired_total",
+		"Offloads not reported within put_start_release_timeout (cancelled)",
+		offload_expired),
+	COUNTER("master_offload_backfilled_total",
+		"Objects queued for offload by the backfill lap (missed at PutEnd: queue full)",
+		offload_backfilled),
+	COUNTER("master_offload_reregistered_total",
+		"LOCAL_DISK replicas re-registered from a client's disk after a restart",
+		offload_reregistered),
 	ZERO_COUNTER("master_successful_evictions_nof"),
 	ZERO_COUNTER("master_attempted_evictions_nof"),
 	ZERO_COUNTER("master_evicted_key_count_nof"),
 	ZERO_COUNTER("master_evicted_size_bytes_nof"),
-	ZERO_COUNTER("master_promotion_admitted_total"),
-	ZERO_COUNTER("master_promotion_completed_total"),
-	ZERO_COUNTER("master_promotion_completed_bytes_total"),
-	ZERO_COUNTER("master_promotion_expired_total"),
-	ZERO_COUNTER("master_promotion_failed_total"),
-	ZERO_COUNTER("master_promotion_cancelled_total"),
-	ZERO_COUNTER("master_promotion_rejected_frequency_total"),
-	ZERO_COUNTER("master_promotion_rejected_watermark_total"),
-	ZERO_COUNTER("master_promotion_rejected_cap_total"),
+	COUNTER("master_promotion_admitted_total", "Promotions admitted (queued for the disk owner)", promotion_admitted),
+	COUNTER("master_promotion_completed_total", "Promotions that became memory replicas", promotion_completed),
+	COUNTER("master_promotion_completed_bytes_total", "Bytes promoted to memory", promotion_completed_bytes),
+	COUNTER("master_promotion_expired_total", "Promotions not reported within put_start_release_timeout", promotion_expired),
+	COUNTER("master_promotion_failed_total", "Promotions that failed (no space, disk read failed)", promotion_failed),
+	COUNTER("master_promotion_cancelled_total", "Promotions cancelled (object or disk owner gone)", promotion_cancelled),
+	COUNTER("master_promotion_rejected_frequency_total", "Disk hits below the admission threshold", promotion_rejected_frequency),
+	COUNTER("master_promotion_rejected_watermark_total", "Disk hits refused: memory above the high watermark", promotion_rejected_watermark),
+	COUNTER("master_promotion_rejected_cap_total", "Disk hits refused: --promotion_queue_limit reached", promotion_rejected_cap),
 	ZERO_COUNTER("master_promotion_candidate_recorded_total"),
 	ZERO_COUNTER("master_promotion_candidate_admitted_total"),
 	ZERO_COUNTER("master_promotion_candidate_admission_rejected_total"),
@@ -491,6 +561,15 @@ static const struct metric metrics[] = {
 	ZERO_COUNTER("ha_batch_record_durable_entries_total"),
 	ZERO_COUNTER("ha_batch_record_retry_total"),
 	ZERO_COUNTER("ha_state_transitions_total"),
+
+	/* the listening ports' bounds (README "Limits on every listening port"; our own names) */
+	PORT_COUNTER("master_connections_refused_total", "Connections closed at accept: the port's connection cap was open", refused, ALL_PORTS),
+	PORT_COUNTER("master_connections_refused_per_ip_total", "HTTP connections closed at accept: their address had its cap open (--metrics_max_connections_per_ip, --http_metadata_server_max_connections_per_ip)", refused_per_ip, HTTP_PORTS),
+	PORT_COUNTER("master_accept_pauses_total", "Pauses of accepting after accept failed for lack of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM)", paused, ALL_PORTS),
+	PORT_COUNTER("master_deadline_cuts_total", "Connections cut: a frame (rpc) or request (http) not whole by its deadline", cut_deadline, ALL_PORTS),
+	PORT_COUNTER("master_room_cuts_total", "HTTP connections that waited longest for their request, cut to keep room for new clients", cut_room, HTTP_PORTS),
+	SERVER_COUNTER("master_rpc_buffer_cuts_total", "RPC connections cut: the buffers for incomplete frames were full (--rpc_max_buffered_bytes)", rpc_buffer_cut),
+	SERVER_COUNTER("master_rpc_too_large_total", "RPC frames refused with TOO_LARGE (above --rpc_max_connection_buffer or the protocol's maximum)", rpc_too_large),
 };
 /* clang-format on */
 
@@ -529,10 +608,21 @@ static void prom_family_one(struct mc_buf *b, const struct metric *x, const char
 	prom_one(b, name, "counter", help, v);
 }
 
-static void render_metric(struct mc_buf *b, const struct metric *x,
-			  const struct mc_master_metrics *m, const struct seg_list *segs)
+/* A counter per port of x->ports, labelled port="rpc" and so on. */
+static void prom_ports(struct mc_buf *b, const struct metric *x, const uint64_t *v)
 {
-	const char *base = (const char *)m + (x->off == NO_FIELD ? 0 : x->off);
+	mc_buf_appendf(b, "# HELP %s %s\n# TYPE %s counter\n", x->name, x->help, x->name);
+	for (size_t i = 0; i < NPORTS; i++)
+		if (x->ports & PORT_BIT(i))
+			mc_buf_appendf(b, "%s{port=\"%s\"} %" PRIu64 "\n", x->name, port_names[i],
+				       v[i]);
+}
+
+static void render_metric(struct mc_buf *b, const struct metric *x, const struct metric_src *src,
+			  const struct seg_list *segs)
+{
+	const struct mc_master_metrics *m = &src->m;
+	const char *base = (const char *)src + (x->off == NO_FIELD ? 0 : x->off);
 	uint64_t v = 0;
 
 	switch (x->kind) {
@@ -574,14 +664,51 @@ static void render_metric(struct mc_buf *b, const struct metric *x,
 		prom_family_one(b, x, "_failed_items_total", "Failed items in", r.failed_items);
 		return;
 	}
+	case MK_PORTS: {
+		uint64_t p[NPORTS];
+		memcpy(p, base, sizeof(p));
+		prom_ports(b, x, p);
+		return;
+	}
 	}
 }
 
-static void render_metrics(struct mc_buf *b, const struct mc_master_metrics *m,
+static void render_metrics(struct mc_buf *b, const struct metric_src *src,
 			   const struct seg_list *segs)
 {
 	for (size_t i = 0; i < MC_ARRAY_SIZE(metrics); i++)
-		render_metric(b, &metrics[i], m, segs);
+		render_metric(b, &metrics[i], src, segs);
+}
+
+static uint64_t relaxed(atomic_uint_fast64_t *n)
+{
+	return atomic_load_explicit(n, memory_order_relaxed);
+}
+
+/* The ports' counts as of now: atomics and the HTTP servers' own locks, not
+ * s->lock.  admin is the admin server (s->admin is written after it starts). */
+static void port_counts_read(struct mc_master_server *s, struct mc_http *admin,
+			     struct port_counts *out)
+{
+	struct mc_http_counts h[2];
+
+	mc_http_counts(admin, &h[0]);
+	mc_http_meta_server_counts(s->meta, &h[1]);
+	out->refused[PORT_RPC] = relaxed(&s->accept_guard.refused);
+	out->paused[PORT_RPC] = relaxed(&s->accept_guard.paused);
+	out->cut_deadline[PORT_RPC] = relaxed(&s->n_deadline_cut);
+	out->cut_room[PORT_RPC] = 0;
+	out->refused_per_ip[PORT_RPC] = 0;
+	for (size_t i = 0; i < 2; i++) {
+		size_t port = i == 0 ? PORT_ADMIN : PORT_METADATA;
+		out->refused[port] = h[i].refused;
+		out->refused_per_ip[port] = h[i].refused_per_ip;
+		out->paused[port] = h[i].paused;
+		out->cut_deadline[port] = h[i].cut_deadline;
+		out->cut_room[port] = h[i].cut_room;
+	}
+	out->rpc_buffer_cut = relaxed(&s->n_buffer_cut);
+	out->rpc_too_large = relaxed(&s->n_too_large);
 }
 
 /* ---- responses -------------------------------------------------------------- */
@@ -957,11 +1084,24 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 	const char *force = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "force");
 	const char *tenant = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tenant_id");
 	bool f = force && (strcmp(force, "true") == 0 || strcmp(force, "1") == 0);
+	struct mc_master_job *j;
+	bool done;
 	int64_t n;
 
+	/* in slices of the RPC loop's job size, the lock released between them,
+	 * so a pool of 100 million objects does not stop the RPC loop */
 	pthread_mutex_lock(&s->lock);
-	n = mc_master_remove_all(s->master, tenant && *tenant ? tenant : NULL, f, mc_now_ms());
+	j = mc_master_remove_all_begin(s->master, tenant, tenant ? strlen(tenant) : 0, f);
 	pthread_mutex_unlock(&s->lock);
+	if (!j)
+		return respond_api_error(conn, MC_ERR_NOMEM, NULL);
+	do {
+		pthread_mutex_lock(&s->lock);
+		done = mc_master_remove_all_step(s->master, j, mc_now_ms(), REMOVE_ALL_SLICE_US);
+		if (done)
+			n = mc_master_remove_all_end(s->master, j);
+		pthread_mutex_unlock(&s->lock);
+	} while (!done);
 	if (n < 0)
 		return respond_api_error(conn, (mc_status)n, NULL);
 	return respond_json(conn, 200,
@@ -972,21 +1112,22 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 				    const struct mc_http_request *req)
 {
 	struct mc_master_server *s = arg;
-	struct mc_master_metrics m;
+	struct metric_src src;
 	struct seg_list l;
 	struct mc_buf b;
 
 	memset(&l, 0, sizeof(l));
 	pthread_mutex_lock(&s->lock);
-	mc_master_metrics(s->master, &m);
+	mc_master_metrics(s->master, &src.m);
 	mc_master_foreach_segment(s->master, seg_collect, &l);
 	pthread_mutex_unlock(&s->lock);
+	port_counts_read(s, req->server, &src.p);
 	if (l.nomem) {
 		seg_list_release(&l);
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	}
 	mc_buf_init(&b);
-	render_metrics(&b, &m, &l);
+	render_metrics(&b, &src, &l);
 	seg_list_release(&l);
 	return respond_buf(conn, 200, &b, CT_PROM);
 }
@@ -1104,6 +1245,7 @@ mc_status mc_master_admin_start(struct mc_master_server *s,
 		.threads = ADMIN_THREADS,
 		.idle_timeout_s = ADMIN_CONN_TIMEOUT,
 		.request_timeout_ms = (unsigned)mcfg->metrics_request_timeout_ms,
+		.max_conns_per_ip = (unsigned)mcfg->metrics_max_connections_per_ip,
 		.max_conns = (unsigned)mc_accept_cap_for_fds(
 			"admin http", (uint64_t)mcfg->metrics_max_connections, 10),
 		.max_body = 0, /* no page reads a body */

@@ -54,14 +54,36 @@ struct mc_master_server {
 	struct mc_loop_timer report_timer; /* every REPORT_PERIOD_MS */
 	struct mc_loop_timer accept_timer; /* resumes accepting after EMFILE/ENFILE */
 	struct mc_loop_timer job_timer;	   /* one slice of a regex job per round */
+	struct mc_loop_timer sweep_timer;  /* one slice of the unmount sweep per round */
+	bool sweep_armed;		   /* sweep_timer is running */
 	pthread_t loop_thread;
 	bool loop_started;
 	struct mc_list conns; /* struct conn, loop thread only */
 	struct mc_list jobs;  /* struct conn with a job, in turn order, loop thread only */
 	uint64_t nconns;
-	size_t rbuf_extra;		       /* sum of the read buffers' growth (max_buffered) */
-	uint64_t n_deadline_cut, n_buffer_cut; /* connections cut by the frame bounds */
-	struct mc_accept_guard accept_guard;
+	size_t rbuf_extra; /* sum of the read buffers' growth (max_buffered) */
+	/* what the bounds did: the loop counts, /metrics reads (relaxed atomics) */
+	atomic_uint_fast64_t n_deadline_cut; /* cut: a partial frame past its deadline */
+	atomic_uint_fast64_t n_buffer_cut;   /* cut: rpc_max_buffered_bytes reached */
+	atomic_uint_fast64_t n_too_large;    /* a frame refused with TOO_LARGE */
+	struct mc_accept_guard accept_guard; /* its refused and paused, likewise */
+
+	/*
+	 * Mount probes (server.c, "mount probes"): a MountSegment or
+	 * ReMountSegment with a new segment waits, its connection's later
+	 * frames unread, while a probe thread checks that each new segment's
+	 * transfer engine answers a Probe; the loop applies or refuses it
+	 * when the thread posts its result.  probes is the loop thread's;
+	 * probes_done is shared with the probe threads under probe_lock,
+	 * a leaf taken alone (never with lock).
+	 */
+	bool mount_probe;
+	uint64_t mount_probe_timeout_ms;
+	struct mc_list probes;	     /* struct mount_probe in flight, loop thread only */
+	uint64_t nprobes;	     /* its length */
+	pthread_mutex_t probe_lock;  /* protects probes_done */
+	struct mc_list probes_done;  /* finished, waiting for the loop to collect */
+	struct mc_loop_fd probe_efd; /* eventfd: a probe thread finished */
 
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */

@@ -254,6 +254,8 @@ out:
 
 /* ---- mapping check ---------------------------------------------------------------------- */
 
+#define MAPS_PASSES 3 /* reads of /proc/self/maps before a range is refused */
+
 /* The permissions of the VMAs covering [start, end), from /proc/self/maps:
  * MC_OK when every byte is readable and writable.  *skipped is set when
  * the file cannot be read (no /proc), which leaves only the msync probe. */
@@ -314,7 +316,15 @@ mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len)
 		return mc_set_error(
 			MC_ERR_INVALID_PARAMS, "register: 0x%llx+%llu is not mapped (%s)",
 			(unsigned long long)addr, (unsigned long long)len, strerror(errno));
-	rc = maps_check(start, end, addr, len, &skipped);
+	/* A refusal is read again before it counts: /proc/self/maps comes a
+	 * page at a time, and mappings that other threads change between two
+	 * reads (an allocator's, a sanitizer's) can make one pass miss or split
+	 * a line; a real hole or read-only page is there on every pass. */
+	for (int pass = 0; pass < MAPS_PASSES; pass++) {
+		rc = maps_check(start, end, addr, len, &skipped);
+		if (rc == MC_OK)
+			break;
+	}
 	if (skipped)
 		mc_debug("register: no /proc/self/maps; 0x%llx+%llu checked as mapped only",
 			 (unsigned long long)addr, (unsigned long long)len);

@@ -45,6 +45,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "meta/meta_config.h"
 #include "mooncake/status.h"
 
 #define KEY_PREFIX "mooncake/"
@@ -569,12 +570,12 @@ void mc_rpc_meta_release(struct mc_rpc_meta *m)
 /* "mooncake/" or "mooncake/<cluster>/" followed by rest1 and rest2. */
 static char *make_key(const char *rest1, const char *rest2)
 {
-	const char *cluster = getenv("MC_METADATA_CLUSTER_ID");
+	const char *cluster = mc_meta_cluster_id();
 	const char *sep = "";
 
 	if (!rest2)
 		return NULL;
-	if (!cluster || !*cluster)
+	if (!cluster)
 		return mc_asprintf(KEY_PREFIX "%s%s", rest1, rest2);
 	if (cluster[strlen(cluster) - 1] != '/')
 		sep = "/";

@@ -51,6 +51,10 @@ const struct mc_config_entry mc_http_meta_server_config_table[] = {
 	       "HTTP metadata server: connections open at most; with fewer than 1/8 left free the "
 	       "ones waiting longest for their request are cut",
 	       CFG(max_conns), MC_CONFIG_INT, 8, 1000000}},
+	{.f = {"http_metadata_max_conns_per_ip", "MC_HTTP_METADATA_MAX_CONNS_PER_IP", "0",
+	       "HTTP metadata server: connections open from one address at most (more are closed "
+	       "at once); 0 = no such cap",
+	       CFG(max_conns_per_ip), MC_CONFIG_INT, 0, 1000000}},
 	{.f = {"http_metadata_request_timeout_ms", "MC_HTTP_METADATA_REQUEST_TIMEOUT_MS", "30000",
 	       "HTTP metadata server: a request must arrive whole within this (ms from the "
 	       "connection or the previous request; slow senders are cut); 0 = no bound",
@@ -299,6 +303,7 @@ mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
 	}
 	cfg.max_conns = (unsigned)lim->max_conns;
 	cfg.request_timeout_ms = (unsigned)lim->request_timeout_ms;
+	cfg.max_conns_per_ip = (unsigned)lim->max_conns_per_ip;
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "http metadata server: out of memory");
@@ -331,6 +336,47 @@ uint64_t mc_http_meta_server_count(struct mc_http_meta_server *s)
 	n = s->count;
 	pthread_mutex_unlock(&s->store_lock);
 	return n;
+}
+
+void mc_http_meta_server_counts(struct mc_http_meta_server *s, struct mc_http_counts *out)
+{
+	if (!s) {
+		memset(out, 0, sizeof(*out));
+		return;
+	}
+	mc_http_counts(s->http, out);
+}
+
+mc_status mc_http_meta_server_get(struct mc_http_meta_server *s, const char *key, char **value_out,
+				  size_t *len_out)
+{
+	struct kv_entry probe = {.key = (char *)key};
+	struct kv_entry **found;
+	mc_status st = MC_ERR_NOT_FOUND;
+	char *v = NULL;
+	size_t len = 0;
+
+	if (!s || !key || !value_out || !len_out)
+		return MC_ERR_INVALID_PARAMS;
+	pthread_mutex_lock(&s->store_lock);
+	found = tfind(&probe, &s->root, entry_cmp);
+	if (found) {
+		len = (*found)->len;
+		v = mc_malloc(len + 1);
+		if (v) {
+			memcpy(v, (*found)->value, len);
+			v[len] = '\0';
+			st = MC_OK;
+		} else {
+			st = MC_ERR_NOMEM;
+		}
+	}
+	pthread_mutex_unlock(&s->store_lock);
+	if (st == MC_OK) {
+		*value_out = v;
+		*len_out = len;
+	}
+	return st;
 }
 
 void mc_http_meta_server_stop(struct mc_http_meta_server *s)

@@ -21,11 +21,13 @@
 #include "mooncake/status.h"
 
 struct mc_http_meta_server;
+struct mc_http_counts; /* base/http.h */
 
 /* Its connection bounds (base/http.h), from mc_http_meta_server_config_table. */
 struct mc_http_meta_server_limits {
 	int64_t max_conns;	    /* connections open at most */
 	int64_t request_timeout_ms; /* a request must be whole within this; 0 = no bound */
+	int64_t max_conns_per_ip;   /* of the connections from one address at most; 0 = no cap */
 };
 
 extern const struct mc_config_entry mc_http_meta_server_config_table[];
@@ -45,6 +47,16 @@ mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
 uint16_t mc_http_meta_server_port(const struct mc_http_meta_server *s);
 /* Number of keys stored (for tests and the admin page). */
 uint64_t mc_http_meta_server_count(struct mc_http_meta_server *s);
+/* What its connection bounds did so far (base/http.h); zeros for NULL.  Any thread. */
+void mc_http_meta_server_counts(struct mc_http_meta_server *s, struct mc_http_counts *out);
+/*
+ * A copy of key's value (mc_malloc'ed, NUL-terminated; *len_out excludes
+ * the NUL), for an embedding process that reads its own server (the
+ * master's mount probe looks up rpc_meta records).  MC_ERR_NOT_FOUND,
+ * MC_ERR_NOMEM, MC_ERR_INVALID_PARAMS.  Thread-safe.
+ */
+mc_status mc_http_meta_server_get(struct mc_http_meta_server *s, const char *key, char **value_out,
+				  size_t *len_out);
 void mc_http_meta_server_stop(struct mc_http_meta_server *s);
 
 #endif

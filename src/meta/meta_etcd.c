@@ -80,13 +80,12 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "meta/curl_pool.h"
+#include "meta/meta_config.h"
 #include "mooncake/status.h"
 
 #define ETCD_DEFAULT_PORT "2379"
 #define ETCD_TIMEOUT_MS	  5000L /* upstream's etcd client uses 5 s */
 #define ETCD_CONNECT_MS	  1000L
-#define ETCD_TTL_DEFAULT  10
-#define ETCD_TTL_MIN	  2
 #define ETCD_RETRY_MS	  1000 /* keep-alive cadence while etcd is unreachable */
 #define ETCD_ERR_SHOW	  160  /* bytes of an error answer put in messages */
 #define ETCD_ERRS_MAX	  400  /* per-endpoint reasons kept for one request */
@@ -916,27 +915,6 @@ static void etcd_close(struct mc_meta *m)
 	client_free(c);
 }
 
-static long env_long(const char *name, long def, long min)
-{
-	const char *v = getenv(name);
-	char *end;
-	long x;
-
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	x = strtol(v, &end, 10);
-	if (errno || *end || x <= 0) {
-		mc_warn("ignoring %s='%s': not a positive integer", name, v);
-		return def;
-	}
-	if (x < min) {
-		mc_warn("%s=%ld is below the minimum, using %ld", name, x, min);
-		return min;
-	}
-	return x;
-}
-
 /* Split "a:1,b:2;c" into "http://a:1" ... (port 2379 when absent). */
 static mc_status parse_endpoints(struct etcd_client *c, const char *list)
 {
@@ -993,6 +971,7 @@ static mc_status parse_endpoints(struct etcd_client *c, const char *list)
 
 mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 {
+	struct mc_meta_config cfg;
 	pthread_condattr_t ca;
 	struct etcd_client *c;
 	const char *list;
@@ -1023,9 +1002,13 @@ mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 	status = parse_endpoints(c, list);
 	if (status)
 		goto err_free;
-	c->timeout_ms = env_long("MC_METADATA_TIMEOUT_MS", ETCD_TIMEOUT_MS, 1);
+	status = mc_meta_config_load(&cfg);
+	if (status)
+		goto err_free;
+	c->timeout_ms = cfg.timeout_ms ? (long)cfg.timeout_ms : ETCD_TIMEOUT_MS;
 	c->connect_ms = MC_MIN(ETCD_CONNECT_MS, MC_MAX(c->timeout_ms / 2, 1L));
-	c->lease_ttl = env_long("MC_ETCD_LEASE_TTL_SEC", ETCD_TTL_DEFAULT, ETCD_TTL_MIN);
+	c->lease_ttl = cfg.etcd_lease_ttl_sec;
+	mc_meta_config_release(&cfg);
 
 	/* the first request: proves some member answers, and is needed anyway */
 	status = lease_grant(c, c->lease_ttl, &c->lease_id, &c->lease_ttl);

@@ -62,12 +62,12 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "meta/curl_pool.h"
+#include "meta/meta_config.h"
 #include "meta/owned.h"
 #include "mooncake/status.h"
 
 #define HTTP_TIMEOUT_MS	   3000L
 #define HTTP_ERR_BODY_SHOW 200 /* bytes of an error body put in messages */
-#define HTTP_CHECK_MS	   1000L
 
 struct http_client {
 	struct mc_meta base; /* must be first */
@@ -416,24 +416,6 @@ static void http_close(struct mc_meta *m)
 	mc_free(c);
 }
 
-/* A millisecond count from the environment, at least min; def when unset or bad. */
-static long ms_from_env(const char *name, long def, long min)
-{
-	const char *v = getenv(name);
-	char *end;
-	long ms;
-
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	ms = strtol(v, &end, 10);
-	if (*end || errno || ms < min) {
-		mc_warn("ignoring %s='%s': not an integer of at least %ld", name, v, min);
-		return def;
-	}
-	return ms;
-}
-
 mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 {
 	struct http_client *c;
@@ -453,8 +435,18 @@ mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 		mc_free(c);
 		return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
 	}
-	c->timeout_ms = ms_from_env("MC_METADATA_TIMEOUT_MS", HTTP_TIMEOUT_MS, 1);
-	c->check_ms = ms_from_env("MC_METADATA_HTTP_CHECK_MS", HTTP_CHECK_MS, 0);
+	{
+		struct mc_meta_config cfg;
+
+		if (mc_meta_config_load(&cfg) != MC_OK) {
+			mc_free(c->base.uri);
+			mc_free(c);
+			return MC_ERR_INVALID_PARAMS;
+		}
+		c->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : HTTP_TIMEOUT_MS;
+		c->check_ms = cfg.http_check_ms;
+		mc_meta_config_release(&cfg);
+	}
 	c->connect_timeout_ms = MC_MAX(c->timeout_ms / 2, 1L);
 	mc_curl_pool_init(&c->pool);
 	pthread_mutex_init(&c->write_lock, NULL);

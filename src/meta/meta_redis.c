@@ -77,16 +77,14 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "meta/meta_config.h"
 #include "meta/owned.h"
 #include "mooncake/status.h"
 
-#define REDIS_DEFAULT_PORT    6379
-#define REDIS_TIMEOUT_MS      3000L /* per command; connect gets a third */
-#define REDIS_TTL_DEFAULT_SEC 10L
-#define REDIS_TTL_MIN_SEC     2L
-#define REDIS_TTL_MAX_SEC     (INT_MAX / 1000)
-#define REDIS_RETRY_MS	      1000L /* refresher period while the server is unreachable */
-#define REDIS_ERR_SHOW	      200   /* bytes of a server error put in messages */
+#define REDIS_DEFAULT_PORT 6379
+#define REDIS_TIMEOUT_MS   3000L /* per command; connect gets a third */
+#define REDIS_RETRY_MS	   1000L /* refresher period while the server is unreachable */
+#define REDIS_ERR_SHOW	   200	 /* bytes of a server error put in messages */
 
 struct redis_client {
 	struct mc_meta base; /* must be first; base.uri is redis://host:port */
@@ -697,57 +695,6 @@ static void redis_close(struct mc_meta *m)
 
 /* ---- configuration ------------------------------------------------------------------ */
 
-/* A decimal integer in [lo, hi] from the environment; def when unset. */
-static mc_status env_long(const char *name, long def, long lo, long hi, long *out)
-{
-	const char *v = getenv(name);
-	char *end;
-	long x;
-
-	*out = def;
-	if (!v || !*v)
-		return MC_OK;
-	errno = 0;
-	x = strtol(v, &end, 10);
-	if (errno || *end || x < lo || x > hi)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "%s='%s' is not an integer in [%ld, %ld]", name, v, lo, hi);
-	*out = x;
-	return MC_OK;
-}
-
-static long timeout_from_env(void)
-{
-	long ms;
-
-	if (env_long("MC_METADATA_TIMEOUT_MS", REDIS_TIMEOUT_MS, 1, INT_MAX, &ms) != MC_OK) {
-		mc_warn("ignoring MC_METADATA_TIMEOUT_MS='%s': not a positive integer",
-			getenv("MC_METADATA_TIMEOUT_MS"));
-		return REDIS_TIMEOUT_MS;
-	}
-	return ms;
-}
-
-static long ttl_from_env(void)
-{
-	long sec;
-
-	if (env_long("MC_REDIS_KEY_TTL_SEC", REDIS_TTL_DEFAULT_SEC, LONG_MIN, LONG_MAX, &sec) !=
-	    MC_OK) {
-		mc_warn("ignoring MC_REDIS_KEY_TTL_SEC='%s': not an integer",
-			getenv("MC_REDIS_KEY_TTL_SEC"));
-		sec = REDIS_TTL_DEFAULT_SEC;
-	}
-	if (sec < REDIS_TTL_MIN_SEC) {
-		mc_warn("MC_REDIS_KEY_TTL_SEC=%ld is below the minimum, using %ld s", sec,
-			REDIS_TTL_MIN_SEC);
-		sec = REDIS_TTL_MIN_SEC;
-	}
-	if (sec > REDIS_TTL_MAX_SEC)
-		sec = REDIS_TTL_MAX_SEC;
-	return sec * 1000;
-}
-
 static int hexval(char ch)
 {
 	if (ch >= '0' && ch <= '9')
@@ -870,17 +817,12 @@ err_port:
 }
 
 /* Credentials and database from the environment, where the uri gave none. */
-static mc_status config_from_env(struct redis_client *c)
+static mc_status config_from_env(struct redis_client *c, const struct mc_meta_config *cfg)
 {
-	const char *user = getenv("MC_REDIS_USERNAME");
-	const char *pass = getenv("MC_REDIS_PASSWORD");
-	long db;
-	mc_status status;
+	const char *user = cfg->redis_username;
+	const char *pass = cfg->redis_password;
 
-	status = env_long("MC_REDIS_DB_INDEX", 0, 0, 255, &db);
-	if (status)
-		return status;
-	c->db = (int)db;
+	c->db = (int)cfg->redis_db_index;
 	if (c->pass)
 		return MC_OK; /* the uri's credentials win */
 	if (pass && *pass) {
@@ -903,6 +845,7 @@ static mc_status config_from_env(struct redis_client *c)
 mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
 {
 	struct redis_client *c;
+	struct mc_meta_config cfg;
 	pthread_condattr_t ca;
 	sigset_t all, old;
 	redisReply *r = NULL;
@@ -924,12 +867,16 @@ mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
 
 	status = parse_uri(c, uri);
 	if (status == MC_OK)
-		status = config_from_env(c);
+		status = mc_meta_config_load(&cfg);
 	if (status)
 		goto err_free;
-	c->cmd_ms = timeout_from_env();
+	status = config_from_env(c, &cfg);
+	c->cmd_ms = cfg.timeout_ms ? (long)cfg.timeout_ms : REDIS_TIMEOUT_MS;
 	c->connect_ms = MC_MAX(c->cmd_ms / 3, 1L);
-	c->ttl_ms = ttl_from_env();
+	c->ttl_ms = (long)cfg.redis_key_ttl_sec * 1000;
+	mc_meta_config_release(&cfg);
+	if (status)
+		goto err_free;
 
 	/* connect, AUTH, SELECT and PING now, so a bad endpoint fails here */
 	{

@@ -49,8 +49,6 @@
 #define META_ENTRY_FIXED 28u /* before the key */
 #define META_TRAILER	 8u
 
-static const uint8_t zeros[MC_BUCKET_ALIGN];
-
 /* ---- record headers ---------------------------------------------------------------------- */
 
 void mc_bucket_rec_hdr_encode(const struct mc_bucket_rec_hdr *h,
@@ -263,31 +261,52 @@ static void last_reason(char *out, size_t cap)
 static mc_status io_one(struct mc_disk_io *io, int fd, bool write, void *buf, size_t len,
 			uint64_t off)
 {
-	struct mc_disk_op op = {fd, write, buf, len, off, MC_OK};
+	struct mc_disk_op op = {.fd = fd, .write = write, .buf = buf, .len = len, .off = off};
 	return mc_disk_io_run(io, &op, 1);
 }
 
-/* The records of objs into fd, filling m's entries: one batch of
- * operations (each record's header block, value and padding), in flight
- * together. */
-static mc_status write_records(struct mc_disk_io *io, int fd, const char *id,
+static bool block_aligned(const void *p)
+{
+	return (uintptr_t)p % MC_BUCKET_ALIGN == 0;
+}
+
+/*
+ * The records of objs into fd, filling m's entries: one batch of
+ * operations (each record's header block, the value's whole blocks, its
+ * last partial block padded with zeros), in flight together.  On an
+ * O_DIRECT descriptor (direct) every operation is 4 KiB-aligned: headers
+ * and last blocks are built in aligned scratch memory, and a value whose
+ * memory is not aligned is copied there too; an aligned value (the disk
+ * store's pending group) is written from where it lies.
+ */
+static mc_status write_records(struct mc_disk_io *io, int fd, bool direct, const char *id,
 			       const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *m)
 {
 	struct mc_disk_op *ops = mc_calloc(3 * n, sizeof(*ops));
-	uint64_t heads_len = 0, off = 0;
-	uint8_t *heads;
+	uint64_t heads_len = 0, tails_len = 0, bounce_len = 0, off = 0;
+	uint64_t h_off = 0, t_off = 0, b_off = 0;
+	uint8_t *scratch, *heads, *tails, *bounce;
 	size_t nops = 0;
 	mc_status st;
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		uint64_t body = objs[i].len & ~(uint64_t)(MC_BUCKET_ALIGN - 1);
 		heads_len += mc_bucket_rec_data_off((uint32_t)objs[i].key_len);
-	heads = mc_malloc(heads_len);
-	if (!ops || !heads) {
+		if (objs[i].len != body)
+			tails_len += MC_BUCKET_ALIGN;
+		if (direct && body && !block_aligned(objs[i].data))
+			bounce_len += body;
+	}
+	scratch = mc_aligned_alloc(MC_BUCKET_ALIGN, heads_len + tails_len + bounce_len);
+	if (!ops || !scratch) {
 		mc_free(ops);
-		mc_free(heads);
+		mc_free(scratch);
 		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for record headers", id);
 	}
-	for (size_t i = 0, h_off = 0; i < n; i++) {
+	heads = scratch;
+	tails = heads + heads_len;
+	bounce = tails + tails_len;
+	for (size_t i = 0; i < n; i++) {
 		const struct mc_bucket_obj *o = &objs[i];
 		struct mc_bucket_entry *e = &m->entries[i];
 		struct mc_bucket_rec_hdr h = {
@@ -298,28 +317,49 @@ static mc_status write_records(struct mc_disk_io *io, int fd, const char *id,
 		};
 		uint64_t head_len = mc_bucket_rec_data_off(h.key_len);
 		uint64_t span = mc_bucket_rec_span(h.key_len, h.data_len);
+		uint64_t body = o->len & ~(uint64_t)(MC_BUCKET_ALIGN - 1);
 		uint8_t *head = heads + h_off;
 
 		mc_bucket_rec_hdr_encode(&h, head);
 		memcpy(head + MC_BUCKET_REC_HDR_SIZE, o->key, o->key_len);
 		memset(head + MC_BUCKET_REC_HDR_SIZE + o->key_len, 0,
 		       head_len - MC_BUCKET_REC_HDR_SIZE - o->key_len);
-		ops[nops++] = (struct mc_disk_op){fd, true, head, head_len, off, MC_OK};
-		if (o->len)
-			ops[nops++] = (struct mc_disk_op){
-				fd,	true,		(void *)(uintptr_t)o->data,
-				o->len, off + head_len, MC_OK};
-		if (span - head_len > o->len)
-			ops[nops++] = (struct mc_disk_op){fd,
-							  true,
-							  (void *)(uintptr_t)zeros,
-							  span - head_len - o->len,
-							  off + head_len + o->len,
-							  MC_OK};
+		ops[nops++] = (struct mc_disk_op){.fd = fd,
+						  .write = true,
+						  .buf = head,
+						  .len = head_len,
+						  .off = off,
+						  .direct = direct};
+		if (body) {
+			void *src = (void *)(uintptr_t)o->data;
+			if (direct && !block_aligned(src)) {
+				memcpy(bounce + b_off, src, body);
+				src = bounce + b_off;
+				b_off += body;
+			}
+			ops[nops++] = (struct mc_disk_op){.fd = fd,
+							  .write = true,
+							  .buf = src,
+							  .len = body,
+							  .off = off + head_len,
+							  .direct = direct};
+		}
+		if (o->len > body) {
+			uint8_t *tail = tails + t_off;
+			memcpy(tail, (const uint8_t *)o->data + body, o->len - body);
+			memset(tail + (o->len - body), 0, MC_BUCKET_ALIGN - (o->len - body));
+			ops[nops++] = (struct mc_disk_op){.fd = fd,
+							  .write = true,
+							  .buf = tail,
+							  .len = MC_BUCKET_ALIGN,
+							  .off = off + head_len + body,
+							  .direct = direct};
+			t_off += MC_BUCKET_ALIGN;
+		}
 		e->key = mc_malloc(o->key_len + 1);
 		if (!e->key) {
 			mc_free(ops);
-			mc_free(heads);
+			mc_free(scratch);
 			return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for a key", id);
 		}
 		memcpy(e->key, o->key, o->key_len);
@@ -332,6 +372,15 @@ static mc_status write_records(struct mc_disk_io *io, int fd, const char *id,
 		h_off += head_len;
 	}
 	m->bucket_bytes = off;
+	/* the file's whole size first: the records' writes then land inside it,
+	 * which lets O_DIRECT writes run in parallel (an extending write holds
+	 * the inode exclusively), and a full disk fails here, before any write */
+	if (off && fallocate(fd, 0, 0, (off_t)off) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+		st = write_fail("reserving the data file's space", id, errno);
+		mc_free(ops);
+		mc_free(scratch);
+		return st;
+	}
 	st = mc_disk_io_run(io, ops, nops);
 	if (st != MC_OK) {
 		char why[256];
@@ -340,8 +389,29 @@ static mc_status write_records(struct mc_disk_io *io, int fd, const char *id,
 				  why);
 	}
 	mc_free(ops);
-	mc_free(heads);
+	mc_free(scratch);
 	return st;
+}
+
+/*
+ * Opens name in dirfd with flags, and O_DIRECT when direct: a file system
+ * that refuses O_DIRECT for this file after all (EINVAL) gets it opened
+ * without, and *direct says which.  O_CREAT|O_EXCL opens may have created
+ * the file before O_DIRECT was refused: it is removed before the retry.
+ */
+static int open_maybe_direct(int dirfd, const char *name, int flags, bool *direct)
+{
+	int fd;
+	if (*direct) {
+		fd = openat(dirfd, name, flags | O_DIRECT | O_CLOEXEC, 0644);
+		if (fd >= 0 || errno != EINVAL)
+			return fd;
+		if (flags & O_EXCL)
+			unlinkat(dirfd, name, 0);
+		mc_warn("%s: O_DIRECT refused; buffered I/O for it", name);
+		*direct = false;
+	}
+	return openat(dirfd, name, flags | O_CLOEXEC, 0644);
 }
 
 static mc_status check_objs(const char *id, const struct mc_bucket_obj *objs, size_t n)
@@ -405,6 +475,7 @@ mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
 {
 	char data_name[MC_BUCKET_ID_MAX + 16];
 	struct mc_bucket_meta m = {0};
+	bool direct = mc_disk_io_direct(io);
 	mc_status st;
 	int fd;
 
@@ -418,7 +489,7 @@ mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
 	m.entries = mc_calloc(n, sizeof(*m.entries));
 	if (!m.entries)
 		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for %zu entries", id, n);
-	fd = openat(dirfd, data_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	fd = open_maybe_direct(dirfd, data_name, O_WRONLY | O_CREAT | O_EXCL, &direct);
 	if (fd < 0) {
 		st = errno == EEXIST
 			     ? mc_set_error(MC_ERR_INVALID_PARAMS, "bucket %s: exists already", id)
@@ -426,7 +497,7 @@ mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
 		mc_bucket_meta_release(&m);
 		return st;
 	}
-	st = write_records(io, fd, id, objs, n, &m);
+	st = write_records(io, fd, direct, id, objs, n, &m);
 	if (st == MC_OK && fsync(fd) != 0)
 		st = write_fail("syncing the data file", id, errno);
 	close(fd);
@@ -517,9 +588,10 @@ mc_status mc_bucket_load(int dirfd, const char *id, struct mc_bucket_meta *out)
 	return st;
 }
 
-int mc_bucket_open(int dirfd, const char *id, mc_status *rc)
+int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *rc)
 {
 	char name[MC_BUCKET_ID_MAX + 16];
+	bool direct = mc_disk_io_direct(io);
 	int fd;
 
 	if (!id_ok(id)) {
@@ -527,7 +599,7 @@ int mc_bucket_open(int dirfd, const char *id, mc_status *rc)
 		return -1;
 	}
 	file_name(name, sizeof(name), id, ".bucket");
-	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+	fd = open_maybe_direct(dirfd, name, O_RDONLY, &direct);
 	if (fd < 0)
 		*rc = errno == ENOENT
 			      ? mc_set_error(MC_ERR_FILE_NOT_FOUND, "bucket %s: no data", id)
@@ -558,74 +630,170 @@ static mc_status check_record(const struct mc_bucket_entry *e, const uint8_t *he
 	return MC_OK;
 }
 
+static bool fd_direct(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	return fl >= 0 && (fl & O_DIRECT);
+}
+
+/* How one read of a batch lands: its operations, and where the parts of
+ * its value that could not be read into dst directly are. */
+struct read_plan {
+	size_t op0, nops;
+	uint8_t *head;
+	uint8_t *bounce; /* the value's whole blocks, when dst is not aligned */
+	uint8_t *tail;	 /* the value's last partial block */
+	uint64_t body;	 /* bytes of the value in whole blocks (direct only) */
+};
+
+/*
+ * On a buffered descriptor a value is read straight into dst.  On an
+ * O_DIRECT one every operation is 4 KiB-aligned: a value whose dst is
+ * aligned with room for the padded length (the offload server's staging
+ * buffer) is read there in one operation; otherwise its whole blocks go
+ * to dst (aligned) or to aligned scratch memory, its last partial block
+ * to scratch, and they are copied into dst before the checks.
+ */
 mc_status mc_bucket_read_batch(struct mc_disk_io *io, struct mc_bucket_read_req *r, size_t n)
 {
-	uint64_t heads_len = 0;
+	uint64_t heads_len = 0, tails_len = 0, bounce_len = 0;
+	uint64_t h_off = 0, t_off = 0, b_off = 0;
+	struct read_plan *plan;
 	struct mc_disk_op *ops;
 	mc_status first = MC_OK;
-	size_t nops = 0, k = 0;
-	uint8_t *heads;
+	size_t nops = 0;
+	uint8_t *scratch;
+	bool *direct;
 	char why[256] = "";
 
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		r[i].status = MC_OK;
-		if (r[i].cap < r[i].e->data_len)
+	plan = mc_calloc(n + 1, sizeof(*plan));
+	direct = mc_calloc(n + 1, sizeof(*direct));
+	ops = mc_calloc(3 * n + 1, sizeof(*ops));
+	if (!plan || !direct || !ops)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		const struct mc_bucket_entry *e = r[i].e;
+		uint64_t padded =
+			(e->data_len + MC_BUCKET_ALIGN - 1) & ~(uint64_t)(MC_BUCKET_ALIGN - 1);
+		/* one F_GETFL per run of reads of one descriptor */
+		direct[i] = i && r[i].fd == r[i - 1].fd ? direct[i - 1] : fd_direct(r[i].fd);
+		if (r[i].cap < e->data_len) {
 			r[i].status =
 				mc_set_error(MC_ERR_BUFFER_OVERFLOW,
 					     "bucket read of %s: %" PRIu64 " bytes into %" PRIu64,
-					     r[i].e->key, r[i].e->data_len, r[i].cap);
-		else
-			heads_len += mc_bucket_rec_data_off(r[i].e->key_len);
+					     e->key, e->data_len, r[i].cap);
+			continue;
+		}
+		heads_len += mc_bucket_rec_data_off(e->key_len);
+		if (!direct[i] || (block_aligned(r[i].dst) && r[i].cap >= padded))
+			continue;
+		plan[i].body = e->data_len & ~(uint64_t)(MC_BUCKET_ALIGN - 1);
+		if (plan[i].body && !block_aligned(r[i].dst))
+			bounce_len += plan[i].body;
+		if (e->data_len > plan[i].body)
+			tails_len += MC_BUCKET_ALIGN;
 	}
-	ops = mc_calloc(2 * n + 1, sizeof(*ops));
-	heads = mc_malloc(heads_len + 1);
-	if (!ops || !heads) {
-		mc_free(ops);
-		mc_free(heads);
-		for (size_t i = 0; i < n; i++)
-			if (r[i].status == MC_OK)
-				r[i].status = MC_ERR_NOMEM;
-		return mc_set_error(MC_ERR_NOMEM, "bucket read: no memory for %zu records", n);
-	}
+	scratch = mc_aligned_alloc(MC_BUCKET_ALIGN, heads_len + tails_len + bounce_len);
+	if (!scratch)
+		goto nomem;
 	/* every header and value in one batch; a value is trusted only after both check out */
-	for (size_t i = 0, h_off = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		const struct mc_bucket_entry *e = r[i].e;
+		struct read_plan *pl = &plan[i];
 		uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
+		uint64_t voff = e->offset + head_len;
+		struct mc_disk_op op = {.fd = r[i].fd, .write = false, .direct = direct[i]};
+
 		if (r[i].status != MC_OK)
 			continue;
-		ops[nops++] = (struct mc_disk_op){r[i].fd,  false,     heads + h_off,
-						  head_len, e->offset, MC_OK};
-		if (e->data_len)
-			ops[nops++] = (struct mc_disk_op){
-				r[i].fd, false, r[i].dst, e->data_len, e->offset + head_len, MC_OK};
+		pl->op0 = nops;
+		pl->head = scratch + h_off;
 		h_off += head_len;
+		op.buf = pl->head;
+		op.len = head_len;
+		op.off = e->offset;
+		ops[nops++] = op;
+		if (!direct[i]) {
+			if (e->data_len) {
+				op.buf = r[i].dst;
+				op.len = e->data_len;
+				op.off = voff;
+				ops[nops++] = op;
+			}
+		} else if (e->data_len) {
+			uint64_t padded = (e->data_len + MC_BUCKET_ALIGN - 1) &
+					  ~(uint64_t)(MC_BUCKET_ALIGN - 1);
+			if (block_aligned(r[i].dst) && r[i].cap >= padded) {
+				op.buf = r[i].dst;
+				op.len = padded;
+				op.off = voff;
+				ops[nops++] = op;
+			} else {
+				if (pl->body) {
+					if (block_aligned(r[i].dst)) {
+						op.buf = r[i].dst;
+					} else {
+						pl->bounce =
+							scratch + heads_len + tails_len + b_off;
+						b_off += pl->body;
+						op.buf = pl->bounce;
+					}
+					op.len = pl->body;
+					op.off = voff;
+					ops[nops++] = op;
+				}
+				if (e->data_len > pl->body) {
+					pl->tail = scratch + heads_len + t_off;
+					t_off += MC_BUCKET_ALIGN;
+					op.buf = pl->tail;
+					op.len = MC_BUCKET_ALIGN;
+					op.off = voff + pl->body;
+					ops[nops++] = op;
+				}
+			}
+		}
+		pl->nops = nops - pl->op0;
 	}
 	if (nops && mc_disk_io_run(io, ops, nops) != MC_OK)
 		last_reason(why, sizeof(why));
-	for (size_t i = 0, h_off = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		const struct mc_bucket_entry *e = r[i].e;
+		const struct read_plan *pl = &plan[i];
 		uint64_t head_len = mc_bucket_rec_data_off(e->key_len);
-		mc_status io_st;
+		mc_status io_st = MC_OK;
 		if (r[i].status != MC_OK)
 			goto next;
-		io_st = ops[k++].status;
-		if (e->data_len && io_st == MC_OK)
+		for (size_t k = pl->op0; k < pl->op0 + pl->nops && io_st == MC_OK; k++)
 			io_st = ops[k].status;
-		if (e->data_len)
-			k++;
-		if (io_st != MC_OK)
+		if (io_st != MC_OK) {
 			r[i].status = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket read of %s: %s",
 						   e->key, why[0] ? why : mc_strerror(io_st));
-		else
-			r[i].status = check_record(e, heads + h_off, head_len, r[i].dst);
-		h_off += head_len;
+			goto next;
+		}
+		if (pl->bounce)
+			memcpy(r[i].dst, pl->bounce, pl->body);
+		if (pl->tail)
+			memcpy((uint8_t *)r[i].dst + pl->body, pl->tail, e->data_len - pl->body);
+		r[i].status = check_record(e, pl->head, head_len, r[i].dst);
 	next:
 		if (r[i].status != MC_OK && first == MC_OK)
 			first = r[i].status;
 	}
+	mc_free(scratch);
+	mc_free(plan);
+	mc_free(direct);
 	mc_free(ops);
-	mc_free(heads);
 	return first;
+nomem:
+	mc_free(plan);
+	mc_free(direct);
+	mc_free(ops);
+	for (size_t i = 0; i < n; i++)
+		if (r[i].status == MC_OK)
+			r[i].status = MC_ERR_NOMEM;
+	return mc_set_error(MC_ERR_NOMEM, "bucket read: no memory for %zu records", n);
 }
 
 mc_status mc_bucket_read(struct mc_disk_io *io, int fd, const struct mc_bucket_entry *e, void *dst,

@@ -28,7 +28,11 @@
  * The decoders are pure functions over bytes read from disk and validate
  * everything (tests/fuzz/fuzz_bucket.c); the file functions move their
  * bytes through a store/disk_io.h handle (io_uring, or pread/pwrite where
- * it is refused), or with pread/pwrite when given none.
+ * it is refused), or with pread/pwrite when given none.  A handle made
+ * with params.direct has the .bucket files opened O_DIRECT: every
+ * operation on them is then 4 KiB-aligned (headers and the last partial
+ * block of each value go through aligned scratch memory, as does a value
+ * whose memory is not aligned); the small .meta files stay buffered.
  * Not thread-safe on one directory: one writer owns it (docs/design.md).
  */
 #ifndef MC_STORE_BUCKET_H
@@ -137,9 +141,11 @@ mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
  * MC_ERR_CHECKSUM_MISMATCH, MC_ERR_NOMEM. */
 mc_status mc_bucket_load(int dirfd, const char *id, struct mc_bucket_meta *out);
 
-/* Opens <id>.bucket for reading: a descriptor, or -1 with the status in
- * *rc (MC_ERR_FILE_NOT_FOUND, MC_ERR_FILE_OPEN_FAIL). */
-int mc_bucket_open(int dirfd, const char *id, mc_status *rc);
+/* Opens <id>.bucket for reading, O_DIRECT when mc_disk_io_direct(io) (and
+ * the file takes it): a descriptor, or -1 with the status in *rc
+ * (MC_ERR_FILE_NOT_FOUND, MC_ERR_FILE_OPEN_FAIL).  The reads below find
+ * out from the descriptor which it is. */
+int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *rc);
 
 /*
  * Reads entry e's value from the open .bucket file fd into dst (cap bytes

@@ -52,13 +52,18 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/http.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/te.h"
 #include "store/client_config.h"
+#include "store/client_http.h"
 #include "store/client_int.h"
+#include "store/client_metrics.h"
 #include "store/master_conn.h"
+#include "store/offload_client.h"
+#include "store/offload_server.h"
 #include "store/proto.h"
 #include "te/engine.h"
 
@@ -129,14 +134,16 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 	*fails = 0;
 	atomic_store(&s->ping_failed, false);
 	if (resp.body.ping_resp.client_status == MC_STORE_CLIENT_NEED_REMOUNT) {
+		/* a restarted master may have taken its embedded metadata server's
+		 * entries with it: put the engine's back now, before the remount,
+		 * whose mount probe looks for the engine's rpc_meta record there */
+		mc_te_meta_resync(s->te);
 		rc = remount(s);
 		if (rc != MC_OK)
 			mc_warn("remount of segment %s failed: %s", s->name, mc_last_error());
 		else
 			mc_info("remounted segment %s", s->name);
-		/* a restarted master may have taken its embedded metadata server's
-		 * entries with it: put the engine's back now */
-		mc_te_meta_resync(s->te);
+		mc_store_offload_remount(s);
 	}
 	mc_store_msg_release(&resp);
 }
@@ -173,12 +180,18 @@ mc_status mc_store_new(struct mc_store **out)
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return MC_ERR_NOMEM;
+	s->metrics = mc_calloc(1, sizeof(*s->metrics));
+	if (!s->metrics) {
+		mc_free(s);
+		return MC_ERR_NOMEM;
+	}
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
 	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->hb_cond, &a);
+	pthread_cond_init(&s->ohb_cond, &a);
 	pthread_condattr_destroy(&a);
 	*out = s;
 	return MC_OK;
@@ -191,8 +204,10 @@ void mc_store_free(struct mc_store *s)
 	mc_store_close(s);
 	pthread_mutex_destroy(&s->hb_lock);
 	pthread_cond_destroy(&s->hb_cond);
+	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
 	pthread_cond_destroy(&s->sess_cond);
+	mc_free(s->metrics);
 	mc_free(s);
 }
 
@@ -201,6 +216,7 @@ static void teardown(struct mc_store *s)
 {
 	struct mc_store_msg resp;
 
+	mc_store_http_close(s); /* first: its handlers read the rest */
 	if (s->hb_started) {
 		pthread_mutex_lock(&s->hb_lock);
 		s->hb_stop = true;
@@ -210,6 +226,8 @@ static void teardown(struct mc_store *s)
 		s->hb_started = false;
 	}
 	mc_store_sessions_drop_all(s);
+	mc_store_fs_stop(s); /* its files written and reported while the master is there */
+	mc_store_offload_stop(s);
 	if (s->seg_mounted) {
 		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
 		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)
@@ -227,6 +245,8 @@ static void teardown(struct mc_store *s)
 	s->seg_size = 0;
 	mc_master_conn_free(s->conn);
 	s->conn = NULL;
+	mc_offload_pool_free(s->offload_pool);
+	s->offload_pool = NULL;
 	if (s->own_te)
 		mc_te_free(s->te);
 	s->te = NULL;
@@ -357,10 +377,20 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 	}
 	s->hb_stop = false;
 	atomic_store(&s->ping_failed, false);
+	atomic_store(&s->offload_reads, 0);
+	{
+		struct mc_offload_config oc;
+		mc_offload_config_init(&oc);
+		rc = mc_offload_pool_new(oc.rpc_timeout_ms, &s->offload_pool);
+		if (rc != MC_OK)
+			goto err;
+	}
+	mc_client_metrics_init(s->metrics);
 
 	rc = mc_master_conn_new(p->master_server_addr, &s->conn);
 	if (rc != MC_OK)
 		goto err;
+	mc_master_conn_set_metrics(s->conn, s->metrics);
 	if (p->engine) {
 		s->te = p->engine;
 		s->own_te = false;
@@ -375,6 +405,11 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		host[0] = '\0';
 	snprintf(s->host_id, sizeof(s->host_id), "%s", host);
 
+	if (p->enable_ssd_offload) {
+		rc = mc_store_offload_open(s, p->ssd_offload_path);
+		if (rc != MC_OK)
+			goto err;
+	}
 	if (p->global_segment_size) {
 		struct mc_hostmem_config hc;
 		mc_hostmem_config_load(&hc);
@@ -394,12 +429,20 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		if (rc != MC_OK)
 			goto err;
 	}
+	rc = mc_store_offload_start(s);
+	if (rc != MC_OK)
+		goto err;
 	if (pthread_create(&s->hb, NULL, heartbeat_main, s) != 0) {
 		rc = mc_set_error(MC_ERR_INTERNAL, "cannot start the heartbeat thread");
 		goto err;
 	}
 	s->hb_started = true;
 	s->ready = true;
+	if (p->enable_http_server) {
+		rc = mc_store_http_open(s, p->http_port);
+		if (rc != MC_OK)
+			goto err;
+	}
 	mc_info("store client %s set up: segment %" PRIu64 " bytes, master %s", s->name,
 		s->seg_size, p->master_server_addr ? p->master_server_addr : "127.0.0.1:50051");
 	return MC_OK;
@@ -433,6 +476,16 @@ const char *mc_store_hostname(const struct mc_store *s)
 struct mc_te *mc_store_engine(const struct mc_store *s)
 {
 	return s ? s->te : NULL;
+}
+
+uint64_t mc_store_offload_rpc_read_count(struct mc_store *s)
+{
+	return s ? atomic_load(&s->offload_reads) : 0;
+}
+
+uint16_t mc_store_http_port(const struct mc_store *s)
+{
+	return s && s->http ? mc_http_port(s->http) : 0;
 }
 
 mc_status mc_store_segment_info(struct mc_store *s, struct mc_store_segment_info *out)

@@ -52,6 +52,13 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "a caller waiting for its answer polls the socket this long before sleeping "
 	       "(microseconds, 0 = off)",
 	       CFG(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
+	       "collect the client's call counters and latency histograms (the client HTTP "
+	       "server's /metrics answers 503 without them)",
+	       CFG(metrics), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"store_cluster_id", "MC_STORE_CLUSTER_ID", "mooncake_cluster",
+	       "the cluster_id label of the client's metrics", CFG(cluster_id), MC_CONFIG_STRING, 0,
+	       0}},
 };
 #undef CFG
 const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);

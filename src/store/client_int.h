@@ -24,9 +24,13 @@
 #include "mem/hostmem.h"
 #include "mooncake/status.h"
 #include "mooncake/store.h"
+#include "store/offload_server.h"
 #include "store/proto.h"
 
 struct mc_master_conn;
+struct mc_offload_pool;
+struct mc_client_metrics;
+struct mc_http;
 
 struct mc_store {
 	bool ready;
@@ -61,6 +65,32 @@ struct mc_store {
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
 	atomic_bool ping_failed;
+
+	/* SSD tier: readers of LOCAL_DISK replicas (client_disk_read.c) */
+	struct mc_offload_pool *offload_pool;
+	atomic_uint_fast64_t offload_reads; /* objects read through an offload RPC */
+
+	/* SSD tier: this client's disk copies (client_offload.c), with
+	 * enable_ssd_offload; disk NULL when off */
+	struct mc_offload_config offload_cfg;
+	struct mc_disk_store *disk;
+	struct mc_offload_server *osrv;
+	char disk_path[512];
+	bool disk_mounted; /* the local-disk segment is mounted (heartbeat thread) */
+	atomic_bool disk_remount;
+	bool promotion_off; /* the master answered promotion NOT_SUPPORTED (heartbeat thread) */
+	pthread_t ohb;
+	bool ohb_started;
+	bool ohb_stop;			 /* under hb_lock */
+	pthread_cond_t ohb_cond;	 /* with hb_lock: the offload heartbeat's sleep */
+	atomic_uint_fast64_t ohb_passes; /* offload heartbeat passes done (for tests) */
+	/* the legacy shared-FS DISK tier (client_fsdir.c): the file writer,
+	 * made with the first DISK replica to write */
+	struct mc_store_fs *fs;
+	atomic_uint_fast64_t fs_reads; /* objects read from a DISK file */
+	/* observability: allocated by mc_store_new, read from any thread */
+	struct mc_client_metrics *metrics;
+	struct mc_http *http; /* the client HTTP server, or NULL (client_http.c) */
 };
 
 /* One object's side of a transfer: its user buffers (scatter-gather) and
@@ -72,7 +102,8 @@ struct mc_store_io {
 	uint64_t len; /* bytes to move (read: the object size) */
 	const struct mc_store_replica *reps;
 	uint32_t nreps;
-	mc_status status; /* in: MC_OK to take part; out: result */
+	struct mc_proto_str key; /* the object's (a LOCAL_DISK read asks the owner by key) */
+	mc_status status;	 /* in: MC_OK to take part; out: result */
 };
 
 /* Object ranges as objects of their own (client_xfer.c, "Ranged calls"). */
@@ -86,6 +117,20 @@ struct mc_store_ranges {
 };
 
 /* ---- small helpers ---- */
+
+/*
+ * A read from r is thrown away (MC_ERR_LEASE_EXPIRED) if it finishes after
+ * the lease GetReplicaList granted: the lease is what keeps a memory block
+ * (and a DISK file) from being freed or rewritten under the read.  A
+ * LOCAL_DISK read is not: the owner finds the copy by key and serves it
+ * from a staging extent guarded by its own ttl (client_disk_read.c, whose
+ * reads fail when they outlive it), so the lease does not apply to it and
+ * a slow disk read is not failed for it.
+ */
+static inline bool mc_store_read_leased(const struct mc_store_replica *r)
+{
+	return r->type != MC_STORE_REPLICA_LOCAL_DISK;
+}
 
 static inline struct mc_proto_str mc_store_tenant(const struct mc_store *s)
 {
@@ -160,7 +205,9 @@ mc_status mc_store_send_put_revoke(struct mc_store *s, struct mc_proto_str *keys
 				   bool upsert, struct mc_store_msg *resp);
 
 /* The replica to read: one in this client's own segment, else the first
- * memory replica; NULL if none is readable here.  Borrowed from l. */
+ * memory replica, else the first complete LOCAL_DISK one (read through
+ * its owner's offload RPC), else the first complete DISK one (its file,
+ * client_fsdir.c); NULL if none is readable here.  Borrowed from l. */
 const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
 						       const struct mc_store_replica_list *l);
 
@@ -182,6 +229,65 @@ void mc_store_ranges_release(struct mc_store_ranges *rs);
  * range's index in rs->ios.  The room was reserved by mc_store_ranges_init. */
 size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
 			   const struct mc_store_replica *reps, uint32_t nreps);
+
+/* ---- client_disk_read.c ---- */
+
+/*
+ * Reads every io of ios[0..n) whose status is MC_OK and whose replica is
+ * LOCAL_DISK: per owner endpoint, BatchGetOffloadObject, one engine batch
+ * from the owner's staging buffer into the io's buffers, then
+ * ReleaseOffloadBuffer; what the owner's buffer had no room for is asked
+ * again after the release.  A LOCAL_DISK replica's address is the offset
+ * of the io's bytes in the object (0, or a range's start) and its size the
+ * whole object's.  Sets each status; counts the objects read in
+ * s->offload_reads.
+ */
+void mc_store_disk_read(struct mc_store *s, struct mc_store_io *ios, size_t n);
+
+/* ---- client_fsdir.c: the legacy shared-FS DISK tier ---- */
+
+struct mc_store_fs;
+struct mc_store_fs_job;
+/* The DISK replica among reps[0..n), or NULL. */
+const struct mc_store_replica *mc_store_fs_replica(const struct mc_store_replica *reps, uint32_t n);
+/* A copy of io's value (io->key its key) to be written as the file of
+ * DISK replica r; NULL without memory. */
+struct mc_store_fs_job *mc_store_fs_job_new(const struct mc_store_io *io,
+					    const struct mc_store_replica *r, bool upsert);
+/* After PutEnd(MEMORY): hand j to the file writer (takes j; may wait for
+ * room in the queue). */
+mc_status mc_store_fs_submit(struct mc_store *s, struct mc_store_fs_job *j);
+/* Free j unsubmitted (NULL is a no-op). */
+void mc_store_fs_job_drop(struct mc_store *s, struct mc_store_fs_job *j, bool revoke);
+/* PutEnd (end) or PutRevoke of key's DISK replica replica_id (0: not
+ * named; named only to a master of minor version 4 or later). */
+mc_status mc_store_fs_report(struct mc_store *s, const char *key, bool upsert, bool end,
+			     uint64_t replica_id);
+/* Read io (status MC_OK, reps[0] a DISK replica) from its file; sets
+ * io->status. */
+void mc_store_fs_read(struct mc_store *s, struct mc_store_io *io);
+/* Wait until every file submitted is written and reported. */
+void mc_store_fs_flush(struct mc_store *s);
+/* Drain the queue, stop the writer (before the master connection goes). */
+void mc_store_fs_stop(struct mc_store *s);
+
+/* ---- client_offload.c ---- */
+
+/* Opens the disk store in path (NULL or "": MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)
+ * and starts the offload server (its staging buffer registered with the
+ * engine); before the global segment is registered.  On failure nothing
+ * is left. */
+mc_status mc_store_offload_open(struct mc_store *s, const char *path);
+/* After the segment is mounted: mounts the local-disk segment,
+ * re-registers what is on disk, starts the heartbeat.  MC_OK also when the
+ * master has no offload (logged; the tier is closed).  A no-op without
+ * mc_store_offload_open.  On failure the tier is closed. */
+mc_status mc_store_offload_start(struct mc_store *s);
+/* Stops the heartbeat and the server, unmounts the local-disk segment,
+ * closes the disk store; a no-op when the tier is off. */
+void mc_store_offload_stop(struct mc_store *s);
+/* The master forgot this client: mount and re-register again, soon. */
+void mc_store_offload_remount(struct mc_store *s);
 
 /* ---- client_session.c ---- */
 

@@ -262,7 +262,7 @@ mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const
 		rep = mc_store_choose_replica(s, &it->list);
 		if (!rep) {
 			results[i] = mc_set_error(MC_ERR_INVALID_REPLICA,
-						  "%s has no memory replica", keys[i]);
+						  "%s has no replica readable here", keys[i]);
 			continue;
 		}
 		x = session_new(keys[i], rep->size, rep, 1);
@@ -387,8 +387,9 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 		}
 		first[i] = rs.n;
 		for (size_t b = 0; b < nbufs[i]; b++)
-			mc_store_ranges_add(&rs, bufs[i][b], offs[i][b], lens[i][b], xs[i]->reps,
-					    put ? xs[i]->nreps : 1);
+			rs.ios[mc_store_ranges_add(&rs, bufs[i][b], offs[i][b], lens[i][b],
+						   xs[i]->reps, put ? xs[i]->nreps : 1)]
+				.key = mc_proto_str_c(xs[i]->key);
 	}
 	mc_store_run_transfers(s, rs.ios, rs.n, put ? MC_OP_WRITE : MC_OP_READ);
 	now = mc_now_ms();
@@ -402,7 +403,8 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 				results[i] = io->status;
 			total += io->len;
 		}
-		if (results[i] == MC_OK && !put && now > xs[i]->deadline_ms)
+		if (results[i] == MC_OK && !put && now > xs[i]->deadline_ms &&
+		    mc_store_read_leased(xs[i]->reps))
 			results[i] = MC_ERR_LEASE_EXPIRED; /* may have raced with a removal */
 		if (results[i] == MC_OK)
 			results[i] = (int64_t)total;

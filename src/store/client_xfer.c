@@ -46,6 +46,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "mooncake/te.h"
+#include "store/client_metrics.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
 #include "te/engine.h" /* mc_te_local_device */
@@ -211,6 +212,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 	uint64_t off = 0;
 	mc_status rc;
 
+	if (r->type == MC_STORE_REPLICA_DISK && opcode == MC_OP_WRITE)
+		return MC_OK; /* its file is written after PutEnd (client_fsdir.c) */
 	if (r->type != MC_STORE_REPLICA_MEMORY)
 		return mc_set_error(MC_ERR_INVALID_REPLICA, "replica type %u is not memory",
 				    r->type);
@@ -243,6 +246,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
+	bool disk = false, fs = false;
 	struct req_list l;
 	mc_batch_id bid;
 	mc_status rc;
@@ -253,6 +257,16 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 		size_t first = l.n;
 		if (io->status != MC_OK)
 			continue;
+		if (opcode == MC_OP_READ && io->nreps &&
+		    io->reps[0].type == MC_STORE_REPLICA_LOCAL_DISK) {
+			disk = true; /* client_disk_read.c, after the memory reads */
+			continue;
+		}
+		if (opcode == MC_OP_READ && io->nreps &&
+		    io->reps[0].type == MC_STORE_REPLICA_DISK) {
+			fs = true; /* client_fsdir.c, after the memory reads */
+			continue;
+		}
 		for (uint32_t r = 0; r < io->nreps && io->status == MC_OK; r++)
 			io->status = queue_replica(s, &l, io, (uint32_t)i, opcode, &io->reps[r]);
 		if (io->status != MC_OK)
@@ -284,6 +298,13 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 	mc_te_batch_free(s->te, bid);
 out:
 	req_list_release(&l);
+	if (disk)
+		mc_store_disk_read(s, ios, n);
+	for (size_t i = 0; fs && i < n; i++) {
+		if (ios[i].status == MC_OK && ios[i].nreps &&
+		    ios[i].reps[0].type == MC_STORE_REPLICA_DISK)
+			mc_store_fs_read(s, &ios[i]);
+	}
 }
 
 /* ---- put --------------------------------------------------------------------------------- */
@@ -293,6 +314,8 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 {
 	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
 	struct mc_store_put_start_req req;
+	const struct mc_store_replica *disk;
+	struct mc_store_fs_job *job = NULL;
 	struct mc_store_msg resp;
 	struct mc_store_io io;
 	mc_status rc;
@@ -323,24 +346,32 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 	io.lens = lens;
 	io.nbufs = nbufs;
 	io.len = len;
+	io.key = mc_proto_str_c(key);
 	io.reps = resp.body.put_start_resp.replicas;
 	io.nreps = resp.body.put_start_resp.n_replicas;
 	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
 	if (io.status == MC_OK)
 		mc_store_run_transfers(s, &io, 1, MC_OP_WRITE);
+	if (io.status == MC_OK && (disk = mc_store_fs_replica(io.reps, io.nreps)))
+		job = mc_store_fs_job_new(&io, disk, upsert); /* NULL: End(ALL) drops it */
 	mc_store_msg_release(&resp);
 
 	if (io.status == MC_OK) {
 		struct mc_store_put_end_req end = {
 			.client_id = s->client_id,
 			.tenant = mc_store_tenant(s),
-			.replica_type = MC_STORE_REPLICA_ALL,
+			/* MEMORY: the DISK replica stays PROCESSING until its file is written */
+			.replica_type = job ? MC_STORE_REPLICA_MEMORY : MC_STORE_REPLICA_ALL,
 			.key = mc_proto_str_c(key),
 		};
 		rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END,
 					 &end, &resp);
 		if (rc == MC_OK)
 			mc_store_msg_release(&resp);
+		if (rc == MC_OK && job)
+			(void)mc_store_fs_submit(s, job);
+		else
+			mc_store_fs_job_drop(s, job, false);
 		return rc;
 	} else {
 		struct mc_store_put_revoke_req rev = {
@@ -433,8 +464,10 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 {
 	struct mc_store_object_meta *metas = NULL;
 	struct mc_proto_str *revoke_keys = NULL;
-	uint32_t *sent = NULL;	    /* item index -> key index */
-	uint32_t *end_owner = NULL; /* PutEnd item -> key index */
+	uint32_t *sent = NULL;					/* item index -> key index */
+	uint32_t *end_owner = NULL;				/* PutEnd item -> key index */
+	struct mc_store_fs_job **jobs = NULL, **end_job = NULL; /* DISK files to write */
+	bool any_disk = false;
 	struct mc_store_io *ios = NULL;
 	struct mc_store_msg resp;
 	bool have_resp = false;
@@ -442,11 +475,13 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	mc_status rc;
 
 	sent = mc_calloc(n, sizeof(*sent));
+	jobs = mc_calloc(n ? n : 1, sizeof(*jobs));
+	end_job = mc_calloc(n ? n : 1, sizeof(*end_job));
 	end_owner = mc_calloc(n, sizeof(*end_owner));
 	ios = mc_calloc(n, sizeof(*ios));
 	metas = mc_calloc(n, sizeof(*metas));
 	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
-	if (!sent || !end_owner || !ios || !metas || !revoke_keys) {
+	if (!sent || !jobs || !end_job || !end_owner || !ios || !metas || !revoke_keys) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -469,11 +504,21 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->len = totals[i];
 		io->reps = it->replicas;
 		io->nreps = it->n_replicas;
+		io->key = mc_proto_str_c(keys[i]);
 		io->status = (mc_status)it->status;
 		if (io->status == MC_OK && io->nreps == 0)
 			io->status = MC_ERR_INVALID_REPLICA;
 	}
 	mc_store_run_transfers(s, ios, nsent, MC_OP_WRITE);
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_replica *disk =
+			ios[j].status == MC_OK ? mc_store_fs_replica(ios[j].reps, ios[j].nreps)
+					       : NULL;
+		if (disk) {
+			any_disk = true;
+			jobs[j] = mc_store_fs_job_new(&ios[j], disk, upsert);
+		}
+	}
 
 	for (uint32_t j = 0; j < nsent; j++) {
 		int32_t st = resp.body.batch_put_start_resp.items[j].status;
@@ -484,6 +529,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 			results[i] = (mc_status)st;
 		} else if (ios[j].status == MC_OK) {
 			metas[nend].key = mc_proto_str_c(keys[i]);
+			end_job[nend] = jobs[j];
+			jobs[j] = NULL;
 			end_owner[nend++] = i;
 			results[i] = MC_OK;
 		} else {
@@ -498,7 +545,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		struct mc_store_batch_put_end_req end = {
 			.client_id = s->client_id,
 			.tenant = mc_store_tenant(s),
-			.replica_type = MC_STORE_REPLICA_ALL,
+			/* MEMORY: DISK replicas stay PROCESSING until their files are written */
+			.replica_type = any_disk ? MC_STORE_REPLICA_MEMORY : MC_STORE_REPLICA_ALL,
 			.n_items = nend,
 			.items = metas,
 		};
@@ -515,6 +563,17 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		}
 		if (rc == MC_OK)
 			mc_store_msg_release(&resp);
+		for (uint32_t e = 0; e < nend; e++) {
+			uint32_t i = end_owner[e];
+			if (results[i] == MC_OK && end_job[e])
+				(void)mc_store_fs_submit(s, end_job[e]);
+			else if (results[i] == MC_OK && any_disk)
+				/* no copy of it (memory): its DISK replica goes */
+				(void)mc_store_fs_report(s, keys[i], upsert, false, 0);
+			else
+				mc_store_fs_job_drop(s, end_job[e], false);
+			end_job[e] = NULL;
+		}
 	}
 	if (nrev && mc_store_send_put_revoke(s, revoke_keys, nrev, upsert, &resp) == MC_OK)
 		mc_store_msg_release(&resp);
@@ -526,6 +585,10 @@ fail_all:
 	if (have_resp)
 		mc_store_msg_release(&resp);
 out:
+	for (size_t i = 0; jobs && i < n; i++)
+		mc_store_fs_job_drop(s, jobs[i], false);
+	mc_free(jobs);
+	mc_free(end_job);
 	mc_free(sent);
 	mc_free(end_owner);
 	mc_free(ios);
@@ -538,9 +601,15 @@ out:
 const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
 						       const struct mc_store_replica_list *l)
 {
-	const struct mc_store_replica *first = NULL;
+	const struct mc_store_replica *first = NULL, *disk = NULL, *file = NULL;
 	for (uint32_t i = 0; i < l->n_replicas; i++) {
 		const struct mc_store_replica *r = &l->replicas[i];
+		if (r->type == MC_STORE_REPLICA_DISK && !file &&
+		    r->status == MC_STORE_REPLICA_COMPLETE && r->file_path.len)
+			file = r;
+		if (r->type == MC_STORE_REPLICA_LOCAL_DISK && !disk &&
+		    r->status == MC_STORE_REPLICA_COMPLETE && r->transport_endpoint.len)
+			disk = r;
 		if (r->type != MC_STORE_REPLICA_MEMORY)
 			continue;
 		if (is_own_segment(s, r))
@@ -548,7 +617,7 @@ const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
 		if (!first)
 			first = r;
 	}
-	return first;
+	return first ? first : disk ? disk : file;
 }
 
 mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp)
@@ -577,7 +646,7 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 	ttl = resp.body.replica_list.lease_ttl_ms;
 	r = mc_store_choose_replica(s, &resp.body.replica_list);
 	if (!r) {
-		rc = mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no memory replica", key);
+		rc = mc_set_error(MC_ERR_INVALID_REPLICA, "%s has no replica readable here", key);
 		goto out;
 	}
 	if (alloc) {
@@ -603,9 +672,10 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 	io.len = r->size;
 	io.reps = r;
 	io.nreps = 1;
+	io.key = mc_proto_str_c(key);
 	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
 	rc = io.status;
-	if (rc == MC_OK && mc_now_ms() > t0 + ttl)
+	if (rc == MC_OK && mc_store_read_leased(r) && mc_now_ms() > t0 + ttl)
 		rc = mc_set_error(MC_ERR_LEASE_EXPIRED,
 				  "read of %s outlived its %" PRIu64 " ms lease", key, ttl);
 	if (rc == MC_OK) {
@@ -719,6 +789,7 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->len = r->size;
 		io->reps = r;
 		io->nreps = 1;
+		io->key = kv[j];
 	}
 	mc_store_run_transfers(s, ios, nsent, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
@@ -726,7 +797,7 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
 		if (ios[j].status != MC_OK)
 			results[i] = ios[j].status;
-		else if (mc_now_ms() > t0 + ttl)
+		else if (mc_store_read_leased(ios[j].reps) && mc_now_ms() > t0 + ttl)
 			results[i] = MC_ERR_LEASE_EXPIRED;
 		else
 			results[i] = (int64_t)ios[j].len;
@@ -783,7 +854,8 @@ size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, 
 	for (uint32_t k = 0; k < nreps; k++) {
 		r[k] = reps[k];
 		r[k].address += off;
-		r[k].size = len;
+		if (r[k].type != MC_STORE_REPLICA_LOCAL_DISK && r[k].type != MC_STORE_REPLICA_DISK)
+			r[k].size = len; /* a disk read asks for the whole object */
 	}
 	rs->n++;
 	rs->nreps += nreps;
@@ -834,30 +906,30 @@ static mc_status put_value(struct mc_store *s, const char *key, const void *cons
 	return put_one(s, key, (void *const *)(uintptr_t)parts, lens, nparts, len, cfg, upsert);
 }
 
-mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
-		       const struct mc_store_config *config)
+static mc_status untimed_put(struct mc_store *s, const char *key, const void *value, size_t len,
+			     const struct mc_store_config *config)
 {
 	return put_value(s, key, &value, &len, 1, config, false);
 }
 
-mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
-			     const size_t *lens, size_t nparts,
-			     const struct mc_store_config *config)
+static mc_status untimed_put_parts(struct mc_store *s, const char *key, const void *const *parts,
+				   const size_t *lens, size_t nparts,
+				   const struct mc_store_config *config)
 {
 	if ((!parts || !lens) && nparts)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "put_parts: NULL arrays");
 	return put_value(s, key, parts, lens, nparts, config, false);
 }
 
-mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
-			  const struct mc_store_config *config)
+static mc_status untimed_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
+				const struct mc_store_config *config)
 {
 	return put_value(s, key, &value, &len, 1, config, true);
 }
 
-mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
-				const size_t *lens, size_t nparts,
-				const struct mc_store_config *config)
+static mc_status untimed_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
+				      const size_t *lens, size_t nparts,
+				      const struct mc_store_config *config)
 {
 	if ((!parts || !lens) && nparts)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "upsert_parts: NULL arrays");
@@ -939,21 +1011,22 @@ out:
 	return rc;
 }
 
-mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
-			     const size_t *lens, size_t n, const struct mc_store_config *config,
-			     mc_status *results)
+static mc_status untimed_put_batch(struct mc_store *s, const char *const *keys,
+				   const void *const *values, const size_t *lens, size_t n,
+				   const struct mc_store_config *config, mc_status *results)
 {
 	return put_batch_values(s, keys, values, lens, n, config, false, results);
 }
 
-mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
-				const void *const *values, const size_t *lens, size_t n,
-				const struct mc_store_config *config, mc_status *results)
+static mc_status untimed_upsert_batch(struct mc_store *s, const char *const *keys,
+				      const void *const *values, const size_t *lens, size_t n,
+				      const struct mc_store_config *config, mc_status *results)
 {
 	return put_batch_values(s, keys, values, lens, n, config, true, results);
 }
 
-int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc, void *ctx)
+static int64_t untimed_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc,
+				 void *ctx)
 {
 	mc_status rc = mc_store_check_ready(s);
 	if (rc == MC_OK)
@@ -1047,19 +1120,19 @@ static mc_status put_from(struct mc_store *s, const char *key, const void *buf, 
 	return put_one(s, key, bufs, &len, 1, len, cfg, upsert);
 }
 
-mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
-			    const struct mc_store_config *config)
+static mc_status untimed_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+				  const struct mc_store_config *config)
 {
 	return put_from(s, key, buf, len, config, false);
 }
 
-mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf, size_t len,
-			       const struct mc_store_config *config)
+static mc_status untimed_upsert_from(struct mc_store *s, const char *key, const void *buf,
+				     size_t len, const struct mc_store_config *config)
 {
 	return put_from(s, key, buf, len, config, true);
 }
 
-int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
+static int64_t untimed_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
 {
 	mc_status rc = mc_store_check_ready(s);
 	if (rc == MC_OK)
@@ -1188,25 +1261,26 @@ static mc_status batch_put_from(struct mc_store *s, const char *const *keys, voi
 	return rc;
 }
 
-mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
-				  const size_t *lens, size_t n,
-				  const struct mc_store_config *config, mc_status *results)
+static mc_status untimed_batch_put_from(struct mc_store *s, const char *const *keys,
+					void *const *bufs, const size_t *lens, size_t n,
+					const struct mc_store_config *config, mc_status *results)
 {
 	return batch_put_from(s, keys, bufs, lens, n, config, false, results);
 }
 
-mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys, void *const *bufs,
-				     const size_t *lens, size_t n,
-				     const struct mc_store_config *config, mc_status *results)
+static mc_status untimed_batch_upsert_from(struct mc_store *s, const char *const *keys,
+					   void *const *bufs, const size_t *lens, size_t n,
+					   const struct mc_store_config *config, mc_status *results)
 {
 	return batch_put_from(s, keys, bufs, lens, n, config, true, results);
 }
 
-mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
-						void *const *const *bufs, const size_t *const *lens,
-						const size_t *nbufs, size_t n,
-						const struct mc_store_config *config,
-						mc_status *results)
+static mc_status untimed_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
+						      void *const *const *bufs,
+						      const size_t *const *lens,
+						      const size_t *nbufs, size_t n,
+						      const struct mc_store_config *config,
+						      mc_status *results)
 {
 	mc_status rc = batch_begin(s, keys, bufs, n, config);
 	if (rc == MC_OK && n && (!lens || !nbufs))
@@ -1248,8 +1322,9 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 	return rc;
 }
 
-mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, void *const *bufs,
-				  const size_t *caps, size_t n, int64_t *results)
+static mc_status untimed_batch_get_into(struct mc_store *s, const char *const *keys,
+					void *const *bufs, const size_t *caps, size_t n,
+					int64_t *results)
 {
 	struct one_buf_views v;
 	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
@@ -1269,9 +1344,11 @@ mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, v
 	return rc;
 }
 
-mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
-						void *const *const *bufs, const size_t *const *lens,
-						const size_t *nbufs, size_t n, int64_t *results)
+static mc_status untimed_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
+						      void *const *const *bufs,
+						      const size_t *const *lens,
+						      const size_t *nbufs, size_t n,
+						      int64_t *results)
 {
 	mc_status rc = batch_begin(s, keys, bufs, n, NULL);
 	if (rc == MC_OK && n && (!lens || !nbufs))
@@ -1286,8 +1363,8 @@ mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *
 	return batch_get_multi(s, keys, bufs, lens, nbufs, n, results);
 }
 
-mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
-				   mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
+static mc_status untimed_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+					 mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
 {
 	mc_status rc = mc_store_check_ready(s);
 
@@ -1354,8 +1431,8 @@ static void range_results_fill(const struct mc_store_range_read *r, int64_t v)
 			r->results[f] = v;
 }
 
-mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_range_read *reads,
-				   size_t n)
+static mc_status untimed_get_into_ranges(struct mc_store *s,
+					 const struct mc_store_range_read *reads, size_t n)
 {
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv = NULL;
@@ -1433,8 +1510,9 @@ mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_ran
 				r->results[f] = MC_ERR_INVALID_PARAMS;
 				continue;
 			}
-			mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset, g->src_offset,
-					    g->length, rep, 1);
+			rs.ios[mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset,
+						   g->src_offset, g->length, rep, 1)]
+				.key = kv[j];
 		}
 	}
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
@@ -1448,7 +1526,7 @@ mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_ran
 				continue; /* refused: no range queued */
 			if (rs.ios[k].status != MC_OK)
 				r->results[f] = rs.ios[k].status;
-			else if (expired)
+			else if (expired && mc_store_read_leased(rs.ios[k].reps))
 				r->results[f] = MC_ERR_LEASE_EXPIRED;
 			else
 				r->results[f] = (int64_t)rs.ios[k].len;
@@ -1469,4 +1547,227 @@ out:
 	mc_free(sent);
 	mc_free(first);
 	return ret;
+}
+
+/* ---- timed entry points ------------------------------------------------------------------ */
+
+/*
+ * Every public call that moves object bytes is timed here and counted in
+ * the client's metrics (client_metrics.h: calls, failures, bytes moved,
+ * latency by op_name and in upstream's four histograms).  The untimed_*
+ * functions above are the calls themselves; mc_store_get and
+ * mc_store_batch_get go through the timed get_alloc forms.
+ */
+
+static uint64_t t_start(const struct mc_store *s)
+{
+	return mc_client_metrics_start(s ? s->metrics : NULL);
+}
+
+static mc_status t_end(struct mc_store *s, enum mc_cm_op op, uint64_t t0, mc_status rc,
+		       uint64_t bytes)
+{
+	if (t0)
+		mc_client_metrics_op(s->metrics, op, t0, rc == MC_OK, rc == MC_OK ? bytes : 0);
+	return rc;
+}
+
+static int64_t t_end_i64(struct mc_store *s, enum mc_cm_op op, uint64_t t0, int64_t n)
+{
+	if (t0)
+		mc_client_metrics_op(s->metrics, op, t0, n >= 0, n > 0 ? (uint64_t)n : 0);
+	return n;
+}
+
+static uint64_t sum_lens(const size_t *lens, size_t n)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; lens && i < n; i++)
+		t += lens[i];
+	return t;
+}
+
+/* Bytes of the keys of a batch put that succeeded (all when results is NULL). */
+static uint64_t put_bytes(const size_t *lens, size_t n, const mc_status *results)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; lens && i < n; i++)
+		if (!results || results[i] == MC_OK)
+			t += lens[i];
+	return t;
+}
+
+static uint64_t put_multi_bytes(const size_t *const *lens, const size_t *nbufs, size_t n,
+				const mc_status *results)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; lens && nbufs && i < n; i++)
+		if (!results || results[i] == MC_OK)
+			t += sum_lens(lens[i], nbufs[i]);
+	return t;
+}
+
+static uint64_t got_bytes(const int64_t *results, size_t n)
+{
+	uint64_t t = 0;
+	for (size_t i = 0; results && i < n; i++)
+		if (results[i] > 0)
+			t += (uint64_t)results[i];
+	return t;
+}
+
+static mc_status t_end_batch_get(struct mc_store *s, enum mc_cm_op op, uint64_t t0, mc_status rc,
+				 const int64_t *results, size_t n)
+{
+	if (t0)
+		mc_client_metrics_op(s->metrics, op, t0, rc == MC_OK, got_bytes(results, n));
+	return rc;
+}
+
+mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, size_t len,
+		       const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	return t_end(s, MC_CM_OP_PUT, t0, untimed_put(s, key, value, len, config), len);
+}
+
+mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
+			     const size_t *lens, size_t nparts,
+			     const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_put_parts(s, key, parts, lens, nparts, config);
+	return t_end(s, MC_CM_OP_PUT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
+}
+
+mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value, size_t len,
+			  const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	return t_end(s, MC_CM_OP_UPSERT, t0, untimed_upsert(s, key, value, len, config), len);
+}
+
+mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
+				const size_t *lens, size_t nparts,
+				const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_upsert_parts(s, key, parts, lens, nparts, config);
+	return t_end(s, MC_CM_OP_UPSERT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
+}
+
+mc_status mc_store_put_batch(struct mc_store *s, const char *const *keys, const void *const *values,
+			     const size_t *lens, size_t n, const struct mc_store_config *config,
+			     mc_status *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_put_batch(s, keys, values, lens, n, config, results);
+	return t_end(s, MC_CM_OP_PUT_BATCH, t0, rc, put_bytes(lens, n, results));
+}
+
+mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
+				const void *const *values, const size_t *lens, size_t n,
+				const struct mc_store_config *config, mc_status *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_upsert_batch(s, keys, values, lens, n, config, results);
+	return t_end(s, MC_CM_OP_UPSERT_BATCH, t0, rc, put_bytes(lens, n, results));
+}
+
+int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc, void *ctx)
+{
+	uint64_t t0 = t_start(s);
+	return t_end_i64(s, MC_CM_OP_GET, t0, untimed_get_alloc(s, key, alloc, ctx));
+}
+
+mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			    const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	return t_end(s, MC_CM_OP_PUT_FROM, t0, untimed_put_from(s, key, buf, len, config), len);
+}
+
+mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf, size_t len,
+			       const struct mc_store_config *config)
+{
+	uint64_t t0 = t_start(s);
+	return t_end(s, MC_CM_OP_UPSERT_FROM, t0, untimed_upsert_from(s, key, buf, len, config),
+		     len);
+}
+
+int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
+{
+	uint64_t t0 = t_start(s);
+	return t_end_i64(s, MC_CM_OP_GET_INTO, t0, untimed_get_into(s, key, buf, cap));
+}
+
+mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *lens, size_t n,
+				  const struct mc_store_config *config, mc_status *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_put_from(s, keys, bufs, lens, n, config, results);
+	return t_end(s, MC_CM_OP_BATCH_PUT_FROM, t0, rc, put_bytes(lens, n, results));
+}
+
+mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys, void *const *bufs,
+				     const size_t *lens, size_t n,
+				     const struct mc_store_config *config, mc_status *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_upsert_from(s, keys, bufs, lens, n, config, results);
+	return t_end(s, MC_CM_OP_BATCH_UPSERT_FROM, t0, rc, put_bytes(lens, n, results));
+}
+
+mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n,
+						const struct mc_store_config *config,
+						mc_status *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_put_from_multi_buffers(s, keys, bufs, lens, nbufs, n, config,
+							    results);
+	return t_end(s, MC_CM_OP_BATCH_PUT_FROM_MULTI, t0, rc,
+		     put_multi_bytes(lens, nbufs, n, results));
+}
+
+mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *caps, size_t n, int64_t *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_get_into(s, keys, bufs, caps, n, results);
+	return t_end_batch_get(s, MC_CM_OP_BATCH_GET_INTO, t0, rc, results, n);
+}
+
+mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *const *keys,
+						void *const *const *bufs, const size_t *const *lens,
+						const size_t *nbufs, size_t n, int64_t *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_get_into_multi_buffers(s, keys, bufs, lens, nbufs, n, results);
+	return t_end_batch_get(s, MC_CM_OP_BATCH_GET_INTO_MULTI, t0, rc, results, n);
+}
+
+mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+				   mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_batch_get_alloc(s, keys, n, alloc, ctx, results);
+	return t_end_batch_get(s, MC_CM_OP_BATCH_GET, t0, rc, results, n);
+}
+
+mc_status mc_store_get_into_ranges(struct mc_store *s, const struct mc_store_range_read *reads,
+				   size_t n)
+{
+	uint64_t t0 = t_start(s);
+	mc_status rc = untimed_get_into_ranges(s, reads, n);
+	uint64_t bytes = 0;
+
+	if (!t0)
+		return rc;
+	for (size_t i = 0; reads && i < n; i++)
+		bytes += got_bytes(reads[i].results, reads[i].results ? reads[i].nranges : 0);
+	mc_client_metrics_op(s->metrics, MC_CM_OP_GET_INTO_RANGES, t0, rc == MC_OK, bytes);
+	return rc;
 }

@@ -30,8 +30,9 @@
 
 struct mc_disk_io {
 	pthread_mutex_t lock;
-	bool uring, fixed;
+	bool uring, fixed, direct;
 	unsigned depth;
+	struct mc_disk_io_stats st; /* under lock */
 	struct io_uring ring;
 	const uint8_t *fixed_base;
 	size_t fixed_len;
@@ -54,6 +55,7 @@ mc_status mc_disk_io_new(const struct mc_disk_io_params *p, struct mc_disk_io **
 		return mc_set_error(MC_ERR_NOMEM, "disk io: no memory");
 	pthread_mutex_init(&io->lock, NULL);
 	io->depth = p->depth ? p->depth : DEFAULT_DEPTH;
+	io->direct = p->direct;
 	if (p->use_uring) {
 		rc = io_uring_queue_init(io->depth, &io->ring, 0);
 		if (rc < 0)
@@ -96,6 +98,26 @@ bool mc_disk_io_uring(const struct mc_disk_io *io)
 bool mc_disk_io_fixed(const struct mc_disk_io *io)
 {
 	return io && io->fixed;
+}
+
+bool mc_disk_io_direct(const struct mc_disk_io *io)
+{
+	return io && io->direct;
+}
+
+void mc_disk_io_stats(struct mc_disk_io *io, struct mc_disk_io_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!io)
+		return;
+	pthread_mutex_lock(&io->lock);
+	*out = io->st;
+	pthread_mutex_unlock(&io->lock);
+}
+
+static bool op_aligned(const struct mc_disk_op *op)
+{
+	return ((uintptr_t)op->buf | op->len | op->off) % MC_DISK_IO_ALIGN == 0;
 }
 
 /* ---- the fallback ------------------------------------------------------------------------ */
@@ -258,11 +280,31 @@ mc_status mc_disk_io_run(struct mc_disk_io *io, struct mc_disk_op *ops, size_t n
 
 	if (n == 0)
 		return MC_OK;
+	for (size_t i = 0; i < n; i++) {
+		if (ops[i].direct && !op_aligned(&ops[i])) {
+			for (size_t j = 0; j < n; j++)
+				ops[j].status = MC_ERR_INVALID_PARAMS;
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "disk io: O_DIRECT %s of %zu bytes at %llu from %p is "
+					    "not 4 KiB-aligned",
+					    ops[i].write ? "write" : "read", ops[i].len,
+					    (unsigned long long)ops[i].off, ops[i].buf);
+		}
+	}
 	err = mc_calloc(n, sizeof(*err));
 	if (!err)
 		return mc_set_error(MC_ERR_NOMEM, "disk io: no memory for a batch of %zu", n);
-	if (io)
+	if (io) {
 		pthread_mutex_lock(&io->lock);
+		for (size_t i = 0; i < n; i++) {
+			io->st.ops++;
+			io->st.bytes += ops[i].len;
+			if (ops[i].direct) {
+				io->st.direct_ops++;
+				io->st.direct_bytes += ops[i].len;
+			}
+		}
+	}
 	if (io && io->uring) {
 		rc = run_uring(io, ops, n, err);
 	} else {

@@ -17,9 +17,13 @@
  * staging buffer is registered with the ring as a fixed buffer, and
  * operations whose memory lies inside it use the fixed-buffer opcodes
  * (no page pinning per request).  Whether a file is opened with O_DIRECT
- * is the caller's business (mc_disk_dir_direct says whether the
- * directory takes it); the buffers, lengths and offsets of operations on
- * an O_DIRECT file must be 4 KiB-aligned.
+ * is the caller's business: the handle carries the caller's choice
+ * (params.direct, set where mc_disk_dir_direct says the directory takes
+ * it) for store/bucket.c to consult, and an operation marked direct (its
+ * descriptor is O_DIRECT) must have its buffer, length and offset
+ * 4 KiB-aligned: one that is not is refused (MC_ERR_INVALID_PARAMS)
+ * before anything is submitted.  The handle counts the direct operations
+ * and their bytes (mc_disk_io_stats), so a test can see the path taken.
  *
  * A handle is used by one thread at a time (it holds a lock over each
  * batch); make one per thread for parallel batches.
@@ -40,6 +44,7 @@ struct mc_disk_io_params {
 	unsigned depth; /* ring entries, 0 for 64 */
 	void *fixed;	/* staging buffer to register, or NULL */
 	size_t fixed_len;
+	bool direct; /* open data files with O_DIRECT (mc_disk_io_direct) */
 };
 
 /* MC_OK (with io_uring or without), MC_ERR_NOMEM, MC_ERR_INVALID_PARAMS. */
@@ -49,6 +54,17 @@ void mc_disk_io_free(struct mc_disk_io *io);
 bool mc_disk_io_uring(const struct mc_disk_io *io);
 /* Whether the staging buffer is registered as a fixed buffer. */
 bool mc_disk_io_fixed(const struct mc_disk_io *io);
+/* Whether the handle's data files are to be opened O_DIRECT (false for NULL). */
+bool mc_disk_io_direct(const struct mc_disk_io *io);
+
+#define MC_DISK_IO_ALIGN 4096u
+
+struct mc_disk_io_stats {
+	uint64_t ops, bytes;		   /* every operation run */
+	uint64_t direct_ops, direct_bytes; /* those marked direct */
+};
+
+void mc_disk_io_stats(struct mc_disk_io *io, struct mc_disk_io_stats *out);
 
 struct mc_disk_op {
 	int fd;
@@ -57,10 +73,13 @@ struct mc_disk_op {
 	size_t len;
 	uint64_t off;
 	mc_status status; /* out */
+	bool direct;	  /* fd is O_DIRECT: buf, len and off 4 KiB-aligned */
 };
 
 /* Runs ops (all of them, even after one fails) and waits for every one.
- * Returns the first failure in ops' order, or MC_OK. */
+ * Returns the first failure in ops' order, or MC_OK; a direct op that is
+ * not aligned fails the whole batch with MC_ERR_INVALID_PARAMS, nothing
+ * run. */
 mc_status mc_disk_io_run(struct mc_disk_io *io, struct mc_disk_op *ops, size_t n);
 
 /*

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -56,6 +57,7 @@
 #define TOMB_SEED  0x4d434244u /* "MCBD" */
 #define IDX_START  1024u
 #define BACKEND_OK "bucket_storage_backend"
+#define ARENA_MAX  (1ull << 30) /* most address space for the pending copies */
 
 /* ---- configuration ------------------------------------------------------------------------ */
 
@@ -107,6 +109,10 @@ const struct mc_config_entry mc_disk_store_config_table[] = {
 	{.f = {"offload_use_uring", "MOONCAKE_OFFLOAD_USE_URING", "true",
 	       "disk I/O through io_uring (pread/pwrite when off or refused by the kernel)",
 	       CFG(use_uring), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"store_offload_direct_io", "MC_STORE_OFFLOAD_DIRECT_IO", "true",
+	       "open the SSD tier's .bucket files with O_DIRECT (bypassing the page cache) when "
+	       "the directory's file system takes it (tmpfs does not: buffered there)",
+	       CFG(direct_io), MC_CONFIG_BOOL, 0, 0}},
 };
 #undef CFG
 const size_t mc_disk_store_config_table_len = MC_ARRAY_SIZE(mc_disk_store_config_table);
@@ -150,8 +156,9 @@ struct slot {
 struct pend {
 	char *key;
 	size_t key_len;
-	void *data;
+	void *data; /* block-aligned: in the arena, or its own allocation (own) */
 	uint64_t len;
+	bool own;
 };
 
 struct mc_disk_store {
@@ -175,6 +182,8 @@ struct mc_disk_store {
 	uint32_t seq;
 	struct pend *pend;
 	size_t npend;
+	uint8_t *arena; /* the pending copies, reused group after group */
+	uint64_t arena_cap, arena_used;
 	uint64_t pend_bytes;
 };
 
@@ -737,12 +746,57 @@ mc_status mc_disk_store_put(struct mc_disk_store *ds, struct mc_disk_obj *objs, 
 	return first;
 }
 
+/*
+ * The pending group's copies live in one arena, mapped at the first append
+ * and reused by every group after: its pages are faulted in once, not per
+ * group (a fresh allocation per object costs a page fault per 4 KiB, which
+ * on some virtual machines is slower than the disk).  The pages it has
+ * touched stay resident while the store is open (at most a group: the
+ * bucket size limit plus a block per key, capped at ARENA_MAX); giving them
+ * back after each group (MADV_FREE, MADV_DONTNEED) would fault them in
+ * again, which is what the arena is for avoiding.  A copy that does not
+ * fit (the arena is full, or could not be mapped) gets its own allocation.  Every copy is
+ * block-aligned, so an O_DIRECT write takes it from where it lies.
+ */
+static void *pend_data_alloc(struct mc_disk_store *ds, uint64_t len, bool *own)
+{
+	uint64_t need = (len + MC_BUCKET_ALIGN) & ~(uint64_t)(MC_BUCKET_ALIGN - 1);
+	if (!ds->arena && ds->arena_cap) {
+		void *p = mmap(NULL, ds->arena_cap, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED) {
+			mc_warn("offload directory %s: no arena of %" PRIu64 " bytes (%s); "
+				"pending copies allocated one by one",
+				ds->path, ds->arena_cap, strerror(errno));
+			ds->arena_cap = 0;
+		} else {
+			ds->arena = p;
+		}
+	}
+	if (ds->arena && need <= ds->arena_cap - ds->arena_used) {
+		void *p = ds->arena + ds->arena_used;
+		ds->arena_used += need;
+		*own = false;
+		return p;
+	}
+	*own = true;
+	return mc_aligned_alloc(MC_BUCKET_ALIGN, len ? len : 1);
+}
+
+static void pend_data_free(struct pend *p)
+{
+	if (p->own)
+		mc_free(p->data);
+	p->data = NULL;
+}
+
 static void pend_clear(struct mc_disk_store *ds)
 {
 	for (size_t i = 0; i < ds->npend; i++) {
 		mc_free(ds->pend[i].key);
-		mc_free(ds->pend[i].data);
+		pend_data_free(&ds->pend[i]);
 	}
+	ds->arena_used = 0;
 	ds->npend = 0;
 	ds->pend_bytes = 0;
 }
@@ -803,10 +857,10 @@ mc_status mc_disk_store_append(struct mc_disk_store *ds, struct mc_disk_obj *obj
 		}
 		p = &ds->pend[ds->npend];
 		p->key = mc_malloc(o->key_len + 1);
-		p->data = mc_malloc(o->len ? o->len : 1);
+		p->data = pend_data_alloc(ds, o->len, &p->own);
 		if (!p->key || !p->data) {
 			mc_free(p->key);
-			mc_free(p->data);
+			pend_data_free(p);
 			o->status = mc_set_error(MC_ERR_NOMEM, "disk store append: no memory");
 			if (first == MC_OK)
 				first = o->status;
@@ -941,7 +995,7 @@ static void read_done_locked(struct mc_disk_store *ds, struct bucket *b, uint32_
 
 static int open_data(struct mc_disk_store *ds, const struct bucket *b, mc_status *st)
 {
-	int fd = mc_bucket_open(ds->dirfd, b->id, st);
+	int fd = mc_bucket_open(ds->io, ds->dirfd, b->id, st);
 	if (fd < 0 && *st == MC_ERR_FILE_NOT_FOUND)
 		*st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket %s: its data file is gone",
 				   b->id);
@@ -1093,7 +1147,7 @@ mc_status mc_disk_store_remove(struct mc_disk_store *ds, const char *key, size_t
 		if (p->key_len == key_len && memcmp(p->key, key, key_len) == 0) {
 			ds->pend_bytes -= p->len;
 			mc_free(p->key);
-			mc_free(p->data);
+			pend_data_free(p);
 			memmove(p, p + 1, (ds->npend - i - 1) * sizeof(*p));
 			ds->npend--;
 			pending = true;
@@ -1166,6 +1220,13 @@ void mc_disk_store_stats(struct mc_disk_store *ds, struct mc_disk_store_stats *o
 	out->objects = ds->objects;
 	out->buckets = ds->nbuckets;
 	unlock(ds);
+	{
+		struct mc_disk_io_stats io;
+		mc_disk_io_stats(ds->io, &io);
+		out->direct = mc_disk_io_direct(ds->io);
+		out->direct_ops = io.direct_ops;
+		out->direct_bytes = io.direct_bytes;
+	}
 }
 
 /* ---- open: the directory, its lock, the rescan -------------------------------------------- */
@@ -1440,6 +1501,10 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 	ds->tab = mc_calloc(IDX_START, sizeof(*ds->tab));
 	ds->mask = IDX_START - 1;
 	ds->pend = mc_calloc(ds->keys_limit, sizeof(*ds->pend));
+	/* a full group, each copy rounded up to a block; mapped at first use */
+	ds->arena_cap = ds->size_limit + ds->keys_limit * MC_BUCKET_ALIGN;
+	if (ds->arena_cap > ARENA_MAX)
+		ds->arena_cap = ARENA_MAX;
 	if (!ds->path || !ds->tab || !ds->pend) {
 		st = mc_set_error(MC_ERR_NOMEM, "disk store: no memory");
 		goto fail;
@@ -1448,6 +1513,7 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 	if (st != MC_OK)
 		goto fail;
 	iop.use_uring = cfg->use_uring;
+	iop.direct = cfg->direct_io && mc_disk_dir_direct(ds->dirfd);
 	st = mc_disk_io_new(&iop, &ds->io);
 	if (st != MC_OK)
 		goto fail;
@@ -1474,12 +1540,13 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 	ds->st.rescan_objects = ds->objects;
 	mc_info("offload directory %s: %" PRIu64 " objects in %" PRIu64 " buckets rescanned in "
 		"%.1f ms (%.0f objects/s; %u orphans, %u dropped), %" PRIu64 " of %" PRIu64
-		" bytes used, eviction %s, %s",
+		" bytes used, eviction %s, %s, %s",
 		cfg->path, ds->objects, ds->nbuckets, (double)ds->st.rescan_us / 1e3,
 		ds->st.rescan_us ? (double)ds->objects * 1e6 / (double)ds->st.rescan_us : 0.0,
 		sst.orphans, sst.dropped, ds->logical, ds->cap,
 		cfg->eviction_policy ? cfg->eviction_policy : "fifo",
-		mc_disk_io_uring(ds->io) ? "io_uring" : "pread/pwrite");
+		mc_disk_io_uring(ds->io) ? "io_uring" : "pread/pwrite",
+		mc_disk_io_direct(ds->io) ? "O_DIRECT" : "buffered");
 	*out = ds;
 	return MC_OK;
 fail:
@@ -1512,6 +1579,8 @@ void mc_disk_store_close(struct mc_disk_store *ds)
 	}
 	mc_free(ds->tab);
 	mc_free(ds->pend);
+	if (ds->arena)
+		munmap(ds->arena, ds->arena_cap);
 	mc_disk_io_free(ds->io);
 	if (ds->lockfd >= 0)
 		close(ds->lockfd); /* releases the flock */

@@ -46,6 +46,7 @@ struct mc_disk_store_config {
 	char *eviction_policy;	     /* none, fifo, lru */
 	bool watermark_eviction;
 	bool use_uring;
+	bool direct_io; /* O_DIRECT for the .bucket files where the directory takes it */
 	double watermark_high, watermark_low; /* fractions of the logical cap (0.90, 0.80) */
 };
 
@@ -200,6 +201,8 @@ struct mc_disk_store_stats {
 	uint64_t reads, read_bytes, checksum_failures;
 	uint64_t writes, written_bytes, write_failures;
 	uint64_t rescan_objects, rescan_us; /* the open's rescan */
+	bool direct;			    /* .bucket files are opened O_DIRECT */
+	uint64_t direct_ops, direct_bytes;  /* disk operations on them, and their bytes */
 };
 
 void mc_disk_store_stats(struct mc_disk_store *ds, struct mc_disk_store_stats *out);

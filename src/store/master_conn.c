@@ -71,6 +71,7 @@
 #include "base/time.h"
 #include "mooncake/version.h"
 #include "store/client_config.h"
+#include "store/client_metrics.h"
 
 #define DEFAULT_MASTER_PORT 50051
 #define CALL_INLINE	    512 /* answers up to this size need no allocation */
@@ -122,8 +123,10 @@ struct mc_master_conn {
 	struct mc_buf *bufs[BUF_CACHE];
 	unsigned nbufs;
 	struct mc_master_conn_stats stats;
+	struct mc_client_metrics *metrics; /* set once before the first call */
 
 	atomic_uint_fast64_t next_id;
+	atomic_uint peer_minor; /* the master's minor version (its ServiceReady answer) */
 	pthread_t rx;
 	bool rx_started;
 	/* the read role's holder only */
@@ -322,6 +325,7 @@ static mc_status do_connect(struct mc_master_conn *c)
 	mc_debug("connected to master %s:%u (%.*s)", c->host, c->port,
 		 (int)m.body.hello.version.len,
 		 m.body.hello.version.ptr ? m.body.hello.version.ptr : "");
+	atomic_store(&c->peer_minor, m.hdr.minor);
 	mc_store_msg_release(&m);
 
 	pthread_mutex_lock(&c->lock);
@@ -696,6 +700,9 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 			      struct mc_store_msg *resp_out)
 {
 	uint64_t deadline = deadline_after(c->timeout_ms);
+	/* read now: once this call has left, mc_master_conn_free may free c */
+	struct mc_client_metrics *metrics = c->metrics;
+	uint64_t t0 = mc_client_metrics_start(metrics);
 	struct mc_buf *b;
 	struct call k;
 	mc_status rc;
@@ -763,7 +770,18 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 out:
 	if (k.frame && k.frame != k.inline_buf)
 		mc_free(k.frame);
+	mc_client_metrics_rpc(metrics, type, t0, rc);
 	return rc;
+}
+
+void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)
+{
+	c->metrics = m;
+}
+
+unsigned mc_master_conn_peer_minor(struct mc_master_conn *c)
+{
+	return atomic_load(&c->peer_minor);
 }
 
 void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats *out)

@@ -63,5 +63,14 @@ struct mc_master_conn_stats {
 	uint64_t by_receiver; /* by the receiver thread (after a hang-up) */
 };
 void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats *out);
+/* The protocol minor version of the master last connected to (0 before
+ * the first connection): a request field appended in minor N is sent
+ * only when this is at least N (docs/protocol.md, "Versions"). */
+unsigned mc_master_conn_peer_minor(struct mc_master_conn *c);
+
+/* Count every call's round trip in m (client_metrics.h; NULL: none).  Set
+ * before the first call; m must outlive c. */
+struct mc_client_metrics;
+void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m);
 
 #endif

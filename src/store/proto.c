@@ -243,18 +243,21 @@ mc_status mc_proto_frame_peek(const void *buf, size_t len, uint32_t max_payload,
 
 enum fkind {
 	FK_U8 = 1,
-	FK_BOOL,    /* bool; one byte, 0 or 1 */
-	FK_U32,	    /* uint32_t */
-	FK_I32,	    /* int32_t */
-	FK_U64,	    /* uint64_t */
-	FK_I64,	    /* int64_t */
-	FK_UUID,    /* struct mc_store_uuid: first, second */
-	FK_STR,	    /* struct mc_proto_str, at most MC_PROTO_STR_MAX bytes */
-	FK_KEY,	    /* struct mc_proto_str, at most MC_STORE_KEY_MAX bytes */
-	FK_OPT_U64, /* struct mc_proto_opt_u64: presence byte, then u64 if present */
-	FK_STRUCT,  /* nested struct described by sub */
-	FK_LIST,    /* u32 count (member at cnt_off) + items of sub (array at off) */
-	FK_SWITCH,  /* fields chosen by an integer read earlier */
+	FK_BOOL,     /* bool; one byte, 0 or 1 */
+	FK_U32,	     /* uint32_t */
+	FK_I32,	     /* int32_t */
+	FK_U64,	     /* uint64_t */
+	FK_I64,	     /* int64_t */
+	FK_UUID,     /* struct mc_store_uuid: first, second */
+	FK_STR,	     /* struct mc_proto_str, at most MC_PROTO_STR_MAX bytes */
+	FK_KEY,	     /* struct mc_proto_str, at most MC_STORE_KEY_MAX bytes */
+	FK_OPT_U64,  /* struct mc_proto_opt_u64: presence byte, then u64 if present */
+	FK_TAIL_U64, /* struct mc_proto_opt_u64 appended in a later minor version, last field of
+		      * a payload only: absent is nothing on the wire (the older payload),
+		      * present is the presence byte 1 and the u64 */
+	FK_STRUCT,   /* nested struct described by sub */
+	FK_LIST,     /* u32 count (member at cnt_off) + items of sub (array at off) */
+	FK_SWITCH,   /* fields chosen by an integer read earlier */
 };
 
 struct layout;
@@ -306,6 +309,7 @@ struct layout {
 #define F_STR(T, m)  FIELD(FK_STR, T, m, struct mc_proto_str)
 #define F_KEY(T, m)  FIELD(FK_KEY, T, m, struct mc_proto_str)
 #define F_OPT(T, m)  FIELD(FK_OPT_U64, T, m, struct mc_proto_opt_u64)
+#define F_TAIL(T, m) FIELD(FK_TAIL_U64, T, m, struct mc_proto_opt_u64)
 #define F_STRUCT(T, m, ST, SUB)                                                             \
 	{                                                                                   \
 		.kind = FK_STRUCT, .off = TYPED(T, m, struct ST), .sub = &(SUB), .name = #m \
@@ -384,6 +388,7 @@ MC_STATIC_ASSERT(offsetof(struct mc_store_put_start_item, status) == 0, "status 
 	static const struct sw name = {0, FK_I32, name##_cases, 1, &L_nothing}
 
 LAYOUT(L_hello, struct mc_store_hello, F_STR(struct mc_store_hello, version));
+LAYOUT(L_fsdir_resp, struct mc_store_fsdir_resp, F_STR(struct mc_store_fsdir_resp, fsdir));
 LAYOUT(L_client_req, struct mc_store_client_req, F_UUID(struct mc_store_client_req, client_id));
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
        F_U8(struct mc_store_ping_resp, client_status));
@@ -460,7 +465,7 @@ LAYOUT(L_batch_put_start_resp, struct mc_store_batch_put_start_resp,
 
 #define PE struct mc_store_put_end_req
 LAYOUT(L_put_end_req, PE, F_UUID(PE, client_id), F_STR(PE, tenant), F_U8(PE, replica_type),
-       F_KEY(PE, key), F_OPT(PE, checksum));
+       F_KEY(PE, key), F_OPT(PE, checksum), F_TAIL(PE, replica_id));
 #undef PE
 LAYOUT(L_object_meta, struct mc_store_object_meta, F_KEY(struct mc_store_object_meta, key),
        F_OPT(struct mc_store_object_meta, checksum));
@@ -471,7 +476,7 @@ LAYOUT(L_batch_put_end_req, BPE, F_UUID(BPE, client_id), F_STR(BPE, tenant),
 #undef BPE
 #define PR struct mc_store_put_revoke_req
 LAYOUT(L_put_revoke_req, PR, F_UUID(PR, client_id), F_STR(PR, tenant), F_U8(PR, replica_type),
-       F_KEY(PR, key));
+       F_KEY(PR, key), F_TAIL(PR, replica_id));
 #undef PR
 #define BPR struct mc_store_batch_put_revoke_req
 LAYOUT(L_batch_put_revoke_req, BPR, F_UUID(BPR, client_id), F_STR(BPR, tenant),
@@ -501,6 +506,76 @@ LAYOUT(L_replica_clear_req, RCR, F_UUID(RCR, client_id), F_STR(RCR, tenant),
 LAYOUT(L_keys_resp, struct mc_store_keys_resp,
        F_LIST(struct mc_store_keys_resp, keys, n_keys, struct mc_proto_str, L_key_item));
 
+/* The SSD tier. */
+LAYOUT(L_tenant_key, struct mc_store_tenant_key, F_STR(struct mc_store_tenant_key, tenant),
+       F_KEY(struct mc_store_tenant_key, key));
+#define MLD struct mc_store_mount_local_disk_req
+LAYOUT(L_mount_local_disk_req, MLD, F_UUID(MLD, client_id), F_BOOL(MLD, enable_offloading),
+       F_STR(MLD, transport_endpoint));
+#undef MLD
+#define OHQ struct mc_store_offload_heartbeat_req
+LAYOUT(L_offload_heartbeat_req, OHQ, F_UUID(OHQ, client_id), F_BOOL(OHQ, enable_offloading),
+       F_U32(OHQ, max_items));
+#undef OHQ
+#define OI struct mc_store_offload_item
+LAYOUT(L_offload_item, OI, F_STR(OI, tenant), F_KEY(OI, key), F_U64(OI, size), F_U64(OI, address));
+#undef OI
+#define OHR struct mc_store_offload_heartbeat_resp
+LAYOUT(L_offload_heartbeat_resp, OHR,
+       F_LIST(OHR, offload, n_offload, struct mc_store_offload_item, L_offload_item),
+       F_LIST(OHR, removes, n_removes, struct mc_store_tenant_key, L_tenant_key),
+       F_BOOL(OHR, remove_all));
+#undef OHR
+#define OR struct mc_store_offload_result
+LAYOUT(L_offload_result, OR, F_STR(OR, tenant), F_KEY(OR, key), F_U64(OR, size), F_I32(OR, status));
+#undef OR
+LAYOUT(L_notify_offload_req, struct mc_store_notify_offload_req,
+       F_UUID(struct mc_store_notify_offload_req, client_id),
+       F_LIST(struct mc_store_notify_offload_req, items, n_items, struct mc_store_offload_result,
+	      L_offload_result));
+LAYOUT(L_ssd_capacity_req, struct mc_store_ssd_capacity_req,
+       F_UUID(struct mc_store_ssd_capacity_req, client_id),
+       F_U64(struct mc_store_ssd_capacity_req, total),
+       F_U64(struct mc_store_ssd_capacity_req, used));
+LAYOUT(L_evict_disk_req, struct mc_store_evict_disk_req,
+       F_UUID(struct mc_store_evict_disk_req, client_id),
+       F_LIST(struct mc_store_evict_disk_req, items, n_items, struct mc_store_tenant_key,
+	      L_tenant_key));
+LAYOUT(L_promotion_heartbeat_req, struct mc_store_promotion_heartbeat_req,
+       F_UUID(struct mc_store_promotion_heartbeat_req, client_id),
+       F_U32(struct mc_store_promotion_heartbeat_req, max_items));
+#define PT struct mc_store_promotion_task
+LAYOUT(L_promotion_task, PT, F_STR(PT, tenant), F_KEY(PT, key), F_U64(PT, size),
+       F_STRUCT(PT, replica, mc_store_replica, L_replica));
+#undef PT
+LAYOUT(L_promotion_heartbeat_resp, struct mc_store_promotion_heartbeat_resp,
+       F_LIST(struct mc_store_promotion_heartbeat_resp, tasks, n_tasks,
+	      struct mc_store_promotion_task, L_promotion_task));
+#define PRR struct mc_store_promotion_result
+LAYOUT(L_promotion_result, PRR, F_STR(PRR, tenant), F_KEY(PRR, key), F_U64(PRR, replica_id),
+       F_I32(PRR, status));
+#undef PRR
+LAYOUT(L_notify_promotion_req, struct mc_store_notify_promotion_req,
+       F_UUID(struct mc_store_notify_promotion_req, client_id),
+       F_LIST(struct mc_store_notify_promotion_req, items, n_items,
+	      struct mc_store_promotion_result, L_promotion_result));
+LAYOUT(L_offload_rpc_item, struct mc_store_offload_rpc_item,
+       F_STR(struct mc_store_offload_rpc_item, tenant),
+       F_KEY(struct mc_store_offload_rpc_item, key), F_U64(struct mc_store_offload_rpc_item, size));
+LAYOUT(L_offload_rpc_get_req, struct mc_store_offload_rpc_get_req,
+       F_LIST(struct mc_store_offload_rpc_get_req, items, n_items, struct mc_store_offload_rpc_item,
+	      L_offload_rpc_item));
+LAYOUT(L_offload_rpc_buf, struct mc_store_offload_rpc_buf,
+       F_I32(struct mc_store_offload_rpc_buf, status),
+       F_U64(struct mc_store_offload_rpc_buf, address));
+#define ORG struct mc_store_offload_rpc_get_resp
+LAYOUT(L_offload_rpc_get_resp, ORG, F_U64(ORG, batch_id), F_STR(ORG, segment),
+       F_U64(ORG, gc_ttl_ms),
+       F_LIST(ORG, items, n_items, struct mc_store_offload_rpc_buf, L_offload_rpc_buf));
+#undef ORG
+LAYOUT(L_offload_rpc_release_req, struct mc_store_offload_rpc_release_req,
+       F_U64(struct mc_store_offload_rpc_release_req, batch_id));
+
 /* ------------------------------------------------------------------------ */
 /* Message table                                                             */
 
@@ -510,7 +585,7 @@ struct msg_desc {
 	const struct layout *resp;
 };
 
-#define MSG_TABLE_SIZE 64
+#define MSG_TABLE_SIZE 128
 static const struct msg_desc msgs[MSG_TABLE_SIZE] = {
 #define MSG_ROW(NAME, num, name, rq, rs) [num] = {#NAME, &L_##rq, &L_##rs},
 	MC_STORE_MSG_MAP(MSG_ROW)
@@ -588,6 +663,8 @@ static size_t min_wire(const struct layout *l)
 		case FK_OPT_U64:
 			n += 1;
 			break;
+		case FK_TAIL_U64:
+			break; /* absent: nothing */
 		case FK_U32:
 		case FK_I32:
 		case FK_STR:
@@ -678,6 +755,14 @@ static mc_status write_fields(struct mc_buf *b, const struct layout *l, const ui
 			mc_buf_put_u8(b, o->present ? 1 : 0);
 			if (o->present)
 				mc_buf_put_u64(b, o->value);
+			break;
+		}
+		case FK_TAIL_U64: {
+			const struct mc_proto_opt_u64 *o = (const void *)p;
+			if (o->present) {
+				mc_buf_put_u8(b, 1);
+				mc_buf_put_u64(b, o->value);
+			}
 			break;
 		}
 		case FK_STRUCT:
@@ -824,6 +909,20 @@ static mc_status read_fields(struct mc_reader *r, const struct layout *l, uint8_
 				rc = mc_reader_u64(r, &o->value);
 			break;
 		}
+		case FK_TAIL_U64: {
+			struct mc_proto_opt_u64 *o = (void *)p;
+			o->present = false;
+			if (!r->left)
+				break; /* a sender of an older minor version */
+			rc = read_flag(r, l, f, &o->present);
+			if (rc == MC_OK && !o->present)
+				rc = mc_set_error(MC_ERR_PROTOCOL,
+						  "store proto: %s.%s: an absent tail is not sent",
+						  l->name, f->name);
+			if (rc == MC_OK)
+				rc = mc_reader_u64(r, &o->value);
+			break;
+		}
 		case FK_STRUCT:
 			rc = read_fields(r, f->sub, p);
 			break;
@@ -949,7 +1048,8 @@ static bool equal_fields(const struct layout *l, const uint8_t *a, const uint8_t
 		case FK_KEY:
 			same = str_equal((const void *)pa, (const void *)pb);
 			break;
-		case FK_OPT_U64: {
+		case FK_OPT_U64:
+		case FK_TAIL_U64: {
 			const struct mc_proto_opt_u64 *oa = (const void *)pa,
 						      *ob = (const void *)pb;
 			same = oa->present == ob->present &&

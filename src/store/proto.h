@@ -50,8 +50,10 @@
 
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
-#define MC_STORE_PROTO_MINOR 1 /* 1: BatchReplicaClear */
-#define MC_PROTO_HDR_LEN     32
+#define MC_STORE_PROTO_MINOR                                                            \
+	4 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
+	   * PutRevoke(DISK) name the replica id */
+#define MC_PROTO_HDR_LEN 32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
 /* Longest key (bytes).  Longer keys are refused by the encoder
@@ -273,6 +275,12 @@ struct mc_store_client_req {
 	struct mc_store_uuid client_id;
 };
 
+/* GetFsdir: the legacy DISK tier's directory, <root_fs_dir>/<cluster_id>,
+ * or "" when the master runs without --root_fs_dir. */
+struct mc_store_fsdir_resp {
+	struct mc_proto_str fsdir;
+};
+
 struct mc_store_ping_resp {
 	int64_t view_version;
 	uint8_t client_status; /* enum mc_store_client_status */
@@ -405,6 +413,9 @@ struct mc_store_put_end_req {
 	uint8_t replica_type; /* enum mc_store_replica_type */
 	struct mc_proto_str key;
 	struct mc_proto_opt_u64 checksum;
+	/* minor 4, DISK only: the id of the DISK replica this write was given
+	 * (its PutStart descriptor); an older write's report then ends nothing */
+	struct mc_proto_opt_u64 replica_id;
 };
 
 struct mc_store_object_meta {
@@ -425,6 +436,7 @@ struct mc_store_put_revoke_req {
 	struct mc_proto_str tenant;
 	uint8_t replica_type;
 	struct mc_proto_str key;
+	struct mc_proto_opt_u64 replica_id; /* minor 4, DISK only: as in PutEnd */
 };
 
 struct mc_store_batch_put_revoke_req {
@@ -485,48 +497,195 @@ struct mc_store_keys_resp {
 	struct mc_proto_str *keys;
 };
 
+/* ---- the SSD tier (messages 64..71, minor version 2) ---- */
+
+/* A (tenant, key) pair: removals, disk evictions. */
+struct mc_store_tenant_key {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+};
+
+/* MountLocalDiskSegment: the client's SSD tier, reachable for loads at
+ * transport_endpoint (its offload RPC host:port, which LOCAL_DISK replica
+ * descriptors carry). */
+struct mc_store_mount_local_disk_req {
+	struct mc_store_uuid client_id;
+	bool enable_offloading;
+	struct mc_proto_str transport_endpoint;
+};
+
+struct mc_store_offload_heartbeat_req {
+	struct mc_store_uuid client_id;
+	bool enable_offloading; /* false: hand out no offload work this time */
+	uint32_t max_items;	/* at most this many offload items (0: the master's choice) */
+};
+
+/* An object to copy to disk: its memory replica lies in the client's own
+ * segment at address (the client's address space). */
+struct mc_store_offload_item {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint64_t size;
+	uint64_t address;
+};
+
+struct mc_store_offload_heartbeat_resp {
+	uint32_t n_offload;
+	struct mc_store_offload_item *offload;
+	uint32_t n_removes; /* disk copies the client must delete */
+	struct mc_store_tenant_key *removes;
+	bool remove_all; /* wipe the whole disk store */
+};
+
+/* status 0: on the client's disk (or, re-registering, found there). */
+struct mc_store_offload_result {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint64_t size;
+	int32_t status;
+};
+
+struct mc_store_notify_offload_req {
+	struct mc_store_uuid client_id;
+	uint32_t n_items;
+	struct mc_store_offload_result *items;
+};
+
+struct mc_store_ssd_capacity_req {
+	struct mc_store_uuid client_id;
+	uint64_t total;
+	uint64_t used;
+};
+
+struct mc_store_evict_disk_req {
+	struct mc_store_uuid client_id;
+	uint32_t n_items;
+	struct mc_store_tenant_key *items;
+};
+
+struct mc_store_promotion_heartbeat_req {
+	struct mc_store_uuid client_id;
+	uint32_t max_items; /* 0: the master's --promotion_max_per_heartbeat */
+};
+
+/* Read key from the client's disk into replica (a PROCESSING MEMORY
+ * replica the master allocated), then NotifyPromotion. */
+struct mc_store_promotion_task {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint64_t size;
+	struct mc_store_replica replica;
+};
+
+struct mc_store_promotion_heartbeat_resp {
+	uint32_t n_tasks;
+	struct mc_store_promotion_task *tasks;
+};
+
+/* status 0: replica_id now holds the bytes; otherwise the promotion failed. */
+struct mc_store_promotion_result {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint64_t replica_id;
+	int32_t status;
+};
+
+struct mc_store_notify_promotion_req {
+	struct mc_store_uuid client_id;
+	uint32_t n_items;
+	struct mc_store_promotion_result *items;
+};
+
+/* ---- client <-> client: the SSD tier's offload RPC (store/offload_server.c) ---- */
+
+/* An object a reader wants from the owner of its LOCAL_DISK replica. */
+struct mc_store_offload_rpc_item {
+	struct mc_proto_str tenant; /* the reader's tenant ("" = default) */
+	struct mc_proto_str key;
+	uint64_t size; /* the replica's size, as the master gave it */
+};
+
+struct mc_store_offload_rpc_get_req {
+	uint32_t n_items;
+	struct mc_store_offload_rpc_item *items;
+};
+
+/* Where an object was staged: address in the owner's segment, valid until
+ * ReleaseOffloadBuffer or gc_ttl_ms after the answer was sent. */
+struct mc_store_offload_rpc_buf {
+	int32_t status; /* MC_OK, or why this object was not staged */
+	uint64_t address;
+};
+
+struct mc_store_offload_rpc_get_resp {
+	uint64_t batch_id;
+	struct mc_proto_str segment; /* the owner's Transfer Engine segment name */
+	uint64_t gc_ttl_ms;
+	uint32_t n_items;
+	struct mc_store_offload_rpc_buf *items; /* in request order */
+};
+
+struct mc_store_offload_rpc_release_req {
+	uint64_t batch_id;
+};
+
 /* X(name): struct mc_store_<name>; generates mc_store_<name>_release() and
  * mc_store_<name>_equal(); release only what a decoder filled. */
-#define MC_STORE_BODY_MAP(X)    \
-	X(empty)                \
-	X(hello)                \
-	X(client_req)           \
-	X(ping_resp)            \
-	X(mount_req)            \
-	X(remount_req)          \
-	X(unmount_req)          \
-	X(graceful_unmount_req) \
-	X(key_req)              \
-	X(keys_req)             \
-	X(regex_req)            \
-	X(exist_resp)           \
-	X(batch_exist_resp)     \
-	X(replica_list)         \
-	X(batch_replica_list)   \
-	X(regex_replica_list)   \
-	X(put_start_req)        \
-	X(put_start_resp)       \
-	X(batch_put_start_req)  \
-	X(batch_put_start_resp) \
-	X(put_end_req)          \
-	X(batch_put_end_req)    \
-	X(put_revoke_req)       \
-	X(batch_put_revoke_req) \
-	X(batch_status_resp)    \
-	X(remove_req)           \
-	X(remove_regex_req)     \
-	X(remove_all_req)       \
-	X(batch_remove_req)     \
-	X(count_resp)           \
-	X(replica_clear_req)    \
-	X(keys_resp)
+#define MC_STORE_BODY_MAP(X)        \
+	X(empty)                    \
+	X(hello)                    \
+	X(fsdir_resp)               \
+	X(client_req)               \
+	X(ping_resp)                \
+	X(mount_req)                \
+	X(remount_req)              \
+	X(unmount_req)              \
+	X(graceful_unmount_req)     \
+	X(key_req)                  \
+	X(keys_req)                 \
+	X(regex_req)                \
+	X(exist_resp)               \
+	X(batch_exist_resp)         \
+	X(replica_list)             \
+	X(batch_replica_list)       \
+	X(regex_replica_list)       \
+	X(put_start_req)            \
+	X(put_start_resp)           \
+	X(batch_put_start_req)      \
+	X(batch_put_start_resp)     \
+	X(put_end_req)              \
+	X(batch_put_end_req)        \
+	X(put_revoke_req)           \
+	X(batch_put_revoke_req)     \
+	X(batch_status_resp)        \
+	X(remove_req)               \
+	X(remove_regex_req)         \
+	X(remove_all_req)           \
+	X(batch_remove_req)         \
+	X(count_resp)               \
+	X(replica_clear_req)        \
+	X(keys_resp)                \
+	X(mount_local_disk_req)     \
+	X(offload_heartbeat_req)    \
+	X(offload_heartbeat_resp)   \
+	X(notify_offload_req)       \
+	X(ssd_capacity_req)         \
+	X(evict_disk_req)           \
+	X(promotion_heartbeat_req)  \
+	X(promotion_heartbeat_resp) \
+	X(notify_promotion_req)     \
+	X(offload_rpc_get_req)      \
+	X(offload_rpc_get_resp)     \
+	X(offload_rpc_release_req)
 
 /* ------------------------------------------------------------------------ */
 /* Messages                                                                  */
 
 /*
  * X(NAME, number, name, request body, response body), one row per master
- * RPC (spec store.md 2.3).  Numbers are pinned forever.  Upsert* use the
+ * RPC (spec store.md 2.3), then from 96 the client-to-client offload RPC
+ * (a client's offload server answers them, the master refuses them).
+ * Numbers are pinned forever.  Upsert* use the
  * Put* shapes.  GetSize has no RPC of its own: the client asks
  * GetReplicaList and reads the first replica's size, as upstream does.
  */
@@ -537,6 +696,7 @@ struct mc_store_keys_resp {
 	X(REMOUNT_SEGMENT, 4, remount_segment, remount_req, empty)                                 \
 	X(UNMOUNT_SEGMENT, 5, unmount_segment, unmount_req, empty)                                 \
 	X(GRACEFUL_UNMOUNT_SEGMENT, 6, graceful_unmount_segment, graceful_unmount_req, empty)      \
+	X(GET_FSDIR, 7, get_fsdir, empty, fsdir_resp)                                              \
 	X(EXIST_KEY, 16, exist_key, key_req, exist_resp)                                           \
 	X(BATCH_EXIST_KEY, 17, batch_exist_key, keys_req, batch_exist_resp)                        \
 	X(GET_REPLICA_LIST, 18, get_replica_list, key_req, replica_list)                           \
@@ -558,7 +718,22 @@ struct mc_store_keys_resp {
 	X(REMOVE_BY_REGEX, 49, remove_by_regex, remove_regex_req, count_resp)                      \
 	X(REMOVE_ALL, 50, remove_all, remove_all_req, count_resp)                                  \
 	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_status_resp)                     \
-	X(BATCH_REPLICA_CLEAR, 52, batch_replica_clear, replica_clear_req, keys_resp)
+	X(BATCH_REPLICA_CLEAR, 52, batch_replica_clear, replica_clear_req, keys_resp)              \
+	X(MOUNT_LOCAL_DISK_SEGMENT, 64, mount_local_disk_segment, mount_local_disk_req, empty)     \
+	X(UNMOUNT_LOCAL_DISK_SEGMENT, 65, unmount_local_disk_segment, client_req, empty)           \
+	X(OFFLOAD_OBJECT_HEARTBEAT, 66, offload_object_heartbeat, offload_heartbeat_req,           \
+	  offload_heartbeat_resp)                                                                  \
+	X(NOTIFY_OFFLOAD_SUCCESS, 67, notify_offload_success, notify_offload_req,                  \
+	  batch_status_resp)                                                                       \
+	X(REPORT_SSD_CAPACITY, 68, report_ssd_capacity, ssd_capacity_req, empty)                   \
+	X(BATCH_EVICT_DISK_REPLICA, 69, batch_evict_disk_replica, evict_disk_req,                  \
+	  batch_status_resp)                                                                       \
+	X(PROMOTION_OBJECT_HEARTBEAT, 70, promotion_object_heartbeat, promotion_heartbeat_req,     \
+	  promotion_heartbeat_resp)                                                                \
+	X(NOTIFY_PROMOTION, 71, notify_promotion, notify_promotion_req, batch_status_resp)         \
+	X(BATCH_GET_OFFLOAD_OBJECT, 96, batch_get_offload_object, offload_rpc_get_req,             \
+	  offload_rpc_get_resp)                                                                    \
+	X(RELEASE_OFFLOAD_BUFFER, 97, release_offload_buffer, offload_rpc_release_req, empty)
 
 enum mc_store_msg_type {
 #define MC__STORE_MSG_ENUM(NAME, num, name, req, resp) MC_STORE_##NAME = (num),

@@ -73,6 +73,12 @@ const struct mc_config_entry mc_te_config_table[] = {
 	       "address advertised to peers, and where the RPC and TCP data ports listen (upstream "
 	       "listens on every interface)",
 	       CFG(tcp_bind_address), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"metadata_server", "MC_METADATA_SERVER", NULL,
+	       "metadata connection string used when the caller passes none", CFG(metadata_server),
+	       MC_CONFIG_STRING, 0, 0}},
+	{.f = {"te_filters", "MC_TE_FILTERS", NULL,
+	       "devices the engine may use (comma-separated) when the caller names none",
+	       CFG(filters), MC_CONFIG_STRING, 0, 0}},
 };
 #undef CFG
 const size_t mc_te_config_table_len = MC_ARRAY_SIZE(mc_te_config_table);
@@ -316,8 +322,8 @@ static mc_status apply_params(struct mc_te *te, const struct mc_te_params *p)
 		te->devices = mc_strdup(p->devices);
 		if (!te->devices)
 			return MC_ERR_NOMEM;
-	} else if (getenv("MC_TE_FILTERS") && *getenv("MC_TE_FILTERS")) {
-		te->devices = mc_strdup(getenv("MC_TE_FILTERS"));
+	} else if (te->cfg.filters && *te->cfg.filters) {
+		te->devices = mc_strdup(te->cfg.filters);
 		if (!te->devices)
 			return MC_ERR_NOMEM;
 	}
@@ -515,11 +521,6 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	mc_log_init_from_env();
 	if (!te_out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "te_out is NULL");
-	if (!uri || !*uri)
-		uri = getenv("MC_METADATA_SERVER");
-	if (!uri || !*uri)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "no metadata server given (an http:// URI or P2PHANDSHAKE)");
 	if (proto && *proto && strcmp(proto, "tcp") != 0) {
 		if (strcmp(proto, "rdma") == 0)
 			mc_info("no usable RDMA device; protocol rdma falls back to tcp");
@@ -547,6 +548,14 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	if (rc != MC_OK)
 		goto err;
 
+	if (!uri || !*uri)
+		uri = te->cfg.metadata_server;
+	if (!uri || !*uri) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "no metadata server given (an http:// URI or P2PHANDSHAKE; "
+				  "MC_METADATA_SERVER)");
+		goto err;
+	}
 	te->metadata_uri = mc_strdup(uri);
 	te->p2p = strcmp(uri, "P2PHANDSHAKE") == 0;
 	if (!te->p2p) {

@@ -38,6 +38,8 @@ struct mc_te_config {
 	bool disable_metacache;
 	bool legacy_rpc_port_binding;
 	char *tcp_bind_address; /* the engine's advertised host (upstream's name) */
+	char *metadata_server;	/* when mc_te_open is given no connection string */
+	char *filters;		/* devices, when mc_te_params names none */
 	/* not in the table: from mc_te_params, 0 = the transports' own */
 	unsigned workers;
 	unsigned conns_per_peer;
@@ -101,7 +103,7 @@ struct mc_te {
 	uint16_t rpc_port;
 	bool p2p;
 	char *metadata_uri;
-	char *devices; /* mc_te_params.devices or MC_TE_FILTERS; NULL = all */
+	char *devices; /* mc_te_params.devices or cfg.filters; NULL = all */
 	struct mc_meta *meta;
 	struct mc_rpc_server *rpc;
 	/* by registry row (transport/registry.c); NULL: off or unavailable */

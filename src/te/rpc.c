@@ -58,6 +58,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -670,9 +671,10 @@ void mc_rpc_server_stop(struct mc_rpc_server *s)
 /* ------------------------------------------------------------------------ */
 /* Client                                                                    */
 
-mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
-		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
-		      char **resp_out, size_t *resp_len_out)
+/* io_deadline 0: io_timeout_ms from the moment the connection is up */
+static mc_status rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+			  int connect_timeout_ms, int io_timeout_ms, uint64_t io_deadline,
+			  uint64_t max_frame, char **resp_out, size_t *resp_len_out)
 {
 	uint8_t hdr[MC_RPC_HEADER_LEN];
 	char *frame = NULL, *payload = NULL;
@@ -695,8 +697,10 @@ mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req
 		rc = (mc_status)fd; /* a negative mc_status; mc_sock_connect recorded the cause */
 		goto out_free_frame;
 	}
-	deadline = mc_now_ms() +
-		   (uint64_t)(io_timeout_ms > 0 ? io_timeout_ms : RPC_DEFAULT_IO_TIMEOUT_MS);
+	deadline = io_deadline ? io_deadline
+			       : mc_now_ms() + (uint64_t)(io_timeout_ms > 0
+								  ? io_timeout_ms
+								  : RPC_DEFAULT_IO_TIMEOUT_MS);
 	rc = mc_sock_write_full(fd, frame, frame_len, deadline);
 	if (rc != MC_OK) {
 		rc = mc_set_error(rc, "rpc call to %s:%u: sending type %d request failed: %s", host,
@@ -747,4 +751,28 @@ out_close:
 out_free_frame:
 	mc_free(frame);
 	return rc;
+}
+
+mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
+		      char **resp_out, size_t *resp_len_out)
+{
+	return rpc_call(host, port, type, req, len, connect_timeout_ms, io_timeout_ms, 0, max_frame,
+			resp_out, resp_len_out);
+}
+
+mc_status mc_rpc_call_until(const char *host, uint16_t port, int type, const char *req, size_t len,
+			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
+			    size_t *resp_len_out)
+{
+	uint64_t now = mc_now_ms();
+
+	if (!deadline_ms)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "rpc call: no deadline");
+	if (now >= deadline_ms)
+		return mc_set_error(MC_ERR_TIMEOUT, "rpc call to %s:%u: deadline already passed",
+				    host ? host : "(null)", port);
+	return rpc_call(host, port, type, req, len,
+			(int)MC_MIN(deadline_ms - now, (uint64_t)INT_MAX), 0, deadline_ms,
+			max_frame, resp_out, resp_len_out);
 }

@@ -79,6 +79,16 @@ mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req
 		      char **resp_out, size_t *resp_len_out);
 
 /*
+ * The same with one deadline (mc_now_ms clock) for the connect, the write
+ * and the read together: what a caller that must answer by a given time
+ * (the master's mount probe) needs.  MC_ERR_TIMEOUT when it passes; the
+ * other errors as mc_rpc_call.  Thread-safe.
+ */
+mc_status mc_rpc_call_until(const char *host, uint16_t port, int type, const char *req, size_t len,
+			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
+			    size_t *resp_len_out);
+
+/*
  * Frame header parser, shared by server and client and fuzzed on its own:
  * given the first 9 bytes, say whether the frame is typed (type_out = 0..3,
  * payload_len_out = length - 1) or legacy untyped (type_out = -1, the 9th

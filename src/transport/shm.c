@@ -84,10 +84,10 @@
 #include "transport/transport.h"
 
 #define MAX_LANES    16
-#define SEND_BATCH   64		       /* frames encoded per send() */
-#define RBUF_FRAMES  512	       /* request frames a target reads at once */
-#define OBUF_HIGH    (1u << 20)	       /* stop reading requests above this much unsent output */
-#define COPY_CHUNK   ((size_t)1 << 30) /* bytes per process_vm_* call */
+#define SEND_BATCH   64			/* frames encoded per send() */
+#define RBUF_FRAMES  512		/* request frames a target reads at once */
+#define OBUF_HIGH    (1u << 20)		/* stop reading requests above this much unsent output */
+#define COPY_CHUNK   ((size_t)64 << 20) /* bytes per process_vm_* call */
 #define TICK_MS	     100
 #define SHM_RETRY_MS 1000 /* a peer we could not connect to is retried this often */
 
@@ -428,8 +428,8 @@ static bool sconn_flush(struct shm_sconn *sc)
  * readable; its pid could be recycled) or closed the connection: an
  * initiator that gave up on a request (i/o timeout) closes the lane and may
  * already reuse its buffer, so requests still queued here must not be
- * executed.  A copy already running when the initiator gives up cannot be
- * recalled; the window is one batch of requests (see docs/design.md).
+ * executed.  A copy already running is checked again between its pieces
+ * (pvm_copy), so the window is one COPY_CHUNK (see docs/design.md).
  */
 static bool initiator_waiting(struct shm_sconn *sc)
 {
@@ -450,6 +450,14 @@ static uint32_t pvm_copy(struct shm_sconn *sc, bool write, char *mine, uint64_t 
 
 	while (done < len) {
 		size_t chunk = len - done < COPY_CHUNK ? (size_t)(len - done) : COPY_CHUNK;
+		/* Between pieces, a closing transport or an initiator that has
+		 * gone ends the copy: nobody waits for the rest of its bytes. */
+		if (done && (atomic_load(&sc->w->st->stop) || !initiator_waiting(sc))) {
+			mc_debug("same-host copy for pid %d abandoned after %llu of %llu bytes: %s",
+				 (int)sc->pid, (unsigned long long)done, (unsigned long long)len,
+				 atomic_load(&sc->w->st->stop) ? "closing" : "initiator gone");
+			return MC_SHM_ST_FAILED;
+		}
 		struct iovec m = {mine + done, chunk};
 		struct iovec t = {(void *)(uintptr_t)(theirs + done), chunk};
 		ssize_t n = write ? process_vm_readv(sc->pid, &m, 1, &t, 1, 0)
@@ -955,7 +963,8 @@ static void receiver_tick(struct shm_transport *st)
 			struct shm_lane *l = &p->lanes[i];
 			bool stuck;
 			pthread_mutex_lock(&l->lock);
-			stuck = l->qlen && now - l->progress_ms > (uint64_t)st->io_timeout_ms;
+			stuck = mc_shm_lane_stuck(now, l->progress_ms, l->qlen,
+						  (uint64_t)st->io_timeout_ms);
 			pthread_mutex_unlock(&l->lock);
 			if (stuck)
 				lane_down(l, MC_ERR_TIMEOUT, "no progress within the i/o timeout");

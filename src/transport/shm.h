@@ -19,6 +19,7 @@
 #define MC_TRANSPORT_SHM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mooncake/status.h"
@@ -61,6 +62,15 @@ void mc_shm_resp_encode(uint64_t id, uint32_t status, uint8_t out[MC_SHM_RESP_LE
 /* MC_OK, or MC_ERR_PROTOCOL for a bad magic. */
 mc_status mc_shm_resp_decode(const uint8_t in[MC_SHM_RESP_LEN], uint64_t *id_out,
 			     uint32_t *status_out);
+
+/* Whether a lane with queued requests made no progress for longer than
+ * timeout_ms at time now.  progress_ms may be later than now: a submitter
+ * stamps an idle lane's first request after the receiver read its clock. */
+static inline bool mc_shm_lane_stuck(uint64_t now, uint64_t progress_ms, size_t qlen,
+				     uint64_t timeout_ms)
+{
+	return qlen && now > progress_ms && now - progress_ms > timeout_ms;
+}
 
 /* Counters for tests and tools: slices this transport finished itself, and
  * slices it handed to TCP. */

@@ -36,6 +36,12 @@ static void check_config(const struct mc_master_server_config *c)
 	check(c->master.default_kv_lease_ttl_ms > 0);
 	check(c->master.client_ttl_ms > 0);
 	check(c->master.default_kv_soft_pin_ttl_ms > 0 && c->master.max_kv_soft_pin_ttl_ms > 0);
+	check(c->master.offloading_queue_limit >= 1 &&
+	      c->master.offloading_queue_limit <= 100000000);
+	check(c->master.offload_cap_ratio >= 0 && c->master.offload_cap_ratio <= 1);
+	check(c->master.promotion_admission_threshold >= 0 &&
+	      c->master.promotion_admission_threshold <= UINT32_MAX);
+	check(c->master.promotion_queue_limit >= 0 && c->master.promotion_max_per_heartbeat >= 0);
 	check(c->rpc_address && c->rpc_interface && c->metrics_host && c->cluster_id);
 	check(c->http_metadata_server_host && c->memory_allocator && c->allocation_strategy);
 	check(strcmp(c->memory_allocator, "offset") == 0);

@@ -17,7 +17,7 @@ import socket
 import struct
 
 MAGIC = b"MCST"
-MAJOR, MINOR = 1, 1
+MAJOR, MINOR = 1, 2
 HDR = struct.Struct("<4sBBHHHiQII")
 assert HDR.size == 32
 F_RESPONSE = 1
@@ -43,6 +43,15 @@ REMOVE = 48
 REMOVE_BY_REGEX = 49
 REMOVE_ALL = 50
 BATCH_REMOVE = 51
+BATCH_REPLICA_CLEAR = 52
+MOUNT_LOCAL_DISK_SEGMENT = 64
+UNMOUNT_LOCAL_DISK_SEGMENT = 65
+OFFLOAD_OBJECT_HEARTBEAT = 66
+NOTIFY_OFFLOAD_SUCCESS = 67
+REPORT_SSD_CAPACITY = 68
+BATCH_EVICT_DISK_REPLICA = 69
+PROMOTION_OBJECT_HEARTBEAT = 70
+NOTIFY_PROMOTION = 71
 
 REPLICA_MEMORY = 0
 REPLICA_ALL = 4
@@ -59,7 +68,9 @@ ERR_REPLICA_IS_NOT_READY = -703
 ERR_OBJECT_NOT_FOUND = -704
 ERR_OBJECT_ALREADY_EXISTS = -705
 ERR_OBJECT_HAS_LEASE = -706
+ERR_OBJECT_HAS_REPLICATION_TASK = -708
 ERR_NOT_SUPPORTED = -1012
+ERR_UNABLE_OFFLOAD = -1300
 ERR_PROTOCOL = -2019
 ERR_TOO_LARGE = -2027
 
@@ -313,6 +324,45 @@ class Conn:
 
     def put_revoke(self, k, tenant="", rtype=REPLICA_ALL):
         self.call(PUT_REVOKE, uuid(*self.client_id) + string(tenant) + u8(rtype) + key(k))
+
+    # ---- the SSD tier (64..69) ----
+    def mount_local_disk(self, endpoint, offloading=True):
+        self.call(MOUNT_LOCAL_DISK_SEGMENT,
+                  uuid(*self.client_id) + boolean(offloading) + string(endpoint))
+
+    def offload_heartbeat(self, max_items=0, offloading=True):
+        """(offload [(tenant, key, size, address)], removes [(tenant, key)], remove_all)"""
+        r = self.call(OFFLOAD_OBJECT_HEARTBEAT,
+                      uuid(*self.client_id) + boolean(offloading) + u32(max_items))
+        off = [(r.string().decode(), r.string(), r.u64(), r.u64()) for _ in range(r.u32())]
+        rms = [(r.string().decode(), r.string()) for _ in range(r.u32())]
+        wipe = r.boolean()
+        r.done()
+        return off, rms, wipe
+
+    def notify_offload(self, items):
+        """items: [(tenant, key, size, status)] -> per-item statuses"""
+        p = uuid(*self.client_id) + u32(len(items)) + b"".join(
+            string(t) + key(k) + u64(n) + struct.pack("<i", st) for t, k, n, st in items)
+        r = self.call(NOTIFY_OFFLOAD_SUCCESS, p)
+        return [r.i32() for _ in range(r.u32())]
+
+    def promotion_heartbeat(self, max_items=0):
+        """[(tenant, key, size, replica dict)]"""
+        r = self.call(PROMOTION_OBJECT_HEARTBEAT, uuid(*self.client_id) + u32(max_items))
+        tasks = [(r.string().decode(), r.string(), r.u64(), r.replica()) for _ in range(r.u32())]
+        r.done()
+        return tasks
+
+    def notify_promotion(self, items):
+        """items: [(tenant, key, replica_id, status)] -> per-item statuses"""
+        p = uuid(*self.client_id) + u32(len(items)) + b"".join(
+            string(t) + key(k) + u64(i) + struct.pack("<i", st) for t, k, i, st in items)
+        r = self.call(NOTIFY_PROMOTION, p)
+        return [r.i32() for _ in range(r.u32())]
+
+    def report_ssd_capacity(self, total, used):
+        self.call(REPORT_SSD_CAPACITY, uuid(*self.client_id) + u64(total) + u64(used))
 
     def batch_put_start_payload(self, keys, length, tenant="", **cfg):
         items = b"".join(key(k) + u64(length) + string("") for k in keys)

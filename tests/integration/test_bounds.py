@@ -15,6 +15,7 @@ are what is being measured, and they are short (a second or two).
 
 import http.client
 import os
+import re
 import resource
 import signal
 import socket
@@ -87,12 +88,14 @@ def listening_tcp_ports(pid):
     return ports
 
 
-def hold(port, n, data=b""):
-    """n connections to port (each sent data); the ones the kernel took."""
+def hold(port, n, data=b"", source=None):
+    """n connections to port (each sent data, from address source if given);
+    the ones the kernel took."""
     socks = []
     for _ in range(n):
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s = socket.create_connection(("127.0.0.1", port), timeout=5,
+                                         source_address=(source, 0) if source else None)
             if data:
                 s.sendall(data)
             socks.append(s)
@@ -129,6 +132,16 @@ def master_log_bytes(m):
     return len(m.text())
 
 
+def metric(m, name, port=None):
+    """One counter of the master's /metrics (labelled port=... when port)."""
+    st, _, body = m.get("/metrics")
+    assert st == 200, body
+    series = name + (f'{{port="{port}"}}' if port else "")
+    found = re.search(rf"^{re.escape(series)} (\d+)$", body, re.M)
+    assert found, f"no {series} in /metrics"
+    return int(found.group(1))
+
+
 def lower_nofile(pid, n):
     """Lower a running process's descriptor limit below what it may use: its
     connection caps were sized from the limit it started with, so its next
@@ -162,6 +175,10 @@ def test_master_backs_off_on_emfile_and_resumes():
             assert c.ping()[1] == 2
         assert served_within(m.metrics, "/health", 5.0)
         assert served_within(m.metadata, "/health", 5.0)
+        # and /metrics counts the pauses of each port
+        for port in ("rpc", "admin", "metadata"):
+            assert metric(m, "master_accept_pauses_total", port) >= 1, port
+        assert metric(m, "master_connections_refused_total", "rpc") == 0
     finally:
         close_all(socks)
         m.stop()
@@ -176,6 +193,7 @@ def test_master_cuts_a_partial_frame_after_its_deadline():
     m = Master(BASE_ARGS + ["--rpc_frame_timeout=500ms", "--rpc_frame_min_rate=1mb"],
                env={"MC_LOG_LEVEL": "info"})
     try:
+        assert metric(m, "master_deadline_cuts_total", "rpc") == 0
         with m.conn() as slow, m.conn() as control:
             t0 = time.monotonic()
             # 64 KiB announced: deadline 0.5 s + 64 KiB at 1 MiB/s = 0.56 s
@@ -188,6 +206,8 @@ def test_master_cuts_a_partial_frame_after_its_deadline():
             assert closed and took < 3.0, f"closed={closed} after {took:.2f} s"
             assert control.ping()[1] == 2
         m.wait_line(lambda l: "frame not complete" in l, 5)
+        assert metric(m, "master_deadline_cuts_total", "rpc") == 1
+        assert metric(m, "master_rpc_buffer_cuts_total") == 0
     finally:
         m.stop()
 
@@ -217,6 +237,8 @@ def test_master_bounds_memory_for_incomplete_frames():
         with m.conn() as c:
             assert c.ping()[1] == 2
         m.wait_line(lambda l: "rpc_max_buffered_bytes" in l, 5)
+        assert 4 <= metric(m, "master_rpc_buffer_cuts_total") <= 8
+        assert metric(m, "master_deadline_cuts_total", "rpc") == 0
     finally:
         close_all(socks)
         m.stop()
@@ -231,6 +253,7 @@ def test_master_refuses_a_frame_above_the_connection_cap():
             assert closed
             hdr = mp.HDR.unpack(data[:32])
             assert hdr[6] == mp.ERR_TOO_LARGE
+        assert metric(m, "master_rpc_too_large_total") == 1
     finally:
         m.stop()
 
@@ -314,9 +337,10 @@ def test_engine_data_port_closes_idle_connections(tmp_path):
 
 # ---- HTTP servers ----------------------------------------------------------------
 
-def http_get(port, path, timeout=2.0):
+def http_get(port, path, timeout=2.0, source=None):
     """(status, body) or None when the server did not answer."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                   source_address=(source, 0) if source else None)
     try:
         c.request("GET", path)
         r = c.getresponse()
@@ -327,10 +351,10 @@ def http_get(port, path, timeout=2.0):
         c.close()
 
 
-def served_within(port, path, timeout):
+def served_within(port, path, timeout, source=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        got = http_get(port, path)
+        got = http_get(port, path, source=source)
         if got and got[0] == 200:
             return True
     return False
@@ -408,6 +432,57 @@ def test_http_metadata_server_keeps_room_for_new_clients(tmp_path):
         stop_clean(p, signal.SIGTERM)
 
 
+def refused_at_once(socks, wait=2.0):
+    """How many of socks the server closed (refused at accept), waiting up to
+    wait seconds for each."""
+    return sum(closed_by_peer(s, wait)[0] for s in socks)
+
+
+def test_http_metadata_server_caps_connections_per_address(tmp_path):
+    p = start_meta_server(tmp_path, {"MC_HTTP_METADATA_MAX_CONNS_PER_IP": "20"})
+    socks = []
+    try:
+        socks = hold(p.port, 50)
+        assert len(socks) == 50
+        # the first 20 are kept (idle, waiting for their request), the rest closed at once
+        assert refused_at_once(socks[20:]) == 30
+        # (the acceptor has seen all 50 by now: no need to wait for these)
+        assert refused_at_once(socks[:20], wait=0.01) == 0
+        assert http_get(p.port, "/health", timeout=1.0) is None  # 127.0.0.1 is at its cap
+        # another address is served meanwhile, and is not cut for room
+        assert http_get(p.port, "/health", source="127.0.0.2") == (200, b"OK")
+        assert b"per-address cap is 20" in p.log_path.read_bytes()
+        assert b"for room" not in p.log_path.read_bytes()
+        close_all(socks)
+        assert served_within(p.port, "/health", 5.0), "not served once its connections closed"
+    finally:
+        close_all(socks)
+        stop_clean(p, signal.SIGTERM)
+
+
+def test_master_http_ports_cap_connections_per_address():
+    m = Master(BASE_ARGS + ["--metrics_max_connections_per_ip=8",
+                            "--enable_http_metadata_server=true",
+                            "--http_metadata_server_host=127.0.0.1",
+                            "--http_metadata_server_port=0",
+                            "--http_metadata_server_max_connections_per_ip=4"])
+    socks = []
+    try:
+        socks = hold(m.metrics, 20, source="127.0.0.3")
+        assert refused_at_once(socks[8:]) == 12
+        meta = hold(m.metadata, 10, source="127.0.0.3")
+        socks += meta
+        assert refused_at_once(meta[4:]) == 6
+        # the scrape comes from 127.0.0.1: served
+        assert metric(m, "master_connections_refused_per_ip_total", "admin") == 12
+        assert metric(m, "master_connections_refused_per_ip_total", "metadata") == 6
+        assert metric(m, "master_connections_refused_total", "admin") == 0
+        assert served_within(m.metadata, "/health", 5.0)
+    finally:
+        close_all(socks)
+        m.stop()
+
+
 def test_master_admin_and_metadata_served_while_rpc_is_flooded():
     m = Master(BASE_ARGS + ["--enable_http_metadata_server=true",
                             "--http_metadata_server_host=127.0.0.1",
@@ -422,6 +497,12 @@ def test_master_admin_and_metadata_served_while_rpc_is_flooded():
         close_all(socks)
         with m.conn() as c:
             assert c.ping()[1] == 2
+        # the caps' refusals (and the HTTP ports' cuts for room) are counted
+        assert metric(m, "master_connections_refused_total", "rpc") > 0
+        for port in ("admin", "metadata"):
+            turned_away = (metric(m, "master_connections_refused_total", port) +
+                           metric(m, "master_room_cuts_total", port))
+            assert turned_away > 0, port
     finally:
         close_all(socks)
         m.stop()

@@ -27,8 +27,10 @@ from conftest import BUILD, SANITIZER_MARKERS, _find_binary
 
 START_TIMEOUT = 20.0
 LISTEN_RE = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
+# --mount_probe=false: these tests mount fake segments with no engine behind
+# them (test_mount_probe.py runs the probe itself)
 BASE_ARGS = ["--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
-             "--metrics_host=127.0.0.1"]
+             "--metrics_host=127.0.0.1", "--mount_probe=false"]
 
 
 def master_path():
@@ -194,7 +196,7 @@ def test_version():
     (["--client_ttl=ten"], "client_ttl"),
     (["--rpc_port"], "missing its argument"),
     (["--enable_ha=true"], "not supported in this build"),
-    (["--enable_offload=true"], "not supported in this build"),
+    (["--offloading_queue_limit=0"], "offloading_queue_limit"),
     (["--memory_allocator=cachelib"], "not supported in this build"),
     (["--allocation_strategy=local_first"], "not supported in this build"),
     (["--allocation_strategy=fastest"], "allocation_strategy"),
@@ -445,6 +447,16 @@ def test_metrics_prometheus_text(master):
         assert re.search(rf"^# TYPE {name} (gauge|counter)$", body, re.M), name
         assert re.search(rf"^{name} \d+$", body, re.M), name
     assert re.search(r"^master_ping_requests_total [1-9]\d*$", body, re.M)
+    # the listening ports' bounds, one series per port (test_bounds.py provokes them)
+    for name, ports in (("master_connections_refused_total", ("rpc", "admin", "metadata")),
+                        ("master_accept_pauses_total", ("rpc", "admin", "metadata")),
+                        ("master_deadline_cuts_total", ("rpc", "admin", "metadata")),
+                        ("master_room_cuts_total", ("admin", "metadata"))):
+        assert re.search(rf"^# TYPE {name} counter$", body, re.M), name
+        for port in ports:
+            assert re.search(rf'^{name}{{port="{port}"}} \d+$', body, re.M), (name, port)
+    for name in ("master_rpc_buffer_cuts_total", "master_rpc_too_large_total"):
+        assert re.search(rf"^{name} \d+$", body, re.M), name
     assert "# TYPE master_value_size_bytes histogram" in body
     buckets = re.findall(r'^master_value_size_bytes_bucket\{le="([^"]+)"\} (\d+)$', body, re.M)
     assert [b[0] for b in buckets] == ["4096", "65536", "262144", "1048576", "4194304",
@@ -554,6 +566,44 @@ def test_objects_through_rpc_and_http():
         m.stop()
 
 
+def test_unmount_sweep_over_the_wire():
+    """An unmount answers at once; objects left without a replica are absent
+    from that moment (an in-flight put's PutEnd fails), and the daemon's
+    sweep erases them between other requests until the key count is exact."""
+    m = Master(BASE_ARGS)
+    try:
+        with m.conn() as c:
+            c.mount((7, 1), "a:1", 0x10000000, 64 << 20, endpoint="a:1")
+            c.mount((7, 2), "b:1", 0x20000000, 64 << 20, endpoint="b:1")
+            on_a = [f"a/{i}" for i in range(20000)]
+            for i in range(0, len(on_a), 1000):
+                part = on_a[i:i + 1000]
+                assert all(st == 0 for st, _ in c.batch_put_start(part, 64,
+                                                                   preferred_segment="a:1"))
+                assert c.batch_put_end(part) == [0] * len(part)
+            on_b = [f"b/{i}" for i in range(10)]
+            assert all(st == 0 for st, _ in c.batch_put_start(on_b, 64, preferred_segment="b:1"))
+            assert c.batch_put_end(on_b) == [0] * 10
+            c.put_start("in-flight", 64, preferred_segment="a:1")
+            c.unmount((7, 1))
+            assert c.exist("a/0") is False and c.exist("a/19999") is False
+            with pytest.raises(mp.StatusError) as e:
+                c.put_end("in-flight")
+            assert e.value.status == mp.ERR_OBJECT_NOT_FOUND
+            assert c.batch_exist(on_b) == [True] * 10
+            deadline = time.monotonic() + 10
+            while True:  # the sweep has no event to wait on: poll its result
+                body = m.get("/metrics")[2]
+                if re.search(r"^master_key_count 10$", body, re.M):
+                    break
+                assert time.monotonic() < deadline, re.findall(r"^master_key_count .*$", body,
+                                                               re.M)
+                time.sleep(0.01)
+            assert sorted(m.get("/get_all_keys")[2].split()) == sorted(on_b)
+    finally:
+        m.stop()
+
+
 def test_periodic_metrics_log_line():
     m = Master(BASE_ARGS, env={"MC_LOG_LEVEL": "info"})
     try:
@@ -590,5 +640,92 @@ def test_metadata_server_off_by_default():
     m = Master(BASE_ARGS)
     try:
         assert m.metadata == 0
+    finally:
+        m.stop()
+
+
+# ---- the SSD tier (master side) --------------------------------------------------
+
+def test_local_disk_refused_without_enable_offload(master):
+    with master.conn() as c:
+        c.hello()
+        with pytest.raises(mp.StatusError) as e:
+            c.mount_local_disk("127.0.0.1:50052")
+        assert e.value.status == mp.ERR_UNABLE_OFFLOAD
+
+
+def test_offload_round_trip_and_admin_views():
+    m = Master(BASE_ARGS + ["--enable_offload=true"])
+    try:
+        with m.conn() as c:
+            c.hello()
+            c.mount((7, 1), "127.0.0.1:17001", 1 << 32, 64 << 20)
+            c.mount_local_disk("127.0.0.1:50052")
+            c.report_ssd_capacity(10 << 30, 1 << 30)
+            reps = c.put_start("ssd-k", 4096)
+            c.put_end("ssd-k")
+            off, rms, wipe = c.offload_heartbeat()
+            assert [(k, n, a) for _t, k, n, a in off] == [(b"ssd-k", 4096, reps[0]["address"])]
+            assert rms == [] and not wipe
+            # in flight: not removable
+            assert c.status_of(mp.REMOVE, mp.string("") + mp.key("ssd-k") + mp.boolean(True)) \
+                == mp.ERR_OBJECT_HAS_REPLICATION_TASK
+            assert c.notify_offload([("", "ssd-k", 4096, 0)]) == [0]
+            r = c.call(mp.GET_REPLICA_LIST, mp.string("") + mp.key("ssd-k")).replica_list()
+            assert [x["type"] for x in r["replicas"]] == [0, 2]
+            assert r["replicas"][1]["client_id"] == c.client_id
+            assert r["replicas"][1]["endpoint"] == "127.0.0.1:50052"
+            # re-registration of a copy found on disk
+            assert c.notify_offload([("", "disk-only", 77, 0)]) == [0]
+        st, _, body = m.get("/batch_query_keys?keys=ssd-k,disk-only")
+        assert st == 200
+        data = json.loads(body)["data"]
+        want = {"client_id": "%d-%d" % c.client_id, "object_size": 4096,
+                "transport_endpoint": "127.0.0.1:50052"}
+        assert data["ssd-k"]["local_disk_values"] == [want]
+        assert len(data["ssd-k"]["values"]) == 1
+        assert data["disk-only"]["values"] == []
+        assert data["disk-only"]["local_disk_values"][0]["object_size"] == 77
+        # /query_key lists memory replicas only
+        st, _, body = m.get("/query_key?key=ssd-k")
+        assert st == 200 and len(json.loads(body)["data"]) == 1
+        st, _, body = m.get("/metrics/summary")
+        assert "SSD Storage: 1.00 GB / 10.00 GB" in body
+        st, _, body = m.get("/metrics")
+        assert re.search(r"^master_total_file_capacity_bytes 10737418240$", body, re.M)
+        assert re.search(r"^master_offload_completed_total 1$", body, re.M)
+        assert re.search(r"^master_offload_reregistered_total 1$", body, re.M)
+        assert re.search(r"^master_evict_disk_replica_requests_total 0$", body, re.M)
+        assert len(re.findall(r"^# TYPE master_evict_disk_replica_requests_total ", body,
+                              re.M)) == 1
+    finally:
+        m.stop()
+
+
+def test_promotion_on_hit_over_the_wire():
+    m = Master(BASE_ARGS + ["--enable_offload=true", "--promotion_on_hit=true",
+                            "--promotion_admission_threshold=1"])
+    try:
+        with m.conn() as c:
+            c.hello()
+            c.mount((8, 1), "127.0.0.1:17002", 1 << 32, 64 << 20)
+            c.mount_local_disk("127.0.0.1:50053")
+            assert c.notify_offload([("", "hot", 8192, 0)]) == [0]  # found on disk
+            get = mp.string("") + mp.key("hot")
+            r = c.call(mp.GET_REPLICA_LIST, get).replica_list()
+            assert [x["type"] for x in r["replicas"]] == [2]
+            tasks = c.promotion_heartbeat()
+            assert len(tasks) == 1
+            _t, k, size, rep = tasks[0]
+            assert (k, size, rep["type"], rep["status"]) == (b"hot", 8192, 0, 2)
+            assert rep["segment_name"] == "127.0.0.1:17002"
+            assert c.notify_promotion([("", "hot", rep["id"], 0)]) == [0]
+            r = c.call(mp.GET_REPLICA_LIST, get).replica_list()
+            assert [x["type"] for x in r["replicas"]] == [0, 2]
+            assert r["replicas"][0]["address"] == rep["address"]
+        st, _, body = m.get("/metrics")
+        assert re.search(r"^master_promotion_completed_total 1$", body, re.M)
+        assert re.search(r"^master_promotion_completed_bytes_total 8192$", body, re.M)
+        assert re.search(r"^master_promotion_in_flight 0$", body, re.M)
     finally:
         m.stop()

@@ -8,10 +8,14 @@ The latency bound asserted is generous (a loaded 2-core CI machine):
 before, one such call held the RPC thread for seconds to minutes.  The
 figure itself comes from bench/master_regex_bench.c, not from here.
 """
+import subprocess
 import threading
 import time
 
+import pytest
+
 import mcproto as mp
+from conftest import _find_binary
 from test_master_daemon import BASE_ARGS, Master
 
 SINGLE_KEY_BOUND_S = 1.0  # each single-key call while the scan runs
@@ -129,3 +133,58 @@ def test_scan_over_budget_refused_and_others_served():
             assert c.remove_by_regex(r"^a+!1\d*$", force=True) == 11111
     finally:
         m.stop()
+
+
+def test_remove_all_in_slices_and_others_served():
+    # RemoveAll visits the whole table too: it runs in slices like the scans
+    # (the raw client does not ping: a long TTL keeps its segment while a loaded
+    # machine takes its time over the load)
+    m = Master(BASE_ARGS + ["--client_ttl=600"])
+    try:
+        keys = [f"bulk/{i}" for i in range(300000)]
+        with m.conn() as c:
+            mount(c)
+            for i in range(0, len(keys), 5000):
+                part = keys[i:i + 5000]
+                assert all(st == mp.OK for st, _ in c.batch_put_start(part, 64))
+                assert all(st == mp.OK for st in c.batch_put_end(part))
+        done = threading.Event()
+        out = {}
+
+        def run():
+            with mp.Conn(m.rpc, timeout=120) as c:
+                out["n"] = c.remove_all(force=True)
+                done.set()
+
+        lat, during = [], 0
+        with m.conn() as c:
+            c.exist("bulk/0")  # connected and answered before the removal starts
+            t = threading.Thread(target=run)
+            t.start()
+            while not done.is_set():
+                t0 = time.monotonic()
+                c.exist("bulk/1")
+                lat.append(time.monotonic() - t0)
+                during += not done.is_set()
+            t.join()
+            assert out["n"] == len(keys)
+            assert c.exist("bulk/0") is False and c.exist(keys[-1]) is False
+        assert during >= 5, (during, lat)  # served between the slices
+        assert max(lat) < SINGLE_KEY_BOUND_S, lat
+    finally:
+        m.stop()
+
+
+def test_regex_bench_smoke():
+    """bench/master_regex_bench still runs (smoke, not figures): its
+    in-process master mounts a fake segment, so it turns the mount probe
+    off; it once stopped at its mount when the probe came."""
+    exe = _find_binary("MC_MASTER_REGEX_BENCH", "master_regex_bench",
+                       ["bench/master_regex_bench"])
+    if exe is None:
+        pytest.skip("master_regex_bench not built")
+    r = subprocess.run([exe, "--keys=2000", "--scans=1", "--baseline=0.1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cases = [line.split()[0] for line in r.stdout.splitlines() if line.startswith("case=")]
+    assert cases == ["case=baseline", "case=during_scan"], r.stdout

@@ -6,8 +6,9 @@ only, on its RPC port and its TCP data port; an explicit 0.0.0.0 means every
 interface.  Checked with ``ss -ltnp`` (iproute2) for the process's pid.
 
 Mounting: a raw client mounting a segment of 8 EiB (or of size zero, or one
-whose end wraps past 2^64) is refused with an error code and a message, and
-the legitimate clients' puts keep landing.
+whose end wraps past 2^64) is refused with an error code and a message, so
+is one whose endpoint answers no probe, and the legitimate clients' puts
+keep landing.
 """
 
 import shutil
@@ -67,8 +68,10 @@ def test_store_client_on_any_listens_everywhere(sc):
 @needs_ss
 def test_foreign_address_is_advertised_only(sc):
     """An address this host lacks (a NAT's public one) is told to peers but
-    cannot be bound: the engine listens on every interface, as upstream."""
-    sc.start_master()
+    cannot be bound: the engine listens on every interface, as upstream.
+    Nothing answers at that address here, so the master's mount probe would
+    refuse the segment: it is off for this test."""
+    sc.start_master("--mount_probe=false")
     n = sc.node(extra=("--host", "203.0.113.7"))  # TEST-NET-3
     assert n.hostname.startswith("203.0.113.7:"), n.hostname
     addrs = listening(n.pid)
@@ -124,8 +127,14 @@ def test_absurd_segment_mounts_are_refused(sc):
                 c.mount((7, i), f"bogus-{i}:1", b0, size, endpoint="10.255.255.1:1")
             assert e.value.status == -600, what
             assert words in e.value.text, (what, e.value.text)
-        # a sane one from the same connection is accepted (the checks are per mount)
-        c.mount((7, 99), "sane:1", base, 64 << 20)
+        # a sane size whose endpoint answers nothing: refused by the mount probe
+        with pytest.raises(mcproto.StatusError) as e:
+            c.mount((7, 98), "bogus-endpoint:1", base, 64 << 20, endpoint="127.0.0.1:1")
+        assert e.value.status == -2012, e.value.text  # ERR_ENDPOINT
+        assert "127.0.0.1:1" in e.value.text, e.value.text
+        # a sane one from the same connection, whose endpoint is a live engine
+        # (A's), is accepted: the checks are per mount
+        c.mount((7, 99), "sane:1", base, 64 << 20, endpoint=a.hostname)
         c.unmount((7, 99))
     assert not [s for s in sc.master.segments() if s.startswith("bogus")]
     # the legitimate clients' puts keep landing, on both segments
@@ -136,7 +145,7 @@ def test_absurd_segment_mounts_are_refused(sc):
 
 
 def test_max_segment_size_is_configurable(sc):
-    sc.start_master("--max_segment_size=32m")
+    sc.start_master("--max_segment_size=32m", "--mount_probe=false")  # fake segments
     with mcproto.Conn(sc.master.rpc) as c:
         c.hello()
         c.client_id = (0x1234, 0x9999)

@@ -281,7 +281,9 @@ sys.stdin.read()  # wait to be killed
 def test_writer_killed_mid_put(sc):
     # Short discard/release timeouts so the zombie's space comes back in
     # seconds (upstream: 30 s / 600 s).
-    sc.start_master("--put_start_discard_timeout_sec=1", "--put_start_release_timeout_sec=2")
+    # --mount_probe=false: the raw writer mounts a fake segment
+    sc.start_master("--put_start_discard_timeout_sec=1", "--put_start_release_timeout_sec=2",
+                    "--mount_probe=false")
     a, b = sc.node(), sc.node()
     base_used = sc.master.segment_used(a.hostname)
     size = 4 * MIB
@@ -499,15 +501,17 @@ def test_store_benches_smoke(sc):
     proto = _find_binary("MC_STORE_PROTO_BENCH", "store_proto_bench", ["bench/store_proto_bench"])
     if bench is None or proto is None:
         pytest.skip("store_bench / store_proto_bench not built")
-    m = sc.start_master()
+    m = sc.start_master("--mount_probe=false")  # store_proto_bench mounts a fake segment
     r = subprocess.run([bench, f"--master=127.0.0.1:{m.rpc}", f"--metadata={m.meta_uri}",
                         "--quick", "--sizes=64k", "--window=1m", "--segment=64m",
-                        "--meta-keys=100", "--json"],
+                        "--meta-keys=100", "--json",
+                        "--cases=zc,copy,batch,batchcopy,mt,meta"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     cases = {json.loads(line)["case"] for line in r.stdout.splitlines()}
     assert {"put_from", "get_into", "put", "get", "batch_put_from", "batch_get_into",
-            "mt_put_from", "mt_get_into", "exist", "batch_exist", "replica_desc"} <= cases
+            "put_batch", "batch_get", "mt_put_from", "mt_get_into", "exist", "batch_exist",
+            "replica_desc"} <= cases
     r = subprocess.run([proto, f"--master=127.0.0.1:{m.rpc}", "--quick", "--keys=100",
                         "--batch=100", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

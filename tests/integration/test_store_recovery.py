@@ -162,3 +162,33 @@ def test_standalone_metadata_server_restart(rc):
     rc.run_meta_server(meta)
     c = rc.node()
     check_all_pairs([a, b, c], "after")
+
+
+def test_remount_probe_after_restart_finds_the_engine(rc):
+    """A client whose name's port is taken (here by a listener that never
+    answers) has its engine's RPC port only in rpc_meta.  After a master
+    restart that record is gone with the embedded metadata server; the
+    client puts it back before it remounts, so the restarted master's mount
+    probe finds the engine at the first remount, not the silent port."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    env = {"MC_METADATA_HTTP_CHECK_MS": "0"}  # only the remount puts entries back
+    try:
+        rpc, metrics, meta = free_port(), free_port(), free_port()
+        argv = rc.master_argv(rpc, metrics, meta) + ["--mount_probe_timeout=1000ms"]
+        m = rc.run_master(argv)
+        a = rc.node(env=env, extra=("--host", f"127.0.0.1:{port}"))
+        assert a.hostname == f"127.0.0.1:{port}"
+        b = rc.node(env=env)
+        check_all_pairs([a, b], "before")
+
+        m.kill9()
+        m = rc.run_master(argv)
+        wait_until(lambda: a.hostname in m.segments(), RECOVER_S, "a to remount")
+        check_all_pairs([a, b], "after")
+        log = a.log_path.read_text(errors="replace")
+        assert "remount of segment" not in log, log
+    finally:
+        silent.close()

@@ -268,8 +268,12 @@ def test_kill_target_during_1g_write(cluster, mode):
 @pytest.mark.parametrize("op", ["read", "write"])
 def test_kill_initiator_mid_transfer(cluster, op):
     """The target survives an initiator that dies in the middle of a 1 GiB
-    read or write, and keeps serving others."""
-    target = cluster.node("p2p", buffer="1g")
+    read or write, and keeps serving others.  The others write past the GiB
+    the dead one was writing: bytes it sent before it died may still be
+    landing there (from the target's socket buffer), and two initiators
+    writing the same bytes at once is a race of theirs (ThreadSanitizer
+    reports it in the target), not what this tests."""
+    target = cluster.node("p2p", buffer=f"{GiB + 8 * MiB}")
     doomed = cluster.node("p2p", buffer="1g")
     seg = doomed.open(target.name)
     # Pages fill in where the data lands.
@@ -279,9 +283,9 @@ def test_kill_initiator_mid_transfer(cluster, op):
     other = cluster.node("p2p", buffer="8m")
     seg = other.open(target.name)
     other.fill(6, 0, 4 * MiB)
-    r = other.write(seg, 0, target.base + 3, 4 * MiB, timeout=30)
+    r = other.write(seg, 0, target.base + GiB + 3, 4 * MiB, timeout=30)
     assert is_ok(r), f"target stopped serving after an initiator died mid-{op}: {r}"
-    assert target.crc(3, 4 * MiB) == other.crc(0, 4 * MiB)
+    assert target.crc(GiB + 3, 4 * MiB) == other.crc(0, 4 * MiB)
     assert target.alive()
 
 

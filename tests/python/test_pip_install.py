@@ -9,10 +9,10 @@ runs everything from outside the source and build trees with no PYTHONPATH:
 
 - the console programs: mooncake_master --version,
   mooncake_http_metadata_server --help (and serving), transfer_engine_bench
-  --help;
-- `import mooncake.engine` (and the pure-Python modules) from the
-  installed location, with libmooncake.so taken from the wheel's bundled
-  copy, and a loopback transfer through it.
+  --help, mc_store_rest_server --help (where aiohttp is installed);
+- `import mooncake.engine`, `mooncake._fast_copy` (and the pure-Python
+  modules) from the installed location, with libmooncake.so taken from
+  the wheel's bundled copy, and a loopback transfer through it.
 """
 
 import importlib.util
@@ -80,6 +80,10 @@ def test_console_programs(venv):
     r = run(venv, [str(bindir / "transfer_engine_bench"), "--help"])
     assert r.returncode == 0, r.stderr
     assert "error while loading shared libraries" not in r.stderr
+    if importlib.util.find_spec("aiohttp") is not None:
+        assert (bindir / "mc_store_rest_server").is_file()
+        r = run(venv, [str(bindir / "mc_store_rest_server"), "--help"])
+        assert r.returncode == 0 and "--max-wait-time" in r.stdout, r.stderr
 
 
 def test_installed_metadata_server_serves(venv):
@@ -105,7 +109,14 @@ CHECK = r"""
 import json, os, sys
 import numpy as np
 import mooncake, mooncake.engine, mooncake.mooncake_config, mooncake.http_metadata_server
-import mooncake.buffer_pool, mooncake.cli
+import mooncake.buffer_pool, mooncake.cli, mooncake._fast_copy
+import importlib.util
+if importlib.util.find_spec("aiohttp"):
+    import mooncake.mooncake_store_service, mooncake.vllm_v1_proxy_server
+src = np.arange(10, dtype=np.uint8)
+dst = np.zeros(10, np.uint8)
+assert mooncake._fast_copy.concat_arrays_into([src], dst.ctypes.data, dst.nbytes) == 10
+assert (dst == src).all()
 from mooncake.engine import TransferEngine, TransferOpcode
 te = TransferEngine()
 assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0

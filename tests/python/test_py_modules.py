@@ -22,7 +22,7 @@ import types
 
 import pytest
 
-from conftest import BUILD, START_TIMEOUT, Local, KiB, MiB, digest, find_binary, pattern
+from conftest import BUILD, ROOT, START_TIMEOUT, Local, KiB, MiB, digest, find_binary, pattern
 
 import mooncake
 from mooncake import mooncake_config
@@ -70,8 +70,21 @@ def test_buffer_pool_is_the_store_class():
 
 def test_submodules_import():
     for m in ("mooncake.engine", "mooncake.mooncake_config", "mooncake.http_metadata_server",
-              "mooncake.buffer_pool", "mooncake.cli"):
+              "mooncake.buffer_pool", "mooncake.cli", "mooncake._fast_copy"):
         importlib.import_module(m)
+
+
+def test_every_python_file_is_installed():
+    """Each python/mooncake/*.py is in the meson install list, so the build
+    tree and `pip install` carry it (a new module left out fails here)."""
+    import re
+    pkg = ROOT / "python" / "mooncake"
+    listed = set(re.findall(r"'([A-Za-z0-9_]+\.py)'", (pkg / "meson.build").read_text()))
+    on_disk = {f.name for f in pkg.glob("*.py") if f.name != "__init__.py"}
+    assert on_disk <= listed, f"not in python/mooncake/meson.build: {sorted(on_disk - listed)}"
+    built = os.path.dirname(mooncake.__file__)
+    for f in on_disk:
+        assert os.path.isfile(os.path.join(built, f)), f"{f} missing from {built}"
 
 
 # ---- mooncake_config ------------------------------------------------------------------

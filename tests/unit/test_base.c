@@ -77,8 +77,20 @@ static void config_table_defaults_env_and_bounds(void **state)
 	assert_int_equal(c.n, 7);
 	assert_true(c.flag); /* presence flags: any value enables */
 	setenv("TEST_MC_N", "70", 1);
-	mc_config_entry_load_env(cfg_tab, 4, &c);
+	assert_int_equal(mc_config_entry_load_env(cfg_tab, 4, &c), MC_OK);
 	assert_int_equal(c.n, 7); /* out of range ignored */
+	{
+		/* an ENV_STRICT entry: the same bad value fails the load, naming it */
+		struct mc_config_entry strict = cfg_tab[0];
+
+		strict.flags = MC_CONFIG_F_ENV_STRICT;
+		assert_int_equal(mc_config_entry_load_env(&strict, 1, &c), MC_ERR_INVALID_PARAMS);
+		assert_non_null(strstr(mc_last_error(), "TEST_MC_N='70'"));
+		assert_int_equal(c.n, 7);
+		setenv("TEST_MC_N", "8", 1);
+		assert_int_equal(mc_config_entry_load_env(&strict, 1, &c), MC_OK);
+		assert_int_equal(c.n, 8);
+	}
 	assert_int_equal(mc_config_entry_set(&cfg_tab[0], &c, "11"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(mc_last_error(), "option n"));
 	assert_null(mc_config_entry_find(cfg_tab, 4, "nope"));

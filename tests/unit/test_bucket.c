@@ -5,7 +5,8 @@
  *
  * The file cases run three times: through io_uring in a directory under
  * /tmp (the machine's disk) and under /dev/shm (tmpfs, when it exists),
- * and with the pread/pwrite fallback forced.
+ * and with the pread/pwrite fallback forced, each with O_DIRECT where the
+ * directory takes it; a few run a fourth time with O_DIRECT turned off.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,11 +38,14 @@
 /* Where and how a file case runs. */
 struct mode {
 	const char *base_dir;
-	bool uring; /* false: the pread/pwrite fallback, forced */
+	bool uring;	/* false: the pread/pwrite fallback, forced */
+	bool no_direct; /* buffered even where the file system takes O_DIRECT */
 };
 
-static const struct mode on_disk = {"/tmp", true}, on_tmpfs = {"/dev/shm", true},
-			 fallback = {"/tmp", false};
+/* O_DIRECT is used wherever the directory takes it (the disk; tmpfs too
+ * since Linux 6.6, which emulates it); buffered forces it off */
+static const struct mode on_disk = {"/tmp", true, false}, on_tmpfs = {"/dev/shm", true, false},
+			 fallback = {"/tmp", false, false}, buffered = {"/tmp", true, true};
 static char dir[256];
 static int dirfd_ = -1;
 static struct mc_disk_io *IO;
@@ -50,13 +54,17 @@ static int dir_setup(void **state)
 {
 	const struct mode *m = *state;
 	struct mc_disk_io_params p = {.use_uring = m->uring};
-	if (mc_disk_io_new(&p, &IO) != MC_OK || mc_disk_io_uring(IO) != m->uring)
-		return -1;
 	/* without /dev/shm, /tmp: the disk twice */
 	if (!mc_test_tmpdir(m->base_dir, "mc-bucket", dir, sizeof(dir)))
 		return -1;
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return dirfd_ < 0 ? -1 : 0;
+	if (dirfd_ < 0)
+		return -1;
+	/* O_DIRECT where the file system takes it, as the disk store opens it */
+	p.direct = !m->no_direct && mc_disk_dir_direct(dirfd_);
+	if (mc_disk_io_new(&p, &IO) != MC_OK || mc_disk_io_uring(IO) != m->uring)
+		return -1;
+	return 0;
 }
 
 static int dir_teardown(void **state)
@@ -134,7 +142,7 @@ static void sample_free(struct sample *s)
 static mc_status read_entry(const char *id, const struct mc_bucket_entry *e, void *dst)
 {
 	mc_status rc;
-	int fd = mc_bucket_open(dirfd_, id, &rc);
+	int fd = mc_bucket_open(IO, dirfd_, id, &rc);
 	if (fd < 0)
 		return rc;
 	rc = mc_bucket_read(IO, fd, e, dst, e->data_len);
@@ -174,7 +182,7 @@ static void write_load_read(void **state)
 	/* a buffer too small is refused before any byte is read */
 	{
 		mc_status rc;
-		int fd = mc_bucket_open(dirfd_, id, &rc);
+		int fd = mc_bucket_open(IO, dirfd_, id, &rc);
 		char small[10];
 		assert_true(fd >= 0);
 		assert_int_equal(mc_bucket_read(IO, fd, &m.entries[0], small, sizeof(small)),
@@ -251,8 +259,8 @@ static void batch_reads_check_each_record(void **state)
 	assert_int_equal(mc_bucket_write(IO, dirfd_, "r1", s.objs, 3, &m1), MC_OK);
 	assert_int_equal(mc_bucket_write(IO, dirfd_, "r2", s.objs, 2, &m2), MC_OK);
 	flip("r2.bucket", (off_t)(m2.entries[0].offset + mc_bucket_rec_data_off(5) + 3));
-	fd1 = mc_bucket_open(dirfd_, "r1", &rc);
-	fd2 = mc_bucket_open(dirfd_, "r2", &rc);
+	fd1 = mc_bucket_open(IO, dirfd_, "r1", &rc);
+	fd2 = mc_bucket_open(IO, dirfd_, "r2", &rc);
 	assert_true(fd1 >= 0 && fd2 >= 0);
 	for (int i = 0; i < 5; i++)
 		got[i] = malloc((1u << 20) + 1);
@@ -287,6 +295,130 @@ static void batch_reads_check_each_record(void **state)
 	mc_bucket_meta_release(&m1);
 	mc_bucket_meta_release(&m2);
 	sample_free(&s);
+}
+
+/* ---- O_DIRECT ---------------------------------------------------------------------------- */
+
+static bool on_tmpfs_dir(void)
+{
+	return strncmp(dir, "/dev/shm/", 9) == 0;
+}
+
+/*
+ * Values of every shape against the block size (empty, under one block,
+ * exactly one, one and a byte, a MiB and a byte), from aligned and
+ * unaligned memory, read back into unaligned memory, into aligned memory
+ * of exactly their length and into aligned memory with room for the
+ * padding: byte-exact every way, nothing written past a capacity, and on
+ * a file system that takes O_DIRECT (the disk) every data-file operation
+ * went through it, while on tmpfs none did.
+ */
+static void direct_io_where_the_file_system_takes_it(void **state)
+{
+	enum { N = 6 };
+	static const size_t lens[N] = {0, 1, 4095, 4096, 4097, (1u << 20) + 1};
+	const struct mode *mode = *state;
+	struct mc_bucket_obj objs[2 * N];
+	struct mc_bucket_meta m;
+	struct mc_disk_io_stats before, after;
+	char keys[2 * N][16];
+	uint8_t *vals[2 * N], *raw[2 * N];
+	bool direct = mc_disk_io_direct(IO);
+	mc_status rc;
+	int fd;
+
+	if (mode->no_direct)
+		assert_false(direct);
+	else
+		assert_int_equal(direct, mc_disk_dir_direct(dirfd_));
+	/* the disk takes O_DIRECT (a test directory elsewhere may not) */
+	if (!mode->no_direct && !on_tmpfs_dir() && !direct)
+		fprintf(stderr, "note: %s does not take O_DIRECT; buffered path only\n", dir);
+	for (int i = 0; i < 2 * N; i++) {
+		size_t len = lens[i % N];
+		/* the first N at an odd address, the next N block-aligned */
+		raw[i] = aligned_alloc(4096, (len + 4096 + 1 + 4095) & ~(size_t)4095);
+		vals[i] = i < N ? raw[i] + 1 : raw[i];
+		mc_test_fill(vals[i], len, 100 + (uint64_t)i);
+		snprintf(keys[i], sizeof(keys[i]), "key-%d", i);
+		objs[i] =
+			(struct mc_bucket_obj){keys[i], strlen(keys[i]), len ? vals[i] : NULL, len};
+	}
+	mc_disk_io_stats(IO, &before);
+	assert_int_equal(mc_bucket_write(IO, dirfd_, "dio", objs, 2 * N, &m), MC_OK);
+	mc_disk_io_stats(IO, &after);
+	if (direct) {
+		assert_true(after.direct_ops > before.direct_ops);
+		/* every record byte of the data file went through O_DIRECT */
+		assert_int_equal(after.direct_bytes - before.direct_bytes, m.bucket_bytes);
+	} else {
+		assert_int_equal(after.direct_ops, 0);
+	}
+	fd = mc_bucket_open(IO, dirfd_, "dio", &rc);
+	assert_true(fd >= 0);
+	assert_int_equal((fcntl(fd, F_GETFL) & O_DIRECT) != 0, direct);
+	for (int i = 0; i < 2 * N; i++) {
+		size_t len = lens[i % N], padded = (len + 4095) & ~(size_t)4095;
+		uint8_t *a = aligned_alloc(4096, padded + 8192); /* a multiple of 4096 */
+		uint8_t *u = malloc(len + 2);
+		struct mc_bucket_read_req r[3];
+		/* unaligned; aligned with exactly len; aligned with room for the padding */
+		memset(a, 0xee, padded + 8192);
+		memset(u, 0xee, len + 2);
+		r[0] = (struct mc_bucket_read_req){fd, &m.entries[i], u + 1, len, MC_OK};
+		r[1] = (struct mc_bucket_read_req){fd, &m.entries[i], a, len, MC_OK};
+		assert_int_equal(mc_bucket_read_batch(IO, r, 2), MC_OK);
+		assert_memory_equal(u + 1, vals[i], len);
+		assert_int_equal(u[0], 0xee);
+		assert_int_equal(u[len + 1], 0xee);
+		assert_memory_equal(a, vals[i], len);
+		for (size_t k = len; k < padded + 8192; k++)
+			assert_int_equal(a[k], 0xee); /* nothing past cap */
+		r[2] = (struct mc_bucket_read_req){fd, &m.entries[i], a + 4096, padded, MC_OK};
+		assert_int_equal(mc_bucket_read_batch(IO, &r[2], 1), MC_OK);
+		assert_memory_equal(a + 4096, vals[i], len);
+		assert_int_equal(a[4096 + padded], 0xee);
+		free(a);
+		free(u);
+	}
+	/* a read refused for its capacity does not change how the next read of
+	 * the same descriptor is done */
+	{
+		uint8_t small[16], *big = malloc(lens[5]);
+		struct mc_bucket_read_req r[2] = {
+			{fd, &m.entries[N + 5], small, sizeof(small), MC_OK},
+			{fd, &m.entries[N + 5], big + 0, lens[5], MC_OK},
+		};
+		assert_int_equal(mc_bucket_read_batch(IO, r, 2), MC_ERR_BUFFER_OVERFLOW);
+		assert_int_equal(r[0].status, MC_ERR_BUFFER_OVERFLOW);
+		assert_int_equal(r[1].status, MC_OK);
+		assert_memory_equal(big, vals[N + 5], lens[5]);
+		free(big);
+	}
+	mc_disk_io_stats(IO, &before);
+	if (direct)
+		assert_true(before.direct_bytes > after.direct_bytes);
+	else
+		assert_int_equal(before.direct_ops, 0);
+	/* a flipped value byte is caught on the direct path too */
+	flip("dio.bucket", (off_t)(m.entries[N + 5].offset + mc_bucket_rec_data_off(6) + 4096));
+	{
+		uint8_t *got = malloc(lens[5]);
+		assert_int_equal(mc_bucket_read(IO, fd, &m.entries[N + 5], got, lens[5]),
+				 MC_ERR_CHECKSUM_MISMATCH);
+		free(got);
+	}
+	/* an unaligned operation marked direct is refused before anything runs */
+	{
+		uint8_t buf[100];
+		struct mc_disk_op op = {.fd = fd, .buf = buf, .len = 100, .direct = true};
+		assert_int_equal(mc_disk_io_run(IO, &op, 1), MC_ERR_INVALID_PARAMS);
+		assert_non_null(strstr(mc_last_error(), "aligned"));
+	}
+	close(fd);
+	mc_bucket_meta_release(&m);
+	for (int i = 0; i < 2 * N; i++)
+		free(raw[i]);
 }
 
 /* ---- damage on disk ---------------------------------------------------------------------- */
@@ -587,6 +719,10 @@ int main(void)
 		cmocka_unit_test(index_codec_round_trip_and_refusals),
 		cmocka_unit_test(record_header_codec),
 		ALL_MODES(write_load_read),
+		ALL_MODES(direct_io_where_the_file_system_takes_it),
+		ON(direct_io_where_the_file_system_takes_it, buffered),
+		ON(write_load_read, buffered),
+		ON(batch_reads_check_each_record, buffered),
 		ALL_MODES(bad_writes_leave_nothing),
 		ALL_MODES(damaged_records_are_refused),
 		ALL_MODES(scan_keeps_complete_buckets_only),

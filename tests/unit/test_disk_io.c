@@ -71,7 +71,7 @@ static void batches_round_trip(bool uring)
 		src[i] = malloc(len[i]);
 		dst[i] = calloc(1, len[i]);
 		mc_test_fill(src[i], len[i], (uint64_t)i);
-		ops[i] = (struct mc_disk_op){fd, true, src[i], len[i], off, MC_ERR_INTERNAL};
+		ops[i] = (struct mc_disk_op){fd, true, src[i], len[i], off, MC_ERR_INTERNAL, false};
 		off += len[i];
 	}
 	assert_int_equal(mc_disk_io_run(io, ops, N), MC_OK);
@@ -92,8 +92,8 @@ static void batches_round_trip(bool uring)
 	{
 		char a[100], b[100];
 		struct mc_disk_op two[2] = {
-			{fd, false, a, sizeof(a), 0, MC_OK},
-			{fd, false, b, sizeof(b), off - 10, MC_OK},
+			{fd, false, a, sizeof(a), 0, MC_OK, false},
+			{fd, false, b, sizeof(b), off - 10, MC_OK, false},
 		};
 		assert_int_equal(mc_disk_io_run(io, two, 2), MC_ERR_FILE_READ_FAIL);
 		assert_int_equal(two[0].status, MC_OK);
@@ -103,7 +103,7 @@ static void batches_round_trip(bool uring)
 	/* a descriptor that is not open: every op fails, none hangs */
 	{
 		char a[10];
-		struct mc_disk_op bad = {987654, false, a, sizeof(a), 0, MC_OK};
+		struct mc_disk_op bad = {987654, false, a, sizeof(a), 0, MC_OK, false};
 		assert_int_equal(mc_disk_io_run(io, &bad, 1), MC_ERR_FILE_READ_FAIL);
 		assert_non_null(strstr(mc_last_error(), "Bad file descriptor"));
 	}
@@ -150,7 +150,8 @@ static void fixed_staging_buffer(void **state)
 					     stage + (size_t)i * (len / 4),
 					     len / 4,
 					     (uint64_t)(3 - i) * (len / 4),
-					     MC_OK};
+					     MC_OK,
+					     direct};
 	assert_int_equal(mc_disk_io_run(io, ops, 4), MC_OK);
 	memset(stage, 0, len);
 	/* read each quarter back into the place it was written from */

@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "base/log.h"
+#include "store/disk_io.h"
 #include "store/disk_store.h"
 #include "support.h"
 
@@ -946,6 +947,88 @@ static void settings_come_from_the_environment(void **state)
 	unsetenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
 }
 
+/*
+ * The store opens its data files O_DIRECT where the directory takes it
+ * (the disk; tmpfs too on Linux 6.6 and later), every bucket byte then
+ * moving through it, and buffered when MC_STORE_OFFLOAD_DIRECT_IO is off;
+ * both ways, and with io_uring forced off, every value (unaligned memory,
+ * odd lengths, batched and single) reads back byte-exact, put through
+ * put and through append (whose pending copies are aligned).
+ */
+static void direct_io_where_taken_and_the_switch(void **state)
+{
+	struct {
+		bool direct, uring;
+	} runs[3] = {{true, true}, {false, true}, {true, false}};
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		struct mc_disk_store_config cfg;
+		struct mc_disk_store_stats st;
+		struct mc_disk_keys done = {0};
+		struct mc_disk_store *ds;
+		struct mc_disk_obj o[4];
+		char k[4][8] = {"app-0", "app-1", "app-2", "app-3"};
+		char *v[4];
+		bool takes;
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+
+		assert_true(dfd >= 0);
+		takes = mc_disk_dir_direct(dfd);
+		close(dfd);
+		if (r == 0)
+			fprintf(stderr, "%s %s O_DIRECT\n", dir, takes ? "takes" : "does not take");
+		cfg_make(&cfg);
+		cfg.direct_io = runs[r].direct;
+		cfg.use_uring = runs[r].uring;
+		cfg.bucket_keys_limit = 7;
+		/* pending copies: an arena of 3 + 7 blocks; the last object is larger */
+		cfg.bucket_size_limit = 3 * 4096;
+		ds = open_ok(&cfg);
+		put_range(ds, 0, 60, 20, 40 + (uint64_t)r);
+		for (int i = 0; i < 4; i++) {
+			size_t len = i < 3 ? 4999 : 100000;
+			v[i] = malloc(len + (size_t)i);
+			mc_test_fill(v[i], len + (size_t)i, 90 + (uint64_t)i);
+			o[i] = (struct mc_disk_obj){
+				.key = k[i], .key_len = 5, .data = v[i] + i, .len = len};
+		}
+		assert_int_equal(mc_disk_store_append(ds, o, 2, &done, NULL), MC_OK);
+		assert_int_equal(mc_disk_store_append(ds, o + 2, 2, &done, NULL), MC_OK);
+		assert_int_equal(mc_disk_store_flush(ds, &done, NULL), MC_OK);
+		assert_int_equal(done.n, 4);
+		mc_disk_store_stats(ds, &st);
+		assert_int_equal(st.direct, runs[r].direct && takes);
+		if (st.direct) {
+			assert_true(st.direct_ops > 0);
+			assert_true(st.direct_bytes >= st.written_bytes - st.buckets * 4096u * 2);
+		} else {
+			assert_int_equal(st.direct_ops, 0);
+		}
+		for (int i = 0; i < 60; i++)
+			check_key(ds, i, 40 + (uint64_t)r);
+		for (int i = 0; i < 4; i++) {
+			size_t len = i < 3 ? 4999 : 100000;
+			char *got = malloc(len + 1);
+			uint64_t n = 0;
+			assert_int_equal(mc_disk_store_get(ds, k[i], 5, got + 1, len, &n), MC_OK);
+			assert_int_equal(n, len);
+			assert_memory_equal(got + 1, v[i] + i, len);
+			free(got);
+			free(v[i]);
+		}
+		mc_disk_keys_release(&done);
+		mc_disk_store_close(ds);
+		/* and again after a restart, through the other setting */
+		cfg.direct_io = !runs[r].direct;
+		ds = open_ok(&cfg);
+		for (int i = 0; i < 60; i++)
+			check_key(ds, i, 40 + (uint64_t)r);
+		assert_int_equal(mc_disk_store_remove_all(ds, NULL), MC_OK);
+		mc_disk_store_close(ds);
+		mc_disk_store_config_release(&cfg);
+	}
+}
+
 #define CASES(base)                                                                                \
 	cmocka_unit_test_prestate_setup_teardown(round_trip_many_keys_across_buckets, dir_setup,   \
 						 dir_teardown, base),                              \
@@ -980,6 +1063,8 @@ static void settings_come_from_the_environment(void **state)
 		cmocka_unit_test_prestate_setup_teardown(one_process_per_directory, dir_setup,     \
 							 dir_teardown, base),                      \
 		cmocka_unit_test_prestate_setup_teardown(bad_directories_and_settings_are_refused, \
+							 dir_setup, dir_teardown, base),           \
+		cmocka_unit_test_prestate_setup_teardown(direct_io_where_taken_and_the_switch,     \
 							 dir_setup, dir_teardown, base)
 
 int main(void)

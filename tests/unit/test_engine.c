@@ -295,22 +295,60 @@ static void local_ranges_must_be_registered(void **state)
 	free(heap);
 }
 
+/* The registrations that need page 1 of m to be a hole: alone, as part of a
+ * range, and in a batch whose other entry is good (all or nothing).  Any
+ * allocation in this process (malloc, a sanitizer's own) may place a new
+ * one-page mapping into that hole at any time, the kernel's first choice
+ * for it: then the results mean nothing, and this returns false with
+ * anything registered by it undone. */
+static bool refuses_the_hole(struct pair *p, char *m, size_t pg)
+{
+	struct mc_te_buffer both[2] = {{.addr = m, .length = pg}, {.addr = m + pg, .length = pg}};
+	mc_status alone, range, batch, left;
+	bool named;
+
+	alone = mc_te_register(p->a, m + pg, pg, "cpu:0", true);
+	named = strstr(mc_last_error(), "not mapped") != NULL;
+	range = mc_te_register(p->a, m, 2 * pg, "cpu:0", true);
+	batch = mc_te_register_batch(p->a, both, 2, "cpu:0");
+	left = mc_te_deregister(p->a, m);
+	if (msync(m + pg, pg, MS_ASYNC) == 0) { /* mapped now: not ours */
+		mc_te_deregister(p->a, m + pg);
+		return false;
+	}
+	assert_int_equal(alone, MC_ERR_INVALID_PARAMS);
+	assert_true(named);
+	assert_int_equal(range, MC_ERR_INVALID_PARAMS);
+	assert_int_equal(batch, MC_ERR_INVALID_PARAMS);
+	assert_int_equal(left, MC_ERR_ADDRESS_NOT_REGISTERED); /* the good entry went too */
+	return true;
+}
+
 /* Registration refuses host memory the process cannot read and write in
- * every page: a hole, a read-only page, a PROT_NONE guard page. */
+ * every page: a hole, a read-only page, a PROT_NONE guard page.
+ * Regression: under ASan with detect_stack_use_after_return (CI's options)
+ * the hole was filled by the sanitizer's own mapping in about one run of
+ * ten, and the hole's refusals failed; such a run is now tried again. */
 static void registration_refuses_unmapped_memory(void **state)
 {
 	struct pair *p = *state;
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-	char *m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct mc_te_buffer both[2] = {{.addr = m, .length = pg}, {.addr = m + pg, .length = pg}};
+	char *m = MAP_FAILED;
+	int tries;
+	mc_status rc;
 
-	assert_true(m != MAP_FAILED);
-	assert_int_equal(munmap(m + pg, pg), 0); /* a hole in the middle */
-	assert_int_equal(mprotect(m + 2 * pg, pg, PROT_READ), 0);
-	assert_int_equal(mprotect(m + 3 * pg, pg, PROT_NONE), 0);
-	assert_int_equal(mc_te_register(p->a, m + pg, pg, "cpu:0", true), MC_ERR_INVALID_PARAMS);
-	assert_non_null(strstr(mc_last_error(), "not mapped"));
-	assert_int_equal(mc_te_register(p->a, m, 2 * pg, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	for (tries = 0; tries < 8; tries++) {
+		m = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		assert_true(m != MAP_FAILED);
+		assert_int_equal(munmap(m + pg, pg), 0); /* a hole in the middle */
+		assert_int_equal(mprotect(m + 2 * pg, pg, PROT_READ), 0);
+		assert_int_equal(mprotect(m + 3 * pg, pg, PROT_NONE), 0);
+		if (refuses_the_hole(p, m, pg))
+			break;
+		munmap(m, pg); /* page 1 belongs to someone else now */
+		munmap(m + 2 * pg, 2 * pg);
+	}
+	assert_true(tries < 8);
 	assert_int_equal(mc_te_register(p->a, m + 2 * pg, pg, "cpu:0", true),
 			 MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(mc_last_error(), "writable"));
@@ -318,11 +356,11 @@ static void registration_refuses_unmapped_memory(void **state)
 			 MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_te_register(p->a, (void *)(uintptr_t)0x10, 4096, "cpu:0", true),
 			 MC_ERR_INVALID_PARAMS);
-	/* all or nothing: the good first entry is not left behind */
-	assert_int_equal(mc_te_register_batch(p->a, both, 2, "cpu:0"), MC_ERR_INVALID_PARAMS);
-	assert_int_equal(mc_te_deregister(p->a, m), MC_ERR_ADDRESS_NOT_REGISTERED);
 	/* a good range still registers */
-	assert_int_equal(mc_te_register(p->a, m, pg, "cpu:0", true), MC_OK);
+	rc = mc_te_register(p->a, m, pg, "cpu:0", true);
+	if (rc != MC_OK)
+		print_error("good range refused: %s\n", mc_last_error());
+	assert_int_equal(rc, MC_OK);
 	assert_int_equal(mc_te_deregister(p->a, m), MC_OK);
 	munmap(m, pg);
 	munmap(m + 2 * pg, 2 * pg);

@@ -5,14 +5,17 @@
  * populating leaves bytes written meanwhile intact, and a huge-page
  * request the system cannot meet falls back instead of failing.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -20,6 +23,7 @@
 #include "base/config.h"
 #include "base/time.h"
 #include "mem/hostmem.h"
+#include "mem/memreg.h"
 #include "mooncake/te.h"
 #include "support.h"
 
@@ -182,6 +186,64 @@ static void settings_are_checked(void **state)
 }
 
 /* The engine's buffers (mooncake/te.h): lazy until a block is faulted in. */
+static atomic_bool churn_stop;
+
+/* Map and unmap small regions without pause: the VMA list changes while
+ * another thread reads /proc/self/maps. */
+static void *churn_main(void *arg)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	(void)arg;
+	while (!atomic_load(&churn_stop)) {
+		char *m = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		if (m == MAP_FAILED)
+			continue;
+		mprotect(m + pg, pg, PROT_READ); /* three VMAs, so lines move */
+		munmap(m, 3 * pg);
+	}
+	return NULL;
+}
+
+static void mapped_check_holds_while_mappings_change(void **state)
+{
+	/* /proc/self/maps is read a page at a time, and a VMA list that
+	 * changes between two reads can hide a line from the reader: a good
+	 * range must still be found mapped (ASan's allocator made this fail
+	 * once in unit_engine_zc) */
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	enum { NFILL = 400, ROUNDS = 3000 };
+	char *fill[NFILL];
+	char *good =
+		mmap(NULL, 16 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	pthread_t th;
+	int bad = 0;
+
+	(void)state;
+	assert_true(good != MAP_FAILED);
+	for (int i = 0; i < NFILL; i++) { /* a maps file of many pages */
+		fill[i] = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		assert_true(fill[i] != MAP_FAILED);
+		assert_int_equal(mprotect(fill[i], pg, PROT_READ), 0);
+	}
+	atomic_store(&churn_stop, false);
+	assert_int_equal(pthread_create(&th, NULL, churn_main, NULL), 0);
+	for (int r = 0; r < ROUNDS; r++)
+		bad += mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg) != MC_OK;
+	atomic_store(&churn_stop, true);
+	pthread_join(th, NULL);
+	assert_int_equal(bad, 0);
+	/* and a real hole is still one */
+	assert_int_equal(munmap(good + 4 * pg, pg), 0);
+	assert_int_equal(mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg),
+			 MC_ERR_INVALID_PARAMS);
+	munmap(good, 16 * pg);
+	for (int i = 0; i < NFILL; i++)
+		munmap(fill[i], 2 * pg);
+}
+
 static void engine_host_buffers(void **state)
 {
 	uint8_t *p;
@@ -215,6 +277,7 @@ int main(void)
 		cmocka_unit_test(hugepages_fall_back),
 		cmocka_unit_test(settings_are_checked),
 		cmocka_unit_test(engine_host_buffers),
+		cmocka_unit_test(mapped_check_holds_while_mappings_change),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,14 +135,11 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 {
 	static const char *const refused[][2] = {
 		{"enable_ha", "true"},
-		{"enable_offload", "1"},
 		{"enable_oplog", "yes"},
 		{"enable_snapshot", "true"},
-		{"promotion_on_hit", "true"},
 		{"enable_cxl", "true"},
 		{"enable_kv_events", "true"},
 		{"enable_metadata_cleanup_on_timeout", "true"},
-		{"root_fs_dir", "/mnt/shared"},
 		{"dynamic_replication_mode", "enforce"},
 		{"memory_allocator", "cachelib"},
 		{"allocation_strategy", "cxl"},
@@ -290,6 +287,17 @@ static void argv_forms_and_precedence(void **state)
 	assert_int_not_equal(parse(&c, &code, NULL, "--port"), MC_OK);
 	assert_int_equal(code, 2);
 	assert_int_not_equal(parse(&c, &code, NULL, "--default_kv_soft_pin_ttl=2d"), MC_OK);
+	assert_int_equal(code, 2);
+	mc_master_server_config_release(&c);
+	/* the legacy DISK tier, alone; never with the SSD tier (spec 5.1) */
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(parse(&c, &code, NULL, "--root_fs_dir=/mnt/shared", "--cluster_id=c1"),
+			 MC_OK);
+	assert_string_equal(c.root_fs_dir, "/mnt/shared");
+	mc_master_server_config_release(&c);
+	mc_master_server_config_defaults(&c);
+	assert_int_not_equal(
+		parse(&c, &code, NULL, "--root_fs_dir=/mnt/shared", "--enable_offload"), MC_OK);
 	assert_int_equal(code, 2);
 	mc_master_server_config_release(&c);
 }

@@ -233,6 +233,12 @@ static void http_put_get_del_round_trip(void **state)
 	assert_string_equal(out, v);
 	mc_free(out);
 
+	/* the embedding process reads the same value in place */
+	assert_int_equal(mc_http_meta_server_get(f->srv, "mooncake/ram/n1", &out, &len), MC_OK);
+	assert_int_equal(len, strlen(v));
+	assert_string_equal(out, v);
+	mc_free(out);
+
 	/* plain keys overwrite */
 	assert_int_equal(mc_meta_put(f->meta, "mooncake/ram/n1", "{}", 2), MC_OK);
 	assert_int_equal(mc_meta_get(f->meta, "mooncake/ram/n1", &out, &len), MC_OK);
@@ -247,6 +253,11 @@ static void http_put_get_del_round_trip(void **state)
 	assert_ptr_equal(out, (char *)0x1); /* untouched */
 	assert_non_null(strstr(mc_last_error(), "404"));
 	assert_int_equal(mc_meta_del(f->meta, "mooncake/ram/n1"), MC_ERR_NOT_FOUND);
+	out = (char *)0x1;
+	assert_int_equal(mc_http_meta_server_get(f->srv, "mooncake/ram/n1", &out, &len),
+			 MC_ERR_NOT_FOUND);
+	assert_ptr_equal(out, (char *)0x1);
+	assert_int_equal(mc_http_meta_server_get(NULL, "k", &out, &len), MC_ERR_INVALID_PARAMS);
 }
 
 static void http_empty_and_large_values(void **state)

@@ -146,6 +146,13 @@ static struct mc_store_put_item put_items[MAX_ITEMS];
 static struct mc_store_put_start_item ps_items[MAX_ITEMS];
 static struct mc_store_object_meta metas[MAX_ITEMS];
 static int32_t statuses[MAX_ITEMS];
+static struct mc_store_tenant_key tkeys[MAX_ITEMS];
+static struct mc_store_offload_item off_items[MAX_ITEMS];
+static struct mc_store_offload_result off_results[MAX_ITEMS];
+static struct mc_store_promotion_task promo_tasks[MAX_ITEMS];
+static struct mc_store_promotion_result promo_results[MAX_ITEMS];
+static struct mc_store_offload_rpc_item orpc_items[MAX_ITEMS];
+static struct mc_store_offload_rpc_buf orpc_bufs[MAX_ITEMS];
 static char key_text[MAX_ITEMS][16];
 
 static void items_init(uint32_t n)
@@ -169,6 +176,19 @@ static void items_init(uint32_t n)
 			.replicas = ok ? reps : NULL};
 		metas[i] = (struct mc_store_object_meta){many_keys[i], {i % 2 == 0, i * 31ull}};
 		statuses[i] = ok ? MC_OK : MC_ERR_OBJECT_HAS_LEASE;
+		orpc_items[i] = (struct mc_store_offload_rpc_item){i % 2 ? S("t") : S(""),
+								   many_keys[i], (uint64_t)i << 12};
+		orpc_bufs[i] = (struct mc_store_offload_rpc_buf){
+			ok ? MC_OK : MC_ERR_BUFFER_OVERFLOW, ok ? 0x7f0000000000ull + i : 0};
+		tkeys[i] = (struct mc_store_tenant_key){i % 2 ? S("t") : S(""), many_keys[i]};
+		off_items[i] = (struct mc_store_offload_item){
+			S("t"), many_keys[i], (uint64_t)i << 12, 0x7f0000000000ull + i * 4096};
+		off_results[i] = (struct mc_store_offload_result){S(""), many_keys[i], i * 7ull,
+								  ok ? MC_OK : MC_ERR_IO};
+		promo_tasks[i] =
+			(struct mc_store_promotion_task){S("t"), many_keys[i], 1 << 20, reps[0]};
+		promo_results[i] = (struct mc_store_promotion_result){
+			S("t"), many_keys[i], UINT64_MAX - i, ok ? MC_OK : MC_ERR_FILE_READ_FAIL};
 	}
 }
 
@@ -195,6 +215,10 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 				(struct mc_store_ping_resp){-42, MC_STORE_CLIENT_NEED_REMOUNT};
 		else
 			u->client_req.client_id = (struct mc_store_uuid){1, UINT64_MAX};
+		return;
+	case MC_STORE_GET_FSDIR:
+		if (resp)
+			u->fsdir_resp.fsdir = S("/mnt/shared/mooncake_cluster");
 		return;
 	case MC_STORE_MOUNT_SEGMENT:
 		if (!resp)
@@ -258,13 +282,14 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_UPSERT_END:
 		if (!resp)
 			u->put_end_req = (struct mc_store_put_end_req){
-				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, key, {true, 12345}};
+				{9, 10}, S("t"),	MC_STORE_REPLICA_ALL,
+				key,	 {true, 12345}, {true, 777}};
 		return;
 	case MC_STORE_PUT_REVOKE:
 	case MC_STORE_UPSERT_REVOKE:
 		if (!resp)
 			u->put_revoke_req = (struct mc_store_put_revoke_req){
-				{9, 10}, S("t"), MC_STORE_REPLICA_MEMORY, key};
+				{9, 10}, S("t"), MC_STORE_REPLICA_MEMORY, key, {false, 0}};
 		return;
 	case MC_STORE_BATCH_PUT_END:
 	case MC_STORE_BATCH_UPSERT_END:
@@ -313,6 +338,68 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else
 			u->keys_resp = (struct mc_store_keys_resp){n, many_keys};
 		return;
+	case MC_STORE_MOUNT_LOCAL_DISK_SEGMENT:
+		if (!resp)
+			u->mount_local_disk_req = (struct mc_store_mount_local_disk_req){
+				{3, 4}, true, S("10.0.0.5:50052")};
+		return;
+	case MC_STORE_UNMOUNT_LOCAL_DISK_SEGMENT:
+		if (!resp)
+			u->client_req.client_id = (struct mc_store_uuid){3, 4};
+		return;
+	case MC_STORE_OFFLOAD_OBJECT_HEARTBEAT:
+		if (!resp)
+			u->offload_heartbeat_req =
+				(struct mc_store_offload_heartbeat_req){{3, 4}, true, 1000};
+		else
+			u->offload_heartbeat_resp = (struct mc_store_offload_heartbeat_resp){
+				n, off_items, n / 2, tkeys, n % 2 == 1};
+		return;
+	case MC_STORE_NOTIFY_OFFLOAD_SUCCESS:
+		if (!resp)
+			u->notify_offload_req =
+				(struct mc_store_notify_offload_req){{3, 4}, n, off_results};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	case MC_STORE_REPORT_SSD_CAPACITY:
+		if (!resp)
+			u->ssd_capacity_req =
+				(struct mc_store_ssd_capacity_req){{3, 4}, 1ull << 40, 12345};
+		return;
+	case MC_STORE_BATCH_EVICT_DISK_REPLICA:
+		if (!resp)
+			u->evict_disk_req = (struct mc_store_evict_disk_req){{3, 4}, n, tkeys};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	case MC_STORE_PROMOTION_OBJECT_HEARTBEAT:
+		if (!resp)
+			u->promotion_heartbeat_req =
+				(struct mc_store_promotion_heartbeat_req){{3, 4}, 8};
+		else
+			u->promotion_heartbeat_resp =
+				(struct mc_store_promotion_heartbeat_resp){n, promo_tasks};
+		return;
+	case MC_STORE_NOTIFY_PROMOTION:
+		if (!resp)
+			u->notify_promotion_req =
+				(struct mc_store_notify_promotion_req){{3, 4}, n, promo_results};
+		else
+			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+		return;
+	case MC_STORE_BATCH_GET_OFFLOAD_OBJECT:
+		if (!resp)
+			u->offload_rpc_get_req =
+				(struct mc_store_offload_rpc_get_req){n, orpc_items};
+		else
+			u->offload_rpc_get_resp = (struct mc_store_offload_rpc_get_resp){
+				UINT64_MAX - 1, S("10.0.0.6:15001"), 5000, n, orpc_bufs};
+		return;
+	case MC_STORE_RELEASE_OFFLOAD_BUFFER:
+		if (!resp)
+			u->offload_rpc_release_req.batch_id = 42;
+		return;
 	default:
 		fail_msg("no sample for type %u", type);
 	}
@@ -342,7 +429,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 1, 2, 0, /* magic, 1.1, type 2 */
+		'M', 'C', 'S', 'T', 1, 4, 2, 0, /* magic, 1.4, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -402,6 +489,101 @@ static void replica_clear_layout_is_pinned(void **state)
 	mc_store_keys_resp_release(&got);
 	/* one byte short of the last key is malformed */
 	assert_int_equal(mc_store_batch_replica_clear_response_decode(b.data, b.len - 1, &got),
+			 MC_ERR_PROTOCOL);
+	mc_buf_release(&b);
+}
+
+static void ssd_tier_layouts_are_pinned(void **state)
+{
+	static const uint8_t want_hb[] = {
+		1,   0,	 0, 0,			  /* offload: count */
+		1,   0,	 0, 0, 't',		  /* tenant */
+		1,   0,	 0, 0, 'k',		  /* key */
+		5,   0,	 0, 0, 0,   0, 0, 0,	  /* size */
+		0,   16, 0, 0, 0,   0, 0, 0,	  /* address */
+		1,   0,	 0, 0,			  /* removes: count */
+		0,   0,	 0, 0, 2,   0, 0, 0, 'a', /* tenant "", key */
+		'b', 1,				  /* remove_all */
+	};
+	static const uint8_t want_notify[] = {
+		7,    0,    0,	  0,	0, 0, 0, 0,	 /* client_id.first */
+		9,    0,    0,	  0,	0, 0, 0, 0,	 /* client_id.second */
+		1,    0,    0,	  0,			 /* items: count */
+		0,    0,    0,	  0,	1, 0, 0, 0, 'k', /* tenant "", key */
+		5,    0,    0,	  0,	0, 0, 0, 0,	 /* size */
+		0x4d, 0xfb, 0xff, 0xff,			 /* status -1203 */
+	};
+	struct mc_store_offload_item item = {S("t"), S("k"), 5, 4096};
+	struct mc_store_tenant_key rm = {S(""), S("ab")};
+	struct mc_store_offload_heartbeat_resp hb = {1, &item, 1, &rm, true}, got;
+	struct mc_store_offload_result res = {S(""), S("k"), 5, MC_ERR_KEYS_ULTRA_LIMIT};
+	struct mc_store_notify_offload_req notify = {{7, 9}, 1, &res};
+	struct mc_buf b;
+
+	assert_int_equal(MC_STORE_MOUNT_LOCAL_DISK_SEGMENT, 64);
+	assert_int_equal(MC_STORE_NOTIFY_PROMOTION, 71);
+	assert_int_equal(MC_ERR_UNABLE_OFFLOAD, -1300);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_OFFLOAD_OBJECT_HEARTBEAT, true, &hb),
+			 MC_OK);
+	assert_int_equal(b.len, sizeof(want_hb));
+	assert_memory_equal(b.data, want_hb, sizeof(want_hb));
+	assert_int_equal(mc_store_offload_object_heartbeat_response_decode(b.data, b.len, &got),
+			 MC_OK);
+	assert_true(mc_store_offload_heartbeat_resp_equal(&got, &hb));
+	mc_store_offload_heartbeat_resp_release(&got);
+	/* remove_all must be 0 or 1 */
+	b.data[b.len - 1] = 2;
+	assert_int_equal(mc_store_offload_object_heartbeat_response_decode(b.data, b.len, &got),
+			 MC_ERR_PROTOCOL);
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_NOTIFY_OFFLOAD_SUCCESS, false, &notify),
+			 MC_OK);
+	assert_int_equal(b.len, sizeof(want_notify));
+	assert_memory_equal(b.data, want_notify, sizeof(want_notify));
+	mc_buf_release(&b);
+}
+
+static void offload_rpc_layout_is_pinned(void **state)
+{
+	static const uint8_t want_req[] = {
+		1, 0,	 0, 0,		       /* items: count */
+		1, 0,	 0, 0, 't',	       /* tenant */
+		2, 0,	 0, 0, 'k', 'y',       /* key */
+		0, 0x10, 0, 0, 0,   0,	 0, 0, /* size 4096 */
+	};
+	static const uint8_t want_resp[] = {
+		9,    0,    0,	  0,	0,   0,	  0, 0, /* batch_id */
+		2,    0,    0,	  0,	'h', 'p',	/* segment */
+		0x88, 0x13, 0,	  0,	0,   0,	  0, 0, /* gc_ttl_ms 5000 */
+		1,    0,    0,	  0,			/* items: count */
+		0xf6, 0xff, 0xff, 0xff,			/* status -10 */
+		0,    0x20, 0,	  0,	0,   0,	  0, 0, /* address 8192 */
+	};
+	struct mc_store_offload_rpc_item item = {S("t"), S("ky"), 4096};
+	struct mc_store_offload_rpc_get_req req = {1, &item};
+	struct mc_store_offload_rpc_buf ob = {MC_ERR_BUFFER_OVERFLOW, 8192};
+	struct mc_store_offload_rpc_get_resp resp = {9, S("hp"), 5000, 1, &ob}, got;
+	struct mc_buf b;
+
+	assert_int_equal(MC_STORE_BATCH_GET_OFFLOAD_OBJECT, 96);
+	assert_int_equal(MC_STORE_RELEASE_OFFLOAD_BUFFER, 97);
+	assert_int_equal(MC_ERR_BUFFER_OVERFLOW, -10);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_BATCH_GET_OFFLOAD_OBJECT, false, &req),
+			 MC_OK);
+	assert_int_equal(b.len, sizeof(want_req));
+	assert_memory_equal(b.data, want_req, sizeof(want_req));
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_BATCH_GET_OFFLOAD_OBJECT, true, &resp),
+			 MC_OK);
+	assert_int_equal(b.len, sizeof(want_resp));
+	assert_memory_equal(b.data, want_resp, sizeof(want_resp));
+	assert_int_equal(mc_store_batch_get_offload_object_response_decode(b.data, b.len, &got),
+			 MC_OK);
+	assert_true(mc_store_offload_rpc_get_resp_equal(&got, &resp));
+	mc_store_offload_rpc_get_resp_release(&got);
+	assert_int_equal(mc_store_batch_get_offload_object_response_decode(b.data, b.len - 1, &got),
 			 MC_ERR_PROTOCOL);
 	mc_buf_release(&b);
 }
@@ -628,8 +810,8 @@ static void every_message_round_trips(void **state)
 		round_trip(all_types[i], true, 3);
 	}
 	assert_false(mc_store_msg_known(0));
-	assert_false(mc_store_msg_known(7));
-	assert_false(mc_store_msg_known(64));
+	assert_false(mc_store_msg_known(8));
+	assert_false(mc_store_msg_known(72));
 	assert_false(mc_store_msg_known(0xffff));
 	assert_string_equal(mc_store_msg_name(0xffff), "unknown");
 	assert_string_equal(mc_store_msg_name(MC_STORE_PUT_START), "PUT_START");
@@ -809,6 +991,10 @@ static void truncation_at_every_offset_is_a_protocol_error(void **state)
 				struct mc_store_msg m;
 				union body v;
 
+				if (!resp && len + 9 == b.len &&
+				    (all_types[i] == MC_STORE_PUT_END ||
+				     all_types[i] == MC_STORE_UPSERT_END))
+					continue; /* the minor-3 payload: its replica_id absent */
 				/* a short frame */
 				assert_int_equal(mc_store_msg_decode(b.data, len, MAX_PAYLOAD, &m),
 						 MC_ERR_PROTOCOL);
@@ -906,10 +1092,60 @@ static void forged_counts_and_lengths_allocate_nothing(void **state)
 	assert_int_equal(alloc, sizeof(struct mc_store_replica_list_item));
 }
 
+/*
+ * A field appended in a later minor version (PutEnd's and PutRevoke's
+ * replica_id, minor 4): absent, the payload is the older one byte for
+ * byte, and an older sender's payload decodes with it absent; present, it
+ * is a presence byte 1 and the value; a presence byte 0 or 2 there is a
+ * protocol error.
+ */
+static void an_appended_field_is_absent_in_an_older_payload(void **state)
+{
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 3, S("k"), {false, 0}, {false, 0}};
+	struct mc_store_put_revoke_req pr = {{1, 2}, S(""), 3, S("k"), {false, 0}};
+	struct mc_store_msg m;
+	struct mc_buf b;
+	size_t old_len;
+
+	(void)state;
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	/* client_id 16, tenant 4, replica type 1, key 4+1, checksum 1 */
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN + 27);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_false(m.body.put_end_req.replica_id.present);
+	mc_store_msg_release(&m);
+	old_len = b.len;
+
+	pe.replica_id = (struct mc_proto_opt_u64){true, 0x1122334455667788ull};
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	assert_int_equal(b.len, old_len + 9);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(m.body.put_end_req.replica_id.present);
+	assert_true(m.body.put_end_req.replica_id.value == 0x1122334455667788ull);
+	mc_store_msg_release(&m);
+	b.data[old_len] = 0; /* an absent tail is never sent */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+	b.data[old_len] = 2;
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+
+	pr.replica_id = (struct mc_proto_opt_u64){true, 5};
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_revoke_request_encode(&b, 1, &pr), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(m.body.put_revoke_req.replica_id.present);
+	assert_int_equal(m.body.put_revoke_req.replica_id.value, 5);
+	mc_store_msg_release(&m);
+	/* truncated inside the tail */
+	assert_int_equal(mc_store_msg_decode(b.data, b.len - 1, MAX_PAYLOAD, &m), MC_ERR_PROTOCOL);
+	mc_buf_release(&b);
+}
+
 static void bad_flags_and_tags_are_protocol_errors(void **state)
 {
 	struct mc_store_exist_resp e = {true};
-	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}};
 	struct mc_store_put_start_resp ps = {1, reps};
 	struct mc_store_replica bad = reps[0];
 	struct mc_store_msg m;
@@ -1080,6 +1316,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(header_layout_is_pinned),
 		cmocka_unit_test(replica_clear_layout_is_pinned),
+		cmocka_unit_test(ssd_tier_layouts_are_pinned),
+		cmocka_unit_test(offload_rpc_layout_is_pinned),
 		cmocka_unit_test(buf_writes_little_endian),
 		cmocka_unit_test(reader_count_checked_against_remaining),
 		cmocka_unit_test(header_rejects_bad_magic_version_and_size),
@@ -1092,6 +1330,7 @@ int main(void)
 		cmocka_unit_test(truncation_at_every_offset_is_a_protocol_error),
 		cmocka_unit_test(trailing_bytes_are_a_protocol_error),
 		cmocka_unit_test(forged_counts_and_lengths_allocate_nothing),
+		cmocka_unit_test(an_appended_field_is_absent_in_an_older_payload),
 		cmocka_unit_test(bad_flags_and_tags_are_protocol_errors),
 		cmocka_unit_test(encoder_refuses_bad_input_and_leaves_buffer_alone),
 		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),

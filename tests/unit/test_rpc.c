@@ -678,6 +678,43 @@ static void call_to_silent_server_times_out(void **state)
 	close(lfd);
 }
 
+/* One deadline bounds the whole call, and the call works before it. */
+static void call_until_keeps_one_deadline(void **state)
+{
+	struct fixture *f = fixture_start(0, 0);
+	int lfd = mc_sock_listen(0, 16);
+	char *resp = NULL;
+	size_t len = 0;
+	uint64_t t0, elapsed;
+	(void)state;
+
+	assert_int_equal(mc_rpc_call_until("127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2,
+					   mc_now_ms() + 2000, 0, &resp, &len),
+			 MC_OK);
+	assert_string_equal(resp, "3:{}\n");
+	mc_free(resp);
+	resp = NULL;
+	fixture_stop(f);
+
+	assert_true(lfd >= 0);
+	t0 = mc_now_ms();
+	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+					   2, t0 + 300, 0, &resp, &len),
+			 MC_ERR_TIMEOUT);
+	elapsed = mc_now_ms() - t0;
+	assert_true(elapsed >= 290);
+	assert_true(elapsed < 1000); /* by the deadline */
+	assert_null(resp);
+	/* a deadline already past fails at once */
+	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+					   2, mc_now_ms() - 1, 0, &resp, &len),
+			 MC_ERR_TIMEOUT);
+	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+					   2, 0, 0, &resp, &len),
+			 MC_ERR_INVALID_PARAMS);
+	close(lfd);
+}
+
 enum fake_mode {
 	FAKE_WRONG_TYPE,
 	FAKE_UNTYPED,
@@ -888,6 +925,7 @@ int main(void)
 		cmocka_unit_test(concurrent_clients),
 		cmocka_unit_test(call_to_closed_port_is_refused),
 		cmocka_unit_test(call_to_silent_server_times_out),
+		cmocka_unit_test(call_until_keeps_one_deadline),
 		cmocka_unit_test(bad_responses_are_protocol_errors),
 		cmocka_unit_test(stop_with_connections_open),
 		cmocka_unit_test(connection_limit_refuses_extra_clients),

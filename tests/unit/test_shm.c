@@ -199,6 +199,21 @@ static void codec_roundtrip_and_rejects(void **state)
 	assert_int_equal(mc_shm_resp_decode(resp, &id, &st), MC_ERR_PROTOCOL);
 }
 
+/* Regression: the receiver's timeout scan read the clock once, then looked
+ * at each lane; a lane whose first request a submitter stamped in between
+ * had progress later than "now", the unsigned difference was huge, and the
+ * lane went down as "no progress within the i/o timeout" at once (test_engine
+ * under load, 96 requests failed within seconds of a 30 s timeout). */
+static void a_lane_stamped_after_the_clock_read_is_not_stuck(void **state)
+{
+	(void)state;
+	assert_false(mc_shm_lane_stuck(1000, 1001, 5, 30000)); /* stamped later */
+	assert_false(mc_shm_lane_stuck(1000, 1000, 5, 30000));
+	assert_false(mc_shm_lane_stuck(31000, 1000, 5, 30000)); /* exactly the timeout */
+	assert_true(mc_shm_lane_stuck(31001, 1000, 5, 30000));
+	assert_false(mc_shm_lane_stuck(99999, 1000, 0, 30000)); /* nothing queued */
+}
+
 static void descriptor_field_is_optional(void **state)
 {
 	const char *without = "{\"name\":\"x\",\"protocol\":\"tcp\",\"tcp_data_port\":1,"
@@ -422,6 +437,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(codec_roundtrip_and_rejects),
 		cmocka_unit_test(descriptor_field_is_optional),
+		cmocka_unit_test(a_lane_stamped_after_the_clock_read_is_not_stuck),
 		cmocka_unit_test_setup_teardown(same_host_path_moves_every_byte, setup_on,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(many_requests_in_flight, setup_on, teardown_pair),

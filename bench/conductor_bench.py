@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""mooncake_conductor's scheduling latency on loopback (issue 17, "Performance").
+
+Starts mooncake_master (free ports, --mount_probe=false: bench/conductor_bench
+mounts fake segments, as store_proto_bench does) and mooncake_conductor
+pointed at it (--port=0, its port read from its "listening" line), then runs
+bench/conductor_bench against both with their pids (for the CPU time per
+call) and every argument this script does not know, and stops them.  The
+bench's output (a table, or one JSON object with --json) is passed through.
+
+usage: bench/conductor_bench.py [--build build] [--conductor-arg=--http_threads=4 ...]
+                                [--master-arg=...] [conductor_bench flags]
+e.g.   bench/conductor_bench.py --blocks=1000000 --duration=10 --runs=3 --concurrency=8
+       bench/conductor_bench.py --blocks=20000 --duration=5 --runs=1   # a smoke run
+"""
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import master_rss  # noqa: E402
+
+LISTEN_RE = re.compile(r"mooncake_conductor listening port=(\d+)")
+
+
+class Conductor:
+    """mooncake_conductor on a free port; its stderr is kept for errors."""
+
+    def __init__(self, exe, master_addr, extra):
+        argv = [exe, "--port=0", "--host=127.0.0.1", f"--master_server_address={master_addr}",
+                *extra]
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        self.log = []
+        for line in self.p.stderr:  # bounded by the conductor's exit
+            self.log.append(line)
+            m = LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        else:
+            self.p.wait()
+            sys.exit(f"mooncake_conductor did not start (rc={self.p.returncode}):\n"
+                     + "".join(self.log[-20:]))
+        # keep draining its stderr so that it never blocks on a full pipe
+        self.drain = threading.Thread(target=lambda: self.log.extend(self.p.stderr), daemon=True)
+        self.drain.start()
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        return self.p.returncode
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--conductor-arg", action="append", default=[],
+                    help="one flag for mooncake_conductor (repeatable)")
+    ap.add_argument("--master-arg", action="append", default=[],
+                    help="one flag for mooncake_master (repeatable)")
+    args, rest = ap.parse_known_args()
+    master_exe = master_rss.find(args.build, "tools/mooncake_master")
+    conductor_exe = master_rss.find(args.build, "tools/mooncake_conductor")
+    bench = master_rss.find(args.build, "bench/conductor_bench")
+    # a long client_ttl: the bench pings every second, but the loader of 1 M
+    # blocks on a loaded machine should not race the master's sweep
+    m = master_rss.Master(master_exe, ["--client_ttl=60", *args.master_arg])
+    c = None
+    rc = 1
+    try:
+        c = Conductor(conductor_exe, m.addr, args.conductor_arg)
+        r = subprocess.run([bench, f"--master={m.addr}", f"--conductor={c.addr}",
+                            f"--master-pid={m.p.pid}", f"--conductor-pid={c.p.pid}", *rest])
+        rc = r.returncode
+    finally:
+        if c is not None and c.stop() not in (0, None):
+            sys.stderr.write("mooncake_conductor exited badly:\n" + "".join(c.log[-20:]))
+            rc = rc or 1
+        m.stop()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The paper's cache and scheduling figures from the cache-only replay.
+
+Runs build/tools/mooncake_replay over both shipped traces for
+
+  fig9   one global cache, hit rate against capacity (paper.md 3.1)
+  fig10  ten prefill nodes of 3M tokens, output length 1, every router
+         beside the global pool (paper.md 3.2)
+  fig5   eight prefill nodes of 3M tokens, average / p50 / p90 TTFT per
+         scheduler (paper.md 3.3)
+  fig11  replica counts of the keys ranked 10 / 100 / 1000 / 10000 under
+         Algorithm 1 on ten 3M nodes, sampled every 30 s (paper.md 3.3)
+
+and prints each as a Markdown table with the reference replay's values
+beside ours, as docs/conductor.md holds them (about 10 s on 2 cores).
+
+usage: bench/replay_figures.py [--build build] [--traces ../shared/traces]
+                               [--only fig9,fig10,fig5,fig11] [--json FILE]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+# paper.md 3.1 (LRU columns), token-weighted hit rate
+FIG9_REF = {
+    "conversation": {1e4: .043, 1e5: .043, 5.12e5: .045, 1e6: .054, 2e6: .086, 3e6: .139,
+                     5.12e6: .216, 1e7: .291, 1.54e7: .332, 2.56e7: .362, 5.12e7: .371,
+                     1e8: .374},
+    "synthetic": {1e4: .002, 1e5: .017, 5.12e5: .086, 1e6: .145, 2e6: .233, 3e6: .315,
+                  5.12e6: .432, 1e7: .577, 1.54e7: .636, 2.56e7: .651, 5.12e7: .651,
+                  1e8: .651},
+}
+# paper.md 3.2: (nodes, pool, policy) -> (conv hit, conv s, synth hit, synth s)
+FIG10 = [
+    ("one 3M cache", 1, "global", "load", (.139, 1.400, .315, 1.427)),
+    ("one 30M pool", 10, "global", "load", (.366, 1.035, .651, .711)),
+    ("local, longest prefix", 10, "local", "prefix", (.139, 1.400, .642, .731)),
+    ("local-cache-aware (Alg. 1, no fetch)", 10, "local", "local", (.321, 1.102, .616, .780)),
+    ("load balancing", 10, "local", "load", (.111, 1.441, .178, 1.710)),
+    ("random", 10, "local", "random", (.104, 1.453, .191, 1.686)),
+    ("global-cache-aware (Alg. 1, fetch)", 10, "local", "global", (.362, 1.043, .634, .748)),
+]
+# paper.md 3.3: conversation TTFT avg / p50 / p90, synthetic avg; the paper's avg
+FIG5 = [
+    ("global", (1.18, .48, 2.66, .79), 3.07),
+    ("local", (1.31, .63, 2.92, .92), 3.58),
+    ("load", (1.78, .99, 3.91, 2.99), 5.27),
+    ("random", (6.50, 3.06, 18.10, 16.59), 19.65),
+]
+# paper.md 3.3: mean over the last third (max) of ranks 10 / 100 / 1000 / 10000
+FIG11_REF = {"conversation": "5.4 (6) / 3.0 (4) / 1.0 (3) / 0.1 (2)",
+             "synthetic": "3.0 (3) / 2.6 (3) / 2.0 (2) / 1.0 (1)"}
+TRACES = ("conversation", "synthetic")
+
+
+def replay(args, trace, *flags):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [os.path.join(args.build, "tools", "mooncake_replay"), "--quiet", "--trace",
+               os.path.join(args.traces, trace + "_trace.jsonl"), "--json", out.name, *flags]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(out.name) as f:
+            return json.load(f)
+
+
+def fig9(args, results):
+    print("| tokens | blocks | conv ref | conv ours | synth ref | synth ours |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for cap in FIG9_REF["conversation"]:
+        row = []
+        for t in TRACES:
+            r = replay(args, t, "--nodes", "1", "--pool", "global", "--policy", "load",
+                       "--capacity-tokens", repr(cap))
+            results.append({"figure": "fig9", "trace": t, "capacity_tokens": cap, **r})
+            row += [f"{FIG9_REF[t][cap] * 100:.1f}%", f"{r['token_hit_rate'] * 100:.1f}%"]
+        print(f"| {cap:g} | {int(cap // 512):,} | " + " | ".join(row) + " |")
+
+
+def fig10(args, results):
+    print("| setup | conv hit ref / ours | conv prefill s ref / ours "
+          "| synth hit ref / ours | synth prefill s ref / ours |")
+    print("|---|---:|---:|---:|---:|")
+    for name, nodes, pool, policy, ref in FIG10:
+        cells = []
+        for k, t in enumerate(TRACES):
+            r = replay(args, t, "--nodes", str(nodes), "--pool", pool, "--policy", policy,
+                       "--capacity-tokens", "3e6", "--output-length-one")
+            results.append({"figure": "fig10", "trace": t, "setup": name, **r})
+            cells += [f"{ref[2 * k] * 100:.1f}% / {r['token_hit_rate'] * 100:.1f}%",
+                      f"{ref[2 * k + 1]:.3f} / {r['prefill_s_per_request']:.3f}"]
+        print(f"| {name} (`--nodes {nodes} --pool {pool} --policy {policy}`) | "
+              + " | ".join(cells) + " |")
+
+
+def fig5(args, results):
+    print("| scheduler | conv TTFT avg / p50 / p90 ref | ours | synth avg ref / ours "
+          "| paper conv avg | ours / global | paper / global |")
+    print("|---|---|---|---|---:|---:|---:|")
+    ours_global = paper_global = None
+    for policy, ref, paper in FIG5:
+        rc = replay(args, "conversation", "--nodes", "8", "--capacity-tokens", "3e6",
+                    "--policy", policy)
+        rs = replay(args, "synthetic", "--nodes", "8", "--capacity-tokens", "3e6",
+                    "--policy", policy)
+        results += [{"figure": "fig5", "trace": "conversation", **rc},
+                    {"figure": "fig5", "trace": "synthetic", **rs}]
+        if ours_global is None:
+            ours_global, paper_global = rc["ttft_avg_s"], paper
+        print(f"| {policy} | {ref[0]:.2f} / {ref[1]:.2f} / {ref[2]:.2f} | "
+              f"{rc['ttft_avg_s']:.2f} / {rc['ttft_p50_s']:.2f} / {rc['ttft_p90_s']:.2f} | "
+              f"{ref[3]:.2f} / {rs['ttft_avg_s']:.2f} | {paper:.2f} | "
+              f"{rc['ttft_avg_s'] / ours_global:.2f} | {paper / paper_global:.2f} |")
+
+
+def fig11(args, results):
+    print("| trace | ref: mean of last third (max), ranks 10 / 100 / 1000 / 10000 | ours |")
+    print("|---|---|---|")
+    for t in TRACES:
+        with tempfile.NamedTemporaryFile(suffix=".csv") as csv:
+            r = replay(args, t, "--nodes", "10", "--capacity-tokens", "3e6", "--policy",
+                       "global", "--output-length-one", "--replicas-csv", csv.name)
+        results.append({"figure": "fig11", "trace": t, **r})
+        rep = r["replicas"]
+        ours = " / ".join(f"{rep[k]['mean_last_third']:.1f} ({rep[k]['max']})"
+                          for k in ("rank10", "rank100", "rank1000", "rank10000"))
+        print(f"| {t} | {FIG11_REF[t]} | {ours} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--build", default=os.path.join(here, "build"))
+    ap.add_argument("--traces", default=os.path.join(here, "..", "shared", "traces"))
+    ap.add_argument("--only", default="fig9,fig10,fig5,fig11")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = []
+    for name in args.only.split(","):
+        print(f"\n### {name}\n")
+        {"fig9": fig9, "fig10": fig10, "fig5": fig5, "fig11": fig11}[name](args, results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

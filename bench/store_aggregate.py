@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Many store clients against many holders on one host, beside the engine alone.
+
+Issue 12 part 4: 8 client processes putting and getting against 4 holder
+processes over TCP, their aggregate held against the engine's aggregate with
+the same memory traffic (target: the store at >= 80% of the engine).
+
+The store side: one mooncake_master (embedded metadata server, free ports),
+--holders holder processes (bench/store_bench --mode=holder, each mounting a
+segment) and --clients client processes (bench/store_bench --mode=agg, no
+segment), client i placing every object on holder i % holders.  Each client
+owns a window of --window bytes of SIZE-byte objects in registered memory.
+The engine side: --holders targets (bench/te_call_bench --serve) and
+--clients initiators (bench/te_call_bench --agg), initiator i writing and
+reading its own --window bytes of target i % holders in SIZE-byte requests,
+one request per synchronous call, as a store client's put_from and get_into
+move one object per call.  Same processes per side, same bytes per call,
+same bytes per phase, same working set.
+
+Both sides run the same phases, started in every client at once by this
+driver (one line to each client's stdin, then one answer from each):
+
+  store:  put (put_from every key)   get (get_into every key, data checked)
+          remove (one forced batch remove: untimed; the next round's keys)
+  engine: write (every block)        read (every block)
+
+A phase lasts from the earliest client's start to the latest client's end
+(CLOCK_MONOTONIC, printed by each client), so a client scheduled late counts
+against its side.  Phases repeat until --duration seconds of timed phases
+have passed; a run's aggregate is the phase bytes over the phase time.
+One untimed round of each side comes first (connections, first touches of
+the memory).  Runs alternate the two sides (--runs of each, the order
+flipped every run), and each figure is the median over the runs.
+
+Every process shares this host's cores: with 2 cores, 8 clients and 4
+holders (or targets) are time-sliced, so the figures measure the whole path
+under that contention; the output says how many cores there were.
+
+The engines are kept on TCP (MC_SHM_DISABLE=1 in every process's
+environment) unless --shm is given.
+
+usage: bench/store_aggregate.py [--build build] [--clients 8] [--holders 4]
+                                [--sizes 1m,64k] [--window 32m] [--duration 3]
+                                [--runs 3] [--json] [--quick] [--shm]
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import master_rss  # noqa: E402
+
+MIB = 1 << 20
+
+
+def parse_size(s):
+    """'64k', '1m', '2g' or a plain number of bytes."""
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = s.strip().lower()
+    if s and s[-1] in mult:
+        return int(float(s[:-1]) * mult[s[-1]])
+    return int(s)
+
+
+def size_label(n):
+    return f"{n >> 20} MiB" if n >= MIB and n % MIB == 0 else f"{n >> 10} KiB"
+
+
+def parse_reply(line):
+    """'OK bytes=N t0=S t1=S p99_us=X' -> dict of floats; exit on anything else."""
+    f = line.split()
+    if not f or f[0] != "OK":
+        sys.exit(f"store_aggregate: a client answered {line.strip()!r}")
+    return {k: float(v) for k, v in (x.split("=", 1) for x in f[1:])}
+
+
+class Proc:
+    """A child with a line protocol on stdin/stdout; stderr to a temp file."""
+
+    def __init__(self, argv, ready):
+        self.argv = argv
+        self.err = tempfile.TemporaryFile()
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err, text=True, bufsize=1)
+        self.ready = self.readline()
+        if not self.ready.startswith(ready):
+            self.fail(f"did not print {ready}")
+
+    def readline(self):
+        line = self.p.stdout.readline()
+        if not line:
+            self.fail("exited")
+        return line
+
+    def fail(self, what):
+        self.p.poll()
+        self.err.seek(0)
+        tail = self.err.read().decode(errors="replace")[-2000:]
+        sys.exit(f"store_aggregate: {shlex.join(self.argv)}: {what} "
+                 f"(status {self.p.returncode}):\n{tail}")
+
+    def field(self, name):
+        for tok in self.ready.split():
+            if tok.startswith(name + "="):
+                return tok.split("=", 1)[1]
+        self.fail(f"no {name}= in {self.ready.strip()!r}")
+
+    def stop(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()  # end of input: every role exits
+            except BrokenPipeError:
+                pass
+            try:
+                self.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.err.close()
+
+
+def phase(clients, cmd):
+    """Start cmd in every client, then collect: (bytes, seconds, worst p99 us)."""
+    for c in clients:
+        c.p.stdin.write(cmd + "\n")
+        c.p.stdin.flush()
+    rs = [parse_reply(c.readline()) for c in clients]
+    if "bytes" not in rs[0]:
+        return None
+    span = max(r["t1"] for r in rs) - min(r["t0"] for r in rs)
+    return sum(r["bytes"] for r in rs), span, max(r["p99_us"] for r in rs)
+
+
+def run_side(clients, store, duration):
+    """Phases until duration seconds of them have passed; aggregate GB/s each way."""
+    acc = {"put": [0, 0.0, 0.0], "get": [0, 0.0, 0.0]}
+    while acc["put"][1] + acc["get"][1] < duration:
+        for op, cmd in (("put", "put" if store else "write"), ("get", "get" if store else "read")):
+            b, t, p99 = phase(clients, cmd)
+            a = acc[op]
+            a[0] += b
+            a[1] += t
+            a[2] = max(a[2], p99)
+        if store:
+            phase(clients, "remove")
+    return {op: {"gbps": a[0] / a[1] / 1e9, "p99_us": a[2], "bytes": a[0]}
+            for op, a in acc.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--holders", type=int, default=4)
+    ap.add_argument("--sizes", default="1m,64k", help="object (and request) sizes")
+    ap.add_argument("--window", default="32m", help="bytes each client puts and gets per phase")
+    ap.add_argument("--duration", type=float, default=3.0,
+                    help="seconds of timed phases per run and side")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one short run (smoke)")
+    ap.add_argument("--shm", action="store_true",
+                    help="let the engines use the same-host transport (default: TCP only)")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.duration = 1, 0.5
+    if not args.shm:
+        os.environ["MC_SHM_DISABLE"] = "1"  # inherited by every process below
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    window = parse_size(args.window)
+    if args.clients < 1 or args.holders < 1 or min(sizes) < 8 or window < max(sizes):
+        sys.exit("store_aggregate: bad --clients, --holders, --sizes or --window")
+    per_holder = -(-args.clients // args.holders)  # clients per holder, rounded up
+    region = per_holder * window  # bytes each holder or target serves at once
+    sb = master_rss.find(args.build, "bench/store_bench")
+    tb = master_rss.find(args.build, "bench/te_call_bench")
+    ncpu = os.cpu_count()
+
+    m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
+                                          "src/master/mooncake_master"))
+    procs, results, cmds = [], {}, {}
+    try:
+        common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
+        # twice the live bytes: the allocator never runs short on a removed round
+        holders = [Proc([sb, "--mode=holder", *common, f"--segment={2 * region}"],
+                        "READY hostname=") for _ in range(args.holders)]
+        targets = [Proc([tb, "--serve", f"--size={region}"], "READY name=")
+                   for _ in range(args.holders)]
+        procs += holders + targets
+        cmds["holder"] = shlex.join(holders[0].argv)
+        cmds["target"] = shlex.join(targets[0].argv)
+        for size in sizes:
+            n = window // size * size
+            sc = [Proc([sb, "--mode=agg", *common,
+                        f"--target={holders[i % args.holders].field('hostname')}",
+                        f"--sizes={size}", f"--window={n}"], "READY keys=")
+                  for i in range(args.clients)]
+            procs += sc
+            ec = []
+            for i in range(args.clients):
+                t = targets[i % args.holders]
+                addr = int(t.field("addr"), 16) + (i // args.holders) * n
+                ec.append(Proc([tb, "--agg", f"--peer={t.field('name')}", f"--addr={addr:#x}",
+                                f"--block={size}", f"--window={n}"], "READY"))
+            procs += ec
+            cmds[f"store {size}"] = shlex.join(sc[0].argv)
+            cmds[f"engine {size}"] = shlex.join(ec[0].argv)
+            # one untimed round of each side first: connections, first touches
+            for side, cl in (("store", sc), ("engine", ec)):
+                for cmd in (("put", "get", "remove") if side == "store" else ("write", "read")):
+                    phase(cl, cmd)
+            for r in range(args.runs):
+                print(f"store_aggregate: {size_label(size)} run {r + 1}/{args.runs}",
+                      file=sys.stderr, flush=True)
+                order = (("store", sc), ("engine", ec))
+                for side, cl in (order if r % 2 == 0 else order[::-1]):
+                    res = run_side(cl, side == "store", args.duration)
+                    for op, v in res.items():
+                        results.setdefault((side, size, op), []).append(v)
+            for c in sc + ec:
+                c.stop()
+                procs.remove(c)
+    finally:
+        for p in procs:
+            p.stop()
+        m.stop()
+
+    med = {k: {"gbps": statistics.median(x["gbps"] for x in v),
+               "p99_us": statistics.median(x["p99_us"] for x in v),
+               "runs": [round(x["gbps"], 4) for x in v]}
+           for k, v in results.items()}
+    if args.json:
+        print(json.dumps({"cpus": ncpu, "clients": args.clients, "holders": args.holders,
+                          "window": window, "duration": args.duration,
+                          "transport": "default" if args.shm else "tcp",
+                          "results": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in med.items()}}))
+        return
+    print(f"{args.clients} clients x {args.holders} holders on one host with {ncpu} CPU cores "
+          f"(every process shares them), window {window >> 20} MiB per client, "
+          f"{args.duration:g} s of phases per run, medians of {args.runs} alternating runs, "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
+    print()
+    print("| size | op | store GB/s | engine GB/s | % of engine | store p99 us | "
+          "engine p99 us |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sizes:
+        for op, eop in (("put", "write"), ("get", "read")):
+            s, e = med[("store", size, op)], med[("engine", size, op)]
+            print(f"| {size_label(size)} | {op} / {eop} | {s['gbps']:.2f} | {e['gbps']:.2f} | "
+                  f"{100 * s['gbps'] / e['gbps']:.0f}% | {s['p99_us']:.0f} | "
+                  f"{e['p99_us']:.0f} |")
+    print()
+    print("target: store aggregate >= 80% of the engine's (same processes, bytes per call, "
+          "bytes per phase)")
+    print("store: put_from / get_into one key per call; engine: one request per synchronous "
+          "call (batch new, submit, wait)")
+    print("p99: the worst client's per-call p99 over the runs' phases (median over runs)")
+    if ncpu and ncpu < args.clients + args.holders:
+        print(f"note: {ncpu} cores for {args.clients + args.holders + 1} processes: "
+              "figures include time-slicing")
+    print()
+    print("commands (one of each; client i targets holder i % holders; "
+          "MC_SHM_DISABLE=1 unless --shm):")
+    for k, v in cmds.items():
+        print(f"  {k}: {v}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+/*
+ * master/handler_int.h - what the request handlers of master.c share with
+ * the jobs of jobs.c (the regex scans and RemoveAll, run in slices): the
+ * handler context, the error-text helpers and the job entry points.
+ * Nothing outside src/master/master.c and jobs.c includes this.
+ */
+#ifndef MC_MASTER_HANDLER_INT_H
+#define MC_MASTER_HANDLER_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/buf.h"
+#include "master/master_int.h"
+#include "store/proto.h"
+
+#define ERR_LEN	 320
+#define KEY_SHOW 80 /* key bytes quoted in error texts */
+
+/* One request being handled. */
+struct ctx {
+	struct mc_master *m;
+	uint64_t now;
+	uint64_t id;
+	struct mc_buf *out;
+	char *err;
+	struct mc_master_job **job; /* a handler that leaves work puts it here */
+};
+
+#define FAIL(c, st, ...) (snprintf((c)->err, ERR_LEN, __VA_ARGS__), (st))
+
+static inline int show(uint32_t len)
+{
+	return (int)(len < KEY_SHOW ? len : KEY_SHOW);
+}
+
+static inline const char *sp(const struct mc_proto_str *s)
+{
+	return s->ptr ? s->ptr : "";
+}
+
+/* The request a job answers, set by mc_master_handle_start. */
+struct mc_master_job_origin {
+	uint16_t type;
+	uint64_t req_id;
+	size_t counter; /* in struct mc_master_metrics, or NO_COUNTER */
+};
+
+struct mc_master_job_origin *mc_master_job_origin(struct mc_master_job *j);
+
+/* GetReplicaListByRegex (remove false) or RemoveByRegex: puts a new job in
+ * *c->job and returns MC_INPROGRESS, or fails with the cause in c->err. */
+mc_status mc_master_job_new(struct ctx *c, const struct mc_proto_str *tenant,
+			    const struct mc_proto_str *pat, bool remove, bool force);
+
+/* One slice of j until end_us (mc_now_us clock); MC_INPROGRESS while more
+ * is left, else the response is in c->out or the failure in c->err. */
+mc_status mc_master_job_work(struct ctx *c, struct mc_master_job *j, uint64_t end_us);
+
+/* The replica list of a readable object, its descriptors appended to the
+ * master's rscratch at *pos (room reserved by the caller). */
+void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_replica_list *l,
+			 uint32_t *pos);
+
+#endif

@@ -1,0 +1,130 @@
+"""mooncake_replay --store (tools/replay_store.c): the replay over the real store.
+
+mooncake_replay starts its own mooncake_master and mooncake_conductor on
+loopback (found beside it in the build) and runs its nodes as store clients
+with real segments in its own process.  A slice of each shipped trace is
+replayed with segments large enough that nothing is evicted: then the store
+holds exactly what the cache-only replay's caches hold, so both must agree on
+every figure (hit rate, prefill and TTFT, fetches), with every reused block
+read through the store and checked.  Bad combinations of flags exit 2, an
+unreachable master exits 1 with a message, and no process is left behind.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+REPLAY = os.environ.get("MC_REPLAY")
+TRACES = os.environ.get("MC_TRACE_DIR", "")
+SLICE = 300
+
+pytestmark = pytest.mark.skipif(not REPLAY, reason="MC_REPLAY not set")
+
+
+def run(*args, timeout=120):
+    return subprocess.run([REPLAY, "--quiet", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def replay(tmp_path, trace, *args):
+    out = tmp_path / "r.json"
+    if out.exists():
+        out.unlink()
+    p = run("--trace", str(trace), "--json", str(out), *args)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text()), p
+
+
+def trace_slice(tmp_path, name):
+    src = os.path.join(TRACES, name)
+    if not os.path.exists(src):
+        pytest.skip("no shipped traces")
+    with open(src) as f:
+        head = [next(f) for _ in range(SLICE)]
+    t = tmp_path / name
+    t.write_text("".join(head))
+    return t
+
+
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+@pytest.mark.parametrize("policy", ["global", "local"])
+def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
+    trace = trace_slice(tmp_path, name)
+    common = ["--nodes", "4", "--capacity-tokens", "1e7", "--policy", policy]
+    cache, _ = replay(tmp_path, trace, *common)
+    store, p = replay(tmp_path, trace, "--store", "--block-bytes", "4k", *common)
+    assert store["store"].startswith("real") and cache["store"].startswith("none")
+    assert store["requests"] == SLICE and store["rejected"] == 0
+    for key in ("token_hit_rate", "prefill_s_per_request", "ttft_avg_s", "ttft_p90_s",
+                "transfer_s_per_request"):
+        assert store[key] == pytest.approx(cache[key], rel=1e-6, abs=1e-9), key
+    for key in ("hit_tokens", "input_tokens", "fetches", "fetched_blocks"):
+        assert store[key] == cache[key], key
+    # every reused block was read through the store, and was that block
+    assert store["hit_tokens"] > 0
+    assert store["read_blocks"] * 512 >= store["hit_tokens"]
+    assert store["read_bytes"] == store["read_blocks"] * 4096
+    assert store["bad_contents"] == 0 and store["read_short"] == 0
+    assert store["put_failed"] == 0 and store["put_blocks"] > 0
+    assert store["schedule_calls"] == SLICE
+    if policy == "global" and store["fetches"]:
+        # a fetch reads from the holder's segment and leaves a copy here (4.4)
+        assert store["fetched_read_blocks"] == store["fetched_blocks"]
+        assert store["copied_blocks"] >= store["fetched_blocks"]
+    assert "store: master=127.0.0.1:" in p.stdout
+
+
+def test_store_flags_and_faults(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, '
+                     '"hash_ids": [1, 2]}\n')
+    for args, text in ((["--store", "--pool", "global"], "--pool global"),
+                       (["--store", "--replicas-csv", "x.csv"], "--replicas-csv"),
+                       (["--store", "--decode-nodes", "2"], "--decode-nodes"),
+                       (["--master", "127.0.0.1:1"], "need --store"),
+                       (["--store", "--block-bytes", "0"], "block_bytes")):
+        p = run("--trace", str(trace), *args)
+        assert p.returncode == 2 and text in p.stderr, (args, p.stderr)
+    # a master that does not answer: a message, exit 1, no hang
+    p = run("--trace", str(trace), "--store", "--master", "127.0.0.1:1", timeout=90)
+    assert p.returncode == 1 and "mooncake_replay:" in p.stderr, p.stderr
+
+
+def test_store_replay_against_running_services(tmp_path, tmp_path_factory):
+    """--master, --metadata and --conductor: the replay starts neither, registers its
+    nodes with the running conductor, reads through the running master's segments,
+    and deletes its instances again at the end."""
+    from types import SimpleNamespace
+
+    from test_conductor import Conductor, conductor_path
+    from test_store_processes import StoreCluster
+
+    if conductor_path() is None:
+        pytest.skip("mooncake_conductor not built")
+    trace = trace_slice(tmp_path, "synthetic_trace.jsonl")
+    cluster = StoreCluster(SimpleNamespace(node=SimpleNamespace(name="replay_store")),
+                           tmp_path_factory)
+    c = None
+    try:
+        cluster.start_master()
+        c = Conductor([conductor_path(), "--port=0", "--host=127.0.0.1", "--reject=false",
+                       f"--master_server_address=127.0.0.1:{cluster.master.rpc}"],
+                      "conductor", tmp_path)
+        c.wait_listening()
+        common = ["--nodes", "3", "--capacity-tokens", "1e7", "--policy", "global"]
+        cache, _ = replay(tmp_path, trace, *common)
+        store, p = replay(tmp_path, trace, "--store", *common,
+                          "--master", f"127.0.0.1:{cluster.master.rpc}",
+                          "--metadata", cluster.master.meta_uri,
+                          "--conductor", f"127.0.0.1:{c.port}")
+        assert store["master"] == f"127.0.0.1:{cluster.master.rpc}"
+        assert store["conductor"] == f"127.0.0.1:{c.port}"
+        assert store["token_hit_rate"] == pytest.approx(cache["token_hit_rate"])
+        assert store["read_blocks"] > 0 and store["bad_contents"] == 0
+        assert c.instances() == {}  # the replay's nodes are gone again
+        assert "mooncake_master listening" not in p.stderr
+    finally:
+        if c is not None:
+            assert not c.halt()
+        cluster.teardown()

@@ -1,0 +1,146 @@
+"""mooncake_replay (tools/mooncake_replay.c) run as a program.
+
+Bad flags exit 2 with a message, a malformed trace line exits 1 naming its
+line unless --skip-bad, --json writes the keys docs/conductor.md promises,
+and a slice of each shipped trace replays under every policy.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+REPLAY = os.environ.get("MC_REPLAY")
+TRACES = os.environ.get("MC_TRACE_DIR", "")
+
+pytestmark = pytest.mark.skipif(not REPLAY, reason="MC_REPLAY not set")
+
+LINE = '{"timestamp": %d, "input_length": 1024, "output_length": 3, "hash_ids": [0, %d]}\n'
+
+
+def run(*args):
+    return subprocess.run([REPLAY, "--quiet", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_bad_flags_exit_2(tmp_path):
+    for args in (["--nodes", "0", "--trace", "x"], ["--bogus"], ["--policy", "best", "--trace", "x"],
+                 ["--pool", "shared", "--trace", "x"], [], ["--trace"]):
+        p = run(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "mooncake_replay:" in p.stderr
+
+
+def test_malformed_line_is_fatal_or_skipped(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(LINE % (0, 1) + LINE % (1, 2) + '{"timestamp": 2, "input_length": "x"}\n'
+                     + LINE % (3, 1))
+    p = run("--trace", str(trace))
+    assert p.returncode == 1
+    assert "line 3:" in p.stderr and "input_length" in p.stderr
+    out = tmp_path / "r.json"
+    p = run("--trace", str(trace), "--skip-bad", "--nodes", "1", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "skipped 1 malformed lines (first: line 3)" in p.stderr
+    r = json.loads(out.read_text())
+    assert r["requests"] == 3 and r["skipped_lines"] == 1
+    # [0 1], [0 2], [0 1]: the second reuses block 0, the third both
+    assert r["hit_tokens"] == 512 + 1024
+    assert r["token_hit_rate"] == pytest.approx(1536 / 3072)
+
+
+def test_missing_trace_exits_1(tmp_path):
+    p = run("--trace", str(tmp_path / "none.jsonl"))
+    assert p.returncode == 1 and "none.jsonl" in p.stderr
+
+
+@pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
+@pytest.mark.parametrize("policy", ["random", "load", "prefix", "local", "global"])
+def test_trace_slice_replays(tmp_path, name, policy):
+    src = os.path.join(TRACES, name)
+    if not os.path.exists(src):
+        pytest.skip("no shipped traces")
+    with open(src) as f:
+        head = [next(f) for _ in range(2000)]
+    trace = tmp_path / name
+    trace.write_text("".join(head))
+    out = tmp_path / "r.json"
+    p = run("--trace", str(trace), "--nodes", "4", "--capacity-tokens", "1e6", "--policy",
+            policy, "--output-length-one", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    for key in ("token_hit_rate", "prefill_s_per_request", "ttft_avg_s", "requests"):
+        assert key in r
+    assert r["requests"] == 2000
+    assert 0 <= r["token_hit_rate"] < 1
+    assert r["prefill_s_per_request"] > 0
+    assert r["ttft_avg_s"] >= r["prefill_s_per_request"] - 1e-9
+    assert (r["fetches"] > 0) == (policy == "global")
+
+
+def test_replica_csv(tmp_path):
+    src = os.path.join(TRACES, "conversation_trace.jsonl")
+    if not os.path.exists(src):
+        pytest.skip("no shipped traces")
+    p = run("--trace", src, "--pool", "global", "--replicas-csv", str(tmp_path / "x.csv"))
+    assert p.returncode == 2 and "--pool local" in p.stderr
+    csv, out = tmp_path / "rep.csv", tmp_path / "r.json"
+    p = run("--trace", src, "--nodes", "10", "--policy", "global", "--output-length-one",
+            "--replicas-csv", str(csv), "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = csv.read_text().splitlines()
+    assert rows[0] == "t_s,rank10,rank100,rank1000,rank10000"
+    assert [int(r.split(",")[0]) for r in rows[1:4]] == [0, 30, 60]
+    counts = [list(map(int, r.split(",")[1:])) for r in rows[1:]]
+    assert all(0 <= c <= 10 for row in counts for c in row)
+    rep = json.loads(out.read_text())["replicas"]
+    # hot keys are replicated by fetching; the hottest more than the rank-10000 one
+    assert rep["rank10"]["max"] >= 3
+    assert rep["rank10"]["max"] >= rep["rank10000"]["max"]
+
+
+def test_scheduler_and_cost_model_flags(tmp_path):
+    # ten 8192-token requests 0.5 s apart on one node: each waits 0.44 s more
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        '{"timestamp": %d, "input_length": 8192, "output_length": 1, "hash_ids": [%s]}\n'
+        % (i * 500, ", ".join(str(1000 * i + b) for b in range(16))) for i in range(10)))
+    out = tmp_path / "r.json"
+    p = run("--trace", str(trace), "--nodes", "1", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["rejected"] == 0
+    p = run("--trace", str(trace), "--nodes", "1", "--reject", "--ttft-slo-s", "2",
+            "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert 0 < r["rejected"] < 10 and r["ttft_avg_s"] <= 2
+    # a model twice as fast halves the prefill time
+    p = run("--trace", str(trace), "--nodes", "4", "--prefill-lin-s", "5.41e-5",
+            "--prefill_quad_s=3.87e-10", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["prefill_s_per_request"] == pytest.approx(0.938316 / 2,
+                                                                               rel=1e-4)
+    for bad in (["--nic-bps", "0"], ["--kvcache-balancing-threshold", "x"], ["--reject=maybe"]):
+        p = run("--trace", str(trace), *bad)
+        assert p.returncode == 2, (bad, p.stderr)
+
+
+def test_cost_model_file_then_flags(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(LINE % (0, 1) + LINE % (10000, 2))
+    model = tmp_path / "fit.json"
+    model.write_text('{"prefill_lin_s": 2.164e-4, "prefill_quad_s": 0}')
+    out = tmp_path / "r.json"
+    p = run("--trace", str(trace), "--cost-model", str(model), "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    # 1024 and 512 new tokens at 2.164e-4 s each
+    assert json.loads(out.read_text())["prefill_s_per_request"] == pytest.approx(
+        (1024 + 512) * 2.164e-4 / 2)
+    # a flag wins over the file, wherever it stands
+    p = run("--prefill-lin-s", "1e-4", "--trace", str(trace), "--cost-model", str(model),
+            "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text())["prefill_s_per_request"] == pytest.approx(1536e-4 / 2)
+    model.write_text('{"prefill_lin_s": 1e-4, "gqa": 0}')
+    p = run("--trace", str(trace), "--cost-model", str(model))
+    assert p.returncode == 1 and "gqa" in p.stderr

@@ -1,0 +1,236 @@
+/*
+ * tests/unit/test_conductor_replay.c - the cache-only replay
+ * (conductor/replay.h): a tiny trace worked out by hand, then the shipped
+ * traces against the reference replay of paper.md 3.1 and 3.2 (one 3M
+ * cache, a 30M pool, Algorithm 1 on ten 3M nodes), which this replay must
+ * keep reproducing within 0.5 points.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "conductor/replay.h"
+
+#define assert_near(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
+
+/* Three requests on one node with room for 3 blocks:
+ *   t=0  [0 1]    1000 tokens, nothing cached         hit 0
+ *   t=1  [0 1 2]  1500 tokens, 0 and 1 cached         hit 1024
+ *   t=2  [5 6 7]  1536 tokens: evicts 2, 1, 0 in turn hit 0
+ *   t=3  [0]       100 tokens: 0 is gone              hit 0
+ * token hit rate 1024 / 4136. */
+static const char tiny[] =
+	"{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 1, \"hash_ids\": [0, 1]}\n"
+	"{\"timestamp\": 1000, \"input_length\": 1500, \"output_length\": 1, \"hash_ids\": [0, 1, "
+	"2]}\n"
+	"{\"timestamp\": 2000, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [5, 6, "
+	"7]}\n"
+	"{\"timestamp\": 3000, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [0]}\n";
+
+struct snaps {
+	size_t n;
+	uint32_t key0[8], key2[8]; /* replicas of blocks 0 and 2 per snapshot */
+	size_t keys[8];		   /* distinct keys per snapshot */
+};
+
+static void on_snapshot(double t_s, const struct mc_replay_replica *keys, size_t n, void *arg)
+{
+	struct snaps *sn = arg;
+	assert_true(sn->n < 8);
+	sn->key0[sn->n] = sn->key2[sn->n] = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			assert_true(keys[i - 1].key < keys[i].key);
+		if (keys[i].key == 0)
+			sn->key0[sn->n] = keys[i].replicas;
+		if (keys[i].key == 2)
+			sn->key2[sn->n] = keys[i].replicas;
+	}
+	sn->keys[sn->n++] = n;
+}
+
+static void tiny_trace_by_hand(void **state)
+{
+	struct mc_trace t;
+	struct mc_replay_config cfg;
+	struct mc_replay_result r;
+	struct mc_costmodel *cm = &cfg.cost;
+	mc_trace_init(&t);
+	assert_int_equal(mc_trace_load_buffer(&t, tiny, strlen(tiny), 1, 0), MC_OK);
+	mc_replay_config_defaults(&cfg);
+	cfg.nodes = 1;
+	cfg.capacity_blocks = 3;
+	cfg.sched.policy = MC_SCHED_LOAD;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	assert_int_equal(r.requests, 4);
+	assert_int_equal(r.input_tokens, 4136);
+	assert_int_equal(r.hit_tokens, 1024);
+	assert_near(r.token_hit_rate, 1024.0 / 4136, 1e-12);
+	double p = mc_cost_prefill_s(cm, 1000, 0) + mc_cost_prefill_s(cm, 1500, 1024) +
+		   mc_cost_prefill_s(cm, 1536, 0) + mc_cost_prefill_s(cm, 100, 0);
+	assert_near(r.prefill_s_per_request, p / 4, 1e-12);
+	/* each request finishes before the next arrives: TTFT is its prefill */
+	assert_near(r.ttft_avg_s, p / 4, 1e-12);
+	assert_int_equal(r.evictions, 4); /* 2, 1, 0, then 7 for 0 */
+	/* a second node under load balancing takes the second request: no hit */
+	cfg.nodes = 2;
+	t.reqs[1].timestamp_ms = 0;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	assert_int_equal(r.hit_tokens, 0);
+	/* ... and Algorithm 1 fetches the prefix from the first */
+	cfg.sched.policy = MC_SCHED_GLOBAL;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	assert_int_equal(r.fetches, 1);
+	assert_int_equal(r.fetched_blocks, 2);
+	/* the fetcher kept its copy (replication): when [5 6 7] has pushed
+	 * block 0 out of node 0, the last request still finds it on node 1 */
+	assert_int_equal(r.hit_tokens, 1024 + 100);
+	/* replica snapshots every second: after t=0 block 0 has a copy on
+	 * both nodes; by the end node 0 has let it go for [5 6 7] */
+	struct snaps sn = {0};
+	struct mc_replay_hooks hooks = {.snapshot = on_snapshot, .snapshot_arg = &sn};
+	cfg.snapshot_every_s = 1;
+	assert_int_equal(mc_replay_run(&cfg, &t, &hooks, &r), MC_OK);
+	assert_int_equal(sn.n, 5); /* t = 0, 1, 2, 3 and the end */
+	assert_int_equal(sn.key0[0], 0);
+	assert_int_equal(sn.key0[1], 2);
+	assert_int_equal(sn.key2[1], 1);
+	assert_int_equal(sn.key0[2], 2);
+	assert_int_equal(sn.key0[4], 1);
+	assert_int_equal(sn.keys[4], 6); /* node 0: 5 6 7, node 1: 0 1 2 */
+	mc_trace_release(&t);
+	cfg.nodes = 0;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_ERR_INVALID_PARAMS);
+}
+
+/* Decode instances and early rejection: one prefill node, requests of
+ * 8192 tokens every 0.5 s take 0.94 s each, so the queue grows by 0.44 s
+ * per request; a TTFT SLO of 2 s admits the first ones and rejects the
+ * rest once the queue passes it, and the rejected book nothing. */
+static void rejection_by_predicted_ttft(void **state)
+{
+	struct mc_trace t;
+	struct mc_replay_config cfg;
+	struct mc_replay_result r;
+	char buf[8192] = "";
+	mc_trace_init(&t);
+	for (int i = 0; i < 20; i++) {
+		char line[512];
+		snprintf(
+			line, sizeof(line),
+			"{\"timestamp\": %d, \"input_length\": 8192, \"output_length\": 10, "
+			"\"hash_ids\": [%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, "
+			"%d]}\n",
+			i * 500, 1000 * i + 1, 1000 * i + 2, 1000 * i + 3, 1000 * i + 4,
+			1000 * i + 5, 1000 * i + 6, 1000 * i + 7, 1000 * i + 8, 1000 * i + 9,
+			1000 * i + 10, 1000 * i + 11, 1000 * i + 12, 1000 * i + 13, 1000 * i + 14,
+			1000 * i + 15, 1000 * i + 16);
+		strcat(buf, line);
+	}
+	assert_int_equal(mc_trace_load_buffer(&t, buf, strlen(buf), 1, 0), MC_OK);
+	mc_replay_config_defaults(&cfg);
+	cfg.nodes = 1;
+	cfg.decode_nodes = 2;
+	cfg.sched.policy = MC_SCHED_LOAD;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	assert_int_equal(r.rejected, 0);
+	/* request k waits k x 0.438 s: the 20th has a TTFT of 9.3 s */
+	assert_near(r.ttft_p90_s, 17 * 0.438316 + 0.938316, 1e-4);
+	assert_true(r.tbt_avg_s > cfg.cost.tbt_base_s);
+	cfg.sched.reject = true;
+	cfg.cost.ttft_slo_s = 2.0;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	/* admitted while k x 0.438 + 0.938 <= 2: k = 0, 1, 2; then the
+	 * queue only drains, one admission per 2 requests or so */
+	assert_true(r.rejected > 0 && r.rejected < 20);
+	assert_true(r.ttft_avg_s <= 2.0);
+	assert_int_equal(r.requests, 20);
+	assert_int_equal(r.input_tokens, (20 - r.rejected) * 8192);
+	/* arrivals twice as dense: more rejections */
+	uint64_t before = r.rejected;
+	cfg.speedup = 2;
+	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_OK);
+	assert_true(r.rejected > before);
+	mc_trace_release(&t);
+}
+
+static bool load(const char *name, struct mc_trace *t)
+{
+	const char *dir = getenv("MC_TRACE_DIR");
+	char path[1024];
+	if (!dir)
+		return false;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (access(path, R_OK) != 0)
+		return false;
+	mc_trace_init(t);
+	assert_int_equal(mc_trace_load_file(t, path, 0), MC_OK);
+	return true;
+}
+
+struct ref_case {
+	uint32_t nodes;
+	bool global_pool;
+	enum mc_sched_policy policy;
+	double conv_hit, conv_prefill, synth_hit, synth_prefill; /* paper.md 3.2 */
+};
+
+static const struct ref_case refs[] = {
+	{1, true, MC_SCHED_LOAD, 0.139, 1.400, 0.315, 1.427},	  /* one 3M cache */
+	{10, true, MC_SCHED_LOAD, 0.366, 1.035, 0.651, 0.711},	  /* 30M pool */
+	{10, false, MC_SCHED_PREFIX, 0.139, 1.400, 0.642, 0.731}, /* local-prefix */
+	{10, false, MC_SCHED_LOCAL, 0.321, 1.102, 0.616, 0.780},  /* local-ttft */
+	{10, false, MC_SCHED_LOAD, 0.111, 1.441, 0.178, 1.710},
+	{10, false, MC_SCHED_GLOBAL, 0.362, 1.043, 0.634, 0.748}, /* global-alg1 */
+};
+
+static void shipped_traces_match_the_reference_replay(void **state)
+{
+	struct mc_trace conv, synth;
+	if (!load("conversation_trace.jsonl", &conv))
+		skip();
+	if (!load("synthetic_trace.jsonl", &synth)) {
+		mc_trace_release(&conv);
+		skip();
+	}
+	for (size_t i = 0; i < sizeof(refs) / sizeof(refs[0]); i++) {
+		struct mc_replay_config cfg;
+		struct mc_replay_result r;
+		mc_replay_config_defaults(&cfg);
+		cfg.nodes = refs[i].nodes;
+		cfg.capacity_blocks = 5859; /* 3M tokens */
+		cfg.global_pool = refs[i].global_pool;
+		cfg.output_length_one = true;
+		cfg.sched.policy = refs[i].policy;
+		assert_int_equal(mc_replay_run(&cfg, &conv, NULL, &r), MC_OK);
+		if (fabs(r.token_hit_rate - refs[i].conv_hit) > 0.005 ||
+		    fabs(r.prefill_s_per_request / refs[i].conv_prefill - 1) > 0.01)
+			fail_msg("case %zu conversation: hit %.4f prefill %.4f", i,
+				 r.token_hit_rate, r.prefill_s_per_request);
+		assert_int_equal(mc_replay_run(&cfg, &synth, NULL, &r), MC_OK);
+		if (fabs(r.token_hit_rate - refs[i].synth_hit) > 0.005 ||
+		    fabs(r.prefill_s_per_request / refs[i].synth_prefill - 1) > 0.01)
+			fail_msg("case %zu synthetic: hit %.4f prefill %.4f", i, r.token_hit_rate,
+				 r.prefill_s_per_request);
+	}
+	mc_trace_release(&conv);
+	mc_trace_release(&synth);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(tiny_trace_by_hand),
+		cmocka_unit_test(rejection_by_predicted_ttft),
+		cmocka_unit_test(shipped_traces_match_the_reference_replay),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
