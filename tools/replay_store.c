@@ -20,10 +20,13 @@
  * short cuts the prefix there and its prefill time is recomputed with the
  * cost model.
  *
- * Why virtual time through load reports: the conductor books admitted
- * requests in wall time, and a replay runs far faster than the trace, so
- * the instances tell it their queue instead, as real instances would; the
- * report replaces the conductor's booking (service.c).
+ * Why virtual time: a replay runs far faster than the trace, and the
+ * conductor's wall clock would run on between a load report and the next
+ * /schedule by however long our own calls took (more under a sanitizer),
+ * so its picks would depend on the machine.  The conductor is started with
+ * --virtual_clock and every call carries the request's time in the trace
+ * (now_s); the instances still report their queue, as real instances
+ * would, and the report replaces the conductor's booking (service.c).
  *
  * Copies (paper 4.4).  A node keeps every block of the requests it ran,
  * as the cache-only replay admits them into its cache: the blocks it
@@ -414,6 +417,7 @@ static mc_status start_conductor(struct run *r, struct mc_replay_store_stats *st
 	argv[n++] = "--host=127.0.0.1";
 	argv[n++] = "--http_threads=1";
 	argv[n++] = "--instance_timeout=1h"; /* nodes are reported as the replay needs */
+	argv[n++] = "--virtual_clock=true";  /* it books in the trace's time, as we do */
 	argv[n++] = master;
 	argv[n++] = policy;
 	argv[n++] = model_flag;
@@ -521,13 +525,13 @@ static mc_status report_loads(struct run *r, double now, struct mc_replay_store_
 	for (uint32_t i = 0; i < r->cfg->nodes; i++) {
 		struct node *nd = &r->nodes[i];
 		double q = nd->free_at > now ? nd->free_at - now : 0;
-		char path[64], body[64];
+		char path[64], body[96];
 		long code;
 
 		if (!nd->need_report && q == 0 && nd->reported == 0)
 			continue;
 		snprintf(path, sizeof(path), "/instances/%s/load", nd->id);
-		snprintf(body, sizeof(body), "{\"queue_s\":%.9f}", q);
+		snprintf(body, sizeof(body), "{\"queue_s\":%.17g,\"now_s\":%.17g}", q, now);
 		code = api_call(&r->api, path, body, strlen(body));
 		if (code != 200)
 			return mc_set_error(MC_ERR_RPC_FAIL, "%s: %ld %s", path, code,
@@ -609,8 +613,8 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	mc_buf_append_str(&r->body, "{\"keys\":[");
 	for (uint32_t k = 0; k < tr->n_blocks; k++)
 		mc_buf_appendf(&r->body, "%s%" PRIu64, k ? "," : "", tr->hash_ids[k]);
-	mc_buf_appendf(&r->body, "],\"input_length\":%u,\"request_id\":%zu}", tr->input_length,
-		       idx);
+	mc_buf_appendf(&r->body, "],\"input_length\":%u,\"request_id\":%zu,\"now_s\":%.17g}",
+		       tr->input_length, idx, now);
 	if (r->body.err != MC_OK)
 		return r->body.err;
 	t0 = wall_s();

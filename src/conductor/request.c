@@ -163,22 +163,24 @@ mc_status mc_conductor_load_req_decode(const void *body, size_t len,
 				       struct mc_conductor_load_req *out)
 {
 	static const char *const allowed[] = {
-		"queue_s", "queue_tokens", "running_requests", "ctx_tokens", NULL,
+		"queue_s", "queue_tokens", "running_requests", "ctx_tokens", "now_s", NULL,
 	};
 	json_t *o = NULL;
 	mc_status st;
 
-	*out = (struct mc_conductor_load_req){-1, -1, -1, -1};
+	*out = (struct mc_conductor_load_req){-1, -1, -1, -1, -1};
 	if ((st = body_object(body, len, &o)) != MC_OK)
 		return st;
-	if (!(st = check_keys(o, allowed, "queue_s, queue_tokens, running_requests, ctx_tokens")) &&
+	if (!(st = check_keys(o, allowed,
+			      "queue_s, queue_tokens, running_requests, ctx_tokens, now_s")) &&
 	    !(st = opt_number(o, "queue_s", &out->queue_s)) &&
 	    !(st = opt_number(o, "queue_tokens", &out->queue_tokens)) &&
-	    !(st = opt_number(o, "running_requests", &out->running_requests)))
-		st = opt_number(o, "ctx_tokens", &out->ctx_tokens);
+	    !(st = opt_number(o, "running_requests", &out->running_requests)) &&
+	    !(st = opt_number(o, "ctx_tokens", &out->ctx_tokens)))
+		st = opt_number(o, "now_s", &out->now_s);
 	json_decref(o);
 	if (st != MC_OK)
-		*out = (struct mc_conductor_load_req){-1, -1, -1, -1};
+		*out = (struct mc_conductor_load_req){-1, -1, -1, -1, -1};
 	return st;
 }
 
@@ -287,7 +289,7 @@ mc_status mc_conductor_sched_req_decode(const void *body, size_t len,
 					struct mc_conductor_sched_req *out)
 {
 	static const char *const allowed[] = {
-		"keys", "tokens", "block_size", "input_length", "request_id", NULL,
+		"keys", "tokens", "block_size", "input_length", "request_id", "now_s", NULL,
 	};
 	const char *prefix = opts->key_prefix ? opts->key_prefix : "";
 	size_t w = strlen(prefix) + 17; /* prefix, 16 hex digits, NUL */
@@ -295,12 +297,15 @@ mc_status mc_conductor_sched_req_decode(const void *body, size_t len,
 	mc_status st;
 
 	memset(out, 0, sizeof(*out));
+	out->now_s = -1;
 	if (strlen(prefix) + 16 > MC_STORE_KEY_MAX)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "key_prefix is too long");
 	if ((st = body_object(body, len, &o)) != MC_OK)
 		return st;
 	out->root = o;
-	if ((st = check_keys(o, allowed, "keys, tokens, block_size, input_length, request_id")))
+	if ((st = check_keys(o, allowed,
+			     "keys, tokens, block_size, input_length, request_id, now_s")) ||
+	    (st = opt_number(o, "now_s", &out->now_s)))
 		goto fail;
 	keys = json_object_get(o, "keys");
 	tokens = json_object_get(o, "tokens");

@@ -31,7 +31,9 @@ struct mc_conductor_sched_req {
 	size_t n;
 	uint32_t block_size;
 	uint32_t input_len;
-	bool hashed; /* from "tokens": the service echoes the keys */
+	bool hashed;  /* from "tokens": the service echoes the keys */
+	double now_s; /* "now_s", the call's time in the client's clock
+		       * (a --virtual_clock conductor); -1 when absent */
 	/* "request_id", echoed: a string (rid_str, rid_len bytes, borrowed
 	 * from root), an integer (rid_int), or absent */
 	enum mc_conductor_rid_kind rid_kind;
@@ -69,6 +71,7 @@ void mc_conductor_inst_req_release(struct mc_conductor_inst_req *r);
 /* POST /instances/<id>/load: each field -1 when absent, else >= 0 */
 struct mc_conductor_load_req {
 	double queue_s, queue_tokens, running_requests, ctx_tokens;
+	double now_s; /* as in mc_conductor_sched_req */
 };
 
 mc_status mc_conductor_load_req_decode(const void *body, size_t len,

@@ -105,6 +105,9 @@ const struct mc_config_entry mc_conductor_config_table[] = {
 	ROW("prefill_model", MC_CONFIG_STRING, NULL, CF(prefill_model), 0, 0,
 	    "JSON file of cost-model options (a fitted prefill regression, "
 	    "{\"prefill_lin_s\": .., \"prefill_quad_s\": ..}), applied before the cost-model flags"),
+	ROW("virtual_clock", MC_CONFIG_BOOL, "false", CF(virtual_clock), 0, 0,
+	    "schedule in the clients' clock: every /schedule and load report carries \"now_s\" "
+	    "(s) and queues are booked in that time (replays); liveness stays in wall time"),
 	ROW("help", MC_CONFIG_BOOL, "false", CF(help), 0, 0, "print this help"),
 };
 const size_t mc_conductor_config_table_len = MC_ARRAY_SIZE(mc_conductor_config_table);
@@ -157,6 +160,7 @@ struct mc_conductor {
 	struct inst **insts;
 	size_t n_insts;
 	uint64_t rng;
+	double vnow; /* --virtual_clock: the latest now_s given */
 };
 
 static double now_s(void)
@@ -164,9 +168,30 @@ static double now_s(void)
 	return (double)mc_now_ns() / 1e9;
 }
 
-static bool inst_up(const struct mc_conductor *c, const struct inst *in, double now)
+static bool inst_up(const struct mc_conductor *c, const struct inst *in, double wall)
 {
-	return now - in->last_seen_s <= (double)c->cfg.instance_timeout_ms / 1000.0;
+	return wall - in->last_seen_s <= (double)c->cfg.instance_timeout_ms / 1000.0;
+}
+
+/* The scheduling time of a call that gave now_s (-1: none) at wall time
+ * wall: wall itself, or with --virtual_clock the client's now_s, which is
+ * then required (and refused without the flag, never ignored). */
+static mc_status call_time(struct mc_conductor *c, double given, double wall, double *out)
+{
+	if (!c->cfg.virtual_clock) {
+		if (given >= 0)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "\"now_s\" is taken only by a conductor started with "
+					    "--virtual_clock");
+		*out = wall;
+		return MC_OK;
+	}
+	if (given < 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "\"now_s\" (the call's time in the client's clock, s) is "
+				    "required: this conductor runs with --virtual_clock");
+	*out = given;
+	return MC_OK;
 }
 
 static struct inst *inst_find_locked(struct mc_conductor *c, const char *id, size_t *idx_out)
@@ -257,13 +282,13 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn, unsigned code,
 
 /* ---- /instances ---------------------------------------------------------- */
 
-static json_t *inst_json_locked(struct mc_conductor *c, struct inst *in, double now)
+static json_t *inst_json_locked(struct mc_conductor *c, struct inst *in, double wall, double now)
 {
 	json_t *j = json_pack("{s:s,s:s,s:s,s:f,s:I,s:b,s:f,s:f,s:I,s:I}", "id", in->id, "role",
 			      in->role == ROLE_PREFILL ? "prefill" : "decode", "segment",
 			      in->segment, "bandwidth_Bps", in->bandwidth_Bps, "capacity_blocks",
-			      (json_int_t)in->capacity_blocks, "up", inst_up(c, in, now),
-			      "last_report_age_s", now - in->last_seen_s, "running_requests",
+			      (json_int_t)in->capacity_blocks, "up", inst_up(c, in, wall),
+			      "last_report_age_s", wall - in->last_seen_s, "running_requests",
 			      in->running_requests, "scheduled", (json_int_t)in->scheduled,
 			      "fetch_source_blocks", (json_int_t)in->fetch_source);
 	if (!j)
@@ -287,12 +312,13 @@ static enum MHD_Result instances_list(void *arg, struct MHD_Connection *conn,
 {
 	struct mc_conductor *c = arg;
 	json_t *arr = json_array(), *root;
-	double now = now_s();
+	double wall = now_s();
 
 	(void)req;
 	pthread_mutex_lock(&c->lock);
 	for (size_t i = 0; arr && i < c->n_insts; i++)
-		json_array_append_new(arr, inst_json_locked(c, c->insts[i], now));
+		json_array_append_new(arr, inst_json_locked(c, c->insts[i], wall,
+							    c->cfg.virtual_clock ? c->vnow : wall));
 	pthread_mutex_unlock(&c->lock);
 	root = json_pack("{s:o,s:f}", "instances", arr, "instance_timeout_s",
 			 (double)c->cfg.instance_timeout_ms / 1000.0);
@@ -374,19 +400,22 @@ static enum MHD_Result instance_load(struct mc_conductor *c, struct MHD_Connecti
 {
 	struct mc_conductor_load_req l;
 	struct inst *in;
-	double now;
+	double now = 0, wall = now_s();
 	mc_status st = mc_conductor_load_req_decode(req->body, req->body_len, &l);
 
+	if (st == MC_OK)
+		st = call_time(c, l.now_s, wall, &now);
 	if (st != MC_OK)
 		return respond_decode_error(conn, st);
-	now = now_s();
 	pthread_mutex_lock(&c->lock);
 	in = inst_find_locked(c, id, NULL);
 	if (!in) {
 		pthread_mutex_unlock(&c->lock);
 		return respond_error(conn, 404, "unknown instance \"%s\"", id);
 	}
-	in->last_seen_s = now;
+	in->last_seen_s = wall;
+	if (now > c->vnow)
+		c->vnow = now;
 	if (l.running_requests >= 0)
 		in->running_requests = l.running_requests;
 	if (l.queue_tokens >= 0)
@@ -576,11 +605,15 @@ static enum MHD_Result schedule(void *arg, struct MHD_Connection *conn,
 	struct mc_conductor_answer a;
 	struct mc_conductor_ref dref;
 	char msg[512];
-	double now;
+	double now = 0, wall;
 	mc_status st = mc_conductor_sched_req_decode(req->body, req->body_len, &opts, &k);
 
 	if (st != MC_OK)
 		return respond_decode_error(conn, st);
+	if ((st = call_time(c, k.now_s, 0, &now)) != MC_OK) {
+		mc_conductor_sched_req_release(&k);
+		return respond_decode_error(conn, st);
+	}
 	/* one round trip: where every key of the request is */
 	kr = (struct mc_store_keys_req){
 		.tenant = mc_proto_str_c(c->tenant), .n_keys = (uint32_t)k.n, .keys = k.keys};
@@ -600,8 +633,12 @@ static enum MHD_Result schedule(void *arg, struct MHD_Connection *conn,
 	cm = c->cfg.cost;
 	cm.block_tokens = k.block_size;
 	sr = (struct mc_sched_req){.input_len = k.input_len, .n_blocks = (uint32_t)k.n};
-	now = now_s();
+	wall = now_s();
+	if (!c->cfg.virtual_clock)
+		now = wall;
 	pthread_mutex_lock(&c->lock);
+	if (now > c->vnow)
+		c->vnow = now;
 	s = scratch_get(c, c->n_insts + 1);
 	if (!s) {
 		pthread_mutex_unlock(&c->lock);
@@ -613,14 +650,14 @@ static enum MHD_Result schedule(void *arg, struct MHD_Connection *conn,
 		if (in->role == ROLE_PREFILL) {
 			s->sp[n_pre] = (struct mc_sched_prefill){.free_at_s = in->free_at_s,
 								 .bandwidth_Bps = in->bandwidth_Bps,
-								 .up = inst_up(c, in, now)};
+								 .up = inst_up(c, in, wall)};
 			s->refs[n_pre] = (struct mc_conductor_ref){in->id, in->segment};
 			s->pre[n_pre++] = in;
 		} else {
 			jobs_prune(c, in, now);
 			s->sd[n_dec] = (struct mc_sched_decode){.jobs = jobs_of(in),
 								.n_jobs = in->n_jobs,
-								.up = inst_up(c, in, now)};
+								.up = inst_up(c, in, wall)};
 			if (!c->cfg.sched.predict_decode) {
 				s->sd[n_dec].ctx_tokens =
 					mc_sched_decode_ctx_at(&c->cfg.sched, &s->sd[n_dec], now);

@@ -41,6 +41,7 @@ struct mc_conductor_config {
 	int64_t max_keys;	      /* block keys of one /schedule at most */
 	char *policy;		      /* sched policy name */
 	char *prefill_model;	      /* JSON file of cost-model options, or NULL */
+	bool virtual_clock;	      /* scheduling time is the calls' now_s */
 	bool help;
 	struct mc_sched_config sched; /* policy and reject are set from the fields above */
 	struct mc_costmodel cost;

@@ -7,7 +7,8 @@
  * nothing to release; what one accepts must keep its promises: /schedule
  * keys non-empty, within max_keys and covered by input_length, a hashed
  * request's keys formatted as prefix + 16 hex digits; an instance's id
- * valid and a prefill instance's segment non-empty; load fields -1 or >= 0.
+ * valid and a prefill instance's segment non-empty; load fields and now_s
+ * -1 or >= 0.
  * And the answer (conductor/answer.h) written with what /schedule accepted
  * -- its keys echoed, its request_id, a segment name from /instances --
  * must parse back as JSON.
@@ -74,6 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		check(s.rid_kind != MC_CONDUCTOR_RID_STR ||
 		      s.rid_len <= MC_CONDUCTOR_REQUEST_ID_MAX);
+		check(s.now_s == -1 || s.now_s >= 0);
 		answer_parses(&s, "seg");
 		mc_conductor_sched_req_release(&s);
 	} else {
@@ -94,6 +96,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (mc_conductor_load_req_decode(data, size, &l) == MC_OK)
 		check(l.queue_s >= -1 && l.queue_tokens >= -1 && l.running_requests >= -1 &&
-		      l.ctx_tokens >= -1);
+		      l.ctx_tokens >= -1 && (l.now_s == -1 || l.now_s >= 0));
 	return 0;
 }

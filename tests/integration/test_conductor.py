@@ -241,6 +241,38 @@ def test_slo_breaks_answer_429(store, conductor):
     assert sched(c, ["t3_x"], n_blocks=64)[0] == 200
 
 
+def test_virtual_clock_books_in_the_callers_time(store, conductor):
+    """--virtual_clock: queues are booked and aged in the calls' now_s, so the
+    same calls predict the same queue however much wall time passes between them."""
+    c = conductor("--virtual_clock=true", "--reject=false")
+    c.register("pa", "prefill", store.a.hostname)
+    c.ok("POST", "/instances/pa/load", {"queue_s": 5, "now_s": 100})
+    for _ in range(2):  # the second call, later in wall time, sees the same queue
+        st, r = sched(c, ["t9_v"], now_s=103)
+        assert st == 200, r
+        assert r["predicted"]["queue_s"] == 2.0
+        c.ok("POST", "/instances/pa/load", {"queue_s": 5, "now_s": 100})
+    # listed at the latest now_s given (103): free at 105
+    assert c.instances()["pa"]["queue_s"] == pytest.approx(2.0)
+    c.ok("POST", "/instances/pa/load", {"queue_s": 0, "now_s": 200})
+    st, r = sched(c, ["t9_v"], now_s=200)
+    assert st == 200 and r["predicted"]["queue_s"] == 0, r
+    # ... and the admitted request is booked at virtual 200 + its TTFT
+    assert c.instances()["pa"]["queue_s"] == pytest.approx(r["ttft_s"])
+
+    for path, body in (("/schedule", {"keys": ["t9_v"], "input_length": BLOCK}),
+                       ("/instances/pa/load", {"queue_s": 1})):
+        st, r = c.call("POST", path, body)
+        assert st == 400 and "now_s" in r["error"] and "required" in r["error"], r
+
+    plain = conductor()
+    plain.register("pa", "prefill", store.a.hostname)
+    st, r = sched(plain, ["t9_v"], now_s=1)
+    assert st == 400 and "--virtual_clock" in r["error"], r
+    st, r = plain.call("POST", "/instances/pa/load", {"queue_s": 1, "now_s": 1})
+    assert st == 400 and "--virtual_clock" in r["error"], r
+
+
 def test_bad_requests_get_4xx(store, conductor):
     c = conductor()
     st, r = sched(c, ["k"])

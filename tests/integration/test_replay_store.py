@@ -109,6 +109,7 @@ def test_store_replay_against_running_services(tmp_path, tmp_path_factory):
     try:
         cluster.start_master()
         c = Conductor([conductor_path(), "--port=0", "--host=127.0.0.1", "--reject=false",
+                       "--virtual_clock=true",
                        f"--master_server_address=127.0.0.1:{cluster.master.rpc}"],
                       "conductor", tmp_path)
         c.wait_listening()
