@@ -354,7 +354,7 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 	for (size_t i = 0; i < n; i++) {
 		if (!xs[i])
 			continue;
-		if (!put && now > xs[i]->deadline_ms) {
+		if (!put && now > xs[i]->deadline_ms && mc_store_read_leased(xs[i]->reps)) {
 			results[i] =
 				mc_set_error(MC_ERR_LEASE_EXPIRED,
 					     "the get session of %s outlived its lease", keys[i]);

@@ -59,6 +59,8 @@ def forms(s, reg, ptr, k, n, seed):
     out["get_into_ranges"] = res == [[[ln]]] and reg[:ln].tobytes() == want[off:off + ln] or res
     reg[:ln] = 0
     st = s.batch_get_session_start([k])
+    # past a 1 ms read lease on purpose: a disk replica is not held to it
+    time.sleep(0.01)
     res = s.batch_get_into_multi_buffer_ranges([k], [[ptr]], [[ln]], [[off]])
     s.batch_get_session_end([k])
     out["session"] = (st == [0] and res == [ln] and reg[:ln].tobytes() == want[off:off + ln]
