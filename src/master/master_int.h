@@ -422,6 +422,11 @@ mc_status mc_master_seg_mount_disk(struct mc_master *m, uint32_t client, const c
 				   size_t len, uint32_t *slot_out);
 /* Finish a resize in progress (before another starts, and at free). */
 void mc_master_table_settle(struct mc_master *m);
+/* table.c internals for objects.c: move up to budget old slots (resizing),
+ * start a resize to nslots, delete o's slot. */
+void mc_master_table_migrate(struct mc_master *m, uint64_t budget);
+mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots);
+void mc_master_table_delete(struct mc_master *m, const struct mc_obj *o);
 
 /* A scan of the object table in steps: see struct mc_master_cursor above. */
 /* Return false to end the step early (the cursor still moves past it). */
