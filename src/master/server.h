@@ -62,6 +62,8 @@ struct mc_master_server_config {
 	char *root_fs_dir;	   /* "": no DISK replicas (spec 5.1) */
 	char *memory_allocator;	   /* "offset" */
 	char *allocation_strategy; /* "random" */
+	char *wal_dir;		   /* "": no write-ahead log */
+	char *wal_fsync;	   /* "everysec" (always, everysec, no) */
 };
 
 /* Defaults of every field.  Release with mc_master_server_config_release. */

@@ -88,6 +88,7 @@
 static bool check_memory_allocator(const char *v, char *why, size_t why_len);
 static bool check_strategy(const char *v, char *why, size_t why_len);
 static bool check_ha_backend(const char *v, char *why, size_t why_len);
+static bool check_wal_fsync(const char *v, char *why, size_t why_len);
 static bool check_cluster_id(const char *v, char *why, size_t why_len);
 static bool check_dynamic_mode(const char *v, char *why, size_t why_len);
 static bool check_connector(const char *v, char *why, size_t why_len);
@@ -282,6 +283,15 @@ static const struct mc_config_entry flags[] = {
 	       1000000000000000000, NOEFFECT, "per-key QPS threshold"),
 	INT("dynamic_replication_max_memory_replicas", "2", NO_FIELD, 0, INT64_MAX, NOEFFECT,
 	    "replica cap"),
+	/* the write-ahead log (docs/design.md, "Master: the write-ahead log") */
+	STR("wal_dir", "", SF(wal_dir), 0, NULL,
+	    "write-ahead log directory (made when missing): every accepted state change is "
+	    "logged before its reply leaves and replayed at start; \"\" = no log, a restart "
+	    "forgets every object"),
+	STR("wal_fsync", "everysec", SF(wal_fsync), 0, check_wal_fsync,
+	    "when the log reaches the disk: always (fdatasync before each loop turn's replies), "
+	    "everysec (once a second: a crash loses at most about a second of acknowledged "
+	    "changes) or no (the kernel decides)"),
 	/* snapshots */
 	BOOL("enable_snapshot", "false", NO_FIELD, DEFAULT_ONLY,
 	     "periodic metadata snapshots"),
@@ -430,6 +440,12 @@ static bool check_strategy(const char *v, char *why, size_t why_len)
 		     "not '%s'",
 		     v);
 	return false;
+}
+
+static bool check_wal_fsync(const char *v, char *why, size_t why_len)
+{
+	static const char *const ok[] = {"always", "everysec", "no"};
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "always, everysec or no", why, why_len);
 }
 
 static bool check_ha_backend(const char *v, char *why, size_t why_len)

@@ -1,0 +1,230 @@
+/*
+ * master/wal_rec.c - the payloads of the write-ahead log records (see
+ * wal_rec.h for the layout).
+ */
+#include "master/wal_rec.h"
+
+#include <string.h>
+
+#include "base/endian.h"
+#include "base/log.h"
+
+/* ---- encode ---- */
+
+static void put8(struct mc_buf *b, uint8_t v)
+{
+	mc_buf_append(b, &v, 1);
+}
+
+static void put16(struct mc_buf *b, uint16_t v)
+{
+	uint8_t t[2];
+
+	mc_put_le16(t, v);
+	mc_buf_append(b, t, 2);
+}
+
+static void put64(struct mc_buf *b, uint64_t v)
+{
+	uint8_t t[8];
+
+	mc_put_le64(t, v);
+	mc_buf_append(b, t, 8);
+}
+
+static void put_str(struct mc_buf *b, const struct mc_walrec_str *s)
+{
+	put16(b, s->len);
+	mc_buf_append(b, s->p, s->len);
+}
+
+static void put_uuid(struct mc_buf *b, const struct mc_store_uuid *u)
+{
+	put64(b, u->first);
+	put64(b, u->second);
+}
+
+void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
+{
+	put8(out, MC_WALREC_VERSION);
+	switch (r->type) {
+	case MC_WALREC_OBJ_PUT: {
+		const struct mc_walrec_obj *o = &r->u.obj;
+
+		put_str(out, &o->tenant);
+		put_str(out, &o->key);
+		put64(out, o->size);
+		put8(out, o->flags);
+		if (o->flags & MC_WALREC_F_CKSUM)
+			put64(out, o->checksum);
+		put_str(out, &o->group);
+		put8(out, o->nrep);
+		for (uint32_t i = 0; i < o->nrep; i++) {
+			put8(out, o->reps[i].kind);
+			put_uuid(out, &o->reps[i].seg);
+			put64(out, o->reps[i].addr);
+		}
+		break;
+	}
+	case MC_WALREC_OBJ_DEL:
+		put_str(out, &r->u.obj.tenant);
+		put_str(out, &r->u.obj.key);
+		break;
+	case MC_WALREC_SEG_MOUNT: {
+		const struct mc_walrec_seg *s = &r->u.seg;
+
+		put_uuid(out, &s->id);
+		put_uuid(out, &s->client);
+		put64(out, s->base);
+		put64(out, s->size);
+		put_str(out, &s->name);
+		put_str(out, &s->te_endpoint);
+		put_str(out, &s->protocol);
+		break;
+	}
+	case MC_WALREC_SEG_UNMOUNT:
+		put_uuid(out, &r->u.seg.id);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- decode ---- */
+
+struct rd {
+	const uint8_t *p;
+	size_t len, off;
+	const char *bad; /* the first field that did not fit */
+};
+
+static bool need(struct rd *d, size_t n, const char *field)
+{
+	if (d->bad)
+		return false;
+	if (n > d->len - d->off) {
+		d->bad = field;
+		return false;
+	}
+	return true;
+}
+
+static uint8_t get8(struct rd *d, const char *field)
+{
+	if (!need(d, 1, field))
+		return 0;
+	return d->p[d->off++];
+}
+
+static uint64_t get64(struct rd *d, const char *field)
+{
+	uint64_t v;
+
+	if (!need(d, 8, field))
+		return 0;
+	v = mc_get_le64(d->p + d->off);
+	d->off += 8;
+	return v;
+}
+
+static void get_str(struct rd *d, struct mc_walrec_str *s, const char *field)
+{
+	uint16_t n;
+
+	s->p = "";
+	s->len = 0;
+	if (!need(d, 2, field))
+		return;
+	n = mc_get_le16(d->p + d->off);
+	d->off += 2;
+	if (!need(d, n, field))
+		return;
+	s->p = (const char *)d->p + d->off;
+	s->len = n;
+	d->off += n;
+}
+
+static void get_uuid(struct rd *d, struct mc_store_uuid *u, const char *field)
+{
+	u->first = get64(d, field);
+	u->second = get64(d, field);
+}
+
+mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct mc_walrec *r)
+{
+	struct rd d = {p, len, 0, NULL};
+	uint8_t ver;
+
+	memset(r, 0, sizeof(*r));
+	r->type = type;
+	if (len < 1)
+		return mc_set_error(MC_ERR_MALFORMED_JSON, "wal record type %u: empty payload",
+				    type);
+	ver = get8(&d, "version");
+	if (ver != MC_WALREC_VERSION)
+		return mc_set_error(ver > MC_WALREC_VERSION ? MC_ERR_INVALID_VERSION
+							    : MC_ERR_MALFORMED_JSON,
+				    "wal record type %u: payload version %u, this master reads %u",
+				    type, ver, MC_WALREC_VERSION);
+	switch (type) {
+	case MC_WALREC_OBJ_PUT: {
+		struct mc_walrec_obj *o = &r->u.obj;
+
+		get_str(&d, &o->tenant, "tenant");
+		get_str(&d, &o->key, "key");
+		o->size = get64(&d, "size");
+		o->flags = get8(&d, "flags");
+		if (!d.bad && (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM)))
+			d.bad = "flags";
+		if (o->flags & MC_WALREC_F_CKSUM)
+			o->checksum = get64(&d, "checksum");
+		get_str(&d, &o->group, "group");
+		o->nrep = get8(&d, "replica count");
+		if (!d.bad && o->nrep > MC_WALREC_MAX_REPS)
+			d.bad = "replica count";
+		for (uint32_t i = 0; !d.bad && i < o->nrep; i++) {
+			o->reps[i].kind = get8(&d, "replica kind");
+			if (!d.bad && (o->reps[i].kind < MC_WALREC_REP_MEMORY ||
+				       o->reps[i].kind > MC_WALREC_REP_LOCAL_DISK))
+				d.bad = "replica kind";
+			get_uuid(&d, &o->reps[i].seg, "replica segment");
+			o->reps[i].addr = get64(&d, "replica address");
+		}
+		if (!d.bad && o->key.len == 0)
+			d.bad = "key";
+		break;
+	}
+	case MC_WALREC_OBJ_DEL:
+		get_str(&d, &r->u.obj.tenant, "tenant");
+		get_str(&d, &r->u.obj.key, "key");
+		if (!d.bad && r->u.obj.key.len == 0)
+			d.bad = "key";
+		break;
+	case MC_WALREC_SEG_MOUNT: {
+		struct mc_walrec_seg *s = &r->u.seg;
+
+		get_uuid(&d, &s->id, "segment id");
+		get_uuid(&d, &s->client, "client id");
+		s->base = get64(&d, "base");
+		s->size = get64(&d, "size");
+		get_str(&d, &s->name, "name");
+		get_str(&d, &s->te_endpoint, "te_endpoint");
+		get_str(&d, &s->protocol, "protocol");
+		if (!d.bad && s->base + s->size < s->base)
+			d.bad = "size";
+		break;
+	}
+	case MC_WALREC_SEG_UNMOUNT:
+		get_uuid(&d, &r->u.seg.id, "segment id");
+		break;
+	default:
+		return mc_set_error(MC_ERR_NOT_SUPPORTED, "wal record type %u is unknown", type);
+	}
+	if (!d.bad && d.off != len)
+		d.bad = "trailing bytes";
+	if (d.bad)
+		return mc_set_error(MC_ERR_MALFORMED_JSON,
+				    "wal record type %u: bad %s at byte %zu of %zu", type, d.bad,
+				    d.off, len);
+	return MC_OK;
+}
