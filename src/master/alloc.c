@@ -483,6 +483,81 @@ mc_status mc_offset_alloc_alloc(struct mc_offset_alloc *a, uint64_t len, uint64_
 	return MC_OK;
 }
 
+mc_status mc_offset_alloc_claim(struct mc_offset_alloc *a, uint64_t addr, uint64_t len,
+				uint32_t *cursor)
+{
+	uint64_t off, u, bend;
+	uint32_t idx = *cursor, front = NIL, tail = NIL;
+	struct blk *b;
+
+	if (!len || addr < a->base || ((addr - a->base) & ((1ull << a->shift) - 1)))
+		return MC_ERR_INVALID_PARAMS;
+	off = (addr - a->base) >> a->shift;
+	u = (len >> a->shift) + ((len & ((1ull << a->shift) - 1)) != 0);
+	if (off >= a->units || u > a->units - off)
+		return MC_ERR_INVALID_PARAMS;
+	if (idx >= a->nrecs || a->recs[idx].off > off)
+		idx = 0; /* recs[0] is always the lowest block */
+	while (idx != NIL && a->recs[idx].off + blk_len(&a->recs[idx]) <= off)
+		idx = a->recs[idx].next_phys;
+	if (idx == NIL || !blk_free(&a->recs[idx]) ||
+	    off + u > a->recs[idx].off + blk_len(&a->recs[idx]))
+		return MC_ERR_INVALID_PARAMS; /* overlaps a used block */
+	/* reserve first: on failure nothing has changed yet */
+	if (!table_reserve(a))
+		return MC_ERR_NOMEM;
+	bend = a->recs[idx].off + blk_len(&a->recs[idx]);
+	if (a->recs[idx].off < off) {
+		if (!rec_reserve(a))
+			return MC_ERR_NOMEM;
+		front = rec_get(a);
+	}
+	if (off + u < bend) {
+		if (!rec_reserve(a)) {
+			if (front != NIL)
+				rec_put(a, front);
+			return MC_ERR_NOMEM;
+		}
+		tail = rec_get(a);
+	}
+	list_remove(a, idx);
+	if (front != NIL) {
+		/* the free part below keeps idx (recs[0] stays the lowest) */
+		struct blk *f = &a->recs[front];
+		b = &a->recs[idx];
+		f->off = off;
+		f->prev_phys = idx;
+		f->next_phys = b->next_phys;
+		if (b->next_phys != NIL)
+			a->recs[b->next_phys].prev_phys = front;
+		b->next_phys = front;
+		b->len = (off - b->off) | FREE_BIT;
+		list_insert(a, idx);
+		idx = front;
+	}
+	b = &a->recs[idx];
+	if (tail != NIL) {
+		struct blk *t = &a->recs[tail];
+		t->off = off + u;
+		t->len = (bend - off - u) | FREE_BIT;
+		t->prev_phys = idx;
+		t->next_phys = b->next_phys;
+		if (b->next_phys != NIL)
+			a->recs[b->next_phys].prev_phys = tail;
+		b->next_phys = tail;
+		list_insert(a, tail);
+	}
+	b->off = off;
+	b->len = u;
+	b->u.req = len;
+	table_put(a->table, a->table_bits, b->off, idx);
+	a->used_units += u;
+	a->requested_bytes += len;
+	a->nused++;
+	*cursor = idx;
+	return MC_OK;
+}
+
 /* Record index of the live block at addr, with its table slot; NIL if none. */
 static uint32_t find_live(const struct mc_offset_alloc *a, uint64_t addr, size_t *slot_out)
 {

@@ -75,6 +75,18 @@ mc_status mc_offset_alloc_alloc(struct mc_offset_alloc *a, uint64_t len, uint64_
  * MC_ERR_INVALID_PARAMS and changes nothing.
  */
 mc_status mc_offset_alloc_release(struct mc_offset_alloc *a, uint64_t addr);
+/*
+ * Mark [addr, addr + len) used as if mc_offset_alloc_alloc had returned
+ * addr (the master's log replay binds a remounted segment's replicas
+ * again).  It must lie inside one free block.  *cursor: a block to start
+ * the walk from; set it to 0 for the first of a run of claims in ascending
+ * address order and pass it on unchanged (nothing else may touch a in
+ * between), so the run walks the blocks once.  MC_OK;
+ * MC_ERR_INVALID_PARAMS (misaligned, outside the range, overlapping a used
+ * block); MC_ERR_NOMEM.
+ */
+mc_status mc_offset_alloc_claim(struct mc_offset_alloc *a, uint64_t addr, uint64_t len,
+				uint32_t *cursor);
 
 /*
  * Length the caller asked for when it allocated the live block at addr.

@@ -813,6 +813,61 @@ static void strategy_names_parse(void **state)
 	assert_string_equal(mc_alloc_strategy_name(MC_ALLOC_RANDOM), "random");
 }
 
+static int u64_cmp(const void *pa, const void *pb)
+{
+	uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+	return a < b ? -1 : a > b;
+}
+
+/* The log's replay: the blocks one allocator handed out, claimed in a new
+ * one, give the same allocator; overlaps and strays are refused. */
+static void claim_rebuilds_what_alloc_handed_out(void **state)
+{
+	struct mc_offset_alloc *a = new_alloc(0x10000, 16 * MIB, 64);
+	struct mc_offset_alloc *b = new_alloc(0x10000, 16 * MIB, 64);
+	struct mc_offset_alloc_stats sa, sb;
+	uint64_t addrs[300], len;
+	uint32_t cur = 0;
+	size_t i, n = 0;
+	(void)state;
+	for (i = 0; i < 300; i++)
+		addrs[n++] = must_alloc(a, 1 + (i * 7919) % 40000);
+	for (i = 0; i < n; i += 3) /* holes, so claims meet free gaps */
+		assert_int_equal(mc_offset_alloc_release(a, addrs[i]), MC_OK);
+	for (i = 0, n = 0; i < 300; i++)
+		if (i % 3)
+			addrs[n++] = addrs[i];
+	qsort(addrs, n, sizeof(addrs[0]), u64_cmp);
+	for (i = 0; i < n; i++) {
+		assert_int_equal(mc_offset_alloc_lookup(a, addrs[i], &len), MC_OK);
+		assert_int_equal(mc_offset_alloc_claim(b, addrs[i], len, &cur), MC_OK);
+	}
+	assert_true(mc_offset_alloc_check(b));
+	mc_offset_alloc_stats(a, &sa);
+	mc_offset_alloc_stats(b, &sb);
+	assert_int_equal(sa.used_bytes, sb.used_bytes);
+	assert_int_equal(sa.requested_bytes, sb.requested_bytes);
+	assert_int_equal(sa.nblocks, sb.nblocks);
+	/* out of order: the cursor falls back to the lowest block */
+	cur = 0;
+	assert_int_equal(mc_offset_alloc_claim(b, addrs[0], 1, &cur), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_offset_alloc_claim(b, addrs[n - 1] + 1, 1, &cur),
+			 MC_ERR_INVALID_PARAMS); /* misaligned */
+	assert_int_equal(mc_offset_alloc_claim(b, 0x10000 + 16 * MIB, 64, &cur),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_offset_alloc_claim(b, 0x10000 + 16 * MIB - 64, 128, &cur),
+			 MC_ERR_INVALID_PARAMS);
+	for (i = 0; i < n; i++)
+		assert_int_equal(mc_offset_alloc_release(b, addrs[i]), MC_OK);
+	assert_empty(b);
+	/* a claim is then an ordinary block */
+	assert_int_equal(mc_offset_alloc_claim(b, 0x10000 + 4096, 100, &cur), MC_OK);
+	assert_int_equal(must_alloc(b, 4096), 0x10000);
+	assert_true(mc_offset_alloc_check(b));
+	mc_offset_alloc_free(a);
+	mc_offset_alloc_free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -838,6 +893,7 @@ int main(void)
 		cmocka_unit_test(large_samples_and_nomem_in_placement),
 		cmocka_unit_test(placement_failures),
 		cmocka_unit_test(strategy_names_parse),
+		cmocka_unit_test(claim_rebuilds_what_alloc_handed_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
