@@ -1028,6 +1028,7 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 	o->t = c->now; /* lease = now: no protection, but LRU recency */
 	commit_pins(m, o, c->now, pin);
 	mc_master_ssd_put_end(m, o, c->now);
+	mc_master_wal_put(m, o);
 	return MC_OK;
 }
 

@@ -165,6 +165,29 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms);
 bool mc_master_sweep_pending(const struct mc_master *m);
 bool mc_master_sweep_run(struct mc_master *m, uint64_t slice_us);
 
+/* ---- the write-ahead log (master/wal.h, master/wal_log.c) ---- */
+
+/*
+ * From now on every accepted state change (segment mounted or unmounted,
+ * object completed or erased) is appended to w, for the daemon to commit
+ * before the replies of the same loop turn leave.  NULL: no log.
+ */
+struct mc_wal;
+void mc_master_set_wal(struct mc_master *m, struct mc_wal *w);
+/* Did an append fail (no memory) since the last call?  Then the daemon
+ * must acknowledge nothing of this turn, as for a failed commit. */
+bool mc_master_wal_take_error(struct mc_master *m);
+/*
+ * Apply one record of the log at start (the mc_wal_open callback's work),
+ * before mc_master_set_wal.  Segments come back waiting (hidden objects)
+ * until a client mounts a segment of the same name, base and size; those
+ * not back within client_ttl_ms of now_ms are dropped with their objects.
+ * MC_OK, the decoder's errors (a newer payload version: INVALID_VERSION),
+ * MC_ERR_NOMEM.
+ */
+mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
+			       uint32_t len, uint64_t now_ms);
+
 /* ---- queries for the HTTP admin service ---- */
 
 /*

@@ -102,6 +102,7 @@ enum mc_seg_state {
 	MC_SEG_MOUNTED = MC_SEGMENT_OK,
 	MC_SEG_GRACEFUL = MC_SEGMENT_GRACEFULLY_UNMOUNTING,
 	MC_SEG_DISK = 100, /* a client's local-disk segment: no allocator, no placement */
+	MC_SEG_WAIT = 101, /* from the log (wal_log.c): not mounted again yet; no allocator */
 };
 
 struct mc_seg {
@@ -302,6 +303,12 @@ struct mc_master {
 	struct mc_master_cursor bf; /* the offload backfill lap (ssd.c); unit 0: none */
 	uint32_t bf_wait;	    /* slot + 1 of the client whose full queue paused it */
 
+	/* the write-ahead log (wal_log.c); NULL: none */
+	struct mc_wal *wal;
+	struct mc_buf walbuf; /* one record's payload being encoded */
+	bool wal_err;	      /* an append failed since the daemon last asked */
+	uint32_t nwait;	      /* segments in MC_SEG_WAIT */
+
 	/* the legacy shared-FS DISK tier (fs_tier.c); fs_seg UINT32_MAX: off */
 	uint32_t fs_seg;
 	uint64_t fs_seq;
@@ -334,6 +341,24 @@ mc_status mc_master_obj_insert(struct mc_master *m, struct mc_obj *o);
  * replicas must already be released or parked. */
 void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o);
 struct mc_rep *mc_master_obj_rep(struct mc_obj *o, uint32_t i);
+/* A free segment slot (its generation kept), or UINT32_MAX. */
+uint32_t mc_master_seg_slot_new(struct mc_master *m);
+
+/* ---- wal_log.c: the write-ahead log's records (no-ops without a log) ---- */
+
+/* o completed (PutEnd): its memory replicas. */
+void mc_master_wal_put(struct mc_master *m, struct mc_obj *o);
+/* o is being erased. */
+void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o);
+void mc_master_wal_mount(struct mc_master *m, uint32_t slot);
+void mc_master_wal_unmount(struct mc_master *m, uint32_t slot);
+/* The waiting (replayed) segment a mount of in takes over: same name,
+ * base and size; UINT32_MAX if none. */
+uint32_t mc_master_wal_waiting(const struct mc_master *m, const struct mc_store_segment *in);
+/* slot took over a waiting segment: claim its replicas' ranges. */
+void mc_master_wal_rebind(struct mc_master *m, uint32_t slot);
+/* Drop the waiting segments past their deadline (the tick). */
+void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms);
 bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r);
 /* r names a local-disk segment (a LOCAL_DISK replica; addr unused). */
 static inline bool mc_master_rep_disk(const struct mc_master *m, const struct mc_rep *r)

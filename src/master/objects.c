@@ -225,7 +225,7 @@ bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r)
 	if (r->seg >= m->nsegs_slots)
 		return false;
 	s = &m->segs[r->seg];
-	return s->state != MC_SEG_FREE && s->gen == r->gen;
+	return s->state != MC_SEG_FREE && s->state != MC_SEG_WAIT && s->gen == r->gen;
 }
 
 bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o)
@@ -241,10 +241,19 @@ bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o)
 	return false;
 }
 
+/* Live, or replayed from the log and waiting for its segment (wal_log.c):
+ * not readable, but not to be dropped either. */
+static inline bool rep_kept(const struct mc_master *m, const struct mc_rep *r)
+{
+	return mc_master_rep_live(m, r) ||
+	       (m->nwait && r->seg < m->nsegs_slots && m->segs[r->seg].state == MC_SEG_WAIT &&
+		m->segs[r->seg].gen == r->gen);
+}
+
 bool mc_master_obj_gone(const struct mc_master *m, const struct mc_obj *o)
 {
 	for (uint32_t i = 0; i < o->nrep; i++) {
-		if (mc_master_rep_live(m, mc_master_obj_rep((struct mc_obj *)o, i)))
+		if (rep_kept(m, mc_master_obj_rep((struct mc_obj *)o, i)))
 			return false;
 	}
 	return true;
@@ -254,14 +263,14 @@ uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o)
 {
 	uint32_t i = 0, n;
 
-	while (i < o->nrep && mc_master_rep_live(m, mc_master_obj_rep(o, i)))
+	while (i < o->nrep && rep_kept(m, mc_master_obj_rep(o, i)))
 		i++;
 	if (i == o->nrep)
 		return i; /* all live: the object is not written to */
 	for (n = i; i < o->nrep; i++) {
 		struct mc_rep r = *mc_master_obj_rep(o, i);
 
-		if (mc_master_rep_live(m, &r))
+		if (rep_kept(m, &r))
 			*mc_master_obj_rep(o, n++) = r;
 	}
 	o->nrep = (uint8_t)n;
@@ -649,6 +658,7 @@ static void group_leave(struct mc_master *m, struct mc_obj *o)
 
 void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
 {
+	mc_master_wal_del(m, o);
 	mc_master_table_delete(m, o);
 	if (o->flags & MC_OBJ_OFFL)
 		mc_master_ssd_obj_gone(m, o);
@@ -734,7 +744,7 @@ struct mc_seg *mc_master_seg_find(struct mc_master *m, const struct mc_store_uui
 {
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].state != MC_SEG_DISK &&
-		    uuid_eq(&m->segs[i].id, id)) {
+		    m->segs[i].state != MC_SEG_WAIT && uuid_eq(&m->segs[i].id, id)) {
 			*slot_out = i;
 			return &m->segs[i];
 		}
@@ -751,8 +761,7 @@ static void seg_strings_free(struct mc_seg *s)
 	s->name = s->te_endpoint = s->protocol = s->host_id = NULL;
 }
 
-/* A free segment slot (its generation kept), or UINT32_MAX. */
-static uint32_t seg_slot_new(struct mc_master *m)
+uint32_t mc_master_seg_slot_new(struct mc_master *m)
 {
 	uint32_t slot;
 
@@ -771,7 +780,7 @@ static uint32_t seg_slot_new(struct mc_master *m)
 mc_status mc_master_seg_mount_disk(struct mc_master *m, uint32_t client, const char *endpoint,
 				   size_t len, uint32_t *slot_out)
 {
-	uint32_t slot = seg_slot_new(m);
+	uint32_t slot = mc_master_seg_slot_new(m);
 	struct mc_seg *s;
 
 	if (slot == UINT32_MAX)
@@ -803,14 +812,24 @@ mc_status mc_master_seg_mount_disk(struct mc_master *m, uint32_t client, const c
 mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 			      const struct mc_store_segment *in, uint64_t now_ms)
 {
-	uint32_t slot = seg_slot_new(m);
+	uint32_t slot = mc_master_wal_waiting(m, in);
+	bool waited = slot != UINT32_MAX;
 	struct mc_seg *s;
 	mc_status st;
 
 	(void)now_ms;
+	if (!waited)
+		slot = mc_master_seg_slot_new(m);
 	if (slot == UINT32_MAX)
 		return MC_ERR_NOMEM;
 	s = &m->segs[slot];
+	if (waited) {
+		/* a segment of the log comes back: its slot and generation, so
+		 * the replicas replayed onto it are valid again */
+		seg_strings_free(s);
+		s->state = MC_SEG_FREE;
+		m->nwait--;
+	}
 	s->name = mc_strndup(in->name.ptr ? in->name.ptr : "", in->name.len);
 	s->te_endpoint =
 		mc_strndup(in->te_endpoint.ptr ? in->te_endpoint.ptr : "", in->te_endpoint.len);
@@ -837,10 +856,17 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	m->capacity_bytes += mc_offset_alloc_capacity(s->alloc);
 	m->clients[client].nsegs++;
 	m->targets_dirty = true;
+	mc_master_wal_mount(m, slot);
+	if (waited)
+		mc_master_wal_rebind(m, slot);
 	return MC_OK;
 
 err_strings:
 	seg_strings_free(s);
+	if (waited) {
+		s->gen++; /* its replayed replicas are lost with it */
+		m->need_sweep = true;
+	}
 	return st;
 }
 
@@ -850,7 +876,7 @@ void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
 {
 	struct mc_seg *s = &m->segs[slot];
 
-	if (s->state == MC_SEG_FREE)
+	if (s->state == MC_SEG_FREE || s->state == MC_SEG_WAIT)
 		return;
 	if (s->state == MC_SEG_DISK) {
 		/* every LOCAL_DISK replica there dies with the generation */
@@ -864,6 +890,7 @@ void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
 	}
 	mc_info("unmounting segment %s (%" PRIu64 "-%" PRIu64 ")", s->name, s->id.first,
 		s->id.second);
+	mc_master_wal_unmount(m, slot);
 	m->capacity_bytes -= mc_offset_alloc_capacity(s->alloc);
 	m->allocated_bytes -= s->used;
 	mc_offset_alloc_free(s->alloc);
@@ -1363,6 +1390,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		if (m->segs[i].state == MC_SEG_GRACEFUL && m->segs[i].deadline <= now_ms)
 			mc_master_seg_unmount(m, i);
 	}
+	mc_master_wal_expire(m, now_ms);
 	mc_master_ssd_tick(m, now_ms);
 	if (mc_master_sweep_pending(m))
 		(void)mc_master_sweep_run(m, SWEEP_TICK_US);
@@ -1448,6 +1476,7 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	if (!m)
 		return MC_ERR_NOMEM;
 	m->cfg = *c;
+	mc_buf_init(&m->walbuf);
 	m->version = mc_strdup(c->version ? c->version : "mooncake-c " MC_VERSION_STRING);
 	m->slots = mc_calloc(MIN_SLOTS, sizeof(uint64_t));
 	m->tenants = mc_calloc(1, sizeof(char *));
@@ -1499,6 +1528,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->gfree);
 	mc_master_ssd_free(m);
 	mc_master_fs_free(m);
+	mc_buf_release(&m->walbuf);
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state != MC_SEG_FREE) {
 			mc_offset_alloc_free(m->segs[i].alloc);
@@ -1597,7 +1627,8 @@ void mc_master_foreach_segment(struct mc_master *m, mc_master_segment_fn fn, voi
 	if (!idx)
 		return;
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].state != MC_SEG_DISK)
+		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].state != MC_SEG_DISK &&
+		    m->segs[i].state != MC_SEG_WAIT)
 			idx[n++] = i;
 	}
 	/* mount order; a handful of segments, so insertion sort */

@@ -1,0 +1,418 @@
+/*
+ * master/wal_log.c - the master's side of its write-ahead log (issue 14):
+ * the records of the state changes it accepts, and their replay at start.
+ *
+ * What is logged (payloads in master/wal_rec.h):
+ *   - a memory segment mounted (SEG_MOUNT) and unmounted for good
+ *     (SEG_UNMOUNT: by request, graceful deadline, client expiry, or a
+ *     replayed segment that never came back);
+ *   - an object completed by PutEnd, also after an upsert (OBJ_PUT: its
+ *     memory replicas by segment id and address, hard pin, checksum, group);
+ *   - an object erased for any reason (OBJ_DEL: removed, revoked,
+ *     evicted, swept after its segments went).
+ * Not logged: leases, soft pins, in-flight puts, clients' liveness, the
+ * DISK and LOCAL_DISK tiers' replicas (those objects come back with their
+ * memory replicas only).
+ *
+ * Replay.  A SEG_MOUNT makes a segment slot in state MC_SEG_WAIT: known,
+ * not mounted, no allocator, no client.  OBJ_PUT inserts the object with
+ * its replicas on those slots: not readable (mc_master_rep_live is false
+ * there) and not gone (mc_master_obj_gone counts a waiting replica), so it
+ * is hidden but kept.  When a client mounts a segment with the same name,
+ * base and size, mc_master_seg_mount takes the waiting slot (its
+ * generation, so the replicas stay valid) and mc_master_wal_rebind claims
+ * each replica's range in the new allocator.  A waiting slot not claimed
+ * within client_ttl_ms of the replay is unmounted (mc_master_wal_expire):
+ * its objects go with the next sweep, each erase logged.
+ *
+ * Threads: the master's (one caller at a time).
+ */
+#define MC_LOG_MODULE "master"
+#include "master/master_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "master/wal.h"
+#include "master/wal_rec.h"
+
+void mc_master_set_wal(struct mc_master *m, struct mc_wal *w)
+{
+	m->wal = w;
+}
+
+bool mc_master_wal_take_error(struct mc_master *m)
+{
+	bool e = m->wal_err;
+
+	m->wal_err = false;
+	return e;
+}
+
+static void append(struct mc_master *m, const struct mc_walrec *r)
+{
+	mc_buf_reset(&m->walbuf);
+	mc_walrec_encode(&m->walbuf, r);
+	if (m->walbuf.err != MC_OK || mc_wal_append(m->wal, r->type, m->walbuf.data,
+						    (uint32_t)m->walbuf.len, NULL) != MC_OK) {
+		mc_warn("wal: cannot append a record of type %u: %s", r->type, mc_last_error());
+		m->wal_err = true; /* the daemon acknowledges nothing of this turn */
+	}
+}
+
+static bool rep_is_memory(const struct mc_master *m, const struct mc_rep *r)
+{
+	return r->seg < m->nsegs_slots && !mc_master_rep_fs(m, r) &&
+	       (m->segs[r->seg].state == MC_SEG_MOUNTED ||
+		m->segs[r->seg].state == MC_SEG_GRACEFUL);
+}
+
+void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
+{
+	static struct mc_walrec r; /* reps[] is large; one master thread */
+	struct mc_walrec_obj *w = &r.u.obj;
+	const struct mc_group *g;
+
+	if (!m->wal)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.type = MC_WALREC_OBJ_PUT;
+	w->tenant.p = m->tenants[o->tenant];
+	w->tenant.len = (uint16_t)m->tenant_lens[o->tenant];
+	w->key.p = o->key;
+	w->key.len = o->key_len;
+	w->size = mc_obj_size(o);
+	w->flags = (o->flags & MC_OBJ_HARD) ? MC_WALREC_F_HARD : 0;
+	if (o->flags & MC_OBJ_CKSUM) {
+		w->flags |= MC_WALREC_F_CKSUM;
+		w->checksum = o->ext->checksum;
+	}
+	g = mc_master_group_of(m, o);
+	w->group.p = g ? g->name : "";
+	w->group.len = g ? (uint16_t)g->name_len : 0;
+	for (uint32_t i = 0; i < o->nrep && w->nrep < MC_WALREC_MAX_REPS; i++) {
+		const struct mc_rep *rp = mc_master_obj_rep(o, i);
+
+		if (!mc_master_rep_live(m, rp) || !rep_is_memory(m, rp))
+			continue;
+		w->reps[w->nrep].kind = MC_WALREC_REP_MEMORY;
+		w->reps[w->nrep].seg = m->segs[rp->seg].id;
+		w->reps[w->nrep].addr = rp->addr;
+		w->nrep++;
+	}
+	if (w->nrep)
+		append(m, &r);
+}
+
+void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
+{
+	struct mc_walrec r;
+
+	if (!m->wal)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.type = MC_WALREC_OBJ_DEL;
+	r.u.obj.tenant.p = m->tenants[o->tenant];
+	r.u.obj.tenant.len = (uint16_t)m->tenant_lens[o->tenant];
+	r.u.obj.key.p = o->key;
+	r.u.obj.key.len = o->key_len;
+	append(m, &r);
+}
+
+void mc_master_wal_mount(struct mc_master *m, uint32_t slot)
+{
+	const struct mc_seg *s = &m->segs[slot];
+	struct mc_walrec r;
+
+	if (!m->wal)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.type = MC_WALREC_SEG_MOUNT;
+	r.u.seg.id = s->id;
+	if (s->client < m->nclient_slots)
+		r.u.seg.client = m->clients[s->client].id;
+	r.u.seg.base = s->base;
+	r.u.seg.size = s->size;
+	r.u.seg.name = (struct mc_walrec_str){s->name, (uint16_t)s->name_len};
+	r.u.seg.te_endpoint = (struct mc_walrec_str){s->te_endpoint, (uint16_t)s->te_len};
+	r.u.seg.protocol = (struct mc_walrec_str){s->protocol, (uint16_t)s->proto_len};
+	append(m, &r);
+}
+
+void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
+{
+	struct mc_walrec r;
+
+	if (!m->wal)
+		return;
+	memset(&r, 0, sizeof(r));
+	r.type = MC_WALREC_SEG_UNMOUNT;
+	r.u.seg.id = m->segs[slot].id;
+	append(m, &r);
+}
+
+/* ---- replay ---- */
+
+static uint32_t wait_find(const struct mc_master *m, const struct mc_store_uuid *id)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++)
+		if (m->segs[i].state == MC_SEG_WAIT && m->segs[i].id.first == id->first &&
+		    m->segs[i].id.second == id->second)
+			return i;
+	return UINT32_MAX;
+}
+
+uint32_t mc_master_wal_waiting(const struct mc_master *m, const struct mc_store_segment *in)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		const struct mc_seg *s = &m->segs[i];
+
+		if (s->state == MC_SEG_WAIT && s->base == in->base && s->size == in->size &&
+		    s->name_len == in->name.len && memcmp(s->name, in->name.ptr, in->name.len) == 0)
+			return i;
+	}
+	return UINT32_MAX;
+}
+
+static void wait_drop(struct mc_master *m, uint32_t slot)
+{
+	struct mc_seg *s = &m->segs[slot];
+
+	s->gen++; /* its replicas die; the sweep erases objects left with none */
+	s->state = MC_SEG_FREE;
+	mc_free(s->name);
+	mc_free(s->te_endpoint);
+	mc_free(s->protocol);
+	mc_free(s->host_id);
+	s->name = s->te_endpoint = s->protocol = s->host_id = NULL;
+	m->nwait--;
+	m->need_sweep = true;
+}
+
+static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *in, uint64_t now)
+{
+	uint32_t slot = wait_find(m, &in->id);
+	struct mc_seg *s;
+
+	if (slot != UINT32_MAX &&
+	    (m->segs[slot].base != in->base || m->segs[slot].size != in->size ||
+	     m->segs[slot].name_len != in->name.len ||
+	     memcmp(m->segs[slot].name, in->name.p, in->name.len) != 0)) {
+		/* the id mounted again as another range: the old one's replicas die */
+		wait_drop(m, slot);
+		slot = UINT32_MAX;
+	}
+	if (slot == UINT32_MAX) {
+		slot = mc_master_seg_slot_new(m);
+		if (slot == UINT32_MAX)
+			return MC_ERR_NOMEM;
+		m->nwait++;
+	}
+	s = &m->segs[slot];
+	mc_free(s->name);
+	mc_free(s->te_endpoint);
+	mc_free(s->protocol);
+	mc_free(s->host_id);
+	s->name = mc_strndup(in->name.p, in->name.len);
+	s->te_endpoint = mc_strndup(in->te_endpoint.p, in->te_endpoint.len);
+	s->protocol = mc_strndup(in->protocol.p, in->protocol.len);
+	s->host_id = mc_strndup("", 0);
+	s->id = in->id;
+	s->base = in->base;
+	s->size = in->size;
+	s->name_len = in->name.len;
+	s->te_len = in->te_endpoint.len;
+	s->proto_len = in->protocol.len;
+	s->alloc = NULL;
+	s->used = 0;
+	s->client = MC_MASTER_NO_CLIENT;
+	s->deadline = now + m->cfg.client_ttl_ms;
+	s->state = MC_SEG_WAIT;
+	if (!s->name || !s->te_endpoint || !s->protocol || !s->host_id) {
+		wait_drop(m, slot);
+		return MC_ERR_NOMEM;
+	}
+	return MC_OK;
+}
+
+static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
+{
+	struct mc_rep reps[MC_WALREC_MAX_REPS];
+	uint32_t n = 0;
+	uint16_t tid;
+	struct mc_obj *o;
+	mc_status st;
+
+	for (uint32_t i = 0; i < in->nrep; i++) {
+		uint32_t slot = wait_find(m, &in->reps[i].seg);
+
+		if (slot == UINT32_MAX || in->reps[i].kind != MC_WALREC_REP_MEMORY)
+			continue; /* its segment went before the crash */
+		reps[n++] = (struct mc_rep){in->reps[i].addr, slot, m->segs[slot].gen};
+	}
+	st = mc_master_tenant_intern(m, in->tenant.p, in->tenant.len, &tid);
+	if (st != MC_OK)
+		return st;
+	o = mc_master_obj_find(m, tid, in->key.p, in->key.len);
+	if (o)
+		mc_master_obj_erase(m, o); /* an upsert: the new one replaces it */
+	if (!n)
+		return MC_OK;
+	o = mc_malloc(offsetof(struct mc_obj, key) + in->key.len);
+	if (!o)
+		return MC_ERR_NOMEM;
+	memset(o, 0, offsetof(struct mc_obj, key));
+	memcpy(o->key, in->key.p, in->key.len);
+	o->key_len = in->key.len;
+	o->tenant = tid;
+	mc_obj_set_size(o, in->size);
+	o->aux = MC_MASTER_NO_CLIENT;
+	if (in->flags & MC_WALREC_F_CKSUM)
+		o->flags |= MC_OBJ_CKSUM;
+	if (!mc_master_obj_ext_fit(o, n)) {
+		mc_free(o);
+		return MC_ERR_NOMEM;
+	}
+	if (in->flags & MC_WALREC_F_CKSUM)
+		o->ext->checksum = in->checksum;
+	for (uint32_t i = 0; i < n; i++)
+		*mc_master_obj_rep(o, i) = reps[i];
+	o->nrep = (uint8_t)n;
+	if (in->flags & MC_WALREC_F_HARD)
+		o->flags |= MC_OBJ_HARD;
+	st = mc_master_obj_insert(m, o);
+	if (st != MC_OK) {
+		mc_free(o->ext);
+		mc_free(o);
+		return st;
+	}
+	if (in->group.len && mc_master_group_join(m, tid, in->group.p, in->group.len, o) != MC_OK) {
+		mc_master_obj_erase(m, o);
+		return MC_ERR_NOMEM;
+	}
+	return MC_OK;
+}
+
+mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
+			       uint32_t len, uint64_t now_ms)
+{
+	static struct mc_walrec r;
+	mc_status st = mc_walrec_decode(type, payload, len, &r);
+
+	if (st != MC_OK)
+		return st;
+	switch (type) {
+	case MC_WALREC_SEG_MOUNT:
+		return replay_mount(m, &r.u.seg, now_ms);
+	case MC_WALREC_SEG_UNMOUNT: {
+		uint32_t slot = wait_find(m, &r.u.seg.id);
+
+		if (slot != UINT32_MAX)
+			wait_drop(m, slot);
+		return MC_OK;
+	}
+	case MC_WALREC_OBJ_PUT:
+		return replay_put(m, &r.u.obj);
+	case MC_WALREC_OBJ_DEL: {
+		bool found;
+		uint16_t tid =
+			mc_master_tenant_find(m, r.u.obj.tenant.p, r.u.obj.tenant.len, &found);
+		struct mc_obj *o =
+			found ? mc_master_obj_find(m, tid, r.u.obj.key.p, r.u.obj.key.len) : NULL;
+
+		if (o)
+			mc_master_obj_erase(m, o);
+		return MC_OK;
+	}
+	default:
+		return MC_ERR_INTERNAL; /* decode refused it */
+	}
+}
+
+/* ---- remount ---- */
+
+struct bind {
+	uint64_t addr;
+	struct mc_obj *o;
+	uint32_t i;
+};
+
+static int bind_cmp(const void *pa, const void *pb)
+{
+	const struct bind *a = pa, *b = pb;
+	return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
+{
+	struct mc_seg *s = &m->segs[slot];
+	struct bind *v = NULL;
+	size_t n = 0, cap = 0;
+	uint32_t cur = 0, lost = 0, n_bad = 0;
+
+	mc_master_table_settle(m);
+	for (uint64_t i = 0; i <= m->mask; i++) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		for (uint32_t k = 0; o && k < o->nrep; k++) {
+			struct mc_rep *r = mc_master_obj_rep(o, k);
+
+			if (r->seg != slot || r->gen != s->gen)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 1024;
+				struct bind *nv = mc_realloc(v, nc * sizeof(*v));
+
+				if (!nv) {
+					r->gen = s->gen - 1; /* an old generation: dead, never
+								readable unbound */
+					lost++;
+					continue;
+				}
+				v = nv;
+				cap = nc;
+			}
+			v[n++] = (struct bind){r->addr, o, k};
+		}
+	}
+	qsort(v, n, sizeof(*v), bind_cmp);
+	for (size_t i = 0; i < n; i++) {
+		struct mc_rep *r = mc_master_obj_rep(v[i].o, v[i].i);
+		uint64_t size = mc_obj_size(v[i].o);
+
+		if (mc_offset_alloc_claim(s->alloc, r->addr, size, &cur) != MC_OK) {
+			r->gen = s->gen - 1; /* dead: pruned with the object's next visit */
+			lost++;
+			n_bad++;
+			continue;
+		}
+		s->used += size;
+		m->allocated_bytes += size;
+	}
+	mc_free(v);
+	if (lost) {
+		m->need_sweep = true;
+		mc_warn("wal: segment %s remounted: %u logged replicas could not be bound again",
+			s->name, lost);
+	}
+	mc_info("wal: segment %s remounted: %zu logged replicas readable again", s->name,
+		n - n_bad);
+}
+
+void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms)
+{
+	if (!m->nwait)
+		return;
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		if (m->segs[i].state != MC_SEG_WAIT || m->segs[i].deadline > now_ms)
+			continue;
+		mc_warn("wal: segment %s was not mounted again within the client TTL: its objects "
+			"are dropped",
+			m->segs[i].name);
+		mc_master_wal_unmount(m, i);
+		wait_drop(m, i);
+	}
+}
