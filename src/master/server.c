@@ -74,6 +74,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -96,6 +97,7 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "master/server_priv.h"
+#include "master/wal.h"
 #include "meta/desc.h"
 #include "meta/http_server.h"
 #include "mooncake/version.h"
@@ -134,6 +136,10 @@ struct conn {
 	uint64_t frame_start_ms; /* when the partial frame in rbuf began; 0 = none */
 	size_t frame_len;	 /* its announced length, once its header is in */
 	char *why;		 /* why it is closing, until logged */
+	bool wal_dirty;		 /* wbuf holds replies given since the log's state below */
+	bool wal_lost;		 /* an append for one of them failed: never send them */
+	uint64_t wal_epoch;	 /* s->wal_fail_epoch then */
+	uint64_t wal_seq;	 /* the log's last seq then */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -226,7 +232,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 	if (c->job) {
 		pthread_mutex_lock(&s->lock);
 		mc_master_job_free(s->master, c->job);
-		pthread_mutex_unlock(&s->lock);
+		mc_master_server_unlock(s);
 		c->job = NULL;
 		mc_list_del(&c->job_link);
 	}
@@ -265,9 +271,76 @@ static void conn_fail(struct conn *c, const char *fmt, ...)
 	c->closing = true;
 }
 
+void mc_master_server_unlock(struct mc_master_server *s)
+{
+	if (s->wal) {
+		if (mc_master_wal_take_error(s->master))
+			mc_error("wal: a state change outside an RPC reply could not be logged");
+		if (mc_wal_commit(s->wal) != MC_OK) {
+			static uint64_t last_ms;
+			uint64_t now = mc_now_ms();
+
+			__atomic_store_n(&s->wal_fail_durable, mc_wal_last_seq(s->wal),
+					 __ATOMIC_RELAXED);
+			__atomic_fetch_add(&s->wal_fail_epoch, 1, __ATOMIC_RELEASE);
+			if (now - last_ms >= 1000) {
+				last_ms = now;
+				mc_error("wal: %s; the replies that depend on it are not sent",
+					 mc_last_error());
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* c's wbuf got replies under the lock: note the log's state (lock held). */
+static void conn_wal_mark(struct mc_master_server *s, struct conn *c)
+{
+	if (!s->wal)
+		return;
+	if (mc_master_wal_take_error(s->master))
+		c->wal_lost = true;
+	c->wal_dirty = true;
+	c->wal_epoch = __atomic_load_n(&s->wal_fail_epoch, __ATOMIC_RELAXED);
+	c->wal_seq = mc_wal_last_seq(s->wal);
+}
+
+/* May c's queued replies leave?  Every unlock committed the log, so they
+ * may unless a commit failed since they were made and lost their records
+ * (the seqs after wal_fail_durable).  Two failures since: no (it cannot
+ * tell). */
+static bool conn_wal_ok(struct mc_master_server *s, struct conn *c)
+{
+	uint64_t e, d;
+
+	if (!c->wal_dirty)
+		return true;
+	if (c->wal_lost)
+		return false;
+	e = __atomic_load_n(&s->wal_fail_epoch, __ATOMIC_ACQUIRE);
+	if (e != c->wal_epoch) {
+		d = __atomic_load_n(&s->wal_fail_durable, __ATOMIC_RELAXED);
+		if (e != c->wal_epoch + 1 || c->wal_seq > d ||
+		    __atomic_load_n(&s->wal_fail_epoch, __ATOMIC_ACQUIRE) != e)
+			return false;
+	}
+	c->wal_dirty = false;
+	return true;
+}
+
 /* Send what is queued.  false: the socket failed (the caller closes). */
 static bool conn_flush(struct conn *c, uint64_t now_ms)
 {
+	if (!conn_wal_ok(c->s, c)) {
+		/* never an acknowledgement of what is not in the log */
+		mc_buf_reset(&c->wbuf);
+		c->woff = 0;
+		conn_fail(c,
+			  "the write-ahead log could not be written (%s): its replies are "
+			  "withheld",
+			  mc_strerror(MC_ERR_FILE_WRITE_FAIL));
+		return false;
+	}
 	while (c->woff < c->wbuf.len) {
 		ssize_t n = send(c->io.fd, c->wbuf.data + c->woff, c->wbuf.len - c->woff,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -578,7 +651,8 @@ static void probe_launch(struct mc_master_server *s, struct conn *c, uint64_t no
 	mc_warn("rpc: refusing a mount from %s: %s", c->peer, p->why);
 	pthread_mutex_lock(&s->lock);
 	st = probe_answer_locked(s, p, &c->wbuf, now_ms);
-	pthread_mutex_unlock(&s->lock);
+	conn_wal_mark(s, c);
+	mc_master_server_unlock(s);
 	if (st == MC_ERR_NOMEM && c->wbuf.len == before)
 		conn_fail(c, "out of memory answering a mount");
 	c->probe = NULL;
@@ -620,6 +694,7 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		before = c->wbuf.len;
 		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
 		mc_store_msg_release(&msg);
+		conn_wal_mark(s, c);
 		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {
 			if (mc_list_empty(&s->jobs))
@@ -728,7 +803,7 @@ static void conn_process(struct mc_master_server *s, struct conn *c, uint64_t no
 		struct mc_master_fs_gone *g;
 		uint32_t n = fs_take_locked(s, &g);
 
-		pthread_mutex_unlock(&s->lock);
+		mc_master_server_unlock(s);
 		fs_delete(g, n);
 	}
 	if (c->probe && !c->probe->launched)
@@ -958,8 +1033,9 @@ static int64_t on_job_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_t
 	before = c->wbuf.len;
 	pthread_mutex_lock(&s->lock);
 	st = mc_master_job_run(s->master, c->job, now_ms, JOB_SLICE_US, &c->wbuf);
+	conn_wal_mark(s, c);
 	fs_n = fs_take_locked(s, &fs_g);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	fs_delete(fs_g, fs_n);
 	if (st == MC_INPROGRESS) {
 		mc_list_add_tail(&s->jobs, &c->job_link);
@@ -1013,7 +1089,8 @@ static void on_probe_done(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 		before = c->wbuf.len;
 		pthread_mutex_lock(&s->lock);
 		st = probe_answer_locked(s, p, &c->wbuf, now_ms);
-		pthread_mutex_unlock(&s->lock);
+		conn_wal_mark(s, c);
+		mc_master_server_unlock(s);
 		if (p->st != MC_OK)
 			mc_warn("rpc: refused a mount from %s: %s", c->peer, p->why);
 		c->probe = NULL;
@@ -1023,6 +1100,49 @@ static void on_probe_done(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 		probe_free(p);
 		conn_settle(s, c, now_ms, true);
 	}
+}
+
+struct wal_replay {
+	struct mc_master *m;
+	uint64_t now_ms;
+};
+
+static mc_status wal_apply(void *arg, const struct mc_wal_rec *r)
+{
+	struct wal_replay *x = arg;
+	mc_status st = mc_master_wal_replay(x->m, r->type, r->payload, r->len, x->now_ms);
+
+	if (st != MC_OK)
+		return mc_set_error(st, "record %" PRIu64 " (type %u): %s", r->seq, r->type,
+				    mc_last_error());
+	return MC_OK;
+}
+
+/* --wal_dir: open the log, replay it into the master, log from now on. */
+static mc_status wal_open(struct mc_master_server *s, const struct mc_master_server_config *cfg)
+{
+	struct wal_replay x = {s->master, mc_now_ms()};
+	struct mc_wal_open_info info;
+	enum mc_wal_fsync policy;
+	uint64_t t0 = mc_now_ms();
+	mc_status st;
+
+	if (!cfg->wal_dir || !*cfg->wal_dir)
+		return MC_OK;
+	if (!mc_wal_fsync_parse(cfg->wal_fsync ? cfg->wal_fsync : "everysec", &policy))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "--wal_fsync %s: not always, everysec "
+				    "or no",
+				    cfg->wal_fsync);
+	st = mc_wal_open(cfg->wal_dir, policy, 0, wal_apply, &x, &s->wal, &info);
+	if (st != MC_OK)
+		return mc_set_error(st, "--wal_dir %s: %s", cfg->wal_dir, mc_last_error());
+	mc_info("wal: %s: replayed %" PRIu64 " records (%" PRIu64 " bytes, %u files, %" PRIu64
+		" torn bytes cut) in %" PRIu64 " ms; fsync %s",
+		cfg->wal_dir, info.replayed, info.bytes, info.files, info.cut_bytes,
+		mc_now_ms() - t0, cfg->wal_fsync);
+	mc_master_set_wal(s->master, s->wal);
+	return MC_OK;
 }
 
 /* --root_fs_dir: an existing directory; <root_fs_dir>/<cluster_id> is
@@ -1067,7 +1187,7 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	d = mc_master_tick(s->master, now_ms);
 	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
 	n = fs_take_locked(s, &g);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	fs_delete(g, n);
 	return (int64_t)(d ? d : 1);
 }
@@ -1083,7 +1203,7 @@ static int64_t on_sweep_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64
 	pthread_mutex_lock(&s->lock);
 	more = mc_master_sweep_run(s->master, JOB_SLICE_US);
 	s->sweep_armed = more;
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	return more ? 0 : MC_LOOP_TIMER_STOP;
 }
 
@@ -1127,7 +1247,7 @@ static int64_t on_report_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 	mc_master_server_snap_locked(s, &cur, now_ms);
 	prev = s->prev_snap;
 	s->prev_snap = cur;
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	if (!s->enable_metric_reporting)
 		return REPORT_PERIOD_MS;
 	line = mc_master_summary_format(&prev, &cur);
@@ -1307,6 +1427,9 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
 		goto err_free;
 	}
+	st = wal_open(s, cfg);
+	if (st)
+		goto err_master;
 	s->prev_snap.at_ms = mc_now_ms();
 	mc_master_metrics(s->master, &s->prev_snap.m);
 
@@ -1383,6 +1506,8 @@ err_fds:
 	if (s->probe_efd.fd >= 0)
 		close(s->probe_efd.fd);
 err_master:
+	if (s->wal)
+		(void)mc_wal_close(s->wal);
 	mc_master_free(s->master);
 err_free:
 	pthread_mutex_destroy(&s->probe_lock);
@@ -1428,6 +1553,8 @@ void mc_master_server_stop(struct mc_master_server *s)
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
 	close(s->probe_efd.fd);
+	if (s->wal && mc_wal_close(s->wal) != MC_OK)
+		mc_error("wal: closing the log: %s", mc_last_error());
 	mc_master_free(s->master);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);

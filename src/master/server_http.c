@@ -251,7 +251,7 @@ static bool segments_copy(struct mc_master_server *s, struct seg_list *l)
 	memset(l, 0, sizeof(*l));
 	pthread_mutex_lock(&s->lock);
 	mc_master_foreach_segment(s->master, seg_collect, l);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	if (l->nomem) {
 		seg_list_release(l);
 		return false;
@@ -803,7 +803,7 @@ static mc_status query_key(struct mc_master_server *s, const char *key, bool lea
 	mc_buf_init(&b);
 	pthread_mutex_lock(&s->lock);
 	st = mc_master_query_replicas(s->master, NULL, key, strlen(key), lease, mc_now_ms(), &b);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	if (st == MC_OK)
 		st = b.err ? b.err
 			   : mc_store_payload_decode(MC_STORE_GET_REPLICA_LIST, true, b.data, b.len,
@@ -961,7 +961,7 @@ static enum MHD_Result page_get_all_keys(void *arg, struct MHD_Connection *conn,
 	mc_buf_init(&b);
 	pthread_mutex_lock(&s->lock);
 	mc_master_foreach_key(s->master, NULL, key_line, &b);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	if (b.err) {
 		mc_buf_release(&b);
 		return mc_http_respond_text(conn, 500, "Failed to get all keys", CT_TEXT);
@@ -1092,7 +1092,7 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 	 * so a pool of 100 million objects does not stop the RPC loop */
 	pthread_mutex_lock(&s->lock);
 	j = mc_master_remove_all_begin(s->master, tenant, tenant ? strlen(tenant) : 0, f);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	if (!j)
 		return respond_api_error(conn, MC_ERR_NOMEM, NULL);
 	do {
@@ -1100,7 +1100,7 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 		done = mc_master_remove_all_step(s->master, j, mc_now_ms(), REMOVE_ALL_SLICE_US);
 		if (done)
 			n = mc_master_remove_all_end(s->master, j);
-		pthread_mutex_unlock(&s->lock);
+		mc_master_server_unlock(s);
 	} while (!done);
 	if (n < 0)
 		return respond_api_error(conn, (mc_status)n, NULL);
@@ -1120,7 +1120,7 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	pthread_mutex_lock(&s->lock);
 	mc_master_metrics(s->master, &src.m);
 	mc_master_foreach_segment(s->master, seg_collect, &l);
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
 	if (l.nomem) {
 		seg_list_release(&l);
@@ -1143,7 +1143,7 @@ static enum MHD_Result page_summary(void *arg, struct MHD_Connection *conn,
 	pthread_mutex_lock(&s->lock);
 	mc_master_server_snap_locked(s, &cur, mc_now_ms());
 	prev = s->prev_snap;
-	pthread_mutex_unlock(&s->lock);
+	mc_master_server_unlock(s);
 	line = mc_master_summary_format(&prev, &cur);
 	if (!line)
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);

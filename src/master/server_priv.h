@@ -44,6 +44,15 @@ struct mc_master_server {
 	 */
 	pthread_mutex_t lock;
 	struct mc_master *master;
+	/* the write-ahead log (NULL: none): committed by every
+	 * mc_master_server_unlock.  A failed commit bumps wal_fail_epoch
+	 * and leaves in wal_fail_durable the last seq that survived, so a
+	 * connection whose reply depends on a lost record is closed
+	 * instead of acknowledged (server.c, conn_wal_ok).  Both written
+	 * under lock, read by the loop without it (atomics). */
+	struct mc_wal *wal;
+	uint64_t wal_fail_epoch;
+	uint64_t wal_fail_durable;
 	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
 
 	/* RPC loop (owned by the loop thread once started) */
@@ -91,6 +100,10 @@ struct mc_master_server {
 
 	uint16_t rpc_port, metrics_port, metadata_port;
 };
+
+/* Release lock after committing what the master appended to its log while
+ * it was held (every unlock of lock goes through here). */
+void mc_master_server_unlock(struct mc_master_server *s);
 
 /* Current metrics with the lock held. */
 static inline void mc_master_server_snap_locked(struct mc_master_server *s,
