@@ -283,9 +283,11 @@ void mc_master_server_unlock(struct mc_master_server *s)
 			__atomic_store_n(&s->wal_fail_durable, mc_wal_last_seq(s->wal),
 					 __ATOMIC_RELAXED);
 			__atomic_fetch_add(&s->wal_fail_epoch, 1, __ATOMIC_RELEASE);
+			s->wal_broken = true;
 			if (now - last_ms >= 1000) {
 				last_ms = now;
-				mc_error("wal: %s; the replies that depend on it are not sent",
+				mc_error("%s; the replies that depend on it are not sent, and "
+					 "every change is refused until a restart",
 					 mc_last_error());
 			}
 		}
@@ -669,6 +671,13 @@ static void sweep_arm_locked(struct mc_master_server *s)
 	}
 }
 
+/* A request that changes what the log holds (refused once it broke). */
+static bool changes_logged_state(uint16_t type)
+{
+	return (type >= MC_STORE_MOUNT_SEGMENT && type <= MC_STORE_GRACEFUL_UNMOUNT_SEGMENT) ||
+	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION);
+}
+
 /* Handle one complete frame; the state lock is held. */
 static void handle_frame_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
 				size_t len, const struct mc_proto_hdr *hdr, uint64_t now_ms)
@@ -685,6 +694,17 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 					      "the master takes requests, not responses");
 			conn_fail(c, "response frame (type %u, id %llu) sent to the master",
 				  hdr->type, (unsigned long long)hdr->req_id);
+			return;
+		}
+		if (s->wal_broken && changes_logged_state(hdr->type)) {
+			st = mc_master_refuse(s->master, &msg, MC_ERR_FILE_WRITE_FAIL,
+					      "the master's write-ahead log could not be written; "
+					      "it accepts no change until it is restarted",
+					      &c->wbuf);
+			mc_store_msg_release(&msg);
+			if (st == MC_ERR_NOMEM)
+				conn_fail(c, "out of memory refusing %s",
+					  mc_store_msg_name(hdr->type));
 			return;
 		}
 		if (probe_new_locked(s, c, frame, len, &msg, now_ms)) {

@@ -53,6 +53,10 @@ struct mc_master_server {
 	struct mc_wal *wal;
 	uint64_t wal_fail_epoch;
 	uint64_t wal_fail_durable;
+	/* a commit failed: the tables hold changes the log lacks, so every
+	 * request that would change them is refused until a restart
+	 * (which goes back to what the log holds); under lock */
+	bool wal_broken;
 	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
 
 	/* RPC loop (owned by the loop thread once started) */

@@ -11,18 +11,23 @@
  * tests/integration/test_master_daemon.py does the same against the
  * mooncake_master binary.
  */
+#include <dirent.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "../support/support.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
@@ -434,6 +439,131 @@ static void port_in_use_is_named(void **state)
 	mc_master_server_stop(a);
 }
 
+/* ---- the write-ahead log refuses to acknowledge what it could not write ---------- */
+
+static struct mc_master_server *start_wal(const char *dir)
+{
+	struct mc_master_server_config c;
+	struct mc_master_server *s = NULL;
+	mc_status st;
+
+	mc_master_server_config_defaults(&c);
+	assert_int_equal(set(&c, "rpc_address", "127.0.0.1"), MC_OK);
+	assert_int_equal(set(&c, "metrics_host", "127.0.0.1"), MC_OK);
+	assert_int_equal(set(&c, "metrics_port", "0"), MC_OK);
+	assert_int_equal(set(&c, "enable_metric_reporting", "false"), MC_OK);
+	assert_int_equal(set(&c, "mount_probe", "false"), MC_OK);
+	assert_int_equal(set(&c, "wal_dir", dir), MC_OK);
+	assert_int_equal(set(&c, "wal_fsync", "always"), MC_OK);
+	c.rpc_port = 0;
+	c.rpc_port_explicit = true;
+	st = mc_master_server_start(&c, &s);
+	mc_master_server_config_release(&c);
+	assert_int_equal(st, MC_OK);
+	return s;
+}
+
+static mc_status mount(int fd, uint64_t id, uint64_t seg, uint64_t base)
+{
+	struct mc_store_mount_req req = {
+		.client_id = {1, 2},
+		.segment = {.id = {7, seg},
+			    .name = mc_proto_str_c("s"),
+			    .base = base,
+			    .size = 1 << 20,
+			    .te_endpoint = mc_proto_str_c("127.0.0.1:1"),
+			    .protocol = mc_proto_str_c("tcp"),
+			    .host_id = mc_proto_str_c("h")},
+	};
+	struct mc_store_msg resp;
+	struct mc_buf b;
+	mc_status st;
+
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_request_encode(&b, MC_STORE_MOUNT_SEGMENT, id, &req), MC_OK);
+	st = round_trip(fd, &b, &resp);
+	mc_buf_release(&b);
+	if (st != MC_OK)
+		return st;
+	assert_int_equal(resp.hdr.req_id, id);
+	st = resp.hdr.status;
+	mc_store_msg_release(&resp);
+	return st;
+}
+
+/* Bytes in the log's files under dir. */
+static off_t wal_bytes(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	off_t n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[600];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (strncmp(e->d_name, "wal-", 4) == 0 && stat(path, &st) == 0)
+			n += st.st_size;
+	}
+	closedir(d);
+	return n;
+}
+
+static void failed_log_write_is_never_acknowledged(void **state)
+{
+	char dir[256];
+	struct mc_master_server *s;
+	struct rlimit old, lim;
+	int fd;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "srvwal", dir, sizeof(dir)));
+	s = start_wal(dir);
+	fd = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(fd >= 0);
+	assert_int_equal(mount(fd, 1, 1, 0x10000000), MC_OK);
+	assert_true(wal_bytes(dir) > 32); /* header + the mount's record */
+
+	/* the file cannot grow: the next commit fails with EFBIG */
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = (rlim_t)wal_bytes(dir);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	assert_int_equal(mount(fd, 2, 2, 0x20000000), MC_ERR_CONN_CLOSED); /* no ack */
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	close(fd);
+
+	/* from then on changes are refused with an error, reads still work */
+	fd = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(fd >= 0);
+	{
+		struct mc_store_client_req req = {.client_id = {1, 2}};
+		struct mc_store_msg resp;
+		struct mc_buf b;
+
+		mc_buf_init(&b);
+		assert_int_equal(mc_store_ping_request_encode(&b, 3, &req), MC_OK);
+		assert_int_equal(round_trip(fd, &b, &resp), MC_OK);
+		assert_int_equal(resp.hdr.status, 0);
+		mc_store_msg_release(&resp);
+		mc_buf_release(&b);
+	}
+	assert_int_equal(mount(fd, 4, 3, 0x30000000), MC_ERR_FILE_WRITE_FAIL);
+	close(fd);
+	mc_master_server_stop(s);
+
+	/* a restart goes back to the log, which is whole: it takes changes again */
+	s = start_wal(dir);
+	fd = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(fd >= 0);
+	assert_int_equal(mount(fd, 5, 4, 0x40000000), MC_OK);
+	close(fd);
+	mc_master_server_stop(s);
+	mc_test_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -447,6 +577,7 @@ int main(void)
 		cmocka_unit_test(help_and_version_exit_0),
 		cmocka_unit_test(server_answers_and_drops_only_bad_connections),
 		cmocka_unit_test(port_in_use_is_named),
+		cmocka_unit_test(failed_log_write_is_never_acknowledged),
 	};
 
 	mc_log_set_level(MC_LOG_ERROR);
