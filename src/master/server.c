@@ -277,15 +277,14 @@ void mc_master_server_unlock(struct mc_master_server *s)
 		if (mc_master_wal_take_error(s->master))
 			mc_error("wal: a state change outside an RPC reply could not be logged");
 		if (mc_wal_commit(s->wal) != MC_OK) {
-			static uint64_t last_ms;
 			uint64_t now = mc_now_ms();
 
 			__atomic_store_n(&s->wal_fail_durable, mc_wal_last_seq(s->wal),
 					 __ATOMIC_RELAXED);
 			__atomic_fetch_add(&s->wal_fail_epoch, 1, __ATOMIC_RELEASE);
 			s->wal_broken = true;
-			if (now - last_ms >= 1000) {
-				last_ms = now;
+			if (now - s->wal_err_ms >= 1000) {
+				s->wal_err_ms = now;
 				mc_error("%s; the replies that depend on it are not sent, and "
 					 "every change is refused until a restart",
 					 mc_last_error());

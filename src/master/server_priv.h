@@ -57,6 +57,7 @@ struct mc_master_server {
 	 * request that would change them is refused until a restart
 	 * (which goes back to what the log holds); under lock */
 	bool wal_broken;
+	uint64_t wal_err_ms; /* the last failure logged (one line a second at most) */
 	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
 
 	/* RPC loop (owned by the loop thread once started) */

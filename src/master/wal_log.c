@@ -72,7 +72,7 @@ static bool rep_is_memory(const struct mc_master *m, const struct mc_rep *r)
 
 void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
 {
-	static struct mc_walrec r; /* reps[] is large; one master thread */
+	struct mc_walrec r; /* about 2 KiB */
 	struct mc_walrec_obj *w = &r.u.obj;
 	const struct mc_group *g;
 
@@ -299,7 +299,7 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
 			       uint32_t len, uint64_t now_ms)
 {
-	static struct mc_walrec r;
+	struct mc_walrec r;
 	mc_status st = mc_walrec_decode(type, payload, len, &r);
 
 	if (st != MC_OK)
