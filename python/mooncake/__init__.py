@@ -18,7 +18,11 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
+# The distribution's version: upstream's release whose API this package
+# matches, with our own release (the C library's) as the local label.
 __version__ = "@VERSION@"
+__upstream_version__ = "@UPSTREAM_VERSION@"
+__mooncake_c_version__ = "@MC_VERSION@"
 
 __all__ = ["BufferPool", "RegisteredBufferPool"]
 

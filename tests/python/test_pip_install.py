@@ -12,7 +12,9 @@ runs everything from outside the source and build trees with no PYTHONPATH:
   --help, mc_store_rest_server --help (where aiohttp is installed);
 - `import mooncake.engine`, `mooncake._fast_copy` (and the pure-Python
   modules) from the installed location, with libmooncake.so taken from
-  the wheel's bundled copy, and a loopback transfer through it.
+  the wheel's bundled copy, and a loopback transfer through it;
+- the installed metadata's version satisfies `mooncake-transfer-engine>=0.3.5`
+  (checkpoint-engine's requirement) and equals `mooncake.__version__`.
 """
 
 import importlib.util
@@ -127,6 +129,11 @@ assert te.transfer_sync_write(me, buf.ctypes.data, buf.ctypes.data + 65536, 4096
 assert bytes(buf[65536:65536 + 4096]) == bytes(buf[:4096])
 maps = open("/proc/self/maps").read()
 lib = sorted({l.split()[-1] for l in maps.splitlines() if "libmooncake" in l})
+from importlib.metadata import version as dist_version
+from packaging.specifiers import SpecifierSet
+dv = dist_version("mooncake-transfer-engine")
+assert dv == mooncake.__version__, (dv, mooncake.__version__)
+assert SpecifierSet(">=0.3.5").contains(dv), dv  # checkpoint-engine's requirement
 print(json.dumps({"engine": mooncake.engine.__file__, "pkg": mooncake.__file__, "lib": lib,
                   "version": mooncake.__version__,
                   "master": mooncake.cli.find_program("mooncake_master")}))
@@ -142,3 +149,4 @@ def test_import_from_installed_location(venv):
     assert info["lib"] and all(p.startswith(site) for p in info["lib"]), info
     assert info["master"] and info["master"].startswith(site), info
     assert "@" not in info["version"]
+    assert info["version"].startswith("0.3.12.post1+mc."), info

@@ -58,6 +58,46 @@ def test_package_version_and_reexports():
         mooncake.NoSuchThing  # noqa: B018
 
 
+def test_distribution_version_satisfies_integrations():
+    """pyproject.toml's version is mooncake.__version__ (meson.build's
+    mc_dist_version), an upstream release >= what integrations require
+    (checkpoint-engine >=0.3.5, vLLM >=0.3.12), with our C release as the
+    local label."""
+    import tomllib
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+    import mooncake.engine
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        proj = tomllib.load(f)["project"]
+    assert "version" not in proj.get("dynamic", [])
+    assert proj["version"] == mooncake.__version__
+    v = Version(mooncake.__version__)
+    assert v in SpecifierSet(">=0.3.5") and v in SpecifierSet(">=0.3.12")
+    assert v.local == "mc." + mooncake.engine.__version__ == "mc." + mooncake.__mooncake_c_version__
+    assert v.public == mooncake.__upstream_version__
+
+
+def test_core_modules_need_no_optional_dependency():
+    """import mooncake.store / engine / async_store / config pulls in none of
+    the optional packages (aiohttp, fastapi, msgpack, pillow, torch)."""
+    r = run_py("import sys, mooncake.store, mooncake.engine, mooncake.async_store, "
+               "mooncake.buffer_pool, mooncake.mooncake_config, mooncake.cli; "
+               "print(sorted(m for m in ('aiohttp', 'fastapi', 'msgpack', 'PIL', 'torch', "
+               "'httpx') if m in sys.modules))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_missing_optional_dependency_names_the_debian_package(monkeypatch):
+    from mooncake import _optional
+    monkeypatch.setitem(sys.modules, "msgpack", None)  # import fails
+    with pytest.raises(ImportError, match=r"feature X needs msgpack \(Debian: apt-get install "
+                                          r"python3-msgpack; pip: pip install msgpack\)"):
+        _optional.require("msgpack", "feature X")
+    assert _optional.optional("msgpack") is None
+    assert _optional.require("json", "f") is sys.modules["json"]
+
+
 def test_buffer_pool_is_the_store_class():
     from mooncake import buffer_pool
     try:
