@@ -8,6 +8,7 @@ packages (Debian's pip, meson-python, numpy), offline (--no-index), and then
 runs everything from outside the source and build trees with no PYTHONPATH:
 
 - the console programs: mooncake_master --version,
+  transfer_engine_topology_dump --compact,
   mooncake_http_metadata_server --help (and serving), transfer_engine_bench
   --help, mc_store_rest_server --help (where aiohttp is installed);
 - `import mooncake.engine`, `mooncake._fast_copy` (and the pure-Python
@@ -72,7 +73,8 @@ def run(venv, argv, **kw):
 
 def test_console_programs(venv):
     bindir = venv / "bin"
-    for name in ("mooncake_master", "mooncake_http_metadata_server", "transfer_engine_bench"):
+    for name in ("mooncake_master", "mooncake_http_metadata_server", "transfer_engine_bench",
+                 "transfer_engine_topology_dump"):
         assert (bindir / name).is_file(), f"{name} not installed in {bindir}"
     r = run(venv, [str(bindir / "mooncake_master"), "--version"])
     assert r.returncode == 0, r.stderr
@@ -82,6 +84,8 @@ def test_console_programs(venv):
     r = run(venv, [str(bindir / "transfer_engine_bench"), "--help"])
     assert r.returncode == 0, r.stderr
     assert "error while loading shared libraries" not in r.stderr
+    r = run(venv, [str(bindir / "transfer_engine_topology_dump"), "--compact"])
+    assert r.returncode == 0 and isinstance(json.loads(r.stdout), dict), r.stderr
     if importlib.util.find_spec("aiohttp") is not None:
         assert (bindir / "mc_store_rest_server").is_file()
         r = run(venv, [str(bindir / "mc_store_rest_server"), "--help"])
@@ -111,7 +115,9 @@ CHECK = r"""
 import json, os, sys
 import numpy as np
 import mooncake, mooncake.engine, mooncake.mooncake_config, mooncake.http_metadata_server
-import mooncake.buffer_pool, mooncake.cli, mooncake._fast_copy
+import mooncake.buffer_pool, mooncake.cli, mooncake._fast_copy, mooncake.cli_bench
+import mooncake.structured_object_store, mooncake.dataproto_catalog, mooncake.shared_segment
+import mooncake.transfer_engine_topology_dump
 import importlib.util
 if importlib.util.find_spec("aiohttp"):
     import mooncake.mooncake_store_service, mooncake.vllm_v1_proxy_server
