@@ -220,7 +220,8 @@ class MooncakeBundleTransfer:
     def put_structured_object(self, name, payload, meta=None, config=None):
         """Store ``payload`` (StructuredObjectPayload or dict) as ``name``;
         returns a StructuredObjectRef.  An existing object of that name is
-        refused by the store (its put's error)."""
+        refused (the store's put keeps an existing key's value and reports
+        success, so a second writer would otherwise get the first's object)."""
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string")
         if isinstance(payload, dict):
@@ -230,6 +231,8 @@ class MooncakeBundleTransfer:
         if not payload.members:
             raise ValueError("a structured object needs at least one member")
         base = f"{self.key_prefix}/{name}"
+        if self.store.is_exist(f"{base}/manifest") == 1:
+            raise StructuredObjectError(f"object {name!r} already exists; remove it first")
         keys, views, members = [], [], {}
         for i, (mname, value) in enumerate(payload.members.items()):
             if not isinstance(mname, str) or not mname:

@@ -98,6 +98,24 @@ def test_missing_optional_dependency_names_the_debian_package(monkeypatch):
     assert _optional.require("json", "f") is sys.modules["json"]
 
 
+def test_docs_list_every_module_with_a_status():
+    """docs/python.md's module table has a row (with a status) for every
+    module the package installs."""
+    doc = (ROOT / "docs" / "python.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`mooncake"):
+            for name in cells[1].replace("`", "").split(","):
+                rows[name.strip()] = cells[2]
+    mods = {f"mooncake.{p.stem}" for p in (ROOT / "python" / "mooncake").glob("*.py")
+            if p.stem != "__init__"} | {"mooncake", "mooncake.engine", "mooncake.store",
+                                         "mooncake._fast_copy"}
+    missing = sorted(m for m in mods if m not in rows)
+    assert not missing, f"docs/python.md lists no status for {missing}"
+    assert all(rows[m] for m in mods)
+
+
 def test_buffer_pool_is_the_store_class():
     from mooncake import buffer_pool
     try:

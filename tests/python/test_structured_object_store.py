@@ -188,3 +188,10 @@ def test_catalog_update_resolve_materialize_remove(bt):
     h3 = cat.resolve("p", ["k"])["handles"]
     cat.update("p", ["k"], handle=next(iter(h3.values())))
     assert cat.remove("p", ["k"]) == list(h3.values())
+
+
+def test_second_put_of_a_name_keeps_the_first(bt):
+    ref = bt.put_structured_object("dup", members())
+    with pytest.raises(StructuredObjectError, match="already exists"):
+        bt.put_structured_object("dup", {"x": np.zeros(3)})
+    assert np.array_equal(bt.materialize(bt.read_spec(ref))["x"], members()["x"])
