@@ -91,8 +91,12 @@ def _as_bytes_view(name, value) -> Tuple[memoryview, dict]:
     if torch is not None and isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise ValueError(f"member {name!r}: only CPU tensors are supported")
-        arr = value.detach().contiguous().numpy()
-        desc = {"kind": "torch", "dtype": str(value.dtype).replace("torch.", "")}
+        dtype = str(value.dtype).replace("torch.", "")
+        value = value.detach().contiguous()
+        if value.dtype == torch.bfloat16:  # numpy has no bfloat16: carry the bits
+            value = value.view(torch.int16)
+        arr = value.numpy()
+        desc = {"kind": "torch", "dtype": dtype}
     elif isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise TypeError(f"member {name!r}: object arrays cannot be stored")
@@ -172,7 +176,8 @@ class StructuredReadSpec:
 def _to_kind(arr, info):
     if info["kind"] == "torch":
         torch = require("torch", "a torch member")
-        return torch.from_numpy(arr)
+        t = torch.from_numpy(arr)
+        return t.view(torch.bfloat16) if info["dtype"] == "bfloat16" else t
     return arr
 
 
@@ -380,6 +385,8 @@ class MooncakeBundleTransfer:
 
 
 def _torch_np(info):
+    if info["dtype"] == "bfloat16":
+        return np.dtype(np.int16)  # the bits; _to_kind views them as bfloat16
     torch = require("torch", "a torch member")
     return np.dtype(torch.empty(0, dtype=getattr(torch, info["dtype"])).numpy().dtype)
 

@@ -127,6 +127,13 @@ def test_torch_members_come_back_as_tensors(bt):
     got = bt.materialize(bt.read_spec(ref).slice_member("t", 1, 3), BundleTransferPolicy("copy"))
     assert isinstance(got["t"], torch.Tensor) and got["t"].dtype == torch.int32
     assert torch.equal(got["t"], t[1:3]) and got["h"].dtype == torch.float16
+    bf = torch.tensor([[1.5, -2.0], [3.25, 0.0]], dtype=torch.bfloat16)
+    ref = bt.put_structured_object("bf", {"bf": bf})
+    for mode in ("copy", "zero_copy"):
+        got = bt.materialize(bt.read_spec(ref), BundleTransferPolicy(mode))["bf"]
+        assert got.dtype == torch.bfloat16 and torch.equal(got, bf)
+    got = bt.materialize(bt.read_spec(ref).select_rows([1]))["bf"]
+    assert torch.equal(got, bf[[1]])
 
 
 def test_bundle_roundtrip_and_handle_export(bt):
