@@ -97,10 +97,11 @@ class SharedSegment:
 
     def arrays(self, name):
         b = self._block(name)
-        np = require("numpy", "SharedSegment.arrays")
         torch = optional("torch")
         dt = b["dtype"]
         if torch is not None and isinstance(dt, torch.dtype):
+            if dt == torch.bfloat16:
+                raise TypeError(f"block {name!r} is bfloat16, which numpy lacks; use tensors()")
             dt = torch.empty(0, dtype=dt).numpy().dtype
         return self._buf[b["offset"]:b["offset"] + b["nbytes"]].view(dt).reshape(
             (b["count"], *b["shape"]))

@@ -34,7 +34,7 @@ numpy is needed (Debian: python3-numpy); torch only for torch members.
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 from mooncake._optional import optional, require
 

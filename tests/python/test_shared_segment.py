@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -74,6 +73,8 @@ def test_torch_views():
     assert t.shape == (2, 4) and t.dtype == torch.bfloat16
     t.fill_(2.0)
     assert float(seg.tensors("kv")[1, 3]) == 2.0
+    with pytest.raises(TypeError, match="bfloat16"):
+        seg.arrays("kv")
 
 
 RANK = r"""
