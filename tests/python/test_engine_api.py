@@ -26,7 +26,10 @@ def test_module_surface():
     assert TransferOpcode.Read.name == "Read"
     assert TransferOpcode.__module__ == "mooncake.engine"
     assert isinstance(mooncake.__version__, str) and mooncake.__version__[0].isdigit()
-    assert me.__version__ == mooncake.__version__
+    # the extensions carry the C library's release, the package the
+    # distribution's (upstream's release + ours as the local label)
+    assert me.__version__ == mooncake.__mooncake_c_version__
+    assert mooncake.__version__.endswith("+mc." + me.__version__)
 
 
 def test_transfer_notify():
