@@ -470,39 +470,56 @@ static mc_status write_index(struct mc_disk_io *io, int dirfd, const char *id,
 	return st;
 }
 
+mc_status mc_bucket_write_data(struct mc_disk_io *io, int dirfd, const char *name, const char *id,
+			       const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *m)
+{
+	bool direct = mc_disk_io_direct(io);
+	mc_status st;
+	int fd;
+
+	memset(m, 0, sizeof(*m));
+	st = check_objs(id, objs, n);
+	if (st != MC_OK)
+		return st;
+	m->n = (uint32_t)n;
+	m->entries = mc_calloc(n, sizeof(*m->entries));
+	if (!m->entries)
+		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for %zu entries", id, n);
+	fd = open_maybe_direct(dirfd, name, O_WRONLY | O_CREAT | O_EXCL, &direct);
+	if (fd < 0) {
+		st = errno == EEXIST
+			     ? mc_set_error(MC_ERR_INVALID_PARAMS, "bucket %s: exists already", id)
+			     : write_fail("creating the data file", id, errno);
+		mc_bucket_meta_release(m);
+		return st;
+	}
+	st = write_records(io, fd, direct, id, objs, n, m);
+	if (st == MC_OK && fsync(fd) != 0)
+		st = write_fail("syncing the data file", id, errno);
+	close(fd);
+	if (st != MC_OK) {
+		unlinkat(dirfd, name, 0);
+		mc_bucket_meta_release(m);
+	}
+	return st;
+}
+
 mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
 			  const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *out)
 {
 	char data_name[MC_BUCKET_ID_MAX + 16];
 	struct mc_bucket_meta m = {0};
-	bool direct = mc_disk_io_direct(io);
 	mc_status st;
-	int fd;
 
 	if (out)
 		memset(out, 0, sizeof(*out));
-	st = check_objs(id, objs, n);
+	if (!id_ok(id))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bucket: bad id");
+	file_name(data_name, sizeof(data_name), id, ".bucket");
+	st = mc_bucket_write_data(io, dirfd, data_name, id, objs, n, &m);
 	if (st != MC_OK)
 		return st;
-	file_name(data_name, sizeof(data_name), id, ".bucket");
-	m.n = (uint32_t)n;
-	m.entries = mc_calloc(n, sizeof(*m.entries));
-	if (!m.entries)
-		return mc_set_error(MC_ERR_NOMEM, "bucket %s: no memory for %zu entries", id, n);
-	fd = open_maybe_direct(dirfd, data_name, O_WRONLY | O_CREAT | O_EXCL, &direct);
-	if (fd < 0) {
-		st = errno == EEXIST
-			     ? mc_set_error(MC_ERR_INVALID_PARAMS, "bucket %s: exists already", id)
-			     : write_fail("creating the data file", id, errno);
-		mc_bucket_meta_release(&m);
-		return st;
-	}
-	st = write_records(io, fd, direct, id, objs, n, &m);
-	if (st == MC_OK && fsync(fd) != 0)
-		st = write_fail("syncing the data file", id, errno);
-	close(fd);
-	if (st == MC_OK)
-		st = write_index(io, dirfd, id, &m);
+	st = write_index(io, dirfd, id, &m);
 	if (st == MC_OK && fsync(dirfd) != 0)
 		st = write_fail("syncing the directory", id, errno);
 	if (st != MC_OK) {
@@ -588,18 +605,12 @@ mc_status mc_bucket_load(int dirfd, const char *id, struct mc_bucket_meta *out)
 	return st;
 }
 
-int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *rc)
+int mc_bucket_open_file(struct mc_disk_io *io, int dirfd, const char *name, const char *id,
+			mc_status *rc)
 {
-	char name[MC_BUCKET_ID_MAX + 16];
 	bool direct = mc_disk_io_direct(io);
-	int fd;
+	int fd = open_maybe_direct(dirfd, name, O_RDONLY, &direct);
 
-	if (!id_ok(id)) {
-		*rc = mc_set_error(MC_ERR_INVALID_PARAMS, "bucket: bad id");
-		return -1;
-	}
-	file_name(name, sizeof(name), id, ".bucket");
-	fd = open_maybe_direct(dirfd, name, O_RDONLY, &direct);
 	if (fd < 0)
 		*rc = errno == ENOENT
 			      ? mc_set_error(MC_ERR_FILE_NOT_FOUND, "bucket %s: no data", id)
@@ -608,6 +619,18 @@ int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *
 	else
 		*rc = MC_OK;
 	return fd;
+}
+
+int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *rc)
+{
+	char name[MC_BUCKET_ID_MAX + 16];
+
+	if (!id_ok(id)) {
+		*rc = mc_set_error(MC_ERR_INVALID_PARAMS, "bucket: bad id");
+		return -1;
+	}
+	file_name(name, sizeof(name), id, ".bucket");
+	return mc_bucket_open_file(io, dirfd, name, id, rc);
 }
 
 /* Whether the header read at head is e's record and dst holds its value. */

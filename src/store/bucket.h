@@ -136,6 +136,17 @@ void mc_bucket_id(char out[MC_BUCKET_ID_MAX], uint64_t ms, uint32_t seq);
 mc_status mc_bucket_write(struct mc_disk_io *io, int dirfd, const char *id,
 			  const struct mc_bucket_obj *objs, size_t n, struct mc_bucket_meta *out);
 
+/*
+ * The records half of mc_bucket_write, for the file-per-key backend too:
+ * creates name in dirfd (O_EXCL; O_DIRECT as mc_bucket_open), writes the
+ * records of objs from offset 0 through io and fsyncs the file; m gets
+ * the entries (release it).  On failure name is removed.  The directory
+ * is not synced: the caller commits the file.
+ */
+mc_status mc_bucket_write_data(struct mc_disk_io *io, int dirfd, const char *name, const char *id,
+			       const struct mc_bucket_obj *objs, size_t n,
+			       struct mc_bucket_meta *m);
+
 /* Reads and decodes <id>.meta and checks that <id>.bucket holds
  * bucket_bytes.  MC_ERR_FILE_NOT_FOUND, MC_ERR_FILE_READ_FAIL,
  * MC_ERR_CHECKSUM_MISMATCH, MC_ERR_NOMEM. */
@@ -146,6 +157,10 @@ mc_status mc_bucket_load(int dirfd, const char *id, struct mc_bucket_meta *out);
  * (MC_ERR_FILE_NOT_FOUND, MC_ERR_FILE_OPEN_FAIL).  The reads below find
  * out from the descriptor which it is. */
 int mc_bucket_open(struct mc_disk_io *io, int dirfd, const char *id, mc_status *rc);
+
+/* As mc_bucket_open, for a file of any name (id is for the messages). */
+int mc_bucket_open_file(struct mc_disk_io *io, int dirfd, const char *name, const char *id,
+			mc_status *rc);
 
 /*
  * Reads entry e's value from the open .bucket file fd into dst (cap bytes

@@ -50,6 +50,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "store/bucket.h"
+#include "store/disk_fpk.h"
 #include "store/disk_io.h"
 
 #define LOCK_NAME  "mooncake-offload.lock"
@@ -76,8 +77,9 @@ const struct mc_config_entry mc_disk_store_config_table[] = {
 	       CFG(path), MC_CONFIG_STRING, 0, 0}},
 	{.f = {"offload_storage_backend_descriptor", "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR",
 	       BACKEND_OK,
-	       "disk backend: bucket_storage_backend (file_per_key_storage_backend and the others "
-	       "are refused: not yet implemented)",
+	       "disk backend: bucket_storage_backend (objects grouped into buckets) or "
+	       "file_per_key_storage_backend (one file per object under <path>/" MC_FPK_DIR_DEFAULT
+	       "; the bucket limits do not apply); offset_allocator_storage_backend is refused",
 	       CFG(backend), MC_CONFIG_STRING, 0, 0}},
 	{.f = {"offload_bucket_size_limit_bytes", "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES",
 	       "268435456", "most value bytes grouped into one bucket", CFG(bucket_size_limit),
@@ -167,6 +169,7 @@ struct mc_disk_store {
 	int dirfd, lockfd;
 	char *path;
 	struct mc_disk_io *io;
+	const struct mc_disk_backend *be;
 	uint64_t size_limit, keys_limit, cap, phys_cap;
 	enum mc_disk_evict_policy policy;
 	bool watermark;
@@ -274,19 +277,9 @@ static void bucket_free(struct bucket *b)
 	mc_free(b);
 }
 
-static void bucket_sizes(int dirfd, struct bucket *b)
+static void bucket_sizes(const struct mc_disk_store *ds, struct bucket *b)
 {
-	static const char *const sfx[] = {".bucket", ".meta", ".dead"};
-	b->logical = b->physical = 0;
-	for (size_t i = 0; i < MC_ARRAY_SIZE(sfx); i++) {
-		char name[MC_BUCKET_ID_MAX + 16];
-		struct stat sb;
-		file_name(name, sizeof(name), b->id, sfx[i]);
-		if (fstatat(dirfd, name, &sb, 0) != 0)
-			continue;
-		b->logical += (uint64_t)sb.st_size;
-		b->physical += (uint64_t)sb.st_blocks * 512u;
-	}
+	ds->be->sizes(ds->dirfd, b->id, &b->logical, &b->physical);
 }
 
 static void reap_push(struct work *w, struct bucket *b)
@@ -403,10 +396,12 @@ static void reap(struct mc_disk_store *ds, struct bucket *list)
 		struct bucket *b = list;
 		char name[MC_BUCKET_ID_MAX + 16];
 		list = b->reap_next;
-		if (mc_bucket_remove(ds->dirfd, b->id) != MC_OK)
+		if (ds->be->remove(ds->dirfd, b->id) != MC_OK)
 			mc_error("%s", mc_last_error());
-		file_name(name, sizeof(name), b->id, ".dead");
-		unlinkat(ds->dirfd, name, 0);
+		if (ds->be->indexed) {
+			file_name(name, sizeof(name), b->id, ".dead");
+			unlinkat(ds->dirfd, name, 0);
+		}
 		bucket_free(b);
 	}
 }
@@ -610,12 +605,14 @@ mc_status mc_disk_store_evict(struct mc_disk_store *ds, uint64_t need,
 
 /* ---- writes ------------------------------------------------------------------------------- */
 
-static uint64_t group_need(const struct mc_bucket_obj *objs, size_t n)
+static uint64_t group_need(const struct mc_disk_store *ds, const struct mc_bucket_obj *objs,
+			   size_t n)
 {
-	uint64_t need = 40; /* the index's header and trailer */
+	bool index = ds->be->indexed;	/* the bucket backend: a .meta beside the records */
+	uint64_t need = index ? 40 : 0; /* the index's header and trailer */
 	for (size_t i = 0; i < n; i++)
-		need += mc_bucket_rec_span((uint32_t)objs[i].key_len, objs[i].len) + 28 +
-			objs[i].key_len;
+		need += mc_bucket_rec_span((uint32_t)objs[i].key_len, objs[i].len) +
+			(index ? 28 + objs[i].key_len : 0);
 	return need;
 }
 
@@ -635,7 +632,7 @@ static void next_id(struct mc_disk_store *ds, char id[MC_BUCKET_ID_MAX])
 static mc_status write_group(struct mc_disk_store *ds, const struct mc_bucket_obj *objs, size_t n,
 			     struct mc_disk_keys *evicted)
 {
-	uint64_t need = group_need(objs, n);
+	uint64_t need = group_need(ds, objs, n);
 	struct bucket *b;
 	struct work w;
 	mc_status st;
@@ -653,10 +650,10 @@ static mc_status write_group(struct mc_disk_store *ds, const struct mc_bucket_ob
 		st = mc_set_error(MC_ERR_NOMEM, "disk store: no memory for a bucket");
 	if (st == MC_OK) {
 		next_id(ds, b->id);
-		st = mc_bucket_write(ds->io, ds->dirfd, b->id, objs, n, &b->meta);
+		st = ds->be->write(ds->io, ds->dirfd, b->id, objs, n, &b->meta);
 	}
 	if (st == MC_OK && !(b->live = mc_malloc(n))) {
-		mc_bucket_remove(ds->dirfd, b->id);
+		ds->be->remove(ds->dirfd, b->id);
 		st = mc_set_error(MC_ERR_NOMEM, "disk store: no memory for a bucket");
 	}
 	if (st != MC_OK) {
@@ -670,7 +667,7 @@ static mc_status write_group(struct mc_disk_store *ds, const struct mc_bucket_ob
 	}
 	memset(b->live, 1, n);
 	b->nlive = (uint32_t)n;
-	bucket_sizes(ds->dirfd, b);
+	bucket_sizes(ds, b);
 	lock(ds);
 	insert_locked(ds, b, &w);
 	ds->st.writes += n;
@@ -995,7 +992,7 @@ static void read_done_locked(struct mc_disk_store *ds, struct bucket *b, uint32_
 
 static int open_data(struct mc_disk_store *ds, const struct bucket *b, mc_status *st)
 {
-	int fd = mc_bucket_open(ds->io, ds->dirfd, b->id, st);
+	int fd = ds->be->open(ds->io, ds->dirfd, b->id, st);
 	if (fd < 0 && *st == MC_ERR_FILE_NOT_FOUND)
 		*st = mc_set_error(MC_ERR_FILE_READ_FAIL, "bucket %s: its data file is gone",
 				   b->id);
@@ -1295,6 +1292,23 @@ static mc_status open_dir(struct mc_disk_store *ds, const char *path)
 	return MC_OK;
 }
 
+/* The file-per-key backend keeps its files under <path>/file_per_key_dir;
+ * the lock file stays in <path>. */
+static mc_status open_fpk_dir(struct mc_disk_store *ds, const char *path)
+{
+	int fd;
+	if (mkdirat(ds->dirfd, MC_FPK_DIR_DEFAULT, 0755) != 0 && errno != EEXIST)
+		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path,
+				    MC_FPK_DIR_DEFAULT, strerror(errno));
+	fd = openat(ds->dirfd, MC_FPK_DIR_DEFAULT, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path,
+				    MC_FPK_DIR_DEFAULT, strerror(errno));
+	close(ds->dirfd);
+	ds->dirfd = fd;
+	return MC_OK;
+}
+
 static void tombs_load(struct mc_disk_store *ds, struct bucket *b)
 {
 	char name[MC_BUCKET_ID_MAX + 16];
@@ -1370,8 +1384,9 @@ static mc_status scan_cb(void *arg, const char *id, const struct mc_bucket_meta 
 	snprintf(b->id, sizeof(b->id), "%s", id);
 	memset(b->live, 1, m->n);
 	b->nlive = m->n;
-	tombs_load(ds, b);
-	bucket_sizes(ds->dirfd, b);
+	if (ds->be->indexed)
+		tombs_load(ds, b);
+	bucket_sizes(ds, b);
 	if (sscanf(id, "%" SCNu64 "-%" SCNu32, &ms, &seq) == 2 &&
 	    (ms > ds->last_ms || (ms == ds->last_ms && seq > ds->seq))) {
 		ds->last_ms = ms;
@@ -1426,8 +1441,6 @@ static void drop_stray_tombs(struct mc_disk_store *ds)
 
 static mc_status check_cfg(const struct mc_disk_store_config *cfg, struct mc_disk_store *ds)
 {
-	static const char *const later[] = {"file_per_key_storage_backend",
-					    "offset_allocator_storage_backend"};
 	const char *be = cfg->backend ? cfg->backend : BACKEND_OK;
 	const char *pol = cfg->eviction_policy ? cfg->eviction_policy : "fifo";
 
@@ -1435,18 +1448,20 @@ static mc_status check_cfg(const struct mc_disk_store_config *cfg, struct mc_dis
 		return mc_set_error(
 			MC_ERR_INVALID_PARAMS,
 			"disk store: no directory (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)");
-	if (strcmp(be, BACKEND_OK) != 0) {
-		for (size_t i = 0; i < MC_ARRAY_SIZE(later); i++)
-			if (strcmp(be, later[i]) == 0)
-				return mc_set_error(
-					MC_ERR_NOT_SUPPORTED,
-					"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s: "
-					"not yet implemented (use " BACKEND_OK ")",
-					be);
+	if (strcmp(be, mc_disk_backend_bucket.name) == 0)
+		ds->be = &mc_disk_backend_bucket;
+	else if (strcmp(be, mc_disk_backend_fpk.name) == 0)
+		ds->be = &mc_disk_backend_fpk;
+	else if (strcmp(be, "offset_allocator_storage_backend") == 0)
+		return mc_set_error(MC_ERR_NOT_SUPPORTED,
+				    "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s: "
+				    "not yet implemented (use " BACKEND_OK
+				    " or file_per_key_storage_backend)",
+				    be);
+	else
 		return mc_set_error(
 			MC_ERR_INVALID_PARAMS,
 			"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s: unknown backend", be);
-	}
 	if (strcmp(pol, "none") == 0)
 		ds->policy = MC_DISK_EVICT_NONE;
 	else if (strcmp(pol, "fifo") == 0)
@@ -1467,6 +1482,8 @@ static mc_status check_cfg(const struct mc_disk_store_config *cfg, struct mc_dis
 				    cfg->watermark_low, cfg->watermark_high);
 	ds->size_limit = cfg->bucket_size_limit;
 	ds->keys_limit = (uint64_t)cfg->bucket_keys_limit;
+	if (ds->keys_limit > ds->be->keys_max)
+		ds->keys_limit = ds->be->keys_max; /* file per key: one object a file */
 	ds->phys_cap = cfg->max_physical_bytes;
 	ds->watermark = cfg->watermark_eviction;
 	ds->high = cfg->watermark_high;
@@ -1510,6 +1527,8 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 		goto fail;
 	}
 	st = open_dir(ds, cfg->path);
+	if (st == MC_OK && ds->be == &mc_disk_backend_fpk)
+		st = open_fpk_dir(ds, cfg->path);
 	if (st != MC_OK)
 		goto fail;
 	iop.use_uring = cfg->use_uring;
@@ -1531,11 +1550,12 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 	memset(&c, 0, sizeof(c));
 	c.ds = ds;
 	t0 = mc_now_us();
-	st = mc_bucket_scan(ds->dirfd, scan_cb, &c, &sst);
+	st = ds->be->scan(ds->dirfd, scan_cb, &c, &sst);
 	work_finish(ds, &c.w);
 	if (st != MC_OK)
 		goto fail;
-	drop_stray_tombs(ds);
+	if (ds->be->indexed)
+		drop_stray_tombs(ds);
 	ds->st.rescan_us = mc_now_us() - t0;
 	ds->st.rescan_objects = ds->objects;
 	mc_info("offload directory %s: %" PRIu64 " objects in %" PRIu64 " buckets rescanned in "

@@ -1,7 +1,8 @@
 /*
  * store/disk_store.h - a client's local disk store: the SSD tier's objects
- * in one offload directory, as buckets (store/bucket.h), with an in-memory
- * index, caps, eviction and the accounting /metrics will show.
+ * in one offload directory, as buckets (store/bucket.h) or one file per key
+ * (store/disk_fpk.h), with an in-memory index, caps, eviction and the
+ * accounting /metrics will show.
  *
  * The offload heartbeat writes (mc_disk_store_put writes a batch now,
  * mc_disk_store_append groups objects into buckets and lets a partial group
@@ -63,7 +64,8 @@ struct mc_disk_store;
  * Opens (creating it when missing) the directory cfg->path, locks it and
  * rescans its buckets into the index (a key in two buckets: the newer one
  * wins).  MC_ERR_INVALID_PARAMS (no path, a bad setting),
- * MC_ERR_NOT_SUPPORTED (a backend other than bucket_storage_backend),
+ * MC_ERR_NOT_SUPPORTED (offset_allocator_storage_backend; bucket_storage_backend
+ * and file_per_key_storage_backend, store/disk_fpk.h, are served),
  * MC_ERR_FILE_OPEN_FAIL (missing and not creatable, not a directory, not
  * writable), MC_ERR_FILE_LOCK_FAIL (another process has it),
  * MC_ERR_FILE_READ_FAIL, MC_ERR_NOMEM; the reason in mc_last_error().

@@ -36,10 +36,20 @@
 #include "support.h"
 
 static char dir[256];
+/* the backend under test: the cases that hold for both run with each */
+static bool fpk;
 
 static int dir_setup(void **state)
 {
+	fpk = false;
 	return mc_test_tmpdir(*state, "mc-dstore", dir, sizeof(dir)) ? 0 : -1;
+}
+
+static int dir_setup_fpk(void **state)
+{
+	int rc = dir_setup(state);
+	fpk = true;
+	return rc;
 }
 
 static int dir_teardown(void **state)
@@ -62,7 +72,7 @@ static void cfg_make(struct mc_disk_store_config *cfg)
 	free(cfg->eviction_policy);
 	cfg->eviction_policy = strdup("fifo");
 	free(cfg->backend);
-	cfg->backend = strdup("bucket_storage_backend");
+	cfg->backend = strdup(fpk ? "file_per_key_storage_backend" : "bucket_storage_backend");
 }
 
 static struct mc_disk_store *open_ok(struct mc_disk_store_config *cfg)
@@ -75,9 +85,43 @@ static struct mc_disk_store *open_ok(struct mc_disk_store_config *cfg)
 	return ds;
 }
 
+/* Files ending in suffix, recursively under path. */
+static size_t count_tree(const char *path, const char *suffix)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	size_t n = 0, s = strlen(suffix);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		size_t l = strlen(de->d_name);
+		char sub[1024];
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+		if (de->d_type == DT_DIR)
+			n += count_tree(sub, suffix);
+		else if (l > s && strcmp(de->d_name + l - s, suffix) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Files of the bucket backend ending in suffix; with the file-per-key
+ * backend, ".bucket" and ".meta" both count its .kv files (each is data
+ * and index at once). */
 static size_t count_files(const char *suffix)
 {
-	DIR *d = opendir(dir);
+	DIR *d;
+	if (fpk) {
+		char sub[512];
+		snprintf(sub, sizeof(sub), "%s/file_per_key_dir", dir);
+		if (strcmp(suffix, ".bucket") == 0 || strcmp(suffix, ".meta") == 0)
+			return count_tree(sub, ".kv");
+		return count_tree(sub, suffix);
+	}
+	d = opendir(dir);
 	struct dirent *de;
 	size_t n = 0, s = strlen(suffix);
 	assert_non_null(d);
@@ -545,7 +589,8 @@ static void remove_frees_the_bucket_when_all_keys_are_gone(void **state)
 /* ---- caps and eviction -------------------------------------------------------------------- */
 
 /* One bucket per 8-byte key of 64 KiB: 69,632 bytes of data, 76 of index. */
-#define ONE_BUCKET (69632u + 76u)
+/* one 64 KiB object: its record, and (buckets) its .meta */
+#define ONE_BUCKET (69632u + (fpk ? 0u : 76u))
 
 static void put_one(struct mc_disk_store *ds, const char *key, mc_status want,
 		    struct mc_disk_keys *evicted)
@@ -728,8 +773,8 @@ static void full_disk_fails_the_write_and_keeps_the_store(void **state)
 	sigaction(SIGXFSZ, &prev, NULL);
 	mc_disk_store_stats(ds, &st);
 	assert_int_equal(st.objects, 5);
-	assert_int_equal(st.buckets, 1);
-	assert_int_equal(count_files(".bucket"), 1);
+	assert_int_equal(st.buckets, fpk ? 5 : 1);
+	assert_int_equal(count_files(".bucket"), fpk ? 5 : 1);
 	for (int i = 0; i < 5; i++)
 		check_key(ds, i, 2);
 	put_one(ds, "big-key1", MC_OK, NULL);
@@ -907,7 +952,7 @@ static void bad_directories_and_settings_are_refused(void **state)
 	assert_int_equal(open_at(&cfg, path), MC_OK);
 
 	free(cfg.backend);
-	cfg.backend = strdup("file_per_key_storage_backend");
+	cfg.backend = strdup("offset_allocator_storage_backend");
 	assert_int_equal(open_at(&cfg, path), MC_ERR_NOT_SUPPORTED);
 	assert_non_null(strstr(mc_last_error(), "not yet implemented"));
 	free(cfg.backend);
@@ -1029,6 +1074,119 @@ static void direct_io_where_taken_and_the_switch(void **state)
 	}
 }
 
+/* ---- the file-per-key backend ---------------------------------------------------------- */
+
+/* The path of key i's file: the one .kv file that holds its key. */
+static void fpk_file_of(const char *key, char *out, size_t cap)
+{
+	char top[512];
+	DIR *d1;
+	struct dirent *a;
+	out[0] = '\0';
+	snprintf(top, sizeof(top), "%s/file_per_key_dir", dir);
+	d1 = opendir(top);
+	assert_non_null(d1);
+	while (!out[0] && (a = readdir(d1)) != NULL) {
+		char p1[1024];
+		DIR *d2;
+		struct dirent *b;
+		if (a->d_name[0] == '.')
+			continue;
+		snprintf(p1, sizeof(p1), "%s/%s", top, a->d_name);
+		d2 = opendir(p1);
+		while (d2 && !out[0] && (b = readdir(d2)) != NULL) {
+			char p2[1280];
+			DIR *d3;
+			struct dirent *c;
+			if (b->d_name[0] == '.')
+				continue;
+			snprintf(p2, sizeof(p2), "%s/%s", p1, b->d_name);
+			d3 = opendir(p2);
+			while (d3 && !out[0] && (c = readdir(d3)) != NULL) {
+				char f[1536], head[128];
+				int fd;
+				if (c->d_name[0] == '.')
+					continue;
+				snprintf(f, sizeof(f), "%s/%s", p2, c->d_name);
+				fd = open(f, O_RDONLY);
+				if (fd >= 0 && pread(fd, head, sizeof(head), 0) == sizeof(head) &&
+				    memcmp(head + 64, key, strlen(key)) == 0)
+					snprintf(out, cap, "%s", f);
+				if (fd >= 0)
+					close(fd);
+			}
+			if (d3)
+				closedir(d3);
+		}
+		if (d2)
+			closedir(d2);
+	}
+	closedir(d1);
+	assert_true(out[0] != '\0');
+}
+
+static void fpk_one_file_per_key_and_crash_leftovers(void **state)
+{
+	struct mc_disk_store_config cfg;
+	struct mc_disk_store_stats st;
+	struct mc_disk_store *ds;
+	char path[1536], tmp[1600], key[32], got[20000];
+	uint64_t n = 0;
+	int fd;
+	(void)state;
+	fpk = true;
+	cfg_make(&cfg);
+	ds = open_ok(&cfg);
+	put_range(ds, 0, 20, 7, 3); /* groups of 7: still one file each */
+	mc_disk_store_stats(ds, &st);
+	assert_int_equal(st.buckets, 20);
+	assert_int_equal(count_files(".kv"), 20);
+	assert_int_equal(count_files(".tmp"), 0);
+	/* a remove deletes the file */
+	assert_int_equal(mc_disk_store_remove(ds, "key-000019", 10), MC_OK);
+	assert_int_equal(count_files(".kv"), 19);
+	/* a rotted value: refused on read, the key and its file dropped */
+	key_of(key, sizeof(key), 5);
+	fpk_file_of(key, path, sizeof(path));
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "X", 1, 4096 + 3), 1);
+	close(fd);
+	assert_int_equal(mc_disk_store_get(ds, key, strlen(key), got, sizeof(got), &n),
+			 MC_ERR_CHECKSUM_MISMATCH);
+	assert_false(has_key(ds, 5));
+	assert_int_equal(count_files(".kv"), 18);
+	mc_disk_store_close(ds);
+
+	/* a client killed mid-write leaves a .tmp (deleted), a torn file is
+	 * dropped, a header torn in the middle too */
+	key_of(key, sizeof(key), 6);
+	fpk_file_of(key, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	assert_int_equal(rename(path, tmp), 0);
+	key_of(key, sizeof(key), 7);
+	fpk_file_of(key, path, sizeof(path));
+	assert_int_equal(truncate(path, 4096 + 10), 0);
+	key_of(key, sizeof(key), 8);
+	fpk_file_of(key, path, sizeof(path));
+	assert_int_equal(truncate(path, 30), 0);
+	ds = open_ok(&cfg);
+	mc_disk_store_stats(ds, &st);
+	assert_int_equal(st.objects, 15);
+	assert_int_equal(count_files(".kv"), 15);
+	assert_int_equal(count_files(".tmp"), 0);
+	for (int i = 0; i < 19; i++) {
+		if (i >= 5 && i <= 8)
+			assert_false(has_key(ds, i));
+		else
+			check_key(ds, i, 3);
+	}
+	assert_int_equal(mc_disk_store_remove_all(ds, NULL), MC_OK);
+	assert_int_equal(count_files(".kv"), 0);
+	mc_disk_store_close(ds);
+	mc_disk_store_config_release(&cfg);
+}
+
 #define CASES(base)                                                                                \
 	cmocka_unit_test_prestate_setup_teardown(round_trip_many_keys_across_buckets, dir_setup,   \
 						 dir_teardown, base),                              \
@@ -1067,12 +1225,28 @@ static void direct_io_where_taken_and_the_switch(void **state)
 		cmocka_unit_test_prestate_setup_teardown(direct_io_where_taken_and_the_switch,     \
 							 dir_setup, dir_teardown, base)
 
+/* The cases that hold for both backends, with the file-per-key one. */
+#define FPK(name, base) \
+	cmocka_unit_test_prestate_setup_teardown(name, dir_setup_fpk, dir_teardown, base)
+#define FPK_CASES(base)                                                                   \
+	FPK(restart_finds_every_object, base), FPK(fifo_evicts_the_oldest_bucket, base),  \
+		FPK(lru_evicts_the_least_recently_read_bucket, base),                     \
+		FPK(eviction_waits_for_a_reader, base),                                   \
+		FPK(policy_none_refuses_writes_past_the_cap, base),                       \
+		FPK(watermark_pass_evicts_down_to_low, base),                             \
+		FPK(full_disk_fails_the_write_and_keeps_the_store, base),                 \
+		FPK(readers_race_the_writer, base), FPK(one_process_per_directory, base), \
+		FPK(direct_io_where_taken_and_the_switch, base),                          \
+		FPK(fpk_one_file_per_key_and_crash_leftovers, base)
+
 int main(void)
 {
 	static char on_disk[] = "/tmp", on_tmpfs[] = "/dev/shm";
 	const struct CMUnitTest tests[] = {
 		CASES(on_disk),
 		CASES(on_tmpfs),
+		FPK_CASES(on_disk),
+		FPK_CASES(on_tmpfs),
 		cmocka_unit_test(settings_come_from_the_environment),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
