@@ -182,9 +182,15 @@ def check_all(reader, timeout=60):
 
 # the disk with the clients' reads over TCP and the default tenant; tmpfs with
 # the same-host transport and a tenant of its own (disk keys carry it)
-@pytest.mark.parametrize("base,shm,tenant", [("/tmp", False, "default"),
-                                             ("/dev/shm", True, "tenant-a")])
-def test_ssd_tier_end_to_end(tmp_path, monkeypatch, base, shm, tenant):
+# the same through the file-per-key backend (one file per object)
+FPK = "file_per_key_storage_backend"
+
+
+@pytest.mark.parametrize("base,shm,tenant,backend",
+                         [("/tmp", False, "default", None),
+                          ("/dev/shm", True, "tenant-a", None),
+                          ("/tmp", False, "default", FPK)])
+def test_ssd_tier_end_to_end(tmp_path, monkeypatch, base, shm, tenant, backend):
     if not shm:
         monkeypatch.setenv("MC_SHM_DISABLE", "1")
     if not os.path.isdir(base):
@@ -193,8 +199,10 @@ def test_ssd_tier_end_to_end(tmp_path, monkeypatch, base, shm, tenant):
     master = Master(tmp_path)  # first: it may skip
     ssd_dir = tempfile.mkdtemp(prefix="mc-ssd-e2e-", dir=base)
     nodes = []
+    be = {"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": backend} if backend else None
     try:
-        owner = Node(tmp_path, "owner", master, segment=SEGMENT, ssd=ssd_dir, tenant=tenant)
+        owner = Node(tmp_path, "owner", master, segment=SEGMENT, ssd=ssd_dir, tenant=tenant,
+                     env_extra=be)
         nodes.append(owner)
         reader = Node(tmp_path, "reader", master, tenant=tenant)
         nodes.append(reader)
@@ -225,7 +233,8 @@ def test_ssd_tier_end_to_end(tmp_path, monkeypatch, base, shm, tenant):
         # the only client alive
         poll_until(lambda: master.gauge("master_active_clients") == 1, CLIENT_TTL + 30,
                    "the killed owner's expiry", step=0.2)
-        owner = Node(tmp_path, "owner2", master, segment=SEGMENT, ssd=ssd_dir, tenant=tenant)
+        owner = Node(tmp_path, "owner2", master, segment=SEGMENT, ssd=ssd_dir, tenant=tenant,
+                     env_extra=be)
         nodes.append(owner)
         before = reader.cmd(op="count")["count"]
         check_all(reader)
@@ -238,6 +247,11 @@ def test_ssd_tier_end_to_end(tmp_path, monkeypatch, base, shm, tenant):
         before = reader.cmd(op="count")["count"]
         check_all(reader, timeout=90)
         assert reader.cmd(op="count")["count"] >= before + N_OBJ
+        if backend == FPK:
+            kv = [f for _, _, fs in os.walk(ssd_dir) for f in fs if f.endswith(".kv")]
+            assert len(kv) >= N_OBJ, kv  # one file per object, no buckets
+            assert not [f for _, _, fs in os.walk(ssd_dir) for f in fs
+                        if f.endswith(".bucket")]
     finally:
         for n in nodes:
             n.stop()
