@@ -95,6 +95,39 @@ bool mc_disk_io_uring(const struct mc_disk_io *io)
 	return io && io->uring;
 }
 
+mc_status mc_disk_io_register_fixed(struct mc_disk_io *io, void *buf, size_t len)
+{
+	struct iovec iov = {buf, len};
+	mc_status st = MC_OK;
+	int rc;
+
+	if (!io || !buf || !len)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "disk io: no buffer to register");
+	pthread_mutex_lock(&io->lock);
+	if (!io->uring) {
+		st = mc_set_error(MC_ERR_NOT_SUPPORTED,
+				  "disk io: no io_uring, no fixed buffer to register");
+		goto out;
+	}
+	if (io->fixed) {
+		io_uring_unregister_buffers(&io->ring);
+		io->fixed = false;
+	}
+	rc = io_uring_register_buffers(&io->ring, &iov, 1);
+	if (rc < 0) {
+		st = mc_set_error(MC_ERR_NOMEM,
+				  "staging buffer of %zu bytes not registered with io_uring (%s)",
+				  len, strerror(-rc));
+		goto out;
+	}
+	io->fixed = true;
+	io->fixed_base = buf;
+	io->fixed_len = len;
+out:
+	pthread_mutex_unlock(&io->lock);
+	return st;
+}
+
 bool mc_disk_io_fixed(const struct mc_disk_io *io)
 {
 	return io && io->fixed;
@@ -302,6 +335,10 @@ mc_status mc_disk_io_run(struct mc_disk_io *io, struct mc_disk_op *ops, size_t n
 			if (ops[i].direct) {
 				io->st.direct_ops++;
 				io->st.direct_bytes += ops[i].len;
+			}
+			if (io->uring && in_fixed(io, ops[i].buf, ops[i].len)) {
+				io->st.fixed_ops++;
+				io->st.fixed_bytes += ops[i].len;
 			}
 		}
 	}

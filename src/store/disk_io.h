@@ -54,6 +54,15 @@ void mc_disk_io_free(struct mc_disk_io *io);
 bool mc_disk_io_uring(const struct mc_disk_io *io);
 /* Whether the staging buffer is registered as a fixed buffer. */
 bool mc_disk_io_fixed(const struct mc_disk_io *io);
+/*
+ * Registers buf (len bytes) as the handle's fixed buffer after it was made
+ * (replacing one registered before), under the handle's lock, so a handle
+ * in use by other threads may be given its staging buffer late.  Pins the
+ * buffer's pages.  MC_ERR_NOT_SUPPORTED without io_uring, MC_ERR_NOMEM
+ * when the kernel refuses (RLIMIT_MEMLOCK among others; the handle keeps
+ * working without), MC_ERR_INVALID_PARAMS.
+ */
+mc_status mc_disk_io_register_fixed(struct mc_disk_io *io, void *buf, size_t len);
 /* Whether the handle's data files are to be opened O_DIRECT (false for NULL). */
 bool mc_disk_io_direct(const struct mc_disk_io *io);
 
@@ -62,6 +71,7 @@ bool mc_disk_io_direct(const struct mc_disk_io *io);
 struct mc_disk_io_stats {
 	uint64_t ops, bytes;		   /* every operation run */
 	uint64_t direct_ops, direct_bytes; /* those marked direct */
+	uint64_t fixed_ops, fixed_bytes;   /* those run with READ_FIXED/WRITE_FIXED */
 };
 
 void mc_disk_io_stats(struct mc_disk_io *io, struct mc_disk_io_stats *out);

@@ -1223,7 +1223,20 @@ void mc_disk_store_stats(struct mc_disk_store *ds, struct mc_disk_store_stats *o
 		out->direct = mc_disk_io_direct(ds->io);
 		out->direct_ops = io.direct_ops;
 		out->direct_bytes = io.direct_bytes;
+		out->uring = mc_disk_io_uring(ds->io);
+		out->fixed = mc_disk_io_fixed(ds->io);
+		out->fixed_ops = io.fixed_ops;
+		out->fixed_bytes = io.fixed_bytes;
 	}
+}
+
+mc_status mc_disk_store_register_staging(struct mc_disk_store *ds, void *buf, size_t len)
+{
+	mc_status st = mc_disk_io_register_fixed(ds->io, buf, len);
+	if (st == MC_OK)
+		mc_info("offload directory %s: staging buffer of %zu MiB registered with io_uring",
+			ds->path, len >> 20);
+	return st;
 }
 
 /* ---- open: the directory, its lock, the rescan -------------------------------------------- */

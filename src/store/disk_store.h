@@ -205,8 +205,21 @@ struct mc_disk_store_stats {
 	uint64_t rescan_objects, rescan_us; /* the open's rescan */
 	bool direct;			    /* .bucket files are opened O_DIRECT */
 	uint64_t direct_ops, direct_bytes;  /* disk operations on them, and their bytes */
+	bool uring;			    /* batches go through io_uring (not pread/pwrite) */
+	bool fixed;			    /* a staging buffer is registered as a fixed buffer */
+	uint64_t fixed_ops, fixed_bytes;    /* operations run with READ_FIXED/WRITE_FIXED */
 };
 
 void mc_disk_store_stats(struct mc_disk_store *ds, struct mc_disk_store_stats *out);
+
+/*
+ * Registers the offload RPC server's staging buffer (len bytes at buf)
+ * with the store's io_uring as a fixed buffer, so reads into it run as
+ * READ_FIXED (no per-request page pinning); pins and faults in its pages.
+ * Safe while the store is in use.  MC_ERR_NOT_SUPPORTED (pread/pwrite:
+ * io_uring off or refused), MC_ERR_NOMEM (the kernel refused, e.g.
+ * RLIMIT_MEMLOCK); the store works on without it either way.
+ */
+mc_status mc_disk_store_register_staging(struct mc_disk_store *ds, void *buf, size_t len);
 
 #endif

@@ -87,6 +87,11 @@ const struct mc_config_entry mc_offload_config_table[] = {
 	       "staging buffer the offload RPC server loads disk objects into for readers "
 	       "(registered with the engine; lazy, so an unused one costs no memory)",
 	       CFG(buffer_size), MC_CONFIG_SIZE, 1u << 20, INT64_MAX}},
+	{.f = {"store_offload_fixed_buffer", "MC_STORE_OFFLOAD_FIXED_BUFFER", "true",
+	       "register the staging buffer with the disk store's io_uring as a fixed buffer "
+	       "(disk reads into it run as READ_FIXED); pins and faults in the whole buffer at "
+	       "start, and needs RLIMIT_MEMLOCK room for it (else one warning, no fixed buffer)",
+	       CFG(fixed_buffer), MC_CONFIG_BOOL, 0, 0}},
 	{.f = {"offload_client_buffer_gc_ttl_ms", "MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS",
 	       "5000",
 	       "a staged batch a reader did not release is reclaimed after this (milliseconds)",
@@ -787,6 +792,12 @@ mc_status mc_offload_server_start(const struct mc_offload_config *cfg, const cha
 	if (rc != MC_OK)
 		goto fail;
 	srv->registered = true;
+	if (cfg->fixed_buffer) {
+		mc_status fr = mc_disk_store_register_staging(ds, srv->buf, (size_t)srv->buf_len);
+		if (fr != MC_OK && fr != MC_ERR_NOT_SUPPORTED)
+			mc_warn("offload RPC server: %s; disk reads into it pin pages per request",
+				mc_last_error());
+	}
 
 	fd = mc_sock_listen_on(host, port, LISTEN_BACKLOG);
 	if (fd < 0) {

@@ -41,6 +41,7 @@ struct mc_offload_config {
 	int64_t rpc_port;	      /* MC_STORE_OFFLOAD_RPC_PORT, 0 = the kernel's choice */
 	int64_t rpc_timeout_ms;	      /* MC_STORE_OFFLOAD_RPC_TIMEOUT_MS (readers) */
 	int64_t rpc_max_connections;  /* MC_STORE_OFFLOAD_RPC_MAX_CONNECTIONS */
+	bool fixed_buffer;	      /* MC_STORE_OFFLOAD_FIXED_BUFFER */
 };
 
 extern const struct mc_config_entry mc_offload_config_table[];

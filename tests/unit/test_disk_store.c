@@ -12,6 +12,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -23,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1074,6 +1078,138 @@ static void direct_io_where_taken_and_the_switch(void **state)
 	}
 }
 
+/* ---- io_uring: the staging buffer as a fixed buffer, the fallback -------------------------- */
+
+/* Reads into a registered staging buffer run as READ_FIXED; reads
+ * elsewhere do not; a store without io_uring refuses the registration
+ * and reads on through pread. */
+static void staging_buffer_reads_run_as_read_fixed(void **state)
+{
+	const size_t stage_len = 1u << 20;
+	struct mc_disk_store_config cfg;
+	struct mc_disk_store_stats st0, st;
+	struct mc_disk_get g[4];
+	struct mc_disk_store *ds;
+	char keys[4][32];
+	uint8_t *stage = aligned_alloc(4096, stage_len);
+	(void)state;
+	cfg_make(&cfg);
+	cfg.use_uring = true;
+	ds = open_ok(&cfg);
+	put_range(ds, 0, 4, 4, 11);
+	mc_disk_store_stats(ds, &st0);
+	if (!st0.uring) {
+		mc_disk_store_close(ds);
+		mc_disk_store_config_release(&cfg);
+		free(stage);
+		skip(); /* the kernel or a sandbox refuses io_uring here */
+	}
+	assert_false(st0.fixed);
+	assert_int_equal(mc_disk_store_register_staging(ds, stage, stage_len), MC_OK);
+	mc_disk_store_stats(ds, &st);
+	assert_true(st.fixed);
+	for (int i = 0; i < 4; i++) {
+		key_of(keys[i], sizeof(keys[i]), i);
+		g[i] = (struct mc_disk_get){
+			keys[i], strlen(keys[i]), stage + (size_t)i * 65536, 65536, 0, MC_OK};
+	}
+	assert_int_equal(mc_disk_store_get_batch(ds, g, 4), MC_OK);
+	mc_disk_store_stats(ds, &st);
+	assert_true(st.fixed_ops >= st0.fixed_ops + 4);
+	assert_true(st.fixed_bytes >= st0.fixed_bytes + len_of(0) + len_of(1));
+	for (int i = 0; i < 4; i++) {
+		char *want = malloc(len_of(i));
+		assert_int_equal(g[i].len, len_of(i));
+		mc_test_fill(want, len_of(i), 11 + (uint64_t)i);
+		assert_memory_equal(g[i].dst, want, len_of(i));
+		free(want);
+	}
+	/* a destination outside it: the plain opcodes */
+	st0 = st;
+	check_key(ds, 2, 11);
+	mc_disk_store_stats(ds, &st);
+	assert_int_equal(st.fixed_ops, st0.fixed_ops);
+	mc_disk_store_close(ds);
+
+	/* io_uring off: nothing to register, pread/pwrite serve */
+	cfg.use_uring = false;
+	ds = open_ok(&cfg);
+	mc_disk_store_stats(ds, &st);
+	assert_false(st.uring);
+	assert_int_equal(mc_disk_store_register_staging(ds, stage, stage_len),
+			 MC_ERR_NOT_SUPPORTED);
+	for (int i = 0; i < 4; i++)
+		check_key(ds, i, 11);
+	mc_disk_store_stats(ds, &st);
+	assert_int_equal(st.fixed_ops, 0);
+	mc_disk_store_close(ds);
+	mc_disk_store_config_release(&cfg);
+	free(stage);
+}
+
+/* A kernel that refuses io_uring (here a seccomp filter answering EPERM to
+ * io_uring_setup, as a container's profile does): the store opens on
+ * pread/pwrite with one logged line, writes, restarts and reads. */
+static void refused_io_uring_falls_back_to_pread(void **state)
+{
+	pid_t pid;
+	int wst = 0;
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sock_filter f[] = {
+			BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+			BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+			BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		};
+		struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+		struct mc_disk_store_config cfg;
+		struct mc_disk_store_stats st;
+		struct mc_disk_store *ds = NULL;
+		char key[32], got[20000];
+		uint64_t n = 0;
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+		    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+			_exit(77);
+		cfg_make(&cfg);
+		cfg.use_uring = true;
+		if (mc_disk_store_open(&cfg, &ds) != MC_OK)
+			_exit(2);
+		mc_disk_store_stats(ds, &st);
+		if (st.uring)
+			_exit(3);
+		for (int i = 0; i < 8; i++) {
+			char val[5000];
+			struct mc_disk_obj o = {key, 0, val, sizeof(val), MC_OK};
+			key_of(key, sizeof(key), i);
+			o.key_len = strlen(key);
+			memset(val, 'a' + i, sizeof(val));
+			if (mc_disk_store_put(ds, &o, 1, NULL) != MC_OK)
+				_exit(4);
+		}
+		mc_disk_store_close(ds);
+		if (mc_disk_store_open(&cfg, &ds) != MC_OK)
+			_exit(5);
+		for (int i = 0; i < 8; i++) {
+			key_of(key, sizeof(key), i);
+			if (mc_disk_store_get(ds, key, strlen(key), got, sizeof(got), &n) !=
+				    MC_OK ||
+			    n != 5000 || got[0] != 'a' + i || got[4999] != 'a' + i)
+				_exit(6);
+		}
+		mc_disk_store_close(ds);
+		mc_disk_store_config_release(&cfg);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &wst, 0), pid);
+	assert_true(WIFEXITED(wst));
+	if (WEXITSTATUS(wst) == 77)
+		skip(); /* no seccomp here */
+	assert_int_equal(WEXITSTATUS(wst), 0);
+}
+
 /* ---- the file-per-key backend ---------------------------------------------------------- */
 
 /* The path of key i's file: the one .kv file that holds its key. */
@@ -1223,6 +1359,10 @@ static void fpk_one_file_per_key_and_crash_leftovers(void **state)
 		cmocka_unit_test_prestate_setup_teardown(bad_directories_and_settings_are_refused, \
 							 dir_setup, dir_teardown, base),           \
 		cmocka_unit_test_prestate_setup_teardown(direct_io_where_taken_and_the_switch,     \
+							 dir_setup, dir_teardown, base),           \
+		cmocka_unit_test_prestate_setup_teardown(staging_buffer_reads_run_as_read_fixed,   \
+							 dir_setup, dir_teardown, base),           \
+		cmocka_unit_test_prestate_setup_teardown(refused_io_uring_falls_back_to_pread,     \
 							 dir_setup, dir_teardown, base)
 
 /* The cases that hold for both backends, with the file-per-key one. */
@@ -1237,7 +1377,9 @@ static void fpk_one_file_per_key_and_crash_leftovers(void **state)
 		FPK(full_disk_fails_the_write_and_keeps_the_store, base),                 \
 		FPK(readers_race_the_writer, base), FPK(one_process_per_directory, base), \
 		FPK(direct_io_where_taken_and_the_switch, base),                          \
-		FPK(fpk_one_file_per_key_and_crash_leftovers, base)
+		FPK(fpk_one_file_per_key_and_crash_leftovers, base),                      \
+		FPK(staging_buffer_reads_run_as_read_fixed, base),                        \
+		FPK(refused_io_uring_falls_back_to_pread, base)
 
 int main(void)
 {
