@@ -40,6 +40,10 @@ struct mc_master;
 
 /* The default of max_segment_size: a bound on what one mount may claim. */
 #define MC_MASTER_MAX_SEGMENT_SIZE (1ull << 40)
+/* Failed offload rounds in a row (per owner) that the backfill retries, with
+ * a backoff of 1, 2, 4, ... s, before that owner's failed objects are left
+ * as ordinary memory replicas (src/master/ssd.c). */
+#define MC_MASTER_OFFLOAD_RETRIES 5u
 
 struct mc_master_config {
 	uint64_t default_kv_lease_ttl_ms;      /* 10000 */

@@ -141,16 +141,18 @@ struct mc_ring {
  * for it, and what it must delete.
  */
 struct mc_disk {
-	uint32_t seg;	     /* segment slot, state MC_SEG_DISK */
-	bool offloading;     /* the client takes offload work */
-	bool remove_all;     /* deliver "wipe your store" at the next heartbeat */
-	uint64_t total;	     /* ReportSsdCapacity, bytes */
-	uint64_t used;	     /* ReportSsdCapacity, bytes */
-	struct mc_ring q;    /* objects queued for offload */
-	struct mc_ring pq;   /* objects queued for promotion */
-	uint32_t nflight;    /* its offload entries in m->offl: queued or handed out */
-	bool backfill;	     /* some of its objects missed their offload: a lap is due */
-	struct mc_dkey **rm; /* disk copies to delete, not yet delivered */
+	uint32_t seg;	      /* segment slot, state MC_SEG_DISK */
+	bool offloading;      /* the client takes offload work */
+	bool remove_all;      /* deliver "wipe your store" at the next heartbeat */
+	uint64_t total;	      /* ReportSsdCapacity, bytes */
+	uint64_t used;	      /* ReportSsdCapacity, bytes */
+	struct mc_ring q;     /* objects queued for offload */
+	struct mc_ring pq;    /* objects queued for promotion */
+	uint32_t nflight;     /* its offload entries in m->offl: queued or handed out */
+	bool backfill;	      /* some of its objects missed their offload: a lap is due */
+	uint64_t bf_after;    /* ms: no lap before (the backoff after failed offloads) */
+	uint32_t fail_streak; /* notify rounds in a row with failed offloads, none done */
+	struct mc_dkey **rm;  /* disk copies to delete, not yet delivered */
 	uint32_t nrm, rm_cap;
 	struct mc_dkey **dead; /* handed out, then the object went away */
 	uint32_t ndead, dead_cap;

@@ -41,8 +41,10 @@
  * once.  BatchEvictDiskReplica comes from the owner, which deletes the
  * files itself.
  *
- * Backfill.  Eager offload queues at PutEnd only; what a full queue (or
- * an expiry before hand-out) made it miss is queued by a backfill lap over
+ * Backfill.  Eager offload queues at PutEnd only; what a full queue (an
+ * expiry before hand-out, or a failed report, retried with a backoff and
+ * at most MC_MASTER_OFFLOAD_RETRIES rounds in a row: notify_round_end)
+ * made it miss is queued by a backfill lap over
  * the object table, in slices from the tick ("backfill" below), and keeps
  * its memory from eviction until then (mc_master_tier_pending): an
  * acknowledged put is refused room rather than lost.
@@ -554,7 +556,7 @@ static void bf_run(struct mc_master *m, uint64_t now_ms)
 		for (uint32_t cl = 0; cl < m->nclient_slots; cl++) {
 			struct mc_disk *d = m->clients[cl].disk;
 
-			if (d && d->backfill && bf_low(m, d)) {
+			if (d && d->backfill && bf_low(m, d) && now_ms >= d->bf_after) {
 				d->backfill = false;
 				go = true;
 			}
@@ -931,8 +933,41 @@ static mc_status obj_from_disk(struct mc_master *m, const struct mc_disk *d, uin
 	return st;
 }
 
+/* What one notify round reported of the offloads handed to its client. */
+struct notify_round {
+	bool failed, done;
+};
+
+/*
+ * After a round with failed offloads and none done: in eager mode the
+ * objects keep their memory (backfill_owed) and a backfill lap re-queues
+ * them after a backoff of 1, 2, 4, ... s; after MC_MASTER_OFFLOAD_RETRIES
+ * such rounds in a row the owner is left alone (its failed objects are then
+ * ordinary memory replicas, evictable, rather than pinned for good) until
+ * a round with a success starts the count again.
+ */
+static void notify_round_end(struct mc_master *m, struct mc_disk *d, const struct notify_round *r,
+			     uint64_t now)
+{
+	if (r->done)
+		d->fail_streak = 0;
+	if (!r->failed || r->done || !eager(m))
+		return;
+	if (++d->fail_streak > MC_MASTER_OFFLOAD_RETRIES) {
+		if (d->fail_streak == MC_MASTER_OFFLOAD_RETRIES + 1)
+			mc_warn("offloads to the disk of segment %u failed %u rounds in a row; "
+				"no more retries until one succeeds (the memory copies stay, "
+				"evictable)",
+				d->seg, MC_MASTER_OFFLOAD_RETRIES);
+		return;
+	}
+	d->backfill = true;
+	d->bf_after = now + (1000ull << (d->fail_streak - 1));
+}
+
 static int32_t notify_one(struct mc_master *m, uint32_t cl, struct mc_disk *d,
-			  const struct mc_store_offload_result *it, uint64_t now)
+			  const struct mc_store_offload_result *it, uint64_t now,
+			  struct notify_round *round)
 {
 	bool found;
 	uint16_t tid = mc_master_tenant_find(m, sp(&it->tenant), it->tenant.len, &found);
@@ -951,7 +986,8 @@ static int32_t notify_one(struct mc_master *m, uint32_t cl, struct mc_disk *d,
 		offl_end(m, e);
 		if (it->status != MC_OK) {
 			m->met.offload_failed++;
-			return MC_OK; /* memory stays */
+			round->failed = true;
+			return MC_OK; /* memory stays; notify_round_end says for how long */
 		}
 		if (it->size != mc_obj_size(o)) {
 			m->met.offload_failed++;
@@ -959,6 +995,7 @@ static int32_t notify_one(struct mc_master *m, uint32_t cl, struct mc_disk *d,
 		}
 		st = add_disk_rep(m, o, d);
 		m->met.offload_completed += st == MC_OK;
+		round->done |= st == MC_OK;
 		return st;
 	}
 	if (found && dead_take(d, tid, &it->key))
@@ -999,8 +1036,10 @@ static mc_status h_notify(struct mc_master *m, const struct mc_store_notify_offl
 		return NO_DISK(r->client_id);
 	if (!(resp.statuses = mc_master_scratch(m, (size_t)r->n_items * sizeof(int32_t) + 1)))
 		return FAIL(MC_ERR_NOMEM, "no memory for %u results", r->n_items);
+	struct notify_round round = {false, false};
 	for (uint32_t i = 0; i < r->n_items; i++)
-		resp.statuses[i] = notify_one(m, cl, d, &r->items[i], now);
+		resp.statuses[i] = notify_one(m, cl, d, &r->items[i], now, &round);
+	notify_round_end(m, d, &round, now);
 	return mc_store_notify_offload_success_response_encode(out, req_id, &resp);
 }
 

@@ -255,6 +255,66 @@ static void failed_offload_keeps_memory(void **state)
 	mt_free(t);
 }
 
+/*
+ * Eager offload: a handed-out offload the client reports failed (a full
+ * disk, an I/O error) is retried by the backfill with a backoff, its
+ * memory held meanwhile; after MC_MASTER_OFFLOAD_RETRIES failed rounds in
+ * a row the owner's failures are no longer retried (the memory is then an
+ * ordinary replica, not pinned for good), and a success starts over.
+ * Before, the first failure ended the offload for good: the object was
+ * memory-only and evictable at once, although eager offload promises an
+ * acknowledged put a disk copy before its memory goes.
+ */
+static void failed_offload_is_retried_then_released(void **state)
+{
+	struct mt *t = t_new_cfg(NULL);
+	struct mc_master_metrics x;
+	uint32_t handed = 0;
+
+	(void)state;
+	setup_a(t);
+	assert_int_equal(put(t, CA, "f", 100, false), MC_OK);
+	assert_int_equal(hb(t, CA, 8)->n_offload, 1);
+	for (int round = 0; round < 40; round++) {
+		uint32_t n;
+
+		if (round == 0 || handed)
+			assert_int_equal(notify(t, CA, "f", 100, MC_ERR_IO), MC_OK);
+		handed = 0;
+		/* no retry before the backoff */
+		(void)mc_master_tick(t->m, t->now);
+		n = hb(t, CA, 8)->n_offload;
+		if (round == 0)
+			assert_int_equal(n, 0);
+		for (int i = 0; i < 20 && !n; i++) {
+			t->now += 5000;
+			(void)mc_master_tick(t->m, t->now);
+			n = hb(t, CA, 8)->n_offload;
+		}
+		if (!n)
+			break;
+		handed = n;
+		assert_int_equal(n, 1);
+	}
+	mc_master_metrics(t->m, &x);
+	assert_int_equal(x.offload_failed, MC_MASTER_OFFLOAD_RETRIES + 1);
+	assert_int_equal(x.offload_backfilled, MC_MASTER_OFFLOAD_RETRIES);
+	/* released: removable, and a later success starts the count again */
+	assert_int_equal(rm(t, "f"), MC_OK);
+	assert_int_equal(put(t, CA, "g", 100, false), MC_OK);
+	assert_int_equal(hb(t, CA, 8)->n_offload, 1);
+	assert_int_equal(notify(t, CA, "g", 100, MC_OK), MC_OK);
+	assert_int_equal(put(t, CA, "h", 100, false), MC_OK);
+	assert_int_equal(hb(t, CA, 8)->n_offload, 1);
+	assert_int_equal(notify(t, CA, "h", 100, MC_ERR_IO), MC_OK);
+	for (int i = 0; i < 20; i++) {
+		t->now += 5000;
+		(void)mc_master_tick(t->m, t->now);
+	}
+	assert_int_equal(hb(t, CA, 8)->n_offload, 1); /* retried again */
+	mt_free(t);
+}
+
 static void no_offload_without_a_disk_owner(void **state)
 {
 	struct mt *t = t_new_cfg(NULL);
@@ -942,6 +1002,7 @@ int main(void)
 		cmocka_unit_test(mount_needs_enable_offload),
 		cmocka_unit_test(eager_offload_then_disk_replica),
 		cmocka_unit_test(failed_offload_keeps_memory),
+		cmocka_unit_test(failed_offload_is_retried_then_released),
 		cmocka_unit_test(no_offload_without_a_disk_owner),
 		cmocka_unit_test(queue_limit_is_counted),
 		cmocka_unit_test(eviction_keeps_disk_copy_readable),
