@@ -130,7 +130,15 @@ out:
 
 bool mc_disk_io_fixed(const struct mc_disk_io *io)
 {
-	return io && io->fixed;
+	/* under the lock: mc_disk_io_register_fixed may run on another thread */
+	pthread_mutex_t *lk = io ? (pthread_mutex_t *)&io->lock : NULL;
+	bool fixed;
+	if (!io)
+		return false;
+	pthread_mutex_lock(lk);
+	fixed = io->fixed;
+	pthread_mutex_unlock(lk);
+	return fixed;
 }
 
 bool mc_disk_io_direct(const struct mc_disk_io *io)
