@@ -6,7 +6,9 @@
  *
  * A file-per-key "bucket" holds one object in one file,
  *
- *   <dir>/<h1>/<h2>/<id>.kv   h1, h2: two hex digits each of XXH3-64(id)
+ *   <path>/<fsdir>/<h1>/<h2>/<id>.kv   (fsdir: MOONCAKE_OFFLOAD_FSDIR,
+ *                                      default file_per_key_dir; h1, h2: two
+ *                                      hex digits each of XXH3-64(id))
  *
  * whose bytes are exactly one bucket record at offset 0 (store/bucket.h:
  * the 64-byte header with its checksum and the key's and value's, the key,

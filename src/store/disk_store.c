@@ -70,6 +70,14 @@ static bool policy_check(const char *value, char *why, size_t why_len)
 	return false;
 }
 
+static bool fsdir_check(const char *value, char *why, size_t why_len)
+{
+	if (value[0] && value[0] != '.' && !strchr(value, '/') && strlen(value) < 256)
+		return true;
+	snprintf(why, why_len, "'%s' is not one directory name", value);
+	return false;
+}
+
 #define CFG(f) offsetof(struct mc_disk_store_config, f)
 const struct mc_config_entry mc_disk_store_config_table[] = {
 	{.f = {"offload_file_storage_path", "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", NULL,
@@ -81,6 +89,11 @@ const struct mc_config_entry mc_disk_store_config_table[] = {
 	       "file_per_key_storage_backend (one file per object under <path>/" MC_FPK_DIR_DEFAULT
 	       "; the bucket limits do not apply); offset_allocator_storage_backend is refused",
 	       CFG(backend), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"offload_fsdir", "MOONCAKE_OFFLOAD_FSDIR", MC_FPK_DIR_DEFAULT,
+	       "file_per_key_storage_backend: the subdirectory of the offload directory that "
+	       "holds its files (one name, no slash)",
+	       CFG(fsdir), MC_CONFIG_STRING, 0, 0},
+	 .check = fsdir_check},
 	{.f = {"offload_bucket_size_limit_bytes", "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES",
 	       "268435456", "most value bytes grouped into one bucket", CFG(bucket_size_limit),
 	       MC_CONFIG_SIZE, 4096, INT64_MAX}},
@@ -1307,16 +1320,21 @@ static mc_status open_dir(struct mc_disk_store *ds, const char *path)
 
 /* The file-per-key backend keeps its files under <path>/file_per_key_dir;
  * the lock file stays in <path>. */
-static mc_status open_fpk_dir(struct mc_disk_store *ds, const char *path)
+static mc_status open_fpk_dir(struct mc_disk_store *ds, const char *path, const char *sub)
 {
 	int fd;
-	if (mkdirat(ds->dirfd, MC_FPK_DIR_DEFAULT, 0755) != 0 && errno != EEXIST)
-		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path,
-				    MC_FPK_DIR_DEFAULT, strerror(errno));
-	fd = openat(ds->dirfd, MC_FPK_DIR_DEFAULT, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!sub || !sub[0])
+		sub = MC_FPK_DIR_DEFAULT;
+	if (sub[0] == '.' || strchr(sub, '/'))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "MOONCAKE_OFFLOAD_FSDIR=%s: not one directory name", sub);
+	if (mkdirat(ds->dirfd, sub, 0755) != 0 && errno != EEXIST)
+		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path, sub,
+				    strerror(errno));
+	fd = openat(ds->dirfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path,
-				    MC_FPK_DIR_DEFAULT, strerror(errno));
+		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "offload directory %s/%s: %s", path, sub,
+				    strerror(errno));
 	close(ds->dirfd);
 	ds->dirfd = fd;
 	return MC_OK;
@@ -1541,7 +1559,7 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 	}
 	st = open_dir(ds, cfg->path);
 	if (st == MC_OK && ds->be == &mc_disk_backend_fpk)
-		st = open_fpk_dir(ds, cfg->path);
+		st = open_fpk_dir(ds, cfg->path, cfg->fsdir);
 	if (st != MC_OK)
 		goto fail;
 	iop.use_uring = cfg->use_uring;

@@ -40,6 +40,7 @@ enum mc_disk_evict_policy {
 struct mc_disk_store_config {
 	char *path;    /* MOONCAKE_OFFLOAD_FILE_STORAGE_PATH */
 	char *backend; /* MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR */
+	char *fsdir;   /* MOONCAKE_OFFLOAD_FSDIR: the file-per-key backend's subdirectory */
 	uint64_t bucket_size_limit;
 	int64_t bucket_keys_limit;
 	uint64_t max_total_size;     /* logical cap; 0: 90% of the file system */

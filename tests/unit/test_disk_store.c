@@ -1320,6 +1320,18 @@ static void fpk_one_file_per_key_and_crash_leftovers(void **state)
 	assert_int_equal(mc_disk_store_remove_all(ds, NULL), MC_OK);
 	assert_int_equal(count_files(".kv"), 0);
 	mc_disk_store_close(ds);
+
+	/* MOONCAKE_OFFLOAD_FSDIR names the subdirectory; one name only */
+	free(cfg.fsdir);
+	cfg.fsdir = strdup("mine");
+	ds = open_ok(&cfg);
+	put_range(ds, 0, 3, 3, 4);
+	mc_disk_store_close(ds);
+	snprintf(path, sizeof(path), "%s/mine", dir);
+	assert_int_equal(count_tree(path, ".kv"), 3);
+	free(cfg.fsdir);
+	cfg.fsdir = strdup("../elsewhere");
+	assert_int_equal(mc_disk_store_open(&cfg, &ds), MC_ERR_INVALID_PARAMS);
 	mc_disk_store_config_release(&cfg);
 }
 
