@@ -367,6 +367,10 @@ static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_ap
 				  first, after);
 		goto out;
 	}
+	/* an empty file (rotated, then the files before it dropped) still says
+	 * where the log is: its first record would be first */
+	if (first - 1 > *last)
+		*last = first - 1;
 	if (lseek(rd.fd, MC_WAL_HDR_LEN, SEEK_SET) < 0) {
 		st = mc_set_error(MC_ERR_FILE_READ_FAIL, "wal: %s: %s", path, strerror(errno));
 		goto out;

@@ -297,6 +297,37 @@ static void newer_versions_and_gaps_are_refused(void **state)
 	free(dir);
 }
 
+/* A snapshot right after a rotation: the files before are dropped and the
+ * log is one empty file; it reopens after the snapshot's seq and appends
+ * there (it once tried to make that file again: EEXIST). */
+static void an_empty_rotated_log_reopens_after_its_snapshot(void **state)
+{
+	char *dir = mkdir_tmp();
+	struct mc_wal *w;
+	struct seen s;
+	unsigned dropped;
+	uint64_t snap;
+	(void)state;
+	assert_int_equal(reopen(dir, 0, &s, NULL, &w), MC_OK);
+	append_n(w, 20);
+	assert_int_equal(mc_wal_rotate(w), MC_OK);
+	snap = mc_wal_last_seq(w);
+	assert_int_equal(mc_wal_drop_through(w, snap, &dropped), MC_OK);
+	assert_int_equal(dropped, 1);
+	assert_int_equal(mc_wal_close(w), MC_OK);
+	assert_int_equal(reopen(dir, snap, &s, NULL, &w), MC_OK);
+	assert_int_equal(s.n, 0);
+	assert_int_equal(mc_wal_last_seq(w), snap);
+	append_n(w, 5);
+	assert_int_equal(mc_wal_close(w), MC_OK);
+	assert_int_equal(reopen(dir, snap, &s, NULL, NULL), MC_OK);
+	assert_int_equal(s.n, 5);
+	assert_true(s.order_ok);
+	assert_int_equal(reopen(dir, 0, &s, NULL, NULL), MC_ERR_MALFORMED_JSON);
+	rm_rf(dir);
+	free(dir);
+}
+
 /* A write the file system refuses (RLIMIT_FSIZE: EFBIG, as a full disk's
  * ENOSPC) is cut back off the file, not acknowledged, and the log goes on
  * once there is room. */
@@ -392,6 +423,7 @@ int main(void)
 		cmocka_unit_test(a_torn_tail_is_cut),
 		cmocka_unit_test(damage_in_the_middle_is_refused),
 		cmocka_unit_test(newer_versions_and_gaps_are_refused),
+		cmocka_unit_test(an_empty_rotated_log_reopens_after_its_snapshot),
 		cmocka_unit_test(a_failed_write_is_not_acknowledged),
 		cmocka_unit_test(everysec_commits_beside_its_thread),
 		cmocka_unit_test(the_codec_refuses_what_is_not_a_record),
