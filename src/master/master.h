@@ -191,6 +191,18 @@ bool mc_master_wal_take_error(struct mc_master *m);
  */
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
 			       uint32_t len, uint64_t now_ms);
+/*
+ * Write the tables to a snapshot (master/snap.h) as log records: a
+ * SEG_MOUNT for every memory segment (mounted, unmounting, or waiting to be
+ * mounted again), then an OBJ_PUT for every completed object with its
+ * memory replicas (waiting ones included).  mc_master_wal_replay of those
+ * entries, then of the log after the snapshot's seq, gives the tables
+ * back.  It may finish a table resize in progress, and encodes in the
+ * master's own record buffer: the daemon runs it in a forked child, on the
+ * child's copy of the tables.
+ */
+struct mc_snap_writer;
+mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w);
 
 /* ---- queries for the HTTP admin service ---- */
 

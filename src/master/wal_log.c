@@ -36,6 +36,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "master/snap.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
 
@@ -70,16 +71,22 @@ static bool rep_is_memory(const struct mc_master *m, const struct mc_rep *r)
 		m->segs[r->seg].state == MC_SEG_GRACEFUL);
 }
 
-void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
+/* A waiting (replayed, not yet remounted) replica: kept by a snapshot. */
+static bool rep_is_waiting(const struct mc_master *m, const struct mc_rep *r)
 {
-	struct mc_walrec r; /* about 2 KiB */
-	struct mc_walrec_obj *w = &r.u.obj;
+	return r->seg < m->nsegs_slots && m->segs[r->seg].state == MC_SEG_WAIT &&
+	       m->segs[r->seg].gen == r->gen;
+}
+
+/* o's OBJ_PUT record into r: its live memory replicas, and with waiting
+ * its replicas on segments not mounted again yet; false when none. */
+static bool obj_rec(const struct mc_master *m, struct mc_obj *o, bool waiting, struct mc_walrec *r)
+{
+	struct mc_walrec_obj *w = &r->u.obj;
 	const struct mc_group *g;
 
-	if (!m->wal)
-		return;
-	memset(&r, 0, sizeof(r));
-	r.type = MC_WALREC_OBJ_PUT;
+	memset(r, 0, sizeof(*r));
+	r->type = MC_WALREC_OBJ_PUT;
 	w->tenant.p = m->tenants[o->tenant];
 	w->tenant.len = (uint16_t)m->tenant_lens[o->tenant];
 	w->key.p = o->key;
@@ -96,14 +103,24 @@ void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
 	for (uint32_t i = 0; i < o->nrep && w->nrep < MC_WALREC_MAX_REPS; i++) {
 		const struct mc_rep *rp = mc_master_obj_rep(o, i);
 
-		if (!mc_master_rep_live(m, rp) || !rep_is_memory(m, rp))
+		if (!(mc_master_rep_live(m, rp) && rep_is_memory(m, rp)) &&
+		    !(waiting && rep_is_waiting(m, rp)))
 			continue;
 		w->reps[w->nrep].kind = MC_WALREC_REP_MEMORY;
 		w->reps[w->nrep].seg = m->segs[rp->seg].id;
 		w->reps[w->nrep].addr = rp->addr;
 		w->nrep++;
 	}
-	if (w->nrep)
+	return w->nrep != 0;
+}
+
+void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
+{
+	struct mc_walrec r; /* about 2 KiB */
+
+	if (!m->wal)
+		return;
+	if (obj_rec(m, o, false, &r))
 		append(m, &r);
 }
 
@@ -122,23 +139,29 @@ void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
 	append(m, &r);
 }
 
-void mc_master_wal_mount(struct mc_master *m, uint32_t slot)
+static void seg_rec(const struct mc_master *m, uint32_t slot, struct mc_walrec *r)
 {
 	const struct mc_seg *s = &m->segs[slot];
+
+	memset(r, 0, sizeof(*r));
+	r->type = MC_WALREC_SEG_MOUNT;
+	r->u.seg.id = s->id;
+	if (s->client < m->nclient_slots)
+		r->u.seg.client = m->clients[s->client].id;
+	r->u.seg.base = s->base;
+	r->u.seg.size = s->size;
+	r->u.seg.name = (struct mc_walrec_str){s->name, (uint16_t)s->name_len};
+	r->u.seg.te_endpoint = (struct mc_walrec_str){s->te_endpoint, (uint16_t)s->te_len};
+	r->u.seg.protocol = (struct mc_walrec_str){s->protocol, (uint16_t)s->proto_len};
+}
+
+void mc_master_wal_mount(struct mc_master *m, uint32_t slot)
+{
 	struct mc_walrec r;
 
 	if (!m->wal)
 		return;
-	memset(&r, 0, sizeof(r));
-	r.type = MC_WALREC_SEG_MOUNT;
-	r.u.seg.id = s->id;
-	if (s->client < m->nclient_slots)
-		r.u.seg.client = m->clients[s->client].id;
-	r.u.seg.base = s->base;
-	r.u.seg.size = s->size;
-	r.u.seg.name = (struct mc_walrec_str){s->name, (uint16_t)s->name_len};
-	r.u.seg.te_endpoint = (struct mc_walrec_str){s->te_endpoint, (uint16_t)s->te_len};
-	r.u.seg.protocol = (struct mc_walrec_str){s->protocol, (uint16_t)s->proto_len};
+	seg_rec(m, slot, &r);
 	append(m, &r);
 }
 
@@ -152,6 +175,43 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
 	r.type = MC_WALREC_SEG_UNMOUNT;
 	r.u.seg.id = m->segs[slot].id;
 	append(m, &r);
+}
+
+/* ---- snapshot ---- */
+
+static mc_status snap_add(struct mc_master *m, struct mc_snap_writer *w, const struct mc_walrec *r)
+{
+	mc_buf_reset(&m->walbuf);
+	mc_walrec_encode(&m->walbuf, r);
+	if (m->walbuf.err != MC_OK)
+		return m->walbuf.err;
+	return mc_snap_writer_add(w, r->type, m->walbuf.data, (uint32_t)m->walbuf.len);
+}
+
+mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
+{
+	struct mc_walrec r; /* about 2 KiB */
+	mc_status st = MC_OK;
+
+	/* the segments first: replay makes waiting slots the objects then name */
+	for (uint32_t i = 0; i < m->nsegs_slots && st == MC_OK; i++) {
+		enum mc_seg_state k = m->segs[i].state;
+
+		if (i == m->fs_seg ||
+		    (k != MC_SEG_MOUNTED && k != MC_SEG_GRACEFUL && k != MC_SEG_WAIT))
+			continue;
+		seg_rec(m, i, &r);
+		st = snap_add(m, w, &r);
+	}
+	mc_master_table_settle(m);
+	for (uint64_t i = 0; i <= m->mask && st == MC_OK; i++) {
+		struct mc_obj *o = mc_master_slot_obj(m, i);
+
+		if (!o || (o->flags & MC_OBJ_PROC) || !obj_rec(m, o, true, &r))
+			continue;
+		st = snap_add(m, w, &r);
+	}
+	return st;
 }
 
 /* ---- replay ---- */

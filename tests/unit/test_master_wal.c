@@ -8,6 +8,12 @@
  * The "crash" is the first master freed without any shutdown of its own:
  * what the second one knows comes from the log's files alone (the log is
  * closed, which writes nothing the commits had not written).
+ *
+ * Snapshots (master/snap.c, mc_master_snap_dump): what the daemon's forked
+ * child does, done here in the test's process: rotate the log, dump the
+ * tables, keep retention_count snapshots and drop the log files the oldest
+ * one kept covers; a start loads the newest valid one and replays the log
+ * after it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,10 +29,13 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "../support/master_t.h"
 #include "../support/support.h"
 #include "master/master.h"
+#include "mooncake/log.h"
+#include "master/snap.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
 
@@ -273,6 +282,295 @@ static void newer_payload_version_is_refused(void **state)
 	mt_free(t);
 }
 
+/* ---- snapshots -------------------------------------------------------------- */
+
+static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct replay_arg *x = arg;
+	return mc_master_wal_replay(x->m, type, p, len, x->now);
+}
+
+/* A master as the daemon starts one with --enable_snapshot_restore. */
+static struct mt *start_snap(const char *dir, struct mc_wal **w, struct mc_snap_load_info *si)
+{
+	struct mc_master_config cfg;
+	struct mt *t;
+	struct replay_arg x;
+
+	mt_cfg_init(&cfg);
+	cfg.client_ttl_ms = 10000;
+	t = mt_new(&cfg);
+	x.m = t->m;
+	x.now = t->now;
+	assert_int_equal(mc_snap_load(dir, snap_apply, &x, si), MC_OK);
+	if (mc_wal_open(dir, MC_WAL_FSYNC_NO, si->seq, apply, &x, w, NULL) != MC_OK)
+		fail_msg("%s", mc_last_error());
+	mc_master_set_wal(t->m, *w);
+	return t;
+}
+
+/* What the daemon does for one snapshot (server_snap.c, in a child there). */
+static uint64_t snapshot(struct mt *t, struct mc_wal *w, const char *dir, unsigned keep,
+			 unsigned *dropped)
+{
+	struct mc_snap_writer *sw;
+	uint64_t seq, oldest;
+
+	assert_int_equal(mc_wal_rotate(w), MC_OK);
+	seq = mc_wal_last_seq(w);
+	assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
+	assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
+	assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
+	assert_int_equal(mc_snap_retain(dir, keep, &oldest), MC_OK);
+	assert_int_equal(mc_wal_drop_through(w, oldest, dropped), MC_OK);
+	return seq;
+}
+
+static unsigned count_files(const char *dir, const char *prefix, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name), sl = strlen(suffix);
+
+		if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && l >= sl &&
+		    strcmp(e->d_name + l - sl, suffix) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void snap_file(const char *dir, uint64_t seq, char *path, size_t len)
+{
+	snprintf(path, len, "%s/snap-%016llx.snap", dir, (unsigned long long)seq);
+}
+
+static void snapshot_then_puts_then_crash_restores_all(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	uint64_t a1, a2, a4, seq;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "msnap", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mt_put_ok(t, C1, "k2", 70000);
+	mt_put_ok(t, C1, "k3", 5);
+	assert_int_equal(mt_put_start(t, C1, "inflight", 100), MC_OK); /* never completed */
+	commit(w);
+	a1 = first_addr(t, "k1");
+	a2 = first_addr(t, "k2");
+	assert_int_equal(count_files(dir, "wal-", ".log"), 1);
+	seq = snapshot(t, w, dir, 2, &dropped);
+	assert_true(seq >= 4);
+	/* the log is cut: the file the snapshot covers is gone */
+	assert_int_equal(dropped, 1);
+	assert_int_equal(count_files(dir, "wal-", ".log"), 1);
+	assert_int_equal(count_files(dir, "snap-", ".snap"), 1);
+	/* after it: one more, one removed */
+	mt_put_ok(t, C1, "k4", 4096);
+	assert_int_equal(mt_rm(t, "k3", false), MC_OK);
+	commit(w);
+	a4 = first_addr(t, "k4");
+	crash(t, w);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, seq);
+	assert_int_equal(si.rejected, 0);
+	assert_int_not_equal(mt_get(t, "k1"), MC_OK); /* hidden until the remount */
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	assert_int_equal(first_addr(t, "k1"), a1);
+	assert_int_equal(first_addr(t, "k2"), a2);
+	assert_int_equal(first_addr(t, "k4"), a4);
+	assert_int_equal(mt_exist(t, "k3"), 0);
+	assert_int_equal(mt_exist(t, "inflight"), 0);
+	assert_int_equal(mt_metrics(t).key_count, 3);
+	crash(t, w);
+
+	/* without the snapshot the cut log cannot start */
+	{
+		struct mc_wal *w2;
+		struct mt *t2;
+		struct mc_master_config cfg;
+		struct replay_arg x;
+
+		mt_cfg_init(&cfg);
+		t2 = mt_new(&cfg);
+		x.m = t2->m;
+		x.now = t2->now;
+		assert_int_not_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, apply, &x, &w2, NULL),
+				     MC_OK);
+		mt_free(t2);
+	}
+	mc_test_rmtree(dir);
+}
+
+/* A snapshot taken while segments still wait for their remount keeps
+ * their objects (hidden), and they come back when the segment does. */
+static void snapshot_keeps_waiting_segments(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	uint64_t a1;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "msnap", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	commit(w);
+	a1 = first_addr(t, "k1");
+	crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_false(si.found);
+	(void)snapshot(t, w, dir, 2, NULL); /* seg1 waiting */
+	crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(first_addr(t, "k1"), a1);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, at), 1);
+	b ^= 0x5a;
+	assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+static void corrupt_newest_snapshot_falls_back(void **state)
+{
+	char dir[256], path[512];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	uint64_t s1, s2;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "msnap", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	commit(w);
+	s1 = snapshot(t, w, dir, 2, NULL);
+	mt_put_ok(t, C1, "k2", 1000);
+	commit(w);
+	s2 = snapshot(t, w, dir, 2, NULL);
+	mt_put_ok(t, C1, "k3", 1000);
+	commit(w);
+	/* a third: the first one goes, the log is kept from the second one */
+	mt_put_ok(t, C1, "k4", 1000);
+	commit(w);
+	{
+		uint64_t s3 = snapshot(t, w, dir, 2, NULL);
+
+		assert_int_equal(count_files(dir, "snap-", ".snap"), 2);
+		snap_file(dir, s1, path, sizeof(path));
+		assert_int_not_equal(access(path, F_OK), 0);
+		s1 = s2;
+		s2 = s3;
+	}
+	mt_put_ok(t, C1, "k5", 1000);
+	commit(w);
+	crash(t, w);
+	snap_file(dir, s2, path, sizeof(path));
+	flip_byte(path, MC_SNAP_HDR_LEN + 10); /* in the body: its checksum fails */
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, s1);
+	assert_int_equal(si.rejected, 1);
+	assert_int_equal(count_files(dir, "snap-", ".snap.bad"), 1);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	/* the older snapshot and the log after it: everything */
+	assert_int_equal(mt_get(t, "k1"), MC_OK);
+	assert_int_equal(mt_get(t, "k2"), MC_OK);
+	assert_int_equal(mt_get(t, "k3"), MC_OK);
+	assert_int_equal(mt_get(t, "k4"), MC_OK);
+	assert_int_equal(mt_get(t, "k5"), MC_OK);
+	crash(t, w);
+
+	/* a torn one (cut short) is set aside the same way */
+	snap_file(dir, s1, path, sizeof(path));
+	assert_int_equal(truncate(path, MC_SNAP_HDR_LEN + 3), 0);
+	{
+		struct mc_master_config cfg;
+		struct replay_arg x;
+
+		mt_cfg_init(&cfg);
+		t = mt_new(&cfg);
+		x.m = t->m;
+		x.now = t->now;
+		if (mc_snap_load(dir, snap_apply, &x, &si) != MC_OK)
+			fail_msg("%s", mc_last_error());
+		assert_false(si.found);
+		assert_int_equal(si.rejected, 1);
+		mt_free(t);
+	}
+	mc_test_rmtree(dir);
+}
+
+static void newer_snapshot_version_is_refused(void **state)
+{
+	char dir[256], path[512];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	struct replay_arg x;
+	struct mc_master_config cfg;
+	uint64_t seq, sum;
+	uint8_t h[MC_SNAP_HDR_LEN];
+	int fd;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "msnap", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	commit(w);
+	seq = snapshot(t, w, dir, 2, NULL);
+	crash(t, w);
+	/* version 2, its header checksum made to match: a newer master's file */
+	snap_file(dir, seq, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	h[8] = MC_SNAP_VERSION + 1;
+	sum = XXH3_64bits(h, 40);
+	for (int i = 0; i < 8; i++)
+		h[40 + i] = (uint8_t)(sum >> (8 * i));
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+
+	mt_cfg_init(&cfg);
+	t = mt_new(&cfg);
+	x.m = t->m;
+	x.now = t->now;
+	assert_int_equal(mc_snap_load(dir, snap_apply, &x, &si), MC_ERR_INVALID_VERSION);
+	assert_non_null(strstr(mc_last_error(), "newer"));
+	/* refused, not set aside: the operator decides */
+	assert_int_equal(access(path, F_OK), 0);
+	mt_free(t);
+	mc_test_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -280,6 +578,10 @@ int main(void)
 		cmocka_unit_test(segment_that_never_returns_drops_its_objects),
 		cmocka_unit_test(torn_tail_is_cut_and_the_rest_kept),
 		cmocka_unit_test(newer_payload_version_is_refused),
+		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
+		cmocka_unit_test(snapshot_keeps_waiting_segments),
+		cmocka_unit_test(corrupt_newest_snapshot_falls_back),
+		cmocka_unit_test(newer_snapshot_version_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
