@@ -97,6 +97,7 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "master/server_priv.h"
+#include "master/snap.h"
 #include "master/wal.h"
 #include "meta/desc.h"
 #include "meta/http_server.h"
@@ -1143,24 +1144,36 @@ static mc_status wal_open(struct mc_master_server *s, const struct mc_master_ser
 	struct wal_replay x = {s->master, mc_now_ms()};
 	struct mc_wal_open_info info;
 	enum mc_wal_fsync policy;
-	uint64_t t0 = mc_now_ms();
+	uint64_t t0 = mc_now_ms(), after;
 	mc_status st;
 
-	if (!cfg->wal_dir || !*cfg->wal_dir)
-		return MC_OK;
+	st = mc_master_server_snap_init(s, cfg, &after);
+	if (st != MC_OK || !cfg->wal_dir || !*cfg->wal_dir)
+		return st;
 	if (!mc_wal_fsync_parse(cfg->wal_fsync ? cfg->wal_fsync : "everysec", &policy))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "--wal_fsync %s: not always, everysec "
 				    "or no",
 				    cfg->wal_fsync);
-	st = mc_wal_open(cfg->wal_dir, policy, 0, wal_apply, &x, &s->wal, &info);
-	if (st != MC_OK)
+	st = mc_wal_open(cfg->wal_dir, policy, after, wal_apply, &x, &s->wal, &info);
+	if (st != MC_OK) {
+		uint64_t newest;
+
+		if (!after && !cfg->enable_snapshot_restore && s->snapper.dir &&
+		    mc_snap_count(s->snapper.dir, &newest))
+			return mc_set_error(st,
+					    "--wal_dir %s: %s (%s holds snapshots, the newest "
+					    "covering seq %" PRIu64
+					    ": start with --enable_snapshot_restore)",
+					    cfg->wal_dir, mc_last_error(), s->snapper.dir, newest);
 		return mc_set_error(st, "--wal_dir %s: %s", cfg->wal_dir, mc_last_error());
+	}
 	mc_info("wal: %s: replayed %" PRIu64 " records (%" PRIu64 " bytes, %u files, %" PRIu64
 		" torn bytes cut) in %" PRIu64 " ms; fsync %s",
 		cfg->wal_dir, info.replayed, info.bytes, info.files, info.cut_bytes,
 		mc_now_ms() - t0, cfg->wal_fsync);
 	mc_master_set_wal(s->master, s->wal);
+	mc_master_server_snap_started(s, after, mc_now_ms());
 	return MC_OK;
 }
 
@@ -1203,7 +1216,9 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	uint32_t n;
 
 	pthread_mutex_lock(&s->lock);
-	d = mc_master_tick(s->master, now_ms);
+	/* first: nothing is appended and uncommitted yet (server_snap.c) */
+	mc_master_server_snap_tick(s, now_ms);
+	d = mc_master_tick(s->master, now_ms); /* at most 10 ms */
 	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
 	n = fs_take_locked(s, &g);
 	mc_master_server_unlock(s);
@@ -1525,6 +1540,7 @@ err_fds:
 	if (s->probe_efd.fd >= 0)
 		close(s->probe_efd.fd);
 err_master:
+	mc_master_server_snap_stop(s);
 	if (s->wal)
 		(void)mc_wal_close(s->wal);
 	mc_master_free(s->master);
@@ -1572,6 +1588,7 @@ void mc_master_server_stop(struct mc_master_server *s)
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
 	close(s->probe_efd.fd);
+	mc_master_server_snap_stop(s);
 	if (s->wal && mc_wal_close(s->wal) != MC_OK)
 		mc_error("wal: closing the log: %s", mc_last_error());
 	mc_master_free(s->master);

@@ -58,12 +58,17 @@ struct mc_master_server_config {
 	int64_t http_metadata_server_max_connections_per_ip; /* 0 = no such cap */
 	int64_t metrics_max_connections_per_ip;		     /* the admin server's; likewise */
 	uint64_t http_metadata_server_request_timeout_ms;
-	char *cluster_id;	   /* "mooncake_cluster" */
-	char *root_fs_dir;	   /* "": no DISK replicas (spec 5.1) */
-	char *memory_allocator;	   /* "offset" */
-	char *allocation_strategy; /* "random" */
-	char *wal_dir;		   /* "": no write-ahead log */
-	char *wal_fsync;	   /* "everysec" (always, everysec, no) */
+	char *cluster_id;			 /* "mooncake_cluster" */
+	char *root_fs_dir;			 /* "": no DISK replicas (spec 5.1) */
+	char *memory_allocator;			 /* "offset" */
+	char *allocation_strategy;		 /* "random" */
+	char *wal_dir;				 /* "": no write-ahead log */
+	char *wal_fsync;			 /* "everysec" (always, everysec, no) */
+	bool enable_snapshot;			 /* periodic snapshots (server_snap.c) */
+	bool enable_snapshot_restore;		 /* load the newest snapshot at start */
+	uint64_t snapshot_interval_seconds;	 /* 600 */
+	uint64_t snapshot_child_timeout_seconds; /* 300 */
+	int64_t snapshot_retention_count;	 /* 2 */
 };
 
 /* Defaults of every field.  Release with mc_master_server_config_release. */

@@ -293,23 +293,29 @@ static const struct mc_config_entry flags[] = {
 	    "everysec (once a second: a crash loses at most about a second of acknowledged "
 	    "changes) or no (the kernel decides)"),
 	/* snapshots */
-	BOOL("enable_snapshot", "false", NO_FIELD, DEFAULT_ONLY,
-	     "periodic metadata snapshots"),
-	BOOL("enable_snapshot_restore", "false", NO_FIELD, DEFAULT_ONLY,
-	     "restore a snapshot at start"),
-	INT("snapshot_interval_seconds", "600", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "snapshot period"),
-	INT("snapshot_child_timeout_seconds", "300", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "snapshot child timeout"),
-	INT("snapshot_retention_count", "2", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "snapshots kept"),
+	BOOL("enable_snapshot", "false", SF(enable_snapshot), 0,
+	     "every snapshot_interval_seconds a forked child writes the tables to a snapshot in "
+	     "MOONCAKE_SNAPSHOT_LOCAL_PATH (default: the --wal_dir) and the log files it covers are "
+	     "deleted; needs --wal_dir"),
+	BOOL("enable_snapshot_restore", "false", SF(enable_snapshot_restore), 0,
+	     "at start load the newest valid snapshot (a damaged one: the one before) and replay "
+	     "the log after it; without it a log cut by snapshots refuses to start"),
+	SEC("snapshot_interval_seconds", "600", SF(snapshot_interval_seconds), 1, 0,
+	    "time between snapshots (one is skipped when the log has not moved)"),
+	SEC("snapshot_child_timeout_seconds", "300", SF(snapshot_child_timeout_seconds), 1, 0,
+	    "a snapshot child still running after this is killed and the snapshot counted failed"),
+	INT("snapshot_retention_count", "2", SF(snapshot_retention_count), 1, 1000, 0,
+	    "snapshots kept; the log is kept from the oldest one kept, so a damaged newest one "
+	    "falls back to an older one"),
 	STR("snapshot_object_store_type", "", NO_FIELD, NOEFFECT, check_object_store,
-	    "local or s3"),
+	    "local (files in MOONCAKE_SNAPSHOT_LOCAL_PATH or the --wal_dir, the only store in "
+	    "this build; s3 is refused)"),
 	STR("snapshot_catalog_store_type", "", NO_FIELD, NOEFFECT, check_catalog_store,
-	    "embedded or redis"),
+	    "embedded (the file names are the catalog, the only one in this build; redis is "
+	    "refused)"),
 	STR("snapshot_catalog_store_connstring", "", NO_FIELD, NOEFFECT, NULL,
-	    "catalog connection string"),
-	STR("snapshot_backup_dir", "", NO_FIELD, NOEFFECT, NULL,
+	    "catalog connection string (for redis, which this build refuses)"),
+	STR("snapshot_backup_dir", "", NO_FIELD, DEFAULT_ONLY, NULL,
 	    "extra local snapshot copy"),
 	/* copy/move tasks */
 	INT("max_total_finished_tasks", "10000", NO_FIELD, 0, INT64_MAX, NOEFFECT,
@@ -486,14 +492,28 @@ static bool check_connector(const char *v, char *why, size_t why_len)
 
 static bool check_object_store(const char *v, char *why, size_t why_len)
 {
-	static const char *const ok[] = {"", "local", "s3"};
-	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "local or s3", why, why_len);
+	static const char *const ok[] = {"", "local"};
+
+	if (strcmp(v, "s3") == 0) {
+		errf(why, why_len,
+		     "s3 is not supported in this build: snapshots are local "
+		     "files (MOONCAKE_SNAPSHOT_LOCAL_PATH or the --wal_dir)");
+		return false;
+	}
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "local", why, why_len);
 }
 
 static bool check_catalog_store(const char *v, char *why, size_t why_len)
 {
-	static const char *const ok[] = {"", "embedded", "redis"};
-	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "embedded or redis", why, why_len);
+	static const char *const ok[] = {"", "embedded"};
+
+	if (strcmp(v, "redis") == 0) {
+		errf(why, why_len,
+		     "redis is not supported in this build: the snapshot "
+		     "directory's file names are the catalog");
+		return false;
+	}
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "embedded", why, why_len);
 }
 
 static const struct mc_config_entry *flag_find(const char *name)

@@ -19,6 +19,24 @@
 struct mc_http;
 struct mc_http_meta_server;
 
+/*
+ * Periodic snapshots (server_snap.c), all under the server's lock (the
+ * tick): a forked child writes one, the parent polls it with waitpid.
+ */
+struct mc_master_snapper {
+	bool on;	     /* --enable_snapshot */
+	char *dir;	     /* MOONCAKE_SNAPSHOT_LOCAL_PATH or --wal_dir; NULL: none */
+	uint64_t every_ms;   /* --snapshot_interval_seconds */
+	uint64_t timeout_ms; /* --snapshot_child_timeout_seconds */
+	unsigned keep;	     /* --snapshot_retention_count */
+	uint64_t next_ms;    /* when the next one is due */
+	int child;	     /* its pid; 0: none running */
+	uint64_t child_seq;  /* the seq it covers */
+	uint64_t child_ms;   /* when it was forked */
+	uint64_t last_seq;   /* covered by the newest snapshot (or the one loaded) */
+	uint64_t n_ok, n_fail;
+};
+
 /* The metrics as of one moment, for rates over a window. */
 struct mc_master_server_snap {
 	struct mc_master_metrics m;
@@ -59,6 +77,7 @@ struct mc_master_server {
 	bool wal_broken;
 	uint64_t wal_err_ms; /* the last failure logged (one line a second at most) */
 	struct mc_master_server_snap prev_snap; /* start of the current 10 s window */
+	struct mc_master_snapper snapper;	/* under lock */
 
 	/* RPC loop (owned by the loop thread once started) */
 	struct mc_loop *loop;
@@ -109,6 +128,21 @@ struct mc_master_server {
 /* Release lock after committing what the master appended to its log while
  * it was held (every unlock of lock goes through here). */
 void mc_master_server_unlock(struct mc_master_server *s);
+
+/* server_snap.c.  Before the log is opened: resolve the snapshot directory
+ * and, with --enable_snapshot_restore, load the newest valid snapshot into
+ * s->master; *after gets the seq it covers (0: none), for mc_wal_open. */
+mc_status mc_master_server_snap_init(struct mc_master_server *s,
+				     const struct mc_master_server_config *cfg, uint64_t *after);
+/* The log is open and replayed (from after). */
+void mc_master_server_snap_started(struct mc_master_server *s, uint64_t after, uint64_t now_ms);
+/* With lock held and nothing appended since the last commit (the tick's
+ * start): reap a finished child (then keep retention_count snapshots and
+ * drop the log files the oldest kept covers), kill one past its timeout,
+ * fork one when due. */
+void mc_master_server_snap_tick(struct mc_master_server *s, uint64_t now_ms);
+/* Kill and reap a child still running; free what init made. */
+void mc_master_server_snap_stop(struct mc_master_server *s);
 
 /* Current metrics with the lock held. */
 static inline void mc_master_server_snap_locked(struct mc_master_server *s,

@@ -141,7 +141,6 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 	static const char *const refused[][2] = {
 		{"enable_ha", "true"},
 		{"enable_oplog", "yes"},
-		{"enable_snapshot", "true"},
 		{"enable_cxl", "true"},
 		{"enable_kv_events", "true"},
 		{"enable_metadata_cleanup_on_timeout", "true"},
@@ -164,6 +163,18 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 	assert_int_equal(set(&c, "ha_backend_type", "redis"), MC_OK);
 	assert_int_equal(set(&c, "ha_backend_type", "zookeeper"), MC_ERR_INVALID_PARAMS);
 	assert_int_equal(set(&c, "cxl_size", "16g"), MC_OK);
+	/* snapshots are local files: the other stores are refused */
+	assert_int_equal(set(&c, "snapshot_object_store_type", "local"), MC_OK);
+	assert_int_equal(set(&c, "snapshot_object_store_type", "s3"), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(err, "not supported in this build"));
+	assert_int_equal(set(&c, "snapshot_catalog_store_type", "redis"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(set(&c, "snapshot_backup_dir", "/x"), MC_ERR_INVALID_PARAMS);
+	/* and the snapshot flags are used */
+	assert_int_equal(set(&c, "enable_snapshot", "true"), MC_OK);
+	assert_true(c.enable_snapshot);
+	assert_int_equal(set(&c, "snapshot_interval_seconds", "5"), MC_OK);
+	assert_int_equal(c.snapshot_interval_seconds, 5);
+	assert_int_equal(set(&c, "snapshot_retention_count", "0"), MC_ERR_INVALID_PARAMS);
 	mc_master_server_config_release(&c);
 }
 
