@@ -341,6 +341,7 @@ struct port_counts {
 	uint64_t cut_room[NPORTS];	 /* HTTP: cut to keep room for new clients */
 	uint64_t rpc_buffer_cut;	 /* RPC: rpc_max_buffered_bytes reached */
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
+	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
 };
 
 /* Everything the table reads, as of one moment. */
@@ -544,8 +545,11 @@ static const struct metric metrics[] = {
 	ZERO_COUNTER("master_promotion_candidate_expired_evaluated_total"),
 	ZERO_COUNTER("master_promotion_candidate_expired_unevaluated_total"),
 	ZERO_COUNTER("master_promotion_candidate_dropped_limit_total"),
-	ZERO_COUNTER("master_snapshot_success"),
-	ZERO_COUNTER("master_snapshot_fail"),
+	SERVER_COUNTER("master_snapshot_success", "Snapshots written (--enable_snapshot)",
+		       snap_ok),
+	SERVER_COUNTER("master_snapshot_fail",
+		       "Snapshots that failed: the child could not write one, died or timed out",
+		       snap_fail),
 	ZERO_COUNTER("ha_oplog_skipped_entries_total"),
 	ZERO_COUNTER("ha_oplog_checksum_failures_total"),
 	ZERO_COUNTER("ha_oplog_gap_resolve_attempts_total"),
@@ -1115,13 +1119,18 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	struct metric_src src;
 	struct seg_list l;
 	struct mc_buf b;
+	uint64_t snap_ok, snap_fail;
 
 	memset(&l, 0, sizeof(l));
 	pthread_mutex_lock(&s->lock);
 	mc_master_metrics(s->master, &src.m);
 	mc_master_foreach_segment(s->master, seg_collect, &l);
+	snap_ok = s->snapper.n_ok;
+	snap_fail = s->snapper.n_fail;
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
+	src.p.snap_ok = snap_ok;
+	src.p.snap_fail = snap_fail;
 	if (l.nomem) {
 		seg_list_release(&l);
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);

@@ -273,6 +273,8 @@ def test_master_snapshots_cut_the_log_and_restore(rc, tmp_path):
     wait_until(lambda: not (wal / "wal-0000000000000001.log").exists(), 30,
                "the log to be cut", interval=0.1)
     assert len(snap_files(wal)) <= 2
+    assert m.metric("master_snapshot_success") >= 2
+    assert m.metric("master_snapshot_fail") == 0
     for i in range(10, 14):
         put(i)
     a.ok("remove snap-0 force")
