@@ -69,6 +69,7 @@ struct mc_master_server_config {
 	uint64_t snapshot_interval_seconds;	 /* 600 */
 	uint64_t snapshot_child_timeout_seconds; /* 300 */
 	int64_t snapshot_retention_count;	 /* 2 */
+	char *snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH; "": the --wal_dir */
 };
 
 /* Defaults of every field.  Release with mc_master_server_config_release. */

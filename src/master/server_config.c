@@ -562,11 +562,21 @@ static mc_status set_flag(struct mc_master_server_config *c, const struct mc_con
 
 /* ---- public: defaults, set, release -------------------------------------- */
 
+/* The environment the daemon reads (upstream's names). */
+static const struct mc_config_entry env_vars[] = {
+	{.f = {"snapshot_local_path", "MOONCAKE_SNAPSHOT_LOCAL_PATH", "",
+	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore; made when "
+	       "missing); unset or \"\": the --wal_dir",
+	       SF(snapshot_local_path), MC_CONFIG_STRING, 0, 0}},
+};
+
 void mc_master_server_config_defaults(struct mc_master_server_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	mc_master_config_defaults(&c->master);
 	mc_config_entry_defaults(flags, MC_ARRAY_SIZE(flags), c);
+	mc_config_entry_defaults(env_vars, MC_ARRAY_SIZE(env_vars), c);
+	(void)mc_config_entry_load_env(env_vars, MC_ARRAY_SIZE(env_vars), c); /* strings only */
 	derive(c, flag_find("allocation_strategy"));
 	c->rpc_port_explicit = false;
 }
@@ -574,6 +584,7 @@ void mc_master_server_config_defaults(struct mc_master_server_config *c)
 void mc_master_server_config_release(struct mc_master_server_config *c)
 {
 	mc_config_entry_release(flags, MC_ARRAY_SIZE(flags), c);
+	mc_config_entry_release(env_vars, MC_ARRAY_SIZE(env_vars), c);
 }
 
 mc_status mc_master_server_config_set(struct mc_master_server_config *c, const char *name,
@@ -931,6 +942,12 @@ void mc_master_server_config_print_doc(FILE *out)
 	for (size_t i = 0; i < MC_ARRAY_SIZE(aliases); i++)
 		fprintf(out, " `%s` = `%s`%s", aliases[i].alias, aliases[i].name,
 			i + 1 < MC_ARRAY_SIZE(aliases) ? "," : ".\n");
+	fputs("\nEnvironment:\n\n| Variable | Default | Type | Meaning |\n|---|---|---|---|\n",
+	      out);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(env_vars); i++)
+		fprintf(out, "| `%s` | %s | %s | %s |\n", env_vars[i].f.env,
+			*env_vars[i].f.def ? env_vars[i].f.def : "unset",
+			mc_config_type_name(env_vars[i].f.type, 0), env_vars[i].f.doc);
 }
 
 /* The effective configuration as a flat YAML file --config_path can read. */

@@ -72,7 +72,7 @@ mc_status mc_master_server_snap_init(struct mc_master_server *s,
 				     const struct mc_master_server_config *cfg, uint64_t *after)
 {
 	struct mc_master_snapper *sn = &s->snapper;
-	const char *env = getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH");
+	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
 	const char *dir = env && *env ? env : cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
 	struct snap_replay x = {s->master, mc_now_ms(), 0};
 	struct mc_snap_load_info info;

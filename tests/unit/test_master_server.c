@@ -175,6 +175,13 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 	assert_int_equal(set(&c, "snapshot_interval_seconds", "5"), MC_OK);
 	assert_int_equal(c.snapshot_interval_seconds, 5);
 	assert_int_equal(set(&c, "snapshot_retention_count", "0"), MC_ERR_INVALID_PARAMS);
+	assert_string_equal(c.snapshot_local_path, "");
+	mc_master_server_config_release(&c);
+	/* upstream's variable names the snapshot directory */
+	setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", "/tmp/snaps", 1);
+	mc_master_server_config_defaults(&c);
+	unsetenv("MOONCAKE_SNAPSHOT_LOCAL_PATH");
+	assert_string_equal(c.snapshot_local_path, "/tmp/snaps");
 	mc_master_server_config_release(&c);
 }
 
