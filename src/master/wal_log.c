@@ -438,7 +438,8 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 			v[n++] = (struct bind){r->addr, o, k};
 		}
 	}
-	qsort(v, n, sizeof(*v), bind_cmp);
+	if (n) /* qsort wants a non-null array even for none */
+		qsort(v, n, sizeof(*v), bind_cmp);
 	for (size_t i = 0; i < n; i++) {
 		struct mc_rep *r = mc_master_obj_rep(v[i].o, v[i].i);
 		uint64_t size = mc_obj_size(v[i].o);
