@@ -206,16 +206,19 @@ static void fork_one(struct mc_master_server *s, uint64_t now_ms)
 	if (mc_wal_last_seq(s->wal) == sn->last_seq)
 		return; /* nothing new since the last one */
 	/* nothing is appended and uncommitted here (the tick's start), so the
-	 * rotation only fsyncs and starts a file for the records after seq */
-	if (mc_wal_rotate(s->wal) != MC_OK) {
-		sn->n_fail++;
-		mc_error("snapshot: cannot rotate the log: %s", mc_last_error());
-		return;
-	}
+	 * rotation only fsyncs and starts a file for the records after seq;
+	 * the temp file first, so a directory that cannot take one leaves the
+	 * log as it was */
 	seq = mc_wal_last_seq(s->wal);
 	if (mc_snap_writer_open(sn->dir, seq, &w) != MC_OK) {
 		sn->n_fail++;
 		mc_error("snapshot: %s", mc_last_error());
+		return;
+	}
+	if (mc_wal_rotate(s->wal) != MC_OK || mc_wal_last_seq(s->wal) != seq) {
+		sn->n_fail++;
+		mc_error("snapshot: cannot rotate the log: %s", mc_last_error());
+		mc_snap_writer_abort(w);
 		return;
 	}
 	pid = fork();

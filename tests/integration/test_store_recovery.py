@@ -297,3 +297,37 @@ def test_master_snapshots_cut_the_log_and_restore(rc, tmp_path, monkeypatch, whe
             assert got[1] == x, f"{r.label} reading {key}"
     assert not a.cmd("get snap-0").startswith("OK")
     check_all_pairs([a, b], "after-snap")
+
+
+def test_a_failed_snapshot_keeps_the_log(rc, tmp_path, monkeypatch):
+    """A snapshot that cannot be written (its directory cannot be made:
+    MOONCAKE_SNAPSHOT_LOCAL_PATH under a regular file) is counted as
+    failed, deletes nothing, and the master goes on taking puts; a
+    restart replays the whole log."""
+    rpc, metrics, meta = free_port(), free_port(), free_port()
+    wal = tmp_path / "wal"
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("MOONCAKE_SNAPSHOT_LOCAL_PATH", str(tmp_path / "file" / "snaps"))
+    argv = rc.master_argv(rpc, metrics, meta) + [
+        f"--wal_dir={wal}", "--enable_snapshot", "--snapshot_interval_seconds=1"]
+    m = rc.run_master(argv)
+    a, b = rc.node(), rc.node()
+    want = {}
+    for i in range(4):
+        w, h = (a, b) if i % 2 else (b, a)
+        key = f"fail-{i}"
+        want[key] = wait_until(lambda: put_on(w, key, 64 * 1024 + i, i, h), RECOVER_S,
+                               f"{w.label} to put {key}", interval=0.2)
+        if i == 1:
+            wait_until(lambda: (m.metric("master_snapshot_fail") or 0) >= 1, 30,
+                       "a failed snapshot", interval=0.1)
+    assert m.metric("master_snapshot_success") == 0
+    assert (wal / "wal-0000000000000001.log").exists()
+    # nor is the log rotated for a snapshot that could not start
+    assert len(list(wal.glob("wal-*.log"))) == 1
+    m.kill9()
+    rc.run_master(argv)
+    for key, x in want.items():
+        got = wait_until(lambda: got_any(a, key), RECOVER_S, f"{a.label} to read {key}",
+                         interval=0.2)
+        assert got[1] == x, key
