@@ -1218,7 +1218,7 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	pthread_mutex_lock(&s->lock);
 	/* first: nothing is appended and uncommitted yet (server_snap.c) */
 	mc_master_server_snap_tick(s, now_ms);
-	d = mc_master_tick(s->master, now_ms); /* at most 10 ms */
+	d = mc_master_tick(s->master, now_ms);
 	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
 	n = fs_take_locked(s, &g);
 	mc_master_server_unlock(s);

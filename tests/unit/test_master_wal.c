@@ -34,10 +34,10 @@
 #include "../support/master_t.h"
 #include "../support/support.h"
 #include "master/master.h"
-#include "mooncake/log.h"
 #include "master/snap.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
+#include "mooncake/log.h"
 
 static const struct mc_store_uuid C1 = {1, 1}, S1 = {10, 1}, S2 = {10, 2};
 #define BASE1 0x100000000ull
