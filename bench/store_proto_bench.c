@@ -35,6 +35,13 @@
  *       fake client alive (Ping every second) until stdin closes, so the
  *       objects stay while the caller measures the master.
  *
+ *   store_proto_bench --master=H:P --recover=N
+ *       The --load client come back after a master restart (bench/
+ *       master_restart.py): mounts the same fake segment, which binds the
+ *       objects a restarted master replayed from its log and snapshot, and
+ *       checks with ExistKey that load-0, load-<N-1> and 1,000 keys between
+ *       are served; prints "RECOVERED objects=<n> s=<mount and checks>".
+ *
  * Exit status: 0 success, 1 a call failed, 2 bad flags.
  */
 #include <errno.h>
@@ -70,6 +77,7 @@ static struct {
 	int runs;
 	double duration;
 	uint64_t load;
+	uint64_t recover;
 	uint64_t value_size;
 	bool json;
 } opt = {
@@ -388,6 +396,31 @@ static void meta_main(void)
 	free(names);
 }
 
+/* Mount (the replayed objects are bound to it) and check they are served. */
+static void recover_main(void)
+{
+	double t0 = now_s();
+	uint64_t step = opt.recover > 1000 ? opt.recover / 1000 : 1;
+
+	hello_and_mount();
+	for (uint64_t i = 0; i < opt.recover; i += step) {
+		uint64_t k = i + step >= opt.recover ? opt.recover - 1 : i;
+		char name[KEY_LEN];
+		int len = snprintf(name, KEY_LEN, "load-%" PRIu64, k);
+		struct mc_store_key_req kr = {.key = {name, (uint32_t)len}};
+		struct mc_store_msg m;
+
+		call_ok(MC_STORE_EXIST_KEY, &kr, &m);
+		if (!m.body.exist_resp.exists)
+			die("%s is not served after the remount", name);
+		mc_store_msg_release(&m);
+		if (k == opt.recover - 1)
+			break;
+	}
+	printf("RECOVERED objects=%" PRIu64 " s=%.3f\n", opt.recover, now_s() - t0);
+	fflush(stdout);
+}
+
 static void load_main(void)
 {
 	double t0 = now_s(), t;
@@ -619,6 +652,7 @@ int main(int argc, char **argv)
 		{"runs", required_argument, NULL, 'r'},
 		{"duration", required_argument, NULL, 'd'},
 		{"load", required_argument, NULL, 'L'},
+		{"recover", required_argument, NULL, 'R'},
 		{"value-size", required_argument, NULL, 'v'},
 		{"clients", required_argument, NULL, 'C'},
 		{"master-pid", required_argument, NULL, 'P'},
@@ -650,6 +684,9 @@ int main(int argc, char **argv)
 		case 'L':
 			opt.load = strtoull(optarg, NULL, 0);
 			break;
+		case 'R':
+			opt.recover = strtoull(optarg, NULL, 0);
+			break;
 		case 'v':
 			opt.value_size = strtoull(optarg, NULL, 0);
 			break;
@@ -671,6 +708,7 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("usage: " PROG " --master=H:P [--keys=N] [--batch=N] [--runs=N]\n"
 			       "       [--duration=S] [--json] [--quick] | --load=N [--value-size=B]\n"
+			       "       | --recover=N\n"
 			       "       | --clients=N [--duration=S] [--master-pid=PID] [--json]\n");
 			return 0;
 		default:
@@ -690,6 +728,11 @@ int main(int argc, char **argv)
 	}
 	mc_buf_init(&out);
 	connect_master(opt.master);
+	if (opt.recover) {
+		recover_main();
+		close(fd);
+		return 0;
+	}
 	hello_and_mount();
 	if (opt.load)
 		load_main();
