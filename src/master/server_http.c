@@ -313,13 +313,14 @@ static void prom_histogram(struct mc_buf *b, const char *name, const char *help,
 enum metric_kind {
 	MK_GAUGE,
 	MK_COUNTER,
-	MK_SEGMENT_USED, /* gauge per segment name: bytes allocated over its chunks */
-	MK_SEGMENT_CAP,	 /* gauge per segment name: capacity over its chunks */
-	MK_VALUE_SIZE,	 /* the PutStart value size histogram */
-	MK_HISTOGRAM,	 /* a histogram this build does not fill (bounds only) */
-	MK_REQ,		 /* request family */
-	MK_BATCH,	 /* batch family */
-	MK_PORTS,	 /* counter per listening port (label port=), of struct port_counts */
+	MK_SEGMENT_USED,  /* gauge per segment name: bytes allocated over its chunks */
+	MK_SEGMENT_CAP,	  /* gauge per segment name: capacity over its chunks */
+	MK_VALUE_SIZE,	  /* the PutStart value size histogram */
+	MK_HISTOGRAM,	  /* a histogram this build does not fill (bounds only) */
+	MK_SNAP_DURATION, /* master_snapshot_duration_ms */
+	MK_REQ,		  /* request family */
+	MK_BATCH,	  /* batch family */
+	MK_PORTS,	  /* counter per listening port (label port=), of struct port_counts */
 };
 
 /*
@@ -342,6 +343,7 @@ struct port_counts {
 	uint64_t rpc_buffer_cut;	 /* RPC: rpc_max_buffered_bytes reached */
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
 	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
+	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
 };
 
 /* Everything the table reads, as of one moment. */
@@ -406,8 +408,6 @@ struct metric {
 	}
 
 static const uint64_t nof_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
-static const uint64_t snap_bounds[] = {0,     500,    1000,   5000,   10000, 30000,
-				       60000, 120000, 180000, 240000, 300000};
 
 /* clang-format off */
 static const struct metric metrics[] = {
@@ -455,7 +455,9 @@ static const struct metric metrics[] = {
 	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
 	 .help = "Value sizes of PutStart requests", .off = NO_FIELD},
 	ZERO_HIST("master_nof_heartbeat_probe_latency_ms", nof_bounds),
-	ZERO_HIST("master_snapshot_duration_ms", snap_bounds),
+	{.name = "master_snapshot_duration_ms", .kind = MK_SNAP_DURATION,
+	 .help = "Time from fork to reap of each snapshot written (ms, to the tick)",
+	 .off = NO_FIELD},
 
 	MC_MASTER_REQ_COUNTERS(REQ_ROW)
 	ZERO_REQ("master_mount_nof_segment"),
@@ -647,6 +649,10 @@ static void render_metric(struct mc_buf *b, const struct metric *x, const struct
 		return;
 	case MK_HISTOGRAM:
 		prom_histogram(b, x->name, x->help, x->bounds, x->nbounds, NULL, 0, 0);
+		return;
+	case MK_SNAP_DURATION:
+		prom_histogram(b, x->name, x->help, mc_master_snap_bounds, MC_MASTER_SNAP_NBOUNDS,
+			       src->p.snap_dur, src->p.snap_dur_sum_ms, src->p.snap_ok);
 		return;
 	case MK_REQ: {
 		struct mc_master_req_counter r = {0, 0};
@@ -1119,7 +1125,7 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	struct metric_src src;
 	struct seg_list l;
 	struct mc_buf b;
-	uint64_t snap_ok, snap_fail;
+	uint64_t snap_ok, snap_fail, snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum;
 
 	memset(&l, 0, sizeof(l));
 	pthread_mutex_lock(&s->lock);
@@ -1127,10 +1133,14 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	mc_master_foreach_segment(s->master, seg_collect, &l);
 	snap_ok = s->snapper.n_ok;
 	snap_fail = s->snapper.n_fail;
+	memcpy(snap_dur, s->snapper.dur_counts, sizeof(snap_dur));
+	snap_dur_sum = s->snapper.dur_sum_ms;
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
 	src.p.snap_ok = snap_ok;
 	src.p.snap_fail = snap_fail;
+	memcpy(src.p.snap_dur, snap_dur, sizeof(snap_dur));
+	src.p.snap_dur_sum_ms = snap_dur_sum;
 	if (l.nomem) {
 		seg_list_release(&l);
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);

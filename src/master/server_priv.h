@@ -19,6 +19,10 @@
 struct mc_http;
 struct mc_http_meta_server;
 
+/* The bounds of master_snapshot_duration_ms (ms; +Inf implied). */
+#define MC_MASTER_SNAP_NBOUNDS 11
+extern const uint64_t mc_master_snap_bounds[MC_MASTER_SNAP_NBOUNDS];
+
 /*
  * Periodic snapshots (server_snap.c), all under the server's lock (the
  * tick): a forked child writes one, the parent polls it with waitpid.
@@ -35,6 +39,8 @@ struct mc_master_snapper {
 	uint64_t child_ms;   /* when it was forked */
 	uint64_t last_seq;   /* covered by the newest snapshot (or the one loaded) */
 	uint64_t n_ok, n_fail;
+	/* master_snapshot_duration_ms: fork to reap of each one written */
+	uint64_t dur_counts[MC_MASTER_SNAP_NBOUNDS + 1], dur_sum_ms;
 };
 
 /* The metrics as of one moment, for rates over a window. */

@@ -60,6 +60,9 @@ struct snap_replay {
 	uint64_t n;
 };
 
+const uint64_t mc_master_snap_bounds[MC_MASTER_SNAP_NBOUNDS] = {
+	0, 500, 1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000};
+
 static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
 {
 	struct snap_replay *x = arg;
@@ -150,6 +153,15 @@ static void child_done(struct mc_master_server *s, uint64_t now_ms)
 
 	sn->n_ok++;
 	sn->last_seq = sn->child_seq;
+	{
+		uint64_t ms = now_ms - sn->child_ms;
+		size_t i = 0;
+
+		while (i < MC_MASTER_SNAP_NBOUNDS && ms > mc_master_snap_bounds[i])
+			i++;
+		sn->dur_counts[i]++;
+		sn->dur_sum_ms += ms;
+	}
 	if (mc_snap_retain(sn->dir, sn->keep, &oldest) != MC_OK) {
 		mc_warn("snapshot: %s: cannot apply the retention: %s", sn->dir, mc_last_error());
 		oldest = 0;

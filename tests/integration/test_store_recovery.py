@@ -284,6 +284,12 @@ def test_master_snapshots_cut_the_log_and_restore(rc, tmp_path, monkeypatch, whe
     # (retention itself: unit_master_wal; here a third may be in place, not yet reaped)
     assert where == "wal_dir" or not snap_files(wal)
     assert m.metric("master_snapshot_fail") == 0
+    # every snapshot counted has its time in the duration histogram (one page)
+    st, body = m.http("/metrics")
+    vals = dict(ln.rsplit(" ", 1) for ln in body.splitlines()
+                if ln.startswith("master_snapshot_"))
+    assert vals["master_snapshot_duration_ms_count"] == vals["master_snapshot_success"]
+    assert float(vals['master_snapshot_duration_ms_bucket{le="+Inf"}']) >= 2
     for i in range(10, 14):
         put(i)
     a.ok("remove snap-0 force")
