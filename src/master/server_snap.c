@@ -103,6 +103,8 @@ mc_status mc_master_server_snap_init(struct mc_master_server *s,
 	sn->keep = (unsigned)cfg->snapshot_retention_count;
 	if (!cfg->enable_snapshot_restore || !sn->dir)
 		return MC_OK;
+	/* another seed than the writer's, whose table order is its hash order */
+	mc_master_table_reseed(s->master, mc_now_ns());
 	st = mc_snap_load(sn->dir, snap_apply, &x, &info);
 	if (st != MC_OK)
 		return mc_set_error(st, "snapshot: %s", mc_last_error());

@@ -173,6 +173,13 @@ void mc_master_table_settle(struct mc_master *m)
 	mc_master_table_migrate(m, UINT64_MAX);
 }
 
+void mc_master_table_reseed(struct mc_master *m, uint64_t salt)
+{
+	if (m->nobjs || m->old)
+		return;
+	m->hash_seed = XXH3_64bits_withSeed(&salt, sizeof(salt), m->hash_seed);
+}
+
 mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots)
 {
 	uint64_t *ns, start = 0;

@@ -138,6 +138,28 @@ static void test_table_resize_in_steps(void **state)
 	mt_free(t);
 }
 
+static void test_reseed_only_an_empty_table(void **state)
+{
+	/* a new seed for an empty table (before a snapshot loads); one that
+	 * holds objects keeps its seed, or they could not be found again */
+	struct mt *t = mt_new_default();
+	char k[32];
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, 64 * MIB), MC_OK);
+	mc_master_table_reseed(t->m, 12345);
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "seeded-%d", i);
+		mt_put_ok(t, CA, k, 64);
+	}
+	mc_master_table_reseed(t->m, 67890);
+	for (int i = 0; i < 300; i++) {
+		snprintf(k, sizeof(k), "seeded-%d", i);
+		assert_int_equal(mt_exist(t, k), 1);
+	}
+	mt_free(t);
+}
+
 static void test_remove_all_in_steps(void **state)
 {
 	/* RemoveAll as the admin endpoint runs it: steps with other requests in
@@ -605,6 +627,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_many_objects_table),
+		cmocka_unit_test(test_reseed_only_an_empty_table),
 		cmocka_unit_test(test_remove_all_in_steps),
 		cmocka_unit_test(test_table_resize_in_steps),
 		cmocka_unit_test(test_alloc_failures),
