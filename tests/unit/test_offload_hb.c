@@ -160,6 +160,11 @@ static bool first_pass_done(const struct cond *c)
 	return atomic_load(&c->s->ohb_passes) >= 1;
 }
 
+static bool second_pass_done(const struct cond *c)
+{
+	return atomic_load(&c->s->ohb_passes) >= 2;
+}
+
 static bool key_exists(const struct cond *c)
 {
 	return mc_store_is_exist(c->s, c->keys[0]) == 1;
@@ -214,6 +219,9 @@ static void remount_and_close_wake_the_heartbeat(void **state)
 	took = wait_for(keys_on_disk, (struct cond){s, &key, 1});
 	assert_true(took >= 0);
 	assert_true(took < 10000); /* far under the 30 s period */
+	/* the key reaches the disk before the woken pass is counted: wait for
+	 * the count, then check that the wake-up gave one pass, not a loop */
+	assert_true(wait_for(second_pass_done, (struct cond){s, NULL, 0}) >= 0);
 	assert_int_equal(atomic_load(&s->ohb_passes), 2);
 	t0 = mc_now_ms();
 	mc_store_free(s); /* wakes and joins the sleeping thread */
