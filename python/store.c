@@ -476,6 +476,67 @@ PyObject *mc_py_store_get_offload_rpc_read_count(PyObject *self, PyObject *unuse
 	return PyLong_FromUnsignedLongLong(n);
 }
 
+/* ---- methods written in Python ------------------------------------------------------ */
+
+/*
+ * The unified parallelism calls (mooncake/_tensor_parallel.py) and the
+ * safetensors, CUDA and legacy set-up calls (mooncake/_store_extra.py) are
+ * Python functions taking the client first; each method here imports its
+ * module on first use (torch stays unimported until a tensor call) and
+ * calls the function with self in front of the caller's arguments.
+ */
+static PyObject *py_forward(const char *module, const char *name, PyObject *self,
+			    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+	PyObject *m, *f, *r, **v;
+
+	m = PyImport_ImportModule(module);
+	if (!m)
+		return NULL;
+	f = PyObject_GetAttrString(m, name);
+	Py_DECREF(m);
+	if (!f)
+		return NULL;
+	v = PyMem_Malloc((size_t)(nargs + nkw + 1) * sizeof(*v));
+	if (!v) {
+		Py_DECREF(f);
+		return PyErr_NoMemory();
+	}
+	v[0] = self;
+	if (nargs + nkw)
+		memcpy(v + 1, args, (size_t)(nargs + nkw) * sizeof(*v));
+	r = PyObject_Vectorcall(f, v, (size_t)nargs + 1, kwnames);
+	PyMem_Free(v);
+	Py_DECREF(f);
+	return r;
+}
+
+#define PYFWD(module, name)                                                   \
+	static PyObject *mc_py_store_##name(DEFARGS)                          \
+	{                                                                     \
+		return py_forward(module, #name, self, args, nargs, kwnames); \
+	}
+#define PAR   "mooncake._tensor_parallel"
+#define EXTRA "mooncake._store_extra"
+PYFWD(PAR, put_tensor_with_parallelism)
+PYFWD(PAR, upsert_tensor_with_parallelism)
+PYFWD(PAR, batch_put_tensor_with_parallelism)
+PYFWD(PAR, batch_upsert_tensor_with_parallelism)
+PYFWD(PAR, put_tensor_with_parallelism_from)
+PYFWD(PAR, upsert_tensor_with_parallelism_from)
+PYFWD(PAR, batch_put_tensor_with_parallelism_from)
+PYFWD(PAR, batch_upsert_tensor_with_parallelism_from)
+PYFWD(PAR, get_tensor_with_parallelism)
+PYFWD(PAR, batch_get_tensor_with_parallelism)
+PYFWD(PAR, get_tensor_with_parallelism_into)
+PYFWD(PAR, batch_get_tensor_with_parallelism_into)
+PYFWD(EXTRA, save_tensor_to_safetensor)
+PYFWD(EXTRA, load_tensor_from_safetensor)
+PYFWD(EXTRA, init_all)
+PYFWD(EXTRA, get_tensor_into_cuda)
+PYFWD(EXTRA, batch_get_tensor_into_cuda)
+
 /* ---- method table ------------------------------------------------------------------ */
 
 #define M(name, doc)                                   \
@@ -592,6 +653,48 @@ static PyMethodDef store_methods[] = {
 				   "tp_size=1, split_dim=0) -> int"),
 	M(batch_put_tensor_with_tp_from, "batch_put_tensor_with_tp_from(base_keys, buffer_ptrs, "
 					 "sizes, tp_rank=0, tp_size=1, split_dim=0) -> list"),
+	M(put_tensor_with_parallelism,
+	  "put_tensor_with_parallelism(key, tensor, parallelism=None, config=None,\n"
+	  "                            writer_partition=None) -> int"),
+	M(upsert_tensor_with_parallelism,
+	  "upsert_tensor_with_parallelism(key, tensor, parallelism=None, config=None,\n"
+	  "                               writer_partition=None) -> int"),
+	M(batch_put_tensor_with_parallelism,
+	  "batch_put_tensor_with_parallelism(keys, tensors_list, parallelisms=None, config=None,\n"
+	  "                                  writer_partitions=None) -> list of int"),
+	M(batch_upsert_tensor_with_parallelism,
+	  "batch_upsert_tensor_with_parallelism(keys, tensors_list, parallelisms=None,\n"
+	  "                                     config=None, writer_partitions=None) -> list"),
+	M(put_tensor_with_parallelism_from,
+	  "put_tensor_with_parallelism_from(key, buffer_ptr, size, parallelism=None, config=None,\n"
+	  "                                 writer_partition=None) -> int"),
+	M(upsert_tensor_with_parallelism_from,
+	  "upsert_tensor_with_parallelism_from(key, buffer_ptr, size, parallelism=None,\n"
+	  "                                    config=None, writer_partition=None) -> int"),
+	M(batch_put_tensor_with_parallelism_from,
+	  "batch_put_tensor_with_parallelism_from(keys, buffer_ptrs, sizes, parallelisms=None,\n"
+	  "                                       config=None, writer_partitions=None) -> list"),
+	M(batch_upsert_tensor_with_parallelism_from,
+	  "batch_upsert_tensor_with_parallelism_from(keys, buffer_ptrs, sizes, parallelisms=None,\n"
+	  "                                          config=None, writer_partitions=None) -> list"),
+	M(get_tensor_with_parallelism,
+	  "get_tensor_with_parallelism(key, target=None) -> Tensor or None"),
+	M(batch_get_tensor_with_parallelism,
+	  "batch_get_tensor_with_parallelism(keys, targets=None) -> list of Tensor/None"),
+	M(get_tensor_with_parallelism_into,
+	  "get_tensor_with_parallelism_into(key, buffer_ptr, size, target=None) -> Tensor/None"),
+	M(batch_get_tensor_with_parallelism_into,
+	  "batch_get_tensor_with_parallelism_into(keys, buffer_ptrs, sizes, targets=None) -> list"),
+	M(save_tensor_to_safetensor,
+	  "save_tensor_to_safetensor(key, file_name=None) -> int: the stored tensor to a file"),
+	M(load_tensor_from_safetensor,
+	  "load_tensor_from_safetensor(key=None, file_name) -> Tensor or None: a file's tensor\n"
+	  "(the one named key, else the first) stored under key (default: the file's name)"),
+	M(init_all, "init_all(protocol, device_name, mount_segment_size=16777216) -> int"),
+	M(get_tensor_into_cuda, "get_tensor_into_cuda(key, tensor) -> int: bytes copied into a "
+				"CUDA tensor, or a negative code"),
+	M(batch_get_tensor_into_cuda,
+	  "batch_get_tensor_into_cuda(keys, tensors_list) -> list of int"),
 	{NULL, NULL, 0, NULL},
 };
 
@@ -652,11 +755,93 @@ static PyObject *add_enum(PyObject *m, const char *name, const char *const *memb
 	return e; /* new reference, kept by the caller */
 }
 
+/* ---- module functions ------------------------------------------------------------ */
+
+/*
+ * get_alloc_func_addr() and get_free_func_addr() give the addresses of an
+ * allocator pair with the signatures torch's pluggable allocators call
+ * (alloc(size, device, stream), free(ptr, size, device, stream)): host memory
+ * in 2 MiB huge pages where the system has them, transparent huge pages
+ * (madvise) otherwise.  Sizes are rounded up to 2 MiB on both sides.
+ */
+#define HUGE_2M ((size_t)2 << 20)
+
+static size_t huge_round(size_t size)
+{
+	return size ? (size + HUGE_2M - 1) & ~(HUGE_2M - 1) : HUGE_2M;
+}
+
+void *mc_py_hugepage_alloc(size_t size, int device, void *stream);
+void mc_py_hugepage_free(void *ptr, size_t size, int device, void *stream);
+
+void *mc_py_hugepage_alloc(size_t size, int device, void *stream)
+{
+	size_t n = huge_round(size);
+	void *p;
+	(void)device;
+	(void)stream;
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (p != MAP_FAILED)
+		return p;
+	p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, n, MADV_HUGEPAGE);
+	return p;
+}
+
+void mc_py_hugepage_free(void *ptr, size_t size, int device, void *stream)
+{
+	(void)device;
+	(void)stream;
+	if (ptr)
+		(void)munmap(ptr, huge_round(size));
+}
+
+static PyObject *get_alloc_func_addr(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	return PyLong_FromVoidPtr((void *)(uintptr_t)&mc_py_hugepage_alloc);
+}
+
+static PyObject *get_free_func_addr(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	return PyLong_FromVoidPtr((void *)(uintptr_t)&mc_py_hugepage_free);
+}
+
+static PyMethodDef module_methods[] = {
+	{"get_alloc_func_addr", get_alloc_func_addr, METH_NOARGS,
+	 "get_alloc_func_addr() -> int: address of alloc(size, device, stream) (host huge pages)"},
+	{"get_free_func_addr", get_free_func_addr, METH_NOARGS,
+	 "get_free_func_addr() -> int: address of free(ptr, size, device, stream)"},
+	{NULL, NULL, 0, NULL},
+};
+
+/* Adds the names of a pure-Python module to m. */
+static int add_from(PyObject *m, const char *module, const char *const *names)
+{
+	PyObject *src = PyImport_ImportModule(module);
+	int rc = 0;
+	if (!src)
+		return -1;
+	for (; rc == 0 && *names; names++) {
+		PyObject *v = PyObject_GetAttrString(src, *names);
+		rc = v ? PyModule_AddObjectRef(m, *names, v) : -1;
+		Py_XDECREF(v);
+	}
+	Py_DECREF(src);
+	return rc;
+}
+
 static struct PyModuleDef store_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = MODULE_NAME,
 	.m_doc = "Mooncake Store client (upstream-compatible Python binding over the C API).",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit_store(void);
@@ -719,6 +904,12 @@ PyMODINIT_FUNC PyInit_store(void)
 		goto err;
 	Py_DECREF(e);
 	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0)
+		goto err;
+	if (add_from(m, "mooncake._tensor_parallel",
+		     (const char *const[]){"ParallelAxis", "TensorParallelism", "ReadTarget",
+					   NULL}) < 0 ||
+	    add_from(m, "mooncake._store_extra", (const char *const[]){"bind_to_numa_node", NULL}) <
+		    0)
 		goto err;
 	return m;
 err:
