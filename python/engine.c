@@ -63,6 +63,10 @@
 #define PYARGS_BOOL_IS_INT
 #include "pyargs.h"
 
+#ifndef MC_PY_SUPPORT_CUDA
+#define MC_PY_SUPPORT_CUDA 0
+#endif
+
 #define MODULE_NAME "mooncake.engine"
 
 /* ---- argument parsing ----------------------------------------------------------- */
@@ -1483,6 +1487,19 @@ static PyObject *engine_get_engine_ptr(PyObject *self, PyObject *unused)
 
 #define FASTKW(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
+/* The *_on_cuda calls are written in Python (mooncake/_engine_extra.py):
+ * they wait for the CUDA stream, then run the synchronous transfer. */
+#define PYFWD(name)                                                                             \
+	static PyObject *engine_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs, \
+				       PyObject *kwnames)                                       \
+	{                                                                                       \
+		return py_forward("mooncake._engine_extra", #name, self, args, nargs, kwnames); \
+	}
+PYFWD(transfer_write_on_cuda)
+PYFWD(transfer_read_on_cuda)
+PYFWD(batch_transfer_write_on_cuda)
+PYFWD(batch_transfer_read_on_cuda)
+
 static PyMethodDef engine_methods[] = {
 	{"initialize", FASTKW(engine_initialize),
 	 "initialize(local_hostname, metadata_server, protocol, device_name, /) -> int\n\n"
@@ -1585,6 +1602,19 @@ static PyMethodDef engine_methods[] = {
 	{"get_engine_ptr", engine_get_engine_ptr, METH_NOARGS,
 	 "get_engine_ptr() -> int: address of the underlying struct mc_te (0 before "
 	 "initialize)."},
+	{"transfer_write_on_cuda", FASTKW(engine_transfer_write_on_cuda),
+	 "transfer_write_on_cuda(target_hostname, buffer, peer_buffer_address, length,\n"
+	 "                       stream_ptr=0, transport_hint='') -> None: after the work queued\n"
+	 "on the CUDA stream (the caller waits for it); RuntimeError if it fails.  CUDA builds."},
+	{"transfer_read_on_cuda", FASTKW(engine_transfer_read_on_cuda),
+	 "transfer_read_on_cuda(target_hostname, buffer, peer_buffer_address, length,\n"
+	 "                      stream_ptr=0, transport_hint='') -> None"},
+	{"batch_transfer_write_on_cuda", FASTKW(engine_batch_transfer_write_on_cuda),
+	 "batch_transfer_write_on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths,\n"
+	 "                             stream_ptr=0, transport_hint='') -> None"},
+	{"batch_transfer_read_on_cuda", FASTKW(engine_batch_transfer_read_on_cuda),
+	 "batch_transfer_read_on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths,\n"
+	 "                            stream_ptr=0, transport_hint='') -> None"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -1724,9 +1754,14 @@ PyMODINIT_FUNC PyInit_engine(void)
 	    PyModule_AddType(m, &InnerType) < 0 || add_opcode_enum(m) < 0 ||
 	    PyModule_AddStringConstant(m, "__version__", MC_VERSION_STRING) < 0)
 		goto err;
+	/* SUPPORT_CUDA: built with CUDA (GPU memory reached through the
+	 * runtime when it loads); this build has none of the others */
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
-		if (PyModule_AddObjectRef(m, flags[i], Py_False) < 0)
+		if (PyModule_AddObjectRef(m, flags[i],
+					  i == 0 && MC_PY_SUPPORT_CUDA ? Py_True : Py_False) < 0)
 			goto err;
+	if (add_from(m, "mooncake._engine_extra", (const char *const[]){"SharedSegment", NULL}) < 0)
+		goto err;
 	return m;
 err:
 	Py_DECREF(m);

@@ -182,4 +182,52 @@ static inline PyObject *arg_seq(PyObject *o, const char *fname, const char *what
 	return PySequence_Tuple(o);
 }
 
+/* ---- methods and names written in Python ------------------------------------------ */
+
+/* Calls module.name(self, *args, **kw): a method of an extension type whose
+ * body is a Python function taking the object first.  The module is
+ * imported at the first call (the import system caches it). */
+static inline PyObject *py_forward(const char *module, const char *name, PyObject *self,
+				   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+	PyObject *m, *f, *r, **v;
+
+	m = PyImport_ImportModule(module);
+	if (!m)
+		return NULL;
+	f = PyObject_GetAttrString(m, name);
+	Py_DECREF(m);
+	if (!f)
+		return NULL;
+	v = PyMem_Malloc((size_t)(nargs + nkw + 1) * sizeof(*v));
+	if (!v) {
+		Py_DECREF(f);
+		return PyErr_NoMemory();
+	}
+	v[0] = self;
+	if (nargs + nkw)
+		memcpy(v + 1, args, (size_t)(nargs + nkw) * sizeof(*v));
+	r = PyObject_Vectorcall(f, v, (size_t)nargs + 1, kwnames);
+	PyMem_Free(v);
+	Py_DECREF(f);
+	return r;
+}
+
+/* Adds the names of a pure-Python module to m. */
+static inline int add_from(PyObject *m, const char *module, const char *const *names)
+{
+	PyObject *src = PyImport_ImportModule(module);
+	int rc = 0;
+	if (!src)
+		return -1;
+	for (; rc == 0 && *names; names++) {
+		PyObject *v = PyObject_GetAttrString(src, *names);
+		rc = v ? PyModule_AddObjectRef(m, *names, v) : -1;
+		Py_XDECREF(v);
+	}
+	Py_DECREF(src);
+	return rc;
+}
+
 #endif

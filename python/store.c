@@ -483,35 +483,9 @@ PyObject *mc_py_store_get_offload_rpc_read_count(PyObject *self, PyObject *unuse
  * safetensors, CUDA and legacy set-up calls (mooncake/_store_extra.py) are
  * Python functions taking the client first; each method here imports its
  * module on first use (torch stays unimported until a tensor call) and
- * calls the function with self in front of the caller's arguments.
+ * calls the function with self in front of the caller's arguments
+ * (py_forward, pyargs.h).
  */
-static PyObject *py_forward(const char *module, const char *name, PyObject *self,
-			    PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-	PyObject *m, *f, *r, **v;
-
-	m = PyImport_ImportModule(module);
-	if (!m)
-		return NULL;
-	f = PyObject_GetAttrString(m, name);
-	Py_DECREF(m);
-	if (!f)
-		return NULL;
-	v = PyMem_Malloc((size_t)(nargs + nkw + 1) * sizeof(*v));
-	if (!v) {
-		Py_DECREF(f);
-		return PyErr_NoMemory();
-	}
-	v[0] = self;
-	if (nargs + nkw)
-		memcpy(v + 1, args, (size_t)(nargs + nkw) * sizeof(*v));
-	r = PyObject_Vectorcall(f, v, (size_t)nargs + 1, kwnames);
-	PyMem_Free(v);
-	Py_DECREF(f);
-	return r;
-}
-
 #define PYFWD(module, name)                                                   \
 	static PyObject *mc_py_store_##name(DEFARGS)                          \
 	{                                                                     \
@@ -819,22 +793,6 @@ static PyMethodDef module_methods[] = {
 	 "get_free_func_addr() -> int: address of free(ptr, size, device, stream)"},
 	{NULL, NULL, 0, NULL},
 };
-
-/* Adds the names of a pure-Python module to m. */
-static int add_from(PyObject *m, const char *module, const char *const *names)
-{
-	PyObject *src = PyImport_ImportModule(module);
-	int rc = 0;
-	if (!src)
-		return -1;
-	for (; rc == 0 && *names; names++) {
-		PyObject *v = PyObject_GetAttrString(src, *names);
-		rc = v ? PyModule_AddObjectRef(m, *names, v) : -1;
-		Py_XDECREF(v);
-	}
-	Py_DECREF(src);
-	return rc;
-}
 
 static struct PyModuleDef store_module = {
 	PyModuleDef_HEAD_INIT,
