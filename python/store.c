@@ -861,7 +861,8 @@ PyMODINIT_FUNC PyInit_store(void)
 	if (!e)
 		goto err;
 	Py_DECREF(e);
-	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0)
+	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0 ||
+	    mc_py_pool_add_exceptions(m) < 0)
 		goto err;
 	if (add_from(m, "mooncake._tensor_parallel",
 		     (const char *const[]){"ParallelAxis", "TensorParallelism", "ReadTarget",

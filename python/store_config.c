@@ -392,8 +392,10 @@ int mc_py_cfg_from(PyObject *o, const char *fname, struct cfg *k)
 	}
 	k->c.replica_num = (uint32_t)c->replica_num;
 	k->c.with_soft_pin = c->soft_pin_action == SOFT_PIN_ENABLE;
-	if (c->soft_pin_ttl_ms != Py_None)
+	if (c->soft_pin_ttl_ms != Py_None) {
 		k->c.soft_pin_ttl_ms = PyLong_AsUnsignedLongLong(c->soft_pin_ttl_ms);
+		k->upsert_refused = c->soft_pin_action != SOFT_PIN_ENABLE;
+	}
 	k->c.with_hard_pin = c->with_hard_pin;
 	k->c.prefer_alloc_in_same_node = c->prefer_alloc_in_same_node;
 	nseg = PyList_GET_SIZE(c->preferred_segments);

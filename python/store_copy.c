@@ -31,7 +31,9 @@ static PyObject *put_single(PyObject *self, const char *fname, PyObject *key_o, 
 	}
 	call_begin(&c, ST(self), false);
 	if (kind == PUT_UPSERT)
-		rc = mc_store_upsert(ST(self)->s, key, view.buf, (size_t)view.len, &cfg.c);
+		rc = cfg.upsert_refused ? MC_ERR_INVALID_PARAMS
+					: mc_store_upsert(ST(self)->s, key, view.buf,
+							  (size_t)view.len, &cfg.c);
 	else
 		rc = mc_store_put(ST(self)->s, key, view.buf, (size_t)view.len, &cfg.c);
 	call_end(&c);
@@ -106,7 +108,9 @@ static PyObject *parts_common(PyObject *self, const char *fname, PyObject *const
 	if (kind == PUT_INSERT)
 		rc = mc_store_put_parts(ST(self)->s, key, parts, lens, b.n, &cfg.c);
 	else
-		rc = mc_store_upsert_parts(ST(self)->s, key, parts, lens, b.n, &cfg.c);
+		rc = cfg.upsert_refused
+			     ? MC_ERR_INVALID_PARAMS
+			     : mc_store_upsert_parts(ST(self)->s, key, parts, lens, b.n, &cfg.c);
 	call_end(&c);
 	PyMem_Free(parts);
 	PyMem_Free(lens);
@@ -180,8 +184,9 @@ static PyObject *batch_common(PyObject *self, const char *fname, PyObject *const
 		rc = mc_store_put_batch(ST(self)->s, k.v, vp, lens, k.n, mc_py_cfg_batch(&cfg),
 					NULL);
 	else
-		rc = mc_store_upsert_batch(ST(self)->s, k.v, vp, lens, k.n, mc_py_cfg_batch(&cfg),
-					   NULL);
+		rc = cfg.upsert_refused ? MC_ERR_INVALID_PARAMS
+					: mc_store_upsert_batch(ST(self)->s, k.v, vp, lens, k.n,
+								mc_py_cfg_batch(&cfg), NULL);
 	call_end(&c);
 done:
 	PyMem_Free(vp);

@@ -271,6 +271,9 @@ struct cfg {
 	size_t ngids;
 	char *blob; /* every string, NUL-separated */
 	bool given;
+	/* a soft-pin TTL without ENABLE (PRESERVE or DISABLE): upstream's
+	 * upserts refuse it with -600 (MC_ERR_INVALID_PARAMS) */
+	bool upsert_refused;
 };
 
 /* Release what mc_py_cfg_from() filled. */
@@ -370,6 +373,9 @@ extern PyTypeObject mc_py_descriptor_type, mc_py_mem_desc_type, mc_py_replica_de
 
 extern PyTypeObject mc_py_pool_type, mc_py_lease_type, mc_py_view_type,
 	mc_py_host_mem_allocator_type;
+/* BufferPoolError, BufferPoolExhausted, BufferLeaseInUse (store_pool.c). */
+extern PyObject *mc_py_pool_error, *mc_py_pool_exhausted, *mc_py_lease_in_use;
+int mc_py_pool_add_exceptions(PyObject *m);
 
 /* ---- the methods of MooncakeDistributedStore, in method-table order --------------- */
 

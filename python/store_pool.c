@@ -196,6 +196,45 @@ static int pool_try(struct pool_obj *p, uint64_t size, void **out, int *cls_out)
 	}
 }
 
+/*
+ * Exceptions.  Upstream's pool raises RuntimeError for each of these; ours
+ * are RuntimeError subclasses that are also the built-in error a Python
+ * reader would expect (MemoryError for exhaustion, BufferError for a lease
+ * with live views, ValueError for bad arguments), so either catch works.
+ */
+PyObject *mc_py_pool_error, *mc_py_pool_exhausted, *mc_py_lease_in_use;
+
+static PyObject *new_exc(PyObject *m, const char *name, PyObject *extra, const char *doc)
+{
+	char full[96];
+	PyObject *bases = PyTuple_Pack(2, PyExc_RuntimeError, extra), *e;
+	if (!bases)
+		return NULL;
+	snprintf(full, sizeof(full), "%s.%s", MODULE_NAME, name);
+	e = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+	Py_DECREF(bases);
+	if (e && PyModule_AddObjectRef(m, name, e) < 0)
+		Py_CLEAR(e);
+	return e;
+}
+
+int mc_py_pool_add_exceptions(PyObject *m)
+{
+	if (!mc_py_pool_error &&
+	    !(mc_py_pool_error = new_exc(m, "BufferPoolError", PyExc_ValueError,
+					 "A BufferPool argument it cannot take.")))
+		return -1;
+	if (!mc_py_pool_exhausted &&
+	    !(mc_py_pool_exhausted = new_exc(m, "BufferPoolExhausted", PyExc_MemoryError,
+					     "A BufferPool with no buffer free and no blocking.")))
+		return -1;
+	if (!mc_py_lease_in_use &&
+	    !(mc_py_lease_in_use = new_exc(m, "BufferLeaseInUse", PyExc_BufferError,
+					   "A BufferLease released while views of it live.")))
+		return -1;
+	return 0;
+}
+
 static int pool_check_open(struct pool_obj *p)
 {
 	if (p->closed) {
@@ -216,21 +255,23 @@ static PyObject *pool_lease(struct pool_obj *p, uint64_t size, bool block, doubl
 	int cls = -1, r;
 	struct timespec t0;
 
-	if (size == 0 || size > (1ull << 40)) {
-		PyErr_SetString(PyExc_ValueError, "BufferPool: size must be in [1, 2**40]");
+	if (size > (1ull << 40)) {
+		PyErr_Format(mc_py_pool_error, "BufferPool: size %llu is over the 2**40 limit",
+			     (unsigned long long)size);
 		return NULL;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		if (pool_check_open(p) < 0)
 			return NULL;
-		r = pool_try(p, size, &ptr, &cls);
+		r = pool_try(p, size ? size : 1, &ptr, &cls); /* a zero-size lease has a block */
 		if (r < 0)
 			return NULL;
 		if (r > 0)
 			break;
 		if (!block) {
-			PyErr_Format(PyExc_MemoryError, "BufferPool exhausted (%llu bytes mapped)",
+			PyErr_Format(mc_py_pool_exhausted,
+				     "BufferPool exhausted (%llu bytes mapped)",
 				     (unsigned long long)p->mapped);
 			return NULL;
 		}
@@ -334,8 +375,15 @@ static PyObject *pool_acquire_common(PyObject *self, const char *fname, PyObject
 	bool block;
 	double timeout;
 	PARSE(fname, 1, "size", "block", "timeout");
-	if (arg_u64(a[0], fname, "size", &size) < 0 ||
-	    arg_bool(a[1] == Py_None ? NULL : a[1], p->block, &block) < 0 ||
+	if (arg_u64(a[0], fname, "size", &size) < 0) {
+		if (PyLong_Check(a[0]) && !PyBool_Check(a[0])) { /* an int < 0 or past 64 bits */
+			PyErr_Clear();
+			PyErr_Format(mc_py_pool_error, "BufferPool.%s(): size %R is out of range",
+				     fname, a[0]);
+		}
+		return NULL;
+	}
+	if (arg_bool(a[1] == Py_None ? NULL : a[1], p->block, &block) < 0 ||
 	    opt_timeout(a[2], p->default_timeout, &timeout) < 0)
 		return NULL;
 	return pool_lease(p, size, block, timeout);
@@ -461,8 +509,9 @@ static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		goto err;
 	if (p->min_class == 0 || p->alignment == 0 || p->max_class < p->min_class ||
 	    (p->min_class & (p->min_class - 1)) || p->alignment > (1ull << 40)) {
-		PyErr_SetString(PyExc_ValueError, "BufferPool(): min_size_class must be a power "
-						  "of two <= max_size_class; alignment > 0");
+		PyErr_SetString(mc_py_pool_error, "BufferPool(): bad alignment or size classes: "
+						  "min_size_class must be a power of two <= "
+						  "max_size_class, alignment in [1, 2**40]");
 		goto err;
 	}
 	if (pws && pwc) {
@@ -534,7 +583,7 @@ static PyObject *lease_release(PyObject *self, PyObject *unused)
 	if (l->released)
 		Py_RETURN_NONE;
 	if (l->exports) {
-		PyErr_SetString(PyExc_BufferError,
+		PyErr_SetString(mc_py_lease_in_use,
 				"BufferLease.release(): views of the buffer are still alive");
 		return NULL;
 	}

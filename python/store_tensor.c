@@ -346,7 +346,9 @@ static int tensors_put(struct store_obj *st, const char *fname, PyObject *torch,
 	for (size_t i = 0; i < n; i++) {
 		struct mc_store_config ci = mc_py_cfg_key(&cfg, i, n);
 		if (res[i] == MC_OK)
-			res[i] = wtensor_put(st->s, keys[i], &w[i], &ci, upsert);
+			res[i] = upsert && cfg.upsert_refused
+					 ? MC_ERR_INVALID_PARAMS
+					 : wtensor_put(st->s, keys[i], &w[i], &ci, upsert);
 	}
 	call_end(&c);
 	for (size_t i = 0; i < n; i++)
@@ -614,7 +616,9 @@ static PyObject *tensor_from_one(PyObject *self, const char *fname, PyObject *co
 	    arg_u64(a[2], fname, "size", &size) < 0 || mc_py_cfg_from(a[3], fname, &cfg) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
-	rc = tensor_from_buffer(ST(self)->s, key, ptr, size, &cfg.c, upsert);
+	rc = upsert && cfg.upsert_refused
+		     ? MC_ERR_INVALID_PARAMS
+		     : tensor_from_buffer(ST(self)->s, key, ptr, size, &cfg.c, upsert);
 	call_end(&c);
 	mc_py_cfg_release(&cfg);
 	return PyLong_FromLong(rc);
@@ -657,8 +661,10 @@ static PyObject *tensor_from_batch(PyObject *self, const char *fname, PyObject *
 		call_begin(&c, ST(self), false);
 		for (size_t i = 0; i < k.n; i++) {
 			struct mc_store_config ci = mc_py_cfg_key(&cfg, i, k.n);
-			res[i] = tensor_from_buffer(ST(self)->s, k.v[i], ptrs[i], sizes[i], &ci,
-						    upsert);
+			res[i] = upsert && cfg.upsert_refused
+					 ? MC_ERR_INVALID_PARAMS
+					 : tensor_from_buffer(ST(self)->s, k.v[i], ptrs[i],
+							      sizes[i], &ci, upsert);
 		}
 		call_end(&c);
 		out = status_list(res, k.n);

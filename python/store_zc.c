@@ -59,8 +59,10 @@ static PyObject *from_common(PyObject *self, const char *fname, PyObject *const 
 		return NULL;
 	call_begin(&c, ST(self), false);
 	if (kind == PUT_UPSERT)
-		rc = mc_store_upsert_from(ST(self)->s, key, (void *)(uintptr_t)ptr, (size_t)size,
-					  &cfg.c);
+		rc = cfg.upsert_refused
+			     ? MC_ERR_INVALID_PARAMS
+			     : mc_store_upsert_from(ST(self)->s, key, (void *)(uintptr_t)ptr,
+						    (size_t)size, &cfg.c);
 	else
 		rc = mc_store_put_from(ST(self)->s, key, (void *)(uintptr_t)ptr, (size_t)size,
 				       &cfg.c);
@@ -188,6 +190,9 @@ static PyObject *zc_batch(PyObject *self, const char *fname, PyObject *const *ar
 		mc_store_batch_get_into(ST(self)->s, k.v, bv, lv, k.n, got);
 	} else if (kind == ZC_PUT) {
 		mc_store_batch_put_from(ST(self)->s, k.v, bv, lv, k.n, mc_py_cfg_batch(&cfg), st);
+	} else if (cfg.upsert_refused) {
+		for (size_t i = 0; i < k.n; i++)
+			st[i] = MC_ERR_INVALID_PARAMS;
 	} else {
 		mc_store_batch_upsert_from(ST(self)->s, k.v, bv, lv, k.n, mc_py_cfg_batch(&cfg),
 					   st);

@@ -19,12 +19,15 @@ store connector and ``mooncake.mooncake_store_service``.  Settings come from
 Sizes are ints or strings: a number (may be fractional) with an optional
 binary suffix b/k/kb/m/mb/g/gb/t/tb (case-insensitive, spaces allowed).
 Booleans accept true/false/1/0/yes/no/on/off/enable/disable.  The protocol
-is lower-cased; ``local_hostname``, ``metadata_server`` and
-``master_server_address`` must be non-empty.
+must be a non-empty string and is lower-cased; one outside KNOWN_PROTOCOLS
+is logged through this module's ``logger`` and passed through.  A negative
+size raises ValueError naming its field.  ``local_hostname``,
+``metadata_server`` and ``master_server_address`` must be non-empty.
 """
 
 import dataclasses
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -52,18 +55,22 @@ _FALSE = ("false", "0", "no", "off", "disable", "disabled")
 
 _REQUIRED = ("local_hostname", "metadata_server", "master_server_address")
 
+# the protocols some Mooncake build knows; another is logged and passed through
+KNOWN_PROTOCOLS = ("tcp", "rdma", "efa", "cxi", "nvlink", "nvlink_intra", "hip", "musa",
+                   "ascend", "barex", "cxl", "nvmeof")
 
-def _parse_segment_size(value) -> int:
+logger = logging.getLogger(__name__)
+
+
+def _parse_segment_size(value, field="segment size") -> int:
     """Bytes from an int or a size string ("4GB", "1.5 g", "65536")."""
     if isinstance(value, bool):
         raise ValueError(f"Invalid segment size: {value!r}")
+    if isinstance(value, (int, float)) and value < 0:
+        raise ValueError(f"Invalid segment size: {field} must not be negative, got {value}")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"Invalid segment size: {value}")
         return value
     if isinstance(value, float):
-        if value < 0:
-            raise ValueError(f"Invalid segment size: {value}")
         return int(value)
     if not isinstance(value, str):
         raise ValueError(f"Invalid segment size: {value!r}")
@@ -82,7 +89,9 @@ def _parse_segment_size(value) -> int:
         num = float(s)
     except ValueError:
         raise ValueError(f"Invalid segment size: {value!r}") from None
-    if num < 0 or num != num or num == float("inf"):
+    if num < 0:
+        raise ValueError(f"Invalid segment size: {field} must not be negative, got {value!r}")
+    if num != num or num == float("inf"):
         raise ValueError(f"Invalid segment size: {value!r}")
     return int(num * mult)
 
@@ -144,9 +153,15 @@ class MooncakeConfig:
             if v is None or not str(v).strip():
                 raise ValueError(f"Config field '{name}' must be a non-empty string")
             setattr(self, name, str(v))
-        self.global_segment_size = _parse_segment_size(self.global_segment_size)
-        self.local_buffer_size = _parse_segment_size(self.local_buffer_size)
-        self.protocol = str(self.protocol or "tcp").strip().lower()
+        self.global_segment_size = _parse_segment_size(self.global_segment_size,
+                                                       "global_segment_size")
+        self.local_buffer_size = _parse_segment_size(self.local_buffer_size, "local_buffer_size")
+        if not isinstance(self.protocol, str) or not self.protocol.strip():
+            raise ValueError("Config field 'protocol' must be a non-empty string")
+        self.protocol = self.protocol.strip().lower()
+        if self.protocol not in KNOWN_PROTOCOLS:
+            logger.warning("MooncakeConfig: unknown protocol %r, passed through as given",
+                           self.protocol)
         self.device_name = "" if self.device_name is None else str(self.device_name)
         self.enable_ssd_offload = _parse_bool(self.enable_ssd_offload)
         self.ssd_offload_path = "" if self.ssd_offload_path is None else str(self.ssd_offload_path)

@@ -227,6 +227,26 @@ def test_from_file_defaults_and_errors(tmp_path):
         MooncakeConfig.from_file(str(p))
 
 
+def test_config_protocol_and_negative_sizes(caplog):
+    base = {"local_hostname": "h", "metadata_server": "P2PHANDSHAKE",
+            "master_server_address": "m:50051"}
+    for bad in ("", "   ", None, 3):
+        with pytest.raises(ValueError, match="protocol"):
+            MooncakeConfig.from_dict(dict(base, protocol=bad))
+    with caplog.at_level("WARNING", logger="mooncake.mooncake_config"):
+        c = MooncakeConfig.from_dict(dict(base, protocol="Warp9"))
+    assert c.protocol == "warp9"  # passed through, lower-cased
+    assert any("warp9" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mooncake.mooncake_config"):
+        MooncakeConfig.from_dict(dict(base, protocol="rdma"))
+    assert not caplog.records
+    for field in ("global_segment_size", "local_buffer_size"):
+        for neg in (-1, -0.5, "-4GB"):
+            with pytest.raises(ValueError, match=field):
+                MooncakeConfig.from_dict(dict(base, **{field: neg}))
+
+
 def test_load_from_env(clean_env):
     with pytest.raises(ValueError, match="MOONCAKE_MASTER"):
         MooncakeConfig.load_from_env()

@@ -338,6 +338,30 @@ def test_upsert(store, k):
     assert store.get_size(k("u")) == 12
 
 
+def test_upsert_refuses_a_soft_pin_ttl_without_enable(store, k):
+    buf = np.zeros(4096, np.uint8)
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    try:
+        for act in (SoftPinAction.PRESERVE, SoftPinAction.DISABLE, SoftPinAction.ENABLE):
+            cfg = ReplicateConfig()
+            cfg.soft_pin_action = act
+            cfg.soft_pin_ttl_ms = 5000
+            want = 0 if act == SoftPinAction.ENABLE else INVALID_PARAMS
+            key = k(f"sp{int(act)}")
+            assert store.upsert(key, b"v", cfg) == want
+            assert store.upsert_parts(key, b"a", b"b", config=cfg) == want
+            assert store.upsert_batch([key], [b"v"], cfg) == want
+            assert store.upsert_from(key, buf.ctypes.data, 16, cfg) == want
+            assert store.batch_upsert_from([key], [buf.ctypes.data], [16], cfg) == [want]
+            assert store.put(k(f"put{int(act)}"), b"v", cfg) == 0  # puts take it as before
+            assert store.is_exist(key) == (1 if want == 0 else 0)
+        cfg = ReplicateConfig()
+        cfg.soft_pin_action = SoftPinAction.DISABLE  # no TTL: an upsert that unpins
+        assert store.upsert(k("sp-nottl"), b"v", cfg) == 0
+    finally:
+        assert store.unregister_buffer(buf.ctypes.data) == 0
+
+
 def test_get_batch_misses(store, k):
     assert store.put(k("a"), b"A") == 0
     assert store.get_batch([k("a"), k("nope"), k("a")]) == [b"A", b"", b"A"]
@@ -1093,6 +1117,9 @@ def test_buffer_pool(store, k):
         BufferPool(object())
     with pytest.raises(RuntimeError):
         BufferPool(MooncakeDistributedStore()).acquire(10)  # store not set up
+    for bad in ({"alignment": 0}, {"min_size_class": 3000}, {"alignment": 1 << 41}):
+        with pytest.raises(RuntimeError, match="alignment"):  # and ValueError
+            BufferPool(store, **bad)
     pool = BufferPool(store, min_size_class=4096, alignment=1 * MiB, max_bytes=3 * MiB,
                       block_on_exhaustion=False, prewarm_size=4096, prewarm_count=2)
     assert pool.mapped_bytes == MiB
@@ -1103,6 +1130,8 @@ def test_buffer_pool(store, k):
     mv[:5] = b"hello"
     with pytest.raises(BufferError):
         lease.release()  # a view is alive
+    with pytest.raises(RuntimeError, match="views"):  # upstream's type, the same error
+        lease.release()
     assert store.put_from(k("pool"), lease.ptr, 5) == 0  # registered memory
     del mv
     with pool.buffer(8192) as other:
@@ -1116,6 +1145,14 @@ def test_buffer_pool(store, k):
     big = pool.acquire(MiB + 1)
     with pytest.raises(MemoryError):
         pool.acquire(MiB + 1)
+    with pytest.raises(RuntimeError, match="exhausted"):
+        pool.acquire(MiB + 1)
+    # a zero-size lease is accepted; an overflowing size is a RuntimeError too
+    with pool.acquire(0) as zero:
+        assert zero.size == 0 and zero.ptr and zero.buffer.nbytes == 0
+    for bad in (1 << 41, 1 << 70, -1):
+        with pytest.raises(RuntimeError, match="size"):
+            pool.acquire(bad)
     with pytest.raises(TimeoutError):
         pool.acquire(MiB + 1, block=True, timeout=0.05)
     t = threading.Timer(0.1, big.release)
