@@ -14,8 +14,13 @@ Runs build/tools/mooncake_replay over both shipped traces for
 and prints each as a Markdown table with the reference replay's values
 beside ours, as docs/conductor.md holds them (about 10 s on 2 cores).
 
+With --png DIR each figure is also drawn, ours beside the reference, as
+DIR/fig9.png, fig10.png, fig5.png and fig11.png (matplotlib: Debian's
+python3-matplotlib, `scripts/install-deps.sh --bench`).
+
 usage: bench/replay_figures.py [--build build] [--traces ../shared/traces]
                                [--only fig9,fig10,fig5,fig11] [--json FILE]
+                               [--png DIR]
 """
 import argparse
 import json
@@ -73,7 +78,7 @@ def fig9(args, results):
         for t in TRACES:
             r = replay(args, t, "--nodes", "1", "--pool", "global", "--policy", "load",
                        "--capacity-tokens", repr(cap))
-            results.append({"figure": "fig9", "trace": t, "capacity_tokens": cap, **r})
+            results.append({**r, "figure": "fig9", "trace": t, "capacity_tokens": cap})
             row += [f"{FIG9_REF[t][cap] * 100:.1f}%", f"{r['token_hit_rate'] * 100:.1f}%"]
         print(f"| {cap:g} | {int(cap // 512):,} | " + " | ".join(row) + " |")
 
@@ -87,7 +92,7 @@ def fig10(args, results):
         for k, t in enumerate(TRACES):
             r = replay(args, t, "--nodes", str(nodes), "--pool", pool, "--policy", policy,
                        "--capacity-tokens", "3e6", "--output-length-one")
-            results.append({"figure": "fig10", "trace": t, "setup": name, **r})
+            results.append({**r, "figure": "fig10", "trace": t, "setup": name})
             cells += [f"{ref[2 * k] * 100:.1f}% / {r['token_hit_rate'] * 100:.1f}%",
                       f"{ref[2 * k + 1]:.3f} / {r['prefill_s_per_request']:.3f}"]
         print(f"| {name} (`--nodes {nodes} --pool {pool} --policy {policy}`) | "
@@ -104,8 +109,8 @@ def fig5(args, results):
                     "--policy", policy)
         rs = replay(args, "synthetic", "--nodes", "8", "--capacity-tokens", "3e6",
                     "--policy", policy)
-        results += [{"figure": "fig5", "trace": "conversation", **rc},
-                    {"figure": "fig5", "trace": "synthetic", **rs}]
+        results += [{**rc, "figure": "fig5", "trace": "conversation"},
+                    {**rs, "figure": "fig5", "trace": "synthetic"}]
         if ours_global is None:
             ours_global, paper_global = rc["ttft_avg_s"], paper
         print(f"| {policy} | {ref[0]:.2f} / {ref[1]:.2f} / {ref[2]:.2f} | "
@@ -121,11 +126,100 @@ def fig11(args, results):
         with tempfile.NamedTemporaryFile(suffix=".csv") as csv:
             r = replay(args, t, "--nodes", "10", "--capacity-tokens", "3e6", "--policy",
                        "global", "--output-length-one", "--replicas-csv", csv.name)
-        results.append({"figure": "fig11", "trace": t, **r})
+            with open(csv.name) as f:
+                rows = [line.strip().split(",") for line in f][1:]
+        series = [[float(x) for x in row] for row in rows if row]
+        results.append({**r, "figure": "fig11", "trace": t, "series": series})
         rep = r["replicas"]
         ours = " / ".join(f"{rep[k]['mean_last_third']:.1f} ({rep[k]['max']})"
                           for k in ("rank10", "rank100", "rank1000", "rank10000"))
         print(f"| {t} | {FIG11_REF[t]} | {ours} |")
+
+
+def draw(results, outdir):
+    """The figures as PNG files in outdir; returns their paths."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--png needs matplotlib: apt install python3-matplotlib "
+                         "(scripts/install-deps.sh --bench)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(outdir, exist_ok=True)
+    paths = []
+
+    def save(fig, name):
+        path = os.path.join(outdir, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+
+    by = {}
+    for r in results:
+        by.setdefault(r["figure"], []).append(r)
+    if "fig9" in by:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for t, color in zip(TRACES, ("tab:blue", "tab:orange")):
+            rows = sorted((r["capacity_tokens"], r["token_hit_rate"]) for r in by["fig9"]
+                          if r["trace"] == t)
+            ax.plot([c for c, _ in rows], [h * 100 for _, h in rows], "o-", color=color,
+                    label=f"{t}: ours")
+            ref = sorted(FIG9_REF[t].items())
+            ax.plot([c for c, _ in ref], [h * 100 for _, h in ref], "x--", color=color,
+                    alpha=0.6, label=f"{t}: reference")
+        ax.set_xscale("log")
+        ax.set_xlabel("global cache capacity (tokens)")
+        ax.set_ylabel("token hit rate (%)")
+        ax.set_title("Fig. 9: hit rate against capacity (one global LRU)")
+        ax.legend(fontsize=8)
+        save(fig, "fig9.png")
+    if "fig10" in by:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True)
+        names = [f[0] for f in FIG10]
+        for k, (t, ax) in enumerate(zip(TRACES, axes)):
+            ours = {r["setup"]: r["token_hit_rate"] * 100 for r in by["fig10"]
+                    if r["trace"] == t}
+            ref = [f[4][2 * k] * 100 for f in FIG10]
+            ys = range(len(names))
+            ax.barh([y + 0.2 for y in ys], [ours.get(n, 0) for n in names], 0.4,
+                    label="ours")
+            ax.barh([y - 0.2 for y in ys], ref, 0.4, label="reference", alpha=0.6)
+            ax.set_yticks(list(ys))
+            ax.set_yticklabels(names, fontsize=7)
+            ax.set_title(f"Fig. 10, {t}")
+            ax.set_xlabel("token hit rate (%)")
+        axes[0].legend(fontsize=8)
+        save(fig, "fig10.png")
+    if "fig5" in by:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        pols = [f[0] for f in FIG5]
+        conv = {r["policy"]: r for r in by["fig5"] if r["trace"] == "conversation"}
+        xs = range(len(pols))
+        ax.bar([x - 0.2 for x in xs], [conv[p]["ttft_avg_s"] if p in conv else 0
+                                       for p in pols], 0.4, label="ours")
+        ax.bar([x + 0.2 for x in xs], [f[1][0] for f in FIG5], 0.4, label="reference",
+               alpha=0.6)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(pols)
+        ax.set_ylabel("average TTFT (s)")
+        ax.set_title("Fig. 5: TTFT by scheduler, conversation trace, 8 nodes")
+        ax.legend(fontsize=8)
+        save(fig, "fig5.png")
+    if "fig11" in by:
+        fig, axes = plt.subplots(1, len(by["fig11"]), figsize=(10, 4), squeeze=False)
+        for ax, r in zip(axes[0], by["fig11"]):
+            ser = r.get("series", [])
+            for col, name in enumerate(("rank 10", "rank 100", "rank 1000", "rank 10000"),
+                                       start=1):
+                ax.plot([row[0] for row in ser], [row[col] for row in ser], label=name)
+            ax.set_title(f"Fig. 11, {r['trace']}")
+            ax.set_xlabel("trace time (s)")
+            ax.set_ylabel("replicas")
+            ax.legend(fontsize=7)
+        save(fig, "fig11.png")
+    return paths
 
 
 def main():
@@ -135,6 +229,7 @@ def main():
     ap.add_argument("--traces", default=os.path.join(here, "..", "shared", "traces"))
     ap.add_argument("--only", default="fig9,fig10,fig5,fig11")
     ap.add_argument("--json")
+    ap.add_argument("--png", metavar="DIR", help="also draw the figures as PNG files here")
     args = ap.parse_args()
     results = []
     for name in args.only.split(","):
@@ -143,6 +238,9 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if args.png:
+        for path in draw(results, args.png):
+            print(f"wrote {path}")
     return 0
 
 

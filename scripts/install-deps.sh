@@ -11,9 +11,15 @@ python3 python3-dev python3-pytest python3-numpy python3-torch python3-mesonpy p
 etcd-server etcd-client
 iperf3 iproute2 procps psmisc curl"
 
-if [ "${1:-}" = "--with-servers" ]; then
-	PKGS="$PKGS etcd-server etcd-client redis-server"
-fi
+for arg in "$@"; do
+	case "$arg" in
+	--with-servers) PKGS="$PKGS etcd-server etcd-client redis-server" ;;
+	# what the bench/ programs add: fio (the SSD tier's reference) and matplotlib
+	# (bench/replay_figures.py --png); the tests skip what needs them when absent
+	--bench) PKGS="$PKGS fio python3-matplotlib" ;;
+	*) echo "install-deps: unknown option $arg (--with-servers, --bench)" >&2; exit 2 ;;
+	esac
+done
 
 missing=""
 for p in $PKGS; do

@@ -20,6 +20,7 @@
  * flags exit 2, a trace that cannot be read exits 1.  The summary goes to
  * stdout as one line of key=value pairs; --json writes one object.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ struct options {
 	bool quiet;
 	bool help;
 	char *replicas_csv;
+	char *csv;
 	char *cost_model;
 	double snapshot_every;
 	bool store;
@@ -96,6 +98,10 @@ static const struct mc_config_entry options_table[] = {
 	     "write the replica counts of the keys ranked 10, 100, 1000, 10000 over time (Fig. "
 	     "11) to this CSV file; local pool only",
 	     0, 0),
+	OPT(csv, MC_CONFIG_STRING, NULL,
+	    "write one CSV row per request (its choice, times and reuse) to this file; "
+	    "cache-only replay",
+	    0, 0),
 	OPTN("cost_model", cost_model, MC_CONFIG_STRING, NULL,
 	     "JSON file of cost-model options (a fitted prefill regression, ...) applied before "
 	     "the cost-model flags",
@@ -283,6 +289,28 @@ static bool pick_ranks(struct replicas *rp)
 	return true;
 }
 
+/* --csv: one row per request, written as the replay goes. */
+struct req_csv {
+	FILE *f;
+	double block_tokens;
+};
+
+static const char REQ_CSV_HEADER[] =
+	"index,arrival_s,input_length,output_length,admitted,prefill,decode,local_blocks,"
+	"prefix_blocks,fetch_from,prefix_tokens,queue_s,transfer_s,prefill_s,ttft_s,tbt_s\n";
+
+static void req_csv_row(size_t index, double arrival_s, const struct mc_trace_req *r,
+			const struct mc_sched_choice *ch, void *arg)
+{
+	struct req_csv *c = arg;
+	bool ok = ch->verdict == MC_SCHED_ACCEPT;
+	fprintf(c->f, "%zu,%.6f,%u,%u,%d,%d,%d,%u,%u,%d,%u,%.6f,%.6f,%.6f,%.6f,%.6f\n", index,
+		arrival_s, r->input_length, r->output_length, ok ? 1 : 0, ok ? ch->prefill : -1,
+		ok ? ch->decode : -1, ok ? ch->local_blocks : 0, ok ? ch->prefix_blocks : 0,
+		ok ? ch->fetch_from : -1, ok ? ch->prefix_tokens : 0, ch->queue_s, ch->transfer_s,
+		ch->prefill_s, ch->ttft_s, ch->tbt_s);
+}
+
 static int write_replicas_csv(const char *path, const struct replicas *rp)
 {
 	FILE *f = fopen(path, "w");
@@ -419,7 +447,9 @@ int main(int argc, char **argv)
 	struct mc_replay_hooks hooks;
 	struct mc_replay_store_stats ss;
 	json_t *extra = NULL;
+	struct req_csv csv = {0};
 	double t0 = now_s(), wall;
+	mc_status st;
 	int rc;
 
 	memset(&rp, 0, sizeof(rp));
@@ -474,10 +504,11 @@ int main(int argc, char **argv)
 		rc = usage_error("--replicas-csv needs --pool local (a pool holds one copy)");
 		goto out_opts;
 	}
-	if (o.store && (cfg.global_pool || o.replicas_csv || cfg.decode_nodes)) {
-		rc = usage_error("--store replays over the nodes' segments: no --pool global, no "
-				 "--replicas-csv, and no --decode-nodes yet (the conductor would "
-				 "book their jobs in wall time)");
+	if (o.store && (cfg.global_pool || o.replicas_csv || o.csv || cfg.decode_nodes)) {
+		rc = usage_error(
+			"--store replays over the nodes' segments: no --pool global, no "
+			"--replicas-csv or --csv, and no --decode-nodes yet (the conductor "
+			"would book their jobs in wall time)");
 		goto out_opts;
 	}
 	if (!o.store && (o.master || o.conductor || o.metadata)) {
@@ -518,7 +549,28 @@ int main(int argc, char **argv)
 			hooks.snapshot = snap_record;
 			hooks.snapshot_arg = &rp;
 		}
-		if (mc_replay_run(&cfg, &t, &hooks, &r) != MC_OK || rp.failed) {
+		if (o.csv) {
+			if (!(csv.f = fopen(o.csv, "w"))) {
+				fprintf(stderr, "mooncake_replay: %s: %s\n", o.csv,
+					strerror(errno));
+				rc = 1;
+				goto out_trace;
+			}
+			fputs(REQ_CSV_HEADER, csv.f);
+			hooks.request = req_csv_row;
+			hooks.request_arg = &csv;
+		}
+		st = mc_replay_run(&cfg, &t, &hooks, &r);
+		if (csv.f) {
+			bool bad = ferror(csv.f) != 0;
+			if (fclose(csv.f) != 0 || bad) {
+				fprintf(stderr, "mooncake_replay: %s: write failed\n", o.csv);
+				rc = 1;
+				goto out_trace;
+			}
+			csv.f = NULL;
+		}
+		if (st != MC_OK || rp.failed) {
 			fprintf(stderr, "mooncake_replay: %s\n",
 				rp.failed ? "out of memory" : mc_last_error());
 			rc = 1;

@@ -237,6 +237,8 @@ mc_status mc_replay_run(const struct mc_replay_config *cfg, const struct mc_trac
 		if (st != MC_OK)
 			goto out;
 		out->requests++;
+		if (hooks->request)
+			hooks->request(order[k], now, r, &ch, hooks->request_arg);
 		if (hooks->progress && (k % 1024 == 0 || k + 1 == t->n))
 			hooks->progress(k + 1, t->n, hooks->progress_arg);
 		if (ch.verdict != MC_SCHED_ACCEPT) {

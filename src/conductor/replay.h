@@ -70,12 +70,20 @@ struct mc_replay_replica {
 typedef void (*mc_replay_snapshot_cb)(double t_s, const struct mc_replay_replica *keys, size_t n,
 				      void *arg);
 
+/* One request's outcome: index is its place in the trace file (0-based),
+ * arrival_s its arrival in replay time; ch the scheduler's choice (its
+ * verdict says whether it was admitted). */
+typedef void (*mc_replay_request_cb)(size_t index, double arrival_s, const struct mc_trace_req *r,
+				     const struct mc_sched_choice *ch, void *arg);
+
 /* Where mc_replay_run reports; every member may be NULL. */
 struct mc_replay_hooks {
 	mc_replay_progress_cb progress;
 	void *progress_arg;
 	mc_replay_snapshot_cb snapshot; /* every snapshot_every_s, local caches only */
 	void *snapshot_arg;
+	mc_replay_request_cb request; /* every request, in replay order */
+	void *request_arg;
 };
 
 /*

@@ -144,3 +144,51 @@ def test_cost_model_file_then_flags(tmp_path):
     model.write_text('{"prefill_lin_s": 1e-4, "gqa": 0}')
     p = run("--trace", str(trace), "--cost-model", str(model))
     assert p.returncode == 1 and "gqa" in p.stderr
+
+
+def test_request_csv(tmp_path):
+    """--csv: one row per request, in replay order, agreeing with the JSON."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(LINE % (5, 1) + LINE % (0, 2) + LINE % (9, 1) + LINE % (7, 3))
+    out, csv = tmp_path / "r.json", tmp_path / "r.csv"
+    p = run("--trace", str(trace), "--nodes", "2", "--decode-nodes", "1", "--json", str(out),
+            "--csv", str(csv))
+    assert p.returncode == 0, p.stderr
+    lines = csv.read_text().splitlines()
+    head = lines[0].split(",")
+    rows = [dict(zip(head, x.split(","))) for x in lines[1:]]
+    r = json.loads(out.read_text())
+    assert len(rows) == r["requests"] == 4
+    assert [int(x["index"]) for x in rows] == [1, 0, 3, 2]  # by timestamp, file index kept
+    assert [float(x["arrival_s"]) for x in rows] == [0.0, 0.005, 0.007, 0.009]
+    assert sum(int(x["admitted"]) for x in rows) == r["requests"] - r["rejected"]
+    assert sum(int(x["prefix_tokens"]) for x in rows) == r["hit_tokens"]
+    ttfts = [float(x["ttft_s"]) for x in rows]
+    assert sum(ttfts) / len(ttfts) == pytest.approx(r["ttft_avg_s"], abs=1e-5)
+    assert all(int(x["decode"]) == 0 and int(x["prefill"]) in (0, 1) for x in rows)
+    # an unwritable file is an error before the replay
+    p = run("--trace", str(trace), "--csv", str(tmp_path / "no" / "r.csv"))
+    assert p.returncode == 1 and "r.csv" in p.stderr
+
+
+def test_figures_drawn_as_png(tmp_path):
+    """bench/replay_figures.py --png over a slice of each trace (fig9 and fig11)."""
+    pytest.importorskip("matplotlib")
+    import sys
+    if not TRACES:
+        pytest.skip("MC_TRACE_DIR not set")
+    sl = tmp_path / "traces"
+    sl.mkdir()
+    for name in ("conversation", "synthetic"):
+        with open(os.path.join(TRACES, name + "_trace.jsonl")) as f:
+            (sl / (name + "_trace.jsonl")).write_text("".join(f.readline() for _ in range(300)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    build = os.path.dirname(os.path.dirname(REPLAY))
+    p = subprocess.run([sys.executable, os.path.join(root, "bench", "replay_figures.py"),
+                        "--build", build, "--traces", str(sl), "--only", "fig9,fig11",
+                        "--png", str(tmp_path / "png")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for name in ("fig9.png", "fig11.png"):
+        data = (tmp_path / "png" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
