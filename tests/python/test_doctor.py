@@ -1,0 +1,73 @@
+"""mooncake doctor (python/mooncake/doctor.py): against a real master and its
+embedded metadata server, a port held by this test, a closed port, a missing
+directory; --json shape and exit codes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from conftest import free_port
+
+
+def doctor(*args):
+    return subprocess.run([sys.executable, "-m", "mooncake.doctor", *args],
+                          capture_output=True, text=True, timeout=120, env=os.environ)
+
+
+def checks_of(p):
+    d = json.loads(p.stdout)
+    return d, {c["check"]: c for c in d["checks"]}
+
+
+def test_a_healthy_setup_passes(mc_master, tmp_path):
+    p = doctor("--json", "--master", mc_master.addr, "--master-http",
+               f"127.0.0.1:{mc_master.metrics}", "--metadata", mc_master.meta_uri,
+               "--ssd-dir", str(tmp_path), "--port", str(free_port()))
+    assert p.returncode == 0, p.stdout + p.stderr
+    d, c = checks_of(p)
+    assert d["ok"] is True
+    for name in ("master", "master admin", "metadata server", "SSD directory"):
+        assert c[name]["result"] in ("ok", "warn") and c[name]["needed"], c[name]
+    assert c["master admin"]["detail"].startswith("/health 200")
+    assert c["clock skew"]["result"] in ("ok", "warn", "skip")
+    for name in ("memlock limit", "huge pages", "network interfaces", "io_uring", "CUDA",
+                 "RDMA devices"):
+        assert name in c and c[name]["result"] in ("ok", "warn", "skip", "fail")
+    assert all(set(x) == {"check", "result", "detail", "fix", "needed"} for x in d["checks"])
+
+
+def test_what_is_needed_and_missing_fails(tmp_path):
+    held = socket.socket()
+    held.bind(("0.0.0.0", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    closed = free_port()
+    try:
+        p = doctor("--master", f"127.0.0.1:{closed}", "--port", str(port), "--ssd-dir",
+                   str(tmp_path / "nope"), "--metadata", f"http://127.0.0.1:{closed}/metadata",
+                   "--timeout", "1")
+    finally:
+        held.close()
+    assert p.returncode == 1
+    out = p.stdout
+    assert f"port {port}" in out and "fix:" in out
+    assert "failed:" in out.splitlines()[-1]
+    for name in ("master", f"port {port}", "SSD directory", "metadata server"):
+        assert name in out.splitlines()[-1], out
+
+
+def test_rdma_protocol_needs_devices_and_memlock():
+    p = doctor("--json", "--protocol", "rdma", "--segment-size", "1t")
+    d, c = checks_of(p)
+    assert c["RDMA devices"]["needed"] and c["memlock limit"]["needed"]
+    if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
+        assert c["RDMA devices"]["result"] == "fail" and p.returncode == 1
+
+
+def test_console_program_dispatch():
+    from mooncake import doctor as doc
+    assert doc.mooncake_main(["nosuch"]) == 2
+    assert doc.mooncake_main([]) == 2
+    assert doc.parse_size("4GB") == 4 << 30 and doc.parse_size("512m") == 512 << 20
