@@ -590,7 +590,7 @@ static PyObject *engine_get_rpc_port(PyObject *self, PyObject *unused)
 
 /* ---- registration ---- */
 
-static const char *const kw_register[] = {"buffer_addr", "capacity", "location"};
+static const char *const kw_register[] = {"buffer_addr", "capacity", "location", "read_only"};
 static const char *const kw_unregister[] = {"buffer_addr"};
 static const char *const kw_batch_register[] = {"buffer_addresses", "capacities", "location"};
 static const char *const kw_batch_unregister[] = {"buffer_addresses"};
@@ -599,22 +599,25 @@ static PyObject *engine_register_memory(PyObject *self, PyObject *const *args, P
 					PyObject *kwnames)
 {
 	PyThreadState *ts;
-	const struct argspec spec = {"register_memory", kw_register, 2, 3};
+	const struct argspec spec = {"register_memory", kw_register, 2, 4};
 	struct mc_te *te = ENGINE(self);
 	PyObject *a[MAX_ARGS];
 	uint64_t addr, len;
 	const char *loc = "*";
+	int ro = 0;
 	mc_status rc;
 
 	if (parse_args(&spec, args, nargs, kwnames, a) < 0 ||
 	    arg_u64(a[0], spec.fname, "buffer_addr", &addr) < 0 ||
 	    arg_u64(a[1], spec.fname, "capacity", &len) < 0 ||
-	    (a[2] && arg_str(a[2], spec.fname, "location", &loc) < 0))
+	    (a[2] && arg_str(a[2], spec.fname, "location", &loc) < 0) ||
+	    (a[3] && (ro = PyObject_IsTrue(a[3])) < 0))
 		return NULL;
 	if (!te)
 		return PyLong_FromLong(-1);
 	ts = PyEval_SaveThread();
-	rc = mc_te_register(te, (void *)(uintptr_t)addr, (size_t)len, loc, true);
+	rc = mc_te_register_flags(te, (void *)(uintptr_t)addr, (size_t)len, loc, true,
+				  ro ? MC_TE_REGISTER_READ_ONLY : 0);
 	PyEval_RestoreThread(ts);
 	return PyLong_FromLong(upstream_err(rc));
 }
@@ -1517,9 +1520,10 @@ static PyMethodDef engine_methods[] = {
 	{"get_rpc_port", engine_get_rpc_port, METH_NOARGS,
 	 "get_rpc_port() -> int: the handshake/RPC port (-1 before initialize)."},
 	{"register_memory", FASTKW(engine_register_memory),
-	 "register_memory(buffer_addr, capacity, location='*') -> int\n\n"
+	 "register_memory(buffer_addr, capacity, location='*', read_only=False) -> int\n\n"
 	 "Register [buffer_addr, buffer_addr+capacity) for remote access; 0 or upstream's "
-	 "negative ERR_* code (-7 overlap, -1 invalid)."},
+	 "negative ERR_* code (-7 overlap, -1 invalid).  read_only: peers may read it but a\n"
+	 "remote write is refused (and it cannot be a local read's destination)."},
 	{"unregister_memory", FASTKW(engine_unregister_memory),
 	 "unregister_memory(buffer_addr) -> int: 0, or negative (-3 if not registered)."},
 	{"batch_register_memory", FASTKW(engine_batch_register_memory),

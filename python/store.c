@@ -558,7 +558,8 @@ static PyMethodDef store_methods[] = {
 	M(remove_by_regex, "remove_by_regex(regex_pattern, force=False) -> int: count or negative"),
 	M(remove_all, "remove_all(force=False) -> int: count or negative"),
 	M(batch_remove, "batch_remove(keys, force=False) -> list of int"),
-	M(register_buffer, "register_buffer(buffer_ptr, size) -> int"),
+	M(register_buffer, "register_buffer(buffer_ptr, size, read_only=False) -> int: read_only "
+			   "buffers are put sources only (a get into one is -600)"),
 	M(unregister_buffer, "unregister_buffer(buffer_ptr) -> int"),
 	M(put_from, "put_from(key, buffer_ptr, size, config=None) -> int"),
 	M(upsert_from, "upsert_from(key, buffer_ptr, size, config=None) -> int"),

@@ -19,14 +19,16 @@
 PyObject *mc_py_store_register_buffer(DEFARGS)
 {
 	uint64_t ptr, size;
+	bool ro;
 	struct call c;
 	mc_status rc;
-	PARSE("register_buffer", 2, "buffer_ptr", "size");
+	PARSE("register_buffer", 2, "buffer_ptr", "size", "read_only");
 	if (arg_u64(a[0], "register_buffer", "buffer_ptr", &ptr) < 0 ||
-	    arg_u64(a[1], "register_buffer", "size", &size) < 0)
+	    arg_u64(a[1], "register_buffer", "size", &size) < 0 || arg_bool(a[2], false, &ro) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
-	rc = mc_store_register_buffer(ST(self)->s, (void *)(uintptr_t)ptr, (size_t)size);
+	rc = mc_store_register_buffer_flags(ST(self)->s, (void *)(uintptr_t)ptr, (size_t)size,
+					    ro ? MC_STORE_BUFFER_READ_ONLY : 0);
 	call_end(&c);
 	return PyLong_FromLong(rc);
 }

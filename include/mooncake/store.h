@@ -218,6 +218,12 @@ MC_API mc_status mc_store_batch_get_alloc(struct mc_store *s, const char *const 
  * mapped readable and writable in every page.
  */
 MC_API mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len);
+/* A buffer the store only reads: puts take their bytes from it, a get into
+ * it is MC_ERR_INVALID_PARAMS, and its pages need only be readable. */
+#define MC_STORE_BUFFER_READ_ONLY 0x1u
+/* mc_store_register_buffer with flags (0 or MC_STORE_BUFFER_READ_ONLY). */
+MC_API mc_status mc_store_register_buffer_flags(struct mc_store *s, void *addr, size_t len,
+						unsigned flags);
 /* MC_OK when [buf, buf+len) lies inside one registered buffer (or len is
  * 0), else MC_ERR_INVALID_PARAMS: the check every zero-copy call makes,
  * for callers that read a buffer before handing it over. */

@@ -166,6 +166,15 @@ MC_API mc_status mc_te_host_free(void *p);
  * is not mapped readable and writable in every page (peers write into it). */
 MC_API mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
 				bool remote_accessible);
+/* Peers may read the range but never write it: a remote write into it is
+ * refused before a byte moves (the initiator's request fails), and a local
+ * read into it (it as a request's destination) is MC_ERR_INVALID_PARAMS.
+ * The pages need only be readable. */
+#define MC_TE_REGISTER_READ_ONLY 0x1u
+/* mc_te_register with flags (0 or MC_TE_REGISTER_READ_ONLY; any other bit is
+ * MC_ERR_INVALID_PARAMS). */
+MC_API mc_status mc_te_register_flags(struct mc_te *te, void *addr, size_t length,
+				      const char *location, bool remote_accessible, unsigned flags);
 /* Deregister the range that starts exactly at addr (MC_ERR_ADDRESS_NOT_REGISTERED otherwise).
  * Waits until no incoming request is touching it. */
 MC_API mc_status mc_te_deregister(struct mc_te *te, void *addr);

@@ -72,7 +72,7 @@ static size_t upper_bound_locked(struct mc_memreg *r, uint64_t a)
 }
 
 mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
-			int dev, bool remote)
+			int dev, bool remote, bool read_only)
 {
 	struct mc_memreg_entry *e;
 	size_t pos;
@@ -87,6 +87,7 @@ mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const 
 	e->addr = addr;
 	e->length = len;
 	e->remote_accessible = remote;
+	e->read_only = read_only;
 	e->dev = dev;
 	snprintf(e->location, sizeof(e->location), "%s", location && *location ? location : "*");
 
@@ -147,23 +148,32 @@ mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 	return MC_OK;
 }
 
-struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len)
+struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len,
+					  bool write, const char **why_out)
 {
 	struct mc_memreg_entry *e = NULL;
+	const char *why = "not inside registered memory";
 	size_t pos;
 
 	if (!len || addr + len < addr)
-		return NULL;
+		goto out;
 	pthread_rwlock_rdlock(&r->lock);
 	pos = upper_bound_locked(r, addr);
 	if (pos > 0) {
 		struct mc_memreg_entry *c = r->v[pos - 1];
 		if (c->remote_accessible && addr >= c->addr && addr + len <= c->addr + c->length) {
-			e = c;
-			atomic_fetch_add(&e->users, 1);
+			if (write && c->read_only) {
+				why = "a write into read-only registered memory";
+			} else {
+				e = c;
+				atomic_fetch_add(&e->users, 1);
+			}
 		}
 	}
 	pthread_rwlock_unlock(&r->lock);
+out:
+	if (why_out)
+		*why_out = e ? NULL : why;
 	return e;
 }
 
@@ -178,7 +188,7 @@ void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e)
 	}
 }
 
-bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out)
+bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out, bool *ro_out)
 {
 	bool found = false;
 	size_t pos;
@@ -191,6 +201,8 @@ bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev
 		struct mc_memreg_entry *c = r->v[pos - 1];
 		if (addr >= c->addr && addr + len <= c->addr + c->length) {
 			*dev_out = c->dev;
+			if (ro_out)
+				*ro_out = c->read_only;
 			found = true;
 		}
 	}
@@ -204,7 +216,7 @@ int mc_memreg_ptr_device(struct mc_memreg *r, const struct mc_devmem_ops *devmem
 	int dev;
 	if (!devmem || !len)
 		return -1;
-	if (mc_memreg_device(r, (uint64_t)(uintptr_t)p, len, &dev))
+	if (mc_memreg_device(r, (uint64_t)(uintptr_t)p, len, &dev, NULL))
 		return dev;
 	return devmem->ptr_device(p);
 }
@@ -260,7 +272,7 @@ out:
  * MC_OK when every byte is readable and writable.  *skipped is set when
  * the file cannot be read (no /proc), which leaves only the msync probe. */
 static mc_status maps_check(uint64_t start, uint64_t end, uint64_t addr, uint64_t len,
-			    bool *skipped)
+			    bool read_only, bool *skipped)
 {
 	FILE *f = fopen("/proc/self/maps", "re");
 	char *line = NULL;
@@ -281,12 +293,13 @@ static mc_status maps_check(uint64_t start, uint64_t end, uint64_t addr, uint64_
 			continue;
 		if (lo > cur)
 			break; /* a hole (unmapped since the msync probe) */
-		if (e[1] != 'r' || e[2] != 'w') {
+		if (e[1] != 'r' || (!read_only && e[2] != 'w')) {
 			rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 					  "register: 0x%llx+%llu: page 0x%llx is mapped %.4s, not "
-					  "readable and writable",
+					  "readable%s",
 					  (unsigned long long)addr, (unsigned long long)len,
-					  (unsigned long long)cur, e + 1);
+					  (unsigned long long)cur, e + 1,
+					  read_only ? "" : " and writable");
 			goto out;
 		}
 		cur = hi;
@@ -301,7 +314,7 @@ out:
 	return rc;
 }
 
-mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len)
+mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len, bool read_only)
 {
 	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
 	bool skipped;
@@ -321,7 +334,7 @@ mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len)
 	 * reads (an allocator's, a sanitizer's) can make one pass miss or split
 	 * a line; a real hole or read-only page is there on every pass. */
 	for (int pass = 0; pass < MAPS_PASSES; pass++) {
-		rc = maps_check(start, end, addr, len, &skipped);
+		rc = maps_check(start, end, addr, len, read_only, &skipped);
 		if (rc == MC_OK)
 			break;
 	}

@@ -31,6 +31,7 @@ struct mc_memreg_entry {
 	char location[32];
 	int dev; /* device memory of device dev (mem/devmem.h), or -1: host memory */
 	bool remote_accessible;
+	bool read_only;	  /* peers may read it, never write it (MC_TE_REGISTER_READ_ONLY) */
 	atomic_int users; /* incoming requests touching it right now */
 };
 
@@ -46,16 +47,20 @@ struct mc_memreg {
 void mc_memreg_init(struct mc_memreg *r);
 void mc_memreg_release(struct mc_memreg *r);
 mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
-			int dev, bool remote);
+			int dev, bool remote, bool read_only);
 /* Unlink the range starting at addr, then wait until no request uses it. */
 mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
-/* If [addr, addr+len) lies inside one remotely accessible entry, take a user
- * reference on it and return it; NULL otherwise (len 0 or overflow too). */
-struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len);
+/* If [addr, addr+len) lies inside one remotely accessible entry, and write
+ * is false or the entry is not read-only, take a user reference on it and
+ * return it; NULL otherwise (len 0 or overflow too).  *why_out (may be
+ * NULL) says which: "not inside registered memory" or "read-only". */
+struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len,
+					  bool write, const char **why_out);
 void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
 /* If [addr, addr+len) lies inside one entry (remotely accessible or not),
- * true and its device (-1 for host memory) in *dev_out. */
-bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out);
+ * true and its device (-1 for host memory) in *dev_out, and whether it is
+ * read-only in *ro_out (may be NULL). */
+bool mc_memreg_device(struct mc_memreg *r, uint64_t addr, uint64_t len, int *dev_out, bool *ro_out);
 /* The device of memory at [p, p+len): the entry's device when the range is
  * registered, else what the backend says of the pointer; -1 for host
  * memory (always without a backend, or for len 0). */
@@ -69,8 +74,9 @@ mc_status mc_memreg_nth(struct mc_memreg *r, size_t index, uint64_t *addr_out,
 mc_status mc_memreg_fill_desc(struct mc_memreg *r, const char *name, struct mc_seg_desc *desc);
 /* [addr, addr+len) is host memory this process may read and write: every
  * page mapped, readable and writable, as a registration must be (peers
- * write into it, local reads land in it).  MC_ERR_INVALID_PARAMS with a
- * message otherwise.  A snapshot: it cannot stop a later munmap. */
-mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len);
+ * write into it, local reads land in it); with read_only, readable is
+ * enough (nothing will write it).  MC_ERR_INVALID_PARAMS with a message
+ * otherwise.  A snapshot: it cannot stop a later munmap. */
+mc_status mc_memreg_check_mapped(uint64_t addr, uint64_t len, bool read_only);
 
 #endif

@@ -170,6 +170,10 @@ static inline mc_status mc_store_first_failure_i64(const int64_t *results, size_
 }
 
 /* [off, off + len) lies inside [0, size). */
+/* mc_store_check_buffer for a read's destination: also refuses a buffer
+ * registered read-only (MC_STORE_BUFFER_READ_ONLY). */
+mc_status mc_store_check_dest(struct mc_store *s, const void *buf, size_t len);
+
 static inline bool mc_store_range_inside(uint64_t off, uint64_t len, uint64_t size)
 {
 	return len <= size && off <= size - len;

@@ -364,7 +364,8 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 			if (lens[i][b] && !bufs[i][b])
 				results[i] = mc_set_error(MC_ERR_INVALID_PARAMS,
 							  "NULL buffer for %s", keys[i]);
-			else if (mc_store_check_buffer(s, bufs[i][b], lens[i][b]) != MC_OK)
+			else if ((put ? mc_store_check_buffer(s, bufs[i][b], lens[i][b])
+				      : mc_store_check_dest(s, bufs[i][b], lens[i][b])) != MC_OK)
 				results[i] = MC_ERR_INVALID_PARAMS;
 			else if (!mc_store_range_inside(offs[i][b], lens[i][b], xs[i]->size))
 				results[i] = mc_set_error(

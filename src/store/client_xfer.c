@@ -1081,14 +1081,35 @@ mc_status mc_store_check_buffer(struct mc_store *s, const void *buf, size_t len)
 			    "buffer %p+%zu is not inside one registered buffer", buf, len);
 }
 
+/* A read's destination: registered, and not registered read-only. */
+mc_status mc_store_check_dest(struct mc_store *s, const void *buf, size_t len)
+{
+	mc_status rc = mc_store_check_buffer(s, buf, len);
+	if (rc != MC_OK || !len || mc_te_local_writable(s->te, buf, len))
+		return rc;
+	return mc_set_error(MC_ERR_INVALID_PARAMS,
+			    "buffer %p+%zu is registered read-only: it cannot take a get", buf,
+			    len);
+}
+
 mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len)
+{
+	return mc_store_register_buffer_flags(s, addr, len, 0);
+}
+
+mc_status mc_store_register_buffer_flags(struct mc_store *s, void *addr, size_t len, unsigned flags)
 {
 	mc_status rc = mc_store_check_ready(s);
 	if (rc != MC_OK)
 		return rc;
 	if (!addr || !len)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: NULL or empty");
-	return mc_te_register(s->te, addr, len, NULL, true);
+	if (flags & ~(unsigned)MC_STORE_BUFFER_READ_ONLY)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: unknown flags 0x%x",
+				    flags);
+	return mc_te_register_flags(s->te, addr, len, NULL, true,
+				    (flags & MC_STORE_BUFFER_READ_ONLY) ? MC_TE_REGISTER_READ_ONLY
+									: 0);
 }
 
 mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr)
@@ -1140,7 +1161,7 @@ static int64_t untimed_get_into(struct mc_store *s, const char *key, void *buf, 
 	if (rc == MC_OK && !buf && cap)
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "get_into: NULL buffer");
 	if (rc == MC_OK)
-		rc = mc_store_check_buffer(s, buf, cap);
+		rc = mc_store_check_dest(s, buf, cap);
 	if (rc != MC_OK)
 		return rc;
 	return get_one(s, key, &buf, &cap, 1, cap, NULL, NULL);
@@ -1313,7 +1334,7 @@ static mc_status batch_get_multi(struct mc_store *s, const char *const *keys,
 				res[i] = mc_set_error(MC_ERR_INVALID_PARAMS, "NULL buffer for %s",
 						      keys[i]);
 			else
-				res[i] = mc_store_check_buffer(s, bufs[i][b], lens[i][b]);
+				res[i] = mc_store_check_dest(s, bufs[i][b], lens[i][b]);
 	}
 	get_many(s, keys, bufs, lens, nbufs, n, NULL, NULL, res);
 	rc = mc_store_first_failure_i64(res, n);
@@ -1503,6 +1524,11 @@ static mc_status untimed_get_into_ranges(struct mc_store *s,
 		if (!end)
 			mc_set_error(MC_ERR_INVALID_PARAMS,
 				     "get_into_ranges: %p is not in registered memory", r->buf);
+		else if (!mc_te_local_writable(s->te, r->buf, room)) {
+			end = 0;
+			mc_set_error(MC_ERR_INVALID_PARAMS,
+				     "get_into_ranges: %p is registered read-only", r->buf);
+		}
 		for (size_t f = 0; f < r->nranges; f++) {
 			const struct mc_store_range *g = &r->ranges[f];
 			if (!end || !mc_store_range_inside(g->src_offset, g->length, rep->size) ||

@@ -745,7 +745,7 @@ static mc_status resolve_location(struct mc_te *te, const void *addr, const char
 }
 
 static mc_status memreg_add(struct mc_te *te, void *addr, size_t length, const char *location,
-			    bool remote)
+			    bool remote, bool read_only)
 {
 	char buf[32];
 	int dev;
@@ -754,18 +754,30 @@ static mc_status memreg_add(struct mc_te *te, void *addr, size_t length, const c
 		return rc;
 	/* published at once: a hole or a read-only page would kill this process
 	 * at a peer's first write; device memory is the backend's to vouch for */
-	if (dev < 0 && (rc = mc_memreg_check_mapped((uint64_t)(uintptr_t)addr, length)) != MC_OK)
+	if (dev < 0 &&
+	    (rc = mc_memreg_check_mapped((uint64_t)(uintptr_t)addr, length, read_only)) != MC_OK)
 		return rc;
-	return mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location, dev, remote);
+	return mc_memreg_add(&te->memreg, (uint64_t)(uintptr_t)addr, length, location, dev, remote,
+			     read_only);
 }
 
 mc_status mc_te_register(struct mc_te *te, void *addr, size_t length, const char *location,
 			 bool remote_accessible)
 {
+	return mc_te_register_flags(te, addr, length, location, remote_accessible, 0);
+}
+
+mc_status mc_te_register_flags(struct mc_te *te, void *addr, size_t length, const char *location,
+			       bool remote_accessible, unsigned flags)
+{
 	mc_status rc;
 	if (!te || !addr || !length)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: NULL address or zero length");
-	rc = memreg_add(te, addr, length, location, remote_accessible);
+	if (flags & ~(unsigned)MC_TE_REGISTER_READ_ONLY)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "register: unknown flags 0x%x",
+				    flags & ~(unsigned)MC_TE_REGISTER_READ_ONLY);
+	rc = memreg_add(te, addr, length, location, remote_accessible,
+			(flags & MC_TE_REGISTER_READ_ONLY) != 0);
 	if (rc != MC_OK)
 		return rc;
 	rc = mc_te_publish(te);
@@ -804,7 +816,7 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 					  "register: entry %zu has NULL address or zero length", i);
 			break;
 		}
-		rc = memreg_add(te, bufs[i].addr, bufs[i].length, location, true);
+		rc = memreg_add(te, bufs[i].addr, bufs[i].length, location, true, false);
 		if (rc != MC_OK)
 			break;
 	}

@@ -140,6 +140,8 @@ struct mc_te {
 int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len);
 /* [p, p+len) lies inside one range registered with te (len 0: true). */
 bool mc_te_local_registered(struct mc_te *te, const void *p, uint64_t len);
+/* The same, and not registered read-only: bytes may land there. */
+bool mc_te_local_writable(struct mc_te *te, const void *p, uint64_t len);
 /* As mc_te_submit, without the check that each request's local range is
  * registered: for the store, which checks the buffers of its zero-copy
  * calls itself (once per buffer, before asking the master anything) and

@@ -52,7 +52,15 @@ int mc_te_local_device(struct mc_te *te, const void *p, uint64_t len)
 bool mc_te_local_registered(struct mc_te *te, const void *p, uint64_t len)
 {
 	int dev;
-	return !len || mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev);
+	return !len || mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev, NULL);
+}
+
+bool mc_te_local_writable(struct mc_te *te, const void *p, uint64_t len)
+{
+	int dev;
+	bool ro = false;
+	return !len ||
+	       (mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev, &ro) && !ro);
 }
 
 /* Validate every request before any starts; resolve each target's peer
@@ -83,6 +91,12 @@ static mc_status submit_checks(struct mc_te *te, struct mc_batch *b, const struc
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
 					    "request %zu: local range %p+%llu is not inside one "
 					    "registered buffer",
+					    i, r->source, (unsigned long long)r->length);
+		if (check_local && r->opcode == MC_OP_READ &&
+		    !mc_te_local_writable(te, r->source, r->length))
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "request %zu: a read into %p+%llu, which is registered "
+					    "read-only",
 					    i, r->source, (unsigned long long)r->length);
 		peers[i] = NULL;
 		tps[i] = te->local_tp;

@@ -147,15 +147,18 @@ static mc_status local_submit(struct mc_transport *base, struct mc_peer *peer,
 	(void)peer;
 	for (size_t i = 0; i < n; i++) {
 		struct mc_slice *s = slices[i];
-		struct mc_memreg_entry *ent = mc_memreg_acquire(lt->memreg, s->remote_addr, s->len);
+		const char *why;
+		struct mc_memreg_entry *ent = mc_memreg_acquire(lt->memreg, s->remote_addr, s->len,
+								s->opcode == MC_OP_WRITE, &why);
 		char *remote = (char *)(uintptr_t)s->remote_addr;
 		char *dst = s->opcode == MC_OP_WRITE ? remote : s->local;
 		const char *src = s->opcode == MC_OP_WRITE ? s->local : remote;
 
 		if (!ent) {
-			mc_info("local %s of %llu bytes at 0x%llx rejected: not inside registered memory",
+			mc_info("local %s of %llu bytes at 0x%llx rejected: %s",
 				s->opcode == MC_OP_WRITE ? "write" : "read",
-				(unsigned long long)s->len, (unsigned long long)s->remote_addr);
+				(unsigned long long)s->len, (unsigned long long)s->remote_addr,
+				why);
 			mc_slice_done(s, MC_ERR_ADDRESS_NOT_REGISTERED);
 			continue;
 		}

@@ -562,14 +562,15 @@ static uint32_t serve_copy_dev(struct shm_sconn *sc, const struct mc_shm_req *r,
 static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
 {
 	struct mc_memreg *reg = sc->w->st->memreg;
-	struct mc_memreg_entry *e = mc_memreg_acquire(reg, r->remote, r->len);
+	const char *why;
+	struct mc_memreg_entry *e =
+		mc_memreg_acquire(reg, r->remote, r->len, r->opcode == MC_SHM_OP_WRITE, &why);
 	uint32_t st;
 
 	if (!e) {
-		mc_info("same-host %s of %llu bytes at 0x%llx from pid %d rejected: not inside "
-			"registered memory",
+		mc_info("same-host %s of %llu bytes at 0x%llx from pid %d rejected: %s",
 			r->opcode == MC_SHM_OP_WRITE ? "write" : "read", (unsigned long long)r->len,
-			(unsigned long long)r->remote, (int)sc->pid);
+			(unsigned long long)r->remote, (int)sc->pid, why);
 		return MC_SHM_ST_REJECTED;
 	}
 	if (e->dev >= 0)

@@ -399,11 +399,11 @@ failed:
 }
 
 /* A request outside registered memory: reject (v2) or close (v1). */
-static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool v2)
+static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool v2, const char *why)
 {
-	mc_info("rejected %s of %llu bytes at 0x%llx from %s: not inside registered memory",
+	mc_info("rejected %s of %llu bytes at 0x%llx from %s: %s",
 		(h->opcode & 0x7f) == MC_TCP_OP_WRITE ? "write" : "read",
-		(unsigned long long)h->size, (unsigned long long)h->addr, sc->peer_name);
+		(unsigned long long)h->size, (unsigned long long)h->addr, sc->peer_name, why);
 	if (!v2) {
 		mc_tcp_sconn_free(sc);
 		return false;
@@ -434,6 +434,7 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 		}
 		if (sc->state == S_HDR) {
 			struct mc_tcp_hdr h;
+			const char *why;
 			bool v2, write;
 			if (avail < MC_TCP_HDR_LEN)
 				goto fill;
@@ -449,9 +450,9 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				continue;
 			}
 			sc->rpos += MC_TCP_HDR_LEN;
-			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size);
+			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size, write, &why);
 			if (!sc->cur_ent)
-				return sconn_reject(sc, &h, v2);
+				return sconn_reject(sc, &h, v2, why);
 			if (sc->cur_ent->dev >= 0 && !sconn_dev_open(sc)) {
 				mc_tcp_sconn_free(sc);
 				return false;

@@ -26,8 +26,8 @@ static inline struct mc_memreg *fuzz_regions(uint8_t **r1)
 		a = malloc(4096);
 		b = malloc(100);
 		mc_memreg_init(&reg);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)a, 4096, "cpu:0", -1, true);
-		mc_memreg_add(&reg, (uint64_t)(uintptr_t)b, 100, "cpu:0", -1, true);
+		mc_memreg_add(&reg, (uint64_t)(uintptr_t)a, 4096, "cpu:0", -1, true, false);
+		mc_memreg_add(&reg, (uint64_t)(uintptr_t)b, 100, "cpu:0", -1, true, true);
 		ready = 1;
 	}
 	*r1 = a;
@@ -37,7 +37,7 @@ static inline struct mc_memreg *fuzz_regions(uint8_t **r1)
 /* Look [addr, addr + len) up as a target does; if accepted, touch all of it. */
 static inline void fuzz_touch(struct mc_memreg *reg, uint64_t addr, uint64_t len)
 {
-	struct mc_memreg_entry *e = mc_memreg_acquire(reg, addr, len);
+	struct mc_memreg_entry *e = mc_memreg_acquire(reg, addr, len, false, NULL);
 
 	if (e) {
 		uint8_t *p = (uint8_t *)(uintptr_t)addr;

@@ -716,6 +716,72 @@ static void free_right_after_polling_completed(void **state)
 	}
 }
 
+/* A range registered MC_TE_REGISTER_READ_ONLY serves remote reads and
+ * refuses remote writes with the bytes untouched; once deregistered it
+ * refuses both.  Locally it may be a write's source, never a read's
+ * destination; a PROT_READ mapping registers read-only only. */
+static void read_only_region_refuses_writes(void **state)
+{
+	struct pair *p = *state;
+	size_t len = 4 * 4096;
+	char *ro = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *copy = malloc(len), *rdonly;
+	uint64_t base = (uint64_t)(uintptr_t)ro;
+	mc_segment_id id;
+
+	memset(ro, 0x5a, len);
+	memcpy(copy, ro, len);
+	assert_int_equal(mc_te_register_flags(p->b, ro, len, "cpu:0", true, 0x2),
+			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(
+		mc_te_register_flags(p->b, ro, len, "cpu:0", true, MC_TE_REGISTER_READ_ONLY),
+		MC_OK);
+	assert_int_equal(mc_te_reopen_segment(p->a, mc_te_local_name(p->b), &id), MC_OK);
+	mc_test_fill(p->abuf, len, 7);
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, id, base, 64), MC_OK);
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, id, base + 4096, len - 4096), MC_OK);
+	assert_memory_equal(copy, ro, len);
+	/* reads are served, and the connection still works for other ranges */
+	assert_int_equal(xfer(p->a, MC_OP_READ, p->abuf, id, base + 100, 1000), MC_OK);
+	assert_memory_equal(p->abuf, copy + 100, 1000);
+	assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf, id, (uint64_t)(uintptr_t)p->bbuf, 64),
+			 MC_OK);
+	/* the target's own local path refuses the write too */
+	assert_int_not_equal(xfer(p->b, MC_OP_WRITE, p->bbuf, MC_LOCAL_SEGMENT, base, 64), MC_OK);
+	assert_memory_equal(copy, ro, len);
+	/* a read-only range is a source, never a destination, of local requests */
+	assert_int_equal(
+		xfer(p->b, MC_OP_WRITE, ro, MC_LOCAL_SEGMENT, (uint64_t)(uintptr_t)p->bbuf, 64),
+		MC_OK);
+	assert_memory_equal(p->bbuf, copy, 64);
+	assert_int_equal(
+		xfer(p->b, MC_OP_READ, ro, MC_LOCAL_SEGMENT, (uint64_t)(uintptr_t)p->bbuf, 64),
+		MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "read-only"));
+	assert_memory_equal(copy, ro, len);
+	/* deregistered: both refused, nothing changes */
+	assert_int_equal(mc_te_deregister(p->b, ro), MC_OK);
+	assert_int_equal(mc_te_reopen_segment(p->a, mc_te_local_name(p->b), &id), MC_OK);
+	assert_int_not_equal(xfer(p->a, MC_OP_READ, p->abuf, id, base, 64), MC_OK);
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, id, base, 64), MC_OK);
+	assert_memory_equal(copy, ro, len);
+	/* a PROT_READ mapping: refused read-write, taken read-only */
+	rdonly = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_int_equal(mc_te_register(p->b, rdonly, 4096, "cpu:0", true), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(
+		mc_te_register_flags(p->b, rdonly, 4096, "cpu:0", true, MC_TE_REGISTER_READ_ONLY),
+		MC_OK);
+	assert_int_equal(mc_te_reopen_segment(p->a, mc_te_local_name(p->b), &id), MC_OK);
+	assert_int_equal(xfer(p->a, MC_OP_READ, p->abuf, id, (uint64_t)(uintptr_t)rdonly, 64),
+			 MC_OK);
+	assert_int_not_equal(xfer(p->a, MC_OP_WRITE, p->abuf, id, (uint64_t)(uintptr_t)rdonly, 64),
+			     MC_OK); /* refused, not a SIGSEGV in the target */
+	assert_int_equal(mc_te_deregister(p->b, rdonly), MC_OK);
+	munmap(rdonly, 4096);
+	munmap(ro, len);
+	free(copy);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -746,6 +812,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(local_ranges_must_be_registered, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(read_only_region_refuses_writes, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(read_only_region_refuses_writes, setup_one_worker,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_refuses_unmapped_memory, setup_mem,
 						teardown_pair),

@@ -231,13 +231,13 @@ static void mapped_check_holds_while_mappings_change(void **state)
 	atomic_store(&churn_stop, false);
 	assert_int_equal(pthread_create(&th, NULL, churn_main, NULL), 0);
 	for (int r = 0; r < ROUNDS; r++)
-		bad += mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg) != MC_OK;
+		bad += mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg, false) != MC_OK;
 	atomic_store(&churn_stop, true);
 	pthread_join(th, NULL);
 	assert_int_equal(bad, 0);
 	/* and a real hole is still one */
 	assert_int_equal(munmap(good + 4 * pg, pg), 0);
-	assert_int_equal(mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg),
+	assert_int_equal(mc_memreg_check_mapped((uint64_t)(uintptr_t)good, 16 * pg, false),
 			 MC_ERR_INVALID_PARAMS);
 	munmap(good, 16 * pg);
 	for (int i = 0; i < NFILL; i++)
