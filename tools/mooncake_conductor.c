@@ -26,7 +26,7 @@
 
 #include "base/compiler.h"
 #include "base/log.h"
-#include "conductor/flags.h"
+#include "base/flags.h"
 #include "conductor/service.h"
 #include "mooncake/status.h"
 

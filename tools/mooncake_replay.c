@@ -33,7 +33,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
-#include "conductor/flags.h"
+#include "base/flags.h"
 #include "conductor/replay.h"
 #include "conductor/trace.h"
 #include "replay_store.h"

@@ -16,7 +16,7 @@ under ``$MC_BUILD_DIR/tools`` as well.
 import os
 import sys
 
-__all__ = ["find_program", "mooncake_master", "transfer_engine_bench"]
+__all__ = ["find_program", "mooncake_master", "mooncake_client", "transfer_engine_bench"]
 
 
 def find_program(name):
@@ -50,6 +50,11 @@ def mooncake_master(argv=None):
     return _exec("mooncake_master", argv)
 
 
+def mooncake_client(argv=None):
+    """``mooncake_client``: the standalone store client (one per host)."""
+    return _exec("mooncake_client", argv)
+
+
 def transfer_engine_bench(argv=None):
     """``transfer_engine_bench``: the Transfer Engine benchmark."""
     return _exec("transfer_engine_bench", argv)
@@ -57,7 +62,8 @@ def transfer_engine_bench(argv=None):
 
 def main():
     """``python -m mooncake.cli PROGRAM [ARGS...]``."""
-    progs = {"mooncake_master": mooncake_master, "transfer_engine_bench": transfer_engine_bench}
+    progs = {"mooncake_master": mooncake_master, "mooncake_client": mooncake_client,
+             "transfer_engine_bench": transfer_engine_bench}
     if len(sys.argv) < 2 or sys.argv[1] not in progs:
         print(f"usage: python -m mooncake.cli {{{','.join(progs)}}} [ARGS...]", file=sys.stderr)
         return 2

@@ -74,7 +74,7 @@ def run(venv, argv, **kw):
 def test_console_programs(venv):
     bindir = venv / "bin"
     for name in ("mooncake_master", "mooncake_http_metadata_server", "transfer_engine_bench",
-                 "transfer_engine_topology_dump", "mooncake"):
+                 "transfer_engine_topology_dump", "mooncake", "mooncake_client"):
         assert (bindir / name).is_file(), f"{name} not installed in {bindir}"
     r = run(venv, [str(bindir / "mooncake_master"), "--version"])
     assert r.returncode == 0, r.stderr
@@ -86,6 +86,8 @@ def test_console_programs(venv):
     assert "error while loading shared libraries" not in r.stderr
     r = run(venv, [str(bindir / "transfer_engine_topology_dump"), "--compact"])
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), dict), r.stderr
+    r = run(venv, [str(bindir / "mooncake_client"), "--help"])
+    assert r.returncode == 0 and "--global_segment_size" in r.stdout, r.stderr
     r = run(venv, [str(bindir / "mooncake"), "doctor", "--json"])
     assert r.returncode == 0 and "checks" in json.loads(r.stdout), r.stdout + r.stderr
     if importlib.util.find_spec("aiohttp") is not None:

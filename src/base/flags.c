@@ -1,15 +1,15 @@
 /*
- * conductor/flags.c - argv over several config tables (flags.h).
+ * base/flags.c - argv over several config tables (flags.h).
  *
- * The conductor's programs take the options of more than one component:
- * their own, the scheduler's (sched.h) and the cost model's
- * (costmodel.h).  Each stays one base/config table in its own file, and
+ * Some programs take the options of more than one component: the
+ * conductor's take their own, the scheduler's (conductor/sched.h) and the
+ * cost model's (conductor/costmodel.h).  Each stays one base/config table in its own file, and
  * this walks argv once, finding each name in the first table that has it
  * and letting the engine parse and bound the value, so every program reads
  * the same spellings and refuses the same mistakes.  It never prints; the
  * caller turns a failure into its usage message.
  */
-#include "conductor/flags.h"
+#include "base/flags.h"
 
 #include <string.h>
 

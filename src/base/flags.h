@@ -1,11 +1,12 @@
 /*
- * conductor/flags.h - the command lines of the conductor's programs
- * (mooncake_replay, mooncake_conductor): --name=value, --name value, or a
- * bool --name alone, looked up in several base/config tables in turn,
- * each filling its own struct.  '-' and '_' in names are the same.
+ * base/flags.h - the command lines of programs whose options come from
+ * base/config tables (mooncake_replay, mooncake_conductor, mooncake_client):
+ * --name=value, --name value, or a bool --name alone, looked up in several
+ * tables in turn, each filling its own struct.  '-' and '_' in names are
+ * the same.
  */
-#ifndef MC_CONDUCTOR_FLAGS_H
-#define MC_CONDUCTOR_FLAGS_H
+#ifndef MC_BASE_FLAGS_H
+#define MC_BASE_FLAGS_H
 
 #include <stdbool.h>
 #include <stddef.h>
