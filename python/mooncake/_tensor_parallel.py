@@ -217,8 +217,8 @@ def _as_bytes(torch, t):
     return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
 
-def _blob(torch, t, dtype, global_shape, axes):
-    """[SHARD or FULL header][bytes] of t in a new uint8 tensor."""
+def _header(t, dtype, global_shape, axes):
+    """The 304-byte header of t: FULL without axes, SHARD with them."""
     ndim = t.dim()
     local8 = list(t.shape) + [-1] * (8 - ndim)
     glob8 = list(global_shape) + [-1] * (8 - ndim)
@@ -232,6 +232,13 @@ def _blob(torch, t, dtype, global_shape, axes):
             hdr += _AXIS.pack(KIND_CODE[a.kind], idx, a.rank, a.size, sd, 0, 0)
         else:
             hdr += _AXIS.pack(0, 0, 0, 0, 0, 0, 0)
+    return hdr
+
+
+def _blob(torch, t, dtype, global_shape, axes):
+    """[header][bytes] of t in a new uint8 tensor."""
+    hdr = _header(t, dtype, global_shape, axes)
+    nbytes = t.numel() * t.element_size()
     out = torch.empty(HDR_SIZE + nbytes, dtype=torch.uint8)
     out[:HDR_SIZE] = torch.frombuffer(bytearray(hdr), dtype=torch.uint8)
     if nbytes:
@@ -252,21 +259,16 @@ def _prepare(torch, tensor):
     return t, code
 
 
-def _put_blobs(store, keys, blobs, config, upsert):
-    """Writes each blob (a stored-format uint8 tensor) under its key."""
-    ret = []
-    fn = store.upsert_tensor_from if upsert else store.put_tensor_from
-    for k, b in zip(keys, blobs):
-        ptr, size = b.data_ptr(), b.numel()
-        rc = store.register_buffer(ptr, size)
-        if rc != 0:
-            ret.append(rc)
-            continue
-        try:
-            ret.append(fn(k, ptr, size, config))
-        finally:
-            store.unregister_buffer(ptr)
-    return ret
+def _put_tensor(store, key, t, code, global_shape, axes, config, upsert):
+    """Writes contiguous CPU tensor t under key as [header][bytes]: put_parts
+    of the header and the tensor's own memory (no staging copy here)."""
+    hdr = _header(t, code, global_shape, axes)
+    nbytes = t.numel() * t.element_size()
+    fn = store.upsert_parts if upsert else store.put_parts
+    if not nbytes:
+        return fn(key, hdr, config=config)
+    data = (ctypes.c_char * nbytes).from_address(t.data_ptr())
+    return fn(key, hdr, memoryview(data).cast("B"), config=config)
 
 
 def _put_manifest(store, key, data, config, upsert):
@@ -300,7 +302,7 @@ def _put_one(store, key, tensor, parallelism, config, writer_partition, upsert):
     if t is None:
         return ERR_INVALID_PARAMS
     if parallelism is None and writer_partition is None:
-        return _put_blobs(store, [key], [_blob(torch, t, code, t.shape, [])], config, upsert)[0]
+        return _put_tensor(store, key, t, code, t.shape, [], config, upsert)
     if writer_partition is not None:
         r, n, d = writer_partition
         if d >= max(t.dim(), 1) or t.dim() == 0:
@@ -313,8 +315,8 @@ def _put_one(store, key, tensor, parallelism, config, writer_partition, upsert):
         piece = piece.contiguous()
         ax = ParallelAxis("tp", r, n, d)
         man = _manifest(code, list(t.shape), d, n, [ax])
-        rc = _put_blobs(store, [writer_key(key, r, n, d)],
-                        [_blob(torch, piece, code, t.shape, [(ax, 0)])], config, upsert)[0]
+        rc = _put_tensor(store, writer_key(key, r, n, d), piece, code, t.shape, [(ax, 0)],
+                         config, upsert)
         if rc == 0:
             rc = _put_manifest(store, key + "__writer_manifest", man, config, upsert)
         return rc
@@ -327,8 +329,7 @@ def _put_one(store, key, tensor, parallelism, config, writer_partition, upsert):
     axes = [(a, 0) for a in parallelism.axes]
     man = _manifest(code, shape, -1 if sa is None else sa.split_dim,
                     1 if sa is None else sa.size, parallelism.axes)
-    rc = _put_blobs(store, [shard_key(key, parallelism)],
-                    [_blob(torch, t, code, shape, axes)], config, upsert)[0]
+    rc = _put_tensor(store, shard_key(key, parallelism), t, code, shape, axes, config, upsert)
     if rc == 0:
         rc = _put_manifest(store, key + "__parallelism_manifest", man, config, upsert)
     return rc
