@@ -117,6 +117,15 @@ const struct mc_config_entry mc_disk_store_config_table[] = {
 	       "recently read bucket; one never read counts from its write)",
 	       CFG(eviction_policy), MC_CONFIG_STRING, 0, 0},
 	 .check = policy_check},
+	/* the alias first again: upstream reads ENABLE_EVICTION under the newer name */
+	{.f = {"enable_eviction", "ENABLE_EVICTION", NULL,
+	       "older name of MOONCAKE_OFFLOAD_ENABLE_EVICTION (which wins when both are set)",
+	       CFG(enable_eviction), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"offload_enable_eviction", "MOONCAKE_OFFLOAD_ENABLE_EVICTION", "true",
+	       "file_per_key_storage_backend: evict files (oldest first, or as "
+	       "MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY says) to make room; false: a write past "
+	       "the cap fails.  The bucket backend ignores it",
+	       CFG(enable_eviction), MC_CONFIG_BOOL, 0, 0}},
 	{.f = {"offload_enable_disk_watermark_eviction",
 	       "MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION", "true",
 	       "the heartbeat's eviction pass brings usage above 90% of the cap down to 80%",
@@ -185,6 +194,7 @@ struct mc_disk_store {
 	const struct mc_disk_backend *be;
 	uint64_t size_limit, keys_limit, cap, phys_cap;
 	enum mc_disk_evict_policy policy;
+	const char *no_evict_why; /* why a policy of none, for the error */
 	bool watermark;
 	double high, low;
 
@@ -580,8 +590,8 @@ static mc_status make_room_locked(struct mc_disk_store *ds, uint64_t need, uint6
 		if (ds->policy == MC_DISK_EVICT_NONE)
 			return mc_set_error(MC_ERR_FILE_WRITE_FAIL,
 					    "disk store: cap reached (%" PRIu64 " of %" PRIu64
-					    " bytes used) and the eviction policy is none",
-					    ds->logical, ds->cap);
+					    " bytes used) and %s",
+					    ds->logical, ds->cap, ds->no_evict_why);
 		b = victim_locked(ds);
 		if (!b)
 			return mc_set_error(
@@ -1493,7 +1503,11 @@ static mc_status check_cfg(const struct mc_disk_store_config *cfg, struct mc_dis
 		return mc_set_error(
 			MC_ERR_INVALID_PARAMS,
 			"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR=%s: unknown backend", be);
-	if (strcmp(pol, "none") == 0)
+	ds->no_evict_why = "the eviction policy is none";
+	if (ds->be == &mc_disk_backend_fpk && !cfg->enable_eviction) {
+		ds->policy = MC_DISK_EVICT_NONE; /* upstream's switch of that backend */
+		ds->no_evict_why = "eviction is off (MOONCAKE_OFFLOAD_ENABLE_EVICTION=false)";
+	} else if (strcmp(pol, "none") == 0)
 		ds->policy = MC_DISK_EVICT_NONE;
 	else if (strcmp(pol, "fifo") == 0)
 		ds->policy = MC_DISK_EVICT_FIFO;
@@ -1595,7 +1609,9 @@ mc_status mc_disk_store_open(const struct mc_disk_store_config *cfg, struct mc_d
 		cfg->path, ds->objects, ds->nbuckets, (double)ds->st.rescan_us / 1e3,
 		ds->st.rescan_us ? (double)ds->objects * 1e6 / (double)ds->st.rescan_us : 0.0,
 		sst.orphans, sst.dropped, ds->logical, ds->cap,
-		cfg->eviction_policy ? cfg->eviction_policy : "fifo",
+		ds->policy == MC_DISK_EVICT_NONE   ? "none"
+		: ds->policy == MC_DISK_EVICT_FIFO ? "fifo"
+						   : "lru",
 		mc_disk_io_uring(ds->io) ? "io_uring" : "pread/pwrite",
 		mc_disk_io_direct(ds->io) ? "O_DIRECT" : "buffered");
 	*out = ds;

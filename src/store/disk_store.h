@@ -46,6 +46,8 @@ struct mc_disk_store_config {
 	uint64_t max_total_size;     /* logical cap; 0: 90% of the file system */
 	uint64_t max_physical_bytes; /* st_blocks cap; 0: none */
 	char *eviction_policy;	     /* none, fifo, lru */
+	bool enable_eviction;	     /* MOONCAKE_OFFLOAD_ENABLE_EVICTION: the file-per-key backend
+				      * evicts (by eviction_policy) or refuses writes past the cap */
 	bool watermark_eviction;
 	bool use_uring;
 	bool direct_io; /* O_DIRECT for the .bucket files where the directory takes it */

@@ -727,6 +727,50 @@ static void policy_none_refuses_writes_past_the_cap(void **state)
 	mc_disk_store_config_release(&cfg);
 }
 
+/*
+ * MOONCAKE_OFFLOAD_ENABLE_EVICTION=false (upstream's switch of the
+ * file-per-key backend): a write past the cap fails, nothing is evicted,
+ * whatever the policy says; the bucket backend has its policy and ignores it.
+ */
+static void enable_eviction_off_refuses_file_per_key_writes(void **state)
+{
+	struct mc_disk_store_config cfg;
+	struct mc_disk_keys ev = {0};
+	struct mc_disk_store *ds;
+	(void)state;
+	cfg_make(&cfg);
+	cfg.enable_eviction = false;
+	cfg.max_total_size = 2 * ONE_BUCKET + 100;
+	ds = open_ok(&cfg);
+	put_one(ds, "a-key-01", MC_OK, &ev);
+	put_one(ds, "b-key-01", MC_OK, &ev);
+	if (fpk) {
+		put_one(ds, "c-key-01", MC_ERR_FILE_WRITE_FAIL, &ev);
+		assert_non_null(strstr(mc_last_error(), "MOONCAKE_OFFLOAD_ENABLE_EVICTION"));
+		assert_int_equal(ev.n, 0);
+		assert_true(mc_disk_store_contains(ds, "a-key-01", 8, NULL));
+		assert_false(mc_disk_store_contains(ds, "c-key-01", 8, NULL));
+		/* nor does the watermark pass evict */
+		assert_int_equal(mc_disk_store_evict(ds, 0, &ev), MC_OK);
+		assert_int_equal(ev.n, 0);
+	} else {
+		put_one(ds, "c-key-01", MC_OK, &ev);
+		assert_int_equal(ev.n, 1);
+		assert_string_equal(ev.v[0].key, "a-key-01");
+	}
+	assert_int_equal(count_files(".bucket"), 2);
+	/* on again: the same store evicts the oldest file */
+	mc_disk_store_close(ds);
+	mc_disk_keys_release(&ev);
+	cfg.enable_eviction = true;
+	ds = open_ok(&cfg);
+	put_one(ds, "d-key-01", MC_OK, &ev);
+	assert_int_equal(ev.n, 1);
+	mc_disk_keys_release(&ev);
+	mc_disk_store_close(ds);
+	mc_disk_store_config_release(&cfg);
+}
+
 static void watermark_pass_evicts_down_to_low(void **state)
 {
 	struct mc_disk_store_config cfg;
@@ -994,6 +1038,25 @@ static void settings_come_from_the_environment(void **state)
 	unsetenv("MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY");
 	unsetenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT");
 	unsetenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+	/* the file-per-key eviction switch: on by default, the older name
+	 * ENABLE_EVICTION read too, the upstream one winning */
+	mc_disk_store_config_init(&cfg);
+	assert_true(cfg.enable_eviction);
+	mc_disk_store_config_release(&cfg);
+	setenv("ENABLE_EVICTION", "false", 1);
+	mc_disk_store_config_init(&cfg);
+	assert_false(cfg.enable_eviction);
+	mc_disk_store_config_release(&cfg);
+	setenv("MOONCAKE_OFFLOAD_ENABLE_EVICTION", "true", 1);
+	mc_disk_store_config_init(&cfg);
+	assert_true(cfg.enable_eviction);
+	mc_disk_store_config_release(&cfg);
+	unsetenv("ENABLE_EVICTION");
+	setenv("MOONCAKE_OFFLOAD_ENABLE_EVICTION", "off", 1);
+	mc_disk_store_config_init(&cfg);
+	assert_false(cfg.enable_eviction);
+	mc_disk_store_config_release(&cfg);
+	unsetenv("MOONCAKE_OFFLOAD_ENABLE_EVICTION");
 }
 
 /*
@@ -1357,6 +1420,9 @@ static void fpk_one_file_per_key_and_crash_leftovers(void **state)
 			lru_evicts_the_least_recently_read_bucket, dir_setup, dir_teardown, base), \
 		cmocka_unit_test_prestate_setup_teardown(eviction_waits_for_a_reader, dir_setup,   \
 							 dir_teardown, base),                      \
+		cmocka_unit_test_prestate_setup_teardown(                                          \
+			enable_eviction_off_refuses_file_per_key_writes, dir_setup, dir_teardown,  \
+			base),                                                                     \
 		cmocka_unit_test_prestate_setup_teardown(policy_none_refuses_writes_past_the_cap,  \
 							 dir_setup, dir_teardown, base),           \
 		cmocka_unit_test_prestate_setup_teardown(watermark_pass_evicts_down_to_low,        \
@@ -1385,6 +1451,7 @@ static void fpk_one_file_per_key_and_crash_leftovers(void **state)
 		FPK(lru_evicts_the_least_recently_read_bucket, base),                     \
 		FPK(eviction_waits_for_a_reader, base),                                   \
 		FPK(policy_none_refuses_writes_past_the_cap, base),                       \
+		FPK(enable_eviction_off_refuses_file_per_key_writes, base),               \
 		FPK(watermark_pass_evicts_down_to_low, base),                             \
 		FPK(full_disk_fails_the_write_and_keeps_the_store, base),                 \
 		FPK(readers_race_the_writer, base), FPK(one_process_per_directory, base), \
