@@ -73,7 +73,9 @@
  * sort).  Target and lower bound are scaled to the window's share of the
  * table, so a big table is worked through over several 10 ms ticks.
  * Groups: a chosen member pulls in its whole group unless a member holds a
- * lease, in which case the group is skipped.  A watermark round that frees
+ * lease, in which case the group is skipped; a member pulled in passes the
+ * chosen ones' test (memory_can_go), so one that is still owed a disk copy
+ * keeps its memory.  A watermark round that frees
  * nothing backs off for EVICT_IDLE_MS.
  *
  * Other per-tick work is proportional to what is due, not to the table:
@@ -1101,15 +1103,28 @@ static bool has_mem_rep(const struct mc_master *m, const struct mc_obj *o)
 	return false;
 }
 
-/* pass 1: not soft-pinned; pass 2: soft-pinned only */
-static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms, int pass)
+/*
+ * o may lose its memory now, leases and pins aside: complete, not
+ * hard-pinned, not already chosen, no offload or promotion reading it,
+ * memory to free, and no disk copy owed (a DISK file its writer has not
+ * reported, an eager offload the backfill has yet to queue).  The same
+ * test for a chosen object and for each member its group pulls in, so
+ * a group never drops a member that the tier still owes a copy.
+ */
+static bool memory_can_go(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms)
 {
 	if (o->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK | MC_OBJ_OFFL))
 		return false;
-	if (o->t > now_ms || !has_mem_rep(m, o))
+	if (!has_mem_rep(m, o))
 		return false;
-	if (mc_master_tier_pending(m, o, now_ms))
-		return false; /* memory stays while a DISK file or a disk copy is owed */
+	return !mc_master_tier_pending(m, o, now_ms);
+}
+
+/* pass 1: not soft-pinned; pass 2: soft-pinned only */
+static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms, int pass)
+{
+	if (o->t > now_ms || !memory_can_go(m, o, now_ms))
+		return false;
 	return pass == 1 ? !soft_pinned(m, o, now_ms) : soft_pinned(m, o, now_ms);
 }
 
@@ -1173,12 +1188,10 @@ static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 	for (uint32_t i = 0; i < g->nmem; i++) {
 		struct mc_obj *x = g->mem[i];
 
-		if (x->flags & (MC_OBJ_PROC | MC_OBJ_HARD | MC_OBJ_MARK | MC_OBJ_OFFL))
+		if (!memory_can_go(m, x, now_ms))
 			continue;
 		if (soft_pinned(m, x, now_ms) &&
 		    (!allow_soft || !m->cfg.allow_evict_soft_pinned_objects))
-			continue;
-		if (!has_mem_rep(m, x))
 			continue;
 		x->flags |= MC_OBJ_MARK;
 		(*list)[(*n)++] = x;
@@ -1203,7 +1216,8 @@ static bool offload_instead(struct mc_master *m, struct mc_obj *o, uint64_t now_
 	for (uint32_t i = 0; i < o->nrep; i++) {
 		const struct mc_rep *r = mc_master_obj_rep(o, i);
 
-		if (mc_master_rep_disk(m, r) && mc_master_rep_live(m, r))
+		if (mc_master_rep_disk(m, r) && mc_master_rep_live(m, r) &&
+		    !mc_master_rep_fs_pending(m, r))
 			return false; /* already on disk: memory goes */
 	}
 	if (force &&

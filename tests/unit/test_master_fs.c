@@ -84,6 +84,18 @@ static mc_status put_start_n(struct mt *t, uint16_t type, const char *key, uint6
 	return mt_call(t, type, &s);
 }
 
+static mc_status put_start_g(struct mt *t, const char *key, uint64_t len, const char *group)
+{
+	struct mc_store_put_start_req s = {
+		.client_id = CA,
+		.key = mc_proto_str_c(key),
+		.value_len = len,
+		.config = {.replica_num = 1},
+		.group_id = mc_proto_str_c(group),
+	};
+	return mt_call(t, MC_STORE_PUT_START, &s);
+}
+
 static mc_status put_start(struct mt *t, uint16_t type, const char *key)
 {
 	return put_start_n(t, type, key, 1000);
@@ -328,6 +340,45 @@ static void eviction_waits_for_the_file(void **state)
 	t_free(t);
 }
 
+/*
+ * The same within a group: evicting "done" (its file is written) pulls in
+ * "slow", whose file is not; "slow" keeps its memory (before, it lost it
+ * and then its unreported DISK replica: erased, never on disk).
+ */
+static void group_eviction_waits_for_a_members_file(void **state)
+{
+	(void)state;
+	struct mt *t = t_new_evicting(FSDIR, true);
+	const uint64_t half = 512 * 1024;
+	struct mc_store_mount_req r = {
+		CA,
+		{.id = SA,
+		 .name = mc_proto_str_c("a:1"),
+		 .base = 1ull << 30,
+		 .size = MIB,
+		 .te_endpoint = mc_proto_str_c("a:1"),
+		 .protocol = mc_proto_str_c("tcp"),
+		 .host_id = mc_proto_str_c("h")},
+	};
+
+	assert_int_equal(mt_call(t, MC_STORE_MOUNT_SEGMENT, &r), MC_OK);
+	assert_int_equal(put_start_g(t, "slow", half, "grp"), MC_OK);
+	assert_int_equal(end(t, CA, MC_STORE_PUT_END, MC_STORE_REPLICA_MEMORY, "slow"), MC_OK);
+	assert_int_equal(put_start_g(t, "done", half, "grp"), MC_OK);
+	assert_int_equal(end(t, CA, MC_STORE_PUT_END, MC_STORE_REPLICA_MEMORY, "done"), MC_OK);
+	assert_int_equal(end(t, CA, MC_STORE_PUT_END, MC_STORE_REPLICA_DISK, "done"), MC_OK);
+	t->now += 1;
+	assert_int_equal(put_start_n(t, MC_STORE_PUT_START, "q", half), MC_ERR_NO_AVAILABLE_HANDLE);
+	mc_master_tick(t->m, t->now);
+	assert_int_equal(get(t, "done"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].type, MC_STORE_REPLICA_DISK);
+	assert_int_equal(get(t, "slow"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].type, MC_STORE_REPLICA_MEMORY);
+	t_free(t);
+}
+
 static mc_status end_id(struct mt *t, uint16_t type, const char *key, bool end_, uint64_t id)
 {
 	struct mc_store_put_end_req e = {.client_id = CA,
@@ -387,6 +438,7 @@ int main(void)
 		cmocka_unit_test(revoke_upsert_and_unwritten),
 		cmocka_unit_test(without_root_fs_dir),
 		cmocka_unit_test(eviction_waits_for_the_file),
+		cmocka_unit_test(group_eviction_waits_for_a_members_file),
 		cmocka_unit_test(a_stale_disk_report_ends_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -996,6 +996,155 @@ static void eviction_waits_for_the_backfill(void **state)
 	mt_free(t);
 }
 
+static mc_status put_g(struct mt *t, const char *key, uint64_t len, const char *group)
+{
+	struct mc_store_put_start_req s = {
+		.client_id = CA,
+		.key = mc_proto_str_c(key),
+		.value_len = len,
+		.config = {.replica_num = 1},
+		.group_id = mc_proto_str_c(group),
+	};
+	struct mc_store_put_end_req e = {
+		.client_id = CA,
+		.replica_type = MC_STORE_REPLICA_ALL,
+		.key = mc_proto_str_c(key),
+	};
+	mc_status st = mt_call(t, MC_STORE_PUT_START, &s);
+
+	return st != MC_OK ? st : mt_call(t, MC_STORE_PUT_END, &e);
+}
+
+static void evict_everything_queue_one(struct mc_master_config *c)
+{
+	c->offloading_queue_limit = 1;
+	c->eviction_high_watermark_ratio = 0.0; /* every tick evicts */
+	c->eviction_ratio = 1.0;
+}
+
+static void evict_on_evict_queue_one(struct mc_master_config *c)
+{
+	evict_everything_queue_one(c);
+	c->offload_on_evict = true;
+}
+
+/* The memory and disk replicas key has now. */
+static void reps_of(struct mt *t, const char *key, uint32_t *mem, uint32_t *disk)
+{
+	assert_int_equal(get(t, key), MC_OK);
+	rep_types(t, mem, disk);
+}
+
+/*
+ * A group's eviction pulls in every member, but one still owed a disk copy
+ * keeps its memory, as it would if chosen itself.  Eager offload with a
+ * queue of one: g0 reaches disk, g1 is queued, g2 misses the queue and
+ * waits for the backfill; evicting g0 (it has its copy) took g2 along
+ * and erased it, an acknowledged put lost without a copy.
+ */
+static void group_eviction_keeps_members_owed_a_copy(void **state)
+{
+	struct mt *t = t_new_cfg(evict_everything_queue_one);
+	const struct mc_store_offload_heartbeat_resp *h;
+	uint32_t mem, disk;
+
+	(void)state;
+	setup_a(t);
+	assert_int_equal(put_g(t, "g0", MIB, "grp"), MC_OK);
+	h = hb(t, CA, 0);
+	assert_int_equal(h->n_offload, 1);
+	assert_int_equal(notify(t, CA, "g0", MIB, MC_OK), MC_OK);
+	assert_int_equal(put_g(t, "g1", MIB, "grp"), MC_OK); /* queued */
+	assert_int_equal(put_g(t, "g2", MIB, "grp"), MC_OK); /* the queue is full */
+	t->now += 60000;				     /* every lease over */
+	(void)mc_master_tick(t->m, t->now);
+	reps_of(t, "g0", &mem, &disk);
+	assert_int_equal(mem, 0); /* evicted: it lives on disk */
+	assert_int_equal(disk, 1);
+	reps_of(t, "g1", &mem, &disk); /* its offload reads the memory */
+	assert_int_equal(mem, 1);
+	reps_of(t, "g2", &mem, &disk); /* owed a copy: kept */
+	assert_int_equal(mem, 1);
+	assert_int_equal(disk, 0);
+	/* once both are on disk the group's memory goes */
+	h = hb(t, CA, 0);
+	assert_int_equal(h->n_offload, 1);
+	assert_int_equal(notify(t, CA, "g1", MIB, MC_OK), MC_OK);
+	for (int i = 0; i < 5; i++) {
+		t->now += 10;
+		(void)mc_master_tick(t->m, t->now); /* the backfill queues g2 */
+	}
+	h = hb(t, CA, 0);
+	assert_int_equal(h->n_offload, 1);
+	assert_int_equal(notify(t, CA, "g2", MIB, MC_OK), MC_OK);
+	t->now += 60000;
+	(void)mc_master_tick(t->m, t->now);
+	for (int i = 0; i < 3; i++) {
+		char k[4];
+
+		snprintf(k, sizeof(k), "g%d", i);
+		reps_of(t, k, &mem, &disk);
+		assert_int_equal(mem, 0);
+		assert_int_equal(disk, 1);
+	}
+	mt_free(t);
+}
+
+/*
+ * Offload-on-evict with a queue of one and a group of three: each round
+ * queues what the queue takes and keeps the rest in memory; no member
+ * loses its memory before its copy is on disk.
+ */
+static void group_eviction_offloads_before_dropping(void **state)
+{
+	struct mt *t = t_new_cfg(evict_on_evict_queue_one);
+	struct mc_master_metrics x;
+	uint32_t mem, disk, ondisk = 0;
+
+	(void)state;
+	setup_a(t);
+	for (int i = 0; i < 3; i++) {
+		char k[4];
+
+		snprintf(k, sizeof(k), "g%d", i);
+		assert_int_equal(put_g(t, k, MIB, "grp"), MC_OK);
+	}
+	for (int round = 0; round < 10 && ondisk < 3; round++) {
+		const struct mc_store_offload_heartbeat_resp *h;
+		char k[16];
+
+		t->now += 60000; /* past the leases the gets below take */
+		(void)mc_master_tick(t->m, t->now);
+		for (int i = 0; i < 3; i++) {
+			snprintf(k, sizeof(k), "g%d", i);
+			reps_of(t, k, &mem, &disk); /* found: never dropped */
+			assert_true(mem == 1 || disk == 1);
+		}
+		h = hb(t, CA, 0);
+		assert_true(h->n_offload <= 1);
+		if (h->n_offload == 1) {
+			snprintf(k, sizeof(k), "%.*s", (int)h->offload[0].key.len,
+				 h->offload[0].key.ptr);
+			assert_int_equal(notify(t, CA, k, MIB, MC_OK), MC_OK);
+			ondisk++;
+		}
+	}
+	assert_int_equal(ondisk, 3);
+	t->now += 60000;
+	(void)mc_master_tick(t->m, t->now);
+	mc_master_metrics(t->m, &x);
+	assert_int_equal(x.evicted_key_count, 3); /* each once it had its copy */
+	for (int i = 0; i < 3; i++) {
+		char k[4];
+
+		snprintf(k, sizeof(k), "g%d", i);
+		reps_of(t, k, &mem, &disk);
+		assert_int_equal(mem, 0);
+		assert_int_equal(disk, 1);
+	}
+	mt_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1021,6 +1170,8 @@ int main(void)
 		cmocka_unit_test(eager_backfill_queues_what_a_full_queue_missed),
 		cmocka_unit_test(backfill_waits_for_the_low_water_mark),
 		cmocka_unit_test(eviction_waits_for_the_backfill),
+		cmocka_unit_test(group_eviction_keeps_members_owed_a_copy),
+		cmocka_unit_test(group_eviction_offloads_before_dropping),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
