@@ -34,6 +34,13 @@ Issue 13's performance part, four figures:
     (batch_is_exist all 1 in the reader; one in 50 read back byte-exact).
     bench/disk_rescan_bench times the disk store's rescan alone.
 
+(a) and (b) run once per disk backend of --backends (default both:
+bucket, the default bucket_storage_backend, and file_per_key, one file per
+object under MOONCAKE_OFFLOAD_FSDIR), chosen through
+MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR in the environment of
+disk_store_bench and of the owner client; each backend is a row of its
+own against the same fio runs.  (c) and (d) use the first backend.
+
 Runs alternate store and fio (--runs of each, the order flipped every
 run) on one directory under --dir (default /tmp: the machine's disk; fio
 and the store write there), and every ratio is of the medians.  (c) and
@@ -43,6 +50,7 @@ usage: bench/store_ssd.py [--build build] [--dir /tmp] [--sizes 1m,4m]
                           [--total 1g] [--total-read 512m] [--pool 1g]
                           [--batch 16] [--ws-pool 1g] [--ws-factor 4]
                           [--restart-objects 100000] [--runs 3]
+                          [--backends bucket,file_per_key]
                           [--figures a,b,c,d] [--json] [--quick]
 """
 import argparse
@@ -66,6 +74,13 @@ from store_aggregate import parse_size, size_label  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 MIB = 1 << 20
+# --backends names: the disk backend's descriptor (spec store.md 5.5)
+BACKENDS = {"bucket": "bucket_storage_backend", "file_per_key": "file_per_key_storage_backend"}
+
+
+def backend_env(be):
+    """The environment that selects disk backend be in a store process."""
+    return {"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": BACKENDS[be]}
 
 
 def value(prefix, i, n):
@@ -298,16 +313,17 @@ def fio(path, rw, bs, total, depth, direct):
     return side["io_bytes"] / (side["runtime"] / 1000.0) / 1e9, shlex.join(argv)
 
 
-def dsb(build, *args):
+def dsb(build, be, *args):
     exe = master_rss.find(build, "bench/disk_store_bench")
     argv = [exe, *[str(a) for a in args]]
-    r = subprocess.run(argv, capture_output=True, text=True)
+    env = dict(os.environ, **backend_env(be))
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
     line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
     if r.returncode != 0 or not line.startswith("OK"):
-        sys.exit(f"store_ssd: {shlex.join(argv)} failed: {r.stderr[-2000:]}")
+        sys.exit(f"store_ssd: {shlex.join(argv)} ({BACKENDS[be]}) failed: {r.stderr[-2000:]}")
     f = dict(x.split("=", 1) for x in line.split()[1:])
     return {"gbps": int(f["bytes"]) / float(f["s"]) / 1e9, "direct": f["direct"] == "1"}, \
-        shlex.join(argv)
+        shlex.join([f"{k}={v}" for k, v in backend_env(be).items()] + argv)
 
 
 def drop_dir(path):
@@ -317,18 +333,20 @@ def drop_dir(path):
 # ---- the figures ----
 
 def fig_a_b_store_side(args, base, size, run, res, cmds):
-    """(a) and (b)'s disk-store rows and fio rows for one size, one run, A/B in order."""
-    d = os.path.join(base, f"dsb-{size}")
+    """(a) and (b)'s disk-store rows (each backend) and fio rows for one size, one run,
+    A/B in order."""
+    dirs = {be: os.path.join(base, f"dsb-{be}-{size}") for be in args.backends}
     f = os.path.join(base, "fio.dat")
     total = args.total // size * size
     nread = min(args.total_read, total) // size * size
 
     def store_w():
-        drop_dir(d)
-        r, cmds["disk_store_bench write"] = dsb(args.build, "write", "--dir", d, "--size", size,
-                                                "--total", total)
-        res.setdefault(("a_dsb", size), []).append(r["gbps"])
-        res["direct"] = r["direct"]
+        for be, d in dirs.items():
+            drop_dir(d)
+            r, cmds[f"disk_store_bench write {be}"] = dsb(args.build, be, "write", "--dir", d,
+                                                          "--size", size, "--total", total)
+            res.setdefault(("a_dsb", be, size), []).append(r["gbps"])
+            res["direct"] = r["direct"]
 
     def fio_w():
         g, cmds["fio write"] = fio(f, "write", size, total, args.fio_write_depth,
@@ -336,10 +354,12 @@ def fig_a_b_store_side(args, base, size, run, res, cmds):
         res.setdefault(("a_fio", size), []).append(g)
 
     def store_r():
-        for b in (1, args.batch):
-            r, cmds[f"disk_store_bench read b{b}"] = dsb(args.build, "read", "--dir", d,
-                                                         "--size", size, "--batch", b)
-            res.setdefault(("b_dsb", size, b), []).append(r["gbps"])
+        for be, d in dirs.items():
+            for b in (1, args.batch):
+                r, cmds[f"disk_store_bench read {be} b{b}"] = dsb(args.build, be, "read",
+                                                                  "--dir", d, "--size", size,
+                                                                  "--batch", b)
+                res.setdefault(("b_dsb", be, size, b), []).append(r["gbps"])
 
     def fio_r():
         for b in (1, args.batch):
@@ -354,56 +374,61 @@ def fig_a_b_store_side(args, base, size, run, res, cmds):
         else:
             b()
             a()
-    drop_dir(d)
+    for d in dirs.values():
+        drop_dir(d)
     try:
         os.unlink(f)
     except FileNotFoundError:
         pass
 
 
-def fig_a_b_e2e(args, m, base, size, run, res):
-    """(a) end to end through the master and (b) the reader's gets of disk-only objects."""
-    ssd = os.path.join(base, f"owner-{size}-{run}")
+def fig_a_b_e2e(args, m, base, be, size, run, res):
+    """(a) end to end through the master and (b) the reader's gets of disk-only objects,
+    the owner's disk on backend be."""
+    ssd = os.path.join(base, f"owner-{be}-{size}-{run}")
     drop_dir(ssd)
     pool = args.pool
     n_read = max(args.batch, args.total_read // size)
     n_fill = 2 * pool // size
-    owner = Node(args.build, m, pool, ssd)
+    owner = Node(args.build, m, pool, ssd, env=backend_env(be))
     reader = Node(args.build, m, 0, "")
     try:
         # (a) end to end: objects that fit in the pool, from the last put to all on disk
         n_a = max(1, min(pool // 2, args.total) // size)
-        r = owner.cmd(op="put", prefix=f"a{run}", start=0, n=n_a, size=size)
-        w = owner.cmd(op="wait_disk", prefix=f"a{run}", start=0, n=n_a)
+        p = f"{be}{size}-{run}"  # keys of this backend's rounds only
+        r = owner.cmd(op="put", prefix=f"a{p}", start=0, n=n_a, size=size)
+        w = owner.cmd(op="wait_disk", prefix=f"a{p}", start=0, n=n_a)
         if r["failed"] or w["left"]:
-            sys.exit(f"store_ssd: (a) e2e: {r['failed']} puts failed, {w['left']} not on disk")
-        res.setdefault(("a_e2e", size), []).append(n_a * size / (w["t_end"] - r["t_end"]) / 1e9)
+            sys.exit(f"store_ssd: (a) e2e {be}: {r['failed']} puts failed, "
+                     f"{w['left']} not on disk")
+        res.setdefault(("a_e2e", be, size), []).append(
+            n_a * size / (w["t_end"] - r["t_end"]) / 1e9)
         # (b) the read set, then filler until the read set is on disk only
-        owner.cmd(op="put", prefix=f"b{run}", start=0, n=n_read, size=size)
-        owner.cmd(op="wait_disk", prefix=f"b{run}", start=0, n=n_read)
+        owner.cmd(op="put", prefix=f"b{p}", start=0, n=n_read, size=size)
+        owner.cmd(op="wait_disk", prefix=f"b{p}", start=0, n=n_read)
         step = max(1, pool // 4 // size)
         for i in range(0, n_fill, step):
-            owner.cmd(op="put", prefix=f"f{run}", start=i, n=min(step, n_fill - i), size=size)
-            owner.cmd(op="wait_disk", prefix=f"f{run}", start=i, n=min(step, n_fill - i))
-        w = owner.cmd(op="wait_disk", prefix=f"b{run}", start=0, n=n_read, only=True, timeout=60)
+            owner.cmd(op="put", prefix=f"f{p}", start=i, n=min(step, n_fill - i), size=size)
+            owner.cmd(op="wait_disk", prefix=f"f{p}", start=i, n=min(step, n_fill - i))
+        w = owner.cmd(op="wait_disk", prefix=f"b{p}", start=0, n=n_read, only=True, timeout=60)
         if w["left"]:
-            print(f"store_ssd: (b) {w['left']} of {n_read} objects still in DRAM; "
+            print(f"store_ssd: (b) {be}: {w['left']} of {n_read} objects still in DRAM; "
                   "their gets are DRAM hits", file=sys.stderr)
         # untimed: the reader's buffer and the owner's staging extents touched once
         # (the owner reads O_DIRECT, so a second read of an object goes to the disk again)
-        reader.cmd(op="get", prefix=f"b{run}", start=0, n=min(n_read, args.batch), size=size,
+        reader.cmd(op="get", prefix=f"b{p}", start=0, n=min(n_read, args.batch), size=size,
                    batch=args.batch)
         for b in (1, args.batch):
-            g = reader.cmd(op="get", prefix=f"b{run}", start=0, n=n_read, size=size, batch=b)
+            g = reader.cmd(op="get", prefix=f"b{p}", start=0, n=n_read, size=size, batch=b)
             if g["bad"]:
-                sys.exit(f"store_ssd: (b) {g['bad']} gets failed: {g['fails'][:8]}")
-            res.setdefault(("b_get", size, b), []).append(g["bytes"] / g["get_s"] / 1e9)
-            res.setdefault(("b_disk_reads", size, b), []).append(g["disk_reads"] / n_read)
+                sys.exit(f"store_ssd: (b) {be}: {g['bad']} gets failed: {g['fails'][:8]}")
+            res.setdefault(("b_get", be, size, b), []).append(g["bytes"] / g["get_s"] / 1e9)
+            res.setdefault(("b_disk_reads", be, size, b), []).append(g["disk_reads"] / n_read)
         # byte-exact, untimed
-        v = reader.cmd(op="get", prefix=f"b{run}", start=0, n=min(n_read, 8), size=size,
+        v = reader.cmd(op="get", prefix=f"b{p}", start=0, n=min(n_read, 8), size=size,
                        batch=1, verify=True)
         if v["bad"]:
-            sys.exit(f"store_ssd: (b) {v['bad']} objects read back wrong: {v['fails'][:8]}")
+            sys.exit(f"store_ssd: (b) {be}: {v['bad']} objects read back wrong: {v['fails'][:8]}")
     finally:
         reader.stop()
         owner.stop()
@@ -415,12 +440,13 @@ def fig_c(args, m, base, res):
     ssd = os.path.join(base, "owner-ws")
     drop_dir(ssd)
     n = args.ws_factor * args.ws_pool // size
-    owner = Node(args.build, m, args.ws_pool, ssd)
+    owner = Node(args.build, m, args.ws_pool, ssd, env=backend_env(args.backends[0]))
     reader = Node(args.build, m, 0, "")
     try:
         r = owner.cmd(op="put", prefix="ws", start=0, n=n, size=size)
         g = reader.cmd(op="get", prefix="ws", start=0, n=n, size=size, batch=1, verify=True)
-        res["c"] = {"objects": n, "pool": args.ws_pool, "puts_ok": r["ok"],
+        res["c"] = {"objects": n, "pool": args.ws_pool, "backend": args.backends[0],
+                    "puts_ok": r["ok"],
                     "puts_failed": r["failed"], "put_retries": r["retries"],
                     "put_gbps": n * size / r["put_s"] / 1e9,
                     "read_ok": n - g["bad"], "read_bad": g["bad"],
@@ -441,7 +467,8 @@ def fig_d(args, m, base, res):
     ssd = os.path.join(base, "owner-restart")
     drop_dir(ssd)
     seg = max(64 * MIB, 2 * n * ((size + 63) & ~63))
-    owner = Node(args.build, m, seg, ssd)
+    env = backend_env(args.backends[0])
+    owner = Node(args.build, m, seg, ssd, env=env)
     reader = Node(args.build, m, 0, "")
     try:
         r = owner.cmd(op="put_batch", prefix="rs", start=0, n=n, size=size)
@@ -450,12 +477,12 @@ def fig_d(args, m, base, res):
             sys.exit(f"store_ssd: (d) {n - r['ok']} puts failed, {w['left']} not on disk")
         owner.stop()
         t0 = time.monotonic()
-        owner = Node(args.build, m, seg, ssd)
+        owner = Node(args.build, m, seg, ssd, env=env)
         setup_s = owner.ready["setup_s"]
         rd = reader.cmd(op="readable", prefix="rs", start=0, n=n, size=size, timeout=600)
         # the reader's clock and ours are the same CLOCK_MONOTONIC
         dt = rd["t_end"] - t0
-        res["d"] = {"objects": n, "size": size, "seconds": dt, "objects_per_s": n / dt,
+        res["d"] = {"objects": n, "size": size, "backend": args.backends[0], "seconds": dt, "objects_per_s": n / dt,
                     "missing": rd["missing"], "bad": rd["bad"], "setup_s": setup_s}
     finally:
         reader.stop()
@@ -483,6 +510,9 @@ def main():
     ap.add_argument("--restart-objects", type=int, default=100000, help="objects of (d)")
     ap.add_argument("--restart-size", type=int, default=512, help="bytes per object of (d)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backends", default="bucket,file_per_key",
+                    help="disk backends of (a) and (b), each its own rows: "
+                    + ", ".join(BACKENDS) + " ((c) and (d) use the first)")
     ap.add_argument("--figures", default="a,b,c,d")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke)")
@@ -493,6 +523,11 @@ def main():
         args.runs, args.total, args.total_read, args.pool = 1, "32m", "16m", "32m"
         args.ws_pool, args.restart_objects, args.batch = "32m", 3000, 4
     sizes = [parse_size(x) for x in args.sizes.split(",")]
+    args.backends = [x.strip() for x in args.backends.split(",") if x.strip()]
+    bad = [x for x in args.backends if x not in BACKENDS]
+    if bad or not args.backends:
+        sys.exit(f"store_ssd: --backends {','.join(bad) or '(none)'}: not one of "
+                 + ", ".join(BACKENDS))
     for a in ("total", "total_read", "pool", "ws_pool"):
         setattr(args, a, parse_size(getattr(args, a)))
     figs = set(args.figures.split(","))
@@ -510,7 +545,8 @@ def main():
             for size in sizes:
                 if figs & {"a", "b"}:
                     fig_a_b_store_side(args, base, size, run, res, cmds)
-                    fig_a_b_e2e(args, m, base, size, run, res)
+                    for be in args.backends:
+                        fig_a_b_e2e(args, m, base, be, size, run, res)
         if "c" in figs:
             print("store_ssd: (c) working set", file=sys.stderr, flush=True)
             fig_c(args, m, base, res)
@@ -525,38 +561,43 @@ def main():
     if args.json:
         print(json.dumps({"medians": {"/".join(map(str, k)): v for k, v in med.items()},
                           "direct": res.get("direct"), "c": res.get("c"), "d": res.get("d"),
-                          "commands": cmds, "runs": args.runs, "dir": args.dir}))
+                          "commands": cmds, "runs": args.runs, "dir": args.dir,
+                          "backends": args.backends}))
         return 0
     direct = res.get("direct")
     print(f"runs={args.runs} (medians), dir={args.dir} ({'O_DIRECT' if direct else 'buffered'}"
           f" where the store used it), {os.cpu_count()} CPU cores")
     print()
-    print("| figure | size | store GB/s | fio GB/s | store / fio | target |")
-    print("|---|---|---|---|---|---|")
+    print("| figure | backend | size | store GB/s | fio GB/s | store / fio | target |")
+    print("|---|---|---|---|---|---|---|")
     for size in sizes if figs & {"a", "b"} else []:
         sl = size_label(size)
         fw = med.get(("a_fio", size), 0)
-        for name, k in (("(a) offload write step (disk_store_bench)", "a_dsb"),
-                        ("(a) offload end to end (last put -> all on disk)", "a_e2e")):
-            v = med.get((k, size), 0)
-            tgt = ">= 80%" if k == "a_dsb" else "(heartbeat wait included)"
-            print(f"| {name} | {sl} | {v:.3f} | {fw:.3f} fio write qd{args.fio_write_depth} | "
-                  f"{v / fw if fw else 0:.0%} | {tgt} |")
+        for be in args.backends:
+            for name, k in (("(a) offload write step (disk_store_bench)", "a_dsb"),
+                            ("(a) offload end to end (last put -> all on disk)", "a_e2e")):
+                v = med.get((k, be, size), 0)
+                tgt = ">= 80%" if k == "a_dsb" else "(heartbeat wait included)"
+                print(f"| {name} | {be} | {sl} | {v:.3f} | {fw:.3f} fio write "
+                      f"qd{args.fio_write_depth} | {v / fw if fw else 0:.0%} | {tgt} |")
         for b in (1, args.batch):
             fr = med.get(("b_fio", size, b), 0)
-            v = med.get(("b_get", size, b), 0)
-            dr = med.get(("b_disk_reads", size, b), 0)
             label = "get_into" if b == 1 else f"batch_get_into x{b}"
             tgt = ">= 70%" if b == 1 else ">= 80%"
-            print(f"| (b) disk-only {label}, reader process ({dr:.0%} from disk) | {sl} | "
-                  f"{v:.3f} | {fr:.3f} fio read qd{b} | {v / fr if fr else 0:.0%} | {tgt} |")
-            v = med.get(("b_dsb", size, b), 0)
-            print(f"| (b) owner read step, batch {b} (disk_store_bench) | {sl} | {v:.3f} | "
-                  f"{fr:.3f} fio read qd{b} | {v / fr if fr else 0:.0%} | |")
+            for be in args.backends:
+                v = med.get(("b_get", be, size, b), 0)
+                dr = med.get(("b_disk_reads", be, size, b), 0)
+                print(f"| (b) disk-only {label}, reader process ({dr:.0%} from disk) | {be} | "
+                      f"{sl} | {v:.3f} | {fr:.3f} fio read qd{b} | {v / fr if fr else 0:.0%} | "
+                      f"{tgt} |")
+                v = med.get(("b_dsb", be, size, b), 0)
+                print(f"| (b) owner read step, batch {b} (disk_store_bench) | {be} | {sl} | "
+                      f"{v:.3f} | {fr:.3f} fio read qd{b} | {v / fr if fr else 0:.0%} | |")
     c, d = res.get("c"), res.get("d")
     if c:
         print()
-        print(f"(c) working set {c['objects']} x 1 MiB through a {c['pool'] >> 20} MiB pool: "
+        print(f"(c) working set {c['objects']} x 1 MiB through a {c['pool'] >> 20} MiB pool "
+              f"({c['backend']}): "
               f"puts {c['puts_ok']}/{c['objects']} ok ({c['puts_failed']} failed, "
               f"{c['put_retries']} retries of a full pool), read back byte-exact "
               f"{c['read_ok']}/{c['objects']} ({c['read_misses']} misses, "
@@ -565,7 +606,8 @@ def main():
         for f in c["read_fails"]:
             print(f"(c)   failed: {json.dumps(f)}")
     if d:
-        print(f"(d) restart: {d['objects']} objects of {d['size']} B readable again "
+        print(f"(d) restart ({d['backend']}): {d['objects']} objects of {d['size']} B readable "
+              "again "
               f"{d['seconds']:.2f} s after the new client's start ({d['objects_per_s']:.0f} "
               f"objects/s; setup {d['setup_s']:.2f} s; missing {d['missing']}, "
               f"wrong {d['bad']} of every 50th read back)")
