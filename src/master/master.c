@@ -119,9 +119,36 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 
 /* Append o's live replicas to rscratch at *pos (room reserved by caller):
  * memory replicas first, then LOCAL_DISK ones. */
+static bool rep_unreachable(const struct mc_master *m, const struct mc_rep *r)
+{
+	return !mc_master_rep_disk(m, r) && m->segs[r->seg].unreachable;
+}
+
+/* A read list (status COMPLETE) leaves out the replicas on segments a peer
+ * reported unreachable, unless nothing else is left to read. */
+static bool skip_unreachable(const struct mc_master *m, struct mc_obj *o, uint8_t status)
+{
+	bool any = false, other = false;
+
+	if (status != MC_STORE_REPLICA_COMPLETE)
+		return false;
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (!mc_master_rep_live(m, r) || mc_master_rep_fs_pending(m, r))
+			continue;
+		if (rep_unreachable(m, r))
+			any = true;
+		else
+			other = true;
+	}
+	return any && other;
+}
+
 static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, uint32_t *pos)
 {
 	uint32_t n = 0;
+	bool skip = skip_unreachable(m, o, status);
 
 	for (int disk = 0; disk < 2; disk++) {
 		for (uint32_t i = 0; i < o->nrep; i++) {
@@ -131,6 +158,8 @@ static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, 
 				continue;
 			if (status == MC_STORE_REPLICA_COMPLETE && mc_master_rep_fs_pending(m, r))
 				continue; /* its file is not written yet */
+			if (skip && rep_unreachable(m, r))
+				continue; /* a peer could not reach it; another copy is listed */
 			rep_fill(m, o, r, status, &m->rscratch[*pos + n]);
 			if (mc_master_rep_fs(m, r) && !m->rscratch[*pos + n].file_path.ptr)
 				continue; /* no memory for its path: not listed */
@@ -212,6 +241,20 @@ static void client_alive(struct mc_master *m, uint32_t slot, uint64_t now)
 {
 	m->clients[slot].alive = true;
 	m->clients[slot].expiry = now + m->cfg.client_ttl_ms;
+	if (m->clients[slot].unreachable) {
+		/* it is alive: peers may read from and write to it again */
+		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+			struct mc_seg *s = &m->segs[i];
+
+			if (s->client == slot && s->unreachable) {
+				s->unreachable = false;
+				mc_info("segment %.*s: its owner pinged; reachable again",
+					show(s->name_len), s->name);
+			}
+		}
+		m->clients[slot].unreachable = false;
+		m->targets_dirty = true;
+	}
 }
 
 static mc_status mount_one(struct ctx *c, uint32_t client, const struct mc_store_segment *s)
@@ -246,6 +289,43 @@ static mc_status h_ping(struct ctx *c, const struct mc_store_msg *q)
 		resp.client_status = MC_STORE_CLIENT_OK;
 	}
 	return mc_store_ping_response_encode(c->out, c->id, &resp);
+}
+
+/*
+ * A peer's read from these segments failed (spec store.md 6.5: a holder
+ * that died, before its expiry unmounts it).  Each mounted memory segment
+ * of one of these names, not the reporter's own, is marked: replica lists
+ * leave its replicas out while the object has another readable one, and
+ * placement skips it, until its owner pings or mounts again.  Unknown
+ * names are ignored: the segment may be gone already.
+ */
+static mc_status h_report_unreachable(struct ctx *c, const struct mc_store_msg *q)
+{
+	const struct mc_store_unreachable_req *r = &q->body.unreachable_req;
+	struct mc_master *m = c->m;
+	uint32_t reporter = MC_MASTER_NO_CLIENT;
+
+	(void)mc_master_client_find(m, &r->client_id, &reporter);
+	for (uint32_t k = 0; k < r->n_segments; k++) {
+		const struct mc_proto_str *name = &r->segments[k];
+
+		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+			struct mc_seg *s = &m->segs[i];
+
+			if ((s->state != MC_SEG_MOUNTED && s->state != MC_SEG_GRACEFUL) ||
+			    s->unreachable || s->client == reporter || s->name_len != name->len ||
+			    memcmp(s->name, name->ptr, name->len) != 0)
+				continue;
+			s->unreachable = true;
+			m->clients[s->client].unreachable = true;
+			m->targets_dirty = true;
+			m->met.segments_reported_unreachable++;
+			mc_warn("segment %.*s: a peer cannot read it; not listed nor allocated "
+				"until its owner pings",
+				show(s->name_len), s->name);
+		}
+	}
+	return mc_store_report_unreachable_response_encode(c->out, c->id, NULL);
 }
 
 static mc_status h_mount(struct ctx *c, const struct mc_store_msg *q)
@@ -1368,6 +1448,11 @@ static bool v_keys(const struct mc_store_msg *q)
 	       strs_ok(q->body.keys_req.keys, q->body.keys_req.n_keys);
 }
 
+static bool v_unreachable(const struct mc_store_msg *q)
+{
+	return strs_ok(q->body.unreachable_req.segments, q->body.unreachable_req.n_segments);
+}
+
 static bool v_regex(const struct mc_store_msg *q)
 {
 	return s_ok(&q->body.regex_req.tenant) && s_ok(&q->body.regex_req.pattern);
@@ -1503,6 +1588,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(UNMOUNT_SEGMENT, h_unmount, NULL, COUNTER(master_unmount_segment))                \
 	X(GRACEFUL_UNMOUNT_SEGMENT, h_graceful, NULL, COUNTER(master_unmount_segment))      \
 	X(GET_FSDIR, h_get_fsdir, NULL, NO_COUNTER)                                         \
+	X(REPORT_UNREACHABLE, h_report_unreachable, v_unreachable, NO_COUNTER)              \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \

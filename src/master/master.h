@@ -344,27 +344,28 @@ struct mc_master_metrics {
 	uint64_t valid_get_nums;		/* valid_get_nums_ */
 	uint64_t total_get_nums;		/* total_get_nums_ */
 	/* the SSD tier (our own names: upstream has no such counters) */
-	uint64_t ssd_total_bytes;	       /* gauge: sum of ReportSsdCapacity totals */
-	uint64_t ssd_used_bytes;	       /* gauge: and of their used bytes */
-	uint64_t local_disk_clients;	       /* gauge: local-disk segments mounted */
-	uint64_t offload_in_flight;	       /* gauge: offloads queued or handed out */
-	uint64_t offload_queued;	       /* master_offload_queued_total */
-	uint64_t offload_completed;	       /* master_offload_completed_total */
-	uint64_t offload_failed;	       /* master_offload_failed_total */
-	uint64_t offload_queue_full;	       /* master_offload_queue_full_total */
-	uint64_t offload_reregistered;	       /* master_offload_reregistered_total */
-	uint64_t offload_expired;	       /* master_offload_expired_total */
-	uint64_t offload_backfilled;	       /* master_offload_backfilled_total */
-	uint64_t promotion_in_flight;	       /* gauge master_promotion_in_flight */
-	uint64_t promotion_admitted;	       /* master_promotion_admitted_total */
-	uint64_t promotion_completed;	       /* master_promotion_completed_total */
-	uint64_t promotion_completed_bytes;    /* master_promotion_completed_bytes_total */
-	uint64_t promotion_expired;	       /* master_promotion_expired_total */
-	uint64_t promotion_failed;	       /* master_promotion_failed_total */
-	uint64_t promotion_cancelled;	       /* master_promotion_cancelled_total */
-	uint64_t promotion_rejected_frequency; /* master_promotion_rejected_frequency_total */
-	uint64_t promotion_rejected_watermark; /* master_promotion_rejected_watermark_total */
-	uint64_t promotion_rejected_cap;       /* master_promotion_rejected_cap_total */
+	uint64_t ssd_total_bytes;		/* gauge: sum of ReportSsdCapacity totals */
+	uint64_t ssd_used_bytes;		/* gauge: and of their used bytes */
+	uint64_t local_disk_clients;		/* gauge: local-disk segments mounted */
+	uint64_t offload_in_flight;		/* gauge: offloads queued or handed out */
+	uint64_t offload_queued;		/* master_offload_queued_total */
+	uint64_t offload_completed;		/* master_offload_completed_total */
+	uint64_t offload_failed;		/* master_offload_failed_total */
+	uint64_t offload_queue_full;		/* master_offload_queue_full_total */
+	uint64_t offload_reregistered;		/* master_offload_reregistered_total */
+	uint64_t offload_expired;		/* master_offload_expired_total */
+	uint64_t offload_backfilled;		/* master_offload_backfilled_total */
+	uint64_t promotion_in_flight;		/* gauge master_promotion_in_flight */
+	uint64_t promotion_admitted;		/* master_promotion_admitted_total */
+	uint64_t promotion_completed;		/* master_promotion_completed_total */
+	uint64_t promotion_completed_bytes;	/* master_promotion_completed_bytes_total */
+	uint64_t promotion_expired;		/* master_promotion_expired_total */
+	uint64_t promotion_failed;		/* master_promotion_failed_total */
+	uint64_t promotion_cancelled;		/* master_promotion_cancelled_total */
+	uint64_t promotion_rejected_frequency;	/* master_promotion_rejected_frequency_total */
+	uint64_t promotion_rejected_watermark;	/* master_promotion_rejected_watermark_total */
+	uint64_t promotion_rejected_cap;	/* master_promotion_rejected_cap_total */
+	uint64_t segments_reported_unreachable; /* master_segment_unreachable_reports_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;

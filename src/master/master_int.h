@@ -118,8 +118,10 @@ struct mc_seg {
 	uint64_t deadline; /* GRACEFUL: unmount at this time (ms) */
 	uint64_t mount_seq;
 	uint32_t gen;
-	uint32_t client; /* client slot */
-	int state;	 /* enum mc_seg_state */
+	uint32_t client;  /* client slot */
+	int state;	  /* enum mc_seg_state */
+	bool unreachable; /* a peer could not read it (ReportUnreachable): neither listed
+			   * nor allocated until its owner pings again */
 };
 
 /* A key remembered for a disk owner (removes to deliver, offloads gone). */
@@ -183,6 +185,7 @@ struct mc_client {
 	uint32_t nsegs;	      /* segments it has mounted */
 	bool used;	      /* slot in use */
 	bool alive;	      /* in the alive set (mounted or remounted, not expired) */
+	bool unreachable;     /* some segment of its is marked unreachable */
 };
 
 struct mc_group {

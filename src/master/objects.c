@@ -855,6 +855,7 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	s->mount_seq = ++m->mount_seq;
 	s->client = client;
 	s->state = MC_SEG_MOUNTED;
+	s->unreachable = false;
 	m->capacity_bytes += mc_offset_alloc_capacity(s->alloc);
 	m->clients[client].nsegs++;
 	m->targets_dirty = true;
@@ -939,12 +940,13 @@ mc_status mc_master_targets(struct mc_master *m)
 		const struct mc_seg *s = &m->segs[i];
 		bool seen = false;
 
-		if (s->state != MC_SEG_MOUNTED)
+		if (s->state != MC_SEG_MOUNTED || s->unreachable)
 			continue;
 		for (uint32_t j = 0; j < i && !seen; j++) {
 			const struct mc_seg *p = &m->segs[j];
 
-			seen = p->state == MC_SEG_MOUNTED && p->name_len == s->name_len &&
+			seen = p->state == MC_SEG_MOUNTED && !p->unreachable &&
+			       p->name_len == s->name_len &&
 			       memcmp(p->name, s->name, s->name_len) == 0;
 		}
 		if (seen)
@@ -954,7 +956,8 @@ mc_status mc_master_targets(struct mc_master *m)
 		for (uint32_t j = i; j < m->nsegs_slots; j++) {
 			const struct mc_seg *p = &m->segs[j];
 
-			if (p->state == MC_SEG_MOUNTED && p->name_len == s->name_len &&
+			if (p->state == MC_SEG_MOUNTED && !p->unreachable &&
+			    p->name_len == s->name_len &&
 			    memcmp(p->name, s->name, s->name_len) == 0) {
 				m->tallocs[na] = p->alloc;
 				m->tsegs[na] = j;

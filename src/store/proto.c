@@ -390,6 +390,10 @@ MC_STATIC_ASSERT(offsetof(struct mc_store_put_start_item, status) == 0, "status 
 LAYOUT(L_hello, struct mc_store_hello, F_STR(struct mc_store_hello, version));
 LAYOUT(L_fsdir_resp, struct mc_store_fsdir_resp, F_STR(struct mc_store_fsdir_resp, fsdir));
 LAYOUT(L_client_req, struct mc_store_client_req, F_UUID(struct mc_store_client_req, client_id));
+LAYOUT(L_unreachable_req, struct mc_store_unreachable_req,
+       F_UUID(struct mc_store_unreachable_req, client_id),
+       F_LIST(struct mc_store_unreachable_req, segments, n_segments, struct mc_proto_str,
+	      L_str_item));
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
        F_U8(struct mc_store_ping_resp, client_status));
 LAYOUT(L_mount_req, struct mc_store_mount_req, F_UUID(struct mc_store_mount_req, client_id),

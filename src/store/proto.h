@@ -51,8 +51,8 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                            \
-	4 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
-	   * PutRevoke(DISK) name the replica id */
+	5 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
+	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable */
 #define MC_PROTO_HDR_LEN 32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
@@ -279,6 +279,13 @@ struct mc_store_client_req {
  * or "" when the master runs without --root_fs_dir. */
 struct mc_store_fsdir_resp {
 	struct mc_proto_str fsdir;
+};
+
+/* ReportUnreachable: segments (by name) whose memory a read could not reach. */
+struct mc_store_unreachable_req {
+	struct mc_store_uuid client_id; /* the reporter */
+	uint32_t n_segments;
+	struct mc_proto_str *segments;
 };
 
 struct mc_store_ping_resp {
@@ -637,6 +644,7 @@ struct mc_store_offload_rpc_release_req {
 	X(fsdir_resp)               \
 	X(client_req)               \
 	X(ping_resp)                \
+	X(unreachable_req)          \
 	X(mount_req)                \
 	X(remount_req)              \
 	X(unmount_req)              \
@@ -697,6 +705,7 @@ struct mc_store_offload_rpc_release_req {
 	X(UNMOUNT_SEGMENT, 5, unmount_segment, unmount_req, empty)                                 \
 	X(GRACEFUL_UNMOUNT_SEGMENT, 6, graceful_unmount_segment, graceful_unmount_req, empty)      \
 	X(GET_FSDIR, 7, get_fsdir, empty, fsdir_resp)                                              \
+	X(REPORT_UNREACHABLE, 8, report_unreachable, unreachable_req, empty)                       \
 	X(EXIST_KEY, 16, exist_key, key_req, exist_resp)                                           \
 	X(BATCH_EXIST_KEY, 17, batch_exist_key, keys_req, batch_exist_resp)                        \
 	X(GET_REPLICA_LIST, 18, get_replica_list, key_req, replica_list)                           \

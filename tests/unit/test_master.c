@@ -68,7 +68,7 @@ static void test_config_and_hello(void **state)
 	assert_true(out.len > MC_PROTO_HDR_LEN);
 	/* so are the numbers between and just past the known ones */
 	for (size_t i = 0; i < 3; i++) {
-		static const uint16_t gaps[] = {0, 8, MC_STORE_BATCH_REPLICA_CLEAR + 1};
+		static const uint16_t gaps[] = {0, 9, MC_STORE_BATCH_REPLICA_CLEAR + 1};
 		mc_buf_reset(&out);
 		req.hdr.type = gaps[i];
 		assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_NOT_SUPPORTED);
@@ -84,6 +84,11 @@ static void test_config_and_hello(void **state)
 	req.body.keys_req.n_keys = 5;
 	assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_INVALID_PARAMS);
 	mc_buf_reset(&out);
+	req.hdr.type = MC_STORE_REPORT_UNREACHABLE;
+	req.body.unreachable_req.n_segments = 2;
+	assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_INVALID_PARAMS);
+	mc_buf_reset(&out);
+	memset(&req.body, 0, sizeof(req.body));
 	req.hdr.type = MC_STORE_REMOUNT_SEGMENT;
 	req.body.remount_req.n_segments = 3;
 	assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_INVALID_PARAMS);
@@ -767,6 +772,85 @@ static void test_groups(void **state)
 	assert_int_equal(mt_put_start(t, CA, "q", OBJ), MC_ERR_NO_AVAILABLE_HANDLE);
 	mc_master_tick(t->m, t->now);
 	assert_int_equal(mt_metrics(t).key_count, 0);
+	mt_free(t);
+}
+
+static mc_status report(struct mt *t, struct mc_store_uuid from, const char *seg)
+{
+	struct mc_proto_str names[] = {mc_proto_str_c(seg), mc_proto_str_c("nobody:9")};
+	struct mc_store_unreachable_req r = {from, 2, names};
+
+	return mt_call(t, MC_STORE_REPORT_UNREACHABLE, &r);
+}
+
+/* The segment names of the last GetReplicaList answer, joined by ','. */
+static const char *listed(struct mt *t, char *out, size_t cap)
+{
+	const struct mc_store_replica_list *l = &t->resp.body.replica_list;
+	size_t n = 0;
+
+	out[0] = '\0';
+	for (uint32_t i = 0; i < l->n_replicas && n < cap; i++)
+		n += (size_t)snprintf(out + n, cap - n, "%s%.*s", i ? "," : "",
+				      (int)l->replicas[i].segment_name.len,
+				      l->replicas[i].segment_name.ptr);
+	return out;
+}
+
+/*
+ * ReportUnreachable (spec 6.5): a segment a peer could not read is left
+ * out of replica lists while the object has another copy, and out of
+ * placement, until its owner pings; its own owner's report, unknown names
+ * and an object with no other copy change nothing.
+ */
+static void test_unreachable_segments(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_store_replicate_config two = mt_cfg1(), one = mt_cfg1();
+	char names[64];
+
+	(void)state;
+	two.replica_num = 2;
+	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, 16 * MIB), MC_OK);
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0x10000000, 16 * MIB), MC_OK);
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "k", 1000, "", &two, false), MC_OK);
+	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 2);
+	assert_int_equal(mt_put_end(t, CC, "k"), MC_OK);
+	one.preferred_segment = mc_proto_str_c("a:1");
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "only-a", 1000, "", &one, false), MC_OK);
+	assert_int_equal(mt_put_end(t, CC, "only-a"), MC_OK);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
+
+	/* an owner reporting its own segment is not believed */
+	assert_int_equal(report(t, CA, "a:1"), MC_OK);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
+	assert_int_equal(mt_metrics(t).segments_reported_unreachable, 0);
+
+	/* a peer's report: a:1 is no longer listed beside b:1, nor allocated */
+	assert_int_equal(report(t, CB, "a:1"), MC_OK);
+	assert_int_equal(mt_metrics(t).segments_reported_unreachable, 1);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_string_equal(listed(t, names, sizeof(names)), "b:1");
+	assert_int_equal(mt_get(t, "only-a"), MC_OK); /* nothing else to read */
+	assert_string_equal(listed(t, names, sizeof(names)), "a:1");
+	assert_int_equal(mt_exist(t, "k"), 1);
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "k2", 1000, "", &two, false), MC_OK);
+	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 1);
+	assert_int_equal(t->resp.body.put_start_resp.replicas[0].segment_name.len, 3);
+	assert_memory_equal(t->resp.body.put_start_resp.replicas[0].segment_name.ptr, "b:1", 3);
+	assert_int_equal(mt_put_end(t, CC, "k2"), MC_OK);
+	/* again: counted once */
+	assert_int_equal(report(t, CB, "a:1"), MC_OK);
+	assert_int_equal(mt_metrics(t).segments_reported_unreachable, 1);
+
+	/* its owner pings: listed and allocated again */
+	assert_int_equal(mt_ping(t, CA), MC_STORE_CLIENT_OK);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "k3", 1000, "", &two, false), MC_OK);
+	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 2);
 	mt_free(t);
 }
 
@@ -1585,6 +1669,7 @@ int main(void)
 		cmocka_unit_test(test_eviction_after_alloc_failure_only),
 		cmocka_unit_test(test_pins),
 		cmocka_unit_test(test_groups),
+		cmocka_unit_test(test_unreachable_segments),
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_liveness_and_unmount),
 		cmocka_unit_test(test_ends_before_the_sweep),

@@ -220,6 +220,11 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (resp)
 			u->fsdir_resp.fsdir = S("/mnt/shared/mooncake_cluster");
 		return;
+	case MC_STORE_REPORT_UNREACHABLE:
+		if (!resp)
+			u->unreachable_req =
+				(struct mc_store_unreachable_req){{3, 4}, MC_MIN(n, 2), pref};
+		return;
 	case MC_STORE_MOUNT_SEGMENT:
 		if (!resp)
 			u->mount_req = (struct mc_store_mount_req){{3, 4}, segs[0]};
@@ -429,7 +434,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 4, 2, 0, /* magic, 1.4, type 2 */
+		'M', 'C', 'S', 'T', 1, 5, 2, 0, /* magic, 1.5, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -489,6 +494,33 @@ static void replica_clear_layout_is_pinned(void **state)
 	mc_store_keys_resp_release(&got);
 	/* one byte short of the last key is malformed */
 	assert_int_equal(mc_store_batch_replica_clear_response_decode(b.data, b.len - 1, &got),
+			 MC_ERR_PROTOCOL);
+	mc_buf_release(&b);
+}
+
+static void report_unreachable_layout_is_pinned(void **state)
+{
+	static const uint8_t want[] = {
+		7, 0, 0, 0, 0,	 0,   0,   0, /* client_id.first */
+		9, 0, 0, 0, 0,	 0,   0,   0, /* client_id.second */
+		2, 0, 0, 0,		      /* segments: count */
+		3, 0, 0, 0, 'a', ':', '1',    /* segments[0] */
+		3, 0, 0, 0, 'b', ':', '2',    /* segments[1] */
+	};
+	struct mc_proto_str names[] = {S("a:1"), S("b:2")};
+	struct mc_store_unreachable_req req = {{7, 9}, 2, names}, got;
+	struct mc_buf b;
+
+	(void)state;
+	assert_int_equal(MC_STORE_REPORT_UNREACHABLE, 8);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_REPORT_UNREACHABLE, false, &req), MC_OK);
+	assert_int_equal(b.len, sizeof(want));
+	assert_memory_equal(b.data, want, sizeof(want));
+	assert_int_equal(mc_store_report_unreachable_request_decode(b.data, b.len, &got), MC_OK);
+	assert_true(mc_store_unreachable_req_equal(&got, &req));
+	mc_store_unreachable_req_release(&got);
+	assert_int_equal(mc_store_report_unreachable_request_decode(b.data, b.len - 1, &got),
 			 MC_ERR_PROTOCOL);
 	mc_buf_release(&b);
 }
@@ -810,7 +842,7 @@ static void every_message_round_trips(void **state)
 		round_trip(all_types[i], true, 3);
 	}
 	assert_false(mc_store_msg_known(0));
-	assert_false(mc_store_msg_known(8));
+	assert_false(mc_store_msg_known(9));
 	assert_false(mc_store_msg_known(72));
 	assert_false(mc_store_msg_known(0xffff));
 	assert_string_equal(mc_store_msg_name(0xffff), "unknown");
@@ -1316,6 +1348,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(header_layout_is_pinned),
 		cmocka_unit_test(replica_clear_layout_is_pinned),
+		cmocka_unit_test(report_unreachable_layout_is_pinned),
 		cmocka_unit_test(ssd_tier_layouts_are_pinned),
 		cmocka_unit_test(offload_rpc_layout_is_pinned),
 		cmocka_unit_test(buf_writes_little_endian),
