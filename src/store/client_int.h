@@ -69,6 +69,7 @@ struct mc_store {
 	/* SSD tier: readers of LOCAL_DISK replicas (client_disk_read.c) */
 	struct mc_offload_pool *offload_pool;
 	atomic_uint_fast64_t offload_reads; /* objects read through an offload RPC */
+	atomic_uint_fast64_t read_retries;  /* reads run again from another replica */
 
 	/* SSD tier: this client's disk copies (client_offload.c), with
 	 * enable_ssd_offload; disk NULL when off */
@@ -104,7 +105,22 @@ struct mc_store_io {
 	uint32_t nreps;
 	struct mc_proto_str key; /* the object's (a LOCAL_DISK read asks the owner by key) */
 	mc_status status;	 /* in: MC_OK to take part; out: result */
+	/* reads (mc_store_io_alternates): every replica of the object, which a
+	 * read that failed to transfer falls back to (client_xfer.c, "Retries") */
+	const struct mc_store_replica *alts;
+	uint32_t nalts;
+	uint64_t alt_off;	     /* a range's offset in the object (reps moved by it) */
+	uint64_t tried;		     /* bit i: alts[i] was read from */
+	struct mc_store_replica cur; /* the alternate being read, moved by alt_off */
 };
+
+/*
+ * Let io (a read of len bytes at offset off of its object, from
+ * list->replicas[chosen]) fall back to the object's other complete
+ * replicas when a transfer fails.  list must outlive the transfer.
+ */
+void mc_store_io_alternates(struct mc_store_io *io, const struct mc_store_replica_list *list,
+			    const struct mc_store_replica *chosen, uint64_t off);
 
 /* Object ranges as objects of their own (client_xfer.c, "Ranged calls"). */
 struct mc_store_ranges {
@@ -189,7 +205,10 @@ mc_status mc_store_check_config(const struct mc_store_config *cfg, bool value_ca
 /*
  * Move every object in ios whose status is MC_OK: writes go to all its
  * replicas, reads come from reps[0].  Everything is submitted as one
- * engine batch so the transfers overlap.  Sets each status.
+ * engine batch so the transfers overlap.  Sets each status.  A read that
+ * fails to transfer and has alternates (mc_store_io_alternates) is tried
+ * again from its next complete replica on another segment, and the
+ * master is told which segments could not be read (ReportUnreachable).
  */
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode);
 

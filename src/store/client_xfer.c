@@ -244,7 +244,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 	return MC_OK;
 }
 
-void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
+static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
 	bool disk = false, fs = false;
 	struct req_list l;
@@ -305,6 +305,164 @@ out:
 		    ios[i].reps[0].type == MC_STORE_REPLICA_DISK)
 			mc_store_fs_read(s, &ios[i]);
 	}
+}
+
+/* ---- retries ----------------------------------------------------------------------------- */
+
+/*
+ * Retries (spec store.md 6.5, issue 15 part 5).  Between a holder's death
+ * and the master's unmount of its segments (client_ttl, 10 s by default)
+ * GetReplicaList still lists replicas there, and a read of one fails to
+ * transfer while the object lives on elsewhere.  A read that failed with
+ * MC_ERR_TRANSFER_FAIL and knows its object's replicas (io->alts) is run
+ * again from the next complete replica it has not tried, memory on a
+ * segment that has not failed in this call first, then a LOCAL_DISK copy,
+ * then a DISK file, the order mc_store_choose_replica prefers; every
+ * retry of a call shares one more engine batch per round.  The segments
+ * that failed are then reported to the master in one ReportUnreachable,
+ * and it lists and allocates them no more until their owner pings again,
+ * so later reads go straight to a live copy.  A master older than minor
+ * version 5 answers NOT_SUPPORTED, which changes nothing here.
+ */
+#define BAD_SEGS_MAX 16 /* segments one call remembers (and reports) */
+
+struct bad_segs {
+	struct mc_proto_str v[BAD_SEGS_MAX];
+	uint32_t n;
+};
+
+static bool bad_has(const struct bad_segs *b, const struct mc_proto_str *name)
+{
+	for (uint32_t i = 0; i < b->n; i++)
+		if (b->v[i].len == name->len && memcmp(b->v[i].ptr, name->ptr, name->len) == 0)
+			return true;
+	return false;
+}
+
+static void bad_add(const struct mc_store *s, struct bad_segs *b, const struct mc_store_replica *r)
+{
+	if (r->type != MC_STORE_REPLICA_MEMORY || !r->segment_name.len || is_own_segment(s, r) ||
+	    b->n == BAD_SEGS_MAX || bad_has(b, &r->segment_name))
+		return;
+	b->v[b->n++] = r->segment_name;
+}
+
+void mc_store_io_alternates(struct mc_store_io *io, const struct mc_store_replica_list *list,
+			    const struct mc_store_replica *chosen, uint64_t off)
+{
+	io->alts = list->replicas;
+	io->nalts = list->n_replicas < 64 ? list->n_replicas : 64;
+	io->alt_off = off;
+	io->tried = 0;
+	if (chosen >= list->replicas && chosen < list->replicas + io->nalts)
+		io->tried = 1ull << (chosen - list->replicas);
+}
+
+/* The rank of alternate r in the fallback order; 0: not usable now. */
+static int alt_rank(const struct bad_segs *b, const struct mc_store_replica *r)
+{
+	if (r->status != MC_STORE_REPLICA_COMPLETE)
+		return 0;
+	if (r->type == MC_STORE_REPLICA_MEMORY)
+		return bad_has(b, &r->segment_name) ? 0 : 3;
+	if (r->type == MC_STORE_REPLICA_LOCAL_DISK && r->transport_endpoint.len)
+		return 2;
+	if (r->type == MC_STORE_REPLICA_DISK && r->file_path.len)
+		return 1;
+	return 0;
+}
+
+/* Point io at its next alternate (moved as mc_store_ranges_add moves a
+ * replica); false when none is left. */
+static bool next_alternate(struct mc_store_io *io, const struct bad_segs *b)
+{
+	int best = 0;
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < io->nalts; i++) {
+		int rank = (io->tried >> i) & 1 ? 0 : alt_rank(b, &io->alts[i]);
+
+		if (rank > best) {
+			best = rank;
+			k = i;
+		}
+	}
+	if (!best)
+		return false;
+	io->tried |= 1ull << k;
+	io->cur = io->alts[k];
+	io->cur.address += io->alt_off;
+	if (io->cur.type != MC_STORE_REPLICA_LOCAL_DISK && io->cur.type != MC_STORE_REPLICA_DISK)
+		io->cur.size = io->len;
+	io->reps = &io->cur;
+	io->nreps = 1;
+	io->status = MC_OK;
+	return true;
+}
+
+static void report_unreachable(struct mc_store *s, const struct bad_segs *b)
+{
+	struct mc_store_unreachable_req req = {s->client_id, b->n, (struct mc_proto_str *)b->v};
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	rc = mc_master_conn_call(s->conn, MC_STORE_REPORT_UNREACHABLE, &req, &resp);
+	if (rc == MC_OK)
+		mc_store_msg_release(&resp);
+	else
+		mc_debug("ReportUnreachable: %s", mc_strerror(rc));
+}
+
+static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n)
+{
+	struct bad_segs bad = {.n = 0};
+
+	for (uint32_t round = 0; round < 64; round++) {
+		size_t again = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			struct mc_store_io *io = &ios[i];
+
+			if (io->status == MC_OK) {
+				io->status = MC_INPROGRESS; /* done: out of the next pass */
+				continue;
+			}
+			if (io->status != MC_ERR_TRANSFER_FAIL || !io->alts || !io->nreps)
+				continue;
+			bad_add(s, &bad, &io->reps[0]);
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct mc_store_io *io = &ios[i];
+
+			if (io->status == MC_ERR_TRANSFER_FAIL && io->alts && io->nreps &&
+			    next_alternate(io, &bad)) {
+				atomic_fetch_add(&s->read_retries, 1);
+				again++;
+			}
+		}
+		if (again)
+			run_pass(s, ios, n, MC_OP_READ);
+		for (size_t i = 0; i < n; i++)
+			if (ios[i].status == MC_INPROGRESS)
+				ios[i].status = MC_OK;
+		if (!again)
+			break;
+	}
+	if (bad.n)
+		report_unreachable(s, &bad);
+}
+
+void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
+{
+	bool alts = false;
+
+	run_pass(s, ios, n, opcode);
+	if (opcode != MC_OP_READ)
+		return;
+	for (size_t i = 0; i < n && !alts; i++)
+		alts = ios[i].status == MC_ERR_TRANSFER_FAIL && ios[i].alts;
+	if (alts)
+		retry_reads(s, ios, n);
 }
 
 /* ---- put --------------------------------------------------------------------------------- */
@@ -673,9 +831,10 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 	io.reps = r;
 	io.nreps = 1;
 	io.key = mc_proto_str_c(key);
+	mc_store_io_alternates(&io, &resp.body.replica_list, r, 0);
 	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
 	rc = io.status;
-	if (rc == MC_OK && mc_store_read_leased(r) && mc_now_ms() > t0 + ttl)
+	if (rc == MC_OK && mc_store_read_leased(io.reps) && mc_now_ms() > t0 + ttl)
 		rc = mc_set_error(MC_ERR_LEASE_EXPIRED,
 				  "read of %s outlived its %" PRIu64 " ms lease", key, ttl);
 	if (rc == MC_OK) {
@@ -790,6 +949,7 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->reps = r;
 		io->nreps = 1;
 		io->key = kv[j];
+		mc_store_io_alternates(io, &it->list, r, 0);
 	}
 	mc_store_run_transfers(s, ios, nsent, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
@@ -1536,9 +1696,12 @@ static mc_status untimed_get_into_ranges(struct mc_store *s,
 				r->results[f] = MC_ERR_INVALID_PARAMS;
 				continue;
 			}
-			rs.ios[mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset,
-						   g->src_offset, g->length, rep, 1)]
-				.key = kv[j];
+			size_t k = mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset,
+						       g->src_offset, g->length, rep, 1);
+
+			rs.ios[k].key = kv[j];
+			if (g->length)
+				mc_store_io_alternates(&rs.ios[k], &it->list, rep, g->src_offset);
 		}
 	}
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);

@@ -45,6 +45,9 @@
  *                                  the command with ERR)
  *   exist KEY                      -> OK 1 | OK 0
  *   bexist KEY...                  -> OK <r1> <r2> ... (1, 0 or a status)
+ *   bget_into KEY...               one batch_get_into, each key into its
+ *                                  share of the scratch buffer
+ *                                  -> OK <size>:<xxh3 hex> | <status> ...
  *   size KEY                       -> OK <bytes>
  *   replicas KEY                   -> OK n=<n> [<segment>:<size>:<status>]...
  *   remove KEY [force]
@@ -467,6 +470,58 @@ out:
 	free(res);
 }
 
+static void cmd_bget_into(int argc, char **argv)
+{
+	size_t n = (size_t)argc - 1, slot;
+	const char **keys;
+	void **bufs;
+	size_t *lens;
+	int64_t *res;
+	mc_status st;
+	double t0;
+
+	if (argc < 2) {
+		reply("ERR BADARG 0 usage: bget_into KEY...");
+		return;
+	}
+	slot = zbuf_size / n / 4096 * 4096;
+	keys = calloc(n, sizeof(*keys));
+	bufs = calloc(n, sizeof(*bufs));
+	lens = calloc(n, sizeof(*lens));
+	res = calloc(n, sizeof(*res));
+	if (!keys || !bufs || !lens || !res || !slot) {
+		reply("ERR NOMEM 0 buffers");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		keys[i] = decode_arg(argv[i + 1]);
+		bufs[i] = zbuf + i * slot;
+		lens[i] = slot;
+	}
+	t0 = now_ms();
+	for (size_t i = 0; i < n; i++)
+		res[i] = MC_ERR_INTERNAL;
+	st = mc_store_batch_get_into(store, keys, bufs, lens, n, res);
+	if (st == MC_ERR_INVALID_PARAMS || st == MC_ERR_NOMEM) { /* the call itself */
+		reply_err(st, now_ms() - t0, "batch_get_into");
+		goto out;
+	}
+	printf("OK"); /* else each key's result, whatever the call's */
+	for (size_t i = 0; i < n; i++) {
+		if (res[i] < 0)
+			printf(" %s", mc_status_name((mc_status)res[i]));
+		else
+			printf(" %" PRId64 ":%016" PRIx64, res[i],
+			       XXH3_64bits(bufs[i], (size_t)res[i]));
+	}
+	reply("%s", "");
+out:
+	free(keys);
+	free(bufs);
+	free(lens);
+	free(res);
+}
+
 static void cmd_size(int argc, char **argv)
 {
 	int64_t n;
@@ -600,6 +655,8 @@ static bool run_line(char *line)
 		cmd_exist(argc, argv);
 	else if (!strcmp(c, "bexist"))
 		cmd_bexist(argc, argv);
+	else if (!strcmp(c, "bget_into"))
+		cmd_bget_into(argc, argv);
 	else if (!strcmp(c, "size"))
 		cmd_size(argc, argv);
 	else if (!strcmp(c, "replicas"))
