@@ -797,6 +797,8 @@ bool mc_alloc_strategy_parse(const char *s, enum mc_alloc_strategy *strategy_out
 		*strategy_out = MC_ALLOC_RANDOM;
 	else if (!strcmp(s, "free_ratio_first"))
 		*strategy_out = MC_ALLOC_FREE_RATIO_FIRST;
+	else if (!strcmp(s, "local_first"))
+		*strategy_out = MC_ALLOC_LOCAL_FIRST;
 	else
 		return false;
 	return true;
@@ -804,7 +806,9 @@ bool mc_alloc_strategy_parse(const char *s, enum mc_alloc_strategy *strategy_out
 
 const char *mc_alloc_strategy_name(enum mc_alloc_strategy strategy)
 {
-	return strategy == MC_ALLOC_FREE_RATIO_FIRST ? "free_ratio_first" : "random";
+	return strategy == MC_ALLOC_FREE_RATIO_FIRST ? "free_ratio_first"
+	       : strategy == MC_ALLOC_LOCAL_FIRST    ? "local_first"
+						     : "random";
 }
 
 struct place_ctx {

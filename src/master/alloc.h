@@ -119,9 +119,12 @@ bool mc_offset_alloc_check(const struct mc_offset_alloc *a);
 enum mc_alloc_strategy {
 	MC_ALLOC_RANDOM,	   /* upstream default */
 	MC_ALLOC_FREE_RATIO_FIRST, /* emptiest sampled segments first */
+	MC_ALLOC_LOCAL_FIRST,	   /* random here; the master prefers the writer's host
+				    * (its preferred list, master.c) for one replica */
 };
 
-/* "random" / "free_ratio_first" (case-sensitive, as upstream's flag); false otherwise. */
+/* "random" / "free_ratio_first" / "local_first" (case-sensitive, as upstream's
+ * flag); false otherwise. */
 bool mc_alloc_strategy_parse(const char *s, enum mc_alloc_strategy *strategy_out);
 const char *mc_alloc_strategy_name(enum mc_alloc_strategy strategy);
 

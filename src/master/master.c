@@ -37,6 +37,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -45,6 +46,9 @@
 #include "base/time.h"
 #include "master/handler_int.h"
 #include "master/master_int.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 /* Resolve (tenant, key) for a read: NULL when absent (unknown tenant too). */
 static struct mc_obj *lookup(struct mc_master *m, const struct mc_proto_str *tenant,
@@ -633,9 +637,79 @@ static bool target_named(const struct mc_master *m, const struct mc_proto_str *n
 	return false;
 }
 
-/* Allocate the replicas of one value; placements in m->place[0, *n). */
-static mc_status place(struct ctx *c, uint64_t len, const struct mc_store_replicate_config *cfg,
-		       uint32_t *n_out)
+/* A target in host order (host_order): the sort keys, then the target. */
+struct host_slot {
+	const char *host, *name;
+	uint32_t host_len;
+	uint32_t target;
+	bool wraps; /* its host sorts before the writer's: after the wrap */
+};
+
+static int host_slot_cmp(const void *pa, const void *pb)
+{
+	const struct host_slot *a = pa, *b = pb;
+	uint32_t n = MC_MIN(a->host_len, b->host_len);
+	int d;
+
+	if (a->wraps != b->wraps)
+		return a->wraps ? 1 : -1;
+	d = memcmp(a->host, b->host, n);
+	if (d || a->host_len != b->host_len)
+		return d ? d : a->host_len < b->host_len ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+/*
+ * local_first, and prefer_alloc_in_same_node, for one replica (spec 3.2):
+ * append to pref the targets of every host in cyclic host-id order from
+ * the writer's host (from the next greater one when it has none), each
+ * host's segment names sorted and rotated by the key's hash, so one host's
+ * keys spread over its segments.  O(targets log targets) per put; the list
+ * stops at MC_MASTER_MAX_PREFERRED, and the random walk covers the rest.
+ * Targets already in pref are skipped.  Returns the new npref.
+ */
+static uint32_t host_order(struct mc_master *m, const struct mc_proto_str *host, const char *key,
+			   size_t key_len, uint32_t *pref, uint32_t npref)
+{
+	struct host_slot *v = mc_calloc(m->ntargets, sizeof(*v));
+	uint64_t h = XXH3_64bits(key, key_len);
+	uint32_t n = 0;
+
+	if (!v)
+		return npref; /* no preference: the random walk places it */
+	for (uint32_t t = 0; t < m->ntargets; t++) {
+		const struct mc_seg *s = &m->segs[m->tsegs[m->tstart[t]]];
+		uint32_t hl = (uint32_t)strlen(s->host_id), k = MC_MIN(hl, host->len);
+		int d = memcmp(s->host_id, sp(host), k);
+
+		v[n++] = (struct host_slot){s->host_id, m->targets[t].name, hl, t,
+					    d < 0 || (d == 0 && hl < host->len)};
+	}
+	qsort(v, n, sizeof(*v), host_slot_cmp);
+	for (uint32_t i = 0; i < n && npref < MC_MASTER_MAX_PREFERRED;) {
+		uint32_t j = i;
+
+		while (j < n && v[j].wraps == v[i].wraps && v[j].host_len == v[i].host_len &&
+		       memcmp(v[j].host, v[i].host, v[i].host_len) == 0)
+			j++;
+		for (uint32_t k = 0; k < j - i && npref < MC_MASTER_MAX_PREFERRED; k++) {
+			uint32_t t = v[i + (uint32_t)((h + k) % (j - i))].target;
+			bool dup = false;
+
+			for (uint32_t p = 0; p < npref && !dup; p++)
+				dup = pref[p] == t;
+			if (!dup)
+				pref[npref++] = t;
+		}
+		i = j;
+	}
+	mc_free(v);
+	return npref;
+}
+
+/* Allocate the replicas of one value of key; placements in m->place[0, *n). */
+static mc_status place(struct ctx *c, const char *key, size_t key_len, uint64_t len,
+		       const struct mc_store_replicate_config *cfg, uint32_t *n_out)
 {
 	struct mc_master *m = c->m;
 	uint32_t pref[MC_MASTER_MAX_PREFERRED], npref = 0, want;
@@ -671,16 +745,10 @@ static mc_status place(struct ctx *c, uint64_t len, const struct mc_store_replic
 				npref++;
 		}
 	}
-	/* prefer_alloc_in_same_node: the writer's host next (spec 3.2) */
-	if (cfg->prefer_alloc_in_same_node && cfg->replica_num == 1 && cfg->host_id.len) {
-		for (uint32_t t = 0; t < m->ntargets && npref < MC_MASTER_MAX_PREFERRED; t++) {
-			const struct mc_seg *s = &m->segs[m->tsegs[m->tstart[t]]];
-
-			if (strlen(s->host_id) == cfg->host_id.len &&
-			    memcmp(s->host_id, sp(&cfg->host_id), cfg->host_id.len) == 0)
-				pref[npref++] = t;
-		}
-	}
+	/* local_first, prefer_alloc_in_same_node: the hosts from the writer's on */
+	if (cfg->replica_num == 1 && (m->cfg.strategy == MC_ALLOC_LOCAL_FIRST ||
+				      (cfg->prefer_alloc_in_same_node && cfg->host_id.len)))
+		npref = host_order(m, &cfg->host_id, key, key_len, pref, npref);
 	req.len = len;
 	req.replica_num = want;
 	req.strategy = m->cfg.strategy;
@@ -801,7 +869,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		return MC_OK;
 	}
 	/* case C (or a pre-empted write): new blocks first, then park the old */
-	st = place(c, value_len, cfg, &n);
+	st = place(c, o->key, o->key_len, value_len, cfg, &n);
 	if (st != MC_OK) {
 		if (o->nrep == 0) { /* nothing left to keep */
 			mc_master_obj_erase(m, o);
@@ -866,7 +934,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	}
 	if (!mc_master_proc_reserve(m, 1))
 		return FAIL(c, MC_ERR_NOMEM, "no memory");
-	st = place(c, value_len, cfg, &n);
+	st = place(c, sp(key), key->len, value_len, cfg, &n);
 	if (st != MC_OK)
 		return st;
 	o = mc_malloc(offsetof(struct mc_obj, key) + key->len);

@@ -181,7 +181,8 @@ static const struct mc_config_entry flags[] = {
 	STR("memory_allocator", "offset", SF(memory_allocator), 0, check_memory_allocator,
 	    "segment allocator: offset (cachelib is not in this build)"),
 	STR("allocation_strategy", "random", SF(allocation_strategy), 0, check_strategy,
-	    "replica placement: random or free_ratio_first"),
+	    "replica placement: random, free_ratio_first or local_first (one replica on the "
+	    "writer's host first, then the next hosts in host-id order)"),
 	BOOL("enable_multi_tenants", "false", MF(enable_multi_tenants), 0,
 	     "keep tenants apart (false: every tenant is the default one)"),
 	/* regex calls (this build's own limits; upstream has none) */
@@ -433,7 +434,7 @@ static bool check_memory_allocator(const char *v, char *why, size_t why_len)
 
 static bool check_strategy(const char *v, char *why, size_t why_len)
 {
-	static const char *const later[] = {"ssd_free_ratio_first", "cxl", "local_first"};
+	static const char *const later[] = {"ssd_free_ratio_first", "cxl"};
 	enum mc_alloc_strategy st;
 
 	if (mc_alloc_strategy_parse(v, &st))

@@ -198,7 +198,7 @@ def test_version():
     (["--enable_ha=true"], "not supported in this build"),
     (["--offloading_queue_limit=0"], "offloading_queue_limit"),
     (["--memory_allocator=cachelib"], "not supported in this build"),
-    (["--allocation_strategy=local_first"], "not supported in this build"),
+    (["--allocation_strategy=ssd_free_ratio_first"], "not supported in this build"),
     (["--allocation_strategy=fastest"], "allocation_strategy"),
     (["--default_kv_soft_pin_ttl=2h", "--max_kv_soft_pin_ttl=1h"], "exceeds"),
     (["--cluster_id=a/b"], "cluster_id"),

@@ -854,6 +854,87 @@ static void test_unreachable_segments(void **state)
 	mt_free(t);
 }
 
+static mc_status mount_on(struct mt *t, struct mc_store_uuid client, uint64_t id, const char *name,
+			  const char *host, uint64_t size)
+{
+	struct mc_store_mount_req r = {
+		client, mt_seg((struct mc_store_uuid){id, id}, name, id << 28, size)};
+
+	r.segment.host_id = mc_proto_str_c(host);
+	return mt_call(t, MC_STORE_MOUNT_SEGMENT, &r);
+}
+
+/* Where a put of key (len bytes, one replica) from a writer on host lands;
+ * the put is revoked again.  "" when the put failed. */
+static const char *lands(struct mt *t, const char *key, uint64_t len, const char *host,
+			 const char *preferred)
+{
+	static char seg[32];
+	struct mc_store_replicate_config c = mt_cfg1();
+	const struct mc_store_replica *r;
+
+	c.host_id = mc_proto_str_c(host);
+	c.preferred_segment = mc_proto_str_c(preferred);
+	if (mt_put_start_cfg(t, CC, "", key, len, "", &c, false) != MC_OK)
+		return "";
+	r = mt_first_replica_start(t);
+	snprintf(seg, sizeof(seg), "%.*s", (int)r->segment_name.len, r->segment_name.ptr);
+	assert_int_equal(mt_revoke(t, CC, key), MC_OK);
+	return seg;
+}
+
+/*
+ * --allocation_strategy=local_first (spec 3.2): one replica goes to the
+ * writer's host, spread over its segments by the key's hash; a host with no
+ * segment (or a full one) hands over to the next host id, cyclically; an
+ * explicit preferred segment still comes first; two replicas are placed
+ * as by random, on two names.
+ */
+static void test_local_first(void **state)
+{
+	struct mc_master_config cfg;
+	struct mc_store_replicate_config two = mt_cfg1();
+	struct mt *t;
+	bool seen_a1 = false, seen_a2 = false;
+
+	(void)state;
+	mt_cfg_init(&cfg);
+	assert_true(mc_alloc_strategy_parse("local_first", &cfg.strategy));
+	assert_string_equal(mc_alloc_strategy_name(cfg.strategy), "local_first");
+	t = mt_new(&cfg);
+	assert_int_equal(mount_on(t, CA, 1, "a:2", "hostA", 4 * MIB), MC_OK);
+	assert_int_equal(mount_on(t, CA, 2, "a:1", "hostA", 4 * MIB), MC_OK);
+	assert_int_equal(mount_on(t, CB, 3, "b:1", "hostB", MIB), MC_OK);
+	assert_int_equal(mount_on(t, CC, 4, "c:1", "hostC", 4 * MIB), MC_OK);
+	for (int i = 0; i < 32; i++) {
+		char k[16];
+		const char *seg;
+
+		snprintf(k, sizeof(k), "key-%d", i);
+		assert_string_equal(lands(t, k, 4096, "hostB", ""), "b:1");
+		seg = lands(t, k, 4096, "hostA", "");
+		assert_true(!strcmp(seg, "a:1") || !strcmp(seg, "a:2"));
+		seen_a1 |= !strcmp(seg, "a:1");
+		seen_a2 |= !strcmp(seg, "a:2");
+		/* the same key, the same segment of its host */
+		assert_string_equal(lands(t, k, 4096, "hostA", ""), seg);
+		/* no segment on the writer's host: the next host id, then around */
+		assert_string_equal(lands(t, k, 4096, "hostAB", ""), "b:1");
+		assert_int_equal(lands(t, k, 4096, "hostZ", "")[0], 'a');
+	}
+	assert_true(seen_a1 && seen_a2);
+	/* the writer's host cannot hold it: the next host (c, not a) */
+	assert_string_equal(lands(t, "big", 2 * MIB, "hostB", ""), "c:1");
+	/* an explicit preferred segment comes first */
+	assert_string_equal(lands(t, "pref", 4096, "hostA", "c:1"), "c:1");
+	/* two replicas: anywhere, on two names */
+	two.replica_num = 2;
+	two.host_id = mc_proto_str_c("hostB");
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "two", 4096, "", &two, false), MC_OK);
+	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 2);
+	mt_free(t);
+}
+
 static void test_tenants(void **state)
 {
 	struct mc_master_config cfg;
@@ -1670,6 +1751,7 @@ int main(void)
 		cmocka_unit_test(test_pins),
 		cmocka_unit_test(test_groups),
 		cmocka_unit_test(test_unreachable_segments),
+		cmocka_unit_test(test_local_first),
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_liveness_and_unmount),
 		cmocka_unit_test(test_ends_before_the_sweep),
