@@ -30,7 +30,9 @@
 #include "master/server.h"
 #include "mooncake/store.h"
 #include "mooncake/store_c.h"
+#include "mooncake/te.h"
 #include "store/client_config.h"
+#include "store/client_int.h" /* a holder's segment pulled from under its engine */
 #include "store/master_conn.h"
 #include "store/proto.h"
 #include "support.h"
@@ -526,6 +528,77 @@ static void get_into_ranges_reads_fragments(void **state)
 	free(obj);
 	free(dst);
 	free(unreg);
+}
+
+/*
+ * A holder whose memory cannot be read any more (its engine no longer
+ * serves its segment, as after a crash the master has not noticed yet):
+ * every read form of an object with a second replica falls back to it
+ * (client_xfer.c, "Retries"), bytes exact, and a read of an object with
+ * no other replica still fails to transfer.
+ */
+static void reads_fall_back_from_an_unreadable_holder(void **state)
+{
+	enum { OBJ = 64 << 10, N = 4 };
+	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
+	struct mc_store_config two = {
+		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
+	struct mc_store_config only_d = {.replica_num = 1,
+					 .preferred_segment = mc_store_hostname(D)};
+	char *obj = malloc(OBJ), *dst = malloc(N * OBJ);
+	const char *keys[N] = {"fb-0", "fb-1", "fb-2", "fb-3"};
+	void *bufs[N];
+	size_t caps[N];
+	int64_t res[N], rres[1];
+	struct mc_store_range rg = {.dst_offset = 0, .src_offset = 100, .length = 5000};
+	struct mc_store_range_read rr = {"fb-2", dst, &rg, 1, rres};
+	struct mc_store_replica_desc d[2];
+	uint64_t retries;
+
+	(void)state;
+	mc_test_fill(obj, OBJ, 77);
+	for (int i = 0; i < N; i++) {
+		obj[0] = (char)i;
+		assert_int_equal(mc_store_put(A, keys[i], obj, OBJ, &two), MC_OK);
+		assert_int_equal(mc_store_get_replica_desc(A, keys[i], d, 2), 2);
+		assert_string_equal(d[0].segment_name, mc_store_hostname(D)); /* read first */
+	}
+	assert_int_equal(mc_store_put(A, "fb-only-d", obj, OBJ, &only_d), MC_OK);
+	/* D's engine stops serving its segment; the master still lists it */
+	assert_int_equal(mc_te_deregister(D->te, D->seg), MC_OK);
+	D->seg_registered = false;
+	retries = atomic_load(&A->read_retries);
+
+	obj[0] = 0;
+	expect_get(A, "fb-0", obj, OBJ);
+	assert_true(atomic_load(&A->read_retries) > retries);
+	assert_int_equal(mc_store_register_buffer(A, dst, N * OBJ), MC_OK);
+	obj[0] = 1;
+	assert_int_equal(mc_store_get_into(A, "fb-1", dst, OBJ), OBJ);
+	assert_memory_equal(dst, obj, OBJ);
+	for (int i = 0; i < N; i++) {
+		bufs[i] = dst + (size_t)i * OBJ;
+		caps[i] = OBJ;
+	}
+	memset(dst, 0, N * OBJ);
+	assert_int_equal(mc_store_batch_get_into(A, keys, bufs, caps, N, res), MC_OK);
+	for (int i = 0; i < N; i++) {
+		obj[0] = (char)i;
+		assert_int_equal(res[i], OBJ);
+		assert_memory_equal(bufs[i], obj, OBJ);
+	}
+	memset(dst, 0, OBJ);
+	assert_int_equal(mc_store_get_into_ranges(A, &rr, 1), MC_OK);
+	assert_int_equal(rres[0], 5000);
+	obj[0] = 2;
+	assert_memory_equal(dst, obj + 100, 5000);
+	/* nothing to fall back to */
+	assert_int_equal(mc_store_get_into(A, "fb-only-d", dst, OBJ), MC_ERR_TRANSFER_FAIL);
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	mc_store_free(D);
+	free(obj);
+	free(dst);
 }
 
 /* ---- sessions ---------------------------------------------------------------------------------
@@ -1610,6 +1683,7 @@ int main(void)
 		cmocka_unit_test(upsert_parts_and_batches),
 		cmocka_unit_test(batch_get_one_round_trip),
 		cmocka_unit_test(get_into_ranges_reads_fragments),
+		cmocka_unit_test(reads_fall_back_from_an_unreadable_holder),
 		cmocka_unit_test(put_and_get_sessions),
 		cmocka_unit_test(put_session_end_races_ranged_writes),
 		cmocka_unit_test(close_drops_sessions),
