@@ -313,6 +313,22 @@ def fio(path, rw, bs, total, depth, direct):
     return side["io_bytes"] / (side["runtime"] / 1000.0) / 1e9, shlex.join(argv)
 
 
+def fio_per_file(directory, bs, total, direct):
+    """The file-per-key backend's own reference: one file per object, each
+    written whole and fsynced on close before the next is opened (what a
+    per-key durable write costs the device), as that backend does."""
+    os.makedirs(directory, exist_ok=True)
+    argv = ["fio", "--name=ref", f"--directory={directory}", "--filename_format=f.$filenum",
+            f"--nrfiles={max(1, total // bs)}", f"--filesize={bs}", f"--bs={bs}",
+            f"--size={total}", "--rw=write", "--openfiles=1", "--fsync_on_close=1",
+            f"--direct={1 if direct else 0}", "--ioengine=io_uring", "--iodepth=1",
+            "--output-format=json"]
+    r = subprocess.run(argv, check=True, capture_output=True, text=True)
+    j = json.loads(r.stdout)["jobs"][0]["write"]
+    shutil.rmtree(directory, ignore_errors=True)
+    return j["io_bytes"] / (j["runtime"] / 1000.0) / 1e9, shlex.join(argv)
+
+
 def dsb(build, be, *args):
     exe = master_rss.find(build, "bench/disk_store_bench")
     argv = [exe, *[str(a) for a in args]]
@@ -352,6 +368,10 @@ def fig_a_b_store_side(args, base, size, run, res, cmds):
         g, cmds["fio write"] = fio(f, "write", size, total, args.fio_write_depth,
                                    res.get("direct", True))
         res.setdefault(("a_fio", size), []).append(g)
+        if "file_per_key" in dirs:
+            g, cmds["fio write per file"] = fio_per_file(os.path.join(base, "fio-files"), size,
+                                                         total, res.get("direct", True))
+            res.setdefault(("a_fio_pf", size), []).append(g)
 
     def store_r():
         for be, d in dirs.items():
@@ -580,6 +600,10 @@ def main():
                 tgt = ">= 80%" if k == "a_dsb" else "(heartbeat wait included)"
                 print(f"| {name} | {be} | {sl} | {v:.3f} | {fw:.3f} fio write "
                       f"qd{args.fio_write_depth} | {v / fw if fw else 0:.0%} | {tgt} |")
+                fp = med.get(("a_fio_pf", size), 0)
+                if be == "file_per_key" and fp:
+                    print(f"| {name} | {be} | {sl} | {v:.3f} | {fp:.3f} fio write one file "
+                          f"per object, fsync each | {v / fp:.0%} | (its own reference) |")
         for b in (1, args.batch):
             fr = med.get(("b_fio", size, b), 0)
             label = "get_into" if b == 1 else f"batch_get_into x{b}"
