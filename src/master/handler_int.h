@@ -59,6 +59,10 @@ mc_status mc_master_job_new(struct ctx *c, const struct mc_proto_str *tenant,
  * is left, else the response is in c->out or the failure in c->err. */
 mc_status mc_master_job_work(struct ctx *c, struct mc_master_job *j, uint64_t end_us);
 
+/* ReportCorrupt (corrupt.c): drop the replicas a reader found corrupt. */
+mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q);
+bool mc_master_v_report_corrupt(const struct mc_store_msg *q);
+
 /* The replica list of a readable object, its descriptors appended to the
  * master's rscratch at *pos (room reserved by the caller). */
 void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_replica_list *l,

@@ -76,12 +76,7 @@ static struct mc_obj *lookup_live(struct mc_master *m, const struct mc_proto_str
 
 static uint64_t rep_id(const struct mc_rep *r)
 {
-	/* stable for the life of the block and unique among live ones */
-	uint64_t x = r->addr ^ ((uint64_t)r->seg << 40) ^ ((uint64_t)r->gen << 20);
-
-	x ^= x >> 31;
-	x *= 0x9E3779B97F4A7C15ull;
-	return (x ^ (x >> 29)) | 1;
+	return mc_master_rep_id(r);
 }
 
 static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r,
@@ -1657,6 +1652,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(GRACEFUL_UNMOUNT_SEGMENT, h_graceful, NULL, COUNTER(master_unmount_segment))      \
 	X(GET_FSDIR, h_get_fsdir, NULL, NO_COUNTER)                                         \
 	X(REPORT_UNREACHABLE, h_report_unreachable, v_unreachable, NO_COUNTER)              \
+	X(REPORT_CORRUPT, mc_master_h_report_corrupt, mc_master_v_report_corrupt, NO_COUNTER) \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \

@@ -366,6 +366,7 @@ struct mc_master_metrics {
 	uint64_t promotion_rejected_watermark;	/* master_promotion_rejected_watermark_total */
 	uint64_t promotion_rejected_cap;	/* master_promotion_rejected_cap_total */
 	uint64_t segments_reported_unreachable; /* master_segment_unreachable_reports_total */
+	uint64_t replicas_reported_corrupt; /* master_replica_corrupt_reports_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;

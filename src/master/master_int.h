@@ -382,6 +382,21 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 				     size_t len);
 /* Park the blocks of o in the discarded list (released after the timeout). */
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* Drop o's replica i (a memory block parked as above, a LOCAL_DISK copy
+ * left to its owner to delete); the later ones move down. */
+void mc_master_obj_drop_rep(struct mc_master *m, struct mc_obj *o, uint32_t i, uint64_t now_ms);
+
+/* A replica's id in replica lists: stable for the life of the block and
+ * unique among live ones (for a LOCAL_DISK replica, r's addr is the
+ * object's address, as master.c lists it). */
+static inline uint64_t mc_master_rep_id(const struct mc_rep *r)
+{
+	uint64_t x = r->addr ^ ((uint64_t)r->seg << 40) ^ ((uint64_t)r->gen << 20);
+
+	x ^= x >> 31;
+	x *= 0x9E3779B97F4A7C15ull;
+	return (x ^ (x >> 29)) | 1;
+}
 /* Readable = COMPLETE with at least one replica on a mounted segment. */
 bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o);
 /*

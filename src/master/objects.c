@@ -374,38 +374,52 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 	return dropped;
 }
 
+/* Let go of o's replica r: a LOCAL_DISK one is the owner's to delete, a
+ * memory block is parked until put_start_release_timeout (a reader may
+ * still be reading it); true when a block was parked. */
+static bool park_rep(struct mc_master *m, struct mc_obj *o, const struct mc_rep *r,
+		     uint64_t now_ms)
+{
+	struct mc_discarded *d;
+
+	if (!mc_master_rep_live(m, r))
+		return false;
+	if (mc_master_rep_disk(m, r)) { /* nothing to park: the owner deletes it */
+		mc_master_ssd_rep_gone(m, o, r);
+		return false;
+	}
+	if (!mc_master_grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1, sizeof(*m->disc))) {
+		/* cannot park it: release now rather than leak it */
+		rep_release(m, r, mc_obj_size(o));
+		return false;
+	}
+	d = &m->disc[m->ndisc++];
+	d->addr = r->addr;
+	d->size = mc_obj_size(o);
+	d->seg = r->seg;
+	d->gen = r->gen;
+	d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
+	m->disc_bytes += mc_obj_size(o);
+	return true;
+}
+
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)
 {
 	bool parked = false;
 
-	for (uint32_t i = 0; i < o->nrep; i++) {
-		const struct mc_rep *r = mc_master_obj_rep(o, i);
-		struct mc_discarded *d;
-
-		if (!mc_master_rep_live(m, r))
-			continue;
-		if (mc_master_rep_disk(m, r)) { /* nothing to park: the owner deletes it */
-			mc_master_ssd_rep_gone(m, o, r);
-			continue;
-		}
-		if (!mc_master_grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1,
-				    sizeof(*m->disc))) {
-			/* cannot park it: release now rather than leak it */
-			rep_release(m, r, mc_obj_size(o));
-			continue;
-		}
-		d = &m->disc[m->ndisc++];
-		d->addr = r->addr;
-		d->size = mc_obj_size(o);
-		d->seg = r->seg;
-		d->gen = r->gen;
-		d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
-		m->disc_bytes += mc_obj_size(o);
-		parked = true;
-	}
+	for (uint32_t i = 0; i < o->nrep; i++)
+		parked |= park_rep(m, o, mc_master_obj_rep(o, i), now_ms);
 	if (parked)
 		m->met.put_start_discard_cnt++;
 	o->nrep = 0;
+}
+
+void mc_master_obj_drop_rep(struct mc_master *m, struct mc_obj *o, uint32_t i, uint64_t now_ms)
+{
+	(void)park_rep(m, o, mc_master_obj_rep(o, i), now_ms);
+	for (; i + 1 < o->nrep; i++)
+		*mc_master_obj_rep(o, i) = *mc_master_obj_rep(o, i + 1);
+	o->nrep--;
 }
 
 void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)

@@ -538,6 +538,7 @@ static const struct metric metrics[] = {
 	COUNTER("master_promotion_expired_total", "Promotions not reported within put_start_release_timeout", promotion_expired),
 	COUNTER("master_promotion_failed_total", "Promotions that failed (no space, disk read failed)", promotion_failed),
 	COUNTER("master_promotion_cancelled_total", "Promotions cancelled (object or disk owner gone)", promotion_cancelled),
+	COUNTER("master_replica_corrupt_reports_total", "Replicas dropped because a reader found their bytes failing the object's checksum (ReportCorrupt)", replicas_reported_corrupt),
 	COUNTER("master_segment_unreachable_reports_total", "Segments marked unreachable by a peer's failed read (ReportUnreachable), until their owner pinged", segments_reported_unreachable),
 	COUNTER("master_promotion_rejected_frequency_total", "Disk hits below the admission threshold", promotion_rejected_frequency),
 	COUNTER("master_promotion_rejected_watermark_total", "Disk hits refused: memory above the high watermark", promotion_rejected_watermark),

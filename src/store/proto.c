@@ -394,6 +394,12 @@ LAYOUT(L_unreachable_req, struct mc_store_unreachable_req,
        F_UUID(struct mc_store_unreachable_req, client_id),
        F_LIST(struct mc_store_unreachable_req, segments, n_segments, struct mc_proto_str,
 	      L_str_item));
+LAYOUT(L_corrupt_item, struct mc_store_corrupt_item, F_KEY(struct mc_store_corrupt_item, key),
+       F_U64(struct mc_store_corrupt_item, replica_id));
+LAYOUT(L_corrupt_req, struct mc_store_corrupt_req, F_UUID(struct mc_store_corrupt_req, client_id),
+       F_STR(struct mc_store_corrupt_req, tenant),
+       F_LIST(struct mc_store_corrupt_req, items, n_items, struct mc_store_corrupt_item,
+	      L_corrupt_item));
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
        F_U8(struct mc_store_ping_resp, client_status));
 LAYOUT(L_mount_req, struct mc_store_mount_req, F_UUID(struct mc_store_mount_req, client_id),

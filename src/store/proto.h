@@ -51,8 +51,8 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                            \
-	5 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
-	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable */
+	6 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
+	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt */
 #define MC_PROTO_HDR_LEN 32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
@@ -286,6 +286,19 @@ struct mc_store_unreachable_req {
 	struct mc_store_uuid client_id; /* the reporter */
 	uint32_t n_segments;
 	struct mc_proto_str *segments;
+};
+
+/* ReportCorrupt: replicas whose bytes failed the object's checksum. */
+struct mc_store_corrupt_item {
+	struct mc_proto_str key;
+	uint64_t replica_id; /* the Replica's id in the list the read came from */
+};
+
+struct mc_store_corrupt_req {
+	struct mc_store_uuid client_id; /* the reporter */
+	struct mc_proto_str tenant;
+	uint32_t n_items;
+	struct mc_store_corrupt_item *items;
 };
 
 struct mc_store_ping_resp {
@@ -645,6 +658,7 @@ struct mc_store_offload_rpc_release_req {
 	X(client_req)               \
 	X(ping_resp)                \
 	X(unreachable_req)          \
+	X(corrupt_req)              \
 	X(mount_req)                \
 	X(remount_req)              \
 	X(unmount_req)              \
@@ -706,6 +720,7 @@ struct mc_store_offload_rpc_release_req {
 	X(GRACEFUL_UNMOUNT_SEGMENT, 6, graceful_unmount_segment, graceful_unmount_req, empty)      \
 	X(GET_FSDIR, 7, get_fsdir, empty, fsdir_resp)                                              \
 	X(REPORT_UNREACHABLE, 8, report_unreachable, unreachable_req, empty)                       \
+	X(REPORT_CORRUPT, 9, report_corrupt, corrupt_req, empty)                                   \
 	X(EXIST_KEY, 16, exist_key, key_req, exist_resp)                                           \
 	X(BATCH_EXIST_KEY, 17, batch_exist_key, keys_req, batch_exist_resp)                        \
 	X(GET_REPLICA_LIST, 18, get_replica_list, key_req, replica_list)                           \

@@ -68,7 +68,7 @@ static void test_config_and_hello(void **state)
 	assert_true(out.len > MC_PROTO_HDR_LEN);
 	/* so are the numbers between and just past the known ones */
 	for (size_t i = 0; i < 3; i++) {
-		static const uint16_t gaps[] = {0, 9, MC_STORE_BATCH_REPLICA_CLEAR + 1};
+		static const uint16_t gaps[] = {0, 10, MC_STORE_BATCH_REPLICA_CLEAR + 1};
 		mc_buf_reset(&out);
 		req.hdr.type = gaps[i];
 		assert_int_equal(mc_master_handle(t->m, &req, t->now, &out), MC_ERR_NOT_SUPPORTED);
@@ -851,6 +851,62 @@ static void test_unreachable_segments(void **state)
 	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
 	assert_int_equal(mt_put_start_cfg(t, CC, "", "k3", 1000, "", &two, false), MC_OK);
 	assert_int_equal(t->resp.body.put_start_resp.n_replicas, 2);
+	mt_free(t);
+}
+
+static mc_status report_corrupt(struct mt *t, const char *tenant, const char *key, uint64_t id)
+{
+	struct mc_store_corrupt_item it[] = {{mc_proto_str_c(key), id},
+					     {mc_proto_str_c("no-such-key"), id}};
+	struct mc_store_corrupt_req r = {CB, mc_proto_str_c(tenant), 2, it};
+
+	return mt_call(t, MC_STORE_REPORT_CORRUPT, &r);
+}
+
+/*
+ * ReportCorrupt (corrupt.c): the named replica of the object goes, and
+ * only it; an id the object does not have or an unknown key drop
+ * nothing; the last replica's going erases the object.
+ */
+static void test_report_corrupt(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_store_replicate_config two = mt_cfg1();
+	uint64_t id0, id1;
+	char names[64];
+
+	(void)state;
+	two.replica_num = 2;
+	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, 16 * MIB), MC_OK);
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0x10000000, 16 * MIB), MC_OK);
+	assert_int_equal(mt_put_start_cfg(t, CC, "", "k", 1000, "", &two, false), MC_OK);
+	assert_int_equal(mt_put_end(t, CC, "k"), MC_OK);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
+	id0 = t->resp.body.replica_list.replicas[0].id;
+	id1 = t->resp.body.replica_list.replicas[1].id;
+	listed(t, names, sizeof(names));
+	assert_true(strchr(names, ','));
+
+	/* nothing of these matches */
+	assert_int_equal(report_corrupt(t, "", "k", id0 ^ 2), MC_OK);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 2);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 0);
+
+	/* the named one goes, the other stays; a repeat changes nothing */
+	assert_int_equal(report_corrupt(t, "", "k", id0), MC_OK);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 1);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].id, id1);
+	assert_int_equal(report_corrupt(t, "", "k", id0), MC_OK);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 1);
+
+	/* the last one: the object goes */
+	assert_int_equal(report_corrupt(t, "", "k", id1), MC_OK);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 2);
+	assert_int_equal(mt_get(t, "k"), MC_ERR_OBJECT_NOT_FOUND);
 	mt_free(t);
 }
 
@@ -1751,6 +1807,7 @@ int main(void)
 		cmocka_unit_test(test_pins),
 		cmocka_unit_test(test_groups),
 		cmocka_unit_test(test_unreachable_segments),
+		cmocka_unit_test(test_report_corrupt),
 		cmocka_unit_test(test_local_first),
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_liveness_and_unmount),

@@ -39,6 +39,7 @@ static char key_max[MC_STORE_KEY_MAX + 1];
 
 static struct mc_proto_str sample_keys[3];
 static struct mc_proto_str pref[2];
+static struct mc_store_corrupt_item corrupt_items[2];
 static struct mc_store_segment segs[2];
 static struct mc_store_replica reps[5];
 static struct mc_store_replica_list lists[2];
@@ -51,6 +52,8 @@ static void samples_init(void)
 	sample_keys[2] = (struct mc_proto_str){key_max, MC_STORE_KEY_MAX};
 	pref[0] = S("10.0.0.5:12345");
 	pref[1] = S("");
+	corrupt_items[0] = (struct mc_store_corrupt_item){S("k/1"), UINT64_MAX};
+	corrupt_items[1] = (struct mc_store_corrupt_item){S(""), 7};
 	for (int i = 0; i < 2; i++) {
 		segs[i] = (struct mc_store_segment){
 			.id = {0x1122334455667788ull + i, 0x99aabbccddeeff00ull},
@@ -224,6 +227,11 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (!resp)
 			u->unreachable_req =
 				(struct mc_store_unreachable_req){{3, 4}, MC_MIN(n, 2), pref};
+		return;
+	case MC_STORE_REPORT_CORRUPT:
+		if (!resp)
+			u->corrupt_req = (struct mc_store_corrupt_req){
+				{3, 4}, S("tenant-a"), MC_MIN(n, 2), corrupt_items};
 		return;
 	case MC_STORE_MOUNT_SEGMENT:
 		if (!resp)
@@ -434,7 +442,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 5, 2, 0, /* magic, 1.5, type 2 */
+		'M', 'C', 'S', 'T', 1, 6, 2, 0, /* magic, 1.6, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -521,6 +529,34 @@ static void report_unreachable_layout_is_pinned(void **state)
 	assert_true(mc_store_unreachable_req_equal(&got, &req));
 	mc_store_unreachable_req_release(&got);
 	assert_int_equal(mc_store_report_unreachable_request_decode(b.data, b.len - 1, &got),
+			 MC_ERR_PROTOCOL);
+	mc_buf_release(&b);
+}
+
+static void report_corrupt_layout_is_pinned(void **state)
+{
+	static const uint8_t want[] = {
+		7, 0, 0, 0, 0,	 0,   0,   0,	   /* client_id.first */
+		9, 0, 0, 0, 0,	 0,   0,   0,	   /* client_id.second */
+		1, 0, 0, 0, 't',			   /* tenant */
+		1, 0, 0, 0,				   /* items: count */
+		3, 0, 0, 0, 'k', '/', '1',		   /* items[0].key */
+		0x21, 0x43, 0x65, 0x87, 0xa9, 0xcb, 0xed, 0x0f, /* items[0].replica_id */
+	};
+	struct mc_store_corrupt_item items[] = {{S("k/1"), 0x0fedcba987654321ull}};
+	struct mc_store_corrupt_req req = {{7, 9}, S("t"), 1, items}, got;
+	struct mc_buf b;
+
+	(void)state;
+	assert_int_equal(MC_STORE_REPORT_CORRUPT, 9);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_REPORT_CORRUPT, false, &req), MC_OK);
+	assert_int_equal(b.len, sizeof(want));
+	assert_memory_equal(b.data, want, sizeof(want));
+	assert_int_equal(mc_store_report_corrupt_request_decode(b.data, b.len, &got), MC_OK);
+	assert_true(mc_store_corrupt_req_equal(&got, &req));
+	mc_store_corrupt_req_release(&got);
+	assert_int_equal(mc_store_report_corrupt_request_decode(b.data, b.len - 1, &got),
 			 MC_ERR_PROTOCOL);
 	mc_buf_release(&b);
 }
@@ -842,7 +878,7 @@ static void every_message_round_trips(void **state)
 		round_trip(all_types[i], true, 3);
 	}
 	assert_false(mc_store_msg_known(0));
-	assert_false(mc_store_msg_known(9));
+	assert_false(mc_store_msg_known(10));
 	assert_false(mc_store_msg_known(72));
 	assert_false(mc_store_msg_known(0xffff));
 	assert_string_equal(mc_store_msg_name(0xffff), "unknown");
@@ -1349,6 +1385,7 @@ int main(void)
 		cmocka_unit_test(header_layout_is_pinned),
 		cmocka_unit_test(replica_clear_layout_is_pinned),
 		cmocka_unit_test(report_unreachable_layout_is_pinned),
+		cmocka_unit_test(report_corrupt_layout_is_pinned),
 		cmocka_unit_test(ssd_tier_layouts_are_pinned),
 		cmocka_unit_test(offload_rpc_layout_is_pinned),
 		cmocka_unit_test(buf_writes_little_endian),
