@@ -356,14 +356,14 @@ PyObject *mc_py_store_setup(DEFARGS)
 	struct mc_store_params p = {0};
 	const char *proto, *dev, *ssd_path = "";
 	uint64_t gsz, lsz, http_port = 9300;
-	bool bad1, bad2, ssd, http;
+	bool bad1, bad2, ssd, http, verify;
 
 	if (nargs == 1 && !kwnames && PyDict_Check(args[0]))
 		return setup_dict(st, args[0]);
 	PARSE("setup", 7, "local_hostname", "metadata_server", "global_segment_size",
 	      "local_buffer_size", "protocol", "rdma_devices", "master_server_addr", "engine",
 	      "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
-	      "client_http_port");
+	      "client_http_port", "verify");
 	if (arg_str(a[0], "setup", "local_hostname", &p.local_hostname) < 0 ||
 	    arg_str(a[1], "setup", "metadata_server", &p.metadata_server) < 0 ||
 	    arg_size(a[2], "setup", "global_segment_size", &gsz, &bad1) < 0 ||
@@ -375,7 +375,8 @@ PyObject *mc_py_store_setup(DEFARGS)
 	    (a[9] && arg_str(a[9], "setup", "ssd_offload_path", &ssd_path) < 0) ||
 	    (a[10] && arg_str(a[10], "setup", "tenant_id", &p.tenant_id) < 0) ||
 	    arg_bool(a[11], false, &http) < 0 ||
-	    (a[12] && arg_u64(a[12], "setup", "client_http_port", &http_port) < 0))
+	    (a[12] && arg_u64(a[12], "setup", "client_http_port", &http_port) < 0) ||
+	    arg_bool(a[13], true, &verify) < 0)
 		return NULL;
 	if (a[7] && a[7] != Py_None) {
 		struct mc_te *te;
@@ -387,6 +388,7 @@ PyObject *mc_py_store_setup(DEFARGS)
 	if (http_port > 65535)
 		return PyLong_FromLong(ERR_INVALID_PARAMS);
 	p.enable_http_server = http;
+	p.disable_verify = !verify;
 	p.http_port = (uint16_t)http_port;
 	p.enable_ssd_offload = ssd;
 	p.ssd_offload_path = ssd_path;

@@ -67,6 +67,11 @@ struct mc_store_params {
 	 * host of local_hostname; upstream's enable_client_http_server. */
 	bool enable_http_server;
 	uint16_t http_port;
+	/* Integrity (docs/security.md): puts record an XXH3-64 checksum of
+	 * each object and whole-object reads check it, reading the next
+	 * replica on a mismatch and failing with MC_ERR_CHECKSUM_MISMATCH when
+	 * none is good.  On unless this is set or MC_STORE_VERIFY=0. */
+	bool disable_verify;
 };
 
 /* Placement and pinning of a put (upstream's ReplicateConfig). */

@@ -373,6 +373,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		struct mc_store_client_env env;
 		mc_store_client_env_load(&env);
 		s->local_memcpy = mc_store_client_env_memcpy(&env);
+		s->verify = env.verify && !p->disable_verify;
 		mc_store_client_env_release(&env);
 	}
 	s->hb_stop = false;

@@ -52,6 +52,11 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "a caller waiting for its answer polls the socket this long before sleeping "
 	       "(microseconds, 0 = off)",
 	       CFG(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+	{.f = {"store_verify", "MC_STORE_VERIFY", "1",
+	       "puts record an XXH3-64 checksum of each object and reads of whole objects check "
+	       "it, falling back to the next replica on a mismatch (0: neither; also the setup "
+	       "option disable_verify)",
+	       CFG(verify), MC_CONFIG_BOOL, 0, 0}},
 	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
 	       "collect the client's call counters and latency histograms (the client HTTP "
 	       "server's /metrics answers 503 without them)",

@@ -22,6 +22,7 @@ struct mc_store_client_env {
 	int64_t rpc_connect_ms;	  /* MC_RPC_CONNECT_TIMEOUT_MS, -1 = none */
 	int64_t rpc_busy_poll_us; /* MC_RPC_BUSY_POLL_US */
 	bool metrics;		  /* MC_STORE_CLIENT_METRIC */
+	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 };
 

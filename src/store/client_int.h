@@ -24,6 +24,7 @@
 #include "mem/hostmem.h"
 #include "mooncake/status.h"
 #include "mooncake/store.h"
+#include "mooncake/te.h" /* mc_batch_id */
 #include "store/offload_server.h"
 #include "store/proto.h"
 
@@ -43,6 +44,7 @@ struct mc_store {
 	char tenant[256];
 	struct mc_store_uuid client_id;
 	bool local_memcpy; /* own-segment replicas by memcpy (MC_STORE_MEMCPY) */
+	bool verify;	   /* sign puts, check reads (MC_STORE_VERIFY; client_verify.c) */
 
 	/* global segment */
 	void *seg;
@@ -112,6 +114,12 @@ struct mc_store_io {
 	uint64_t alt_off;	     /* a range's offset in the object (reps moved by it) */
 	uint64_t tried;		     /* bit i: alts[i] was read from */
 	struct mc_store_replica cur; /* the alternate being read, moved by alt_off */
+	/* integrity (client_verify.c): a write asks for its checksum (sign)
+	 * and gets it in cksum (has_cksum); a read of a whole object whose
+	 * list carries one is checked against it (check, cksum) */
+	bool sign, has_cksum, check, checked;
+	uint64_t cksum;
+	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 };
 
 /*
@@ -252,6 +260,37 @@ void mc_store_ranges_release(struct mc_store_ranges *rs);
  * range's index in rs->ios.  The room was reserved by mc_store_ranges_init. */
 size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
 			   const struct mc_store_replica *reps, uint32_t nreps);
+
+/* ---- client_verify.c ---- */
+
+/* XXH3-64 of io's io->len bytes, across its buffers in order. */
+uint64_t mc_store_io_hash(const struct mc_store_io *io);
+/* Writes: the checksum of every io with status MC_OK that asked for one
+ * (sign) and lies in host memory, when s->verify. */
+void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* Reads: every io with status MC_OK and check set, not checked yet, is
+ * hashed; a mismatch sets MC_ERR_CHECKSUM_MISMATCH and is counted. */
+void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* Reads, while batch bid (nreq requests, owner[k] the io of request k, in
+ * io order) is in flight: checks each io whose requests have all completed,
+ * in order, until the first one still moving (the rest are checked by
+ * mc_store_verify_check after the wait; each io once: checked). */
+void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios, const uint32_t *owner,
+			   size_t nreq, mc_batch_id bid);
+
+/* Replicas found corrupt by one call, reported together. */
+#define MC_STORE_CORRUPT_MAX 16
+struct mc_store_corrupt {
+	struct mc_store_corrupt_item v[MC_STORE_CORRUPT_MAX];
+	uint32_t n;
+};
+/* Remember io's replica (reps[0]) as corrupt (key borrowed from io),
+ * unless the read, begun at t0 (mc_now_ms), may have outlived half its
+ * lease. */
+void mc_store_corrupt_add(struct mc_store_corrupt *c, const struct mc_store_io *io, uint64_t t0);
+/* ReportCorrupt of what c holds; the master drops those replicas.  An
+ * older master's NOT_SUPPORTED changes nothing. */
+void mc_store_report_corrupt(struct mc_store *s, const struct mc_store_corrupt *c);
 
 /* ---- client_disk_read.c ---- */
 

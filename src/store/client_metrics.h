@@ -90,6 +90,7 @@ struct mc_client_metrics {
 	struct mc_cm_op_stats ops[MC_CM_NOPS];
 	struct mc_cm_hist hist[MC_CM_NHIST];
 	_Atomic uint64_t read_bytes, write_bytes;
+	_Atomic uint64_t checksum_mismatches; /* replicas read that failed their checksum */
 	struct mc_cm_rpc_stats rpc[MC_CM_RPC_TYPES];
 };
 

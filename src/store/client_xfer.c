@@ -285,6 +285,11 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 			ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
 		goto out;
 	}
+	/* checksums while the batch moves the bytes (client_verify.c) */
+	if (opcode == MC_OP_WRITE)
+		mc_store_verify_sign(s, ios, n);
+	else
+		mc_store_verify_batch(s, ios, l.owner, l.n, bid);
 	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
 	if (rc != MC_OK) {
 		/* find which objects failed */
@@ -298,6 +303,8 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	mc_te_batch_free(s->te, bid);
 out:
 	req_list_release(&l);
+	if (opcode == MC_OP_WRITE)
+		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */
 	if (disk)
 		mc_store_disk_read(s, ios, n);
 	for (size_t i = 0; fs && i < n; i++) {
@@ -353,6 +360,11 @@ void mc_store_io_alternates(struct mc_store_io *io, const struct mc_store_replic
 	io->alts = list->replicas;
 	io->nalts = list->n_replicas < 64 ? list->n_replicas : 64;
 	io->alt_off = off;
+	io->lease_ttl_ms = list->lease_ttl_ms;
+	/* only a read of the whole object can be checked (client_verify.c) */
+	io->check = list->checksum.present && off == 0 && io->len == chosen->size;
+	io->checked = false;
+	io->cksum = list->checksum.value;
 	io->tried = 0;
 	if (chosen >= list->replicas && chosen < list->replicas + io->nalts)
 		io->tried = 1ull << (chosen - list->replicas);
@@ -397,6 +409,7 @@ static bool next_alternate(struct mc_store_io *io, const struct bad_segs *b)
 	io->reps = &io->cur;
 	io->nreps = 1;
 	io->status = MC_OK;
+	io->checked = false;
 	return true;
 }
 
@@ -413,9 +426,17 @@ static void report_unreachable(struct mc_store *s, const struct bad_segs *b)
 		mc_debug("ReportUnreachable: %s", mc_strerror(rc));
 }
 
-static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n)
+/* A read that may be tried from another replica. */
+static bool retryable(const struct mc_store_io *io)
+{
+	return (io->status == MC_ERR_TRANSFER_FAIL || io->status == MC_ERR_CHECKSUM_MISMATCH) &&
+	       io->alts && io->nreps;
+}
+
+static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, uint64_t t0)
 {
 	struct bad_segs bad = {.n = 0};
+	struct mc_store_corrupt corrupt = {.n = 0};
 
 	for (uint32_t round = 0; round < 64; round++) {
 		size_t again = 0;
@@ -427,21 +448,25 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n)
 				io->status = MC_INPROGRESS; /* done: out of the next pass */
 				continue;
 			}
-			if (io->status != MC_ERR_TRANSFER_FAIL || !io->alts || !io->nreps)
+			if (!retryable(io))
 				continue;
-			bad_add(s, &bad, &io->reps[0]);
+			if (io->status == MC_ERR_CHECKSUM_MISMATCH)
+				mc_store_corrupt_add(&corrupt, io, t0); /* the replica, not its segment */
+			else
+				bad_add(s, &bad, &io->reps[0]);
 		}
 		for (size_t i = 0; i < n; i++) {
 			struct mc_store_io *io = &ios[i];
 
-			if (io->status == MC_ERR_TRANSFER_FAIL && io->alts && io->nreps &&
-			    next_alternate(io, &bad)) {
+			if (retryable(io) && next_alternate(io, &bad)) {
 				atomic_fetch_add(&s->read_retries, 1);
 				again++;
 			}
 		}
-		if (again)
+		if (again) {
 			run_pass(s, ios, n, MC_OP_READ);
+			mc_store_verify_check(s, ios, n);
+		}
 		for (size_t i = 0; i < n; i++)
 			if (ios[i].status == MC_INPROGRESS)
 				ios[i].status = MC_OK;
@@ -450,19 +475,22 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n)
 	}
 	if (bad.n)
 		report_unreachable(s, &bad);
+	mc_store_report_corrupt(s, &corrupt);
 }
 
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
+	uint64_t t0 = mc_now_ms();
 	bool alts = false;
 
 	run_pass(s, ios, n, opcode);
 	if (opcode != MC_OP_READ)
 		return;
+	mc_store_verify_check(s, ios, n); /* what the batch left, and disk reads */
 	for (size_t i = 0; i < n && !alts; i++)
-		alts = ios[i].status == MC_ERR_TRANSFER_FAIL && ios[i].alts;
+		alts = retryable(&ios[i]);
 	if (alts)
-		retry_reads(s, ios, n);
+		retry_reads(s, ios, n, t0);
 }
 
 /* ---- put --------------------------------------------------------------------------------- */
@@ -507,6 +535,7 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 	io.key = mc_proto_str_c(key);
 	io.reps = resp.body.put_start_resp.replicas;
 	io.nreps = resp.body.put_start_resp.n_replicas;
+	io.sign = true;
 	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
 	if (io.status == MC_OK)
 		mc_store_run_transfers(s, &io, 1, MC_OP_WRITE);
@@ -521,6 +550,7 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 			/* MEMORY: the DISK replica stays PROCESSING until its file is written */
 			.replica_type = job ? MC_STORE_REPLICA_MEMORY : MC_STORE_REPLICA_ALL,
 			.key = mc_proto_str_c(key),
+			.checksum = {io.has_cksum, io.cksum},
 		};
 		rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END,
 					 &end, &resp);
@@ -663,6 +693,7 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->reps = it->replicas;
 		io->nreps = it->n_replicas;
 		io->key = mc_proto_str_c(keys[i]);
+		io->sign = true;
 		io->status = (mc_status)it->status;
 		if (io->status == MC_OK && io->nreps == 0)
 			io->status = MC_ERR_INVALID_REPLICA;
@@ -687,6 +718,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 			results[i] = (mc_status)st;
 		} else if (ios[j].status == MC_OK) {
 			metas[nend].key = mc_proto_str_c(keys[i]);
+			metas[nend].checksum.present = ios[j].has_cksum;
+			metas[nend].checksum.value = ios[j].cksum;
 			end_job[nend] = jobs[j];
 			jobs[j] = NULL;
 			end_owner[nend++] = i;

@@ -33,6 +33,7 @@
 #include "mooncake/te.h"
 #include "store/client_config.h"
 #include "store/client_int.h" /* a holder's segment pulled from under its engine */
+#include "store/client_metrics.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
 #include "support.h"
@@ -595,6 +596,122 @@ static void reads_fall_back_from_an_unreadable_holder(void **state)
 	assert_memory_equal(dst, obj + 100, 5000);
 	/* nothing to fall back to */
 	assert_int_equal(mc_store_get_into(A, "fb-only-d", dst, OBJ), MC_ERR_TRANSFER_FAIL);
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	mc_store_free(D);
+	free(obj);
+	free(dst);
+}
+
+/*
+ * Integrity (client_verify.c, master/corrupt.c): a byte flipped in a
+ * holder's memory, written straight through the holder's mapping (it is in
+ * this process), is caught by every whole-object read form; the next
+ * replica is served, bytes exact, the bad one is reported and the master
+ * drops it; with no other replica the read fails with
+ * MC_ERR_CHECKSUM_MISMATCH and the object goes.  A client with
+ * verification off reads the flipped bytes, which is what the switch is.
+ */
+static void flip_first_replica(struct mc_store *s, const char *key, size_t at)
+{
+	struct mc_store_replica_desc d[2];
+
+	assert_true(mc_store_get_replica_desc(s, key, d, 2) >= 1);
+	((volatile char *)(uintptr_t)d[0].address)[at] ^= 0x10;
+}
+
+static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
+{
+	enum { OBJ = 256 << 10, N = 3 };
+	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
+	struct mc_store_config two = {
+		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
+	struct mc_store_config only_d = {.replica_num = 1,
+					 .preferred_segment = mc_store_hostname(D)};
+	char *obj = malloc(OBJ), *dst = malloc(N * OBJ);
+	const char *keys[N] = {"ck-0", "ck-1", "ck-2"};
+	void *bufs[N];
+	size_t caps[N];
+	int64_t res[N], rres[1];
+	struct mc_store_range rg = {.dst_offset = 0, .src_offset = 0, .length = OBJ};
+	struct mc_store_range_read rr = {"ck-2", dst, &rg, 1, rres};
+	struct mc_store_replica_desc d[2];
+	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
+	struct mc_store_params p = params(0, 0);
+	struct mc_store *off = NULL;
+
+	(void)state;
+	mc_test_fill(obj, OBJ, 91);
+	for (int i = 0; i < N; i++) {
+		obj[0] = (char)i;
+		assert_int_equal(mc_store_put(A, keys[i], obj, OBJ, &two), MC_OK);
+		assert_int_equal(mc_store_get_replica_desc(A, keys[i], d, 2), 2);
+		assert_string_equal(d[0].segment_name, mc_store_hostname(D)); /* read first */
+	}
+	/* get: the good replica, then the bad one is gone from the list */
+	flip_first_replica(A, "ck-0", OBJ / 2);
+	obj[0] = 0;
+	expect_get(A, "ck-0", obj, OBJ);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
+	assert_int_equal(mc_store_get_replica_desc(A, "ck-0", d, 2), 1);
+	assert_string_equal(d[0].segment_name, mc_store_hostname(B));
+	expect_get(A, "ck-0", obj, OBJ); /* and reads stay good */
+
+	/* get_into, batch_get_into, a whole-object range */
+	assert_int_equal(mc_store_register_buffer(A, dst, N * OBJ), MC_OK);
+	flip_first_replica(A, "ck-1", 0);
+	obj[0] = 1;
+	assert_int_equal(mc_store_get_into(A, "ck-1", dst, OBJ), OBJ);
+	assert_memory_equal(dst, obj, OBJ);
+	assert_int_equal(mc_store_get_replica_desc(A, "ck-1", d, 2), 1);
+	flip_first_replica(A, "ck-2", OBJ - 1);
+	memset(dst, 0, OBJ);
+	assert_int_equal(mc_store_get_into_ranges(A, &rr, 1), MC_OK);
+	assert_int_equal(rres[0], OBJ);
+	obj[0] = 2;
+	assert_memory_equal(dst, obj, OBJ);
+	assert_int_equal(mc_store_get_replica_desc(A, "ck-2", d, 2), 1);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 3);
+	for (int i = 0; i < N; i++) {
+		bufs[i] = dst + (size_t)i * OBJ;
+		caps[i] = OBJ;
+	}
+	{
+		const char *bkeys[N] = {"ck-b0", "ck-b1", "ck-b2"};
+		for (int i = 0; i < N; i++) {
+			obj[0] = (char)(10 + i);
+			assert_int_equal(mc_store_put(A, bkeys[i], obj, OBJ, &two), MC_OK);
+		}
+		flip_first_replica(A, "ck-b1", 7);
+		memset(dst, 0, N * OBJ);
+		assert_int_equal(mc_store_batch_get_into(A, bkeys, bufs, caps, N, res), MC_OK);
+		for (int i = 0; i < N; i++) {
+			obj[0] = (char)(10 + i);
+			assert_int_equal(res[i], OBJ);
+			assert_memory_equal(bufs[i], obj, OBJ);
+		}
+		assert_int_equal(mc_store_get_replica_desc(A, "ck-b1", d, 2), 1);
+		assert_int_equal(mc_store_get_replica_desc(A, "ck-b0", d, 2), 2);
+	}
+
+	/* verification off: the flipped bytes come through (what the switch is) */
+	assert_int_equal(mc_store_put(A, "ck-only", obj, OBJ, &only_d), MC_OK);
+	flip_first_replica(A, "ck-only", 3);
+	p.disable_verify = true;
+	assert_int_equal(mc_store_new(&off), MC_OK);
+	assert_int_equal(mc_store_setup(off, &p), MC_OK);
+	{
+		void *got = NULL;
+		assert_int_equal(mc_store_get(off, "ck-only", &got), OBJ);
+		assert_int_equal(((char *)got)[3], obj[3] ^ 0x10);
+		free(got);
+	}
+	mc_store_free(off);
+
+	/* one replica: the distinct code, and the object goes */
+	assert_int_equal(mc_store_get_into(A, "ck-only", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_replica_desc(A, "ck-only", d, 2), MC_ERR_OBJECT_NOT_FOUND);
+
 	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
 	mc_store_free(D);
 	free(obj);
@@ -1684,6 +1801,7 @@ int main(void)
 		cmocka_unit_test(batch_get_one_round_trip),
 		cmocka_unit_test(get_into_ranges_reads_fragments),
 		cmocka_unit_test(reads_fall_back_from_an_unreadable_holder),
+		cmocka_unit_test(flipped_bytes_are_caught_and_the_replica_dropped),
 		cmocka_unit_test(put_and_get_sessions),
 		cmocka_unit_test(put_session_end_races_ranged_writes),
 		cmocka_unit_test(close_drops_sessions),

@@ -1,0 +1,195 @@
+/*
+ * store/client_verify.c - end-to-end integrity of stored objects (issue 16
+ * part 1): the writer's checksum of each object, the readers' check of it.
+ *
+ * A put computes XXH3-64 of the object's bytes, over its scatter-gather
+ * buffers in order, while the engine batch that writes its replicas is in
+ * flight (client_xfer.c's run_pass calls mc_store_verify_sign between
+ * submit and wait), and PutEnd hands it to the master, which keeps it with
+ * the object and lists it in every GetReplicaList answer.  A read that
+ * covers a whole object whose list carries a checksum (get, get_into, the
+ * batch and multi-buffer forms, whole-object ranges, tensors, which are
+ * these calls underneath, LOCAL_DISK and DISK replicas alike) hashes the
+ * bytes that landed in the caller's buffers and compares before the call
+ * returns success.  In a batch, objects whose transfers have completed are
+ * hashed while the others are still moving (mc_store_verify_batch), so
+ * the check hides behind the transfer where there is more than one.
+ *
+ * A mismatch is a read that failed: the caller's buffer holds bytes that
+ * are not the object, the status becomes MC_ERR_CHECKSUM_MISMATCH, and the
+ * retry machinery of client_xfer.c ("Retries") reads the next replica,
+ * exactly as after a failed transfer, except that the holder's segment is
+ * not reported unreachable: the replica is reported corrupt
+ * (mc_store_report_corrupt, ReportCorrupt), and the master drops it.  Only
+ * when no replica is left that checks out does the call fail, with
+ * MC_ERR_CHECKSUM_MISMATCH.  A mismatch found after the read's lease may
+ * have run out is not reported: the object may have been removed and its
+ * memory rewritten under the read, which the lease check then reports.
+ *
+ * What is not checked: reads of part of an object (ranges, sessions),
+ * which cannot be checked against a whole-object hash; objects written
+ * through put sessions (written in pieces, in any order) or from device
+ * memory, whose PutEnd carries no checksum; reads into device memory.
+ * With verification off (MC_STORE_VERIFY=0 or the setup option), this
+ * client neither signs its puts nor checks its reads.  docs/security.md
+ * lists all of this.
+ *
+ * Threads: everything here works on the caller's own struct mc_store_io
+ * array; the counters are atomics.
+ */
+#define MC_LOG_MODULE "store"
+#include "store/client_int.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "store/client_metrics.h"
+#include "store/master_conn.h"
+#include "te/engine.h" /* mc_te_local_device */
+
+/* The bytes of io are in host memory (device memory is not hashed). */
+static bool host_only(struct mc_store *s, const struct mc_store_io *io)
+{
+	uint64_t off = 0;
+
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+
+		if (n && mc_te_local_device(s->te, io->bufs[b], n) >= 0)
+			return false;
+		off += n;
+	}
+	return true;
+}
+
+uint64_t mc_store_io_hash(const struct mc_store_io *io)
+{
+	XXH3_state_t st;
+	uint64_t off = 0;
+
+	if (io->nbufs == 1 || io->len <= (io->nbufs ? io->lens[0] : 0))
+		return XXH3_64bits(io->nbufs ? io->bufs[0] : NULL, (size_t)io->len);
+	XXH3_64bits_reset(&st);
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		size_t n = (size_t)MC_MIN((uint64_t)io->lens[b], io->len - off);
+
+		XXH3_64bits_update(&st, io->bufs[b], n);
+		off += n;
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
+
+		if (!io->sign || io->status != MC_OK)
+			continue;
+		io->sign = false; /* once, even if a later pass runs */
+		if (!s->verify || !host_only(s, io))
+			continue;
+		io->cksum = mc_store_io_hash(io);
+		io->has_cksum = true;
+	}
+}
+
+/* Check one read io that has landed. */
+static void check_one(struct mc_store *s, struct mc_store_io *io)
+{
+	uint64_t got;
+
+	if (!io->check || io->checked || io->status != MC_OK || !s->verify || !host_only(s, io))
+		return;
+	io->checked = true;
+	got = mc_store_io_hash(io);
+	if (got == io->cksum)
+		return;
+	atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
+	mc_warn("%.*s: replica %" PRIx64 " failed its checksum (%016" PRIx64 ", want %016" PRIx64
+		")",
+		(int)MC_MIN(io->key.len, 80u), io->key.ptr ? io->key.ptr : "", io->reps[0].id, got,
+		io->cksum);
+	io->status = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
+				  "%.*s: the bytes read do not match the object's checksum",
+				  (int)MC_MIN(io->key.len, 80u), io->key.ptr ? io->key.ptr : "");
+}
+
+void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		check_one(s, &ios[i]);
+}
+
+void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios, const uint32_t *owner,
+			   size_t nreq, mc_batch_id bid)
+{
+	size_t k = 0;
+
+	/* requests are queued object by object: walk them in order, hashing
+	 * an object once all of its requests have completed, and stop at the
+	 * first one still moving (what follows is checked after the wait) */
+	while (k < nreq) {
+		uint32_t o = owner[k];
+		size_t end = k;
+
+		if (!s->verify)
+			return;
+		while (end < nreq && owner[end] == o)
+			end++;
+		for (size_t j = k; j < end; j++) {
+			struct mc_xfer_status st;
+
+			if (mc_te_task_status(s->te, bid, j, &st) != MC_OK ||
+			    st.state != MC_XFER_COMPLETED)
+				return;
+		}
+		check_one(s, &ios[o]);
+		k = end;
+	}
+}
+
+/* ---- reporting ------------------------------------------------------------------------------ */
+
+void mc_store_corrupt_add(struct mc_store_corrupt *c, const struct mc_store_io *io, uint64_t t0)
+{
+	if (c->n == MC_STORE_CORRUPT_MAX || !io->nreps)
+		return;
+	/* not when the read may have outlived its lease: the block may then
+	 * have been freed and rewritten under it */
+	if (mc_store_read_leased(io->reps) && (mc_now_ms() - t0) * 2 >= io->lease_ttl_ms)
+		return;
+	for (uint32_t i = 0; i < c->n; i++)
+		if (c->v[i].replica_id == io->reps[0].id && c->v[i].key.len == io->key.len &&
+		    memcmp(c->v[i].key.ptr, io->key.ptr, io->key.len) == 0)
+			return;
+	c->v[c->n].key = io->key;
+	c->v[c->n].replica_id = io->reps[0].id;
+	c->n++;
+}
+
+void mc_store_report_corrupt(struct mc_store *s, const struct mc_store_corrupt *c)
+{
+	struct mc_store_corrupt_req req = {
+		.client_id = s->client_id,
+		.tenant = mc_store_tenant(s),
+		.n_items = c->n,
+		.items = (struct mc_store_corrupt_item *)c->v,
+	};
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	if (!c->n)
+		return;
+	rc = mc_master_conn_call(s->conn, MC_STORE_REPORT_CORRUPT, &req, &resp);
+	if (rc == MC_OK)
+		mc_store_msg_release(&resp);
+	else
+		mc_debug("ReportCorrupt: %s", mc_strerror(rc));
+}
