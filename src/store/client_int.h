@@ -261,6 +261,13 @@ void mc_store_ranges_release(struct mc_store_ranges *rs);
 size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
 			   const struct mc_store_replica *reps, uint32_t nreps);
 
+/* A read that failed and may be tried from another replica. */
+static inline bool mc_store_io_retryable(const struct mc_store_io *io)
+{
+	return (io->status == MC_ERR_TRANSFER_FAIL || io->status == MC_ERR_CHECKSUM_MISMATCH) &&
+	       io->alts && io->nreps;
+}
+
 /* ---- client_verify.c ---- */
 
 /* XXH3-64 of io's io->len bytes, across its buffers in order. */
@@ -271,12 +278,19 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 /* Reads: every io with status MC_OK and check set, not checked yet, is
  * hashed; a mismatch sets MC_ERR_CHECKSUM_MISMATCH and is counted. */
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);
-/* Reads, while batch bid (nreq requests, owner[k] the io of request k, in
- * io order) is in flight: checks each io whose requests have all completed,
- * in order, until the first one still moving (the rest are checked by
- * mc_store_verify_check after the wait; each io once: checked). */
-void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios, const uint32_t *owner,
-			   size_t nreq, mc_batch_id bid);
+/* The longest request a read of io is queued in (UINT64_MAX: no limit):
+ * a read to be checked comes in pieces so that they can be hashed as they
+ * land (mc_store_verify_batch). */
+uint64_t mc_store_verify_chunk(struct mc_store *s, const struct mc_store_io *io);
+/* Reads, while batch bid (requests reqs[0..nreq), owner[k] the io of
+ * request k, each io's requests together and in order) is in flight: each
+ * io to be checked is hashed piece by piece as its requests complete, and
+ * compared when its last one has; an io one of whose requests failed is
+ * left to the wait.  Each io is checked once (checked); mc_store_verify_check
+ * after the wait does the ones that moved without the engine. */
+void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios,
+			   const struct mc_xfer_req *reqs, const uint32_t *owner, size_t nreq,
+			   mc_batch_id bid);
 
 /* Replicas found corrupt by one call, reported together. */
 #define MC_STORE_CORRUPT_MAX 16

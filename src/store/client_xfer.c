@@ -209,7 +209,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 {
 	struct mc_xfer_req req;
 	mc_segment_id seg;
-	uint64_t off = 0;
+	uint64_t off = 0, chunk;
 	mc_status rc;
 
 	if (r->type == MC_STORE_REPLICA_DISK && opcode == MC_OP_WRITE)
@@ -227,18 +227,19 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 	rc = mc_te_open_segment(s->te, r->segment_name.ptr, &seg);
 	if (rc != MC_OK)
 		return rc;
+	/* a read to be checked comes in pieces, hashed as they land */
+	chunk = opcode == MC_OP_READ ? mc_store_verify_chunk(s, io) : UINT64_MAX;
 	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
 		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
-		if (!n)
-			continue;
-		req.opcode = opcode;
-		req.source = io->bufs[b];
-		req.target_id = seg;
-		req.target_offset = r->address + off;
-		req.length = n;
-		rc = req_list_add(l, &req, idx);
-		if (rc != MC_OK)
-			return rc;
+		for (uint64_t p = 0; p < n; p += req.length) {
+			req.opcode = opcode;
+			req.source = (char *)io->bufs[b] + p;
+			req.target_id = seg;
+			req.target_offset = r->address + off + p;
+			req.length = MC_MIN(n - p, chunk);
+			if ((rc = req_list_add(l, &req, idx)) != MC_OK)
+				return rc;
+		}
 		off += n;
 	}
 	return MC_OK;
@@ -289,7 +290,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	if (opcode == MC_OP_WRITE)
 		mc_store_verify_sign(s, ios, n);
 	else
-		mc_store_verify_batch(s, ios, l.owner, l.n, bid);
+		mc_store_verify_batch(s, ios, l.v, l.owner, l.n, bid);
 	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
 	if (rc != MC_OK) {
 		/* find which objects failed */
@@ -426,13 +427,6 @@ static void report_unreachable(struct mc_store *s, const struct bad_segs *b)
 		mc_debug("ReportUnreachable: %s", mc_strerror(rc));
 }
 
-/* A read that may be tried from another replica. */
-static bool retryable(const struct mc_store_io *io)
-{
-	return (io->status == MC_ERR_TRANSFER_FAIL || io->status == MC_ERR_CHECKSUM_MISMATCH) &&
-	       io->alts && io->nreps;
-}
-
 static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, uint64_t t0)
 {
 	struct bad_segs bad = {.n = 0};
@@ -448,7 +442,7 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, u
 				io->status = MC_INPROGRESS; /* done: out of the next pass */
 				continue;
 			}
-			if (!retryable(io))
+			if (!mc_store_io_retryable(io))
 				continue;
 			if (io->status == MC_ERR_CHECKSUM_MISMATCH)
 				mc_store_corrupt_add(&corrupt, io, t0); /* the replica, not its segment */
@@ -458,7 +452,7 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, u
 		for (size_t i = 0; i < n; i++) {
 			struct mc_store_io *io = &ios[i];
 
-			if (retryable(io) && next_alternate(io, &bad)) {
+			if (mc_store_io_retryable(io) && next_alternate(io, &bad)) {
 				atomic_fetch_add(&s->read_retries, 1);
 				again++;
 			}
@@ -488,7 +482,7 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 		return;
 	mc_store_verify_check(s, ios, n); /* what the batch left, and disk reads */
 	for (size_t i = 0; i < n && !alts; i++)
-		alts = retryable(&ios[i]);
+		alts = mc_store_io_retryable(&ios[i]);
 	if (alts)
 		retry_reads(s, ios, n, t0);
 }

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The cost of end-to-end checksums (issue 16 part 1), verification on against off.
+
+One mooncake_master (embedded metadata server, free ports); then rounds that
+alternate bench/store_bench with MC_STORE_VERIFY=1 and MC_STORE_VERIFY=0 in
+its environment (the order flips every round so neither side always runs
+first), each run with its own holder process so the bytes cross loopback
+TCP (MC_SHM_DISABLE=1, as bench/store_compare.py), for 1 MiB and 4 MiB
+objects: put_from/get_into (zero-copy), put/get (copying calls) and
+batch_put_from/batch_get_into.  With verification on, every put hashes its
+object (XXH3-64) and every get hashes what landed and compares.  Each
+figure is the median over --runs rounds; the table shows on/off, which the
+issue holds to >= 95%.
+
+usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
+                             [--shm] [--json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import master_rss  # noqa: E402
+
+
+def run_bench(build, m, verify, duration, cases, shm):
+    env = dict(os.environ, MC_STORE_VERIFY="1" if verify else "0")
+    if not shm:
+        env["MC_SHM_DISABLE"] = "1"
+    argv = [master_rss.find(build, "bench/store_bench"), f"--master={m.addr}",
+            f"--metadata={m.meta_uri}", "--runs=1", f"--duration={duration}", "--json",
+            "--sizes=1m,4m", f"--cases={cases}"]
+    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--duration", type=float, default=2)
+    ap.add_argument("--cases", default="zc,copy,batch")
+    ap.add_argument("--shm", action="store_true", help="let same-host engines use shm")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    got = {}  # (case, size, verify) -> [GB/s]
+    m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
+                                          "src/master/mooncake_master"))
+    try:
+        for i in range(args.runs):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+            for verify in order:
+                for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm):
+                    if "gbps" in j:
+                        got.setdefault((j["case"], j["size"], verify), []).append(j["gbps"])
+    finally:
+        m.stop()
+
+    rows = []
+    for (case, size, verify) in sorted(got):
+        if not verify:
+            continue
+        on = statistics.median(got[(case, size, True)])
+        off = statistics.median(got.get((case, size, False), [float("nan")]))
+        rows.append({"case": case, "size": size, "on_gbps": round(on, 3),
+                     "off_gbps": round(off, 3), "ratio": round(on / off, 3)})
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"runs={args.runs} duration={args.duration}s (medians), "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
+    print(f"{'case':<16} {'size':>8} {'on GB/s':>9} {'off GB/s':>9} {'on/off':>7}")
+    for r in rows:
+        print(f"{r['case']:<16} {r['size'] >> 20:>6}Mi {r['on_gbps']:>9.3f} "
+              f"{r['off_gbps']:>9.3f} {r['ratio']:>7.3f}")
+
+
+if __name__ == "__main__":
+    main()
