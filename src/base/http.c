@@ -36,6 +36,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth.h"
 #include "base/buf.h"
 #include "base/compiler.h"
 #include "base/list.h"
@@ -200,6 +201,39 @@ static bool content_length_too_large(struct MHD_Connection *conn, size_t max)
 	return *end == '\0' && n > max;
 }
 
+/* A request the server's secret guards carries it (cfg.auth). */
+static bool authorized(struct mc_http *h, struct MHD_Connection *conn, const char *method,
+		       const char *url)
+{
+	const char *hdr;
+
+	if (!mc_auth_on(h->cfg.auth) || !(h->cfg.auth_methods & method_bit(method)))
+		return true;
+	hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (mc_auth_bearer_ok(h->cfg.auth, hdr))
+		return true;
+	mc_warn("%s: refused %s %s: %s bearer token", h->cfg.name, method, url,
+		hdr ? "wrong" : "no");
+	return false;
+}
+
+static enum MHD_Result respond_unauthorized(struct MHD_Connection *conn)
+{
+	static const char text[] = "authentication required";
+	struct MHD_Response *resp = MHD_create_response_from_buffer(
+		sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+				"Bearer realm=\"mooncake\"");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	ret = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -210,6 +244,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct mc_http_request req;
 
 	if (!r) {
+		if (!authorized(h, conn, method, url))
+			return respond_unauthorized(conn);
 		if (!h->cfg.max_body) {
 			*con_cls = &drain_mark;
 			return MHD_YES;

@@ -82,6 +82,12 @@ struct mc_http_config {
 	unsigned max_conns;	     /* connections open at most (0 = MC_HTTP_DEFAULT_MAX_CONNS) */
 	unsigned max_conns_per_ip;   /* of them from one address at most (0 = no such cap) */
 	size_t max_body;	     /* 0: bodies are read and dropped; else kept up to this */
+	/* With a secret (base/auth.h), requests of the methods in auth_methods
+	 * (enum mc_http_method bits) need "Authorization: Bearer <secret>":
+	 * any other is answered 401, before its body is read, and never reaches
+	 * the handler.  NULL or no secret: every request is served. */
+	const struct mc_auth_secret *auth; /* borrowed; must outlive the server */
+	unsigned auth_methods;
 	mc_http_handler_cb handler;  /* required */
 	void *arg;		     /* the handler's first argument */
 };

@@ -1282,9 +1282,19 @@ mc_status mc_master_admin_start(struct mc_master_server *s,
 		h[hl - 2] = '\0';
 		cfg.host = h;
 	}
+	/* the cluster secret guards what changes state (remove_all, drain_jobs) */
+	st = mc_auth_secret_load(NULL, &s->admin_secret);
+	if (st != MC_OK)
+		return st;
+	cfg.auth = &s->admin_secret;
+	cfg.auth_methods = MC_HTTP_POST | MC_HTTP_PUT | MC_HTTP_DELETE;
 	st = mc_http_open(&cfg, &s->admin);
-	if (st == MC_OK)
+	if (st == MC_OK) {
 		s->metrics_port = mc_http_port(s->admin);
+		mc_auth_warn_open(&s->admin_secret, "the master's admin port", cfg.host);
+	} else {
+		mc_auth_secret_release(&s->admin_secret);
+	}
 	return st;
 }
 
@@ -1292,4 +1302,5 @@ void mc_master_admin_stop(struct mc_master_server *s)
 {
 	mc_http_close(s->admin);
 	s->admin = NULL;
+	mc_auth_secret_release(&s->admin_secret);
 }

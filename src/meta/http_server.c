@@ -12,6 +12,9 @@
  *                           400 "Duplicate rpc_meta key not allowed"
  *   DELETE /metadata?key=K  200 "metadata deleted", 404 "metadata not found"
  *   GET    /health          200 "OK"
+ * With a cluster secret (base/auth.h), PUT and DELETE (and POST) without
+ * "Authorization: Bearer <secret>" are answered 401 before their body is
+ * read (base/http.c); GET stays open.
  * Other paths are 404, other methods 405, request bodies above
  * MAX_BODY (64 MiB) 413.
  *
@@ -37,6 +40,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth.h"
 #include "base/compiler.h"
 #include "base/http.h"
 #include "base/log.h"
@@ -79,6 +83,7 @@ struct kv_entry {
 
 struct mc_http_meta_server {
 	struct mc_http *http;
+	struct mc_auth_secret secret; /* PUT and DELETE need it (base/auth.h) */
 	pthread_mutex_t store_lock; /* protects root and count */
 	void *root;		    /* tsearch tree of struct kv_entry */
 	uint64_t count;
@@ -307,15 +312,24 @@ mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "http metadata server: out of memory");
+	status = mc_auth_secret_load(NULL, &s->secret);
+	if (status != MC_OK) {
+		mc_free(s);
+		return status;
+	}
 	pthread_mutex_init(&s->store_lock, NULL);
 	cfg.arg = s;
+	cfg.auth = &s->secret;
+	cfg.auth_methods = MC_HTTP_PUT | MC_HTTP_DELETE | MC_HTTP_POST;
 	status = mc_http_open(&cfg, &s->http);
 	if (status != MC_OK)
 		goto err_free_server;
+	mc_auth_warn_open(&s->secret, "the HTTP metadata server", host);
 	*out = s;
 	return MC_OK;
 
 err_free_server:
+	mc_auth_secret_release(&s->secret);
 	pthread_mutex_destroy(&s->store_lock);
 	mc_free(s);
 	return status;
@@ -384,6 +398,7 @@ void mc_http_meta_server_stop(struct mc_http_meta_server *s)
 	if (!s)
 		return;
 	mc_http_close(s->http);
+	mc_auth_secret_release(&s->secret);
 	tdestroy(s->root, entry_free);
 	pthread_mutex_destroy(&s->store_lock);
 	mc_free(s);

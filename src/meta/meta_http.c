@@ -57,6 +57,7 @@
 #include <strings.h>
 
 #include "base/alloc.h"
+#include "base/auth.h"
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -74,6 +75,7 @@ struct http_client {
 	long timeout_ms;
 	long connect_timeout_ms;
 	long check_ms; /* period of the lost-key check; 0 = off */
+	char *auth_hdr; /* "Authorization: Bearer <secret>" on PUT and DELETE, or NULL */
 	struct mc_curl_pool pool;
 
 	pthread_mutex_t write_lock; /* a put, a del, or one restore at a time */
@@ -126,11 +128,19 @@ static mc_status http_request(struct http_client *c, const char *method, const c
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc_curl_on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+	if (c->auth_hdr && strcmp(method, "GET") != 0) {
+		/* the cluster secret guards what changes state (base/auth.h) */
+		if (!(hdrs = curl_slist_append(NULL, c->auth_hdr))) {
+			status = mc_set_error(MC_ERR_NOMEM, "metadata %s: out of memory", method);
+			goto out_free;
+		}
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	}
 	if (strcmp(method, "PUT") == 0) {
-		struct curl_slist *t;
-		hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+		struct curl_slist *t = curl_slist_append(hdrs, "Content-Type: application/json");
+
 		/* no 100-continue round trip for large bodies */
-		t = hdrs ? curl_slist_append(hdrs, "Expect:") : NULL;
+		t = t ? curl_slist_append(t, "Expect:") : NULL;
 		if (!t) {
 			status = mc_set_error(MC_ERR_NOMEM, "metadata PUT %s: out of memory", url);
 			goto out_free;
@@ -412,6 +422,9 @@ static void http_close(struct mc_meta *m)
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->write_lock);
 	mc_curl_pool_release(&c->pool);
+	if (c->auth_hdr)
+		memset(c->auth_hdr, 0, strlen(c->auth_hdr));
+	mc_free(c->auth_hdr);
 	mc_free(c->base.uri);
 	mc_free(c);
 }
@@ -446,6 +459,23 @@ mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 		c->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : HTTP_TIMEOUT_MS;
 		c->check_ms = cfg.http_check_ms;
 		mc_meta_config_release(&cfg);
+	}
+	{
+		struct mc_auth_secret sec;
+
+		if (mc_auth_secret_load(NULL, &sec) != MC_OK) {
+			mc_free(c->base.uri);
+			mc_free(c);
+			return MC_ERR_INVALID_PARAMS;
+		}
+		if (mc_auth_on(&sec) &&
+		    !(c->auth_hdr = mc_asprintf("Authorization: Bearer %s", sec.bytes))) {
+			mc_auth_secret_release(&sec);
+			mc_free(c->base.uri);
+			mc_free(c);
+			return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
+		}
+		mc_auth_secret_release(&sec);
 	}
 	c->connect_timeout_ms = MC_MAX(c->timeout_ms / 2, 1L);
 	mc_curl_pool_init(&c->pool);

@@ -114,10 +114,10 @@ class Master:
     def conn(self):
         return mp.Conn(self.rpc)
 
-    def http(self, method, path):
+    def http(self, method, path, headers=None):
         c = http.client.HTTPConnection("127.0.0.1", self.metrics, timeout=10)
         try:
-            c.request(method, path)
+            c.request(method, path, headers=headers or {})
             r = c.getresponse()
             return r.status, r.getheader("Content-Type"), r.read().decode()
         finally:
@@ -564,6 +564,34 @@ def test_objects_through_rpc_and_http():
         assert m.http("GET", "/api/v1/remove_all")[0] == 400
     finally:
         m.stop()
+
+
+def test_admin_port_needs_the_secret_to_change_state(tmp_path):
+    """With a cluster secret (MC_AUTH_SECRET_FILE), remove_all without the
+    bearer token is refused (401, nothing removed) and /metrics stays open;
+    a wrong secret file stops the daemon from starting (docs/security.md)."""
+    secret = tmp_path / "secret"
+    secret.write_text("admin-secret-42\n")
+    secret.chmod(0o600)
+    m = Master(BASE_ARGS, env={"MC_AUTH_SECRET_FILE": str(secret)})
+    try:
+        st, _, body = m.http("POST", "/api/v1/remove_all?force=true")
+        assert st == 401 and body == "authentication required"
+        st, _, _ = m.http("POST", "/api/v1/remove_all?force=true",
+                          {"Authorization": "Bearer admin-secret-4"})
+        assert st == 401
+        assert m.get("/metrics")[0] == 200
+        st, _, body = m.http("POST", "/api/v1/remove_all?force=true",
+                             {"Authorization": "Bearer admin-secret-42"})
+        assert st == 200 and json.loads(body)["success"] is True
+        m.wait_line(lambda l: "refused POST /api/v1/remove_all: no bearer token" in l,
+                    START_TIMEOUT)
+    finally:
+        m.stop()
+    p = subprocess.run([str(master_path()), *BASE_ARGS], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=30,
+                       env={**os.environ, "MC_AUTH_SECRET_FILE": str(tmp_path / "nope")})
+    assert p.returncode != 0 and "auth secret file" in p.stderr
 
 
 def test_unmount_sweep_over_the_wire():

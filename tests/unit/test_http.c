@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "base/auth.h"
 #include "base/compiler.h"
 #include "base/http.h"
 #include "base/log.h"
@@ -99,10 +102,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 	return size * n;
 }
 
-static void call(uint16_t port, const char *method, const char *path, const char *body,
-		 struct resp *r)
+static void call_hdr(uint16_t port, const char *method, const char *path, const char *body,
+		     const char *hdr, struct resp *r)
 {
 	CURL *h = curl_easy_init();
+	struct curl_slist *hdrs = hdr ? curl_slist_append(NULL, hdr) : NULL;
 	char url[128];
 
 	assert_non_null(h);
@@ -117,9 +121,18 @@ static void call(uint16_t port, const char *method, const char *path, const char
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
 		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
 	}
+	if (hdrs)
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	assert_int_equal(curl_easy_perform(h), CURLE_OK);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->code);
 	curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+}
+
+static void call(uint16_t port, const char *method, const char *path, const char *body,
+		 struct resp *r)
+{
+	call_hdr(port, method, path, body, NULL, r);
 }
 
 static void open_server(unsigned threads, size_t max_body, struct mc_http **out)
@@ -193,6 +206,133 @@ static void bind_failures_name_the_cause(void **state)
 	mc_http_close(h);
 }
 
+/* ---- the cluster secret (base/auth.h) ------------------------------------ */
+
+/* With a secret, the methods named need "Bearer <secret>"; the others and
+ * servers without a secret are served as before. */
+static void bearer_guards_the_methods_named(void **state)
+{
+	struct mc_auth_secret sec = {(char *)"s3cret-token", 12};
+	struct mc_http_config cfg = {
+		.name = "test http",
+		.host = "127.0.0.1",
+		.idle_timeout_s = 5,
+		.max_body = 64,
+		.handler = handler,
+		.auth = &sec,
+		.auth_methods = MC_HTTP_PUT | MC_HTTP_DELETE,
+	};
+	struct mc_http *h;
+	struct resp r;
+	uint16_t port;
+
+	(void)state;
+	assert_int_equal(mc_http_open(&cfg, &h), MC_OK);
+	port = mc_http_port(h);
+	call(port, "PUT", "/a", "x", &r);
+	assert_int_equal(r.code, 401);
+	assert_string_equal(r.body, "authentication required");
+	call_hdr(port, "PUT", "/a", "x", "Authorization: Bearer s3cret-tokeN", &r);
+	assert_int_equal(r.code, 401);
+	call_hdr(port, "PUT", "/a", "x", "Authorization: Bearer s3cret-token2", &r);
+	assert_int_equal(r.code, 401);
+	call_hdr(port, "PUT", "/a", "x", "Authorization: Basic s3cret-token", &r);
+	assert_int_equal(r.code, 401);
+	call_hdr(port, "DELETE", "/a", NULL, "Authorization: Bearer ", &r);
+	assert_int_equal(r.code, 401);
+	call_hdr(port, "PUT", "/a", "x", "Authorization: Bearer s3cret-token", &r);
+	assert_int_equal(r.code, 200);
+	assert_string_equal(r.body, "PUT /a 1 x");
+	call_hdr(port, "PUT", "/a", "y", "authorization: bearer s3cret-token", &r);
+	assert_int_equal(r.code, 200);
+	call(port, "GET", "/a", NULL, &r); /* reads stay open */
+	assert_int_equal(r.code, 200);
+	mc_http_close(h);
+
+	/* no secret: upstream's behaviour */
+	sec.bytes = NULL;
+	assert_int_equal(mc_http_open(&cfg, &h), MC_OK);
+	call(mc_http_port(h), "PUT", "/a", "x", &r);
+	assert_int_equal(r.code, 200);
+	mc_http_close(h);
+}
+
+static void write_file(const char *path, const char *text, int mode)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	chmod(path, (mode_t)mode);
+}
+
+static void secret_comes_from_file_or_environment(void **state)
+{
+	char path[] = "/tmp/mc_test_secret_XXXXXX";
+	struct mc_auth_secret s;
+	int fd = mkstemp(path);
+
+	(void)state;
+	assert_true(fd >= 0);
+	close(fd);
+	unsetenv("MC_AUTH_SECRET_FILE");
+	unsetenv("MC_AUTH_SECRET");
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_OK); /* none: off */
+	assert_false(mc_auth_on(&s));
+	assert_true(mc_auth_bearer_ok(&s, NULL));
+
+	write_file(path, "from-the-file\n\n", 0600);
+	assert_int_equal(mc_auth_secret_load(path, &s), MC_OK); /* a flag's file */
+	assert_string_equal(s.bytes, "from-the-file");
+	assert_int_equal(s.len, 13);
+	assert_true(mc_auth_bearer_ok(&s, "Bearer from-the-file"));
+	assert_false(mc_auth_bearer_ok(&s, NULL));
+	mc_auth_secret_release(&s);
+	assert_null(s.bytes);
+
+	setenv("MC_AUTH_SECRET", "from-the-env", 1);
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_OK);
+	assert_string_equal(s.bytes, "from-the-env");
+	mc_auth_secret_release(&s);
+	setenv("MC_AUTH_SECRET_FILE", path, 1); /* the file comes first */
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_OK);
+	assert_string_equal(s.bytes, "from-the-file");
+	mc_auth_secret_release(&s);
+
+	/* told to authenticate, but nothing usable: refused, not ignored */
+	write_file(path, "\n \n", 0600);
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "empty"));
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), path));
+	unsetenv("MC_AUTH_SECRET_FILE");
+	setenv("MC_AUTH_SECRET", "", 1);
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_ERR_INVALID_PARAMS);
+	unsetenv("MC_AUTH_SECRET");
+	assert_null(s.bytes);
+}
+
+static void compare_and_loopback(void **state)
+{
+	(void)state;
+	assert_true(mc_auth_equal("abc", 3, "abc", 3));
+	assert_true(mc_auth_equal("", 0, "", 0));
+	assert_false(mc_auth_equal("abc", 3, "abd", 3));
+	assert_false(mc_auth_equal("abc", 3, "abc\0", 4)); /* a zero byte more */
+	assert_false(mc_auth_equal("ab", 2, "abc", 3));
+	assert_true(mc_auth_host_loopback("127.0.0.1"));
+	assert_true(mc_auth_host_loopback("127.1.2.3"));
+	assert_true(mc_auth_host_loopback("::1"));
+	assert_true(mc_auth_host_loopback("localhost"));
+	assert_false(mc_auth_host_loopback("0.0.0.0"));
+	assert_false(mc_auth_host_loopback(""));
+	assert_false(mc_auth_host_loopback(NULL));
+	assert_false(mc_auth_host_loopback("10.0.0.1"));
+	assert_false(mc_auth_host_loopback("::"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -200,6 +340,9 @@ int main(void)
 		cmocka_unit_test(bodies_are_kept_up_to_the_cap),
 		cmocka_unit_test(bodies_are_drained_when_not_kept),
 		cmocka_unit_test(bind_failures_name_the_cause),
+		cmocka_unit_test(bearer_guards_the_methods_named),
+		cmocka_unit_test(secret_comes_from_file_or_environment),
+		cmocka_unit_test(compare_and_loopback),
 	};
 	int rc;
 

@@ -655,6 +655,39 @@ static void mem_survives_allocation_failures(void **state)
 	mc_meta_close(m);
 }
 
+/* With a cluster secret (base/auth.h) the server refuses PUT and DELETE
+ * without the bearer token and still serves GET; a client with the secret
+ * sends it and works as before, one without is refused with the cause. */
+static void http_secret_guards_writes(void **state)
+{
+	struct mc_http_meta_server *srv;
+	struct mc_meta *with, *without;
+	char uri[128], *out = NULL;
+	size_t len;
+
+	(void)state;
+	setenv("MC_AUTH_SECRET", "meta-secret-1", 1);
+	assert_int_equal(mc_http_meta_server_start("127.0.0.1", 0, &srv), MC_OK);
+	snprintf(uri, sizeof(uri), "http://127.0.0.1:%u/metadata", mc_http_meta_server_port(srv));
+	assert_int_equal(mc_meta_open(uri, &with), MC_OK);
+	unsetenv("MC_AUTH_SECRET");
+	assert_int_equal(mc_meta_open(uri, &without), MC_OK);
+
+	assert_int_equal(mc_meta_put(with, "mooncake/ram/a", "{\"a\":1}", 7), MC_OK);
+	assert_int_equal(mc_meta_put(without, "mooncake/ram/a", "{\"a\":2}", 7),
+			 MC_ERR_METADATA);
+	assert_non_null(strstr(mc_last_error(), "401"));
+	assert_int_equal(mc_meta_del(without, "mooncake/ram/a"), MC_ERR_METADATA);
+	assert_int_equal(mc_meta_get(without, "mooncake/ram/a", &out, &len), MC_OK);
+	assert_string_equal(out, "{\"a\":1}"); /* untouched */
+	mc_free(out);
+	assert_int_equal(mc_meta_del(with, "mooncake/ram/a"), MC_OK);
+	assert_int_equal(mc_meta_get(with, "mooncake/ram/a", &out, &len), MC_ERR_NOT_FOUND);
+	mc_meta_close(with);
+	mc_meta_close(without);
+	mc_http_meta_server_stop(srv);
+}
+
 int main(void)
 {
 	/* hermetic: requests to 127.0.0.1 must not go through a proxy */
@@ -666,6 +699,7 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_ALL);
 
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(http_secret_guards_writes),
 		cmocka_unit_test_setup_teardown(http_put_get_del_round_trip, server_up,
 						server_down),
 		cmocka_unit_test_setup_teardown(http_empty_and_large_values, server_up,

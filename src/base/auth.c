@@ -1,0 +1,180 @@
+/*
+ * base/auth.c - the cluster secret: where it comes from, and the checks
+ * that compare against it (see auth.h).
+ *
+ * The secret is read once, when a server or client starts, and kept in
+ * memory as given.  Comparisons run in time that depends only on the
+ * lengths, never on where the first differing byte is, so a peer cannot
+ * learn the secret a byte at a time from response times.  Nothing here
+ * ever logs the secret or a candidate for it.
+ */
+#define MC_LOG_MODULE "auth"
+#include "base/auth.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/compiler.h"
+#include "base/log.h"
+
+struct auth_env {
+	char *file;   /* MC_AUTH_SECRET_FILE */
+	char *secret; /* MC_AUTH_SECRET */
+};
+
+#define CFG(f) offsetof(struct auth_env, f)
+const struct mc_config_entry mc_auth_config_table[] = {
+	{.f = {"auth_secret_file", "MC_AUTH_SECRET_FILE", "",
+	       "a file holding the cluster secret (trailing newlines dropped): the HTTP metadata "
+	       "server then requires \"Authorization: Bearer <secret>\" on PUT and DELETE, and "
+	       "the HTTP metadata client sends it (docs/security.md); empty: no secret",
+	       CFG(file), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"auth_secret", "MC_AUTH_SECRET", "",
+	       "the cluster secret itself, when MC_AUTH_SECRET_FILE is not set (visible in the "
+	       "process environment: prefer the file)",
+	       CFG(secret), MC_CONFIG_STRING, 0, 0}},
+};
+#undef CFG
+const size_t mc_auth_config_table_len = MC_ARRAY_SIZE(mc_auth_config_table);
+
+static mc_status read_secret_file(const char *path, struct mc_auth_secret *out)
+{
+	char buf[MC_AUTH_SECRET_MAX + 1];
+	size_t len = 0;
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: %s", path,
+				    strerror(errno));
+	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+		mc_warn("auth secret file %s may be read by others (mode %03o): chmod 600 it", path,
+			(unsigned)(st.st_mode & 0777));
+	while (len < sizeof(buf)) {
+		ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			close(fd);
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: %s", path,
+					    strerror(e));
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (len > MC_AUTH_SECRET_MAX)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "auth secret file %s: longer than %d bytes", path,
+				    MC_AUTH_SECRET_MAX);
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' ||
+		       buf[len - 1] == '\t'))
+		len--;
+	if (!len)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: empty", path);
+	out->bytes = mc_strndup(buf, len);
+	memset(buf, 0, sizeof(buf));
+	if (!out->bytes)
+		return MC_ERR_NOMEM;
+	out->len = len;
+	return MC_OK;
+}
+
+mc_status mc_auth_secret_load(const char *file, struct mc_auth_secret *out)
+{
+	struct auth_env env;
+	mc_status rc = MC_OK;
+
+	memset(out, 0, sizeof(*out));
+	if (file && *file)
+		return read_secret_file(file, out);
+	memset(&env, 0, sizeof(env));
+	mc_config_entry_defaults(mc_auth_config_table, mc_auth_config_table_len, &env);
+	mc_config_entry_load_env(mc_auth_config_table, mc_auth_config_table_len, &env);
+	if (env.file && *env.file) {
+		rc = read_secret_file(env.file, out);
+	} else if (getenv("MC_AUTH_SECRET")) {
+		if (!env.secret || !*env.secret)
+			rc = mc_set_error(MC_ERR_INVALID_PARAMS, "MC_AUTH_SECRET is empty");
+		else if (strlen(env.secret) > MC_AUTH_SECRET_MAX)
+			rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+					  "MC_AUTH_SECRET: longer than %d bytes",
+					  MC_AUTH_SECRET_MAX);
+		else if (!(out->bytes = mc_strdup(env.secret)))
+			rc = MC_ERR_NOMEM;
+		else
+			out->len = strlen(out->bytes);
+	}
+	mc_config_entry_release(mc_auth_config_table, mc_auth_config_table_len, &env);
+	return rc;
+}
+
+void mc_auth_secret_release(struct mc_auth_secret *s)
+{
+	if (!s || !s->bytes)
+		return;
+	memset(s->bytes, 0, s->len);
+	mc_free(s->bytes);
+	s->bytes = NULL;
+	s->len = 0;
+}
+
+bool mc_auth_equal(const void *a, size_t alen, const void *b, size_t blen)
+{
+	const volatile uint8_t *x = a, *y = b;
+	size_t n = alen > blen ? alen : blen;
+	uint8_t d = alen != blen;
+
+	/* every byte of the longer one is looked at, whatever differs */
+	for (size_t i = 0; i < n; i++)
+		d |= (uint8_t)((i < alen ? x[i] : 0) ^ (i < blen ? y[i] : 0));
+	return d == 0;
+}
+
+bool mc_auth_bearer_ok(const struct mc_auth_secret *s, const char *header)
+{
+	static const char scheme[] = "Bearer ";
+
+	if (!mc_auth_on(s))
+		return true;
+	if (!header || strncasecmp(header, scheme, sizeof(scheme) - 1) != 0)
+		return false;
+	header += sizeof(scheme) - 1;
+	return mc_auth_equal(header, strlen(header), s->bytes, s->len);
+}
+
+bool mc_auth_host_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (!host || !*host)
+		return false; /* every interface */
+	if (strcmp(host, "localhost") == 0)
+		return true;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return false;
+}
+
+void mc_auth_warn_open(const struct mc_auth_secret *s, const char *what, const char *host)
+{
+	if (mc_auth_on(s) || mc_auth_host_loopback(host))
+		return;
+	mc_warn("%s listens on %s with no cluster secret: anyone who reaches it may change "
+		"state (set MC_AUTH_SECRET_FILE; docs/security.md)",
+		what, host && *host ? host : "every interface");
+}
