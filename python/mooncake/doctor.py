@@ -229,8 +229,37 @@ def check_master(args):
         return Check("master", FAIL, "%s: %s" % (args.master, e),
                      "start mooncake_master, or check --master and the firewall", True)
     detail = "%s accepts connections (%.0f ms)" % (args.master, (time.monotonic() - t0) * 1e3)
-    return Check("master", OK, detail + "; auth: none (this build has no authentication yet)",
+    return Check("master", OK, detail + "; auth: none on the RPC port (not built yet)",
                  needed=True)
+
+
+def check_secret(args):
+    """The cluster secret this environment gives the programs (docs/security.md):
+    with one, the HTTP metadata server and the admin port refuse state changes
+    without the bearer token; the file must be readable and not empty."""
+    path = os.environ.get("MC_AUTH_SECRET_FILE", "")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                ok = bool(f.read(4097).rstrip(b"\r\n \t"))
+            mode = os.stat(path).st_mode & 0o777
+        except OSError as e:
+            return Check("cluster secret", FAIL, "MC_AUTH_SECRET_FILE=%s: %s" % (path, e),
+                         "point it at a readable file holding the secret", True)
+        if not ok:
+            return Check("cluster secret", FAIL, "MC_AUTH_SECRET_FILE=%s is empty" % path,
+                         "write the secret into it", True)
+        if mode & 0o077:
+            return Check("cluster secret", WARN, "%s is mode %03o" % (path, mode),
+                         "chmod 600 %s" % path)
+        return Check("cluster secret", OK, "from %s (HTTP state changes need it)" % path)
+    if "MC_AUTH_SECRET" in os.environ:
+        if not os.environ["MC_AUTH_SECRET"]:
+            return Check("cluster secret", FAIL, "MC_AUTH_SECRET is empty",
+                         "set it, or unset it to run without a secret", True)
+        return Check("cluster secret", OK, "from MC_AUTH_SECRET (HTTP state changes need it)")
+    return Check("cluster secret", WARN, "none: HTTP metadata and admin ports take any request",
+                 "set MC_AUTH_SECRET_FILE on every program of the cluster (docs/security.md)")
 
 
 def check_master_http(args):
@@ -370,7 +399,7 @@ def check_cuda(args):
 
 def run_checks(args):
     out = [check_memlock(args), check_hugepages(args), check_rdma(args),
-           check_interfaces(args), check_metadata(args), check_master(args)]
+           check_interfaces(args), check_metadata(args), check_master(args), check_secret(args)]
     out += check_master_http(args)
     out += check_ports(args)
     out += [check_io_uring(args), check_ssd_dir(args), check_cuda(args)]

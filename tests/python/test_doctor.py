@@ -71,3 +71,27 @@ def test_console_program_dispatch():
     assert doc.mooncake_main(["nosuch"]) == 2
     assert doc.mooncake_main([]) == 2
     assert doc.parse_size("4GB") == 4 << 30 and doc.parse_size("512m") == 512 << 20
+
+
+def test_the_cluster_secret_row(tmp_path):
+    def row(env):
+        p = subprocess.run([sys.executable, "-m", "mooncake.doctor", "--json"],
+                           capture_output=True, text=True, timeout=120,
+                           env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+        return p.returncode, checks_of(p)[1]["cluster secret"]
+
+    off = {"MC_AUTH_SECRET_FILE": None, "MC_AUTH_SECRET": None}
+    rc, c = row(off)
+    assert c["result"] == "warn" and "none" in c["detail"]
+    secret = tmp_path / "secret"
+    secret.write_text("s\n")
+    secret.chmod(0o600)
+    rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(secret)})
+    assert c["result"] == "ok" and str(secret) in c["detail"]
+    secret.chmod(0o644)
+    assert row({**off, "MC_AUTH_SECRET_FILE": str(secret)})[1]["result"] == "warn"
+    secret.write_text("\n")
+    rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(secret)})
+    assert c["result"] == "fail" and c["needed"] and rc == 1
+    rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(tmp_path / "nope")})
+    assert c["result"] == "fail" and rc == 1
