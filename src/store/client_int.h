@@ -282,6 +282,11 @@ void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n
  * a read to be checked comes in pieces so that they can be hashed as they
  * land (mc_store_verify_batch). */
 uint64_t mc_store_verify_chunk(struct mc_store *s, const struct mc_store_io *io);
+/* A read of io from this client's own segment at src, to be checked: the
+ * bytes are copied piece by piece, each hashed while it is still in the
+ * cache, then judged; returns io's status (MC_OK or
+ * MC_ERR_CHECKSUM_MISMATCH). */
+mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const char *src);
 /* Reads, while batch bid (requests reqs[0..nreq), owner[k] the io of
  * request k, each io's requests together and in order) is in flight: each
  * io to be checked is hashed piece by piece as its requests complete, and

@@ -204,7 +204,7 @@ static bool host_buffers(struct mc_store *s, const struct mc_store_io *io)
 }
 
 /* Queue the requests that move io to or from replica r. */
-static mc_status queue_replica(struct mc_store *s, struct req_list *l, const struct mc_store_io *io,
+static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc_store_io *io,
 			       uint32_t idx, int opcode, const struct mc_store_replica *r)
 {
 	struct mc_xfer_req req;
@@ -219,6 +219,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, const str
 				    r->type);
 	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len) &&
 	    host_buffers(s, io)) {
+		if (opcode == MC_OP_READ && mc_store_verify_chunk(s, io) != UINT64_MAX)
+			return mc_store_verify_copy(s, io, (const char *)(uintptr_t)r->address);
 		local_copy(io, opcode, (char *)(uintptr_t)r->address);
 		return MC_OK;
 	}

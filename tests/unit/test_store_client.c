@@ -711,6 +711,15 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 	/* one replica: the distinct code, and the object goes */
 	assert_int_equal(mc_store_get_into(A, "ck-only", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
 	assert_int_equal(mc_store_get_replica_desc(A, "ck-only", d, 2), MC_ERR_OBJECT_NOT_FOUND);
+	/* the same when the reader holds the replica (copied, not transferred) */
+	{
+		struct mc_store_config own = prefer(A);
+		assert_int_equal(mc_store_put(A, "ck-own", obj, OBJ, &own), MC_OK);
+		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ), OBJ);
+		assert_memory_equal(dst, obj, OBJ);
+		flip_first_replica(A, "ck-own", OBJ - 2);
+		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	}
 
 	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
 	mc_store_free(D);
