@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/auth.h"
+#include "base/http.h"
 #include "base/config.h"
 #include "conductor/costmodel.h"
 #include "conductor/sched.h"
@@ -74,6 +75,8 @@ static void emit(FILE *out)
 	emit_table(out, mc_http_meta_server_config_table, mc_http_meta_server_config_table_len);
 	fprintf(out, "\n### Cluster secret (docs/security.md)\n\n");
 	emit_table(out, mc_auth_config_table, mc_auth_config_table_len);
+	fprintf(out, "\n### HTTPS for the HTTP services (docs/security.md)\n\n");
+	emit_table(out, mc_http_tls_config_table, mc_http_tls_config_table_len);
 	fprintf(out, "\n## Store client\n\n");
 	emit_table(out, mc_store_client_config_table, mc_store_client_config_table_len);
 	fprintf(out, "\n### Segment memory\n\n");

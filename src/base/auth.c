@@ -45,48 +45,67 @@ const struct mc_config_entry mc_auth_config_table[] = {
 #undef CFG
 const size_t mc_auth_config_table_len = MC_ARRAY_SIZE(mc_auth_config_table);
 
-static mc_status read_secret_file(const char *path, struct mc_auth_secret *out)
+mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char **out,
+			     size_t *len_out)
 {
-	char buf[MC_AUTH_SECRET_MAX + 1];
+	char *buf = mc_malloc(max + 2);
 	size_t len = 0;
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = buf ? open(path, O_RDONLY | O_CLOEXEC) : -1, e;
 
+	if (!buf)
+		return MC_ERR_NOMEM;
 	if (fd < 0)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: %s", path,
-				    strerror(errno));
+		goto fail;
 	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
-		mc_warn("auth secret file %s may be read by others (mode %03o): chmod 600 it", path,
+		mc_warn("%s %s may be read by others (mode %03o): chmod 600 it", what, path,
 			(unsigned)(st.st_mode & 0777));
-	while (len < sizeof(buf)) {
-		ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+	while (len < max + 1) {
+		ssize_t n = read(fd, buf + len, max + 1 - len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0) {
-			int e = errno;
-			close(fd);
-			return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: %s", path,
-					    strerror(e));
-		}
+		if (n < 0)
+			goto fail;
 		if (n == 0)
 			break;
 		len += (size_t)n;
 	}
 	close(fd);
-	if (len > MC_AUTH_SECRET_MAX)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "auth secret file %s: longer than %d bytes", path,
-				    MC_AUTH_SECRET_MAX);
+	if (len > max) {
+		memset(buf, 0, len);
+		mc_free(buf);
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s %s: longer than %zu bytes", what,
+				    path, max);
+	}
+	buf[len] = '\0';
+	*out = buf;
+	*len_out = len;
+	return MC_OK;
+fail:
+	e = errno;
+	if (fd >= 0)
+		close(fd);
+	mc_free(buf);
+	return mc_set_error(MC_ERR_INVALID_PARAMS, "%s %s: %s", what, path, strerror(e));
+}
+
+static mc_status read_secret_file(const char *path, struct mc_auth_secret *out)
+{
+	size_t len;
+	char *buf;
+	mc_status rc = mc_auth_file_read("auth secret file", path, MC_AUTH_SECRET_MAX, &buf, &len);
+
+	if (rc != MC_OK)
+		return rc;
 	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' ||
 		       buf[len - 1] == '\t'))
-		len--;
-	if (!len)
+		buf[--len] = '\0';
+	if (!len) {
+		mc_free(buf);
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "auth secret file %s: empty", path);
-	out->bytes = mc_strndup(buf, len);
-	memset(buf, 0, sizeof(buf));
-	if (!out->bytes)
-		return MC_ERR_NOMEM;
+	}
+	out->bytes = buf;
 	out->len = len;
 	return MC_OK;
 }

@@ -48,6 +48,13 @@ extern const size_t mc_auth_config_table_len;
 mc_status mc_auth_secret_load(const char *file, struct mc_auth_secret *out);
 void mc_auth_secret_release(struct mc_auth_secret *s);
 
+/* The whole file path into *out (NUL-terminated, mc_free it; *len_out its
+ * length): MC_ERR_INVALID_PARAMS naming what and path when it cannot be
+ * read or holds more than max bytes; a file others may read is warned
+ * about (keys and secrets). */
+mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char **out,
+			    size_t *len_out);
+
 static inline bool mc_auth_on(const struct mc_auth_secret *s)
 {
 	return s && s->bytes;

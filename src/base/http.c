@@ -98,6 +98,66 @@ struct http_req {
 
 static char drain_mark; /* *con_cls of a request whose body is not kept */
 
+/* ---- TLS ------------------------------------------------------------------ */
+
+struct tls_env {
+	char *cert, *key, *ca;
+};
+
+#define CFG(f) offsetof(struct tls_env, f)
+const struct mc_config_entry mc_http_tls_config_table[] = {
+	{.f = {"http_tls_cert_file", "MC_HTTP_TLS_CERT_FILE", "",
+	       "PEM certificate chain: the HTTP metadata server and the master's admin port "
+	       "serve HTTPS with it (with MC_HTTP_TLS_KEY_FILE); empty: plain HTTP",
+	       CFG(cert), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"http_tls_key_file", "MC_HTTP_TLS_KEY_FILE", "", "its PEM private key",
+	       CFG(key), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"http_tls_ca_file", "MC_HTTP_TLS_CA_FILE", "",
+	       "PEM CA bundle an https:// metadata URL's server is checked against (empty: the "
+	       "system's)",
+	       CFG(ca), MC_CONFIG_STRING, 0, 0}},
+};
+#undef CFG
+const size_t mc_http_tls_config_table_len = MC_ARRAY_SIZE(mc_http_tls_config_table);
+
+#define PEM_MAX (1u << 20)
+
+mc_status mc_http_tls_load(struct mc_http_tls *out)
+{
+	struct tls_env env = {0};
+	size_t len;
+	mc_status rc = MC_OK;
+
+	memset(out, 0, sizeof(*out));
+	mc_config_entry_defaults(mc_http_tls_config_table, mc_http_tls_config_table_len, &env);
+	mc_config_entry_load_env(mc_http_tls_config_table, mc_http_tls_config_table_len, &env);
+	if (!*env.cert != !*env.key)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "MC_HTTP_TLS_CERT_FILE and MC_HTTP_TLS_KEY_FILE go together");
+	if (rc == MC_OK && *env.cert)
+		rc = mc_auth_file_read("TLS certificate", env.cert, PEM_MAX, &out->cert, &len);
+	if (rc == MC_OK && *env.key)
+		rc = mc_auth_file_read("TLS key", env.key, PEM_MAX, &out->key, &len);
+	if (rc == MC_OK && *env.ca && !(out->ca_file = mc_strdup(env.ca)))
+		rc = MC_ERR_NOMEM;
+	mc_config_entry_release(mc_http_tls_config_table, mc_http_tls_config_table_len, &env);
+	if (rc != MC_OK)
+		mc_http_tls_release(out);
+	return rc;
+}
+
+void mc_http_tls_release(struct mc_http_tls *t)
+{
+	if (!t)
+		return;
+	if (t->key)
+		memset(t->key, 0, strlen(t->key));
+	mc_free(t->key);
+	mc_free(t->cert);
+	mc_free(t->ca_file);
+	memset(t, 0, sizeof(*t));
+}
+
 /* ---- responses ----------------------------------------------------------- */
 
 enum MHD_Result mc_http_respond(struct MHD_Connection *conn, unsigned code, const void *body,
@@ -690,6 +750,8 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC; /* the acceptor hands them over */
+	if (mc_http_tls_on(cfg->tls))
+		flags |= MHD_USE_TLS;
 	/* never select(): it cannot take descriptors above FD_SETSIZE */
 	flags |= cfg->threads ? MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO
 			      : MHD_USE_AUTO_INTERNAL_THREAD;
@@ -733,11 +795,22 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 			 */
 			{MHD_OPTION_CONNECTION_LIMIT, (intptr_t)(h->cfg.max_conns * 4 + 256), NULL},
 			{MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
-			/* pool size first dropped when there is no pool */
-			{cfg->threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-			 (intptr_t)cfg->threads, NULL},
+			/* the optional ones from here on (opts[3..]), then the end */
+			{MHD_OPTION_END, 0, NULL},
+			{MHD_OPTION_END, 0, NULL},
+			{MHD_OPTION_END, 0, NULL},
 			{MHD_OPTION_END, 0, NULL},
 		};
+		size_t k = 3;
+
+		if (mc_http_tls_on(cfg->tls)) {
+			opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, cfg->tls->key};
+			opts[k++] =
+				(struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cfg->tls->cert};
+		}
+		if (cfg->threads)
+			opts[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE,
+							    (intptr_t)cfg->threads, NULL};
 		/* the logger first, so MHD's own start-up messages use it */
 		h->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
 					     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/config.h"
 #include "mooncake/status.h"
 
 enum mc_http_method {
@@ -55,6 +56,26 @@ enum mc_http_method {
 };
 
 struct mc_http;
+struct mc_auth_secret;
+
+/* A server's TLS certificate chain and key, PEM texts (NULL: plain HTTP),
+ * and the CA bundle its clients check it against. */
+struct mc_http_tls {
+	char *cert, *key; /* MC_HTTP_TLS_CERT_FILE, MC_HTTP_TLS_KEY_FILE */
+	char *ca_file;	  /* MC_HTTP_TLS_CA_FILE: a path, for libcurl (NULL: the system's) */
+};
+
+extern const struct mc_config_entry mc_http_tls_config_table[];
+extern const size_t mc_http_tls_config_table_len;
+
+/* From the environment: both files or neither (MC_ERR_INVALID_PARAMS naming
+ * the cause when one is missing or unreadable).  Release with _release. */
+mc_status mc_http_tls_load(struct mc_http_tls *out);
+void mc_http_tls_release(struct mc_http_tls *t);
+static inline bool mc_http_tls_on(const struct mc_http_tls *t)
+{
+	return t && t->cert && t->key;
+}
 
 /* One complete request; everything is borrowed for the handler's call. */
 struct mc_http_request {
@@ -88,6 +109,10 @@ struct mc_http_config {
 	 * the handler.  NULL or no secret: every request is served. */
 	const struct mc_auth_secret *auth; /* borrowed; must outlive the server */
 	unsigned auth_methods;
+	/* HTTPS (libmicrohttpd over GnuTLS) with this certificate and key, or
+	 * plain HTTP when NULL or empty (mc_http_tls_load); borrowed, must
+	 * outlive the server. */
+	const struct mc_http_tls *tls;
 	mc_http_handler_cb handler;  /* required */
 	void *arg;		     /* the handler's first argument */
 };

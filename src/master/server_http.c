@@ -1284,8 +1284,11 @@ mc_status mc_master_admin_start(struct mc_master_server *s,
 	}
 	/* the cluster secret guards what changes state (remove_all, drain_jobs) */
 	st = mc_auth_secret_load(NULL, &s->admin_secret);
+	if (st == MC_OK && (st = mc_http_tls_load(&s->admin_tls)) != MC_OK)
+		mc_auth_secret_release(&s->admin_secret);
 	if (st != MC_OK)
 		return st;
+	cfg.tls = &s->admin_tls;
 	cfg.auth = &s->admin_secret;
 	cfg.auth_methods = MC_HTTP_POST | MC_HTTP_PUT | MC_HTTP_DELETE;
 	st = mc_http_open(&cfg, &s->admin);
@@ -1294,6 +1297,7 @@ mc_status mc_master_admin_start(struct mc_master_server *s,
 		mc_auth_warn_open(&s->admin_secret, "the master's admin port", cfg.host);
 	} else {
 		mc_auth_secret_release(&s->admin_secret);
+		mc_http_tls_release(&s->admin_tls);
 	}
 	return st;
 }
@@ -1303,4 +1307,5 @@ void mc_master_admin_stop(struct mc_master_server *s)
 	mc_http_close(s->admin);
 	s->admin = NULL;
 	mc_auth_secret_release(&s->admin_secret);
+	mc_http_tls_release(&s->admin_tls);
 }

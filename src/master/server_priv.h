@@ -12,6 +12,7 @@
 
 #include "base/accept.h"
 #include "base/auth.h"
+#include "base/http.h"
 #include "base/list.h"
 #include "base/loop.h"
 #include "master/master.h"
@@ -128,6 +129,7 @@ struct mc_master_server {
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */
 	struct mc_auth_secret admin_secret; /* POST, PUT, DELETE need it (base/auth.h) */
+	struct mc_http_tls admin_tls;	    /* HTTPS when set (MC_HTTP_TLS_*) */
 	struct mc_http_meta_server *meta;
 
 	uint16_t rpc_port, metrics_port, metadata_port;

@@ -84,6 +84,7 @@ struct kv_entry {
 struct mc_http_meta_server {
 	struct mc_http *http;
 	struct mc_auth_secret secret; /* PUT and DELETE need it (base/auth.h) */
+	struct mc_http_tls tls;	      /* HTTPS when set (MC_HTTP_TLS_*) */
 	pthread_mutex_t store_lock; /* protects root and count */
 	void *root;		    /* tsearch tree of struct kv_entry */
 	uint64_t count;
@@ -313,10 +314,13 @@ mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "http metadata server: out of memory");
 	status = mc_auth_secret_load(NULL, &s->secret);
+	if (status == MC_OK && (status = mc_http_tls_load(&s->tls)) != MC_OK)
+		mc_auth_secret_release(&s->secret);
 	if (status != MC_OK) {
 		mc_free(s);
 		return status;
 	}
+	cfg.tls = &s->tls;
 	pthread_mutex_init(&s->store_lock, NULL);
 	cfg.arg = s;
 	cfg.auth = &s->secret;
@@ -330,6 +334,7 @@ mc_status mc_http_meta_server_start_limits(const char *host, uint16_t port,
 
 err_free_server:
 	mc_auth_secret_release(&s->secret);
+	mc_http_tls_release(&s->tls);
 	pthread_mutex_destroy(&s->store_lock);
 	mc_free(s);
 	return status;
@@ -399,6 +404,7 @@ void mc_http_meta_server_stop(struct mc_http_meta_server *s)
 		return;
 	mc_http_close(s->http);
 	mc_auth_secret_release(&s->secret);
+	mc_http_tls_release(&s->tls);
 	tdestroy(s->root, entry_free);
 	pthread_mutex_destroy(&s->store_lock);
 	mc_free(s);

@@ -59,6 +59,7 @@
 #include "base/alloc.h"
 #include "base/auth.h"
 #include "base/compiler.h"
+#include "base/http.h" /* struct mc_http_tls */
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
@@ -76,6 +77,7 @@ struct http_client {
 	long connect_timeout_ms;
 	long check_ms; /* period of the lost-key check; 0 = off */
 	char *auth_hdr; /* "Authorization: Bearer <secret>" on PUT and DELETE, or NULL */
+	char *ca_file;	/* MC_HTTP_TLS_CA_FILE for https:// (NULL: the system's) */
 	struct mc_curl_pool pool;
 
 	pthread_mutex_t write_lock; /* a put, a del, or one restore at a time */
@@ -128,6 +130,7 @@ static mc_status http_request(struct http_client *c, const char *method, const c
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc_curl_on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+	curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file); /* NULL: libcurl's default */
 	if (c->auth_hdr && strcmp(method, "GET") != 0) {
 		/* the cluster secret guards what changes state (base/auth.h) */
 		if (!(hdrs = curl_slist_append(NULL, c->auth_hdr))) {
@@ -425,6 +428,7 @@ static void http_close(struct mc_meta *m)
 	if (c->auth_hdr)
 		memset(c->auth_hdr, 0, strlen(c->auth_hdr));
 	mc_free(c->auth_hdr);
+	mc_free(c->ca_file);
 	mc_free(c->base.uri);
 	mc_free(c);
 }
@@ -476,6 +480,19 @@ mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 			return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
 		}
 		mc_auth_secret_release(&sec);
+	}
+	{
+		struct mc_http_tls tls;
+
+		if (mc_http_tls_load(&tls) != MC_OK) {
+			mc_free(c->auth_hdr);
+			mc_free(c->base.uri);
+			mc_free(c);
+			return MC_ERR_INVALID_PARAMS;
+		}
+		c->ca_file = tls.ca_file;
+		tls.ca_file = NULL;
+		mc_http_tls_release(&tls);
 	}
 	c->connect_timeout_ms = MC_MAX(c->timeout_ms / 2, 1L);
 	mc_curl_pool_init(&c->pool);

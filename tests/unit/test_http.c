@@ -333,6 +333,87 @@ static void compare_and_loopback(void **state)
 	assert_false(mc_auth_host_loopback("::"));
 }
 
+/* HTTPS: with a certificate and key from MC_HTTP_TLS_*, the server
+ * speaks TLS only; a client that checks it against the certificate (the
+ * CA here) is served, a plain-HTTP request is not.  The certificate is
+ * made with the openssl command for the test (skipped without it). */
+static void tls_serves_https_only(void **state)
+{
+	char dir[] = "/tmp/mc_test_tls_XXXXXX", cmd[1024], cert[128], key[128], url[128];
+	struct mc_http_tls tls;
+	struct mc_http_config cfg = {
+		.name = "test https",
+		.host = "127.0.0.1",
+		.idle_timeout_s = 5,
+		.max_body = 64,
+		.handler = handler,
+	};
+	struct mc_http *h;
+	struct resp r;
+	CURL *c;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+	snprintf(key, sizeof(key), "%s/key.pem", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		 "-keyout %s -out %s -days 1 -subj /CN=127.0.0.1 "
+		 "-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1",
+		 key, cert);
+	if (system(cmd) != 0) {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		(void)system(cmd);
+		skip();
+	}
+	setenv("MC_HTTP_TLS_CERT_FILE", cert, 1);
+	unsetenv("MC_HTTP_TLS_KEY_FILE");
+	assert_int_equal(mc_http_tls_load(&tls), MC_ERR_INVALID_PARAMS); /* key missing */
+	setenv("MC_HTTP_TLS_KEY_FILE", key, 1);
+	setenv("MC_HTTP_TLS_CA_FILE", cert, 1);
+	assert_int_equal(mc_http_tls_load(&tls), MC_OK);
+	assert_true(mc_http_tls_on(&tls));
+	unsetenv("MC_HTTP_TLS_CERT_FILE");
+	unsetenv("MC_HTTP_TLS_KEY_FILE");
+	unsetenv("MC_HTTP_TLS_CA_FILE");
+	cfg.tls = &tls;
+	assert_int_equal(mc_http_open(&cfg, &h), MC_OK);
+
+	snprintf(url, sizeof(url), "https://127.0.0.1:%u/a", mc_http_port(h));
+	c = curl_easy_init();
+	memset(&r, 0, sizeof(r));
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CAINFO, tls.ca_file);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+	assert_int_equal(r.code, 200);
+	assert_string_equal(r.body, "GET /a 0");
+	/* without the CA the certificate is not trusted */
+	curl_easy_setopt(c, CURLOPT_CAINFO, "/dev/null");
+	assert_int_not_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_cleanup(c);
+	/* plain HTTP on the TLS port is not served */
+	c = curl_easy_init();
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u/a", mc_http_port(h));
+	memset(&r, 0, sizeof(r));
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+	if (curl_easy_perform(c) == CURLE_OK) {
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.code);
+		assert_int_not_equal(r.code, 200);
+	}
+	curl_easy_cleanup(c);
+	mc_http_close(h);
+	mc_http_tls_release(&tls);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -343,6 +424,7 @@ int main(void)
 		cmocka_unit_test(bearer_guards_the_methods_named),
 		cmocka_unit_test(secret_comes_from_file_or_environment),
 		cmocka_unit_test(compare_and_loopback),
+		cmocka_unit_test(tls_serves_https_only),
 	};
 	int rc;
 
