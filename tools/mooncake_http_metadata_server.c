@@ -29,9 +29,11 @@ static const char prog[] = "mooncake_http_metadata_server";
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s [--host H] [--port N] [--help]\n"
+		"usage: %s [--host H] [--port N] [--auth_secret_file F] [--help]\n"
 		"  --host H   address to listen on (default 0.0.0.0, all IPv4 interfaces)\n"
 		"  --port N   TCP port (default 8080; 0 picks a free port)\n"
+		"  --auth_secret_file F  the cluster secret: PUT and DELETE then need\n"
+		"             \"Authorization: Bearer <secret>\" (default: MC_AUTH_SECRET_FILE)\n"
 		"Serves GET/PUT/DELETE /metadata?key=K and GET /health until SIGINT/SIGTERM.\n",
 		prog);
 }
@@ -101,6 +103,15 @@ int main(int argc, char **argv)
 			if (!*v)
 				return bad_usage("empty value for %s", "--host");
 			host = v;
+			continue;
+		}
+		if (missing)
+			return bad_usage("missing value for %s", argv[i]);
+		if ((v = opt_value(argc, argv, &i, "--auth_secret_file", &missing))) {
+			if (!*v)
+				return bad_usage("empty value for %s", "--auth_secret_file");
+			/* the server reads the secret where every program does */
+			setenv("MC_AUTH_SECRET_FILE", v, 1);
 			continue;
 		}
 		if (missing)

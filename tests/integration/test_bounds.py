@@ -360,11 +360,11 @@ def served_within(port, path, timeout, source=None):
     return False
 
 
-def start_meta_server(tmp_path, env=None):
+def start_meta_server(tmp_path, env=None, extra=()):
     exe = metadata_server_path()
     if exe is None:
         pytest.skip(f"mooncake_http_metadata_server not built under {BUILD}")
-    p = Proc([exe, "--host", "127.0.0.1", "--port", "0"], "meta_server", tmp_path,
+    p = Proc([exe, "--host", "127.0.0.1", "--port", "0", *extra], "meta_server", tmp_path,
              {"MC_LOG_LEVEL": "info", **(env or {})})
     line = p.wait_for_line(lambda l: "listening on" in l, 20)
     p.port = int(line.rsplit(":", 1)[1])
@@ -398,6 +398,35 @@ def slow_loris(port, n, byte_every=0.2, limit=10.0):
         for s in socks:
             s.close()
     return lasted
+
+
+def test_http_metadata_server_secret_flag(tmp_path):
+    """--auth_secret_file: PUT and DELETE without the bearer token are
+    refused (401, the key untouched), GET and /health stay open."""
+    secret = tmp_path / "secret"
+    secret.write_text("flag-secret\n")
+    secret.chmod(0o600)
+    p = start_meta_server(tmp_path, extra=("--auth_secret_file", str(secret)))
+
+    def req(method, body=None, token=None):
+        c = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+        try:
+            hdrs = {"Authorization": f"Bearer {token}"} if token else {}
+            c.request(method, "/metadata?key=k", body=body, headers=hdrs)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+    try:
+        assert req("PUT", b"v1", "flag-secret")[0] == 200
+        assert req("PUT", b"v2")[0] == 401
+        assert req("PUT", b"v2", "flag-secre")[0] == 401
+        assert req("DELETE")[0] == 401
+        assert req("GET") == (200, b"v1")
+        assert http_get(p.port, "/health") == (200, b"OK")
+        assert req("DELETE", token="flag-secret")[0] == 200
+    finally:
+        stop_clean(p, signal.SIGTERM)
 
 
 def test_http_metadata_server_cuts_slow_clients(tmp_path):
