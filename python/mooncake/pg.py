@@ -1,0 +1,1052 @@
+"""mooncake.pg: the ``mooncake-cpu`` torch.distributed backend on the Transfer Engine.
+
+Importing this module registers two backends with torch.distributed
+(spec components.md 1.2, 1.9):
+
+* ``"mooncake-cpu"``: CPU tensors; every byte moves through Transfer Engine
+  WRITEs between registered mailboxes (``mooncake._pg``, python/pg.c);
+* ``"mooncake"``: upstream's GPU backend; this build has none, and its creator
+  says so.
+
+Shape: ``MooncakeProcessGroup`` is a Python subclass of torch's ProcessGroup
+(torch 1.13 dispatches ``dist.*`` calls to its Python methods).  Each group
+owns two mailboxes, one for collectives and one for send/recv, exchanged
+through the group's store.  The collectives are built here from
+``Mailbox.run`` calls: ring reduce-scatter + all-gather for large tensors,
+one direct exchange for small ones (DIRECT_MAX bytes), pairwise exchange for
+all_to_all, direct to or from the root for gather and scatter.  Reductions
+run in C over whole chunks (``_pg.reduce`` and the receive path); small
+all-reduces reduce the gathered rows in rank order so every rank gets the
+same bits.  Operations run to completion in the calling thread; the returned
+Work is complete (``async_op=True`` returns it at once).
+
+Failure: a collective that loses a peer (a failed WRITE, a failed probe, a
+notice from another rank, or collective_timeout_us without progress) returns
+normally; ``get_failed_ranks_hint(work)`` and ``get_local_success(work)`` say
+what happened (spec 1.3).  With auto_deactivate (the default) the failed
+ranks leave the group's active set; with auto_sync the group resynchronises
+its survivors (``sync_after_failure``) before the op returns, else the next
+operation refuses until ``sync_after_failure(pg)`` is called.
+
+Differences from upstream (documented in docs/python.md): no Coordinator
+process, so no joins, extension or activation of new ranks
+(``activate_ranks``, ``join_group``: NotImplementedError); recovery is
+``sync_after_failure`` through the group's store among the survivors.
+"""
+
+import os
+import threading
+import warnings
+from datetime import timedelta
+from enum import IntEnum
+
+from mooncake import _pg
+from mooncake._optional import require
+
+torch = require("torch", "mooncake.pg")
+import torch.distributed as dist  # noqa: E402
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp  # noqa: E402
+
+__all__ = [
+    "MooncakeBackendOptions", "MooncakeProcessGroup", "MooncakeWork",
+    "ProposalStatus", "ViewUpdateStatus", "SyncAfterFailureStatus",
+    "ProposeViewUpdateResponse", "SyncAfterFailureResponse",
+    "set_host_ip", "set_device_filter", "set_transfer_engine",
+    "set_collective_timeout_us", "set_p2p_timeout_us", "set_fault_reconciliation_window_us",
+    "get_active_ranks", "get_num_synced_ranks", "get_peer_state", "activate_ranks",
+    "recover_ranks", "deactivate_ranks", "join_group", "sync_after_failure",
+    "get_failed_ranks_hint", "get_local_success", "get_current_epoch", "extend_group_size_to",
+    "createMooncakeBackend", "createMooncakeCpuBackend",
+]
+
+MAX_RANKS = _pg.MAX_RANKS
+# Tensors of at most this many bytes use one direct exchange; larger ones the ring.
+DIRECT_MAX = 64 << 10
+COLL_SLOTS = 4
+COLL_REGION = 32 << 20  # per direction, split over ranks and slots
+
+_OP_CODE = {ReduceOp.SUM: 1, ReduceOp.PRODUCT: 2, ReduceOp.MIN: 3, ReduceOp.MAX: 4}
+_DT_CODE = {torch.int8: 0, torch.uint8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+            torch.float32: 5, torch.float64: 6, torch.bool: 7}
+
+
+class ProposalStatus(IntEnum):
+    Rejected = 0
+    Applied = 1
+    AppliedWithDroppedRanks = 2
+
+
+ViewUpdateStatus = ProposalStatus
+
+
+class SyncAfterFailureStatus(IntEnum):
+    Reconciled = 0
+    NoPending = 1
+    Rejected = 2
+
+
+class ProposeViewUpdateResponse:
+    def __init__(self, status, new_epoch, dropped_ranks=(), reject_reason=""):
+        self.status, self.new_epoch = status, new_epoch
+        self.dropped_ranks, self.reject_reason = list(dropped_ranks), reject_reason
+
+    def __repr__(self):
+        return (f"ProposeViewUpdateResponse(status={self.status.name}, new_epoch={self.new_epoch}, "
+                f"dropped_ranks={self.dropped_ranks}, reject_reason={self.reject_reason!r})")
+
+
+class SyncAfterFailureResponse:
+    def __init__(self, status, reject_reason=""):
+        self.status, self.reject_reason = status, reject_reason
+
+    def __repr__(self):
+        return f"SyncAfterFailureResponse(status={self.status.name}, reject_reason={self.reject_reason!r})"
+
+
+# ---------------------------------------------------------------- configuration
+
+def _env_bool(name, default):
+    """c10's bool parsing of an environment variable."""
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    s = v.strip().lower()
+    if s in ("1", "true", "yes", "y", "on"):
+        return True
+    if s in ("0", "false", "no", "n", "off"):
+        return False
+    raise ValueError(f"{name}={v!r} is not a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _env_size(name, default, limit=None):
+    v = os.environ.get(name)
+    if not v:
+        return default
+    s = v.strip().upper()
+    mult = 1
+    for suf, m in (("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("K", 1 << 10),
+                   ("M", 1 << 20), ("G", 1 << 30), ("B", 1)):
+        if s.endswith(suf):
+            s, mult = s[:-len(suf)], m
+            break
+    try:
+        n = int(s) * mult
+    except ValueError:
+        raise ValueError(f"{name}={v!r} is not a size") from None
+    if n <= 0 or (limit is not None and n > limit):
+        raise ValueError(f"{name}={v!r} is out of range (1..{limit or 'inf'} bytes)")
+    return n
+
+
+class _Context:
+    """Process-wide state: the engine, the timeouts, the first store."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.host_ip = "127.0.0.1"
+        self.device_filter = []
+        self.engine = None          # ours or the user's (set_transfer_engine)
+        self.engine_ptr = 0
+        self.collective_timeout_us = 10_000_000
+        self.p2p_timeout_us = 10_000_000
+        self.fault_window_us = 30_000_000
+        self.store = None
+
+    def ensure_engine(self):
+        with self.lock:
+            if self.engine_ptr:
+                return
+            from mooncake.engine import TransferEngine
+            te = TransferEngine()
+            rc = te.initialize(self.host_ip, "P2PHANDSHAKE", "tcp", ",".join(self.device_filter))
+            if rc != 0:
+                raise RuntimeError(f"mooncake-cpu: TransferEngine.initialize({self.host_ip!r}, "
+                                   f"'P2PHANDSHAKE') failed with {rc}")
+            self.engine, self.engine_ptr = te, te.get_engine_ptr()
+
+
+_ctx = _Context()
+
+
+def set_host_ip(ip):
+    """Address the process's engine listens on (default 127.0.0.1); before the first init."""
+    if _ctx.engine_ptr:
+        raise RuntimeError("set_host_ip: the transfer engine is already running")
+    _ctx.host_ip = str(ip)
+
+
+def set_device_filter(devices):
+    """NICs the engine may use (its device_name); before the first init."""
+    if _ctx.engine_ptr:
+        raise RuntimeError("set_device_filter: the transfer engine is already running")
+    _ctx.device_filter = [str(d) for d in devices]
+
+
+def set_transfer_engine(engine):
+    """Use an initialised mooncake.engine.TransferEngine (or None to reset)."""
+    with _ctx.lock:
+        if engine is None:
+            _ctx.engine, _ctx.engine_ptr = None, 0
+            return
+        ptr = engine.get_engine_ptr()
+        if not ptr:
+            raise RuntimeError("set_transfer_engine: the engine is not initialised")
+        _ctx.engine, _ctx.engine_ptr = engine, ptr
+
+
+def _positive_us(name, us):
+    us = int(us)
+    if us <= 0:
+        raise ValueError(f"{name}: timeout must be positive, got {us}")
+    return us
+
+
+def set_collective_timeout_us(us):
+    _ctx.collective_timeout_us = _positive_us("set_collective_timeout_us", us)
+
+
+def set_p2p_timeout_us(us):
+    _ctx.p2p_timeout_us = _positive_us("set_p2p_timeout_us", us)
+
+
+def set_fault_reconciliation_window_us(us):
+    _ctx.fault_window_us = _positive_us("set_fault_reconciliation_window_us", us)
+
+
+# ---------------------------------------------------------------- options
+
+class MooncakeBackendOptions:
+    """pg_options of init_process_group / new_group (spec 1.3 overloads).
+
+    MooncakeBackendOptions(max_group_size[, is_extension[, auto_deactivate_on_failure,
+    auto_sync_on_failure]]) or (active_ranks[, is_extension[, max_group_size]]).
+    """
+
+    def __init__(self, *args):
+        self.active_ranks = None
+        self.max_group_size = 0
+        self.is_extension = False
+        self.auto_deactivate_on_failure = None
+        self.auto_sync_on_failure = None
+        if not args or len(args) > 4:
+            raise TypeError("MooncakeBackendOptions: 1 to 4 arguments")
+        first = args[0]
+        if isinstance(first, torch.Tensor):
+            if len(args) > 3:
+                raise TypeError("MooncakeBackendOptions(active_ranks, is_extension, max_group_size)")
+            if first.dtype != torch.int32 or not first.is_contiguous() or first.device.type != "cpu":
+                raise ValueError("active_ranks must be a contiguous CPU int32 tensor")
+            self.active_ranks = first
+            if len(args) > 1:
+                self.is_extension = bool(args[1])
+            if len(args) > 2:
+                self.max_group_size = int(args[2])
+        else:
+            self.max_group_size = int(first)
+            if len(args) > 1:
+                self.is_extension = bool(args[1])
+            if len(args) == 3:
+                raise TypeError("MooncakeBackendOptions: give both auto_deactivate_on_failure and "
+                                "auto_sync_on_failure")
+            if len(args) == 4:
+                self.auto_deactivate_on_failure = bool(args[2])
+                self.auto_sync_on_failure = bool(args[3])
+        if self.is_extension:
+            raise NotImplementedError("mooncake-cpu: is_extension=True (attach-or-extend groups) "
+                                      "needs upstream's Coordinator, which this build lacks")
+
+
+# ---------------------------------------------------------------- work
+
+class MooncakeWork:
+    """A completed operation: wait() returns at once; the hint says who failed."""
+
+    def __init__(self, hint, tensors=(), source=-1):
+        self._hint = hint
+        self._tensors = list(tensors)
+        self._source = source
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return self.local_success
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._tensors
+
+    def source_rank(self):
+        return self._source
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(self._tensors)
+        return fut
+
+    def synchronize(self):
+        pass
+
+    @property
+    def failed_ranks_hint(self):
+        return self._hint
+
+    @property
+    def local_success(self):
+        return not bool(self._hint.any())
+
+
+# ---------------------------------------------------------------- the group
+
+def _addr(t):
+    return t.data_ptr()
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+class MooncakeProcessGroup(ProcessGroup):
+    """One communicator: in-group ranks 0..size-1, rank slots up to max_group_size."""
+
+    def __init__(self, store, rank, size, group_id, global_ranks, max_group_size,
+                 auto_deactivate, auto_sync, active_ranks=None):
+        super().__init__(rank, size)
+        self._store = store
+        self._rank = rank
+        self._declared = size
+        self._gid = group_id
+        self._global = list(global_ranks)
+        self._max = max_group_size
+        self._auto_deactivate = auto_deactivate
+        self._auto_sync = auto_sync
+        self._active = active_ranks if active_ranks is not None else torch.zeros(
+            max_group_size, dtype=torch.int32)
+        self._active.zero_()
+        self._active[:size] = 1
+        self._epoch = 0
+        self._old = []             # mailboxes of earlier epochs (writes may still read them)
+        self._pending = 0          # bitmap of ranks seen failing, not yet synced
+        self._broken = False       # the mailboxes' streams are out of step
+        self._lock = threading.Lock()
+        _ctx.ensure_engine()
+        self._setup_mailboxes()
+
+    # --- membership view
+
+    def size(self):
+        act = self._active_list()
+        return act[-1] + 1 if act else 0
+
+    def rank(self):
+        return self._rank
+
+    def getBackendName(self):
+        return "mooncake-cpu"
+
+    def _get_backend_name(self):
+        return "mooncake-cpu"
+
+    def name(self):
+        return "mooncake-cpu"
+
+    def _active_list(self):
+        return [r for r in range(self._declared) if self._active[r]]
+
+    def _bitmap(self, ranks):
+        m = 0
+        for r in ranks:
+            m |= 1 << r
+        return m
+
+    # --- mailboxes
+
+    def _setup_mailboxes(self):
+        n, me = self._declared, self._rank
+        slot = COLL_REGION // (n * COLL_SLOTS)
+        slot = max(64 << 10, min(4 << 20, slot)) & ~0xFFF
+        chunk = _env_size("MOONCAKE_P2P_CHUNK_SIZE", 16 << 20, 4 << 30)
+        pool = _env_size("MOONCAKE_P2P_POOL_SIZE", 128 << 20)
+        chunk = max(4096, chunk & ~0xFFF)
+        p2p_slots = max(2, min(_pg.MAX_SLOTS, pool // chunk // max(1, n - 1)))
+        if hasattr(self, "_coll"):
+            self._old += [self._coll, self._p2p]
+        self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS)
+        self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots)
+        name = _pg.local_name(_ctx.engine_ptr)
+        key = f"mooncake_pg/{self._epoch}/"
+        self._store.set(key + str(me),
+                        f"{name}|{self._coll.address}|{self._p2p.address}|{n}|{slot}|{chunk}")
+        peers = [r for r in self._active_list() if r != me]
+        for r in peers:
+            v = self._store.get(key + str(r)).decode()
+            pname, caddr, paddr, pn, pslot, pchunk = v.split("|")
+            if (int(pn), int(pslot), int(pchunk)) != (n, slot, chunk):
+                raise RuntimeError(f"mooncake-cpu: rank {r} of group {self._gid} uses another "
+                                   f"layout ({pn} ranks, slot {pslot}, chunk {pchunk}; here "
+                                   f"{n}, {slot}, {chunk}): check MOONCAKE_P2P_* on every rank")
+            self._coll.connect(r, pname, int(caddr))
+            self._p2p.connect(r, pname, int(paddr))
+
+    # --- the engine of every op
+
+    def _check_usable(self):
+        if self._broken:
+            raise RuntimeError(
+                f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
+                f"earlier operation; call mooncake.pg.sync_after_failure(pg) first")
+        if not self._active[self._rank]:
+            raise RuntimeError("mooncake-cpu: rank is not active in this group")
+
+    @staticmethod
+    def _bits(m):
+        return [r for r in range(MAX_RANKS) if m >> r & 1]
+
+    def _run(self, mb, sends, recvs, timeout_us, state):
+        group = self._bitmap(self._active_list())
+        ok, failed = mb.run(sends, recvs, timeout_us, group)
+        if not ok:
+            state[0] |= failed
+        return ok
+
+    def _finish(self, failed, tensors=(), source=-1):
+        hint = torch.zeros(self._max, dtype=torch.int32)
+        if failed:
+            for r in self._bits(failed):
+                if r < self._max:
+                    hint[r] = 1
+            self._pending |= failed
+            self._broken = True
+            if self._auto_deactivate:
+                for r in self._bits(failed):
+                    if r < self._declared:
+                        self._active[r] = 0
+                if self._auto_sync:
+                    _sync(self)
+        return MooncakeWork(hint, tensors, source)
+
+    def _coll_op(self, fn, *args):
+        with self._lock:
+            self._check_usable()
+            state = [0]
+            act = self._active_list()
+            fn(state, act, *args)
+            return self._finish(state[0], [a for a in args if isinstance(a, torch.Tensor)][:1])
+
+    # --- primitive patterns over the active ranks
+
+    def _direct_gather_all(self, state, act, src, rows):
+        """rows[i] <- src of act[i] (rows[me] filled by the caller)."""
+        me = self._rank
+        nb = _nbytes(src)
+        sends = [(p, _addr(src), nb) for p in act if p != me]
+        recvs = [(p, _addr(rows[i]), nb) for i, p in enumerate(act) if p != me]
+        self._run(self._coll, sends, recvs, _ctx.collective_timeout_us, state)
+
+    def _ring_reduce_scatter(self, state, act, buf, blocks, op, dt):
+        """In place on buf: afterwards block i of act[i] is reduced on act[i]."""
+        k, idx = len(act), act.index(self._rank)
+        nxt, prv = act[(idx + 1) % k], act[(idx - 1) % k]
+        for s in range(k - 1):
+            sb = blocks[(idx - s - 1) % k]
+            rb = blocks[(idx - s - 2) % k]
+            if not self._run(self._coll, [(nxt, _addr(sb), _nbytes(sb))],
+                             [(prv, _addr(rb), _nbytes(rb), op, dt)],
+                             _ctx.collective_timeout_us, state):
+                return False
+        return True
+
+    def _ring_all_gather(self, state, act, blocks):
+        """blocks[idx] is ours; afterwards every block is filled."""
+        k, idx = len(act), act.index(self._rank)
+        nxt, prv = act[(idx + 1) % k], act[(idx - 1) % k]
+        for s in range(k - 1):
+            sb = blocks[(idx - s) % k]
+            rb = blocks[(idx - s - 1) % k]
+            if not self._run(self._coll, [(nxt, _addr(sb), _nbytes(sb))],
+                             [(prv, _addr(rb), _nbytes(rb))], _ctx.collective_timeout_us, state):
+                return False
+        return True
+
+    @staticmethod
+    def _split(flat, k):
+        """k contiguous blocks of a 1-D tensor, sizes differing by at most one element."""
+        n = flat.numel()
+        base, extra = divmod(n, k)
+        out, off = [], 0
+        for i in range(k):
+            c = base + (1 if i < extra else 0)
+            out.append(flat[off:off + c])
+            off += c
+        return out
+
+    def _reduce_rows(self, rows, op, dt, out):
+        """out = rows[0] op rows[1] op ... in row order (identical on every rank)."""
+        out.copy_(rows[0])
+        for r in rows[1:]:
+            _pg.reduce(op, dt, _addr(out), _addr(r), _nbytes(out))
+
+    # --- the collectives
+
+    def allreduce(self, tensors, opts=None):
+        t = _one(tensors)
+        op, dt = _red(opts.reduceOp if opts is not None else ReduceOp.SUM, t)
+        return self._coll_op(self._allreduce, t, op, dt)
+
+    def _allreduce(self, state, act, t, op, dt):
+        k = len(act)
+        if k == 1 or t.numel() == 0:
+            return
+        with _Contig(t) as c:
+            flat = c.view(-1)
+            if _nbytes(flat) <= DIRECT_MAX or flat.numel() < k:
+                rows = torch.empty((k, flat.numel()), dtype=flat.dtype)
+                rows[act.index(self._rank)].copy_(flat)
+                self._direct_gather_all(state, act, flat, rows)
+                if not state[0]:
+                    self._reduce_rows(rows, op, dt, flat)
+                return
+            blocks = self._split(flat, k)
+            if self._ring_reduce_scatter(state, act, flat, blocks, op, dt):
+                self._ring_all_gather(state, act, blocks)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors)
+        root = opts.rootRank + opts.rootTensor if opts is not None else 0
+        return self._coll_op(self._broadcast, t, root)
+
+    def _broadcast(self, state, act, t, root):
+        k, me = len(act), self._rank
+        _check_root(root, act)
+        if k == 1 or t.numel() == 0:
+            return
+        with _Contig(t) as c:
+            flat = _bytes(c)
+            nb = _nbytes(flat)
+            if nb <= DIRECT_MAX or flat.numel() < k:
+                if me == root:
+                    self._run(self._coll, [(p, _addr(flat), nb) for p in act if p != me], [],
+                              _ctx.collective_timeout_us, state)
+                else:
+                    self._run(self._coll, [], [(root, _addr(flat), nb)],
+                              _ctx.collective_timeout_us, state)
+                return
+            # scatter from the root, then a ring all-gather
+            blocks = self._split(flat, k)
+            idx = act.index(me)
+            if me == root:
+                sends = [(p, _addr(blocks[i]), _nbytes(blocks[i]))
+                         for i, p in enumerate(act) if p != me]
+                ok = self._run(self._coll, sends, [], _ctx.collective_timeout_us, state)
+            else:
+                ok = self._run(self._coll, [], [(root, _addr(blocks[idx]), _nbytes(blocks[idx]))],
+                               _ctx.collective_timeout_us, state)
+            if ok:
+                self._ring_all_gather(state, act, blocks)
+
+    def _allgather_base(self, output, input, opts=None):
+        _same(output, input)
+        k = self.size()
+        if output.numel() != input.numel() * k:
+            raise ValueError(f"_allgather_base: output has {output.numel()} elements, expected "
+                             f"{input.numel()} x {k}")
+        return self._coll_op(self._allgather_flat, output, input)
+
+    def _allgather_flat(self, state, act, output, input):
+        k, me = len(act), self._rank
+        with _Contig(output) as c:
+            flat = _bytes(c)
+            inb = _bytes(input.contiguous())
+            blocks = [flat[r * inb.numel():(r + 1) * inb.numel()] for r in range(self.size())]
+            blocks[me].copy_(inb)
+            if k == 1 or inb.numel() == 0:
+                return
+            ab = [blocks[r] for r in act]
+            if _nbytes(flat) <= DIRECT_MAX * 4:
+                self._direct_gather_all(state, act, blocks[me], ab)
+            else:
+                self._ring_all_gather(state, act, ab)
+
+    def allgather(self, output_lists, input_list, opts=None):
+        out = _one(output_lists, "output list")
+        t = _one(input_list)
+        k = self.size()
+        if len(out) != k:
+            raise ValueError(f"all_gather: the output list has {len(out)} tensors, expected {k}")
+        for o in out:
+            if o.numel() != t.numel() or o.dtype != t.dtype:
+                raise ValueError("all_gather: every output tensor must match the input")
+        flat = torch.empty(k * t.numel(), dtype=t.dtype)
+        with self._lock:
+            self._check_usable()
+            state = [0]
+            self._allgather_flat(state, self._active_list(), flat, t)
+            if not state[0]:
+                for i, o in enumerate(out):
+                    o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view_as(o))
+            return self._finish(state[0], out)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        _same(output, input)
+        k = self.size()
+        if input.numel() != output.numel() * k:
+            raise ValueError(f"_reduce_scatter_base: input has {input.numel()} elements, "
+                             f"expected {output.numel()} x {k}")
+        op, dt = _red(opts.reduceOp if opts is not None else ReduceOp.SUM, output)
+        return self._coll_op(self._reduce_scatter_flat, output, input, op, dt)
+
+    def _reduce_scatter_flat(self, state, act, output, input, op, dt):
+        k, me, m = len(act), self._rank, output.numel()
+        inp = input.contiguous().view(-1)
+        if k == 1:
+            output.copy_(inp[me * m:(me + 1) * m].view_as(output))
+            return
+        if _nbytes(inp) <= DIRECT_MAX * 4:
+            rows = torch.empty((k, m), dtype=inp.dtype)
+            rows[act.index(me)].copy_(inp[me * m:(me + 1) * m])
+            sends = [(p, _addr(inp[p * m:(p + 1) * m]), m * inp.element_size())
+                     for p in act if p != me]
+            recvs = [(p, _addr(rows[i]), m * inp.element_size()) for i, p in enumerate(act)
+                     if p != me]
+            if self._run(self._coll, sends, recvs, _ctx.collective_timeout_us, state):
+                with _Contig(output) as c:
+                    self._reduce_rows(rows, op, dt, c.view(-1))
+            return
+        work = inp.clone()
+        blocks = [work[r * m:(r + 1) * m] for r in act]
+        if self._ring_reduce_scatter(state, act, work, blocks, op, dt):
+            output.copy_(blocks[act.index(me)].view_as(output))
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        out = _one(output_tensors)
+        lst = _one(input_lists, "input list")
+        k = self.size()
+        if len(lst) != k:
+            raise ValueError(f"reduce_scatter: the input list has {len(lst)} tensors, expected {k}")
+        for t in lst:
+            if t.numel() != out.numel() or t.dtype != out.dtype:
+                raise ValueError("reduce_scatter: every input tensor must match the output")
+        flat = torch.cat([t.reshape(-1) for t in lst]) if out.numel() else torch.empty(0, dtype=out.dtype)
+        return self._reduce_scatter_base(out, flat, opts)
+
+    def reduce(self, tensors, opts=None):
+        t = _one(tensors)
+        op, dt = _red(opts.reduceOp if opts is not None else ReduceOp.SUM, t)
+        root = opts.rootRank + opts.rootTensor if opts is not None else 0
+        return self._coll_op(self._reduce, t, root, op, dt)
+
+    def _reduce(self, state, act, t, root, op, dt):
+        k, me = len(act), self._rank
+        _check_root(root, act)
+        if k == 1 or t.numel() == 0:
+            return
+        with _Contig(t) as c:
+            flat = c.view(-1)
+            nb = _nbytes(flat)
+            if nb <= DIRECT_MAX or flat.numel() < k:
+                if me != root:
+                    self._run(self._coll, [(root, _addr(flat), nb)], [],
+                              _ctx.collective_timeout_us, state)
+                    return
+                rows = torch.empty((k, flat.numel()), dtype=flat.dtype)
+                rows[act.index(me)].copy_(flat)
+                recvs = [(p, _addr(rows[i]), nb) for i, p in enumerate(act) if p != me]
+                if self._run(self._coll, [], recvs, _ctx.collective_timeout_us, state):
+                    self._reduce_rows(rows, op, dt, flat)
+                return
+            # ring reduce-scatter on a copy, then the blocks go to the root
+            work = flat.clone()
+            blocks = self._split(work, k)
+            if not self._ring_reduce_scatter(state, act, work, blocks, op, dt):
+                return
+            idx = act.index(me)
+            if me != root:
+                self._run(self._coll, [(root, _addr(blocks[idx]), _nbytes(blocks[idx]))], [],
+                          _ctx.collective_timeout_us, state)
+            else:
+                out = self._split(flat, k)
+                out[idx].copy_(blocks[idx])
+                recvs = [(p, _addr(out[i]), _nbytes(out[i])) for i, p in enumerate(act) if p != me]
+                self._run(self._coll, [], recvs, _ctx.collective_timeout_us, state)
+
+    def gather(self, output_lists, input_list, opts=None):
+        t = _one(input_list)
+        root = opts.rootRank if opts is not None else 0
+        with self._lock:
+            self._check_usable()
+            act, me, nb = self._active_list(), self._rank, _nbytes(t)
+            _check_root(root, act)
+            state = [0]
+            src = t.contiguous()
+            if me == root:
+                out = _one(output_lists, "output list")
+                if len(out) != self.size():
+                    raise ValueError(f"gather: the gather list has {len(out)} tensors, expected "
+                                     f"{self.size()}")
+                tmp = torch.empty((self._declared, t.numel()), dtype=t.dtype)
+                tmp[me].copy_(src.view(-1))
+                recvs = [(p, _addr(tmp[p]), nb) for p in act if p != me]
+                if self._run(self._coll, [], recvs, _ctx.collective_timeout_us, state):
+                    for p in act:
+                        out[p].copy_(tmp[p].view_as(out[p]))
+            else:
+                if output_lists and any(len(x) for x in output_lists):
+                    raise ValueError("gather: only the root gives a gather list")
+                self._run(self._coll, [(root, _addr(src), nb)], [], _ctx.collective_timeout_us,
+                          state)
+            return self._finish(state[0], [t])
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        t = _one(output_tensors)
+        root = opts.rootRank if opts is not None else 0
+        with self._lock:
+            self._check_usable()
+            act, me, nb = self._active_list(), self._rank, _nbytes(t)
+            _check_root(root, act)
+            state = [0]
+            if me == root:
+                lst = _one(input_lists, "scatter list")
+                if len(lst) != self.size():
+                    raise ValueError(f"scatter: the scatter list has {len(lst)} tensors, "
+                                     f"expected {self.size()}")
+                srcs = [x.contiguous() for x in lst]
+                sends = [(p, _addr(srcs[p]), nb) for p in act if p != me]
+                self._run(self._coll, sends, [], _ctx.collective_timeout_us, state)
+                t.copy_(srcs[me].view_as(t))
+            else:
+                with _Contig(t) as c:
+                    self._run(self._coll, [], [(root, _addr(c), nb)], _ctx.collective_timeout_us,
+                              state)
+            return self._finish(state[0], [t])
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        _same(output, input)
+        k = self.size()
+        if input.dim() == 0 or output.dim() == 0 or input[0].numel() != output[0].numel():
+            raise ValueError("all_to_all_single: input and output need the same row shape")
+        for t, sz in ((input, input_split_sizes), (output, output_split_sizes)):
+            if not sz and t.size(0) % k:
+                raise ValueError(f"all_to_all_single: {t.size(0)} rows do not split into {k} "
+                                 f"equal blocks; give split sizes")
+        row = input[0].numel()
+        isz = list(input_split_sizes) or [input.size(0) // k] * k
+        osz = list(output_split_sizes) or [output.size(0) // k] * k
+        if len(isz) != k or len(osz) != k or sum(isz) != input.size(0) or sum(osz) != output.size(0):
+            raise ValueError("all_to_all_single: split sizes must have size() entries summing to "
+                             "the first dimension")
+        with self._lock:
+            self._check_usable()
+            state = [0]
+            inp = input.contiguous()
+            with _Contig(output) as out:
+                es = inp.element_size() * row
+                ioff = [sum(isz[:i]) * es for i in range(k)]
+                ooff = [sum(osz[:i]) * es for i in range(k)]
+                ib, ob = _bytes(inp).view(-1), _bytes(out).view(-1)
+                self._alltoall(state, ib, ob, ioff, [s * es for s in isz], ooff,
+                               [s * es for s in osz])
+            return self._finish(state[0], [output])
+
+    def _alltoall(self, state, ib, ob, ioff, ilen, ooff, olen):
+        me, act = self._rank, self._active_list()
+        ob[ooff[me]:ooff[me] + olen[me]].copy_(ib[ioff[me]:ioff[me] + ilen[me]])
+        sends = [(p, ib.data_ptr() + ioff[p], ilen[p]) for p in act if p != me and ilen[p]]
+        recvs = [(p, ob.data_ptr() + ooff[p], olen[p]) for p in act if p != me and olen[p]]
+        self._run(self._coll, sends, recvs, _ctx.collective_timeout_us, state)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        k = self.size()
+        if len(output_tensors) != k or len(input_tensors) != k:
+            raise ValueError(f"all_to_all: both lists need {k} tensors")
+        with self._lock:
+            self._check_usable()
+            state = [0]
+            ins = [_bytes(x.contiguous()).view(-1) for x in input_tensors]
+            ib = torch.cat(ins) if ins else torch.empty(0, dtype=torch.uint8)
+            olen = [_nbytes(x) for x in output_tensors]
+            ob = torch.empty(sum(olen), dtype=torch.uint8)
+            ilen = [x.numel() for x in ins]
+            ioff = [sum(ilen[:i]) for i in range(k)]
+            ooff = [sum(olen[:i]) for i in range(k)]
+            self._alltoall(state, ib, ob, ioff, ilen, ooff, olen)
+            if not state[0]:
+                for i, o in enumerate(output_tensors):
+                    o.copy_(ob[ooff[i]:ooff[i] + olen[i]].view(o.dtype).view_as(o))
+            return self._finish(state[0], output_tensors)
+
+    def barrier(self, opts=None):
+        with self._lock:
+            self._check_usable()
+            state = [0]
+            act = self._active_list()
+            if len(act) > 1:
+                one = torch.ones(1, dtype=torch.int64)
+                rows = torch.empty((len(act), 1), dtype=torch.int64)
+                self._direct_gather_all(state, act, one, rows)
+            return self._finish(state[0])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        return self.barrier(opts)
+
+    # --- point to point
+
+    def send(self, tensors, dst, tag=0):
+        t = _one(tensors)
+        with self._lock:
+            self._check_p2p(dst)
+            state = [0]
+            src = t.contiguous()
+            if _nbytes(src):
+                self._run(self._p2p, [(dst, _addr(src), _nbytes(src))], [], _ctx.p2p_timeout_us,
+                          state)
+            return self._finish(state[0], [t])
+
+    def recv(self, tensors, src, tag=0):
+        t = _one(tensors)
+        with self._lock:
+            self._check_p2p(src)
+            state = [0]
+            with _Contig(t) as c:
+                if _nbytes(c):
+                    self._run(self._p2p, [], [(src, _addr(c), _nbytes(c))], _ctx.p2p_timeout_us,
+                              state)
+            return self._finish(state[0], [t], src)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("mooncake-cpu: recv from any source is not supported (give src=)")
+
+    def _check_p2p(self, peer):
+        self._check_usable()
+        if not (0 <= peer < self._declared) or peer == self._rank or not self._active[peer]:
+            raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
+
+    # --- coalescing (torch 1.13 batch_isend_irecv): ops run as they come
+
+    def _start_coalescing(self):
+        pass
+
+    def _end_coalescing(self, reqs):
+        pass
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        raise RuntimeError("mooncake-cpu: Expecting one tensor only but got multiple.")
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        raise RuntimeError("mooncake-cpu: Expecting one tensor only but got multiple.")
+
+
+# ---------------------------------------------------------------- helpers
+
+class _Contig:
+    """A contiguous view of t; copied back on exit when t was not contiguous."""
+
+    def __init__(self, t):
+        self.t = t
+        self.c = t if t.is_contiguous() else t.contiguous()
+
+    def __enter__(self):
+        return self.c
+
+    def __exit__(self, *exc):
+        if self.c is not self.t:
+            self.t.copy_(self.c)
+        return False
+
+
+def _bytes(t):
+    return t.reshape(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.reshape(-1)
+
+
+def _one(tensors, what="tensor"):
+    if len(tensors) != 1:
+        raise RuntimeError("Expecting one tensor only but got multiple.")
+    t = tensors[0]
+    if isinstance(t, torch.Tensor):
+        if t.is_sparse:
+            raise RuntimeError("mooncake-cpu: sparse tensors are not supported")
+        if t.device.type != "cpu":
+            raise RuntimeError(f"mooncake-cpu: tensors must be on the CPU, got {t.device}")
+    return t
+
+
+def _same(a, b):
+    if a.dtype != b.dtype or a.device != b.device:
+        raise ValueError("input and output must have the same dtype and device")
+    if not a.is_contiguous() or not b.is_contiguous():
+        raise ValueError("input and output must be contiguous")
+
+
+def _red(op, t):
+    code = _OP_CODE.get(op)
+    if code is None:
+        raise RuntimeError(f"mooncake-cpu: reduction {op} is not supported (SUM, PRODUCT, MIN, "
+                           f"MAX only)")
+    dt = _DT_CODE.get(t.dtype)
+    if dt is None:
+        raise RuntimeError(f"mooncake-cpu: reductions of {t.dtype} are not supported (int8, "
+                           f"uint8, int16, int32, int64, float32, float64, bool)")
+    return code, dt
+
+
+def _check_root(root, act):
+    if root not in act:
+        raise ValueError(f"mooncake-cpu: root {root} is not an active rank of the group")
+
+
+# ---------------------------------------------------------------- recovery
+
+def _sync(pg):
+    """Resynchronise the survivors through the group's store: agree on the failed set
+    (union of what every survivor saw) and start fresh mailboxes under a new epoch."""
+    if not pg._broken:
+        return SyncAfterFailureResponse(SyncAfterFailureStatus.NoPending)
+    me = pg._rank
+    ep = pg._epoch + 1
+    base = f"mooncake_pg/sync/{ep}/"
+    pg._store.set(base + str(me), str(pg._pending))
+    union = pg._pending
+    waiting = [r for r in range(pg._declared)
+               if r != me and (pg._active[r] or not pg._auto_deactivate) and not union >> r & 1]
+    keys = [base + str(r) for r in waiting]
+    try:
+        pg._store.wait(keys, timedelta(microseconds=_ctx.fault_window_us))
+    except Exception as e:  # a survivor that never syncs
+        return SyncAfterFailureResponse(SyncAfterFailureStatus.Rejected,
+                                        f"survivors did not all sync within the window: {e}")
+    for k in keys:
+        union |= int(pg._store.get(k).decode())
+    for r in MooncakeProcessGroup._bits(union):
+        if r < pg._declared:
+            pg._active[r] = 0
+    pg._epoch = ep
+    pg._pending = 0
+    pg._broken = False
+    pg._setup_mailboxes()
+    return SyncAfterFailureResponse(SyncAfterFailureStatus.Reconciled)
+
+
+def _as_pg(pg):
+    pg = pg if pg is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, MooncakeProcessGroup):
+        raise RuntimeError(f"not a mooncake-cpu process group: {type(pg).__name__}")
+    return pg
+
+
+def sync_after_failure(pg=None):
+    pg = _as_pg(pg)
+    with pg._lock:
+        return _sync(pg)
+
+
+def get_active_ranks(pg=None):
+    return _as_pg(pg)._active
+
+
+def get_num_synced_ranks(pg=None):
+    return int(_as_pg(pg)._active.sum())
+
+
+def get_peer_state(pg, ranks):
+    pg = _as_pg(pg)
+    return [bool(0 <= r < pg._declared and pg._active[r]) for r in ranks]
+
+
+def get_current_epoch(pg=None):
+    return _as_pg(pg)._epoch
+
+
+def get_failed_ranks_hint(work):
+    if isinstance(work, MooncakeWork):
+        return work.failed_ranks_hint
+    return torch.empty(0, dtype=torch.int32)
+
+
+def get_local_success(work):
+    if isinstance(work, MooncakeWork):
+        return work.local_success
+    return True
+
+
+def deactivate_ranks(pg, ranks):
+    raise NotImplementedError("mooncake-cpu: deactivate_ranks needs upstream's Coordinator, which "
+                              "this build lacks; failed ranks leave the group automatically "
+                              "(auto_deactivate_on_failure) and new_group builds a smaller group")
+
+
+def activate_ranks(pg, ranks):
+    raise NotImplementedError("mooncake-cpu: activate_ranks (joining or recovering ranks) needs "
+                              "upstream's Coordinator, which this build lacks")
+
+
+recover_ranks = activate_ranks
+
+
+def join_group(pg):
+    raise NotImplementedError("mooncake-cpu: join_group needs upstream's Coordinator, which this "
+                              "build lacks")
+
+
+def extend_group_size_to(pg, n):
+    warnings.warn("extend_group_size_to is deprecated and does nothing", DeprecationWarning,
+                  stacklevel=2)
+
+
+# ---------------------------------------------------------------- creators
+
+def createMooncakeCpuBackend(dist_opts, pg_options=None):
+    size, rank = dist_opts.group_size, dist_opts.group_rank
+    opts = pg_options if isinstance(pg_options, MooncakeBackendOptions) else None
+    if pg_options is not None and opts is None:
+        raise TypeError(f"mooncake-cpu: pg_options must be MooncakeBackendOptions, got "
+                        f"{type(pg_options).__name__}")
+    maxg = opts.max_group_size if opts and opts.max_group_size > 0 else size
+    if opts and opts.active_ranks is not None and opts.max_group_size <= 0:
+        maxg = max(size, min(MAX_RANKS, opts.active_ranks.numel()))
+    if not (size <= maxg <= MAX_RANKS):
+        raise RuntimeError(f"mooncake-cpu: need group_size ({size}) <= max_group_size ({maxg}) "
+                           f"<= {MAX_RANKS}")
+    if not (0 <= rank < size):
+        raise RuntimeError(f"mooncake-cpu: rank {rank} outside the group of {size}")
+    gid = str(dist_opts.group_id)
+    if not gid:
+        raise RuntimeError("mooncake-cpu: empty group_id")
+    granks = list(dist_opts.global_ranks_in_group) or list(range(size))
+    if len(granks) != size or len(set(granks)) != size or not all(0 <= g < MAX_RANKS for g in granks):
+        raise RuntimeError(f"mooncake-cpu: global_ranks_in_group {granks} must be {size} distinct "
+                           f"ranks in [0, {MAX_RANKS})")
+    deact = _env_bool("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)
+    sync = _env_bool("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", True)
+    if opts and opts.auto_deactivate_on_failure is not None:
+        deact, sync = opts.auto_deactivate_on_failure, opts.auto_sync_on_failure
+    if sync and not deact:
+        raise RuntimeError("auto_sync_on_failure requires auto_deactivate_on_failure=true")
+    active = None
+    if opts and opts.active_ranks is not None:
+        if opts.active_ranks.numel() < maxg:
+            raise RuntimeError(f"mooncake-cpu: active_ranks has {opts.active_ranks.numel()} "
+                               f"entries, fewer than max_group_size {maxg}")
+        active = opts.active_ranks
+    if _ctx.store is None:
+        _ctx.store = dist_opts.store
+    return MooncakeProcessGroup(dist_opts.store, rank, size, gid, granks, maxg, deact, sync, active)
+
+
+def createMooncakeBackend(dist_opts, pg_options=None):
+    raise RuntimeError("mooncake: the GPU backend ('mooncake', CUDA tensors) is not in this "
+                       "build (no CUDA collectives); use backend='mooncake-cpu' for CPU tensors")
+
+
+def _register():
+    plugins = dist.Backend._plugins
+    if "MOONCAKE-CPU" not in plugins:
+        dist.Backend.register_backend("mooncake-cpu", createMooncakeCpuBackend, extended_api=True)
+    if "MOONCAKE" not in plugins:
+        dist.Backend.register_backend("mooncake", createMooncakeBackend, extended_api=True)
+
+
+_register()

@@ -1,0 +1,710 @@
+/*
+ * python/pg.c - the CPython extension `mooncake._pg`: the data plane of the
+ * `mooncake-cpu` torch.distributed backend (python/mooncake/pg.py).
+ *
+ * One type, Mailbox: a registered host region through which the ranks of one
+ * communicator pass messages to each other with Transfer Engine WRITEs, and
+ * one call, run(sends, recvs, ...), that moves a set of messages to and from
+ * several peers at once with the GIL released.  The collectives (ring
+ * reduce-scatter and all-gather, direct exchanges for small tensors) are
+ * built from run() calls in Python; every byte moves here.
+ *
+ * Region layout, identical on every rank of the communicator (n ranks, NS
+ * slots of slot bytes per peer):
+ *
+ *   flags_in[64][NS]   u64  written by sender s: message m is in slot m%NS (value m+1)
+ *   acks_in[64][NS]    u64  written by receiver r: it consumed message m of slot m%NS (m+1)
+ *   flags_out, acks_out      the sources of those writes (one per peer and slot)
+ *   notice_in[64]      u64  written by rank s: bitmap of ranks s saw die
+ *   notice_out[64]           sources of notice writes
+ *   recv[n][NS][slot]        landing slots, indexed by sender
+ *   send[n][NS][slot]        staging slots, indexed by receiver (TE writes
+ *                            from registered memory only)
+ *
+ * Protocol, per ordered pair (s -> r), messages numbered from 0:
+ *   s may fill slot m%NS once r acknowledged message m-NS (acks_in of s);
+ *   s copies the chunk into its staging slot, WRITEs it to r's landing slot,
+ *   and when that write completed, WRITEs m+1 into r's flags_in[s][m%NS];
+ *   r waits for that value, copies or reduces the slot into the destination,
+ *   then WRITEs m+1 into s's acks_in[r][m%NS].
+ * A flag or an acknowledgement for slot k is rewritten only after the
+ * previous one for slot k was seen by its reader, so these small writes need
+ * no ordering between them.  Acknowledgements go out fire-and-forget
+ * (batch_discard); a send ends only when its last flag WRITE completed, so a
+ * rank may return from an operation and exit without cutting a flag short.  The
+ * counters live in the Mailbox, so consecutive calls continue the same
+ * streams; both sides cut a message into the same chunks (min(slot, left)).
+ *
+ * Waiting: nothing signals a landed write, so run() polls its flags.  It
+ * yields the CPU at once when idle and then sleeps with a growing pause
+ * (capped at 200 us); the machine it runs on has more processes than cores.
+ *
+ * Failure: a data WRITE that fails marks its peer failed.  A peer that makes
+ * no progress for PROBE_EVERY_US is probed (mc_te_probe); a failed probe marks
+ * it failed.  After timeout_us without progress every peer of the group is
+ * probed, and those that fail are reported; if none fails, the silent peers
+ * are reported.  A rank that finds a dead peer writes the bitmap into the
+ * notice_in of every other rank of the group, whose run() then probes the
+ * named ranks and ends too, so survivors return together.  run() returns
+ * (ok, failed_bitmap); after a failure the streams of this Mailbox are out
+ * of step and the caller must not use it again (pg.py refuses).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "mooncake/te.h"
+#include "mooncake/log.h"
+
+#define MAX_RANKS      64
+#define MAX_SLOTS      8
+#define PROBE_EVERY_US 200000
+#define MAX_SLEEP_NS   200000
+
+enum { OP_COPY = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
+enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT };
+static const size_t dt_size[DT_COUNT] = {1, 1, 2, 4, 8, 4, 8, 1};
+
+struct send_state {
+	uint64_t posted;    /* messages whose data WRITE was submitted */
+	uint64_t flagged;   /* messages whose data completed and flag went out */
+	uint64_t landed;    /* messages whose flag WRITE completed */
+	mc_batch_id batch[MAX_SLOTS], flagb[MAX_SLOTS];
+	uint64_t len[MAX_SLOTS];
+};
+
+typedef struct {
+	PyObject_HEAD struct mc_te *te;
+	unsigned char *base;
+	size_t size;
+	int n, me, ns;
+	uint64_t slot;
+	size_t off_recv, off_send;
+	mc_segment_id seg[MAX_RANKS];
+	uint64_t rbase[MAX_RANKS]; /* peers' region addresses; 0 = not connected */
+	char *segname[MAX_RANKS];
+	struct send_state tx[MAX_RANKS];
+	uint64_t rx[MAX_RANKS]; /* messages consumed from each peer */
+	uint64_t notice_sent;
+	bool registered;
+} Mailbox;
+
+/* control area offsets (u64 units) */
+#define CTL_FLAGS_IN   0
+#define CTL_ACKS_IN    (MAX_RANKS * MAX_SLOTS)
+#define CTL_FLAGS_OUT  (2 * MAX_RANKS * MAX_SLOTS)
+#define CTL_ACKS_OUT   (3 * MAX_RANKS * MAX_SLOTS)
+#define CTL_NOTICE_IN  (4 * MAX_RANKS * MAX_SLOTS)
+#define CTL_NOTICE_OUT (4 * MAX_RANKS * MAX_SLOTS + MAX_RANKS)
+#define CTL_BYTES      4096 * 5 /* (4*64*8 + 128) * 8 = 17408, rounded up to 20 KiB */
+
+static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
+{
+	return (volatile uint64_t *)m->base + idx;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- reductions: dst[i] = op(dst[i], src[i]) (vectorised by the compiler) ---- */
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+#endif
+
+#define RED_LOOPS(T, NAME)                                                                    \
+	static void NAME(int op, void *restrict d_, const void *restrict s_, size_t k)         \
+	{                                                                                     \
+		T *restrict d = d_;                                                           \
+		const T *restrict s = s_;                                                     \
+		switch (op) {                                                                 \
+		case OP_SUM:                                                                  \
+			for (size_t i = 0; i < k; i++)                                        \
+				d[i] = (T)(d[i] + s[i]);                                      \
+			break;                                                                \
+		case OP_PROD:                                                                 \
+			for (size_t i = 0; i < k; i++)                                        \
+				d[i] = (T)(d[i] * s[i]);                                      \
+			break;                                                                \
+		case OP_MIN:                                                                  \
+			for (size_t i = 0; i < k; i++)                                        \
+				d[i] = s[i] < d[i] ? s[i] : d[i];                             \
+			break;                                                                \
+		case OP_MAX:                                                                  \
+			for (size_t i = 0; i < k; i++)                                        \
+				d[i] = s[i] > d[i] ? s[i] : d[i];                             \
+			break;                                                                \
+		}                                                                             \
+	}
+
+RED_LOOPS(int8_t, red_i8)
+RED_LOOPS(uint8_t, red_u8)
+RED_LOOPS(int16_t, red_i16)
+RED_LOOPS(int32_t, red_i32)
+RED_LOOPS(int64_t, red_i64)
+RED_LOOPS(float, red_f32)
+RED_LOOPS(double, red_f64)
+
+/* bool: SUM and MAX are OR, PRODUCT and MIN are AND (bytes are 0 or 1) */
+static void red_bool(int op, void *restrict d_, const void *restrict s_, size_t k)
+{
+	uint8_t *restrict d = d_;
+	const uint8_t *restrict s = s_;
+	if (op == OP_SUM || op == OP_MAX)
+		for (size_t i = 0; i < k; i++)
+			d[i] = (uint8_t)((d[i] | s[i]) != 0);
+	else
+		for (size_t i = 0; i < k; i++)
+			d[i] = (uint8_t)((d[i] & s[i]) != 0);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+static void (*const red_fn[DT_COUNT])(int, void *restrict, const void *restrict, size_t) = {
+	red_i8, red_u8, red_i16, red_i32, red_i64, red_f32, red_f64, red_bool};
+
+/* ---- Mailbox ---- */
+
+static void mailbox_dealloc(Mailbox *m)
+{
+	if (m->registered)
+		mc_te_deregister(m->te, m->base);
+	if (m->base)
+		mc_te_host_free(m->base);
+	for (int i = 0; i < MAX_RANKS; i++)
+		PyMem_Free(m->segname[i]);
+	Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+/* Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots) */
+static int mailbox_init(Mailbox *m, PyObject *args, PyObject *kw)
+{
+	unsigned long long ptr, slot;
+	int n, me, ns;
+	mc_status rc;
+	if (!PyArg_ParseTuple(args, "KiiKi", &ptr, &n, &me, &slot, &ns))
+		return -1;
+	if (m->base) {
+		PyErr_SetString(PyExc_RuntimeError, "Mailbox already initialised");
+		return -1;
+	}
+	if (!ptr || n < 1 || n > MAX_RANKS || me < 0 || me >= n || ns < 1 || ns > MAX_SLOTS ||
+	    slot < 64 || slot % 64) {
+		PyErr_Format(PyExc_ValueError,
+			     "Mailbox: bad arguments (engine %llx, %d ranks, rank %d, slot %llu, "
+			     "%d slots)",
+			     ptr, n, me, slot, ns);
+		return -1;
+	}
+	m->te = (struct mc_te *)(uintptr_t)ptr;
+	m->n = n;
+	m->me = me;
+	m->ns = ns;
+	m->slot = slot;
+	m->off_recv = CTL_BYTES;
+	m->off_send = m->off_recv + (size_t)n * ns * slot;
+	m->size = m->off_send + (size_t)n * ns * slot;
+	rc = mc_te_host_alloc(m->size, (void **)&m->base);
+	if (rc != MC_OK) {
+		m->base = NULL;
+		PyErr_Format(PyExc_MemoryError, "Mailbox: cannot allocate %zu bytes: %s", m->size,
+			     mc_last_error());
+		return -1;
+	}
+	mc_te_host_prefault(m->base, CTL_BYTES);
+	rc = mc_te_register(m->te, m->base, m->size, "cpu:0", true);
+	if (rc != MC_OK) {
+		PyErr_Format(PyExc_RuntimeError, "Mailbox: register failed: %s (%s)",
+			     mc_status_name(rc), mc_last_error());
+		return -1;
+	}
+	m->registered = true;
+	return 0;
+}
+
+/* connect(rank, segment_name, region_address) */
+static PyObject *mailbox_connect(Mailbox *m, PyObject *args)
+{
+	int r;
+	const char *name;
+	unsigned long long addr;
+	mc_segment_id id;
+	mc_status rc;
+	if (!PyArg_ParseTuple(args, "isK", &r, &name, &addr))
+		return NULL;
+	if (!m->base || r < 0 || r >= m->n || r == m->me || !addr) {
+		PyErr_Format(PyExc_ValueError, "connect: bad rank %d or address", r);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS rc = mc_te_reopen_segment(m->te, name, &id);
+	Py_END_ALLOW_THREADS if (rc != MC_OK)
+	{
+		PyErr_Format(PyExc_RuntimeError, "connect: cannot open segment %s of rank %d: %s (%s)",
+			     name, r, mc_status_name(rc), mc_last_error());
+		return NULL;
+	}
+	PyMem_Free(m->segname[r]);
+	m->segname[r] = PyMem_Malloc(strlen(name) + 1);
+	if (!m->segname[r])
+		return PyErr_NoMemory();
+	strcpy(m->segname[r], name);
+	m->seg[r] = id;
+	m->rbase[r] = addr;
+	Py_RETURN_NONE;
+}
+
+struct item {
+	int peer;
+	unsigned char *ptr;
+	uint64_t len;
+	uint64_t moved; /* bytes posted (send) or consumed (recv) */
+	uint64_t done;  /* send: bytes whose flag went out */
+	int op, dt;
+	uint64_t last; /* time of the last progress */
+};
+
+static bool write1(Mailbox *m, int peer, void *src, uint64_t remote, uint64_t len,
+		   mc_batch_id *keep)
+{
+	struct mc_xfer_req req = {MC_OP_WRITE, src, m->seg[peer], remote, len};
+	mc_batch_id b;
+	if (mc_te_batch_new(m->te, 1, &b) != MC_OK)
+		return false;
+	if (mc_te_submit(m->te, b, &req, 1) != MC_OK) {
+		mc_te_batch_free(m->te, b);
+		return false;
+	}
+	if (keep)
+		*keep = b;
+	else
+		mc_te_batch_discard(m->te, b);
+	return true;
+}
+
+static inline unsigned char *send_slot(Mailbox *m, int peer, int k)
+{
+	return m->base + m->off_send + ((size_t)peer * m->ns + k) * m->slot;
+}
+
+static inline unsigned char *recv_slot(Mailbox *m, int peer, int k)
+{
+	return m->base + m->off_recv + ((size_t)peer * m->ns + k) * m->slot;
+}
+
+/* One pass over a send item; returns true if anything moved.  Sets *fail. */
+static bool progress_send(Mailbox *m, struct item *it, bool *fail)
+{
+	struct send_state *st = &m->tx[it->peer];
+	int p = it->peer, ns = m->ns;
+	bool moved = false;
+	while (it->moved < it->len) {
+		uint64_t q = st->posted;
+		int k = (int)(q % ns);
+		if (q >= (uint64_t)ns &&
+		    (st->landed < q - ns + 1 ||
+		     __atomic_load_n(ctl(m, CTL_ACKS_IN + p * MAX_SLOTS + k), __ATOMIC_ACQUIRE) <
+			     q - ns + 1))
+			break;
+		uint64_t len = it->len - it->moved < m->slot ? it->len - it->moved : m->slot;
+		memcpy(send_slot(m, p, k), it->ptr + it->moved, len);
+		uint64_t remote =
+			m->rbase[p] + m->off_recv + ((uint64_t)m->me * ns + k) * m->slot;
+		if (!write1(m, p, send_slot(m, p, k), remote, len, &st->batch[k])) {
+			*fail = true;
+			return moved;
+		}
+		st->len[k] = len;
+		st->posted++;
+		it->moved += len;
+		moved = true;
+	}
+	while (st->flagged < st->posted) {
+		uint64_t q = st->flagged;
+		int k = (int)(q % ns);
+		struct mc_xfer_status xs;
+		if (mc_te_batch_status(m->te, st->batch[k], &xs) != MC_OK) {
+			*fail = true;
+			return moved;
+		}
+		if (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING)
+			break;
+		mc_te_batch_free(m->te, st->batch[k]);
+		st->batch[k] = 0;
+		if (xs.state != MC_XFER_COMPLETED) {
+			*fail = true;
+			return moved;
+		}
+		volatile uint64_t *src = ctl(m, CTL_FLAGS_OUT + p * MAX_SLOTS + k);
+		*src = q + 1;
+		uint64_t remote = m->rbase[p] + (CTL_FLAGS_IN + (uint64_t)m->me * MAX_SLOTS + k) * 8;
+		if (!write1(m, p, (void *)src, remote, 8, &st->flagb[k])) {
+			*fail = true;
+			return moved;
+		}
+		st->flagged++;
+		moved = true;
+	}
+	/* a message counts as sent once its flag landed: the caller may exit then */
+	while (st->landed < st->flagged) {
+		int k = (int)(st->landed % ns);
+		struct mc_xfer_status xs;
+		if (mc_te_batch_status(m->te, st->flagb[k], &xs) != MC_OK) {
+			*fail = true;
+			return moved;
+		}
+		if (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING)
+			break;
+		mc_te_batch_free(m->te, st->flagb[k]);
+		st->flagb[k] = 0;
+		if (xs.state != MC_XFER_COMPLETED) {
+			*fail = true;
+			return moved;
+		}
+		st->landed++;
+		it->done += st->len[k];
+		moved = true;
+	}
+	return moved;
+}
+
+static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
+{
+	int p = it->peer, ns = m->ns;
+	bool moved = false;
+	while (it->moved < it->len) {
+		uint64_t q = m->rx[p];
+		int k = (int)(q % ns);
+		if (__atomic_load_n(ctl(m, CTL_FLAGS_IN + p * MAX_SLOTS + k), __ATOMIC_ACQUIRE) <
+		    q + 1)
+			break;
+		uint64_t len = it->len - it->moved < m->slot ? it->len - it->moved : m->slot;
+		unsigned char *src = recv_slot(m, p, k);
+		if (it->op == OP_COPY)
+			memcpy(it->ptr + it->moved, src, len);
+		else
+			red_fn[it->dt](it->op, it->ptr + it->moved, src, len / dt_size[it->dt]);
+		volatile uint64_t *a = ctl(m, CTL_ACKS_OUT + p * MAX_SLOTS + k);
+		*a = q + 1;
+		uint64_t remote = m->rbase[p] + (CTL_ACKS_IN + (uint64_t)m->me * MAX_SLOTS + k) * 8;
+		m->rx[p]++;
+		it->moved += len;
+		moved = true;
+		if (!write1(m, p, (void *)a, remote, 8, NULL)) {
+			*fail = true;
+			return moved;
+		}
+	}
+	return moved;
+}
+
+static bool probe_dead(Mailbox *m, int r)
+{
+	return m->segname[r] && mc_te_probe(m->te, m->segname[r]) != MC_OK;
+}
+
+/* Tell every other rank of `group` (bitmap) which ranks we found dead. */
+static void send_notice(Mailbox *m, uint64_t group, uint64_t dead)
+{
+	uint64_t all = m->notice_sent | dead;
+	if (all == m->notice_sent)
+		return;
+	m->notice_sent = all;
+	volatile uint64_t *src = ctl(m, CTL_NOTICE_OUT + m->me);
+	*src = all;
+	for (int r = 0; r < m->n; r++) {
+		if (r == m->me || !(group >> r & 1) || (all >> r & 1) || !m->rbase[r])
+			continue;
+		write1(m, r, (void *)src, m->rbase[r] + (CTL_NOTICE_IN + (uint64_t)m->me) * 8, 8,
+		       NULL);
+	}
+}
+
+/* Ranks named dead by other ranks' notices, confirmed by our own probe. */
+static uint64_t check_notices(Mailbox *m, uint64_t group, uint64_t *seen)
+{
+	uint64_t named = 0, dead = 0;
+	for (int r = 0; r < m->n; r++)
+		if (group >> r & 1)
+			named |= __atomic_load_n(ctl(m, CTL_NOTICE_IN + r), __ATOMIC_ACQUIRE);
+	named &= ~*seen;
+	if (!named)
+		return 0;
+	*seen |= named;
+	for (int r = 0; r < m->n; r++)
+		if ((named >> r & 1) && r != m->me && probe_dead(m, r))
+			dead |= 1ull << r;
+	return dead;
+}
+
+static int parse_items(Mailbox *m, PyObject *list, bool recv, struct item **out, Py_ssize_t *nout)
+{
+	PyObject *seq = PySequence_Fast(list, "sends/recvs must be sequences");
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	struct item *v = PyMem_Calloc(n ? n : 1, sizeof(*v));
+	if (!v) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+		unsigned long long ptr, len;
+		int peer, op = OP_COPY, dt = DT_U8;
+		if (recv ? !PyArg_ParseTuple(t, "iKK|ii", &peer, &ptr, &len, &op, &dt)
+			 : !PyArg_ParseTuple(t, "iKK", &peer, &ptr, &len))
+			goto bad;
+		if (peer < 0 || peer >= m->n || peer == m->me || !m->rbase[peer] || op < 0 ||
+		    op > OP_MAX || dt < 0 || dt >= DT_COUNT || (len && !ptr) ||
+		    len % dt_size[dt]) {
+			PyErr_Format(PyExc_ValueError,
+				     "run: bad item (peer %d, len %llu, op %d, dtype %d)", peer, len,
+				     op, dt);
+			goto bad;
+		}
+		v[i] = (struct item){.peer = peer, .ptr = (unsigned char *)(uintptr_t)ptr,
+				     .len = len, .op = op, .dt = dt};
+	}
+	Py_DECREF(seq);
+	*out = v;
+	*nout = n;
+	return 0;
+bad:
+	Py_DECREF(seq);
+	PyMem_Free(v);
+	return -1;
+}
+
+/*
+ * run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)
+ *   sends: [(peer, address, nbytes)], recvs: [(peer, address, nbytes[, op, dtype])]
+ * Sends and receives progress together; returns when all are done, or a
+ * peer failed (then every item ends).
+ */
+static PyObject *mailbox_run(Mailbox *m, PyObject *args)
+{
+	PyObject *sl, *rl;
+	unsigned long long timeout_us, group;
+	struct item *sv = NULL, *rv = NULL;
+	Py_ssize_t ns = 0, nr = 0;
+	uint64_t failed = 0;
+	if (!PyArg_ParseTuple(args, "OOKK", &sl, &rl, &timeout_us, &group))
+		return NULL;
+	if (!m->base) {
+		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
+		return NULL;
+	}
+	if (parse_items(m, sl, false, &sv, &ns) || parse_items(m, rl, true, &rv, &nr)) {
+		PyMem_Free(sv);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS;
+	uint64_t t0 = now_us(), seen = 0, last_probe = t0;
+	unsigned idle = 0;
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	for (Py_ssize_t i = 0; i < ns; i++)
+		sv[i].last = t0;
+	for (Py_ssize_t i = 0; i < nr; i++)
+		rv[i].last = t0;
+	for (;;) {
+		bool any = false, pending = false;
+		uint64_t now;
+		for (Py_ssize_t i = 0; i < ns; i++) {
+			struct item *it = &sv[i];
+			bool fail = false;
+			if (it->done >= it->len || (failed >> it->peer & 1))
+				continue;
+			if (progress_send(m, it, &fail)) {
+				any = true;
+				it->last = now_us();
+			}
+			if (fail)
+				failed |= 1ull << it->peer;
+			else if (it->done < it->len)
+				pending = true;
+		}
+		for (Py_ssize_t i = 0; i < nr; i++) {
+			struct item *it = &rv[i];
+			bool fail = false;
+			if (it->moved >= it->len || (failed >> it->peer & 1))
+				continue;
+			if (progress_recv(m, it, &fail)) {
+				any = true;
+				it->last = now_us();
+			}
+			if (fail)
+				failed |= 1ull << it->peer;
+			else if (it->moved < it->len)
+				pending = true;
+		}
+		if (failed || !pending)
+			break;
+		if (any) {
+			idle = 0;
+			continue;
+		}
+		/* idle: notices, probes of silent peers, the timeout */
+		now = now_us();
+		failed |= check_notices(m, group, &seen);
+		if (!failed && now - last_probe >= PROBE_EVERY_US) {
+			last_probe = now;
+			for (Py_ssize_t i = 0; i < ns + nr; i++) {
+				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
+				bool open = i < ns ? it->done < it->len : it->moved < it->len;
+				if (open && now - it->last >= PROBE_EVERY_US && probe_dead(m, it->peer))
+					failed |= 1ull << it->peer;
+			}
+		}
+		if (!failed && timeout_us) {
+			uint64_t silent = 0;
+			for (Py_ssize_t i = 0; i < ns + nr; i++) {
+				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
+				bool open = i < ns ? it->done < it->len : it->moved < it->len;
+				if (open && now - it->last >= timeout_us)
+					silent |= 1ull << it->peer;
+			}
+			if (silent) {
+				for (int r = 0; r < m->n; r++)
+					if ((group >> r & 1) && r != m->me && probe_dead(m, r))
+						failed |= 1ull << r;
+				if (!failed)
+					failed = silent;
+			}
+		}
+		if (failed)
+			break;
+		if (idle < 64) {
+			sched_yield();
+		} else {
+			uint64_t ns_sleep = 1000ull << ((idle - 64) / 16 < 8 ? (idle - 64) / 16 : 8);
+			struct timespec ts = {0, (long)(ns_sleep < MAX_SLEEP_NS ? ns_sleep
+									   : MAX_SLEEP_NS)};
+			nanosleep(&ts, NULL);
+		}
+		idle++;
+	}
+	if (failed)
+		send_notice(m, group, failed);
+	Py_END_ALLOW_THREADS;
+	PyMem_Free(sv);
+	PyMem_Free(rv);
+	return Py_BuildValue("(OK)", failed ? Py_False : Py_True, (unsigned long long)failed);
+}
+
+/* reduce(op, dtype, dst_address, src_address, nbytes): dst = op(dst, src), GIL released */
+static PyObject *py_reduce(PyObject *mod, PyObject *args)
+{
+	int op, dt;
+	unsigned long long d, s, len;
+	if (!PyArg_ParseTuple(args, "iiKKK", &op, &dt, &d, &s, &len))
+		return NULL;
+	if (op < OP_SUM || op > OP_MAX || dt < 0 || dt >= DT_COUNT || len % dt_size[dt] ||
+	    (len && (!d || !s))) {
+		PyErr_SetString(PyExc_ValueError, "reduce: bad op, dtype or length");
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS red_fn[dt](op, (void *)(uintptr_t)d, (const void *)(uintptr_t)s,
+					  len / dt_size[dt]);
+	Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* local_name(engine_ptr) -> str: the engine's segment name (peers open it) */
+static PyObject *py_local_name(PyObject *mod, PyObject *args)
+{
+	unsigned long long ptr;
+	if (!PyArg_ParseTuple(args, "K", &ptr))
+		return NULL;
+	if (!ptr) {
+		PyErr_SetString(PyExc_ValueError, "local_name: engine not initialised");
+		return NULL;
+	}
+	return PyUnicode_FromString(mc_te_local_name((struct mc_te *)(uintptr_t)ptr));
+}
+
+static PyObject *mailbox_address(Mailbox *m, void *unused)
+{
+	return PyLong_FromUnsignedLongLong((uintptr_t)m->base);
+}
+
+static PyObject *mailbox_slot(Mailbox *m, void *unused)
+{
+	return PyLong_FromUnsignedLongLong(m->slot);
+}
+
+static PyMethodDef mailbox_methods[] = {
+	{"connect", (PyCFunction)mailbox_connect, METH_VARARGS,
+	 "connect(rank, segment_name, region_address): the peer's region"},
+	{"run", (PyCFunction)mailbox_run, METH_VARARGS,
+	 "run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef mailbox_getset[] = {
+	{"address", (getter)mailbox_address, NULL, "region address", NULL},
+	{"slot_bytes", (getter)mailbox_slot, NULL, "bytes per slot", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject MailboxType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake._pg.Mailbox",
+	.tp_basicsize = sizeof(Mailbox),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots): a communicator's "
+		  "registered message region (python/pg.c)",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)mailbox_init,
+	.tp_dealloc = (destructor)mailbox_dealloc,
+	.tp_methods = mailbox_methods,
+	.tp_getset = mailbox_getset,
+};
+
+static PyMethodDef module_methods[] = {
+	{"reduce", py_reduce, METH_VARARGS,
+	 "reduce(op, dtype, dst_address, src_address, nbytes): dst = op(dst, src)"},
+	{"local_name", py_local_name, METH_VARARGS,
+	 "local_name(engine_ptr) -> str: the engine's segment name"},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef pg_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "mooncake._pg",
+	.m_doc = "Data plane of mooncake.pg (python/pg.c)",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__pg(void);
+
+PyMODINIT_FUNC PyInit__pg(void)
+{
+	PyObject *mod;
+	if (PyType_Ready(&MailboxType) < 0)
+		return NULL;
+	mod = PyModule_Create(&pg_module);
+	if (!mod)
+		return NULL;
+	Py_INCREF(&MailboxType);
+	if (PyModule_AddObject(mod, "Mailbox", (PyObject *)&MailboxType) < 0) {
+		Py_DECREF(&MailboxType);
+		Py_DECREF(mod);
+		return NULL;
+	}
+	PyModule_AddIntConstant(mod, "MAX_RANKS", MAX_RANKS);
+	PyModule_AddIntConstant(mod, "MAX_SLOTS", MAX_SLOTS);
+	return mod;
+}
