@@ -1,8 +1,8 @@
 """One rank of the mooncake-cpu tests (tests/python/test_pg.py).
 
-    python3 pg_worker.py SCENARIO RANK WORLD PORT
+    python3 pg_worker.py SCENARIO[+SCENARIO...] RANK WORLD PORT
 
-Runs SCENARIO against torch.distributed with backend "mooncake-cpu", checks
+Runs each SCENARIO in turn against torch.distributed with backend "mooncake-cpu", checks
 every result against the value computed locally, and exits 0 only when all
 checks pass (an AssertionError names the first that failed).
 """
@@ -55,15 +55,17 @@ def check(name, got, want):
 
 
 def collectives(rank, ws):
-    dtypes = [torch.float32, torch.int32, torch.int64, torch.float64, torch.int8, torch.bool]
     for n in (SMALL, LARGE):
+        # every reduce dtype and op on the direct path; a few on the ring
+        dtypes = [torch.float32, torch.int32, torch.int64, torch.float64, torch.int8,
+                  torch.uint8, torch.int16, torch.bool]
+        if n == LARGE:
+            dtypes = [torch.float32, torch.int64, torch.bool]
         for dt in dtypes:
             ops = [SUM, MAX] if dt == torch.bool else [SUM, PROD, MIN, MAX]
-            if dt == torch.int8:
-                ops = [SUM, MIN]
+            if n == LARGE or dt in (torch.int8, torch.uint8, torch.int16):
+                ops = [ops[0], ops[-1]] if dt == torch.bool else [SUM, MIN]
             for op in ops:
-                if op == PROD and n == LARGE:
-                    continue
                 allv = [value(r, n, dt) for r in range(ws)]
                 t = allv[rank].clone()
                 dist.all_reduce(t, op=op)
@@ -81,7 +83,8 @@ def collectives(rank, ws):
             out = torch.empty(n, dtype=dt)
             dist.reduce_scatter(out, list(inp[rank].clone().chunk(ws)), op=ops[-1])
             check(f"reduce_scatter {dt} n={n}", out, reduce_ref(ops[-1], inp)[rank * n:(rank + 1) * n])
-        for dt in (torch.float16, torch.bfloat16, torch.float32, torch.uint8, torch.int64, torch.bool):
+        movers = (torch.float16, torch.bfloat16, torch.float32, torch.uint8, torch.int64, torch.bool)
+        for dt in movers if n == SMALL else (torch.float32, torch.bool):
             allv = [value(r, n, torch.float64 if dt in (torch.float16, torch.bfloat16) else dt).to(dt)
                     for r in range(ws)]
             # broadcast from every root
@@ -235,7 +238,8 @@ def failure(rank, ws):
     hint = mpg.get_failed_ranks_hint(work)
     assert hint.dtype == torch.int32 and hint.numel() == ws, hint
     assert hint[victim] == 1 and hint.sum() == 1, f"hint {hint.tolist()}"
-    assert took < timeout_s + 2.0, f"the failed all_reduce took {took:.1f} s"
+    print(f"rank {rank}: the failed all_reduce took {took:.2f} s", flush=True)
+    assert took < timeout_s, f"the failed all_reduce took {took:.1f} s"
     # auto-deactivate + auto-sync: the survivors go on in the same group
     assert mpg.get_active_ranks(None)[:ws].tolist() == [1] * (ws - 1) + [0]
     assert dist.get_world_size() == ws - 1
@@ -257,7 +261,9 @@ def main():
                             init_method=f"tcp://127.0.0.1:{port}")
     assert dist.get_backend() == "mooncake-cpu"
     assert dist.get_world_size() == ws and dist.get_rank() == rank
-    {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure}[scenario](rank, ws)
+    fns = {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure}
+    for name in scenario.split("+"):
+        fns[name](rank, ws)
     dist.barrier()
     print(f"rank {rank} {scenario} ok", flush=True)
     os._exit(0)  # the victim's peers: skip torch's teardown of a group with a dead rank
