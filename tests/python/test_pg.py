@@ -66,3 +66,85 @@ def test_rank_killed_mid_all_reduce():
     assert res[3][0] == -9, f"the victim was not killed:\n{res[3][1]}"
     for rank, (rc, out) in enumerate(res[:3]):
         assert rc == 0 and f"rank {rank} failure ok" in out, f"rank {rank}:\n{out}"
+
+
+# ---- in this process: a world of one, options and refusals
+
+@pytest.fixture
+def world_of_one():
+    import torch.distributed as dist
+    import mooncake.pg  # noqa: F401
+
+    def init(backend="mooncake-cpu", **kw):
+        dist.init_process_group(backend, rank=0, world_size=1, store=dist.HashStore(), **kw)
+    yield init
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_world_of_one_and_reinit(world_of_one):
+    import torch.distributed as dist
+    for _ in range(2):  # destroy and re-create the default group
+        world_of_one()
+        assert dist.get_backend() == "mooncake-cpu" and dist.get_world_size() == 1
+        t = torch.arange(5.0)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        assert t.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        out = torch.empty(5)
+        dist.all_gather_into_tensor(out, t)
+        assert torch.equal(out, t)
+        dist.reduce_scatter_tensor(out, t * 2)
+        assert torch.equal(out, t * 2)
+        dist.broadcast(t, src=0)
+        dist.barrier()
+        import mooncake.pg as mpg
+        assert mpg.get_active_ranks(None).tolist() == [1]
+        assert mpg.get_current_epoch(None) == 0
+        dist.destroy_process_group()
+
+
+def test_cuda_name_refuses(world_of_one):
+    with pytest.raises(RuntimeError, match="not in this build.*mooncake-cpu"):
+        world_of_one("mooncake")
+
+
+def test_options_are_checked(world_of_one, monkeypatch):
+    import mooncake.pg as mpg
+    with pytest.raises(RuntimeError, match="auto_sync_on_failure requires "
+                                           "auto_deactivate_on_failure=true"):
+        world_of_one(pg_options=mpg.MooncakeBackendOptions(4, False, False, True))
+    with pytest.raises(RuntimeError, match=r"max_group_size \(65\) <= 64"):
+        world_of_one(pg_options=mpg.MooncakeBackendOptions(65))
+    with pytest.raises(NotImplementedError, match="Coordinator"):
+        mpg.MooncakeBackendOptions(4, True)
+    with pytest.raises(ValueError, match="int32"):
+        mpg.MooncakeBackendOptions(torch.zeros(4, dtype=torch.int64))
+    monkeypatch.setenv("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", "maybe")
+    with pytest.raises(ValueError, match="MOONCAKE_PG_AUTO_SYNC_ON_FAILURE='maybe'"):
+        world_of_one()
+    monkeypatch.setenv("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", "1")
+    monkeypatch.setenv("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", "off")
+    with pytest.raises(RuntimeError, match="auto_sync_on_failure requires"):
+        world_of_one()
+    monkeypatch.setenv("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", "false")
+    # a user tensor mirrors the active set
+    active = torch.zeros(8, dtype=torch.int32)
+    world_of_one(pg_options=mpg.MooncakeBackendOptions(active, False, 8))
+    assert active.tolist() == [1, 0, 0, 0, 0, 0, 0, 0]
+    assert mpg.get_active_ranks(None) is active
+
+
+def test_unsupported_calls_refuse(world_of_one):
+    import torch.distributed as dist
+    import mooncake.pg as mpg
+    world_of_one()
+    for call in (lambda: mpg.activate_ranks(None, [0]), lambda: mpg.join_group(None),
+                 lambda: mpg.deactivate_ranks(None, [0])):
+        with pytest.raises(NotImplementedError, match="Coordinator"):
+            call()
+    with pytest.raises(RuntimeError, match="Expecting one tensor only"):
+        dist.distributed_c10d._get_default_group().allreduce([torch.ones(1), torch.ones(1)])
+    with pytest.raises(RuntimeError, match="not supported"):
+        dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG) if hasattr(dist.ReduceOp, "AVG") \
+            else dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
+    assert mpg.get_failed_ranks_hint(object()).numel() == 0
