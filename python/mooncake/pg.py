@@ -558,19 +558,23 @@ class MooncakeProcessGroup(ProcessGroup):
         return self._coll_op(self._allgather_flat, output, input)
 
     def _allgather_flat(self, state, act, output, input):
-        k, me = len(act), self._rank
         with _Contig(output) as c:
             flat = _bytes(c)
-            inb = _bytes(input.contiguous())
-            blocks = [flat[r * inb.numel():(r + 1) * inb.numel()] for r in range(self.size())]
-            blocks[me].copy_(inb)
-            if k == 1 or inb.numel() == 0:
-                return
-            ab = [blocks[r] for r in act]
-            if _nbytes(flat) <= DIRECT_MAX * 4:
-                self._direct_gather_all(state, act, blocks[me], ab)
-            else:
-                self._ring_all_gather(state, act, ab)
+            m = _nbytes(input)
+            self._allgather_blocks(state, act, [flat[r * m:(r + 1) * m] for r in range(self.size())],
+                                   input)
+
+    def _allgather_blocks(self, state, act, blocks, input):
+        """blocks[r] (uint8, contiguous, one per in-group rank) <- input of rank r."""
+        k, me = len(act), self._rank
+        blocks[me].copy_(_bytes(input.contiguous()))
+        if k == 1 or blocks[me].numel() == 0:
+            return
+        ab = [blocks[r] for r in act]
+        if blocks[me].numel() * k <= DIRECT_MAX * 4:
+            self._direct_gather_all(state, act, blocks[me], ab)
+        else:
+            self._ring_all_gather(state, act, ab)
 
     def allgather(self, output_lists, input_list, opts=None):
         out = _one(output_lists, "output list")
@@ -581,14 +585,16 @@ class MooncakeProcessGroup(ProcessGroup):
         for o in out:
             if o.numel() != t.numel() or o.dtype != t.dtype:
                 raise ValueError("all_gather: every output tensor must match the input")
-        flat = torch.empty(k * t.numel(), dtype=t.dtype)
         with self._lock:
             self._check_usable()
             state = [0]
-            self._allgather_flat(state, self._active_list(), flat, t)
-            if not state[0]:
-                for i, o in enumerate(out):
-                    o.copy_(flat[i * t.numel():(i + 1) * t.numel()].view_as(o))
+            # straight into the caller's tensors (copies only for non-contiguous ones)
+            tmp = [o if o.is_contiguous() else torch.empty_like(o, memory_format=torch.contiguous_format)
+                   for o in out]
+            self._allgather_blocks(state, self._active_list(), [_bytes(x) for x in tmp], t)
+            for o, x in zip(out, tmp):
+                if x is not o:
+                    o.copy_(x)
             return self._finish(state[0], out)
 
     def _reduce_scatter_base(self, output, input, opts=None):
