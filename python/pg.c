@@ -42,8 +42,9 @@
  * Failure: a data WRITE that fails marks its peer failed.  A peer that makes
  * no progress for PROBE_EVERY_US is probed (mc_te_probe); a failed probe marks
  * it failed.  After timeout_us without progress every peer of the group is
- * probed, and those that fail are reported; if none fails, the silent peers
- * are reported.  A rank that finds a dead peer writes the bitmap into the
+ * probed, and those that fail are reported; if none fails, the wait goes on
+ * (a slow rank is not a dead one; a rank that gave up on this operation has
+ * sent a notice).  A rank that finds a dead peer writes the bitmap into the
  * notice_in of every other rank of the group, whose run() then probes the
  * named ranks and ends too, so survivors return together.  run() returns
  * (ok, failed_bitmap); after a failure the streams of this Mailbox are out
@@ -578,11 +579,15 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 					silent |= 1ull << it->peer;
 			}
 			if (silent) {
+				/* a slow rank that still answers is waited for again */
 				for (int r = 0; r < m->n; r++)
 					if ((group >> r & 1) && r != m->me && probe_dead(m, r))
 						failed |= 1ull << r;
-				if (!failed)
-					failed = silent;
+				for (Py_ssize_t i = 0; !failed && i < ns + nr; i++) {
+					struct item *it = i < ns ? &sv[i] : &rv[i - ns];
+					if (silent >> it->peer & 1)
+						it->last = now;
+				}
 			}
 		}
 		if (failed)

@@ -17,8 +17,9 @@ one direct exchange for small ones (DIRECT_MAX bytes), pairwise exchange for
 all_to_all, direct to or from the root for gather and scatter.  Reductions
 run in C over whole chunks (``_pg.reduce`` and the receive path); small
 all-reduces reduce the gathered rows in rank order so every rank gets the
-same bits.  Operations run to completion in the calling thread; the returned
-Work is complete (``async_op=True`` returns it at once).
+same bits.  Collectives run to completion in the calling thread; the returned
+Work is complete (``async_op=True`` returns it at once).  send and recv run on
+one worker thread per (direction, peer), so isend/irecv return at once.
 
 Failure: a collective that loses a peer (a failed WRITE, a failed probe, a
 notice from another rank, or collective_timeout_us without progress) returns
@@ -48,7 +49,7 @@ import torch.distributed as dist  # noqa: E402
 from torch._C._distributed_c10d import ProcessGroup, ReduceOp  # noqa: E402
 
 __all__ = [
-    "MooncakeBackendOptions", "MooncakeProcessGroup", "MooncakeWork",
+    "MooncakeBackendOptions", "MooncakeProcessGroup", "MooncakeWork", "MooncakeP2PWork",
     "ProposalStatus", "ViewUpdateStatus", "SyncAfterFailureStatus",
     "ProposeViewUpdateResponse", "SyncAfterFailureResponse",
     "set_host_ip", "set_device_filter", "set_transfer_engine",
@@ -301,6 +302,55 @@ class MooncakeWork:
         return not bool(self._hint.any())
 
 
+class MooncakeP2PWork:
+    """A send or recv running on its pair's worker thread."""
+
+    def __init__(self, fut, max_group_size, source=-1):
+        self._fut = fut
+        self._max = max_group_size
+        self._source = source
+
+    def _done(self):
+        return self._fut.result()
+
+    def wait(self, timeout=None):
+        self._done()
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self._done().local_success
+
+    def exception(self):
+        return self._fut.exception() if self._fut.done() else None
+
+    def result(self):
+        return self._done().result()
+
+    def source_rank(self):
+        return self._source
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        self._fut.add_done_callback(
+            lambda f: fut.set_exception(f.exception()) if f.exception() else fut.set_result(
+                f.result().result()))
+        return fut
+
+    def synchronize(self):
+        self._done()
+
+    @property
+    def failed_ranks_hint(self):
+        return self._done().failed_ranks_hint
+
+    @property
+    def local_success(self):
+        return self._done().local_success
+
+
 # ---------------------------------------------------------------- the group
 
 def _addr(t):
@@ -331,6 +381,8 @@ class MooncakeProcessGroup(ProcessGroup):
         self._active[:size] = 1
         self._epoch = 0
         self._old = []             # mailboxes of earlier epochs (writes may still read them)
+        self._p2p_workers = {}     # ("send"|"recv", peer) -> one-thread executor
+        self._p2p_broken = 0       # peers whose send/recv stream failed
         self._pending = 0          # bitmap of ranks seen failing, not yet synced
         self._broken = False       # the mailboxes' streams are out of step
         self._lock = threading.Lock()
@@ -801,27 +853,52 @@ class MooncakeProcessGroup(ProcessGroup):
 
     # --- point to point
 
+    # Each (direction, peer) has one worker thread running its operations in
+    # order, so isend/irecv return at once and a send that waits for the
+    # receiver's slots never holds up a receive (batch_isend_irecv in any order).
+
     def send(self, tensors, dst, tag=0):
         t = _one(tensors)
-        with self._lock:
-            self._check_p2p(dst)
-            state = [0]
-            src = t.contiguous()
-            if _nbytes(src):
-                self._run(self._p2p, [(dst, _addr(src), _nbytes(src))], [], _ctx.p2p_timeout_us,
-                          state)
-            return self._finish(state[0], [t])
+        self._check_p2p(dst)
+        src = t.contiguous()
+        return self._p2p_submit(("send", dst), lambda: self._p2p_run(
+            [(dst, _addr(src), _nbytes(src))], [], dst, [t, src]))
 
     def recv(self, tensors, src, tag=0):
         t = _one(tensors)
+        self._check_p2p(src)
+        c = t if t.is_contiguous() else t.contiguous()
+
+        def work():
+            w = self._p2p_run([], [(src, _addr(c), _nbytes(c))], src, [t])
+            if c is not t and w.local_success:
+                t.copy_(c)
+            return w
+        return self._p2p_submit(("recv", src), work, src)
+
+    def _p2p_run(self, sends, recvs, peer, keep):
+        state = [0]
+        if (sends and sends[0][2]) or (recvs and recvs[0][2]):
+            self._run(self._p2p, sends, recvs, _ctx.p2p_timeout_us, state)
+        hint = torch.zeros(self._max, dtype=torch.int32)
+        if state[0]:
+            # the pair's stream is out of step: no more send/recv with this peer
+            # (membership changes only through collectives, which every rank sees)
+            with self._lock:
+                self._p2p_broken |= state[0] | (1 << peer)
+            for r in self._bits(state[0]):
+                if r < self._max:
+                    hint[r] = 1
+        return MooncakeWork(hint, keep[:1])
+
+    def _p2p_submit(self, key, fn, source=-1):
         with self._lock:
-            self._check_p2p(src)
-            state = [0]
-            with _Contig(t) as c:
-                if _nbytes(c):
-                    self._run(self._p2p, [], [(src, _addr(c), _nbytes(c))], _ctx.p2p_timeout_us,
-                              state)
-            return self._finish(state[0], [t], src)
+            ex = self._p2p_workers.get(key)
+            if ex is None:
+                from concurrent.futures import ThreadPoolExecutor
+                ex = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-pg-{key[0]}-{key[1]}")
+                self._p2p_workers[key] = ex
+        return MooncakeP2PWork(ex.submit(fn), self._max, source)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("mooncake-cpu: recv from any source is not supported (give src=)")
@@ -830,6 +907,9 @@ class MooncakeProcessGroup(ProcessGroup):
         self._check_usable()
         if not (0 <= peer < self._declared) or peer == self._rank or not self._active[peer]:
             raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
+        if self._p2p_broken >> peer & 1:
+            raise RuntimeError(f"mooncake-cpu: an earlier send/recv with rank {peer} failed; "
+                               f"the pair's stream is closed")
 
     # --- coalescing (torch 1.13 batch_isend_irecv): ops run as they come
 
@@ -967,13 +1047,13 @@ def get_current_epoch(pg=None):
 
 
 def get_failed_ranks_hint(work):
-    if isinstance(work, MooncakeWork):
+    if isinstance(work, (MooncakeWork, MooncakeP2PWork)):
         return work.failed_ranks_hint
     return torch.empty(0, dtype=torch.int32)
 
 
 def get_local_success(work):
-    if isinstance(work, MooncakeWork):
+    if isinstance(work, (MooncakeWork, MooncakeP2PWork)):
         return work.local_success
     return True
 

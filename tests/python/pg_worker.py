@@ -171,16 +171,18 @@ def p2p(rank, ws):
             t = torch.empty(7, dtype=torch.int64)
             dist.recv(t, 0)
             assert t.eq(i).all(), (i, t)
-    # batch_isend_irecv
+    # batch_isend_irecv, every rank sending first, messages far larger than
+    # the slots in flight: the sends must not hold up the receives
     nxt, prv = (rank + 1) % ws, (rank - 1) % ws
-    got = torch.empty(10, dtype=torch.int32)
-    ops = [dist.P2POp(dist.isend, torch.full((10,), rank, dtype=torch.int32), nxt),
+    n = 300000
+    got = torch.empty(n, dtype=torch.int32)
+    ops = [dist.P2POp(dist.isend, torch.full((n,), rank, dtype=torch.int32), nxt),
            dist.P2POp(dist.irecv, got, prv)]
-    if rank % 2:
-        ops.reverse()
-    for w in dist.batch_isend_irecv(ops):
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
         w.wait()
-    check("batch_isend_irecv", got, torch.full((10,), prv, dtype=torch.int32))
+        assert mpg.get_local_success(w) and not mpg.get_failed_ranks_hint(w).any()
+    check("batch_isend_irecv", got, torch.full((n,), prv, dtype=torch.int32))
     try:
         dist.send(torch.ones(1), rank)
     except ValueError as e:
