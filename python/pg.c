@@ -94,6 +94,7 @@ typedef struct {
 	uint64_t rx[MAX_RANKS]; /* messages consumed from each peer */
 	uint64_t notice_sent;
 	bool registered;
+	PyObject *owner; /* keeps the engine's Python object alive */
 } Mailbox;
 
 /* control area offsets (u64 units) */
@@ -187,16 +188,19 @@ static void mailbox_dealloc(Mailbox *m)
 		mc_te_host_free(m->base);
 	for (int i = 0; i < MAX_RANKS; i++)
 		PyMem_Free(m->segname[i]);
+	Py_XDECREF(m->owner);
 	Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
-/* Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots) */
+/* Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots, owner=None): owner is
+ * the object that owns the engine (kept alive as long as the mailbox) */
 static int mailbox_init(Mailbox *m, PyObject *args, PyObject *kw)
 {
 	unsigned long long ptr, slot;
 	int n, me, ns;
+	PyObject *owner = Py_None;
 	mc_status rc;
-	if (!PyArg_ParseTuple(args, "KiiKi", &ptr, &n, &me, &slot, &ns))
+	if (!PyArg_ParseTuple(args, "KiiKi|O", &ptr, &n, &me, &slot, &ns, &owner))
 		return -1;
 	if (m->base) {
 		PyErr_SetString(PyExc_RuntimeError, "Mailbox already initialised");
@@ -211,6 +215,8 @@ static int mailbox_init(Mailbox *m, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	m->te = (struct mc_te *)(uintptr_t)ptr;
+	Py_INCREF(owner);
+	m->owner = owner;
 	m->n = n;
 	m->me = me;
 	m->ns = ns;
@@ -668,7 +674,7 @@ static PyTypeObject MailboxType = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake._pg.Mailbox",
 	.tp_basicsize = sizeof(Mailbox),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots): a communicator's "
+	.tp_doc = "Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots, owner=None): a communicator's "
 		  "registered message region (python/pg.c)",
 	.tp_new = PyType_GenericNew,
 	.tp_init = (initproc)mailbox_init,

@@ -428,8 +428,9 @@ class MooncakeProcessGroup(ProcessGroup):
         p2p_slots = max(2, min(_pg.MAX_SLOTS, pool // chunk // max(1, n - 1)))
         if hasattr(self, "_coll"):
             self._old += [self._coll, self._p2p]
-        self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS)
-        self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots)
+        # the mailboxes keep the engine object alive (set_transfer_engine may drop it)
+        self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS, _ctx.engine)
+        self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots, _ctx.engine)
         name = _pg.local_name(_ctx.engine_ptr)
         key = f"mooncake_pg/{self._epoch}/"
         self._store.set(key + str(me),

@@ -22,7 +22,8 @@ RUN_TIMEOUT = 120.0
 
 
 def run_ranks(scenario, world, env_extra=None):
-    port = free_port()
+    # upstream's harness variables (spec components.md 1.7) pick the store's port
+    port = int(os.environ.get("MOONCAKE_PGTEST_MASTER_PORT") or free_port())
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", **(env_extra or {}))
     procs = [subprocess.Popen([sys.executable, str(HERE / "pg_worker.py"), scenario, str(r),
                                str(world), str(port)],
@@ -150,3 +151,25 @@ def test_unsupported_calls_refuse(world_of_one):
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG) if hasattr(dist.ReduceOp, "AVG") \
             else dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
     assert mpg.get_failed_ranks_hint(object()).numel() == 0
+
+
+def test_set_transfer_engine(world_of_one):
+    import torch.distributed as dist
+    import mooncake.pg as mpg
+    from mooncake.engine import TransferEngine
+    with pytest.raises(RuntimeError, match="not initialised"):
+        mpg.set_transfer_engine(TransferEngine())
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    mpg.set_transfer_engine(te)
+    try:
+        world_of_one()
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert t.tolist() == [1.0, 1.0, 1.0]
+        with pytest.raises(RuntimeError, match="already running"):
+            mpg.set_host_ip("127.0.0.2")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        mpg.set_transfer_engine(None)

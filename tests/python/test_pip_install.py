@@ -119,7 +119,7 @@ CHECK = r"""
 import json, os, sys
 import numpy as np
 import mooncake, mooncake.engine, mooncake.mooncake_config, mooncake.http_metadata_server
-import mooncake.buffer_pool, mooncake.cli, mooncake._fast_copy, mooncake.cli_bench
+import mooncake.buffer_pool, mooncake.cli, mooncake._fast_copy, mooncake.cli_bench, mooncake._pg
 import mooncake.structured_object_store, mooncake.dataproto_catalog, mooncake.shared_segment
 import mooncake.transfer_engine_topology_dump
 import importlib.util

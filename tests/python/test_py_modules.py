@@ -110,7 +110,7 @@ def test_docs_list_every_module_with_a_status():
                 rows[name.strip()] = cells[2]
     mods = {f"mooncake.{p.stem}" for p in (ROOT / "python" / "mooncake").glob("*.py")
             if p.stem != "__init__"} | {"mooncake", "mooncake.engine", "mooncake.store",
-                                         "mooncake._fast_copy"}
+                                         "mooncake._fast_copy", "mooncake._pg"}
     missing = sorted(m for m in mods if m not in rows)
     assert not missing, f"docs/python.md lists no status for {missing}"
     assert all(rows[m] for m in mods)
@@ -128,7 +128,7 @@ def test_buffer_pool_is_the_store_class():
 
 def test_submodules_import():
     for m in ("mooncake.engine", "mooncake.mooncake_config", "mooncake.http_metadata_server",
-              "mooncake.buffer_pool", "mooncake.cli", "mooncake._fast_copy"):
+              "mooncake.buffer_pool", "mooncake.cli", "mooncake._fast_copy", "mooncake._pg"):
         importlib.import_module(m)
 
 
