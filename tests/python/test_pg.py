@@ -25,6 +25,11 @@ def run_ranks(scenario, world, env_extra=None):
     # upstream's harness variables (spec components.md 1.7) pick the store's port
     port = int(os.environ.get("MOONCAKE_PGTEST_MASTER_PORT") or free_port())
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", **(env_extra or {}))
+    if "asan" in env.get("LD_PRELOAD", ""):
+        # with only libasan preloaded, its __cxa_throw interceptor finds no real
+        # one (python does not link libstdc++) and aborts when libtorch throws,
+        # as the store's server does when the killed rank's socket goes
+        env["LD_PRELOAD"] += " libstdc++.so.6"
     procs = [subprocess.Popen([sys.executable, str(HERE / "pg_worker.py"), scenario, str(r),
                                str(world), str(port)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
