@@ -69,8 +69,11 @@ def rank_main(args):
 
                 def op():
                     dist.all_gather(outs, inp)
-            # warm up, then iterate for about --seconds (at least 3 times)
-            op()
+            # warm up (5 operations: the first ones of a size pay page faults and,
+            # for the first size, connection set-up), then iterate for about
+            # --seconds (at least 3 times)
+            for _ in range(5 if size <= (1 << 20) else 1):
+                op()
             dist.barrier()
             t0 = time.perf_counter()
             op()
