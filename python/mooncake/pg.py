@@ -101,7 +101,8 @@ class SyncAfterFailureResponse:
         self.status, self.reject_reason = status, reject_reason
 
     def __repr__(self):
-        return f"SyncAfterFailureResponse(status={self.status.name}, reject_reason={self.reject_reason!r})"
+        return (f"SyncAfterFailureResponse(status={self.status.name}, "
+                f"reject_reason={self.reject_reason!r})")
 
 
 # ---------------------------------------------------------------- configuration
@@ -234,8 +235,10 @@ class MooncakeBackendOptions:
         first = args[0]
         if isinstance(first, torch.Tensor):
             if len(args) > 3:
-                raise TypeError("MooncakeBackendOptions(active_ranks, is_extension, max_group_size)")
-            if first.dtype != torch.int32 or not first.is_contiguous() or first.device.type != "cpu":
+                raise TypeError("MooncakeBackendOptions(active_ranks, is_extension, "
+                                "max_group_size)")
+            if (first.dtype != torch.int32 or not first.is_contiguous()
+                    or first.device.type != "cpu"):
                 raise ValueError("active_ranks must be a contiguous CPU int32 tensor")
             self.active_ranks = first
             if len(args) > 1:
@@ -614,8 +617,8 @@ class MooncakeProcessGroup(ProcessGroup):
         with _Contig(output) as c:
             flat = _bytes(c)
             m = _nbytes(input)
-            self._allgather_blocks(state, act, [flat[r * m:(r + 1) * m] for r in range(self.size())],
-                                   input)
+            blocks = [flat[r * m:(r + 1) * m] for r in range(self.size())]
+            self._allgather_blocks(state, act, blocks, input)
 
     def _allgather_blocks(self, state, act, blocks, input):
         """blocks[r] (uint8, contiguous, one per in-group rank) <- input of rank r."""
@@ -642,8 +645,8 @@ class MooncakeProcessGroup(ProcessGroup):
             self._check_usable()
             state = [0]
             # straight into the caller's tensors (copies only for non-contiguous ones)
-            tmp = [o if o.is_contiguous() else torch.empty_like(o, memory_format=torch.contiguous_format)
-                   for o in out]
+            tmp = [o if o.is_contiguous()
+                   else torch.empty_like(o, memory_format=torch.contiguous_format) for o in out]
             self._allgather_blocks(state, self._active_list(), [_bytes(x) for x in tmp], t)
             for o, x in zip(out, tmp):
                 if x is not o:
@@ -690,7 +693,8 @@ class MooncakeProcessGroup(ProcessGroup):
         for t in lst:
             if t.numel() != out.numel() or t.dtype != out.dtype:
                 raise ValueError("reduce_scatter: every input tensor must match the output")
-        flat = torch.cat([t.reshape(-1) for t in lst]) if out.numel() else torch.empty(0, dtype=out.dtype)
+        flat = (torch.cat([t.reshape(-1) for t in lst]) if out.numel()
+                else torch.empty(0, dtype=out.dtype))
         return self._reduce_scatter_base(out, flat, opts)
 
     def reduce(self, tensors, opts=None):
@@ -795,7 +799,8 @@ class MooncakeProcessGroup(ProcessGroup):
         row = input[0].numel()
         isz = list(input_split_sizes) or [input.size(0) // k] * k
         osz = list(output_split_sizes) or [output.size(0) // k] * k
-        if len(isz) != k or len(osz) != k or sum(isz) != input.size(0) or sum(osz) != output.size(0):
+        if (len(isz) != k or len(osz) != k or sum(isz) != input.size(0)
+                or sum(osz) != output.size(0)):
             raise ValueError("all_to_all_single: split sizes must have size() entries summing to "
                              "the first dimension")
         with self._lock:
@@ -1103,7 +1108,8 @@ def createMooncakeCpuBackend(dist_opts, pg_options=None):
     if not gid:
         raise RuntimeError("mooncake-cpu: empty group_id")
     granks = list(dist_opts.global_ranks_in_group) or list(range(size))
-    if len(granks) != size or len(set(granks)) != size or not all(0 <= g < MAX_RANKS for g in granks):
+    if (len(granks) != size or len(set(granks)) != size
+            or not all(0 <= g < MAX_RANKS for g in granks)):
         raise RuntimeError(f"mooncake-cpu: global_ranks_in_group {granks} must be {size} distinct "
                            f"ranks in [0, {MAX_RANKS})")
     deact = _env_bool("MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE", True)

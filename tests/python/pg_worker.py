@@ -82,11 +82,13 @@ def collectives(rank, ws):
             check(f"reduce_scatter_tensor {dt} n={n}", out, want)
             out = torch.empty(n, dtype=dt)
             dist.reduce_scatter(out, list(inp[rank].clone().chunk(ws)), op=ops[-1])
-            check(f"reduce_scatter {dt} n={n}", out, reduce_ref(ops[-1], inp)[rank * n:(rank + 1) * n])
-        movers = (torch.float16, torch.bfloat16, torch.float32, torch.uint8, torch.int64, torch.bool)
+            want = reduce_ref(ops[-1], inp)[rank * n:(rank + 1) * n]
+            check(f"reduce_scatter {dt} n={n}", out, want)
+        movers = (torch.float16, torch.bfloat16, torch.float32, torch.uint8, torch.int64,
+                  torch.bool)
         for dt in movers if n == SMALL else (torch.float32, torch.bool):
-            allv = [value(r, n, torch.float64 if dt in (torch.float16, torch.bfloat16) else dt).to(dt)
-                    for r in range(ws)]
+            vdt = torch.float64 if dt in (torch.float16, torch.bfloat16) else dt
+            allv = [value(r, n, vdt).to(dt) for r in range(ws)]
             # broadcast from every root
             for root in range(ws):
                 t = allv[rank].clone()
@@ -122,7 +124,8 @@ def collectives(rank, ws):
     inp = torch.cat([torch.full((j + 1, 3), rank * 100 + j, dtype=torch.int32) for j in range(ws)])
     out = torch.empty(sum(osz), 3, dtype=torch.int32)
     dist.all_to_all_single(out, inp, osz, isz)
-    want = torch.cat([torch.full((rank + 1, 3), j * 100 + rank, dtype=torch.int32) for j in range(ws)])
+    want = torch.cat([torch.full((rank + 1, 3), j * 100 + rank, dtype=torch.int32)
+                      for j in range(ws)])
     check("all_to_all_single uneven", out, want)
     # non-contiguous tensor, async op, barrier
     t = torch.full((4, 6), rank + 1.0).t()
