@@ -70,6 +70,9 @@ extern "C" {
 	X(ERR_FILE_LOCK_FAIL, -1105, "file lock failed")                             \
 	X(ERR_KEYS_ULTRA_LIMIT, -1203, "offload queue full")                         \
 	X(ERR_UNABLE_OFFLOAD, -1300, "offload not enabled on the master")            \
+	X(ERR_TASK_NOT_FOUND, -1400, "unknown or pruned task")                       \
+	X(ERR_TASK_PENDING_LIMIT_EXCEEDED, -1401, "task queue full")                 \
+	X(ERR_JOB_NOT_FOUND, -1402, "unknown drain job")                             \
 	X(ERR_TOO_MANY_REQUESTS, -2001, "too many requests for the batch")           \
 	X(ERR_ADDRESS_NOT_REGISTERED, -2002, "address not registered")               \
 	X(ERR_BATCH_BUSY, -2003, "batch has unfinished tasks")                       \

@@ -855,6 +855,9 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		return FAIL(c, MC_ERR_OBJECT_REPLICA_BUSY,
 			    "key '%.*s': its memory replica is being offloaded", show(o->key_len),
 			    o->key);
+	if (mc_master_task_busy(m, o))
+		return FAIL(c, MC_ERR_OBJECT_HAS_REPLICATION_TASK,
+			    "key '%.*s' has a copy or move task", show(o->key_len), o->key);
 	/* disk copies hold the old value: their owners delete them */
 	mc_master_ssd_drop_disk_reps(m, o);
 	if (o->flags & MC_OBJ_PROC) /* pre-empt the in-flight write at once */
@@ -1606,6 +1609,31 @@ static mc_status h_ssd(struct ctx *c, const struct mc_store_msg *q)
 	return mc_master_ssd_handle(c->m, q, c->now, c->out, c->err, ERR_LEN);
 }
 
+/* Copy and move tasks (tasks.c). */
+static mc_status h_tasks(struct ctx *c, const struct mc_store_msg *q)
+{
+	return mc_master_tasks_handle(c->m, q, c->now, c->out, c->err, ERR_LEN);
+}
+
+static bool v_copy_task(const struct mc_store_msg *q)
+{
+	const struct mc_store_copy_task_req *r = &q->body.copy_task_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->key) && strs_ok(r->targets, r->n_targets);
+}
+
+static bool v_move_task(const struct mc_store_msg *q)
+{
+	const struct mc_store_move_task_req *r = &q->body.move_task_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->key) && s_ok(&r->source) && s_ok(&r->target);
+}
+
+static bool v_task_done(const struct mc_store_msg *q)
+{
+	return s_ok(&q->body.task_done_req.message);
+}
+
 static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
 {
 	struct mc_store_hello hello = {.version = mc_proto_str_c(c->m->version)};
@@ -1653,6 +1681,11 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(GET_FSDIR, h_get_fsdir, NULL, NO_COUNTER)                                         \
 	X(REPORT_UNREACHABLE, h_report_unreachable, v_unreachable, NO_COUNTER)              \
 	X(REPORT_CORRUPT, mc_master_h_report_corrupt, mc_master_v_report_corrupt, NO_COUNTER) \
+	X(CREATE_COPY_TASK, h_tasks, v_copy_task, COUNTER(master_create_copy_task))         \
+	X(CREATE_MOVE_TASK, h_tasks, v_move_task, COUNTER(master_create_move_task))         \
+	X(QUERY_TASK, h_tasks, NULL, COUNTER(master_query_task))                            \
+	X(FETCH_TASKS, h_tasks, NULL, COUNTER(master_fetch_tasks))                          \
+	X(MARK_TASK_TO_COMPLETE, h_tasks, v_task_done, COUNTER(master_update_task))         \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \

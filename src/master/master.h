@@ -77,6 +77,17 @@ struct mc_master_config {
 	/* the legacy shared-FS DISK tier (spec 5.1): <root_fs_dir>/<cluster_id>,
 	 * NULL or "" = off; copied */
 	const char *fsdir;
+	/* copy and move tasks (spec store.md 1.14, 8.1; master/tasks.c) */
+	int64_t max_total_finished_tasks;    /* 10000: finished tasks kept for QueryTask */
+	int64_t max_total_pending_tasks;     /* 10000: TASK_PENDING_LIMIT_EXCEEDED beyond */
+	int64_t max_total_processing_tasks;  /* 10000: handed out at once at most */
+	uint64_t pending_task_timeout_ms;    /* 300000; 0 = none */
+	uint64_t processing_task_timeout_ms; /* 300000; 0 = none */
+	int64_t max_retry_attempts;	     /* 10: hand-outs that found no space */
+	/* replica repair (ours; docs/design.md "Replica repair") */
+	bool enable_replica_repair;	      /* true */
+	int64_t replica_repair_max_inflight;  /* 64: repair tasks pending or handed out */
+	uint64_t replica_repair_bytes_per_sec; /* 1 GiB: bytes of repairs started per second */
 };
 
 /* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
@@ -168,6 +179,51 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms);
  */
 bool mc_master_sweep_pending(const struct mc_master *m);
 bool mc_master_sweep_run(struct mc_master *m, uint64_t slice_us);
+
+/* ---- drain jobs (spec store.md 1.14, 7.1; master/tasks.c) ---- */
+
+enum mc_master_job_status {
+	MC_JOB_CREATED = 0,
+	MC_JOB_PLANNING = 1,
+	MC_JOB_RUNNING = 2,
+	MC_JOB_SUCCEEDED = 3,
+	MC_JOB_FAILED = 4,
+	MC_JOB_CANCELED = 5,
+};
+const char *mc_master_job_status_name(int status);
+
+struct mc_master_drain_info {
+	struct mc_store_uuid id;
+	int status; /* enum mc_master_job_status */
+	uint64_t created_at_ms, updated_at_ms;
+	uint64_t succeeded_units, failed_units, blocked_units, active_units;
+	uint64_t migrated_bytes;
+	uint32_t nsegments;
+	const char *const *segments; /* borrowed: valid until the next call into m */
+	const char *message;	     /* borrowed, likewise */
+};
+
+/*
+ * A drain job empties the segments named (every mounted segment of each
+ * name): they take no new replicas from now on (DRAINING), each object
+ * with a replica there gets it moved (move tasks, at most max_concurrency
+ * at once) to targets (names; none: any other segment), then they are
+ * unmounted.  A unit whose move finds no space fails, the segments are
+ * then not unmounted and the job fails with the count in blocked_units;
+ * nothing is dropped.  Errors: INVALID_PARAMS (no segments, an unknown or
+ * not mounted one, a target also drained), with the cause in err.
+ */
+mc_status mc_master_drain_create(struct mc_master *m, const char *const *segments,
+				 uint32_t nsegments, const char *const *targets, uint32_t ntargets,
+				 uint32_t max_concurrency, uint64_t now_ms,
+				 struct mc_store_uuid *id_out, char *err, size_t err_len);
+/* MC_ERR_JOB_NOT_FOUND when no job has that id. */
+mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid *id,
+				struct mc_master_drain_info *out);
+/* Stop a job: no new moves; the segments take replicas again.  A job
+ * already finished is left as it is (its status is returned in *out). */
+mc_status mc_master_drain_cancel(struct mc_master *m, const struct mc_store_uuid *id,
+				 uint64_t now_ms, struct mc_master_drain_info *out);
 
 /* ---- the write-ahead log (master/wal.h, master/wal_log.c) ---- */
 
@@ -286,7 +342,12 @@ int64_t mc_master_remove_all_end(struct mc_master *m, struct mc_master_job *j);
 	X(master_unmount_segment)           \
 	X(master_remount_segment)           \
 	X(master_ping)                      \
-	X(master_evict_disk_replica)
+	X(master_evict_disk_replica)        \
+	X(master_create_copy_task)          \
+	X(master_create_move_task)          \
+	X(master_query_task)                \
+	X(master_fetch_tasks)               \
+	X(master_update_task)
 
 /* Batch counters: <name>_requests_total, _failures_total,
  * _partial_successes_total, _items_total, _failed_items_total. */
@@ -367,6 +428,16 @@ struct mc_master_metrics {
 	uint64_t promotion_rejected_cap;	/* master_promotion_rejected_cap_total */
 	uint64_t segments_reported_unreachable; /* master_segment_unreachable_reports_total */
 	uint64_t replicas_reported_corrupt; /* master_replica_corrupt_reports_total */
+	/* copy and move tasks, replica repair, drain jobs (tasks.c; ours) */
+	uint64_t tasks_active;		    /* gauge: pending or handed out */
+	uint64_t tasks_succeeded;	    /* master_tasks_succeeded_total */
+	uint64_t tasks_failed;		    /* master_tasks_failed_total */
+	uint64_t repair_under_replicated;   /* gauge: objects waiting for or in repair */
+	uint64_t repair_done;		    /* master_replica_repairs_total */
+	uint64_t repair_bytes;		    /* master_replica_repair_bytes_total */
+	uint64_t repair_failed;		    /* master_replica_repair_failures_total */
+	uint64_t repair_given_up;	    /* master_replica_repair_abandoned_total */
+	uint64_t drain_migrated_bytes;	    /* master_drain_migrated_bytes_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;

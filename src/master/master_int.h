@@ -101,6 +101,7 @@ enum mc_seg_state {
 	MC_SEG_FREE = 0, /* slot unused */
 	MC_SEG_MOUNTED = MC_SEGMENT_OK,
 	MC_SEG_GRACEFUL = MC_SEGMENT_GRACEFULLY_UNMOUNTING,
+	MC_SEG_DRAINING = MC_SEGMENT_DRAINING, /* a drain job empties it: readable, no placement */
 	MC_SEG_DISK = 100, /* a client's local-disk segment: no allocator, no placement */
 	MC_SEG_WAIT = 101, /* from the log (wal_log.c): not mounted again yet; no allocator */
 };
@@ -326,6 +327,9 @@ struct mc_master {
 	uint32_t nfs_blocks, fs_blocks_cap, fs_sizes_cap;
 	size_t fs_pos;
 
+	/* copy and move tasks, replica repair, drain jobs (tasks.c) */
+	struct mc_tasks *tasks;
+
 	struct mc_master_metrics met;
 };
 
@@ -500,6 +504,26 @@ void *mc_master_scratch(struct mc_master *m, size_t n);
 mc_status mc_master_rscratch(struct mc_master *m, uint32_t n);
 /* Room for n more in-flight puts (so mc_master_proc_add cannot fail). */
 bool mc_master_proc_reserve(struct mc_master *m, uint32_t n);
+
+/* ---- tasks.c: copy and move tasks, replica repair, drain jobs ---- */
+
+mc_status mc_master_tasks_init(struct mc_master *m);
+void mc_master_tasks_free(struct mc_master *m);
+/* The task RPCs (CreateCopyTask .. MarkTaskToComplete); err as FAIL's. */
+mc_status mc_master_tasks_handle(struct mc_master *m, const struct mc_store_msg *q, uint64_t now_ms,
+				 struct mc_buf *out, char *err, size_t err_len);
+/* Timeouts, repair scheduling, drain jobs' progress. */
+void mc_master_tasks_tick(struct mc_master *m, uint64_t now_ms);
+/* For a request that removes or rewrites o: an operator's copy or move
+ * task holds o (Remove and Upsert answer OBJECT_HAS_REPLICATION_TASK).
+ * Otherwise the master's own tasks on o (repair, drain) let it go: they
+ * fail at their report, and o is the caller's. */
+bool mc_master_task_busy(struct mc_master *m, struct mc_obj *o);
+/* o is being erased: its tasks lose it (they fail, their blocks go back). */
+void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o);
+/* o lost lost memory replicas to a dead segment (mc_master_obj_prune):
+ * queue it for repair up to its former count. */
+void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost);
 
 /* ---- fs_tier.c: the legacy shared-FS DISK tier ---- */
 

@@ -269,13 +269,19 @@ uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o)
 		i++;
 	if (i == o->nrep)
 		return i; /* all live: the object is not written to */
+	uint32_t lost = 0;
+
 	for (n = i; i < o->nrep; i++) {
 		struct mc_rep r = *mc_master_obj_rep(o, i);
 
 		if (rep_kept(m, &r))
 			*mc_master_obj_rep(o, n++) = r;
+		else if (r.addr != 0 && !mc_master_rep_fs(m, &r))
+			lost++; /* a memory replica (LOCAL_DISK ones have addr 0) */
 	}
 	o->nrep = (uint8_t)n;
+	if (lost && n)
+		mc_master_repair_note(m, o, lost);
 	return n;
 }
 
@@ -675,6 +681,8 @@ static void group_leave(struct mc_master *m, struct mc_obj *o)
 void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
 {
 	mc_master_wal_del(m, o);
+	if (m->tasks)
+		mc_master_task_obj_gone(m, o);
 	mc_master_table_delete(m, o);
 	if (o->flags & MC_OBJ_OFFL)
 		mc_master_ssd_obj_gone(m, o);
@@ -696,8 +704,8 @@ mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force
 		return MC_ERR_REPLICA_IS_NOT_READY;
 	if (!force && o->t > now_ms)
 		return MC_ERR_OBJECT_HAS_LEASE;
-	if (o->flags & MC_OBJ_OFFL) /* its offload reads the memory replica */
-		return MC_ERR_OBJECT_HAS_REPLICATION_TASK;
+	if ((o->flags & MC_OBJ_OFFL) || mc_master_task_busy(m, o))
+		return MC_ERR_OBJECT_HAS_REPLICATION_TASK; /* a copy reads its memory replica */
 	mc_master_obj_release_reps(m, o);
 	mc_master_obj_erase(m, o);
 	return MC_OK;
@@ -1423,6 +1431,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 	}
 	mc_master_wal_expire(m, now_ms);
 	mc_master_ssd_tick(m, now_ms);
+	mc_master_tasks_tick(m, now_ms);
 	if (mc_master_sweep_pending(m))
 		(void)mc_master_sweep_run(m, SWEEP_TICK_US);
 	while (m->npins && m->pins[0].deadline <= now_ms)
@@ -1485,6 +1494,15 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->promotion_admission_threshold = 2;
 	c->promotion_queue_limit = 50000;
 	c->promotion_max_per_heartbeat = 1;
+	c->max_total_finished_tasks = 10000;
+	c->max_total_pending_tasks = 10000;
+	c->max_total_processing_tasks = 10000;
+	c->pending_task_timeout_ms = 300000;
+	c->processing_task_timeout_ms = 300000;
+	c->max_retry_attempts = 10;
+	c->enable_replica_repair = true;
+	c->replica_repair_max_inflight = 64;
+	c->replica_repair_bytes_per_sec = 1ull << 30;
 }
 
 mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out)
@@ -1525,7 +1543,7 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	m->hash_seed = mc_alloc_rand(&m->rng);
 	m->group_seed = mc_alloc_rand(&m->rng);
 	m->last_client = UINT32_MAX;
-	if (mc_master_fs_init(m) != MC_OK) {
+	if (mc_master_fs_init(m) != MC_OK || mc_master_tasks_init(m) != MC_OK) {
 		mc_master_free(m);
 		return MC_ERR_NOMEM;
 	}
@@ -1557,6 +1575,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->gslots);
 	mc_free(m->gbuckets);
 	mc_free(m->gfree);
+	mc_master_tasks_free(m); /* first: it releases blocks into the allocators */
 	mc_master_ssd_free(m);
 	mc_master_fs_free(m);
 	mc_buf_release(&m->walbuf);

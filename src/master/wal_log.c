@@ -68,7 +68,8 @@ static bool rep_is_memory(const struct mc_master *m, const struct mc_rep *r)
 {
 	return r->seg < m->nsegs_slots && !mc_master_rep_fs(m, r) &&
 	       (m->segs[r->seg].state == MC_SEG_MOUNTED ||
-		m->segs[r->seg].state == MC_SEG_GRACEFUL);
+		m->segs[r->seg].state == MC_SEG_GRACEFUL ||
+		m->segs[r->seg].state == MC_SEG_DRAINING);
 }
 
 /* A waiting (replayed, not yet remounted) replica: kept by a snapshot. */
@@ -198,7 +199,8 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 		enum mc_seg_state k = m->segs[i].state;
 
 		if (i == m->fs_seg ||
-		    (k != MC_SEG_MOUNTED && k != MC_SEG_GRACEFUL && k != MC_SEG_WAIT))
+		    (k != MC_SEG_MOUNTED && k != MC_SEG_GRACEFUL && k != MC_SEG_DRAINING &&
+		     k != MC_SEG_WAIT))
 			continue;
 		seg_rec(m, i, &r);
 		st = snap_add(m, w, &r);

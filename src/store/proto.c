@@ -379,6 +379,16 @@ LAYOUT(L_replica, R, F_U64(R, id), F_U8(R, status), F_U8(R, type), F_U64(R, size
        F_SWITCH(R, type, replica_sw));
 #undef R
 
+#define TA struct mc_store_task_assignment
+LAYOUT(L_task_assignment, TA, F_UUID(TA, id), F_U8(TA, type), F_STR(TA, payload),
+       F_U64(TA, created_at_ms), F_U32(TA, max_retry_attempts),
+       F_STRUCT(TA, source, mc_store_replica, L_replica),
+       F_LIST(TA, targets, n_targets, struct mc_store_replica, L_replica));
+#undef TA
+LAYOUT(L_fetch_tasks_resp, struct mc_store_fetch_tasks_resp,
+       F_LIST(struct mc_store_fetch_tasks_resp, tasks, n_tasks, struct mc_store_task_assignment,
+	      L_task_assignment));
+
 /* Batch items: a status (first member), then the item's body only when it is MC_OK. */
 MC_STATIC_ASSERT(offsetof(struct mc_store_exist_item, status) == 0, "status first");
 MC_STATIC_ASSERT(offsetof(struct mc_store_replica_list_item, status) == 0, "status first");
@@ -400,6 +410,27 @@ LAYOUT(L_corrupt_req, struct mc_store_corrupt_req, F_UUID(struct mc_store_corrup
        F_STR(struct mc_store_corrupt_req, tenant),
        F_LIST(struct mc_store_corrupt_req, items, n_items, struct mc_store_corrupt_item,
 	      L_corrupt_item));
+#define CTR struct mc_store_copy_task_req
+LAYOUT(L_copy_task_req, CTR, F_STR(CTR, tenant), F_KEY(CTR, key),
+       F_LIST(CTR, targets, n_targets, struct mc_proto_str, L_str_item));
+#undef CTR
+#define MTR struct mc_store_move_task_req
+LAYOUT(L_move_task_req, MTR, F_STR(MTR, tenant), F_KEY(MTR, key), F_STR(MTR, source),
+       F_STR(MTR, target));
+#undef MTR
+LAYOUT(L_task_id, struct mc_store_task_id, F_UUID(struct mc_store_task_id, id));
+#define TI struct mc_store_task_info
+LAYOUT(L_task_info, TI, F_UUID(TI, id), F_U8(TI, type), F_U8(TI, status),
+       F_U64(TI, created_at_ms), F_U64(TI, updated_at_ms), F_UUID(TI, assigned_client),
+       F_STR(TI, message));
+#undef TI
+LAYOUT(L_fetch_tasks_req, struct mc_store_fetch_tasks_req,
+       F_UUID(struct mc_store_fetch_tasks_req, client_id),
+       F_U32(struct mc_store_fetch_tasks_req, batch));
+#define TD struct mc_store_task_done_req
+LAYOUT(L_task_done_req, TD, F_UUID(TD, client_id), F_UUID(TD, task_id), F_I32(TD, status),
+       F_STR(TD, message));
+#undef TD
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
        F_U8(struct mc_store_ping_resp, client_status));
 LAYOUT(L_mount_req, struct mc_store_mount_req, F_UUID(struct mc_store_mount_req, client_id),

@@ -51,8 +51,9 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                            \
-	6 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
-	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt */
+	7 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
+	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
+	   * 7: copy and move tasks (10..14) */
 #define MC_PROTO_HDR_LEN 32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
@@ -616,6 +617,86 @@ struct mc_store_notify_promotion_req {
 	struct mc_store_promotion_result *items;
 };
 
+/* ---- copy and move tasks (spec store.md 1.14; master/tasks.c, store/client_tasks.c) ---- */
+
+enum mc_store_task_type {
+	MC_STORE_TASK_REPLICA_COPY = 0,
+	MC_STORE_TASK_REPLICA_MOVE = 1,
+};
+
+enum mc_store_task_status {
+	MC_STORE_TASK_PENDING = 0,
+	MC_STORE_TASK_PROCESSING = 1,
+	MC_STORE_TASK_FAILED = 2,
+	MC_STORE_TASK_SUCCESS = 3,
+};
+
+/* CreateCopyTask: copy key's object to each of targets (segment names). */
+struct mc_store_copy_task_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint32_t n_targets;
+	struct mc_proto_str *targets;
+};
+
+/* CreateMoveTask: move key's replica on segment source to segment target. */
+struct mc_store_move_task_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	struct mc_proto_str source;
+	struct mc_proto_str target;
+};
+
+/* A task's id: the answer of Create*Task, the request of QueryTask. */
+struct mc_store_task_id {
+	struct mc_store_uuid id;
+};
+
+/* QueryTask's answer (upstream's QueryTaskResponse). */
+struct mc_store_task_info {
+	struct mc_store_uuid id;
+	uint8_t type;	/* enum mc_store_task_type */
+	uint8_t status; /* enum mc_store_task_status */
+	uint64_t created_at_ms;
+	uint64_t updated_at_ms;
+	struct mc_store_uuid assigned_client;
+	struct mc_proto_str message;
+};
+
+struct mc_store_fetch_tasks_req {
+	struct mc_store_uuid client_id;
+	uint32_t batch; /* most tasks wanted */
+};
+
+/* A task handed to the client that owns its source replica: write the
+ * source's bytes (in the client's own segment) to every target (PROCESSING
+ * blocks the master holds for the task), then MarkTaskToComplete.  The
+ * master did what upstream's CopyStart/MoveStart do when it handed it
+ * out; MarkTaskToComplete does CopyEnd/MoveEnd or the Revoke. */
+struct mc_store_task_assignment {
+	struct mc_store_uuid id;
+	uint8_t type;		     /* enum mc_store_task_type */
+	struct mc_proto_str payload; /* upstream's JSON: key, source, targets */
+	uint64_t created_at_ms;
+	uint32_t max_retry_attempts;
+	struct mc_store_replica source;
+	uint32_t n_targets;
+	struct mc_store_replica *targets;
+};
+
+struct mc_store_fetch_tasks_resp {
+	uint32_t n_tasks;
+	struct mc_store_task_assignment *tasks;
+};
+
+/* MarkTaskToComplete: status MC_OK = the bytes are written (commit). */
+struct mc_store_task_done_req {
+	struct mc_store_uuid client_id;
+	struct mc_store_uuid task_id;
+	int32_t status;
+	struct mc_proto_str message;
+};
+
 /* ---- client <-> client: the SSD tier's offload RPC (store/offload_server.c) ---- */
 
 /* An object a reader wants from the owner of its LOCAL_DISK replica. */
@@ -659,6 +740,13 @@ struct mc_store_offload_rpc_release_req {
 	X(ping_resp)                \
 	X(unreachable_req)          \
 	X(corrupt_req)              \
+	X(copy_task_req)            \
+	X(move_task_req)            \
+	X(task_id)                  \
+	X(task_info)                \
+	X(fetch_tasks_req)          \
+	X(fetch_tasks_resp)         \
+	X(task_done_req)            \
 	X(mount_req)                \
 	X(remount_req)              \
 	X(unmount_req)              \
@@ -721,6 +809,11 @@ struct mc_store_offload_rpc_release_req {
 	X(GET_FSDIR, 7, get_fsdir, empty, fsdir_resp)                                              \
 	X(REPORT_UNREACHABLE, 8, report_unreachable, unreachable_req, empty)                       \
 	X(REPORT_CORRUPT, 9, report_corrupt, corrupt_req, empty)                                   \
+	X(CREATE_COPY_TASK, 10, create_copy_task, copy_task_req, task_id)                           \
+	X(CREATE_MOVE_TASK, 11, create_move_task, move_task_req, task_id)                          \
+	X(QUERY_TASK, 12, query_task, task_id, task_info)                                          \
+	X(FETCH_TASKS, 13, fetch_tasks, fetch_tasks_req, fetch_tasks_resp)                         \
+	X(MARK_TASK_TO_COMPLETE, 14, mark_task_to_complete, task_done_req, empty)                  \
 	X(EXIST_KEY, 16, exist_key, key_req, exist_resp)                                           \
 	X(BATCH_EXIST_KEY, 17, batch_exist_key, keys_req, batch_exist_resp)                        \
 	X(GET_REPLICA_LIST, 18, get_replica_list, key_req, replica_list)                           \

@@ -156,6 +156,7 @@ static struct mc_store_promotion_task promo_tasks[MAX_ITEMS];
 static struct mc_store_promotion_result promo_results[MAX_ITEMS];
 static struct mc_store_offload_rpc_item orpc_items[MAX_ITEMS];
 static struct mc_store_offload_rpc_buf orpc_bufs[MAX_ITEMS];
+static struct mc_store_task_assignment assignments[MAX_ITEMS];
 static char key_text[MAX_ITEMS][16];
 
 static void items_init(uint32_t n)
@@ -192,6 +193,15 @@ static void items_init(uint32_t n)
 			(struct mc_store_promotion_task){S("t"), many_keys[i], 1 << 20, reps[0]};
 		promo_results[i] = (struct mc_store_promotion_result){
 			S("t"), many_keys[i], UINT64_MAX - i, ok ? MC_OK : MC_ERR_FILE_READ_FAIL};
+		assignments[i] = (struct mc_store_task_assignment){
+			.id = {7, i},
+			.type = i % 2 ? MC_STORE_TASK_REPLICA_MOVE : MC_STORE_TASK_REPLICA_COPY,
+			.payload = S("{\"key\":\"k\",\"source\":\"a:1\",\"targets\":[\"b:2\"]}"),
+			.created_at_ms = 1700000000000ull + i,
+			.max_retry_attempts = 10,
+			.source = reps[0],
+			.n_targets = i % 3,
+			.targets = i % 3 ? reps : NULL};
 	}
 }
 
@@ -232,6 +242,36 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (!resp)
 			u->corrupt_req = (struct mc_store_corrupt_req){
 				{3, 4}, S("tenant-a"), MC_MIN(n, 2), corrupt_items};
+		return;
+	case MC_STORE_CREATE_COPY_TASK:
+	case MC_STORE_CREATE_MOVE_TASK:
+		if (resp)
+			u->task_id.id = (struct mc_store_uuid){UINT64_MAX, 17};
+		else if (type == MC_STORE_CREATE_COPY_TASK)
+			u->copy_task_req = (struct mc_store_copy_task_req){S(""), key, MC_MIN(n, 2),
+									   pref};
+		else
+			u->move_task_req =
+				(struct mc_store_move_task_req){S("t"), key, S("a:1"), S("b:2")};
+		return;
+	case MC_STORE_QUERY_TASK:
+		if (resp)
+			u->task_info = (struct mc_store_task_info){
+				{5, 6}, MC_STORE_TASK_REPLICA_MOVE, MC_STORE_TASK_FAILED, 1, 2, {3, 4},
+				S("the client failed (-800 TRANSFER_FAIL)")};
+		else
+			u->task_id.id = (struct mc_store_uuid){5, 6};
+		return;
+	case MC_STORE_FETCH_TASKS:
+		if (resp)
+			u->fetch_tasks_resp = (struct mc_store_fetch_tasks_resp){n, assignments};
+		else
+			u->fetch_tasks_req = (struct mc_store_fetch_tasks_req){{3, 4}, 32};
+		return;
+	case MC_STORE_MARK_TASK_TO_COMPLETE:
+		if (!resp)
+			u->task_done_req = (struct mc_store_task_done_req){
+				{3, 4}, {5, 6}, MC_ERR_TRANSFER_FAIL, S("a target failed")};
 		return;
 	case MC_STORE_MOUNT_SEGMENT:
 		if (!resp)
@@ -442,7 +482,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 6, 2, 0, /* magic, 1.6, type 2 */
+		'M', 'C', 'S', 'T', 1, 7, 2, 0, /* magic, 1.7, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -557,6 +597,51 @@ static void report_corrupt_layout_is_pinned(void **state)
 	assert_true(mc_store_corrupt_req_equal(&got, &req));
 	mc_store_corrupt_req_release(&got);
 	assert_int_equal(mc_store_report_corrupt_request_decode(b.data, b.len - 1, &got),
+			 MC_ERR_PROTOCOL);
+	mc_buf_release(&b);
+}
+
+static void task_layouts_are_pinned(void **state)
+{
+	static const uint8_t want_done[] = {
+		3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, /* client_id */
+		5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, /* task_id */
+		0xe0, 0xfc, 0xff, 0xff,				/* status -800 */
+		2, 0, 0, 0, 'n', 'o',				/* message */
+	};
+	static const uint8_t want_move[] = {
+		0, 0, 0, 0,			/* tenant "" */
+		1, 0, 0, 0, 'k',		/* key */
+		3, 0, 0, 0, 'a', ':', '1',	/* source */
+		3, 0, 0, 0, 'b', ':', '2',	/* target */
+	};
+	struct mc_store_task_done_req done = {{3, 4}, {5, 6}, MC_ERR_TRANSFER_FAIL, S("no")}, gd;
+	struct mc_store_move_task_req mv = {S(""), S("k"), S("a:1"), S("b:2")}, gm;
+	struct mc_buf b;
+
+	(void)state;
+	assert_int_equal(MC_STORE_CREATE_COPY_TASK, 10);
+	assert_int_equal(MC_STORE_MARK_TASK_TO_COMPLETE, 14);
+	assert_int_equal(MC_ERR_TASK_NOT_FOUND, -1400);
+	assert_int_equal(MC_ERR_TASK_PENDING_LIMIT_EXCEEDED, -1401);
+	assert_int_equal(MC_ERR_JOB_NOT_FOUND, -1402);
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_MARK_TASK_TO_COMPLETE, false, &done),
+			 MC_OK);
+	assert_int_equal(b.len, sizeof(want_done));
+	assert_memory_equal(b.data, want_done, sizeof(want_done));
+	assert_int_equal(mc_store_mark_task_to_complete_request_decode(b.data, b.len, &gd), MC_OK);
+	assert_true(mc_store_task_done_req_equal(&gd, &done));
+	mc_store_task_done_req_release(&gd);
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_body_write(&b, MC_STORE_CREATE_MOVE_TASK, false, &mv), MC_OK);
+	assert_int_equal(b.len, sizeof(want_move));
+	assert_memory_equal(b.data, want_move, sizeof(want_move));
+	assert_int_equal(mc_store_create_move_task_request_decode(b.data, b.len, &gm), MC_OK);
+	assert_true(mc_store_move_task_req_equal(&gm, &mv));
+	mc_store_move_task_req_release(&gm);
+	/* a move request cut inside its target is malformed */
+	assert_int_equal(mc_store_create_move_task_request_decode(b.data, b.len - 1, &gm),
 			 MC_ERR_PROTOCOL);
 	mc_buf_release(&b);
 }
@@ -878,7 +963,7 @@ static void every_message_round_trips(void **state)
 		round_trip(all_types[i], true, 3);
 	}
 	assert_false(mc_store_msg_known(0));
-	assert_false(mc_store_msg_known(10));
+	assert_false(mc_store_msg_known(15));
 	assert_false(mc_store_msg_known(72));
 	assert_false(mc_store_msg_known(0xffff));
 	assert_string_equal(mc_store_msg_name(0xffff), "unknown");
@@ -1386,6 +1471,7 @@ int main(void)
 		cmocka_unit_test(replica_clear_layout_is_pinned),
 		cmocka_unit_test(report_unreachable_layout_is_pinned),
 		cmocka_unit_test(report_corrupt_layout_is_pinned),
+		cmocka_unit_test(task_layouts_are_pinned),
 		cmocka_unit_test(ssd_tier_layouts_are_pinned),
 		cmocka_unit_test(offload_rpc_layout_is_pinned),
 		cmocka_unit_test(buf_writes_little_endian),

@@ -1,0 +1,1544 @@
+/*
+ * master/tasks.c - copy and move tasks, replica repair and drain jobs
+ * (spec store.md 1.14, 2.3, 6.5, 7.1; issue 15 parts 3, 4 and 6).
+ *
+ * A task copies one object's bytes from a live memory replica (its
+ * source) to blocks on other segments (its targets).  The master never
+ * moves bytes: it hands the task to the client that owns the source, on
+ * that client's FetchTasks (its heartbeat, once a second, and again at
+ * once while tasks keep coming), and that client writes the source's bytes
+ * from its own segment to the targets through its Transfer Engine and
+ * reports with MarkTaskToComplete.  Upstream's CopyStart/MoveStart happen
+ * here at the hand-out (the target blocks are allocated, held by the task
+ * and invisible to readers) and its CopyEnd/MoveEnd or the Revokes at the
+ * report: success appends the blocks to the object's replicas (a move
+ * then drops the source replica), failure gives them back.
+ *
+ * Who makes tasks:
+ *   - CreateCopyTask / CreateMoveTask (the Python calls), with upstream's
+ *     checks and codes;
+ *   - replica repair (ours; upstream never re-creates a lost replica): the
+ *     unmount sweep (and every request that prunes dead replicas) calls
+ *     mc_master_repair_note for an object that lost memory replicas but
+ *     kept one; it is queued with the count it had, and the tick turns the
+ *     queue into one-target copy tasks, at most replica_repair_max_inflight
+ *     at once and replica_repair_bytes_per_sec worth of bytes a second
+ *     (a token bucket), so repair never takes the whole network from
+ *     foreground traffic.  A repair that fails (no space, its source died)
+ *     is queued again after a second, REPAIR_TRIES times at most;
+ *   - drain jobs (the HTTP admin API): the drained segments leave
+ *     placement (state DRAINING), a table cursor finds the objects with a
+ *     replica there and each becomes a move task, max_concurrency at once;
+ *     when nothing is left the segments are unmounted.
+ *
+ * Objects and tasks: a task remembers its object by pointer; every erase
+ * (remove, eviction, the sweep, a client's expiry) goes through
+ * mc_master_task_obj_gone first, which clears it, so a pointer held here
+ * is always live.  While an object has a task, Remove and Upsert answer
+ * OBJECT_HAS_REPLICATION_TASK (the copy reads its replica).  Lookups are
+ * linear over the active tasks: repair keeps at most a few dozen in
+ * flight and operators' tasks are rare, so the lists stay short; the
+ * per-request checks cost nothing while no task is active.
+ *
+ * Never: block, move bytes, or hand a target block to a reader before the
+ * report that filled it.
+ */
+#define MC_LOG_MODULE "master"
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/buf.h"
+#include "base/compiler.h"
+#include "base/log.h"
+#include "master/master_int.h"
+
+#define TASK_MSG	   160
+#define FETCH_MAX	   256	/* tasks one FetchTasks hands out at most */
+#define REPAIR_TRIES	   30	/* attempts of one object's repair */
+#define REPAIR_BACKOFF_MS  1000 /* between them */
+#define SCAN_MS		   100	/* timeouts and dead sources, at most this often */
+#define DRAIN_STEP_SLOTS   256	/* table slots per drain cursor step */
+#define DRAIN_STEPS_TICK   64	/* cursor steps per tick per job at most */
+#define DRAIN_LAPS	   8	/* table laps a job makes for what it passed over */
+#define DRAIN_DEFAULT_CONC 4
+
+struct mc_task {
+	struct mc_store_uuid id;
+	uint8_t type;	/* enum mc_store_task_type */
+	uint8_t status; /* enum mc_store_task_status */
+	bool repair;	/* made by replica repair */
+	uint8_t want;	/* repair: memory replicas the object should have */
+	uint32_t job;	/* drain job index + 1; 0: none */
+	uint16_t tenant;
+	uint16_t key_len;
+	char *key;
+	struct mc_obj *o;	     /* NULL: the object went */
+	struct mc_rep src;	     /* the source replica */
+	uint32_t client;	     /* slot of the source's owner */
+	struct mc_store_uuid cid;    /* its id, for QueryTask */
+	uint32_t nt;		     /* targets */
+	char **tname;		     /* segment names */
+	struct mc_rep *dst;	     /* handed out: the blocks (addr 0: none) */
+	uint64_t size;		     /* the object's, at creation */
+	uint64_t created, updated;   /* ms */
+	uint32_t tries;		     /* hand-outs that found no space */
+	char msg[TASK_MSG];
+};
+
+struct repair_ent {
+	uint64_t not_before;
+	uint64_t size; /* the object's when queued: the byte budget's unit */
+	uint16_t tenant;
+	uint8_t want;
+	uint8_t tries;
+	uint16_t key_len;
+	char key[];
+};
+
+struct drain_job {
+	struct mc_store_uuid id;
+	int status;
+	uint64_t created, updated;
+	char **segs;
+	uint32_t nsegs;
+	char **targets;
+	uint32_t ntargets, next_target;
+	uint32_t max_conc;
+	struct mc_master_cursor cur; /* unit 0: no lap running */
+	uint32_t laps;
+	bool skipped; /* this lap passed over a busy object */
+	struct repair_ent **units; /* objects found, not started yet: [uhead, nunits) */
+	uint32_t uhead, nunits, units_cap;
+	uint64_t succeeded, failed, blocked, active, bytes;
+	char msg[TASK_MSG];
+};
+
+struct mc_tasks {
+	struct mc_task **active; /* pending and handed out, in creation order */
+	uint32_t nactive, active_cap;
+	struct mc_task **done; /* finished: a FIFO ring of max_total_finished_tasks */
+	uint32_t done_head, ndone, done_cap;
+	uint32_t npending, nprocessing;
+	uint64_t id_hi, seq;
+	uint64_t last_scan;
+	/* repair */
+	struct repair_ent **rq; /* FIFO: [rq_head, nrq) */
+	uint32_t rq_head, nrq, rq_cap;
+	uint32_t repair_inflight;
+	double tokens;
+	uint64_t last_refill;
+	/* drain jobs, never forgotten (few) */
+	struct drain_job **jobs;
+	uint32_t njobs, jobs_cap;
+	struct mc_obj **found; /* a cursor step's objects */
+	uint32_t nfound, found_cap;
+	struct drain_job *scan_job;
+};
+
+/* ------------------------------------------------------------------------ */
+/* helpers                                                                   */
+
+static bool uuid_same(const struct mc_store_uuid *a, const struct mc_store_uuid *b)
+{
+	return a->first == b->first && a->second == b->second;
+}
+
+static bool seg_named(const struct mc_seg *s, const char *name, size_t len)
+{
+	return s->name && s->name_len == len && memcmp(s->name, name, len) == 0;
+}
+
+/* A memory replica on a segment still mounted (any state but gone). */
+static bool mem_live(const struct mc_master *m, const struct mc_rep *r)
+{
+	return r->addr != 0 && !mc_master_rep_fs(m, r) && mc_master_rep_live(m, r) &&
+	       !mc_master_rep_disk(m, r);
+}
+
+static uint32_t mem_count(const struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++)
+		n += mem_live(m, mc_master_obj_rep(o, i));
+	return n;
+}
+
+/* o has a live memory replica on a segment called name. */
+static struct mc_rep *rep_on(const struct mc_master *m, struct mc_obj *o, const char *name,
+			     size_t len)
+{
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (mem_live(m, r) && seg_named(&m->segs[r->seg], name, len))
+			return r;
+	}
+	return NULL;
+}
+
+/* A segment called name that takes new replicas (mounted, reachable). */
+static bool name_allocatable(const struct mc_master *m, const char *name, size_t len)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		const struct mc_seg *s = &m->segs[i];
+
+		if (s->state == MC_SEG_MOUNTED && !s->unreachable && seg_named(s, name, len))
+			return true;
+	}
+	return false;
+}
+
+/* A block of size on a segment called name; false when none has room. */
+static bool block_alloc(struct mc_master *m, const char *name, size_t len, uint64_t size,
+			struct mc_rep *out)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		struct mc_seg *s = &m->segs[i];
+		uint64_t addr;
+
+		if (s->state != MC_SEG_MOUNTED || s->unreachable || !seg_named(s, name, len))
+			continue;
+		if (mc_offset_alloc_alloc(s->alloc, size, &addr) != MC_OK)
+			continue;
+		out->addr = addr;
+		out->seg = i;
+		out->gen = s->gen;
+		s->used += size;
+		m->allocated_bytes += size;
+		return true;
+	}
+	return false;
+}
+
+static void block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
+{
+	struct mc_seg *s;
+
+	if (r->addr == 0 || !mc_master_rep_live(m, r))
+		return; /* none, or its segment went with it */
+	s = &m->segs[r->seg];
+	if (!s->alloc || mc_offset_alloc_release(s->alloc, r->addr) != MC_OK)
+		return;
+	s->used -= size;
+	m->allocated_bytes -= size;
+}
+
+static void fill_desc(const struct mc_master *m, const struct mc_rep *r, uint64_t size,
+		      uint8_t status, struct mc_store_replica *d)
+{
+	const struct mc_seg *s = &m->segs[r->seg];
+
+	memset(d, 0, sizeof(*d));
+	d->id = r->addr ^ ((uint64_t)r->seg << 40) ^ ((uint64_t)r->gen << 20);
+	d->status = status;
+	d->type = MC_STORE_REPLICA_MEMORY;
+	d->size = size;
+	d->address = r->addr;
+	d->segment_name = (struct mc_proto_str){.ptr = s->name, .len = s->name_len};
+	d->transport_endpoint = (struct mc_proto_str){.ptr = s->te_endpoint, .len = s->te_len};
+	d->protocol = (struct mc_proto_str){.ptr = s->protocol, .len = s->proto_len};
+}
+
+/* ------------------------------------------------------------------------ */
+/* the task lists                                                            */
+
+static void task_free(struct mc_task *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->nt; i++)
+		mc_free(t->tname[i]);
+	mc_free(t->tname);
+	mc_free(t->dst);
+	mc_free(t->key);
+	mc_free(t);
+}
+
+static struct mc_task *task_new(struct mc_master *m, uint8_t type, struct mc_obj *o,
+				uint32_t ntargets, uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	struct mc_task *t;
+
+	if (!mc_master_grow((void **)&k->active, &k->active_cap, k->nactive + 1,
+			    sizeof(*k->active)))
+		return NULL;
+	t = mc_calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->key = mc_malloc(o->key_len ? o->key_len : 1);
+	t->tname = mc_calloc(ntargets ? ntargets : 1, sizeof(char *));
+	t->dst = mc_calloc(ntargets ? ntargets : 1, sizeof(struct mc_rep));
+	if (!t->key || !t->tname || !t->dst) {
+		task_free(t);
+		return NULL;
+	}
+	memcpy(t->key, o->key, o->key_len);
+	t->key_len = o->key_len;
+	t->tenant = o->tenant;
+	t->o = o;
+	t->type = type;
+	t->status = MC_STORE_TASK_PENDING;
+	t->size = mc_obj_size(o);
+	t->created = t->updated = now;
+	t->id.first = k->id_hi;
+	t->id.second = ++k->seq;
+	t->client = MC_MASTER_NO_CLIENT;
+	return t;
+}
+
+static bool task_add_target(struct mc_task *t, const char *name, size_t len)
+{
+	char *c = mc_malloc(len + 1);
+
+	if (!c)
+		return false;
+	memcpy(c, name, len);
+	c[len] = '\0';
+	t->tname[t->nt++] = c;
+	return true;
+}
+
+static void task_set_source(struct mc_master *m, struct mc_task *t, const struct mc_rep *r)
+{
+	t->src = *r;
+	t->client = m->segs[r->seg].client;
+	t->cid = t->client < m->nclient_slots ? m->clients[t->client].id
+					       : (struct mc_store_uuid){0, 0};
+}
+
+static void task_push(struct mc_master *m, struct mc_task *t)
+{
+	struct mc_tasks *k = m->tasks;
+
+	k->active[k->nactive++] = t;
+	k->npending++;
+	m->met.tasks_active = k->nactive;
+}
+
+static void done_push(struct mc_master *m, struct mc_task *t)
+{
+	struct mc_tasks *k = m->tasks;
+	uint32_t cap = (uint32_t)MC_MIN((uint64_t)m->cfg.max_total_finished_tasks, UINT32_MAX / 2);
+
+	if (cap == 0) {
+		task_free(t);
+		return;
+	}
+	if (!k->done) {
+		k->done_cap = MC_MIN(cap, 1024u);
+		k->done = mc_calloc(k->done_cap, sizeof(*k->done));
+		if (!k->done) {
+			task_free(t);
+			return;
+		}
+	}
+	if (k->ndone == k->done_cap && k->done_cap < cap) {
+		/* grow: unroll the ring into a bigger array */
+		uint32_t nc = MC_MIN(cap, k->done_cap * 2);
+		struct mc_task **v = mc_calloc(nc, sizeof(*v));
+
+		if (v) {
+			for (uint32_t i = 0; i < k->ndone; i++)
+				v[i] = k->done[(k->done_head + i) % k->done_cap];
+			mc_free(k->done);
+			k->done = v;
+			k->done_cap = nc;
+			k->done_head = 0;
+		}
+	}
+	if (k->ndone == k->done_cap) { /* full: the oldest goes */
+		task_free(k->done[k->done_head]);
+		k->done[k->done_head] = t;
+		k->done_head = (k->done_head + 1) % k->done_cap;
+		return;
+	}
+	k->done[(k->done_head + k->ndone++) % k->done_cap] = t;
+}
+
+static struct mc_task *task_find(struct mc_master *m, const struct mc_store_uuid *id,
+				 uint32_t *active_idx)
+{
+	struct mc_tasks *k = m->tasks;
+
+	for (uint32_t i = 0; i < k->nactive; i++) {
+		if (uuid_same(&k->active[i]->id, id)) {
+			if (active_idx)
+				*active_idx = i;
+			return k->active[i];
+		}
+	}
+	if (active_idx)
+		*active_idx = UINT32_MAX;
+	for (uint32_t i = 0; i < k->ndone; i++) {
+		struct mc_task *t = k->done[(k->done_head + i) % k->done_cap];
+
+		if (uuid_same(&t->id, id))
+			return t;
+	}
+	return NULL;
+}
+
+/* Any task (an operator's, a repair, a drain's move) holds o. */
+static bool any_task(const struct mc_master *m, const struct mc_obj *o)
+{
+	const struct mc_tasks *k = m->tasks;
+
+	for (uint32_t i = 0; k && i < k->nactive; i++)
+		if (k->active[i]->o == o)
+			return true;
+	return false;
+}
+
+bool mc_master_task_busy(struct mc_master *m, struct mc_obj *o)
+{
+	struct mc_tasks *k = m->tasks;
+	bool busy = false;
+
+	for (uint32_t i = 0; k && i < k->nactive; i++) {
+		struct mc_task *t = k->active[i];
+
+		if (t->o != o)
+			continue;
+		if (!t->repair && !t->job)
+			busy = true;
+	}
+	if (busy)
+		return true;
+	/* the master's own copies give way: they fail at their report */
+	for (uint32_t i = 0; k && i < k->nactive; i++)
+		if (k->active[i]->o == o)
+			k->active[i]->o = NULL;
+	return false;
+}
+
+void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o)
+{
+	struct mc_tasks *k = m->tasks;
+
+	for (uint32_t i = 0; i < k->nactive; i++)
+		if (k->active[i]->o == o)
+			k->active[i]->o = NULL;
+	for (uint32_t i = 0; i < k->nfound; i++)
+		if (k->found[i] == o)
+			k->found[i] = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* repair queue                                                              */
+
+static void repair_push(struct mc_master *m, uint16_t tenant, const char *key, uint16_t key_len,
+			uint64_t size, uint8_t want, uint8_t tries, uint64_t not_before)
+{
+	struct mc_tasks *k = m->tasks;
+	struct repair_ent *e;
+
+	if (k->rq_head > 0 && k->rq_head * 2 >= k->nrq) {
+		memmove(k->rq, k->rq + k->rq_head, (k->nrq - k->rq_head) * sizeof(*k->rq));
+		k->nrq -= k->rq_head;
+		k->rq_head = 0;
+	}
+	if (!mc_master_grow((void **)&k->rq, &k->rq_cap, k->nrq + 1, sizeof(*k->rq)))
+		goto fail;
+	e = mc_malloc(sizeof(*e) + key_len);
+	if (!e)
+		goto fail;
+	e->not_before = not_before;
+	e->size = size;
+	e->tenant = tenant;
+	e->want = want;
+	e->tries = tries;
+	e->key_len = key_len;
+	memcpy(e->key, key, key_len);
+	k->rq[k->nrq++] = e;
+	m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+	return;
+fail:
+	m->met.repair_given_up++;
+	mc_warn("no memory to queue the repair of key '%.*s'", (int)MC_MIN(key_len, 80), key);
+}
+
+void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost)
+{
+	uint32_t want;
+
+	if (!m->tasks || !m->cfg.enable_replica_repair || (o->flags & MC_OBJ_PROC))
+		return; /* an in-flight put is the writer's business */
+	want = MC_MIN(mem_count(m, o) + lost, MC_MASTER_MAX_REPLICAS);
+	if (mem_count(m, o) == 0)
+		return; /* no memory copy left to copy from */
+	repair_push(m, o->tenant, o->key, o->key_len, mc_obj_size(o), (uint8_t)want, 0, 0);
+}
+
+/* A segment to copy o to: mounted, reachable, with room, holding none of
+ * o's replicas; random start.  NULL when there is none. */
+static const struct mc_seg *repair_target(struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t n = m->nsegs_slots, start;
+
+	if (n == 0)
+		return NULL;
+	start = (uint32_t)(mc_alloc_rand(&m->rng) % n);
+	for (uint32_t j = 0; j < n; j++) {
+		const struct mc_seg *s = &m->segs[(start + j) % n];
+
+		if (s->state != MC_SEG_MOUNTED || s->unreachable ||
+		    mc_offset_alloc_free_bytes(s->alloc) < mc_obj_size(o) ||
+		    rep_on(m, o, s->name, s->name_len))
+			continue;
+		return s;
+	}
+	return NULL;
+}
+
+/* A live memory replica of o to copy from: reachable, its owner alive;
+ * random among them.  false when none. */
+static bool pick_source(struct mc_master *m, struct mc_obj *o, struct mc_rep *out)
+{
+	uint32_t cand[MC_MASTER_MAX_REPLICAS], n = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+		const struct mc_seg *s = &m->segs[r->seg];
+
+		if (!mem_live(m, r) || s->unreachable || s->client >= m->nclient_slots ||
+		    !m->clients[s->client].alive)
+			continue;
+		cand[n++] = i;
+	}
+	if (n == 0)
+		return false;
+	*out = *mc_master_obj_rep(o, cand[mc_alloc_rand(&m->rng) % n]);
+	return true;
+}
+
+static void repair_refill(struct mc_master *m, uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	double rate = (double)m->cfg.replica_repair_bytes_per_sec;
+
+	if (now > k->last_refill)
+		k->tokens += rate * (double)(now - k->last_refill) / 1000.0;
+	k->last_refill = now;
+	if (k->tokens > rate)
+		k->tokens = rate; /* a burst of one second at most */
+}
+
+/* Turn queued repairs into copy tasks within the bounds. */
+static void repair_run(struct mc_master *m, uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	double rate = (double)m->cfg.replica_repair_bytes_per_sec;
+
+	repair_refill(m, now);
+	while (k->rq_head < k->nrq &&
+	       k->repair_inflight < (uint64_t)m->cfg.replica_repair_max_inflight &&
+	       k->npending < (uint64_t)m->cfg.max_total_pending_tasks) {
+		struct repair_ent *e = k->rq[k->rq_head];
+		struct mc_obj *o;
+		const struct mc_seg *s;
+		struct mc_task *t;
+		struct mc_rep src;
+		bool found;
+		uint16_t tid;
+
+		if (e->not_before > now)
+			break;
+		if (k->tokens < (double)e->size && k->tokens < rate)
+			break; /* the byte budget: wait for the refill */
+		/* pop it first: the lookup below may queue repairs (a prune) */
+		k->rq_head++;
+		tid = e->tenant;
+		found = tid < m->ntenants;
+		o = found ? mc_master_obj_find_live(m, tid, e->key, e->key_len) : NULL;
+		if (!o || (o->flags & MC_OBJ_PROC) || mem_count(m, o) >= e->want ||
+		    mem_count(m, o) == 0) {
+			mc_free(e); /* gone, rewritten, or whole again */
+			continue;
+		}
+		s = any_task(m, o) ? NULL : repair_target(m, o);
+		if (!s || !pick_source(m, o, &src)) {
+			if (e->tries + 1 >= REPAIR_TRIES) {
+				m->met.repair_given_up++;
+				mc_warn("repair of key '%.*s' abandoned: no segment to copy it to "
+					"or from after %u tries",
+					(int)MC_MIN(e->key_len, 80), e->key, REPAIR_TRIES);
+			} else {
+				repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o),
+					    e->want, (uint8_t)(e->tries + 1),
+					    now + REPAIR_BACKOFF_MS);
+			}
+			mc_free(e);
+			continue;
+		}
+		t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, 1, now);
+		if (!t || !task_add_target(t, s->name, s->name_len)) {
+			task_free(t);
+			repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o), e->want,
+				    (uint8_t)(e->tries + 1), now + REPAIR_BACKOFF_MS);
+			mc_free(e);
+			break;
+		}
+		task_set_source(m, t, &src);
+		t->repair = true;
+		t->want = e->want;
+		t->tries = e->tries; /* carried in the entry when it comes back */
+		task_push(m, t);
+		k->repair_inflight++;
+		k->tokens -= (double)mc_obj_size(o);
+		mc_free(e);
+	}
+	m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+}
+
+/* ------------------------------------------------------------------------ */
+/* finishing                                                                 */
+
+static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st);
+
+static void dst_release(struct mc_master *m, struct mc_task *t)
+{
+	for (uint32_t i = 0; i < t->nt; i++) {
+		block_release(m, &t->dst[i], t->size);
+		t->dst[i].addr = 0;
+	}
+}
+
+/* Take t off the active list (index i) into the finished ring. */
+static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const char *why,
+			uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	struct mc_task *t = k->active[i];
+
+	if (t->status == MC_STORE_TASK_PENDING)
+		k->npending--;
+	else
+		k->nprocessing--;
+	memmove(k->active + i, k->active + i + 1, (k->nactive - i - 1) * sizeof(*k->active));
+	k->nactive--;
+	m->met.tasks_active = k->nactive;
+	dst_release(m, t); /* what a commit took is 0 by now */
+	t->status = st == MC_OK ? MC_STORE_TASK_SUCCESS : MC_STORE_TASK_FAILED;
+	t->updated = now;
+	if (st == MC_OK)
+		snprintf(t->msg, sizeof(t->msg), "%s", why ? why : "");
+	else
+		snprintf(t->msg, sizeof(t->msg), "%s (%d %s)", why ? why : "", st,
+			 mc_status_name(st));
+	if (st == MC_OK)
+		m->met.tasks_succeeded++;
+	else
+		m->met.tasks_failed++;
+	if (t->repair) {
+		k->repair_inflight--;
+		if (st == MC_OK) {
+			m->met.repair_done++;
+			m->met.repair_bytes += t->size;
+		} else {
+			m->met.repair_failed++;
+		}
+		/* still short (two were lost, or this one failed): once more */
+		if (t->o && mem_count(m, t->o) < t->want) {
+			if (st == MC_OK || t->tries + 1 < REPAIR_TRIES)
+				repair_push(m, t->tenant, t->key, t->key_len, t->size, t->want,
+					    (uint8_t)(st == MC_OK ? t->tries : t->tries + 1),
+					    st == MC_OK ? 0 : now + REPAIR_BACKOFF_MS);
+			else
+				m->met.repair_given_up++;
+		}
+		m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+	}
+	if (t->job)
+		job_unit_done(m, t, st);
+	t->o = NULL;
+	done_push(m, t);
+}
+
+/* The report of a success: the blocks become replicas of the object (and
+ * a move drops its source).  MC_OK or why not. */
+static mc_status task_commit(struct mc_master *m, struct mc_task *t, const char **why)
+{
+	struct mc_obj *o = t->o;
+	uint32_t add = 0, n;
+
+	if (!o) {
+		*why = "the object was removed during the copy";
+		return MC_ERR_OBJECT_NOT_FOUND;
+	}
+	if ((o->flags & MC_OBJ_PROC) || mc_obj_size(o) != t->size) {
+		*why = "the object was rewritten during the copy";
+		return MC_ERR_OBJECT_NOT_FOUND;
+	}
+	for (uint32_t i = 0; i < t->nt; i++)
+		if (t->dst[i].addr && mc_master_rep_live(m, &t->dst[i]))
+			add++;
+	if (add == 0 && t->type == MC_STORE_TASK_REPLICA_MOVE) {
+		*why = "the target segment went during the move";
+		return MC_ERR_SEGMENT_NOT_FOUND;
+	}
+	n = mc_master_obj_prune(m, o);
+	if (n + add > MC_MASTER_MAX_REPLICAS || !mc_master_obj_ext_fit(o, n + add)) {
+		*why = "no room for more replicas";
+		return MC_ERR_NOMEM;
+	}
+	for (uint32_t i = 0; i < t->nt; i++) {
+		if (!t->dst[i].addr || !mc_master_rep_live(m, &t->dst[i]))
+			continue;
+		*mc_master_obj_rep(o, n++) = t->dst[i];
+		t->dst[i].addr = 0; /* the object's now */
+	}
+	o->nrep = (uint8_t)n;
+	if (t->type == MC_STORE_TASK_REPLICA_MOVE) {
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < o->nrep; i++) {
+			struct mc_rep r = *mc_master_obj_rep(o, i);
+
+			if (r.seg == t->src.seg && r.gen == t->src.gen && r.addr == t->src.addr) {
+				block_release(m, &r, mc_obj_size(o));
+				continue;
+			}
+			*mc_master_obj_rep(o, k++) = r;
+		}
+		o->nrep = (uint8_t)k;
+		(void)mc_master_obj_ext_fit(o, k); /* shrinking never fails */
+	}
+	mc_master_wal_put(m, o);
+	*why = "";
+	return MC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* hand-out                                                                  */
+
+/* Allocate t's target blocks: MC_OK, or NO_AVAILABLE_HANDLE (nothing kept). */
+static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
+{
+	uint32_t want = 0;
+
+	for (uint32_t i = 0; i < t->nt; i++) {
+		size_t len = strlen(t->tname[i]);
+
+		t->dst[i].addr = 0;
+		if (rep_on(m, t->o, t->tname[i], len))
+			continue; /* a copy is there already */
+		want++;
+		if (!block_alloc(m, t->tname[i], len, t->size, &t->dst[i])) {
+			dst_release(m, t);
+			m->need_evict = true;
+			return MC_ERR_NO_AVAILABLE_HANDLE;
+		}
+	}
+	(void)want;
+	return MC_OK;
+}
+
+static void json_str(struct mc_buf *b, const char *s, size_t len)
+{
+	mc_buf_append(b, "\"", 1);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char e[8];
+
+		if (c == '"' || c == '\\') {
+			e[0] = '\\';
+			e[1] = (char)c;
+			mc_buf_append(b, e, 2);
+		} else if (c < 0x20 || c >= 0x7f) {
+			snprintf(e, sizeof(e), "\\u%04x", c);
+			mc_buf_append(b, e, 6);
+		} else {
+			mc_buf_append(b, (const char *)&c, 1);
+		}
+	}
+	mc_buf_append(b, "\"", 1);
+}
+
+/* Upstream's payload: {"key":..,"source":..,"targets":[..]}. */
+static void payload_json(const struct mc_master *m, const struct mc_task *t, struct mc_buf *b)
+{
+	const struct mc_seg *s = &m->segs[t->src.seg];
+
+	mc_buf_append(b, "{\"key\":", 7);
+	json_str(b, t->key, t->key_len);
+	mc_buf_append(b, ",\"source\":", 10);
+	json_str(b, s->name ? s->name : "", s->name ? s->name_len : 0);
+	mc_buf_append(b, ",\"targets\":[", 12);
+	for (uint32_t i = 0; i < t->nt; i++) {
+		if (i)
+			mc_buf_append(b, ",", 1);
+		json_str(b, t->tname[i], strlen(t->tname[i]));
+	}
+	mc_buf_append(b, "]}", 2);
+}
+
+static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
+			 struct mc_buf *out)
+{
+	const struct mc_store_fetch_tasks_req *r = &q->body.fetch_tasks_req;
+	struct mc_tasks *k = m->tasks;
+	struct mc_store_fetch_tasks_resp resp = {0, NULL};
+	struct mc_store_task_assignment *a = NULL;
+	struct mc_store_replica *reps = NULL;
+	struct mc_buf *pl = NULL;
+	uint32_t slot, want = MC_MIN(r->batch, FETCH_MAX), nrep = 0;
+	mc_status st;
+
+	repair_run(m, now);
+	if (!mc_master_client_find(m, &r->client_id, &slot) || want == 0 || k->nactive == 0)
+		return mc_store_fetch_tasks_response_encode(out, q->hdr.req_id, &resp);
+	a = mc_calloc(want, sizeof(*a));
+	pl = mc_calloc(want, sizeof(*pl));
+	/* a target list per task: at most the task's targets, counted below */
+	for (uint32_t i = 0; i < k->nactive; i++)
+		nrep += k->active[i]->nt;
+	reps = mc_calloc(nrep ? nrep : 1, sizeof(*reps));
+	if (!a || !pl || !reps) {
+		st = MC_ERR_NOMEM;
+		goto out;
+	}
+	nrep = 0;
+	for (uint32_t i = 0; i < k->nactive && resp.n_tasks < want; i++) {
+		struct mc_task *t = k->active[i];
+		struct mc_store_task_assignment *x;
+
+		if (t->status != MC_STORE_TASK_PENDING || t->client != slot || !t->o)
+			continue;
+		if (k->nprocessing >= (uint64_t)m->cfg.max_total_processing_tasks)
+			break;
+		if (!mem_live(m, &t->src))
+			continue; /* the tick finds it another source or fails it */
+		if (task_alloc(m, t) != MC_OK) {
+			if (++t->tries > (uint64_t)m->cfg.max_retry_attempts) {
+				task_finish(m, i, MC_ERR_NO_AVAILABLE_HANDLE,
+					    "no space on the target segment(s)", now);
+				i--;
+			}
+			continue;
+		}
+		t->status = MC_STORE_TASK_PROCESSING;
+		t->updated = now;
+		k->npending--;
+		k->nprocessing++;
+		x = &a[resp.n_tasks];
+		x->id = t->id;
+		x->type = t->type;
+		mc_buf_init(&pl[resp.n_tasks]);
+		payload_json(m, t, &pl[resp.n_tasks]);
+		x->payload = (struct mc_proto_str){.ptr = (const char *)pl[resp.n_tasks].data,
+						   .len = (uint32_t)pl[resp.n_tasks].len};
+		x->created_at_ms = t->created;
+		x->max_retry_attempts = (uint32_t)MC_MIN(m->cfg.max_retry_attempts, UINT32_MAX);
+		fill_desc(m, &t->src, t->size, MC_STORE_REPLICA_COMPLETE, &x->source);
+		x->targets = &reps[nrep];
+		for (uint32_t j = 0; j < t->nt; j++) {
+			if (!t->dst[j].addr)
+				continue;
+			fill_desc(m, &t->dst[j], t->size, MC_STORE_REPLICA_PROCESSING,
+				  &reps[nrep++]);
+			x->n_targets++;
+		}
+		resp.n_tasks++;
+	}
+	resp.tasks = a;
+	st = mc_store_fetch_tasks_response_encode(out, q->hdr.req_id, &resp);
+out:
+	for (uint32_t i = 0; pl && i < resp.n_tasks; i++)
+		mc_buf_release(&pl[i]);
+	mc_free(pl);
+	mc_free(a);
+	mc_free(reps);
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the RPCs                                                                  */
+
+#define FAILT(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
+
+static struct mc_obj *task_object(struct mc_master *m, const struct mc_proto_str *tenant,
+				  const struct mc_proto_str *key, char *err, size_t err_len,
+				  mc_status *st)
+{
+	bool found;
+	uint16_t tid;
+	struct mc_obj *o;
+
+	*st = MC_OK;
+	if (key->len == 0 || key->len > MC_STORE_KEY_MAX) {
+		*st = FAILT(MC_ERR_INVALID_PARAMS, "empty or too long key");
+		return NULL;
+	}
+	tid = mc_master_tenant_find(m, tenant->ptr ? tenant->ptr : "", tenant->len, &found);
+	o = found ? mc_master_obj_find_live(m, tid, key->ptr, key->len) : NULL;
+	if (!o) {
+		*st = FAILT(MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found",
+			    (int)MC_MIN(key->len, 80), key->ptr);
+		return NULL;
+	}
+	if (o->flags & MC_OBJ_PROC) {
+		*st = FAILT(MC_ERR_REPLICA_IS_NOT_READY, "key '%.*s' is being written",
+			    (int)MC_MIN(key->len, 80), key->ptr);
+		return NULL;
+	}
+	if (any_task(m, o)) {
+		*st = FAILT(MC_ERR_OBJECT_HAS_REPLICATION_TASK,
+			    "key '%.*s' has a copy or move task already", (int)MC_MIN(key->len, 80),
+			    key->ptr);
+		return NULL;
+	}
+	if (m->tasks->npending >= (uint64_t)m->cfg.max_total_pending_tasks) {
+		*st = FAILT(MC_ERR_TASK_PENDING_LIMIT_EXCEEDED,
+			    "%u tasks are pending (max_total_pending_tasks)", m->tasks->npending);
+		return NULL;
+	}
+	return o;
+}
+
+static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
+			       struct mc_buf *out, char *err, size_t err_len)
+{
+	const struct mc_store_copy_task_req *r = &q->body.copy_task_req;
+	struct mc_store_task_id resp;
+	struct mc_task *t;
+	struct mc_obj *o;
+	struct mc_rep src;
+	mc_status st;
+
+	if (r->n_targets == 0)
+		return FAILT(MC_ERR_INVALID_PARAMS, "no target segment");
+	for (uint32_t i = 0; i < r->n_targets; i++) {
+		const struct mc_proto_str *n = &r->targets[i];
+
+		if (n->len == 0)
+			return FAILT(MC_ERR_INVALID_PARAMS, "empty target segment name");
+		for (uint32_t j = 0; j < i; j++)
+			if (r->targets[j].len == n->len && !memcmp(r->targets[j].ptr, n->ptr, n->len))
+				return FAILT(MC_ERR_INVALID_PARAMS, "target '%.*s' named twice",
+					     (int)MC_MIN(n->len, 80), n->ptr);
+		if (!name_allocatable(m, n->ptr, n->len))
+			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
+				     "target segment '%.*s' is not mounted or takes no replicas",
+				     (int)MC_MIN(n->len, 80), n->ptr);
+	}
+	o = task_object(m, &r->tenant, &r->key, err, err_len, &st);
+	if (!o)
+		return st;
+	if (!pick_source(m, o, &src))
+		return FAILT(MC_ERR_REPLICA_NOT_FOUND, "key '%.*s' has no readable memory replica",
+			     (int)MC_MIN(r->key.len, 80), r->key.ptr);
+	t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, r->n_targets, now);
+	if (!t)
+		return FAILT(MC_ERR_NOMEM, "no memory for the task");
+	for (uint32_t i = 0; i < r->n_targets; i++) {
+		if (!task_add_target(t, r->targets[i].ptr, r->targets[i].len)) {
+			task_free(t);
+			return FAILT(MC_ERR_NOMEM, "no memory for the task");
+		}
+	}
+	task_set_source(m, t, &src);
+	task_push(m, t);
+	resp.id = t->id;
+	return mc_store_create_copy_task_response_encode(out, q->hdr.req_id, &resp);
+}
+
+static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
+			       struct mc_buf *out, char *err, size_t err_len)
+{
+	const struct mc_store_move_task_req *r = &q->body.move_task_req;
+	struct mc_store_task_id resp;
+	struct mc_task *t;
+	struct mc_obj *o;
+	struct mc_rep *src;
+	const struct mc_seg *ss;
+	mc_status st;
+
+	if (r->source.len == 0 || r->target.len == 0)
+		return FAILT(MC_ERR_INVALID_PARAMS, "empty source or target segment name");
+	if (r->source.len == r->target.len && !memcmp(r->source.ptr, r->target.ptr, r->source.len))
+		return FAILT(MC_ERR_INVALID_PARAMS, "source and target are the same segment");
+	if (!name_allocatable(m, r->target.ptr, r->target.len))
+		return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
+			     "target segment '%.*s' is not mounted or takes no replicas",
+			     (int)MC_MIN(r->target.len, 80), r->target.ptr);
+	o = task_object(m, &r->tenant, &r->key, err, err_len, &st);
+	if (!o)
+		return st;
+	src = rep_on(m, o, r->source.ptr, r->source.len);
+	if (!src)
+		return FAILT(MC_ERR_REPLICA_NOT_FOUND, "key '%.*s' has no replica on segment '%.*s'",
+			     (int)MC_MIN(r->key.len, 80), r->key.ptr,
+			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
+	if (rep_on(m, o, r->target.ptr, r->target.len))
+		return FAILT(MC_ERR_REPLICA_ALREADY_EXISTS,
+			     "key '%.*s' has a replica on segment '%.*s' already",
+			     (int)MC_MIN(r->key.len, 80), r->key.ptr,
+			     (int)MC_MIN(r->target.len, 80), r->target.ptr);
+	ss = &m->segs[src->seg];
+	if (ss->unreachable || ss->client >= m->nclient_slots || !m->clients[ss->client].alive)
+		return FAILT(MC_ERR_UNAVAILABLE_IN_CURRENT_STATUS,
+			     "the owner of segment '%.*s' is not reachable",
+			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
+	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
+	if (!t || !task_add_target(t, r->target.ptr, r->target.len)) {
+		task_free(t);
+		return FAILT(MC_ERR_NOMEM, "no memory for the task");
+	}
+	task_set_source(m, t, src);
+	task_push(m, t);
+	resp.id = t->id;
+	return mc_store_create_move_task_response_encode(out, q->hdr.req_id, &resp);
+}
+
+static mc_status h_query(struct mc_master *m, const struct mc_store_msg *q, struct mc_buf *out,
+			 char *err, size_t err_len)
+{
+	const struct mc_store_uuid *id = &q->body.task_id.id;
+	struct mc_task *t = task_find(m, id, NULL);
+	struct mc_store_task_info info;
+
+	if (!t)
+		return FAILT(MC_ERR_TASK_NOT_FOUND, "no task %" PRIu64 "-%" PRIu64, id->first,
+			     id->second);
+	memset(&info, 0, sizeof(info));
+	info.id = t->id;
+	info.type = t->type;
+	info.status = t->status;
+	info.created_at_ms = t->created;
+	info.updated_at_ms = t->updated;
+	info.assigned_client = t->cid;
+	info.message = mc_proto_str_c(t->msg);
+	return mc_store_query_task_response_encode(out, q->hdr.req_id, &info);
+}
+
+static mc_status h_done(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
+			struct mc_buf *out, char *err, size_t err_len)
+{
+	const struct mc_store_task_done_req *r = &q->body.task_done_req;
+	uint32_t i, slot;
+	struct mc_task *t = task_find(m, &r->task_id, &i);
+	const char *why = NULL;
+	char buf[TASK_MSG];
+	mc_status st;
+
+	if (!t || i == UINT32_MAX) {
+		if (t) /* finished already (timed out): nothing to do */
+			return FAILT(MC_ERR_TASK_NOT_FOUND, "task %" PRIu64 "-%" PRIu64
+				     " is finished already", r->task_id.first, r->task_id.second);
+		return FAILT(MC_ERR_TASK_NOT_FOUND, "no task %" PRIu64 "-%" PRIu64,
+			     r->task_id.first, r->task_id.second);
+	}
+	if (!mc_master_client_find(m, &r->client_id, &slot) || slot != t->client)
+		return FAILT(MC_ERR_ILLEGAL_CLIENT, "task %" PRIu64 "-%" PRIu64
+			     " was not handed to this client", t->id.first, t->id.second);
+	if (t->status != MC_STORE_TASK_PROCESSING)
+		return FAILT(MC_ERR_INVALID_PARAMS, "task %" PRIu64 "-%" PRIu64
+			     " was not handed out", t->id.first, t->id.second);
+	if (r->status == MC_OK) {
+		st = task_commit(m, t, &why);
+		if (st == MC_OK && t->job)
+			m->met.drain_migrated_bytes += t->size;
+	} else {
+		snprintf(buf, sizeof(buf), "the client failed: %.*s",
+			 (int)MC_MIN(r->message.len, 100), r->message.ptr ? r->message.ptr : "");
+		why = buf;
+		st = r->status < 0 ? (mc_status)r->status : MC_ERR_INTERNAL;
+	}
+	task_finish(m, i, st, why, now);
+	return mc_store_mark_task_to_complete_response_encode(out, q->hdr.req_id, NULL);
+}
+
+mc_status mc_master_tasks_handle(struct mc_master *m, const struct mc_store_msg *q, uint64_t now_ms,
+				 struct mc_buf *out, char *err, size_t err_len)
+{
+	switch (q->hdr.type) {
+	case MC_STORE_CREATE_COPY_TASK:
+		return h_create_copy(m, q, now_ms, out, err, err_len);
+	case MC_STORE_CREATE_MOVE_TASK:
+		return h_create_move(m, q, now_ms, out, err, err_len);
+	case MC_STORE_QUERY_TASK:
+		return h_query(m, q, out, err, err_len);
+	case MC_STORE_FETCH_TASKS:
+		return h_fetch(m, q, now_ms, out);
+	case MC_STORE_MARK_TASK_TO_COMPLETE:
+		return h_done(m, q, now_ms, out, err, err_len);
+	default:
+		return FAILT(MC_ERR_NOT_SUPPORTED, "not a task message");
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* drain jobs                                                                */
+
+static struct drain_job *job_of(struct mc_master *m, const struct mc_task *t)
+{
+	return t->job && t->job <= m->tasks->njobs ? m->tasks->jobs[t->job - 1] : NULL;
+}
+
+static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st)
+{
+	struct drain_job *j = job_of(m, t);
+
+	if (!j)
+		return;
+	j->active--;
+	if (st == MC_OK) {
+		j->succeeded++;
+		j->bytes += t->size;
+	} else if (st == MC_ERR_NO_AVAILABLE_HANDLE) {
+		j->blocked++;
+	} else {
+		j->failed++;
+	}
+}
+
+static bool job_drains(const struct drain_job *j, const struct mc_seg *s)
+{
+	for (uint32_t i = 0; i < j->nsegs; i++)
+		if (seg_named(s, j->segs[i], strlen(j->segs[i])))
+			return true;
+	return false;
+}
+
+/* The replica of o on a segment j drains, or NULL. */
+static struct mc_rep *job_rep(const struct mc_master *m, const struct drain_job *j, struct mc_obj *o)
+{
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		if (mem_live(m, r) && m->segs[r->seg].state == MC_SEG_DRAINING &&
+		    job_drains(j, &m->segs[r->seg]))
+			return r;
+	}
+	return NULL;
+}
+
+static bool drain_collect(void *arg, struct mc_obj *o)
+{
+	struct mc_master *m = arg;
+	struct mc_tasks *k = m->tasks;
+	struct drain_job *j = k->scan_job;
+
+	if ((o->flags & MC_OBJ_PROC) || !job_rep(m, j, o))
+		return true;
+	if (!mc_master_grow((void **)&k->found, &k->found_cap, k->nfound + 1, sizeof(*k->found))) {
+		j->skipped = true;
+		return true;
+	}
+	k->found[k->nfound++] = o;
+	return true;
+}
+
+/* A target for o's move: the job's targets in turn, else any segment
+ * that takes replicas; one with room and no replica of o. */
+static const char *job_target(struct mc_master *m, struct drain_job *j, struct mc_obj *o)
+{
+	for (uint32_t n = 0; n < j->ntargets; n++) {
+		const char *name = j->targets[j->next_target++ % j->ntargets];
+		size_t len = strlen(name);
+
+		if (rep_on(m, o, name, len))
+			continue;
+		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+			const struct mc_seg *s = &m->segs[i];
+
+			if (s->state == MC_SEG_MOUNTED && !s->unreachable && seg_named(s, name, len) &&
+			    mc_offset_alloc_free_bytes(s->alloc) >= mc_obj_size(o))
+				return name;
+		}
+	}
+	if (j->ntargets)
+		return NULL;
+	{
+		const struct mc_seg *s = repair_target(m, o);
+
+		return s ? s->name : NULL;
+	}
+}
+
+static void job_segs_state(struct mc_master *m, struct drain_job *j, int from, int to)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		struct mc_seg *s = &m->segs[i];
+
+		if (s->state == from && job_drains(j, s))
+			s->state = to;
+	}
+	m->targets_dirty = true;
+}
+
+static void job_end(struct mc_master *m, struct drain_job *j, int status, uint64_t now)
+{
+	for (uint32_t u = j->uhead; u < j->nunits; u++)
+		mc_free(j->units[u]);
+	j->uhead = j->nunits = 0;
+	if (j->cur.unit)
+		mc_master_cursor_close(m, &j->cur);
+	j->cur.unit = 0;
+	j->status = status;
+	j->updated = now;
+	if (status == MC_JOB_SUCCEEDED) {
+		for (uint32_t i = 0; i < m->nsegs_slots; i++)
+			if (m->segs[i].state == MC_SEG_DRAINING && job_drains(j, &m->segs[i]))
+				mc_master_seg_unmount(m, i);
+		snprintf(j->msg, sizeof(j->msg), "drained and unmounted");
+	} else {
+		job_segs_state(m, j, MC_SEG_DRAINING, MC_SEG_MOUNTED);
+	}
+}
+
+/* Queue the units (keys) of one cursor step's objects. */
+static void job_collect(struct mc_master *m, struct drain_job *j)
+{
+	struct mc_tasks *k = m->tasks;
+
+	k->nfound = 0;
+	k->scan_job = j;
+	mc_master_cursor_step(m, &j->cur, DRAIN_STEP_SLOTS, drain_collect, m);
+	if (j->uhead == j->nunits)
+		j->uhead = j->nunits = 0;
+	for (uint32_t i = 0; i < k->nfound; i++) {
+		struct mc_obj *o = k->found[i];
+		struct repair_ent *u;
+
+		if (!o)
+			continue;
+		if (!mc_master_grow((void **)&j->units, &j->units_cap, j->nunits + 1,
+				    sizeof(*j->units)) ||
+		    !(u = mc_malloc(sizeof(*u) + o->key_len))) {
+			j->skipped = true; /* the next lap comes back for it */
+			continue;
+		}
+		memset(u, 0, sizeof(*u));
+		u->tenant = o->tenant;
+		u->key_len = o->key_len;
+		memcpy(u->key, o->key, o->key_len);
+		j->units[j->nunits++] = u;
+	}
+	k->nfound = 0;
+}
+
+/* Start the move of one queued unit, if it still has a replica to move. */
+static void job_start(struct mc_master *m, struct drain_job *j, struct repair_ent *u,
+		      uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	struct mc_obj *o = mc_master_obj_find_live(m, u->tenant, u->key, u->key_len);
+	struct mc_rep *r;
+	const char *target;
+	struct mc_task *t;
+
+	if (!o || (o->flags & MC_OBJ_PROC) || !(r = job_rep(m, j, o)))
+		return; /* gone, rewritten or moved off meanwhile */
+	if (any_task(m, o) || k->npending >= (uint64_t)m->cfg.max_total_pending_tasks) {
+		j->skipped = true; /* the next lap comes back for it */
+		return;
+	}
+	target = job_target(m, j, o);
+	if (!target) {
+		j->blocked++;
+		j->skipped = true;
+		return;
+	}
+	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
+	if (!t || !task_add_target(t, target, strlen(target))) {
+		task_free(t);
+		j->skipped = true;
+		return;
+	}
+	task_set_source(m, t, r);
+	for (uint32_t x = 0; x < k->njobs; x++)
+		if (k->jobs[x] == j)
+			t->job = x + 1;
+	task_push(m, t);
+	j->active++;
+}
+
+/*
+ * A job's progress at a tick: start queued units while fewer than
+ * max_concurrency run; with the queue empty, the next cursor step fills
+ * it; at the end of a lap (all its moves finished) either nothing was
+ * passed over (busy objects, no room on a target) and the job succeeds,
+ * or another lap comes back for what was, DRAIN_LAPS at most.
+ */
+static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
+{
+	if (j->status == MC_JOB_CREATED || j->status == MC_JOB_PLANNING)
+		j->status = MC_JOB_RUNNING;
+	if (j->status != MC_JOB_RUNNING)
+		return;
+	for (int steps = 0; steps < DRAIN_STEPS_TICK;) {
+		while (j->active < j->max_conc && j->uhead < j->nunits) {
+			struct repair_ent *u = j->units[j->uhead++];
+
+			job_start(m, j, u, now);
+			mc_free(u);
+		}
+		if (j->active >= j->max_conc)
+			break;
+		if (j->cur.unit) {
+			if (mc_master_cursor_done(&j->cur)) {
+				mc_master_cursor_close(m, &j->cur);
+				j->cur.unit = 0;
+			} else {
+				job_collect(m, j);
+				steps++;
+			}
+			continue;
+		}
+		if (j->active)
+			break; /* the lap's moves finish first */
+		if (j->laps > 0 && !j->skipped) {
+			job_end(m, j, MC_JOB_SUCCEEDED, now); /* a lap found nothing to move */
+			return;
+		}
+		if (j->laps >= DRAIN_LAPS) {
+			snprintf(j->msg, sizeof(j->msg),
+				 "%" PRIu64 " unit(s) blocked (no space on a target), %" PRIu64
+				 " failed, after %u laps: the segments stay mounted",
+				 j->blocked, j->failed, DRAIN_LAPS);
+			job_end(m, j, MC_JOB_FAILED, now);
+			return;
+		}
+		j->laps++;
+		j->skipped = false;
+		if (j->laps > 1)
+			j->blocked = 0; /* what stays blocked is counted again */
+		mc_master_cursor_open(m, &j->cur);
+	}
+	j->updated = now;
+}
+
+mc_status mc_master_drain_create(struct mc_master *m, const char *const *segments,
+				 uint32_t nsegments, const char *const *targets, uint32_t ntargets,
+				 uint32_t max_concurrency, uint64_t now_ms,
+				 struct mc_store_uuid *id_out, char *err, size_t err_len)
+{
+	struct mc_tasks *k = m->tasks;
+	struct drain_job *j;
+
+	if (nsegments == 0)
+		return FAILT(MC_ERR_INVALID_PARAMS, "no segments to drain");
+	for (uint32_t i = 0; i < nsegments; i++) {
+		bool mounted = false;
+
+		for (uint32_t s = 0; s < m->nsegs_slots; s++)
+			if (m->segs[s].state == MC_SEG_MOUNTED &&
+			    seg_named(&m->segs[s], segments[i], strlen(segments[i])))
+				mounted = true;
+		if (!mounted)
+			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
+				     "segment '%.80s' is not mounted (or drains already)",
+				     segments[i]);
+	}
+	for (uint32_t i = 0; i < ntargets; i++) {
+		for (uint32_t s = 0; s < nsegments; s++)
+			if (strcmp(targets[i], segments[s]) == 0)
+				return FAILT(MC_ERR_INVALID_PARAMS,
+					     "segment '%.80s' is both drained and a target",
+					     targets[i]);
+		if (!name_allocatable(m, targets[i], strlen(targets[i])))
+			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
+				     "target segment '%.80s' is not mounted", targets[i]);
+	}
+	if (!mc_master_grow((void **)&k->jobs, &k->jobs_cap, k->njobs + 1, sizeof(*k->jobs)))
+		return FAILT(MC_ERR_NOMEM, "no memory for the job");
+	j = mc_calloc(1, sizeof(*j));
+	if (!j)
+		return FAILT(MC_ERR_NOMEM, "no memory for the job");
+	j->segs = mc_calloc(nsegments, sizeof(char *));
+	j->targets = mc_calloc(ntargets ? ntargets : 1, sizeof(char *));
+	if (!j->segs || !j->targets)
+		goto nomem;
+	for (uint32_t i = 0; i < nsegments; i++)
+		if (!(j->segs[j->nsegs++] = mc_strdup(segments[i])))
+			goto nomem;
+	for (uint32_t i = 0; i < ntargets; i++)
+		if (!(j->targets[j->ntargets++] = mc_strdup(targets[i])))
+			goto nomem;
+	j->id.first = k->id_hi ^ 0x4a4f42ull;
+	j->id.second = ++k->seq;
+	j->status = MC_JOB_CREATED;
+	j->created = j->updated = now_ms;
+	j->max_conc = max_concurrency ? max_concurrency : DRAIN_DEFAULT_CONC;
+	k->jobs[k->njobs++] = j;
+	job_segs_state(m, j, MC_SEG_MOUNTED, MC_SEG_DRAINING);
+	mc_info("drain job %" PRIu64 "-%" PRIu64 ": %u segment(s), %u target(s), concurrency %u",
+		j->id.first, j->id.second, nsegments, ntargets, j->max_conc);
+	*id_out = j->id;
+	return MC_OK;
+nomem:
+	for (uint32_t i = 0; i < j->nsegs; i++)
+		mc_free(j->segs[i]);
+	for (uint32_t i = 0; i < j->ntargets; i++)
+		mc_free(j->targets[i]);
+	mc_free(j->segs);
+	mc_free(j->targets);
+	mc_free(j);
+	return FAILT(MC_ERR_NOMEM, "no memory for the job");
+}
+
+static struct drain_job *job_find(struct mc_master *m, const struct mc_store_uuid *id)
+{
+	for (uint32_t i = 0; i < m->tasks->njobs; i++)
+		if (uuid_same(&m->tasks->jobs[i]->id, id))
+			return m->tasks->jobs[i];
+	return NULL;
+}
+
+static void job_info(const struct drain_job *j, struct mc_master_drain_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->id = j->id;
+	out->status = j->status;
+	out->created_at_ms = j->created;
+	out->updated_at_ms = j->updated;
+	out->succeeded_units = j->succeeded;
+	out->failed_units = j->failed;
+	out->blocked_units = j->blocked;
+	out->active_units = j->active;
+	out->migrated_bytes = j->bytes;
+	out->nsegments = j->nsegs;
+	out->segments = (const char *const *)j->segs;
+	out->message = j->msg;
+}
+
+mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid *id,
+				struct mc_master_drain_info *out)
+{
+	struct drain_job *j = job_find(m, id);
+
+	if (!j)
+		return MC_ERR_JOB_NOT_FOUND;
+	job_info(j, out);
+	return MC_OK;
+}
+
+mc_status mc_master_drain_cancel(struct mc_master *m, const struct mc_store_uuid *id,
+				 uint64_t now_ms, struct mc_master_drain_info *out)
+{
+	struct drain_job *j = job_find(m, id);
+
+	if (!j)
+		return MC_ERR_JOB_NOT_FOUND;
+	if (j->status == MC_JOB_CREATED || j->status == MC_JOB_PLANNING ||
+	    j->status == MC_JOB_RUNNING) {
+		snprintf(j->msg, sizeof(j->msg), "canceled");
+		job_end(m, j, MC_JOB_CANCELED, now_ms);
+	}
+	job_info(j, out);
+	return MC_OK;
+}
+
+const char *mc_master_job_status_name(int status)
+{
+	static const char *const names[] = {"CREATED",	 "PLANNING", "RUNNING",
+					    "SUCCEEDED", "FAILED",   "CANCELED"};
+
+	return status >= 0 && status < (int)MC_ARRAY_SIZE(names) ? names[status] : "UNKNOWN";
+}
+
+/* ------------------------------------------------------------------------ */
+/* tick and lifecycle                                                        */
+
+static void scan_active(struct mc_master *m, uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+
+	for (uint32_t i = 0; i < k->nactive; i++) {
+		struct mc_task *t = k->active[i];
+		uint64_t age = now > t->updated ? now - t->updated : 0;
+
+		if (t->status == MC_STORE_TASK_PENDING) {
+			struct mc_rep src;
+
+			if (!t->o) {
+				task_finish(m, i--, MC_ERR_OBJECT_NOT_FOUND,
+					    "the object was removed", now);
+				continue;
+			}
+			if (m->cfg.pending_task_timeout_ms && age >= m->cfg.pending_task_timeout_ms) {
+				task_finish(m, i--, MC_ERR_TIMEOUT, "not handed out in time", now);
+				continue;
+			}
+			if (mem_live(m, &t->src) && !m->segs[t->src.seg].unreachable &&
+			    t->client < m->nclient_slots && m->clients[t->client].alive)
+				continue;
+			/* its source went: a copy takes another, a move fails */
+			if (t->type == MC_STORE_TASK_REPLICA_COPY && pick_source(m, t->o, &src)) {
+				task_set_source(m, t, &src);
+				continue;
+			}
+			task_finish(m, i--, MC_ERR_REPLICA_NOT_FOUND, "the source replica went", now);
+		} else if (m->cfg.processing_task_timeout_ms &&
+			   age >= m->cfg.processing_task_timeout_ms) {
+			task_finish(m, i--, MC_ERR_TIMEOUT, "not reported in time", now);
+		} else if (t->client >= m->nclient_slots || !m->clients[t->client].alive) {
+			task_finish(m, i--, MC_ERR_CLIENT_NOT_FOUND, "its client expired", now);
+		}
+	}
+}
+
+void mc_master_tasks_tick(struct mc_master *m, uint64_t now_ms)
+{
+	struct mc_tasks *k = m->tasks;
+
+	if (k->nactive && (now_ms - k->last_scan >= SCAN_MS || now_ms < k->last_scan)) {
+		k->last_scan = now_ms;
+		scan_active(m, now_ms);
+	}
+	if (k->rq_head < k->nrq)
+		repair_run(m, now_ms);
+	for (uint32_t i = 0; i < k->njobs; i++)
+		job_step(m, k->jobs[i], now_ms);
+}
+
+mc_status mc_master_tasks_init(struct mc_master *m)
+{
+	m->tasks = mc_calloc(1, sizeof(*m->tasks));
+	if (!m->tasks)
+		return MC_ERR_NOMEM;
+	m->tasks->id_hi = mc_alloc_rand(&m->rng) | 1;
+	return MC_OK;
+}
+
+void mc_master_tasks_free(struct mc_master *m)
+{
+	struct mc_tasks *k = m->tasks;
+
+	if (!k)
+		return;
+	for (uint32_t i = 0; i < k->nactive; i++) {
+		dst_release(m, k->active[i]);
+		task_free(k->active[i]);
+	}
+	for (uint32_t i = 0; i < k->ndone; i++)
+		task_free(k->done[(k->done_head + i) % k->done_cap]);
+	for (uint32_t i = k->rq_head; i < k->nrq; i++)
+		mc_free(k->rq[i]);
+	for (uint32_t i = 0; i < k->njobs; i++) {
+		struct drain_job *j = k->jobs[i];
+
+		for (uint32_t s = 0; s < j->nsegs; s++)
+			mc_free(j->segs[s]);
+		for (uint32_t s = 0; s < j->ntargets; s++)
+			mc_free(j->targets[s]);
+		mc_free(j->segs);
+		mc_free(j->targets);
+		for (uint32_t u = j->uhead; u < j->nunits; u++)
+			mc_free(j->units[u]);
+		mc_free(j->units);
+		mc_free(j);
+	}
+	mc_free(k->jobs);
+	mc_free(k->found);
+	mc_free(k->active);
+	mc_free(k->done);
+	mc_free(k->rq);
+	mc_free(k);
+	m->tasks = NULL;
+}
