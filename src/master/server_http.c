@@ -44,6 +44,7 @@
 #include "base/http.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "master/server_drain.h"
 #include "master/server_priv.h"
 #include "meta/http_server.h"
 
@@ -784,6 +785,7 @@ static enum MHD_Result respond_api_error(struct MHD_Connection *conn, mc_status 
 		break;
 	case MC_ERR_SEGMENT_NOT_FOUND:
 	case MC_ERR_OBJECT_NOT_FOUND:
+	case MC_ERR_JOB_NOT_FOUND:
 		code = 404;
 		break;
 	case MC_ERR_UNAVAILABLE_IN_CURRENT_MODE:
@@ -796,6 +798,17 @@ static enum MHD_Result respond_api_error(struct MHD_Connection *conn, mc_status 
 	return respond_json(conn, code,
 			    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code", (int)st,
 				      "error_message", message ? message : error_name(st)));
+}
+
+enum MHD_Result mc_master_http_json(struct MHD_Connection *conn, unsigned code, json_t *j)
+{
+	return respond_json(conn, code, j);
+}
+
+enum MHD_Result mc_master_http_api_error(struct MHD_Connection *conn, mc_status st,
+					 const char *message)
+{
+	return respond_api_error(conn, st, message);
 }
 
 /* ---- replica descriptors ---------------------------------------------------- */
@@ -1192,13 +1205,6 @@ static enum MHD_Result page_remove_all_post(void *arg, struct MHD_Connection *co
 	return page_remove_all(arg, conn, req);
 }
 
-static enum MHD_Result page_drain_jobs(void *arg, struct MHD_Connection *conn,
-				       const struct mc_http_request *req)
-{
-	return respond_api_error(conn, MC_ERR_NOT_SUPPORTED,
-				 "drain jobs are not supported in this build");
-}
-
 static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn,
 					  const struct mc_http_request *req)
 {
@@ -1212,7 +1218,7 @@ static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn
  * the master's state. */
 static const struct mc_http_route routes[] = {
 	{"/api/v1/remove_all", 0, false, page_remove_all_post},
-	{"/api/v1/drain_jobs", 0, true, page_drain_jobs},
+	{"/api/v1/drain_jobs", 0, true, mc_master_page_drain_jobs}, /* server_drain.c */
 	{"/api/v1/tenant_quotas", 0, false, page_tenant_quotas},
 	{"/metrics", GET_HEAD, false, page_metrics},
 	{"/metrics/summary", GET_HEAD, false, page_summary},
@@ -1278,7 +1284,7 @@ mc_status mc_master_admin_start(struct mc_master_server *s,
 		.max_conns_per_ip = (unsigned)mcfg->metrics_max_connections_per_ip,
 		.max_conns = (unsigned)mc_accept_cap_for_fds(
 			"admin http", (uint64_t)mcfg->metrics_max_connections, 10),
-		.max_body = 0, /* no page reads a body */
+		.max_body = 1u << 20, /* POST /api/v1/drain_jobs reads its JSON body */
 		.handler = on_request,
 		.arg = s,
 	};
