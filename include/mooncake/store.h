@@ -382,6 +382,52 @@ MC_API int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *cons
 MC_API int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,
 					 struct mc_store_replica_desc *out, size_t cap);
 
+/* ---- copy and move tasks, segment unmount (spec store.md 1.14, 9.3) ---- */
+
+/* A task's id (upstream's UUID: Python sees (first, second)). */
+struct mc_store_task_uuid {
+	uint64_t first;
+	uint64_t second;
+};
+
+/* Upstream's QueryTaskResponse. */
+struct mc_store_task_state {
+	struct mc_store_task_uuid id;
+	int type;   /* 0 REPLICA_COPY, 1 REPLICA_MOVE */
+	int status; /* 0 PENDING, 1 PROCESSING, 2 FAILED, 3 SUCCESS */
+	uint64_t created_at_ms_epoch;
+	uint64_t last_updated_at_ms_epoch;
+	struct mc_store_task_uuid assigned_client;
+	char message[256];
+};
+
+/*
+ * Copy key's object to every segment in targets (segment names, mounted
+ * and taking replicas), or move its replica on segment source to target.
+ * The master hands the task to the client that holds the source, which
+ * writes the bytes and reports; follow it with mc_store_query_task.
+ * Errors: OBJECT_NOT_FOUND, SEGMENT_NOT_FOUND (a target), REPLICA_NOT_FOUND
+ * (no replica on source), REPLICA_ALREADY_EXISTS (move to a holder),
+ * OBJECT_HAS_REPLICATION_TASK, TASK_PENDING_LIMIT_EXCEEDED, INVALID_PARAMS.
+ */
+MC_API mc_status mc_store_create_copy_task(struct mc_store *s, const char *key,
+					   const char *const *targets, size_t ntargets,
+					   struct mc_store_task_uuid *id_out);
+MC_API mc_status mc_store_create_move_task(struct mc_store *s, const char *key, const char *source,
+					   const char *target, struct mc_store_task_uuid *id_out);
+/* TASK_NOT_FOUND for an unknown (or pruned) id. */
+MC_API mc_status mc_store_query_task(struct mc_store *s, const struct mc_store_task_uuid *id,
+				     struct mc_store_task_state *out);
+/*
+ * Unmount this client's segment named by segment_id ("<first>-<second>",
+ * as /get_segments_detail prints it): at once (grace_period_ms 0; its
+ * replicas become unreadable) or after a grace period in which it stays
+ * readable but takes no new replicas.  The heartbeat does not mount it
+ * again.  INVALID_PARAMS for an id that is not this client's segment.
+ */
+MC_API mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
+					  uint64_t grace_period_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -598,6 +598,8 @@ static void repair_run(struct mc_master *m, uint64_t now)
 /* finishing                                                                 */
 
 static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st);
+struct drain_job;
+static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now);
 
 static void dst_release(struct mc_master *m, struct mc_task *t)
 {
@@ -788,7 +790,10 @@ static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint
 	uint32_t slot, want = MC_MIN(r->batch, FETCH_MAX), nrep = 0;
 	mc_status st;
 
+	/* new work first, so a client that reported a batch gets the next at once */
 	repair_run(m, now);
+	for (uint32_t j = 0; j < k->njobs; j++)
+		job_step(m, k->jobs[j], now);
 	if (!mc_master_client_find(m, &r->client_id, &slot) || want == 0 || k->nactive == 0)
 		return mc_store_fetch_tasks_response_encode(out, q->hdr.req_id, &resp);
 	a = mc_calloc(want, sizeof(*a));

@@ -158,6 +158,8 @@ static void *heartbeat_main(void *arg)
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
 		heartbeat_once(s, &fails);
+		if (!atomic_load(&s->ping_failed))
+			mc_store_tasks_poll(s);
 		until = mc_now_ms() + HEARTBEAT_MS;
 		ts.tv_sec = (time_t)(until / 1000);
 		ts.tv_nsec = (long)(until % 1000) * 1000000L;

@@ -82,6 +82,7 @@ struct mc_store {
 	bool disk_mounted; /* the local-disk segment is mounted (heartbeat thread) */
 	atomic_bool disk_remount;
 	bool promotion_off; /* the master answered promotion NOT_SUPPORTED (heartbeat thread) */
+	bool no_tasks;	    /* the master answered FetchTasks NOT_SUPPORTED (heartbeat thread) */
 	pthread_t ohb;
 	bool ohb_started;
 	bool ohb_stop;			 /* under hb_lock */
@@ -219,6 +220,8 @@ mc_status mc_store_check_config(const struct mc_store_config *cfg, bool value_ca
  * master is told which segments could not be read (ReportUnreachable).
  */
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode);
+/* The heartbeat's turn at copy and move tasks (client_tasks.c). */
+void mc_store_tasks_poll(struct mc_store *s);
 
 /*
  * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,

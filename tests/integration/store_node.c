@@ -621,6 +621,67 @@ static void cmd_remove_all(int argc, char **argv)
 		reply("OK %" PRId64, n);
 }
 
+/* copy KEY SEG...: a copy task; move KEY SRC DST: a move task; both answer
+ * "OK id=A-B".  task A-B: "OK status=S type=T msg=...".  unmount SEGID
+ * [GRACE_MS]: this client's segment. */
+static void cmd_copy_move(bool move, int argc, char **argv)
+{
+	struct mc_store_task_uuid id;
+	const char *t[MAX_ARGS];
+	mc_status st;
+	double t0 = now_ms();
+
+	if (move ? argc != 4 : argc < 3) {
+		reply(move ? "ERR BADARG 0 usage: move KEY SRC DST"
+			   : "ERR BADARG 0 usage: copy KEY SEG...");
+		return;
+	}
+	for (int i = 2; i < argc; i++)
+		t[i - 2] = argv[i];
+	st = move ? mc_store_create_move_task(store, decode_arg(argv[1]), argv[2], argv[3], &id)
+		  : mc_store_create_copy_task(store, decode_arg(argv[1]), t, (size_t)(argc - 2),
+					      &id);
+	if (st != MC_OK)
+		reply_err(st, now_ms() - t0, move ? "create_move_task" : "create_copy_task");
+	else
+		reply("OK id=%" PRIu64 "-%" PRIu64, id.first, id.second);
+}
+
+static void cmd_task(int argc, char **argv)
+{
+	struct mc_store_task_uuid id;
+	struct mc_store_task_state ts;
+	mc_status st;
+	double t0 = now_ms();
+
+	if (argc != 2 || sscanf(argv[1], "%" SCNu64 "-%" SCNu64, &id.first, &id.second) != 2) {
+		reply("ERR BADARG 0 usage: task FIRST-SECOND");
+		return;
+	}
+	st = mc_store_query_task(store, &id, &ts);
+	if (st != MC_OK)
+		reply_err(st, now_ms() - t0, "query_task");
+	else
+		reply("OK status=%d type=%d msg=%s", ts.status, ts.type,
+		      ts.message[0] ? ts.message : "-");
+}
+
+static void cmd_unmount(int argc, char **argv)
+{
+	mc_status st;
+	double t0 = now_ms();
+
+	if (argc < 2 || argc > 3) {
+		reply("ERR BADARG 0 usage: unmount SEGID [GRACE_MS]");
+		return;
+	}
+	st = mc_store_unmount_segment(store, argv[1], argc == 3 ? strtoull(argv[2], NULL, 10) : 0);
+	if (st != MC_OK)
+		reply_err(st, now_ms() - t0, "unmount_segment");
+	else
+		reply("OK");
+}
+
 /* ------------------------------------------------------------------ */
 /* Main loop */
 
@@ -667,6 +728,12 @@ static bool run_line(char *line)
 		cmd_remove_regex(argc, argv);
 	else if (!strcmp(c, "remove_all"))
 		cmd_remove_all(argc, argv);
+	else if (!strcmp(c, "copy") || !strcmp(c, "move"))
+		cmd_copy_move(c[0] == 'm', argc, argv);
+	else if (!strcmp(c, "task"))
+		cmd_task(argc, argv);
+	else if (!strcmp(c, "unmount"))
+		cmd_unmount(argc, argv);
 	else if (!strcmp(c, "health"))
 		reply("OK %d", mc_store_health_check(store));
 	else if (!strcmp(c, "hostname"))
