@@ -593,6 +593,13 @@ static PyMethodDef store_methods[] = {
 					"all_sizes, prefer_alloc_in_same_node=False) -> list"),
 	M(get_replica_desc, "get_replica_desc(key) -> list of ReplicaDescriptor"),
 	M(batch_get_replica_desc, "batch_get_replica_desc(keys) -> dict key -> list"),
+	M(create_copy_task, "create_copy_task(key, targets) -> ((first, second), 0) or ((0, 0), "
+			    "err): copy the object to every target segment"),
+	M(create_move_task, "create_move_task(key, source, target) -> (task_id, err): move its "
+			    "replica on segment source to target"),
+	M(query_task, "query_task(task_id) -> (QueryTaskResponse, 0) or (None, err)"),
+	M(unmount_segment, "unmount_segment(segment_ids, grace_period_seconds=0) -> int: unmount "
+			   "this client's segment (readable for the grace period)"),
 	M(batch_replica_clear, "batch_replica_clear(keys, segment_name='') -> list of cleared "
 			       "keys (objects this client wrote, lease expired)"),
 	M(put_tensor, "put_tensor(key, tensor) -> int"),
@@ -821,8 +828,8 @@ PyMODINIT_FUNC PyInit_store(void)
 	static const char *const tt[] = {"REPLICA_COPY", "REPLICA_MOVE"};
 	static const int tt_v[] = {0, 1};
 	static const char *const ts[] = {"PENDING", "PROCESSING", "SUCCESS", "FAILED"};
-	static const int ts_v[] = {0, 1, 2, 3};
-	PyObject *m, *e;
+	static const int ts_v[] = {0, 1, 3, 2}; /* spec store.md 1.14: FAILED 2, SUCCESS 3 */
+	PyObject *m;
 
 	if (PyType_Ready(&mc_py_config_type) < 0 || PyType_Ready(&mc_py_store_type) < 0 ||
 	    PyType_Ready(&mc_py_handle_type) < 0 || PyType_Ready(&mc_py_descriptor_type) < 0 ||
@@ -855,15 +862,13 @@ PyMODINIT_FUNC PyInit_store(void)
 	if (!mc_py_object_data_type_enum &&
 	    !(mc_py_object_data_type_enum = add_enum(m, "ObjectDataType", odt, odt_v, 10, true)))
 		goto err;
-	e = add_enum(m, "TaskType", tt, tt_v, 2, true);
-	if (!e)
+	if (!mc_py_task_type_enum &&
+	    !(mc_py_task_type_enum = add_enum(m, "TaskType", tt, tt_v, 2, true)))
 		goto err;
-	Py_DECREF(e);
 	/* "PROCESSING"/"FAILED" of TaskStatus are not exported: ReplicaStatus's win */
-	e = add_enum(m, "TaskStatus", ts, ts_v, 4, false);
-	if (!e)
+	if (!mc_py_task_status_enum &&
+	    !(mc_py_task_status_enum = add_enum(m, "TaskStatus", ts, ts_v, 4, false)))
 		goto err;
-	Py_DECREF(e);
 	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0 ||
 	    mc_py_pool_add_exceptions(m) < 0)
 		goto err;

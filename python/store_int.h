@@ -426,6 +426,12 @@ PyObject *mc_py_store_batch_get_into_multi_buffers(DEFARGS);
 PyObject *mc_py_store_get_replica_desc(DEFARGS);
 PyObject *mc_py_store_batch_get_replica_desc(DEFARGS);
 PyObject *mc_py_store_batch_replica_clear(DEFARGS);
+/* store_tasks.c */
+extern PyObject *mc_py_task_type_enum, *mc_py_task_status_enum;
+PyObject *mc_py_store_create_copy_task(DEFARGS);
+PyObject *mc_py_store_create_move_task(DEFARGS);
+PyObject *mc_py_store_query_task(DEFARGS);
+PyObject *mc_py_store_unmount_segment(DEFARGS);
 PyObject *mc_py_store_put_tensor(DEFARGS);
 PyObject *mc_py_store_upsert_tensor(DEFARGS);
 PyObject *mc_py_store_pub_tensor(DEFARGS);

@@ -1,0 +1,173 @@
+/*
+ * python/store_tasks.c - copy and move tasks and the segment unmount of
+ * `mooncake.store` (spec store.md 1.14, 9.3): create_copy_task,
+ * create_move_task, query_task, unmount_segment.  Upstream's shapes: a
+ * task id is a 2-tuple of ints; create_* answer (id, 0) or ((0, 0), err);
+ * query_task answers (QueryTaskResponse, 0) or (None, err), the response
+ * an object with id, type (TaskType), status (TaskStatus),
+ * created_at_ms_epoch, last_updated_at_ms_epoch, assigned_client (a
+ * 2-tuple) and message; unmount_segment an int.  Nothing here moves bytes:
+ * the client that holds a task's source does (store/client_tasks.c).
+ */
+#include "store_int.h"
+
+PyObject *mc_py_task_type_enum, *mc_py_task_status_enum;
+
+static PyObject *id_tuple(uint64_t a, uint64_t b)
+{
+	return Py_BuildValue("(KK)", (unsigned long long)a, (unsigned long long)b);
+}
+
+static PyObject *create_result(mc_status st, const struct mc_store_task_uuid *id)
+{
+	if (st != MC_OK)
+		return Py_BuildValue("((ii)i)", 0, 0, (int)st);
+	return Py_BuildValue("(Ni)", id_tuple(id->first, id->second), 0);
+}
+
+PyObject *mc_py_store_create_copy_task(DEFARGS)
+{
+	struct mc_store_task_uuid id = {0, 0};
+	const char *key;
+	struct keys targets;
+	struct call c;
+	mc_status st;
+	PARSE("create_copy_task", 2, "key", "targets");
+	if (arg_str(a[0], "create_copy_task", "key", &key) < 0)
+		return NULL;
+	if (PyUnicode_Check(a[1])) {
+		PyErr_SetString(PyExc_TypeError,
+				"create_copy_task() targets must be a list of segment names");
+		return NULL;
+	}
+	if (keys_from(a[1], "create_copy_task", &targets) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_create_copy_task(ST(self)->s, key, targets.v, targets.n, &id);
+	call_end(&c);
+	keys_release(&targets);
+	return create_result(st, &id);
+}
+
+PyObject *mc_py_store_create_move_task(DEFARGS)
+{
+	struct mc_store_task_uuid id = {0, 0};
+	const char *key, *source, *target;
+	struct call c;
+	mc_status st;
+	PARSE("create_move_task", 3, "key", "source", "target");
+	if (arg_str(a[0], "create_move_task", "key", &key) < 0 ||
+	    arg_str(a[1], "create_move_task", "source", &source) < 0 ||
+	    arg_str(a[2], "create_move_task", "target", &target) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_create_move_task(ST(self)->s, key, source, target, &id);
+	call_end(&c);
+	return create_result(st, &id);
+}
+
+/* A task id from Python: a 2-tuple of ints (or a list), as create_* answer. */
+static int task_id_from(PyObject *o, struct mc_store_task_uuid *out)
+{
+	uint64_t *v = NULL;
+	size_t n = 0;
+
+	if (PyUnicode_Check(o) || u64s_from(o, "query_task", "task_id", &v, &n) < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError,
+					"query_task() task_id must be a (first, second) tuple");
+		return -1;
+	}
+	if (n != 2) {
+		PyMem_Free(v);
+		PyErr_SetString(PyExc_ValueError,
+				"query_task() task_id must have two ints (first, second)");
+		return -1;
+	}
+	out->first = v[0];
+	out->second = v[1];
+	PyMem_Free(v);
+	return 0;
+}
+
+static PyObject *task_response(const struct mc_store_task_state *t)
+{
+	PyObject *types = PyImport_ImportModule("types"), *cls = NULL, *kw = NULL, *args = NULL;
+	PyObject *out = NULL;
+
+	cls = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+	kw = cls ? Py_BuildValue("{s:N,s:N,s:N,s:K,s:K,s:N,s:s}", "id",
+				 id_tuple(t->id.first, t->id.second), "type",
+				 enum_value(mc_py_task_type_enum, t->type), "status",
+				 enum_value(mc_py_task_status_enum, t->status),
+				 "created_at_ms_epoch", (unsigned long long)t->created_at_ms_epoch,
+				 "last_updated_at_ms_epoch",
+				 (unsigned long long)t->last_updated_at_ms_epoch, "assigned_client",
+				 id_tuple(t->assigned_client.first, t->assigned_client.second),
+				 "message", t->message)
+		 : NULL;
+	args = kw ? PyTuple_New(0) : NULL;
+	out = args ? PyObject_Call(cls, args, kw) : NULL;
+	Py_XDECREF(args);
+	Py_XDECREF(kw);
+	Py_XDECREF(cls);
+	Py_XDECREF(types);
+	return out;
+}
+
+PyObject *mc_py_store_query_task(DEFARGS)
+{
+	struct mc_store_task_uuid id;
+	struct mc_store_task_state t;
+	struct call c;
+	mc_status st;
+	PyObject *r;
+	PARSE("query_task", 1, "task_id");
+	if (task_id_from(a[0], &id) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_query_task(ST(self)->s, &id, &t);
+	call_end(&c);
+	if (st != MC_OK)
+		return Py_BuildValue("(Oi)", Py_None, (int)st);
+	r = task_response(&t);
+	return r ? Py_BuildValue("(Ni)", r, 0) : NULL;
+}
+
+/* Every id is tried; the first failure's code is returned (0: all went). */
+PyObject *mc_py_store_unmount_segment(DEFARGS)
+{
+	struct keys ids;
+	double grace = 0;
+	int rc = 0;
+	PARSE("unmount_segment", 1, "segment_ids", "grace_period_seconds");
+	if (a[1]) {
+		grace = PyFloat_AsDouble(a[1]);
+		if (grace == -1 && PyErr_Occurred())
+			return NULL;
+		if (!(grace >= 0 && grace <= 1e9)) {
+			PyErr_SetString(PyExc_ValueError,
+					"unmount_segment() grace_period_seconds must be >= 0");
+			return NULL;
+		}
+	}
+	if (PyUnicode_Check(a[0])) {
+		PyErr_SetString(PyExc_TypeError,
+				"unmount_segment() segment_ids must be a list of segment ids");
+		return NULL;
+	}
+	if (keys_from(a[0], "unmount_segment", &ids) < 0)
+		return NULL;
+	for (size_t i = 0; i < ids.n; i++) {
+		struct call c;
+		mc_status st;
+
+		call_begin(&c, ST(self), true);
+		st = mc_store_unmount_segment(ST(self)->s, ids.v[i], (uint64_t)(grace * 1000.0));
+		call_end(&c);
+		if (st != MC_OK && rc == 0)
+			rc = (int)st;
+	}
+	keys_release(&ids);
+	return PyLong_FromLong(rc);
+}

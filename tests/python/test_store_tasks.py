@@ -1,0 +1,92 @@
+"""create_copy_task, create_move_task, query_task and unmount_segment of
+MooncakeDistributedStore (spec store.md 1.14, 9.3): upstream's return
+shapes and codes, against a real mooncake_master and two in-process
+stores (the holder's heartbeat thread executes the task)."""
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig, TaskStatus, TaskType
+
+from conftest import MiB
+
+OBJECT_NOT_FOUND = -704
+SEGMENT_NOT_FOUND = -101
+REPLICA_NOT_FOUND = -710
+INVALID_PARAMS = -600
+TASK_NOT_FOUND = -1400
+
+
+def new_store(master):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", master.meta_uri, 16 * MiB, 4 * MiB, "tcp", "", master.addr) == 0
+    return s
+
+
+def finished(store, tid, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        resp, err = store.query_task(tid)
+        assert err == 0, err
+        if resp.status in (TaskStatus.SUCCESS, TaskStatus.FAILED):
+            return resp
+        assert time.monotonic() < deadline, f"task {tid} still {resp.status}"
+        time.sleep(0.05)
+
+
+def segment_id(master, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{master.metrics}/get_segments_detail",
+                                timeout=5) as r:
+        segs = json.loads(r.read())["segments"]
+    return next(s["segment_id"] for s in segs if s["segment_name"] == name)
+
+
+@pytest.fixture(scope="module")
+def pair(mc_master):
+    a, b = new_store(mc_master), new_store(mc_master)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_copy_move_and_query(pair):
+    a, b = pair
+    c = ReplicateConfig()
+    c.preferred_segment = a.get_hostname()
+    val = bytes(range(256)) * 1024
+    assert a.put("tasks/k", val, c) == 0
+    # failures: ((0, 0), code) and (None, code)
+    assert a.create_copy_task("tasks/none", [b.get_hostname()]) == ((0, 0), OBJECT_NOT_FOUND)
+    assert a.create_copy_task("tasks/k", ["nowhere:1"]) == ((0, 0), SEGMENT_NOT_FOUND)
+    assert a.create_move_task("tasks/k", b.get_hostname(), a.get_hostname()) == \
+        ((0, 0), REPLICA_NOT_FOUND)
+    assert a.query_task((1, 2)) == (None, TASK_NOT_FOUND)
+    with pytest.raises(TypeError):
+        a.create_copy_task("tasks/k", b.get_hostname())  # a str, not a list
+
+    tid, err = b.create_copy_task("tasks/k", [b.get_hostname()])
+    assert err == 0 and isinstance(tid, tuple) and len(tid) == 2 and tid != (0, 0)
+    resp = finished(b, tid)
+    assert resp.status == TaskStatus.SUCCESS and resp.type == TaskType.REPLICA_COPY
+    assert resp.id == tid and isinstance(resp.assigned_client, tuple)
+    assert resp.last_updated_at_ms_epoch >= resp.created_at_ms_epoch > 0
+    assert len(b.get_replica_desc("tasks/k")) == 2
+    assert b.get("tasks/k") == val
+
+    # move b's copy back to... nowhere new: a holds one; move a's to b fails (b holds)
+    tid, err = a.create_move_task("tasks/k", a.get_hostname(), b.get_hostname())
+    assert err == -711 and tid == (0, 0)
+
+
+def test_unmount_segment(mc_master):
+    s = new_store(mc_master)
+    try:
+        assert s.unmount_segment(["not-an-id"]) == INVALID_PARAMS
+        sid = segment_id(mc_master, s.get_hostname())
+        assert s.unmount_segment([sid], grace_period_seconds=0) == 0
+        assert s.unmount_segment([sid]) == INVALID_PARAMS  # not mounted any more
+    finally:
+        s.close()
