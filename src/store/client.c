@@ -98,7 +98,7 @@ static mc_status remount(struct mc_store *s)
 	struct mc_store_msg resp;
 	mc_status rc;
 
-	if (s->seg_mounted) {
+	if (s->seg_mounted && !atomic_load(&s->seg_unmounted)) {
 		memset(&seg, 0, sizeof(seg));
 		seg.id = s->seg_id;
 		seg.name = mc_proto_str_c(s->name);
@@ -152,15 +152,16 @@ static void *heartbeat_main(void *arg)
 {
 	struct mc_store *s = arg;
 	unsigned fails = 0;
+	bool busy;
 	pthread_mutex_lock(&s->hb_lock);
 	while (!s->hb_stop) {
 		struct timespec ts;
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
 		heartbeat_once(s, &fails);
-		if (!atomic_load(&s->ping_failed))
-			mc_store_tasks_poll(s);
-		until = mc_now_ms() + HEARTBEAT_MS;
+		/* copy and move tasks (client_tasks.c); busy: ping again, no wait */
+		busy = !atomic_load(&s->ping_failed) && mc_store_tasks_poll(s);
+		until = mc_now_ms() + (busy ? 0 : HEARTBEAT_MS);
 		ts.tv_sec = (time_t)(until / 1000);
 		ts.tv_nsec = (long)(until % 1000) * 1000000L;
 		pthread_mutex_lock(&s->hb_lock);
@@ -349,6 +350,7 @@ static mc_status mount_segment(struct mc_store *s)
 		return rc;
 	mc_store_msg_release(&resp);
 	s->seg_mounted = true;
+	atomic_store(&s->seg_unmounted, false);
 	return MC_OK;
 }
 

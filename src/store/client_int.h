@@ -52,6 +52,7 @@ struct mc_store {
 	struct mc_hostmem *seg_mem; /* the mapping behind seg (mem/hostmem.h) */
 	bool seg_registered;
 	bool seg_mounted;
+	atomic_bool seg_unmounted; /* mc_store_unmount_segment took it off (any thread) */
 	struct mc_store_uuid seg_id;
 
 	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
@@ -220,8 +221,9 @@ mc_status mc_store_check_config(const struct mc_store_config *cfg, bool value_ca
  * master is told which segments could not be read (ReportUnreachable).
  */
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode);
-/* The heartbeat's turn at copy and move tasks (client_tasks.c). */
-void mc_store_tasks_poll(struct mc_store *s);
+/* The heartbeat's turn at copy and move tasks (client_tasks.c): true when
+ * it stopped at its time budget with tasks still coming. */
+bool mc_store_tasks_poll(struct mc_store *s);
 
 /*
  * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,

@@ -11,9 +11,10 @@
  * for the task) in one engine batch through mc_store_run_transfers, and
  * reports each with MarkTaskToComplete: MC_OK commits the blocks as
  * replicas, anything else gives them back.  While batches come back
- * non-empty it asks again at once, for at most TASK_BUDGET_MS, so repair traffic
- * flows without waiting a second per batch yet never delays the next
- * ping past the client's TTL.  A master of minor version < 6 answers
+ * non-empty it asks again at once, for at most TASK_BUDGET_MS; then the
+ * heartbeat pings and, while tasks keep coming, starts again without its
+ * one-second wait, so repair traffic flows without gaps and the pings
+ * still come well within the client's TTL.  A master of minor version < 7 answers
  * NOT_SUPPORTED, after which this client stops asking.
  *
  * Never: write anywhere but the targets the master named, or read outside
@@ -162,7 +163,8 @@ mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_segment: '%s' is not a segment id (<first>-<second>)",
 				    segment_id ? segment_id : "(null)");
-	if (!s->seg_mounted || id.first != s->seg_id.first || id.second != s->seg_id.second)
+	if (!s->seg_mounted || atomic_load(&s->seg_unmounted) || id.first != s->seg_id.first ||
+	    id.second != s->seg_id.second)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_segment: %s is not a segment this client has mounted",
 				    segment_id);
@@ -178,7 +180,7 @@ mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 	if (rc != MC_OK)
 		return rc;
 	mc_store_msg_release(&resp);
-	s->seg_mounted = false; /* the heartbeat's remount leaves it out */
+	atomic_store(&s->seg_unmounted, true); /* the heartbeat's remount leaves it out */
 	return MC_OK;
 }
 
@@ -211,7 +213,7 @@ static bool run_batch(struct mc_store *s)
 
 	if (rc == MC_ERR_NOT_SUPPORTED) {
 		s->no_tasks = true;
-		mc_info("the master has no copy/move tasks (protocol minor < 6)");
+		mc_info("the master has no copy/move tasks (protocol minor < 7)");
 		return false;
 	}
 	if (rc != MC_OK)
@@ -266,12 +268,15 @@ out:
 	return more;
 }
 
-void mc_store_tasks_poll(struct mc_store *s)
+bool mc_store_tasks_poll(struct mc_store *s)
 {
 	uint64_t end = mc_now_ms() + TASK_BUDGET_MS;
 
-	if (s->no_tasks || !s->seg_mounted)
-		return;
-	while (run_batch(s) && mc_now_ms() < end)
-		;
+	if (s->no_tasks || !s->seg_mounted || atomic_load(&s->seg_unmounted))
+		return false;
+	while (run_batch(s)) {
+		if (mc_now_ms() >= end)
+			return true; /* more may wait: ping, then come back at once */
+	}
+	return false;
 }
