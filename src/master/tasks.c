@@ -665,7 +665,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 static mc_status task_commit(struct mc_master *m, struct mc_task *t, const char **why)
 {
 	struct mc_obj *o = t->o;
-	uint32_t add = 0, n;
+	uint32_t add = 0, held = 0, n;
 
 	if (!o) {
 		*why = "the object was removed during the copy";
@@ -675,11 +675,14 @@ static mc_status task_commit(struct mc_master *m, struct mc_task *t, const char 
 		*why = "the object was rewritten during the copy";
 		return MC_ERR_OBJECT_NOT_FOUND;
 	}
-	for (uint32_t i = 0; i < t->nt; i++)
-		if (t->dst[i].addr && mc_master_rep_live(m, &t->dst[i]))
-			add++;
-	if (add == 0 && t->type == MC_STORE_TASK_REPLICA_MOVE) {
-		*why = "the target segment went during the move";
+	for (uint32_t i = 0; i < t->nt; i++) {
+		held += t->dst[i].addr != 0;
+		add += t->dst[i].addr && mc_master_rep_live(m, &t->dst[i]);
+	}
+	/* every target block went with its segment (a copy whose targets all
+	 * held the object already has none and succeeds) */
+	if (add == 0 && (held || t->type == MC_STORE_TASK_REPLICA_MOVE)) {
+		*why = "the target segment went during the copy";
 		return MC_ERR_SEGMENT_NOT_FOUND;
 	}
 	n = mc_master_obj_prune(m, o);

@@ -248,6 +248,71 @@ static void test_move_task(void **state)
 	mt_free(t);
 }
 
+static void test_sources_and_targets_that_vanish(void **state)
+{
+	struct mc_master_config cfg;
+	const char *b[] = {"b:1"}, *c[] = {"c:1"};
+	struct mc_store_uuid id = {0, 0}, id2 = {0, 0}, got[4];
+	struct mt *t;
+	char w[64];
+
+	(void)state;
+	mc_master_config_defaults(&cfg); /* clients expire */
+	t = mt_new(&cfg);
+	mount3(t);
+	put_on(t, "one", 100, 1, "a:1");
+	put_on(t, "two", 100, 2, "a:1");
+	/* a's death: the copy of "one" (its only source) fails, never hangs;
+	 * the copy of "two" takes its other replica as the source */
+	assert_int_equal(copy_task(t, "one", c, 1, &id), MC_OK);
+	assert_int_equal(copy_task(t, "two", c, 1, &id2), MC_OK);
+	assert_int_equal(query(t, id2), MC_STORE_TASK_PENDING);
+	if (t->resp.body.task_info.assigned_client.first != CA.first) {
+		/* two's source is on b or c already: nothing to re-source */
+		assert_true(t->resp.body.task_info.assigned_client.first == CB.first ||
+			    t->resp.body.task_info.assigned_client.first == CC.first);
+	}
+	t->now += 6000;
+	(void)mt_ping(t, CB);
+	(void)mt_ping(t, CC);
+	t->now += 5000;
+	mc_master_tick(t->m, t->now);
+	assert_int_equal(query(t, id), MC_STORE_TASK_FAILED);
+	assert_int_equal(query(t, id2), MC_STORE_TASK_PENDING);
+	assert_true(t->resp.body.task_info.assigned_client.first != CA.first);
+	mt_free(t);
+
+	/* the target goes while the copy runs: it fails, nothing is listed */
+	mt_cfg_init(&cfg);
+	t = mt_new(&cfg);
+	mount3(t);
+	put_on(t, "k", 100, 1, "a:1");
+	assert_int_equal(copy_task(t, "k", b, 1, &id), MC_OK);
+	assert_int_equal(fetch(t, CA, 8, got, 4), 1);
+	{
+		struct mc_store_unmount_req u = {CB, SB};
+
+		assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
+	}
+	assert_int_equal(done(t, CA, id, MC_OK), MC_OK);
+	assert_int_equal(query(t, id), MC_STORE_TASK_FAILED);
+	assert_non_null(strstr(t->resp.body.task_info.message.ptr, "SEGMENT_NOT_FOUND"));
+	assert_string_equal(where(t, "k", w, sizeof(w)), "a:1");
+	/* the holder goes while it runs a copy: it fails at the next scan */
+	assert_int_equal(copy_task(t, "k", c, 1, &id), MC_OK);
+	assert_int_equal(fetch(t, CA, 8, got, 4), 1);
+	assert_int_equal(mt_metrics(t).allocated_bytes, 200);
+	{
+		struct mc_store_unmount_req u = {CA, SA};
+
+		assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
+	}
+	assert_int_equal(done(t, CA, id, MC_ERR_TRANSFER_FAIL), MC_OK);
+	assert_int_equal(query(t, id), MC_STORE_TASK_FAILED);
+	assert_int_equal(mt_metrics(t).allocated_bytes, 0);
+	mt_free(t);
+}
+
 /* Play every client until repair is done; returns the tasks run. */
 static uint32_t run_clients(struct mt *t, const struct mc_store_uuid *clients, uint32_t nc,
 			    uint32_t max_rounds, uint32_t *most_at_once)
@@ -480,6 +545,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_copy_task),
 		cmocka_unit_test(test_move_task),
+		cmocka_unit_test(test_sources_and_targets_that_vanish),
 		cmocka_unit_test(test_repair_after_expiry),
 		cmocka_unit_test(test_repair_bounds_and_switch),
 		cmocka_unit_test(test_drain),
