@@ -62,6 +62,7 @@
 #define DRAIN_STEP_SLOTS   256	/* table slots per drain cursor step */
 #define DRAIN_STEPS_TICK   64	/* cursor steps per tick per job at most */
 #define DRAIN_LAPS	   8	/* table laps a job makes for what it passed over */
+#define DRAIN_LAP_MS	   1000 /* between such laps */
 #define DRAIN_DEFAULT_CONC 4
 
 struct mc_task {
@@ -108,7 +109,8 @@ struct drain_job {
 	uint32_t max_conc;
 	struct mc_master_cursor cur; /* unit 0: no lap running */
 	uint32_t laps;
-	bool skipped; /* this lap passed over a busy object */
+	uint64_t next_lap; /* ms: a lap that passed something over waits until then */
+	bool skipped;	   /* this lap passed over a busy object */
 	struct repair_ent **units; /* objects found, not started yet: [uhead, nunits) */
 	uint32_t uhead, nunits, units_cap;
 	uint64_t succeeded, failed, blocked, active, bytes;
@@ -1131,8 +1133,12 @@ static bool drain_collect(void *arg, struct mc_obj *o)
 	struct mc_tasks *k = m->tasks;
 	struct drain_job *j = k->scan_job;
 
-	if ((o->flags & MC_OBJ_PROC) || !job_rep(m, j, o))
+	if (!job_rep(m, j, o))
 		return true;
+	if (o->flags & MC_OBJ_PROC) {
+		j->skipped = true; /* a put placed before the drain: moved once it ends */
+		return true;
+	}
 	if (!mc_master_grow((void **)&k->found, &k->found_cap, k->nfound + 1, sizeof(*k->found))) {
 		j->skipped = true;
 		return true;
@@ -1270,8 +1276,9 @@ static void job_start(struct mc_master *m, struct drain_job *j, struct repair_en
  * A job's progress at a tick: start queued units while fewer than
  * max_concurrency run; with the queue empty, the next cursor step fills
  * it; at the end of a lap (all its moves finished) either nothing was
- * passed over (busy objects, no room on a target) and the job succeeds,
- * or another lap comes back for what was, DRAIN_LAPS at most.
+ * passed over (busy objects, puts in flight, no room on a target) and the
+ * job succeeds, or another lap comes back for what was, DRAIN_LAP_MS
+ * after the last one began, DRAIN_LAPS laps at most.
  */
 static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
 {
@@ -1312,7 +1319,10 @@ static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
 			job_end(m, j, MC_JOB_FAILED, now);
 			return;
 		}
+		if (j->laps > 0 && now < j->next_lap)
+			break; /* give what was busy or full a moment */
 		j->laps++;
+		j->next_lap = now + DRAIN_LAP_MS;
 		j->skipped = false;
 		if (j->laps > 1)
 			j->blocked = 0; /* what stays blocked is counted again */

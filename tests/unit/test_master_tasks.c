@@ -517,7 +517,7 @@ static void test_drain(void **state)
 			 MC_OK);
 	for (int round = 0; round < 20; round++) {
 		mc_master_tick(t->m, t->now);
-		t->now += 100;
+		t->now += 1000; /* a lap a second */
 	}
 	assert_int_equal(mc_master_drain_query(t->m, &job, &info), MC_OK);
 	assert_int_equal(info.status, MC_JOB_FAILED);
@@ -528,7 +528,38 @@ static void test_drain(void **state)
 	assert_string_equal(st, "a:1=OK;b:1=OK;");
 	assert_string_equal(where(t, "big", w, sizeof(w)), "a:1");
 
+	/* a put in flight on the segment holds the drain until it ends */
+	{
+		struct mc_store_replicate_config cf = mt_cfg1();
+
+		cf.preferred_segment = mc_proto_str_c("a:1");
+		assert_int_equal(mt_put_start_cfg(t, CA, "", "late", 100, "", &cf, false), MC_OK);
+	}
+	assert_int_equal(mt_mount(t, CC, SC, "c:1", 0x2000000, MIB), MC_OK);
+	assert_int_equal(mc_master_drain_create(t->m, a, 1, NULL, 0, 4, t->now, &job, err,
+						sizeof(err)),
+			 MC_OK);
+	for (int round = 0; round < 30; round++) {
+		struct mc_store_uuid ids[8];
+		uint32_t n;
+
+		if (round == 3)
+			assert_int_equal(mt_put_end(t, CA, "late"), MC_OK);
+		mc_master_tick(t->m, t->now);
+		n = fetch(t, CA, 8, ids, 8);
+		for (uint32_t i = 0; i < n; i++)
+			assert_int_equal(done(t, CA, ids[i], MC_OK), MC_OK);
+		assert_int_equal(mc_master_drain_query(t->m, &job, &info), MC_OK);
+		if (round < 3)
+			assert_int_equal(info.status, MC_JOB_RUNNING);
+		t->now += 500;
+	}
+	assert_int_equal(info.status, MC_JOB_SUCCEEDED);
+	assert_true(!strcmp(where(t, "late", w, sizeof(w)), "b:1") || !strcmp(w, "c:1"));
+	assert_string_equal(where(t, "big", w, sizeof(w)), "c:1"); /* b:1 is too small */
+
 	/* cancel: the segment takes replicas again */
+	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
 	assert_int_equal(mc_master_drain_create(t->m, a, 1, NULL, 0, 1, t->now, &job, err,
 						sizeof(err)),
 			 MC_OK);
@@ -536,7 +567,7 @@ static void test_drain(void **state)
 	assert_int_equal(info.status, MC_JOB_CANCELED);
 	st[0] = '\0';
 	mc_master_foreach_segment(t->m, seg_status, st);
-	assert_string_equal(st, "a:1=OK;b:1=OK;");
+	assert_string_equal(st, "b:1=OK;c:1=OK;a:1=OK;");
 	mt_free(t);
 }
 
