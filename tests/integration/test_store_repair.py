@@ -70,6 +70,23 @@ def test_copy_and_move_tasks(sc):  # noqa: F811
     assert a.get("m") == (SIZE, want2)
     assert a.err(f"move m {c.hostname} {c.hostname}")[1] == -600
     assert sc.master.metric("master_tasks_succeeded_total") == 2
+    # c unmounts its own segment (the id as the admin page prints it): at once
+    st, body = sc.master.http("/get_segments_detail")
+    sid = next(s["segment_id"] for s in json.loads(body)["segments"]
+               if s["segment_name"] == c.hostname)
+    assert a.err(f"unmount {sid}")[1] == -600  # not a's segment
+    c.ok(f"unmount {sid}")
+    assert c.hostname not in sc.master.segments()
+    assert a.err("get m")[1] == -704  # its only replica was there
+    # k lost its copy on c; no segment left holds none, so its repair waits ...
+    assert a.get("k") == (SIZE, want)
+    assert replicas(a, "k") == sorted([a.hostname, b.hostname])
+    assert sc.master.metric("master_replica_repair_under_replicated") == 1
+    # ... until a new segment comes
+    d = sc.node()
+    wait_until(lambda: replicas(a, "k") == sorted([a.hostname, b.hostname, d.hostname]),
+               10.0, "k's third copy on the new node")
+    assert d.get("k") == (SIZE, want)
 
 
 def test_holder_killed_replicas_come_back(sc):  # noqa: F811
