@@ -85,8 +85,8 @@ struct mc_master_config {
 	uint64_t processing_task_timeout_ms; /* 300000; 0 = none */
 	int64_t max_retry_attempts;	     /* 10: hand-outs that found no space */
 	/* replica repair (ours; docs/design.md "Replica repair") */
-	bool enable_replica_repair;	      /* true */
-	int64_t replica_repair_max_inflight;  /* 64: repair tasks pending or handed out */
+	bool enable_replica_repair;	       /* true */
+	int64_t replica_repair_max_inflight;   /* 64: repair tasks pending or handed out */
 	uint64_t replica_repair_bytes_per_sec; /* 1 GiB: bytes of repairs started per second */
 };
 
@@ -427,17 +427,17 @@ struct mc_master_metrics {
 	uint64_t promotion_rejected_watermark;	/* master_promotion_rejected_watermark_total */
 	uint64_t promotion_rejected_cap;	/* master_promotion_rejected_cap_total */
 	uint64_t segments_reported_unreachable; /* master_segment_unreachable_reports_total */
-	uint64_t replicas_reported_corrupt; /* master_replica_corrupt_reports_total */
+	uint64_t replicas_reported_corrupt;	/* master_replica_corrupt_reports_total */
 	/* copy and move tasks, replica repair, drain jobs (tasks.c; ours) */
-	uint64_t tasks_active;		    /* gauge: pending or handed out */
-	uint64_t tasks_succeeded;	    /* master_tasks_succeeded_total */
-	uint64_t tasks_failed;		    /* master_tasks_failed_total */
-	uint64_t repair_under_replicated;   /* gauge: objects waiting for or in repair */
-	uint64_t repair_done;		    /* master_replica_repairs_total */
-	uint64_t repair_bytes;		    /* master_replica_repair_bytes_total */
-	uint64_t repair_failed;		    /* master_replica_repair_failures_total */
-	uint64_t repair_given_up;	    /* master_replica_repair_abandoned_total */
-	uint64_t drain_migrated_bytes;	    /* master_drain_migrated_bytes_total */
+	uint64_t tasks_active;		  /* gauge: pending or handed out */
+	uint64_t tasks_succeeded;	  /* master_tasks_succeeded_total */
+	uint64_t tasks_failed;		  /* master_tasks_failed_total */
+	uint64_t repair_under_replicated; /* gauge: objects waiting for or in repair */
+	uint64_t repair_done;		  /* master_replica_repairs_total */
+	uint64_t repair_bytes;		  /* master_replica_repair_bytes_total */
+	uint64_t repair_failed;		  /* master_replica_repair_failures_total */
+	uint64_t repair_given_up;	  /* master_replica_repair_abandoned_total */
+	uint64_t drain_migrated_bytes;	  /* master_drain_migrated_bytes_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;

@@ -74,7 +74,8 @@ static int names_of(json_t *a, const char **v, uint32_t cap, uint32_t *n)
 		return 0;
 	if (!json_is_array(a) || json_array_size(a) > cap)
 		return -1;
-	json_array_foreach(a, i, e) {
+	json_array_foreach(a, i, e)
+	{
 		if (!json_is_string(e) || json_string_length(e) == 0)
 			return -1;
 		v[(*n)++] = json_string_value(e);
@@ -178,8 +179,8 @@ enum MHD_Result mc_master_page_drain_jobs(void *arg, struct MHD_Connection *conn
 	if (strcmp(req->url, "/api/v1/drain_jobs") == 0 ||
 	    strcmp(req->url, "/api/v1/drain_jobs/query") == 0 ||
 	    strcmp(req->url, "/api/v1/drain_jobs/cancel") == 0)
-		return mc_http_respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
-					    "Method Not Allowed", "text/plain; charset=utf-8");
+		return mc_http_respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed",
+					    "text/plain; charset=utf-8");
 	return mc_http_respond_text(conn, MHD_HTTP_NOT_FOUND, "Not Found",
 				    "text/plain; charset=utf-8");
 }

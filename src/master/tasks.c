@@ -75,16 +75,16 @@ struct mc_task {
 	uint16_t tenant;
 	uint16_t key_len;
 	char *key;
-	struct mc_obj *o;	     /* NULL: the object went */
-	struct mc_rep src;	     /* the source replica */
-	uint32_t client;	     /* slot of the source's owner */
-	struct mc_store_uuid cid;    /* its id, for QueryTask */
-	uint32_t nt;		     /* targets */
-	char **tname;		     /* segment names */
-	struct mc_rep *dst;	     /* handed out: the blocks (addr 0: none) */
-	uint64_t size;		     /* the object's, at creation */
-	uint64_t created, updated;   /* ms */
-	uint32_t tries;		     /* hand-outs that found no space */
+	struct mc_obj *o;	   /* NULL: the object went */
+	struct mc_rep src;	   /* the source replica */
+	uint32_t client;	   /* slot of the source's owner */
+	struct mc_store_uuid cid;  /* its id, for QueryTask */
+	uint32_t nt;		   /* targets */
+	char **tname;		   /* segment names */
+	struct mc_rep *dst;	   /* handed out: the blocks (addr 0: none) */
+	uint64_t size;		   /* the object's, at creation */
+	uint64_t created, updated; /* ms */
+	uint32_t tries;		   /* hand-outs that found no space */
 	char msg[TASK_MSG];
 };
 
@@ -109,8 +109,8 @@ struct drain_job {
 	uint32_t max_conc;
 	struct mc_master_cursor cur; /* unit 0: no lap running */
 	uint32_t laps;
-	uint64_t next_lap; /* ms: a lap that passed something over waits until then */
-	bool skipped;	   /* this lap passed over a busy object */
+	uint64_t next_lap;	   /* ms: a lap that passed something over waits until then */
+	bool skipped;		   /* this lap passed over a busy object */
 	struct repair_ent **units; /* objects found, not started yet: [uhead, nunits) */
 	uint32_t uhead, nunits, units_cap;
 	uint64_t succeeded, failed, blocked, active, bytes;
@@ -309,7 +309,7 @@ static void task_set_source(struct mc_master *m, struct mc_task *t, const struct
 	t->src = *r;
 	t->client = m->segs[r->seg].client;
 	t->cid = t->client < m->nclient_slots ? m->clients[t->client].id
-					       : (struct mc_store_uuid){0, 0};
+					      : (struct mc_store_uuid){0, 0};
 }
 
 static void task_push(struct mc_master *m, struct mc_task *t)
@@ -927,7 +927,8 @@ static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q
 		if (n->len == 0)
 			return FAILT(MC_ERR_INVALID_PARAMS, "empty target segment name");
 		for (uint32_t j = 0; j < i; j++)
-			if (r->targets[j].len == n->len && !memcmp(r->targets[j].ptr, n->ptr, n->len))
+			if (r->targets[j].len == n->len &&
+			    !memcmp(r->targets[j].ptr, n->ptr, n->len))
 				return FAILT(MC_ERR_INVALID_PARAMS, "target '%.*s' named twice",
 					     (int)MC_MIN(n->len, 80), n->ptr);
 		if (!name_allocatable(m, n->ptr, n->len))
@@ -980,7 +981,8 @@ static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q
 		return st;
 	src = rep_on(m, o, r->source.ptr, r->source.len);
 	if (!src)
-		return FAILT(MC_ERR_REPLICA_NOT_FOUND, "key '%.*s' has no replica on segment '%.*s'",
+		return FAILT(MC_ERR_REPLICA_NOT_FOUND,
+			     "key '%.*s' has no replica on segment '%.*s'",
 			     (int)MC_MIN(r->key.len, 80), r->key.ptr,
 			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
 	if (rep_on(m, o, r->target.ptr, r->target.len))
@@ -1037,17 +1039,20 @@ static mc_status h_done(struct mc_master *m, const struct mc_store_msg *q, uint6
 
 	if (!t || i == UINT32_MAX) {
 		if (t) /* finished already (timed out): nothing to do */
-			return FAILT(MC_ERR_TASK_NOT_FOUND, "task %" PRIu64 "-%" PRIu64
-				     " is finished already", r->task_id.first, r->task_id.second);
+			return FAILT(MC_ERR_TASK_NOT_FOUND,
+				     "task %" PRIu64 "-%" PRIu64 " is finished already",
+				     r->task_id.first, r->task_id.second);
 		return FAILT(MC_ERR_TASK_NOT_FOUND, "no task %" PRIu64 "-%" PRIu64,
 			     r->task_id.first, r->task_id.second);
 	}
 	if (!mc_master_client_find(m, &r->client_id, &slot) || slot != t->client)
-		return FAILT(MC_ERR_ILLEGAL_CLIENT, "task %" PRIu64 "-%" PRIu64
-			     " was not handed to this client", t->id.first, t->id.second);
+		return FAILT(MC_ERR_ILLEGAL_CLIENT,
+			     "task %" PRIu64 "-%" PRIu64 " was not handed to this client",
+			     t->id.first, t->id.second);
 	if (t->status != MC_STORE_TASK_PROCESSING)
-		return FAILT(MC_ERR_INVALID_PARAMS, "task %" PRIu64 "-%" PRIu64
-			     " was not handed out", t->id.first, t->id.second);
+		return FAILT(MC_ERR_INVALID_PARAMS,
+			     "task %" PRIu64 "-%" PRIu64 " was not handed out", t->id.first,
+			     t->id.second);
 	if (r->status == MC_OK) {
 		st = task_commit(m, t, &why);
 		if (st == MC_OK && t->job)
@@ -1115,7 +1120,8 @@ static bool job_drains(const struct drain_job *j, const struct mc_seg *s)
 }
 
 /* The replica of o on a segment j drains, or NULL. */
-static struct mc_rep *job_rep(const struct mc_master *m, const struct drain_job *j, struct mc_obj *o)
+static struct mc_rep *job_rep(const struct mc_master *m, const struct drain_job *j,
+			      struct mc_obj *o)
 {
 	for (uint32_t i = 0; i < o->nrep; i++) {
 		struct mc_rep *r = mc_master_obj_rep(o, i);
@@ -1160,7 +1166,8 @@ static const char *job_target(struct mc_master *m, struct drain_job *j, struct m
 		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 			const struct mc_seg *s = &m->segs[i];
 
-			if (s->state == MC_SEG_MOUNTED && !s->unreachable && seg_named(s, name, len) &&
+			if (s->state == MC_SEG_MOUNTED && !s->unreachable &&
+			    seg_named(s, name, len) &&
 			    mc_offset_alloc_free_bytes(s->alloc) >= mc_obj_size(o))
 				return name;
 		}
@@ -1237,8 +1244,7 @@ static void job_collect(struct mc_master *m, struct drain_job *j)
 }
 
 /* Start the move of one queued unit, if it still has a replica to move. */
-static void job_start(struct mc_master *m, struct drain_job *j, struct repair_ent *u,
-		      uint64_t now)
+static void job_start(struct mc_master *m, struct drain_job *j, struct repair_ent *u, uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
 	struct mc_obj *o = mc_master_obj_find_live(m, u->tenant, u->key, u->key_len);
@@ -1479,7 +1485,8 @@ static void scan_active(struct mc_master *m, uint64_t now)
 					    "the object was removed", now);
 				continue;
 			}
-			if (m->cfg.pending_task_timeout_ms && age >= m->cfg.pending_task_timeout_ms) {
+			if (m->cfg.pending_task_timeout_ms &&
+			    age >= m->cfg.pending_task_timeout_ms) {
 				task_finish(m, i--, MC_ERR_TIMEOUT, "not handed out in time", now);
 				continue;
 			}
@@ -1491,7 +1498,8 @@ static void scan_active(struct mc_master *m, uint64_t now)
 				task_set_source(m, t, &src);
 				continue;
 			}
-			task_finish(m, i--, MC_ERR_REPLICA_NOT_FOUND, "the source replica went", now);
+			task_finish(m, i--, MC_ERR_REPLICA_NOT_FOUND, "the source replica went",
+				    now);
 		} else if (m->cfg.processing_task_timeout_ms &&
 			   age >= m->cfg.processing_task_timeout_ms) {
 			task_finish(m, i--, MC_ERR_TIMEOUT, "not reported in time", now);

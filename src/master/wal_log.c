@@ -198,9 +198,8 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 	for (uint32_t i = 0; i < m->nsegs_slots && st == MC_OK; i++) {
 		enum mc_seg_state k = m->segs[i].state;
 
-		if (i == m->fs_seg ||
-		    (k != MC_SEG_MOUNTED && k != MC_SEG_GRACEFUL && k != MC_SEG_DRAINING &&
-		     k != MC_SEG_WAIT))
+		if (i == m->fs_seg || (k != MC_SEG_MOUNTED && k != MC_SEG_GRACEFUL &&
+				       k != MC_SEG_DRAINING && k != MC_SEG_WAIT))
 			continue;
 		seg_rec(m, i, &r);
 		st = snap_add(m, w, &r);

@@ -42,9 +42,8 @@ static void copy_uuid_out(const struct mc_store_uuid *in, struct mc_store_task_u
 	out->second = in->second;
 }
 
-mc_status mc_store_create_copy_task(struct mc_store *s, const char *key,
-				    const char *const *targets, size_t ntargets,
-				    struct mc_store_task_uuid *id_out)
+mc_status mc_store_create_copy_task(struct mc_store *s, const char *key, const char *const *targets,
+				    size_t ntargets, struct mc_store_task_uuid *id_out)
 {
 	struct mc_store_copy_task_req req;
 	struct mc_proto_str *tv;
@@ -256,7 +255,7 @@ static bool run_batch(struct mc_store *s)
 		mc_status st = ios[i].status;
 
 		report(s, &r->tasks[i].id, st,
-		       st == MC_OK			    ? ""
+		       st == MC_OK		     ? ""
 		       : st == MC_ERR_INVALID_PARAMS ? "the source is not in this client's segment"
 						     : "the transfer to a target failed");
 	}

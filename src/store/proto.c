@@ -420,9 +420,8 @@ LAYOUT(L_move_task_req, MTR, F_STR(MTR, tenant), F_KEY(MTR, key), F_STR(MTR, sou
 #undef MTR
 LAYOUT(L_task_id, struct mc_store_task_id, F_UUID(struct mc_store_task_id, id));
 #define TI struct mc_store_task_info
-LAYOUT(L_task_info, TI, F_UUID(TI, id), F_U8(TI, type), F_U8(TI, status),
-       F_U64(TI, created_at_ms), F_U64(TI, updated_at_ms), F_UUID(TI, assigned_client),
-       F_STR(TI, message));
+LAYOUT(L_task_info, TI, F_UUID(TI, id), F_U8(TI, type), F_U8(TI, status), F_U64(TI, created_at_ms),
+       F_U64(TI, updated_at_ms), F_UUID(TI, assigned_client), F_STR(TI, message));
 #undef TI
 LAYOUT(L_fetch_tasks_req, struct mc_store_fetch_tasks_req,
        F_UUID(struct mc_store_fetch_tasks_req, client_id),

@@ -50,8 +50,8 @@
 
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
-#define MC_STORE_PROTO_MINOR                                                            \
-	7 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and \
+#define MC_STORE_PROTO_MINOR                                                              \
+	7 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	   * 7: copy and move tasks (10..14) */
 #define MC_PROTO_HDR_LEN 32
@@ -809,7 +809,7 @@ struct mc_store_offload_rpc_release_req {
 	X(GET_FSDIR, 7, get_fsdir, empty, fsdir_resp)                                              \
 	X(REPORT_UNREACHABLE, 8, report_unreachable, unreachable_req, empty)                       \
 	X(REPORT_CORRUPT, 9, report_corrupt, corrupt_req, empty)                                   \
-	X(CREATE_COPY_TASK, 10, create_copy_task, copy_task_req, task_id)                           \
+	X(CREATE_COPY_TASK, 10, create_copy_task, copy_task_req, task_id)                          \
 	X(CREATE_MOVE_TASK, 11, create_move_task, move_task_req, task_id)                          \
 	X(QUERY_TASK, 12, query_task, task_id, task_info)                                          \
 	X(FETCH_TASKS, 13, fetch_tasks, fetch_tasks_req, fetch_tasks_resp)                         \

@@ -176,9 +176,8 @@ static void test_copy_task(void **state)
 	assert_int_equal(done(t, CA, id, MC_OK), MC_ERR_TASK_NOT_FOUND); /* finished */
 	/* a target holding a copy already is skipped */
 	assert_int_equal(copy_task(t, "k", bc, 2, &id), MC_OK);
-	assert_int_equal(fetch(t, CA, 8, got, 4) + fetch(t, CB, 8, got, 4) +
-				 fetch(t, CC, 8, got, 4),
-			 1);
+	assert_int_equal(
+		fetch(t, CA, 8, got, 4) + fetch(t, CB, 8, got, 4) + fetch(t, CC, 8, got, 4), 1);
 	assert_int_equal(t->resp.body.fetch_tasks_resp.n_tasks, 0);
 	assert_int_equal(mt_metrics(t).master_create_copy_task.requests, 7);
 	assert_int_equal(mt_metrics(t).master_create_copy_task.failures, 5);
@@ -458,16 +457,16 @@ static void test_drain(void **state)
 		snprintf(key, sizeof(key), "d%d", i);
 		put_on(t, key, 1000, 1, "a:1");
 	}
-	assert_int_equal(mc_master_drain_create(t->m, zz, 1, NULL, 0, 2, t->now, &job, err,
-						sizeof(err)),
-			 MC_ERR_SEGMENT_NOT_FOUND);
-	assert_int_equal(mc_master_drain_create(t->m, a, 1, a, 1, 2, t->now, &job, err,
-						sizeof(err)),
-			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(
+		mc_master_drain_create(t->m, zz, 1, NULL, 0, 2, t->now, &job, err, sizeof(err)),
+		MC_ERR_SEGMENT_NOT_FOUND);
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, a, 1, 2, t->now, &job, err, sizeof(err)),
+		MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_master_drain_query(t->m, &none, &info), MC_ERR_JOB_NOT_FOUND);
-	assert_int_equal(mc_master_drain_create(t->m, a, 1, NULL, 0, 2, t->now, &job, err,
-						sizeof(err)),
-			 MC_OK);
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, NULL, 0, 2, t->now, &job, err, sizeof(err)),
+		MC_OK);
 	mc_master_foreach_segment(t->m, seg_status, st);
 	assert_string_equal(st, "a:1=DRAINING;b:1=OK;c:1=OK;");
 	/* a drained segment takes no new replicas */
@@ -512,9 +511,8 @@ static void test_drain(void **state)
 	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
 	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0x900000, 4096), MC_OK);
 	put_on(t, "big", 8192, 1, "a:1");
-	assert_int_equal(mc_master_drain_create(t->m, a, 1, b, 1, 4, t->now, &job, err,
-						sizeof(err)),
-			 MC_OK);
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, b, 1, 4, t->now, &job, err, sizeof(err)), MC_OK);
 	for (int round = 0; round < 20; round++) {
 		mc_master_tick(t->m, t->now);
 		t->now += 1000; /* a lap a second */
@@ -536,9 +534,9 @@ static void test_drain(void **state)
 		assert_int_equal(mt_put_start_cfg(t, CA, "", "late", 100, "", &cf, false), MC_OK);
 	}
 	assert_int_equal(mt_mount(t, CC, SC, "c:1", 0x2000000, MIB), MC_OK);
-	assert_int_equal(mc_master_drain_create(t->m, a, 1, NULL, 0, 4, t->now, &job, err,
-						sizeof(err)),
-			 MC_OK);
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, NULL, 0, 4, t->now, &job, err, sizeof(err)),
+		MC_OK);
 	for (int round = 0; round < 30; round++) {
 		struct mc_store_uuid ids[8];
 		uint32_t n;
@@ -560,9 +558,9 @@ static void test_drain(void **state)
 
 	/* cancel: the segment takes replicas again */
 	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
-	assert_int_equal(mc_master_drain_create(t->m, a, 1, NULL, 0, 1, t->now, &job, err,
-						sizeof(err)),
-			 MC_OK);
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, NULL, 0, 1, t->now, &job, err, sizeof(err)),
+		MC_OK);
 	assert_int_equal(mc_master_drain_cancel(t->m, &job, t->now, &info), MC_OK);
 	assert_int_equal(info.status, MC_JOB_CANCELED);
 	st[0] = '\0';

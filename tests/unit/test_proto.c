@@ -248,8 +248,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (resp)
 			u->task_id.id = (struct mc_store_uuid){UINT64_MAX, 17};
 		else if (type == MC_STORE_CREATE_COPY_TASK)
-			u->copy_task_req = (struct mc_store_copy_task_req){S(""), key, MC_MIN(n, 2),
-									   pref};
+			u->copy_task_req =
+				(struct mc_store_copy_task_req){S(""), key, MC_MIN(n, 2), pref};
 		else
 			u->move_task_req =
 				(struct mc_store_move_task_req){S("t"), key, S("a:1"), S("b:2")};
@@ -257,7 +257,12 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_QUERY_TASK:
 		if (resp)
 			u->task_info = (struct mc_store_task_info){
-				{5, 6}, MC_STORE_TASK_REPLICA_MOVE, MC_STORE_TASK_FAILED, 1, 2, {3, 4},
+				{5, 6},
+				MC_STORE_TASK_REPLICA_MOVE,
+				MC_STORE_TASK_FAILED,
+				1,
+				2,
+				{3, 4},
 				S("the client failed (-800 TRANSFER_FAIL)")};
 		else
 			u->task_id.id = (struct mc_store_uuid){5, 6};
@@ -576,11 +581,11 @@ static void report_unreachable_layout_is_pinned(void **state)
 static void report_corrupt_layout_is_pinned(void **state)
 {
 	static const uint8_t want[] = {
-		7, 0, 0, 0, 0,	 0,   0,   0,	   /* client_id.first */
-		9, 0, 0, 0, 0,	 0,   0,   0,	   /* client_id.second */
-		1, 0, 0, 0, 't',			   /* tenant */
-		1, 0, 0, 0,				   /* items: count */
-		3, 0, 0, 0, 'k', '/', '1',		   /* items[0].key */
+		7,    0,    0,	  0,	0,    0,    0,	  0,	/* client_id.first */
+		9,    0,    0,	  0,	0,    0,    0,	  0,	/* client_id.second */
+		1,    0,    0,	  0,	't',			/* tenant */
+		1,    0,    0,	  0,				/* items: count */
+		3,    0,    0,	  0,	'k',  '/',  '1',	/* items[0].key */
 		0x21, 0x43, 0x65, 0x87, 0xa9, 0xcb, 0xed, 0x0f, /* items[0].replica_id */
 	};
 	struct mc_store_corrupt_item items[] = {{S("k/1"), 0x0fedcba987654321ull}};
@@ -604,16 +609,16 @@ static void report_corrupt_layout_is_pinned(void **state)
 static void task_layouts_are_pinned(void **state)
 {
 	static const uint8_t want_done[] = {
-		3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, /* client_id */
-		5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, /* task_id */
-		0xe0, 0xfc, 0xff, 0xff,				/* status -800 */
-		2, 0, 0, 0, 'n', 'o',				/* message */
+		3,    0,    0,	  0,	0,   0,	  0, 0, 4, 0, 0, 0, 0, 0, 0, 0, /* client_id */
+		5,    0,    0,	  0,	0,   0,	  0, 0, 6, 0, 0, 0, 0, 0, 0, 0, /* task_id */
+		0xe0, 0xfc, 0xff, 0xff,						/* status -800 */
+		2,    0,    0,	  0,	'n', 'o',				/* message */
 	};
 	static const uint8_t want_move[] = {
-		0, 0, 0, 0,			/* tenant "" */
-		1, 0, 0, 0, 'k',		/* key */
-		3, 0, 0, 0, 'a', ':', '1',	/* source */
-		3, 0, 0, 0, 'b', ':', '2',	/* target */
+		0, 0, 0, 0,		   /* tenant "" */
+		1, 0, 0, 0, 'k',	   /* key */
+		3, 0, 0, 0, 'a', ':', '1', /* source */
+		3, 0, 0, 0, 'b', ':', '2', /* target */
 	};
 	struct mc_store_task_done_req done = {{3, 4}, {5, 6}, MC_ERR_TRANSFER_FAIL, S("no")}, gd;
 	struct mc_store_move_task_req mv = {S(""), S("k"), S("a:1"), S("b:2")}, gm;
