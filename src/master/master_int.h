@@ -524,6 +524,8 @@ void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o);
 /* o lost lost memory replicas to a dead segment (mc_master_obj_prune):
  * queue it for repair up to its former count. */
 void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost);
+/* A segment mounted: repairs parked for want of room are queued again. */
+void mc_master_repair_wake(struct mc_master *m);
 
 /* ---- fs_tier.c: the legacy shared-FS DISK tier ---- */
 

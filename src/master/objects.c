@@ -884,6 +884,7 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	mc_master_wal_mount(m, slot);
 	if (waited)
 		mc_master_wal_rebind(m, slot);
+	mc_master_repair_wake(m); /* room for repairs that found none */
 	return MC_OK;
 
 err_strings:

@@ -548,7 +548,7 @@ static const struct metric metrics[] = {
 	COUNTER("master_replica_repairs_total", "Replicas re-created from a surviving one", repair_done),
 	COUNTER("master_replica_repair_bytes_total", "Bytes copied by replica repair", repair_bytes),
 	COUNTER("master_replica_repair_failures_total", "Repair copies that failed (retried)", repair_failed),
-	COUNTER("master_replica_repair_abandoned_total", "Objects whose repair was given up (no segment to copy to or from)", repair_given_up),
+	COUNTER("master_replica_repair_abandoned_total", "Repairs parked after 30 tries (no segment to copy to or from) until a segment mounts", repair_given_up),
 	COUNTER("master_drain_migrated_bytes_total", "Bytes moved off draining segments", drain_migrated_bytes),
 	COUNTER("master_promotion_rejected_frequency_total", "Disk hits below the admission threshold", promotion_rejected_frequency),
 	COUNTER("master_promotion_rejected_watermark_total", "Disk hits refused: memory above the high watermark", promotion_rejected_watermark),

@@ -25,7 +25,8 @@
  *     at once and replica_repair_bytes_per_sec worth of bytes a second
  *     (a token bucket), so repair never takes the whole network from
  *     foreground traffic.  A repair that fails (no space, its source died)
- *     is queued again after a second, REPAIR_TRIES times at most;
+ *     is queued again after a second; after REPAIR_TRIES it is parked
+ *     until a segment mounts (mc_master_repair_wake);
  *   - drain jobs (the HTTP admin API): the drained segments leave
  *     placement (state DRAINING), a table cursor finds the objects with a
  *     replica there and each becomes a move task, max_concurrency at once;
@@ -128,6 +129,8 @@ struct mc_tasks {
 	/* repair */
 	struct repair_ent **rq; /* FIFO: [rq_head, nrq) */
 	uint32_t rq_head, nrq, rq_cap;
+	struct repair_ent **parked; /* out of tries: back in the queue at the next mount */
+	uint32_t nparked, parked_cap;
 	uint32_t repair_inflight;
 	double tokens;
 	uint64_t last_refill;
@@ -432,6 +435,34 @@ void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o)
 /* ------------------------------------------------------------------------ */
 /* repair queue                                                              */
 
+static void repair_gauge(struct mc_master *m)
+{
+	struct mc_tasks *k = m->tasks;
+
+	m->met.repair_under_replicated =
+		(uint64_t)(k->nrq - k->rq_head) + k->repair_inflight + k->nparked;
+}
+
+/* e (owned) ran out of tries: kept until a segment mounts (mc_master_repair_wake). */
+static void repair_park(struct mc_master *m, struct repair_ent *e)
+{
+	struct mc_tasks *k = m->tasks;
+
+	m->met.repair_given_up++;
+	if (!mc_master_grow((void **)&k->parked, &k->parked_cap, k->nparked + 1,
+			    sizeof(*k->parked))) {
+		mc_free(e);
+		return;
+	}
+	mc_warn("repair of key '%.*s' parked after %u tries: no segment to copy it to or from; "
+		"it is tried again when a segment mounts",
+		(int)MC_MIN(e->key_len, 80), e->key, REPAIR_TRIES);
+	e->tries = 0;
+	e->not_before = 0;
+	k->parked[k->nparked++] = e;
+	repair_gauge(m);
+}
+
 static void repair_push(struct mc_master *m, uint16_t tenant, const char *key, uint16_t key_len,
 			uint64_t size, uint8_t want, uint8_t tries, uint64_t not_before)
 {
@@ -455,12 +486,32 @@ static void repair_push(struct mc_master *m, uint16_t tenant, const char *key, u
 	e->tries = tries;
 	e->key_len = key_len;
 	memcpy(e->key, key, key_len);
+	if (tries >= REPAIR_TRIES) {
+		repair_park(m, e);
+		return;
+	}
 	k->rq[k->nrq++] = e;
-	m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+	repair_gauge(m);
 	return;
 fail:
 	m->met.repair_given_up++;
 	mc_warn("no memory to queue the repair of key '%.*s'", (int)MC_MIN(key_len, 80), key);
+}
+
+void mc_master_repair_wake(struct mc_master *m)
+{
+	struct mc_tasks *k = m->tasks;
+
+	if (!k || k->nparked == 0)
+		return;
+	for (uint32_t i = 0; i < k->nparked; i++) {
+		struct repair_ent *e = k->parked[i];
+
+		repair_push(m, e->tenant, e->key, e->key_len, e->size, e->want, 0, 0);
+		mc_free(e);
+	}
+	k->nparked = 0;
+	repair_gauge(m);
 }
 
 void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost)
@@ -563,16 +614,9 @@ static void repair_run(struct mc_master *m, uint64_t now)
 		}
 		s = any_task(m, o) ? NULL : repair_target(m, o);
 		if (!s || !pick_source(m, o, &src)) {
-			if (e->tries + 1 >= REPAIR_TRIES) {
-				m->met.repair_given_up++;
-				mc_warn("repair of key '%.*s' abandoned: no segment to copy it to "
-					"or from after %u tries",
-					(int)MC_MIN(e->key_len, 80), e->key, REPAIR_TRIES);
-			} else {
-				repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o),
-					    e->want, (uint8_t)(e->tries + 1),
-					    now + REPAIR_BACKOFF_MS);
-			}
+			/* again in a second; past REPAIR_TRIES parked until a mount */
+			repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o), e->want,
+				    (uint8_t)(e->tries + 1), now + REPAIR_BACKOFF_MS);
 			mc_free(e);
 			continue;
 		}
@@ -593,7 +637,7 @@ static void repair_run(struct mc_master *m, uint64_t now)
 		k->tokens -= (double)mc_obj_size(o);
 		mc_free(e);
 	}
-	m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+	repair_gauge(m);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -647,14 +691,11 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 		}
 		/* still short (two were lost, or this one failed): once more */
 		if (t->o && mem_count(m, t->o) < t->want) {
-			if (st == MC_OK || t->tries + 1 < REPAIR_TRIES)
-				repair_push(m, t->tenant, t->key, t->key_len, t->size, t->want,
-					    (uint8_t)(st == MC_OK ? t->tries : t->tries + 1),
-					    st == MC_OK ? 0 : now + REPAIR_BACKOFF_MS);
-			else
-				m->met.repair_given_up++;
+			repair_push(m, t->tenant, t->key, t->key_len, t->size, t->want,
+				    (uint8_t)(st == MC_OK ? t->tries : t->tries + 1),
+				    st == MC_OK ? 0 : now + REPAIR_BACKOFF_MS);
 		}
-		m->met.repair_under_replicated = (k->nrq - k->rq_head) + k->repair_inflight;
+		repair_gauge(m);
 	}
 	if (t->job)
 		job_unit_done(m, t, st);
@@ -1546,6 +1587,9 @@ void mc_master_tasks_free(struct mc_master *m)
 		task_free(k->done[(k->done_head + i) % k->done_cap]);
 	for (uint32_t i = k->rq_head; i < k->nrq; i++)
 		mc_free(k->rq[i]);
+	for (uint32_t i = 0; i < k->nparked; i++)
+		mc_free(k->parked[i]);
+	mc_free(k->parked);
 	for (uint32_t i = 0; i < k->njobs; i++) {
 		struct drain_job *j = k->jobs[i];
 

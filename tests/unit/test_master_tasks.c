@@ -433,6 +433,45 @@ static void test_repair_bounds_and_switch(void **state)
 	mt_free(t);
 }
 
+static void test_repair_parks_until_a_mount(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_store_uuid ids[4];
+	char w[64];
+	uint32_t n = 0;
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0x900000, MIB), MC_OK);
+	put_on(t, "p", 1000, 2, NULL);
+	{
+		struct mc_store_unmount_req u = {CB, SB};
+
+		assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
+	}
+	while (mc_master_sweep_pending(t->m))
+		mc_master_tick(t->m, t->now);
+	/* no segment to copy to: retried a second apart, then parked */
+	for (int i = 0; i < 40; i++) {
+		t->now += 1000;
+		mc_master_tick(t->m, t->now);
+		assert_int_equal(fetch(t, CA, 4, ids, 4), 0);
+	}
+	assert_int_equal(mt_metrics(t).repair_given_up, 1);
+	assert_int_equal(mt_metrics(t).repair_under_replicated, 1); /* still short */
+	/* a new segment: the parked repair runs */
+	assert_int_equal(mt_mount(t, CC, SC, "c:1", 0x2000000, MIB), MC_OK);
+	for (int i = 0; i < 5 && n == 0; i++) {
+		mc_master_tick(t->m, t->now);
+		n = fetch(t, CA, 4, ids, 4);
+	}
+	assert_int_equal(n, 1);
+	assert_int_equal(done(t, CA, ids[0], MC_OK), MC_OK);
+	assert_string_equal(where(t, "p", w, sizeof(w)), "a:1,c:1");
+	assert_int_equal(mt_metrics(t).repair_under_replicated, 0);
+	mt_free(t);
+}
+
 static bool seg_status(void *arg, const struct mc_master_segment_info *s)
 {
 	char *out = arg;
@@ -577,6 +616,7 @@ int main(void)
 		cmocka_unit_test(test_sources_and_targets_that_vanish),
 		cmocka_unit_test(test_repair_after_expiry),
 		cmocka_unit_test(test_repair_bounds_and_switch),
+		cmocka_unit_test(test_repair_parks_until_a_mount),
 		cmocka_unit_test(test_drain),
 	};
 
