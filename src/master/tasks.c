@@ -676,7 +676,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 		snprintf(t->msg, sizeof(t->msg), "%s", why ? why : "");
 	else
 		snprintf(t->msg, sizeof(t->msg), "%s (%d %s)", why ? why : "", st,
-			 mc_status_name(st));
+			 mc_status_name(st) + (strncmp(mc_status_name(st), "ERR_", 4) ? 0 : 4));
 	if (st == MC_OK)
 		m->met.tasks_succeeded++;
 	else

@@ -213,7 +213,7 @@ static void test_move_task(void **state)
 	assert_int_equal(fetch(t, CA, 8, got, 4), 1);
 	assert_int_equal(done(t, CA, id, MC_ERR_TRANSFER_FAIL), MC_OK);
 	assert_int_equal(query(t, id), MC_STORE_TASK_FAILED);
-	assert_non_null(strstr(t->resp.body.task_info.message.ptr, "TRANSFER_FAIL"));
+	assert_non_null(strstr(t->resp.body.task_info.message.ptr, "(-800 TRANSFER_FAIL)"));
 	assert_string_equal(where(t, "m", w, sizeof(w)), "a:1");
 	assert_int_equal(mt_metrics(t).allocated_bytes, 200);
 
