@@ -507,6 +507,7 @@ static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 	if (mc_master_rscratch(m, o->nrep) != MC_OK)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
 	mc_master_grant_lease(m, o, c->now);
+	mc_master_heat_hit(m, o, c->now);
 	mc_master_list_fill(m, o, &l, &pos);
 	l.replicas = m->rscratch;
 	return mc_store_get_replica_list_response_encode(c->out, c->id, &l);
@@ -559,6 +560,7 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 		if (!objs[i])
 			continue;
 		mc_master_grant_lease(m, objs[i], c->now);
+		mc_master_heat_hit(m, objs[i], c->now);
 		mc_master_list_fill(m, objs[i], &items[i].list, &pos);
 	}
 	pos = 0;

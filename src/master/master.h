@@ -88,6 +88,11 @@ struct mc_master_config {
 	bool enable_replica_repair;	       /* true */
 	int64_t replica_repair_max_inflight;   /* 64: repair tasks pending or handed out */
 	uint64_t replica_repair_bytes_per_sec; /* 1 GiB: bytes of repairs started per second */
+	/* hot-key dynamic replication (spec store.md 1.14, 8.1; tasks.c) */
+	char *dynamic_replication_mode;		/* "off" (NULL too), "observe", "enforce" */
+	uint64_t dynamic_replication_window_ms; /* 10000: the heat window */
+	double dynamic_replication_qps;		/* 0.8: gets per second that make a key hot */
+	int64_t dynamic_replication_max_memory_replicas; /* 2: a hot key's copies at most */
 };
 
 /* Fill *c with the defaults above (version = "mooncake-c " MC_VERSION_STRING). */
@@ -438,6 +443,8 @@ struct mc_master_metrics {
 	uint64_t repair_failed;		  /* master_replica_repair_failures_total */
 	uint64_t repair_given_up;	  /* master_replica_repair_abandoned_total */
 	uint64_t drain_migrated_bytes;	  /* master_drain_migrated_bytes_total */
+	uint64_t dynrep_candidates;	  /* master_dynamic_replication_candidates_total */
+	uint64_t dynrep_queued;		  /* master_dynamic_replication_copies_total */
 	/* master_value_size_bytes histogram (PutStart lengths) */
 	uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS]; /* non-cumulative */
 	uint64_t value_size_sum;

@@ -1504,6 +1504,9 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->enable_replica_repair = true;
 	c->replica_repair_max_inflight = 64;
 	c->replica_repair_bytes_per_sec = 1ull << 30;
+	c->dynamic_replication_window_ms = 10000;
+	c->dynamic_replication_qps = 0.8;
+	c->dynamic_replication_max_memory_replicas = 2;
 }
 
 mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out)

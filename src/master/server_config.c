@@ -276,14 +276,16 @@ static const struct mc_config_entry flags[] = {
 	STR("tenant_quota_connector_uri", "", NO_FIELD, NOEFFECT, NULL,
 	    "tenant quota policy location"),
 	/* dynamic replication */
-	STR("dynamic_replication_mode", "off", NO_FIELD, DEFAULT_ONLY, check_dynamic_mode,
-	    "off, observe or enforce"),
-	INT("dynamic_replication_heat_window_seconds", "10", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "heat window"),
-	DOUBLE("dynamic_replication_admission_qps_threshold", "0.8", NO_FIELD, 0,
-	       1000000000000000000, NOEFFECT, "per-key QPS threshold"),
-	INT("dynamic_replication_max_memory_replicas", "2", NO_FIELD, 0, INT64_MAX, NOEFFECT,
-	    "replica cap"),
+	STR("dynamic_replication_mode", "off", MF(dynamic_replication_mode), 0, check_dynamic_mode,
+	    "hot keys (gets above the QPS threshold within the heat window) get extra memory "
+	    "replicas through copy tasks: off, observe (count them only) or enforce"),
+	SEC_MS("dynamic_replication_heat_window_seconds", "10", MF(dynamic_replication_window_ms),
+	       1, 0, "the window the gets of a key are counted in"),
+	DOUBLE("dynamic_replication_admission_qps_threshold", "0.8", MF(dynamic_replication_qps),
+	       0, 1000000, 0, "gets per second (over the window) that make a key hot"),
+	INT("dynamic_replication_max_memory_replicas", "2",
+	    MF(dynamic_replication_max_memory_replicas), 1, 255, 0,
+	    "a hot key gets memory replicas up to this many"),
 	/* the write-ahead log (docs/design.md, "Master: the write-ahead log") */
 	STR("wal_dir", "", SF(wal_dir), 0, NULL,
 	    "write-ahead log directory (made when missing): every accepted state change is "

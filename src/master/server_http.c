@@ -550,6 +550,8 @@ static const struct metric metrics[] = {
 	COUNTER("master_replica_repair_failures_total", "Repair copies that failed (retried)", repair_failed),
 	COUNTER("master_replica_repair_abandoned_total", "Repairs parked after 30 tries (no segment to copy to or from) until a segment mounts", repair_given_up),
 	COUNTER("master_drain_migrated_bytes_total", "Bytes moved off draining segments", drain_migrated_bytes),
+	COUNTER("master_dynamic_replication_candidates_total", "Gets that made a key hot (--dynamic_replication_mode observe or enforce)", dynrep_candidates),
+	COUNTER("master_dynamic_replication_copies_total", "Extra copies of hot keys queued (--dynamic_replication_mode=enforce)", dynrep_queued),
 	COUNTER("master_promotion_rejected_frequency_total", "Disk hits below the admission threshold", promotion_rejected_frequency),
 	COUNTER("master_promotion_rejected_watermark_total", "Disk hits refused: memory above the high watermark", promotion_rejected_watermark),
 	COUNTER("master_promotion_rejected_cap_total", "Disk hits refused: --promotion_queue_limit reached", promotion_rejected_cap),

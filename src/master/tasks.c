@@ -46,6 +46,7 @@
  */
 #define MC_LOG_MODULE "master"
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -54,6 +55,9 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "master/master_int.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define TASK_MSG	   160
 #define FETCH_MAX	   256	/* tasks one FetchTasks hands out at most */
@@ -65,6 +69,10 @@
 #define DRAIN_LAPS	   8	/* table laps a job makes for what it passed over */
 #define DRAIN_LAP_MS	   1000 /* between such laps */
 #define DRAIN_DEFAULT_CONC 4
+#define HEAT_ROWS	   4	/* dynamic replication's count-min sketch */
+#define HEAT_COLS	   4096 /* 32 KiB of u16 counters */
+
+enum { DYNREP_OFF, DYNREP_OBSERVE, DYNREP_ENFORCE };
 
 struct mc_task {
 	struct mc_store_uuid id;
@@ -129,6 +137,12 @@ struct mc_tasks {
 	/* repair */
 	struct repair_ent **rq; /* FIFO: [rq_head, nrq) */
 	uint32_t rq_head, nrq, rq_cap;
+	/* dynamic replication: gets per key in the current window (NULL: off) */
+	uint16_t (*heat)[HEAT_COLS];
+	uint64_t heat_start; /* ms: the window began */
+	uint64_t heat_seed;
+	uint32_t heat_need;	    /* gets in a window that make a key hot */
+	int dynrep;		    /* DYNREP_* */
 	struct repair_ent **parked; /* out of tries: back in the queue at the next mount */
 	uint32_t nparked, parked_cap;
 	uint32_t repair_inflight;
@@ -524,6 +538,49 @@ void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost)
 	if (mem_count(m, o) == 0)
 		return; /* no memory copy left to copy from */
 	repair_push(m, o->tenant, o->key, o->key_len, mc_obj_size(o), (uint8_t)want, 0, 0);
+}
+
+/*
+ * Hot keys (spec store.md 1.14, upstream's dynamic replication): the gets
+ * of each key within the heat window are counted in a count-min sketch
+ * (each get adds one to a counter per row; the smallest of its counters
+ * is the estimate, never below the truth), cleared when a window ends.
+ * The get that brings a key's estimate to qps x window makes it hot, once
+ * per window: observe counts it; enforce queues one more memory copy
+ * through the repair queue (its bounds apply), while the key has fewer
+ * than --dynamic_replication_max_memory_replicas.  A hotter key that stays
+ * hot gets one more copy per window up to the cap.
+ */
+void mc_master_heat_hit(struct mc_master *m, struct mc_obj *o, uint64_t now)
+{
+	struct mc_tasks *k = m->tasks;
+	uint64_t h;
+	uint32_t est = UINT32_MAX, have;
+
+	if (!k || !k->heat)
+		return;
+	if (now - k->heat_start >= m->cfg.dynamic_replication_window_ms || now < k->heat_start) {
+		memset(k->heat, 0, HEAT_ROWS * sizeof(*k->heat));
+		k->heat_start = now;
+	}
+	h = XXH3_64bits_withSeed(o->key, o->key_len, k->heat_seed ^ o->tenant);
+	for (uint32_t r = 0; r < HEAT_ROWS; r++) {
+		uint16_t *c = &k->heat[r][(h >> (r * 16)) % HEAT_COLS];
+
+		if (*c < UINT16_MAX)
+			(*c)++;
+		est = MC_MIN(est, (uint32_t)*c);
+	}
+	if (est != k->heat_need || (o->flags & MC_OBJ_PROC))
+		return;
+	have = mem_count(m, o);
+	if (have == 0 || have >= (uint64_t)m->cfg.dynamic_replication_max_memory_replicas)
+		return;
+	m->met.dynrep_candidates++;
+	if (k->dynrep != DYNREP_ENFORCE || any_task(m, o))
+		return;
+	m->met.dynrep_queued++;
+	repair_push(m, o->tenant, o->key, o->key_len, mc_obj_size(o), (uint8_t)(have + 1), 0, 0);
 }
 
 /* A segment to copy o to: mounted, reachable, with room, holding none of
@@ -1566,11 +1623,31 @@ void mc_master_tasks_tick(struct mc_master *m, uint64_t now_ms)
 
 mc_status mc_master_tasks_init(struct mc_master *m)
 {
+	const char *mode;
+	double need;
+
 	m->tasks = mc_calloc(1, sizeof(*m->tasks));
 	if (!m->tasks)
 		return MC_ERR_NOMEM;
 	m->tasks->id_hi = mc_alloc_rand(&m->rng) | 1;
-	return MC_OK;
+	mode = m->cfg.dynamic_replication_mode;
+	if (!mode || !strcmp(mode, "off"))
+		return MC_OK;
+	if (!strcmp(mode, "observe"))
+		m->tasks->dynrep = DYNREP_OBSERVE;
+	else if (!strcmp(mode, "enforce"))
+		m->tasks->dynrep = DYNREP_ENFORCE;
+	else
+		return MC_ERR_INVALID_PARAMS;
+	m->cfg.dynamic_replication_mode = NULL; /* borrowed: not kept */
+	need = m->cfg.dynamic_replication_qps * (double)m->cfg.dynamic_replication_window_ms /
+	       1000.0;
+	m->tasks->heat_need = need <= 1		   ? 1
+			      : need >= UINT16_MAX ? UINT16_MAX
+						   : (uint32_t)ceil(need);
+	m->tasks->heat_seed = mc_alloc_rand(&m->rng);
+	m->tasks->heat = mc_calloc(HEAT_ROWS, sizeof(*m->tasks->heat));
+	return m->tasks->heat ? MC_OK : MC_ERR_NOMEM;
 }
 
 void mc_master_tasks_free(struct mc_master *m)
@@ -1604,6 +1681,7 @@ void mc_master_tasks_free(struct mc_master *m)
 		mc_free(j->units);
 		mc_free(j);
 	}
+	mc_free(k->heat);
 	mc_free(k->jobs);
 	mc_free(k->found);
 	mc_free(k->active);

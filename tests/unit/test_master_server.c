@@ -144,7 +144,6 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 		{"enable_cxl", "true"},
 		{"enable_kv_events", "true"},
 		{"enable_metadata_cleanup_on_timeout", "true"},
-		{"dynamic_replication_mode", "enforce"},
 		{"memory_allocator", "cachelib"},
 		{"allocation_strategy", "cxl"},
 	};

@@ -472,6 +472,71 @@ static void test_repair_parks_until_a_mount(void **state)
 	mt_free(t);
 }
 
+static void test_dynamic_replication(void **state)
+{
+	struct mc_master_config cfg;
+	struct mc_store_uuid ids[4];
+	struct mt *t;
+	char w[64], mode[16];
+	uint32_t n;
+
+	(void)state;
+	/* enforce: 8 gets in a 10 s window (0.8 QPS) make a key hot */
+	mt_cfg_init(&cfg);
+	snprintf(mode, sizeof(mode), "enforce");
+	cfg.dynamic_replication_mode = mode;
+	t = mt_new(&cfg);
+	mount3(t);
+	put_on(t, "hot", 1000, 1, "a:1");
+	put_on(t, "cold", 1000, 1, "a:1");
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(mt_get(t, "hot"), MC_OK);
+		assert_int_equal(mt_get(t, "cold"), MC_OK);
+	}
+	assert_int_equal(fetch(t, CA, 4, ids, 4), 0);
+	assert_int_equal(mt_get(t, "hot"), MC_OK); /* the 8th */
+	n = fetch(t, CA, 4, ids, 4);
+	assert_int_equal(n, 1);
+	assert_int_equal(done(t, CA, ids[0], MC_OK), MC_OK);
+	assert_int_equal(mt_metrics(t).dynrep_queued, 1);
+	assert_non_null(strstr(where(t, "hot", w, sizeof(w)), ","));
+	/* where() is a get too: cold's 8th, so it turns hot now */
+	assert_null(strstr(where(t, "cold", w, sizeof(w)), ","));
+	assert_int_equal(mt_metrics(t).dynrep_queued, 2);
+	assert_int_equal(fetch(t, CA, 4, ids, 4), 1);
+	assert_int_equal(done(t, CA, ids[0], MC_OK), MC_OK);
+	assert_non_null(strstr(where(t, "cold", w, sizeof(w)), ","));
+	/* at the cap (2): hot again next window, no third copy */
+	t->now += 10000;
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(mt_get(t, "hot"), MC_OK);
+	assert_int_equal(
+		fetch(t, CA, 4, ids, 4) + fetch(t, CB, 4, ids, 4) + fetch(t, CC, 4, ids, 4), 0);
+	assert_int_equal(mt_metrics(t).dynrep_queued, 2);
+	mt_free(t);
+
+	/* observe: counted, nothing copied; off: nothing at all */
+	snprintf(mode, sizeof(mode), "observe");
+	cfg.dynamic_replication_mode = mode;
+	t = mt_new(&cfg);
+	mount3(t);
+	put_on(t, "hot", 1000, 1, "a:1");
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(mt_get(t, "hot"), MC_OK);
+	assert_int_equal(fetch(t, CA, 4, ids, 4), 0);
+	assert_int_equal(mt_metrics(t).dynrep_candidates, 1);
+	assert_int_equal(mt_metrics(t).dynrep_queued, 0);
+	mt_free(t);
+	cfg.dynamic_replication_mode = NULL;
+	t = mt_new(&cfg);
+	mount3(t);
+	put_on(t, "hot", 1000, 1, "a:1");
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(mt_get(t, "hot"), MC_OK);
+	assert_int_equal(mt_metrics(t).dynrep_candidates, 0);
+	mt_free(t);
+}
+
 static bool seg_status(void *arg, const struct mc_master_segment_info *s)
 {
 	char *out = arg;
@@ -617,6 +682,7 @@ int main(void)
 		cmocka_unit_test(test_repair_after_expiry),
 		cmocka_unit_test(test_repair_bounds_and_switch),
 		cmocka_unit_test(test_repair_parks_until_a_mount),
+		cmocka_unit_test(test_dynamic_replication),
 		cmocka_unit_test(test_drain),
 	};
 
