@@ -96,6 +96,7 @@
 #include "base/loop.h"
 #include "base/sock.h"
 #include "base/time.h"
+#include "master/ha.h"
 #include "master/server_priv.h"
 #include "master/snap.h"
 #include "master/wal.h"
@@ -538,6 +539,38 @@ static void *probe_main(void *arg)
  * answered; MC_ERR_NOMEM with nothing appended when no answer fit.  The
  * state lock is held.
  */
+/* ---- HA fencing ----------------------------------------------------------- */
+
+/*
+ * With --enable_ha only the serving leader answers: a standby, a leader
+ * still warming up and one whose lease ran out on its own clock refuse
+ * every request (spec 10: UNAVAILABLE_IN_CURRENT_MODE), so two masters
+ * never both accept a write.  The clock is read here, not taken from the
+ * loop's turn, so a master resumed after a pause refuses at once.
+ */
+static bool ha_serving(struct mc_master_server *s)
+{
+	return !s->ha || mc_master_ha_may_serve(s->ha, mc_now_ms());
+}
+
+static mc_status ha_refuse(struct mc_master_server *s, const struct mc_store_msg *msg,
+			   struct mc_buf *out)
+{
+	struct mc_master_ha_info info;
+	char text[400];
+
+	mc_master_ha_info(s->ha, &info);
+	if (info.leader_known && !info.leader)
+		snprintf(text, sizeof(text),
+			 "this master is not the leader (HA state %s); the leader is %s (view "
+			 "%" PRIu64 ")",
+			 mc_master_ha_state_name(info.state), info.leader_addr, info.view_version);
+	else
+		snprintf(text, sizeof(text), "this master is not serving (HA state %s)",
+			 mc_master_ha_state_name(info.state));
+	return mc_master_refuse(s->master, msg, MC_ERR_UNAVAILABLE_IN_CURRENT_MODE, text, out);
+}
+
 static mc_status probe_answer_locked(struct mc_master_server *s, struct mount_probe *p,
 				     struct mc_buf *out, uint64_t now_ms)
 {
@@ -551,7 +584,9 @@ static mc_status probe_answer_locked(struct mc_master_server *s, struct mount_pr
 		snprintf(p->why, sizeof(p->why), "out of memory decoding the mount again");
 		return MC_ERR_NOMEM;
 	}
-	if (p->st == MC_OK) {
+	if (p->st == MC_OK && !ha_serving(s)) {
+		st = ha_refuse(s, &msg, out);
+	} else if (p->st == MC_OK) {
 		st = mc_master_handle_start(s->master, &msg, now_ms, out, &job);
 		if (st == MC_INPROGRESS) {
 			mc_master_job_free(s->master, job); /* a mount is never a job */
@@ -694,6 +729,14 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 					      "the master takes requests, not responses");
 			conn_fail(c, "response frame (type %u, id %llu) sent to the master",
 				  hdr->type, (unsigned long long)hdr->req_id);
+			return;
+		}
+		if (mc_unlikely(!ha_serving(s))) {
+			st = ha_refuse(s, &msg, &c->wbuf);
+			mc_store_msg_release(&msg);
+			if (st == MC_ERR_NOMEM)
+				conn_fail(c, "out of memory refusing %s",
+					  mc_store_msg_name(hdr->type));
 			return;
 		}
 		if (s->wal_broken && changes_logged_state(hdr->type)) {
@@ -1177,6 +1220,85 @@ static mc_status wal_open(struct mc_master_server *s, const struct mc_master_ser
 	return MC_OK;
 }
 
+/* ---- HA hooks (master/ha.c calls these on its thread) ---------------------- */
+
+/*
+ * This master won the election and warmed up: make its tables current.
+ * Interim mode: recover from its own --wal_dir (snapshot + log) exactly as
+ * a restarted master does, which is right when that directory is the one
+ * the previous leader wrote (the same host, or shared storage), and starts
+ * empty otherwise.  A standby that streams the leader's log will replace
+ * this body with promoting the tables it already holds.  Then a VIEW
+ * record marks every later record of the log as this leader's.
+ */
+static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
+{
+	struct mc_master_server *s = arg;
+	uint64_t t0 = mc_now_ms();
+	mc_status st;
+
+	pthread_mutex_lock(&s->lock);
+	st = wal_open(s, s->ha_cfg);
+	if (st == MC_OK)
+		mc_master_wal_view(s->master, view_version, s->ha_advertise);
+	mc_master_server_unlock(s);
+	if (st == MC_OK)
+		mc_info("ha: took over as view %" PRIu64 " in %" PRIu64 " ms (tables from %s)",
+			view_version, mc_now_ms() - t0,
+			s->ha_cfg->wal_dir && *s->ha_cfg->wal_dir ? s->ha_cfg->wal_dir
+								  : "nothing: no --wal_dir");
+	return st;
+}
+
+/* The leader lost its lease: stop writing anything another master may read
+ * (the log in a shared --wal_dir, snapshots).  Requests are already refused. */
+static void mc_master_ha_stepped_down(void *arg)
+{
+	struct mc_master_server *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->wal) {
+		mc_master_set_wal(s->master, NULL);
+		if (mc_wal_close(s->wal) != MC_OK)
+			mc_error("ha: closing the log after stepping down: %s", mc_last_error());
+		s->wal = NULL;
+	}
+	mc_master_server_snap_stop(s);
+	mc_master_server_unlock(s);
+}
+
+/* --enable_ha: the address put in the view, and the election thread. */
+static mc_status ha_start(struct mc_master_server *s, const struct mc_master_server_config *cfg,
+			  const char *host)
+{
+	struct mc_master_ha_config hc = {0};
+	char name[256];
+
+	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 || !*host) {
+		if (gethostname(name, sizeof(name)) != 0)
+			snprintf(name, sizeof(name), "localhost");
+		name[sizeof(name) - 1] = '\0';
+		mc_warn("ha: --rpc_address %s is not reachable by others; advertising %s "
+			"(set --rpc_address)",
+			host, name);
+		host = name;
+	}
+	snprintf(s->ha_advertise, sizeof(s->ha_advertise), strchr(host, ':') ? "[%s]:%u" : "%s:%u",
+		 host, s->rpc_port);
+	hc.backend = cfg->ha_backend_type;
+	hc.connstring = cfg->ha_backend_connstring && *cfg->ha_backend_connstring
+				? cfg->ha_backend_connstring
+				: cfg->etcd_endpoints;
+	hc.cluster_id = cfg->cluster_id;
+	hc.advertise = s->ha_advertise;
+	hc.ttl_s = cfg->ha_lease_ttl_seconds;
+	hc.take_over = mc_master_ha_take_over;
+	hc.step_down = mc_master_ha_stepped_down;
+	hc.arg = s;
+	s->ha_cfg = cfg;
+	return mc_master_ha_start(&hc, &s->ha);
+}
+
 /* --root_fs_dir: an existing directory; <root_fs_dir>/<cluster_id> is
  * made when missing and becomes the master's fsdir (in buf). */
 static mc_status fs_dir_open(const struct mc_master_server_config *cfg, char *buf, size_t cap,
@@ -1215,6 +1337,8 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	uint64_t d;
 	uint32_t n;
 
+	if (!ha_serving(s))
+		return 200; /* a standby's tables are not live */
 	pthread_mutex_lock(&s->lock);
 	/* first: nothing is appended and uncommitted yet (server_snap.c) */
 	mc_master_server_snap_tick(s, now_ms);
@@ -1234,6 +1358,10 @@ static int64_t on_sweep_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64
 
 	(void)l;
 	(void)now_ms;
+	if (!ha_serving(s)) {
+		s->sweep_armed = false;
+		return MC_LOOP_TIMER_STOP;
+	}
 	pthread_mutex_lock(&s->lock);
 	more = mc_master_sweep_run(s->master, JOB_SLICE_US);
 	s->sweep_armed = more;
@@ -1461,7 +1589,8 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
 		goto err_free;
 	}
-	st = wal_open(s, cfg);
+	/* with HA the tables are loaded when this master takes over */
+	st = cfg->enable_ha ? MC_OK : wal_open(s, cfg);
 	if (st)
 		goto err_master;
 	s->prev_snap.at_ms = mc_now_ms();
@@ -1518,9 +1647,14 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	st = mc_master_admin_start(s, cfg);
 	if (st)
 		goto err_meta;
+	if (cfg->enable_ha) {
+		st = ha_start(s, cfg, host);
+		if (st)
+			goto err_admin;
+	}
 	if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
 		st = mc_set_error(MC_ERR_INTERNAL, "rpc: cannot start the loop thread");
-		goto err_admin;
+		goto err_ha;
 	}
 	s->loop_started = true;
 	mc_info("master %s: rpc on %s:%u, admin on %s:%u, http metadata server %s port %u",
@@ -1530,6 +1664,8 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	*out = s;
 	return MC_OK;
 
+err_ha:
+	mc_master_ha_stop(s->ha);
 err_admin:
 	mc_master_admin_stop(s);
 err_meta:
@@ -1570,7 +1706,10 @@ void mc_master_server_stop(struct mc_master_server *s)
 {
 	if (!s)
 		return;
-	/* the HTTP threads first: they use the master under the lock */
+	/* the election first (it may be taking over under the lock), then the
+	 * HTTP threads: they use the master under the lock */
+	mc_master_ha_stop(s->ha);
+	s->ha = NULL;
 	mc_master_admin_stop(s);
 	mc_http_meta_server_stop(s->meta);
 	if (s->loop_started) {

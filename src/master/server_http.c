@@ -3,8 +3,9 @@
  *
  * Upstream's paths and response shapes (spec store.md 7.1-7.3) over
  * libmicrohttpd with a pool of 4 threads, as upstream's admin server has:
- *   /health /role /ha_status /leader /kv_events/status   fixed answers of a
- *                                  single, always-serving master (no HA)
+ *   /health /role /ha_status /leader   the election's state (master/ha.h);
+ *                                  without --enable_ha the serving leader
+ *   /kv_events/status              a fixed answer (no KV events)
  *   /metrics                       Prometheus text 0.0.4 (below)
  *   /metrics/summary               the one-line summary, rates over the
  *                                  current 10 s window
@@ -44,6 +45,7 @@
 #include "base/http.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "master/ha.h"
 #include "master/server_priv.h"
 #include "meta/http_server.h"
 
@@ -344,6 +346,8 @@ struct port_counts {
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
 	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
+	/* --enable_ha (master/ha.h); a master without HA is the serving leader */
+	uint64_t ha_leader, ha_serving, ha_view, ha_won, ha_down, ha_trans, ha_err;
 };
 
 /* Everything the table reads, as of one moment. */
@@ -382,6 +386,10 @@ struct metric {
 #define SERVER_COUNTER(n, h, f)                                            \
 	{                                                                  \
 		.name = (n), .kind = MK_COUNTER, .help = (h), .off = PF(f) \
+	}
+#define SERVER_GAUGE(n, h, f)                                            \
+	{                                                                \
+		.name = (n), .kind = MK_GAUGE, .help = (h), .off = PF(f) \
 	}
 #define ZERO_GAUGE(n)                                                            \
 	{                                                                        \
@@ -451,6 +459,9 @@ static const struct metric metrics[] = {
 	ZERO_GAUGE("ha_batch_record_last_batch_id"),
 	ZERO_GAUGE("ha_batch_record_durable_sequence"),
 	ZERO_GAUGE("ha_standby_state"),
+	SERVER_GAUGE("ha_is_leader", "1 while this master holds the leader view (warm-up included)", ha_leader),
+	SERVER_GAUGE("ha_service_ready", "1 while this master serves requests (the leader past warm-up, lease valid)", ha_serving),
+	SERVER_GAUGE("ha_view_version", "Version of the leader view last seen (this master's own while it leads)", ha_view),
 
 	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
 	 .help = "Value sizes of PutStart requests", .off = NO_FIELD},
@@ -568,7 +579,10 @@ static const struct metric metrics[] = {
 	ZERO_COUNTER("ha_batch_record_durable_batches_total"),
 	ZERO_COUNTER("ha_batch_record_durable_entries_total"),
 	ZERO_COUNTER("ha_batch_record_retry_total"),
-	ZERO_COUNTER("ha_state_transitions_total"),
+	SERVER_COUNTER("ha_state_transitions_total", "HA state changes (starting, standby, candidate, leader_warmup, recovering, serving)", ha_trans),
+	SERVER_COUNTER("ha_elections_won_total", "Campaigns for the leader view this master won", ha_won),
+	SERVER_COUNTER("ha_step_downs_total", "Leaderships this master lost (lease not renewed in time) or gave up", ha_down),
+	SERVER_COUNTER("ha_backend_errors_total", "Requests to the HA coordinator (etcd, Redis) that failed", ha_err),
 
 	/* the listening ports' bounds (README "Limits on every listening port"; our own names) */
 	PORT_COUNTER("master_connections_refused_total", "Connections closed at accept: the port's connection cap was open", refused, ALL_PORTS),
@@ -1120,6 +1134,24 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 			    json_pack("{s:b, s:I}", "success", 1, "removed_count", (json_int_t)n));
 }
 
+static void ha_counts_read(struct mc_master_server *s, struct port_counts *p)
+{
+	struct mc_master_ha_info i;
+
+	if (!s->ha) {
+		p->ha_leader = p->ha_serving = 1;
+		return;
+	}
+	mc_master_ha_info(s->ha, &i);
+	p->ha_leader = i.leader;
+	p->ha_serving = i.serving;
+	p->ha_view = i.view_version;
+	p->ha_won = i.elections_won;
+	p->ha_down = i.step_downs;
+	p->ha_trans = i.transitions;
+	p->ha_err = i.backend_errors;
+}
+
 static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 				    const struct mc_http_request *req)
 {
@@ -1139,6 +1171,7 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	snap_dur_sum = s->snapper.dur_sum_ms;
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
+	ha_counts_read(s, &src.p);
 	src.p.snap_ok = snap_ok;
 	src.p.snap_fail = snap_fail;
 	memcpy(src.p.snap_dur, snap_dur, sizeof(snap_dur));
@@ -1197,6 +1230,84 @@ static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn
 				 "tenant quotas are not supported in this build");
 }
 
+/* ---- HA pages (spec 7.1): a master without --enable_ha is the serving leader ---- */
+
+struct ha_page {
+	const char *role, *state;
+	bool ready, known;
+	char leader[256];
+	uint64_t view;
+};
+
+static void ha_page_read(struct mc_master_server *s, struct ha_page *out)
+{
+	struct mc_master_ha_info i;
+
+	memset(out, 0, sizeof(*out));
+	if (!s->ha) {
+		out->role = "leader";
+		out->state = "serving";
+		out->ready = true;
+		return;
+	}
+	mc_master_ha_info(s->ha, &i);
+	out->role = i.leader ? "leader" : "standby";
+	out->state = mc_master_ha_state_name(i.state);
+	out->ready = i.serving;
+	out->known = i.leader_known;
+	snprintf(out->leader, sizeof(out->leader), "%s", i.leader_addr);
+	out->view = i.view_version;
+}
+
+static enum MHD_Result page_role(void *arg, struct MHD_Connection *conn,
+				 const struct mc_http_request *req)
+{
+	struct ha_page h;
+
+	ha_page_read(arg, &h);
+	return mc_http_respond_text(conn, 200, h.role, CT_TEXT);
+}
+
+static enum MHD_Result page_ha_status(void *arg, struct MHD_Connection *conn,
+				      const struct mc_http_request *req)
+{
+	struct ha_page h;
+
+	ha_page_read(arg, &h);
+	return mc_http_respond_text(conn, 200, h.state, CT_TEXT);
+}
+
+static enum MHD_Result page_health(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
+{
+	struct ha_page h;
+	json_t *j;
+
+	ha_page_read(arg, &h);
+	j = json_pack("{sssssssb}", "status", "ok", "role", h.role, "ha_state", h.state,
+		      "service_ready", h.ready);
+	if (j && h.known) {
+		json_object_set_new(j, "leader_address", json_string(h.leader));
+		json_object_set_new(j, "view_version", json_integer((json_int_t)h.view));
+	}
+	return respond_json(conn, 200, j);
+}
+
+static enum MHD_Result page_leader(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
+{
+	struct ha_page h;
+	json_t *j;
+
+	ha_page_read(arg, &h);
+	j = json_pack("{sb}", "present", h.known);
+	if (j && h.known) {
+		json_object_set_new(j, "leader_address", json_string(h.leader));
+		json_object_set_new(j, "view_version", json_integer((json_int_t)h.view));
+	}
+	return respond_json(conn, 200, j);
+}
+
 #define GET_HEAD (MC_HTTP_GET | MC_HTTP_HEAD)
 
 /* The /api/v1 calls (any method), then the GET (and HEAD) pages built from
@@ -1214,19 +1325,16 @@ static const struct mc_http_route routes[] = {
 	{"/get_segments_detail", GET_HEAD, false, page_segments_detail},
 	{"/query_segment", GET_HEAD, false, page_query_segment},
 	{"/api/v1/segments/status", GET_HEAD, false, page_segment_status},
+	{"/health", GET_HEAD, false, page_health},
+	{"/role", GET_HEAD, false, page_role},
+	{"/ha_status", GET_HEAD, false, page_ha_status},
+	{"/leader", GET_HEAD, false, page_leader},
 };
 
-/* GET (and HEAD) pages that never change in this build (no HA, no KV events). */
+/* GET (and HEAD) pages that never change in this build (no KV events). */
 static const struct {
 	const char *url, *body, *ctype;
 } get_fixed[] = {
-	{"/health",
-	 "{\"status\":\"ok\",\"role\":\"leader\",\"ha_state\":\"serving\","
-	 "\"service_ready\":true}",
-	 CT_JSON},
-	{"/role", "leader", CT_TEXT},
-	{"/ha_status", "serving", CT_TEXT},
-	{"/leader", "{\"present\":false}", CT_JSON},
 	{"/kv_events/status",
 	 "{\"enabled\":false,\"published_batches\":0,\"published_events\":0,"
 	 "\"dropped_events\":0,\"skipped_unparsed_keys\":0}",

@@ -126,6 +126,13 @@ struct mc_master_server {
 	struct mc_list probes_done;  /* finished, waiting for the loop to collect */
 	struct mc_loop_fd probe_efd; /* eventfd: a probe thread finished */
 
+	/* --enable_ha (master/ha.h; NULL: off): fencing asks it on every
+	 * request; ha_cfg is the caller's config (it outlives the server),
+	 * read by the take-over on the election thread */
+	struct mc_master_ha *ha;
+	const struct mc_master_server_config *ha_cfg;
+	char ha_advertise[300]; /* "host:port" put in the view */
+
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */
 	struct mc_auth_secret admin_secret; /* POST, PUT, DELETE need it (base/auth.h) */
