@@ -196,6 +196,9 @@ static void watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 
 static void step_down(struct mc_master_ha *ha, bool was_serving)
 {
+	pthread_mutex_lock(&ha->lock);
+	ha->seen.present = false; /* our own view, gone */
+	pthread_mutex_unlock(&ha->lock);
 	atomic_store(&ha->serving, false);
 	atomic_store(&ha->valid_until, 0);
 	atomic_fetch_add(&ha->n_down, 1);
@@ -290,12 +293,11 @@ static void *ha_main(void *arg)
 		step_down(ha, true);
 	}
 	/* a fenced standby: keep /leader current for operators */
-	watch(ha, &last_log_ms);
-	while (nap(ha, 1000)) {
+	do {
 		struct mc_coord_view v;
 		if (mc_coord_read(ha->coord, ha->key, &v) == MC_OK)
 			remember(ha, &v);
-	}
+	} while (nap(ha, MC_MAX(ha->ttl_ms / 10, (uint64_t)100)));
 	return NULL;
 }
 

@@ -1,0 +1,241 @@
+"""Master high availability: leader election on a real etcd and Redis (issue 14).
+
+Two ``mooncake_master --enable_ha`` processes on loopback share one
+coordinator (and, for the interim take-over, one --wal_dir): one serves, the
+other is a standby that refuses every request; /role and /ha_status say
+which.  kill -9 of the leader makes the standby serve within lease TTL +
+warm-up + slack, and a store client given ``etcd://...`` (or ``redis://``)
+as its master follows it: it reads back what it put before the failover
+(recovered from the shared log after its segment is remounted) and keeps
+putting.  A leader frozen past its lease (SIGSTOP) refuses writes with
+UNAVAILABLE_IN_CURRENT_MODE once it runs again.  An unreachable
+coordinator at start is a clear error exit.
+
+The lease is 3 s (--ha_lease_ttl_seconds) to keep the file short; every
+wait is a bounded poll of /ha_status or of a client's reply.
+"""
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, START_TIMEOUT, sigstop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_store_processes import (  # noqa: E402
+    CLIENT_TTL_S,
+    Master,
+    StoreCluster,
+    StoreNode,
+    master_path,
+    store_node_path,
+    wait_until,
+)
+
+TTL_S = 3
+# the lease lapsing, the warm-up, a loaded (sanitized) machine
+FAILOVER_S = 2 * TTL_S + 25.0
+NODE_ENV = {"MC_MASTER_FAILOVER_TIMEOUT_MS": "20000"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, deadline_s):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)  # polling a condition with a deadline
+    return False
+
+
+@pytest.fixture
+def etcd_ep(tmp_path):
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    client, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        [exe, "--name", "ha", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://127.0.0.1:{client}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"ha=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_port(client, 30), "etcd did not start"
+        yield f"127.0.0.1:{client}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def redis_uri():
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server not installed")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_port(port, 30), "redis-server did not start"
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+class HaCluster(StoreCluster):
+    def __init__(self, request, tmp_path_factory):
+        super().__init__(request, tmp_path_factory)
+        self.wal = self.logdir / "wal"
+
+    def ha_master(self, backend, connstring, wal=None):
+        exe = master_path()
+        if exe is None:
+            pytest.skip(f"mooncake_master not built under {BUILD}")
+        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1",
+                "--metrics_port=0", "--metrics_host=127.0.0.1",
+                f"--client_ttl={CLIENT_TTL_S}", "--enable_ha",
+                f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
+                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={wal or self.wal}"]
+        m = Master(argv, f"master{len(self.procs)}", self.logdir)
+        self.procs.append(m)
+        m.wait_listening()
+        return m
+
+    def ha_node(self, master_addr, metadata):
+        exe = store_node_path()
+        if exe is None:
+            pytest.fail(f"store_node not found under {BUILD}")
+        self.n += 1
+        argv = [exe, "--master", master_addr, "--metadata", metadata, "--host", "127.0.0.1",
+                "--segment", "32m", "--buffer", "8m", "--zbuf", "8m"]
+        n = StoreNode(argv, f"store_node{self.n}", self.logdir, NODE_ENV)
+        self.procs.append(n)
+        n.wait_ready()
+        return n
+
+
+@pytest.fixture
+def hc(request, tmp_path_factory):
+    c = HaCluster(request, tmp_path_factory)
+    yield c
+    c.teardown()
+
+
+def ha_status(m):
+    st, body = m.http("/ha_status")
+    assert st == 200, body
+    return body
+
+
+def wait_serving(m, timeout=FAILOVER_S):
+    wait_until(lambda: ha_status(m) == "serving", timeout, f"{m.label} serving", 0.1)
+
+
+def leader_and_standby(hc, backend, connstring, wal=None):
+    """First master serving, second one a standby."""
+    m1 = hc.ha_master(backend, connstring)
+    wait_serving(m1)
+    m2 = hc.ha_master(backend, connstring, wal)
+    wait_until(lambda: ha_status(m2) == "standby", START_TIMEOUT, "the second master standby")
+    assert m1.http("/role") == (200, "leader")
+    assert m2.http("/role") == (200, "standby")
+    return m1, m2
+
+
+def get_eventually(node, key, timeout=FAILOVER_S):
+    """A get after a failover succeeds once the client has remounted."""
+    return wait_until(lambda: node.cmd(f"get {key}").startswith("OK") and node.get(key),
+                      timeout, f"get {key} on the new leader", 0.2)
+
+
+def failover_kill9(hc, backend, connstring, client_addr):
+    m1, m2 = leader_and_standby(hc, backend, connstring)
+    st, health = m2.http("/health")
+    assert '"service_ready":false' in health and str(m1.rpc) in health, health
+    node = hc.ha_node(client_addr, client_addr)
+    sum1 = node.put("before", 300000, 7)
+    assert m1.metric("ha_is_leader") == 1 and m2.metric("ha_is_leader") == 0
+
+    t0 = time.monotonic()
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m2)
+    took = time.monotonic() - t0
+    assert took >= TTL_S * 0.5, f"served {took:.1f}s after the kill: before the lease lapsed?"
+    assert m2.http("/role") == (200, "leader")
+    assert m2.metric("ha_elections_won_total") == 1
+
+    # the client follows the new leader: the old object is back (shared log,
+    # remounted segment) and new puts land
+    assert get_eventually(node, "before") == (300000, sum1)
+    sum2 = node.put("after", 200000, 9)
+    assert node.get("after") == (200000, sum2)
+
+
+def test_etcd_failover_after_kill9(hc, etcd_ep):
+    failover_kill9(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}")
+
+
+def test_redis_failover_after_kill9(hc, redis_uri):
+    failover_kill9(hc, "redis", redis_uri, redis_uri)
+
+
+def test_deposed_leader_refuses_writes(hc, etcd_ep):
+    # separate logs: the frozen leader still holds its own
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, wal=hc.logdir / "wal2")
+    direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
+    direct.put("k1", 1000, 1)
+    assert direct.err("get missing")[1] == -704
+    # a standby refuses everything with UNAVAILABLE_IN_CURRENT_MODE
+    st, metrics = m2.http("/metrics")
+    assert "ha_service_ready 0" in metrics
+
+    sigstop(m1.pid)
+    try:
+        wait_serving(m2)
+    finally:
+        m1.p.send_signal(signal.SIGCONT)
+    # the first request after waking is refused, whatever its threads did first
+    name, code = direct.err("put k2 1000 2")
+    assert (name, code) == ("ERR_UNAVAILABLE_IN_CURRENT_MODE", -1011)
+    wait_until(lambda: ha_status(m1) == "standby", START_TIMEOUT, "the old leader standby")
+    assert m1.http("/role") == (200, "standby")
+    assert m1.metric("ha_step_downs_total") == 1
+    wait_until(lambda: str(m2.rpc) in m1.http("/leader")[1], START_TIMEOUT,
+               "the old leader naming the new one")
+
+
+def test_coordinator_unreachable_at_start(hc):
+    exe = master_path()
+    if exe is None:
+        pytest.skip(f"mooncake_master not built under {BUILD}")
+    dead = free_port()
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring=127.0.0.1:{dead}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "unreachable" in r.stderr and f"127.0.0.1:{dead}" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        "--ha_backend_type=redis",
+                        f"--ha_backend_connstring=redis://127.0.0.1:{dead}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "unreachable" in r.stderr, r.stderr
