@@ -92,6 +92,7 @@
 #include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "base/log.h"
 #include "base/loop.h"
 #include "base/sock.h"
@@ -553,6 +554,15 @@ static bool ha_serving(struct mc_master_server *s)
 	return !s->ha || mc_master_ha_may_serve(s->ha, mc_now_ms());
 }
 
+/* Stamp the answer written at out[at..] with the view version it was
+ * served under (docs/protocol.md: header bytes 28..31). */
+static void ha_stamp(struct mc_master_server *s, struct mc_buf *out, size_t at)
+{
+	if (s->ha && out->err == MC_OK && out->len >= at + MC_PROTO_HDR_LEN)
+		mc_put_le32(out->data + at + MC_PROTO_HDR_VIEW_OFF,
+			    (uint32_t)mc_master_ha_view_version(s->ha));
+}
+
 static mc_status ha_refuse(struct mc_master_server *s, const struct mc_store_msg *msg,
 			   struct mc_buf *out)
 {
@@ -757,6 +767,8 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		before = c->wbuf.len;
 		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
 		mc_store_msg_release(&msg);
+		if (st != MC_INPROGRESS)
+			ha_stamp(s, &c->wbuf, before);
 		conn_wal_mark(s, c);
 		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {

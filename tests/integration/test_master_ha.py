@@ -28,6 +28,7 @@ import pytest
 from conftest import BUILD, START_TIMEOUT, sigstop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mcproto  # noqa: E402
 from test_store_processes import (  # noqa: E402
     CLIENT_TTL_S,
     Master,
@@ -183,6 +184,11 @@ def failover_kill9(hc, backend, connstring, client_addr):
     assert took >= TTL_S * 0.5, f"served {took:.1f}s after the kill: before the lease lapsed?"
     assert m2.http("/role") == (200, "leader")
     assert m2.metric("ha_elections_won_total") == 1
+    # its answers carry the view it serves under (header bytes 28..31)
+    with mcproto.Conn(m2.rpc) as c:
+        c.send(mcproto.PING, mcproto.uuid(*c.client_id))
+        h, _ = c.recv()
+        assert h["status"] == 0 and h["view"] == m2.metric("ha_view_version") > 0, h
 
     # the client follows the new leader: the old object is back (shared log,
     # remounted segment) and new puts land
@@ -219,7 +225,8 @@ def test_deposed_leader_refuses_writes(hc, etcd_ep):
     assert (name, code) == ("ERR_UNAVAILABLE_IN_CURRENT_MODE", -1011)
     wait_until(lambda: ha_status(m1) == "standby", START_TIMEOUT, "the old leader standby")
     assert m1.http("/role") == (200, "standby")
-    assert m1.metric("ha_step_downs_total") == 1
+    wait_until(lambda: m1.metric("ha_step_downs_total") == 1, START_TIMEOUT,
+               "the old leader counting its step-down")
     wait_until(lambda: str(m2.rpc) in m1.http("/leader")[1], START_TIMEOUT,
                "the old leader naming the new one")
 
