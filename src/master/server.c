@@ -1424,7 +1424,7 @@ static int64_t on_report_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 	mc_master_server_unlock(s);
 	if (!s->enable_metric_reporting)
 		return REPORT_PERIOD_MS;
-	line = mc_master_summary_format(&prev, &cur);
+	line = mc_master_summary_format(s, &prev, &cur);
 	if (line)
 		mc_info("Master Admin Metrics: %s", line);
 	mc_free(line);
@@ -1656,17 +1656,18 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 			goto err_fds;
 		s->metadata_port = mc_http_meta_server_port(s->meta);
 	}
-	st = mc_master_admin_start(s, cfg);
-	if (st)
-		goto err_meta;
+	/* the election before the admin pages, which report it */
 	if (cfg->enable_ha) {
 		st = ha_start(s, cfg, host);
 		if (st)
-			goto err_admin;
+			goto err_meta;
 	}
+	st = mc_master_admin_start(s, cfg);
+	if (st)
+		goto err_ha;
 	if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
 		st = mc_set_error(MC_ERR_INTERNAL, "rpc: cannot start the loop thread");
-		goto err_ha;
+		goto err_admin;
 	}
 	s->loop_started = true;
 	mc_info("master %s: rpc on %s:%u, admin on %s:%u, http metadata server %s port %u",
@@ -1676,10 +1677,10 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	*out = s;
 	return MC_OK;
 
-err_ha:
-	mc_master_ha_stop(s->ha);
 err_admin:
 	mc_master_admin_stop(s);
+err_ha:
+	mc_master_ha_stop(s->ha);
 err_meta:
 	mc_http_meta_server_stop(s->meta);
 err_fds:
@@ -1718,16 +1719,17 @@ void mc_master_server_stop(struct mc_master_server *s)
 {
 	if (!s)
 		return;
-	/* the election first (it may be taking over under the lock), then the
-	 * HTTP threads: they use the master under the lock */
-	mc_master_ha_stop(s->ha);
-	s->ha = NULL;
+	/* the HTTP threads first: they use the master under the lock */
 	mc_master_admin_stop(s);
 	mc_http_meta_server_stop(s->meta);
 	if (s->loop_started) {
 		mc_loop_stop(s->loop);
 		pthread_join(s->loop_thread, NULL);
 	}
+	/* then the election (nobody reads s->ha any more; a take-over under
+	 * way finishes first), before the log it may have opened is closed */
+	mc_master_ha_stop(s->ha);
+	s->ha = NULL;
 	/* probes still in flight: each ends by its deadline; their clients are gone */
 	while (!mc_list_empty(&s->probes)) {
 		struct mount_probe *p = mc_list_first(&s->probes, struct mount_probe, link);

@@ -105,9 +105,39 @@ static void batch_rate(struct mc_buf *b, const char *label,
 		       rate(cur->items, prev->items, secs));
 }
 
-char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+struct ha_page {
+	const char *role, *state;
+	bool ready, known;
+	char leader[256];
+	uint64_t view, won, down;
+};
+
+static void ha_page_read(struct mc_master_server *s, struct ha_page *out)
+{
+	struct mc_master_ha_info i;
+
+	memset(out, 0, sizeof(*out));
+	if (!s->ha) {
+		out->role = "leader";
+		out->state = "serving";
+		out->ready = true;
+		return;
+	}
+	mc_master_ha_info(s->ha, &i);
+	out->role = i.leader ? "leader" : "standby";
+	out->state = mc_master_ha_state_name(i.state);
+	out->ready = i.serving;
+	out->known = i.leader_known;
+	snprintf(out->leader, sizeof(out->leader), "%s", i.leader_addr);
+	out->view = i.view_version;
+	out->won = i.elections_won;
+	out->down = i.step_downs;
+}
+
+char *mc_master_summary_format(struct mc_master_server *s, const struct mc_master_server_snap *prev,
 			       const struct mc_master_server_snap *cur)
 {
+	struct ha_page h;
 	const struct mc_master_metrics *c = &cur->m, *p = &prev->m;
 	double secs = cur->at_ms > prev->at_ms ? (double)(cur->at_ms - prev->at_ms) / 1000.0 : 0;
 	struct mc_master_req_counter zero = {0, 0};
@@ -116,6 +146,7 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	struct mc_buf b;
 	char *out;
 
+	ha_page_read(s, &h);
 	mc_buf_init(&b);
 	format_bytes(used, sizeof(used), c->allocated_bytes);
 	format_bytes(total, sizeof(total), c->total_capacity_bytes);
@@ -126,16 +157,15 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	format_bytes(staging, sizeof(staging), c->discarded_staging_bytes);
 	format_bytes(ssd_used, sizeof(ssd_used), c->ssd_used_bytes);
 	format_bytes(ssd_total, sizeof(ssd_total), c->ssd_total_bytes);
-	mc_buf_appendf(
-		&b,
-		"role=leader, state=serving, service_ready=true, master={Mem Storage: %s / %s "
-		"(%.1f%%) | SSD Storage: %s / %s | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
-		") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
-		used, total,
-		c->total_capacity_bytes
-			? 100.0 * (double)c->allocated_bytes / (double)c->total_capacity_bytes
-			: 0.0,
-		ssd_used, ssd_total, c->key_count, c->soft_pin_key_count, c->active_clients);
+	mc_buf_appendf(&b,
+		       "role=%s, state=%s, service_ready=%s, master={Mem Storage: %s / %s "
+		       "(%.1f%%) | SSD Storage: %s / %s | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
+		       ") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
+		       h.role, h.state, h.ready ? "true" : "false", used, total,
+		       c->total_capacity_bytes ? 100.0 * (double)c->allocated_bytes /
+							 (double)c->total_capacity_bytes
+					       : 0.0,
+		       ssd_used, ssd_total, c->key_count, c->soft_pin_key_count, c->active_clients);
 	req_rate(&b, "PutStart", &c->master_put_start, &p->master_put_start, secs, true);
 	req_rate(&b, "PutEnd", &c->master_put_end, &p->master_put_end, secs, false);
 	req_rate(&b, "PutRevoke", &c->master_put_revoke, &p->master_put_revoke, secs, false);
@@ -168,12 +198,19 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	mc_buf_appendf(&b,
 		       " | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
 		       ", keys=%" PRIu64 ", size=%s | Discard: Released/Total=%" PRIu64 "/%" PRIu64
-		       ", StagingSize=%s | Snapshots: Success=0, Fail=0}, ha={HA: disabled}",
+		       ", StagingSize=%s | Snapshots: Success=0, Fail=0}, ",
 		       c->successful_evictions - p->successful_evictions,
 		       c->attempted_evictions - p->attempted_evictions,
 		       c->put_start_alloc_failures - p->put_start_alloc_failures,
 		       c->evicted_key_count - p->evicted_key_count, evicted,
 		       c->put_start_release_cnt, c->put_start_discard_cnt, staging);
+	if (!s->ha)
+		mc_buf_append_str(&b, "ha={HA: disabled}");
+	else
+		mc_buf_appendf(&b, "ha={HA: %s, elections won %" PRIu64 ", step-downs %" PRIu64 "}",
+			       h.state, h.won, h.down);
+	if (h.known)
+		mc_buf_appendf(&b, ", leader=%s, view_version=%" PRIu64, h.leader, h.view);
 	mc_buf_put_u8(&b, 0);
 	if (b.err) {
 		mc_buf_release(&b);
@@ -1198,7 +1235,7 @@ static enum MHD_Result page_summary(void *arg, struct MHD_Connection *conn,
 	mc_master_server_snap_locked(s, &cur, mc_now_ms());
 	prev = s->prev_snap;
 	mc_master_server_unlock(s);
-	line = mc_master_summary_format(&prev, &cur);
+	line = mc_master_summary_format(s, &prev, &cur);
 	if (!line)
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	ret = mc_http_respond_text(conn, 200, line, CT_PROM);
@@ -1231,33 +1268,6 @@ static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn
 }
 
 /* ---- HA pages (spec 7.1): a master without --enable_ha is the serving leader ---- */
-
-struct ha_page {
-	const char *role, *state;
-	bool ready, known;
-	char leader[256];
-	uint64_t view;
-};
-
-static void ha_page_read(struct mc_master_server *s, struct ha_page *out)
-{
-	struct mc_master_ha_info i;
-
-	memset(out, 0, sizeof(*out));
-	if (!s->ha) {
-		out->role = "leader";
-		out->state = "serving";
-		out->ready = true;
-		return;
-	}
-	mc_master_ha_info(s->ha, &i);
-	out->role = i.leader ? "leader" : "standby";
-	out->state = mc_master_ha_state_name(i.state);
-	out->ready = i.serving;
-	out->known = i.leader_known;
-	snprintf(out->leader, sizeof(out->leader), "%s", i.leader_addr);
-	out->view = i.view_version;
-}
 
 static enum MHD_Result page_role(void *arg, struct MHD_Connection *conn,
 				 const struct mc_http_request *req)

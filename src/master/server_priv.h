@@ -176,10 +176,11 @@ void mc_master_admin_stop(struct mc_master_server *s);
 /*
  * The one-line summary of spec 7.1 (/metrics/summary and the periodic
  * log): "role=leader, state=serving, service_ready=true, master={...},
- * ha={...}".  Rates are over [prev, cur].  Returns a malloc'ed string or
- * NULL.  No lock needed: it only reads the two snapshots.
+ * ha={...}[, leader=h:p, view_version=n]" (role and state from s->ha).
+ * Rates are over [prev, cur].  Returns a malloc'ed string or NULL.  No
+ * lock needed: it reads the two snapshots and the election's atomics.
  */
-char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+char *mc_master_summary_format(struct mc_master_server *s, const struct mc_master_server_snap *prev,
 			       const struct mc_master_server_snap *cur);
 
 #endif

@@ -171,6 +171,9 @@ def failover_kill9(hc, backend, connstring, client_addr):
     m1, m2 = leader_and_standby(hc, backend, connstring)
     st, health = m2.http("/health")
     assert '"service_ready":false' in health and str(m1.rpc) in health, health
+    st, summary = m2.http("/metrics/summary")
+    assert summary.startswith("role=standby, state=standby, service_ready=false, "), summary
+    assert summary.endswith(f"leader=127.0.0.1:{m1.rpc}, view_version={int(m2.metric('ha_view_version'))}"), summary
     node = hc.ha_node(client_addr, client_addr)
     sum1 = node.put("before", 300000, 7)
     assert m1.metric("ha_is_leader") == 1 and m2.metric("ha_is_leader") == 0
