@@ -152,28 +152,80 @@ static bool renew_once(struct mc_master_ha *ha, bool *failed, uint64_t *last_log
 	return mc_now_ms() < atomic_load(&ha->valid_until);
 }
 
-/* Hold the view until until_ms (warm-up) or for good (until_ms 0).
- * Returns false when leading ended (or stop). */
-static bool lead(struct mc_master_ha *ha, uint64_t until_ms, uint64_t *last_log_ms)
+/*
+ * Hold the view, renewing every TTL/3 (100 ms while renewals fail), until
+ * until_ms (warm-up), until *done turns true (a take-over running beside
+ * it), or for good (both unset).  Returns false when leading ended (or
+ * stop), true when the end asked for came.
+ */
+static bool lead(struct mc_master_ha *ha, uint64_t until_ms, atomic_bool *done,
+		 uint64_t *last_log_ms)
 {
 	uint64_t period = MC_MAX(ha->ttl_ms / 3, (uint64_t)50);
+	uint64_t next = mc_now_ms() + period;
 	bool failed = false;
 
 	for (;;) {
-		uint64_t now = mc_now_ms(), left = atomic_load(&ha->valid_until);
-		uint64_t wait = failed ? MC_MIN(period, (uint64_t)100) : period;
+		uint64_t now = mc_now_ms(), wait;
 
-		if (until_ms && now >= until_ms)
+		if ((until_ms && now >= until_ms) || (done && atomic_load(done)))
 			return true;
-		if (left <= now)
+		if (atomic_load(&ha->valid_until) <= now)
 			return false;
+		if (now >= next) {
+			if (!renew_once(ha, &failed, last_log_ms))
+				return false;
+			next = mc_now_ms() + (failed ? MC_MIN(period, (uint64_t)100) : period);
+			continue;
+		}
+		wait = next - now;
 		if (until_ms)
 			wait = MC_MIN(wait, until_ms - now);
+		if (done)
+			wait = MC_MIN(wait, (uint64_t)20);
 		if (!nap(ha, wait))
 			return false;
-		if (!renew_once(ha, &failed, last_log_ms))
-			return false;
 	}
+}
+
+/* The take-over runs on its own thread so that the election thread keeps
+ * renewing while the tables load (a long log takes longer than a lease). */
+struct take_over_job {
+	struct mc_master_ha *ha;
+	uint64_t version;
+	mc_status st;
+	atomic_bool done;
+};
+
+static void *take_over_main(void *arg)
+{
+	struct take_over_job *j = arg;
+
+	j->st = j->ha->cfg.take_over ? j->ha->cfg.take_over(j->ha->cfg.arg, j->version) : MC_OK;
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
+/* Run the take-over while holding the view.  MC_OK when it succeeded and
+ * the view is still ours; *held_out says whether it is. */
+static mc_status take_over(struct mc_master_ha *ha, uint64_t version, bool *held_out,
+			   uint64_t *last_log_ms)
+{
+	struct take_over_job j = {.ha = ha, .version = version, .st = MC_OK};
+	pthread_t t;
+
+	atomic_init(&j.done, false);
+	if (pthread_create(&t, NULL, take_over_main, &j) != 0) {
+		take_over_main(&j);
+		*held_out = renew_once(ha, &(bool){false}, last_log_ms);
+		return j.st;
+	}
+	pthread_setname_np(t, "mc-ha-takeover");
+	*held_out = lead(ha, 0, &j.done, last_log_ms);
+	pthread_join(t, NULL);
+	if (*held_out && j.st == MC_OK)
+		*held_out = renew_once(ha, &(bool){false}, last_log_ms);
+	return j.st;
 }
 
 /* Watch the view until it is gone (then campaign again). */
@@ -256,22 +308,27 @@ static void *ha_main(void *arg)
 			ha->key, ver, ha->ttl_ms);
 		set_state(ha, MC_HA_LEADER_WARMUP);
 		won_ms = mc_now_ms();
-		if (!lead(ha, won_ms + ha->ttl_ms, &last_log_ms)) {
+		if (!lead(ha, won_ms + ha->ttl_ms, NULL, &last_log_ms)) {
 			step_down(ha, false);
 			continue; /* nothing was served: campaign again */
 		}
 		set_state(ha, MC_HA_RECOVERING);
-		st = ha->cfg.take_over ? ha->cfg.take_over(ha->cfg.arg, ver) : MC_OK;
-		if (st != MC_OK) {
-			mc_error("taking over failed, giving up the leadership for good: %s",
-				 mc_last_error());
+		st = take_over(ha, ver, &won, &last_log_ms);
+		if (st != MC_OK || !won) {
+			pthread_mutex_lock(&ha->lock);
+			deposed = !ha->stop;
+			pthread_mutex_unlock(&ha->lock);
+			if (st != MC_OK)
+				mc_error(
+					"taking over failed, giving up the leadership for good: %s",
+					mc_last_error());
+			else if (deposed)
+				mc_error(
+					"lost the view %s while taking over; giving it up for good",
+					ha->key);
 			step_down(ha, true);
-			deposed = true;
-			break;
-		}
-		if (!renew_once(ha, &(bool){false}, &last_log_ms)) {
-			step_down(ha, true);
-			deposed = true;
+			if (!deposed)
+				return NULL;
 			break;
 		}
 		atomic_store(&ha->serving, true);
@@ -279,8 +336,8 @@ static void *ha_main(void *arg)
 		mc_info("serving as the leader, view version %" PRIu64 " (took %" PRIu64
 			" ms from winning)",
 			ver, mc_now_ms() - won_ms);
-		if (lead(ha, 0, &last_log_ms))
-			return NULL; /* only when stopping */
+		if (lead(ha, 0, NULL, &last_log_ms))
+			return NULL; /* never: it returns when leading ended */
 		pthread_mutex_lock(&ha->lock);
 		deposed = !ha->stop;
 		pthread_mutex_unlock(&ha->lock);

@@ -1167,8 +1167,12 @@ mc_status mc_coord_redis_open(const char *uri, long timeout_ms, struct mc_coord 
 		return st;
 	}
 	if (timeout_ms > 0) {
+		/* the next connection (made at once) runs on the caller's bounds */
+		pthread_mutex_lock(&e->c->lock);
 		e->c->cmd_ms = timeout_ms;
 		e->c->connect_ms = MC_MAX(timeout_ms / 3, 1L);
+		drop_conn_locked(e->c);
+		pthread_mutex_unlock(&e->c->lock);
 	}
 	*out = &e->base;
 	return MC_OK;
