@@ -143,6 +143,7 @@ struct conn {
 	bool wal_lost;		 /* an append for one of them failed: never send them */
 	uint64_t wal_epoch;	 /* s->wal_fail_epoch then */
 	uint64_t wal_seq;	 /* the log's last seq then */
+	bool ha_served;		 /* wbuf holds answers given as the serving HA leader */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -332,9 +333,24 @@ static bool conn_wal_ok(struct mc_master_server *s, struct conn *c)
 	return true;
 }
 
+static bool ha_serving(struct mc_master_server *s);
+
 /* Send what is queued.  false: the socket failed (the caller closes). */
 static bool conn_flush(struct conn *c, uint64_t now_ms)
 {
+	if (c->ha_served && conn_pending(c) && !ha_serving(c->s)) {
+		/*
+		 * Answers given while this master led, leaving after its lease
+		 * ran out (it was paused between the two): another master may
+		 * serve by now without these changes, so they are never
+		 * acknowledged; the client sees the connection fail.
+		 */
+		mc_buf_reset(&c->wbuf);
+		c->woff = 0;
+		c->ha_served = false;
+		conn_fail(c, "the HA lease ran out before these answers left: withheld");
+		return false;
+	}
 	if (!conn_wal_ok(c->s, c)) {
 		/* never an acknowledgement of what is not in the log */
 		mc_buf_reset(&c->wbuf);
@@ -362,6 +378,7 @@ static bool conn_flush(struct conn *c, uint64_t now_ms)
 				strerror(errno));
 		return false;
 	}
+	c->ha_served = false;
 	/* all sent: keep the storage unless a big answer inflated it */
 	if (c->wbuf.cap > WBUF_KEEP)
 		mc_buf_release(&c->wbuf);
@@ -769,6 +786,7 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		mc_store_msg_release(&msg);
 		if (st != MC_INPROGRESS)
 			ha_stamp(s, &c->wbuf, before);
+		c->ha_served = s->ha != NULL;
 		conn_wal_mark(s, c);
 		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {

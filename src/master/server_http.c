@@ -1351,13 +1351,31 @@ static const struct {
 	 CT_JSON},
 };
 
+/*
+ * Pages that read or change the tables (spec 7.1: "endpoints that need the
+ * active service plane"): an HA master that is not the serving leader
+ * answers them 503 with -1011, its tables being a standby's copy.
+ */
+static bool needs_service_plane(mc_http_handler_cb fn)
+{
+	return fn != page_metrics && fn != page_summary && fn != page_health && fn != page_role &&
+	       fn != page_ha_status && fn != page_leader;
+}
+
 /* Any method other than GET and HEAD on a path no route takes is 405. */
 static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 				  const struct mc_http_request *req)
 {
 	const struct mc_http_route *r =
 		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, NULL);
+	struct mc_master_server *s = arg;
 
+	if (r && s->ha && needs_service_plane(r->fn) &&
+	    !mc_master_ha_may_serve(s->ha, mc_now_ms()))
+		return respond_json(conn, 503,
+				    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
+					      (int)MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,
+					      "error_message", "service plane is not active"));
 	if (r)
 		return r->fn(arg, conn, req);
 	if (!(req->method_bit & GET_HEAD))

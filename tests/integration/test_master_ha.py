@@ -169,6 +169,9 @@ def get_eventually(node, key, timeout=FAILOVER_S):
 
 def failover_kill9(hc, backend, connstring, client_addr):
     m1, m2 = leader_and_standby(hc, backend, connstring)
+    # a standby's tables are not the service plane (spec 7.1): 503, -1011
+    st, body = m2.http("/get_all_keys")
+    assert st == 503 and '"error_code":-1011' in body, (st, body)
     st, health = m2.http("/health")
     assert '"service_ready":false' in health and str(m1.rpc) in health, health
     st, summary = m2.http("/metrics/summary")
@@ -192,6 +195,11 @@ def failover_kill9(hc, backend, connstring, client_addr):
         c.send(mcproto.PING, mcproto.uuid(*c.client_id))
         h, _ = c.recv()
         assert h["status"] == 0 and h["view"] == m2.metric("ha_view_version") > 0, h
+
+        # and so does the Ping body's view_version, as upstream's
+        assert c.ping()[0] == h["view"]
+    # the service plane's pages: served by the leader now
+    assert m2.http("/get_all_segments")[0] == 200
 
     # the client follows the new leader: the old object is back (shared log,
     # remounted segment) and new puts land
