@@ -73,6 +73,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -85,6 +86,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -98,6 +100,7 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "master/ha.h"
+#include "master/repl.h"
 #include "master/server_priv.h"
 #include "master/snap.h"
 #include "master/wal.h"
@@ -144,6 +147,8 @@ struct conn {
 	uint64_t wal_epoch;	 /* s->wal_fail_epoch then */
 	uint64_t wal_seq;	 /* the log's last seq then */
 	bool ha_served;		 /* wbuf holds answers given as the serving HA leader */
+	uint64_t ha_seq;	 /* the log seq they were given at: sent once standbys ack it */
+	void *repl;		 /* a standby's stream (server_repl.c); NULL: a client */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -240,6 +245,12 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		c->job = NULL;
 		mc_list_del(&c->job_link);
 	}
+	if (c->repl) {
+		pthread_mutex_lock(&s->lock);
+		mc_master_repl_gone_locked(s, c->repl);
+		mc_master_server_unlock(s);
+		c->repl = NULL;
+	}
 	if (c->probe) {
 		/* the probe runs on; its result is dropped when it comes */
 		c->probe->c = NULL;
@@ -335,6 +346,13 @@ static bool conn_wal_ok(struct mc_master_server *s, struct conn *c)
 
 static bool ha_serving(struct mc_master_server *s);
 
+/* Answers of the HA leader wait until the standbys --ha_sync_replicas asks
+ * for have acknowledged the log seq they were given at (server_repl.c). */
+static bool conn_held(const struct conn *c)
+{
+	return c->ha_served && c->ha_seq > atomic_load(&c->s->repl.acked);
+}
+
 /* Send what is queued.  false: the socket failed (the caller closes). */
 static bool conn_flush(struct conn *c, uint64_t now_ms)
 {
@@ -351,6 +369,8 @@ static bool conn_flush(struct conn *c, uint64_t now_ms)
 		conn_fail(c, "the HA lease ran out before these answers left: withheld");
 		return false;
 	}
+	if (conn_held(c))
+		return true; /* mc_master_server_release_held sends them */
 	if (!conn_wal_ok(c->s, c)) {
 		/* never an acknowledgement of what is not in the log */
 		mc_buf_reset(&c->wbuf);
@@ -401,7 +421,7 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 	} else {
 		if (pending < WBUF_HIGH && !conn_waits(c))
 			want |= EPOLLIN;
-		if (pending)
+		if (pending && !conn_held(c))
 			want |= EPOLLOUT;
 	}
 	/* 0 (a job runs, nothing to send): epoll still reports hang-ups and errors */
@@ -740,6 +760,86 @@ static bool changes_logged_state(uint16_t type)
 	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION);
 }
 
+static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now_ms, bool ok);
+
+/*
+ * A frame of the HA log stream (master/repl.h): a standby's SYNC makes c
+ * its stream, its ACKs release held answers.  Anything else about them is
+ * a protocol error that closes c.
+ */
+static void repl_frame_locked(struct mc_master_server *s, struct conn *c,
+			      const struct mc_proto_hdr *hdr, uint64_t now_ms)
+{
+	char why[300] = "";
+
+	if (hdr->type == MC_REPL_ACK) {
+		if (c->repl && !hdr->payload_len)
+			mc_master_repl_ack_locked(s, c->repl, hdr->req_id, now_ms);
+		else
+			conn_fail(c, "an HA stream ACK from a connection that is not one");
+		return;
+	}
+	if (c->repl || hdr->payload_len) {
+		conn_fail(c, "a second or malformed HA stream SYNC");
+		return;
+	}
+	if (!s->ha || !ha_serving(s) || hdr->req_id != mc_master_ha_view_version(s->ha))
+		snprintf(why, sizeof(why),
+			 "this master does not serve as the leader of view %llu: no log stream",
+			 (unsigned long long)hdr->req_id);
+	else
+		c->repl = mc_master_repl_sync_locked(s, c, c->io.fd, now_ms, why, sizeof(why));
+	if (!c->repl) {
+		mc_warn("rpc: refusing an HA stream to %s: %s", c->peer, why);
+		mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id,
+				      MC_ERR_UNAVAILABLE_IN_CURRENT_MODE, why);
+		conn_fail(c, "its HA stream was refused");
+	}
+}
+
+void mc_master_server_conn_queue(struct mc_master_server *s, void *conn, const struct mc_buf *b)
+{
+	struct conn *c = conn;
+
+	mc_buf_append(&c->wbuf, b->data, b->len);
+	if (c->wbuf.err)
+		conn_fail(c, "out of memory queueing its HA stream");
+	conn_settle(s, c, mc_loop_now_ms(s->loop), true);
+}
+
+void mc_master_server_conn_drop(struct mc_master_server *s, void *conn, const char *why)
+{
+	struct conn *c = conn;
+
+	conn_fail(c, "HA standby dropped: %s", why);
+	conn_settle(s, c, mc_loop_now_ms(s->loop), true);
+}
+
+void mc_master_server_release_held(struct mc_master_server *s)
+{
+	struct mc_list *n, *t;
+	uint64_t now = mc_loop_now_ms(s->loop);
+
+	mc_list_for_each_safe(n, t, &s->conns) {
+		struct conn *c = mc_list_entry(n, struct conn, link);
+
+		if (c->ha_served && conn_pending(c) && !conn_held(c))
+			conn_settle(s, c, now, true);
+	}
+}
+
+static void on_repl_efd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct mc_master_server *s = mc_container_of(f, struct mc_master_server, repl.efd);
+	uint64_t cnt;
+
+	(void)l;
+	(void)events;
+	if (read(f->fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN)
+		mc_warn("rpc: reading the HA stream's eventfd: %s", strerror(errno));
+	mc_master_repl_pump(s);
+}
+
 /* Handle one complete frame; the state lock is held. */
 static void handle_frame_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
 				size_t len, const struct mc_proto_hdr *hdr, uint64_t now_ms)
@@ -748,6 +848,10 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 	mc_status st;
 	size_t before;
 
+	if (mc_unlikely(hdr->type == MC_REPL_SYNC || hdr->type == MC_REPL_ACK)) {
+		repl_frame_locked(s, c, hdr, now_ms);
+		return;
+	}
 	st = mc_store_msg_decode(frame, len, MAX_PAYLOAD, &msg);
 	if (mc_likely(st == MC_OK)) {
 		if (msg.hdr.flags & MC_PROTO_F_RESPONSE) {
@@ -786,7 +890,10 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		mc_store_msg_release(&msg);
 		if (st != MC_INPROGRESS)
 			ha_stamp(s, &c->wbuf, before);
-		c->ha_served = s->ha != NULL;
+		if (s->ha) {
+			c->ha_served = true;
+			c->ha_seq = s->wal ? mc_wal_last_seq(s->wal) : 0;
+		}
 		conn_wal_mark(s, c);
 		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {
@@ -1254,29 +1361,62 @@ static mc_status wal_open(struct mc_master_server *s, const struct mc_master_ser
 
 /*
  * This master won the election and warmed up: make its tables current.
- * Interim mode: recover from its own --wal_dir (snapshot + log) exactly as
- * a restarted master does, which is right when that directory is the one
- * the previous leader wrote (the same host, or shared storage), and starts
- * empty otherwise.  A standby that streams the leader's log will replace
- * this body with promoting the tables it already holds.  Then a VIEW
- * record marks every later record of the log as this leader's.
+ * A standby that loaded the leader's snapshot and streamed its log since
+ * (server_repl.c) already holds them, and its own log continues the
+ * leader's seqs: it stops the stream and serves what it has (segments
+ * wait for their clients to remount from now, as after a restart).  One
+ * that never loaded a snapshot (the first master of a cluster, or every
+ * master restarted) recovers from its own --wal_dir as a restarted master
+ * does.  Then a VIEW record marks every later record as this leader's and
+ * the log is tapped for the standbys that will stream from it.
  */
 static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
 {
 	struct mc_master_server *s = arg;
 	uint64_t t0 = mc_now_ms();
-	mc_status st;
+	bool synced = mc_master_repl_standby_stop(s);
+	mc_status st = MC_OK;
 
 	pthread_mutex_lock(&s->lock);
-	st = wal_open(s, s->ha_cfg);
-	if (st == MC_OK)
+	if (synced && s->wal) {
+		struct mc_master_server_config c = *s->ha_cfg;
+		uint64_t after = 0;
+
+		mc_master_wal_rewait(s->master, mc_now_ms());
+		c.enable_snapshot_restore = false; /* the tables are here: only set it up */
+		st = mc_master_server_snap_init(s, &c, &after);
+		if (st == MC_OK) {
+			mc_master_set_wal(s->master, s->wal);
+			mc_master_server_snap_started(s, mc_wal_last_seq(s->wal), mc_now_ms());
+		}
+	} else {
+		if (s->wal) {
+			(void)mc_wal_close(s->wal);
+			s->wal = NULL;
+		}
+		if (synced || atomic_load(&s->repl.applied)) {
+			/* a half-loaded stream's tables: start them again from the log */
+			struct mc_master *fresh;
+			st = mc_master_new(&s->repl.mcfg, &fresh);
+			if (st == MC_OK) {
+				mc_master_free(s->master);
+				s->master = fresh;
+			}
+		}
+		if (st == MC_OK)
+			st = wal_open(s, s->ha_cfg);
+	}
+	if (st == MC_OK) {
 		mc_master_wal_view(s->master, view_version, s->ha_advertise);
+		mc_master_repl_leader_start_locked(s);
+	}
 	mc_master_server_unlock(s);
 	if (st == MC_OK)
-		mc_info("ha: took over as view %" PRIu64 " in %" PRIu64 " ms (tables from %s)",
+		mc_info("ha: took over as view %" PRIu64 " in %" PRIu64
+			" ms (tables %s, log at seq %" PRIu64 ")",
 			view_version, mc_now_ms() - t0,
-			s->ha_cfg->wal_dir && *s->ha_cfg->wal_dir ? s->ha_cfg->wal_dir
-								  : "nothing: no --wal_dir");
+			synced ? "streamed from the old leader" : "recovered from --wal_dir",
+			mc_wal_last_seq(s->wal));
 	return st;
 }
 
@@ -1288,6 +1428,7 @@ static void mc_master_ha_stepped_down(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	if (s->wal) {
+		mc_wal_set_tap(s->wal, NULL, NULL);
 		mc_master_set_wal(s->master, NULL);
 		if (mc_wal_close(s->wal) != MC_OK)
 			mc_error("ha: closing the log after stepping down: %s", mc_last_error());
@@ -1303,6 +1444,7 @@ static mc_status ha_start(struct mc_master_server *s, const struct mc_master_ser
 {
 	struct mc_master_ha_config hc = {0};
 	char name[256];
+	mc_status st;
 
 	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 || !*host) {
 		if (gethostname(name, sizeof(name)) != 0)
@@ -1315,6 +1457,36 @@ static mc_status ha_start(struct mc_master_server *s, const struct mc_master_ser
 	}
 	snprintf(s->ha_advertise, sizeof(s->ha_advertise), strchr(host, ':') ? "[%s]:%u" : "%s:%u",
 		 host, s->rpc_port);
+	if (!cfg->wal_dir || !*cfg->wal_dir)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "--enable_ha needs --wal_dir: the leader logs every change "
+				    "there before answering, and a standby keeps its copy of the "
+				    "leader's log there");
+	if (!mc_wal_fsync_parse(cfg->wal_fsync ? cfg->wal_fsync : "everysec", &s->repl.policy))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "--wal_fsync %s: not always, everysec or no", cfg->wal_fsync);
+	/* a standby empties its directory for the leader's snapshot: two
+	 * masters must never share one */
+	{
+		char path[4200];
+
+		(void)mkdir(cfg->wal_dir, 0755);
+		snprintf(path, sizeof(path), "%s/LOCK", cfg->wal_dir);
+		s->repl.lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (s->repl.lock_fd < 0)
+			return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "--wal_dir %s: %s", path,
+					    strerror(errno));
+		if (flock(s->repl.lock_fd, LOCK_EX | LOCK_NB) != 0)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "--wal_dir %s is in use by another master (%s is "
+					    "locked): every HA master needs a directory of its own",
+					    cfg->wal_dir, path);
+	}
+	s->repl.dir = cfg->wal_dir;
+	s->repl.sync_n = cfg->ha_sync_replicas;
+	s->repl.stall_ms = (uint64_t)cfg->ha_lease_ttl_seconds * 1000;
+	if (!s->snapper.timeout_ms) /* the snapshot sender's bound, before any take-over */
+		s->snapper.timeout_ms = (uint64_t)cfg->snapshot_child_timeout_seconds * 1000;
 	hc.backend = cfg->ha_backend_type;
 	hc.connstring = cfg->ha_backend_connstring && *cfg->ha_backend_connstring
 				? cfg->ha_backend_connstring
@@ -1326,7 +1498,12 @@ static mc_status ha_start(struct mc_master_server *s, const struct mc_master_ser
 	hc.step_down = mc_master_ha_stepped_down;
 	hc.arg = s;
 	s->ha_cfg = cfg;
-	return mc_master_ha_start(&hc, &s->ha);
+	st = mc_master_ha_start(&hc, &s->ha);
+	if (st == MC_OK && (st = mc_master_repl_standby_start(s)) != MC_OK) {
+		mc_master_ha_stop(s->ha);
+		s->ha = NULL;
+	}
+	return st;
 }
 
 /* --root_fs_dir: an existing directory; <root_fs_dir>/<cluster_id> is
@@ -1372,6 +1549,7 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	pthread_mutex_lock(&s->lock);
 	/* first: nothing is appended and uncommitted yet (server_snap.c) */
 	mc_master_server_snap_tick(s, now_ms);
+	mc_master_repl_tick_locked(s, now_ms);
 	d = mc_master_tick(s->master, now_ms);
 	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
 	n = fs_take_locked(s, &g);
@@ -1611,10 +1789,23 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s->mount_probe = cfg->mount_probe;
 	s->mount_probe_timeout_ms = cfg->mount_probe_timeout_ms;
 	mc_loop_fd_init(&s->probe_efd, -1, on_probe_done);
+	mc_list_init(&s->repl.peers);
+	atomic_init(&s->repl.acked, UINT64_MAX);
+	atomic_init(&s->repl.sfd, -1);
+	s->repl.lock_fd = -1;
+	mc_loop_fd_init(&s->repl.efd, -1, on_repl_efd);
 
 	st = fs_dir_open(cfg, fsdir, sizeof(fsdir), &mcfg);
 	if (st == MC_OK)
 		st = mc_master_new(&mcfg, &s->master);
+	/* a standby's fresh tables for each snapshot of the leader (server_repl.c) */
+	s->repl.mcfg = mcfg;
+	if (st == MC_OK && mcfg.fsdir) {
+		s->repl.fsdir = mc_strdup(mcfg.fsdir);
+		s->repl.mcfg.fsdir = s->repl.fsdir;
+		if (!s->repl.fsdir)
+			st = MC_ERR_NOMEM;
+	}
 	if (st) {
 		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
 		goto err_free;
@@ -1655,6 +1846,14 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		goto err_fds;
 	}
 	st = mc_loop_add_fd(s->loop, &s->probe_efd, EPOLLIN);
+	if (st)
+		goto err_fds;
+	s->repl.efd.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->repl.efd.fd < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: eventfd: %s", strerror(errno));
+		goto err_fds;
+	}
+	st = mc_loop_add_fd(s->loop, &s->repl.efd, EPOLLIN);
 	if (st)
 		goto err_fds;
 
@@ -1698,6 +1897,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 err_admin:
 	mc_master_admin_stop(s);
 err_ha:
+	(void)mc_master_repl_standby_stop(s);
 	mc_master_ha_stop(s->ha);
 err_meta:
 	mc_http_meta_server_stop(s->meta);
@@ -1706,7 +1906,13 @@ err_fds:
 	close(s->listen.fd);
 	if (s->probe_efd.fd >= 0)
 		close(s->probe_efd.fd);
+	if (s->repl.efd.fd >= 0)
+		close(s->repl.efd.fd);
+	s->repl.efd.fd = -1;
 err_master:
+	mc_master_repl_release(s);
+	if (s->repl.lock_fd >= 0)
+		close(s->repl.lock_fd);
 	mc_master_server_snap_stop(s);
 	if (s->wal)
 		(void)mc_wal_close(s->wal);
@@ -1745,7 +1951,9 @@ void mc_master_server_stop(struct mc_master_server *s)
 		pthread_join(s->loop_thread, NULL);
 	}
 	/* then the election (nobody reads s->ha any more; a take-over under
-	 * way finishes first), before the log it may have opened is closed */
+	 * way finishes first), before the log it may have opened is closed;
+	 * the standby's stream before it, as it reads the election's view */
+	(void)mc_master_repl_standby_stop(s);
 	mc_master_ha_stop(s->ha);
 	s->ha = NULL;
 	/* probes still in flight: each ends by its deadline; their clients are gone */
@@ -1759,9 +1967,16 @@ void mc_master_server_stop(struct mc_master_server *s)
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
 	close(s->probe_efd.fd);
+	close(s->repl.efd.fd);
+	s->repl.efd.fd = -1;
+	pthread_mutex_lock(&s->lock);
+	mc_master_repl_release(s);
+	pthread_mutex_unlock(&s->lock);
 	mc_master_server_snap_stop(s);
 	if (s->wal && mc_wal_close(s->wal) != MC_OK)
 		mc_error("wal: closing the log: %s", mc_last_error());
+	if (s->repl.lock_fd >= 0)
+		close(s->repl.lock_fd); /* the directory is free for the next master */
 	mc_master_free(s->master);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);

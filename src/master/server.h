@@ -64,6 +64,7 @@ struct mc_master_server_config {
 	char *ha_backend_connstring;		 /* the coordinator */
 	char *etcd_endpoints;			 /* legacy connstring for etcd */
 	int64_t ha_lease_ttl_seconds;		 /* 5 (upstream's fixed TTL) */
+	int64_t ha_sync_replicas;		 /* -1: 1 when a standby streams */
 	char *root_fs_dir;			 /* "": no DISK replicas (spec 5.1) */
 	char *memory_allocator;			 /* "offset" */
 	char *allocation_strategy;		 /* "random" */

@@ -230,6 +230,11 @@ static const struct mc_config_entry flags[] = {
 	    "the leader's lease in the coordinator (s; this build's own, upstream fixes 5): a "
 	    "leader that cannot renew within it steps down, a new one warms up for as long "
 	    "before serving"),
+	INT("ha_sync_replicas", "-1", SF(ha_sync_replicas), -1, 16, 0,
+	    "with --enable_ha: standbys that must have received a change's log record "
+	    "(besides the leader's own log) before it is acknowledged; -1: 1 while some "
+	    "standby streams the leader's log, 0 when none does; N: always N (writes wait "
+	    "while fewer stream)"),
 	STR("cluster_id", "mooncake_cluster", SF(cluster_id), 0, check_cluster_id,
 	    "cluster namespace ([0-9A-Za-z_.-], at most 128 characters)"),
 	BOOL("enable_oplog", "false", NO_FIELD, DEFAULT_ONLY,

@@ -47,6 +47,7 @@
 #include "base/time.h"
 #include "master/ha.h"
 #include "master/server_priv.h"
+#include "master/wal.h"
 #include "meta/http_server.h"
 
 #define ADMIN_THREADS	    4
@@ -385,6 +386,8 @@ struct port_counts {
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
 	/* --enable_ha (master/ha.h); a master without HA is the serving leader */
 	uint64_t ha_leader, ha_serving, ha_view, ha_won, ha_down, ha_trans, ha_err;
+	/* the log stream (server_repl.c) */
+	uint64_t ha_log_seq, ha_standbys, ha_lag, ha_synced, ha_syncs, ha_dropped, ha_bytes;
 };
 
 /* Everything the table reads, as of one moment. */
@@ -499,6 +502,10 @@ static const struct metric metrics[] = {
 	SERVER_GAUGE("ha_is_leader", "1 while this master holds the leader view (warm-up included)", ha_leader),
 	SERVER_GAUGE("ha_service_ready", "1 while this master serves requests (the leader past warm-up, lease valid)", ha_serving),
 	SERVER_GAUGE("ha_view_version", "Version of the leader view last seen (this master's own while it leads)", ha_view),
+	SERVER_GAUGE("ha_log_seq", "Last record of this master's log (a standby's copy of the leader's)", ha_log_seq),
+	SERVER_GAUGE("ha_standbys_streaming", "Standbys streaming this leader's log (past their snapshot)", ha_standbys),
+	SERVER_GAUGE("ha_standby_lag_records", "Records of the log the slowest streaming standby has not acknowledged", ha_lag),
+	SERVER_GAUGE("ha_stream_synced", "1 once this standby has loaded a snapshot of the leader and streams its log", ha_synced),
 
 	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
 	 .help = "Value sizes of PutStart requests", .off = NO_FIELD},
@@ -620,6 +627,9 @@ static const struct metric metrics[] = {
 	SERVER_COUNTER("ha_elections_won_total", "Campaigns for the leader view this master won", ha_won),
 	SERVER_COUNTER("ha_step_downs_total", "Leaderships this master lost (lease not renewed in time) or gave up", ha_down),
 	SERVER_COUNTER("ha_backend_errors_total", "Requests to the HA coordinator (etcd, Redis) that failed", ha_err),
+	SERVER_COUNTER("ha_stream_syncs_total", "Standbys that joined this leader's log stream (a snapshot sent to each)", ha_syncs),
+	SERVER_COUNTER("ha_stream_dropped_total", "Standby streams this leader closed (stalled, too far behind, snapshot failed)", ha_dropped),
+	SERVER_COUNTER("ha_stream_bytes_total", "Bytes of log records and beats queued to standbys", ha_bytes),
 
 	/* the listening ports' bounds (README "Limits on every listening port"; our own names) */
 	PORT_COUNTER("master_connections_refused_total", "Connections closed at accept: the port's connection cap was open", refused, ALL_PORTS),
@@ -1171,6 +1181,22 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 			    json_pack("{s:b, s:I}", "success", 1, "removed_count", (json_int_t)n));
 }
 
+static void repl_counts_read_locked(struct mc_master_server *s, struct port_counts *p)
+{
+	uint64_t least = 0;
+
+	memset(&p->ha_log_seq, 0, (size_t)((char *)(&p->ha_bytes + 1) - (char *)&p->ha_log_seq));
+	if (!s->ha)
+		return;
+	p->ha_log_seq = s->wal ? mc_wal_last_seq(s->wal) : 0;
+	p->ha_standbys = mc_master_repl_standbys(s, &least);
+	p->ha_lag = p->ha_standbys && p->ha_log_seq > least ? p->ha_log_seq - least : 0;
+	p->ha_synced = atomic_load(&s->repl.synced);
+	p->ha_syncs = s->repl.n_syncs;
+	p->ha_dropped = s->repl.n_dropped;
+	p->ha_bytes = s->repl.bytes_sent;
+}
+
 static void ha_counts_read(struct mc_master_server *s, struct port_counts *p)
 {
 	struct mc_master_ha_info i;
@@ -1206,6 +1232,7 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	snap_fail = s->snapper.n_fail;
 	memcpy(snap_dur, s->snapper.dur_counts, sizeof(snap_dur));
 	snap_dur_sum = s->snapper.dur_sum_ms;
+	repl_counts_read_locked(s, &src.p);
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
 	ha_counts_read(s, &src.p);

@@ -497,3 +497,10 @@ void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms)
 		wait_drop(m, i);
 	}
 }
+
+void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms)
+{
+	for (uint32_t i = 0; m->nwait && i < m->nsegs_slots; i++)
+		if (m->segs[i].state == MC_SEG_WAIT)
+			m->segs[i].deadline = now_ms + m->cfg.client_ttl_ms;
+}

@@ -1,13 +1,14 @@
 """Master high availability: leader election on a real etcd and Redis (issue 14).
 
 Two ``mooncake_master --enable_ha`` processes on loopback share one
-coordinator (and, for the interim take-over, one --wal_dir): one serves, the
-other is a standby that refuses every request; /role and /ha_status say
-which.  kill -9 of the leader makes the standby serve within lease TTL +
-warm-up + slack, and a store client given ``etcd://...`` (or ``redis://``)
-as its master follows it: it reads back what it put before the failover
-(recovered from the shared log after its segment is remounted) and keeps
-putting.  A leader frozen past its lease (SIGSTOP) refuses writes with
+coordinator, each with its own --wal_dir: one serves, the other is a
+standby that refuses every request and streams the leader's log from it;
+/role and /ha_status say which.  kill -9 of the leader makes the standby
+serve within lease TTL + warm-up + slack from the tables it streamed (no
+reload), and a store client given ``etcd://...`` (or ``redis://``) as its
+master follows it: it reads back what it put before the failover (after
+its segment is remounted) and keeps putting.  A put is answered only once
+the standby has its record (--ha_sync_replicas).  A leader frozen past its lease (SIGSTOP) refuses writes with
 UNAVAILABLE_IN_CURRENT_MODE once it runs again.  An unreachable
 coordinator at start is a clear error exit.
 
@@ -104,9 +105,9 @@ def redis_uri():
 class HaCluster(StoreCluster):
     def __init__(self, request, tmp_path_factory):
         super().__init__(request, tmp_path_factory)
-        self.wal = self.logdir / "wal"
+        self.nwal = 0
 
-    def ha_master(self, backend, connstring, wal=None):
+    def ha_master(self, backend, connstring, wal=None, extra=()):
         exe = master_path()
         if exe is None:
             pytest.skip(f"mooncake_master not built under {BUILD}")
@@ -114,11 +115,16 @@ class HaCluster(StoreCluster):
                 "--metrics_port=0", "--metrics_host=127.0.0.1",
                 f"--client_ttl={CLIENT_TTL_S}", "--enable_ha",
                 f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
-                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={wal or self.wal}"]
+                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={wal or self.new_wal()}",
+                *extra]
         m = Master(argv, f"master{len(self.procs)}", self.logdir)
         self.procs.append(m)
         m.wait_listening()
         return m
+
+    def new_wal(self):
+        self.nwal += 1
+        return self.logdir / f"wal{self.nwal}"
 
     def ha_node(self, master_addr, metadata):
         exe = store_node_path()
@@ -150,12 +156,18 @@ def wait_serving(m, timeout=FAILOVER_S):
     wait_until(lambda: ha_status(m) == "serving", timeout, f"{m.label} serving", 0.1)
 
 
-def leader_and_standby(hc, backend, connstring, wal=None):
-    """First master serving, second one a standby."""
-    m1 = hc.ha_master(backend, connstring)
+def leader_and_standby(hc, backend, connstring, extra=(), before_standby=None):
+    """First master serving, second one a standby streaming its log."""
+    m1 = hc.ha_master(backend, connstring, extra=extra)
     wait_serving(m1)
-    m2 = hc.ha_master(backend, connstring, wal)
+    if before_standby:
+        before_standby(m1)
+    m2 = hc.ha_master(backend, connstring, extra=extra)
     wait_until(lambda: ha_status(m2) == "standby", START_TIMEOUT, "the second master standby")
+    wait_until(lambda: m2.metric("ha_stream_synced") == 1, START_TIMEOUT,
+               "the standby loading the leader's snapshot")
+    wait_until(lambda: m1.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the leader counting its standby")
     assert m1.http("/role") == (200, "leader")
     assert m2.http("/role") == (200, "standby")
     return m1, m2
@@ -168,7 +180,17 @@ def get_eventually(node, key, timeout=FAILOVER_S):
 
 
 def failover_kill9(hc, backend, connstring, client_addr):
-    m1, m2 = leader_and_standby(hc, backend, connstring)
+    early = {}
+
+    def put_early(m1):
+        # objects the standby gets in its snapshot, not from the stream
+        early["node"] = hc.ha_node(client_addr, client_addr)
+        early["sum"] = early["node"].put("early", 100000, 3)
+
+    m1, m2 = leader_and_standby(hc, backend, connstring, before_standby=put_early)
+    node = early["node"]
+    hc.procs.remove(node)  # stopped before the masters at teardown (it unmounts)
+    hc.procs.append(node)
     # a standby's tables are not the service plane (spec 7.1): 503, -1011
     st, body = m2.http("/get_all_keys")
     assert st == 503 and '"error_code":-1011' in body, (st, body)
@@ -177,9 +199,11 @@ def failover_kill9(hc, backend, connstring, client_addr):
     st, summary = m2.http("/metrics/summary")
     assert summary.startswith("role=standby, state=standby, service_ready=false, "), summary
     assert summary.endswith(f"leader=127.0.0.1:{m1.rpc}, view_version={int(m2.metric('ha_view_version'))}"), summary
-    node = hc.ha_node(client_addr, client_addr)
     sum1 = node.put("before", 300000, 7)
     assert m1.metric("ha_is_leader") == 1 and m2.metric("ha_is_leader") == 0
+    # the put was answered once the standby had its record: no wait here
+    assert m2.metric("ha_log_seq") == m1.metric("ha_log_seq") > 0
+    assert m1.metric("ha_standby_lag_records") == 0
 
     t0 = time.monotonic()
     m1.p.send_signal(signal.SIGKILL)
@@ -201,9 +225,13 @@ def failover_kill9(hc, backend, connstring, client_addr):
     # the service plane's pages: served by the leader now
     assert m2.http("/get_all_segments")[0] == 200
 
-    # the client follows the new leader: the old object is back (shared log,
-    # remounted segment) and new puts land
+    # its own directory holds the leader's snapshot it was sent, and the
+    # leader's log never reached it any other way
+    assert list((hc.logdir / "wal2").glob("snap-*.snap")), list((hc.logdir / "wal2").iterdir())
+    # the client follows the new leader: the old object is back (streamed
+    # tables, remounted segment) and new puts land
     assert get_eventually(node, "before") == (300000, sum1)
+    assert node.get("early") == (100000, early["sum"])
     sum2 = node.put("after", 200000, 9)
     assert node.get("after") == (200000, sum2)
 
@@ -217,8 +245,7 @@ def test_redis_failover_after_kill9(hc, redis_uri):
 
 
 def test_deposed_leader_refuses_writes(hc, etcd_ep):
-    # separate logs: the frozen leader still holds its own
-    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, wal=hc.logdir / "wal2")
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
     direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
     direct.put("k1", 1000, 1)
     assert direct.err("get missing")[1] == -704
@@ -247,13 +274,72 @@ def test_coordinator_unreachable_at_start(hc):
     if exe is None:
         pytest.skip(f"mooncake_master not built under {BUILD}")
     dead = free_port()
-    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+    wal = f"--wal_dir={hc.new_wal()}"
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha", wal,
                         f"--ha_backend_connstring=127.0.0.1:{dead}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "unreachable" in r.stderr and f"127.0.0.1:{dead}" in r.stderr, r.stderr
-    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha", wal,
                         "--ha_backend_type=redis",
                         f"--ha_backend_connstring=redis://127.0.0.1:{dead}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "unreachable" in r.stderr, r.stderr
+
+
+def test_answers_wait_for_the_standbys_asked_for(hc, etcd_ep):
+    # --ha_sync_replicas=1 and no standby yet: the leader answers nothing
+    # that its log has not given to one standby; one joining releases it
+    m1 = hc.ha_master("etcd", etcd_ep, extra=["--ha_sync_replicas=1"])
+    wait_serving(m1)
+    with mcproto.Conn(m1.rpc) as c:
+        c.sock.settimeout(1.5)
+        c.send(mcproto.PING, mcproto.uuid(*c.client_id))
+        with pytest.raises(socket.timeout):
+            c.recv()
+        m2 = hc.ha_master("etcd", etcd_ep, extra=["--ha_sync_replicas=1"])
+        c.sock.settimeout(START_TIMEOUT)
+        h, _ = c.recv()
+        assert h["status"] == 0, h
+    assert m2.metric("ha_stream_synced") == 1
+    assert m1.metric("ha_standbys_streaming") == 1
+
+
+def test_a_stalled_standby_is_dropped_then_rejoins(hc, etcd_ep):
+    # the default (-1): a standby that stops acknowledging holds writes for
+    # one lease at most, then the leader goes on alone; back, it resyncs
+    # a client TTL above the lease: pings wait behind the held put
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, extra=["--client_ttl=10"])
+    node = hc.ha_node(f"etcd://{etcd_ep}", f"etcd://{etcd_ep}")
+    node.put("a", 1000, 1)
+    sigstop(m2.pid)
+    try:
+        t0 = time.monotonic()
+        node.put("b", 1000, 2)
+        took = time.monotonic() - t0
+        assert took < TTL_S + 10, took
+        wait_until(lambda: m1.metric("ha_stream_dropped_total") == 1, START_TIMEOUT,
+                   "the leader dropping the stalled standby")
+        assert m1.metric("ha_standbys_streaming") == 0
+        node.put("c", 1000, 3)  # alone now: no wait at all
+    finally:
+        m2.p.send_signal(signal.SIGCONT)
+    wait_until(lambda: m1.metric("ha_stream_syncs_total") == 2, START_TIMEOUT,
+               "the standby syncing again")
+    wait_until(lambda: m1.metric("ha_standbys_streaming") == 1 and
+               m2.metric("ha_log_seq") == m1.metric("ha_log_seq"), START_TIMEOUT,
+               "the standby caught up")
+
+
+def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
+    m1 = hc.ha_master("etcd", etcd_ep)
+    wait_serving(m1)
+    exe = master_path()
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring={etcd_ep}", f"--wal_dir={hc.logdir / 'wal1'}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "in use by another master" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring={etcd_ep}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--enable_ha needs --wal_dir" in r.stderr, r.stderr
