@@ -30,12 +30,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "meta/coord.h"
+
+#define OPEN_TRIES_MS 3000 /* the coordinator's first answer at start, at most */
 
 struct mc_master_ha {
 	struct mc_master_ha_config cfg; /* strings owned (copies) */
@@ -459,8 +462,25 @@ mc_status mc_master_ha_start(const struct mc_master_ha_config *cfg, struct mc_ma
 		ha_free(ha);
 		return MC_ERR_NOMEM;
 	}
-	/* requests well inside the lease, so a dead coordinator is noticed in time */
-	st = mc_coord_open(uri, (long)MC_MAX(ha->ttl_ms / 3, (uint64_t)300), &ha->coord);
+	/*
+	 * Requests well inside the lease, so a dead coordinator is noticed in
+	 * time.  The first one proves it answers: a busy coordinator gets a few
+	 * tries over OPEN_TRIES_MS before the start fails (a master that
+	 * cannot start is worse than one that waited a second).
+	 */
+	{
+		uint64_t until = mc_now_ms() + OPEN_TRIES_MS;
+
+		for (;;) {
+			st = mc_coord_open(uri, (long)MC_MAX(ha->ttl_ms / 3, (uint64_t)300),
+					   &ha->coord);
+			if (st == MC_OK || st == MC_ERR_INVALID_PARAMS || mc_now_ms() >= until)
+				break;
+			mc_debug("HA coordinator %s: %s; trying again", cfg->connstring,
+				 mc_last_error());
+			usleep(200 * 1000);
+		}
+	}
 	mc_free(uri);
 	if (st != MC_OK) {
 		st = mc_set_error(st, "HA %s coordinator %s unreachable: %s", ha->cfg.backend,

@@ -790,10 +790,11 @@ static void repl_frame_locked(struct mc_master_server *s, struct conn *c,
 	else
 		c->repl = mc_master_repl_sync_locked(s, c, c->io.fd, now_ms, why, sizeof(why));
 	if (!c->repl) {
-		mc_warn("rpc: refusing an HA stream to %s: %s", c->peer, why);
+		mc_debug("rpc: refusing an HA stream to %s: %s", c->peer, why);
 		mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id,
 				      MC_ERR_UNAVAILABLE_IN_CURRENT_MODE, why);
 		conn_fail(c, "its HA stream was refused");
+		c->logged = true; /* a standby asks a warming-up leader often: not news */
 	}
 }
 

@@ -77,10 +77,11 @@
 #include "master/wal.h"
 #include "store/proto.h"
 
-#define PEND_MAX    (512u << 20) /* a peer's pending bytes at most; more: dropped */
-#define BEAT_MS	    1000
-#define RETRY_MS    200
-#define SNAP_SENDER 4200
+#define PEND_MAX	 (512u << 20) /* a peer's pending bytes at most; more: dropped */
+#define BEAT_MS		 1000
+#define RETRY_MS	 200
+#define REFUSED_RETRY_MS 500
+#define SNAP_SENDER	 4200
 
 /* Each peer p of s (a for statement's head; the body may not free p). */
 #define PEERS_EACH(s, p)                                                                     \
@@ -411,7 +412,8 @@ void mc_master_repl_ack_locked(struct mc_master_server *s, void *peer, uint64_t 
 		seq = p->sent; /* never more than was sent */
 	if (seq > p->acked)
 		p->acked = seq;
-	p->owed_ms = p->acked < p->sent ? now_ms : 0;
+	(void)now_ms;
+	p->owed_ms = p->acked < p->sent ? mc_now_ms() : 0; /* one clock with the tap's */
 	acked_update_locked(s);
 }
 
@@ -454,7 +456,7 @@ void mc_master_repl_tick_locked(struct mc_master_server *s, uint64_t now_ms)
 			}
 			p->streaming = true;
 			p->beat_ms = now_ms;
-			p->owed_ms = now_ms;
+			p->owed_ms = mc_now_ms();
 			mc_info("repl: standby stream %u: snapshot of seq %" PRIu64
 				" sent in %" PRIu64 " ms",
 				p->id, p->snap_seq, now_ms - p->child_ms);
@@ -463,12 +465,14 @@ void mc_master_repl_tick_locked(struct mc_master_server *s, uint64_t now_ms)
 		}
 		if (!p->streaming || p->drop)
 			continue;
-		if (p->owed_ms && now_ms - p->owed_ms > s->repl.stall_ms) {
+		/* owed_ms is on mc_now_ms (the tap's clock), which may run ahead
+		 * of the loop's cached now_ms */
+		if (p->owed_ms && mc_now_ms() > p->owed_ms + s->repl.stall_ms) {
 			p->drop = true;
 			snprintf(p->why, sizeof(p->why),
 				 "it acknowledged nothing for %" PRIu64 " ms (seq %" PRIu64
 				 " of %" PRIu64 ")",
-				 now_ms - p->owed_ms, p->acked, p->sent);
+				 mc_now_ms() - p->owed_ms, p->acked, p->sent);
 			acked_update_locked(s);
 			mc_master_repl_wake(s);
 			continue;
@@ -751,9 +755,11 @@ static mc_status apply_records(struct mc_master_server *s, const uint8_t *p, siz
 	return st;
 }
 
-/* One stream from the leader at host:port under view; returns when it ends. */
-static void stream_once(struct mc_master_server *s, const char *host, uint16_t port, uint64_t view)
+/* One stream from the leader at host:port under view; returns when it
+ * ends, true when the leader refused it (not serving yet: warming up). */
+static bool stream_once(struct mc_master_server *s, const char *host, uint16_t port, uint64_t view)
 {
+	bool refused = false;
 	struct mc_buf out, snap;
 	uint8_t hdrb[MC_PROTO_HDR_LEN], *payload = NULL;
 	struct timeval tv;
@@ -762,7 +768,7 @@ static void stream_once(struct mc_master_server *s, const char *host, uint16_t p
 
 	fd = mc_sock_connect(host, port, 1000, false);
 	if (fd < 0)
-		return;
+		return false;
 	/* a leader that sends nothing (not even a BEAT) for a lease is gone */
 	tv.tv_sec = (time_t)MC_MAX(s->repl.stall_ms / 1000, (uint64_t)1);
 	tv.tv_usec = 0;
@@ -787,7 +793,9 @@ static void stream_once(struct mc_master_server *s, const char *host, uint16_t p
 			break;
 		if (h.type != MC_REPL_STREAM) {
 			/* the leader refused the SYNC: an error frame of its type */
-			mc_info("repl: %s:%u refused the stream (status %d)", host, port, h.status);
+			mc_debug("repl: %s:%u refused the stream (status %d)", host, port,
+				 h.status);
+			refused = true;
 			break;
 		}
 		if (h.req_id == MC_REPL_SNAP) {
@@ -839,6 +847,7 @@ out:
 	mc_free(payload);
 	mc_buf_release(&out);
 	mc_buf_release(&snap);
+	return refused;
 }
 
 static void *standby_main(void *arg)
@@ -850,11 +859,14 @@ static void *standby_main(void *arg)
 		char host[256];
 		uint16_t port;
 
+		int pause = RETRY_MS;
+
 		mc_master_ha_info(s->ha, &i);
 		if (i.leader_known && !i.leader && strcmp(i.leader_addr, s->ha_advertise) != 0 &&
-		    mc_sock_split_hostport(i.leader_addr, host, sizeof(host), &port, 0) && port)
-			stream_once(s, host, port, i.view_version);
-		for (int k = 0; k < RETRY_MS / 20 && !atomic_load(&s->repl.stop); k++)
+		    mc_sock_split_hostport(i.leader_addr, host, sizeof(host), &port, 0) && port &&
+		    stream_once(s, host, port, i.view_version))
+			pause = REFUSED_RETRY_MS; /* a leader warming up */
+		for (int k = 0; k < pause / 20 && !atomic_load(&s->repl.stop); k++)
 			usleep(20 * 1000);
 	}
 	return NULL;
