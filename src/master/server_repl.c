@@ -83,12 +83,6 @@
 #define REFUSED_RETRY_MS 500
 #define SNAP_SENDER	 4200
 
-/* Each peer p of s (a for statement's head; the body may not free p). */
-#define PEERS_EACH(s, p)                                                                     \
-	for (struct mc_list *n_ = (s)->repl.peers.next;                                      \
-	     n_ != &(s)->repl.peers && ((p) = mc_list_entry(n_, struct mc_repl_peer, link)); \
-	     n_ = n_->next)
-
 struct mc_repl_peer {
 	struct mc_list link; /* in s->repl.peers, under the state lock */
 	void *conn;	     /* server.c's struct conn */
@@ -167,13 +161,15 @@ static bool send_all(int fd, const void *p, size_t n, uint64_t deadline_ms)
 
 static int64_t effective_n(const struct mc_master_server *s, unsigned *ready_out)
 {
+	const struct mc_list *it;
 	unsigned ready = 0;
 
-	struct mc_repl_peer *p;
+	mc_list_for_each(it, &s->repl.peers) {
+		const struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
 
-	PEERS_EACH(s, p)
-	if (p->streaming && !p->drop && p->acked >= p->snap_seq && p->acked)
-		ready++;
+		if (p->streaming && !p->drop && p->acked >= p->snap_seq && p->acked)
+			ready++;
+	}
 	*ready_out = ready;
 	if (s->repl.sync_n >= 0)
 		return s->repl.sync_n;
@@ -192,10 +188,11 @@ static void acked_update_locked(struct mc_master_server *s)
 	} else {
 		/* the n-th largest ACK among live peers (n is small) */
 		size_t k = (size_t)MC_MIN(n, (int64_t)MC_ARRAY_SIZE(best));
-		struct mc_repl_peer *p;
+		struct mc_list *it;
 
-		PEERS_EACH(s, p)
-		{
+		mc_list_for_each(it, &s->repl.peers) {
+			struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
+
 			uint64_t a = p->streaming && !p->drop ? p->acked : 0;
 			for (size_t i = 0; i < k; i++) {
 				if (a > best[i]) {
@@ -223,12 +220,13 @@ void mc_master_repl_wake(struct mc_master_server *s)
 static void tap(void *arg, const uint8_t *recs, size_t len, uint64_t last)
 {
 	struct mc_master_server *s = arg;
-	struct mc_repl_peer *p;
+	struct mc_list *it;
 	bool any = false;
 
 	(void)last;
-	PEERS_EACH(s, p)
-	{
+	mc_list_for_each(it, &s->repl.peers) {
+		struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
+
 		size_t off = 0, start = 0;
 		uint64_t first_seq = 0;
 
@@ -419,10 +417,11 @@ void mc_master_repl_ack_locked(struct mc_master_server *s, void *peer, uint64_t 
 
 void mc_master_repl_tick_locked(struct mc_master_server *s, uint64_t now_ms)
 {
-	struct mc_repl_peer *p;
+	struct mc_list *it;
 
-	PEERS_EACH(s, p)
-	{
+	mc_list_for_each(it, &s->repl.peers) {
+		struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
+
 		if (p->child) {
 			int wst;
 			pid_t r = waitpid(p->child, &wst, WNOHANG);
@@ -496,11 +495,12 @@ void mc_master_repl_pump(struct mc_master_server *s)
 		char why[160];
 	} *outs = NULL;
 	size_t n = 0, cap = 0;
-	struct mc_repl_peer *p;
+	struct mc_list *it;
 
 	pthread_mutex_lock(&s->lock);
-	PEERS_EACH(s, p)
-	{
+	mc_list_for_each(it, &s->repl.peers) {
+		struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
+
 		if (p->dropping || !(p->drop || (p->streaming && p->pend.len)))
 			continue;
 		if (n == cap) {
@@ -543,10 +543,11 @@ unsigned mc_master_repl_standbys(struct mc_master_server *s, uint64_t *min_acked
 	unsigned n = 0;
 	uint64_t lo = UINT64_MAX;
 
-	struct mc_repl_peer *p;
+	struct mc_list *it;
 
-	PEERS_EACH(s, p)
-	{
+	mc_list_for_each(it, &s->repl.peers) {
+		struct mc_repl_peer *p = mc_list_entry(it, struct mc_repl_peer, link);
+
 		if (!p->streaming || p->drop)
 			continue;
 		n++;
