@@ -197,6 +197,7 @@ def test_version():
     (["--rpc_port"], "missing its argument"),
     (["--enable_oplog=true"], "not supported in this build"),
     (["--ha_backend_type=k8s"], "not supported in this build"),
+    (["--ha_sync_replicas=17"], "ha_sync_replicas"),
     (["--offloading_queue_limit=0"], "offloading_queue_limit"),
     (["--memory_allocator=cachelib"], "not supported in this build"),
     (["--allocation_strategy=ssd_free_ratio_first"], "not supported in this build"),

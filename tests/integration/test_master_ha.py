@@ -343,3 +343,23 @@ def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
                         f"--ha_backend_connstring={etcd_ep}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--enable_ha needs --wal_dir" in r.stderr, r.stderr
+
+
+def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
+    # SYNC (type 120, req_id = the view) on a standby, or on the leader with
+    # another view: an error frame with -1011, then the connection closes
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    view = int(m1.metric("ha_view_version"))
+    for m, v in ((m2, view), (m1, view + 1)):
+        with mcproto.Conn(m.rpc) as c:
+            c.send_raw(mcproto.frame(120, v, b""))
+            h, _ = c.recv()
+            assert (h["type"], h["status"], h["id"]) == (120, -1011, v), h
+            with pytest.raises(mcproto.Closed):
+                c.recv()
+    # an ACK on a connection that is no stream is a protocol error: closed
+    with mcproto.Conn(m1.rpc) as c:
+        c.send_raw(mcproto.frame(122, 5, b""))
+        with pytest.raises(mcproto.Closed):
+            c.recv()
+    assert m1.metric("ha_stream_syncs_total") == 1
