@@ -1483,6 +1483,7 @@ static mc_status ha_start(struct mc_master_server *s, const struct mc_master_ser
 					    "locked): every HA master needs a directory of its own",
 					    cfg->wal_dir, path);
 	}
+	mc_master_repl_clean_dir(cfg->wal_dir); /* a killed leader's senders' leftovers */
 	s->repl.dir = cfg->wal_dir;
 	s->repl.sync_n = cfg->ha_sync_replicas;
 	s->repl.stall_ms = (uint64_t)cfg->ha_lease_ttl_seconds * 1000;

@@ -213,6 +213,8 @@ unsigned mc_master_repl_standbys(struct mc_master_server *s, uint64_t *min_acked
 /* The standby's stream thread; stop returns whether it loaded a snapshot. */
 mc_status mc_master_repl_standby_start(struct mc_master_server *s);
 bool mc_master_repl_standby_stop(struct mc_master_server *s);
+/* Delete the snapshot senders' directories a killed leader left in wal_dir. */
+void mc_master_repl_clean_dir(const char *wal_dir);
 /* Free the peers (their snapshot senders killed) and what init kept. */
 void mc_master_repl_release(struct mc_master_server *s);
 /* server.c, for server_repl.c (loop thread): queue b on conn and send;

@@ -307,9 +307,10 @@ static void sender_run(struct mc_master_server *s, struct mc_snap_writer *w, int
 	_exit(0);
 }
 
-static void peer_cleanup_files(struct mc_repl_peer *p)
+/* Delete dir (a snapshot sender's) and the files in it. */
+static void dir_remove(const char *dir)
 {
-	DIR *d = opendir(p->dir);
+	DIR *d = opendir(dir);
 	struct dirent *e;
 	char path[SNAP_SENDER + 300];
 
@@ -318,11 +319,33 @@ static void peer_cleanup_files(struct mc_repl_peer *p)
 	while ((e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", p->dir, e->d_name);
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		(void)unlink(path);
 	}
 	closedir(d);
-	(void)rmdir(p->dir);
+	(void)rmdir(dir);
+}
+
+static void peer_cleanup_files(struct mc_repl_peer *p)
+{
+	dir_remove(p->dir);
+}
+
+void mc_master_repl_clean_dir(const char *wal_dir)
+{
+	DIR *d = opendir(wal_dir);
+	struct dirent *e;
+	char path[SNAP_SENDER + 300];
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, "repl-", 5) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", wal_dir, e->d_name);
+		dir_remove(path);
+	}
+	closedir(d);
 }
 
 void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd, uint64_t now_ms,
