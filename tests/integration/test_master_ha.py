@@ -86,6 +86,34 @@ def etcd_ep(tmp_path):
 
 
 @pytest.fixture
+def etcd3(tmp_path):
+    """A real three-member etcd cluster on loopback: [(proc, "host:port")]."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    ports = [(free_port(), free_port()) for _ in range(3)]
+    cluster = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
+    members = []
+    try:
+        for i, (client, peer) in enumerate(ports):
+            members.append((subprocess.Popen(
+                [exe, "--name", f"m{i}", "--data-dir", str(tmp_path / f"etcd{i}"),
+                 "--listen-client-urls", f"http://127.0.0.1:{client}",
+                 "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", cluster, "--initial-cluster-state", "new"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"127.0.0.1:{client}"))
+        for _, ep in members:
+            assert wait_port(int(ep.split(":")[1]), 30), "an etcd member did not start"
+        yield members
+    finally:
+        for proc, _ in members:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
 def redis_uri():
     exe = shutil.which("redis-server")
     if exe is None:
@@ -368,3 +396,29 @@ def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
         with pytest.raises(mcproto.Closed):
             c.recv()
     assert m1.metric("ha_stream_syncs_total") == 1
+
+
+def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
+    # kill -9 of the etcd member every client tries first: the leader keeps
+    # its lease through the others (no step-down); then kill -9 of the
+    # leader: the standby takes over on the two members left
+    eps = ";".join(ep for _, ep in etcd3)
+    m1, m2 = leader_and_standby(hc, "etcd", eps)
+    node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
+    hc.procs.remove(node)  # stopped before the masters at teardown
+    hc.procs.append(node)
+    sx = node.put("x", 50000, 1)
+    etcd3[0][0].kill()
+    etcd3[0][0].wait(timeout=30)
+    end = time.monotonic() + 2 * TTL_S
+    while time.monotonic() < end:  # two leases: each renewal went elsewhere
+        assert ha_status(m1) == "serving"
+        time.sleep(0.2)
+    assert m1.metric("ha_step_downs_total") == 0
+    sy = node.put("y", 50000, 2)
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m2)
+    assert get_eventually(node, "x") == (50000, sx)
+    assert node.get("y") == (50000, sy)
