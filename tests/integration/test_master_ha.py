@@ -16,6 +16,7 @@ The lease is 3 s (--ha_lease_ttl_seconds) to keep the file short; every
 wait is a bounded poll of /ha_status or of a client's reply.
 """
 
+import os
 import shutil
 import signal
 import socket
@@ -422,3 +423,131 @@ def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
     wait_serving(m2)
     assert get_eventually(node, "x") == (50000, sx)
     assert node.get("y") == (50000, sy)
+
+
+class Partition:
+    """Namespace p holding the leader; a veth pair joins it to the root
+    namespace: 10.232.<tag>.1 (root side, etcd and the standby) and
+    10.232.<tag>.2 (the leader).  cut()/heal() set both ends down/up."""
+
+    def __init__(self):
+        tag = os.getpid() % 200 + 1
+        self.ns, self.root_dev, self.ns_dev = f"mcha{tag}", f"mcha{tag}r", f"mcha{tag}p"
+        self.root_ip, self.ns_ip = f"10.232.{tag}.1", f"10.232.{tag}.2"
+
+    def sh(self, *argv, check=True):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if check and r.returncode:
+            raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+    def setup(self):
+        self.sh("ip", "netns", "add", self.ns)
+        self.sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        self.sh("ip", "link", "add", self.root_dev, "type", "veth", "peer", "name", self.ns_dev)
+        self.sh("ip", "link", "set", self.ns_dev, "netns", self.ns)
+        self.sh("ip", "addr", "add", f"{self.root_ip}/24", "dev", self.root_dev)
+        self.sh("ip", "-n", self.ns, "addr", "add", f"{self.ns_ip}/24", "dev", self.ns_dev)
+        self.heal()
+
+    def cut(self):
+        self.sh("ip", "link", "set", self.root_dev, "down")
+        self.sh("ip", "-n", self.ns, "link", "set", self.ns_dev, "down")
+
+    def heal(self):
+        self.sh("ip", "link", "set", self.root_dev, "up")
+        self.sh("ip", "-n", self.ns, "link", "set", self.ns_dev, "up")
+
+    def teardown(self):
+        self.sh("ip", "netns", "del", self.ns, check=False)
+        self.sh("ip", "link", "del", self.root_dev, check=False)
+
+
+@pytest.fixture
+def part():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace")
+    p = Partition()
+    try:
+        try:
+            p.setup()
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            pytest.skip(f"network namespaces or veth pairs are not permitted here: {e}")
+        yield p
+    finally:
+        p.teardown()
+
+
+def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
+    # the leader in its own namespace loses etcd and its standby at once
+    # (both ends of the link down): it stops serving within its lease, the
+    # standby serves after the lease lapses in etcd and its warm-up, and no
+    # sample ever sees both serving
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    client, peer = free_port(), free_port()
+    etcd = subprocess.Popen(
+        [exe, "--name", "p", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://{part.root_ip}:{client}",
+         "--advertise-client-urls", f"http://{part.root_ip}:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"p=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ep = f"{part.root_ip}:{client}"
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                socket.create_connection((part.root_ip, client), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)  # polling a condition with a deadline
+        exe_m = master_path()
+        argv = ["ip", "netns", "exec", part.ns, str(exe_m), "--rpc_port=0",
+                f"--rpc_address={part.ns_ip}", "--metrics_port=0", "--metrics_host=127.0.0.1",
+                "--enable_ha", f"--ha_backend_connstring={ep}",
+                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={hc.new_wal()}"]
+        m1 = Master(argv, "leader_in_ns", hc.logdir)
+        hc.procs.append(m1)
+        m1.wait_listening()
+
+        def ns_status():
+            code = (f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:"
+                    f"{m1.metrics}/ha_status', timeout=2).read().decode())")
+            r = subprocess.run(["ip", "netns", "exec", part.ns, sys.executable, "-c", code],
+                               capture_output=True, text=True, timeout=20)
+            return r.stdout.strip()
+
+        wait_until(lambda: ns_status() == "serving", FAILOVER_S, "the leader in its namespace")
+        exe_m2 = master_path()
+        m2 = Master([str(exe_m2), "--rpc_port=0", f"--rpc_address={part.root_ip}",
+                     "--metrics_port=0", "--metrics_host=127.0.0.1", "--enable_ha",
+                     f"--ha_backend_connstring={ep}", f"--ha_lease_ttl_seconds={TTL_S}",
+                     f"--wal_dir={hc.new_wal()}"], "standby", hc.logdir)
+        hc.procs.append(m2)
+        m2.wait_listening()
+        wait_until(lambda: m2.metric("ha_stream_synced") == 1, START_TIMEOUT,
+                   "the standby streaming from the leader across the veth")
+
+        part.cut()
+        t0 = time.monotonic()
+        both = []
+        while True:
+            s1, s2 = ns_status(), ha_status(m2)
+            if s1 == "serving" and s2 == "serving":
+                both.append(time.monotonic() - t0)
+            if s2 == "serving" and s1 != "serving":
+                break
+            assert time.monotonic() - t0 < FAILOVER_S, (s1, s2)
+        took = time.monotonic() - t0
+        assert not both, f"two leaders serving at {both}"
+        assert took >= TTL_S * 0.5, took
+        assert ns_status() != "serving"
+        part.heal()
+        # the deposed one stays a standby and learns the new view
+        wait_until(lambda: ns_status() == "standby", START_TIMEOUT, "the old leader standby")
+        assert ha_status(m2) == "serving"
+    finally:
+        etcd.kill()
+        etcd.wait(timeout=30)
