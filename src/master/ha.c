@@ -269,6 +269,8 @@ static void *ha_main(void *arg)
 	uint64_t last_log_ms = 0;
 	bool deposed = false;
 
+rejoin:
+	deposed = false;
 	while (!deposed) {
 		struct mc_coord_view v = {0};
 		uint64_t t0, won_ms, ver = 0;
@@ -322,13 +324,11 @@ static void *ha_main(void *arg)
 			deposed = !ha->stop;
 			pthread_mutex_unlock(&ha->lock);
 			if (st != MC_OK)
-				mc_error(
-					"taking over failed, giving up the leadership for good: %s",
-					mc_last_error());
+				mc_error("taking over failed, giving up the leadership: %s",
+					 mc_last_error());
 			else if (deposed)
-				mc_error(
-					"lost the view %s while taking over; giving it up for good",
-					ha->key);
+				mc_error("lost the view %s while taking over; giving it up",
+					 ha->key);
 			step_down(ha, true);
 			if (!deposed)
 				return NULL;
@@ -347,16 +347,21 @@ static void *ha_main(void *arg)
 		if (!deposed)
 			return NULL;
 		mc_error("stepped down: the view %s could not be renewed within its %" PRIu64
-			 " ms lease; refusing every request from now on (restart this master "
-			 "to rejoin as a standby)",
+			 " ms lease; refusing every request, a standby again once the new "
+			 "leader's tables are here",
 			 ha->key, ha->ttl_ms);
 		step_down(ha, true);
 	}
-	/* a fenced standby: keep /leader current for operators */
+	/* deposed: a fenced standby, /leader kept current for operators, until
+	 * may_campaign says its tables are the new leader's again */
 	do {
 		struct mc_coord_view v;
 		if (mc_coord_read(ha->coord, ha->key, &v) == MC_OK)
 			remember(ha, &v);
+		if (ha->cfg.may_campaign && ha->cfg.may_campaign(ha->cfg.arg)) {
+			mc_info("rejoining the election: the tables are the leader's again");
+			goto rejoin;
+		}
 	} while (nap(ha, MC_MAX(ha->ttl_ms / 10, (uint64_t)100)));
 	return NULL;
 }

@@ -14,8 +14,8 @@
  * than the coordinator's count) or is told the key is gone steps down:
  * mc_master_ha_may_serve turns false at that instant, whatever the thread
  * is doing, and the step-down callback runs.  A master that stepped down
- * stays a fenced standby (it never campaigns again: its tables may have
- * diverged); restart it to rejoin.
+ * stays a fenced standby (its tables may have diverged) until may_campaign
+ * says they are the new leader's again; then it campaigns as any standby.
  *
  * Threads: the election thread runs the callbacks; mc_master_ha_may_serve
  * and mc_master_ha_info may be called from any thread (atomics and a leaf
@@ -57,6 +57,9 @@ struct mc_master_ha_config {
 	/* Called on the election thread once, when a serving leader stepped
 	 * down (it must stop writing anything shared, e.g. its log). */
 	void (*step_down)(void *arg);
+	/* May a master that stepped down campaign again (its tables are the
+	 * new leader's once more)?  Polled while fenced; NULL: never. */
+	bool (*may_campaign)(void *arg);
 	void *arg;
 };
 

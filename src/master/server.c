@@ -1436,7 +1436,22 @@ static void mc_master_ha_stepped_down(void *arg)
 		s->wal = NULL;
 	}
 	mc_master_server_snap_stop(s);
+	/* a standby again: its tables are not to be trusted until the new
+	 * leader's snapshot replaces them (mc_master_ha_may_campaign) */
+	atomic_store(&s->repl.synced, false);
+	atomic_store(&s->repl.applied, 0);
+	if (!s->ha_stopping && mc_master_repl_standby_start(s) != MC_OK)
+		mc_error("ha: %s", mc_last_error());
 	mc_master_server_unlock(s);
+}
+
+/* A master that stepped down campaigns again once it streams the new
+ * leader's log (its tables replaced by the leader's snapshot). */
+static bool mc_master_ha_may_campaign(void *arg)
+{
+	struct mc_master_server *s = arg;
+
+	return atomic_load(&s->repl.synced);
 }
 
 /* --enable_ha: the address put in the view, and the election thread. */
@@ -1498,6 +1513,7 @@ static mc_status ha_start(struct mc_master_server *s, const struct mc_master_ser
 	hc.ttl_s = cfg->ha_lease_ttl_seconds;
 	hc.take_over = mc_master_ha_take_over;
 	hc.step_down = mc_master_ha_stepped_down;
+	hc.may_campaign = mc_master_ha_may_campaign;
 	hc.arg = s;
 	s->ha_cfg = cfg;
 	st = mc_master_ha_start(&hc, &s->ha);
@@ -1954,7 +1970,11 @@ void mc_master_server_stop(struct mc_master_server *s)
 	}
 	/* then the election (nobody reads s->ha any more; a take-over under
 	 * way finishes first), before the log it may have opened is closed;
-	 * the standby's stream before it, as it reads the election's view */
+	 * the standby's stream before it, as it reads the election's view
+	 * (and no step-down starts another once ha_stopping is set) */
+	pthread_mutex_lock(&s->lock);
+	s->ha_stopping = true;
+	pthread_mutex_unlock(&s->lock);
 	(void)mc_master_repl_standby_stop(s);
 	mc_master_ha_stop(s->ha);
 	s->ha = NULL;

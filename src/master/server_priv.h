@@ -162,6 +162,7 @@ struct mc_master_server {
 	struct mc_master_ha *ha;
 	const struct mc_master_server_config *ha_cfg;
 	char ha_advertise[300]; /* "host:port" put in the view */
+	bool ha_stopping;	/* under lock: no stream thread is started any more */
 
 	struct mc_master_repl repl;
 

@@ -276,7 +276,9 @@ def test_redis_failover_after_kill9(hc, redis_uri):
 def test_deposed_leader_refuses_writes(hc, etcd_ep):
     m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
     direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
-    direct.put("k1", 1000, 1)
+    hc.procs.remove(direct)  # stopped before the masters at teardown
+    hc.procs.append(direct)
+    k1 = direct.put("k1", 1000, 1)
     assert direct.err("get missing")[1] == -704
     # a standby refuses everything with UNAVAILABLE_IN_CURRENT_MODE
     st, metrics = m2.http("/metrics")
@@ -296,6 +298,17 @@ def test_deposed_leader_refuses_writes(hc, etcd_ep):
                "the old leader counting its step-down")
     wait_until(lambda: str(m2.rpc) in m1.http("/leader")[1], START_TIMEOUT,
                "the old leader naming the new one")
+    # it streams from the new leader (its tables replaced), so it may lead
+    # again: kill -9 of the new leader hands the view back to it
+    wait_until(lambda: m1.metric("ha_stream_synced") == 1 and
+               m2.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the old leader streaming from the new one")
+    m2.p.send_signal(signal.SIGKILL)
+    m2.killed = True
+    m2.p.wait(timeout=30)
+    wait_serving(m1)
+    assert m1.metric("ha_elections_won_total") == 2
+    assert get_eventually(direct, "k1") == (1000, k1)
 
 
 def test_coordinator_unreachable_at_start(hc):
