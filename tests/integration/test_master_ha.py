@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_etcd(ep, deadline_s=30):
+    """Until etcd at ep answers its /health with true (a member that
+    accepts connections may not have a raft leader yet)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://{ep}/health", timeout=1) as r:
+                if b'"true"' in r.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)  # polling a condition with a deadline
+    return False
+
+
 def wait_port(port, deadline_s):
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -79,7 +95,7 @@ def etcd_ep(tmp_path):
          "--initial-cluster", f"ha=http://127.0.0.1:{peer}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_port(client, 30), "etcd did not start"
+        assert wait_etcd(f"127.0.0.1:{client}"), "etcd did not start"
         yield f"127.0.0.1:{client}"
     finally:
         proc.kill()
@@ -106,7 +122,7 @@ def etcd3(tmp_path):
                  "--initial-cluster", cluster, "--initial-cluster-state", "new"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"127.0.0.1:{client}"))
         for _, ep in members:
-            assert wait_port(int(ep.split(":")[1]), 30), "an etcd member did not start"
+            assert wait_etcd(ep), "an etcd member did not start"
         yield members
     finally:
         for proc, _ in members:
@@ -509,13 +525,7 @@ def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         ep = f"{part.root_ip}:{client}"
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                socket.create_connection((part.root_ip, client), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)  # polling a condition with a deadline
+        assert wait_etcd(ep), "etcd did not start"
         exe_m = master_path()
         argv = ["ip", "netns", "exec", part.ns, str(exe_m), "--rpc_port=0",
                 f"--rpc_address={part.ns_ip}", "--metrics_port=0", "--metrics_host=127.0.0.1",
