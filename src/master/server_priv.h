@@ -214,6 +214,15 @@ unsigned mc_master_repl_standbys(struct mc_master_server *s, uint64_t *min_acked
 /* The standby's stream thread; stop returns whether it loaded a snapshot. */
 mc_status mc_master_repl_standby_start(struct mc_master_server *s);
 bool mc_master_repl_standby_stop(struct mc_master_server *s);
+/* server.c: --wal_dir: open the log, replay it into the master (after
+ * the snapshot, server_snap.c), log from now on.  Lock held (HA) or
+ * before the loop. */
+mc_status mc_master_server_wal_open(struct mc_master_server *s,
+				    const struct mc_master_server_config *cfg);
+/* server_ha.c: --enable_ha: the advertised address (host is the RPC bind
+ * address), the directory lock, the election and the standby's stream. */
+mc_status mc_master_server_ha_start(struct mc_master_server *s,
+				    const struct mc_master_server_config *cfg, const char *host);
 /* Delete the snapshot senders' directories a killed leader left in wal_dir. */
 void mc_master_repl_clean_dir(const char *wal_dir);
 /* Free the peers (their snapshot senders killed) and what init kept. */
