@@ -278,7 +278,8 @@ static mc_status mount_one(struct ctx *c, uint32_t client, const struct mc_store
 static mc_status h_ping(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_client_req *r = &q->body.client_req;
-	struct mc_store_ping_resp resp = {.view_version = 0,
+	/* the view this master leads under (HA: its VIEW record), as upstream */
+	struct mc_store_ping_resp resp = {.view_version = (int64_t)c->m->wal_view,
 					  .client_status = MC_STORE_CLIENT_NEED_REMOUNT};
 	uint32_t slot;
 	struct mc_client *cl = mc_master_client_find(c->m, &r->client_id, &slot);

@@ -242,6 +242,15 @@ void mc_master_set_wal(struct mc_master *m, struct mc_wal *w);
 /* Did an append fail (no memory) since the last call?  Then the daemon
  * must acknowledge nothing of this turn, as for a failed commit. */
 bool mc_master_wal_take_error(struct mc_master *m);
+/* HA (master/ha.c): log that leader took over with view version (a VIEW
+ * record, so the records after it carry that view), and read the last one
+ * written or replayed (0: none). */
+void mc_master_wal_view(struct mc_master *m, uint64_t version, const char *leader);
+uint64_t mc_master_wal_view_version(const struct mc_master *m);
+/* A standby takes over: the segments its stream left waiting get a full
+ * client TTL from now_ms to be mounted again (they were replayed long
+ * before). */
+void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms);
 /*
  * Apply one record of the log at start (the mc_wal_open callback's work),
  * before mc_master_set_wal.  Segments come back waiting (hidden objects)

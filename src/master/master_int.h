@@ -313,6 +313,7 @@ struct mc_master {
 	struct mc_wal *wal;
 	struct mc_buf walbuf; /* one record's payload being encoded */
 	bool wal_err;	      /* an append failed since the daemon last asked */
+	uint64_t wal_view;    /* the view of the last VIEW record (0: none) */
 	uint32_t nwait;	      /* segments in MC_SEG_WAIT */
 
 	/* the legacy shared-FS DISK tier (fs_tier.c); fs_seg UINT32_MAX: off */

@@ -92,10 +92,13 @@
 #include "base/accept.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "base/log.h"
 #include "base/loop.h"
 #include "base/sock.h"
 #include "base/time.h"
+#include "master/ha.h"
+#include "master/repl.h"
 #include "master/server_priv.h"
 #include "master/snap.h"
 #include "master/wal.h"
@@ -141,6 +144,9 @@ struct conn {
 	bool wal_lost;		 /* an append for one of them failed: never send them */
 	uint64_t wal_epoch;	 /* s->wal_fail_epoch then */
 	uint64_t wal_seq;	 /* the log's last seq then */
+	bool ha_served;		 /* wbuf holds answers given as the serving HA leader */
+	uint64_t ha_seq;	 /* the log seq they were given at: sent once standbys ack it */
+	void *repl;		 /* a standby's stream (server_repl.c); NULL: a client */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -237,6 +243,12 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		c->job = NULL;
 		mc_list_del(&c->job_link);
 	}
+	if (c->repl) {
+		pthread_mutex_lock(&s->lock);
+		mc_master_repl_gone_locked(s, c->repl);
+		mc_master_server_unlock(s);
+		c->repl = NULL;
+	}
 	if (c->probe) {
 		/* the probe runs on; its result is dropped when it comes */
 		c->probe->c = NULL;
@@ -330,9 +342,33 @@ static bool conn_wal_ok(struct mc_master_server *s, struct conn *c)
 	return true;
 }
 
+static bool ha_serving(struct mc_master_server *s);
+
+/* Answers of the HA leader wait until the standbys --ha_sync_replicas asks
+ * for have acknowledged the log seq they were given at (server_repl.c). */
+static bool conn_held(const struct conn *c)
+{
+	return c->ha_served && c->ha_seq > atomic_load(&c->s->repl.acked);
+}
+
 /* Send what is queued.  false: the socket failed (the caller closes). */
 static bool conn_flush(struct conn *c, uint64_t now_ms)
 {
+	if (c->ha_served && conn_pending(c) && !ha_serving(c->s)) {
+		/*
+		 * Answers given while this master led, leaving after its lease
+		 * ran out (it was paused between the two): another master may
+		 * serve by now without these changes, so they are never
+		 * acknowledged; the client sees the connection fail.
+		 */
+		mc_buf_reset(&c->wbuf);
+		c->woff = 0;
+		c->ha_served = false;
+		conn_fail(c, "the HA lease ran out before these answers left: withheld");
+		return false;
+	}
+	if (conn_held(c))
+		return true; /* mc_master_server_release_held sends them */
 	if (!conn_wal_ok(c->s, c)) {
 		/* never an acknowledgement of what is not in the log */
 		mc_buf_reset(&c->wbuf);
@@ -360,6 +396,7 @@ static bool conn_flush(struct conn *c, uint64_t now_ms)
 				strerror(errno));
 		return false;
 	}
+	c->ha_served = false;
 	/* all sent: keep the storage unless a big answer inflated it */
 	if (c->wbuf.cap > WBUF_KEEP)
 		mc_buf_release(&c->wbuf);
@@ -382,7 +419,7 @@ static bool conn_rearm(struct mc_master_server *s, struct conn *c)
 	} else {
 		if (pending < WBUF_HIGH && !conn_waits(c))
 			want |= EPOLLIN;
-		if (pending)
+		if (pending && !conn_held(c))
 			want |= EPOLLOUT;
 	}
 	/* 0 (a job runs, nothing to send): epoll still reports hang-ups and errors */
@@ -538,6 +575,47 @@ static void *probe_main(void *arg)
  * answered; MC_ERR_NOMEM with nothing appended when no answer fit.  The
  * state lock is held.
  */
+/* ---- HA fencing ----------------------------------------------------------- */
+
+/*
+ * With --enable_ha only the serving leader answers: a standby, a leader
+ * still warming up and one whose lease ran out on its own clock refuse
+ * every request (spec 10: UNAVAILABLE_IN_CURRENT_MODE), so two masters
+ * never both accept a write.  The clock is read here, not taken from the
+ * loop's turn, so a master resumed after a pause refuses at once.
+ */
+static bool ha_serving(struct mc_master_server *s)
+{
+	return !s->ha || mc_master_ha_may_serve(s->ha, mc_now_ms());
+}
+
+/* Stamp the answer written at out[at..] with the view version it was
+ * served under (docs/protocol.md: header bytes 28..31). */
+static void ha_stamp(struct mc_master_server *s, struct mc_buf *out, size_t at)
+{
+	if (s->ha && out->err == MC_OK && out->len >= at + MC_PROTO_HDR_LEN)
+		mc_put_le32(out->data + at + MC_PROTO_HDR_VIEW_OFF,
+			    (uint32_t)mc_master_ha_view_version(s->ha));
+}
+
+static mc_status ha_refuse(struct mc_master_server *s, const struct mc_store_msg *msg,
+			   struct mc_buf *out)
+{
+	struct mc_master_ha_info info;
+	char text[400];
+
+	mc_master_ha_info(s->ha, &info);
+	if (info.leader_known && !info.leader)
+		snprintf(text, sizeof(text),
+			 "this master is not the leader (HA state %s); the leader is %s (view "
+			 "%" PRIu64 ")",
+			 mc_master_ha_state_name(info.state), info.leader_addr, info.view_version);
+	else
+		snprintf(text, sizeof(text), "this master is not serving (HA state %s)",
+			 mc_master_ha_state_name(info.state));
+	return mc_master_refuse(s->master, msg, MC_ERR_UNAVAILABLE_IN_CURRENT_MODE, text, out);
+}
+
 static mc_status probe_answer_locked(struct mc_master_server *s, struct mount_probe *p,
 				     struct mc_buf *out, uint64_t now_ms)
 {
@@ -551,7 +629,9 @@ static mc_status probe_answer_locked(struct mc_master_server *s, struct mount_pr
 		snprintf(p->why, sizeof(p->why), "out of memory decoding the mount again");
 		return MC_ERR_NOMEM;
 	}
-	if (p->st == MC_OK) {
+	if (p->st == MC_OK && !ha_serving(s)) {
+		st = ha_refuse(s, &msg, out);
+	} else if (p->st == MC_OK) {
 		st = mc_master_handle_start(s->master, &msg, now_ms, out, &job);
 		if (st == MC_INPROGRESS) {
 			mc_master_job_free(s->master, job); /* a mount is never a job */
@@ -678,6 +758,87 @@ static bool changes_logged_state(uint16_t type)
 	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION);
 }
 
+static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now_ms, bool ok);
+
+/*
+ * A frame of the HA log stream (master/repl.h): a standby's SYNC makes c
+ * its stream, its ACKs release held answers.  Anything else about them is
+ * a protocol error that closes c.
+ */
+static void repl_frame_locked(struct mc_master_server *s, struct conn *c,
+			      const struct mc_proto_hdr *hdr, uint64_t now_ms)
+{
+	char why[300] = "";
+
+	if (hdr->type == MC_REPL_ACK) {
+		if (c->repl && !hdr->payload_len)
+			mc_master_repl_ack_locked(s, c->repl, hdr->req_id, now_ms);
+		else
+			conn_fail(c, "an HA stream ACK from a connection that is not one");
+		return;
+	}
+	if (c->repl || hdr->payload_len) {
+		conn_fail(c, "a second or malformed HA stream SYNC");
+		return;
+	}
+	if (!s->ha || !ha_serving(s) || hdr->req_id != mc_master_ha_view_version(s->ha))
+		snprintf(why, sizeof(why),
+			 "this master does not serve as the leader of view %llu: no log stream",
+			 (unsigned long long)hdr->req_id);
+	else
+		c->repl = mc_master_repl_sync_locked(s, c, c->io.fd, now_ms, why, sizeof(why));
+	if (!c->repl) {
+		mc_debug("rpc: refusing an HA stream to %s: %s", c->peer, why);
+		mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id,
+				      MC_ERR_UNAVAILABLE_IN_CURRENT_MODE, why);
+		conn_fail(c, "its HA stream was refused");
+		c->logged = true; /* a standby asks a warming-up leader often: not news */
+	}
+}
+
+void mc_master_server_conn_queue(struct mc_master_server *s, void *conn, const struct mc_buf *b)
+{
+	struct conn *c = conn;
+
+	mc_buf_append(&c->wbuf, b->data, b->len);
+	if (c->wbuf.err)
+		conn_fail(c, "out of memory queueing its HA stream");
+	conn_settle(s, c, mc_loop_now_ms(s->loop), true);
+}
+
+void mc_master_server_conn_drop(struct mc_master_server *s, void *conn, const char *why)
+{
+	struct conn *c = conn;
+
+	conn_fail(c, "HA standby dropped: %s", why);
+	conn_settle(s, c, mc_loop_now_ms(s->loop), true);
+}
+
+void mc_master_server_release_held(struct mc_master_server *s)
+{
+	struct mc_list *n, *t;
+	uint64_t now = mc_loop_now_ms(s->loop);
+
+	mc_list_for_each_safe(n, t, &s->conns) {
+		struct conn *c = mc_list_entry(n, struct conn, link);
+
+		if (c->ha_served && conn_pending(c) && !conn_held(c))
+			conn_settle(s, c, now, true);
+	}
+}
+
+static void on_repl_efd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct mc_master_server *s = mc_container_of(f, struct mc_master_server, repl.efd);
+	uint64_t cnt;
+
+	(void)l;
+	(void)events;
+	if (read(f->fd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN)
+		mc_warn("rpc: reading the HA stream's eventfd: %s", strerror(errno));
+	mc_master_repl_pump(s);
+}
+
 /* Handle one complete frame; the state lock is held. */
 static void handle_frame_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
 				size_t len, const struct mc_proto_hdr *hdr, uint64_t now_ms)
@@ -686,6 +847,10 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 	mc_status st;
 	size_t before;
 
+	if (mc_unlikely(hdr->type == MC_REPL_SYNC || hdr->type == MC_REPL_ACK)) {
+		repl_frame_locked(s, c, hdr, now_ms);
+		return;
+	}
 	st = mc_store_msg_decode(frame, len, MAX_PAYLOAD, &msg);
 	if (mc_likely(st == MC_OK)) {
 		if (msg.hdr.flags & MC_PROTO_F_RESPONSE) {
@@ -694,6 +859,14 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 					      "the master takes requests, not responses");
 			conn_fail(c, "response frame (type %u, id %llu) sent to the master",
 				  hdr->type, (unsigned long long)hdr->req_id);
+			return;
+		}
+		if (mc_unlikely(!ha_serving(s))) {
+			st = ha_refuse(s, &msg, &c->wbuf);
+			mc_store_msg_release(&msg);
+			if (st == MC_ERR_NOMEM)
+				conn_fail(c, "out of memory refusing %s",
+					  mc_store_msg_name(hdr->type));
 			return;
 		}
 		if (s->wal_broken && changes_logged_state(hdr->type)) {
@@ -714,6 +887,12 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		before = c->wbuf.len;
 		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
 		mc_store_msg_release(&msg);
+		if (st != MC_INPROGRESS)
+			ha_stamp(s, &c->wbuf, before);
+		if (s->ha) {
+			c->ha_served = true;
+			c->ha_seq = s->wal ? mc_wal_last_seq(s->wal) : 0;
+		}
 		conn_wal_mark(s, c);
 		sweep_arm_locked(s); /* an unmount: its sweep starts with the next round */
 		if (st == MC_INPROGRESS) {
@@ -1139,7 +1318,8 @@ static mc_status wal_apply(void *arg, const struct mc_wal_rec *r)
 }
 
 /* --wal_dir: open the log, replay it into the master, log from now on. */
-static mc_status wal_open(struct mc_master_server *s, const struct mc_master_server_config *cfg)
+mc_status mc_master_server_wal_open(struct mc_master_server *s,
+				    const struct mc_master_server_config *cfg)
 {
 	struct wal_replay x = {s->master, mc_now_ms()};
 	struct mc_wal_open_info info;
@@ -1215,9 +1395,12 @@ static int64_t on_tick_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64_
 	uint64_t d;
 	uint32_t n;
 
+	if (!ha_serving(s))
+		return 200; /* a standby's tables are not live */
 	pthread_mutex_lock(&s->lock);
 	/* first: nothing is appended and uncommitted yet (server_snap.c) */
 	mc_master_server_snap_tick(s, now_ms);
+	mc_master_repl_tick_locked(s, now_ms);
 	d = mc_master_tick(s->master, now_ms);
 	sweep_arm_locked(s); /* an expiry, or an unmount from the admin threads */
 	n = fs_take_locked(s, &g);
@@ -1234,6 +1417,10 @@ static int64_t on_sweep_timer(struct mc_loop *l, struct mc_loop_timer *t, uint64
 
 	(void)l;
 	(void)now_ms;
+	if (!ha_serving(s)) {
+		s->sweep_armed = false;
+		return MC_LOOP_TIMER_STOP;
+	}
 	pthread_mutex_lock(&s->lock);
 	more = mc_master_sweep_run(s->master, JOB_SLICE_US);
 	s->sweep_armed = more;
@@ -1284,7 +1471,7 @@ static int64_t on_report_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 	mc_master_server_unlock(s);
 	if (!s->enable_metric_reporting)
 		return REPORT_PERIOD_MS;
-	line = mc_master_summary_format(&prev, &cur);
+	line = mc_master_summary_format(s, &prev, &cur);
 	if (line)
 		mc_info("Master Admin Metrics: %s", line);
 	mc_free(line);
@@ -1453,15 +1640,29 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s->mount_probe = cfg->mount_probe;
 	s->mount_probe_timeout_ms = cfg->mount_probe_timeout_ms;
 	mc_loop_fd_init(&s->probe_efd, -1, on_probe_done);
+	mc_list_init(&s->repl.peers);
+	atomic_init(&s->repl.acked, UINT64_MAX);
+	atomic_init(&s->repl.sfd, -1);
+	s->repl.lock_fd = -1;
+	mc_loop_fd_init(&s->repl.efd, -1, on_repl_efd);
 
 	st = fs_dir_open(cfg, fsdir, sizeof(fsdir), &mcfg);
 	if (st == MC_OK)
 		st = mc_master_new(&mcfg, &s->master);
+	/* a standby's fresh tables for each snapshot of the leader (server_repl.c) */
+	s->repl.mcfg = mcfg;
+	if (st == MC_OK && mcfg.fsdir) {
+		s->repl.fsdir = mc_strdup(mcfg.fsdir);
+		s->repl.mcfg.fsdir = s->repl.fsdir;
+		if (!s->repl.fsdir)
+			st = MC_ERR_NOMEM;
+	}
 	if (st) {
 		mc_set_error(st, "master: bad configuration: %s", mc_last_error());
 		goto err_free;
 	}
-	st = wal_open(s, cfg);
+	/* with HA the tables are loaded when this master takes over */
+	st = cfg->enable_ha ? MC_OK : mc_master_server_wal_open(s, cfg);
 	if (st)
 		goto err_master;
 	s->prev_snap.at_ms = mc_now_ms();
@@ -1498,6 +1699,14 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	st = mc_loop_add_fd(s->loop, &s->probe_efd, EPOLLIN);
 	if (st)
 		goto err_fds;
+	s->repl.efd.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (s->repl.efd.fd < 0) {
+		st = mc_set_error(MC_ERR_SOCKET, "rpc: eventfd: %s", strerror(errno));
+		goto err_fds;
+	}
+	st = mc_loop_add_fd(s->loop, &s->repl.efd, EPOLLIN);
+	if (st)
+		goto err_fds;
 
 	/* the metadata server first: the admin pages read s->meta (its counts) */
 	if (cfg->enable_http_metadata_server) {
@@ -1515,9 +1724,15 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 			goto err_fds;
 		s->metadata_port = mc_http_meta_server_port(s->meta);
 	}
+	/* the election before the admin pages, which report it */
+	if (cfg->enable_ha) {
+		st = mc_master_server_ha_start(s, cfg, host);
+		if (st)
+			goto err_meta;
+	}
 	st = mc_master_admin_start(s, cfg);
 	if (st)
-		goto err_meta;
+		goto err_ha;
 	if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
 		st = mc_set_error(MC_ERR_INTERNAL, "rpc: cannot start the loop thread");
 		goto err_admin;
@@ -1532,6 +1747,9 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 
 err_admin:
 	mc_master_admin_stop(s);
+err_ha:
+	(void)mc_master_repl_standby_stop(s);
+	mc_master_ha_stop(s->ha);
 err_meta:
 	mc_http_meta_server_stop(s->meta);
 err_fds:
@@ -1539,7 +1757,13 @@ err_fds:
 	close(s->listen.fd);
 	if (s->probe_efd.fd >= 0)
 		close(s->probe_efd.fd);
+	if (s->repl.efd.fd >= 0)
+		close(s->repl.efd.fd);
+	s->repl.efd.fd = -1;
 err_master:
+	mc_master_repl_release(s);
+	if (s->repl.lock_fd >= 0)
+		close(s->repl.lock_fd);
 	mc_master_server_snap_stop(s);
 	if (s->wal)
 		(void)mc_wal_close(s->wal);
@@ -1577,6 +1801,16 @@ void mc_master_server_stop(struct mc_master_server *s)
 		mc_loop_stop(s->loop);
 		pthread_join(s->loop_thread, NULL);
 	}
+	/* then the election (nobody reads s->ha any more; a take-over under
+	 * way finishes first), before the log it may have opened is closed;
+	 * the standby's stream before it, as it reads the election's view
+	 * (and no step-down starts another once ha_stopping is set) */
+	pthread_mutex_lock(&s->lock);
+	s->ha_stopping = true;
+	pthread_mutex_unlock(&s->lock);
+	(void)mc_master_repl_standby_stop(s);
+	mc_master_ha_stop(s->ha);
+	s->ha = NULL;
 	/* probes still in flight: each ends by its deadline; their clients are gone */
 	while (!mc_list_empty(&s->probes)) {
 		struct mount_probe *p = mc_list_first(&s->probes, struct mount_probe, link);
@@ -1588,9 +1822,16 @@ void mc_master_server_stop(struct mc_master_server *s)
 	mc_loop_free(s->loop);
 	close(s->listen.fd);
 	close(s->probe_efd.fd);
+	close(s->repl.efd.fd);
+	s->repl.efd.fd = -1;
+	pthread_mutex_lock(&s->lock);
+	mc_master_repl_release(s);
+	pthread_mutex_unlock(&s->lock);
 	mc_master_server_snap_stop(s);
 	if (s->wal && mc_wal_close(s->wal) != MC_OK)
 		mc_error("wal: closing the log: %s", mc_last_error());
+	if (s->repl.lock_fd >= 0)
+		close(s->repl.lock_fd); /* the directory is free for the next master */
 	mc_master_free(s->master);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);

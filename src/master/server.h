@@ -59,6 +59,12 @@ struct mc_master_server_config {
 	int64_t metrics_max_connections_per_ip;		     /* the admin server's; likewise */
 	uint64_t http_metadata_server_request_timeout_ms;
 	char *cluster_id;			 /* "mooncake_cluster" */
+	bool enable_ha;				 /* leader election (master/ha.h) */
+	char *ha_backend_type;			 /* "etcd" or "redis" */
+	char *ha_backend_connstring;		 /* the coordinator */
+	char *etcd_endpoints;			 /* legacy connstring for etcd */
+	int64_t ha_lease_ttl_seconds;		 /* 5 (upstream's fixed TTL) */
+	int64_t ha_sync_replicas;		 /* -1: 1 when a standby streams */
 	char *root_fs_dir;			 /* "": no DISK replicas (spec 5.1) */
 	char *memory_allocator;			 /* "offset" */
 	char *allocation_strategy;		 /* "random" */
@@ -113,7 +119,9 @@ mc_status mc_master_server_config_load_buffer(struct mc_master_server_config *c,
 					      size_t len, char *err, size_t err_len);
 
 /* Start listening and serving.  MC_OK, or the reason (a port in use is
- * MC_ERR_SOCKET with mc_last_error naming it). */
+ * MC_ERR_SOCKET with mc_last_error naming it; with enable_ha an
+ * unreachable coordinator is MC_ERR_METADATA naming it).  With enable_ha,
+ * c must outlive the server (the take-over reads it later). */
 mc_status mc_master_server_start(const struct mc_master_server_config *c,
 				 struct mc_master_server **out);
 /* Ports actually bound (useful with port 0). */

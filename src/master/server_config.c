@@ -109,7 +109,8 @@ static const struct mc_config_entry flags[] = {
 	INT("max_threads", "16", SF(max_threads), 0, 4096, DEPRECATED | NOEFFECT,
 	    "legacy thread count (this build serves RPC from one epoll thread)"),
 	STR("rpc_address", "0.0.0.0", SF(rpc_address), 0, NULL,
-	    "RPC bind address"),
+	    "RPC bind address; with --enable_ha also the address put in the leader view "
+	    "(with the RPC port), so it must be one the clients and the other masters reach"),
 	STR("rpc_interface", "", SF(rpc_interface), 0, NULL,
 	    "NIC name whose IPv4 address replaces --rpc_address"),
 	SEC("rpc_conn_timeout_seconds", "0", SF(rpc_conn_timeout_seconds), 0, 0,
@@ -214,14 +215,26 @@ static const struct mc_config_entry flags[] = {
 	BOOL("enable_metadata_cleanup_on_timeout", "false", NO_FIELD, DEFAULT_ONLY,
 	     "delete expired clients' metadata keys"),
 	/* HA */
-	BOOL("enable_ha", "false", NO_FIELD, DEFAULT_ONLY,
-	     "leader election mode"),
-	STR("ha_backend_type", "etcd", NO_FIELD, NOEFFECT, check_ha_backend,
-	    "HA coordinator: etcd, redis or k8s"),
-	STR("ha_backend_connstring", "", NO_FIELD, NOEFFECT, NULL,
-	    "HA coordinator connection string"),
-	STR("etcd_endpoints", "", NO_FIELD, NOEFFECT, NULL,
-	    "legacy etcd connection string"),
+	BOOL("enable_ha", "false", SF(enable_ha), 0,
+	     "leader election: only the master holding the cluster's view in the coordinator "
+	     "serves; the others are standbys that refuse requests with "
+	     "UNAVAILABLE_IN_CURRENT_MODE and take over when the leader's lease lapses"),
+	STR("ha_backend_type", "etcd", SF(ha_backend_type), 0, check_ha_backend,
+	    "HA coordinator: etcd or redis (k8s is not in this build)"),
+	STR("ha_backend_connstring", "", SF(ha_backend_connstring), 0, NULL,
+	    "HA coordinator: etcd endpoints host:port separated by ';' or ',', or "
+	    "redis://[[user]:password@]host[:port]"),
+	STR("etcd_endpoints", "", SF(etcd_endpoints), 0, NULL,
+	    "legacy etcd connection string (used when --ha_backend_connstring is empty)"),
+	INT("ha_lease_ttl_seconds", "5", SF(ha_lease_ttl_seconds), 1, 3600, 0,
+	    "the leader's lease in the coordinator (s; this build's own, upstream fixes 5): a "
+	    "leader that cannot renew within it steps down, a new one warms up for as long "
+	    "before serving"),
+	INT("ha_sync_replicas", "-1", SF(ha_sync_replicas), -1, 16, 0,
+	    "with --enable_ha: standbys that must have received a change's log record "
+	    "(besides the leader's own log) before it is acknowledged; -1: 1 while some "
+	    "standby streams the leader's log, 0 when none does; N: always N (writes wait "
+	    "while fewer stream)"),
 	STR("cluster_id", "mooncake_cluster", SF(cluster_id), 0, check_cluster_id,
 	    "cluster namespace ([0-9A-Za-z_.-], at most 128 characters)"),
 	BOOL("enable_oplog", "false", NO_FIELD, DEFAULT_ONLY,
@@ -470,8 +483,15 @@ static bool check_wal_fsync(const char *v, char *why, size_t why_len)
 
 static bool check_ha_backend(const char *v, char *why, size_t why_len)
 {
-	static const char *const ok[] = {"etcd", "redis", "k8s"};
-	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "etcd, redis or k8s", why, why_len);
+	static const char *const ok[] = {"etcd", "redis"};
+
+	if (strcmp(v, "k8s") == 0) {
+		snprintf(why, why_len,
+			 "k8s (a Kubernetes Lease) is not supported in this build: use etcd or "
+			 "redis");
+		return false;
+	}
+	return check_choice(v, ok, MC_ARRAY_SIZE(ok), "etcd or redis", why, why_len);
 }
 
 static bool check_cluster_id(const char *v, char *why, size_t why_len)

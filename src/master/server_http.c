@@ -3,8 +3,9 @@
  *
  * Upstream's paths and response shapes (spec store.md 7.1-7.3) over
  * libmicrohttpd with a pool of 4 threads, as upstream's admin server has:
- *   /health /role /ha_status /leader /kv_events/status   fixed answers of a
- *                                  single, always-serving master (no HA)
+ *   /health /role /ha_status /leader   the election's state (master/ha.h);
+ *                                  without --enable_ha the serving leader
+ *   /kv_events/status              a fixed answer (no KV events)
  *   /metrics                       Prometheus text 0.0.4 (below)
  *   /metrics/summary               the one-line summary, rates over the
  *                                  current 10 s window
@@ -44,8 +45,10 @@
 #include "base/http.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "master/ha.h"
 #include "master/server_drain.h"
 #include "master/server_priv.h"
+#include "master/wal.h"
 #include "meta/http_server.h"
 
 #define ADMIN_THREADS	    4
@@ -104,9 +107,39 @@ static void batch_rate(struct mc_buf *b, const char *label,
 		       rate(cur->items, prev->items, secs));
 }
 
-char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+struct ha_page {
+	const char *role, *state;
+	bool ready, known;
+	char leader[256];
+	uint64_t view, won, down;
+};
+
+static void ha_page_read(struct mc_master_server *s, struct ha_page *out)
+{
+	struct mc_master_ha_info i;
+
+	memset(out, 0, sizeof(*out));
+	if (!s->ha) {
+		out->role = "leader";
+		out->state = "serving";
+		out->ready = true;
+		return;
+	}
+	mc_master_ha_info(s->ha, &i);
+	out->role = i.leader ? "leader" : "standby";
+	out->state = mc_master_ha_state_name(i.state);
+	out->ready = i.serving;
+	out->known = i.leader_known;
+	snprintf(out->leader, sizeof(out->leader), "%s", i.leader_addr);
+	out->view = i.view_version;
+	out->won = i.elections_won;
+	out->down = i.step_downs;
+}
+
+char *mc_master_summary_format(struct mc_master_server *s, const struct mc_master_server_snap *prev,
 			       const struct mc_master_server_snap *cur)
 {
+	struct ha_page h;
 	const struct mc_master_metrics *c = &cur->m, *p = &prev->m;
 	double secs = cur->at_ms > prev->at_ms ? (double)(cur->at_ms - prev->at_ms) / 1000.0 : 0;
 	struct mc_master_req_counter zero = {0, 0};
@@ -115,6 +148,7 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	struct mc_buf b;
 	char *out;
 
+	ha_page_read(s, &h);
 	mc_buf_init(&b);
 	format_bytes(used, sizeof(used), c->allocated_bytes);
 	format_bytes(total, sizeof(total), c->total_capacity_bytes);
@@ -125,16 +159,15 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	format_bytes(staging, sizeof(staging), c->discarded_staging_bytes);
 	format_bytes(ssd_used, sizeof(ssd_used), c->ssd_used_bytes);
 	format_bytes(ssd_total, sizeof(ssd_total), c->ssd_total_bytes);
-	mc_buf_appendf(
-		&b,
-		"role=leader, state=serving, service_ready=true, master={Mem Storage: %s / %s "
-		"(%.1f%%) | SSD Storage: %s / %s | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
-		") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
-		used, total,
-		c->total_capacity_bytes
-			? 100.0 * (double)c->allocated_bytes / (double)c->total_capacity_bytes
-			: 0.0,
-		ssd_used, ssd_total, c->key_count, c->soft_pin_key_count, c->active_clients);
+	mc_buf_appendf(&b,
+		       "role=%s, state=%s, service_ready=%s, master={Mem Storage: %s / %s "
+		       "(%.1f%%) | SSD Storage: %s / %s | Keys: %" PRIu64 " (soft-pinned: %" PRIu64
+		       ") | Clients: %" PRIu64 " | Requests (Success/Total per sec): ",
+		       h.role, h.state, h.ready ? "true" : "false", used, total,
+		       c->total_capacity_bytes ? 100.0 * (double)c->allocated_bytes /
+							 (double)c->total_capacity_bytes
+					       : 0.0,
+		       ssd_used, ssd_total, c->key_count, c->soft_pin_key_count, c->active_clients);
 	req_rate(&b, "PutStart", &c->master_put_start, &p->master_put_start, secs, true);
 	req_rate(&b, "PutEnd", &c->master_put_end, &p->master_put_end, secs, false);
 	req_rate(&b, "PutRevoke", &c->master_put_revoke, &p->master_put_revoke, secs, false);
@@ -167,12 +200,19 @@ char *mc_master_summary_format(const struct mc_master_server_snap *prev,
 	mc_buf_appendf(&b,
 		       " | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
 		       ", keys=%" PRIu64 ", size=%s | Discard: Released/Total=%" PRIu64 "/%" PRIu64
-		       ", StagingSize=%s | Snapshots: Success=0, Fail=0}, ha={HA: disabled}",
+		       ", StagingSize=%s | Snapshots: Success=0, Fail=0}, ",
 		       c->successful_evictions - p->successful_evictions,
 		       c->attempted_evictions - p->attempted_evictions,
 		       c->put_start_alloc_failures - p->put_start_alloc_failures,
 		       c->evicted_key_count - p->evicted_key_count, evicted,
 		       c->put_start_release_cnt, c->put_start_discard_cnt, staging);
+	if (!s->ha)
+		mc_buf_append_str(&b, "ha={HA: disabled}");
+	else
+		mc_buf_appendf(&b, "ha={HA: %s, elections won %" PRIu64 ", step-downs %" PRIu64 "}",
+			       h.state, h.won, h.down);
+	if (h.known)
+		mc_buf_appendf(&b, ", leader=%s, view_version=%" PRIu64, h.leader, h.view);
 	mc_buf_put_u8(&b, 0);
 	if (b.err) {
 		mc_buf_release(&b);
@@ -345,6 +385,10 @@ struct port_counts {
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
 	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
+	/* --enable_ha (master/ha.h); a master without HA is the serving leader */
+	uint64_t ha_leader, ha_serving, ha_view, ha_won, ha_down, ha_trans, ha_err;
+	/* the log stream (server_repl.c) */
+	uint64_t ha_log_seq, ha_standbys, ha_lag, ha_synced, ha_syncs, ha_dropped, ha_bytes;
 };
 
 /* Everything the table reads, as of one moment. */
@@ -383,6 +427,10 @@ struct metric {
 #define SERVER_COUNTER(n, h, f)                                            \
 	{                                                                  \
 		.name = (n), .kind = MK_COUNTER, .help = (h), .off = PF(f) \
+	}
+#define SERVER_GAUGE(n, h, f)                                            \
+	{                                                                \
+		.name = (n), .kind = MK_GAUGE, .help = (h), .off = PF(f) \
 	}
 #define ZERO_GAUGE(n)                                                            \
 	{                                                                        \
@@ -452,6 +500,13 @@ static const struct metric metrics[] = {
 	ZERO_GAUGE("ha_batch_record_last_batch_id"),
 	ZERO_GAUGE("ha_batch_record_durable_sequence"),
 	ZERO_GAUGE("ha_standby_state"),
+	SERVER_GAUGE("ha_is_leader", "1 while this master holds the leader view (warm-up included)", ha_leader),
+	SERVER_GAUGE("ha_service_ready", "1 while this master serves requests (the leader past warm-up, lease valid)", ha_serving),
+	SERVER_GAUGE("ha_view_version", "Version of the leader view last seen (this master's own while it leads)", ha_view),
+	SERVER_GAUGE("ha_log_seq", "Last record of this master's log (a standby's copy of the leader's)", ha_log_seq),
+	SERVER_GAUGE("ha_standbys_streaming", "Standbys streaming this leader's log (past their snapshot)", ha_standbys),
+	SERVER_GAUGE("ha_standby_lag_records", "Records of the log the slowest streaming standby has not acknowledged", ha_lag),
+	SERVER_GAUGE("ha_stream_synced", "1 once this standby has loaded a snapshot of the leader and streams its log", ha_synced),
 
 	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
 	 .help = "Value sizes of PutStart requests", .off = NO_FIELD},
@@ -580,7 +635,13 @@ static const struct metric metrics[] = {
 	ZERO_COUNTER("ha_batch_record_durable_batches_total"),
 	ZERO_COUNTER("ha_batch_record_durable_entries_total"),
 	ZERO_COUNTER("ha_batch_record_retry_total"),
-	ZERO_COUNTER("ha_state_transitions_total"),
+	SERVER_COUNTER("ha_state_transitions_total", "HA state changes (starting, standby, candidate, leader_warmup, recovering, serving)", ha_trans),
+	SERVER_COUNTER("ha_elections_won_total", "Campaigns for the leader view this master won", ha_won),
+	SERVER_COUNTER("ha_step_downs_total", "Leaderships this master lost (lease not renewed in time) or gave up", ha_down),
+	SERVER_COUNTER("ha_backend_errors_total", "Requests to the HA coordinator (etcd, Redis) that failed", ha_err),
+	SERVER_COUNTER("ha_stream_syncs_total", "Standbys that joined this leader's log stream (a snapshot sent to each)", ha_syncs),
+	SERVER_COUNTER("ha_stream_dropped_total", "Standby streams this leader closed (stalled, too far behind, snapshot failed)", ha_dropped),
+	SERVER_COUNTER("ha_stream_bytes_total", "Bytes of log records and beats queued to standbys", ha_bytes),
 
 	/* the listening ports' bounds (README "Limits on every listening port"; our own names) */
 	PORT_COUNTER("master_connections_refused_total", "Connections closed at accept: the port's connection cap was open", refused, ALL_PORTS),
@@ -1144,6 +1205,40 @@ static enum MHD_Result page_remove_all(void *arg, struct MHD_Connection *conn,
 			    json_pack("{s:b, s:I}", "success", 1, "removed_count", (json_int_t)n));
 }
 
+static void repl_counts_read_locked(struct mc_master_server *s, struct port_counts *p)
+{
+	uint64_t least = 0;
+
+	memset(&p->ha_log_seq, 0, (size_t)((char *)(&p->ha_bytes + 1) - (char *)&p->ha_log_seq));
+	if (!s->ha)
+		return;
+	p->ha_log_seq = s->wal ? mc_wal_last_seq(s->wal) : 0;
+	p->ha_standbys = mc_master_repl_standbys(s, &least);
+	p->ha_lag = p->ha_standbys && p->ha_log_seq > least ? p->ha_log_seq - least : 0;
+	p->ha_synced = atomic_load(&s->repl.synced);
+	p->ha_syncs = s->repl.n_syncs;
+	p->ha_dropped = s->repl.n_dropped;
+	p->ha_bytes = s->repl.bytes_sent;
+}
+
+static void ha_counts_read(struct mc_master_server *s, struct port_counts *p)
+{
+	struct mc_master_ha_info i;
+
+	if (!s->ha) {
+		p->ha_leader = p->ha_serving = 1;
+		return;
+	}
+	mc_master_ha_info(s->ha, &i);
+	p->ha_leader = i.leader;
+	p->ha_serving = i.serving;
+	p->ha_view = i.view_version;
+	p->ha_won = i.elections_won;
+	p->ha_down = i.step_downs;
+	p->ha_trans = i.transitions;
+	p->ha_err = i.backend_errors;
+}
+
 static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 				    const struct mc_http_request *req)
 {
@@ -1161,8 +1256,10 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	snap_fail = s->snapper.n_fail;
 	memcpy(snap_dur, s->snapper.dur_counts, sizeof(snap_dur));
 	snap_dur_sum = s->snapper.dur_sum_ms;
+	repl_counts_read_locked(s, &src.p);
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
+	ha_counts_read(s, &src.p);
 	src.p.snap_ok = snap_ok;
 	src.p.snap_fail = snap_fail;
 	memcpy(src.p.snap_dur, snap_dur, sizeof(snap_dur));
@@ -1189,7 +1286,7 @@ static enum MHD_Result page_summary(void *arg, struct MHD_Connection *conn,
 	mc_master_server_snap_locked(s, &cur, mc_now_ms());
 	prev = s->prev_snap;
 	mc_master_server_unlock(s);
-	line = mc_master_summary_format(&prev, &cur);
+	line = mc_master_summary_format(s, &prev, &cur);
 	if (!line)
 		return mc_http_respond_text(conn, 500, "out of memory", CT_TEXT);
 	ret = mc_http_respond_text(conn, 200, line, CT_PROM);
@@ -1214,6 +1311,57 @@ static enum MHD_Result page_tenant_quotas(void *arg, struct MHD_Connection *conn
 				 "tenant quotas are not supported in this build");
 }
 
+/* ---- HA pages (spec 7.1): a master without --enable_ha is the serving leader ---- */
+
+static enum MHD_Result page_role(void *arg, struct MHD_Connection *conn,
+				 const struct mc_http_request *req)
+{
+	struct ha_page h;
+
+	ha_page_read(arg, &h);
+	return mc_http_respond_text(conn, 200, h.role, CT_TEXT);
+}
+
+static enum MHD_Result page_ha_status(void *arg, struct MHD_Connection *conn,
+				      const struct mc_http_request *req)
+{
+	struct ha_page h;
+
+	ha_page_read(arg, &h);
+	return mc_http_respond_text(conn, 200, h.state, CT_TEXT);
+}
+
+static enum MHD_Result page_health(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
+{
+	struct ha_page h;
+	json_t *j;
+
+	ha_page_read(arg, &h);
+	j = json_pack("{sssssssb}", "status", "ok", "role", h.role, "ha_state", h.state,
+		      "service_ready", h.ready);
+	if (j && h.known) {
+		json_object_set_new(j, "leader_address", json_string(h.leader));
+		json_object_set_new(j, "view_version", json_integer((json_int_t)h.view));
+	}
+	return respond_json(conn, 200, j);
+}
+
+static enum MHD_Result page_leader(void *arg, struct MHD_Connection *conn,
+				   const struct mc_http_request *req)
+{
+	struct ha_page h;
+	json_t *j;
+
+	ha_page_read(arg, &h);
+	j = json_pack("{sb}", "present", h.known);
+	if (j && h.known) {
+		json_object_set_new(j, "leader_address", json_string(h.leader));
+		json_object_set_new(j, "view_version", json_integer((json_int_t)h.view));
+	}
+	return respond_json(conn, 200, j);
+}
+
 #define GET_HEAD (MC_HTTP_GET | MC_HTTP_HEAD)
 
 /* The /api/v1 calls (any method), then the GET (and HEAD) pages built from
@@ -1231,24 +1379,32 @@ static const struct mc_http_route routes[] = {
 	{"/get_segments_detail", GET_HEAD, false, page_segments_detail},
 	{"/query_segment", GET_HEAD, false, page_query_segment},
 	{"/api/v1/segments/status", GET_HEAD, false, page_segment_status},
+	{"/health", GET_HEAD, false, page_health},
+	{"/role", GET_HEAD, false, page_role},
+	{"/ha_status", GET_HEAD, false, page_ha_status},
+	{"/leader", GET_HEAD, false, page_leader},
 };
 
-/* GET (and HEAD) pages that never change in this build (no HA, no KV events). */
+/* GET (and HEAD) pages that never change in this build (no KV events). */
 static const struct {
 	const char *url, *body, *ctype;
 } get_fixed[] = {
-	{"/health",
-	 "{\"status\":\"ok\",\"role\":\"leader\",\"ha_state\":\"serving\","
-	 "\"service_ready\":true}",
-	 CT_JSON},
-	{"/role", "leader", CT_TEXT},
-	{"/ha_status", "serving", CT_TEXT},
-	{"/leader", "{\"present\":false}", CT_JSON},
 	{"/kv_events/status",
 	 "{\"enabled\":false,\"published_batches\":0,\"published_events\":0,"
 	 "\"dropped_events\":0,\"skipped_unparsed_keys\":0}",
 	 CT_JSON},
 };
+
+/*
+ * Pages that read or change the tables (spec 7.1: "endpoints that need the
+ * active service plane"): an HA master that is not the serving leader
+ * answers them 503 with -1011, its tables being a standby's copy.
+ */
+static bool needs_service_plane(mc_http_handler_cb fn)
+{
+	return fn != page_metrics && fn != page_summary && fn != page_health && fn != page_role &&
+	       fn != page_ha_status && fn != page_leader;
+}
 
 /* Any method other than GET and HEAD on a path no route takes is 405. */
 static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
@@ -1256,7 +1412,14 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 {
 	const struct mc_http_route *r =
 		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, NULL);
+	struct mc_master_server *s = arg;
 
+	if (r && s->ha && needs_service_plane(r->fn) &&
+	    !mc_master_ha_may_serve(s->ha, mc_now_ms()))
+		return respond_json(conn, 503,
+				    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
+					      (int)MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,
+					      "error_message", "service plane is not active"));
 	if (r)
 		return r->fn(arg, conn, req);
 	if (!(req->method_bit & GET_HEAD))

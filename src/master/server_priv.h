@@ -17,7 +17,9 @@
 #include "base/loop.h"
 #include "master/master.h"
 #include "master/server.h"
+#include "master/wal.h"
 
+struct mc_buf;
 struct mc_http;
 struct mc_http_meta_server;
 
@@ -43,6 +45,34 @@ struct mc_master_snapper {
 	uint64_t n_ok, n_fail;
 	/* master_snapshot_duration_ms: fork to reap of each one written */
 	uint64_t dur_counts[MC_MASTER_SNAP_NBOUNDS + 1], dur_sum_ms;
+};
+
+/*
+ * The HA log stream (server_repl.c; frames in master/repl.h).  Leader:
+ * peers and their buffers under the state lock, efd and the counters on
+ * the loop thread, acked read by the loop without the lock.  Standby: the
+ * stream thread's state.
+ */
+struct mc_master_repl {
+	struct mc_list peers; /* struct mc_repl_peer */
+	unsigned next_id;
+	int64_t sync_n;		    /* --ha_sync_replicas (-1: 1 when a standby is ready) */
+	uint64_t stall_ms;	    /* a standby owing an ACK this long is dropped */
+	atomic_uint_fast64_t acked; /* answers given at log seq <= this may leave */
+	struct mc_loop_fd efd;	    /* wakes the loop to pump the streams */
+	uint64_t n_syncs, n_gone, n_dropped, bytes_sent;
+	/* the standby */
+	const char *dir;	      /* --wal_dir */
+	enum mc_wal_fsync policy;     /* --wal_fsync */
+	struct mc_master_config mcfg; /* fresh tables for a snapshot */
+	char *fsdir;		      /* mcfg.fsdir's copy */
+	int lock_fd;		      /* flock of <dir>/LOCK: one master per directory */
+	pthread_t thread;
+	bool thread_on;
+	atomic_bool stop;
+	atomic_int sfd;		      /* the stream's socket (-1 none), shut to stop */
+	atomic_bool synced;	      /* a whole snapshot of the leader was loaded */
+	atomic_uint_fast64_t applied; /* the leader's seq applied through */
 };
 
 /* The metrics as of one moment, for rates over a window. */
@@ -126,6 +156,16 @@ struct mc_master_server {
 	struct mc_list probes_done;  /* finished, waiting for the loop to collect */
 	struct mc_loop_fd probe_efd; /* eventfd: a probe thread finished */
 
+	/* --enable_ha (master/ha.h; NULL: off): fencing asks it on every
+	 * request; ha_cfg is the caller's config (it outlives the server),
+	 * read by the take-over on the election thread */
+	struct mc_master_ha *ha;
+	const struct mc_master_server_config *ha_cfg;
+	char ha_advertise[300]; /* "host:port" put in the view */
+	bool ha_stopping;	/* under lock: no stream thread is started any more */
+
+	struct mc_master_repl repl;
+
 	/* HTTP */
 	struct mc_http *admin; /* base/http.h */
 	struct mc_auth_secret admin_secret; /* POST, PUT, DELETE need it (base/auth.h) */
@@ -154,6 +194,45 @@ void mc_master_server_snap_tick(struct mc_master_server *s, uint64_t now_ms);
 /* Kill and reap a child still running; free what init made. */
 void mc_master_server_snap_stop(struct mc_master_server *s);
 
+/* server_repl.c, the leader: a SYNC on conn (fd) made it a peer, returned
+ * (NULL: refused, why says); records of later commits are tapped for it. */
+void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd, uint64_t now_ms,
+				 char *why, size_t why_len);
+void mc_master_repl_ack_locked(struct mc_master_server *s, void *peer, uint64_t seq,
+			       uint64_t now_ms);
+/* conn of peer is closing (peer may be NULL). */
+void mc_master_repl_gone_locked(struct mc_master_server *s, void *peer);
+/* Reap snapshot senders, BEATs, drop stalled standbys (the tick). */
+void mc_master_repl_tick_locked(struct mc_master_server *s, uint64_t now_ms);
+/* The log is the leader's now: tap it. */
+void mc_master_repl_leader_start_locked(struct mc_master_server *s);
+/* The loop's eventfd: move streams into connections, release held answers. */
+void mc_master_repl_pump(struct mc_master_server *s);
+void mc_master_repl_wake(struct mc_master_server *s);
+/* Standbys streaming; the least seq they acknowledged (lock held). */
+unsigned mc_master_repl_standbys(struct mc_master_server *s, uint64_t *min_acked);
+/* The standby's stream thread; stop returns whether it loaded a snapshot. */
+mc_status mc_master_repl_standby_start(struct mc_master_server *s);
+bool mc_master_repl_standby_stop(struct mc_master_server *s);
+/* server.c: --wal_dir: open the log, replay it into the master (after
+ * the snapshot, server_snap.c), log from now on.  Lock held (HA) or
+ * before the loop. */
+mc_status mc_master_server_wal_open(struct mc_master_server *s,
+				    const struct mc_master_server_config *cfg);
+/* server_ha.c: --enable_ha: the advertised address (host is the RPC bind
+ * address), the directory lock, the election and the standby's stream. */
+mc_status mc_master_server_ha_start(struct mc_master_server *s,
+				    const struct mc_master_server_config *cfg, const char *host);
+/* Delete the snapshot senders' directories a killed leader left in wal_dir. */
+void mc_master_repl_clean_dir(const char *wal_dir);
+/* Free the peers (their snapshot senders killed) and what init kept. */
+void mc_master_repl_release(struct mc_master_server *s);
+/* server.c, for server_repl.c (loop thread): queue b on conn and send;
+ * close conn with a logged reason; send the answers the ACKs released. */
+void mc_master_server_conn_queue(struct mc_master_server *s, void *conn, const struct mc_buf *b);
+void mc_master_server_conn_drop(struct mc_master_server *s, void *conn, const char *why);
+void mc_master_server_release_held(struct mc_master_server *s);
+
 /* Current metrics with the lock held. */
 static inline void mc_master_server_snap_locked(struct mc_master_server *s,
 						struct mc_master_server_snap *out, uint64_t now_ms)
@@ -169,10 +248,11 @@ void mc_master_admin_stop(struct mc_master_server *s);
 /*
  * The one-line summary of spec 7.1 (/metrics/summary and the periodic
  * log): "role=leader, state=serving, service_ready=true, master={...},
- * ha={...}".  Rates are over [prev, cur].  Returns a malloc'ed string or
- * NULL.  No lock needed: it only reads the two snapshots.
+ * ha={...}[, leader=h:p, view_version=n]" (role and state from s->ha).
+ * Rates are over [prev, cur].  Returns a malloc'ed string or NULL.  No
+ * lock needed: it reads the two snapshots and the election's atomics.
  */
-char *mc_master_summary_format(const struct mc_master_server_snap *prev,
+char *mc_master_summary_format(struct mc_master_server *s, const struct mc_master_server_snap *prev,
 			       const struct mc_master_server_snap *cur);
 
 #endif

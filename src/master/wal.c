@@ -142,6 +142,8 @@ struct mc_wal {
 	bool dirty, stop;
 	int sync_err; /* errno of a failed background fdatasync: the log is broken */
 	bool broken;
+	mc_wal_tap_cb tap; /* mc_wal_set_tap */
+	void *tap_arg;
 };
 
 static void file_path(const struct mc_wal *w, uint64_t first, char *out, size_t n)
@@ -684,6 +686,8 @@ mc_status mc_wal_commit(struct mc_wal *w)
 	w->size += done;
 	w->bytes += done;
 	w->committed = w->next_seq - 1;
+	if (w->tap)
+		w->tap(w->tap_arg, w->pend.data, w->pend.len, w->committed);
 	mc_buf_reset(&w->pend);
 	if (w->policy == MC_WAL_FSYNC_EVERYSEC) {
 		pthread_mutex_lock(&w->lock);
@@ -691,6 +695,12 @@ mc_status mc_wal_commit(struct mc_wal *w)
 		pthread_mutex_unlock(&w->lock);
 	}
 	return MC_OK;
+}
+
+void mc_wal_set_tap(struct mc_wal *w, mc_wal_tap_cb tap, void *arg)
+{
+	w->tap = tap;
+	w->tap_arg = arg;
 }
 
 uint64_t mc_wal_last_seq(const struct mc_wal *w)

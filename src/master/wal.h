@@ -130,6 +130,14 @@ mc_status mc_wal_rotate(struct mc_wal *w);
 /* Delete the files whose every record has seq <= seq (never the current
  * one); the count deleted in *n (may be NULL). */
 mc_status mc_wal_drop_through(struct mc_wal *w, uint64_t seq, unsigned *n);
+/*
+ * A tap: after every commit that wrote records, tap(arg, bytes, len,
+ * last_seq) gets their encoded bytes (whole records in the format above,
+ * seqs up to last_seq), before the next append.  HA's log stream to the
+ * standbys (server_repl.c) is fed by it.  NULL turns it off.
+ */
+typedef void (*mc_wal_tap_cb)(void *arg, const uint8_t *recs, size_t len, uint64_t last_seq);
+void mc_wal_set_tap(struct mc_wal *w, mc_wal_tap_cb tap, void *arg);
 /* Commit, fdatasync (every policy: a clean stop loses nothing) and close. */
 mc_status mc_wal_close(struct mc_wal *w);
 

@@ -64,6 +64,23 @@ static void append(struct mc_master *m, const struct mc_walrec *r)
 	}
 }
 
+void mc_master_wal_view(struct mc_master *m, uint64_t version, const char *leader)
+{
+	struct mc_walrec r = {.type = MC_WALREC_VIEW};
+
+	r.u.view.version = version;
+	r.u.view.leader.p = leader;
+	r.u.view.leader.len = (uint16_t)MC_MIN(strlen(leader), (size_t)UINT16_MAX);
+	m->wal_view = version;
+	if (m->wal)
+		append(m, &r);
+}
+
+uint64_t mc_master_wal_view_version(const struct mc_master *m)
+{
+	return m->wal_view;
+}
+
 static bool rep_is_memory(const struct mc_master *m, const struct mc_rep *r)
 {
 	return r->seg < m->nsegs_slots && !mc_master_rep_fs(m, r) &&
@@ -388,6 +405,9 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 			mc_master_obj_erase(m, o);
 		return MC_OK;
 	}
+	case MC_WALREC_VIEW: /* who wrote what follows: nothing to apply */
+		m->wal_view = r.u.view.version;
+		return MC_OK;
 	default:
 		return MC_ERR_INTERNAL; /* decode refused it */
 	}
@@ -477,4 +497,11 @@ void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms)
 		mc_master_wal_unmount(m, i);
 		wait_drop(m, i);
 	}
+}
+
+void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms)
+{
+	for (uint32_t i = 0; m->nwait && i < m->nsegs_slots; i++)
+		if (m->segs[i].state == MC_SEG_WAIT)
+			m->segs[i].deadline = now_ms + m->cfg.client_ttl_ms;
 }

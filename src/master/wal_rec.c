@@ -85,6 +85,10 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 	case MC_WALREC_SEG_UNMOUNT:
 		put_uuid(out, &r->u.seg.id);
 		break;
+	case MC_WALREC_VIEW:
+		put64(out, r->u.view.version);
+		put_str(out, &r->u.view.leader);
+		break;
 	default:
 		break;
 	}
@@ -216,6 +220,10 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 	}
 	case MC_WALREC_SEG_UNMOUNT:
 		get_uuid(&d, &r->u.seg.id, "segment id");
+		break;
+	case MC_WALREC_VIEW:
+		r->u.view.version = get64(&d, "view version");
+		get_str(&d, &r->u.view.leader, "leader");
 		break;
 	default:
 		return mc_set_error(MC_ERR_NOT_SUPPORTED, "wal record type %u is unknown", type);

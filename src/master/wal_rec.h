@@ -16,6 +16,9 @@
  *   SEG_MOUNT a segment mounted: uuid segment, uuid client, u64 base,
  *             u64 size, name, te_endpoint, protocol
  *   SEG_UNMOUNT a segment unmounted for good: uuid segment
+ *   VIEW      a leader took over (master/ha.c): u64 view version, leader
+ *             address; written once after recovery, before it serves, so
+ *             every later record of the log belongs to that view
  *
  * Decoding is a parser of on-disk bytes (tests/fuzz/fuzz_wal.c drives it):
  * it checks every length against the payload and points into it.
@@ -39,6 +42,7 @@ enum mc_walrec_type {
 	MC_WALREC_OBJ_DEL = 2,
 	MC_WALREC_SEG_MOUNT = 3,
 	MC_WALREC_SEG_UNMOUNT = 4,
+	MC_WALREC_VIEW = 5,
 };
 
 enum mc_walrec_rep_kind {
@@ -78,12 +82,18 @@ struct mc_walrec_seg {
 	struct mc_walrec_str name, te_endpoint, protocol;
 };
 
+struct mc_walrec_view {
+	uint64_t version;
+	struct mc_walrec_str leader;
+};
+
 /* One decoded payload: the member of its type is valid. */
 struct mc_walrec {
 	uint16_t type;
 	union {
-		struct mc_walrec_obj obj; /* OBJ_PUT; OBJ_DEL uses tenant and key */
-		struct mc_walrec_seg seg; /* SEG_MOUNT; SEG_UNMOUNT uses id */
+		struct mc_walrec_obj obj;   /* OBJ_PUT; OBJ_DEL uses tenant and key */
+		struct mc_walrec_seg seg;   /* SEG_MOUNT; SEG_UNMOUNT uses id */
+		struct mc_walrec_view view; /* VIEW */
 	} u;
 };
 

@@ -79,6 +79,7 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "meta/coord.h"
 #include "meta/curl_pool.h"
 #include "meta/meta_config.h"
 #include "mooncake/status.h"
@@ -969,7 +970,8 @@ static mc_status parse_endpoints(struct etcd_client *c, const char *list)
 	return MC_OK;
 }
 
-mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
+/* A client for uri: endpoints and timeouts, no lease and no thread yet. */
+static mc_status client_new(const char *uri, struct etcd_client **out)
 {
 	struct mc_meta_config cfg;
 	pthread_condattr_t ca;
@@ -977,8 +979,6 @@ mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 	const char *list;
 	mc_status status;
 
-	if (!uri || !out)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: NULL etcd connection string");
 	list = strncasecmp(uri, "etcd://", 7) == 0 ? uri + 7 : uri;
 	if (mc_curl_global_init() != MC_OK)
 		return MC_ERR_METADATA;
@@ -1009,6 +1009,24 @@ mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
 	c->connect_ms = MC_MIN(ETCD_CONNECT_MS, MC_MAX(c->timeout_ms / 2, 1L));
 	c->lease_ttl = cfg.etcd_lease_ttl_sec;
 	mc_meta_config_release(&cfg);
+	*out = c;
+	return MC_OK;
+
+err_free:
+	client_free(c);
+	return status;
+}
+
+mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out)
+{
+	struct etcd_client *c;
+	mc_status status;
+
+	if (!uri || !out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "metadata: NULL etcd connection string");
+	status = client_new(uri, &c);
+	if (status)
+		return status;
 
 	/* the first request: proves some member answers, and is needed anyway */
 	status = lease_grant(c, c->lease_ttl, &c->lease_id, &c->lease_ttl);
@@ -1039,3 +1057,205 @@ static const struct mc_meta_ops etcd_ops = {
 	.resync = mc_meta_no_resync,
 	.close = etcd_close,
 };
+
+/* ---- the leader view (meta/coord.h) ------------------------------------------- */
+
+/*
+ * Upstream's election on etcd: a lease of the election's TTL, then one txn
+ * that puts the view key under it only if the key's create_revision is 0
+ * (absent).  The winner's view version is the revision of that txn, which
+ * is the key's create_revision, so every reader sees the same number and a
+ * later leader always has a larger one.  Renewing is a lease keep-alive;
+ * resigning revokes the lease, which deletes the key at once.  The client
+ * has no lease of its own and no thread: the caller drives every request.
+ */
+struct etcd_coord {
+	struct mc_coord base; /* must be first */
+	struct etcd_client *c;
+	int64_t lease; /* the lease campaign won under; 0: none */
+};
+
+static const struct mc_coord_ops etcd_coord_ops;
+
+static struct etcd_coord *coord_of(struct mc_coord *m)
+{
+	return mc_container_of(m, struct etcd_coord, base);
+}
+
+static mc_status coord_range(struct etcd_client *c, const char *key, json_t **kv_out,
+			     json_t **ans_out)
+{
+	json_t *req = key_request(key);
+	char what[200];
+	mc_status st;
+
+	if (!req)
+		return mc_set_error(MC_ERR_NOMEM, "etcd get %s: out of memory", key);
+	snprintf(what, sizeof(what), "get %s", key);
+	st = etcd_call(c, what, "/kv/range", req, ans_out, NULL);
+	json_decref(req);
+	if (st)
+		return st;
+	*kv_out = json_array_get(json_object_get(*ans_out, "kvs"), 0);
+	return MC_OK;
+}
+
+static mc_status etcd_coord_campaign(struct mc_coord *m, const char *key, const char *addr,
+				     int64_t ttl_s, bool *won_out, uint64_t *version_out)
+{
+	struct etcd_coord *e = coord_of(m);
+	char *k64 = NULL, *v64 = NULL, ids[24], what[200];
+	json_t *req = NULL, *ans = NULL;
+	int64_t id, ttl, rev;
+	mc_status st;
+
+	if (e->lease) {
+		lease_revoke(e->c, e->lease);
+		e->lease = 0;
+	}
+	st = lease_grant(e->c, ttl_s, &id, &ttl);
+	if (st)
+		return st;
+	snprintf(ids, sizeof(ids), "%" PRId64, id);
+	k64 = b64_encode(key, strlen(key));
+	v64 = b64_encode(addr, strlen(addr));
+	if (k64 && v64)
+		req = json_pack("{s[{ssssssss}]s[{s{ssssss}}]}", "compare", "key", k64, "result",
+				"EQUAL", "target", "CREATE", "create_revision", "0", "success",
+				"request_put", "key", k64, "value", v64, "lease", ids);
+	mc_free(k64);
+	mc_free(v64);
+	if (!req) {
+		st = mc_set_error(MC_ERR_NOMEM, "etcd campaign %s: out of memory", key);
+		goto out;
+	}
+	snprintf(what, sizeof(what), "txn create-if-absent %s", key);
+	st = etcd_call(e->c, what, "/kv/txn", req, &ans, NULL);
+	if (st)
+		goto out;
+	if (json_is_true(json_object_get(ans, "succeeded"))) {
+		if (!json_int64(json_object_get(json_object_get(ans, "header"), "revision"),
+				&rev) ||
+		    rev <= 0) {
+			st = mc_set_error(MC_ERR_METADATA, "etcd %s: answer without a revision",
+					  what);
+			goto out;
+		}
+		e->lease = id;
+		*won_out = true;
+		*version_out = (uint64_t)rev;
+	}
+out:
+	if (!e->lease)
+		(void)lease_revoke(e->c, id);
+	json_decref(req);
+	json_decref(ans);
+	return st;
+}
+
+static mc_status etcd_coord_renew(struct mc_coord *m, bool *held_out)
+{
+	struct etcd_coord *e = coord_of(m);
+	int64_t left = 0;
+	int grpc = -1;
+	mc_status st;
+
+	if (!e->lease)
+		return MC_OK;
+	st = lease_keepalive(e->c, e->lease, &left, &grpc);
+	if (st == MC_OK && left > 0) {
+		*held_out = true;
+		return MC_OK;
+	}
+	if (st == MC_OK || grpc == GRPC_NOT_FOUND) {
+		e->lease = 0; /* etcd says the lease is gone, and so is the key */
+		return MC_OK;
+	}
+	return st;
+}
+
+static void etcd_coord_resign(struct mc_coord *m)
+{
+	struct etcd_coord *e = coord_of(m);
+
+	if (e->lease && lease_revoke(e->c, e->lease) != MC_OK)
+		mc_warn("cannot revoke the election lease %" PRIx64 ": %s", (uint64_t)e->lease,
+			mc_last_error());
+	e->lease = 0;
+}
+
+static mc_status etcd_coord_read(struct mc_coord *m, const char *key, struct mc_coord_view *out)
+{
+	struct etcd_coord *e = coord_of(m);
+	json_t *ans = NULL, *kv = NULL, *val;
+	char *v = NULL;
+	size_t len = 0;
+	int64_t rev;
+	mc_status st;
+
+	st = coord_range(e->c, key, &kv, &ans);
+	if (st || !kv)
+		goto out;
+	val = json_object_get(kv, "value");
+	if (!json_is_string(val) ||
+	    b64_decode(json_string_value(val), json_string_length(val), &v, &len) != MC_OK ||
+	    !json_int64(json_object_get(kv, "create_revision"), &rev) || rev <= 0 ||
+	    len >= sizeof(out->addr)) {
+		st = mc_set_error(MC_ERR_METADATA, "etcd %s: not a leader view", key);
+		goto out;
+	}
+	memcpy(out->addr, v, len + 1);
+	out->version = (uint64_t)rev;
+	out->present = true;
+out:
+	mc_free(v);
+	json_decref(ans);
+	return st;
+}
+
+static void etcd_coord_close(struct mc_coord *m)
+{
+	struct etcd_coord *e = coord_of(m);
+
+	etcd_coord_resign(m);
+	client_free(e->c);
+	mc_free(e);
+}
+
+static const struct mc_coord_ops etcd_coord_ops = {
+	.campaign = etcd_coord_campaign,
+	.renew = etcd_coord_renew,
+	.resign = etcd_coord_resign,
+	.read = etcd_coord_read,
+	.close = etcd_coord_close,
+};
+
+mc_status mc_coord_etcd_open(const char *uri, long timeout_ms, struct mc_coord **out)
+{
+	struct mc_coord_view v;
+	struct etcd_coord *e;
+	mc_status st;
+
+	e = mc_calloc(1, sizeof(*e));
+	if (!e)
+		return mc_set_error(MC_ERR_NOMEM, "etcd: out of memory opening %s", uri);
+	e->base.ops = &etcd_coord_ops;
+	st = client_new(uri, &e->c);
+	if (st) {
+		mc_free(e);
+		return st;
+	}
+	if (timeout_ms > 0) {
+		e->c->timeout_ms = timeout_ms;
+		e->c->connect_ms = MC_MIN(ETCD_CONNECT_MS, MC_MAX(timeout_ms / 2, 1L));
+	}
+	/* one request now, so an unreachable etcd fails here, naming every endpoint */
+	st = etcd_coord_read(&e->base, "mooncake-store/", &v);
+	if (st) {
+		client_free(e->c);
+		mc_free(e);
+		return st;
+	}
+	*out = &e->base;
+	return MC_OK;
+}

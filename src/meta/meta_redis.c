@@ -71,12 +71,14 @@
 #include <strings.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "meta/coord.h"
 #include "meta/meta_config.h"
 #include "meta/owned.h"
 #include "mooncake/status.h"
@@ -842,12 +844,12 @@ static mc_status config_from_env(struct redis_client *c, const struct mc_meta_co
 
 /* ---- open ------------------------------------------------------------------------------ */
 
-mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
+/* A client for uri, connected and PINGed; no refresher yet. */
+static mc_status client_new(const char *uri, struct redis_client **out)
 {
 	struct redis_client *c;
 	struct mc_meta_config cfg;
 	pthread_condattr_t ca;
-	sigset_t all, old;
 	redisReply *r = NULL;
 	mc_status status;
 
@@ -889,7 +891,25 @@ mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
 			goto err_close; /* an error reply leaves the connection open */
 		freeReplyObject(r);
 	}
+	*out = c;
+	return MC_OK;
 
+err_close:
+	drop_conn_locked(c);
+err_free:
+	client_free(c);
+	return status;
+}
+
+mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
+{
+	struct redis_client *c;
+	sigset_t all, old;
+	mc_status status;
+
+	status = client_new(uri, &c);
+	if (status)
+		return status;
 	/* the refresher takes no signals meant for the application */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -908,7 +928,6 @@ mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out)
 
 err_close:
 	drop_conn_locked(c);
-err_free:
 	client_free(c);
 	return status;
 }
@@ -921,3 +940,240 @@ static const struct mc_meta_ops redis_ops = {
 	.resync = mc_meta_no_resync,
 	.close = redis_close,
 };
+
+/* ---- the leader view (meta/coord.h) ------------------------------------------- */
+
+/*
+ * Upstream's election on Redis: the view is a hash (leader_address,
+ * view_version, owner_token) with a TTL.  Taking it, renewing it and
+ * giving it up are each one Lua script, so the check of who holds it and
+ * the change are one atomic step on the server: only a candidate that
+ * finds no hash creates one, and only the holder of owner_token (random,
+ * per campaign) extends or deletes it.  The view version is INCR of
+ * "<key>:version", a key without TTL, so it grows across leaders.
+ */
+static const char acquire_lua[] =
+	"if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end "
+	"local v = redis.call('INCR', KEYS[2]) "
+	"redis.call('HSET', KEYS[1], 'leader_address', ARGV[1], 'view_version', v, "
+	"'owner_token', ARGV[2]) "
+	"redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
+	"return v";
+static const char renew_lua[] = "if redis.call('HGET', KEYS[1], 'owner_token') == ARGV[1] then "
+				"redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end return 0";
+static const char release_lua[] = "if redis.call('HGET', KEYS[1], 'owner_token') == ARGV[1] then "
+				  "redis.call('DEL', KEYS[1]) return 1 end return 0";
+
+struct redis_coord {
+	struct mc_coord base; /* must be first */
+	struct redis_client *c;
+	char key[256];	 /* the view held; "" none */
+	char token[40];	 /* its owner_token */
+	char ttl_ms[24]; /* its TTL */
+};
+
+static struct redis_coord *rcoord_of(struct mc_coord *m)
+{
+	return mc_container_of(m, struct redis_coord, base);
+}
+
+/* One command; MC_OK with *reply_out (an error reply is an error). */
+static mc_status coord_cmd(struct redis_client *c, int argc, const char **argv, const char *key,
+			   redisReply **reply_out)
+{
+	struct one_cmd cmd = {.argc = argc, .argv = argv};
+	size_t lens[8];
+	mc_status status;
+
+	for (int i = 0; i < argc; i++)
+		lens[i] = strlen(argv[i]);
+	cmd.lens = lens;
+	pthread_mutex_lock(&c->lock);
+	status = exchange_locked(c, one_cmd_fn, &cmd, argv[0], key);
+	if (status == MC_OK && cmd.reply->type == REDIS_REPLY_ERROR)
+		status = reply_error(c, argv[0], key, cmd.reply);
+	pthread_mutex_unlock(&c->lock);
+	if (status) {
+		if (cmd.reply)
+			freeReplyObject(cmd.reply);
+		return status;
+	}
+	*reply_out = cmd.reply;
+	return MC_OK;
+}
+
+static void random_token(char *buf, size_t len)
+{
+	uint64_t a = 0, b = 0;
+	FILE *f = fopen("/dev/urandom", "rb");
+
+	if (!f || fread(&a, sizeof(a), 1, f) != 1 || fread(&b, sizeof(b), 1, f) != 1) {
+		a = mc_now_ns() ^ (uint64_t)getpid() << 32;
+		b = (uint64_t)(uintptr_t)buf ^ mc_now_ns() * 0x9e3779b97f4a7c15ull;
+	}
+	if (f)
+		fclose(f);
+	snprintf(buf, len, "%016llx%016llx", (unsigned long long)a, (unsigned long long)b);
+}
+
+static mc_status redis_coord_campaign(struct mc_coord *m, const char *key, const char *addr,
+				      int64_t ttl_s, bool *won_out, uint64_t *version_out)
+{
+	struct redis_coord *e = rcoord_of(m);
+	char counter[300];
+	redisReply *r;
+	mc_status st;
+
+	if (strlen(key) >= sizeof(e->key))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "redis view key %s: too long", key);
+	snprintf(counter, sizeof(counter), "%s:version", key);
+	random_token(e->token, sizeof(e->token));
+	snprintf(e->ttl_ms, sizeof(e->ttl_ms), "%lld", (long long)ttl_s * 1000);
+	e->key[0] = '\0';
+	{
+		const char *argv[] = {"EVAL",  acquire_lua, "2",      key,
+				      counter, addr,	    e->token, e->ttl_ms};
+		st = coord_cmd(e->c, 8, argv, key, &r);
+	}
+	if (st)
+		return st;
+	if (r->type != REDIS_REPLY_INTEGER || r->integer < 0) {
+		freeReplyObject(r);
+		return mc_set_error(MC_ERR_METADATA, "%s: campaign %s: unexpected reply",
+				    e->c->base.uri, key);
+	}
+	if (r->integer > 0) {
+		snprintf(e->key, sizeof(e->key), "%s", key);
+		*won_out = true;
+		*version_out = (uint64_t)r->integer;
+	}
+	freeReplyObject(r);
+	return MC_OK;
+}
+
+static mc_status redis_coord_renew(struct mc_coord *m, bool *held_out)
+{
+	struct redis_coord *e = rcoord_of(m);
+	redisReply *r;
+	mc_status st;
+
+	if (!e->key[0])
+		return MC_OK;
+	{
+		const char *argv[] = {"EVAL", renew_lua, "1", e->key, e->token, e->ttl_ms};
+		st = coord_cmd(e->c, 6, argv, e->key, &r);
+	}
+	if (st)
+		return st;
+	*held_out = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	if (!*held_out)
+		e->key[0] = '\0';
+	freeReplyObject(r);
+	return MC_OK;
+}
+
+static void redis_coord_resign(struct mc_coord *m)
+{
+	struct redis_coord *e = rcoord_of(m);
+	redisReply *r;
+
+	if (!e->key[0])
+		return;
+	{
+		const char *argv[] = {"EVAL", release_lua, "1", e->key, e->token};
+		if (coord_cmd(e->c, 5, argv, e->key, &r) == MC_OK)
+			freeReplyObject(r);
+		else
+			mc_warn("cannot give up %s: %s", e->key, mc_last_error());
+	}
+	e->key[0] = '\0';
+}
+
+static mc_status redis_coord_read(struct mc_coord *m, const char *key, struct mc_coord_view *out)
+{
+	struct redis_coord *e = rcoord_of(m);
+	const redisReply *a, *v;
+	redisReply *r;
+	char *end;
+	mc_status st;
+
+	{
+		const char *argv[] = {"HMGET", key, "leader_address", "view_version"};
+		st = coord_cmd(e->c, 4, argv, key, &r);
+	}
+	if (st)
+		return st;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+		st = mc_set_error(MC_ERR_METADATA, "%s: HMGET %s: unexpected reply", e->c->base.uri,
+				  key);
+		goto out;
+	}
+	a = r->element[0];
+	v = r->element[1];
+	if (a->type == REDIS_REPLY_NIL || v->type == REDIS_REPLY_NIL)
+		goto out;
+	if (a->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+	    a->len >= sizeof(out->addr)) {
+		st = mc_set_error(MC_ERR_METADATA, "%s: %s is not a leader view", e->c->base.uri,
+				  key);
+		goto out;
+	}
+	errno = 0;
+	out->version = strtoull(v->str, &end, 10);
+	if (errno || end == v->str || *end || !out->version) {
+		st = mc_set_error(MC_ERR_METADATA, "%s: %s: bad view_version", e->c->base.uri, key);
+		goto out;
+	}
+	memcpy(out->addr, a->str, a->len);
+	out->addr[a->len] = '\0';
+	out->present = true;
+out:
+	freeReplyObject(r);
+	return st;
+}
+
+static void redis_coord_close(struct mc_coord *m)
+{
+	struct redis_coord *e = rcoord_of(m);
+
+	redis_coord_resign(m);
+	pthread_mutex_lock(&e->c->lock);
+	drop_conn_locked(e->c);
+	pthread_mutex_unlock(&e->c->lock);
+	client_free(e->c);
+	mc_free(e);
+}
+
+static const struct mc_coord_ops redis_coord_ops = {
+	.campaign = redis_coord_campaign,
+	.renew = redis_coord_renew,
+	.resign = redis_coord_resign,
+	.read = redis_coord_read,
+	.close = redis_coord_close,
+};
+
+mc_status mc_coord_redis_open(const char *uri, long timeout_ms, struct mc_coord **out)
+{
+	struct redis_coord *e;
+	mc_status st;
+
+	e = mc_calloc(1, sizeof(*e));
+	if (!e)
+		return mc_set_error(MC_ERR_NOMEM, "redis: out of memory opening a coordinator");
+	e->base.ops = &redis_coord_ops;
+	st = client_new(uri, &e->c); /* connects and PINGs: unreachable fails here */
+	if (st) {
+		mc_free(e);
+		return st;
+	}
+	if (timeout_ms > 0) {
+		/* the next connection (made at once) runs on the caller's bounds */
+		pthread_mutex_lock(&e->c->lock);
+		e->c->cmd_ms = timeout_ms;
+		e->c->connect_ms = MC_MAX(timeout_ms / 3, 1L);
+		drop_conn_locked(e->c);
+		pthread_mutex_unlock(&e->c->lock);
+	}
+	*out = &e->base;
+	return MC_OK;
+}

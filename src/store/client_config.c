@@ -62,8 +62,15 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "server's /metrics answers 503 without them)",
 	       CFG(metrics), MC_CONFIG_BOOL, 0, 0}},
 	{.f = {"store_cluster_id", "MC_STORE_CLUSTER_ID", "mooncake_cluster",
-	       "the cluster_id label of the client's metrics", CFG(cluster_id), MC_CONFIG_STRING, 0,
-	       0}},
+	       "the cluster_id label of the client's metrics, and with an etcd:// or redis:// "
+	       "master address the cluster whose leader view (mooncake-store/<id>/master_view) "
+	       "names the master",
+	       CFG(cluster_id), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"master_failover_timeout_ms", "MC_MASTER_FAILOVER_TIMEOUT_MS", "30000",
+	       "with an etcd:// or redis:// master address: how long connecting waits for a "
+	       "leader that answers (the old one's lease lapsing, the new one's warm-up), "
+	       "milliseconds",
+	       CFG(failover_ms), MC_CONFIG_INT, 0, 86400000}},
 };
 #undef CFG
 const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);

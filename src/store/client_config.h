@@ -24,6 +24,7 @@ struct mc_store_client_env {
 	bool metrics;		  /* MC_STORE_CLIENT_METRIC */
 	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
+	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
 };
 
 extern const struct mc_config_entry mc_store_client_config_table[];

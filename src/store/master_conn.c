@@ -59,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +70,7 @@
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
+#include "meta/coord.h"
 #include "mooncake/version.h"
 #include "store/client_config.h"
 #include "store/client_metrics.h"
@@ -103,8 +105,14 @@ struct call {
 };
 
 struct mc_master_conn {
-	char host[256];
+	char host[256]; /* the master; with coord, the coordinator's uri (messages) */
 	uint16_t port;
+	/* an HA master address (etcd://, redis://): the leader is read from
+	 * the view under view_key; all of it used under send_lock */
+	struct mc_coord *coord;
+	char view_key[300];
+	uint64_t view_version;	    /* of the leader connected to last (0: none yet) */
+	int64_t failover_ms;	    /* how long a connect waits for a leader */
 	int64_t timeout_ms;	    /* per call; < 0 = none */
 	int64_t connect_timeout_ms; /* connect + ServiceReady */
 	uint64_t busy_poll_us;	    /* leader polls this long before sleeping */
@@ -268,8 +276,8 @@ static mc_status read_frame(int fd, uint64_t deadline, uint8_t **frame_out, size
 	return MC_OK;
 }
 
-/* Connect and say ServiceReady; send_lock held, state DOWN. */
-static mc_status do_connect(struct mc_master_conn *c)
+/* Connect to host:port and say ServiceReady; send_lock held, state DOWN. */
+static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t port)
 {
 	uint64_t deadline = deadline_after(c->connect_timeout_ms);
 	struct mc_store_hello hello = {mc_proto_str_c("mooncake-c " MC_VERSION_STRING)};
@@ -282,7 +290,7 @@ static mc_status do_connect(struct mc_master_conn *c)
 	int fd;
 
 	fd = mc_sock_connect(
-		c->host, c->port,
+		host, port,
 		c->connect_timeout_ms > 0 ? (int)MC_MIN(c->connect_timeout_ms, INT32_MAX) : 0,
 		false);
 	if (fd < 0)
@@ -297,14 +305,14 @@ static mc_status do_connect(struct mc_master_conn *c)
 		rc = read_frame(fd, deadline, &frame, &len, &h);
 	if (rc == MC_ERR_INVALID_VERSION) {
 		rc = mc_set_error(MC_ERR_INVALID_VERSION,
-				  "master %s:%u speaks protocol %u.%u, this client %u.%u", c->host,
-				  c->port, h.major, h.minor, MC_STORE_PROTO_MAJOR,
+				  "master %s:%u speaks protocol %u.%u, this client %u.%u", host,
+				  port, h.major, h.minor, MC_STORE_PROTO_MAJOR,
 				  MC_STORE_PROTO_MINOR);
 		goto err_close;
 	}
 	if (rc != MC_OK) {
 		rc = mc_set_error(rc == MC_ERR_TIMEOUT ? MC_ERR_RPC_TIMEOUT : MC_ERR_RPC_FAIL,
-				  "service ready with master %s:%u failed: %s", c->host, c->port,
+				  "service ready with master %s:%u failed: %s", host, port,
 				  mc_last_error());
 		goto err_close;
 	}
@@ -312,18 +320,17 @@ static mc_status do_connect(struct mc_master_conn *c)
 	mc_free(frame);
 	if (rc != MC_OK) {
 		rc = mc_set_error(rc == MC_ERR_INVALID_VERSION ? rc : MC_ERR_RPC_FAIL,
-				  "bad service ready answer from master %s:%u", c->host, c->port);
+				  "bad service ready answer from master %s:%u", host, port);
 		goto err_close;
 	}
 	if (m.hdr.status != MC_OK || m.hdr.type != MC_STORE_SERVICE_READY) {
 		rc = m.hdr.status != MC_OK ? (mc_status)m.hdr.status : MC_ERR_PROTOCOL;
-		rc = mc_set_error(rc, "master %s:%u refused service ready: %.*s", c->host, c->port,
+		rc = mc_set_error(rc, "master %s:%u refused service ready: %.*s", host, port,
 				  (int)m.error.len, m.error.ptr ? m.error.ptr : "");
 		mc_store_msg_release(&m);
 		goto err_close;
 	}
-	mc_debug("connected to master %s:%u (%.*s)", c->host, c->port,
-		 (int)m.body.hello.version.len,
+	mc_debug("connected to master %s:%u (%.*s)", host, port, (int)m.body.hello.version.len,
 		 m.body.hello.version.ptr ? m.body.hello.version.ptr : "");
 	atomic_store(&c->peer_minor, m.hdr.minor);
 	mc_store_msg_release(&m);
@@ -343,6 +350,58 @@ static mc_status do_connect(struct mc_master_conn *c)
 err_close:
 	close(fd);
 	return rc;
+}
+
+/*
+ * Connect to the master (send_lock held, state DOWN).  With an HA address,
+ * to the leader the view names: read it, connect, and while that fails
+ * (the old leader is gone and its lease has not lapsed, or the new one is
+ * still warming up and refuses) read it again every 200 ms, for
+ * MC_MASTER_FAILOVER_TIMEOUT_MS at most.
+ */
+static mc_status do_connect(struct mc_master_conn *c)
+{
+	uint64_t deadline;
+	char why[400] = "";
+
+	if (!c->coord)
+		return connect_to(c, c->host, c->port);
+	deadline = deadline_after(c->failover_ms);
+	for (;;) {
+		struct mc_coord_view v;
+		char host[256];
+		uint16_t port;
+		mc_status rc = mc_coord_read(c->coord, c->view_key, &v);
+
+		if (rc == MC_OK && !v.present)
+			rc = mc_set_error(MC_ERR_RPC_FAIL, "no leader holds %s", c->view_key);
+		else if (rc == MC_OK && (!mc_sock_split_hostport(v.addr, host, sizeof(host), &port,
+								 DEFAULT_MASTER_PORT) ||
+					 !host[0]))
+			rc = mc_set_error(MC_ERR_RPC_FAIL, "%s names a bad leader address %s",
+					  c->view_key, v.addr);
+		else if (rc == MC_OK)
+			rc = connect_to(c, host, port);
+		if (rc == MC_OK) {
+			if (v.version != c->view_version)
+				mc_info("following the master leader %s (view %" PRIu64 ")", v.addr,
+					v.version);
+			c->view_version = v.version;
+			return MC_OK;
+		}
+		if (rc == MC_ERR_INVALID_VERSION)
+			return rc;
+		snprintf(why, sizeof(why), "%s", mc_last_error());
+		if (expired(deadline))
+			return mc_set_error(MC_ERR_RPC_FAIL,
+					    "no master leader reachable through %s: %s", c->host,
+					    why);
+		{
+			struct timespec ts = {0, 200 * 1000000L};
+			while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+				;
+		}
+	}
 }
 
 /* ---- the read role -------------------------------------------------------------- */
@@ -696,8 +755,8 @@ static void leave_unlock(struct mc_master_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
-			      struct mc_store_msg *resp_out)
+static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *body,
+			   struct mc_store_msg *resp_out)
 {
 	uint64_t deadline = deadline_after(c->timeout_ms);
 	/* read now: once this call has left, mc_master_conn_free may free c */
@@ -774,6 +833,49 @@ out:
 	return rc;
 }
 
+/* Reads and pings: repeating them after a lost answer changes nothing. */
+static bool retry_safe(uint16_t type)
+{
+	switch (type) {
+	case MC_STORE_SERVICE_READY:
+	case MC_STORE_PING:
+	case MC_STORE_GET_FSDIR:
+	case MC_STORE_EXIST_KEY:
+	case MC_STORE_BATCH_EXIST_KEY:
+	case MC_STORE_GET_REPLICA_LIST:
+	case MC_STORE_BATCH_GET_REPLICA_LIST:
+	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * With an HA address a call is repeated once on the leader after a
+ * failover: any call the master refused as not the leader
+ * (UNAVAILABLE_IN_CURRENT_MODE: it did nothing), and a read or ping whose
+ * answer was lost with the connection.  A write whose answer was lost is
+ * not repeated (it may have been applied): it fails with RPC_FAIL or
+ * RPC_TIMEOUT, which the caller may retry.
+ */
+mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
+			      struct mc_store_msg *resp_out)
+{
+	mc_status rc = call_once(c, type, body, resp_out);
+
+	if (!c->coord || rc == MC_OK)
+		return rc;
+	if (rc != MC_ERR_UNAVAILABLE_IN_CURRENT_MODE &&
+	    !((rc == MC_ERR_RPC_FAIL || rc == MC_ERR_RPC_TIMEOUT) && retry_safe(type)))
+		return rc;
+	mc_info("%s failed (%s); asking %s for the leader and trying once more",
+		mc_store_msg_name(type), mc_last_error(), c->host);
+	if (rc != MC_ERR_RPC_FAIL)
+		mc_master_conn_reset(c); /* a standby, or a master that stopped answering */
+	return call_once(c, type, body, resp_out);
+}
+
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)
 {
 	c->metrics = m;
@@ -804,19 +906,30 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 	c = mc_calloc(1, sizeof(*c));
 	if (!c)
 		return MC_ERR_NOMEM;
-	if (!mc_sock_split_hostport(addr, c->host, sizeof(c->host), &c->port,
-				    DEFAULT_MASTER_PORT) ||
-	    !c->host[0]) {
-		mc_free(c);
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad master address %s", addr);
-	}
 	{
 		struct mc_store_client_env env;
 		mc_store_client_env_load(&env);
 		c->timeout_ms = env.rpc_timeout_ms;
 		c->connect_timeout_ms = env.rpc_connect_ms;
 		c->busy_poll_us = (uint64_t)env.rpc_busy_poll_us;
+		c->failover_ms = env.failover_ms;
+		mc_coord_view_key(env.cluster_id, c->view_key, sizeof(c->view_key));
 		mc_store_client_env_release(&env);
+	}
+	if (strncasecmp(addr, "etcd://", 7) == 0 || strncasecmp(addr, "redis://", 8) == 0) {
+		/* upstream's HA form: the coordinator, which names the leader */
+		rc = mc_coord_open(addr, 2000, &c->coord);
+		if (rc != MC_OK) {
+			mc_free(c);
+			return mc_set_error(rc == MC_ERR_INVALID_PARAMS ? rc : MC_ERR_RPC_FAIL,
+					    "master address %s: %s", addr, mc_last_error());
+		}
+		snprintf(c->host, sizeof(c->host), "%s", addr);
+	} else if (!mc_sock_split_hostport(addr, c->host, sizeof(c->host), &c->port,
+					   DEFAULT_MASTER_PORT) ||
+		   !c->host[0]) {
+		mc_free(c);
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad master address %s", addr);
 	}
 	c->fd = -1;
 	c->state = CONN_DOWN;
@@ -878,5 +991,6 @@ void mc_master_conn_free(struct mc_master_conn *c)
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->state_cond);
 	mc_free(c->rxbuf);
+	mc_coord_close(c->coord);
 	mc_free(c);
 }

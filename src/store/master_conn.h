@@ -34,7 +34,14 @@ struct mc_master_conn;
 
 /*
  * Create a connection to addr ("host:port", port 50051 when absent) and
- * connect it (ServiceReady included).  MC_OK; MC_ERR_INVALID_PARAMS (bad
+ * connect it (ServiceReady included).  addr may instead name an HA
+ * cluster's coordinator, "etcd://h:p[;h:p...]" or "redis://host[:port]":
+ * the connection then reads the leader view of MC_STORE_CLUSTER_ID
+ * (meta/coord.h), connects to the leader, follows it after a failover
+ * (each connect waits up to MC_MASTER_FAILOVER_TIMEOUT_MS for a leader
+ * that answers) and repeats a call once on the new leader when the old
+ * one refused it as not the leader, or when a read or ping lost its
+ * answer with the connection.  MC_OK; MC_ERR_INVALID_PARAMS (bad
  * address); MC_ERR_RPC_FAIL or MC_ERR_RPC_TIMEOUT (master unreachable);
  * MC_ERR_INVALID_VERSION; MC_ERR_NOMEM.
  */

@@ -190,6 +190,7 @@ void mc_proto_hdr_encode(const struct mc_proto_hdr *h, uint8_t out[MC_PROTO_HDR_
 	mc_put_le32(out + 12, (uint32_t)h->status);
 	mc_put_le64(out + 16, h->req_id);
 	mc_put_le32(out + 24, h->payload_len);
+	mc_put_le32(out + MC_PROTO_HDR_VIEW_OFF, h->view);
 }
 
 mc_status mc_proto_hdr_decode(const uint8_t in[MC_PROTO_HDR_LEN], uint32_t max_payload,
@@ -205,6 +206,7 @@ mc_status mc_proto_hdr_decode(const uint8_t in[MC_PROTO_HDR_LEN], uint32_t max_p
 	out->flags = mc_get_le16(in + 8);
 	out->status = (int32_t)mc_get_le32(in + 12);
 	out->req_id = mc_get_le64(in + 16);
+	out->view = mc_get_le32(in + MC_PROTO_HDR_VIEW_OFF);
 	out->payload_len = mc_get_le32(in + 24);
 	if (out->major != MC_STORE_PROTO_MAJOR)
 		return mc_set_error(MC_ERR_INVALID_VERSION,

@@ -124,7 +124,11 @@ struct mc_proto_hdr {
 	int32_t status;	      /* responses: mc_status of the call; requests: 0 */
 	uint64_t req_id;      /* chosen by the client, echoed in the response */
 	uint32_t payload_len; /* bytes after the header */
+	uint32_t view;	      /* responses of an HA master: its view version (low 32 bits) */
 };
+
+/* Where the view sits in a header (the master stamps its answers there). */
+#define MC_PROTO_HDR_VIEW_OFF 28
 
 /* Writes the 32 header bytes (magic included; reserved bytes zero). */
 void mc_proto_hdr_encode(const struct mc_proto_hdr *h, uint8_t out[MC_PROTO_HDR_LEN]);

@@ -266,14 +266,14 @@ class Conn:
     def recv(self):
         """Next frame: (header tuple fields as dict, payload bytes)."""
         self._fill(32)
-        magic, major, minor, mtype, flags, _r, status, rid, plen, _r2 = HDR.unpack(self.buf[:32])
+        magic, major, minor, mtype, flags, _r, status, rid, plen, view = HDR.unpack(self.buf[:32])
         if magic != MAGIC:
             raise ProtoError(f"bad magic {magic!r}")
         self._fill(32 + plen)
         payload = bytes(self.buf[32:32 + plen])
         del self.buf[:32 + plen]
         return {"major": major, "minor": minor, "type": mtype, "flags": flags,
-                "status": status, "id": rid}, payload
+                "status": status, "id": rid, "view": view}, payload
 
     def call(self, mtype, payload=b""):
         """Send one request and wait for its answer.  Returns a Reader over

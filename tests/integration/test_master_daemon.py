@@ -195,7 +195,9 @@ def test_version():
     (["--rpc_port=70000"], "rpc_port"),
     (["--client_ttl=ten"], "client_ttl"),
     (["--rpc_port"], "missing its argument"),
-    (["--enable_ha=true"], "not supported in this build"),
+    (["--enable_oplog=true"], "not supported in this build"),
+    (["--ha_backend_type=k8s"], "not supported in this build"),
+    (["--ha_sync_replicas=17"], "ha_sync_replicas"),
     (["--offloading_queue_limit=0"], "offloading_queue_limit"),
     (["--memory_allocator=cachelib"], "not supported in this build"),
     (["--allocation_strategy=ssd_free_ratio_first"], "not supported in this build"),
@@ -265,7 +267,7 @@ def test_config_file_and_precedence(tmp_path):
     js.write_text(json.dumps({"client_live_ttl_sec": "soon"}))
     r = run_master(f"--config_path={js}")
     assert r.returncode == 2 and "client_ttl" in r.stderr, r.stderr
-    js.write_text(json.dumps({"enable_ha": True}))
+    js.write_text(json.dumps({"enable_oplog": True}))
     r = run_master(f"--config_path={js}")
     assert r.returncode == 2 and "not supported in this build" in r.stderr, r.stderr
     r = run_master(f"--config_path={tmp_path / 'missing.yaml'}")

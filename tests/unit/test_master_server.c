@@ -139,8 +139,8 @@ static void values_are_checked(void **state)
 static void missing_features_refuse_anything_but_the_default(void **state)
 {
 	static const char *const refused[][2] = {
-		{"enable_ha", "true"},
 		{"enable_oplog", "yes"},
+		{"ha_backend_type", "k8s"},
 		{"enable_cxl", "true"},
 		{"enable_kv_events", "true"},
 		{"enable_metadata_cleanup_on_timeout", "true"},
@@ -156,6 +156,8 @@ static void missing_features_refuse_anything_but_the_default(void **state)
 	}
 	/* their defaults, and flags without an effect, are accepted */
 	assert_int_equal(set(&c, "enable_ha", "false"), MC_OK);
+	assert_int_equal(set(&c, "enable_ha", "true"), MC_OK); /* master/ha.c */
+	assert_false(set(&c, "ha_lease_ttl_seconds", "0") == MC_OK);
 	assert_int_equal(set(&c, "dynamic_replication_mode", "off"), MC_OK);
 	assert_int_equal(set(&c, "etcd_endpoints", "http://localhost:2379"), MC_OK);
 	assert_int_equal(set(&c, "rpc_thread_num", "16"), MC_OK);
@@ -209,7 +211,7 @@ static void yaml_file(void **state)
 	assert_int_equal(c.master.client_ttl_ms, 60000);
 	assert_true(c.master.eviction_ratio == 0.1);
 
-	assert_int_equal(load(&c, "enable_ha: true\n"), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(load(&c, "enable_oplog: true\n"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(err, "line 1"));
 	assert_int_equal(load(&c, "rpc_port: 1\nnested:\n  a: 1\n"), MC_ERR_INVALID_PARAMS);
 	assert_non_null(strstr(err, "nested"));

@@ -269,6 +269,33 @@ static void torn_tail_is_cut_and_the_rest_kept(void **state)
 	mc_test_rmtree(dir);
 }
 
+/* HA: a VIEW record (a leader's take-over) replays as the view of what
+ * follows, and the records after it are applied as usual. */
+static void view_record_replays(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	uint64_t n = 0;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mwal", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mc_master_wal_view_version(t->m), 0);
+	mc_master_wal_view(t->m, 7, "127.0.0.1:50051");
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mc_master_wal_view(t->m, 9, "127.0.0.1:50052");
+	commit(w);
+	crash(t, w);
+	t = start(dir, &w, &n);
+	assert_int_equal(n, 4);
+	assert_int_equal(mc_master_wal_view_version(t->m), 9);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_get(t, "k1"), MC_OK);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void newer_payload_version_is_refused(void **state)
 {
 	struct mc_master_config cfg;
@@ -578,6 +605,7 @@ int main(void)
 		cmocka_unit_test(segment_that_never_returns_drops_its_objects),
 		cmocka_unit_test(torn_tail_is_cut_and_the_rest_kept),
 		cmocka_unit_test(newer_payload_version_is_refused),
+		cmocka_unit_test(view_record_replays),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
 		cmocka_unit_test(corrupt_newest_snapshot_falls_back),

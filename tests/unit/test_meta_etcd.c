@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "coord_check.h"
 #include "etcd_cluster.h"
 #include "meta/desc.h"
 #include "meta/meta.h"
@@ -281,6 +282,17 @@ static int teardown(void **state)
 }
 
 /* ---- basic operations ------------------------------------------------------- */
+
+/* The master election's view (meta/coord.h): txn create-if-absent under a lease. */
+static void leader_view_campaign_renew_resign_expire(void **state)
+{
+	struct fx *f = *state;
+	char why[256] = "";
+	bool ok = mc_test_coord_view(f->uri, why, sizeof(why));
+
+	if (!ok)
+		fail_msg("%s", why);
+}
 
 static void put_get_del_and_not_found(void **state)
 {
@@ -782,6 +794,8 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(put_get_del_and_not_found, setup_one, teardown),
+		cmocka_unit_test_setup_teardown(leader_view_campaign_renew_resign_expire,
+						setup_one_no_client, teardown),
 		cmocka_unit_test_setup_teardown(binary_empty_and_large_values, setup_one, teardown),
 		cmocka_unit_test_setup_teardown(keys_verbatim_under_the_client_lease, setup_one,
 						teardown),

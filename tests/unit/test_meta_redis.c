@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "coord_check.h"
 #include "meta/meta.h"
 #include "mooncake/status.h"
 #include "mooncake/te.h"
@@ -384,6 +385,17 @@ static void silent_server_at_open_times_out(void **state)
 }
 
 /* ---- basic operations -------------------------------------------------------- */
+
+/* The master election's view (meta/coord.h): upstream's hash and scripts. */
+static void leader_view_campaign_renew_resign_expire(void **state)
+{
+	struct server *s = *state;
+	char why[256] = "";
+	bool ok = mc_test_coord_view(s->uri, why, sizeof(why));
+
+	if (!ok)
+		fail_msg("%s", why);
+}
 
 static void put_get_del_and_not_found(void **state)
 {
@@ -863,6 +875,8 @@ int main(void)
 		cmocka_unit_test(unreachable_at_open_names_the_endpoint),
 		cmocka_unit_test(silent_server_at_open_times_out),
 		cmocka_unit_test_setup_teardown(put_get_del_and_not_found, server_up, server_down),
+		cmocka_unit_test_setup_teardown(leader_view_campaign_renew_resign_expire, server_up,
+						server_down),
 		cmocka_unit_test_setup_teardown(one_mib_value_roundtrips, server_up, server_down),
 		cmocka_unit_test_setup_teardown(keys_are_gone_after_close, server_up, server_down),
 		cmocka_unit_test_setup_teardown(threads_share_one_client, server_up, server_down),

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -416,6 +417,69 @@ static void the_codec_refuses_what_is_not_a_record(void **state)
 	assert_non_null(strstr(mc_last_error(), "over the limit"));
 }
 
+struct tapped {
+	unsigned calls;
+	uint64_t first, last, n;
+	bool whole; /* every call's bytes decoded to whole records in order */
+};
+
+static void tap_cb(void *arg, const uint8_t *recs, size_t len, uint64_t last_seq)
+{
+	struct tapped *t = arg;
+	size_t off = 0;
+
+	t->calls++;
+	while (off < len) {
+		struct mc_wal_rec r;
+		size_t used;
+
+		if (mc_wal_decode_rec(recs + off, len - off, &r, &used) != MC_OK ||
+		    r.seq != t->last + 1) {
+			t->whole = false;
+			return;
+		}
+		if (!t->first)
+			t->first = r.seq;
+		t->last = r.seq;
+		t->n++;
+		off += used;
+	}
+	if (t->last != last_seq)
+		t->whole = false;
+}
+
+/* The tap sees each commit's records once, whole, in order (the HA stream). */
+static void the_tap_sees_every_commit_once(void **state)
+{
+	char *dir = mkdir_tmp();
+	struct tapped t = {.whole = true};
+	struct mc_wal *w;
+	struct seen s;
+
+	(void)state;
+	assert_int_equal(reopen(dir, 0, &s, NULL, &w), MC_OK);
+	mc_wal_set_tap(w, tap_cb, &t);
+	assert_int_equal(mc_wal_commit(w), MC_OK); /* nothing to write: no call */
+	assert_int_equal(t.calls, 0);
+	append_n(w, 3);
+	assert_int_equal(mc_wal_commit(w), MC_OK);
+	assert_int_equal(t.calls, 1);
+	append_n(w, 250);
+	assert_int_equal(mc_wal_rotate(w), MC_OK); /* commits too */
+	assert_int_equal(t.calls, 2);
+	mc_wal_set_tap(w, NULL, NULL);
+	append_n(w, 5);
+	assert_int_equal(mc_wal_commit(w), MC_OK);
+	assert_int_equal(t.calls, 2);
+	assert_true(t.whole);
+	assert_int_equal(t.first, 1);
+	assert_int_equal(t.last, 253);
+	assert_int_equal(t.n, 253);
+	assert_int_equal(mc_wal_close(w), MC_OK);
+	rm_rf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -427,6 +491,7 @@ int main(void)
 		cmocka_unit_test(a_failed_write_is_not_acknowledged),
 		cmocka_unit_test(everysec_commits_beside_its_thread),
 		cmocka_unit_test(the_codec_refuses_what_is_not_a_record),
+		cmocka_unit_test(the_tap_sees_every_commit_once),
 	};
 	mc_log_set_level(MC_LOG_ERROR);
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,576 @@
+"""Master high availability: leader election on a real etcd and Redis (issue 14).
+
+Two ``mooncake_master --enable_ha`` processes on loopback share one
+coordinator, each with its own --wal_dir: one serves, the other is a
+standby that refuses every request and streams the leader's log from it;
+/role and /ha_status say which.  kill -9 of the leader makes the standby
+serve within lease TTL + warm-up + slack from the tables it streamed (no
+reload), and a store client given ``etcd://...`` (or ``redis://``) as its
+master follows it: it reads back what it put before the failover (after
+its segment is remounted) and keeps putting.  A put is answered only once
+the standby has its record (--ha_sync_replicas).  A leader frozen past its lease (SIGSTOP) refuses writes with
+UNAVAILABLE_IN_CURRENT_MODE once it runs again.  An unreachable
+coordinator at start is a clear error exit.
+
+The lease is 3 s (--ha_lease_ttl_seconds) to keep the file short; every
+wait is a bounded poll of /ha_status or of a client's reply.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, START_TIMEOUT, sigstop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mcproto  # noqa: E402
+from test_store_processes import (  # noqa: E402
+    CLIENT_TTL_S,
+    Master,
+    StoreCluster,
+    StoreNode,
+    master_path,
+    store_node_path,
+    wait_until,
+)
+
+TTL_S = 3
+# the lease lapsing, the warm-up, a loaded (sanitized) machine
+FAILOVER_S = 2 * TTL_S + 25.0
+NODE_ENV = {"MC_MASTER_FAILOVER_TIMEOUT_MS": "20000"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_etcd(ep, deadline_s=30):
+    """Until etcd at ep answers its /health with true (a member that
+    accepts connections may not have a raft leader yet)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"http://{ep}/health", timeout=1) as r:
+                if b'"true"' in r.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)  # polling a condition with a deadline
+    return False
+
+
+def wait_port(port, deadline_s):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)  # polling a condition with a deadline
+    return False
+
+
+@pytest.fixture
+def etcd_ep(tmp_path):
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    client, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        [exe, "--name", "ha", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://127.0.0.1:{client}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"ha=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_etcd(f"127.0.0.1:{client}"), "etcd did not start"
+        yield f"127.0.0.1:{client}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def etcd3(tmp_path):
+    """A real three-member etcd cluster on loopback: [(proc, "host:port")]."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    ports = [(free_port(), free_port()) for _ in range(3)]
+    cluster = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, (_, p) in enumerate(ports))
+    members = []
+    try:
+        for i, (client, peer) in enumerate(ports):
+            members.append((subprocess.Popen(
+                [exe, "--name", f"m{i}", "--data-dir", str(tmp_path / f"etcd{i}"),
+                 "--listen-client-urls", f"http://127.0.0.1:{client}",
+                 "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", cluster, "--initial-cluster-state", "new"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"127.0.0.1:{client}"))
+        for _, ep in members:
+            assert wait_etcd(ep), "an etcd member did not start"
+        yield members
+    finally:
+        for proc, _ in members:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture
+def redis_uri():
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server not installed")
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_port(port, 30), "redis-server did not start"
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+class HaCluster(StoreCluster):
+    def __init__(self, request, tmp_path_factory):
+        super().__init__(request, tmp_path_factory)
+        self.nwal = 0
+
+    def ha_master(self, backend, connstring, wal=None, extra=()):
+        exe = master_path()
+        if exe is None:
+            pytest.skip(f"mooncake_master not built under {BUILD}")
+        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1",
+                "--metrics_port=0", "--metrics_host=127.0.0.1",
+                f"--client_ttl={CLIENT_TTL_S}", "--enable_ha",
+                f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
+                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={wal or self.new_wal()}",
+                *extra]
+        m = Master(argv, f"master{len(self.procs)}", self.logdir)
+        self.procs.append(m)
+        m.wait_listening()
+        return m
+
+    def new_wal(self):
+        self.nwal += 1
+        return self.logdir / f"wal{self.nwal}"
+
+    def ha_node(self, master_addr, metadata):
+        exe = store_node_path()
+        if exe is None:
+            pytest.fail(f"store_node not found under {BUILD}")
+        self.n += 1
+        argv = [exe, "--master", master_addr, "--metadata", metadata, "--host", "127.0.0.1",
+                "--segment", "32m", "--buffer", "8m", "--zbuf", "8m"]
+        n = StoreNode(argv, f"store_node{self.n}", self.logdir, NODE_ENV)
+        self.procs.append(n)
+        n.wait_ready()
+        return n
+
+
+@pytest.fixture
+def hc(request, tmp_path_factory):
+    c = HaCluster(request, tmp_path_factory)
+    yield c
+    c.teardown()
+
+
+def ha_status(m):
+    st, body = m.http("/ha_status")
+    assert st == 200, body
+    return body
+
+
+def wait_serving(m, timeout=FAILOVER_S):
+    wait_until(lambda: ha_status(m) == "serving", timeout, f"{m.label} serving", 0.1)
+
+
+def leader_and_standby(hc, backend, connstring, extra=(), before_standby=None):
+    """First master serving, second one a standby streaming its log."""
+    m1 = hc.ha_master(backend, connstring, extra=extra)
+    wait_serving(m1)
+    if before_standby:
+        before_standby(m1)
+    m2 = hc.ha_master(backend, connstring, extra=extra)
+    wait_until(lambda: ha_status(m2) == "standby", START_TIMEOUT, "the second master standby")
+    wait_until(lambda: m2.metric("ha_stream_synced") == 1, START_TIMEOUT,
+               "the standby loading the leader's snapshot")
+    wait_until(lambda: m1.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the leader counting its standby")
+    assert m1.http("/role") == (200, "leader")
+    assert m2.http("/role") == (200, "standby")
+    return m1, m2
+
+
+def get_eventually(node, key, timeout=FAILOVER_S):
+    """A get after a failover succeeds once the client has remounted."""
+    return wait_until(lambda: node.cmd(f"get {key}").startswith("OK") and node.get(key),
+                      timeout, f"get {key} on the new leader", 0.2)
+
+
+def failover_kill9(hc, backend, connstring, client_addr):
+    early = {}
+
+    def put_early(m1):
+        # objects the standby gets in its snapshot, not from the stream
+        early["node"] = hc.ha_node(client_addr, client_addr)
+        early["sum"] = early["node"].put("early", 100000, 3)
+
+    m1, m2 = leader_and_standby(hc, backend, connstring, before_standby=put_early)
+    node = early["node"]
+    hc.procs.remove(node)  # stopped before the masters at teardown (it unmounts)
+    hc.procs.append(node)
+    # a standby's tables are not the service plane (spec 7.1): 503, -1011
+    st, body = m2.http("/get_all_keys")
+    assert st == 503 and '"error_code":-1011' in body, (st, body)
+    st, health = m2.http("/health")
+    assert '"service_ready":false' in health and str(m1.rpc) in health, health
+    st, summary = m2.http("/metrics/summary")
+    assert summary.startswith("role=standby, state=standby, service_ready=false, "), summary
+    assert summary.endswith(f"leader=127.0.0.1:{m1.rpc}, view_version={int(m2.metric('ha_view_version'))}"), summary
+    sum1 = node.put("before", 300000, 7)
+    assert m1.metric("ha_is_leader") == 1 and m2.metric("ha_is_leader") == 0
+    # the put was answered once the standby had its record: no wait here
+    assert m2.metric("ha_log_seq") == m1.metric("ha_log_seq") > 0
+    assert m1.metric("ha_standby_lag_records") == 0
+
+    t0 = time.monotonic()
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m2)
+    took = time.monotonic() - t0
+    assert took >= TTL_S * 0.5, f"served {took:.1f}s after the kill: before the lease lapsed?"
+    assert m2.http("/role") == (200, "leader")
+    assert m2.metric("ha_elections_won_total") == 1
+    # its answers carry the view it serves under (header bytes 28..31)
+    with mcproto.Conn(m2.rpc) as c:
+        c.send(mcproto.PING, mcproto.uuid(*c.client_id))
+        h, _ = c.recv()
+        assert h["status"] == 0 and h["view"] == m2.metric("ha_view_version") > 0, h
+
+        # and so does the Ping body's view_version, as upstream's
+        assert c.ping()[0] == h["view"]
+    # the service plane's pages: served by the leader now
+    assert m2.http("/get_all_segments")[0] == 200
+
+    # its own directory holds the leader's snapshot it was sent, and the
+    # leader's log never reached it any other way
+    assert list((hc.logdir / "wal2").glob("snap-*.snap")), list((hc.logdir / "wal2").iterdir())
+    # the client follows the new leader: the old object is back (streamed
+    # tables, remounted segment) and new puts land
+    assert get_eventually(node, "before") == (300000, sum1)
+    assert node.get("early") == (100000, early["sum"])
+    sum2 = node.put("after", 200000, 9)
+    assert node.get("after") == (200000, sum2)
+
+
+def test_etcd_failover_after_kill9(hc, etcd_ep):
+    failover_kill9(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}")
+
+
+def test_redis_failover_after_kill9(hc, redis_uri):
+    failover_kill9(hc, "redis", redis_uri, redis_uri)
+
+
+def test_deposed_leader_refuses_writes(hc, etcd_ep):
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
+    hc.procs.remove(direct)  # stopped before the masters at teardown
+    hc.procs.append(direct)
+    k1 = direct.put("k1", 1000, 1)
+    assert direct.err("get missing")[1] == -704
+    # a standby refuses everything with UNAVAILABLE_IN_CURRENT_MODE
+    st, metrics = m2.http("/metrics")
+    assert "ha_service_ready 0" in metrics
+
+    sigstop(m1.pid)
+    try:
+        wait_serving(m2)
+    finally:
+        m1.p.send_signal(signal.SIGCONT)
+    # the first request after waking is refused, whatever its threads did first
+    name, code = direct.err("put k2 1000 2")
+    assert (name, code) == ("ERR_UNAVAILABLE_IN_CURRENT_MODE", -1011)
+    wait_until(lambda: ha_status(m1) == "standby", START_TIMEOUT, "the old leader standby")
+    assert m1.http("/role") == (200, "standby")
+    wait_until(lambda: m1.metric("ha_step_downs_total") == 1, START_TIMEOUT,
+               "the old leader counting its step-down")
+    wait_until(lambda: str(m2.rpc) in m1.http("/leader")[1], START_TIMEOUT,
+               "the old leader naming the new one")
+    # it streams from the new leader (its tables replaced), so it may lead
+    # again: kill -9 of the new leader hands the view back to it
+    wait_until(lambda: m1.metric("ha_stream_synced") == 1 and
+               m2.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the old leader streaming from the new one")
+    m2.p.send_signal(signal.SIGKILL)
+    m2.killed = True
+    m2.p.wait(timeout=30)
+    wait_serving(m1)
+    assert m1.metric("ha_elections_won_total") == 2
+    assert get_eventually(direct, "k1") == (1000, k1)
+
+
+def test_coordinator_unreachable_at_start(hc):
+    exe = master_path()
+    if exe is None:
+        pytest.skip(f"mooncake_master not built under {BUILD}")
+    dead = free_port()
+    wal = f"--wal_dir={hc.new_wal()}"
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha", wal,
+                        f"--ha_backend_connstring=127.0.0.1:{dead}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "unreachable" in r.stderr and f"127.0.0.1:{dead}" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha", wal,
+                        "--ha_backend_type=redis",
+                        f"--ha_backend_connstring=redis://127.0.0.1:{dead}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "unreachable" in r.stderr, r.stderr
+
+
+def test_answers_wait_for_the_standbys_asked_for(hc, etcd_ep):
+    # --ha_sync_replicas=1 and no standby yet: the leader answers nothing
+    # that its log has not given to one standby; one joining releases it
+    m1 = hc.ha_master("etcd", etcd_ep, extra=["--ha_sync_replicas=1"])
+    wait_serving(m1)
+    with mcproto.Conn(m1.rpc) as c:
+        c.sock.settimeout(1.5)
+        c.send(mcproto.PING, mcproto.uuid(*c.client_id))
+        with pytest.raises(socket.timeout):
+            c.recv()
+        m2 = hc.ha_master("etcd", etcd_ep, extra=["--ha_sync_replicas=1"])
+        c.sock.settimeout(START_TIMEOUT)
+        h, _ = c.recv()
+        assert h["status"] == 0, h
+    assert m2.metric("ha_stream_synced") == 1
+    assert m1.metric("ha_standbys_streaming") == 1
+
+
+def test_a_stalled_standby_is_dropped_then_rejoins(hc, etcd_ep):
+    # the default (-1): a standby that stops acknowledging holds writes for
+    # one lease at most, then the leader goes on alone; back, it resyncs
+    # a client TTL above the lease: pings wait behind the held put
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, extra=["--client_ttl=10"])
+    node = hc.ha_node(f"etcd://{etcd_ep}", f"etcd://{etcd_ep}")
+    node.put("a", 1000, 1)
+    sigstop(m2.pid)
+    try:
+        t0 = time.monotonic()
+        node.put("b", 1000, 2)
+        took = time.monotonic() - t0
+        assert took < TTL_S + 10, took
+        wait_until(lambda: m1.metric("ha_stream_dropped_total") == 1, START_TIMEOUT,
+                   "the leader dropping the stalled standby")
+        assert m1.metric("ha_standbys_streaming") == 0
+        node.put("c", 1000, 3)  # alone now: no wait at all
+    finally:
+        m2.p.send_signal(signal.SIGCONT)
+    wait_until(lambda: m1.metric("ha_stream_syncs_total") == 2, START_TIMEOUT,
+               "the standby syncing again")
+    wait_until(lambda: m1.metric("ha_standbys_streaming") == 1 and
+               m2.metric("ha_log_seq") == m1.metric("ha_log_seq"), START_TIMEOUT,
+               "the standby caught up")
+
+
+def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
+    # a leader killed while it sent a standby its snapshot left this behind
+    wal = hc.new_wal()
+    (wal / "repl-3").mkdir(parents=True)
+    (wal / "repl-3" / "snap-0000000000000007.tmp").write_bytes(b"x" * 100)
+    m1 = hc.ha_master("etcd", etcd_ep, wal=wal)
+    wait_serving(m1)
+    assert not (wal / "repl-3").exists()
+    exe = master_path()
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring={etcd_ep}", f"--wal_dir={hc.logdir / 'wal1'}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "in use by another master" in r.stderr, r.stderr
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring={etcd_ep}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--enable_ha needs --wal_dir" in r.stderr, r.stderr
+
+
+def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
+    # SYNC (type 120, req_id = the view) on a standby, or on the leader with
+    # another view: an error frame with -1011, then the connection closes
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    view = int(m1.metric("ha_view_version"))
+    for m, v in ((m2, view), (m1, view + 1)):
+        with mcproto.Conn(m.rpc) as c:
+            c.send_raw(mcproto.frame(120, v, b""))
+            h, _ = c.recv()
+            assert (h["type"], h["status"], h["id"]) == (120, -1011, v), h
+            with pytest.raises(mcproto.Closed):
+                c.recv()
+    # an ACK on a connection that is no stream is a protocol error: closed
+    with mcproto.Conn(m1.rpc) as c:
+        c.send_raw(mcproto.frame(122, 5, b""))
+        with pytest.raises(mcproto.Closed):
+            c.recv()
+    assert m1.metric("ha_stream_syncs_total") == 1
+
+
+def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
+    # kill -9 of the etcd member every client tries first: the leader keeps
+    # its lease through the others (no step-down); then kill -9 of the
+    # leader: the standby takes over on the two members left
+    eps = ";".join(ep for _, ep in etcd3)
+    m1, m2 = leader_and_standby(hc, "etcd", eps)
+    node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
+    hc.procs.remove(node)  # stopped before the masters at teardown
+    hc.procs.append(node)
+    sx = node.put("x", 50000, 1)
+    etcd3[0][0].kill()
+    etcd3[0][0].wait(timeout=30)
+    end = time.monotonic() + 2 * TTL_S
+    while time.monotonic() < end:  # two leases: each renewal went elsewhere
+        assert ha_status(m1) == "serving"
+        time.sleep(0.2)
+    assert m1.metric("ha_step_downs_total") == 0
+    sy = node.put("y", 50000, 2)
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m2)
+    assert get_eventually(node, "x") == (50000, sx)
+    assert node.get("y") == (50000, sy)
+
+
+class Partition:
+    """Namespace p holding the leader; a veth pair joins it to the root
+    namespace: 10.232.<tag>.1 (root side, etcd and the standby) and
+    10.232.<tag>.2 (the leader).  cut()/heal() set both ends down/up."""
+
+    def __init__(self):
+        tag = os.getpid() % 200 + 1
+        self.ns, self.root_dev, self.ns_dev = f"mcha{tag}", f"mcha{tag}r", f"mcha{tag}p"
+        self.root_ip, self.ns_ip = f"10.232.{tag}.1", f"10.232.{tag}.2"
+
+    def sh(self, *argv, check=True):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        if check and r.returncode:
+            raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+    def setup(self):
+        self.sh("ip", "netns", "add", self.ns)
+        self.sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+        self.sh("ip", "link", "add", self.root_dev, "type", "veth", "peer", "name", self.ns_dev)
+        self.sh("ip", "link", "set", self.ns_dev, "netns", self.ns)
+        self.sh("ip", "addr", "add", f"{self.root_ip}/24", "dev", self.root_dev)
+        self.sh("ip", "-n", self.ns, "addr", "add", f"{self.ns_ip}/24", "dev", self.ns_dev)
+        self.heal()
+
+    def cut(self):
+        self.sh("ip", "link", "set", self.root_dev, "down")
+        self.sh("ip", "-n", self.ns, "link", "set", self.ns_dev, "down")
+
+    def heal(self):
+        self.sh("ip", "link", "set", self.root_dev, "up")
+        self.sh("ip", "-n", self.ns, "link", "set", self.ns_dev, "up")
+
+    def teardown(self):
+        self.sh("ip", "netns", "del", self.ns, check=False)
+        self.sh("ip", "link", "del", self.root_dev, check=False)
+
+
+@pytest.fixture
+def part():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace")
+    p = Partition()
+    try:
+        try:
+            p.setup()
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            pytest.skip(f"network namespaces or veth pairs are not permitted here: {e}")
+        yield p
+    finally:
+        p.teardown()
+
+
+def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
+    # the leader in its own namespace loses etcd and its standby at once
+    # (both ends of the link down): it stops serving within its lease, the
+    # standby serves after the lease lapses in etcd and its warm-up, and no
+    # sample ever sees both serving
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd-server not installed")
+    client, peer = free_port(), free_port()
+    etcd = subprocess.Popen(
+        [exe, "--name", "p", "--data-dir", str(tmp_path / "etcd"),
+         "--listen-client-urls", f"http://{part.root_ip}:{client}",
+         "--advertise-client-urls", f"http://{part.root_ip}:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"p=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ep = f"{part.root_ip}:{client}"
+        assert wait_etcd(ep), "etcd did not start"
+        exe_m = master_path()
+        argv = ["ip", "netns", "exec", part.ns, str(exe_m), "--rpc_port=0",
+                f"--rpc_address={part.ns_ip}", "--metrics_port=0", "--metrics_host=127.0.0.1",
+                "--enable_ha", f"--ha_backend_connstring={ep}",
+                f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={hc.new_wal()}"]
+        m1 = Master(argv, "leader_in_ns", hc.logdir)
+        hc.procs.append(m1)
+        m1.wait_listening()
+
+        def ns_status():
+            code = (f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:"
+                    f"{m1.metrics}/ha_status', timeout=2).read().decode())")
+            r = subprocess.run(["ip", "netns", "exec", part.ns, sys.executable, "-c", code],
+                               capture_output=True, text=True, timeout=20)
+            return r.stdout.strip()
+
+        wait_until(lambda: ns_status() == "serving", FAILOVER_S, "the leader in its namespace")
+        exe_m2 = master_path()
+        m2 = Master([str(exe_m2), "--rpc_port=0", f"--rpc_address={part.root_ip}",
+                     "--metrics_port=0", "--metrics_host=127.0.0.1", "--enable_ha",
+                     f"--ha_backend_connstring={ep}", f"--ha_lease_ttl_seconds={TTL_S}",
+                     f"--wal_dir={hc.new_wal()}"], "standby", hc.logdir)
+        hc.procs.append(m2)
+        m2.wait_listening()
+        wait_until(lambda: m2.metric("ha_stream_synced") == 1, START_TIMEOUT,
+                   "the standby streaming from the leader across the veth")
+
+        part.cut()
+        t0 = time.monotonic()
+        both = []
+        while True:
+            s1, s2 = ns_status(), ha_status(m2)
+            if s1 == "serving" and s2 == "serving":
+                both.append(time.monotonic() - t0)
+            if s2 == "serving" and s1 != "serving":
+                break
+            assert time.monotonic() - t0 < FAILOVER_S, (s1, s2)
+        took = time.monotonic() - t0
+        assert not both, f"two leaders serving at {both}"
+        assert took >= TTL_S * 0.5, took
+        assert ns_status() != "serving"
+        part.heal()
+        # the deposed one stays a standby and learns the new view
+        wait_until(lambda: ns_status() == "standby", START_TIMEOUT, "the old leader standby")
+        assert ha_status(m2) == "serving"
+    finally:
+        etcd.kill()
+        etcd.wait(timeout=30)

@@ -1,0 +1,77 @@
+/* tests/support/coord_check.c - see coord_check.h. */
+#include "coord_check.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/time.h"
+#include "meta/coord.h"
+
+#define FAIL(...)                                    \
+	do {                                         \
+		snprintf(why, why_len, __VA_ARGS__); \
+		goto out;                            \
+	} while (0)
+
+bool mc_test_coord_view(const char *uri, char *why, size_t why_len)
+{
+	struct mc_coord *a = NULL, *b = NULL;
+	struct mc_coord_view v;
+	uint64_t va = 0, vb = 0, vc = 0, deadline;
+	bool won = false, held = false, ok = false;
+	char key[128];
+
+	snprintf(key, sizeof(key), "mooncake-store/ut_%d/master_view", (int)getpid());
+	if (mc_coord_open(uri, 2000, &a) != MC_OK || mc_coord_open(uri, 2000, &b) != MC_OK)
+		FAIL("open %s: %s", uri, mc_last_error());
+	if (mc_coord_read(a, key, &v) != MC_OK || v.present)
+		FAIL("a fresh key reads as held (%s)", mc_last_error());
+	if (mc_coord_campaign(a, key, "a:1", 2, &won, &va) != MC_OK || !won || !va)
+		FAIL("the first campaign did not win: %s", mc_last_error());
+	if (mc_coord_campaign(b, key, "b:2", 2, &won, &vb) != MC_OK || won)
+		FAIL("the second campaign won too");
+	if (mc_coord_read(b, key, &v) != MC_OK || !v.present || strcmp(v.addr, "a:1") ||
+	    v.version != va)
+		FAIL("the view is not a's: present %d addr %s version %" PRIu64 "/%" PRIu64,
+		     v.present, v.addr, v.version, va);
+	if (mc_coord_renew(a, &held) != MC_OK || !held)
+		FAIL("the winner's renew failed: %s", mc_last_error());
+	if (mc_coord_renew(b, &held) != MC_OK || held)
+		FAIL("the loser's renew holds something");
+	mc_coord_resign(a);
+	if (mc_coord_read(b, key, &v) != MC_OK || v.present)
+		FAIL("the view outlived its holder's resign");
+	if (mc_coord_campaign(b, key, "b:2", 2, &won, &vb) != MC_OK || !won || vb <= va)
+		FAIL("the next campaign: won %d, version %" PRIu64 " after %" PRIu64, won, vb, va);
+	if (mc_coord_renew(a, &held) != MC_OK || held)
+		FAIL("a resigned holder's renew still holds");
+	/* not renewed: gone within the TTL (2 s), with slack for a loaded machine */
+	deadline = mc_now_ms() + 15000;
+	for (;;) {
+		if (mc_coord_read(a, key, &v) != MC_OK)
+			FAIL("read: %s", mc_last_error());
+		if (!v.present)
+			break;
+		if (mc_now_ms() > deadline)
+			FAIL("a view not renewed did not expire");
+		{
+			struct timespec ts = {0, 100 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (mc_coord_renew(b, &held) != MC_OK || held)
+		FAIL("an expired holder's renew still holds");
+	if (mc_coord_campaign(a, key, "a:1", 2, &won, &vc) != MC_OK || !won || vc <= vb)
+		FAIL("campaign after expiry: won %d, version %" PRIu64 " after %" PRIu64, won, vc,
+		     vb);
+	ok = true;
+out:
+	mc_coord_close(a);
+	mc_coord_close(b);
+	return ok;
+}
