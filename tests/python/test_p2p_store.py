@@ -308,3 +308,37 @@ def test_concurrent_readers_all_recorded(etcd, store):
         r.delete_replica("t7/x")
     s.unregister("t7/x")
     assert stored(etcd, "t7/x") is None
+
+
+def test_example_trainer_and_inferencer(etcd):
+    """tools/p2p_store_example, upstream's example program, in both roles."""
+    exe = Path(os.environ.get("MC_BUILD_DIR", HERE.parents[1] / "build")) / "tools" / "p2p_store_example"
+    if not exe.exists():
+        pytest.skip(f"{exe} not built")
+    common = [f"--metadata_server={etcd.endpoint}", "--file_size_mb=8", "--shard_size_mb=1",
+              "--name=foo/example"]
+    trainer = subprocess.Popen([str(exe), "--cmd=trainer", "--local_server_name=127.0.0.1:0",
+                                "--p2p_handshake", "--wait_sec=60"] + common,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in trainer.stdout:
+            lines.append(line)
+            if line.strip() == "ready":
+                break
+        assert any("listed foo/example: 8388608 bytes" in x for x in lines), lines
+        inf = subprocess.run([str(exe), "--cmd=inferencer", "--local_server_name=127.0.0.1:0",
+                              "--p2p_handshake"] + common, capture_output=True, text=True,
+                             timeout=60)
+        assert inf.returncode == 0, inf.stderr
+        assert "verified 8388608 bytes" in inf.stdout
+        trainer.stdin.close()
+        assert trainer.wait(timeout=30) == 0
+        assert stored(etcd, "foo/example") is None
+        bad = subprocess.run([str(exe), "--device_name=mlx5_0"] + common, capture_output=True,
+                             text=True, timeout=30)
+        assert bad.returncode == 2 and "--device_name is not supported" in bad.stderr
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
