@@ -312,3 +312,119 @@ def test_rl_weight_update_through_store(mc_master):
             assert back is not None and back.tolist() == list(range(rollout * 10, rollout * 10 + 10))
     finally:
         assert s.close() == 0
+
+# ---- runtime bindings and stored manifests ------------------------------------------------
+
+from mooncake.reshard.weight import (RuntimeBindingFragment, StoredFragment,  # noqa: E402
+                                     WeightManifest, WeightRuntimeBindingManifest,
+                                     plan_stored_transfer_to_target_placement,
+                                     validate_runtime_binding, validate_runtime_bindings)
+
+
+def bind(m, participant, base=0x10000):
+    part = next(p for p in m.parts if p.participant_id == participant)
+    frs, off = [], 0
+    for f in part.fragments:
+        strides = tuple(int(np.prod(f.local_shape[i + 1:])) * F32 for i in range(len(f.local_shape)))
+        frs.append(RuntimeBindingFragment(f.placement_fragment_id, f"rt-{off}", base + off,
+                                          f.nbytes, "w0", "127.0.0.1:1", "cpu", F32,
+                                          f.local_shape, strides, base, 1 << 20, off))
+        off += f.nbytes
+    return WeightRuntimeBindingManifest(m.resource_id, m.placement_id, m.digest, "inst", 1,
+                                        "lease", m.revision, participant, tuple(frs))
+
+
+def test_runtime_bindings():
+    m = manifest([tensor("w", (8, 6), 0)], tp=2)
+    bs = [bind(m, p.participant_id) for p in m.parts]
+    validate_runtime_bindings(m, bs)
+    with pytest.raises(ValueError, match="not exactly one per participant"):
+        validate_runtime_bindings(m, bs[:1])
+    other = manifest([tensor("w", (8, 6), 0)], tp=2, gen=2)
+    with pytest.raises(ValueError, match="binding identity: placement_id differs"):
+        validate_runtime_binding(other, bs[0])
+    with pytest.raises(ValueError, match="not exactly the participant's"):
+        validate_runtime_binding(m, WeightRuntimeBindingManifest(
+            m.resource_id, m.placement_id, m.digest, "i", 1, "l", "r", bs[0].participant_id, ()))
+    good = dict(placement_fragment_id="x", fragment_id="y", address=0x1100, nbytes=96,
+                worker_id="w", endpoint="e", device="cpu", itemsize=4, local_shape=(4, 6),
+                strides_bytes=(24, 4), storage_address=0x1000, storage_nbytes=4096,
+                storage_offset_bytes=0x100)
+    RuntimeBindingFragment(**good)
+    for change, rule in [(dict(address=0x1104), "address must equal"),
+                         (dict(address=0, storage_address=0, storage_offset_bytes=0),
+                          "address 0 is reserved"),
+                         (dict(storage_nbytes=0x120), "inside the storage"),
+                         (dict(strides_bytes=(4, 16)), "row-major"),
+                         (dict(nbytes=95), "nbytes != prod"),
+                         (dict(storage_address=(1 << 64) - 0x200, address=(1 << 64) - 0x100),
+                          "does not fit in u64")]:
+        with pytest.raises(ValueError, match=rule):
+            RuntimeBindingFragment(**dict(good, **change))
+    # a singleton dimension's stride is free
+    RuntimeBindingFragment(**dict(good, local_shape=(1, 24), strides_bytes=(7, 4)))
+
+
+def stored(tens, name="g1"):
+    frs = []
+    for t in tens:
+        rows = t.global_shape[0]
+        half = rows // 2
+        for i, (o, n) in enumerate([(0, half), (half, rows - half)]):
+            shp = (n,) + t.global_shape[1:]
+            frs.append(StoredFragment(f"{t.tensor_id}#{i}", t.tensor_id,
+                                      (o,) + (0,) * (len(shp) - 1), shp, f"{name}/payload/{t.tensor_id}",
+                                      i * half * int(np.prod(t.global_shape[1:])) * F32,
+                                      int(np.prod(shp)) * F32))
+    return WeightManifest("ns", "model", "rev1", 1, name, f"{name}/manifest", tuple(tens),
+                          tuple(frs), "2026-12-03T15:00:00Zé")
+
+
+def test_stored_manifest_rules_and_digest():
+    w = stored([tensor("w", (8, 6), 0)])
+    text = w.to_json()
+    assert "é" in text and text == json.dumps(json.loads(text), sort_keys=True,
+                                                  separators=(",", ":"), ensure_ascii=False)
+    assert w.manifest_digest == hashlib.sha256(text.encode()).hexdigest()
+    assert WeightManifest.from_json(text) == w
+    assert w.manifest_identity().content_sha256 == w.manifest_digest
+    with pytest.raises(ValueError, match="duplicate field"):
+        WeightManifest.from_json(text[:-1] + ',"namespace":"x"}')
+    with pytest.raises(ValueError, match="non-finite"):
+        WeightManifest.from_json(text.replace('"weight_generation":1', '"weight_generation":Infinity'))
+    with pytest.raises(ValueError, match="manifest_key must be"):
+        WeightManifest("ns", "m", "r", 1, "g1", "g2/manifest", w.tensors, w.fragments, "t")
+    with pytest.raises(ValueError, match="must start with 'g2/payload/'"):
+        WeightManifest("ns", "m", "r", 1, "g2", "g2/manifest", w.tensors, w.fragments, "t")
+    with pytest.raises(ValueError, match="coverage: stored tensor w"):
+        WeightManifest("ns", "m", "r", 1, "g1", "g1/manifest", w.tensors, w.fragments[:1], "t")
+    clash = StoredFragment("w#1", "w", (4, 0), (4, 6), "g1/payload/w", 10, 96)
+    with pytest.raises(ValueError, match="byte ranges overlap"):
+        WeightManifest("ns", "m", "r", 1, "g1", "g1/manifest", w.tensors,
+                       (w.fragments[0], clash), "t")
+
+
+def test_plan_from_stored_snapshot():
+    tens = [tensor("w", (8, 6), 1)]
+    w = stored(tens)
+    dst = manifest(tens, tp=3)
+    plan = plan_stored_transfer_to_target_placement(w, dst)
+    full = weights(tens, seed=9)
+    objects = {}
+    for f in w.fragments:  # the payload objects as a store would hold them
+        sl = tuple(slice(o, o + n) for o, n in zip(f.global_offset, f.local_shape))
+        buf = objects.setdefault(f.object_key, np.zeros(8 * 6 * F32, np.uint8))
+        buf[f.object_offset:f.object_offset + f.nbytes] = \
+            np.ascontiguousarray(full["w"][sl]).view(np.uint8).reshape(-1)
+    by_id = {f.fragment_id: f for f in w.fragments}
+    for f in dst.fragments:
+        out = np.zeros(f.nbytes, np.uint8)
+        for r in plan.operations:
+            if r.target != f.placement_fragment_id:
+                continue
+            src = by_id[r.source]
+            obj = objects[src.object_key]
+            for so, to, n in r.iter_segments():
+                out[to:to + n] = obj[src.object_offset + so:src.object_offset + so + n]
+        sl = tuple(slice(o, o + n) for o, n in zip(f.global_offset, f.local_shape))
+        assert np.array_equal(out.view(np.float32).reshape(f.local_shape), full["w"][sl])

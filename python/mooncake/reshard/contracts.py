@@ -56,3 +56,13 @@ def check_ints(name, seq, lo=0):
     if not isinstance(seq, (tuple, list)):
         raise ValueError(f"{name} must be a sequence of ints")
     return tuple(check_int(f"{name}[{i}]", x, lo) for i, x in enumerate(seq))
+
+
+class StoredResourceManifest:
+    """What a stored snapshot's manifest offers (structural): namespace,
+    resource_id, revision, manifest_key, to_json(), manifest_identity()."""
+
+
+# the binding contracts live in binding.py; named here as upstream's module does
+from mooncake.reshard.binding import (RuntimeBindingFragment,  # noqa: E402,F401
+                                      validate_resource_binding_identity)

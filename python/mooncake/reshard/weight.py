@@ -720,10 +720,69 @@ def plan_placement_transfer(src, dst, *, planning_limits=None):
                                _executors(src, used_src), _executors(dst, used_dst))
 
 
+def plan_stored_transfer_to_target_placement(weight_manifest, dst, *, planning_limits=None):
+    """The plan from a stored snapshot (one replica; region sources are
+    stored fragment ids, offsets within the fragment: add object_offset)."""
+    lim = planning_limits or PlanningLimits()
+    for k in ("resource_id", "revision", "weight_generation"):
+        if getattr(weight_manifest, k) != getattr(dst, k):
+            raise ValueError(f"stored manifest and destination differ in {k}")
+    st = {t.tensor_id: t for t in weight_manifest.tensors}
+    dt = dst.tensors
+    if set(st) != set(dt):
+        raise ValueError(f"tensor sets differ: {sorted(set(st) ^ set(dt))}")
+    for tid, a in st.items():
+        if a.layout_fingerprint != dt[tid].layout_fingerprint:
+            raise ValueError(f"tensor {tid}: layout mismatch")
+        for k in ("global_shape", "dtype", "itemsize", "layer_id", "expert_id"):
+            if getattr(a, k) != getattr(dt[tid], k):
+                raise ValueError(f"tensor {tid}: {k} differs")
+    by_t = defaultdict(list)
+    for f in sorted(weight_manifest.fragments, key=lambda f: f.fragment_id):
+        by_t[f.tensor_id].append(f)
+    ops, used = [], set()
+    for f in dst.fragments:
+        t = dt[f.tensor_id]
+        regions = []
+        for s in by_t[f.tensor_id]:
+            inter = box_intersection(s.global_offset, s.local_shape, f.global_offset,
+                                     f.local_shape)
+            if inter:
+                regions.append(_region(t, s, f, *inter))
+        if not regions or not boxes_exactly_cover(f.global_offset, f.local_shape,
+                                                  [(r.overlap_offset, r.overlap_shape)
+                                                   for r in regions]):
+            raise ValueError(f"tensor {f.tensor_id}: target fragment is not fully covered")
+        for r in regions:
+            if r.segment_count > lim.max_segments_per_region:
+                raise ValueError(f"max_segments_per_region ({lim.max_segments_per_region}) "
+                                 f"exceeded: {r.segment_count}")
+        used.add(f.placement_fragment_id)
+        ops.extend(regions)
+        if len(ops) > lim.max_transfer_regions:
+            raise ValueError(f"max_transfer_regions ({lim.max_transfer_regions}) exceeded")
+    if sum(r.segment_count for r in ops) > lim.max_total_lowered_segments:
+        raise ValueError(f"max_total_lowered_segments ({lim.max_total_lowered_segments}) exceeded")
+    ops.sort(key=lambda r: (r.target, r.target_base_offset, r.source, r.source_base_offset))
+    return LogicalTransferPlan(weight_manifest.manifest_key, dst.placement_id, tuple(ops), (),
+                               _executors(dst, used))
+
+
+from mooncake.reshard.binding import (RuntimeBindingFragment,  # noqa: E402
+                                      WeightRuntimeBindingManifest,
+                                      validate_resource_binding_identity,
+                                      validate_runtime_binding, validate_runtime_bindings)
+from mooncake.reshard.storage import (StoredFragment, StoredManifestIdentity,  # noqa: E402
+                                      WeightManifest)
+
+
 __all__ = [
     "ParallelRank", "SplitAxis", "ReplicatedAxis", "OwnershipAxis", "TensorDescriptor",
     "PlacementFragment", "TopologyParticipant", "ParallelTopology", "WeightPlacementPart",
     "WeightPlacementManifest", "weight_placement_to_json", "weight_placement_from_json",
     "PlanningLimits", "TransferRegion", "PlacementExecutorPlan", "LogicalTransferPlan",
-    "plan_placement_transfer",
+    "plan_placement_transfer", "plan_stored_transfer_to_target_placement",
+    "RuntimeBindingFragment", "WeightRuntimeBindingManifest", "validate_runtime_binding",
+    "validate_runtime_bindings", "validate_resource_binding_identity", "StoredFragment",
+    "StoredManifestIdentity", "WeightManifest",
 ]
