@@ -92,8 +92,8 @@ out:
 
 static int store_init(struct store_obj *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"metadata_uri", "local_server_name", "te_metadata_uri",
-				 "protocol", NULL};
+	static char *kwlist[] = {"metadata_uri", "local_server_name", "te_metadata_uri", "protocol",
+				 NULL};
 	struct mc_p2p_params p = {0};
 	struct mc_p2p_store *s = NULL;
 	PyThreadState *ts;
@@ -283,8 +283,15 @@ static PyTypeObject store_type = {
 };
 
 static struct PyModuleDef module = {
-	PyModuleDef_HEAD_INIT, "mooncake._p2p_store", "binding of <mooncake/p2p_store.h>", -1,
-	NULL, NULL, NULL, NULL, NULL,
+	PyModuleDef_HEAD_INIT,
+	"mooncake._p2p_store",
+	"binding of <mooncake/p2p_store.h>",
+	-1,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
+	NULL,
 };
 
 PyMODINIT_FUNC PyInit__p2p_store(void);

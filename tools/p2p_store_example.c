@@ -79,21 +79,42 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'c': cmd = optarg; break;
-		case 'm': p.metadata_uri = optarg; break;
-		case 'l': p.local_server_name = optarg; break;
-		case 'f': size = strtoull(optarg, NULL, 10) << 20; break;
-		case 's': shard = strtoull(optarg, NULL, 10) << 20; break;
-		case 'n': name = optarg; break;
-		case 'w': wait_sec = strtol(optarg, NULL, 10); break;
-		case 'p': p.protocol = optarg; break;
-		case 'P': p.te_metadata_uri = "P2PHANDSHAKE"; break;
+		case 'c':
+			cmd = optarg;
+			break;
+		case 'm':
+			p.metadata_uri = optarg;
+			break;
+		case 'l':
+			p.local_server_name = optarg;
+			break;
+		case 'f':
+			size = strtoull(optarg, NULL, 10) << 20;
+			break;
+		case 's':
+			shard = strtoull(optarg, NULL, 10) << 20;
+			break;
+		case 'n':
+			name = optarg;
+			break;
+		case 'w':
+			wait_sec = strtol(optarg, NULL, 10);
+			break;
+		case 'p':
+			p.protocol = optarg;
+			break;
+		case 'P':
+			p.te_metadata_uri = "P2PHANDSHAKE";
+			break;
 		case 'D':
 		case 'N':
-			fprintf(stderr, "--%s is not supported: this example runs over --protocol "
-					"(tcp by default)\n", c == 'D' ? "device_name" : "nic_priority_matrix");
+			fprintf(stderr,
+				"--%s is not supported: this example runs over --protocol "
+				"(tcp by default)\n",
+				c == 'D' ? "device_name" : "nic_priority_matrix");
 			return 2;
-		default: return 2;
+		default:
+			return 2;
 		}
 	}
 	if (strcmp(cmd, "trainer") != 0 && strcmp(cmd, "inferencer") != 0) {
@@ -121,8 +142,8 @@ int main(int argc, char **argv)
 
 		for (uint64_t i = 0; i < size; i++)
 			buf[i] = byte_at(i);
-		st = mc_p2p_register(s, name, (void *const[]){buf}, (const uint64_t[]){size}, 1, shard,
-				     "cpu:0", true);
+		st = mc_p2p_register(s, name, (void *const[]){buf}, (const uint64_t[]){size}, 1,
+				     shard, "cpu:0", true);
 		if (st) {
 			rc = fail("register", st);
 			goto out;
@@ -154,7 +175,8 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		dt = now_s() - t0;
-		printf("get_replica %s: %.1f ms, %.2f GB/s\n", name, dt * 1e3, (double)size / dt / 1e9);
+		printf("get_replica %s: %.1f ms, %.2f GB/s\n", name, dt * 1e3,
+		       (double)size / dt / 1e9);
 		for (uint64_t i = 0; i < size; i++) {
 			if (buf[i] != byte_at(i)) {
 				fprintf(stderr, "byte %llu differs\n", (unsigned long long)i);

@@ -839,7 +839,8 @@ mc_status mc_meta_etcd_range(struct mc_meta *m, const char *key, const char *ran
 	mc_status status;
 
 	if (!is_etcd(m) || !key || !kvs_out || !n_out)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "etcd range: not an etcd client or NULL key");
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd range: not an etcd client or NULL key");
 	k64 = b64_encode(key, strlen(key));
 	if (range_end)
 		e64 = b64_encode(range_end, strlen(range_end));
@@ -898,7 +899,8 @@ static mc_status cas_txn(struct mc_meta *m, const char *key, const char *value, 
 	mc_status status;
 
 	if (!is_etcd(m) || !key || rev < 0 || (value == NULL && len))
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "etcd txn: not an etcd client or bad arguments");
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd txn: not an etcd client or bad arguments");
 	snprintf(revs, sizeof(revs), "%" PRId64, rev);
 	k64 = b64_encode(key, strlen(key));
 	if (value)
@@ -923,7 +925,8 @@ static mc_status cas_txn(struct mc_meta *m, const char *key, const char *value, 
 	ok = json_object_get(ans, "succeeded");
 	if (!json_is_true(ok))
 		status = mc_set_error(MC_ERR_ETCD_TRANSACTION_FAIL,
-				      "etcd txn %s: %s changed since revision %" PRId64, what, key, rev);
+				      "etcd txn %s: %s changed since revision %" PRId64, what, key,
+				      rev);
 	json_decref(ans);
 	return status;
 }
@@ -945,7 +948,8 @@ mc_status mc_meta_etcd_put_unleased(struct mc_meta *m, const char *key, const ch
 				    size_t len)
 {
 	if (!is_etcd(m) || !key || (!value && len))
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "etcd put: not an etcd client or bad arguments");
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd put: not an etcd client or bad arguments");
 	return put_raw(client_of(m), key, value ? value : "", len, 0, NULL);
 }
 

@@ -110,8 +110,8 @@ static char *key_of(const char *name)
 static mc_status check_name(const char *name)
 {
 	if (!name || !*name || strlen(name) > MC_P2P_NAME_MAX)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "p2p: an object name is 1 to %d bytes", MC_P2P_NAME_MAX);
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "p2p: an object name is 1 to %d bytes",
+				    MC_P2P_NAME_MAX);
 	return MC_OK;
 }
 
@@ -146,10 +146,11 @@ static mc_status range_ref_locked(struct mc_p2p_store *s, void *addr, uint64_t l
 			return MC_OK;
 		}
 		if (a < r->addr + r->len && r->addr < a + len)
-			return mc_set_error(MC_ERR_ADDRESS_OVERLAPPED,
-					    "p2p: [%#llx, +%llu) overlaps the registered [%#llx, +%llu)",
-					    (unsigned long long)a, (unsigned long long)len,
-					    (unsigned long long)r->addr, (unsigned long long)r->len);
+			return mc_set_error(
+				MC_ERR_ADDRESS_OVERLAPPED,
+				"p2p: [%#llx, +%llu) overlaps the registered [%#llx, +%llu)",
+				(unsigned long long)a, (unsigned long long)len,
+				(unsigned long long)r->addr, (unsigned long long)r->len);
 	}
 	grown = mc_realloc(s->ranges, (s->nranges + 1) * sizeof(*grown));
 	if (!grown)
@@ -251,16 +252,17 @@ static mc_status obj_reserve(struct mc_p2p_store *s, const char *name, bool gold
 
 	pthread_mutex_lock(&s->lock);
 	if (obj_find_locked(s, name)) {
-		st = mc_set_error(MC_ERR_EXISTS, "p2p: '%s' is already open in this process "
-						 "(payload has been replicated)", name);
+		st = mc_set_error(MC_ERR_EXISTS,
+				  "p2p: '%s' is already open in this process "
+				  "(payload has been replicated)",
+				  name);
 		goto out;
 	}
 	o.name = mc_strdup(name);
 	o.addrs = mc_calloc(n, sizeof(void *));
 	o.sizes = mc_calloc(n, sizeof(uint64_t));
-	grown = o.name && o.addrs && o.sizes
-			? mc_realloc(s->objs, (s->nobjs + 1) * sizeof(*grown))
-			: NULL;
+	grown = o.name && o.addrs && o.sizes ? mc_realloc(s->objs, (s->nobjs + 1) * sizeof(*grown))
+					     : NULL;
 	if (!grown) {
 		obj_free(&o);
 		st = mc_set_error(MC_ERR_NOMEM, "p2p: out of memory opening '%s'", name);
@@ -429,7 +431,8 @@ static mc_status change_add_replica(struct mc_p2p_store *s, struct mc_p2p_payloa
 
 	if (!same_layout(p, o->sizes, o->n))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "p2p: '%s' was replaced by another layout during the pull", o->name);
+				    "p2p: '%s' was replaced by another layout during the pull",
+				    o->name);
 	for (size_t b = 0; b < p->nsizes && !st; b++)
 		for (uint64_t off = 0; off < p->size_list[b] && !st; off += p->max_shard_size)
 			st = mc_p2p_locs_add(&p->shards[k++].replicas, s->local_name,
@@ -515,6 +518,10 @@ static void pull_attempt(struct mc_p2p_store *s, struct pull_shard *ps, size_t n
 			mc_debug("p2p: shard %zu attempt %u from %s failed (state %d)",
 				 ps[task_of[t]].idx, a, ps[task_of[t]].loc->segment_name, ts.state);
 	}
+	/* a batch that outlived its wait is discarded, not waited for: its
+	 * reads may still land in the caller's buffers after the call failed
+	 * (the same data, but the caller must not reuse the memory at once;
+	 * noted in docs/python.md) */
 	if (mc_te_batch_free(s->te, batch) != MC_OK)
 		mc_te_batch_discard(s->te, batch);
 	mc_free(task_of);
@@ -533,10 +540,10 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 		const struct mc_p2p_shard *sh = &p->shards[i];
 		size_t holders = sh->replicas.n + sh->gold.n;
 
-		ps[i] = (struct pull_shard){.idx = i, .dst = shard_addr(p, addrs, i),
-					    .size = sh->size};
-		ps[i].max_attempts = holders > MC_P2P_MIN_ATTEMPTS ? (unsigned)holders
-								   : MC_P2P_MIN_ATTEMPTS;
+		ps[i] = (struct pull_shard){
+			.idx = i, .dst = shard_addr(p, addrs, i), .size = sh->size};
+		ps[i].max_attempts =
+			holders > MC_P2P_MIN_ATTEMPTS ? (unsigned)holders : MC_P2P_MIN_ATTEMPTS;
 		if (ps[i].max_attempts > top)
 			top = ps[i].max_attempts;
 	}
@@ -544,7 +551,8 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 		bool left = false;
 
 		for (size_t i = 0; i < p->nshards; i++) {
-			ps[i].loc = !ps[i].done && a < ps[i].max_attempts ? pick(&p->shards[i], a) : NULL;
+			ps[i].loc = !ps[i].done && a < ps[i].max_attempts ? pick(&p->shards[i], a)
+									  : NULL;
 			left |= ps[i].loc != NULL;
 		}
 		if (!left)
@@ -554,10 +562,11 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 	for (size_t i = 0; i < p->nshards && !st; i++) {
 		const struct mc_p2p_shard *sh = &p->shards[i];
 		if (!ps[i].done)
-			st = mc_set_error(MC_ERR_TRANSFER_FAIL,
-					  "p2p: too many retries: shard %zu of '%s' failed from every "
-					  "one of its %zu holders in %u attempts",
-					  i, p->name, sh->replicas.n + sh->gold.n, ps[i].max_attempts);
+			st = mc_set_error(
+				MC_ERR_TRANSFER_FAIL,
+				"p2p: too many retries: shard %zu of '%s' failed from every "
+				"one of its %zu holders in %u attempts",
+				i, p->name, sh->replicas.n + sh->gold.n, ps[i].max_attempts);
 	}
 	mc_free(ps);
 	return st;
@@ -649,7 +658,8 @@ void mc_p2p_store_free(struct mc_p2p_store *s)
 	if (s->te) {
 		while (s->nranges) {
 			s->ranges[0].refs = 1;
-			range_unref_locked(s, (void *)(uintptr_t)s->ranges[0].addr, s->ranges[0].len);
+			range_unref_locked(s, (void *)(uintptr_t)s->ranges[0].addr,
+					   s->ranges[0].len);
 		}
 		mc_te_free(s->te);
 	}
@@ -813,7 +823,8 @@ mc_status mc_p2p_get_replica(struct mc_p2p_store *s, const char *name, void *con
 		memset(&cur, 0, sizeof(cur));
 		if (!same_layout(&p, sizes, n)) {
 			st = mc_set_error(MC_ERR_INVALID_PARAMS,
-					  "p2p get_replica: '%s' was replaced by another layout", name);
+					  "p2p get_replica: '%s' was replaced by another layout",
+					  name);
 			goto out_unref;
 		}
 		if (round + 1 >= MC_P2P_PULL_ROUNDS) {
@@ -867,8 +878,10 @@ mc_status mc_p2p_list(struct mc_p2p_store *s, const char *prefix, struct mc_p2p_
 			mc_warn("p2p list: skipping %s: %s", kvs[i].key, mc_last_error());
 			continue;
 		}
-		infos[n] = (struct mc_p2p_info){.name = p.name, .max_shard_size = p.max_shard_size,
-						.total_size = p.size, .size_list = p.size_list,
+		infos[n] = (struct mc_p2p_info){.name = p.name,
+						.max_shard_size = p.max_shard_size,
+						.total_size = p.size,
+						.size_list = p.size_list,
 						.nsizes = p.nsizes};
 		n++;
 		p.name = NULL;

@@ -49,10 +49,10 @@ mc_status mc_p2p_payload_split(struct mc_p2p_payload *p)
 	size_t count = mc_p2p_shard_count(p->size_list, p->nsizes, p->max_shard_size), k = 0;
 
 	if (!count)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "p2p: %zu buffers split by %llu bytes make no shard or more than %u",
-				    p->nsizes, (unsigned long long)p->max_shard_size,
-				    MC_P2P_SHARDS_MAX);
+		return mc_set_error(
+			MC_ERR_INVALID_PARAMS,
+			"p2p: %zu buffers split by %llu bytes make no shard or more than %u",
+			p->nsizes, (unsigned long long)p->max_shard_size, MC_P2P_SHARDS_MAX);
 	p->shards = mc_calloc(count, sizeof(*p->shards));
 	if (!p->shards)
 		return mc_set_error(MC_ERR_NOMEM, "p2p: out of memory splitting %zu shards", count);
@@ -200,7 +200,8 @@ static mc_status decode_obj(const json_t *root, struct mc_p2p_payload *p)
 	p->name = mc_strdup(json_string_value(name));
 	if (!p->name)
 		return mc_set_error(MC_ERR_NOMEM, "p2p payload: out of memory");
-	if (!get_u64(root, "size", &p->size) || !get_u64(root, "max_shard_size", &p->max_shard_size))
+	if (!get_u64(root, "size", &p->size) ||
+	    !get_u64(root, "max_shard_size", &p->max_shard_size))
 		return bad("size or max_shard_size is not an unsigned integer");
 	if (p->max_shard_size == 0 || p->max_shard_size > MAX_CHUNK)
 		return bad("max_shard_size is 0 or over 4 GiB");
@@ -228,7 +229,8 @@ static mc_status decode_obj(const json_t *root, struct mc_p2p_payload *p)
 		return st == MC_ERR_NOMEM ? st : bad("size_list splits into too many shards");
 	shards = json_object_get(root, "shards");
 	if (!json_is_array(shards) || json_array_size(shards) != p->nshards)
-		return bad("shards is not a list of one entry per max_shard_size split of size_list");
+		return bad(
+			"shards is not a list of one entry per max_shard_size split of size_list");
 	json_array_foreach(shards, i, e)
 	{
 		uint64_t size;
@@ -237,7 +239,8 @@ static mc_status decode_obj(const json_t *root, struct mc_p2p_payload *p)
 			return bad("a shard's size is not its split of size_list");
 		st = decode_locs(json_object_get(e, "gold"), &p->shards[i].gold);
 		if (!st)
-			st = decode_locs(json_object_get(e, "replica_list"), &p->shards[i].replicas);
+			st = decode_locs(json_object_get(e, "replica_list"),
+					 &p->shards[i].replicas);
 		if (st)
 			return st;
 	}
@@ -273,7 +276,8 @@ static json_t *encode_locs(const struct mc_p2p_locs *l)
 	arr = json_array();
 	for (size_t i = 0; arr && i < l->n; i++) {
 		json_t *o = json_object();
-		if (!o || json_object_set_new(o, "segment_name", json_string(l->v[i].segment_name)) ||
+		if (!o ||
+		    json_object_set_new(o, "segment_name", json_string(l->v[i].segment_name)) ||
 		    json_object_set_new(o, "offset", json_integer((json_int_t)l->v[i].offset)) ||
 		    json_array_append_new(arr, o)) {
 			json_decref(arr);
@@ -294,7 +298,8 @@ mc_status mc_p2p_payload_encode(const struct mc_p2p_payload *p, char **json_out,
 	ok = root && !json_object_set_new(root, "name", json_string(p->name)) &&
 	     !json_object_set_new(root, "size", json_integer((json_int_t)p->size)) &&
 	     !json_object_set_new(root, "size_list", sizes) &&
-	     !json_object_set_new(root, "max_shard_size", json_integer((json_int_t)p->max_shard_size)) &&
+	     !json_object_set_new(root, "max_shard_size",
+				  json_integer((json_int_t)p->max_shard_size)) &&
 	     !json_object_set_new(root, "shards", shards);
 	for (size_t i = 0; ok && i < p->nsizes; i++)
 		ok = json_array_append_new(sizes, json_integer((json_int_t)p->size_list[i])) == 0;
@@ -309,12 +314,14 @@ mc_status mc_p2p_payload_encode(const struct mc_p2p_payload *p, char **json_out,
 		text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	if (!text)
-		return mc_set_error(MC_ERR_NOMEM, "p2p payload: out of memory encoding %s", p->name);
+		return mc_set_error(MC_ERR_NOMEM, "p2p payload: out of memory encoding %s",
+				    p->name);
 	/* jansson's allocation; hand back one of ours, as callers free with mc_free */
 	*json_out = mc_strdup(text);
 	free(text);
 	if (!*json_out)
-		return mc_set_error(MC_ERR_NOMEM, "p2p payload: out of memory encoding %s", p->name);
+		return mc_set_error(MC_ERR_NOMEM, "p2p payload: out of memory encoding %s",
+				    p->name);
 	if (len_out)
 		*len_out = strlen(*json_out);
 	return MC_OK;

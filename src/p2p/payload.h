@@ -22,11 +22,11 @@
 
 #include "mooncake/status.h"
 
-#define MC_P2P_NAME_MAX	    1024   /* bytes of an object name */
-#define MC_P2P_SEGMENT_MAX  256	   /* bytes of a segment name */
-#define MC_P2P_BUFFERS_MAX  4096   /* entries of size_list */
-#define MC_P2P_SHARDS_MAX   (1u << 20)
-#define MC_P2P_LOCS_MAX	    1024   /* locations of one kind in one shard */
+#define MC_P2P_NAME_MAX	   1024 /* bytes of an object name */
+#define MC_P2P_SEGMENT_MAX 256	/* bytes of a segment name */
+#define MC_P2P_BUFFERS_MAX 4096 /* entries of size_list */
+#define MC_P2P_SHARDS_MAX  (1u << 20)
+#define MC_P2P_LOCS_MAX	   1024 /* locations of one kind in one shard */
 
 struct mc_p2p_loc {
 	char *segment_name;

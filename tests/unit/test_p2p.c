@@ -107,13 +107,13 @@ static void test_concurrent_readers_in_one_process(void **state)
 
 	mc_test_fill(src, size, 42);
 	assert_int_equal(mc_p2p_store_new(&p, &s), MC_OK);
-	assert_int_equal(mc_p2p_register(s, "unit/obj", (void *const[]){src}, &size, 1, MiB, NULL,
-					 false),
-			 MC_OK);
+	assert_int_equal(
+		mc_p2p_register(s, "unit/obj", (void *const[]){src}, &size, 1, MiB, NULL, false),
+		MC_OK);
 	/* the same range again under another name: counted, not re-registered */
-	assert_int_equal(mc_p2p_register(s, "unit/obj2", (void *const[]){src}, &size, 1, MiB, NULL,
-					 false),
-			 MC_OK);
+	assert_int_equal(
+		mc_p2p_register(s, "unit/obj2", (void *const[]){src}, &size, 1, MiB, NULL, false),
+		MC_OK);
 	/* a range overlapping it partly */
 	assert_int_equal(mc_p2p_register(s, "unit/obj3", (void *const[]){src + 4096},
 					 (const uint64_t[]){MiB}, 1, MiB, NULL, false),
