@@ -428,3 +428,36 @@ def test_plan_from_stored_snapshot():
                 out[to:to + n] = obj[src.object_offset + so:src.object_offset + so + n]
         sl = tuple(slice(o, o + n) for o, n in zip(f.global_offset, f.local_shape))
         assert np.array_equal(out.view(np.float32).reshape(f.local_shape), full["w"][sl])
+
+
+def test_local_target_and_pipeline_routes():
+    from mooncake.reshard.weight import plan_placement_transfer_to_local_target
+    tens = [tensor("w", (8, 6), 0), tensor("b", (6,))]
+    src = manifest(tens, tp=2)
+    dst = manifest([tensor("w", (8, 6), 1)], tp=3)  # a subset of the tensors
+    with pytest.raises(ValueError, match="target_participant_id is required"):
+        plan_placement_transfer_to_local_target(src, dst)
+    me = dst.parts[1].participant_id
+    plan = plan_placement_transfer_to_local_target(src, dst, me)
+    assert {e.participant_id for e in plan.target_executors} == {me}
+    assert {r.target for r in plan.operations} == {f.placement_fragment_id
+                                                   for f in dst.parts[1].fragments}
+    full = weights(tens, seed=4)
+    sbytes = {}
+    for f in src.fragments:
+        sl = tuple(slice(o, o + n) for o, n in zip(f.global_offset, f.local_shape))
+        sbytes[f.placement_fragment_id] = np.ascontiguousarray(full[f.tensor_id][sl]).view(
+            np.uint8).reshape(-1)
+    for f in dst.parts[1].fragments:
+        out = np.zeros(f.nbytes, np.uint8)
+        for r in plan.operations:
+            if r.target == f.placement_fragment_id:
+                for so, to, n in r.iter_segments():
+                    out[to:to + n] = sbytes[r.source][so:so + n]
+        sl = tuple(slice(o, o + n) for o, n in zip(f.global_offset, f.local_shape))
+        assert np.array_equal(out.view(np.float32).reshape(f.local_shape), full["w"][sl])
+    with pytest.raises(ValueError, match="tensor sets differ"):
+        plan_placement_transfer(src, dst)  # the full planner wants equal sets
+    # every operation sits in exactly one pipeline route (one stage each side here)
+    assert [g.operation_indices for g in plan.pipeline_routes] == [tuple(range(len(plan.operations)))]
+    assert (plan.pipeline_routes[0].source_pp, plan.pipeline_routes[0].target_pp) == (0, 0)

@@ -642,6 +642,7 @@ class LogicalTransferPlan:
     operations: Tuple[TransferRegion, ...]
     source_executors: Tuple[PlacementExecutorPlan, ...]
     target_executors: Tuple[PlacementExecutorPlan, ...]
+    pipeline_routes: tuple = ()
 
     @property
     def total_bytes(self):
@@ -666,21 +667,33 @@ def _executors(m, used):
     return tuple(out)
 
 
-def plan_placement_transfer(src, dst, *, planning_limits=None):
-    lim = planning_limits or PlanningLimits()
+@dataclass(frozen=True)
+class PipelineRouteGroup:
+    source_pp: int
+    source_stage: Optional[int]
+    target_pp: int
+    target_stage: Optional[int]
+    operation_indices: Tuple[int, ...]
+
+
+def _check_pair(src, dst, subset):
     for k in ("resource_id", "revision", "weight_generation"):
         if getattr(src, k) != getattr(dst, k):
             raise ValueError(f"source and destination differ in {k}")
     st, dt = src.tensors, dst.tensors
-    if set(st) != set(dt):
+    if (not set(dt) <= set(st)) if subset else set(st) != set(dt):
         raise ValueError(f"tensor sets differ: {sorted(set(st) ^ set(dt))}")
-    for tid, a in st.items():
-        b = dt[tid]
+    for tid, b in dt.items():
+        a = st[tid]
         if a.layout_fingerprint != b.layout_fingerprint:
             raise ValueError(f"tensor {tid}: layout mismatch")
         for k in ("global_shape", "dtype", "itemsize", "layer_id", "expert_id"):
             if getattr(a, k) != getattr(b, k):
                 raise ValueError(f"tensor {tid}: {k} differs")
+
+
+def _plan(src, dst, targets, lim):
+    dt = dst.tensors
     # source fragments per (tensor, dp), one per distinct box, deterministic order
     src_by = defaultdict(dict)
     for p in src.parts:
@@ -688,16 +701,17 @@ def plan_placement_transfer(src, dst, *, planning_limits=None):
             src_by[(f.tensor_id, f.rank.dp)].setdefault((f.global_offset, f.local_shape), f)
     source_dp = sorted({f.rank.dp for f in src.fragments})
     ops, used_src, used_dst, total_segments = [], set(), set(), 0
-    for f in dst.fragments:
+    for f in targets:
         t = dt[f.tensor_id]
         owner = t.axis("dp")
         dp = f.rank.dp if isinstance(owner, OwnershipAxis) else source_dp[f.rank.dp % len(source_dp)]
         cands = src_by.get((f.tensor_id, dp), {})
         regions = []
-        for s in cands.values():
-            inter = box_intersection(s.global_offset, s.local_shape, f.global_offset, f.local_shape)
+        for sf in cands.values():
+            inter = box_intersection(sf.global_offset, sf.local_shape, f.global_offset,
+                                     f.local_shape)
             if inter:
-                regions.append(_region(t, s, f, *inter))
+                regions.append(_region(t, sf, f, *inter))
         if not regions or not boxes_exactly_cover(f.global_offset, f.local_shape,
                                                   [(r.overlap_offset, r.overlap_shape)
                                                    for r in regions]):
@@ -716,8 +730,41 @@ def plan_placement_transfer(src, dst, *, planning_limits=None):
             raise ValueError(f"max_total_lowered_segments ({lim.max_total_lowered_segments}) "
                              f"exceeded")
     ops.sort(key=lambda r: (r.target, r.target_base_offset, r.source, r.source_base_offset))
+    sfr = {f.placement_fragment_id: f for f in src.fragments}
+    dfr = {f.placement_fragment_id: f for f in dst.fragments}
+    routes = defaultdict(list)
+    for i, r in enumerate(ops):
+        a, b = sfr[r.source], dfr[r.target]
+        routes[(a.rank.pp, a.pipeline_stage_id, b.rank.pp, b.pipeline_stage_id)].append(i)
+    groups = tuple(PipelineRouteGroup(k[0], k[1], k[2], k[3], tuple(v))
+                   for k, v in sorted(routes.items(), key=lambda kv: (
+                       kv[0][0], -1 if kv[0][1] is None else kv[0][1],
+                       kv[0][2], -1 if kv[0][3] is None else kv[0][3])))
     return LogicalTransferPlan(src.placement_id, dst.placement_id, tuple(ops),
-                               _executors(src, used_src), _executors(dst, used_dst))
+                               _executors(src, used_src), _executors(dst, used_dst), groups)
+
+
+def plan_placement_transfer(src, dst, *, planning_limits=None):
+    """Every fragment of dst, from src (same resource, revision, generation
+    and tensor set; descriptors equal)."""
+    _check_pair(src, dst, subset=False)
+    return _plan(src, dst, dst.fragments, planning_limits or PlanningLimits())
+
+
+def plan_placement_transfer_to_local_target(src, dst, target_participant_id=None, *,
+                                            planning_limits=None):
+    """The fragments of one dst participant (named when dst has several);
+    dst's tensors may be a subset of src's."""
+    if target_participant_id is None:
+        if len(dst.parts) != 1:
+            raise ValueError("target_participant_id is required when the destination has "
+                             "more than one participant")
+        target_participant_id = dst.parts[0].participant_id
+    part = next((p for p in dst.parts if p.participant_id == target_participant_id), None)
+    if part is None:
+        raise ValueError(f"no participant {target_participant_id} in the destination")
+    _check_pair(src, dst, subset=True)
+    return _plan(src, dst, part.fragments, planning_limits or PlanningLimits())
 
 
 def plan_stored_transfer_to_target_placement(weight_manifest, dst, *, planning_limits=None):
@@ -782,6 +829,7 @@ __all__ = [
     "WeightPlacementManifest", "weight_placement_to_json", "weight_placement_from_json",
     "PlanningLimits", "TransferRegion", "PlacementExecutorPlan", "LogicalTransferPlan",
     "plan_placement_transfer", "plan_stored_transfer_to_target_placement",
+    "plan_placement_transfer_to_local_target", "PipelineRouteGroup",
     "RuntimeBindingFragment", "WeightRuntimeBindingManifest", "validate_runtime_binding",
     "validate_runtime_bindings", "validate_resource_binding_identity", "StoredFragment",
     "StoredManifestIdentity", "WeightManifest",
