@@ -33,6 +33,7 @@ LAYERS = {
     "master": 6,
     "api": 6,
     "conductor": 6,
+    "p2p": 5,
 }
 PUBLIC = "mooncake"  # include/mooncake/: reachable from everywhere
 

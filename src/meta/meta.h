@@ -23,6 +23,7 @@
 #define MC_META_META_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mooncake/status.h"
 
@@ -91,5 +92,36 @@ mc_status mc_meta_etcd_open(const char *uri, struct mc_meta **out);
  * fails here with MC_ERR_METADATA naming the endpoint; a bad uri or
  * MC_REDIS_DB_INDEX is MC_ERR_INVALID_PARAMS. */
 mc_status mc_meta_redis_open(const char *uri, struct mc_meta **out);
+
+/*
+ * etcd only (MC_ERR_INVALID_PARAMS for another backend): keys that live
+ * outside the client's lease, read with their revisions and changed by
+ * compare-and-swap.  Used by the P2P store's catalog (src/p2p/), whose keys
+ * outlive the process that wrote them.
+ */
+struct mc_etcd_kv {
+	char *key;   /* NUL-terminated */
+	char *value; /* NUL-terminated; len bytes */
+	size_t len;
+	int64_t mod_revision;
+};
+
+/* Keys in [key, range_end) (range_end NULL: key alone) into a malloc'ed
+ * array (NULL, 0 when none); revision_out (may be NULL) is the store's
+ * revision at the read. */
+mc_status mc_meta_etcd_range(struct mc_meta *m, const char *key, const char *range_end,
+			     struct mc_etcd_kv **kvs_out, size_t *n_out, int64_t *revision_out);
+void mc_etcd_kvs_free(struct mc_etcd_kv *kvs, size_t n);
+/* Put key (no lease) iff its mod_revision is still mod_revision, or, with
+ * mod_revision 0, iff it does not exist.  MC_ERR_ETCD_TRANSACTION_FAIL when
+ * the compare failed.  A request repeated on another member after a lost
+ * answer may have been applied: callers make their changes idempotent. */
+mc_status mc_meta_etcd_cas_put(struct mc_meta *m, const char *key, const char *value, size_t len,
+			       int64_t mod_revision);
+/* Delete key iff its mod_revision is still mod_revision (> 0). */
+mc_status mc_meta_etcd_cas_del(struct mc_meta *m, const char *key, int64_t mod_revision);
+/* Put key with no lease and no compare (overwrites). */
+mc_status mc_meta_etcd_put_unleased(struct mc_meta *m, const char *key, const char *value,
+				    size_t len);
 
 #endif

@@ -797,6 +797,163 @@ static mc_status etcd_del(struct mc_meta *m, const char *key)
 	return status;
 }
 
+/* ---- revisions and compare-and-swap (the P2P store's catalog) ------------------ */
+
+static bool is_etcd(const struct mc_meta *m)
+{
+	return m && m->ops == &etcd_ops;
+}
+
+void mc_etcd_kvs_free(struct mc_etcd_kv *kvs, size_t n)
+{
+	for (size_t i = 0; kvs && i < n; i++) {
+		mc_free(kvs[i].key);
+		mc_free(kvs[i].value);
+	}
+	mc_free(kvs);
+}
+
+/* One entry of a range answer: key and value base64, revisions as strings. */
+static mc_status kv_decode(const json_t *kv, struct mc_etcd_kv *out)
+{
+	const json_t *k = json_object_get(kv, "key"), *v = json_object_get(kv, "value");
+	size_t len;
+
+	if (!json_is_string(k) || (v && !json_is_string(v)) ||
+	    !json_int64(json_object_get(kv, "mod_revision"), &out->mod_revision))
+		return MC_ERR_METADATA;
+	if (b64_decode(json_string_value(k), json_string_length(k), &out->key, &len))
+		return MC_ERR_METADATA;
+	if (b64_decode(v ? json_string_value(v) : "", v ? json_string_length(v) : 0, &out->value,
+		       &out->len))
+		return MC_ERR_METADATA;
+	return MC_OK;
+}
+
+mc_status mc_meta_etcd_range(struct mc_meta *m, const char *key, const char *range_end,
+			     struct mc_etcd_kv **kvs_out, size_t *n_out, int64_t *revision_out)
+{
+	json_t *req, *ans = NULL, *kvs, *hdr;
+	struct mc_etcd_kv *out = NULL;
+	char *k64, *e64 = NULL, what[160];
+	size_t n = 0;
+	mc_status status;
+
+	if (!is_etcd(m) || !key || !kvs_out || !n_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd range: not an etcd client or NULL key");
+	k64 = b64_encode(key, strlen(key));
+	if (range_end)
+		e64 = b64_encode(range_end, strlen(range_end));
+	req = k64 && (e64 || !range_end) ? json_pack("{ss}", "key", k64) : NULL;
+	if (req && e64)
+		json_object_set_new(req, "range_end", json_string(e64));
+	mc_free(k64);
+	mc_free(e64);
+	if (!req)
+		return mc_set_error(MC_ERR_NOMEM, "etcd range %s: out of memory", key);
+	snprintf(what, sizeof(what), "range %s", key);
+	status = etcd_call(client_of(m), what, "/kv/range", req, &ans, NULL);
+	json_decref(req);
+	if (status)
+		return status;
+	hdr = json_object_get(ans, "header");
+	if (revision_out && !json_int64(json_object_get(hdr, "revision"), revision_out)) {
+		status = mc_set_error(MC_ERR_METADATA, "etcd range %s: bad header revision", key);
+		goto out;
+	}
+	kvs = json_object_get(ans, "kvs");
+	if (kvs && !json_is_array(kvs)) {
+		status = mc_set_error(MC_ERR_METADATA, "etcd range %s: kvs is not a list", key);
+		goto out;
+	}
+	if (kvs && json_array_size(kvs)) {
+		out = mc_calloc(json_array_size(kvs), sizeof(*out));
+		if (!out) {
+			status = mc_set_error(MC_ERR_NOMEM, "etcd range %s: out of memory", key);
+			goto out;
+		}
+		for (; n < json_array_size(kvs); n++) {
+			if (kv_decode(json_array_get(kvs, n), &out[n]) != MC_OK) {
+				n++;
+				status = mc_set_error(MC_ERR_METADATA,
+						      "etcd range %s: malformed entry", key);
+				mc_etcd_kvs_free(out, n);
+				goto out;
+			}
+		}
+	}
+	*kvs_out = out;
+	*n_out = n;
+out:
+	json_decref(ans);
+	return status;
+}
+
+/* One txn: if key's mod_revision is rev (rev 0: the key does not exist), do
+ * op ("request_put" with value, or "request_delete_range"). */
+static mc_status cas_txn(struct mc_meta *m, const char *key, const char *value, size_t len,
+			 int64_t rev)
+{
+	char *k64, *v64 = NULL, revs[24], what[160];
+	json_t *req = NULL, *ans = NULL, *op, *ok;
+	mc_status status;
+
+	if (!is_etcd(m) || !key || rev < 0 || (value == NULL && len))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd txn: not an etcd client or bad arguments");
+	snprintf(revs, sizeof(revs), "%" PRId64, rev);
+	k64 = b64_encode(key, strlen(key));
+	if (value)
+		v64 = b64_encode(value, len);
+	if (k64 && (v64 || !value)) {
+		op = value ? json_pack("{s{ssss}}", "request_put", "key", k64, "value", v64)
+			   : json_pack("{s{ss}}", "request_delete_range", "key", k64);
+		req = json_pack("{s[{ssssssss}]s[o]s[]}", "compare", "key", k64, "result", "EQUAL",
+				"target", rev ? "MOD" : "VERSION", rev ? "mod_revision" : "version",
+				revs, "success", op, "failure");
+	}
+	mc_free(k64);
+	mc_free(v64);
+	if (!req)
+		return mc_set_error(MC_ERR_NOMEM, "etcd txn %s: out of memory", key);
+	snprintf(what, sizeof(what), "txn %s %s", value ? "put" : "delete", key);
+	status = etcd_call(client_of(m), what, "/kv/txn", req, &ans, NULL);
+	json_decref(req);
+	if (status)
+		return status;
+	/* proto3 JSON leaves a false "succeeded" out */
+	ok = json_object_get(ans, "succeeded");
+	if (!json_is_true(ok))
+		status = mc_set_error(MC_ERR_ETCD_TRANSACTION_FAIL,
+				      "etcd txn %s: %s changed since revision %" PRId64, what, key,
+				      rev);
+	json_decref(ans);
+	return status;
+}
+
+mc_status mc_meta_etcd_cas_put(struct mc_meta *m, const char *key, const char *value, size_t len,
+			       int64_t mod_revision)
+{
+	return cas_txn(m, key, value ? value : "", len, mod_revision);
+}
+
+mc_status mc_meta_etcd_cas_del(struct mc_meta *m, const char *key, int64_t mod_revision)
+{
+	if (mod_revision <= 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "etcd txn delete %s: no revision", key);
+	return cas_txn(m, key, NULL, 0, mod_revision);
+}
+
+mc_status mc_meta_etcd_put_unleased(struct mc_meta *m, const char *key, const char *value,
+				    size_t len)
+{
+	if (!is_etcd(m) || !key || (!value && len))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "etcd put: not an etcd client or bad arguments");
+	return put_raw(client_of(m), key, value ? value : "", len, 0, NULL);
+}
+
 /* ---- keep-alive thread -------------------------------------------------------- */
 
 /* Sleep up to ms; false when close asked the thread to stop. */

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""A checkpoint fanned out through the P2P store: one holder, 1 or 3 readers.
+
+Starts a real etcd and P2P store peers in their own processes
+(tests/python/p2p_peer.py, engines in P2PHANDSHAKE mode on loopback), has
+the holder register a --size-mib checkpoint split into --shard-mib shards,
+then times, alternating, --runs times each:
+
+  single   one reader pulls it (get_replica) alone;
+  fanout   three readers pull it at once (total = first get_replica call
+           to last return), each choosing per shard a random holder;
+  chained  one reader pulls it, then the other two at once, preferring it
+           (a replica) over the holder: the P2P store's replica fan-out.
+
+and prints the medians with fanout/single and chained/single: three
+readers one after another would be 3.0.  Each pulled copy is checked
+against the holder's bytes (blake2b, after the clock stops); replicas are
+deleted between runs.  See docs/benchmarks.md.
+
+usage: bench/p2p_fanout.py [--build build] [--size-mib 1024] [--shard-mib 64] [--runs 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from etcd_proc import EtcdServer  # noqa: E402
+
+
+class Peer:
+    def __init__(self, build, etcd):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.join(build, "python"), os.path.join(ROOT, "tests", "python")]),
+            MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "warn"))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "tests", "python", "p2p_peer.py"),
+             etcd.endpoint, "--p2p"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=env)
+
+    def send(self, op, **kw):
+        self.proc.stdin.write(json.dumps(dict(op=op, **kw)) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"peer exited with {self.proc.wait()}")
+        ans = json.loads(line)
+        if not ans["ok"]:
+            raise RuntimeError(ans)
+        return ans
+
+    def ok(self, op, **kw):
+        self.send(op, **kw)
+        return self.answer()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def pull(readers, sizes, want):
+    for r in readers:
+        r.send("alloc", sizes=sizes)
+    for r in readers:
+        r.answer()
+    for r in readers:
+        r.send("get", name="bench/ckpt", sizes=sizes)
+    answers = [r.answer() for r in readers]
+    # the pulls themselves: first get_replica call to last return (the readers'
+    # clocks: one host), not the buffer set-up and checking around them
+    total = max(x["end"] for x in answers) - min(x["start"] for x in answers)
+    if os.environ.get("P2P_BENCH_DEBUG"):
+        print("  reader seconds", [round(x["seconds"], 3) for x in answers], f"wall {total:.3f}")
+    for a in answers:
+        if a["digest"] != want:
+            raise RuntimeError("a reader's copy differs from the holder's")
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--shard-mib", type=int, default=64)
+    ap.add_argument("--buffers", type=int, default=4, help="buffers the checkpoint is made of")
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    size = a.size_mib << 20
+    sizes = [size // a.buffers] * (a.buffers - 1) + [size - size // a.buffers * (a.buffers - 1)]
+    with tempfile.TemporaryDirectory() as tmp:
+        etcd = EtcdServer(tmp)
+        peers = []
+        try:
+            holder = Peer(a.build, etcd)
+            readers = [Peer(a.build, etcd) for _ in range(3)]
+            peers = [holder] + readers
+            for p in peers:
+                p.ok("hello")
+            holder.ok("register", name="bench/ckpt", sizes=sizes, shard=a.shard_mib << 20, seed=1)
+            want = holder.ok("hash", name="bench/ckpt")["digest"]
+            times = {"single": [], "fanout": [], "chained": []}
+            for _ in range(a.runs):
+                for case in times:
+                    if case == "single":
+                        t = pull(readers[:1], sizes, want)
+                    elif case == "fanout":
+                        t = pull(readers, sizes, want)
+                    else:
+                        t = pull(readers[:1], sizes, want) + pull(readers[1:], sizes, want)
+                    used = readers[:1] if case == "single" else readers
+                    for r in used:
+                        r.ok("delete", name="bench/ckpt")
+                    times[case].append(t)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            gib = size / (1 << 30)
+            print(f"checkpoint {a.size_mib} MiB in {a.buffers} buffers, shards of {a.shard_mib} MiB,"
+                  f" {a.runs} runs, medians:")
+            for k, v in med.items():
+                print(f"  {k:8s} {v:7.3f} s  ({gib * (1 if k == 'single' else 3) / v:6.2f} GiB/s "
+                      f"delivered)  runs {' '.join(f'{x:.3f}' for x in times[k])}")
+            print(f"  fanout/single {med['fanout'] / med['single']:.2f}x, "
+                  f"chained/single {med['chained'] / med['single']:.2f}x (3 readers in turn: 3.00x)")
+            holder.ok("unregister", name="bench/ckpt")
+        finally:
+            for p in peers:
+                try:
+                    p.close()
+                except Exception:
+                    p.proc.kill()
+            etcd.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+/*
+ * tests/unit/test_p2p.c - the P2P store's C API (mooncake/p2p_store.h) and
+ * its catalog codec (src/p2p/payload.h), against a real etcd member
+ * (tests/support/etcd_cluster.c; exits 77 without etcd-server).
+ *
+ * The multi-process cases live in tests/python/test_p2p_store.py; here are
+ * what C sees best: the codec's byte-exact output in upstream's field
+ * order, and many stores in one process pulling at once from threads (run
+ * under TSan and ASan with leak checks).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "etcd_cluster.h"
+#include "mooncake/log.h"
+#include "mooncake/p2p_store.h"
+#include "p2p/payload.h"
+#include "support.h"
+
+#define MiB	 (1u << 20)
+#define READERS	 4
+#define START_MS 30000
+
+static struct mc_etcd_cluster *etcd;
+
+static const char upstream_json[] =
+	"{\"name\":\"foo/bar\",\"size\":3145733,\"size_list\":[3145733],\"max_shard_size\":"
+	"1048576,\"shards\":[{\"size\":1048576,\"gold\":[{\"segment_name\":\"127.0.0.1:12345\","
+	"\"offset\":140000000000}],\"replica_list\":null},{\"size\":1048576,\"gold\":null,"
+	"\"replica_list\":[{\"segment_name\":\"10.0.0.2:4000\",\"offset\":5000}]},{\"size\":"
+	"1048576,\"gold\":null,\"replica_list\":null},{\"size\":5,\"gold\":null,\"replica_list\":"
+	"null}]}";
+
+static void test_codec_round_trip_is_byte_exact(void **state)
+{
+	struct mc_p2p_payload p;
+	char *text;
+	size_t len;
+
+	assert_int_equal(mc_p2p_payload_decode(upstream_json, strlen(upstream_json), &p), MC_OK);
+	assert_int_equal(p.nshards, 4);
+	assert_int_equal(p.shards[3].size, 5);
+	assert_string_equal(p.shards[1].replicas.v[0].segment_name, "10.0.0.2:4000");
+	assert_int_equal(mc_p2p_payload_encode(&p, &text, &len), MC_OK);
+	assert_string_equal(text, upstream_json);
+	/* idempotent changes: adding a location twice keeps one */
+	assert_int_equal(mc_p2p_locs_add(&p.shards[0].gold, "127.0.0.1:12345", 140000000000ull),
+			 MC_OK);
+	assert_int_equal(p.shards[0].gold.n, 1);
+	assert_int_equal(mc_p2p_locs_remove(&p.shards[1].replicas, "10.0.0.2:4000"), 1);
+	assert_false(mc_p2p_payload_held(&p) == false); /* shard 0's gold remains */
+	mc_free(text);
+	mc_p2p_payload_release(&p);
+	/* a shard list that is not the split of size_list */
+	assert_int_equal(mc_p2p_payload_decode("{\"name\":\"x\",\"size\":8,\"size_list\":[8],"
+					       "\"max_shard_size\":4,\"shards\":[{\"size\":8}]}",
+					       79, &p),
+			 MC_ERR_MALFORMED_JSON);
+}
+
+struct reader {
+	pthread_t thread;
+	uint8_t *buf;
+	mc_status st;
+};
+
+static void *read_main(void *arg)
+{
+	struct reader *r = arg;
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	struct mc_p2p_store *s;
+	uint64_t size = 4 * MiB;
+
+	r->st = mc_p2p_store_new(&p, &s);
+	if (r->st)
+		return NULL;
+	r->st = mc_p2p_get_replica(s, "unit/obj", (void *const[]){r->buf}, &size, 1);
+	if (!r->st)
+		r->st = mc_p2p_delete_replica(s, "unit/obj");
+	mc_p2p_store_free(s);
+	return NULL;
+}
+
+static void test_concurrent_readers_in_one_process(void **state)
+{
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	struct reader rs[READERS];
+	struct mc_p2p_store *s;
+	struct mc_p2p_info *infos;
+	uint64_t size = 4 * MiB;
+	uint8_t *src = malloc(size);
+	size_t n;
+
+	mc_test_fill(src, size, 42);
+	assert_int_equal(mc_p2p_store_new(&p, &s), MC_OK);
+	assert_int_equal(
+		mc_p2p_register(s, "unit/obj", (void *const[]){src}, &size, 1, MiB, NULL, false),
+		MC_OK);
+	/* the same range again under another name: counted, not re-registered */
+	assert_int_equal(
+		mc_p2p_register(s, "unit/obj2", (void *const[]){src}, &size, 1, MiB, NULL, false),
+		MC_OK);
+	/* a range overlapping it partly */
+	assert_int_equal(mc_p2p_register(s, "unit/obj3", (void *const[]){src + 4096},
+					 (const uint64_t[]){MiB}, 1, MiB, NULL, false),
+			 MC_ERR_ADDRESS_OVERLAPPED);
+	assert_int_equal(mc_p2p_unregister(s, "unit/obj2"), MC_OK);
+	for (int i = 0; i < READERS; i++) {
+		rs[i].buf = calloc(1, size);
+		assert_int_equal(pthread_create(&rs[i].thread, NULL, read_main, &rs[i]), 0);
+	}
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(rs[i].thread, NULL);
+		assert_int_equal(rs[i].st, MC_OK);
+		assert_memory_equal(rs[i].buf, src, size);
+		free(rs[i].buf);
+	}
+	assert_int_equal(mc_p2p_list(s, "unit/", &infos, &n), MC_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(infos[0].name, "unit/obj");
+	assert_int_equal(infos[0].total_size, size);
+	mc_p2p_infos_free(infos, n);
+	assert_int_equal(mc_p2p_unregister(s, "unit/obj"), MC_OK);
+	assert_int_equal(mc_p2p_list(s, "unit/", &infos, &n), MC_OK);
+	assert_int_equal(n, 0); /* the last holder left: the key is gone */
+	assert_int_equal(mc_p2p_unregister(s, "unit/obj"), MC_ERR_NOT_FOUND);
+	mc_p2p_store_free(s);
+	free(src);
+}
+
+static void test_catalog_needs_etcd(void **state)
+{
+	struct mc_p2p_params p = {.metadata_uri = "mem://p2p", .local_server_name = "127.0.0.1:0"};
+	struct mc_p2p_store *s;
+
+	assert_int_equal(mc_p2p_store_new(&p, &s), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "needs etcd"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_codec_round_trip_is_byte_exact),
+		cmocka_unit_test(test_concurrent_readers_in_one_process),
+		cmocka_unit_test(test_catalog_needs_etcd),
+	};
+	int rc;
+
+	if (!mc_etcd_available()) {
+		printf("1..0 # SKIP etcd-server is not installed\n");
+		return 77;
+	}
+	if (mc_etcd_cluster_start(1, START_MS, &etcd) != 0)
+		return 1;
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	mc_etcd_cluster_stop(etcd);
+	return rc;
+}
