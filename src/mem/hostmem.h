@@ -14,10 +14,15 @@
  *     falls back with one logged line, never a failed mapping;
  *   - pre-faulted by MC_STORE_PREFAULT: "mount" (the default) populates it
  *     all before the mapping is handed out, "background" has a thread
- *     populate it from its start at MC_STORE_PREFAULT_RATE bytes per
- *     second (setup returns at once, but puts that outrun the thread fault
- *     their own pages, and the two contend for THP compaction), "off"
- *     leaves it lazy, so an untouched segment costs no memory.
+ *     populate it ahead of the puts at MC_STORE_PREFAULT_RATE bytes per
+ *     second (setup returns at once): it walks up from the start, and
+ *     when the puts outrun it (the master's allocator fills a fresh
+ *     segment from its start, so what they touched is a prefix; mincore
+ *     finds its end, the allocator's high-water mark as this process sees
+ *     it) it jumps past them, so it faults the pages the next puts will
+ *     write rather than the ones they are writing; a second pass fills
+ *     what it jumped over and is still untouched.  "off" leaves it lazy,
+ *     so an untouched segment costs no memory.
  *
  * Populating uses MADV_POPULATE_WRITE, which faults pages in without
  * changing their contents, so it is safe while other threads (a
@@ -62,7 +67,8 @@ struct mc_hostmem;
 
 struct mc_hostmem_stats {
 	uint64_t len;	     /* bytes mapped */
-	uint64_t populated;  /* bytes pre-faulted so far */
+	uint64_t populated;  /* bytes pre-faulted so far (or found written first) */
+	uint64_t faulted;    /* of those, the bytes the pre-fault faulted in itself */
 	uint64_t huge_bytes; /* bytes backed by huge pages now (either kind) */
 	const char *pages;   /* "hugetlb 2MB", "hugetlb 1GB", "thp" or "4k" */
 	enum mc_prefault_mode prefault;
