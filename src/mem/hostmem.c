@@ -38,6 +38,7 @@
 #define CHUNK	       (2ull << 20)
 #define HEADROOM_EVERY (256ull << 20)
 #define HEADROOM_KEEP  (256ull << 20) /* left to everything else, at least */
+#define FOLLOW_POLL_MS 5	      /* a followed front is read this often when ahead */
 
 static bool check_hugepage_size(const char *value, char *why, size_t why_len)
 {
@@ -76,6 +77,11 @@ const struct mc_config_entry mc_hostmem_config_table[] = {
 	{.f = {"store_prefault_rate", "MC_STORE_PREFAULT_RATE", "2g",
 	       "background pre-faulting: bytes per second (0 = as fast as it goes)",
 	       CFG(prefault_rate), MC_CONFIG_SIZE, 0, 1ll << 40}},
+	{.f = {"store_prefault_lead", "MC_STORE_PREFAULT_LEAD", "256m",
+	       "background pre-faulting: how far past the end of the highest write into the "
+	       "segment so far the thread populates, then waits for the writes to move on (0 = "
+	       "the whole segment at once)",
+	       CFG(prefault_lead), MC_CONFIG_SIZE, 0, 1ll << 50}},
 };
 #undef CFG
 const size_t mc_hostmem_config_table_len = MC_ARRAY_SIZE(mc_hostmem_config_table);
@@ -95,6 +101,7 @@ struct mc_hostmem {
 	const char *pages;
 	enum mc_prefault_mode prefault;
 	uint64_t rate;
+	uint64_t lead;
 	char what[64];
 	atomic_uint_fast64_t populated; /* bytes pre-faulted, or found written by the pre-fault */
 	atomic_uint_fast64_t faulted;	/* of which the pre-fault faulted in itself */
@@ -103,7 +110,10 @@ struct mc_hostmem {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool done; /* under lock */
+	pthread_cond_t stop_cond; /* unmap wakes a thread waiting for writes */
+	bool done;		  /* under lock */
+	mc_hostmem_front_fn front_fn; /* under lock */
+	void *front_arg;	      /* under lock */
 };
 
 /* ---- memory limits ----------------------------------------------------------------------- */
@@ -349,14 +359,80 @@ static void populate_all(struct mc_hostmem *m)
 	report(m, &r);
 }
 
+/* Adds [from, to) to the list of ranges the first pass jumped over,
+ * merging with the last one; false when the list cannot grow. */
+static bool note_jump(size_t **skip, size_t *nskip, size_t *cap, size_t from, size_t to)
+{
+	if (*nskip && (*skip)[2 * *nskip - 1] == from) {
+		(*skip)[2 * *nskip - 1] = to;
+		return true;
+	}
+	if (*nskip == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		size_t *v = mc_realloc(*skip, ncap * 2 * sizeof(*v));
+		if (!v)
+			return false;
+		*skip = v;
+		*cap = ncap;
+	}
+	(*skip)[2 * *nskip] = from;
+	(*skip)[2 * *nskip + 1] = to;
+	(*nskip)++;
+	return true;
+}
+
+/* The end of the highest write into the mapping so far, as an offset
+ * (clamped to it), from the function mc_hostmem_follow set; false when
+ * none is set. */
+static bool followed_front(struct mc_hostmem *m, size_t *out)
+{
+	mc_hostmem_front_fn fn;
+	void *arg;
+	uint64_t f;
+
+	pthread_mutex_lock(&m->lock);
+	fn = m->front_fn;
+	arg = m->front_arg;
+	pthread_mutex_unlock(&m->lock);
+	if (!fn)
+		return false;
+	f = fn(arg);
+	*out = (size_t)MC_MIN(f, (uint64_t)m->len);
+	return true;
+}
+
+/* Waits up to FOLLOW_POLL_MS for the writes to move on, or for unmap. */
+static void wait_for_writes(struct mc_hostmem *m)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += FOLLOW_POLL_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&m->lock);
+	if (!atomic_load(&m->stop))
+		pthread_cond_timedwait(&m->stop_cond, &m->lock, &ts);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /*
  * background: populates ahead of the puts.  The first pass walks up from
- * the start; whenever the chunk it reaches is already touched (puts
- * outran it) it jumps to the write front and goes on from there, noting
- * the range it jumped over, so its work lands where the next puts will
- * write instead of faulting the same pages as they do.  A second pass
- * then fills what was jumped over and is still untouched (free holes
- * the allocator will hand out later).
+ * the start.  The write front is the end of the highest write so far:
+ * from the function mc_hostmem_follow set (the engine's count of
+ * incoming writes into the registered segment, the master allocator's
+ * high-water mark as this holder sees it), else found with mincore (the
+ * master's allocator fills a fresh segment from its lowest free block, so
+ * what puts touched is a prefix).  When the front passes the thread, it
+ * jumps there, noting the range it jumped over, so its work lands where
+ * the next puts will write instead of faulting the pages they are
+ * writing; with a followed front it stays at most MC_STORE_PREFAULT_LEAD
+ * past it and waits for the writes to move on, so it does not spend the
+ * CPU of the first puts on memory they will not reach for a while.  A
+ * second pass then fills what was jumped over and is still untouched
+ * (holes the allocator will hand out later).
  */
 static void populate_background(struct mc_hostmem *m)
 {
@@ -366,24 +442,23 @@ static void populate_background(struct mc_hostmem *m)
 	bool ok = true, jumps = true; /* jumps: false once the jump list cannot grow */
 
 	while (ok && off < m->len && !atomic_load(&m->stop)) {
-		size_t front = jumps ? write_front(m, off) : off;
-		if (front > off) {
-			if (nskip && skip[2 * nskip - 1] == off) {
-				skip[2 * nskip - 1] = front;
-			} else if (nskip == cap) {
-				size_t ncap = cap ? cap * 2 : 16;
-				size_t *v = mc_realloc(skip, ncap * 2 * sizeof(*v));
-				if (!v) {
-					jumps = false; /* walk on, over the touched pages */
-					continue;
-				}
-				skip = v;
-				cap = ncap;
+		size_t front;
+		bool followed = followed_front(m, &front);
+
+		if (followed) {
+			front = (front + CHUNK - 1) & ~(CHUNK - 1); /* its chunk is being written */
+			front = MC_MIN(front, m->len);
+			if (front <= off && m->lead && off >= front + m->lead) {
+				wait_for_writes(m);
+				continue;
 			}
-			if (!nskip || skip[2 * nskip - 1] != front) {
-				skip[2 * nskip] = off;
-				skip[2 * nskip + 1] = front;
-				nskip++;
+		} else {
+			front = write_front(m, off);
+		}
+		if (jumps && front > off) {
+			if (!note_jump(&skip, &nskip, &cap, off, front)) {
+				jumps = false; /* walk on, over the touched pages */
+				continue;
 			}
 			off = front;
 			continue;
@@ -403,6 +478,14 @@ static void populate_background(struct mc_hostmem *m)
 	mc_free(skip);
 	if (!atomic_load(&m->stop))
 		report(m, &r);
+}
+
+void mc_hostmem_follow(struct mc_hostmem *m, mc_hostmem_front_fn fn, void *arg)
+{
+	pthread_mutex_lock(&m->lock);
+	m->front_fn = fn;
+	m->front_arg = arg;
+	pthread_mutex_unlock(&m->lock);
 }
 
 mc_status mc_hostmem_populate(struct mc_hostmem *m, size_t off, size_t len)
@@ -495,8 +578,16 @@ mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_
 	snprintf(m->what, sizeof(m->what), "%s", what);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->cond, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&m->stop_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	m->prefault = prefault_mode(c->prefault);
 	m->rate = c->prefault_rate;
+	m->lead = c->prefault_lead;
 	len = (size_t)((size + (uint64_t)page - 1) & ~((uint64_t)page - 1));
 
 	if (c->use_hugepage) {
@@ -617,11 +708,15 @@ void mc_hostmem_unmap(struct mc_hostmem *m)
 {
 	if (!m)
 		return;
+	pthread_mutex_lock(&m->lock);
 	atomic_store(&m->stop, true);
+	pthread_cond_broadcast(&m->stop_cond);
+	pthread_mutex_unlock(&m->lock);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
 	munmap(m->map, m->map_len);
 	pthread_cond_destroy(&m->cond);
+	pthread_cond_destroy(&m->stop_cond);
 	pthread_mutex_destroy(&m->lock);
 	mc_free(m);
 }
