@@ -18,14 +18,15 @@ With --calls it also times single-key and batched metadata calls
 (store_proto_bench --keys=1000 --batch=1000 --runs=3) while the objects
 are live.
 
-With --pauses removeall|unmount it then times the longest pause of the
+With --pauses removeall|unmount|idle it then times the longest pause of the
 master's RPC loop around one RemoveAll (or the unmount of the segment that
-holds every object): a second client (store_proto_bench --probe) calls
-ExistKey back to back from before the call until after it, and its
-longest round trip is the pause a ready client saw.
+holds every object; idle: no call, the machine's baseline): a second
+client (store_proto_bench --probe) calls ExistKey back to back from before
+the call until after it, and its longest round trip is the pause a ready
+client saw.
 
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
-                           [--calls] [--pauses removeall|unmount] [--json]
+                           [--calls] [--pauses removeall|unmount|idle] [--json]
 """
 import argparse
 import json
@@ -155,7 +156,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
                                    capture_output=True, text=True, check=True)
                 meta = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
             if pauses:  # the longest loop pause around RemoveAll or the unmount
-                reply = "REMOVED" if pauses == "removeall" else "UNMOUNTED"
+                reply = {"removeall": "REMOVED", "unmount": "UNMOUNTED", "idle": "IDLE"}[pauses]
                 pause = probe_around(build, m, ld, pauses, reply)
         finally:
             ld.stdin.close()
@@ -181,10 +182,11 @@ def main():
     ap.add_argument("--objects", type=int, default=10_000_000)
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--pauses", choices=("removeall", "unmount"),
+    ap.add_argument("--pauses", choices=("removeall", "unmount", "idle"),
                     help="with the objects live, time the longest pause of the RPC loop "
                          "(a --probe client's longest ExistKey) around one RemoveAll or the "
-                         "unmount of the segment holding them all")
+                         "unmount of the segment holding them all (idle: around nothing, "
+                         "the baseline of the machine)")
     ap.add_argument("--calls", action="store_true",
                     help="also time single-key and batched metadata calls (store_proto_bench) "
                          "while the objects are live")

@@ -36,7 +36,8 @@
  *       objects stay while the caller measures the master.
  *
  *       The lines "removeall" and "unmount" on its stdin make it call
- *       RemoveAll or UnmountSegment and print how long the call took.
+ *       RemoveAll or UnmountSegment and print how long the call took
+ *       ("idle": nothing, the baseline).
  *
  *   store_proto_bench --master=H:P --probe
  *       ExistKey on its own connection, back to back, until stdin closes;
@@ -474,6 +475,8 @@ static void load_main(void)
 				printf("REMOVED count=%" PRId64 " s=%.3f\n", m.body.count_resp.count,
 				       now_s() - t0);
 				mc_store_msg_release(&m);
+			} else if (strstr(buf, "idle")) { /* the baseline: nothing */
+				printf("IDLE s=0\n");
 			} else if (strstr(buf, "unmount")) {
 				t0 = now_s();
 				unmount();
