@@ -3,8 +3,9 @@
  * hostmem.h.
  *
  * The background thread populates CHUNK bytes at a time, ahead of the
- * write front it finds with mincore, and paces itself to the configured
- * rate with a sleep between chunks (pacing, not
+ * write front (the one mc_hostmem_follow gave, else found with mincore),
+ * and paces itself to the configured rate with a sleep between chunks
+ * (pacing, not
  * synchronisation: nothing waits for it but mc_hostmem_wait_prefault,
  * which waits on a condition variable).  Every HEADROOM_EVERY bytes it
  * checks the memory the process may still take and stops short of it.
