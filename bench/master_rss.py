@@ -122,20 +122,24 @@ def probe_around(build, m, loader, command, reply):
         probe.stdin.close()
     out = probe.stdout.read()
     probe.wait(timeout=60)
-    pr = re.search(r"PROBE calls=(\d+) max_us=(\S+) p99_us=(\S+) p999_us=(\S+)", out)
+    pr = re.search(r"PROBE calls=(\d+) max_us=(\S+) p99_us=(\S+) p999_us=(\S+) at_s=(\S+)",
+                   out)
     if not pr:
         raise RuntimeError(f"probe printed {out!r}")
     return {"call_s": float(took["s"]), **({"count": int(took["count"])} if "count" in took
                                             else {}),
             "probe_calls": int(pr.group(1)), "max_pause_us": float(pr.group(2)),
-            "probe_p99_us": float(pr.group(3)), "probe_p999_us": float(pr.group(4))}
+            "probe_p99_us": float(pr.group(3)), "probe_p999_us": float(pr.group(4)),
+            # when the longest began, in seconds after the command was sent
+            "max_pause_at_s": round(float(pr.group(5)) - 0.5, 3)}
 
 
 def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None):
     exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
     loader = find(build, "bench/store_proto_bench")
-    # A long client_ttl: the loader pings every second anyway.
-    m = Master(exe, ["--client_ttl=60", *master_extra])
+    # A long client_ttl: the loader pings every second anyway, but not while
+    # it waits for a RemoveAll (--pauses), which takes minutes at 100 M.
+    m = Master(exe, [f"--client_ttl={3600 if pauses else 60}", *master_extra])
     try:
         before = m.rss_kib()
         ld = subprocess.Popen([loader, f"--master={m.addr}", f"--load={objects}",
