@@ -211,7 +211,6 @@ void mc_store_free(struct mc_store *s)
 	mc_free(s);
 }
 
-/* Undo whatever setup got done; safe on a partly set up client. */
 /* The end of the highest write peers have made into the global segment,
  * as an offset (mem/hostmem.h: what a background pre-fault follows). */
 static uint64_t seg_write_front(void *arg)
@@ -222,6 +221,7 @@ static uint64_t seg_write_front(void *arg)
 	return end > base ? end - base : 0;
 }
 
+/* Undo whatever setup got done; safe on a partly set up client. */
 static void teardown(struct mc_store *s)
 {
 	struct mc_store_msg resp;
