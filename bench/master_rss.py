@@ -18,8 +18,15 @@ With --calls it also times single-key and batched metadata calls
 (store_proto_bench --keys=1000 --batch=1000 --runs=3) while the objects
 are live.
 
+With --pauses removeall|unmount|idle it then times the longest pause of the
+master's RPC loop around one RemoveAll (or the unmount of the segment that
+holds every object; idle: no call, the machine's baseline): a second
+client (store_proto_bench --probe) calls ExistKey back to back from before
+the call until after it, and its longest round trip is the pause a ready
+client saw.
+
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
-                           [--calls] [--json]
+                           [--calls] [--pauses removeall|unmount|idle] [--json]
 """
 import argparse
 import json
@@ -93,11 +100,46 @@ class Master:
             pass
 
 
-def measure(build, objects, value_size, master_extra=(), calls=False):
+def probe_around(build, m, loader, command, reply):
+    """Times the master's RPC loop around one loader command: a --probe
+    client calls ExistKey back to back from before the command is sent
+    until after its answer; its longest round trip is the longest pause."""
+    probe = subprocess.Popen([find(build, "bench/store_proto_bench"), f"--master={m.addr}",
+                              "--probe"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        if probe.stdout.readline().strip() != "READY":
+            raise RuntimeError("probe did not start")
+        time.sleep(0.5)  # a baseline of ordinary round trips before the command
+        loader.stdin.write(command + "\n")
+        loader.stdin.flush()
+        line = loader.stdout.readline()
+        if not line.startswith(reply):
+            raise RuntimeError(f"loader answered {line!r} to {command}")
+        took = dict(kv.split("=", 1) for kv in line.split()[1:])
+        time.sleep(0.5)
+    finally:
+        probe.stdin.close()
+    out = probe.stdout.read()
+    probe.wait(timeout=60)
+    pr = re.search(r"PROBE calls=(\d+) max_us=(\S+) p99_us=(\S+) p999_us=(\S+) at_s=(\S+)",
+                   out)
+    if not pr:
+        raise RuntimeError(f"probe printed {out!r}")
+    return {"call_s": float(took["s"]), **({"count": int(took["count"])} if "count" in took
+                                            else {}),
+            "probe_calls": int(pr.group(1)), "max_pause_us": float(pr.group(2)),
+            "probe_p99_us": float(pr.group(3)), "probe_p999_us": float(pr.group(4)),
+            # when the longest began, in seconds after the command was sent
+            "max_pause_at_s": round(float(pr.group(5)) - 0.5, 3)}
+
+
+def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None):
     exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
     loader = find(build, "bench/store_proto_bench")
-    # A long client_ttl: the loader pings every second anyway.
-    m = Master(exe, ["--client_ttl=60", *master_extra])
+    # A long client_ttl: the loader pings every second anyway, but not while
+    # it waits for a RemoveAll (--pauses), which takes minutes at 100 M.
+    m = Master(exe, [f"--client_ttl={3600 if pauses else 60}", *master_extra])
     try:
         before = m.rss_kib()
         ld = subprocess.Popen([loader, f"--master={m.addr}", f"--load={objects}",
@@ -117,6 +159,9 @@ def measure(build, objects, value_size, master_extra=(), calls=False):
                                     "--runs=3", "--duration=2", "--json"],
                                    capture_output=True, text=True, check=True)
                 meta = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+            if pauses:  # the longest loop pause around RemoveAll or the unmount
+                reply = {"removeall": "REMOVED", "unmount": "UNMOUNTED", "idle": "IDLE"}[pauses]
+                pause = probe_around(build, m, ld, pauses, reply)
         finally:
             ld.stdin.close()
             ld.wait(timeout=60)
@@ -129,6 +174,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False):
             "load_keys_per_s": float(done["keys/s"]),
             "load_s": float(done["s"]),
             **({"calls": meta} if calls else {}),
+            **({"pause": dict(pause, command=pauses)} if pauses else {}),
         }
     finally:
         m.stop()
@@ -140,14 +186,22 @@ def main():
     ap.add_argument("--objects", type=int, default=10_000_000)
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pauses", choices=("removeall", "unmount", "idle"),
+                    help="with the objects live, time the longest pause of the RPC loop "
+                         "(a --probe client's longest ExistKey) around one RemoveAll or the "
+                         "unmount of the segment holding them all (idle: around nothing, "
+                         "the baseline of the machine)")
     ap.add_argument("--calls", action="store_true",
                     help="also time single-key and batched metadata calls (store_proto_bench) "
                          "while the objects are live")
     args = ap.parse_args()
-    r = measure(args.build, args.objects, args.value_size, calls=args.calls)
+    r = measure(args.build, args.objects, args.value_size, calls=args.calls,
+                pauses=args.pauses)
     calls = r.pop("calls", [])
+    pause = r.pop("pause", None)
     if args.json:
-        print(json.dumps(dict(r, calls=calls) if calls else r))
+        print(json.dumps(dict(r, **({"calls": calls} if calls else {}),
+                              **({"pause": pause} if pause else {}))))
     else:
         print("master_rss " + " ".join(
             f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
@@ -155,6 +209,8 @@ def main():
             print(f"  {c['case']} batch={c['batch']} calls/s={c['ops_per_s']:.0f} "
                   f"keys/s={c['keys_per_s']:.0f} p50_us={c['p50_us']:.1f} "
                   f"p99_us={c['p99_us']:.1f}")
+        if pause:
+            print("  pause " + " ".join(f"{k}={v}" for k, v in pause.items()))
 
 
 if __name__ == "__main__":

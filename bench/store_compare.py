@@ -34,8 +34,14 @@ us) and batched exist (target >= 1M keys/s).
 The engines are kept on TCP (MC_SHM_DISABLE=1 in their environment) unless
 --shm is given, so the store's bytes cross loopback TCP as the targets assume.
 
+With --cold MODES only the first-fill rows run: per round Redis's one-key
+SET, then store_bench --cases=cold once per MC_STORE_PREFAULT mode listed
+(their order rotated every round), reported as first fill against refill
+and against Redis SET.
+
 usage: bench/store_compare.py [--build build] [--runs 3] [--duration 2]
                               [--objects N] [--json] [--quick] [--shm]
+                              [--cold mount,background,off]
 """
 import argparse
 import csv
@@ -90,11 +96,11 @@ class Redis:
 
         wait_for(up, 20, "redis-server")
 
-    def round(self, out, quick):
+    def round(self, out, quick, modes=("one", "walk")):
         """One redis-benchmark run per size: out[(op, size)] gets a sample."""
         for size in SIZES:
             n = (200 if quick else 2000) if size == MIB else (50 if quick else 500)
-            for mode in ("one", "walk"):
+            for mode in modes:
                 # walk: K random keys of the 64 MiB window; n >= 30 K sets
                 # them all before the GET test reads them back
                 keys = ["-r", str(WINDOW // size)] if mode == "walk" else []
@@ -187,6 +193,54 @@ def store_round(build, m, data, meta, duration, quick):
         meta.setdefault(("wire", j["case"], j["batch"]), []).append(j)
 
 
+def cold_round(build, m, data, modes, quick):
+    """--cold: store_bench --cases=cold once per MC_STORE_PREFAULT mode, in
+    the order given (the caller rotates it between rounds)."""
+    bench = master_rss.find(build, "bench/store_bench")
+    window = "128m" if quick else "512m"
+    for mode in modes:
+        os.environ["MC_STORE_PREFAULT"] = mode  # read by the holder store_bench starts
+        for j in json_lines([bench, f"--master={m.addr}", f"--metadata={m.meta_uri}",
+                             "--runs=1", "--json", "--sizes=1m,4m", "--cases=cold",
+                             f"--window={window}", "--segment=2g"]):
+            data.setdefault((j["case"], j["size"], mode), []).append(j)
+    os.environ.pop("MC_STORE_PREFAULT", None)
+
+
+def cold_report(args, redis_s, data_s):
+    """--cold: first fill against refill and against Redis's one-key SET."""
+    redis = {k: med(v) for k, v in redis_s.items()}
+    modes = args.cold.split(",")
+    print(f"runs={args.runs} (medians; pre-fault modes alternated within each round), "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
+    print()
+    print("| size | MC_STORE_PREFAULT | first fill GB/s | refill GB/s | first/refill | "
+          "Redis SET GB/s | first x Redis | refill x Redis |")
+    print("|" + "---|" * 8)
+    rows = {}
+    for size in SIZES:
+        rd = redis.get(("SET", size, "one"))
+        for mode in modes:
+            c = data_s.get(("put_from_cold", size, mode))
+            w = data_s.get(("put_from_warm", size, mode))
+            if not c or not w:
+                continue
+            cg = med([j["gbps"] for j in c])
+            wg = med([j["gbps"] for j in w])
+            rows[f"{size >> 20}m/{mode}"] = {"first": cg, "refill": wg,
+                                             "redis_set": rd["gbps"] if rd else None,
+                                             "first_samples": [j["gbps"] for j in c],
+                                             "refill_samples": [j["gbps"] for j in w]}
+            print(f"| {size >> 20} MiB | {mode} | {cg:.2f} | {wg:.2f} | {100 * cg / wg:.0f}% | "
+                  + (f"{rd['gbps']:.2f} | {cg / rd['gbps']:.2f}x | {wg / rd['gbps']:.2f}x |"
+                     if rd else "- | - | - |"))
+    print()
+    print("targets: first fill >= 80% of the refill and >= 1.5x Redis SET (one key, "
+          "redis-benchmark -c 1)")
+    if args.json:
+        print(json.dumps(rows))
+
+
 def med(samples, field=None):
     """Median of a list of numbers, or of one field of a list of dicts
     (returned as a dict with every numeric field's median)."""
@@ -207,6 +261,10 @@ def main():
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short run of everything")
+    ap.add_argument("--cold", metavar="MODES",
+                    help="only the first fill against the refill and Redis SET, for each "
+                         "MC_STORE_PREFAULT mode listed (e.g. mount,background,off), the "
+                         "modes' order rotated every round")
     ap.add_argument("--shm", action="store_true",
                     help="let the engines use the same-host transport (default: TCP only, "
                          "MC_SHM_DISABLE=1, which is what the targets are about)")
@@ -224,6 +282,26 @@ def main():
         print("store_compare: redis-server/redis-benchmark not installed, skipping Redis",
               file=sys.stderr)
     rd = Redis() if have_redis else None
+    if args.cold:
+        modes = args.cold.split(",")
+        for mode in modes:
+            if mode not in ("mount", "background", "off"):
+                sys.exit(f"store_compare: --cold: {mode!r} is not mount, background or off")
+        m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
+                                              "src/master/mooncake_master"))
+        try:
+            for i in range(args.runs):
+                print(f"store_compare: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+                if rd:
+                    rd.round(redis_s, args.quick, ("one",))
+                k = i % len(modes)
+                cold_round(args.build, m, data_s, modes[k:] + modes[:k], args.quick)
+        finally:
+            m.stop()
+            if rd:
+                rd.stop()
+        cold_report(args, redis_s, data_s)
+        return
     te = Engine(args.build)
     m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
                                           "src/master/mooncake_master"))

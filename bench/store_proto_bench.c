@@ -35,6 +35,15 @@
  *       fake client alive (Ping every second) until stdin closes, so the
  *       objects stay while the caller measures the master.
  *
+ *       The lines "removeall" and "unmount" on its stdin make it call
+ *       RemoveAll or UnmountSegment and print how long the call took
+ *       ("idle": nothing, the baseline).
+ *
+ *   store_proto_bench --master=H:P --probe
+ *       ExistKey on its own connection, back to back, until stdin closes;
+ *       prints the longest round trip (the longest the master's loop kept
+ *       a ready client waiting) and the p99/p99.9.
+ *
  *   store_proto_bench --master=H:P --recover=N
  *       The --load client come back after a master restart (bench/
  *       master_restart.py): mounts the same fake segment, which binds the
@@ -442,15 +451,97 @@ static void load_main(void)
 	t = now_s() - t0;
 	printf("DONE objects=%" PRIu64 " s=%.2f keys/s=%.0f\n", done, t, (double)done / t);
 	fflush(stdout);
-	/* Keep the fake client (and so its objects) alive until stdin closes. */
+	/* Keep the fake client (and so its objects) alive until stdin closes;
+	 * the lines "removeall" and "unmount" on stdin do that and answer
+	 * "REMOVED count=<n> s=<t>" and "UNMOUNTED s=<t>" (master_rss.py
+	 * --pauses times the loop around them with --probe). */
 	for (;;) {
 		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
 		char buf[256];
+		ssize_t n;
 
-		if (poll(&p, 1, 1000) > 0 && read(STDIN_FILENO, buf, sizeof(buf)) <= 0)
-			break;
+		if (poll(&p, 1, 1000) > 0) {
+			n = read(STDIN_FILENO, buf, sizeof(buf) - 1);
+			if (n <= 0)
+				break;
+			buf[n] = '\0';
+			if (strstr(buf, "removeall")) {
+				struct mc_store_remove_all_req rr = {.tenant = mc_proto_str_c(""),
+								     .force = true};
+				struct mc_store_msg m;
+
+				t0 = now_s();
+				call_ok(MC_STORE_REMOVE_ALL, &rr, &m);
+				printf("REMOVED count=%" PRId64 " s=%.3f\n", m.body.count_resp.count,
+				       now_s() - t0);
+				mc_store_msg_release(&m);
+			} else if (strstr(buf, "idle")) { /* the baseline: nothing */
+				printf("IDLE s=0\n");
+			} else if (strstr(buf, "unmount")) {
+				t0 = now_s();
+				unmount();
+				printf("UNMOUNTED s=%.3f\n", now_s() - t0);
+			}
+			fflush(stdout);
+		}
 		ping();
 	}
+}
+
+/*
+ * --probe: ExistKey("load-0") on its own connection, one call after the
+ * other, until stdin closes: the longest round trip is the longest the
+ * master's RPC loop kept a ready client waiting.  Prints "READY" after
+ * the first call and "PROBE calls=<n> max_us=.. p99_us=.. p999_us=..
+ * at_s=<when the longest began, seconds after READY>" at the end.
+ */
+static void probe_main(void)
+{
+	struct mc_proto_str key = mc_proto_str_c("load-0");
+	size_t cap = 1 << 20, n = 0;
+	double *lat = malloc(cap * sizeof(*lat)), worst = 0, worst_at = 0, start;
+
+	if (!lat)
+		die("out of memory");
+	start = now_s();
+	for (bool ready = false;;) {
+		struct mc_store_key_req kr = {.key = key};
+		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
+		struct mc_store_msg m;
+		double t0 = now_s(), dt;
+		char buf[64];
+
+		call_ok(MC_STORE_EXIST_KEY, &kr, &m);
+		dt = now_s() - t0;
+		mc_store_msg_release(&m);
+		if (!ready) {
+			printf("READY\n");
+			fflush(stdout);
+			ready = true;
+			start = now_s();
+			continue;
+		}
+		if (dt > worst) {
+			worst = dt;
+			worst_at = t0 - start;
+		}
+		if (n == cap) {
+			double *v = realloc(lat, 2 * cap * sizeof(*lat));
+			if (!v)
+				die("out of memory");
+			lat = v;
+			cap *= 2;
+		}
+		lat[n++] = dt;
+		if (poll(&p, 1, 0) > 0 && read(STDIN_FILENO, buf, sizeof(buf)) <= 0)
+			break;
+	}
+	qsort(lat, n, sizeof(*lat), cmp_double);
+	printf("PROBE calls=%zu max_us=%.0f p99_us=%.1f p999_us=%.1f at_s=%.3f\n", n, worst * 1e6,
+	       n ? lat[(size_t)((double)(n - 1) * 0.99)] * 1e6 : 0.0,
+	       n ? lat[(size_t)((double)(n - 1) * 0.999)] * 1e6 : 0.0, worst_at);
+	fflush(stdout);
+	free(lat);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -656,6 +747,7 @@ int main(int argc, char **argv)
 		{"value-size", required_argument, NULL, 'v'},
 		{"clients", required_argument, NULL, 'C'},
 		{"master-pid", required_argument, NULL, 'P'},
+		{"probe", no_argument, NULL, 'p'},
 		{"json", no_argument, NULL, 'j'},
 		{"quick", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -663,6 +755,7 @@ int main(int argc, char **argv)
 	};
 	int o, clients = 0;
 	long master_pid = 0;
+	bool probe = false;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -698,6 +791,9 @@ int main(int argc, char **argv)
 		case 'P':
 			master_pid = atol(optarg);
 			break;
+		case 'p':
+			probe = true;
+			break;
 		case 'j':
 			opt.json = true;
 			break;
@@ -708,7 +804,7 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("usage: " PROG " --master=H:P [--keys=N] [--batch=N] [--runs=N]\n"
 			       "       [--duration=S] [--json] [--quick] | --load=N [--value-size=B]\n"
-			       "       | --recover=N\n"
+			       "       | --recover=N | --probe\n"
 			       "       | --clients=N [--duration=S] [--master-pid=PID] [--json]\n");
 			return 0;
 		default:
@@ -728,8 +824,19 @@ int main(int argc, char **argv)
 	}
 	mc_buf_init(&out);
 	connect_master(opt.master);
-	if (opt.recover) {
-		recover_main();
+	if (opt.recover || probe) {
+		if (probe) {
+			struct mc_store_hello hello = {mc_proto_str_c(PROG)};
+			struct mc_store_msg m;
+
+			call_ok(MC_STORE_SERVICE_READY, &hello, &m);
+			mc_store_msg_release(&m);
+			probe_main();
+		} else {
+			recover_main();
+		}
+		mc_buf_release(&out);
+		free(in);
 		close(fd);
 		return 0;
 	}

@@ -2,8 +2,10 @@
  * mem/hostmem.c - segment memory with huge pages and pre-faulting; see
  * hostmem.h.
  *
- * The background thread populates CHUNK bytes at a time and paces itself
- * to the configured rate with a sleep between chunks (pacing, not
+ * The background thread populates CHUNK bytes at a time, ahead of the
+ * write front (the one mc_hostmem_follow gave, else found with mincore),
+ * and paces itself to the configured rate with a sleep between chunks
+ * (pacing, not
  * synchronisation: nothing waits for it but mc_hostmem_wait_prefault,
  * which waits on a condition variable).  Every HEADROOM_EVERY bytes it
  * checks the memory the process may still take and stops short of it.
@@ -37,6 +39,7 @@
 #define CHUNK	       (2ull << 20)
 #define HEADROOM_EVERY (256ull << 20)
 #define HEADROOM_KEEP  (256ull << 20) /* left to everything else, at least */
+#define FOLLOW_POLL_MS 5	      /* a followed front is read this often when ahead */
 
 static bool check_hugepage_size(const char *value, char *why, size_t why_len)
 {
@@ -67,14 +70,19 @@ const struct mc_config_entry mc_hostmem_config_table[] = {
 	 .check = check_hugepage_size},
 	{.f = {"store_prefault", "MC_STORE_PREFAULT", "mount",
 	       "fault the global segment's pages in ahead of use: mount (all of it before setup "
-	       "returns), background (a thread, at store_prefault_rate, from the segment's "
-	       "start, so setup returns at once) or off (lazy: untouched memory costs nothing); "
-	       "never past the memory the cgroup and the system leave",
+	       "returns), background (a thread, at store_prefault_rate, ahead of the puts' "
+	       "high-water mark, so setup returns at once) or off (lazy: untouched memory costs "
+	       "nothing); never past the memory the cgroup and the system leave",
 	       CFG(prefault), MC_CONFIG_STRING, 0, 0},
 	 .check = check_prefault},
 	{.f = {"store_prefault_rate", "MC_STORE_PREFAULT_RATE", "2g",
 	       "background pre-faulting: bytes per second (0 = as fast as it goes)",
 	       CFG(prefault_rate), MC_CONFIG_SIZE, 0, 1ll << 40}},
+	{.f = {"store_prefault_lead", "MC_STORE_PREFAULT_LEAD", "256m",
+	       "background pre-faulting: how far past the end of the highest write into the "
+	       "segment so far the thread populates, then waits for the writes to move on (0 = "
+	       "the whole segment at once)",
+	       CFG(prefault_lead), MC_CONFIG_SIZE, 0, 1ll << 50}},
 };
 #undef CFG
 const size_t mc_hostmem_config_table_len = MC_ARRAY_SIZE(mc_hostmem_config_table);
@@ -94,14 +102,19 @@ struct mc_hostmem {
 	const char *pages;
 	enum mc_prefault_mode prefault;
 	uint64_t rate;
+	uint64_t lead;
 	char what[64];
-	atomic_uint_fast64_t populated;
+	atomic_uint_fast64_t populated; /* bytes pre-faulted, or found written by the pre-fault */
+	atomic_uint_fast64_t faulted;	/* of which the pre-fault faulted in itself */
 	atomic_bool stop;
 	bool thread_started;
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool done; /* under lock */
+	pthread_cond_t stop_cond; /* unmap wakes a thread waiting for writes */
+	bool done;		  /* under lock */
+	mc_hostmem_front_fn front_fn; /* under lock */
+	void *front_arg;	      /* under lock */
 };
 
 /* ---- memory limits ----------------------------------------------------------------------- */
@@ -214,47 +227,266 @@ static size_t allowed(size_t want, const char **why)
 	return want;
 }
 
-/* Populates from the current mark up to the end, pacing to rate when
- * paced; returns when done, stopped or refused. */
-static void populate_all(struct mc_hostmem *m, bool paced)
+/* Whether the page at off is resident (faulted in by anyone). */
+static bool page_resident(const struct mc_hostmem *m, size_t off)
 {
-	uint64_t start = mc_now_ns();
-	size_t off = (size_t)atomic_load(&m->populated), budget = 0;
-	const char *why = NULL;
-	int err = 0;
+	unsigned char v = 0;
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)m->addr + off) & ~((uintptr_t)page - 1);
+	return mincore((void *)a, 1, &v) == 0 && (v & 1);
+}
 
-	while (off < m->len && !atomic_load(&m->stop)) {
-		size_t n = MC_MIN((size_t)CHUNK, m->len - off);
-		if (budget < n) {
-			budget = allowed(MC_MIN((size_t)HEADROOM_EVERY, m->len - off), &why);
-			if (budget < n)
-				break;
-		}
-		err = populate(m->addr + off, n);
-		if (err)
+/* Whether every page of [off, off+n) is resident. */
+static bool range_resident(const struct mc_hostmem *m, size_t off, size_t n)
+{
+	unsigned char v[CHUNK / 4096];
+	long page = sysconf(_SC_PAGESIZE);
+	size_t np = (n + (size_t)page - 1) / (size_t)page;
+	if (np > sizeof(v) || mincore(m->addr + off, n, v) != 0)
+		return false;
+	for (size_t i = 0; i < np; i++)
+		if (!(v[i] & 1))
+			return false;
+	return true;
+}
+
+/*
+ * The write front at or after off: off itself when its page is not
+ * resident, else the first CHUNK boundary past it whose page is not
+ * (galloping, then bisecting, so O(log n) mincore calls).  Puts fill a
+ * fresh segment from its start (the master's allocator hands out the
+ * lowest free block first), so what they have touched is a prefix and
+ * its end is the allocator's high-water mark as this process sees it.
+ */
+static size_t write_front(const struct mc_hostmem *m, size_t off)
+{
+	size_t lo = off, hi, step = CHUNK;
+	if (!page_resident(m, off))
+		return off;
+	for (;;) {
+		hi = lo + step;
+		if (hi >= m->len) {
+			hi = m->len;
 			break;
-		off += n;
-		budget -= n;
-		atomic_store(&m->populated, off);
-		if (paced && m->rate) {
-			uint64_t due = start + (uint64_t)((double)off * 1e9 / (double)m->rate);
-			uint64_t now = mc_now_ns();
-			if (due > now) {
-				struct timespec ts = {(time_t)((due - now) / 1000000000ull),
-						      (long)((due - now) % 1000000000ull)};
-				nanosleep(&ts, NULL);
-			}
+		}
+		if (!page_resident(m, hi))
+			break;
+		lo = hi;
+		step *= 2;
+	}
+	while (hi - lo > CHUNK) {
+		size_t mid = lo + (((hi - lo) / 2) & ~(CHUNK - 1));
+		if (mid <= lo)
+			break;
+		if (page_resident(m, mid))
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return hi;
+}
+
+struct prefault_run {
+	uint64_t start_ns;
+	uint64_t faulted; /* bytes this run populated itself (what the rate paces) */
+	size_t budget;	  /* bytes the memory limits allow before the next check */
+	const char *why;  /* stopped at a memory limit */
+	int err;	  /* stopped by the kernel */
+	size_t stop_at;	  /* where it stopped */
+};
+
+/* Populates [off, off+n) (n <= CHUNK), within the limits and paced to
+ * the rate when paced; false when it stopped (run says why). */
+static bool populate_chunk(struct mc_hostmem *m, struct prefault_run *r, size_t off, size_t n,
+			   bool paced)
+{
+	if (r->budget < n) {
+		r->budget = allowed(MC_MIN((size_t)HEADROOM_EVERY, m->len - off), &r->why);
+		if (r->budget < n) {
+			r->stop_at = off;
+			return false;
 		}
 	}
-	if (err)
-		mc_warn("%s: pre-faulted %zu of %zu bytes, then stopped: %s", m->what, off, m->len,
-			strerror(err));
-	else if (why)
-		mc_warn("%s: pre-faulted %zu of %zu bytes, then stopped at %s", m->what, off,
-			m->len, why);
-	else if (off == m->len)
+	r->err = populate(m->addr + off, n);
+	if (r->err) {
+		r->stop_at = off;
+		return false;
+	}
+	r->budget -= n;
+	r->faulted += n;
+	atomic_fetch_add(&m->faulted, n);
+	atomic_fetch_add(&m->populated, n);
+	if (paced && m->rate) {
+		uint64_t due = r->start_ns + (uint64_t)((double)r->faulted * 1e9 / (double)m->rate);
+		uint64_t now = mc_now_ns();
+		if (due > now) {
+			struct timespec ts = {(time_t)((due - now) / 1000000000ull),
+					      (long)((due - now) % 1000000000ull)};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return true;
+}
+
+static void report(struct mc_hostmem *m, const struct prefault_run *r)
+{
+	uint64_t pop = atomic_load(&m->populated);
+	if (r->err)
+		mc_warn("%s: pre-faulted %" PRIu64 " of %zu bytes, then stopped at offset %zu: %s%s",
+			m->what, pop, m->len, r->stop_at, strerror(r->err),
+			r->err == ENOMEM || r->err == EPERM || r->err == EAGAIN
+				? " (the cgroup's memory.max, RLIMIT_MEMLOCK on kernels before "
+				  "5.14, or the huge pages reserved)"
+				: "");
+	else if (r->why)
+		mc_warn("%s: pre-faulted %" PRIu64 " of %zu bytes, then stopped at %s", m->what, pop,
+			m->len, r->why);
+	else if (pop == m->len && r->faulted == pop)
 		mc_info("%s: %zu bytes pre-faulted in %.2f s", m->what, m->len,
-			(double)(mc_now_ns() - start) / 1e9);
+			(double)(mc_now_ns() - r->start_ns) / 1e9);
+	else if (pop == m->len)
+		mc_info("%s: %zu bytes pre-faulted in %.2f s (%" PRIu64 " by the pre-fault, the "
+			"rest written first)",
+			m->what, m->len, (double)(mc_now_ns() - r->start_ns) / 1e9, r->faulted);
+}
+
+/* mount: populates it all, now. */
+static void populate_all(struct mc_hostmem *m)
+{
+	struct prefault_run r = {.start_ns = mc_now_ns()};
+	for (size_t off = 0; off < m->len; off += CHUNK)
+		if (!populate_chunk(m, &r, off, MC_MIN((size_t)CHUNK, m->len - off), false))
+			break;
+	report(m, &r);
+}
+
+/* Adds [from, to) to the list of ranges the first pass jumped over,
+ * merging with the last one; false when the list cannot grow. */
+static bool note_jump(size_t **skip, size_t *nskip, size_t *cap, size_t from, size_t to)
+{
+	if (*nskip && (*skip)[2 * *nskip - 1] == from) {
+		(*skip)[2 * *nskip - 1] = to;
+		return true;
+	}
+	if (*nskip == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		size_t *v = mc_realloc(*skip, ncap * 2 * sizeof(*v));
+		if (!v)
+			return false;
+		*skip = v;
+		*cap = ncap;
+	}
+	(*skip)[2 * *nskip] = from;
+	(*skip)[2 * *nskip + 1] = to;
+	(*nskip)++;
+	return true;
+}
+
+/* The end of the highest write into the mapping so far, as an offset
+ * (clamped to it), from the function mc_hostmem_follow set; false when
+ * none is set. */
+static bool followed_front(struct mc_hostmem *m, size_t *out)
+{
+	mc_hostmem_front_fn fn;
+	void *arg;
+	uint64_t f;
+
+	pthread_mutex_lock(&m->lock);
+	fn = m->front_fn;
+	arg = m->front_arg;
+	pthread_mutex_unlock(&m->lock);
+	if (!fn)
+		return false;
+	f = fn(arg);
+	*out = (size_t)MC_MIN(f, (uint64_t)m->len);
+	return true;
+}
+
+/* Waits up to FOLLOW_POLL_MS for the writes to move on, or for unmap. */
+static void wait_for_writes(struct mc_hostmem *m)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += FOLLOW_POLL_MS * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&m->lock);
+	if (!atomic_load(&m->stop))
+		pthread_cond_timedwait(&m->stop_cond, &m->lock, &ts);
+	pthread_mutex_unlock(&m->lock);
+}
+
+/*
+ * background: populates ahead of the puts.  The first pass walks up from
+ * the start.  The write front is the end of the highest write so far:
+ * from the function mc_hostmem_follow set (the engine's count of
+ * incoming writes into the registered segment, the master allocator's
+ * high-water mark as this holder sees it), else found with mincore (the
+ * master's allocator fills a fresh segment from its lowest free block, so
+ * what puts touched is a prefix).  When the front passes the thread, it
+ * jumps there, noting the range it jumped over, so its work lands where
+ * the next puts will write instead of faulting the pages they are
+ * writing; with a followed front it stays at most MC_STORE_PREFAULT_LEAD
+ * past it and waits for the writes to move on, so it does not spend the
+ * CPU of the first puts on memory they will not reach for a while.  A
+ * second pass then fills what was jumped over and is still untouched
+ * (holes the allocator will hand out later).
+ */
+static void populate_background(struct mc_hostmem *m)
+{
+	struct prefault_run r = {.start_ns = mc_now_ns()};
+	size_t *skip = NULL, nskip = 0, cap = 0; /* [from, to) pairs */
+	size_t off = 0;
+	bool ok = true, jumps = true; /* jumps: false once the jump list cannot grow */
+
+	while (ok && off < m->len && !atomic_load(&m->stop)) {
+		size_t front;
+		bool followed = followed_front(m, &front);
+
+		if (followed) {
+			front = (front + CHUNK - 1) & ~(CHUNK - 1); /* its chunk is being written */
+			front = MC_MIN(front, m->len);
+			if (front <= off && m->lead && off >= front + m->lead) {
+				wait_for_writes(m);
+				continue;
+			}
+		} else {
+			front = write_front(m, off);
+		}
+		if (jumps && front > off) {
+			if (!note_jump(&skip, &nskip, &cap, off, front)) {
+				jumps = false; /* walk on, over the touched pages */
+				continue;
+			}
+			off = front;
+			continue;
+		}
+		ok = populate_chunk(m, &r, off, MC_MIN((size_t)CHUNK, m->len - off), true);
+		off += CHUNK;
+	}
+	for (size_t i = 0; ok && i < nskip && !atomic_load(&m->stop); i++)
+		for (off = skip[2 * i]; ok && off < skip[2 * i + 1] && !atomic_load(&m->stop);
+		     off += CHUNK) {
+			size_t n = MC_MIN((size_t)CHUNK, skip[2 * i + 1] - off);
+			if (range_resident(m, off, n))
+				atomic_fetch_add(&m->populated, n); /* the puts faulted it */
+			else
+				ok = populate_chunk(m, &r, off, n, true);
+		}
+	mc_free(skip);
+	if (!atomic_load(&m->stop))
+		report(m, &r);
+}
+
+void mc_hostmem_follow(struct mc_hostmem *m, mc_hostmem_front_fn fn, void *arg)
+{
+	pthread_mutex_lock(&m->lock);
+	m->front_fn = fn;
+	m->front_arg = arg;
+	pthread_mutex_unlock(&m->lock);
 }
 
 mc_status mc_hostmem_populate(struct mc_hostmem *m, size_t off, size_t len)
@@ -288,7 +520,7 @@ static void mark_done(struct mc_hostmem *m)
 static void *prefault_main(void *arg)
 {
 	struct mc_hostmem *m = arg;
-	populate_all(m, true);
+	populate_background(m);
 	mark_done(m);
 	return NULL;
 }
@@ -347,8 +579,16 @@ mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_
 	snprintf(m->what, sizeof(m->what), "%s", what);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->cond, NULL);
+	{
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&m->stop_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	m->prefault = prefault_mode(c->prefault);
 	m->rate = c->prefault_rate;
+	m->lead = c->prefault_lead;
 	len = (size_t)((size + (uint64_t)page - 1) & ~((uint64_t)page - 1));
 
 	if (c->use_hugepage) {
@@ -390,7 +630,7 @@ mc_status mc_hostmem_map(uint64_t size, uint64_t align, const struct mc_hostmem_
 	mc_info("%s: %zu bytes, pages %s, prefault %s", what, m->len, m->pages,
 		mode_name(m->prefault));
 	if (m->prefault == MC_PREFAULT_MOUNT) {
-		populate_all(m, false);
+		populate_all(m);
 		m->done = true;
 	} else if (m->prefault == MC_PREFAULT_BACKGROUND) {
 		if (pthread_create(&m->thread, NULL, prefault_main, m) == 0) {
@@ -451,6 +691,7 @@ void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st)
 	st->prefault_done = m->done;
 	pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
 	st->populated = atomic_load(&m->populated);
+	st->faulted = atomic_load(&m->faulted);
 	st->huge_bytes = huge_bytes(m);
 	st->pages = m->pages;
 	st->prefault = m->prefault;
@@ -468,11 +709,15 @@ void mc_hostmem_unmap(struct mc_hostmem *m)
 {
 	if (!m)
 		return;
+	pthread_mutex_lock(&m->lock);
 	atomic_store(&m->stop, true);
+	pthread_cond_broadcast(&m->stop_cond);
+	pthread_mutex_unlock(&m->lock);
 	if (m->thread_started)
 		pthread_join(m->thread, NULL);
 	munmap(m->map, m->map_len);
 	pthread_cond_destroy(&m->cond);
+	pthread_cond_destroy(&m->stop_cond);
 	pthread_mutex_destroy(&m->lock);
 	mc_free(m);
 }

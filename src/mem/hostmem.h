@@ -14,10 +14,17 @@
  *     falls back with one logged line, never a failed mapping;
  *   - pre-faulted by MC_STORE_PREFAULT: "mount" (the default) populates it
  *     all before the mapping is handed out, "background" has a thread
- *     populate it from its start at MC_STORE_PREFAULT_RATE bytes per
- *     second (setup returns at once, but puts that outrun the thread fault
- *     their own pages, and the two contend for THP compaction), "off"
- *     leaves it lazy, so an untouched segment costs no memory.
+ *     populate it ahead of the puts at MC_STORE_PREFAULT_RATE bytes per
+ *     second (setup returns at once): it walks up from the start, and
+ *     when the puts outrun it (the master's allocator fills a fresh
+ *     segment from its start, so what they touched is a prefix, and its
+ *     end is the allocator's high-water mark as this process sees it:
+ *     the engine's count of incoming writes when mc_hostmem_follow gave
+ *     it, else mincore) it jumps past them, so it faults the pages the
+ *     next puts will write rather than the ones they are writing; it stays
+ *     at most MC_STORE_PREFAULT_LEAD past a followed front; a second pass
+ *     fills what it jumped over and is still untouched.  "off" leaves it
+ *     lazy, so an untouched segment costs no memory.
  *
  * Populating uses MADV_POPULATE_WRITE, which faults pages in without
  * changing their contents, so it is safe while other threads (a
@@ -49,6 +56,7 @@ struct mc_hostmem_config {
 	char *hugepage_size;	/* MC_STORE_HUGEPAGE_SIZE: "2MB" or "1GB" */
 	char *prefault;		/* MC_STORE_PREFAULT: off | mount | background */
 	uint64_t prefault_rate; /* MC_STORE_PREFAULT_RATE: bytes/s, 0 = unlimited */
+	uint64_t prefault_lead; /* MC_STORE_PREFAULT_LEAD: bytes past the write front */
 };
 
 extern const struct mc_config_entry mc_hostmem_config_table[];
@@ -62,7 +70,8 @@ struct mc_hostmem;
 
 struct mc_hostmem_stats {
 	uint64_t len;	     /* bytes mapped */
-	uint64_t populated;  /* bytes pre-faulted so far */
+	uint64_t populated;  /* bytes pre-faulted so far (or found written first) */
+	uint64_t faulted;    /* of those, the bytes the pre-fault faulted in itself */
 	uint64_t huge_bytes; /* bytes backed by huge pages now (either kind) */
 	const char *pages;   /* "hugetlb 2MB", "hugetlb 1GB", "thp" or "4k" */
 	enum mc_prefault_mode prefault;
@@ -84,6 +93,14 @@ void mc_hostmem_stats(const struct mc_hostmem *m, struct mc_hostmem_stats *st);
  * same memory limits; MC_OK, or MC_ERR_NOMEM when a limit or the kernel
  * stopped it (logged once). */
 mc_status mc_hostmem_populate(struct mc_hostmem *m, size_t off, size_t len);
+/* The end of the highest write into the mapping so far, as an offset from
+ * its start (called on the pre-fault thread; must not block). */
+typedef uint64_t (*mc_hostmem_front_fn)(void *arg);
+/* background: from now on the thread takes the write front from fn
+ * instead of mincore, and stays at most MC_STORE_PREFAULT_LEAD bytes past
+ * it; fn(arg) must stay callable until mc_hostmem_unmap.  fn NULL: back
+ * to mincore. */
+void mc_hostmem_follow(struct mc_hostmem *m, mc_hostmem_front_fn fn, void *arg);
 /* Waits for the background thread to finish populating (tests, benches). */
 void mc_hostmem_wait_prefault(struct mc_hostmem *m);
 /* Stops the background thread, then unmaps. */

@@ -167,6 +167,16 @@ struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, ui
 			} else {
 				e = c;
 				atomic_fetch_add(&e->users, 1);
+				if (write) { /* a max, so the pre-fault knows the front */
+					uint_fast64_t end = addr + len,
+						      cur = atomic_load_explicit(
+							      &e->write_end, memory_order_relaxed);
+					while (end > cur &&
+					       !atomic_compare_exchange_weak_explicit(
+						       &e->write_end, &cur, end, memory_order_relaxed,
+						       memory_order_relaxed))
+						;
+				}
 			}
 		}
 	}
@@ -175,6 +185,22 @@ out:
 	if (why_out)
 		*why_out = e ? NULL : why;
 	return e;
+}
+
+uint64_t mc_memreg_write_end(struct mc_memreg *r, uint64_t addr)
+{
+	uint64_t end = 0;
+	size_t pos;
+
+	pthread_rwlock_rdlock(&r->lock);
+	pos = upper_bound_locked(r, addr);
+	if (pos > 0) {
+		struct mc_memreg_entry *c = r->v[pos - 1];
+		if (addr >= c->addr && addr < c->addr + c->length)
+			end = atomic_load_explicit(&c->write_end, memory_order_relaxed);
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return end;
 }
 
 /* e must not be touched after the decrement: a waiting remover may free it

@@ -33,6 +33,9 @@ struct mc_memreg_entry {
 	bool remote_accessible;
 	bool read_only;	  /* peers may read it, never write it (MC_TE_REGISTER_READ_ONLY) */
 	atomic_int users; /* incoming requests touching it right now */
+	/* the end (an address) of the highest incoming write so far: what the
+	 * segment pre-fault follows (mem/hostmem.h); 0 before the first */
+	atomic_uint_fast64_t write_end;
 };
 
 struct mc_memreg {
@@ -57,6 +60,8 @@ mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
 struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len,
 					  bool write, const char **why_out);
 void mc_memreg_put(struct mc_memreg *r, struct mc_memreg_entry *e);
+/* The write_end of the entry that holds addr; 0 when none does. */
+uint64_t mc_memreg_write_end(struct mc_memreg *r, uint64_t addr);
 /* If [addr, addr+len) lies inside one entry (remotely accessible or not),
  * true and its device (-1 for host memory) in *dev_out, and whether it is
  * read-only in *ro_out (may be NULL). */

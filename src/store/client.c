@@ -214,6 +214,16 @@ void mc_store_free(struct mc_store *s)
 	mc_free(s);
 }
 
+/* The end of the highest write peers have made into the global segment,
+ * as an offset (mem/hostmem.h: what a background pre-fault follows). */
+static uint64_t seg_write_front(void *arg)
+{
+	struct mc_store *s = arg;
+	uint64_t base = (uint64_t)(uintptr_t)s->seg,
+		 end = mc_memreg_write_end(&s->te->memreg, base);
+	return end > base ? end - base : 0;
+}
+
 /* Undo whatever setup got done; safe on a partly set up client. */
 static void teardown(struct mc_store *s)
 {
@@ -429,6 +439,8 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		if (rc != MC_OK)
 			goto err;
 		s->seg_registered = true;
+		/* a background pre-fault follows the engine's writes into it */
+		mc_hostmem_follow(s->seg_mem, seg_write_front, s);
 		s->seg_id = random_uuid();
 		rc = mount_segment(s);
 		if (rc != MC_OK)

@@ -132,6 +132,138 @@ static void background_keeps_concurrent_writes(void **state)
 	release(&c);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Faults [p, p+n) in as a fast writer would. */
+static void touch(uint8_t *p, size_t n)
+{
+	if (madvise(p, n, MADV_POPULATE_WRITE) != 0)
+		memset(p, 0, n); /* kernels before 5.14 */
+}
+
+/* Puts that outrun the background thread: it jumps past what they
+ * touched instead of walking over it, so what it faults itself is about
+ * the untouched rest (the upper half and the hole left below), and the
+ * hole is still filled by its second pass.  The thread is slow (64 MiB/s)
+ * so that the writes pass it at once even on a loaded machine. */
+static void background_jumps_past_the_puts(void **state)
+{
+	struct mc_hostmem_config c = config("background", 64 * MiB);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	uint8_t *p;
+	size_t len = 128 * MiB;
+	(void)state;
+	assert_int_equal(mc_hostmem_map(len, 0, &c, "test", &m), MC_OK);
+	p = mc_hostmem_addr(m);
+	/* the first 64 MiB but a 4 MiB hole, faster than 64 MiB/s (the
+	 * kernel's populate: a memset under TSan is slower than the thread) */
+	touch(p, 16 * MiB);
+	touch(p + 20 * MiB, 44 * MiB);
+	p[0] = 1;
+	p[63 * MiB] = 1;
+	mc_hostmem_wait_prefault(m);
+	mc_hostmem_stats(m, &st);
+	assert_int_equal(st.populated, len);
+	assert_int_equal(resident(p, len), len);
+	/* at least the upper half and the hole; walking over the written
+	 * 60 MiB would make it 128 MiB (36 MiB of slack for the chunks the
+	 * thread faulted before the writes passed it, on a loaded machine) */
+	assert_in_range(st.faulted, 68 * MiB, 104 * MiB);
+	assert_int_equal(p[0], 1);
+	assert_int_equal(p[63 * MiB], 1);
+	assert_int_equal(p[17 * MiB], 0);
+	assert_int_equal(p[100 * MiB], 0);
+	mc_hostmem_unmap(m);
+	release(&c);
+}
+
+static atomic_uint_fast64_t test_front;
+
+/* Resident bytes of [p, p+len) by mincore (smaps counts whole mappings). */
+static uint64_t resident_in(const void *p, size_t len)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = len / pg;
+	unsigned char *v = calloc(n, 1);
+	uint64_t sum = 0;
+	assert_non_null(v);
+	assert_int_equal(mincore((void *)p, len, v), 0);
+	for (size_t i = 0; i < n; i++)
+		sum += (v[i] & 1) ? pg : 0;
+	free(v);
+	return sum;
+}
+
+static uint64_t test_front_fn(void *arg)
+{
+	(void)arg;
+	return atomic_load(&test_front);
+}
+
+/* Waits (bounded) until the pre-fault has covered at least want bytes. */
+static uint64_t wait_populated(struct mc_hostmem *m, uint64_t want)
+{
+	struct mc_hostmem_stats st;
+	uint64_t deadline = mc_now_ms() + 20000;
+	do {
+		mc_hostmem_stats(m, &st);
+		if (st.populated >= want)
+			break;
+		usleep(1000);
+	} while (mc_now_ms() < deadline);
+	return st.populated;
+}
+
+/* With a followed write front the thread populates at most the lead past
+ * it, then waits; when the front moves it jumps there and goes on; a
+ * front at the end lets it finish, holes included; unmap wakes it. */
+static void background_follows_the_front(void **state)
+{
+	struct mc_hostmem_config c = config("background", 512 * MiB);
+	struct mc_hostmem *m;
+	struct mc_hostmem_stats st;
+	uint8_t *p;
+	size_t len = 128 * MiB;
+	uint64_t t0;
+	(void)state;
+	c.prefault_lead = 16 * MiB;
+	atomic_store(&test_front, 0);
+	assert_int_equal(mc_hostmem_map(len, 0, &c, "test", &m), MC_OK);
+	mc_hostmem_follow(m, test_front_fn, NULL);
+	p = mc_hostmem_addr(m);
+	assert_true(wait_populated(m, 16 * MiB) >= 16 * MiB);
+	usleep(100 * 1000); /* 50 MiB more at the rate, were it not waiting */
+	assert_in_range(resident_in(p, len), 16 * MiB, 18 * MiB);
+
+	memset(p, 1, 64 * MiB); /* the puts' bytes, then their front */
+	atomic_store(&test_front, 64 * MiB);
+	assert_true(wait_populated(m, 32 * MiB) >= 32 * MiB);
+	usleep(100 * 1000);
+	assert_in_range(resident_in(p + 64 * MiB, 64 * MiB), 16 * MiB, 18 * MiB);
+
+	atomic_store(&test_front, len);
+	mc_hostmem_wait_prefault(m);
+	mc_hostmem_stats(m, &st);
+	assert_int_equal(st.populated, len);
+	assert_int_equal(resident(p, len), len);
+	assert_in_range(st.faulted, 80 * MiB, 82 * MiB); /* not the 48 MiB the puts wrote */
+	assert_int_equal(p[63 * MiB], 1);
+	assert_int_equal(p[64 * MiB], 0);
+	mc_hostmem_unmap(m);
+
+	/* unmap wakes a thread waiting for the writes */
+	atomic_store(&test_front, 0);
+	assert_int_equal(mc_hostmem_map(len, 0, &c, "test", &m), MC_OK);
+	mc_hostmem_follow(m, test_front_fn, NULL);
+	assert_true(wait_populated(m, 16 * MiB) >= 16 * MiB);
+	t0 = mc_now_ms();
+	mc_hostmem_unmap(m);
+	assert_true(mc_now_ms() - t0 < 1000);
+	release(&c);
+}
+
 /* Unmapped while populating: the thread stops, nothing is left behind. */
 static void unmap_stops_the_thread(void **state)
 {
@@ -273,6 +405,8 @@ int main(void)
 		cmocka_unit_test(off_costs_nothing),
 		cmocka_unit_test(mount_populates_all_before_returning),
 		cmocka_unit_test(background_keeps_concurrent_writes),
+		cmocka_unit_test(background_jumps_past_the_puts),
+		cmocka_unit_test(background_follows_the_front),
 		cmocka_unit_test(unmap_stops_the_thread),
 		cmocka_unit_test(hugepages_fall_back),
 		cmocka_unit_test(settings_are_checked),
