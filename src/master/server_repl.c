@@ -319,7 +319,9 @@ static void dir_remove(const char *dir)
 	while ((e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue; /* not a name this sender wrote */
 		(void)unlink(path);
 	}
 	closedir(d);
@@ -635,7 +637,9 @@ static void own_dir_clear(const char *dir)
 
 		if (!log && !snap)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue; /* not a name this sender wrote */
 		(void)unlink(path);
 	}
 	closedir(d);

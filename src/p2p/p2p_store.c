@@ -367,7 +367,7 @@ static mc_status catalog_update(struct mc_p2p_store *s, const char *name, change
 		return mc_set_error(MC_ERR_NOMEM, "p2p: out of memory");
 	for (int i = 0; i < CAS_ATTEMPTS && st == MC_ERR_ETCD_TRANSACTION_FAIL; i++) {
 		struct mc_p2p_payload p;
-		int64_t rev;
+		int64_t rev = 0;
 
 		st = catalog_read(s, key, name, &p, &rev);
 		if (st)

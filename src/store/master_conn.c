@@ -862,18 +862,34 @@ static bool retry_safe(uint16_t type)
 mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
 			      struct mc_store_msg *resp_out)
 {
-	mc_status rc = call_once(c, type, body, resp_out);
+	mc_status rc;
 
-	if (!c->coord || rc == MC_OK)
-		return rc;
-	if (rc != MC_ERR_UNAVAILABLE_IN_CURRENT_MODE &&
-	    !((rc == MC_ERR_RPC_FAIL || rc == MC_ERR_RPC_TIMEOUT) && retry_safe(type)))
-		return rc;
-	mc_info("%s failed (%s); asking %s for the leader and trying once more",
-		mc_store_msg_name(type), mc_last_error(), c->host);
-	if (rc != MC_ERR_RPC_FAIL)
-		mc_master_conn_reset(c); /* a standby, or a master that stopped answering */
-	return call_once(c, type, body, resp_out);
+	/* c->coord never changes; without it the call is one call_once, after
+	 * which mc_master_conn_free may already have freed c */
+	if (!c->coord)
+		return call_once(c, type, body, resp_out);
+	/* the HA path reads c between its tries: count it as a user until done,
+	 * so that a concurrent mc_master_conn_free waits for it */
+	pthread_mutex_lock(&c->lock);
+	if (c->stop) {
+		pthread_mutex_unlock(&c->lock);
+		return mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
+	}
+	c->users++;
+	pthread_mutex_unlock(&c->lock);
+	rc = call_once(c, type, body, resp_out);
+	if (rc != MC_OK &&
+	    (rc == MC_ERR_UNAVAILABLE_IN_CURRENT_MODE ||
+	     ((rc == MC_ERR_RPC_FAIL || rc == MC_ERR_RPC_TIMEOUT) && retry_safe(type)))) {
+		mc_info("%s failed (%s); asking %s for the leader and trying once more",
+			mc_store_msg_name(type), mc_last_error(), c->host);
+		if (rc != MC_ERR_RPC_FAIL)
+			mc_master_conn_reset(c); /* a standby, or a master that stopped answering */
+		rc = call_once(c, type, body, resp_out);
+	}
+	pthread_mutex_lock(&c->lock);
+	leave_unlock(c);
+	return rc;
 }
 
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)
