@@ -600,6 +600,14 @@ static PyMethodDef store_methods[] = {
 	M(query_task, "query_task(task_id) -> (QueryTaskResponse, 0) or (None, err)"),
 	M(unmount_segment, "unmount_segment(segment_ids, grace_period_seconds=0) -> int: unmount "
 			   "this client's segment (readable for the grace period)"),
+	M(mount_segment, "mount_segment(path, size, offset=0, protocol=None, location='') -> "
+			 "{'ret', 'segment_ids'}: mmap a file (tmpfs, /dev/shm) and mount it"),
+	M(allocate_and_mount_segment, "allocate_and_mount_segment(size, protocol=None, "
+				      "location='') -> {'ret', 'segment_ids', 'allocated_size'}"),
+	M(unmount_and_free_segment, "unmount_and_free_segment(segment_ids, "
+				    "grace_period_seconds=0) -> int: unmount, wait, unmap"),
+	M(unmount_local_disk_segment, "unmount_local_disk_segment(grace_period_seconds=0) -> "
+				      "int: take the SSD tier off the master, then wait"),
 	M(batch_replica_clear, "batch_replica_clear(keys, segment_name='') -> list of cleared "
 			       "keys (objects this client wrote, lease expired)"),
 	M(put_tensor, "put_tensor(key, tensor) -> int"),

@@ -8,6 +8,12 @@
  * created_at_ms_epoch, last_updated_at_ms_epoch, assigned_client (a
  * 2-tuple) and message; unmount_segment an int.  Nothing here moves bytes:
  * the client that holds a task's source does (store/client_tasks.c).
+ *
+ * The extra segment calls (store/client_mount.c): mount_segment and
+ * allocate_and_mount_segment answer {"ret": int, "segment_ids": [str]}
+ * (allocate_and_mount_segment with "allocated_size"), the ids
+ * "<first>-<second>" in decimal; unmount_and_free_segment and
+ * unmount_local_disk_segment an int.  A protocol left out is the client's.
  */
 #include "store_int.h"
 
@@ -134,40 +140,143 @@ PyObject *mc_py_store_query_task(DEFARGS)
 	return r ? Py_BuildValue("(Ni)", r, 0) : NULL;
 }
 
-/* Every id is tried; the first failure's code is returned (0: all went). */
-PyObject *mc_py_store_unmount_segment(DEFARGS)
+/* grace_period_seconds (o NULL: 0) in milliseconds, or -1 with an exception set */
+static int grace_arg(PyObject *o, const char *fname, uint64_t *ms)
 {
-	struct keys ids;
 	double grace = 0;
-	int rc = 0;
-	PARSE("unmount_segment", 1, "segment_ids", "grace_period_seconds");
-	if (a[1]) {
-		grace = PyFloat_AsDouble(a[1]);
+
+	if (o) {
+		grace = PyFloat_AsDouble(o);
 		if (grace == -1 && PyErr_Occurred())
-			return NULL;
+			return -1;
 		if (!(grace >= 0 && grace <= 1e9)) {
-			PyErr_SetString(PyExc_ValueError,
-					"unmount_segment() grace_period_seconds must be >= 0");
-			return NULL;
+			PyErr_Format(PyExc_ValueError, "%s() grace_period_seconds must be >= 0",
+				     fname);
+			return -1;
 		}
 	}
-	if (PyUnicode_Check(a[0])) {
-		PyErr_SetString(PyExc_TypeError,
-				"unmount_segment() segment_ids must be a list of segment ids");
+	*ms = (uint64_t)(grace * 1000.0);
+	return 0;
+}
+
+typedef mc_status (*unmount_fn)(struct mc_store *, const char *, uint64_t);
+
+/* Every id is tried; the first failure's code is returned (0: all went). */
+static PyObject *unmount_ids(PyObject *self, PyObject *ids_o, PyObject *grace_o, const char *fname,
+			     unmount_fn fn, bool exclusive)
+{
+	struct keys ids;
+	uint64_t grace;
+	int rc = 0;
+
+	if (grace_arg(grace_o, fname, &grace) < 0)
+		return NULL;
+	if (PyUnicode_Check(ids_o)) {
+		PyErr_Format(PyExc_TypeError, "%s() segment_ids must be a list of segment ids",
+			     fname);
 		return NULL;
 	}
-	if (keys_from(a[0], "unmount_segment", &ids) < 0)
+	if (keys_from(ids_o, fname, &ids) < 0)
 		return NULL;
 	for (size_t i = 0; i < ids.n; i++) {
 		struct call c;
 		mc_status st;
 
-		call_begin(&c, ST(self), true);
-		st = mc_store_unmount_segment(ST(self)->s, ids.v[i], (uint64_t)(grace * 1000.0));
+		call_begin(&c, ST(self), exclusive);
+		st = fn(ST(self)->s, ids.v[i], grace);
 		call_end(&c);
 		if (st != MC_OK && rc == 0)
 			rc = (int)st;
 	}
 	keys_release(&ids);
 	return PyLong_FromLong(rc);
+}
+
+PyObject *mc_py_store_unmount_segment(DEFARGS)
+{
+	PARSE("unmount_segment", 1, "segment_ids", "grace_period_seconds");
+	return unmount_ids(self, a[0], a[1], "unmount_segment", mc_store_unmount_segment, true);
+}
+
+/* the grace period is waited out: other calls go on meanwhile (shared lock) */
+PyObject *mc_py_store_unmount_and_free_segment(DEFARGS)
+{
+	PARSE("unmount_and_free_segment", 1, "segment_ids", "grace_period_seconds");
+	return unmount_ids(self, a[0], a[1], "unmount_and_free_segment",
+			   mc_store_unmount_and_free_segment, false);
+}
+
+PyObject *mc_py_store_unmount_local_disk_segment(DEFARGS)
+{
+	uint64_t grace;
+	struct call c;
+	mc_status st;
+	PARSE("unmount_local_disk_segment", 0, "grace_period_seconds");
+	if (grace_arg(a[0], "unmount_local_disk_segment", &grace) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_unmount_local_disk_segment(ST(self)->s, grace);
+	call_end(&c);
+	return PyLong_FromLong((long)st);
+}
+
+static PyObject *mount_result(mc_status st, const char *id, const uint64_t *allocated)
+{
+	PyObject *ids = st == MC_OK ? Py_BuildValue("[s]", id) : PyList_New(0);
+
+	if (!ids)
+		return NULL;
+	if (allocated)
+		return Py_BuildValue("{s:i,s:N,s:K}", "ret", (int)st, "segment_ids", ids,
+				     "allocated_size", (unsigned long long)*allocated);
+	return Py_BuildValue("{s:i,s:N}", "ret", (int)st, "segment_ids", ids);
+}
+
+/* protocol and location: NULL when absent or None */
+static int opt_strs(PyObject *const *a, const char *fname, const char **protocol,
+		    const char **location)
+{
+	*protocol = *location = NULL;
+	if (a[0] && a[0] != Py_None && arg_str(a[0], fname, "protocol", protocol) < 0)
+		return -1;
+	if (a[1] && a[1] != Py_None && arg_str(a[1], fname, "location", location) < 0)
+		return -1;
+	return 0;
+}
+
+PyObject *mc_py_store_mount_segment(DEFARGS)
+{
+	char id[MC_STORE_SEGMENT_ID_MAX] = "";
+	const char *path, *protocol, *location;
+	uint64_t size, offset = 0;
+	struct call c;
+	mc_status st;
+	PARSE("mount_segment", 2, "path", "size", "offset", "protocol", "location");
+	if (arg_str(a[0], "mount_segment", "path", &path) < 0 ||
+	    arg_u64(a[1], "mount_segment", "size", &size) < 0 ||
+	    (a[2] && arg_u64(a[2], "mount_segment", "offset", &offset) < 0) ||
+	    opt_strs(&a[3], "mount_segment", &protocol, &location) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_mount_segment(ST(self)->s, path, size, offset, protocol, location, id);
+	call_end(&c);
+	return mount_result(st, id, NULL);
+}
+
+PyObject *mc_py_store_allocate_and_mount_segment(DEFARGS)
+{
+	char id[MC_STORE_SEGMENT_ID_MAX] = "";
+	const char *protocol, *location;
+	uint64_t size, allocated = 0;
+	struct call c;
+	mc_status st;
+	PARSE("allocate_and_mount_segment", 1, "size", "protocol", "location");
+	if (arg_u64(a[0], "allocate_and_mount_segment", "size", &size) < 0 ||
+	    opt_strs(&a[1], "allocate_and_mount_segment", &protocol, &location) < 0)
+		return NULL;
+	call_begin(&c, ST(self), false);
+	st = mc_store_allocate_and_mount_segment(ST(self)->s, size, protocol, location, id,
+						 &allocated);
+	call_end(&c);
+	return mount_result(st, id, &allocated);
 }

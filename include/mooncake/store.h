@@ -428,6 +428,48 @@ MC_API mc_status mc_store_query_task(struct mc_store *s, const struct mc_store_t
 MC_API mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 					  uint64_t grace_period_ms);
 
+/*
+ * Extra segments (spec store.md 9.3): memory this client mounts at the
+ * master beside its global segment, each registered with the engine and
+ * mounted under its own segment id, written to id_out as "<first>-<second>"
+ * (room for MC_STORE_SEGMENT_ID_MAX bytes).  A master restart remounts
+ * them with the global segment.  protocol NULL or "" is the client's; any
+ * other protocol is INVALID_PARAMS (the engine has one).  location is the
+ * engine's ("cpu:N", "*"; NULL for "*").
+ *
+ * mount_segment maps [offset, offset + size) of the file at path (a tmpfs
+ * or /dev/shm file; MAP_SHARED, so its bytes are the file's).
+ * INVALID_PARAMS, naming the cause, for a path that cannot be opened
+ * read-write or is no regular file, size 0, an offset that is not a
+ * multiple of the page size, or a range past the file's end.
+ */
+#define MC_STORE_SEGMENT_ID_MAX 48
+MC_API mc_status mc_store_mount_segment(struct mc_store *s, const char *path, uint64_t size,
+					uint64_t offset, const char *protocol,
+					const char *location, char *id_out);
+/* Maps size bytes (rounded up to the page size, *allocated_out) of anonymous memory. */
+MC_API mc_status mc_store_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
+						     const char *protocol, const char *location,
+						     char *id_out, uint64_t *allocated_out);
+/*
+ * Unmount an extra segment as mc_store_unmount_segment does (if it still
+ * is mounted), wait out the grace period (the segment stays readable),
+ * then deregister it from the engine and unmap it.  INVALID_PARAMS for an
+ * id that is not an extra segment of this client's (the global segment
+ * included: it lives until close).
+ */
+MC_API mc_status mc_store_unmount_and_free_segment(struct mc_store *s, const char *segment_id,
+						   uint64_t grace_period_ms);
+/*
+ * Take the SSD tier off the master (its LOCAL_DISK replicas are dropped,
+ * no new objects are offloaded, nothing remounts it), then wait the grace
+ * period while readers that already hold its descriptors finish through
+ * the offload RPC, which serves until close.  INVALID_PARAMS when this
+ * client has no SSD tier mounted.
+ */
+MC_API mc_status mc_store_unmount_local_disk_segment(struct mc_store *s,
+						     uint64_t grace_period_ms);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,7 +74,7 @@
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-static struct mc_store_uuid random_uuid(void)
+struct mc_store_uuid mc_store_random_uuid(void)
 {
 	struct mc_store_uuid u = {0, 0};
 	uint64_t v[2];
@@ -93,24 +93,36 @@ static struct mc_store_uuid random_uuid(void)
 
 static mc_status remount(struct mc_store *s)
 {
-	struct mc_store_segment seg;
+	struct mc_store_segment *xs, *segs;
+	size_t nx = mc_store_xsegs_mounted(s, &xs);
 	struct mc_store_remount_req req = {s->client_id, 0, NULL};
 	struct mc_store_msg resp;
 	mc_status rc;
 
-	if (s->seg_mounted && !atomic_load(&s->seg_unmounted)) {
-		memset(&seg, 0, sizeof(seg));
-		seg.id = s->seg_id;
-		seg.name = mc_proto_str_c(s->name);
-		seg.base = (uint64_t)(uintptr_t)s->seg;
-		seg.size = s->seg_size;
-		seg.te_endpoint = mc_proto_str_c(s->name);
-		seg.protocol = mc_proto_str_c(s->protocol);
-		seg.host_id = mc_proto_str_c(s->host_id);
-		req.n_segments = 1;
-		req.segments = &seg;
+	/* the global segment, then the extra ones (client_mount.c) */
+	segs = mc_calloc(nx + 1, sizeof(*segs));
+	if (!segs) {
+		mc_free(xs);
+		return MC_ERR_NOMEM;
 	}
+	if (s->seg_mounted && !atomic_load(&s->seg_unmounted)) {
+		struct mc_store_segment *seg = &segs[req.n_segments++];
+
+		seg->id = s->seg_id;
+		seg->name = mc_proto_str_c(s->name);
+		seg->base = (uint64_t)(uintptr_t)s->seg;
+		seg->size = s->seg_size;
+		seg->te_endpoint = mc_proto_str_c(s->name);
+		seg->protocol = mc_proto_str_c(s->protocol);
+		seg->host_id = mc_proto_str_c(s->host_id);
+	}
+	if (nx)
+		memcpy(&segs[req.n_segments], xs, nx * sizeof(*xs));
+	req.n_segments += (uint32_t)nx;
+	req.segments = req.n_segments ? segs : NULL;
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOUNT_SEGMENT, &req, &resp);
+	mc_free(xs);
+	mc_free(segs);
 	if (rc == MC_OK)
 		mc_store_msg_release(&resp);
 	return rc;
@@ -190,6 +202,7 @@ mc_status mc_store_new(struct mc_store **out)
 	}
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
+	mc_store_xsegs_init(s);
 	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
@@ -209,6 +222,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->hb_cond);
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
+	pthread_mutex_destroy(&s->xseg_lock);
 	pthread_cond_destroy(&s->sess_cond);
 	mc_free(s->metrics);
 	mc_free(s);
@@ -241,6 +255,7 @@ static void teardown(struct mc_store *s)
 	mc_store_sessions_drop_all(s);
 	mc_store_fs_stop(s); /* its files written and reported while the master is there */
 	mc_store_offload_stop(s);
+	mc_store_xsegs_free(s);
 	if (s->seg_mounted) {
 		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
 		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)
@@ -382,7 +397,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		 p->protocol && *p->protocol ? p->protocol : "tcp");
 	snprintf(s->tenant, sizeof(s->tenant), "%s",
 		 p->tenant_id && *p->tenant_id ? p->tenant_id : DEFAULT_TENANT);
-	s->client_id = random_uuid();
+	s->client_id = mc_store_random_uuid();
 	{
 		struct mc_store_client_env env;
 		mc_store_client_env_load(&env);
@@ -441,7 +456,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		s->seg_registered = true;
 		/* a background pre-fault follows the engine's writes into it */
 		mc_hostmem_follow(s->seg_mem, seg_write_front, s);
-		s->seg_id = random_uuid();
+		s->seg_id = mc_store_random_uuid();
 		rc = mount_segment(s);
 		if (rc != MC_OK)
 			goto err;

@@ -30,6 +30,18 @@
 
 struct mc_master_conn;
 struct mc_offload_pool;
+
+/* One extra segment: file-backed (map, map_len) or allocated (mem). */
+struct mc_store_xseg {
+	struct mc_store_uuid id;
+	void *base;
+	uint64_t size;
+	void *map; /* munmap(map, map_len); NULL when mem */
+	size_t map_len;
+	struct mc_hostmem *mem;
+	bool unmounted; /* taken off the master: the remount leaves it out */
+	bool freeing;	/* an unmount_and_free owns it */
+};
 struct mc_client_metrics;
 struct mc_http;
 
@@ -54,6 +66,11 @@ struct mc_store {
 	bool seg_mounted;
 	atomic_bool seg_unmounted; /* mc_store_unmount_segment took it off (any thread) */
 	struct mc_store_uuid seg_id;
+
+	/* extra segments (client_mount.c): mount_segment and friends */
+	pthread_mutex_t xseg_lock; /* xsegs, n_xsegs and every entry's flags */
+	struct mc_store_xseg *xsegs;
+	size_t n_xsegs;
 
 	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
 	pthread_mutex_t sess_lock; /* the trees and every session's users/detached */
@@ -224,6 +241,11 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 /* The heartbeat's turn at copy and move tasks (client_tasks.c): true when
  * it stopped at its time budget with tasks still coming. */
 bool mc_store_tasks_poll(struct mc_store *s);
+/* "<first>-<second>" in decimal (client_tasks.c) */
+bool mc_store_parse_seg_id(const char *str, struct mc_store_uuid *out);
+/* UnmountSegment (grace 0) or GracefulUnmountSegment of segment id. */
+mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid *id,
+				  uint64_t grace_period_ms);
 
 /*
  * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,
@@ -374,6 +396,25 @@ mc_status mc_store_offload_start(struct mc_store *s);
 void mc_store_offload_stop(struct mc_store *s);
 /* The master forgot this client: mount and re-register again, soon. */
 void mc_store_offload_remount(struct mc_store *s);
+/* unmount_local_disk_segment: stop the heartbeat, unmount the local-disk
+ * segment at the master; the server and disk store stay until close.
+ * INVALID_PARAMS when the tier is off or already withdrawn. */
+mc_status mc_store_offload_withdraw(struct mc_store *s);
+
+/* ---- client_mount.c ---- */
+
+/* a fresh random id (client.c) */
+struct mc_store_uuid mc_store_random_uuid(void);
+
+void mc_store_xsegs_init(struct mc_store *s);
+/* close: unmount (best effort), deregister and unmap every extra segment. */
+void mc_store_xsegs_free(struct mc_store *s);
+/* The extra segments still mounted, as the remount sends them: *out
+ * (mc_free it) holds n entries whose strings point into s. */
+size_t mc_store_xsegs_mounted(struct mc_store *s, struct mc_store_segment **out);
+/* unmount_segment of an extra segment: INVALID_PARAMS when id is none. */
+mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *id,
+				uint64_t grace_period_ms);
 
 /* ---- client_session.c ---- */
 

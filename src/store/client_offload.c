@@ -592,6 +592,37 @@ fail:
 	return rc;
 }
 
+mc_status mc_store_offload_withdraw(struct mc_store *s)
+{
+	struct mc_store_client_req req = {s->client_id};
+	struct mc_store_msg resp;
+	mc_status rc;
+	bool started;
+
+	/* first the heartbeat: it would mount the segment again (one caller joins it) */
+	pthread_mutex_lock(&s->hb_lock);
+	started = s->disk && s->ohb_started;
+	s->ohb_started = false;
+	s->ohb_stop = true;
+	pthread_cond_broadcast(&s->ohb_cond);
+	pthread_mutex_unlock(&s->hb_lock);
+	if (started)
+		pthread_join(s->ohb, NULL);
+	if (!s->disk || !s->disk_mounted)
+		return mc_set_error(
+			MC_ERR_INVALID_PARAMS,
+			"unmount_local_disk_segment: this client has no local disk "
+			"segment mounted (enable_ssd_offload off, or unmounted already)");
+	rc = mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_LOCAL_DISK_SEGMENT, &req, &resp);
+	if (rc != MC_OK)
+		return rc; /* close tries again */
+	mc_store_msg_release(&resp);
+	s->disk_mounted = false;
+	mc_info("local disk segment %s unmounted; its offload RPC serves until close",
+		s->disk_path);
+	return MC_OK;
+}
+
 void mc_store_offload_stop(struct mc_store *s)
 {
 	if (s->ohb_started) {

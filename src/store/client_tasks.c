@@ -21,6 +21,7 @@
  * the own segment (a source address outside it fails the task).
  */
 #define MC_LOG_MODULE "store"
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,54 +132,63 @@ mc_status mc_store_query_task(struct mc_store *s, const struct mc_store_task_uui
 	return MC_OK;
 }
 
-static bool parse_uuid(const char *s, struct mc_store_uuid *out)
+bool mc_store_parse_seg_id(const char *s, struct mc_store_uuid *out)
 {
 	char *end;
 	unsigned long long a, b;
 
 	if (!s || *s < '0' || *s > '9')
 		return false;
+	errno = 0;
 	a = strtoull(s, &end, 10);
 	if (*end != '-' || end[1] < '0' || end[1] > '9')
 		return false;
 	b = strtoull(end + 1, &end, 10);
-	if (*end)
+	if (*end || errno == ERANGE)
 		return false;
 	out->first = a;
 	out->second = b;
 	return true;
 }
 
+mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid *id,
+				  uint64_t grace_period_ms)
+{
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	if (grace_period_ms == 0) {
+		struct mc_store_unmount_req req = {s->client_id, *id};
+
+		rc = mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp);
+	} else {
+		struct mc_store_graceful_unmount_req req = {s->client_id, *id, grace_period_ms};
+
+		rc = mc_master_conn_call(s->conn, MC_STORE_GRACEFUL_UNMOUNT_SEGMENT, &req, &resp);
+	}
+	if (rc == MC_OK)
+		mc_store_msg_release(&resp);
+	return rc;
+}
+
 mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 				   uint64_t grace_period_ms)
 {
 	struct mc_store_uuid id;
-	struct mc_store_msg resp;
 	mc_status rc = mc_store_check_ready(s);
 
 	if (rc != MC_OK)
 		return rc;
-	if (!parse_uuid(segment_id, &id))
+	if (!mc_store_parse_seg_id(segment_id, &id))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_segment: '%s' is not a segment id (<first>-<second>)",
 				    segment_id ? segment_id : "(null)");
 	if (!s->seg_mounted || atomic_load(&s->seg_unmounted) || id.first != s->seg_id.first ||
 	    id.second != s->seg_id.second)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "unmount_segment: %s is not a segment this client has mounted",
-				    segment_id);
-	if (grace_period_ms == 0) {
-		struct mc_store_unmount_req req = {s->client_id, id};
-
-		rc = mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp);
-	} else {
-		struct mc_store_graceful_unmount_req req = {s->client_id, id, grace_period_ms};
-
-		rc = mc_master_conn_call(s->conn, MC_STORE_GRACEFUL_UNMOUNT_SEGMENT, &req, &resp);
-	}
+		return mc_store_xseg_unmount(s, &id, grace_period_ms);
+	rc = mc_store_master_unmount(s, &id, grace_period_ms);
 	if (rc != MC_OK)
 		return rc;
-	mc_store_msg_release(&resp);
 	atomic_store(&s->seg_unmounted, true); /* the heartbeat's remount leaves it out */
 	return MC_OK;
 }

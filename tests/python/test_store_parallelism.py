@@ -53,9 +53,7 @@ batch_upsert_tensor_with_parallelism_from get_tensor_with_parallelism
 batch_get_tensor_with_parallelism get_tensor_with_parallelism_into
 batch_get_tensor_with_parallelism_into save_tensor_to_safetensor load_tensor_from_safetensor
 """.split()
-PENDING = {  # issue 15: the segment calls (part 5)
-    "mount_segment", "allocate_and_mount_segment",
-    "unmount_and_free_segment", "unmount_local_disk_segment"}
+PENDING = set()
 SPEC_MODULE_NAMES = """ReplicateConfig SoftPinAction ObjectDataType ReplicaStatus
 ReplicaDescriptor MemoryDescriptor Descriptor TaskType TaskStatus BufferHandle BufferPool
 MooncakeHostMemAllocator ParallelAxis TensorParallelism ReadTarget bind_to_numa_node

@@ -1,0 +1,391 @@
+/*
+ * store/client_mount.c - extra segments of a store client (spec store.md
+ * 9.3: mount_segment, allocate_and_mount_segment, unmount_and_free_segment,
+ * unmount_local_disk_segment).
+ *
+ * Each extra segment is memory this client offers beside its global
+ * segment: a MAP_SHARED window of a file (tmpfs, /dev/shm) or anonymous
+ * memory from mem/hostmem.  It is registered with the engine first (a
+ * peer may write into it as soon as the master hands it out), then
+ * mounted at the master under its own random segment id and the client's
+ * segment name, so replicas in it read and write through the engine like
+ * any other.  The heartbeat's remount after a master restart sends every
+ * extra segment still mounted (mc_store_xsegs_mounted).
+ *
+ * Threads: xseg_lock guards the list and every entry's flags; a call that
+ * frees an entry marks it `freeing`, drops the lock for the master calls
+ * and the grace period, and takes it out at the end, so the remount and
+ * other calls never see memory being unmapped.
+ *
+ * Never: map past a file's end (a read there is SIGBUS), unmap memory the
+ * engine still has registered, or free the global segment here.
+ */
+#define MC_LOG_MODULE "store"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/log.h"
+#include "mem/hostmem.h"
+#include "store/client_int.h"
+#include "store/master_conn.h"
+#include "te/engine.h"
+
+#define GRACE_MAX_MS (3600ull * 1000) /* the calls wait it out: at most an hour */
+
+void mc_store_xsegs_init(struct mc_store *s)
+{
+	pthread_mutex_init(&s->xseg_lock, NULL);
+	s->xsegs = NULL;
+	s->n_xsegs = 0;
+}
+
+static mc_status logged(mc_status rc)
+{
+	if (rc != MC_OK)
+		mc_warn("%s", mc_last_error());
+	return rc;
+}
+
+static void id_str(const struct mc_store_uuid *id, char *out)
+{
+	snprintf(out, MC_STORE_SEGMENT_ID_MAX, "%" PRIu64 "-%" PRIu64, id->first, id->second);
+}
+
+static void fill_segment(struct mc_store *s, const struct mc_store_xseg *x,
+			 struct mc_store_segment *seg)
+{
+	memset(seg, 0, sizeof(*seg));
+	seg->id = x->id;
+	seg->name = mc_proto_str_c(s->name);
+	seg->base = (uint64_t)(uintptr_t)x->base;
+	seg->size = x->size;
+	seg->te_endpoint = mc_proto_str_c(s->name);
+	seg->protocol = mc_proto_str_c(s->protocol);
+	seg->host_id = mc_proto_str_c(s->host_id);
+}
+
+static void release_memory(struct mc_store *s, struct mc_store_xseg *x, bool registered)
+{
+	if (registered && mc_te_deregister(s->te, x->base) != MC_OK)
+		mc_warn("deregistering segment memory %p: %s", x->base, mc_last_error());
+	if (x->map)
+		munmap(x->map, x->map_len);
+	mc_hostmem_unmap(x->mem);
+	x->map = NULL;
+	x->mem = NULL;
+}
+
+static mc_status check_args(struct mc_store *s, const char *what, const char *protocol,
+			    char *id_out)
+{
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc != MC_OK)
+		return rc;
+	if (!id_out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: NULL id_out", what);
+	if (protocol && *protocol && strcmp(protocol, s->protocol) != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "%s: protocol '%s' is not this client's engine's ('%s')", what,
+				    protocol, s->protocol);
+	return MC_OK;
+}
+
+/* Register x's memory, mount it, add it to the list; on failure frees it. */
+static mc_status add_segment(struct mc_store *s, struct mc_store_xseg *x, const char *location,
+			     char *id_out)
+{
+	struct mc_store_mount_req req;
+	struct mc_store_msg resp;
+	struct mc_store_xseg *v;
+	mc_status rc;
+
+	rc = mc_te_register(s->te, x->base, x->size, location && *location ? location : NULL, true);
+	if (rc != MC_OK) {
+		release_memory(s, x, false);
+		return rc;
+	}
+	x->id = mc_store_random_uuid();
+	memset(&req, 0, sizeof(req));
+	req.client_id = s->client_id;
+	fill_segment(s, x, &req.segment);
+	rc = mc_master_conn_call(s->conn, MC_STORE_MOUNT_SEGMENT, &req, &resp);
+	if (rc != MC_OK) {
+		release_memory(s, x, true);
+		return rc;
+	}
+	mc_store_msg_release(&resp);
+	pthread_mutex_lock(&s->xseg_lock);
+	v = mc_realloc(s->xsegs, (s->n_xsegs + 1) * sizeof(*v));
+	if (v) {
+		s->xsegs = v;
+		v[s->n_xsegs++] = *x;
+	}
+	pthread_mutex_unlock(&s->xseg_lock);
+	if (!v) {
+		(void)mc_store_master_unmount(s, &x->id, 0);
+		release_memory(s, x, true);
+		return MC_ERR_NOMEM;
+	}
+	id_str(&x->id, id_out);
+	mc_info("mounted extra segment %s: %" PRIu64 " bytes at %p", id_out, x->size, x->base);
+	return MC_OK;
+}
+
+static mc_status do_mount_segment(struct mc_store *s, const char *path, uint64_t size,
+				  uint64_t offset, const char *protocol, const char *location,
+				  char *id_out)
+{
+	struct mc_store_xseg x;
+	struct stat st;
+	long page = sysconf(_SC_PAGESIZE);
+	mc_status rc = check_args(s, "mount_segment", protocol, id_out);
+	void *p;
+	int fd, e;
+
+	if (rc != MC_OK)
+		return rc;
+	if (!path || !*path)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "mount_segment: empty path");
+	if (size == 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "mount_segment: size 0");
+	if (offset % (uint64_t)page)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "mount_segment: offset %" PRIu64
+				    " is not a multiple of the page size (%ld)",
+				    offset, page);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "mount_segment: cannot open %s: %s",
+				    path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "mount_segment: %s is not a regular file", path);
+	}
+	if (offset > (uint64_t)st.st_size || size > (uint64_t)st.st_size - offset) {
+		close(fd);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "mount_segment: [%" PRIu64 ", +%" PRIu64
+				    ") runs past the end of %s (%" PRIu64 " bytes)",
+				    offset, size, path, (uint64_t)st.st_size);
+	}
+	p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+	e = errno;
+	close(fd);
+	if (p == MAP_FAILED)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "mount_segment: cannot map %s: %s", path,
+				    strerror(e));
+	memset(&x, 0, sizeof(x));
+	x.base = p;
+	x.size = size;
+	x.map = p;
+	x.map_len = (size_t)size;
+	return add_segment(s, &x, location, id_out);
+}
+
+static mc_status do_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
+					       const char *protocol, const char *location,
+					       char *id_out, uint64_t *allocated_out)
+{
+	struct mc_hostmem_config hc;
+	struct mc_store_xseg x;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	mc_status rc = check_args(s, "allocate_and_mount_segment", protocol, id_out);
+
+	if (rc != MC_OK)
+		return rc;
+	if (size == 0 || size > UINT64_MAX - page)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "allocate_and_mount_segment: bad size %" PRIu64, size);
+	memset(&x, 0, sizeof(x));
+	x.size = (size + page - 1) / page * page;
+	mc_hostmem_config_load(&hc);
+	rc = mc_hostmem_map(x.size, 0, &hc, "extra segment", &x.mem);
+	mc_config_entry_release(mc_hostmem_config_table, mc_hostmem_config_table_len, &hc);
+	if (rc != MC_OK)
+		return rc;
+	x.base = mc_hostmem_addr(x.mem);
+	rc = add_segment(s, &x, location, id_out);
+	if (rc == MC_OK && allocated_out)
+		*allocated_out = x.size;
+	return rc;
+}
+
+static struct mc_store_xseg *find(struct mc_store *s, const struct mc_store_uuid *id)
+{
+	for (size_t i = 0; i < s->n_xsegs; i++)
+		if (s->xsegs[i].id.first == id->first && s->xsegs[i].id.second == id->second)
+			return &s->xsegs[i];
+	return NULL;
+}
+
+mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *id,
+				uint64_t grace_period_ms)
+{
+	struct mc_store_xseg *x;
+	mc_status rc;
+
+	pthread_mutex_lock(&s->xseg_lock);
+	x = find(s, id);
+	if (!x || x->unmounted || x->freeing) {
+		pthread_mutex_unlock(&s->xseg_lock);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_segment: %" PRIu64 "-%" PRIu64
+				    " is not a segment this client has mounted",
+				    id->first, id->second);
+	}
+	x->unmounted = true; /* the remount leaves it out from now */
+	pthread_mutex_unlock(&s->xseg_lock);
+	rc = mc_store_master_unmount(s, id, grace_period_ms);
+	if (rc != MC_OK) {
+		pthread_mutex_lock(&s->xseg_lock);
+		x = find(s, id);
+		if (x)
+			x->unmounted = false;
+		pthread_mutex_unlock(&s->xseg_lock);
+	}
+	return rc;
+}
+
+static void wait_ms(uint64_t ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *segment_id,
+					     uint64_t grace_period_ms)
+{
+	struct mc_store_uuid id;
+	struct mc_store_xseg *x, copy;
+	bool was_mounted;
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc != MC_OK)
+		return rc;
+	if (!mc_store_parse_seg_id(segment_id, &id))
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_and_free_segment: '%s' is not a segment id "
+				    "(<first>-<second>)",
+				    segment_id ? segment_id : "(null)");
+	if (grace_period_ms > GRACE_MAX_MS)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_and_free_segment: grace period above an hour");
+	pthread_mutex_lock(&s->xseg_lock);
+	x = find(s, &id);
+	if (!x || x->freeing) {
+		pthread_mutex_unlock(&s->xseg_lock);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_and_free_segment: %s is not an extra segment of this "
+				    "client (mount_segment, allocate_and_mount_segment)",
+				    segment_id);
+	}
+	x->freeing = true;
+	was_mounted = !x->unmounted;
+	x->unmounted = true;
+	pthread_mutex_unlock(&s->xseg_lock);
+	if (was_mounted) {
+		rc = mc_store_master_unmount(s, &id, grace_period_ms);
+		if (rc != MC_OK) {
+			pthread_mutex_lock(&s->xseg_lock);
+			x = find(s, &id);
+			x->freeing = false;
+			x->unmounted = false;
+			pthread_mutex_unlock(&s->xseg_lock);
+			return rc;
+		}
+		wait_ms(grace_period_ms); /* readable until then: keep it mapped */
+	}
+	pthread_mutex_lock(&s->xseg_lock);
+	x = find(s, &id);
+	copy = *x;
+	*x = s->xsegs[--s->n_xsegs];
+	pthread_mutex_unlock(&s->xseg_lock);
+	release_memory(s, &copy, true);
+	mc_info("freed extra segment %s", segment_id);
+	return MC_OK;
+}
+
+size_t mc_store_xsegs_mounted(struct mc_store *s, struct mc_store_segment **out)
+{
+	size_t n = 0;
+
+	*out = NULL;
+	pthread_mutex_lock(&s->xseg_lock);
+	if (s->n_xsegs)
+		*out = mc_calloc(s->n_xsegs, sizeof(**out));
+	for (size_t i = 0; *out && i < s->n_xsegs; i++)
+		if (!s->xsegs[i].unmounted)
+			fill_segment(s, &s->xsegs[i], &(*out)[n++]);
+	pthread_mutex_unlock(&s->xseg_lock);
+	return n;
+}
+
+void mc_store_xsegs_free(struct mc_store *s)
+{
+	/* close: no other call runs (mc_store_close's contract) */
+	for (size_t i = 0; i < s->n_xsegs; i++) {
+		struct mc_store_xseg *x = &s->xsegs[i];
+
+		if (!x->unmounted && s->conn && mc_store_master_unmount(s, &x->id, 0) != MC_OK)
+			mc_warn("unmount of an extra segment failed: %s", mc_last_error());
+		release_memory(s, x, true);
+	}
+	mc_free(s->xsegs);
+	s->xsegs = NULL;
+	s->n_xsegs = 0;
+}
+
+static mc_status do_unmount_local_disk_segment(struct mc_store *s, uint64_t grace_period_ms)
+{
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc != MC_OK)
+		return rc;
+	if (grace_period_ms > GRACE_MAX_MS)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_local_disk_segment: grace period above an hour");
+	rc = mc_store_offload_withdraw(s);
+	if (rc == MC_OK)
+		wait_ms(grace_period_ms);
+	return rc;
+}
+
+/* ---- the public calls: a refusal is logged (these are operators' calls) ---- */
+
+mc_status mc_store_mount_segment(struct mc_store *s, const char *path, uint64_t size,
+				 uint64_t offset, const char *protocol, const char *location,
+				 char *id_out)
+{
+	return logged(do_mount_segment(s, path, size, offset, protocol, location, id_out));
+}
+
+mc_status mc_store_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
+					      const char *protocol, const char *location,
+					      char *id_out, uint64_t *allocated_out)
+{
+	return logged(
+		do_allocate_and_mount_segment(s, size, protocol, location, id_out, allocated_out));
+}
+
+mc_status mc_store_unmount_and_free_segment(struct mc_store *s, const char *segment_id,
+					    uint64_t grace_period_ms)
+{
+	return logged(do_unmount_and_free_segment(s, segment_id, grace_period_ms));
+}
+
+mc_status mc_store_unmount_local_disk_segment(struct mc_store *s, uint64_t grace_period_ms)
+{
+	return logged(do_unmount_local_disk_segment(s, grace_period_ms));
+}
