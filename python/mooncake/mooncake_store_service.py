@@ -22,11 +22,24 @@ Request bodies above 100 MB are refused with 413.  Every store call runs in
 the event loop's executor, so a slow call never stalls the other requests,
 and no request's failure stops the service.
 
-The segment-management paths of upstream (``/api/mount_shm``,
-``/api/unmount_shm``, ``/api/mount``, ``/api/unmount``,
-``/api/unmount_local_disk``, ``/api/reconfigure``) exist and answer 501
-{"error": ...} naming the store method this build lacks: our
-``mooncake.store`` has no segment mounting calls yet (docs/python.md).
+Segment management (the store's extra segments; ids "<first>-<second>")::
+
+    POST /api/mount_shm      {"name", "size", "offset"=0, "protocol"=config's,
+                             "location"=""}: maps /dev/shm/<name> (no "/"
+                             inside the name) -> {"status": "success",
+                             "segment_ids": [...]}
+    POST /api/mount          {"size" > 0, "protocol", "location"}: memory
+                             allocated in the service -> {"status":
+                             "success", "segment_ids": [...], "allocated_size": n}
+    POST /api/unmount_shm    {"segment_ids": [...] or "id",
+    POST /api/unmount         "grace_period_seconds": 0}: unmount, wait the
+                             grace period, unmap -> {"status": "success"}
+    POST /api/unmount_local_disk {"grace_period_seconds": 0..3600}: take the
+                             SSD tier off the master, then wait
+
+A malformed body or field is 400, a refused call 500 {"error": ... with
+the store's code}.  ``/api/reconfigure`` (make-before-break remount) answers
+501: not implemented by this service yet.
 
 When the service is ready it prints one line to stdout,
 ``mc_store_rest_server listening on HOST:PORT``, so scripts can wait for
@@ -60,18 +73,26 @@ logger = logging.getLogger("mooncake.mooncake_store_service")
 DEFAULT_PORT = 8080
 MAX_BODY = 100 * 1024 * 1024  # upstream's limit: 100 MB
 
-_MOUNT_PATHS = {
-    "/api/mount_shm": "mount_segment",
-    "/api/unmount_shm": "unmount_segment",
-    "/api/mount": "allocate_and_mount_segment",
-    "/api/unmount": "unmount_segment",
-    "/api/unmount_local_disk": "unmount_local_disk",
-    "/api/reconfigure": "mount_segment",
-}
+GRACE_MAX_S = 3600
 
 
 def _error(status, message):
     return web.json_response({"error": message}, status=status)
+
+
+class _BadRequest(ValueError):
+    """A malformed request body or field: 400 with this message."""
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _grace(body):
+    g = body.get("grace_period_seconds", 0)
+    if not isinstance(g, (int, float)) or isinstance(g, bool) or not 0 <= g <= GRACE_MAX_S:
+        raise _BadRequest(f"'grace_period_seconds' must be a number in 0..{GRACE_MAX_S}")
+    return g
 
 
 class MooncakeStoreService:
@@ -196,14 +217,90 @@ class MooncakeStoreService:
             return _error(500, f"REMOVE_ALL operation failed ({n})")
         return web.json_response({"status": f"success removed {n} keys"})
 
-    def _not_implemented(self, method):
-        async def handler(request):
-            fn = getattr(self.store, method, None)
-            if fn is None:
-                return _error(501, f"{request.path} needs MooncakeDistributedStore.{method}, "
-                              "which this build of mooncake.store does not have")
-            return _error(501, f"{request.path} is not implemented by this service")
-        return handler
+    # -- segment management ----------------------------------------------------------------
+
+    async def _json_object(self, request):
+        try:
+            body = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            raise
+        except (ValueError, UnicodeDecodeError):
+            raise _BadRequest("Invalid JSON body")
+        if not isinstance(body, dict):
+            raise _BadRequest("The body must be a JSON object")
+        return body
+
+    def _protocol_location(self, body):
+        default = getattr(self.config, "protocol", None) or "tcp"
+        protocol, location = body.get("protocol", default), body.get("location", "")
+        if not isinstance(protocol, str) or not protocol:
+            raise _BadRequest("'protocol' must be a non-empty string")
+        if not isinstance(location, str):
+            raise _BadRequest("'location' must be a string")
+        return protocol, location
+
+    async def _segment_call(self, request, parse, call, answer):
+        try:
+            args = parse(await self._json_object(request))
+        except _BadRequest as e:
+            return _error(400, str(e))
+        try:
+            r = await self._call(call, *args)
+        except Exception:
+            logger.exception("%s raised", request.path)
+            return _error(500, f"{request.path} failed")
+        rc = r["ret"] if isinstance(r, dict) else r
+        if rc != 0:
+            logger.warning("%s failed with %s", request.path, rc)
+            return _error(500, f"{request.path} failed ({rc})")
+        return web.json_response(answer(r))
+
+    async def handle_mount_shm(self, request):
+        def parse(b):
+            name, size, offset = b.get("name"), b.get("size"), b.get("offset", 0)
+            if not isinstance(name, str) or not name.lstrip("/") or "/" in name.lstrip("/"):
+                raise _BadRequest("'name' must be a POSIX shm name (no '/' inside)")
+            if not _is_int(size) or size <= 0:
+                raise _BadRequest("'size' must be a positive integer")
+            if not _is_int(offset) or offset < 0:
+                raise _BadRequest("'offset' must be a non-negative integer")
+            return ("/dev/shm/" + name.lstrip("/"), size, offset) + self._protocol_location(b)
+        return await self._segment_call(
+            request, parse, lambda *a: self.store.mount_segment(*a),
+            lambda r: {"status": "success", "segment_ids": r["segment_ids"]})
+
+    async def handle_mount(self, request):
+        def parse(b):
+            size = b.get("size")
+            if not _is_int(size) or size <= 0:
+                raise _BadRequest("'size' must be a positive integer")
+            return (size,) + self._protocol_location(b)
+        return await self._segment_call(
+            request, parse, lambda *a: self.store.allocate_and_mount_segment(*a),
+            lambda r: {"status": "success", "segment_ids": r["segment_ids"],
+                       "allocated_size": r["allocated_size"]})
+
+    async def handle_unmount(self, request):
+        def parse(b):
+            ids = b.get("segment_ids")
+            if isinstance(ids, str):
+                ids = [ids]
+            if not isinstance(ids, list) or not ids or \
+                    not all(isinstance(i, str) and i for i in ids):
+                raise _BadRequest("'segment_ids' must be a segment id or a list of them")
+            return ids, _grace(b)
+        return await self._segment_call(
+            request, parse, lambda *a: self.store.unmount_and_free_segment(*a),
+            lambda r: {"status": "success"})
+
+    async def handle_unmount_local_disk(self, request):
+        return await self._segment_call(
+            request, lambda b: (_grace(b),),
+            lambda *a: self.store.unmount_local_disk_segment(*a),
+            lambda r: {"status": "success"})
+
+    async def handle_reconfigure(self, request):
+        return _error(501, f"{request.path} is not implemented by this service")
 
     # -- the HTTP side ---------------------------------------------------------------
 
@@ -214,8 +311,12 @@ class MooncakeStoreService:
         app.router.add_get("/api/exist/{key:.+}", self.handle_exist)
         app.router.add_delete("/api/remove_all", self.handle_remove_all)
         app.router.add_delete("/api/remove/{key:.+}", self.handle_remove)
-        for path, method in _MOUNT_PATHS.items():
-            app.router.add_post(path, self._not_implemented(method))
+        app.router.add_post("/api/mount_shm", self.handle_mount_shm)
+        app.router.add_post("/api/mount", self.handle_mount)
+        app.router.add_post("/api/unmount_shm", self.handle_unmount)
+        app.router.add_post("/api/unmount", self.handle_unmount)
+        app.router.add_post("/api/unmount_local_disk", self.handle_unmount_local_disk)
+        app.router.add_post("/api/reconfigure", self.handle_reconfigure)
         return app
 
     async def start_http_service(self, port=DEFAULT_PORT, host="0.0.0.0"):

@@ -305,7 +305,12 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 			pthread_mutex_unlock(&s->xseg_lock);
 			return rc;
 		}
-		wait_ms(grace_period_ms); /* readable until then: keep it mapped */
+		if (grace_period_ms) {
+			wait_ms(grace_period_ms); /* readable until then: keep it mapped */
+			/* now, not at the master's next sweep: no replica list may
+			 * name it once it is unmapped (an unknown id is no error) */
+			(void)mc_store_master_unmount(s, &id, 0);
+		}
 	}
 	pthread_mutex_lock(&s->xseg_lock);
 	x = find(s, &id);

@@ -9,6 +9,8 @@ a master restart gets the segment remounted."""
 import json
 import os
 import re
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -156,3 +158,25 @@ def test_master_restart_remounts_extra_segments(tmp_path, shm_file):
             if s:
                 s.close()
         m.stop()
+
+
+def test_free_with_grace_keeps_it_readable_until_then(master, shm_file):
+    a, b = new_store(master), new_store(master)
+    try:
+        sid = a.mount_segment(shm_file, 16 * MiB)["segment_ids"][0]
+        val = os.urandom(64 * 1024)
+        assert a.put("g/k", val) == 0
+        t0 = time.monotonic()
+        done = []
+        th = threading.Thread(target=lambda: done.append(
+            a.unmount_and_free_segment([sid], grace_period_seconds=2.0)))
+        th.start()
+        # graceful: no new replicas there (the only segment), the old one still reads
+        poll_until(lambda: a.put("g/new", b"y" * 1024) != 0, 5, "the graceful unmount")
+        assert th.is_alive() and b.get("g/k") == val
+        th.join(timeout=30)
+        assert done == [0] and time.monotonic() - t0 >= 2.0
+        assert b.is_exist("g/k") == 0 and sid not in segment_ids(master)
+    finally:
+        a.close()
+        b.close()

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 import uuid
 
 import pytest
@@ -199,10 +200,49 @@ def test_remove_all_counts(service, reader):
     assert all(reader.is_exist(k) == 0 for k in keys)
 
 
-def test_mount_paths_answer_501(service):
-    st, _, body = service.request("POST", "/api/mount", b'{"size": 1048576}',
-                                  {"Content-Type": "application/json"})
-    assert st == 501 and "error" in json.loads(body)
+def test_mount_paths(service, mc_master):
+    def post(path, body):
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        st, _, resp = service.request("POST", path, raw, {"Content-Type": "application/json"})
+        return st, json.loads(resp)
+
+    def mounted():
+        url = f"http://127.0.0.1:{mc_master.metrics}/get_segments_detail"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return {s["segment_id"] for s in json.loads(r.read())["segments"]}
+
+    st, r = post("/api/mount", {"size": 4 * MiB + 1})
+    assert st == 200 and r["status"] == "success" and r["allocated_size"] > 4 * MiB, r
+    (aid,) = r["segment_ids"]
+    name = f"mc-svc-test-{uuid.uuid4().hex[:8]}"
+    with open(f"/dev/shm/{name}", "wb") as f:
+        f.truncate(4 * MiB)
+    try:
+        st, r = post("/api/mount_shm", {"name": name, "size": 4 * MiB})
+        assert st == 200 and r["status"] == "success", r
+        (sid,) = r["segment_ids"]
+        assert {aid, sid} <= mounted()
+        assert post("/api/unmount_shm", {"segment_ids": sid}) == (200, {"status": "success"})
+        assert post("/api/unmount", {"segment_ids": [aid], "grace_period_seconds": 0}) == \
+            (200, {"status": "success"})
+        assert not {aid, sid} & mounted()
+        # refusals: 400 for the request, 500 for the store's
+        for path, body in (("/api/mount", b"{bad"), ("/api/mount", {"size": 0}),
+                           ("/api/mount_shm", {"name": "a/b", "size": MiB}),
+                           ("/api/unmount", {"segment_ids": []}),
+                           ("/api/unmount", {"segment_ids": [aid], "grace_period_seconds": -1}),
+                           ("/api/unmount_local_disk", {"grace_period_seconds": 3601})):
+            st, r = post(path, body)
+            assert st == 400 and "error" in r, (path, body, st, r)
+        st, r = post("/api/unmount", {"segment_ids": [aid]})  # freed already
+        assert st == 500 and "-600" in r["error"], r
+        st, r = post("/api/mount_shm", {"name": name + "-none", "size": MiB})
+        assert st == 500 and "-600" in r["error"], r
+        st, r = post("/api/unmount_local_disk", {})  # no SSD tier on this service
+        assert st == 500, r
+        assert post("/api/reconfigure", {"mode": "prefill"})[0] == 501
+    finally:
+        os.unlink(f"/dev/shm/{name}")
 
 
 def test_bad_config_exits_with_message(tmp_path):
