@@ -180,3 +180,26 @@ def test_free_with_grace_keeps_it_readable_until_then(master, shm_file):
     finally:
         a.close()
         b.close()
+
+
+def test_unmount_local_disk_segment(tmp_path, monkeypatch):
+    """The SSD tier's LOCAL_DISK replicas leave the master; the DRAM copy stays."""
+    m = MasterDaemon(tmp_path, extra=("--enable_offload=true",))
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "1")
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(8 * MiB))
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup("127.0.0.1", m.meta_uri, 16 * MiB, 4 * MiB, "tcp", "", m.addr,
+                       enable_ssd_offload=True, ssd_offload_path=str(tmp_path / "ssd")) == 0
+        val = os.urandom(64 * 1024)
+        assert s.put("d/k", val) == 0
+
+        def on_disk():
+            return any(r.is_local_disk_replica() for r in s.get_replica_desc("d/k"))
+        poll_until(on_disk, 30, "the offload to the SSD tier", step=0.1)
+        assert s.unmount_local_disk_segment(grace_period_seconds=0) == 0
+        assert not on_disk() and s.get("d/k") == val
+        assert s.unmount_local_disk_segment() == INVALID_PARAMS  # once
+    finally:
+        s.close()
+        m.stop()
