@@ -94,14 +94,17 @@ struct mc_store_uuid mc_store_random_uuid(void)
 static mc_status remount(struct mc_store *s)
 {
 	struct mc_store_segment *xs, *segs;
-	size_t nx = mc_store_xsegs_mounted(s, &xs);
+	size_t nx;
 	struct mc_store_remount_req req = {s->client_id, 0, NULL};
 	struct mc_store_msg resp;
 	mc_status rc;
 
 	/* the global segment, then the extra ones (client_mount.c) */
+	pthread_mutex_lock(&s->remount_lock);
+	nx = mc_store_xsegs_mounted(s, &xs);
 	segs = mc_calloc(nx + 1, sizeof(*segs));
 	if (!segs) {
+		pthread_mutex_unlock(&s->remount_lock);
 		mc_free(xs);
 		return MC_ERR_NOMEM;
 	}
@@ -121,6 +124,7 @@ static mc_status remount(struct mc_store *s)
 	req.n_segments += (uint32_t)nx;
 	req.segments = req.n_segments ? segs : NULL;
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOUNT_SEGMENT, &req, &resp);
+	pthread_mutex_unlock(&s->remount_lock);
 	mc_free(xs);
 	mc_free(segs);
 	if (rc == MC_OK)
@@ -223,6 +227,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
 	pthread_mutex_destroy(&s->xseg_lock);
+	pthread_mutex_destroy(&s->remount_lock);
 	pthread_cond_destroy(&s->sess_cond);
 	mc_free(s->metrics);
 	mc_free(s);

@@ -69,6 +69,10 @@ struct mc_store {
 
 	/* extra segments (client_mount.c): mount_segment and friends */
 	pthread_mutex_t xseg_lock; /* xsegs, n_xsegs and every entry's flags */
+	/* held by the heartbeat's remount (its list and its call) and by an
+	 * unmount (its flag and its call): a remount never mounts again a
+	 * segment unmounted meanwhile */
+	pthread_mutex_t remount_lock;
 	struct mc_store_xseg *xsegs;
 	size_t n_xsegs;
 

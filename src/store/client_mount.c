@@ -43,6 +43,7 @@
 void mc_store_xsegs_init(struct mc_store *s)
 {
 	pthread_mutex_init(&s->xseg_lock, NULL);
+	pthread_mutex_init(&s->remount_lock, NULL);
 	s->xsegs = NULL;
 	s->n_xsegs = 0;
 }
@@ -234,10 +235,12 @@ mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *
 	struct mc_store_xseg *x;
 	mc_status rc;
 
+	pthread_mutex_lock(&s->remount_lock);
 	pthread_mutex_lock(&s->xseg_lock);
 	x = find(s, id);
 	if (!x || x->unmounted || x->freeing) {
 		pthread_mutex_unlock(&s->xseg_lock);
+		pthread_mutex_unlock(&s->remount_lock);
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_segment: %" PRIu64 "-%" PRIu64
 				    " is not a segment this client has mounted",
@@ -253,6 +256,7 @@ mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *
 			x->unmounted = false;
 		pthread_mutex_unlock(&s->xseg_lock);
 	}
+	pthread_mutex_unlock(&s->remount_lock);
 	return rc;
 }
 
@@ -282,10 +286,12 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 	if (grace_period_ms > GRACE_MAX_MS)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_and_free_segment: grace period above an hour");
+	pthread_mutex_lock(&s->remount_lock);
 	pthread_mutex_lock(&s->xseg_lock);
 	x = find(s, &id);
 	if (!x || x->freeing) {
 		pthread_mutex_unlock(&s->xseg_lock);
+		pthread_mutex_unlock(&s->remount_lock);
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_and_free_segment: %s is not an extra segment of this "
 				    "client (mount_segment, allocate_and_mount_segment)",
@@ -295,16 +301,19 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 	was_mounted = !x->unmounted;
 	x->unmounted = true;
 	pthread_mutex_unlock(&s->xseg_lock);
-	if (was_mounted) {
+	if (was_mounted)
 		rc = mc_store_master_unmount(s, &id, grace_period_ms);
-		if (rc != MC_OK) {
-			pthread_mutex_lock(&s->xseg_lock);
-			x = find(s, &id);
-			x->freeing = false;
-			x->unmounted = false;
-			pthread_mutex_unlock(&s->xseg_lock);
-			return rc;
-		}
+	if (rc != MC_OK) {
+		pthread_mutex_lock(&s->xseg_lock);
+		x = find(s, &id);
+		x->freeing = false;
+		x->unmounted = false;
+		pthread_mutex_unlock(&s->xseg_lock);
+	}
+	pthread_mutex_unlock(&s->remount_lock);
+	if (rc != MC_OK)
+		return rc;
+	if (was_mounted) {
 		if (grace_period_ms) {
 			wait_ms(grace_period_ms); /* readable until then: keep it mapped */
 			/* now, not at the master's next sweep: no replica list may

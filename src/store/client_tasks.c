@@ -183,14 +183,20 @@ mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "unmount_segment: '%s' is not a segment id (<first>-<second>)",
 				    segment_id ? segment_id : "(null)");
-	if (!s->seg_mounted || atomic_load(&s->seg_unmounted) || id.first != s->seg_id.first ||
-	    id.second != s->seg_id.second)
+	if (!s->seg_mounted || id.first != s->seg_id.first || id.second != s->seg_id.second)
 		return mc_store_xseg_unmount(s, &id, grace_period_ms);
+	pthread_mutex_lock(&s->remount_lock); /* no remount in between */
+	if (atomic_exchange(&s->seg_unmounted, true)) {
+		pthread_mutex_unlock(&s->remount_lock);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "unmount_segment: %s is not a segment this client has mounted",
+				    segment_id);
+	}
 	rc = mc_store_master_unmount(s, &id, grace_period_ms);
 	if (rc != MC_OK)
-		return rc;
-	atomic_store(&s->seg_unmounted, true); /* the heartbeat's remount leaves it out */
-	return MC_OK;
+		atomic_store(&s->seg_unmounted, false);
+	pthread_mutex_unlock(&s->remount_lock);
+	return rc;
 }
 
 /* ---- the executor (heartbeat thread) ---------------------------------------------------- */

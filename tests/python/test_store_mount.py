@@ -20,6 +20,7 @@ from mooncake.store import MooncakeDistributedStore
 from conftest import MasterDaemon, MiB, poll_until
 
 INVALID_PARAMS = -600
+NO_SPACE = -200
 ID = re.compile(r"^\d+-\d+$")
 
 
@@ -172,8 +173,10 @@ def test_free_with_grace_keeps_it_readable_until_then(master, shm_file):
             a.unmount_and_free_segment([sid], grace_period_seconds=2.0)))
         th.start()
         # graceful: no new replicas there (the only segment), the old one still reads
-        poll_until(lambda: a.put("g/new", b"y" * 1024) != 0, 5, "the graceful unmount")
-        assert th.is_alive() and b.get("g/k") == val
+        n = iter(range(1 << 30))
+        poll_until(lambda: a.put(f"g/new{next(n)}", b"y" * 1024) == NO_SPACE, 5,
+                   "the graceful unmount")
+        assert th.is_alive() and b.is_exist("g/k") == 1 and b.get("g/k") == val
         th.join(timeout=30)
         assert done == [0] and time.monotonic() - t0 >= 2.0
         assert b.is_exist("g/k") == 0 and sid not in segment_ids(master)
