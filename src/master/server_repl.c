@@ -307,8 +307,8 @@ static void sender_run(struct mc_master_server *s, struct mc_snap_writer *w, int
 	_exit(0);
 }
 
-/* Delete dir (a snapshot sender's) and the files in it. */
-static void dir_remove(const char *dir)
+/* Unlink the files of dir whose names keep() accepts. */
+static void dir_unlink(const char *dir, bool (*keep)(const char *name))
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -317,14 +317,25 @@ static void dir_remove(const char *dir)
 	if (!d)
 		return;
 	while ((e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
+		if (!keep(e->d_name))
 			continue;
 		int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
 		if (n < 0 || (size_t)n >= sizeof(path))
-			continue; /* not a name this sender wrote */
+			continue; /* not a name this master wrote */
 		(void)unlink(path);
 	}
 	closedir(d);
+}
+
+static bool any_file(const char *name)
+{
+	return name[0] != '.';
+}
+
+/* Delete dir (a snapshot sender's) and the files in it. */
+static void dir_remove(const char *dir)
+{
+	dir_unlink(dir, any_file);
 	(void)rmdir(dir);
 }
 
@@ -620,29 +631,18 @@ static mc_status snap_fill(void *arg, uint16_t type, const uint8_t *p, uint32_t 
 	return mc_master_wal_replay(x->m, type, p, len, x->now_ms);
 }
 
+static bool log_or_snapshot(const char *name)
+{
+	size_t l = strlen(name);
+
+	return (strncmp(name, "wal-", 4) == 0 && l > 4 && strcmp(name + l - 4, ".log") == 0) ||
+	       strncmp(name, "snap-", 5) == 0;
+}
+
 /* Delete dir's logs and snapshots: the leader's state replaces them. */
 static void own_dir_clear(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	char path[SNAP_SENDER + 300];
-
-	if (!d)
-		return;
-	while ((e = readdir(d)) != NULL) {
-		size_t l = strlen(e->d_name);
-		bool log = strncmp(e->d_name, "wal-", 4) == 0 && l > 4 &&
-			   strcmp(e->d_name + l - 4, ".log") == 0;
-		bool snap = strncmp(e->d_name, "snap-", 5) == 0;
-
-		if (!log && !snap)
-			continue;
-		int n = snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		if (n < 0 || (size_t)n >= sizeof(path))
-			continue; /* not a name this sender wrote */
-		(void)unlink(path);
-	}
-	closedir(d);
+	dir_unlink(dir, log_or_snapshot);
 }
 
 static mc_status write_file(const char *dir, uint64_t seq, const uint8_t *p, size_t n)
