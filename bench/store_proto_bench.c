@@ -472,8 +472,8 @@ static void load_main(void)
 
 				t0 = now_s();
 				call_ok(MC_STORE_REMOVE_ALL, &rr, &m);
-				printf("REMOVED count=%" PRId64 " s=%.3f\n", m.body.count_resp.count,
-				       now_s() - t0);
+				printf("REMOVED count=%" PRId64 " s=%.3f\n",
+				       m.body.count_resp.count, now_s() - t0);
 				mc_store_msg_release(&m);
 			} else if (strstr(buf, "idle")) { /* the baseline: nothing */
 				printf("IDLE s=0\n");

@@ -107,9 +107,12 @@ int main(int argc, char **argv)
 				for (size_t o = 0; o < nobj; o++) {
 					void *bufs[1] = {dst};
 					size_t lens[1] = {size};
-					struct mc_store_io io = {.bufs = bufs, .lens = lens,
-								 .nbufs = 1, .len = size,
-								 .check = true, .status = MC_OK};
+					struct mc_store_io io = {.bufs = bufs,
+								 .lens = lens,
+								 .nbufs = 1,
+								 .len = size,
+								 .check = true,
+								 .status = MC_OK};
 					const char *src = win + o * size;
 
 					if (k == MEMCPY) {

@@ -61,8 +61,8 @@
 #include <sys/prctl.h>
 #include <time.h>
 
-#include "mooncake/te.h"
 #include "mooncake/log.h"
+#include "mooncake/te.h"
 
 #define MAX_RANKS      64
 #define MAX_SLOTS      8
@@ -75,9 +75,9 @@ enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT }
 static const size_t dt_size[DT_COUNT] = {1, 1, 2, 4, 8, 4, 8, 1};
 
 struct send_state {
-	uint64_t posted;    /* messages whose data WRITE was submitted */
-	uint64_t flagged;   /* messages whose data completed and flag went out */
-	uint64_t landed;    /* messages whose flag WRITE completed */
+	uint64_t posted;  /* messages whose data WRITE was submitted */
+	uint64_t flagged; /* messages whose data completed and flag went out */
+	uint64_t landed;  /* messages whose flag WRITE completed */
 	mc_batch_id batch[MAX_SLOTS], flagb[MAX_SLOTS];
 	uint64_t len[MAX_SLOTS];
 	bool inl[MAX_SLOTS]; /* sent inline: no flag WRITE */
@@ -128,29 +128,29 @@ static uint64_t now_us(void)
 #pragma GCC optimize("O3")
 #endif
 
-#define RED_LOOPS(T, NAME)                                                                    \
-	static void NAME(int op, void *restrict d_, const void *restrict s_, size_t k)         \
-	{                                                                                     \
-		T *restrict d = d_;                                                           \
-		const T *restrict s = s_;                                                     \
-		switch (op) {                                                                 \
-		case OP_SUM:                                                                  \
-			for (size_t i = 0; i < k; i++)                                        \
-				d[i] = (T)(d[i] + s[i]);                                      \
-			break;                                                                \
-		case OP_PROD:                                                                 \
-			for (size_t i = 0; i < k; i++)                                        \
-				d[i] = (T)(d[i] * s[i]);                                      \
-			break;                                                                \
-		case OP_MIN:                                                                  \
-			for (size_t i = 0; i < k; i++)                                        \
-				d[i] = s[i] < d[i] ? s[i] : d[i];                             \
-			break;                                                                \
-		case OP_MAX:                                                                  \
-			for (size_t i = 0; i < k; i++)                                        \
-				d[i] = s[i] > d[i] ? s[i] : d[i];                             \
-			break;                                                                \
-		}                                                                             \
+#define RED_LOOPS(T, NAME)                                                             \
+	static void NAME(int op, void *restrict d_, const void *restrict s_, size_t k) \
+	{                                                                              \
+		T *restrict d = d_;                                                    \
+		const T *restrict s = s_;                                              \
+		switch (op) {                                                          \
+		case OP_SUM:                                                           \
+			for (size_t i = 0; i < k; i++)                                 \
+				d[i] = (T)(d[i] + s[i]);                               \
+			break;                                                         \
+		case OP_PROD:                                                          \
+			for (size_t i = 0; i < k; i++)                                 \
+				d[i] = (T)(d[i] * s[i]);                               \
+			break;                                                         \
+		case OP_MIN:                                                           \
+			for (size_t i = 0; i < k; i++)                                 \
+				d[i] = s[i] < d[i] ? s[i] : d[i];                      \
+			break;                                                         \
+		case OP_MAX:                                                           \
+			for (size_t i = 0; i < k; i++)                                 \
+				d[i] = s[i] > d[i] ? s[i] : d[i];                      \
+			break;                                                         \
+		}                                                                      \
 	}
 
 RED_LOOPS(int8_t, red_i8)
@@ -262,8 +262,9 @@ static PyObject *mailbox_connect(Mailbox *m, PyObject *args)
 	Py_BEGIN_ALLOW_THREADS rc = mc_te_reopen_segment(m->te, name, &id);
 	Py_END_ALLOW_THREADS if (rc != MC_OK)
 	{
-		PyErr_Format(PyExc_RuntimeError, "connect: cannot open segment %s of rank %d: %s (%s)",
-			     name, r, mc_status_name(rc), mc_last_error());
+		PyErr_Format(PyExc_RuntimeError,
+			     "connect: cannot open segment %s of rank %d: %s (%s)", name, r,
+			     mc_status_name(rc), mc_last_error());
 		return NULL;
 	}
 	PyMem_Free(m->segname[r]);
@@ -281,7 +282,7 @@ struct item {
 	unsigned char *ptr;
 	uint64_t len;
 	uint64_t moved; /* bytes posted (send) or consumed (recv) */
-	uint64_t done;  /* send: bytes whose flag went out */
+	uint64_t done;	/* send: bytes whose flag went out */
 	int op, dt;
 	uint64_t last; /* time of the last progress */
 };
@@ -350,10 +351,9 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 	while (it->moved < it->len) {
 		uint64_t q = st->posted;
 		int k = (int)(q % ns);
-		if (q >= (uint64_t)ns &&
-		    (st->landed < q - ns + 1 ||
-		     __atomic_load_n(ctl(m, CTL_ACKS_IN + p * MAX_SLOTS + k), __ATOMIC_ACQUIRE) <
-			     q - ns + 1))
+		if (q >= (uint64_t)ns && (st->landed < q - ns + 1 ||
+					  __atomic_load_n(ctl(m, CTL_ACKS_IN + p * MAX_SLOTS + k),
+							  __ATOMIC_ACQUIRE) < q - ns + 1))
 			break;
 		uint64_t len = it->len - it->moved < m->slot ? it->len - it->moved : m->slot;
 		unsigned char *stage = send_slot(m, p, k);
@@ -368,8 +368,7 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 			memcpy(stage + padded, t, sizeof(t));
 			wlen = padded + sizeof(t);
 		}
-		uint64_t remote =
-			m->rbase[p] + m->off_recv + ((uint64_t)m->me * ns + k) * m->slot;
+		uint64_t remote = m->rbase[p] + m->off_recv + ((uint64_t)m->me * ns + k) * m->slot;
 		if (!write1(m, p, stage, remote, wlen, &st->batch[k])) {
 			*fail = true;
 			return moved;
@@ -402,7 +401,8 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 		}
 		volatile uint64_t *src = ctl(m, CTL_FLAGS_OUT + p * MAX_SLOTS + k);
 		*src = q + 1;
-		uint64_t remote = m->rbase[p] + (CTL_FLAGS_IN + (uint64_t)m->me * MAX_SLOTS + k) * 8;
+		uint64_t remote =
+			m->rbase[p] + (CTL_FLAGS_IN + (uint64_t)m->me * MAX_SLOTS + k) * 8;
 		if (!write1(m, p, (void *)src, remote, 8, &st->flagb[k])) {
 			*fail = true;
 			return moved;
@@ -537,15 +537,17 @@ static int parse_items(Mailbox *m, PyObject *list, bool recv, struct item **out,
 			 : !PyArg_ParseTuple(t, "iKK", &peer, &ptr, &len))
 			goto bad;
 		if (peer < 0 || peer >= m->n || peer == m->me || !m->rbase[peer] || op < 0 ||
-		    op > OP_MAX || dt < 0 || dt >= DT_COUNT || (len && !ptr) ||
-		    len % dt_size[dt]) {
+		    op > OP_MAX || dt < 0 || dt >= DT_COUNT || (len && !ptr) || len % dt_size[dt]) {
 			PyErr_Format(PyExc_ValueError,
-				     "run: bad item (peer %d, len %llu, op %d, dtype %d)", peer, len,
-				     op, dt);
+				     "run: bad item (peer %d, len %llu, op %d, dtype %d)", peer,
+				     len, op, dt);
 			goto bad;
 		}
-		v[i] = (struct item){.peer = peer, .ptr = (unsigned char *)(uintptr_t)ptr,
-				     .len = len, .op = op, .dt = dt};
+		v[i] = (struct item){.peer = peer,
+				     .ptr = (unsigned char *)(uintptr_t)ptr,
+				     .len = len,
+				     .op = op,
+				     .dt = dt};
 	}
 	Py_DECREF(seq);
 	*out = v;
@@ -633,7 +635,8 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			for (Py_ssize_t i = 0; i < ns + nr; i++) {
 				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
 				bool open = i < ns ? it->done < it->len : it->moved < it->len;
-				if (open && now - it->last >= PROBE_EVERY_US && probe_dead(m, it->peer))
+				if (open && now - it->last >= PROBE_EVERY_US &&
+				    probe_dead(m, it->peer))
 					failed |= 1ull << it->peer;
 			}
 		}
@@ -662,9 +665,10 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		if (idle < 64) {
 			sched_yield();
 		} else {
-			uint64_t ns_sleep = 1000ull << ((idle - 64) / 16 < 8 ? (idle - 64) / 16 : 8);
-			struct timespec ts = {0, (long)(ns_sleep < MAX_SLEEP_NS ? ns_sleep
-									   : MAX_SLEEP_NS)};
+			uint64_t ns_sleep = 1000ull
+					    << ((idle - 64) / 16 < 8 ? (idle - 64) / 16 : 8);
+			struct timespec ts = {
+				0, (long)(ns_sleep < MAX_SLEEP_NS ? ns_sleep : MAX_SLEEP_NS)};
 			nanosleep(&ts, NULL);
 		}
 		idle++;
@@ -735,8 +739,9 @@ static PyTypeObject MailboxType = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake._pg.Mailbox",
 	.tp_basicsize = sizeof(Mailbox),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots, owner=None): a communicator's "
-		  "registered message region (python/pg.c)",
+	.tp_doc =
+		"Mailbox(engine_ptr, nranks, rank, slot_bytes, nslots, owner=None): a communicator's "
+		"registered message region (python/pg.c)",
 	.tp_new = PyType_GenericNew,
 	.tp_init = (initproc)mailbox_init,
 	.tp_dealloc = (destructor)mailbox_dealloc,

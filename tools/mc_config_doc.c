@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "base/auth.h"
-#include "base/http.h"
 #include "base/config.h"
+#include "base/http.h"
 #include "conductor/costmodel.h"
 #include "conductor/sched.h"
 #include "conductor/service.h"

@@ -445,8 +445,8 @@ MC_API mc_status mc_store_unmount_segment(struct mc_store *s, const char *segmen
  */
 #define MC_STORE_SEGMENT_ID_MAX 48
 MC_API mc_status mc_store_mount_segment(struct mc_store *s, const char *path, uint64_t size,
-					uint64_t offset, const char *protocol,
-					const char *location, char *id_out);
+					uint64_t offset, const char *protocol, const char *location,
+					char *id_out);
 /* Maps size bytes (rounded up to the page size, *allocated_out) of anonymous memory. */
 MC_API mc_status mc_store_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
 						     const char *protocol, const char *location,
@@ -467,8 +467,7 @@ MC_API mc_status mc_store_unmount_and_free_segment(struct mc_store *s, const cha
  * the offload RPC, which serves until close.  INVALID_PARAMS when this
  * client has no SSD tier mounted.
  */
-MC_API mc_status mc_store_unmount_local_disk_segment(struct mc_store *s,
-						     uint64_t grace_period_ms);
+MC_API mc_status mc_store_unmount_local_disk_segment(struct mc_store *s, uint64_t grace_period_ms);
 
 #ifdef __cplusplus
 }

@@ -46,7 +46,7 @@ const struct mc_config_entry mc_auth_config_table[] = {
 const size_t mc_auth_config_table_len = MC_ARRAY_SIZE(mc_auth_config_table);
 
 mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char **out,
-			     size_t *len_out)
+			    size_t *len_out)
 {
 	char *buf = mc_malloc(max + 2);
 	size_t len = 0;

@@ -110,8 +110,8 @@ const struct mc_config_entry mc_http_tls_config_table[] = {
 	       "PEM certificate chain: the HTTP metadata server and the master's admin port "
 	       "serve HTTPS with it (with MC_HTTP_TLS_KEY_FILE); empty: plain HTTP",
 	       CFG(cert), MC_CONFIG_STRING, 0, 0}},
-	{.f = {"http_tls_key_file", "MC_HTTP_TLS_KEY_FILE", "", "its PEM private key",
-	       CFG(key), MC_CONFIG_STRING, 0, 0}},
+	{.f = {"http_tls_key_file", "MC_HTTP_TLS_KEY_FILE", "", "its PEM private key", CFG(key),
+	       MC_CONFIG_STRING, 0, 0}},
 	{.f = {"http_tls_ca_file", "MC_HTTP_TLS_CA_FILE", "",
 	       "PEM CA bundle an https:// metadata URL's server is checked against (empty: the "
 	       "system's)",
@@ -280,8 +280,8 @@ static bool authorized(struct mc_http *h, struct MHD_Connection *conn, const cha
 static enum MHD_Result respond_unauthorized(struct MHD_Connection *conn)
 {
 	static const char text[] = "authentication required";
-	struct MHD_Response *resp = MHD_create_response_from_buffer(
-		sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+	struct MHD_Response *resp = MHD_create_response_from_buffer(sizeof(text) - 1, (void *)text,
+								    MHD_RESPMEM_PERSISTENT);
 	enum MHD_Result ret;
 
 	if (!resp)
@@ -804,9 +804,10 @@ mc_status mc_http_open(const struct mc_http_config *cfg, struct mc_http **out)
 		size_t k = 3;
 
 		if (mc_http_tls_on(cfg->tls)) {
-			opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, cfg->tls->key};
 			opts[k++] =
-				(struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, cfg->tls->cert};
+				(struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, cfg->tls->key};
+			opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
+							    cfg->tls->cert};
 		}
 		if (cfg->threads)
 			opts[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE,

@@ -113,8 +113,8 @@ struct mc_http_config {
 	 * plain HTTP when NULL or empty (mc_http_tls_load); borrowed, must
 	 * outlive the server. */
 	const struct mc_http_tls *tls;
-	mc_http_handler_cb handler;  /* required */
-	void *arg;		     /* the handler's first argument */
+	mc_http_handler_cb handler; /* required */
+	void *arg;		    /* the handler's first argument */
 };
 
 #define MC_HTTP_DEFAULT_MAX_CONNS 1000

@@ -29,8 +29,7 @@
 #include "master/master_int.h"
 
 /* The id o's replica r has in replica lists (master.c's rep_fill). */
-static uint64_t listed_id(const struct mc_master *m, const struct mc_obj *o,
-			  const struct mc_rep *r)
+static uint64_t listed_id(const struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r)
 {
 	if (mc_master_rep_disk(m, r)) {
 		const struct mc_rep k = {(uint64_t)(uintptr_t)o, r->seg, r->gen};
@@ -50,7 +49,8 @@ static bool drop_named(struct ctx *c, struct mc_obj *o, uint64_t id)
 
 		if (!mc_master_rep_live(m, r) || mc_master_rep_fs(m, r) || listed_id(m, o, r) != id)
 			continue;
-		mc_warn("%.*s: replica %" PRIx64 " on %.*s failed its checksum at a reader; dropped",
+		mc_warn("%.*s: replica %" PRIx64
+			" on %.*s failed its checksum at a reader; dropped",
 			show(o->key_len), o->key, id, show(m->segs[r->seg].name_len),
 			m->segs[r->seg].name);
 		mc_master_obj_drop_rep(m, o, i, c->now);
@@ -74,7 +74,8 @@ mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q
 		if (it->key.len == 0 || it->key.len > MC_STORE_KEY_MAX)
 			continue;
 		o = mc_master_obj_find_live(m, tid, sp(&it->key), it->key.len);
-		if (!o || (o->flags & (MC_OBJ_PROC | MC_OBJ_OFFL)) || !drop_named(c, o, it->replica_id))
+		if (!o || (o->flags & (MC_OBJ_PROC | MC_OBJ_OFFL)) ||
+		    !drop_named(c, o, it->replica_id))
 			continue;
 		if (o->nrep == 0)
 			mc_master_obj_erase(m, o);

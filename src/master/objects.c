@@ -383,8 +383,7 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 /* Let go of o's replica r: a LOCAL_DISK one is the owner's to delete, a
  * memory block is parked until put_start_release_timeout (a reader may
  * still be reading it); true when a block was parked. */
-static bool park_rep(struct mc_master *m, struct mc_obj *o, const struct mc_rep *r,
-		     uint64_t now_ms)
+static bool park_rep(struct mc_master *m, struct mc_obj *o, const struct mc_rep *r, uint64_t now_ms)
 {
 	struct mc_discarded *d;
 

@@ -1414,8 +1414,7 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 		mc_http_route_find(routes, MC_ARRAY_SIZE(routes), req, NULL);
 	struct mc_master_server *s = arg;
 
-	if (r && s->ha && needs_service_plane(r->fn) &&
-	    !mc_master_ha_may_serve(s->ha, mc_now_ms()))
+	if (r && s->ha && needs_service_plane(r->fn) && !mc_master_ha_may_serve(s->ha, mc_now_ms()))
 		return respond_json(conn, 503,
 				    json_pack("{s:b, s:i, s:s}", "success", 0, "error_code",
 					      (int)MC_ERR_UNAVAILABLE_IN_CURRENT_MODE,

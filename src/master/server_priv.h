@@ -167,7 +167,7 @@ struct mc_master_server {
 	struct mc_master_repl repl;
 
 	/* HTTP */
-	struct mc_http *admin; /* base/http.h */
+	struct mc_http *admin;		    /* base/http.h */
 	struct mc_auth_secret admin_secret; /* POST, PUT, DELETE need it (base/auth.h) */
 	struct mc_http_tls admin_tls;	    /* HTTPS when set (MC_HTTP_TLS_*) */
 	struct mc_http_meta_server *meta;

@@ -111,8 +111,8 @@ struct mc_hostmem {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	pthread_cond_t stop_cond; /* unmap wakes a thread waiting for writes */
-	bool done;		  /* under lock */
+	pthread_cond_t stop_cond;     /* unmap wakes a thread waiting for writes */
+	bool done;		      /* under lock */
 	mc_hostmem_front_fn front_fn; /* under lock */
 	void *front_arg;	      /* under lock */
 };
@@ -332,15 +332,16 @@ static void report(struct mc_hostmem *m, const struct prefault_run *r)
 {
 	uint64_t pop = atomic_load(&m->populated);
 	if (r->err)
-		mc_warn("%s: pre-faulted %" PRIu64 " of %zu bytes, then stopped at offset %zu: %s%s",
+		mc_warn("%s: pre-faulted %" PRIu64
+			" of %zu bytes, then stopped at offset %zu: %s%s",
 			m->what, pop, m->len, r->stop_at, strerror(r->err),
 			r->err == ENOMEM || r->err == EPERM || r->err == EAGAIN
 				? " (the cgroup's memory.max, RLIMIT_MEMLOCK on kernels before "
 				  "5.14, or the huge pages reserved)"
 				: "");
 	else if (r->why)
-		mc_warn("%s: pre-faulted %" PRIu64 " of %zu bytes, then stopped at %s", m->what, pop,
-			m->len, r->why);
+		mc_warn("%s: pre-faulted %" PRIu64 " of %zu bytes, then stopped at %s", m->what,
+			pop, m->len, r->why);
 	else if (pop == m->len && r->faulted == pop)
 		mc_info("%s: %zu bytes pre-faulted in %.2f s", m->what, m->len,
 			(double)(mc_now_ns() - r->start_ns) / 1e9);

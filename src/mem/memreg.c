@@ -173,8 +173,8 @@ struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, ui
 							      &e->write_end, memory_order_relaxed);
 					while (end > cur &&
 					       !atomic_compare_exchange_weak_explicit(
-						       &e->write_end, &cur, end, memory_order_relaxed,
-						       memory_order_relaxed))
+						       &e->write_end, &cur, end,
+						       memory_order_relaxed, memory_order_relaxed))
 						;
 				}
 			}

@@ -85,8 +85,8 @@ struct mc_http_meta_server {
 	struct mc_http *http;
 	struct mc_auth_secret secret; /* PUT and DELETE need it (base/auth.h) */
 	struct mc_http_tls tls;	      /* HTTPS when set (MC_HTTP_TLS_*) */
-	pthread_mutex_t store_lock; /* protects root and count */
-	void *root;		    /* tsearch tree of struct kv_entry */
+	pthread_mutex_t store_lock;   /* protects root and count */
+	void *root;		      /* tsearch tree of struct kv_entry */
 	uint64_t count;
 };
 

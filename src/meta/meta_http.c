@@ -75,7 +75,7 @@ struct http_client {
 	struct mc_meta base; /* must be first */
 	long timeout_ms;
 	long connect_timeout_ms;
-	long check_ms; /* period of the lost-key check; 0 = off */
+	long check_ms;	/* period of the lost-key check; 0 = off */
 	char *auth_hdr; /* "Authorization: Bearer <secret>" on PUT and DELETE, or NULL */
 	char *ca_file;	/* MC_HTTP_TLS_CA_FILE for https:// (NULL: the system's) */
 	struct mc_curl_pool pool;
@@ -477,7 +477,8 @@ mc_status mc_meta_http_open(const char *uri, struct mc_meta **out)
 			mc_auth_secret_release(&sec);
 			mc_free(c->base.uri);
 			mc_free(c);
-			return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s", uri);
+			return mc_set_error(MC_ERR_NOMEM, "metadata: out of memory opening %s",
+					    uri);
 		}
 		mc_auth_secret_release(&sec);
 	}

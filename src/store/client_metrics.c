@@ -255,7 +255,8 @@ void mc_client_metrics_prometheus(const struct mc_client_metrics *m, struct mc_b
 	header(b, "mooncake_client_checksum_mismatch_total", "counter",
 	       "replicas read whose bytes failed the object's checksum (each was reported "
 	       "to the master and the next replica read)");
-	mc_buf_appendf(b, "mooncake_client_checksum_mismatch_total{cluster_id=\"%s\"} %" PRIu64 "\n",
+	mc_buf_appendf(b,
+		       "mooncake_client_checksum_mismatch_total{cluster_id=\"%s\"} %" PRIu64 "\n",
 		       cl, ld(&m->checksum_mismatches));
 	for (size_t h = 0; h < MC_CM_NHIST; h++) {
 		header(b, hist_names[h], "histogram", "call latency, microseconds");

@@ -447,7 +447,8 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, u
 			if (!mc_store_io_retryable(io))
 				continue;
 			if (io->status == MC_ERR_CHECKSUM_MISMATCH)
-				mc_store_corrupt_add(&corrupt, io, t0); /* the replica, not its segment */
+				mc_store_corrupt_add(&corrupt, io,
+						     t0); /* the replica, not its segment */
 			else
 				bad_add(s, &bad, &io->reps[0]);
 		}

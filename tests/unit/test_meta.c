@@ -674,8 +674,7 @@ static void http_secret_guards_writes(void **state)
 	assert_int_equal(mc_meta_open(uri, &without), MC_OK);
 
 	assert_int_equal(mc_meta_put(with, "mooncake/ram/a", "{\"a\":1}", 7), MC_OK);
-	assert_int_equal(mc_meta_put(without, "mooncake/ram/a", "{\"a\":2}", 7),
-			 MC_ERR_METADATA);
+	assert_int_equal(mc_meta_put(without, "mooncake/ram/a", "{\"a\":2}", 7), MC_ERR_METADATA);
 	assert_non_null(strstr(mc_last_error(), "401"));
 	assert_int_equal(mc_meta_del(without, "mooncake/ram/a"), MC_ERR_METADATA);
 	assert_int_equal(mc_meta_get(without, "mooncake/ram/a", &out, &len), MC_OK);
@@ -714,8 +713,7 @@ static void https_round_trip(void **state)
 	setenv("MC_HTTP_TLS_KEY_FILE", key, 1);
 	setenv("MC_HTTP_TLS_CA_FILE", cert, 1);
 	assert_int_equal(mc_http_meta_server_start("127.0.0.1", 0, &srv), MC_OK);
-	snprintf(uri, sizeof(uri), "https://127.0.0.1:%u/metadata",
-		 mc_http_meta_server_port(srv));
+	snprintf(uri, sizeof(uri), "https://127.0.0.1:%u/metadata", mc_http_meta_server_port(srv));
 	assert_int_equal(mc_meta_open(uri, &m), MC_OK);
 	unsetenv("MC_HTTP_TLS_CERT_FILE");
 	unsetenv("MC_HTTP_TLS_KEY_FILE");

@@ -718,7 +718,8 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ), OBJ);
 		assert_memory_equal(dst, obj, OBJ);
 		flip_first_replica(A, "ck-own", OBJ - 2);
-		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ),
+				 MC_ERR_CHECKSUM_MISMATCH);
 	}
 
 	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);

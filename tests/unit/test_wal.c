@@ -8,8 +8,8 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
