@@ -1,0 +1,225 @@
+"""Dummy clients (issue 15 part 2): a process attaches to a real
+mooncake_client daemon with setup_dummy over @mooncake_client_<port>.sock.
+
+The daemon runs as its own process on a real master; this test process is
+the dummy.  It checks put/get (staged through the shared local buffer),
+zero-copy put_from/get_into on MooncakeHostMemAllocator memory (bytes land
+in the pool: a real client reads them back), exist/size/remove, that
+registering memory the daemon cannot map is refused, that malformed
+requests on the socket are answered with an error while the daemon keeps
+serving, and that kill -9 of the daemon makes calls fail fast until a new
+daemon on the same port is back, when the dummy reattaches by itself.
+"""
+
+import ctypes
+import os
+import random
+import re
+import signal
+import socket
+import struct
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import BUILD, MiB, poll_until
+from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator, ReplicateConfig
+
+EXE = str(BUILD / "tools" / "mooncake_client")
+pytestmark = pytest.mark.skipif(not os.access(EXE, os.X_OK), reason="no mooncake_client")
+
+PROTOCOL = -2019
+RPC_FAIL = -900
+
+
+def start(tmp_path, master, port, tenant):
+    log = open(tmp_path / f"daemon-{uuid.uuid4().hex[:6]}.stderr", "wb+")
+    p = subprocess.Popen([EXE, "--host=127.0.0.1", f"--metadata_server={master.meta_uri}",
+                          f"--master_server_address={master.addr}",
+                          "--global_segment_size=64 MB", f"--port={port}",
+                          f"--tenant_id={tenant}"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+    pat = re.compile(rb"mooncake_client serving segment=(\S+) .* dummy=@(\S+)")
+
+    def ready():
+        if p.poll() is not None:
+            log.seek(0)
+            raise AssertionError(f"exited {p.returncode}: {log.read()[-2000:]!r}")
+        log.seek(0)
+        return pat.search(log.read())
+
+    m = poll_until(ready, 60, "the daemon's serving line")
+    assert m.group(2).decode() == f"mooncake_client_{port}.sock"
+    return p, log, m.group(1).decode()
+
+
+def stop(p, log):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
+    log.close()
+
+
+def hdr(type_, req_id, payload):
+    # the store protocol's 32-byte header (docs/protocol.md), then the payload
+    h = bytearray(32)
+    h[0:4] = b"MCST"
+    h[4] = 1
+    h[5] = 7
+    struct.pack_into("<H", h, 6, type_)
+    struct.pack_into("<H", h, 8, 0)
+    struct.pack_into("<i", h, 12, 0)
+    struct.pack_into("<Q", h, 16, req_id)
+    struct.pack_into("<I", h, 24, len(payload))
+    return bytes(h) + payload
+
+
+def answer(s):
+    h = b""
+    while len(h) < 32:
+        chunk = s.recv(32 - len(h))
+        assert chunk, "the daemon hung up"
+        h += chunk
+    assert h[:4] == b"MCST" and h[8] & 1
+    status, = struct.unpack_from("<i", h, 12)
+    req_id, plen = struct.unpack_from("<QI", h, 16)
+    body = b""
+    while len(body) < plen:
+        body += s.recv(plen - len(body))
+    n, = struct.unpack_from("<I", body, 0)
+    results = list(struct.unpack_from(f"<{n}q", body, 4))
+    return status, req_id, results
+
+
+def lstr(b):
+    return struct.pack("<I", len(b)) + b
+
+
+@pytest.fixture
+def daemon(mc_master, tmp_path):
+    port = random.randint(31000, 31999)
+    tenant = "dummy-" + uuid.uuid4().hex[:6]
+    p, log, seg = start(tmp_path, mc_master, port, tenant)
+    yield port, tenant, seg, p, log
+    stop(p, log)
+
+
+def test_dummy_calls_run_in_the_daemon(mc_master, daemon):
+    port, tenant, seg, _, _ = daemon
+    d = MooncakeDistributedStore()
+    real = MooncakeDistributedStore()
+    alloc = MooncakeHostMemAllocator()
+    buf = alloc.alloc(4 * MiB)
+    try:
+        assert d.setup_dummy(0, 8 * MiB, f"127.0.0.1:{port}") == 0
+        assert d.health_check() == 0
+        assert d.get_hostname() == seg
+        assert real.setup("127.0.0.1", mc_master.meta_uri, 0, 16 * MiB, "tcp", "",
+                          mc_master.addr, tenant_id=tenant) == 0
+        # copy-based, staged through the shared local buffer
+        val = os.urandom(1 * MiB + 5)
+        assert d.put("dk1", val) == 0
+        assert d.get("dk1") == val
+        assert real.get("dk1") == val
+        assert d.is_exist("dk1") == 1 and d.get_size("dk1") == len(val)
+        assert d.put("big", os.urandom(9 * MiB)) == -600  # larger than the local buffer
+        # zero-copy on shared memory registered whole
+        assert buf != 0
+        assert d.register_buffer(buf, 4 * MiB) == 0
+        src = os.urandom(1 * MiB)
+        ctypes.memmove(buf, src, len(src))
+        assert d.put_from("dk2", buf, len(src)) == 0
+        assert real.get("dk2") == src  # the bytes are in the pool
+        assert d.get_into("dk2", buf + 2 * MiB, 2 * MiB) == len(src)
+        assert ctypes.string_at(buf + 2 * MiB, len(src)) == src
+        assert d.get_into("dk2", buf + 2 * MiB, 1000) < 0  # capacity too small
+        assert d.put_from("dk3", buf + 3 * MiB, 2 * MiB) < 0  # runs past the region
+        assert d.is_exist("dk3") == 0
+        keys = ["b0", "b1"]
+        assert d.batch_put_from(keys, [buf, buf + 4096], [4096, 4096]) == [0, 0]
+        assert d.batch_get_into(keys, [buf + MiB, buf + MiB + 4096], [4096, 4096]) == \
+            [4096, 4096]
+        assert ctypes.string_at(buf + MiB, 8192) == ctypes.string_at(buf, 8192)
+        assert d.batch_is_exist(["b0", "nope"]) == [1, 0]
+        # memory the daemon cannot map is refused
+        plain = ctypes.create_string_buffer(4096)
+        assert d.register_buffer(ctypes.addressof(plain), 4096) != 0
+        assert d.register_buffer(buf, 2 * MiB) != 0  # not the whole region
+        assert d.remove("dk1") == -706  # leased by the reads above, as on a real client
+        assert d.remove("dk1", True) == 0 and d.is_exist("dk1") == 0
+        assert d.remove("dk1") == -704
+        assert d.unregister_buffer(buf) == 0
+        assert d.put_from("dk4", buf, 4096) < 0
+    finally:
+        d.close()
+        real.close()
+        alloc.free(buf)
+    assert d.health_check() == 1
+
+
+def test_malformed_requests_are_refused_and_others_served(daemon):
+    port, _, _, _, _ = daemon
+    d = MooncakeDistributedStore()
+    try:
+        assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(f"\0mooncake_client_{port}.sock")
+        # a PUT whose key count runs past the payload
+        s.sendall(hdr(204, 1, b"\x00" + b"\xff" * 9))
+        st, rid, _ = answer(s)
+        assert (st, rid) == (PROTOCOL, 1)
+        # an unknown request type
+        s.sendall(hdr(299, 2, b""))
+        st, rid, _ = answer(s)
+        assert (st, rid) == (PROTOCOL, 2)
+        # a well-formed GET naming a region this connection never mapped, and
+        # one past the end of nothing: refused per key, nothing read or written
+        item = lstr(b"k") + struct.pack("<IQQQ", 1, 0, 0, 4096)
+        s.sendall(hdr(205, 3, struct.pack("<I", 1) + item))
+        st, rid, res = answer(s)
+        assert rid == 3 and st == -600 and res == [-600]
+        # MapRegion without a descriptor
+        s.sendall(hdr(202, 4, struct.pack("<QQ", 9, 4096)))
+        st, rid, _ = answer(s)
+        assert (st, rid) == (-600, 4)
+        # the connection still answers
+        s.sendall(hdr(201, 5, b""))
+        assert answer(s)[:2] == (0, 5)
+        # a frame with a bad magic: that connection is closed ...
+        s.sendall(b"JUNK" + b"\0" * 28)
+        assert s.recv(1) == b""
+        s.close()
+        # ... and the daemon serves the others
+        assert d.put("after", b"x" * 100) == 0
+        assert d.get("after") == b"x" * 100
+        assert d.health_check() == 0
+    finally:
+        d.close()
+
+
+def test_daemon_restart_fails_fast_then_reattaches(mc_master, tmp_path, daemon):
+    port, tenant, _, p, log = daemon
+    d = MooncakeDistributedStore()
+    try:
+        assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+        assert d.put("r1", b"y" * 64) == 0
+        p.kill()
+        p.wait()
+        assert d.put("r2", b"y" * 64) == RPC_FAIL
+        assert d.get("r2") == b""
+        poll_until(lambda: d.health_check() == 2, 10, "health_check to say 2")
+        p2, log2, seg2 = start(tmp_path, mc_master, port, tenant)
+        try:
+            poll_until(lambda: d.health_check() == 0, 30, "the dummy to reattach")
+            # the dead daemon's segment stays mounted until the master expires
+            # it (issue 15 part 5): place on the new one
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = seg2
+            assert d.put("r3", b"z" * 64, cfg) == 0
+            assert d.get("r3") == b"z" * 64
+        finally:
+            stop(p2, log2)
+    finally:
+        d.close()
