@@ -42,6 +42,7 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/store.h"
+#include "store/client_config.h"
 #include "store/dummy_proto.h"
 #include "store/proto.h"
 
@@ -736,7 +737,13 @@ mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t e
 	if (!srv)
 		return mc_set_error(MC_ERR_NOMEM, "out of memory");
 	srv->real = real;
-	srv->expire_ms = expire_ms ? expire_ms : MC_DUMMY_EXPIRE_MS;
+	if (!expire_ms) {
+		struct mc_store_client_env e;
+		mc_store_client_env_load(&e);
+		expire_ms = (uint32_t)e.dummy_expire_ms;
+		mc_store_client_env_release(&e);
+	}
+	srv->expire_ms = expire_ms;
 	srv->wake = eventfd(0, EFD_CLOEXEC);
 	srv->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (srv->wake < 0 || srv->lfd < 0 || bind(srv->lfd, (struct sockaddr *)&sa, len) != 0 ||

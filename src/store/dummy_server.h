@@ -22,11 +22,9 @@ struct mc_dummy_server;
 
 /* Most dummies served at once; more are refused at accept. */
 #define MC_DUMMY_MAX_CONNS 256
-/* A dummy silent this long (no request, no ping) is expired. */
-#define MC_DUMMY_EXPIRE_MS 10000
-
-/* Start serving on @mooncake_client_<port>.sock.  expire_ms 0 is
- * MC_DUMMY_EXPIRE_MS (tests pass less).  MC_ERR_SOCKET when the name is
+/* Start serving on @mooncake_client_<port>.sock.  A dummy silent for
+ * expire_ms (no request, no ping) is expired; 0 takes MC_DUMMY_EXPIRE_MS
+ * (store/client_config.c, 10 s by default as upstream).  MC_ERR_SOCKET when the name is
  * taken (another daemon serves that port). */
 mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t expire_ms,
 				struct mc_dummy_server **out);

@@ -12,6 +12,7 @@ daemon on the same port is back, when the dummy reattaches by itself.
 """
 
 import ctypes
+import fcntl
 import os
 import random
 import re
@@ -33,13 +34,14 @@ PROTOCOL = -2019
 RPC_FAIL = -900
 
 
-def start(tmp_path, master, port, tenant):
+def start(tmp_path, master, port, tenant, env=None):
     log = open(tmp_path / f"daemon-{uuid.uuid4().hex[:6]}.stderr", "wb+")
     p = subprocess.Popen([EXE, "--host=127.0.0.1", f"--metadata_server={master.meta_uri}",
                           f"--master_server_address={master.addr}",
                           "--global_segment_size=64 MB", f"--port={port}",
                           f"--tenant_id={tenant}"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                         env={**os.environ, **(env or {})})
     pat = re.compile(rb"mooncake_client serving segment=(\S+) .* dummy=@(\S+)")
 
     def ready():
@@ -223,3 +225,35 @@ def test_daemon_restart_fails_fast_then_reattaches(mc_master, tmp_path, daemon):
             stop(p2, log2)
     finally:
         d.close()
+
+
+def test_silent_dummy_expires_and_its_memory_is_unmapped(mc_master, tmp_path):
+    # dummies ping every second: with 3 s of grace a real dummy stays, a
+    # silent connection goes, and with it the daemon's mapping of its memfd
+    port = random.randint(31000, 31999)
+    p, log, seg = start(tmp_path, mc_master, port, "exp-" + uuid.uuid4().hex[:6],
+                        env={"MC_DUMMY_EXPIRE_MS": "3000"})
+    d = MooncakeDistributedStore()
+    try:
+        assert d.setup_dummy(0, 1 * MiB, f"127.0.0.1:{port}") == 0
+        name = "silent-" + uuid.uuid4().hex[:6]
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(fd, 65536)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(f"\0mooncake_client_{port}.sock")
+        socket.send_fds(s, [hdr(202, 1, struct.pack("<QQ", 1, 65536))], [fd])
+        assert answer(s)[:2] == (0, 1)
+        maps = f"/proc/{p.pid}/maps"
+        assert "memfd:" + name in open(maps).read()
+        assert s.recv(1) == b""  # blocks until the daemon expires the connection
+        poll_until(lambda: "memfd:" + name not in open(maps).read(), 10, "the unmap")
+        s.close()
+        os.close(fd)
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = seg  # not a segment a killed daemon left mounted
+        assert d.health_check() == 0 and d.put("alive", b"a" * 10, cfg) == 0
+    finally:
+        d.close()
+        stop(p, log)
