@@ -176,6 +176,7 @@ struct mc_dummy {
 	size_t lb_len;
 
 	pthread_t pinger;
+	bool pinger_started;
 	bool stop; /* under stop_lock */
 	pthread_mutex_t stop_lock;
 	pthread_cond_t stop_cond;
@@ -442,11 +443,11 @@ mc_status mc_dummy_open(const char *server_address, uint64_t local_buffer_size,
 		rc = mc_set_error(MC_ERR_INTERNAL, "setup_dummy: pthread_create failed");
 		goto fail;
 	}
+	d->pinger_started = true;
 	pthread_setname_np(d->pinger, "mc-dummy-ping");
 	*out = d;
 	return MC_OK;
 fail:
-	d->pinger = 0;
 	mc_dummy_close(d);
 	return rc;
 }
@@ -455,7 +456,7 @@ void mc_dummy_close(struct mc_dummy *d)
 {
 	if (!d)
 		return;
-	if (d->pinger) {
+	if (d->pinger_started) {
 		pthread_mutex_lock(&d->stop_lock);
 		d->stop = true;
 		pthread_cond_broadcast(&d->stop_cond);

@@ -257,3 +257,21 @@ def test_silent_dummy_expires_and_its_memory_is_unmapped(mc_master, tmp_path):
     finally:
         d.close()
         stop(p, log)
+
+
+def test_setup_dummy_refuses_what_it_cannot_attach_to():
+    d = MooncakeDistributedStore()
+    try:
+        assert d.health_check() == 1
+        port = random.randint(31000, 31999)
+        path = f"\0mooncake_client_{port}.sock"
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if probe.connect_ex(path) == 0:  # another test's daemon: leave it be
+            pytest.skip("port taken")
+        probe.close()
+        assert d.setup_dummy(0, MiB, f"127.0.0.1:{port}") == -1  # no daemon there
+        assert d.setup_dummy(0, MiB, f"192.0.2.1:{port}") == -1  # not this host
+        assert d.setup_dummy(0, MiB, "127.0.0.1:0") == -1
+        assert d.health_check() == 1
+    finally:
+        d.close()
