@@ -20,6 +20,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -275,3 +276,53 @@ def test_setup_dummy_refuses_what_it_cannot_attach_to():
         assert d.health_check() == 1
     finally:
         d.close()
+
+
+DUMMY_PROC = r"""
+import ctypes, os, sys
+from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator, ReplicateConfig
+port, seg, me = sys.argv[1], sys.argv[2], sys.argv[3]
+d = MooncakeDistributedStore()
+assert d.setup_dummy(0, 4 << 20, f"127.0.0.1:{port}") == 0
+sys.stdout.write("up\n"); sys.stdout.flush()
+sys.stdin.readline()  # every dummy attached: go
+cfg = ReplicateConfig()
+cfg.preferred_segment = seg
+a = MooncakeHostMemAllocator()
+buf = a.alloc(1 << 20)
+assert d.register_buffer(buf, 1 << 20) == 0
+for i in range(20):
+    v = os.urandom(4096 + i)
+    assert d.put(f"{me}-{i}", v, cfg) == 0
+    assert d.get(f"{me}-{i}") == v
+    ctypes.memmove(buf, v, len(v))
+    assert d.put_from(f"{me}-z{i}", buf, len(v), cfg) == 0
+    assert d.get_into(f"{me}-z{i}", buf + 65536, 65536) == len(v)
+    assert ctypes.string_at(buf + 65536, len(v)) == v
+d.close()
+a.free(buf)
+print("ok")
+"""
+
+
+def test_eight_dummies_in_their_own_processes_at_once(daemon):
+    port, _, seg, _, _ = daemon
+    import mooncake  # the children import the same package as this process
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(mooncake.__file__))}
+    procs = [subprocess.Popen([sys.executable, "-c", DUMMY_PROC, str(port), seg, f"p{i}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+             for i in range(8)]
+    try:
+        for p in procs:
+            assert p.stdout.readline() == "up\n"
+        for p in procs:  # all eight are attached before any starts
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0 and out.strip() == "ok"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
