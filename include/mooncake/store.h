@@ -123,8 +123,8 @@ MC_API mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params
  * this machine), over @mooncake_client_<port>.sock, with a shared local
  * buffer of local_buffer_size bytes for the copy-based calls
  * (mem_pool_size is accepted and unused, as upstream).  Afterwards the
- * client's calls run in the daemon: put/get and their parts and upsert
- * forms, the zero-copy calls and their batch and multi-buffer forms on
+ * client's calls run in the daemon: put/get and their parts, batch and
+ * upsert forms, the zero-copy calls and their batch and multi-buffer forms on
  * memory from mc_store_shm_alloc registered whole with
  * mc_store_register_buffer, is_exist, get_size, remove and its batch,
  * regex and all forms, health_check (2: the daemon is unreachable) and

@@ -124,3 +124,70 @@ mc_status mc_store_dummy_get_flat(struct mc_store *s, const char *const *keys, v
 {
 	return mc_store_dummy_flat(s, keys, bufs, caps, n, NULL, false, false, NULL, results);
 }
+
+/* Copy-based batches go key by key through the local buffer: one request
+ * each, the results as a real client's batch gives them. */
+mc_status mc_store_dummy_put_batch(struct mc_store *s, const char *const *keys,
+				   const void *const *values, const size_t *lens, size_t n,
+				   const struct mc_store_config *cfg, bool upsert,
+				   mc_status *results)
+{
+	mc_status rc = mc_store_check_config(cfg, true, n);
+	if (rc == MC_OK && n && (!keys || !values || !lens))
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "put_batch: NULL arrays");
+	if (rc != MC_OK) {
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_config one = {.replica_num = 1};
+		mc_status r;
+		if (cfg) {
+			one = *cfg;
+			if (cfg->n_group_ids == n)
+				one.group_id = cfg->group_ids[i];
+			one.group_ids = NULL;
+			one.n_group_ids = 0;
+		}
+		r = mc_store_dummy_put_copy(s, keys[i], &values[i], &lens[i], 1, &one, upsert);
+		if (results)
+			results[i] = r;
+		if (rc == MC_OK && r != MC_OK)
+			rc = r;
+	}
+	return rc;
+}
+
+struct nth {
+	mc_store_batch_alloc_fn alloc;
+	void *ctx;
+	size_t i;
+};
+
+static void *alloc_nth(void *ctx, size_t size)
+{
+	struct nth *a = ctx;
+	return a->alloc(a->ctx, a->i, size);
+}
+
+mc_status mc_store_dummy_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+					 mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
+{
+	mc_status rc = MC_OK;
+	if (n && (!keys || !alloc || !results)) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays or allocator");
+		for (size_t i = 0; results && i < n; i++)
+			results[i] = rc;
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct nth a = {alloc, ctx, i};
+		results[i] = mc_store_check_key(keys[i]);
+		if (results[i] == MC_OK)
+			results[i] = mc_dummy_get_copy(s->dummy, keys[i], alloc_nth, &a);
+		if (rc == MC_OK && results[i] < 0)
+			rc = (mc_status)results[i];
+	}
+	return rc;
+}

@@ -403,4 +403,12 @@ mc_status mc_store_dummy_put_flat(struct mc_store *s, const char *const *keys, v
 mc_status mc_store_dummy_get_flat(struct mc_store *s, const char *const *keys, void *const *bufs,
 				  const size_t *caps, size_t n, int64_t *results);
 
+mc_status mc_store_dummy_put_batch(struct mc_store *s, const char *const *keys,
+				   const void *const *values, const size_t *lens, size_t n,
+				   const struct mc_store_config *cfg, bool upsert,
+				   mc_status *results);
+mc_status mc_store_dummy_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+					 mc_store_batch_alloc_fn alloc, void *ctx,
+					 int64_t *results);
+
 #endif

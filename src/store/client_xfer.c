@@ -1205,6 +1205,8 @@ static mc_status untimed_put_batch(struct mc_store *s, const char *const *keys,
 				   const void *const *values, const size_t *lens, size_t n,
 				   const struct mc_store_config *config, mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_put_batch(s, keys, values, lens, n, config, false, results);
 	return put_batch_values(s, keys, values, lens, n, config, false, results);
 }
 
@@ -1212,6 +1214,8 @@ static mc_status untimed_upsert_batch(struct mc_store *s, const char *const *key
 				      const void *const *values, const size_t *lens, size_t n,
 				      const struct mc_store_config *config, mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_put_batch(s, keys, values, lens, n, config, true, results);
 	return put_batch_values(s, keys, values, lens, n, config, true, results);
 }
 
@@ -1518,7 +1522,11 @@ static mc_status untimed_batch_get_into_multi_buffers(struct mc_store *s, const 
 static mc_status untimed_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
 					 mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
 {
-	mc_status rc = mc_store_check_ready(s);
+	mc_status rc;
+
+	if (s && s->dummy)
+		return mc_store_dummy_batch_get_alloc(s, keys, n, alloc, ctx, results);
+	rc = mc_store_check_ready(s);
 
 	if (rc == MC_OK && n && (!keys || !alloc || !results))
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays or allocator");
@@ -1788,8 +1796,9 @@ mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, s
 		       const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, false)
-				    : untimed_put(s, key, value, len, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, false)
+			       : untimed_put(s, key, value, len, config);
 	return t_end(s, MC_CM_OP_PUT, t0, rc, len);
 }
 
@@ -1798,8 +1807,9 @@ mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *co
 			     const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, false)
-				    : untimed_put_parts(s, key, parts, lens, nparts, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, false)
+			       : untimed_put_parts(s, key, parts, lens, nparts, config);
 	return t_end(s, MC_CM_OP_PUT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
 }
 
@@ -1807,8 +1817,9 @@ mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value
 			  const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, true)
-				    : untimed_upsert(s, key, value, len, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, true)
+			       : untimed_upsert(s, key, value, len, config);
 	return t_end(s, MC_CM_OP_UPSERT, t0, rc, len);
 }
 
@@ -1817,8 +1828,9 @@ mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void 
 				const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, true)
-				    : untimed_upsert_parts(s, key, parts, lens, nparts, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, true)
+			       : untimed_upsert_parts(s, key, parts, lens, nparts, config);
 	return t_end(s, MC_CM_OP_UPSERT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
 }
 
@@ -1844,8 +1856,8 @@ int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_f
 {
 	uint64_t t0 = t_start(s);
 	int64_t r = s && s->dummy ? (key && *key ? mc_dummy_get_copy(s->dummy, key, alloc, ctx)
-						  : mc_set_error(MC_ERR_INVALID_PARAMS, "empty key"))
-				   : untimed_get_alloc(s, key, alloc, ctx);
+						 : mc_set_error(MC_ERR_INVALID_PARAMS, "empty key"))
+				  : untimed_get_alloc(s, key, alloc, ctx);
 	return t_end_i64(s, MC_CM_OP_GET, t0, r);
 }
 
@@ -1854,7 +1866,7 @@ mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf
 {
 	uint64_t t0 = t_start(s);
 	mc_status rc = s && s->dummy ? mc_store_dummy_put_one(s, key, buf, len, config, false)
-				    : untimed_put_from(s, key, buf, len, config);
+				     : untimed_put_from(s, key, buf, len, config);
 	return t_end(s, MC_CM_OP_PUT_FROM, t0, rc, len);
 }
 
@@ -1863,14 +1875,15 @@ mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *
 {
 	uint64_t t0 = t_start(s);
 	mc_status rc = s && s->dummy ? mc_store_dummy_put_one(s, key, buf, len, config, true)
-				    : untimed_upsert_from(s, key, buf, len, config);
+				     : untimed_upsert_from(s, key, buf, len, config);
 	return t_end(s, MC_CM_OP_UPSERT_FROM, t0, rc, len);
 }
 
 int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
 {
 	uint64_t t0 = t_start(s);
-	int64_t r = s && s->dummy ? mc_store_dummy_get_one(s, key, buf, cap) : untimed_get_into(s, key, buf, cap);
+	int64_t r = s && s->dummy ? mc_store_dummy_get_one(s, key, buf, cap)
+				  : untimed_get_into(s, key, buf, cap);
 	return t_end_i64(s, MC_CM_OP_GET_INTO, t0, r);
 }
 
@@ -1879,8 +1892,10 @@ mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, v
 				  const struct mc_store_config *config, mc_status *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, false, results)
-				    : untimed_batch_put_from(s, keys, bufs, lens, n, config, results);
+	mc_status rc =
+		s && s->dummy
+			? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, false, results)
+			: untimed_batch_put_from(s, keys, bufs, lens, n, config, results);
 	return t_end(s, MC_CM_OP_BATCH_PUT_FROM, t0, rc, put_bytes(lens, n, results));
 }
 
@@ -1889,8 +1904,10 @@ mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys
 				     const struct mc_store_config *config, mc_status *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = s && s->dummy ? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, true, results)
-				    : untimed_batch_upsert_from(s, keys, bufs, lens, n, config, results);
+	mc_status rc =
+		s && s->dummy
+			? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, true, results)
+			: untimed_batch_upsert_from(s, keys, bufs, lens, n, config, results);
 	return t_end(s, MC_CM_OP_BATCH_UPSERT_FROM, t0, rc, put_bytes(lens, n, results));
 }
 
@@ -1905,8 +1922,8 @@ mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *
 	if (s && s->dummy) {
 		rc = mc_store_dummy_multi_check(keys, bufs, lens, nbufs, n, results, NULL);
 		if (rc == MC_OK && n)
-			rc = mc_dummy_put_multi(s->dummy, keys, bufs, lens, nbufs, n, config,
-						false, results);
+			rc = mc_dummy_put_multi(s->dummy, keys, bufs, lens, nbufs, n, config, false,
+						results);
 	} else {
 		rc = untimed_batch_put_from_multi_buffers(s, keys, bufs, lens, nbufs, n, config,
 							  results);
@@ -1920,7 +1937,7 @@ mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, v
 {
 	uint64_t t0 = t_start(s);
 	mc_status rc = s && s->dummy ? mc_store_dummy_get_flat(s, keys, bufs, caps, n, results)
-				    : untimed_batch_get_into(s, keys, bufs, caps, n, results);
+				     : untimed_batch_get_into(s, keys, bufs, caps, n, results);
 	return t_end_batch_get(s, MC_CM_OP_BATCH_GET_INTO, t0, rc, results, n);
 }
 

@@ -145,6 +145,12 @@ def test_dummy_calls_run_in_the_daemon(mc_master, daemon):
             [4096, 4096]
         assert ctypes.string_at(buf + MiB, 8192) == ctypes.string_at(buf, 8192)
         assert d.batch_is_exist(["b0", "nope"]) == [1, 0]
+        # copy-based batches, key by key through the local buffer
+        vals = [os.urandom(1000 + i) for i in range(3)]
+        assert d.put_batch(["pb0", "pb1", "pb2"], vals) == 0
+        assert d.get_batch(["pb0", "pb1", "nope", "pb2"]) == [vals[0], vals[1], b"", vals[2]]
+        assert real.get_batch(["pb0", "pb2"]) == [vals[0], vals[2]]
+        assert d.upsert_batch(["pb0"], [b"new"]) == 0 and d.get("pb0") == b"new"
         # memory the daemon cannot map is refused
         plain = ctypes.create_string_buffer(4096)
         assert d.register_buffer(ctypes.addressof(plain), 4096) != 0
