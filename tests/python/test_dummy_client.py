@@ -2,7 +2,8 @@
 mooncake_client daemon with setup_dummy over @mooncake_client_<port>.sock.
 
 The daemon runs as its own process on a real master; this test process is
-the dummy.  It checks put/get (staged through the shared local buffer),
+the dummy.  The forwarded calls are run as one table on a real client and
+on a dummy, which must give the same results, codes included.  It checks put/get (staged through the shared local buffer),
 zero-copy put_from/get_into on MooncakeHostMemAllocator memory (bytes land
 in the pool: a real client reads them back), exist/size/remove, that
 registering memory the daemon cannot map is refused, that malformed
@@ -332,3 +333,63 @@ def test_eight_dummies_in_their_own_processes_at_once(daemon):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def method_table(c, p, buf, seg):
+    """The forwarded calls, on keys prefixed p; what each returned."""
+    out = []
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = seg  # not one a killed daemon of another test left mounted
+    v = bytes(range(256)) * 40
+    ctypes.memmove(buf, v, len(v))
+    out.append(c.put(p + "a", v, cfg))
+    out.append(c.put(p + "a", b"other", cfg))  # exists: 0, value kept
+    out.append(c.get(p + "a") == v)
+    out.append(c.get(p + "missing"))
+    out.append(c.is_exist(p + "a"))
+    out.append(c.is_exist(p + "missing"))
+    out.append(c.get_size(p + "a"))
+    out.append(c.get_size(p + "missing"))
+    out.append(c.batch_is_exist([p + "a", p + "missing"]))
+    out.append(c.put_parts(p + "parts", b"ab", b"cd", b"ef", config=cfg))
+    out.append(c.get(p + "parts"))
+    out.append(c.upsert(p + "parts", b"xyz", cfg))
+    out.append(c.get(p + "parts"))
+    out.append(c.put(p + "empty", b"", cfg))
+    out.append(c.put_from(p + "z", buf, 4096, cfg))
+    out.append(c.put_from(p + "z0", buf, 0, cfg))
+    out.append(c.get_into(p + "z", buf + 65536, 8192))
+    out.append(ctypes.string_at(buf + 65536, 4096) == v[:4096])
+    out.append(c.get_into(p + "z", buf + 65536, 100))
+    out.append(c.get_into(p + "missing", buf + 65536, 100))
+    out.append(c.batch_put_from([p + "b0", p + "b1"], [buf, buf + 100], [100, 200], cfg))
+    out.append(c.batch_get_into([p + "b0", p + "b1", p + "missing"],
+                                [buf + 65536, buf + 70000, buf + 80000], [100, 200, 300]))
+    out.append(c.upsert_from(p + "z", buf + 8, 64, cfg))
+    out.append(c.get_size(p + "z"))
+    out.append(c.remove(p + "a"))
+    out.append(c.remove(p + "a", True))
+    out.append(c.remove(p + "a"))
+    out.append(c.batch_remove([p + "b0", p + "missing"], True))
+    out.append(c.remove_by_regex("^" + p + "b", True))
+    return out
+
+
+def test_forwarded_calls_give_what_a_real_client_gives(mc_master, daemon):
+    port, tenant, seg, _, _ = daemon
+    d, real = MooncakeDistributedStore(), MooncakeDistributedStore()
+    alloc = MooncakeHostMemAllocator()
+    buf = alloc.alloc(1 * MiB)
+    try:
+        assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+        assert real.setup("127.0.0.1", mc_master.meta_uri, 0, 16 * MiB, "tcp", "",
+                          mc_master.addr, tenant_id=tenant) == 0
+        assert d.register_buffer(buf, 1 * MiB) == 0
+        assert real.register_buffer(buf, 1 * MiB) == 0
+        got_real = method_table(real, "mt-r-", buf, seg)
+        got_dummy = method_table(d, "mt-d-", buf, seg)
+        assert got_dummy == got_real, (got_dummy, got_real)
+    finally:
+        d.close()
+        real.close()
+        alloc.free(buf)
