@@ -453,19 +453,24 @@ PyObject *mc_py_store_get_engine_ptr(PyObject *self, PyObject *unused)
 	return PyLong_FromVoidPtr(te);
 }
 
-/* setup_dummy(mem_pool_size, local_buffer_size, server_address): the dummy
- * client (shared memory with a standalone mooncake_client) is not part of
- * the C API, so it fails with upstream's failure value. */
+/* setup_dummy(mem_pool_size, local_buffer_size, server_address): attach to
+ * the mooncake_client daemon of this host (mc_store_setup_dummy); 0, or
+ * upstream's -1 on any failure (the library logs the cause). */
 PyObject *mc_py_store_setup_dummy(DEFARGS)
 {
 	uint64_t pool, lbuf;
 	const char *addr;
+	struct call c;
+	mc_status rc;
 	PARSE("setup_dummy", 3, "mem_pool_size", "local_buffer_size", "server_address");
 	if (arg_u64(a[0], "setup_dummy", "mem_pool_size", &pool) < 0 ||
 	    arg_u64(a[1], "setup_dummy", "local_buffer_size", &lbuf) < 0 ||
 	    arg_str(a[2], "setup_dummy", "server_address", &addr) < 0)
 		return NULL;
-	return PyLong_FromLong(-1);
+	call_begin(&c, ST(self), true);
+	rc = mc_store_setup_dummy(ST(self)->s, pool, lbuf, addr);
+	call_end(&c);
+	return PyLong_FromLong(rc == MC_OK ? 0 : -1);
 }
 
 PyObject *mc_py_store_get_offload_rpc_read_count(PyObject *self, PyObject *unused)

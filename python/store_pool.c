@@ -726,45 +726,25 @@ PyTypeObject mc_py_view_type = {
 /* ---- MooncakeHostMemAllocator ------------------------------------------------------ */
 
 /*
- * MooncakeHostMemAllocator: page-aligned shared anonymous mappings for host
- * buffers (SGLang allocates its host KV pools with it in standalone mode;
- * the memory can be registered with register_buffer like any other).
+ * MooncakeHostMemAllocator: shared host memory (mc_store_shm_alloc: a
+ * sealed memfd mapping) that a dummy client can register whole and hand to
+ * its mooncake_client daemon; a real client registers it like any other
+ * memory.  SGLang allocates its host KV pools with it in standalone mode.
  * alloc(size) -> address, 0 on failure; free(ptr) -> 0, or -1 for an
- * address it did not hand out.  The mappings belong to the module, not to
- * the allocator object (callers use a temporary one), and live until
- * free(); the registry is touched only with the GIL held.
+ * address it did not hand out.  The mappings belong to the process (the C
+ * library's table), not to the allocator object (callers use a temporary
+ * one), and live until free().
  */
-struct hma_block {
-	uintptr_t addr;
-	size_t len;
-};
-
-static struct hma_block *hma_blocks;
-static size_t hma_n, hma_cap;
-
 static PyObject *hma_alloc(PyObject *self, PyObject *arg)
 {
 	uint64_t size;
-	void *p;
+	void *p = NULL;
 	(void)self;
 	if (arg_u64(arg, "alloc", "size", &size) < 0)
 		return NULL;
-	if (size == 0 || size > (uint64_t)PY_SSIZE_T_MAX)
+	if (size == 0 || size > (uint64_t)PY_SSIZE_T_MAX ||
+	    mc_store_shm_alloc((size_t)size, &p) != MC_OK)
 		return PyLong_FromLong(0);
-	if (hma_n == hma_cap) {
-		size_t ncap = hma_cap ? 2 * hma_cap : 16;
-		struct hma_block *v = PyMem_Realloc(hma_blocks, ncap * sizeof(*v));
-		if (!v)
-			return PyErr_NoMemory();
-		hma_blocks = v;
-		hma_cap = ncap;
-	}
-	p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return PyLong_FromLong(0);
-	hma_blocks[hma_n].addr = (uintptr_t)p;
-	hma_blocks[hma_n].len = (size_t)size;
-	hma_n++;
 	return PyLong_FromVoidPtr(p);
 }
 
@@ -774,14 +754,7 @@ static PyObject *hma_free(PyObject *self, PyObject *arg)
 	(void)self;
 	if (arg_u64(arg, "free", "ptr", &addr) < 0)
 		return NULL;
-	for (size_t i = 0; i < hma_n; i++) {
-		if (hma_blocks[i].addr != addr)
-			continue;
-		munmap((void *)hma_blocks[i].addr, hma_blocks[i].len);
-		hma_blocks[i] = hma_blocks[--hma_n];
-		return PyLong_FromLong(0);
-	}
-	return PyLong_FromLong(-1);
+	return PyLong_FromLong(mc_store_shm_free((void *)(uintptr_t)addr) == MC_OK ? 0 : -1);
 }
 
 static PyMethodDef hma_methods[] = {

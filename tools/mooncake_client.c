@@ -18,16 +18,19 @@
  * the segment: "ip" or "ip:port" (the port pins the Transfer Engine's);
  * 0.0.0.0 or an empty host is this host's first non-loopback IPv4 address.
  *
- * Not yet (issue 15 part 2): the dummy clients that upstream serves on
- * --port and the abstract socket @mooncake_client_<port>.sock.  --port and
- * --threads are checked and reported, and the start-up line says that no
- * dummy is served.  --start_offload_rpc_server=false is refused: this
+ * Dummy clients (setup_dummy in the serving processes of this host) attach
+ * over the abstract Unix socket @mooncake_client_<port>.sock, served by
+ * store/dummy_server.c on this client (docs/design.md, "Dummy clients");
+ * upstream's TCP RPC on --port is not served: a dummy is always local,
+ * and the port names the socket.  --threads is accepted: each dummy gets
+ * a thread of its own.  --start_offload_rpc_server=false is refused: this
  * build serves its disk copies to readers whenever the tier is on.
  *
  * Once the segment is mounted it writes one line to stderr,
- *   mooncake_client serving segment=NAME size=BYTES http=PORT
- * (http=0 without the HTTP server).  SIGINT or SIGTERM unmount the segment
- * through the master, close the client and exit 0; bad flags exit 2, a
+ *   mooncake_client serving segment=NAME size=BYTES http=PORT dummy=@SOCKET
+ * (http=0 without the HTTP server).  SIGINT or SIGTERM disconnect the
+ * dummies, unmount the segment through the master, close the client and
+ * exit 0; bad flags exit 2, a
  * failed setup exits 1.  Signals are blocked before any thread starts and
  * collected with sigwait, as mooncake_master does.
  */
@@ -50,6 +53,7 @@
 #include "mooncake/status.h"
 #include "mooncake/store.h"
 #include "mooncake/version.h"
+#include "store/dummy_server.h"
 
 struct options {
 	char *host;
@@ -81,7 +85,7 @@ static const struct mc_config_entry options_table[] = {
 	    "0.0.0.0: the first non-loopback IPv4 address",
 	    0, 0),
 	OPT(port, MC_CONFIG_INT, "50052",
-	    "the dummy clients' port (dummy clients are not served yet: issue 15)", 1, 65535),
+	    "the dummy clients' port: they attach at @mooncake_client_<port>.sock", 1, 65535),
 	OPT(metadata_server, MC_CONFIG_STRING, "http://127.0.0.1:8080/metadata",
 	    "Transfer Engine metadata: http://..., etcd://..., redis://..., P2PHANDSHAKE", 0, 0),
 	OPT(master_server_address, MC_CONFIG_STRING, "127.0.0.1:50051", "the master, host:port", 0,
@@ -92,8 +96,8 @@ static const struct mc_config_entry options_table[] = {
 	    "memory this client contributes to the pool", 0, INT64_MAX),
 	OPT(local_buffer_size, MC_CONFIG_SIZE, "0", "local staging buffer (accepted as upstream)",
 	    0, 1ll << 40),
-	OPT(threads, MC_CONFIG_INT, "1", "threads serving dummy clients (none are served yet)", 1,
-	    1024),
+	OPT(threads, MC_CONFIG_INT, "1",
+	    "accepted as upstream: each dummy client is served by a thread of its own", 1, 1024),
 	OPT(tenant_id, MC_CONFIG_STRING, "default", "tenant of this client's keys", 0, 0),
 	OPT(enable_offload, MC_CONFIG_BOOL, "false",
 	    "the SSD tier (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH; the master needs --enable_offload)",
@@ -154,6 +158,8 @@ int main(int argc, char **argv)
 		{options_table, MC_ARRAY_SIZE(options_table), &o, false}};
 	struct mc_store_params p;
 	struct mc_store *s = NULL;
+	struct mc_dummy_server *dsrv = NULL;
+	char sock[64];
 	char name[320];
 	sigset_t set;
 	int sig, rc = 0;
@@ -208,17 +214,23 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	mc_info("dummy clients are not served yet: --port %lld and --threads %lld are unused "
-		"(issue 15)",
-		(long long)o.port, (long long)o.threads);
-	fprintf(stderr, "mooncake_client serving segment=%s size=%llu http=%u\n",
+	if ((st = mc_dummy_server_start(s, (uint16_t)o.port, 0, &dsrv)) != MC_OK) {
+		fprintf(stderr, "mooncake_client: cannot serve dummy clients: %s (%s)\n",
+			mc_last_error(), mc_status_name(st));
+		mc_store_close(s);
+		rc = 1;
+		goto out;
+	}
+	mc_dummy_socket_name((uint16_t)o.port, sock, sizeof(sock));
+	fprintf(stderr, "mooncake_client serving segment=%s size=%llu http=%u dummy=@%s\n",
 		mc_store_hostname(s), (unsigned long long)o.global_segment_size,
-		mc_store_http_port(s));
+		mc_store_http_port(s), sock);
 	fflush(stderr);
 
 	while (sigwait(&set, &sig) != 0)
 		;
 	mc_info("signal %d: unmounting %s and closing", sig, mc_store_hostname(s));
+	mc_dummy_server_stop(dsrv);
 	st = mc_store_close(s);
 	if (st != MC_OK) {
 		fprintf(stderr, "mooncake_client: close: %s\n", mc_last_error());

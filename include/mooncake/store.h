@@ -116,6 +116,32 @@ MC_API void mc_store_free(struct mc_store *s);
  * second setup without close.
  */
 MC_API mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p);
+/*
+ * A dummy client (spec store.md 1.13; docs/design.md, "Dummy clients"):
+ * attach to the mooncake_client daemon of this host whose --port is the
+ * port of server_address ("host:port", default port 50052; host must be
+ * this machine), over @mooncake_client_<port>.sock, with a shared local
+ * buffer of local_buffer_size bytes for the copy-based calls
+ * (mem_pool_size is accepted and unused, as upstream).  Afterwards the
+ * client's calls run in the daemon: put/get and their parts, batch and
+ * upsert forms, the zero-copy calls and their batch and multi-buffer forms on
+ * memory from mc_store_shm_alloc registered whole with
+ * mc_store_register_buffer, is_exist, get_size, remove and its batch,
+ * regex and all forms, health_check (2: the daemon is unreachable) and
+ * close.  Other calls fail with MC_ERR_NOT_SUPPORTED on a dummy.  Calls
+ * fail with MC_ERR_RPC_FAIL while the daemon is down; the dummy reattaches
+ * by itself once a second.  MC_ERR_RPC_FAIL when no daemon serves the
+ * port, MC_ERR_INVALID_PARAMS for a bad or remote address or a second
+ * setup.
+ */
+MC_API mc_status mc_store_setup_dummy(struct mc_store *s, uint64_t mem_pool_size,
+				      uint64_t local_buffer_size, const char *server_address);
+/* Shared memory a dummy client can register (upstream's
+ * MooncakeHostMemAllocator): size bytes of a sealed memfd mapping, owned by
+ * the process until mc_store_shm_free. */
+MC_API mc_status mc_store_shm_alloc(size_t size, void **out);
+/* MC_ERR_INVALID_PARAMS for an address mc_store_shm_alloc did not give. */
+MC_API mc_status mc_store_shm_free(void *addr);
 /* Unmount, deregister and unmap everything; the client can set up again.
  * MC_OK also when not set up. */
 MC_API mc_status mc_store_close(struct mc_store *s);

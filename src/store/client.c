@@ -61,6 +61,8 @@
 #include "store/client_http.h"
 #include "store/client_int.h"
 #include "store/client_metrics.h"
+#include "store/dummy_client.h"
+#include "store/dummy_proto.h"
 #include "store/master_conn.h"
 #include "store/offload_client.h"
 #include "store/offload_server.h"
@@ -492,6 +494,12 @@ err:
 
 mc_status mc_store_close(struct mc_store *s)
 {
+	if (s && s->dummy) {
+		mc_dummy_close(s->dummy);
+		s->dummy = NULL;
+		s->name[0] = 0;
+		return MC_OK;
+	}
 	if (!s || !s->ready)
 		return MC_OK;
 	teardown(s);
@@ -500,6 +508,8 @@ mc_status mc_store_close(struct mc_store *s)
 
 int mc_store_health_check(struct mc_store *s)
 {
+	if (s && s->dummy)
+		return mc_dummy_health(s->dummy);
 	if (!s || !s->ready)
 		return 1;
 	return atomic_load(&s->ping_failed) ? 2 : 0;
@@ -546,10 +556,59 @@ mc_status mc_store_segment_info(struct mc_store *s, struct mc_store_segment_info
 	return MC_OK;
 }
 
+/* ---- a dummy client's calls (dummy_client.c) ---------------------------------------- */
+
+/* A batch of keys through the daemon: ints (exist) or statuses (remove). */
+static mc_status dummy_batch(struct mc_store *s, uint16_t type, const char *const *keys, size_t n,
+			     bool force, int *ints, mc_status *sts)
+{
+	int64_t *r;
+	mc_status rc;
+	if (n && !keys)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "NULL keys");
+	if (n == 0)
+		return MC_OK;
+	r = mc_calloc(n, sizeof(*r));
+	if (!r)
+		return MC_ERR_NOMEM;
+	rc = mc_dummy_keys(s->dummy, type, keys, n, force, r);
+	for (size_t i = 0; i < n; i++) {
+		if (ints)
+			ints[i] = (int)r[i];
+		if (sts)
+			sts[i] = (mc_status)r[i];
+	}
+	mc_free(r);
+	return rc;
+}
+
+mc_status mc_store_setup_dummy(struct mc_store *s, uint64_t mem_pool_size,
+			       uint64_t local_buffer_size, const char *server_address)
+{
+	mc_status rc;
+	(void)mem_pool_size; /* upstream accepts it and uses it for nothing */
+	if (!s)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "setup_dummy: NULL client");
+	if (s->ready || s->dummy)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "setup_dummy: already set up");
+	rc = mc_dummy_open(server_address, local_buffer_size, &s->dummy);
+	if (rc == MC_OK)
+		snprintf(s->name, sizeof(s->name), "%s", mc_dummy_hostname(s->dummy));
+	else
+		mc_warn("setup_dummy(%s): %s (%s)", server_address ? server_address : "(null)",
+			mc_last_error(), mc_status_name(rc));
+	return rc;
+}
+
 /* ---- metadata calls ---------------------------------------------------------------------- */
 
 int mc_store_is_exist(struct mc_store *s, const char *key)
 {
+	if (s && s->dummy) {
+		int64_t r;
+		mc_status drc = mc_dummy_keys(s->dummy, MC_DUMMY_MSG_EXIST, &key, 1, false, &r);
+		return drc == MC_OK ? (int)r : drc;
+	}
 	struct mc_store_key_req req;
 	struct mc_store_msg resp;
 	int ret;
@@ -589,6 +648,8 @@ static mc_status keys_req(struct mc_store *s, const char *const *keys, size_t n,
 mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *keys, size_t n,
 				  int *results)
 {
+	if (s && s->dummy)
+		return dummy_batch(s, MC_DUMMY_MSG_EXIST, keys, n, false, results, NULL);
 	struct mc_store_keys_req req;
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv;
@@ -628,6 +689,11 @@ mc_status mc_store_batch_is_exist(struct mc_store *s, const char *const *keys, s
 
 int64_t mc_store_get_size(struct mc_store *s, const char *key)
 {
+	if (s && s->dummy) {
+		int64_t r;
+		mc_status drc = mc_dummy_keys(s->dummy, MC_DUMMY_MSG_GET_SIZE, &key, 1, false, &r);
+		return drc == MC_OK ? r : drc;
+	}
 	struct mc_store_msg resp;
 	int64_t size;
 	mc_status rc = mc_store_check_ready(s);
@@ -648,6 +714,11 @@ int64_t mc_store_get_size(struct mc_store *s, const char *key)
 
 mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
 {
+	if (s && s->dummy) {
+		int64_t r;
+		mc_status drc = mc_dummy_keys(s->dummy, MC_DUMMY_MSG_REMOVE, &key, 1, force, &r);
+		return drc;
+	}
 	struct mc_store_remove_req req;
 	struct mc_store_msg resp;
 	mc_status rc = mc_store_check_ready(s);
@@ -666,6 +737,10 @@ mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
 
 int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool force)
 {
+	if (s && s->dummy)
+		return pattern ? mc_dummy_remove_many(s->dummy, pattern, force)
+			       : mc_set_error(MC_ERR_INVALID_PARAMS,
+					      "remove_by_regex: NULL pattern");
 	struct mc_store_remove_regex_req req;
 	struct mc_store_msg resp;
 	int64_t count;
@@ -739,6 +814,8 @@ int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *const *keys
 
 int64_t mc_store_remove_all(struct mc_store *s, bool force)
 {
+	if (s && s->dummy)
+		return mc_dummy_remove_many(s->dummy, NULL, force);
 	struct mc_store_remove_all_req req;
 	struct mc_store_msg resp;
 	int64_t count;
@@ -758,6 +835,8 @@ int64_t mc_store_remove_all(struct mc_store *s, bool force)
 mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, size_t n, bool force,
 				mc_status *results)
 {
+	if (s && s->dummy)
+		return dummy_batch(s, MC_DUMMY_MSG_REMOVE, keys, n, force, NULL, results);
 	struct mc_store_batch_remove_req req;
 	struct mc_store_keys_req kr;
 	struct mc_store_msg resp;

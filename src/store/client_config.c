@@ -71,6 +71,10 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "leader that answers (the old one's lease lapsing, the new one's warm-up), "
 	       "milliseconds",
 	       CFG(failover_ms), MC_CONFIG_INT, 0, 86400000}},
+	{.f = {"dummy_expire_ms", "MC_DUMMY_EXPIRE_MS", "10000",
+	       "mooncake_client expires a dummy client silent this long (no request and no ping; "
+	       "dummies ping every second), unmapping its shared memory, milliseconds",
+	       CFG(dummy_expire_ms), MC_CONFIG_INT, 100, 86400000}},
 };
 #undef CFG
 const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);

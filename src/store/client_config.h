@@ -25,6 +25,7 @@ struct mc_store_client_env {
 	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
+	int64_t dummy_expire_ms;  /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */
 };
 
 extern const struct mc_config_entry mc_store_client_config_table[];

@@ -44,6 +44,7 @@ struct mc_store_xseg {
 };
 struct mc_client_metrics;
 struct mc_http;
+struct mc_dummy;
 
 struct mc_store {
 	bool ready;
@@ -117,6 +118,8 @@ struct mc_store {
 	/* observability: allocated by mc_store_new, read from any thread */
 	struct mc_client_metrics *metrics;
 	struct mc_http *http; /* the client HTTP server, or NULL (client_http.c) */
+	/* a dummy client's connection to its daemon (dummy_client.c), or NULL */
+	struct mc_dummy *dummy;
 };
 
 /* One object's side of a transfer: its user buffers (scatter-gather) and
@@ -186,6 +189,9 @@ static inline struct mc_proto_str mc_store_tenant(const struct mc_store *s)
 
 static inline mc_status mc_store_check_ready(const struct mc_store *s)
 {
+	if (s && s->dummy)
+		return mc_set_error(MC_ERR_NOT_SUPPORTED,
+				    "this call is not available on a dummy client yet (issue 15)");
 	if (!s || !s->ready)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "store client is not set up");
 	return MC_OK;
@@ -425,5 +431,29 @@ mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *
 /* close: revoke the open put sessions (best effort) and drop every
  * session.  No other call runs (mc_store_close's contract). */
 void mc_store_sessions_drop_all(struct mc_store *s);
+
+/* A dummy client's transfers (client_dummy.c): the checks, then the daemon. */
+mc_status mc_store_dummy_put_copy(struct mc_store *s, const char *key, const void *const *parts,
+				  const size_t *lens, size_t nparts,
+				  const struct mc_store_config *cfg, bool upsert);
+mc_status mc_store_dummy_put_one(struct mc_store *s, const char *key, const void *buf, size_t len,
+				 const struct mc_store_config *cfg, bool upsert);
+int64_t mc_store_dummy_get_one(struct mc_store *s, const char *key, void *buf, size_t cap);
+mc_status mc_store_dummy_multi_check(const char *const *keys, void *const *const *bufs,
+				     const size_t *const *lens, const size_t *nbufs, size_t n,
+				     mc_status *sts, int64_t *r64);
+mc_status mc_store_dummy_put_flat(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *lens, size_t n, const struct mc_store_config *cfg,
+				  bool upsert, mc_status *results);
+mc_status mc_store_dummy_get_flat(struct mc_store *s, const char *const *keys, void *const *bufs,
+				  const size_t *caps, size_t n, int64_t *results);
+
+mc_status mc_store_dummy_put_batch(struct mc_store *s, const char *const *keys,
+				   const void *const *values, const size_t *lens, size_t n,
+				   const struct mc_store_config *cfg, bool upsert,
+				   mc_status *results);
+mc_status mc_store_dummy_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
+					 mc_store_batch_alloc_fn alloc, void *ctx,
+					 int64_t *results);
 
 #endif

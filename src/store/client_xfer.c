@@ -35,6 +35,7 @@
  */
 #define MC_LOG_MODULE "store"
 #include "store/client_int.h"
+#include "store/dummy_client.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -1205,6 +1206,8 @@ static mc_status untimed_put_batch(struct mc_store *s, const char *const *keys,
 				   const void *const *values, const size_t *lens, size_t n,
 				   const struct mc_store_config *config, mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_put_batch(s, keys, values, lens, n, config, false, results);
 	return put_batch_values(s, keys, values, lens, n, config, false, results);
 }
 
@@ -1212,6 +1215,8 @@ static mc_status untimed_upsert_batch(struct mc_store *s, const char *const *key
 				      const void *const *values, const size_t *lens, size_t n,
 				      const struct mc_store_config *config, mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_put_batch(s, keys, values, lens, n, config, true, results);
 	return put_batch_values(s, keys, values, lens, n, config, true, results);
 }
 
@@ -1249,65 +1254,6 @@ int64_t mc_store_get(struct mc_store *s, const char *key, void **value_out)
 	}
 	*value_out = buf;
 	return n;
-}
-
-/* ---- zero-copy calls --------------------------------------------------------------------- */
-
-/*
- * Every buffer a zero-copy call is handed is checked against the engine's
- * registered ranges (mc_store_check_buffer: a read lock and a binary
- * search, tens of nanoseconds against a call's master round trip), so the
- * store moves bytes only between the store and memory the caller
- * registered, as upstream's RDMA path requires.  The value calls (put,
- * get, get_alloc) are not checked: their memory is the caller's value or
- * an allocation made for the call.
- */
-mc_status mc_store_check_buffer(struct mc_store *s, const void *buf, size_t len)
-{
-	mc_status rc = mc_store_check_ready(s);
-	if (rc != MC_OK || !len || mc_te_local_registered(s->te, buf, len))
-		return rc;
-	return mc_set_error(MC_ERR_INVALID_PARAMS,
-			    "buffer %p+%zu is not inside one registered buffer", buf, len);
-}
-
-/* A read's destination: registered, and not registered read-only. */
-mc_status mc_store_check_dest(struct mc_store *s, const void *buf, size_t len)
-{
-	mc_status rc = mc_store_check_buffer(s, buf, len);
-	if (rc != MC_OK || !len || mc_te_local_writable(s->te, buf, len))
-		return rc;
-	return mc_set_error(MC_ERR_INVALID_PARAMS,
-			    "buffer %p+%zu is registered read-only: it cannot take a get", buf,
-			    len);
-}
-
-mc_status mc_store_register_buffer(struct mc_store *s, void *addr, size_t len)
-{
-	return mc_store_register_buffer_flags(s, addr, len, 0);
-}
-
-mc_status mc_store_register_buffer_flags(struct mc_store *s, void *addr, size_t len, unsigned flags)
-{
-	mc_status rc = mc_store_check_ready(s);
-	if (rc != MC_OK)
-		return rc;
-	if (!addr || !len)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: NULL or empty");
-	if (flags & ~(unsigned)MC_STORE_BUFFER_READ_ONLY)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "register_buffer: unknown flags 0x%x",
-				    flags);
-	return mc_te_register_flags(s->te, addr, len, NULL, true,
-				    (flags & MC_STORE_BUFFER_READ_ONLY) ? MC_TE_REGISTER_READ_ONLY
-									: 0);
-}
-
-mc_status mc_store_unregister_buffer(struct mc_store *s, void *addr)
-{
-	mc_status rc = mc_store_check_ready(s);
-	if (rc != MC_OK)
-		return rc;
-	return mc_te_deregister(s->te, addr);
 }
 
 static mc_status put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
@@ -1577,7 +1523,11 @@ static mc_status untimed_batch_get_into_multi_buffers(struct mc_store *s, const 
 static mc_status untimed_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
 					 mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
 {
-	mc_status rc = mc_store_check_ready(s);
+	mc_status rc;
+
+	if (s && s->dummy)
+		return mc_store_dummy_batch_get_alloc(s, keys, n, alloc, ctx, results);
+	rc = mc_store_check_ready(s);
 
 	if (rc == MC_OK && n && (!keys || !alloc || !results))
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "batch_get: NULL arrays or allocator");
@@ -1847,7 +1797,10 @@ mc_status mc_store_put(struct mc_store *s, const char *key, const void *value, s
 		       const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	return t_end(s, MC_CM_OP_PUT, t0, untimed_put(s, key, value, len, config), len);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, false)
+			       : untimed_put(s, key, value, len, config);
+	return t_end(s, MC_CM_OP_PUT, t0, rc, len);
 }
 
 mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *const *parts,
@@ -1855,7 +1808,9 @@ mc_status mc_store_put_parts(struct mc_store *s, const char *key, const void *co
 			     const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_put_parts(s, key, parts, lens, nparts, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, false)
+			       : untimed_put_parts(s, key, parts, lens, nparts, config);
 	return t_end(s, MC_CM_OP_PUT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
 }
 
@@ -1863,7 +1818,10 @@ mc_status mc_store_upsert(struct mc_store *s, const char *key, const void *value
 			  const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	return t_end(s, MC_CM_OP_UPSERT, t0, untimed_upsert(s, key, value, len, config), len);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, &value, &len, 1, config, true)
+			       : untimed_upsert(s, key, value, len, config);
+	return t_end(s, MC_CM_OP_UPSERT, t0, rc, len);
 }
 
 mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void *const *parts,
@@ -1871,7 +1829,9 @@ mc_status mc_store_upsert_parts(struct mc_store *s, const char *key, const void 
 				const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_upsert_parts(s, key, parts, lens, nparts, config);
+	mc_status rc = s && s->dummy
+			       ? mc_store_dummy_put_copy(s, key, parts, lens, nparts, config, true)
+			       : untimed_upsert_parts(s, key, parts, lens, nparts, config);
 	return t_end(s, MC_CM_OP_UPSERT_PARTS, t0, rc, parts ? sum_lens(lens, nparts) : 0);
 }
 
@@ -1896,28 +1856,36 @@ mc_status mc_store_upsert_batch(struct mc_store *s, const char *const *keys,
 int64_t mc_store_get_alloc(struct mc_store *s, const char *key, mc_store_alloc_fn alloc, void *ctx)
 {
 	uint64_t t0 = t_start(s);
-	return t_end_i64(s, MC_CM_OP_GET, t0, untimed_get_alloc(s, key, alloc, ctx));
+	int64_t r = s && s->dummy ? (key && *key ? mc_dummy_get_copy(s->dummy, key, alloc, ctx)
+						 : mc_set_error(MC_ERR_INVALID_PARAMS, "empty key"))
+				  : untimed_get_alloc(s, key, alloc, ctx);
+	return t_end_i64(s, MC_CM_OP_GET, t0, r);
 }
 
 mc_status mc_store_put_from(struct mc_store *s, const char *key, const void *buf, size_t len,
 			    const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	return t_end(s, MC_CM_OP_PUT_FROM, t0, untimed_put_from(s, key, buf, len, config), len);
+	mc_status rc = s && s->dummy ? mc_store_dummy_put_one(s, key, buf, len, config, false)
+				     : untimed_put_from(s, key, buf, len, config);
+	return t_end(s, MC_CM_OP_PUT_FROM, t0, rc, len);
 }
 
 mc_status mc_store_upsert_from(struct mc_store *s, const char *key, const void *buf, size_t len,
 			       const struct mc_store_config *config)
 {
 	uint64_t t0 = t_start(s);
-	return t_end(s, MC_CM_OP_UPSERT_FROM, t0, untimed_upsert_from(s, key, buf, len, config),
-		     len);
+	mc_status rc = s && s->dummy ? mc_store_dummy_put_one(s, key, buf, len, config, true)
+				     : untimed_upsert_from(s, key, buf, len, config);
+	return t_end(s, MC_CM_OP_UPSERT_FROM, t0, rc, len);
 }
 
 int64_t mc_store_get_into(struct mc_store *s, const char *key, void *buf, size_t cap)
 {
 	uint64_t t0 = t_start(s);
-	return t_end_i64(s, MC_CM_OP_GET_INTO, t0, untimed_get_into(s, key, buf, cap));
+	int64_t r = s && s->dummy ? mc_store_dummy_get_one(s, key, buf, cap)
+				  : untimed_get_into(s, key, buf, cap);
+	return t_end_i64(s, MC_CM_OP_GET_INTO, t0, r);
 }
 
 mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, void *const *bufs,
@@ -1925,7 +1893,10 @@ mc_status mc_store_batch_put_from(struct mc_store *s, const char *const *keys, v
 				  const struct mc_store_config *config, mc_status *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_batch_put_from(s, keys, bufs, lens, n, config, results);
+	mc_status rc =
+		s && s->dummy
+			? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, false, results)
+			: untimed_batch_put_from(s, keys, bufs, lens, n, config, results);
 	return t_end(s, MC_CM_OP_BATCH_PUT_FROM, t0, rc, put_bytes(lens, n, results));
 }
 
@@ -1934,7 +1905,10 @@ mc_status mc_store_batch_upsert_from(struct mc_store *s, const char *const *keys
 				     const struct mc_store_config *config, mc_status *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_batch_upsert_from(s, keys, bufs, lens, n, config, results);
+	mc_status rc =
+		s && s->dummy
+			? mc_store_dummy_put_flat(s, keys, bufs, lens, n, config, true, results)
+			: untimed_batch_upsert_from(s, keys, bufs, lens, n, config, results);
 	return t_end(s, MC_CM_OP_BATCH_UPSERT_FROM, t0, rc, put_bytes(lens, n, results));
 }
 
@@ -1945,8 +1919,16 @@ mc_status mc_store_batch_put_from_multi_buffers(struct mc_store *s, const char *
 						mc_status *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_batch_put_from_multi_buffers(s, keys, bufs, lens, nbufs, n, config,
-							    results);
+	mc_status rc;
+	if (s && s->dummy) {
+		rc = mc_store_dummy_multi_check(keys, bufs, lens, nbufs, n, results, NULL);
+		if (rc == MC_OK && n)
+			rc = mc_dummy_put_multi(s->dummy, keys, bufs, lens, nbufs, n, config, false,
+						results);
+	} else {
+		rc = untimed_batch_put_from_multi_buffers(s, keys, bufs, lens, nbufs, n, config,
+							  results);
+	}
 	return t_end(s, MC_CM_OP_BATCH_PUT_FROM_MULTI, t0, rc,
 		     put_multi_bytes(lens, nbufs, n, results));
 }
@@ -1955,7 +1937,8 @@ mc_status mc_store_batch_get_into(struct mc_store *s, const char *const *keys, v
 				  const size_t *caps, size_t n, int64_t *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_batch_get_into(s, keys, bufs, caps, n, results);
+	mc_status rc = s && s->dummy ? mc_store_dummy_get_flat(s, keys, bufs, caps, n, results)
+				     : untimed_batch_get_into(s, keys, bufs, caps, n, results);
 	return t_end_batch_get(s, MC_CM_OP_BATCH_GET_INTO, t0, rc, results, n);
 }
 
@@ -1964,7 +1947,14 @@ mc_status mc_store_batch_get_into_multi_buffers(struct mc_store *s, const char *
 						const size_t *nbufs, size_t n, int64_t *results)
 {
 	uint64_t t0 = t_start(s);
-	mc_status rc = untimed_batch_get_into_multi_buffers(s, keys, bufs, lens, nbufs, n, results);
+	mc_status rc;
+	if (s && s->dummy) {
+		rc = mc_store_dummy_multi_check(keys, bufs, lens, nbufs, n, NULL, results);
+		if (rc == MC_OK && n)
+			rc = mc_dummy_get_multi(s->dummy, keys, bufs, lens, nbufs, n, results);
+	} else {
+		rc = untimed_batch_get_into_multi_buffers(s, keys, bufs, lens, nbufs, n, results);
+	}
 	return t_end_batch_get(s, MC_CM_OP_BATCH_GET_INTO_MULTI, t0, rc, results, n);
 }
 
