@@ -468,6 +468,7 @@ static mc_status open_transports(struct mc_te *te)
 		.max_port = (uint16_t)te->cfg.max_rpc_port,
 		.workers = te->cfg.workers,
 		.conns_per_peer = te->cfg.conns_per_peer,
+		.auth = &te->auth,
 	};
 
 	for (size_t i = mc_transport_registry_len; i-- > 0;) {
@@ -545,6 +546,9 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	mc_batch_table_init(te);
 	read_host_id(te);
 	rc = apply_params(te, params);
+	if (rc != MC_OK)
+		goto err;
+	rc = mc_auth_secret_load(NULL, &te->auth);
 	if (rc != MC_OK)
 		goto err;
 
@@ -656,6 +660,7 @@ void mc_te_free(struct mc_te *te)
 	mc_free(te->notifs);
 	mc_memreg_release(&te->memreg);
 	mc_config_entry_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_auth_secret_release(&te->auth);
 	mc_config_entry_release(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
 	pthread_mutex_destroy(&te->publish_lock);
 	pthread_rwlock_destroy(&te->seg_lock);
