@@ -524,7 +524,7 @@ static mc_status probe_one(struct mc_master_server *s, const struct probe_target
 	st = probe_locate(s, t, host, sizeof(host), &port, why, why_len);
 	if (st != MC_OK)
 		return st;
-	st = mc_rpc_call_until(host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
+	st = mc_rpc_call_until(&s->admin_secret, host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
 			       &resp, &len);
 	if (st == MC_OK) {
 		json_error_t jerr;

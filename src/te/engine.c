@@ -156,7 +156,7 @@ static mc_status probe_endpoint(struct mc_te *te, const char *host, uint16_t por
 {
 	char *resp = NULL;
 	size_t len = 0;
-	mc_status rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
+	mc_status rc = mc_rpc_call(&te->auth, host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
 				   te->cfg.handshake_max_length, &resp, &len);
 	mc_free(resp);
 	return rc;
@@ -592,6 +592,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rp.max_conns = (unsigned)mc_accept_cap_for_fds("rpc", (uint64_t)te->cfg.rpc_max_conns, 10);
 	rp.handler = rpc_handler;
 	rp.handler_arg = te;
+	rp.auth = &te->auth;
 	fd = -1; /* the server owns it now, even on failure */
 	rc = mc_rpc_server_start(&rp, &te->rpc);
 	if (rc != MC_OK)
@@ -880,7 +881,7 @@ static mc_status send_notify(struct mc_te *te, const char *host, uint16_t port, 
 	json_decref(j);
 	if (!req)
 		return MC_ERR_NOMEM;
-	rc = mc_rpc_call(host, port, MC_RPC_NOTIFY, req, strlen(req),
+	rc = mc_rpc_call(&te->auth, host, port, MC_RPC_NOTIFY, req, strlen(req),
 			 (int)te->cfg.handshake_connect_timeout_s * 1000,
 			 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &resp,
 			 &rlen);

@@ -42,8 +42,10 @@ def test_right_secret_moves_data(cluster, mode):
 
 @pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
 def test_wrong_or_no_secret_refused(cluster, peer_secret):
-    target = start(cluster, "p2p", "s3cret-A")
-    init = start(cluster, "p2p", peer_secret)
+    # http metadata: the descriptor comes from the metadata server, so the
+    # data port is what refuses
+    target = start(cluster, "http", "s3cret-A")
+    init = start(cluster, "http", peer_secret)
     seg = init.open(target.name)
     init.fill(44)
     target.fill(55)
@@ -59,8 +61,8 @@ def test_wrong_or_no_secret_refused(cluster, peer_secret):
 
 
 def test_target_without_secret_refused_by_initiator(cluster):
-    target = start(cluster, "p2p", None)
-    init = start(cluster, "p2p", "s3cret-A")
+    target = start(cluster, "http", None)
+    init = start(cluster, "http", "s3cret-A")
     seg = init.open(target.name)
     init.fill(66)
     target.fill(77)
@@ -68,3 +70,23 @@ def test_target_without_secret_refused_by_initiator(cluster):
     r = init.write(seg, 0, target.base, SIZE, timeout=30)
     assert r.startswith("ERR"), r
     assert target.crc(0, SIZE) == before
+
+
+@pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
+def test_rpc_port_refuses_wrong_or_no_secret(cluster, peer_secret):
+    """P2P handshake mode: opening a segment asks the target's RPC port for
+    its descriptor, which a peer without the secret does not get."""
+    target = start(cluster, "p2p", "s3cret-A")
+    init = start(cluster, "p2p", peer_secret)
+    r = init.cmd(f"open {target.name}", timeout=30)
+    assert r.startswith("ERR"), f"open with a {peer_secret or 'missing'} secret: {r}"
+    tail = target.log_path.read_text(errors="replace")
+    assert "refused a connection to the rpc port" in tail, tail[-2000:]
+    # a notification is refused as well (Notify on the same port)
+    r = init.cmd(f"notify {target.name} n m", timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.ok("notifs")[0] == "0"
+    # the right secret opens it (and the target still serves)
+    good = start(cluster, "p2p", "s3cret-A")
+    seg = good.open(target.name)
+    assert good.remote_base(seg)[0] == target.base
