@@ -9,9 +9,25 @@ a target that cannot prove it.  The same-host transport is off while a
 secret is set, so every pair here talks TCP.
 """
 
+import time
+
 import pytest
 
 from conftest import MODES
+
+
+def wait_log(proc, text, timeout=10.0):
+    """Until proc's stderr holds text: the refusal is logged by the peer's
+    thread after our side already saw the failure, so it is awaited (the
+    log is the only place it shows), with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = proc.log_path.read_text(errors="replace")
+        if text in log:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"'{text}' not logged within {timeout}s: {log[-2000:]}")
+        time.sleep(0.02)
 
 KiB = 1 << 10
 SIZE = 64 * KiB + 5
@@ -56,8 +72,7 @@ def test_wrong_or_no_secret_refused(cluster, peer_secret):
     assert r.startswith("ERR"), r
     assert target.crc(0, 4 * SIZE) == before, "the refused peer changed target memory"
     # the target logged the refusal (once per interval, with the reason)
-    tail = target.log_path.read_text(errors="replace")
-    assert "refused a connection to the tcp data port" in tail, tail[-2000:]
+    wait_log(target, "refused a connection to the tcp data port")
 
 
 def test_target_without_secret_refused_by_initiator(cluster):
@@ -80,8 +95,7 @@ def test_rpc_port_refuses_wrong_or_no_secret(cluster, peer_secret):
     init = start(cluster, "p2p", peer_secret)
     r = init.cmd(f"open {target.name}", timeout=30)
     assert r.startswith("ERR"), f"open with a {peer_secret or 'missing'} secret: {r}"
-    tail = target.log_path.read_text(errors="replace")
-    assert "refused a connection to the rpc port" in tail, tail[-2000:]
+    wait_log(target, "refused a connection to the rpc port")
     # a notification is refused as well (Notify on the same port)
     r = init.cmd(f"notify {target.name} n m", timeout=30)
     assert r.startswith("ERR"), r
@@ -90,3 +104,91 @@ def test_rpc_port_refuses_wrong_or_no_secret(cluster, peer_secret):
     good = start(cluster, "p2p", "s3cret-A")
     seg = good.open(target.name)
     assert good.remote_base(seg)[0] == target.base
+
+
+# ---- the master's RPC port -------------------------------------------------------
+
+def auth_handshake(sock, secret, channel=b"master"):
+    """The client side of base/auth_hs.h, written from docs/protocol.md with
+    the standard library: a second implementation of the wire format."""
+    import hashlib
+    import hmac
+    import os
+    import struct
+
+    def hdr(t, n):
+        return b"MCAU" + struct.pack("<BBH", 1, t, n)
+
+    def mac(label, cn, sn):
+        msg = b"mooncake-auth-v1 " + label + b"\0" + channel + b"\0" + cn + sn
+        return hmac.new(secret, msg, hashlib.sha256).digest()
+
+    cn = os.urandom(32)
+    sock.sendall(hdr(1, 32) + cn)
+    got = b""
+    while len(got) < 72:
+        chunk = sock.recv(72 - len(got))
+        if not chunk:
+            return False
+        got += chunk
+    assert got[:8] == hdr(2, 64), got[:8]
+    sn, smac = got[8:40], got[40:72]
+    if not hmac.compare_digest(smac, mac(b"server", cn, sn)):
+        return False
+    sock.sendall(hdr(3, 32) + mac(b"client", cn, sn))
+    return True
+
+
+@pytest.fixture
+def secured_master(monkeypatch, tmp_path_factory, request):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_store_processes import StoreCluster
+
+    c = StoreCluster(request, tmp_path_factory)
+    monkeypatch.setenv("MC_AUTH_SECRET", "m4ster-secret")
+    c.start_master()
+    yield c
+    c.teardown()
+
+
+def test_master_rpc_port_needs_the_secret(secured_master):
+    import socket
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import mcproto
+
+    sc = secured_master
+    # a store client with the secret (from the environment) puts and gets
+    a = sc.node()
+    want = a.put("k-auth", 64 << 10, 5)
+    assert a.get("k-auth") == (64 << 10, want)
+
+    # upstream's wire (no handshake): closed without an answer
+    c = mcproto.Conn(sc.master.rpc)
+    c.send_raw(mcproto.frame(mcproto.SERVICE_READY, 1, mcproto.string("x")))
+    with pytest.raises(mcproto.Closed):
+        c.recv()
+    c.close()
+
+    # a wrong secret: the master's proof does not verify, and our (wrong)
+    # proof gets the connection closed
+    s = socket.create_connection(("127.0.0.1", sc.master.rpc), timeout=10)
+    assert auth_handshake(s, b"not-the-secret") is False
+    s.close()
+
+    # the right secret, from an independent implementation: then the
+    # protocol is upstream's
+    c = mcproto.Conn(sc.master.rpc)
+    assert auth_handshake(c.sock, b"m4ster-secret") is True
+    c.hello()
+    assert c.exist("k-auth") is True
+    c.close()
+
+    # a store client with another secret cannot start
+    with pytest.raises(Exception):
+        sc.node(env={"MC_AUTH_SECRET": "other"})
+    wait_log(sc.master, "refused a connection to the master rpc port")
+    assert a.get("k-auth") == (64 << 10, want)
