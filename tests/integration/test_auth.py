@@ -191,4 +191,10 @@ def test_master_rpc_port_needs_the_secret(secured_master):
     with pytest.raises(Exception):
         sc.node(env={"MC_AUTH_SECRET": "other"})
     wait_log(sc.master, "refused a connection to the master rpc port")
+    # counted in /metrics: the upstream frame, the wrong secret, the other client
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{sc.master.metrics}/metrics",
+                                  timeout=10).read().decode()
+    line = [l for l in body.splitlines() if l.startswith("master_auth_refused_total ")]
+    assert line and float(line[0].split()[1]) >= 3, line
     assert a.get("k-auth") == (64 << 10, want)
