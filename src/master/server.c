@@ -1733,6 +1733,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		goto err_master;
 	}
 	s->rpc_port = mc_sock_local_port(s->listen.fd);
+	mc_auth_warn_open(&s->rpc_secret, "the master's RPC port", host);
 
 	st = mc_loop_new(&s->loop);
 	if (st)

@@ -585,6 +585,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rc = open_transports(te);
 	if (rc != MC_OK)
 		goto err;
+	mc_auth_warn_open(&te->auth, "the Transfer Engine's data and RPC ports", te->bind_host);
 
 	rp.listen_fd = fd;
 	rp.max_frame = te->cfg.handshake_max_length;
