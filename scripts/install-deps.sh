@@ -5,7 +5,7 @@
 set -eu
 
 PKGS="build-essential pkg-config meson ninja-build clang-14 lld-14 libclang-rt-14-dev llvm-14
-libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libcmocka-dev libxxhash-dev
+libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libcmocka-dev libxxhash-dev libssl-dev
 libpcre2-dev liburing-dev libibverbs-dev librdmacm-dev libhiredis-dev redis-server
 python3 python3-dev python3-pytest python3-numpy python3-torch python3-mesonpy python3-pip python3-aiohttp python3-packaging patchelf
 etcd-server etcd-client

@@ -33,9 +33,11 @@ struct auth_env {
 #define CFG(f) offsetof(struct auth_env, f)
 const struct mc_config_entry mc_auth_config_table[] = {
 	{.f = {"auth_secret_file", "MC_AUTH_SECRET_FILE", "",
-	       "a file holding the cluster secret (trailing newlines dropped): the HTTP metadata "
-	       "server then requires \"Authorization: Bearer <secret>\" on PUT and DELETE, and "
-	       "the HTTP metadata client sends it (docs/security.md); empty: no secret",
+	       "a file holding the cluster secret (trailing newlines dropped): every connection "
+	       "to an engine's data and RPC ports, the master's RPC port and the offload port "
+	       "then opens with a challenge-response handshake, and the HTTP metadata server "
+	       "requires \"Authorization: Bearer <secret>\" on PUT and DELETE, which the HTTP "
+	       "metadata client sends (docs/security.md); empty: no secret",
 	       CFG(file), MC_CONFIG_STRING, 0, 0}},
 	{.f = {"auth_secret", "MC_AUTH_SECRET", "",
 	       "the cluster secret itself, when MC_AUTH_SECRET_FILE is not set (visible in the "

@@ -7,11 +7,13 @@
  * programs behave as upstream's (no authentication at all), and each logs
  * one warning when it then listens on an address other than loopback.
  *
- * Today the secret guards the HTTP services' requests that change state
- * (base/http.h, bearer): the metadata server's PUT and DELETE, which the
- * HTTP metadata client (meta/meta_http.c) sends with
- * "Authorization: Bearer <secret>".  docs/security.md says what else is
- * and is not protected yet.
+ * The secret guards the binary ports with a challenge-response handshake
+ * (base/auth_hs.h: the engine's TCP data and RPC ports, the master's RPC
+ * port, the offload port) and the HTTP services' requests that change
+ * state (base/http.h, bearer): the metadata server's PUT and DELETE, which
+ * the HTTP metadata client (meta/meta_http.c) sends with
+ * "Authorization: Bearer <secret>".  docs/security.md says what is and is
+ * not protected.
  *
  * Threads: mc_auth_secret_load and _release on one thread; the checks are
  * pure and reentrant.

@@ -91,6 +91,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/endian.h"
 #include "base/log.h"
@@ -147,6 +148,7 @@ struct conn {
 	bool ha_served;		 /* wbuf holds answers given as the serving HA leader */
 	uint64_t ha_seq;	 /* the log seq they were given at: sent once standbys ack it */
 	void *repl;		 /* a standby's stream (server_repl.c); NULL: a client */
+	struct mc_auth_hs *hs;	 /* with a secret, until the peer proved it */
 	char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -260,6 +262,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 	close(c->io.fd); /* also removes it from the epoll set */
 	mc_free(c->rbuf);
 	mc_free(c->why);
+	mc_free(c->hs);
 	mc_buf_release(&c->wbuf);
 	mc_free(c);
 }
@@ -524,7 +527,7 @@ static mc_status probe_one(struct mc_master_server *s, const struct probe_target
 	st = probe_locate(s, t, host, sizeof(host), &port, why, why_len);
 	if (st != MC_OK)
 		return st;
-	st = mc_rpc_call_until(host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
+	st = mc_rpc_call_until(&s->rpc_secret, host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
 			       &resp, &len);
 	if (st == MC_OK) {
 		json_error_t jerr;
@@ -1108,12 +1111,40 @@ static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now
 		conn_free(s, c);
 }
 
+/* With a secret: the handshake, before any frame is read.  False when c
+ * was refused (freed) or is still authenticating. */
+static bool conn_auth(struct mc_master_server *s, struct conn *c, uint64_t now_ms)
+{
+	bool want_out;
+	enum mc_auth_result r = mc_auth_hs_io(c->hs, c->io.fd, &want_out);
+
+	if (r == MC_AUTH_FAIL) {
+		mc_auth_refused("master rpc", c->peer, c->hs->why);
+		conn_free(s, c);
+		return false;
+	}
+	if (r == MC_AUTH_AGAIN) {
+		if (mc_loop_set_events(s->loop, &c->io, EPOLLIN | (want_out ? EPOLLOUT : 0)) !=
+		    MC_OK)
+			conn_free(s, c);
+		return false;
+	}
+	mc_free(c->hs);
+	c->hs = NULL;
+	c->frame_start_ms = 0;
+	c->last_active_ms = now_ms;
+	return true;
+}
+
 static void conn_event(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 {
 	struct conn *c = mc_container_of(f, struct conn, io);
 	struct mc_master_server *s = c->s;
 	uint64_t now_ms = mc_loop_now_ms(l);
 	bool ok = true;
+
+	if (c->hs && !conn_auth(s, c, now_ms))
+		return;
 
 	if (conn_waits(c) && (events & (EPOLLHUP | EPOLLERR))) {
 		/* the connection broke while its job ran: drop the job with it */
@@ -1189,7 +1220,22 @@ static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 		}
 		if (s->tcp_nodelay)
 			mc_sock_set_nodelay(fd);
+		if (mc_auth_on(&s->rpc_secret)) {
+			c->hs = mc_malloc(sizeof(*c->hs));
+			if (!c->hs ||
+			    mc_auth_hs_init(c->hs, &s->rpc_secret, MC_AUTH_SERVER, "master") != MC_OK) {
+				mc_warn("rpc: connection from %s: cannot start the handshake", c->peer);
+				mc_free(c->hs);
+				close(fd);
+				mc_free(c->rbuf);
+				mc_free(c);
+				continue;
+			}
+			/* the handshake runs against the frame deadline */
+			c->frame_start_ms = now_ms;
+		}
 		if (mc_loop_add_fd(l, &c->io, EPOLLIN) != MC_OK) {
+			mc_free(c->hs);
 			mc_warn("rpc: connection from %s: %s", c->peer, mc_last_error());
 			close(fd);
 			mc_free(c->rbuf);
@@ -1628,6 +1674,9 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	s->max_conn_buffer = MC_MAX((size_t)cfg->rpc_max_connection_buffer, (size_t)RBUF_INIT);
 	s->max_buffered = (size_t)cfg->rpc_max_buffered_bytes;
 	mc_accept_guard_init(&s->accept_guard, "rpc");
+	st = mc_auth_secret_load(NULL, &s->rpc_secret);
+	if (st != MC_OK)
+		goto err_free;
 	atomic_init(&s->n_deadline_cut, 0);
 	atomic_init(&s->n_buffer_cut, 0);
 	atomic_init(&s->n_too_large, 0);
@@ -1684,6 +1733,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		goto err_master;
 	}
 	s->rpc_port = mc_sock_local_port(s->listen.fd);
+	mc_auth_warn_open(&s->rpc_secret, "the master's RPC port", host);
 
 	st = mc_loop_new(&s->loop);
 	if (st)
@@ -1769,6 +1819,7 @@ err_master:
 		(void)mc_wal_close(s->wal);
 	mc_master_free(s->master);
 err_free:
+	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
 	mc_free(s);
@@ -1833,6 +1884,7 @@ void mc_master_server_stop(struct mc_master_server *s)
 	if (s->repl.lock_fd >= 0)
 		close(s->repl.lock_fd); /* the directory is free for the next master */
 	mc_master_free(s->master);
+	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
 	mc_free(s);

@@ -169,6 +169,9 @@ struct mc_master_server {
 	/* HTTP */
 	struct mc_http *admin;		    /* base/http.h */
 	struct mc_auth_secret admin_secret; /* POST, PUT, DELETE need it (base/auth.h) */
+	/* the cluster secret again, for the RPC port's handshake (base/auth_hs.h),
+	 * the standby's stream and the mount probe; loaded at start */
+	struct mc_auth_secret rpc_secret;
 	struct mc_http_tls admin_tls;	    /* HTTPS when set (MC_HTTP_TLS_*) */
 	struct mc_http_meta_server *meta;
 

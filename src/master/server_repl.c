@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/endian.h"
 #include "base/log.h"
@@ -797,6 +798,12 @@ static bool stream_once(struct mc_master_server *s, const char *host, uint16_t p
 	fd = mc_sock_connect(host, port, 1000, false);
 	if (fd < 0)
 		return false;
+	if (mc_auth_on(&s->rpc_secret) &&
+	    mc_auth_hs_run(fd, &s->rpc_secret, MC_AUTH_CLIENT, "master", 2000) != MC_OK) {
+		mc_warn("repl: leader %s:%u: %s", host, port, mc_last_error());
+		close(fd);
+		return false;
+	}
 	/* a leader that sends nothing (not even a BEAT) for a lease is gone */
 	tv.tv_sec = (time_t)MC_MAX(s->repl.stall_ms / 1000, (uint64_t)1);
 	tv.tv_usec = 0;

@@ -65,6 +65,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -116,6 +117,8 @@ struct mc_master_conn {
 	int64_t timeout_ms;	    /* per call; < 0 = none */
 	int64_t connect_timeout_ms; /* connect + ServiceReady */
 	uint64_t busy_poll_us;	    /* leader polls this long before sleeping */
+	struct mc_auth_secret auth; /* the cluster secret: each connection opens with the
+				       handshake (base/auth_hs.h) */
 
 	pthread_mutex_t send_lock; /* connecting, writing one frame */
 	pthread_mutex_t lock;	   /* everything below */
@@ -296,6 +299,22 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 	if (fd < 0)
 		return mc_set_error(MC_ERR_RPC_FAIL, "cannot connect to master %s:%u: %s", c->host,
 				    c->port, mc_last_error());
+	if (mc_auth_on(&c->auth)) {
+		uint64_t now = mc_now_ms();
+		/* no connect timeout: the handshake still gets a bounded one */
+		rc = mc_auth_hs_run(fd, &c->auth, MC_AUTH_CLIENT, "master",
+				    !deadline	   ? 30000
+				    : deadline > now ? (int)MC_MIN(deadline - now, (uint64_t)INT32_MAX)
+						     : 0);
+		if (rc != MC_OK) {
+			if (rc == MC_ERR_PERMISSION)
+				atomic_fetch_add(&mc_auth_refused_total, 1);
+			rc = mc_set_error(rc == MC_ERR_PERMISSION ? rc : MC_ERR_RPC_FAIL,
+					  "master %s:%u: %s", host, port, mc_last_error());
+			close(fd);
+			return rc;
+		}
+	}
 	mc_buf_init(&b);
 	rc = mc_store_service_ready_request_encode(&b, atomic_fetch_add(&c->next_id, 1), &hello);
 	if (rc == MC_OK)
@@ -922,6 +941,11 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 	c = mc_calloc(1, sizeof(*c));
 	if (!c)
 		return MC_ERR_NOMEM;
+	rc = mc_auth_secret_load(NULL, &c->auth);
+	if (rc != MC_OK) {
+		mc_free(c);
+		return rc;
+	}
 	{
 		struct mc_store_client_env env;
 		mc_store_client_env_load(&env);
@@ -936,6 +960,7 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 		/* upstream's HA form: the coordinator, which names the leader */
 		rc = mc_coord_open(addr, 2000, &c->coord);
 		if (rc != MC_OK) {
+			mc_auth_secret_release(&c->auth);
 			mc_free(c);
 			return mc_set_error(rc == MC_ERR_INVALID_PARAMS ? rc : MC_ERR_RPC_FAIL,
 					    "master address %s: %s", addr, mc_last_error());
@@ -944,6 +969,7 @@ mc_status mc_master_conn_new(const char *addr, struct mc_master_conn **out)
 	} else if (!mc_sock_split_hostport(addr, c->host, sizeof(c->host), &c->port,
 					   DEFAULT_MASTER_PORT) ||
 		   !c->host[0]) {
+		mc_auth_secret_release(&c->auth);
 		mc_free(c);
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "bad master address %s", addr);
 	}
@@ -1008,5 +1034,6 @@ void mc_master_conn_free(struct mc_master_conn *c)
 	pthread_cond_destroy(&c->state_cond);
 	mc_free(c->rxbuf);
 	mc_coord_close(c->coord);
+	mc_auth_secret_release(&c->auth);
 	mc_free(c);
 }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/sock.h"
@@ -52,6 +53,8 @@ struct mc_offload_pool {
 	size_t nidle;
 	atomic_uint_fast64_t next_id;
 	atomic_uint_fast64_t connects;
+	struct mc_auth_secret auth; /* the cluster secret: each connection opens with the
+				       handshake (base/auth_hs.h) */
 };
 
 mc_status mc_offload_pool_new(int64_t timeout_ms, struct mc_offload_pool **out)
@@ -61,6 +64,10 @@ mc_status mc_offload_pool_new(int64_t timeout_ms, struct mc_offload_pool **out)
 	if (!p)
 		return MC_ERR_NOMEM;
 	p->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
+	if (mc_auth_secret_load(NULL, &p->auth) != MC_OK) {
+		mc_free(p);
+		return MC_ERR_INVALID_PARAMS;
+	}
 	pthread_mutex_init(&p->lock, NULL);
 	atomic_init(&p->next_id, 1);
 	*out = p;
@@ -74,6 +81,7 @@ void mc_offload_pool_free(struct mc_offload_pool *p)
 	for (size_t i = 0; i < p->nidle; i++)
 		close(p->idle[i].fd);
 	pthread_mutex_destroy(&p->lock);
+	mc_auth_secret_release(&p->auth);
 	mc_free(p);
 }
 
@@ -229,6 +237,19 @@ mc_status mc_offload_pool_call(struct mc_offload_pool *p, const char *endpoint, 
 						  "offload server %s: cannot connect (%s)",
 						  endpoint, mc_last_error());
 				break;
+			}
+			if (mc_auth_on(&p->auth)) {
+				now = mc_now_ms();
+				rc = mc_auth_hs_run(fd, &p->auth, MC_AUTH_CLIENT, "offload",
+						    now < deadline ? (int)(deadline - now) : 1);
+				if (rc != MC_OK) {
+					rc = mc_set_error(rc == MC_ERR_TIMEOUT ? MC_ERR_RPC_TIMEOUT
+									       : MC_ERR_RPC_FAIL,
+							  "offload server %s: %s", endpoint,
+							  mc_last_error());
+					close(fd);
+					break;
+				}
 			}
 			atomic_fetch_add(&p->connects, 1);
 		}

@@ -57,6 +57,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -205,6 +206,7 @@ struct conn {
 	size_t woff;
 	uint64_t last_ms;
 	uint64_t frame_deadline_ms; /* of the partial frame in rbuf; 0 = none */
+	struct mc_auth_hs *hs;	    /* with a secret, until the peer proved it */
 };
 
 struct mc_offload_server {
@@ -226,6 +228,7 @@ struct mc_offload_server {
 	struct mc_loop_timer scan;   /* frame, idle and batch deadlines */
 	struct mc_loop_timer resume; /* accept after a pause */
 	struct mc_accept_guard guard;
+	struct mc_auth_secret auth; /* the cluster secret, or none (base/auth.h) */
 	struct mc_list conns;
 	uint64_t nconns, max_conns;
 	pthread_t thread;
@@ -540,6 +543,7 @@ static void conn_close(struct mc_offload_server *srv, struct conn *c)
 	srv->nconns--;
 	STAT_ADD(srv, open_connections, (uint64_t)-1);
 	mc_free(c->rbuf);
+	mc_free(c->hs);
 	mc_buf_release(&c->wbuf);
 	mc_free(c);
 }
@@ -619,6 +623,27 @@ static void conn_cb(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 	uint64_t now = mc_loop_now_ms(l);
 
 	c->last_ms = now;
+	if (c->hs) {
+		/* with a secret: the handshake before any frame is read */
+		bool want_out;
+		enum mc_auth_result r = mc_auth_hs_io(c->hs, f->fd, &want_out);
+		if (r == MC_AUTH_FAIL) {
+			mc_auth_refused("offload rpc", "a reader", c->hs->why);
+			goto close;
+		}
+		if (r == MC_AUTH_AGAIN) {
+			if (mc_loop_set_events(l, &c->io, EPOLLIN | (want_out ? EPOLLOUT : 0)) !=
+			    MC_OK)
+				goto close;
+			return;
+		}
+		mc_free(c->hs);
+		c->hs = NULL;
+		c->frame_deadline_ms = 0;
+		if (mc_loop_set_events(l, &c->io, EPOLLIN) != MC_OK)
+			goto close;
+		events |= EPOLLIN;
+	}
 	if (events & EPOLLOUT) {
 		if (!conn_flush(srv, c))
 			goto close;
@@ -710,7 +735,20 @@ static void accept_cb(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 		c->last_ms = now;
 		mc_buf_init(&c->wbuf);
 		mc_loop_fd_init(&c->io, fd, conn_cb);
+		if (mc_auth_on(&srv->auth)) {
+			c->hs = mc_malloc(sizeof(*c->hs));
+			if (!c->hs ||
+			    mc_auth_hs_init(c->hs, &srv->auth, MC_AUTH_SERVER, "offload") != MC_OK) {
+				mc_free(c->hs);
+				mc_free(c->rbuf);
+				mc_free(c);
+				close(fd);
+				continue;
+			}
+			c->frame_deadline_ms = now + srv->cfg.rpc_timeout_ms;
+		}
 		if (mc_loop_add_fd(l, &c->io, EPOLLIN) != MC_OK) {
+			mc_free(c->hs);
 			mc_free(c->rbuf);
 			mc_free(c);
 			close(fd);
@@ -782,6 +820,9 @@ mc_status mc_offload_server_start(const struct mc_offload_config *cfg, const cha
 	mc_loop_timer_init(&srv->scan, scan_cb);
 	mc_loop_timer_init(&srv->resume, resume_cb);
 	snprintf(srv->segment, sizeof(srv->segment), "%s", mc_te_local_name(te));
+	rc = mc_auth_secret_load(NULL, &srv->auth);
+	if (rc != MC_OK)
+		goto fail;
 
 	srv->buf_len = align_up(cfg->buffer_size);
 	rc = mc_te_host_alloc((size_t)srv->buf_len, &p);
@@ -859,6 +900,7 @@ void mc_offload_server_stop(struct mc_offload_server *srv)
 	if (srv->buf)
 		mc_te_host_free(srv->buf);
 	pthread_mutex_destroy(&srv->stats_lock);
+	mc_auth_secret_release(&srv->auth);
 	mc_free(srv);
 }
 

@@ -156,7 +156,7 @@ static mc_status probe_endpoint(struct mc_te *te, const char *host, uint16_t por
 {
 	char *resp = NULL;
 	size_t len = 0;
-	mc_status rc = mc_rpc_call(host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
+	mc_status rc = mc_rpc_call(&te->auth, host, port, MC_RPC_PROBE, "{}", 2, connect_ms, io_ms,
 				   te->cfg.handshake_max_length, &resp, &len);
 	mc_free(resp);
 	return rc;
@@ -468,6 +468,7 @@ static mc_status open_transports(struct mc_te *te)
 		.max_port = (uint16_t)te->cfg.max_rpc_port,
 		.workers = te->cfg.workers,
 		.conns_per_peer = te->cfg.conns_per_peer,
+		.auth = &te->auth,
 	};
 
 	for (size_t i = mc_transport_registry_len; i-- > 0;) {
@@ -547,6 +548,9 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rc = apply_params(te, params);
 	if (rc != MC_OK)
 		goto err;
+	rc = mc_auth_secret_load(NULL, &te->auth);
+	if (rc != MC_OK)
+		goto err;
 
 	if (!uri || !*uri)
 		uri = te->cfg.metadata_server;
@@ -581,6 +585,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rc = open_transports(te);
 	if (rc != MC_OK)
 		goto err;
+	mc_auth_warn_open(&te->auth, "the Transfer Engine's data and RPC ports", te->bind_host);
 
 	rp.listen_fd = fd;
 	rp.max_frame = te->cfg.handshake_max_length;
@@ -588,6 +593,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 	rp.max_conns = (unsigned)mc_accept_cap_for_fds("rpc", (uint64_t)te->cfg.rpc_max_conns, 10);
 	rp.handler = rpc_handler;
 	rp.handler_arg = te;
+	rp.auth = &te->auth;
 	fd = -1; /* the server owns it now, even on failure */
 	rc = mc_rpc_server_start(&rp, &te->rpc);
 	if (rc != MC_OK)
@@ -656,6 +662,7 @@ void mc_te_free(struct mc_te *te)
 	mc_free(te->notifs);
 	mc_memreg_release(&te->memreg);
 	mc_config_entry_release(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	mc_auth_secret_release(&te->auth);
 	mc_config_entry_release(mc_devmem_config_table, mc_devmem_config_table_len, &te->stage_cfg);
 	pthread_mutex_destroy(&te->publish_lock);
 	pthread_rwlock_destroy(&te->seg_lock);
@@ -875,7 +882,7 @@ static mc_status send_notify(struct mc_te *te, const char *host, uint16_t port, 
 	json_decref(j);
 	if (!req)
 		return MC_ERR_NOMEM;
-	rc = mc_rpc_call(host, port, MC_RPC_NOTIFY, req, strlen(req),
+	rc = mc_rpc_call(&te->auth, host, port, MC_RPC_NOTIFY, req, strlen(req),
 			 (int)te->cfg.handshake_connect_timeout_s * 1000,
 			 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &resp,
 			 &rlen);

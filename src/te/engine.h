@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/auth.h"
 #include "base/config.h"
 #include "base/list.h"
 #include "mem/devmem.h"
@@ -100,6 +101,7 @@ struct mc_te {
 	char *name;
 	char host[256];
 	char bind_host[256]; /* where the RPC and data ports listen; "" = every interface */
+	struct mc_auth_secret auth; /* the cluster secret, or none (base/auth.h) */
 	uint16_t rpc_port;
 	bool p2p;
 	char *metadata_uri;

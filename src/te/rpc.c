@@ -68,6 +68,7 @@
 #include <unistd.h>
 
 #include "base/accept.h"
+#include "base/auth_hs.h"
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/list.h"
@@ -252,6 +253,7 @@ struct rpc_conn {
 	uint64_t deadline_ms;
 	uint64_t received; /* bytes read while READING, for log lines */
 	struct mc_rpc_reader rd;
+	struct mc_auth_hs *hs; /* while the handshake runs (READING), else NULL */
 	char *out; /* encoded response frame while WRITING */
 	size_t out_len;
 	size_t out_off;
@@ -278,6 +280,7 @@ struct mc_rpc_server {
 	int linger_ms;
 	mc_rpc_handler_cb handler;
 	void *handler_arg;
+	const struct mc_auth_secret *auth; /* NULL: no handshake */
 	pthread_t thread;
 	struct conn_list lists[CONN_NSTATES];
 	unsigned nconns;
@@ -308,6 +311,7 @@ static void conn_close(struct mc_rpc_server *s, struct rpc_conn *c)
 	close(c->io.fd);
 	mc_list_del(&c->node);
 	mc_rpc_reader_release(&c->rd);
+	mc_free(c->hs);
 	mc_free(c->out);
 	mc_free(c);
 	s->nconns--;
@@ -413,8 +417,36 @@ static void conn_handle_frame(struct mc_rpc_server *s, struct rpc_conn *c)
 	conn_flush(s, c);
 }
 
+/* READING with a secret: the handshake first.  False when c is closed or
+ * still authenticating. */
+static bool conn_auth(struct mc_rpc_server *s, struct rpc_conn *c)
+{
+	bool want_out;
+	enum mc_auth_result r = mc_auth_hs_io(c->hs, c->io.fd, &want_out);
+
+	if (r == MC_AUTH_FAIL) {
+		mc_auth_refused("rpc", c->peer, c->hs->why);
+		conn_close(s, c);
+		return false;
+	}
+	if (r == MC_AUTH_AGAIN) {
+		if (conn_watch(s, c, EPOLLIN | EPOLLRDHUP | (want_out ? EPOLLOUT : 0)) != MC_OK)
+			conn_close(s, c);
+		return false;
+	}
+	mc_free(c->hs);
+	c->hs = NULL;
+	if (conn_watch(s, c, EPOLLIN | EPOLLRDHUP) != MC_OK) {
+		conn_close(s, c);
+		return false;
+	}
+	return true;
+}
+
 static void conn_on_readable(struct mc_rpc_server *s, struct rpc_conn *c)
 {
+	if (c->hs && !conn_auth(s, c))
+		return;
 	for (int i = 0; i < RPC_READS_PER_EVENT; i++) {
 		ssize_t n = recv(c->io.fd, s->buf, sizeof(s->buf), MSG_DONTWAIT);
 		size_t used = 0; /* gcc cannot see that feed sets it when it matters */
@@ -548,6 +580,15 @@ static void server_accept(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 		mc_rpc_reader_init(&c->rd, s->max_frame);
 		mc_list_init(&c->node);
 		s->nconns++;
+		if (s->auth) {
+			c->hs = mc_malloc(sizeof(*c->hs));
+			if (!c->hs || mc_auth_hs_init(c->hs, s->auth, MC_AUTH_SERVER, "te-rpc") !=
+					      MC_OK) {
+				mc_warn("peer %s: cannot start the handshake", c->peer);
+				conn_close(s, c);
+				continue;
+			}
+		}
 		if (mc_loop_add_fd(l, &c->io, EPOLLIN | EPOLLRDHUP) != MC_OK) {
 			mc_warn("peer %s: %s", c->peer, mc_last_error());
 			conn_close(s, c);
@@ -615,6 +656,7 @@ mc_status mc_rpc_server_start(const struct mc_rpc_server_params *p, struct mc_rp
 	mc_loop_timer_init(&s->accept_timer, accept_resume);
 	s->handler = p->handler;
 	s->handler_arg = p->handler_arg;
+	s->auth = mc_auth_on(p->auth) ? p->auth : NULL;
 	for (int st = 0; st < CONN_NSTATES; st++) {
 		mc_list_init(&s->lists[st].conns);
 		mc_loop_timer_init(&s->lists[st].timer, conn_list_expire);
@@ -672,7 +714,8 @@ void mc_rpc_server_stop(struct mc_rpc_server *s)
 /* Client                                                                    */
 
 /* io_deadline 0: io_timeout_ms from the moment the connection is up */
-static mc_status rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+static mc_status rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port,
+			  int type, const char *req, size_t len,
 			  int connect_timeout_ms, int io_timeout_ms, uint64_t io_deadline,
 			  uint64_t max_frame, char **resp_out, size_t *resp_len_out)
 {
@@ -701,6 +744,19 @@ static mc_status rpc_call(const char *host, uint16_t port, int type, const char 
 			       : mc_now_ms() + (uint64_t)(io_timeout_ms > 0
 								  ? io_timeout_ms
 								  : RPC_DEFAULT_IO_TIMEOUT_MS);
+	if (mc_auth_on(auth)) {
+		uint64_t now = mc_now_ms();
+		rc = mc_auth_hs_run(fd, auth, MC_AUTH_CLIENT, "te-rpc",
+				    now < deadline ? (int)MC_MIN(deadline - now, (uint64_t)INT_MAX)
+						   : 0);
+		if (rc != MC_OK) {
+			if (rc == MC_ERR_PERMISSION)
+				atomic_fetch_add(&mc_auth_refused_total, 1);
+			rc = mc_set_error(rc, "rpc call to %s:%u: %s", host, port,
+					  mc_last_error());
+			goto out_close;
+		}
+	}
 	rc = mc_sock_write_full(fd, frame, frame_len, deadline);
 	if (rc != MC_OK) {
 		rc = mc_set_error(rc, "rpc call to %s:%u: sending type %d request failed: %s", host,
@@ -753,15 +809,15 @@ out_free_frame:
 	return rc;
 }
 
-mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
-		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
-		      char **resp_out, size_t *resp_len_out)
+mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port,
+		      int type, const char *req, size_t len, int connect_timeout_ms,
+		      int io_timeout_ms, uint64_t max_frame, char **resp_out, size_t *resp_len_out)
 {
-	return rpc_call(host, port, type, req, len, connect_timeout_ms, io_timeout_ms, 0, max_frame,
+	return rpc_call(auth, host, port, type, req, len, connect_timeout_ms, io_timeout_ms, 0, max_frame,
 			resp_out, resp_len_out);
 }
 
-mc_status mc_rpc_call_until(const char *host, uint16_t port, int type, const char *req, size_t len,
+mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
 			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
 			    size_t *resp_len_out)
 {
@@ -772,7 +828,7 @@ mc_status mc_rpc_call_until(const char *host, uint16_t port, int type, const cha
 	if (now >= deadline_ms)
 		return mc_set_error(MC_ERR_TIMEOUT, "rpc call to %s:%u: deadline already passed",
 				    host ? host : "(null)", port);
-	return rpc_call(host, port, type, req, len,
+	return rpc_call(auth, host, port, type, req, len,
 			(int)MC_MIN(deadline_ms - now, (uint64_t)INT_MAX), 0, deadline_ms,
 			max_frame, resp_out, resp_len_out);
 }

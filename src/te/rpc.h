@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/auth.h"
 #include "base/buf.h"
 #include "mooncake/status.h"
 
@@ -48,6 +49,10 @@ struct mc_rpc_server_params {
 	unsigned max_conns;  /* connections open at most (more are closed at once), 0 = 1024 */
 	mc_rpc_handler_cb handler;
 	void *handler_arg;
+	/* the cluster secret (outlives the server), or NULL: with one, every
+	 * connection must pass the handshake of base/auth_hs.h (channel
+	 * "te-rpc") before its frame is read */
+	const struct mc_auth_secret *auth;
 };
 
 struct mc_rpc_server;
@@ -74,7 +79,10 @@ void mc_rpc_server_stop(struct mc_rpc_server *s);
  * MC_ERR_INVALID_PARAMS, MC_ERR_NOMEM.  max_frame 0 = 1 MiB; io_timeout_ms
  * <= 0 = 60 s (one deadline for the write and the read).  Thread-safe.
  */
-mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req, size_t len,
+/* auth: the cluster secret, or NULL: with one the call opens with the
+ * handshake (base/auth_hs.h) and fails with MC_ERR_PERMISSION when the
+ * server cannot prove the secret. */
+mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
 		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
 		      char **resp_out, size_t *resp_len_out);
 
@@ -84,7 +92,7 @@ mc_status mc_rpc_call(const char *host, uint16_t port, int type, const char *req
  * (the master's mount probe) needs.  MC_ERR_TIMEOUT when it passes; the
  * other errors as mc_rpc_call.  Thread-safe.
  */
-mc_status mc_rpc_call_until(const char *host, uint16_t port, int type, const char *req, size_t len,
+mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
 			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
 			    size_t *resp_len_out);
 

@@ -83,7 +83,7 @@ static mc_status fetch_segment(struct mc_te *te, const char *name, struct mc_seg
 		mc_seg_desc_free(mine);
 		if (rc != MC_OK)
 			return rc;
-		rc = mc_rpc_call(host, *port_out, MC_RPC_METADATA, req, strlen(req),
+		rc = mc_rpc_call(&te->auth, host, *port_out, MC_RPC_METADATA, req, strlen(req),
 				 (int)te->cfg.handshake_connect_timeout_s * 1000,
 				 (int)te->cfg.rpc_io_timeout_ms, te->cfg.handshake_max_length, &val,
 				 &len);

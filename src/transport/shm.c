@@ -72,6 +72,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth.h"
 #include "base/compiler.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -1424,9 +1425,13 @@ static mc_status shm_open(const struct mc_transport_env *env, struct mc_transpor
 
 	mc_config_entry_defaults(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
 	mc_config_entry_load_env(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
-	if (cfg.disable || cfg.force_tcp) {
+	if (cfg.disable || cfg.force_tcp || mc_auth_on(env->auth)) {
+		/* its endpoint does not authenticate yet (issue 16 part 2): with a
+		 * cluster secret, same-host peers go through TCP's handshake */
 		mc_info("same-host transport off (%s): same-host peers use TCP",
-			cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");
+			mc_auth_on(env->auth) ? "a cluster secret is set"
+			: cfg.force_tcp	      ? "MC_FORCE_TCP"
+					      : "MC_SHM_DISABLE");
 		*out = NULL;
 		return MC_OK;
 	}

@@ -235,6 +235,9 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 		bool busy = !mc_list_empty(&c->sendq) || !mc_list_empty(&c->recvq);
 		if (c->state == CONN_CONNECTING && now > c->deadline_ms)
 			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT, "connect timed out");
+		else if (c->state == CONN_AUTH && now > c->deadline_ms)
+			mc_tcp_conn_fail(c, MC_ERR_TIMEOUT,
+					 "authentication not complete within the connect timeout");
 		else if (c->state == CONN_UP && busy &&
 			 now - c->last_progress_ms > conn_timeout_ms(tp, c) &&
 			 !sock_has_unread(c->fd)) {
@@ -253,7 +256,18 @@ static void worker_tick(struct tcp_worker *w, uint64_t now)
 	}
 	mc_list_for_each_safe(pos, tmp, &w->sconns) {
 		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
-		bool busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
+		bool busy;
+		if (sc->state == S_AUTH) {
+			/* the whole handshake within the i/o timeout of the accept,
+			 * however its bytes trickle */
+			if (now - sc->accepted_ms > tp->io_timeout_ms) {
+				mc_auth_refused("tcp data", sc->peer_name,
+						"authentication not complete in time");
+				mc_tcp_sconn_free(sc);
+			}
+			continue;
+		}
+		busy = sc->state != S_HDR || sc->out_n || sc->rpos != sc->rlen;
 		bool partial_hdr = sc->state == S_HDR && !sc->out_n && sc->rpos != sc->rlen &&
 				   sc->rlen - sc->rpos < MC_TCP_HDR_LEN;
 		/* a header trickled a byte at a time makes progress forever: it
@@ -335,6 +349,10 @@ static void *worker_main(void *arg)
 						  evs[i].events);
 			} else if (kind == EV_SCONN) {
 				struct tcp_sconn *sc = evs[i].data.ptr;
+				if (sc->state == S_AUTH) {
+					mc_tcp_sconn_readable(sc);
+					continue;
+				}
 				if ((evs[i].events & EPOLLOUT) && !mc_tcp_sconn_flush(sc))
 					continue;
 				/* requests parked in rbuf (output was full, or a write
@@ -592,6 +610,7 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 	tp->memreg = env->memreg;
 	tp->devmem = env->devmem;
 	tp->stage_chunk = env->stage_chunk;
+	tp->auth = mc_auth_on(env->auth) ? env->auth : NULL;
 	tp->listen_kind = EV_LISTEN;
 	tp->listen_fd = -1;
 	pthread_mutex_init(&tp->peers_lock, NULL);

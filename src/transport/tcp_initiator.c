@@ -529,8 +529,38 @@ static void conn_recv(struct tcp_conn *c)
 	}
 }
 
+/* CONN_AUTH: move the handshake on; the target proves the secret before
+ * a request leaves. */
+static void conn_auth(struct tcp_conn *c)
+{
+	bool want_out;
+	enum mc_auth_result r = mc_auth_hs_io(&c->hs, c->fd, &want_out);
+	char why[200];
+
+	switch (r) {
+	case MC_AUTH_FAIL:
+		snprintf(why, sizeof(why), "authentication failed: %s", c->hs.why);
+		atomic_fetch_add(&mc_auth_refused_total, 1);
+		mc_tcp_conn_fail(c, MC_ERR_PERMISSION, why);
+		return;
+	case MC_AUTH_AGAIN:
+		conn_set_events(c, want_out);
+		return;
+	case MC_AUTH_DONE:
+		c->state = CONN_UP;
+		path_mark_ok(&c->peer->paths[c->path]);
+		c->last_progress_ms = mc_now_ms();
+		mc_tcp_conn_send(c);
+		return;
+	}
+}
+
 void mc_tcp_conn_event(struct tcp_conn *c, uint32_t events)
 {
+	if (c->state == CONN_AUTH) {
+		conn_auth(c);
+		return;
+	}
 	if (c->state == CONN_CONNECTING) {
 		int err = 0;
 		socklen_t el = sizeof(err);
@@ -548,6 +578,16 @@ void mc_tcp_conn_event(struct tcp_conn *c, uint32_t events)
 		 * pass for this connect's completion */
 		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0)
 			return;
+		if (c->w->tp->auth) {
+			if (mc_auth_hs_init(&c->hs, c->w->tp->auth, MC_AUTH_CLIENT, "te-data") !=
+			    MC_OK) {
+				mc_tcp_conn_fail(c, MC_ERR_INTERNAL, mc_last_error());
+				return;
+			}
+			c->state = CONN_AUTH;
+			conn_auth(c);
+			return;
+		}
 		c->state = CONN_UP;
 		path_mark_ok(&c->peer->paths[c->path]);
 		c->last_progress_ms = mc_now_ms();

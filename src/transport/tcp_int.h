@@ -43,6 +43,7 @@
 
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -107,7 +108,7 @@ struct tcp_conn {
 	unsigned home;	      /* the path this lane prefers (lane index % npaths) */
 	unsigned path;	      /* the path the current/next connection uses */
 	unsigned fail_streak; /* paths failed since a slice last completed here */
-	enum { CONN_DOWN, CONN_CONNECTING, CONN_UP } state;
+	enum { CONN_DOWN, CONN_CONNECTING, CONN_AUTH, CONN_UP } state;
 	bool v2;
 	bool want_out;
 	bool queued;		 /* on w->ready (guarded by w->lock) */
@@ -123,6 +124,7 @@ struct tcp_conn {
 	size_t rpos, rlen;
 	struct mc_zc zc; /* v2 write payloads sent by reference */
 	bool zc_off;	 /* splicing failed here: copy from now on */
+	struct mc_auth_hs hs; /* CONN_AUTH: the handshake (base/auth_hs.h) */
 };
 
 struct out_item {
@@ -141,7 +143,7 @@ struct tcp_sconn {
 	struct tcp_worker *w;
 	struct mc_list node; /* in w->sconns, or w->accepted until adopted */
 	bool adopted;
-	enum { S_HDR, S_WPAYLOAD, S_CLOSING } state;
+	enum { S_AUTH, S_HDR, S_WPAYLOAD, S_CLOSING } state; /* S_AUTH: with a secret, first */
 	struct mc_tcp_hdr cur;
 	bool cur_v2;
 	bool last_large; /* the last request was a large write */
@@ -162,6 +164,8 @@ struct tcp_sconn {
 	bool zc_off;
 	struct tcp_devio *dev; /* staging buffers for device memory, from first use */
 	char peer_name[64];
+	uint64_t accepted_ms;
+	struct mc_auth_hs hs; /* S_AUTH */
 };
 
 struct tcp_worker {
@@ -223,6 +227,7 @@ struct tcp_transport {
 	unsigned max_conns;	  /* cap on nsconns: more are accepted and closed */
 	uint64_t idle_timeout_ms; /* an idle server connection is closed after this; 0 = never */
 	struct mc_accept_guard accept_guard;
+	const struct mc_auth_secret *auth; /* borrowed from the engine; NULL or off: no handshake */
 	bool force_v1;
 	uint64_t split_size;
 	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */

@@ -414,11 +414,44 @@ static bool sconn_reject(struct tcp_sconn *sc, const struct mc_tcp_hdr *h, bool 
 	return mc_tcp_sconn_flush(sc);
 }
 
+/* S_AUTH: move the handshake on.  False when the connection was refused
+ * (and freed); nothing the peer sent before its proof is acted on. */
+static bool sconn_auth(struct tcp_sconn *sc)
+{
+	bool want_out;
+	enum mc_auth_result r = mc_auth_hs_io(&sc->hs, sc->fd, &want_out);
+	struct epoll_event e = {.data.ptr = sc};
+
+	if (r == MC_AUTH_FAIL) {
+		mc_auth_refused("tcp data", sc->peer_name, sc->hs.why);
+		mc_tcp_sconn_free(sc);
+		return false;
+	}
+	if (r == MC_AUTH_DONE) {
+		sc->state = S_HDR;
+		sc->last_progress_ms = mc_now_ms();
+		e.events = EPOLLIN;
+	} else {
+		e.events = EPOLLIN | (want_out ? EPOLLOUT : 0);
+	}
+	if (e.events != sc->events) {
+		sc->events = e.events;
+		epoll_ctl(sc->w->epfd, EPOLL_CTL_MOD, sc->fd, &e);
+	}
+	return true;
+}
+
 /* Returns false when the connection was freed. */
 bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 {
 	struct mc_memreg *reg = sc->w->tp->memreg;
 	uint64_t got = 0; /* bytes read this call (READ_BUDGET) */
+	if (sc->state == S_AUTH) {
+		if (!sconn_auth(sc))
+			return false;
+		if (sc->state == S_AUTH)
+			return true;
+	}
 	for (;;) {
 		size_t avail = sc->rlen - sc->rpos;
 		if (sc->state == S_CLOSING)
@@ -629,7 +662,18 @@ void mc_tcp_worker_accept(struct tcp_worker *w)
 		sc->w = w;
 		sc->state = S_HDR;
 		sc->events = EPOLLIN;
-		sc->last_progress_ms = mc_now_ms();
+		sc->last_progress_ms = sc->accepted_ms = mc_now_ms();
+		if (tp->auth) {
+			if (mc_auth_hs_init(&sc->hs, tp->auth, MC_AUTH_SERVER, "te-data") != MC_OK) {
+				mc_error("%s", mc_last_error());
+				mc_free(sc->rbuf);
+				mc_free(sc);
+				close(fd);
+				atomic_fetch_sub(&tp->nsconns, 1);
+				continue;
+			}
+			sc->state = S_AUTH;
+		}
 		mc_sock_set_nodelay(fd);
 		if (tp->sockbuf)
 			mc_sock_set_bufsize(fd, tp->sockbuf);

@@ -57,6 +57,9 @@ struct mc_transport_env {
 	unsigned workers;		    /* caller's worker count, or 0: the transport's own */
 	unsigned conns_per_peer;	    /* caller's connections per peer, or 0: same */
 	struct mc_transport *fallback;	    /* the registry row's fallback (opened), or NULL */
+	/* the cluster secret (base/auth.h; outlives the transport): with one,
+	 * every connection opens with the handshake of base/auth_hs.h */
+	const struct mc_auth_secret *auth;
 };
 
 /* Capabilities, as data. */

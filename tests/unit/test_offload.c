@@ -756,6 +756,37 @@ static void settings_come_from_the_environment(void **state)
 	unsetenv("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS");
 }
 
+/* With a cluster secret the server answers only readers that prove it;
+ * one with another secret or none never reaches a handler. */
+static void secret_guards_the_offload_rpc(void **state)
+{
+	struct mc_store_offload_rpc_item items[] = {ITEM("", "a", 1000)};
+	struct mc_offload_server_stats st;
+	struct mc_store_msg m;
+
+	(void)state;
+	put_obj("", "a", 1000, 1);
+	setenv("MC_AUTH_SECRET", "offload-secret", 1);
+	server_start(4u << 20, 5000, 64, 0);
+	mc_offload_pool_free(F.pool);
+	assert_int_equal(mc_offload_pool_new(2000, &F.pool), MC_OK);
+	assert_int_equal(get(items, 1, &m), MC_OK);
+	assert_int_equal(m.body.offload_rpc_get_resp.items[0].status, MC_OK);
+	assert_int_equal(release(m.body.offload_rpc_get_resp.batch_id), MC_OK);
+	mc_store_msg_release(&m);
+
+	setenv("MC_AUTH_SECRET", "another", 1);
+	mc_offload_pool_free(F.pool);
+	assert_int_equal(mc_offload_pool_new(2000, &F.pool), MC_OK);
+	assert_int_equal(get(items, 1, &m), MC_ERR_RPC_FAIL);
+	unsetenv("MC_AUTH_SECRET");
+	mc_offload_pool_free(F.pool);
+	assert_int_equal(mc_offload_pool_new(2000, &F.pool), MC_OK);
+	assert_int_not_equal(get(items, 1, &m), MC_OK);
+	mc_offload_server_stats(F.srv, &st);
+	assert_int_equal(st.batches, 1); /* only the authenticated request was served */
+}
+
 #define CASE(f, base) cmocka_unit_test_prestate_setup_teardown(f, fix_setup, fix_teardown, base)
 #define CASES(base)                                                                                \
 	CASE(objects_are_staged_and_read_back, base), CASE(a_small_buffer_serves_what_fits, base), \
@@ -777,6 +808,8 @@ int main(void)
 						fix_teardown),
 		cmocka_unit_test(disk_keys_keep_tenants_apart),
 		cmocka_unit_test(settings_come_from_the_environment),
+		cmocka_unit_test_prestate_setup_teardown(secret_guards_the_offload_rpc, fix_setup,
+							 fix_teardown, on_disk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
@@ -96,6 +97,25 @@ static struct fixture *fixture_start(int recv_timeout_ms, uint64_t max_frame)
 	p.recv_timeout_ms = recv_timeout_ms;
 	p.handler = echo_handler;
 	p.handler_arg = &f->hs;
+	assert_int_equal(mc_rpc_server_start(&p, &f->srv), MC_OK);
+	return f;
+}
+
+static struct fixture *fixture_start_auth(const struct mc_auth_secret *auth, int recv_timeout_ms)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct mc_rpc_server_params p = {0};
+	int fd;
+
+	assert_non_null(f);
+	fd = mc_sock_listen(0, 2048);
+	assert_true(fd >= 0);
+	f->port = mc_sock_local_port(fd);
+	p.listen_fd = fd;
+	p.recv_timeout_ms = recv_timeout_ms;
+	p.handler = echo_handler;
+	p.handler_arg = &f->hs;
+	p.auth = auth;
 	assert_int_equal(mc_rpc_server_start(&p, &f->srv), MC_OK);
 	return f;
 }
@@ -343,7 +363,7 @@ static void round_trip_each_type(void **state)
 		char req[32], want[40], *resp = NULL;
 		size_t len = 0;
 		snprintf(req, sizeof(req), "{\"t\": %d}", t);
-		assert_int_equal(mc_rpc_call("127.0.0.1", f->port, t, req, strlen(req), 2000, 5000,
+		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, t, req, strlen(req), 2000, 5000,
 					     0, &resp, &len),
 				 MC_OK);
 		snprintf(want, sizeof(want), "%d:%s\n", t, req);
@@ -358,7 +378,7 @@ static void round_trip_each_type(void **state)
 	{
 		char *resp = NULL;
 		size_t len = 0;
-		assert_int_equal(mc_rpc_call("localhost", f->port, MC_RPC_PROBE, "nonl", 4, 2000,
+		assert_int_equal(mc_rpc_call(NULL, "localhost", f->port, MC_RPC_PROBE, "nonl", 4, 2000,
 					     5000, 0, &resp, &len),
 				 MC_OK);
 		assert_string_equal(resp, "{\"status\": \"success\"}\n");
@@ -377,7 +397,7 @@ static void large_frames_and_client_limit(void **state)
 
 	/* a request of 700 KiB arrives in many recv() chunks */
 	memset(req, 'r', big);
-	assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_METADATA, req, big, 2000, 10000,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, req, big, 2000, 10000,
 				     0, &resp, &len),
 			 MC_OK);
 	assert_int_equal(len, big + 3);
@@ -387,10 +407,10 @@ static void large_frames_and_client_limit(void **state)
 
 	/* a response above the client's limit */
 	atomic_store(&f->hs.big_response, 4096);
-	assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
 				     1024, &resp, &len),
 			 MC_ERR_TOO_LARGE);
-	assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
 				     8192, &resp, &len),
 			 MC_OK);
 	assert_int_equal(len, 4097);
@@ -484,7 +504,7 @@ static void bad_frames_closed_without_reply(void **state)
 	{
 		char *resp = NULL;
 		size_t len;
-		assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000,
+		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000,
 					     5000, 0, &resp, &len),
 				 MC_OK);
 		mc_free(resp);
@@ -506,7 +526,7 @@ static void idle_client_does_not_block_others(void **state)
 	t0 = mc_now_ms();
 	idle = raw_connect(f->port); /* connects and sends nothing */
 	t1 = mc_now_ms();
-	assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
 				     &resp, &len),
 			 MC_OK);
 	assert_string_equal(resp, "3:{}\n");
@@ -576,7 +596,7 @@ static void handler_error_closes_without_reply(void **state)
 	int fd;
 	(void)state;
 
-	assert_int_equal(mc_rpc_call("127.0.0.1", f->port, MC_RPC_CONNECTION, "fail", 4, 2000, 5000,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_CONNECTION, "fail", 4, 2000, 5000,
 				     0, &resp, &len),
 			 MC_ERR_CONN_CLOSED);
 	assert_null(resp);
@@ -611,7 +631,7 @@ static void *client_main(void *arg)
 		int type = (a->id + i) % 4;
 		snprintf(req, sizeof(req), "{\"client\": %d, \"call\": %d}", a->id, i);
 		snprintf(want, sizeof(want), "%d:%s\n", type, req);
-		if (mc_rpc_call("127.0.0.1", a->port, type, req, strlen(req), 5000, 20000, 0, &resp,
+		if (mc_rpc_call(NULL, "127.0.0.1", a->port, type, req, strlen(req), 5000, 20000, 0, &resp,
 				&len) != MC_OK ||
 		    strcmp(resp, want) != 0 || len != strlen(want))
 			a->failures++;
@@ -649,11 +669,11 @@ static void call_to_closed_port_is_refused(void **state)
 
 	assert_true(port != 0);
 	assert_int_equal(
-		mc_rpc_call("127.0.0.1", port, MC_RPC_PROBE, "{}", 2, 5000, 5000, 0, &resp, &len),
+		mc_rpc_call(NULL, "127.0.0.1", port, MC_RPC_PROBE, "{}", 2, 5000, 5000, 0, &resp, &len),
 		MC_ERR_CONN_REFUSED);
 	assert_true(mc_now_ms() - t0 < 1000);
 	assert_null(resp);
-	assert_int_equal(mc_rpc_call("127.0.0.1", port, 4, "{}", 2, 2000, 2000, 0, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", port, 4, "{}", 2, 2000, 2000, 0, &resp, &len),
 			 MC_ERR_INVALID_PARAMS);
 }
 
@@ -668,7 +688,7 @@ static void call_to_silent_server_times_out(void **state)
 
 	assert_true(lfd >= 0);
 	t0 = mc_now_ms();
-	assert_int_equal(mc_rpc_call("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}", 2,
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}", 2,
 				     2000, io_ms, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
 	elapsed = mc_now_ms() - t0;
@@ -688,7 +708,7 @@ static void call_until_keeps_one_deadline(void **state)
 	uint64_t t0, elapsed;
 	(void)state;
 
-	assert_int_equal(mc_rpc_call_until("127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2,
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2,
 					   mc_now_ms() + 2000, 0, &resp, &len),
 			 MC_OK);
 	assert_string_equal(resp, "3:{}\n");
@@ -698,7 +718,7 @@ static void call_until_keeps_one_deadline(void **state)
 
 	assert_true(lfd >= 0);
 	t0 = mc_now_ms();
-	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
 					   2, t0 + 300, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
 	elapsed = mc_now_ms() - t0;
@@ -706,10 +726,10 @@ static void call_until_keeps_one_deadline(void **state)
 	assert_true(elapsed < 1000); /* by the deadline */
 	assert_null(resp);
 	/* a deadline already past fails at once */
-	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
 					   2, mc_now_ms() - 1, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
-	assert_int_equal(mc_rpc_call_until("127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
 					   2, 0, 0, &resp, &len),
 			 MC_ERR_INVALID_PARAMS);
 	close(lfd);
@@ -792,7 +812,7 @@ static int call_fake(enum fake_mode mode)
 	fs.lfd = mc_sock_listen(0, 16);
 	assert_true(fs.lfd >= 0);
 	assert_int_equal(pthread_create(&th, NULL, fake_main, &fs), 0);
-	rc = mc_rpc_call("127.0.0.1", mc_sock_local_port(fs.lfd), MC_RPC_METADATA, "{}", 2, 2000,
+	rc = mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(fs.lfd), MC_RPC_METADATA, "{}", 2, 2000,
 			 5000, 0, &resp, &len);
 	pthread_join(th, NULL);
 	assert_int_equal(fs.got_type, MC_RPC_METADATA);
@@ -890,6 +910,47 @@ static void connection_limit_refuses_extra_clients(void **state)
 	free(fds);
 }
 
+/* With a secret: the right one is answered; a wrong one, none (an
+ * upstream client's frame) or a replayed proof never reach the handler. */
+static void secret_guards_every_call(void **state)
+{
+	static char k1[] = "rpc-secret", k2[] = "other";
+	struct mc_auth_secret s1 = {k1, sizeof(k1) - 1}, s2 = {k2, sizeof(k2) - 1};
+	struct fixture *f = fixture_start_auth(&s1, 2000);
+	char *resp = NULL, buf[64];
+	size_t len = 0;
+	uint64_t refused = atomic_load(&mc_auth_refused_total);
+	uint8_t frame[16];
+	int fd;
+	(void)state;
+
+	assert_int_equal(mc_rpc_call(&s1, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
+				     &resp, &len),
+			 MC_OK);
+	assert_string_equal(resp, "3:{}\n");
+	mc_free(resp);
+	assert_int_equal(atomic_load(&f->hs.calls), 1);
+
+	assert_int_equal(mc_rpc_call(&s2, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
+				     &resp, &len),
+			 MC_ERR_PERMISSION);
+	assert_int_not_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000,
+					 5000, 0, &resp, &len),
+			     MC_OK);
+	/* an upstream frame sent raw: closed without a reply, well before the
+	 * receive deadline */
+	fd = raw_connect(f->port);
+	put_le64(frame, 3);
+	frame[8] = MC_RPC_PROBE;
+	memcpy(frame + 9, "{}", 2);
+	raw_send(fd, frame, 11);
+	assert_true(read_until_close(fd, buf, sizeof(buf), 1000) == 0);
+	close(fd);
+	assert_int_equal(atomic_load(&f->hs.calls), 1);
+	assert_true(atomic_load(&mc_auth_refused_total) >= refused + 3);
+	fixture_stop(f);
+}
+
 static void start_rejects_bad_params(void **state)
 {
 	struct mc_rpc_server_params p = {.listen_fd = -1, .handler = echo_handler};
@@ -910,6 +971,7 @@ int main(void)
 	const char *level = getenv("MC_LOG_LEVEL");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(parse_header_typed_legacy_and_rejects),
+		cmocka_unit_test(secret_guards_every_call),
 		cmocka_unit_test(encode_appends_newline_once),
 		cmocka_unit_test(reader_assembles_byte_by_byte),
 		cmocka_unit_test(reader_reports_trailing_bytes_and_legacy),

@@ -1,0 +1,200 @@
+"""The cluster secret on the Transfer Engine's TCP data port (issue 16 part 2),
+with real te_node processes over loopback.
+
+A target started with MC_AUTH_SECRET accepts data connections only from a
+peer that proves the same secret (base/auth_hs.h); a peer with another
+secret, or none (upstream's wire), is refused before any request is acted on
+and the target's memory keeps its bytes.  An initiator with a secret refuses
+a target that cannot prove it.  The same-host transport is off while a
+secret is set, so every pair here talks TCP.
+"""
+
+import time
+
+import pytest
+
+from conftest import MODES
+
+
+def wait_log(proc, text, timeout=10.0):
+    """Until proc's stderr holds text: the refusal is logged by the peer's
+    thread after our side already saw the failure, so it is awaited (the
+    log is the only place it shows), with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = proc.log_path.read_text(errors="replace")
+        if text in log:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"'{text}' not logged within {timeout}s: {log[-2000:]}")
+        time.sleep(0.02)
+
+KiB = 1 << 10
+SIZE = 64 * KiB + 5
+
+
+def start(cluster, mode, secret):
+    e = {"MC_SHM_DISABLE": "1"}
+    if secret:
+        e["MC_AUTH_SECRET"] = secret
+    return cluster.node(mode, buffer="4m", env=e)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_right_secret_moves_data(cluster, mode):
+    target = start(cluster, mode, "s3cret-A")
+    init = start(cluster, mode, "s3cret-A")
+    seg = init.open(target.name)
+    init.fill(11)
+    target.fill(22)
+    r = init.write(seg, 0, target.base + 100, SIZE)
+    assert r.startswith("OK"), r
+    assert target.crc(100, SIZE) == init.crc(0, SIZE)
+    target.fill(33, 0, SIZE)
+    r = init.read(seg, 0, target.base, SIZE)
+    assert r.startswith("OK"), r
+    assert init.crc(0, SIZE) == target.crc(0, SIZE)
+
+
+@pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
+def test_wrong_or_no_secret_refused(cluster, peer_secret):
+    # http metadata: the descriptor comes from the metadata server, so the
+    # data port is what refuses
+    target = start(cluster, "http", "s3cret-A")
+    init = start(cluster, "http", peer_secret)
+    seg = init.open(target.name)
+    init.fill(44)
+    target.fill(55)
+    before = target.crc(0, 4 * SIZE)
+    r = init.write(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), f"write with a {peer_secret or 'missing'} secret: {r}"
+    r = init.read(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.crc(0, 4 * SIZE) == before, "the refused peer changed target memory"
+    # the target logged the refusal (once per interval, with the reason)
+    wait_log(target, "refused a connection to the tcp data port")
+
+
+def test_target_without_secret_refused_by_initiator(cluster):
+    target = start(cluster, "http", None)
+    init = start(cluster, "http", "s3cret-A")
+    seg = init.open(target.name)
+    init.fill(66)
+    target.fill(77)
+    before = target.crc(0, SIZE)
+    r = init.write(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.crc(0, SIZE) == before
+
+
+@pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
+def test_rpc_port_refuses_wrong_or_no_secret(cluster, peer_secret):
+    """P2P handshake mode: opening a segment asks the target's RPC port for
+    its descriptor, which a peer without the secret does not get."""
+    target = start(cluster, "p2p", "s3cret-A")
+    init = start(cluster, "p2p", peer_secret)
+    r = init.cmd(f"open {target.name}", timeout=30)
+    assert r.startswith("ERR"), f"open with a {peer_secret or 'missing'} secret: {r}"
+    wait_log(target, "refused a connection to the rpc port")
+    # a notification is refused as well (Notify on the same port)
+    r = init.cmd(f"notify {target.name} n m", timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.ok("notifs")[0] == "0"
+    # the right secret opens it (and the target still serves)
+    good = start(cluster, "p2p", "s3cret-A")
+    seg = good.open(target.name)
+    assert good.remote_base(seg)[0] == target.base
+
+
+# ---- the master's RPC port -------------------------------------------------------
+
+def auth_handshake(sock, secret, channel=b"master"):
+    """The client side of base/auth_hs.h, written from docs/protocol.md with
+    the standard library: a second implementation of the wire format."""
+    import hashlib
+    import hmac
+    import os
+    import struct
+
+    def hdr(t, n):
+        return b"MCAU" + struct.pack("<BBH", 1, t, n)
+
+    def mac(label, cn, sn):
+        msg = b"mooncake-auth-v1 " + label + b"\0" + channel + b"\0" + cn + sn
+        return hmac.new(secret, msg, hashlib.sha256).digest()
+
+    cn = os.urandom(32)
+    sock.sendall(hdr(1, 32) + cn)
+    got = b""
+    while len(got) < 72:
+        chunk = sock.recv(72 - len(got))
+        if not chunk:
+            return False
+        got += chunk
+    assert got[:8] == hdr(2, 64), got[:8]
+    sn, smac = got[8:40], got[40:72]
+    if not hmac.compare_digest(smac, mac(b"server", cn, sn)):
+        return False
+    sock.sendall(hdr(3, 32) + mac(b"client", cn, sn))
+    return True
+
+
+@pytest.fixture
+def secured_master(monkeypatch, tmp_path_factory, request):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_store_processes import StoreCluster
+
+    c = StoreCluster(request, tmp_path_factory)
+    monkeypatch.setenv("MC_AUTH_SECRET", "m4ster-secret")
+    c.start_master()
+    yield c
+    c.teardown()
+
+
+def test_master_rpc_port_needs_the_secret(secured_master):
+    import socket
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import mcproto
+
+    sc = secured_master
+    # a store client with the secret (from the environment) puts and gets
+    a = sc.node()
+    want = a.put("k-auth", 64 << 10, 5)
+    assert a.get("k-auth") == (64 << 10, want)
+
+    # upstream's wire (no handshake): closed without an answer
+    c = mcproto.Conn(sc.master.rpc)
+    c.send_raw(mcproto.frame(mcproto.SERVICE_READY, 1, mcproto.string("x")))
+    with pytest.raises(mcproto.Closed):
+        c.recv()
+    c.close()
+
+    # a wrong secret: the master's proof does not verify, and our (wrong)
+    # proof gets the connection closed
+    s = socket.create_connection(("127.0.0.1", sc.master.rpc), timeout=10)
+    assert auth_handshake(s, b"not-the-secret") is False
+    s.close()
+
+    # the right secret, from an independent implementation: then the
+    # protocol is upstream's
+    c = mcproto.Conn(sc.master.rpc)
+    assert auth_handshake(c.sock, b"m4ster-secret") is True
+    c.hello()
+    assert c.exist("k-auth") is True
+    c.close()
+
+    # a store client with another secret cannot start
+    with pytest.raises(Exception):
+        sc.node(env={"MC_AUTH_SECRET": "other"})
+    wait_log(sc.master, "refused a connection to the master rpc port")
+    # counted in /metrics: the upstream frame, the wrong secret, the other client
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{sc.master.metrics}/metrics",
+                                  timeout=10).read().decode()
+    line = [l for l in body.splitlines() if l.startswith("master_auth_refused_total ")]
+    assert line and float(line[0].split()[1]) >= 3, line
+    assert a.get("k-auth") == (64 << 10, want)

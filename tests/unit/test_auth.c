@@ -1,0 +1,189 @@
+/*
+ * tests/unit/test_auth.c - the challenge-response handshake (base/auth_hs.h):
+ * the right secret passes both ways, a wrong one, another channel, a
+ * replayed handshake and a peer speaking another protocol each fail, on a
+ * real socket pair as well as through the state machine.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/auth_hs.h"
+
+static char k1[] = "cluster-secret-1", k2[] = "cluster-secret-2";
+static struct mc_auth_secret s1 = {k1, sizeof(k1) - 1}, s2 = {k2, sizeof(k2) - 1};
+
+/* Move a's queued output into b; returns b's result. */
+static enum mc_auth_result pump(struct mc_auth_hs *a, struct mc_auth_hs *b)
+{
+	enum mc_auth_result r = MC_AUTH_AGAIN;
+	size_t n = a->out_len - a->out_pos;
+	if (n)
+		r = mc_auth_hs_feed(b, a->out + a->out_pos, n);
+	a->out_pos = a->out_len;
+	return r;
+}
+
+static void mem_right_secret(void **state)
+{
+	struct mc_auth_hs c, s;
+	(void)state;
+	assert_int_equal(mc_auth_hs_init(&c, &s1, MC_AUTH_CLIENT, "te-data"), MC_OK);
+	assert_int_equal(mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data"), MC_OK);
+	assert_int_equal(pump(&c, &s), MC_AUTH_AGAIN);	/* HELLO */
+	assert_int_equal(pump(&s, &c), MC_AUTH_DONE);	/* CHALLENGE: server proved */
+	assert_int_equal(pump(&c, &s), MC_AUTH_DONE);	/* PROOF: client proved */
+	assert_int_equal(mc_auth_hs_need(&s), 0);
+}
+
+static void mem_wrong_secret(void **state)
+{
+	struct mc_auth_hs c, s;
+	(void)state;
+	mc_auth_hs_init(&c, &s2, MC_AUTH_CLIENT, "te-data");
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	pump(&c, &s);
+	assert_int_equal(pump(&s, &c), MC_AUTH_FAIL);
+	assert_non_null(strstr(c.why, "server's proof"));
+	/* a client that ignores the server's proof still cannot prove itself */
+	{
+		struct mc_auth_hs c2;
+		uint8_t forged[MC_AUTH_HDR_LEN + MC_AUTH_MAC_LEN] = {0};
+		mc_auth_hs_init(&c2, &s2, MC_AUTH_CLIENT, "te-data");
+		mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+		pump(&c2, &s);
+		mc_auth_hdr_encode(MC_AUTH_PROOF, MC_AUTH_MAC_LEN, forged);
+		assert_int_equal(mc_auth_hs_feed(&s, forged, sizeof(forged)), MC_AUTH_FAIL);
+		assert_non_null(strstr(s.why, "client's proof"));
+	}
+}
+
+static void mem_other_channel(void **state)
+{
+	struct mc_auth_hs c, s;
+	(void)state;
+	mc_auth_hs_init(&c, &s1, MC_AUTH_CLIENT, "te-rpc");
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	pump(&c, &s);
+	assert_int_equal(pump(&s, &c), MC_AUTH_FAIL);
+}
+
+/* A recorded client's HELLO and PROOF, replayed to a new server connection. */
+static void mem_replay(void **state)
+{
+	struct mc_auth_hs c, s, s2b;
+	uint8_t rec[2 * MC_AUTH_FRAME_MAX];
+	size_t n;
+	(void)state;
+	mc_auth_hs_init(&c, &s1, MC_AUTH_CLIENT, "master");
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "master");
+	memcpy(rec, c.out, c.out_len);
+	n = c.out_len;
+	pump(&c, &s);
+	assert_int_equal(pump(&s, &c), MC_AUTH_DONE);
+	memcpy(rec + n, c.out + c.out_pos, c.out_len - c.out_pos);
+	n += c.out_len - c.out_pos;
+	assert_int_equal(pump(&c, &s), MC_AUTH_DONE);
+
+	mc_auth_hs_init(&s2b, &s1, MC_AUTH_SERVER, "master");
+	assert_int_equal(mc_auth_hs_feed(&s2b, rec, n), MC_AUTH_FAIL);
+	assert_non_null(strstr(s2b.why, "client's proof"));
+}
+
+static void mem_bad_frames(void **state)
+{
+	struct mc_auth_hs s;
+	uint8_t hdr[MC_AUTH_HDR_LEN];
+	uint8_t tcp_hdr[24] = {0x00, 0x10, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x7f, 0, 0, 0x81};
+	(void)state;
+	/* an upstream TCP request header: no auth magic */
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	assert_int_equal(mc_auth_hs_feed(&s, tcp_hdr, mc_auth_hs_need(&s)), MC_AUTH_FAIL);
+	/* oversized body */
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	mc_auth_hdr_encode(MC_AUTH_HELLO, 1000, hdr);
+	assert_int_equal(mc_auth_hs_feed(&s, hdr, sizeof(hdr)), MC_AUTH_FAIL);
+	/* right type, wrong size */
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	mc_auth_hdr_encode(MC_AUTH_HELLO, 16, hdr);
+	assert_int_equal(mc_auth_hs_feed(&s, hdr, sizeof(hdr)), MC_AUTH_FAIL);
+	/* truncated: waits for the rest, asks for no more than the frame */
+	mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data");
+	mc_auth_hdr_encode(MC_AUTH_HELLO, MC_AUTH_NONCE_LEN, hdr);
+	assert_int_equal(mc_auth_hs_feed(&s, hdr, sizeof(hdr)), MC_AUTH_AGAIN);
+	assert_int_equal(mc_auth_hs_need(&s), MC_AUTH_NONCE_LEN);
+}
+
+struct side {
+	int fd;
+	const struct mc_auth_secret *sec;
+	enum mc_auth_role role;
+	mc_status st;
+};
+
+static void *side_main(void *arg)
+{
+	struct side *sd = arg;
+	sd->st = mc_auth_hs_run(sd->fd, sd->sec, sd->role, "te-rpc", 2000);
+	if (sd->st == MC_OK && sd->role == MC_AUTH_CLIENT)
+		(void)!write(sd->fd, "req", 3);
+	if (sd->st != MC_OK)
+		close(sd->fd); /* as every user does: the peer learns at once */
+	return NULL;
+}
+
+static void run_pair(const struct mc_auth_secret *cs, mc_status *cst, mc_status *sst,
+		     char *after)
+{
+	int sv[2];
+	pthread_t t;
+	struct side c, s;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	c = (struct side){sv[0], cs, MC_AUTH_CLIENT, 0};
+	s = (struct side){sv[1], &s1, MC_AUTH_SERVER, 0};
+	pthread_create(&t, NULL, side_main, &c);
+	side_main(&s);
+	pthread_join(t, NULL);
+	*cst = c.st;
+	*sst = s.st;
+	if (after && s.st == MC_OK)
+		assert_int_equal(read(sv[1], after, 3), 3);
+	if (c.st == MC_OK)
+		close(sv[0]);
+	if (s.st == MC_OK)
+		close(sv[1]);
+}
+
+static void sock_handshake(void **state)
+{
+	mc_status cst, sst;
+	char after[4] = {0};
+	uint64_t before = atomic_load(&mc_auth_refused_total);
+	(void)state;
+	run_pair(&s1, &cst, &sst, after);
+	assert_int_equal(cst, MC_OK);
+	assert_int_equal(sst, MC_OK);
+	/* the protocol's first bytes after the handshake are intact */
+	assert_string_equal(after, "req");
+
+	run_pair(&s2, &cst, &sst, NULL);
+	assert_int_equal(cst, MC_ERR_PERMISSION);
+	assert_int_equal(sst, MC_ERR_PERMISSION);
+	assert_true(atomic_load(&mc_auth_refused_total) == before); /* callers count */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(mem_right_secret),  cmocka_unit_test(mem_wrong_secret),
+		cmocka_unit_test(mem_other_channel), cmocka_unit_test(mem_replay),
+		cmocka_unit_test(mem_bad_frames),    cmocka_unit_test(sock_handshake),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
