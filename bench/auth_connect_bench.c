@@ -117,7 +117,8 @@ int main(int argc, char **argv)
 			p99[1][r] = auth[conns * 99 / 100];
 			printf("round %d: plain p50 %.1f us p99 %.1f us | secret p50 %.1f us p99 %.1f "
 			       "us | +%.1f us\n",
-			       r, med[0][r], p99[0][r], med[1][r], p99[1][r], med[1][r] - med[0][r]);
+			       r, med[0][r], p99[0][r], med[1][r], p99[1][r],
+			       med[1][r] - med[0][r]);
 			free(plain);
 			free(auth);
 		}

@@ -53,7 +53,8 @@ mc_status mc_auth_hdr_decode(const uint8_t in[MC_AUTH_HDR_LEN], struct mc_auth_h
 
 static bool mac(const struct mc_auth_hs *h, bool server, uint8_t out[MC_AUTH_MAC_LEN])
 {
-	static const char lserver[] = "mooncake-auth-v1 server", lclient[] = "mooncake-auth-v1 client";
+	static const char lserver[] = "mooncake-auth-v1 server",
+			  lclient[] = "mooncake-auth-v1 client";
 	const char *label = server ? lserver : lclient;
 	uint8_t msg[64 + 64 + 2 * MC_AUTH_NONCE_LEN];
 	size_t ll = strlen(label), cl = strnlen(h->channel, 63), n = 0;
@@ -229,7 +230,9 @@ enum mc_auth_result mc_auth_hs_feed(struct mc_auth_hs *h, const uint8_t *p, size
 					       : r;
 		}
 	}
-	return h->step == ST_DONE ? MC_AUTH_DONE : h->step == ST_FAILED ? MC_AUTH_FAIL : MC_AUTH_AGAIN;
+	return h->step == ST_DONE     ? MC_AUTH_DONE
+	       : h->step == ST_FAILED ? MC_AUTH_FAIL
+				      : MC_AUTH_AGAIN;
 }
 
 enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
@@ -248,7 +251,8 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 				return MC_AUTH_AGAIN;
 			}
 			if (n < 0)
-				return fail(h, "the peer closed the connection during the handshake");
+				return fail(h,
+					    "the peer closed the connection during the handshake");
 			h->out_pos += (size_t)n;
 		}
 		if (h->step == ST_DONE)
@@ -264,7 +268,8 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 				return MC_AUTH_AGAIN;
 			if (n <= 0)
-				return fail(h, "the peer closed the connection during the handshake");
+				return fail(h,
+					    "the peer closed the connection during the handshake");
 			if (mc_auth_hs_feed(h, buf, (size_t)n) == MC_AUTH_FAIL)
 				return MC_AUTH_FAIL;
 		}
@@ -292,8 +297,8 @@ mc_status mc_auth_hs_run(int fd, const struct mc_auth_secret *secret, enum mc_au
 					    channel, h.why);
 		if (now >= end)
 			return mc_set_error(MC_ERR_TIMEOUT,
-					    "authentication on %s not complete within %d ms", channel,
-					    timeout_ms);
+					    "authentication on %s not complete within %d ms",
+					    channel, timeout_ms);
 		if (poll(&p, 1, (int)(end - now)) < 0 && errno != EINTR)
 			return mc_set_error(MC_ERR_SOCKET, "poll: %s", strerror(errno));
 	}

@@ -67,7 +67,7 @@ struct mc_auth_hs {
 	int step; /* private */
 	uint8_t cn[MC_AUTH_NONCE_LEN], sn[MC_AUTH_NONCE_LEN];
 	uint8_t in[MC_AUTH_FRAME_MAX];
-	size_t in_len, in_want; /* bytes held; bytes the current frame needs */
+	size_t in_len, in_want;		    /* bytes held; bytes the current frame needs */
 	uint8_t out[2 * MC_AUTH_FRAME_MAX]; /* at most two frames queued (HELLO, PROOF) */
 	size_t out_len, out_pos;
 	const char *why; /* after MC_AUTH_FAIL: the reason (static text) */

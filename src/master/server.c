@@ -527,8 +527,8 @@ static mc_status probe_one(struct mc_master_server *s, const struct probe_target
 	st = probe_locate(s, t, host, sizeof(host), &port, why, why_len);
 	if (st != MC_OK)
 		return st;
-	st = mc_rpc_call_until(&s->rpc_secret, host, port, MC_RPC_PROBE, "{}", 2, deadline_ms, PROBE_MAX_FRAME,
-			       &resp, &len);
+	st = mc_rpc_call_until(&s->rpc_secret, host, port, MC_RPC_PROBE, "{}", 2, deadline_ms,
+			       PROBE_MAX_FRAME, &resp, &len);
 	if (st == MC_OK) {
 		json_error_t jerr;
 		json_t *j = json_loadb(resp, len, JSON_DISABLE_EOF_CHECK, &jerr);
@@ -1222,9 +1222,10 @@ static void accept_all(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 			mc_sock_set_nodelay(fd);
 		if (mc_auth_on(&s->rpc_secret)) {
 			c->hs = mc_malloc(sizeof(*c->hs));
-			if (!c->hs ||
-			    mc_auth_hs_init(c->hs, &s->rpc_secret, MC_AUTH_SERVER, "master") != MC_OK) {
-				mc_warn("rpc: connection from %s: cannot start the handshake", c->peer);
+			if (!c->hs || mc_auth_hs_init(c->hs, &s->rpc_secret, MC_AUTH_SERVER,
+						      "master") != MC_OK) {
+				mc_warn("rpc: connection from %s: cannot start the handshake",
+					c->peer);
 				mc_free(c->hs);
 				close(fd);
 				mc_free(c->rbuf);

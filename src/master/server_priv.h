@@ -172,7 +172,7 @@ struct mc_master_server {
 	/* the cluster secret again, for the RPC port's handshake (base/auth_hs.h),
 	 * the standby's stream and the mount probe; loaded at start */
 	struct mc_auth_secret rpc_secret;
-	struct mc_http_tls admin_tls;	    /* HTTPS when set (MC_HTTP_TLS_*) */
+	struct mc_http_tls admin_tls; /* HTTPS when set (MC_HTTP_TLS_*) */
 	struct mc_http_meta_server *meta;
 
 	uint16_t rpc_port, metrics_port, metadata_port;

@@ -829,7 +829,7 @@ mc_status mc_dummy_keys(struct mc_dummy *d, uint16_t type, const char *const *ke
 int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn alloc, void *ctx)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
-		int64_t size, got;
+		int64_t size = 0, got = 0;
 		size_t off, one = 1, cap;
 		mc_status rc = keys_call(d, MC_DUMMY_MSG_GET_SIZE, &key, 1, false, &size);
 		void *dst;

@@ -303,9 +303,10 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 		uint64_t now = mc_now_ms();
 		/* no connect timeout: the handshake still gets a bounded one */
 		rc = mc_auth_hs_run(fd, &c->auth, MC_AUTH_CLIENT, "master",
-				    !deadline	   ? 30000
-				    : deadline > now ? (int)MC_MIN(deadline - now, (uint64_t)INT32_MAX)
-						     : 0);
+				    !deadline ? 30000
+				    : deadline > now
+					    ? (int)MC_MIN(deadline - now, (uint64_t)INT32_MAX)
+					    : 0);
 		if (rc != MC_OK) {
 			if (rc == MC_ERR_PERMISSION)
 				atomic_fetch_add(&mc_auth_refused_total, 1);

@@ -737,8 +737,8 @@ static void accept_cb(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
 		mc_loop_fd_init(&c->io, fd, conn_cb);
 		if (mc_auth_on(&srv->auth)) {
 			c->hs = mc_malloc(sizeof(*c->hs));
-			if (!c->hs ||
-			    mc_auth_hs_init(c->hs, &srv->auth, MC_AUTH_SERVER, "offload") != MC_OK) {
+			if (!c->hs || mc_auth_hs_init(c->hs, &srv->auth, MC_AUTH_SERVER,
+						      "offload") != MC_OK) {
 				mc_free(c->hs);
 				mc_free(c->rbuf);
 				mc_free(c);

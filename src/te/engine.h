@@ -100,7 +100,7 @@ struct mc_te {
 	struct mc_te_config cfg;
 	char *name;
 	char host[256];
-	char bind_host[256]; /* where the RPC and data ports listen; "" = every interface */
+	char bind_host[256];	    /* where the RPC and data ports listen; "" = every interface */
 	struct mc_auth_secret auth; /* the cluster secret, or none (base/auth.h) */
 	uint16_t rpc_port;
 	bool p2p;

@@ -68,8 +68,8 @@
 #include <unistd.h>
 
 #include "base/accept.h"
-#include "base/auth_hs.h"
 #include "base/alloc.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/list.h"
 #include "base/log.h"
@@ -254,7 +254,7 @@ struct rpc_conn {
 	uint64_t received; /* bytes read while READING, for log lines */
 	struct mc_rpc_reader rd;
 	struct mc_auth_hs *hs; /* while the handshake runs (READING), else NULL */
-	char *out; /* encoded response frame while WRITING */
+	char *out;	       /* encoded response frame while WRITING */
 	size_t out_len;
 	size_t out_off;
 	char peer[64];
@@ -582,8 +582,8 @@ static void server_accept(struct mc_loop *l, struct mc_loop_fd *f, uint32_t even
 		s->nconns++;
 		if (s->auth) {
 			c->hs = mc_malloc(sizeof(*c->hs));
-			if (!c->hs || mc_auth_hs_init(c->hs, s->auth, MC_AUTH_SERVER, "te-rpc") !=
-					      MC_OK) {
+			if (!c->hs ||
+			    mc_auth_hs_init(c->hs, s->auth, MC_AUTH_SERVER, "te-rpc") != MC_OK) {
 				mc_warn("peer %s: cannot start the handshake", c->peer);
 				conn_close(s, c);
 				continue;
@@ -715,9 +715,9 @@ void mc_rpc_server_stop(struct mc_rpc_server *s)
 
 /* io_deadline 0: io_timeout_ms from the moment the connection is up */
 static mc_status rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port,
-			  int type, const char *req, size_t len,
-			  int connect_timeout_ms, int io_timeout_ms, uint64_t io_deadline,
-			  uint64_t max_frame, char **resp_out, size_t *resp_len_out)
+			  int type, const char *req, size_t len, int connect_timeout_ms,
+			  int io_timeout_ms, uint64_t io_deadline, uint64_t max_frame,
+			  char **resp_out, size_t *resp_len_out)
 {
 	uint8_t hdr[MC_RPC_HEADER_LEN];
 	char *frame = NULL, *payload = NULL;
@@ -752,8 +752,7 @@ static mc_status rpc_call(const struct mc_auth_secret *auth, const char *host, u
 		if (rc != MC_OK) {
 			if (rc == MC_ERR_PERMISSION)
 				atomic_fetch_add(&mc_auth_refused_total, 1);
-			rc = mc_set_error(rc, "rpc call to %s:%u: %s", host, port,
-					  mc_last_error());
+			rc = mc_set_error(rc, "rpc call to %s:%u: %s", host, port, mc_last_error());
 			goto out_close;
 		}
 	}
@@ -809,17 +808,17 @@ out_free_frame:
 	return rc;
 }
 
-mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port,
-		      int type, const char *req, size_t len, int connect_timeout_ms,
-		      int io_timeout_ms, uint64_t max_frame, char **resp_out, size_t *resp_len_out)
+mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type,
+		      const char *req, size_t len, int connect_timeout_ms, int io_timeout_ms,
+		      uint64_t max_frame, char **resp_out, size_t *resp_len_out)
 {
-	return rpc_call(auth, host, port, type, req, len, connect_timeout_ms, io_timeout_ms, 0, max_frame,
-			resp_out, resp_len_out);
+	return rpc_call(auth, host, port, type, req, len, connect_timeout_ms, io_timeout_ms, 0,
+			max_frame, resp_out, resp_len_out);
 }
 
-mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
-			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
-			    size_t *resp_len_out)
+mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port,
+			    int type, const char *req, size_t len, uint64_t deadline_ms,
+			    uint64_t max_frame, char **resp_out, size_t *resp_len_out)
 {
 	uint64_t now = mc_now_ms();
 

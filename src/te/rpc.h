@@ -82,9 +82,9 @@ void mc_rpc_server_stop(struct mc_rpc_server *s);
 /* auth: the cluster secret, or NULL: with one the call opens with the
  * handshake (base/auth_hs.h) and fails with MC_ERR_PERMISSION when the
  * server cannot prove the secret. */
-mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
-		      int connect_timeout_ms, int io_timeout_ms, uint64_t max_frame,
-		      char **resp_out, size_t *resp_len_out);
+mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type,
+		      const char *req, size_t len, int connect_timeout_ms, int io_timeout_ms,
+		      uint64_t max_frame, char **resp_out, size_t *resp_len_out);
 
 /*
  * The same with one deadline (mc_now_ms clock) for the connect, the write
@@ -92,9 +92,9 @@ mc_status mc_rpc_call(const struct mc_auth_secret *auth, const char *host, uint1
  * (the master's mount probe) needs.  MC_ERR_TIMEOUT when it passes; the
  * other errors as mc_rpc_call.  Thread-safe.
  */
-mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port, int type, const char *req, size_t len,
-			    uint64_t deadline_ms, uint64_t max_frame, char **resp_out,
-			    size_t *resp_len_out);
+mc_status mc_rpc_call_until(const struct mc_auth_secret *auth, const char *host, uint16_t port,
+			    int type, const char *req, size_t len, uint64_t deadline_ms,
+			    uint64_t max_frame, char **resp_out, size_t *resp_len_out);
 
 /*
  * Frame header parser, shared by server and client and fuzzed on its own:

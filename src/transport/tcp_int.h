@@ -122,8 +122,8 @@ struct tcp_conn {
 	uint64_t last_progress_ms;
 	uint8_t *rbuf;
 	size_t rpos, rlen;
-	struct mc_zc zc; /* v2 write payloads sent by reference */
-	bool zc_off;	 /* splicing failed here: copy from now on */
+	struct mc_zc zc;      /* v2 write payloads sent by reference */
+	bool zc_off;	      /* splicing failed here: copy from now on */
 	struct mc_auth_hs hs; /* CONN_AUTH: the handshake (base/auth_hs.h) */
 };
 

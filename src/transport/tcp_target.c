@@ -664,7 +664,8 @@ void mc_tcp_worker_accept(struct tcp_worker *w)
 		sc->events = EPOLLIN;
 		sc->last_progress_ms = sc->accepted_ms = mc_now_ms();
 		if (tp->auth) {
-			if (mc_auth_hs_init(&sc->hs, tp->auth, MC_AUTH_SERVER, "te-data") != MC_OK) {
+			if (mc_auth_hs_init(&sc->hs, tp->auth, MC_AUTH_SERVER, "te-data") !=
+			    MC_OK) {
 				mc_error("%s", mc_last_error());
 				mc_free(sc->rbuf);
 				mc_free(sc);

@@ -5,9 +5,9 @@
  * real socket pair as well as through the state machine.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,9 +36,9 @@ static void mem_right_secret(void **state)
 	(void)state;
 	assert_int_equal(mc_auth_hs_init(&c, &s1, MC_AUTH_CLIENT, "te-data"), MC_OK);
 	assert_int_equal(mc_auth_hs_init(&s, &s1, MC_AUTH_SERVER, "te-data"), MC_OK);
-	assert_int_equal(pump(&c, &s), MC_AUTH_AGAIN);	/* HELLO */
-	assert_int_equal(pump(&s, &c), MC_AUTH_DONE);	/* CHALLENGE: server proved */
-	assert_int_equal(pump(&c, &s), MC_AUTH_DONE);	/* PROOF: client proved */
+	assert_int_equal(pump(&c, &s), MC_AUTH_AGAIN); /* HELLO */
+	assert_int_equal(pump(&s, &c), MC_AUTH_DONE);  /* CHALLENGE: server proved */
+	assert_int_equal(pump(&c, &s), MC_AUTH_DONE);  /* PROOF: client proved */
 	assert_int_equal(mc_auth_hs_need(&s), 0);
 }
 
@@ -138,8 +138,7 @@ static void *side_main(void *arg)
 	return NULL;
 }
 
-static void run_pair(const struct mc_auth_secret *cs, mc_status *cst, mc_status *sst,
-		     char *after)
+static void run_pair(const struct mc_auth_secret *cs, mc_status *cst, mc_status *sst, char *after)
 {
 	int sv[2];
 	pthread_t t;

@@ -363,8 +363,8 @@ static void round_trip_each_type(void **state)
 		char req[32], want[40], *resp = NULL;
 		size_t len = 0;
 		snprintf(req, sizeof(req), "{\"t\": %d}", t);
-		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, t, req, strlen(req), 2000, 5000,
-					     0, &resp, &len),
+		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, t, req, strlen(req), 2000,
+					     5000, 0, &resp, &len),
 				 MC_OK);
 		snprintf(want, sizeof(want), "%d:%s\n", t, req);
 		assert_string_equal(resp, want);
@@ -378,8 +378,8 @@ static void round_trip_each_type(void **state)
 	{
 		char *resp = NULL;
 		size_t len = 0;
-		assert_int_equal(mc_rpc_call(NULL, "localhost", f->port, MC_RPC_PROBE, "nonl", 4, 2000,
-					     5000, 0, &resp, &len),
+		assert_int_equal(mc_rpc_call(NULL, "localhost", f->port, MC_RPC_PROBE, "nonl", 4,
+					     2000, 5000, 0, &resp, &len),
 				 MC_OK);
 		assert_string_equal(resp, "{\"status\": \"success\"}\n");
 		mc_free(resp);
@@ -397,8 +397,8 @@ static void large_frames_and_client_limit(void **state)
 
 	/* a request of 700 KiB arrives in many recv() chunks */
 	memset(req, 'r', big);
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, req, big, 2000, 10000,
-				     0, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, req, big, 2000,
+				     10000, 0, &resp, &len),
 			 MC_OK);
 	assert_int_equal(len, big + 3);
 	assert_memory_equal(resp, "1:r", 3);
@@ -407,11 +407,11 @@ static void large_frames_and_client_limit(void **state)
 
 	/* a response above the client's limit */
 	atomic_store(&f->hs.big_response, 4096);
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
-				     1024, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000,
+				     5000, 1024, &resp, &len),
 			 MC_ERR_TOO_LARGE);
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000, 5000,
-				     8192, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_METADATA, "big", 3, 2000,
+				     5000, 8192, &resp, &len),
 			 MC_OK);
 	assert_int_equal(len, 4097);
 	mc_free(resp);
@@ -504,8 +504,8 @@ static void bad_frames_closed_without_reply(void **state)
 	{
 		char *resp = NULL;
 		size_t len;
-		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000,
-					     5000, 0, &resp, &len),
+		assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2,
+					     2000, 5000, 0, &resp, &len),
 				 MC_OK);
 		mc_free(resp);
 	}
@@ -526,8 +526,8 @@ static void idle_client_does_not_block_others(void **state)
 	t0 = mc_now_ms();
 	idle = raw_connect(f->port); /* connects and sends nothing */
 	t1 = mc_now_ms();
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
-				     &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000,
+				     0, &resp, &len),
 			 MC_OK);
 	assert_string_equal(resp, "3:{}\n");
 	mc_free(resp);
@@ -596,8 +596,8 @@ static void handler_error_closes_without_reply(void **state)
 	int fd;
 	(void)state;
 
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_CONNECTION, "fail", 4, 2000, 5000,
-				     0, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_CONNECTION, "fail", 4, 2000,
+				     5000, 0, &resp, &len),
 			 MC_ERR_CONN_CLOSED);
 	assert_null(resp);
 	assert_non_null(strstr(mc_last_error(), "no response header"));
@@ -631,8 +631,8 @@ static void *client_main(void *arg)
 		int type = (a->id + i) % 4;
 		snprintf(req, sizeof(req), "{\"client\": %d, \"call\": %d}", a->id, i);
 		snprintf(want, sizeof(want), "%d:%s\n", type, req);
-		if (mc_rpc_call(NULL, "127.0.0.1", a->port, type, req, strlen(req), 5000, 20000, 0, &resp,
-				&len) != MC_OK ||
+		if (mc_rpc_call(NULL, "127.0.0.1", a->port, type, req, strlen(req), 5000, 20000, 0,
+				&resp, &len) != MC_OK ||
 		    strcmp(resp, want) != 0 || len != strlen(want))
 			a->failures++;
 		mc_free(resp);
@@ -668,13 +668,14 @@ static void call_to_closed_port_is_refused(void **state)
 	(void)state;
 
 	assert_true(port != 0);
-	assert_int_equal(
-		mc_rpc_call(NULL, "127.0.0.1", port, MC_RPC_PROBE, "{}", 2, 5000, 5000, 0, &resp, &len),
-		MC_ERR_CONN_REFUSED);
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", port, MC_RPC_PROBE, "{}", 2, 5000, 5000, 0,
+				     &resp, &len),
+			 MC_ERR_CONN_REFUSED);
 	assert_true(mc_now_ms() - t0 < 1000);
 	assert_null(resp);
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", port, 4, "{}", 2, 2000, 2000, 0, &resp, &len),
-			 MC_ERR_INVALID_PARAMS);
+	assert_int_equal(
+		mc_rpc_call(NULL, "127.0.0.1", port, 4, "{}", 2, 2000, 2000, 0, &resp, &len),
+		MC_ERR_INVALID_PARAMS);
 }
 
 static void call_to_silent_server_times_out(void **state)
@@ -688,8 +689,8 @@ static void call_to_silent_server_times_out(void **state)
 
 	assert_true(lfd >= 0);
 	t0 = mc_now_ms();
-	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}", 2,
-				     2000, io_ms, 0, &resp, &len),
+	assert_int_equal(mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
+				     2, 2000, io_ms, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
 	elapsed = mc_now_ms() - t0;
 	assert_true(elapsed >= (uint64_t)io_ms - 10);
@@ -718,19 +719,19 @@ static void call_until_keeps_one_deadline(void **state)
 
 	assert_true(lfd >= 0);
 	t0 = mc_now_ms();
-	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
-					   2, t0 + 300, 0, &resp, &len),
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE,
+					   "{}", 2, t0 + 300, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
 	elapsed = mc_now_ms() - t0;
 	assert_true(elapsed >= 290);
 	assert_true(elapsed < 1000); /* by the deadline */
 	assert_null(resp);
 	/* a deadline already past fails at once */
-	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
-					   2, mc_now_ms() - 1, 0, &resp, &len),
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE,
+					   "{}", 2, mc_now_ms() - 1, 0, &resp, &len),
 			 MC_ERR_TIMEOUT);
-	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE, "{}",
-					   2, 0, 0, &resp, &len),
+	assert_int_equal(mc_rpc_call_until(NULL, "127.0.0.1", mc_sock_local_port(lfd), MC_RPC_PROBE,
+					   "{}", 2, 0, 0, &resp, &len),
 			 MC_ERR_INVALID_PARAMS);
 	close(lfd);
 }
@@ -812,8 +813,8 @@ static int call_fake(enum fake_mode mode)
 	fs.lfd = mc_sock_listen(0, 16);
 	assert_true(fs.lfd >= 0);
 	assert_int_equal(pthread_create(&th, NULL, fake_main, &fs), 0);
-	rc = mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(fs.lfd), MC_RPC_METADATA, "{}", 2, 2000,
-			 5000, 0, &resp, &len);
+	rc = mc_rpc_call(NULL, "127.0.0.1", mc_sock_local_port(fs.lfd), MC_RPC_METADATA, "{}", 2,
+			 2000, 5000, 0, &resp, &len);
 	pthread_join(th, NULL);
 	assert_int_equal(fs.got_type, MC_RPC_METADATA);
 	assert_null(resp);
@@ -924,15 +925,15 @@ static void secret_guards_every_call(void **state)
 	int fd;
 	(void)state;
 
-	assert_int_equal(mc_rpc_call(&s1, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
-				     &resp, &len),
+	assert_int_equal(mc_rpc_call(&s1, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000,
+				     0, &resp, &len),
 			 MC_OK);
 	assert_string_equal(resp, "3:{}\n");
 	mc_free(resp);
 	assert_int_equal(atomic_load(&f->hs.calls), 1);
 
-	assert_int_equal(mc_rpc_call(&s2, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000, 0,
-				     &resp, &len),
+	assert_int_equal(mc_rpc_call(&s2, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000, 5000,
+				     0, &resp, &len),
 			 MC_ERR_PERMISSION);
 	assert_int_not_equal(mc_rpc_call(NULL, "127.0.0.1", f->port, MC_RPC_PROBE, "{}", 2, 2000,
 					 5000, 0, &resp, &len),
