@@ -72,6 +72,7 @@ struct reader {
 	pthread_t thread;
 	uint8_t *buf;
 	mc_status st;
+	char why[256]; /* mc_last_error() of the call that failed */
 };
 
 static void *read_main(void *arg)
@@ -84,11 +85,15 @@ static void *read_main(void *arg)
 	uint64_t size = 4 * MiB;
 
 	r->st = mc_p2p_store_new(&p, &s);
-	if (r->st)
+	if (r->st) {
+		snprintf(r->why, sizeof(r->why), "%s", mc_last_error());
 		return NULL;
+	}
 	r->st = mc_p2p_get_replica(s, "unit/obj", (void *const[]){r->buf}, &size, 1);
 	if (!r->st)
 		r->st = mc_p2p_delete_replica(s, "unit/obj");
+	if (r->st)
+		snprintf(r->why, sizeof(r->why), "%s", mc_last_error());
 	mc_p2p_store_free(s);
 	return NULL;
 }
@@ -125,6 +130,8 @@ static void test_concurrent_readers_in_one_process(void **state)
 	}
 	for (int i = 0; i < READERS; i++) {
 		pthread_join(rs[i].thread, NULL);
+		if (rs[i].st != MC_OK)
+			print_error("reader %d: %s\n", i, rs[i].why);
 		assert_int_equal(rs[i].st, MC_OK);
 		assert_memory_equal(rs[i].buf, src, size);
 		free(rs[i].buf);
