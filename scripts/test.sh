@@ -3,6 +3,8 @@
 #   release  gcc, --buildtype=release, -Dwerror=true, every suite
 #   asan     gcc, -Db_sanitize=address,undefined, leak checks on, every suite
 #   tsan     clang-14, -Db_sanitize=thread, the suites that run threads (unit, integration)
+# The sanitizer stages set MC_TEST_QUICK=1: integration cases marked slow (repeats of
+# a path another case covers) run in the release stage only.
 # Build directories: build-ci-release, build-ci-asan, build-ci-tsan (reused when present).
 # The last line printed is "N passed, N failed" over all stages; the exit
 # status is non-zero when a build or a test failed.
@@ -125,10 +127,11 @@ for stage in "${STAGES[@]}"; do
 		export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1:detect_stack_use_after_return=1${symbolizer:+:external_symbolizer_path=$symbolizer}"
 		export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 		export LSAN_OPTIONS="print_suppressions=0"
+		export MC_TEST_QUICK=1 # slow repeats run in the release stage (tests/integration/conftest.py)
 		run_stage asan build-ci-asan gcc \
 			-Db_sanitize=address,undefined -Db_lundef=false \
 			-- --timeout-multiplier 2
-		unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+		unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS MC_TEST_QUICK
 		;;
 	tsan)
 		export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp${symbolizer:+:external_symbolizer_path=$symbolizer}"
@@ -138,10 +141,11 @@ for stage in "${STAGES[@]}"; do
 			STAGE_WRAPPER=(setarch "$(uname -m)" -R)
 		fi
 		STAGE_SUITES="unit integration"
+		export MC_TEST_QUICK=1
 		run_stage tsan build-ci-tsan clang-14 \
 			-Db_sanitize=thread -Db_lundef=false -Dwerror=true \
 			-- --timeout-multiplier 3
-		unset TSAN_OPTIONS STAGE_SUITES
+		unset TSAN_OPTIONS STAGE_SUITES MC_TEST_QUICK
 		;;
 	*)
 		echo "test.sh: unknown stage '$stage' (release, asan, tsan)" >&2

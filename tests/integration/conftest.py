@@ -35,6 +35,14 @@ CMD_TIMEOUT = 60.0  # default bound on one te_node command
 
 MODES = ["http", "p2p"]
 
+# Cases that repeat a path another case already covers, at a cost of many
+# seconds (a second parametrisation, a bench per backend, a fixed 10 s
+# period): scripts/test.sh sets MC_TEST_QUICK=1 in the sanitizer stages, so
+# they run once per CI run, in the release stage.
+QUICK = os.environ.get("MC_TEST_QUICK") == "1"
+slow = pytest.mark.skipif(QUICK, reason="slow case, skipped with MC_TEST_QUICK=1 "
+                          "(scripts/test.sh runs it in the release stage)")
+
 # A process whose stderr holds one of these fails the test at teardown.
 SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer", "runtime error:")
 

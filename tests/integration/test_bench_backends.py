@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, START_TIMEOUT, Proc, _find_binary
+from conftest import BUILD, START_TIMEOUT, Proc, _find_binary, slow
 
 
 def bench_path():
@@ -111,11 +111,13 @@ def test_bench_http(tmp_path, meta_server):
     run_pair(tmp_path, meta_server.uri)
 
 
+@slow
 def test_bench_p2p(tmp_path):
     run_pair(tmp_path, "P2PHANDSHAKE")
 
 
-@pytest.mark.parametrize("window", ["1048576", "1024", "0"])
+@pytest.mark.parametrize("window", [
+    pytest.param("1048576", marks=slow), "1024", pytest.param("0", marks=slow)])
 def test_bench_window(tmp_path, window):
     """--window walks the batches through a window (1 MiB: 16 blocks of
     64 KiB, two threads, batches of 4, so offsets wrap within the window);
@@ -139,9 +141,11 @@ def test_bench_window(tmp_path, window):
         target.stop()
 
 
+@slow
 def test_bench_etcd(tmp_path, etcd_uri):
     run_pair(tmp_path, etcd_uri)
 
 
+@slow
 def test_bench_redis(tmp_path, redis_uri):
     run_pair(tmp_path, redis_uri)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import mcproto as mp
-from conftest import BUILD, SANITIZER_MARKERS, _find_binary
+from conftest import BUILD, SANITIZER_MARKERS, _find_binary, slow
 
 START_TIMEOUT = 20.0
 LISTEN_RE = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
@@ -634,6 +634,7 @@ def test_unmount_sweep_over_the_wire():
         m.stop()
 
 
+@slow
 def test_periodic_metrics_log_line():
     m = Master(BASE_ARGS, env={"MC_LOG_LEVEL": "info"})
     try:

@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, TeNode, te_node_path
+from conftest import Cluster, TeNode, slow, te_node_path
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -129,7 +129,7 @@ def net():
         n.teardown()
 
 
-@pytest.fixture(params=["MC_TCP_INTERFACES", "MC_TE_FILTERS"])
+@pytest.fixture(params=["MC_TCP_INTERFACES", pytest.param("MC_TE_FILTERS", marks=slow)])
 def nodes(request, tmp_path_factory, net):
     """(net, target, initiator, segment id): target in t publishing both
     links' addresses, initiator in i with the segment opened.  The target
