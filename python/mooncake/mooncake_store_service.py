@@ -38,8 +38,16 @@ Segment management (the store's extra segments; ids "<first>-<second>")::
                              SSD tier off the master, then wait
 
 A malformed body or field is 400, a refused call 500 {"error": ... with
-the store's code}.  ``/api/reconfigure`` (make-before-break remount) answers
-501: not implemented by this service yet.
+the store's code}.
+
+    POST /api/reconfigure    {"mode": "decode", "path", "size", "offset"=0,
+                             "protocol", "location", "grace_period_seconds"=0}:
+                             make-before-break: mount the file at path, and
+                             only once it is mounted unmount the segments an
+                             earlier reconfigure mounted; {"mode": "prefill"}
+                             unmounts them -> {"status": "success", "mode":
+                             ..., "segment_ids": [the decode segments now]}.
+                             A failed mount leaves the old segments serving.
 
 When the service is ready it prints one line to stdout,
 ``mc_store_rest_server listening on HOST:PORT``, so scripts can wait for
@@ -109,6 +117,8 @@ class MooncakeStoreService:
         self._runner = None
         self._site = None
         self.port = None
+        self._decode_ids = []  # segments the last /api/reconfigure mounted
+        self._reconf_lock = None  # an asyncio.Lock, made on the serving loop
 
     # -- the store -------------------------------------------------------------------
 
@@ -299,8 +309,61 @@ class MooncakeStoreService:
             lambda *a: self.store.unmount_local_disk_segment(*a),
             lambda r: {"status": "success"})
 
+    async def _unmount_ids(self, ids, grace):
+        """Unmounts ids; returns those that could not be unmounted, with the codes."""
+        left = []
+        for sid in ids:
+            try:
+                r = await self._call(lambda: self.store.unmount_and_free_segment([sid], grace))
+            except Exception as e:  # noqa: BLE001 - reported in the answer
+                r = str(e)
+            if isinstance(r, dict):
+                r = r["ret"]
+            if r != 0:
+                left.append((sid, r))
+        return left
+
     async def handle_reconfigure(self, request):
-        return _error(501, f"{request.path} is not implemented by this service")
+        try:
+            b = await self._json_object(request)
+            mode = b.get("mode")
+            if mode not in ("decode", "prefill"):
+                raise _BadRequest("'mode' must be \"decode\" or \"prefill\"")
+            grace = _grace(b)
+            if mode == "decode":
+                path, size, offset = b.get("path"), b.get("size"), b.get("offset", 0)
+                if not isinstance(path, str) or not path.startswith("/"):
+                    raise _BadRequest("'path' must be an absolute file path")
+                if not _is_int(size) or size <= 0:
+                    raise _BadRequest("'size' must be a positive integer")
+                if not _is_int(offset) or offset < 0:
+                    raise _BadRequest("'offset' must be a non-negative integer")
+                args = (path, size, offset) + self._protocol_location(b)
+        except _BadRequest as e:
+            return _error(400, str(e))
+        if self._reconf_lock is None:
+            self._reconf_lock = asyncio.Lock()
+        async with self._reconf_lock:
+            new_ids = []
+            if mode == "decode":
+                try:
+                    r = await self._call(lambda: self.store.mount_segment(*args))
+                except Exception:
+                    logger.exception("%s raised", request.path)
+                    return _error(500, f"{request.path} failed")
+                if r["ret"] != 0:
+                    return _error(500, f"{request.path} failed: cannot mount {path} "
+                                  f"({r['ret']}); the decode segments stay as they were")
+                new_ids = list(r["segment_ids"])
+            # make before break: the old segments go only now
+            left = await self._unmount_ids(self._decode_ids, grace)
+            self._decode_ids = new_ids + [sid for sid, _ in left]
+            if left:
+                return _error(500, f"{request.path}: " + ", ".join(
+                    f"segment {sid} could not be unmounted ({rc})" for sid, rc in left)
+                    + f"; decode segments now {self._decode_ids}")
+            return web.json_response({"status": "success", "mode": mode,
+                                      "segment_ids": self._decode_ids})
 
     # -- the HTTP side ---------------------------------------------------------------
 

@@ -240,9 +240,54 @@ def test_mount_paths(service, mc_master):
         assert st == 500 and "-600" in r["error"], r
         st, r = post("/api/unmount_local_disk", {})  # no SSD tier on this service
         assert st == 500, r
-        assert post("/api/reconfigure", {"mode": "prefill"})[0] == 501
     finally:
         os.unlink(f"/dev/shm/{name}")
+
+
+def test_reconfigure_makes_before_it_breaks(service, mc_master):
+    def post(path, body):
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        st, _, resp = service.request("POST", path, raw, {"Content-Type": "application/json"})
+        return st, json.loads(resp)
+
+    def mounted():
+        url = f"http://127.0.0.1:{mc_master.metrics}/get_segments_detail"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return {s["segment_id"] for s in json.loads(r.read())["segments"]}
+
+    names = [f"/dev/shm/mc-svc-reconf-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for n in names:
+        with open(n, "wb") as f:
+            f.truncate(4 * MiB)
+    try:
+        st, r = post("/api/reconfigure", {"mode": "decode", "path": names[0], "size": 4 * MiB})
+        assert st == 200 and r["mode"] == "decode", r
+        (first,) = r["segment_ids"]
+        assert first in mounted()
+        # a mount that fails keeps the old decode segment serving
+        st, r = post("/api/reconfigure", {"mode": "decode", "path": names[0] + "-none",
+                                          "size": MiB})
+        assert st == 500 and "-600" in r["error"] and "stay" in r["error"], r
+        assert first in mounted()
+        # the second decode segment replaces the first
+        st, r = post("/api/reconfigure", {"mode": "decode", "path": names[1], "size": 4 * MiB})
+        assert st == 200, r
+        (second,) = r["segment_ids"]
+        now = mounted()
+        assert second in now and first not in now
+        # back to prefill: no decode segment left
+        assert post("/api/reconfigure", {"mode": "prefill"}) == \
+            (200, {"status": "success", "mode": "prefill", "segment_ids": []})
+        assert second not in mounted()
+        for body in ({"mode": "mixed"}, {"mode": "decode", "path": "rel", "size": MiB},
+                     {"mode": "decode", "path": names[0], "size": 0},
+                     {"mode": "decode", "path": names[0], "size": MiB, "offset": -1},
+                     {"mode": "prefill", "grace_period_seconds": -1}):
+            st, r = post("/api/reconfigure", body)
+            assert st == 400 and "error" in r, (body, st, r)
+    finally:
+        for n in names:
+            os.unlink(n)
 
 
 def test_bad_config_exits_with_message(tmp_path):
