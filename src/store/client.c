@@ -229,6 +229,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
 	pthread_mutex_destroy(&s->xseg_lock);
+	pthread_cond_destroy(&s->xseg_idle);
 	pthread_mutex_destroy(&s->remount_lock);
 	pthread_cond_destroy(&s->sess_cond);
 	mc_free(s->metrics);

@@ -41,6 +41,7 @@ struct mc_store_xseg {
 	struct mc_hostmem *mem;
 	bool unmounted; /* taken off the master: the remount leaves it out */
 	bool freeing;	/* an unmount_and_free owns it */
+	unsigned busy;	/* task batches reading from it (mc_store_xseg_hold) */
 };
 struct mc_client_metrics;
 struct mc_http;
@@ -70,6 +71,7 @@ struct mc_store {
 
 	/* extra segments (client_mount.c): mount_segment and friends */
 	pthread_mutex_t xseg_lock; /* xsegs, n_xsegs and every entry's flags */
+	pthread_cond_t xseg_idle;  /* an entry's busy fell to 0 */
 	/* held by the heartbeat's remount (its list and its call) and by an
 	 * unmount (its flag and its call): a remount never mounts again a
 	 * segment unmounted meanwhile */
@@ -422,6 +424,11 @@ void mc_store_xsegs_free(struct mc_store *s);
 /* The extra segments still mounted, as the remount sends them: *out
  * (mc_free it) holds n entries whose strings point into s. */
 size_t mc_store_xsegs_mounted(struct mc_store *s, struct mc_store_segment **out);
+/* A copy task's source [addr, addr+len) inside a mounted extra segment:
+ * true, with that segment kept mapped (its id in *id) until
+ * mc_store_xseg_release; false when no such segment holds all of it. */
+bool mc_store_xseg_hold(struct mc_store *s, uint64_t addr, uint64_t len, struct mc_store_uuid *id);
+void mc_store_xseg_release(struct mc_store *s, const struct mc_store_uuid *id);
 /* unmount_segment of an extra segment: INVALID_PARAMS when id is none. */
 mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *id,
 				uint64_t grace_period_ms);

@@ -15,7 +15,9 @@
  * Threads: xseg_lock guards the list and every entry's flags; a call that
  * frees an entry marks it `freeing`, drops the lock for the master calls
  * and the grace period, and takes it out at the end, so the remount and
- * other calls never see memory being unmapped.
+ * other calls never see memory being unmapped.  A copy task whose source
+ * lies in an extra segment holds it (`busy`) for its transfer; the free
+ * waits on xseg_idle until no task reads from it.
  *
  * Never: map past a file's end (a read there is SIGBUS), unmap memory the
  * engine still has registered, or free the global segment here.
@@ -43,6 +45,7 @@
 void mc_store_xsegs_init(struct mc_store *s)
 {
 	pthread_mutex_init(&s->xseg_lock, NULL);
+	pthread_cond_init(&s->xseg_idle, NULL);
 	pthread_mutex_init(&s->remount_lock, NULL);
 	s->xsegs = NULL;
 	s->n_xsegs = 0;
@@ -322,13 +325,45 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 		}
 	}
 	pthread_mutex_lock(&s->xseg_lock);
-	x = find(s, &id);
+	while ((x = find(s, &id))->busy)
+		pthread_cond_wait(&s->xseg_idle, &s->xseg_lock); /* a task still reads it */
 	copy = *x;
 	*x = s->xsegs[--s->n_xsegs];
 	pthread_mutex_unlock(&s->xseg_lock);
 	release_memory(s, &copy, true);
 	mc_info("freed extra segment %s", segment_id);
 	return MC_OK;
+}
+
+bool mc_store_xseg_hold(struct mc_store *s, uint64_t addr, uint64_t len, struct mc_store_uuid *id)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&s->xseg_lock);
+	for (size_t i = 0; i < s->n_xsegs && !found; i++) {
+		struct mc_store_xseg *x = &s->xsegs[i];
+		uint64_t base = (uint64_t)(uintptr_t)x->base;
+
+		if (x->unmounted || x->freeing || addr < base || len > x->size ||
+		    addr - base > x->size - len)
+			continue;
+		x->busy++;
+		*id = x->id;
+		found = true;
+	}
+	pthread_mutex_unlock(&s->xseg_lock);
+	return found;
+}
+
+void mc_store_xseg_release(struct mc_store *s, const struct mc_store_uuid *id)
+{
+	struct mc_store_xseg *x;
+
+	pthread_mutex_lock(&s->xseg_lock);
+	x = find(s, id);
+	if (x && --x->busy == 0)
+		pthread_cond_broadcast(&s->xseg_idle);
+	pthread_mutex_unlock(&s->xseg_lock);
 }
 
 size_t mc_store_xsegs_mounted(struct mc_store *s, struct mc_store_segment **out)

@@ -5,7 +5,8 @@
  * the executor the heartbeat thread runs.
  *
  * Executing: the master hands a task to the client that owns its source
- * replica, so the source is always in this client's own segment.  After
+ * replica, so the source is in this client's own segment or in one of its
+ * extra segments (client_mount.c; held mapped for the transfer).  After
  * each ping the heartbeat asks FetchTasks for a batch, writes every
  * task's source bytes to its targets (PROCESSING blocks the master holds
  * for the task) in one engine batch through mc_store_run_transfers, and
@@ -18,7 +19,7 @@
  * NOT_SUPPORTED, after which this client stops asking.
  *
  * Never: write anywhere but the targets the master named, or read outside
- * the own segment (a source address outside it fails the task).
+ * the own and the extra segments (a source outside them fails the task).
  */
 #define MC_LOG_MODULE "store"
 #include <errno.h>
@@ -222,6 +223,7 @@ static bool run_batch(struct mc_store *s)
 	struct mc_store_io *ios;
 	void **bufs;
 	size_t *lens;
+	struct mc_store_uuid *held; /* the extra segment a source is in, or {0, 0} */
 	struct mc_store_msg resp;
 	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_FETCH_TASKS, &req, &resp);
 	bool more;
@@ -242,7 +244,8 @@ static bool run_batch(struct mc_store *s)
 	ios = mc_calloc(r->n_tasks, sizeof(*ios));
 	bufs = mc_calloc(r->n_tasks, sizeof(*bufs));
 	lens = mc_calloc(r->n_tasks, sizeof(*lens));
-	if (!ios || !bufs || !lens) {
+	held = mc_calloc(r->n_tasks, sizeof(*held));
+	if (!ios || !bufs || !lens || !held) {
 		for (uint32_t i = 0; i < r->n_tasks; i++)
 			report(s, &r->tasks[i].id, MC_ERR_NOMEM, "no memory on the client");
 		goto out;
@@ -262,20 +265,27 @@ static bool run_batch(struct mc_store *s)
 		ios[i].nreps = t->n_targets;
 		ios[i].key = (struct mc_proto_str){0};
 		ios[i].status = MC_OK;
-		if (t->source.type != MC_STORE_REPLICA_MEMORY || !s->seg || a < base ||
-		    n > s->seg_size || a - base > s->seg_size - n)
-			ios[i].status = MC_ERR_INVALID_PARAMS; /* not in the own segment */
+		if (t->source.type != MC_STORE_REPLICA_MEMORY)
+			ios[i].status = MC_ERR_INVALID_PARAMS;
+		else if (s->seg && a >= base && n <= s->seg_size && a - base <= s->seg_size - n)
+			; /* in the own segment */
+		else if (!mc_store_xseg_hold(s, a, n, &held[i]))
+			ios[i].status = MC_ERR_INVALID_PARAMS; /* in none of this client's */
 	}
 	mc_store_run_transfers(s, ios, r->n_tasks, MC_OP_WRITE);
+	for (uint32_t i = 0; i < r->n_tasks; i++)
+		if (held[i].first || held[i].second)
+			mc_store_xseg_release(s, &held[i]);
 	for (uint32_t i = 0; i < r->n_tasks; i++) {
 		mc_status st = ios[i].status;
 
 		report(s, &r->tasks[i].id, st,
 		       st == MC_OK		     ? ""
-		       : st == MC_ERR_INVALID_PARAMS ? "the source is not in this client's segment"
+		       : st == MC_ERR_INVALID_PARAMS ? "the source is not in this client's segments"
 						     : "the transfer to a target failed");
 	}
 out:
+	mc_free(held);
 	mc_free(ios);
 	mc_free(bufs);
 	mc_free(lens);
@@ -287,7 +297,12 @@ bool mc_store_tasks_poll(struct mc_store *s)
 {
 	uint64_t end = mc_now_ms() + TASK_BUDGET_MS;
 
-	if (s->no_tasks || !s->seg_mounted || atomic_load(&s->seg_unmounted))
+	bool own = s->seg_mounted && !atomic_load(&s->seg_unmounted), extra;
+
+	pthread_mutex_lock(&s->xseg_lock);
+	extra = s->n_xsegs > 0;
+	pthread_mutex_unlock(&s->xseg_lock);
+	if (s->no_tasks || (!own && !extra))
 		return false;
 	while (run_batch(s)) {
 		if (mc_now_ms() >= end)

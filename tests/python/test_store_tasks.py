@@ -90,3 +90,31 @@ def test_unmount_segment(mc_master):
         assert s.unmount_segment([sid]) == INVALID_PARAMS  # not mounted any more
     finally:
         s.close()
+
+
+def test_copy_from_an_extra_segment(mc_master):
+    """A source replica in an extra segment (allocate_and_mount_segment) of a
+    client without a global segment: that client runs the task."""
+    x = MooncakeDistributedStore()
+    assert x.setup("127.0.0.1", mc_master.meta_uri, 0, 4 * MiB, "tcp", "", mc_master.addr) == 0
+    b = new_store(mc_master)
+    try:
+        r = x.allocate_and_mount_segment(8 * MiB)
+        assert r["ret"] == 0, r
+        (xid,) = r["segment_ids"]
+        c = ReplicateConfig()
+        c.preferred_segment = x.get_hostname()
+        val = bytes(range(251)) * 4096
+        assert b.put("tasks/extra", val, c) == 0
+        (only,) = b.get_replica_desc("tasks/extra")
+        tid, err = b.create_copy_task("tasks/extra", [b.get_hostname()])
+        assert err == 0, err
+        resp = finished(b, tid)
+        assert resp.status == TaskStatus.SUCCESS, resp.message
+        assert len(b.get_replica_desc("tasks/extra")) == 2
+        # the copy reads back alone once the extra segment is gone
+        assert x.unmount_and_free_segment([xid], 0) == 0
+        assert b.get("tasks/extra") == val
+    finally:
+        b.close()
+        x.close()
