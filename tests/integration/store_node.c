@@ -43,6 +43,11 @@
  *                                  putn generated -> as putn, plus bad=<n>
  *                                  (objects that differ; failed gets end
  *                                  the command with ERR)
+ *   getloop PREFIX COUNT SECONDS FILE
+ *                                  gets of keys PREFIX0..COUNT-1 in turn for
+ *                                  SECONDS, one line each in FILE: "<CLOCK_
+ *                                  MONOTONIC ms> <latency ms> <rc>" -> OK
+ *                                  n=<gets> fails=<n>
  *   exist KEY                      -> OK 1 | OK 0
  *   bexist KEY...                  -> OK <r1> <r2> ... (1, 0 or a status)
  *   bget_into KEY...               one batch_get_into, each key into its
@@ -352,6 +357,40 @@ out:
 	free(sums);
 	if (heap)
 		free(v);
+}
+
+/* getloop PREFIX COUNT SECONDS FILE (bench/store_read_kill.py) */
+static void cmd_getloop(int argc, char **argv)
+{
+	uint64_t count, secs, n = 0, fails = 0;
+	double end;
+	char key[KEY_CAP];
+	FILE *f;
+
+	if (argc != 5 || !parse_u64(argv[2], &count) || count == 0 || !parse_u64(argv[3], &secs)) {
+		reply("ERR BADARG 0 usage: getloop PREFIX COUNT SECONDS FILE");
+		return;
+	}
+	f = fopen(argv[4], "w");
+	if (!f) {
+		reply("ERR BADARG 0 cannot write %s: %s", argv[4], strerror(errno));
+		return;
+	}
+	decode_arg(argv[1]);
+	end = now_ms() + (double)secs * 1e3;
+	for (double t0 = now_ms(); t0 < end; t0 = now_ms(), n++) {
+		void *v = NULL;
+		int64_t got;
+
+		make_key(key, sizeof(key), argv[1], n % count);
+		got = mc_store_get(store, key, &v);
+		fprintf(f, "%.3f %.3f %" PRId64 "\n", t0, now_ms() - t0, got < 0 ? got : 0);
+		if (got < 0)
+			fails++;
+		free(v);
+	}
+	fclose(f);
+	reply("OK n=%" PRIu64 " fails=%" PRIu64, n, fails);
 }
 
 /* getn PREFIX COUNT [SIZE SEED] [zc] */
@@ -712,6 +751,8 @@ static bool run_line(char *line)
 		cmd_putn(argc, argv);
 	else if (!strcmp(c, "getn"))
 		cmd_getn(argc, argv);
+	else if (!strcmp(c, "getloop"))
+		cmd_getloop(argc, argv);
 	else if (!strcmp(c, "exist"))
 		cmd_exist(argc, argv);
 	else if (!strcmp(c, "bexist"))
