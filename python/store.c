@@ -888,8 +888,9 @@ PyMODINIT_FUNC PyInit_store(void)
 	if (add_from(m, "mooncake._tensor_parallel",
 		     (const char *const[]){"ParallelAxis", "TensorParallelism", "ReadTarget",
 					   NULL}) < 0 ||
-	    add_from(m, "mooncake._store_extra", (const char *const[]){"bind_to_numa_node", NULL}) <
-		    0)
+	    add_from(m, "mooncake._store_extra",
+		     (const char *const[]){"bind_to_numa_node", "MooncakeDistributedNoFRegister",
+					   NULL}) < 0)
 		goto err;
 	return m;
 err:

@@ -16,6 +16,7 @@ then the data.  Tensors are little-endian; this host must be too.
 import ctypes
 import ctypes.util
 import json
+import logging
 import os
 import struct
 import sys
@@ -267,3 +268,25 @@ def bind_to_numa_node(node):
     except OSError as e:
         warnings.warn("bind_to_numa_node: memory of node %d not preferred (libnuma: %s)"
                       % (node, e), RuntimeWarning)
+
+
+class MooncakeDistributedNoFRegister:
+    """Registration of NVMe-oF namespaces as NoF SSD segments with the master
+    (spec store.md 9.4).  Upstream builds it only with its experimental NoF
+    tier; this master has no NoF tier, so both calls refuse: they log the
+    cause and return -600 (INVALID_PARAMS, as a NoF put to this master
+    does) without contacting anything."""
+
+    INVALID_PARAMS = -600
+    _WHY = ("NVMe-oF (NoF) segments are not supported: this build's master has no NoF "
+            "tier; use the SSD tier (MOONCAKE_OFFLOAD_*) or mount_segment instead")
+
+    def real_register(self, nqn="", nsid=1, traddr="", trsvcid=4420, base=0, size=1024,
+                      master_server_addr="127.0.0.1:50051"):
+        logging.getLogger("mooncake.store").error("real_register(%r, nsid=%r): %s", nqn,
+                                                  nsid, self._WHY)
+        return self.INVALID_PARAMS
+
+    def real_unregister_by_endpoint(self, *args, **kwargs):
+        logging.getLogger("mooncake.store").error("real_unregister_by_endpoint: %s", self._WHY)
+        return self.INVALID_PARAMS

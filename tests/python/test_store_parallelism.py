@@ -107,6 +107,15 @@ def test_classes_check_their_arguments():
         ReadTarget("full", parallelism="tp")
 
 
+def test_nof_register_refuses_with_the_cause(caplog):
+    from mooncake.store import MooncakeDistributedNoFRegister
+    r = MooncakeDistributedNoFRegister()
+    with caplog.at_level("ERROR", logger="mooncake.store"):
+        assert r.real_register("nqn.2024-01.io.example:ssd", 1, "10.0.0.1") == -600
+        assert r.real_unregister_by_endpoint("10.0.0.1", 4420) == -600
+    assert sum("no NoF tier" in m for m in caplog.messages) == 2
+
+
 def test_writer_partitions_read_back_whole_and_in_other_layouts(store, k):
     t = full_tensor((10, 6))  # torch.chunk into 3 along dim 0: rows 4, 4, 2
     for r in range(3):
