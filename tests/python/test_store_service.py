@@ -200,16 +200,24 @@ def test_remove_all_counts(service, reader):
     assert all(reader.is_exist(k) == 0 for k in keys)
 
 
+def post_json(service, path, body):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    st, _, resp = service.request("POST", path, raw, {"Content-Type": "application/json"})
+    return st, json.loads(resp)
+
+
+def mounted_ids(master):
+    url = f"http://127.0.0.1:{master.metrics}/get_segments_detail"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return {s["segment_id"] for s in json.loads(r.read())["segments"]}
+
+
 def test_mount_paths(service, mc_master):
     def post(path, body):
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        st, _, resp = service.request("POST", path, raw, {"Content-Type": "application/json"})
-        return st, json.loads(resp)
+        return post_json(service, path, body)
 
     def mounted():
-        url = f"http://127.0.0.1:{mc_master.metrics}/get_segments_detail"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return {s["segment_id"] for s in json.loads(r.read())["segments"]}
+        return mounted_ids(mc_master)
 
     st, r = post("/api/mount", {"size": 4 * MiB + 1})
     assert st == 200 and r["status"] == "success" and r["allocated_size"] > 4 * MiB, r
@@ -246,14 +254,10 @@ def test_mount_paths(service, mc_master):
 
 def test_reconfigure_makes_before_it_breaks(service, mc_master):
     def post(path, body):
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        st, _, resp = service.request("POST", path, raw, {"Content-Type": "application/json"})
-        return st, json.loads(resp)
+        return post_json(service, path, body)
 
     def mounted():
-        url = f"http://127.0.0.1:{mc_master.metrics}/get_segments_detail"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return {s["segment_id"] for s in json.loads(r.read())["segments"]}
+        return mounted_ids(mc_master)
 
     names = [f"/dev/shm/mc-svc-reconf-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for n in names:
