@@ -28,8 +28,11 @@
  *    Attempt 0 picks a random replica (a random gold holder when there is
  *    no replica), so readers spread over the holders; attempt k >= 1 takes
  *    the k-th of (replicas in list order, then gold), cyclically; a shard
- *    gets max(MC_P2P_MIN_ATTEMPTS, holders) attempts, then the pull fails
- *    with MC_ERR_TRANSFER_FAIL ("too many retries").  Each attempt's reads
+ *    gets max(MC_P2P_MIN_ATTEMPTS, holders + 1) attempts, so the walk after
+ *    the random pick reaches every holder, gold last (upstream's
+ *    max(3, holders) stops one short: with every replica dead, its gold was
+ *    never tried), then the pull fails with MC_ERR_TRANSFER_FAIL ("too many
+ *    retries").  Each attempt's reads
  *    go in one batch, so the shards move in parallel over the engine's
  *    connections.  After a pull the entry is read again: if a holder the
  *    pull used has left since, the bytes may come from memory being
@@ -542,8 +545,8 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 
 		ps[i] = (struct pull_shard){
 			.idx = i, .dst = shard_addr(p, addrs, i), .size = sh->size};
-		ps[i].max_attempts =
-			holders > MC_P2P_MIN_ATTEMPTS ? (unsigned)holders : MC_P2P_MIN_ATTEMPTS;
+		ps[i].max_attempts = holders + 1 > MC_P2P_MIN_ATTEMPTS ? (unsigned)holders + 1
+								       : MC_P2P_MIN_ATTEMPTS;
 		if (ps[i].max_attempts > top)
 			top = ps[i].max_attempts;
 	}

@@ -22,6 +22,7 @@
 
 #include "base/alloc.h"
 #include "etcd_cluster.h"
+#include "meta/meta.h"
 #include "mooncake/log.h"
 #include "mooncake/p2p_store.h"
 #include "p2p/payload.h"
@@ -149,6 +150,56 @@ static void test_concurrent_readers_in_one_process(void **state)
 	free(src);
 }
 
+/* Every holder is tried: three listed replicas that nobody serves (their
+ * owners died without leaving the catalog) ahead of the live gold copy. */
+static void test_gold_is_reached_behind_dead_replicas(void **state)
+{
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	const char *key = MC_P2P_KEY_PREFIX "unit/stale";
+	struct mc_p2p_store *gold, *reader;
+	struct mc_p2p_payload pl;
+	struct mc_etcd_kv *kvs = NULL;
+	struct mc_meta *meta;
+	uint64_t size = MiB;
+	uint8_t *src = malloc(size), *dst = calloc(1, size);
+	size_t n = 0, len;
+	char *json;
+
+	mc_test_fill(src, size, 7);
+	assert_int_equal(mc_p2p_store_new(&p, &gold), MC_OK);
+	assert_int_equal(mc_p2p_register(gold, "unit/stale", (void *const[]){src}, &size, 1, MiB,
+					 NULL, false),
+			 MC_OK);
+	/* three replicas on ports nothing listens on, written as a crashed reader
+	 * would have left them */
+	assert_int_equal(mc_meta_open(mc_etcd_cluster_uri(etcd), &meta), MC_OK);
+	assert_int_equal(mc_meta_etcd_range(meta, key, NULL, &kvs, &n, NULL), MC_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(mc_p2p_payload_decode(kvs[0].value, kvs[0].len, &pl), MC_OK);
+	for (int i = 1; i <= 3; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "127.0.0.1:%d", i);
+		assert_int_equal(mc_p2p_locs_add(&pl.shards[0].replicas, name, 4096), MC_OK);
+	}
+	assert_int_equal(mc_p2p_payload_encode(&pl, &json, &len), MC_OK);
+	assert_int_equal(mc_meta_etcd_cas_put(meta, key, json, len, kvs[0].mod_revision), MC_OK);
+	mc_free(json);
+	mc_p2p_payload_release(&pl);
+	mc_etcd_kvs_free(kvs, n);
+
+	assert_int_equal(mc_p2p_store_new(&p, &reader), MC_OK);
+	if (mc_p2p_get_replica(reader, "unit/stale", (void *const[]){dst}, &size, 1) != MC_OK)
+		fail_msg("get_replica: %s", mc_last_error());
+	assert_memory_equal(dst, src, size);
+	mc_p2p_store_free(reader);
+	mc_p2p_store_free(gold);
+	mc_meta_close(meta);
+	free(src);
+	free(dst);
+}
+
 static void test_catalog_needs_etcd(void **state)
 {
 	struct mc_p2p_params p = {.metadata_uri = "mem://p2p", .local_server_name = "127.0.0.1:0"};
@@ -163,6 +214,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_codec_round_trip_is_byte_exact),
 		cmocka_unit_test(test_concurrent_readers_in_one_process),
+		cmocka_unit_test(test_gold_is_reached_behind_dead_replicas),
 		cmocka_unit_test(test_catalog_needs_etcd),
 	};
 	int rc;
