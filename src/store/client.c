@@ -764,6 +764,8 @@ int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool f
 int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *const *keys, size_t n,
 				     const char *segment_name, bool *cleared)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_replica_clear(s, keys, n, segment_name, cleared);
 	struct mc_store_replica_clear_req req;
 	struct mc_store_keys_req kr;
 	const struct mc_store_keys_resp *got;
@@ -894,6 +896,8 @@ static void copy_field(char *dst, size_t cap, const struct mc_proto_str *v)
 int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,
 				  struct mc_store_replica_desc *out, size_t cap)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_replica_desc(s, key, out, cap);
 	struct mc_store_msg resp;
 	int64_t n;
 	mc_status rc = mc_store_check_ready(s);

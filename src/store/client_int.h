@@ -462,5 +462,30 @@ mc_status mc_store_dummy_put_batch(struct mc_store *s, const char *const *keys,
 mc_status mc_store_dummy_batch_get_alloc(struct mc_store *s, const char *const *keys, size_t n,
 					 mc_store_batch_alloc_fn alloc, void *ctx,
 					 int64_t *results);
+/* Sessions (type GET_SESSION_START, GET_SESSION_END, PUT_SESSION_START
+ * with sizes and cfg, PUT_SESSION_END, PUT_SESSION_REVOKE), ranges, replica
+ * calls, tasks (ntargets SIZE_MAX: a move, targets = {source, target}) and
+ * segment calls of a dummy client, through its daemon (client_dummy.c). */
+mc_status mc_store_dummy_session_keys(struct mc_store *s, uint16_t type, const char *const *keys,
+				      const uint64_t *sizes, size_t n,
+				      const struct mc_store_config *cfg, mc_status *results);
+mc_status mc_store_dummy_ranges(struct mc_store *s, bool put, const char *const *keys,
+				void *const *const *bufs, const size_t *const *lens,
+				const uint64_t *const *offsets, const size_t *nbufs, size_t n,
+				int64_t *results);
+mc_status mc_store_dummy_get_into_ranges(struct mc_store *s,
+					 const struct mc_store_range_read *reads, size_t n);
+int64_t mc_store_dummy_replica_desc(struct mc_store *s, const char *key,
+				    struct mc_store_replica_desc *out, size_t cap);
+int64_t mc_store_dummy_replica_clear(struct mc_store *s, const char *const *keys, size_t n,
+				     const char *segment_name, bool *cleared);
+mc_status mc_store_dummy_create_task(struct mc_store *s, const char *key,
+				     const char *const *targets, size_t ntargets,
+				     struct mc_store_task_uuid *id_out);
+mc_status mc_store_dummy_query_task(struct mc_store *s, const struct mc_store_task_uuid *id,
+				    struct mc_store_task_state *out);
+mc_status mc_store_dummy_segment(struct mc_store *s, uint16_t type, const char *text, uint64_t a,
+				 uint64_t b, const char *protocol, const char *location,
+				 char *id_out, uint64_t *allocated_out);
 
 #endif

@@ -37,6 +37,7 @@
 #include "base/log.h"
 #include "mem/hostmem.h"
 #include "store/client_int.h"
+#include "store/dummy_proto.h"
 #include "store/master_conn.h"
 #include "te/engine.h"
 
@@ -417,6 +418,9 @@ mc_status mc_store_mount_segment(struct mc_store *s, const char *path, uint64_t 
 				 uint64_t offset, const char *protocol, const char *location,
 				 char *id_out)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_segment(s, MC_DUMMY_MSG_MOUNT_SEGMENT, path, size, offset,
+					      protocol, location, id_out, NULL);
 	return logged(do_mount_segment(s, path, size, offset, protocol, location, id_out));
 }
 
@@ -424,6 +428,9 @@ mc_status mc_store_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
 					      const char *protocol, const char *location,
 					      char *id_out, uint64_t *allocated_out)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_segment(s, MC_DUMMY_MSG_ALLOC_MOUNT_SEGMENT, NULL, size, 0,
+					      protocol, location, id_out, allocated_out);
 	return logged(
 		do_allocate_and_mount_segment(s, size, protocol, location, id_out, allocated_out));
 }
@@ -431,10 +438,16 @@ mc_status mc_store_allocate_and_mount_segment(struct mc_store *s, uint64_t size,
 mc_status mc_store_unmount_and_free_segment(struct mc_store *s, const char *segment_id,
 					    uint64_t grace_period_ms)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_segment(s, MC_DUMMY_MSG_UNMOUNT_FREE_SEGMENT, segment_id,
+					      grace_period_ms, 0, NULL, NULL, NULL, NULL);
 	return logged(do_unmount_and_free_segment(s, segment_id, grace_period_ms));
 }
 
 mc_status mc_store_unmount_local_disk_segment(struct mc_store *s, uint64_t grace_period_ms)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_segment(s, MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK, NULL,
+					      grace_period_ms, 0, NULL, NULL, NULL, NULL);
 	return logged(do_unmount_local_disk_segment(s, grace_period_ms));
 }

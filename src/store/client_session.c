@@ -23,6 +23,7 @@
  */
 #define MC_LOG_MODULE "store"
 #include "store/client_int.h"
+#include "store/dummy_proto.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -218,6 +219,9 @@ static mc_status session_begin(struct mc_store *s, const char *const *keys, size
 mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const *keys, size_t n,
 					   mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_session_keys(s, MC_DUMMY_MSG_GET_SESSION_START, keys, NULL, n,
+						   NULL, results);
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv;
 	uint32_t *sent, nsent = 0;
@@ -290,6 +294,9 @@ out:
 
 mc_status mc_store_batch_get_session_end(struct mc_store *s, const char *const *keys, size_t n)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_session_keys(s, MC_DUMMY_MSG_GET_SESSION_END, keys, NULL, n,
+						   NULL, NULL);
 	mc_status rc = session_begin(s, keys, n, NULL, false);
 	if (rc != MC_OK)
 		return rc;
@@ -424,6 +431,9 @@ mc_status mc_store_batch_get_into_multi_buffer_ranges(struct mc_store *s, const 
 						      const size_t *nbufs, size_t n,
 						      int64_t *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_ranges(s, false, keys, bufs, lens, src_offsets, nbufs, n,
+					     results);
 	return session_ranges(s, false, keys, bufs, lens, src_offsets, nbufs, n, results);
 }
 
@@ -434,6 +444,9 @@ mc_status mc_store_batch_put_from_multi_buffer_ranges(struct mc_store *s, const 
 						      const size_t *nbufs, size_t n,
 						      int64_t *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_ranges(s, true, keys, bufs, lens, dst_offsets, nbufs, n,
+					     results);
 	return session_ranges(s, true, keys, bufs, lens, dst_offsets, nbufs, n, results);
 }
 
@@ -441,6 +454,9 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 					   const uint64_t *sizes, size_t n,
 					   const struct mc_store_config *config, mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_session_keys(s, MC_DUMMY_MSG_PUT_SESSION_START, keys, sizes,
+						   n, config, results);
 	struct mc_store_msg resp;
 	struct mc_proto_str *revoke = NULL;
 	uint32_t *sent = NULL, nsent = 0, nrev = 0;
@@ -615,11 +631,17 @@ out:
 mc_status mc_store_batch_put_session_end(struct mc_store *s, const char *const *keys, size_t n,
 					 mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_session_keys(s, MC_DUMMY_MSG_PUT_SESSION_END, keys, NULL, n,
+						   NULL, results);
 	return put_session_finish(s, keys, n, false, results);
 }
 
 mc_status mc_store_batch_put_session_revoke(struct mc_store *s, const char *const *keys, size_t n,
 					    mc_status *results)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_session_keys(s, MC_DUMMY_MSG_PUT_SESSION_REVOKE, keys, NULL,
+						   n, NULL, results);
 	return put_session_finish(s, keys, n, true, results);
 }

@@ -32,6 +32,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "store/client_int.h"
+#include "store/dummy_proto.h"
 #include "store/master_conn.h"
 #include "te/engine.h"
 
@@ -47,6 +48,8 @@ static void copy_uuid_out(const struct mc_store_uuid *in, struct mc_store_task_u
 mc_status mc_store_create_copy_task(struct mc_store *s, const char *key, const char *const *targets,
 				    size_t ntargets, struct mc_store_task_uuid *id_out)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_create_task(s, key, targets, ntargets, id_out);
 	struct mc_store_copy_task_req req;
 	struct mc_proto_str *tv;
 	struct mc_store_msg resp;
@@ -82,6 +85,13 @@ mc_status mc_store_create_copy_task(struct mc_store *s, const char *key, const c
 mc_status mc_store_create_move_task(struct mc_store *s, const char *key, const char *source,
 				    const char *target, struct mc_store_task_uuid *id_out)
 {
+	if (s && s->dummy) {
+		const char *st[2] = {source, target};
+		if (!source || !target)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "create_move_task: bad arguments");
+		return mc_store_dummy_create_task(s, key, st, SIZE_MAX, id_out);
+	}
 	struct mc_store_move_task_req req;
 	struct mc_store_msg resp;
 	mc_status rc = mc_store_check_ready(s);
@@ -105,6 +115,8 @@ mc_status mc_store_create_move_task(struct mc_store *s, const char *key, const c
 mc_status mc_store_query_task(struct mc_store *s, const struct mc_store_task_uuid *id,
 			      struct mc_store_task_state *out)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_query_task(s, id, out);
 	struct mc_store_task_id req;
 	const struct mc_store_task_info *ti;
 	struct mc_store_msg resp;
@@ -175,6 +187,9 @@ mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid
 mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 				   uint64_t grace_period_ms)
 {
+	if (s && s->dummy)
+		return mc_store_dummy_segment(s, MC_DUMMY_MSG_UNMOUNT_SEGMENT, segment_id,
+					      grace_period_ms, 0, NULL, NULL, NULL, NULL);
 	struct mc_store_uuid id;
 	mc_status rc = mc_store_check_ready(s);
 

@@ -872,6 +872,262 @@ int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn
 	return mc_set_error(MC_ERR_INVALID_PARAMS, "get: the object kept growing");
 }
 
+mc_status mc_dummy_call(struct mc_dummy *d, const struct mc_dummy_req *q,
+			struct mc_dummy_resp *resp)
+{
+	return call(d, q, resp);
+}
+
+mc_status mc_dummy_call_cfg(struct mc_dummy *d, struct mc_dummy_req *q,
+			    const struct mc_store_config *cfg, struct mc_dummy_resp *resp)
+{
+	size_t np = cfg ? cfg->n_preferred_segments : 0, ng = cfg ? cfg->n_group_ids : 0;
+	struct mc_proto_str *pref = calloc(np + 1, sizeof(*pref));
+	struct mc_proto_str *gids = calloc(ng + 1, sizeof(*gids));
+	mc_status rc;
+
+	memset(resp, 0, sizeof(*resp));
+	if (!pref || !gids) {
+		free(pref);
+		free(gids);
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	config_to_wire(cfg, &q->config, pref, gids);
+	rc = call(d, q, resp);
+	memset(&q->config, 0, sizeof(q->config));
+	free(pref);
+	free(gids);
+	return rc;
+}
+
+mc_status mc_dummy_call_bufs(struct mc_dummy *d, struct mc_dummy_req *q, const char *const *keys,
+			     void *const *const *bufs, const size_t *const *lens,
+			     const size_t *nbufs, size_t n, struct mc_dummy_resp *resp)
+{
+	mc_status rc;
+	memset(resp, 0, sizeof(*resp));
+	pthread_mutex_lock(&d->lock);
+	rc = build_items_locked(d, keys, bufs, lens, nbufs, n, &q->items);
+	if (rc == MC_OK) {
+		q->n_items = (uint32_t)n;
+		rc = call_locked(d, q, -1, resp);
+	}
+	pthread_mutex_unlock(&d->lock);
+	free_items(q->items, n);
+	q->items = NULL;
+	q->n_items = 0;
+	return rc;
+}
+
+/* ---- copy-based batches: as few requests as the local buffer allows ---- */
+
+struct chunk {
+	size_t m;	   /* keys in this chunk */
+	size_t *idx;	   /* their index in the call */
+	size_t *off;	   /* their extent in the local buffer */
+	const char **keys; /* the rest as one-buffer lists for put/get_multi */
+	void **buf;
+	size_t *len;
+	void *const **bl;
+	const size_t **ll;
+	size_t *nb;
+	const char **gids;
+	int64_t *res;
+};
+
+static mc_status chunk_init(struct chunk *c, size_t n)
+{
+	memset(c, 0, sizeof(*c));
+	c->idx = calloc(n + 1, sizeof(*c->idx));
+	c->off = calloc(n + 1, sizeof(*c->off));
+	c->keys = calloc(n + 1, sizeof(*c->keys));
+	c->buf = calloc(n + 1, sizeof(*c->buf));
+	c->len = calloc(n + 1, sizeof(*c->len));
+	c->bl = calloc(n + 1, sizeof(*c->bl));
+	c->ll = calloc(n + 1, sizeof(*c->ll));
+	c->nb = calloc(n + 1, sizeof(*c->nb));
+	c->gids = calloc(n + 1, sizeof(*c->gids));
+	c->res = calloc(n + 1, sizeof(*c->res));
+	if (!c->idx || !c->off || !c->keys || !c->buf || !c->len || !c->bl || !c->ll || !c->nb ||
+	    !c->gids || !c->res)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	return MC_OK;
+}
+
+static void chunk_release(struct chunk *c)
+{
+	free(c->idx);
+	free(c->off);
+	free(c->keys);
+	free(c->buf);
+	free(c->len);
+	free(c->bl);
+	free(c->ll);
+	free(c->nb);
+	free(c->gids);
+	free(c->res);
+}
+
+/* Take key i of len bytes into the chunk: false when the local buffer is
+ * full (the chunk goes first) or, for an empty chunk, when it never fits
+ * (*err set). */
+static bool chunk_add(struct mc_dummy *d, struct chunk *c, size_t i, const char *key, size_t len,
+		      mc_status *err)
+{
+	size_t m = c->m;
+	*err = lb_alloc(d, len ? len : 1, &c->off[m]);
+	if (*err != MC_OK)
+		return false;
+	c->idx[m] = i;
+	c->keys[m] = key;
+	c->buf[m] = d->lb + c->off[m];
+	c->len[m] = len;
+	c->bl[m] = &c->buf[m];
+	c->ll[m] = &c->len[m];
+	c->nb[m] = 1;
+	c->m++;
+	return true;
+}
+
+static void chunk_free_extents(struct mc_dummy *d, struct chunk *c)
+{
+	for (size_t k = 0; k < c->m; k++)
+		lb_free(d, c->off[k]);
+	c->m = 0;
+}
+
+mc_status mc_dummy_put_copy_batch(struct mc_dummy *d, const char *const *keys,
+				  const void *const *values, const size_t *lens, size_t n,
+				  const struct mc_store_config *cfg, bool upsert,
+				  mc_status *results)
+{
+	struct chunk c;
+	mc_status rc = chunk_init(&c, n), first = MC_OK;
+	size_t i = 0;
+
+	if (rc == MC_OK && !d->lb)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "a dummy client without a local buffer cannot put a value");
+	while (rc == MC_OK && i < n) {
+		struct mc_store_config one =
+			cfg ? *cfg : (struct mc_store_config){.replica_num = 1};
+		mc_status err;
+		while (i < n) {
+			if (!lens[i] || !values[i]) {
+				results[i] = mc_set_error(MC_ERR_INVALID_PARAMS,
+							  "put of an empty value");
+				i++;
+			} else if (chunk_add(d, &c, i, keys[i], lens[i], &err)) {
+				memcpy(c.buf[c.m - 1], values[i], lens[i]);
+				i++;
+			} else if (c.m == 0) {
+				results[i++] = err; /* larger than the whole local buffer */
+			} else {
+				break;
+			}
+		}
+		if (c.m == 0)
+			break;
+		if (cfg && cfg->n_group_ids == n && n > 1) {
+			for (size_t k = 0; k < c.m; k++)
+				c.gids[k] = cfg->group_ids[c.idx[k]];
+			one.group_ids = c.gids;
+			one.n_group_ids = c.m;
+		}
+		err = xfer(d, MC_DUMMY_MSG_PUT, c.keys, c.bl, c.ll, c.nb, c.m, &one, upsert, c.res);
+		for (size_t k = 0; k < c.m; k++)
+			results[c.idx[k]] = (mc_status)c.res[k];
+		(void)err;
+		chunk_free_extents(d, &c);
+	}
+	for (size_t k = 0; rc != MC_OK && k < n; k++)
+		results[k] = rc;
+	for (size_t k = 0; k < n && first == MC_OK; k++)
+		first = results[k];
+	chunk_release(&c);
+	return first;
+}
+
+struct one_of {
+	mc_store_batch_alloc_fn alloc;
+	void *ctx;
+	size_t i;
+};
+
+static void *alloc_one_of(void *ctx, size_t size)
+{
+	struct one_of *a = ctx;
+	return a->alloc(a->ctx, a->i, size);
+}
+
+mc_status mc_dummy_get_copy_batch(struct mc_dummy *d, const char *const *keys, size_t n,
+				  mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results)
+{
+	struct chunk c;
+	int64_t *sizes = calloc(n + 1, sizeof(*sizes));
+	mc_status rc = chunk_init(&c, n), first = MC_OK;
+	size_t i = 0;
+
+	if (rc == MC_OK && !sizes)
+		rc = mc_set_error(MC_ERR_NOMEM, "out of memory");
+	if (rc == MC_OK && !d->lb)
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "a dummy client without a local buffer cannot get a value");
+	if (rc == MC_OK) /* one request for every size, then as few gets as fit */
+		rc = keys_call(d, MC_DUMMY_MSG_GET_SIZE, keys, n, false, sizes);
+	while (rc == MC_OK && i < n) {
+		mc_status err;
+		while (i < n) {
+			if (sizes[i] < 0) {
+				results[i] = sizes[i];
+				i++;
+			} else if (chunk_add(d, &c, i, keys[i], (size_t)sizes[i], &err)) {
+				i++;
+			} else if (c.m == 0) {
+				results[i++] = err;
+			} else {
+				break;
+			}
+		}
+		if (c.m == 0)
+			break;
+		xfer(d, MC_DUMMY_MSG_GET, c.keys, c.bl, c.ll, c.nb, c.m, NULL, false, c.res);
+		for (size_t k = 0; k < c.m; k++) {
+			size_t at = c.idx[k];
+			int64_t got = c.res[k];
+			void *dst;
+			if (got == MC_ERR_INVALID_PARAMS) { /* it grew since GetSize: alone */
+				struct one_of a = {alloc, ctx, at};
+				results[at] = mc_dummy_get_copy(d, keys[at], alloc_one_of, &a);
+				continue;
+			}
+			if (got < 0) {
+				results[at] = got;
+				continue;
+			}
+			dst = alloc(ctx, at, (size_t)got);
+			if (!dst && got) {
+				results[at] = mc_set_error(MC_ERR_NOMEM,
+							   "get: allocation of %lld bytes failed",
+							   (long long)got);
+				continue;
+			}
+			if (got)
+				memcpy(dst, c.buf[k], (size_t)got);
+			results[at] = got;
+		}
+		chunk_free_extents(d, &c);
+	}
+	for (size_t k = 0; rc != MC_OK && k < n; k++)
+		results[k] = rc;
+	for (size_t k = 0; k < n && first == MC_OK; k++)
+		if (results[k] < 0)
+			first = (mc_status)results[k];
+	chunk_release(&c);
+	free(sizes);
+	return first;
+}
+
 int64_t mc_dummy_remove_many(struct mc_dummy *d, const char *pattern, bool force)
 {
 	struct mc_dummy_req q = {.type = pattern ? MC_DUMMY_MSG_REMOVE_REGEX

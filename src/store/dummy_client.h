@@ -47,9 +47,33 @@ mc_status mc_dummy_put_copy(struct mc_dummy *d, const char *key, const void *con
 			    const size_t *lens, size_t nparts, const struct mc_store_config *cfg,
 			    bool upsert);
 int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn alloc, void *ctx);
+/* Copy-based batches: staged in the local buffer, as many keys per
+ * request as fit in it at once (a value larger than the whole buffer is
+ * that key's MC_ERR_INVALID_PARAMS); the first failure in key order. */
+mc_status mc_dummy_put_copy_batch(struct mc_dummy *d, const char *const *keys,
+				  const void *const *values, const size_t *lens, size_t n,
+				  const struct mc_store_config *cfg, bool upsert,
+				  mc_status *results);
+mc_status mc_dummy_get_copy_batch(struct mc_dummy *d, const char *const *keys, size_t n,
+				  mc_store_batch_alloc_fn alloc, void *ctx, int64_t *results);
 /* EXIST, GET_SIZE, REMOVE (type from store/dummy_proto.h) of n keys. */
 mc_status mc_dummy_keys(struct mc_dummy *d, uint16_t type, const char *const *keys, size_t n,
 			bool force, int64_t *results);
+struct mc_dummy_req;
+struct mc_dummy_resp;
+/* Any request (store/dummy_proto.h) and its answer, which the caller
+ * releases (mc_dummy_resp_release) whatever the status. */
+mc_status mc_dummy_call(struct mc_dummy *d, const struct mc_dummy_req *q,
+			struct mc_dummy_resp *resp);
+/* The same with q's config set from cfg (NULL: one replica). */
+mc_status mc_dummy_call_cfg(struct mc_dummy *d, struct mc_dummy_req *q,
+			    const struct mc_store_config *cfg, struct mc_dummy_resp *resp);
+/* The same with q's items made of n keys and their buffers, located in
+ * the registered regions (a buffer outside them names no region: the
+ * daemon refuses it). */
+mc_status mc_dummy_call_bufs(struct mc_dummy *d, struct mc_dummy_req *q, const char *const *keys,
+			     void *const *const *bufs, const size_t *const *lens,
+			     const size_t *nbufs, size_t n, struct mc_dummy_resp *resp);
 /* remove_by_regex (pattern) or remove_all (pattern NULL). */
 int64_t mc_dummy_remove_many(struct mc_dummy *d, const char *pattern, bool force);
 

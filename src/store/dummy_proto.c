@@ -31,6 +31,8 @@ enum {
 	F_CONFIG = 1u << 4,
 	F_KEYS = 1u << 5, /* items, keys only */
 	F_BUFS = 1u << 6, /* items with buffers */
+	F_STRS = 1u << 7, /* strings, empty ones allowed */
+	F_NUMS = 1u << 8, /* u64 numbers */
 };
 
 static const struct {
@@ -48,6 +50,27 @@ static const struct {
 	[MC_DUMMY_MSG_REMOVE - MC_DUMMY_MSG_FIRST] = {"Remove", F_FLAGS | F_KEYS},
 	[MC_DUMMY_MSG_REMOVE_REGEX - MC_DUMMY_MSG_FIRST] = {"RemoveByRegex", F_FLAGS | F_TEXT},
 	[MC_DUMMY_MSG_REMOVE_ALL - MC_DUMMY_MSG_FIRST] = {"RemoveAll", F_FLAGS},
+	[MC_DUMMY_MSG_GET_SESSION_START - MC_DUMMY_MSG_FIRST] = {"GetSessionStart", F_KEYS},
+	[MC_DUMMY_MSG_GET_RANGES - MC_DUMMY_MSG_FIRST] = {"GetRanges", F_NUMS | F_BUFS},
+	[MC_DUMMY_MSG_GET_SESSION_END - MC_DUMMY_MSG_FIRST] = {"GetSessionEnd", F_KEYS},
+	[MC_DUMMY_MSG_PUT_SESSION_START -
+		MC_DUMMY_MSG_FIRST] = {"PutSessionStart", F_CONFIG | F_NUMS | F_KEYS},
+	[MC_DUMMY_MSG_PUT_RANGES - MC_DUMMY_MSG_FIRST] = {"PutRanges", F_NUMS | F_BUFS},
+	[MC_DUMMY_MSG_PUT_SESSION_END - MC_DUMMY_MSG_FIRST] = {"PutSessionEnd", F_KEYS},
+	[MC_DUMMY_MSG_PUT_SESSION_REVOKE - MC_DUMMY_MSG_FIRST] = {"PutSessionRevoke", F_KEYS},
+	[MC_DUMMY_MSG_GET_INTO_RANGES - MC_DUMMY_MSG_FIRST] = {"GetIntoRanges", F_NUMS | F_BUFS},
+	[MC_DUMMY_MSG_REPLICA_DESC - MC_DUMMY_MSG_FIRST] = {"ReplicaDesc", F_KEYS},
+	[MC_DUMMY_MSG_REPLICA_CLEAR - MC_DUMMY_MSG_FIRST] = {"ReplicaClear", F_TEXT | F_KEYS},
+	[MC_DUMMY_MSG_COPY_TASK - MC_DUMMY_MSG_FIRST] = {"CopyTask", F_STRS},
+	[MC_DUMMY_MSG_MOVE_TASK - MC_DUMMY_MSG_FIRST] = {"MoveTask", F_STRS},
+	[MC_DUMMY_MSG_QUERY_TASK - MC_DUMMY_MSG_FIRST] = {"QueryTask", F_A | F_B},
+	[MC_DUMMY_MSG_UNMOUNT_SEGMENT - MC_DUMMY_MSG_FIRST] = {"UnmountSegment", F_A | F_TEXT},
+	[MC_DUMMY_MSG_MOUNT_SEGMENT - MC_DUMMY_MSG_FIRST] = {"MountSegment", F_A | F_B | F_STRS},
+	[MC_DUMMY_MSG_ALLOC_MOUNT_SEGMENT -
+		MC_DUMMY_MSG_FIRST] = {"AllocateAndMountSegment", F_A | F_STRS},
+	[MC_DUMMY_MSG_UNMOUNT_FREE_SEGMENT -
+		MC_DUMMY_MSG_FIRST] = {"UnmountAndFreeSegment", F_A | F_TEXT},
+	[MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK - MC_DUMMY_MSG_FIRST] = {"UnmountLocalDiskSegment", F_A},
 };
 
 bool mc_dummy_msg_known(uint16_t type)
@@ -91,6 +114,16 @@ static mc_status put_strs(struct mc_buf *b, const struct mc_proto_str *v, uint32
 			return rc;
 		put_str(b, v[i]);
 	}
+	return MC_OK;
+}
+
+static mc_status put_nums(struct mc_buf *b, const uint64_t *v, uint32_t n)
+{
+	if (n && !v)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "dummy proto: NULL numbers");
+	mc_buf_put_u32(b, n);
+	for (uint32_t i = 0; i < n; i++)
+		mc_buf_put_u64(b, v[i]);
 	return MC_OK;
 }
 
@@ -157,6 +190,10 @@ static mc_status req_body(struct mc_buf *b, const struct mc_dummy_req *r)
 	}
 	if (rc == MC_OK && (f & F_CONFIG))
 		rc = put_config(b, &r->config);
+	if (rc == MC_OK && (f & F_STRS))
+		rc = put_strs(b, r->strs, r->n_strs);
+	if (rc == MC_OK && (f & F_NUMS))
+		rc = put_nums(b, r->nums, r->n_nums);
 	if (rc == MC_OK && (f & (F_KEYS | F_BUFS)))
 		rc = put_items(b, r, f & F_BUFS);
 	return rc;
@@ -221,6 +258,8 @@ static mc_status resp_body_cb(struct mc_buf *b, const void *ctx)
 	rc = check_str(r->text, MC_PROTO_STR_MAX, false);
 	if (rc == MC_OK)
 		put_str(b, r->text);
+	if (rc == MC_OK)
+		rc = put_strs(b, r->strs, r->n_strs);
 	return rc;
 }
 
@@ -288,6 +327,22 @@ static mc_status get_strs(struct mc_reader *r, uint32_t *n_out, struct mc_proto_
 		if ((rc = get_str(r, MC_PROTO_STR_MAX, false, &(*out)[i])) != MC_OK)
 			return rc;
 	return MC_OK;
+}
+
+static mc_status get_nums(struct mc_reader *r, uint32_t *n_out, uint64_t **out)
+{
+	uint32_t n;
+	mc_status rc = mc_reader_count(r, 8, &n);
+	if (rc != MC_OK || n == 0)
+		return rc;
+	*out = calloc(n, sizeof(**out));
+	if (!*out)
+		return mc_set_error(MC_ERR_NOMEM, "dummy proto: out of memory");
+	r->alloc_bytes += (size_t)n * sizeof(**out);
+	*n_out = n;
+	for (uint32_t i = 0; i < n && rc == MC_OK; i++)
+		rc = mc_reader_u64(r, &(*out)[i]);
+	return rc;
 }
 
 static mc_status get_config(struct mc_reader *r, struct mc_dummy_config *c)
@@ -384,6 +439,10 @@ mc_status mc_dummy_req_decode(uint16_t type, const void *payload, size_t len,
 		rc = get_str(&r, MC_PROTO_STR_MAX, false, &out->text);
 	if (rc == MC_OK && (f & F_CONFIG))
 		rc = get_config(&r, &out->config);
+	if (rc == MC_OK && (f & F_STRS))
+		rc = get_strs(&r, &out->n_strs, &out->strs);
+	if (rc == MC_OK && (f & F_NUMS))
+		rc = get_nums(&r, &out->n_nums, &out->nums);
 	if (rc == MC_OK && (f & (F_KEYS | F_BUFS)))
 		rc = get_items(&r, f & F_BUFS, out);
 	if (rc == MC_OK)
@@ -410,6 +469,8 @@ void mc_dummy_req_release(struct mc_dummy_req *q)
 	free_strs(q->config.preferred_segments, q->config.n_preferred_segments);
 	free((void *)q->config.group_id.ptr);
 	free_strs(q->config.group_ids, q->config.n_group_ids);
+	free_strs(q->strs, q->n_strs);
+	free(q->nums);
 	if (q->items) {
 		for (uint32_t i = 0; i < q->n_items; i++) {
 			free((void *)q->items[i].key.ptr);
@@ -445,6 +506,8 @@ mc_status mc_dummy_resp_decode(const void *payload, size_t len, struct mc_dummy_
 	if (rc == MC_OK)
 		rc = get_str(&r, MC_PROTO_STR_MAX, false, &out->text);
 	if (rc == MC_OK)
+		rc = get_strs(&r, &out->n_strs, &out->strs);
+	if (rc == MC_OK)
 		rc = check_end(&r);
 	if (rc != MC_OK)
 		mc_dummy_resp_release(out);
@@ -455,5 +518,6 @@ void mc_dummy_resp_release(struct mc_dummy_resp *resp)
 {
 	free(resp->results);
 	free((void *)resp->text.ptr);
+	free_strs(resp->strs, resp->n_strs);
 	memset(resp, 0, sizeof(*resp));
 }

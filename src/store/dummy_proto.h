@@ -8,8 +8,9 @@
  * payload is one struct mc_dummy_req, of which each type puts only some
  * fields on the wire (the table in dummy_proto.c); every answer payload is
  * one struct mc_dummy_resp: a list of i64 results (one per key, or one for
- * the call) and a text (HELLO: the daemon's segment name; an error: its
- * message).  The status of the call is the header's.
+ * the call), a text (HELLO: the daemon's segment name; an error: its
+ * message) and a list of strings (what some calls answer beside numbers).  The status of the call
+ * is the header's.
  *
  * Values never travel here: buffers are named by (region id, offset,
  * length) in the dummy's shared memory, which the daemon checks against
@@ -48,9 +49,35 @@ enum mc_dummy_msg_type {
 	MC_DUMMY_MSG_REMOVE = 208,	 /* flags (FORCE), items: keys only */
 	MC_DUMMY_MSG_REMOVE_REGEX = 209, /* flags (FORCE), text: the pattern */
 	MC_DUMMY_MSG_REMOVE_ALL = 210,	 /* flags (FORCE) */
+	/* sessions and ranges: nums are one object offset per buffer, in item order */
+	MC_DUMMY_MSG_GET_SESSION_START = 211,  /* items: keys only */
+	MC_DUMMY_MSG_GET_RANGES = 212,	       /* nums, items with buffers */
+	MC_DUMMY_MSG_GET_SESSION_END = 213,    /* items: keys only */
+	MC_DUMMY_MSG_PUT_SESSION_START = 214,  /* config, nums: sizes, items: keys */
+	MC_DUMMY_MSG_PUT_RANGES = 215,	       /* nums, items with buffers */
+	MC_DUMMY_MSG_PUT_SESSION_END = 216,    /* items: keys only */
+	MC_DUMMY_MSG_PUT_SESSION_REVOKE = 217, /* items: keys only */
+	/* get_into_ranges: a buffer per range (its destination), nums: its source offset */
+	MC_DUMMY_MSG_GET_INTO_RANGES = 218,
+	/* answers: results 4 per replica (status, type, size, address), strs 3 per
+	 * replica (segment, endpoint, protocol) */
+	MC_DUMMY_MSG_REPLICA_DESC = 219,  /* items: one key */
+	MC_DUMMY_MSG_REPLICA_CLEAR = 220, /* text: segment name, items: keys */
+	/* tasks: answers results (first, second) of the task id */
+	MC_DUMMY_MSG_COPY_TASK = 221, /* strs: key, targets... */
+	MC_DUMMY_MSG_MOVE_TASK = 222, /* strs: key, source, target */
+	/* a, b: the id; answer: results type, status, created, updated, client
+	 * (first, second); text: the message */
+	MC_DUMMY_MSG_QUERY_TASK = 223,
+	/* segments: a grace period in ms, or a size; an id answered in text */
+	MC_DUMMY_MSG_UNMOUNT_SEGMENT = 224, /* text: id; a: grace ms */
+	MC_DUMMY_MSG_MOUNT_SEGMENT = 225,   /* strs: path, protocol, location; a, b: size, offset */
+	MC_DUMMY_MSG_ALLOC_MOUNT_SEGMENT = 226,	 /* strs: protocol, location; a: size */
+	MC_DUMMY_MSG_UNMOUNT_FREE_SEGMENT = 227, /* text: id; a: grace ms */
+	MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK = 228,	 /* a: grace ms */
 };
 #define MC_DUMMY_MSG_FIRST MC_DUMMY_MSG_HELLO
-#define MC_DUMMY_MSG_LAST  MC_DUMMY_MSG_REMOVE_ALL
+#define MC_DUMMY_MSG_LAST  MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK
 
 #define MC_DUMMY_F_UPSERT  0x1u
 #define MC_DUMMY_F_FORCE   0x1u
@@ -92,6 +119,10 @@ struct mc_dummy_req {
 	uint64_t a, b;
 	struct mc_proto_str text;
 	struct mc_dummy_config config;
+	uint32_t n_strs; /* strings that may be empty */
+	struct mc_proto_str *strs;
+	uint32_t n_nums;
+	uint64_t *nums;
 	uint32_t n_items;
 	struct mc_dummy_item *items;
 };
@@ -100,6 +131,8 @@ struct mc_dummy_resp {
 	uint32_t n_results;
 	int64_t *results;
 	struct mc_proto_str text;
+	uint32_t n_strs;
+	struct mc_proto_str *strs;
 };
 
 /* Is type a dummy request type? */

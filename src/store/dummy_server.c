@@ -414,8 +414,11 @@ static mc_status do_keys(struct conn *c, const struct mc_dummy_req *q, int64_t *
 			return (mc_status)res[0];
 		}
 	}
-	if (q->type == MC_DUMMY_MSG_GET_SIZE)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "GetSize of several keys");
+	if (q->type == MC_DUMMY_MSG_GET_SIZE) { /* a copy-based batch get: each key's */
+		for (uint32_t i = 0; i < q->n_items; i++)
+			res[i] = mc_store_get_size(s, q->items[i].key.ptr);
+		return MC_OK;
+	}
 	if (!(keys = keys_of(q)))
 		return MC_ERR_NOMEM;
 	if (q->type == MC_DUMMY_MSG_EXIST) {
@@ -437,8 +440,408 @@ static mc_status do_keys(struct conn *c, const struct mc_dummy_req *q, int64_t *
 	return rc;
 }
 
+/* ---- sessions, ranges, replicas, tasks, segments ---- */
+
+/* An answer's extras beyond per-key results: results the handler allocated
+ * (replacing the per-key ones), a text and strings, all owned. */
+struct extra {
+	int64_t *results;
+	uint32_t n_results;
+	char *text;
+	struct mc_proto_str *strs;
+	uint32_t n_strs;
+};
+
+static void extra_free(struct extra *e)
+{
+	free(e->results);
+	free(e->text);
+	for (uint32_t i = 0; i < e->n_strs; i++)
+		free((void *)e->strs[i].ptr);
+	free(e->strs);
+	memset(e, 0, sizeof(*e));
+}
+
+static mc_status extra_strs(struct extra *e, uint32_t n)
+{
+	e->strs = calloc((size_t)n + 1, sizeof(*e->strs));
+	if (!e->strs)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	e->n_strs = n;
+	return MC_OK;
+}
+
+static mc_status extra_str(struct extra *e, uint32_t i, const char *v)
+{
+	char *c = strdup(v ? v : "");
+	if (!c)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	e->strs[i] = mc_proto_str_c(c);
+	return MC_OK;
+}
+
+/* A string field that must be there (a key, a segment id). */
+static mc_status need(const struct mc_proto_str *s, const char *what)
+{
+	if (!s->ptr || !s->len)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: empty", what);
+	return MC_OK;
+}
+
+static mc_status do_session_keys(struct conn *c, const struct mc_dummy_req *q, int64_t *res)
+{
+	struct mc_store *s = c->srv->real;
+	const char **keys = keys_of(q);
+	mc_status *st = calloc((size_t)q->n_items + 1, sizeof(*st));
+	mc_status rc;
+
+	if (!keys || !st) {
+		free(keys);
+		free(st);
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	switch (q->type) {
+	case MC_DUMMY_MSG_GET_SESSION_START:
+		rc = mc_store_batch_get_session_start(s, keys, q->n_items, st);
+		break;
+	case MC_DUMMY_MSG_GET_SESSION_END:
+		rc = mc_store_batch_get_session_end(s, keys, q->n_items);
+		break;
+	case MC_DUMMY_MSG_PUT_SESSION_START: {
+		const char **pref = calloc(q->config.n_preferred_segments + 1, sizeof(char *));
+		const char **gids = calloc(q->config.n_group_ids + 1, sizeof(char *));
+		struct mc_store_config cfg;
+		if (!pref || !gids) {
+			rc = mc_set_error(MC_ERR_NOMEM, "out of memory");
+		} else if (q->n_nums != q->n_items) {
+			rc = mc_set_error(MC_ERR_INVALID_PARAMS,
+					  "PutSessionStart: %u sizes for %u keys", q->n_nums,
+					  q->n_items);
+		} else {
+			config_of(&q->config, &cfg, pref, gids);
+			rc = mc_store_batch_put_session_start(s, keys, q->nums, q->n_items, &cfg,
+							      st);
+		}
+		free(pref);
+		free(gids);
+		break;
+	}
+	case MC_DUMMY_MSG_PUT_SESSION_END:
+		rc = mc_store_batch_put_session_end(s, keys, q->n_items, st);
+		break;
+	default:
+		rc = mc_store_batch_put_session_revoke(s, keys, q->n_items, st);
+		break;
+	}
+	for (uint32_t i = 0; i < q->n_items; i++)
+		res[i] = st[i];
+	free(keys);
+	free(st);
+	return rc;
+}
+
+/* GET_RANGES / PUT_RANGES: nums hold one object offset per buffer. */
+static mc_status do_ranges(struct conn *c, const struct mc_dummy_req *q, int64_t *res)
+{
+	struct mc_store *s = c->srv->real;
+	uint64_t total = 0, at = 0;
+	uint64_t **offs = NULL;
+	int64_t *r = NULL;
+	struct xfer x;
+	mc_status rc;
+
+	for (uint32_t i = 0; i < q->n_items; i++)
+		total += q->items[i].nbufs;
+	if (total != q->n_nums)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: %u offsets for %llu buffers",
+				    mc_dummy_msg_name(q->type), q->n_nums,
+				    (unsigned long long)total);
+	rc = xfer_build(c, q, res, &x);
+	if (rc == MC_OK) {
+		offs = calloc(x.n + 1, sizeof(*offs));
+		r = calloc(x.n + 1, sizeof(*r));
+		if (!offs || !r)
+			rc = mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	/* the offsets of key idx[k] start after those of every earlier item */
+	for (size_t k = 0, i = 0; rc == MC_OK && k < x.n; i++) {
+		if (i == x.idx[k])
+			offs[k++] = q->nums + at;
+		at += q->items[i].nbufs;
+	}
+	if (rc == MC_OK && x.n)
+		rc = q->type == MC_DUMMY_MSG_GET_RANGES
+			     ? mc_store_batch_get_into_multi_buffer_ranges(
+				       s, x.keys, (void *const *const *)x.bufs,
+				       (const size_t *const *)x.lens, (const uint64_t *const *)offs,
+				       x.nbufs, x.n, r)
+			     : mc_store_batch_put_from_multi_buffer_ranges(
+				       s, x.keys, (void *const *const *)x.bufs,
+				       (const size_t *const *)x.lens, (const uint64_t *const *)offs,
+				       x.nbufs, x.n, r);
+	for (size_t k = 0; r && k < x.n; k++)
+		res[x.idx[k]] = r[k];
+	/* as the real call: the first key's failure, in key order */
+	for (uint32_t i = 0; r && i < q->n_items; i++)
+		if (res[i] < 0) {
+			rc = (mc_status)res[i];
+			break;
+		}
+	xfer_free(&x);
+	free(offs);
+	free(r);
+	return rc;
+}
+
+/* GET_INTO_RANGES: each item is a read, each of its buffers a range's
+ * destination, nums[j] its source offset; results one per range. */
+static mc_status do_get_into_ranges(struct conn *c, const struct mc_dummy_req *q, struct extra *e)
+{
+	struct mc_store *s = c->srv->real;
+	uint64_t total = 0, at = 0;
+	struct mc_store_range_read *reads;
+	struct mc_store_range *ranges;
+	size_t nreads = 0;
+	mc_status rc = MC_OK, first_bad = MC_OK;
+
+	for (uint32_t i = 0; i < q->n_items; i++)
+		total += q->items[i].nbufs;
+	if (total != q->n_nums)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "GetIntoRanges: %u offsets for %llu "
+				    "ranges",
+				    q->n_nums, (unsigned long long)total);
+	e->results = calloc(total + 1, sizeof(*e->results));
+	reads = calloc((size_t)q->n_items + 1, sizeof(*reads));
+	ranges = calloc(total + 1, sizeof(*ranges));
+	if (!e->results || !reads || !ranges) {
+		free(reads);
+		free(ranges);
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	e->n_results = (uint32_t)total;
+	for (uint32_t i = 0; i < q->n_items; i++) {
+		const struct mc_dummy_item *it = &q->items[i];
+		struct mc_store_range_read *rd = &reads[nreads];
+		struct region *reg = it->nbufs ? region_find(c, it->bufs[0].region) : NULL;
+		uint32_t good = 0;
+		/* the ranges of one read go into one region: the first one's */
+		rd->key = it->key.ptr;
+		rd->buf = reg ? reg->base : NULL;
+		rd->ranges = &ranges[at];
+		rd->results = &e->results[at];
+		for (uint32_t j = 0; j < it->nbufs; j++) {
+			const struct mc_dummy_buf *b = &it->bufs[j];
+			if (!reg || b->region != reg->id) {
+				mc_set_error(MC_ERR_INVALID_PARAMS,
+					     "range in region %llu, not the read's",
+					     (unsigned long long)b->region);
+				break;
+			}
+			if (!translate(c, b))
+				break;
+			ranges[at + j] =
+				(struct mc_store_range){b->offset, q->nums[at + j], b->len};
+			good++;
+		}
+		if (good == it->nbufs) {
+			rd->nranges = good;
+			nreads += good > 0; /* a read of no ranges has nothing to do */
+		} else {
+			/* a read with a range outside the dummy's memory: all of it refused */
+			mc_warn("dummy %d: %s: %s", c->fd, it->key.ptr, mc_last_error());
+			for (uint32_t j = 0; j < it->nbufs; j++)
+				e->results[at + j] = MC_ERR_INVALID_PARAMS;
+			first_bad = first_bad ? first_bad : MC_ERR_INVALID_PARAMS;
+		}
+		at += it->nbufs;
+	}
+	if (nreads)
+		rc = mc_store_get_into_ranges(s, reads, nreads);
+	if (first_bad != MC_OK) {
+		rc = first_bad;
+		mc_set_error(rc, "a range outside the dummy's shared memory");
+	}
+	free(reads);
+	free(ranges);
+	return rc;
+}
+
+static mc_status do_replica_desc(struct conn *c, const struct mc_dummy_req *q, struct extra *e)
+{
+	struct mc_store_replica_desc *d = NULL;
+	int64_t n = 0;
+	size_t cap = 16;
+	mc_status rc;
+
+	if (q->n_items != 1)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "ReplicaDesc of %u keys", q->n_items);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		free(d);
+		d = calloc(cap, sizeof(*d));
+		if (!d)
+			return mc_set_error(MC_ERR_NOMEM, "out of memory");
+		n = mc_store_get_replica_desc(c->srv->real, q->items[0].key.ptr, d, cap);
+		if (n <= (int64_t)cap)
+			break;
+		cap = (size_t)n < 4096 ? (size_t)n : 4096;
+	}
+	if (n < 0) {
+		free(d);
+		return (mc_status)n;
+	}
+	if ((size_t)n > cap)
+		n = (int64_t)cap;
+	e->results = calloc(4 * (size_t)n + 1, sizeof(*e->results));
+	rc = e->results ? extra_strs(e, 3 * (uint32_t)n)
+			: mc_set_error(MC_ERR_NOMEM, "out of memory");
+	for (int64_t i = 0; rc == MC_OK && i < n; i++) {
+		e->results[4 * i] = d[i].status;
+		e->results[4 * i + 1] = d[i].type;
+		e->results[4 * i + 2] = (int64_t)d[i].size;
+		e->results[4 * i + 3] = (int64_t)d[i].address;
+		rc = extra_str(e, 3 * (uint32_t)i, d[i].segment_name);
+		if (rc == MC_OK)
+			rc = extra_str(e, 3 * (uint32_t)i + 1, d[i].transport_endpoint);
+		if (rc == MC_OK)
+			rc = extra_str(e, 3 * (uint32_t)i + 2, d[i].protocol);
+	}
+	if (rc == MC_OK)
+		e->n_results = 4 * (uint32_t)n;
+	free(d);
+	return rc;
+}
+
+/* results: the count cleared, then one 0/1 per key. */
+static mc_status do_replica_clear(struct conn *c, const struct mc_dummy_req *q, struct extra *e)
+{
+	const char **keys = keys_of(q);
+	bool *cl = calloc((size_t)q->n_items + 1, sizeof(*cl));
+	int64_t n;
+	mc_status rc = MC_OK;
+
+	e->results = calloc((size_t)q->n_items + 2, sizeof(*e->results));
+	if (!keys || !cl || !e->results) {
+		free(keys);
+		free(cl);
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	n = mc_store_batch_replica_clear(c->srv->real, keys, q->n_items, q->text.ptr, cl);
+	if (n < 0) {
+		rc = (mc_status)n;
+	} else {
+		e->results[0] = n;
+		for (uint32_t i = 0; i < q->n_items; i++)
+			e->results[i + 1] = cl[i];
+		e->n_results = q->n_items + 1;
+	}
+	free(keys);
+	free(cl);
+	return rc;
+}
+
+static mc_status do_task(struct conn *c, const struct mc_dummy_req *q, struct extra *e)
+{
+	struct mc_store *s = c->srv->real;
+	struct mc_store_task_uuid id = {0, 0};
+	mc_status rc;
+
+	e->results = calloc(8, sizeof(*e->results));
+	if (!e->results)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	if (q->type == MC_DUMMY_MSG_QUERY_TASK) {
+		struct mc_store_task_state st;
+		memset(&st, 0, sizeof(st));
+		id = (struct mc_store_task_uuid){q->a, q->b};
+		rc = mc_store_query_task(s, &id, &st);
+		if (rc != MC_OK)
+			return rc;
+		e->results[0] = st.type;
+		e->results[1] = st.status;
+		e->results[2] = (int64_t)st.created_at_ms_epoch;
+		e->results[3] = (int64_t)st.last_updated_at_ms_epoch;
+		e->results[4] = (int64_t)st.assigned_client.first;
+		e->results[5] = (int64_t)st.assigned_client.second;
+		e->n_results = 6;
+		e->text = strndup(st.message, sizeof(st.message));
+		return e->text ? MC_OK : mc_set_error(MC_ERR_NOMEM, "out of memory");
+	}
+	if (q->n_strs < 1 || (q->type == MC_DUMMY_MSG_MOVE_TASK && q->n_strs != 3))
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s with %u strings",
+				    mc_dummy_msg_name(q->type), q->n_strs);
+	if (q->type == MC_DUMMY_MSG_COPY_TASK) {
+		const char **t = calloc(q->n_strs, sizeof(*t));
+		if (!t)
+			return mc_set_error(MC_ERR_NOMEM, "out of memory");
+		for (uint32_t i = 1; i < q->n_strs; i++)
+			t[i - 1] = q->strs[i].ptr ? q->strs[i].ptr : "";
+		rc = mc_store_create_copy_task(s, q->strs[0].ptr ? q->strs[0].ptr : "", t,
+					       q->n_strs - 1, &id);
+		free(t);
+	} else {
+		rc = mc_store_create_move_task(s, q->strs[0].ptr ? q->strs[0].ptr : "",
+					       q->strs[1].ptr ? q->strs[1].ptr : "",
+					       q->strs[2].ptr ? q->strs[2].ptr : "", &id);
+	}
+	e->results[0] = (int64_t)id.first;
+	e->results[1] = (int64_t)id.second;
+	e->n_results = 2;
+	return rc;
+}
+
+static const char *str_at(const struct mc_dummy_req *q, uint32_t i)
+{
+	return i < q->n_strs && q->strs[i].ptr ? q->strs[i].ptr : "";
+}
+
+static mc_status do_segment(struct conn *c, const struct mc_dummy_req *q, struct extra *e)
+{
+	struct mc_store *s = c->srv->real;
+	char id[MC_STORE_SEGMENT_ID_MAX];
+	uint64_t allocated = 0;
+	mc_status rc;
+
+	id[0] = 0;
+	switch (q->type) {
+	case MC_DUMMY_MSG_UNMOUNT_SEGMENT:
+		if ((rc = need(&q->text, "UnmountSegment: segment id")) != MC_OK)
+			return rc;
+		return mc_store_unmount_segment(s, q->text.ptr, q->a);
+	case MC_DUMMY_MSG_UNMOUNT_FREE_SEGMENT:
+		if ((rc = need(&q->text, "UnmountAndFreeSegment: segment id")) != MC_OK)
+			return rc;
+		return mc_store_unmount_and_free_segment(s, q->text.ptr, q->a);
+	case MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK:
+		return mc_store_unmount_local_disk_segment(s, q->a);
+	case MC_DUMMY_MSG_MOUNT_SEGMENT:
+		if (q->n_strs != 3)
+			return mc_set_error(MC_ERR_INVALID_PARAMS, "MountSegment with %u strings",
+					    q->n_strs);
+		rc = mc_store_mount_segment(s, str_at(q, 0), q->a, q->b, str_at(q, 1), str_at(q, 2),
+					    id);
+		break;
+	default:
+		if (q->n_strs != 2)
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "AllocateAndMountSegment with %u strings", q->n_strs);
+		rc = mc_store_allocate_and_mount_segment(s, q->a, str_at(q, 0), str_at(q, 1), id,
+							 &allocated);
+		break;
+	}
+	if (rc != MC_OK)
+		return rc;
+	e->results = calloc(1, sizeof(*e->results));
+	e->text = strdup(id);
+	if (!e->results || !e->text)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	e->results[0] = (int64_t)allocated;
+	e->n_results = 1;
+	return MC_OK;
+}
+
 /* Run one decoded request; res has room for max(1, n_items) results. */
-static mc_status run(struct conn *c, const struct mc_dummy_req *q, int64_t *res, uint32_t *nres)
+static mc_status run(struct conn *c, const struct mc_dummy_req *q, int64_t *res, uint32_t *nres,
+		     struct extra *e)
 {
 	struct mc_store *s = c->srv->real;
 	*nres = 0;
@@ -478,6 +881,33 @@ static mc_status run(struct conn *c, const struct mc_dummy_req *q, int64_t *res,
 				 : mc_store_remove_by_regex(s, q->text.ptr,
 							    q->flags & MC_DUMMY_F_FORCE);
 		return res[0] < 0 ? (mc_status)res[0] : MC_OK;
+	case MC_DUMMY_MSG_GET_SESSION_START:
+	case MC_DUMMY_MSG_GET_SESSION_END:
+	case MC_DUMMY_MSG_PUT_SESSION_START:
+	case MC_DUMMY_MSG_PUT_SESSION_END:
+	case MC_DUMMY_MSG_PUT_SESSION_REVOKE:
+		*nres = q->type == MC_DUMMY_MSG_GET_SESSION_END ? 0 : q->n_items;
+		return do_session_keys(c, q, res);
+	case MC_DUMMY_MSG_GET_RANGES:
+	case MC_DUMMY_MSG_PUT_RANGES:
+		*nres = q->n_items;
+		return do_ranges(c, q, res);
+	case MC_DUMMY_MSG_GET_INTO_RANGES:
+		return do_get_into_ranges(c, q, e);
+	case MC_DUMMY_MSG_REPLICA_DESC:
+		return do_replica_desc(c, q, e);
+	case MC_DUMMY_MSG_REPLICA_CLEAR:
+		return do_replica_clear(c, q, e);
+	case MC_DUMMY_MSG_COPY_TASK:
+	case MC_DUMMY_MSG_MOVE_TASK:
+	case MC_DUMMY_MSG_QUERY_TASK:
+		return do_task(c, q, e);
+	case MC_DUMMY_MSG_UNMOUNT_SEGMENT:
+	case MC_DUMMY_MSG_MOUNT_SEGMENT:
+	case MC_DUMMY_MSG_ALLOC_MOUNT_SEGMENT:
+	case MC_DUMMY_MSG_UNMOUNT_FREE_SEGMENT:
+	case MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK:
+		return do_segment(c, q, e);
 	}
 	return mc_set_error(MC_ERR_NOT_SUPPORTED, "unknown request %u", q->type);
 }
@@ -487,6 +917,7 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 {
 	struct mc_dummy_req q;
 	struct mc_dummy_resp resp = {0};
+	struct extra e = {0};
 	struct mc_buf out;
 	int64_t *res = NULL;
 	uint32_t nres = 0;
@@ -506,7 +937,7 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 		} else if (!(res = calloc((size_t)q.n_items + 1, sizeof(*res)))) {
 			rc = mc_set_error(MC_ERR_NOMEM, "out of memory");
 		} else {
-			rc = run(c, &q, res, &nres);
+			rc = run(c, &q, res, &nres, &e);
 		}
 		mc_dummy_req_release(&q);
 	} else if (c->pending_fd >= 0) {
@@ -516,18 +947,23 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 	if (rc != MC_OK)
 		mc_debug("dummy %d: %s: %s (%s)", c->fd, mc_dummy_msg_name(h->type),
 			 mc_last_error(), mc_status_name(rc));
-	resp.n_results = nres;
-	resp.results = res;
+	resp.n_results = e.results ? e.n_results : nres;
+	resp.results = e.results ? e.results : res;
+	resp.n_strs = e.n_strs;
+	resp.strs = e.strs;
 	if (rc != MC_OK)
 		resp.text = mc_proto_str_c(mc_last_error());
 	else if (h->type == MC_DUMMY_MSG_HELLO)
 		resp.text = mc_proto_str_c(mc_store_hostname(c->srv->real));
+	else if (e.text)
+		resp.text = mc_proto_str_c(e.text);
 	mc_buf_init(&out);
 	wrc = mc_dummy_resp_encode(&out, h->type, h->req_id, rc, &resp);
 	if (wrc == MC_OK)
 		wrc = mc_sock_write_full(c->fd, out.data, out.len, mc_now_ms() + 10000);
 	mc_buf_release(&out);
 	free(res);
+	extra_free(&e);
 	return wrc;
 }
 

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from conftest import BUILD, MiB, poll_until
+from conftest import BUILD, MasterDaemon, MiB, poll_until
 from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator, ReplicateConfig
 
 EXE = str(BUILD / "tools" / "mooncake_client")
@@ -194,6 +194,24 @@ def test_malformed_requests_are_refused_and_others_served(daemon):
         s.sendall(hdr(202, 4, struct.pack("<QQ", 9, 4096)))
         st, rid, _ = answer(s)
         assert (st, rid) == (-600, 4)
+        # the calls forwarded since: a ranged get whose offsets do not match
+        # its buffers, ranges in a region never mapped, a copy task without a
+        # key, a short QueryTask, replica descriptors of two keys, a mount
+        # without its strings: each refused, nothing run
+        two = lstr(b"k") + struct.pack("<IQQQQQQ", 2, 0, 0, 8, 0, 8, 8)
+        s.sendall(hdr(212, 10, struct.pack("<IQ", 1, 0) + struct.pack("<I", 1) + two))
+        assert answer(s)[:2] == (-600, 10)
+        s.sendall(hdr(218, 11, struct.pack("<IQQ", 2, 0, 0) + struct.pack("<I", 1) + two))
+        st, rid, res = answer(s)
+        assert (st, rid, res) == (-600, 11, [-600, -600])
+        s.sendall(hdr(221, 12, struct.pack("<I", 0)))
+        assert answer(s)[:2] == (-600, 12)
+        s.sendall(hdr(223, 13, struct.pack("<Q", 1)))
+        assert answer(s)[:2] == (PROTOCOL, 13)
+        s.sendall(hdr(219, 14, struct.pack("<I", 2) + lstr(b"a") + lstr(b"b")))
+        assert answer(s)[:2] == (-600, 14)
+        s.sendall(hdr(225, 15, struct.pack("<QQI", 4096, 0, 1) + lstr(b"/dev/shm/x")))
+        assert answer(s)[:2] == (-600, 15)
         # the connection still answers
         s.sendall(hdr(201, 5, b""))
         assert answer(s)[:2] == (0, 5)
@@ -393,3 +411,195 @@ def test_forwarded_calls_give_what_a_real_client_gives(mc_master, daemon):
         d.close()
         real.close()
         alloc.free(buf)
+
+
+def _shards(t):
+    from mooncake.store import ParallelAxis, TensorParallelism
+    return [(t.chunk(2, 0)[r], TensorParallelism([ParallelAxis("tp", r, 2, 0)]))
+            for r in range(2)]
+
+
+def method_table_more(c, p, buf, seg, shm_path):
+    """Sessions, ranges, replica calls, tasks, segment mounts, tensors and
+    the multi-buffer and copy-based batches: what each returned, with keys
+    stripped of the prefix p so the two tables compare."""
+    import torch
+    out = []
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = seg
+    v = bytes(range(256)) * 64  # 16 KiB
+    ctypes.memmove(buf, v, len(v))
+    dst = buf + 512 * 1024
+    # sessions: a ranged put in two buffers, then ranged reads
+    out.append(c.batch_put_session_start([p + "s"], [8192], cfg))
+    out.append(c.batch_put_from_multi_buffer_ranges([p + "s"], [[buf, buf + 4096]],
+                                                    [[4096, 4096]], [[0, 4096]]))
+    out.append(c.batch_put_session_end([p + "s"]))
+    out.append(c.batch_get_session_start([p + "s", p + "missing"]))
+    out.append(c.batch_get_into_multi_buffer_ranges([p + "s"], [[dst, dst + 100]], [[100, 30]],
+                                                    [[50, 4000]]))
+    out.append(ctypes.string_at(dst, 130) == v[50:150] + v[4000:4030])
+    out.append(c.batch_get_into_multi_buffer_ranges([p + "missing"], [[dst]], [[10]], [[0]]))
+    out.append(c.batch_get_session_end([p + "s"]))
+    out.append(c.batch_put_session_start([p + "r"], [100], cfg))
+    out.append(c.batch_put_session_revoke([p + "r"]))
+    out.append(c.is_exist(p + "r"))
+    # get_into_ranges: two ranges of one key, a missing key
+    out.append(c.get_into_ranges([dst], [[p + "s", p + "missing"]], [[[0, 1000], [2000]]],
+                                 [[[8, 100], [0]]], [[[16, 32], [4]]]))
+    out.append(ctypes.string_at(dst, 16) == v[8:24] and
+               ctypes.string_at(dst + 1000, 32) == v[100:132])
+    # replicas
+    reps = c.get_replica_desc(p + "s")
+    out.append([(r.is_memory_replica(), r.get_memory_descriptor().buffer_descriptor.size)
+                for r in reps])
+    out.append(c.get_replica_desc(p + "missing"))
+    out.append(sorted(k[len(p):] for k in c.batch_get_replica_desc([p + "s", p + "missing"])))
+    out.append(c.batch_replica_clear([p + "missing"]))
+    # tasks (the master's answers: no second segment to copy to here)
+    out.append(c.create_copy_task(p + "missing", [seg]))
+    out.append(c.create_copy_task(p + "s", ["nowhere:1"]))
+    out.append(c.create_move_task(p + "s", "nowhere:1", seg))
+    out.append(c.query_task((1, 2)))
+    # segments: a file and an allocated one, mounted where the store is
+    r = c.mount_segment(shm_path, 4 * MiB)
+    out.append((r["ret"], len(r["segment_ids"])))
+    out.append(c.unmount_and_free_segment(r["segment_ids"], 0))
+    out.append(c.unmount_and_free_segment(r["segment_ids"], 0))
+    r = c.allocate_and_mount_segment(4 * MiB + 1)
+    out.append((r["ret"], r["allocated_size"]))
+    out.append(c.unmount_segment(r["segment_ids"], 0))
+    out.append(c.unmount_segment(r["segment_ids"], 0))
+    out.append(c.unmount_and_free_segment(r["segment_ids"]))
+    out.append(c.unmount_local_disk_segment(0))
+    out.append(c.mount_segment(shm_path, 4 * MiB, protocol="rdma")["ret"])
+    # zero-copy odds and ends
+    out.append(c.put_from_with_metadata(p + "md", buf + 100, buf, 50, 10, cfg))
+    out.append(c.get(p + "md") == v[:10] + v[100:150])
+    out.append(c.batch_put_from_multi_buffers([p + "m"], [[buf, buf + 200]], [[100, 50]], cfg))
+    out.append(c.batch_get_into_multi_buffers([p + "m"], [[dst, dst + 100]], [[100, 50]]))
+    out.append(ctypes.string_at(dst, 150) == v[:100] + v[200:250])
+    out.append(c.batch_upsert_from([p + "m"], [buf + 7], [64], cfg))
+    out.append(c.get_size(p + "m"))
+    # copy-based batches and buffers
+    vals = [os.urandom(3000 + i) for i in range(4)]
+    out.append(c.put_batch([p + f"c{i}" for i in range(4)], vals, cfg))
+    out.append(c.get_batch([p + "c0", p + "missing", p + "c3"]) == [vals[0], b"", vals[3]])
+    out.append(c.upsert_batch([p + "c0", p + "c1"], [b"u0", b"u1"], cfg))
+    out.append(c.get_batch([p + "c0", p + "c1"]))
+    h = c.get_buffer(p + "c2")
+    out.append(bytes(h) == vals[2] if h is not None else None)
+    hs = c.batch_get_buffer([p + "c3", p + "missing"])
+    out.append([bytes(x) if x is not None else None for x in hs] == [vals[3], None])
+    # tensors: whole, batched, tensor-parallel, unified parallelism
+    t = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
+    out.append(c.put_tensor(p + "t", t))
+    out.append(torch.equal(c.get_tensor(p + "t"), t))
+    out.append(c.batch_put_tensor([p + "t1", p + "t2"], [t, t * 2]))
+    out.append([torch.equal(a, b) for a, b in zip(c.batch_get_tensor([p + "t1", p + "t2"]),
+                                                    [t, t * 2])])
+    out.append(c.get_tensor(p + "missing"))
+    out.append(c.put_tensor_with_tp(p + "tp", t, tp_size=2, split_dim=1))
+    out.append(torch.equal(c.get_tensor_with_tp(p + "tp", tp_rank=1, tp_size=2),
+                           t.chunk(2, 1)[1].contiguous()))
+    for shard, par in _shards(t):
+        out.append(c.put_tensor_with_parallelism(p + "par", shard, par))
+    out.append(torch.equal(c.get_tensor_with_parallelism(p + "par"), t))
+    out.extend(tensor_variants(c, p, dst, cfg, t[:8].clone()))
+    return out
+
+
+def tensor_variants(c, p, dst, cfg, ts):
+    """The tensor calls built on put/get and the zero-copy ones."""
+    import torch
+    from mooncake.store import ParallelAxis, ReadTarget, TensorParallelism
+    out = []
+    out.append(c.upsert_tensor(p + "t", ts))
+    out.append(c.pub_tensor(p + "pt", ts, cfg))
+    out.append(c.upsert_pub_tensor(p + "pt", ts * 3, cfg))
+    out.append(c.batch_upsert_tensor([p + "t1"], [ts]))
+    out.append(c.batch_pub_tensor([p + "pb"], [ts], cfg))
+    out.append(c.batch_upsert_pub_tensor([p + "pb"], [ts * 2], cfg))
+    n = c.get_size(p + "pt")
+    out.append(n)
+    out.append(torch.equal(c.get_tensor_into(p + "pt", dst, 65536), ts * 3))
+    gs = c.batch_get_tensor_into([p + "pb", p + "missing"], [dst + 65536, dst + 131072],
+                                 [65536, 65536])
+    out.append((torch.equal(gs[0], ts * 2), gs[1]))
+    # the serialized tensor is at dst now: put it back from there
+    out.append(c.put_tensor_from(p + "tf", dst, n, cfg))
+    out.append(c.upsert_tensor_from(p + "tf", dst, n, cfg))
+    out.append(c.batch_put_tensor_from([p + "tf2"], [dst], [n]))
+    out.append(c.batch_upsert_tensor_from([p + "tf2"], [dst], [n]))
+    out.append(torch.equal(c.get_tensor(p + "tf2"), ts * 3))
+    # tensor parallel: shards under <key>_tp_<rank>
+    out.append(c.pub_tensor_with_tp(p + "tq", ts, cfg, tp_size=2, split_dim=1))
+    out.append(c.batch_put_tensor_with_tp([p + "tb"], [ts], tp_size=2, split_dim=0))
+    out.append(c.batch_pub_tensor_with_tp([p + "tc"], [ts], cfg, tp_size=2, split_dim=0))
+    out.append([torch.equal(x, ts.chunk(2, 0)[1])
+                for x in c.batch_get_tensor_with_tp([p + "tb", p + "tc"], tp_rank=1, tp_size=2)])
+    g = c.get_tensor_with_tp_into(p + "tq", dst + 65536, 65536, tp_rank=0, tp_size=2,
+                                  split_dim=1)
+    out.append(torch.equal(g, ts.chunk(2, 1)[0].contiguous()))
+    gs = c.batch_get_tensor_with_tp_into([p + "tb"], [dst + 65536], [65536], tp_rank=0,
+                                         tp_size=2)
+    out.append(torch.equal(gs[0], ts.chunk(2, 0)[0]))
+    out.append(c.put_tensor_with_tp_from(p + "tr", dst, n, 0, 2, 0))
+    out.append(c.batch_put_tensor_with_tp_from([p + "ts"], [dst], [n], 0, 2, 0))
+    out.append(torch.equal(c.get_tensor_with_tp(p + "ts", tp_rank=1, tp_size=2),
+                           (ts * 3).chunk(2, 0)[1]))
+    # unified parallelism
+    par = [TensorParallelism([ParallelAxis("tp", r, 2, 0)]) for r in range(2)]
+    halves = ts.chunk(2, 0)
+    out.append(c.upsert_tensor_with_parallelism(p + "u", halves[0], par[0], cfg))
+    out.append(c.batch_put_tensor_with_parallelism([p + "u2"], [halves[1]], [par[1]], cfg))
+    out.append(c.batch_upsert_tensor_with_parallelism([p + "u2"], [halves[1]], [par[1]], cfg))
+    out.append(c.put_tensor_with_parallelism_from(p + "uf", dst, n, par[0], cfg))
+    out.append(c.upsert_tensor_with_parallelism_from(p + "uf", dst, n, par[0], cfg))
+    out.append(c.batch_put_tensor_with_parallelism_from([p + "ug"], [dst], [n], [par[1]], cfg))
+    out.append(c.batch_upsert_tensor_with_parallelism_from([p + "ug"], [dst], [n], [par[1]],
+                                                           cfg))
+    g = c.get_tensor_with_parallelism_into(p + "uf", dst + 65536, 65536,
+                                           ReadTarget("shard", par[0]))
+    out.append(None if g is None else torch.equal(g, ts * 3))
+    got = c.batch_get_tensor_with_parallelism([p + "u", p + "missing"],
+                                              [ReadTarget("shard", par[0]), None])
+    out.append((torch.equal(got[0], halves[0]), got[1]))
+    got = c.batch_get_tensor_with_parallelism_into([p + "ug"], [dst + 65536], [65536],
+                                                   [ReadTarget("shard", par[1])])
+    out.append(None if got[0] is None else torch.equal(got[0], ts * 3))
+    return out
+
+
+def test_more_forwarded_calls_give_what_a_real_client_gives(tmp_path):
+    # a master of its own: the calls without a config (put_tensor) place
+    # anywhere, and no segment of another test's killed daemon may be there
+    pytest.importorskip("torch")
+    mc_master = MasterDaemon(tmp_path, extra=("--default_kv_lease_ttl=500",))
+    port, tenant = random.randint(31000, 31999), "default"
+    p, log, seg = start(tmp_path, mc_master, port, tenant)
+    d, real = MooncakeDistributedStore(), MooncakeDistributedStore()
+    alloc = MooncakeHostMemAllocator()
+    buf = alloc.alloc(1 * MiB)
+    shm = f"/dev/shm/mc-dummy-test-{uuid.uuid4().hex[:8]}"
+    with open(shm, "wb") as f:
+        f.truncate(4 * MiB)
+    try:
+        assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+        assert real.setup("127.0.0.1", mc_master.meta_uri, 0, 16 * MiB, "tcp", "",
+                          mc_master.addr, tenant_id=tenant) == 0
+        assert d.register_buffer(buf, 1 * MiB) == 0
+        assert real.register_buffer(buf, 1 * MiB) == 0
+        got_real = method_table_more(real, "mm-r-", buf, seg, shm)
+        got_dummy = method_table_more(d, "mm-d-", buf, seg, shm)
+        assert got_dummy == got_real, [(i, a, b) for i, (a, b) in
+                                       enumerate(zip(got_dummy, got_real)) if a != b]
+        # the daemon still serves the first table's calls afterwards
+        assert d.is_exist("mm-d-s") == 1 and real.get("mm-d-c3") == d.get("mm-d-c3")
+    finally:
+        d.close()
+        real.close()
+        alloc.free(buf)
+        os.unlink(shm)
+        stop(p, log)
+        mc_master.stop()

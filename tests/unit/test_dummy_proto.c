@@ -77,7 +77,8 @@ static void put_round_trip(void **state)
 static void answer_round_trip(void **state)
 {
 	int64_t res[3] = {5, -704, 1ll << 40};
-	struct mc_dummy_resp r = {3, res, {"why", 3}}, got;
+	struct mc_proto_str strs[2] = {{"", 0}, {"seg:1", 5}};
+	struct mc_dummy_resp r = {3, res, {"why", 3}, 2, strs}, got;
 	struct mc_proto_hdr h;
 	struct mc_buf b;
 	size_t flen;
@@ -96,13 +97,20 @@ static void answer_round_trip(void **state)
 	assert_int_equal(got.results[1], -704);
 	assert_int_equal(got.results[2], 1ll << 40);
 	assert_string_equal(got.text.ptr, "why");
+	assert_int_equal(got.n_strs, 2);
+	assert_int_equal(got.strs[0].len, 0); /* an empty string in a list survives */
+	assert_string_equal(got.strs[1].ptr, "seg:1");
 	mc_dummy_resp_release(&got);
 	mc_buf_release(&b);
 }
 
 static void every_type_round_trips(void **state)
 {
-	struct mc_dummy_item it = {mc_proto_str_c("k"), 0, NULL};
+	struct mc_dummy_buf bufs[2] = {{0, 8, 16}, {2, 0, 4}};
+	struct mc_dummy_item it = {mc_proto_str_c("k"), 2, bufs};
+	struct mc_proto_str strs[3] = {mc_proto_str_c("key"), mc_proto_str_c(""),
+				       mc_proto_str_c("seg:2")};
+	uint64_t nums[2] = {7, 1ull << 40};
 	(void)state;
 	for (uint16_t t = MC_DUMMY_MSG_FIRST; t <= MC_DUMMY_MSG_LAST; t++) {
 		struct mc_dummy_req q = {.type = t,
@@ -110,6 +118,10 @@ static void every_type_round_trips(void **state)
 					 .a = 11,
 					 .b = 22,
 					 .text = mc_proto_str_c("x"),
+					 .n_strs = 3,
+					 .strs = strs,
+					 .n_nums = 2,
+					 .nums = nums,
 					 .n_items = 1,
 					 .items = &it};
 		struct mc_dummy_req got;
@@ -146,6 +158,10 @@ static void malformed_payloads_are_refused(void **state)
 	static const uint8_t forged_count[5] = {0xff, 0xff, 0xff, 0xff, 0};
 	static const uint8_t empty_key[8] = {1, 0, 0, 0, 0, 0, 0, 0};
 	static const uint8_t bad_bool[20] = {0, 1, 0, 0, 0, 7};
+	/* GetRanges: 2 numbers announced, one there */
+	static const uint8_t short_nums[12] = {2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0};
+	/* CopyTask: a string list whose count runs past the payload */
+	static const uint8_t forged_strs[8] = {0xff, 0xff, 0, 0, 1, 0, 0, 0};
 	uint8_t big_key[4 + 4 + MC_STORE_KEY_MAX + 1] = {1, 0, 0, 0};
 	uint32_t klen = MC_STORE_KEY_MAX + 1;
 	struct mc_dummy_item it = {{NULL, 0}, 0, NULL};
@@ -162,6 +178,10 @@ static void malformed_payloads_are_refused(void **state)
 	assert_non_null(strstr(mc_last_error(), "key of 4097 bytes"));
 	assert_int_equal(decode(MC_DUMMY_MSG_PUT, bad_bool, sizeof(bad_bool)), MC_ERR_PROTOCOL);
 	assert_non_null(strstr(mc_last_error(), "boolean 7"));
+	assert_int_equal(decode(MC_DUMMY_MSG_GET_RANGES, short_nums, sizeof(short_nums)),
+			 MC_ERR_PROTOCOL);
+	assert_int_equal(decode(MC_DUMMY_MSG_COPY_TASK, forged_strs, sizeof(forged_strs)),
+			 MC_ERR_PROTOCOL);
 	assert_int_equal(decode(MC_DUMMY_MSG_LAST + 1, NULL, 0), MC_ERR_PROTOCOL);
 	assert_int_equal(decode(MC_DUMMY_MSG_FIRST - 1, NULL, 0), MC_ERR_PROTOCOL);
 	/* the encoder refuses an empty key and leaves earlier bytes alone */
