@@ -9,10 +9,18 @@ the same TCP path from A's engine as the real client's take from its own:
 the difference is the dummy's hop (a Unix-socket request, the daemon's
 call).  For 1 MiB and 4 MiB objects, 16 keys at a time, it alternates 1 s
 loops of put_from (fresh keys, removed after) and get_into on each client
-and prints the median GB/s of each and the dummy/real ratio.  Copy-based
-put/get through the dummy are reported too.
+and prints the median GB/s of each and the dummy/real ratio.  The batch
+forms (batch_put_from, batch_get_into: one request for the 16 keys) and
+copy-based put/get are measured on both clients too.
 
-usage: bench/dummy_zc.py [--build build] [--rounds 5]
+Then the aggregate (--part agg): 8 dummy processes on daemon A against one
+real client in a process of its own, each process with 8 keys of 1 MiB on
+B, alternating: the real client alone for --seconds, then the 8 dummies at
+once (started together on one line of stdin each) for as long; the sum of
+the dummies' bytes over the longest of their times against the real
+client's, for get_into and for upsert_from (the same keys rewritten).
+
+usage: bench/dummy_zc.py [--build build] [--rounds 5] [--part zc|agg|all]
 """
 import argparse
 import ctypes
@@ -40,15 +48,100 @@ def daemon(exe, m, port, size):
     raise RuntimeError("mooncake_client did not start")
 
 
+AGG_KEYS = 8
+AGG_SIZE = 1 << 20
+
+
+def worker(args):
+    """One process of the aggregate: a real client or a dummy, 8 keys of its own."""
+    from mooncake.store import (MooncakeDistributedStore, MooncakeHostMemAllocator,
+                                ReplicateConfig)
+    c, alloc = MooncakeDistributedStore(), MooncakeHostMemAllocator()
+    if args.worker == "real":
+        rc = c.setup("127.0.0.1", args.meta, 0, 16 << 20, "tcp", "", args.master)
+    else:
+        rc = c.setup_dummy(0, 16 << 20, f"127.0.0.1:{args.port}")
+    assert rc == 0, rc
+    buf = alloc.alloc(2 * AGG_KEYS * AGG_SIZE)
+    assert buf and c.register_buffer(buf, 2 * AGG_KEYS * AGG_SIZE) == 0
+    ctypes.memmove(buf, os.urandom(AGG_KEYS * AGG_SIZE), AGG_KEYS * AGG_SIZE)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = args.holder
+    keys = [f"agg-{args.tag}-{i}" for i in range(AGG_KEYS)]
+    src = [buf + i * AGG_SIZE for i in range(AGG_KEYS)]
+    dst = buf + AGG_KEYS * AGG_SIZE
+    for k, p in zip(keys, src):
+        assert c.upsert_from(k, p, AGG_SIZE, cfg) == 0
+    print("ready", flush=True)
+    for line in sys.stdin:
+        op, secs = line.split()
+        t0, total = time.perf_counter(), 0
+        while time.perf_counter() - t0 < float(secs):
+            for k, p in zip(keys, src):
+                if op == "get_into":
+                    assert c.get_into(k, dst, AGG_SIZE) == AGG_SIZE
+                else:
+                    assert c.upsert_from(k, p, AGG_SIZE, cfg) == 0
+                total += AGG_SIZE
+        print(f"{total} {time.perf_counter() - t0}", flush=True)
+    c.close()
+    alloc.free(buf)
+
+
+def aggregate(args, build, m, port, bname):
+    base = [sys.executable, os.path.abspath(__file__), "--build", build, "--meta", m.meta_uri,
+            "--master", m.addr, "--port", str(port), "--holder", bname]
+    env = {**os.environ, "PYTHONPATH": os.path.join(build, "python")}
+
+    def spawn(kind, tag):
+        p = subprocess.Popen(base + ["--worker", kind, "--tag", tag], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+        assert p.stdout.readline() == "ready\n", f"{kind} worker {tag} did not start"
+        return p
+
+    real = spawn("real", "r")
+    dummies = [spawn("dummy", f"d{i}") for i in range(8)]
+    res = {}
+    try:
+        for _ in range(args.rounds):
+            for op in ("get_into", "upsert_from"):
+                for who, procs in (("real", [real]), ("8dummies", dummies)):
+                    for p in procs:  # all of a side start together
+                        p.stdin.write(f"{op} {args.seconds}\n")
+                        p.stdin.flush()
+                    got = [p.stdout.readline().split() for p in procs]
+                    total = sum(int(g[0]) for g in got)
+                    secs = max(float(g[1]) for g in got)
+                    res.setdefault((op, who), []).append(total / secs / 1e9)
+        for op in ("get_into", "upsert_from"):
+            r, d = statistics.median(res[(op, "real")]), statistics.median(res[(op, "8dummies")])
+            for who in ("real", "8dummies"):
+                v = res[(op, who)]
+                print(f"dummy_agg size={AGG_SIZE} op={op} clients={who} "
+                      f"GB/s={statistics.median(v):.2f} runs={' '.join(f'{x:.2f}' for x in v)}",
+                      flush=True)
+            print(f"dummy_agg size={AGG_SIZE} op={op} 8dummies/real={d / r:.2f}", flush=True)
+    finally:
+        for p in [real] + dummies:
+            p.stdin.close()
+            p.wait(timeout=60)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--part", choices=("zc", "agg", "all"), default="all")
+    ap.add_argument("--seconds", type=float, default=2.0, help="aggregate: seconds a side")
+    for hidden in ("--worker", "--meta", "--master", "--port", "--holder", "--tag"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     os.environ["MC_SHM_DISABLE"] = "1"  # TCP, inherited by the daemons
     sys.path.insert(0, os.path.join(build, "python"))
     sys.path.insert(0, HERE)
+    if args.worker:
+        return worker(args)
     import master_rss
     from mooncake.store import (MooncakeDistributedStore, MooncakeHostMemAllocator,
                                 ReplicateConfig)
@@ -71,7 +164,9 @@ def main():
         cfg = ReplicateConfig()
         cfg.preferred_segment = bname
         seq = [0]
-        for size in (1 << 20, 4 << 20):
+        if args.part in ("agg", "all"):
+            aggregate(args, build, m, port, bname)
+        for size in ((1 << 20, 4 << 20) if args.part in ("zc", "all") else ()):
             src = [buf + i * size for i in range(n)]
             dst = buf + n * (4 << 20)
 
@@ -103,9 +198,23 @@ def main():
             def cget(c):
                 return len(c.get(keys[0]))
 
-            ops = {("put_from", "real"): lambda: put(real), ("put_from", "dummy"): lambda: put(dummy),
-                   ("get_into", "real"): lambda: get(real), ("get_into", "dummy"): lambda: get(dummy),
-                   ("put", "dummy"): lambda: cput(dummy), ("get", "dummy"): lambda: cget(dummy)}
+            def bput(c):
+                seq[0] += 1
+                bkeys = [f"dzc-b-{seq[0]}-{i}" for i in range(n)]
+                assert c.batch_put_from(bkeys, src, [size] * n, cfg) == [0] * n
+                real.batch_remove(bkeys, True)
+                return n * size
+
+            dsts = [dst + i * size for i in range(n)]
+
+            def bget(c):
+                return sum(c.batch_get_into(keys, dsts, [size] * n))
+
+            ops = {}
+            for name, fn in (("put_from", put), ("get_into", get), ("batch_put_from", bput),
+                             ("batch_get_into", bget), ("put", cput), ("get", cget)):
+                for who, c in (("real", real), ("dummy", dummy)):
+                    ops[(name, who)] = (lambda f, c: lambda: f(c))(fn, c)
             res = {k: [] for k in ops}
             for _ in range(args.rounds):
                 for k, fn in ops.items():
@@ -119,7 +228,7 @@ def main():
                 print(f"dummy_zc size={size} op={op} client={who} "
                       f"GB/s={statistics.median(v):.2f} runs={' '.join(f'{x:.2f}' for x in v)}",
                       flush=True)
-            for op in ("put_from", "get_into"):
+            for op in ("put_from", "get_into", "batch_put_from", "batch_get_into", "put", "get"):
                 print(f"dummy_zc size={size} op={op} dummy/real="
                       f"{statistics.median(res[(op, 'dummy')]) / statistics.median(res[(op, 'real')]):.2f}",
                       flush=True)
