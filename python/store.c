@@ -438,9 +438,17 @@ PyObject *mc_py_store_alloc_from_mem_pool(DEFARGS)
 {
 	uint64_t size;
 	PARSE("alloc_from_mem_pool", 1, "size");
+	void *p = NULL;
+	struct call c;
 	if (arg_u64(a[0], "alloc_from_mem_pool", "size", &size) < 0)
 		return NULL;
-	return PyLong_FromLong(0); /* a real client has no shared pool (dummy only) */
+	call_begin(&c, ST(self), false);
+	if (size > SIZE_MAX || mc_store_alloc_from_mem_pool(ST(self)->s, (size_t)size, &p) != MC_OK)
+		p = NULL; /* 0: no shared memory of that size */
+	call_end(&c);
+	/* a dummy's shared memory (free it with MooncakeHostMemAllocator.free);
+	 * 0 on a real client, as upstream */
+	return PyLong_FromVoidPtr(p);
 }
 
 PyObject *mc_py_store_get_engine_ptr(PyObject *self, PyObject *unused)
@@ -538,7 +546,9 @@ static PyMethodDef store_methods[] = {
 	M0(close, "close() -> int: unmount and release everything; 0 if not set up"),
 	M0(health_check, "health_check() -> int: 0 healthy, 1 not set up, 2 master unreachable"),
 	M0(get_hostname, "get_hostname() -> str: this client's segment name 'host:port'"),
-	M(alloc_from_mem_pool, "alloc_from_mem_pool(size) -> int: 0 (dummy clients only)"),
+	M(alloc_from_mem_pool, "alloc_from_mem_pool(size) -> int: on a dummy client the address "
+				"of size bytes of shared memory to register (free with "
+				"MooncakeHostMemAllocator().free); 0 on a real client"),
 	M(setup_dummy, "setup_dummy(mem_pool_size, local_buffer_size, server_address) -> int: "
 		       "-1 (no dummy client in this build)"),
 	M0(get_offload_rpc_read_count,

@@ -127,8 +127,12 @@ MC_API mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params
  * upsert forms, the zero-copy calls and their batch and multi-buffer forms on
  * memory from mc_store_shm_alloc registered whole with
  * mc_store_register_buffer, is_exist, get_size, remove and its batch,
- * regex and all forms, health_check (2: the daemon is unreachable) and
- * close.  Other calls fail with MC_ERR_NOT_SUPPORTED on a dummy.  Calls
+ * regex and all forms, the session and ranged calls, get_into_ranges,
+ * replica descriptors and replica clear, copy/move/query tasks, the
+ * segment mount and unmount calls (which act on the daemon's segments),
+ * health_check (2: the daemon is unreachable) and close.  Only
+ * mc_store_segment_info stays MC_ERR_NOT_SUPPORTED (the daemon's memory is
+ * not the dummy's to describe).  Calls
  * fail with MC_ERR_RPC_FAIL while the daemon is down; the dummy reattaches
  * by itself once a second.  MC_ERR_RPC_FAIL when no daemon serves the
  * port, MC_ERR_INVALID_PARAMS for a bad or remote address or a second
@@ -142,6 +146,10 @@ MC_API mc_status mc_store_setup_dummy(struct mc_store *s, uint64_t mem_pool_size
 MC_API mc_status mc_store_shm_alloc(size_t size, void **out);
 /* MC_ERR_INVALID_PARAMS for an address mc_store_shm_alloc did not give. */
 MC_API mc_status mc_store_shm_free(void *addr);
+/* Upstream's alloc_from_mem_pool: on a dummy client, size bytes of shared
+ * memory (mc_store_shm_alloc) to register and use zero-copy, freed with
+ * mc_store_shm_free; NULL (and MC_OK) on any other client, as upstream. */
+MC_API mc_status mc_store_alloc_from_mem_pool(struct mc_store *s, size_t size, void **out);
 /* Unmount, deregister and unmap everything; the client can set up again.
  * MC_OK also when not set up. */
 MC_API mc_status mc_store_close(struct mc_store *s);

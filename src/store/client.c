@@ -507,6 +507,16 @@ mc_status mc_store_close(struct mc_store *s)
 	return MC_OK;
 }
 
+mc_status mc_store_alloc_from_mem_pool(struct mc_store *s, size_t size, void **out)
+{
+	if (!out)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "alloc_from_mem_pool: NULL out");
+	*out = NULL;
+	if (!s || !s->dummy)
+		return MC_OK; /* a real client has no shared pool (upstream returns 0) */
+	return mc_store_shm_alloc(size, out);
+}
+
 int mc_store_health_check(struct mc_store *s)
 {
 	if (s && s->dummy)
