@@ -517,6 +517,8 @@ static mc_status do_session_keys(struct conn *c, const struct mc_dummy_req *q, i
 			rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 					  "PutSessionStart: %u sizes for %u keys", q->n_nums,
 					  q->n_items);
+			for (uint32_t i = 0; i < q->n_items; i++)
+				st[i] = rc;
 		} else {
 			config_of(&q->config, &cfg, pref, gids);
 			rc = mc_store_batch_put_session_start(s, keys, q->nums, q->n_items, &cfg,
@@ -552,10 +554,13 @@ static mc_status do_ranges(struct conn *c, const struct mc_dummy_req *q, int64_t
 
 	for (uint32_t i = 0; i < q->n_items; i++)
 		total += q->items[i].nbufs;
-	if (total != q->n_nums)
-		return mc_set_error(MC_ERR_INVALID_PARAMS, "%s: %u offsets for %llu buffers",
-				    mc_dummy_msg_name(q->type), q->n_nums,
-				    (unsigned long long)total);
+	if (total != q->n_nums) {
+		rc = mc_set_error(MC_ERR_INVALID_PARAMS, "%s: %u offsets for %llu buffers",
+				  mc_dummy_msg_name(q->type), q->n_nums, (unsigned long long)total);
+		for (uint32_t i = 0; i < q->n_items; i++)
+			res[i] = rc;
+		return rc;
+	}
 	rc = xfer_build(c, q, res, &x);
 	if (rc == MC_OK) {
 		offs = calloc(x.n + 1, sizeof(*offs));

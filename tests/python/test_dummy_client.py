@@ -209,7 +209,11 @@ def test_malformed_requests_are_refused_and_others_served(daemon):
         # without its strings: each refused, nothing run
         two = lstr(b"k") + struct.pack("<IQQQQQQ", 2, 0, 0, 8, 0, 8, 8)
         s.sendall(hdr(212, 10, struct.pack("<IQ", 1, 0) + struct.pack("<I", 1) + two))
-        assert answer(s)[:2] == (-600, 10)
+        assert answer(s) == (-600, 10, [-600])
+        s.sendall(hdr(214, 16, struct.pack("<IBQBB", 1, 0, 0, 0, 0) + lstr(b"") +
+                      struct.pack("<I", 0) + lstr(b"") + struct.pack("<I", 0) +
+                      struct.pack("<I", 0) + struct.pack("<I", 1) + lstr(b"k")))
+        assert answer(s) == (-600, 16, [-600])  # a size missing: refused, not run
         s.sendall(hdr(218, 11, struct.pack("<IQQ", 2, 0, 0) + struct.pack("<I", 1) + two))
         st, rid, res = answer(s)
         assert (st, rid, res) == (-600, 11, [-600, -600])
