@@ -64,6 +64,7 @@ struct conn {
 	int pending_fd; /* a descriptor received and not yet claimed by MAP_REGION */
 	struct mc_buf in;
 	size_t in_off;
+	uid_t uid; /* the dummy's (SO_PEERCRED) */
 };
 
 struct mc_dummy_server {
@@ -818,13 +819,22 @@ static mc_status do_segment(struct conn *c, const struct mc_dummy_req *q, struct
 		return mc_store_unmount_and_free_segment(s, q->text.ptr, q->a);
 	case MC_DUMMY_MSG_UNMOUNT_LOCAL_DISK:
 		return mc_store_unmount_local_disk_segment(s, q->a);
-	case MC_DUMMY_MSG_MOUNT_SEGMENT:
+	case MC_DUMMY_MSG_MOUNT_SEGMENT: {
+		struct stat st;
 		if (q->n_strs != 3)
 			return mc_set_error(MC_ERR_INVALID_PARAMS, "MountSegment with %u strings",
 					    q->n_strs);
+		/* a daemon run as root serves every user's dummies: it maps only a
+		 * file the asking dummy's user owns, never one only root may write */
+		if (c->uid != geteuid() && (stat(str_at(q, 0), &st) != 0 || st.st_uid != c->uid))
+			return mc_set_error(MC_ERR_INVALID_PARAMS,
+					    "mount_segment: '%s' is not a file of the dummy's user "
+					    "(uid %u)",
+					    str_at(q, 0), (unsigned)c->uid);
 		rc = mc_store_mount_segment(s, str_at(q, 0), q->a, q->b, str_at(q, 1), str_at(q, 2),
 					    id);
 		break;
+	}
 	default:
 		if (q->n_strs != 2)
 			return mc_set_error(MC_ERR_INVALID_PARAMS,
@@ -1127,6 +1137,7 @@ static void accept_one(struct mc_dummy_server *srv)
 	c->srv = srv;
 	c->fd = fd;
 	c->pending_fd = -1;
+	c->uid = cred.uid;
 	mc_buf_init(&c->in);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -666,3 +666,48 @@ def test_every_store_method_is_in_a_table_or_said_why():
     assert not missing, f"store methods neither in a dummy/real table nor excused: {missing}"
     stale = sorted(m for m in NOT_IN_A_TABLE if m in called)
     assert not stale, f"in a table now, drop from NOT_IN_A_TABLE: {stale}"
+
+
+NOBODY_MOUNT = r"""
+import json, sys
+from mooncake.store import MooncakeDistributedStore
+port, theirs, mine = sys.argv[1], sys.argv[2], sys.argv[3]
+d = MooncakeDistributedStore()
+assert d.setup_dummy(0, 1 << 20, f"127.0.0.1:{port}") == 0
+out = [d.mount_segment(theirs, 4 << 20)["ret"]]
+r = d.mount_segment(mine, 4 << 20)
+out += [r["ret"], d.unmount_and_free_segment(r["segment_ids"], 0)]
+d.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a root daemon and a second user")
+def test_root_daemon_mounts_only_files_of_the_dummys_user(daemon):
+    # a daemon run as root serves every user's dummies; a dummy must not get
+    # it to map (and so expose and overwrite) a file its own user cannot
+    import json
+    port = daemon[0]
+    tag = uuid.uuid4().hex[:8]
+    theirs, mine = f"/dev/shm/mc-root-{tag}", f"/dev/shm/mc-nobody-{tag}"
+    for path in (theirs, mine):
+        with open(path, "wb") as f:
+            f.truncate(4 * MiB)
+    os.chown(mine, 65534, 65534)
+    os.chmod(mine, 0o600)
+    import mooncake
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(mooncake.__file__))}
+
+    def as_nobody():
+        os.setgid(65534)
+        os.setuid(65534)
+
+    try:
+        p = subprocess.run([sys.executable, "-c", NOBODY_MOUNT, str(port), theirs, mine],
+                           capture_output=True, text=True, env=env, cwd="/",
+                           preexec_fn=as_nobody, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert json.loads(p.stdout) == [-600, 0, 0]
+    finally:
+        os.unlink(theirs)
+        os.unlink(mine)
