@@ -547,10 +547,11 @@ static PyMethodDef store_methods[] = {
 	M0(health_check, "health_check() -> int: 0 healthy, 1 not set up, 2 master unreachable"),
 	M0(get_hostname, "get_hostname() -> str: this client's segment name 'host:port'"),
 	M(alloc_from_mem_pool, "alloc_from_mem_pool(size) -> int: on a dummy client the address "
-				"of size bytes of shared memory to register (free with "
-				"MooncakeHostMemAllocator().free); 0 on a real client"),
+			       "of size bytes of shared memory to register (free with "
+			       "MooncakeHostMemAllocator().free); 0 on a real client"),
 	M(setup_dummy, "setup_dummy(mem_pool_size, local_buffer_size, server_address) -> int: "
-		       "-1 (no dummy client in this build)"),
+		       "0, or -1: attach to the mooncake_client daemon of this host as a "
+		       "dummy client (mem_pool_size unused, as upstream)"),
 	M0(get_offload_rpc_read_count,
 	   "get_offload_rpc_read_count() -> int: objects read from other clients' disks "
 	   "(LOCAL_DISK replicas, through their offload RPC) since setup"),
