@@ -5,8 +5,10 @@ A target started with MC_AUTH_SECRET accepts data connections only from a
 peer that proves the same secret (base/auth_hs.h); a peer with another
 secret, or none (upstream's wire), is refused before any request is acted on
 and the target's memory keeps its bytes.  An initiator with a secret refuses
-a target that cannot prove it.  The same-host transport is off while a
-secret is set, so every pair here talks TCP.
+a target that cannot prove it.  The same-host transport is switched off
+in the TCP tests, so those pairs talk TCP; the same-host tests turn it on
+and check that its endpoint refuses a peer without the secret and carries
+the data for one with it.
 """
 
 import time
@@ -38,6 +40,54 @@ def start(cluster, mode, secret):
     if secret:
         e["MC_AUTH_SECRET"] = secret
     return cluster.node(mode, buffer="4m", env=e)
+
+
+def shm_up(node):
+    """The initiator logged its same-host path up (transport/shm.c, info)."""
+    log = node.log_path.read_text(errors="replace")
+    return any("same-host path to" in l and " up:" in l for l in log.splitlines())
+
+
+def start_shm(cluster, secret):
+    e = {"MC_SHM_DISABLE": "0", "MC_LOG_LEVEL": "info"}
+    if secret:
+        e["MC_AUTH_SECRET"] = secret
+    return cluster.node("http", buffer="4m", env=e)
+
+
+def test_shm_right_secret_uses_same_host_path(cluster):
+    target = start_shm(cluster, "s3cret-A")
+    init = start_shm(cluster, "s3cret-A")
+    seg = init.open(target.name)
+    init.fill(12)
+    target.fill(21)
+    r = init.write(seg, 0, target.base + 7, SIZE)
+    assert r.startswith("OK"), r
+    assert target.crc(7, SIZE) == init.crc(0, SIZE)
+    target.fill(31, 0, SIZE)
+    r = init.read(seg, 0, target.base, SIZE)
+    assert r.startswith("OK"), r
+    assert init.crc(0, SIZE) == target.crc(0, SIZE)
+    assert shm_up(init), "with the same secret the same-host path was not used"
+    assert "refused a connection" not in target.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
+def test_shm_wrong_or_no_secret_cannot_attach(cluster, peer_secret):
+    target = start_shm(cluster, "s3cret-A")
+    init = start_shm(cluster, peer_secret)
+    seg = init.open(target.name)
+    init.fill(13)
+    target.fill(23)
+    before = target.crc(0, 4 * SIZE)
+    r = init.write(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), f"write with a {peer_secret or 'missing'} secret: {r}"
+    r = init.read(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.crc(0, 4 * SIZE) == before, "the refused peer changed target memory"
+    assert not shm_up(init), "a peer without the secret attached to the same-host endpoint"
+    # the same-host endpoint itself refused it (TCP's refusal is logged apart)
+    wait_log(target, "refused a connection to the same-host port")
 
 
 @pytest.mark.parametrize("mode", MODES)
