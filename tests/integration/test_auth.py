@@ -248,3 +248,42 @@ def test_master_rpc_port_needs_the_secret(secured_master):
     line = [l for l in body.splitlines() if l.startswith("master_auth_refused_total ")]
     assert line and float(line[0].split()[1]) >= 3, line
     assert a.get("k-auth") == (64 << 10, want)
+
+
+# ---- --auth_secret_file on every program -----------------------------------------
+
+PROGRAMS = {
+    "mooncake_master": ["--rpc_port=0", "--metrics_port=0"],
+    "mooncake_client": ["--port=23901"],
+    "mooncake_http_metadata_server": ["--port=0"],
+    "mooncake_conductor": ["--port=0"],
+    "transfer_engine_bench": ["--mode=target", "--metadata_server=P2PHANDSHAKE",
+                              "--buffer_size=1048576"],
+}
+
+
+@pytest.mark.parametrize("prog", sorted(PROGRAMS))
+def test_every_program_takes_a_secret_file_and_refuses_an_open_one(prog, tmp_path):
+    """Each program has the flag (an unknown one would be refused with another
+    message) and refuses, before serving anything, a secret file its group or
+    others may read, naming the fix; the right file is used end to end by
+    test_dummy_client.py (master and daemon) and test_bounds.py."""
+    import os
+    import subprocess
+    from pathlib import Path
+    exe = Path(os.environ["MC_BUILD_DIR"]) / "tools" / prog
+    if not exe.exists():
+        pytest.skip(f"{prog} not built")
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
+    p = subprocess.run([str(exe), *PROGRAMS[prog], f"--auth_secret_file={secret}"],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0, p.stderr[-2000:]
+    assert f"chmod 600 {secret}" in p.stderr, p.stderr[-2000:]
+    p = subprocess.run([str(exe), *PROGRAMS[prog], f"--auth_secret_file={tmp_path}/nope"],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "No such file" in p.stderr, p.stderr[-2000:]

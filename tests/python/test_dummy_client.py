@@ -37,12 +37,12 @@ PROTOCOL = -2019
 RPC_FAIL = -900
 
 
-def start(tmp_path, master, port, tenant, env=None):
+def start(tmp_path, master, port, tenant, env=None, extra=()):
     log = open(tmp_path / f"daemon-{uuid.uuid4().hex[:6]}.stderr", "wb+")
     p = subprocess.Popen([EXE, "--host=127.0.0.1", f"--metadata_server={master.meta_uri}",
                           f"--master_server_address={master.addr}",
                           "--global_segment_size=64 MB", f"--port={port}",
-                          f"--tenant_id={tenant}"],
+                          f"--tenant_id={tenant}", *extra],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                          env={**os.environ, **(env or {})})
     pat = re.compile(rb"mooncake_client serving segment=(\S+) .* dummy=@(\S+)")
@@ -401,12 +401,19 @@ def test_cluster_secret_on_the_dummy_socket(tmp_path, monkeypatch):
     (base/auth_hs.h) first: a dummy with another secret, or none, does not
     attach (and the daemon logs the refusal); one with the secret works."""
     from conftest import MasterDaemon
-    secret = {"MC_AUTH_SECRET": "dummy-s3cret"}
-    m = MasterDaemon(tmp_path, env=secret)
+    # the master and the daemon take it by their flag, the dummy (this
+    # process) from the environment
+    sf = tmp_path / "secret"
+    sf.write_text("dummy-s3cret\n")
+    sf.chmod(0o600)
+    flag = f"--auth_secret_file={sf}"
+    monkeypatch.delenv("MC_AUTH_SECRET_FILE", raising=False)
+    monkeypatch.delenv("MC_AUTH_SECRET", raising=False)
+    m = MasterDaemon(tmp_path, extra=(flag,))
     port = random.randint(31000, 31999)
     p = log = None
     try:
-        p, log, seg = start(tmp_path, m, port, "auth-" + uuid.uuid4().hex[:6], env=secret)
+        p, log, seg = start(tmp_path, m, port, "auth-" + uuid.uuid4().hex[:6], extra=(flag,))
         for wrong in ("not-it", None):
             if wrong:
                 monkeypatch.setenv("MC_AUTH_SECRET", wrong)
