@@ -4,13 +4,18 @@
 Starts two transfer_engine_bench targets (P2P handshake, TCP only), one
 with MC_AUTH_SECRET and one without, then for each case alternates an
 initiator without a secret against the plain target and one with the
-secret against the other, --runs times, and prints the medians and the
-ratio (secret / plain).  Then runs bench/auth_connect_bench for the
-connection setup time.  Figures: docs/benchmarks.md.
+secret against the other, --runs times (the order flipped every run),
+and prints the medians, each side's spread (min-max) and the ratio
+(secret / plain).  Then runs bench/auth_connect_bench for the connection
+setup time.  The load average is printed before and after: a figure taken
+with a load above half the cores is provisional.  --shm runs the
+initiators over the same-host transport (which also authenticates) instead
+of TCP.  Figures: docs/benchmarks.md.
 
-usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3]
+usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3] [--shm] [--json]
 """
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -39,7 +44,13 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--buffer-size", type=int, default=256 << 20)
+    ap.add_argument("--shm", action="store_true", help="same-host transport instead of TCP")
+    ap.add_argument("--json", action="store_true", help="one JSON object per case")
     args = ap.parse_args()
+    extra = ("--shm",) if args.shm else ()  # after te_compare's --noshm: the last one wins
+    load0 = os.getloadavg()
+    print(f"auth_compare: load average {load0[0]:.2f} on {os.cpu_count()} cpus, "
+          f"transport {'shm' if args.shm else 'tcp'}", file=sys.stderr, flush=True)
     exe = os.path.join(args.build, "tools", "transfer_engine_bench")
     plain_env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
     auth_env = dict(plain_env, MC_AUTH_SECRET=SECRET)
@@ -60,17 +71,29 @@ def main():
                     os.environ.update(env)
                     try:
                         res[name].append(bench(exe, seg, op, block, batch, threads,
-                                               args.duration, args.buffer_size))
+                                               args.duration, args.buffer_size, extra))
                     finally:
                         os.environ.clear()
                         os.environ.update(old)
-            m = {k: (statistics.median(r[0] for r in v), statistics.median(r[3] for r in v))
-                 for k, v in res.items()}
-            key = 1 if block < 65536 else 0
-            unit = "req/s" if key else "GB/s"
-            print(f"case op={op} block={block} batch={batch} threads={threads} "
-                  f"plain_{unit}={m['plain'][key]:.2f} secret_{unit}={m['secret'][key]:.2f} "
-                  f"ratio={m['secret'][key] / m['plain'][key]:.3f}", flush=True)
+            col = 3 if block < 65536 else 0  # requests/s for small blocks, else GB/s
+            unit = "req/s" if col else "GB/s"
+            v = {k: [r[col] for r in rs] for k, rs in res.items()}
+            med = {k: statistics.median(x) for k, x in v.items()}
+            row = {"op": op, "block": block, "batch": batch, "threads": threads,
+                   "unit": unit, "runs": args.runs, "transport": "shm" if args.shm else "tcp",
+                   "plain": round(med["plain"], 3), "secret": round(med["secret"], 3),
+                   "plain_min": round(min(v["plain"]), 3), "plain_max": round(max(v["plain"]), 3),
+                   "secret_min": round(min(v["secret"]), 3),
+                   "secret_max": round(max(v["secret"]), 3),
+                   "ratio": round(med["secret"] / med["plain"], 3)}
+            if args.json:
+                print(json.dumps(row), flush=True)
+            else:
+                print(f"case op={op} block={block} batch={batch} threads={threads} "
+                      f"plain_{unit}={row['plain']:.2f} ({row['plain_min']:.2f}-"
+                      f"{row['plain_max']:.2f}) secret_{unit}={row['secret']:.2f} "
+                      f"({row['secret_min']:.2f}-{row['secret_max']:.2f}) "
+                      f"ratio={row['ratio']:.3f}", flush=True)
     finally:
         for t in (tp, ta):
             t.send_signal(signal.SIGTERM)
@@ -79,6 +102,10 @@ def main():
                           "--conns", "2000", "--rounds", str(args.runs)],
                          capture_output=True, text=True, timeout=600)
     print(out.stdout.strip().splitlines()[-1], flush=True)
+    load1 = os.getloadavg()
+    print(f"auth_compare: load average {load0[0]:.2f} before, {load1[0]:.2f} after"
+          + (" (loaded: provisional figures)" if max(load0[0], load1[0]) >
+             (os.cpu_count() or 1) / 2 else ""), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

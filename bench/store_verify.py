@@ -9,8 +9,10 @@ TCP (MC_SHM_DISABLE=1, as bench/store_compare.py), for 1 MiB and 4 MiB
 objects: put_from/get_into (zero-copy), put/get (copying calls) and
 batch_put_from/batch_get_into.  With verification on, every put hashes its
 object (XXH3-64) and every get hashes what landed and compares.  Each
-figure is the median over --runs rounds; the table shows on/off, which the
-issue holds to >= 95%.
+figure is the median over --runs rounds, with each side's spread (min-max);
+the table shows on/off, which the issue holds to >= 95%.  The load average
+is printed before and after: a figure taken with a load above half the
+cores is provisional.
 
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
                              [--shm] [--json]
@@ -48,6 +50,7 @@ def main():
     args = ap.parse_args()
 
     got = {}  # (case, size, verify) -> [GB/s]
+    load0 = os.getloadavg()
     m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
                                           "src/master/mooncake_master"))
     try:
@@ -67,17 +70,29 @@ def main():
             continue
         on = statistics.median(got[(case, size, True)])
         off = statistics.median(got.get((case, size, False), [float("nan")]))
+        offs = got.get((case, size, False), [float("nan")])
         rows.append({"case": case, "size": size, "on_gbps": round(on, 3),
-                     "off_gbps": round(off, 3), "ratio": round(on / off, 3)})
+                     "off_gbps": round(off, 3), "ratio": round(on / off, 3),
+                     "on_min": round(min(got[(case, size, True)]), 3),
+                     "on_max": round(max(got[(case, size, True)]), 3),
+                     "off_min": round(min(offs), 3), "off_max": round(max(offs), 3)})
+    load1 = os.getloadavg()
+    loaded = max(load0[0], load1[0]) > (os.cpu_count() or 1) / 2
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"load_before": load0[0], "load_after": load1[0],
+                          "cpus": os.cpu_count(), "runs": args.runs,
+                          "duration": args.duration, "rows": rows}))
         return
-    print(f"runs={args.runs} duration={args.duration}s (medians), "
-          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
-    print(f"{'case':<16} {'size':>8} {'on GB/s':>9} {'off GB/s':>9} {'on/off':>7}")
+    print(f"runs={args.runs} duration={args.duration}s (medians, min-max), "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}, "
+          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after on {os.cpu_count()} cpus"
+          + (" (loaded: provisional)" if loaded else ""))
+    print(f"{'case':<16} {'size':>8} {'on GB/s':>9} {'(min-max)':>13} {'off GB/s':>9} "
+          f"{'(min-max)':>13} {'on/off':>7}")
     for r in rows:
         print(f"{r['case']:<16} {r['size'] >> 20:>6}Mi {r['on_gbps']:>9.3f} "
-              f"{r['off_gbps']:>9.3f} {r['ratio']:>7.3f}")
+              f"{r['on_min']:>6.2f}-{r['on_max']:<6.2f} {r['off_gbps']:>9.3f} "
+              f"{r['off_min']:>6.2f}-{r['off_max']:<6.2f} {r['ratio']:>7.3f}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/auth.h"
 #include "base/compiler.h"
 #include "base/config.h"
 #include "base/flags.h"
@@ -154,8 +155,10 @@ static void segment_name(const char *host, char *out, size_t cap)
 int main(int argc, char **argv)
 {
 	struct options o;
+	struct mc_auth_config auth;
 	const struct mc_flag_table tabs[] = {
-		{options_table, MC_ARRAY_SIZE(options_table), &o, false}};
+		{options_table, MC_ARRAY_SIZE(options_table), &o, false},
+		{mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth, false}};
 	struct mc_store_params p;
 	struct mc_store *s = NULL;
 	struct mc_dummy_server *dsrv = NULL;
@@ -169,6 +172,7 @@ int main(int argc, char **argv)
 	if (mc_log_level_parse(getenv("MC_LOG_LEVEL")) < 0)
 		mc_log_set_level(MC_LOG_INFO);
 	mc_config_entry_defaults(options_table, MC_ARRAY_SIZE(options_table), &o);
+	mc_config_entry_defaults(mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth);
 	if (mc_flags_parse(tabs, MC_ARRAY_SIZE(tabs), argc, argv) != MC_OK) {
 		rc = usage_error(mc_last_error());
 		goto out;
@@ -180,6 +184,11 @@ int main(int argc, char **argv)
 	}
 	if (o.version) {
 		printf("mooncake_client %s\n", MC_VERSION_STRING);
+		goto out;
+	}
+	if (mc_auth_use_file(auth.file) != MC_OK) {
+		fprintf(stderr, "mooncake_client: %s\n", mc_last_error());
+		rc = 1;
 		goto out;
 	}
 	if (o.enable_offload && !o.start_offload_rpc_server) {
@@ -239,5 +248,6 @@ int main(int argc, char **argv)
 out:
 	mc_store_free(s);
 	mc_config_entry_release(options_table, MC_ARRAY_SIZE(options_table), &o);
+	mc_config_entry_release(mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth);
 	return rc;
 }

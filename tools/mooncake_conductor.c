@@ -24,15 +24,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/auth.h"
 #include "base/compiler.h"
-#include "base/log.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "conductor/service.h"
 #include "mooncake/status.h"
+
+static struct mc_auth_config auth; /* --auth_secret_file: the master connection's */
 
 static int parse(struct mc_conductor_config *cfg, bool tables_only, int argc, char **argv)
 {
 	const struct mc_flag_table tabs[] = {
+		{mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth, tables_only},
 		{mc_conductor_config_table, mc_conductor_config_table_len, cfg, tables_only},
 		{mc_sched_config_table, mc_sched_config_table_len, &cfg->sched, false},
 		{mc_costmodel_config_table, mc_costmodel_config_table_len, &cfg->cost, false},
@@ -61,8 +65,14 @@ int main(int argc, char **argv)
 	if (mc_log_level_parse(getenv("MC_LOG_LEVEL")) < 0)
 		mc_log_set_level(MC_LOG_INFO);
 	mc_conductor_config_defaults(&cfg);
+	mc_config_entry_defaults(mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth);
 	if ((rc = parse(&cfg, false, argc, argv)) != 0 || cfg.help)
 		goto out;
+	if (mc_auth_use_file(auth.file) != MC_OK) {
+		fprintf(stderr, "mooncake_conductor: %s\n", mc_last_error());
+		rc = 1;
+		goto out;
+	}
 	if (cfg.prefill_model) {
 		/* the file over the defaults, then the flags again so that they win */
 		mc_costmodel_defaults(&cfg.cost);
@@ -95,5 +105,6 @@ int main(int argc, char **argv)
 	mc_conductor_stop(c);
 out:
 	mc_conductor_config_release(&cfg);
+	mc_config_entry_release(mc_auth_config_table, MC_AUTH_FLAG_ROWS, &auth);
 	return rc;
 }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "meta/http_server.h"
 #include "mooncake/status.h"
@@ -110,8 +111,12 @@ int main(int argc, char **argv)
 		if ((v = opt_value(argc, argv, &i, "--auth_secret_file", &missing))) {
 			if (!*v)
 				return bad_usage("empty value for %s", "--auth_secret_file");
-			/* the server reads the secret where every program does */
-			setenv("MC_AUTH_SECRET_FILE", v, 1);
+			/* checked now; the server reads it where every program does */
+			if (mc_auth_use_file(v) != MC_OK) {
+				fprintf(stderr, "mooncake_http_metadata_server: %s\n",
+					mc_last_error());
+				return 1;
+			}
 			continue;
 		}
 		if (missing)

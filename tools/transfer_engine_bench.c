@@ -102,6 +102,7 @@ static struct options {
 	const char *protocol;
 	const char *device_name;
 	const char *nic_priority_matrix;
+	const char *auth_secret_file;
 	bool auto_discovery;
 	uint64_t buffer_size;
 	int64_t batch_size;
@@ -134,6 +135,7 @@ static struct options {
 	.protocol = "rdma",
 	.device_name = "mlx5_2",
 	.nic_priority_matrix = "",
+	.auth_secret_file = "",
 	.auto_discovery = false,
 	.buffer_size = 1ull << 30,
 	.batch_size = 128,
@@ -215,6 +217,8 @@ static struct flag flags[] = {
 	FLAG("json", FLAG_BOOL, &opt.json, 0, 0, "print results as JSON lines"),
 	FLAG("poll", FLAG_STRING, &opt.poll, 0, 0,
 	     "wait (sleep until the batch is done), yield, or spin (upstream's loop)"),
+	FLAG("auth_secret_file", FLAG_STRING, &opt.auth_secret_file, 0, 0,
+	     "file holding the cluster secret (sets MC_AUTH_SECRET_FILE; docs/security.md)"),
 	FLAG("shm", FLAG_BOOL, &opt.shm, 0, 0,
 	     "same-host transport to a target on this host (--noshm sets MC_SHM_DISABLE=1: TCP)"),
 	FLAG("use_vram", FLAG_BOOL, &opt.use_vram, 0, 0,
@@ -776,6 +780,9 @@ static struct mc_te *engine_open(void)
 	apply_rdma_flags();
 	if (!opt.shm)
 		setenv("MC_SHM_DISABLE", "1", 1);
+	/* the engine reads it there, and refuses a file it cannot use */
+	if (opt.auth_secret_file[0])
+		setenv("MC_AUTH_SECRET_FILE", opt.auth_secret_file, 1);
 	memset(&p, 0, sizeof(p));
 	p.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL;
 	p.metadata_uri = opt.metadata_server;

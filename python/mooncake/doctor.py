@@ -27,11 +27,14 @@ import argparse
 import ctypes
 import ctypes.util
 import errno
+import hashlib
+import hmac
 import json
 import mmap
 import os
 import resource
 import socket
+import struct
 import sys
 import time
 import urllib.error
@@ -218,48 +221,127 @@ def _split(hostport, default_port):
     return host.strip("[]"), int(port)
 
 
-def check_master(args):
-    if not args.master:
-        return Check("master", SKIP, "no --master given")
-    t0 = time.monotonic()
-    try:
-        with socket.create_connection(_split(args.master, 50051), timeout=args.timeout):
-            pass
-    except (OSError, ValueError) as e:
-        return Check("master", FAIL, "%s: %s" % (args.master, e),
-                     "start mooncake_master, or check --master and the firewall", True)
-    detail = "%s accepts connections (%.0f ms)" % (args.master, (time.monotonic() - t0) * 1e3)
-    return Check("master", OK, detail + "; auth: none on the RPC port (not built yet)",
-                 needed=True)
-
-
-def check_secret(args):
-    """The cluster secret this environment gives the programs (docs/security.md):
-    with one, the HTTP metadata server and the admin port refuse state changes
-    without the bearer token; the file must be readable and not empty."""
+def _cluster_secret():
+    """(secret bytes or None, where it came from, a Check when it is unusable):
+    read as the programs read it (base/auth.c): MC_AUTH_SECRET_FILE first,
+    trailing newlines and blanks dropped, refused when group or others may
+    read it; else MC_AUTH_SECRET."""
     path = os.environ.get("MC_AUTH_SECRET_FILE", "")
     if path:
         try:
             with open(path, "rb") as f:
-                ok = bool(f.read(4097).rstrip(b"\r\n \t"))
+                data = f.read(4097).rstrip(b"\r\n \t")
             mode = os.stat(path).st_mode & 0o777
         except OSError as e:
-            return Check("cluster secret", FAIL, "MC_AUTH_SECRET_FILE=%s: %s" % (path, e),
-                         "point it at a readable file holding the secret", True)
-        if not ok:
-            return Check("cluster secret", FAIL, "MC_AUTH_SECRET_FILE=%s is empty" % path,
-                         "write the secret into it", True)
-        if mode & 0o077:
-            return Check("cluster secret", WARN, "%s is mode %03o" % (path, mode),
-                         "chmod 600 %s" % path)
-        return Check("cluster secret", OK, "from %s (HTTP state changes need it)" % path)
+            return None, path, Check("cluster secret", FAIL,
+                                     "MC_AUTH_SECRET_FILE=%s: %s" % (path, e),
+                                     "point it at a readable file holding the secret", True)
+        if not data:
+            return None, path, Check("cluster secret", FAIL,
+                                     "MC_AUTH_SECRET_FILE=%s is empty" % path,
+                                     "write the secret into it", True)
+        if mode & 0o044:
+            return None, path, Check("cluster secret", FAIL,
+                                     "%s is mode %03o: the programs refuse a secret file "
+                                     "its group or others may read" % (path, mode),
+                                     "chmod 600 %s" % path, True)
+        return data, path, None
     if "MC_AUTH_SECRET" in os.environ:
         if not os.environ["MC_AUTH_SECRET"]:
-            return Check("cluster secret", FAIL, "MC_AUTH_SECRET is empty",
-                         "set it, or unset it to run without a secret", True)
-        return Check("cluster secret", OK, "from MC_AUTH_SECRET (HTTP state changes need it)")
-    return Check("cluster secret", WARN, "none: HTTP metadata and admin ports take any request",
-                 "set MC_AUTH_SECRET_FILE on every program of the cluster (docs/security.md)")
+            return None, "MC_AUTH_SECRET", Check(
+                "cluster secret", FAIL, "MC_AUTH_SECRET is empty",
+                "set it, or unset it to run without a secret", True)
+        return os.environ["MC_AUTH_SECRET"].encode(), "MC_AUTH_SECRET", None
+    return None, None, None
+
+
+def _auth_frame(kind, body):
+    return b"MCAU" + struct.pack("<BBH", 1, kind, len(body)) + body
+
+
+def _auth_mac(secret, label, cn, sn):
+    msg = b"mooncake-auth-v1 " + label + b"\0master\0" + cn + sn
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def _master_auth(sock, secret, timeout):
+    """Probe the master's RPC port with the handshake (docs/protocol.md,
+    "Authentication handshake"): "none" when it closes on our HELLO (no
+    secret there: it reads upstream's frames), "match" when it proved our
+    secret (we then prove it too), "other" when it proved another one,
+    "required" when it asks for one and we have none."""
+    cn = os.urandom(32)
+    sock.settimeout(timeout)
+    sock.sendall(_auth_frame(1, cn))
+    got = b""
+    try:
+        while len(got) < 72:
+            chunk = sock.recv(72 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except OSError:  # a reset or no answer: our HELLO was not a frame it knows
+        pass
+    if len(got) < 72 or got[:8] != b"MCAU" + struct.pack("<BBH", 1, 2, 64):
+        return "none"
+    if secret is None:
+        return "required"
+    sn, smac = got[8:40], got[40:72]
+    if not hmac.compare_digest(smac, _auth_mac(secret, b"server", cn, sn)):
+        return "other"
+    sock.sendall(_auth_frame(3, _auth_mac(secret, b"client", cn, sn)))
+    return "match"
+
+
+def check_master(args):
+    if not args.master:
+        return Check("master", SKIP, "no --master given")
+    secret, source, bad = _cluster_secret()
+    t0 = time.monotonic()
+    try:
+        with socket.create_connection(_split(args.master, 50051), timeout=args.timeout) as s:
+            ms = (time.monotonic() - t0) * 1e3
+            mode = _master_auth(s, secret, args.timeout)
+    except (OSError, ValueError) as e:
+        return Check("master", FAIL, "%s: %s" % (args.master, e),
+                     "start mooncake_master, or check --master and the firewall", True)
+    detail = "%s accepts connections (%.0f ms); " % (args.master, ms)
+    if mode == "match":
+        return Check("master", OK, detail + "auth: its secret is this host's (%s)" % source,
+                     needed=True)
+    if mode == "none" and secret is None:
+        return Check("master", OK if bad is None else FAIL,
+                     detail + "auth: none on either side (as upstream)",
+                     "" if bad is None else "fix the cluster secret row", True)
+    if mode == "none":
+        return Check("master", FAIL, detail + "auth: the master runs without a secret, this "
+                     "host has one (%s): its programs would be refused" % source,
+                     "give the master the same secret (--auth_secret_file or "
+                     "MC_AUTH_SECRET_FILE), or none here", True)
+    if mode == "required":
+        return Check("master", FAIL, detail + "auth: the master requires a cluster secret and "
+                     "this host gives none" + ("" if bad is None else " usable"),
+                     "set MC_AUTH_SECRET_FILE to the cluster's secret file (docs/security.md)",
+                     True)
+    return Check("master", FAIL, detail + "auth: the master holds another secret than this "
+                 "host's (%s)" % source,
+                 "give every program of the cluster the same secret file", True)
+
+
+def check_secret(args):
+    """The cluster secret this environment gives the programs (docs/security.md):
+    with one, every binary port needs the handshake and the HTTP services
+    refuse state changes without the bearer token; the file must be
+    readable, not empty, and not readable by group or others."""
+    secret, source, bad = _cluster_secret()
+    if bad is not None:
+        return bad
+    if secret is None:
+        return Check("cluster secret", WARN, "none: every port takes any peer (as upstream)",
+                     "set MC_AUTH_SECRET_FILE on every program of the cluster "
+                     "(docs/security.md)")
+    return Check("cluster secret", OK, "from %s (binary ports need the handshake, HTTP "
+                 "state changes the bearer token)" % source)
 
 
 def check_master_http(args):

@@ -20,6 +20,14 @@ transfer-engine.md 3.5)::
 
 Other paths answer 404, other methods 405, bodies above 64 MiB 413.
 
+With a cluster secret (``--auth_secret_file FILE``, else the file
+``MC_AUTH_SECRET_FILE`` names, else ``MC_AUTH_SECRET``; docs/security.md)
+PUT and DELETE without ``Authorization: Bearer <secret>`` answer 401
+"authentication required" before the body is read, as the C server does;
+GET stays open.  A secret file its group or others may read, an empty or
+unreadable one, stops the server (exit 1).  Without a secret it warns once
+when it listens beyond loopback.
+
 This implementation uses only the standard library (``http.server`` with a
 thread per connection and HTTP/1.1 keep-alive, which the engines' libcurl
 clients reuse), so it needs neither aiohttp nor the C binary.  When ready it
@@ -36,7 +44,10 @@ Library use::
 """
 
 import argparse
+import hmac
+import ipaddress
 import logging
+import os
 import signal
 import sys
 import threading
@@ -47,6 +58,37 @@ from urllib.parse import parse_qs, urlsplit
 __all__ = ["MetadataServer", "KVBootstrapServer", "main"]
 
 MAX_BODY = 64 << 20
+SECRET_MAX = 4096
+
+
+def load_secret(path=None):
+    """The cluster secret as the C programs read it (src/base/auth.c): the
+    file path (a flag) or MC_AUTH_SECRET_FILE names, trailing newlines and
+    blanks dropped, else MC_AUTH_SECRET, else None.  ValueError naming the
+    cause for a file that cannot be read, is empty, is over 4096 bytes or
+    that its group or others may read, and for an empty MC_AUTH_SECRET."""
+    path = path or os.environ.get("MC_AUTH_SECRET_FILE", "")
+    if path:
+        try:
+            with open(path, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o777
+                if mode & 0o044:
+                    raise ValueError(f"auth secret file {path}: mode {mode:03o} lets other "
+                                     f"users read it: chmod 600 {path} (docs/security.md)")
+                data = f.read(SECRET_MAX + 1)
+        except OSError as e:
+            raise ValueError(f"auth secret file {path}: {e.strerror}") from None
+        if len(data) > SECRET_MAX:
+            raise ValueError(f"auth secret file {path}: longer than {SECRET_MAX} bytes")
+        data = data.rstrip(b"\r\n \t")
+        if not data:
+            raise ValueError(f"auth secret file {path}: empty")
+        return data
+    if "MC_AUTH_SECRET" in os.environ:
+        if not os.environ["MC_AUTH_SECRET"]:
+            raise ValueError("MC_AUTH_SECRET is empty")
+        return os.environ["MC_AUTH_SECRET"].encode()
+    return None
 
 log = logging.getLogger("mooncake.http_metadata_server")
 
@@ -117,11 +159,34 @@ class _Handler(BaseHTTPRequestHandler):
         key = values[0] if values else None
         return url.path, key or None
 
+    def _authorized(self, method):
+        """A state change carries the bearer token when a secret is set; else
+        401 (the body is not read: the connection closes)."""
+        secret = self.server.secret
+        if secret is None or method not in ("PUT", "DELETE"):
+            return True
+        got = self.headers.get("Authorization", "")
+        if got.startswith("Bearer ") and hmac.compare_digest(got[7:].encode(), secret):
+            return True
+        log.warning("refused %s %s: %s bearer token", method, self.path,
+                    "wrong" if got else "no")
+        self.close_connection = True
+        self.send_response(HTTPStatus.UNAUTHORIZED)
+        self.send_header("WWW-Authenticate", 'Bearer realm="mooncake"')
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "23")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"authentication required")
+        return False
+
     # -- methods ----------------------------------------------------------------------
 
     def _dispatch(self, method):
         path, key = self._route()
         store = self.server.store
+        if not self._authorized(method):
+            return None
         if path == "/health":
             if method != "GET":
                 return self._reply(HTTPStatus.METHOD_NOT_ALLOWED, "method not allowed")
@@ -191,9 +256,10 @@ class MetadataServer:
     of key -> bytes, shared with the request threads under ``lock``.
     """
 
-    def __init__(self, host="0.0.0.0", port=8080):
+    def __init__(self, host="0.0.0.0", port=8080, secret=None):
         self.host = host
         self.port = port
+        self.secret = secret  # bytes: PUT/DELETE need "Authorization: Bearer <secret>"
         self.store = {}
         self.lock = threading.Lock()
         self._httpd = None
@@ -212,6 +278,7 @@ class MetadataServer:
         self._httpd = server_cls((family_host, self.port), _Handler)
         self._httpd.store = self.store
         self._httpd.lock = self.lock
+        self._httpd.secret = self.secret
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         name="metadata-server", daemon=True)
@@ -258,6 +325,15 @@ class KVBootstrapServer(MetadataServer):
         super().__init__(host, port)
 
 
+def _loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="mooncake_http_metadata_server",
@@ -267,6 +343,10 @@ def _parse_args(argv):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--host", default="0.0.0.0", help="address to listen on")
     ap.add_argument("--port", type=int, default=8080, help="TCP port (0 picks a free port)")
+    ap.add_argument("--auth_secret_file", "--auth-secret-file", default=None,
+                    help="file holding the cluster secret: PUT and DELETE then need "
+                         "'Authorization: Bearer <secret>' (default: MC_AUTH_SECRET_FILE, "
+                         "else MC_AUTH_SECRET)")
     ap.add_argument("--log-level", default="INFO",
                     choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                     type=str.upper, help="logging level")
@@ -281,7 +361,16 @@ def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = MetadataServer(args.host, args.port)
+    try:
+        secret = load_secret(args.auth_secret_file)
+    except ValueError as e:
+        print(f"mooncake_http_metadata_server: {e}", file=sys.stderr)
+        return 1
+    if secret is None and not _loopback(args.host):
+        log.warning("no cluster secret: anyone who reaches %s:%d can replace any engine's "
+                    "descriptor (set MC_AUTH_SECRET_FILE; docs/security.md)",
+                    args.host, args.port)
+    server = MetadataServer(args.host, args.port, secret)
     try:
         server.start()
     except OSError as e:

@@ -25,19 +25,17 @@
 #include "base/compiler.h"
 #include "base/log.h"
 
-struct auth_env {
-	char *file;   /* MC_AUTH_SECRET_FILE */
-	char *secret; /* MC_AUTH_SECRET */
-};
-
-#define CFG(f) offsetof(struct auth_env, f)
+#define CFG(f) offsetof(struct mc_auth_config, f)
 const struct mc_config_entry mc_auth_config_table[] = {
 	{.f = {"auth_secret_file", "MC_AUTH_SECRET_FILE", "",
-	       "a file holding the cluster secret (trailing newlines dropped): every connection "
-	       "to an engine's data and RPC ports, the master's RPC port and the offload port "
-	       "then opens with a challenge-response handshake, and the HTTP metadata server "
-	       "requires \"Authorization: Bearer <secret>\" on PUT and DELETE, which the HTTP "
-	       "metadata client sends (docs/security.md); empty: no secret",
+	       "a file holding the cluster secret (trailing newlines dropped; refused when its "
+	       "group or others may read it: chmod 600): every connection to an engine's data "
+	       "and RPC ports and same-host endpoint, the master's RPC port, the offload port and "
+	       "a daemon's dummy-client socket then opens with a challenge-response handshake, "
+	       "and the HTTP services require \"Authorization: Bearer <secret>\" on what "
+	       "changes state (docs/security.md); empty: no secret.  Also the flag "
+	       "--auth_secret_file of mooncake_master, mooncake_client, "
+	       "mooncake_http_metadata_server, mooncake_conductor and transfer_engine_bench",
 	       CFG(file), MC_CONFIG_STRING, 0, 0}},
 	{.f = {"auth_secret", "MC_AUTH_SECRET", "",
 	       "the cluster secret itself, when MC_AUTH_SECRET_FILE is not set (visible in the "
@@ -47,8 +45,8 @@ const struct mc_config_entry mc_auth_config_table[] = {
 #undef CFG
 const size_t mc_auth_config_table_len = MC_ARRAY_SIZE(mc_auth_config_table);
 
-mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char **out,
-			    size_t *len_out)
+mc_status mc_auth_file_read(const char *what, const char *path, size_t max,
+			    enum mc_auth_file_kind kind, char **out, size_t *len_out)
 {
 	char *buf = mc_malloc(max + 2);
 	size_t len = 0;
@@ -59,7 +57,15 @@ mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char
 		return MC_ERR_NOMEM;
 	if (fd < 0)
 		goto fail;
-	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+	if (fstat(fd, &st) == 0 && (st.st_mode & 044) && kind == MC_AUTH_FILE_PRIVATE) {
+		close(fd);
+		mc_free(buf);
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "%s %s: mode %03o lets other users read it: chmod 600 %s "
+				    "(docs/security.md)",
+				    what, path, (unsigned)(st.st_mode & 0777), path);
+	}
+	if (kind == MC_AUTH_FILE_KEY && fstat(fd, &st) == 0 && (st.st_mode & 077))
 		mc_warn("%s %s may be read by others (mode %03o): chmod 600 it", what, path,
 			(unsigned)(st.st_mode & 0777));
 	while (len < max + 1) {
@@ -96,7 +102,8 @@ static mc_status read_secret_file(const char *path, struct mc_auth_secret *out)
 {
 	size_t len;
 	char *buf;
-	mc_status rc = mc_auth_file_read("auth secret file", path, MC_AUTH_SECRET_MAX, &buf, &len);
+	mc_status rc = mc_auth_file_read("auth secret file", path, MC_AUTH_SECRET_MAX,
+					 MC_AUTH_FILE_PRIVATE, &buf, &len);
 
 	if (rc != MC_OK)
 		return rc;
@@ -112,9 +119,26 @@ static mc_status read_secret_file(const char *path, struct mc_auth_secret *out)
 	return MC_OK;
 }
 
+mc_status mc_auth_use_file(const char *file)
+{
+	struct mc_auth_secret s;
+	mc_status rc;
+
+	if (!file || !*file)
+		return MC_OK;
+	rc = read_secret_file(file, &s); /* a bad file stops the program at its flags */
+	if (rc != MC_OK)
+		return rc;
+	mc_auth_secret_release(&s);
+	if (setenv("MC_AUTH_SECRET_FILE", file, 1) != 0)
+		return mc_set_error(MC_ERR_NOMEM, "setenv MC_AUTH_SECRET_FILE: %s",
+				    strerror(errno));
+	return MC_OK;
+}
+
 mc_status mc_auth_secret_load(const char *file, struct mc_auth_secret *out)
 {
-	struct auth_env env;
+	struct mc_auth_config env;
 	mc_status rc = MC_OK;
 
 	memset(out, 0, sizeof(*out));

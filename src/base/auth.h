@@ -34,8 +34,24 @@ struct mc_auth_secret {
 	size_t len;
 };
 
+/* What mc_auth_config_table fills (MC_AUTH_SECRET_FILE, MC_AUTH_SECRET). */
+struct mc_auth_config {
+	char *file;
+	char *secret;
+};
 extern const struct mc_config_entry mc_auth_config_table[];
 extern const size_t mc_auth_config_table_len;
+/* A program's flags take the table's first MC_AUTH_FLAG_ROWS rows:
+ * --auth_secret_file, never the secret itself (it would show in ps). */
+#define MC_AUTH_FLAG_ROWS 1
+
+/*
+ * A program's --auth_secret_file: checked now (readable, not empty, not
+ * readable by group or others), then set as MC_AUTH_SECRET_FILE, which
+ * every part of the program loads (engine, store client, master, dummy
+ * socket).  NULL or "": nothing, the environment's choice stands.
+ */
+mc_status mc_auth_use_file(const char *file);
 
 /*
  * The secret: from the file file names when file is not NULL or "" (a
@@ -44,18 +60,25 @@ extern const size_t mc_auth_config_table_len;
  * newlines and spaces are not part of it.  A file that cannot be read, is
  * empty or holds more than MC_AUTH_SECRET_MAX bytes, or an empty
  * MC_AUTH_SECRET, fails (MC_ERR_INVALID_PARAMS naming the cause): a
- * program told to authenticate must not start without it.  A file others
- * may read is warned about.  Release with mc_auth_secret_release.
+ * program told to authenticate must not start without it.  So does a file
+ * its group or others may read (mode & 044; chmod 600).  Release with
+ * mc_auth_secret_release.
  */
 mc_status mc_auth_secret_load(const char *file, struct mc_auth_secret *out);
 void mc_auth_secret_release(struct mc_auth_secret *s);
 
+enum mc_auth_file_kind {
+	MC_AUTH_FILE_PUBLIC,  /* a certificate: anyone may read it */
+	MC_AUTH_FILE_KEY,     /* a TLS key: warned about when others may read it */
+	MC_AUTH_FILE_PRIVATE, /* the cluster secret: refused when group or others may read it */
+};
+
 /* The whole file path into *out (NUL-terminated, mc_free it; *len_out its
  * length): MC_ERR_INVALID_PARAMS naming what and path when it cannot be
- * read or holds more than max bytes; a file others may read is warned
- * about (keys and secrets). */
-mc_status mc_auth_file_read(const char *what, const char *path, size_t max, char **out,
-			    size_t *len_out);
+ * read, holds more than max bytes, or is MC_AUTH_FILE_PRIVATE and readable
+ * by group or others. */
+mc_status mc_auth_file_read(const char *what, const char *path, size_t max,
+			    enum mc_auth_file_kind kind, char **out, size_t *len_out);
 
 static inline bool mc_auth_on(const struct mc_auth_secret *s)
 {

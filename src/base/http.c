@@ -135,9 +135,11 @@ mc_status mc_http_tls_load(struct mc_http_tls *out)
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 				  "MC_HTTP_TLS_CERT_FILE and MC_HTTP_TLS_KEY_FILE go together");
 	if (rc == MC_OK && *env.cert)
-		rc = mc_auth_file_read("TLS certificate", env.cert, PEM_MAX, &out->cert, &len);
+		rc = mc_auth_file_read("TLS certificate", env.cert, PEM_MAX, MC_AUTH_FILE_PUBLIC,
+				       &out->cert, &len);
 	if (rc == MC_OK && *env.key)
-		rc = mc_auth_file_read("TLS key", env.key, PEM_MAX, &out->key, &len);
+		rc = mc_auth_file_read("TLS key", env.key, PEM_MAX, MC_AUTH_FILE_KEY, &out->key,
+				       &len);
 	if (rc == MC_OK && *env.ca && !(out->ca_file = mc_strdup(env.ca)))
 		rc = MC_ERR_NOMEM;
 	mc_config_entry_release(mc_http_tls_config_table, mc_http_tls_config_table_len, &env);

@@ -89,6 +89,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/auth.h"
 #include "base/accept.h"
 #include "base/alloc.h"
 #include "base/auth_hs.h"
@@ -1654,6 +1655,10 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	mc_log_init_from_env();
 	if (!cfg || !out)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "master server: NULL argument");
+	/* --auth_secret_file: every part of the master (RPC and admin ports,
+	 * metadata server, a standby's stream) loads the secret from there */
+	if ((st = mc_auth_use_file(cfg->auth_secret_file)) != MC_OK)
+		return st;
 	s = mc_calloc(1, sizeof(*s));
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "master server: out of memory");

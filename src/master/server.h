@@ -49,6 +49,7 @@ struct mc_master_server_config {
 	bool enable_metric_reporting;	     /* true: summary line in the log every 10 s */
 	int64_t metrics_port;		     /* 9003; 0 = any free port */
 	char *metrics_host;		     /* "0.0.0.0" */
+	char *auth_secret_file;		     /* "": MC_AUTH_SECRET_FILE / MC_AUTH_SECRET decide */
 	int64_t metrics_max_connections;     /* admin HTTP connections open at most */
 	uint64_t metrics_request_timeout_ms; /* an admin request must be whole within this */
 	bool enable_http_metadata_server;    /* false */

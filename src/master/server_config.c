@@ -136,6 +136,10 @@ static const struct mc_config_entry flags[] = {
 	    "admin/metrics HTTP port (0 = any free port)"),
 	STR("metrics_host", "0.0.0.0", SF(metrics_host), 0, NULL,
 	    "admin/metrics HTTP bind address"),
+	STR("auth_secret_file", "", SF(auth_secret_file), 0, NULL,
+	    "a file holding the cluster secret (sets MC_AUTH_SECRET_FILE; refused when group or "
+	    "others may read it): the RPC port then needs the handshake, the admin port and the "
+	    "metadata server the bearer token for what changes state (docs/security.md)"),
 	INT("metrics_max_connections", "256", SF(metrics_max_connections), 8, 1000000, 0,
 	    "admin/metrics HTTP connections open at most; with fewer than 1/8 left free the ones "
 	    "waiting longest for their request are cut"),

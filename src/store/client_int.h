@@ -336,6 +336,20 @@ void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios,
 			   const struct mc_xfer_req *reqs, const uint32_t *owner, size_t nreq,
 			   mc_batch_id bid);
 
+/* A put session's object hash (client_session.c): its pieces hashed as
+ * their writes succeed, as long as they come in order from offset 0 with
+ * no gap, overlap, failure or device memory; otherwise the object gets no
+ * checksum (as before).  NULL from _new when verification is off or
+ * memory is short: the session then signs nothing.  Not thread-safe: the
+ * caller serialises (sess_lock). */
+struct mc_store_seq_hash;
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s);
+void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
+			   const void *p, uint64_t len, bool ok);
+/* The object's checksum when every one of its size bytes was hashed in order. */
+struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size);
+void mc_store_seq_hash_free(struct mc_store_seq_hash *h);
+
 /* Replicas found corrupt by one call, reported together. */
 #define MC_STORE_CORRUPT_MAX 16
 struct mc_store_corrupt {

@@ -42,14 +42,15 @@
 /* One end of a session: what the master said about a key, kept by the
  * client between calls. */
 struct session {
-	const char *key;	       /* in blob; the trees' order */
-	uint64_t size;		       /* object bytes */
-	uint64_t deadline_ms;	       /* get: the lease's end (mc_now_ms) */
-	struct mc_store_replica *reps; /* strings in blob */
-	uint32_t nreps;		       /* get: 1; put: every replica */
-	unsigned users;		       /* ranged calls using it (sess_lock) */
-	bool detached;		       /* out of its tree (sess_lock) */
-	bool awaited;		       /* detached: an ender waits for users == 0 */
+	const char *key;		/* in blob; the trees' order */
+	uint64_t size;			/* object bytes */
+	uint64_t deadline_ms;		/* get: the lease's end (mc_now_ms) */
+	struct mc_store_replica *reps;	/* strings in blob */
+	uint32_t nreps;			/* get: 1; put: every replica */
+	unsigned users;			/* ranged calls using it (sess_lock) */
+	bool detached;			/* out of its tree (sess_lock) */
+	bool awaited;			/* detached: an ender waits for users == 0 */
+	struct mc_store_seq_hash *hash; /* put: the object's checksum, written in order */
 	char *blob;
 };
 
@@ -63,6 +64,7 @@ static void session_free(void *p)
 	struct session *x = p;
 	if (!x)
 		return;
+	mc_store_seq_hash_free(x->hash);
 	mc_free(x->reps);
 	mc_free(x->blob);
 	mc_free(x);
@@ -400,6 +402,18 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 				.key = mc_proto_str_c(xs[i]->key);
 	}
 	mc_store_run_transfers(s, rs.ios, rs.n, put ? MC_OP_WRITE : MC_OP_READ);
+	if (put) {
+		/* the object's checksum, as long as its pieces come in order (a
+		 * call refused before any transfer wrote nothing) */
+		pthread_mutex_lock(&s->sess_lock);
+		for (size_t i = 0; i < n; i++)
+			for (size_t b = 0;
+			     xs[i] && xs[i]->hash && results[i] == MC_OK && b < nbufs[i]; b++)
+				mc_store_seq_hash_add(s, xs[i]->hash, offs[i][b], bufs[i][b],
+						      lens[i][b],
+						      rs.ios[first[i] + b].status == MC_OK);
+		pthread_mutex_unlock(&s->sess_lock);
+	}
 	now = mc_now_ms();
 	for (size_t i = 0; i < n; i++) {
 		uint64_t total = 0;
@@ -508,6 +522,8 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 		}
 		if (it->n_replicas)
 			x = session_new(keys[i], sizes[i], it->replicas, it->n_replicas);
+		if (x)
+			x->hash = mc_store_seq_hash_new(s);
 		if (x) {
 			pthread_mutex_lock(&s->sess_lock);
 			ok = session_insert_locked(&s->put_sessions, x, false);
@@ -578,6 +594,7 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 		xs[i]->awaited = true;
 		kv[m] = mc_proto_str_c(xs[i]->key);
 		metas[m].key = kv[m];
+		metas[m].checksum = mc_store_seq_hash_done(xs[i]->hash, xs[i]->size);
 		owner[m++] = (uint32_t)i;
 	}
 	for (uint32_t e = 0; e < m; e++)

@@ -26,10 +26,17 @@
  * have run out is not reported: the object may have been removed and its
  * memory rewritten under the read, which the lease check then reports.
  *
- * What is not checked: reads of part of an object (ranges, sessions),
- * which cannot be checked against a whole-object hash; objects written
- * through put sessions (written in pieces, in any order) or from device
- * memory, whose PutEnd carries no checksum; reads into device memory.
+ * A put session signs its object too when its pieces are written in order
+ * from offset 0 (mc_store_seq_hash: each piece hashed once its write
+ * succeeded, under the client's sess_lock); a gap, a rewrite, a failed
+ * piece or device memory leaves that object without a checksum.
+ *
+ * What is not checked: reads of part of an object (ranges that are not
+ * the whole object, get sessions), which cannot be checked against a
+ * whole-object hash without reading the whole object; objects written by
+ * put sessions out of order or from device memory, whose PutEnd carries
+ * no checksum; reads into device memory (hashing them would need a copy
+ * to the host of every byte).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -219,6 +226,62 @@ void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios,
 			judge(s, io, XXH3_64bits_digest(&st));
 		k = end; /* a failed piece: the wait marks io failed */
 	}
+}
+
+/* ---- put sessions -----------------------------------------------------------------------------
+ */
+
+struct mc_store_seq_hash {
+	XXH3_state_t *st;
+	uint64_t next; /* bytes hashed, from offset 0 */
+	bool broken;   /* out of order, failed or device memory: no checksum */
+};
+
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s)
+{
+	struct mc_store_seq_hash *h;
+
+	if (!s->verify || !(h = mc_calloc(1, sizeof(*h))))
+		return NULL;
+	h->st = XXH3_createState(); /* 64-byte aligned */
+	if (!h->st) {
+		mc_free(h);
+		return NULL;
+	}
+	XXH3_64bits_reset(h->st);
+	return h;
+}
+
+void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
+			   const void *p, uint64_t len, bool ok)
+{
+	if (!h || h->broken || (ok && !len))
+		return;
+	if (!ok || off != h->next || (len && mc_te_local_device(s->te, p, len) >= 0)) {
+		h->broken = true; /* a rewrite, a gap or a failed piece: the hash cannot know */
+		return;
+	}
+	hash_update(h->st, p, (size_t)len);
+	h->next += len;
+}
+
+struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size)
+{
+	struct mc_proto_opt_u64 v = {false, 0};
+
+	if (h && !h->broken && h->next == size) {
+		v.present = true;
+		v.value = XXH3_64bits_digest(h->st);
+	}
+	return v;
+}
+
+void mc_store_seq_hash_free(struct mc_store_seq_hash *h)
+{
+	if (!h)
+		return;
+	XXH3_freeState(h->st);
+	mc_free(h);
 }
 
 /* ---- reporting ------------------------------------------------------------------------------ */

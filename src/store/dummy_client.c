@@ -15,7 +15,9 @@
  * One mutex (`lock`) covers the socket, the request ids and the region
  * table: a request and its answer are one critical section, and a
  * reconnect (the pinger's) re-sends every region under the same lock, so
- * no call sees a half-restored daemon.  What this file must never do: send
+ * no call sees a half-restored daemon.  With a cluster secret, each
+ * connect (the first and the pinger's) proves it before the HELLO
+ * (base/auth_hs.h, channel "dummy").  What this file must never do: send
  * one of its own pointers to the daemon, or keep going on a socket after
  * one failed read or write (the framing is unknown then: close, and let
  * the pinger reconnect).
@@ -36,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/auth.h"
+#include "base/auth_hs.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/sock.h"
@@ -164,7 +168,8 @@ struct mc_dummy {
 	uint64_t next_id;
 	uint64_t next_region;
 	char hostname[256];
-	struct dregion *regions; /* regions[0]: the local buffer, when there is one */
+	struct mc_auth_secret auth; /* the cluster secret: proved on every connect */
+	struct dregion *regions;    /* regions[0]: the local buffer, when there is one */
 	size_t nregions, cap;
 	struct mc_buf out;
 
@@ -311,6 +316,17 @@ static mc_status connect_locked(struct mc_dummy *d)
 			close(fd);
 		return rc;
 	}
+	if (mc_auth_on(&d->auth)) {
+		rc = mc_auth_hs_run(fd, &d->auth, MC_AUTH_CLIENT, "dummy",
+				    MC_DUMMY_AUTH_TIMEOUT_MS);
+		if (rc != MC_OK) {
+			atomic_fetch_add(&mc_auth_refused_total, 1);
+			rc = mc_set_error(rc, "the mooncake_client daemon on @%s: %s", name,
+					  mc_last_error());
+			close(fd);
+			return rc;
+		}
+	}
 	d->fd = fd;
 	rc = call_locked(d, &hello, -1, &resp);
 	if (rc == MC_OK)
@@ -434,6 +450,9 @@ mc_status mc_dummy_open(const char *server_address, uint64_t local_buffer_size,
 		d->lb_len = local_buffer_size;
 		d->regions[d->nregions++] = (struct dregion){0, p, local_buffer_size, fd};
 	}
+	rc = mc_auth_secret_load(NULL, &d->auth);
+	if (rc != MC_OK)
+		goto fail;
 	pthread_mutex_lock(&d->lock);
 	rc = connect_locked(d);
 	pthread_mutex_unlock(&d->lock);
@@ -472,6 +491,7 @@ void mc_dummy_close(struct mc_dummy *d)
 	free(d->regions);
 	free(d->used);
 	mc_buf_release(&d->out);
+	mc_auth_secret_release(&d->auth);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->alloc_lock);
 	pthread_mutex_destroy(&d->stop_lock);

@@ -22,6 +22,8 @@ struct mc_dummy;
 
 /* How long a dummy waits for one answer before it gives up on the daemon. */
 #define MC_DUMMY_CALL_TIMEOUT_MS 300000
+/* the handshake with the daemon when a cluster secret is set (base/auth_hs.h) */
+#define MC_DUMMY_AUTH_TIMEOUT_MS 5000
 
 mc_status mc_dummy_open(const char *server_address, uint64_t local_buffer_size,
 			struct mc_dummy **out);

@@ -12,6 +12,12 @@
  * arrive as (region, offset, length) and are checked against the mapping
  * before any call, so a dummy can name only its own shared memory.
  *
+ * With a cluster secret (base/auth.h) a connection's thread first runs the
+ * challenge-response handshake (base/auth_hs.h, channel "dummy") within
+ * MC_DUMMY_AUTH_TIMEOUT_MS and reads no frame from a peer that did not
+ * prove it: the socket is abstract, so any local process of the daemon's
+ * user reaches it.
+ *
  * What this file must never do: trust a count, offset or length from the
  * socket before checking it; unmap a region while a call on it runs (only
  * the connection's own thread unmaps, between requests); let one dummy's
@@ -37,12 +43,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base/auth.h"
+#include "base/auth_hs.h"
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/store.h"
 #include "store/client_config.h"
+#include "store/dummy_client.h"
 #include "store/dummy_proto.h"
 #include "store/proto.h"
 
@@ -58,6 +67,7 @@ struct region {
 struct conn {
 	struct mc_dummy_server *srv;
 	int fd;
+	pid_t pid; /* SO_PEERCRED: for the log */
 	struct conn *next;
 	struct region *regions;
 	size_t nregions;
@@ -69,6 +79,7 @@ struct conn {
 
 struct mc_dummy_server {
 	struct mc_store *real;
+	struct mc_auth_secret auth; /* with one, every dummy proves it first */
 	int lfd;
 	int wake; /* eventfd: stop */
 	uint32_t expire_ms;
@@ -1075,6 +1086,13 @@ static void *conn_main(void *arg)
 	struct mc_dummy_server *srv = c->srv;
 	struct conn **pp;
 
+	if (mc_auth_on(&srv->auth) && mc_auth_hs_run(c->fd, &srv->auth, MC_AUTH_SERVER, "dummy",
+						     MC_DUMMY_AUTH_TIMEOUT_MS) != MC_OK) {
+		char peer[32];
+		snprintf(peer, sizeof(peer), "pid %d", (int)c->pid);
+		mc_auth_refused("dummy-client", peer, mc_last_error());
+		goto out;
+	}
 	for (;;) {
 		struct pollfd p = {.fd = c->fd, .events = POLLIN};
 		int n = poll(&p, 1, (int)srv->expire_ms);
@@ -1088,6 +1106,7 @@ static void *conn_main(void *arg)
 		if (n < 0 || receive(c) != MC_OK || drain(c) != MC_OK)
 			break;
 	}
+out:
 	while (c->nregions)
 		region_drop(c, c->nregions - 1);
 	free(c->regions);
@@ -1136,6 +1155,7 @@ static void accept_one(struct mc_dummy_server *srv)
 	}
 	c->srv = srv;
 	c->fd = fd;
+	c->pid = cred.pid;
 	c->pending_fd = -1;
 	c->uid = cred.uid;
 	mc_buf_init(&c->in);
@@ -1196,6 +1216,10 @@ mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t e
 		mc_store_client_env_release(&e);
 	}
 	srv->expire_ms = expire_ms;
+	if (mc_auth_secret_load(NULL, &srv->auth) != MC_OK) {
+		free(srv);
+		return MC_ERR_INVALID_PARAMS; /* mc_last_error names the cause */
+	}
 	srv->wake = eventfd(0, EFD_CLOEXEC);
 	srv->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (srv->wake < 0 || srv->lfd < 0 || bind(srv->lfd, (struct sockaddr *)&sa, len) != 0 ||
@@ -1206,6 +1230,7 @@ mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t e
 			close(srv->lfd);
 		if (srv->wake >= 0)
 			close(srv->wake);
+		mc_auth_secret_release(&srv->auth);
 		free(srv);
 		return rc;
 	}
@@ -1216,6 +1241,7 @@ mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t e
 		close(srv->wake);
 		pthread_mutex_destroy(&srv->lock);
 		pthread_cond_destroy(&srv->cond);
+		mc_auth_secret_release(&srv->auth);
 		free(srv);
 		return mc_set_error(MC_ERR_INTERNAL, "dummy server: pthread_create failed");
 	}
@@ -1244,6 +1270,7 @@ void mc_dummy_server_stop(struct mc_dummy_server *srv)
 	close(srv->wake);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
+	mc_auth_secret_release(&srv->auth);
 	free(srv);
 }
 

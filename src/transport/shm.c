@@ -38,6 +38,13 @@
  * and completes slices.  Requests of at least MC_SHM_SPLIT_SIZE bytes are
  * split into one slice per lane, so two target workers copy in parallel.
  *
+ * Authentication: with a cluster secret (env->auth) every connection opens
+ * with the challenge-response handshake of base/auth_hs.h (channel
+ * "te-shm") before the first request; the target serves nothing before the
+ * proof checked, and a handshake not done within the i/o timeout of the
+ * accept is closed.  An initiator whose handshake fails (another secret)
+ * uses TCP for that peer, whose own handshake then refuses it.
+ *
  * Fallback: a target is reached here only when its descriptor carries our
  * host id (caps.same_host: the engine checks) and an "mc_shm_ep"; each
  * same-host peer wraps the TCP peer of the same target (env->fallback, the
@@ -73,6 +80,7 @@
 #include "base/accept.h"
 #include "base/alloc.h"
 #include "base/auth.h"
+#include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -218,7 +226,7 @@ struct shm_peer {
 	struct mc_peer *tcp_peer; /* the fallback's peer of the same target */
 	pthread_mutex_t lock;	  /* mode, connecting lanes */
 	atomic_int mode;
-	atomic_bool denied;	       /* the kernel refused: TCP for good */
+	atomic_bool denied;	       /* the kernel or the handshake refused: TCP for good */
 	atomic_uint_fast64_t retry_ms; /* OFF for another reason: retry after */
 	atomic_bool failed;
 	atomic_uint rr;
@@ -232,7 +240,10 @@ struct shm_sconn {
 	struct shm_worker *w;
 	int fd;
 	pid_t pid;
-	int pidfd; /* -1 when the kernel has no pidfd_open */
+	int pidfd;	      /* -1 when the kernel has no pidfd_open */
+	bool authing;	      /* the handshake is not done: nothing is served yet */
+	uint64_t accepted_ms; /* the handshake must end within io_timeout_ms of it */
+	struct mc_auth_hs hs;
 	bool want_out;
 	bool paused; /* EPOLLIN off while output is backed up */
 	uint8_t rbuf[MC_SHM_REQ_LEN * RBUF_FRAMES];
@@ -253,6 +264,7 @@ struct shm_worker {
 	int wake_kind;	 /* EV_WAKE */
 	struct mc_list sconns;
 	unsigned nsconns;
+	unsigned nauthing;	   /* of them, still in the handshake */
 	uint64_t accept_resume_ms; /* lfd out of the epoll set until then; 0 = in it */
 	struct mc_devstage stage;  /* pinned at the first device-memory request */
 	bool stage_ok;
@@ -303,7 +315,8 @@ struct shm_transport {
 	struct mc_memreg *memreg;
 	const struct mc_devmem_ops *devmem;
 	size_t stage_chunk;
-	struct mc_transport *tcp; /* the fallback */
+	struct mc_transport *tcp;	   /* the fallback */
+	const struct mc_auth_secret *auth; /* borrowed; NULL: no handshake */
 	char ep[MC_SHM_EP_MAX + 1];
 	atomic_bool stop;
 	unsigned nworkers;
@@ -366,6 +379,8 @@ static void sconn_close(struct shm_sconn *sc, const char *why)
 		close(sc->pidfd);
 	mc_list_del(&sc->node);
 	sc->w->nsconns--;
+	if (sc->authing)
+		sc->w->nauthing--;
 	mc_free(sc->obuf);
 	mc_free(sc);
 }
@@ -636,8 +651,36 @@ static bool sconn_serve(struct shm_sconn *sc)
 	return true;
 }
 
+/* Move the handshake on; false when the connection was refused (and
+ * freed).  Nothing the peer sends before its proof is read as a request. */
+static bool sconn_auth(struct shm_sconn *sc)
+{
+	bool want_out = false;
+	enum mc_auth_result r = mc_auth_hs_io(&sc->hs, sc->fd, &want_out);
+
+	if (r == MC_AUTH_FAIL) {
+		char peer[32];
+		snprintf(peer, sizeof(peer), "pid %d", (int)sc->pid);
+		mc_auth_refused("same-host", peer, sc->hs.why);
+		sconn_close(sc, NULL);
+		return false;
+	}
+	if (r == MC_AUTH_DONE) {
+		sc->authing = false;
+		sc->w->nauthing--;
+		want_out = false;
+	}
+	if (want_out != sc->want_out || r == MC_AUTH_DONE) {
+		sc->want_out = want_out;
+		sconn_set_events(sc);
+	}
+	return true;
+}
+
 static void sconn_readable(struct shm_sconn *sc)
 {
+	if (sc->authing && (!sconn_auth(sc) || sc->authing))
+		return;
 	/* frames left over while output was backed up come first */
 	if (sc->rlen >= MC_SHM_REQ_LEN && !sconn_serve(sc))
 		return;
@@ -703,6 +746,18 @@ static void worker_accept(struct shm_worker *w)
 		sc->fd = fd;
 		sc->pid = cred.pid;
 		sc->pidfd = pidfd_open_compat(cred.pid);
+		if (w->st->auth) {
+			if (mc_auth_hs_init(&sc->hs, w->st->auth, MC_AUTH_SERVER, "te-shm") !=
+			    MC_OK) {
+				if (sc->pidfd >= 0)
+					close(sc->pidfd);
+				close(fd);
+				mc_free(sc);
+				continue;
+			}
+			sc->authing = true;
+			sc->accepted_ms = mc_now_ms();
+		}
 		ev.data.ptr = sc;
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			if (sc->pidfd >= 0)
@@ -713,7 +768,26 @@ static void worker_accept(struct shm_worker *w)
 		}
 		mc_list_add_tail(&w->sconns, &sc->node);
 		w->nsconns++;
+		if (sc->authing)
+			w->nauthing++;
 		mc_debug("worker %u: same-host connection from pid %d", w->index, (int)sc->pid);
+	}
+}
+
+/* A connection must finish the handshake within the i/o timeout of its
+ * accept, however its bytes trickle. */
+static void expire_handshakes(struct shm_worker *w)
+{
+	uint64_t now = mc_now_ms();
+	struct mc_list *pos, *tmp;
+	mc_list_for_each_safe(pos, tmp, &w->sconns) {
+		struct shm_sconn *sc = mc_list_entry(pos, struct shm_sconn, node);
+		if (sc->authing && now - sc->accepted_ms > (uint64_t)w->st->io_timeout_ms) {
+			char peer[32];
+			snprintf(peer, sizeof(peer), "pid %d", (int)sc->pid);
+			mc_auth_refused("same-host", peer, "authentication not complete in time");
+			sconn_close(sc, NULL);
+		}
 	}
 }
 
@@ -736,7 +810,11 @@ static void *worker_main(void *arg)
 						  ? MC_ACCEPT_PAUSE_MS
 						  : (int)(w->accept_resume_ms - now);
 		}
+		if (w->nauthing && (timeout < 0 || timeout > TICK_MS))
+			timeout = TICK_MS; /* handshakes have a deadline */
 		n = epoll_wait(w->epfd, evs, MC_ARRAY_SIZE(evs), timeout);
+		if (w->nauthing)
+			expire_handshakes(w);
 		if (n < 0)
 			continue; /* EINTR */
 		for (int i = 0; i < n; i++) {
@@ -760,6 +838,10 @@ static void *worker_main(void *arg)
 				}
 				if (!found)
 					continue;
+				if (sc->authing) {
+					sconn_readable(sc); /* EOF and errors fail it there */
+					continue;
+				}
 				if (evs[i].events & (EPOLLERR | EPOLLHUP) &&
 				    !(evs[i].events & EPOLLIN)) {
 					sconn_close(sc, NULL);
@@ -1030,11 +1112,13 @@ static bool io_full(int fd, void *buf, size_t len, bool out, uint64_t deadline)
 	return true;
 }
 
-/* Connect one lane to the target's worker `worker` and say hello.
- * Returns the fd (nworkers_out set), or -1 with *noperm set when the
- * target may not copy from us. */
+/* Connect one lane to the target's worker `worker`, prove the secret
+ * when there is one, and say hello.  Returns the fd (nworkers_out set), or
+ * -1 with *refused naming why when the target may not copy from us or the
+ * handshake failed (neither heals by retrying: TCP then, which names the
+ * cause). */
 static int lane_connect(struct shm_transport *st, const char *ep, unsigned worker,
-			unsigned *nworkers_out, bool *noperm)
+			unsigned *nworkers_out, const char **refused)
 {
 	struct sockaddr_un sa;
 	socklen_t alen = ep_addr(ep, worker, &sa);
@@ -1048,7 +1132,7 @@ static int lane_connect(struct shm_transport *st, const char *ep, unsigned worke
 	uint32_t status = MC_SHM_ST_FAILED;
 	int fd;
 
-	*noperm = false;
+	*refused = NULL;
 	if (!alen)
 		return -1;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1059,11 +1143,23 @@ static int lane_connect(struct shm_transport *st, const char *ep, unsigned worke
 		close(fd);
 		return -1;
 	}
+	if (st->auth) {
+		uint64_t now = mc_now_ms();
+		int left = now < deadline ? (int)(deadline - now) : 1;
+		if (mc_auth_hs_run(fd, st->auth, MC_AUTH_CLIENT, "te-shm", left) != MC_OK) {
+			mc_warn("same-host endpoint @%s.%u: %s", ep, worker, mc_last_error());
+			atomic_fetch_add(&mc_auth_refused_total, 1);
+			*refused = "authentication failed";
+			close(fd);
+			return -1;
+		}
+	}
 	mc_shm_req_encode(&hello, req);
 	if (!io_full(fd, req, sizeof(req), true, deadline) ||
 	    !io_full(fd, resp, sizeof(resp), false, deadline) ||
 	    mc_shm_resp_decode(resp, &id, &status) != MC_OK || status != MC_SHM_ST_OK) {
-		*noperm = status == MC_SHM_ST_NOPERM;
+		if (status == MC_SHM_ST_NOPERM)
+			*refused = "process_vm_readv not permitted";
 		close(fd);
 		return -1;
 	}
@@ -1116,12 +1212,12 @@ static bool may_retry(struct shm_peer *p)
 static void peer_connect_locked(struct shm_transport *st, struct shm_peer *p)
 {
 	unsigned nw = 1, n;
-	bool noperm = false;
+	const char *refused = NULL;
 	int fds[MAX_LANES];
 
-	fds[0] = lane_connect(st, p->ep, 0, &nw, &noperm);
+	fds[0] = lane_connect(st, p->ep, 0, &nw, &refused);
 	if (fds[0] < 0) {
-		peer_off(p, noperm ? "process_vm_readv not permitted" : "cannot connect", noperm);
+		peer_off(p, refused ? refused : "cannot connect", refused != NULL);
 		return;
 	}
 	n = st->lanes < nw ? st->lanes : nw;
@@ -1129,12 +1225,11 @@ static void peer_connect_locked(struct shm_transport *st, struct shm_peer *p)
 		n = 1;
 	for (unsigned i = 1; i < n; i++) {
 		unsigned dummy;
-		fds[i] = lane_connect(st, p->ep, i % nw, &dummy, &noperm);
+		fds[i] = lane_connect(st, p->ep, i % nw, &dummy, &refused);
 		if (fds[i] < 0) {
 			while (i-- > 0)
 				close(fds[i]);
-			peer_off(p, noperm ? "process_vm_readv not permitted" : "cannot connect",
-				 noperm);
+			peer_off(p, refused ? refused : "cannot connect", refused != NULL);
 			return;
 		}
 	}
@@ -1171,14 +1266,13 @@ static bool peer_ready(struct shm_transport *st, struct shm_peer *p)
 	for (unsigned i = 0; i < p->nlanes; i++) {
 		struct shm_lane *l = &p->lanes[i];
 		unsigned nw = 1;
-		bool noperm = false;
+		const char *refused = NULL;
 		int fd;
 		if (lane_is_up(l))
 			continue;
-		fd = lane_connect(st, p->ep, i, &nw, &noperm);
+		fd = lane_connect(st, p->ep, i, &nw, &refused);
 		if (fd < 0) {
-			peer_off(p, noperm ? "process_vm_readv not permitted" : "reconnect failed",
-				 noperm);
+			peer_off(p, refused ? refused : "reconnect failed", refused != NULL);
 			goto out;
 		}
 		lane_attach(st, l, fd);
@@ -1425,13 +1519,9 @@ static mc_status shm_open(const struct mc_transport_env *env, struct mc_transpor
 
 	mc_config_entry_defaults(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
 	mc_config_entry_load_env(shm_config_table, MC_ARRAY_SIZE(shm_config_table), &cfg);
-	if (cfg.disable || cfg.force_tcp || mc_auth_on(env->auth)) {
-		/* its endpoint does not authenticate yet (issue 16 part 2): with a
-		 * cluster secret, same-host peers go through TCP's handshake */
+	if (cfg.disable || cfg.force_tcp) {
 		mc_info("same-host transport off (%s): same-host peers use TCP",
-			mc_auth_on(env->auth) ? "a cluster secret is set"
-			: cfg.force_tcp	      ? "MC_FORCE_TCP"
-					      : "MC_SHM_DISABLE");
+			cfg.force_tcp ? "MC_FORCE_TCP" : "MC_SHM_DISABLE");
 		*out = NULL;
 		return MC_OK;
 	}
@@ -1447,6 +1537,7 @@ static mc_status shm_open(const struct mc_transport_env *env, struct mc_transpor
 	st->devmem = env->devmem;
 	st->stage_chunk = env->stage_chunk;
 	st->tcp = env->fallback;
+	st->auth = mc_auth_on(env->auth) ? env->auth : NULL;
 	st->epfd = st->wakefd = -1;
 	st->wake_kind = EV_WAKE;
 	st->lanes = (unsigned)cfg.lanes;

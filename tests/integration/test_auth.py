@@ -5,8 +5,10 @@ A target started with MC_AUTH_SECRET accepts data connections only from a
 peer that proves the same secret (base/auth_hs.h); a peer with another
 secret, or none (upstream's wire), is refused before any request is acted on
 and the target's memory keeps its bytes.  An initiator with a secret refuses
-a target that cannot prove it.  The same-host transport is off while a
-secret is set, so every pair here talks TCP.
+a target that cannot prove it.  The same-host transport is switched off
+in the TCP tests, so those pairs talk TCP; the same-host tests turn it on
+and check that its endpoint refuses a peer without the secret and carries
+the data for one with it.
 """
 
 import time
@@ -38,6 +40,54 @@ def start(cluster, mode, secret):
     if secret:
         e["MC_AUTH_SECRET"] = secret
     return cluster.node(mode, buffer="4m", env=e)
+
+
+def shm_up(node):
+    """The initiator logged its same-host path up (transport/shm.c, info)."""
+    log = node.log_path.read_text(errors="replace")
+    return any("same-host path to" in l and " up:" in l for l in log.splitlines())
+
+
+def start_shm(cluster, secret):
+    e = {"MC_SHM_DISABLE": "0", "MC_LOG_LEVEL": "info"}
+    if secret:
+        e["MC_AUTH_SECRET"] = secret
+    return cluster.node("http", buffer="4m", env=e)
+
+
+def test_shm_right_secret_uses_same_host_path(cluster):
+    target = start_shm(cluster, "s3cret-A")
+    init = start_shm(cluster, "s3cret-A")
+    seg = init.open(target.name)
+    init.fill(12)
+    target.fill(21)
+    r = init.write(seg, 0, target.base + 7, SIZE)
+    assert r.startswith("OK"), r
+    assert target.crc(7, SIZE) == init.crc(0, SIZE)
+    target.fill(31, 0, SIZE)
+    r = init.read(seg, 0, target.base, SIZE)
+    assert r.startswith("OK"), r
+    assert init.crc(0, SIZE) == target.crc(0, SIZE)
+    assert shm_up(init), "with the same secret the same-host path was not used"
+    assert "refused a connection" not in target.log_path.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("peer_secret", ["s3cret-B", None], ids=["wrong", "none"])
+def test_shm_wrong_or_no_secret_cannot_attach(cluster, peer_secret):
+    target = start_shm(cluster, "s3cret-A")
+    init = start_shm(cluster, peer_secret)
+    seg = init.open(target.name)
+    init.fill(13)
+    target.fill(23)
+    before = target.crc(0, 4 * SIZE)
+    r = init.write(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), f"write with a {peer_secret or 'missing'} secret: {r}"
+    r = init.read(seg, 0, target.base, SIZE, timeout=30)
+    assert r.startswith("ERR"), r
+    assert target.crc(0, 4 * SIZE) == before, "the refused peer changed target memory"
+    assert not shm_up(init), "a peer without the secret attached to the same-host endpoint"
+    # the same-host endpoint itself refused it (TCP's refusal is logged apart)
+    wait_log(target, "refused a connection to the same-host port")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -198,3 +248,42 @@ def test_master_rpc_port_needs_the_secret(secured_master):
     line = [l for l in body.splitlines() if l.startswith("master_auth_refused_total ")]
     assert line and float(line[0].split()[1]) >= 3, line
     assert a.get("k-auth") == (64 << 10, want)
+
+
+# ---- --auth_secret_file on every program -----------------------------------------
+
+PROGRAMS = {
+    "mooncake_master": ["--rpc_port=0", "--metrics_port=0"],
+    "mooncake_client": ["--port=23901"],
+    "mooncake_http_metadata_server": ["--port=0"],
+    "mooncake_conductor": ["--port=0"],
+    "transfer_engine_bench": ["--mode=target", "--metadata_server=P2PHANDSHAKE",
+                              "--buffer_size=1048576"],
+}
+
+
+@pytest.mark.parametrize("prog", sorted(PROGRAMS))
+def test_every_program_takes_a_secret_file_and_refuses_an_open_one(prog, tmp_path):
+    """Each program has the flag (an unknown one would be refused with another
+    message) and refuses, before serving anything, a secret file its group or
+    others may read, naming the fix; the right file is used end to end by
+    test_dummy_client.py (master and daemon) and test_bounds.py."""
+    import os
+    import subprocess
+    from pathlib import Path
+    exe = Path(os.environ["MC_BUILD_DIR"]) / "tools" / prog
+    if not exe.exists():
+        pytest.skip(f"{prog} not built")
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
+    p = subprocess.run([str(exe), *PROGRAMS[prog], f"--auth_secret_file={secret}"],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0, p.stderr[-2000:]
+    assert f"chmod 600 {secret}" in p.stderr, p.stderr[-2000:]
+    p = subprocess.run([str(exe), *PROGRAMS[prog], f"--auth_secret_file={tmp_path}/nope"],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode != 0 and "No such file" in p.stderr, p.stderr[-2000:]

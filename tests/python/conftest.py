@@ -310,7 +310,7 @@ class MasterDaemon:
     """mooncake_master from MC_MASTER on free ports (rpc, metrics, embedded
     HTTP metadata server); ports come from its 'listening ...' stderr line."""
 
-    def __init__(self, logdir, extra=()):
+    def __init__(self, logdir, extra=(), env=None):
         import re
         exe = os.environ.get("MC_MASTER") or str(BUILD / "tools" / "mooncake_master")
         if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
@@ -320,7 +320,7 @@ class MasterDaemon:
         argv = [exe, "--rpc_port=0", "--metrics_port=0", "--enable_http_metadata_server",
                 "--http_metadata_server_port=0", *extra]
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=self._log)
+                                  stderr=self._log, env={**os.environ, **(env or {})})
         pat = re.compile(r"listening rpc=(\d+) metrics=(\d+) metadata=(\d+)")
 
         def found():

@@ -88,10 +88,50 @@ def test_the_cluster_secret_row(tmp_path):
     secret.chmod(0o600)
     rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(secret)})
     assert c["result"] == "ok" and str(secret) in c["detail"]
-    secret.chmod(0o644)
-    assert row({**off, "MC_AUTH_SECRET_FILE": str(secret)})[1]["result"] == "warn"
+    secret.chmod(0o640)  # the programs refuse it, so the doctor fails it
+    rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(secret)})
+    assert c["result"] == "fail" and c["needed"] and "chmod 600" in c["fix"] and rc == 1
+    secret.chmod(0o600)
     secret.write_text("\n")
     rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(secret)})
     assert c["result"] == "fail" and c["needed"] and rc == 1
     rc, c = row({**off, "MC_AUTH_SECRET_FILE": str(tmp_path / "nope")})
     assert c["result"] == "fail" and rc == 1
+
+
+def test_the_master_row_says_whether_the_secrets_agree(mc_master, tmp_path):
+    """The master row runs the handshake against the RPC port: the same
+    secret passes, another one, none against a master with one, and one
+    against a master without fail (needed), each with its fix."""
+    from conftest import MasterDaemon
+    sf = tmp_path / "secret"
+    sf.write_text("doctor-s3cret\n")
+    sf.chmod(0o600)
+    other = tmp_path / "other"
+    other.write_text("not-it\n")
+    other.chmod(0o600)
+    secured = MasterDaemon(tmp_path, extra=(f"--auth_secret_file={sf}",))
+    off = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
+
+    def row(master, secret_file):
+        env = dict(off, **({"MC_AUTH_SECRET_FILE": str(secret_file)} if secret_file else {}))
+        p = subprocess.run([sys.executable, "-m", "mooncake.doctor", "--json", "--master",
+                            master.addr], capture_output=True, text=True, timeout=120, env=env)
+        return p.returncode, checks_of(p)[1]["master"]
+
+    try:
+        rc, c = row(secured, sf)
+        assert rc == 0 and c["result"] == "ok" and "its secret is this host's" in c["detail"], c
+        rc, c = row(secured, other)
+        assert rc == 1 and c["result"] == "fail" and "another secret" in c["detail"], c
+        rc, c = row(secured, None)
+        assert rc == 1 and c["result"] == "fail" and "requires" in c["detail"], c
+        rc, c = row(mc_master, sf)
+        assert rc == 1 and c["result"] == "fail" and "without a secret" in c["detail"], c
+        rc, c = row(mc_master, None)
+        assert rc == 0 and c["result"] == "ok" and "none on either side" in c["detail"], c
+    finally:
+        secured.stop()
+    # the secured master counted the probes that did not prove the secret, and
+    # served the one that did as a client (no refusal logged for it)
+    assert "refused a connection to the master rpc port" in secured.log_path.read_text()

@@ -10,6 +10,7 @@ registering memory the daemon cannot map is refused, that malformed
 requests on the socket are answered with an error while the daemon keeps
 serving, and that kill -9 of the daemon makes calls fail fast until a new
 daemon on the same port is back, when the dummy reattaches by itself.
+With a cluster secret, only a dummy that proves it attaches.
 """
 
 import ctypes
@@ -37,12 +38,12 @@ PROTOCOL = -2019
 RPC_FAIL = -900
 
 
-def start(tmp_path, master, port, tenant, env=None):
+def start(tmp_path, master, port, tenant, env=None, extra=()):
     log = open(tmp_path / f"daemon-{uuid.uuid4().hex[:6]}.stderr", "wb+")
     p = subprocess.Popen([EXE, "--host=127.0.0.1", f"--metadata_server={master.meta_uri}",
                           f"--master_server_address={master.addr}",
                           "--global_segment_size=64 MB", f"--port={port}",
-                          f"--tenant_id={tenant}"],
+                          f"--tenant_id={tenant}", *extra],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                          env={**os.environ, **(env or {})})
     pat = re.compile(rb"mooncake_client serving segment=(\S+) .* dummy=@(\S+)")
@@ -711,3 +712,60 @@ def test_root_daemon_mounts_only_files_of_the_dummys_user(daemon):
     finally:
         os.unlink(theirs)
         os.unlink(mine)
+
+def test_cluster_secret_on_the_dummy_socket(tmp_path, monkeypatch):
+    """With MC_AUTH_SECRET the daemon's socket runs the handshake
+    (base/auth_hs.h) first: a dummy with another secret, or none, does not
+    attach (and the daemon logs the refusal); one with the secret works."""
+    from conftest import MasterDaemon
+    # the master and the daemon take it by their flag, the dummy (this
+    # process) from the environment
+    sf = tmp_path / "secret"
+    sf.write_text("dummy-s3cret\n")
+    sf.chmod(0o600)
+    flag = f"--auth_secret_file={sf}"
+    monkeypatch.delenv("MC_AUTH_SECRET_FILE", raising=False)
+    monkeypatch.delenv("MC_AUTH_SECRET", raising=False)
+    m = MasterDaemon(tmp_path, extra=(flag,))
+    port = random.randint(31000, 31999)
+    p = log = None
+    try:
+        p, log, seg = start(tmp_path, m, port, "auth-" + uuid.uuid4().hex[:6], extra=(flag,))
+        for wrong in ("not-it", None):
+            if wrong:
+                monkeypatch.setenv("MC_AUTH_SECRET", wrong)
+            else:
+                monkeypatch.delenv("MC_AUTH_SECRET", raising=False)
+            d = MooncakeDistributedStore()
+            assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") != 0, wrong
+            d.close()
+
+        def refused():
+            log.seek(0)
+            return b"refused a connection to the dummy-client port" in log.read()
+        poll_until(refused, 10, "the daemon's refusal line")
+        # the socket speaks the handshake first: an upstream frame is not answered
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(f"\0mooncake_client_{port}.sock")
+        s.sendall(hdr(201, 1, b""))
+        try:
+            got = s.recv(64)
+        except ConnectionResetError:
+            got = b""
+        assert got == b"", "answered a frame before the handshake"
+        s.close()
+        monkeypatch.setenv("MC_AUTH_SECRET", "dummy-s3cret")
+        d = MooncakeDistributedStore()
+        try:
+            assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+            assert d.get_hostname() == seg
+            val = os.urandom(70000)
+            assert d.put("auth-k", val) == 0
+            assert d.get("auth-k") == val
+        finally:
+            d.close()
+    finally:
+        if p:
+            stop(p, log)
+        m.stop()

@@ -569,3 +569,40 @@ def test_cli_finds_build_programs(monkeypatch):
     r = subprocess.run([PY, "-m", "mooncake.cli", "nope"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize("impl", ["python", "c"])
+def test_metadata_server_secret(impl, tmp_path):
+    """Both servers with --auth_secret_file: PUT and DELETE need the bearer
+    token (401 without or with a wrong one, nothing stored), GET stays open;
+    a secret file its group or others may read stops the server."""
+    secret = tmp_path / "secret"
+    secret.write_text("meta-s3cret\n")
+    secret.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
+    r = subprocess.run(server_argv(impl) + ["--host", "127.0.0.1", "--port", "0",
+                                            "--auth_secret_file", str(secret)],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and f"chmod 600 {secret}" in r.stderr, r.stderr
+    secret.chmod(0o600)
+    s = ServerProc(server_argv(impl) + ["--host", "127.0.0.1", "--port", "0",
+                                        "--auth_secret_file", str(secret)], tmp_path, impl)
+    try:
+        def call(method, token=None, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+            hdrs = {"Authorization": f"Bearer {token}"} if token else {}
+            c.request(method, "/metadata?key=k", body=body, headers=hdrs)
+            r = c.getresponse()
+            out = (r.status, r.read())
+            c.close()
+            return out
+
+        assert call("PUT", body=b"x") == (401, b"authentication required")
+        assert call("PUT", "wrong", b"x")[0] == 401
+        assert call("GET")[0] == 404  # nothing was stored
+        assert call("PUT", "meta-s3cret", b"x") == (200, b"metadata updated")
+        assert call("GET") == (200, b"x")
+        assert call("DELETE")[0] == 401
+        assert call("DELETE", "meta-s3cret") == (200, b"metadata deleted")
+    finally:
+        assert s.stop() == 0

@@ -57,3 +57,38 @@ def test_verify_false_reads_what_is_there(mc_master):
         assert len(got) == len(value) and got[7] == value[7] ^ 0x40
     finally:
         assert s.close() == 0
+
+
+def test_put_session_written_in_order_is_checked(store):
+    """A put session whose pieces arrive in order from offset 0 signs the
+    object (client_verify.c, mc_store_seq_hash), so a whole read of it is
+    checked like a put's; one written out of order has no checksum and a
+    flipped byte then goes through (documented as unchecked)."""
+    value = np.random.default_rng(5).integers(0, 256, MiB, dtype=np.uint8)
+    src = value.ctypes.data
+    assert store.register_buffer(src, MiB) == 0
+    try:
+        half = MiB // 2
+        # in order, in two calls and two buffers per call
+        assert store.batch_put_session_start(["v-sess"], [MiB]) == [0]
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["v-sess"], [[src, src + 4096]], [[4096, half - 4096]], [[0, 4096]]) == [half]
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["v-sess"], [[src + half]], [[half]], [[half]]) == [half]
+        assert store.batch_put_session_end(["v-sess"]) == [0]
+        assert store.get("v-sess") == value.tobytes()
+        flip(store, "v-sess", 777)
+        assert store.get("v-sess") == b""  # caught: the only replica dropped
+        assert store.is_exist("v-sess") == 0
+        # out of order: no checksum, so the flipped byte is served
+        assert store.batch_put_session_start(["v-sess2"], [MiB]) == [0]
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["v-sess2"], [[src + half]], [[half]], [[half]]) == [half]
+        assert store.batch_put_from_multi_buffer_ranges(
+            ["v-sess2"], [[src]], [[half]], [[0]]) == [half]
+        assert store.batch_put_session_end(["v-sess2"]) == [0]
+        flip(store, "v-sess2", 777)
+        got = store.get("v-sess2")
+        assert len(got) == MiB and got[777] == value[777] ^ 0x40
+    finally:
+        assert store.unregister_buffer(src) == 0

@@ -300,6 +300,26 @@ static void secret_comes_from_file_or_environment(void **state)
 	assert_string_equal(s.bytes, "from-the-file");
 	mc_auth_secret_release(&s);
 
+	/* a file its group or others may read is refused, naming the fix */
+	write_file(path, "from-the-file\n", 0644);
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_ERR_INVALID_PARAMS);
+	assert_non_null(strstr(mc_last_error(), "chmod 600"));
+	assert_null(s.bytes);
+	chmod(path, 0640);
+	assert_int_equal(mc_auth_secret_load(path, &s), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_auth_use_file(path), MC_ERR_INVALID_PARAMS); /* a program's flag */
+	chmod(path, 0600);
+	/* the flag: checked, then the environment every loader reads */
+	unsetenv("MC_AUTH_SECRET_FILE");
+	assert_int_equal(mc_auth_use_file(""), MC_OK);
+	assert_null(getenv("MC_AUTH_SECRET_FILE"));
+	assert_int_equal(mc_auth_use_file(path), MC_OK);
+	assert_string_equal(getenv("MC_AUTH_SECRET_FILE"), path);
+	unsetenv("MC_AUTH_SECRET");
+	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_OK);
+	assert_string_equal(s.bytes, "from-the-file");
+	mc_auth_secret_release(&s);
+
 	/* told to authenticate, but nothing usable: refused, not ignored */
 	write_file(path, "\n \n", 0600);
 	assert_int_equal(mc_auth_secret_load(NULL, &s), MC_ERR_INVALID_PARAMS);
