@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "master/alloc.h"
 #include "master/master.h"
 #include "store/proto.h"
@@ -235,6 +236,7 @@ struct mc_master {
 	uint64_t nobjs; /* in both tables */
 	uint64_t *old;	/* while resizing: the table being drained, else NULL */
 	uint64_t old_mask, old_cursor, old_left;
+	struct mc_free_later old_free; /* a drained table, given back a piece a tick */
 
 	/* in-flight puts (MC_OBJ_PROC objects), obj.aux is the index */
 	struct mc_proc *proc;

@@ -101,12 +101,13 @@
 #include "base/time.h"
 #include "mooncake/version.h"
 
-#define MIN_SLOTS     1024u
-#define EVICT_WINDOW  (1u << 18) /* slots one eviction round looks at */
-#define EVICT_IDLE_MS 100u	 /* back-off after a watermark round freed nothing */
-#define PROC_SCAN_MS  1000u
-#define MIGRATE_TICK  (1u << 16) /* and per tick */
-#define SWEEP_TICK_US 100u	 /* the unmount sweep's slice in each tick */
+#define MIN_SLOTS	1024u
+#define EVICT_WINDOW	(1u << 18) /* slots one eviction round looks at */
+#define EVICT_IDLE_MS	100u	   /* back-off after a watermark round freed nothing */
+#define PROC_SCAN_MS	1000u
+#define MIGRATE_TICK	(1u << 16)  /* and per tick */
+#define SWEEP_TICK_US	100u	    /* the unmount sweep's slice in each tick */
+#define FREE_TICK_BYTES (16u << 20) /* of a drained table given back per tick (~1 ms) */
 
 MC_STATIC_ASSERT(offsetof(struct mc_obj, key) == 52, "object header is 52 bytes");
 
@@ -1459,6 +1460,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0 && c->nobjs == 0)
 			c->used = false;
 	}
+	(void)mc_free_later_step(&m->old_free, FREE_TICK_BYTES);
 	if (m->old)
 		mc_master_table_migrate(m, MIGRATE_TICK);
 	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
@@ -1569,6 +1571,7 @@ void mc_master_free(struct mc_master *m)
 		}
 	}
 	mc_free(m->slots);
+	mc_free_later_finish(&m->old_free);
 	for (uint32_t i = 0; m->gslots && i < m->ngslots; i++) {
 		if (m->gslots[i]) {
 			mc_free(m->gslots[i]->mem);
