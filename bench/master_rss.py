@@ -26,7 +26,8 @@ the call until after it, and its longest round trip is the pause a ready
 client saw.
 
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
-                           [--calls] [--pauses removeall|unmount|idle] [--json]
+                           [--calls] [--pauses removeall|unmount|idle] [--after-s 0.5]
+                           [--json]
 """
 import argparse
 import json
@@ -100,7 +101,7 @@ class Master:
             pass
 
 
-def probe_around(build, m, loader, command, reply):
+def probe_around(build, m, loader, command, reply, after_s=0.5):
     """Times the master's RPC loop around one loader command: a --probe
     client calls ExistKey back to back from before the command is sent
     until after its answer; its longest round trip is the longest pause."""
@@ -117,7 +118,7 @@ def probe_around(build, m, loader, command, reply):
         if not line.startswith(reply):
             raise RuntimeError(f"loader answered {line!r} to {command}")
         took = dict(kv.split("=", 1) for kv in line.split()[1:])
-        time.sleep(0.5)
+        time.sleep(after_s)  # and what follows: the emptied table shrinking
     finally:
         probe.stdin.close()
     out = probe.stdout.read()
@@ -134,7 +135,8 @@ def probe_around(build, m, loader, command, reply):
             "max_pause_at_s": round(float(pr.group(5)) - 0.5, 3)}
 
 
-def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None):
+def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None,
+            after_s=0.5):
     exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
     loader = find(build, "bench/store_proto_bench")
     # A long client_ttl: the loader pings every second anyway, but not while
@@ -161,7 +163,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
                 meta = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
             if pauses:  # the longest loop pause around RemoveAll or the unmount
                 reply = {"removeall": "REMOVED", "unmount": "UNMOUNTED", "idle": "IDLE"}[pauses]
-                pause = probe_around(build, m, ld, pauses, reply)
+                pause = probe_around(build, m, ld, pauses, reply, after_s)
         finally:
             ld.stdin.close()
             ld.wait(timeout=60)
@@ -191,12 +193,15 @@ def main():
                          "(a --probe client's longest ExistKey) around one RemoveAll or the "
                          "unmount of the segment holding them all (idle: around nothing, "
                          "the baseline of the machine)")
+    ap.add_argument("--after-s", type=float, default=0.5,
+                    help="--pauses: keep probing this long after the call's answer (the "
+                         "object table shrinks in the ticks after a RemoveAll: seconds at 10 M)")
     ap.add_argument("--calls", action="store_true",
                     help="also time single-key and batched metadata calls (store_proto_bench) "
                          "while the objects are live")
     args = ap.parse_args()
     r = measure(args.build, args.objects, args.value_size, calls=args.calls,
-                pauses=args.pauses)
+                pauses=args.pauses, after_s=args.after_s)
     calls = r.pop("calls", [])
     pause = r.pop("pause", None)
     if args.json:

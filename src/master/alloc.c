@@ -113,7 +113,7 @@
 #define MIN_TABLE_BITS 4u
 #define HASH_MUL       0x9E3779B97F4A7C15ull
 #define EMPTY	       0u	   /* a free table slot; others hold a record index + 1 */
-#define MIGRATE_OPS    8u	   /* old table slots moved per operation while growing */
+#define MIGRATE_OPS    32u	   /* old table slots moved per operation while growing */
 #define FREE_OP_BYTES  (64u << 10) /* of a drained old table given back per operation */
 
 struct blk {
@@ -500,10 +500,31 @@ void mc_offset_alloc_free(struct mc_offset_alloc *a)
 {
 	if (!a)
 		return;
-	mc_free(a->table);
-	mc_free(a->old);
-	mc_free_later_finish(&a->old_free);
-	mc_free(a->recs);
+	mc_offset_alloc_free_with(a, NULL, NULL);
+}
+
+void mc_offset_alloc_free_with(struct mc_offset_alloc *a,
+			       void (*free_big)(void *ctx, void *p, size_t len), void *ctx)
+{
+	void *big[4];
+	size_t len[4];
+
+	if (!a)
+		return;
+	big[0] = a->table;
+	len[0] = sizeof(uint32_t) << a->table_bits;
+	big[1] = a->old;
+	len[1] = a->old ? sizeof(uint32_t) << a->old_bits : 0;
+	big[2] = a->old_free.p; /* handed over as it is: part of it given back already */
+	len[2] = a->old_free.len;
+	big[3] = a->recs;
+	len[3] = (size_t)a->recs_cap * sizeof(struct blk);
+	for (int i = 0; i < 4; i++) {
+		if (free_big && big[i])
+			free_big(ctx, big[i], len[i]);
+		else
+			mc_free(big[i]);
+	}
 	mc_free(a);
 }
 

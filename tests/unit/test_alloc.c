@@ -921,6 +921,46 @@ static void table_grows_a_piece_per_operation(void **state)
 	mc_offset_alloc_free(a);
 }
 
+/* mc_free_later gives a block back page by page (those read as zero after)
+ * and frees it with the last step; NULL is a no-op; a busy one frees its
+ * block when given another (ASan/valgrind would see a leak or a double free). */
+static void free_later_gives_back_in_pieces(void **state)
+{
+	struct mc_free_later f = {0};
+	size_t len = 4 * MIB;
+	unsigned char *p = malloc(len), *q = malloc(len);
+	size_t zero_from = 0, zero_to = 0;
+
+	(void)state;
+	assert_non_null(p);
+	assert_non_null(q);
+	memset(p, 0xab, len);
+	mc_free_later_start(&f, NULL, 123);
+	assert_true(mc_free_later_step(&f, MIB));
+	mc_free_later_start(&f, p, len);
+	assert_false(mc_free_later_step(&f, MIB));
+	/* some whole pages of the first MiB are zero now, nothing past it is */
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] == 0 && !zero_to)
+			zero_from = i;
+		if (p[i] == 0)
+			zero_to = i + 1;
+		else
+			assert_int_equal(p[i], 0xab);
+	}
+	assert_true(zero_to > zero_from && zero_to - zero_from >= MIB / 2);
+	assert_true(zero_to <= MIB);
+	assert_false(mc_free_later_step(&f, MIB));
+	assert_int_equal(p[len - 1], 0xab);
+	mc_free_later_start(&f, q, len); /* frees p at once */
+	assert_ptr_equal(f.p, q);
+	assert_false(mc_free_later_step(&f, len - 1));
+	assert_true(mc_free_later_step(&f, 1));
+	assert_null(f.p);
+	assert_true(mc_free_later_step(&f, 1));
+	mc_free_later_finish(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -948,6 +988,7 @@ int main(void)
 		cmocka_unit_test(strategy_names_parse),
 		cmocka_unit_test(claim_rebuilds_what_alloc_handed_out),
 		cmocka_unit_test(table_grows_a_piece_per_operation),
+		cmocka_unit_test(free_later_gives_back_in_pieces),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
