@@ -22,11 +22,13 @@ With --pauses removeall|unmount|idle it then times the longest pause of the
 master's RPC loop around one RemoveAll (or the unmount of the segment that
 holds every object; idle: no call, the machine's baseline): a second
 client (store_proto_bench --probe) calls ExistKey back to back from before
-the call until after it, and its longest round trip is the pause a ready
-client saw.
+the call until --after-s seconds after it, and its longest round trip is
+the pause a ready client saw.  --probe-load runs the same probe during the
+load (the object table's and the allocator's growth).
 
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
-                           [--calls] [--pauses removeall|unmount|idle] [--json]
+                           [--calls] [--pauses removeall|unmount|idle] [--after-s 0.5]
+                           [--probe-load] [--json]
 """
 import argparse
 import json
@@ -100,16 +102,37 @@ class Master:
             pass
 
 
-def probe_around(build, m, loader, command, reply):
-    """Times the master's RPC loop around one loader command: a --probe
-    client calls ExistKey back to back from before the command is sent
-    until after its answer; its longest round trip is the longest pause."""
+def start_probe(build, m):
+    """A --probe client calling ExistKey back to back until its stdin closes."""
     probe = subprocess.Popen([find(build, "bench/store_proto_bench"), f"--master={m.addr}",
                               "--probe"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
+    if probe.stdout.readline().strip() != "READY":
+        probe.kill()
+        raise RuntimeError("probe did not start")
+    return probe
+
+
+def stop_probe(probe):
+    """Its calls, longest round trip, p99, p99.9 and when the longest began (s)."""
+    probe.stdin.close()
+    out = probe.stdout.read()
+    probe.wait(timeout=60)
+    pr = re.search(r"PROBE calls=(\d+) max_us=(\S+) p99_us=(\S+) p999_us=(\S+) at_s=(\S+)",
+                   out)
+    if not pr:
+        raise RuntimeError(f"probe printed {out!r}")
+    return {"probe_calls": int(pr.group(1)), "max_pause_us": float(pr.group(2)),
+            "probe_p99_us": float(pr.group(3)), "probe_p999_us": float(pr.group(4)),
+            "at_s": float(pr.group(5))}
+
+
+def probe_around(build, m, loader, command, reply, after_s=0.5):
+    """Times the master's RPC loop around one loader command: a --probe
+    client calls ExistKey back to back from before the command is sent
+    until after its answer; its longest round trip is the longest pause."""
+    probe = start_probe(build, m)
     try:
-        if probe.stdout.readline().strip() != "READY":
-            raise RuntimeError("probe did not start")
         time.sleep(0.5)  # a baseline of ordinary round trips before the command
         loader.stdin.write(command + "\n")
         loader.stdin.flush()
@@ -117,24 +140,19 @@ def probe_around(build, m, loader, command, reply):
         if not line.startswith(reply):
             raise RuntimeError(f"loader answered {line!r} to {command}")
         took = dict(kv.split("=", 1) for kv in line.split()[1:])
-        time.sleep(0.5)
+        time.sleep(after_s)  # and what follows: the emptied table shrinking
     finally:
-        probe.stdin.close()
-    out = probe.stdout.read()
-    probe.wait(timeout=60)
-    pr = re.search(r"PROBE calls=(\d+) max_us=(\S+) p99_us=(\S+) p999_us=(\S+) at_s=(\S+)",
-                   out)
-    if not pr:
-        raise RuntimeError(f"probe printed {out!r}")
+        pr = stop_probe(probe)
+    at = pr.pop("at_s")
     return {"call_s": float(took["s"]), **({"count": int(took["count"])} if "count" in took
                                             else {}),
-            "probe_calls": int(pr.group(1)), "max_pause_us": float(pr.group(2)),
-            "probe_p99_us": float(pr.group(3)), "probe_p999_us": float(pr.group(4)),
+            **pr,
             # when the longest began, in seconds after the command was sent
-            "max_pause_at_s": round(float(pr.group(5)) - 0.5, 3)}
+            "max_pause_at_s": round(at - 0.5, 3)}
 
 
-def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None):
+def measure(build, objects, value_size, master_extra=(), calls=False, pauses=None,
+            after_s=0.5, probe_load=False):
     exe = find(build, "tools/mooncake_master", "src/master/mooncake_master")
     loader = find(build, "bench/store_proto_bench")
     # A long client_ttl: the loader pings every second anyway, but not while
@@ -142,6 +160,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
     m = Master(exe, [f"--client_ttl={3600 if pauses else 60}", *master_extra])
     try:
         before = m.rss_kib()
+        lprobe = start_probe(build, m) if probe_load else None
         ld = subprocess.Popen([loader, f"--master={m.addr}", f"--load={objects}",
                                f"--value-size={value_size}"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -153,6 +172,9 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
                     break
             if done is None:
                 raise RuntimeError(f"loader failed (rc={ld.wait()})")
+            if lprobe:  # the loop's longest pause while the table and allocator grew
+                load_pause = stop_probe(lprobe)
+                lprobe = None
             after = m.rss_kib()
             if calls:  # metadata calls while the master is that full
                 r = subprocess.run([loader, f"--master={m.addr}", "--keys=1000", "--batch=1000",
@@ -161,10 +183,13 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
                 meta = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
             if pauses:  # the longest loop pause around RemoveAll or the unmount
                 reply = {"removeall": "REMOVED", "unmount": "UNMOUNTED", "idle": "IDLE"}[pauses]
-                pause = probe_around(build, m, ld, pauses, reply)
+                pause = probe_around(build, m, ld, pauses, reply, after_s)
         finally:
             ld.stdin.close()
             ld.wait(timeout=60)
+            if lprobe:
+                lprobe.kill()
+                lprobe.wait()
         return {
             "objects": objects,
             "value_size": value_size,
@@ -175,6 +200,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
             "load_s": float(done["s"]),
             **({"calls": meta} if calls else {}),
             **({"pause": dict(pause, command=pauses)} if pauses else {}),
+            **({"load_pause": load_pause} if probe_load else {}),
         }
     finally:
         m.stop()
@@ -191,16 +217,24 @@ def main():
                          "(a --probe client's longest ExistKey) around one RemoveAll or the "
                          "unmount of the segment holding them all (idle: around nothing, "
                          "the baseline of the machine)")
+    ap.add_argument("--after-s", type=float, default=0.5,
+                    help="--pauses: keep probing this long after the call's answer (the "
+                         "object table shrinks in the ticks after a RemoveAll: seconds at 10 M)")
+    ap.add_argument("--probe-load", action="store_true",
+                    help="time the longest pause of the RPC loop (a --probe client's longest "
+                         "ExistKey) while the objects are loaded: table and allocator growth")
     ap.add_argument("--calls", action="store_true",
                     help="also time single-key and batched metadata calls (store_proto_bench) "
                          "while the objects are live")
     args = ap.parse_args()
     r = measure(args.build, args.objects, args.value_size, calls=args.calls,
-                pauses=args.pauses)
+                pauses=args.pauses, after_s=args.after_s, probe_load=args.probe_load)
     calls = r.pop("calls", [])
     pause = r.pop("pause", None)
+    load_pause = r.pop("load_pause", None)
     if args.json:
         print(json.dumps(dict(r, **({"calls": calls} if calls else {}),
+                              **({"load_pause": load_pause} if load_pause else {}),
                               **({"pause": pause} if pause else {}))))
     else:
         print("master_rss " + " ".join(
@@ -209,6 +243,8 @@ def main():
             print(f"  {c['case']} batch={c['batch']} calls/s={c['ops_per_s']:.0f} "
                   f"keys/s={c['keys_per_s']:.0f} p50_us={c['p50_us']:.1f} "
                   f"p99_us={c['p99_us']:.1f}")
+        if load_pause:
+            print("  load_pause " + " ".join(f"{k}={v}" for k, v in load_pause.items()))
         if pause:
             print("  pause " + " ".join(f"{k}={v}" for k, v in pause.items()))
 

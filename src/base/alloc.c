@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static atomic_long fault_countdown; /* 0 = disabled; N = fail the Nth call from now */
 
@@ -102,4 +104,45 @@ char *mc_asprintf(const char *fmt, ...)
 	vsnprintf(buf, (size_t)n + 1, fmt, ap);
 	va_end(ap);
 	return buf;
+}
+
+void mc_free_later_finish(struct mc_free_later *f)
+{
+	mc_free(f->p);
+	f->p = NULL;
+	f->len = f->done = 0;
+}
+
+void mc_free_later_start(struct mc_free_later *f, void *p, size_t len)
+{
+	mc_free_later_finish(f);
+	f->p = p;
+	f->len = p ? len : 0;
+}
+
+bool mc_free_later_step(struct mc_free_later *f, size_t budget)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), first, lo, hi, end;
+
+	if (!f->p)
+		return true;
+	if (budget > f->len - f->done)
+		budget = f->len - f->done;
+	/* the whole pages inside [p + done, p + done + budget): glibc's chunk
+	 * header before p and whatever follows p + len stay untouched */
+	first = ((uintptr_t)f->p + pg - 1) & ~(pg - 1);
+	lo = ((uintptr_t)f->p + f->done) & ~(pg - 1); /* where the last step stopped */
+	if (lo < first)
+		lo = first;
+	end = ((uintptr_t)f->p + f->len) & ~(pg - 1);
+	hi = ((uintptr_t)f->p + f->done + budget) & ~(pg - 1);
+	if (hi > end)
+		hi = end;
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	f->done += budget;
+	if (f->done < f->len)
+		return false;
+	mc_free_later_finish(f);
+	return true;
 }

@@ -12,6 +12,7 @@
 #ifndef MC_BASE_ALLOC_H
 #define MC_BASE_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 void *mc_malloc(size_t size);
@@ -25,6 +26,30 @@ char *mc_strdup(const char *s);
 char *mc_strndup(const char *s, size_t n);
 /* malloc'ed printf; NULL on failure. */
 char *mc_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * Freeing a large block a piece at a time.  Freeing a block of hundreds of
+ * megabytes (a hash table that was just replaced by a bigger or smaller
+ * one) makes the kernel release all its pages in the one free call (glibc
+ * maps such blocks separately and unmaps them on free): about 0.1 s per
+ * GiB, which a loop serving requests must not stop for.  Hand the block
+ * to a struct mc_free_later instead and call mc_free_later_step with a
+ * byte budget from the loop: each step gives the next pages of it back
+ * (madvise MADV_DONTNEED on the block's whole pages; the block's bytes
+ * read as zero afterwards, nothing else is touched), and the last one
+ * frees it.  One block at a time: mc_free_later_start on a busy one frees
+ * the block it held at once.  Zero-initialise the struct; NULL p is a
+ * no-op.
+ */
+struct mc_free_later {
+	char *p;
+	size_t len;
+	size_t done; /* bytes of p given back so far */
+};
+void mc_free_later_start(struct mc_free_later *f, void *p, size_t len);
+/* Give back up to budget more bytes; true when nothing is left (freed). */
+bool mc_free_later_step(struct mc_free_later *f, size_t budget);
+/* Free what is left at once (shutdown). */
+void mc_free_later_finish(struct mc_free_later *f);
 /* Fail the nth allocation from now (1 = the next one); 0 disarms.  For tests. */
 void mc_alloc_fault_arm(long nth);
 

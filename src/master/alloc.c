@@ -56,9 +56,18 @@
  * Memory.  Per live allocation: its record (32 bytes), on average about
  * one free-block record more under fragmentation, and 8-16 bytes of hash
  * table (load kept between 1/4 and 1/2), i.e. roughly 40-80 bytes.  Both
- * arrays double when full; that copy (and the rehash) is the only non-O(1)
- * step, amortised over the allocations that filled them.  They never
- * shrink except through mc_offset_alloc_free.
+ * arrays double when full.  The records grow by realloc (glibc moves a
+ * big block by remapping its pages, no copy); the table grows
+ * incrementally, as the master's object table does: a bigger one is
+ * allocated zeroed (slots hold a record index + 1, 0 is empty, so calloc's
+ * lazily zeroed pages need no memset), each later alloc, claim and
+ * release moves MIGRATE_OPS slots of the old one over (whole runs, from a
+ * slot that was empty when the move began, so probe sequences of the
+ * slots not yet moved stay intact), lookups and deletes look in the new
+ * table and then the old one, and the drained old table is given back a
+ * piece per operation (mc_free_later).  A rehash of 50 M blocks in one go
+ * stopped the master's loop for 0.5-1 s.  They never shrink except
+ * through mc_offset_alloc_free.
  *
  * Invariants (mc_offset_alloc_check verifies all of them):
  *   I1 blocks tile [0, units): the chain from recs[0] by next_phys has
@@ -103,6 +112,9 @@
 #define MIN_RECORDS    16u
 #define MIN_TABLE_BITS 4u
 #define HASH_MUL       0x9E3779B97F4A7C15ull
+#define EMPTY	       0u	   /* a free table slot; others hold a record index + 1 */
+#define MIGRATE_OPS    32u	   /* old table slots moved per operation while growing */
+#define FREE_OP_BYTES  (64u << 10) /* of a drained old table given back per operation */
 
 struct blk {
 	uint64_t off;	    /* units from a->base */
@@ -121,24 +133,28 @@ struct blk {
 MC_STATIC_ASSERT(sizeof(struct blk) == 32, "block record is 32 bytes");
 
 struct mc_offset_alloc {
-	uint64_t base;		  /* address of unit 0 */
-	uint64_t units;		  /* range length in units */
-	unsigned shift;		  /* log2(min_align) */
-	unsigned nfl;		  /* first-level classes */
-	uint64_t fl_bitmap;	  /* bit fl: sl_bitmap[fl] != 0 */
-	uint32_t *sl_bitmap;	  /* [nfl]; bit sl: heads[fl*32+sl] != NIL */
-	uint32_t *heads;	  /* [nfl * SL_COUNT] free-list heads */
-	struct blk *recs;	  /* block records */
-	uint32_t nrecs;		  /* records handed out at least once */
-	uint32_t recs_cap;	  /* allocated length of recs */
-	uint32_t spare;		  /* recycled records */
-	unsigned table_bits;	  /* log2(table slots) */
-	uint32_t *table;	  /* used-block index by offset */
-	uint64_t used_units;	  /* units in used blocks */
-	uint64_t requested_bytes; /* sum of u.req over used blocks */
-	uint64_t nused;		  /* used blocks */
-	uint64_t nfree;		  /* free blocks */
-	uint32_t cls[];		  /* storage for sl_bitmap and heads */
+	uint64_t base;	     /* address of unit 0 */
+	uint64_t units;	     /* range length in units */
+	unsigned shift;	     /* log2(min_align) */
+	unsigned nfl;	     /* first-level classes */
+	uint64_t fl_bitmap;  /* bit fl: sl_bitmap[fl] != 0 */
+	uint32_t *sl_bitmap; /* [nfl]; bit sl: heads[fl*32+sl] != NIL */
+	uint32_t *heads;     /* [nfl * SL_COUNT] free-list heads */
+	struct blk *recs;    /* block records */
+	uint32_t nrecs;	     /* records handed out at least once */
+	uint32_t recs_cap;   /* allocated length of recs */
+	uint32_t spare;	     /* recycled records */
+	unsigned table_bits; /* log2(table slots) */
+	uint32_t *table;     /* used-block index by offset: record index + 1 */
+	uint32_t *old;	     /* while growing: the table being drained, else NULL */
+	unsigned old_bits;
+	size_t old_cursor, old_left;
+	struct mc_free_later old_free; /* a drained table, given back in pieces */
+	uint64_t used_units;	       /* units in used blocks */
+	uint64_t requested_bytes;      /* sum of u.req over used blocks */
+	uint64_t nused;		       /* used blocks */
+	uint64_t nfree;		       /* free blocks */
+	uint32_t cls[];		       /* storage for sl_bitmap and heads */
 };
 
 static inline uint64_t blk_len(const struct blk *b)
@@ -265,19 +281,41 @@ static inline size_t table_mask(const struct mc_offset_alloc *a)
 	return ((size_t)1 << a->table_bits) - 1;
 }
 
-/* Slot holding the used block at unit offset key, or SIZE_MAX. */
-static size_t table_find(const struct mc_offset_alloc *a, uint64_t key)
+/* Slot of t (2^bits slots) holding the used block at unit offset key, or SIZE_MAX. */
+static size_t tab_find(const uint32_t *t, unsigned bits, const struct blk *recs, uint64_t key)
 {
-	size_t mask = table_mask(a);
-	size_t i = slot_of(key, a->table_bits);
-	uint32_t idx;
+	size_t mask = ((size_t)1 << bits) - 1;
+	size_t i = slot_of(key, bits);
+	uint32_t v;
 
-	while ((idx = a->table[i]) != NIL) {
-		if (a->recs[idx].off == key)
+	while ((v = t[i]) != EMPTY) {
+		if (recs[v - 1].off == key)
 			return i;
 		i = (i + 1) & mask;
 	}
 	return SIZE_MAX;
+}
+
+/* Record index of the used block at unit offset key (NIL if none), with the
+ * table and slot that hold it. */
+static uint32_t table_lookup(const struct mc_offset_alloc *a, uint64_t key, uint32_t **tab_out,
+			     unsigned *bits_out, size_t *slot_out)
+{
+	uint32_t *t = a->table;
+	unsigned bits = a->table_bits;
+	size_t i = tab_find(t, bits, a->recs, key);
+
+	if (i == SIZE_MAX && a->old) {
+		t = a->old;
+		bits = a->old_bits;
+		i = tab_find(t, bits, a->recs, key);
+	}
+	if (i == SIZE_MAX)
+		return NIL;
+	*tab_out = t;
+	*bits_out = bits;
+	*slot_out = i;
+	return t[i] - 1;
 }
 
 static void table_put(uint32_t *table, unsigned bits, uint64_t key, uint32_t idx)
@@ -285,53 +323,97 @@ static void table_put(uint32_t *table, unsigned bits, uint64_t key, uint32_t idx
 	size_t mask = ((size_t)1 << bits) - 1;
 	size_t i = slot_of(key, bits);
 
-	while (table[i] != NIL)
+	while (table[i] != EMPTY)
 		i = (i + 1) & mask;
-	table[i] = idx;
+	table[i] = idx + 1;
+}
+
+/* Move up to budget slots of the old table (whole runs) into the new one;
+ * with none left, give back the next piece of a drained one. */
+static void table_migrate(struct mc_offset_alloc *a, size_t budget)
+{
+	size_t omask;
+
+	if (!a->old) {
+		(void)mc_free_later_step(&a->old_free, FREE_OP_BYTES);
+		return;
+	}
+	omask = ((size_t)1 << a->old_bits) - 1;
+	while (budget) {
+		size_t i = a->old_cursor;
+
+		if (a->old_left == 0) {
+			mc_free_later_start(&a->old_free, a->old, sizeof(uint32_t) << a->old_bits);
+			a->old = NULL;
+			return;
+		}
+		if (a->old[i] == EMPTY) {
+			a->old_cursor = (i + 1) & omask;
+			a->old_left--;
+			budget--;
+			continue;
+		}
+		while (a->old[i] != EMPTY) {
+			uint32_t v = a->old[i];
+
+			table_put(a->table, a->table_bits, a->recs[v - 1].off, v - 1);
+			a->old[i] = EMPTY;
+			i = (i + 1) & omask;
+			a->old_left--;
+			if (budget)
+				budget--;
+		}
+		a->old_cursor = i;
+	}
 }
 
 /* Make room for one more used block, keeping the load at or under 1/2. */
 static bool table_reserve(struct mc_offset_alloc *a)
 {
 	unsigned bits = a->table_bits + 1;
-	size_t i, n = (size_t)1 << a->table_bits;
+	size_t n = (size_t)1 << a->table_bits, start = 0;
 	uint32_t *t;
 
+	table_migrate(a, MIGRATE_OPS);
 	if ((a->nused + 1) * 2 <= n)
 		return true;
 	if (bits > 40)
 		return false;
-	t = mc_malloc(sizeof(*t) << bits);
+	/* the old table drains long before the new one fills (MIGRATE_OPS per
+	 * operation against 2^bits / 4 operations); settle it if not */
+	table_migrate(a, SIZE_MAX);
+	t = mc_calloc((size_t)1 << bits, sizeof(*t));
 	if (!t)
 		return false;
-	memset(t, 0xff, sizeof(*t) << bits);
-	for (i = 0; i < n; i++)
-		if (a->table[i] != NIL)
-			table_put(t, bits, a->recs[a->table[i]].off, a->table[i]);
-	mc_free(a->table);
+	while (a->table[start] != EMPTY) /* the load is at most 1/2: one is empty */
+		start++;
+	a->old = a->table;
+	a->old_bits = a->table_bits;
+	a->old_cursor = start;
+	a->old_left = n;
 	a->table = t;
 	a->table_bits = bits;
+	table_migrate(a, MIGRATE_OPS);
 	return true;
 }
 
-/* Remove slot i; shift later members of its cluster back so probes never stop early. */
-static void table_delete(struct mc_offset_alloc *a, size_t i)
+/* Remove slot i of t; shift later members of its cluster back so probes never stop early. */
+static void table_delete(uint32_t *t, unsigned bits, const struct blk *recs, size_t i)
 {
-	size_t mask = table_mask(a);
+	size_t mask = ((size_t)1 << bits) - 1;
 	size_t j = i, k;
-	uint32_t *t = a->table;
 
 	for (;;) {
 		j = (j + 1) & mask;
-		if (t[j] == NIL)
+		if (t[j] == EMPTY)
 			break;
-		k = slot_of(a->recs[t[j]].off, a->table_bits);
+		k = slot_of(recs[t[j] - 1].off, bits);
 		if (j > i ? (k <= i || k > j) : (k <= i && k > j)) {
 			t[i] = t[j];
 			i = j;
 		}
 	}
-	t[i] = NIL;
+	t[i] = EMPTY;
 }
 
 static void reset(struct mc_offset_alloc *a)
@@ -340,7 +422,9 @@ static void reset(struct mc_offset_alloc *a)
 
 	memset(a->cls, 0, a->nfl * sizeof(uint32_t));
 	memset(a->heads, 0xff, (size_t)a->nfl * SL_COUNT * sizeof(uint32_t));
-	memset(a->table, 0xff, sizeof(uint32_t) << a->table_bits);
+	table_migrate(a, SIZE_MAX); /* a growth in progress: settle it */
+	mc_free_later_finish(&a->old_free);
+	memset(a->table, 0, sizeof(uint32_t) << a->table_bits);
 	a->fl_bitmap = 0;
 	a->nrecs = 1;
 	a->spare = NIL;
@@ -396,7 +480,7 @@ mc_status mc_offset_alloc_new(uint64_t base, uint64_t size, uint64_t min_align,
 	if (!a->recs)
 		goto err_free_alloc;
 	a->table_bits = MIN_TABLE_BITS;
-	a->table = mc_malloc(sizeof(uint32_t) << MIN_TABLE_BITS);
+	a->table = mc_calloc((size_t)1 << MIN_TABLE_BITS, sizeof(uint32_t));
 	if (!a->table)
 		goto err_free_recs;
 	reset(a);
@@ -416,8 +500,31 @@ void mc_offset_alloc_free(struct mc_offset_alloc *a)
 {
 	if (!a)
 		return;
-	mc_free(a->table);
-	mc_free(a->recs);
+	mc_offset_alloc_free_with(a, NULL, NULL);
+}
+
+void mc_offset_alloc_free_with(struct mc_offset_alloc *a,
+			       void (*free_big)(void *ctx, void *p, size_t len), void *ctx)
+{
+	void *big[4];
+	size_t len[4];
+
+	if (!a)
+		return;
+	big[0] = a->table;
+	len[0] = sizeof(uint32_t) << a->table_bits;
+	big[1] = a->old;
+	len[1] = a->old ? sizeof(uint32_t) << a->old_bits : 0;
+	big[2] = a->old_free.p; /* handed over as it is: part of it given back already */
+	len[2] = a->old_free.len;
+	big[3] = a->recs;
+	len[3] = (size_t)a->recs_cap * sizeof(struct blk);
+	for (int i = 0; i < 4; i++) {
+		if (free_big && big[i])
+			free_big(ctx, big[i], len[i]);
+		else
+			mc_free(big[i]);
+	}
 	mc_free(a);
 }
 
@@ -558,35 +665,35 @@ mc_status mc_offset_alloc_claim(struct mc_offset_alloc *a, uint64_t addr, uint64
 	return MC_OK;
 }
 
-/* Record index of the live block at addr, with its table slot; NIL if none. */
-static uint32_t find_live(const struct mc_offset_alloc *a, uint64_t addr, size_t *slot_out)
+/* Record index of the live block at addr, with the table and slot holding
+ * it; NIL if none. */
+static uint32_t find_live(const struct mc_offset_alloc *a, uint64_t addr, uint32_t **tab_out,
+			  unsigned *bits_out, size_t *slot_out)
 {
 	uint64_t rel;
-	size_t slot;
 
 	if (addr < a->base)
 		return NIL;
 	rel = addr - a->base;
 	if (rel & ((1ull << a->shift) - 1) || (rel >> a->shift) >= a->units)
 		return NIL;
-	slot = table_find(a, rel >> a->shift);
-	if (slot == SIZE_MAX)
-		return NIL;
-	*slot_out = slot;
-	return a->table[slot];
+	return table_lookup(a, rel >> a->shift, tab_out, bits_out, slot_out);
 }
 
 mc_status mc_offset_alloc_release(struct mc_offset_alloc *a, uint64_t addr)
 {
 	size_t slot = 0;
-	uint32_t idx = find_live(a, addr, &slot), p, n;
+	uint32_t *tab = NULL;
+	unsigned bits = 0;
+	uint32_t idx = find_live(a, addr, &tab, &bits, &slot), p, n;
 	struct blk *b;
 
 	if (idx == NIL) {
 		mc_warn("allocator: release of 0x%" PRIx64 ", which is not a live block", addr);
 		return MC_ERR_INVALID_PARAMS;
 	}
-	table_delete(a, slot);
+	table_delete(tab, bits, a->recs, slot);
+	table_migrate(a, MIGRATE_OPS);
 	b = &a->recs[idx];
 	a->used_units -= b->len;
 	a->requested_bytes -= b->u.req;
@@ -620,7 +727,9 @@ mc_status mc_offset_alloc_release(struct mc_offset_alloc *a, uint64_t addr)
 mc_status mc_offset_alloc_lookup(const struct mc_offset_alloc *a, uint64_t addr, uint64_t *len_out)
 {
 	size_t slot;
-	uint32_t idx = find_live(a, addr, &slot);
+	uint32_t *tab;
+	unsigned bits;
+	uint32_t idx = find_live(a, addr, &tab, &bits, &slot);
 
 	if (idx == NIL)
 		return MC_ERR_INVALID_PARAMS;
@@ -656,7 +765,9 @@ void mc_offset_alloc_stats(const struct mc_offset_alloc *a, struct mc_offset_all
 	s.nfree_blocks = a->nfree;
 	s.meta_bytes = sizeof(*a) + (uint64_t)a->nfl * (SL_COUNT + 1) * sizeof(uint32_t) +
 		       (uint64_t)a->recs_cap * sizeof(struct blk) +
-		       (sizeof(uint32_t) << a->table_bits);
+		       (sizeof(uint32_t) << a->table_bits) +
+		       (a->old ? sizeof(uint32_t) << a->old_bits : 0) +
+		       (a->old_free.len - a->old_free.done);
 	*stats_out = s;
 }
 
@@ -746,8 +857,11 @@ bool mc_offset_alloc_check(const struct mc_offset_alloc *a)
 			CHECK(!prev_free, "check: free records %u and %u are adjacent", prev, i);
 			nfree++;
 		} else {
-			CHECK(table_find(a, b->off) != SIZE_MAX &&
-				      a->table[table_find(a, b->off)] == i,
+			uint32_t *tab;
+			unsigned bits;
+			size_t slot;
+
+			CHECK(table_lookup(a, b->off, &tab, &bits, &slot) == i,
 			      "check: used record %u is not in the table", i);
 			used += blk_len(b);
 			req += b->u.req;
@@ -761,12 +875,18 @@ bool mc_offset_alloc_check(const struct mc_offset_alloc *a)
 	CHECK(used == a->used_units && req == a->requested_bytes && nused == a->nused &&
 		      nfree == a->nfree,
 	      "check: counters disagree with the chain");
-	for (s = 0; s < slots; s++) {
-		if (a->table[s] == NIL)
-			continue;
-		CHECK(a->table[s] < a->nrecs && !blk_free(&a->recs[a->table[s]]),
-		      "check: table slot %zu holds a free or bogus record", s);
-		ntable++;
+	for (int k = 0; k < 2; k++) {
+		const uint32_t *t = k ? a->old : a->table;
+		size_t n = k ? (a->old ? (size_t)1 << a->old_bits : 0) : slots;
+
+		for (s = 0; s < n; s++) {
+			if (t[s] == EMPTY)
+				continue;
+			CHECK(t[s] - 1 < a->nrecs && !blk_free(&a->recs[t[s] - 1]),
+			      "check: %s table slot %zu holds a free or bogus record",
+			      k ? "old" : "", s);
+			ntable++;
+		}
 	}
 	CHECK(ntable == a->nused, "check: table holds %" PRIu64 " blocks, %" PRIu64 " used", ntable,
 	      a->nused);

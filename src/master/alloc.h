@@ -52,6 +52,11 @@ mc_status mc_offset_alloc_new(uint64_t base, uint64_t size, uint64_t min_align,
 
 /* Free the allocator and its bookkeeping (live blocks are forgotten).  NULL is a no-op. */
 void mc_offset_alloc_free(struct mc_offset_alloc *a);
+/* The same, but its big arrays (block records, tables: hundreds of MB at
+ * 10^7 blocks, which glibc unmaps in the free call) go to free_big(ctx, p,
+ * len), which must mc_free them, at once or later. */
+void mc_offset_alloc_free_with(struct mc_offset_alloc *a,
+			       void (*free_big)(void *ctx, void *p, size_t len), void *ctx);
 
 /*
  * Release every block at once: the allocator returns to one free block

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "master/alloc.h"
 #include "master/master.h"
 #include "store/proto.h"
@@ -235,6 +236,9 @@ struct mc_master {
 	uint64_t nobjs; /* in both tables */
 	uint64_t *old;	/* while resizing: the table being drained, else NULL */
 	uint64_t old_mask, old_cursor, old_left;
+	/* big blocks given back a piece a tick: drained tables, unmounted
+	 * segments' allocator arrays (mc_master_free_later) */
+	struct mc_free_later big_free[8];
 
 	/* in-flight puts (MC_OBJ_PROC objects), obj.aux is the index */
 	struct mc_proc *proc;
@@ -475,6 +479,9 @@ void mc_master_table_settle(struct mc_master *m);
 /* table.c internals for objects.c: move up to budget old slots (resizing),
  * start a resize to nslots, delete o's slot. */
 void mc_master_table_migrate(struct mc_master *m, uint64_t budget);
+/* Free p (len bytes) over the next ticks (FREE_TICK_BYTES a tick) when it
+ * is big, at once otherwise.  Its free_big signature: ctx is the master. */
+void mc_master_free_later(void *m, void *p, size_t len);
 mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots);
 void mc_master_table_delete(struct mc_master *m, const struct mc_obj *o);
 

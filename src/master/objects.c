@@ -101,12 +101,14 @@
 #include "base/time.h"
 #include "mooncake/version.h"
 
-#define MIN_SLOTS     1024u
-#define EVICT_WINDOW  (1u << 18) /* slots one eviction round looks at */
-#define EVICT_IDLE_MS 100u	 /* back-off after a watermark round freed nothing */
-#define PROC_SCAN_MS  1000u
-#define MIGRATE_TICK  (1u << 16) /* and per tick */
-#define SWEEP_TICK_US 100u	 /* the unmount sweep's slice in each tick */
+#define MIN_SLOTS	1024u
+#define EVICT_WINDOW	(1u << 18) /* slots one eviction round looks at */
+#define EVICT_IDLE_MS	100u	   /* back-off after a watermark round freed nothing */
+#define PROC_SCAN_MS	1000u
+#define MIGRATE_TICK	(1u << 16)  /* and per tick */
+#define SWEEP_TICK_US	100u	    /* the unmount sweep's slice in each tick */
+#define FREE_TICK_BYTES (16u << 20) /* of big freed blocks given back per tick (~1 ms) */
+#define FREE_LATER_MIN	(1u << 20)  /* smaller blocks are freed at once */
 
 MC_STATIC_ASSERT(offsetof(struct mc_obj, key) == 52, "object header is 52 bytes");
 
@@ -918,7 +920,7 @@ void mc_master_seg_unmount(struct mc_master *m, uint32_t slot)
 	mc_master_wal_unmount(m, slot);
 	m->capacity_bytes -= mc_offset_alloc_capacity(s->alloc);
 	m->allocated_bytes -= s->used;
-	mc_offset_alloc_free(s->alloc);
+	mc_offset_alloc_free_with(s->alloc, mc_master_free_later, m);
 	s->alloc = NULL;
 	s->used = 0;
 	s->gen++;
@@ -1415,6 +1417,8 @@ static void expire_zombies(struct mc_master *m, uint64_t now_ms)
 	}
 }
 
+static void free_later_tick(struct mc_master *m);
+
 uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 {
 	double used;
@@ -1459,11 +1463,49 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0 && c->nobjs == 0)
 			c->used = false;
 	}
+	free_later_tick(m);
 	if (m->old)
 		mc_master_table_migrate(m, MIGRATE_TICK);
 	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
 		(void)mc_master_table_resize(m, (m->mask + 1) / 2);
 	return 10;
+}
+
+/* ------------------------------------------------------------------------ */
+/* big frees in pieces                                                       */
+
+void mc_master_free_later(void *mp, void *p, size_t len)
+{
+	struct mc_master *m = mp;
+	struct mc_free_later *f = &m->big_free[0];
+
+	if (len < FREE_LATER_MIN) {
+		mc_free(p);
+		return;
+	}
+	for (size_t i = 0; i < MC_ARRAY_SIZE(m->big_free); i++) {
+		if (!m->big_free[i].p) {
+			f = &m->big_free[i];
+			break;
+		}
+	}
+	mc_free_later_start(f, p, len); /* all busy: the first one is freed at once */
+}
+
+/* Give back up to FREE_TICK_BYTES of the pending blocks, first slot first. */
+static void free_later_tick(struct mc_master *m)
+{
+	size_t budget = FREE_TICK_BYTES;
+
+	for (size_t i = 0; i < MC_ARRAY_SIZE(m->big_free) && budget; i++) {
+		struct mc_free_later *f = &m->big_free[i];
+		size_t step = MC_MIN(f->len - f->done, budget);
+
+		if (f->p) {
+			(void)mc_free_later_step(f, step);
+			budget -= step;
+		}
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1569,6 +1611,8 @@ void mc_master_free(struct mc_master *m)
 		}
 	}
 	mc_free(m->slots);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(m->big_free); i++)
+		mc_free_later_finish(&m->big_free[i]);
 	for (uint32_t i = 0; m->gslots && i < m->ngslots; i++) {
 		if (m->gslots[i]) {
 			mc_free(m->gslots[i]->mem);

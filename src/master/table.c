@@ -142,7 +142,9 @@ void mc_master_table_migrate(struct mc_master *m, uint64_t budget)
 		uint64_t i = m->old_cursor;
 
 		if (m->old_left == 0) {
-			mc_free(m->old);
+			/* hundreds of MB at 10^8 objects: unmapped in one call that
+			 * is a pause of its own; the tick gives it back in pieces */
+			mc_master_free_later(m, m->old, (m->old_mask + 1) * sizeof(uint64_t));
 			m->old = NULL;
 			break;
 		}

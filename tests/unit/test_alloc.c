@@ -868,6 +868,99 @@ static void claim_rebuilds_what_alloc_handed_out(void **state)
 	mc_offset_alloc_free(b);
 }
 
+/*
+ * The block table grows incrementally: after the alloc that doubles it the
+ * old table is still held (its size shows in meta_bytes) and drains over
+ * the next operations, while lookups, releases (of blocks still in the old
+ * table too) and claims keep working.  Before, the whole table was rehashed
+ * in that one alloc (0.5-1 s at 50 M blocks).
+ */
+static void table_grows_a_piece_per_operation(void **state)
+{
+	enum { N = 20000 };
+	struct mc_offset_alloc *a = new_alloc(0x100000, 64 * MIB, 64);
+	uint64_t *addrs = calloc(N, sizeof(*addrs)), len, prev_meta = 0, rng = 7;
+	int live = 0, drained = 0;
+
+	(void)state;
+	assert_non_null(addrs);
+	for (int i = 0; i < N; i++) {
+		struct mc_offset_alloc_stats s;
+
+		addrs[live++] = must_alloc(a, 64);
+		if (i % 7 == 3) { /* release an earlier block, often one in the old table */
+			int k = (int)(mc_alloc_rand(&rng) % (uint64_t)live);
+
+			assert_int_equal(mc_offset_alloc_release(a, addrs[k]), MC_OK);
+			assert_int_equal(mc_offset_alloc_release(a, addrs[k]),
+					 MC_ERR_INVALID_PARAMS);
+			addrs[k] = addrs[--live];
+		}
+		s = stats_of(a);
+		/* the tables never shrink here, so less metadata is an old table
+		 * given back some operations after the doubling that replaced it */
+		if (prev_meta && s.meta_bytes < prev_meta)
+			drained++;
+		prev_meta = s.meta_bytes;
+		if (i % 2500 == 0 || i == N - 1) {
+			assert_true(mc_offset_alloc_check(a));
+			for (int k = 0; k < live; k++) {
+				assert_int_equal(mc_offset_alloc_lookup(a, addrs[k], &len), MC_OK);
+				assert_int_equal(len, 64);
+			}
+		}
+	}
+	assert_true(drained >= 8); /* 16 -> 2^16 slots: a dozen doublings */
+	for (int k = 0; k < live; k++) {
+		assert_int_equal(mc_offset_alloc_release(a, addrs[k]), MC_OK);
+		if (k % 1000 == 0)
+			assert_true(mc_offset_alloc_check(a));
+	}
+	assert_empty(a);
+	free(addrs);
+	mc_offset_alloc_free(a);
+}
+
+/* mc_free_later gives a block back page by page (those read as zero after)
+ * and frees it with the last step; NULL is a no-op; a busy one frees its
+ * block when given another (ASan/valgrind would see a leak or a double free). */
+static void free_later_gives_back_in_pieces(void **state)
+{
+	struct mc_free_later f = {0};
+	size_t len = 4 * MIB;
+	unsigned char *p = malloc(len), *q = malloc(len);
+	size_t zero_from = 0, zero_to = 0;
+
+	(void)state;
+	assert_non_null(p);
+	assert_non_null(q);
+	memset(p, 0xab, len);
+	mc_free_later_start(&f, NULL, 123);
+	assert_true(mc_free_later_step(&f, MIB));
+	mc_free_later_start(&f, p, len);
+	assert_false(mc_free_later_step(&f, MIB));
+	/* some whole pages of the first MiB are zero now, nothing past it is */
+	for (size_t i = 0; i < len; i++) {
+		if (p[i] == 0 && !zero_to)
+			zero_from = i;
+		if (p[i] == 0)
+			zero_to = i + 1;
+		else
+			assert_int_equal(p[i], 0xab);
+	}
+	assert_true(zero_to > zero_from && zero_to - zero_from >= MIB / 2);
+	assert_true(zero_to <= MIB);
+	assert_false(mc_free_later_step(&f, MIB));
+	assert_int_equal(p[len - 1], 0xab);
+	mc_free_later_start(&f, q, len); /* frees p at once */
+	assert_ptr_equal(f.p, q);
+	assert_false(mc_free_later_step(&f, len - 1));
+	assert_true(mc_free_later_step(&f, 1));
+	assert_null(f.p);
+	assert_true(mc_free_later_step(&f, 1));
+	mc_free_later_finish(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -894,6 +987,8 @@ int main(void)
 		cmocka_unit_test(placement_failures),
 		cmocka_unit_test(strategy_names_parse),
 		cmocka_unit_test(claim_rebuilds_what_alloc_handed_out),
+		cmocka_unit_test(table_grows_a_piece_per_operation),
+		cmocka_unit_test(free_later_gives_back_in_pieces),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
