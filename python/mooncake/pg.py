@@ -40,7 +40,8 @@ import os
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from enum import IntEnum
 
@@ -309,12 +310,15 @@ class MooncakeP2PWork:
     """An operation running on a worker thread (the group's collective thread,
     or a send/recv pair's); wait() blocks until it finished."""
 
-    def __init__(self, fut, max_group_size, source=-1):
+    def __init__(self, fut, max_group_size, source=-1, runner=None):
         self._fut = fut
         self._max = max_group_size
         self._source = source
+        self._runner = runner  # runs the operation in the waiting thread if not yet started
 
     def _done(self):
+        if self._runner is not None and not self._fut.done():
+            self._runner()
         return self._fut.result()
 
     def wait(self, timeout=None):
@@ -353,6 +357,67 @@ class MooncakeP2PWork:
     @property
     def local_success(self):
         return self._done().local_success
+
+
+# ---------------------------------------------------------------- the collective lane
+
+class _Op:
+    def __init__(self, fn):
+        self.fn = fn
+        self.fut = Future()
+
+    def run(self):
+        try:
+            self.fut.set_result(self.fn())
+        except BaseException as e:  # handed to wait(), as torch's Work does
+            self.fut.set_exception(e)
+
+
+class _Lane:
+    """A group's collectives, run in issue order under the group's lock: by
+    the lane's thread (so async_op=True work progresses beside the caller), or
+    by a caller whose wait() finds its operation not yet started (so a
+    blocking collective pays no thread hand-off).  Popping and running both
+    happen under the group's lock, so whoever holds it runs the queue's head:
+    the order holds whichever thread runs an operation.  The thread leaves
+    after IDLE_S without work and starts again with the next."""
+
+    IDLE_S = 5.0
+
+    def __init__(self, lock):
+        self.lock = lock               # the group's RLock
+        self.q = deque()
+        self.cv = threading.Condition(threading.Lock())
+        self.thread = None
+
+    def submit(self, fn):
+        op = _Op(fn)
+        with self.cv:
+            self.q.append(op)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="mooncake-pg-coll",
+                                               daemon=True)
+                self.thread.start()
+            self.cv.notify()
+        return op
+
+    def _loop(self):
+        while True:
+            with self.cv:
+                if not self.q and not self.cv.wait_for(lambda: self.q, self.IDLE_S):
+                    self.thread = None
+                    return
+            self.run_until(None)
+
+    def run_until(self, target):
+        """Run queued operations in order until target is done (None: the queue is empty)."""
+        with self.lock:
+            while True:
+                with self.cv:
+                    if not self.q or (target is not None and target.fut.done()):
+                        return
+                    op = self.q.popleft()
+                op.run()
 
 
 # ---------------------------------------------------------------- the group
@@ -394,6 +459,7 @@ class MooncakeProcessGroup(ProcessGroup):
         self._broken = False       # the mailboxes' streams are out of step
         self._lock = threading.RLock()   # held by each operation and membership change
         self._wlock = threading.Lock()   # the worker table
+        self._lane = _Lane(self._lock)
         _ctx.ensure_engine()
         if is_extension:
             # a replacement: no mailboxes until the members activate it (join_group)
@@ -504,16 +570,16 @@ class MooncakeProcessGroup(ProcessGroup):
         return MooncakeWork(hint, tensors, source)
 
     def _submit(self, body, tensors=()):
-        """Run body(state) on the group's collective thread, in issue order: the
-        caller gets a work handle at once (async_op=True overlaps with it) and
-        wait() blocks until the operation finished."""
+        """Queue body(state) on the group's lane, in issue order: the caller gets
+        a work handle at once (async_op=True overlaps with it) and wait()
+        blocks until the operation finished."""
         def run():
-            with self._lock:
-                self._check_usable()
-                state = [0]
-                body(state)
-                return self._finish(state[0], tensors)
-        return MooncakeP2PWork(self._executor(("coll", -1)).submit(run), self._max)
+            self._check_usable()
+            state = [0]
+            body(state)
+            return self._finish(state[0], tensors)
+        op = self._lane.submit(run)
+        return MooncakeP2PWork(op.fut, self._max, runner=lambda: self._lane.run_until(op))
 
     def _coll_op(self, fn, *args):
         return self._submit(lambda state: fn(state, self._active_list(), *args),
