@@ -13,11 +13,21 @@ then times, alternating, --runs times each:
            (a replica) over the holder: the P2P store's replica fan-out.
 
 and prints the medians with fanout/single and chained/single: three
-readers one after another would be 3.0.  Each pulled copy is checked
+readers one after another would be 3.0.
+
+With --netns-mbit R (as root, needs `ip netns` and `tc`), each peer runs in
+its own network namespace, linked to a bridge by a veth pair rate-limited
+to R Mbit/s each way (tbf on both ends), engines on TCP (MC_FORCE_TCP):
+the links are the bottleneck, not the CPU copies of one host, as between
+machines.  Then one reader alone is bound by the holder's link; three
+readers at once can approach that time only by serving each other (the
+per-shard advertising of get_replica), since the holder's link carries the
+checkpoint once per reader otherwise.  Each pulled copy is checked
 against the holder's bytes (blake2b, after the clock stops); replicas are
 deleted between runs.  See docs/benchmarks.md.
 
 usage: bench/p2p_fanout.py [--build build] [--size-mib 1024] [--shard-mib 64] [--runs 3]
+                           [--netns-mbit R]
 """
 import argparse
 import json
@@ -33,14 +43,53 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from etcd_proc import EtcdServer  # noqa: E402
 
 
+NET = "10.214.0"   # the bench's bridge subnet (--netns-mbit)
+BRIDGE = "mcfanbr"
+
+
+def sh(cmd, check=True):
+    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL if not check else None)
+
+
+def netns_up(n, mbit):
+    """A bridge at NET.1 and n namespaces mcfan0.. at NET.10+i, each behind a
+    veth pair limited to mbit Mbit/s in both directions."""
+    netns_down(n)
+    sh(f"ip link add {BRIDGE} type bridge && ip addr add {NET}.1/24 dev {BRIDGE} && "
+       f"ip link set {BRIDGE} up")
+    rate = f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
+    for i in range(n):
+        ns, a, b = f"mcfan{i}", f"mcfanv{i}", f"mcfane{i}"
+        sh(f"ip netns add {ns} && ip link add {a} type veth peer name {b} && "
+           f"ip link set {b} netns {ns} && ip link set {a} master {BRIDGE} && "
+           f"ip link set {a} up && "
+           f"ip netns exec {ns} ip addr add {NET}.{10 + i}/24 dev {b} && "
+           f"ip netns exec {ns} ip link set {b} up && ip netns exec {ns} ip link set lo up && "
+           f"tc qdisc add dev {a} root {rate} && "
+           f"ip netns exec {ns} tc qdisc add dev {b} root {rate}")
+
+
+def netns_down(n):
+    for i in range(n):
+        sh(f"ip netns del mcfan{i}", check=False)
+        sh(f"ip link del mcfanv{i}", check=False)
+    sh(f"ip link del {BRIDGE}", check=False)
+
+
 class Peer:
-    def __init__(self, build, etcd):
+    def __init__(self, build, etcd, ns=None):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [os.path.join(build, "python"), os.path.join(ROOT, "tests", "python")]),
             MC_LOG_LEVEL=os.environ.get("MC_LOG_LEVEL", "warn"))
+        endpoint, prefix = etcd.endpoint, []
+        if ns is not None:
+            env.update(P2P_PEER_HOST=f"{NET}.{10 + ns}", MC_FORCE_TCP="true")
+            endpoint = f"{NET}.1:{etcd.client_port}"
+            prefix = ["ip", "netns", "exec", f"mcfan{ns}"]
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "tests", "python", "p2p_peer.py"),
-             etcd.endpoint, "--p2p"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            prefix + [sys.executable, os.path.join(ROOT, "tests", "python", "p2p_peer.py"),
+                      endpoint, "--p2p"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True, env=env)
 
     def send(self, op, **kw):
@@ -91,15 +140,20 @@ def main():
     ap.add_argument("--shard-mib", type=int, default=64)
     ap.add_argument("--buffers", type=int, default=4, help="buffers the checkpoint is made of")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--netns-mbit", type=int, default=0,
+                    help="peers in network namespaces behind links of this many Mbit/s")
     a = ap.parse_args()
     size = a.size_mib << 20
     sizes = [size // a.buffers] * (a.buffers - 1) + [size - size // a.buffers * (a.buffers - 1)]
+    if a.netns_mbit:
+        netns_up(4, a.netns_mbit)
     with tempfile.TemporaryDirectory() as tmp:
-        etcd = EtcdServer(tmp)
+        etcd = EtcdServer(tmp, extra_hosts=[f"{NET}.1"] if a.netns_mbit else ())
         peers = []
+        ns = (lambda i: i) if a.netns_mbit else (lambda i: None)
         try:
-            holder = Peer(a.build, etcd)
-            readers = [Peer(a.build, etcd) for _ in range(3)]
+            holder = Peer(a.build, etcd, ns(0))
+            readers = [Peer(a.build, etcd, ns(1 + i)) for i in range(3)]
             peers = [holder] + readers
             for p in peers:
                 p.ok("hello")
@@ -120,8 +174,10 @@ def main():
                     times[case].append(t)
             med = {k: statistics.median(v) for k, v in times.items()}
             gib = size / (1 << 30)
+            where = (f"network namespaces, links of {a.netns_mbit} Mbit/s" if a.netns_mbit
+                     else "loopback")
             print(f"checkpoint {a.size_mib} MiB in {a.buffers} buffers, shards of {a.shard_mib} MiB,"
-                  f" {a.runs} runs, medians:")
+                  f" {where}, {a.runs} runs, medians:")
             for k, v in med.items():
                 print(f"  {k:8s} {v:7.3f} s  ({gib * (1 if k == 'single' else 3) / v:6.2f} GiB/s "
                       f"delivered)  runs {' '.join(f'{x:.3f}' for x in times[k])}")
@@ -135,6 +191,8 @@ def main():
                 except Exception:
                     p.proc.kill()
             etcd.stop()
+            if a.netns_mbit:
+                netns_down(4)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ one direct exchange for small ones (DIRECT_MAX bytes), pairwise exchange for
 all_to_all, direct to or from the root for gather and scatter.  Reductions
 run in C over whole chunks (``_pg.reduce`` and the receive path); small
 all-reduces reduce the gathered rows in rank order so every rank gets the
-same bits.  Collectives run to completion in the calling thread; the returned
-Work is complete (``async_op=True`` returns it at once).  send and recv run on
-one worker thread per (direction, peer), so isend/irecv return at once.
+same bits.  Collectives run on one thread per group, in issue order, and send
+and recv on one thread per (direction, peer): every call returns a work handle
+at once, whose wait() blocks until the operation finished.
 
 Failure: a collective that loses a peer (a failed WRITE, a failed probe, a
 notice from another rank, or collective_timeout_us without progress) returns
@@ -29,15 +29,19 @@ ranks leave the group's active set; with auto_sync the group resynchronises
 its survivors (``sync_after_failure``) before the op returns, else the next
 operation refuses until ``sync_after_failure(pg)`` is called.
 
-Differences from upstream (documented in docs/python.md): no Coordinator
-process, so no joins, extension or activation of new ranks
-(``activate_ranks``, ``join_group``: NotImplementedError); recovery is
-``sync_after_failure`` through the group's store among the survivors.
+Membership changes (spec 1.4): a replacement initialises with is_extension
+and is activated by the members' ``recover_ranks``; ``deactivate_ranks`` and
+in-place ``join_group`` work the same way.  Differences from upstream
+(docs/python.md): no Coordinator process; the group's store coordinates, and
+every active member makes each membership call.
 """
 
 import os
 import threading
+import time
 import warnings
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from enum import IntEnum
 
@@ -255,9 +259,6 @@ class MooncakeBackendOptions:
             if len(args) == 4:
                 self.auto_deactivate_on_failure = bool(args[2])
                 self.auto_sync_on_failure = bool(args[3])
-        if self.is_extension:
-            raise NotImplementedError("mooncake-cpu: is_extension=True (attach-or-extend groups) "
-                                      "needs upstream's Coordinator, which this build lacks")
 
 
 # ---------------------------------------------------------------- work
@@ -306,14 +307,18 @@ class MooncakeWork:
 
 
 class MooncakeP2PWork:
-    """A send or recv running on its pair's worker thread."""
+    """An operation running on a worker thread (the group's collective thread,
+    or a send/recv pair's); wait() blocks until it finished."""
 
-    def __init__(self, fut, max_group_size, source=-1):
+    def __init__(self, fut, max_group_size, source=-1, runner=None):
         self._fut = fut
         self._max = max_group_size
         self._source = source
+        self._runner = runner  # runs the operation in the waiting thread if not yet started
 
     def _done(self):
+        if self._runner is not None and not self._fut.done():
+            self._runner()
         return self._fut.result()
 
     def wait(self, timeout=None):
@@ -354,6 +359,67 @@ class MooncakeP2PWork:
         return self._done().local_success
 
 
+# ---------------------------------------------------------------- the collective lane
+
+class _Op:
+    def __init__(self, fn):
+        self.fn = fn
+        self.fut = Future()
+
+    def run(self):
+        try:
+            self.fut.set_result(self.fn())
+        except BaseException as e:  # handed to wait(), as torch's Work does
+            self.fut.set_exception(e)
+
+
+class _Lane:
+    """A group's collectives, run in issue order under the group's lock: by
+    the lane's thread (so async_op=True work progresses beside the caller), or
+    by a caller whose wait() finds its operation not yet started (so a
+    blocking collective pays no thread hand-off).  Popping and running both
+    happen under the group's lock, so whoever holds it runs the queue's head:
+    the order holds whichever thread runs an operation.  The thread leaves
+    after IDLE_S without work and starts again with the next."""
+
+    IDLE_S = 5.0
+
+    def __init__(self, lock):
+        self.lock = lock               # the group's RLock
+        self.q = deque()
+        self.cv = threading.Condition(threading.Lock())
+        self.thread = None
+
+    def submit(self, fn):
+        op = _Op(fn)
+        with self.cv:
+            self.q.append(op)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="mooncake-pg-coll",
+                                               daemon=True)
+                self.thread.start()
+            self.cv.notify()
+        return op
+
+    def _loop(self):
+        while True:
+            with self.cv:
+                if not self.q and not self.cv.wait_for(lambda: self.q, self.IDLE_S):
+                    self.thread = None
+                    return
+            self.run_until(None)
+
+    def run_until(self, target):
+        """Run queued operations in order until target is done (None: the queue is empty)."""
+        with self.lock:
+            while True:
+                with self.cv:
+                    if not self.q or (target is not None and target.fut.done()):
+                        return
+                    op = self.q.popleft()
+                op.run()
+
+
 # ---------------------------------------------------------------- the group
 
 def _addr(t):
@@ -368,7 +434,7 @@ class MooncakeProcessGroup(ProcessGroup):
     """One communicator: in-group ranks 0..size-1, rank slots up to max_group_size."""
 
     def __init__(self, store, rank, size, group_id, global_ranks, max_group_size,
-                 auto_deactivate, auto_sync, active_ranks=None):
+                 auto_deactivate, auto_sync, active_ranks=None, is_extension=False):
         super().__init__(rank, size)
         self._store = store
         self._rank = rank
@@ -381,20 +447,35 @@ class MooncakeProcessGroup(ProcessGroup):
         self._active = active_ranks if active_ranks is not None else torch.zeros(
             max_group_size, dtype=torch.int32)
         self._active.zero_()
-        self._active[:size] = 1
         self._epoch = 0
+        self._vseq = 0             # view proposals seen (every member counts each one)
+        # "isolated": a replacement (is_extension) not yet activated; "normal" otherwise
+        self._phase = "isolated" if is_extension else "normal"
+        self._ready_gen = 0        # our readiness declaration awaiting activation
         self._old = []             # mailboxes of earlier epochs (writes may still read them)
         self._p2p_workers = {}     # ("send"|"recv", peer) -> one-thread executor
         self._p2p_broken = 0       # peers whose send/recv stream failed
         self._pending = 0          # bitmap of ranks seen failing, not yet synced
         self._broken = False       # the mailboxes' streams are out of step
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # held by each operation and membership change
+        self._wlock = threading.Lock()   # the worker table
+        self._lane = _Lane(self._lock)
         _ctx.ensure_engine()
-        self._setup_mailboxes()
+        if is_extension:
+            # a replacement: no mailboxes until the members activate it (join_group)
+            self._phase = "isolated"
+            self._active[rank] = 1
+            _declare_ready(self)
+        else:
+            self._phase = "normal"
+            self._active[:size] = 1
+            self._setup_mailboxes()
 
     # --- membership view
 
     def size(self):
+        if self._phase != "normal":
+            return self._declared  # torch's rank checks in init/new_group keep working
         act = self._active_list()
         return act[-1] + 1 if act else 0
 
@@ -452,6 +533,8 @@ class MooncakeProcessGroup(ProcessGroup):
     # --- the engine of every op
 
     def _check_usable(self):
+        if self._phase != "normal":
+            _join(self)  # a replacement's first operation waits for its activation
         if self._broken:
             raise RuntimeError(
                 f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
@@ -486,13 +569,21 @@ class MooncakeProcessGroup(ProcessGroup):
                     _sync(self)
         return MooncakeWork(hint, tensors, source)
 
-    def _coll_op(self, fn, *args):
-        with self._lock:
+    def _submit(self, body, tensors=()):
+        """Queue body(state) on the group's lane, in issue order: the caller gets
+        a work handle at once (async_op=True overlaps with it) and wait()
+        blocks until the operation finished."""
+        def run():
             self._check_usable()
             state = [0]
-            act = self._active_list()
-            fn(state, act, *args)
-            return self._finish(state[0], [a for a in args if isinstance(a, torch.Tensor)][:1])
+            body(state)
+            return self._finish(state[0], tensors)
+        op = self._lane.submit(run)
+        return MooncakeP2PWork(op.fut, self._max, runner=lambda: self._lane.run_until(op))
+
+    def _coll_op(self, fn, *args):
+        return self._submit(lambda state: fn(state, self._active_list(), *args),
+                            [a for a in args if isinstance(a, torch.Tensor)][:1])
 
     # --- primitive patterns over the active ranks
 
@@ -641,9 +732,7 @@ class MooncakeProcessGroup(ProcessGroup):
         for o in out:
             if o.numel() != t.numel() or o.dtype != t.dtype:
                 raise ValueError("all_gather: every output tensor must match the input")
-        with self._lock:
-            self._check_usable()
-            state = [0]
+        def body(state):
             # straight into the caller's tensors (copies only for non-contiguous ones)
             tmp = [o if o.is_contiguous()
                    else torch.empty_like(o, memory_format=torch.contiguous_format) for o in out]
@@ -651,7 +740,7 @@ class MooncakeProcessGroup(ProcessGroup):
             for o, x in zip(out, tmp):
                 if x is not o:
                     o.copy_(x)
-            return self._finish(state[0], out)
+        return self._submit(body, out)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         _same(output, input)
@@ -740,11 +829,9 @@ class MooncakeProcessGroup(ProcessGroup):
     def gather(self, output_lists, input_list, opts=None):
         t = _one(input_list)
         root = opts.rootRank if opts is not None else 0
-        with self._lock:
-            self._check_usable()
+        def body(state):
             act, me, nb = self._active_list(), self._rank, _nbytes(t)
             _check_root(root, act)
-            state = [0]
             src = t.contiguous()
             if me == root:
                 out = _one(output_lists, "output list")
@@ -762,16 +849,14 @@ class MooncakeProcessGroup(ProcessGroup):
                     raise ValueError("gather: only the root gives a gather list")
                 self._run(self._coll, [(root, _addr(src), nb)], [], _ctx.collective_timeout_us,
                           state)
-            return self._finish(state[0], [t])
+        return self._submit(body, [t])
 
     def scatter(self, output_tensors, input_lists, opts=None):
         t = _one(output_tensors)
         root = opts.rootRank if opts is not None else 0
-        with self._lock:
-            self._check_usable()
+        def body(state):
             act, me, nb = self._active_list(), self._rank, _nbytes(t)
             _check_root(root, act)
-            state = [0]
             if me == root:
                 lst = _one(input_lists, "scatter list")
                 if len(lst) != self.size():
@@ -785,7 +870,7 @@ class MooncakeProcessGroup(ProcessGroup):
                 with _Contig(t) as c:
                     self._run(self._coll, [], [(root, _addr(c), nb)], _ctx.collective_timeout_us,
                               state)
-            return self._finish(state[0], [t])
+        return self._submit(body, [t])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         _same(output, input)
@@ -803,9 +888,7 @@ class MooncakeProcessGroup(ProcessGroup):
                 or sum(osz) != output.size(0)):
             raise ValueError("all_to_all_single: split sizes must have size() entries summing to "
                              "the first dimension")
-        with self._lock:
-            self._check_usable()
-            state = [0]
+        def body(state):
             inp = input.contiguous()
             with _Contig(output) as out:
                 es = inp.element_size() * row
@@ -814,7 +897,7 @@ class MooncakeProcessGroup(ProcessGroup):
                 ib, ob = _bytes(inp).view(-1), _bytes(out).view(-1)
                 self._alltoall(state, ib, ob, ioff, [s * es for s in isz], ooff,
                                [s * es for s in osz])
-            return self._finish(state[0], [output])
+        return self._submit(body, [output])
 
     def _alltoall(self, state, ib, ob, ioff, ilen, ooff, olen):
         me, act = self._rank, self._active_list()
@@ -827,9 +910,7 @@ class MooncakeProcessGroup(ProcessGroup):
         k = self.size()
         if len(output_tensors) != k or len(input_tensors) != k:
             raise ValueError(f"all_to_all: both lists need {k} tensors")
-        with self._lock:
-            self._check_usable()
-            state = [0]
+        def body(state):
             ins = [_bytes(x.contiguous()).view(-1) for x in input_tensors]
             ib = torch.cat(ins) if ins else torch.empty(0, dtype=torch.uint8)
             olen = [_nbytes(x) for x in output_tensors]
@@ -841,18 +922,16 @@ class MooncakeProcessGroup(ProcessGroup):
             if not state[0]:
                 for i, o in enumerate(output_tensors):
                     o.copy_(ob[ooff[i]:ooff[i] + olen[i]].view(o.dtype).view_as(o))
-            return self._finish(state[0], output_tensors)
+        return self._submit(body, output_tensors)
 
     def barrier(self, opts=None):
-        with self._lock:
-            self._check_usable()
-            state = [0]
+        def body(state):
             act = self._active_list()
             if len(act) > 1:
                 one = torch.ones(1, dtype=torch.int64)
                 rows = torch.empty((len(act), 1), dtype=torch.int64)
                 self._direct_gather_all(state, act, one, rows)
-            return self._finish(state[0])
+        return self._submit(body)
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         return self.barrier(opts)
@@ -897,19 +976,25 @@ class MooncakeProcessGroup(ProcessGroup):
                     hint[r] = 1
         return MooncakeWork(hint, keep[:1])
 
-    def _p2p_submit(self, key, fn, source=-1):
-        with self._lock:
+    def _executor(self, key):
+        """The one-thread executor of key (("coll", -1), or (direction, peer))."""
+        with self._wlock:  # not self._lock: a running collective holds that one
             ex = self._p2p_workers.get(key)
             if ex is None:
-                from concurrent.futures import ThreadPoolExecutor
                 ex = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-pg-{key[0]}-{key[1]}")
                 self._p2p_workers[key] = ex
-        return MooncakeP2PWork(ex.submit(fn), self._max, source)
+        return ex
+
+    def _p2p_submit(self, key, fn, source=-1):
+        return MooncakeP2PWork(self._executor(key).submit(fn), self._max, source)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("mooncake-cpu: recv from any source is not supported (give src=)")
 
     def _check_p2p(self, peer):
+        if self._phase != "normal":
+            with self._lock:
+                _join(self)
         self._check_usable()
         if not (0 <= peer < self._declared) or peer == self._rank or not self._active[peer]:
             raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
@@ -1044,8 +1129,11 @@ def get_num_synced_ranks(pg=None):
 
 
 def get_peer_state(pg, ranks):
+    """True for each rank that is active or has declared readiness to join
+    (asks the group's store: there is no local agent)."""
     pg = _as_pg(pg)
-    return [bool(0 <= r < pg._declared and pg._active[r]) for r in ranks]
+    return [bool(0 <= r < pg._declared and (pg._active[r] or _ready_gen(pg, r)))
+            for r in ranks]
 
 
 def get_current_epoch(pg=None):
@@ -1064,23 +1152,174 @@ def get_local_success(work):
     return True
 
 
-def deactivate_ranks(pg, ranks):
-    raise NotImplementedError("mooncake-cpu: deactivate_ranks needs upstream's Coordinator, which "
-                              "this build lacks; failed ranks leave the group automatically "
-                              "(auto_deactivate_on_failure) and new_group builds a smaller group")
+# Membership changes (spec 1.4) without upstream's Coordinator process: the
+# group's store is the coordinator.  A rank declares readiness by bumping its
+# counter mooncake_pg/ready/R (and setting mooncake_pg/ready/R/GEN); every
+# active member calls activate/deactivate (a proposal); the lowest member
+# decides the new view under mooncake_pg/view/SEQ (SEQ counts proposals on
+# every member, so all wait on the same key) and hands a joiner its
+# activation under mooncake_pg/activate/R/GEN; then every member of the new
+# view starts fresh mailboxes under the new epoch (as sync_after_failure does).
+
+ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
+VIEW_TIMEOUT_S = 20.0        # members that do not take part in a proposal by then
+
+
+def _counter(pg, key):
+    return int(pg._store.add(key, 0))
+
+
+def _ready_gen(pg, r):
+    """The newest readiness declaration of rank r not yet activated, or 0."""
+    gen = _counter(pg, f"mooncake_pg/ready/{r}")
+    return gen if gen > _counter(pg, f"mooncake_pg/joined/{r}") else 0
+
+
+def _wait_keys(pg, keys, seconds):
+    try:
+        pg._store.wait(keys, timedelta(seconds=seconds))
+        return True
+    except Exception:  # torch raises RuntimeError on a store timeout
+        return False
+
+
+def _propose(pg, ranks, activate):
+    verb = "activate_ranks" if activate else "deactivate_ranks"
+    with pg._lock:
+        if pg._phase != "normal":
+            raise RuntimeError(f"mooncake-cpu: {verb}: this rank is not an active member yet "
+                               f"(call join_group)")
+        if pg._broken:
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
+                              f"sync_after_failure first")
+        ranks = sorted({int(r) for r in ranks})
+        bad = [r for r in ranks if not 0 <= r < pg._declared]
+        if bad:
+            raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group of "
+                             f"{pg._declared}")
+        if not pg._active[pg._rank]:
+            raise RuntimeError("mooncake-cpu: rank is not active in this group")
+        targets = [r for r in ranks if bool(pg._active[r]) != activate]
+        if not targets:  # an equivalent call was applied already
+            return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
+        if not activate and pg._rank in targets:
+            raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
+        members = [r for r in pg._active_list() if r not in targets]
+        pg._vseq += 1
+        key = f"mooncake_pg/view/{pg._vseq}"
+        if pg._rank == members[0]:
+            decision = _decide(pg, targets, activate, members)
+            pg._store.set(key, decision)
+        elif not _wait_keys(pg, [key], ADMISSION_TIMEOUT_S + VIEW_TIMEOUT_S):
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason=f"rank {members[0]} (the lowest member) did not propose the "
+                              f"same view change within {ADMISSION_TIMEOUT_S + VIEW_TIMEOUT_S:.0f} s")
+        else:
+            decision = pg._store.get(key).decode()
+        return _apply_view(pg, decision, targets)
+
+
+def _decide(pg, targets, activate, members):
+    """On the lowest member: admit the targets, publish the view, activate joiners."""
+    if activate:
+        gens = {}
+        deadline = time.monotonic() + ADMISSION_TIMEOUT_S
+        for r in targets:
+            gens[r] = _ready_gen(pg, r)
+            if not gens[r]:
+                nxt = _counter(pg, f"mooncake_pg/joined/{r}") + 1
+                left = deadline - time.monotonic()
+                if left > 0 and _wait_keys(pg, [f"mooncake_pg/ready/{r}/{nxt}"], left):
+                    gens[r] = _ready_gen(pg, r)
+            if not gens[r]:
+                return (f"rejected|rank {r} has not declared readiness (is_extension=True init "
+                        f"or join_group) within {ADMISSION_TIMEOUT_S:.0f} s")
+    bits = pg._bitmap(members + targets if activate else members)
+    ep = pg._epoch + 1
+    view = f"{ep}|{bits}|{pg._vseq}"
+    if activate:
+        for r in targets:
+            pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", view)
+            pg._store.add(f"mooncake_pg/joined/{r}", gens[r] - _counter(
+                pg, f"mooncake_pg/joined/{r}"))
+    return "applied|" + view
+
+
+def _apply_view(pg, decision, targets):
+    kind, rest = decision.split("|", 1)
+    if kind == "rejected":
+        return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch, reject_reason=rest)
+    ep, bits, _ = (int(x) for x in rest.split("|"))
+    changed = bits ^ pg._bitmap(pg._active_list())
+    _install_view(pg, ep, bits)
+    pg._p2p_broken &= ~changed
+    if changed & pg._bitmap(targets) != pg._bitmap(targets):
+        return ProposeViewUpdateResponse(
+            ProposalStatus.Rejected, ep,
+            reject_reason=f"the lowest member changed ranks {pg._bits(changed)} instead of "
+                          f"{targets}")
+    return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
+
+
+def _install_view(pg, ep, bits):
+    for r in range(pg._declared):
+        pg._active[r] = bits >> r & 1
+    pg._epoch = ep
+    pg._pending = 0
+    pg._broken = False
+    pg._phase = "normal"
+    pg._setup_mailboxes()
 
 
 def activate_ranks(pg, ranks):
-    raise NotImplementedError("mooncake-cpu: activate_ranks (joining or recovering ranks) needs "
-                              "upstream's Coordinator, which this build lacks")
+    """Bring ranks that declared readiness (a replacement's is_extension init, or
+    join_group) into the group.  Every active member calls it (in the same
+    order as its other membership calls); blocks until the new view is in place."""
+    return _propose(_as_pg(pg), ranks, True)
 
 
 recover_ranks = activate_ranks
 
 
+def deactivate_ranks(pg, ranks):
+    """Take ranks out of the group (framework-managed mode).  Every remaining
+    active member calls it; the removed ranks do not take part."""
+    return _propose(_as_pg(pg), ranks, False)
+
+
+def _declare_ready(pg):
+    pg._ready_gen = int(pg._store.add(f"mooncake_pg/ready/{pg._rank}", 1))
+    pg._store.set(f"mooncake_pg/ready/{pg._rank}/{pg._ready_gen}", "1")
+
+
+def _join(pg):
+    """Wait until the members activate this rank, then take part in the view."""
+    if pg._phase == "normal":
+        if pg._active[pg._rank] and not pg._broken:
+            return
+        pg._phase = "quiescing"  # in-place rejoin of a deactivated live rank
+        _declare_ready(pg)
+    key = f"mooncake_pg/activate/{pg._rank}/{pg._ready_gen}"
+    try:
+        pg._store.wait([key])  # the store's timeout (init_process_group's) bounds it
+    except Exception as e:
+        raise RuntimeError(f"mooncake-cpu: join_group: rank {pg._rank} was not activated "
+                           f"within the store timeout: {e}") from None
+    ep, bits, vseq = (int(x) for x in pg._store.get(key).decode().split("|"))
+    pg._vseq = vseq
+    pg._p2p_broken = 0
+    _install_view(pg, ep, bits)
+
+
 def join_group(pg):
-    raise NotImplementedError("mooncake-cpu: join_group needs upstream's Coordinator, which this "
-                              "build lacks")
+    """Declare readiness (if not done at init) and return once an activation
+    that includes this rank has been applied."""
+    pg = _as_pg(pg)
+    with pg._lock:
+        _join(pg)
 
 
 def extend_group_size_to(pg, n):
@@ -1126,7 +1365,36 @@ def createMooncakeCpuBackend(dist_opts, pg_options=None):
         active = opts.active_ranks
     if _ctx.store is None:
         _ctx.store = dist_opts.store
-    return MooncakeProcessGroup(dist_opts.store, rank, size, gid, granks, maxg, deact, sync, active)
+    ext = bool(opts and opts.is_extension)
+    _barrier_fixup(dist_opts, granks, rank, ext)
+    return MooncakeProcessGroup(dist_opts.store, rank, size, gid, granks, maxg, deact, sync, active,
+                                ext)
+
+
+def _barrier_fixup(dist_opts, granks, rank, ext):
+    """torch 1.13 ends init_process_group and new_group with a store barrier
+    that waits for exactly get_world_size() check-ins of the world's processes.
+    A replacement's check-in would be one too many (the rank it replaces
+    checks in at the founding), and a world with holes (dead ranks below the
+    highest active one) has fewer processes than its size: adjust the count
+    once per group so the barrier sees the processes that are there."""
+    c10d = dist.distributed_c10d
+    key = f"{c10d.STORE_BASED_BARRIER_PREFIX}:{c10d._group_count}"
+    try:
+        store = dist_opts.store.underlying_store
+    except AttributeError:
+        return
+    if ext:
+        # -1 before our +1: the count never runs ahead of the founders' check-ins
+        store.add(key, -1)
+        return
+    if not c10d.is_initialized() or rank != 0:
+        return  # the default group itself, or not the group's first member
+    world = c10d._get_default_group()
+    if isinstance(world, MooncakeProcessGroup) and world._phase == "normal":
+        holes = world.size() - len(world._active_list())
+        if holes > 0:
+            store.add(key, holes)
 
 
 def createMooncakeBackend(dist_opts, pg_options=None):

@@ -26,18 +26,24 @@
  *
  *  - The pull: every shard is read with one engine READ from one holder.
  *    Attempt 0 picks a random replica (a random gold holder when there is
- *    no replica), so readers spread over the holders; attempt k >= 1 takes
+ *    no replica; never ourselves), so readers spread over the holders;
+ *    attempt k >= 1 takes
  *    the k-th of (replicas in list order, then gold), cyclically; a shard
  *    gets max(MC_P2P_MIN_ATTEMPTS, holders + 1) attempts, so the walk after
  *    the random pick reaches every holder, gold last (upstream's
  *    max(3, holders) stops one short: with every replica dead, its gold was
  *    never tried), then the pull fails with MC_ERR_TRANSFER_FAIL ("too many
- *    retries").  Each attempt's reads
- *    go in one batch, so the shards move in parallel over the engine's
- *    connections.  After a pull the entry is read again: if a holder the
- *    pull used has left since, the bytes may come from memory being
- *    released, so the shards are pulled again from the fresh entry, at most
- *    MC_P2P_PULL_ROUNDS times (upstream loops on the stale entry forever).
+ *    retries").  A reader pulls in
+ *    waves (pull_waves): each wave is a batch of reads (in parallel over
+ *    the engine's connections) of the next shards only the gold holders
+ *    have, from a random shard on (drawn each wave), plus shards other readers already
+ *    hold; when a wave has landed its shards are advertised as replicas
+ *    (one CAS), and the next wave reads the entry afresh.  So readers that
+ *    start together pull different parts from the holder and serve each
+ *    other the rest.  At the end, a shard whose holder has left since is
+ *    pulled again (the bytes may come from memory being released), at most
+ *    MC_P2P_PULL_ROUNDS rounds (upstream loops on the stale entry forever);
+ *    a failed get takes its advertised shards back.
  *
  * Locks: s->lock guards the open names and the registered ranges; it is
  * held across an engine (de)registration (short) but never across an etcd
@@ -406,6 +412,7 @@ static mc_status change_drop_replica(struct mc_p2p_store *s, struct mc_p2p_paylo
 
 struct add_arg {
 	const struct open_obj *obj;
+	const bool *mask; /* shards to advertise; NULL = all */
 };
 
 /* Shard i of a layout lies at addrs[b] + off: walk the buffers. */
@@ -429,6 +436,7 @@ static bool same_layout(const struct mc_p2p_payload *p, const uint64_t *sizes, s
 static mc_status change_add_replica(struct mc_p2p_store *s, struct mc_p2p_payload *p, void *arg)
 {
 	const struct open_obj *o = ((struct add_arg *)arg)->obj;
+	const bool *mask = ((struct add_arg *)arg)->mask;
 	size_t k = 0;
 	mc_status st = MC_OK;
 
@@ -437,9 +445,10 @@ static mc_status change_add_replica(struct mc_p2p_store *s, struct mc_p2p_payloa
 				    "p2p: '%s' was replaced by another layout during the pull",
 				    o->name);
 	for (size_t b = 0; b < p->nsizes && !st; b++)
-		for (uint64_t off = 0; off < p->size_list[b] && !st; off += p->max_shard_size)
-			st = mc_p2p_locs_add(&p->shards[k++].replicas, s->local_name,
-					     (uint64_t)(uintptr_t)o->addrs[b] + off);
+		for (uint64_t off = 0; off < p->size_list[b] && !st; off += p->max_shard_size, k++)
+			if (!mask || mask[k])
+				st = mc_p2p_locs_add(&p->shards[k].replicas, s->local_name,
+						     (uint64_t)(uintptr_t)o->addrs[b] + off);
 	return st;
 }
 
@@ -454,20 +463,42 @@ struct pull_shard {
 	bool done;
 };
 
-/* Holder for attempt a of shard sh (NULL when it has none). */
-static const struct mc_p2p_loc *pick(const struct mc_p2p_shard *sh, unsigned a)
+/* Replicas of sh held by another peer than self. */
+static size_t others(const struct mc_p2p_locs *l, const char *self)
 {
-	size_t nr = sh->replicas.n, ng = sh->gold.n, k;
+	size_t n = 0;
+
+	for (size_t i = 0; i < l->n; i++)
+		n += strcmp(l->v[i].segment_name, self) != 0;
+	return n;
+}
+
+/* The k-th location of l not held by self. */
+static const struct mc_p2p_loc *nth_other(const struct mc_p2p_locs *l, const char *self, size_t k)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (strcmp(l->v[i].segment_name, self) != 0 && k-- == 0)
+			return &l->v[i];
+	return NULL;
+}
+
+/* Holder for attempt a of shard sh (NULL when it has none): a random
+ * replica (every reader that holds the shard serves it), else a random gold
+ * holder; then each holder in turn.  Never ourselves.  (Random among every
+ * holder, gold included, spread a later pair of readers better over the
+ * gold holder and one replica, but loaded the gold holder's link in a
+ * fan-out, the case that matters: docs/benchmarks.md.) */
+static const struct mc_p2p_loc *pick(const struct mc_p2p_shard *sh, unsigned a, const char *self)
+{
+	size_t nr = others(&sh->replicas, self), ng = others(&sh->gold, self), k;
 
 	if (!nr && !ng)
 		return NULL;
-	if (a == 0) {
-		if (nr)
-			return &sh->replicas.v[rand64() % nr];
-		return &sh->gold.v[rand64() % ng];
-	}
-	k = (a - 1) % (nr + ng);
-	return k < nr ? &sh->replicas.v[k] : &sh->gold.v[k - nr];
+	if (a == 0)
+		k = nr ? rand64() % nr : nr + rand64() % ng;
+	else
+		k = (a - 1) % (nr + ng);
+	return k < nr ? nth_other(&sh->replicas, self, k) : nth_other(&sh->gold, self, k - nr);
 }
 
 /* One attempt over the shards not done: one batch of READs. */
@@ -530,8 +561,10 @@ static void pull_attempt(struct mc_p2p_store *s, struct pull_shard *ps, size_t n
 	mc_free(task_of);
 }
 
-/* Pull every shard of p into addrs; MC_ERR_TRANSFER_FAIL after the attempts. */
-static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, void *const *addrs)
+/* Pull the shards of p marked in want into addrs, recording in used[i] the
+ * holder each came from; MC_ERR_TRANSFER_FAIL after the attempts. */
+static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, void *const *addrs,
+		      const bool *want, struct mc_p2p_loc *used)
 {
 	struct pull_shard *ps = mc_calloc(p->nshards, sizeof(*ps));
 	unsigned top = 0;
@@ -543,8 +576,10 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 		const struct mc_p2p_shard *sh = &p->shards[i];
 		size_t holders = sh->replicas.n + sh->gold.n;
 
-		ps[i] = (struct pull_shard){
-			.idx = i, .dst = shard_addr(p, addrs, i), .size = sh->size};
+		ps[i] = (struct pull_shard){.idx = i,
+					    .dst = shard_addr(p, addrs, i),
+					    .size = sh->size,
+					    .done = !want[i]};
 		ps[i].max_attempts = holders + 1 > MC_P2P_MIN_ATTEMPTS ? (unsigned)holders + 1
 								       : MC_P2P_MIN_ATTEMPTS;
 		if (ps[i].max_attempts > top)
@@ -554,13 +589,21 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 		bool left = false;
 
 		for (size_t i = 0; i < p->nshards; i++) {
-			ps[i].loc = !ps[i].done && a < ps[i].max_attempts ? pick(&p->shards[i], a)
-									  : NULL;
+			ps[i].loc = !ps[i].done && a < ps[i].max_attempts
+					    ? pick(&p->shards[i], a, s->local_name)
+					    : NULL;
 			left |= ps[i].loc != NULL;
 		}
 		if (!left)
 			break;
 		pull_attempt(s, ps, p->nshards, a);
+		for (size_t i = 0; i < p->nshards; i++)
+			if (ps[i].loc && ps[i].done && !used[i].segment_name) {
+				used[i].segment_name = mc_strdup(ps[i].loc->segment_name);
+				used[i].offset = ps[i].loc->offset;
+				if (!used[i].segment_name)
+					st = mc_set_error(MC_ERR_NOMEM, "p2p: out of memory");
+			}
 	}
 	for (size_t i = 0; i < p->nshards && !st; i++) {
 		const struct mc_p2p_shard *sh = &p->shards[i];
@@ -575,27 +618,138 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 	return st;
 }
 
-/* Every location of old's shards is still in cur's. */
-static bool holders_stayed(const struct mc_p2p_payload *old, const struct mc_p2p_payload *cur)
+/* ---- the fan-out: pulls in waves, advertised as they land ------------------------- */
+
+/* A wave takes 1/WAVE_PARTS of the object (at least one shard) of shards
+ * that only the gold holders have, from a random starting shard on, plus
+ * every shard that other readers already hold: readers that start together
+ * pull different parts from the gold holder and serve each other the rest. */
+#define WAVE_PARTS 8
+
+static void used_clear(struct mc_p2p_loc *used, size_t n)
 {
-	if (old->nshards != cur->nshards)
-		return false;
-	for (size_t i = 0; i < old->nshards; i++) {
-		const struct mc_p2p_locs *ol[2] = {&old->shards[i].gold, &old->shards[i].replicas};
-		const struct mc_p2p_locs *cl[2] = {&cur->shards[i].gold, &cur->shards[i].replicas};
-		for (int kind = 0; kind < 2; kind++) {
-			for (size_t j = 0; j < ol[kind]->n; j++) {
-				bool found = false;
-				for (size_t k = 0; k < cl[kind]->n && !found; k++)
-					found = cl[kind]->v[k].offset == ol[kind]->v[j].offset &&
-						strcmp(cl[kind]->v[k].segment_name,
-						       ol[kind]->v[j].segment_name) == 0;
-				if (!found)
-					return false;
-			}
+	for (size_t i = 0; i < n; i++) {
+		mc_free(used[i].segment_name);
+		used[i] = (struct mc_p2p_loc){0};
+	}
+}
+
+static bool loc_in(const struct mc_p2p_locs *l, const struct mc_p2p_loc *x)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].offset == x->offset &&
+		    strcmp(l->v[i].segment_name, x->segment_name) == 0)
+			return true;
+	return false;
+}
+
+/* Choose the next wave of shards not yet done into want; false when none is left. */
+static bool next_wave(const struct mc_p2p_payload *p, const bool *done, size_t start,
+		      const char *self, bool *want)
+{
+	uint64_t cap = p->size / WAVE_PARTS, gold = 0;
+	bool any = false;
+
+	for (size_t j = 0; j < p->nshards; j++) {
+		size_t i = (start + j) % p->nshards;
+		const struct mc_p2p_shard *sh = &p->shards[i];
+
+		want[i] = false;
+		if (done[i])
+			continue;
+		if (others(&sh->replicas, self) > 0) {
+			want[i] = any = true;
+		} else if (gold < cap) {
+			want[i] = any = true;
+			gold += sh->size;
 		}
 	}
-	return true;
+	return any;
+}
+
+/*
+ * Pull every shard of *p (the entry read at the start; replaced by fresher
+ * reads) into addrs in waves; after each wave advertise its shards as
+ * replicas (one CAS), so other readers can take them from us at once.  At
+ * the end, shards whose holder has left since are pulled again (the bytes
+ * may have come from memory being released), at most MC_P2P_PULL_ROUNDS
+ * rounds.
+ */
+static mc_status pull_waves(struct mc_p2p_store *s, const char *key, const char *name,
+			    struct mc_p2p_payload *p, struct open_obj *self, void *const *addrs)
+{
+	size_t n = p->nshards;
+	bool *done = mc_calloc(n ? n : 1, sizeof(bool));
+	bool *want = mc_calloc(n ? n : 1, sizeof(bool));
+	struct mc_p2p_loc *used = mc_calloc(n ? n : 1, sizeof(*used));
+	struct add_arg arg = {.obj = self, .mask = want};
+	mc_status st = MC_OK;
+	int64_t rev;
+
+	if (!done || !want || !used) {
+		st = mc_set_error(MC_ERR_NOMEM, "p2p: out of memory pulling '%s'", name);
+		goto out;
+	}
+	for (unsigned round = 0;; round++) {
+		size_t again = 0;
+
+		for (bool first = true;; first = false) {
+			if (!first) {
+				struct mc_p2p_payload cur = {0};
+
+				st = catalog_read(s, key, name, &cur, &rev);
+				if (st)
+					goto out;
+				mc_p2p_payload_release(p);
+				*p = cur;
+				if (!same_layout(p, self->sizes, self->n) || p->nshards != n) {
+					st = mc_set_error(MC_ERR_INVALID_PARAMS,
+							  "p2p get_replica: '%s' was replaced by "
+							  "another layout",
+							  name);
+					goto out;
+				}
+			}
+			/* a fresh random start each wave: readers that chose near
+			 * each other once do not go on in step */
+			if (!next_wave(p, done, n ? rand64() % n : 0, s->local_name, want))
+				break;
+			st = pull(s, p, addrs, want, used);
+			if (st)
+				goto out;
+			st = catalog_update(s, name, change_add_replica, &arg);
+			if (st)
+				goto out;
+			for (size_t i = 0; i < n; i++)
+				done[i] |= want[i];
+		}
+		/* p is the entry read after the last wave: did our holders stay? */
+		for (size_t i = 0; i < n; i++) {
+			if (!used[i].segment_name || loc_in(&p->shards[i].gold, &used[i]) ||
+			    loc_in(&p->shards[i].replicas, &used[i]))
+				continue;
+			done[i] = false;
+			mc_free(used[i].segment_name);
+			used[i] = (struct mc_p2p_loc){0};
+			again++;
+		}
+		if (!again)
+			break;
+		if (round + 1 >= MC_P2P_PULL_ROUNDS) {
+			st = mc_set_error(MC_ERR_TRANSFER_FAIL,
+					  "p2p get_replica: too many retries: holders of '%s' left "
+					  "during each of %d pulls",
+					  name, MC_P2P_PULL_ROUNDS);
+			goto out;
+		}
+	}
+out:
+	if (used)
+		used_clear(used, n);
+	mc_free(used);
+	mc_free(want);
+	mc_free(done);
+	return st;
 }
 
 /* ---- public API ------------------------------------------------------------------ */
@@ -776,12 +930,10 @@ mc_status mc_p2p_delete_replica(struct mc_p2p_store *s, const char *name)
 mc_status mc_p2p_get_replica(struct mc_p2p_store *s, const char *name, void *const *addrs,
 			     const uint64_t *sizes, size_t n)
 {
-	struct mc_p2p_payload p = {0}, cur = {0};
+	struct mc_p2p_payload p = {0};
 	struct open_obj self = {.addrs = (void **)addrs, .sizes = (uint64_t *)sizes, .n = n};
-	struct add_arg arg = {.obj = &self};
 	char *key = NULL;
-	int64_t rev, rev2;
-	unsigned round;
+	int64_t rev;
 	mc_status st;
 
 	st = check_name(name);
@@ -808,39 +960,18 @@ mc_status mc_p2p_get_replica(struct mc_p2p_store *s, const char *name, void *con
 	st = ranges_ref(s, addrs, sizes, n, "cpu:0");
 	if (st)
 		goto out_drop;
-	for (round = 0;; round++) {
-		st = pull(s, &p, addrs);
-		if (st)
-			goto out_unref;
-		st = catalog_read(s, key, name, &cur, &rev2);
-		if (st)
-			goto out_unref;
-		if (rev2 == rev || (same_layout(&cur, sizes, n) && holders_stayed(&p, &cur))) {
-			mc_p2p_payload_release(&cur);
-			break;
-		}
-		/* someone we may have read from left: pull again from who holds it now */
-		mc_p2p_payload_release(&p);
-		p = cur;
-		rev = rev2;
-		memset(&cur, 0, sizeof(cur));
-		if (!same_layout(&p, sizes, n)) {
-			st = mc_set_error(MC_ERR_INVALID_PARAMS,
-					  "p2p get_replica: '%s' was replaced by another layout",
-					  name);
-			goto out_unref;
-		}
-		if (round + 1 >= MC_P2P_PULL_ROUNDS) {
-			st = mc_set_error(MC_ERR_TRANSFER_FAIL,
-					  "p2p get_replica: too many retries: holders of '%s' left "
-					  "during each of %d pulls",
-					  name, MC_P2P_PULL_ROUNDS);
-			goto out_unref;
-		}
-	}
-	st = catalog_update(s, name, change_add_replica, &arg);
-	if (st)
+	st = pull_waves(s, key, name, &p, &self, addrs);
+	if (st) {
+		/* take back the shards advertised so far (best effort: the
+		 * readers that find them gone move on to another holder) */
+		mc_status keep = st;
+		char msg[256];
+
+		snprintf(msg, sizeof(msg), "%s", mc_last_error());
+		catalog_update(s, name, change_drop_replica, NULL);
+		st = mc_set_error(keep, "%s", msg);
 		goto out_unref;
+	}
 	mc_p2p_payload_release(&p);
 	mc_free(key);
 	obj_set_ready(s, name);

@@ -36,15 +36,17 @@ def _free_port(exclude=()):
 
 
 class EtcdServer:
-    def __init__(self, workdir, timeout=30.0):
+    def __init__(self, workdir, timeout=30.0, extra_hosts=()):
+        """extra_hosts: more addresses to serve clients on (the same port)."""
         self.client_port = _free_port()
         self.peer_port = _free_port(exclude=(self.client_port,))
         self.endpoint = f"127.0.0.1:{self.client_port}"
         cu, pu = f"http://{self.endpoint}", f"http://127.0.0.1:{self.peer_port}"
+        listen = ",".join([cu] + [f"http://{h}:{self.client_port}" for h in extra_hosts])
         self.log = open(os.path.join(workdir, "etcd.log"), "wb")
         self.proc = subprocess.Popen(
             [etcd_binary(), "--name", "p2p", "--data-dir", os.path.join(workdir, "etcd.data"),
-             "--listen-client-urls", cu, "--advertise-client-urls", cu,
+             "--listen-client-urls", listen, "--advertise-client-urls", cu,
              "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
              "--initial-cluster", f"p2p={pu}"],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)

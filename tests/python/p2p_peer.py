@@ -38,7 +38,8 @@ def digest(arrays):
 def main():
     etcd = sys.argv[1]
     te_meta = "P2PHANDSHAKE" if "--p2p" in sys.argv else None
-    store = P2PStore(etcd, "127.0.0.1:0" if te_meta else f"127.0.0.1:{os.getpid()}",
+    host = os.environ.get("P2P_PEER_HOST", "127.0.0.1")  # the bench's network namespaces
+    store = P2PStore(etcd, f"{host}:0" if te_meta else f"{host}:{os.getpid()}",
                      te_metadata_uri=te_meta)
     held = {}
     prepared = None

@@ -260,17 +260,174 @@ def failure(rank, ws):
     assert t.eq(sum(range(1, ws))).all()
 
 
+def overlap(rank, ws):
+    """Work handles run beside the caller: rank 0 issues two async
+    collectives that cannot finish until rank 1 joins them, and rank 1 joins
+    only after a message rank 0 sends next; a backend that ran collectives at
+    issue time would hang here.  Then an irecv stays pending until its peer
+    sends, while its own rank sends."""
+    big = torch.full((LARGE,), rank + 1.0)
+    small = torch.tensor([rank * 10, rank * 10 + 1])
+    outs = [torch.empty(2, dtype=torch.int64) for _ in range(ws)]
+    msg = torch.empty(3, dtype=torch.int32)
+    if rank == 0:
+        w1 = dist.all_reduce(big, async_op=True)
+        w2 = dist.all_gather(outs, small, async_op=True)
+        assert not w1.is_completed() and not w2.is_completed()
+        for r in range(1, ws):
+            dist.send(torch.tensor([7, 8, 9], dtype=torch.int32), r)
+        w2.wait()
+        w1.wait()
+        assert w1.is_completed() and mpg.get_local_success(w1)
+    else:
+        dist.recv(msg, 0)
+        assert msg.tolist() == [7, 8, 9]
+        dist.all_reduce(big)
+        dist.all_gather(outs, small)
+    assert big.eq(ws * (ws + 1) / 2).all()
+    assert [o.tolist() for o in outs] == [[r * 10, r * 10 + 1] for r in range(ws)]
+    # rank 1's irecv waits for rank 0, which sends only after rank 1's send
+    if rank == 1:
+        r = dist.irecv(msg, 0)
+        assert not r.is_completed()
+        dist.send(torch.tensor([1, 2, 3], dtype=torch.int32), 0)
+        r.wait()
+        assert r.is_completed() and msg.tolist() == [4, 5, 6]
+    elif rank == 0:
+        dist.recv(msg, 1)
+        assert msg.tolist() == [1, 2, 3]
+        dist.send(torch.tensor([4, 5, 6], dtype=torch.int32), 1)
+
+
+def die_after_first_all_reduce(rank, ws):
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == ws * (ws + 1) / 2
+    os.kill(os.getpid(), 9)
+
+
+def lose(rank, ws, victim):
+    """On a survivor: all_reduce until the victim's death shows (it dies after
+    the first); auto-sync leaves the survivors in the group."""
+    mpg.set_collective_timeout_us(3_000_000)
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    for _ in range(100):
+        work = dist.all_reduce(torch.ones(1), async_op=True)
+        work.wait()
+        if not mpg.get_local_success(work):
+            break
+    else:
+        raise AssertionError("the victim never died")
+    assert mpg.get_failed_ranks_hint(work).nonzero().flatten().tolist() == [victim]
+    assert mpg.get_active_ranks(None)[victim] == 0
+
+
+def all_ranks_work(rank, ws, group=None, base=0):
+    """all_reduce (direct and ring), all_gather and ring send/recv over every
+    rank of the group (in-group rank i is global rank base + i): results exact."""
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t, group=group)
+    assert t.item() == ws * (ws + 1) / 2, t
+    big = torch.full((LARGE,), rank + 1.0)
+    dist.all_reduce(big, group=group)
+    assert big.eq(ws * (ws + 1) / 2).all()
+    outs = [torch.empty(2, dtype=torch.int64) for _ in range(ws)]
+    dist.all_gather(outs, torch.tensor([rank, 7]), group=group)
+    assert [o.tolist() for o in outs] == [[r, 7] for r in range(ws)], outs
+    nxt, prv = (rank + 1) % ws, (rank - 1) % ws
+    got = torch.empty(1000, dtype=torch.int32)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((1000,), rank,
+                                                                       dtype=torch.int32),
+                                               base + nxt, group),
+                                    dist.P2POp(dist.irecv, got, base + prv, group)])
+    for w in works:
+        w.wait()
+        assert mpg.get_local_success(w)
+    assert got.eq(prv).all(), got[:4]
+
+
+def recover(rank, ws):
+    """The last rank dies after one all_reduce; a replacement process (started
+    by the test when it is gone; scenario "replacement") joins; the survivors
+    recover it and the world of ws ranks works again."""
+    victim = ws - 1
+    if rank == victim:
+        die_after_first_all_reduce(rank, ws)
+    lose(rank, ws, victim)
+    assert dist.get_world_size() == ws - 1 and mpg.get_current_epoch(None) == 1
+    # every survivor proposes; admission waits for the replacement's readiness
+    res = mpg.recover_ranks(None, [victim])
+    assert res.status == mpg.ProposalStatus.Applied, res
+    assert res.new_epoch == 2 == mpg.get_current_epoch(None), res
+    assert mpg.get_peer_state(None, list(range(ws))) == [True] * ws
+    # an equivalent call again is a no-op
+    again = mpg.recover_ranks(None, [victim])
+    assert again.status == mpg.ProposalStatus.Applied and again.new_epoch == 2, again
+    assert dist.get_world_size() == ws
+    assert mpg.get_active_ranks(None).tolist() == [1] * ws
+    all_ranks_work(rank, ws)
+    # then the members take it out again (framework-managed deactivation)
+    res = mpg.deactivate_ranks(None, [victim])
+    assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 3, res
+    assert dist.get_world_size() == ws - 1
+    all_ranks_work(rank, ws - 1)
+
+
+def replacement(rank, ws):
+    # the init (is_extension) declared readiness; the first collective waits
+    # for the activation, then takes part with the survivors
+    assert dist.get_world_size() == ws
+    all_ranks_work(rank, ws)
+    assert mpg.get_current_epoch(None) == 2
+    assert mpg.get_active_ranks(None).tolist() == [1] * ws
+    print(f"rank {rank} replacement ok", flush=True)
+    os._exit(0)  # the members deactivate this rank next: no final barrier with them
+
+
+def rank0_dies(rank, ws):
+    """Rank 0 dies (the store runs in the test, not in rank 0); the survivors
+    go on in the world group (a hole at slot 0, size unchanged) and in a new
+    group of the survivors."""
+    if rank == 0:
+        die_after_first_all_reduce(rank, ws)
+    t0 = time.monotonic()
+    lose(rank, ws, 0)
+    print(f"rank {rank}: lost rank 0 in {time.monotonic() - t0:.2f} s", flush=True)
+    assert dist.get_world_size() == ws
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == ws * (ws + 1) / 2 - 1, t
+    t0 = time.monotonic()
+    g = dist.new_group(list(range(1, ws)))
+    print(f"rank {rank}: new_group took {time.monotonic() - t0:.2f} s", flush=True)
+    assert dist.get_world_size(g) == ws - 1 and dist.get_rank(g) == rank - 1
+    all_ranks_work(rank - 1, ws - 1, g, 1)
+    big = torch.full((LARGE,), float(rank))
+    dist.all_reduce(big, group=g, op=MAX)
+    assert big.eq(ws - 1).all()
+
+
 def main():
     scenario, rank, ws, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    dist.init_process_group("mooncake-cpu", rank=rank, world_size=ws,
-                            init_method=f"tcp://127.0.0.1:{port}")
+    kw = {}
+    if scenario == "replacement":
+        kw["pg_options"] = mpg.MooncakeBackendOptions(torch.ones(ws, dtype=torch.int32), True)
+    if os.environ.get("PG_TEST_STORE") == "external":  # the test runs the store
+        kw["store"] = dist.TCPStore("127.0.0.1", port, ws, False)
+    else:
+        kw["init_method"] = f"tcp://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    dist.init_process_group("mooncake-cpu", rank=rank, world_size=ws, **kw)
+    print(f"rank {rank}: init took {time.monotonic() - t0:.2f} s", flush=True)
     assert dist.get_backend() == "mooncake-cpu"
     assert dist.get_world_size() == ws and dist.get_rank() == rank
-    fns = {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure}
+    fns = {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure,
+           "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap}
     for name in scenario.split("+"):
         fns[name](rank, ws)
     dist.barrier()
-    print(f"rank {rank} {scenario} ok", flush=True)
+    print(f"rank {rank} {scenario} ok at {time.monotonic() - t0:.2f} s", flush=True)
     os._exit(0)  # the victim's peers: skip torch's teardown of a group with a dead rank
 
 

@@ -21,39 +21,48 @@ torch = pytest.importorskip("torch")
 RUN_TIMEOUT = 120.0
 
 
-def run_ranks(scenario, world, env_extra=None):
+def run_ranks(scenario, world, env_extra=None, replace=None, port=None):
+    """Start WORLD ranks of SCENARIO; with replace=R one more process, the
+    "replacement" scenario as rank R (started with the others: starting torch
+    dominates on a small machine, and it only declares readiness to join)."""
     # upstream's harness variables (spec components.md 1.7) pick the store's port
-    port = int(os.environ.get("MOONCAKE_PGTEST_MASTER_PORT") or free_port())
+    port = port or int(os.environ.get("MOONCAKE_PGTEST_MASTER_PORT") or free_port())
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", **(env_extra or {}))
     if "asan" in env.get("LD_PRELOAD", ""):
         # with only libasan preloaded, its __cxa_throw interceptor finds no real
         # one (python does not link libstdc++) and aborts when libtorch throws,
         # as the store's server does when the killed rank's socket goes
         env["LD_PRELOAD"] += " libstdc++.so.6"
-    procs = [subprocess.Popen([sys.executable, str(HERE / "pg_worker.py"), scenario, str(r),
-                               str(world), str(port)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
+
+    def start(scen, r):
+        return subprocess.Popen([sys.executable, str(HERE / "pg_worker.py"), scen, str(r),
+                                 str(world), str(port)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    procs = [start(scenario, r) for r in range(world)]
+    if replace is not None:
+        procs.append(start("replacement", replace))
     deadline = time.monotonic() + RUN_TIMEOUT
-    outs = []
+    outs = {}
     try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            outs.append(out)
+        for i, p in enumerate(procs):
+            outs[i], _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return [(p.returncode, o) for p, o in zip(procs, outs)]
+    return [(p.returncode, outs.get(i, "")) for i, p in enumerate(procs)]
 
 
 def test_collectives_2_ranks_over_tcp():
     """Every collective, several dtypes and reductions, direct and ring sizes;
     over the engine's TCP transport (MC_FORCE_TCP, as upstream's CPU CI); the
-    4-rank test below uses the same-host path."""
-    for rank, (rc, out) in enumerate(run_ranks("collectives", 2, {"MC_FORCE_TCP": "true"})):
-        assert rc == 0 and f"rank {rank} collectives ok" in out, f"rank {rank}:\n{out}"
+    4-rank test below uses the same-host path.  Then async work handles that
+    must run beside the caller (pg_worker.overlap)."""
+    res = run_ranks("collectives+overlap", 2, {"MC_FORCE_TCP": "true"})
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} collectives+overlap ok" in out, f"rank {rank}:\n{out}"
 
 
 def test_collectives_p2p_groups_4_ranks():
@@ -74,6 +83,33 @@ def test_rank_killed_mid_all_reduce():
     assert res[3][0] == -9, f"the victim was not killed:\n{res[3][1]}"
     for rank, (rc, out) in enumerate(res[:3]):
         assert rc == 0 and f"rank {rank} failure ok" in out, f"rank {rank}:\n{out}"
+
+
+def test_replacement_recovers_dead_rank():
+    """Rank 3 of 4 dies; the survivors carry on (auto-sync, size 3); a new
+    process starts as rank 3 with is_extension=True; the survivors'
+    recover_ranks admits it, and all_reduce (direct and ring), all_gather and
+    send/recv over the 4 ranks give exact results on every rank."""
+    res = run_ranks("recover", 4, replace=3)
+    assert res[3][0] == -9, f"the victim was not killed:\n{res[3][1]}"
+    for rank, (rc, out) in enumerate(res[:3]):
+        assert rc == 0 and f"rank {rank} recover ok" in out, f"rank {rank}:\n{out}"
+    rc, out = res[4]
+    assert rc == 0 and "rank 3 replacement ok" in out, f"replacement:\n{out}"
+
+
+def test_new_group_after_rank_0_dies():
+    """Rank 0 (not hosting the store here) dies; the world keeps its size with
+    a hole at slot 0, and new_group of ranks 1-3 (torch's init barrier counts
+    the dead rank's check-in) all_reduces and all_gathers exactly."""
+    import torch.distributed as dist
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, 4, True, wait_for_workers=False)
+    res = run_ranks("rank0_dies", 4, {"PG_TEST_STORE": "external"}, port=port)
+    del store
+    assert res[0][0] == -9, f"the victim was not killed:\n{res[0][1]}"
+    for rank, (rc, out) in enumerate(res[1:], 1):
+        assert rc == 0 and f"rank {rank} rank0_dies ok" in out, f"rank {rank}:\n{out}"
 
 
 # ---- in this process: a world of one, options and refusals
@@ -123,8 +159,6 @@ def test_options_are_checked(world_of_one, monkeypatch):
         world_of_one(pg_options=mpg.MooncakeBackendOptions(4, False, False, True))
     with pytest.raises(RuntimeError, match=r"max_group_size \(65\) <= 64"):
         world_of_one(pg_options=mpg.MooncakeBackendOptions(65))
-    with pytest.raises(NotImplementedError, match="Coordinator"):
-        mpg.MooncakeBackendOptions(4, True)
     with pytest.raises(ValueError, match="int32"):
         mpg.MooncakeBackendOptions(torch.zeros(4, dtype=torch.int64))
     monkeypatch.setenv("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", "maybe")
@@ -146,10 +180,13 @@ def test_unsupported_calls_refuse(world_of_one):
     import torch.distributed as dist
     import mooncake.pg as mpg
     world_of_one()
-    for call in (lambda: mpg.activate_ranks(None, [0]), lambda: mpg.join_group(None),
-                 lambda: mpg.deactivate_ranks(None, [0])):
-        with pytest.raises(NotImplementedError, match="Coordinator"):
-            call()
+    # membership calls on a world of one: already active, bad ranks refused
+    assert mpg.activate_ranks(None, [0]).status == mpg.ProposalStatus.Applied
+    mpg.join_group(None)
+    with pytest.raises(ValueError, match="outside the group"):
+        mpg.recover_ranks(None, [1])
+    with pytest.raises(ValueError, match="cannot deactivate itself"):
+        mpg.deactivate_ranks(None, [0])
     with pytest.raises(RuntimeError, match="Expecting one tensor only"):
         dist.distributed_c10d._get_default_group().allreduce([torch.ones(1), torch.ones(1)])
     with pytest.raises(RuntimeError, match="not supported"):
