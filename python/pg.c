@@ -41,15 +41,14 @@
  * (capped at 200 us); the machine it runs on has more processes than cores.
  *
  * Failure: a data WRITE that fails marks its peer failed.  A peer that makes
- * no progress for PROBE_EVERY_US is probed (mc_te_probe); a failed probe marks
- * it failed.  After timeout_us without progress every peer of the group is
- * probed, and those that fail are reported; if none fails, the wait goes on
- * (a slow rank is not a dead one; a rank that gave up on this operation has
- * sent a notice).  A rank that finds a dead peer writes the bitmap into the
- * notice_in of every other rank of the group, whose run() then probes the
- * named ranks and ends too, so survivors return together.  run() returns
- * (ok, failed_bitmap); after a failure the streams of this Mailbox are out
- * of step and the caller must not use it again (pg.py refuses).
+ * no progress for PROBE_EVERY_US is probed (mc_te_probe); a probe refused
+ * or dropped marks it failed (one that times out does not, yet).  After timeout_us without progress
+ * every peer of the group is probed, and those that fail are reported; if none fails, the wait goes
+ * on (a slow rank is not a dead one; a rank that gave up on this operation has sent a notice).  A
+ * rank that finds a dead peer writes the bitmap into the notice_in of every other rank of the
+ * group, whose run() then probes the named ranks and ends too, so survivors return together.  run()
+ * returns (ok, failed_bitmap); after a failure the streams of this Mailbox are out of step and the
+ * caller must not use it again (pg.py refuses).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -478,9 +477,21 @@ static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
 	return moved;
 }
 
-static bool probe_dead(Mailbox *m, int r)
+/* Whether peer r is dead.  proof_only: only a port that refuses or drops
+ * the connection, or an endpoint gone from the metadata, counts; a probe
+ * that times out (a live peer descheduled on a loaded host answers late)
+ * does not, until the collective's timeout has passed (proof_only false). */
+static bool probe_dead(Mailbox *m, int r, bool proof_only)
 {
-	return m->segname[r] && mc_te_probe(m->te, m->segname[r]) != MC_OK;
+	mc_status rc;
+
+	if (!m->segname[r])
+		return false;
+	rc = mc_te_probe(m->te, m->segname[r]);
+	if (rc == MC_OK)
+		return false;
+	return !proof_only || rc == MC_ERR_CONN_REFUSED || rc == MC_ERR_CONN_CLOSED ||
+	       rc == MC_ERR_NOT_FOUND;
 }
 
 /* Tell every other rank of `group` (bitmap) which ranks we found dead. */
@@ -512,7 +523,7 @@ static uint64_t check_notices(Mailbox *m, uint64_t group, uint64_t *seen)
 		return 0;
 	*seen |= named;
 	for (int r = 0; r < m->n; r++)
-		if ((named >> r & 1) && r != m->me && probe_dead(m, r))
+		if ((named >> r & 1) && r != m->me && probe_dead(m, r, false))
 			dead |= 1ull << r;
 	return dead;
 }
@@ -636,7 +647,7 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
 				bool open = i < ns ? it->done < it->len : it->moved < it->len;
 				if (open && now - it->last >= PROBE_EVERY_US &&
-				    probe_dead(m, it->peer))
+				    probe_dead(m, it->peer, true))
 					failed |= 1ull << it->peer;
 			}
 		}
@@ -651,7 +662,8 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			if (silent) {
 				/* a slow rank that still answers is waited for again */
 				for (int r = 0; r < m->n; r++)
-					if ((group >> r & 1) && r != m->me && probe_dead(m, r))
+					if ((group >> r & 1) && r != m->me &&
+					    probe_dead(m, r, false))
 						failed |= 1ull << r;
 				for (Py_ssize_t i = 0; !failed && i < ns + nr; i++) {
 					struct item *it = i < ns ? &sv[i] : &rv[i - ns];
