@@ -1346,6 +1346,112 @@ static uint64_t evict_round(struct mc_master *m, uint64_t now_ms)
 	return done;
 }
 
+/* o has a live memory replica on a segment slot of target t */
+static bool on_target(const struct mc_master *m, const struct mc_obj *o, uint32_t t)
+{
+	uint32_t first = m->tstart[t], end = first + m->targets[t].nallocs;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep((struct mc_obj *)o, i);
+
+		if (!mc_master_rep_live(m, r) || mc_master_rep_disk(m, r))
+			continue;
+		for (uint32_t k = first; k < end; k++)
+			if (m->tsegs[k] == r->seg)
+				return true;
+	}
+	return false;
+}
+
+/* Release o's memory replicas on target t; the others stay.  Returns how
+ * many live memory replicas o keeps elsewhere. */
+static uint32_t drop_target_reps(struct mc_master *m, struct mc_obj *o, uint32_t t)
+{
+	uint32_t first = m->tstart[t], end = first + m->targets[t].nallocs, n = 0, mem = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		struct mc_rep r = *mc_master_obj_rep(o, i);
+		bool here = false;
+
+		if (mc_master_rep_live(m, &r) && !mc_master_rep_disk(m, &r)) {
+			for (uint32_t k = first; k < end && !here; k++)
+				here = m->tsegs[k] == r.seg;
+			if (here) {
+				rep_release(m, &r, mc_obj_size(o));
+				continue;
+			}
+			mem++;
+		}
+		*mc_master_obj_rep(o, n++) = r;
+	}
+	o->nrep = (uint8_t)n;
+	(void)mc_master_obj_ext_fit(o, n); /* shrinking never fails */
+	return mem;
+}
+
+/*
+ * Per-segment LRU (ours, paper 4.6): a put that prefers target t found it
+ * full.  Among the objects with a memory replica on t that eviction may
+ * take (complete, not hard-pinned, lease expired, not soft-pinned, no
+ * task reading it, not in a group, not keep), drop the want least
+ * recently used ones (lease deadline, which is the LRU key) from t: an
+ * object whose only memory replica is there is evicted as a whole (its
+ * disk copies stay), one with replicas elsewhere loses only this one.
+ * Blocks a request holds a lease on, or a soft pin, are never taken, so
+ * a node under pressure cannot evict what an ongoing request is reading.
+ * One scan of the table (of a window of it when it is larger than
+ * EVICT_WINDOW, as evict_round); returns how many objects lost a replica.
+ */
+uint32_t mc_master_evict_target(struct mc_master *m, uint32_t t, uint32_t want,
+				const struct mc_obj *keep, uint64_t now_ms)
+{
+	uint64_t slots = m->mask + 1, window = slots < EVICT_WINDOW ? slots : EVICT_WINDOW;
+	uint64_t start = window == slots ? 0 : mc_alloc_rand(&m->rng) & m->mask;
+	struct cand *c = NULL;
+	uint32_t nc = 0, ccap = 0, done = 0;
+
+	if (t >= m->ntargets || want == 0)
+		return 0;
+	for (uint64_t k = 0; k < window; k++) {
+		struct mc_obj *o = mc_master_slot_obj(m, (start + k) & m->mask);
+
+		if (!o || o == keep || o->group || !evictable(m, o, now_ms, 1) ||
+		    !on_target(m, o, t) || mc_master_task_busy(m, o))
+			continue;
+		if (!mc_master_grow((void **)&c, &ccap, nc + 1, sizeof(*c)))
+			break;
+		c[nc].t = o->t;
+		c[nc].o = o;
+		nc++;
+	}
+	if (want < nc) {
+		cand_select(c, nc, want, &m->rng);
+		nc = want;
+	}
+	for (uint32_t i = 0; i < nc; i++) {
+		struct mc_obj *o = c[i].o;
+		uint64_t size = mc_obj_size(o);
+		uint32_t left;
+
+		(void)mc_master_obj_prune(m, o); /* it has a live replica on t */
+		if (drop_target_reps(m, o, t) > 0) {
+			mc_master_wal_put(m, o); /* readable from its other replicas */
+		} else {
+			left = mc_master_fs_drop_pending(m, o, false);
+			if (left == 0)
+				mc_master_obj_erase(m, o); /* else readable from disk */
+		}
+		m->met.evicted_key_count++;
+		m->met.evicted_size_bytes += size;
+		done++;
+	}
+	mc_free(c);
+	if (done)
+		m->met.successful_evictions++;
+	m->met.attempted_evictions++;
+	return done;
+}
+
 /* ------------------------------------------------------------------------ */
 /* tick                                                                      */
 
@@ -1478,6 +1584,7 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->allow_evict_soft_pinned_objects = true;
 	c->eviction_ratio = 0.05;
 	c->eviction_high_watermark_ratio = 0.90;
+	c->preferred_segment_lru_batch = 16;
 	c->client_ttl_ms = 10000;
 	c->max_segment_size = MC_MASTER_MAX_SEGMENT_SIZE;
 	c->put_start_discard_timeout_ms = 30000;
@@ -1520,7 +1627,8 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	    c->regex_time_budget_ms == 0 || c->regex_match_limit < 1 ||
 	    c->regex_match_limit > UINT32_MAX || c->regex_heap_limit < 1024 ||
 	    c->offloading_queue_limit < 1 || c->offloading_queue_limit > UINT32_MAX ||
-	    !(c->offload_cap_ratio >= 0 && c->offload_cap_ratio <= 1)) {
+	    !(c->offload_cap_ratio >= 0 && c->offload_cap_ratio <= 1) ||
+	    c->preferred_segment_lru_batch < 1) {
 		mc_error("invalid master configuration");
 		return MC_ERR_INVALID_PARAMS;
 	}
