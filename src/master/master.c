@@ -1668,6 +1668,13 @@ static bool v_copy_task(const struct mc_store_msg *q)
 	return s_ok(&r->tenant) && s_ok(&r->key) && strs_ok(r->targets, r->n_targets);
 }
 
+static bool v_change_replica(const struct mc_store_msg *q)
+{
+	const struct mc_store_change_replica_req *r = &q->body.change_replica_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->key);
+}
+
 static bool v_move_task(const struct mc_store_msg *q)
 {
 	const struct mc_store_move_task_req *r = &q->body.move_task_req;
@@ -1732,6 +1739,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(QUERY_TASK, h_tasks, NULL, COUNTER(master_query_task))                            \
 	X(FETCH_TASKS, h_tasks, NULL, COUNTER(master_fetch_tasks))                          \
 	X(MARK_TASK_TO_COMPLETE, h_tasks, v_task_done, COUNTER(master_update_task))         \
+	X(CHANGE_REPLICA, h_tasks, v_change_replica, NO_COUNTER)                            \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \
