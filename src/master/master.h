@@ -55,7 +55,7 @@ struct mc_master_config {
 	/* ours (paper 4.6, issue 17): a put whose preferred segment is full
 	 * evicts that segment's least recently used objects to make room */
 	bool preferred_segment_lru;	       /* false: upstream's spill to other segments */
-	int64_t preferred_segment_lru_batch;   /* 16: objects such a round evicts at least */
+	int64_t preferred_segment_lru_batch;   /* 1: objects such a round evicts at least */
 	uint64_t client_ttl_ms;		       /* 10000 */
 	uint64_t max_segment_size;	       /* 1 TiB: larger mounts are refused */
 	uint64_t put_start_discard_timeout_ms; /* 30000 */

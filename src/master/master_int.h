@@ -288,6 +288,8 @@ struct mc_master {
 	uint64_t capacity_bytes;
 	bool need_evict;
 	uint64_t evict_idle_until; /* no watermark round before this (ms) */
+	struct mc_lru_cache *lru;  /* per segment slot: preferred_segment_lru (objects.c) */
+	uint32_t nlru;
 	uint64_t last_proc_scan;
 	uint32_t ncursors; /* open scan cursors: the table does not shrink */
 

@@ -163,9 +163,9 @@ static const struct mc_config_entry flags[] = {
 	     "ours: a put whose preferred segment is full evicts that segment's least recently "
 	     "used objects (leased, soft-pinned and hard-pinned ones excepted) instead of "
 	     "spilling to other segments (paper 4.6)"),
-	INT("preferred_segment_lru_batch", "16", MF(preferred_segment_lru_batch), 1, 1000000, 0,
-	    "ours: objects one such round evicts at least (one scan of the object table per "
-	    "round)"),
+	INT("preferred_segment_lru_batch", "1", MF(preferred_segment_lru_batch), 1, 1000000, 0,
+	    "ours: objects one such round evicts at least (1: exact LRU, the space the put needs "
+	    "and no more)"),
 	DOUBLE("nof_eviction_ratio", "0.05", NO_FIELD, 0, 1, NOEFFECT,
 	       "NoF tier eviction ratio"),
 	DOUBLE("nof_eviction_high_watermark_ratio", "0.90", NO_FIELD, 0, 1, NOEFFECT,
