@@ -32,13 +32,15 @@ struct mc_replay_store_opts {
 /* What the store side did, beside the replay's usual result. */
 struct mc_replay_store_stats {
 	uint64_t schedule_calls, load_reports;
-	uint64_t read_blocks, read_bytes;     /* reused blocks read through the store */
-	uint64_t read_short;		      /* requests whose read fell short of the answer */
-	uint64_t fetched_read_blocks;	      /* of read_blocks, from another node's segment */
-	uint64_t put_blocks, put_bytes;	      /* computed blocks stored */
-	uint64_t put_exists, put_failed;      /* already stored elsewhere; refused */
-	uint64_t copied_blocks;		      /* replicas added on the node that used them */
-	uint64_t bad_contents;		      /* blocks read whose bytes were not theirs */
+	uint64_t read_blocks, read_bytes; /* reused blocks read through the store */
+	uint64_t read_short;		  /* requests whose read fell short of the answer */
+	uint64_t fetched_read_blocks;	  /* of read_blocks, from another node's segment */
+	uint64_t put_blocks, put_bytes;	  /* computed blocks stored */
+	uint64_t put_exists, put_failed;  /* already stored elsewhere; refused */
+	uint64_t copied_blocks;		  /* replicas added on the node that used them */
+	uint64_t bad_contents;		  /* blocks read whose bytes were not theirs */
+	uint64_t decode_read_blocks, decode_read_bytes; /* a request's KV read by its decode node */
+	uint64_t decode_read_short;			/* requests whose decode read fell short */
 	double schedule_wall_s, store_wall_s; /* wall time in /schedule, in reads and puts */
 	char master[64], conductor[64];	      /* the addresses used */
 };
