@@ -61,6 +61,7 @@ struct options {
 	char *metadata;
 	char *conductor;
 	uint64_t block_bytes;
+	int64_t lease_ms;
 };
 
 #define OPT(n, t, d, doc, lo, hi)                                                           \
@@ -123,6 +124,10 @@ static const struct mc_config_entry options_table[] = {
 	OPTN("block_bytes", block_bytes, MC_CONFIG_SIZE, "4k",
 	     "with --store: bytes stored per block (the KV of 512 tokens, scaled down)", 8,
 	     1ll << 30),
+	OPTN("lease_ms", lease_ms, MC_CONFIG_INT, "500",
+	     "with --store: the read lease of the master it starts (ms): the pin of the "
+	     "request in flight, which its reads must finish within",
+	     1, 60000),
 };
 #define N_OPTIONS (sizeof(options_table) / sizeof(options_table[0]))
 
@@ -402,6 +407,7 @@ static int run_store(const struct options *o, const struct mc_replay_config *cfg
 		.conductor = o->conductor,
 		.bin_dir = self,
 		.block_bytes = o->block_bytes,
+		.lease_ms = (uint64_t)o->lease_ms,
 	};
 
 	if (n <= 0) {

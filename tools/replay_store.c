@@ -325,18 +325,19 @@ struct run {
 
 static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats)
 {
-	char exe[4096];
+	char exe[4096], lease[64];
 	/* Per-node LRU (paper 4.6): a put that prefers a full segment evicts
 	 * that segment's least recently used blocks (--preferred_segment_lru),
-	 * and no global watermark round decides instead.  A read lease of
-	 * 20 ms is the pin of the request in flight (a request takes a few ms
-	 * of wall time here): its blocks are never evicted under it, and as
-	 * the LRU key of a block read is its lease deadline, a short lease
-	 * keeps "read" and "put" stamps in nearly the order they happened. */
+	 * and no global watermark round decides instead.  The read lease
+	 * (--lease-ms, 500 ms) is the pin of the request in flight: its blocks
+	 * are never evicted under it, and its reads must finish within it (a
+	 * read that ends after the lease is thrown away).  As the LRU key of a
+	 * block read is its lease deadline, a shorter lease keeps "read" and
+	 * "put" stamps closer to the order they happened in. */
 	char *argv[] = {exe,
 			"--preferred_segment_lru=true",
 			"--eviction_high_watermark_ratio=1",
-			"--default_kv_lease_ttl=20",
+			lease,
 			"--rpc_port=0",
 			"--rpc_address=127.0.0.1",
 			"--metrics_port=0",
@@ -349,6 +350,8 @@ static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats
 	mc_status st;
 
 	snprintf(exe, sizeof(exe), "%s/mooncake_master", r->o->bin_dir);
+	snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%" PRIu64,
+		 r->o->lease_ms ? r->o->lease_ms : 500);
 	st = child_start(&r->master, argv, "mooncake_master listening");
 	if (st != MC_OK)
 		return st;

@@ -27,6 +27,7 @@ struct mc_replay_store_opts {
 	const char *conductor; /* host:port of a running conductor; NULL: start one */
 	const char *bin_dir;   /* where mooncake_master and mooncake_conductor are */
 	uint64_t block_bytes;  /* bytes stored per 512-token block (scaled down) */
+	uint64_t lease_ms;     /* the started master's read lease (0: 500 ms) */
 };
 
 /* What the store side did, beside the replay's usual result. */
