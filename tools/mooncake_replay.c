@@ -126,7 +126,8 @@ static const struct mc_config_entry options_table[] = {
 	     1ll << 30),
 	OPTN("lease_ms", lease_ms, MC_CONFIG_INT, "500",
 	     "with --store: the read lease of the master it starts (ms): the pin of the "
-	     "request in flight, which its reads must finish within",
+	     "request in flight, which its reads must finish within (it pins all that was read "
+	     "in that much wall time: lower it for tiny segments if puts fail)",
 	     1, 60000),
 };
 #define N_OPTIONS (sizeof(options_table) / sizeof(options_table[0]))
