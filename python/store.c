@@ -613,6 +613,12 @@ static PyMethodDef store_methods[] = {
 			    "err): copy the object to every target segment"),
 	M(create_move_task, "create_move_task(key, source, target) -> (task_id, err): move its "
 			    "replica on segment source to target"),
+	M(change_replica,
+	  "change_replica(key, replica_num) -> int (ours): give the key replica_num "
+	  "memory replicas (copy tasks add, the newest extra ones are dropped); "
+	  "the count once done, or a negative error code"),
+	M(get_replica_count, "get_replica_count(key) -> int (ours): its memory replicas, or a "
+			     "negative error code"),
 	M(query_task, "query_task(task_id) -> (QueryTaskResponse, 0) or (None, err)"),
 	M(unmount_segment, "unmount_segment(segment_ids, grace_period_seconds=0) -> int: unmount "
 			   "this client's segment (readable for the grace period)"),

@@ -429,6 +429,8 @@ PyObject *mc_py_store_batch_replica_clear(DEFARGS);
 /* store_tasks.c */
 extern PyObject *mc_py_task_type_enum, *mc_py_task_status_enum;
 PyObject *mc_py_store_create_copy_task(DEFARGS);
+PyObject *mc_py_store_change_replica(DEFARGS);
+PyObject *mc_py_store_get_replica_count(DEFARGS);
 PyObject *mc_py_store_create_move_task(DEFARGS);
 PyObject *mc_py_store_query_task(DEFARGS);
 PyObject *mc_py_store_unmount_segment(DEFARGS);

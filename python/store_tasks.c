@@ -14,6 +14,10 @@
  * (allocate_and_mount_segment with "allocated_size"), the ids
  * "<first>-<second>" in decimal; unmount_and_free_segment and
  * unmount_local_disk_segment an int.  A protocol left out is the client's.
+ *
+ * Ours (the paper's change_replica, no upstream method): change_replica and
+ * get_replica_count answer the key's count of memory replicas, or a
+ * negative error code (include/mooncake/store.h, mc_store_change_replica).
  */
 #include "store_int.h"
 
@@ -53,6 +57,47 @@ PyObject *mc_py_store_create_copy_task(DEFARGS)
 	call_end(&c);
 	keys_release(&targets);
 	return create_result(st, &id);
+}
+
+/* Ours: the count of memory replicas (>= 0) or a negative error code. */
+static PyObject *change_replica(PyObject *self, const char *key, uint64_t n)
+{
+	uint32_t count = 0;
+	struct call c;
+	mc_status st;
+
+	if (n > UINT32_MAX)
+		return PyLong_FromLong((long)MC_ERR_INVALID_PARAMS);
+	call_begin(&c, ST(self), false);
+	st = mc_store_change_replica(ST(self)->s, key, (uint32_t)n, &count);
+	call_end(&c);
+	return PyLong_FromLong(st != MC_OK ? (long)st : (long)count);
+}
+
+PyObject *mc_py_store_change_replica(DEFARGS)
+{
+	const char *key;
+	uint64_t n;
+	PARSE("change_replica", 2, "key", "replica_num");
+	if (arg_str(a[0], "change_replica", "key", &key) < 0 ||
+	    arg_u64(a[1], "change_replica", "replica_num", &n) < 0)
+		return NULL;
+	if (n == 0) {
+		PyErr_SetString(PyExc_ValueError,
+				"change_replica() replica_num must be at least 1 (to drop every "
+				"replica, remove the key; get_replica_count reads the count)");
+		return NULL;
+	}
+	return change_replica(self, key, n);
+}
+
+PyObject *mc_py_store_get_replica_count(DEFARGS)
+{
+	const char *key;
+	PARSE("get_replica_count", 1, "key");
+	if (arg_str(a[0], "get_replica_count", "key", &key) < 0)
+		return NULL;
+	return change_replica(self, key, 0);
 }
 
 PyObject *mc_py_store_create_move_task(DEFARGS)

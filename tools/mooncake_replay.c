@@ -32,8 +32,8 @@
 #include <jansson.h>
 
 #include "base/config.h"
-#include "base/log.h"
 #include "base/flags.h"
+#include "base/log.h"
 #include "conductor/replay.h"
 #include "conductor/trace.h"
 #include "replay_store.h"
@@ -61,6 +61,7 @@ struct options {
 	char *metadata;
 	char *conductor;
 	uint64_t block_bytes;
+	int64_t lease_ms;
 };
 
 #define OPT(n, t, d, doc, lo, hi)                                                           \
@@ -123,6 +124,11 @@ static const struct mc_config_entry options_table[] = {
 	OPTN("block_bytes", block_bytes, MC_CONFIG_SIZE, "4k",
 	     "with --store: bytes stored per block (the KV of 512 tokens, scaled down)", 8,
 	     1ll << 30),
+	OPTN("lease_ms", lease_ms, MC_CONFIG_INT, "500",
+	     "with --store: the read lease of the master it starts (ms): the pin of the "
+	     "request in flight, which its reads must finish within (it pins all that was read "
+	     "in that much wall time: lower it for tiny segments if puts fail)",
+	     1, 60000),
 };
 #define N_OPTIONS (sizeof(options_table) / sizeof(options_table[0]))
 
@@ -402,6 +408,7 @@ static int run_store(const struct options *o, const struct mc_replay_config *cfg
 		.conductor = o->conductor,
 		.bin_dir = self,
 		.block_bytes = o->block_bytes,
+		.lease_ms = (uint64_t)o->lease_ms,
 	};
 
 	if (n <= 0) {
@@ -422,7 +429,7 @@ static int run_store(const struct options *o, const struct mc_replay_config *cfg
 static json_t *store_json(const struct mc_replay_store_stats *s)
 {
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:f, s:f}",
+			 "s:I, s:I, s:I, s:f, s:f}",
 			 "master", s->master, "conductor", s->conductor, "read_blocks",
 			 (json_int_t)s->read_blocks, "fetched_read_blocks",
 			 (json_int_t)s->fetched_read_blocks, "read_bytes",
@@ -432,7 +439,10 @@ static json_t *store_json(const struct mc_replay_store_stats *s)
 			 "copied_blocks", (json_int_t)s->copied_blocks, "read_short",
 			 (json_int_t)s->read_short, "bad_contents", (json_int_t)s->bad_contents,
 			 "schedule_calls", (json_int_t)s->schedule_calls, "load_reports",
-			 (json_int_t)s->load_reports, "schedule_wall_s", s->schedule_wall_s,
+			 (json_int_t)s->load_reports, "decode_read_blocks",
+			 (json_int_t)s->decode_read_blocks, "decode_read_bytes",
+			 (json_int_t)s->decode_read_bytes, "decode_read_short",
+			 (json_int_t)s->decode_read_short, "schedule_wall_s", s->schedule_wall_s,
 			 "store_wall_s", s->store_wall_s);
 }
 
@@ -504,11 +514,9 @@ int main(int argc, char **argv)
 		rc = usage_error("--replicas-csv needs --pool local (a pool holds one copy)");
 		goto out_opts;
 	}
-	if (o.store && (cfg.global_pool || o.replicas_csv || o.csv || cfg.decode_nodes)) {
-		rc = usage_error(
-			"--store replays over the nodes' segments: no --pool global, no "
-			"--replicas-csv or --csv, and no --decode-nodes yet (the conductor "
-			"would book their jobs in wall time)");
+	if (o.store && (cfg.global_pool || o.replicas_csv || o.csv)) {
+		rc = usage_error("--store replays over the nodes' segments: no --pool global, no "
+				 "--replicas-csv or --csv");
 		goto out_opts;
 	}
 	if (!o.store && (o.master || o.conductor || o.metadata)) {
@@ -588,15 +596,18 @@ int main(int argc, char **argv)
 	if (o.store)
 		printf("store: master=%s conductor=%s read_blocks=%llu fetched_read_blocks=%llu "
 		       "read_bytes=%llu put_blocks=%llu put_exists=%llu put_failed=%llu "
-		       "copied_blocks=%llu read_short=%llu bad_contents=%llu schedule_calls=%llu load_reports=%llu "
+		       "copied_blocks=%llu read_short=%llu bad_contents=%llu decode_read_blocks=%llu "
+		       "decode_read_short=%llu schedule_calls=%llu load_reports=%llu "
 		       "schedule_us_per_call=%.1f\n",
 		       ss.master, ss.conductor, (unsigned long long)ss.read_blocks,
 		       (unsigned long long)ss.fetched_read_blocks,
 		       (unsigned long long)ss.read_bytes, (unsigned long long)ss.put_blocks,
 		       (unsigned long long)ss.put_exists, (unsigned long long)ss.put_failed,
 		       (unsigned long long)ss.copied_blocks, (unsigned long long)ss.read_short,
-		       (unsigned long long)ss.bad_contents, (unsigned long long)ss.schedule_calls,
-		       (unsigned long long)ss.load_reports,
+		       (unsigned long long)ss.bad_contents,
+		       (unsigned long long)ss.decode_read_blocks,
+		       (unsigned long long)ss.decode_read_short,
+		       (unsigned long long)ss.schedule_calls, (unsigned long long)ss.load_reports,
 		       ss.schedule_calls ? ss.schedule_wall_s * 1e6 / (double)ss.schedule_calls
 					 : 0);
 	if (o.replicas_csv)

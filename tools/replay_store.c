@@ -308,6 +308,7 @@ struct run {
 	struct child master, conductor;
 	struct api api;
 	struct node *nodes;
+	struct node *dnodes; /* decode instances: store clients without a segment */
 	char metadata[160];
 	uint32_t max_blocks;
 	uint8_t *rbuf, *wbuf;
@@ -324,8 +325,19 @@ struct run {
 
 static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats)
 {
-	char exe[4096];
+	char exe[4096], lease[64];
+	/* Per-node LRU (paper 4.6): a put that prefers a full segment evicts
+	 * that segment's least recently used blocks (--preferred_segment_lru),
+	 * and no global watermark round decides instead.  The read lease
+	 * (--lease-ms, 500 ms) is the pin of the request in flight: its blocks
+	 * are never evicted under it, and its reads must finish within it (a
+	 * read that ends after the lease is thrown away).  As the LRU key of a
+	 * block read is its lease deadline, a shorter lease keeps "read" and
+	 * "put" stamps closer to the order they happened in. */
 	char *argv[] = {exe,
+			"--preferred_segment_lru=true",
+			"--eviction_high_watermark_ratio=1",
+			lease,
 			"--rpc_port=0",
 			"--rpc_address=127.0.0.1",
 			"--metrics_port=0",
@@ -338,6 +350,8 @@ static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats
 	mc_status st;
 
 	snprintf(exe, sizeof(exe), "%s/mooncake_master", r->o->bin_dir);
+	snprintf(lease, sizeof(lease), "--default_kv_lease_ttl=%" PRIu64,
+		 r->o->lease_ms ? r->o->lease_ms : 500);
 	st = child_start(&r->master, argv, "mooncake_master listening");
 	if (st != MC_OK)
 		return st;
@@ -495,25 +509,75 @@ static mc_status nodes_open(struct run *r, const char *master)
 	return MC_OK;
 }
 
+/* The decode instances d0..dM-1: clients that hold no segment (decode
+ * keeps its KV in its own HBM, not in the pool) and read a request's KV
+ * from where prefill stored it, registered as decode instances. */
+static mc_status dnodes_open(struct run *r, const char *master)
+{
+	size_t buf = (size_t)r->max_blocks * r->o->block_bytes;
+	mc_status st;
+
+	if (!r->cfg->decode_nodes)
+		return MC_OK;
+	r->dnodes = calloc(r->cfg->decode_nodes, sizeof(*r->dnodes));
+	if (!r->dnodes)
+		return mc_set_error(MC_ERR_NOMEM, "no memory for %u decode nodes",
+				    r->cfg->decode_nodes);
+	for (uint32_t i = 0; i < r->cfg->decode_nodes; i++) {
+		struct node *nd = &r->dnodes[i];
+		struct mc_store_params p = {
+			.local_hostname = "127.0.0.1",
+			.metadata_server = r->metadata,
+			.protocol = "tcp",
+			.master_server_addr = master,
+		};
+		char body[96];
+		long code;
+
+		snprintf(nd->id, sizeof(nd->id), "d%u", i);
+		if ((st = mc_store_new(&nd->s)) != MC_OK)
+			return st;
+		if ((st = mc_store_setup(nd->s, &p)) != MC_OK)
+			return mc_set_error(st, "decode node %u: store setup: %s", i,
+					    mc_last_error());
+		if ((st = mc_store_register_buffer(nd->s, r->rbuf, buf)) != MC_OK)
+			return mc_set_error(st, "decode node %u: register buffer: %s", i,
+					    mc_last_error());
+		snprintf(body, sizeof(body), "{\"id\":\"%s\",\"role\":\"decode\"}", nd->id);
+		code = api_call(&r->api, "/instances", body, strlen(body));
+		if (code != 200 && code != 201)
+			return mc_set_error(MC_ERR_RPC_FAIL,
+					    "register %s with the conductor: %ld %s", nd->id, code,
+					    api_text(&r->api));
+	}
+	return MC_OK;
+}
+
+static void node_close(struct run *r, struct node *nd)
+{
+	char path[64];
+
+	if (!nd->s)
+		return;
+	snprintf(path, sizeof(path), "/instances/%s", nd->id);
+	if (r->api.h && r->o->conductor)
+		(void)api_call(&r->api, path, NULL, 0); /* a running one forgets us */
+	mc_store_unregister_buffer(nd->s, r->rbuf);
+	mc_store_close(nd->s);
+	mc_store_free(nd->s);
+}
+
 static void nodes_close(struct run *r)
 {
 	/* the clients close one by one and the others' same-host lanes to them
 	 * warn as they go down: expected here, so quiet unless asked for */
 	if (!getenv("MC_LOG_LEVEL") && mc_log_get_level() > MC_LOG_ERROR)
 		mc_log_set_level(MC_LOG_ERROR);
-	for (uint32_t i = 0; r->nodes && i < r->cfg->nodes; i++) {
-		struct node *nd = &r->nodes[i];
-		char path[64];
-
-		if (!nd->s)
-			continue;
-		snprintf(path, sizeof(path), "/instances/%s", nd->id);
-		if (r->api.h && r->o->conductor)
-			(void)api_call(&r->api, path, NULL, 0); /* a running one forgets us */
-		mc_store_unregister_buffer(nd->s, r->rbuf);
-		mc_store_close(nd->s);
-		mc_store_free(nd->s);
-	}
+	for (uint32_t i = 0; r->dnodes && i < r->cfg->decode_nodes; i++)
+		node_close(r, &r->dnodes[i]);
+	for (uint32_t i = 0; r->nodes && i < r->cfg->nodes; i++)
+		node_close(r, &r->nodes[i]);
+	free(r->dnodes);
 	free(r->nodes);
 	free(r->rbuf);
 	free(r->wbuf);
@@ -541,6 +605,15 @@ static mc_status report_loads(struct run *r, double now, struct mc_replay_store_
 		stats->load_reports++;
 	}
 	return MC_OK;
+}
+
+static int dnode_of(const struct run *r, json_t *ref)
+{
+	const char *id = json_string_value(json_object_get(ref, "id"));
+	for (uint32_t i = 0; id && r->dnodes && i < r->cfg->decode_nodes; i++)
+		if (strcmp(r->dnodes[i].id, id) == 0)
+			return (int)i;
+	return -1;
 }
 
 static int node_of(const struct run *r, json_t *ref)
@@ -604,7 +677,7 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	json_t *j;
 	json_error_t jerr;
 	long code;
-	int p, from;
+	int p, from, dec;
 	uint32_t prefix, local, read = 0, n_new = 0, n_put = 0;
 	double t0, queue, transfer, prefill;
 	struct mc_store_config pc = {.replica_num = 1};
@@ -634,13 +707,14 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 				    jerr.text);
 	p = node_of(r, json_object_get(j, "prefill"));
 	from = node_of(r, json_object_get(j, "fetch_from"));
+	dec = dnode_of(r, json_object_get(j, "decode"));
 	prefix = (uint32_t)json_integer_value(json_object_get(j, "prefix_blocks"));
 	local = (uint32_t)json_integer_value(json_object_get(j, "local_blocks"));
 	transfer = num(j, "predicted", "transfer_s");
 	prefill = num(j, "predicted", "prefill_s");
 	*tbt_out = num(j, "tbt_s", NULL);
 	json_decref(j);
-	if (p < 0 || prefix > tr->n_blocks || local > prefix)
+	if (p < 0 || prefix > tr->n_blocks || local > prefix || (r->cfg->decode_nodes && dec < 0))
 		return mc_set_error(MC_ERR_PROTOCOL,
 				    "/schedule of request %zu: an answer we "
 				    "cannot follow (prefill node, prefix)",
@@ -705,6 +779,30 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 				stats->put_failed++;
 			}
 		}
+	}
+	/* decode: its instance reads the request's whole KV from the pool (the
+	 * prefill-to-decode transfer of 3.1), every block checked */
+	if (dec >= 0) {
+		uint32_t got = 0;
+
+		for (uint32_t k = 0; k < tr->n_blocks; k++) {
+			r->kp[k] = r->keys[k];
+			r->bufs[k] = r->rbuf + (size_t)k * bb;
+			r->lens[k] = bb;
+		}
+		(void)mc_store_batch_get_into(r->dnodes[dec].s, r->kp, r->bufs, r->lens,
+					      tr->n_blocks, r->got);
+		for (uint32_t k = 0; k < tr->n_blocks; k++) {
+			if (r->got[k] != (int64_t)bb)
+				continue;
+			if (!block_check(r->bufs[k], bb, tr->hash_ids[k]))
+				stats->bad_contents++;
+			got++;
+		}
+		stats->decode_read_blocks += got;
+		stats->decode_read_bytes += got * bb;
+		if (got < tr->n_blocks)
+			stats->decode_read_short++;
 	}
 	stats->store_wall_s += wall_s() - t0;
 
@@ -781,7 +879,8 @@ mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 	else if ((st = start_conductor(&r, stats)) != MC_OK)
 		goto out;
 	if ((st = api_open(&r.api, stats->conductor)) != MC_OK ||
-	    (st = nodes_open(&r, stats->master)) != MC_OK)
+	    (st = nodes_open(&r, stats->master)) != MC_OK ||
+	    (st = dnodes_open(&r, stats->master)) != MC_OK)
 		goto out;
 
 	mc_replay_order(t, order);

@@ -27,18 +27,21 @@ struct mc_replay_store_opts {
 	const char *conductor; /* host:port of a running conductor; NULL: start one */
 	const char *bin_dir;   /* where mooncake_master and mooncake_conductor are */
 	uint64_t block_bytes;  /* bytes stored per 512-token block (scaled down) */
+	uint64_t lease_ms;     /* the started master's read lease (0: 500 ms) */
 };
 
 /* What the store side did, beside the replay's usual result. */
 struct mc_replay_store_stats {
 	uint64_t schedule_calls, load_reports;
-	uint64_t read_blocks, read_bytes;     /* reused blocks read through the store */
-	uint64_t read_short;		      /* requests whose read fell short of the answer */
-	uint64_t fetched_read_blocks;	      /* of read_blocks, from another node's segment */
-	uint64_t put_blocks, put_bytes;	      /* computed blocks stored */
-	uint64_t put_exists, put_failed;      /* already stored elsewhere; refused */
-	uint64_t copied_blocks;		      /* replicas added on the node that used them */
-	uint64_t bad_contents;		      /* blocks read whose bytes were not theirs */
+	uint64_t read_blocks, read_bytes; /* reused blocks read through the store */
+	uint64_t read_short;		  /* requests whose read fell short of the answer */
+	uint64_t fetched_read_blocks;	  /* of read_blocks, from another node's segment */
+	uint64_t put_blocks, put_bytes;	  /* computed blocks stored */
+	uint64_t put_exists, put_failed;  /* already stored elsewhere; refused */
+	uint64_t copied_blocks;		  /* replicas added on the node that used them */
+	uint64_t bad_contents;		  /* blocks read whose bytes were not theirs */
+	uint64_t decode_read_blocks, decode_read_bytes; /* a request's KV read by its decode node */
+	uint64_t decode_read_short;			/* requests whose decode read fell short */
 	double schedule_wall_s, store_wall_s; /* wall time in /schedule, in reads and puts */
 	char master[64], conductor[64];	      /* the addresses used */
 };

@@ -449,6 +449,21 @@ MC_API mc_status mc_store_create_copy_task(struct mc_store *s, const char *key,
 					   struct mc_store_task_uuid *id_out);
 MC_API mc_status mc_store_create_move_task(struct mc_store *s, const char *key, const char *source,
 					   const char *target, struct mc_store_task_uuid *id_out);
+/*
+ * Ours (the paper's change_replica, FAST'25 4.4; upstream has no such
+ * call): give key replica_num memory replicas.  0 changes nothing and
+ * answers how many it has.  More: one copy task from a replica it has to
+ * segments with room that hold none (executed like mc_store_create_copy_task's,
+ * within a heartbeat or so); *count_out is the count once it has landed
+ * (below replica_num when fewer segments had room).  Fewer: the newest
+ * replicas are dropped at once, unless a reader holds the key's lease
+ * (OBJECT_HAS_LEASE).  Disk replicas are neither counted nor touched.
+ * Errors: OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY (being written),
+ * OBJECT_HAS_REPLICATION_TASK, TASK_PENDING_LIMIT_EXCEEDED, INVALID_PARAMS
+ * (above 255).  count_out may be NULL.
+ */
+MC_API mc_status mc_store_change_replica(struct mc_store *s, const char *key, uint32_t replica_num,
+					 uint32_t *count_out);
 /* TASK_NOT_FOUND for an unknown (or pruned) id. */
 MC_API mc_status mc_store_query_task(struct mc_store *s, const struct mc_store_task_uuid *id,
 				     struct mc_store_task_state *out);

@@ -705,9 +705,50 @@ static uint32_t host_order(struct mc_master *m, const struct mc_proto_str *host,
 	return npref;
 }
 
-/* Allocate the replicas of one value of key; placements in m->place[0, *n). */
+/* A block of len bytes fits on target t now (tried, and given back). */
+static bool target_fits(struct mc_master *m, uint32_t t, uint64_t len)
+{
+	struct mc_alloc_request r = {len, 1, MC_ALLOC_RANDOM, NULL, 0};
+	struct mc_alloc_placement p;
+	uint64_t free = 0;
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < m->targets[t].nallocs; i++)
+		free += mc_offset_alloc_free_bytes(m->targets[t].allocs[i]);
+	if (free < len)
+		return false;
+	if (mc_alloc_place(&m->targets[t], 1, &r, &m->rng, &p, &n) != MC_OK || n == 0)
+		return false;
+	(void)mc_offset_alloc_release(p.alloc, p.addr);
+	return true;
+}
+
+/*
+ * preferred_segment_lru (ours, paper 4.6): make room for len bytes on each
+ * of the first want explicitly preferred targets by evicting that target's
+ * least recently used objects (mc_master_evict_target: never leased, pinned
+ * or keep), batch by batch until the block fits or nothing more may go.
+ * What still does not fit is placed as upstream does (spilled).
+ */
+static void make_room(struct ctx *c, const uint32_t *pref, uint32_t npref, uint32_t want,
+		      uint64_t len, const struct mc_obj *keep)
+{
+	struct mc_master *m = c->m;
+	uint32_t batch = (uint32_t)m->cfg.preferred_segment_lru_batch;
+
+	for (uint32_t i = 0; i < npref && i < want; i++) {
+		while (!target_fits(m, pref[i], len)) {
+			if (mc_master_evict_target(m, pref[i], batch, keep, c->now) == 0)
+				break;
+		}
+	}
+}
+
+/* Allocate the replicas of one value of key; placements in m->place[0, *n).
+ * keep: the object being upserted, which making room must not evict. */
 static mc_status place(struct ctx *c, const char *key, size_t key_len, uint64_t len,
-		       const struct mc_store_replicate_config *cfg, uint32_t *n_out)
+		       const struct mc_store_replicate_config *cfg, const struct mc_obj *keep,
+		       uint32_t *n_out)
 {
 	struct mc_master *m = c->m;
 	uint32_t pref[MC_MASTER_MAX_PREFERRED], npref = 0, want;
@@ -743,6 +784,8 @@ static mc_status place(struct ctx *c, const char *key, size_t key_len, uint64_t 
 				npref++;
 		}
 	}
+	if (npref && m->cfg.preferred_segment_lru)
+		make_room(c, pref, npref, want, len, keep);
 	/* local_first, prefer_alloc_in_same_node: the hosts from the writer's on */
 	if (cfg->replica_num == 1 && (m->cfg.strategy == MC_ALLOC_LOCAL_FIRST ||
 				      (cfg->prefer_alloc_in_same_node && cfg->host_id.len)))
@@ -870,7 +913,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		return MC_OK;
 	}
 	/* case C (or a pre-empted write): new blocks first, then park the old */
-	st = place(c, o->key, o->key_len, value_len, cfg, &n);
+	st = place(c, o->key, o->key_len, value_len, cfg, o, &n);
 	if (st != MC_OK) {
 		if (o->nrep == 0) { /* nothing left to keep */
 			mc_master_obj_erase(m, o);
@@ -935,7 +978,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	}
 	if (!mc_master_proc_reserve(m, 1))
 		return FAIL(c, MC_ERR_NOMEM, "no memory");
-	st = place(c, sp(key), key->len, value_len, cfg, &n);
+	st = place(c, sp(key), key->len, value_len, cfg, NULL, &n);
 	if (st != MC_OK)
 		return st;
 	o = mc_malloc(offsetof(struct mc_obj, key) + key->len);
@@ -1625,6 +1668,13 @@ static bool v_copy_task(const struct mc_store_msg *q)
 	return s_ok(&r->tenant) && s_ok(&r->key) && strs_ok(r->targets, r->n_targets);
 }
 
+static bool v_change_replica(const struct mc_store_msg *q)
+{
+	const struct mc_store_change_replica_req *r = &q->body.change_replica_req;
+
+	return s_ok(&r->tenant) && s_ok(&r->key);
+}
+
 static bool v_move_task(const struct mc_store_msg *q)
 {
 	const struct mc_store_move_task_req *r = &q->body.move_task_req;
@@ -1689,6 +1739,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(QUERY_TASK, h_tasks, NULL, COUNTER(master_query_task))                            \
 	X(FETCH_TASKS, h_tasks, NULL, COUNTER(master_fetch_tasks))                          \
 	X(MARK_TASK_TO_COMPLETE, h_tasks, v_task_done, COUNTER(master_update_task))         \
+	X(CHANGE_REPLICA, h_tasks, v_change_replica, NO_COUNTER)                            \
 	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
 	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
 	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \

@@ -46,12 +46,16 @@ struct mc_master;
 #define MC_MASTER_OFFLOAD_RETRIES 5u
 
 struct mc_master_config {
-	uint64_t default_kv_lease_ttl_ms;      /* 10000 */
-	uint64_t default_kv_soft_pin_ttl_ms;   /* 1800000 (30 min) */
-	uint64_t max_kv_soft_pin_ttl_ms;       /* 86400000 (24 h) */
-	bool allow_evict_soft_pinned_objects;  /* true */
-	double eviction_ratio;		       /* 0.05: fraction of evictable objects per round */
-	double eviction_high_watermark_ratio;  /* 0.90 */
+	uint64_t default_kv_lease_ttl_ms;     /* 10000 */
+	uint64_t default_kv_soft_pin_ttl_ms;  /* 1800000 (30 min) */
+	uint64_t max_kv_soft_pin_ttl_ms;      /* 86400000 (24 h) */
+	bool allow_evict_soft_pinned_objects; /* true */
+	double eviction_ratio;		      /* 0.05: fraction of evictable objects per round */
+	double eviction_high_watermark_ratio; /* 0.90 */
+	/* ours (paper 4.6, issue 17): a put whose preferred segment is full
+	 * evicts that segment's least recently used objects to make room */
+	bool preferred_segment_lru;	       /* false: upstream's spill to other segments */
+	int64_t preferred_segment_lru_batch;   /* 1: objects such a round evicts at least */
 	uint64_t client_ttl_ms;		       /* 10000 */
 	uint64_t max_segment_size;	       /* 1 TiB: larger mounts are refused */
 	uint64_t put_start_discard_timeout_ms; /* 30000 */

@@ -292,6 +292,8 @@ struct mc_master {
 	uint64_t capacity_bytes;
 	bool need_evict;
 	uint64_t evict_idle_until; /* no watermark round before this (ms) */
+	struct mc_lru_cache *lru;  /* per segment slot: preferred_segment_lru (objects.c) */
+	uint32_t nlru;
 	uint64_t last_proc_scan;
 	uint32_t ncursors; /* open scan cursors: the table does not shrink */
 
@@ -425,6 +427,14 @@ uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o);
 struct mc_obj *mc_master_obj_find_live(struct mc_master *m, uint16_t tenant, const char *key,
 				       size_t len);
 void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* o may be evicted now: complete, unleased, not pinned (soft pins
+ * included), memory to free, no disk copy owed (objects.c). */
+bool mc_master_obj_evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms);
+/* Per-segment LRU (lru.c): drop the want least recently used evictable
+ * objects' replicas on target t (never keep's); returns how many went. */
+uint32_t mc_master_evict_target(struct mc_master *m, uint32_t t, uint32_t want,
+				const struct mc_obj *keep, uint64_t now_ms);
+void mc_master_lru_free(struct mc_master *m);
 /* o becomes PROC, written by client slot writer; pin as struct mc_proc. */
 void mc_master_proc_add(struct mc_master *m, struct mc_obj *o, uint32_t writer, uint64_t pin);
 void mc_master_proc_del(struct mc_master *m, struct mc_obj *o);

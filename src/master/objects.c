@@ -1155,6 +1155,11 @@ static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_
 	return pass == 1 ? !soft_pinned(m, o, now_ms) : soft_pinned(m, o, now_ms);
 }
 
+bool mc_master_obj_evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms)
+{
+	return evictable(m, o, now_ms, 1);
+}
+
 /* Put the k smallest (by t) first; O(n) expected. */
 static void cand_select(struct cand *c, size_t n, size_t k, uint64_t *rng)
 {
@@ -1520,6 +1525,7 @@ void mc_master_config_defaults(struct mc_master_config *c)
 	c->allow_evict_soft_pinned_objects = true;
 	c->eviction_ratio = 0.05;
 	c->eviction_high_watermark_ratio = 0.90;
+	c->preferred_segment_lru_batch = 1;
 	c->client_ttl_ms = 10000;
 	c->max_segment_size = MC_MASTER_MAX_SEGMENT_SIZE;
 	c->put_start_discard_timeout_ms = 30000;
@@ -1562,7 +1568,8 @@ mc_status mc_master_new(const struct mc_master_config *c, struct mc_master **out
 	    c->regex_time_budget_ms == 0 || c->regex_match_limit < 1 ||
 	    c->regex_match_limit > UINT32_MAX || c->regex_heap_limit < 1024 ||
 	    c->offloading_queue_limit < 1 || c->offloading_queue_limit > UINT32_MAX ||
-	    !(c->offload_cap_ratio >= 0 && c->offload_cap_ratio <= 1)) {
+	    !(c->offload_cap_ratio >= 0 && c->offload_cap_ratio <= 1) ||
+	    c->preferred_segment_lru_batch < 1) {
 		mc_error("invalid master configuration");
 		return MC_ERR_INVALID_PARAMS;
 	}
@@ -1623,6 +1630,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->gbuckets);
 	mc_free(m->gfree);
 	mc_master_tasks_free(m); /* first: it releases blocks into the allocators */
+	mc_master_lru_free(m);
 	mc_master_ssd_free(m);
 	mc_master_fs_free(m);
 	mc_buf_release(&m->walbuf);

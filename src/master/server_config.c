@@ -163,6 +163,13 @@ static const struct mc_config_entry flags[] = {
 	       "fraction of evictable objects removed per round"),
 	DOUBLE("eviction_high_watermark_ratio", "0.90", MF(eviction_high_watermark_ratio), 0, 1, 0,
 	       "used ratio that starts proactive eviction"),
+	BOOL("preferred_segment_lru", "false", MF(preferred_segment_lru), 0,
+	     "ours: a put whose preferred segment is full evicts that segment's least recently "
+	     "used objects (leased, soft-pinned and hard-pinned ones excepted) instead of "
+	     "spilling to other segments (paper 4.6)"),
+	INT("preferred_segment_lru_batch", "1", MF(preferred_segment_lru_batch), 1, 1000000, 0,
+	    "ours: objects one such round evicts at least (1: exact LRU, the space the put needs "
+	    "and no more)"),
 	DOUBLE("nof_eviction_ratio", "0.05", NO_FIELD, 0, 1, NOEFFECT,
 	       "NoF tier eviction ratio"),
 	DOUBLE("nof_eviction_high_watermark_ratio", "0.90", NO_FIELD, 0, 1, NOEFFECT,

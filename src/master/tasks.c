@@ -1055,6 +1055,118 @@ static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q
 	return mc_store_create_copy_task_response_encode(out, q->hdr.req_id, &resp);
 }
 
+/*
+ * ChangeReplica (ours: the paper's change_replica, 4.4; upstream has no
+ * such RPC).  replica_num 0 answers how many memory replicas the key has.
+ * More than it has: one copy task from a random live replica to segments
+ * with room that hold none (as many as there are, up to the difference),
+ * executed by the source's owner like any copy task; the answer is the
+ * count the key will have once it lands.  Fewer: the replicas past the
+ * first replica_num (in list order: the oldest stay) are released at once,
+ * which a read lease forbids as it forbids a Remove (OBJECT_HAS_LEASE);
+ * the answer is the new count.  Disk replicas are neither counted nor
+ * touched.
+ */
+static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
+				  struct mc_buf *out, char *err, size_t err_len)
+{
+	const struct mc_store_change_replica_req *r = &q->body.change_replica_req;
+	struct mc_store_count_resp resp;
+	uint32_t want = r->replica_num, have;
+	struct mc_obj *o;
+	mc_status st;
+
+	if (want > MC_MASTER_MAX_REPLICAS)
+		return FAILT(MC_ERR_INVALID_PARAMS, "replica_num %u above %u", want,
+			     MC_MASTER_MAX_REPLICAS);
+	if (want == 0) {
+		bool found;
+		uint16_t tid;
+
+		if (r->key.len == 0 || r->key.len > MC_STORE_KEY_MAX)
+			return FAILT(MC_ERR_INVALID_PARAMS, "empty or too long key");
+		tid = mc_master_tenant_find(m, r->tenant.ptr ? r->tenant.ptr : "", r->tenant.len,
+					    &found);
+		o = found ? mc_master_obj_find_live(m, tid, r->key.ptr, r->key.len) : NULL;
+		if (!o)
+			return FAILT(MC_ERR_OBJECT_NOT_FOUND, "key '%.*s' not found",
+				     (int)MC_MIN(r->key.len, 80), r->key.ptr);
+		if (o->flags & MC_OBJ_PROC)
+			return FAILT(MC_ERR_REPLICA_IS_NOT_READY, "key '%.*s' is being written",
+				     (int)MC_MIN(r->key.len, 80), r->key.ptr);
+		resp.count = mem_count(m, o);
+		return mc_store_change_replica_response_encode(out, q->hdr.req_id, &resp);
+	}
+	o = task_object(m, &r->tenant, &r->key, err, err_len, &st);
+	if (!o)
+		return st;
+	have = mem_count(m, o);
+	if (want < have) {
+		uint32_t n = 0, kept = 0;
+
+		if (o->t > now)
+			return FAILT(MC_ERR_OBJECT_HAS_LEASE,
+				     "key '%.*s' is leased to a reader for %" PRIu64
+				     " ms more: its replicas stay",
+				     (int)MC_MIN(r->key.len, 80), r->key.ptr, o->t - now);
+		for (uint32_t i = 0; i < o->nrep; i++) {
+			struct mc_rep x = *mc_master_obj_rep(o, i);
+
+			if (mem_live(m, &x) && kept++ >= want) {
+				block_release(m, &x, mc_obj_size(o));
+				continue;
+			}
+			*mc_master_obj_rep(o, n++) = x;
+		}
+		o->nrep = (uint8_t)n;
+		(void)mc_master_obj_ext_fit(o, n); /* shrinking never fails */
+		mc_master_wal_put(m, o);
+		have = want;
+	} else if (want > have) {
+		const char *names[MC_MASTER_MAX_REPLICAS];
+		uint32_t len[MC_MASTER_MAX_REPLICAS], k = 0, ns = m->nsegs_slots;
+		uint32_t start = ns ? (uint32_t)(mc_alloc_rand(&m->rng) % ns) : 0;
+		struct mc_rep src;
+		struct mc_task *t;
+
+		if (!pick_source(m, o, &src))
+			return FAILT(MC_ERR_REPLICA_NOT_FOUND,
+				     "key '%.*s' has no readable memory replica",
+				     (int)MC_MIN(r->key.len, 80), r->key.ptr);
+		for (uint32_t j = 0; j < ns && have + k < want; j++) {
+			const struct mc_seg *s = &m->segs[(start + j) % ns];
+			bool dup = false;
+
+			if (s->state != MC_SEG_MOUNTED || s->unreachable ||
+			    mc_offset_alloc_free_bytes(s->alloc) < mc_obj_size(o) ||
+			    rep_on(m, o, s->name, s->name_len))
+				continue;
+			for (uint32_t i = 0; i < k && !dup; i++)
+				dup = len[i] == s->name_len && !memcmp(names[i], s->name, len[i]);
+			if (dup)
+				continue;
+			names[k] = s->name;
+			len[k++] = s->name_len;
+		}
+		if (k) {
+			t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, k, now);
+			if (!t)
+				return FAILT(MC_ERR_NOMEM, "no memory for the task");
+			for (uint32_t i = 0; i < k; i++) {
+				if (!task_add_target(t, names[i], len[i])) {
+					task_free(t);
+					return FAILT(MC_ERR_NOMEM, "no memory for the task");
+				}
+			}
+			task_set_source(m, t, &src);
+			task_push(m, t);
+		}
+		have += k;
+	}
+	resp.count = have;
+	return mc_store_change_replica_response_encode(out, q->hdr.req_id, &resp);
+}
+
 static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q, uint64_t now,
 			       struct mc_buf *out, char *err, size_t err_len)
 {
@@ -1179,6 +1291,8 @@ mc_status mc_master_tasks_handle(struct mc_master *m, const struct mc_store_msg 
 		return h_fetch(m, q, now_ms, out);
 	case MC_STORE_MARK_TASK_TO_COMPLETE:
 		return h_done(m, q, now_ms, out, err, err_len);
+	case MC_STORE_CHANGE_REPLICA:
+		return h_change_replica(m, q, now_ms, out, err, err_len);
 	default:
 		return FAILT(MC_ERR_NOT_SUPPORTED, "not a task message");
 	}

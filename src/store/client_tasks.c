@@ -82,6 +82,30 @@ mc_status mc_store_create_copy_task(struct mc_store *s, const char *key, const c
 	return MC_OK;
 }
 
+mc_status mc_store_change_replica(struct mc_store *s, const char *key, uint32_t replica_num,
+				  uint32_t *count_out)
+{
+	struct mc_store_change_replica_req req;
+	struct mc_store_msg resp;
+	mc_status rc = mc_store_check_ready(s);
+
+	if (rc != MC_OK)
+		return rc;
+	if (!key || !*key)
+		return mc_set_error(MC_ERR_INVALID_PARAMS, "change_replica: empty key");
+	req.tenant = mc_store_tenant(s);
+	req.key = mc_proto_str_c(key);
+	req.replica_num = replica_num;
+	rc = mc_master_conn_call(s->conn, MC_STORE_CHANGE_REPLICA, &req, &resp);
+	if (rc != MC_OK)
+		return rc;
+	if (count_out)
+		*count_out =
+			resp.body.count_resp.count < 0 ? 0 : (uint32_t)resp.body.count_resp.count;
+	mc_store_msg_release(&resp);
+	return MC_OK;
+}
+
 mc_status mc_store_create_move_task(struct mc_store *s, const char *key, const char *source,
 				    const char *target, struct mc_store_task_uuid *id_out)
 {

@@ -416,6 +416,9 @@ LAYOUT(L_corrupt_req, struct mc_store_corrupt_req, F_UUID(struct mc_store_corrup
 LAYOUT(L_copy_task_req, CTR, F_STR(CTR, tenant), F_KEY(CTR, key),
        F_LIST(CTR, targets, n_targets, struct mc_proto_str, L_str_item));
 #undef CTR
+#define CRR struct mc_store_change_replica_req
+LAYOUT(L_change_replica_req, CRR, F_STR(CRR, tenant), F_KEY(CRR, key), F_U32(CRR, replica_num));
+#undef CRR
 #define MTR struct mc_store_move_task_req
 LAYOUT(L_move_task_req, MTR, F_STR(MTR, tenant), F_KEY(MTR, key), F_STR(MTR, source),
        F_STR(MTR, target));

@@ -51,9 +51,9 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                              \
-	7 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	8 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
-	   * 7: copy and move tasks (10..14) */
+	   * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours) */
 #define MC_PROTO_HDR_LEN 32
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
@@ -643,6 +643,15 @@ struct mc_store_copy_task_req {
 	struct mc_proto_str *targets;
 };
 
+/* ChangeReplica (ours; paper 4.4's change_replica, no upstream RPC): give
+ * key replica_num memory replicas (copy tasks add, extra ones are dropped);
+ * 0 only asks how many it has.  Answered with a count_resp. */
+struct mc_store_change_replica_req {
+	struct mc_proto_str tenant;
+	struct mc_proto_str key;
+	uint32_t replica_num;
+};
+
 /* CreateMoveTask: move key's replica on segment source to segment target. */
 struct mc_store_move_task_req {
 	struct mc_proto_str tenant;
@@ -745,6 +754,7 @@ struct mc_store_offload_rpc_release_req {
 	X(unreachable_req)          \
 	X(corrupt_req)              \
 	X(copy_task_req)            \
+	X(change_replica_req)       \
 	X(move_task_req)            \
 	X(task_id)                  \
 	X(task_info)                \
@@ -798,7 +808,8 @@ struct mc_store_offload_rpc_release_req {
 /*
  * X(NAME, number, name, request body, response body), one row per master
  * RPC (spec store.md 2.3), then from 96 the client-to-client offload RPC
- * (a client's offload server answers them, the master refuses them).
+ * (a client's offload server answers them, the master refuses them); 80 is
+ * ours (ChangeReplica, no upstream RPC).
  * Numbers are pinned forever.  Upsert* use the
  * Put* shapes.  GetSize has no RPC of its own: the client asks
  * GetReplicaList and reads the first replica's size, as upstream does.
@@ -852,6 +863,7 @@ struct mc_store_offload_rpc_release_req {
 	X(PROMOTION_OBJECT_HEARTBEAT, 70, promotion_object_heartbeat, promotion_heartbeat_req,     \
 	  promotion_heartbeat_resp)                                                                \
 	X(NOTIFY_PROMOTION, 71, notify_promotion, notify_promotion_req, batch_status_resp)         \
+	X(CHANGE_REPLICA, 80, change_replica, change_replica_req, count_resp)                      \
 	X(BATCH_GET_OFFLOAD_OBJECT, 96, batch_get_offload_object, offload_rpc_get_req,             \
 	  offload_rpc_get_resp)                                                                    \
 	X(RELEASE_OFFLOAD_BUFFER, 97, release_offload_buffer, offload_rpc_release_req, empty)

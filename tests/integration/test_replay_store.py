@@ -52,6 +52,9 @@ def trace_slice(tmp_path, name):
 def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
     trace = trace_slice(tmp_path, name)
     common = ["--nodes", "4", "--capacity-tokens", "1e7", "--policy", policy]
+    if policy == "global":
+        # with a decode side: two decode instances, which read each request's KV
+        common += ["--decode-nodes", "2", "--output-length-one"]
     cache, _ = replay(tmp_path, trace, *common)
     store, p = replay(tmp_path, trace, "--store", "--block-bytes", "4k", *common)
     assert store["store"].startswith("real") and cache["store"].startswith("none")
@@ -73,6 +76,17 @@ def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
         assert store["fetched_read_blocks"] == store["fetched_blocks"]
         assert store["copied_blocks"] >= store["fetched_blocks"]
     assert "store: master=127.0.0.1:" in p.stdout
+    if policy == "global":
+        # the conductor picks decode by predicted TBT in virtual time as the
+        # cache-only replay does; it books input_length tokens per job, the
+        # cache-only replay input plus output (1 here), hence the tolerance
+        assert store["tbt_avg_s"] > 0
+        assert store["tbt_avg_s"] == pytest.approx(cache["tbt_avg_s"], rel=1e-3)
+        # each request's whole KV read by its decode instance, and checked
+        assert store["decode_read_short"] == 0
+        assert store["decode_read_blocks"] * 512 >= store["input_tokens"]
+    else:
+        assert store["decode_read_blocks"] == 0
 
 
 def test_store_flags_and_faults(tmp_path):
@@ -81,7 +95,6 @@ def test_store_flags_and_faults(tmp_path):
                      '"hash_ids": [1, 2]}\n')
     for args, text in ((["--store", "--pool", "global"], "--pool global"),
                        (["--store", "--replicas-csv", "x.csv"], "--replicas-csv"),
-                       (["--store", "--decode-nodes", "2"], "--decode-nodes"),
                        (["--master", "127.0.0.1:1"], "need --store"),
                        (["--store", "--block-bytes", "0"], "block_bytes")):
         p = run("--trace", str(trace), *args)

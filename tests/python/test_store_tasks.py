@@ -11,11 +11,12 @@ import pytest
 
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig, TaskStatus, TaskType
 
-from conftest import MiB
+from conftest import MasterDaemon, MiB
 
 OBJECT_NOT_FOUND = -704
 SEGMENT_NOT_FOUND = -101
 REPLICA_NOT_FOUND = -710
+OBJECT_HAS_LEASE = -706
 INVALID_PARAMS = -600
 TASK_NOT_FOUND = -1400
 
@@ -118,3 +119,53 @@ def test_copy_from_an_extra_segment(mc_master):
     finally:
         b.close()
         x.close()
+
+def count_reaches(store, key, want, timeout=15.0):
+    """get_replica_count(key) until it is want (a copy task lands on the
+    holder's next heartbeat); get_replica_count takes no lease."""
+    deadline = time.monotonic() + timeout
+    while (n := store.get_replica_count(key)) != want:
+        assert time.monotonic() < deadline, f"{key}: {n} replicas, not {want}"
+        time.sleep(0.05)
+
+
+def test_change_replica(tmp_path):
+    # ours (the paper's change_replica): a master of its own with exactly
+    # three stores, so the segments with room are known
+    m = MasterDaemon(tmp_path, extra=("--default_kv_lease_ttl=500",))
+    a, b, c = new_store(m), new_store(m), new_store(m)
+    try:
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = a.get_hostname()
+        val = bytes(range(256)) * 512
+        assert a.put("cr/k", val, cfg) == 0
+        assert a.get_replica_count("cr/k") == 1
+        assert a.get_replica_count("cr/none") == OBJECT_NOT_FOUND
+        assert a.change_replica("cr/none", 2) == OBJECT_NOT_FOUND
+        assert a.change_replica("cr/k", 256) == INVALID_PARAMS
+        assert a.change_replica("cr/k", 1) == 1  # already so: nothing to do
+        with pytest.raises(ValueError):
+            a.change_replica("cr/k", 0)
+        with pytest.raises(TypeError):
+            a.change_replica("cr/k", "2")
+
+        # grow to 3: one copy task to the two segments that hold none
+        assert b.change_replica("cr/k", 3) == 3
+        count_reaches(b, "cr/k", 3)
+        # more than there are segments: the count it can reach
+        assert b.change_replica("cr/k", 5) == 3
+        # shrink to 2 (no read yet, so no lease): the newest copy goes
+        assert c.change_replica("cr/k", 2) == 2
+        assert c.get_replica_count("cr/k") == 2
+        assert c.get("cr/k") == val  # this read leases the key (500 ms)
+        # while a reader holds the lease, no replica is dropped
+        assert b.change_replica("cr/k", 1) == OBJECT_HAS_LEASE
+        assert b.get_replica_count("cr/k") == 2
+        # the original, on a, stayed
+        held = [r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                for r in c.get_replica_desc("cr/k")]
+        assert len(held) == 2 and held[0] == a.get_hostname(), held
+    finally:
+        for s in (a, b, c):
+            s.close()
+        m.stop()

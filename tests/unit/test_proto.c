@@ -254,6 +254,13 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 			u->move_task_req =
 				(struct mc_store_move_task_req){S("t"), key, S("a:1"), S("b:2")};
 		return;
+	case MC_STORE_CHANGE_REPLICA:
+		if (resp)
+			u->count_resp.count = 3;
+		else
+			u->change_replica_req =
+				(struct mc_store_change_replica_req){S("t"), key, 3};
+		return;
 	case MC_STORE_QUERY_TASK:
 		if (resp)
 			u->task_info = (struct mc_store_task_info){
@@ -487,7 +494,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 7, 2, 0, /* magic, 1.7, type 2 */
+		'M', 'C', 'S', 'T', 1, 8, 2, 0, /* magic, 1.8, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
