@@ -488,14 +488,15 @@ static const struct mc_p2p_loc *nth_other(const struct mc_p2p_locs *l, const cha
  * holder, gold included, spread a later pair of readers better over the
  * gold holder and one replica, but loaded the gold holder's link in a
  * fan-out, the case that matters: docs/benchmarks.md.) */
-static const struct mc_p2p_loc *pick(const struct mc_p2p_shard *sh, unsigned a, const char *self)
+static const struct mc_p2p_loc *pick(const struct mc_p2p_shard *sh, unsigned a, const char *self,
+				     bool gold_first)
 {
 	size_t nr = others(&sh->replicas, self), ng = others(&sh->gold, self), k;
 
 	if (!nr && !ng)
 		return NULL;
 	if (a == 0)
-		k = nr ? rand64() % nr : nr + rand64() % ng;
+		k = nr && !(gold_first && ng) ? rand64() % nr : nr + rand64() % ng;
 	else
 		k = (a - 1) % (nr + ng);
 	return k < nr ? nth_other(&sh->replicas, self, k) : nth_other(&sh->gold, self, k - nr);
@@ -562,9 +563,11 @@ static void pull_attempt(struct mc_p2p_store *s, struct pull_shard *ps, size_t n
 }
 
 /* Pull the shards of p marked in want into addrs, recording in used[i] the
- * holder each came from; MC_ERR_TRANSFER_FAIL after the attempts. */
+ * holder each came from; MC_ERR_TRANSFER_FAIL after the attempts.
+ * gold_first: the first attempt goes to a gold holder (a re-pull after a
+ * replica left: gold holders do not come and go with other readers). */
 static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, void *const *addrs,
-		      const bool *want, struct mc_p2p_loc *used)
+		      const bool *want, struct mc_p2p_loc *used, bool gold_first)
 {
 	struct pull_shard *ps = mc_calloc(p->nshards, sizeof(*ps));
 	unsigned top = 0;
@@ -590,7 +593,7 @@ static mc_status pull(struct mc_p2p_store *s, const struct mc_p2p_payload *p, vo
 
 		for (size_t i = 0; i < p->nshards; i++) {
 			ps[i].loc = !ps[i].done && a < ps[i].max_attempts
-					    ? pick(&p->shards[i], a, s->local_name)
+					    ? pick(&p->shards[i], a, s->local_name, gold_first)
 					    : NULL;
 			left |= ps[i].loc != NULL;
 		}
@@ -672,8 +675,8 @@ static bool next_wave(const struct mc_p2p_payload *p, const bool *done, size_t s
  * reads) into addrs in waves; after each wave advertise its shards as
  * replicas (one CAS), so other readers can take them from us at once.  At
  * the end, shards whose holder has left since are pulled again (the bytes
- * may have come from memory being released), at most MC_P2P_PULL_ROUNDS
- * rounds.
+ * may have come from memory being released), from a gold holder first, at
+ * most MC_P2P_PULL_ROUNDS rounds.
  */
 static mc_status pull_waves(struct mc_p2p_store *s, const char *key, const char *name,
 			    struct mc_p2p_payload *p, struct open_obj *self, void *const *addrs)
@@ -714,7 +717,7 @@ static mc_status pull_waves(struct mc_p2p_store *s, const char *key, const char 
 			 * each other once do not go on in step */
 			if (!next_wave(p, done, n ? rand64() % n : 0, s->local_name, want))
 				break;
-			st = pull(s, p, addrs, want, used);
+			st = pull(s, p, addrs, want, used, round > 0);
 			if (st)
 				goto out;
 			st = catalog_update(s, name, change_add_replica, &arg);
