@@ -281,6 +281,10 @@ struct mc_snap_writer;
  * only sizes the table; the lookups stay.
  */
 void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries);
+/* Size the table at once for n objects more than it holds (at most 2^27),
+ * so that a replay does not grow it 20 times as it goes; nothing when it
+ * is large enough or the memory cannot be had (it grows as it goes). */
+void mc_master_table_expect(struct mc_master *m, uint64_t n);
 void mc_master_snap_load_end(struct mc_master *m);
 mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w);
 

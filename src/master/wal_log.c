@@ -511,16 +511,23 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	return MC_OK;
 }
 
-void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries)
+void mc_master_table_expect(struct mc_master *m, uint64_t n)
 {
 	uint64_t slots = m->mask + 1;
 
-	m->bulk = m->nobjs == 0 && !m->old;
-	while (slots < (1ull << 40) && (entries + m->nobjs) * 4 > slots * 3)
+	if (n > (1ull << 27))
+		n = 1ull << 27;
+	mc_master_table_settle(m);
+	while ((n + m->nobjs) * 4 > slots * 3)
 		slots *= 2;
 	if (slots > m->mask + 1 && mc_master_table_resize(m, slots) == MC_OK)
 		mc_master_table_settle(m);
-	/* a failed resize leaves the table as it was: it grows as it goes */
+}
+
+void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries)
+{
+	m->bulk = m->nobjs == 0 && !m->old;
+	mc_master_table_expect(m, entries);
 }
 
 void mc_master_snap_load_end(struct mc_master *m)
