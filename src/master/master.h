@@ -276,6 +276,20 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
  * child's copy of the tables.
  */
 struct mc_snap_writer;
+/*
+ * Bulk load of a snapshot into an empty master: between begin and end,
+ * mc_master_wal_replay sizes nothing as it goes (the table is sized for
+ * entries objects once) and inserts each OBJ_PUT without looking its key
+ * up first: a snapshot's keys are unique (its writer walked a table) and
+ * its checksum covers every byte.  Begin on a master that holds objects
+ * only sizes the table; the lookups stay.
+ */
+void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries);
+/* Size the table at once for n objects more than it holds (at most 2^27),
+ * so that a replay does not grow it 20 times as it goes; nothing when it
+ * is large enough or the memory cannot be had (it grows as it goes). */
+void mc_master_table_expect(struct mc_master *m, uint64_t n);
+void mc_master_snap_load_end(struct mc_master *m);
 mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w);
 
 /* ---- queries for the HTTP admin service ---- */

@@ -124,6 +124,18 @@ struct mc_seg {
 	int state;	  /* enum mc_seg_state */
 	bool unreachable; /* a peer could not read it (ReportUnreachable): neither listed
 			   * nor allocated until its owner pings again */
+	/* WAIT: the replicas replayed onto it, in replay order, so that its
+	 * remount binds them without walking the table (wal_log.c) */
+	struct mc_wait_ref *wl;
+	uint64_t wl_n, wl_cap;
+};
+
+/* One replica replayed onto a waiting segment: its address and object (an
+ * object erased while any segment waits is kept, emptied, until none does:
+ * mc_master_wal_keep_dead). */
+struct mc_wait_ref {
+	uint64_t addr;
+	struct mc_obj *o;
 };
 
 /* A key remembered for a disk owner (removes to deliver, offloads gone). */
@@ -317,10 +329,16 @@ struct mc_master {
 
 	/* the write-ahead log (wal_log.c); NULL: none */
 	struct mc_wal *wal;
-	struct mc_buf walbuf; /* one record's payload being encoded */
-	bool wal_err;	      /* an append failed since the daemon last asked */
-	uint64_t wal_view;    /* the view of the last VIEW record (0: none) */
-	uint32_t nwait;	      /* segments in MC_SEG_WAIT */
+	struct mc_buf walbuf;  /* one record's payload being encoded */
+	bool wal_err;	       /* an append failed since the daemon last asked */
+	uint64_t wal_view;     /* the view of the last VIEW record (0: none) */
+	uint32_t nwait;	       /* segments in MC_SEG_WAIT */
+	struct mc_obj **wdead; /* erased objects a wait list may still name */
+	uint64_t nwdead, wdead_cap;
+	uint64_t nwl;	    /* entries in every waiting segment's list */
+	bool wl_off;	    /* a list could not grow: remounts walk the table */
+	bool bulk;	    /* a snapshot loads into an empty table: no lookups */
+	uint32_t wait_hint; /* the waiting slot last found by id */
 
 	/* the legacy shared-FS DISK tier (fs_tier.c); fs_seg UINT32_MAX: off */
 	uint32_t fs_seg;
@@ -373,6 +391,13 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot);
 uint32_t mc_master_wal_waiting(const struct mc_master *m, const struct mc_store_segment *in);
 /* slot took over a waiting segment: claim its replicas' ranges. */
 void mc_master_wal_rebind(struct mc_master *m, uint32_t slot);
+/* o is being erased: true when a wait list may name it, and it was kept
+ * (emptied) to be freed when no segment waits any more; false: free it. */
+bool mc_master_wal_keep_dead(struct mc_master *m, struct mc_obj *o);
+/* Free slot's wait list (the slot leaves MC_SEG_WAIT without a rebind). */
+void mc_master_wal_list_drop(struct mc_master *m, uint32_t slot);
+/* Free every wait list and kept object (mc_master_free). */
+void mc_master_wal_lists_free(struct mc_master *m);
 /* Drop the waiting segments past their deadline (the tick). */
 void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms);
 bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r);

@@ -695,6 +695,8 @@ void mc_master_obj_erase(struct mc_master *m, struct mc_obj *o)
 	if (o->aux < m->nclient_slots && m->clients[o->aux].nobjs > 0)
 		m->clients[o->aux].nobjs--;
 	group_leave(m, o);
+	if (m->nwait && mc_master_wal_keep_dead(m, o))
+		return;
 	mc_free(o->ext);
 	mc_free(o);
 }
@@ -891,6 +893,9 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 err_strings:
 	seg_strings_free(s);
 	if (waited) {
+		mc_master_wal_list_drop(m, slot);
+		if (!m->nwait)
+			mc_master_wal_lists_free(m);
 		s->gen++; /* its replayed replicas are lost with it */
 		m->need_sweep = true;
 	}
@@ -1620,6 +1625,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->slots);
 	for (size_t i = 0; i < MC_ARRAY_SIZE(m->big_free); i++)
 		mc_free_later_finish(&m->big_free[i]);
+	mc_master_wal_lists_free(m);
 	for (uint32_t i = 0; m->gslots && i < m->ngslots; i++) {
 		if (m->gslots[i]) {
 			mc_free(m->gslots[i]->mem);

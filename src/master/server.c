@@ -1383,6 +1383,8 @@ mc_status mc_master_server_wal_open(struct mc_master_server *s,
 				    "--wal_fsync %s: not always, everysec "
 				    "or no",
 				    cfg->wal_fsync);
+	/* an OBJ_PUT record takes about 80-100 bytes: the table sized once */
+	mc_master_table_expect(s->master, mc_wal_dir_bytes(cfg->wal_dir, after) / 96);
 	st = mc_wal_open(cfg->wal_dir, policy, after, wal_apply, &x, &s->wal, &info);
 	if (st != MC_OK) {
 		uint64_t newest;

@@ -689,10 +689,11 @@ static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, si
 	struct snap_fill x = {NULL, mc_now_ms()};
 	struct mc_master *fresh, *old;
 	struct mc_wal *w = NULL, *oldw;
-	uint64_t got = 0;
+	uint64_t got = 0, entries = 0;
 	mc_status st;
 
-	st = mc_snap_decode(p, n, &got, NULL, NULL); /* whole, before anything changes */
+	/* whole, before anything changes */
+	st = mc_snap_decode_n(p, n, &got, &entries, NULL, NULL);
 	if (st != MC_OK)
 		return mc_set_error(st, "the leader's snapshot: %s", mc_last_error());
 	if (got != seq)
@@ -704,7 +705,9 @@ static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, si
 	if (st != MC_OK)
 		return st;
 	x.m = fresh;
+	mc_master_snap_load_begin(fresh, entries);
 	st = mc_snap_decode(p, n, NULL, snap_fill, &x);
+	mc_master_snap_load_end(fresh);
 	if (st != MC_OK) {
 		mc_master_free(fresh);
 		return mc_set_error(st, "applying the leader's snapshot: %s", mc_last_error());

@@ -58,6 +58,7 @@ struct snap_replay {
 	struct mc_master *m;
 	uint64_t now_ms;
 	uint64_t n;
+	const struct mc_snap_load_info *info; /* its total is set before the first entry */
 };
 
 const uint64_t mc_master_snap_bounds[MC_MASTER_SNAP_NBOUNDS] = {
@@ -67,7 +68,8 @@ static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t
 {
 	struct snap_replay *x = arg;
 
-	x->n++;
+	if (x->n++ == 0)
+		mc_master_snap_load_begin(x->m, x->info->total);
 	return mc_master_wal_replay(x->m, type, p, len, x->now_ms);
 }
 
@@ -77,8 +79,8 @@ mc_status mc_master_server_snap_init(struct mc_master_server *s,
 	struct mc_master_snapper *sn = &s->snapper;
 	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
 	const char *dir = env && *env ? env : cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
-	struct snap_replay x = {s->master, mc_now_ms(), 0};
 	struct mc_snap_load_info info;
+	struct snap_replay x = {s->master, mc_now_ms(), 0, &info};
 	mc_status st;
 
 	*after = 0;
@@ -106,6 +108,7 @@ mc_status mc_master_server_snap_init(struct mc_master_server *s,
 	/* another seed than the writer's, whose table order is its hash order */
 	mc_master_table_reseed(s->master, mc_now_ns());
 	st = mc_snap_load(sn->dir, snap_apply, &x, &info);
+	mc_master_snap_load_end(s->master);
 	if (st != MC_OK)
 		return mc_set_error(st, "snapshot: %s", mc_last_error());
 	if (info.found)

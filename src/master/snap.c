@@ -65,6 +65,13 @@ static mc_status decode_header(const uint8_t *p, size_t len, uint64_t *seq, uint
 mc_status mc_snap_decode(const uint8_t *p, size_t len, uint64_t *seq, mc_snap_entry_cb cb,
 			 void *arg)
 {
+	return mc_snap_decode_n(p, len, seq, NULL, cb, arg);
+}
+
+mc_status mc_snap_decode_n(const uint8_t *p, size_t len, uint64_t *seq, uint64_t *entries,
+			   mc_snap_entry_cb cb, void *arg)
+{
+	uint64_t count = 0;
 	uint64_t s = 0, blen = 0, bsum = 0;
 	const uint8_t *b;
 	size_t off;
@@ -94,7 +101,10 @@ mc_status mc_snap_decode(const uint8_t *p, size_t len, uint64_t *seq, mc_snap_en
 					    off, mc_get_le16(b + off), mc_get_le16(b + off + 2),
 					    plen);
 		off += MC_SNAP_ENTRY_HDR + plen;
+		count++;
 	}
+	if (entries)
+		*entries = count;
 	for (off = 0; cb && off < blen;) {
 		uint32_t plen = mc_get_le32(b + off + 4);
 
@@ -430,7 +440,8 @@ mc_status mc_snap_load(const char *dir, mc_snap_entry_cb cb, void *arg,
 		st = read_file(path, &p, &len);
 		if (st != MC_OK)
 			break;
-		st = mc_snap_decode(p, len, &seq, NULL, NULL); /* the whole file checks out */
+		/* the whole file checks out */
+		st = mc_snap_decode_n(p, len, &seq, &info->total, NULL, NULL);
 		if (st == MC_OK && seq != v[i])
 			st = mc_set_error(MC_ERR_MALFORMED_JSON,
 					  "snapshot: covers seq %" PRIu64 ", named %" PRIu64, seq,

@@ -61,6 +61,10 @@ typedef mc_status (*mc_snap_entry_cb)(void *arg, uint16_t type, const uint8_t *p
  * "malformed") otherwise, before any entry is given; or cb's status. */
 mc_status mc_snap_decode(const uint8_t *p, size_t len, uint64_t *seq, mc_snap_entry_cb cb,
 			 void *arg);
+/* The same, with the count of entries in *entries (may be NULL), set once
+ * the framing checks out, before the first entry is given to cb. */
+mc_status mc_snap_decode_n(const uint8_t *p, size_t len, uint64_t *seq, uint64_t *entries,
+			   mc_snap_entry_cb cb, void *arg);
 /* The header of a snapshot covering seq whose body is body[0..len). */
 void mc_snap_encode_header(uint8_t *out, uint64_t seq, const uint8_t *body, size_t len);
 
@@ -86,6 +90,8 @@ struct mc_snap_load_info {
 	bool found;	   /* a snapshot was loaded */
 	uint64_t seq;	   /* the seq it covers (0: none) */
 	uint64_t entries;  /* given to the callback */
+	uint64_t total;	   /* in the file: set before the first callback (a
+			    * loader may size its tables from it) */
 	uint64_t bytes;	   /* its file's size */
 	uint32_t rejected; /* damaged files renamed to .bad */
 };

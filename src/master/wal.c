@@ -212,6 +212,29 @@ static mc_status list_files(struct mc_wal *w)
 	return st;
 }
 
+uint64_t mc_wal_dir_bytes(const char *dir, uint64_t after)
+{
+	struct mc_wal w = {.dir = (char *)dir};
+	uint64_t total = 0;
+
+	if (list_files(&w) != MC_OK) { /* the open that follows says why */
+		mc_free(w.files);
+		return 0;
+	}
+	for (size_t i = 0; i < w.nfiles; i++) {
+		char path[4200];
+		struct stat sb;
+
+		if (i + 1 < w.nfiles && w.files[i + 1] <= after + 1)
+			continue; /* every record in it is at or before after */
+		snprintf(path, sizeof(path), "%s/wal-%016" PRIx64 ".log", dir, w.files[i]);
+		if (stat(path, &sb) == 0)
+			total += (uint64_t)sb.st_size;
+	}
+	mc_free(w.files);
+	return total;
+}
+
 static mc_status sync_dir(const struct mc_wal *w)
 {
 	int fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -114,6 +114,9 @@ struct mc_wal_open_info {
  * ends before it: the snapshot is newer than the log).  info may be NULL. */
 mc_status mc_wal_open(const char *dir, enum mc_wal_fsync policy, uint64_t after, mc_wal_apply_cb cb,
 		      void *arg, struct mc_wal **out, struct mc_wal_open_info *info);
+/* The bytes of dir's log files that hold records after seq after (0 when
+ * none or dir cannot be read): what a replay will read, to size tables. */
+uint64_t mc_wal_dir_bytes(const char *dir, uint64_t after);
 /* Buffer one record (type > 0, len <= MC_WAL_MAX_PAYLOAD); *seq_out (may be
  * NULL) gets its sequence number.  Nothing reaches the file before commit. */
 mc_status mc_wal_append(struct mc_wal *w, uint16_t type, const void *payload, uint32_t len,

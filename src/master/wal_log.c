@@ -21,7 +21,13 @@
  * is hidden but kept.  When a client mounts a segment with the same name,
  * base and size, mc_master_seg_mount takes the waiting slot (its
  * generation, so the replicas stay valid) and mc_master_wal_rebind claims
- * each replica's range in the new allocator.  A waiting slot not claimed
+ * each replica's range in the new allocator.  Replay notes each replica
+ * it puts on a waiting slot in that slot's list (address, object), so the
+ * remount costs that segment's replicas, not a walk of the whole table;
+ * an object erased while any slot waits is kept, emptied (no replica), so
+ * that no list entry names freed memory, until no slot waits or the kept
+ * ones outnumber half the entries (then the lists are compacted: a
+ * standby's segments wait for as long as it streams).  A waiting slot not claimed
  * within client_ttl_ms of the replay is unmounted (mc_master_wal_expire):
  * its objects go with the next sweep, each erase logged.
  *
@@ -36,6 +42,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "master/snap.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
@@ -103,7 +110,7 @@ static bool obj_rec(const struct mc_master *m, struct mc_obj *o, bool waiting, s
 	struct mc_walrec_obj *w = &r->u.obj;
 	const struct mc_group *g;
 
-	memset(r, 0, sizeof(*r));
+	mc_walrec_clear(r);
 	r->type = MC_WALREC_OBJ_PUT;
 	w->tenant.p = m->tenants[o->tenant];
 	w->tenant.len = (uint16_t)m->tenant_lens[o->tenant];
@@ -148,7 +155,7 @@ void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
 
 	if (!m->wal)
 		return;
-	memset(&r, 0, sizeof(r));
+	mc_walrec_clear(&r);
 	r.type = MC_WALREC_OBJ_DEL;
 	r.u.obj.tenant.p = m->tenants[o->tenant];
 	r.u.obj.tenant.len = (uint16_t)m->tenant_lens[o->tenant];
@@ -161,7 +168,7 @@ static void seg_rec(const struct mc_master *m, uint32_t slot, struct mc_walrec *
 {
 	const struct mc_seg *s = &m->segs[slot];
 
-	memset(r, 0, sizeof(*r));
+	mc_walrec_clear(r);
 	r->type = MC_WALREC_SEG_MOUNT;
 	r->u.seg.id = s->id;
 	if (s->client < m->nclient_slots)
@@ -189,7 +196,7 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
 
 	if (!m->wal)
 		return;
-	memset(&r, 0, sizeof(r));
+	mc_walrec_clear(&r);
 	r.type = MC_WALREC_SEG_UNMOUNT;
 	r.u.seg.id = m->segs[slot].id;
 	append(m, &r);
@@ -234,12 +241,19 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 
 /* ---- replay ---- */
 
-static uint32_t wait_find(const struct mc_master *m, const struct mc_store_uuid *id)
+static bool wait_is(const struct mc_master *m, uint32_t i, const struct mc_store_uuid *id)
 {
+	return m->segs[i].state == MC_SEG_WAIT && m->segs[i].id.first == id->first &&
+	       m->segs[i].id.second == id->second;
+}
+
+static uint32_t wait_find(struct mc_master *m, const struct mc_store_uuid *id)
+{
+	if (m->wait_hint < m->nsegs_slots && wait_is(m, m->wait_hint, id))
+		return m->wait_hint; /* a run of records on one segment */
 	for (uint32_t i = 0; i < m->nsegs_slots; i++)
-		if (m->segs[i].state == MC_SEG_WAIT && m->segs[i].id.first == id->first &&
-		    m->segs[i].id.second == id->second)
-			return i;
+		if (wait_is(m, i, id))
+			return m->wait_hint = i;
 	return UINT32_MAX;
 }
 
@@ -266,8 +280,129 @@ static void wait_drop(struct mc_master *m, uint32_t slot)
 	mc_free(s->protocol);
 	mc_free(s->host_id);
 	s->name = s->te_endpoint = s->protocol = s->host_id = NULL;
+	mc_master_wal_list_drop(m, slot);
 	m->nwait--;
 	m->need_sweep = true;
+	if (!m->nwait)
+		mc_master_wal_lists_free(m);
+}
+
+/* ---- wait lists ---- */
+
+void mc_master_wal_list_drop(struct mc_master *m, uint32_t slot)
+{
+	struct mc_seg *s = &m->segs[slot];
+
+	m->nwl -= s->wl_n;
+	mc_free(s->wl);
+	s->wl = NULL;
+	s->wl_n = s->wl_cap = 0;
+}
+
+void mc_master_wal_lists_free(struct mc_master *m)
+{
+	for (uint32_t i = 0; m->segs && i < m->nsegs_slots; i++)
+		if (m->segs[i].wl)
+			mc_master_wal_list_drop(m, i);
+	for (uint64_t i = 0; i < m->nwdead; i++)
+		mc_free(m->wdead[i]);
+	mc_free(m->wdead);
+	m->wdead = NULL;
+	m->nwdead = m->wdead_cap = 0;
+	m->nwl = 0;
+	m->wl_off = false;
+}
+
+/* A list could not grow: drop them all (no entry may outlive its object),
+ * and remounts walk the table until no segment waits. */
+static void lists_off(struct mc_master *m)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++)
+		if (m->segs[i].wl)
+			mc_master_wal_list_drop(m, i);
+	for (uint64_t i = 0; i < m->nwdead; i++)
+		mc_free(m->wdead[i]);
+	m->nwdead = 0;
+	m->wl_off = true;
+	mc_warn("wal: out of memory for the remount lists: remounts walk the object table");
+}
+
+static void list_add(struct mc_master *m, uint32_t slot, uint64_t addr, struct mc_obj *o)
+{
+	struct mc_seg *s = &m->segs[slot];
+
+	if (m->wl_off)
+		return;
+	if (s->wl_n == s->wl_cap) {
+		uint64_t nc = s->wl_cap ? s->wl_cap * 2 : 256;
+		struct mc_wait_ref *nv = mc_realloc(s->wl, nc * sizeof(*nv));
+
+		if (!nv) {
+			lists_off(m);
+			return;
+		}
+		s->wl = nv;
+		s->wl_cap = nc;
+	}
+	s->wl[s->wl_n++] = (struct mc_wait_ref){addr, o};
+	m->nwl++;
+}
+
+/* o's replica on waiting slot at addr, or NULL (erased, pruned, moved). */
+static struct mc_rep *ref_rep(struct mc_master *m, uint32_t slot, const struct mc_wait_ref *w)
+{
+	for (uint32_t k = 0; k < w->o->nrep; k++) {
+		struct mc_rep *r = mc_master_obj_rep(w->o, k);
+
+		if (r->seg == slot && r->gen == m->segs[slot].gen && r->addr == w->addr)
+			return r;
+	}
+	return NULL;
+}
+
+/* Drop the entries of kept (erased) objects and of replicas gone, then
+ * free the kept objects: amortised over the erases that kept them. */
+static void lists_compact(struct mc_master *m)
+{
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		struct mc_seg *s = &m->segs[i];
+		uint64_t n = 0;
+
+		for (uint64_t j = 0; j < s->wl_n; j++)
+			if (ref_rep(m, i, &s->wl[j]))
+				s->wl[n++] = s->wl[j];
+		m->nwl -= s->wl_n - n;
+		s->wl_n = n;
+	}
+	for (uint64_t i = 0; i < m->nwdead; i++)
+		mc_free(m->wdead[i]);
+	m->nwdead = 0;
+}
+
+bool mc_master_wal_keep_dead(struct mc_master *m, struct mc_obj *o)
+{
+	/* every erased object, not only those with a waiting replica now: a
+	 * remove releases the replicas (nrep 0) before it erases */
+	if (m->wl_off || !m->nwl)
+		return false;
+	if (m->nwdead == m->wdead_cap) {
+		uint64_t nc = m->wdead_cap ? m->wdead_cap * 2 : 256;
+		struct mc_obj **nv = mc_realloc(m->wdead, nc * sizeof(*nv));
+
+		if (!nv) {
+			lists_off(m); /* no list names o any more: free it */
+			return false;
+		}
+		m->wdead = nv;
+		m->wdead_cap = nc;
+	}
+	mc_free(o->ext); /* emptied: no list entry matches it any more */
+	o->ext = NULL;
+	o->nrep = 0;
+	m->wdead[m->nwdead++] = o;
+	if (m->nwdead >= 4096 && m->nwdead * 2 > m->nwl)
+		lists_compact(m);
+	return true;
 }
 
 static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *in, uint64_t now)
@@ -334,7 +469,7 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	st = mc_master_tenant_intern(m, in->tenant.p, in->tenant.len, &tid);
 	if (st != MC_OK)
 		return st;
-	o = mc_master_obj_find(m, tid, in->key.p, in->key.len);
+	o = m->bulk ? NULL : mc_master_obj_find(m, tid, in->key.p, in->key.len);
 	if (o)
 		mc_master_obj_erase(m, o); /* an upsert: the new one replaces it */
 	if (!n)
@@ -371,7 +506,33 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 		mc_master_obj_erase(m, o);
 		return MC_ERR_NOMEM;
 	}
+	for (uint32_t i = 0; i < n; i++)
+		list_add(m, reps[i].seg, reps[i].addr, o);
 	return MC_OK;
+}
+
+void mc_master_table_expect(struct mc_master *m, uint64_t n)
+{
+	uint64_t slots = m->mask + 1;
+
+	if (n > (1ull << 27))
+		n = 1ull << 27;
+	mc_master_table_settle(m);
+	while ((n + m->nobjs) * 4 > slots * 3)
+		slots *= 2;
+	if (slots > m->mask + 1 && mc_master_table_resize(m, slots) == MC_OK)
+		mc_master_table_settle(m);
+}
+
+void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries)
+{
+	m->bulk = m->nobjs == 0 && !m->old;
+	mc_master_table_expect(m, entries);
+}
+
+void mc_master_snap_load_end(struct mc_master *m)
+{
+	m->bulk = false;
 }
 
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
@@ -415,24 +576,62 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 
 /* ---- remount ---- */
 
-struct bind {
-	uint64_t addr;
-	struct mc_obj *o;
-	uint32_t i;
-};
-
-static int bind_cmp(const void *pa, const void *pb)
+static int ref_cmp(const void *pa, const void *pb)
 {
-	const struct bind *a = pa, *b = pb;
+	const struct mc_wait_ref *a = pa, *b = pb;
 	return a->addr < b->addr ? -1 : a->addr > b->addr;
 }
 
-void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
+/* Sort v by address, least significant 11 bits first: a snapshot's
+ * replicas come in its writer's hash order, and millions of them sort
+ * several times faster this way than through qsort's comparisons.  false
+ * (v unchanged) when the scratch array cannot be had. */
+static bool radix_sort(struct mc_wait_ref *v, uint64_t n, uint64_t base)
+{
+	enum { BITS = 11, NB = 1 << BITS };
+	struct mc_wait_ref *t = mc_malloc(n * sizeof(*t)), *a = v, *b = t;
+	uint64_t max = 0, *cnt = mc_malloc(NB * sizeof(*cnt));
+
+	if (!t || !cnt) {
+		mc_free(t);
+		mc_free(cnt);
+		return false;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		max |= v[i].addr - base;
+	for (unsigned sh = 0; sh < 64 && (max >> sh); sh += BITS) {
+		uint64_t sum = 0;
+
+		memset(cnt, 0, NB * sizeof(*cnt));
+		for (uint64_t i = 0; i < n; i++)
+			cnt[((a[i].addr - base) >> sh) & (NB - 1)]++;
+		for (unsigned d = 0; d < NB; d++) {
+			uint64_t c = cnt[d];
+
+			cnt[d] = sum;
+			sum += c;
+		}
+		for (uint64_t i = 0; i < n; i++)
+			b[cnt[((a[i].addr - base) >> sh) & (NB - 1)]++] = a[i];
+		a = b;
+		b = a == v ? t : v;
+	}
+	if (a != v)
+		memcpy(v, a, n * sizeof(*v));
+	mc_free(t);
+	mc_free(cnt);
+	return true;
+}
+
+/* Without the lists (they could not grow): the replicas on slot, from a
+ * walk of the whole table.  NULL with *n 0 when none or out of memory
+ * (then the replicas found so far are bound, the rest are dead). */
+static struct mc_wait_ref *walk_refs(struct mc_master *m, uint32_t slot, uint64_t *n_out,
+				     uint32_t *lost)
 {
 	struct mc_seg *s = &m->segs[slot];
-	struct bind *v = NULL;
-	size_t n = 0, cap = 0;
-	uint32_t cur = 0, lost = 0, n_bad = 0;
+	struct mc_wait_ref *v = NULL;
+	uint64_t n = 0, cap = 0;
 
 	mc_master_table_settle(m);
 	for (uint64_t i = 0; i <= m->mask; i++) {
@@ -444,44 +643,86 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 			if (r->seg != slot || r->gen != s->gen)
 				continue;
 			if (n == cap) {
-				size_t nc = cap ? cap * 2 : 1024;
-				struct bind *nv = mc_realloc(v, nc * sizeof(*v));
+				uint64_t nc = cap ? cap * 2 : 1024;
+				struct mc_wait_ref *nv = mc_realloc(v, nc * sizeof(*v));
 
 				if (!nv) {
 					r->gen = s->gen - 1; /* an old generation: dead, never
 								readable unbound */
-					lost++;
+					(*lost)++;
 					continue;
 				}
 				v = nv;
 				cap = nc;
 			}
-			v[n++] = (struct bind){r->addr, o, k};
+			v[n++] = (struct mc_wait_ref){r->addr, o};
 		}
 	}
-	if (n) /* qsort wants a non-null array even for none */
-		qsort(v, n, sizeof(*v), bind_cmp);
-	for (size_t i = 0; i < n; i++) {
-		struct mc_rep *r = mc_master_obj_rep(v[i].o, v[i].i);
-		uint64_t size = mc_obj_size(v[i].o);
+	*n_out = n;
+	return v;
+}
 
+/*
+ * A waiting slot was mounted again: claim each replica's range in its new
+ * allocator.  The slot's list names them in replay order (often ascending
+ * addresses: then no sort), so the cost is this segment's replicas, not
+ * the table's; entries of erased objects or gone replicas match no
+ * replica any more and are skipped.
+ */
+void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
+{
+	struct mc_seg *s = &m->segs[slot];
+	struct mc_wait_ref *v;
+	uint64_t n, bound = 0;
+	uint32_t cur = 0, lost = 0;
+	bool sorted = true;
+	uint64_t t0 = mc_now_ms();
+
+	if (m->wl_off) {
+		v = walk_refs(m, slot, &n, &lost);
+	} else {
+		v = s->wl;
+		n = s->wl_n;
+		m->nwl -= n;
+		s->wl = NULL;
+		s->wl_n = s->wl_cap = 0;
+	}
+	for (uint64_t i = 1; i < n && sorted; i++)
+		sorted = v[i - 1].addr <= v[i].addr;
+	/* (an address below base sorts high: its claim fails all the same) */
+	if (!sorted && !radix_sort(v, n, s->base))
+		qsort(v, n, sizeof(*v), ref_cmp);
+	for (uint64_t i = 0; i < n; i++) {
+		struct mc_rep *r = ref_rep(m, slot, &v[i]);
+		uint64_t size;
+
+		if (!r)
+			continue; /* erased or gone since its replay */
+		size = mc_obj_size(v[i].o);
 		if (mc_offset_alloc_claim(s->alloc, r->addr, size, &cur) != MC_OK) {
 			r->gen = s->gen - 1; /* dead: pruned with the object's next visit */
 			lost++;
-			n_bad++;
 			continue;
 		}
 		s->used += size;
 		m->allocated_bytes += size;
+		bound++;
 	}
 	mc_free(v);
+	if (!m->nwait)
+		mc_master_wal_lists_free(m); /* the kept objects too */
 	if (lost) {
 		m->need_sweep = true;
 		mc_warn("wal: segment %s remounted: %u logged replicas could not be bound again",
 			s->name, lost);
 	}
-	mc_info("wal: segment %s remounted: %zu logged replicas readable again", s->name,
-		n - n_bad);
+	mc_info("wal: segment %s remounted: %" PRIu64 " logged replicas readable again (%s, "
+		"%" PRIu64 " ms)",
+		s->name, bound,
+		m->wl_off ? "table walked"
+		: sorted  ? "in order"
+			  : "sorted",
+		mc_now_ms() - t0);
 }
 
 void mc_master_wal_expire(struct mc_master *m, uint64_t now_ms)

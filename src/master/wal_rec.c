@@ -159,7 +159,7 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 	struct rd d = {p, len, 0, NULL};
 	uint8_t ver;
 
-	memset(r, 0, sizeof(*r));
+	mc_walrec_clear(r);
 	r->type = type;
 	if (len < 1)
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "wal record type %u: empty payload",

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/buf.h"
 #include "mooncake/status.h"
@@ -96,6 +97,22 @@ struct mc_walrec {
 		struct mc_walrec_view view; /* VIEW */
 	} u;
 };
+
+/* Zero r except the entries of its replica array (about 2 KiB, which
+ * would cost more than the rest of a record's replay): an entry is written
+ * before nrep counts it, so nothing reads one left unset. */
+static inline void mc_walrec_clear(struct mc_walrec *r)
+{
+	size_t n = offsetof(struct mc_walrec, u.obj.reps);
+	size_t seg = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_seg);
+	size_t view = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_view);
+
+	if (n < seg)
+		n = seg;
+	if (n < view)
+		n = view;
+	memset(r, 0, n);
+}
 
 /* Append the payload of r (its type's member) to out; errors in out->err. */
 void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r);

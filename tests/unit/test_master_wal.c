@@ -47,6 +47,8 @@ static const struct mc_store_uuid C1 = {1, 1}, S1 = {10, 1}, S2 = {10, 2};
 struct replay_arg {
 	struct mc_master *m;
 	uint64_t now;
+	const struct mc_snap_load_info *si; /* a snapshot's load: bulk, as the daemon */
+	uint64_t n;
 };
 
 static mc_status apply(void *arg, const struct mc_wal_rec *r)
@@ -68,6 +70,7 @@ static struct mt *start(const char *dir, struct mc_wal **w, uint64_t *replayed)
 	t = mt_new(&cfg);
 	x.m = t->m;
 	x.now = t->now;
+	x.si = NULL;
 	assert_int_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, apply, &x, w, &info), MC_OK);
 	if (replayed)
 		*replayed = info.replayed;
@@ -314,6 +317,9 @@ static void newer_payload_version_is_refused(void **state)
 static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
 {
 	struct replay_arg *x = arg;
+
+	if (x->si && x->n++ == 0)
+		mc_master_snap_load_begin(x->m, x->si->total);
 	return mc_master_wal_replay(x->m, type, p, len, x->now);
 }
 
@@ -329,7 +335,11 @@ static struct mt *start_snap(const char *dir, struct mc_wal **w, struct mc_snap_
 	t = mt_new(&cfg);
 	x.m = t->m;
 	x.now = t->now;
+	x.si = si;
+	x.n = 0;
 	assert_int_equal(mc_snap_load(dir, snap_apply, &x, si), MC_OK);
+	mc_master_snap_load_end(t->m);
+	x.si = NULL;
 	if (mc_wal_open(dir, MC_WAL_FSYNC_NO, si->seq, apply, &x, w, NULL) != MC_OK)
 		fail_msg("%s", mc_last_error());
 	mc_master_set_wal(t->m, *w);
@@ -471,6 +481,93 @@ static void snapshot_keeps_waiting_segments(void **state)
 	mc_test_rmtree(dir);
 }
 
+/*
+ * A remount binds the replicas its segment's list names (wal_log.c), in
+ * any order: here from a snapshot (its writer's hash order, loaded in
+ * bulk), with objects removed and put again while the segment waits (the
+ * list still names them: the kept, emptied objects must not be bound, and
+ * with more than 4096 of them the lists are compacted), and a second
+ * segment that comes back first.
+ */
+#define NWAIT 6000
+#define NGONE 4500
+static void check_after_remount(struct mt *t, const uint64_t *addr)
+{
+	char key[32];
+
+	for (int i = 0; i < NWAIT; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		if (i < 10) /* put again on seg2 while seg1 waited */
+			assert_true(first_addr(t, key) >= BASE2);
+		else if (i < NGONE)
+			assert_int_equal(mt_exist(t, key), 0);
+		else
+			assert_int_equal(first_addr(t, key), addr[i]);
+	}
+	assert_int_equal(mt_metrics(t).key_count, NWAIT - NGONE + 10);
+}
+
+static void remount_binds_its_list_only(void **state)
+{
+	char dir[256], key[32];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	static uint64_t addr[NWAIT];
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mlist", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	for (int i = 0; i < NWAIT; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		mt_put_ok(t, C1, key, 1000 + (uint64_t)(i % 7) * 64);
+		addr[i] = first_addr(t, key);
+	}
+	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
+	commit(w);
+	(void)snapshot(t, w, dir, 2, NULL);
+	crash(t, w);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mt_metrics(t).key_count, NWAIT);
+	assert_int_not_equal(mt_get(t, "k0"), MC_OK); /* hidden */
+	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
+	for (int i = 0; i < NGONE; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(mt_rm(t, key, true), MC_OK);
+	}
+	for (int i = 0; i < 10; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		mt_put_ok(t, C1, key, 2000);
+	}
+	commit(w);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	check_after_remount(t, addr);
+	/* the bound ranges are taken: what seg1 gives now lies outside them */
+	for (int i = 0; i < 20; i++) {
+		uint64_t a;
+
+		snprintf(key, sizeof(key), "new%d", i);
+		mt_put_ok(t, C1, key, 1000);
+		a = first_addr(t, key);
+		for (int j = NGONE; a < BASE2 && j < NWAIT; j++)
+			assert_true(a + 1000 <= addr[j] || a >= addr[j] + 1000 + 6 * 64);
+		assert_int_equal(mt_rm(t, key, true), MC_OK);
+	}
+	commit(w);
+	crash(t, w);
+
+	/* and the log after the snapshot replays to the same */
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
+	check_after_remount(t, addr);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void flip_byte(const char *path, off_t at)
 {
 	int fd = open(path, O_RDWR);
@@ -608,6 +705,7 @@ int main(void)
 		cmocka_unit_test(view_record_replays),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
+		cmocka_unit_test(remount_binds_its_list_only),
 		cmocka_unit_test(corrupt_newest_snapshot_falls_back),
 		cmocka_unit_test(newer_snapshot_version_is_refused),
 	};
