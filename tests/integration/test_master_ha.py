@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, START_TIMEOUT, sigstop
+from conftest import BUILD, START_TIMEOUT, sigstop, slow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mcproto  # noqa: E402
@@ -428,6 +428,7 @@ def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
     assert m1.metric("ha_stream_syncs_total") == 1
 
 
+@slow
 def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
     # kill -9 of the etcd member every client tries first: the leader keeps
     # its lease through the others (no step-down); then kill -9 of the
@@ -506,6 +507,7 @@ def part():
         p.teardown()
 
 
+@slow
 def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
     # the leader in its own namespace loses etcd and its standby at once
     # (both ends of the link down): it stops serving within its lease, the
