@@ -262,8 +262,10 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 	s->nconns--;
 	/* not close alone: a forked child (a snapshot) holds a duplicate of
 	 * the socket, which would keep it in the epoll set, its events then
-	 * naming freed memory */
+	 * naming freed memory, and keep it open for the peer until the child
+	 * exits; shutdown ends the connection itself */
 	mc_loop_del_fd(s->loop, &c->io);
+	(void)shutdown(c->io.fd, SHUT_RDWR);
 	close(c->io.fd);
 	mc_free(c->rbuf);
 	mc_free(c->why);

@@ -12,6 +12,7 @@
  * mooncake_master binary.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -458,20 +460,26 @@ static void server_answers_and_drops_only_bad_connections(void **state)
 static void conn_closed_while_a_child_holds_its_socket(void **state)
 {
 	struct mc_master_server *s = start_local(0);
-	int a, b, wst;
+	struct timeval tv = {.tv_sec = 10};
+	uint8_t junk[64];
+	int a, b, bad, wst;
+	ssize_t n;
 	pid_t pid;
 
 	assert_non_null(s);
 	a = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
 	b = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
-	assert_true(a >= 0 && b >= 0);
-	ping(a, 1); /* both accepted and watched */
+	bad = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(a >= 0 && b >= 0 && bad >= 0);
+	ping(a, 1); /* all accepted and watched */
 	ping(b, 2);
+	ping(bad, 3);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(a); /* the client's ends are the parent's */
 		close(b);
+		close(bad);
 		close(STDOUT_FILENO); /* the test runner waits for these to close */
 		close(STDERR_FILENO);
 		alarm(60); /* should the test die first */
@@ -481,8 +489,18 @@ static void conn_closed_while_a_child_holds_its_socket(void **state)
 	close(a);
 	/* the master frees a's connection on the EOF; the loop's next rounds
 	 * (driven by b's requests) must not see a again */
-	for (uint64_t i = 3; i < 10; i++)
+	for (uint64_t i = 4; i < 10; i++)
 		ping(b, i);
+	/* a connection the master closes is closed for its client at once,
+	 * not when the child exits */
+	memset(junk, 'x', sizeof(junk));
+	assert_int_equal(mc_sock_write_full(bad, junk, sizeof(junk), mc_now_ms() + 5000), MC_OK);
+	assert_int_equal(setsockopt(bad, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	errno = 0;
+	n = recv(bad, junk, sizeof(junk), 0);
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	ping(b, 10);
+	close(bad);
 	close(b);
 	mc_master_server_stop(s);
 	assert_int_equal(kill(pid, SIGKILL), 0);
