@@ -72,7 +72,7 @@ class Master:
             if m:
                 break
             if self.p.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                self.stop(check=False)
                 with open(self.log.name) as f:
                     sys.exit(f"mooncake_master did not start:\n{f.read()[-2000:]}")
             time.sleep(0.02)
@@ -87,7 +87,11 @@ class Master:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
 
-    def stop(self):
+    def stop(self, check=True):
+        """SIGTERM and wait.  With check, a master that died of a signal
+        (a crash, before or during the stop) or did not stop within 30 s
+        raises, naming its log, which is then kept."""
+        killed = False
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
@@ -95,7 +99,16 @@ class Master:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+                killed = True
         self.log.close()
+        rc = self.p.returncode
+        if check and (killed or rc < 0):
+            why = ("did not stop within 30 s of SIGTERM" if killed
+                   else f"died of signal {signal.Signals(-rc).name}")
+            with open(self.log.name, errors="replace") as f:
+                tail = f.read()[-2000:]
+            raise RuntimeError(f"mooncake_master (pid {self.p.pid}) {why}; its log "
+                               f"{self.log.name} ends:\n{tail}")
         try:
             os.unlink(self.log.name)
         except OSError:

@@ -32,6 +32,9 @@ struct mc_loop {
 	uint64_t now_ms;
 	uint64_t spin_us;      /* busy polling after a round with events; 0 = off */
 	struct mc_list timers; /* struct mc_loop_timer, armed */
+	/* the round's events not yet handed out: [batch_next, batch_n) of batch */
+	struct epoll_event *batch;
+	int batch_next, batch_n;
 };
 
 static void on_wake(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
@@ -129,6 +132,11 @@ void mc_loop_del_fd(struct mc_loop *l, struct mc_loop_fd *f)
 {
 	epoll_ctl(l->epfd, EPOLL_CTL_DEL, f->fd, NULL);
 	f->events = 0;
+	/* an event of f's this round has not run yet: f may be freed next */
+	for (int i = l->batch_next; i < l->batch_n; i++) {
+		if (l->batch[i].data.ptr == f)
+			l->batch[i].data.ptr = NULL;
+	}
 }
 
 /* ---- timers ------------------------------------------------------------------ */
@@ -206,10 +214,17 @@ mc_status mc_loop_run(struct mc_loop *l)
 		else if (n == 0 && timeout == 0)
 			sched_yield(); /* polling must not keep a runnable thread off this CPU */
 		l->now_ms = mc_now_ms();
-		for (int i = 0; i < n; i++) {
-			struct mc_loop_fd *f = events[i].data.ptr;
-			f->cb(l, f, events[i].events);
+		l->batch = events;
+		l->batch_n = n > 0 ? n : 0;
+		for (l->batch_next = 0; l->batch_next < l->batch_n;) {
+			const struct epoll_event *e = &events[l->batch_next++];
+			struct mc_loop_fd *f = e->data.ptr;
+
+			if (f) /* NULL: mc_loop_del_fd by an earlier callback */
+				f->cb(l, f, e->events);
 		}
+		l->batch_n = 0;
+		l->batch_next = 0;
 		run_timers(l, l->now_ms);
 	}
 	return MC_OK;

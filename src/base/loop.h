@@ -72,7 +72,12 @@ void mc_loop_fd_init(struct mc_loop_fd *f, int fd, mc_loop_fd_cb cb);
 mc_status mc_loop_add_fd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
 /* Change what f is watched for (a no-op when unchanged).  MC_ERR_SOCKET with the cause. */
 mc_status mc_loop_set_events(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events);
-/* Stop watching f (closing the fd does it too, when no duplicate of it is open). */
+/*
+ * Stop watching f; an event of f's that this round has not handed out yet
+ * is dropped, so a callback may free f, or another fd's owner, at once.
+ * Call it before closing an fd whose owner is freed: closing alone leaves
+ * it watched while a duplicate is open (a forked child holds one of each).
+ */
 void mc_loop_del_fd(struct mc_loop *l, struct mc_loop_fd *f);
 
 /* Prepare t (not armed). */

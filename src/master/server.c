@@ -89,9 +89,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/auth.h"
 #include "base/accept.h"
 #include "base/alloc.h"
+#include "base/auth.h"
 #include "base/auth_hs.h"
 #include "base/compiler.h"
 #include "base/endian.h"
@@ -260,7 +260,13 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 	s->rbuf_extra -= conn_extra(c);
 	mc_list_del(&c->link);
 	s->nconns--;
-	close(c->io.fd); /* also removes it from the epoll set */
+	/* not close alone: a forked child (a snapshot) holds a duplicate of
+	 * the socket, which would keep it in the epoll set, its events then
+	 * naming freed memory, and keep it open for the peer until the child
+	 * exits; shutdown ends the connection itself */
+	mc_loop_del_fd(s->loop, &c->io);
+	(void)shutdown(c->io.fd, SHUT_RDWR);
+	close(c->io.fd);
 	mc_free(c->rbuf);
 	mc_free(c->why);
 	mc_free(c->hs);

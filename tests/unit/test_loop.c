@@ -1,5 +1,6 @@
 /* tests/unit/test_loop.c - the epoll event loop (base/loop.h): fd events
- * and interest changes, timers (order, re-arming, restarting an armed one,
+ * and interest changes, an fd deleted by another's callback in the same
+ * round, timers (order, re-arming, restarting an armed one,
  * stopping one another), stop and wake from another thread, busy polling. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -72,6 +73,59 @@ static void fd_events_reach_their_callback(void **state)
 	mc_loop_free(l);
 	close(p[0]);
 	close(p[1]);
+}
+
+/*
+ * Two fds ready in one round: the first callback stops watching the other
+ * (and would free it, as the master frees another connection when a mount
+ * probe or an HA stream ends).  The other's event of that round must not
+ * be handed out: it would name freed memory.
+ */
+struct pair {
+	struct mc_loop_fd io;
+	struct pair *other;
+	int calls;
+};
+
+static void on_pair(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
+{
+	struct pair *x = mc_container_of(f, struct pair, io);
+
+	(void)events;
+	x->calls++;
+	mc_loop_del_fd(l, &x->other->io);
+	mc_loop_del_fd(l, f);
+	mc_loop_stop(l);
+}
+
+static void an_fd_deleted_in_a_round_gets_no_more_events(void **state)
+{
+	struct mc_loop *l;
+	struct pair a, b;
+	int p[2], q[2];
+	(void)state;
+
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(pipe(q), 0);
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	a.other = &b;
+	b.other = &a;
+	mc_loop_fd_init(&a.io, p[0], on_pair);
+	mc_loop_fd_init(&b.io, q[0], on_pair);
+	assert_int_equal(mc_loop_add_fd(l, &a.io, EPOLLIN), MC_OK);
+	assert_int_equal(mc_loop_add_fd(l, &b.io, EPOLLIN), MC_OK);
+	/* both readable before the loop waits: one round reports both */
+	assert_int_equal(write(p[1], "a", 1), 1);
+	assert_int_equal(write(q[1], "b", 1), 1);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	assert_int_equal(a.calls + b.calls, 1);
+	mc_loop_free(l);
+	close(p[0]);
+	close(p[1]);
+	close(q[0]);
+	close(q[1]);
 }
 
 struct tt {
@@ -294,6 +348,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(fd_events_reach_their_callback),
+		cmocka_unit_test(an_fd_deleted_in_a_round_gets_no_more_events),
 		cmocka_unit_test(timers_run_when_due_and_rearm),
 		cmocka_unit_test(due_timers_run_in_arming_order),
 		cmocka_unit_test(restarting_an_armed_timer_moves_it),

@@ -12,6 +12,7 @@
  * mooncake_master binary.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,6 +24,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -445,6 +448,65 @@ static void server_answers_and_drops_only_bad_connections(void **state)
 	mc_master_server_stop(s);
 }
 
+/*
+ * A forked child (the snapshot writer, an HA snapshot sender) holds
+ * duplicates of every socket of the master.  A connection the master
+ * closes meanwhile stays in its epoll set, as epoll forgets a socket only
+ * when its last descriptor closes: its peer's EOF kept being reported for
+ * the freed connection, which the master then freed again (the general
+ * protection faults in conn_free of session 14).  The master must stop
+ * watching a connection before it frees it.
+ */
+static void conn_closed_while_a_child_holds_its_socket(void **state)
+{
+	struct mc_master_server *s = start_local(0);
+	struct timeval tv = {.tv_sec = 10};
+	uint8_t junk[64];
+	int a, b, bad, wst;
+	ssize_t n;
+	pid_t pid;
+
+	assert_non_null(s);
+	a = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	b = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	bad = mc_sock_connect("127.0.0.1", mc_master_server_rpc_port(s), 5000, false);
+	assert_true(a >= 0 && b >= 0 && bad >= 0);
+	ping(a, 1); /* all accepted and watched */
+	ping(b, 2);
+	ping(bad, 3);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(a); /* the client's ends are the parent's */
+		close(b);
+		close(bad);
+		close(STDOUT_FILENO); /* the test runner waits for these to close */
+		close(STDERR_FILENO);
+		alarm(60); /* should the test die first */
+		for (;;)
+			pause(); /* holds the master's sockets until killed */
+	}
+	close(a);
+	/* the master frees a's connection on the EOF; the loop's next rounds
+	 * (driven by b's requests) must not see a again */
+	for (uint64_t i = 4; i < 10; i++)
+		ping(b, i);
+	/* a connection the master closes is closed for its client at once,
+	 * not when the child exits */
+	memset(junk, 'x', sizeof(junk));
+	assert_int_equal(mc_sock_write_full(bad, junk, sizeof(junk), mc_now_ms() + 5000), MC_OK);
+	assert_int_equal(setsockopt(bad, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	errno = 0;
+	n = recv(bad, junk, sizeof(junk), 0);
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	ping(b, 10);
+	close(bad);
+	close(b);
+	mc_master_server_stop(s);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &wst, 0), pid);
+}
+
 static void port_in_use_is_named(void **state)
 {
 	struct mc_master_server *a = start_local(0), *b;
@@ -595,6 +657,7 @@ int main(void)
 		cmocka_unit_test(argv_forms_and_precedence),
 		cmocka_unit_test(help_and_version_exit_0),
 		cmocka_unit_test(server_answers_and_drops_only_bad_connections),
+		cmocka_unit_test(conn_closed_while_a_child_holds_its_socket),
 		cmocka_unit_test(port_in_use_is_named),
 		cmocka_unit_test(failed_log_write_is_never_acknowledged),
 	};
