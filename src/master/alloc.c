@@ -276,11 +276,6 @@ static inline size_t slot_of(uint64_t key, unsigned bits)
 	return (size_t)((key * HASH_MUL) >> (64 - bits));
 }
 
-static inline size_t table_mask(const struct mc_offset_alloc *a)
-{
-	return ((size_t)1 << a->table_bits) - 1;
-}
-
 /* Slot of t (2^bits slots) holding the used block at unit offset key, or SIZE_MAX. */
 static size_t tab_find(const uint32_t *t, unsigned bits, const struct blk *recs, uint64_t key)
 {
