@@ -102,11 +102,23 @@ def test_new_group_after_rank_0_dies():
     """Rank 0 (not hosting the store here) dies; the world keeps its size with
     a hole at slot 0, and new_group of ranks 1-3 (torch's init barrier counts
     the dead rank's check-in) all_reduces and all_gathers exactly."""
-    import torch.distributed as dist
     port = free_port()
-    store = dist.TCPStore("127.0.0.1", port, 4, True, wait_for_workers=False)
-    res = run_ranks("rank0_dies", 4, {"PG_TEST_STORE": "external"}, port=port)
-    del store
+    # the store lives in a process of its own, without the ASan runtime the
+    # sanitizer build preloads: with it, torch 1.13's TCPStore server aborts
+    # its process when a client is killed (it holds no code of ours)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    store = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, torch.distributed as d\n"
+         f"s = d.TCPStore('127.0.0.1', {port}, 4, True, wait_for_workers=False)\n"
+         "print('ready', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert store.stdout.readline().strip() == "ready", "the TCPStore did not start"
+        res = run_ranks("rank0_dies", 4, {"PG_TEST_STORE": "external"}, port=port)
+    finally:
+        store.stdin.close()
+        store.wait(timeout=30)
     assert res[0][0] == -9, f"the victim was not killed:\n{res[0][1]}"
     for rank, (rc, out) in enumerate(res[1:], 1):
         assert rc == 0 and f"rank {rank} rank0_dies ok" in out, f"rank {rank}:\n{out}"
