@@ -300,9 +300,15 @@ def overlap(rank, ws):
 
 
 def die_after_first_all_reduce(rank, ws):
+    """The victim: one all_reduce, then death once every survivor's copy of it has
+    completed. A rank's own completion says nothing of its last sends, so a
+    survivor could otherwise lose the first op while another lost the second,
+    and the two would pair different operations after the resync."""
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)
     assert t.item() == ws * (ws + 1) / 2
+    store = dist.distributed_c10d._get_default_store()
+    store.wait([f"pg_test/first_done/{r}" for r in range(ws) if r != rank])
     os.kill(os.getpid(), 9)
 
 
@@ -311,7 +317,10 @@ def lose(rank, ws, victim):
     the first); auto-sync leaves the survivors in the group."""
     mpg.set_collective_timeout_us(3_000_000)
     t = torch.tensor([rank + 1.0])
-    dist.all_reduce(t)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    assert mpg.get_local_success(work) and t.item() == ws * (ws + 1) / 2, t
+    dist.distributed_c10d._get_default_store().set(f"pg_test/first_done/{rank}", "1")
     for _ in range(100):
         work = dist.all_reduce(torch.ones(1), async_op=True)
         work.wait()
