@@ -24,7 +24,11 @@ holds every object; idle: no call, the machine's baseline): a second
 client (store_proto_bench --probe) calls ExistKey back to back from before
 the call until --after-s seconds after it, and its longest round trip is
 the pause a ready client saw.  --probe-load runs the same probe during the
-load (the object table's and the allocator's growth).
+load (the object table's and the allocator's growth).  Beside each probe the
+master's own account of its loop (/metrics master_loop_turn_*, with
+--loop_turn_cpu_stats): its longest turn in wall and in CPU time and how many
+turns passed 50 ms in each, so a pause that was the machine (long wall, short
+CPU) is told from one that was work.
 
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
                            [--calls] [--pauses removeall|unmount|idle] [--after-s 0.5]
@@ -115,6 +119,38 @@ class Master:
             pass
 
 
+def loop_turns(m):
+    """The RPC loop's turn statistics from /metrics (master_loop_turn_*): the
+    longest turn in wall and CPU time since the previous read (which this read
+    resets), and the count of turns over 50 ms in each."""
+    import urllib.request
+    body = urllib.request.urlopen(f"http://127.0.0.1:{m.metrics}/metrics",
+                                  timeout=30).read().decode()
+    v = {}
+    for line in body.splitlines():
+        for name in ("master_loop_turn_max_us", "master_loop_turn_cpu_max_us"):
+            if line.startswith(name + " "):
+                v[name] = float(line.split()[1])
+        for name in ("master_loop_turn_us", "master_loop_turn_cpu_us"):
+            if line.startswith(name + '_bucket{le="50000"}'):
+                v[name + "_le50ms"] = float(line.split()[1])
+            elif line.startswith(name + "_count "):
+                v[name + "_count"] = float(line.split()[1])
+    return v
+
+
+def turns_between(a, b):
+    """What the loop did between two loop_turns() reads."""
+    def over(name):
+        return int((b[name + "_count"] - b[name + "_le50ms"])
+                   - (a[name + "_count"] - a[name + "_le50ms"]))
+    return {"loop_turn_max_us": b["master_loop_turn_max_us"],
+            "loop_turn_cpu_max_us": b["master_loop_turn_cpu_max_us"],
+            "loop_turns": int(b["master_loop_turn_us_count"] - a["master_loop_turn_us_count"]),
+            "loop_turns_over_50ms": over("master_loop_turn_us"),
+            "loop_turns_over_50ms_cpu": over("master_loop_turn_cpu_us")}
+
+
 def start_probe(build, m):
     """A --probe client calling ExistKey back to back until its stdin closes."""
     probe = subprocess.Popen([find(build, "bench/store_proto_bench"), f"--master={m.addr}",
@@ -145,6 +181,7 @@ def probe_around(build, m, loader, command, reply, after_s=0.5):
     client calls ExistKey back to back from before the command is sent
     until after its answer; its longest round trip is the longest pause."""
     probe = start_probe(build, m)
+    turns0 = loop_turns(m)
     try:
         time.sleep(0.5)  # a baseline of ordinary round trips before the command
         loader.stdin.write(command + "\n")
@@ -156,6 +193,7 @@ def probe_around(build, m, loader, command, reply, after_s=0.5):
         time.sleep(after_s)  # and what follows: the emptied table shrinking
     finally:
         pr = stop_probe(probe)
+    pr.update(turns_between(turns0, loop_turns(m)))
     at = pr.pop("at_s")
     return {"call_s": float(took["s"]), **({"count": int(took["count"])} if "count" in took
                                             else {}),
@@ -170,10 +208,15 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
     loader = find(build, "bench/store_proto_bench")
     # A long client_ttl: the loader pings every second anyway, but not while
     # it waits for a RemoveAll (--pauses), which takes minutes at 100 M.
-    m = Master(exe, [f"--client_ttl={3600 if pauses else 60}", *master_extra])
+    # --loop_turn_cpu_stats: the loop's own account of each turn in CPU time
+    # beside wall time, so a pause that waited for a CPU shows as such
+    m = Master(exe, [f"--client_ttl={3600 if pauses else 60}",
+                     *(["--loop_turn_cpu_stats=true"] if pauses or probe_load else []),
+                     *master_extra])
     try:
         before = m.rss_kib()
         lprobe = start_probe(build, m) if probe_load else None
+        turns0 = loop_turns(m)
         ld = subprocess.Popen([loader, f"--master={m.addr}", f"--load={objects}",
                                f"--value-size={value_size}"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -187,6 +230,7 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
                 raise RuntimeError(f"loader failed (rc={ld.wait()})")
             if lprobe:  # the loop's longest pause while the table and allocator grew
                 load_pause = stop_probe(lprobe)
+                load_pause.update(turns_between(turns0, loop_turns(m)))
                 lprobe = None
             after = m.rss_kib()
             if calls:  # metadata calls while the master is that full

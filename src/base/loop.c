@@ -35,6 +35,15 @@ struct mc_loop {
 	/* the round's events not yet handed out: [batch_next, batch_n) of batch */
 	struct epoll_event *batch;
 	int batch_next, batch_n;
+	/* turn statistics: written by the loop's thread only, read by any */
+	bool turn_stats, turn_cpu;
+	atomic_uint_fast64_t turns, wall_sum, cpu_turns, cpu_sum, wall_max, cpu_max;
+	atomic_uint_fast64_t wall_buckets[MC_LOOP_TURN_NBOUNDS + 1];
+	atomic_uint_fast64_t cpu_buckets[MC_LOOP_TURN_NBOUNDS + 1];
+};
+
+const uint64_t mc_loop_turn_bounds_us[MC_LOOP_TURN_NBOUNDS] = {
+	100, 1000, 5000, 10000, 50000, 100000, 500000, 1000000,
 };
 
 static void on_wake(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events)
@@ -160,8 +169,11 @@ void mc_loop_timer_stop(struct mc_loop *l, struct mc_loop_timer *t)
 	mc_list_del(&t->link);
 }
 
-static void run_timers(struct mc_loop *l, uint64_t now)
+/* Runs the due timers; returns how many ran. */
+static int run_timers(struct mc_loop *l, uint64_t now)
 {
+	int ran = 0;
+
 	struct mc_list due, *pos, *tmp;
 
 	mc_list_init(&due);
@@ -177,12 +189,75 @@ static void run_timers(struct mc_loop *l, uint64_t now)
 		int64_t next;
 
 		mc_list_del(&t->link);
+		ran++;
 		next = t->cb(l, t, now);
 		/* the callback may have re-armed t itself: that wins */
 		if (next >= 0 && mc_list_empty(&t->link)) {
 			t->when_ms = now + (uint64_t)next;
 			mc_list_add_tail(&l->timers, &t->link);
 		}
+	}
+	return ran;
+}
+
+/* ---- turn statistics ---------------------------------------------------------- */
+
+void mc_loop_set_turn_stats(struct mc_loop *l, bool on, bool cpu)
+{
+	l->turn_stats = on;
+	l->turn_cpu = on && cpu;
+}
+
+static uint64_t thread_cpu_us(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void bump(atomic_uint_fast64_t *n, uint64_t by)
+{
+	/* one writer: a load and a store, no locked instruction */
+	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + by,
+			      memory_order_relaxed);
+}
+
+static void turn_record(atomic_uint_fast64_t *count, atomic_uint_fast64_t *sum,
+			atomic_uint_fast64_t *buckets, atomic_uint_fast64_t *max, uint64_t us)
+{
+	size_t i = 0;
+
+	while (i < MC_LOOP_TURN_NBOUNDS && us > mc_loop_turn_bounds_us[i])
+		i++;
+	bump(&buckets[i], 1);
+	bump(sum, us);
+	bump(count, 1);
+	/* a reader may reset max at the same time: then a larger value wins */
+	if (us > atomic_load_explicit(max, memory_order_relaxed))
+		atomic_store_explicit(max, us, memory_order_relaxed);
+}
+
+void mc_loop_turn_stats_read(struct mc_loop *l, struct mc_loop_turn_stats *out, bool reset_max)
+{
+	memset(out, 0, sizeof(*out));
+	out->turns = atomic_load_explicit(&l->turns, memory_order_relaxed);
+	out->wall_us_sum = atomic_load_explicit(&l->wall_sum, memory_order_relaxed);
+	out->cpu_turns = atomic_load_explicit(&l->cpu_turns, memory_order_relaxed);
+	out->cpu_us_sum = atomic_load_explicit(&l->cpu_sum, memory_order_relaxed);
+	for (size_t i = 0; i <= MC_LOOP_TURN_NBOUNDS; i++) {
+		out->wall_buckets[i] =
+			atomic_load_explicit(&l->wall_buckets[i], memory_order_relaxed);
+		out->cpu_buckets[i] =
+			atomic_load_explicit(&l->cpu_buckets[i], memory_order_relaxed);
+	}
+	if (reset_max) {
+		out->wall_us_max = atomic_exchange_explicit(&l->wall_max, 0, memory_order_relaxed);
+		out->cpu_us_max = atomic_exchange_explicit(&l->cpu_max, 0, memory_order_relaxed);
+	} else {
+		out->wall_us_max = atomic_load_explicit(&l->wall_max, memory_order_relaxed);
+		out->cpu_us_max = atomic_load_explicit(&l->cpu_max, memory_order_relaxed);
 	}
 }
 
@@ -213,7 +288,10 @@ mc_status mc_loop_run(struct mc_loop *l)
 			spin_until = mc_now_us() + l->spin_us;
 		else if (n == 0 && timeout == 0)
 			sched_yield(); /* polling must not keep a runnable thread off this CPU */
-		l->now_ms = mc_now_ms();
+		uint64_t t0 = mc_now_ns(), cpu0 = 0;
+		l->now_ms = t0 / 1000000u;
+		if (l->turn_cpu && (n > 0 || deadline <= l->now_ms))
+			cpu0 = thread_cpu_us();
 		l->batch = events;
 		l->batch_n = n > 0 ? n : 0;
 		for (l->batch_next = 0; l->batch_next < l->batch_n;) {
@@ -225,7 +303,15 @@ mc_status mc_loop_run(struct mc_loop *l)
 		}
 		l->batch_n = 0;
 		l->batch_next = 0;
-		run_timers(l, l->now_ms);
+		if (run_timers(l, l->now_ms) + (n > 0 ? n : 0) > 0 && l->turn_stats) {
+			turn_record(&l->turns, &l->wall_sum, l->wall_buckets, &l->wall_max,
+				    (mc_now_ns() - t0) / 1000u);
+			if (cpu0) {
+				uint64_t c = thread_cpu_us();
+				turn_record(&l->cpu_turns, &l->cpu_sum, l->cpu_buckets, &l->cpu_max,
+					    c > cpu0 ? c - cpu0 : 0);
+			}
+		}
 	}
 	return MC_OK;
 }

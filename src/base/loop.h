@@ -18,12 +18,20 @@
  *
  * Timers sit in a list, not a heap: our loops keep a handful of them.
  *
+ * Turn statistics (mc_loop_set_turn_stats): a turn is the work of a round,
+ * from epoll_wait's return to the last due timer, counted when it handed
+ * out an event or ran a timer.  Its wall time is one more read of the
+ * monotonic clock; its CPU time (the thread's CPU clock, a system call of
+ * about 1 us on a VM) is read only when asked for.  A long turn whose CPU
+ * time is short waited for a CPU; one whose CPU time is as long was work.
+ *
  * Threads: everything but mc_loop_stop and mc_loop_wake must be called on
  * the loop's thread (or before it runs / after it returned).
  */
 #ifndef MC_BASE_LOOP_H
 #define MC_BASE_LOOP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 
@@ -55,6 +63,21 @@ struct mc_loop_timer {
 	struct mc_list link; /* in the loop's timers while armed; self-linked otherwise */
 };
 
+/* Upper bounds (us) of the turn histograms' buckets; one more bucket above. */
+#define MC_LOOP_TURN_NBOUNDS 8
+extern const uint64_t mc_loop_turn_bounds_us[MC_LOOP_TURN_NBOUNDS];
+
+struct mc_loop_turn_stats {
+	uint64_t turns;	      /* turns timed (wall) */
+	uint64_t wall_us_sum; /* their wall time */
+	uint64_t wall_buckets[MC_LOOP_TURN_NBOUNDS + 1];
+	uint64_t wall_us_max; /* longest since the last read that reset it */
+	uint64_t cpu_turns;   /* turns whose CPU time was read (0 when not asked for) */
+	uint64_t cpu_us_sum;
+	uint64_t cpu_buckets[MC_LOOP_TURN_NBOUNDS + 1];
+	uint64_t cpu_us_max;
+};
+
 /* A loop: MC_OK, or MC_ERR_SOCKET (epoll/eventfd failed) / MC_ERR_NOMEM. */
 mc_status mc_loop_new(struct mc_loop **out);
 /* Frees the loop (not running).  Watched fds are not closed.  NULL is a no-op. */
@@ -62,6 +85,10 @@ void mc_loop_free(struct mc_loop *l);
 
 /* Microseconds to keep polling after a round with events (0 = off, the default). */
 void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us);
+/* Time each turn (wall), and its CPU time too when cpu; before mc_loop_run. */
+void mc_loop_set_turn_stats(struct mc_loop *l, bool on, bool cpu);
+/* From any thread: the turn statistics so far; reset_max restarts both maxima. */
+void mc_loop_turn_stats_read(struct mc_loop *l, struct mc_loop_turn_stats *out, bool reset_max);
 /* The time (mc_now_ms) taken after the last wait: "now" for the callbacks. */
 uint64_t mc_loop_now_ms(const struct mc_loop *l);
 

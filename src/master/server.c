@@ -1752,6 +1752,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	st = mc_loop_new(&s->loop);
 	if (st)
 		goto err_fds;
+	mc_loop_set_turn_stats(s->loop, true, cfg->loop_turn_cpu_stats);
 	st = mc_loop_add_fd(s->loop, &s->listen, EPOLLIN);
 	if (st)
 		goto err_fds;

@@ -129,6 +129,10 @@ static const struct mc_config_entry flags[] = {
 	     "frame would go beyond is closed"),
 	BOOL("rpc_enable_tcp_no_delay", "true", SF(rpc_enable_tcp_no_delay), 0,
 	     "set TCP_NODELAY on RPC connections"),
+	BOOL("loop_turn_cpu_stats", "false", SF(loop_turn_cpu_stats), 0,
+	     "also read the RPC loop thread's CPU clock around each turn (master_loop_turn_cpu_us "
+	     "in /metrics; a system call of about 1 us per turn): tells a long turn that was work "
+	     "from one that waited for a CPU"),
 	/* admin / metrics */
 	BOOL("enable_metric_reporting", "true", SF(enable_metric_reporting), 0,
 	     "log the metrics summary every 10 s"),

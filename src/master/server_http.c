@@ -360,6 +360,8 @@ enum metric_kind {
 	MK_VALUE_SIZE,	  /* the PutStart value size histogram */
 	MK_HISTOGRAM,	  /* a histogram this build does not fill (bounds only) */
 	MK_SNAP_DURATION, /* master_snapshot_duration_ms */
+	MK_LOOP_TURN,	  /* the RPC loop's turns in wall time (us) */
+	MK_LOOP_TURN_CPU, /* the same in the loop thread's CPU time (--loop_turn_cpu_stats) */
 	MK_REQ,		  /* request family */
 	MK_BATCH,	  /* batch family */
 	MK_PORTS,	  /* counter per listening port (label port=), of struct port_counts */
@@ -391,6 +393,8 @@ struct port_counts {
 	uint64_t ha_leader, ha_serving, ha_view, ha_won, ha_down, ha_trans, ha_err;
 	/* the log stream (server_repl.c) */
 	uint64_t ha_log_seq, ha_standbys, ha_lag, ha_synced, ha_syncs, ha_dropped, ha_bytes;
+	/* the RPC loop's turns (base/loop.h); the maxima since the last /metrics */
+	struct mc_loop_turn_stats turns;
 };
 
 /* Everything the table reads, as of one moment. */
@@ -653,6 +657,12 @@ static const struct metric metrics[] = {
 	PORT_COUNTER("master_room_cuts_total", "HTTP connections that waited longest for their request, cut to keep room for new clients", cut_room, HTTP_PORTS),
 	SERVER_COUNTER("master_rpc_buffer_cuts_total", "RPC connections cut: the buffers for incomplete frames were full (--rpc_max_buffered_bytes)", rpc_buffer_cut),
 	SERVER_COUNTER("master_auth_refused_total", "Connections refused by the cluster secret's handshake (RPC port), and handshakes the master's own calls failed (docs/security.md)", auth_refused),
+	{.name = "master_loop_turn_us", .kind = MK_LOOP_TURN,
+	 .help = "Turns of the RPC loop (events handled, timers run) by wall time, microseconds"},
+	{.name = "master_loop_turn_cpu_us", .kind = MK_LOOP_TURN_CPU,
+	 .help = "The same turns by the loop thread's CPU time, microseconds (only with --loop_turn_cpu_stats; a long turn with a short CPU time waited for a CPU)"},
+	SERVER_GAUGE("master_loop_turn_max_us", "The RPC loop's longest turn in wall time since the previous read of /metrics, microseconds", turns.wall_us_max),
+	SERVER_GAUGE("master_loop_turn_cpu_max_us", "The RPC loop's longest turn in CPU time since the previous read of /metrics (--loop_turn_cpu_stats), microseconds", turns.cpu_us_max),
 	SERVER_COUNTER("master_rpc_too_large_total", "RPC frames refused with TOO_LARGE (above --rpc_max_connection_buffer or the protocol's maximum)", rpc_too_large),
 };
 /* clang-format on */
@@ -731,6 +741,16 @@ static void render_metric(struct mc_buf *b, const struct metric *x, const struct
 	case MK_SNAP_DURATION:
 		prom_histogram(b, x->name, x->help, mc_master_snap_bounds, MC_MASTER_SNAP_NBOUNDS,
 			       src->p.snap_dur, src->p.snap_dur_sum_ms, src->p.snap_ok);
+		return;
+	case MK_LOOP_TURN:
+		prom_histogram(b, x->name, x->help, mc_loop_turn_bounds_us, MC_LOOP_TURN_NBOUNDS,
+			       src->p.turns.wall_buckets, src->p.turns.wall_us_sum,
+			       src->p.turns.turns);
+		return;
+	case MK_LOOP_TURN_CPU:
+		prom_histogram(b, x->name, x->help, mc_loop_turn_bounds_us, MC_LOOP_TURN_NBOUNDS,
+			       src->p.turns.cpu_buckets, src->p.turns.cpu_us_sum,
+			       src->p.turns.cpu_turns);
 		return;
 	case MK_REQ: {
 		struct mc_master_req_counter r = {0, 0};
@@ -1263,6 +1283,7 @@ static enum MHD_Result page_metrics(void *arg, struct MHD_Connection *conn,
 	repl_counts_read_locked(s, &src.p);
 	mc_master_server_unlock(s);
 	port_counts_read(s, req->server, &src.p);
+	mc_loop_turn_stats_read(s->loop, &src.p.turns, true);
 	ha_counts_read(s, &src.p);
 	src.p.snap_ok = snap_ok;
 	src.p.snap_fail = snap_fail;

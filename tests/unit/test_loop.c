@@ -1,7 +1,8 @@
 /* tests/unit/test_loop.c - the epoll event loop (base/loop.h): fd events
  * and interest changes, an fd deleted by another's callback in the same
  * round, timers (order, re-arming, restarting an armed one,
- * stopping one another), stop and wake from another thread, busy polling. */
+ * stopping one another), stop and wake from another thread, busy polling,
+ * turn statistics (wall and CPU time of each turn). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -344,6 +345,126 @@ static void busy_poll_spins_after_events(void **state)
 	assert_true(spinning > sleeping + 5000);
 }
 
+/* ---- turn statistics: a turn that works and one that waits ---- */
+
+static uint64_t cpu_us_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static int64_t on_spin(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	uint64_t c0 = cpu_us_now();
+	(void)l, (void)t, (void)now_ms;
+
+	while (cpu_us_now() - c0 < 3000) /* 3 ms of this thread's CPU */
+		;
+	return MC_LOOP_TIMER_STOP;
+}
+
+static int64_t on_nap(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	struct timespec ts = {0, 30 * 1000 * 1000};
+	(void)l, (void)t, (void)now_ms;
+
+	/* a turn that is long in wall time and costs no CPU: what a turn looks
+	 * like whose thread waited for a CPU (this is the event under test, not
+	 * a synchronisation) */
+	nanosleep(&ts, NULL);
+	return MC_LOOP_TIMER_STOP;
+}
+
+static int64_t on_end(struct mc_loop *l, struct mc_loop_timer *t, uint64_t now_ms)
+{
+	(void)t, (void)now_ms;
+	mc_loop_stop(l);
+	return MC_LOOP_TIMER_STOP;
+}
+
+/* Turns longer than bound_us (one of the bucket bounds): bucket i > 0 holds
+ * (bounds[i - 1], bounds[i]], the last one everything above. */
+static uint64_t above(const uint64_t *buckets, uint64_t bound_us)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 1; i <= MC_LOOP_TURN_NBOUNDS; i++)
+		if (mc_loop_turn_bounds_us[i - 1] >= bound_us)
+			n += buckets[i];
+	return n;
+}
+
+static void turn_stats_tell_work_from_waiting(void **state)
+{
+	struct mc_loop *l;
+	struct mc_loop_timer spin, nap, end;
+	struct mc_loop_turn_stats st;
+	uint64_t wall_n = 0, cpu_n = 0;
+	(void)state;
+
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_set_turn_stats(l, true, true);
+	mc_loop_timer_init(&spin, on_spin);
+	mc_loop_timer_init(&nap, on_nap);
+	mc_loop_timer_init(&end, on_end);
+	mc_loop_timer_start(l, &spin, 0);
+	mc_loop_timer_start(l, &nap, 5);
+	mc_loop_timer_start(l, &end, 50);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+
+	mc_loop_turn_stats_read(l, &st, true);
+	for (size_t i = 0; i <= MC_LOOP_TURN_NBOUNDS; i++) {
+		wall_n += st.wall_buckets[i];
+		cpu_n += st.cpu_buckets[i];
+	}
+	/* three timer turns (the loop may also have handed out no events) */
+	assert_true(st.turns >= 3);
+	assert_int_equal(wall_n, st.turns);
+	assert_int_equal(cpu_n, st.cpu_turns);
+	assert_int_equal(st.cpu_turns, st.turns);
+	/* the nap: at least 30 ms of wall; no turn reached 10 ms of CPU */
+	assert_true(st.wall_us_max >= 30000);
+	assert_true(above(st.wall_buckets, 10000) >= 1);
+	assert_int_equal(above(st.cpu_buckets, 10000), 0);
+	/* the spin: 3 ms of CPU in one turn */
+	assert_true(st.cpu_us_max >= 3000 && st.cpu_us_max < 10000);
+	assert_true(st.cpu_us_sum >= 3000);
+	/* the maxima were reset by that read, the counts were not */
+	mc_loop_turn_stats_read(l, &st, false);
+	assert_int_equal(st.wall_us_max, 0);
+	assert_int_equal(st.cpu_us_max, 0);
+	assert_true(st.turns >= 3);
+	mc_loop_free(l);
+}
+
+static void turn_stats_off_by_default(void **state)
+{
+	struct mc_loop *l;
+	struct mc_loop_timer end;
+	struct mc_loop_turn_stats st;
+	(void)state;
+
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_timer_init(&end, on_end);
+	mc_loop_timer_start(l, &end, 1);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	mc_loop_turn_stats_read(l, &st, false);
+	assert_int_equal(st.turns, 0);
+	assert_int_equal(st.cpu_turns, 0);
+	mc_loop_free(l);
+	/* wall only: no CPU clock reads (a stopped loop stays stopped: a new one) */
+	assert_int_equal(mc_loop_new(&l), MC_OK);
+	mc_loop_set_turn_stats(l, true, false);
+	mc_loop_timer_start(l, &end, 1);
+	assert_int_equal(mc_loop_run(l), MC_OK);
+	mc_loop_turn_stats_read(l, &st, false);
+	assert_true(st.turns >= 1);
+	assert_int_equal(st.cpu_turns, 0);
+	mc_loop_free(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -354,6 +475,8 @@ int main(void)
 		cmocka_unit_test(restarting_an_armed_timer_moves_it),
 		cmocka_unit_test(stop_and_wake_from_another_thread),
 		cmocka_unit_test(busy_poll_spins_after_events),
+		cmocka_unit_test(turn_stats_tell_work_from_waiting),
+		cmocka_unit_test(turn_stats_off_by_default),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
