@@ -62,6 +62,8 @@ void mc_loop_free(struct mc_loop *l);
 
 /* Microseconds to keep polling after a round with events (0 = off, the default). */
 void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us);
+/* How many polls found nothing while busy polling (tests, diagnostics). */
+uint64_t mc_loop_spin_polls(const struct mc_loop *l);
 /* The time (mc_now_ms) taken after the last wait: "now" for the callbacks. */
 uint64_t mc_loop_now_ms(const struct mc_loop *l);
 
