@@ -36,11 +36,12 @@ LISTEN_RE = re.compile(r"mooncake_conductor listening port=(\d+)")
 class Conductor:
     """mooncake_conductor on a free port; its stderr is kept for errors."""
 
-    def __init__(self, exe, master_addr, extra):
+    def __init__(self, exe, master_addr, extra, env=None):
         argv = [exe, "--port=0", "--host=127.0.0.1", f"--master_server_address={master_addr}",
                 *extra]
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, **(env or {})))
         self.log = []
         for line in self.p.stderr:  # bounded by the conductor's exit
             self.log.append(line)
@@ -78,6 +79,8 @@ def main():
     ap.add_argument("--build-b", help="a second build whose conductor is measured as B")
     ap.add_argument("--conductor-b-arg", action="append", default=[],
                     help="one flag for conductor B (repeatable)")
+    ap.add_argument("--conductor-b-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="one environment variable for conductor B only (repeatable)")
     ap.add_argument("--conductor-log", help="write the conductors' stderr to this file at the end")
     args, rest = ap.parse_known_args()
     master_exe = master_rss.find(args.build, "tools/mooncake_master")
@@ -93,7 +96,8 @@ def main():
         b_args = []
         if args.build_b:
             cb = Conductor(master_rss.find(args.build_b, "tools/mooncake_conductor"), m.addr,
-                           args.conductor_b_arg)
+                           args.conductor_b_arg,
+                           dict(kv.split("=", 1) for kv in args.conductor_b_env))
             b_args = [f"--conductor-b={cb.addr}", f"--conductor-b-pid={cb.p.pid}"]
         r = subprocess.run([bench, f"--master={m.addr}", f"--conductor={c.addr}",
                             f"--master-pid={m.p.pid}", f"--conductor-pid={c.p.pid}", *b_args,
