@@ -88,13 +88,13 @@
 #define KEY_W	   40 /* a store key: prefix (<= 23) + 16 hex + NUL */
 
 static struct {
-	const char *master, *conductor, *trace, *key_prefix;
+	const char *master, *conductor, *conductor_b, *trace, *key_prefix;
 	uint64_t blocks, value_size;
 	int instances, decode, requests, runs, concurrency, report_ms;
 	uint32_t kmin, kmax;
 	bool keys_given, json, keep;
 	double duration;
-	long master_pid, conductor_pid;
+	long master_pid, conductor_pid, conductor_b_pid;
 	uint64_t seed;
 } opt = {
 	.master = "127.0.0.1:50051",
@@ -657,18 +657,22 @@ static void report_all(struct hconn *h)
 
 static void *reporter_main(void *arg)
 {
-	struct hconn h;
+	struct hconn h, hb;
 	double next_ping = now_s() + 1.0;
 	uint64_t step = (uint64_t)(opt.report_ms > 0 ? opt.report_ms : 1000) * 1000000ull;
 	struct timespec at;
 
 	(void)arg;
 	hconn_open(&h, opt.conductor);
+	if (opt.conductor_b)
+		hconn_open(&hb, opt.conductor_b);
 	clock_gettime(CLOCK_MONOTONIC, &at);
 	while (!stop_reporter) {
 		uint64_t ns = (uint64_t)at.tv_nsec + step;
 
 		report_all(&h);
+		if (opt.conductor_b)
+			report_all(&hb);
 		if (now_s() >= next_ping) {
 			ping_master();
 			next_ping += 1.0;
@@ -679,6 +683,8 @@ static void *reporter_main(void *arg)
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
 	}
 	hconn_close(&h);
+	if (opt.conductor_b)
+		hconn_close(&hb);
 	return NULL;
 }
 
@@ -691,6 +697,7 @@ static const char health_req[] = "GET /health HTTP/1.1\r\nHost: conductor\r\n\r\
 
 struct worker {
 	enum target target;
+	const char *addr; /* the conductor's */
 	int index, threads;
 	struct mc_master_conn *mconn;
 	pthread_barrier_t *go;
@@ -727,7 +734,7 @@ static void *worker_main(void *arg)
 	double t0, t_end;
 
 	if (w->target != T_MASTER)
-		hconn_open(&h, opt.conductor);
+		hconn_open(&h, w->addr);
 	pthread_barrier_wait(w->go);
 	t0 = now_s();
 	t_end = t0 + opt.duration;
@@ -788,6 +795,8 @@ static void *worker_main(void *arg)
 struct result {
 	const char *name;
 	enum target target;
+	const char *addr; /* the conductor's (A's or --conductor-b's) */
+	long pid;	  /* its pid, or 0 */
 	int conns;
 	double rate[MAX_RUNS];
 	int runs;
@@ -803,13 +812,17 @@ static void run_once(struct result *res, struct mc_master_conn *mconn)
 	struct worker *ws = xcalloc((size_t)k, sizeof(*ws));
 	pthread_t *th = xcalloc((size_t)k, sizeof(*th));
 	pthread_barrier_t go;
-	double c0 = proc_cpu_s(opt.master_pid), d0 = proc_cpu_s(opt.conductor_pid), el = 0;
+	double c0 = proc_cpu_s(opt.master_pid), d0 = proc_cpu_s(res->pid), el = 0;
 	uint64_t calls = 0;
 
 	pthread_barrier_init(&go, NULL, (unsigned)k);
 	for (int i = 0; i < k; i++) {
-		ws[i] = (struct worker){
-			.target = res->target, .index = i, .threads = k, .mconn = mconn, .go = &go};
+		ws[i] = (struct worker){.target = res->target,
+					.addr = res->addr,
+					.index = i,
+					.threads = k,
+					.mconn = mconn,
+					.go = &go};
 		if (pthread_create(&th[i], NULL, worker_main, &ws[i]))
 			die("pthread_create failed");
 	}
@@ -840,7 +853,7 @@ static void run_once(struct result *res, struct mc_master_conn *mconn)
 	if (c0 >= 0)
 		res->master_cpu_s += proc_cpu_s(opt.master_pid) - c0;
 	if (d0 >= 0)
-		res->conductor_cpu_s += proc_cpu_s(opt.conductor_pid) - d0;
+		res->conductor_cpu_s += proc_cpu_s(res->pid) - d0;
 	res->calls += calls;
 	res->rate[res->runs++] = (double)calls / el;
 	pthread_barrier_destroy(&go);
@@ -895,7 +908,7 @@ static void report(struct result *rs, int n_cases, size_t n_blocks, double load_
 		for (size_t i = 0; i < r->n; i++)
 			sum += r->lat[i];
 		mc = opt.master_pid > 0 ? r->master_cpu_s * 1e6 / (double)r->calls : -1;
-		cc = opt.conductor_pid > 0 ? r->conductor_cpu_s * 1e6 / (double)r->calls : -1;
+		cc = r->pid > 0 ? r->conductor_cpu_s * 1e6 / (double)r->calls : -1;
 		if (opt.json) {
 			printf("%s{\"case\":\"%s\",\"conns\":%d,\"calls\":%" PRIu64
 			       ",\"calls_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
@@ -949,6 +962,16 @@ static void report(struct result *rs, int n_cases, size_t n_blocks, double load_
 			       m50, 100 * m50 / s50, h50, 100 * h50 / s50, s50 - m50 - h50,
 			       pct(rs[1].lat, rs[1].n, 0.99) - pct(rs[0].lat, rs[0].n, 0.99));
 		}
+		if (opt.conductor_b) {
+			double m50 = pct(rs[0].lat, rs[0].n, 0.5),
+			       m99 = pct(rs[0].lat, rs[0].n, 0.99);
+			printf("added over the master's round trip at one connection, p50 / p99: "
+			       "A %+.1f / %+.1f us, B %+.1f / %+.1f us\n",
+			       pct(rs[1].lat, rs[1].n, 0.5) - m50,
+			       pct(rs[1].lat, rs[1].n, 0.99) - m99,
+			       pct(rs[3].lat, rs[3].n, 0.5) - m50,
+			       pct(rs[3].lat, rs[3].n, 0.99) - m99);
+		}
 		printf("load reports sent: %" PRIu64 "; cpu columns: us of CPU per call "
 		       "(-1: no --master-pid / --conductor-pid)\n",
 		       (uint64_t)reports_sent);
@@ -965,6 +988,8 @@ static void usage(FILE *f)
 		   "       [--requests=N] [--duration=5] [--runs=3] [--concurrency=1]\n"
 		   "       [--report-ms=100] [--value-size=64] [--key-prefix=kv_] [--seed=1]\n"
 		   "       [--master-pid=PID] [--conductor-pid=PID] [--keep] [--json]\n"
+		   "       [--conductor-b=H:P [--conductor-b-pid=PID]]  (a second conductor\n"
+		   "       on the same master, measured alternately with the first: A/B)\n"
 		   "The master must run with --mount_probe=false (fake segments);\n"
 		   "bench/conductor_bench.py starts one and a conductor and runs this.\n");
 }
@@ -989,12 +1014,14 @@ int main(int argc, char **argv)
 		{"seed", required_argument, NULL, 's'},
 		{"master-pid", required_argument, NULL, 'P'},
 		{"conductor-pid", required_argument, NULL, 'Q'},
+		{"conductor-b", required_argument, NULL, 'B'},
+		{"conductor-b-pid", required_argument, NULL, 'X'},
 		{"keep", no_argument, NULL, 'K'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct result rs[5] = {0};
+	struct result rs[8] = {0};
 	struct mc_master_conn *reader;
 	struct block *blocks;
 	pthread_t rep;
@@ -1062,6 +1089,12 @@ int main(int argc, char **argv)
 		case 'Q':
 			opt.conductor_pid = atol(optarg);
 			break;
+		case 'B':
+			opt.conductor_b = optarg;
+			break;
+		case 'X':
+			opt.conductor_b_pid = atol(optarg);
+			break;
 		case 'K':
 			opt.keep = true;
 			break;
@@ -1098,11 +1131,11 @@ int main(int argc, char **argv)
 	n_blocks = opt.trace ? build_trace(&blocks) : build_synthetic(&blocks);
 	load_s = put_blocks(blocks, n_blocks);
 	free(blocks);
-	{
+	for (int ci = 0; ci < (opt.conductor_b ? 2 : 1); ci++) {
 		struct hconn h;
 		char body[256];
 
-		hconn_open(&h, opt.conductor);
+		hconn_open(&h, ci ? opt.conductor_b : opt.conductor);
 		for (int i = 0; i < opt.instances; i++) {
 			snprintf(body, sizeof(body),
 				 "{\"id\":\"cb-p%02d\",\"role\":\"prefill\",\"segment\":\"%.63s\"}",
@@ -1119,25 +1152,64 @@ int main(int argc, char **argv)
 	if (pthread_create(&rep, NULL, reporter_main, NULL))
 		die("pthread_create failed");
 
+	/* 0 master, 1 A's /schedule, 2 A's /health, 3 B's /schedule (with
+	 * --conductor-b); A and B alternate, in turn first in a run */
 	rs[n_cases++] = (struct result){
 		.name = "master BatchGetReplicaList", .target = T_MASTER, .conns = 1};
-	rs[n_cases++] =
-		(struct result){.name = "conductor /schedule", .target = T_CONDUCTOR, .conns = 1};
-	rs[n_cases++] =
-		(struct result){.name = "conductor GET /health", .target = T_HEALTH, .conns = 1};
-	for (int r = 0; r < opt.runs; r++)
-		for (int c = 0; c < 3; c++)
-			run_once(&rs[c], reader);
+	rs[n_cases++] = (struct result){.name = opt.conductor_b ? "A conductor /schedule"
+								: "conductor /schedule",
+					.target = T_CONDUCTOR,
+					.addr = opt.conductor,
+					.pid = opt.conductor_pid,
+					.conns = 1};
+	rs[n_cases++] = (struct result){.name = "conductor GET /health",
+					.target = T_HEALTH,
+					.addr = opt.conductor,
+					.pid = opt.conductor_pid,
+					.conns = 1};
+	if (opt.conductor_b)
+		rs[n_cases++] = (struct result){.name = "B conductor /schedule",
+						.target = T_CONDUCTOR,
+						.addr = opt.conductor_b,
+						.pid = opt.conductor_b_pid,
+						.conns = 1};
+	for (int r = 0; r < opt.runs; r++) {
+		run_once(&rs[0], reader);
+		if (opt.conductor_b && r % 2) {
+			run_once(&rs[3], reader);
+			run_once(&rs[1], reader);
+		} else {
+			run_once(&rs[1], reader);
+			if (opt.conductor_b)
+				run_once(&rs[3], reader);
+		}
+		run_once(&rs[2], reader);
+	}
 	if (opt.concurrency > 1) {
+		int first = n_cases;
+
 		rs[n_cases++] = (struct result){.name = "master BatchGetReplicaList",
 						.target = T_MASTER,
 						.conns = opt.concurrency};
-		rs[n_cases++] = (struct result){.name = "conductor /schedule",
+		rs[n_cases++] = (struct result){.name = rs[1].name,
 						.target = T_CONDUCTOR,
+						.addr = opt.conductor,
+						.pid = opt.conductor_pid,
 						.conns = opt.concurrency};
-		for (int r = 0; r < opt.runs; r++)
-			for (int c = 3; c < 5; c++)
-				run_once(&rs[c], reader);
+		if (opt.conductor_b)
+			rs[n_cases++] = (struct result){.name = "B conductor /schedule",
+							.target = T_CONDUCTOR,
+							.addr = opt.conductor_b,
+							.pid = opt.conductor_b_pid,
+							.conns = opt.concurrency};
+		for (int r = 0; r < opt.runs; r++) {
+			bool b_first = opt.conductor_b && r % 2;
+
+			run_once(&rs[first], reader);
+			run_once(&rs[first + (b_first ? 2 : 1)], reader);
+			if (opt.conductor_b)
+				run_once(&rs[first + (b_first ? 1 : 2)], reader);
+		}
 	}
 	stop_reporter = true;
 	pthread_join(rep, NULL);

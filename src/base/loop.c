@@ -31,6 +31,7 @@ struct mc_loop {
 	atomic_bool stopping;
 	uint64_t now_ms;
 	uint64_t spin_us;      /* busy polling after a round with events; 0 = off */
+	uint64_t spin_polls;   /* empty polls made while busy polling */
 	struct mc_list timers; /* struct mc_loop_timer, armed */
 	/* the round's events not yet handed out: [batch_next, batch_n) of batch */
 	struct epoll_event *batch;
@@ -272,6 +273,7 @@ mc_status mc_loop_run(struct mc_loop *l)
 		uint64_t now = mc_now_ms(), deadline = now + MC_LOOP_MAX_WAIT_MS;
 		struct mc_list *pos;
 		int timeout, n;
+		bool spinning;
 
 		mc_list_for_each(pos, &l->timers) {
 			const struct mc_loop_timer *t =
@@ -279,14 +281,17 @@ mc_status mc_loop_run(struct mc_loop *l)
 			deadline = MC_MIN(deadline, t->when_ms);
 		}
 		timeout = deadline > now ? (int)(deadline - now) : 0;
-		if (spin_until && mc_now_us() < spin_until)
+		spinning = spin_until && mc_now_us() < spin_until;
+		if (spinning)
 			timeout = 0;
 		n = epoll_wait(l->epfd, events, MC_LOOP_MAX_EVENTS, timeout);
 		if (n < 0 && errno != EINTR)
 			return mc_set_error(MC_ERR_SOCKET, "loop: epoll_wait: %s", strerror(errno));
 		if (n > 0 && l->spin_us)
 			spin_until = mc_now_us() + l->spin_us;
-		else if (n == 0 && timeout == 0)
+		else if (n == 0 && spinning)
+			l->spin_polls++;
+		if (n == 0 && timeout == 0)
 			sched_yield(); /* polling must not keep a runnable thread off this CPU */
 		uint64_t t0 = mc_now_ns(), cpu0 = 0;
 		l->now_ms = t0 / 1000000u;
@@ -314,6 +319,11 @@ mc_status mc_loop_run(struct mc_loop *l)
 		}
 	}
 	return MC_OK;
+}
+
+uint64_t mc_loop_spin_polls(const struct mc_loop *l)
+{
+	return l->spin_polls;
 }
 
 void mc_loop_stop(struct mc_loop *l)

@@ -89,6 +89,8 @@ void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us);
 void mc_loop_set_turn_stats(struct mc_loop *l, bool on, bool cpu);
 /* From any thread: the turn statistics so far; reset_max restarts both maxima. */
 void mc_loop_turn_stats_read(struct mc_loop *l, struct mc_loop_turn_stats *out, bool reset_max);
+/* How many polls found nothing while busy polling (tests, diagnostics). */
+uint64_t mc_loop_spin_polls(const struct mc_loop *l);
 /* The time (mc_now_ms) taken after the last wait: "now" for the callbacks. */
 uint64_t mc_loop_now_ms(const struct mc_loop *l);
 
