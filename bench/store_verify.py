@@ -23,7 +23,7 @@ client and the master stay in this one, and the hash has a network-bound
 transfer to hide behind, as on an ordinary network.
 
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
-                             [--shm] [--netns-mbit R] [--json]
+                             [--shm] [--netns-mbit R] [--window BYTES] [--json]
 """
 import argparse
 import json
@@ -88,13 +88,13 @@ class Holder:
             self.p.wait()
 
 
-def run_bench(build, m, verify, duration, cases, shm, netns):
+def run_bench(build, m, verify, duration, cases, shm, netns, window):
     env = dict(os.environ, MC_STORE_VERIFY="1" if verify else "0")
     if not shm:
         env["MC_SHM_DISABLE"] = "1"
     argv = [master_rss.find(build, "bench/store_bench"), f"--master={m.addr}",
             f"--metadata={m.meta_uri}", "--runs=1", f"--duration={duration}", "--json",
-            "--sizes=1m,4m", f"--cases={cases}"]
+            "--sizes=1m,4m", f"--cases={cases}"] + ([f"--window={window}"] if window else [])
     holder = None
     if netns:
         holder = Holder(build, m, env)
@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--duration", type=float, default=2)
     ap.add_argument("--cases", default="zc,copy,batch")
     ap.add_argument("--shm", action="store_true", help="let same-host engines use shm")
+    ap.add_argument("--window", default="",
+                    help="store_bench's --window (bytes per round; smaller for slow links)")
     ap.add_argument("--netns-mbit", type=int, default=0,
                     help="holder in its own network namespace, links of R Mbit/s (root)")
     ap.add_argument("--json", action="store_true")
@@ -144,7 +146,7 @@ def main():
             print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
             for verify in order:
                 for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm,
-                                   args.netns_mbit):
+                                   args.netns_mbit, args.window):
                     if "gbps" in j:
                         got.setdefault((j["case"], j["size"], verify), []).append(j["gbps"])
     finally:
