@@ -14,8 +14,16 @@ the table shows on/off, which the issue holds to >= 95%.  The load average
 is printed before and after: a figure taken with a load above half the
 cores is provisional.
 
+Over loopback on a small host the client, the holder and the master share
+the cores, so every cycle the hash takes is a cycle the copies in the
+kernel do not get: that figure is the CPU cost.  With --netns-mbit R (as
+root, needs `ip netns` and `tc`) the holder runs in its own network
+namespace behind a veth pair limited to R Mbit/s each way (tbf), the
+client and the master stay in this one, and the hash has a network-bound
+transfer to hide behind, as on an ordinary network.
+
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
-                             [--shm] [--json]
+                             [--shm] [--netns-mbit R] [--window BYTES] [--json]
 """
 import argparse
 import json
@@ -28,14 +36,75 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import master_rss  # noqa: E402
 
 
-def run_bench(build, m, verify, duration, cases, shm):
+NS = "mcsv0"          # the holder's namespace (--netns-mbit)
+NET = "10.215.0"      # .1 this namespace's end, .2 the holder's
+VETH = ("mcsvh", "mcsvn")
+
+
+def sh(cmd, check=True):
+    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL if not check else None)
+
+
+def netns_up(mbit):
+    """NS behind a veth pair, NET.1 here and NET.2 there, each end limited
+    to mbit Mbit/s (tbf)."""
+    netns_down()
+    a, b = VETH
+    rate = f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
+    sh(f"ip netns add {NS} && ip link add {a} type veth peer name {b} && "
+       f"ip link set {b} netns {NS} && ip addr add {NET}.1/24 dev {a} && ip link set {a} up && "
+       f"ip netns exec {NS} ip addr add {NET}.2/24 dev {b} && "
+       f"ip netns exec {NS} ip link set {b} up && ip netns exec {NS} ip link set lo up && "
+       f"tc qdisc add dev {a} root {rate} && ip netns exec {NS} tc qdisc add dev {b} root {rate}")
+
+
+def netns_down():
+    sh(f"ip netns del {NS}", check=False)
+    sh(f"ip link del {VETH[0]}", check=False)
+
+
+class Holder:
+    """store_bench --mode=holder in NS: its segment is where every object goes."""
+
+    def __init__(self, build, m, env):
+        argv = ["ip", "netns", "exec", NS, master_rss.find(build, "bench/store_bench"),
+                "--mode=holder", f"--master={m.addr}", f"--metadata={m.meta_uri}",
+                f"--host={NET}.2"]
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True)
+        line = self.p.stdout.readline()
+        if not line.startswith("READY hostname="):
+            self.stop()
+            sys.exit(f"the holder in {NS} did not start: {line!r}")
+        self.name = line.split()[1].split("=", 1)[1]
+
+    def stop(self):
+        self.p.stdin.close()
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def run_bench(build, m, verify, duration, cases, shm, netns, window):
     env = dict(os.environ, MC_STORE_VERIFY="1" if verify else "0")
     if not shm:
         env["MC_SHM_DISABLE"] = "1"
     argv = [master_rss.find(build, "bench/store_bench"), f"--master={m.addr}",
             f"--metadata={m.meta_uri}", "--runs=1", f"--duration={duration}", "--json",
-            "--sizes=1m,4m", f"--cases={cases}"]
-    out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=True, text=True).stdout
+            "--sizes=1m,4m", f"--cases={cases}"] + ([f"--window={window}"] if window else [])
+    holder = None
+    if netns:
+        holder = Holder(build, m, env)
+        argv += [f"--target={holder.name}", f"--host={NET}.1"]
+    try:
+        out = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=True,
+                             text=True).stdout
+    finally:
+        if holder:
+            holder.stop()
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -46,23 +115,44 @@ def main():
     ap.add_argument("--duration", type=float, default=2)
     ap.add_argument("--cases", default="zc,copy,batch")
     ap.add_argument("--shm", action="store_true", help="let same-host engines use shm")
+    ap.add_argument("--window", default="",
+                    help="store_bench's --window (bytes per round; smaller for slow links)")
+    ap.add_argument("--netns-mbit", type=int, default=0,
+                    help="holder in its own network namespace, links of R Mbit/s (root)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.netns_mbit:
+        if args.shm:
+            sys.exit("--netns-mbit and --shm exclude each other")
+        netns_up(args.netns_mbit)
 
     got = {}  # (case, size, verify) -> [GB/s]
     load0 = os.getloadavg()
-    m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
-                                          "src/master/mooncake_master"))
+    extra = ([f"--rpc_address={NET}.1", f"--http_metadata_server_host={NET}.1"]
+             if args.netns_mbit else [])
+    try:
+        m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
+                                              "src/master/mooncake_master"), extra)
+    except BaseException:
+        if args.netns_mbit:
+            netns_down()
+        raise
+    if args.netns_mbit:
+        m.addr = f"{NET}.1:{m.rpc}"
+        m.meta_uri = f"http://{NET}.1:{m.meta}/metadata"
     try:
         for i in range(args.runs):
             order = (True, False) if i % 2 == 0 else (False, True)
             print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
             for verify in order:
-                for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm):
+                for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm,
+                                   args.netns_mbit, args.window):
                     if "gbps" in j:
                         got.setdefault((j["case"], j["size"], verify), []).append(j["gbps"])
     finally:
         m.stop()
+        if args.netns_mbit:
+            netns_down()
 
     rows = []
     for (case, size, verify) in sorted(got):
@@ -81,10 +171,13 @@ def main():
     if args.json:
         print(json.dumps({"load_before": load0[0], "load_after": load1[0],
                           "cpus": os.cpu_count(), "runs": args.runs,
+                          "netns_mbit": args.netns_mbit,
                           "duration": args.duration, "rows": rows}))
         return
     print(f"runs={args.runs} duration={args.duration}s (medians, min-max), "
-          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}, "
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}"
+          + (f" across namespaces at {args.netns_mbit} Mbit/s" if args.netns_mbit
+             else " over loopback") + ", "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after on {os.cpu_count()} cpus"
           + (" (loaded: provisional)" if loaded else ""))
     print(f"{'case':<16} {'size':>8} {'on GB/s':>9} {'(min-max)':>13} {'off GB/s':>9} "

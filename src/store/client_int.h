@@ -319,22 +319,30 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);
 /* The longest request a read of io is queued in (UINT64_MAX: no limit):
  * a read to be checked comes in pieces so that they can be hashed as they
- * land (mc_store_verify_batch). */
+ * land (mc_store_verify_pass_new). */
 uint64_t mc_store_verify_chunk(struct mc_store *s, const struct mc_store_io *io);
 /* A read of io from this client's own segment at src, to be checked: the
  * bytes are copied piece by piece, each hashed while it is still in the
  * cache, then judged; returns io's status (MC_OK or
  * MC_ERR_CHECKSUM_MISMATCH). */
 mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const char *src);
-/* Reads, while batch bid (requests reqs[0..nreq), owner[k] the io of
- * request k, each io's requests together and in order) is in flight: each
- * io to be checked is hashed piece by piece as its requests complete, and
- * compared when its last one has; an io one of whose requests failed is
- * left to the wait.  Each io is checked once (checked); mc_store_verify_check
- * after the wait does the ones that moved without the engine. */
-void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios,
-			   const struct mc_xfer_req *reqs, const uint32_t *owner, size_t nreq,
-			   mc_batch_id bid);
+/* Reads through the engine: the hashing of one batch's pieces, done by
+ * whichever thread ends each piece (mc_te_batch_on_task_end) while the
+ * bytes are still in its cache, in each io's order (requests reqs[0..nreq),
+ * owner[k] the io of request k, each io's requests together and in order).
+ * _new (NULL when no io is to be checked, or memory is short: the check
+ * after the wait then hashes them) before the batch's submit, with
+ * mc_store_verify_task_end as the batch's callback; _end after the wait
+ * (and after the failed ios are marked): each io still MC_OK whose pieces
+ * were all hashed is judged, once (checked), and vp is freed.
+ * mc_store_verify_check after the pass does what is left: the ones that
+ * moved without the engine. */
+struct mc_store_vpass;
+struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_store_io *ios,
+						size_t n, const struct mc_xfer_req *reqs,
+						const uint32_t *owner, size_t nreq);
+void mc_store_verify_task_end(void *vp, size_t task, mc_status status);
+void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp);
 
 /* A put session's object hash (client_session.c): its pieces hashed as
  * their writes succeed, as long as they come in order from offset 0 with

@@ -11,9 +11,12 @@
  * batch and multi-buffer forms, whole-object ranges, tensors, which are
  * these calls underneath, LOCAL_DISK and DISK replicas alike) hashes the
  * bytes that landed in the caller's buffers and compares before the call
- * returns success.  In a batch, objects whose transfers have completed are
- * hashed while the others are still moving (mc_store_verify_batch), so
- * the check hides behind the transfer where there is more than one.
+ * returns success.  A read through the engine moves in pieces
+ * (MC_STORE_VERIFY_CHUNK), and each piece is hashed, in the object's order,
+ * by the thread that ends it, while its bytes are still in that core's
+ * cache and the later pieces are still moving (mc_store_verify_pass_new):
+ * the caller sleeps in the batch's wait meanwhile, and what is left on the
+ * call's path after the last byte lands is the hash of the last piece.
  *
  * A mismatch is a read that failed: the caller's buffer holds bytes that
  * are not the object, the status becomes MC_ERR_CHECKSUM_MISMATCH, and the
@@ -182,50 +185,128 @@ mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const
 	return io->status;
 }
 
-/* Wait for request k of batch bid to end; true when it completed.  The
- * engine's task poll yields the CPU while the task is still moving, so
- * the workers landing the bytes keep running on a small machine. */
-static bool landed(struct mc_store *s, mc_batch_id bid, size_t k)
-{
-	struct mc_xfer_status st;
+/* ---- reads through the engine ----------------------------------------------------------------
+ *
+ * The pieces of an io are hashed in order, each by the thread that ended
+ * it (the transport worker whose recv() just wrote the bytes, so they are
+ * still in its cache) or, when it ended before the piece in front of it,
+ * by the thread that ends that one.  Whoever holds an io's `busy` hashes
+ * every landed piece from `next` on; a thread that finds `busy` taken
+ * leaves its piece to the holder, which looks again after letting go (the
+ * landed flag is stored before the exchange, busy cleared before the look:
+ * one of the two sees the other).  The waiting caller sleeps in
+ * mc_te_batch_wait meanwhile, and every piece has been hashed before the
+ * wait returns. */
 
-	do {
-		if (mc_te_task_status(s->te, bid, k, &st) != MC_OK)
-			return false;
-	} while (st.state == MC_XFER_WAITING);
-	return st.state == MC_XFER_COMPLETED;
+struct vio {
+	struct mc_store_io *io; /* NULL: not checked here */
+	uint32_t first, end;	/* its requests */
+	uint32_t next;		/* the next piece to hash; under busy */
+	atomic_bool busy;
+	atomic_bool failed;
+	XXH3_state_t *st; /* more than one piece; else sum */
+	uint64_t sum;
+};
+
+struct mc_store_vpass {
+	const struct mc_xfer_req *reqs;
+	const uint32_t *owner;
+	struct vio *v; /* per io */
+	size_t n;
+	atomic_bool *landed; /* per request */
+};
+
+static void vpass_free(struct mc_store_vpass *vp)
+{
+	for (size_t i = 0; i < vp->n; i++)
+		if (vp->v[i].st)
+			XXH3_freeState(vp->v[i].st);
+	mc_free(vp->v);
+	mc_free(vp->landed);
+	mc_free(vp);
 }
 
-void mc_store_verify_batch(struct mc_store *s, struct mc_store_io *ios,
-			   const struct mc_xfer_req *reqs, const uint32_t *owner, size_t nreq,
-			   mc_batch_id bid)
+struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_store_io *ios,
+						size_t n, const struct mc_xfer_req *reqs,
+						const uint32_t *owner, size_t nreq)
 {
-	XXH3_state_t st;
-	size_t k = 0;
+	struct mc_store_vpass *vp;
+	bool any = false;
 
-	while (k < nreq) {
-		struct mc_store_io *io = &ios[owner[k]];
-		size_t end = k;
-		bool ok;
+	for (size_t k = 0; k < nreq && !any; k++)
+		any = to_check(s, &ios[owner[k]]);
+	if (!any || !(vp = mc_calloc(1, sizeof(*vp))))
+		return NULL;
+	vp->reqs = reqs;
+	vp->owner = owner;
+	vp->n = n;
+	vp->v = mc_calloc(n, sizeof(*vp->v));
+	vp->landed = mc_calloc(nreq, sizeof(*vp->landed));
+	if (!vp->v || !vp->landed)
+		goto fail;
+	for (size_t k = 0, end; k < nreq; k = end) {
+		struct vio *v = &vp->v[owner[k]];
 
-		while (end < nreq && owner[end] == owner[k])
+		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!to_check(s, io)) {
-			k = end;
+		if (!to_check(s, &ios[owner[k]]))
 			continue;
+		v->io = &ios[owner[k]];
+		v->first = v->next = (uint32_t)k;
+		v->end = (uint32_t)end;
+		if (end - k > 1) {
+			if (!(v->st = XXH3_createState())) /* 64-byte aligned */
+				goto fail;
+			XXH3_64bits_reset(v->st);
 		}
-		/* the pieces in order: hash each as soon as it has landed,
-		 * while the later ones are still moving */
-		XXH3_64bits_reset(&st);
-		for (ok = true; ok && k < end; k++) {
-			ok = landed(s, bid, k);
-			if (ok)
-				hash_update(&st, reqs[k].source, (size_t)reqs[k].length);
-		}
-		if (ok)
-			judge(s, io, XXH3_64bits_digest(&st));
-		k = end; /* a failed piece: the wait marks io failed */
 	}
+	return vp;
+fail:
+	vpass_free(vp);
+	return NULL;
+}
+
+void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
+{
+	struct mc_store_vpass *vp = arg;
+	struct vio *v = &vp->v[vp->owner[k]];
+	uint32_t next;
+
+	if (!v->io)
+		return;
+	if (status != MC_OK) {
+		atomic_store(&v->failed, true); /* the wait fails io */
+		return;
+	}
+	if (!v->st) { /* the only piece: this thread alone touches v */
+		v->sum = hash64(vp->reqs[k].source, (size_t)vp->reqs[k].length);
+		v->next = v->end;
+		return;
+	}
+	atomic_store(&vp->landed[k], true);
+	do {
+		if (atomic_exchange(&v->busy, true))
+			return; /* the holder hashes it */
+		for (next = v->next; next < v->end && atomic_load(&vp->landed[next]); next++)
+			hash_update(v->st, vp->reqs[next].source, (size_t)vp->reqs[next].length);
+		v->next = next;
+		atomic_store(&v->busy, false);
+	} while (next < v->end && atomic_load(&vp->landed[next]));
+}
+
+void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
+{
+	if (!vp)
+		return;
+	for (size_t i = 0; i < vp->n; i++) {
+		struct vio *v = &vp->v[i];
+
+		/* the wait has returned: every piece's callback is over */
+		if (!v->io || atomic_load(&v->failed) || v->next != v->end || !to_check(s, v->io))
+			continue; /* failed, or left to mc_store_verify_check */
+		judge(s, v->io, v->st ? XXH3_64bits_digest(v->st) : v->sum);
+	}
+	vpass_free(vp);
 }
 
 /* ---- put sessions -----------------------------------------------------------------------------

@@ -250,6 +250,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 
 static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
+	struct mc_store_vpass *vp = NULL;
 	bool disk = false, fs = false;
 	struct req_list l;
 	mc_batch_id bid;
@@ -279,6 +280,12 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	if (l.n == 0)
 		goto out;
 	rc = mc_te_batch_new(s->te, l.n, &bid);
+	if (rc == MC_OK && opcode == MC_OP_READ &&
+	    (vp = mc_store_verify_pass_new(s, ios, n, l.v, l.owner, l.n)) &&
+	    mc_te_batch_on_task_end(s->te, bid, mc_store_verify_task_end, vp) != MC_OK) {
+		mc_store_verify_pass_end(s, vp); /* cannot be: the check after hashes */
+		vp = NULL;
+	}
 	if (rc == MC_OK) {
 		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)
@@ -289,11 +296,10 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 			ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
 		goto out;
 	}
-	/* checksums while the batch moves the bytes (client_verify.c) */
+	/* checksums while the batch moves the bytes (client_verify.c): a
+	 * write's here, a read's on the threads that end its pieces */
 	if (opcode == MC_OP_WRITE)
 		mc_store_verify_sign(s, ios, n);
-	else
-		mc_store_verify_batch(s, ios, l.v, l.owner, l.n, bid);
 	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
 	if (rc != MC_OK) {
 		/* find which objects failed */
@@ -306,6 +312,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	}
 	mc_te_batch_free(s->te, bid);
 out:
+	mc_store_verify_pass_end(s, vp); /* judges the reads hashed in the batch */
 	req_list_release(&l);
 	if (opcode == MC_OP_WRITE)
 		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */

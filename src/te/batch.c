@@ -8,7 +8,9 @@
  * which decrements the task's slices_left; the last one sets the task's terminal state and
  * decrements the batch's inflight count, which doubles as a futex word so
  * mc_te_batch_wait sleeps without polling.  A batch marked discard is freed
- * by whichever thread ends its last task.
+ * by whichever thread ends its last task.  A batch may carry a callback
+ * (mc_te_batch_on_task_end) that the last slice's completer runs before
+ * publishing the task's end.
  */
 #define MC_LOG_MODULE "batch"
 #include "te/batch.h"
@@ -99,6 +101,8 @@ static void task_finish(struct mc_task *t)
 {
 	struct mc_batch *b = t->batch;
 	int err = atomic_load(&t->error);
+	if (b->task_end)
+		b->task_end(b->task_end_arg, (size_t)(t - b->tasks), err);
 	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
 			      memory_order_release);
 	atomic_fetch_add(&b->busy, 1);

@@ -53,6 +53,10 @@ extern const size_t mc_te_config_table_len;
 
 struct mc_batch;
 
+/* Told that task `task` of a batch ended with `status`, before anyone can
+ * see it end (mc_te_batch_on_task_end). */
+typedef void (*mc_task_end_cb)(void *arg, size_t task, mc_status status);
+
 struct mc_task {
 	struct mc_batch *batch;
 	atomic_int state; /* enum mc_xfer_state */
@@ -76,6 +80,9 @@ struct mc_batch {
 	atomic_bool discard;  /* free when inflight reaches 0 */
 	atomic_bool freed;
 	atomic_uint busy; /* completers still touching the batch */
+	/* mc_te_batch_on_task_end: run on the thread that ends each task */
+	mc_task_end_cb task_end;
+	void *task_end_arg;
 	char *notify_name;
 	char *notify_msg;
 	mc_segment_id notify_target;
@@ -151,6 +158,13 @@ bool mc_te_local_writable(struct mc_te *te, const void *p, uint64_t len);
  * to the engine unregistered. */
 mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
 				 size_t n);
+/* Have cb(arg, task, status) run as each task of batch id ends, on the
+ * thread that ends it (a transport's worker, or the submitting thread for
+ * a task that ends at once), before the task shows its end state and
+ * before mc_te_batch_wait can return: the store hashes the bytes of a read
+ * there, while they are still in that core's cache.  Set before the first
+ * submit; cb must be short and must not call into the engine. */
+mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_cb cb, void *arg);
 
 /* ---- te/segment.c --------------------------------------------------------- */
 

@@ -272,6 +272,25 @@ mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct 
 	return do_submit(te, id, reqs, n, false, NULL, NULL);
 }
 
+mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_cb cb, void *arg)
+{
+	struct mc_batch *b;
+
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	b = mc_batch_lookup(te, id);
+	if (!b)
+		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+				    (unsigned long long)id);
+	if (b->ntasks)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "batch 0x%llx: a task-end callback is set before any submit",
+				    (unsigned long long)id);
+	b->task_end = cb;
+	b->task_end_arg = arg;
+	return MC_OK;
+}
+
 mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
 				   size_t n, const char *notify_name, const char *notify_msg)
 {

@@ -223,6 +223,82 @@ static void batch_of_mixed_requests(void **state)
 	assert_int_equal(mc_te_submit(p->a, 12345, reqs, 1), MC_ERR_BATCH_NOT_FOUND);
 }
 
+/*
+ * mc_te_batch_on_task_end (the store hashes read bytes there): the callback
+ * runs once per task, with the task's status, after a read's bytes have
+ * landed and before mc_te_batch_wait returns; it is refused once the batch
+ * has tasks.
+ */
+struct ends {
+	const struct mc_xfer_req *reqs;
+	atomic_uint calls[8];
+	atomic_int status[8];
+	atomic_bool landed[8]; /* the bytes were in place when it ran */
+};
+
+static void on_end(void *arg, size_t k, mc_status status)
+{
+	struct ends *e = arg;
+	const struct mc_xfer_req *r = &e->reqs[k];
+
+	atomic_fetch_add(&e->calls[k], 1);
+	atomic_store(&e->status[k], status);
+	atomic_store(&e->landed[k],
+		     status == MC_OK && memcmp(r->source, (void *)(uintptr_t)r->target_offset,
+					       r->length) == 0);
+}
+
+static void task_end_callback_runs_before_the_wait_returns(void **state)
+{
+	struct pair *p = *state;
+	uint64_t base = (uint64_t)(uintptr_t)p->bbuf;
+	/* one byte, a page, more than a slice, 3 MiB, nothing */
+	static const uint64_t lens[5] = {1, 4096, (1 << 20) + 7, 3 << 20, 0};
+	struct mc_xfer_req reqs[5];
+	struct ends e = {.reqs = reqs};
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	uint64_t off = 0;
+
+	mc_test_fill(p->bbuf, BUF, 41);
+	memset(p->abuf, 0, BUF);
+	for (int i = 0; i < 5; i++) {
+		reqs[i] = (struct mc_xfer_req){.opcode = MC_OP_READ,
+					       .source = p->abuf + off,
+					       .target_id = p->b_id,
+					       .target_offset = base + off,
+					       .length = lens[i]};
+		off += lens[i] + 64;
+	}
+	assert_int_equal(mc_te_batch_new(p->a, 5, &id), MC_OK);
+	assert_int_equal(mc_te_batch_on_task_end(p->a, id, on_end, &e), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, reqs, 5), MC_OK);
+	assert_int_equal(mc_te_batch_on_task_end(p->a, id, on_end, &e), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(mc_te_batch_wait(p->a, id, 10000, &st), MC_OK);
+	for (size_t i = 0; i < 5; i++) {
+		assert_int_equal(atomic_load(&e.calls[i]), 1);
+		assert_int_equal(atomic_load(&e.status[i]), MC_OK);
+		assert_true(atomic_load(&e.landed[i]));
+	}
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	assert_int_equal(mc_te_batch_on_task_end(p->a, id, on_end, &e), MC_ERR_BATCH_NOT_FOUND);
+
+	/* a read the target refuses: its status, once */
+	memset(&e, 0, sizeof(e));
+	e.reqs = reqs;
+	reqs[0].target_offset = base + BUF;
+	reqs[0].length = 16;
+	assert_int_equal(mc_te_batch_new(p->a, 1, &id), MC_OK);
+	assert_int_equal(mc_te_batch_on_task_end(p->a, id, on_end, &e), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, reqs, 1), MC_OK);
+	(void)mc_te_batch_wait(p->a, id, 10000, &st);
+	assert_int_equal(st.state, MC_XFER_FAILED);
+	assert_int_equal(atomic_load(&e.calls[0]), 1);
+	assert_int_equal(atomic_load(&e.status[0]), st.error);
+	assert_int_not_equal(st.error, MC_OK);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+}
+
 static void local_segment_copies_and_checks_bounds(void **state)
 {
 	struct pair *p = *state;
@@ -796,6 +872,10 @@ int main(void)
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(task_end_callback_runs_before_the_wait_returns,
+						setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(task_end_callback_runs_before_the_wait_returns,
+						setup_v1, teardown_pair),
 		cmocka_unit_test_setup_teardown(local_segment_copies_and_checks_bounds, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_mem, teardown_pair),
