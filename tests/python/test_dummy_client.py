@@ -178,6 +178,33 @@ def test_dummy_calls_run_in_the_daemon(mc_master, daemon):
     assert d.health_check() == 1
 
 
+def test_copy_gets_of_changing_sizes(daemon):
+    """A copy-based get first tries the room of the last gets' sizes in one
+    request and asks the size only when the object does not fit: every size
+    order must give the exact bytes."""
+    port = daemon[0]
+    d = MooncakeDistributedStore()
+    try:
+        assert d.setup_dummy(0, 8 * MiB, f"127.0.0.1:{port}") == 0
+        vals = {f"cg{n}": os.urandom(n) for n in (100, 3 * MiB, 5 * MiB + 3, 7 * MiB, 1)}
+        for k, v in vals.items():
+            assert d.put(k, v) == 0
+        # small, larger (does not fit the room), smaller, larger again, missing
+        for k in ("cg100", "cg3145728", "cg1", "cg5242883", "cg100", "cg7340032",
+                  "cg5242883", "cg1"):
+            assert d.get(k) == vals[k], k
+        assert d.get("cg-missing") == b""
+        # an object that grows under the same key
+        assert d.put("cg-grow", b"a" * 10) == 0 and d.get("cg-grow") == b"a" * 10
+        assert d.remove("cg-grow", True) == 0
+        big = os.urandom(6 * MiB)
+        assert d.put("cg-grow", big) == 0 and d.get("cg-grow") == big
+        assert d.get("cg100") == vals["cg100"]
+        assert d.put("big", os.urandom(9 * MiB)) == -600  # larger than the local buffer
+    finally:
+        d.close()
+
+
 def test_malformed_requests_are_refused_and_others_served(daemon):
     port, _, _, _, _ = daemon
     d = MooncakeDistributedStore()
