@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 
 import pytest
@@ -341,6 +342,63 @@ def test_setup_dummy_refuses_what_it_cannot_attach_to():
         assert d.setup_dummy(0, MiB, "127.0.0.1:0") == -1
         assert d.health_check() == 1
     finally:
+        d.close()
+
+
+@pytest.mark.parametrize("case", ["whole", "trailing", "cut"])
+def test_dummy_reads_exactly_one_answer_frame(case):
+    """A fake daemon answers the dummy's HELLO with a well-formed frame
+    ("whole"), the frame and bytes past it ("trailing": only one request is
+    ever outstanding, so they can belong to nothing), or a header promising
+    more payload than it sends before hanging up ("cut").  Only the first
+    attaches; the others fail at once instead of hanging or reading the
+    stray bytes as the next answer."""
+    port = random.randint(31000, 31999)
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        ls.bind(f"\0mooncake_client_{port}.sock")
+    except OSError:
+        pytest.skip("port taken")
+    ls.listen(1)
+    ls.settimeout(60)
+    done = threading.Event()
+
+    def serve():
+        c, _ = ls.accept()
+        with c:
+            h = b""
+            while len(h) < 32:
+                h += c.recv(32 - len(h))
+            type_, = struct.unpack_from("<H", h, 6)
+            req_id, plen = struct.unpack_from("<QI", h, 16)
+            body = b""
+            while len(body) < plen:
+                body += c.recv(plen - len(body))
+            assert type_ == 200  # HELLO
+            payload = struct.pack("<I", 0) + lstr(b"fake-host") + struct.pack("<I", 0)
+            frame = bytearray(hdr(200, req_id, payload))
+            struct.pack_into("<H", frame, 8, 1)  # an answer
+            if case == "trailing":
+                frame += b"\0" * 7
+            elif case == "cut":
+                struct.pack_into("<I", frame, 24, len(payload) + 100)
+            c.sendall(bytes(frame))
+            if case != "cut":
+                done.wait(60)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    d = MooncakeDistributedStore()
+    try:
+        rc = d.setup_dummy(0, 0, f"127.0.0.1:{port}")
+        if case == "whole":
+            assert rc == 0 and d.get_hostname() == "fake-host"
+        else:
+            assert rc != 0
+    finally:
+        done.set()
+        t.join(60)
+        ls.close()
         d.close()
 
 
