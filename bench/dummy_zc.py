@@ -20,7 +20,16 @@ once (started together on one line of stdin each) for as long; the sum of
 the dummies' bytes over the longest of their times against the real
 client's, for get_into and for upsert_from (the same keys rewritten).
 
-usage: bench/dummy_zc.py [--build build] [--rounds 5] [--part zc|agg|all]
+Then the latency (--part lat): one call at a time, alternating real and
+dummy call by call, --calls of each: get_into and put_from of 1 MiB and
+4 MiB, the copy-based get and put of as much, and is_exist of a present key
+(one master round trip, no bytes); the medians, their dummy-real difference
+(what the dummy's hop costs a call), and dummy/real as a throughput ratio
+(the real median over the dummy's).  Interleaved call by call, this ratio
+holds on a loaded machine where the 1 s loops of --part zc swing 5x.
+
+usage: bench/dummy_zc.py [--build build] [--rounds 5] [--part zc|agg|lat|all]
+                         [--daemon-port P] [--calls 400]
 """
 import argparse
 import ctypes
@@ -127,11 +136,66 @@ def aggregate(args, build, m, port, bname):
             p.wait(timeout=60)
 
 
+def latency(args, real, dummy, buf, cfg):
+    """Per-call latency, real and dummy alternating call by call (which goes
+    first alternating too), for 1 MiB and 4 MiB."""
+    src, dst = buf, buf + 16 * (4 << 20)
+    seq = [0]
+    for size in (1 << 20, 4 << 20):
+        assert real.put_from("dlat-get", src, size, cfg) == 0
+
+        def get(c):
+            assert c.get_into("dlat-get", dst, size) == size
+
+        def exist(c):
+            assert c.is_exist("dlat-get") == 1
+
+        def put(c):
+            seq[0] += 1
+            assert c.put_from(f"dlat-put-{seq[0]}", src, size, cfg) == 0
+
+        def cget(c):
+            assert len(c.get("dlat-get")) == size
+
+        val = os.urandom(size)
+
+        def cput(c):
+            seq[0] += 1
+            assert c.put(f"dlat-put-{seq[0]}", val, cfg) == 0
+
+        ops = [("get_into", get), ("put_from", put), ("get", cget), ("put", cput)]
+        if size == 1 << 20:
+            ops.append(("is_exist", exist))
+        us = {}
+        for name, fn in ops:
+            for i in range(args.calls + 20):
+                pair = (("real", real), ("dummy", dummy))
+                for who, c in (pair if i % 2 else pair[::-1]):
+                    t0 = time.perf_counter()
+                    fn(c)
+                    t = (time.perf_counter() - t0) * 1e6
+                    if i >= 20:  # warm-up calls not counted
+                        us.setdefault((name, who), []).append(t)
+                    if name in ("put_from", "put"):
+                        real.remove(f"dlat-put-{seq[0]}", True)
+        real.remove("dlat-get", True)
+        for name, _ in ops:
+            r, d = statistics.median(us[(name, "real")]), statistics.median(us[(name, "dummy")])
+            q = lambda v: sorted(v)[int(0.9 * len(v))]
+            print(f"dummy_lat size={size if name != 'is_exist' else 0} op={name} "
+                  f"real_us={r:.0f} dummy_us={d:.0f} hop_us={d - r:.0f} "
+                  f"real_p90={q(us[(name, 'real')]):.0f} dummy_p90={q(us[(name, 'dummy')]):.0f}"
+                  f" dummy/real={r / d:.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--part", choices=("zc", "agg", "all"), default="all")
+    ap.add_argument("--part", choices=("zc", "agg", "lat", "all"), default="all")
+    ap.add_argument("--daemon-port", type=int, default=0,
+                    help="daemon A's port (B takes the next); random in 31000-31998 if 0")
+    ap.add_argument("--calls", type=int, default=400, help="latency: calls of each op")
     ap.add_argument("--seconds", type=float, default=2.0, help="aggregate: seconds a side")
     for hidden in ("--worker", "--meta", "--master", "--port", "--holder", "--tag"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
@@ -148,8 +212,8 @@ def main():
 
     m = master_rss.Master(master_rss.find(build, "tools/mooncake_master"))
     exe = master_rss.find(build, "tools/mooncake_client")
-    port = random.randint(31000, 31999)
-    b, bname = daemon(exe, m, port + 1 if port < 31999 else port - 1, "1GB")
+    port = args.daemon_port or random.randint(31000, 31998)
+    b, bname = daemon(exe, m, port + 1, "1GB")
     a, _ = daemon(exe, m, port, "16MB")
     real, dummy = MooncakeDistributedStore(), MooncakeDistributedStore()
     alloc = MooncakeHostMemAllocator()
@@ -166,6 +230,8 @@ def main():
         seq = [0]
         if args.part in ("agg", "all"):
             aggregate(args, build, m, port, bname)
+        if args.part in ("lat", "all"):
+            latency(args, real, dummy, buf, cfg)
         for size in ((1 << 20, 4 << 20) if args.part in ("zc", "all") else ()):
             src = [buf + i * size for i in range(n)]
             dst = buf + n * (4 << 20)

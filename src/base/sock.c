@@ -281,6 +281,11 @@ static mc_status wait_fd(int fd, short events, uint64_t deadline_ms)
 	}
 }
 
+mc_status mc_sock_wait(int fd, short events, uint64_t deadline_ms)
+{
+	return wait_fd(fd, events, deadline_ms);
+}
+
 int mc_sock_connect(const char *host, uint16_t port, int timeout_ms, bool nonblock)
 {
 	struct addrinfo hints = {0}, *res = NULL, *ai;

@@ -56,6 +56,9 @@ mc_status mc_sock_set_bufsize(int fd, int bytes);
  * MC_ERR_CONN_CLOSED, MC_ERR_SOCKET. */
 mc_status mc_sock_write_full(int fd, const void *buf, size_t len, uint64_t deadline_ms);
 mc_status mc_sock_read_full(int fd, void *buf, size_t len, uint64_t deadline_ms);
+/* Wait until fd is ready for events (poll's POLLIN/POLLOUT), until the
+ * absolute deadline_ms (0: none): MC_OK, MC_ERR_TIMEOUT or MC_ERR_SOCKET. */
+mc_status mc_sock_wait(int fd, short events, uint64_t deadline_ms);
 
 /* First UP, RUNNING, non-loopback IPv4 address of this host ("127.0.0.1" if none). */
 void mc_sock_local_ip(char *buf, size_t len);

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,7 @@ struct mc_dummy {
 	struct dregion *regions;    /* regions[0]: the local buffer, when there is one */
 	size_t nregions, cap;
 	struct mc_buf out;
+	struct mc_buf in; /* the answer being read */
 
 	/* the local buffer's allocator */
 	pthread_mutex_t alloc_lock;
@@ -179,6 +181,8 @@ struct mc_dummy {
 	size_t nused, capused;
 	char *lb;
 	size_t lb_len;
+	size_t get_hint[4]; /* sizes of the last copy-based gets (alloc_lock) */
+	unsigned get_hint_at;
 
 	pthread_t pinger;
 	bool pinger_started;
@@ -196,16 +200,59 @@ static void drop_conn_locked(struct mc_dummy *d, const char *why)
 	d->fd = -1;
 }
 
+/* Read one answer frame into d->in: wait for the socket, then take the
+ * header and the payload in as few reads as they arrive in (one, as a
+ * rule: the daemon writes a frame at once).  Only one request is ever
+ * outstanding, so nothing beyond this frame can arrive: more is a protocol
+ * error. */
+static mc_status read_answer_locked(struct mc_dummy *d, uint64_t deadline, struct mc_proto_hdr *h)
+{
+	struct mc_buf *b = &d->in;
+	size_t want = 0; /* the whole frame, once the header is in */
+
+	mc_buf_reset(b);
+	if (mc_buf_reserve(b, 4096) != MC_OK)
+		return mc_set_error(MC_ERR_NOMEM, "out of memory");
+	while (want == 0 || b->len < want) {
+		size_t room = want ? want - b->len : b->cap - b->len;
+		ssize_t n;
+		mc_status rc = mc_sock_wait(d->fd, POLLIN, deadline);
+
+		if (rc != MC_OK)
+			return mc_set_error(rc, "no answer: %s", mc_status_name(rc));
+		n = recv(d->fd, b->data + b->len, room, MSG_DONTWAIT);
+		if (n == 0)
+			return mc_set_error(MC_ERR_CONN_CLOSED, "the daemon hung up");
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+				continue;
+			return mc_set_error(MC_ERR_SOCKET, "recv: %s", strerror(errno));
+		}
+		b->len += (size_t)n;
+		if (want == 0 && b->len >= MC_PROTO_HDR_LEN) {
+			rc = mc_proto_hdr_decode(b->data, MC_DUMMY_MAX_PAYLOAD, h);
+			if (rc != MC_OK)
+				return rc;
+			want = MC_PROTO_HDR_LEN + (size_t)h->payload_len;
+			if (b->len > want)
+				return mc_set_error(MC_ERR_PROTOCOL,
+						    "%zu bytes beyond the answer's frame",
+						    b->len - want);
+			if (mc_buf_reserve(b, want - b->len) != MC_OK)
+				return mc_set_error(MC_ERR_NOMEM, "out of memory");
+		}
+	}
+	return MC_OK;
+}
+
 /* Send one request (with fd beside its first byte when >= 0) and read its
  * answer.  The call's status, with mc_last_error from the daemon's text. */
 static mc_status call_locked(struct mc_dummy *d, const struct mc_dummy_req *q, int fd,
 			     struct mc_dummy_resp *resp)
 {
-	uint8_t hb[MC_PROTO_HDR_LEN];
 	struct mc_proto_hdr h;
 	uint64_t id = ++d->next_id;
 	uint64_t deadline = mc_now_ms() + MC_DUMMY_CALL_TIMEOUT_MS;
-	uint8_t *payload = NULL;
 	mc_status rc;
 	ssize_t n;
 
@@ -250,21 +297,13 @@ static mc_status call_locked(struct mc_dummy *d, const struct mc_dummy_req *q, i
 					    d->port);
 		}
 	}
-	rc = mc_sock_read_full(d->fd, hb, sizeof(hb), deadline);
-	if (rc == MC_OK)
-		rc = mc_proto_hdr_decode(hb, MC_DUMMY_MAX_PAYLOAD, &h);
+	rc = read_answer_locked(d, deadline, &h);
 	if (rc == MC_OK &&
 	    (!(h.flags & MC_PROTO_F_RESPONSE) || h.req_id != id || h.type != q->type))
 		rc = mc_set_error(MC_ERR_PROTOCOL, "an answer that is not to request %llu",
 				  (unsigned long long)id);
-	if (rc == MC_OK && h.payload_len) {
-		payload = malloc(h.payload_len);
-		rc = payload ? mc_sock_read_full(d->fd, payload, h.payload_len, deadline)
-			     : MC_ERR_NOMEM;
-	}
 	if (rc == MC_OK)
-		rc = mc_dummy_resp_decode(payload, h.payload_len, resp);
-	free(payload);
+		rc = mc_dummy_resp_decode(d->in.data + MC_PROTO_HDR_LEN, h.payload_len, resp);
 	if (rc != MC_OK) {
 		drop_conn_locked(d, mc_last_error());
 		return mc_set_error(MC_ERR_RPC_FAIL, "the mooncake_client daemon on port %u: %s",
@@ -427,6 +466,7 @@ mc_status mc_dummy_open(const char *server_address, uint64_t local_buffer_size,
 	d->port = port;
 	d->next_region = 1;
 	mc_buf_init(&d->out);
+	mc_buf_init(&d->in);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->alloc_lock, NULL);
 	pthread_mutex_init(&d->stop_lock, NULL);
@@ -491,6 +531,7 @@ void mc_dummy_close(struct mc_dummy *d)
 	free(d->regions);
 	free(d->used);
 	mc_buf_release(&d->out);
+	mc_buf_release(&d->in);
 	mc_auth_secret_release(&d->auth);
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->alloc_lock);
@@ -846,13 +887,71 @@ mc_status mc_dummy_keys(struct mc_dummy *d, uint16_t type, const char *const *ke
 	return keys_call(d, type, keys, n, force, results);
 }
 
+/* The largest of the last few copy-based gets' sizes (0: none yet). */
+static size_t get_hint(struct mc_dummy *d)
+{
+	size_t h = 0;
+	pthread_mutex_lock(&d->alloc_lock);
+	for (size_t i = 0; i < sizeof(d->get_hint) / sizeof(d->get_hint[0]); i++)
+		h = d->get_hint[i] > h ? d->get_hint[i] : h;
+	pthread_mutex_unlock(&d->alloc_lock);
+	return h;
+}
+
+static void note_get(struct mc_dummy *d, size_t size)
+{
+	pthread_mutex_lock(&d->alloc_lock);
+	d->get_hint[d->get_hint_at++ % (sizeof(d->get_hint) / sizeof(d->get_hint[0]))] = size;
+	pthread_mutex_unlock(&d->alloc_lock);
+}
+
+/* One GET of key into the local buffer at off (cap bytes); *got its size. */
+static mc_status get_at(struct mc_dummy *d, const char *key, size_t off, size_t cap, int64_t *got)
+{
+	void *const bv[1] = {d->lb + off};
+	void *const *bufs[1] = {bv};
+	const size_t *lp[1] = {&cap};
+	size_t one = 1;
+	return mc_dummy_get_multi(d, &key, bufs, lp, &one, 1, got);
+}
+
+/* Hand got bytes at off to alloc's memory, and free the extent. */
+static int64_t copy_out(struct mc_dummy *d, size_t off, int64_t got, mc_store_alloc_fn alloc,
+			void *ctx)
+{
+	void *dst = alloc(ctx, (size_t)got);
+	if (!dst && got) {
+		lb_free(d, off);
+		return mc_set_error(MC_ERR_NOMEM, "get: allocation of %lld bytes failed",
+				    (long long)got);
+	}
+	if (got)
+		memcpy(dst, d->lb + off, (size_t)got);
+	lb_free(d, off);
+	note_get(d, (size_t)got);
+	return got;
+}
+
 int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn alloc, void *ctx)
 {
+	size_t hint = d->lb ? get_hint(d) : 0, off;
+
+	/* One request where the object fits the room of the last gets: the
+	 * daemon refuses a buffer too small (-600) after its replica lookup,
+	 * and only then is the size asked for. */
+	if (hint && lb_alloc(d, hint, &off) == MC_OK) {
+		int64_t got = 0;
+		mc_status rc = get_at(d, key, off, hint, &got);
+		if (rc == MC_OK)
+			return copy_out(d, off, got, alloc, ctx);
+		lb_free(d, off);
+		if (rc != MC_ERR_INVALID_PARAMS)
+			return rc;
+	}
 	for (int attempt = 0; attempt < 2; attempt++) {
 		int64_t size = 0, got = 0;
-		size_t off, one = 1, cap;
+		size_t cap;
 		mc_status rc = keys_call(d, MC_DUMMY_MSG_GET_SIZE, &key, 1, false, &size);
-		void *dst;
 
 		if (rc != MC_OK)
 			return rc;
@@ -864,12 +963,7 @@ int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn
 		rc = lb_alloc(d, cap ? cap : 1, &off);
 		if (rc != MC_OK)
 			return rc;
-		{
-			void *const bv[1] = {d->lb + off};
-			void *const *bufs[1] = {bv};
-			const size_t *lp[1] = {&cap};
-			rc = mc_dummy_get_multi(d, &key, bufs, lp, &one, 1, &got);
-		}
+		rc = get_at(d, key, off, cap, &got);
 		if (rc == MC_ERR_INVALID_PARAMS && attempt == 0) {
 			lb_free(d, off); /* it grew between the two calls: once more */
 			continue;
@@ -878,16 +972,7 @@ int64_t mc_dummy_get_copy(struct mc_dummy *d, const char *key, mc_store_alloc_fn
 			lb_free(d, off);
 			return rc;
 		}
-		dst = alloc(ctx, (size_t)got);
-		if (!dst && got) {
-			lb_free(d, off);
-			return mc_set_error(MC_ERR_NOMEM, "get: allocation of %lld bytes failed",
-					    (long long)got);
-		}
-		if (got)
-			memcpy(dst, d->lb + off, (size_t)got);
-		lb_free(d, off);
-		return got;
+		return copy_out(d, off, got, alloc, ctx);
 	}
 	return mc_set_error(MC_ERR_INVALID_PARAMS, "get: the object kept growing");
 }

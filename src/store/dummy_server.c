@@ -74,7 +74,8 @@ struct conn {
 	int pending_fd; /* a descriptor received and not yet claimed by MAP_REGION */
 	struct mc_buf in;
 	size_t in_off;
-	uid_t uid; /* the dummy's (SO_PEERCRED) */
+	struct mc_buf out; /* the answer being written (kept: no allocation a call) */
+	uid_t uid;	   /* the dummy's (SO_PEERCRED) */
 };
 
 struct mc_dummy_server {
@@ -944,7 +945,6 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 	struct mc_dummy_req q;
 	struct mc_dummy_resp resp = {0};
 	struct extra e = {0};
-	struct mc_buf out;
 	int64_t *res = NULL;
 	uint32_t nres = 0;
 	mc_status rc, wrc;
@@ -983,17 +983,19 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 		resp.text = mc_proto_str_c(mc_store_hostname(c->srv->real));
 	else if (e.text)
 		resp.text = mc_proto_str_c(e.text);
-	mc_buf_init(&out);
-	wrc = mc_dummy_resp_encode(&out, h->type, h->req_id, rc, &resp);
-	if (wrc == MC_OK)
-		wrc = mc_sock_write_full(c->fd, out.data, out.len, mc_now_ms() + 10000);
-	mc_buf_release(&out);
-	free(res);
+	mc_buf_reset(&c->out);
+	wrc = mc_dummy_resp_encode(&c->out, h->type, h->req_id, rc, &resp);
+	free(res); /* before the write: the dummy runs as soon as it is sent */
 	extra_free(&e);
+	if (wrc == MC_OK)
+		wrc = mc_sock_write_full(c->fd, c->out.data, c->out.len, mc_now_ms() + 10000);
+	if (c->out.cap > (1u << 20)) /* an odd large answer: do not keep its room */
+		mc_buf_release(&c->out);
 	return wrc;
 }
 
-/* Read what is there (and any descriptors); MC_ERR_CONN_CLOSED at EOF. */
+/* Read what comes (and any descriptors), waiting up to the socket's
+ * SO_RCVTIMEO; MC_ERR_CONN_CLOSED at EOF, MC_ERR_TIMEOUT when nothing came. */
 static mc_status receive(struct conn *c)
 {
 	union {
@@ -1016,6 +1018,8 @@ static mc_status receive(struct conn *c)
 	do
 		n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return MC_ERR_TIMEOUT; /* SO_RCVTIMEO ran out */
 	if (n < 0)
 		return mc_set_error(MC_ERR_SOCKET, "recvmsg: %s", strerror(errno));
 	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
@@ -1093,17 +1097,25 @@ static void *conn_main(void *arg)
 		mc_auth_refused("dummy-client", peer, mc_last_error());
 		goto out;
 	}
+	/* One blocking recvmsg a request, its timeout the expiry (a poll
+	 * before it would cost a system call a request for nothing). */
+	{
+		struct timeval tv = {.tv_sec = srv->expire_ms / 1000,
+				     .tv_usec = (srv->expire_ms % 1000) * 1000};
+		if (mc_sock_set_nonblock(c->fd, false) != MC_OK ||
+		    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+			mc_warn("dummy %d: SO_RCVTIMEO: %s", c->fd, strerror(errno));
+			goto out;
+		}
+	}
 	for (;;) {
-		struct pollfd p = {.fd = c->fd, .events = POLLIN};
-		int n = poll(&p, 1, (int)srv->expire_ms);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n == 0) {
+		mc_status rc = receive(c);
+		if (rc == MC_ERR_TIMEOUT) {
 			mc_warn("dummy %d: silent for %u ms: expired", c->fd, srv->expire_ms);
 			atomic_fetch_add(&srv->expired, 1);
 			break;
 		}
-		if (n < 0 || receive(c) != MC_OK || drain(c) != MC_OK)
+		if (rc != MC_OK || drain(c) != MC_OK)
 			break;
 	}
 out:
@@ -1113,6 +1125,7 @@ out:
 	if (c->pending_fd >= 0)
 		close(c->pending_fd);
 	mc_buf_release(&c->in);
+	mc_buf_release(&c->out);
 	pthread_mutex_lock(&srv->lock);
 	for (pp = &srv->conns; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
@@ -1159,6 +1172,7 @@ static void accept_one(struct mc_dummy_server *srv)
 	c->pending_fd = -1;
 	c->uid = cred.uid;
 	mc_buf_init(&c->in);
+	mc_buf_init(&c->out);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &attr, conn_main, c) != 0) {
@@ -1263,7 +1277,7 @@ void mc_dummy_server_stop(struct mc_dummy_server *srv)
 	pthread_mutex_lock(&srv->lock);
 	srv->stopping = true;
 	for (struct conn *c = srv->conns; c; c = c->next)
-		shutdown(c->fd, SHUT_RDWR); /* wakes its poll; it closes the fd itself */
+		shutdown(c->fd, SHUT_RDWR); /* wakes its recvmsg; it closes the fd itself */
 	while (srv->nconns)
 		pthread_cond_wait(&srv->cond, &srv->lock);
 	pthread_mutex_unlock(&srv->lock);

@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 
 import pytest
@@ -178,6 +179,33 @@ def test_dummy_calls_run_in_the_daemon(mc_master, daemon):
     assert d.health_check() == 1
 
 
+def test_copy_gets_of_changing_sizes(daemon):
+    """A copy-based get first tries the room of the last gets' sizes in one
+    request and asks the size only when the object does not fit: every size
+    order must give the exact bytes."""
+    port = daemon[0]
+    d = MooncakeDistributedStore()
+    try:
+        assert d.setup_dummy(0, 8 * MiB, f"127.0.0.1:{port}") == 0
+        vals = {f"cg{n}": os.urandom(n) for n in (100, 3 * MiB, 5 * MiB + 3, 7 * MiB, 1)}
+        for k, v in vals.items():
+            assert d.put(k, v) == 0
+        # small, larger (does not fit the room), smaller, larger again, missing
+        for k in ("cg100", "cg3145728", "cg1", "cg5242883", "cg100", "cg7340032",
+                  "cg5242883", "cg1"):
+            assert d.get(k) == vals[k], k
+        assert d.get("cg-missing") == b""
+        # an object that grows under the same key
+        assert d.put("cg-grow", b"a" * 10) == 0 and d.get("cg-grow") == b"a" * 10
+        assert d.remove("cg-grow", True) == 0
+        big = os.urandom(6 * MiB)
+        assert d.put("cg-grow", big) == 0 and d.get("cg-grow") == big
+        assert d.get("cg100") == vals["cg100"]
+        assert d.put("big", os.urandom(9 * MiB)) == -600  # larger than the local buffer
+    finally:
+        d.close()
+
+
 def test_malformed_requests_are_refused_and_others_served(daemon):
     port, _, _, _, _ = daemon
     d = MooncakeDistributedStore()
@@ -314,6 +342,63 @@ def test_setup_dummy_refuses_what_it_cannot_attach_to():
         assert d.setup_dummy(0, MiB, "127.0.0.1:0") == -1
         assert d.health_check() == 1
     finally:
+        d.close()
+
+
+@pytest.mark.parametrize("case", ["whole", "trailing", "cut"])
+def test_dummy_reads_exactly_one_answer_frame(case):
+    """A fake daemon answers the dummy's HELLO with a well-formed frame
+    ("whole"), the frame and bytes past it ("trailing": only one request is
+    ever outstanding, so they can belong to nothing), or a header promising
+    more payload than it sends before hanging up ("cut").  Only the first
+    attaches; the others fail at once instead of hanging or reading the
+    stray bytes as the next answer."""
+    port = random.randint(31000, 31999)
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        ls.bind(f"\0mooncake_client_{port}.sock")
+    except OSError:
+        pytest.skip("port taken")
+    ls.listen(1)
+    ls.settimeout(60)
+    done = threading.Event()
+
+    def serve():
+        c, _ = ls.accept()
+        with c:
+            h = b""
+            while len(h) < 32:
+                h += c.recv(32 - len(h))
+            type_, = struct.unpack_from("<H", h, 6)
+            req_id, plen = struct.unpack_from("<QI", h, 16)
+            body = b""
+            while len(body) < plen:
+                body += c.recv(plen - len(body))
+            assert type_ == 200  # HELLO
+            payload = struct.pack("<I", 0) + lstr(b"fake-host") + struct.pack("<I", 0)
+            frame = bytearray(hdr(200, req_id, payload))
+            struct.pack_into("<H", frame, 8, 1)  # an answer
+            if case == "trailing":
+                frame += b"\0" * 7
+            elif case == "cut":
+                struct.pack_into("<I", frame, 24, len(payload) + 100)
+            c.sendall(bytes(frame))
+            if case != "cut":
+                done.wait(60)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    d = MooncakeDistributedStore()
+    try:
+        rc = d.setup_dummy(0, 0, f"127.0.0.1:{port}")
+        if case == "whole":
+            assert rc == 0 and d.get_hostname() == "fake-host"
+        else:
+            assert rc != 0
+    finally:
+        done.set()
+        t.join(60)
+        ls.close()
         d.close()
 
 
