@@ -535,6 +535,20 @@ void mc_master_snap_load_end(struct mc_master *m)
 	m->bulk = false;
 }
 
+void mc_master_wal_hint(struct mc_master *m, uint16_t type, const void *payload, uint32_t len)
+{
+	struct mc_walrec r;
+	bool found;
+	uint16_t tid;
+
+	if ((type != MC_WALREC_OBJ_PUT && type != MC_WALREC_OBJ_DEL) ||
+	    mc_walrec_decode(type, payload, len, &r) != MC_OK)
+		return;
+	tid = mc_master_tenant_find(m, r.u.obj.tenant.p, r.u.obj.tenant.len, &found);
+	if (found)
+		mc_master_obj_prefetch(m, tid, r.u.obj.key.p, r.u.obj.key.len);
+}
+
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
 			       uint32_t len, uint64_t now_ms)
 {
