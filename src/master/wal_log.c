@@ -683,6 +683,8 @@ static struct mc_wait_ref *walk_refs(struct mc_master *m, uint32_t slot, uint64_
  * the table's; entries of erased objects or gone replicas match no
  * replica any more and are skipped.
  */
+#define CLAIM_AHEAD 8u /* claims whose table slot and object are prefetched */
+
 void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 {
 	struct mc_seg *s = &m->segs[slot];
@@ -706,9 +708,16 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 	/* (an address below base sorts high: its claim fails all the same) */
 	if (!sorted && !radix_sort(v, n, s->base))
 		qsort(v, n, sizeof(*v), ref_cmp);
+	mc_offset_alloc_expect(s->alloc, n);
 	for (uint64_t i = 0; i < n; i++) {
-		struct mc_rep *r = ref_rep(m, slot, &v[i]);
+		struct mc_rep *r;
 		uint64_t size;
+
+		if (i + CLAIM_AHEAD < n) {
+			mc_offset_alloc_prefetch(s->alloc, v[i + CLAIM_AHEAD].addr);
+			__builtin_prefetch(v[i + CLAIM_AHEAD].o);
+		}
+		r = ref_rep(m, slot, &v[i]);
 
 		if (!r)
 			continue; /* erased or gone since its replay */
