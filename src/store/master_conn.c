@@ -775,8 +775,19 @@ static void leave_unlock(struct mc_master_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* One try; *sent (may be NULL) says whether the request was written, so
+ * that a failure after it is a lost answer, not a master never reached. */
+static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
+			   struct mc_store_msg *resp_out, bool *sent);
+
 static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *body,
 			   struct mc_store_msg *resp_out)
+{
+	return call_sent(c, type, body, resp_out, NULL);
+}
+
+static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
+			   struct mc_store_msg *resp_out, bool *sent)
 {
 	uint64_t deadline = deadline_after(c->timeout_ms);
 	/* read now: once this call has left, mc_master_conn_free may free c */
@@ -806,6 +817,8 @@ static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *
 		rc = send_call(c, &k, b, deadline);
 		pthread_mutex_lock(&c->lock);
 		buf_put_locked(c, b);
+		if (rc == MC_OK && sent)
+			*sent = true;
 		if (rc == MC_OK) {
 			wait_answer_locked(c, &k, deadline);
 			rc = k.status;
@@ -987,8 +1000,9 @@ static mc_status restart_put(struct mc_master_conn *c, uint16_t type, const void
  * failover, any call the master refused as not the leader
  * (UNAVAILABLE_IN_CURRENT_MODE: it did nothing); and, with any address,
  * a retry_safe call or a put's start whose answer was lost with the
- * connection (RPC_FAIL; with an HA address also RPC_TIMEOUT, after which
- * the connection is dropped), on a new connection.  Any other write whose
+ * connection (RPC_FAIL after the request was written; with an HA address
+ * any RPC_FAIL and also RPC_TIMEOUT, after which the connection is
+ * dropped), on a new connection.  Any other write whose
  * answer was lost is not repeated (it may have been applied): it fails with
  * RPC_FAIL or RPC_TIMEOUT, which the caller may retry.
  */
@@ -996,6 +1010,7 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 			      struct mc_store_msg *resp_out)
 {
 	const bool start = type == MC_STORE_PUT_START || type == MC_STORE_BATCH_PUT_START;
+	bool sent = false;
 	mc_status rc;
 
 	/* the retry reads c after the first try: count it as a user until
@@ -1007,9 +1022,11 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 	}
 	c->users++;
 	pthread_mutex_unlock(&c->lock);
-	rc = call_once(c, type, body, resp_out);
+	rc = call_sent(c, type, body, resp_out, &sent);
+	/* without HA, a master that could not be reached is not tried again */
 	if (rc != MC_OK && ((c->coord && rc == MC_ERR_UNAVAILABLE_IN_CURRENT_MODE) ||
-			    ((rc == MC_ERR_RPC_FAIL || (c->coord && rc == MC_ERR_RPC_TIMEOUT)) &&
+			    (((rc == MC_ERR_RPC_FAIL && (c->coord || sent)) ||
+			      (c->coord && rc == MC_ERR_RPC_TIMEOUT)) &&
 			     (retry_safe(type) || start)))) {
 		if (c->coord)
 			mc_info("%s failed (%s); asking %s for the leader and trying once more",
