@@ -14,7 +14,6 @@ Every wait is on the proxy's own count of cuts or on a command's reply.
 """
 
 import socket
-import struct
 import sys
 import threading
 from pathlib import Path
