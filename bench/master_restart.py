@@ -200,7 +200,9 @@ def compare_mode(build, other, mode, objects, base, rounds, as_json):
             for b in order:
                 c = d + ".copy"
                 shutil.rmtree(c, ignore_errors=True)
-                shutil.copytree(d, c)
+                # a snapshot child of the killed master may still be
+                # writing (then renaming) its .tmp: a restart deletes those
+                shutil.copytree(d, c, ignore=shutil.ignore_patterns("*.tmp"))
                 try:
                     r = restart(b, mode, objects, c)
                 finally:
