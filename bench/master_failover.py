@@ -20,6 +20,7 @@ key) and compared with its checksum.  One line:
 
     master_failover kills=N ttl_s=T clients=C served_again_s_p50=.. p99=.. max=..
         acked_puts=.. lost=.. mismatched=.. failed_calls=..
+        failed_by=put:RPC_FAIL=..,get:..=..  (failed calls by operation and status)
 
 (--json: one JSON object).  Served-again is bounded below by the lease
 lapsing (up to one TTL after the last renewal) plus the new leader's
@@ -141,6 +142,7 @@ class Client:
         self.acked = {}  # key -> xxh3
         self.put_at = {}  # key -> (start, end) of its put
         self.failed = 0
+        self.fail_codes = {}  # "put:RPC_FAIL" -> count
         self.stop = threading.Event()
         ready = self.p.stdout.readline()  # "READY hostname=..." or "FAILED ..."
         if not ready.startswith("READY"):
@@ -169,7 +171,7 @@ class Client:
                 self.put_at[key] = (t0, t1)
                 keys.append(key)
             else:
-                self.failed += 1
+                self.fail("put", r)
             i += 1
             if keys:
                 k = random.choice(keys)
@@ -178,8 +180,15 @@ class Client:
                 t1 = time.monotonic()
                 self.ops.append((t0, t1, r.startswith("OK")))
                 if not r.startswith("OK"):
-                    self.failed += 1
+                    self.fail("get", r)
             time.sleep(self.pause_s)
+
+    def fail(self, op, reply):
+        # "ERR NAME CODE ...": count by operation and status name
+        parts = reply.split()
+        what = f"{op}:{parts[1] if len(parts) > 1 and parts[0] == 'ERR' else reply[:20]}"
+        self.failed += 1
+        self.fail_codes[what] = self.fail_codes.get(what, 0) + 1
 
     def served_again(self, t_kill):
         """Seconds from t_kill to the end of the first OK call started after it."""
@@ -301,6 +310,11 @@ def main():
                "served_again_s_max": round(max(served), 3),
                "acked_puts": acked, "lost": lost, "mismatched": mismatched,
                "failed_calls": sum(c.failed for c in clients)}
+        codes = {}
+        for c in clients:
+            for what, n in c.fail_codes.items():
+                codes[what] = codes.get(what, 0) + n
+        res["failed_by"] = ",".join(f"{w}={n}" for w, n in sorted(codes.items())) or "none"
         if a.json:
             print(json.dumps(res))
         else:

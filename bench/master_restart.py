@@ -158,7 +158,8 @@ def restart(build, mode, objects, d):
         with open(m.log.name, errors="replace") as f:
             text = f.read()
     finally:
-        m.stop()
+        # freeing 10 M objects on a loaded host can take a while
+        m.stop(timeout=180)
     remount_s = float(got.group(1))
     # the master's own figures, CPU-bound parts that a loaded host inflates less
     # than the round trips: the load before it listens and the remount's bind
@@ -199,7 +200,9 @@ def compare_mode(build, other, mode, objects, base, rounds, as_json):
             for b in order:
                 c = d + ".copy"
                 shutil.rmtree(c, ignore_errors=True)
-                shutil.copytree(d, c)
+                # a snapshot child of the killed master may still be
+                # writing (then renaming) its .tmp: a restart deletes those
+                shutil.copytree(d, c, ignore=shutil.ignore_patterns("*.tmp"))
                 try:
                     r = restart(b, mode, objects, c)
                 finally:

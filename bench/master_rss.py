@@ -91,7 +91,7 @@ class Master:
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
 
-    def stop(self, check=True):
+    def stop(self, check=True, timeout=30):
         """SIGTERM and wait.  With check, a master that died of a signal
         (a crash, before or during the stop) or did not stop within 30 s
         raises, naming its log, which is then kept."""
@@ -99,7 +99,7 @@ class Master:
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
-                self.p.wait(timeout=30)
+                self.p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
@@ -107,7 +107,7 @@ class Master:
         self.log.close()
         rc = self.p.returncode
         if check and (killed or rc < 0):
-            why = ("did not stop within 30 s of SIGTERM" if killed
+            why = (f"did not stop within {timeout} s of SIGTERM" if killed
                    else f"died of signal {signal.Signals(-rc).name}")
             with open(self.log.name, errors="replace") as f:
                 tail = f.read()[-2000:]

@@ -585,6 +585,41 @@ mc_status mc_offset_alloc_alloc(struct mc_offset_alloc *a, uint64_t len, uint64_
 	return MC_OK;
 }
 
+void mc_offset_alloc_expect(struct mc_offset_alloc *a, uint64_t n)
+{
+	unsigned bits = a->table_bits;
+	uint64_t want = a->nused + n, cap = (uint64_t)a->nrecs + n + 1;
+	uint32_t *t;
+
+	table_migrate(a, SIZE_MAX); /* a growth in progress: settle it */
+	while (bits < 40 && ((uint64_t)1 << bits) < want * 2)
+		bits++;
+	if (bits > a->table_bits && (t = mc_calloc((size_t)1 << bits, sizeof(*t)))) {
+		for (size_t i = 0; i < ((size_t)1 << a->table_bits); i++)
+			if (a->table[i] != EMPTY)
+				table_put(t, bits, a->recs[a->table[i] - 1].off, a->table[i] - 1);
+		mc_free_later_start(&a->old_free, a->table, sizeof(uint32_t) << a->table_bits);
+		a->table = t;
+		a->table_bits = bits;
+	}
+	if (cap > MAX_RECORDS)
+		cap = MAX_RECORDS;
+	if (cap > a->recs_cap) {
+		struct blk *recs = mc_realloc(a->recs, (size_t)cap * sizeof(*recs));
+
+		if (recs) {
+			a->recs = recs;
+			a->recs_cap = (uint32_t)cap;
+		}
+	}
+}
+
+void mc_offset_alloc_prefetch(const struct mc_offset_alloc *a, uint64_t addr)
+{
+	if (addr >= a->base)
+		__builtin_prefetch(&a->table[slot_of((addr - a->base) >> a->shift, a->table_bits)]);
+}
+
 mc_status mc_offset_alloc_claim(struct mc_offset_alloc *a, uint64_t addr, uint64_t len,
 				uint32_t *cursor)
 {

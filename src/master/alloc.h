@@ -92,6 +92,13 @@ mc_status mc_offset_alloc_release(struct mc_offset_alloc *a, uint64_t addr);
  */
 mc_status mc_offset_alloc_claim(struct mc_offset_alloc *a, uint64_t addr, uint64_t len,
 				uint32_t *cursor);
+/* Before a run of n claims (a remount): size the used-block table and the
+ * block records once for n more, instead of growing them as it goes;
+ * nothing (they grow as they go) when the memory cannot be had. */
+void mc_offset_alloc_expect(struct mc_offset_alloc *a, uint64_t n);
+/* Prefetch the table slot a claim of addr will write (a remount's claims
+ * hit the table at random: several misses overlap this way). */
+void mc_offset_alloc_prefetch(const struct mc_offset_alloc *a, uint64_t addr);
 
 /*
  * Length the caller asked for when it allocated the live block at addr.

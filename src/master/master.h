@@ -265,6 +265,9 @@ void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms);
  */
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
 			       uint32_t len, uint64_t now_ms);
+/* A record mc_master_wal_replay will get soon (mc_wal_open_hinted): the
+ * table slot of its object is prefetched.  Reads only; any payload is safe. */
+void mc_master_wal_hint(struct mc_master *m, uint16_t type, const void *payload, uint32_t len);
 /*
  * Write the tables to a snapshot (master/snap.h) as log records: a
  * SEG_MOUNT for every memory segment (mounted, unmounting, or waiting to be

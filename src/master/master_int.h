@@ -365,6 +365,10 @@ mc_status mc_master_tenant_intern(struct mc_master *m, const char *name, size_t 
 				  uint16_t *id_out);
 struct mc_obj *mc_master_obj_find(struct mc_master *m, uint16_t tenant, const char *key,
 				  size_t len);
+/* Prefetch the home slot of (tenant, key): a replay hints the records it
+ * will apply next (mc_master_wal_hint), so their table misses overlap. */
+void mc_master_obj_prefetch(const struct mc_master *m, uint16_t tenant, const char *key,
+			    size_t len);
 /* mc_master_obj_find of each of keys[n] into out[n], with the cache misses
  * of several keys overlapped; a key of length 0 or over MC_STORE_KEY_MAX
  * gets NULL. */

@@ -1371,6 +1371,14 @@ static mc_status wal_apply(void *arg, const struct mc_wal_rec *r)
 	return MC_OK;
 }
 
+static mc_status wal_hint(void *arg, const struct mc_wal_rec *r)
+{
+	struct wal_replay *x = arg;
+
+	mc_master_wal_hint(x->m, r->type, r->payload, r->len);
+	return MC_OK;
+}
+
 /* --wal_dir: open the log, replay it into the master, log from now on. */
 mc_status mc_master_server_wal_open(struct mc_master_server *s,
 				    const struct mc_master_server_config *cfg)
@@ -1391,7 +1399,8 @@ mc_status mc_master_server_wal_open(struct mc_master_server *s,
 				    cfg->wal_fsync);
 	/* an OBJ_PUT record takes about 80-100 bytes: the table sized once */
 	mc_master_table_expect(s->master, mc_wal_dir_bytes(cfg->wal_dir, after) / 96);
-	st = mc_wal_open(cfg->wal_dir, policy, after, wal_apply, &x, &s->wal, &info);
+	st = mc_wal_open_hinted(cfg->wal_dir, policy, after, wal_apply, wal_hint, &x, &s->wal,
+				&info);
 	if (st != MC_OK) {
 		uint64_t newest;
 

@@ -73,6 +73,14 @@ static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t
 	return mc_master_wal_replay(x->m, type, p, len, x->now_ms);
 }
 
+static mc_status snap_hint(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct snap_replay *x = arg;
+
+	mc_master_wal_hint(x->m, type, p, len);
+	return MC_OK;
+}
+
 mc_status mc_master_server_snap_init(struct mc_master_server *s,
 				     const struct mc_master_server_config *cfg, uint64_t *after)
 {
@@ -107,7 +115,7 @@ mc_status mc_master_server_snap_init(struct mc_master_server *s,
 		return MC_OK;
 	/* another seed than the writer's, whose table order is its hash order */
 	mc_master_table_reseed(s->master, mc_now_ns());
-	st = mc_snap_load(sn->dir, snap_apply, &x, &info);
+	st = mc_snap_load_hinted(sn->dir, snap_apply, snap_hint, &x, &info);
 	mc_master_snap_load_end(s->master);
 	if (st != MC_OK)
 		return mc_set_error(st, "snapshot: %s", mc_last_error());

@@ -68,9 +68,20 @@ mc_status mc_snap_decode(const uint8_t *p, size_t len, uint64_t *seq, mc_snap_en
 	return mc_snap_decode_n(p, len, seq, NULL, cb, arg);
 }
 
+static mc_status decode_entries(const uint8_t *p, size_t len, uint64_t *seq, uint64_t *entries,
+				mc_snap_entry_cb cb, mc_snap_entry_cb hint, void *arg);
+
 mc_status mc_snap_decode_n(const uint8_t *p, size_t len, uint64_t *seq, uint64_t *entries,
 			   mc_snap_entry_cb cb, void *arg)
 {
+	return decode_entries(p, len, seq, entries, cb, NULL, arg);
+}
+
+static mc_status decode_entries(const uint8_t *p, size_t len, uint64_t *seq, uint64_t *entries,
+				mc_snap_entry_cb cb, mc_snap_entry_cb hint, void *arg)
+{
+	size_t hoff = 0; /* the next entry to hint */
+	unsigned nhinted = 0;
 	uint64_t count = 0;
 	uint64_t s = 0, blen = 0, bsum = 0;
 	const uint8_t *b;
@@ -108,6 +119,14 @@ mc_status mc_snap_decode_n(const uint8_t *p, size_t len, uint64_t *seq, uint64_t
 	for (off = 0; cb && off < blen;) {
 		uint32_t plen = mc_get_le32(b + off + 4);
 
+		/* the framing is checked: hint the entries ahead, each once */
+		for (; hint && nhinted < MC_SNAP_HINT_AHEAD && hoff < blen; nhinted++) {
+			uint32_t hl = mc_get_le32(b + hoff + 4);
+
+			(void)hint(arg, mc_get_le16(b + hoff), b + hoff + MC_SNAP_ENTRY_HDR, hl);
+			hoff += MC_SNAP_ENTRY_HDR + hl;
+		}
+		nhinted -= nhinted > 0;
 		st = cb(arg, mc_get_le16(b + off), b + off + MC_SNAP_ENTRY_HDR, plen);
 		if (st != MC_OK)
 			return st;
@@ -423,6 +442,12 @@ static mc_status read_file(const char *path, uint8_t **out, size_t *len)
 mc_status mc_snap_load(const char *dir, mc_snap_entry_cb cb, void *arg,
 		       struct mc_snap_load_info *info)
 {
+	return mc_snap_load_hinted(dir, cb, NULL, arg, info);
+}
+
+mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entry_cb hint,
+			      void *arg, struct mc_snap_load_info *info)
+{
 	uint64_t *v;
 	size_t n;
 	mc_status st = list_snaps(dir, true, &v, &n);
@@ -462,7 +487,7 @@ mc_status mc_snap_load(const char *dir, mc_snap_entry_cb cb, void *arg,
 			continue;
 		}
 		info->entries = 0;
-		st = mc_snap_decode(p, len, NULL, cb, arg);
+		st = decode_entries(p, len, NULL, NULL, cb, hint, arg);
 		if (st != MC_OK)
 			st = mc_set_error(st, "%s: %s", path, mc_last_error());
 		info->found = st == MC_OK;

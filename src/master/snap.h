@@ -100,6 +100,12 @@ struct mc_snap_load_info {
  * stale .tmp files are deleted.  info is filled on MC_OK. */
 mc_status mc_snap_load(const char *dir, mc_snap_entry_cb cb, void *arg,
 		       struct mc_snap_load_info *info);
+/* mc_snap_load with hint: before cb gets an entry, hint has been given it
+ * and up to MC_SNAP_HINT_AHEAD - 1 entries after it (in order, each once),
+ * for prefetching what applying them will touch; hint must only read. */
+#define MC_SNAP_HINT_AHEAD 16u
+mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entry_cb hint,
+			      void *arg, struct mc_snap_load_info *info);
 /* Keep the keep newest snapshots in dir, delete the older ones; the seq of
  * the oldest one kept in *oldest (0 when none). */
 mc_status mc_snap_retain(const char *dir, unsigned keep, uint64_t *oldest);

@@ -66,6 +66,13 @@ struct mc_obj *mc_master_obj_find(struct mc_master *m, uint16_t tenant, const ch
 	return o;
 }
 
+void mc_master_obj_prefetch(const struct mc_master *m, uint16_t tenant, const char *key, size_t len)
+{
+	uint64_t h = obj_hash(m, tenant, key, len);
+
+	__builtin_prefetch(&m->slots[h & m->mask]);
+}
+
 /*
  * Batched lookups.  With tens of millions of objects a lookup is two cache
  * misses, the table slot and then the object it points at, and one at a

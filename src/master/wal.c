@@ -323,9 +323,32 @@ static mc_status reader_rest(struct reader *rd, uint64_t size, const char *path)
 
 /* Check (and replay the records after `after` of) file i; a torn tail of the
  * last file is cut.  *last is the seq of the last intact record so far. */
-static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_apply_cb cb,
-			   void *arg, uint64_t *last, struct mc_wal_open_info *info)
+/* A record's framing only, no checksum: for hints (mc_wal_open_hinted). */
+static bool peek_rec(const uint8_t *p, size_t len, struct mc_wal_rec *r, size_t *used)
 {
+	uint32_t plen;
+
+	if (len < MC_WAL_REC_HDR_LEN)
+		return false;
+	plen = mc_get_le32(p);
+	if (plen > MC_WAL_MAX_PAYLOAD || len < mc_wal_rec_size(plen))
+		return false;
+	r->len = plen;
+	r->type = mc_get_le16(p + 4);
+	r->seq = mc_get_le64(p + 8);
+	r->payload = p + MC_WAL_REC_HDR_LEN;
+	*used = mc_wal_rec_size(plen);
+	return true;
+}
+
+static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_apply_cb cb,
+			   mc_wal_apply_cb hint, void *arg, uint64_t *last,
+			   struct mc_wal_open_info *info)
+{
+	/* hints: the records in [rd.off + hinted, ...) are not hinted yet; the
+	 * nhinted before that, after the current one, are */
+	size_t hinted = 0;
+	unsigned nhinted = 0;
 	char path[PATH_MAX];
 	bool is_last = i + 1 == w->nfiles;
 	struct reader rd = {.fd = -1};
@@ -429,6 +452,22 @@ static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_ap
 			why = d == MC_INPROGRESS ? "the file ends inside it" : mc_last_error();
 			break;
 		}
+		if (hint) {
+			if (hinted < used)
+				hinted = used;
+			while (nhinted < MC_WAL_HINT_AHEAD) {
+				struct mc_wal_rec h;
+				size_t hu;
+
+				if (!peek_rec(rd.buf + rd.off + hinted, rd.fill - rd.off - hinted,
+					      &h, &hu))
+					break;
+				if (h.seq > after)
+					(void)hint(arg, &h);
+				hinted += hu;
+				nhinted++;
+			}
+		}
 		if (r.seq > after && cb) {
 			st = cb(arg, &r);
 			if (st != MC_OK)
@@ -439,6 +478,10 @@ static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_ap
 		*last = r.seq;
 		rd.off += used;
 		good += used;
+		if (hinted) {
+			hinted -= used;
+			nhinted -= nhinted > 0;
+		}
 		if (info)
 			info->bytes += used;
 	}
@@ -578,6 +621,13 @@ static void wal_free(struct mc_wal *w)
 mc_status mc_wal_open(const char *dir, enum mc_wal_fsync policy, uint64_t after, mc_wal_apply_cb cb,
 		      void *arg, struct mc_wal **out, struct mc_wal_open_info *info)
 {
+	return mc_wal_open_hinted(dir, policy, after, cb, NULL, arg, out, info);
+}
+
+mc_status mc_wal_open_hinted(const char *dir, enum mc_wal_fsync policy, uint64_t after,
+			     mc_wal_apply_cb cb, mc_wal_apply_cb hint, void *arg,
+			     struct mc_wal **out, struct mc_wal_open_info *info)
+{
 	struct mc_wal *w;
 	pthread_condattr_t ca;
 	uint64_t last = 0;
@@ -608,7 +658,7 @@ mc_status mc_wal_open(const char *dir, enum mc_wal_fsync policy, uint64_t after,
 	}
 	st = list_files(w);
 	for (size_t i = 0; st == MC_OK && i < w->nfiles; i++)
-		st = read_file(w, i, after, cb, arg, &last, info);
+		st = read_file(w, i, after, cb, hint, arg, &last, info);
 	if (st != MC_OK)
 		goto err;
 	if (info)

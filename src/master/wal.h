@@ -114,6 +114,15 @@ struct mc_wal_open_info {
  * ends before it: the snapshot is newer than the log).  info may be NULL. */
 mc_status mc_wal_open(const char *dir, enum mc_wal_fsync policy, uint64_t after, mc_wal_apply_cb cb,
 		      void *arg, struct mc_wal **out, struct mc_wal_open_info *info);
+/* mc_wal_open with hint: before the callback applies a record, hint is
+ * given (in order, each once) the records up to MC_WAL_HINT_AHEAD after it
+ * that are already read, with seq > after, for prefetching what applying
+ * them will touch.  A hinted record is not yet checked (its checksum and
+ * seq are checked when it is applied): hint must only read it. */
+#define MC_WAL_HINT_AHEAD 16u
+mc_status mc_wal_open_hinted(const char *dir, enum mc_wal_fsync policy, uint64_t after,
+			     mc_wal_apply_cb cb, mc_wal_apply_cb hint, void *arg,
+			     struct mc_wal **out, struct mc_wal_open_info *info);
 /* The bytes of dir's log files that hold records after seq after (0 when
  * none or dir cannot be read): what a replay will read, to size tables. */
 uint64_t mc_wal_dir_bytes(const char *dir, uint64_t after);

@@ -535,6 +535,20 @@ void mc_master_snap_load_end(struct mc_master *m)
 	m->bulk = false;
 }
 
+void mc_master_wal_hint(struct mc_master *m, uint16_t type, const void *payload, uint32_t len)
+{
+	struct mc_walrec r;
+	bool found;
+	uint16_t tid;
+
+	if ((type != MC_WALREC_OBJ_PUT && type != MC_WALREC_OBJ_DEL) ||
+	    mc_walrec_decode(type, payload, len, &r) != MC_OK)
+		return;
+	tid = mc_master_tenant_find(m, r.u.obj.tenant.p, r.u.obj.tenant.len, &found);
+	if (found)
+		mc_master_obj_prefetch(m, tid, r.u.obj.key.p, r.u.obj.key.len);
+}
+
 mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *payload,
 			       uint32_t len, uint64_t now_ms)
 {
@@ -669,6 +683,8 @@ static struct mc_wait_ref *walk_refs(struct mc_master *m, uint32_t slot, uint64_
  * the table's; entries of erased objects or gone replicas match no
  * replica any more and are skipped.
  */
+#define CLAIM_AHEAD 8u /* claims whose table slot and object are prefetched */
+
 void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 {
 	struct mc_seg *s = &m->segs[slot];
@@ -692,9 +708,16 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 	/* (an address below base sorts high: its claim fails all the same) */
 	if (!sorted && !radix_sort(v, n, s->base))
 		qsort(v, n, sizeof(*v), ref_cmp);
+	mc_offset_alloc_expect(s->alloc, n);
 	for (uint64_t i = 0; i < n; i++) {
-		struct mc_rep *r = ref_rep(m, slot, &v[i]);
+		struct mc_rep *r;
 		uint64_t size;
+
+		if (i + CLAIM_AHEAD < n) {
+			mc_offset_alloc_prefetch(s->alloc, v[i + CLAIM_AHEAD].addr);
+			__builtin_prefetch(v[i + CLAIM_AHEAD].o);
+		}
+		r = ref_rep(m, slot, &v[i]);
 
 		if (!r)
 			continue; /* erased or gone since its replay */

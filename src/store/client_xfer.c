@@ -500,6 +500,31 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 
 /* ---- put --------------------------------------------------------------------------------- */
 
+/* Revoke a put's write after a failed transfer or End (its answer lost
+ * twice, or a new leader never heard of the write): a put reported failed
+ * leaves no write in flight.  Only this client's in-flight write goes; an
+ * End that was applied left a complete object, which stays.  The error is
+ * "put KEY: " and the cause's text, with status rc. */
+static void revoke_put(struct mc_store *s, const char *key, bool upsert, mc_status rc)
+{
+	struct mc_store_put_revoke_req rev = {
+		.client_id = s->client_id,
+		.tenant = mc_store_tenant(s),
+		.replica_type = MC_STORE_REPLICA_ALL,
+		.key = mc_proto_str_c(key),
+	};
+	struct mc_store_msg resp;
+	char why[400];
+
+	snprintf(why, sizeof(why), "%s", mc_last_error());
+	if (mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_REVOKE : MC_STORE_PUT_REVOKE,
+				&rev, &resp) == MC_OK)
+		mc_store_msg_release(&resp);
+	else
+		mc_warn("revoke of %s failed: %s", key, mc_last_error());
+	mc_set_error(rc, "put %s: %s", key, why);
+}
+
 static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
 			 size_t nbufs, uint64_t len, const struct mc_store_config *cfg, bool upsert)
 {
@@ -565,24 +590,12 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 			(void)mc_store_fs_submit(s, job);
 		else
 			mc_store_fs_job_drop(s, job, false);
+		if (rc != MC_OK)
+			revoke_put(s, key, upsert, rc);
 		return rc;
-	} else {
-		struct mc_store_put_revoke_req rev = {
-			.client_id = s->client_id,
-			.tenant = mc_store_tenant(s),
-			.replica_type = MC_STORE_REPLICA_ALL,
-			.key = mc_proto_str_c(key),
-		};
-		char why[400];
-		snprintf(why, sizeof(why), "%s", mc_last_error());
-		if (mc_master_conn_call(s->conn,
-					upsert ? MC_STORE_UPSERT_REVOKE : MC_STORE_PUT_REVOKE, &rev,
-					&resp) == MC_OK)
-			mc_store_msg_release(&resp);
-		else
-			mc_warn("revoke of %s failed: %s", key, mc_last_error());
-		return mc_set_error(io.status, "put %s: %s", key, why);
 	}
+	revoke_put(s, key, upsert, io.status);
+	return io.status;
 }
 
 mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
@@ -756,6 +769,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 				results[i] = rc;
 			else if (e < resp.body.batch_status_resp.n_items)
 				results[i] = (mc_status)resp.body.batch_status_resp.statuses[e];
+			if (results[i] != MC_OK) /* as revoke_put */
+				revoke_keys[nrev++] = metas[e].key;
 		}
 		if (rc == MC_OK)
 			mc_store_msg_release(&resp);

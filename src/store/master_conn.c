@@ -775,8 +775,19 @@ static void leave_unlock(struct mc_master_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* One try; *sent (may be NULL) says whether the request was written, so
+ * that a failure after it is a lost answer, not a master never reached. */
+static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
+			   struct mc_store_msg *resp_out, bool *sent);
+
 static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *body,
 			   struct mc_store_msg *resp_out)
+{
+	return call_sent(c, type, body, resp_out, NULL);
+}
+
+static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
+			   struct mc_store_msg *resp_out, bool *sent)
 {
 	uint64_t deadline = deadline_after(c->timeout_ms);
 	/* read now: once this call has left, mc_master_conn_free may free c */
@@ -806,6 +817,8 @@ static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *
 		rc = send_call(c, &k, b, deadline);
 		pthread_mutex_lock(&c->lock);
 		buf_put_locked(c, b);
+		if (rc == MC_OK && sent)
+			*sent = true;
 		if (rc == MC_OK) {
 			wait_answer_locked(c, &k, deadline);
 			rc = k.status;
@@ -853,7 +866,19 @@ out:
 	return rc;
 }
 
-/* Reads and pings: repeating them after a lost answer changes nothing. */
+/*
+ * Calls whose answer was lost (the connection broke, or with an HA address
+ * the master stopped answering) that are repeated once.  Reads and pings
+ * change nothing.  A PutEnd, BatchPutEnd or their upsert forms on an object
+ * already complete is answered OK, so a repeated End that the master had
+ * applied succeeds, and one it had not (the old leader died before its log
+ * record reached the standby, which then never heard of the write) fails
+ * with the new master's answer (OBJECT_NOT_FOUND): the put is reported
+ * failed only when it is not durable.  An UpsertStart pre-empts the
+ * in-flight write of its key at once (the lost attempt's blocks parked), so
+ * repeating it leaves nothing behind.  PutStart is repeated after a revoke,
+ * see restart_put.
+ */
 static bool retry_safe(uint16_t type)
 {
 	switch (type) {
@@ -865,31 +890,131 @@ static bool retry_safe(uint16_t type)
 	case MC_STORE_GET_REPLICA_LIST:
 	case MC_STORE_BATCH_GET_REPLICA_LIST:
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
+	case MC_STORE_PUT_END:
+	case MC_STORE_BATCH_PUT_END:
+	case MC_STORE_UPSERT_START:
+	case MC_STORE_UPSERT_END:
+	case MC_STORE_BATCH_UPSERT_START:
+	case MC_STORE_BATCH_UPSERT_END:
 		return true;
 	default:
 		return false;
 	}
 }
 
+static bool answer_lost(mc_status rc)
+{
+	return rc == MC_ERR_RPC_FAIL || rc == MC_ERR_RPC_TIMEOUT;
+}
+
+/* Whether the revoke's answer for a key leaves an OBJECT_ALREADY_EXISTS of
+ * the repeated PutStart unexplained: the key was absent or our own write
+ * (now revoked), so what exists may be the lost attempt itself, processed
+ * late.  A complete object (INVALID_WRITE) or another client's write
+ * (ILLEGAL_CLIENT) explain it: insert-if-absent, as for any put. */
+static bool exists_unexplained(int32_t revoke_status)
+{
+	return revoke_status == MC_OK || revoke_status == MC_ERR_OBJECT_NOT_FOUND;
+}
+
 /*
- * With an HA address a call is repeated once on the leader after a
- * failover: any call the master refused as not the leader
- * (UNAVAILABLE_IN_CURRENT_MODE: it did nothing), and a read or ping whose
- * answer was lost with the connection.  A write whose answer was lost is
- * not repeated (it may have been applied): it fails with RPC_FAIL or
- * RPC_TIMEOUT, which the caller may retry.
+ * A PutStart or BatchPutStart whose answer was lost may have allocated the
+ * object, in flight and ours, with no one to write or end it: repeating
+ * the start alone would answer OBJECT_ALREADY_EXISTS, which the put turns
+ * into success (insert-if-absent) with no data written.  So the unknown
+ * attempt is revoked first (the master revokes only a write of this
+ * client), then the start is sent again.  An OBJECT_ALREADY_EXISTS of the
+ * repeated start that the revoke does not explain is reported as the lost
+ * answer's error (lost), never as success.  Returns the repeated start's
+ * status, or lost when the revoke could not be sent.
+ */
+static mc_status restart_put(struct mc_master_conn *c, uint16_t type, const void *body,
+			     struct mc_store_msg *resp_out, mc_status lost)
+{
+	struct mc_store_msg rv;
+	char why[400];
+	mc_status rc;
+
+	snprintf(why, sizeof(why), "%s", mc_last_error());
+	if (type == MC_STORE_PUT_START) {
+		const struct mc_store_put_start_req *q = body;
+		struct mc_store_put_revoke_req r = {
+			.client_id = q->client_id,
+			.tenant = q->tenant,
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.key = q->key,
+		};
+		int32_t revoked;
+
+		rc = call_once(c, MC_STORE_PUT_REVOKE, &r, &rv);
+		if (answer_lost(rc) || rc == MC_ERR_NOMEM)
+			return mc_set_error(lost, "%s", why);
+		if (rc == MC_OK)
+			mc_store_msg_release(&rv);
+		revoked = rc;
+		rc = call_once(c, type, body, resp_out);
+		if (rc == MC_ERR_OBJECT_ALREADY_EXISTS && exists_unexplained(revoked))
+			return mc_set_error(
+				lost, "%s; repeated, the key exists (the lost attempt?)", why);
+		return rc;
+	} else {
+		const struct mc_store_batch_put_start_req *q = body;
+		struct mc_proto_str *keys = mc_calloc(q->n_items ? q->n_items : 1, sizeof(*keys));
+		struct mc_store_batch_put_revoke_req r = {
+			.client_id = q->client_id,
+			.tenant = q->tenant,
+			.replica_type = MC_STORE_REPLICA_ALL,
+			.n_keys = q->n_items,
+			.keys = keys,
+		};
+		int32_t *revoked;
+
+		if (!keys)
+			return mc_set_error(lost, "%s", why);
+		for (uint32_t i = 0; i < q->n_items; i++)
+			keys[i] = q->items[i].key;
+		rc = call_once(c, MC_STORE_BATCH_PUT_REVOKE, &r, &rv);
+		mc_free(keys);
+		if (rc != MC_OK || rv.body.batch_status_resp.n_items != q->n_items) {
+			if (rc == MC_OK)
+				mc_store_msg_release(&rv);
+			return mc_set_error(lost, "%s", why);
+		}
+		revoked = rv.body.batch_status_resp.statuses;
+		rc = call_once(c, type, body, resp_out);
+		if (rc == MC_OK && resp_out->body.batch_put_start_resp.n_items == q->n_items) {
+			struct mc_store_put_start_item *it =
+				resp_out->body.batch_put_start_resp.items;
+			for (uint32_t i = 0; i < q->n_items; i++)
+				if (it[i].status == MC_ERR_OBJECT_ALREADY_EXISTS &&
+				    exists_unexplained(revoked[i]))
+					it[i].status = lost;
+		}
+		mc_store_msg_release(&rv);
+		return rc;
+	}
+}
+
+/*
+ * A call is repeated once: with an HA address, on the leader after a
+ * failover, any call the master refused as not the leader
+ * (UNAVAILABLE_IN_CURRENT_MODE: it did nothing); and, with any address,
+ * a retry_safe call or a put's start whose answer was lost with the
+ * connection (RPC_FAIL after the request was written; with an HA address
+ * any RPC_FAIL and also RPC_TIMEOUT, after which the connection is
+ * dropped), on a new connection.  Any other write whose
+ * answer was lost is not repeated (it may have been applied): it fails with
+ * RPC_FAIL or RPC_TIMEOUT, which the caller may retry.
  */
 mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
 			      struct mc_store_msg *resp_out)
 {
+	const bool start = type == MC_STORE_PUT_START || type == MC_STORE_BATCH_PUT_START;
+	bool sent = false;
 	mc_status rc;
 
-	/* c->coord never changes; without it the call is one call_once, after
-	 * which mc_master_conn_free may already have freed c */
-	if (!c->coord)
-		return call_once(c, type, body, resp_out);
-	/* the HA path reads c between its tries: count it as a user until done,
-	 * so that a concurrent mc_master_conn_free waits for it */
+	/* the retry reads c after the first try: count it as a user until
+	 * done, so that a concurrent mc_master_conn_free waits for it */
 	pthread_mutex_lock(&c->lock);
 	if (c->stop) {
 		pthread_mutex_unlock(&c->lock);
@@ -897,15 +1022,24 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 	}
 	c->users++;
 	pthread_mutex_unlock(&c->lock);
-	rc = call_once(c, type, body, resp_out);
-	if (rc != MC_OK &&
-	    (rc == MC_ERR_UNAVAILABLE_IN_CURRENT_MODE ||
-	     ((rc == MC_ERR_RPC_FAIL || rc == MC_ERR_RPC_TIMEOUT) && retry_safe(type)))) {
-		mc_info("%s failed (%s); asking %s for the leader and trying once more",
-			mc_store_msg_name(type), mc_last_error(), c->host);
+	rc = call_sent(c, type, body, resp_out, &sent);
+	/* without HA, a master that could not be reached is not tried again */
+	if (rc != MC_OK && ((c->coord && rc == MC_ERR_UNAVAILABLE_IN_CURRENT_MODE) ||
+			    (((rc == MC_ERR_RPC_FAIL && (c->coord || sent)) ||
+			      (c->coord && rc == MC_ERR_RPC_TIMEOUT)) &&
+			     (retry_safe(type) || start)))) {
+		if (c->coord)
+			mc_info("%s failed (%s); asking %s for the leader and trying once more",
+				mc_store_msg_name(type), mc_last_error(), c->host);
+		else
+			mc_info("%s failed (%s); trying once more on a new connection",
+				mc_store_msg_name(type), mc_last_error());
 		if (rc != MC_ERR_RPC_FAIL)
 			mc_master_conn_reset(c); /* a standby, or a master that stopped answering */
-		rc = call_once(c, type, body, resp_out);
+		if (start && rc != MC_ERR_UNAVAILABLE_IN_CURRENT_MODE)
+			rc = restart_put(c, type, body, resp_out, rc);
+		else
+			rc = call_once(c, type, body, resp_out);
 	}
 	pthread_mutex_lock(&c->lock);
 	leave_unlock(c);

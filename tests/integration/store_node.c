@@ -37,6 +37,10 @@
  *                                  COUNT puts of keys PREFIX<i>, data seed
  *                                  SEED+i -> OK n=<n> bytes=<b> ms=<t>
  *                                  mbps=<MB/s> xxh3=<hex of all checksums>
+ *   bput PREFIX COUNT SIZE SEED [OPTS]
+ *                                  one batch put (zero-copy) of keys
+ *                                  PREFIX<i>, seed SEED+i, at most 64
+ *                                  -> OK <status of each key>...
  *   getn PREFIX COUNT [SIZE SEED] [zc]
  *                                  COUNT gets; with SIZE and SEED each
  *                                  object is also compared with the data
@@ -357,6 +361,52 @@ out:
 	free(sums);
 	if (heap)
 		free(v);
+}
+
+/* bput PREFIX COUNT SIZE SEED [OPTS]: one mc_store_batch_put_from of keys
+ * PREFIX<i>, each from its own share of the scratch buffer, data seed
+ * SEED+i -> OK <r0> <r1> ... (each key's status) */
+static void cmd_bput(int argc, char **argv)
+{
+	const char *keys[64];
+	char names[64][KEY_CAP];
+	void *bufs[64];
+	size_t lens[64];
+	mc_status res[64];
+	struct put_opts o;
+	uint64_t count, len, seed;
+	char out[64 * 8];
+	size_t off = 0;
+	mc_status st;
+
+	if (argc < 5 || !parse_u64(argv[2], &count) || !parse_u64(argv[3], &len) ||
+	    !parse_u64(argv[4], &seed) || count == 0 || count > 64 || len == 0) {
+		reply("ERR BADARG 0 usage: bput PREFIX COUNT(1..64) SIZE SEED [OPTS]");
+		return;
+	}
+	if (!parse_opts(argc, argv, 5, &o))
+		return;
+	if (count * len > zbuf_size) {
+		reply("ERR BADARG 0 %" PRIu64 " x %" PRIu64 " bytes do not fit the scratch buffer",
+		      count, len);
+		return;
+	}
+	decode_arg(argv[1]);
+	for (uint64_t i = 0; i < count; i++) {
+		make_key(names[i], KEY_CAP, argv[1], i);
+		keys[i] = names[i];
+		bufs[i] = zbuf + i * len;
+		lens[i] = len;
+		fill_bytes(bufs[i], len, seed + i);
+	}
+	st = mc_store_batch_put_from(store, keys, bufs, lens, count, &o.cfg, res);
+	if (st != MC_OK) {
+		reply_err(st, 0, "batch_put_from");
+		return;
+	}
+	for (uint64_t i = 0; i < count; i++)
+		off += (size_t)snprintf(out + off, sizeof(out) - off, " %d", (int)res[i]);
+	reply("OK%s", out);
 }
 
 /* getloop PREFIX COUNT SECONDS FILE (bench/store_read_kill.py) */
@@ -747,6 +797,8 @@ static bool run_line(char *line)
 		cmd_get(false, argc, argv);
 	else if (!strcmp(c, "get_into"))
 		cmd_get(true, argc, argv);
+	else if (!strcmp(c, "bput"))
+		cmd_bput(argc, argv);
 	else if (!strcmp(c, "putn"))
 		cmd_putn(argc, argv);
 	else if (!strcmp(c, "getn"))

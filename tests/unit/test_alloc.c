@@ -868,6 +868,50 @@ static void claim_rebuilds_what_alloc_handed_out(void **state)
 	mc_offset_alloc_free(b);
 }
 
+/* A remount sizes the tables once for its run of claims (expect): the
+ * blocks claimed before are still found after the table is rebuilt, and
+ * the claims of the run grow nothing. */
+static void expect_sizes_once_for_a_run_of_claims(void **state)
+{
+	enum { N = 6000 };
+	struct mc_offset_alloc *b = new_alloc(0x10000, 64 * MIB, 64);
+	uint64_t len, meta;
+	uint32_t cur = 0;
+
+	(void)state;
+	for (int i = 0; i < N / 2; i++) /* every other slot of 128 bytes */
+		assert_int_equal(mc_offset_alloc_claim(b, 0x10000 + (uint64_t)i * 256, 100, &cur),
+				 MC_OK);
+	mc_offset_alloc_expect(b, N / 2);
+	assert_true(mc_offset_alloc_check(b));
+	meta = stats_of(b).meta_bytes;
+	for (int i = 0; i < N / 2; i++) {
+		assert_int_equal(mc_offset_alloc_lookup(b, 0x10000 + (uint64_t)i * 256, &len),
+				 MC_OK);
+		assert_int_equal(len, 100);
+	}
+	/* the run: back to back, as a segment's objects mostly are */
+	cur = 0;
+	for (int i = N / 2; i < N; i++) {
+		uint64_t addr = 0x10000 + (uint64_t)N / 2 * 256 + (uint64_t)(i - N / 2) * 128;
+
+		if (i + 8 < N)
+			mc_offset_alloc_prefetch(b, addr + 8 * 128);
+		assert_int_equal(mc_offset_alloc_claim(b, addr, 100, &cur), MC_OK);
+	}
+	assert_true(stats_of(b).meta_bytes <= meta); /* nothing grew */
+	assert_true(mc_offset_alloc_check(b));
+	for (int i = 0; i < N; i++)
+		assert_int_equal(
+			mc_offset_alloc_release(b, i < N / 2 ? 0x10000 + (uint64_t)i * 256
+							     : 0x10000 + (uint64_t)N / 2 * 256 +
+								       (uint64_t)(i - N / 2) * 128),
+			MC_OK);
+	assert_empty(b);
+	mc_offset_alloc_prefetch(b, 0); /* below the range: nothing */
+	mc_offset_alloc_free(b);
+}
+
 /*
  * The block table grows incrementally: after the alloc that doubles it the
  * old table is still held (its size shows in meta_bytes) and drains over
@@ -986,6 +1030,7 @@ int main(void)
 		cmocka_unit_test(large_samples_and_nomem_in_placement),
 		cmocka_unit_test(placement_failures),
 		cmocka_unit_test(strategy_names_parse),
+		cmocka_unit_test(expect_sizes_once_for_a_run_of_claims),
 		cmocka_unit_test(claim_rebuilds_what_alloc_handed_out),
 		cmocka_unit_test(table_grows_a_piece_per_operation),
 		cmocka_unit_test(free_later_gives_back_in_pieces),

@@ -111,6 +111,69 @@ static mc_status reopen(const char *dir, uint64_t after, struct seen *s,
 	return st;
 }
 
+struct hints {
+	struct seen s;
+	uint64_t after, hinted, last_hint, bad;
+};
+
+static mc_status hint_apply(void *arg, const struct mc_wal_rec *r)
+{
+	struct hints *h = arg;
+
+	/* a record may be applied without a hint (the first of a file or of a
+	 * read chunk), never after its hint was passed by */
+	if (h->last_hint > r->seq + MC_WAL_HINT_AHEAD)
+		h->bad++;
+	return collect(&h->s, r);
+}
+
+static mc_status hint_note(void *arg, const struct mc_wal_rec *r)
+{
+	struct hints *h = arg;
+	uint64_t done = h->s.n ? h->s.last : h->after; /* read past, applied or not */
+
+	/* each once, in order, after `after`, ahead of what was read, not too
+	 * far ahead */
+	if (r->seq <= h->last_hint || r->seq <= done || r->seq <= h->after ||
+	    r->seq > done + 1 + MC_WAL_HINT_AHEAD || r->len != r->seq % 300)
+		h->bad++;
+	h->last_hint = r->seq;
+	h->hinted++;
+	return MC_OK;
+}
+
+/* mc_wal_open_hinted: the records about to be applied are hinted first. */
+static void hints_run_ahead_of_the_records(void **state)
+{
+	char *dir = mkdir_tmp();
+	struct mc_wal *w;
+	struct hints h;
+
+	(void)state;
+	assert_int_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, NULL, NULL, &w, NULL), MC_OK);
+	append_n(w, 3000);
+	assert_int_equal(mc_wal_commit(w), MC_OK);
+	assert_int_equal(mc_wal_rotate(w), MC_OK);
+	append_n(w, 3000);
+	assert_int_equal(mc_wal_close(w), MC_OK);
+
+	memset(&h, 0, sizeof(h));
+	h.s.order_ok = true;
+	h.after = 500;
+	assert_int_equal(
+		mc_wal_open_hinted(dir, MC_WAL_FSYNC_NO, 500, hint_apply, hint_note, &h, &w, NULL),
+		MC_OK);
+	assert_int_equal(mc_wal_close(w), MC_OK);
+	assert_true(h.s.order_ok);
+	assert_int_equal(h.s.first, 501);
+	assert_int_equal(h.s.last, 6000);
+	assert_int_equal(h.bad, 0);
+	/* all but the first of each file and of each read chunk */
+	assert_true(h.hinted >= 5400 && h.hinted <= 5499);
+	rm_rf(dir);
+	free(dir);
+}
+
 /* 1,000 records in two commits and two files, replayed whole and after a seq. */
 static void records_come_back_in_order(void **state)
 {
@@ -484,6 +547,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(records_come_back_in_order),
+		cmocka_unit_test(hints_run_ahead_of_the_records),
 		cmocka_unit_test(a_torn_tail_is_cut),
 		cmocka_unit_test(damage_in_the_middle_is_refused),
 		cmocka_unit_test(newer_versions_and_gaps_are_refused),
