@@ -300,6 +300,10 @@ void mc_store_ranges_release(struct mc_store_ranges *rs);
 size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, uint64_t len,
 			   const struct mc_store_replica *reps, uint32_t nreps);
 
+/* mc_store_get_into_ranges without its metrics (client_ranges.c). */
+mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
+					   const struct mc_store_range_read *reads, size_t n);
+
 /* A read that failed and may be tried from another replica. */
 static inline bool mc_store_io_retryable(const struct mc_store_io *io)
 {
