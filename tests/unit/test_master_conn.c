@@ -41,8 +41,8 @@
 
 enum fake_mode {
 	FAKE_ECHO,   /* answer every Ping */
-	FAKE_DROP,   /* like ECHO, but once drop_at requests arrived, send half an
-		      * answer and close the connection */
+	FAKE_DROP,   /* like ECHO, but for requests drop_at .. drop_at + drop_n - 1
+		      * send half an answer and close the connection */
 	FAKE_SILENT, /* answer ServiceReady only */
 };
 
@@ -50,7 +50,7 @@ struct fake {
 	int lfd;
 	uint16_t port;
 	enum fake_mode mode;
-	int drop_at;
+	int drop_at, drop_n;
 	bool grouping; /* answer groups of two or more (or after FAKE_PAIR_MS) */
 	pthread_t th;
 	pthread_mutex_t mu;
@@ -89,7 +89,8 @@ static bool fake_answer_group(struct fake *f, int fd, struct mc_store_msg *reqs,
 			fake_count(f, &total);
 			if (f->mode == FAKE_SILENT)
 				continue;
-			if (f->mode == FAKE_DROP && total == f->drop_at)
+			if (f->mode == FAKE_DROP && total >= f->drop_at &&
+			    total < f->drop_at + f->drop_n)
 				drop = true;
 			mc_store_ping_response_encode(&out, m->hdr.req_id, &pr);
 		}
@@ -187,11 +188,12 @@ static void *fake_main(void *arg)
 	return NULL;
 }
 
-static void fake_start(struct fake *f, enum fake_mode mode, int drop_at, bool grouping)
+static void fake_start(struct fake *f, enum fake_mode mode, int drop_at, int drop_n, bool grouping)
 {
 	memset(f, 0, sizeof(*f));
 	f->mode = mode;
 	f->drop_at = drop_at;
+	f->drop_n = drop_n;
 	f->grouping = grouping;
 	pthread_mutex_init(&f->mu, NULL);
 	pthread_cond_init(&f->cv, NULL);
@@ -258,7 +260,7 @@ static void lone_caller_reads_its_own_answers(void **state)
 	struct mc_master_conn *c;
 	struct fake f;
 	(void)state;
-	fake_start(&f, FAKE_ECHO, 0, false);
+	fake_start(&f, FAKE_ECHO, 0, 0, false);
 	c = conn_new(&f);
 	for (uint64_t i = 0; i < 200; i++)
 		assert_int_equal(ping(c, 1, i), MC_OK);
@@ -300,7 +302,10 @@ static void *caller_main(void *arg)
 		w->failed++;
 		w->slowest_fail_ms = MC_MAX(w->slowest_fail_ms, mc_now_ms() - t0);
 		if (w->stop_after_fail) {
-			w->recovered = ping(w->c, w->t, 999999) == MC_OK;
+			/* the next calls reconnect; a few may still meet the
+			 * fake's window of cut answers */
+			for (int k = 0; k < 10 && !w->recovered; k++)
+				w->recovered = ping(w->c, w->t, 999999) == MC_OK;
 			break;
 		}
 	}
@@ -316,7 +321,7 @@ static void concurrent_callers_share_the_socket(void **state)
 	pthread_t th[T];
 	struct fake f;
 	(void)state;
-	fake_start(&f, FAKE_ECHO, 0, true);
+	fake_start(&f, FAKE_ECHO, 0, 0, true);
 	c = conn_new(&f);
 	for (int i = 0; i < T; i++) {
 		w[i] = (struct caller){.c = c, .t = (uint64_t)i + 1, .calls = N};
@@ -349,7 +354,10 @@ static void connection_drop_fails_calls_in_flight(void **state)
 	struct fake f;
 	int failed = 0;
 	(void)state;
-	fake_start(&f, FAKE_DROP, 60, true);
+	/* a ping whose answer is lost is repeated once on a new connection: cut
+	 * 8 requests in a row, so that some call's repeat is cut too (at most 4
+	 * calls are in flight, so the repeat of the call cut at 61 comes by 65) */
+	fake_start(&f, FAKE_DROP, 60, 8, true);
 	setenv("MC_RPC_TIMEOUT_MS", "60000", 1); /* a hang would not be a timeout */
 	c = conn_new(&f);
 	unsetenv("MC_RPC_TIMEOUT_MS");
@@ -387,7 +395,8 @@ static void lone_caller_sees_a_cut_answer(void **state)
 	struct fake f;
 	uint64_t t0;
 	(void)state;
-	fake_start(&f, FAKE_DROP, 3, false);
+	/* requests 3 and 4 cut: the call and its one repeat */
+	fake_start(&f, FAKE_DROP, 3, 2, false);
 	setenv("MC_RPC_TIMEOUT_MS", "60000", 1);
 	c = conn_new(&f);
 	unsetenv("MC_RPC_TIMEOUT_MS");
@@ -396,8 +405,34 @@ static void lone_caller_sees_a_cut_answer(void **state)
 	t0 = mc_now_ms();
 	assert_int_equal(ping(c, 7, 3), MC_ERR_RPC_FAIL);
 	assert_true(mc_now_ms() - t0 < BOUND_MS);
+	pthread_mutex_lock(&f.mu);
+	assert_int_equal(f.requests, 4);
+	pthread_mutex_unlock(&f.mu);
 	for (uint64_t i = 4; i < 20; i++)
 		assert_int_equal(ping(c, 7, i), MC_OK);
+	mc_master_conn_free(c);
+	fake_stop(&f);
+}
+
+/* A lone caller's answer cut once: the ping (retry-safe) is repeated on a
+ * new connection and succeeds. */
+static void a_cut_answer_is_repeated_once(void **state)
+{
+	struct mc_master_conn *c;
+	struct fake f;
+	(void)state;
+	fake_start(&f, FAKE_DROP, 2, 1, false);
+	setenv("MC_RPC_TIMEOUT_MS", "60000", 1);
+	c = conn_new(&f);
+	unsetenv("MC_RPC_TIMEOUT_MS");
+	assert_int_equal(ping(c, 9, 1), MC_OK);
+	assert_int_equal(ping(c, 9, 2), MC_OK); /* cut, then repeated */
+	assert_int_equal(ping(c, 9, 3), MC_OK);
+	pthread_mutex_lock(&f.mu);
+	assert_true(f.dropped);
+	assert_int_equal(f.requests, 4);
+	assert_true(f.connections >= 2);
+	pthread_mutex_unlock(&f.mu);
 	mc_master_conn_free(c);
 	fake_stop(&f);
 }
@@ -413,7 +448,7 @@ static void free_fails_calls_in_flight(void **state)
 	struct fake f;
 	uint64_t t0;
 	(void)state;
-	fake_start(&f, FAKE_SILENT, 0, false);
+	fake_start(&f, FAKE_SILENT, 0, 0, false);
 	setenv("MC_RPC_TIMEOUT_MS", "60000", 1);
 	c = conn_new(&f);
 	unsetenv("MC_RPC_TIMEOUT_MS");
@@ -445,7 +480,7 @@ static void silent_master_times_out_every_caller(void **state)
 	pthread_t th[T];
 	struct fake f;
 	(void)state;
-	fake_start(&f, FAKE_SILENT, 0, false);
+	fake_start(&f, FAKE_SILENT, 0, 0, false);
 	setenv("MC_RPC_TIMEOUT_MS", "300", 1);
 	c = conn_new(&f);
 	unsetenv("MC_RPC_TIMEOUT_MS");
@@ -471,6 +506,7 @@ int main(void)
 		cmocka_unit_test(concurrent_callers_share_the_socket),
 		cmocka_unit_test(connection_drop_fails_calls_in_flight),
 		cmocka_unit_test(lone_caller_sees_a_cut_answer),
+		cmocka_unit_test(a_cut_answer_is_repeated_once),
 		cmocka_unit_test(free_fails_calls_in_flight),
 		cmocka_unit_test(silent_master_times_out_every_caller),
 	};
