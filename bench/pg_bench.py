@@ -25,6 +25,7 @@ With gloo among three or more backends, one ratio column per other backend
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -102,7 +103,21 @@ def rank_main(args):
     os._exit(0)
 
 
+def free_port_from(port):
+    """The first port from PORT that 127.0.0.1 can listen on (a port of the
+    range may be some other process's ephemeral port)."""
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                port += 1
+
+
 def run_world(label, world, args):
+    args.port = free_port_from(args.port)
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1")
     backend, _, path = label.partition("@")
     if path:
