@@ -127,6 +127,14 @@ def run_world(label, world, args):
            "--max-size", str(args.max_size), "--seconds", str(args.seconds)]
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], env=env, stdout=subprocess.PIPE, text=True)
              for r in range(world)]
+    # a rank that fails (its store's port taken, say) leaves the others waiting
+    # for it forever: stop them all then
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
     out = [p.communicate()[0] for p in procs]
     for p, o in zip(procs, out):
         if p.returncode != 0:
