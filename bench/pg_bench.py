@@ -13,11 +13,19 @@ no all_gather_into_tensor); float32.  time is the slowest
 rank's mean per operation; algbw = size / time; busbw = algbw * 2(n-1)/n for
 all_reduce and * (n-1)/n for all_gather.  ratio = gloo time / mooncake time
 (> 1: mooncake-cpu is faster).
+
+A/B of two mooncake packages in the same run: a backend written NAME@DIR runs
+its ranks with PYTHONPATH=DIR (a directory holding a `mooncake` package, e.g.
+a copy of build/python with another pg.py), e.g.
+    --backends mooncake-cpu@/tmp/old,mooncake-cpu,gloo
+With gloo among three or more backends, one ratio column per other backend
+(gloo time / its time).
 """
 
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -95,21 +103,46 @@ def rank_main(args):
     os._exit(0)
 
 
-def run_world(backend, world, args):
+def free_port_from(port):
+    """The first port from PORT that 127.0.0.1 can listen on (a port of the
+    range may be some other process's ephemeral port)."""
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                port += 1
+
+
+def run_world(label, world, args):
+    args.port = free_port_from(args.port)
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1")
+    backend, _, path = label.partition("@")
+    if path:
+        env["PYTHONPATH"] = path
     cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--backend", backend,
            "--world", str(world), "--port", str(args.port), "--min-size", str(args.min_size),
            "--max-size", str(args.max_size), "--seconds", str(args.seconds)]
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], env=env, stdout=subprocess.PIPE, text=True)
              for r in range(world)]
+    # a rank that fails (its store's port taken, say) leaves the others waiting
+    # for it forever: stop them all then
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
     out = [p.communicate()[0] for p in procs]
     for p, o in zip(procs, out):
         if p.returncode != 0:
-            raise SystemExit(f"{backend} world {world}: a rank failed ({p.returncode}):\n{o}")
+            raise SystemExit(f"{label} world {world}: a rank failed ({p.returncode}):\n{o}")
     for line in out[0].splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
-    raise SystemExit(f"{backend} world {world}: no result")
+    raise SystemExit(f"{label} world {world}: no result")
 
 
 def main():
@@ -142,8 +175,11 @@ def main():
         head = "| collective | size |"
         for b in backends:
             head += f" {b} time (us) | algbw GB/s | busbw GB/s |"
+        others = [b for b in backends if b != "gloo"] if "gloo" in backends else []
         if len(backends) == 2:
             head += " ratio |"
+        elif others:
+            head += "".join(f" gloo / {b} |" for b in others)
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
         for key in runs[backends[0]][0]:
@@ -159,6 +195,8 @@ def main():
                 row += f" {t * 1e6:.1f} | {alg:.3f} | {alg * factor:.3f} |"
             if len(backends) == 2:
                 row += f" {med[backends[1]] / med[backends[0]]:.2f} |"
+            elif others:
+                row += "".join(f" {med['gloo'] / med[b]:.2f} |" for b in others)
             print(row, flush=True)
 
 

@@ -37,6 +37,7 @@ every active member makes each membership call.
 """
 
 import os
+import sys
 import threading
 import time
 import warnings
@@ -376,11 +377,14 @@ class _Op:
 class _Lane:
     """A group's collectives, run in issue order under the group's lock: by
     the lane's thread (so async_op=True work progresses beside the caller), or
-    by a caller whose wait() finds its operation not yet started (so a
-    blocking collective pays no thread hand-off).  Popping and running both
-    happen under the group's lock, so whoever holds it runs the queue's head:
-    the order holds whichever thread runs an operation.  The thread leaves
-    after IDLE_S without work and starts again with the next."""
+    by a caller whose wait() finds its operation not yet started, or by the
+    caller of a blocking collective at once (submit(wake=False), then
+    run_until: the lane's thread is not woken, so it does not contend with the
+    caller for the GIL; see _caller_blocks).  Popping and running both happen
+    under the group's lock, so whoever holds it runs the queue's head: the
+    order holds whichever thread runs an operation, and a blocking collective
+    issued after async ones runs after them.  The thread leaves after IDLE_S
+    without work and starts again with the next."""
 
     IDLE_S = 5.0
 
@@ -390,10 +394,12 @@ class _Lane:
         self.cv = threading.Condition(threading.Lock())
         self.thread = None
 
-    def submit(self, fn):
+    def submit(self, fn, wake=True):
         op = _Op(fn)
         with self.cv:
             self.q.append(op)
+            if not wake:  # the caller runs it (run_until) before it returns
+                return op
             if self.thread is None:
                 self.thread = threading.Thread(target=self._loop, name="mooncake-pg-coll",
                                                daemon=True)
@@ -418,6 +424,21 @@ class _Lane:
                         return
                     op = self.q.popleft()
                 op.run()
+
+
+def _caller_blocks():
+    """Whether the torch.distributed call that issued the operation waits for it
+    before it returns (its async_op is False): then the caller runs it itself
+    and the lane's thread is not woken.  Anything else (async_op=True, a direct
+    call of the group's method) goes to the lane's thread."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__") == __name__:
+        f = f.f_back
+    return (f is not None and f.f_globals.get("__name__") == _C10D
+            and f.f_locals.get("async_op") is False)
+
+
+_C10D = dist.distributed_c10d.__name__
 
 
 # ---------------------------------------------------------------- the group
@@ -572,13 +593,19 @@ class MooncakeProcessGroup(ProcessGroup):
     def _submit(self, body, tensors=()):
         """Queue body(state) on the group's lane, in issue order: the caller gets
         a work handle at once (async_op=True overlaps with it) and wait()
-        blocks until the operation finished."""
+        blocks until the operation finished.  A blocking torch.distributed call
+        runs the lane up to its operation here, on its own thread, and gets a
+        completed handle."""
         def run():
             self._check_usable()
             state = [0]
             body(state)
             return self._finish(state[0], tensors)
-        op = self._lane.submit(run)
+        if _caller_blocks():
+            op = self._lane.submit(run, wake=False)
+            self._lane.run_until(op)
+        else:
+            op = self._lane.submit(run)
         return MooncakeP2PWork(op.fut, self._max, runner=lambda: self._lane.run_until(op))
 
     def _coll_op(self, fn, *args):

@@ -7,6 +7,7 @@ every result against the value computed locally, and exits 0 only when all
 checks pass (an AssertionError names the first that failed).
 """
 
+import faulthandler
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ SUM, PROD, MIN, MAX = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.M
 # small tensors take the direct exchange, large ones (> 64 KiB) the ring; the
 # large count is not a multiple of the world size, so the blocks are uneven
 SMALL, LARGE = 5, 70001
+T0 = time.monotonic()
 
 
 def value(rank, n, dtype):
@@ -356,6 +358,12 @@ def all_ranks_work(rank, ws, group=None, base=0):
     assert got.eq(prv).all(), got[:4]
 
 
+def step(rank, what):
+    """A progress line (the test shows every rank's output when one fails)."""
+    print(f"rank {rank}: {what} (epoch {mpg.get_current_epoch(None)}) at "
+          f"{time.monotonic() - T0:.2f} s", flush=True)
+
+
 def recover(rank, ws):
     """The last rank dies after one all_reduce; a replacement process (started
     by the test when it is gone; scenario "replacement") joins; the survivors
@@ -364,6 +372,7 @@ def recover(rank, ws):
     if rank == victim:
         die_after_first_all_reduce(rank, ws)
     lose(rank, ws, victim)
+    step(rank, "lost the victim")
     assert dist.get_world_size() == ws - 1 and mpg.get_current_epoch(None) == 1
     # every survivor proposes; admission waits for the replacement's readiness
     res = mpg.recover_ranks(None, [victim])
@@ -375,11 +384,16 @@ def recover(rank, ws):
     assert again.status == mpg.ProposalStatus.Applied and again.new_epoch == 2, again
     assert dist.get_world_size() == ws
     assert mpg.get_active_ranks(None).tolist() == [1] * ws
+    step(rank, "recovered")
     all_ranks_work(rank, ws)
+    step(rank, "worked with the replacement")
+    # the replacement may go now (see replacement())
+    dist.distributed_c10d._get_default_store().set(f"pg_test/worked/{rank}", "1")
     # then the members take it out again (framework-managed deactivation)
     res = mpg.deactivate_ranks(None, [victim])
     assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 3, res
     assert dist.get_world_size() == ws - 1
+    step(rank, "deactivated the replacement")
     all_ranks_work(rank, ws - 1)
 
 
@@ -388,10 +402,19 @@ def replacement(rank, ws):
     # for the activation, then takes part with the survivors
     assert dist.get_world_size() == ws
     all_ranks_work(rank, ws)
+    step(rank, "worked with the survivors")
     assert mpg.get_current_epoch(None) == 2
     assert mpg.get_active_ranks(None).tolist() == [1] * ws
+    # the members deactivate this rank next, without it.  It may not exit when its
+    # own last operation completed: a survivor's WRITE to it is answered by its
+    # engine after the data landed (the copy it saw), so a survivor still waiting
+    # for that answer would see the write fail.  Each survivor says when its
+    # operations with this rank are over; rank 0's store outlives the last call.
+    store = dist.distributed_c10d._get_default_store()
+    store.wait([f"pg_test/worked/{r}" for r in range(ws) if r != rank])
+    store.set("pg_test/left/replacement", "1")
     print(f"rank {rank} replacement ok", flush=True)
-    os._exit(0)  # the members deactivate this rank next: no final barrier with them
+    os._exit(0)
 
 
 def rank0_dies(rank, ws):
@@ -418,6 +441,8 @@ def rank0_dies(rank, ws):
 
 
 def main():
+    if os.environ.get("PG_TEST_DUMP_S"):  # debugging a hang: every thread's stack, then go on
+        faulthandler.dump_traceback_later(float(os.environ["PG_TEST_DUMP_S"]), repeat=True)
     scenario, rank, ws, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     kw = {}
     if scenario == "replacement":
@@ -426,7 +451,7 @@ def main():
         kw["store"] = dist.TCPStore("127.0.0.1", port, ws, False)
     else:
         kw["init_method"] = f"tcp://127.0.0.1:{port}"
-    t0 = time.monotonic()
+    t0 = T0
     dist.init_process_group("mooncake-cpu", rank=rank, world_size=ws, **kw)
     print(f"rank {rank}: init took {time.monotonic() - t0:.2f} s", flush=True)
     assert dist.get_backend() == "mooncake-cpu"
@@ -436,8 +461,28 @@ def main():
     for name in scenario.split("+"):
         fns[name](rank, ws)
     dist.barrier()
+    leave(rank, scenario)
     print(f"rank {rank} {scenario} ok at {time.monotonic() - t0:.2f} s", flush=True)
     os._exit(0)  # the victim's peers: skip torch's teardown of a group with a dead rank
+
+
+def leave(rank, scenario):
+    """Exit only once every live rank's final barrier completed: a rank whose
+    barrier returned has its own WRITEs answered, but a peer's WRITE to it may
+    still wait for this process's engine to answer; exiting then would fail the
+    peer's barrier.  The store's host (rank 0 unless the test runs it) leaves
+    last, so no rank's store call loses its server."""
+    store = dist.distributed_c10d._get_default_store()
+    alive = [r for r in range(dist.get_world_size()) if mpg.get_active_ranks(None)[r]]
+    store.set(f"pg_test/done/{rank}", "1")
+    store.wait([f"pg_test/done/{r}" for r in alive])
+    if rank == 0:
+        left = [f"pg_test/left/{r}" for r in alive if r != rank]
+        if "recover" in scenario.split("+"):
+            left.append("pg_test/left/replacement")
+        store.wait(left)
+    else:
+        store.set(f"pg_test/left/{rank}", "1")
 
 
 if __name__ == "__main__":

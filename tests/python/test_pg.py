@@ -46,13 +46,23 @@ def run_ranks(scenario, world, env_extra=None, replace=None, port=None):
     outs = {}
     try:
         for i, p in enumerate(procs):
-            outs[i], _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                outs[i], _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
-    return [(p.returncode, outs.get(i, "")) for i, p in enumerate(procs)]
+    # a rank still running at the deadline fails its test with the output it
+    # had (rc -9, "(timed out)" appended) rather than a bare TimeoutExpired
+    for i, p in enumerate(procs):
+        if i not in outs:
+            out, _ = p.communicate()
+            outs[i] = out + "\n(timed out)"
+    for i, p in enumerate(procs):  # shown by pytest when the test fails
+        print(f"---- process {i} (rc {p.returncode}):\n{outs[i]}")
+    return [(p.returncode, outs[i]) for i, p in enumerate(procs)]
 
 
 def test_collectives_2_ranks_over_tcp():
@@ -227,3 +237,29 @@ def test_set_transfer_engine(world_of_one):
         if dist.is_initialized():
             dist.destroy_process_group()
         mpg.set_transfer_engine(None)
+
+
+def test_blocking_collective_runs_on_the_caller(world_of_one):
+    """A blocking collective runs on the caller's thread (no lane thread woken:
+    it would contend with the caller for the GIL on every small operation);
+    async_op=True work goes to the lane's thread, and a blocking call issued
+    after it completes after it (issue order)."""
+    import threading
+    import torch.distributed as dist
+
+    def lane_threads():
+        return [t for t in threading.enumerate() if t.name == "mooncake-pg-coll"]
+    world_of_one()
+    assert not lane_threads()
+    t = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(t)
+        dist.all_gather([torch.empty(4)], t)
+        dist.barrier()
+    assert not lane_threads(), "a blocking collective woke the lane's thread"
+    works = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(3)]
+    assert lane_threads(), "async_op=True did not start the lane's thread"
+    dist.broadcast(t, src=0)
+    assert all(w.is_completed() for w in works)
+    for w in works:
+        w.wait()
