@@ -37,21 +37,21 @@ struct mc_master_server_config {
 	int64_t port;			/* 50051 */
 	int64_t rpc_thread_num;		/* accepted; the loop is one thread */
 	int64_t max_threads;		/* 16, accepted */
-	uint64_t rpc_conn_timeout_seconds;   /* 0 = none */
-	int64_t rpc_max_connections;	     /* RPC connections open at most */
-	uint64_t rpc_frame_timeout_ms;	     /* floor of a frame's deadline */
-	uint64_t rpc_frame_min_rate;	     /* bytes/s a frame must arrive at, above the floor */
-	uint64_t rpc_max_connection_buffer;  /* one connection's read buffer at most */
-	uint64_t rpc_max_buffered_bytes;     /* all connections' read buffers for partial frames */
-	bool rpc_enable_tcp_no_delay;	     /* true */
-	bool loop_turn_cpu_stats;	     /* false: time the RPC loop's turns in wall time only */
-	bool mount_probe;		     /* true: a mount waits for its engine's Probe answer */
-	uint64_t mount_probe_timeout_ms;     /* 2000: the probe's deadline */
-	bool enable_metric_reporting;	     /* true: summary line in the log every 10 s */
-	int64_t metrics_port;		     /* 9003; 0 = any free port */
-	char *metrics_host;		     /* "0.0.0.0" */
-	char *auth_secret_file;		     /* "": MC_AUTH_SECRET_FILE / MC_AUTH_SECRET decide */
-	int64_t metrics_max_connections;     /* admin HTTP connections open at most */
+	uint64_t rpc_conn_timeout_seconds;  /* 0 = none */
+	int64_t rpc_max_connections;	    /* RPC connections open at most */
+	uint64_t rpc_frame_timeout_ms;	    /* floor of a frame's deadline */
+	uint64_t rpc_frame_min_rate;	    /* bytes/s a frame must arrive at, above the floor */
+	uint64_t rpc_max_connection_buffer; /* one connection's read buffer at most */
+	uint64_t rpc_max_buffered_bytes;    /* all connections' read buffers for partial frames */
+	bool rpc_enable_tcp_no_delay;	    /* true */
+	bool loop_turn_cpu_stats;	    /* false: time the RPC loop's turns in wall time only */
+	bool mount_probe;		    /* true: a mount waits for its engine's Probe answer */
+	uint64_t mount_probe_timeout_ms;    /* 2000: the probe's deadline */
+	bool enable_metric_reporting;	    /* true: summary line in the log every 10 s */
+	int64_t metrics_port;		    /* 9003; 0 = any free port */
+	char *metrics_host;		    /* "0.0.0.0" */
+	char *auth_secret_file;		    /* "": MC_AUTH_SECRET_FILE / MC_AUTH_SECRET decide */
+	int64_t metrics_max_connections;    /* admin HTTP connections open at most */
 	uint64_t metrics_request_timeout_ms; /* an admin request must be whole within this */
 	bool enable_http_metadata_server;    /* false */
 	int64_t http_metadata_server_port;   /* 8080; 0 = any free port */
