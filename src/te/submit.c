@@ -63,6 +63,17 @@ bool mc_te_local_writable(struct mc_te *te, const void *p, uint64_t len)
 	       (mc_memreg_device(&te->memreg, (uint64_t)(uintptr_t)p, len, &dev, &ro) && !ro);
 }
 
+/* The batch of id, or NULL with MC_ERR_BATCH_NOT_FOUND recorded. */
+static struct mc_batch *find_batch(struct mc_te *te, mc_batch_id id)
+{
+	struct mc_batch *b = mc_batch_lookup(te, id);
+
+	if (!b)
+		mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
+			     (unsigned long long)id);
+	return b;
+}
+
 /* Validate every request before any starts; resolve each target's peer
  * (NULL = the local segment) and transport. */
 static mc_status submit_checks(struct mc_te *te, struct mc_batch *b, const struct mc_xfer_req *reqs,
@@ -146,10 +157,9 @@ static mc_status do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfe
 
 	if (!te || (!reqs && n))
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "submit: NULL argument");
-	b = mc_batch_lookup(te, id);
+	b = find_batch(te, id);
 	if (!b)
-		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
-				    (unsigned long long)id);
+		return MC_ERR_BATCH_NOT_FOUND;
 	if (n > MC_ARRAY_SIZE(segs_stack)) {
 		segs = mc_calloc(n, sizeof(*segs));
 		tps = mc_calloc(n, sizeof(*tps));
@@ -278,10 +288,9 @@ mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_
 
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
-	b = mc_batch_lookup(te, id);
+	b = find_batch(te, id);
 	if (!b)
-		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
-				    (unsigned long long)id);
+		return MC_ERR_BATCH_NOT_FOUND;
 	if (b->ntasks)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "batch 0x%llx: a task-end callback is set before any submit",
@@ -320,10 +329,9 @@ mc_status mc_te_task_status(struct mc_te *te, mc_batch_id id, size_t task,
 	struct mc_task *t;
 	if (!te || !status_out)
 		return MC_ERR_INVALID_PARAMS;
-	b = mc_batch_lookup(te, id);
+	b = find_batch(te, id);
 	if (!b)
-		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
-				    (unsigned long long)id);
+		return MC_ERR_BATCH_NOT_FOUND;
 	if (task >= b->ntasks)
 		return mc_set_error(MC_ERR_INVALID_PARAMS, "task %zu out of range (%zu tasks)",
 				    task, b->ntasks);
@@ -367,10 +375,9 @@ mc_status mc_te_batch_status(struct mc_te *te, mc_batch_id id, struct mc_xfer_st
 	struct mc_batch *b;
 	if (!te || !status_out)
 		return MC_ERR_INVALID_PARAMS;
-	b = mc_batch_lookup(te, id);
+	b = find_batch(te, id);
 	if (!b)
-		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
-				    (unsigned long long)id);
+		return MC_ERR_BATCH_NOT_FOUND;
 	batch_status(b, status_out);
 	if (status_out->state == MC_XFER_COMPLETED)
 		maybe_send_batch_notify(te, b);
@@ -387,10 +394,9 @@ mc_status mc_te_batch_wait(struct mc_te *te, mc_batch_id id, int64_t timeout_ms,
 	mc_status rc;
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
-	b = mc_batch_lookup(te, id);
+	b = find_batch(te, id);
 	if (!b)
-		return mc_set_error(MC_ERR_BATCH_NOT_FOUND, "unknown batch id 0x%llx",
-				    (unsigned long long)id);
+		return MC_ERR_BATCH_NOT_FOUND;
 	rc = mc_batch_wait_inflight(b, timeout_ms);
 	batch_status(b, &st);
 	if (status_out)
