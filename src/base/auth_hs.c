@@ -8,6 +8,9 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -304,18 +307,43 @@ mc_status mc_auth_hs_run(int fd, const struct mc_auth_secret *secret, enum mc_au
 	}
 }
 
+/* One log limiter per listener name, so that one port's refusals cannot
+ * silence another's (a flood on the data port must not hide the same-host
+ * port's).  Names are few and fixed; past the table they share its last slot. */
+#define REFUSE_SLOTS 16
+static struct refuse_slot {
+	char what[24];
+	uint64_t next_log_ms, quiet;
+} refuse_slots[REFUSE_SLOTS];
+static pthread_mutex_t refuse_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void mc_auth_refused(const char *what, const char *peer, const char *why)
 {
-	static atomic_uint_fast64_t next_log_ms, quiet;
-	uint64_t now = mc_now_ms(), next = atomic_load(&next_log_ms);
+	uint64_t now = mc_now_ms(), q = 0;
+	bool log = false;
+	struct refuse_slot *s = &refuse_slots[REFUSE_SLOTS - 1];
 
 	atomic_fetch_add(&mc_auth_refused_total, 1);
-	if (now >= next && atomic_compare_exchange_strong(&next_log_ms, &next, now + 1000)) {
-		uint64_t q = atomic_exchange(&quiet, 0);
+	pthread_mutex_lock(&refuse_lock);
+	for (int i = 0; i < REFUSE_SLOTS; i++) {
+		if (!refuse_slots[i].what[0])
+			snprintf(refuse_slots[i].what, sizeof(refuse_slots[i].what), "%s", what);
+		if (!strncmp(refuse_slots[i].what, what, sizeof(refuse_slots[i].what) - 1)) {
+			s = &refuse_slots[i];
+			break;
+		}
+	}
+	if (now >= s->next_log_ms) {
+		s->next_log_ms = now + 1000;
+		q = s->quiet;
+		s->quiet = 0;
+		log = true;
+	} else {
+		s->quiet++;
+	}
+	pthread_mutex_unlock(&refuse_lock);
+	if (log)
 		mc_warn("refused a connection to the %s port from %s: %s (%llu more refused since "
 			"the last line)",
 			what, peer, why, (unsigned long long)q);
-	} else {
-		atomic_fetch_add(&quiet, 1);
-	}
 }

@@ -102,7 +102,7 @@ mc_status mc_auth_hs_run(int fd, const struct mc_auth_secret *secret, enum mc_au
 extern atomic_uint_fast64_t mc_auth_refused_total;
 
 /* A refused handshake on the listener what, from peer: counted, and logged
- * at most once a second (with the number not logged since). */
+ * at most once a second per listener name (with the number not logged since). */
 void mc_auth_refused(const char *what, const char *peer, const char *why);
 
 #endif

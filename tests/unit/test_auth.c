@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -177,12 +178,55 @@ static void sock_handshake(void **state)
 	assert_true(atomic_load(&mc_auth_refused_total) == before); /* callers count */
 }
 
+/* Run fn with stderr in a file; the file's text into out. */
+static void capture_stderr(void (*fn)(void), char *out, size_t cap)
+{
+	FILE *f = tmpfile();
+	int saved = dup(2);
+	size_t n;
+	assert_non_null(f);
+	fflush(stderr);
+	assert_true(dup2(fileno(f), 2) == 2);
+	fn();
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(f);
+	n = fread(out, 1, cap - 1, f);
+	out[n] = 0;
+	fclose(f);
+}
+
+static void refuse_two_ports(void)
+{
+	for (int i = 0; i < 5; i++)
+		mc_auth_refused("tcp data", "peer-a", "flood");
+	mc_auth_refused("same-host", "peer-b", "wrong secret");
+	mc_auth_refused("same-host", "peer-b", "wrong secret");
+}
+
+/* One port's refusals do not silence another's log line (the limiter is per
+ * listener): a flood on the data port, then one refusal on the same-host
+ * port within the same second, logs both; repeats on each are only counted. */
+static void refused_logged_per_port(void **state)
+{
+	char text[4096];
+	uint64_t before = atomic_load(&mc_auth_refused_total);
+	(void)state;
+	capture_stderr(refuse_two_ports, text, sizeof(text));
+	assert_non_null(strstr(text, "refused a connection to the tcp data port from peer-a"));
+	assert_non_null(strstr(text, "refused a connection to the same-host port from peer-b"));
+	assert_null(strstr(strstr(text, "tcp data port") + 1, "tcp data port"));
+	assert_true(atomic_load(&mc_auth_refused_total) == before + 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(mem_right_secret),  cmocka_unit_test(mem_wrong_secret),
-		cmocka_unit_test(mem_other_channel), cmocka_unit_test(mem_replay),
-		cmocka_unit_test(mem_bad_frames),    cmocka_unit_test(sock_handshake),
+		cmocka_unit_test(mem_right_secret),	   cmocka_unit_test(mem_wrong_secret),
+		cmocka_unit_test(mem_other_channel),	   cmocka_unit_test(mem_replay),
+		cmocka_unit_test(mem_bad_frames),	   cmocka_unit_test(sock_handshake),
+		cmocka_unit_test(refused_logged_per_port),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
