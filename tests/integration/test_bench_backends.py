@@ -13,11 +13,15 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 
 from conftest import BUILD, START_TIMEOUT, Proc, _find_binary, slow
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import etcd_proc  # noqa: E402  (the one etcd fixture of the tests)
 
 
 def bench_path():
@@ -46,24 +50,13 @@ def wait_port(port, deadline_s):
 
 @pytest.fixture
 def etcd_uri(tmp_path):
-    exe = shutil.which("etcd")
-    if exe is None:
+    if not etcd_proc.etcd_binary():
         pytest.skip("etcd-server not installed")
-    client, peer = free_port(), free_port()
-    proc = subprocess.Popen(
-        [exe, "--name", "bench", "--data-dir", str(tmp_path / "etcd"),
-         "--listen-client-urls", f"http://127.0.0.1:{client}",
-         "--advertise-client-urls", f"http://127.0.0.1:{client}",
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"bench=http://127.0.0.1:{peer}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = etcd_proc.EtcdServer(str(tmp_path))
     try:
-        assert wait_port(client, 30), "etcd did not start"
-        yield f"etcd://127.0.0.1:{client}"
+        yield f"etcd://{server.endpoint}"
     finally:
-        proc.kill()
-        proc.wait(timeout=30)
+        server.stop()
 
 
 @pytest.fixture
