@@ -211,25 +211,39 @@ static bool name_allocatable(const struct mc_master *m, const char *name, size_t
 }
 
 /* A block of size on a segment called name; false when none has room. */
-static bool block_alloc(struct mc_master *m, const char *name, size_t len, uint64_t size,
-			struct mc_rep *out)
+/* A block of size on the segment named name: MC_OK, NOMEM when every
+ * segment of that name failed for want of the master's own memory (no
+ * eviction can help then), else NO_AVAILABLE_HANDLE. */
+static mc_status block_alloc(struct mc_master *m, const char *name, size_t len, uint64_t size,
+			     struct mc_rep *out)
 {
+	mc_status why = MC_ERR_NO_AVAILABLE_HANDLE;
+	bool full = false;
+
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		struct mc_seg *s = &m->segs[i];
 		uint64_t addr;
+		mc_status st;
 
 		if (s->state != MC_SEG_MOUNTED || s->unreachable || !seg_named(s, name, len))
 			continue;
-		if (mc_offset_alloc_alloc(s->alloc, size, &addr) != MC_OK)
+		st = mc_offset_alloc_alloc(s->alloc, size, &addr);
+		if (st == MC_ERR_NOMEM) {
+			why = st;
 			continue;
+		}
+		if (st != MC_OK) {
+			full = true;
+			continue;
+		}
 		out->addr = addr;
 		out->seg = i;
 		out->gen = s->gen;
 		s->used += size;
 		m->allocated_bytes += size;
-		return true;
+		return MC_OK;
 	}
-	return false;
+	return full ? MC_ERR_NO_AVAILABLE_HANDLE : why;
 }
 
 static void block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
@@ -820,7 +834,8 @@ static mc_status task_commit(struct mc_master *m, struct mc_task *t, const char 
 /* ------------------------------------------------------------------------ */
 /* hand-out                                                                  */
 
-/* Allocate t's target blocks: MC_OK, or NO_AVAILABLE_HANDLE (nothing kept). */
+/* Allocate t's target blocks: MC_OK, or NO_AVAILABLE_HANDLE or NOMEM
+ * (nothing kept). */
 static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
 {
 	uint32_t want = 0;
@@ -832,10 +847,13 @@ static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
 		if (rep_on(m, t->o, t->tname[i], len))
 			continue; /* a copy is there already */
 		want++;
-		if (!block_alloc(m, t->tname[i], len, t->size, &t->dst[i])) {
+		mc_status st = block_alloc(m, t->tname[i], len, t->size, &t->dst[i]);
+
+		if (st != MC_OK) {
 			dst_release(m, t);
-			m->need_evict = true;
-			return MC_ERR_NO_AVAILABLE_HANDLE;
+			if (st == MC_ERR_NO_AVAILABLE_HANDLE)
+				m->need_evict = true; /* NOMEM: eviction frees none of it */
+			return st;
 		}
 	}
 	(void)want;
