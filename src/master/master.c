@@ -798,10 +798,14 @@ static mc_status place(struct ctx *c, const char *key, size_t key_len, uint64_t 
 	st = mc_alloc_place(m->targets, m->ntargets, &req, &m->rng, m->place, n_out);
 	if (st != MC_OK) {
 		m->met.put_start_alloc_failures++;
-		m->need_evict = true;
-		if (st == MC_ERR_NO_AVAILABLE_HANDLE)
+		/* only a want of space makes room: the master's own memory
+		 * (NOMEM) is not freed by evicting objects, which would lose
+		 * complete unleased objects with the segments nearly empty */
+		if (st == MC_ERR_NO_AVAILABLE_HANDLE) {
+			m->need_evict = true;
 			return FAIL(c, st, "no space for %" PRIu64 " bytes in %u segment(s)", len,
 				    m->ntargets);
+		}
 		return FAIL(c, st, "allocation of %" PRIu64 " bytes failed: %s", len,
 			    mc_strerror(st));
 	}

@@ -26,7 +26,11 @@
  *     (a token bucket), so repair never takes the whole network from
  *     foreground traffic.  A repair that fails (no space, its source died)
  *     is queued again after a second; after REPAIR_TRIES it is parked
- *     until a segment mounts (mc_master_repair_wake);
+ *     until a segment mounts (mc_master_repair_wake).  After a restart
+ *     the queue is rebuilt by the replay's sweep (the log has the object
+ *     with all its replicas and the lost segment's unmount); a replica on
+ *     a segment that is not mounted again yet (MC_SEG_WAIT) counts as
+ *     kept, see mem_kept;
  *   - drain jobs (the HTTP admin API): the drained segments leave
  *     placement (state DRAINING), a table cursor finds the objects with a
  *     replica there and each becomes a move task, max_concurrency at once;
@@ -185,6 +189,24 @@ static uint32_t mem_count(const struct mc_master *m, struct mc_obj *o)
 	return n;
 }
 
+/* Memory replicas live or replayed from the log on a segment not mounted
+ * again yet (MC_SEG_WAIT, wal_log.c): what o will have once its segments
+ * are back.  Repair counts these: a replica that only waits is neither
+ * lost nor a source yet. */
+static uint32_t mem_kept(const struct mc_master *m, struct mc_obj *o)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < o->nrep; i++) {
+		const struct mc_rep *r = mc_master_obj_rep(o, i);
+
+		n += mem_live(m, r) ||
+		     (r->addr != 0 && r->seg < m->nsegs_slots &&
+		      m->segs[r->seg].state == MC_SEG_WAIT && m->segs[r->seg].gen == r->gen);
+	}
+	return n;
+}
+
 /* o has a live memory replica on a segment called name. */
 static struct mc_rep *rep_on(const struct mc_master *m, struct mc_obj *o, const char *name,
 			     size_t len)
@@ -211,25 +233,39 @@ static bool name_allocatable(const struct mc_master *m, const char *name, size_t
 }
 
 /* A block of size on a segment called name; false when none has room. */
-static bool block_alloc(struct mc_master *m, const char *name, size_t len, uint64_t size,
-			struct mc_rep *out)
+/* A block of size on the segment named name: MC_OK, NOMEM when every
+ * segment of that name failed for want of the master's own memory (no
+ * eviction can help then), else NO_AVAILABLE_HANDLE. */
+static mc_status block_alloc(struct mc_master *m, const char *name, size_t len, uint64_t size,
+			     struct mc_rep *out)
 {
+	mc_status why = MC_ERR_NO_AVAILABLE_HANDLE;
+	bool full = false;
+
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		struct mc_seg *s = &m->segs[i];
 		uint64_t addr;
+		mc_status st;
 
 		if (s->state != MC_SEG_MOUNTED || s->unreachable || !seg_named(s, name, len))
 			continue;
-		if (mc_offset_alloc_alloc(s->alloc, size, &addr) != MC_OK)
+		st = mc_offset_alloc_alloc(s->alloc, size, &addr);
+		if (st == MC_ERR_NOMEM) {
+			why = st;
 			continue;
+		}
+		if (st != MC_OK) {
+			full = true;
+			continue;
+		}
 		out->addr = addr;
 		out->seg = i;
 		out->gen = s->gen;
 		s->used += size;
 		m->allocated_bytes += size;
-		return true;
+		return MC_OK;
 	}
-	return false;
+	return full ? MC_ERR_NO_AVAILABLE_HANDLE : why;
 }
 
 static void block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
@@ -534,8 +570,8 @@ void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost)
 
 	if (!m->tasks || !m->cfg.enable_replica_repair || (o->flags & MC_OBJ_PROC))
 		return; /* an in-flight put is the writer's business */
-	want = MC_MIN(mem_count(m, o) + lost, MC_MASTER_MAX_REPLICAS);
-	if (mem_count(m, o) == 0)
+	want = MC_MIN(mem_kept(m, o) + lost, MC_MASTER_MAX_REPLICAS);
+	if (mem_kept(m, o) == 0)
 		return; /* no memory copy left to copy from */
 	repair_push(m, o->tenant, o->key, o->key_len, mc_obj_size(o), (uint8_t)want, 0, 0);
 }
@@ -664,14 +700,15 @@ static void repair_run(struct mc_master *m, uint64_t now)
 		tid = e->tenant;
 		found = tid < m->ntenants;
 		o = found ? mc_master_obj_find_live(m, tid, e->key, e->key_len) : NULL;
-		if (!o || (o->flags & MC_OBJ_PROC) || mem_count(m, o) >= e->want ||
-		    mem_count(m, o) == 0) {
+		if (!o || (o->flags & MC_OBJ_PROC) || mem_kept(m, o) >= e->want ||
+		    mem_kept(m, o) == 0) {
 			mc_free(e); /* gone, rewritten, or whole again */
 			continue;
 		}
 		s = any_task(m, o) ? NULL : repair_target(m, o);
 		if (!s || !pick_source(m, o, &src)) {
-			/* again in a second; past REPAIR_TRIES parked until a mount */
+			/* again in a second (a source that waits for its segment
+			 * too); past REPAIR_TRIES parked until a mount */
 			repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o), e->want,
 				    (uint8_t)(e->tries + 1), now + REPAIR_BACKOFF_MS);
 			mc_free(e);
@@ -747,7 +784,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 			m->met.repair_failed++;
 		}
 		/* still short (two were lost, or this one failed): once more */
-		if (t->o && mem_count(m, t->o) < t->want) {
+		if (t->o && mem_kept(m, t->o) < t->want) {
 			repair_push(m, t->tenant, t->key, t->key_len, t->size, t->want,
 				    (uint8_t)(st == MC_OK ? t->tries : t->tries + 1),
 				    st == MC_OK ? 0 : now + REPAIR_BACKOFF_MS);
@@ -820,7 +857,8 @@ static mc_status task_commit(struct mc_master *m, struct mc_task *t, const char 
 /* ------------------------------------------------------------------------ */
 /* hand-out                                                                  */
 
-/* Allocate t's target blocks: MC_OK, or NO_AVAILABLE_HANDLE (nothing kept). */
+/* Allocate t's target blocks: MC_OK, or NO_AVAILABLE_HANDLE or NOMEM
+ * (nothing kept). */
 static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
 {
 	uint32_t want = 0;
@@ -832,10 +870,13 @@ static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
 		if (rep_on(m, t->o, t->tname[i], len))
 			continue; /* a copy is there already */
 		want++;
-		if (!block_alloc(m, t->tname[i], len, t->size, &t->dst[i])) {
+		mc_status st = block_alloc(m, t->tname[i], len, t->size, &t->dst[i]);
+
+		if (st != MC_OK) {
 			dst_release(m, t);
-			m->need_evict = true;
-			return MC_ERR_NO_AVAILABLE_HANDLE;
+			if (st == MC_ERR_NO_AVAILABLE_HANDLE)
+				m->need_evict = true; /* NOMEM: eviction frees none of it */
+			return st;
 		}
 	}
 	(void)want;

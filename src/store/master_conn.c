@@ -874,10 +874,11 @@ out:
  * applied succeeds, and one it had not (the old leader died before its log
  * record reached the standby, which then never heard of the write) fails
  * with the new master's answer (OBJECT_NOT_FOUND): the put is reported
- * failed only when it is not durable.  PutStart is repeated after a revoke,
- * see restart_put.  The upsert forms are not repeated: with them repeated,
- * unit_store_faults saw an upsert reported stored whose key was then not
- * found (1 run in 5), so a lost upsert answer fails the call as before.
+ * failed only when it is not durable.  An UpsertStart (or its batch form)
+ * pre-empts the in-flight write of its key at once, the lost attempt's
+ * blocks parked until put_start_release_timeout, and starts one write of
+ * ours, so repeating it leaves one object, the repeat's, and nothing
+ * behind.  PutStart is repeated after a revoke, see restart_put.
  */
 static bool retry_safe(uint16_t type)
 {
@@ -892,6 +893,10 @@ static bool retry_safe(uint16_t type)
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
 	case MC_STORE_PUT_END:
 	case MC_STORE_BATCH_PUT_END:
+	case MC_STORE_UPSERT_START:
+	case MC_STORE_UPSERT_END:
+	case MC_STORE_BATCH_UPSERT_START:
+	case MC_STORE_BATCH_UPSERT_END:
 		return true;
 	default:
 		return false;

@@ -180,3 +180,47 @@ def test_lost_put_answers_are_retried(sc):  # noqa: F811
         assert node.get("end-lost") == (SIZE, want)
     finally:
         proxy.close()
+
+
+def test_lost_upsert_answers_are_retried(sc):  # noqa: F811
+    """An upsert whose UpsertStart or UpsertEnd answer was lost is repeated
+    once: the repeated start pre-empts the lost attempt (this client's
+    in-flight write of the key, its blocks parked), the repeated End of an
+    applied End is answered OK.  The value read back is the new one, and
+    the key is not left in flight."""
+    proxy, node = start(sc)
+    try:
+        # a new key: UpsertStart applied (in flight, ours), answer lost
+        proxy.lose(mcproto.UPSERT_START, "answer")
+        want = node.put("up-new", SIZE, 1, op="upsert")
+        assert proxy.cuts == 1 and proxy.armed() == 0
+        assert proxy.seen.get(mcproto.UPSERT_START, 0) == 2
+        assert node.get("up-new") == (SIZE, want)
+
+        # an existing key, same size (in place) and another size
+        node.put("up-old", SIZE, 2)
+        proxy.lose(mcproto.UPSERT_START, "answer")
+        want = node.put("up-old", SIZE, 3, op="upsert")
+        assert proxy.cuts == 2
+        assert node.get("up-old") == (SIZE, want)
+        proxy.lose(mcproto.UPSERT_START, "answer")
+        want = node.put("up-old", 2 * SIZE, 4, op="upsert")
+        assert proxy.cuts == 3
+        assert node.get("up-old") == (2 * SIZE, want)
+
+        # UpsertEnd applied, its answer lost; then lost before the master
+        proxy.lose(mcproto.UPSERT_END, "answer")
+        want = node.put("up-old", SIZE, 5, op="upsert")
+        assert proxy.cuts == 4
+        assert node.get("up-old") == (SIZE, want)
+        proxy.lose(mcproto.UPSERT_END, "request")
+        want = node.put("up-old", SIZE, 6, op="upsert")
+        assert proxy.cuts == 5
+        assert node.get("up-old") == (SIZE, want)
+
+        # nothing left in flight (a remove would be REPLICA_IS_NOT_READY)
+        node.ok("remove up-old force")
+        node.ok("remove up-new force")
+        assert node.ok("exist up-old") == "OK 0"
+    finally:
+        proxy.close()

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "base/alloc.h"
 #include "master/master.h"
 #include "master_t.h"
 #include "mooncake/status.h"
@@ -673,6 +674,58 @@ static void test_drain(void **state)
 	mt_free(t);
 }
 
+/*
+ * A copy whose target block cannot be had for want of the master's own
+ * memory (the allocator cannot grow its block records: NOMEM) starts no
+ * eviction round, which frees segment space, not memory: the complete,
+ * unleased objects stay.  b:1 holds 16 blocks, so the next block grows
+ * the records; each allocation of one FetchTasks fails in turn.  A fetch
+ * that answers OK with nothing handed out failed in the target's block.
+ */
+static void test_task_nomem_evicts_nothing(void **state)
+{
+	static const char *const b[] = {"b:1"};
+	struct mt *t = mt_new_default();
+	struct mc_store_uuid id = {0, 0};
+	bool hit = false;
+
+	(void)state;
+	mount3(t);
+	for (int i = 0; i < 16; i++) {
+		char k[16];
+
+		snprintf(k, sizeof(k), "f%d", i);
+		put_on(t, k, 4096, 1, "b:1");
+	}
+	put_on(t, "k", 4096, 1, "a:1");
+	assert_int_equal(copy_task(t, "k", b, 1, &id), MC_OK);
+	for (long n = 1; n <= 64; n++) {
+		struct mc_store_msg req;
+		struct mc_buf out;
+		mc_status st;
+
+		memset(&req, 0, sizeof(req));
+		req.hdr.type = MC_STORE_FETCH_TASKS;
+		req.hdr.req_id = 1;
+		req.body.fetch_tasks_req.client_id = CA;
+		req.body.fetch_tasks_req.batch = 8;
+		mc_buf_init(&out);
+		mc_alloc_fault_arm(n);
+		st = mc_master_handle(t->m, &req, t->now, &out);
+		mc_alloc_fault_arm(0);
+		mc_buf_release(&out);
+		mc_master_tick(t->m, t->now);
+		assert_int_equal(mt_metrics(t).attempted_evictions, 0);
+		assert_int_equal(mt_metrics(t).key_count, 17);
+		if (st == MC_OK && query(t, id) == MC_STORE_TASK_PROCESSING)
+			break; /* past the last allocation */
+		hit |= st == MC_OK;
+	}
+	assert_true(hit); /* the fault did land in the allocator */
+	assert_int_equal(query(t, id), MC_STORE_TASK_PROCESSING);
+	mt_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -684,6 +737,7 @@ int main(void)
 		cmocka_unit_test(test_repair_parks_until_a_mount),
 		cmocka_unit_test(test_dynamic_replication),
 		cmocka_unit_test(test_drain),
+		cmocka_unit_test(test_task_nomem_evicts_nothing),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

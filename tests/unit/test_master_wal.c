@@ -695,6 +695,68 @@ static void newer_snapshot_version_is_refused(void **state)
 	mc_test_rmtree(dir);
 }
 
+/* FetchTasks of client c: how many tasks it was handed. */
+static uint32_t fetch_n(struct mt *t, struct mc_store_uuid c)
+{
+	struct mc_store_fetch_tasks_req r = {c, 16};
+
+	assert_int_equal(mt_call(t, MC_STORE_FETCH_TASKS, &r), MC_OK);
+	return t->resp.body.fetch_tasks_resp.n_tasks;
+}
+
+/* Under-replicated objects after the sweeps have run. */
+static uint64_t under(struct mt *t)
+{
+	mc_master_tick(t->m, t->now);
+	while (mc_master_sweep_pending(t->m))
+		mc_master_tick(t->m, t->now);
+	return mt_metrics(t).repair_under_replicated;
+}
+
+/*
+ * The repair queue is not logged but comes back: an object that lost a
+ * memory replica (its segment unmounted for good) before the crash is
+ * logged as its OBJ_PUT (both replicas) and the SEG_UNMOUNT, so the
+ * replay's sweep finds it under-replicated again and queues its repair;
+ * once its source segment is back a copy task is handed out.
+ */
+static void repair_queue_comes_back(void **state)
+{
+	static const struct mc_store_uuid C2 = {2, 2}, S3 = {10, 3};
+	struct mc_store_replicate_config two = mt_cfg1();
+	struct mc_store_unmount_req u = {C2, S2};
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	(void)state;
+	two.replica_num = 2;
+	assert_true(mc_test_tmpdir(NULL, "mwal", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_mount(t, C2, S2, "seg2", BASE2, SEGSZ), MC_OK);
+	assert_int_equal(mt_put_start_cfg(t, C1, "", "r", 4096, "", &two, false), MC_OK);
+	assert_int_equal(mt_put_end(t, C1, "r"), MC_OK);
+	mt_put_ok(t, C1, "one", 4096); /* one replica wanted: nothing to repair */
+	commit(w);
+	assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
+	commit(w);
+	assert_int_equal(under(t), 1);
+	crash(t, w); /* before any copy was handed out */
+
+	t = start(dir, &w, NULL);
+	assert_int_equal(under(t), 1);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_mount(t, C2, S3, "seg3", BASE2, SEGSZ), MC_OK);
+	commit(w);
+	assert_int_equal(mt_get(t, "r"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	t->now += 1000;
+	assert_int_equal(under(t), 1);
+	assert_int_equal(fetch_n(t, C1), 1); /* the copy of r, from seg1 */
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -708,6 +770,7 @@ int main(void)
 		cmocka_unit_test(remount_binds_its_list_only),
 		cmocka_unit_test(corrupt_newest_snapshot_falls_back),
 		cmocka_unit_test(newer_snapshot_version_is_refused),
+		cmocka_unit_test(repair_queue_comes_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
