@@ -333,9 +333,12 @@ static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats
 	 * are never evicted under it, and its reads must finish within it (a
 	 * read that ends after the lease is thrown away).  As the LRU key of a
 	 * block read is its lease deadline, a shorter lease keeps "read" and
-	 * "put" stamps closer to the order they happened in. */
+	 * "put" stamps closer to the order they happened in.  Its RPC loop
+	 * polls 300 us after work, as a master behind a conductor is to run
+	 * (docs/conductor.md, the daemon's latency). */
 	char *argv[] = {exe,
 			"--preferred_segment_lru=true",
+			"--rpc_busy_poll_us=300",
 			"--eviction_high_watermark_ratio=1",
 			lease,
 			"--rpc_port=0",
