@@ -100,8 +100,8 @@ static const struct mc_config_entry options_table[] = {
 	     "11) to this CSV file; local pool only",
 	     0, 0),
 	OPT(csv, MC_CONFIG_STRING, NULL,
-	    "write one CSV row per request (its choice, times and reuse) to this file; "
-	    "cache-only replay",
+	    "write one CSV row per request (its choice, times and reuse) to this file; with "
+	    "--store the reuse is what was read through the store",
 	    0, 0),
 	OPTN("cost_model", cost_model, MC_CONFIG_STRING, NULL,
 	     "JSON file of cost-model options (a fitted prefill regression, ...) applied before "
@@ -514,9 +514,11 @@ int main(int argc, char **argv)
 		rc = usage_error("--replicas-csv needs --pool local (a pool holds one copy)");
 		goto out_opts;
 	}
-	if (o.store && (cfg.global_pool || o.replicas_csv || o.csv)) {
-		rc = usage_error("--store replays over the nodes' segments: no --pool global, no "
-				 "--replicas-csv or --csv");
+	if (o.store && ((cfg.global_pool && cfg.nodes != 1) || o.replicas_csv)) {
+		/* one node's segment is a global pool of its capacity (Fig. 9) */
+		rc = usage_error(
+			"--store replays over the nodes' segments: --pool global only with "
+			"--nodes 1 (one segment is the pool), no --replicas-csv");
 		goto out_opts;
 	}
 	if (!o.store && (o.master || o.conductor || o.metadata)) {
@@ -536,6 +538,16 @@ int main(int argc, char **argv)
 	prog.start = now_s();
 	prog.on = !o.quiet && isatty(STDERR_FILENO);
 	hooks = (struct mc_replay_hooks){.progress = show_progress, .progress_arg = &prog};
+	if (o.csv) {
+		if (!(csv.f = fopen(o.csv, "w"))) {
+			fprintf(stderr, "mooncake_replay: %s: %s\n", o.csv, strerror(errno));
+			rc = 1;
+			goto out_trace;
+		}
+		fputs(REQ_CSV_HEADER, csv.f);
+		hooks.request = req_csv_row;
+		hooks.request_arg = &csv;
+	}
 	if (o.store) {
 		if ((rc = run_store(&o, &cfg, &t, &hooks, &r, &ss)) != 0)
 			goto out_trace;
@@ -557,33 +569,23 @@ int main(int argc, char **argv)
 			hooks.snapshot = snap_record;
 			hooks.snapshot_arg = &rp;
 		}
-		if (o.csv) {
-			if (!(csv.f = fopen(o.csv, "w"))) {
-				fprintf(stderr, "mooncake_replay: %s: %s\n", o.csv,
-					strerror(errno));
-				rc = 1;
-				goto out_trace;
-			}
-			fputs(REQ_CSV_HEADER, csv.f);
-			hooks.request = req_csv_row;
-			hooks.request_arg = &csv;
-		}
 		st = mc_replay_run(&cfg, &t, &hooks, &r);
-		if (csv.f) {
-			bool bad = ferror(csv.f) != 0;
-			if (fclose(csv.f) != 0 || bad) {
-				fprintf(stderr, "mooncake_replay: %s: write failed\n", o.csv);
-				rc = 1;
-				goto out_trace;
-			}
-			csv.f = NULL;
-		}
 		if (st != MC_OK || rp.failed) {
 			fprintf(stderr, "mooncake_replay: %s\n",
 				rp.failed ? "out of memory" : mc_last_error());
 			rc = 1;
 			goto out_trace;
 		}
+	}
+	if (csv.f) {
+		bool bad = ferror(csv.f) != 0;
+		if (fclose(csv.f) != 0 || bad) {
+			fprintf(stderr, "mooncake_replay: %s: write failed\n", o.csv);
+			rc = 1;
+		}
+		csv.f = NULL;
+		if (rc)
+			goto out_trace;
 	}
 	wall = now_s() - t0;
 	printf("requests=%llu rejected=%llu token_hit_rate=%.4f prefill_s_per_request=%.4f "
@@ -618,6 +620,8 @@ int main(int argc, char **argv)
 					: "none (cache-only replay)",
 				extra);
 out_trace:
+	if (csv.f)
+		fclose(csv.f);
 	json_decref(extra);
 	mc_trace_release(&t);
 	free(rp.cum);

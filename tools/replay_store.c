@@ -668,11 +668,36 @@ static void keep_copy(struct run *r, struct node *nd, const char *key, const voi
 		stats->put_failed++;
 }
 
-/* One request: schedule, read, put, book.  *ttft_out < 0: rejected. */
+/* The answer's choice as the scheduler's struct (sched.h), instances as
+ * indices into nodes and dnodes (-1: none), for the per-request hook. */
+static void choice_of(const struct run *r, json_t *j, struct mc_sched_choice *ch)
+{
+	const char *rej = json_string_value(json_object_get(j, "rejected"));
+
+	*ch = (struct mc_sched_choice){
+		.prefill = node_of(r, json_object_get(j, "prefill")),
+		.decode = dnode_of(r, json_object_get(j, "decode")),
+		.local_blocks = (uint32_t)json_integer_value(json_object_get(j, "local_blocks")),
+		.prefix_blocks = (uint32_t)json_integer_value(json_object_get(j, "prefix_blocks")),
+		.fetch_from = node_of(r, json_object_get(j, "fetch_from")),
+		.queue_s = num(j, "predicted", "queue_s"),
+		.transfer_s = num(j, "predicted", "transfer_s"),
+		.prefill_s = num(j, "predicted", "prefill_s"),
+		.ttft_s = num(j, "ttft_s", NULL),
+		.tbt_s = num(j, "tbt_s", NULL),
+		.verdict = !rej			      ? MC_SCHED_ACCEPT
+			   : strcmp(rej, "ttft") == 0 ? MC_SCHED_REJECT_TTFT
+						      : MC_SCHED_REJECT_TBT,
+	};
+	ch->fetch_blocks = ch->prefix_blocks - ch->local_blocks;
+}
+
+/* One request: schedule, read, put, book.  *ch is the choice as it ran:
+ * the answer's, with the prefix cut to what was read and the times of
+ * its booking (its verdict not MC_SCHED_ACCEPT: answered 429). */
 static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_t idx, double now,
 			     struct mc_replay_result *out, struct mc_replay_store_stats *stats,
-			     double *ttft_out, double *prefill_out, double *transfer_out,
-			     double *tbt_out)
+			     struct mc_sched_choice *ch)
 {
 	const struct mc_costmodel *cm = &r->cfg->cost;
 	const uint64_t bb = r->o->block_bytes;
@@ -697,27 +722,32 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	code = api_call(&r->api, "/schedule", (const char *)r->body.data, r->body.len);
 	stats->schedule_wall_s += wall_s() - t0;
 	stats->schedule_calls++;
-	if (code == 429) {
-		*ttft_out = -1;
-		return MC_OK;
-	}
-	if (code != 200)
+	if (code != 200 && code != 429)
 		return mc_set_error(MC_ERR_RPC_FAIL, "/schedule of request %zu: %ld %s", idx, code,
 				    code ? api_text(&r->api) : "no answer");
 	j = json_loads(api_text(&r->api), 0, &jerr);
 	if (!j)
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "/schedule answered no JSON: %s",
 				    jerr.text);
-	p = node_of(r, json_object_get(j, "prefill"));
-	from = node_of(r, json_object_get(j, "fetch_from"));
-	dec = dnode_of(r, json_object_get(j, "decode"));
-	prefix = (uint32_t)json_integer_value(json_object_get(j, "prefix_blocks"));
-	local = (uint32_t)json_integer_value(json_object_get(j, "local_blocks"));
-	transfer = num(j, "predicted", "transfer_s");
-	prefill = num(j, "predicted", "prefill_s");
-	*tbt_out = num(j, "tbt_s", NULL);
+	choice_of(r, j, ch);
 	json_decref(j);
-	if (p < 0 || prefix > tr->n_blocks || local > prefix || (r->cfg->decode_nodes && dec < 0))
+	if (code == 429) {
+		if (ch->verdict == MC_SCHED_ACCEPT)
+			return mc_set_error(MC_ERR_PROTOCOL,
+					    "/schedule of request %zu: a 429 without \"rejected\"",
+					    idx);
+		ch->prefix_tokens = 0;
+		return MC_OK;
+	}
+	p = ch->prefill;
+	from = ch->fetch_from;
+	dec = ch->decode;
+	prefix = ch->prefix_blocks;
+	local = ch->local_blocks;
+	transfer = ch->transfer_s;
+	prefill = ch->prefill_s;
+	if (ch->verdict != MC_SCHED_ACCEPT || p < 0 || prefix > tr->n_blocks || local > prefix ||
+	    (r->cfg->decode_nodes && dec < 0))
 		return mc_set_error(MC_ERR_PROTOCOL,
 				    "/schedule of request %zu: an answer we "
 				    "cannot follow (prefill node, prefix)",
@@ -821,10 +851,17 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 				: 0;
 	}
 	queue = nd->free_at > now ? nd->free_at - now : 0;
-	*ttft_out = mc_cost_ttft_s(queue, transfer, prefill);
-	*prefill_out = prefill;
-	*transfer_out = transfer;
-	nd->free_at = now + *ttft_out;
+	ch->queue_s = queue;
+	ch->transfer_s = transfer;
+	ch->prefill_s = prefill;
+	ch->ttft_s = mc_cost_ttft_s(queue, transfer, prefill);
+	ch->prefix_blocks = read;
+	ch->local_blocks = local < read ? local : read;
+	ch->fetch_blocks = read - ch->local_blocks;
+	if (!ch->fetch_blocks)
+		ch->fetch_from = -1;
+	ch->prefix_tokens = (uint32_t)fmin((double)read * cm->block_tokens, tr->input_length);
+	nd->free_at = now + ch->ttft_s;
 	nd->need_report = true;
 	out->input_tokens += tr->input_length;
 	out->hit_tokens += (uint64_t)fmin((double)read * cm->block_tokens, tr->input_length);
@@ -890,27 +927,28 @@ mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 	for (size_t k = 0; k < t->n; k++) {
 		const struct mc_trace_req *tr = &t->reqs[order[k]];
 		double now = (double)tr->timestamp_ms / 1000.0 / cfg->speedup;
-		double ttft = 0, prefill = 0, transfer = 0, tbt = 0;
+		struct mc_sched_choice ch;
 
 		if (!tr->n_blocks)
 			continue;
 		if ((st = report_loads(&r, now, stats)) != MC_OK ||
-		    (st = one_request(&r, tr, order[k], now, out, stats, &ttft, &prefill, &transfer,
-				      &tbt)) != MC_OK)
+		    (st = one_request(&r, tr, order[k], now, out, stats, &ch)) != MC_OK)
 			goto out;
 		out->requests++;
+		if (hooks && hooks->request)
+			hooks->request(order[k], now, tr, &ch, hooks->request_arg);
 		if (hooks && hooks->progress && (k % 64 == 0 || k + 1 == t->n))
 			hooks->progress(k + 1, t->n, hooks->progress_arg);
-		if (ttft < 0) {
+		if (ch.verdict != MC_SCHED_ACCEPT) {
 			out->rejected++;
 			continue;
 		}
-		if (now + ttft > out->end_s)
-			out->end_s = now + ttft;
-		prefill_sum += prefill;
-		transfer_sum += transfer;
-		tbt_sum += tbt;
-		r.ttfts[n_ttft++] = ttft;
+		if (now + ch.ttft_s > out->end_s)
+			out->end_s = now + ch.ttft_s;
+		prefill_sum += ch.prefill_s;
+		transfer_sum += ch.transfer_s;
+		tbt_sum += ch.tbt_s;
+		r.ttfts[n_ttft++] = ch.ttft_s;
 	}
 	mc_replay_summarise(cfg,
 			    &(struct mc_replay_sums){.prefill_s = prefill_sum,
