@@ -19,8 +19,8 @@ With --store every replay runs against the real store (mooncake_replay
 segments of --block-bytes per block, every reused block read through the
 store): Figure 9's one global cache is one node's segment, Figure 10's "one
 30M pool" one node of 30M tokens (the hit rate and prefill time of a pool do
-not depend on how many nodes share it), and Figure 11 is not drawn (its
-replica snapshots are the cache-only replay's).  --caps picks Figure 9's
+not depend on how many nodes share it), and Figure 11's snapshots count each
+block's memory replicas in the store (the master's lease-free admin pages).  --caps picks Figure 9's
 capacities (a store-backed point takes 10-60 s); --lease-ms is the started
 master's read lease (20 ms here: a 500 ms one pins much of a small segment).
 
@@ -139,9 +139,6 @@ def fig5(args, results):
 
 
 def fig11(args, results):
-    if args.store:
-        print("(not with --store: the replica snapshots are the cache-only replay's)")
-        return
     print("| trace | ref: mean of last third (max), ranks 10 / 100 / 1000 / 10000 | ours |")
     print("|---|---|---|")
     for t in TRACES:

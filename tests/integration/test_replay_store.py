@@ -149,12 +149,31 @@ def test_store_csv_with_rejections_and_one_global_segment(tmp_path):
     assert_same_rows(tmp_path / "store1.csv", tmp_path / "cache1.csv")
 
 
+def test_store_replica_counts_match_the_cache_only_ones(tmp_path):
+    """--replicas-csv over the store (Fig. 11): every snapshot counts each
+    block's memory replicas through the master's lease-free admin pages;
+    with nothing evicted they are the caches' counts, snapshot by snapshot."""
+    trace = trace_slice(tmp_path, "conversation_trace.jsonl")
+    common = ["--nodes", "4", "--capacity-tokens", "1e7", "--policy", "global",
+              "--output-length-one", "--snapshot-every", "10"]
+    cache, _ = replay(tmp_path, trace, *common, "--replicas-csv", str(tmp_path / "c.csv"))
+    store, _ = replay(tmp_path, trace, "--store", *common,
+                      "--replicas-csv", str(tmp_path / "s.csv"))
+    srows = (tmp_path / "s.csv").read_text().splitlines()
+    assert srows == (tmp_path / "c.csv").read_text().splitlines()
+    assert srows[0] == "t_s,rank10,rank100,rank1000,rank10000" and len(srows) > 5
+    assert store["replicas"] == cache["replicas"]
+    assert store["replicas"]["rank10"]["max"] >= 2  # fetched blocks gained copies
+    assert store["read_short"] == 0 and store["put_failed"] == 0
+
+
 def test_store_flags_and_faults(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, '
                      '"hash_ids": [1, 2]}\n')
     for args, text in ((["--store", "--pool", "global"], "--pool global only with --nodes 1"),
-                       (["--store", "--replicas-csv", "x.csv"], "--replicas-csv"),
+                       (["--store", "--replicas-csv", "x.csv", "--master", "127.0.0.1:1"],
+                        "no --master"),
                        (["--master", "127.0.0.1:1"], "need --store"),
                        (["--store", "--block-bytes", "0"], "block_bytes")):
         p = run("--trace", str(trace), *args)
