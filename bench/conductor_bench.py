@@ -10,6 +10,7 @@ bench's output (a table, or one JSON object with --json) is passed through.
 
 usage: bench/conductor_bench.py [--build build] [--conductor-arg=--http_threads=4 ...]
                                 [--master-arg=...] [--build-b DIR [--conductor-b-arg=...]]
+                                [--master-busy-poll-us=300]
                                 [conductor_bench flags]
 e.g.   bench/conductor_bench.py --blocks=1000000 --duration=10 --runs=3 --concurrency=8
        bench/conductor_bench.py --blocks=20000 --duration=5 --runs=1   # a smoke run
@@ -82,7 +83,16 @@ def main():
     ap.add_argument("--conductor-b-env", action="append", default=[], metavar="NAME=VALUE",
                     help="one environment variable for conductor B only (repeatable)")
     ap.add_argument("--conductor-log", help="write the conductors' stderr to this file at the end")
+    ap.add_argument("--master-busy-poll-us", type=int,
+                    help="the master's RPC busy-poll window in us, through MC_MASTER_BUSY_POLL_US "
+                         "(masters of any build read it): default that variable's value, else "
+                         "300, as a master behind a conductor is to run (docs/conductor.md)")
     args, rest = ap.parse_known_args()
+    if args.master_busy_poll_us is not None:
+        os.environ["MC_MASTER_BUSY_POLL_US"] = str(args.master_busy_poll_us)
+    else:
+        os.environ.setdefault("MC_MASTER_BUSY_POLL_US", "300")
+    print(f"# master busy poll: {os.environ['MC_MASTER_BUSY_POLL_US']} us", flush=True)
     master_exe = master_rss.find(args.build, "tools/mooncake_master")
     conductor_exe = master_rss.find(args.build, "tools/mooncake_conductor")
     bench = master_rss.find(args.build, "bench/conductor_bench")

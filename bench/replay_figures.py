@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The paper's cache and scheduling figures from the cache-only replay.
+"""The paper's cache and scheduling figures from the replay (cache-only or --store).
 
 Runs build/tools/mooncake_replay over both shipped traces for
 
@@ -14,13 +14,24 @@ Runs build/tools/mooncake_replay over both shipped traces for
 and prints each as a Markdown table with the reference replay's values
 beside ours, as docs/conductor.md holds them (about 10 s on 2 cores).
 
+With --store every replay runs against the real store (mooncake_replay
+--store: its own master and conductor, the nodes store clients with real
+segments of --block-bytes per block, every reused block read through the
+store): Figure 9's one global cache is one node's segment, Figure 10's "one
+30M pool" one node of 30M tokens (the hit rate and prefill time of a pool do
+not depend on how many nodes share it), and Figure 11's snapshots count each
+block's memory replicas in the store (the master's lease-free admin pages).  --caps picks Figure 9's
+capacities (a store-backed point takes 10-60 s); --lease-ms is the started
+master's read lease (20 ms here: a 500 ms one pins much of a small segment).
+
 With --png DIR each figure is also drawn, ours beside the reference, as
 DIR/fig9.png, fig10.png, fig5.png and fig11.png (matplotlib: Debian's
 python3-matplotlib, `scripts/install-deps.sh --bench`).
 
 usage: bench/replay_figures.py [--build build] [--traces ../shared/traces]
                                [--only fig9,fig10,fig5,fig11] [--json FILE]
-                               [--png DIR]
+                               [--png DIR] [--store [--block-bytes 1k] [--lease-ms 20]]
+                               [--caps 1e6,3e6,...]
 """
 import argparse
 import json
@@ -65,6 +76,8 @@ def replay(args, trace, *flags):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [os.path.join(args.build, "tools", "mooncake_replay"), "--quiet", "--trace",
                os.path.join(args.traces, trace + "_trace.jsonl"), "--json", out.name, *flags]
+        if args.store:
+            cmd += ["--store", "--block-bytes", args.block_bytes, "--lease-ms", args.lease_ms]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(out.name) as f:
             return json.load(f)
@@ -73,7 +86,10 @@ def replay(args, trace, *flags):
 def fig9(args, results):
     print("| tokens | blocks | conv ref | conv ours | synth ref | synth ours |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for cap in FIG9_REF["conversation"]:
+    caps = [float(c) for c in args.caps.split(",")] if args.caps else FIG9_REF["conversation"]
+    for cap in caps:
+        if cap not in FIG9_REF["conversation"]:
+            sys.exit(f"--caps: {cap:g} is not one of Figure 9's capacities")
         row = []
         for t in TRACES:
             r = replay(args, t, "--nodes", "1", "--pool", "global", "--policy", "load",
@@ -89,9 +105,12 @@ def fig10(args, results):
     print("|---|---:|---:|---:|---:|")
     for name, nodes, pool, policy, ref in FIG10:
         cells = []
+        cap = 3e6
+        if args.store and pool == "global" and nodes > 1:
+            nodes, cap = 1, 3e6 * nodes  # one segment holds the pool
         for k, t in enumerate(TRACES):
             r = replay(args, t, "--nodes", str(nodes), "--pool", pool, "--policy", policy,
-                       "--capacity-tokens", "3e6", "--output-length-one")
+                       "--capacity-tokens", repr(cap), "--output-length-one")
             results.append({**r, "figure": "fig10", "trace": t, "setup": name})
             cells += [f"{ref[2 * k] * 100:.1f}% / {r['token_hit_rate'] * 100:.1f}%",
                       f"{ref[2 * k + 1]:.3f} / {r['prefill_s_per_request']:.3f}"]
@@ -230,6 +249,15 @@ def main():
     ap.add_argument("--only", default="fig9,fig10,fig5,fig11")
     ap.add_argument("--json")
     ap.add_argument("--png", metavar="DIR", help="also draw the figures as PNG files here")
+    ap.add_argument("--store", action="store_true",
+                    help="replay against the real store (mooncake_replay --store)")
+    ap.add_argument("--block-bytes", default="1k",
+                    help="with --store: bytes stored per block (1k: 100M tokens in 200 MB)")
+    ap.add_argument("--lease-ms", default="20",
+                    help="with --store: the master's read lease (20 ms: with one small "
+                         "segment a 500 ms lease pins much of it and puts fail, "
+                         "docs/conductor.md)")
+    ap.add_argument("--caps", help="Figure 9's capacities to run, e.g. 1e6,3e6,1e7 (all)")
     args = ap.parse_args()
     results = []
     for name in args.only.split(","):

@@ -97,11 +97,11 @@ static const struct mc_config_entry options_table[] = {
 	OPT(help, MC_CONFIG_BOOL, "false", "print this help", 0, 0),
 	OPTN("replicas_csv", replicas_csv, MC_CONFIG_STRING, NULL,
 	     "write the replica counts of the keys ranked 10, 100, 1000, 10000 over time (Fig. "
-	     "11) to this CSV file; local pool only",
+	     "11) to this CSV file; local pool only (with --store: the store's own count)",
 	     0, 0),
 	OPT(csv, MC_CONFIG_STRING, NULL,
-	    "write one CSV row per request (its choice, times and reuse) to this file; "
-	    "cache-only replay",
+	    "write one CSV row per request (its choice, times and reuse) to this file; with "
+	    "--store the reuse is what was read through the store",
 	    0, 0),
 	OPTN("cost_model", cost_model, MC_CONFIG_STRING, NULL,
 	     "JSON file of cost-model options (a fitted prefill regression, ...) applied before "
@@ -295,6 +295,58 @@ static bool pick_ranks(struct replicas *rp)
 	return true;
 }
 
+/* --store --replicas-csv: the store's snapshots are kept (a store-backed
+ * replay is not run twice), then ranked and followed as the two passes of
+ * the cache-only replay do. */
+struct kept_snaps {
+	double *t;
+	struct mc_replay_replica **v;
+	size_t *n;
+	size_t count, cap;
+	bool failed;
+};
+
+static void snap_keep(double t_s, const struct mc_replay_replica *keys, size_t n, void *arg)
+{
+	struct kept_snaps *k = arg;
+	struct mc_replay_replica *copy = malloc((n ? n : 1) * sizeof(*copy));
+
+	if (k->count == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 128;
+		double *t = realloc(k->t, cap * sizeof(*t));
+		struct mc_replay_replica **v = t ? realloc(k->v, cap * sizeof(*v)) : NULL;
+		size_t *c = v ? realloc(k->n, cap * sizeof(*c)) : NULL;
+		if (t)
+			k->t = t;
+		if (v)
+			k->v = v;
+		if (!t || !v || !c) {
+			free(copy);
+			k->failed = true;
+			return;
+		}
+		k->n = c;
+		k->cap = cap;
+	}
+	if (!copy) {
+		k->failed = true;
+		return;
+	}
+	memcpy(copy, keys, n * sizeof(*copy));
+	k->t[k->count] = t_s;
+	k->v[k->count] = copy;
+	k->n[k->count++] = n;
+}
+
+static void kept_release(struct kept_snaps *k)
+{
+	for (size_t i = 0; i < k->count; i++)
+		free(k->v[i]);
+	free(k->t);
+	free(k->v);
+	free(k->n);
+}
+
 /* --csv: one row per request, written as the replay goes. */
 struct req_csv {
 	FILE *f;
@@ -458,6 +510,7 @@ int main(int argc, char **argv)
 	struct mc_replay_store_stats ss;
 	json_t *extra = NULL;
 	struct req_csv csv = {0};
+	struct kept_snaps kept = {0};
 	double t0 = now_s(), wall;
 	mc_status st;
 	int rc;
@@ -514,9 +567,17 @@ int main(int argc, char **argv)
 		rc = usage_error("--replicas-csv needs --pool local (a pool holds one copy)");
 		goto out_opts;
 	}
-	if (o.store && (cfg.global_pool || o.replicas_csv || o.csv)) {
-		rc = usage_error("--store replays over the nodes' segments: no --pool global, no "
-				 "--replicas-csv or --csv");
+	if (o.store && cfg.global_pool && cfg.nodes != 1) {
+		/* one node's segment is a global pool of its capacity (Fig. 9) */
+		rc = usage_error(
+			"--store replays over the nodes' segments: --pool global only with "
+			"--nodes 1 (one segment is the pool)");
+		goto out_opts;
+	}
+	if (o.store && o.replicas_csv && o.master) {
+		rc = usage_error(
+			"--store --replicas-csv counts replicas through the admin pages of "
+			"the master it starts: no --master");
 		goto out_opts;
 	}
 	if (!o.store && (o.master || o.conductor || o.metadata)) {
@@ -536,10 +597,43 @@ int main(int argc, char **argv)
 	prog.start = now_s();
 	prog.on = !o.quiet && isatty(STDERR_FILENO);
 	hooks = (struct mc_replay_hooks){.progress = show_progress, .progress_arg = &prog};
+	if (o.csv) {
+		if (!(csv.f = fopen(o.csv, "w"))) {
+			fprintf(stderr, "mooncake_replay: %s: %s\n", o.csv, strerror(errno));
+			rc = 1;
+			goto out_trace;
+		}
+		fputs(REQ_CSV_HEADER, csv.f);
+		hooks.request = req_csv_row;
+		hooks.request_arg = &csv;
+	}
 	if (o.store) {
+		if (o.replicas_csv) {
+			cfg.snapshot_every_s = o.snapshot_every;
+			hooks.snapshot = snap_keep;
+			hooks.snapshot_arg = &kept;
+		}
 		if ((rc = run_store(&o, &cfg, &t, &hooks, &r, &ss)) != 0)
 			goto out_trace;
 		extra = store_json(&ss);
+		if (o.replicas_csv) {
+			for (size_t i = 0; i < kept.count; i++)
+				snap_cumulate(kept.t[i], kept.v[i], kept.n[i], &rp);
+			if (kept.failed || rp.failed || !pick_ranks(&rp)) {
+				fprintf(stderr,
+					"mooncake_replay: replica snapshots: out of memory\n");
+				rc = 1;
+				goto out_trace;
+			}
+			for (size_t i = 0; i < kept.count; i++)
+				snap_record(kept.t[i], kept.v[i], kept.n[i], &rp);
+			if (rp.failed) {
+				fprintf(stderr,
+					"mooncake_replay: replica snapshots: out of memory\n");
+				rc = 1;
+				goto out_trace;
+			}
+		}
 	} else {
 		if (o.replicas_csv) {
 			/* pass 1 ranks the keys by cumulative replica count, pass 2
@@ -557,33 +651,23 @@ int main(int argc, char **argv)
 			hooks.snapshot = snap_record;
 			hooks.snapshot_arg = &rp;
 		}
-		if (o.csv) {
-			if (!(csv.f = fopen(o.csv, "w"))) {
-				fprintf(stderr, "mooncake_replay: %s: %s\n", o.csv,
-					strerror(errno));
-				rc = 1;
-				goto out_trace;
-			}
-			fputs(REQ_CSV_HEADER, csv.f);
-			hooks.request = req_csv_row;
-			hooks.request_arg = &csv;
-		}
 		st = mc_replay_run(&cfg, &t, &hooks, &r);
-		if (csv.f) {
-			bool bad = ferror(csv.f) != 0;
-			if (fclose(csv.f) != 0 || bad) {
-				fprintf(stderr, "mooncake_replay: %s: write failed\n", o.csv);
-				rc = 1;
-				goto out_trace;
-			}
-			csv.f = NULL;
-		}
 		if (st != MC_OK || rp.failed) {
 			fprintf(stderr, "mooncake_replay: %s\n",
 				rp.failed ? "out of memory" : mc_last_error());
 			rc = 1;
 			goto out_trace;
 		}
+	}
+	if (csv.f) {
+		bool bad = ferror(csv.f) != 0;
+		if (fclose(csv.f) != 0 || bad) {
+			fprintf(stderr, "mooncake_replay: %s: write failed\n", o.csv);
+			rc = 1;
+		}
+		csv.f = NULL;
+		if (rc)
+			goto out_trace;
 	}
 	wall = now_s() - t0;
 	printf("requests=%llu rejected=%llu token_hit_rate=%.4f prefill_s_per_request=%.4f "
@@ -618,6 +702,9 @@ int main(int argc, char **argv)
 					: "none (cache-only replay)",
 				extra);
 out_trace:
+	kept_release(&kept);
+	if (csv.f)
+		fclose(csv.f);
 	json_decref(extra);
 	mc_trace_release(&t);
 	free(rp.cum);

@@ -231,6 +231,27 @@ static long api_call(struct api *a, const char *path, const char *body, size_t l
 	return code;
 }
 
+/* GET path; the HTTP status, 0 on failure. */
+static long api_get(struct api *a, const char *path)
+{
+	char url[16384];
+	long code = 0;
+
+	if ((size_t)snprintf(url, sizeof(url), "%s%s", a->base, path) >= sizeof(url))
+		return 0;
+	mc_buf_reset(&a->body.buf);
+	a->body.too_large = false;
+	curl_easy_setopt(a->h, CURLOPT_URL, url);
+	curl_easy_setopt(a->h, CURLOPT_CUSTOMREQUEST, NULL);
+	curl_easy_setopt(a->h, CURLOPT_HTTPGET, 1L);
+	if (curl_easy_perform(a->h) != CURLE_OK)
+		return 0;
+	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
+	if (mc_buf_reserve(&a->body.buf, 1) == MC_OK)
+		a->body.buf.data[a->body.buf.len] = '\0';
+	return code;
+}
+
 static mc_status api_open(struct api *a, const char *addr)
 {
 	mc_status st = mc_curl_global_init();
@@ -307,6 +328,8 @@ struct run {
 	const struct mc_replay_config *cfg;
 	struct child master, conductor;
 	struct api api;
+	struct api admin; /* the started master's admin port (replica snapshots) */
+	unsigned admin_port;
 	struct node *nodes;
 	struct node *dnodes; /* decode instances: store clients without a segment */
 	char metadata[160];
@@ -333,9 +356,12 @@ static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats
 	 * are never evicted under it, and its reads must finish within it (a
 	 * read that ends after the lease is thrown away).  As the LRU key of a
 	 * block read is its lease deadline, a shorter lease keeps "read" and
-	 * "put" stamps closer to the order they happened in. */
+	 * "put" stamps closer to the order they happened in.  Its RPC loop
+	 * polls 300 us after work, as a master behind a conductor is to run
+	 * (docs/conductor.md, the daemon's latency). */
 	char *argv[] = {exe,
 			"--preferred_segment_lru=true",
+			"--rpc_busy_poll_us=300",
 			"--eviction_high_watermark_ratio=1",
 			lease,
 			"--rpc_port=0",
@@ -359,6 +385,7 @@ static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats
 		   &meta) != 3)
 		return mc_set_error(MC_ERR_PROTOCOL, "mooncake_master said: %s", r->master.line);
 	snprintf(stats->master, sizeof(stats->master), "127.0.0.1:%u", rpc);
+	r->admin_port = metrics;
 	snprintf(r->metadata, sizeof(r->metadata), "http://127.0.0.1:%u/metadata", meta);
 	return MC_OK;
 }
@@ -665,11 +692,36 @@ static void keep_copy(struct run *r, struct node *nd, const char *key, const voi
 		stats->put_failed++;
 }
 
-/* One request: schedule, read, put, book.  *ttft_out < 0: rejected. */
+/* The answer's choice as the scheduler's struct (sched.h), instances as
+ * indices into nodes and dnodes (-1: none), for the per-request hook. */
+static void choice_of(const struct run *r, json_t *j, struct mc_sched_choice *ch)
+{
+	const char *rej = json_string_value(json_object_get(j, "rejected"));
+
+	*ch = (struct mc_sched_choice){
+		.prefill = node_of(r, json_object_get(j, "prefill")),
+		.decode = dnode_of(r, json_object_get(j, "decode")),
+		.local_blocks = (uint32_t)json_integer_value(json_object_get(j, "local_blocks")),
+		.prefix_blocks = (uint32_t)json_integer_value(json_object_get(j, "prefix_blocks")),
+		.fetch_from = node_of(r, json_object_get(j, "fetch_from")),
+		.queue_s = num(j, "predicted", "queue_s"),
+		.transfer_s = num(j, "predicted", "transfer_s"),
+		.prefill_s = num(j, "predicted", "prefill_s"),
+		.ttft_s = num(j, "ttft_s", NULL),
+		.tbt_s = num(j, "tbt_s", NULL),
+		.verdict = !rej			      ? MC_SCHED_ACCEPT
+			   : strcmp(rej, "ttft") == 0 ? MC_SCHED_REJECT_TTFT
+						      : MC_SCHED_REJECT_TBT,
+	};
+	ch->fetch_blocks = ch->prefix_blocks - ch->local_blocks;
+}
+
+/* One request: schedule, read, put, book.  *ch is the choice as it ran:
+ * the answer's, with the prefix cut to what was read and the times of
+ * its booking (its verdict not MC_SCHED_ACCEPT: answered 429). */
 static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_t idx, double now,
 			     struct mc_replay_result *out, struct mc_replay_store_stats *stats,
-			     double *ttft_out, double *prefill_out, double *transfer_out,
-			     double *tbt_out)
+			     struct mc_sched_choice *ch)
 {
 	const struct mc_costmodel *cm = &r->cfg->cost;
 	const uint64_t bb = r->o->block_bytes;
@@ -694,27 +746,32 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	code = api_call(&r->api, "/schedule", (const char *)r->body.data, r->body.len);
 	stats->schedule_wall_s += wall_s() - t0;
 	stats->schedule_calls++;
-	if (code == 429) {
-		*ttft_out = -1;
-		return MC_OK;
-	}
-	if (code != 200)
+	if (code != 200 && code != 429)
 		return mc_set_error(MC_ERR_RPC_FAIL, "/schedule of request %zu: %ld %s", idx, code,
 				    code ? api_text(&r->api) : "no answer");
 	j = json_loads(api_text(&r->api), 0, &jerr);
 	if (!j)
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "/schedule answered no JSON: %s",
 				    jerr.text);
-	p = node_of(r, json_object_get(j, "prefill"));
-	from = node_of(r, json_object_get(j, "fetch_from"));
-	dec = dnode_of(r, json_object_get(j, "decode"));
-	prefix = (uint32_t)json_integer_value(json_object_get(j, "prefix_blocks"));
-	local = (uint32_t)json_integer_value(json_object_get(j, "local_blocks"));
-	transfer = num(j, "predicted", "transfer_s");
-	prefill = num(j, "predicted", "prefill_s");
-	*tbt_out = num(j, "tbt_s", NULL);
+	choice_of(r, j, ch);
 	json_decref(j);
-	if (p < 0 || prefix > tr->n_blocks || local > prefix || (r->cfg->decode_nodes && dec < 0))
+	if (code == 429) {
+		if (ch->verdict == MC_SCHED_ACCEPT)
+			return mc_set_error(MC_ERR_PROTOCOL,
+					    "/schedule of request %zu: a 429 without \"rejected\"",
+					    idx);
+		ch->prefix_tokens = 0;
+		return MC_OK;
+	}
+	p = ch->prefill;
+	from = ch->fetch_from;
+	dec = ch->decode;
+	prefix = ch->prefix_blocks;
+	local = ch->local_blocks;
+	transfer = ch->transfer_s;
+	prefill = ch->prefill_s;
+	if (ch->verdict != MC_SCHED_ACCEPT || p < 0 || prefix > tr->n_blocks || local > prefix ||
+	    (r->cfg->decode_nodes && dec < 0))
 		return mc_set_error(MC_ERR_PROTOCOL,
 				    "/schedule of request %zu: an answer we "
 				    "cannot follow (prefill node, prefix)",
@@ -818,10 +875,17 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 				: 0;
 	}
 	queue = nd->free_at > now ? nd->free_at - now : 0;
-	*ttft_out = mc_cost_ttft_s(queue, transfer, prefill);
-	*prefill_out = prefill;
-	*transfer_out = transfer;
-	nd->free_at = now + *ttft_out;
+	ch->queue_s = queue;
+	ch->transfer_s = transfer;
+	ch->prefill_s = prefill;
+	ch->ttft_s = mc_cost_ttft_s(queue, transfer, prefill);
+	ch->prefix_blocks = read;
+	ch->local_blocks = local < read ? local : read;
+	ch->fetch_blocks = read - ch->local_blocks;
+	if (!ch->fetch_blocks)
+		ch->fetch_from = -1;
+	ch->prefix_tokens = (uint32_t)fmin((double)read * cm->block_tokens, tr->input_length);
+	nd->free_at = now + ch->ttft_s;
 	nd->need_report = true;
 	out->input_tokens += tr->input_length;
 	out->hit_tokens += (uint64_t)fmin((double)read * cm->block_tokens, tr->input_length);
@@ -832,6 +896,128 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	return MC_OK;
 }
 
+/* ---- replica snapshots (Fig. 11) ------------------------------------------ */
+
+static int cmp_replica(const void *a, const void *b)
+{
+	uint64_t x = ((const struct mc_replay_replica *)a)->key;
+	uint64_t y = ((const struct mc_replay_replica *)b)->key;
+	return x < y ? -1 : x > y;
+}
+
+#define SNAP_CHUNK 400 /* keys per /batch_query_keys (a 10 KB URL) */
+
+/*
+ * Every block key the store holds and how many memory replicas it has
+ * (sorted by key, in *out, malloc'ed): the started master's admin pages
+ * /get_all_keys and /batch_query_keys, which grant no read lease, so the
+ * count leaves every block's LRU stamp as it was (a GetReplicaList would
+ * stamp all of them and change what is evicted next).
+ */
+static mc_status replica_snapshot(struct run *r, struct mc_replay_replica **out, size_t *n_out)
+{
+	struct mc_replay_replica *v = NULL;
+	size_t n = 0, cap = 0, w = 0;
+	char *list = NULL, *line, *save = NULL;
+	mc_status st = MC_OK;
+
+	*out = NULL;
+	*n_out = 0;
+	if (api_get(&r->admin, "/get_all_keys") != 200)
+		return mc_set_error(MC_ERR_RPC_FAIL, "the master's /get_all_keys failed");
+	list = strdup(api_text(&r->admin));
+	if (!list)
+		return mc_set_error(MC_ERR_NOMEM, "no memory for a replica snapshot");
+	for (line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *end;
+		uint64_t id;
+
+		if (strncmp(line, KEY_PREFIX, strlen(KEY_PREFIX)) != 0 ||
+		    strlen(line) != strlen(KEY_PREFIX) + 16)
+			continue; /* not a block of ours */
+		id = strtoull(line + strlen(KEY_PREFIX), &end, 16);
+		if (*end)
+			continue;
+		if (n == cap) {
+			struct mc_replay_replica *t;
+			cap = cap ? cap * 2 : 4096;
+			t = realloc(v, cap * sizeof(*v));
+			if (!t) {
+				st = mc_set_error(MC_ERR_NOMEM, "no memory for a replica snapshot");
+				goto out;
+			}
+			v = t;
+		}
+		v[n++] = (struct mc_replay_replica){.key = id, .replicas = 0};
+	}
+	qsort(v, n, sizeof(*v), cmp_replica);
+	for (size_t at = 0; at < n; at += SNAP_CHUNK) {
+		size_t m = n - at < SNAP_CHUNK ? n - at : SNAP_CHUNK;
+		json_t *root, *data;
+		json_error_t jerr;
+
+		mc_buf_reset(&r->body);
+		mc_buf_append_str(&r->body, "/batch_query_keys?keys=");
+		for (size_t i = 0; i < m; i++)
+			mc_buf_appendf(&r->body, "%s" KEY_PREFIX "%016" PRIx64, i ? "," : "",
+				       v[at + i].key);
+		mc_buf_append(&r->body, "", 1);
+		if (r->body.err != MC_OK) {
+			st = r->body.err;
+			goto out;
+		}
+		if (api_get(&r->admin, (const char *)r->body.data) != 200) {
+			st = mc_set_error(MC_ERR_RPC_FAIL, "the master's /batch_query_keys failed");
+			goto out;
+		}
+		root = json_loads(api_text(&r->admin), 0, &jerr);
+		data = json_object_get(root, "data");
+		if (!json_is_object(data)) {
+			json_decref(root);
+			st = mc_set_error(MC_ERR_PROTOCOL, "/batch_query_keys answered no data");
+			goto out;
+		}
+		for (size_t i = 0; i < m; i++) {
+			char key[KEY_W];
+			key_of(key, v[at + i].key);
+			v[at + i].replicas = (uint32_t)json_array_size(
+				json_object_get(json_object_get(data, key), "values"));
+		}
+		json_decref(root);
+	}
+	/* keys with no memory replica (being written, or gone meanwhile) drop out */
+	for (size_t i = 0; i < n; i++)
+		if (v[i].replicas)
+			v[w++] = v[i];
+	*out = v;
+	*n_out = w;
+	v = NULL;
+out:
+	free(v);
+	free(list);
+	return st;
+}
+
+/* The snapshots due by now (one count of the store for all of them). */
+static mc_status snapshots_due(struct run *r, const struct mc_replay_hooks *hooks, double now,
+			       double *next, bool force)
+{
+	struct mc_replay_replica *v;
+	size_t n;
+	mc_status st;
+
+	if (!force && now < *next)
+		return MC_OK;
+	if ((st = replica_snapshot(r, &v, &n)) != MC_OK)
+		return st;
+	do {
+		hooks->snapshot(*next, v, n, hooks->snapshot_arg);
+		*next += r->cfg->snapshot_every_s;
+	} while (!force && now >= *next);
+	free(v);
+	return MC_OK;
+}
+
 mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 			      const struct mc_replay_config *cfg, const struct mc_trace *t,
 			      const struct mc_replay_hooks *hooks, struct mc_replay_result *out,
@@ -839,7 +1025,8 @@ mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 {
 	struct run r = {.o = o, .cfg = cfg};
 	size_t *order = NULL, n_ttft = 0;
-	double prefill_sum = 0, transfer_sum = 0, tbt_sum = 0;
+	double prefill_sum = 0, transfer_sum = 0, tbt_sum = 0, next_snap = 0;
+	bool snaps;
 	mc_status st;
 
 	memset(out, 0, sizeof(*out));
@@ -883,32 +1070,51 @@ mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 	    (st = dnodes_open(&r, stats->master)) != MC_OK)
 		goto out;
 
+	snaps = hooks && hooks->snapshot && cfg->snapshot_every_s > 0;
+	if (snaps && !r.admin_port) {
+		st = mc_set_error(MC_ERR_INVALID_PARAMS,
+				  "replica snapshots need the master the replay starts (its admin "
+				  "pages), not --master");
+		goto out;
+	}
+	if (snaps) {
+		char addr[32];
+		snprintf(addr, sizeof(addr), "127.0.0.1:%u", r.admin_port);
+		if ((st = api_open(&r.admin, addr)) != MC_OK)
+			goto out;
+	}
 	mc_replay_order(t, order);
 	for (size_t k = 0; k < t->n; k++) {
 		const struct mc_trace_req *tr = &t->reqs[order[k]];
 		double now = (double)tr->timestamp_ms / 1000.0 / cfg->speedup;
-		double ttft = 0, prefill = 0, transfer = 0, tbt = 0;
+		struct mc_sched_choice ch;
 
 		if (!tr->n_blocks)
 			continue;
+		if (snaps && (st = snapshots_due(&r, hooks, now, &next_snap, false)) != MC_OK)
+			goto out;
 		if ((st = report_loads(&r, now, stats)) != MC_OK ||
-		    (st = one_request(&r, tr, order[k], now, out, stats, &ttft, &prefill, &transfer,
-				      &tbt)) != MC_OK)
+		    (st = one_request(&r, tr, order[k], now, out, stats, &ch)) != MC_OK)
 			goto out;
 		out->requests++;
+		if (hooks && hooks->request)
+			hooks->request(order[k], now, tr, &ch, hooks->request_arg);
 		if (hooks && hooks->progress && (k % 64 == 0 || k + 1 == t->n))
 			hooks->progress(k + 1, t->n, hooks->progress_arg);
-		if (ttft < 0) {
+		if (ch.verdict != MC_SCHED_ACCEPT) {
 			out->rejected++;
 			continue;
 		}
-		if (now + ttft > out->end_s)
-			out->end_s = now + ttft;
-		prefill_sum += prefill;
-		transfer_sum += transfer;
-		tbt_sum += tbt;
-		r.ttfts[n_ttft++] = ttft;
+		if (now + ch.ttft_s > out->end_s)
+			out->end_s = now + ch.ttft_s;
+		prefill_sum += ch.prefill_s;
+		transfer_sum += ch.transfer_s;
+		tbt_sum += ch.tbt_s;
+		r.ttfts[n_ttft++] = ch.ttft_s;
 	}
+	/* the state the last request left */
+	if (snaps && (st = snapshots_due(&r, hooks, 0, &next_snap, true)) != MC_OK)
+		goto out;
 	mc_replay_summarise(cfg,
 			    &(struct mc_replay_sums){.prefill_s = prefill_sum,
 						     .transfer_s = transfer_sum,
@@ -919,6 +1125,7 @@ out:
 	/* clients first (they unmount), then the conductor, the master last */
 	nodes_close(&r);
 	api_close(&r.api);
+	api_close(&r.admin);
 	child_stop(&r.conductor);
 	child_stop(&r.master);
 	mc_buf_release(&r.body);

@@ -524,7 +524,8 @@ static void match_prefixes_locked(struct inst **pre, size_t n_pre,
  */
 struct scratch {
 	struct mc_buf out;
-	size_t cap; /* entries of each table */
+	struct mc_store_decode_arena arena; /* the master's answer decodes into it */
+	size_t cap;			    /* entries of each table */
 	struct inst **pre, **dec;
 	struct mc_sched_prefill *sp;
 	struct mc_sched_decode *sd;
@@ -539,6 +540,7 @@ static void scratch_free(void *p)
 	if (!s)
 		return;
 	mc_buf_release(&s->out);
+	mc_free(s->arena.base);
 	mc_free(s->pre);
 	mc_free(s->dec);
 	mc_free(s->sp);
@@ -548,8 +550,8 @@ static void scratch_free(void *p)
 	mc_free(s);
 }
 
-/* This thread's scratch with tables of n entries at least, or NULL. */
-static struct scratch *scratch_get(struct mc_conductor *c, size_t n)
+/* This thread's scratch, or NULL. */
+static struct scratch *scratch_of_thread(struct mc_conductor *c)
 {
 	struct scratch *s = pthread_getspecific(c->scratch_key);
 
@@ -563,6 +565,42 @@ static struct scratch *scratch_get(struct mc_conductor *c, size_t n)
 			return NULL;
 		}
 	}
+	return s;
+}
+
+/*
+ * The arena the master's answer for n keys decodes into, emptied: a
+ * BatchGetReplicaList item takes about 48 bytes plus 200 per replica, so
+ * 1 KiB a key leaves room for four replicas each; what does not fit (a
+ * larger answer, or one beyond ARENA_MAX) is malloc'ed as before.
+ */
+#define ARENA_MIN (64u << 10)
+#define ARENA_MAX (4u << 20)
+
+static struct mc_store_decode_arena *scratch_arena(struct scratch *s, size_t n)
+{
+	size_t want = n > ARENA_MAX / 1024 ? ARENA_MAX : n * 1024;
+
+	if (want < ARENA_MIN)
+		want = ARENA_MIN;
+	if (want > s->arena.cap) {
+		uint8_t *p = mc_realloc(s->arena.base, want);
+		if (p) {
+			s->arena.base = p;
+			s->arena.cap = want;
+		}
+	}
+	s->arena.used = 0;
+	return s->arena.base ? &s->arena : NULL;
+}
+
+/* This thread's scratch with tables of n entries at least, or NULL. */
+static struct scratch *scratch_get(struct mc_conductor *c, size_t n)
+{
+	struct scratch *s = scratch_of_thread(c);
+
+	if (!s)
+		return NULL;
 	if (n > s->cap) {
 		size_t cap = n < 16 ? 16 : n * 2;
 #define GROW(f)                                                   \
@@ -614,7 +652,10 @@ static enum MHD_Result schedule(void *arg, struct MHD_Connection *conn,
 		mc_conductor_sched_req_release(&k);
 		return respond_decode_error(conn, st);
 	}
-	/* one round trip: where every key of the request is */
+	/* one round trip: where every key of the request is; the answer is
+	 * decoded into this thread's arena (released at the end, in it) */
+	s = scratch_of_thread(c);
+	mc_store_decode_arena_use(s ? scratch_arena(s, k.n) : NULL);
 	kr = (struct mc_store_keys_req){
 		.tenant = mc_proto_str_c(c->tenant), .n_keys = (uint32_t)k.n, .keys = k.keys};
 	st = mc_master_conn_call(c->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &kr, &resp);
@@ -732,6 +773,7 @@ static enum MHD_Result schedule(void *arg, struct MHD_Connection *conn,
 out:
 	if (have_resp)
 		mc_store_msg_release(&resp);
+	mc_store_decode_arena_use(NULL);
 	mc_conductor_sched_req_release(&k);
 	return ret;
 }

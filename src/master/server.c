@@ -1543,37 +1543,18 @@ static int64_t on_report_timer(struct mc_loop *l, struct mc_loop_timer *t, uint6
 	return REPORT_PERIOD_MS;
 }
 
-#define MASTER_BUSY_POLL_US 50
-
-static uint64_t busy_poll_us(void)
-{
-	const char *v = getenv("MC_MASTER_BUSY_POLL_US");
-	char *end;
-	unsigned long long x;
-	if (!v || !*v)
-		return MASTER_BUSY_POLL_US;
-	errno = 0;
-	x = strtoull(v, &end, 10);
-	if (errno || *end || x > 1000000) {
-		mc_warn("ignoring MC_MASTER_BUSY_POLL_US=%s: not a number of microseconds up to 1e6",
-			v);
-		return MASTER_BUSY_POLL_US;
-	}
-	return x;
-}
-
 static void *loop_main(void *arg)
 {
 	struct mc_master_server *s = arg;
 
 	/*
-	 * Busy polling (MC_MASTER_BUSY_POLL_US): after a wake-up with work,
+	 * Busy polling (--rpc_busy_poll_us, MC_MASTER_BUSY_POLL_US): after a wake-up with work,
 	 * poll without sleeping for that long before blocking.  A client's
 	 * next request usually follows within microseconds, and waking an
 	 * idle CPU costs tens of microseconds on a virtual machine, more than
 	 * the round trip itself.  0 turns it off.
 	 */
-	mc_loop_set_busy_poll(s->loop, busy_poll_us());
+	mc_loop_set_busy_poll(s->loop, s->busy_poll_us);
 	mc_loop_timer_start(s->loop, &s->tick_timer, 0);
 	mc_loop_timer_start(s->loop, &s->report_timer, REPORT_PERIOD_MS);
 	mc_loop_timer_start(s->loop, &s->idle_timer, IDLE_SCAN_MS);
@@ -1687,6 +1668,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	mc_loop_timer_init(&s->job_timer, on_job_timer);
 	mc_loop_timer_init(&s->sweep_timer, on_sweep_timer);
 	s->enable_metric_reporting = cfg->enable_metric_reporting;
+	s->busy_poll_us = (uint64_t)cfg->rpc_busy_poll_us;
 	s->tcp_nodelay = cfg->rpc_enable_tcp_no_delay;
 	s->conn_timeout_ms = cfg->rpc_conn_timeout_seconds > 0
 				     ? (uint64_t)cfg->rpc_conn_timeout_seconds * 1000

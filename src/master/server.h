@@ -44,6 +44,7 @@ struct mc_master_server_config {
 	uint64_t rpc_max_connection_buffer; /* one connection's read buffer at most */
 	uint64_t rpc_max_buffered_bytes;    /* all connections' read buffers for partial frames */
 	bool rpc_enable_tcp_no_delay;	    /* true */
+	int64_t rpc_busy_poll_us;	    /* 50: the RPC loop polls this long after work */
 	bool loop_turn_cpu_stats;	    /* false: time the RPC loop's turns in wall time only */
 	bool mount_probe;		    /* true: a mount waits for its engine's Probe answer */
 	uint64_t mount_probe_timeout_ms;    /* 2000: the probe's deadline */

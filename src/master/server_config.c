@@ -129,6 +129,11 @@ static const struct mc_config_entry flags[] = {
 	     "frame would go beyond is closed"),
 	BOOL("rpc_enable_tcp_no_delay", "true", SF(rpc_enable_tcp_no_delay), 0,
 	     "set TCP_NODELAY on RPC connections"),
+	INT("rpc_busy_poll_us", "50", SF(rpc_busy_poll_us), 0, 1000000, 0,
+	    "after a wake-up with work the RPC loop polls this long (us) before it sleeps (0: "
+	    "off); default MC_MASTER_BUSY_POLL_US, else 50.  Behind a mooncake_conductor run "
+	    "300: its lookups come 50-100 us apart, and each one that finds the loop asleep pays "
+	    "its wake-up (docs/conductor.md)"),
 	BOOL("loop_turn_cpu_stats", "false", SF(loop_turn_cpu_stats), 0,
 	     "also read the RPC loop thread's CPU clock around each turn (master_loop_turn_cpu_us "
 	     "in /metrics; a system call of about 1 us per turn): tells a long turn that was work "
@@ -613,6 +618,9 @@ static mc_status set_flag(struct mc_master_server_config *c, const struct mc_con
 
 /* The environment the daemon reads (upstream's names). */
 static const struct mc_config_entry env_vars[] = {
+	{.f = {"rpc_busy_poll_us", "MC_MASTER_BUSY_POLL_US", "50",
+	       "the default of --rpc_busy_poll_us (a bad value is ignored with a warning)",
+	       SF(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
 	{.f = {"snapshot_local_path", "MOONCAKE_SNAPSHOT_LOCAL_PATH", "",
 	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore; made when "
 	       "missing); unset or \"\": the --wal_dir",
@@ -625,7 +633,7 @@ void mc_master_server_config_defaults(struct mc_master_server_config *c)
 	mc_master_config_defaults(&c->master);
 	mc_config_entry_defaults(flags, MC_ARRAY_SIZE(flags), c);
 	mc_config_entry_defaults(env_vars, MC_ARRAY_SIZE(env_vars), c);
-	(void)mc_config_entry_load_env(env_vars, MC_ARRAY_SIZE(env_vars), c); /* strings only */
+	(void)mc_config_entry_load_env(env_vars, MC_ARRAY_SIZE(env_vars), c);
 	derive(c, flag_find("allocation_strategy"));
 	c->rpc_port_explicit = false;
 }

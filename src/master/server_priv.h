@@ -84,6 +84,7 @@ struct mc_master_server_snap {
 struct mc_master_server {
 	/* copies of what the running server needs from the config */
 	bool enable_metric_reporting;
+	uint64_t busy_poll_us; /* --rpc_busy_poll_us */
 	bool tcp_nodelay;
 	uint64_t conn_timeout_ms;  /* 0 = none */
 	uint64_t max_conns;	   /* RPC connections open at most */

@@ -847,6 +847,54 @@ static mc_status write_fields(struct mc_buf *b, const struct layout *l, const ui
 
 static const char empty_str[1] = "";
 
+/* ---- allocation: malloc, or the thread's decode arena (proto.h) ---- */
+
+static _Thread_local struct mc_store_decode_arena *tl_arena;
+
+void mc_store_decode_arena_use(struct mc_store_decode_arena *a)
+{
+	tl_arena = a;
+}
+
+/* n bytes (zeroed when zero), 16-aligned from the arena while it has room. */
+static void *dec_alloc(size_t n, bool zero)
+{
+	struct mc_store_decode_arena *a = tl_arena;
+	size_t k = (n + 15) & ~(size_t)15;
+
+	if (a && k >= n && a->used <= a->cap && a->cap - a->used >= k) {
+		void *p = a->base + a->used;
+		a->used += k;
+		if (zero)
+			memset(p, 0, n);
+		return p;
+	}
+	return zero ? mc_calloc(1, n) : mc_malloc(n);
+}
+
+static void dec_free(void *p)
+{
+	struct mc_store_decode_arena *a = tl_arena;
+
+	if (a && a->base && (const uint8_t *)p >= a->base && (const uint8_t *)p < a->base + a->cap)
+		return;
+	mc_free(p);
+}
+
+/* min_wire of a list's item layout, remembered for the last layout asked
+ * on this thread: a list of a hundred replica lists asks a hundred times */
+static size_t min_wire_cached(const struct layout *l)
+{
+	static _Thread_local const struct layout *last;
+	static _Thread_local size_t last_n;
+
+	if (l != last) {
+		last_n = min_wire(l);
+		last = l;
+	}
+	return last_n;
+}
+
 static mc_status read_str(struct mc_reader *r, const struct layout *l, const struct field *f,
 			  struct mc_proto_str *out)
 {
@@ -873,7 +921,7 @@ static mc_status read_str(struct mc_reader *r, const struct layout *l, const str
 		out->len = 0;
 		return MC_OK;
 	}
-	s = mc_malloc((size_t)len + 1);
+	s = dec_alloc((size_t)len + 1, false);
 	if (!s)
 		return mc_set_error(MC_ERR_NOMEM, "store proto: no memory for a %u-byte string",
 				    len);
@@ -974,11 +1022,12 @@ static mc_status read_fields(struct mc_reader *r, const struct layout *l, uint8_
 		case FK_LIST: {
 			uint32_t n = 0;
 			uint8_t *items = NULL;
-			rc = mc_reader_count(r, min_wire(f->sub), &n);
+			rc = mc_reader_count(r, min_wire_cached(f->sub), &n);
 			if (rc != MC_OK)
 				break;
 			if (n) {
-				items = mc_calloc(n, f->sub->size);
+				/* n * size is bounded: n items of min_wire bytes fit */
+				items = dec_alloc((size_t)n * f->sub->size, true);
 				if (!items) {
 					rc = mc_set_error(MC_ERR_NOMEM,
 							  "store proto: no memory for %u %s", n,
@@ -1016,7 +1065,7 @@ static mc_status read_fields(struct mc_reader *r, const struct layout *l, uint8_
 static void free_str(struct mc_proto_str *s)
 {
 	if (s->len)
-		mc_free((void *)s->ptr);
+		dec_free((void *)s->ptr);
 	s->ptr = NULL;
 	s->len = 0;
 }
@@ -1040,7 +1089,8 @@ static void free_fields(const struct layout *l, uint8_t *base)
 			uint8_t *items = get_ptr(p);
 			for (uint32_t k = 0; items && k < *n; k++)
 				free_fields(f->sub, items + (size_t)k * f->sub->size);
-			mc_free(items);
+			if (items)
+				dec_free(items);
 			set_ptr(p, NULL);
 			*n = 0;
 			break;

@@ -760,3 +760,28 @@ def test_promotion_on_hit_over_the_wire():
         assert re.search(r"^master_promotion_in_flight 0$", body, re.M)
     finally:
         m.stop()
+
+
+def test_rpc_busy_poll_us_flag_env_and_bounds():
+    """--rpc_busy_poll_us (docs/conductor.md: 300 behind a conductor): its
+    default is MC_MASTER_BUSY_POLL_US when that is valid, else 50; the flag
+    wins over the variable; out of range is refused by name."""
+    def dump(*args, env=None):
+        r = subprocess.run([str(master_path()), *args, "--dump-config"], capture_output=True,
+                           text=True, timeout=20, env={**os.environ, **(env or {})})
+        return r
+    env0 = {k: v for k, v in os.environ.items() if k != "MC_MASTER_BUSY_POLL_US"}
+    r = subprocess.run([str(master_path()), "--dump-config"], capture_output=True, text=True,
+                       timeout=20, env=env0)
+    assert r.returncode == 0 and "rpc_busy_poll_us: 50\n" in r.stdout, r.stderr
+    r = dump("--rpc_busy_poll_us=300")
+    assert r.returncode == 0 and "rpc_busy_poll_us: 300\n" in r.stdout, r.stderr
+    r = dump(env={"MC_MASTER_BUSY_POLL_US": "300"})
+    assert r.returncode == 0 and "rpc_busy_poll_us: 300\n" in r.stdout, r.stderr
+    r = dump("--rpc_busy_poll_us=0", env={"MC_MASTER_BUSY_POLL_US": "300"})
+    assert r.returncode == 0 and "rpc_busy_poll_us: 0\n" in r.stdout, r.stderr
+    r = dump(env={"MC_MASTER_BUSY_POLL_US": "often"})
+    assert r.returncode == 0 and "rpc_busy_poll_us: 50\n" in r.stdout, r.stderr
+    assert "MC_MASTER_BUSY_POLL_US" in r.stderr, r.stderr
+    r = run_master("--rpc_busy_poll_us=2000000")
+    assert r.returncode == 2 and "rpc_busy_poll_us" in r.stderr, r.stderr

@@ -9,6 +9,7 @@ every figure (hit rate, prefill and TTFT, fetches), with every reused block
 read through the store and checked.  Bad combinations of flags exit 2, an
 unreachable master exits 1 with a message, and no process is left behind.
 """
+import csv
 import json
 import os
 import subprocess
@@ -36,6 +37,31 @@ def replay(tmp_path, trace, *args):
     return json.loads(out.read_text()), p
 
 
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+EXACT = ("index", "admitted", "prefill", "decode", "local_blocks", "prefix_blocks",
+         "fetch_from", "prefix_tokens", "input_length", "output_length")
+
+
+def assert_same_rows(store_csv, cache_csv, tbt_rel=1e-6):
+    """--csv of both replays: the same requests in the same order, each with
+    the same choice and reuse, and the same times (the store-backed one's
+    reuse is what it read)."""
+    srows, crows = read_csv(store_csv), read_csv(cache_csv)
+    assert len(srows) == len(crows) > 0
+    assert list(srows[0]) == list(crows[0])  # one header for both
+    for s, c in zip(srows, crows):
+        for k in EXACT:
+            assert s[k] == c[k], (k, s, c)
+        for k in ("arrival_s", "queue_s", "transfer_s", "prefill_s", "ttft_s"):
+            assert float(s[k]) == pytest.approx(float(c[k]), rel=1e-5, abs=2e-6), (k, s, c)
+        assert float(s["tbt_s"]) == pytest.approx(float(c["tbt_s"]), rel=tbt_rel, abs=2e-6)
+    return srows
+
+
 def trace_slice(tmp_path, name):
     src = os.path.join(TRACES, name)
     if not os.path.exists(src):
@@ -55,9 +81,15 @@ def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
     if policy == "global":
         # with a decode side: two decode instances, which read each request's KV
         common += ["--decode-nodes", "2", "--output-length-one"]
-    cache, _ = replay(tmp_path, trace, *common)
-    store, p = replay(tmp_path, trace, "--store", "--block-bytes", "4k", *common)
+    cache, _ = replay(tmp_path, trace, *common, "--csv", str(tmp_path / "cache.csv"))
+    store, p = replay(tmp_path, trace, "--store", "--block-bytes", "4k", *common,
+                      "--csv", str(tmp_path / "store.csv"))
     assert store["store"].startswith("real") and cache["store"].startswith("none")
+    # per request: the same choice, reuse and times (the TBT as below)
+    rows = assert_same_rows(tmp_path / "store.csv", tmp_path / "cache.csv",
+                            tbt_rel=1e-3 if policy == "global" else 1e-6)
+    assert len(rows) == SLICE and all(r["admitted"] == "1" for r in rows)
+    assert sum(int(r["prefix_tokens"]) for r in rows) == store["hit_tokens"]
     assert store["requests"] == SLICE and store["rejected"] == 0
     for key in ("token_hit_rate", "prefill_s_per_request", "ttft_avg_s", "ttft_p90_s",
                 "transfer_s_per_request"):
@@ -89,12 +121,59 @@ def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
         assert store["decode_read_blocks"] == 0
 
 
+def test_store_csv_with_rejections_and_one_global_segment(tmp_path):
+    """A tight TTFT SLO: the conductor answers 429 where the cache-only replay
+    rejects, and the CSV rows say so (admitted 0, no instances); and one node
+    with --pool global (Fig. 9's pool) is one segment, the same replay as
+    the cache-only one-pool run."""
+    trace = trace_slice(tmp_path, "conversation_trace.jsonl")
+    common = ["--nodes", "2", "--capacity-tokens", "1e7", "--policy", "global", "--reject",
+              "--ttft-slo-s", "1.5"]
+    cache, _ = replay(tmp_path, trace, *common, "--csv", str(tmp_path / "cache.csv"))
+    store, _ = replay(tmp_path, trace, "--store", *common, "--csv", str(tmp_path / "store.csv"))
+    rows = assert_same_rows(tmp_path / "store.csv", tmp_path / "cache.csv")
+    rejected = [r for r in rows if r["admitted"] == "0"]
+    assert 0 < len(rejected) < len(rows)
+    assert store["rejected"] == cache["rejected"] == len(rejected)
+    for r in rejected:
+        assert r["prefill"] == r["decode"] == r["fetch_from"] == "-1"
+        assert r["prefix_blocks"] == "0" and float(r["ttft_s"]) > 1.5
+
+    pool = ["--nodes", "1", "--pool", "global", "--policy", "load", "--capacity-tokens", "1e7",
+            "--output-length-one"]
+    cache, _ = replay(tmp_path, trace, *pool, "--csv", str(tmp_path / "cache1.csv"))
+    store, _ = replay(tmp_path, trace, "--store", *pool, "--csv", str(tmp_path / "store1.csv"))
+    assert store["pool"] == "global" and store["nodes"] == 1
+    assert store["token_hit_rate"] == pytest.approx(cache["token_hit_rate"], abs=1e-12)
+    assert store["token_hit_rate"] > 0
+    assert_same_rows(tmp_path / "store1.csv", tmp_path / "cache1.csv")
+
+
+def test_store_replica_counts_match_the_cache_only_ones(tmp_path):
+    """--replicas-csv over the store (Fig. 11): every snapshot counts each
+    block's memory replicas through the master's lease-free admin pages;
+    with nothing evicted they are the caches' counts, snapshot by snapshot."""
+    trace = trace_slice(tmp_path, "conversation_trace.jsonl")
+    common = ["--nodes", "4", "--capacity-tokens", "1e7", "--policy", "global",
+              "--output-length-one", "--snapshot-every", "10"]
+    cache, _ = replay(tmp_path, trace, *common, "--replicas-csv", str(tmp_path / "c.csv"))
+    store, _ = replay(tmp_path, trace, "--store", *common,
+                      "--replicas-csv", str(tmp_path / "s.csv"))
+    srows = (tmp_path / "s.csv").read_text().splitlines()
+    assert srows == (tmp_path / "c.csv").read_text().splitlines()
+    assert srows[0] == "t_s,rank10,rank100,rank1000,rank10000" and len(srows) > 5
+    assert store["replicas"] == cache["replicas"]
+    assert store["replicas"]["rank10"]["max"] >= 2  # fetched blocks gained copies
+    assert store["read_short"] == 0 and store["put_failed"] == 0
+
+
 def test_store_flags_and_faults(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, '
                      '"hash_ids": [1, 2]}\n')
-    for args, text in ((["--store", "--pool", "global"], "--pool global"),
-                       (["--store", "--replicas-csv", "x.csv"], "--replicas-csv"),
+    for args, text in ((["--store", "--pool", "global"], "--pool global only with --nodes 1"),
+                       (["--store", "--replicas-csv", "x.csv", "--master", "127.0.0.1:1"],
+                        "no --master"),
                        (["--master", "127.0.0.1:1"], "need --store"),
                        (["--store", "--block-bytes", "0"], "block_bytes")):
         p = run("--trace", str(trace), *args)

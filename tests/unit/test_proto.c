@@ -1476,6 +1476,58 @@ static void allocation_failures_are_clean(void **state)
 	}
 }
 
+/* A decode arena (proto.h): the same bodies as malloc gives, taken from the
+ * arena while it has room (no malloc at all then), malloc'ed beyond it,
+ * and a release in it frees only what was malloc'ed (ASan checks that). */
+static void decode_arena_gives_equal_bodies_and_spills_to_malloc(void **state)
+{
+	static const uint16_t types[] = {MC_STORE_BATCH_GET_REPLICA_LIST,
+					 MC_STORE_GET_REPLICA_LIST_BY_REGEX,
+					 MC_STORE_BATCH_PUT_START};
+	(void)state;
+	for (size_t t = 0; t < MC_ARRAY_SIZE(types); t++) {
+		for (int resp = 0; resp < 2; resp++) {
+			static uint8_t big[1 << 16], small[64];
+			struct mc_store_decode_arena a = {big, sizeof(big), 0};
+			struct mc_store_decode_arena tiny = {small, sizeof(small), 0};
+			struct mc_store_msg m0, m1, m2;
+			struct mc_buf frame;
+			union body u;
+
+			mc_buf_init(&frame);
+			encode_sample(&frame, types[t], resp, 4, 1, &u);
+			assert_int_equal(
+				mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m0),
+				MC_OK);
+
+			/* room for all: not one malloc (the first would fail) */
+			mc_store_decode_arena_use(&a);
+			mc_alloc_fault_arm(1);
+			assert_int_equal(
+				mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m1),
+				MC_OK);
+			mc_alloc_fault_arm(0);
+			assert_true(a.used > 0 && a.used <= a.cap);
+			assert_true(mc_store_msg_equal(&m0, &m1));
+			mc_store_msg_release(&m1);
+			mc_store_decode_arena_use(NULL);
+
+			/* 64 bytes: the rest is malloc'ed and freed by the release */
+			mc_store_decode_arena_use(&tiny);
+			assert_int_equal(
+				mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m2),
+				MC_OK);
+			assert_true(tiny.used <= tiny.cap);
+			assert_true(mc_store_msg_equal(&m0, &m2));
+			mc_store_msg_release(&m2);
+			mc_store_decode_arena_use(NULL);
+
+			mc_store_msg_release(&m0);
+			mc_buf_release(&frame);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1504,6 +1556,7 @@ int main(void)
 		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),
 		cmocka_unit_test(allocation_is_bounded_by_input_size),
 		cmocka_unit_test(allocation_failures_are_clean),
+		cmocka_unit_test(decode_arena_gives_equal_bodies_and_spills_to_malloc),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
