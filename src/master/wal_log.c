@@ -776,10 +776,11 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 {
 	struct mc_seg *s = &m->segs[slot];
 	struct mc_wait_ref *v;
-	uint64_t n, bound = 0;
+	uint64_t n, bound = 0, bad_addr = 0, bad_size = 0;
 	uint32_t cur = 0, lost = 0;
-	bool sorted = true;
+	bool sorted = true, noted = false;
 	uint64_t t0 = mc_now_ms();
+	const char *why = "no memory to list it"; /* walk_refs lost it */
 
 	if (m->wl_off) {
 		v = walk_refs(m, slot, &n, &lost);
@@ -799,6 +800,7 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 	for (uint64_t i = 0; i < n; i++) {
 		struct mc_rep *r;
 		uint64_t size;
+		mc_status st;
 
 		if (i + CLAIM_AHEAD < n) {
 			mc_offset_alloc_prefetch(s->alloc, v[i + CLAIM_AHEAD].addr);
@@ -809,8 +811,19 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 		if (!r)
 			continue; /* erased or gone since its replay */
 		size = mc_obj_size(v[i].o);
-		if (mc_offset_alloc_claim(s->alloc, r->addr, size, &cur) != MC_OK) {
+		st = mc_offset_alloc_claim(s->alloc, r->addr, size, &cur);
+		if (st != MC_OK) {
 			r->gen = s->gen - 1; /* dead: pruned with the object's next visit */
+			if (!noted) {
+				noted = true;
+				bad_addr = r->addr;
+				bad_size = size;
+				why = st == MC_ERR_NOMEM ? "no memory for its block"
+				      : r->addr < s->base || size > s->size ||
+						      r->addr - s->base > s->size - size
+					      ? "outside the segment"
+					      : "overlapping another replica, empty or misaligned";
+			}
 			lost++;
 			continue;
 		}
@@ -823,8 +836,9 @@ void mc_master_wal_rebind(struct mc_master *m, uint32_t slot)
 		mc_master_wal_lists_free(m); /* the kept objects too */
 	if (lost) {
 		m->need_sweep = true;
-		mc_warn("wal: segment %s remounted: %u logged replicas could not be bound again",
-			s->name, lost);
+		mc_warn("wal: segment %s remounted: %u logged replicas could not be bound again "
+			"and are dropped (the first at 0x%" PRIx64 ", %" PRIu64 " bytes: %s)",
+			s->name, lost, bad_addr, bad_size, why);
 	}
 	mc_info("wal: segment %s remounted: %" PRIu64 " logged replicas readable again (%s, "
 		"%" PRIu64 " ms)",
