@@ -44,11 +44,13 @@ and the restart is timed --rounds times for each build on a fresh copy of
 the same directory, the order of the two alternating every round; each
 round prints one line per build (restart_round build=.. listen_s=..
 remount_s=.. serving_s=..), then one line per build with the medians and
-the ratio of serving_s (this build / --build).
+the ratio of serving_s (this build / --build).  With --load_each each
+build restarts from a directory its own master loaded (and, in snapshot
+mode, wrote the snapshot of): for a change to what the master writes.
 
 usage: bench/master_restart.py [--build build] [--objects 10000000] [--dir DIR]
                                [--modes log,snapshot] [--json]
-                               [--compare OTHER --rounds 3]
+                               [--compare OTHER --rounds 3 [--load_each]]
 """
 import argparse
 import json
@@ -115,11 +117,14 @@ def load(build, mode, objects, d):
     if mode == "snapshot":
         # The master skips a snapshot while its log has not moved, so once no
         # new one has come for three intervals the last one covers every put.
+        # A snapshot still being written (its .tmp) may be the one that
+        # covers the last put: wait for it too.
         first, last, since = snapshot_count(m), None, time.monotonic()
         deadline = since + 600
         while True:
             n = snapshot_count(m)
-            if n != last:
+            writing = any(f.endswith(".tmp") for f in os.listdir(d))
+            if n != last or writing:
                 last, since = n, time.monotonic()
             elif n > first and time.monotonic() - since > 3 * SNAP_INTERVAL_S:
                 break
@@ -190,19 +195,23 @@ def run_mode(build, mode, objects, base):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def compare_mode(build, other, mode, objects, base, rounds, as_json):
+def compare_mode(build, other, mode, objects, base, rounds, as_json, load_each=False):
     d = tempfile.mkdtemp(prefix=f"master_restart_{mode}.", dir=base)
+    dirs = {build: d, other: d}
     runs = {build: [], other: []}
     try:
         load(build, mode, objects, d)
+        if load_each:
+            dirs[other] = tempfile.mkdtemp(prefix=f"master_restart_{mode}.", dir=base)
+            load(other, mode, objects, dirs[other])
         for i in range(rounds):
             order = (build, other) if i % 2 == 0 else (other, build)
             for b in order:
-                c = d + ".copy"
+                c = dirs[b] + ".copy"
                 shutil.rmtree(c, ignore_errors=True)
                 # a snapshot child of the killed master may still be
                 # writing (then renaming) its .tmp: a restart deletes those
-                shutil.copytree(d, c, ignore=shutil.ignore_patterns("*.tmp"))
+                shutil.copytree(dirs[b], c, ignore=shutil.ignore_patterns("*.tmp"))
                 try:
                     r = restart(b, mode, objects, c)
                 finally:
@@ -222,7 +231,8 @@ def compare_mode(build, other, mode, objects, base, rounds, as_json):
                         "serving_vs_build": round(med["serving_s"] / ref, 3)})
             out(med, "restart_median", as_json)
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        for x in set(dirs.values()):
+            shutil.rmtree(x, ignore_errors=True)
 
 
 def out(r, name, as_json):
@@ -241,12 +251,15 @@ def main():
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--compare", default=None, help="another build directory to time against")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--load_each", action="store_true",
+                    help="with --compare: each build restarts from what its own master wrote")
     a = ap.parse_args()
     for mode in a.modes.split(","):
         if mode not in ("log", "snapshot"):
             sys.exit(f"unknown mode {mode!r} (log, snapshot)")
         if a.compare:
-            compare_mode(a.build, a.compare, mode, a.objects, a.dir, a.rounds, a.json)
+            compare_mode(a.build, a.compare, mode, a.objects, a.dir, a.rounds, a.json,
+                         a.load_each)
         else:
             out(run_mode(a.build, mode, a.objects, a.dir), "master_restart", a.json)
     return 0

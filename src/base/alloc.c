@@ -113,6 +113,21 @@ void mc_free_later_finish(struct mc_free_later *f)
 	f->len = f->done = 0;
 }
 
+void mc_alloc_hint_huge(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+	const uintptr_t huge = 2u << 20;
+	uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1),
+		  hi = ((uintptr_t)p + len) & ~(huge - 1);
+
+	if (p && len >= 2 * huge && hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)len;
+#endif
+}
+
 void mc_free_later_start(struct mc_free_later *f, void *p, size_t len)
 {
 	mc_free_later_finish(f);

@@ -50,6 +50,15 @@ void mc_free_later_start(struct mc_free_later *f, void *p, size_t len);
 bool mc_free_later_step(struct mc_free_later *f, size_t budget);
 /* Free what is left at once (shutdown). */
 void mc_free_later_finish(struct mc_free_later *f);
+/*
+ * Ask for transparent huge pages under the whole 2 MiB pages of a large
+ * block (a hash table of millions of slots): each access at random to a
+ * table of hundreds of megabytes otherwise misses the TLB, and in a
+ * virtual machine each miss is a two-level page walk.  A hint: where the
+ * system has them off, or only on request (enabled=madvise) and none to
+ * give, nothing changes.  Blocks under 4 MiB are left alone.
+ */
+void mc_alloc_hint_huge(void *p, size_t len);
 /* Fail the nth allocation from now (1 = the next one); 0 disarms.  For tests. */
 void mc_alloc_fault_arm(long nth);
 

@@ -595,6 +595,7 @@ void mc_offset_alloc_expect(struct mc_offset_alloc *a, uint64_t n)
 	while (bits < 40 && ((uint64_t)1 << bits) < want * 2)
 		bits++;
 	if (bits > a->table_bits && (t = mc_calloc((size_t)1 << bits, sizeof(*t)))) {
+		mc_alloc_hint_huge(t, sizeof(*t) << bits);
 		for (size_t i = 0; i < ((size_t)1 << a->table_bits); i++)
 			if (a->table[i] != EMPTY)
 				table_put(t, bits, a->recs[a->table[i] - 1].off, a->table[i] - 1);
@@ -608,6 +609,7 @@ void mc_offset_alloc_expect(struct mc_offset_alloc *a, uint64_t n)
 		struct blk *recs = mc_realloc(a->recs, (size_t)cap * sizeof(*recs));
 
 		if (recs) {
+			mc_alloc_hint_huge(recs, (size_t)cap * sizeof(*recs));
 			a->recs = recs;
 			a->recs_cap = (uint32_t)cap;
 		}

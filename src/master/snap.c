@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -406,18 +407,50 @@ mc_status mc_snap_writer_finish(struct mc_snap_writer *w)
 
 /* ---- load, retain --------------------------------------------------------------------- */
 
-static mc_status read_file(const char *path, uint8_t **out, size_t *len)
+/* A snapshot's bytes.  Mapped (read-only, private) where it can be: the
+ * page cache's pages serve the load directly, where a read() into a heap
+ * buffer first faulted in and zeroed as many fresh pages and then copied
+ * into them (at 10 M objects, 670 MB: about a second of a restart).  Read
+ * into a buffer where it cannot (an empty file, a file system without
+ * mmap). */
+struct snap_bytes {
+	uint8_t *p;
+	size_t len;
+	bool mapped;
+};
+
+static void bytes_free(struct snap_bytes *b)
+{
+	if (b->mapped)
+		(void)munmap(b->p, b->len);
+	else
+		mc_free(b->p);
+	b->p = NULL;
+}
+
+static mc_status read_file(const char *path, struct snap_bytes *out)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat sb;
 	uint8_t *p;
 	size_t got = 0;
 
+	memset(out, 0, sizeof(*out));
 	if (fd < 0)
 		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "%s: %s", path, strerror(errno));
 	if (fstat(fd, &sb) != 0) {
 		close(fd);
 		return mc_set_error(MC_ERR_FILE_READ_FAIL, "%s: %s", path, strerror(errno));
+	}
+	if (sb.st_size > 0 && (uint64_t)sb.st_size <= SIZE_MAX) {
+		/* MAP_POPULATE: the whole file is read (checksummed) first anyway */
+		p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+		if (p != MAP_FAILED) {
+			(void)madvise(p, (size_t)sb.st_size, MADV_SEQUENTIAL);
+			close(fd);
+			*out = (struct snap_bytes){p, (size_t)sb.st_size, true};
+			return MC_OK;
+		}
 	}
 	p = mc_malloc((size_t)sb.st_size + 1);
 	if (!p) {
@@ -434,8 +467,7 @@ static mc_status read_file(const char *path, uint8_t **out, size_t *len)
 		got += (size_t)k;
 	}
 	close(fd);
-	*out = p;
-	*len = got;
+	*out = (struct snap_bytes){p, got, false};
 	return MC_OK;
 }
 
@@ -457,12 +489,15 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 		return st;
 	for (size_t i = 0; i < n; i++) {
 		char path[4200], bad[4300];
-		uint8_t *p = NULL;
-		size_t len = 0;
+		struct snap_bytes fb;
+		uint8_t *p;
+		size_t len;
 		uint64_t seq = 0;
 
 		snap_path(dir, v[i], "snap", path, sizeof(path));
-		st = read_file(path, &p, &len);
+		st = read_file(path, &fb);
+		p = fb.p;
+		len = fb.len;
 		if (st != MC_OK)
 			break;
 		/* the whole file checks out */
@@ -473,7 +508,7 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 					  v[i]);
 		if (st == MC_ERR_INVALID_VERSION) {
 			st = mc_set_error(st, "%s: %s", path, mc_last_error());
-			mc_free(p);
+			bytes_free(&fb);
 			break;
 		}
 		if (st != MC_OK) {
@@ -482,7 +517,7 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 				path, mc_last_error(), bad);
 			(void)rename(path, bad);
 			info->rejected++;
-			mc_free(p);
+			bytes_free(&fb);
 			st = MC_OK; /* none left is no error: the log alone, from its start */
 			continue;
 		}
@@ -493,7 +528,7 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 		info->found = st == MC_OK;
 		info->seq = seq;
 		info->bytes = len;
-		mc_free(p);
+		bytes_free(&fb);
 		break;
 	}
 	mc_free(v);

@@ -197,6 +197,7 @@ mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots)
 	ns = mc_calloc(nslots, sizeof(uint64_t));
 	if (!ns)
 		return MC_ERR_NOMEM;
+	mc_alloc_hint_huge(ns, nslots * sizeof(uint64_t));
 	while (m->slots[start]) /* the load is below 1: an empty slot exists */
 		start++;
 	m->old = m->slots;

@@ -483,11 +483,9 @@ static void snapshot_keeps_waiting_segments(void **state)
 
 /*
  * A remount binds the replicas its segment's list names (wal_log.c), in
- * any order: here from a snapshot (its writer's hash order, loaded in
- * bulk), with objects removed and put again while the segment waits (the
- * list still names them: the kept, emptied objects must not be bound, and
- * with more than 4096 of them the lists are compacted), and a second
- * segment that comes back first.
+ * any order: here from a snapshot (loaded in bulk), with objects removed and put again while the
+ * segment waits (the list still names them: the kept, emptied objects must not be bound, and with
+ * more than 4096 of them the lists are compacted), and a second segment that comes back first.
  */
 #define NWAIT 6000
 #define NGONE 4500
@@ -564,6 +562,241 @@ static void remount_binds_its_list_only(void **state)
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
 	check_after_remount(t, addr);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+/*
+ * The snapshot lists the objects by segment, then address (wal_log.c,
+ * dump_sorted): a restart allocates them in that order and the remount's
+ * claims need no sort.  Objects on two segments, some removed and put
+ * again into the holes (so neither the table's nor the puts' order is the
+ * address order).  Without memory for the order the dump writes the
+ * table's order, and the remount sorts: every replica is bound again at
+ * its address either way.
+ */
+#define NORD 3000
+struct order_seen {
+	struct mc_store_uuid segs[4];
+	unsigned nsegs, seg_at; /* segs in the file's order; the current run */
+	uint64_t last, n, unsorted;
+};
+
+static mc_status order_entry(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	static struct mc_walrec r;
+	struct order_seen *o = arg;
+	unsigned k;
+
+	assert_int_equal(mc_walrec_decode(type, p, len, &r), MC_OK);
+	if (type == MC_WALREC_SEG_MOUNT) {
+		assert_int_equal(o->n, 0); /* the segments first */
+		assert_true(o->nsegs < 4);
+		o->segs[o->nsegs++] = r.u.seg.id;
+		return MC_OK;
+	}
+	assert_int_equal(type, MC_WALREC_OBJ_PUT);
+	for (k = 0; k < o->nsegs; k++)
+		if (o->segs[k].first == r.u.obj.reps[0].seg.first &&
+		    o->segs[k].second == r.u.obj.reps[0].seg.second)
+			break;
+	assert_true(k < o->nsegs);
+	if (o->n && (k < o->seg_at || (k == o->seg_at && r.u.obj.reps[0].addr <= o->last)))
+		o->unsorted++;
+	o->seg_at = k;
+	o->last = r.u.obj.reps[0].addr;
+	o->n++;
+	return MC_OK;
+}
+
+static struct order_seen read_order(const char *dir, uint64_t seq)
+{
+	char path[512];
+	struct order_seen o;
+	uint8_t *buf;
+	long len;
+	FILE *f;
+
+	memset(&o, 0, sizeof(o));
+	snap_file(dir, seq, path, sizeof(path));
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	len = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)len);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	assert_int_equal(mc_snap_decode(buf, (size_t)len, NULL, order_entry, &o), MC_OK);
+	free(buf);
+	return o;
+}
+
+static void snapshot_lists_objects_in_address_order(void **state)
+{
+	char dir[256], key[32];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	static uint64_t addr[NORD], size[NORD];
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "morder", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
+	for (int i = 0; i < NORD; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		size[i] = 1000 + (uint64_t)(i % 5) * 64;
+		mt_put_ok(t, C1, key, size[i]);
+	}
+	for (int i = 0; i < NORD; i += 3) { /* holes, filled again out of order */
+		snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(mt_rm(t, key, true), MC_OK);
+	}
+	for (int i = NORD - 3; i >= 0; i -= 3) {
+		snprintf(key, sizeof(key), "k%d", i);
+		size[i] = 1000;
+		mt_put_ok(t, C1, key, size[i]);
+	}
+	for (int i = 0; i < NORD; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		addr[i] = first_addr(t, key);
+	}
+	commit(w);
+
+	for (int pass = 0; pass < 2; pass++) {
+		struct mc_snap_writer *sw;
+		struct order_seen o;
+		uint64_t seq, oldest;
+
+		assert_int_equal(mc_wal_rotate(w), MC_OK);
+		seq = mc_wal_last_seq(w);
+		assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
+		if (pass == 1)
+			mc_alloc_fault_arm(1); /* the order's count: the table's order */
+		assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
+		mc_alloc_fault_arm(0);
+		assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
+		assert_int_equal(mc_snap_retain(dir, 1, &oldest), MC_OK);
+		assert_int_equal(mc_wal_drop_through(w, oldest, NULL), MC_OK);
+		o = read_order(dir, seq);
+		assert_int_equal(o.nsegs, 2);
+		assert_int_equal(o.n, NORD);
+		if (pass == 0)
+			assert_int_equal(o.unsorted, 0);
+		else
+			assert_true(o.unsorted > 0);
+		crash(t, w);
+
+		t = start_snap(dir, &w, &si);
+		assert_true(si.found);
+		assert_int_equal(mt_metrics(t).key_count, NORD);
+		assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
+		assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+		commit(w);
+		for (int i = 0; i < NORD; i++) {
+			snprintf(key, sizeof(key), "k%d", i);
+			assert_int_equal(first_addr(t, key), addr[i]);
+		}
+		/* the bound ranges are taken: a new put lands outside every one */
+		mt_put_ok(t, C1, "new", 1000);
+		{
+			uint64_t a = first_addr(t, "new");
+
+			for (int i = 0; i < NORD; i++)
+				assert_true(a + 1000 <= addr[i] || a >= addr[i] + size[i]);
+		}
+		assert_int_equal(mt_rm(t, "new", true), MC_OK);
+		commit(w);
+	}
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+/* A snapshot's entry, encoded as the writer does. */
+static void snap_put_rec(struct mc_snap_writer *sw, const struct mc_walrec *r)
+{
+	struct mc_buf b;
+
+	mc_buf_init(&b);
+	mc_walrec_encode(&b, r);
+	assert_int_equal(b.err, MC_OK);
+	assert_int_equal(mc_snap_writer_add(sw, r->type, b.data, (uint32_t)b.len), MC_OK);
+	mc_buf_release(&b);
+}
+
+static void snap_obj(struct mc_snap_writer *sw, const char *key, uint64_t addr, uint64_t size)
+{
+	struct mc_walrec r;
+
+	mc_walrec_clear(&r);
+	r.type = MC_WALREC_OBJ_PUT;
+	r.u.obj.tenant = (struct mc_walrec_str){"default", 7};
+	r.u.obj.key = (struct mc_walrec_str){key, (uint16_t)strlen(key)};
+	r.u.obj.size = size;
+	r.u.obj.nrep = 1;
+	r.u.obj.reps[0].kind = MC_WALREC_REP_MEMORY;
+	r.u.obj.reps[0].seg = S1;
+	r.u.obj.reps[0].addr = addr;
+	snap_put_rec(sw, &r);
+}
+
+/*
+ * A snapshot whose replicas overlap or lie outside their segment (a bug
+ * or a hand-made file: its checksums hold) is not trusted for them: the
+ * remount binds the first of two overlapping ranges, refuses the second
+ * and the one outside (logged with the first refused address and why),
+ * and those objects are dropped, never served over another one's bytes.
+ */
+static void remount_refuses_overlapping_and_outside_ranges(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	struct mc_snap_writer *sw;
+	struct mc_walrec r;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mbad", dir, sizeof(dir)));
+	assert_int_equal(mc_snap_writer_open(dir, 1, &sw), MC_OK);
+	mc_walrec_clear(&r);
+	r.type = MC_WALREC_SEG_MOUNT;
+	r.u.seg.id = S1;
+	r.u.seg.client = C1;
+	r.u.seg.base = BASE1;
+	r.u.seg.size = SEGSZ;
+	r.u.seg.name = (struct mc_walrec_str){"seg1", 4};
+	r.u.seg.te_endpoint = (struct mc_walrec_str){"127.0.0.1:1", 11};
+	r.u.seg.protocol = (struct mc_walrec_str){"tcp", 3};
+	snap_put_rec(sw, &r);
+	snap_obj(sw, "ok", BASE1, 4096);
+	snap_obj(sw, "over", BASE1 + 2048, 4096);	 /* inside "ok" */
+	snap_obj(sw, "out", BASE1 + SEGSZ - 1024, 4096); /* past the end */
+	snap_obj(sw, "ok2", BASE1 + 8192, 4096);
+	assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mt_metrics(t).key_count, 4); /* hidden, all four */
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	assert_int_equal(first_addr(t, "ok"), BASE1);
+	assert_int_equal(first_addr(t, "ok2"), BASE1 + 8192);
+	assert_int_not_equal(mt_get(t, "over"), MC_OK);
+	assert_int_not_equal(mt_get(t, "out"), MC_OK);
+	while (mc_master_sweep_run(t->m, 0))
+		;
+	commit(w);
+	assert_int_equal(mt_metrics(t).key_count, 2);
+	/* what the refused ones claimed stays with "ok": a new put goes elsewhere */
+	mt_put_ok(t, C1, "new", 4096);
+	{
+		uint64_t a = first_addr(t, "new");
+
+		assert_true(a >= BASE1 + 4096 && (a + 4096 <= BASE1 + 8192 || a >= BASE1 + 12288));
+	}
+	commit(w);
 	crash(t, w);
 	mc_test_rmtree(dir);
 }
@@ -768,6 +1001,8 @@ int main(void)
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
 		cmocka_unit_test(remount_binds_its_list_only),
+		cmocka_unit_test(snapshot_lists_objects_in_address_order),
+		cmocka_unit_test(remount_refuses_overlapping_and_outside_ranges),
 		cmocka_unit_test(corrupt_newest_snapshot_falls_back),
 		cmocka_unit_test(newer_snapshot_version_is_refused),
 		cmocka_unit_test(repair_queue_comes_back),
