@@ -228,9 +228,8 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 		seg_rec(m, i, &r);
 		st = snap_add(m, w, &r);
 	}
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask && st == MC_OK; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	for (uint64_t i = 0; i < mc_master_table_span(m) && st == MC_OK; i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (!o || (o->flags & MC_OBJ_PROC) || !obj_rec(m, o, true, &r))
 			continue;
@@ -647,9 +646,8 @@ static struct mc_wait_ref *walk_refs(struct mc_master *m, uint32_t slot, uint64_
 	struct mc_wait_ref *v = NULL;
 	uint64_t n = 0, cap = 0;
 
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	for (uint64_t i = 0; i < mc_master_table_span(m); i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		for (uint32_t k = 0; o && k < o->nrep; k++) {
 			struct mc_rep *r = mc_master_obj_rep(o, k);
