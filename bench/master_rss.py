@@ -76,9 +76,10 @@ class Master:
             if m:
                 break
             if self.p.poll() is not None or time.monotonic() > deadline:
-                self.stop(check=False)
-                with open(self.log.name) as f:
-                    sys.exit(f"mooncake_master did not start:\n{f.read()[-2000:]}")
+                with open(self.log.name, errors="replace") as f:
+                    tail = f.read()[-2000:]
+                self.stop(check=False)  # which deletes the log
+                sys.exit(f"mooncake_master ({exe}) did not start:\n{tail}")
             time.sleep(0.02)
         self.rpc, self.metrics, self.meta = (int(x) for x in m.groups())
         self.addr = f"127.0.0.1:{self.rpc}"
