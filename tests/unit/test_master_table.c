@@ -331,8 +331,12 @@ static void test_requests_during_resize(void **state)
 		assert_int_equal(removed, old_left + gone);
 		assert_int_equal(mt_metrics(t).key_count, (uint64_t)(added - gone));
 	}
-	assert_int_equal(mc_master_remove_all(t->m, NULL, true, t->now),
-			 (int64_t)mt_metrics(t).key_count);
+	{
+		int64_t left = (int64_t)mt_metrics(t).key_count; /* before, not as an argument */
+
+		assert_true(left > 0);
+		assert_int_equal(mc_master_remove_all(t->m, NULL, true, t->now), left);
+	}
 	assert_int_equal(mt_metrics(t).allocated_bytes, 0);
 	mt_free(t);
 }
