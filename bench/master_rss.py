@@ -27,7 +27,7 @@ the pause a ready client saw.  --probe-load runs the same probe during the
 load (the object table's and the allocator's growth).  Beside each probe the
 master's own account of its loop (/metrics master_loop_turn_*, with
 --loop_turn_cpu_stats): its longest turn in wall and in CPU time and how many
-turns passed 50 ms in each, so a pause that was the machine (long wall, short
+turns passed 50 ms in each (and 10 ms of CPU), so a pause that was the machine (long wall, short
 CPU) is told from one that was work.
 
 usage: bench/master_rss.py [--build build] [--objects 10000000] [--value-size 1024]
@@ -76,9 +76,10 @@ class Master:
             if m:
                 break
             if self.p.poll() is not None or time.monotonic() > deadline:
-                self.stop(check=False)
-                with open(self.log.name) as f:
-                    sys.exit(f"mooncake_master did not start:\n{f.read()[-2000:]}")
+                with open(self.log.name, errors="replace") as f:
+                    tail = f.read()[-2000:]
+                self.stop(check=False)  # which deletes the log
+                sys.exit(f"mooncake_master ({exe}) did not start:\n{tail}")
             time.sleep(0.02)
         self.rpc, self.metrics, self.meta = (int(x) for x in m.groups())
         self.addr = f"127.0.0.1:{self.rpc}"
@@ -134,6 +135,8 @@ def loop_turns(m):
         for name in ("master_loop_turn_us", "master_loop_turn_cpu_us"):
             if line.startswith(name + '_bucket{le="50000"}'):
                 v[name + "_le50ms"] = float(line.split()[1])
+            elif line.startswith(name + '_bucket{le="10000"}'):
+                v[name + "_le10ms"] = float(line.split()[1])
             elif line.startswith(name + "_count "):
                 v[name + "_count"] = float(line.split()[1])
     return v
@@ -141,14 +144,16 @@ def loop_turns(m):
 
 def turns_between(a, b):
     """What the loop did between two loop_turns() reads."""
-    def over(name):
-        return int((b[name + "_count"] - b[name + "_le50ms"])
-                   - (a[name + "_count"] - a[name + "_le50ms"]))
+    def over(name, ms=50):
+        return int((b[name + "_count"] - b[name + f"_le{ms}ms"])
+                   - (a[name + "_count"] - a[name + f"_le{ms}ms"]))
     return {"loop_turn_max_us": b["master_loop_turn_max_us"],
             "loop_turn_cpu_max_us": b["master_loop_turn_cpu_max_us"],
             "loop_turns": int(b["master_loop_turn_us_count"] - a["master_loop_turn_us_count"]),
             "loop_turns_over_50ms": over("master_loop_turn_us"),
-            "loop_turns_over_50ms_cpu": over("master_loop_turn_cpu_us")}
+            "loop_turns_over_50ms_cpu": over("master_loop_turn_cpu_us"),
+            # the issue's bound is 50 ms; below it, how many came near
+            "loop_turns_over_10ms_cpu": over("master_loop_turn_cpu_us", 10)}
 
 
 def start_probe(build, m):
@@ -260,7 +265,8 @@ def measure(build, objects, value_size, master_extra=(), calls=False, pauses=Non
             **({"load_pause": load_pause} if probe_load else {}),
         }
     finally:
-        m.stop()
+        # freeing the objects at the stop: seconds at 10^7, longer on a loaded machine
+        m.stop(timeout=120 + objects // 1_000_000)
 
 
 def main():

@@ -61,13 +61,17 @@
  * incrementally, as the master's object table does: a bigger one is
  * allocated zeroed (slots hold a record index + 1, 0 is empty, so calloc's
  * lazily zeroed pages need no memset), each later alloc, claim and
- * release moves MIGRATE_OPS slots of the old one over (whole runs, from a
- * slot that was empty when the move began, so probe sequences of the
- * slots not yet moved stay intact), lookups and deletes look in the new
- * table and then the old one, and the drained old table is given back a
- * piece per operation (mc_free_later).  A rehash of 50 M blocks in one go
- * stopped the master's loop for 0.5-1 s.  They never shrink except
- * through mc_offset_alloc_free.
+ * release moves a few slots of the old one over (whole runs, from a slot
+ * that was empty when the move began, so probe sequences of the slots not
+ * yet moved stay intact), lookups and deletes look in the new table and
+ * then the old one, and the drained old table is given back a piece per
+ * operation (mc_free_later).  A rehash of 50 M blocks in one go stopped
+ * the master's loop for 0.5-1 s, and 32 slots per operation still cost
+ * 10-20 ms per 1000-key BatchPutStart at millions of blocks (a moved slot
+ * is two cache misses), so an operation moves old_left / headroom +
+ * MIGRATE_OPS slots, headroom being the allocations left before the new
+ * table is due to grow: the move ends in time and costs ~4 slots per
+ * operation.  They never shrink except through mc_offset_alloc_free.
  *
  * Invariants (mc_offset_alloc_check verifies all of them):
  *   I1 blocks tile [0, units): the chain from recs[0] by next_phys has
@@ -113,8 +117,8 @@
 #define MIN_TABLE_BITS 4u
 #define HASH_MUL       0x9E3779B97F4A7C15ull
 #define EMPTY	       0u	   /* a free table slot; others hold a record index + 1 */
-#define MIGRATE_OPS    32u	   /* old table slots moved per operation while growing */
-#define FREE_OP_BYTES  (64u << 10) /* of a drained old table given back per operation */
+#define MIGRATE_OPS    4u	   /* old table slots moved per operation while growing, at least */
+#define FREE_OP_BYTES  (16u << 10) /* of a drained old table given back per operation */
 
 struct blk {
 	uint64_t off;	    /* units from a->base */
@@ -362,6 +366,16 @@ static void table_migrate(struct mc_offset_alloc *a, size_t budget)
 	}
 }
 
+/* Old slots an operation moves while growing: enough that the move ends
+ * before the new table is due to grow (see "Memory" above). */
+static size_t migrate_step(const struct mc_offset_alloc *a)
+{
+	uint64_t cap = ((uint64_t)1 << a->table_bits) / 2;
+	uint64_t headroom = cap > a->nused ? cap - a->nused : 1;
+
+	return (size_t)(a->old_left / headroom) + MIGRATE_OPS;
+}
+
 /* Make room for one more used block, keeping the load at or under 1/2. */
 static bool table_reserve(struct mc_offset_alloc *a)
 {
@@ -369,13 +383,13 @@ static bool table_reserve(struct mc_offset_alloc *a)
 	size_t n = (size_t)1 << a->table_bits, start = 0;
 	uint32_t *t;
 
-	table_migrate(a, MIGRATE_OPS);
+	table_migrate(a, migrate_step(a));
 	if ((a->nused + 1) * 2 <= n)
 		return true;
 	if (bits > 40)
 		return false;
-	/* the old table drains long before the new one fills (MIGRATE_OPS per
-	 * operation against 2^bits / 4 operations); settle it if not */
+	/* the old table drains before the new one fills (migrate_step); a
+	 * settle here finds nothing left to move */
 	table_migrate(a, SIZE_MAX);
 	t = mc_calloc((size_t)1 << bits, sizeof(*t));
 	if (!t)
@@ -388,7 +402,7 @@ static bool table_reserve(struct mc_offset_alloc *a)
 	a->old_left = n;
 	a->table = t;
 	a->table_bits = bits;
-	table_migrate(a, MIGRATE_OPS);
+	table_migrate(a, migrate_step(a));
 	return true;
 }
 
@@ -725,7 +739,7 @@ mc_status mc_offset_alloc_release(struct mc_offset_alloc *a, uint64_t addr)
 		return MC_ERR_INVALID_PARAMS;
 	}
 	table_delete(tab, bits, a->recs, slot);
-	table_migrate(a, MIGRATE_OPS);
+	table_migrate(a, migrate_step(a));
 	b = &a->recs[idx];
 	a->used_units -= b->len;
 	a->requested_bytes -= b->u.req;

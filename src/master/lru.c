@@ -105,13 +105,14 @@ static bool target_candidate(struct mc_master *m, struct mc_obj *o, uint32_t t,
 static void lru_scan(struct mc_master *m, struct mc_lru_cache *c, uint32_t t,
 		     const struct mc_obj *keep, uint64_t now_ms)
 {
-	uint64_t slots = m->mask + 1, window = slots < LRU_WINDOW ? slots : LRU_WINDOW;
-	uint64_t start = window == slots ? 0 : mc_alloc_rand(&m->rng) & m->mask;
+	/* both tables while a resize is under way (see evict_round) */
+	uint64_t slots = mc_master_table_span(m), window = slots < LRU_WINDOW ? slots : LRU_WINDOW;
+	uint64_t start = window == slots ? 0 : mc_alloc_rand(&m->rng) % slots;
 
 	c->head = c->n = 0;
 	c->keys_len = 0;
-	for (uint64_t k = 0; k < window; k++) {
-		struct mc_obj *o = mc_master_slot_obj(m, (start + k) & m->mask);
+	for (uint64_t k = 0, i = start; k < window; k++, i = i + 1 < slots ? i + 1 : 0) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (!o || !target_candidate(m, o, t, keep, now_ms))
 			continue;

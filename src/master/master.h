@@ -274,9 +274,10 @@ void mc_master_wal_hint(struct mc_master *m, uint16_t type, const void *payload,
  * mounted again), then an OBJ_PUT for every completed object with its
  * memory replicas (waiting ones included).  mc_master_wal_replay of those
  * entries, then of the log after the snapshot's seq, gives the tables
- * back.  It may finish a table resize in progress, and encodes in the
- * master's own record buffer: the daemon runs it in a forked child, on the
- * child's copy of the tables.
+ * back.  It walks both tables of a resize in progress and moves nothing
+ * (a settle would copy both tables page by page in the child), and encodes
+ * in the master's own record buffer: the daemon runs it in a forked child,
+ * on the child's copy of the tables.
  */
 struct mc_snap_writer;
 /*
@@ -508,5 +509,8 @@ const char *mc_master_fsdir(const struct mc_master *m);
  * (10 M objects took minutes instead of seconds).  Does nothing to a table
  * that holds objects. */
 void mc_master_table_reseed(struct mc_master *m, uint64_t salt);
+/* Whether the object table is being resized (an old table still drains
+ * into the new one, table.c): what the tests run requests during. */
+bool mc_master_table_resizing(const struct mc_master *m);
 
 #endif

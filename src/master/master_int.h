@@ -537,11 +537,20 @@ static inline bool mc_master_cursor_done(const struct mc_master_cursor *cur)
  * must not add or erase objects.  false when fn ended it. */
 bool mc_master_cursor_step(struct mc_master *m, struct mc_master_cursor *cur, uint64_t slots,
 			   mc_master_obj_fn fn, void *arg);
-/* Iterate slot i of the table (after mc_master_table_settle): the object
- * there or NULL. */
-static inline struct mc_obj *mc_master_slot_obj(const struct mc_master *m, uint64_t i)
+/* A walk of every object (or a sample of them, eviction), with nothing
+ * changing in between and no settle first (a settle is O(table) of moves, and in a forked
+ * snapshot child it would copy both tables page by page): i runs over
+ * [0, mc_master_table_span(m)), the new table's slots then, during a
+ * resize, the old one's; each object is in exactly one of them. */
+static inline uint64_t mc_master_table_span(const struct mc_master *m)
 {
-	return (struct mc_obj *)(uintptr_t)(m->slots[i] & ((1ull << 48) - 1));
+	return m->mask + 1 + (m->old ? m->old_mask + 1 : 0);
+}
+static inline struct mc_obj *mc_master_table_at(const struct mc_master *m, uint64_t i)
+{
+	uint64_t s = i <= m->mask ? m->slots[i] : m->old[i - m->mask - 1];
+
+	return (struct mc_obj *)(uintptr_t)(s & ((1ull << 48) - 1));
 }
 /* Grow a scratch area to at least n bytes. */
 /* Make *arr (of elem-byte entries, *cap of them) hold at least need,

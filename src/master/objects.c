@@ -14,9 +14,11 @@
  * is XXH3 of the key, seeded per master and per tenant, so tenants are
  * separate namespaces without storing the tenant name per object.  The
  * table doubles when an insert would pass 3/4 load and halves (in the
- * tick) under 1/8, and either resize is incremental (see migrate()): a
- * rehash of 10 M objects costs about a second of pointer chasing, which
- * must not land on one request.  The regex calls, RemoveAll and the
+ * tick) under 1/8, and either resize is incremental (table.c, "Incremental
+ * resize"): a rehash of 10 M objects costs about a second of pointer
+ * chasing, which must not land on one request, nor may a slice of it that
+ * grows with the table (each insert moves a few slots, the tick moves
+ * slots for 1 ms).  The regex calls, RemoveAll and the
  * unmount sweep scan in steps with other requests between them, and the
  * admin key listing in one step, through a cursor over the hash space that
  * needs no settled table (see "scan cursor").
@@ -105,7 +107,8 @@
 #define EVICT_WINDOW	(1u << 18) /* slots one eviction round looks at */
 #define EVICT_IDLE_MS	100u	   /* back-off after a watermark round freed nothing */
 #define PROC_SCAN_MS	1000u
-#define MIGRATE_TICK	(1u << 16)  /* and per tick */
+#define MIGRATE_TICK_US 1000u	    /* the table's move in each tick (table.c) */
+#define MIGRATE_CHUNK	4096u	    /* old slots between two reads of the clock */
 #define SWEEP_TICK_US	100u	    /* the unmount sweep's slice in each tick */
 #define FREE_TICK_BYTES (16u << 20) /* of big freed blocks given back per tick (~1 ms) */
 #define FREE_LATER_MIN	(1u << 20)  /* smaller blocks are freed at once */
@@ -1273,10 +1276,10 @@ static uint64_t evict_pass(struct mc_master *m, uint64_t now_ms, int pass, uint6
 	struct cand *c = NULL;
 	uint32_t nc = 0, ccap = 0, nl = 0, lcap = 0;
 	struct mc_obj **list = NULL;
-	uint64_t evicted = 0;
+	uint64_t evicted = 0, span = mc_master_table_span(m), at = start < span ? start : 0;
 
-	for (uint64_t k = 0; k < window; k++) {
-		struct mc_obj *o = mc_master_slot_obj(m, (start + k) & m->mask);
+	for (uint64_t k = 0; k < window; k++, at = at + 1 < span ? at + 1 : 0) {
+		struct mc_obj *o = mc_master_table_at(m, at);
 
 		if (!o || !evictable(m, o, now_ms, pass))
 			continue;
@@ -1333,11 +1336,13 @@ static uint64_t evict_round(struct mc_master *m, uint64_t now_ms)
 	double ratio = m->cfg.eviction_ratio;
 	double target = MC_MAX(ratio, used - hw + ratio);
 	double lower = MC_MAX(target / 2, used - hw);
-	uint64_t slots = m->mask + 1;
+	/* both tables while a resize is under way: the old one still holds
+	 * the objects not moved yet, which are the older ones */
+	uint64_t slots = mc_master_table_span(m);
 	uint64_t window = slots < EVICT_WINDOW ? slots : EVICT_WINDOW;
 	double share = (double)window / (double)slots;
 	uint64_t n = m->nobjs - m->nproc;
-	uint64_t start = mc_alloc_rand(&m->rng) & m->mask;
+	uint64_t start = mc_alloc_rand(&m->rng) % slots;
 	uint64_t want, low, done, queued = 0;
 
 	if (n == 0)
@@ -1474,9 +1479,14 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 			c->used = false;
 	}
 	free_later_tick(m);
-	if (m->old)
-		mc_master_table_migrate(m, MIGRATE_TICK);
-	else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
+	if (m->old) {
+		/* a slot moved is 0.1-0.5 us: a count of them is no bound on time */
+		uint64_t end_us = mc_now_us() + MIGRATE_TICK_US;
+
+		do
+			mc_master_table_migrate(m, MIGRATE_CHUNK);
+		while (m->old && mc_now_us() < end_us);
+	} else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
 		(void)mc_master_table_resize(m, (m->mask + 1) / 2);
 	return 10;
 }
@@ -1615,7 +1625,7 @@ void mc_master_free(struct mc_master *m)
 	if (m->slots)
 		mc_master_table_settle(m);
 	for (uint64_t i = 0; m->slots && i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (o) {
 			mc_free(o->ext);

@@ -13,9 +13,9 @@
  * write): it walks them (mc_master_snap_dump), writes, fsyncs, renames the
  * file into place and _exits.  It takes no lock and logs nothing: other
  * threads' locks may have been held at the fork, and it only runs code
- * that needs none (its allocations, a table resize's finish and the
- * record buffer's growth, go through glibc's malloc, which fork leaves
- * usable).  The parent unlocks at once and keeps serving.
+ * that needs none (its allocations, the record buffer's growth, go
+ * through glibc's malloc, which fork leaves usable; it walks both tables
+ * of a resize in progress and writes neither).  The parent unlocks at once and keeps serving.
  *
  * The parent reaps the child with waitpid(WNOHANG) at each tick.  On
  * success it keeps the retention_count newest snapshots (mc_snap_retain)

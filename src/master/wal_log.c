@@ -255,8 +255,8 @@ static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc
 
 	if (!at)
 		return false;
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	for (uint64_t i = 0; i < mc_master_table_span(m); i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 		uint32_t seg = o ? dump_key(m, o, &addr) : UINT32_MAX;
 
 		if (seg != UINT32_MAX)
@@ -269,8 +269,8 @@ static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc
 		mc_free(at);
 		return false;
 	}
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	for (uint64_t i = 0; i < mc_master_table_span(m); i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 		uint32_t seg = o ? dump_key(m, o, &addr) : UINT32_MAX;
 
 		if (seg != UINT32_MAX)
@@ -312,12 +312,13 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 	}
 	if (st != MC_OK)
 		return st;
-	mc_master_table_settle(m);
+	/* the move of a resize is not finished here: that would write both
+	 * tables and copy every page of them into this forked child */
 	if (dump_sorted(m, w, &r, &st))
 		return st;
-	/* no memory for the order: the table's, which a remount sorts */
-	for (uint64_t i = 0; i <= m->mask && st == MC_OK; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	/* no memory for the order: the tables', which a remount sorts */
+	for (uint64_t i = 0; i < mc_master_table_span(m) && st == MC_OK; i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (!o || (o->flags & MC_OBJ_PROC) || !obj_rec(m, o, true, &r))
 			continue;
@@ -734,9 +735,8 @@ static struct mc_wait_ref *walk_refs(struct mc_master *m, uint32_t slot, uint64_
 	struct mc_wait_ref *v = NULL;
 	uint64_t n = 0, cap = 0;
 
-	mc_master_table_settle(m);
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		struct mc_obj *o = mc_master_slot_obj(m, i);
+	for (uint64_t i = 0; i < mc_master_table_span(m); i++) {
+		struct mc_obj *o = mc_master_table_at(m, i);
 
 		for (uint32_t k = 0; o && k < o->nrep; k++) {
 			struct mc_rep *r = mc_master_obj_rep(o, k);

@@ -227,6 +227,161 @@ static void test_remove_all_in_steps(void **state)
 	mt_free(t);
 }
 
+/* Put key-<from> .. key-<to - 1> (64 bytes each), marking them live. */
+static void put_range(struct mt *t, bool *live, int from, int to)
+{
+	for (int i = from; i < to; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "key-%d", i);
+		mt_put_ok(t, CA, k, 64);
+		live[i] = true;
+	}
+}
+
+static void test_requests_during_resize(void **state)
+{
+	/* The table doubles at 769 and 1537 objects (3/4 of 1024 and 2048
+	 * slots).  Each move has ended before the next doubling (the resizing
+	 * flag drops in between), and requests of every kind during one, held
+	 * open by sending no tick, see every object once, whichever table it
+	 * is in: lookups one by one and batched, removes, RemoveAll in steps
+	 * with puts and removes between the steps. */
+	struct mt *t = mt_new_default();
+	enum { N = 3000 };
+	static bool live[N];
+	int n = 0, starts = 0, manual = 0, added = 0, resizing_steps = 0, hi;
+	bool was = false, done;
+	struct mc_master_job *j;
+	int64_t removed;
+
+	(void)state;
+	memset(live, 0, sizeof(live));
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, 64 * MIB), MC_OK);
+	/* to 20 objects into the second move */
+	while (starts < 2 || n < 1537 + 20) {
+		bool now;
+
+		put_range(t, live, n, n + 1);
+		n++;
+		now = mc_master_table_resizing(t->m);
+		starts += now && !was;
+		was = now;
+		if (n == 769 || n == 1537)
+			assert_true(now); /* this insert doubled the table */
+	}
+	assert_int_equal(starts, 2);
+	assert_true(mc_master_table_resizing(t->m));
+	for (int i = 0; i < n; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "key-%d", i);
+		assert_int_equal(mt_exist(t, k), 1);
+		if (i % 3 == 0) { /* from both tables: most are still in the old one */
+			assert_int_equal(mt_rm(t, k, true), MC_OK);
+			live[i] = false;
+			assert_int_equal(mt_exist(t, k), 0);
+		}
+	}
+	for (int i = 0; i + 40 <= n; i += 200)
+		batch_check(t, live, i, 40);
+	assert_true(mc_master_table_resizing(t->m)); /* all of it mid-move */
+
+	/* RemoveAll in steps while the move goes on under the puts between */
+	hi = n;
+	j = mc_master_remove_all_begin(t->m, NULL, 0, true);
+	assert_non_null(j);
+	do {
+		char k[32];
+
+		resizing_steps += mc_master_table_resizing(t->m);
+		done = mc_master_remove_all_step(t->m, j, t->now, 1);
+		snprintf(k, sizeof(k), "new-%d", added++);
+		mt_put_ok(t, CA, k, 64);
+		while (hi > 0 && !live[--hi])
+			;
+		snprintf(k, sizeof(k), "key-%d", hi);
+		/* unless the walk took it first: then it counts in removed */
+		if (live[hi] && mt_rm(t, k, true) == MC_OK) {
+			live[hi] = false;
+			manual++;
+		}
+	} while (!done);
+	removed = mc_master_remove_all_end(t->m, j);
+	assert_true(resizing_steps > 1);
+	assert_true(manual > 1);
+	{
+		int old_left = 0, gone = 0;
+
+		for (int i = 0; i < n; i++) {
+			char k[32];
+
+			snprintf(k, sizeof(k), "key-%d", i);
+			assert_int_equal(mt_exist(t, k), 0); /* present at the start: removed */
+			old_left += live[i];
+		}
+		for (int i = 0; i < added; i++) {
+			char k[32];
+
+			snprintf(k, sizeof(k), "new-%d", i);
+			gone += !mt_exist(t, k);
+		}
+		/* each object counted once: the old ones not removed by hand, and
+		 * the new ones that are gone */
+		assert_int_equal(removed, old_left + gone);
+		assert_int_equal(mt_metrics(t).key_count, (uint64_t)(added - gone));
+	}
+	{
+		int64_t left = (int64_t)mt_metrics(t).key_count; /* before, not as an argument */
+
+		assert_true(left > 0);
+		assert_int_equal(mc_master_remove_all(t->m, NULL, true, t->now), left);
+	}
+	assert_int_equal(mt_metrics(t).allocated_bytes, 0);
+	mt_free(t);
+}
+
+static void test_eviction_sees_the_old_table(void **state)
+{
+	/* A full pool while the table is being resized: the objects not moved
+	 * yet are in the old table, and they are the oldest.  The table is
+	 * small (one eviction window covers it), so the round is exact: the
+	 * oldest leases go, wherever they sit. */
+	struct mc_master_config cfg;
+	struct mt *t;
+	enum { OBJ = 4096, N = 800 };
+	int n = 0;
+
+	(void)state;
+	mt_cfg_init(&cfg);
+	cfg.eviction_high_watermark_ratio = 1.0;
+	t = mt_new(&cfg);
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, (uint64_t)N * OBJ), MC_OK);
+	for (;;) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "key-%d", n);
+		if (mt_put_start(t, CA, k, OBJ) != MC_OK)
+			break;
+		assert_int_equal(mt_put_end(t, CA, k), MC_OK);
+		n++;
+		t->now++; /* each lease a millisecond after the one before */
+	}
+	assert_int_equal(n, N);
+	assert_true(mc_master_table_resizing(t->m)); /* doubled at 769 */
+	t->now += 60000;			     /* every lease is over */
+	mc_master_tick(t->m, t->now);
+	/* ceil(0.05 * 800) = 40, the 40 oldest */
+	assert_int_equal(mt_metrics(t).evicted_key_count, 40);
+	for (int i = 0; i < N; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "key-%d", i);
+		assert_int_equal(mt_exist(t, k), i >= 40);
+	}
+	mt_free(t);
+}
+
 static void test_many_objects_table(void **state)
 {
 	/* grow and shrink the table; remove-all and regex over a big one */
@@ -630,6 +785,8 @@ int main(void)
 		cmocka_unit_test(test_reseed_only_an_empty_table),
 		cmocka_unit_test(test_remove_all_in_steps),
 		cmocka_unit_test(test_table_resize_in_steps),
+		cmocka_unit_test(test_requests_during_resize),
+		cmocka_unit_test(test_eviction_sees_the_old_table),
 		cmocka_unit_test(test_alloc_failures),
 		cmocka_unit_test(test_random_stress),
 	};

@@ -452,6 +452,47 @@ static void snapshot_then_puts_then_crash_restores_all(void **state)
 	mc_test_rmtree(dir);
 }
 
+/* A snapshot taken while the object table is being resized (the daemon
+ * forks at any tick) holds every object once, from the old table and the
+ * new one, and moves nothing: the child's walk must not write the tables
+ * (each page written is a page copied). */
+static void snapshot_during_a_resize(void **state)
+{
+	enum { N = 800 }; /* the table doubled at 769: 20-odd inserts in */
+	char dir[256], k[32];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	uint64_t seq;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "msnapr", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		mt_put_ok(t, C1, k, 100 + (uint64_t)i);
+	}
+	commit(w);
+	assert_true(mc_master_table_resizing(t->m));
+	seq = snapshot(t, w, dir, 2, &dropped);
+	assert_true(mc_master_table_resizing(t->m)); /* the dump moved nothing */
+	crash(t, w);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, seq);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	assert_int_equal(mt_metrics(t).key_count, N);
+	for (int i = 0; i < N; i++) {
+		snprintf(k, sizeof(k), "key-%d", i);
+		assert_int_equal(mt_exist(t, k), 1);
+	}
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 /* A snapshot taken while segments still wait for their remount keeps
  * their objects (hidden), and they come back when the segment does. */
 static void snapshot_keeps_waiting_segments(void **state)
@@ -1000,6 +1041,7 @@ int main(void)
 		cmocka_unit_test(view_record_replays),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
+		cmocka_unit_test(snapshot_during_a_resize),
 		cmocka_unit_test(remount_binds_its_list_only),
 		cmocka_unit_test(snapshot_lists_objects_in_address_order),
 		cmocka_unit_test(remount_refuses_overlapping_and_outside_ranges),
