@@ -6,8 +6,9 @@ standby that refuses every request and streams the leader's log from it;
 /role and /ha_status say which.  kill -9 of the leader makes the standby
 serve within lease TTL + warm-up + slack from the tables it streamed (no
 reload), and a store client given ``etcd://...`` (or ``redis://``) as its
-master follows it: it reads back what it put before the failover (after
-its segment is remounted) and keeps putting.  A put is answered only once
+master follows it: it remounts its segment on the new leader as it
+connects, so a get asked right after the kill reads back what it put
+before the failover on its first try, and it keeps putting.  A put is answered only once
 the standby has its record (--ha_sync_replicas).  A leader frozen past its lease (SIGSTOP) refuses writes with
 UNAVAILABLE_IN_CURRENT_MODE once it runs again.  An unreachable
 coordinator at start is a clear error exit.
@@ -250,10 +251,20 @@ def failover_kill9(hc, backend, connstring, client_addr):
     assert m2.metric("ha_log_seq") == m1.metric("ha_log_seq") > 0
     assert m1.metric("ha_standby_lag_records") == 0
 
+    acked = {"early": (100000, early["sum"]), "before": (300000, sum1)}
+    for i in range(8):
+        acked[f"k{i}"] = (4096 * (i + 1), node.put(f"k{i}", 4096 * (i + 1), 20 + i))
+
     t0 = time.monotonic()
     m1.p.send_signal(signal.SIGKILL)
     m1.killed = True
     m1.p.wait(timeout=30)
+    # asked at once: the client's first call waits for the new leader, and
+    # its segment is remounted there before that call is sent, so the
+    # object is readable on the first try (no NO_AVAILABLE_HANDLE while
+    # the heartbeat has not remounted yet)
+    node.p.stdin.write("get before\n")
+    node.p.stdin.flush()
     wait_serving(m2)
     took = time.monotonic() - t0
     assert took >= TTL_S * 0.5, f"served {took:.1f}s after the kill: before the lease lapsed?"
@@ -273,10 +284,16 @@ def failover_kill9(hc, backend, connstring, client_addr):
     # its own directory holds the leader's snapshot it was sent, and the
     # leader's log never reached it any other way
     assert list((hc.logdir / "wal2").glob("snap-*.snap")), list((hc.logdir / "wal2").iterdir())
-    # the client follows the new leader: the old object is back (streamed
-    # tables, remounted segment) and new puts land
-    assert get_eventually(node, "before") == (300000, sum1)
-    assert node.get("early") == (100000, early["sum"])
+    # the client follows the new leader: the old objects are back (streamed
+    # tables, segment remounted on connecting), each on its first read, and
+    # new puts land
+    first = node.readline(FAILOVER_S)
+    assert first.startswith("OK") and node.fields(first)["xxh3"] == sum1, first
+    assert time.monotonic() - t0 < FAILOVER_S
+    for key, want in acked.items():
+        r = node.cmd(f"get {key}")
+        assert r.startswith("OK"), (key, r)
+        assert (int(node.fields(r)["size"]), node.fields(r)["xxh3"]) == want, (key, r)
     sum2 = node.put("after", 200000, 9)
     assert node.get("after") == (200000, sum2)
 
