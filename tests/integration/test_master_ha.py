@@ -266,10 +266,11 @@ def failover_kill9(hc, backend, connstring, client_addr):
     node.p.stdin.write("get before\n")
     node.p.stdin.flush()
     wait_serving(m2)
-    took = time.monotonic() - t0
-    assert took >= TTL_S * 0.5, f"served {took:.1f}s after the kill: before the lease lapsed?"
     assert m2.http("/role") == (200, "leader")
     assert m2.metric("ha_elections_won_total") == 1
+    # its stream ended and the leader's port refused: it ended the dead
+    # leader's view itself and served without the lease and the warm-up
+    assert m2.metric("ha_views_ended_total") == 1
     # its answers carry the view it serves under (header bytes 28..31)
     with mcproto.Conn(m2.rpc) as c:
         c.send(mcproto.PING, mcproto.uuid(*c.client_id))
