@@ -16,6 +16,12 @@
  * ("warm-up", upstream's rule) before it serves, which also covers a
  * clock that runs a little fast.
  *
+ * A leader that is gone is not waited for: when the standby's log stream
+ * from it ends (mc_master_ha_leader_lost), a connect to its RPC address
+ * that is refused proves nothing listens there, so no master of that view
+ * runs; the standby ends the view, campaigns at once and, elected, serves
+ * without the warm-up (watch, ha_main).
+ *
  * What the thread must never do: hold the server's lock (the callbacks
  * take it themselves), or extend valid_until from a renewal that was not
  * acknowledged.
@@ -24,7 +30,6 @@
 #include "master/ha.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <poll.h>
@@ -293,17 +298,17 @@ static bool leader_gone(const char *addr)
 			gone = false;
 			break;
 		}
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EINPROGRESS) {
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+			err = 0; /* connected: something listens */
+		} else if (errno == EINPROGRESS) {
 			struct pollfd p = {.fd = fd, .events = POLLOUT};
-			if (poll(&p, 1, PROBE_MS) == 1 &&
-			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0)
-				errno = err;
-			else
-				errno = ETIMEDOUT;
-		} else if (errno != ECONNREFUSED) {
-			errno = 0; /* connected at once, or another failure */
+			if (poll(&p, 1, PROBE_MS) != 1 ||
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+				err = ETIMEDOUT;
+		} else {
+			err = errno;
 		}
-		gone = errno == ECONNREFUSED;
+		gone = err == ECONNREFUSED;
 		close(fd);
 		if (!gone)
 			break;
