@@ -118,12 +118,13 @@ struct mc_master_conn {
 	mc_master_conn_segments_fn segments_fn;
 	void *segments_arg;
 	struct mc_store_uuid client_id;
-	int64_t failover_ms;	    /* how long a connect waits for a leader */
-	int64_t timeout_ms;	    /* per call; < 0 = none */
-	int64_t connect_timeout_ms; /* connect + ServiceReady */
-	uint64_t busy_poll_us;	    /* leader polls this long before sleeping */
-	struct mc_auth_secret auth; /* the cluster secret: each connection opens with the
-				       handshake (base/auth_hs.h) */
+	atomic_uint_fast64_t new_leader_ms; /* when a connect last reached a new view */
+	int64_t failover_ms;		    /* how long a connect waits for a leader */
+	int64_t timeout_ms;		    /* per call; < 0 = none */
+	int64_t connect_timeout_ms;	    /* connect + ServiceReady */
+	uint64_t busy_poll_us;		    /* leader polls this long before sleeping */
+	struct mc_auth_secret auth;	    /* the cluster secret: each connection opens with the
+					       handshake (base/auth_hs.h) */
 
 	pthread_mutex_t send_lock; /* connecting, writing one frame */
 	pthread_mutex_t lock;	   /* everything below */
@@ -471,6 +472,8 @@ static mc_status do_connect(struct mc_master_conn *c)
 					c->segments_fn && c->view_version &&
 						v.version != c->view_version);
 		if (rc == MC_OK) {
+			if (c->view_version && v.version != c->view_version)
+				atomic_store(&c->new_leader_ms, mc_now_ms());
 			if (v.version != c->view_version)
 				mc_info("following the master leader %s (view %" PRIu64 ")", v.addr,
 					v.version);
@@ -1118,6 +1121,13 @@ void mc_master_conn_on_new_leader(struct mc_master_conn *c, const struct mc_stor
 	c->segments_fn = fn;
 	c->segments_arg = arg;
 	pthread_mutex_unlock(&c->send_lock);
+}
+
+bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms)
+{
+	uint64_t t = atomic_load(&c->new_leader_ms);
+
+	return t && mc_now_ms() - t < ms;
 }
 
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)

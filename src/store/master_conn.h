@@ -25,6 +25,7 @@
 #ifndef MC_STORE_MASTER_CONN_H
 #define MC_STORE_MASTER_CONN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,10 @@ unsigned mc_master_conn_peer_minor(struct mc_master_conn *c);
 typedef size_t (*mc_master_conn_segments_fn)(void *arg, struct mc_store_segment **segs_out);
 void mc_master_conn_on_new_leader(struct mc_master_conn *c, const struct mc_store_uuid *client_id,
 				  mc_master_conn_segments_fn fn, void *arg);
+
+/* Did a connect reach a leader of a new view (a failover) less than ms
+ * ago?  (Other clients' objects stay hidden there until they remount.) */
+bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms);
 
 /* Count every call's round trip in m (client_metrics.h; NULL: none).  Set
  * before the first call; m must outlive c. */

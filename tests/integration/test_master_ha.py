@@ -254,6 +254,11 @@ def failover_kill9(hc, backend, connstring, client_addr):
     acked = {"early": (100000, early["sum"]), "before": (300000, sum1)}
     for i in range(8):
         acked[f"k{i}"] = (4096 * (i + 1), node.put(f"k{i}", 4096 * (i + 1), 20 + i))
+    # an object in another client's segment, that client frozen over the
+    # failover: hidden on the new leader until that client remounts
+    other = hc.ha_node(client_addr, client_addr)  # after the masters: stopped first
+    acked["other"] = (60000, node.put("other", 60000, 31, f"seg={other.hostname}"))
+    sigstop(other.p.pid)
 
     t0 = time.monotonic()
     m1.p.send_signal(signal.SIGKILL)
@@ -291,6 +296,17 @@ def failover_kill9(hc, backend, connstring, client_addr):
     first = node.readline(FAILOVER_S)
     assert first.startswith("OK") and node.fields(first)["xxh3"] == sum1, first
     assert time.monotonic() - t0 < FAILOVER_S
+    # the other client's object: the get is answered REPLICA_IS_NOT_READY
+    # while its owner is frozen, asked again (this client followed a new
+    # leader moments ago), and read once the owner runs and remounts
+    refused = m2.metric("master_get_replica_list_failures_total")
+    node.p.stdin.write("get other\n")
+    node.p.stdin.flush()
+    wait_until(lambda: m2.metric("master_get_replica_list_failures_total") > refused,
+               FAILOVER_S, "the new leader refusing the hidden object", 0.02)
+    os.kill(other.p.pid, signal.SIGCONT)
+    r = node.readline(FAILOVER_S)
+    assert r.startswith("OK") and node.fields(r)["xxh3"] == acked["other"][1], r
     for key, want in acked.items():
         r = node.cmd(f"get {key}")
         assert r.startswith("OK"), (key, r)
