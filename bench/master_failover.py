@@ -22,9 +22,13 @@ key) and compared with its checksum.  One line:
         acked_puts=.. lost=.. mismatched=.. failed_calls=..
         failed_by=put:RPC_FAIL=..,get:..=..  (failed calls by operation and status)
 
-(--json: one JSON object).  Served-again is bounded below by the lease
-lapsing (up to one TTL after the last renewal) plus the new leader's
-warm-up (one TTL) plus the client's remount (its next ping, 1 s).
+(--json: one JSON object).  After a kill -9 the standby finds the leader
+gone (its log stream ends, its RPC port refuses), ends its view and
+serves without waiting for the lease or warming up, so served-again is
+the standby's stream retry (200 ms), a few coordinator requests, the
+take-over and the client's 200 ms poll of the view; a leader that is
+alive but cut off would cost the lease's rest plus one TTL of warm-up.
+Clients remount on connecting to the new leader, before their first call.
 
 usage: bench/master_failover.py [--build build] [--kills 20] [--ttl 2]
                                 [--clients 3] [--size 4096] [--json]

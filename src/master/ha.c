@@ -16,6 +16,12 @@
  * ("warm-up", upstream's rule) before it serves, which also covers a
  * clock that runs a little fast.
  *
+ * A leader that is gone is not waited for: when the standby's log stream
+ * from it ends (mc_master_ha_leader_lost), a connect to its RPC address
+ * that is refused proves nothing listens there, so no master of that view
+ * runs; the standby ends the view, campaigns at once and, elected, serves
+ * without the warm-up (watch, ha_main).
+ *
  * What the thread must never do: hold the server's lock (the callbacks
  * take it themselves), or extend valid_until from a renewal that was not
  * acknowledged.
@@ -25,20 +31,25 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
 #include "base/log.h"
+#include "base/sock.h"
 #include "base/time.h"
 #include "meta/coord.h"
 
 #define OPEN_TRIES_MS 3000 /* the coordinator's first answer at start, at most */
+#define PROBE_MS      1000 /* the connect that asks whether a leader is gone */
 
 struct mc_master_ha {
 	struct mc_master_ha_config cfg; /* strings owned (copies) */
@@ -51,11 +62,12 @@ struct mc_master_ha {
 	atomic_bool serving;		  /* past recovery, not stepped down */
 	atomic_uint_fast64_t valid_until; /* leadership deadline (monotonic ms) */
 	atomic_uint_fast64_t version;	  /* the view this master leads under */
-	atomic_uint_fast64_t n_won, n_down, n_trans, n_err;
+	atomic_uint_fast64_t n_won, n_down, n_trans, n_err, n_evict;
 
 	pthread_mutex_t lock; /* leaf: the fields below and stop */
-	pthread_cond_t cond;  /* CLOCK_MONOTONIC; signalled by stop */
+	pthread_cond_t cond;  /* CLOCK_MONOTONIC; signalled by stop and a poke */
 	bool stop;
+	bool poked;		   /* mc_master_ha_leader_lost: look at the leader now */
 	struct mc_coord_view seen; /* the view last read or won */
 
 	pthread_t thread;
@@ -231,13 +243,93 @@ static mc_status take_over(struct mc_master_ha *ha, uint64_t version, bool *held
 	return j.st;
 }
 
-/* Watch the view until it is gone (then campaign again). */
-static void watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
+/* Like nap, but a poke ends it too; *poked_out says whether one came. */
+static bool nap_or_poke(struct mc_master_ha *ha, uint64_t ms, bool *poked_out)
+{
+	struct timespec ts;
+	bool stop;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&ha->lock);
+	while (!ha->stop && !ha->poked &&
+	       pthread_cond_timedwait(&ha->cond, &ha->lock, &ts) != ETIMEDOUT)
+		;
+	stop = ha->stop;
+	*poked_out = ha->poked;
+	ha->poked = false;
+	pthread_mutex_unlock(&ha->lock);
+	return !stop;
+}
+
+/*
+ * Is the process that advertised addr gone?  Only a refused connect on
+ * every address it resolves to says so: nothing listens on its RPC port,
+ * and a master listens there for as long as it lives (a frozen one still
+ * has its connections accepted by the kernel; a partitioned one times out
+ * or is unreachable, which proves nothing).
+ */
+static bool leader_gone(const char *addr)
+{
+	struct addrinfo hints = {0}, *res = NULL, *ai;
+	char host[256], portstr[8];
+	uint16_t port;
+	bool gone = false;
+
+	if (!mc_sock_split_hostport(addr, host, sizeof(host), &port, 0) || !port || !host[0])
+		return false;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	if (getaddrinfo(host, portstr, &hints, &res) != 0)
+		return false;
+	for (ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+				ai->ai_protocol);
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		if (fd < 0) {
+			gone = false;
+			break;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+			err = 0; /* connected: something listens */
+		} else if (errno == EINPROGRESS) {
+			struct pollfd p = {.fd = fd, .events = POLLOUT};
+			if (poll(&p, 1, PROBE_MS) != 1 ||
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+				err = ETIMEDOUT;
+		} else {
+			err = errno;
+		}
+		gone = err == ECONNREFUSED;
+		close(fd);
+		if (!gone)
+			break;
+	}
+	freeaddrinfo(res);
+	return gone;
+}
+
+/*
+ * Watch the view until it is gone (then campaign again).  Returns true
+ * when this master ended it because its leader is gone (a poke, and its
+ * RPC port refuses connections): the next campaign need not warm up.
+ */
+static bool watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 {
 	uint64_t period = MC_MAX(ha->ttl_ms / 10, (uint64_t)100);
+	bool poked = false;
 
-	while (nap(ha, period)) {
+	while (nap_or_poke(ha, period, &poked)) {
 		struct mc_coord_view v;
+		bool ended = false;
 
 		if (mc_coord_read(ha->coord, ha->key, &v) != MC_OK) {
 			note_error(ha, "reading the view", last_log_ms);
@@ -245,8 +337,24 @@ static void watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 		}
 		remember(ha, &v);
 		if (!v.present)
-			return;
+			return false;
+		if (!poked || strcmp(v.addr, ha->cfg.advertise) == 0 || !leader_gone(v.addr))
+			continue;
+		if (mc_coord_evict(ha->coord, ha->key, v.version, &ended) != MC_OK) {
+			note_error(ha, "ending the view of a leader that is gone", last_log_ms);
+			continue;
+		}
+		if (ended) {
+			mc_info("the leader %s (view %" PRIu64
+				") is gone: its log stream ended and "
+				"its RPC port refuses connections; its view ended, campaigning "
+				"without waiting for its lease",
+				v.addr, v.version);
+			atomic_fetch_add(&ha->n_evict, 1);
+			return true;
+		}
 	}
+	return false;
 }
 
 static void step_down(struct mc_master_ha *ha, bool was_serving)
@@ -267,7 +375,7 @@ static void *ha_main(void *arg)
 {
 	struct mc_master_ha *ha = arg;
 	uint64_t last_log_ms = 0;
-	bool deposed = false;
+	bool deposed = false, gone = false;
 
 rejoin:
 	deposed = false;
@@ -298,7 +406,7 @@ rejoin:
 			set_state(ha, MC_HA_STANDBY);
 			if (mc_coord_read(ha->coord, ha->key, &v) == MC_OK)
 				remember(ha, &v);
-			watch(ha, &last_log_ms);
+			gone = watch(ha, &last_log_ms);
 			continue;
 		}
 		/* won: the lease was granted no earlier than t0 */
@@ -309,11 +417,22 @@ rejoin:
 		v.version = ver;
 		snprintf(v.addr, sizeof(v.addr), "%s", ha->cfg.advertise);
 		remember(ha, &v);
+		/*
+		 * The warm-up lets a previous leader that may still be running
+		 * reach its own deadline.  After the view of a leader that is
+		 * gone was ended (watch), none runs: serve at once.  (A leader
+		 * that only looked gone, its port refusing while it lives, would
+		 * still answer no write: each waits for a standby's ACK, and the
+		 * revoked lease deposes it at its next renewal, within TTL/3.)
+		 */
+		uint64_t warm = gone ? 0 : ha->ttl_ms;
+
+		gone = false;
 		mc_info("won the view %s (version %" PRIu64 "); warming up for %" PRIu64 " ms",
-			ha->key, ver, ha->ttl_ms);
+			ha->key, ver, warm);
 		set_state(ha, MC_HA_LEADER_WARMUP);
 		won_ms = mc_now_ms();
-		if (!lead(ha, won_ms + ha->ttl_ms, NULL, &last_log_ms)) {
+		if (!lead(ha, won_ms + warm, NULL, &last_log_ms)) {
 			step_down(ha, false);
 			continue; /* nothing was served: campaign again */
 		}
@@ -366,6 +485,14 @@ rejoin:
 	return NULL;
 }
 
+void mc_master_ha_leader_lost(struct mc_master_ha *ha)
+{
+	pthread_mutex_lock(&ha->lock);
+	ha->poked = true;
+	pthread_cond_broadcast(&ha->cond);
+	pthread_mutex_unlock(&ha->lock);
+}
+
 bool mc_master_ha_may_serve(struct mc_master_ha *ha, uint64_t now_ms)
 {
 	return atomic_load_explicit(&ha->serving, memory_order_acquire) &&
@@ -393,6 +520,7 @@ void mc_master_ha_info(struct mc_master_ha *ha, struct mc_master_ha_info *out)
 	out->step_downs = atomic_load(&ha->n_down);
 	out->transitions = atomic_load(&ha->n_trans);
 	out->backend_errors = atomic_load(&ha->n_err);
+	out->views_ended = atomic_load(&ha->n_evict);
 	pthread_mutex_lock(&ha->lock);
 	if (ha->seen.present) {
 		out->leader_known = true;

@@ -74,6 +74,7 @@ struct mc_master_ha_info {
 	uint64_t step_downs;	 /* leaderships lost or given up */
 	uint64_t transitions;	 /* state changes */
 	uint64_t backend_errors; /* coordinator requests that failed */
+	uint64_t views_ended;	 /* views of leaders that were gone, ended here */
 };
 
 /* Open the coordinator (unreachable: an error naming it) and start the
@@ -81,6 +82,14 @@ struct mc_master_ha_info {
 mc_status mc_master_ha_start(const struct mc_master_ha_config *cfg, struct mc_master_ha **out);
 /* Stop the thread and give up the view if held.  NULL is a no-op. */
 void mc_master_ha_stop(struct mc_master_ha *ha);
+/*
+ * The standby's log stream from the leader ended (any thread): look now
+ * whether the leader is gone (its RPC port refuses connections); if so,
+ * end its view and campaign without waiting for its lease to lapse, and
+ * serve without the warm-up when elected.  A leader that is alive (or
+ * unreachable, or frozen) is left to its lease as before.
+ */
+void mc_master_ha_leader_lost(struct mc_master_ha *ha);
 /* May this master serve requests at now_ms (its monotonic clock)? */
 bool mc_master_ha_may_serve(struct mc_master_ha *ha, uint64_t now_ms);
 /* The view version this master serves under (0 before it led). */

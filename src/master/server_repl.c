@@ -901,9 +901,15 @@ static void *standby_main(void *arg)
 
 		mc_master_ha_info(s->ha, &i);
 		if (i.leader_known && !i.leader && strcmp(i.leader_addr, s->ha_advertise) != 0 &&
-		    mc_sock_split_hostport(i.leader_addr, host, sizeof(host), &port, 0) && port &&
-		    stream_once(s, host, port, i.view_version))
-			pause = REFUSED_RETRY_MS; /* a leader warming up */
+		    mc_sock_split_hostport(i.leader_addr, host, sizeof(host), &port, 0) && port) {
+			if (stream_once(s, host, port, i.view_version))
+				pause = REFUSED_RETRY_MS; /* a leader warming up */
+			else if (!atomic_load(&s->repl.stop) && atomic_load(&s->repl.synced))
+				/* no stream, or it ended: is the leader gone?  (ha.c;
+				 * only a standby that holds the leader's tables
+				 * hurries to replace it) */
+				mc_master_ha_leader_lost(s->ha);
+		}
 		for (int k = 0; k < pause / 20 && !atomic_load(&s->repl.stop); k++)
 			usleep(20 * 1000);
 	}

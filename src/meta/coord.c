@@ -64,3 +64,9 @@ mc_status mc_coord_read(struct mc_coord *c, const char *key, struct mc_coord_vie
 	out->version = 0;
 	return c->ops->read(c, key, out);
 }
+
+mc_status mc_coord_evict(struct mc_coord *c, const char *key, uint64_t version, bool *ended_out)
+{
+	*ended_out = false;
+	return c->ops->evict(c, key, version, ended_out);
+}

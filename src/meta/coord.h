@@ -63,6 +63,13 @@ mc_status mc_coord_renew(struct mc_coord *c, bool *held_out);
 void mc_coord_resign(struct mc_coord *c);
 /* Read the view under key.  MC_OK (present false when nobody holds it). */
 mc_status mc_coord_read(struct mc_coord *c, const char *key, struct mc_coord_view *out);
+/*
+ * End the view under key if it is still the one of version (its leader is
+ * known to be gone): etcd revokes its lease, Redis deletes the hash, so the
+ * key is free at once and its holder's next renewal finds it gone.  MC_OK
+ * with *ended_out false when another view (or none) holds the key.
+ */
+mc_status mc_coord_evict(struct mc_coord *c, const char *key, uint64_t version, bool *ended_out);
 
 /* ---- the backends (coord.c dispatches; their files implement) ---- */
 struct mc_coord_ops {
@@ -71,6 +78,7 @@ struct mc_coord_ops {
 	mc_status (*renew)(struct mc_coord *c, bool *held_out);
 	void (*resign)(struct mc_coord *c);
 	mc_status (*read)(struct mc_coord *c, const char *key, struct mc_coord_view *out);
+	mc_status (*evict)(struct mc_coord *c, const char *key, uint64_t version, bool *ended_out);
 	void (*close)(struct mc_coord *c);
 };
 

@@ -1370,6 +1370,33 @@ out:
 	return st;
 }
 
+/* The view's lease, read with the view: revoking it deletes the key and
+ * fails its holder's next keep-alive (NOT_FOUND). */
+static mc_status etcd_coord_evict(struct mc_coord *m, const char *key, uint64_t version,
+				  bool *ended_out)
+{
+	struct etcd_coord *e = coord_of(m);
+	json_t *ans = NULL, *kv = NULL;
+	int64_t rev, lease;
+	mc_status st;
+
+	st = coord_range(e->c, key, &kv, &ans);
+	if (st || !kv)
+		goto out;
+	if (!json_int64(json_object_get(kv, "create_revision"), &rev) || (uint64_t)rev != version)
+		goto out;
+	if (!json_int64(json_object_get(kv, "lease"), &lease) || lease <= 0) {
+		st = mc_set_error(MC_ERR_METADATA, "etcd %s: the view has no lease", key);
+		goto out;
+	}
+	st = lease_revoke(e->c, lease);
+	if (st == MC_OK)
+		*ended_out = true;
+out:
+	json_decref(ans);
+	return st;
+}
+
 static void etcd_coord_close(struct mc_coord *m)
 {
 	struct etcd_coord *e = coord_of(m);
@@ -1384,6 +1411,7 @@ static const struct mc_coord_ops etcd_coord_ops = {
 	.renew = etcd_coord_renew,
 	.resign = etcd_coord_resign,
 	.read = etcd_coord_read,
+	.evict = etcd_coord_evict,
 	.close = etcd_coord_close,
 };
 

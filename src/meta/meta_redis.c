@@ -961,6 +961,8 @@ static const char acquire_lua[] =
 	"return v";
 static const char renew_lua[] = "if redis.call('HGET', KEYS[1], 'owner_token') == ARGV[1] then "
 				"redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end return 0";
+static const char evict_lua[] = "if redis.call('HGET', KEYS[1], 'view_version') == ARGV[1] then "
+				"redis.call('DEL', KEYS[1]) return 1 end return 0";
 static const char release_lua[] = "if redis.call('HGET', KEYS[1], 'owner_token') == ARGV[1] then "
 				  "redis.call('DEL', KEYS[1]) return 1 end return 0";
 
@@ -1132,6 +1134,26 @@ out:
 	return st;
 }
 
+static mc_status redis_coord_evict(struct mc_coord *m, const char *key, uint64_t version,
+				   bool *ended_out)
+{
+	struct redis_coord *e = rcoord_of(m);
+	char v[24];
+	redisReply *r;
+	mc_status st;
+
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)version);
+	{
+		const char *argv[] = {"EVAL", evict_lua, "1", key, v};
+		st = coord_cmd(e->c, 5, argv, key, &r);
+	}
+	if (st)
+		return st;
+	*ended_out = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+	freeReplyObject(r);
+	return MC_OK;
+}
+
 static void redis_coord_close(struct mc_coord *m)
 {
 	struct redis_coord *e = rcoord_of(m);
@@ -1149,6 +1171,7 @@ static const struct mc_coord_ops redis_coord_ops = {
 	.renew = redis_coord_renew,
 	.resign = redis_coord_resign,
 	.read = redis_coord_read,
+	.evict = redis_coord_evict,
 	.close = redis_coord_close,
 };
 

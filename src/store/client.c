@@ -93,25 +93,22 @@ struct mc_store_uuid mc_store_random_uuid(void)
 
 /* ---- heartbeat --------------------------------------------------------------------------- */
 
-static mc_status remount(struct mc_store *s)
+/* The segments mounted now: the global one, then the extra ones
+ * (client_mount.c).  *out is allocated (NULL when out of memory: 0). */
+static size_t segments_mounted(struct mc_store *s, struct mc_store_segment **out)
 {
 	struct mc_store_segment *xs, *segs;
-	size_t nx;
-	struct mc_store_remount_req req = {s->client_id, 0, NULL};
-	struct mc_store_msg resp;
-	mc_status rc;
+	size_t nx, n = 0;
 
-	/* the global segment, then the extra ones (client_mount.c) */
-	pthread_mutex_lock(&s->remount_lock);
 	nx = mc_store_xsegs_mounted(s, &xs);
 	segs = mc_calloc(nx + 1, sizeof(*segs));
+	*out = segs;
 	if (!segs) {
-		pthread_mutex_unlock(&s->remount_lock);
 		mc_free(xs);
-		return MC_ERR_NOMEM;
+		return 0;
 	}
 	if (s->seg_mounted && !atomic_load(&s->seg_unmounted)) {
-		struct mc_store_segment *seg = &segs[req.n_segments++];
+		struct mc_store_segment *seg = &segs[n++];
 
 		seg->id = s->seg_id;
 		seg->name = mc_proto_str_c(s->name);
@@ -122,16 +119,56 @@ static mc_status remount(struct mc_store *s)
 		seg->host_id = mc_proto_str_c(s->host_id);
 	}
 	if (nx)
-		memcpy(&segs[req.n_segments], xs, nx * sizeof(*xs));
-	req.n_segments += (uint32_t)nx;
+		memcpy(&segs[n], xs, nx * sizeof(*xs));
+	mc_free(xs);
+	return n + nx;
+}
+
+static mc_status remount(struct mc_store *s)
+{
+	struct mc_store_segment *segs;
+	struct mc_store_remount_req req = {s->client_id, 0, NULL};
+	struct mc_store_msg resp;
+	mc_status rc;
+
+	pthread_mutex_lock(&s->remount_lock);
+	req.n_segments = (uint32_t)segments_mounted(s, &segs);
+	if (!segs) {
+		pthread_mutex_unlock(&s->remount_lock);
+		return MC_ERR_NOMEM;
+	}
 	req.segments = req.n_segments ? segs : NULL;
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOUNT_SEGMENT, &req, &resp);
 	pthread_mutex_unlock(&s->remount_lock);
-	mc_free(xs);
 	mc_free(segs);
 	if (rc == MC_OK)
 		mc_store_msg_release(&resp);
 	return rc;
+}
+
+/*
+ * The connection reached a new master leader (a failover, master_conn.c):
+ * the segments it remounts there before any call.  Called with the
+ * connection's send lock held, so remount_lock (held across calls) is
+ * only tried: a mount or unmount under way may change the list after it
+ * is read, and then the heartbeat remounts again once that call is done.
+ * The embedded metadata entries and the disk segment are put back as on
+ * the heartbeat's NEED_REMOUNT, which the new leader no longer answers.
+ */
+static size_t segments_for_new_leader(void *arg, struct mc_store_segment **out)
+{
+	struct mc_store *s = arg;
+	bool locked = pthread_mutex_trylock(&s->remount_lock) == 0;
+	size_t n;
+
+	mc_te_meta_resync(s->te);
+	n = segments_mounted(s, out);
+	if (locked)
+		pthread_mutex_unlock(&s->remount_lock);
+	else
+		atomic_store(&s->remount_again, true);
+	mc_store_offload_remount(s);
+	return n;
 }
 
 static void heartbeat_once(struct mc_store *s, unsigned *fails)
@@ -151,6 +188,14 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 	}
 	*fails = 0;
 	atomic_store(&s->ping_failed, false);
+	if (atomic_exchange(&s->remount_again, false) &&
+	    resp.body.ping_resp.client_status != MC_STORE_CLIENT_NEED_REMOUNT) {
+		rc = remount(s);
+		if (rc != MC_OK) {
+			atomic_store(&s->remount_again, true);
+			mc_warn("remount of segment %s failed: %s", s->name, mc_last_error());
+		}
+	}
 	if (resp.body.ping_resp.client_status == MC_STORE_CLIENT_NEED_REMOUNT) {
 		/* a restarted master may have taken its embedded metadata server's
 		 * entries with it: put the engine's back now, before the remount,
@@ -429,6 +474,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 	if (rc != MC_OK)
 		goto err;
 	mc_master_conn_set_metrics(s->conn, s->metrics);
+	mc_master_conn_on_new_leader(s->conn, &s->client_id, segments_for_new_leader, s);
 	if (p->engine) {
 		s->te = p->engine;
 		s->own_te = false;

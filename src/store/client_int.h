@@ -92,6 +92,9 @@ struct mc_store {
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
 	atomic_bool ping_failed;
+	/* the remount on a new master leader (master_conn.c) ran while a mount
+	 * or unmount was under way: the heartbeat remounts again */
+	atomic_bool remount_again;
 
 	/* SSD tier: readers of LOCAL_DISK replicas (client_disk_read.c) */
 	struct mc_offload_pool *offload_pool;

@@ -34,10 +34,12 @@
 #include "store/client_int.h"
 #include "store/dummy_client.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/compiler.h"
@@ -828,10 +830,33 @@ const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
 	return first ? first : disk ? disk : file;
 }
 
+/*
+ * After a failover the new leader hides each object until the client
+ * owning its segment has connected and remounted (its own remount is done
+ * before its first call, master_conn.c; another client's comes within its
+ * heartbeat's reconnect).  A lookup answered REPLICA_IS_NOT_READY that
+ * soon after following a new leader is asked again every
+ * FAILOVER_RETRY_MS until FAILOVER_HIDDEN_MS have passed since the
+ * failover, so a get does not fail for an object that is only waiting for
+ * its owner.  (One really being written waits that long at most.)
+ */
+#define FAILOVER_HIDDEN_MS 5000
+#define FAILOVER_RETRY_MS  50
+
 mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp)
 {
 	struct mc_store_key_req req = {mc_store_tenant(s), mc_proto_str_c(key)};
-	return mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
+	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
+
+	while (rc == MC_ERR_REPLICA_IS_NOT_READY &&
+	       mc_master_conn_new_leader_within(s->conn, FAILOVER_HIDDEN_MS)) {
+		struct timespec ts = {0, FAILOVER_RETRY_MS * 1000000L};
+
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+		rc = mc_master_conn_call(s->conn, MC_STORE_GET_REPLICA_LIST, &req, resp);
+	}
+	return rc;
 }
 
 /* Read key into bufs (capacity cap in all), or, with alloc, into one

@@ -112,13 +112,19 @@ struct mc_master_conn {
 	 * the view under view_key; all of it used under send_lock */
 	struct mc_coord *coord;
 	char view_key[300];
-	uint64_t view_version;	    /* of the leader connected to last (0: none yet) */
-	int64_t failover_ms;	    /* how long a connect waits for a leader */
-	int64_t timeout_ms;	    /* per call; < 0 = none */
-	int64_t connect_timeout_ms; /* connect + ServiceReady */
-	uint64_t busy_poll_us;	    /* leader polls this long before sleeping */
-	struct mc_auth_secret auth; /* the cluster secret: each connection opens with the
-				       handshake (base/auth_hs.h) */
+	uint64_t view_version; /* of the leader connected to last (0: none yet) */
+	/* the client's segments, remounted on a new leader before any call
+	 * (mc_master_conn_on_new_leader); set before the first call */
+	mc_master_conn_segments_fn segments_fn;
+	void *segments_arg;
+	struct mc_store_uuid client_id;
+	atomic_uint_fast64_t new_leader_ms; /* when a connect last reached a new view */
+	int64_t failover_ms;		    /* how long a connect waits for a leader */
+	int64_t timeout_ms;		    /* per call; < 0 = none */
+	int64_t connect_timeout_ms;	    /* connect + ServiceReady */
+	uint64_t busy_poll_us;		    /* leader polls this long before sleeping */
+	struct mc_auth_secret auth;	    /* the cluster secret: each connection opens with the
+					       handshake (base/auth_hs.h) */
 
 	pthread_mutex_t send_lock; /* connecting, writing one frame */
 	pthread_mutex_t lock;	   /* everything below */
@@ -279,8 +285,66 @@ static mc_status read_frame(int fd, uint64_t deadline, uint8_t **frame_out, size
 	return MC_OK;
 }
 
-/* Connect to host:port and say ServiceReady; send_lock held, state DOWN. */
-static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t port)
+/*
+ * On a new leader, before the connection is published: send the client's
+ * ReMountSegment and wait for its answer on fd (blocking), so that no call
+ * of this client reaches the new leader before its segments are bound
+ * again (their objects are hidden until then).  A refused remount is
+ * logged and left to the heartbeat (the leader then answers its ping with
+ * NEED_REMOUNT); only a transport failure fails the connect.
+ */
+static mc_status remount_on(struct mc_master_conn *c, int fd, const char *host, uint16_t port)
+{
+	uint64_t deadline = deadline_after(c->timeout_ms);
+	struct mc_store_segment *segs = NULL;
+	struct mc_store_remount_req req = {c->client_id, 0, NULL};
+	struct mc_store_msg m;
+	struct mc_proto_hdr h;
+	struct mc_buf b;
+	uint8_t *frame = NULL;
+	size_t len = 0;
+	mc_status rc;
+
+	req.n_segments = (uint32_t)c->segments_fn(c->segments_arg, &segs);
+	if (!req.n_segments) {
+		mc_free(segs);
+		return MC_OK;
+	}
+	req.segments = segs;
+	mc_buf_init(&b);
+	rc = mc_store_request_encode(&b, MC_STORE_REMOUNT_SEGMENT, atomic_fetch_add(&c->next_id, 1),
+				     &req);
+	mc_free(segs);
+	if (rc == MC_OK)
+		rc = mc_sock_write_full(fd, b.data, b.len, deadline);
+	mc_buf_release(&b);
+	if (rc == MC_OK)
+		rc = read_frame(fd, deadline, &frame, &len, &h);
+	if (rc == MC_OK) {
+		rc = mc_store_msg_decode(frame, len, MC_PROTO_MAX_PAYLOAD, &m);
+		mc_free(frame);
+	}
+	if (rc != MC_OK)
+		return mc_set_error(rc == MC_ERR_TIMEOUT ? MC_ERR_RPC_TIMEOUT : MC_ERR_RPC_FAIL,
+				    "remounting on the new master leader %s:%u: %s", host, port,
+				    mc_last_error());
+	if (m.hdr.status != MC_OK || m.hdr.type != MC_STORE_REMOUNT_SEGMENT)
+		mc_warn("the new master leader %s:%u refused the remount of %u segments "
+			"(%s: %.*s); the heartbeat tries again",
+			host, port, req.n_segments,
+			mc_strerror(m.hdr.status != MC_OK ? (mc_status)m.hdr.status
+							  : MC_ERR_PROTOCOL),
+			(int)m.error.len, m.error.ptr ? m.error.ptr : "");
+	else
+		mc_info("remounted %u segments on the new master leader %s:%u", req.n_segments,
+			host, port);
+	mc_store_msg_release(&m);
+	return MC_OK;
+}
+
+/* Connect to host:port and say ServiceReady, then remount when asked;
+ * send_lock held, state DOWN. */
+static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t port, bool remount)
 {
 	uint64_t deadline = deadline_after(c->connect_timeout_ms);
 	struct mc_store_hello hello = {mc_proto_str_c("mooncake-c " MC_VERSION_STRING)};
@@ -354,6 +418,8 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 		 m.body.hello.version.ptr ? m.body.hello.version.ptr : "");
 	atomic_store(&c->peer_minor, m.hdr.minor);
 	mc_store_msg_release(&m);
+	if (remount && (rc = remount_on(c, fd, host, port)) != MC_OK)
+		goto err_close;
 
 	pthread_mutex_lock(&c->lock);
 	if (c->stop) { /* mc_master_conn_free began meanwhile */
@@ -385,7 +451,7 @@ static mc_status do_connect(struct mc_master_conn *c)
 	char why[400] = "";
 
 	if (!c->coord)
-		return connect_to(c, c->host, c->port);
+		return connect_to(c, c->host, c->port, false);
 	deadline = deadline_after(c->failover_ms);
 	for (;;) {
 		struct mc_coord_view v;
@@ -401,8 +467,13 @@ static mc_status do_connect(struct mc_master_conn *c)
 			rc = mc_set_error(MC_ERR_RPC_FAIL, "%s names a bad leader address %s",
 					  c->view_key, v.addr);
 		else if (rc == MC_OK)
-			rc = connect_to(c, host, port);
+			/* a leader other than the last one: a failover */
+			rc = connect_to(c, host, port,
+					c->segments_fn && c->view_version &&
+						v.version != c->view_version);
 		if (rc == MC_OK) {
+			if (c->view_version && v.version != c->view_version)
+				atomic_store(&c->new_leader_ms, mc_now_ms());
 			if (v.version != c->view_version)
 				mc_info("following the master leader %s (view %" PRIu64 ")", v.addr,
 					v.version);
@@ -1045,6 +1116,23 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 	pthread_mutex_lock(&c->lock);
 	leave_unlock(c);
 	return rc;
+}
+
+void mc_master_conn_on_new_leader(struct mc_master_conn *c, const struct mc_store_uuid *client_id,
+				  mc_master_conn_segments_fn fn, void *arg)
+{
+	pthread_mutex_lock(&c->send_lock);
+	c->client_id = *client_id;
+	c->segments_fn = fn;
+	c->segments_arg = arg;
+	pthread_mutex_unlock(&c->send_lock);
+}
+
+bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms)
+{
+	uint64_t t = atomic_load(&c->new_leader_ms);
+
+	return t && mc_now_ms() - t < ms;
 }
 
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)

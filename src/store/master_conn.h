@@ -25,6 +25,8 @@
 #ifndef MC_STORE_MASTER_CONN_H
 #define MC_STORE_MASTER_CONN_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mooncake/status.h"
@@ -74,6 +76,24 @@ void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats 
  * the first connection): a request field appended in minor N is sent
  * only when this is at least N (docs/protocol.md, "Versions"). */
 unsigned mc_master_conn_peer_minor(struct mc_master_conn *c);
+
+/*
+ * With an HA address: when a connect reaches a leader other than the one
+ * connected to before (a failover), fn(arg, &segs) lists the segments of
+ * client client_id (mc_alloc'ed, c frees it; 0: none) and they are
+ * remounted (ReMountSegment) on the new leader before the connection
+ * carries any call, so that no call of this client finds its own objects
+ * hidden there.  fn runs with the connection's send lock held: it must
+ * not call into c, nor wait on a lock held across a call into c.  Set
+ * before the first call.
+ */
+typedef size_t (*mc_master_conn_segments_fn)(void *arg, struct mc_store_segment **segs_out);
+void mc_master_conn_on_new_leader(struct mc_master_conn *c, const struct mc_store_uuid *client_id,
+				  mc_master_conn_segments_fn fn, void *arg);
+
+/* Did a connect reach a leader of a new view (a failover) less than ms
+ * ago?  (Other clients' objects stay hidden there until they remount.) */
+bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms);
 
 /* Count every call's round trip in m (client_metrics.h; NULL: none).  Set
  * before the first call; m must outlive c. */

@@ -69,6 +69,20 @@ bool mc_test_coord_view(const char *uri, char *why, size_t why_len)
 	if (mc_coord_campaign(a, key, "a:1", 2, &won, &vc) != MC_OK || !won || vc <= vb)
 		FAIL("campaign after expiry: won %d, version %" PRIu64 " after %" PRIu64, won, vc,
 		     vb);
+	/* ending a view: not an older version's, then this one's at once, and
+	 * its holder's renew finds it gone */
+	if (mc_coord_evict(b, key, vb, &held) != MC_OK || held)
+		FAIL("evicting an old version ended the view (%s)", mc_last_error());
+	if (mc_coord_read(b, key, &v) != MC_OK || !v.present || v.version != vc)
+		FAIL("the view changed after evicting an old version");
+	if (mc_coord_evict(b, key, vc, &held) != MC_OK || !held)
+		FAIL("evicting the current view did not end it: %s", mc_last_error());
+	if (mc_coord_read(b, key, &v) != MC_OK || v.present)
+		FAIL("the view is still there after it was evicted");
+	if (mc_coord_renew(a, &held) != MC_OK || held)
+		FAIL("the evicted holder's renew still holds");
+	if (mc_coord_evict(b, key, vc, &held) != MC_OK || held)
+		FAIL("evicting an absent view ended something");
 	ok = true;
 out:
 	mc_coord_close(a);

@@ -14,7 +14,8 @@
  * names it with a version; the loser's renew holds nothing; resigning
  * frees the key at once; the next winner's version is larger; a view not
  * renewed vanishes within its TTL and the old holder's renew then says
- * so.  false with the first failed step in why.
+ * so; evicting ends a view only when its version matches, and its
+ * holder's renew then finds it gone.  false with the first failed step in why.
  */
 bool mc_test_coord_view(const char *uri, char *why, size_t why_len);
 
