@@ -17,6 +17,9 @@
  *   flags_out, acks_out      the sources of those writes (one per peer and slot)
  *   notice_in[64]      u64  written by rank s: bitmap of ranks s saw die
  *   notice_out[64]           sources of notice writes
+ *   depart_in[64]      u64  written by rank s when it leaves: 1 + the number of
+ *                            messages s consumed from this rank (0: still here)
+ *   depart_out[64]           sources of departure writes (one per peer)
  *   recv[n][NS][slot]        landing slots, indexed by sender
  *   send[n][NS][slot]        staging slots, indexed by receiver (TE writes
  *                            from registered memory only)
@@ -49,6 +52,20 @@
  * group, whose run() then probes the named ranks and ends too, so survivors return together.  run()
  * returns (ok, failed_bitmap); after a failure the streams of this Mailbox are out of step and the
  * caller must not use it again (pg.py refuses).
+ *
+ * Departure (depart(), at a group's shutdown or the process's exit): a rank's
+ * operation ends once its own WRITEs were answered and its peers' messages
+ * landed, but a peer's WRITE into it may still wait for this process's engine
+ * to answer (the engine answers after the bytes landed, and the rank may have
+ * seen them first).  Exiting then would fail that peer's operation although
+ * its message was taken.  So a leaving rank writes into each peer's
+ * depart_in[me] how many of that peer's messages it consumed and waits
+ * (bounded) until those WRITEs are answered; only then does its engine go.
+ * A peer whose WRITE to a departed rank then fails counts the message sent
+ * when the departure word says it was consumed; an operation that still needs
+ * a departed rank (a message it never took, or one it would send) ends at once
+ * with that rank failed, without the probes and notices a failure brings.
+ * Departed ranks are neither probed nor sent notices again.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -96,6 +113,7 @@ typedef struct {
 	uint64_t rx[MAX_RANKS]; /* messages consumed from each peer */
 	uint64_t notice_sent;
 	bool registered;
+	bool departed;	 /* depart() ran: no more run() */
 	PyObject *owner; /* keeps the engine's Python object alive */
 } Mailbox;
 
@@ -106,11 +124,35 @@ typedef struct {
 #define CTL_ACKS_OUT   (3 * MAX_RANKS * MAX_SLOTS)
 #define CTL_NOTICE_IN  (4 * MAX_RANKS * MAX_SLOTS)
 #define CTL_NOTICE_OUT (4 * MAX_RANKS * MAX_SLOTS + MAX_RANKS)
-#define CTL_BYTES      4096 * 5 /* (4*64*8 + 128) * 8 = 17408, rounded up to 20 KiB */
+#define CTL_DEPART_IN  (4 * MAX_RANKS * MAX_SLOTS + 2 * MAX_RANKS)
+#define CTL_DEPART_OUT (4 * MAX_RANKS * MAX_SLOTS + 3 * MAX_RANKS)
+#define CTL_BYTES      4096 * 5 /* (4*64*8 + 4*64) * 8 = 18432, rounded up to 20 KiB */
 
 static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
 {
 	return (volatile uint64_t *)m->base + idx;
+}
+
+/* Messages rank p consumed from us, as its departure said; 0 while it is here. */
+static inline uint64_t departed_took(Mailbox *m, int p)
+{
+	return __atomic_load_n(ctl(m, CTL_DEPART_IN + p), __ATOMIC_ACQUIRE);
+}
+
+/* Whether p left after consuming message q (numbered from 0) of ours. */
+static inline bool peer_took(Mailbox *m, int p, uint64_t q)
+{
+	uint64_t v = departed_took(m, p);
+	return v && v - 1 >= q + 1;
+}
+
+static uint64_t departed_set(Mailbox *m)
+{
+	uint64_t gone = 0;
+	for (int r = 0; r < m->n; r++)
+		if (r != m->me && departed_took(m, r))
+			gone |= 1ull << r;
+	return gone;
 }
 
 static uint64_t now_us(void)
@@ -390,8 +432,12 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 		mc_te_batch_free(m->te, st->batch[k]);
 		st->batch[k] = 0;
 		if (xs.state != MC_XFER_COMPLETED) {
-			*fail = true;
-			return moved;
+			if (!peer_took(m, p, q)) {
+				*fail = true;
+				return moved;
+			}
+			/* p took it, then left before its engine answered */
+			st->inl[k] = true; /* nothing more to await for it */
 		}
 		if (st->inl[k]) { /* its WRITE completed: it has landed */
 			st->flagged++;
@@ -427,7 +473,7 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 			break;
 		mc_te_batch_free(m->te, st->flagb[k]);
 		st->flagb[k] = 0;
-		if (xs.state != MC_XFER_COMPLETED) {
+		if (xs.state != MC_XFER_COMPLETED && !peer_took(m, p, st->landed)) {
 			*fail = true;
 			return moved;
 		}
@@ -503,6 +549,7 @@ static void send_notice(Mailbox *m, uint64_t group, uint64_t dead)
 	m->notice_sent = all;
 	volatile uint64_t *src = ctl(m, CTL_NOTICE_OUT + m->me);
 	*src = all;
+	group &= ~departed_set(m);
 	for (int r = 0; r < m->n; r++) {
 		if (r == m->me || !(group >> r & 1) || (all >> r & 1) || !m->rbase[r])
 			continue;
@@ -518,7 +565,7 @@ static uint64_t check_notices(Mailbox *m, uint64_t group, uint64_t *seen)
 	for (int r = 0; r < m->n; r++)
 		if (group >> r & 1)
 			named |= __atomic_load_n(ctl(m, CTL_NOTICE_IN + r), __ATOMIC_ACQUIRE);
-	named &= ~*seen;
+	named &= ~*seen & ~departed_set(m); /* a departed rank is not a failed one */
 	if (!named)
 		return 0;
 	*seen |= named;
@@ -589,6 +636,10 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
 		return NULL;
 	}
+	if (m->departed) {
+		PyErr_SetString(PyExc_RuntimeError, "run: this rank has left the group (depart)");
+		return NULL;
+	}
 	if (parse_items(m, sl, false, &sv, &ns) || parse_items(m, rl, true, &rv, &nr)) {
 		PyMem_Free(sv);
 		return NULL;
@@ -603,7 +654,7 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		rv[i].last = t0;
 	for (;;) {
 		bool any = false, pending = false;
-		uint64_t now;
+		uint64_t now, gone = departed_set(m); /* read before this pass's progress */
 		for (Py_ssize_t i = 0; i < ns; i++) {
 			struct item *it = &sv[i];
 			bool fail = false;
@@ -638,15 +689,27 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			idle = 0;
 			continue;
 		}
-		/* idle: notices, probes of silent peers, the timeout */
+		/* idle: departed peers, notices, probes of silent peers, the timeout */
 		now = now_us();
+		if (gone) {
+			/* everything a departed rank sent had landed before it left, so
+			 * this pass saw it; what is still open will never complete */
+			for (Py_ssize_t i = 0; i < ns + nr; i++) {
+				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
+				if ((gone >> it->peer & 1) && it->moved < it->len)
+					failed |= 1ull << it->peer;
+			}
+			if (failed)
+				break;
+		}
 		failed |= check_notices(m, group, &seen);
 		if (!failed && now - last_probe >= PROBE_EVERY_US) {
 			last_probe = now;
 			for (Py_ssize_t i = 0; i < ns + nr; i++) {
 				struct item *it = i < ns ? &sv[i] : &rv[i - ns];
 				bool open = i < ns ? it->done < it->len : it->moved < it->len;
-				if (open && now - it->last >= PROBE_EVERY_US &&
+				if (open && !(gone >> it->peer & 1) &&
+				    now - it->last >= PROBE_EVERY_US &&
 				    probe_dead(m, it->peer, true))
 					failed |= 1ull << it->peer;
 			}
@@ -662,7 +725,7 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			if (silent) {
 				/* a slow rank that still answers is waited for again */
 				for (int r = 0; r < m->n; r++)
-					if ((group >> r & 1) && r != m->me &&
+					if ((group >> r & 1) && !(gone >> r & 1) && r != m->me &&
 					    probe_dead(m, r, false))
 						failed |= 1ull << r;
 				for (Py_ssize_t i = 0; !failed && i < ns + nr; i++) {
@@ -685,12 +748,89 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (failed)
-		send_notice(m, group, failed);
+	if (failed & ~departed_set(m))
+		send_notice(m, group, failed & ~departed_set(m));
 	Py_END_ALLOW_THREADS;
 	PyMem_Free(sv);
 	PyMem_Free(rv);
 	return Py_BuildValue("(OK)", failed ? Py_False : Py_True, (unsigned long long)failed);
+}
+
+/*
+ * depart(timeout_us) -> list of ranks that did not answer: tell every
+ * connected peer still here how many of its messages this rank consumed, and
+ * wait until those WRITEs are answered (the peer's engine wrote the word) or
+ * timeout_us passed.  Afterwards run() refuses.  Idempotent.
+ */
+static PyObject *mailbox_depart(Mailbox *m, PyObject *args)
+{
+	unsigned long long timeout_us;
+	mc_batch_id b[MAX_RANKS] = {0};
+	uint64_t unanswered = 0;
+	if (!PyArg_ParseTuple(args, "K", &timeout_us))
+		return NULL;
+	if (!m->base || m->departed)
+		return PyList_New(0);
+	m->departed = true;
+	Py_BEGIN_ALLOW_THREADS;
+	uint64_t gone = departed_set(m), t0 = now_us();
+	unsigned idle = 0;
+	for (int r = 0; r < m->n; r++) {
+		if (r == m->me || !m->rbase[r] || (gone >> r & 1))
+			continue;
+		volatile uint64_t *src = ctl(m, CTL_DEPART_OUT + r);
+		*src = m->rx[r] + 1;
+		if (write1(m, r, (void *)src, m->rbase[r] + (CTL_DEPART_IN + (uint64_t)m->me) * 8,
+			   8, &b[r]))
+			unanswered |= 1ull << r;
+	}
+	while (unanswered) {
+		for (int r = 0; r < m->n; r++) {
+			struct mc_xfer_status xs;
+			if (!(unanswered >> r & 1))
+				continue;
+			if (mc_te_batch_status(m->te, b[r], &xs) == MC_OK &&
+			    (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING))
+				continue;
+			/* answered, or failed: a peer that is gone needs no word */
+			mc_te_batch_free(m->te, b[r]);
+			b[r] = 0;
+			unanswered &= ~(1ull << r);
+		}
+		if (!unanswered || now_us() - t0 >= timeout_us)
+			break;
+		if (idle++ < 64) {
+			sched_yield();
+		} else {
+			struct timespec ts = {0, MAX_SLEEP_NS};
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (int r = 0; r < m->n; r++)
+		if (unanswered >> r & 1)
+			mc_te_batch_discard(m->te, b[r]);
+	Py_END_ALLOW_THREADS;
+	PyObject *out = PyList_New(0);
+	for (int r = 0; out && r < m->n; r++) {
+		if (!(unanswered >> r & 1))
+			continue;
+		PyObject *v = PyLong_FromLong(r);
+		if (!v || PyList_Append(out, v) < 0) {
+			Py_XDECREF(v);
+			Py_CLEAR(out);
+			break;
+		}
+		Py_DECREF(v);
+	}
+	return out;
+}
+
+/* departed() -> bitmap of the peers that left (depart() on their side) */
+static PyObject *mailbox_departed(Mailbox *m, PyObject *unused)
+{
+	if (!m->base)
+		return PyLong_FromLong(0);
+	return PyLong_FromUnsignedLongLong(departed_set(m));
 }
 
 /* reduce(op, dtype, dst_address, src_address, nbytes): dst = op(dst, src), GIL released */
@@ -738,6 +878,10 @@ static PyMethodDef mailbox_methods[] = {
 	 "connect(rank, segment_name, region_address): the peer's region"},
 	{"run", (PyCFunction)mailbox_run, METH_VARARGS,
 	 "run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)"},
+	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
+	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
+	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,
+	 "departed() -> bitmap of the peers that left"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -80,7 +80,10 @@ struct mc_p2p_info {
 };
 
 MC_API mc_status mc_p2p_store_new(const struct mc_p2p_params *params, struct mc_p2p_store **out);
-/* Unregisters what is still registered (catalog entries stay, as upstream). */
+/* Leaves: takes what is still open here out of the catalog (as unregister and
+ * delete_replica do; upstream's Close leaves its entries, so readers kept
+ * trying a holder that was gone), then unregisters the memory and stops the
+ * engine. */
 MC_API void mc_p2p_store_free(struct mc_p2p_store *s);
 /* The engine's real segment name, which the catalog advertises. */
 MC_API const char *mc_p2p_store_local_name(const struct mc_p2p_store *s);

@@ -36,11 +36,13 @@ in-place ``join_group`` work the same way.  Differences from upstream
 every active member makes each membership call.
 """
 
+import atexit
 import os
 import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
@@ -145,6 +147,27 @@ def _env_size(name, default, limit=None):
     return n
 
 
+def _env_ms(name, default):
+    """A positive duration in milliseconds from the environment."""
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        n = int(v.strip())
+    except ValueError:
+        raise ValueError(f"{name}={v!r} is not a whole number of milliseconds") from None
+    if n <= 0:
+        raise ValueError(f"{name}={v!r} must be positive (milliseconds)")
+    return n
+
+
+# How long a leaving rank waits for its peers' engines to take its departure
+# word (shutdown, destroy_process_group's collection, process exit).
+DEPART_TIMEOUT_MS = 3000
+# How long a group's setup waits for a peer to publish its mailboxes.
+SETUP_TIMEOUT_MS = 120000
+
+
 class _Context:
     """Process-wide state: the engine, the timeouts, the first store."""
 
@@ -199,6 +222,23 @@ def set_transfer_engine(engine):
         if not ptr:
             raise RuntimeError("set_transfer_engine: the engine is not initialised")
         _ctx.engine, _ctx.engine_ptr = engine, ptr
+
+
+_live = weakref.WeakSet()  # groups not yet collected: shut down at exit
+
+
+def _shutdown_all():
+    """atexit: every live group leaves, within one shared deadline."""
+    timeout_ms = _env_ms("MOONCAKE_PG_DEPART_TIMEOUT_MS", DEPART_TIMEOUT_MS)
+    deadline = time.monotonic() + timeout_ms / 1000
+    for pg in list(_live):
+        try:
+            pg.shutdown(max(1, int((deadline - time.monotonic()) * 1000)))
+        except Exception as e:  # noqa: BLE001 (one group's trouble does not stop the others)
+            print(f"mooncake-cpu: shutdown of group {pg._gid} at exit: {e}", file=sys.stderr)
+
+
+atexit.register(_shutdown_all)
 
 
 def _positive_us(name, us):
@@ -481,6 +521,7 @@ class MooncakeProcessGroup(ProcessGroup):
         self._lock = threading.RLock()   # held by each operation and membership change
         self._wlock = threading.Lock()   # the worker table
         self._lane = _Lane(self._lock)
+        self._shut = False         # shutdown() ran: this rank left the group
         _ctx.ensure_engine()
         if is_extension:
             # a replacement: no mailboxes until the members activate it (join_group)
@@ -491,6 +532,37 @@ class MooncakeProcessGroup(ProcessGroup):
             self._phase = "normal"
             self._active[:size] = 1
             self._setup_mailboxes()
+        _live.add(self)
+
+    # --- departure
+
+    def shutdown(self, timeout_ms=None):
+        """Leave the group: tell every peer how much of its traffic this rank
+        took and wait (at most MOONCAKE_PG_DEPART_TIMEOUT_MS, default 3 s) until
+        their engines have that word, so a peer's WRITE still waiting for this
+        process's answer is not failed by its exit.  Runs once, after the
+        operation in progress; later operations raise.  Called at process exit
+        (atexit) and when the group object is collected (destroy_process_group);
+        returns the ranks that did not answer in time."""
+        if timeout_ms is None:
+            timeout_ms = _env_ms("MOONCAKE_PG_DEPART_TIMEOUT_MS", DEPART_TIMEOUT_MS)
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self._lock:
+            if self._shut:
+                return []
+            self._shut = True
+            late = set()
+            for mb in [getattr(self, "_coll", None), getattr(self, "_p2p", None)] + self._old:
+                if mb is not None:
+                    left_us = max(1, int((deadline - time.monotonic()) * 1e6))
+                    late.update(mb.depart(left_us))
+            return sorted(late)
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001 (never raise from a finaliser)
+            pass
 
     # --- membership view
 
@@ -541,7 +613,13 @@ class MooncakeProcessGroup(ProcessGroup):
         self._store.set(key + str(me),
                         f"{name}|{self._coll.address}|{self._p2p.address}|{n}|{slot}|{chunk}")
         peers = [r for r in self._active_list() if r != me]
+        limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
         for r in peers:
+            if not _wait_keys(self, [key + str(r)], limit_ms / 1000):
+                raise RuntimeError(
+                    f"mooncake-cpu: rank {r} of group {self._gid} did not publish its mailboxes "
+                    f"(store key {key + str(r)!r}) within {limit_ms / 1000:g} s "
+                    f"(MOONCAKE_PG_SETUP_TIMEOUT_MS): is rank {r} running and in this group?")
             v = self._store.get(key + str(r)).decode()
             pname, caddr, paddr, pn, pslot, pchunk = v.split("|")
             if (int(pn), int(pslot), int(pchunk)) != (n, slot, chunk):
@@ -554,6 +632,9 @@ class MooncakeProcessGroup(ProcessGroup):
     # --- the engine of every op
 
     def _check_usable(self):
+        if self._shut:
+            raise RuntimeError(f"mooncake-cpu: group {self._gid} was shut down on this rank "
+                               f"(shutdown, destroy_process_group or process exit)")
         if self._phase != "normal":
             _join(self)  # a replacement's first operation waits for its activation
         if self._broken:

@@ -809,10 +809,40 @@ err:
 	return st;
 }
 
+/* Departure: every object still open here leaves the catalog as
+ * unregister / delete_replica would take it out, so no reader picks this
+ * peer after its engine is gone (a read already in flight fails its attempt
+ * and moves on to the next holder).  Errors are logged, never fatal. */
+static void withdraw_all(struct mc_p2p_store *s)
+{
+	for (;;) {
+		char *name = NULL;
+		bool gold = false;
+		mc_status st;
+
+		pthread_mutex_lock(&s->lock);
+		for (size_t i = 0; i < s->nobjs && !name; i++)
+			if (s->objs[i].ready) {
+				name = mc_strdup(s->objs[i].name);
+				gold = s->objs[i].gold;
+			}
+		pthread_mutex_unlock(&s->lock);
+		if (!name)
+			return;
+		st = gold ? mc_p2p_unregister(s, name) : mc_p2p_delete_replica(s, name);
+		if (st)
+			mc_warn("p2p: closing: could not take '%s' out of the catalog: %s", name,
+				mc_last_error());
+		mc_free(name);
+	}
+}
+
 void mc_p2p_store_free(struct mc_p2p_store *s)
 {
 	if (!s)
 		return;
+	if (s->te && s->meta)
+		withdraw_all(s);
 	for (size_t i = 0; i < s->nobjs; i++)
 		obj_free(&s->objs[i]);
 	if (s->te) {

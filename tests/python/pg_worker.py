@@ -387,8 +387,6 @@ def recover(rank, ws):
     step(rank, "recovered")
     all_ranks_work(rank, ws)
     step(rank, "worked with the replacement")
-    # the replacement may go now (see replacement())
-    dist.distributed_c10d._get_default_store().set(f"pg_test/worked/{rank}", "1")
     # then the members take it out again (framework-managed deactivation)
     res = mpg.deactivate_ranks(None, [victim])
     assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 3, res
@@ -405,14 +403,10 @@ def replacement(rank, ws):
     step(rank, "worked with the survivors")
     assert mpg.get_current_epoch(None) == 2
     assert mpg.get_active_ranks(None).tolist() == [1] * ws
-    # the members deactivate this rank next, without it.  It may not exit when its
-    # own last operation completed: a survivor's WRITE to it is answered by its
-    # engine after the data landed (the copy it saw), so a survivor still waiting
-    # for that answer would see the write fail.  Each survivor says when its
-    # operations with this rank are over; rank 0's store outlives the last call.
-    store = dist.distributed_c10d._get_default_store()
-    store.wait([f"pg_test/worked/{r}" for r in range(ws) if r != rank])
-    store.set("pg_test/left/replacement", "1")
+    # the members deactivate this rank next, without it; it leaves at once (the
+    # departure handshake, no rendezvous); rank 0's store outlives its last call
+    shut_down()
+    dist.distributed_c10d._get_default_store().set("pg_test/left/replacement", "1")
     print(f"rank {rank} replacement ok", flush=True)
     os._exit(0)
 
@@ -466,16 +460,22 @@ def main():
     os._exit(0)  # the victim's peers: skip torch's teardown of a group with a dead rank
 
 
+def shut_down():
+    """Leave every group (the departure handshake a normal exit runs from atexit;
+    the workers end with os._exit, which skips it)."""
+    for pg in list(dist.distributed_c10d._pg_map):
+        if isinstance(pg, mpg.MooncakeProcessGroup):
+            pg.shutdown()
+
+
 def leave(rank, scenario):
-    """Exit only once every live rank's final barrier completed: a rank whose
-    barrier returned has its own WRITEs answered, but a peer's WRITE to it may
-    still wait for this process's engine to answer; exiting then would fail the
-    peer's barrier.  The store's host (rank 0 unless the test runs it) leaves
-    last, so no rank's store call loses its server."""
+    """Leave the groups right after the last operation: no rendezvous (the
+    departure handshake covers a peer still waiting for this engine's answer).
+    Only the store's host (rank 0 unless the test runs it) leaves last, so no
+    rank's store call loses its server."""
     store = dist.distributed_c10d._get_default_store()
     alive = [r for r in range(dist.get_world_size()) if mpg.get_active_ranks(None)[r]]
-    store.set(f"pg_test/done/{rank}", "1")
-    store.wait([f"pg_test/done/{r}" for r in alive])
+    shut_down()
     if rank == 0:
         left = [f"pg_test/left/{r}" for r in alive if r != rank]
         if "recover" in scenario.split("+"):

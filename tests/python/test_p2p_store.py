@@ -279,6 +279,32 @@ def test_p2phandshake_names_are_real(etcd, store):
     s.unregister("t6/x")
 
 
+def test_close_leaves_the_catalog(etcd, peers, store):
+    """A peer that closes right after its last call (no delete_replica or
+    unregister) takes its locations out of the catalog first, so a later
+    reader never picks it; upstream's Close left them (readers then spent
+    attempts on a holder that was gone)."""
+    seed = peers()
+    seed.ok("register", name="t9/ckpt", sizes=SIZES, shard=MiB, seed=9)
+    r1, r2 = store(), store()
+    a1, p1 = buffers(SIZES)
+    r1.get_replica("t9/ckpt", p1, SIZES)
+    gone = r1.get_local_server_name()
+    assert all(gone in {x["segment_name"] for x in s["replica_list"]}
+               for s in stored(etcd, "t9/ckpt")["shards"])
+    r1.close()
+    doc = stored(etcd, "t9/ckpt")
+    assert all(s["replica_list"] is None for s in doc["shards"]), doc
+    a2, p2 = buffers(SIZES)
+    r2.get_replica("t9/ckpt", p2, SIZES)
+    assert digest(a2) == expected(9, SIZES)
+    seed.close()  # the holder's process ends without unregister: its gold goes too
+    doc = stored(etcd, "t9/ckpt")
+    assert all([g["segment_name"] for g in (s["gold"] or [])] == [] for s in doc["shards"]), doc
+    r2.close()  # the last holder: the key goes
+    assert stored(etcd, "t9/ckpt") is None
+
+
 def test_concurrent_readers_all_recorded(etcd, store):
     """Readers racing on the compare-and-swap all end up in replica_list."""
     s = store(p2p=True)

@@ -134,6 +134,64 @@ def test_new_group_after_rank_0_dies():
         assert rc == 0 and f"rank {rank} rank0_dies ok" in out, f"rank {rank}:\n{out}"
 
 
+def test_exit_right_after_last_collective():
+    """Ranks leave as soon as their last all_reduce returned, with no
+    rendezvous (tests/python/pg_exit.py), over TCP, with every engine's answer
+    to a WRITE delayed 2 ms (tests/support/delay_status.c): a rank then
+    usually sees a peer's message before its engine answered the peer.
+    Without the departure handshake (pg.py shutdown at exit, pg.c depart)
+    about half of the rounds failed a rank's last all_reduce; now every
+    rank of every round must succeed.  PG_EXIT_ROUNDS=30 for a longer run."""
+    shim = os.environ.get("MC_TEST_DELAY_SHIM")
+    if not shim or not os.path.exists(shim):
+        pytest.skip("MC_TEST_DELAY_SHIM (built by meson) is not set: run through meson test")
+    rounds = int(os.environ.get("PG_EXIT_ROUNDS", "12"))
+    env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", MC_FORCE_TCP="true",
+               MC_TEST_STATUS_DELAY_US="2000", MOONCAKE_PG_AUTO_SYNC_ON_FAILURE="false")
+    env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD", ""), shim) if x)
+    if "asan" in env["LD_PRELOAD"]:
+        env["LD_PRELOAD"] += " libstdc++.so.6"  # as run_ranks
+    p = subprocess.run([sys.executable, str(HERE / "pg_exit.py"), str(rounds), "3",
+                        str(free_port()), "5,100000"],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=RUN_TIMEOUT + 5 * rounds)
+    print(p.stdout)
+    assert p.returncode == 0 and f"{rounds} of {rounds} rounds clean" in p.stdout, p.stdout
+
+
+def test_setup_waits_bounded_for_a_missing_rank():
+    """A group whose rank 1 never starts: rank 0's init fails within
+    MOONCAKE_PG_SETUP_TIMEOUT_MS, naming the rank and its store key, instead
+    of waiting on the store for ever (its default timeout is 30 minutes).  In
+    a process of its own: the store's timeout is a C++ exception, which the
+    sanitizer build's preloaded runtime cannot take without libstdc++ (see
+    run_ranks)."""
+    code = (
+        "import time, torch.distributed as dist, mooncake.pg\n"
+        "t0 = time.monotonic()\n"
+        "try:\n"
+        "    dist.init_process_group('mooncake-cpu', rank=0, world_size=2, store=dist.HashStore())\n"
+        "except RuntimeError as e:\n"
+        "    print('refused', f'{time.monotonic() - t0:.2f}', e, flush=True)\n"
+        "assert not dist.is_initialized()\n")
+    env = dict(os.environ, MC_LOG_LEVEL="error", MOONCAKE_PG_SETUP_TIMEOUT_MS="300")
+    if "asan" in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] += " libstdc++.so.6"
+    p = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=RUN_TIMEOUT)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout
+    line = next(x for x in p.stdout.splitlines() if x.startswith("refused "))
+    assert float(line.split()[1]) < 20, "the setup wait was not bounded"
+    assert ("rank 1 of group 0 did not publish its mailboxes (store key 'mooncake_pg/0/1') "
+            "within 0.3 s" in line), line
+    env["MOONCAKE_PG_SETUP_TIMEOUT_MS"] = "soon"
+    p = subprocess.run([sys.executable, "-c", code.replace("RuntimeError", "ValueError")],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=RUN_TIMEOUT)
+    assert p.returncode == 0 and "MOONCAKE_PG_SETUP_TIMEOUT_MS='soon'" in p.stdout, p.stdout
+
+
 # ---- in this process: a world of one, options and refusals
 
 @pytest.fixture
