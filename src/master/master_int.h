@@ -521,7 +521,8 @@ void mc_master_table_migrate(struct mc_master *m, uint64_t budget);
 /* Free p (len bytes) over the next ticks (FREE_TICK_BYTES a tick) when it
  * is big, at once otherwise.  Its free_big signature: ctx is the master. */
 void mc_master_free_later(void *m, void *p, size_t len);
-mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots);
+/* huge: back the new table with huge pages (restart sizing only; see table.c) */
+mc_status mc_master_table_resize(struct mc_master *m, uint64_t nslots, bool huge);
 void mc_master_table_delete(struct mc_master *m, const struct mc_obj *o);
 
 /* A scan of the object table in steps: see struct mc_master_cursor above. */

@@ -1487,7 +1487,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 			mc_master_table_migrate(m, MIGRATE_CHUNK);
 		while (m->old && mc_now_us() < end_us);
 	} else if (m->mask + 1 > MIN_SLOTS && m->nobjs * 8 < m->mask + 1 && m->ncursors == 0)
-		(void)mc_master_table_resize(m, (m->mask + 1) / 2);
+		(void)mc_master_table_resize(m, (m->mask + 1) / 2, false);
 	return 10;
 }
 

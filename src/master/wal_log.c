@@ -608,7 +608,7 @@ void mc_master_table_expect(struct mc_master *m, uint64_t n)
 	mc_master_table_settle(m);
 	while ((n + m->nobjs) * 4 > slots * 3)
 		slots *= 2;
-	if (slots > m->mask + 1 && mc_master_table_resize(m, slots) == MC_OK)
+	if (slots > m->mask + 1 && mc_master_table_resize(m, slots, true) == MC_OK)
 		mc_master_table_settle(m);
 }
 
