@@ -208,6 +208,7 @@ mc_status mc_store_new(struct mc_store **out)
 	}
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
+	pthread_mutex_init(&s->scratch_lock, NULL);
 	mc_store_xsegs_init(s);
 	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
@@ -228,6 +229,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->hb_cond);
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
+	pthread_mutex_destroy(&s->scratch_lock);
 	pthread_mutex_destroy(&s->xseg_lock);
 	pthread_cond_destroy(&s->xseg_idle);
 	pthread_mutex_destroy(&s->remount_lock);
@@ -264,6 +266,7 @@ static void teardown(struct mc_store *s)
 	mc_store_fs_stop(s); /* its files written and reported while the master is there */
 	mc_store_offload_stop(s);
 	mc_store_xsegs_free(s);
+	mc_store_scratch_free(s);
 	if (s->seg_mounted) {
 		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
 		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)

@@ -122,6 +122,13 @@ struct mc_store {
 	struct mc_http *http; /* the client HTTP server, or NULL (client_http.c) */
 	/* a dummy client's connection to its daemon (dummy_client.c), or NULL */
 	struct mc_dummy *dummy;
+	/* ranged reads checked chunk by chunk (client_ranges.c): slots of
+	 * MC_STORE_CHUNK bytes for the chunks a range covers in part, in one
+	 * region registered with the engine at first use */
+	pthread_mutex_t scratch_lock;
+	char *scratch;
+	uint32_t scratch_free; /* bit i: slot i is free */
+	bool scratch_failed;   /* registering it failed: per-call buffers only */
 };
 
 /* One object's side of a transfer: its user buffers (scatter-gather) and
@@ -147,6 +154,13 @@ struct mc_store_io {
 	 * list carries one is checked against it (check, cksum) */
 	bool sign, has_cksum, check, checked;
 	uint64_t cksum;
+	/* a write's chunk checksums (sign; MC_STORE_CHUNK, mc_malloc'd, freed
+	 * by mc_store_io_sums_free), when it has more than one chunk */
+	uint64_t *chunk_sums;
+	uint32_t nchunks;
+	/* a read checked chunk by chunk (a range, client_ranges.c): io->len
+	 * bytes from a chunk's start, chunk_want[i] the sum of its i-th chunk */
+	const uint64_t *chunk_want;
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 };
 
@@ -234,6 +248,11 @@ static inline bool mc_store_range_inside(uint64_t off, uint64_t len, uint64_t si
 	return len <= size && off <= size - len;
 }
 
+/* ---- client_ranges.c ---- */
+
+/* Deregister and free the scratch slots of ranged reads (mc_store_close). */
+void mc_store_scratch_free(struct mc_store *s);
+
 /* ---- client_xfer.c ---- */
 
 /* Check a call's config; nkeys: the keys of the call, which group_ids must
@@ -287,6 +306,10 @@ mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_m
 
 /* One BatchGetReplicaList for keys[0..n); an answer that does not hold
  * exactly n items is released and refused (MC_ERR_PROTOCOL). */
+/* mc_store_lookup_batch asking also for the chunk checksums (minor 9, with
+ * verification on); resp's batch_replica_list.n_chunks is n or 0. */
+mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				 struct mc_store_msg *resp);
 mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				struct mc_store_msg *resp);
 
@@ -315,6 +338,8 @@ static inline bool mc_store_io_retryable(const struct mc_store_io *io)
 
 /* XXH3-64 of io's io->len bytes, across its buffers in order. */
 uint64_t mc_store_io_hash(const struct mc_store_io *io);
+/* Free a write's chunk checksums (mc_store_verify_sign). */
+void mc_store_io_sums_free(struct mc_store_io *io);
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);

@@ -6,7 +6,20 @@
  * batch carries them all through mc_store_run_transfers (client_xfer.c),
  * with its retries of other replicas.
  *
- * Threads: as client_xfer.c; a call's state is its own.
+ * Integrity (docs/design.md "Integrity"): an object larger than one chunk
+ * (MC_STORE_CHUNK) whose writer sent its chunk checksums has them listed
+ * when a ranged read asks (minor 9).  A range that is not the whole
+ * object is then widened to the chunks it touches: the chunks it covers
+ * whole land in the caller's buffer, the first and last when it covers
+ * them only in part land in scratch slots (registered with the engine
+ * once, the fallback a buffer registered for the call), every chunk is
+ * checked against its sum after the pass (client_verify.c), a mismatch
+ * takes the retry path of whole reads, and only then are the asked bytes
+ * of the partial chunks copied out.  The caller's buffer never receives a
+ * byte outside its ranges.
+ *
+ * Threads: as client_xfer.c; a call's state is its own; the scratch slots
+ * are under scratch_lock.
  */
 #define MC_LOG_MODULE "store"
 #include "store/client_int.h"
@@ -80,6 +93,186 @@ size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, 
 	return i;
 }
 
+/* ---- scratch for partly covered chunks ---------------------------------------------------- */
+
+#define SCRATCH_SLOTS 16u /* 4 MiB: 8 ranges of any batch at once, no registration per call */
+
+void mc_store_scratch_free(struct mc_store *s)
+{
+	pthread_mutex_lock(&s->scratch_lock);
+	if (s->scratch) {
+		if (s->te)
+			(void)mc_te_deregister(s->te, s->scratch);
+		mc_free(s->scratch);
+	}
+	s->scratch = NULL;
+	s->scratch_free = 0;
+	s->scratch_failed = false;
+	pthread_mutex_unlock(&s->scratch_lock);
+}
+
+/* Up to n free slots into out[]; how many. */
+static size_t scratch_take(struct mc_store *s, char **out, size_t n)
+{
+	size_t got = 0;
+
+	pthread_mutex_lock(&s->scratch_lock);
+	if (!s->scratch && !s->scratch_failed) {
+		s->scratch = mc_malloc((size_t)SCRATCH_SLOTS * MC_STORE_CHUNK);
+		if (s->scratch &&
+		    mc_te_register(s->te, s->scratch, (size_t)SCRATCH_SLOTS * MC_STORE_CHUNK, NULL,
+				   false) == MC_OK) {
+			s->scratch_free = (uint32_t)((1ull << SCRATCH_SLOTS) - 1);
+		} else {
+			mc_free(s->scratch);
+			s->scratch = NULL;
+			s->scratch_failed = true;
+		}
+	}
+	for (uint32_t i = 0; i < SCRATCH_SLOTS && got < n; i++) {
+		if (s->scratch_free & (1u << i)) {
+			s->scratch_free &= ~(1u << i);
+			out[got++] = s->scratch + (size_t)i * MC_STORE_CHUNK;
+		}
+	}
+	pthread_mutex_unlock(&s->scratch_lock);
+	return got;
+}
+
+static void scratch_give(struct mc_store *s, char *const *slots, size_t n)
+{
+	pthread_mutex_lock(&s->scratch_lock);
+	for (size_t k = 0; k < n; k++)
+		s->scratch_free |= 1u << ((size_t)(slots[k] - s->scratch) / MC_STORE_CHUNK);
+	pthread_mutex_unlock(&s->scratch_lock);
+}
+
+/* The scratch of one call: slots of the client's region, then slots of a
+ * buffer of its own (registered for the call) when those run out. */
+struct scratch {
+	char **slots;
+	size_t n, pooled, next;
+	char *own; /* registered for the call, or NULL */
+};
+
+static mc_status scratch_get(struct mc_store *s, struct scratch *sc, size_t n)
+{
+	memset(sc, 0, sizeof(*sc));
+	if (!n)
+		return MC_OK;
+	if (!(sc->slots = mc_calloc(n, sizeof(*sc->slots))))
+		return MC_ERR_NOMEM;
+	sc->n = n;
+	sc->pooled = scratch_take(s, sc->slots, n);
+	if (sc->pooled == n)
+		return MC_OK;
+	sc->own = mc_malloc((n - sc->pooled) * (size_t)MC_STORE_CHUNK);
+	if (!sc->own || mc_te_register(s->te, sc->own, (n - sc->pooled) * (size_t)MC_STORE_CHUNK,
+				       NULL, false) != MC_OK) {
+		mc_free(sc->own);
+		sc->own = NULL;
+		return MC_ERR_NOMEM;
+	}
+	for (size_t k = sc->pooled; k < n; k++)
+		sc->slots[k] = sc->own + (k - sc->pooled) * (size_t)MC_STORE_CHUNK;
+	return MC_OK;
+}
+
+static void scratch_put(struct mc_store *s, struct scratch *sc)
+{
+	if (sc->pooled)
+		scratch_give(s, sc->slots, sc->pooled);
+	if (sc->own) {
+		(void)mc_te_deregister(s->te, sc->own);
+		mc_free(sc->own);
+	}
+	mc_free(sc->slots);
+	memset(sc, 0, sizeof(*sc));
+}
+
+/* ---- chunked ranges ------------------------------------------------------------------------ */
+
+/* How range [off, off + len) of an object of size bytes is read to be
+ * checked: the chunks [ws, we) it touches, in up to three pieces (a
+ * partial first chunk, the chunks it covers whole, a partial last chunk). */
+struct chunk_plan {
+	bool on;
+	uint64_t off, len;   /* the range asked */
+	uint64_t ws, we;     /* the chunks read */
+	bool head, tail;     /* the first / last chunk is covered in part: scratch */
+	uint64_t head_end;   /* end of the first chunk */
+	uint64_t tail_start; /* start of the last chunk (tail) */
+	void *bufs[3];
+	size_t lens[3];
+	char *hs, *ts; /* the scratch slots of head and tail */
+};
+
+/* Plan p for reading range g of an object of size bytes into dst; false
+ * when it is read as before (no chunk sums, the whole object, empty). */
+static bool plan_range(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size,
+		       const struct mc_store_chunk_sums *cs)
+{
+	uint64_t c0, c1;
+
+	memset(p, 0, sizeof(*p));
+	if (!cs || !cs->n || cs->n != mc_store_chunk_count(size) || !len ||
+	    (off == 0 && len == size))
+		return false;
+	c0 = off / MC_STORE_CHUNK;
+	c1 = (off + len - 1) / MC_STORE_CHUNK;
+	p->on = true;
+	p->off = off;
+	p->len = len;
+	p->ws = c0 * MC_STORE_CHUNK;
+	p->we = MC_MIN(size, (c1 + 1) * MC_STORE_CHUNK);
+	p->head_end = MC_MIN(p->ws + MC_STORE_CHUNK, p->we);
+	p->head = off > p->ws || off + len < p->head_end;
+	p->tail_start = c1 * MC_STORE_CHUNK;
+	p->tail = c1 > c0 && off + len < p->we;
+	return true;
+}
+
+/* The pieces of p: scratch for partial chunks, dst (the range's place in
+ * the caller's buffer) for the rest; how many. */
+static size_t plan_bufs(struct chunk_plan *p, char *dst, struct scratch *sc)
+{
+	size_t n = 0;
+	uint64_t mid_start = p->ws, mid_end = p->we;
+
+	if (p->head) {
+		p->hs = sc->slots[sc->next++];
+		p->bufs[n] = p->hs;
+		p->lens[n++] = (size_t)(p->head_end - p->ws);
+		mid_start = p->head_end;
+	}
+	if (p->tail) {
+		p->ts = sc->slots[sc->next++];
+		mid_end = p->tail_start;
+	}
+	if (mid_end > mid_start) {
+		p->bufs[n] = dst + (mid_start - p->off);
+		p->lens[n++] = (size_t)(mid_end - mid_start);
+	}
+	if (p->tail) {
+		p->bufs[n] = p->ts;
+		p->lens[n++] = (size_t)(p->we - p->tail_start);
+	}
+	return n;
+}
+
+/* After a good read: the asked bytes of the partial chunks into dst. */
+static void plan_copy_out(const struct chunk_plan *p, char *dst)
+{
+	if (p->head) {
+		uint64_t end = MC_MIN(p->off + p->len, p->head_end);
+
+		memcpy(dst, p->hs + (p->off - p->ws), (size_t)(end - p->off));
+	}
+	if (p->tail)
+		memcpy(dst + (p->tail_start - p->off), p->ts,
+		       (size_t)(p->off + p->len - p->tail_start));
+}
+
 /* ---- ranged reads ------------------------------------------------------------------------ */
 
 /* The end of the region registered with this client's engine that holds
@@ -108,8 +301,10 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	struct mc_proto_str *kv = NULL;
 	uint32_t *sent = NULL, nsent = 0;
 	size_t *first = NULL; /* per read: its first range's index in rs */
-	size_t nfrag = 0;
+	size_t nfrag = 0, nslots = 0;
 	struct mc_store_ranges rs = {0};
+	struct chunk_plan *plans = NULL; /* per range of rs */
+	struct scratch sc = {0};
 	bool have_resp = false;
 	uint64_t t0 = 0;
 	mc_status rc = mc_store_check_ready(s), ret = MC_OK;
@@ -133,7 +328,8 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	kv = mc_calloc(n, sizeof(*kv));
 	sent = mc_calloc(n, sizeof(*sent));
 	first = mc_calloc(n, sizeof(*first));
-	if (!kv || !sent || !first || mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
+	plans = mc_calloc(nfrag ? nfrag : 1, sizeof(*plans));
+	if (!kv || !sent || !first || !plans || mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -147,7 +343,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	if (!nsent)
 		goto out;
 	t0 = mc_now_ms();
-	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
+	rc = mc_store_lookup_chunks(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
 	have_resp = true;
@@ -156,6 +352,10 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			&resp.body.batch_replica_list.items[j];
 		const struct mc_store_range_read *r = &reads[sent[j]];
 		const struct mc_store_replica *rep;
+		const struct mc_store_chunk_sums *cs =
+			resp.body.batch_replica_list.n_chunks
+				? &resp.body.batch_replica_list.chunks[j]
+				: NULL;
 		uint64_t base = (uint64_t)(uintptr_t)r->buf, end, room;
 
 		first[sent[j]] = rs.n;
@@ -185,13 +385,40 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 				r->results[f] = MC_ERR_INVALID_PARAMS;
 				continue;
 			}
-			size_t k = mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset,
-						       g->src_offset, g->length, rep, 1);
+			char *dst = (char *)r->buf + g->dst_offset;
+			struct chunk_plan p = {.on = false};
+			size_t k;
 
+			/* checked chunk by chunk: read the chunks it touches */
+			if (!s->verify || !it->list.checksum.present ||
+			    !plan_range(&p, g->src_offset, g->length, rep->size, cs) ||
+			    mc_te_local_device(s->te, dst, g->length) >= 0)
+				p.on = false;
+			k = mc_store_ranges_add(&rs, dst, p.on ? p.ws : g->src_offset,
+						p.on ? p.we - p.ws : g->length, rep, 1);
 			rs.ios[k].key = kv[j];
 			if (g->length)
-				mc_store_io_alternates(&rs.ios[k], &it->list, rep, g->src_offset);
+				mc_store_io_alternates(&rs.ios[k], &it->list, rep,
+						       p.on ? p.ws : g->src_offset);
+			if (p.on) {
+				rs.ios[k].check = true;
+				rs.ios[k].chunk_want = cs->v + p.ws / MC_STORE_CHUNK;
+				nslots += (size_t)p.head + (size_t)p.tail;
+			}
+			plans[k] = p;
 		}
+	}
+	if (scratch_get(s, &sc, nslots) != MC_OK) {
+		rc = mc_set_error(MC_ERR_NOMEM, "get_into_ranges: no memory for %zu chunks",
+				  nslots);
+		goto fail_all;
+	}
+	for (size_t k = 0; k < rs.n; k++) {
+		if (!plans[k].on)
+			continue;
+		rs.ios[k].nbufs = plan_bufs(&plans[k], rs.bufs[k], &sc);
+		rs.ios[k].bufs = plans[k].bufs;
+		rs.ios[k].lens = plans[k].lens;
 	}
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
@@ -207,7 +434,9 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			else if (expired && mc_store_read_leased(rs.ios[k].reps))
 				r->results[f] = MC_ERR_LEASE_EXPIRED;
 			else
-				r->results[f] = (int64_t)rs.ios[k].len;
+				r->results[f] = (int64_t)r->ranges[f].length;
+			if (r->results[f] >= 0 && plans[k].on)
+				plan_copy_out(&plans[k], rs.bufs[k]);
 			k++;
 		}
 	}
@@ -220,7 +449,9 @@ out:
 		mc_store_msg_release(&resp);
 	for (size_t i = 0; i < n && ret == MC_OK; i++)
 		ret = mc_store_first_failure_i64(reads[i].results, reads[i].nranges);
+	scratch_put(s, &sc);
 	mc_store_ranges_release(&rs);
+	mc_free(plans);
 	mc_free(kv);
 	mc_free(sent);
 	mc_free(first);

@@ -314,11 +314,12 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_BATCH_EXIST_KEY:
 	case MC_STORE_BATCH_GET_REPLICA_LIST:
 		if (!resp)
-			u->keys_req = (struct mc_store_keys_req){S(""), n, many_keys};
+			u->keys_req = (struct mc_store_keys_req){S(""), n, many_keys, {false, 0}};
 		else if (type == MC_STORE_BATCH_EXIST_KEY)
 			u->batch_exist_resp = (struct mc_store_batch_exist_resp){n, exist_items};
 		else
-			u->batch_replica_list = (struct mc_store_batch_replica_list){n, rl_items};
+			u->batch_replica_list =
+				(struct mc_store_batch_replica_list){n, rl_items, 0, NULL};
 		return;
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
 		if (!resp)
@@ -348,7 +349,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (!resp)
 			u->put_end_req = (struct mc_store_put_end_req){
 				{9, 10}, S("t"),	MC_STORE_REPLICA_ALL,
-				key,	 {true, 12345}, {true, 777}};
+				key,	 {true, 12345}, {true, 777},
+				0,	 NULL};
 		return;
 	case MC_STORE_PUT_REVOKE:
 	case MC_STORE_UPSERT_REVOKE:
@@ -360,7 +362,7 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_BATCH_UPSERT_END:
 		if (!resp)
 			u->batch_put_end_req = (struct mc_store_batch_put_end_req){
-				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, n, metas};
+				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, n, metas, 0, NULL};
 		else
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
@@ -494,7 +496,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 8, 2, 0, /* magic, 1.8, type 2 */
+		'M', 'C', 'S', 'T', 1, 9, 2, 0, /* magic, 1.9, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -1266,7 +1268,8 @@ static void forged_counts_and_lengths_allocate_nothing(void **state)
  */
 static void an_appended_field_is_absent_in_an_older_payload(void **state)
 {
-	struct mc_store_put_end_req pe = {{1, 2}, S(""), 3, S("k"), {false, 0}, {false, 0}};
+	struct mc_store_put_end_req pe = {{1, 2},     S(""),	  3, S("k"),
+					  {false, 0}, {false, 0}, 0, NULL};
 	struct mc_store_put_revoke_req pr = {{1, 2}, S(""), 3, S("k"), {false, 0}};
 	struct mc_store_msg m;
 	struct mc_buf b;
@@ -1310,7 +1313,7 @@ static void an_appended_field_is_absent_in_an_older_payload(void **state)
 static void bad_flags_and_tags_are_protocol_errors(void **state)
 {
 	struct mc_store_exist_resp e = {true};
-	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}, 0, NULL};
 	struct mc_store_put_start_resp ps = {1, reps};
 	struct mc_store_replica bad = reps[0];
 	struct mc_store_msg m;
@@ -1349,7 +1352,7 @@ static void bad_flags_and_tags_are_protocol_errors(void **state)
 
 static void encoder_refuses_bad_input_and_leaves_buffer_alone(void **state)
 {
-	struct mc_store_keys_req kr = {S(""), 3, NULL};
+	struct mc_store_keys_req kr = {S(""), 3, NULL, {false, 0}};
 	struct mc_store_key_req k = {S(""), {NULL, 2}};
 	struct mc_buf b;
 	union body u;
@@ -1376,7 +1379,7 @@ static void oversize_batch_is_refused_by_the_encoder(void **state)
 {
 	uint32_t n = MC_PROTO_MAX_PAYLOAD / (4 + MC_STORE_KEY_MAX) + 1;
 	struct mc_proto_str *keys = mc_calloc(n, sizeof(*keys));
-	struct mc_store_keys_req kr = {S(""), n, keys};
+	struct mc_store_keys_req kr = {S(""), n, keys, {false, 0}};
 	struct mc_buf b;
 
 	for (uint32_t i = 0; i < n; i++)

@@ -729,6 +729,118 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 }
 
 /*
+ * Ranged reads are checked chunk by chunk (client_ranges.c): a range is
+ * widened to the 256 KiB chunks it touches, the partly covered ones land
+ * in scratch, each chunk is checked against the writer's chunk sum.  A
+ * byte flipped inside the range, or outside it but inside a chunk it
+ * covers in part, is caught: the other replica is served exactly and the
+ * bad one dropped; one replica: MC_ERR_CHECKSUM_MISMATCH.  A byte flipped
+ * in a chunk the range does not touch is not read, so not seen.  The
+ * caller's buffer never receives a byte outside its ranges.
+ */
+enum { RG_GUARD = 4096 };
+
+static void range_expect(struct mc_store *s, const char *key, uint64_t off, uint64_t len,
+			 const char *obj, char *dst, int64_t want)
+{
+	struct mc_store_range rg = {.dst_offset = RG_GUARD, .src_offset = off, .length = len};
+	int64_t res = 0;
+	struct mc_store_range_read rr = {key, dst, &rg, 1, &res};
+
+	memset(dst, 0xEE, len + 2 * RG_GUARD);
+	(void)mc_store_get_into_ranges(s, &rr, 1);
+	assert_int_equal(res, want);
+	if (want >= 0)
+		assert_memory_equal(dst + RG_GUARD, obj + off, len);
+	for (size_t i = 0; i < RG_GUARD; i++) { /* nothing outside the range */
+		assert_int_equal((unsigned char)dst[i], 0xEE);
+		assert_int_equal((unsigned char)dst[RG_GUARD + len + i], 0xEE);
+	}
+}
+
+static void ranges_are_checked_chunk_by_chunk(void **state)
+{
+	enum { C = MC_STORE_CHUNK, OBJ = 4 * C + 1000, DST = OBJ + 2 * RG_GUARD };
+	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
+	struct mc_store_config two = {
+		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
+	struct mc_store_config only_d = {.replica_num = 1,
+					 .preferred_segment = mc_store_hostname(D)};
+	struct mc_store_config own = prefer(A);
+	char *obj = malloc(OBJ), *dst = malloc(DST);
+	struct mc_store_replica_desc d[2];
+	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
+
+	(void)state;
+	mc_test_fill(obj, OBJ, 23);
+	assert_int_equal(mc_store_register_buffer(A, dst, DST), MC_OK);
+	{
+		/* the keys and where their first replica gets a flipped byte */
+		const char *keys[] = {"rc-in", "rc-out", "rc-far", "rc-mid", "rc-tail", "rc-last"};
+		const size_t flip[] = {C + 100000, C + 1000,	   3 * C + 5,
+				       C + 7,	   2 * C + 200000, OBJ - 10};
+		for (size_t i = 0; i < MC_ARRAY_SIZE(keys); i++) {
+			assert_int_equal(mc_store_put(A, keys[i], obj, OBJ, &two), MC_OK);
+			assert_int_equal(mc_store_get_replica_desc(A, keys[i], d, 2), 2);
+			assert_string_equal(d[0].segment_name, mc_store_hostname(D));
+			flip_first_replica(A, keys[i], flip[i]);
+		}
+	}
+	/* inside the range, in a chunk it covers in part */
+	range_expect(A, "rc-in", C + 50000, 100000, obj, dst, 100000);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
+	assert_int_equal(mc_store_get_replica_desc(A, "rc-in", d, 2), 1);
+	assert_string_equal(d[0].segment_name, mc_store_hostname(B));
+	/* outside the range, inside a chunk it covers in part */
+	range_expect(A, "rc-out", C + 50000, 100000, obj, dst, 100000);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 2);
+	assert_int_equal(mc_store_get_replica_desc(A, "rc-out", d, 2), 1);
+	/* in a chunk the range does not touch: not read, not seen */
+	range_expect(A, "rc-far", C + 50000, 100000, obj, dst, 100000);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 2);
+	assert_int_equal(mc_store_get_replica_desc(A, "rc-far", d, 2), 2);
+	/* a range over three chunks: a whole middle one (read into the caller's
+	 * buffer) and, beside the flipped tail chunk, partial ends */
+	range_expect(A, "rc-mid", C - 3000, C + 6000, obj, dst, C + 6000);
+	range_expect(A, "rc-tail", 20000, 2 * C + 100, obj, dst, 2 * C + 100);
+	/* the short last chunk */
+	range_expect(A, "rc-last", OBJ - 500, 400, obj, dst, 400);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 5);
+	assert_int_equal(mc_store_get_replica_desc(A, "rc-tail", d, 2), 1);
+	/* an unflipped replica reads well at any place */
+	range_expect(A, "rc-far", 0, C, obj, dst, C);
+	range_expect(A, "rc-far", 1, OBJ - 2, obj, dst, OBJ - 2);
+	range_expect(A, "rc-far", 0, OBJ, obj, dst, OBJ); /* the whole: checked whole */
+
+	/* one replica: the distinct code, the object goes */
+	assert_int_equal(mc_store_put(A, "rc-one", obj, OBJ, &only_d), MC_OK);
+	flip_first_replica(A, "rc-one", 2 * C + 1);
+	range_expect(A, "rc-one", 2 * C + 10, 10, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_replica_desc(A, "rc-one", d, 2), MC_ERR_OBJECT_NOT_FOUND);
+	/* the reader's own segment (copied, not transferred) */
+	assert_int_equal(mc_store_put(A, "rc-own", obj, OBJ, &own), MC_OK);
+	range_expect(A, "rc-own", C + 1, 5, obj, dst, 5);
+	flip_first_replica(A, "rc-own", C);
+	range_expect(A, "rc-own", C + 1, 5, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	/* a batch put signs its chunks too */
+	{
+		const char *k[1] = {"rc-batch"};
+		const void *v[1] = {obj};
+		size_t l[1] = {OBJ};
+		mc_status r[1];
+
+		assert_int_equal(mc_store_put_batch(A, k, v, l, 1, &only_d, r), MC_OK);
+		flip_first_replica(A, "rc-batch", 3 * C + 2);
+		range_expect(A, "rc-batch", 3 * C, 1, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	}
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	mc_store_free(D);
+	free(obj);
+	free(dst);
+}
+
+/*
  * A checked read through the engine moves in 128 KiB pieces, each hashed
  * in order by the thread that ends it (client_verify.c): a byte flipped in
  * the first piece, in a middle one or in the short last one is caught, in
@@ -1870,6 +1982,7 @@ int main(void)
 		cmocka_unit_test(reads_fall_back_from_an_unreadable_holder),
 		cmocka_unit_test(flipped_bytes_are_caught_and_the_replica_dropped),
 		cmocka_unit_test(flipped_byte_in_any_piece_is_caught),
+		cmocka_unit_test(ranges_are_checked_chunk_by_chunk),
 		cmocka_unit_test(put_and_get_sessions),
 		cmocka_unit_test(put_session_end_races_ranged_writes),
 		cmocka_unit_test(close_drops_sessions),
