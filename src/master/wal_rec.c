@@ -70,8 +70,11 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 			put64(out, o->checksum);
 		if (o->flags & MC_WALREC_F_CHUNKS) {
 			put32(out, o->nchunks);
-			for (uint32_t i = 0; i < o->nchunks; i++)
-				put64(out, o->chunks[i]);
+			if (o->chunks)
+				for (uint32_t i = 0; i < o->nchunks; i++)
+					put64(out, o->chunks[i]);
+			else /* a decoded record, re-encoded */
+				mc_buf_append(out, o->chunks_le, (size_t)o->nchunks * 8);
 		}
 		put_str(out, &o->group);
 		put8(out, o->nrep);
@@ -208,9 +211,11 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		if (!d.bad &&
 		    (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM | MC_WALREC_F_CHUNKS)))
 			d.bad = "flags";
-		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) &&
-		    (ver < 2 || !(o->flags & MC_WALREC_F_CKSUM)))
+		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && !(o->flags & MC_WALREC_F_CKSUM))
 			d.bad = "flags";
+		/* each record has the lowest version that can say it */
+		if (!d.bad && (ver == 2) != ((o->flags & MC_WALREC_F_CHUNKS) != 0))
+			d.bad = "version";
 		if (o->flags & MC_WALREC_F_CKSUM)
 			o->checksum = get64(&d, "checksum");
 		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS)) {
@@ -240,6 +245,8 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		break;
 	}
 	case MC_WALREC_OBJ_DEL:
+		if (ver != 1)
+			d.bad = "version";
 		get_str(&d, &r->u.obj.tenant, "tenant");
 		get_str(&d, &r->u.obj.key, "key");
 		if (!d.bad && r->u.obj.key.len == 0)
@@ -248,6 +255,8 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 	case MC_WALREC_SEG_MOUNT: {
 		struct mc_walrec_seg *s = &r->u.seg;
 
+		if (ver != 1)
+			d.bad = "version";
 		get_uuid(&d, &s->id, "segment id");
 		get_uuid(&d, &s->client, "client id");
 		s->base = get64(&d, "base");
@@ -260,9 +269,13 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		break;
 	}
 	case MC_WALREC_SEG_UNMOUNT:
+		if (ver != 1)
+			d.bad = "version";
 		get_uuid(&d, &r->u.seg.id, "segment id");
 		break;
 	case MC_WALREC_VIEW:
+		if (ver != 1)
+			d.bad = "version";
 		r->u.view.version = get64(&d, "view version");
 		get_str(&d, &r->u.view.leader, "leader");
 		break;

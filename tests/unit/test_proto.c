@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "mooncake/status.h"
 #include "store/proto.h"
 #include "support.h"
@@ -1310,6 +1311,86 @@ static void an_appended_field_is_absent_in_an_older_payload(void **state)
 	mc_buf_release(&b);
 }
 
+/* Decode the frame in b cut to its first len bytes (the header's payload
+ * length made to match); the decoded message is released. */
+static mc_status decode_cut(uint8_t *data, size_t len)
+{
+	struct mc_store_msg m;
+	mc_status rc;
+
+	mc_put_le32(data + 24, (uint32_t)(len - MC_PROTO_HDR_LEN));
+	rc = mc_store_msg_decode(data, len, MAX_PAYLOAD, &m);
+	if (rc == MC_OK)
+		mc_store_msg_release(&m);
+	return rc;
+}
+
+/*
+ * Minor 9's tails: chunk checksums after PutEnd's replica id (an absent
+ * replica id then is the byte 0, and only then), per item after
+ * BatchPutEnd's items and BatchReplicaList's items, and KeysReq's want.
+ * An empty tail list is nothing on the wire; a count of 0 is refused.
+ */
+static void chunk_sum_tails_round_trip(void **state)
+{
+	uint64_t v[3] = {1, 2, 0x8877665544332211ull};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 4, S("k"), {true, 9}, {false, 0}, 3, v};
+	struct mc_store_object_meta ms[2] = {{S("a"), {true, 1}}, {S("b"), {false, 0}}};
+	struct mc_store_chunk_sums cl[2] = {{3, v}, {0, NULL}};
+	struct mc_store_batch_put_end_req be = {{1, 2}, S("t"), 4, 2, ms, 2, cl};
+	struct mc_proto_str keys[1] = {S("k")};
+	struct mc_store_keys_req kr = {S(""), 1, keys, {true, MC_STORE_WANT_CHUNKS}};
+	struct mc_store_msg m;
+	struct mc_buf b;
+	size_t at;
+
+	(void)state;
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	/* 27 bytes before minor 4, checksum 8, replica id 1 (absent: 0), list 4 + 24 */
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN + 27 + 8 + 1 + 4 + 24);
+	at = MC_PROTO_HDR_LEN + 27 + 8;
+	assert_int_equal(b.data[at], 0);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_false(m.body.put_end_req.replica_id.present);
+	assert_int_equal(m.body.put_end_req.n_chunk_sums, 3);
+	assert_true(m.body.put_end_req.chunk_sums[2] == v[2]);
+	mc_store_msg_release(&m);
+	/* the byte 0 with nothing after it is not canonical */
+	assert_int_equal(decode_cut(b.data, at + 1), MC_ERR_PROTOCOL);
+	/* an empty list is sent as nothing at all */
+	pe.n_chunk_sums = 0;
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN + 27 + 8);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_put_end_request_encode(&b, 1, &be), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(mc_store_batch_put_end_req_equal(&m.body.batch_put_end_req, &be));
+	mc_store_msg_release(&m);
+	/* a count of 0 where the tail begins: refused */
+	at = b.len - (4 + 4 + 24 + 4);
+	memset(b.data + at, 0, 4);
+	assert_int_equal(decode_cut(b.data, at + 4), MC_ERR_PROTOCOL);
+	/* and without it: an older writer's payload */
+	be.n_chunks = 0;
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_put_end_request_encode(&b, 1, &be), MC_OK);
+	assert_int_equal(b.len, at);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.batch_put_end_req.n_chunks, 0);
+	mc_store_msg_release(&m);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_get_replica_list_request_encode(&b, 1, &kr), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(m.body.keys_req.want.present);
+	assert_int_equal(m.body.keys_req.want.value, MC_STORE_WANT_CHUNKS);
+	mc_store_msg_release(&m);
+	mc_buf_release(&b);
+}
+
 static void bad_flags_and_tags_are_protocol_errors(void **state)
 {
 	struct mc_store_exist_resp e = {true};
@@ -1502,6 +1583,7 @@ int main(void)
 		cmocka_unit_test(trailing_bytes_are_a_protocol_error),
 		cmocka_unit_test(forged_counts_and_lengths_allocate_nothing),
 		cmocka_unit_test(an_appended_field_is_absent_in_an_older_payload),
+		cmocka_unit_test(chunk_sum_tails_round_trip),
 		cmocka_unit_test(bad_flags_and_tags_are_protocol_errors),
 		cmocka_unit_test(encoder_refuses_bad_input_and_leaves_buffer_alone),
 		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),
