@@ -253,6 +253,38 @@ static inline bool mc_store_range_inside(uint64_t off, uint64_t len, uint64_t si
 /* Deregister and free the scratch slots of ranged reads (mc_store_close). */
 void mc_store_scratch_free(struct mc_store *s);
 
+/*
+ * Ranged reads checked chunk by chunk (get_into_ranges, get sessions):
+ * _init for up to nios ranges; _add one range of object o into dst (as
+ * mc_store_ranges_add, widened to the chunks it touches when o has chunk
+ * sums; o->list, when set, gives it the object's other replicas); _ready
+ * once all are added, before mc_store_run_transfers (scratch for the
+ * partial chunks); _done for range k when its read succeeded (the asked
+ * bytes of its partial chunks into its buffer); _release at the end.
+ */
+struct mc_store_chk_obj {
+	struct mc_proto_str key;
+	const struct mc_store_replica *rep;	  /* the replica read */
+	const struct mc_store_replica_list *list; /* NULL: no fallback */
+	bool has_cksum;
+	uint64_t cksum;
+	struct mc_store_chunk_sums sums; /* none: n = 0 */
+};
+struct chunk_plan;
+struct scratch;
+struct mc_store_chk {
+	struct chunk_plan *plans; /* per range */
+	struct scratch *sc;
+	size_t nslots;
+};
+mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);
+size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
+			const struct mc_store_chk_obj *o, void *dst, uint64_t off, uint64_t len);
+mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c,
+			     struct mc_store_ranges *rs);
+void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k);
+void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c);
+
 /* ---- client_xfer.c ---- */
 
 /* Check a call's config; nkeys: the keys of the call, which group_ids must

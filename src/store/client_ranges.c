@@ -273,6 +273,80 @@ static void plan_copy_out(const struct chunk_plan *p, char *dst)
 		       (size_t)(p->off + p->len - p->tail_start));
 }
 
+mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios)
+{
+	memset(c, 0, sizeof(*c));
+	c->plans = mc_calloc(nios ? nios : 1, sizeof(*c->plans));
+	c->sc = mc_calloc(1, sizeof(*c->sc));
+	if (!c->plans || !c->sc) {
+		mc_free(c->plans);
+		mc_free(c->sc);
+		memset(c, 0, sizeof(*c));
+		return MC_ERR_NOMEM;
+	}
+	return MC_OK;
+}
+
+size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
+			const struct mc_store_chk_obj *o, void *dst, uint64_t off, uint64_t len)
+{
+	struct chunk_plan p = {.on = false};
+	struct mc_store_io *io;
+	size_t k;
+
+	/* checked chunk by chunk: read the chunks it touches */
+	if (!s->verify || !o->has_cksum ||
+	    !plan_range(&p, off, len, o->rep->size, o->sums.n ? &o->sums : NULL) ||
+	    mc_te_local_device(s->te, dst, len) >= 0)
+		p.on = false;
+	k = mc_store_ranges_add(rs, dst, p.on ? p.ws : off, p.on ? p.we - p.ws : len, o->rep, 1);
+	io = &rs->ios[k];
+	io->key = o->key;
+	if (len && o->list)
+		mc_store_io_alternates(io, o->list, o->rep, p.on ? p.ws : off);
+	if (p.on) {
+		io->check = true;
+		io->chunk_want = o->sums.v + p.ws / MC_STORE_CHUNK;
+		c->nslots += (size_t)p.head + (size_t)p.tail;
+	} else if (len && off == 0 && len == o->rep->size && o->has_cksum) {
+		io->check = true; /* the whole object */
+		io->checked = false;
+		io->cksum = o->cksum;
+	}
+	c->plans[k] = p;
+	return k;
+}
+
+mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs)
+{
+	if (scratch_get(s, c->sc, c->nslots) != MC_OK)
+		return mc_set_error(MC_ERR_NOMEM, "ranged read: no memory for %zu chunks",
+				    c->nslots);
+	for (size_t k = 0; k < rs->n; k++) {
+		if (!c->plans[k].on)
+			continue;
+		rs->ios[k].nbufs = plan_bufs(&c->plans[k], rs->bufs[k], c->sc);
+		rs->ios[k].bufs = c->plans[k].bufs;
+		rs->ios[k].lens = c->plans[k].lens;
+	}
+	return MC_OK;
+}
+
+void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k)
+{
+	if (c->plans[k].on)
+		plan_copy_out(&c->plans[k], rs->bufs[k]);
+}
+
+void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c)
+{
+	if (c->sc)
+		scratch_put(s, c->sc);
+	mc_free(c->sc);
+	mc_free(c->plans);
+	memset(c, 0, sizeof(*c));
+}
+
 /* ---- ranged reads ------------------------------------------------------------------------ */
 
 /* The end of the region registered with this client's engine that holds
@@ -301,10 +375,9 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	struct mc_proto_str *kv = NULL;
 	uint32_t *sent = NULL, nsent = 0;
 	size_t *first = NULL; /* per read: its first range's index in rs */
-	size_t nfrag = 0, nslots = 0;
+	size_t nfrag = 0;
 	struct mc_store_ranges rs = {0};
-	struct chunk_plan *plans = NULL; /* per range of rs */
-	struct scratch sc = {0};
+	struct mc_store_chk chk = {0};
 	bool have_resp = false;
 	uint64_t t0 = 0;
 	mc_status rc = mc_store_check_ready(s), ret = MC_OK;
@@ -328,8 +401,8 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	kv = mc_calloc(n, sizeof(*kv));
 	sent = mc_calloc(n, sizeof(*sent));
 	first = mc_calloc(n, sizeof(*first));
-	plans = mc_calloc(nfrag ? nfrag : 1, sizeof(*plans));
-	if (!kv || !sent || !first || !plans || mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
+	if (!kv || !sent || !first || mc_store_chk_init(&chk, nfrag) != MC_OK ||
+	    mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -352,10 +425,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			&resp.body.batch_replica_list.items[j];
 		const struct mc_store_range_read *r = &reads[sent[j]];
 		const struct mc_store_replica *rep;
-		const struct mc_store_chunk_sums *cs =
-			resp.body.batch_replica_list.n_chunks
-				? &resp.body.batch_replica_list.chunks[j]
-				: NULL;
+		struct mc_store_chk_obj o = {.key = kv[j], .list = &it->list};
 		uint64_t base = (uint64_t)(uintptr_t)r->buf, end, room;
 
 		first[sent[j]] = rs.n;
@@ -368,6 +438,11 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			range_results_fill(r, MC_ERR_INVALID_REPLICA);
 			continue;
 		}
+		o.rep = rep;
+		o.has_cksum = it->list.checksum.present;
+		o.cksum = it->list.checksum.value;
+		if (resp.body.batch_replica_list.n_chunks)
+			o.sums = resp.body.batch_replica_list.chunks[j];
 		end = registered_end(s, base);
 		room = end ? end - base : 0;
 		if (!end)
@@ -385,41 +460,13 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 				r->results[f] = MC_ERR_INVALID_PARAMS;
 				continue;
 			}
-			char *dst = (char *)r->buf + g->dst_offset;
-			struct chunk_plan p = {.on = false};
-			size_t k;
-
-			/* checked chunk by chunk: read the chunks it touches */
-			if (!s->verify || !it->list.checksum.present ||
-			    !plan_range(&p, g->src_offset, g->length, rep->size, cs) ||
-			    mc_te_local_device(s->te, dst, g->length) >= 0)
-				p.on = false;
-			k = mc_store_ranges_add(&rs, dst, p.on ? p.ws : g->src_offset,
-						p.on ? p.we - p.ws : g->length, rep, 1);
-			rs.ios[k].key = kv[j];
-			if (g->length)
-				mc_store_io_alternates(&rs.ios[k], &it->list, rep,
-						       p.on ? p.ws : g->src_offset);
-			if (p.on) {
-				rs.ios[k].check = true;
-				rs.ios[k].chunk_want = cs->v + p.ws / MC_STORE_CHUNK;
-				nslots += (size_t)p.head + (size_t)p.tail;
-			}
-			plans[k] = p;
+			(void)mc_store_chk_add(s, &chk, &rs, &o, (char *)r->buf + g->dst_offset,
+					       g->src_offset, g->length);
 		}
 	}
-	if (scratch_get(s, &sc, nslots) != MC_OK) {
-		rc = mc_set_error(MC_ERR_NOMEM, "get_into_ranges: no memory for %zu chunks",
-				  nslots);
+	rc = mc_store_chk_ready(s, &chk, &rs);
+	if (rc != MC_OK)
 		goto fail_all;
-	}
-	for (size_t k = 0; k < rs.n; k++) {
-		if (!plans[k].on)
-			continue;
-		rs.ios[k].nbufs = plan_bufs(&plans[k], rs.bufs[k], &sc);
-		rs.ios[k].bufs = plans[k].bufs;
-		rs.ios[k].lens = plans[k].lens;
-	}
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_range_read *r = &reads[sent[j]];
@@ -435,8 +482,8 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 				r->results[f] = MC_ERR_LEASE_EXPIRED;
 			else
 				r->results[f] = (int64_t)r->ranges[f].length;
-			if (r->results[f] >= 0 && plans[k].on)
-				plan_copy_out(&plans[k], rs.bufs[k]);
+			if (r->results[f] >= 0)
+				mc_store_chk_done(&chk, &rs, k);
 			k++;
 		}
 	}
@@ -449,9 +496,8 @@ out:
 		mc_store_msg_release(&resp);
 	for (size_t i = 0; i < n && ret == MC_OK; i++)
 		ret = mc_store_first_failure_i64(reads[i].results, reads[i].nranges);
-	scratch_put(s, &sc);
+	mc_store_chk_release(s, &chk);
 	mc_store_ranges_release(&rs);
-	mc_free(plans);
 	mc_free(kv);
 	mc_free(sent);
 	mc_free(first);

@@ -823,6 +823,41 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
 	range_expect(A, "rc-own", C + 1, 5, obj, dst, 5);
 	flip_first_replica(A, "rc-own", C);
 	range_expect(A, "rc-own", C + 1, 5, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	/* get sessions: their ranges are checked the same way; the one replica
+	 * a session reads from fails the call and is reported */
+	{
+		const char *k[1] = {"rc-sess"};
+		mc_status st[1];
+		void *bb[1][2] = {{dst + RG_GUARD, dst + RG_GUARD + 100}};
+		size_t ll[1][2] = {{100, C + 1007}}; /* to the end */
+		uint64_t oo[1][2] = {{C - 50, 3 * C - 7}};
+		void *const *bp[1] = {bb[0]};
+		const size_t *lp[1] = {ll[0]};
+		const uint64_t *op[1] = {oo[0]};
+		size_t nb[1] = {2};
+		int64_t res[1];
+
+		assert_int_equal(mc_store_put(A, "rc-sess", obj, OBJ, &only_d), MC_OK);
+		assert_int_equal(mc_store_batch_get_session_start(A, k, 1, st), MC_OK);
+		memset(dst, 0xEE, DST);
+		assert_int_equal(
+			mc_store_batch_get_into_multi_buffer_ranges(A, k, bp, lp, op, nb, 1, res),
+			MC_OK);
+		assert_int_equal(res[0], 100 + C + 1007);
+		assert_memory_equal(dst + RG_GUARD, obj + C - 50, 100);
+		assert_memory_equal(dst + RG_GUARD + 100, obj + 3 * C - 7, OBJ - (3 * C - 7));
+		assert_int_equal((unsigned char)dst[RG_GUARD - 1], 0xEE);
+		assert_int_equal((unsigned char)dst[RG_GUARD + 100 + C + 1007], 0xEE);
+		/* flipped outside both ranges, inside the partial first chunk */
+		flip_first_replica(A, "rc-sess", 5);
+		assert_int_equal(
+			mc_store_batch_get_into_multi_buffer_ranges(A, k, bp, lp, op, nb, 1, res),
+			MC_ERR_CHECKSUM_MISMATCH);
+		assert_int_equal(res[0], MC_ERR_CHECKSUM_MISMATCH);
+		assert_int_equal(mc_store_get_replica_desc(A, "rc-sess", d, 2),
+				 MC_ERR_OBJECT_NOT_FOUND);
+		assert_int_equal(mc_store_batch_get_session_end(A, k, 1), MC_OK);
+	}
 	/* a batch put signs its chunks too */
 	{
 		const char *k[1] = {"rc-batch"};
