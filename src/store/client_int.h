@@ -412,11 +412,14 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp);
  * memory is short: the session then signs nothing.  Not thread-safe: the
  * caller serialises (sess_lock). */
 struct mc_store_seq_hash;
-struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s);
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size);
 void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
 			   const void *p, uint64_t len, bool ok);
 /* The object's checksum when every one of its size bytes was hashed in order. */
 struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size);
+/* Its chunk sums (owned by h) when it has them and every byte was hashed
+ * in order; n = 0 otherwise. */
+struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_hash *h);
 void mc_store_seq_hash_free(struct mc_store_seq_hash *h);
 
 /* Replicas found corrupt by one call, reported together. */

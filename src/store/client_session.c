@@ -573,7 +573,7 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 		if (it->n_replicas)
 			x = session_new(keys[i], sizes[i], it->replicas, it->n_replicas);
 		if (x)
-			x->hash = mc_store_seq_hash_new(s);
+			x->hash = mc_store_seq_hash_new(s, sizes[i]);
 		if (x) {
 			pthread_mutex_lock(&s->sess_lock);
 			ok = session_insert_locked(&s->put_sessions, x, false);
@@ -608,6 +608,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 	struct session **xs;
 	struct mc_proto_str *kv = NULL;
 	struct mc_store_object_meta *metas = NULL;
+	struct mc_store_chunk_sums *chunks = NULL; /* per item */
+	bool any_chunks = false;
 	uint32_t *owner = NULL, m = 0;
 	struct mc_store_msg resp;
 	mc_status rc = session_begin(s, keys, n, results, true);
@@ -621,7 +623,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 	kv = mc_calloc(n, sizeof(*kv));
 	metas = mc_calloc(n, sizeof(*metas));
 	owner = mc_calloc(n, sizeof(*owner));
-	if (!xs || !kv || !metas || !owner) {
+	chunks = mc_calloc(n, sizeof(*chunks));
+	if (!xs || !kv || !metas || !owner || !chunks) {
 		for (size_t i = 0; i < n; i++)
 			results[i] = MC_ERR_NOMEM;
 		rc = MC_ERR_NOMEM;
@@ -645,6 +648,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 		kv[m] = mc_proto_str_c(xs[i]->key);
 		metas[m].key = kv[m];
 		metas[m].checksum = mc_store_seq_hash_done(xs[i]->hash, xs[i]->size);
+		chunks[m] = mc_store_seq_hash_chunks(xs[i]->hash); /* freed with the session */
+		any_chunks |= chunks[m].n != 0;
 		owner[m++] = (uint32_t)i;
 	}
 	for (uint32_t e = 0; e < m; e++)
@@ -662,6 +667,9 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 			.replica_type = MC_STORE_REPLICA_ALL,
 			.n_items = m,
 			.items = metas,
+			/* minor 9: the chunk checksums, for ranged reads */
+			.n_chunks = any_chunks && mc_master_conn_peer_minor(s->conn) >= 9 ? m : 0,
+			.chunks = chunks,
 		};
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_PUT_END, &end, &resp);
 	}
@@ -691,6 +699,7 @@ out:
 	mc_free(xs);
 	mc_free(kv);
 	mc_free(metas);
+	mc_free(chunks);
 	mc_free(owner);
 	return mc_store_first_failure(results, n);
 }

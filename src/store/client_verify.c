@@ -29,17 +29,22 @@
  * have run out is not reported: the object may have been removed and its
  * memory rewritten under the read, which the lease check then reports.
  *
+ * An object larger than one chunk (MC_STORE_CHUNK) is also signed chunk
+ * by chunk (hash_chunks, one pass), and a read of part of it checks the
+ * chunks it touches (client_ranges.c widens it to them; judge_chunks).
+ *
  * A put session signs its object too when its pieces are written in order
  * from offset 0 (mc_store_seq_hash: each piece hashed once its write
- * succeeded, under the client's sess_lock); a gap, a rewrite, a failed
- * piece or device memory leaves that object without a checksum.
+ * succeeded, under the client's sess_lock, its chunks' sums too); a gap, a
+ * rewrite, a failed piece or device memory leaves that object without a
+ * checksum.
  *
- * What is not checked: reads of part of an object (ranges that are not
- * the whole object, get sessions), which cannot be checked against a
- * whole-object hash without reading the whole object; objects written by
- * put sessions out of order or from device memory, whose PutEnd carries
- * no checksum; reads into device memory (hashing them would need a copy
- * to the host of every byte).
+ * What is not checked: ranges of objects without chunk sums (written
+ * before minor 9, or by a session out of order), which cannot be checked
+ * against a whole-object hash without reading the whole object; objects
+ * written by put sessions out of order or from device memory, whose PutEnd
+ * carries no checksum; reads into device memory (hashing them would need a
+ * copy to the host of every byte).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -415,19 +420,34 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 
 struct mc_store_seq_hash {
 	XXH3_state_t *st;
-	uint64_t next; /* bytes hashed, from offset 0 */
-	bool broken;   /* out of order, failed or device memory: no checksum */
+	XXH3_state_t *part; /* the chunk being hashed, when there are chunks */
+	uint64_t next;	    /* bytes hashed, from offset 0 */
+	uint64_t size;	    /* the object's */
+	uint64_t *sums;	    /* per chunk, when more than one */
+	bool broken;	    /* out of order, failed or device memory: no checksum */
 };
 
-struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s)
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size)
 {
 	struct mc_store_seq_hash *h;
+	uint64_t nc = mc_store_chunk_count(size);
 
 	if (!s->verify || !(h = mc_calloc(1, sizeof(*h))))
 		return NULL;
-	h->st = XXH3_createState(); /* 64-byte aligned */
+	h->size = size;
+	h->st = XXH3_createState();   /* 64-byte aligned */
+	if (nc && nc <= UINT32_MAX) { /* no memory for them: the whole hash alone */
+		h->sums = mc_malloc(nc * sizeof(uint64_t));
+		h->part = h->sums ? XXH3_createState() : NULL;
+		if (!h->part) {
+			mc_free(h->sums);
+			h->sums = NULL;
+		} else {
+			XXH3_64bits_reset(h->part);
+		}
+	}
 	if (!h->st) {
-		mc_free(h);
+		mc_store_seq_hash_free(h);
 		return NULL;
 	}
 	XXH3_64bits_reset(h->st);
@@ -439,12 +459,26 @@ void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint
 {
 	if (!h || h->broken || (ok && !len))
 		return;
-	if (!ok || off != h->next || (len && mc_te_local_device(s->te, p, len) >= 0)) {
+	if (!ok || off != h->next || len > h->size - h->next ||
+	    (len && mc_te_local_device(s->te, p, len) >= 0)) {
 		h->broken = true; /* a rewrite, a gap or a failed piece: the hash cannot know */
 		return;
 	}
 	hash_update(h->st, p, (size_t)len);
-	h->next += len;
+	while (h->sums && len) { /* each chunk's sum as it completes */
+		uint64_t c = h->next / MC_STORE_CHUNK;
+		uint64_t k = MC_MIN(len, (c + 1) * MC_STORE_CHUNK - h->next);
+
+		hash_update(h->part, p, (size_t)k);
+		p = (const char *)p + k;
+		len -= k;
+		h->next += k;
+		if (h->next % MC_STORE_CHUNK == 0 || h->next == h->size) {
+			h->sums[c] = XXH3_64bits_digest(h->part);
+			XXH3_64bits_reset(h->part);
+		}
+	}
+	h->next += len; /* without chunks */
 }
 
 struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size)
@@ -458,11 +492,26 @@ struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h
 	return v;
 }
 
+struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_hash *h)
+{
+	struct mc_store_chunk_sums c = {0, NULL};
+
+	if (h && h->sums && !h->broken && h->next == h->size) {
+		c.n = (uint32_t)mc_store_chunk_count(h->size);
+		c.v = h->sums;
+	}
+	return c;
+}
+
 void mc_store_seq_hash_free(struct mc_store_seq_hash *h)
 {
 	if (!h)
 		return;
-	XXH3_freeState(h->st);
+	if (h->st)
+		XXH3_freeState(h->st);
+	if (h->part)
+		XXH3_freeState(h->part);
+	mc_free(h->sums);
 	mc_free(h);
 }
 

@@ -858,6 +858,30 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
 				 MC_ERR_OBJECT_NOT_FOUND);
 		assert_int_equal(mc_store_batch_get_session_end(A, k, 1), MC_OK);
 	}
+	/* a put session written in order signs its chunks too */
+	{
+		const char *k[1] = {"rc-psess"};
+		uint64_t sz[1] = {OBJ};
+		mc_status st[1];
+		void *bb[1][2] = {{dst, dst + C + 10}};
+		size_t ll[1][2] = {{C + 10, OBJ - (C + 10)}};
+		uint64_t oo[1][2] = {{0, C + 10}};
+		void *const *bp[1] = {bb[0]};
+		const size_t *lp[1] = {ll[0]};
+		const uint64_t *op[1] = {oo[0]};
+		size_t nb[1] = {2};
+		int64_t res[1];
+
+		memcpy(dst, obj, OBJ); /* the source must be registered */
+		assert_int_equal(mc_store_batch_put_session_start(A, k, sz, 1, &only_d, st), MC_OK);
+		assert_int_equal(
+			mc_store_batch_put_from_multi_buffer_ranges(A, k, bp, lp, op, nb, 1, res),
+			MC_OK);
+		assert_int_equal(mc_store_batch_put_session_end(A, k, 1, st), MC_OK);
+		range_expect(A, "rc-psess", 3 * C + 3, 30, obj, dst, 30);
+		flip_first_replica(A, "rc-psess", 3 * C + 1);
+		range_expect(A, "rc-psess", 3 * C + 3, 30, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	}
 	/* a batch put signs its chunks too */
 	{
 		const char *k[1] = {"rc-batch"};
