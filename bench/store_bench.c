@@ -21,7 +21,7 @@
  *   mt_put_from / mt_get_into
  *                         --threads threads, one key per call each, phases
  *                         synchronised by a barrier
- *   put_from / get_range  (--cases=range, not in the default set)
+ *   range_put_from / get_range  (--cases=range, not in the default set)
  *                         zero-copy puts, then get_into_ranges of one
  *                         --range-len range per object (default 64 KiB)
  *                         at offset size / 3 + 100, an unaligned place;
@@ -1120,7 +1120,7 @@ int main(int argc, char **argv)
 		if (case_on("range")) {
 			for (int r = 0; r < opt.runs; r++)
 				rs[r] = run_single(X_RANGE, size);
-			report_xfer("put_from", "get_range", size, 1, 1, rs, opt.runs);
+			report_xfer("range_put_from", "get_range", size, 1, 1, rs, opt.runs);
 		}
 		if (case_on("batchcopy")) {
 			for (int r = 0; r < opt.runs; r++)
