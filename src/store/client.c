@@ -656,6 +656,7 @@ static mc_status keys_req(struct mc_store *s, const char *const *keys, size_t n,
 	req->tenant = mc_store_tenant(s);
 	req->n_keys = (uint32_t)n;
 	req->keys = kv;
+	req->want = (struct mc_proto_opt_u64){false, 0}; /* minor 9: chunk sums, none */
 	return MC_OK;
 }
 
