@@ -215,7 +215,7 @@ int main(int argc, char **argv)
 	{
 		enum { NFRAMES = 64 };
 		struct mc_buf frames[NFRAMES];
-		struct mc_store_keys_req kr = {mc_proto_str_c(""), batch, keys};
+		struct mc_store_keys_req kr = {mc_proto_str_c(""), batch, keys, {false, 0}};
 		uint64_t nk = 0, seed = 1;
 
 		for (int f = 0; f < NFRAMES; f++) {

@@ -22,8 +22,13 @@ namespace behind a veth pair limited to R Mbit/s each way (tbf), the
 client and the master stay in this one, and the hash has a network-bound
 transfer to hide behind, as on an ordinary network.
 
+With --cases=range, get_range reads one --range-len range (default 64
+KiB) of each object at an unaligned offset (get_into_ranges): with
+verification on it reads the 256 KiB chunks the range touches and checks
+each against the writer's chunk checksums; GB/s counts the range's bytes.
+
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
-                             [--shm] [--netns-mbit R] [--window BYTES] [--json]
+                             [--range-len 64k] [--shm] [--netns-mbit R] [--window BYTES] [--json]
 """
 import argparse
 import json
@@ -88,13 +93,14 @@ class Holder:
             self.p.wait()
 
 
-def run_bench(build, m, verify, duration, cases, shm, netns, window):
+def run_bench(build, m, verify, duration, cases, shm, netns, window, range_len):
     env = dict(os.environ, MC_STORE_VERIFY="1" if verify else "0")
     if not shm:
         env["MC_SHM_DISABLE"] = "1"
     argv = [master_rss.find(build, "bench/store_bench"), f"--master={m.addr}",
             f"--metadata={m.meta_uri}", "--runs=1", f"--duration={duration}", "--json",
-            "--sizes=1m,4m", f"--cases={cases}"] + ([f"--window={window}"] if window else [])
+            "--sizes=1m,4m", f"--cases={cases}", f"--range-len={range_len}"] + \
+        ([f"--window={window}"] if window else [])
     holder = None
     if netns:
         holder = Holder(build, m, env)
@@ -114,6 +120,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--duration", type=float, default=2)
     ap.add_argument("--cases", default="zc,copy,batch")
+    ap.add_argument("--range-len", default="64k", help="bytes of a get_range read (--cases=range)")
     ap.add_argument("--shm", action="store_true", help="let same-host engines use shm")
     ap.add_argument("--window", default="",
                     help="store_bench's --window (bytes per round; smaller for slow links)")
@@ -146,7 +153,7 @@ def main():
             print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
             for verify in order:
                 for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm,
-                                   args.netns_mbit, args.window):
+                                   args.netns_mbit, args.window, args.range_len):
                     if "gbps" in j:
                         got.setdefault((j["case"], j["size"], verify), []).append(j["gbps"])
     finally:

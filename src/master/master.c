@@ -518,20 +518,27 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_keys_req *r = &q->body.keys_req;
 	struct mc_master *m = c->m;
-	struct mc_store_batch_replica_list resp = {r->n_keys, NULL};
+	struct mc_store_batch_replica_list resp = {r->n_keys, NULL, 0, NULL};
 	struct mc_store_replica_list_item *items;
+	struct mc_store_chunk_sums *chunks = NULL;
 	struct mc_obj **objs;
 	uint32_t nfail = 0, nrep = 0, pos = 0;
-	size_t isz = (size_t)r->n_keys * sizeof(*items);
+	size_t isz = (size_t)r->n_keys * sizeof(*items), osz = (size_t)r->n_keys * sizeof(*objs);
+	/* minor 9: the objects' chunk checksums, for ranged reads */
+	bool want = r->want.present && (r->want.value & MC_STORE_WANT_CHUNKS);
 	bool found;
 	uint16_t tid;
 
 	if (r->n_keys && !r->keys)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	items = mc_master_scratch(m, isz + (size_t)r->n_keys * sizeof(*objs) + 1);
+	items = mc_master_scratch(m, isz + osz + (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
 	objs = (struct mc_obj **)(void *)((char *)items + isz);
+	if (want) {
+		chunks = (struct mc_store_chunk_sums *)(void *)((char *)items + isz + osz);
+		memset(chunks, 0, r->n_keys * sizeof(*chunks));
+	}
 	tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
 	if (found)
 		mc_master_obj_find_many(m, tid, r->keys, r->n_keys, objs);
@@ -563,6 +570,9 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 		mc_master_grant_lease(m, objs[i], c->now);
 		mc_master_heat_hit(m, objs[i], c->now);
 		mc_master_list_fill(m, objs[i], &items[i].list, &pos);
+		if (chunks) /* points into the object: encoded before anything changes it */
+			chunks[i].v =
+				(uint64_t *)(uintptr_t)mc_master_obj_chunks(objs[i], &chunks[i].n);
 	}
 	pos = 0;
 	for (uint32_t i = 0; i < r->n_keys; i++) {
@@ -573,6 +583,8 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	}
 	batch_count(&m->met.master_batch_get_replica_list, r->n_keys, nfail);
 	resp.items = items;
+	resp.chunks = chunks;
+	resp.n_chunks = chunks ? r->n_keys : 0;
 	return mc_store_batch_get_replica_list_response_encode(c->out, c->id, &resp);
 }
 
@@ -1196,7 +1208,8 @@ static mc_status put_check_writer(struct ctx *c, const struct mc_store_uuid *cli
 
 static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, uint16_t tid,
 			     bool tenant_found, const struct mc_proto_str *key,
-			     const struct mc_proto_opt_u64 *cksum)
+			     const struct mc_proto_opt_u64 *cksum, const uint64_t *sums,
+			     uint32_t nsums)
 {
 	struct mc_master *m = c->m;
 	struct mc_obj *o;
@@ -1210,16 +1223,15 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 	if ((st = put_check_writer(c, client, o, key)) != MC_OK)
 		return st;
 	pin = mc_master_proc_of(m, o)->pin;
-	if (cksum && cksum->present) {
-		o->flags |= MC_OBJ_CKSUM;
-		if (!mc_master_obj_ext_fit(o, o->nrep)) {
-			o->flags &= (uint8_t)~MC_OBJ_CKSUM;
-			return FAIL(c, MC_ERR_NOMEM, "no memory for the checksum");
-		}
-		o->ext->checksum = cksum->value;
-	} else {
-		o->flags &= (uint8_t)~MC_OBJ_CKSUM;
-	}
+	if (nsums && (!cksum || !cksum->present || nsums != mc_store_chunk_count(mc_obj_size(o))))
+		return FAIL(c, MC_ERR_INVALID_PARAMS,
+			    "key '%.*s': %u chunk checksums for %" PRIu64 " bytes (want %" PRIu64
+			    ", with the object's checksum)",
+			    show(key->len), sp(key), nsums, mc_obj_size(o),
+			    mc_store_chunk_count(mc_obj_size(o)));
+	if (!mc_master_obj_set_sums(o, cksum && cksum->present, cksum ? cksum->value : 0, sums,
+				    nsums, false))
+		return FAIL(c, MC_ERR_NOMEM, "no memory for the checksum");
 	mc_master_proc_del(m, o);
 	o->t = c->now; /* lease = now: no protection, but LRU recency */
 	commit_pins(m, o, c->now, pin);
@@ -1289,7 +1301,8 @@ static mc_status h_put_end(struct ctx *c, const struct mc_store_msg *q)
 	if (st == MC_OK && r->replica_type == MC_STORE_REPLICA_DISK)
 		st = fs_finish_one(c, &r->client_id, tid, found, &r->key, true, &r->replica_id);
 	else if (st == MC_OK)
-		st = put_end_one(c, &r->client_id, tid, found, &r->key, &r->checksum);
+		st = put_end_one(c, &r->client_id, tid, found, &r->key, &r->checksum, r->chunk_sums,
+				 r->n_chunk_sums);
 	if (st == MC_OK && r->replica_type == MC_STORE_REPLICA_ALL)
 		fs_end_all(c, tid, found, &r->key);
 	if (st != MC_OK)
@@ -1332,6 +1345,7 @@ static mc_status status_list(struct ctx *c, uint32_t n, const void *list, const 
 static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *client,
 				  const struct mc_proto_str *tenant, uint8_t replica_type,
 				  uint32_t n, const struct mc_store_object_meta *items,
+				  const struct mc_store_chunk_sums *chunks, uint32_t nchunks,
 				  const struct mc_proto_str *keys, bool end, uint16_t type)
 {
 	struct mc_store_batch_status_resp resp = {n, NULL};
@@ -1344,6 +1358,9 @@ static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *cli
 	if (st == MC_OK)
 		st = end ? status_list(c, n, items, "item", &resp.statuses)
 			 : status_list(c, n, keys, "key", &resp.statuses);
+	if (st == MC_OK && nchunks && nchunks != n)
+		st = FAIL(c, MC_ERR_INVALID_PARAMS, "%u chunk checksum lists for %u items", nchunks,
+			  n);
 	if (st != MC_OK)
 		return st;
 	c->err = scratch_err;
@@ -1352,9 +1369,11 @@ static mc_status batch_put_finish(struct ctx *c, const struct mc_store_uuid *cli
 			resp.statuses[i] = fs_finish_one(c, client, tid, found,
 							 end ? &items[i].key : &keys[i], end, NULL);
 		else
-			resp.statuses[i] = end ? put_end_one(c, client, tid, found, &items[i].key,
-							     &items[i].checksum)
-					       : put_revoke_one(c, client, tid, found, &keys[i]);
+			resp.statuses[i] =
+				end ? put_end_one(c, client, tid, found, &items[i].key,
+						  &items[i].checksum, nchunks ? chunks[i].v : NULL,
+						  nchunks ? chunks[i].n : 0)
+				    : put_revoke_one(c, client, tid, found, &keys[i]);
 		if (end && replica_type == MC_STORE_REPLICA_ALL && resp.statuses[i] == MC_OK)
 			fs_end_all(c, tid, found, &items[i].key);
 		nfail += resp.statuses[i] != MC_OK;
@@ -1370,7 +1389,7 @@ static mc_status h_batch_put_end(struct ctx *c, const struct mc_store_msg *q)
 	const struct mc_store_batch_put_end_req *r = &q->body.batch_put_end_req;
 	const uint16_t type = q->hdr.type;
 	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_items, r->items,
-				NULL, true, type);
+				r->chunks, r->n_chunks, NULL, true, type);
 }
 
 static mc_status h_batch_put_revoke(struct ctx *c, const struct mc_store_msg *q)
@@ -1378,7 +1397,7 @@ static mc_status h_batch_put_revoke(struct ctx *c, const struct mc_store_msg *q)
 	const struct mc_store_batch_put_revoke_req *r = &q->body.batch_put_revoke_req;
 	const uint16_t type = q->hdr.type;
 	return batch_put_finish(c, &r->client_id, &r->tenant, r->replica_type, r->n_keys, NULL,
-				r->keys, false, type);
+				NULL, 0, r->keys, false, type);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -38,10 +38,15 @@ struct mc_rep {
 	uint32_t gen;
 };
 
-/* Replicas beyond the first, and the checksum; allocated only when needed. */
+/* Replicas beyond the first, and the checksums; allocated only when needed.
+ * The chunk checksums (MC_STORE_CHUNK, valid with MC_OBJ_CKSUM) come
+ * before the replicas, so that resizing the replicas (mc_master_obj_ext_fit,
+ * a realloc) keeps them in place. */
 struct mc_obj_ext {
 	uint64_t checksum;
-	struct mc_rep reps[]; /* obj.nrep - 1 entries */
+	uint32_t nchunks; /* 0 or mc_store_chunk_count(size) */
+	uint32_t unused;
+	uint64_t tail[]; /* nchunks checksums, then obj.nrep - 1 struct mc_rep */
 };
 
 enum mc_obj_flags {
@@ -410,8 +415,16 @@ static inline bool mc_master_rep_disk(const struct mc_master *m, const struct mc
 {
 	return r->seg < m->nsegs_slots && m->segs[r->seg].state == MC_SEG_DISK;
 }
-/* Make o->ext hold n - 1 extra replicas (keeping the checksum). */
+/* Make o->ext hold n - 1 extra replicas (keeping the checksums). */
 bool mc_master_obj_ext_fit(struct mc_obj *o, uint32_t n);
+/* Set o's checksums (MC_OBJ_CKSUM) from a PutEnd or a log record: cksum
+ * absent clears both; nchunks sums (NULL: none; sums may be unaligned
+ * little-endian bytes when le is set) must be mc_store_chunk_count(size)
+ * or 0.  False: no memory (o unchanged but without checksums). */
+bool mc_master_obj_set_sums(struct mc_obj *o, bool has_cksum, uint64_t cksum, const void *sums,
+			    uint32_t nchunks, bool le);
+/* o's chunk checksums (count in *n; NULL and 0 when none). */
+const uint64_t *mc_master_obj_chunks(const struct mc_obj *o, uint32_t *n);
 /* Release o's memory replicas only; returns how many (disk ones) are left. */
 uint32_t mc_master_obj_release_mem_reps(struct mc_master *m, struct mc_obj *o);
 /* Give the blocks of o back to their allocators at once. */

@@ -99,6 +99,7 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "mooncake/version.h"
@@ -222,7 +223,8 @@ mc_status mc_master_tenant_intern(struct mc_master *m, const char *name, size_t 
 
 struct mc_rep *mc_master_obj_rep(struct mc_obj *o, uint32_t i)
 {
-	return i == 0 ? &o->r0 : &o->ext->reps[i - 1];
+	return i == 0 ? &o->r0
+		      : &((struct mc_rep *)(void *)(o->ext->tail + o->ext->nchunks))[i - 1];
 }
 
 bool mc_master_rep_live(const struct mc_master *m, const struct mc_rep *r)
@@ -355,13 +357,74 @@ bool mc_master_obj_ext_fit(struct mc_obj *o, uint32_t n)
 		o->ext = NULL;
 		return true;
 	}
-	e = mc_realloc(o->ext, sizeof(*e) + (n ? n - 1 : 0) * sizeof(struct mc_rep));
+	e = mc_realloc(o->ext, sizeof(*e) + (o->ext ? o->ext->nchunks : 0) * sizeof(uint64_t) +
+				       (n ? n - 1 : 0) * sizeof(struct mc_rep));
 	if (!e)
 		return false;
-	if (!o->ext)
+	if (!o->ext) {
 		e->checksum = 0;
+		e->nchunks = 0;
+		e->unused = 0;
+	}
 	o->ext = e;
 	return true;
+}
+
+bool mc_master_obj_set_sums(struct mc_obj *o, bool has_cksum, uint64_t cksum, const void *sums,
+			    uint32_t nchunks, bool le)
+{
+	uint32_t extra = o->nrep > 1 ? o->nrep - 1u : 0, old = o->ext ? o->ext->nchunks : 0;
+	struct mc_obj_ext *e;
+
+	if (!has_cksum || !sums)
+		nchunks = 0;
+	if (o->ext && old != nchunks) {
+		/* the replicas move: to the front first when the list shrinks */
+		if (nchunks < old)
+			memmove(o->ext->tail + nchunks, o->ext->tail + old,
+				extra * sizeof(struct mc_rep));
+		e = mc_realloc(o->ext, sizeof(*e) + nchunks * sizeof(uint64_t) +
+					       extra * sizeof(struct mc_rep));
+		if (!e) {
+			if (nchunks < old) { /* cannot be: a shrink */
+				o->ext->nchunks = nchunks;
+				return true;
+			}
+			/* no room for the list: keep the object, unchecked */
+			o->flags &= (uint8_t)~MC_OBJ_CKSUM;
+			return false;
+		}
+		if (nchunks > old)
+			memmove(e->tail + nchunks, e->tail + old, extra * sizeof(struct mc_rep));
+		e->nchunks = nchunks;
+		o->ext = e;
+	}
+	if (!has_cksum) {
+		o->flags &= (uint8_t)~MC_OBJ_CKSUM;
+		(void)mc_master_obj_ext_fit(o, o->nrep); /* shrinking never fails */
+		return true;
+	}
+	o->flags |= MC_OBJ_CKSUM;
+	if (!o->ext) {
+		e = mc_calloc(1, sizeof(*e) + nchunks * sizeof(uint64_t));
+		if (!e) {
+			o->flags &= (uint8_t)~MC_OBJ_CKSUM;
+			return false;
+		}
+		e->nchunks = nchunks;
+		o->ext = e;
+	}
+	o->ext->checksum = cksum;
+	for (uint32_t i = 0; i < nchunks; i++)
+		o->ext->tail[i] = le ? mc_get_le64((const uint8_t *)sums + 8 * (size_t)i)
+				     : ((const uint64_t *)sums)[i];
+	return true;
+}
+
+const uint64_t *mc_master_obj_chunks(const struct mc_obj *o, uint32_t *n)
+{
+	*n = (o->flags & MC_OBJ_CKSUM) && o->ext ? o->ext->nchunks : 0;
+	return *n ? o->ext->tail : NULL;
 }
 
 uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, const char *name,

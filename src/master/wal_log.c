@@ -121,6 +121,9 @@ static bool obj_rec(const struct mc_master *m, struct mc_obj *o, bool waiting, s
 	if (o->flags & MC_OBJ_CKSUM) {
 		w->flags |= MC_WALREC_F_CKSUM;
 		w->checksum = o->ext->checksum;
+		w->chunks = mc_master_obj_chunks(o, &w->nchunks);
+		if (w->nchunks)
+			w->flags |= MC_WALREC_F_CHUNKS;
 	}
 	g = mc_master_group_of(m, o);
 	w->group.p = g ? g->name : "";
@@ -577,11 +580,15 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 		mc_free(o);
 		return MC_ERR_NOMEM;
 	}
-	if (in->flags & MC_WALREC_F_CKSUM)
-		o->ext->checksum = in->checksum;
 	for (uint32_t i = 0; i < n; i++)
 		*mc_master_obj_rep(o, i) = reps[i];
 	o->nrep = (uint8_t)n;
+	if ((in->flags & MC_WALREC_F_CKSUM) &&
+	    !mc_master_obj_set_sums(o, true, in->checksum, in->chunks_le, in->nchunks, true)) {
+		mc_free(o->ext);
+		mc_free(o);
+		return MC_ERR_NOMEM;
+	}
 	if (in->flags & MC_WALREC_F_HARD)
 		o->flags |= MC_OBJ_HARD;
 	st = mc_master_obj_insert(m, o);

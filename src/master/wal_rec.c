@@ -44,9 +44,20 @@ static void put_uuid(struct mc_buf *b, const struct mc_store_uuid *u)
 	put64(b, u->second);
 }
 
+static void put32(struct mc_buf *b, uint32_t v)
+{
+	uint8_t t[4];
+
+	mc_put_le32(t, v);
+	mc_buf_append(b, t, 4);
+}
+
 void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 {
-	put8(out, MC_WALREC_VERSION);
+	/* version 1 where it says all: older masters read those records */
+	put8(out, r->type == MC_WALREC_OBJ_PUT && (r->u.obj.flags & MC_WALREC_F_CHUNKS)
+			  ? MC_WALREC_VERSION
+			  : 1);
 	switch (r->type) {
 	case MC_WALREC_OBJ_PUT: {
 		const struct mc_walrec_obj *o = &r->u.obj;
@@ -57,6 +68,14 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 		put8(out, o->flags);
 		if (o->flags & MC_WALREC_F_CKSUM)
 			put64(out, o->checksum);
+		if (o->flags & MC_WALREC_F_CHUNKS) {
+			put32(out, o->nchunks);
+			if (o->chunks)
+				for (uint32_t i = 0; i < o->nchunks; i++)
+					put64(out, o->chunks[i]);
+			else /* a decoded record, re-encoded */
+				mc_buf_append(out, o->chunks_le, (size_t)o->nchunks * 8);
+		}
 		put_str(out, &o->group);
 		put8(out, o->nrep);
 		for (uint32_t i = 0; i < o->nrep; i++) {
@@ -120,6 +139,17 @@ static uint8_t get8(struct rd *d, const char *field)
 	return d->p[d->off++];
 }
 
+static uint32_t get32(struct rd *d, const char *field)
+{
+	uint32_t v;
+
+	if (!need(d, 4, field))
+		return 0;
+	v = mc_get_le32(d->p + d->off);
+	d->off += 4;
+	return v;
+}
+
 static uint64_t get64(struct rd *d, const char *field)
 {
 	uint64_t v;
@@ -165,7 +195,7 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "wal record type %u: empty payload",
 				    type);
 	ver = get8(&d, "version");
-	if (ver != MC_WALREC_VERSION)
+	if (ver == 0 || ver > MC_WALREC_VERSION)
 		return mc_set_error(ver > MC_WALREC_VERSION ? MC_ERR_INVALID_VERSION
 							    : MC_ERR_MALFORMED_JSON,
 				    "wal record type %u: payload version %u, this master reads %u",
@@ -178,10 +208,26 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		get_str(&d, &o->key, "key");
 		o->size = get64(&d, "size");
 		o->flags = get8(&d, "flags");
-		if (!d.bad && (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM)))
+		if (!d.bad &&
+		    (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM | MC_WALREC_F_CHUNKS)))
 			d.bad = "flags";
+		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && !(o->flags & MC_WALREC_F_CKSUM))
+			d.bad = "flags";
+		/* each record has the lowest version that can say it */
+		if (!d.bad && (ver == 2) != ((o->flags & MC_WALREC_F_CHUNKS) != 0))
+			d.bad = "version";
 		if (o->flags & MC_WALREC_F_CKSUM)
 			o->checksum = get64(&d, "checksum");
+		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS)) {
+			o->nchunks = get32(&d, "chunk count");
+			if (!d.bad &&
+			    (o->nchunks == 0 || o->nchunks != mc_store_chunk_count(o->size)))
+				d.bad = "chunk count";
+			if (!d.bad && need(&d, (size_t)o->nchunks * 8, "chunk checksums")) {
+				o->chunks_le = d.p + d.off;
+				d.off += (size_t)o->nchunks * 8;
+			}
+		}
 		get_str(&d, &o->group, "group");
 		o->nrep = get8(&d, "replica count");
 		if (!d.bad && o->nrep > MC_WALREC_MAX_REPS)
@@ -199,6 +245,8 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		break;
 	}
 	case MC_WALREC_OBJ_DEL:
+		if (ver != 1)
+			d.bad = "version";
 		get_str(&d, &r->u.obj.tenant, "tenant");
 		get_str(&d, &r->u.obj.key, "key");
 		if (!d.bad && r->u.obj.key.len == 0)
@@ -207,6 +255,8 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 	case MC_WALREC_SEG_MOUNT: {
 		struct mc_walrec_seg *s = &r->u.seg;
 
+		if (ver != 1)
+			d.bad = "version";
 		get_uuid(&d, &s->id, "segment id");
 		get_uuid(&d, &s->client, "client id");
 		s->base = get64(&d, "base");
@@ -219,9 +269,13 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		break;
 	}
 	case MC_WALREC_SEG_UNMOUNT:
+		if (ver != 1)
+			d.bad = "version";
 		get_uuid(&d, &r->u.seg.id, "segment id");
 		break;
 	case MC_WALREC_VIEW:
+		if (ver != 1)
+			d.bad = "version";
 		r->u.view.version = get64(&d, "view version");
 		get_str(&d, &r->u.view.leader, "leader");
 		break;

@@ -4,13 +4,18 @@
  *
  * Every payload starts with a version byte (MC_WALREC_VERSION); a newer
  * one is refused (INVALID_VERSION), so an older master never guesses at a
- * newer master's log.  Then, little-endian, strings as u16 length + bytes,
+ * newer master's log.  Version 2 added the chunk checksums of OBJ_PUT; a
+ * record without them is still written as version 1, which masters
+ * before it read.  Then, little-endian, strings as u16 length + bytes,
  * a uuid as two u64:
  *
  *   OBJ_PUT   an object completed (PutEnd) or replaced (Upsert):
- *             tenant, key, u64 size, u8 flags (1 hard pin, 2 checksum),
- *             [u64 checksum], group ("" = none), u8 nrep, nrep x
- *             { u8 kind (enum mc_walrec_rep_kind), uuid segment, u64 addr }
+ *             tenant, key, u64 size, u8 flags (1 hard pin, 2 checksum,
+ *             4 chunk checksums), [u64 checksum], [u32 nchunks, nchunks x
+ *             u64: flag 4, which needs flag 2 and payload version 2, and
+ *             nchunks is mc_store_chunk_count(size)], group ("" = none),
+ *             u8 nrep, nrep x { u8 kind (enum mc_walrec_rep_kind), uuid
+ *             segment, u64 addr }
  *   OBJ_DEL   an object removed, revoked after completion, evicted or
  *             dropped with its segment: tenant, key
  *   SEG_MOUNT a segment mounted: uuid segment, uuid client, u64 base,
@@ -35,7 +40,7 @@
 #include "mooncake/status.h"
 #include "store/proto.h"
 
-#define MC_WALREC_VERSION  1u
+#define MC_WALREC_VERSION  2u
 #define MC_WALREC_MAX_REPS 64u
 
 enum mc_walrec_type {
@@ -55,6 +60,7 @@ enum mc_walrec_rep_kind {
 enum {
 	MC_WALREC_F_HARD = 1u << 0,
 	MC_WALREC_F_CKSUM = 1u << 1,
+	MC_WALREC_F_CHUNKS = 1u << 2, /* version 2 */
 };
 
 struct mc_walrec_str {
@@ -73,6 +79,9 @@ struct mc_walrec_obj {
 	uint64_t size;
 	uint8_t flags;
 	uint64_t checksum;
+	uint32_t nchunks;	  /* F_CHUNKS */
+	const uint64_t *chunks;	  /* encode: the checksums */
+	const uint8_t *chunks_le; /* decode: nchunks little-endian u64, in the payload */
 	uint8_t nrep;
 	struct mc_walrec_rep reps[MC_WALREC_MAX_REPS];
 };

@@ -253,6 +253,7 @@ mc_status mc_store_new(struct mc_store **out)
 	}
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
+	pthread_mutex_init(&s->scratch_lock, NULL);
 	mc_store_xsegs_init(s);
 	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
@@ -273,6 +274,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->hb_cond);
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
+	pthread_mutex_destroy(&s->scratch_lock);
 	pthread_mutex_destroy(&s->xseg_lock);
 	pthread_cond_destroy(&s->xseg_idle);
 	pthread_mutex_destroy(&s->remount_lock);
@@ -309,6 +311,7 @@ static void teardown(struct mc_store *s)
 	mc_store_fs_stop(s); /* its files written and reported while the master is there */
 	mc_store_offload_stop(s);
 	mc_store_xsegs_free(s);
+	mc_store_scratch_free(s);
 	if (s->seg_mounted) {
 		struct mc_store_unmount_req req = {s->client_id, s->seg_id};
 		if (mc_master_conn_call(s->conn, MC_STORE_UNMOUNT_SEGMENT, &req, &resp) == MC_OK)
@@ -699,6 +702,7 @@ static mc_status keys_req(struct mc_store *s, const char *const *keys, size_t n,
 	req->tenant = mc_store_tenant(s);
 	req->n_keys = (uint32_t)n;
 	req->keys = kv;
+	req->want = (struct mc_proto_opt_u64){false, 0}; /* minor 9: chunk sums, none */
 	return MC_OK;
 }
 

@@ -125,6 +125,13 @@ struct mc_store {
 	struct mc_http *http; /* the client HTTP server, or NULL (client_http.c) */
 	/* a dummy client's connection to its daemon (dummy_client.c), or NULL */
 	struct mc_dummy *dummy;
+	/* ranged reads checked chunk by chunk (client_ranges.c): slots of
+	 * MC_STORE_CHUNK bytes for the chunks a range covers in part, in one
+	 * region registered with the engine at first use */
+	pthread_mutex_t scratch_lock;
+	char *scratch;
+	uint32_t scratch_free; /* bit i: slot i is free */
+	bool scratch_failed;   /* registering it failed: per-call buffers only */
 };
 
 /* One object's side of a transfer: its user buffers (scatter-gather) and
@@ -150,6 +157,13 @@ struct mc_store_io {
 	 * list carries one is checked against it (check, cksum) */
 	bool sign, has_cksum, check, checked;
 	uint64_t cksum;
+	/* a write's chunk checksums (sign; MC_STORE_CHUNK, mc_malloc'd, freed
+	 * by mc_store_io_sums_free), when it has more than one chunk */
+	uint64_t *chunk_sums;
+	uint32_t nchunks;
+	/* a read checked chunk by chunk (a range, client_ranges.c): io->len
+	 * bytes from a chunk's start, chunk_want[i] the sum of its i-th chunk */
+	const uint64_t *chunk_want;
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 };
 
@@ -237,6 +251,43 @@ static inline bool mc_store_range_inside(uint64_t off, uint64_t len, uint64_t si
 	return len <= size && off <= size - len;
 }
 
+/* ---- client_ranges.c ---- */
+
+/* Deregister and free the scratch slots of ranged reads (mc_store_close). */
+void mc_store_scratch_free(struct mc_store *s);
+
+/*
+ * Ranged reads checked chunk by chunk (get_into_ranges, get sessions):
+ * _init for up to nios ranges; _add one range of object o into dst (as
+ * mc_store_ranges_add, widened to the chunks it touches when o has chunk
+ * sums; o->list, when set, gives it the object's other replicas); _ready
+ * once all are added, before mc_store_run_transfers (scratch for the
+ * partial chunks); _done for range k when its read succeeded (the asked
+ * bytes of its partial chunks into its buffer); _release at the end.
+ */
+struct mc_store_chk_obj {
+	struct mc_proto_str key;
+	const struct mc_store_replica *rep;	  /* the replica read */
+	const struct mc_store_replica_list *list; /* NULL: no fallback */
+	bool has_cksum;
+	uint64_t cksum;
+	struct mc_store_chunk_sums sums; /* none: n = 0 */
+};
+struct chunk_plan;
+struct scratch;
+struct mc_store_chk {
+	struct chunk_plan *plans; /* per range */
+	struct scratch *sc;
+	size_t nslots;
+};
+mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);
+size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
+			const struct mc_store_chk_obj *o, void *dst, uint64_t off, uint64_t len);
+mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c,
+			     struct mc_store_ranges *rs);
+void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k);
+void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c);
+
 /* ---- client_xfer.c ---- */
 
 /* Check a call's config; nkeys: the keys of the call, which group_ids must
@@ -290,6 +341,10 @@ mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_m
 
 /* One BatchGetReplicaList for keys[0..n); an answer that does not hold
  * exactly n items is released and refused (MC_ERR_PROTOCOL). */
+/* mc_store_lookup_batch asking also for the chunk checksums (minor 9, with
+ * verification on); resp's batch_replica_list.n_chunks is n or 0. */
+mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				 struct mc_store_msg *resp);
 mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				struct mc_store_msg *resp);
 
@@ -318,6 +373,8 @@ static inline bool mc_store_io_retryable(const struct mc_store_io *io)
 
 /* XXH3-64 of io's io->len bytes, across its buffers in order. */
 uint64_t mc_store_io_hash(const struct mc_store_io *io);
+/* Free a write's chunk checksums (mc_store_verify_sign). */
+void mc_store_io_sums_free(struct mc_store_io *io);
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);
@@ -358,11 +415,14 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp);
  * memory is short: the session then signs nothing.  Not thread-safe: the
  * caller serialises (sess_lock). */
 struct mc_store_seq_hash;
-struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s);
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size);
 void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
 			   const void *p, uint64_t len, bool ok);
 /* The object's checksum when every one of its size bytes was hashed in order. */
 struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size);
+/* Its chunk sums (owned by h) when it has them and every byte was hashed
+ * in order; n = 0 otherwise. */
+struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_hash *h);
 void mc_store_seq_hash_free(struct mc_store_seq_hash *h);
 
 /* Replicas found corrupt by one call, reported together. */

@@ -6,7 +6,20 @@
  * batch carries them all through mc_store_run_transfers (client_xfer.c),
  * with its retries of other replicas.
  *
- * Threads: as client_xfer.c; a call's state is its own.
+ * Integrity (docs/design.md "Integrity"): an object larger than one chunk
+ * (MC_STORE_CHUNK) whose writer sent its chunk checksums has them listed
+ * when a ranged read asks (minor 9).  A range that is not the whole
+ * object is then widened to the chunks it touches: the chunks it covers
+ * whole land in the caller's buffer, the first and last when it covers
+ * them only in part land in scratch slots (registered with the engine
+ * once, the fallback a buffer registered for the call), every chunk is
+ * checked against its sum after the pass (client_verify.c), a mismatch
+ * takes the retry path of whole reads, and only then are the asked bytes
+ * of the partial chunks copied out.  The caller's buffer never receives a
+ * byte outside its ranges.
+ *
+ * Threads: as client_xfer.c; a call's state is its own; the scratch slots
+ * are under scratch_lock.
  */
 #define MC_LOG_MODULE "store"
 #include "store/client_int.h"
@@ -80,6 +93,260 @@ size_t mc_store_ranges_add(struct mc_store_ranges *rs, void *buf, uint64_t off, 
 	return i;
 }
 
+/* ---- scratch for partly covered chunks ---------------------------------------------------- */
+
+#define SCRATCH_SLOTS 16u /* 4 MiB: 8 ranges of any batch at once, no registration per call */
+
+void mc_store_scratch_free(struct mc_store *s)
+{
+	pthread_mutex_lock(&s->scratch_lock);
+	if (s->scratch) {
+		if (s->te)
+			(void)mc_te_deregister(s->te, s->scratch);
+		mc_free(s->scratch);
+	}
+	s->scratch = NULL;
+	s->scratch_free = 0;
+	s->scratch_failed = false;
+	pthread_mutex_unlock(&s->scratch_lock);
+}
+
+/* Up to n free slots into out[]; how many. */
+static size_t scratch_take(struct mc_store *s, char **out, size_t n)
+{
+	size_t got = 0;
+
+	pthread_mutex_lock(&s->scratch_lock);
+	if (!s->scratch && !s->scratch_failed) {
+		s->scratch = mc_malloc((size_t)SCRATCH_SLOTS * MC_STORE_CHUNK);
+		if (s->scratch &&
+		    mc_te_register(s->te, s->scratch, (size_t)SCRATCH_SLOTS * MC_STORE_CHUNK, NULL,
+				   false) == MC_OK) {
+			s->scratch_free = (uint32_t)((1ull << SCRATCH_SLOTS) - 1);
+		} else {
+			mc_free(s->scratch);
+			s->scratch = NULL;
+			s->scratch_failed = true;
+		}
+	}
+	for (uint32_t i = 0; i < SCRATCH_SLOTS && got < n; i++) {
+		if (s->scratch_free & (1u << i)) {
+			s->scratch_free &= ~(1u << i);
+			out[got++] = s->scratch + (size_t)i * MC_STORE_CHUNK;
+		}
+	}
+	pthread_mutex_unlock(&s->scratch_lock);
+	return got;
+}
+
+static void scratch_give(struct mc_store *s, char *const *slots, size_t n)
+{
+	pthread_mutex_lock(&s->scratch_lock);
+	for (size_t k = 0; k < n; k++)
+		s->scratch_free |= 1u << ((size_t)(slots[k] - s->scratch) / MC_STORE_CHUNK);
+	pthread_mutex_unlock(&s->scratch_lock);
+}
+
+/* The scratch of one call: slots of the client's region, then slots of a
+ * buffer of its own (registered for the call) when those run out. */
+struct scratch {
+	char **slots;
+	size_t n, pooled, next;
+	char *own; /* registered for the call, or NULL */
+};
+
+static mc_status scratch_get(struct mc_store *s, struct scratch *sc, size_t n)
+{
+	memset(sc, 0, sizeof(*sc));
+	if (!n)
+		return MC_OK;
+	if (!(sc->slots = mc_calloc(n, sizeof(*sc->slots))))
+		return MC_ERR_NOMEM;
+	sc->n = n;
+	sc->pooled = scratch_take(s, sc->slots, n);
+	if (sc->pooled == n)
+		return MC_OK;
+	sc->own = mc_malloc((n - sc->pooled) * (size_t)MC_STORE_CHUNK);
+	if (!sc->own || mc_te_register(s->te, sc->own, (n - sc->pooled) * (size_t)MC_STORE_CHUNK,
+				       NULL, false) != MC_OK) {
+		mc_free(sc->own);
+		sc->own = NULL;
+		return MC_ERR_NOMEM;
+	}
+	for (size_t k = sc->pooled; k < n; k++)
+		sc->slots[k] = sc->own + (k - sc->pooled) * (size_t)MC_STORE_CHUNK;
+	return MC_OK;
+}
+
+static void scratch_put(struct mc_store *s, struct scratch *sc)
+{
+	if (sc->pooled)
+		scratch_give(s, sc->slots, sc->pooled);
+	if (sc->own) {
+		(void)mc_te_deregister(s->te, sc->own);
+		mc_free(sc->own);
+	}
+	mc_free(sc->slots);
+	memset(sc, 0, sizeof(*sc));
+}
+
+/* ---- chunked ranges ------------------------------------------------------------------------ */
+
+/* How range [off, off + len) of an object of size bytes is read to be
+ * checked: the chunks [ws, we) it touches, in up to three pieces (a
+ * partial first chunk, the chunks it covers whole, a partial last chunk). */
+struct chunk_plan {
+	bool on;
+	uint64_t off, len;   /* the range asked */
+	uint64_t ws, we;     /* the chunks read */
+	bool head, tail;     /* the first / last chunk is covered in part: scratch */
+	uint64_t head_end;   /* end of the first chunk */
+	uint64_t tail_start; /* start of the last chunk (tail) */
+	void *bufs[3];
+	size_t lens[3];
+	char *hs, *ts; /* the scratch slots of head and tail */
+};
+
+/* Plan p for reading range g of an object of size bytes into dst; false
+ * when it is read as before (no chunk sums, the whole object, empty). */
+static bool plan_range(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size,
+		       const struct mc_store_chunk_sums *cs)
+{
+	uint64_t c0, c1;
+
+	memset(p, 0, sizeof(*p));
+	if (!cs || !cs->n || cs->n != mc_store_chunk_count(size) || !len ||
+	    (off == 0 && len == size))
+		return false;
+	c0 = off / MC_STORE_CHUNK;
+	c1 = (off + len - 1) / MC_STORE_CHUNK;
+	p->on = true;
+	p->off = off;
+	p->len = len;
+	p->ws = c0 * MC_STORE_CHUNK;
+	p->we = MC_MIN(size, (c1 + 1) * MC_STORE_CHUNK);
+	p->head_end = MC_MIN(p->ws + MC_STORE_CHUNK, p->we);
+	p->head = off > p->ws || off + len < p->head_end;
+	p->tail_start = c1 * MC_STORE_CHUNK;
+	p->tail = c1 > c0 && off + len < p->we;
+	return true;
+}
+
+/* The pieces of p: scratch for partial chunks, dst (the range's place in
+ * the caller's buffer) for the rest; how many. */
+static size_t plan_bufs(struct chunk_plan *p, char *dst, struct scratch *sc)
+{
+	size_t n = 0;
+	uint64_t mid_start = p->ws, mid_end = p->we;
+
+	if (p->head) {
+		p->hs = sc->slots[sc->next++];
+		p->bufs[n] = p->hs;
+		p->lens[n++] = (size_t)(p->head_end - p->ws);
+		mid_start = p->head_end;
+	}
+	if (p->tail) {
+		p->ts = sc->slots[sc->next++];
+		mid_end = p->tail_start;
+	}
+	if (mid_end > mid_start) {
+		p->bufs[n] = dst + (mid_start - p->off);
+		p->lens[n++] = (size_t)(mid_end - mid_start);
+	}
+	if (p->tail) {
+		p->bufs[n] = p->ts;
+		p->lens[n++] = (size_t)(p->we - p->tail_start);
+	}
+	return n;
+}
+
+/* After a good read: the asked bytes of the partial chunks into dst. */
+static void plan_copy_out(const struct chunk_plan *p, char *dst)
+{
+	if (p->head) {
+		uint64_t end = MC_MIN(p->off + p->len, p->head_end);
+
+		memcpy(dst, p->hs + (p->off - p->ws), (size_t)(end - p->off));
+	}
+	if (p->tail)
+		memcpy(dst + (p->tail_start - p->off), p->ts,
+		       (size_t)(p->off + p->len - p->tail_start));
+}
+
+mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios)
+{
+	memset(c, 0, sizeof(*c));
+	c->plans = mc_calloc(nios ? nios : 1, sizeof(*c->plans));
+	c->sc = mc_calloc(1, sizeof(*c->sc));
+	if (!c->plans || !c->sc) {
+		mc_free(c->plans);
+		mc_free(c->sc);
+		memset(c, 0, sizeof(*c));
+		return MC_ERR_NOMEM;
+	}
+	return MC_OK;
+}
+
+size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
+			const struct mc_store_chk_obj *o, void *dst, uint64_t off, uint64_t len)
+{
+	struct chunk_plan p = {.on = false};
+	struct mc_store_io *io;
+	size_t k;
+
+	/* checked chunk by chunk: read the chunks it touches */
+	if (!s->verify || !o->has_cksum ||
+	    !plan_range(&p, off, len, o->rep->size, o->sums.n ? &o->sums : NULL) ||
+	    mc_te_local_device(s->te, dst, len) >= 0)
+		p.on = false;
+	k = mc_store_ranges_add(rs, dst, p.on ? p.ws : off, p.on ? p.we - p.ws : len, o->rep, 1);
+	io = &rs->ios[k];
+	io->key = o->key;
+	if (len && o->list)
+		mc_store_io_alternates(io, o->list, o->rep, p.on ? p.ws : off);
+	if (p.on) {
+		io->check = true;
+		io->chunk_want = o->sums.v + p.ws / MC_STORE_CHUNK;
+		c->nslots += (size_t)p.head + (size_t)p.tail;
+	} else if (len && off == 0 && len == o->rep->size && o->has_cksum) {
+		io->check = true; /* the whole object */
+		io->checked = false;
+		io->cksum = o->cksum;
+	}
+	c->plans[k] = p;
+	return k;
+}
+
+mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs)
+{
+	if (scratch_get(s, c->sc, c->nslots) != MC_OK)
+		return mc_set_error(MC_ERR_NOMEM, "ranged read: no memory for %zu chunks",
+				    c->nslots);
+	for (size_t k = 0; k < rs->n; k++) {
+		if (!c->plans[k].on)
+			continue;
+		rs->ios[k].nbufs = plan_bufs(&c->plans[k], rs->bufs[k], c->sc);
+		rs->ios[k].bufs = c->plans[k].bufs;
+		rs->ios[k].lens = c->plans[k].lens;
+	}
+	return MC_OK;
+}
+
+void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k)
+{
+	if (c->plans[k].on)
+		plan_copy_out(&c->plans[k], rs->bufs[k]);
+}
+
+void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c)
+{
+	if (c->sc)
+		scratch_put(s, c->sc);
+	mc_free(c->sc);
+	mc_free(c->plans);
+	memset(c, 0, sizeof(*c));
+}
+
 /* ---- ranged reads ------------------------------------------------------------------------ */
 
 /* The end of the region registered with this client's engine that holds
@@ -110,6 +377,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	size_t *first = NULL; /* per read: its first range's index in rs */
 	size_t nfrag = 0;
 	struct mc_store_ranges rs = {0};
+	struct mc_store_chk chk = {0};
 	bool have_resp = false;
 	uint64_t t0 = 0;
 	mc_status rc = mc_store_check_ready(s), ret = MC_OK;
@@ -133,7 +401,8 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	kv = mc_calloc(n, sizeof(*kv));
 	sent = mc_calloc(n, sizeof(*sent));
 	first = mc_calloc(n, sizeof(*first));
-	if (!kv || !sent || !first || mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
+	if (!kv || !sent || !first || mc_store_chk_init(&chk, nfrag) != MC_OK ||
+	    mc_store_ranges_init(&rs, nfrag, nfrag) != MC_OK) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -147,7 +416,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	if (!nsent)
 		goto out;
 	t0 = mc_now_ms();
-	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
+	rc = mc_store_lookup_chunks(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
 	have_resp = true;
@@ -156,6 +425,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			&resp.body.batch_replica_list.items[j];
 		const struct mc_store_range_read *r = &reads[sent[j]];
 		const struct mc_store_replica *rep;
+		struct mc_store_chk_obj o = {.key = kv[j], .list = &it->list};
 		uint64_t base = (uint64_t)(uintptr_t)r->buf, end, room;
 
 		first[sent[j]] = rs.n;
@@ -168,6 +438,11 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			range_results_fill(r, MC_ERR_INVALID_REPLICA);
 			continue;
 		}
+		o.rep = rep;
+		o.has_cksum = it->list.checksum.present;
+		o.cksum = it->list.checksum.value;
+		if (resp.body.batch_replica_list.n_chunks)
+			o.sums = resp.body.batch_replica_list.chunks[j];
 		end = registered_end(s, base);
 		room = end ? end - base : 0;
 		if (!end)
@@ -185,14 +460,13 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 				r->results[f] = MC_ERR_INVALID_PARAMS;
 				continue;
 			}
-			size_t k = mc_store_ranges_add(&rs, (char *)r->buf + g->dst_offset,
-						       g->src_offset, g->length, rep, 1);
-
-			rs.ios[k].key = kv[j];
-			if (g->length)
-				mc_store_io_alternates(&rs.ios[k], &it->list, rep, g->src_offset);
+			(void)mc_store_chk_add(s, &chk, &rs, &o, (char *)r->buf + g->dst_offset,
+					       g->src_offset, g->length);
 		}
 	}
+	rc = mc_store_chk_ready(s, &chk, &rs);
+	if (rc != MC_OK)
+		goto fail_all;
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_range_read *r = &reads[sent[j]];
@@ -207,7 +481,9 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 			else if (expired && mc_store_read_leased(rs.ios[k].reps))
 				r->results[f] = MC_ERR_LEASE_EXPIRED;
 			else
-				r->results[f] = (int64_t)rs.ios[k].len;
+				r->results[f] = (int64_t)r->ranges[f].length;
+			if (r->results[f] >= 0)
+				mc_store_chk_done(&chk, &rs, k);
 			k++;
 		}
 	}
@@ -220,6 +496,7 @@ out:
 		mc_store_msg_release(&resp);
 	for (size_t i = 0; i < n && ret == MC_OK; i++)
 		ret = mc_store_first_failure_i64(reads[i].results, reads[i].nranges);
+	mc_store_chk_release(s, &chk);
 	mc_store_ranges_release(&rs);
 	mc_free(kv);
 	mc_free(sent);

@@ -51,6 +51,12 @@ struct session {
 	bool detached;			/* out of its tree (sess_lock) */
 	bool awaited;			/* detached: an ender waits for users == 0 */
 	struct mc_store_seq_hash *hash; /* put: the object's checksum, written in order */
+	/* get: the object's checksums, to check what its ranged reads cover
+	 * (client_ranges.c, mc_store_chk_*) */
+	bool has_cksum;
+	uint64_t cksum;
+	struct mc_store_chunk_sums sums;
+	uint64_t lease_ms; /* get: the lease granted, ending at deadline_ms */
 	char *blob;
 };
 
@@ -65,6 +71,7 @@ static void session_free(void *p)
 	if (!x)
 		return;
 	mc_store_seq_hash_free(x->hash);
+	mc_free(x->sums.v);
 	mc_free(x->reps);
 	mc_free(x->blob);
 	mc_free(x);
@@ -251,10 +258,14 @@ mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const
 	if (!nsent)
 		goto out;
 	t0 = mc_now_ms();
-	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
+	rc = mc_store_lookup_chunks(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto out;
 	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_chunk_sums *cs =
+			resp.body.batch_replica_list.n_chunks
+				? &resp.body.batch_replica_list.chunks[j]
+				: NULL;
 		const struct mc_store_replica_list_item *it =
 			&resp.body.batch_replica_list.items[j];
 		const struct mc_store_replica *rep;
@@ -277,6 +288,13 @@ mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const
 			continue;
 		}
 		x->deadline_ms = t0 + it->list.lease_ttl_ms;
+		x->lease_ms = it->list.lease_ttl_ms;
+		x->has_cksum = it->list.checksum.present;
+		x->cksum = it->list.checksum.value;
+		if (cs && cs->n && (x->sums.v = mc_malloc((size_t)cs->n * sizeof(uint64_t)))) {
+			memcpy(x->sums.v, cs->v, (size_t)cs->n * sizeof(uint64_t));
+			x->sums.n = cs->n; /* no memory: its ranges are read unchecked */
+		}
 		pthread_mutex_lock(&s->sess_lock);
 		if (!session_insert_locked(&s->get_sessions, x, true)) {
 			session_free(x);
@@ -325,6 +343,8 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 	struct session **xs = NULL;
 	size_t *first = NULL, nio = 0, nrep = 0;
 	struct mc_store_ranges rs = {0};
+	struct mc_store_chk chk = {0};
+	struct mc_store_corrupt corrupt = {.n = 0};
 	void **tree = put ? &s->put_sessions : &s->get_sessions;
 	uint64_t now;
 	mc_status rc = session_begin(s, keys, n, results, true);
@@ -388,6 +408,8 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 		}
 	}
 	rc = mc_store_ranges_init(&rs, nio, nrep);
+	if (rc == MC_OK && !put)
+		rc = mc_store_chk_init(&chk, nio);
 	for (size_t i = 0; i < n; i++) {
 		if (!xs[i] || results[i] != MC_OK)
 			continue;
@@ -396,12 +418,37 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 			continue;
 		}
 		first[i] = rs.n;
-		for (size_t b = 0; b < nbufs[i]; b++)
-			rs.ios[mc_store_ranges_add(&rs, bufs[i][b], offs[i][b], lens[i][b],
-						   xs[i]->reps, put ? xs[i]->nreps : 1)]
-				.key = mc_proto_str_c(xs[i]->key);
+		for (size_t b = 0; b < nbufs[i]; b++) {
+			struct mc_store_chk_obj o = {.key = mc_proto_str_c(xs[i]->key),
+						     .rep = xs[i]->reps,
+						     .has_cksum = xs[i]->has_cksum,
+						     .cksum = xs[i]->cksum,
+						     .sums = xs[i]->sums};
+			if (put)
+				rs.ios[mc_store_ranges_add(&rs, bufs[i][b], offs[i][b], lens[i][b],
+							   xs[i]->reps, xs[i]->nreps)]
+					.key = o.key;
+			else /* checked: what it covers of the object */
+				(void)mc_store_chk_add(s, &chk, &rs, &o, bufs[i][b], offs[i][b],
+						       lens[i][b]);
+		}
 	}
+	if (!put && rs.n && mc_store_chk_ready(s, &chk, &rs) != MC_OK)
+		for (size_t k = 0; k < rs.n; k++)
+			rs.ios[k].status = MC_ERR_NOMEM;
 	mc_store_run_transfers(s, rs.ios, rs.n, put ? MC_OP_WRITE : MC_OP_READ);
+	/* a session reads its one replica: a bad one is reported, the call fails */
+	for (size_t i = 0; !put && i < n; i++) {
+		for (size_t b = 0; xs[i] && results[i] == MC_OK && b < nbufs[i]; b++) {
+			struct mc_store_io *io = &rs.ios[first[i] + b];
+
+			io->lease_ttl_ms = xs[i]->lease_ms;
+			if (io->status == MC_ERR_CHECKSUM_MISMATCH)
+				mc_store_corrupt_add(&corrupt, io,
+						     xs[i]->deadline_ms - xs[i]->lease_ms);
+		}
+	}
+	mc_store_report_corrupt(s, &corrupt);
 	if (put) {
 		/* the object's checksum, as long as its pieces come in order (a
 		 * call refused before any transfer wrote nothing) */
@@ -423,8 +470,10 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 			const struct mc_store_io *io = &rs.ios[first[i] + b];
 			if (io->status != MC_OK)
 				results[i] = io->status;
-			total += io->len;
+			total += lens[i][b]; /* a checked read may have read more */
 		}
+		for (size_t b = 0; !put && results[i] == MC_OK && b < nbufs[i]; b++)
+			mc_store_chk_done(&chk, &rs, first[i] + b);
 		if (results[i] == MC_OK && !put && now > xs[i]->deadline_ms &&
 		    mc_store_read_leased(xs[i]->reps))
 			results[i] = MC_ERR_LEASE_EXPIRED; /* may have raced with a removal */
@@ -432,6 +481,7 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 			results[i] = (int64_t)total;
 		session_unuse(s, xs[i]);
 	}
+	mc_store_chk_release(s, &chk);
 	mc_store_ranges_release(&rs);
 	mc_free(xs);
 	mc_free(first);
@@ -523,7 +573,7 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 		if (it->n_replicas)
 			x = session_new(keys[i], sizes[i], it->replicas, it->n_replicas);
 		if (x)
-			x->hash = mc_store_seq_hash_new(s);
+			x->hash = mc_store_seq_hash_new(s, sizes[i]);
 		if (x) {
 			pthread_mutex_lock(&s->sess_lock);
 			ok = session_insert_locked(&s->put_sessions, x, false);
@@ -558,6 +608,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 	struct session **xs;
 	struct mc_proto_str *kv = NULL;
 	struct mc_store_object_meta *metas = NULL;
+	struct mc_store_chunk_sums *chunks = NULL; /* per item */
+	bool any_chunks = false;
 	uint32_t *owner = NULL, m = 0;
 	struct mc_store_msg resp;
 	mc_status rc = session_begin(s, keys, n, results, true);
@@ -571,7 +623,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 	kv = mc_calloc(n, sizeof(*kv));
 	metas = mc_calloc(n, sizeof(*metas));
 	owner = mc_calloc(n, sizeof(*owner));
-	if (!xs || !kv || !metas || !owner) {
+	chunks = mc_calloc(n, sizeof(*chunks));
+	if (!xs || !kv || !metas || !owner || !chunks) {
 		for (size_t i = 0; i < n; i++)
 			results[i] = MC_ERR_NOMEM;
 		rc = MC_ERR_NOMEM;
@@ -595,6 +648,8 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 		kv[m] = mc_proto_str_c(xs[i]->key);
 		metas[m].key = kv[m];
 		metas[m].checksum = mc_store_seq_hash_done(xs[i]->hash, xs[i]->size);
+		chunks[m] = mc_store_seq_hash_chunks(xs[i]->hash); /* freed with the session */
+		any_chunks |= chunks[m].n != 0;
 		owner[m++] = (uint32_t)i;
 	}
 	for (uint32_t e = 0; e < m; e++)
@@ -612,6 +667,9 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 			.replica_type = MC_STORE_REPLICA_ALL,
 			.n_items = m,
 			.items = metas,
+			/* minor 9: the chunk checksums, for ranged reads */
+			.n_chunks = any_chunks && mc_master_conn_peer_minor(s->conn) >= 9 ? m : 0,
+			.chunks = chunks,
 		};
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_PUT_END, &end, &resp);
 	}
@@ -641,6 +699,7 @@ out:
 	mc_free(xs);
 	mc_free(kv);
 	mc_free(metas);
+	mc_free(chunks);
 	mc_free(owner);
 	return mc_store_first_failure(results, n);
 }

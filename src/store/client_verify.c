@@ -29,17 +29,22 @@
  * have run out is not reported: the object may have been removed and its
  * memory rewritten under the read, which the lease check then reports.
  *
+ * An object larger than one chunk (MC_STORE_CHUNK) is also signed chunk
+ * by chunk (hash_chunks, one pass), and a read of part of it checks the
+ * chunks it touches (client_ranges.c widens it to them; judge_chunks).
+ *
  * A put session signs its object too when its pieces are written in order
  * from offset 0 (mc_store_seq_hash: each piece hashed once its write
- * succeeded, under the client's sess_lock); a gap, a rewrite, a failed
- * piece or device memory leaves that object without a checksum.
+ * succeeded, under the client's sess_lock, its chunks' sums too); a gap, a
+ * rewrite, a failed piece or device memory leaves that object without a
+ * checksum.
  *
- * What is not checked: reads of part of an object (ranges that are not
- * the whole object, get sessions), which cannot be checked against a
- * whole-object hash without reading the whole object; objects written by
- * put sessions out of order or from device memory, whose PutEnd carries
- * no checksum; reads into device memory (hashing them would need a copy
- * to the host of every byte).
+ * What is not checked: ranges of objects without chunk sums (written
+ * before minor 9, or by a session out of order), which cannot be checked
+ * against a whole-object hash without reading the whole object; objects
+ * written by put sessions out of order or from device memory, whose PutEnd
+ * carries no checksum; reads into device memory (hashing them would need a
+ * copy to the host of every byte).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -110,17 +115,71 @@ uint64_t mc_store_io_hash(const struct mc_store_io *io)
  * the engine's per-request work stays small beside the bytes. */
 #define MC_STORE_VERIFY_CHUNK (128u << 10)
 
+void mc_store_io_sums_free(struct mc_store_io *io)
+{
+	mc_free(io->chunk_sums);
+	io->chunk_sums = NULL;
+	io->nchunks = 0;
+}
+
+/* The whole checksum of io and, when it has more than one chunk, the
+ * checksum of each chunk (MC_STORE_CHUNK) into sums: one pass, each chunk
+ * hashed on its own and then fed to the whole state while it is still in
+ * the cache.  A chunk may span buffers. */
+static uint64_t hash_chunks(const struct mc_store_io *io, uint64_t *sums)
+{
+	XXH3_state_t whole, part;
+	size_t b = 0;
+	uint64_t bo = 0; /* the object offset of buffer b */
+
+	XXH3_64bits_reset(&whole);
+	for (uint64_t c = 0, off = 0; off < io->len; c++) {
+		uint64_t end = MC_MIN(off + MC_STORE_CHUNK, io->len);
+		const char *p;
+		size_t k;
+
+		while (off - bo >= io->lens[b]) /* off < len: some buffer holds it */
+			bo += io->lens[b++];
+		p = (const char *)io->bufs[b] + (off - bo);
+		if (io->lens[b] - (off - bo) >= end - off) { /* the chunk in one buffer */
+			sums[c] = hash64(p, (size_t)(end - off));
+			hash_update(&whole, p, (size_t)(end - off));
+			off = end;
+			continue;
+		}
+		XXH3_64bits_reset(&part);
+		while (off < end) {
+			while (off - bo >= io->lens[b])
+				bo += io->lens[b++];
+			p = (const char *)io->bufs[b] + (off - bo);
+			k = (size_t)MC_MIN(io->lens[b] - (off - bo), end - off);
+			hash_update(&part, p, k);
+			hash_update(&whole, p, k);
+			off += k;
+		}
+		sums[c] = XXH3_64bits_digest(&part);
+	}
+	return XXH3_64bits_digest(&whole);
+}
+
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct mc_store_io *io = &ios[i];
+		uint64_t nc = mc_store_chunk_count(io->len);
 
 		if (!io->sign || io->status != MC_OK)
 			continue;
 		io->sign = false; /* once, even if a later pass runs */
 		if (!s->verify || !host_only(s, io))
 			continue;
-		io->cksum = mc_store_io_hash(io);
+		io->chunk_sums = nc && nc <= UINT32_MAX ? mc_malloc(nc * sizeof(uint64_t)) : NULL;
+		if (io->chunk_sums) {
+			io->nchunks = (uint32_t)nc;
+			io->cksum = hash_chunks(io, io->chunk_sums);
+		} else {
+			io->cksum = mc_store_io_hash(io); /* one chunk, or no memory */
+		}
 		io->has_cksum = true;
 	}
 }
@@ -131,32 +190,79 @@ static bool to_check(struct mc_store *s, const struct mc_store_io *io)
 	return io->check && !io->checked && io->status == MC_OK && s->verify && host_only(s, io);
 }
 
-/* Compare io's hash with the object's; a mismatch fails io. */
-static void judge(struct mc_store *s, struct mc_store_io *io, uint64_t got)
+/* A read io that is still to be checked as its pieces land: a whole
+ * object (a chunked read is checked after the pass, chunk by chunk). */
+static bool to_stream(struct mc_store *s, const struct mc_store_io *io)
 {
-	io->checked = true;
-	if (got == io->cksum)
-		return;
+	return !io->chunk_want && to_check(s, io);
+}
+
+/* Fail io, whose bytes hashed to got where want was expected. */
+static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want)
+{
 	atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
 	mc_warn("%.*s: replica %" PRIx64 " failed its checksum (%016" PRIx64 ", want %016" PRIx64
 		")",
 		(int)MC_MIN(io->key.len, 80u), io->key.ptr ? io->key.ptr : "", io->reps[0].id, got,
-		io->cksum);
+		want);
 	io->status = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
 				  "%.*s: the bytes read do not match the object's checksum",
 				  (int)MC_MIN(io->key.len, 80u), io->key.ptr ? io->key.ptr : "");
 }
 
+/* Compare io's hash with the object's; a mismatch fails io. */
+static void judge(struct mc_store *s, struct mc_store_io *io, uint64_t got)
+{
+	io->checked = true;
+	if (got != io->cksum)
+		mismatch(s, io, got, io->cksum);
+}
+
+/* Check a chunked read: each chunk's bytes (they may span buffers)
+ * against its sum; the first bad one fails io. */
+static void judge_chunks(struct mc_store *s, struct mc_store_io *io)
+{
+	XXH3_state_t part;
+	size_t b = 0;
+	uint64_t bo = 0; /* the io offset of buffer b */
+
+	io->checked = true;
+	for (uint64_t c = 0, off = 0; off < io->len; c++) {
+		uint64_t end = MC_MIN(off + MC_STORE_CHUNK, io->len), got;
+
+		XXH3_64bits_reset(&part);
+		while (off < end) {
+			size_t k;
+
+			while (off - bo >= io->lens[b])
+				bo += io->lens[b++];
+			k = (size_t)MC_MIN(io->lens[b] - (off - bo), end - off);
+			hash_update(&part, (const char *)io->bufs[b] + (off - bo), k);
+			off += k;
+		}
+		got = XXH3_64bits_digest(&part);
+		if (got != io->chunk_want[c]) {
+			mismatch(s, io, got, io->chunk_want[c]);
+			return;
+		}
+	}
+}
+
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		if (to_check(s, &ios[i]))
+	for (size_t i = 0; i < n; i++) {
+		if (!to_check(s, &ios[i]))
+			continue;
+		if (ios[i].chunk_want)
+			judge_chunks(s, &ios[i]);
+		else
 			judge(s, &ios[i], mc_store_io_hash(&ios[i]));
+	}
 }
 
 uint64_t mc_store_verify_chunk(struct mc_store *s, const struct mc_store_io *io)
 {
-	return to_check(s, io) ? MC_STORE_VERIFY_CHUNK : UINT64_MAX;
+	return to_stream(s, io) ? MC_STORE_VERIFY_CHUNK : UINT64_MAX;
 }
 
 /* Pieces of an own-segment read copied then hashed: the piece just
@@ -234,7 +340,7 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	bool any = false;
 
 	for (size_t k = 0; k < nreq && !any; k++)
-		any = to_check(s, &ios[owner[k]]);
+		any = to_stream(s, &ios[owner[k]]);
 	if (!any || !(vp = mc_calloc(1, sizeof(*vp))))
 		return NULL;
 	vp->reqs = reqs;
@@ -249,7 +355,7 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 
 		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!to_check(s, &ios[owner[k]]))
+		if (!to_stream(s, &ios[owner[k]]))
 			continue;
 		v->io = &ios[owner[k]];
 		v->first = v->next = (uint32_t)k;
@@ -314,19 +420,34 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 
 struct mc_store_seq_hash {
 	XXH3_state_t *st;
-	uint64_t next; /* bytes hashed, from offset 0 */
-	bool broken;   /* out of order, failed or device memory: no checksum */
+	XXH3_state_t *part; /* the chunk being hashed, when there are chunks */
+	uint64_t next;	    /* bytes hashed, from offset 0 */
+	uint64_t size;	    /* the object's */
+	uint64_t *sums;	    /* per chunk, when more than one */
+	bool broken;	    /* out of order, failed or device memory: no checksum */
 };
 
-struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s)
+struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size)
 {
 	struct mc_store_seq_hash *h;
+	uint64_t nc = mc_store_chunk_count(size);
 
 	if (!s->verify || !(h = mc_calloc(1, sizeof(*h))))
 		return NULL;
-	h->st = XXH3_createState(); /* 64-byte aligned */
+	h->size = size;
+	h->st = XXH3_createState();   /* 64-byte aligned */
+	if (nc && nc <= UINT32_MAX) { /* no memory for them: the whole hash alone */
+		h->sums = mc_malloc(nc * sizeof(uint64_t));
+		h->part = h->sums ? XXH3_createState() : NULL;
+		if (!h->part) {
+			mc_free(h->sums);
+			h->sums = NULL;
+		} else {
+			XXH3_64bits_reset(h->part);
+		}
+	}
 	if (!h->st) {
-		mc_free(h);
+		mc_store_seq_hash_free(h);
 		return NULL;
 	}
 	XXH3_64bits_reset(h->st);
@@ -338,12 +459,26 @@ void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint
 {
 	if (!h || h->broken || (ok && !len))
 		return;
-	if (!ok || off != h->next || (len && mc_te_local_device(s->te, p, len) >= 0)) {
+	if (!ok || off != h->next || len > h->size - h->next ||
+	    (len && mc_te_local_device(s->te, p, len) >= 0)) {
 		h->broken = true; /* a rewrite, a gap or a failed piece: the hash cannot know */
 		return;
 	}
 	hash_update(h->st, p, (size_t)len);
-	h->next += len;
+	while (h->sums && len) { /* each chunk's sum as it completes */
+		uint64_t c = h->next / MC_STORE_CHUNK;
+		uint64_t k = MC_MIN(len, (c + 1) * MC_STORE_CHUNK - h->next);
+
+		hash_update(h->part, p, (size_t)k);
+		p = (const char *)p + k;
+		len -= k;
+		h->next += k;
+		if (h->next % MC_STORE_CHUNK == 0 || h->next == h->size) {
+			h->sums[c] = XXH3_64bits_digest(h->part);
+			XXH3_64bits_reset(h->part);
+		}
+	}
+	h->next += len; /* without chunks */
 }
 
 struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size)
@@ -357,11 +492,26 @@ struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h
 	return v;
 }
 
+struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_hash *h)
+{
+	struct mc_store_chunk_sums c = {0, NULL};
+
+	if (h && h->sums && !h->broken && h->next == h->size) {
+		c.n = (uint32_t)mc_store_chunk_count(h->size);
+		c.v = h->sums;
+	}
+	return c;
+}
+
 void mc_store_seq_hash_free(struct mc_store_seq_hash *h)
 {
 	if (!h)
 		return;
-	XXH3_freeState(h->st);
+	if (h->st)
+		XXH3_freeState(h->st);
+	if (h->part)
+		XXH3_freeState(h->part);
+	mc_free(h->sums);
 	mc_free(h);
 }
 

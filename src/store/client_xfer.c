@@ -581,8 +581,13 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 			.key = mc_proto_str_c(key),
 			.checksum = {io.has_cksum, io.cksum},
 		};
+		if (io.nchunks && mc_master_conn_peer_minor(s->conn) >= 9) {
+			end.n_chunk_sums = io.nchunks; /* minor 9: for ranged reads */
+			end.chunk_sums = io.chunk_sums;
+		}
 		rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END,
 					 &end, &resp);
+		mc_store_io_sums_free(&io);
 		if (rc == MC_OK)
 			mc_store_msg_release(&resp);
 		if (rc == MC_OK && job)
@@ -593,6 +598,7 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 			revoke_put(s, key, upsert, rc);
 		return rc;
 	}
+	mc_store_io_sums_free(&io);
 	revoke_put(s, key, upsert, io.status);
 	return io.status;
 }
@@ -668,6 +674,8 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		     size_t n, const struct mc_store_config *cfg, bool upsert, mc_status *results)
 {
 	struct mc_store_object_meta *metas = NULL;
+	struct mc_store_chunk_sums *chunks = NULL; /* per PutEnd item */
+	bool any_chunks = false;
 	struct mc_proto_str *revoke_keys = NULL;
 	uint32_t *sent = NULL;					/* item index -> key index */
 	uint32_t *end_owner = NULL;				/* PutEnd item -> key index */
@@ -685,8 +693,9 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	end_owner = mc_calloc(n, sizeof(*end_owner));
 	ios = mc_calloc(n, sizeof(*ios));
 	metas = mc_calloc(n, sizeof(*metas));
+	chunks = mc_calloc(n ? n : 1, sizeof(*chunks));
 	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
-	if (!sent || !jobs || !end_job || !end_owner || !ios || !metas || !revoke_keys) {
+	if (!sent || !jobs || !end_job || !end_owner || !ios || !metas || !chunks || !revoke_keys) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
@@ -737,6 +746,9 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 			metas[nend].key = mc_proto_str_c(keys[i]);
 			metas[nend].checksum.present = ios[j].has_cksum;
 			metas[nend].checksum.value = ios[j].cksum;
+			chunks[nend].n = ios[j].nchunks;
+			chunks[nend].v = ios[j].chunk_sums;
+			any_chunks |= ios[j].nchunks != 0;
 			end_job[nend] = jobs[j];
 			jobs[j] = NULL;
 			end_owner[nend++] = i;
@@ -757,6 +769,10 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 			.replica_type = any_disk ? MC_STORE_REPLICA_MEMORY : MC_STORE_REPLICA_ALL,
 			.n_items = nend,
 			.items = metas,
+			/* minor 9: the chunk checksums, for ranged reads */
+			.n_chunks =
+				any_chunks && mc_master_conn_peer_minor(s->conn) >= 9 ? nend : 0,
+			.chunks = chunks,
 		};
 		rc = mc_master_conn_call(
 			s->conn, upsert ? MC_STORE_BATCH_UPSERT_END : MC_STORE_BATCH_PUT_END, &end,
@@ -801,8 +817,11 @@ out:
 	mc_free(end_job);
 	mc_free(sent);
 	mc_free(end_owner);
+	for (size_t j = 0; ios && j < nsent; j++)
+		mc_store_io_sums_free(&ios[j]);
 	mc_free(ios);
 	mc_free(metas);
+	mc_free(chunks);
 	mc_free(revoke_keys);
 }
 
@@ -922,19 +941,37 @@ out:
 	return rc;
 }
 
-mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
-				struct mc_store_msg *resp)
+static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+			struct mc_store_msg *resp, bool chunks)
 {
 	struct mc_store_keys_req req = {.tenant = mc_store_tenant(s), .n_keys = n, .keys = keys};
-	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, resp);
+	const struct mc_store_batch_replica_list *l = &resp->body.batch_replica_list;
+	mc_status rc;
+
+	/* minor 9: an older master would refuse the tail */
+	if (chunks && s->verify && mc_master_conn_peer_minor(s->conn) >= 9)
+		req.want = (struct mc_proto_opt_u64){true, MC_STORE_WANT_CHUNKS};
+	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, resp);
 	if (rc != MC_OK)
 		return rc;
-	if (resp->body.batch_replica_list.n_items != n) {
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys",
-				  resp->body.batch_replica_list.n_items, n);
+	if (l->n_items != n || (l->n_chunks && l->n_chunks != n)) {
+		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys (%u chunk lists)",
+				  l->n_items, n, l->n_chunks);
 		mc_store_msg_release(resp);
 	}
 	return rc;
+}
+
+mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				struct mc_store_msg *resp)
+{
+	return lookup(s, keys, n, resp, false);
+}
+
+mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
+				 struct mc_store_msg *resp)
+{
+	return lookup(s, keys, n, resp, true);
 }
 
 /*

@@ -245,21 +245,24 @@ mc_status mc_proto_frame_peek(const void *buf, size_t len, uint32_t max_payload,
 
 enum fkind {
 	FK_U8 = 1,
-	FK_BOOL,     /* bool; one byte, 0 or 1 */
-	FK_U32,	     /* uint32_t */
-	FK_I32,	     /* int32_t */
-	FK_U64,	     /* uint64_t */
-	FK_I64,	     /* int64_t */
-	FK_UUID,     /* struct mc_store_uuid: first, second */
-	FK_STR,	     /* struct mc_proto_str, at most MC_PROTO_STR_MAX bytes */
-	FK_KEY,	     /* struct mc_proto_str, at most MC_STORE_KEY_MAX bytes */
-	FK_OPT_U64,  /* struct mc_proto_opt_u64: presence byte, then u64 if present */
-	FK_TAIL_U64, /* struct mc_proto_opt_u64 appended in a later minor version, last field of
-		      * a payload only: absent is nothing on the wire (the older payload),
-		      * present is the presence byte 1 and the u64 */
-	FK_STRUCT,   /* nested struct described by sub */
-	FK_LIST,     /* u32 count (member at cnt_off) + items of sub (array at off) */
-	FK_SWITCH,   /* fields chosen by an integer read earlier */
+	FK_BOOL,      /* bool; one byte, 0 or 1 */
+	FK_U32,	      /* uint32_t */
+	FK_I32,	      /* int32_t */
+	FK_U64,	      /* uint64_t */
+	FK_I64,	      /* int64_t */
+	FK_UUID,      /* struct mc_store_uuid: first, second */
+	FK_STR,	      /* struct mc_proto_str, at most MC_PROTO_STR_MAX bytes */
+	FK_KEY,	      /* struct mc_proto_str, at most MC_STORE_KEY_MAX bytes */
+	FK_OPT_U64,   /* struct mc_proto_opt_u64: presence byte, then u64 if present */
+	FK_TAIL_U64,  /* struct mc_proto_opt_u64 appended in a later minor version, last fields of
+		       * a payload only: absent is nothing on the wire (the older payload),
+		       * or the byte 0 when a later tail is present; present is the
+		       * presence byte 1 and the u64 */
+	FK_TAIL_LIST, /* a list appended in a later minor version, last fields of a payload
+		       * only: empty is nothing on the wire, else as FK_LIST (count >= 1) */
+	FK_STRUCT,    /* nested struct described by sub */
+	FK_LIST,      /* u32 count (member at cnt_off) + items of sub (array at off) */
+	FK_SWITCH,    /* fields chosen by an integer read earlier */
 };
 
 struct layout;
@@ -312,6 +315,13 @@ struct layout {
 #define F_KEY(T, m)  FIELD(FK_KEY, T, m, struct mc_proto_str)
 #define F_OPT(T, m)  FIELD(FK_OPT_U64, T, m, struct mc_proto_opt_u64)
 #define F_TAIL(T, m) FIELD(FK_TAIL_U64, T, m, struct mc_proto_opt_u64)
+/* NOLINTBEGIN(bugprone-macro-parentheses): ET is a type name */
+#define F_TAIL_LIST(T, m, n, ET, SUB)                                                             \
+	{                                                                                         \
+		.kind = FK_TAIL_LIST, .off = TYPED(T, m, ET *), .cnt_off = TYPED(T, n, uint32_t), \
+		.sub = &(SUB), .name = #m                                                         \
+	}
+/* NOLINTEND(bugprone-macro-parentheses) */
 #define F_STRUCT(T, m, ST, SUB)                                                             \
 	{                                                                                   \
 		.kind = FK_STRUCT, .off = TYPED(T, m, struct ST), .sub = &(SUB), .name = #m \
@@ -343,6 +353,10 @@ static const struct field L_str_item_fields[] = {{.kind = FK_STR, .off = 0, .nam
 static const struct layout L_str_item = {"name", sizeof(struct mc_proto_str), L_str_item_fields, 1};
 static const struct field L_status_item_fields[] = {{.kind = FK_I32, .off = 0, .name = "status"}};
 static const struct layout L_status_item = {"status", sizeof(int32_t), L_status_item_fields, 1};
+static const struct field L_u64_item_fields[] = {{.kind = FK_U64, .off = 0, .name = "sum"}};
+static const struct layout L_u64_item = {"sum", sizeof(uint64_t), L_u64_item_fields, 1};
+LAYOUT(L_chunk_sums, struct mc_store_chunk_sums,
+       F_LIST(struct mc_store_chunk_sums, v, n, uint64_t, L_u64_item));
 
 LAYOUT(L_segment, struct mc_store_segment, F_UUID(struct mc_store_segment, id),
        F_STR(struct mc_store_segment, name), F_U64(struct mc_store_segment, base),
@@ -452,7 +466,8 @@ LAYOUT(L_graceful_unmount_req, struct mc_store_graceful_unmount_req,
 LAYOUT(L_key_req, struct mc_store_key_req, F_STR(struct mc_store_key_req, tenant),
        F_KEY(struct mc_store_key_req, key));
 LAYOUT(L_keys_req, struct mc_store_keys_req, F_STR(struct mc_store_keys_req, tenant),
-       F_LIST(struct mc_store_keys_req, keys, n_keys, struct mc_proto_str, L_key_item));
+       F_LIST(struct mc_store_keys_req, keys, n_keys, struct mc_proto_str, L_key_item),
+       F_TAIL(struct mc_store_keys_req, want));
 LAYOUT(L_regex_req, struct mc_store_regex_req, F_STR(struct mc_store_regex_req, tenant),
        F_STR(struct mc_store_regex_req, pattern));
 
@@ -476,7 +491,9 @@ LAYOUT(L_replica_list_item, RLI, F_I32(RLI, status), F_SWITCH(RLI, status, repli
 #undef RLI
 LAYOUT(L_batch_replica_list, struct mc_store_batch_replica_list,
        F_LIST(struct mc_store_batch_replica_list, items, n_items, struct mc_store_replica_list_item,
-	      L_replica_list_item));
+	      L_replica_list_item),
+       F_TAIL_LIST(struct mc_store_batch_replica_list, chunks, n_chunks, struct mc_store_chunk_sums,
+		   L_chunk_sums));
 LAYOUT(L_keyed_replica_list, struct mc_store_keyed_replica_list,
        F_KEY(struct mc_store_keyed_replica_list, key),
        F_STRUCT(struct mc_store_keyed_replica_list, list, mc_store_replica_list, L_replica_list));
@@ -510,14 +527,16 @@ LAYOUT(L_batch_put_start_resp, struct mc_store_batch_put_start_resp,
 
 #define PE struct mc_store_put_end_req
 LAYOUT(L_put_end_req, PE, F_UUID(PE, client_id), F_STR(PE, tenant), F_U8(PE, replica_type),
-       F_KEY(PE, key), F_OPT(PE, checksum), F_TAIL(PE, replica_id));
+       F_KEY(PE, key), F_OPT(PE, checksum), F_TAIL(PE, replica_id),
+       F_TAIL_LIST(PE, chunk_sums, n_chunk_sums, uint64_t, L_u64_item));
 #undef PE
 LAYOUT(L_object_meta, struct mc_store_object_meta, F_KEY(struct mc_store_object_meta, key),
        F_OPT(struct mc_store_object_meta, checksum));
 #define BPE struct mc_store_batch_put_end_req
 LAYOUT(L_batch_put_end_req, BPE, F_UUID(BPE, client_id), F_STR(BPE, tenant),
        F_U8(BPE, replica_type),
-       F_LIST(BPE, items, n_items, struct mc_store_object_meta, L_object_meta));
+       F_LIST(BPE, items, n_items, struct mc_store_object_meta, L_object_meta),
+       F_TAIL_LIST(BPE, chunks, n_chunks, struct mc_store_chunk_sums, L_chunk_sums));
 #undef BPE
 #define PR struct mc_store_put_revoke_req
 LAYOUT(L_put_revoke_req, PR, F_UUID(PR, client_id), F_STR(PR, tenant), F_U8(PR, replica_type),
@@ -709,6 +728,7 @@ static size_t min_wire(const struct layout *l)
 			n += 1;
 			break;
 		case FK_TAIL_U64:
+		case FK_TAIL_LIST:
 			break; /* absent: nothing */
 		case FK_U32:
 		case FK_I32:
@@ -756,6 +776,21 @@ static mc_status write_str(struct mc_buf *b, const struct layout *l, const struc
 	mc_buf_put_u32(b, s->len);
 	mc_buf_append(b, s->ptr, s->len);
 	return MC_OK;
+}
+
+/* A tail field after field i of l is present in base. */
+static bool later_tail(const struct layout *l, size_t i, const uint8_t *base)
+{
+	for (size_t j = i + 1; j < l->n; j++) {
+		const struct field *f = &l->f[j];
+
+		if (f->kind == FK_TAIL_U64 &&
+		    ((const struct mc_proto_opt_u64 *)(base + f->off))->present)
+			return true;
+		if (f->kind == FK_TAIL_LIST && *(const uint32_t *)(base + f->cnt_off))
+			return true;
+	}
+	return false;
 }
 
 static mc_status write_fields(struct mc_buf *b, const struct layout *l, const uint8_t *base)
@@ -807,15 +842,21 @@ static mc_status write_fields(struct mc_buf *b, const struct layout *l, const ui
 			if (o->present) {
 				mc_buf_put_u8(b, 1);
 				mc_buf_put_u64(b, o->value);
+			} else if (later_tail(l, i, base)) {
+				mc_buf_put_u8(b, 0);
 			}
 			break;
 		}
+
 		case FK_STRUCT:
 			rc = write_fields(b, f->sub, p);
 			break;
+		case FK_TAIL_LIST:
 		case FK_LIST: {
 			uint32_t n = *(const uint32_t *)(base + f->cnt_off);
 			const uint8_t *items = get_ptr(p);
+			if (!n && f->kind == FK_TAIL_LIST)
+				break; /* empty: nothing */
 			if (n && !items) {
 				rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 						  "store proto: %s.%s: %u items at NULL", l->name,
@@ -1008,21 +1049,30 @@ static mc_status read_fields(struct mc_reader *r, const struct layout *l, uint8_
 			if (!r->left)
 				break; /* a sender of an older minor version */
 			rc = read_flag(r, l, f, &o->present);
-			if (rc == MC_OK && !o->present)
+			/* 0 only before a later tail; canonical: nothing else */
+			if (rc == MC_OK && !o->present && (!r->left || i + 1 == l->n))
 				rc = mc_set_error(MC_ERR_PROTOCOL,
 						  "store proto: %s.%s: an absent tail is not sent",
 						  l->name, f->name);
-			if (rc == MC_OK)
+			if (rc == MC_OK && o->present)
 				rc = mc_reader_u64(r, &o->value);
 			break;
 		}
+
 		case FK_STRUCT:
 			rc = read_fields(r, f->sub, p);
 			break;
+		case FK_TAIL_LIST:
 		case FK_LIST: {
 			uint32_t n = 0;
 			uint8_t *items = NULL;
+			if (f->kind == FK_TAIL_LIST && !r->left)
+				break; /* a sender of an older minor version, or empty */
 			rc = mc_reader_count(r, min_wire_cached(f->sub), &n);
+			if (rc == MC_OK && !n && f->kind == FK_TAIL_LIST)
+				rc = mc_set_error(MC_ERR_PROTOCOL,
+						  "store proto: %s.%s: an empty tail is not sent",
+						  l->name, f->name);
 			if (rc != MC_OK)
 				break;
 			if (n) {
@@ -1084,6 +1134,7 @@ static void free_fields(const struct layout *l, uint8_t *base)
 		case FK_STRUCT:
 			free_fields(f->sub, p);
 			break;
+		case FK_TAIL_LIST:
 		case FK_LIST: {
 			uint32_t *n = (uint32_t *)(base + f->cnt_off);
 			uint8_t *items = get_ptr(p);
@@ -1154,6 +1205,7 @@ static bool equal_fields(const struct layout *l, const uint8_t *a, const uint8_t
 		case FK_STRUCT:
 			same = equal_fields(f->sub, pa, pb);
 			break;
+		case FK_TAIL_LIST:
 		case FK_LIST: {
 			uint32_t n = *(const uint32_t *)(a + f->cnt_off);
 			const uint8_t *ia = get_ptr(pa), *ib = get_ptr(pb);

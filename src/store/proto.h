@@ -51,10 +51,23 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                              \
-	8 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	9 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
-	   * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours) */
+	   * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
+	   * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails) */
 #define MC_PROTO_HDR_LEN 32
+/*
+ * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
+ * than one chunk also carries the XXH3-64 of each MC_STORE_CHUNK bytes
+ * (the last chunk may be shorter), so a read of part of it can be checked
+ * by reading only the chunks it touches.  Pinned by the protocol: the
+ * count of an object's list is always mc_store_chunk_count(size).
+ */
+#define MC_STORE_CHUNK (256u << 10)
+static inline uint64_t mc_store_chunk_count(uint64_t size)
+{
+	return size > MC_STORE_CHUNK ? (size + MC_STORE_CHUNK - 1) / MC_STORE_CHUNK : 0;
+}
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
 /* Longest key (bytes).  Longer keys are refused by the encoder
@@ -343,6 +356,17 @@ struct mc_store_keys_req {
 	struct mc_proto_str tenant;
 	uint32_t n_keys;
 	struct mc_proto_str *keys;
+	/* minor 9, a tail: MC_STORE_WANT_CHUNKS asks BatchGetReplicaList for
+	 * the objects' chunk checksums; other bits are sent as 0, ignored */
+	struct mc_proto_opt_u64 want;
+};
+#define MC_STORE_WANT_CHUNKS 1u
+
+/* One object's chunk checksums (MC_STORE_CHUNK): none, or
+ * mc_store_chunk_count(size) of them. */
+struct mc_store_chunk_sums {
+	uint32_t n;
+	uint64_t *v;
 };
 
 struct mc_store_regex_req {
@@ -380,6 +404,10 @@ struct mc_store_replica_list_item {
 struct mc_store_batch_replica_list {
 	uint32_t n_items;
 	struct mc_store_replica_list_item *items; /* in request order */
+	/* minor 9, a tail, only when the request wanted it: per item (n_chunks
+	 * is n_items, or 0) the object's chunk checksums */
+	uint32_t n_chunks;
+	struct mc_store_chunk_sums *chunks;
 };
 
 struct mc_store_keyed_replica_list {
@@ -441,6 +469,9 @@ struct mc_store_put_end_req {
 	/* minor 4, DISK only: the id of the DISK replica this write was given
 	 * (its PutStart descriptor); an older write's report then ends nothing */
 	struct mc_proto_opt_u64 replica_id;
+	/* minor 9, a tail: the object's chunk checksums (empty: none) */
+	uint32_t n_chunk_sums;
+	uint64_t *chunk_sums;
 };
 
 struct mc_store_object_meta {
@@ -454,6 +485,9 @@ struct mc_store_batch_put_end_req {
 	uint8_t replica_type;
 	uint32_t n_items;
 	struct mc_store_object_meta *items;
+	/* minor 9, a tail: per item (n_chunks is n_items, or 0: none) */
+	uint32_t n_chunks;
+	struct mc_store_chunk_sums *chunks;
 };
 
 struct mc_store_put_revoke_req {

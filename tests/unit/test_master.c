@@ -1545,7 +1545,7 @@ static void test_batches(void **state)
 						.items = metas};
 	struct mc_proto_str keys[4] = {mc_proto_str_c("b0"), mc_proto_str_c("b3"),
 				       mc_proto_str_c("x"), mc_proto_str_c("")};
-	struct mc_store_keys_req kr = {mc_proto_str_c(""), 4, keys};
+	struct mc_store_keys_req kr = {mc_proto_str_c(""), 4, keys, {false, 0}};
 	struct mc_master_metrics x;
 
 	(void)state;

@@ -331,7 +331,7 @@ static void no_offload_without_a_disk_owner(void **state)
 			.config = {.replica_num = 1, .preferred_segment = mc_proto_str_c("b:1")},
 		};
 		struct mc_store_put_end_req e = {
-			CB, {0}, MC_STORE_REPLICA_ALL, mc_proto_str_c("kb"), {0}, {0}};
+			CB, {0}, MC_STORE_REPLICA_ALL, mc_proto_str_c("kb"), {0}, {0}, 0, NULL};
 		assert_int_equal(mt_call(t, MC_STORE_PUT_START, &s), MC_OK);
 		assert_int_equal(mt_call(t, MC_STORE_PUT_END, &e), MC_OK);
 	}

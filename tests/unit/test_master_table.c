@@ -36,7 +36,7 @@ static void batch_check(struct mt *t, const bool *live, int lo, int n)
 {
 	char names[40][32];
 	struct mc_proto_str ks[42];
-	struct mc_store_keys_req kr = {mc_proto_str_c(""), (uint32_t)n + 2, ks};
+	struct mc_store_keys_req kr = {mc_proto_str_c(""), (uint32_t)n + 2, ks, {false, 0}};
 
 	assert_true(n <= 40);
 	for (int i = 0; i < n; i++) {
@@ -489,7 +489,7 @@ static void test_alloc_failures(void **state)
 							.items = metas};
 		struct mc_proto_str keys[3] = {mc_proto_str_c("k1"), mc_proto_str_c("k2"),
 					       mc_proto_str_c("k9")};
-		struct mc_store_keys_req kr = {mc_proto_str_c(""), 3, keys};
+		struct mc_store_keys_req kr = {mc_proto_str_c(""), 3, keys, {false, 0}};
 		struct mc_store_regex_req rq = {mc_proto_str_c(""), mc_proto_str_c("k")};
 		struct mc_store_key_req gk = {mc_proto_str_c(""), mc_proto_str_c("k1")};
 
@@ -710,7 +710,7 @@ static void stress_one(uint64_t seed, bool tenants)
 		}
 		case 17: {
 			struct mc_proto_str ks[4];
-			struct mc_store_keys_req r = {mc_proto_str_c(tenant), 4, ks};
+			struct mc_store_keys_req r = {mc_proto_str_c(tenant), 4, ks, {false, 0}};
 			struct mc_store_batch_put_revoke_req rv = {.client_id = cl,
 								   .tenant = mc_proto_str_c(tenant),
 								   .replica_type =

@@ -1031,6 +1031,108 @@ static void repair_queue_comes_back(void **state)
 	mc_test_rmtree(dir);
 }
 
+/* ---- chunk checksums (minor 9) ------------------------------------------------ */
+
+/* PutEnd of key with checksum sum and nsums chunk sums (i * 3 + 1). */
+static mc_status put_end_sums(struct mt *t, const char *key, uint64_t sum, uint32_t nsums)
+{
+	uint64_t v[8];
+	struct mc_store_put_end_req r = {
+		.client_id = C1,
+		.replica_type = MC_STORE_REPLICA_ALL,
+		.key = mc_proto_str_c(key),
+		.checksum = {true, sum},
+		.n_chunk_sums = nsums,
+		.chunk_sums = v,
+	};
+
+	for (uint32_t i = 0; i < nsums && i < 8; i++)
+		v[i] = i * 3 + 1;
+	return mt_call(t, MC_STORE_PUT_END, &r);
+}
+
+/* BatchGetReplicaList of key: its chunk sums are (i * 3 + 1), n of them,
+ * when asked; never when not. */
+static void expect_sums(struct mt *t, const char *key, uint32_t n)
+{
+	struct mc_proto_str k = mc_proto_str_c(key);
+	struct mc_store_keys_req r = {.n_keys = 1, .keys = &k};
+	const struct mc_store_batch_replica_list *l = &t->resp.body.batch_replica_list;
+
+	assert_int_equal(mt_call(t, MC_STORE_BATCH_GET_REPLICA_LIST, &r), MC_OK);
+	assert_int_equal(l->n_chunks, 0);
+	r.want = (struct mc_proto_opt_u64){true, MC_STORE_WANT_CHUNKS};
+	assert_int_equal(mt_call(t, MC_STORE_BATCH_GET_REPLICA_LIST, &r), MC_OK);
+	assert_int_equal(l->n_items, 1);
+	assert_int_equal(l->items[0].status, MC_OK);
+	assert_true(l->items[0].list.checksum.present);
+	assert_int_equal(l->n_chunks, 1);
+	assert_int_equal(l->chunks[0].n, n);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(l->chunks[0].v[i], i * 3 + 1);
+}
+
+/*
+ * A writer's chunk checksums are kept with the object, listed only to a
+ * request that wants them, and come back from the log and from a snapshot;
+ * a count that does not match the object's size is refused, a list without
+ * the object's checksum too.  A later replica (an added copy) does not
+ * disturb them.
+ */
+static void chunk_checksums_survive_log_and_snapshot(void **state)
+{
+	enum { C = MC_STORE_CHUNK };
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mwalc", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_put_start(t, C1, "c3", 2 * C + 5), MC_OK);
+	assert_int_equal(put_end_sums(t, "c3", 77, 2), MC_ERR_INVALID_PARAMS); /* 3 chunks */
+	{
+		struct mc_store_put_end_req r = {.client_id = C1,
+						 .replica_type = MC_STORE_REPLICA_ALL,
+						 .key = mc_proto_str_c("c3"),
+						 .n_chunk_sums = 3,
+						 .chunk_sums = (uint64_t[3]){1, 4, 7}};
+		assert_int_equal(mt_call(t, MC_STORE_PUT_END, &r), MC_ERR_INVALID_PARAMS);
+	}
+	assert_int_equal(put_end_sums(t, "c3", 77, 3), MC_OK);
+	assert_int_equal(mt_put_start(t, C1, "c1", C), MC_OK); /* one chunk: none */
+	assert_int_equal(put_end_sums(t, "c1", 5, 1), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(put_end_sums(t, "c1", 5, 0), MC_OK);
+	mt_put_ok(t, C1, "plain", 3 * C); /* no checksums at all */
+	commit(w);
+	expect_sums(t, "c3", 3);
+	expect_sums(t, "c1", 0);
+	crash(t, w);
+
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	expect_sums(t, "c3", 3);
+	assert_int_equal(t->resp.body.batch_replica_list.items[0].list.checksum.value, 77);
+	assert_int_equal(mt_get(t, "plain"), MC_OK);
+	assert_false(t->resp.body.replica_list.checksum.present);
+	/* a snapshot, then the log after it */
+	snapshot(t, w, dir, 2, NULL);
+	assert_int_equal(mt_put_start(t, C1, "c5", 4 * C + 1), MC_OK);
+	assert_int_equal(put_end_sums(t, "c5", 9, 5), MC_OK);
+	commit(w);
+	crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	commit(w);
+	expect_sums(t, "c3", 3);
+	expect_sums(t, "c5", 5);
+	assert_int_equal(t->resp.body.batch_replica_list.items[0].list.checksum.value, 9);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1040,6 +1142,7 @@ int main(void)
 		cmocka_unit_test(newer_payload_version_is_refused),
 		cmocka_unit_test(view_record_replays),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
+		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
 		cmocka_unit_test(snapshot_during_a_resize),
 		cmocka_unit_test(remount_binds_its_list_only),

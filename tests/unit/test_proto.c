@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/compiler.h"
+#include "base/endian.h"
 #include "mooncake/status.h"
 #include "store/proto.h"
 #include "support.h"
@@ -314,11 +315,12 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_BATCH_EXIST_KEY:
 	case MC_STORE_BATCH_GET_REPLICA_LIST:
 		if (!resp)
-			u->keys_req = (struct mc_store_keys_req){S(""), n, many_keys};
+			u->keys_req = (struct mc_store_keys_req){S(""), n, many_keys, {false, 0}};
 		else if (type == MC_STORE_BATCH_EXIST_KEY)
 			u->batch_exist_resp = (struct mc_store_batch_exist_resp){n, exist_items};
 		else
-			u->batch_replica_list = (struct mc_store_batch_replica_list){n, rl_items};
+			u->batch_replica_list =
+				(struct mc_store_batch_replica_list){n, rl_items, 0, NULL};
 		return;
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
 		if (!resp)
@@ -348,7 +350,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		if (!resp)
 			u->put_end_req = (struct mc_store_put_end_req){
 				{9, 10}, S("t"),	MC_STORE_REPLICA_ALL,
-				key,	 {true, 12345}, {true, 777}};
+				key,	 {true, 12345}, {true, 777},
+				0,	 NULL};
 		return;
 	case MC_STORE_PUT_REVOKE:
 	case MC_STORE_UPSERT_REVOKE:
@@ -360,7 +363,7 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_BATCH_UPSERT_END:
 		if (!resp)
 			u->batch_put_end_req = (struct mc_store_batch_put_end_req){
-				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, n, metas};
+				{9, 10}, S("t"), MC_STORE_REPLICA_ALL, n, metas, 0, NULL};
 		else
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
@@ -494,7 +497,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 8, 2, 0, /* magic, 1.8, type 2 */
+		'M', 'C', 'S', 'T', 1, 9, 2, 0, /* magic, 1.9, type 2 */
 		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
@@ -1266,7 +1269,8 @@ static void forged_counts_and_lengths_allocate_nothing(void **state)
  */
 static void an_appended_field_is_absent_in_an_older_payload(void **state)
 {
-	struct mc_store_put_end_req pe = {{1, 2}, S(""), 3, S("k"), {false, 0}, {false, 0}};
+	struct mc_store_put_end_req pe = {{1, 2},     S(""),	  3, S("k"),
+					  {false, 0}, {false, 0}, 0, NULL};
 	struct mc_store_put_revoke_req pr = {{1, 2}, S(""), 3, S("k"), {false, 0}};
 	struct mc_store_msg m;
 	struct mc_buf b;
@@ -1307,10 +1311,90 @@ static void an_appended_field_is_absent_in_an_older_payload(void **state)
 	mc_buf_release(&b);
 }
 
+/* Decode the frame in b cut to its first len bytes (the header's payload
+ * length made to match); the decoded message is released. */
+static mc_status decode_cut(uint8_t *data, size_t len)
+{
+	struct mc_store_msg m;
+	mc_status rc;
+
+	mc_put_le32(data + 24, (uint32_t)(len - MC_PROTO_HDR_LEN));
+	rc = mc_store_msg_decode(data, len, MAX_PAYLOAD, &m);
+	if (rc == MC_OK)
+		mc_store_msg_release(&m);
+	return rc;
+}
+
+/*
+ * Minor 9's tails: chunk checksums after PutEnd's replica id (an absent
+ * replica id then is the byte 0, and only then), per item after
+ * BatchPutEnd's items and BatchReplicaList's items, and KeysReq's want.
+ * An empty tail list is nothing on the wire; a count of 0 is refused.
+ */
+static void chunk_sum_tails_round_trip(void **state)
+{
+	uint64_t v[3] = {1, 2, 0x8877665544332211ull};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 4, S("k"), {true, 9}, {false, 0}, 3, v};
+	struct mc_store_object_meta ms[2] = {{S("a"), {true, 1}}, {S("b"), {false, 0}}};
+	struct mc_store_chunk_sums cl[2] = {{3, v}, {0, NULL}};
+	struct mc_store_batch_put_end_req be = {{1, 2}, S("t"), 4, 2, ms, 2, cl};
+	struct mc_proto_str keys[1] = {S("k")};
+	struct mc_store_keys_req kr = {S(""), 1, keys, {true, MC_STORE_WANT_CHUNKS}};
+	struct mc_store_msg m;
+	struct mc_buf b;
+	size_t at;
+
+	(void)state;
+	mc_buf_init(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	/* 27 bytes before minor 4, checksum 8, replica id 1 (absent: 0), list 4 + 24 */
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN + 27 + 8 + 1 + 4 + 24);
+	at = MC_PROTO_HDR_LEN + 27 + 8;
+	assert_int_equal(b.data[at], 0);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_false(m.body.put_end_req.replica_id.present);
+	assert_int_equal(m.body.put_end_req.n_chunk_sums, 3);
+	assert_true(m.body.put_end_req.chunk_sums[2] == v[2]);
+	mc_store_msg_release(&m);
+	/* the byte 0 with nothing after it is not canonical */
+	assert_int_equal(decode_cut(b.data, at + 1), MC_ERR_PROTOCOL);
+	/* an empty list is sent as nothing at all */
+	pe.n_chunk_sums = 0;
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_end_request_encode(&b, 1, &pe), MC_OK);
+	assert_int_equal(b.len, MC_PROTO_HDR_LEN + 27 + 8);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_put_end_request_encode(&b, 1, &be), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(mc_store_batch_put_end_req_equal(&m.body.batch_put_end_req, &be));
+	mc_store_msg_release(&m);
+	/* a count of 0 where the tail begins: refused */
+	at = b.len - (4 + 4 + 24 + 4);
+	memset(b.data + at, 0, 4);
+	assert_int_equal(decode_cut(b.data, at + 4), MC_ERR_PROTOCOL);
+	/* and without it: an older writer's payload */
+	be.n_chunks = 0;
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_put_end_request_encode(&b, 1, &be), MC_OK);
+	assert_int_equal(b.len, at);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.batch_put_end_req.n_chunks, 0);
+	mc_store_msg_release(&m);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_get_replica_list_request_encode(&b, 1, &kr), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(m.body.keys_req.want.present);
+	assert_int_equal(m.body.keys_req.want.value, MC_STORE_WANT_CHUNKS);
+	mc_store_msg_release(&m);
+	mc_buf_release(&b);
+}
+
 static void bad_flags_and_tags_are_protocol_errors(void **state)
 {
 	struct mc_store_exist_resp e = {true};
-	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}};
+	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}, 0, NULL};
 	struct mc_store_put_start_resp ps = {1, reps};
 	struct mc_store_replica bad = reps[0];
 	struct mc_store_msg m;
@@ -1349,7 +1433,7 @@ static void bad_flags_and_tags_are_protocol_errors(void **state)
 
 static void encoder_refuses_bad_input_and_leaves_buffer_alone(void **state)
 {
-	struct mc_store_keys_req kr = {S(""), 3, NULL};
+	struct mc_store_keys_req kr = {S(""), 3, NULL, {false, 0}};
 	struct mc_store_key_req k = {S(""), {NULL, 2}};
 	struct mc_buf b;
 	union body u;
@@ -1376,7 +1460,7 @@ static void oversize_batch_is_refused_by_the_encoder(void **state)
 {
 	uint32_t n = MC_PROTO_MAX_PAYLOAD / (4 + MC_STORE_KEY_MAX) + 1;
 	struct mc_proto_str *keys = mc_calloc(n, sizeof(*keys));
-	struct mc_store_keys_req kr = {S(""), n, keys};
+	struct mc_store_keys_req kr = {S(""), n, keys, {false, 0}};
 	struct mc_buf b;
 
 	for (uint32_t i = 0; i < n; i++)
@@ -1551,6 +1635,7 @@ int main(void)
 		cmocka_unit_test(trailing_bytes_are_a_protocol_error),
 		cmocka_unit_test(forged_counts_and_lengths_allocate_nothing),
 		cmocka_unit_test(an_appended_field_is_absent_in_an_older_payload),
+		cmocka_unit_test(chunk_sum_tails_round_trip),
 		cmocka_unit_test(bad_flags_and_tags_are_protocol_errors),
 		cmocka_unit_test(encoder_refuses_bad_input_and_leaves_buffer_alone),
 		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),
