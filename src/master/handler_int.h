@@ -1,8 +1,9 @@
 /*
  * master/handler_int.h - what the request handlers of master.c share with
- * the jobs of jobs.c (the regex scans and RemoveAll, run in slices): the
- * handler context, the error-text helpers and the job entry points.
- * Nothing outside src/master/master.c and jobs.c includes this.
+ * the jobs of jobs.c (the regex scans and RemoveAll, run in slices), the
+ * ReportCorrupt handler (corrupt.c) and the validators (validate.c): the
+ * handler context, the error-text helpers, the job entry points and the
+ * validators.  Nothing outside those files includes this.
  */
 #ifndef MC_MASTER_HANDLER_INT_H
 #define MC_MASTER_HANDLER_INT_H
@@ -62,6 +63,31 @@ mc_status mc_master_job_work(struct ctx *c, struct mc_master_job *j, uint64_t en
 /* ReportCorrupt (corrupt.c): drop the replicas a reader found corrupt. */
 mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q);
 bool mc_master_v_report_corrupt(const struct mc_store_msg *q);
+
+/* The validators of master.c's command table (validate.c): true when every
+ * string and list of the body may be trusted by its handler. */
+bool mc_master_v_hello(const struct mc_store_msg *q);
+bool mc_master_v_mount(const struct mc_store_msg *q);
+bool mc_master_v_remount(const struct mc_store_msg *q);
+bool mc_master_v_key(const struct mc_store_msg *q);
+bool mc_master_v_keys(const struct mc_store_msg *q);
+bool mc_master_v_unreachable(const struct mc_store_msg *q);
+bool mc_master_v_regex(const struct mc_store_msg *q);
+bool mc_master_v_put_start(const struct mc_store_msg *q);
+bool mc_master_v_batch_put_start(const struct mc_store_msg *q);
+bool mc_master_v_put_end(const struct mc_store_msg *q);
+bool mc_master_v_batch_put_end(const struct mc_store_msg *q);
+bool mc_master_v_put_revoke(const struct mc_store_msg *q);
+bool mc_master_v_batch_put_revoke(const struct mc_store_msg *q);
+bool mc_master_v_remove(const struct mc_store_msg *q);
+bool mc_master_v_remove_regex(const struct mc_store_msg *q);
+bool mc_master_v_remove_all(const struct mc_store_msg *q);
+bool mc_master_v_batch_remove(const struct mc_store_msg *q);
+bool mc_master_v_replica_clear(const struct mc_store_msg *q);
+bool mc_master_v_copy_task(const struct mc_store_msg *q);
+bool mc_master_v_change_replica(const struct mc_store_msg *q);
+bool mc_master_v_move_task(const struct mc_store_msg *q);
+bool mc_master_v_task_done(const struct mc_store_msg *q);
 
 /* The replica list of a readable object, its descriptors appended to the
  * master's rscratch at *pos (room reserved by the caller). */

@@ -1515,163 +1515,6 @@ static mc_status h_remove_all(struct ctx *c, const struct mc_store_msg *q)
 /* ------------------------------------------------------------------------ */
 /* dispatch                                                                  */
 
-/*
- * The decoder never yields a NULL pointer with a non-zero length or count;
- * a request built by hand (tests, in-process callers) might.  Each
- * message's validator checks every string and list once, before its
- * handler runs, so the handlers can trust them.
- */
-static bool s_ok(const struct mc_proto_str *s)
-{
-	return s->ptr || s->len == 0;
-}
-
-static bool strs_ok(const struct mc_proto_str *v, uint32_t n)
-{
-	if (n && !v)
-		return false;
-	for (uint32_t i = 0; i < n; i++) {
-		if (!s_ok(&v[i]))
-			return false;
-	}
-	return true;
-}
-
-static bool seg_ok(const struct mc_store_segment *s)
-{
-	return s_ok(&s->name) && s_ok(&s->te_endpoint) && s_ok(&s->protocol) && s_ok(&s->host_id);
-}
-
-static bool cfg_ok(const struct mc_store_replicate_config *c)
-{
-	return s_ok(&c->preferred_segment) && s_ok(&c->host_id) &&
-	       strs_ok(c->preferred_segments, c->n_preferred_segments) &&
-	       strs_ok(c->preferred_nof_segments, c->n_preferred_nof_segments);
-}
-
-static bool v_hello(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.hello.version);
-}
-
-static bool v_mount(const struct mc_store_msg *q)
-{
-	return seg_ok(&q->body.mount_req.segment);
-}
-
-static bool v_remount(const struct mc_store_msg *q)
-{
-	const struct mc_store_remount_req *r = &q->body.remount_req;
-
-	if (r->n_segments && !r->segments)
-		return false;
-	for (uint32_t i = 0; i < r->n_segments; i++) {
-		if (!seg_ok(&r->segments[i]))
-			return false;
-	}
-	return true;
-}
-
-static bool v_key(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.key_req.tenant) && s_ok(&q->body.key_req.key);
-}
-
-static bool v_keys(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.keys_req.tenant) &&
-	       strs_ok(q->body.keys_req.keys, q->body.keys_req.n_keys);
-}
-
-static bool v_unreachable(const struct mc_store_msg *q)
-{
-	return strs_ok(q->body.unreachable_req.segments, q->body.unreachable_req.n_segments);
-}
-
-static bool v_regex(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.regex_req.tenant) && s_ok(&q->body.regex_req.pattern);
-}
-
-static bool v_put_start(const struct mc_store_msg *q)
-{
-	const struct mc_store_put_start_req *r = &q->body.put_start_req;
-
-	return s_ok(&r->tenant) && s_ok(&r->key) && s_ok(&r->group_id) && cfg_ok(&r->config);
-}
-
-static bool v_batch_put_start(const struct mc_store_msg *q)
-{
-	const struct mc_store_batch_put_start_req *r = &q->body.batch_put_start_req;
-
-	if (!s_ok(&r->tenant) || !cfg_ok(&r->config) || (r->n_items && !r->items))
-		return false;
-	for (uint32_t i = 0; i < r->n_items; i++) {
-		if (!s_ok(&r->items[i].key) || !s_ok(&r->items[i].group_id))
-			return false;
-	}
-	return true;
-}
-
-static bool v_put_end(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.put_end_req.tenant) && s_ok(&q->body.put_end_req.key);
-}
-
-static bool v_batch_put_end(const struct mc_store_msg *q)
-{
-	const struct mc_store_batch_put_end_req *r = &q->body.batch_put_end_req;
-
-	if (!s_ok(&r->tenant) || (r->n_items && !r->items))
-		return false;
-	for (uint32_t i = 0; i < r->n_items; i++) {
-		if (!s_ok(&r->items[i].key))
-			return false;
-	}
-	return true;
-}
-
-static bool v_put_revoke(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.put_revoke_req.tenant) && s_ok(&q->body.put_revoke_req.key);
-}
-
-static bool v_batch_put_revoke(const struct mc_store_msg *q)
-{
-	const struct mc_store_batch_put_revoke_req *r = &q->body.batch_put_revoke_req;
-
-	return s_ok(&r->tenant) && strs_ok(r->keys, r->n_keys);
-}
-
-static bool v_remove(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.remove_req.tenant) && s_ok(&q->body.remove_req.key);
-}
-
-static bool v_remove_regex(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.remove_regex_req.tenant) && s_ok(&q->body.remove_regex_req.pattern);
-}
-
-static bool v_remove_all(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.remove_all_req.tenant);
-}
-
-static bool v_batch_remove(const struct mc_store_msg *q)
-{
-	const struct mc_store_batch_remove_req *r = &q->body.batch_remove_req;
-
-	return s_ok(&r->tenant) && strs_ok(r->keys, r->n_keys);
-}
-
-static bool v_replica_clear(const struct mc_store_msg *q)
-{
-	const struct mc_store_replica_clear_req *r = &q->body.replica_clear_req;
-
-	return s_ok(&r->tenant) && s_ok(&r->segment_name) && strs_ok(r->keys, r->n_keys);
-}
-
 /* The SSD tier (messages 64..71) lives in ssd.c. */
 static mc_status h_ssd(struct ctx *c, const struct mc_store_msg *q)
 {
@@ -1682,32 +1525,6 @@ static mc_status h_ssd(struct ctx *c, const struct mc_store_msg *q)
 static mc_status h_tasks(struct ctx *c, const struct mc_store_msg *q)
 {
 	return mc_master_tasks_handle(c->m, q, c->now, c->out, c->err, ERR_LEN);
-}
-
-static bool v_copy_task(const struct mc_store_msg *q)
-{
-	const struct mc_store_copy_task_req *r = &q->body.copy_task_req;
-
-	return s_ok(&r->tenant) && s_ok(&r->key) && strs_ok(r->targets, r->n_targets);
-}
-
-static bool v_change_replica(const struct mc_store_msg *q)
-{
-	const struct mc_store_change_replica_req *r = &q->body.change_replica_req;
-
-	return s_ok(&r->tenant) && s_ok(&r->key);
-}
-
-static bool v_move_task(const struct mc_store_msg *q)
-{
-	const struct mc_store_move_task_req *r = &q->body.move_task_req;
-
-	return s_ok(&r->tenant) && s_ok(&r->key) && s_ok(&r->source) && s_ok(&r->target);
-}
-
-static bool v_task_done(const struct mc_store_msg *q)
-{
-	return s_ok(&q->body.task_done_req.message);
 }
 
 static mc_status h_service_ready(struct ctx *c, const struct mc_store_msg *q)
@@ -1748,44 +1565,44 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 
 /* clang-format off */
 #define MASTER_CMDS(X)                                                                      \
-	X(SERVICE_READY, h_service_ready, v_hello, NO_COUNTER)                              \
+	X(SERVICE_READY, h_service_ready, mc_master_v_hello, NO_COUNTER)                              \
 	X(PING, h_ping, NULL, COUNTER(master_ping))                                         \
-	X(MOUNT_SEGMENT, h_mount, v_mount, COUNTER(master_mount_segment))                   \
-	X(REMOUNT_SEGMENT, h_remount, v_remount, COUNTER(master_remount_segment))           \
+	X(MOUNT_SEGMENT, h_mount, mc_master_v_mount, COUNTER(master_mount_segment))                   \
+	X(REMOUNT_SEGMENT, h_remount, mc_master_v_remount, COUNTER(master_remount_segment))           \
 	X(UNMOUNT_SEGMENT, h_unmount, NULL, COUNTER(master_unmount_segment))                \
 	X(GRACEFUL_UNMOUNT_SEGMENT, h_graceful, NULL, COUNTER(master_unmount_segment))      \
 	X(GET_FSDIR, h_get_fsdir, NULL, NO_COUNTER)                                         \
-	X(REPORT_UNREACHABLE, h_report_unreachable, v_unreachable, NO_COUNTER)              \
+	X(REPORT_UNREACHABLE, h_report_unreachable, mc_master_v_unreachable, NO_COUNTER)              \
 	X(REPORT_CORRUPT, mc_master_h_report_corrupt, mc_master_v_report_corrupt, NO_COUNTER) \
-	X(CREATE_COPY_TASK, h_tasks, v_copy_task, COUNTER(master_create_copy_task))         \
-	X(CREATE_MOVE_TASK, h_tasks, v_move_task, COUNTER(master_create_move_task))         \
+	X(CREATE_COPY_TASK, h_tasks, mc_master_v_copy_task, COUNTER(master_create_copy_task))         \
+	X(CREATE_MOVE_TASK, h_tasks, mc_master_v_move_task, COUNTER(master_create_move_task))         \
 	X(QUERY_TASK, h_tasks, NULL, COUNTER(master_query_task))                            \
 	X(FETCH_TASKS, h_tasks, NULL, COUNTER(master_fetch_tasks))                          \
-	X(MARK_TASK_TO_COMPLETE, h_tasks, v_task_done, COUNTER(master_update_task))         \
-	X(CHANGE_REPLICA, h_tasks, v_change_replica, NO_COUNTER)                            \
-	X(EXIST_KEY, h_exist, v_key, COUNTER(master_exist_key))                             \
-	X(BATCH_EXIST_KEY, h_batch_exist, v_keys, NO_COUNTER)                               \
-	X(GET_REPLICA_LIST, h_get, v_key, COUNTER(master_get_replica_list))                 \
-	X(BATCH_GET_REPLICA_LIST, h_batch_get, v_keys, NO_COUNTER)                          \
-	X(GET_REPLICA_LIST_BY_REGEX, h_regex, v_regex,                                      \
+	X(MARK_TASK_TO_COMPLETE, h_tasks, mc_master_v_task_done, COUNTER(master_update_task))         \
+	X(CHANGE_REPLICA, h_tasks, mc_master_v_change_replica, NO_COUNTER)                            \
+	X(EXIST_KEY, h_exist, mc_master_v_key, COUNTER(master_exist_key))                             \
+	X(BATCH_EXIST_KEY, h_batch_exist, mc_master_v_keys, NO_COUNTER)                               \
+	X(GET_REPLICA_LIST, h_get, mc_master_v_key, COUNTER(master_get_replica_list))                 \
+	X(BATCH_GET_REPLICA_LIST, h_batch_get, mc_master_v_keys, NO_COUNTER)                          \
+	X(GET_REPLICA_LIST_BY_REGEX, h_regex, mc_master_v_regex,                                      \
 	  COUNTER(master_get_replica_list_by_regex))                                        \
-	X(PUT_START, h_put_start, v_put_start, COUNTER(master_put_start))                   \
-	X(PUT_END, h_put_end, v_put_end, COUNTER(master_put_end))                           \
-	X(PUT_REVOKE, h_put_revoke, v_put_revoke, COUNTER(master_put_revoke))               \
-	X(BATCH_PUT_START, h_batch_put_start, v_batch_put_start, NO_COUNTER)                \
-	X(BATCH_PUT_END, h_batch_put_end, v_batch_put_end, NO_COUNTER)                      \
-	X(BATCH_PUT_REVOKE, h_batch_put_revoke, v_batch_put_revoke, NO_COUNTER)             \
-	X(UPSERT_START, h_put_start, v_put_start, COUNTER(master_put_start))                \
-	X(UPSERT_END, h_put_end, v_put_end, COUNTER(master_put_end))                        \
-	X(UPSERT_REVOKE, h_put_revoke, v_put_revoke, COUNTER(master_put_revoke))            \
-	X(BATCH_UPSERT_START, h_batch_put_start, v_batch_put_start, NO_COUNTER)             \
-	X(BATCH_UPSERT_END, h_batch_put_end, v_batch_put_end, NO_COUNTER)                   \
-	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, v_batch_put_revoke, NO_COUNTER)          \
-	X(REMOVE, h_remove, v_remove, COUNTER(master_remove))                               \
-	X(REMOVE_BY_REGEX, h_remove_regex, v_remove_regex, COUNTER(master_remove_by_regex)) \
-	X(REMOVE_ALL, h_remove_all, v_remove_all, NO_COUNTER)                               \
-	X(BATCH_REMOVE, h_batch_remove, v_batch_remove, COUNTER(master_remove))             \
-	X(BATCH_REPLICA_CLEAR, h_batch_replica_clear, v_replica_clear, NO_COUNTER)          \
+	X(PUT_START, h_put_start, mc_master_v_put_start, COUNTER(master_put_start))                   \
+	X(PUT_END, h_put_end, mc_master_v_put_end, COUNTER(master_put_end))                           \
+	X(PUT_REVOKE, h_put_revoke, mc_master_v_put_revoke, COUNTER(master_put_revoke))               \
+	X(BATCH_PUT_START, h_batch_put_start, mc_master_v_batch_put_start, NO_COUNTER)                \
+	X(BATCH_PUT_END, h_batch_put_end, mc_master_v_batch_put_end, NO_COUNTER)                      \
+	X(BATCH_PUT_REVOKE, h_batch_put_revoke, mc_master_v_batch_put_revoke, NO_COUNTER)             \
+	X(UPSERT_START, h_put_start, mc_master_v_put_start, COUNTER(master_put_start))                \
+	X(UPSERT_END, h_put_end, mc_master_v_put_end, COUNTER(master_put_end))                        \
+	X(UPSERT_REVOKE, h_put_revoke, mc_master_v_put_revoke, COUNTER(master_put_revoke))            \
+	X(BATCH_UPSERT_START, h_batch_put_start, mc_master_v_batch_put_start, NO_COUNTER)             \
+	X(BATCH_UPSERT_END, h_batch_put_end, mc_master_v_batch_put_end, NO_COUNTER)                   \
+	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, mc_master_v_batch_put_revoke, NO_COUNTER)          \
+	X(REMOVE, h_remove, mc_master_v_remove, COUNTER(master_remove))                               \
+	X(REMOVE_BY_REGEX, h_remove_regex, mc_master_v_remove_regex, COUNTER(master_remove_by_regex)) \
+	X(REMOVE_ALL, h_remove_all, mc_master_v_remove_all, NO_COUNTER)                               \
+	X(BATCH_REMOVE, h_batch_remove, mc_master_v_batch_remove, COUNTER(master_remove))             \
+	X(BATCH_REPLICA_CLEAR, h_batch_replica_clear, mc_master_v_replica_clear, NO_COUNTER)          \
 	X(MOUNT_LOCAL_DISK_SEGMENT, h_ssd, NULL, NO_COUNTER)                  \
 	X(UNMOUNT_LOCAL_DISK_SEGMENT, h_ssd, NULL, NO_COUNTER)                \
 	X(OFFLOAD_OBJECT_HEARTBEAT, h_ssd, NULL, NO_COUNTER)                  \
@@ -1924,12 +1741,12 @@ bool mc_master_mount_acceptable(struct mc_master *m, const struct mc_store_msg *
 	uint32_t n;
 
 	if (req->hdr.type == MC_STORE_MOUNT_SEGMENT) {
-		if (!v_mount(req))
+		if (!mc_master_v_mount(req))
 			return false;
 		segs = &req->body.mount_req.segment;
 		n = 1;
 	} else if (req->hdr.type == MC_STORE_REMOUNT_SEGMENT) {
-		if (!v_remount(req))
+		if (!mc_master_v_remount(req))
 			return false;
 		segs = req->body.remount_req.segments;
 		n = req->body.remount_req.n_segments;
