@@ -950,7 +950,8 @@ static mc_status replica_snapshot(struct run *r, struct mc_replay_replica **out,
 		}
 		v[n++] = (struct mc_replay_replica){.key = id, .replicas = 0};
 	}
-	qsort(v, n, sizeof(*v), cmp_replica);
+	if (n) /* v is NULL when no key is ours: qsort wants a pointer */
+		qsort(v, n, sizeof(*v), cmp_replica);
 	for (size_t at = 0; at < n; at += SNAP_CHUNK) {
 		size_t m = n - at < SNAP_CHUNK ? n - at : SNAP_CHUNK;
 		json_t *root, *data;
