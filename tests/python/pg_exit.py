@@ -46,6 +46,30 @@ def rank_body(rnd, rank, world, port, size):
     return 0
 
 
+ROUND_DEADLINE_S = 60.0
+
+
+def reap(pids, deadline_s):
+    """The ranks' exit codes; a rank still running after deadline_s is killed
+    and reported as -9, so a hung rank fails its round instead of the run."""
+    codes = {}
+    end = time.monotonic() + deadline_s
+    while len(codes) < len(pids):
+        for p in pids:
+            if p in codes:
+                continue
+            done, status = os.waitpid(p, os.WNOHANG)
+            if done:
+                codes[p] = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() > end:
+                os.kill(p, 9)
+                os.waitpid(p, 0)
+                codes[p] = -9
+        if len(codes) < len(pids):
+            time.sleep(0.02)  # polling the children's exit with a deadline
+    return [codes[p] for p in pids]
+
+
 def main():
     rounds, world, port = (int(x) for x in sys.argv[1:4])
     sizes = [int(x) for x in sys.argv[4].split(",")]
@@ -67,7 +91,7 @@ def main():
                     atexit._run_exitfuncs()
                     os._exit(code)
             pids.append(pid)
-        codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+        codes = reap(pids, ROUND_DEADLINE_S)
         print(f"round {rnd}: exit codes {codes}", flush=True)
         bad += any(codes)
     print(f"{rounds - bad} of {rounds} rounds clean in {time.monotonic() - t0:.1f} s", flush=True)

