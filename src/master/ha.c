@@ -101,8 +101,9 @@ static void set_state(struct mc_master_ha *ha, enum mc_ha_state s)
 	}
 }
 
-/* Sleep until now + ms or stop; returns false once stopping. */
-static bool nap(struct mc_master_ha *ha, uint64_t ms)
+/* Sleep until now + ms, stop, or (when poked_out) a poke; returns false once
+ * stopping; *poked_out says whether a poke came (and takes it). */
+static bool nap_until(struct mc_master_ha *ha, uint64_t ms, bool *poked_out)
 {
 	struct timespec ts;
 	bool stop;
@@ -115,11 +116,22 @@ static bool nap(struct mc_master_ha *ha, uint64_t ms)
 		ts.tv_nsec -= 1000000000L;
 	}
 	pthread_mutex_lock(&ha->lock);
-	while (!ha->stop && pthread_cond_timedwait(&ha->cond, &ha->lock, &ts) != ETIMEDOUT)
+	while (!ha->stop && !(poked_out && ha->poked) &&
+	       pthread_cond_timedwait(&ha->cond, &ha->lock, &ts) != ETIMEDOUT)
 		;
 	stop = ha->stop;
+	if (poked_out) {
+		*poked_out = ha->poked;
+		ha->poked = false;
+	}
 	pthread_mutex_unlock(&ha->lock);
 	return !stop;
+}
+
+/* Sleep until now + ms or stop; returns false once stopping. */
+static bool nap(struct mc_master_ha *ha, uint64_t ms)
+{
+	return nap_until(ha, ms, NULL);
 }
 
 static void note_error(struct mc_master_ha *ha, const char *what, uint64_t *last_log_ms)
@@ -243,30 +255,6 @@ static mc_status take_over(struct mc_master_ha *ha, uint64_t version, bool *held
 	return j.st;
 }
 
-/* Like nap, but a poke ends it too; *poked_out says whether one came. */
-static bool nap_or_poke(struct mc_master_ha *ha, uint64_t ms, bool *poked_out)
-{
-	struct timespec ts;
-	bool stop;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&ha->lock);
-	while (!ha->stop && !ha->poked &&
-	       pthread_cond_timedwait(&ha->cond, &ha->lock, &ts) != ETIMEDOUT)
-		;
-	stop = ha->stop;
-	*poked_out = ha->poked;
-	ha->poked = false;
-	pthread_mutex_unlock(&ha->lock);
-	return !stop;
-}
-
 /*
  * Is the process that advertised addr gone?  Only a refused connect on
  * every address it resolves to says so: nothing listens on its RPC port,
@@ -327,7 +315,7 @@ static bool watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 	uint64_t period = MC_MAX(ha->ttl_ms / 10, (uint64_t)100);
 	bool poked = false;
 
-	while (nap_or_poke(ha, period, &poked)) {
+	while (nap_until(ha, period, &poked)) {
 		struct mc_coord_view v;
 		bool ended = false;
 
