@@ -332,7 +332,8 @@ static void snap_keep(double t_s, const struct mc_replay_replica *keys, size_t n
 		k->failed = true;
 		return;
 	}
-	memcpy(copy, keys, n * sizeof(*copy));
+	if (n) /* keys is NULL for an empty snapshot */
+		memcpy(copy, keys, n * sizeof(*copy));
 	k->t[k->count] = t_s;
 	k->v[k->count] = copy;
 	k->n[k->count++] = n;
