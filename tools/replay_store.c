@@ -202,11 +202,24 @@ struct api {
 	struct curl_slist *hdrs;
 };
 
+/* Run the request set up on a->h; the HTTP status, 0 on failure.  The
+ * collector keeps a NUL after the bytes. */
+static long api_perform(struct api *a)
+{
+	long code = 0;
+
+	if (curl_easy_perform(a->h) != CURLE_OK)
+		return 0;
+	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
+	if (mc_buf_reserve(&a->body.buf, 1) == MC_OK)
+		a->body.buf.data[a->body.buf.len] = '\0';
+	return code;
+}
+
 /* POST (or DELETE when body is NULL) path; the HTTP status, 0 on failure. */
 static long api_call(struct api *a, const char *path, const char *body, size_t len)
 {
 	char url[256];
-	long code = 0;
 
 	snprintf(url, sizeof(url), "%s%s", a->base, path);
 	mc_buf_reset(&a->body.buf);
@@ -222,20 +235,13 @@ static long api_call(struct api *a, const char *path, const char *body, size_t l
 		curl_easy_setopt(a->h, CURLOPT_HTTPGET, 1L);
 		curl_easy_setopt(a->h, CURLOPT_CUSTOMREQUEST, "DELETE");
 	}
-	if (curl_easy_perform(a->h) != CURLE_OK)
-		return 0;
-	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
-	/* the collector keeps a NUL after the bytes */
-	if (mc_buf_reserve(&a->body.buf, 1) == MC_OK)
-		a->body.buf.data[a->body.buf.len] = '\0';
-	return code;
+	return api_perform(a);
 }
 
 /* GET path; the HTTP status, 0 on failure. */
 static long api_get(struct api *a, const char *path)
 {
 	char url[16384];
-	long code = 0;
 
 	if ((size_t)snprintf(url, sizeof(url), "%s%s", a->base, path) >= sizeof(url))
 		return 0;
@@ -244,12 +250,7 @@ static long api_get(struct api *a, const char *path)
 	curl_easy_setopt(a->h, CURLOPT_URL, url);
 	curl_easy_setopt(a->h, CURLOPT_CUSTOMREQUEST, NULL);
 	curl_easy_setopt(a->h, CURLOPT_HTTPGET, 1L);
-	if (curl_easy_perform(a->h) != CURLE_OK)
-		return 0;
-	curl_easy_getinfo(a->h, CURLINFO_RESPONSE_CODE, &code);
-	if (mc_buf_reserve(&a->body.buf, 1) == MC_OK)
-		a->body.buf.data[a->body.buf.len] = '\0';
-	return code;
+	return api_perform(a);
 }
 
 static mc_status api_open(struct api *a, const char *addr)
