@@ -319,7 +319,7 @@ static const struct mc_config_entry flags[] = {
 	INT("dynamic_replication_max_memory_replicas", "2",
 	    MF(dynamic_replication_max_memory_replicas), 1, 255, 0,
 	    "a hot key gets memory replicas up to this many"),
-	/* the write-ahead log (docs/design.md, "Master: the write-ahead log") */
+	/* the write-ahead log (docs/durability.md, "Master: the write-ahead log") */
 	STR("wal_dir", "", SF(wal_dir), 0, NULL,
 	    "write-ahead log directory (made when missing): every accepted state change is "
 	    "logged before its reply leaves and replayed at start; \"\" = no log, a restart "
