@@ -101,6 +101,10 @@ static void task_finish(struct mc_task *t)
 {
 	struct mc_batch *b = t->batch;
 	int err = atomic_load(&t->error);
+	if (t->local_ent) { /* before anyone sees the end: a deregistration after it won't wait */
+		mc_memreg_put(&b->te->memreg, t->local_ent);
+		t->local_ent = NULL;
+	}
 	if (b->task_end)
 		b->task_end(b->task_end_arg, (size_t)(t - b->tasks), err);
 	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,

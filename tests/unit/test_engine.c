@@ -665,6 +665,8 @@ struct slow_mem {
 	char *base;
 	size_t len;
 	int uffd;
+	unsigned delay_us; /* per page; 0: 20 */
+	atomic_uint served; /* pages supplied so far */
 	atomic_bool stop;
 	pthread_t th;
 };
@@ -678,21 +680,23 @@ static void *slow_mem_serve(void *arg)
 		if (poll(&pfd, 1, 50) <= 0 || read(m->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
 		    msg.event != UFFD_EVENT_PAGEFAULT)
 			continue;
-		usleep(20);
+		usleep(m->delay_us ? m->delay_us : 20);
 		struct uffdio_zeropage z = {
 			.range = {.start = msg.arg.pagefault.address & ~(uint64_t)4095,
 				  .len = 4096}};
 		ioctl(m->uffd, UFFDIO_ZEROPAGE, &z);
+		atomic_fetch_add(&m->served, 1);
 	}
 	return NULL;
 }
 
 /* false: userfaultfd is not permitted here (the caller skips) */
-static bool slow_mem_open(struct slow_mem *m, size_t len)
+static bool slow_mem_open_delay(struct slow_mem *m, size_t len, unsigned delay_us)
 {
 	struct uffdio_api api = {.api = UFFD_API};
 	struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING};
 	memset(m, 0, sizeof(*m));
+	m->delay_us = delay_us;
 	m->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	if (m->uffd < 0)
 		return false;
@@ -708,6 +712,16 @@ static bool slow_mem_open(struct slow_mem *m, size_t len)
 	assert_int_equal(ioctl(m->uffd, UFFDIO_REGISTER, &reg), 0);
 	assert_int_equal(pthread_create(&m->th, NULL, slow_mem_serve, m), 0);
 	return true;
+}
+
+static bool slow_mem_open(struct slow_mem *m, size_t len)
+{
+	return slow_mem_open_delay(m, len, 0);
+}
+
+static unsigned slow_pages_served(struct slow_mem *m)
+{
+	return atomic_load(&m->served);
 }
 
 static void slow_mem_close(struct slow_mem *m)
@@ -767,6 +781,94 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
 	slow_mem_close(&slow);
 	assert_true(streaming_when_answered);
+}
+
+/* Deregistration waits a bounded time (MC_TE_DEREGISTER_WAIT_MS, 200 ms
+ * here) for transfers using the range, then cuts their connections. */
+static int setup_dereg_wait(void **state)
+{
+	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TE_DEREGISTER_WAIT_MS",
+					  "200", NULL};
+	return setup_pair_env(state, "mem://test_engine_dereg", env);
+}
+
+enum { SLOW_LEN = 16 << 20, SLOW_PAGE_US = 500 }; /* >= 2 s to read it all */
+
+/* Start a read of b's slow range into dst (registered with a); the task id. */
+static mc_batch_id start_slow_read(struct pair *p, struct slow_mem *slow, char *dst)
+{
+	struct mc_xfer_req r = {.opcode = MC_OP_READ,
+				.source = dst,
+				.target_id = p->b_id,
+				.target_offset = (uint64_t)(uintptr_t)slow->base,
+				.length = SLOW_LEN};
+	mc_batch_id id;
+	assert_int_equal(mc_te_batch_new(p->a, 1, &id), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, &r, 1), MC_OK);
+	return id;
+}
+
+/* Regression (failed before: the local side of a task held no reference, so
+ * mc_te_deregister returned at once and the worker went on writing the read's
+ * bytes into memory the caller then unmapped).  Deregistering the local
+ * buffer of a slow read waits for it, then cuts it: when the call returns
+ * the task has ended (failed; the read needs seconds). */
+static void deregister_during_a_slow_read_waits_then_cuts(void **state)
+{
+	struct pair *p = *state;
+	struct slow_mem slow;
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	char *dst;
+
+	if (!slow_mem_open_delay(&slow, SLOW_LEN, SLOW_PAGE_US))
+		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
+	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
+	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(dst != MAP_FAILED);
+	reg_local(p->a, dst, SLOW_LEN);
+	id = start_slow_read(p, &slow, dst);
+
+	assert_int_equal(mc_te_deregister(p->a, dst), MC_OK);
+	assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
+	assert_int_equal(st.state, MC_XFER_FAILED); /* ended, and not by finishing */
+	munmap(dst, SLOW_LEN); /* safe now: nothing writes there any more */
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+
+	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
+	slow_mem_close(&slow);
+}
+
+/* Regression (failed before: the target's deregistration waited for the
+ * whole read, however long the peer took).  Deregistering memory a peer is
+ * reading returns after the bounded wait; the peer's read fails. */
+static void deregister_of_memory_being_served_is_bounded(void **state)
+{
+	struct pair *p = *state;
+	struct slow_mem slow;
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	char *dst;
+
+	if (!slow_mem_open_delay(&slow, SLOW_LEN, SLOW_PAGE_US))
+		skip();
+	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
+	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(dst != MAP_FAILED);
+	reg_local(p->a, dst, SLOW_LEN);
+	id = start_slow_read(p, &slow, dst);
+	/* the target is serving it once its first bytes arrive */
+	do {
+		assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
+	} while (st.state == MC_XFER_WAITING && slow_pages_served(&slow) == 0);
+
+	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
+	slow_mem_close(&slow); /* b serves none of it any more */
+	assert_int_not_equal(mc_te_batch_wait(p->a, id, 30000, &st), MC_OK);
+	assert_int_equal(st.state, MC_XFER_FAILED);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	unreg_local(p->a, dst);
+	munmap(dst, SLOW_LEN);
 }
 
 /* Regression: a task could show COMPLETED before the batch's in-flight
@@ -903,6 +1005,10 @@ int main(void)
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(a_saturating_connection_does_not_starve_the_others,
 						setup_one_worker, teardown_pair),
+		cmocka_unit_test_setup_teardown(deregister_during_a_slow_read_waits_then_cuts,
+						setup_dereg_wait, teardown_pair),
+		cmocka_unit_test_setup_teardown(deregister_of_memory_being_served_is_bounded,
+						setup_dereg_wait, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
