@@ -434,6 +434,69 @@ def rank0_dies(rank, ws):
     assert big.eq(ws - 1).all()
 
 
+def in_mailbox_run(thread_prefix):
+    """A thread named thread_prefix* is inside MooncakeProcessGroup._run."""
+    frames = sys._current_frames()
+    for th in threading.enumerate():
+        f = frames.get(th.ident) if th.name.startswith(thread_prefix) else None
+        while f is not None:
+            if f.f_code.co_name == "_run" and f.f_globals.get("__name__") == mpg.__name__:
+                return True
+            f = f.f_back
+    return False
+
+
+def shutdown_recv(rank, ws):
+    """A thread blocked in recv from a live peer that never sends while another
+    thread shuts the group down: shutdown() stops that recv and waits for it
+    (within the depart bound), the recv raises RuntimeError naming the shutdown,
+    and later operations refuse.  Ends the process (the group is gone)."""
+    store = dist.distributed_c10d._get_default_store()
+    if rank != 0:
+        store.wait(["pg_test/shutdown_done"])  # stays alive (and silent) until then
+        shut_down()
+        print(f"rank {rank} shutdown_recv ok", flush=True)
+        os._exit(0)
+    pg = next(g for g in dist.distributed_c10d._pg_map
+              if isinstance(g, mpg.MooncakeProcessGroup))
+    got = {}
+
+    def receiver():
+        try:
+            dist.recv(torch.empty(4), src=1)
+            got["result"] = "returned"
+        except RuntimeError as e:
+            got["result"] = e
+
+    th = threading.Thread(target=receiver)
+    th.start()
+    # the recv is running on its worker (inside the mailbox's run) before we shut down
+    until = time.monotonic() + 60
+    while not in_mailbox_run("mooncake-pg-recv-1"):
+        assert time.monotonic() < until, "the recv never started"
+        time.sleep(0.001)
+    t0 = time.monotonic()
+    pg.shutdown(timeout_ms=3000)
+    took = time.monotonic() - t0
+    # shutdown returned only after the recv had ended
+    assert "result" in got, "shutdown returned while the recv still ran"
+    th.join()
+    assert isinstance(got["result"], RuntimeError), got
+    assert "shut down" in str(got["result"]), got["result"]
+    print(f"rank 0: shutdown with a blocked recv took {took:.2f} s", flush=True)
+    assert took < 3.0 + 5.0, f"shutdown took {took:.1f} s"  # the depart bound, with slack
+    for call in (lambda: dist.send(torch.ones(4), 1), lambda: dist.all_reduce(torch.ones(4))):
+        try:
+            call()
+        except RuntimeError as e:
+            assert "shut down" in str(e), e
+        else:
+            raise AssertionError("an operation after shutdown did not refuse")
+    store.set("pg_test/shutdown_done", "1")
+    print(f"rank {rank} shutdown_recv ok", flush=True)
+    os._exit(0)
+
+
 def main():
     if os.environ.get("PG_TEST_DUMP_S"):  # debugging a hang: every thread's stack, then go on
         faulthandler.dump_traceback_later(float(os.environ["PG_TEST_DUMP_S"]), repeat=True)
@@ -451,7 +514,8 @@ def main():
     assert dist.get_backend() == "mooncake-cpu"
     assert dist.get_world_size() == ws and dist.get_rank() == rank
     fns = {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure,
-           "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap}
+           "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap,
+           "shutdown_recv": shutdown_recv}
     for name in scenario.split("+"):
         fns[name](rank, ws)
     dist.barrier()

@@ -95,6 +95,17 @@ def test_rank_killed_mid_all_reduce():
         assert rc == 0 and f"rank {rank} failure ok" in out, f"rank {rank}:\n{out}"
 
 
+def test_shutdown_stops_a_blocked_recv():
+    """Regression (failed before: shutdown() departed under a recv that another
+    thread was running, which went on waiting on the mailbox after it was
+    gone).  Rank 0 shuts down while a thread of it is blocked in recv from
+    rank 1, which is alive and never sends: the recv raises RuntimeError and
+    shutdown returns after it ended."""
+    res = run_ranks("shutdown_recv", 2)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} shutdown_recv ok" in out, f"rank {rank}:\n{out}"
+
+
 def test_replacement_recovers_dead_rank():
     """Rank 3 of 4 dies; the survivors carry on (auto-sync, size 3); a new
     process starts as rank 3 with is_extension=True; the survivors'
