@@ -44,7 +44,7 @@
  * (capped at 200 us); the machine it runs on has more processes than cores.
  *
  * Failure: a data WRITE that fails marks its peer failed.  A peer that makes
- * no progress for PROBE_EVERY_US is probed (mc_te_probe); a probe refused
+ * no progress for PROBE_EVERY_US is probed (mc_te_probe_within, PROBE_PROOF_MS); a probe refused
  * or dropped marks it failed (one that times out does not, yet).  After timeout_us without progress
  * every peer of the group is probed, and those that fail are reported; if none fails, the wait goes
  * on (a slow rank is not a dead one; a rank that gave up on this operation has sent a notice).  A
@@ -92,6 +92,10 @@
 #define MAX_RANKS      64
 #define MAX_SLOTS      8
 #define PROBE_EVERY_US 200000
+/* Probe bounds: a probe for proof (a refusal) of a silent peer, and the
+ * verdict probe after the collective's timeout, where no answer means dead. */
+#define PROBE_PROOF_MS	 200
+#define PROBE_VERDICT_MS 1000
 #define MAX_SLEEP_NS   200000
 #define INLINE_MAX     8192 /* messages up to this size carry their own check */
 
@@ -543,7 +547,10 @@ static bool probe_dead(Mailbox *m, int r, bool proof_only)
 
 	if (!m->segname[r])
 		return false;
-	rc = mc_te_probe(m->te, m->segname[r]);
+	/* bounded: the run loop waits for it, and the collective's promise is its
+	 * timeout (mc_te_probe alone waits up to twice the handshake timeout) */
+	rc = mc_te_probe_within(m->te, m->segname[r],
+				proof_only ? PROBE_PROOF_MS : PROBE_VERDICT_MS);
 	if (rc == MC_OK)
 		return false;
 	return !proof_only || rc == MC_ERR_CONN_REFUSED || rc == MC_ERR_CONN_CLOSED ||

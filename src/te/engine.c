@@ -977,17 +977,23 @@ void mc_te_notify_free(struct mc_te_notify *list, size_t count)
 	mc_free(list);
 }
 
-mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
+mc_status mc_te_probe_within(struct mc_te *te, const char *segment_name, int timeout_ms)
 {
 	char host[256];
 	uint16_t port = 0;
 	mc_status rc;
 	if (!te || !segment_name)
 		return MC_ERR_INVALID_PARAMS;
+	if (timeout_ms <= 0)
+		timeout_ms = (int)te->cfg.handshake_connect_timeout_s * 1000;
 	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);
 	if (rc != MC_OK)
 		return rc;
-	/* a live peer answers a probe at once: the connect timeout bounds both */
-	return probe_endpoint(te, host, port, (int)te->cfg.handshake_connect_timeout_s * 1000,
-			      (int)te->cfg.handshake_connect_timeout_s * 1000);
+	/* a live peer answers a probe at once: one bound for the connect and the answer */
+	return probe_endpoint(te, host, port, timeout_ms, timeout_ms);
+}
+
+mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
+{
+	return mc_te_probe_within(te, segment_name, 0);
 }

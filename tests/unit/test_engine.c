@@ -458,6 +458,32 @@ static void notify_and_probe(void **state)
 	assert_int_equal(mc_te_probe(p->a, mc_te_local_name(p->b)), MC_OK);
 }
 
+/* mc_te_probe_within: a listener that accepts but never answers is given up
+ * on after the caller's bound, not the handshake timeout (5 s here). */
+static void probe_within_is_bounded(void **state)
+{
+	struct pair *p = *state;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	char name[64];
+	struct timespec t0, t1;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	long ms;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 4), 0); /* the kernel accepts; nobody answers */
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(name, sizeof(name), "127.0.0.1:%u", ntohs(sa.sin_port));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_not_equal(mc_te_probe_within(p->a, name, 200), MC_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms < 4000); /* 200 ms, with a loaded machine's slack; not 5 s */
+	assert_int_equal(mc_te_probe_within(p->a, mc_te_local_name(p->b), 1000), MC_OK);
+	close(fd);
+}
+
 static void registration_rules(void **state)
 {
 	struct pair *p = *state;
@@ -982,6 +1008,7 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(probe_within_is_bounded, setup_p2p, teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem,
 						teardown_pair),
