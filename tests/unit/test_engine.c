@@ -4,7 +4,6 @@
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/userfaultfd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -29,6 +28,7 @@
 #include "meta/desc.h"
 #include "meta/meta.h"
 #include "mooncake/te.h"
+#include "slow_mem.h"
 #include "support.h"
 #include "te/engine.h"
 #include "transport/tcp.h"
@@ -684,80 +684,6 @@ out:
 	return NULL;
 }
 
-/* Memory whose pages come in slowly: a userfaultfd handler supplies each
- * page on first touch after a pause, so whoever writes there (the target's
- * recv()) is slower than any sender, deterministically. */
-struct slow_mem {
-	char *base;
-	size_t len;
-	int uffd;
-	unsigned delay_us; /* per page; 0: 20 */
-	atomic_uint served; /* pages supplied so far */
-	atomic_bool stop;
-	pthread_t th;
-};
-
-static void *slow_mem_serve(void *arg)
-{
-	struct slow_mem *m = arg;
-	while (!atomic_load(&m->stop)) {
-		struct pollfd pfd = {.fd = m->uffd, .events = POLLIN};
-		struct uffd_msg msg;
-		if (poll(&pfd, 1, 50) <= 0 || read(m->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
-		    msg.event != UFFD_EVENT_PAGEFAULT)
-			continue;
-		usleep(m->delay_us ? m->delay_us : 20);
-		struct uffdio_zeropage z = {
-			.range = {.start = msg.arg.pagefault.address & ~(uint64_t)4095,
-				  .len = 4096}};
-		ioctl(m->uffd, UFFDIO_ZEROPAGE, &z);
-		atomic_fetch_add(&m->served, 1);
-	}
-	return NULL;
-}
-
-/* false: userfaultfd is not permitted here (the caller skips) */
-static bool slow_mem_open_delay(struct slow_mem *m, size_t len, unsigned delay_us)
-{
-	struct uffdio_api api = {.api = UFFD_API};
-	struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING};
-	memset(m, 0, sizeof(*m));
-	m->delay_us = delay_us;
-	m->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-	if (m->uffd < 0)
-		return false;
-	if (ioctl(m->uffd, UFFDIO_API, &api) < 0) {
-		close(m->uffd);
-		return false;
-	}
-	m->len = len;
-	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(m->base != MAP_FAILED);
-	reg.range.start = (uint64_t)(uintptr_t)m->base;
-	reg.range.len = len;
-	assert_int_equal(ioctl(m->uffd, UFFDIO_REGISTER, &reg), 0);
-	assert_int_equal(pthread_create(&m->th, NULL, slow_mem_serve, m), 0);
-	return true;
-}
-
-static bool slow_mem_open(struct slow_mem *m, size_t len)
-{
-	return slow_mem_open_delay(m, len, 0);
-}
-
-static unsigned slow_pages_served(struct slow_mem *m)
-{
-	return atomic_load(&m->served);
-}
-
-static void slow_mem_close(struct slow_mem *m)
-{
-	atomic_store(&m->stop, true);
-	pthread_join(m->th, NULL);
-	close(m->uffd);
-	munmap(m->base, m->len);
-}
-
 /* Regression: a connection whose peer sent faster than the target's worker
  * copied kept that worker reading it until the peer stopped, so every other
  * connection of the worker waited (and one waiting mid-request was then
@@ -773,12 +699,12 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 	uint64_t base = (uint64_t)(uintptr_t)p->bbuf;
 	uint8_t hdr[MC_TCP_HDR_LEN];
 	char small[4096];
-	struct slow_mem slow;
+	struct mc_test_slow_mem slow;
 	pthread_t th;
 	bool streaming_when_answered;
 	int b;
 
-	if (!slow_mem_open(&slow, (size_t)BLK * COUNT))
+	if (!mc_test_slow_mem_open(&slow, (size_t)BLK * COUNT, 0))
 		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
 	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
 	st.memfd = memfd_create("stream", 0);
@@ -805,7 +731,7 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 	close(st.fd);
 	close(st.memfd);
 	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
-	slow_mem_close(&slow);
+	mc_test_slow_mem_close(&slow);
 	assert_true(streaming_when_answered);
 }
 
@@ -821,7 +747,7 @@ static int setup_dereg_wait(void **state)
 enum { SLOW_LEN = 16 << 20, SLOW_PAGE_US = 500 }; /* >= 2 s to read it all */
 
 /* Start a read of b's slow range into dst (registered with a); the task id. */
-static mc_batch_id start_slow_read(struct pair *p, struct slow_mem *slow, char *dst)
+static mc_batch_id start_slow_read(struct pair *p, struct mc_test_slow_mem *slow, char *dst)
 {
 	struct mc_xfer_req r = {.opcode = MC_OP_READ,
 				.source = dst,
@@ -842,12 +768,12 @@ static mc_batch_id start_slow_read(struct pair *p, struct slow_mem *slow, char *
 static void deregister_during_a_slow_read_waits_then_cuts(void **state)
 {
 	struct pair *p = *state;
-	struct slow_mem slow;
+	struct mc_test_slow_mem slow;
 	struct mc_xfer_status st;
 	mc_batch_id id;
 	char *dst;
 
-	if (!slow_mem_open_delay(&slow, SLOW_LEN, SLOW_PAGE_US))
+	if (!mc_test_slow_mem_open(&slow, SLOW_LEN, SLOW_PAGE_US))
 		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
 	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
 	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -862,7 +788,7 @@ static void deregister_during_a_slow_read_waits_then_cuts(void **state)
 	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
 
 	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
-	slow_mem_close(&slow);
+	mc_test_slow_mem_close(&slow);
 }
 
 /* Regression (failed before: the target's deregistration waited for the
@@ -871,12 +797,12 @@ static void deregister_during_a_slow_read_waits_then_cuts(void **state)
 static void deregister_of_memory_being_served_is_bounded(void **state)
 {
 	struct pair *p = *state;
-	struct slow_mem slow;
+	struct mc_test_slow_mem slow;
 	struct mc_xfer_status st;
 	mc_batch_id id;
 	char *dst;
 
-	if (!slow_mem_open_delay(&slow, SLOW_LEN, SLOW_PAGE_US))
+	if (!mc_test_slow_mem_open(&slow, SLOW_LEN, SLOW_PAGE_US))
 		skip();
 	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
 	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -886,10 +812,10 @@ static void deregister_of_memory_being_served_is_bounded(void **state)
 	/* the target is serving it once its first bytes arrive */
 	do {
 		assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
-	} while (st.state == MC_XFER_WAITING && slow_pages_served(&slow) == 0);
+	} while (st.state == MC_XFER_WAITING && mc_test_slow_mem_served(&slow) == 0);
 
 	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
-	slow_mem_close(&slow); /* b serves none of it any more */
+	mc_test_slow_mem_close(&slow); /* b serves none of it any more */
 	assert_int_not_equal(mc_te_batch_wait(p->a, id, 30000, &st), MC_OK);
 	assert_int_equal(st.state, MC_XFER_FAILED);
 	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
