@@ -764,7 +764,9 @@ static mc_batch_id start_slow_read(struct pair *p, struct mc_test_slow_mem *slow
  * mc_te_deregister returned at once and the worker went on writing the read's
  * bytes into memory the caller then unmapped).  Deregistering the local
  * buffer of a slow read waits for it, then cuts it: when the call returns
- * the task has ended (failed; the read needs seconds). */
+ * the task has ended (and, since a fix of the completion order, its state
+ * says so: the registration was dropped before the state was stored, and a
+ * zero-copy run once saw WAITING here). */
 static void deregister_during_a_slow_read_waits_then_cuts(void **state)
 {
 	struct pair *p = *state;
@@ -783,7 +785,10 @@ static void deregister_during_a_slow_read_waits_then_cuts(void **state)
 
 	assert_int_equal(mc_te_deregister(p->a, dst), MC_OK);
 	assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
-	assert_int_equal(st.state, MC_XFER_FAILED); /* ended, and not by finishing */
+	/* ended: cut (the usual case, the read needs seconds) or, when the
+	 * target could send faster than the pages come (zero-copy may map them
+	 * without a fault), finished within the wait */
+	assert_true(st.state == MC_XFER_FAILED || st.state == MC_XFER_COMPLETED);
 	munmap(dst, SLOW_LEN); /* safe now: nothing writes there any more */
 	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
 
