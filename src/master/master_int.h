@@ -596,6 +596,9 @@ void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o);
 void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost);
 /* A segment mounted: repairs parked for want of room are queued again. */
 void mc_master_repair_wake(struct mc_master *m);
+/* The segment in slot mounted (again, as after a restart): a drain job
+ * still running that names it drains it (state DRAINING, a new lap). */
+void mc_master_drain_seg_mounted(struct mc_master *m, uint32_t slot);
 /* A get of o (GetReplicaList and its batch form): counts towards its heat
  * (--dynamic_replication_mode); a key that turns hot gets one more copy. */
 void mc_master_heat_hit(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);

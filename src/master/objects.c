@@ -954,6 +954,7 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	if (waited)
 		mc_master_wal_rebind(m, slot);
 	mc_master_repair_wake(m); /* room for repairs that found none */
+	mc_master_drain_seg_mounted(m, slot);
 	return MC_OK;
 
 err_strings:

@@ -44,6 +44,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "master/snap.h"
+#include "master/tasks_int.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
 
@@ -60,7 +61,7 @@ bool mc_master_wal_take_error(struct mc_master *m)
 	return e;
 }
 
-static void append(struct mc_master *m, const struct mc_walrec *r)
+void mc_master_wal_append(struct mc_master *m, const struct mc_walrec *r)
 {
 	mc_buf_reset(&m->walbuf);
 	mc_walrec_encode(&m->walbuf, r);
@@ -80,7 +81,7 @@ void mc_master_wal_view(struct mc_master *m, uint64_t version, const char *leade
 	r.u.view.leader.len = (uint16_t)MC_MIN(strlen(leader), (size_t)UINT16_MAX);
 	m->wal_view = version;
 	if (m->wal)
-		append(m, &r);
+		mc_master_wal_append(m, &r);
 }
 
 uint64_t mc_master_wal_view_version(const struct mc_master *m)
@@ -149,7 +150,7 @@ void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
 	if (!m->wal)
 		return;
 	if (obj_rec(m, o, false, &r))
-		append(m, &r);
+		mc_master_wal_append(m, &r);
 }
 
 void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
@@ -164,7 +165,7 @@ void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
 	r.u.obj.tenant.len = (uint16_t)m->tenant_lens[o->tenant];
 	r.u.obj.key.p = o->key;
 	r.u.obj.key.len = o->key_len;
-	append(m, &r);
+	mc_master_wal_append(m, &r);
 }
 
 static void seg_rec(const struct mc_master *m, uint32_t slot, struct mc_walrec *r)
@@ -190,7 +191,7 @@ void mc_master_wal_mount(struct mc_master *m, uint32_t slot)
 	if (!m->wal)
 		return;
 	seg_rec(m, slot, &r);
-	append(m, &r);
+	mc_master_wal_append(m, &r);
 }
 
 void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
@@ -202,12 +203,13 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
 	mc_walrec_clear(&r);
 	r.type = MC_WALREC_SEG_UNMOUNT;
 	r.u.seg.id = m->segs[slot].id;
-	append(m, &r);
+	mc_master_wal_append(m, &r);
 }
 
 /* ---- snapshot ---- */
 
-static mc_status snap_add(struct mc_master *m, struct mc_snap_writer *w, const struct mc_walrec *r)
+mc_status mc_master_snap_add(struct mc_master *m, struct mc_snap_writer *w,
+			     const struct mc_walrec *r)
 {
 	mc_buf_reset(&m->walbuf);
 	mc_walrec_encode(&m->walbuf, r);
@@ -290,7 +292,7 @@ static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc
 		if (i + DUMP_AHEAD < n)
 			__builtin_prefetch(v[i + DUMP_AHEAD].o);
 		if (obj_rec(m, v[i].o, true, r))
-			st = snap_add(m, w, r);
+			st = mc_master_snap_add(m, w, r);
 	}
 	mc_free(v);
 	mc_free(at);
@@ -311,23 +313,23 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 				       k != MC_SEG_DRAINING && k != MC_SEG_WAIT))
 			continue;
 		seg_rec(m, i, &r);
-		st = snap_add(m, w, &r);
+		st = mc_master_snap_add(m, w, &r);
 	}
 	if (st != MC_OK)
 		return st;
 	/* the move of a resize is not finished here: that would write both
 	 * tables and copy every page of them into this forked child */
 	if (dump_sorted(m, w, &r, &st))
-		return st;
+		return st == MC_OK ? mc_master_tasks_snap_dump(m, w) : st;
 	/* no memory for the order: the tables', which a remount sorts */
 	for (uint64_t i = 0; i < mc_master_table_span(m) && st == MC_OK; i++) {
 		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (!o || (o->flags & MC_OBJ_PROC) || !obj_rec(m, o, true, &r))
 			continue;
-		st = snap_add(m, w, &r);
+		st = mc_master_snap_add(m, w, &r);
 	}
-	return st;
+	return st == MC_OK ? mc_master_tasks_snap_dump(m, w) : st;
 }
 
 /* ---- replay ---- */
@@ -338,7 +340,7 @@ static bool wait_is(const struct mc_master *m, uint32_t i, const struct mc_store
 	       m->segs[i].id.second == id->second;
 }
 
-static uint32_t wait_find(struct mc_master *m, const struct mc_store_uuid *id)
+uint32_t mc_master_wal_wait_find(struct mc_master *m, const struct mc_store_uuid *id)
 {
 	if (m->wait_hint < m->nsegs_slots && wait_is(m, m->wait_hint, id))
 		return m->wait_hint; /* a run of records on one segment */
@@ -498,7 +500,7 @@ bool mc_master_wal_keep_dead(struct mc_master *m, struct mc_obj *o)
 
 static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *in, uint64_t now)
 {
-	uint32_t slot = wait_find(m, &in->id);
+	uint32_t slot = mc_master_wal_wait_find(m, &in->id);
 	struct mc_seg *s;
 
 	if (slot != UINT32_MAX &&
@@ -551,7 +553,7 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	mc_status st;
 
 	for (uint32_t i = 0; i < in->nrep; i++) {
-		uint32_t slot = wait_find(m, &in->reps[i].seg);
+		uint32_t slot = mc_master_wal_wait_find(m, &in->reps[i].seg);
 
 		if (slot == UINT32_MAX || in->reps[i].kind != MC_WALREC_REP_MEMORY)
 			continue; /* its segment went before the crash */
@@ -656,7 +658,7 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	case MC_WALREC_SEG_MOUNT:
 		return replay_mount(m, &r.u.seg, now_ms);
 	case MC_WALREC_SEG_UNMOUNT: {
-		uint32_t slot = wait_find(m, &r.u.seg.id);
+		uint32_t slot = mc_master_wal_wait_find(m, &r.u.seg.id);
 
 		if (slot != UINT32_MAX)
 			wait_drop(m, slot);
@@ -678,6 +680,10 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	case MC_WALREC_VIEW: /* who wrote what follows: nothing to apply */
 		m->wal_view = r.u.view.version;
 		return MC_OK;
+	case MC_WALREC_TASK:
+	case MC_WALREC_JOB:
+	case MC_WALREC_TASK_SEQ:
+		return mc_master_tasks_replay(m, &r, now_ms);
 	default:
 		return MC_ERR_INTERNAL; /* decode refused it */
 	}
