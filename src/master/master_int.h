@@ -123,6 +123,7 @@ struct mc_seg {
 	struct mc_offset_alloc *alloc;
 	uint64_t used;	   /* requested bytes of live replicas here */
 	uint64_t deadline; /* GRACEFUL: unmount at this time (ms) */
+	uint64_t grace_epoch_ms; /* GRACEFUL (or WAIT, was): its deadline in Unix time (ms; 0: none) */
 	uint64_t mount_seq;
 	uint32_t gen;
 	uint32_t client;  /* client slot */
@@ -395,6 +396,12 @@ void mc_master_wal_put(struct mc_master *m, struct mc_obj *o);
 void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o);
 void mc_master_wal_mount(struct mc_master *m, uint32_t slot);
 void mc_master_wal_unmount(struct mc_master *m, uint32_t slot);
+/* The segment in slot turned GRACEFUL (its deadline, ms of now_ms's clock). */
+void mc_master_wal_graceful(struct mc_master *m, uint32_t slot, uint64_t now_ms);
+/* A waiting slot that was GRACEFUL (grace_epoch_ms) was mounted again:
+ * GRACEFUL again with what is left of its grace period. */
+void mc_master_wal_graceful_restore(struct mc_master *m, uint32_t slot, uint64_t grace_epoch_ms,
+				    uint64_t now_ms);
 /* The waiting (replayed) segment a mount of in takes over: same name,
  * base and size; UINT32_MAX if none. */
 uint32_t mc_master_wal_waiting(const struct mc_master *m, const struct mc_store_segment *in);

@@ -206,6 +206,50 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
 	mc_master_wal_append(m, &r);
 }
 
+/* The epoch deadline of a GRACEFUL segment's (UINT64_MAX: never). */
+static uint64_t grace_epoch(const struct mc_seg *s, uint64_t now_ms)
+{
+	uint64_t left = s->deadline > now_ms ? s->deadline - now_ms : 0;
+
+	return s->deadline == UINT64_MAX ? UINT64_MAX : mc_epoch_ms() + left;
+}
+
+static void grace_rec(const struct mc_seg *s, uint64_t epoch_ms, struct mc_walrec *r)
+{
+	mc_walrec_clear(r);
+	r->type = MC_WALREC_SEG_GRACEFUL;
+	r->u.grace.seg = s->id;
+	r->u.grace.deadline_epoch_ms = epoch_ms;
+}
+
+void mc_master_wal_graceful(struct mc_master *m, uint32_t slot, uint64_t now_ms)
+{
+	struct mc_seg *s = &m->segs[slot];
+	struct mc_walrec r;
+
+	s->grace_epoch_ms = grace_epoch(s, now_ms); /* what a snapshot writes */
+	if (!m->wal)
+		return;
+	grace_rec(s, s->grace_epoch_ms, &r);
+	mc_master_wal_append(m, &r);
+}
+
+void mc_master_wal_graceful_restore(struct mc_master *m, uint32_t slot, uint64_t grace_epoch_ms,
+				    uint64_t now_ms)
+{
+	struct mc_seg *s = &m->segs[slot];
+	uint64_t now_epoch = mc_epoch_ms();
+	uint64_t left = grace_epoch_ms > now_epoch ? grace_epoch_ms - now_epoch : 0;
+
+	s->state = MC_SEG_GRACEFUL;
+	s->deadline = grace_epoch_ms == UINT64_MAX ? UINT64_MAX : now_ms + left;
+	m->targets_dirty = true;
+	mc_info("wal: segment %s mounted again while being unmounted gracefully: it goes in "
+		"%" PRIu64 " ms",
+		s->name, left);
+	mc_master_wal_graceful(m, slot, now_ms);
+}
+
 /* ---- snapshot ---- */
 
 mc_status mc_master_snap_add(struct mc_master *m, struct mc_snap_writer *w,
@@ -314,6 +358,11 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 			continue;
 		seg_rec(m, i, &r);
 		st = mc_master_snap_add(m, w, &r);
+		if (st == MC_OK && (k == MC_SEG_GRACEFUL || k == MC_SEG_WAIT) &&
+		    m->segs[i].grace_epoch_ms) {
+			grace_rec(&m->segs[i], m->segs[i].grace_epoch_ms, &r);
+			st = mc_master_snap_add(m, w, &r);
+		}
 	}
 	if (st != MC_OK)
 		return st;
@@ -536,6 +585,7 @@ static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *i
 	s->used = 0;
 	s->client = MC_MASTER_NO_CLIENT;
 	s->deadline = now + m->cfg.client_ttl_ms;
+	s->grace_epoch_ms = 0; /* a SEG_GRACEFUL after it says otherwise */
 	s->state = MC_SEG_WAIT;
 	if (!s->name || !s->te_endpoint || !s->protocol || !s->host_id) {
 		wait_drop(m, slot);
@@ -684,6 +734,15 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	case MC_WALREC_JOB:
 	case MC_WALREC_TASK_SEQ:
 		return mc_master_tasks_replay(m, &r, now_ms);
+	case MC_WALREC_SEG_GRACEFUL: {
+		uint32_t slot = mc_master_wal_wait_find(m, &r.u.grace.seg);
+
+		if (slot != UINT32_MAX)
+			m->segs[slot].grace_epoch_ms = r.u.grace.deadline_epoch_ms
+							       ? r.u.grace.deadline_epoch_ms
+							       : 1; /* 0 is "not" */
+		return MC_OK;
+	}
 	default:
 		return MC_ERR_INTERNAL; /* decode refused it */
 	}

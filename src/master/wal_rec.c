@@ -76,6 +76,7 @@ static uint8_t rec_version(const struct mc_walrec *r)
 	case MC_WALREC_TASK:
 	case MC_WALREC_JOB:
 	case MC_WALREC_TASK_SEQ:
+	case MC_WALREC_SEG_GRACEFUL:
 		return 3;
 	default:
 		return 1;
@@ -174,6 +175,10 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 	}
 	case MC_WALREC_TASK_SEQ:
 		put64(out, r->u.seq);
+		break;
+	case MC_WALREC_SEG_GRACEFUL:
+		put_uuid(out, &r->u.grace.seg);
+		put64(out, r->u.grace.deadline_epoch_ms);
 		break;
 	default:
 		break;
@@ -443,6 +448,12 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		if (ver != 3)
 			d.bad = "version";
 		r->u.seq = get64(&d, "task seq");
+		break;
+	case MC_WALREC_SEG_GRACEFUL:
+		if (ver != 3)
+			d.bad = "version";
+		get_uuid(&d, &r->u.grace.seg, "segment id");
+		r->u.grace.deadline_epoch_ms = get64(&d, "deadline");
 		break;
 	default:
 		return mc_set_error(MC_ERR_NOT_SUPPORTED, "wal record type %u is unknown", type);

@@ -35,6 +35,10 @@
  *             targets (u16 n, n names), message
  *   TASK_SEQ  (version 3) the task-id sequence reached u64 seq: a task of
  *             the master's own (a repair, a drain's move), which is not kept
+ *   SEG_GRACEFUL (version 3) a segment is to be unmounted at a deadline
+ *             (GracefulUnmountSegment): uuid segment, u64 deadline in ms
+ *             of the Unix epoch (UINT64_MAX: never), so that a restart
+ *             counts the time it was down
  *
  * Version 3 records are new types: a master before them refuses the log
  * with INVALID_VERSION (a newer master wrote it) rather than guessing.
@@ -66,6 +70,7 @@ enum mc_walrec_type {
 	MC_WALREC_TASK = 6,
 	MC_WALREC_JOB = 7,
 	MC_WALREC_TASK_SEQ = 8,
+	MC_WALREC_SEG_GRACEFUL = 9,
 };
 
 enum mc_walrec_rep_kind {
@@ -107,6 +112,11 @@ struct mc_walrec_seg {
 	struct mc_store_uuid id, client;
 	uint64_t base, size;
 	struct mc_walrec_str name, te_endpoint, protocol;
+};
+
+struct mc_walrec_grace {
+	struct mc_store_uuid seg;
+	uint64_t deadline_epoch_ms;
 };
 
 struct mc_walrec_view {
@@ -153,6 +163,7 @@ struct mc_walrec {
 		struct mc_walrec_task task; /* TASK */
 		struct mc_walrec_job job;   /* JOB */
 		uint64_t seq;		    /* TASK_SEQ */
+		struct mc_walrec_grace grace; /* SEG_GRACEFUL */
 	} u;
 };
 
@@ -166,6 +177,7 @@ static inline void mc_walrec_clear(struct mc_walrec *r)
 	size_t view = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_view);
 	size_t task = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_task);
 	size_t job = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_job);
+	size_t grace = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_grace);
 
 	if (n < seg)
 		n = seg;
@@ -175,6 +187,8 @@ static inline void mc_walrec_clear(struct mc_walrec *r)
 		n = task;
 	if (n < job)
 		n = job;
+	if (n < grace)
+		n = grace;
 	memset(r, 0, n);
 }
 

@@ -148,6 +148,14 @@ static void codec_round_trip(void **state)
 	r.u.seq = 99;
 	round_trip(&r, &d);
 	assert_int_equal(d.u.seq, 99);
+
+	mc_walrec_clear(&r);
+	r.type = MC_WALREC_SEG_GRACEFUL;
+	r.u.grace.seg = SB;
+	r.u.grace.deadline_epoch_ms = 1234567;
+	round_trip(&r, &d);
+	assert_int_equal(d.u.grace.seg.second, SB.second);
+	assert_int_equal(d.u.grace.deadline_epoch_ms, 1234567);
 }
 
 /* Fields a decoder must refuse: a bad type or status, no target, an
@@ -594,6 +602,75 @@ static void drain_of_a_segment_that_never_returns_fails(void **state)
 	mc_test_rmtree(dir);
 }
 
+static bool seg_status(void *arg, const struct mc_master_segment_info *s)
+{
+	char *out = arg;
+
+	snprintf(out + strlen(out), 128 - strlen(out), "%s=%s;", s->name,
+		 mc_master_segment_status_name(s->status));
+	return true;
+}
+
+/* A graceful unmount's deadline is in the log and in a snapshot: the
+ * segment, mounted again after a restart, is unmounting again and goes
+ * when its grace period (counted in wall-clock time) is over, not never. */
+static void graceful_deadline_survives(bool snap)
+{
+	char dir[256], st[128];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_store_graceful_unmount_req g = {CA, SA, 60000};
+
+	assert_true(mc_test_tmpdir(NULL, "mwtask", dir, sizeof(dir)));
+	t = start(dir, &w, 120000);
+	mount2(t);
+	put_on(t, "k", 100, "a:1");
+	assert_int_equal(mt_call(t, MC_STORE_GRACEFUL_UNMOUNT_SEGMENT, &g), MC_OK);
+	commit(w);
+	if (snap) {
+		snapshot(t, w, dir);
+		seed_out(dir, "snap-", "snap", "file_seg_graceful");
+	} else {
+		seed_out(dir, "wal-", "wal", "master_seg_graceful_records");
+	}
+	crash(t, w);
+
+	t = start(dir, &w, 120000);
+	mount2(t);
+	commit(w);
+	st[0] = '\0';
+	mc_master_foreach_segment(t->m, seg_status, st);
+	assert_string_equal(st, "a:1=GRACEFULLY_UNMOUNTING;b:1=OK;");
+	assert_int_equal(mt_get(t, "k"), MC_OK); /* readable meanwhile */
+	crash(t, w);
+	/* a second restart (the remount logged it again) */
+	t = start(dir, &w, 120000);
+	mount2(t);
+	mc_master_tick(t->m, t->now + 50000);
+	st[0] = '\0';
+	mc_master_foreach_segment(t->m, seg_status, st);
+	assert_string_equal(st, "a:1=GRACEFULLY_UNMOUNTING;b:1=OK;");
+	mc_master_tick(t->m, t->now + 61000);
+	st[0] = '\0';
+	mc_master_foreach_segment(t->m, seg_status, st);
+	assert_string_equal(st, "b:1=OK;");
+	commit(w);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+static void graceful_deadline_in_the_log(void **state)
+{
+	(void)state;
+	graceful_deadline_survives(false);
+}
+
+static void graceful_deadline_in_a_snapshot(void **state)
+{
+	(void)state;
+	graceful_deadline_survives(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -604,6 +681,8 @@ int main(void)
 		cmocka_unit_test(retry_bound_is_kept),
 		cmocka_unit_test(torn_tail_after_a_task),
 		cmocka_unit_test(drain_of_a_segment_that_never_returns_fails),
+		cmocka_unit_test(graceful_deadline_in_the_log),
+		cmocka_unit_test(graceful_deadline_in_a_snapshot),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
