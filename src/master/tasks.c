@@ -45,6 +45,10 @@
  * flight and operators' tasks are rare, so the lists stay short; the
  * per-request checks cost nothing while no task is active.
  *
+ * The log (master/tasks_wal.c): operators' tasks and drain jobs are
+ * logged at every change the tables would miss and come back after a
+ * restart or a failover; the master's own tasks only as their ids.
+ *
  * Never: block, move bytes, or hand a target block to a reader before the
  * report that filled it.
  */

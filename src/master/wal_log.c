@@ -9,7 +9,10 @@
  *   - an object completed by PutEnd, also after an upsert (OBJ_PUT: its
  *     memory replicas by segment id and address, hard pin, checksum, group);
  *   - an object erased for any reason (OBJ_DEL: removed, revoked,
- *     evicted, swept after its segments went).
+ *     evicted, swept after its segments went);
+ *   - a graceful unmount's deadline (SEG_GRACEFUL, in wall-clock time:
+ *     a remount after a restart makes the segment GRACEFUL again);
+ *   - copy and move tasks and drain jobs: master/tasks_wal.c.
  * Not logged: leases, soft pins, in-flight puts, clients' liveness, the
  * DISK and LOCAL_DISK tiers' replicas (those objects come back with their
  * memory replicas only).
