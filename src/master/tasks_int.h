@@ -15,7 +15,7 @@
 struct mc_snap_writer;
 
 #define TASK_MSG  160
-#define HEAT_ROWS 4 /* dynamic replication's count-min sketch */
+#define HEAT_ROWS 4    /* dynamic replication's count-min sketch */
 #define HEAT_COLS 4096 /* 32 KiB of u16 counters */
 
 enum { DYNREP_OFF, DYNREP_OBSERVE, DYNREP_ENFORCE };
@@ -64,8 +64,8 @@ struct mc_drain_job {
 	uint32_t max_conc;
 	struct mc_master_cursor cur; /* unit 0: no lap running */
 	uint32_t laps;
-	uint64_t next_lap;	   /* ms: a lap that passed something over waits until then */
-	bool skipped;		   /* this lap passed over a busy object */
+	uint64_t next_lap;	      /* ms: a lap that passed something over waits until then */
+	bool skipped;		      /* this lap passed over a busy object */
 	struct mc_repair_ent **units; /* objects found, not started yet: [uhead, nunits) */
 	uint32_t uhead, nunits, units_cap;
 	uint64_t succeeded, failed, blocked, active, bytes;
@@ -87,8 +87,8 @@ struct mc_tasks {
 	uint16_t (*heat)[HEAT_COLS];
 	uint64_t heat_start; /* ms: the window began */
 	uint64_t heat_seed;
-	uint32_t heat_need;	    /* gets in a window that make a key hot */
-	int dynrep;		    /* DYNREP_* */
+	uint32_t heat_need;	       /* gets in a window that make a key hot */
+	int dynrep;		       /* DYNREP_* */
 	struct mc_repair_ent **parked; /* out of tries: back in the queue at the next mount */
 	uint32_t nparked, parked_cap;
 	uint32_t repair_inflight;

@@ -249,8 +249,7 @@ static mc_status replay_task(struct mc_master *m, const struct mc_walrec_task *i
 	t->created = in->created;
 	t->cid = in->client;
 	t->client = MC_MASTER_NO_CLIENT;
-	snprintf(t->msg, sizeof(t->msg), "%.*s", (int)MC_MIN(in->msg.len, TASK_MSG - 1),
-		 in->msg.p);
+	snprintf(t->msg, sizeof(t->msg), "%.*s", (int)MC_MIN(in->msg.len, TASK_MSG - 1), in->msg.p);
 	if (!active) {
 		t->status = in->status;
 		t->updated = in->updated;
@@ -328,8 +327,7 @@ static mc_status replay_job(struct mc_master *m, const struct mc_walrec_job *in,
 	j->blocked = in->blocked;
 	j->bytes = in->bytes;
 	j->updated = in->status <= MC_JOB_RUNNING ? now : in->updated;
-	snprintf(j->msg, sizeof(j->msg), "%.*s", (int)MC_MIN(in->msg.len, TASK_MSG - 1),
-		 in->msg.p);
+	snprintf(j->msg, sizeof(j->msg), "%.*s", (int)MC_MIN(in->msg.len, TASK_MSG - 1), in->msg.p);
 	/* running: a fresh start (no lap, no move in flight) once its
 	 * segments are back; a replay never has a lap open */
 	j->active = 0;

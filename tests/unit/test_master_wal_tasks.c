@@ -404,9 +404,9 @@ static void tasks_and_job_survive(bool snap)
 	{
 		const char *c[] = {"c:1"};
 
-		assert_int_equal(mc_master_drain_create(t->m, c, 1, a, 1, 2, t->now, &job, err,
-							sizeof(err)),
-				 MC_OK);
+		assert_int_equal(
+			mc_master_drain_create(t->m, c, 1, a, 1, 2, t->now, &job, err, sizeof(err)),
+			MC_OK);
 	}
 	commit(w);
 	if (snap) {
