@@ -1682,7 +1682,21 @@ nomem:
 	return FAILT(MC_ERR_NOMEM, "no memory for the job");
 }
 
-static struct mc_drain_job *job_find(struct mc_master *m, const struct mc_store_uuid *id)
+void mc_master_drain_job_free(struct mc_drain_job *j)
+{
+	for (uint32_t s = 0; s < j->nsegs; s++)
+		mc_free(j->segs[s]);
+	for (uint32_t s = 0; s < j->ntargets; s++)
+		mc_free(j->targets[s]);
+	mc_free(j->segs);
+	mc_free(j->targets);
+	for (uint32_t u = j->uhead; u < j->nunits; u++)
+		mc_free(j->units[u]);
+	mc_free(j->units);
+	mc_free(j);
+}
+
+struct mc_drain_job *mc_master_drain_job_find(struct mc_master *m, const struct mc_store_uuid *id)
 {
 	for (uint32_t i = 0; i < m->tasks->njobs; i++)
 		if (uuid_same(&m->tasks->jobs[i]->id, id))
@@ -1710,7 +1724,7 @@ static void job_info(const struct mc_drain_job *j, struct mc_master_drain_info *
 mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid *id,
 				struct mc_master_drain_info *out)
 {
-	struct mc_drain_job *j = job_find(m, id);
+	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
 
 	if (!j)
 		return MC_ERR_JOB_NOT_FOUND;
@@ -1721,7 +1735,7 @@ mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid 
 mc_status mc_master_drain_cancel(struct mc_master *m, const struct mc_store_uuid *id,
 				 uint64_t now_ms, struct mc_master_drain_info *out)
 {
-	struct mc_drain_job *j = job_find(m, id);
+	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
 
 	if (!j)
 		return MC_ERR_JOB_NOT_FOUND;
@@ -1856,20 +1870,8 @@ void mc_master_tasks_free(struct mc_master *m)
 	for (uint32_t i = 0; i < k->nparked; i++)
 		mc_free(k->parked[i]);
 	mc_free(k->parked);
-	for (uint32_t i = 0; i < k->njobs; i++) {
-		struct mc_drain_job *j = k->jobs[i];
-
-		for (uint32_t s = 0; s < j->nsegs; s++)
-			mc_free(j->segs[s]);
-		for (uint32_t s = 0; s < j->ntargets; s++)
-			mc_free(j->targets[s]);
-		mc_free(j->segs);
-		mc_free(j->targets);
-		for (uint32_t u = j->uhead; u < j->nunits; u++)
-			mc_free(j->units[u]);
-		mc_free(j->units);
-		mc_free(j);
-	}
+	for (uint32_t i = 0; i < k->njobs; i++)
+		mc_master_drain_job_free(k->jobs[i]);
 	mc_free(k->heat);
 	mc_free(k->jobs);
 	mc_free(k->found);

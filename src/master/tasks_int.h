@@ -117,6 +117,10 @@ static inline bool mc_master_task_logged(const struct mc_task *t)
 	return !t->repair && !t->job;
 }
 
+void mc_master_drain_job_free(struct mc_drain_job *j);
+/* The drain job of id, or NULL. */
+struct mc_drain_job *mc_master_drain_job_find(struct mc_master *m, const struct mc_store_uuid *id);
+
 /* ---- tasks_wal.c: tasks and drain jobs in the log and snapshots ---- */
 
 /* t was created or changed (status, tries, source): its TASK record, or

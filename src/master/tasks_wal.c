@@ -271,30 +271,10 @@ static mc_status replay_task(struct mc_master *m, const struct mc_walrec_task *i
 	return MC_OK;
 }
 
-static struct mc_drain_job *job_by_id(struct mc_master *m, const struct mc_store_uuid *id)
-{
-	for (uint32_t i = 0; i < m->tasks->njobs; i++)
-		if (m->tasks->jobs[i]->id.first == id->first &&
-		    m->tasks->jobs[i]->id.second == id->second)
-			return m->tasks->jobs[i];
-	return NULL;
-}
-
-static void job_free(struct mc_drain_job *j)
-{
-	for (uint32_t s = 0; s < j->nsegs; s++)
-		mc_free(j->segs[s]);
-	for (uint32_t s = 0; s < j->ntargets; s++)
-		mc_free(j->targets[s]);
-	mc_free(j->segs);
-	mc_free(j->targets);
-	mc_free(j);
-}
-
 static mc_status replay_job(struct mc_master *m, const struct mc_walrec_job *in, uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
-	struct mc_drain_job *j = job_by_id(m, &in->id);
+	struct mc_drain_job *j = mc_master_drain_job_find(m, &in->id);
 
 	seq_past(m, in->id.second);
 	if (!j) {
@@ -307,13 +287,13 @@ static mc_status replay_job(struct mc_master *m, const struct mc_walrec_job *in,
 		j->segs = mc_calloc(in->segs.n, sizeof(char *));
 		j->targets = mc_calloc(in->targets.n ? in->targets.n : 1, sizeof(char *));
 		if (!j->segs || !j->targets) {
-			job_free(j);
+			mc_master_drain_job_free(j);
 			return MC_ERR_NOMEM;
 		}
 		j->nsegs = in->segs.n;
 		j->ntargets = in->targets.n;
 		if (!names_dup(&in->segs, j->segs) || !names_dup(&in->targets, j->targets)) {
-			job_free(j);
+			mc_master_drain_job_free(j);
 			return MC_ERR_NOMEM;
 		}
 		j->id = in->id;
