@@ -31,14 +31,16 @@
  * Copies (paper 4.4).  A node keeps every block of the requests it ran,
  * as the cache-only replay admits them into its cache: the blocks it
  * fetched and the ones it computed that another node had stored already.
- * The store has no call that adds a replica to an existing key yet (issue
- * 17 item 3, change_replica), so the replay does it with the calls there
- * are: the key's replicas (GetReplicaList), a forced remove, and a put of
- * the bytes in hand with one replica on each of those segments plus its
- * own.  Without it a chain's blocks would end up spread over the segments
- * that first stored each, and no node's prefix would be longer than its
- * root.  A full segment is the master's eviction's business (not yet a
- * per-node LRU).
+ * change_replica would add the replica through a copy task that lands
+ * within a heartbeat, too late for the next request in virtual time, so
+ * the replay does it synchronously: the key's replicas (GetReplicaList),
+ * a forced remove, and a put of the bytes in hand with one replica on
+ * each of those segments plus its own.  Without it a chain's blocks would
+ * end up spread over the segments that first stored each, and no node's
+ * prefix would be longer than its root.  A full segment evicts its own
+ * least recently used blocks (the master's --preferred_segment_lru), by
+ * the master's one recency stamp per object: what the cache-only replay
+ * does with --object-lru (docs/conductor.md, Figure 11).
  *
  * What it must never do: count a block as reused that was not read, or
  * leave a child process behind (they get SIGTERM when we exit, and are
