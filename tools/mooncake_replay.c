@@ -490,7 +490,7 @@ static int run_store(const struct options *o, const struct mc_replay_config *cfg
 static json_t *store_json(const struct mc_replay_store_stats *s)
 {
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I, s:f, s:f}",
+			 "s:I, s:I, s:I, s:I, s:f, s:f}",
 			 "master", s->master, "conductor", s->conductor, "read_blocks",
 			 (json_int_t)s->read_blocks, "fetched_read_blocks",
 			 (json_int_t)s->fetched_read_blocks, "read_bytes",
@@ -503,7 +503,8 @@ static json_t *store_json(const struct mc_replay_store_stats *s)
 			 (json_int_t)s->load_reports, "decode_read_blocks",
 			 (json_int_t)s->decode_read_blocks, "decode_read_bytes",
 			 (json_int_t)s->decode_read_bytes, "decode_read_short",
-			 (json_int_t)s->decode_read_short, "schedule_wall_s", s->schedule_wall_s,
+			 (json_int_t)s->decode_read_short, "conductor_restarts",
+			 (json_int_t)s->conductor_restarts, "schedule_wall_s", s->schedule_wall_s,
 			 "store_wall_s", s->store_wall_s);
 }
 

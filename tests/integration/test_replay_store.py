@@ -272,3 +272,84 @@ def test_store_replay_against_running_services(tmp_path, tmp_path_factory):
         if c is not None:
             assert not c.halt()
         cluster.teardown()
+
+
+def test_store_replay_survives_a_conductor_restart(tmp_path, tmp_path_factory):
+    """Issue 17: a conductor restarted mid-replay rebuilds its view from the store.
+    The replay is stopped (SIGSTOP) once the running conductor has scheduled 50
+    requests, the conductor is replaced by a new one on the same port, and the
+    replay resumed: its next call fails (no answer, unknown instance or no
+    instance), it registers its nodes again and reports their queues, and every
+    request is scheduled as without the restart (the new conductor's matches
+    come from the store), request by request."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from test_conductor import Conductor, conductor_path
+    from test_store_processes import StoreCluster, wait_until
+
+    if conductor_path() is None:
+        pytest.skip("mooncake_conductor not built")
+    src = os.path.join(TRACES, "synthetic_trace.jsonl")
+    if not os.path.exists(src):
+        pytest.skip("no shipped traces")
+    with open(src) as f:
+        head = [next(f) for _ in range(600)]
+    trace = tmp_path / "s600.jsonl"
+    trace.write_text("".join(head))
+    common = ["--nodes", "3", "--capacity-tokens", "1e7", "--policy", "global"]
+    cache, _ = replay(tmp_path, trace, *common, "--csv", str(tmp_path / "cache.csv"))
+
+    cluster = StoreCluster(SimpleNamespace(node=SimpleNamespace(name="replay_restart")),
+                           tmp_path_factory)
+    conductors, p = [], None
+    try:
+        cluster.start_master()
+
+        def start(port):
+            c = Conductor([conductor_path(), f"--port={port}", "--host=127.0.0.1",
+                           "--reject=false", "--virtual_clock=true",
+                           f"--master_server_address=127.0.0.1:{cluster.master.rpc}"],
+                          f"conductor{len(conductors)}", tmp_path)
+            conductors.append(c)
+            c.wait_listening()
+            return c
+
+        c = start(0)
+        out = tmp_path / "store.json"
+        p = subprocess.Popen([REPLAY, "--quiet", "--trace", str(trace), "--store", *common,
+                              "--master", f"127.0.0.1:{cluster.master.rpc}",
+                              "--metadata", cluster.master.meta_uri,
+                              "--conductor", f"127.0.0.1:{c.port}", "--json", str(out),
+                              "--csv", str(tmp_path / "store.csv")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def scheduled():
+            assert p.poll() is None, p.communicate()
+            inst = c.instances()
+            return sum(i["scheduled"] for i in inst.values() if i["role"] == "prefill") >= 50
+
+        wait_until(scheduled, 60, "the replay's first 50 requests")
+        p.send_signal(signal.SIGSTOP)
+        assert not c.halt()
+        c = start(c.port)
+        assert c.instances() == {}
+        p.send_signal(signal.SIGCONT)
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+        assert "restarted: 3 nodes registered again" in stderr
+        store = json.loads(out.read_text())
+        assert store["conductor_restarts"] == 1
+        assert_same_rows(tmp_path / "store.csv", tmp_path / "cache.csv")
+        assert store["token_hit_rate"] == pytest.approx(cache["token_hit_rate"])
+        assert store["read_short"] == 0 and store["bad_contents"] == 0
+        assert c.instances() == {}  # the replay deleted its instances at the end
+    finally:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+        for c in conductors:
+            c.halt()
+        cluster.teardown()
