@@ -134,6 +134,9 @@ struct mc_master_server {
 	struct mc_list jobs;  /* struct conn with a job, in turn order, loop thread only */
 	uint64_t nconns;
 	size_t rbuf_extra; /* sum of the read buffers' growth (max_buffered) */
+	/* requests decode into it (store/proto.h), emptied before each; it
+	 * grows to what a frame spilled, up to RPC_ARENA_MAX (server.c) */
+	struct mc_store_decode_arena arena;
 	/* what the bounds did: the loop counts, /metrics reads (relaxed atomics) */
 	atomic_uint_fast64_t n_deadline_cut; /* cut: a partial frame past its deadline */
 	atomic_uint_fast64_t n_buffer_cut;   /* cut: rpc_max_buffered_bytes reached */
