@@ -33,18 +33,19 @@
  * by chunk (hash_chunks, one pass), and a read of part of it checks the
  * chunks it touches (client_ranges.c widens it to them; judge_chunks).
  *
- * A put session signs its object too when its pieces are written in order
- * from offset 0 (mc_store_seq_hash: each piece hashed once its write
- * succeeded, under the client's sess_lock, its chunks' sums too); a gap, a
- * rewrite, a failed piece or device memory leaves that object without a
- * checksum.
+ * A put session signs its objects too, whatever the order of its pieces
+ * (mc_store_seq_hash, "put sessions" below): pieces that continue what was
+ * hashed are hashed as their writes succeed, chunks written whole out of
+ * order get their sums from the source (and a staged copy, so the whole
+ * hash takes them in order), and what is left (chunks written in parts,
+ * by failed writes, from device memory) is read back from the first
+ * replica when the session ends.
  *
  * What is not checked: ranges of objects without chunk sums (written
- * before minor 9, or by a session out of order), which cannot be checked
- * against a whole-object hash without reading the whole object; objects
- * written by put sessions out of order or from device memory, whose PutEnd
- * carries no checksum; reads into device memory (hashing them would need a
- * copy to the host of every byte).
+ * before minor 9), which cannot be checked against a whole-object hash
+ * without reading the whole object; objects written from device memory by
+ * plain puts, whose PutEnd carries no checksum; reads into device memory
+ * (hashing them would need a copy to the host of every byte).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -416,78 +417,249 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 }
 
 /* ---- put sessions -----------------------------------------------------------------------------
+ *
+ * A session's pieces may come in any order, rewrite each other, fail, or
+ * come from device memory.  What is known of each chunk (state[]):
+ * CK_SUM, its sum from the source bytes of a write that covered it whole
+ * (or of the in-order stream that completed it); CK_NONE or CK_DIRTY, not
+ * known (never written, or written in parts, by a failed write, from
+ * device memory).  The whole hash is fed in order up to `next`: by the
+ * pieces that continue it, then by the staged copies of chunks written
+ * whole ahead of it.  At the end, what lies after `next` (everything, when
+ * a write landed behind it: `rewound`) is fed from the staged copies or
+ * read back from the first replica, a chunk at a time; a chunk read back
+ * whose sum was known from its source must match it (else the replica did
+ * not store what was sent), the others take the sum of what was read.
  */
 
+enum { CK_NONE, CK_DIRTY, CK_SUM };
+
 struct mc_store_seq_hash {
-	XXH3_state_t *st;
-	XXH3_state_t *part; /* the chunk being hashed, when there are chunks */
-	uint64_t next;	    /* bytes hashed, from offset 0 */
+	XXH3_state_t *st;   /* the whole hash, fed in order up to next */
+	XXH3_state_t *part; /* the chunk next lies in, fed up to next */
+	uint64_t next;	    /* bytes fed to st, from offset 0 */
 	uint64_t size;	    /* the object's */
-	uint64_t *sums;	    /* per chunk, when more than one */
-	bool broken;	    /* out of order, failed or device memory: no checksum */
+	uint64_t nc;	    /* chunks tracked (at least 1) */
+	uint64_t *sums;	    /* per chunk */
+	uint8_t *state;	    /* per chunk, CK_* */
+	char **stage;	    /* per chunk: a copy of a chunk written whole ahead of next */
+	atomic_uint_fast64_t *staged; /* the client's bytes staged */
+	bool rewound;		      /* a write landed behind next: all is read back */
+	bool done;		      /* _complete succeeded: cksum and sums hold */
+	uint64_t cksum;
 };
+
+static uint64_t chunk_len(const struct mc_store_seq_hash *h, uint64_t c)
+{
+	return MC_MIN((uint64_t)MC_STORE_CHUNK, h->size - c * MC_STORE_CHUNK);
+}
+
+static void unstage(struct mc_store_seq_hash *h, uint64_t c)
+{
+	if (!h->stage[c])
+		return;
+	atomic_fetch_sub(h->staged, chunk_len(h, c));
+	mc_free(h->stage[c]);
+	h->stage[c] = NULL;
+}
 
 struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size)
 {
 	struct mc_store_seq_hash *h;
-	uint64_t nc = mc_store_chunk_count(size);
+	uint64_t nc = size ? (size + MC_STORE_CHUNK - 1) / MC_STORE_CHUNK : 1;
 
-	if (!s->verify || !(h = mc_calloc(1, sizeof(*h))))
+	if (!s->verify || nc > UINT32_MAX || !(h = mc_calloc(1, sizeof(*h))))
 		return NULL;
 	h->size = size;
-	h->st = XXH3_createState();   /* 64-byte aligned */
-	if (nc && nc <= UINT32_MAX) { /* no memory for them: the whole hash alone */
-		h->sums = mc_malloc(nc * sizeof(uint64_t));
-		h->part = h->sums ? XXH3_createState() : NULL;
-		if (!h->part) {
-			mc_free(h->sums);
-			h->sums = NULL;
-		} else {
-			XXH3_64bits_reset(h->part);
-		}
-	}
-	if (!h->st) {
+	h->nc = nc;
+	h->staged = &s->sess_staged;
+	h->st = XXH3_createState(); /* 64-byte aligned */
+	h->part = XXH3_createState();
+	h->sums = mc_calloc(nc, sizeof(*h->sums));
+	h->state = mc_calloc(nc, sizeof(*h->state));
+	h->stage = mc_calloc(nc, sizeof(*h->stage));
+	if (!h->st || !h->part || !h->sums || !h->state || !h->stage) {
 		mc_store_seq_hash_free(h);
 		return NULL;
 	}
 	XXH3_64bits_reset(h->st);
+	XXH3_64bits_reset(h->part);
 	return h;
+}
+
+/* Feed p (len bytes at h->next) to the whole hash and its chunks'. */
+static void feed(struct mc_store_seq_hash *h, const char *p, uint64_t len)
+{
+	hash_update(h->st, p, (size_t)len);
+	while (len) {
+		uint64_t c = h->next / MC_STORE_CHUNK;
+		uint64_t k = MC_MIN(len, c * MC_STORE_CHUNK + chunk_len(h, c) - h->next);
+
+		hash_update(h->part, p, (size_t)k);
+		p += k;
+		len -= k;
+		h->next += k;
+		unstage(h, c); /* rewritten */
+		if (h->next == c * MC_STORE_CHUNK + chunk_len(h, c)) {
+			h->sums[c] = XXH3_64bits_digest(h->part);
+			h->state[c] = CK_SUM;
+			XXH3_64bits_reset(h->part);
+		} else {
+			h->state[c] = CK_DIRTY; /* in part: its sum is not known yet */
+		}
+	}
+}
+
+/* Let the whole hash take the staged chunks that now continue it. */
+static void feed_staged(struct mc_store_seq_hash *h)
+{
+	uint64_t c;
+
+	while (h->next < h->size && h->next % MC_STORE_CHUNK == 0 &&
+	       h->stage[c = h->next / MC_STORE_CHUNK]) {
+		hash_update(h->st, h->stage[c], (size_t)chunk_len(h, c));
+		h->next += chunk_len(h, c);
+		unstage(h, c);
+	}
 }
 
 void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
 			   const void *p, uint64_t len, bool ok)
 {
-	if (!h || h->broken || (ok && !len))
-		return;
-	if (!ok || off != h->next || len > h->size - h->next ||
-	    (len && mc_te_local_device(s->te, p, len) >= 0)) {
-		h->broken = true; /* a rewrite, a gap or a failed piece: the hash cannot know */
-		return;
-	}
-	hash_update(h->st, p, (size_t)len);
-	while (h->sums && len) { /* each chunk's sum as it completes */
-		uint64_t c = h->next / MC_STORE_CHUNK;
-		uint64_t k = MC_MIN(len, (c + 1) * MC_STORE_CHUNK - h->next);
+	uint64_t end = off + len;
 
-		hash_update(h->part, p, (size_t)k);
-		p = (const char *)p + k;
-		len -= k;
-		h->next += k;
-		if (h->next % MC_STORE_CHUNK == 0 || h->next == h->size) {
-			h->sums[c] = XXH3_64bits_digest(h->part);
-			XXH3_64bits_reset(h->part);
-		}
+	if (!h || !len || !mc_store_range_inside(off, len, h->size))
+		return;
+	if (h->done) { /* written again after a _complete whose end failed */
+		h->done = false;
+		h->rewound = true;
 	}
-	h->next += len; /* without chunks */
+	if (off < h->next)
+		h->rewound = true; /* bytes the whole hash took are rewritten */
+	if (!ok || mc_te_local_device(s->te, p, len) >= 0) {
+		for (uint64_t c = off / MC_STORE_CHUNK; c <= (end - 1) / MC_STORE_CHUNK; c++) {
+			unstage(h, c);
+			h->state[c] = CK_DIRTY; /* read back at the end */
+		}
+		return;
+	}
+	if (!h->rewound && off == h->next) {
+		feed(h, p, len);
+		feed_staged(h);
+		return;
+	}
+	for (uint64_t c = off / MC_STORE_CHUNK; c <= (end - 1) / MC_STORE_CHUNK; c++) {
+		uint64_t cs = c * MC_STORE_CHUNK, cl = chunk_len(h, c);
+		const char *q = (const char *)p + (cs > off ? cs - off : 0);
+
+		unstage(h, c);
+		if (off > cs || end < cs + cl) {
+			h->state[c] = CK_DIRTY; /* in part */
+			continue;
+		}
+		h->sums[c] = hash64(q, (size_t)cl);
+		h->state[c] = CK_SUM;
+		if (h->rewound)
+			continue; /* all is read back at the end, checked against the sums */
+		/* ahead of the whole hash: a copy, for it to take in order */
+		if (atomic_fetch_add(h->staged, cl) + cl <= MC_STORE_SESSION_STAGE &&
+		    (h->stage[c] = mc_malloc((size_t)cl)))
+			memcpy(h->stage[c], q, (size_t)cl);
+		else /* over the budget: read back at the end, checked */
+			atomic_fetch_sub(h->staged, cl);
+	}
 }
 
-struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size)
+/* Chunks read back at once at the end of a session. */
+#define READBACK_CHUNKS 8u
+
+mc_status mc_store_seq_hash_complete(struct mc_store *s, struct mc_store_seq_hash *h,
+				     struct mc_proto_str key, const struct mc_store_replica *rep)
+{
+	struct mc_store_scratch sc = {0};
+	mc_status rc = MC_OK;
+
+	if (!h || h->done)
+		return MC_OK;
+	if (h->rewound) {
+		for (uint64_t c = 0; c < h->nc; c++)
+			unstage(h, c);
+		XXH3_64bits_reset(h->st);
+		XXH3_64bits_reset(h->part);
+		h->next = 0;
+		h->rewound = false;
+	}
+	feed_staged(h);
+	if (h->next < h->size)
+		rc = mc_store_scratch_get(s, &sc, READBACK_CHUNKS);
+	while (rc == MC_OK && h->next < h->size) {
+		struct mc_store_ranges rs;
+		uint64_t c0 = h->next / MC_STORE_CHUNK, c1 = c0, at[READBACK_CHUNKS];
+		size_t nread = 0;
+
+		/* the chunks up to READBACK_CHUNKS read back, with the staged
+		 * ones between them */
+		while (c1 < h->nc && nread < READBACK_CHUNKS)
+			if (!h->stage[c1++])
+				nread++;
+		rc = mc_store_ranges_init(&rs, nread, nread);
+		nread = 0;
+		for (uint64_t c = c0; rc == MC_OK && c < c1; c++) {
+			uint64_t from = MC_MAX(h->next, c * MC_STORE_CHUNK);
+
+			if (h->stage[c] && from == c * MC_STORE_CHUNK)
+				continue;
+			at[nread] = c;
+			rs.ios[mc_store_ranges_add(&rs, sc.slots[nread], from,
+						   c * MC_STORE_CHUNK + chunk_len(h, c) - from, rep,
+						   1)]
+				.key = key;
+			nread++;
+		}
+		if (rc == MC_OK)
+			mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
+		for (size_t k = 0; rc == MC_OK && k < rs.n; k++)
+			if (rs.ios[k].status != MC_OK)
+				rc = rs.ios[k].status;
+		for (uint64_t c = c0, k = 0; rc == MC_OK && c < c1; c++) {
+			uint64_t known = h->sums[c];
+			bool was = h->state[c] == CK_SUM;
+
+			if (k < nread && at[k] == c) {
+				feed(h, sc.slots[k], rs.ios[k].len);
+				k++;
+				if (was && h->sums[c] != known) {
+					atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
+					rc = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
+							  "%.*s: chunk %" PRIu64
+							  " read back differs from what was written",
+							  (int)MC_MIN(key.len, 80u), key.ptr, c);
+					mc_warn("%s", mc_last_error());
+				}
+			} else {
+				feed_staged(h);
+			}
+		}
+		mc_store_ranges_release(&rs);
+	}
+	mc_store_scratch_put(s, &sc);
+	if (rc == MC_OK) {
+		h->cksum = XXH3_64bits_digest(h->st);
+		h->done = true;
+	} else if (rc != MC_ERR_CHECKSUM_MISMATCH) {
+		mc_debug("%.*s: the put session's checksums are not complete: %s",
+			 (int)MC_MIN(key.len, 80u), key.ptr, mc_strerror(rc));
+	}
+	return rc;
+}
+
+struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h)
 {
 	struct mc_proto_opt_u64 v = {false, 0};
 
-	if (h && !h->broken && h->next == size) {
+	if (h && h->done) {
 		v.present = true;
-		v.value = XXH3_64bits_digest(h->st);
+		v.value = h->cksum;
 	}
 	return v;
 }
@@ -496,8 +668,8 @@ struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_ha
 {
 	struct mc_store_chunk_sums c = {0, NULL};
 
-	if (h && h->sums && !h->broken && h->next == h->size) {
-		c.n = (uint32_t)mc_store_chunk_count(h->size);
+	if (h && h->done && mc_store_chunk_count(h->size)) {
+		c.n = (uint32_t)h->nc;
 		c.v = h->sums;
 	}
 	return c;
@@ -507,11 +679,15 @@ void mc_store_seq_hash_free(struct mc_store_seq_hash *h)
 {
 	if (!h)
 		return;
+	for (uint64_t c = 0; h->stage && c < h->nc; c++)
+		unstage(h, c);
 	if (h->st)
 		XXH3_freeState(h->st);
 	if (h->part)
 		XXH3_freeState(h->part);
 	mc_free(h->sums);
+	mc_free(h->state);
+	mc_free(h->stage);
 	mc_free(h);
 }
 
