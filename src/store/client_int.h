@@ -419,6 +419,12 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 						size_t n, const struct mc_xfer_req *reqs,
 						const uint32_t *owner, size_t nreq);
 void mc_store_verify_task_end(void *vp, size_t task, mc_status status);
+/* The pass has reads into device memory to be checked as the engine's
+ * staging thread sees them: set mc_store_verify_task_staged as the batch's
+ * staging callback (mc_te_batch_on_task_staged), with vp. */
+bool mc_store_verify_pass_staged(const struct mc_store_vpass *vp);
+void mc_store_verify_task_staged(void *vp, size_t task, uint64_t off, const void *host,
+				 uint64_t len);
 void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp);
 
 /*

@@ -45,7 +45,9 @@
  * before minor 9), which cannot be checked against a whole-object hash
  * without reading the whole object; objects written from device memory by
  * plain puts, whose PutEnd carries no checksum; reads into device memory
- * (hashing them would need a copy to the host of every byte).
+ * that do not pass through the engine's pinned staging buffers (own
+ * segment, ranges, mixed buffer lists): whole reads from another holder
+ * are hashed there ("reads into device memory" below).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -198,6 +200,30 @@ static bool to_stream(struct mc_store *s, const struct mc_store_io *io)
 	return !io->chunk_want && to_check(s, io);
 }
 
+/* The bytes of io are all in device memory. */
+static bool device_only(struct mc_store *s, const struct mc_store_io *io)
+{
+	uint64_t off = 0;
+
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+
+		if (n && mc_te_local_device(s->te, io->bufs[b], n) < 0)
+			return false;
+		off += n;
+	}
+	return io->len != 0;
+}
+
+/* A read of a whole object into device memory, to be checked as the
+ * staging thread sees its bytes in the pinned buffers ("reads into device
+ * memory" below). */
+static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
+{
+	return io->check && !io->checked && io->status == MC_OK && s->verify &&
+	       !io->chunk_want && device_only(s, io);
+}
+
 /* Fail io, whose bytes hashed to got where want was expected. */
 static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want)
 {
@@ -305,14 +331,27 @@ mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const
  * mc_te_batch_wait meanwhile, and every piece has been hashed before the
  * wait returns. */
 
+/* A chunk of a device-memory read that the staging thread showed ahead
+ * of the bytes hashed: a copy, until those in front of it are. */
+struct held {
+	struct held *next;
+	uint64_t pos, len;
+	char bytes[];
+};
+
 struct vio {
 	struct mc_store_io *io; /* NULL: not checked here */
 	uint32_t first, end;	/* its requests */
 	uint32_t next;		/* the next piece to hash; under busy */
 	atomic_bool busy;
 	atomic_bool failed;
-	XXH3_state_t *st; /* more than one piece; else sum */
+	XXH3_state_t *st; /* more than one piece, or staged; else sum */
 	uint64_t sum;
+	/* staged (device memory): bytes hashed, chunks held; the staging
+	 * thread's alone until the wait returns */
+	bool staged, lost;
+	uint64_t pos;
+	struct held *held;
 };
 
 struct mc_store_vpass {
@@ -321,15 +360,24 @@ struct mc_store_vpass {
 	struct vio *v; /* per io */
 	size_t n;
 	atomic_bool *landed; /* per request */
+	uint64_t *base;	     /* per request: its offset in its io (staged ios) */
+	bool any_staged;
 };
 
 static void vpass_free(struct mc_store_vpass *vp)
 {
-	for (size_t i = 0; i < vp->n; i++)
+	for (size_t i = 0; i < vp->n; i++) {
 		if (vp->v[i].st)
 			XXH3_freeState(vp->v[i].st);
+		while (vp->v[i].held) {
+			struct held *h = vp->v[i].held;
+			vp->v[i].held = h->next;
+			mc_free(h);
+		}
+	}
 	mc_free(vp->v);
 	mc_free(vp->landed);
+	mc_free(vp->base);
 	mc_free(vp);
 }
 
@@ -341,7 +389,7 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	bool any = false;
 
 	for (size_t k = 0; k < nreq && !any; k++)
-		any = to_stream(s, &ios[owner[k]]);
+		any = to_stream(s, &ios[owner[k]]) || to_stage(s, &ios[owner[k]]);
 	if (!any || !(vp = mc_calloc(1, sizeof(*vp))))
 		return NULL;
 	vp->reqs = reqs;
@@ -349,18 +397,33 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	vp->n = n;
 	vp->v = mc_calloc(n, sizeof(*vp->v));
 	vp->landed = mc_calloc(nreq, sizeof(*vp->landed));
-	if (!vp->v || !vp->landed)
+	vp->base = mc_calloc(nreq, sizeof(*vp->base));
+	if (!vp->v || !vp->landed || !vp->base)
 		goto fail;
 	for (size_t k = 0, end; k < nreq; k = end) {
 		struct vio *v = &vp->v[owner[k]];
+		bool staged = to_stage(s, &ios[owner[k]]);
 
 		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!to_stream(s, &ios[owner[k]]))
+		if (!staged && !to_stream(s, &ios[owner[k]]))
 			continue;
 		v->io = &ios[owner[k]];
 		v->first = v->next = (uint32_t)k;
 		v->end = (uint32_t)end;
+		if (staged) {
+			uint64_t at = 0;
+
+			for (size_t j = k; j < end; j++) {
+				vp->base[j] = at;
+				at += reqs[j].length;
+			}
+			v->staged = vp->any_staged = true;
+			if (!(v->st = XXH3_createState()))
+				goto fail;
+			XXH3_64bits_reset(v->st);
+			continue;
+		}
 		if (end - k > 1) {
 			if (!(v->st = XXH3_createState())) /* 64-byte aligned */
 				goto fail;
@@ -385,6 +448,8 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 		atomic_store(&v->failed, true); /* the wait fails io */
 		return;
 	}
+	if (v->staged)
+		return; /* hashed as the staging thread saw it */
 	if (!v->st) { /* the only piece: this thread alone touches v */
 		v->sum = hash64(vp->reqs[k].source, (size_t)vp->reqs[k].length);
 		v->next = v->end;
@@ -401,6 +466,68 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 	} while (next < v->end && atomic_load(&vp->landed[next]));
 }
 
+bool mc_store_verify_pass_staged(const struct mc_store_vpass *vp)
+{
+	return vp && vp->any_staged;
+}
+
+/*
+ * Reads into device memory.  Their bytes are in host memory only in the
+ * engine's pinned staging buffers (te/stage.c), between their arrival and
+ * their copy to the device; the staging thread shows each chunk there
+ * (mc_te_batch_on_task_staged), and it is hashed then, in the object's
+ * order: a chunk ahead of the bytes hashed so far is copied aside (held)
+ * until they reach it.  What is held is bounded by the staging buffers in
+ * flight (MC_GPU_STAGE_BUFFERS of MC_GPU_STAGE_CHUNK).  One staging thread
+ * per engine sees every chunk of a batch, so a staged vio is that thread's
+ * alone until the batch's wait returns.  A read the engine moves into
+ * device memory without staging (the local transport, an own-segment
+ * replica) is not seen whole, and stays unchecked.
+ */
+static void stage_hash(struct vio *v, const void *p, uint64_t len)
+{
+	hash_update(v->st, p, (size_t)len);
+	v->pos += len;
+	for (struct held **hp = &v->held; *hp;) {
+		struct held *h = *hp;
+
+		if (h->pos != v->pos) {
+			hp = &h->next;
+			continue;
+		}
+		hash_update(v->st, h->bytes, (size_t)h->len);
+		v->pos += h->len;
+		*hp = h->next;
+		mc_free(h);
+		hp = &v->held; /* another may follow it */
+	}
+}
+
+void mc_store_verify_task_staged(void *arg, size_t k, uint64_t off, const void *host,
+				 uint64_t len)
+{
+	struct mc_store_vpass *vp = arg;
+	struct vio *v = &vp->v[vp->owner[k]];
+	uint64_t pos = vp->base[k] + off;
+	struct held *h;
+
+	if (!v->io || !v->staged || v->lost)
+		return;
+	if (pos == v->pos) {
+		stage_hash(v, host, len);
+		return;
+	}
+	if (!(h = mc_malloc(sizeof(*h) + (size_t)len))) {
+		v->lost = true; /* no memory: this read goes unchecked */
+		return;
+	}
+	h->pos = pos;
+	h->len = len;
+	memcpy(h->bytes, host, (size_t)len);
+	h->next = v->held;
+	v->held = h;
+}
+
 void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 {
 	if (!vp)
@@ -409,8 +536,15 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 		struct vio *v = &vp->v[i];
 
 		/* the wait has returned: every piece's callback is over */
-		if (!v->io || atomic_load(&v->failed) || v->next != v->end || !to_check(s, v->io))
-			continue; /* failed, or left to mc_store_verify_check */
+		if (!v->io || atomic_load(&v->failed))
+			continue;
+		if (v->staged) { /* judged when every byte was seen staged */
+			if (!v->lost && v->pos == v->io->len && to_stage(s, v->io))
+				judge(s, v->io, XXH3_64bits_digest(v->st));
+			continue;
+		}
+		if (v->next != v->end || !to_check(s, v->io))
+			continue; /* left to mc_store_verify_check */
 		judge(s, v->io, v->st ? XXH3_64bits_digest(v->st) : v->sum);
 	}
 	vpass_free(vp);
