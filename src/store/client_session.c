@@ -610,8 +610,9 @@ out:
  * packed.
  */
 static uint32_t sign_sessions(struct mc_store *s, struct session **xs, struct mc_proto_str *kv,
-			      struct mc_store_object_meta *metas, struct mc_store_chunk_sums *chunks,
-			      uint32_t *owner, uint32_t m, mc_status *results, bool *any_chunks)
+			      struct mc_store_object_meta *metas,
+			      struct mc_store_chunk_sums *chunks, uint32_t *owner, uint32_t m,
+			      mc_status *results, bool *any_chunks)
 {
 	struct mc_proto_str *bad = mc_calloc(m, sizeof(*bad));
 	uint32_t *badi = mc_calloc(m, sizeof(*badi));

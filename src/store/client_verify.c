@@ -220,8 +220,8 @@ static bool device_only(struct mc_store *s, const struct mc_store_io *io)
  * memory" below). */
 static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
 {
-	return io->check && !io->checked && io->status == MC_OK && s->verify &&
-	       !io->chunk_want && device_only(s, io);
+	return io->check && !io->checked && io->status == MC_OK && s->verify && !io->chunk_want &&
+	       device_only(s, io);
 }
 
 /* Fail io, whose bytes hashed to got where want was expected. */
@@ -503,8 +503,7 @@ static void stage_hash(struct vio *v, const void *p, uint64_t len)
 	}
 }
 
-void mc_store_verify_task_staged(void *arg, size_t k, uint64_t off, const void *host,
-				 uint64_t len)
+void mc_store_verify_task_staged(void *arg, size_t k, uint64_t off, const void *host, uint64_t len)
 {
 	struct mc_store_vpass *vp = arg;
 	struct vio *v = &vp->v[vp->owner[k]];
@@ -569,14 +568,14 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 enum { CK_NONE, CK_DIRTY, CK_SUM };
 
 struct mc_store_seq_hash {
-	XXH3_state_t *st;   /* the whole hash, fed in order up to next */
-	XXH3_state_t *part; /* the chunk next lies in, fed up to next */
-	uint64_t next;	    /* bytes fed to st, from offset 0 */
-	uint64_t size;	    /* the object's */
-	uint64_t nc;	    /* chunks tracked (at least 1) */
-	uint64_t *sums;	    /* per chunk */
-	uint8_t *state;	    /* per chunk, CK_* */
-	char **stage;	    /* per chunk: a copy of a chunk written whole ahead of next */
+	XXH3_state_t *st;	      /* the whole hash, fed in order up to next */
+	XXH3_state_t *part;	      /* the chunk next lies in, fed up to next */
+	uint64_t next;		      /* bytes fed to st, from offset 0 */
+	uint64_t size;		      /* the object's */
+	uint64_t nc;		      /* chunks tracked (at least 1) */
+	uint64_t *sums;		      /* per chunk */
+	uint8_t *state;		      /* per chunk, CK_* */
+	char **stage;		      /* per chunk: a copy of a chunk written whole ahead of next */
 	atomic_uint_fast64_t *staged; /* the client's bytes staged */
 	bool rewound;		      /* a write landed behind next: all is read back */
 	bool done;		      /* _complete succeeded: cksum and sums hold */
@@ -764,10 +763,11 @@ mc_status mc_store_seq_hash_complete(struct mc_store *s, struct mc_store_seq_has
 				k++;
 				if (was && h->sums[c] != known) {
 					atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
-					rc = mc_set_error(MC_ERR_CHECKSUM_MISMATCH,
-							  "%.*s: chunk %" PRIu64
-							  " read back differs from what was written",
-							  (int)MC_MIN(key.len, 80u), key.ptr, c);
+					rc = mc_set_error(
+						MC_ERR_CHECKSUM_MISMATCH,
+						"%.*s: chunk %" PRIu64
+						" read back differs from what was written",
+						(int)MC_MIN(key.len, 80u), key.ptr, c);
 					mc_warn("%s", mc_last_error());
 				}
 			} else {

@@ -578,8 +578,7 @@ static void out_of_order_sessions_are_signed(void **state)
 		struct mc_store_replica_desc d[1];
 
 		mc_test_fill(src, OBJ, 37); /* bytes no other object has */
-		session_put(A, "oo-flip", src, OBJ, o, l, 2, &only_d, D,
-			    MC_ERR_CHECKSUM_MISMATCH);
+		session_put(A, "oo-flip", src, OBJ, o, l, 2, &only_d, D, MC_ERR_CHECKSUM_MISMATCH);
 		assert_int_equal(mc_store_get_replica_desc(A, "oo-flip", d, 1),
 				 MC_ERR_OBJECT_NOT_FOUND);
 	}
