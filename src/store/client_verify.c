@@ -402,11 +402,11 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 		goto fail;
 	for (size_t k = 0, end; k < nreq; k = end) {
 		struct vio *v = &vp->v[owner[k]];
-		bool staged = to_stage(s, &ios[owner[k]]);
+		bool staged = false; /* host reads: one lookup, as before */
 
 		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!staged && !to_stream(s, &ios[owner[k]]))
+		if (!to_stream(s, &ios[owner[k]]) && !(staged = to_stage(s, &ios[owner[k]])))
 			continue;
 		v->io = &ios[owner[k]];
 		v->first = v->next = (uint32_t)k;
