@@ -604,14 +604,14 @@ static PyObject *engine_register_memory(PyObject *self, PyObject *const *args, P
 	PyObject *a[MAX_ARGS];
 	uint64_t addr, len;
 	const char *loc = "*";
-	int ro = 0;
+	bool ro;
 	mc_status rc;
 
 	if (parse_args(&spec, args, nargs, kwnames, a) < 0 ||
 	    arg_u64(a[0], spec.fname, "buffer_addr", &addr) < 0 ||
 	    arg_u64(a[1], spec.fname, "capacity", &len) < 0 ||
 	    (a[2] && arg_str(a[2], spec.fname, "location", &loc) < 0) ||
-	    (a[3] && (ro = PyObject_IsTrue(a[3])) < 0))
+	    arg_bool(a[3], spec.fname, "read_only", false, &ro) < 0)
 		return NULL;
 	if (!te)
 		return PyLong_FromLong(-1);
