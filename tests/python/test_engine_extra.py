@@ -91,12 +91,13 @@ batch_register_memory batch_unregister_memory get_local_topology get_first_buffe
 warmup_efa_segment get_notifies send_probe get_engine get_engine_ptr""".split()
 ENGINE_NAMES = """SUPPORT_CUDA SUPPORT_EFA SUPPORT_HIP SUPPORT_MNNVL SUPPORT_MUSA
 SUPPORT_INTRA_NVLINK TransferOpcode Read Write TransferNotify InnerTransferEngine
-SharedSegment""".split()
+SharedSegment RpcInterface CoroRPCInterface ReceivedData ReceivedTensor create_rpc_client
+create_rpc_server""".split()
 
 
 def test_every_spec_engine_method_is_there():
-    """spec transfer-engine.md 2.3; the coro-RPC helper (RpcInterface, ...) is absent on
-    purpose (docs/python.md)."""
+    """spec transfer-engine.md 2.3, with the RPC helper (RpcInterface, ...;
+    test_rpc_interface.py)."""
     missing = [m for m in ENGINE_METHODS if not hasattr(TransferEngine, m)]
     assert not missing, f"TransferEngine lacks {missing}"
     missing = [n for n in ENGINE_NAMES if not hasattr(engine, n)]
