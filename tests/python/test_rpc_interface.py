@@ -398,7 +398,8 @@ def test_server_closes_on_bad_frames_and_keeps_serving(server, client):
     s.close()
     err = server.stderr()
     for why in ("bad magic", "unsupported version", "unexpected frame kind", "unknown flags",
-                "meta length", "over the limit", "does not hold", "meta is truncated", "needs 12 bytes", "unknown tensor dtype",
+                "meta length", "over the limit", "does not hold", "meta is truncated",
+                "needs 12 bytes", "unknown tensor dtype",
                 "an authentication frame", "closed inside a frame", "no complete frame within 2 s"):
         assert why in err, why
     assert client.send_data(server.addr, b"still serving") == 0
