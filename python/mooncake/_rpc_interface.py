@@ -49,9 +49,11 @@ tensor is rebuilt, ctypes when one is sent).
 import logging
 import math
 import mmap
+import select
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -76,6 +78,7 @@ MAX_DIMS = 32
 # not memory, until the frame completes or times out.
 MAX_MESSAGE_BYTES = 16 << 30
 SMALL = 1 << 20
+SPARE_MAX = 64 << 20  # the largest payload buffer a connection keeps for reuse
 
 # dtype text (str(tensor.dtype)) -> bytes per element: what a TENSOR frame
 # may carry; the receiver checks the payload against shape and itemsize.
@@ -99,6 +102,9 @@ def encode_header(kind, meta_len, payload_len):
     return HDR.pack(MAGIC, VERSION, kind, 0, meta_len, payload_len)
 
 
+_META_RANGE = {KIND_DATA: (0, 0), KIND_REPLY: (4, 4), KIND_TENSOR: (2, META_MAX)}
+
+
 def decode_header(buf, kinds, max_payload=MAX_MESSAGE_BYTES):
     """(kind, meta length, payload length) of a 20-byte header; kinds: the
     kinds this end accepts."""
@@ -115,8 +121,8 @@ def decode_header(buf, kinds, max_payload=MAX_MESSAGE_BYTES):
         raise RpcProtocolError(f"rpc: unexpected frame kind {kind}")
     if flags:
         raise RpcProtocolError(f"rpc: unknown flags {flags:#x}")
-    want_meta = {KIND_DATA: (0, 0), KIND_REPLY: (4, 4), KIND_TENSOR: (2, META_MAX)}[kind]
-    if not want_meta[0] <= meta_len <= want_meta[1]:
+    lo, hi = _META_RANGE[kind]
+    if not lo <= meta_len <= hi:
         raise RpcProtocolError(f"rpc: meta length {meta_len} is out of range for kind {kind}")
     if kind == KIND_REPLY and payload_len:
         raise RpcProtocolError("rpc: a reply carries no payload")
@@ -161,6 +167,9 @@ def decode_reply(meta):
     return struct.unpack("<i", meta)[0]
 
 
+REPLY_OK = encode_header(KIND_REPLY, 4, 0) + struct.pack("<i", 0)
+
+
 def _alloc(n):
     if n <= SMALL:
         return bytearray(n)
@@ -170,12 +179,12 @@ def _alloc(n):
         raise MemoryError(f"rpc: no room for a payload of {n} bytes: {e}") from None
 
 
-def read_exact(recv_into, n, what):
-    """n bytes (a bytearray, or an anonymous mmap above SMALL) through
-    recv_into (a socket's, or any callable filling a memoryview and
+def read_exact(recv_into, n, what, alloc=_alloc):
+    """n bytes (alloc(n): a bytearray, or an anonymous mmap above SMALL)
+    through recv_into (a socket's, or any callable filling a memoryview and
     returning the count, 0 at the end); RpcProtocolError when the stream
     ends first."""
-    buf = _alloc(n)
+    buf = alloc(n)
     view, got = memoryview(buf), 0
     while got < n:
         k = recv_into(view[got:])
@@ -186,9 +195,9 @@ def read_exact(recv_into, n, what):
     return buf
 
 
-def read_frame(recv_into, kinds, max_payload=MAX_MESSAGE_BYTES):
+def read_frame(recv_into, kinds, max_payload=MAX_MESSAGE_BYTES, alloc=_alloc):
     """One frame: (kind, meta, payload), or None when the stream ended
-    cleanly before a frame began."""
+    cleanly before a frame began; alloc(n) gives the payload's buffer."""
     first = bytearray(HDR.size)
     k = recv_into(memoryview(first))
     if k == 0:
@@ -199,30 +208,52 @@ def read_frame(recv_into, kinds, max_payload=MAX_MESSAGE_BYTES):
     meta = read_exact(recv_into, meta_len, "meta") if meta_len else b""
     if kind == KIND_TENSOR:
         decode_tensor_meta(meta, payload_len)  # before the payload is taken
-    payload = read_exact(recv_into, payload_len, "payload") if payload_len else bytearray()
+    payload = read_exact(recv_into, payload_len, "payload", alloc) if payload_len \
+        else bytearray()
     return kind, bytes(meta), payload
 
 
-class _Deadline:
-    """recv_into for one frame on a blocking socket: the first call may wait
-    without limit (an idle connection) when idle is True; from the first
-    byte on the whole frame must arrive within timeout seconds."""
+def _set_io_timeout(sock, seconds):
+    """A blocking socket whose receives and sends give up after seconds
+    (SO_RCVTIMEO / SO_SNDTIMEO: one syscall per receive, where Python's own
+    timeouts poll before each), raising socket.timeout then."""
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
-    def __init__(self, sock, timeout, idle):
-        self.sock, self.timeout = sock, timeout
+
+class _Deadline:
+    """recv_into for one frame on a socket of _set_io_timeout (the
+    interface's timeout_seconds): from the first byte on the frame must
+    arrive within that time (checked after each receive, so a trickling
+    peer is cut within twice it).
+    idle: a callable, or None; before the first byte a receive that times
+    out is retried while idle() is true (a kept connection with nothing to
+    say), else it is the error."""
+
+    __slots__ = ("sock", "timeout", "idle", "end")
+
+    def __init__(self, sock, timeout, idle=None):
+        self.sock, self.timeout, self.idle = sock, timeout, idle
         self.end = None if idle else time.monotonic() + timeout
 
     def __call__(self, view):
-        if self.end is None:
-            self.sock.settimeout(None)
-            n = self.sock.recv_into(view)
+        while self.end is None:
+            try:
+                n = self.sock.recv_into(view)
+            except (socket.timeout, BlockingIOError):
+                if self.idle():
+                    continue
+                raise socket.timeout("rpc: no frame within the timeout") from None
             self.end = time.monotonic() + self.timeout
             return n
-        left = self.end - time.monotonic()
-        if left <= 0:
+        if time.monotonic() > self.end:
             raise socket.timeout("rpc: frame not complete within the timeout")
-        self.sock.settimeout(left)
-        return self.sock.recv_into(view)
+        try:
+            return self.sock.recv_into(view)
+        except BlockingIOError:  # SO_RCVTIMEO ran out
+            raise socket.timeout("rpc: frame not complete within the timeout") from None
 
 
 # ---- what a callback receives -------------------------------------------------------
@@ -526,22 +557,37 @@ class RpcInterface:
     def _serve(self, c, peer):
         try:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _set_io_timeout(c, self._timeout)
             if self._secret is not None:
-                c.settimeout(self._timeout)
                 try:
                     _auth.server_handshake(c, self._secret, CHANNEL)
-                except (_auth.AuthError, OSError) as e:
+                except (_auth.AuthError, OSError) as e:  # BlockingIOError: it stalled
                     self.auth_refused += 1
                     log.warning("rpc: connection from %s refused: %s", peer, e)
                     return
+            spare = []  # a large payload buffer nobody kept, for the next frame
+
+            def alloc(n):
+                return spare.pop() if spare and len(spare[0]) == n else _alloc(n)
+
+            def serving():
+                return self._serving
+
             while self._serving:
-                fr = read_frame(_Deadline(c, self._timeout, idle=True),
-                                (KIND_DATA, KIND_TENSOR), self.max_message_bytes)
+                fr = read_frame(_Deadline(c, self._timeout, serving),
+                                (KIND_DATA, KIND_TENSOR), self.max_message_bytes, alloc)
                 if fr is None:
                     return
-                self._deliver(peer, *fr)
-                c.settimeout(self._timeout)
-                c.sendall(encode_header(KIND_REPLY, 4, 0) + struct.pack("<i", 0))
+                kind, meta, payload = fr
+                del fr
+                self._deliver(peer, kind, meta, payload)
+                # the callback kept no reference (nor a view, nor a tensor
+                # over it): its pages are reused instead of faulted in anew
+                if isinstance(payload, mmap.mmap) and len(payload) <= SPARE_MAX and \
+                        sys.getrefcount(payload) == 2:
+                    spare[:] = [payload]
+                del payload
+                c.sendall(REPLY_OK)
         except RpcProtocolError as e:
             log.warning("rpc: connection from %s closed: %s", peer, e)
         except socket.timeout:
@@ -588,6 +634,7 @@ class RpcInterface:
         c = socket.create_connection((host, port), timeout=self._timeout)
         try:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _set_io_timeout(c, self._timeout)
             if self._secret is not None:
                 _auth.client_handshake(c, self._secret, CHANNEL)
         except BaseException:
@@ -602,11 +649,7 @@ class RpcInterface:
                 c = idle.pop()
                 # an idle connection that is readable was closed (or is
                 # broken): never send on it, a message must go out once
-                sel = selectors.DefaultSelector()
-                sel.register(c, selectors.EVENT_READ)
-                stale = bool(sel.select(0))
-                sel.close()
-                if not stale:
+                if not select.select([c], [], [], 0)[0]:
                     return c
                 c.close()
         return self._connect(target)
@@ -638,7 +681,6 @@ class RpcInterface:
             log.warning("%s(): cannot reach %s: %s", fname, target, e)
             return -1
         try:
-            c.settimeout(self._timeout)
             n = payload.nbytes
             hdr = encode_header(kind, len(meta), n) + meta
             if n <= 65536:
@@ -646,10 +688,10 @@ class RpcInterface:
             else:
                 c.sendall(hdr)
                 c.sendall(payload)
-            fr = read_frame(_Deadline(c, self._timeout, idle=False), (KIND_REPLY,))
-            if fr is None:
-                raise RpcProtocolError("rpc: the server closed the connection without a reply")
-            status = decode_reply(fr[1])
+            # a reply is one fixed-size frame: one receive, checked as any
+            buf = read_exact(_Deadline(c, self._timeout), len(REPLY_OK), "reply")
+            decode_header(buf[:HDR.size], (KIND_REPLY,))
+            status = decode_reply(buf[HDR.size:])
         except (OSError, RpcProtocolError) as e:
             c.close()
             log.warning("%s(): sending to %s failed: %s", fname, target, e)
