@@ -562,7 +562,8 @@ class RpcInterface:
                 try:
                     _auth.server_handshake(c, self._secret, CHANNEL)
                 except (_auth.AuthError, OSError) as e:  # BlockingIOError: it stalled
-                    self.auth_refused += 1
+                    with self._lock:
+                        self.auth_refused += 1
                     log.warning("rpc: connection from %s refused: %s", peer, e)
                     return
             spare = []  # a large payload buffer nobody kept, for the next frame
@@ -649,7 +650,9 @@ class RpcInterface:
                 c = idle.pop()
                 # an idle connection that is readable was closed (or is
                 # broken): never send on it, a message must go out once
-                if not select.select([c], [], [], 0)[0]:
+                pl = select.poll()  # poll, not select: fds past 1024 are common
+                pl.register(c, select.POLLIN)
+                if not pl.poll(0):
                     return c
                 c.close()
         return self._connect(target)
@@ -792,17 +795,21 @@ class RpcInterface:
             return bool(self._idle.get(remote_address))
 
     def close(self):
-        """Ours: stop serving, close idle connections and the send threads."""
+        """Ours: stop serving, close idle connections and the send threads
+        (waiting for sends in flight)."""
+        self._close(True)
+
+    def _close(self, wait):
         self.stop_server()
         self._drop_idle()
         with self._lock:
             ex, self._executor = self._executor, None
         if ex is not None:
-            ex.shutdown(wait=True)
+            ex.shutdown(wait=wait)
 
     def __del__(self):
-        try:
-            self.close()
+        try:  # possibly on a send thread, which cannot wait for itself
+            self._close(False)
         except Exception:  # noqa: BLE001 interpreter shutdown
             pass
 
