@@ -69,6 +69,11 @@ def test_shared_segment_refuses_what_it_cannot_do():
         SharedSegment.create("a/b", 4096, 1, 0)
     with pytest.raises(TypeError):
         SharedSegment.create("t2", "4096", 1, 0)
+    for bad in ("no", object(), []):  # were truth values: mmap="no" mapped memory
+        with pytest.raises(TypeError, match="must be a bool"):
+            SharedSegment.create("t2", 4096, 1, 0, mmap=bad)
+        with pytest.raises(TypeError, match="must be a bool"):
+            SharedSegment.create("t2", 4096, 1, 0, host_register=bad)
     peer, _ = SharedSegment.create("t2", 4096, 2, 1)
     for bad in ([b"", b""], [b"{not json", b""], [b'{"v": 1, "name": "other", '
                                                    b'"path": "/dev/shm/mc-seg-x", "size": 4096}',
