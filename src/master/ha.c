@@ -32,8 +32,9 @@
  * window, the most caught-up one (mc_coord_cand_better) campaigns; the
  * others stand back and watch for its view.  A better candidate that
  * never takes the view is waited for one TTL more, then the others
- * campaign as before: the entry of a dead one lapses within its TTL, and
- * the bound covers one that lives but cannot campaign.  The winner drops
+ * campaign as before: the entry of a dead one lapses, and
+ * the bound covers one that lives but cannot campaign (an entry lives two
+ * TTLs, so a candidate paused a moment is not forgotten).  The winner drops
  * its entry.  The winner is often not the standby that ended the dead
  * leader's view, so it asks itself (gone_since): it saw that leader's
  * view less than a TTL ago and its RPC port refuses connections, then no
@@ -83,6 +84,7 @@ struct mc_master_ha {
 	atomic_uint_fast64_t valid_until; /* leadership deadline (monotonic ms) */
 	atomic_uint_fast64_t version;	  /* the view this master leads under */
 	atomic_uint_fast64_t n_won, n_down, n_trans, n_err, n_evict, n_defer;
+	atomic_uint_fast64_t cand_seq; /* the seq last posted as a candidate */
 
 	/* the election thread's own */
 	char cand_key[320];	     /* where candidate entries live */
@@ -360,12 +362,16 @@ static bool cand_refresh(struct mc_master_ha *ha, bool electing, uint64_t *last_
 	if (ha->posted_ms && now - ha->posted_ms < ha->ttl_ms / 4 && me.view == ha->posted.view &&
 	    me.seq == ha->posted.seq && me.electing == ha->posted.electing)
 		return true;
-	if (mc_coord_cand_post(ha->coord, ha->key, &me, (int64_t)ha->ttl_ms / 1000) != MC_OK) {
+	/* two TTLs: a paused candidate outlives the election's bound (a dead
+	 * one holds nobody past it either) */
+	if (mc_coord_cand_post(ha->coord, ha->key, &me, 2 * ((int64_t)ha->ttl_ms / 1000)) !=
+	    MC_OK) {
 		note_error(ha, "posting the candidate entry", last_log_ms);
 		return false;
 	}
 	ha->posted = me;
 	ha->posted_ms = now;
+	atomic_store(&ha->cand_seq, me.seq);
 	return true;
 }
 
@@ -683,6 +689,7 @@ void mc_master_ha_info(struct mc_master_ha *ha, struct mc_master_ha_info *out)
 	out->backend_errors = atomic_load(&ha->n_err);
 	out->views_ended = atomic_load(&ha->n_evict);
 	out->deferred = atomic_load(&ha->n_defer);
+	out->cand_seq = atomic_load(&ha->cand_seq);
 	pthread_mutex_lock(&ha->lock);
 	if (ha->seen.present) {
 		out->leader_known = true;

@@ -24,7 +24,7 @@
  * window (until every listed candidate is electing, at most max(TTL/5,
  * 200 ms)); then only the most caught-up candidate campaigns.  The others
  * stand back and watch for its view; if none appears within one more TTL
- * (it died: its entry lapses, and the next best is the best), they
+ * (it died or cannot campaign), they
  * campaign anyway, so the cluster is never left without a leader.
  *
  * Threads: the election thread runs the callbacks; mc_master_ha_may_serve
@@ -90,6 +90,7 @@ struct mc_master_ha_info {
 	uint64_t backend_errors; /* coordinator requests that failed */
 	uint64_t views_ended;	 /* views of leaders that were gone, ended here */
 	uint64_t deferred;	 /* elections stood back from: a candidate more caught up */
+	uint64_t cand_seq;	 /* the log position last posted as a candidate */
 };
 
 /* Open the coordinator (unreachable: an error naming it) and start the
