@@ -429,7 +429,8 @@ static enum elect_result elect(struct mc_master_ha *ha, uint64_t *last_log_ms)
 			return ELECT_WATCH;
 		}
 		(void)cand_refresh(ha, true, last_log_ms);
-		if (mc_coord_cand_list(ha->coord, ha->key, list, MC_ARRAY_SIZE(list), &n) != MC_OK) {
+		if (mc_coord_cand_list(ha->coord, ha->key, list, MC_ARRAY_SIZE(list), &n) !=
+		    MC_OK) {
 			note_error(ha, "listing the candidates", last_log_ms);
 			n = 0;
 			all = false;

@@ -124,9 +124,9 @@ mc_status mc_coord_cand_decode(const char *name, size_t nlen, const char *val, s
 			return mc_set_error(MC_ERR_METADATA,
 					    "a candidate entry's name with byte 0x%02x",
 					    (unsigned char)name[i]);
-	if (vlen >= MC_COORD_CAND_LEN || !dec_u64(&p, end, &version) || version != 1 ||
-	    p >= end || *p++ != ' ' || !dec_u64(&p, end, &out->view) || p >= end ||
-	    *p++ != ' ' || !dec_u64(&p, end, &out->seq) || p >= end || *p++ != ' ' ||
+	if (vlen >= MC_COORD_CAND_LEN || !dec_u64(&p, end, &version) || version != 1 || p >= end ||
+	    *p++ != ' ' || !dec_u64(&p, end, &out->view) || p >= end || *p++ != ' ' ||
+	    !dec_u64(&p, end, &out->seq) || p >= end || *p++ != ' ' ||
 	    !dec_u64(&p, end, &electing) || electing > 1 || p != end) {
 		memset(out, 0, sizeof(*out));
 		return mc_set_error(MC_ERR_METADATA,

@@ -91,10 +91,10 @@ mc_status mc_coord_evict(struct mc_coord *c, const char *key, uint64_t version, 
 #define MC_COORD_CAND_MAX 64 /* entries a listing returns at most */
 
 struct mc_coord_cand {
-	char addr[256];	  /* its RPC address "host:port" */
-	uint64_t view;	  /* the view whose leader's log it holds (0: none) */
-	uint64_t seq;	  /* that log applied through */
-	bool electing;	  /* it saw the view end and is choosing a leader */
+	char addr[256]; /* its RPC address "host:port" */
+	uint64_t view;	/* the view whose leader's log it holds (0: none) */
+	uint64_t seq;	/* that log applied through */
+	bool electing;	/* it saw the view end and is choosing a leader */
 };
 
 /* Is a more caught up than b (view, then seq; the lower address on a tie)? */
@@ -141,8 +141,8 @@ struct mc_coord_ops {
 			       const char *entry, int64_t ttl_s);
 	/* calls add(arg, name, nlen, val, vlen) for each live entry */
 	mc_status (*cand_list)(struct mc_coord *c, const char *key,
-			       void (*add)(void *arg, const char *name, size_t nlen, const char *val,
-					   size_t vlen),
+			       void (*add)(void *arg, const char *name, size_t nlen,
+					   const char *val, size_t vlen),
 			       void *arg);
 	void (*cand_drop)(struct mc_coord *c, const char *key, const char *addr);
 	void (*close)(struct mc_coord *c);

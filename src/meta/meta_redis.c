@@ -1002,9 +1002,9 @@ static const char cand_list_lua[] =
 struct redis_coord {
 	struct mc_coord base; /* must be first */
 	struct redis_client *c;
-	char key[256];	 /* the view held; "" none */
-	char token[40];	 /* its owner_token */
-	char ttl_ms[24]; /* its TTL */
+	char key[256];	     /* the view held; "" none */
+	char token[40];	     /* its owner_token */
+	char ttl_ms[24];     /* its TTL */
 	char cand_key[300];  /* the candidates' hash last posted to; "" none */
 	char cand_addr[256]; /* the field posted */
 };
