@@ -766,7 +766,11 @@ static void sweep_arm_locked(struct mc_master_server *s)
 static bool changes_logged_state(uint16_t type)
 {
 	return (type >= MC_STORE_MOUNT_SEGMENT && type <= MC_STORE_GRACEFUL_UNMOUNT_SEGMENT) ||
-	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION);
+	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION) ||
+	       /* the task calls (tasks_wal.c), all but QueryTask */
+	       (type >= MC_STORE_CREATE_COPY_TASK && type <= MC_STORE_MARK_TASK_TO_COMPLETE &&
+		type != MC_STORE_QUERY_TASK) ||
+	       type == MC_STORE_CHANGE_REPLICA;
 }
 
 static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now_ms, bool ok);

@@ -693,3 +693,40 @@ def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
     finally:
         etcd.kill()
         etcd.wait(timeout=30)
+
+
+def task_status(node, tid):
+    return int(node.fields(node.ok(f"task {tid}"))["status"])
+
+
+def test_tasks_follow_a_failover(hc, etcd_ep):
+    """Copy tasks are in the log the standby streams (master/tasks_wal.c):
+    after a kill -9 of the leader the new leader answers QueryTask for a
+    finished task and a pending one (its source's holder SIGSTOPped over
+    the kill), and runs the pending one once the holder remounts on it."""
+    addr = f"etcd://{etcd_ep}"
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, extra=("--client_ttl=10",))
+    holder, q = hc.ha_node(addr, addr), hc.ha_node(addr, addr)
+    want_done = holder.put("t-done", 65536, 5, f"seg={holder.hostname}")
+    done = q.fields(q.ok(f"copy t-done {q.hostname}"))["id"]
+    wait_until(lambda: task_status(q, done) == 3, 15.0, "the first copy", 0.1)
+    want_pend = holder.put("t-pend", 65536, 6, f"seg={holder.hostname}")
+    sigstop(holder.p.pid)
+    try:
+        pend = q.fields(q.ok(f"copy t-pend {q.hostname}"))["id"]
+        assert task_status(q, pend) == 0
+        # the standby has the task's record before the answer came back
+        assert m2.metric("ha_log_seq") == m1.metric("ha_log_seq")
+        m1.p.send_signal(signal.SIGKILL)
+        m1.killed = True
+        m1.p.wait(timeout=30)
+        wait_serving(m2)
+        assert task_status(q, done) == 3  # q follows the new leader
+        assert task_status(q, pend) == 0
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    wait_until(lambda: task_status(q, pend) == 3, FAILOVER_S, "the pending copy on m2", 0.2)
+    assert q.get("t-pend") == (65536, want_pend)
+    assert q.get("t-done") == (65536, want_done)
+    new = q.fields(q.ok(f"copy t-done {holder.hostname}"))["id"]
+    assert new not in (done, pend)
