@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """HA failover under load: kill -9 of the leader, N times.
 
-Starts a real etcd-server, two ``mooncake_master --enable_ha`` (each with
-its own --wal_dir, --ha_lease_ttl_seconds=--ttl) and --clients store
+Starts a real etcd-server, 1 + --standbys ``mooncake_master --enable_ha``
+(each with its own --wal_dir, --ha_lease_ttl_seconds=--ttl) and --clients store
 clients (tests/integration/store_node, master and metadata
 ``etcd://...``).  Each client runs a steady loop on its own thread: put
 a new key (--size bytes), then get a key it put before, then sleep
 --pause_ms.  Every put that answered OK is recorded as acknowledged,
 with its data's checksum.
 
-Then --kills times: wait until the standby has loaded the leader's
+Then --kills times: wait until every standby has loaded the leader's
 snapshot and streams its log, kill -9 the leader, and note for each
 client the time from the kill until its first call that started after
 the kill answered OK (served again); then start the killed master again
@@ -18,7 +18,7 @@ the kill answered OK (served again); then start the killed master again
 At the end every acknowledged put is read back (any client can read any
 key) and compared with its checksum.  One line:
 
-    master_failover kills=N ttl_s=T clients=C served_again_s_p50=.. p99=.. max=..
+    master_failover kills=N ttl_s=T standbys=S clients=C served_again_s_p50=.. p99=.. max=..
         acked_puts=.. lost=.. mismatched=.. failed_calls=..
         failed_by=put:RPC_FAIL=..,get:..=..  (failed calls by operation and status)
 
@@ -31,7 +31,7 @@ alive but cut off would cost the lease's rest plus one TTL of warm-up.
 Clients remount on connecting to the new leader, before their first call.
 
 usage: bench/master_failover.py [--build build] [--kills 20] [--ttl 2]
-                                [--clients 3] [--size 4096] [--json]
+                                [--standbys 1] [--clients 3] [--size 4096] [--json]
 """
 import argparse
 import json
@@ -222,12 +222,16 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--ttl", type=int, default=2)
+    ap.add_argument("--standbys", type=int, default=1,
+                    help="standby masters beside the leader")
     ap.add_argument("--clients", type=int, default=3)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--pause_ms", type=float, default=20)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the logs and directories")
     a = ap.parse_args()
+    if a.standbys < 1:
+        sys.exit("master_failover: --standbys must be at least 1")
     master = find(a.build, "tools/mooncake_master")
     node = find(a.build, "tests/integration/store_node")
     etcd_exe = shutil.which("etcd")
@@ -249,7 +253,7 @@ def main():
         wait_for(lambda: socket.create_connection(("127.0.0.1", cport), 0.2).close() is None,
                  30, "etcd")
         masters = [HaMaster(master, ep, os.path.join(d, f"wal{i}"), a.ttl, d, i)
-                   for i in range(2)]
+                   for i in range(1 + a.standbys)]
 
         def leader():
             for m in masters:
@@ -260,10 +264,11 @@ def main():
         def standby_ready():
             ld = leader()
             sb = [m for m in masters if m is not ld and m.p.poll() is None]
-            return (ld is not None and sb and sb[0].metric("ha_stream_synced") == 1 and
-                    ld.metric("ha_standbys_streaming") == 1)
+            return (ld is not None and len(sb) == a.standbys and
+                    all(m.metric("ha_stream_synced") == 1 for m in sb) and
+                    ld.metric("ha_standbys_streaming") == a.standbys)
 
-        wait_for(standby_ready, 60, "a leader and a synced standby")
+        wait_for(standby_ready, 60, "a leader and synced standbys")
         addr = f"etcd://{ep}"
         clients = [Client(node, addr, d, i, a.size, a.pause_ms / 1000)
                    for i in range(a.clients)]
@@ -273,7 +278,7 @@ def main():
         served = []
         kills = []
         for k in range(a.kills):
-            wait_for(standby_ready, 120, "a leader and a synced standby")
+            wait_for(standby_ready, 120, "a leader and synced standbys")
             time.sleep(1.0)  # some load on this leader first
             ld = leader()
             t_kill = time.monotonic()
@@ -308,7 +313,7 @@ def main():
                 elif r.split("xxh3=")[1].split()[0] != want:
                     mismatched += 1
         res = {"bench": "master_failover", "kills": a.kills, "ttl_s": a.ttl,
-               "clients": a.clients, "size": a.size,
+               "standbys": a.standbys, "clients": a.clients, "size": a.size,
                "served_again_s_p50": round(pct(served, 0.5), 3),
                "served_again_s_p99": round(pct(served, 0.99), 3),
                "served_again_s_max": round(max(served), 3),

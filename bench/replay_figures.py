@@ -9,7 +9,9 @@ Runs build/tools/mooncake_replay over both shipped traces for
   fig5   eight prefill nodes of 3M tokens, average / p50 / p90 TTFT per
          scheduler (paper.md 3.3)
   fig11  replica counts of the keys ranked 10 / 100 / 1000 / 10000 under
-         Algorithm 1 on ten 3M nodes, sampled every 30 s (paper.md 3.3)
+         Algorithm 1 on ten 3M nodes, sampled every 30 s (paper.md 3.3),
+         with per-node recency (the reference's) and per-object recency
+         (--object-lru, the master's: docs/conductor.md, Figure 11)
 
 and prints each as a Markdown table with the reference replay's values
 beside ours, as docs/conductor.md holds them (about 10 s on 2 cores).
@@ -139,20 +141,29 @@ def fig5(args, results):
 
 
 def fig11(args, results):
-    print("| trace | ref: mean of last third (max), ranks 10 / 100 / 1000 / 10000 | ours |")
-    print("|---|---|---|")
+    """Cache-only: with per-node recency (the reference replay's) and with
+    per-object recency (--object-lru, the master's); over the store the
+    store's own, which is per object."""
+    lrus = [[]] if args.store else [[], ["--object-lru"]]
+    heads = (["ours (over the store)"] if args.store
+             else ["ours, per-node LRU", "ours, per-object LRU (`--object-lru`)"])
+    print("| trace | ref: mean of last third (max), ranks 10 / 100 / 1000 / 10000 | "
+          + " | ".join(heads) + " |")
+    print("|---|---|" + "---|" * len(heads))
     for t in TRACES:
-        with tempfile.NamedTemporaryFile(suffix=".csv") as csv:
-            r = replay(args, t, "--nodes", "10", "--capacity-tokens", "3e6", "--policy",
-                       "global", "--output-length-one", "--replicas-csv", csv.name)
-            with open(csv.name) as f:
-                rows = [line.strip().split(",") for line in f][1:]
-        series = [[float(x) for x in row] for row in rows if row]
-        results.append({**r, "figure": "fig11", "trace": t, "series": series})
-        rep = r["replicas"]
-        ours = " / ".join(f"{rep[k]['mean_last_third']:.1f} ({rep[k]['max']})"
-                          for k in ("rank10", "rank100", "rank1000", "rank10000"))
-        print(f"| {t} | {FIG11_REF[t]} | {ours} |")
+        cells = []
+        for lru in lrus:
+            with tempfile.NamedTemporaryFile(suffix=".csv") as csv:
+                r = replay(args, t, "--nodes", "10", "--capacity-tokens", "3e6", "--policy",
+                           "global", "--output-length-one", "--replicas-csv", csv.name, *lru)
+                with open(csv.name) as f:
+                    rows = [line.strip().split(",") for line in f][1:]
+            series = [[float(x) for x in row] for row in rows if row]
+            results.append({**r, "figure": "fig11", "trace": t, "series": series})
+            rep = r["replicas"]
+            cells.append(" / ".join(f"{rep[k]['mean_last_third']:.1f} ({rep[k]['max']})"
+                                    for k in ("rank10", "rank100", "rank1000", "rank10000")))
+        print(f"| {t} | {FIG11_REF[t]} | " + " | ".join(cells) + " |")
 
 
 def draw(results, outdir):
@@ -227,13 +238,14 @@ def draw(results, outdir):
         ax.legend(fontsize=8)
         save(fig, "fig5.png")
     if "fig11" in by:
-        fig, axes = plt.subplots(1, len(by["fig11"]), figsize=(10, 4), squeeze=False)
+        n = len(by["fig11"])
+        fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
         for ax, r in zip(axes[0], by["fig11"]):
             ser = r.get("series", [])
             for col, name in enumerate(("rank 10", "rank 100", "rank 1000", "rank 10000"),
                                        start=1):
                 ax.plot([row[0] for row in ser], [row[col] for row in ser], label=name)
-            ax.set_title(f"Fig. 11, {r['trace']}")
+            ax.set_title(f"Fig. 11, {r['trace']}, {r.get('lru', 'node')} LRU")
             ax.set_xlabel("trace time (s)")
             ax.set_ylabel("replicas")
             ax.legend(fontsize=7)

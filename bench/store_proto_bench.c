@@ -51,6 +51,13 @@
  *       checks with ExistKey that load-0, load-<N-1> and 1,000 keys between
  *       are served; prints "RECOVERED objects=<n> s=<mount and checks>".
  *
+ *   store_proto_bench --decode [--batch=73] [--runs=5] [--duration=2]
+ *       No master: the CPU time the master's RPC loop spends decoding and
+ *       releasing one BatchGetReplicaList request of --batch keys, with a
+ *       malloc per string and list (mc_store_msg_decode) and in a decode
+ *       arena (mc_store_msg_decode_in, as the loop does), alternately,
+ *       medians of --runs runs: "decode batch=N malloc_us=.. arena_us=..".
+ *
  * Exit status: 0 success, 1 a call failed, 2 bad flags.
  */
 #include <errno.h>
@@ -545,6 +552,93 @@ static void probe_main(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The request codec alone (--decode)                                        */
+
+/* CPU seconds of this process */
+static double cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One run of the decode loop for opt.duration CPU seconds: us per call. */
+static double decode_run(const struct mc_buf *frame, struct mc_store_decode_arena *a)
+{
+	double t0 = cpu_s(), t;
+	uint64_t n = 0;
+
+	do {
+		for (int i = 0; i < 256; i++, n++) {
+			struct mc_store_msg m;
+			mc_status st = a ? mc_store_msg_decode_in(a, frame->data, frame->len,
+								  MC_PROTO_MAX_PAYLOAD, &m)
+					 : mc_store_msg_decode(frame->data, frame->len,
+							       MC_PROTO_MAX_PAYLOAD, &m);
+			if (st != MC_OK) {
+				fprintf(stderr, PROG ": decode: %s\n", mc_last_error());
+				exit(1);
+			}
+			if (a) {
+				mc_store_msg_release_in(a, &m);
+				a->used = a->spilled = 0;
+			} else {
+				mc_store_msg_release(&m);
+			}
+		}
+		t = cpu_s() - t0;
+	} while (t < opt.duration);
+	return t / (double)n * 1e6;
+}
+
+static int decode_main(void)
+{
+	struct mc_proto_str *keys = calloc((size_t)opt.batch, sizeof(*keys));
+	char *names = calloc((size_t)opt.batch, 32);
+	size_t cap = (size_t)opt.batch * 64 + 4096;
+	uint8_t *abuf = malloc(cap);
+	struct mc_store_decode_arena a = {.base = abuf, .cap = cap};
+	struct mc_store_keys_req q = {.n_keys = (uint32_t)opt.batch};
+	double ma[MAX_RUNS], ar[MAX_RUNS];
+	struct mc_buf frame;
+
+	if (!keys || !names || !abuf) {
+		fprintf(stderr, PROG ": no memory\n");
+		return 1;
+	}
+	for (int i = 0; i < opt.batch; i++) {
+		char *k = names + (size_t)i * 32;
+		snprintf(k, 32, "kv_%016" PRIx64, (uint64_t)i * UINT64_C(0x9e3779b97f4a7c15));
+		keys[i] = mc_proto_str_c(k);
+	}
+	q.keys = keys;
+	mc_buf_init(&frame);
+	if (mc_store_request_encode(&frame, MC_STORE_BATCH_GET_REPLICA_LIST, 1, &q) != MC_OK) {
+		fprintf(stderr, PROG ": encode: %s\n", mc_last_error());
+		return 1;
+	}
+	for (int r = 0; r < opt.runs; r++) { /* alternating, the arena second */
+		ma[r] = decode_run(&frame, NULL);
+		ar[r] = decode_run(&frame, &a);
+	}
+	qsort(ma, (size_t)opt.runs, sizeof(double), cmp_double);
+	qsort(ar, (size_t)opt.runs, sizeof(double), cmp_double);
+	if (opt.json)
+		printf("{\"case\": \"decode\", \"batch\": %d, \"frame_bytes\": %zu, "
+		       "\"malloc_us\": %.3f, \"arena_us\": %.3f}\n",
+		       opt.batch, frame.len, ma[opt.runs / 2], ar[opt.runs / 2]);
+	else
+		printf("decode batch=%d frame_bytes=%zu malloc_us=%.3f arena_us=%.3f\n", opt.batch,
+		       frame.len, ma[opt.runs / 2], ar[opt.runs / 2]);
+	mc_buf_release(&frame);
+	free(keys);
+	free(names);
+	free(abuf);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Many clients at once (--clients=N)                                        */
 
 struct client_result {
@@ -748,6 +842,7 @@ int main(int argc, char **argv)
 		{"clients", required_argument, NULL, 'C'},
 		{"master-pid", required_argument, NULL, 'P'},
 		{"probe", no_argument, NULL, 'p'},
+		{"decode", no_argument, NULL, 'D'},
 		{"json", no_argument, NULL, 'j'},
 		{"quick", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -755,7 +850,7 @@ int main(int argc, char **argv)
 	};
 	int o, clients = 0;
 	long master_pid = 0;
-	bool probe = false;
+	bool probe = false, decode = false;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -794,6 +889,9 @@ int main(int argc, char **argv)
 		case 'p':
 			probe = true;
 			break;
+		case 'D':
+			decode = true;
+			break;
 		case 'j':
 			opt.json = true;
 			break;
@@ -805,7 +903,8 @@ int main(int argc, char **argv)
 			printf("usage: " PROG " --master=H:P [--keys=N] [--batch=N] [--runs=N]\n"
 			       "       [--duration=S] [--json] [--quick] | --load=N [--value-size=B]\n"
 			       "       | --recover=N | --probe\n"
-			       "       | --clients=N [--duration=S] [--master-pid=PID] [--json]\n");
+			       "       | --clients=N [--duration=S] [--master-pid=PID] [--json]\n"
+			       "       | --decode [--batch=N] [--runs=N] [--duration=S] [--json]\n");
 			return 0;
 		default:
 			return 2;
@@ -822,6 +921,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": bad arguments (see --help)\n");
 		return 2;
 	}
+	if (decode)
+		return decode_main();
 	mc_buf_init(&out);
 	connect_master(opt.master);
 	if (opt.recover || probe) {

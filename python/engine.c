@@ -604,14 +604,14 @@ static PyObject *engine_register_memory(PyObject *self, PyObject *const *args, P
 	PyObject *a[MAX_ARGS];
 	uint64_t addr, len;
 	const char *loc = "*";
-	int ro = 0;
+	bool ro;
 	mc_status rc;
 
 	if (parse_args(&spec, args, nargs, kwnames, a) < 0 ||
 	    arg_u64(a[0], spec.fname, "buffer_addr", &addr) < 0 ||
 	    arg_u64(a[1], spec.fname, "capacity", &len) < 0 ||
 	    (a[2] && arg_str(a[2], spec.fname, "location", &loc) < 0) ||
-	    (a[3] && (ro = PyObject_IsTrue(a[3])) < 0))
+	    arg_bool(a[3], spec.fname, "read_only", false, &ro) < 0)
 		return NULL;
 	if (!te)
 		return PyLong_FromLong(-1);
@@ -1739,6 +1739,17 @@ static struct PyModuleDef engine_module = {
 	.m_size = -1,
 };
 
+/* Names of mooncake.engine written in Python: SharedSegment, and upstream's
+ * RPC messaging helper (mooncake/_rpc_interface.py). */
+static const char *const engine_extra_names[] = {"SharedSegment", NULL};
+static const char *const engine_rpc_names[] = {"RpcInterface",
+					       "CoroRPCInterface",
+					       "ReceivedData",
+					       "ReceivedTensor",
+					       "create_rpc_client",
+					       "create_rpc_server",
+					       NULL};
+
 PyMODINIT_FUNC PyInit_engine(void);
 
 PyMODINIT_FUNC PyInit_engine(void)
@@ -1764,7 +1775,8 @@ PyMODINIT_FUNC PyInit_engine(void)
 		if (PyModule_AddObjectRef(m, flags[i],
 					  i == 0 && MC_PY_SUPPORT_CUDA ? Py_True : Py_False) < 0)
 			goto err;
-	if (add_from(m, "mooncake._engine_extra", (const char *const[]){"SharedSegment", NULL}) < 0)
+	if (add_from(m, "mooncake._engine_extra", engine_extra_names) < 0 ||
+	    add_from(m, "mooncake._rpc_interface", engine_rpc_names) < 0)
 		goto err;
 	return m;
 err:

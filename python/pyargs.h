@@ -166,6 +166,37 @@ static inline int arg_long(PyObject *o, const char *fname, const char *what, lon
 	return 0;
 }
 
+/* A bool argument (o may be NULL: missing, def), taken as upstream's
+ * pybind11 caster takes it: True, False, None (false), or an object whose
+ * type has __bool__ as a number (int, float, numpy.bool_); anything else
+ * (str, list, object()) is a TypeError, never a truth value: remove_all
+ * with a str must not remove every key. */
+static inline int arg_bool(PyObject *o, const char *fname, const char *what, bool def, bool *out)
+{
+	PyNumberMethods *nm;
+	int v;
+
+	if (!o) {
+		*out = def;
+		return 0;
+	}
+	if (o == Py_True || o == Py_False || o == Py_None) {
+		*out = o == Py_True;
+		return 0;
+	}
+	nm = Py_TYPE(o)->tp_as_number;
+	if (!nm || !nm->nb_bool) {
+		PyErr_Format(PyExc_TypeError, "%s(): %s must be a bool, not %.100s", fname, what,
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	v = nm->nb_bool(o);
+	if (v < 0)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 /* A list-like argument (not str/bytes; o may be NULL: missing) as a new
  * tuple, which holds references to the items for as long as the call runs,
  * whatever the caller does to its list meanwhile.  items names what the

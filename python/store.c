@@ -371,12 +371,12 @@ PyObject *mc_py_store_setup(DEFARGS)
 	    arg_str(a[4], "setup", "protocol", &proto) < 0 ||
 	    arg_str(a[5], "setup", "rdma_devices", &dev) < 0 ||
 	    arg_str(a[6], "setup", "master_server_addr", &p.master_server_addr) < 0 ||
-	    arg_bool(a[8], false, &ssd) < 0 ||
+	    arg_bool(a[8], "setup", "enable_ssd_offload", false, &ssd) < 0 ||
 	    (a[9] && arg_str(a[9], "setup", "ssd_offload_path", &ssd_path) < 0) ||
 	    (a[10] && arg_str(a[10], "setup", "tenant_id", &p.tenant_id) < 0) ||
-	    arg_bool(a[11], false, &http) < 0 ||
+	    arg_bool(a[11], "setup", "enable_client_http_server", false, &http) < 0 ||
 	    (a[12] && arg_u64(a[12], "setup", "client_http_port", &http_port) < 0) ||
-	    arg_bool(a[13], true, &verify) < 0)
+	    arg_bool(a[13], "setup", "verify", true, &verify) < 0)
 		return NULL;
 	if (a[7] && a[7] != Py_None) {
 		struct mc_te *te;

@@ -126,11 +126,9 @@ RC_U64_FIELD(dfs_replica_num)
 	}                                                                    \
 	static int rc_set_##field(PyObject *self, PyObject *v, void *unused) \
 	{                                                                    \
-		int t;                                                       \
-		if (no_delete(v, #field) < 0)                                \
-			return -1;                                           \
-		t = PyObject_IsTrue(v);                                      \
-		if (t < 0)                                                   \
+		bool t;                                                      \
+		if (no_delete(v, #field) < 0 ||                              \
+		    arg_bool(v, "ReplicateConfig", #field, false, &t) < 0)   \
 			return -1;                                           \
 		((struct rc_obj *)self)->field = t;                          \
 		return 0;                                                    \
@@ -166,11 +164,9 @@ static PyObject *rc_get_with_soft_pin(PyObject *self, void *unused)
 
 static int rc_set_with_soft_pin(PyObject *self, PyObject *v, void *unused)
 {
-	int t;
-	if (no_delete(v, "with_soft_pin") < 0)
-		return -1;
-	t = PyObject_IsTrue(v);
-	if (t < 0)
+	bool t;
+	if (no_delete(v, "with_soft_pin") < 0 ||
+	    arg_bool(v, "ReplicateConfig", "with_soft_pin", false, &t) < 0)
 		return -1;
 	((struct rc_obj *)self)->soft_pin_action = t ? SOFT_PIN_ENABLE : SOFT_PIN_PRESERVE;
 	return 0;

@@ -71,21 +71,6 @@ static inline int opt_long(PyObject *o, long def, const char *fname, const char 
 	return arg_long(o, fname, what, out);
 }
 
-/* Truth value of an optional argument. */
-static inline int arg_bool(PyObject *o, bool def, bool *out)
-{
-	int v;
-	if (!o) {
-		*out = def;
-		return 0;
-	}
-	v = PyObject_IsTrue(o);
-	if (v < 0)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 /* ---- C-side argument arrays ------------------------------------------------------ */
 
 /* Keys of a list: the tuple keeps the str objects (and their UTF-8) alive. */

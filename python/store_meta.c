@@ -72,7 +72,8 @@ PyObject *mc_py_store_remove(DEFARGS)
 	struct call c;
 	mc_status rc;
 	PARSE("remove", 1, "key", "force");
-	if (arg_str(a[0], "remove", "key", &key) < 0 || arg_bool(a[1], false, &force) < 0)
+	if (arg_str(a[0], "remove", "key", &key) < 0 ||
+	    arg_bool(a[1], "remove", "force", false, &force) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
 	rc = mc_store_remove(ST(self)->s, key, force);
@@ -88,7 +89,7 @@ PyObject *mc_py_store_remove_by_regex(DEFARGS)
 	int64_t n;
 	PARSE("remove_by_regex", 1, "regex_pattern", "force");
 	if (arg_str(a[0], "remove_by_regex", "regex_pattern", &pat) < 0 ||
-	    arg_bool(a[1], false, &force) < 0)
+	    arg_bool(a[1], "remove_by_regex", "force", false, &force) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
 	n = mc_store_remove_by_regex(ST(self)->s, pat, force);
@@ -102,7 +103,7 @@ PyObject *mc_py_store_remove_all(DEFARGS)
 	struct call c;
 	int64_t n;
 	PARSE("remove_all", 0, "force");
-	if (arg_bool(a[0], false, &force) < 0)
+	if (arg_bool(a[0], "remove_all", "force", false, &force) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
 	n = mc_store_remove_all(ST(self)->s, force);
@@ -119,7 +120,8 @@ PyObject *mc_py_store_batch_remove(DEFARGS)
 	PyObject *out;
 	PARSE("batch_remove", 1, "keys", "force");
 
-	if (arg_bool(a[1], false, &force) < 0 || keys_from(a[0], "batch_remove", &k) < 0)
+	if (arg_bool(a[1], "batch_remove", "force", false, &force) < 0 ||
+	    keys_from(a[0], "batch_remove", &k) < 0)
 		return NULL;
 	res = PyMem_Calloc(k.n ? k.n : 1, sizeof(*res));
 	if (!res) {

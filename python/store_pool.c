@@ -383,7 +383,7 @@ static PyObject *pool_acquire_common(PyObject *self, const char *fname, PyObject
 		}
 		return NULL;
 	}
-	if (arg_bool(a[1] == Py_None ? NULL : a[1], p->block, &block) < 0 ||
+	if (arg_bool(a[1] == Py_None ? NULL : a[1], fname, "block", p->block, &block) < 0 ||
 	    opt_timeout(a[2], p->default_timeout, &timeout) < 0)
 		return NULL;
 	return pool_lease(p, size, block, timeout);
@@ -502,7 +502,7 @@ static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	    opt_u64(align, 8ull << 20, "alignment", &p->alignment) < 0 ||
 	    opt_u64(max_c, p->alignment, "max_size_class", &p->max_class) < 0 ||
 	    opt_u64(max_r, 0, "max_regions", &p->max_regions) < 0 ||
-	    arg_bool(block == Py_None ? NULL : block, true, &p->block) < 0 ||
+	    arg_bool(block == Py_None ? NULL : block, "BufferPool", "block", true, &p->block) < 0 ||
 	    opt_timeout(dto, -1, &p->default_timeout) < 0 ||
 	    opt_u64(pw_size, 0, "prewarm_size", &pws) < 0 ||
 	    opt_u64(pw_count, 0, "prewarm_count", &pwc) < 0)

@@ -24,7 +24,8 @@ PyObject *mc_py_store_register_buffer(DEFARGS)
 	mc_status rc;
 	PARSE("register_buffer", 2, "buffer_ptr", "size", "read_only");
 	if (arg_u64(a[0], "register_buffer", "buffer_ptr", &ptr) < 0 ||
-	    arg_u64(a[1], "register_buffer", "size", &size) < 0 || arg_bool(a[2], false, &ro) < 0)
+	    arg_u64(a[1], "register_buffer", "size", &size) < 0 ||
+	    arg_bool(a[2], "register_buffer", "read_only", false, &ro) < 0)
 		return NULL;
 	call_begin(&c, ST(self), false);
 	rc = mc_store_register_buffer_flags(ST(self)->s, (void *)(uintptr_t)ptr, (size_t)size,
@@ -370,7 +371,8 @@ PyObject *mc_py_store_batch_get_into_multi_buffers(DEFARGS)
 	PARSE("batch_get_into_multi_buffers", 3, "keys", "all_buffer_ptrs", "all_sizes",
 	      "prefer_alloc_in_same_node");
 
-	if (arg_bool(a[3], false, &same_node) < 0 ||
+	if (arg_bool(a[3], "batch_get_into_multi_buffers", "prefer_alloc_in_same_node", false,
+		     &same_node) < 0 ||
 	    keys_from(a[0], "batch_get_into_multi_buffers", &k) < 0)
 		return NULL;
 	(void)same_node; /* reads already prefer a replica in this client's segment */

@@ -46,6 +46,7 @@ struct options {
 	char *pool;
 	char *policy;
 	bool output_length_one;
+	bool object_lru;
 	char *json;
 	double speedup;
 	int64_t seed;
@@ -87,6 +88,11 @@ static const struct mc_config_entry options_table[] = {
 	    0),
 	OPTN("output_length_one", output_length_one, MC_CONFIG_BOOL, "false",
 	     "every request generates one token (Fig. 10)", 0, 0),
+	OPTN("object_lru", object_lru, MC_CONFIG_BOOL, "false",
+	     "one recency per block across the nodes, as the master keeps one stamp per object: "
+	     "a request refreshes every copy of its blocks (default: per node, as the reference "
+	     "replay; --store is always per object)",
+	     0, 0),
 	OPT(json, MC_CONFIG_STRING, NULL, "write the results as one JSON object to this file", 0,
 	    0),
 	OPT(speedup, MC_CONFIG_DOUBLE, "1.0", "compress arrivals this many times", 0, 1000000),
@@ -430,6 +436,8 @@ static int write_json(const char *path, const struct options *o, const struct mc
 		"ttft_p90_s", r->ttft_p90_s, "tbt_avg_s", r->tbt_avg_s, "transfer_s_per_request",
 		r->transfer_s_per_request, "end_s", r->end_s, "skipped_lines", (json_int_t)skipped,
 		"wall_s", wall, "store", store);
+	if (j)
+		json_object_set_new(j, "lru", json_string(cfg->object_lru ? "object" : "node"));
 	int rc = 0;
 	if (j && rp)
 		json_object_set_new(j, "replicas", replicas_json(rp));
@@ -482,7 +490,7 @@ static int run_store(const struct options *o, const struct mc_replay_config *cfg
 static json_t *store_json(const struct mc_replay_store_stats *s)
 {
 	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			 "s:I, s:I, s:I, s:f, s:f}",
+			 "s:I, s:I, s:I, s:I, s:f, s:f}",
 			 "master", s->master, "conductor", s->conductor, "read_blocks",
 			 (json_int_t)s->read_blocks, "fetched_read_blocks",
 			 (json_int_t)s->fetched_read_blocks, "read_bytes",
@@ -495,7 +503,8 @@ static json_t *store_json(const struct mc_replay_store_stats *s)
 			 (json_int_t)s->load_reports, "decode_read_blocks",
 			 (json_int_t)s->decode_read_blocks, "decode_read_bytes",
 			 (json_int_t)s->decode_read_bytes, "decode_read_short",
-			 (json_int_t)s->decode_read_short, "schedule_wall_s", s->schedule_wall_s,
+			 (json_int_t)s->decode_read_short, "conductor_restarts",
+			 (json_int_t)s->conductor_restarts, "schedule_wall_s", s->schedule_wall_s,
 			 "store_wall_s", s->store_wall_s);
 }
 
@@ -552,6 +561,7 @@ int main(int argc, char **argv)
 	cfg.decode_nodes = (uint32_t)o.decode_nodes;
 	cfg.capacity_blocks = (uint64_t)(o.capacity_tokens / cfg.cost.block_tokens);
 	cfg.output_length_one = o.output_length_one;
+	cfg.object_lru = o.object_lru || o.store; /* the master's LRU is per object */
 	cfg.speedup = o.speedup > 0 ? o.speedup : 1;
 	cfg.seed = (uint64_t)o.seed;
 	if (strcmp(o.pool, "global") == 0)

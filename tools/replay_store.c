@@ -31,14 +31,16 @@
  * Copies (paper 4.4).  A node keeps every block of the requests it ran,
  * as the cache-only replay admits them into its cache: the blocks it
  * fetched and the ones it computed that another node had stored already.
- * The store has no call that adds a replica to an existing key yet (issue
- * 17 item 3, change_replica), so the replay does it with the calls there
- * are: the key's replicas (GetReplicaList), a forced remove, and a put of
- * the bytes in hand with one replica on each of those segments plus its
- * own.  Without it a chain's blocks would end up spread over the segments
- * that first stored each, and no node's prefix would be longer than its
- * root.  A full segment is the master's eviction's business (not yet a
- * per-node LRU).
+ * change_replica would add the replica through a copy task that lands
+ * within a heartbeat, too late for the next request in virtual time, so
+ * the replay does it synchronously: the key's replicas (GetReplicaList),
+ * a forced remove, and a put of the bytes in hand with one replica on
+ * each of those segments plus its own.  Without it a chain's blocks would
+ * end up spread over the segments that first stored each, and no node's
+ * prefix would be longer than its root.  A full segment evicts its own
+ * least recently used blocks (the master's --preferred_segment_lru), by
+ * the master's one recency stamp per object: what the cache-only replay
+ * does with --object-lru (docs/conductor.md, Figure 11).
  *
  * What it must never do: count a block as reused that was not read, or
  * leave a child process behind (they get SIGTERM when we exit, and are
@@ -345,6 +347,7 @@ struct run {
 	mc_status *put_st;
 	struct mc_buf body;
 	double *ttfts;
+	long last_code; /* of the last conductor call that failed */
 };
 
 static mc_status start_master(struct run *r, struct mc_replay_store_stats *stats)
@@ -491,6 +494,27 @@ out:
 	return st;
 }
 
+/* Register nd with the conductor: a prefill instance with its segment and
+ * capacity, or (prefill false) a decode instance. */
+static mc_status register_node(struct run *r, const struct node *nd, bool prefill)
+{
+	char body[320];
+	long code;
+
+	if (prefill)
+		snprintf(body, sizeof(body),
+			 "{\"id\":\"%s\",\"role\":\"prefill\",\"segment\":\"%s\","
+			 "\"capacity_blocks\":%" PRIu64 "}",
+			 nd->id, nd->seg, r->cfg->capacity_blocks);
+	else
+		snprintf(body, sizeof(body), "{\"id\":\"%s\",\"role\":\"decode\"}", nd->id);
+	code = api_call(&r->api, "/instances", body, strlen(body));
+	if (code != 200 && code != 201)
+		return mc_set_error(MC_ERR_RPC_FAIL, "register %s with the conductor: %ld %s",
+				    nd->id, code, api_text(&r->api));
+	return MC_OK;
+}
+
 static mc_status nodes_open(struct run *r, const char *master)
 {
 	const struct mc_replay_config *cfg = r->cfg;
@@ -512,9 +536,6 @@ static mc_status nodes_open(struct run *r, const char *master)
 			.protocol = "tcp",
 			.master_server_addr = master,
 		};
-		char body[320];
-		long code;
-
 		snprintf(nd->id, sizeof(nd->id), "p%u", i);
 		if ((st = mc_store_new(&nd->s)) != MC_OK)
 			return st;
@@ -524,15 +545,8 @@ static mc_status nodes_open(struct run *r, const char *master)
 		if ((st = mc_store_register_buffer(nd->s, r->rbuf, buf)) != MC_OK)
 			return mc_set_error(st, "node %u: register buffer: %s", i, mc_last_error());
 		snprintf(nd->seg, sizeof(nd->seg), "%s", mc_store_hostname(nd->s));
-		snprintf(body, sizeof(body),
-			 "{\"id\":\"%s\",\"role\":\"prefill\",\"segment\":\"%s\","
-			 "\"capacity_blocks\":%" PRIu64 "}",
-			 nd->id, nd->seg, cfg->capacity_blocks);
-		code = api_call(&r->api, "/instances", body, strlen(body));
-		if (code != 200 && code != 201)
-			return mc_set_error(MC_ERR_RPC_FAIL,
-					    "register %s with the conductor: %ld %s", nd->id, code,
-					    api_text(&r->api));
+		if ((st = register_node(r, nd, true)) != MC_OK)
+			return st;
 	}
 	return MC_OK;
 }
@@ -559,9 +573,6 @@ static mc_status dnodes_open(struct run *r, const char *master)
 			.protocol = "tcp",
 			.master_server_addr = master,
 		};
-		char body[96];
-		long code;
-
 		snprintf(nd->id, sizeof(nd->id), "d%u", i);
 		if ((st = mc_store_new(&nd->s)) != MC_OK)
 			return st;
@@ -571,12 +582,8 @@ static mc_status dnodes_open(struct run *r, const char *master)
 		if ((st = mc_store_register_buffer(nd->s, r->rbuf, buf)) != MC_OK)
 			return mc_set_error(st, "decode node %u: register buffer: %s", i,
 					    mc_last_error());
-		snprintf(body, sizeof(body), "{\"id\":\"%s\",\"role\":\"decode\"}", nd->id);
-		code = api_call(&r->api, "/instances", body, strlen(body));
-		if (code != 200 && code != 201)
-			return mc_set_error(MC_ERR_RPC_FAIL,
-					    "register %s with the conductor: %ld %s", nd->id, code,
-					    api_text(&r->api));
+		if ((st = register_node(r, nd, false)) != MC_OK)
+			return st;
 	}
 	return MC_OK;
 }
@@ -625,9 +632,11 @@ static mc_status report_loads(struct run *r, double now, struct mc_replay_store_
 		snprintf(path, sizeof(path), "/instances/%s/load", nd->id);
 		snprintf(body, sizeof(body), "{\"queue_s\":%.17g,\"now_s\":%.17g}", q, now);
 		code = api_call(&r->api, path, body, strlen(body));
-		if (code != 200)
+		if (code != 200) {
+			r->last_code = code;
 			return mc_set_error(MC_ERR_RPC_FAIL, "%s: %ld %s", path, code,
-					    api_text(&r->api));
+					    code ? api_text(&r->api) : "no answer");
+		}
 		nd->need_report = false;
 		nd->reported = q;
 		stats->load_reports++;
@@ -747,9 +756,11 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 	code = api_call(&r->api, "/schedule", (const char *)r->body.data, r->body.len);
 	stats->schedule_wall_s += wall_s() - t0;
 	stats->schedule_calls++;
-	if (code != 200 && code != 429)
+	if (code != 200 && code != 429) {
+		r->last_code = code;
 		return mc_set_error(MC_ERR_RPC_FAIL, "/schedule of request %zu: %ld %s", idx, code,
 				    code ? api_text(&r->api) : "no answer");
+	}
 	j = json_loads(api_text(&r->api), 0, &jerr);
 	if (!j)
 		return mc_set_error(MC_ERR_MALFORMED_JSON, "/schedule answered no JSON: %s",
@@ -894,6 +905,55 @@ static mc_status one_request(struct run *r, const struct mc_trace_req *tr, size_
 		out->fetches++;
 		out->fetched_blocks += read - local;
 	}
+	return MC_OK;
+}
+
+/* ---- a running conductor restarted under us ------------------------------- */
+
+/* The last conductor call failed as a restarted conductor makes it fail:
+ * no answer (it is down), an unknown instance (404) or no prefill
+ * instance (503: it knows none).  Only a running one (--conductor): the
+ * one we started does not restart. */
+static bool conductor_lost(const struct run *r, mc_status st)
+{
+	return st == MC_ERR_RPC_FAIL && r->o->conductor &&
+	       (r->last_code == 0 || r->last_code == 404 || r->last_code == 503);
+}
+
+/*
+ * The conductor keeps nothing about blocks (it asks the store), only its
+ * instances and their queues: wait up to RESTART_WAIT_S for it to answer
+ * /health again, register every node again and have every prefill node
+ * report its queue before the next call.  Decode bookings are the
+ * conductor's own and start empty again.
+ */
+#define RESTART_WAIT_S 30
+
+static mc_status conductor_back(struct run *r, struct mc_replay_store_stats *stats)
+{
+	double until = wall_s() + RESTART_WAIT_S;
+	mc_status st;
+
+	while (api_get(&r->api, "/health") != 200) {
+		struct timespec nap = {0, 50 * 1000 * 1000};
+
+		if (wall_s() > until)
+			return mc_set_error(MC_ERR_RPC_FAIL,
+					    "the conductor at %s did not answer for %d s",
+					    stats->conductor, RESTART_WAIT_S);
+		nanosleep(&nap, NULL);
+	}
+	for (uint32_t i = 0; i < r->cfg->nodes; i++) {
+		if ((st = register_node(r, &r->nodes[i], true)) != MC_OK)
+			return st;
+		r->nodes[i].need_report = true;
+	}
+	for (uint32_t i = 0; r->dnodes && i < r->cfg->decode_nodes; i++)
+		if ((st = register_node(r, &r->dnodes[i], false)) != MC_OK)
+			return st;
+	stats->conductor_restarts++;
+	fprintf(stderr, "mooncake_replay: the conductor at %s restarted: %u nodes registered again\n",
+		stats->conductor, r->cfg->nodes + r->cfg->decode_nodes);
 	return MC_OK;
 }
 
@@ -1095,8 +1155,18 @@ mc_status mc_replay_store_run(const struct mc_replay_store_opts *o,
 			continue;
 		if (snaps && (st = snapshots_due(&r, hooks, now, &next_snap, false)) != MC_OK)
 			goto out;
-		if ((st = report_loads(&r, now, stats)) != MC_OK ||
-		    (st = one_request(&r, tr, order[k], now, out, stats, &ch)) != MC_OK)
+		/* a failed /schedule changed nothing yet: after a restart of
+		 * the conductor the request is reported and scheduled again */
+		for (int again = 0;; again++) {
+			st = report_loads(&r, now, stats);
+			if (st == MC_OK)
+				st = one_request(&r, tr, order[k], now, out, stats, &ch);
+			if (st == MC_OK || again || !conductor_lost(&r, st))
+				break;
+			if ((st = conductor_back(&r, stats)) != MC_OK)
+				break;
+		}
+		if (st != MC_OK)
 			goto out;
 		out->requests++;
 		if (hooks && hooks->request)

@@ -42,6 +42,7 @@ struct mc_replay_store_stats {
 	uint64_t bad_contents;		  /* blocks read whose bytes were not theirs */
 	uint64_t decode_read_blocks, decode_read_bytes; /* a request's KV read by its decode node */
 	uint64_t decode_read_short;			/* requests whose decode read fell short */
+	uint64_t conductor_restarts; /* a running conductor came back: nodes registered again */
 	double schedule_wall_s, store_wall_s; /* wall time in /schedule, in reads and puts */
 	char master[64], conductor[64];	      /* the addresses used */
 };

@@ -118,6 +118,11 @@ class SharedSegment:
                 not 0 <= owner_rank < world_size:
             raise ValueError("SharedSegment needs size > 0 and 0 <= rank_id, owner_rank < "
                              "world_size")
+        for what, v in (("mmap", mmap), ("host_register", host_register)):
+            # upstream's pybind11 bool: None, bools and numbers; a str is no flag
+            if v is not None and not hasattr(type(v), "__bool__"):
+                raise TypeError("SharedSegment %s must be a bool, not %s" % (what,
+                                                                           type(v).__name__))
         if not mmap:
             raise RuntimeError("SharedSegment: mmap=False (device memory) needs a GPU build")
         if host_register:

@@ -27,7 +27,6 @@ import argparse
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import hmac
 import json
 import mmap
@@ -40,6 +39,8 @@ import time
 import urllib.error
 import urllib.request
 from email.utils import parsedate_to_datetime
+
+from mooncake import _auth
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 
@@ -256,12 +257,11 @@ def _cluster_secret():
 
 
 def _auth_frame(kind, body):
-    return b"MCAU" + struct.pack("<BBH", 1, kind, len(body)) + body
+    return _auth.frame(kind, body)
 
 
 def _auth_mac(secret, label, cn, sn):
-    msg = b"mooncake-auth-v1 " + label + b"\0master\0" + cn + sn
-    return hmac.new(secret, msg, hashlib.sha256).digest()
+    return _auth.mac(secret, label, "master", cn, sn)
 
 
 def _master_auth(sock, secret, timeout):

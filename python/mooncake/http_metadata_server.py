@@ -47,7 +47,6 @@ import argparse
 import hmac
 import ipaddress
 import logging
-import os
 import signal
 import sys
 import threading
@@ -55,40 +54,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from mooncake._auth import load_secret
+
 __all__ = ["MetadataServer", "KVBootstrapServer", "main"]
 
 MAX_BODY = 64 << 20
-SECRET_MAX = 4096
 
-
-def load_secret(path=None):
-    """The cluster secret as the C programs read it (src/base/auth.c): the
-    file path (a flag) or MC_AUTH_SECRET_FILE names, trailing newlines and
-    blanks dropped, else MC_AUTH_SECRET, else None.  ValueError naming the
-    cause for a file that cannot be read, is empty, is over 4096 bytes or
-    that its group or others may read, and for an empty MC_AUTH_SECRET."""
-    path = path or os.environ.get("MC_AUTH_SECRET_FILE", "")
-    if path:
-        try:
-            with open(path, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode & 0o777
-                if mode & 0o044:
-                    raise ValueError(f"auth secret file {path}: mode {mode:03o} lets other "
-                                     f"users read it: chmod 600 {path} (docs/security.md)")
-                data = f.read(SECRET_MAX + 1)
-        except OSError as e:
-            raise ValueError(f"auth secret file {path}: {e.strerror}") from None
-        if len(data) > SECRET_MAX:
-            raise ValueError(f"auth secret file {path}: longer than {SECRET_MAX} bytes")
-        data = data.rstrip(b"\r\n \t")
-        if not data:
-            raise ValueError(f"auth secret file {path}: empty")
-        return data
-    if "MC_AUTH_SECRET" in os.environ:
-        if not os.environ["MC_AUTH_SECRET"]:
-            raise ValueError("MC_AUTH_SECRET is empty")
-        return os.environ["MC_AUTH_SECRET"].encode()
-    return None
 
 log = logging.getLogger("mooncake.http_metadata_server")
 

@@ -1,4 +1,4 @@
-/* base/time.h - monotonic clock helpers. */
+/* base/time.h - clock helpers: monotonic, and the wall clock for what outlives a process. */
 #ifndef MC_BASE_TIME_H
 #define MC_BASE_TIME_H
 
@@ -20,6 +20,16 @@ static inline uint64_t mc_now_us(void)
 static inline uint64_t mc_now_ms(void)
 {
 	return mc_now_ns() / 1000000ull;
+}
+
+/* Wall-clock time, ms since the Unix epoch: for what must outlive the
+ * process (a deadline in the master's log), never for intervals. */
+static inline uint64_t mc_epoch_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
 }
 
 #endif

@@ -16,6 +16,12 @@
  * snapshots (Fig. 11) count, every snapshot_every_s of trace time, how
  * many node caches hold each key; the copies come only from fetches
  * (hot-block replication as a side effect of scheduling, paper 4.4).
+ *
+ * Recency is per node by default: a cache's LRU order moves only with
+ * what runs on that node (and a fetch from it), as the reference replay
+ * does.  With object_lru it is per block across the nodes, as the
+ * master's per-segment LRU orders by one stamp per object: a request
+ * refreshes every copy of its blocks (docs/conductor.md, Figure 11).
  */
 #include "conductor/replay.h"
 
@@ -121,6 +127,22 @@ void mc_replay_summarise(const struct mc_replay_config *cfg, const struct mc_rep
 	qsort(ttfts, n, sizeof(*ttfts), cmp_double);
 	out->ttft_p50_s = quantile(ttfts, n, 0.5);
 	out->ttft_p90_s = quantile(ttfts, n, 0.9);
+}
+
+/*
+ * object_lru: the store keeps one recency stamp per object, and the
+ * conductor's lookup of a request stamps every block of it that any
+ * segment holds (its read lease), whatever it decides; so every copy of
+ * such a block is used now, in every cache.  Last to first, as an admit
+ * stamps them, so that a prefix's root is the most recent.  Rejected
+ * requests too: their lookup happened.
+ */
+static void touch_everywhere(struct mc_kvcache *const *caches, uint32_t n,
+			     const struct mc_trace_req *r)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t b = r->n_blocks; b-- > 0;)
+			(void)mc_kvcache_touch(caches[i], r->hash_ids[b]);
 }
 
 /* Drop jobs that ended before now; keep the rest in booking order. */
@@ -236,6 +258,8 @@ mc_status mc_replay_run(const struct mc_replay_config *cfg, const struct mc_trac
 				   &sr, now, &rng, &ch);
 		if (st != MC_OK)
 			goto out;
+		if (cfg->object_lru && !cfg->global_pool)
+			touch_everywhere(caches, n_caches, r);
 		out->requests++;
 		if (hooks->request)
 			hooks->request(order[k], now, r, &ch, hooks->request_arg);

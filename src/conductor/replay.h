@@ -7,7 +7,9 @@
  * matches, the instance's queue is booked with the cost model's times
  * and the request's blocks are admitted into the chosen cache at
  * dispatch (paper.md 5.5); a fetch (global policy) touches the blocks on
- * the instance it reads from and leaves a copy on the one that fetched.
+ * the instance it reads from and leaves a copy on the one that fetched
+ * (with object_lru every copy of every block the request names is
+ * touched, as the store's per-object recency does).
  * With a global pool every instance sees one shared LRU of nodes x
  * capacity blocks.  Decode instances, when there are any, take each
  * request for output_length x TBT seconds after its prefill.
@@ -33,6 +35,11 @@ struct mc_replay_config {
 	double speedup;		  /* arrivals compressed this many times (1: as traced) */
 	uint64_t seed;		  /* of the random policy */
 	double snapshot_every_s;  /* replica snapshots (Fig. 11) this often; 0: none */
+	/* one recency per block across the nodes, as the master keeps one
+	 * stamp per object: every request refreshes each of its blocks in
+	 * every cache that holds it (the conductor's lookup stamps them all),
+	 * not only in the cache it runs on and the one it fetches from */
+	bool object_lru;
 	struct mc_sched_config sched;
 	struct mc_costmodel cost;
 };

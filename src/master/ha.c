@@ -22,6 +22,25 @@
  * runs; the standby ends the view, campaigns at once and, elected, serves
  * without the warm-up (watch, ha_main).
  *
+ * Which standby campaigns.  Whoever asked first used to win, and a
+ * standby that had fallen behind (paused, its stream dropped) could take
+ * the view and lose what the others held.  Now each master that may
+ * campaign keeps a candidate entry in the coordinator with its position
+ * (the view it streamed and the seq applied), refreshed as it watches.
+ * When the view is gone it posts its final position marked electing and
+ * gathers (elect): once every listed candidate is electing, or after the
+ * window, the most caught-up one (mc_coord_cand_better) campaigns; the
+ * others stand back and watch for its view.  A better candidate that
+ * never takes the view is waited for one TTL more, then the others
+ * campaign as before: the entry of a dead one lapses, and
+ * the bound covers one that lives but cannot campaign (an entry lives two
+ * TTLs, so a candidate paused a moment is not forgotten).  The winner drops
+ * its entry.  The winner is often not the standby that ended the dead
+ * leader's view, so it asks itself (gone_since): it saw that leader's
+ * view less than a TTL ago and its RPC port refuses connections, then no
+ * master of that view runs and no later view could have lapsed
+ * meanwhile (each lives a TTL), so it serves without the warm-up.
+ *
  * What the thread must never do: hold the server's lock (the callbacks
  * take it themselves), or extend valid_until from a renewal that was not
  * acknowledged.
@@ -50,6 +69,8 @@
 
 #define OPEN_TRIES_MS 3000 /* the coordinator's first answer at start, at most */
 #define PROBE_MS      1000 /* the connect that asks whether a leader is gone */
+#define GATHER_MIN_MS 200  /* the candidates' gathering window, at least */
+#define ELECT_POLL_MS 50   /* the election's look at the view and the candidates */
 
 struct mc_master_ha {
 	struct mc_master_ha_config cfg; /* strings owned (copies) */
@@ -62,7 +83,15 @@ struct mc_master_ha {
 	atomic_bool serving;		  /* past recovery, not stepped down */
 	atomic_uint_fast64_t valid_until; /* leadership deadline (monotonic ms) */
 	atomic_uint_fast64_t version;	  /* the view this master leads under */
-	atomic_uint_fast64_t n_won, n_down, n_trans, n_err, n_evict;
+	atomic_uint_fast64_t n_won, n_down, n_trans, n_err, n_evict, n_defer;
+	atomic_uint_fast64_t cand_seq; /* the seq last posted as a candidate */
+
+	/* the election thread's own */
+	char cand_key[320];	     /* where candidate entries live */
+	struct mc_coord_cand posted; /* the entry last posted */
+	uint64_t posted_ms;	     /* when (0: none is up) */
+	struct mc_coord_view prev;   /* the last view seen present */
+	uint64_t prev_ms;	     /* when it was seen */
 
 	pthread_mutex_t lock; /* leaf: the fields below and stop */
 	pthread_cond_t cond;  /* CLOCK_MONOTONIC; signalled by stop and a poke */
@@ -150,6 +179,10 @@ static void remember(struct mc_master_ha *ha, const struct mc_coord_view *v)
 	pthread_mutex_lock(&ha->lock);
 	ha->seen = *v;
 	pthread_mutex_unlock(&ha->lock);
+	if (v->present) {
+		ha->prev = *v;
+		ha->prev_ms = mc_now_ms();
+	}
 }
 
 /*
@@ -305,6 +338,139 @@ static bool leader_gone(const char *addr)
 	return gone;
 }
 
+/* ---- candidates ---- */
+
+static void my_entry(struct mc_master_ha *ha, bool electing, struct mc_coord_cand *out)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->addr, sizeof(out->addr), "%s", ha->cfg.advertise);
+	if (ha->cfg.position)
+		ha->cfg.position(ha->cfg.arg, &out->view, &out->seq);
+	out->electing = electing;
+}
+
+/*
+ * Post this master's entry when it changed or a quarter of its lifetime
+ * passed (force: now).  false when the coordinator failed (counted).
+ */
+static bool cand_refresh(struct mc_master_ha *ha, bool electing, uint64_t *last_log_ms)
+{
+	struct mc_coord_cand me;
+	uint64_t now = mc_now_ms();
+
+	my_entry(ha, electing, &me);
+	if (ha->posted_ms && now - ha->posted_ms < ha->ttl_ms / 4 && me.view == ha->posted.view &&
+	    me.seq == ha->posted.seq && me.electing == ha->posted.electing)
+		return true;
+	/* two TTLs: a paused candidate outlives the election's bound (a dead
+	 * one holds nobody past it either) */
+	if (mc_coord_cand_post(ha->coord, ha->key, &me, 2 * ((int64_t)ha->ttl_ms / 1000)) !=
+	    MC_OK) {
+		note_error(ha, "posting the candidate entry", last_log_ms);
+		return false;
+	}
+	ha->posted = me;
+	ha->posted_ms = now;
+	atomic_store(&ha->cand_seq, me.seq);
+	return true;
+}
+
+static void cand_drop(struct mc_master_ha *ha)
+{
+	if (!ha->posted_ms)
+		return;
+	mc_coord_cand_drop(ha->coord, ha->key, ha->cfg.advertise);
+	ha->posted_ms = 0;
+}
+
+/*
+ * Is the leader last seen gone, so that a master elected now may serve
+ * at once?  Only when its view was seen less than a TTL ago (no view won
+ * since could have lapsed by its lease) and its RPC port refuses
+ * connections (leader_gone).
+ */
+static bool gone_since(struct mc_master_ha *ha)
+{
+	return ha->prev.present && ha->prev_ms && mc_now_ms() - ha->prev_ms < ha->ttl_ms &&
+	       strcmp(ha->prev.addr, ha->cfg.advertise) != 0 && leader_gone(ha->prev.addr);
+}
+
+enum elect_result { ELECT_CAMPAIGN, ELECT_WATCH, ELECT_STOP };
+
+/*
+ * The view is free: gather the candidates and say whether this master is
+ * the one to campaign (ELECT_CAMPAIGN), someone else took the view
+ * (ELECT_WATCH: it was remembered), or stop.  Coordinator errors never
+ * hold an election past its bound.
+ */
+static enum elect_result elect(struct mc_master_ha *ha, uint64_t *last_log_ms)
+{
+	struct mc_coord_cand list[MC_COORD_CAND_MAX];
+	uint64_t t0 = mc_now_ms();
+	uint64_t gathered = t0 + MC_MAX(ha->ttl_ms / 5, (uint64_t)GATHER_MIN_MS);
+	uint64_t bound = gathered + ha->ttl_ms;
+	bool deferred = false;
+
+	ha->posted_ms = 0; /* the final position, now */
+	if (!cand_refresh(ha, true, last_log_ms))
+		return ELECT_CAMPAIGN; /* the campaign meets the same coordinator */
+	for (;;) {
+		const struct mc_coord_cand *best = &ha->posted;
+		struct mc_coord_view v;
+		bool all = true;
+		size_t n = 0;
+		uint64_t now;
+
+		if (mc_coord_read(ha->coord, ha->key, &v) == MC_OK && v.present) {
+			remember(ha, &v);
+			if (deferred)
+				mc_info("%s took the view (version %" PRIu64 ") in %" PRIu64 " ms",
+					v.addr, v.version, mc_now_ms() - t0);
+			return ELECT_WATCH;
+		}
+		(void)cand_refresh(ha, true, last_log_ms);
+		if (mc_coord_cand_list(ha->coord, ha->key, list, MC_ARRAY_SIZE(list), &n) !=
+		    MC_OK) {
+			note_error(ha, "listing the candidates", last_log_ms);
+			n = 0;
+			all = false;
+		}
+		for (size_t i = 0; i < n; i++) {
+			if (strcmp(list[i].addr, ha->cfg.advertise) == 0)
+				continue;
+			all = all && list[i].electing;
+			if (mc_coord_cand_better(&list[i], best))
+				best = &list[i];
+		}
+		now = mc_now_ms();
+		if (all || now >= gathered) {
+			if (best == &ha->posted) {
+				mc_debug("the most caught-up candidate (view %" PRIu64
+					 ", seq %" PRIu64 ", %zu listed) after %" PRIu64 " ms",
+					 ha->posted.view, ha->posted.seq, n, now - t0);
+				return ELECT_CAMPAIGN;
+			}
+			if (!deferred) {
+				deferred = true;
+				atomic_fetch_add(&ha->n_defer, 1);
+				mc_info("standing back: %s is more caught up (view %" PRIu64
+					", seq %" PRIu64 ") than this master (view %" PRIu64
+					", seq %" PRIu64 "); waiting for it to lead",
+					best->addr, best->view, best->seq, ha->posted.view,
+					ha->posted.seq);
+			}
+			if (now >= bound) {
+				mc_warn("%s, more caught up, has not taken the view in %" PRIu64
+					" ms; campaigning",
+					best->addr, now - t0);
+				return ELECT_CAMPAIGN;
+			}
+		}
+		if (!nap(ha, ELECT_POLL_MS))
+			return ELECT_STOP;
+	}
+}
+
 /*
  * Watch the view until it is gone (then campaign again).  Returns true
  * when this master ended it because its leader is gone (a poke, and its
@@ -319,6 +485,7 @@ static bool watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 		struct mc_coord_view v;
 		bool ended = false;
 
+		cand_refresh(ha, false, last_log_ms);
 		if (mc_coord_read(ha->coord, ha->key, &v) != MC_OK) {
 			note_error(ha, "reading the view", last_log_ms);
 			continue;
@@ -339,6 +506,7 @@ static bool watch(struct mc_master_ha *ha, uint64_t *last_log_ms)
 				"without waiting for its lease",
 				v.addr, v.version);
 			atomic_fetch_add(&ha->n_evict, 1);
+			remember(ha, &(struct mc_coord_view){0});
 			return true;
 		}
 	}
@@ -370,6 +538,7 @@ rejoin:
 	while (!deposed) {
 		struct mc_coord_view v = {0};
 		uint64_t t0, won_ms, ver = 0;
+		enum elect_result er;
 		bool won = false;
 		mc_status st;
 
@@ -380,6 +549,16 @@ rejoin:
 		}
 		pthread_mutex_unlock(&ha->lock);
 		set_state(ha, MC_HA_CANDIDATE);
+		er = elect(ha, &last_log_ms);
+		if (er == ELECT_STOP)
+			return NULL;
+		if (er == ELECT_WATCH) {
+			set_state(ha, MC_HA_STANDBY);
+			gone = watch(ha, &last_log_ms);
+			continue;
+		}
+		if (!gone)
+			gone = gone_since(ha);
 		t0 = mc_now_ms();
 		st = mc_coord_campaign(ha->coord, ha->key, ha->cfg.advertise,
 				       (int64_t)ha->ttl_ms / 1000, &won, &ver);
@@ -399,6 +578,7 @@ rejoin:
 		}
 		/* won: the lease was granted no earlier than t0 */
 		atomic_store(&ha->valid_until, t0 + ha->ttl_ms);
+		cand_drop(ha); /* a leader is no candidate */
 		atomic_store(&ha->version, ver);
 		atomic_fetch_add(&ha->n_won, 1);
 		v.present = true;
@@ -509,6 +689,8 @@ void mc_master_ha_info(struct mc_master_ha *ha, struct mc_master_ha_info *out)
 	out->transitions = atomic_load(&ha->n_trans);
 	out->backend_errors = atomic_load(&ha->n_err);
 	out->views_ended = atomic_load(&ha->n_evict);
+	out->deferred = atomic_load(&ha->n_defer);
+	out->cand_seq = atomic_load(&ha->cand_seq);
 	pthread_mutex_lock(&ha->lock);
 	if (ha->seen.present) {
 		out->leader_known = true;

@@ -17,6 +17,16 @@
  * stays a fenced standby (its tables may have diverged) until may_campaign
  * says they are the new leader's again; then it campaigns as any standby.
  *
+ * Choosing among standbys.  A master that may campaign posts a candidate
+ * entry (meta/coord.h) with how far its copy of the leader's log reaches
+ * (the position callback), refreshed while it watches the view.  When the
+ * view is gone it marks its entry "electing" and gathers for a short
+ * window (until every listed candidate is electing, at most max(TTL/5,
+ * 200 ms)); then only the most caught-up candidate campaigns.  The others
+ * stand back and watch for its view; if none appears within one more TTL
+ * (it died or cannot campaign), they
+ * campaign anyway, so the cluster is never left without a leader.
+ *
  * Threads: the election thread runs the callbacks; mc_master_ha_may_serve
  * and mc_master_ha_info may be called from any thread (atomics and a leaf
  * lock).
@@ -60,6 +70,10 @@ struct mc_master_ha_config {
 	/* May a master that stepped down campaign again (its tables are the
 	 * new leader's once more)?  Polled while fenced; NULL: never. */
 	bool (*may_campaign)(void *arg);
+	/* How far this master's copy of the leader's log reaches: the view
+	 * of the leader it streamed from and the seq applied through (0, 0
+	 * when it holds none).  Any thread; NULL: 0, 0. */
+	void (*position)(void *arg, uint64_t *view_out, uint64_t *seq_out);
 	void *arg;
 };
 
@@ -75,6 +89,8 @@ struct mc_master_ha_info {
 	uint64_t transitions;	 /* state changes */
 	uint64_t backend_errors; /* coordinator requests that failed */
 	uint64_t views_ended;	 /* views of leaders that were gone, ended here */
+	uint64_t deferred;	 /* elections stood back from: a candidate more caught up */
+	uint64_t cand_seq;	 /* the log position last posted as a candidate */
 };
 
 /* Open the coordinator (unreachable: an error naming it) and start the

@@ -408,6 +408,7 @@ static mc_status h_graceful(struct ctx *c, const struct mc_store_msg *q)
 			s->deadline = d;
 		s->state = MC_SEG_GRACEFUL;
 		c->m->targets_dirty = true;
+		mc_master_wal_graceful(c->m, slot, c->now);
 	}
 	return mc_store_graceful_unmount_segment_response_encode(c->out, c->id, NULL);
 }

@@ -123,6 +123,7 @@ struct mc_seg {
 	struct mc_offset_alloc *alloc;
 	uint64_t used;	   /* requested bytes of live replicas here */
 	uint64_t deadline; /* GRACEFUL: unmount at this time (ms) */
+	uint64_t grace_epoch_ms; /* GRACEFUL (or WAIT, was): its deadline in Unix time (ms; 0: none) */
 	uint64_t mount_seq;
 	uint32_t gen;
 	uint32_t client;  /* client slot */
@@ -395,6 +396,12 @@ void mc_master_wal_put(struct mc_master *m, struct mc_obj *o);
 void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o);
 void mc_master_wal_mount(struct mc_master *m, uint32_t slot);
 void mc_master_wal_unmount(struct mc_master *m, uint32_t slot);
+/* The segment in slot turned GRACEFUL (its deadline, ms of now_ms's clock). */
+void mc_master_wal_graceful(struct mc_master *m, uint32_t slot, uint64_t now_ms);
+/* A waiting slot that was GRACEFUL (grace_epoch_ms) was mounted again:
+ * GRACEFUL again with what is left of its grace period. */
+void mc_master_wal_graceful_restore(struct mc_master *m, uint32_t slot, uint64_t grace_epoch_ms,
+				    uint64_t now_ms);
 /* The waiting (replayed) segment a mount of in takes over: same name,
  * base and size; UINT32_MAX if none. */
 uint32_t mc_master_wal_waiting(const struct mc_master *m, const struct mc_store_segment *in);
@@ -596,6 +603,9 @@ void mc_master_task_obj_gone(struct mc_master *m, struct mc_obj *o);
 void mc_master_repair_note(struct mc_master *m, struct mc_obj *o, uint32_t lost);
 /* A segment mounted: repairs parked for want of room are queued again. */
 void mc_master_repair_wake(struct mc_master *m);
+/* The segment in slot mounted (again, as after a restart): a drain job
+ * still running that names it drains it (state DRAINING, a new lap). */
+void mc_master_drain_seg_mounted(struct mc_master *m, uint32_t slot);
 /* A get of o (GetReplicaList and its batch form): counts towards its heat
  * (--dynamic_replication_mode); a key that turns hot gets one more copy. */
 void mc_master_heat_hit(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);

@@ -907,10 +907,10 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 {
 	uint32_t slot = mc_master_wal_waiting(m, in);
 	bool waited = slot != UINT32_MAX;
+	uint64_t grace = waited ? m->segs[slot].grace_epoch_ms : 0;
 	struct mc_seg *s;
 	mc_status st;
 
-	(void)now_ms;
 	if (!waited)
 		slot = mc_master_seg_slot_new(m);
 	if (slot == UINT32_MAX)
@@ -943,6 +943,7 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	s->size = in->size;
 	s->used = 0;
 	s->deadline = 0;
+	s->grace_epoch_ms = 0;
 	s->mount_seq = ++m->mount_seq;
 	s->client = client;
 	s->state = MC_SEG_MOUNTED;
@@ -954,6 +955,9 @@ mc_status mc_master_seg_mount(struct mc_master *m, uint32_t client,
 	if (waited)
 		mc_master_wal_rebind(m, slot);
 	mc_master_repair_wake(m); /* room for repairs that found none */
+	mc_master_drain_seg_mounted(m, slot);
+	if (grace)
+		mc_master_wal_graceful_restore(m, slot, grace, now_ms);
 	return MC_OK;
 
 err_strings:

@@ -7,8 +7,9 @@
  * mc_buf).  When a connection is readable the loop reads until the socket
  * is drained (or the buffer is full), then walks the complete frames in
  * the buffer: mc_proto_frame_peek finds each frame's end,
- * mc_store_msg_decode turns it into a request and mc_master_handle
- * appends the response to the write buffer.  All the frames of one read
+ * mc_store_msg_decode_in turns it into a request (its strings and lists
+ * taken from the loop's arena, not malloc'ed one by one) and
+ * mc_master_handle appends the response to the write buffer.  All the frames of one read
  * are handled under one acquisition of the state mutex, so a pipelining
  * client pays for the lock once per batch, not once per request.  The
  * responses are then sent with one send(); what the socket does not take
@@ -765,7 +766,11 @@ static void sweep_arm_locked(struct mc_master_server *s)
 static bool changes_logged_state(uint16_t type)
 {
 	return (type >= MC_STORE_MOUNT_SEGMENT && type <= MC_STORE_GRACEFUL_UNMOUNT_SEGMENT) ||
-	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION);
+	       (type >= MC_STORE_PUT_START && type <= MC_STORE_NOTIFY_PROMOTION) ||
+	       /* the task calls (tasks_wal.c), all but QueryTask */
+	       (type >= MC_STORE_CREATE_COPY_TASK && type <= MC_STORE_MARK_TASK_TO_COMPLETE &&
+		type != MC_STORE_QUERY_TASK) ||
+	       type == MC_STORE_CHANGE_REPLICA;
 }
 
 static void conn_settle(struct mc_master_server *s, struct conn *c, uint64_t now_ms, bool ok);
@@ -849,6 +854,39 @@ static void on_repl_efd(struct mc_loop *l, struct mc_loop_fd *f, uint32_t events
 	mc_master_repl_pump(s);
 }
 
+/*
+ * The loop's decode arena (store/proto.h): a request's strings and lists
+ * come from it, not from a malloc and free each, and it is emptied before
+ * the next frame (every request is released before its frame's handling
+ * returns: the master copies what it keeps).  It starts empty and grows
+ * to what a frame spilled beyond it, rounded up to a power of two, from
+ * RPC_ARENA_MIN up to RPC_ARENA_MAX (larger requests spill to malloc).
+ */
+#define RPC_ARENA_MIN ((size_t)16 << 10)
+#define RPC_ARENA_MAX ((size_t)4 << 20)
+
+static mc_status frame_decode(struct mc_master_server *s, const uint8_t *frame, size_t len,
+			      struct mc_store_msg *msg)
+{
+	struct mc_store_decode_arena *a = &s->arena;
+
+	if (mc_unlikely(a->spilled) && a->cap < RPC_ARENA_MAX) {
+		size_t want = RPC_ARENA_MIN;
+		uint8_t *p;
+
+		while (want < a->used + a->spilled && want < RPC_ARENA_MAX)
+			want *= 2;
+		p = mc_malloc(want); /* the old one holds nothing live */
+		if (p) {
+			mc_free(a->base);
+			a->base = p;
+			a->cap = want;
+		}
+	}
+	a->used = a->spilled = 0;
+	return mc_store_msg_decode_in(a, frame, len, MAX_PAYLOAD, msg);
+}
+
 /* Handle one complete frame; the state lock is held. */
 static void handle_frame_locked(struct mc_master_server *s, struct conn *c, const uint8_t *frame,
 				size_t len, const struct mc_proto_hdr *hdr, uint64_t now_ms)
@@ -861,10 +899,10 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		repl_frame_locked(s, c, hdr, now_ms);
 		return;
 	}
-	st = mc_store_msg_decode(frame, len, MAX_PAYLOAD, &msg);
+	st = frame_decode(s, frame, len, &msg);
 	if (mc_likely(st == MC_OK)) {
 		if (msg.hdr.flags & MC_PROTO_F_RESPONSE) {
-			mc_store_msg_release(&msg);
+			mc_store_msg_release_in(&s->arena, &msg);
 			mc_store_error_encode(&c->wbuf, hdr->type, hdr->req_id, MC_ERR_PROTOCOL,
 					      "the master takes requests, not responses");
 			conn_fail(c, "response frame (type %u, id %llu) sent to the master",
@@ -873,7 +911,7 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 		}
 		if (mc_unlikely(!ha_serving(s))) {
 			st = ha_refuse(s, &msg, &c->wbuf);
-			mc_store_msg_release(&msg);
+			mc_store_msg_release_in(&s->arena, &msg);
 			if (st == MC_ERR_NOMEM)
 				conn_fail(c, "out of memory refusing %s",
 					  mc_store_msg_name(hdr->type));
@@ -884,19 +922,19 @@ static void handle_frame_locked(struct mc_master_server *s, struct conn *c, cons
 					      "the master's write-ahead log could not be written; "
 					      "it accepts no change until it is restarted",
 					      &c->wbuf);
-			mc_store_msg_release(&msg);
+			mc_store_msg_release_in(&s->arena, &msg);
 			if (st == MC_ERR_NOMEM)
 				conn_fail(c, "out of memory refusing %s",
 					  mc_store_msg_name(hdr->type));
 			return;
 		}
 		if (probe_new_locked(s, c, frame, len, &msg, now_ms)) {
-			mc_store_msg_release(&msg);
+			mc_store_msg_release_in(&s->arena, &msg);
 			return;
 		}
 		before = c->wbuf.len;
 		st = mc_master_handle_start(s->master, &msg, now_ms, &c->wbuf, &c->job);
-		mc_store_msg_release(&msg);
+		mc_store_msg_release_in(&s->arena, &msg);
 		if (st != MC_INPROGRESS)
 			ha_stamp(s, &c->wbuf, before);
 		if (s->ha) {
@@ -1828,6 +1866,7 @@ err_free:
 	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
+	mc_free(s->arena.base);
 	mc_free(s);
 	return st;
 }
@@ -1893,5 +1932,6 @@ void mc_master_server_stop(struct mc_master_server *s)
 	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);
 	pthread_mutex_destroy(&s->lock);
+	mc_free(s->arena.base);
 	mc_free(s);
 }

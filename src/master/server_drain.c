@@ -119,12 +119,24 @@ static enum MHD_Result create(struct mc_master_server *s, struct MHD_Connection 
 			 "%d), max_concurrency an int in [1, 4096]",
 			 DRAIN_MAX_SEGMENTS);
 	} else {
+		uint64_t epoch;
+
 		if (conc)
 			max_conc = (uint32_t)json_integer_value(conc);
 		pthread_mutex_lock(&s->lock);
-		st = mc_master_drain_create(s->master, sv, nsegs, tv, ntgts, max_conc, mc_now_ms(),
-					    &id, err, sizeof(err));
+		epoch = __atomic_load_n(&s->wal_fail_epoch, __ATOMIC_ACQUIRE);
+		if (s->wal_broken)
+			st = MC_ERR_FILE_WRITE_FAIL; /* a job is logged state (tasks_wal.c) */
+		else
+			st = mc_master_drain_create(s->master, sv, nsegs, tv, ntgts, max_conc,
+						    mc_now_ms(), &id, err, sizeof(err));
 		mc_master_server_unlock(s);
+		if (st == MC_OK && __atomic_load_n(&s->wal_fail_epoch, __ATOMIC_ACQUIRE) != epoch)
+			st = MC_ERR_FILE_WRITE_FAIL; /* its record did not reach the log */
+		if (st == MC_ERR_FILE_WRITE_FAIL)
+			snprintf(err, sizeof(err),
+				 "the master's log cannot be written: no change is taken until a "
+				 "restart");
 	}
 	free(sv);
 	free(tv);

@@ -122,6 +122,20 @@ static bool mc_master_ha_may_campaign(void *arg)
 	return atomic_load(&s->repl.synced);
 }
 
+/* The candidate's position (ha.h): what a synced standby holds of the
+ * leader it streams from; a master without the leader's snapshot holds
+ * nothing a leader could be chosen for. */
+static void mc_master_ha_position(void *arg, uint64_t *view_out, uint64_t *seq_out)
+{
+	struct mc_master_server *s = arg;
+
+	*view_out = *seq_out = 0;
+	if (!atomic_load(&s->repl.synced))
+		return;
+	*view_out = atomic_load(&s->repl.view);
+	*seq_out = atomic_load(&s->repl.applied);
+}
+
 /* --enable_ha: the address put in the view, and the election thread. */
 mc_status mc_master_server_ha_start(struct mc_master_server *s,
 				    const struct mc_master_server_config *cfg, const char *host)
@@ -182,6 +196,7 @@ mc_status mc_master_server_ha_start(struct mc_master_server *s,
 	hc.take_over = mc_master_ha_take_over;
 	hc.step_down = mc_master_ha_stepped_down;
 	hc.may_campaign = mc_master_ha_may_campaign;
+	hc.position = mc_master_ha_position;
 	hc.arg = s;
 	s->ha_cfg = cfg;
 	st = mc_master_ha_start(&hc, &s->ha);

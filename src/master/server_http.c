@@ -391,6 +391,7 @@ struct port_counts {
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
 	/* --enable_ha (master/ha.h); a master without HA is the serving leader */
 	uint64_t ha_leader, ha_serving, ha_view, ha_won, ha_down, ha_trans, ha_err, ha_ended;
+	uint64_t ha_deferred, ha_cand_seq;
 	/* the log stream (server_repl.c) */
 	uint64_t ha_log_seq, ha_standbys, ha_lag, ha_synced, ha_syncs, ha_dropped, ha_bytes;
 	/* the RPC loop's turns (base/loop.h); the maxima since the last /metrics */
@@ -512,6 +513,7 @@ static const struct metric metrics[] = {
 	SERVER_GAUGE("ha_log_seq", "Last record of this master's log (a standby's copy of the leader's)", ha_log_seq),
 	SERVER_GAUGE("ha_standbys_streaming", "Standbys streaming this leader's log (past their snapshot)", ha_standbys),
 	SERVER_GAUGE("ha_standby_lag_records", "Records of the log the slowest streaming standby has not acknowledged", ha_lag),
+	SERVER_GAUGE("ha_candidate_seq", "Log position (seq) this master last posted as a candidate for the leader view", ha_cand_seq),
 	SERVER_GAUGE("ha_stream_synced", "1 once this standby has loaded a snapshot of the leader and streams its log", ha_synced),
 
 	{.name = "master_value_size_bytes", .kind = MK_VALUE_SIZE,
@@ -645,6 +647,7 @@ static const struct metric metrics[] = {
 	SERVER_COUNTER("ha_elections_won_total", "Campaigns for the leader view this master won", ha_won),
 	SERVER_COUNTER("ha_step_downs_total", "Leaderships this master lost (lease not renewed in time) or gave up", ha_down),
 	SERVER_COUNTER("ha_views_ended_total", "Views of a leader found gone (stream ended, RPC port refusing) that this standby ended without waiting for the lease", ha_ended),
+	SERVER_COUNTER("ha_elections_deferred_total", "Elections this master stood back from: another candidate held more of the leader's log", ha_deferred),
 	SERVER_COUNTER("ha_backend_errors_total", "Requests to the HA coordinator (etcd, Redis) that failed", ha_err),
 	SERVER_COUNTER("ha_stream_syncs_total", "Standbys that joined this leader's log stream (a snapshot sent to each)", ha_syncs),
 	SERVER_COUNTER("ha_stream_dropped_total", "Standby streams this leader closed (stalled, too far behind, snapshot failed)", ha_dropped),
@@ -1261,6 +1264,8 @@ static void ha_counts_read(struct mc_master_server *s, struct port_counts *p)
 	p->ha_won = i.elections_won;
 	p->ha_down = i.step_downs;
 	p->ha_ended = i.views_ended;
+	p->ha_deferred = i.deferred;
+	p->ha_cand_seq = i.cand_seq;
 	p->ha_trans = i.transitions;
 	p->ha_err = i.backend_errors;
 }

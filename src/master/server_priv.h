@@ -68,11 +68,16 @@ struct mc_master_repl {
 	char *fsdir;		      /* mcfg.fsdir's copy */
 	int lock_fd;		      /* flock of <dir>/LOCK: one master per directory */
 	pthread_t thread;
-	bool thread_on;
+	/* the thread runs: set by whoever starts it (the starting thread, the
+	 * election thread's step-down), taken by whoever stops it (the
+	 * take-over thread, the stopping thread): atomic, and exchanged so
+	 * one of two stoppers joins */
+	atomic_bool thread_on;
 	atomic_bool stop;
 	atomic_int sfd;		      /* the stream's socket (-1 none), shut to stop */
 	atomic_bool synced;	      /* a whole snapshot of the leader was loaded */
 	atomic_uint_fast64_t applied; /* the leader's seq applied through */
+	atomic_uint_fast64_t view;    /* the view of the leader streamed from */
 };
 
 /* The metrics as of one moment, for rates over a window. */
@@ -134,6 +139,9 @@ struct mc_master_server {
 	struct mc_list jobs;  /* struct conn with a job, in turn order, loop thread only */
 	uint64_t nconns;
 	size_t rbuf_extra; /* sum of the read buffers' growth (max_buffered) */
+	/* requests decode into it (store/proto.h), emptied before each; it
+	 * grows to what a frame spilled, up to RPC_ARENA_MAX (server.c) */
+	struct mc_store_decode_arena arena;
 	/* what the bounds did: the loop counts, /metrics reads (relaxed atomics) */
 	atomic_uint_fast64_t n_deadline_cut; /* cut: a partial frame past its deadline */
 	atomic_uint_fast64_t n_buffer_cut;   /* cut: rpc_max_buffered_bytes reached */

@@ -684,7 +684,7 @@ static mc_status write_file(const char *dir, uint64_t seq, const uint8_t *p, siz
 
 /* A whole snapshot arrived: it becomes the tables and the own log's base. */
 static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, size_t n,
-				uint64_t seq)
+				uint64_t seq, uint64_t view)
 {
 	struct snap_fill x = {NULL, mc_now_ms()};
 	struct mc_master *fresh, *old;
@@ -735,6 +735,7 @@ static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, si
 	mc_master_server_unlock(s);
 	mc_master_free(old);
 	atomic_store(&s->repl.applied, seq);
+	atomic_store(&s->repl.view, view);
 	atomic_store(&s->repl.synced, true);
 	return MC_OK;
 }
@@ -848,7 +849,7 @@ static bool stream_once(struct mc_master_server *s, const char *host, uint16_t p
 		if (h.req_id == MC_REPL_SNAP_END) {
 			uint64_t t0 = mc_now_ms();
 
-			st = apply_snapshot(s, snap.data, snap.len, mc_get_le64(payload));
+			st = apply_snapshot(s, snap.data, snap.len, mc_get_le64(payload), view);
 			if (st != MC_OK) {
 				mc_error("repl: %s", mc_last_error());
 				break;
@@ -922,7 +923,7 @@ mc_status mc_master_repl_standby_start(struct mc_master_server *s)
 	if (pthread_create(&s->repl.thread, NULL, standby_main, s) != 0)
 		return mc_set_error(MC_ERR_INTERNAL, "HA: cannot start the standby stream thread");
 	pthread_setname_np(s->repl.thread, "mc-ha-standby");
-	s->repl.thread_on = true;
+	atomic_store_explicit(&s->repl.thread_on, true, memory_order_release);
 	return MC_OK;
 }
 
@@ -930,13 +931,12 @@ bool mc_master_repl_standby_stop(struct mc_master_server *s)
 {
 	int fd;
 
-	if (s->repl.thread_on) {
+	if (atomic_exchange_explicit(&s->repl.thread_on, false, memory_order_acq_rel)) {
 		atomic_store(&s->repl.stop, true);
 		fd = atomic_load(&s->repl.sfd);
 		if (fd >= 0)
 			(void)shutdown(fd, SHUT_RDWR);
 		pthread_join(s->repl.thread, NULL);
-		s->repl.thread_on = false;
 	}
 	return atomic_load(&s->repl.synced);
 }

@@ -45,6 +45,10 @@
  * flight and operators' tasks are rare, so the lists stay short; the
  * per-request checks cost nothing while no task is active.
  *
+ * The log (master/tasks_wal.c): operators' tasks and drain jobs are
+ * logged at every change the tables would miss and come back after a
+ * restart or a failover; the master's own tasks only as their ids.
+ *
  * Never: block, move bytes, or hand a target block to a reader before the
  * report that filled it.
  */
@@ -63,7 +67,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define TASK_MSG	   160
 #define FETCH_MAX	   256	/* tasks one FetchTasks hands out at most */
 #define REPAIR_TRIES	   30	/* attempts of one object's repair */
 #define REPAIR_BACKOFF_MS  1000 /* between them */
@@ -73,92 +76,8 @@
 #define DRAIN_LAPS	   8	/* table laps a job makes for what it passed over */
 #define DRAIN_LAP_MS	   1000 /* between such laps */
 #define DRAIN_DEFAULT_CONC 4
-#define HEAT_ROWS	   4	/* dynamic replication's count-min sketch */
-#define HEAT_COLS	   4096 /* 32 KiB of u16 counters */
 
-enum { DYNREP_OFF, DYNREP_OBSERVE, DYNREP_ENFORCE };
-
-struct mc_task {
-	struct mc_store_uuid id;
-	uint8_t type;	/* enum mc_store_task_type */
-	uint8_t status; /* enum mc_store_task_status */
-	bool repair;	/* made by replica repair */
-	uint8_t want;	/* repair: memory replicas the object should have */
-	uint32_t job;	/* drain job index + 1; 0: none */
-	uint16_t tenant;
-	uint16_t key_len;
-	char *key;
-	struct mc_obj *o;	   /* NULL: the object went */
-	struct mc_rep src;	   /* the source replica */
-	uint32_t client;	   /* slot of the source's owner */
-	struct mc_store_uuid cid;  /* its id, for QueryTask */
-	uint32_t nt;		   /* targets */
-	char **tname;		   /* segment names */
-	struct mc_rep *dst;	   /* handed out: the blocks (addr 0: none) */
-	uint64_t size;		   /* the object's, at creation */
-	uint64_t created, updated; /* ms */
-	uint32_t tries;		   /* hand-outs that found no space */
-	char msg[TASK_MSG];
-};
-
-struct repair_ent {
-	uint64_t not_before;
-	uint64_t size; /* the object's when queued: the byte budget's unit */
-	uint16_t tenant;
-	uint8_t want;
-	uint8_t tries;
-	uint16_t key_len;
-	char key[];
-};
-
-struct drain_job {
-	struct mc_store_uuid id;
-	int status;
-	uint64_t created, updated;
-	char **segs;
-	uint32_t nsegs;
-	char **targets;
-	uint32_t ntargets, next_target;
-	uint32_t max_conc;
-	struct mc_master_cursor cur; /* unit 0: no lap running */
-	uint32_t laps;
-	uint64_t next_lap;	   /* ms: a lap that passed something over waits until then */
-	bool skipped;		   /* this lap passed over a busy object */
-	struct repair_ent **units; /* objects found, not started yet: [uhead, nunits) */
-	uint32_t uhead, nunits, units_cap;
-	uint64_t succeeded, failed, blocked, active, bytes;
-	char msg[TASK_MSG];
-};
-
-struct mc_tasks {
-	struct mc_task **active; /* pending and handed out, in creation order */
-	uint32_t nactive, active_cap;
-	struct mc_task **done; /* finished: a FIFO ring of max_total_finished_tasks */
-	uint32_t done_head, ndone, done_cap;
-	uint32_t npending, nprocessing;
-	uint64_t id_hi, seq;
-	uint64_t last_scan;
-	/* repair */
-	struct repair_ent **rq; /* FIFO: [rq_head, nrq) */
-	uint32_t rq_head, nrq, rq_cap;
-	/* dynamic replication: gets per key in the current window (NULL: off) */
-	uint16_t (*heat)[HEAT_COLS];
-	uint64_t heat_start; /* ms: the window began */
-	uint64_t heat_seed;
-	uint32_t heat_need;	    /* gets in a window that make a key hot */
-	int dynrep;		    /* DYNREP_* */
-	struct repair_ent **parked; /* out of tries: back in the queue at the next mount */
-	uint32_t nparked, parked_cap;
-	uint32_t repair_inflight;
-	double tokens;
-	uint64_t last_refill;
-	/* drain jobs, never forgotten (few) */
-	struct drain_job **jobs;
-	uint32_t njobs, jobs_cap;
-	struct mc_obj **found; /* a cursor step's objects */
-	uint32_t nfound, found_cap;
-	struct drain_job *scan_job;
-};
+#include "master/tasks_int.h"
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
@@ -300,7 +219,7 @@ static void fill_desc(const struct mc_master *m, const struct mc_rep *r, uint64_
 /* ------------------------------------------------------------------------ */
 /* the task lists                                                            */
 
-static void task_free(struct mc_task *t)
+void mc_master_task_free(struct mc_task *t)
 {
 	if (!t)
 		return;
@@ -328,7 +247,7 @@ static struct mc_task *task_new(struct mc_master *m, uint8_t type, struct mc_obj
 	t->tname = mc_calloc(ntargets ? ntargets : 1, sizeof(char *));
 	t->dst = mc_calloc(ntargets ? ntargets : 1, sizeof(struct mc_rep));
 	if (!t->key || !t->tname || !t->dst) {
-		task_free(t);
+		mc_master_task_free(t);
 		return NULL;
 	}
 	memcpy(t->key, o->key, o->key_len);
@@ -372,22 +291,37 @@ static void task_push(struct mc_master *m, struct mc_task *t)
 	k->active[k->nactive++] = t;
 	k->npending++;
 	m->met.tasks_active = k->nactive;
+	mc_master_wal_task(m, t); /* a task of the master's own: its id only */
 }
 
-static void done_push(struct mc_master *m, struct mc_task *t)
+/* t changed (status, tries, source): the log keeps an operator's task. */
+static void task_changed(struct mc_master *m, const struct mc_task *t)
+{
+	if (mc_master_task_logged(t))
+		mc_master_wal_task(m, t);
+}
+
+/* A source replayed from the log on a segment not mounted again yet. */
+static bool src_waits(const struct mc_master *m, const struct mc_rep *r)
+{
+	return r->addr != 0 && r->seg < m->nsegs_slots && m->segs[r->seg].state == MC_SEG_WAIT &&
+	       m->segs[r->seg].gen == r->gen;
+}
+
+void mc_master_task_done_push(struct mc_master *m, struct mc_task *t)
 {
 	struct mc_tasks *k = m->tasks;
 	uint32_t cap = (uint32_t)MC_MIN((uint64_t)m->cfg.max_total_finished_tasks, UINT32_MAX / 2);
 
 	if (cap == 0) {
-		task_free(t);
+		mc_master_task_free(t);
 		return;
 	}
 	if (!k->done) {
 		k->done_cap = MC_MIN(cap, 1024u);
 		k->done = mc_calloc(k->done_cap, sizeof(*k->done));
 		if (!k->done) {
-			task_free(t);
+			mc_master_task_free(t);
 			return;
 		}
 	}
@@ -406,7 +340,7 @@ static void done_push(struct mc_master *m, struct mc_task *t)
 		}
 	}
 	if (k->ndone == k->done_cap) { /* full: the oldest goes */
-		task_free(k->done[k->done_head]);
+		mc_master_task_free(k->done[k->done_head]);
 		k->done[k->done_head] = t;
 		k->done_head = (k->done_head + 1) % k->done_cap;
 		return;
@@ -414,7 +348,7 @@ static void done_push(struct mc_master *m, struct mc_task *t)
 	k->done[(k->done_head + k->ndone++) % k->done_cap] = t;
 }
 
-static struct mc_task *task_find(struct mc_master *m, const struct mc_store_uuid *id,
+struct mc_task *mc_master_task_find(struct mc_master *m, const struct mc_store_uuid *id,
 				 uint32_t *active_idx)
 {
 	struct mc_tasks *k = m->tasks;
@@ -494,7 +428,7 @@ static void repair_gauge(struct mc_master *m)
 }
 
 /* e (owned) ran out of tries: kept until a segment mounts (mc_master_repair_wake). */
-static void repair_park(struct mc_master *m, struct repair_ent *e)
+static void repair_park(struct mc_master *m, struct mc_repair_ent *e)
 {
 	struct mc_tasks *k = m->tasks;
 
@@ -517,7 +451,7 @@ static void repair_push(struct mc_master *m, uint16_t tenant, const char *key, u
 			uint64_t size, uint8_t want, uint8_t tries, uint64_t not_before)
 {
 	struct mc_tasks *k = m->tasks;
-	struct repair_ent *e;
+	struct mc_repair_ent *e;
 
 	if (k->rq_head > 0 && k->rq_head * 2 >= k->nrq) {
 		memmove(k->rq, k->rq + k->rq_head, (k->nrq - k->rq_head) * sizeof(*k->rq));
@@ -555,7 +489,7 @@ void mc_master_repair_wake(struct mc_master *m)
 	if (!k || k->nparked == 0)
 		return;
 	for (uint32_t i = 0; i < k->nparked; i++) {
-		struct repair_ent *e = k->parked[i];
+		struct mc_repair_ent *e = k->parked[i];
 
 		repair_push(m, e->tenant, e->key, e->key_len, e->size, e->want, 0, 0);
 		mc_free(e);
@@ -683,7 +617,7 @@ static void repair_run(struct mc_master *m, uint64_t now)
 	while (k->rq_head < k->nrq &&
 	       k->repair_inflight < (uint64_t)m->cfg.replica_repair_max_inflight &&
 	       k->npending < (uint64_t)m->cfg.max_total_pending_tasks) {
-		struct repair_ent *e = k->rq[k->rq_head];
+		struct mc_repair_ent *e = k->rq[k->rq_head];
 		struct mc_obj *o;
 		const struct mc_seg *s;
 		struct mc_task *t;
@@ -716,7 +650,7 @@ static void repair_run(struct mc_master *m, uint64_t now)
 		}
 		t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, 1, now);
 		if (!t || !task_add_target(t, s->name, s->name_len)) {
-			task_free(t);
+			mc_master_task_free(t);
 			repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o), e->want,
 				    (uint8_t)(e->tries + 1), now + REPAIR_BACKOFF_MS);
 			mc_free(e);
@@ -738,8 +672,8 @@ static void repair_run(struct mc_master *m, uint64_t now)
 /* finishing                                                                 */
 
 static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st);
-struct drain_job;
-static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now);
+struct mc_drain_job;
+static void job_step(struct mc_master *m, struct mc_drain_job *j, uint64_t now);
 
 static void dst_release(struct mc_master *m, struct mc_task *t)
 {
@@ -794,7 +728,8 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 	if (t->job)
 		job_unit_done(m, t, st);
 	t->o = NULL;
-	done_push(m, t);
+	task_changed(m, t);
+	mc_master_task_done_push(m, t);
 }
 
 /* The report of a success: the blocks become replicas of the object (and
@@ -966,6 +901,8 @@ static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint
 				task_finish(m, i, MC_ERR_NO_AVAILABLE_HANDLE,
 					    "no space on the target segment(s)", now);
 				i--;
+			} else {
+				task_changed(m, t); /* the bound survives a restart */
 			}
 			continue;
 		}
@@ -973,6 +910,7 @@ static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint
 		t->updated = now;
 		k->npending--;
 		k->nprocessing++;
+		task_changed(m, t);
 		x = &a[resp.n_tasks];
 		x->id = t->id;
 		x->type = t->type;
@@ -1086,7 +1024,7 @@ static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q
 		return FAILT(MC_ERR_NOMEM, "no memory for the task");
 	for (uint32_t i = 0; i < r->n_targets; i++) {
 		if (!task_add_target(t, r->targets[i].ptr, r->targets[i].len)) {
-			task_free(t);
+			mc_master_task_free(t);
 			return FAILT(MC_ERR_NOMEM, "no memory for the task");
 		}
 	}
@@ -1195,7 +1133,7 @@ static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg
 				return FAILT(MC_ERR_NOMEM, "no memory for the task");
 			for (uint32_t i = 0; i < k; i++) {
 				if (!task_add_target(t, names[i], len[i])) {
-					task_free(t);
+					mc_master_task_free(t);
 					return FAILT(MC_ERR_NOMEM, "no memory for the task");
 				}
 			}
@@ -1248,7 +1186,7 @@ static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q
 			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
 	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
 	if (!t || !task_add_target(t, r->target.ptr, r->target.len)) {
-		task_free(t);
+		mc_master_task_free(t);
 		return FAILT(MC_ERR_NOMEM, "no memory for the task");
 	}
 	task_set_source(m, t, src);
@@ -1261,7 +1199,7 @@ static mc_status h_query(struct mc_master *m, const struct mc_store_msg *q, stru
 			 char *err, size_t err_len)
 {
 	const struct mc_store_uuid *id = &q->body.task_id.id;
-	struct mc_task *t = task_find(m, id, NULL);
+	struct mc_task *t = mc_master_task_find(m, id, NULL);
 	struct mc_store_task_info info;
 
 	if (!t)
@@ -1283,7 +1221,7 @@ static mc_status h_done(struct mc_master *m, const struct mc_store_msg *q, uint6
 {
 	const struct mc_store_task_done_req *r = &q->body.task_done_req;
 	uint32_t i, slot;
-	struct mc_task *t = task_find(m, &r->task_id, &i);
+	struct mc_task *t = mc_master_task_find(m, &r->task_id, &i);
 	const char *why = NULL;
 	char buf[TASK_MSG];
 	mc_status st;
@@ -1342,14 +1280,14 @@ mc_status mc_master_tasks_handle(struct mc_master *m, const struct mc_store_msg 
 /* ------------------------------------------------------------------------ */
 /* drain jobs                                                                */
 
-static struct drain_job *job_of(struct mc_master *m, const struct mc_task *t)
+static struct mc_drain_job *job_of(struct mc_master *m, const struct mc_task *t)
 {
 	return t->job && t->job <= m->tasks->njobs ? m->tasks->jobs[t->job - 1] : NULL;
 }
 
 static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st)
 {
-	struct drain_job *j = job_of(m, t);
+	struct mc_drain_job *j = job_of(m, t);
 
 	if (!j)
 		return;
@@ -1362,9 +1300,10 @@ static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st)
 	} else {
 		j->failed++;
 	}
+	mc_master_wal_job(m, j);
 }
 
-static bool job_drains(const struct drain_job *j, const struct mc_seg *s)
+static bool job_drains(const struct mc_drain_job *j, const struct mc_seg *s)
 {
 	for (uint32_t i = 0; i < j->nsegs; i++)
 		if (seg_named(s, j->segs[i], strlen(j->segs[i])))
@@ -1373,7 +1312,7 @@ static bool job_drains(const struct drain_job *j, const struct mc_seg *s)
 }
 
 /* The replica of o on a segment j drains, or NULL. */
-static struct mc_rep *job_rep(const struct mc_master *m, const struct drain_job *j,
+static struct mc_rep *job_rep(const struct mc_master *m, const struct mc_drain_job *j,
 			      struct mc_obj *o)
 {
 	for (uint32_t i = 0; i < o->nrep; i++) {
@@ -1390,7 +1329,7 @@ static bool drain_collect(void *arg, struct mc_obj *o)
 {
 	struct mc_master *m = arg;
 	struct mc_tasks *k = m->tasks;
-	struct drain_job *j = k->scan_job;
+	struct mc_drain_job *j = k->scan_job;
 
 	if (!job_rep(m, j, o))
 		return true;
@@ -1408,7 +1347,7 @@ static bool drain_collect(void *arg, struct mc_obj *o)
 
 /* A target for o's move: the job's targets in turn, else any segment
  * that takes replicas; one with room and no replica of o. */
-static const char *job_target(struct mc_master *m, struct drain_job *j, struct mc_obj *o)
+static const char *job_target(struct mc_master *m, struct mc_drain_job *j, struct mc_obj *o)
 {
 	for (uint32_t n = 0; n < j->ntargets; n++) {
 		const char *name = j->targets[j->next_target++ % j->ntargets];
@@ -1434,7 +1373,7 @@ static const char *job_target(struct mc_master *m, struct drain_job *j, struct m
 	}
 }
 
-static void job_segs_state(struct mc_master *m, struct drain_job *j, int from, int to)
+static void job_segs_state(struct mc_master *m, struct mc_drain_job *j, int from, int to)
 {
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		struct mc_seg *s = &m->segs[i];
@@ -1445,7 +1384,7 @@ static void job_segs_state(struct mc_master *m, struct drain_job *j, int from, i
 	m->targets_dirty = true;
 }
 
-static void job_end(struct mc_master *m, struct drain_job *j, int status, uint64_t now)
+static void job_end(struct mc_master *m, struct mc_drain_job *j, int status, uint64_t now)
 {
 	for (uint32_t u = j->uhead; u < j->nunits; u++)
 		mc_free(j->units[u]);
@@ -1463,10 +1402,92 @@ static void job_end(struct mc_master *m, struct drain_job *j, int status, uint64
 	} else {
 		job_segs_state(m, j, MC_SEG_DRAINING, MC_SEG_MOUNTED);
 	}
+	mc_master_wal_job(m, j);
+}
+
+/*
+ * A lap found nothing more to move: the job ends, honestly.  A segment of
+ * the job that waits for its remount (the master restarted) holds the job
+ * RUNNING: it drains once back (mc_master_drain_seg_mounted starts a new
+ * lap).  A segment that went before it was drained (unmounted, its
+ * client expired, or it never came back after a restart) fails the job,
+ * naming it: its objects were not moved, and those it alone held are
+ * lost.  true when the job ended.
+ */
+static bool job_conclude(struct mc_master *m, struct mc_drain_job *j, uint64_t now)
+{
+	const char *wait = NULL, *gone = NULL;
+	uint32_t ngone = 0;
+
+	for (uint32_t n = 0; n < j->nsegs; n++) {
+		size_t len = strlen(j->segs[n]);
+		bool draining = false, waiting = false;
+
+		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+			const struct mc_seg *s = &m->segs[i];
+
+			if (!seg_named(s, j->segs[n], len))
+				continue;
+			draining |= s->state == MC_SEG_DRAINING;
+			waiting |= s->state == MC_SEG_WAIT;
+		}
+		if (waiting && !draining && !wait)
+			wait = j->segs[n];
+		if (!waiting && !draining) {
+			gone = gone ? gone : j->segs[n];
+			ngone++;
+		}
+	}
+	if (wait && !gone) {
+		if (strncmp(j->msg, "waiting", 7) != 0)
+			mc_info("drain job %" PRIu64 "-%" PRIu64
+				": waiting for segment '%s' to be mounted again",
+				j->id.first, j->id.second, wait);
+		snprintf(j->msg, sizeof(j->msg),
+			 "waiting for segment '%.80s' to be mounted again", wait);
+		return false;
+	}
+	if (gone) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "%u segment(s) went before drained ('%.40s' first): its objects "
+			 "were not moved; %" PRIu64 " unit(s) moved",
+			 ngone, gone, j->succeeded);
+		mc_warn("drain job %" PRIu64 "-%" PRIu64 " failed: %s", j->id.first, j->id.second,
+			j->msg);
+		job_end(m, j, MC_JOB_FAILED, now);
+		return true;
+	}
+	job_end(m, j, MC_JOB_SUCCEEDED, now);
+	return true;
+}
+
+void mc_master_drain_seg_mounted(struct mc_master *m, uint32_t slot)
+{
+	struct mc_tasks *k = m->tasks;
+	struct mc_seg *s = &m->segs[slot];
+
+	for (uint32_t i = 0; k && i < k->njobs; i++) {
+		struct mc_drain_job *j = k->jobs[i];
+
+		if (j->status > MC_JOB_RUNNING || s->state != MC_SEG_MOUNTED || !job_drains(j, s))
+			continue;
+		mc_info("drain job %" PRIu64 "-%" PRIu64 ": segment %s mounted again: it drains",
+			j->id.first, j->id.second, s->name);
+		s->state = MC_SEG_DRAINING;
+		m->targets_dirty = true;
+		j->msg[0] = '\0';
+		if (!j->cur.unit) {
+			j->laps = 0; /* a fresh lap finds what it holds */
+			j->skipped = false;
+			j->next_lap = 0;
+		} else {
+			j->skipped = true; /* the lap running may have passed it: one more */
+		}
+	}
 }
 
 /* Queue the units (keys) of one cursor step's objects. */
-static void job_collect(struct mc_master *m, struct drain_job *j)
+static void job_collect(struct mc_master *m, struct mc_drain_job *j)
 {
 	struct mc_tasks *k = m->tasks;
 
@@ -1477,7 +1498,7 @@ static void job_collect(struct mc_master *m, struct drain_job *j)
 		j->uhead = j->nunits = 0;
 	for (uint32_t i = 0; i < k->nfound; i++) {
 		struct mc_obj *o = k->found[i];
-		struct repair_ent *u;
+		struct mc_repair_ent *u;
 
 		if (!o)
 			continue;
@@ -1497,7 +1518,7 @@ static void job_collect(struct mc_master *m, struct drain_job *j)
 }
 
 /* Start the move of one queued unit, if it still has a replica to move. */
-static void job_start(struct mc_master *m, struct drain_job *j, struct repair_ent *u, uint64_t now)
+static void job_start(struct mc_master *m, struct mc_drain_job *j, struct mc_repair_ent *u, uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
 	struct mc_obj *o = mc_master_obj_find_live(m, u->tenant, u->key, u->key_len);
@@ -1519,7 +1540,7 @@ static void job_start(struct mc_master *m, struct drain_job *j, struct repair_en
 	}
 	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
 	if (!t || !task_add_target(t, target, strlen(target))) {
-		task_free(t);
+		mc_master_task_free(t);
 		j->skipped = true;
 		return;
 	}
@@ -1539,7 +1560,7 @@ static void job_start(struct mc_master *m, struct drain_job *j, struct repair_en
  * job succeeds, or another lap comes back for what was, DRAIN_LAP_MS
  * after the last one began, DRAIN_LAPS laps at most.
  */
-static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
+static void job_step(struct mc_master *m, struct mc_drain_job *j, uint64_t now)
 {
 	if (j->status == MC_JOB_CREATED || j->status == MC_JOB_PLANNING)
 		j->status = MC_JOB_RUNNING;
@@ -1547,7 +1568,7 @@ static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
 		return;
 	for (int steps = 0; steps < DRAIN_STEPS_TICK;) {
 		while (j->active < j->max_conc && j->uhead < j->nunits) {
-			struct repair_ent *u = j->units[j->uhead++];
+			struct mc_repair_ent *u = j->units[j->uhead++];
 
 			job_start(m, j, u, now);
 			mc_free(u);
@@ -1567,8 +1588,9 @@ static void job_step(struct mc_master *m, struct drain_job *j, uint64_t now)
 		if (j->active)
 			break; /* the lap's moves finish first */
 		if (j->laps > 0 && !j->skipped) {
-			job_end(m, j, MC_JOB_SUCCEEDED, now); /* a lap found nothing to move */
-			return;
+			if (job_conclude(m, j, now)) /* a lap found nothing to move */
+				return;
+			break; /* a segment waits for its remount */
 		}
 		if (j->laps >= DRAIN_LAPS) {
 			snprintf(j->msg, sizeof(j->msg),
@@ -1596,7 +1618,7 @@ mc_status mc_master_drain_create(struct mc_master *m, const char *const *segment
 				 struct mc_store_uuid *id_out, char *err, size_t err_len)
 {
 	struct mc_tasks *k = m->tasks;
-	struct drain_job *j;
+	struct mc_drain_job *j;
 
 	if (nsegments == 0)
 		return FAILT(MC_ERR_INVALID_PARAMS, "no segments to drain");
@@ -1644,6 +1666,7 @@ mc_status mc_master_drain_create(struct mc_master *m, const char *const *segment
 	j->max_conc = max_concurrency ? max_concurrency : DRAIN_DEFAULT_CONC;
 	k->jobs[k->njobs++] = j;
 	job_segs_state(m, j, MC_SEG_MOUNTED, MC_SEG_DRAINING);
+	mc_master_wal_job(m, j);
 	mc_info("drain job %" PRIu64 "-%" PRIu64 ": %u segment(s), %u target(s), concurrency %u",
 		j->id.first, j->id.second, nsegments, ntargets, j->max_conc);
 	*id_out = j->id;
@@ -1659,7 +1682,21 @@ nomem:
 	return FAILT(MC_ERR_NOMEM, "no memory for the job");
 }
 
-static struct drain_job *job_find(struct mc_master *m, const struct mc_store_uuid *id)
+void mc_master_drain_job_free(struct mc_drain_job *j)
+{
+	for (uint32_t s = 0; s < j->nsegs; s++)
+		mc_free(j->segs[s]);
+	for (uint32_t s = 0; s < j->ntargets; s++)
+		mc_free(j->targets[s]);
+	mc_free(j->segs);
+	mc_free(j->targets);
+	for (uint32_t u = j->uhead; u < j->nunits; u++)
+		mc_free(j->units[u]);
+	mc_free(j->units);
+	mc_free(j);
+}
+
+struct mc_drain_job *mc_master_drain_job_find(struct mc_master *m, const struct mc_store_uuid *id)
 {
 	for (uint32_t i = 0; i < m->tasks->njobs; i++)
 		if (uuid_same(&m->tasks->jobs[i]->id, id))
@@ -1667,7 +1704,7 @@ static struct drain_job *job_find(struct mc_master *m, const struct mc_store_uui
 	return NULL;
 }
 
-static void job_info(const struct drain_job *j, struct mc_master_drain_info *out)
+static void job_info(const struct mc_drain_job *j, struct mc_master_drain_info *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->id = j->id;
@@ -1687,7 +1724,7 @@ static void job_info(const struct drain_job *j, struct mc_master_drain_info *out
 mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid *id,
 				struct mc_master_drain_info *out)
 {
-	struct drain_job *j = job_find(m, id);
+	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
 
 	if (!j)
 		return MC_ERR_JOB_NOT_FOUND;
@@ -1698,7 +1735,7 @@ mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid 
 mc_status mc_master_drain_cancel(struct mc_master *m, const struct mc_store_uuid *id,
 				 uint64_t now_ms, struct mc_master_drain_info *out)
 {
-	struct drain_job *j = job_find(m, id);
+	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
 
 	if (!j)
 		return MC_ERR_JOB_NOT_FOUND;
@@ -1743,12 +1780,23 @@ static void scan_active(struct mc_master *m, uint64_t now)
 				task_finish(m, i--, MC_ERR_TIMEOUT, "not handed out in time", now);
 				continue;
 			}
-			if (mem_live(m, &t->src) && !m->segs[t->src.seg].unreachable &&
-			    t->client < m->nclient_slots && m->clients[t->client].alive)
-				continue;
+			if (mem_live(m, &t->src) && !m->segs[t->src.seg].unreachable) {
+				uint32_t c = m->segs[t->src.seg].client;
+
+				/* restored from the log: its owner mounted it again */
+				if (c != t->client && c < m->nclient_slots && m->clients[c].alive) {
+					task_set_source(m, t, &t->src);
+					task_changed(m, t);
+				}
+				if (t->client < m->nclient_slots && m->clients[t->client].alive)
+					continue;
+			}
+			if (src_waits(m, &t->src))
+				continue; /* restored: its segment is not mounted again yet */
 			/* its source went: a copy takes another, a move fails */
 			if (t->type == MC_STORE_TASK_REPLICA_COPY && pick_source(m, t->o, &src)) {
 				task_set_source(m, t, &src);
+				task_changed(m, t);
 				continue;
 			}
 			task_finish(m, i--, MC_ERR_REPLICA_NOT_FOUND, "the source replica went",
@@ -1813,29 +1861,17 @@ void mc_master_tasks_free(struct mc_master *m)
 		return;
 	for (uint32_t i = 0; i < k->nactive; i++) {
 		dst_release(m, k->active[i]);
-		task_free(k->active[i]);
+		mc_master_task_free(k->active[i]);
 	}
 	for (uint32_t i = 0; i < k->ndone; i++)
-		task_free(k->done[(k->done_head + i) % k->done_cap]);
+		mc_master_task_free(k->done[(k->done_head + i) % k->done_cap]);
 	for (uint32_t i = k->rq_head; i < k->nrq; i++)
 		mc_free(k->rq[i]);
 	for (uint32_t i = 0; i < k->nparked; i++)
 		mc_free(k->parked[i]);
 	mc_free(k->parked);
-	for (uint32_t i = 0; i < k->njobs; i++) {
-		struct drain_job *j = k->jobs[i];
-
-		for (uint32_t s = 0; s < j->nsegs; s++)
-			mc_free(j->segs[s]);
-		for (uint32_t s = 0; s < j->ntargets; s++)
-			mc_free(j->targets[s]);
-		mc_free(j->segs);
-		mc_free(j->targets);
-		for (uint32_t u = j->uhead; u < j->nunits; u++)
-			mc_free(j->units[u]);
-		mc_free(j->units);
-		mc_free(j);
-	}
+	for (uint32_t i = 0; i < k->njobs; i++)
+		mc_master_drain_job_free(k->jobs[i]);
 	mc_free(k->heat);
 	mc_free(k->jobs);
 	mc_free(k->found);

@@ -425,6 +425,11 @@ static mc_status read_file(struct mc_wal *w, size_t i, uint64_t after, mc_wal_ap
 	}
 	rd.pos = MC_WAL_HDR_LEN;
 	good = MC_WAL_HDR_LEN;
+	/* the first read gives rd.buf its memory: the decode below never does
+	 * pointer arithmetic on NULL (undefined even for an offset of 0) */
+	st = reader_more(&rd, READ_CHUNK, path);
+	if (st != MC_OK)
+		goto out;
 	for (;;) {
 		struct mc_wal_rec r;
 		size_t used;

@@ -9,7 +9,10 @@
  *   - an object completed by PutEnd, also after an upsert (OBJ_PUT: its
  *     memory replicas by segment id and address, hard pin, checksum, group);
  *   - an object erased for any reason (OBJ_DEL: removed, revoked,
- *     evicted, swept after its segments went).
+ *     evicted, swept after its segments went);
+ *   - a graceful unmount's deadline (SEG_GRACEFUL, in wall-clock time:
+ *     a remount after a restart makes the segment GRACEFUL again);
+ *   - copy and move tasks and drain jobs: master/tasks_wal.c.
  * Not logged: leases, soft pins, in-flight puts, clients' liveness, the
  * DISK and LOCAL_DISK tiers' replicas (those objects come back with their
  * memory replicas only).
@@ -44,6 +47,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "master/snap.h"
+#include "master/tasks_int.h"
 #include "master/wal.h"
 #include "master/wal_rec.h"
 
@@ -60,7 +64,7 @@ bool mc_master_wal_take_error(struct mc_master *m)
 	return e;
 }
 
-static void append(struct mc_master *m, const struct mc_walrec *r)
+void mc_master_wal_append(struct mc_master *m, const struct mc_walrec *r)
 {
 	mc_buf_reset(&m->walbuf);
 	mc_walrec_encode(&m->walbuf, r);
@@ -80,7 +84,7 @@ void mc_master_wal_view(struct mc_master *m, uint64_t version, const char *leade
 	r.u.view.leader.len = (uint16_t)MC_MIN(strlen(leader), (size_t)UINT16_MAX);
 	m->wal_view = version;
 	if (m->wal)
-		append(m, &r);
+		mc_master_wal_append(m, &r);
 }
 
 uint64_t mc_master_wal_view_version(const struct mc_master *m)
@@ -149,7 +153,7 @@ void mc_master_wal_put(struct mc_master *m, struct mc_obj *o)
 	if (!m->wal)
 		return;
 	if (obj_rec(m, o, false, &r))
-		append(m, &r);
+		mc_master_wal_append(m, &r);
 }
 
 void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
@@ -164,7 +168,7 @@ void mc_master_wal_del(struct mc_master *m, const struct mc_obj *o)
 	r.u.obj.tenant.len = (uint16_t)m->tenant_lens[o->tenant];
 	r.u.obj.key.p = o->key;
 	r.u.obj.key.len = o->key_len;
-	append(m, &r);
+	mc_master_wal_append(m, &r);
 }
 
 static void seg_rec(const struct mc_master *m, uint32_t slot, struct mc_walrec *r)
@@ -190,7 +194,7 @@ void mc_master_wal_mount(struct mc_master *m, uint32_t slot)
 	if (!m->wal)
 		return;
 	seg_rec(m, slot, &r);
-	append(m, &r);
+	mc_master_wal_append(m, &r);
 }
 
 void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
@@ -202,12 +206,57 @@ void mc_master_wal_unmount(struct mc_master *m, uint32_t slot)
 	mc_walrec_clear(&r);
 	r.type = MC_WALREC_SEG_UNMOUNT;
 	r.u.seg.id = m->segs[slot].id;
-	append(m, &r);
+	mc_master_wal_append(m, &r);
+}
+
+/* The epoch deadline of a GRACEFUL segment's (UINT64_MAX: never). */
+static uint64_t grace_epoch(const struct mc_seg *s, uint64_t now_ms)
+{
+	uint64_t left = s->deadline > now_ms ? s->deadline - now_ms : 0;
+
+	return s->deadline == UINT64_MAX ? UINT64_MAX : mc_epoch_ms() + left;
+}
+
+static void grace_rec(const struct mc_seg *s, uint64_t epoch_ms, struct mc_walrec *r)
+{
+	mc_walrec_clear(r);
+	r->type = MC_WALREC_SEG_GRACEFUL;
+	r->u.grace.seg = s->id;
+	r->u.grace.deadline_epoch_ms = epoch_ms;
+}
+
+void mc_master_wal_graceful(struct mc_master *m, uint32_t slot, uint64_t now_ms)
+{
+	struct mc_seg *s = &m->segs[slot];
+	struct mc_walrec r;
+
+	s->grace_epoch_ms = grace_epoch(s, now_ms); /* what a snapshot writes */
+	if (!m->wal)
+		return;
+	grace_rec(s, s->grace_epoch_ms, &r);
+	mc_master_wal_append(m, &r);
+}
+
+void mc_master_wal_graceful_restore(struct mc_master *m, uint32_t slot, uint64_t grace_epoch_ms,
+				    uint64_t now_ms)
+{
+	struct mc_seg *s = &m->segs[slot];
+	uint64_t now_epoch = mc_epoch_ms();
+	uint64_t left = grace_epoch_ms > now_epoch ? grace_epoch_ms - now_epoch : 0;
+
+	s->state = MC_SEG_GRACEFUL;
+	s->deadline = grace_epoch_ms == UINT64_MAX ? UINT64_MAX : now_ms + left;
+	m->targets_dirty = true;
+	mc_info("wal: segment %s mounted again while being unmounted gracefully: it goes in "
+		"%" PRIu64 " ms",
+		s->name, left);
+	mc_master_wal_graceful(m, slot, now_ms);
 }
 
 /* ---- snapshot ---- */
 
-static mc_status snap_add(struct mc_master *m, struct mc_snap_writer *w, const struct mc_walrec *r)
+mc_status mc_master_snap_add(struct mc_master *m, struct mc_snap_writer *w,
+			     const struct mc_walrec *r)
 {
 	mc_buf_reset(&m->walbuf);
 	mc_walrec_encode(&m->walbuf, r);
@@ -290,7 +339,7 @@ static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc
 		if (i + DUMP_AHEAD < n)
 			__builtin_prefetch(v[i + DUMP_AHEAD].o);
 		if (obj_rec(m, v[i].o, true, r))
-			st = snap_add(m, w, r);
+			st = mc_master_snap_add(m, w, r);
 	}
 	mc_free(v);
 	mc_free(at);
@@ -311,23 +360,28 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 				       k != MC_SEG_DRAINING && k != MC_SEG_WAIT))
 			continue;
 		seg_rec(m, i, &r);
-		st = snap_add(m, w, &r);
+		st = mc_master_snap_add(m, w, &r);
+		if (st == MC_OK && (k == MC_SEG_GRACEFUL || k == MC_SEG_WAIT) &&
+		    m->segs[i].grace_epoch_ms) {
+			grace_rec(&m->segs[i], m->segs[i].grace_epoch_ms, &r);
+			st = mc_master_snap_add(m, w, &r);
+		}
 	}
 	if (st != MC_OK)
 		return st;
 	/* the move of a resize is not finished here: that would write both
 	 * tables and copy every page of them into this forked child */
 	if (dump_sorted(m, w, &r, &st))
-		return st;
+		return st == MC_OK ? mc_master_tasks_snap_dump(m, w) : st;
 	/* no memory for the order: the tables', which a remount sorts */
 	for (uint64_t i = 0; i < mc_master_table_span(m) && st == MC_OK; i++) {
 		struct mc_obj *o = mc_master_table_at(m, i);
 
 		if (!o || (o->flags & MC_OBJ_PROC) || !obj_rec(m, o, true, &r))
 			continue;
-		st = snap_add(m, w, &r);
+		st = mc_master_snap_add(m, w, &r);
 	}
-	return st;
+	return st == MC_OK ? mc_master_tasks_snap_dump(m, w) : st;
 }
 
 /* ---- replay ---- */
@@ -338,7 +392,7 @@ static bool wait_is(const struct mc_master *m, uint32_t i, const struct mc_store
 	       m->segs[i].id.second == id->second;
 }
 
-static uint32_t wait_find(struct mc_master *m, const struct mc_store_uuid *id)
+uint32_t mc_master_wal_wait_find(struct mc_master *m, const struct mc_store_uuid *id)
 {
 	if (m->wait_hint < m->nsegs_slots && wait_is(m, m->wait_hint, id))
 		return m->wait_hint; /* a run of records on one segment */
@@ -498,7 +552,7 @@ bool mc_master_wal_keep_dead(struct mc_master *m, struct mc_obj *o)
 
 static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *in, uint64_t now)
 {
-	uint32_t slot = wait_find(m, &in->id);
+	uint32_t slot = mc_master_wal_wait_find(m, &in->id);
 	struct mc_seg *s;
 
 	if (slot != UINT32_MAX &&
@@ -534,6 +588,7 @@ static mc_status replay_mount(struct mc_master *m, const struct mc_walrec_seg *i
 	s->used = 0;
 	s->client = MC_MASTER_NO_CLIENT;
 	s->deadline = now + m->cfg.client_ttl_ms;
+	s->grace_epoch_ms = 0; /* a SEG_GRACEFUL after it says otherwise */
 	s->state = MC_SEG_WAIT;
 	if (!s->name || !s->te_endpoint || !s->protocol || !s->host_id) {
 		wait_drop(m, slot);
@@ -551,7 +606,7 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	mc_status st;
 
 	for (uint32_t i = 0; i < in->nrep; i++) {
-		uint32_t slot = wait_find(m, &in->reps[i].seg);
+		uint32_t slot = mc_master_wal_wait_find(m, &in->reps[i].seg);
 
 		if (slot == UINT32_MAX || in->reps[i].kind != MC_WALREC_REP_MEMORY)
 			continue; /* its segment went before the crash */
@@ -656,7 +711,7 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	case MC_WALREC_SEG_MOUNT:
 		return replay_mount(m, &r.u.seg, now_ms);
 	case MC_WALREC_SEG_UNMOUNT: {
-		uint32_t slot = wait_find(m, &r.u.seg.id);
+		uint32_t slot = mc_master_wal_wait_find(m, &r.u.seg.id);
 
 		if (slot != UINT32_MAX)
 			wait_drop(m, slot);
@@ -678,6 +733,19 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	case MC_WALREC_VIEW: /* who wrote what follows: nothing to apply */
 		m->wal_view = r.u.view.version;
 		return MC_OK;
+	case MC_WALREC_TASK:
+	case MC_WALREC_JOB:
+	case MC_WALREC_TASK_SEQ:
+		return mc_master_tasks_replay(m, &r, now_ms);
+	case MC_WALREC_SEG_GRACEFUL: {
+		uint32_t slot = mc_master_wal_wait_find(m, &r.u.grace.seg);
+
+		if (slot != UINT32_MAX)
+			m->segs[slot].grace_epoch_ms = r.u.grace.deadline_epoch_ms
+							       ? r.u.grace.deadline_epoch_ms
+							       : 1; /* 0 is "not" */
+		return MC_OK;
+	}
 	default:
 		return MC_ERR_INTERNAL; /* decode refused it */
 	}

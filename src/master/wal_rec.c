@@ -52,12 +52,41 @@ static void put32(struct mc_buf *b, uint32_t v)
 	mc_buf_append(b, t, 4);
 }
 
+static void put_names(struct mc_buf *b, const struct mc_walrec_names *l)
+{
+	put16(b, l->n);
+	if (!l->v) { /* a decoded record, re-encoded */
+		mc_buf_append(b, l->raw, l->raw_len);
+		return;
+	}
+	for (uint32_t i = 0; i < l->n; i++) {
+		size_t n = strlen(l->v[i]);
+		struct mc_walrec_str x = {l->v[i], (uint16_t)(n > UINT16_MAX ? UINT16_MAX : n)};
+
+		put_str(b, &x);
+	}
+}
+
+/* The lowest payload version that can say r. */
+static uint8_t rec_version(const struct mc_walrec *r)
+{
+	switch (r->type) {
+	case MC_WALREC_OBJ_PUT:
+		return (r->u.obj.flags & MC_WALREC_F_CHUNKS) ? 2 : 1;
+	case MC_WALREC_TASK:
+	case MC_WALREC_JOB:
+	case MC_WALREC_TASK_SEQ:
+	case MC_WALREC_SEG_GRACEFUL:
+		return 3;
+	default:
+		return 1;
+	}
+}
+
 void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 {
 	/* version 1 where it says all: older masters read those records */
-	put8(out, r->type == MC_WALREC_OBJ_PUT && (r->u.obj.flags & MC_WALREC_F_CHUNKS)
-			  ? MC_WALREC_VERSION
-			  : 1);
+	put8(out, rec_version(r));
 	switch (r->type) {
 	case MC_WALREC_OBJ_PUT: {
 		const struct mc_walrec_obj *o = &r->u.obj;
@@ -107,6 +136,49 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r)
 	case MC_WALREC_VIEW:
 		put64(out, r->u.view.version);
 		put_str(out, &r->u.view.leader);
+		break;
+	case MC_WALREC_TASK: {
+		const struct mc_walrec_task *t = &r->u.task;
+
+		put_uuid(out, &t->id);
+		put8(out, t->type);
+		put8(out, t->status);
+		put32(out, t->tries);
+		put_str(out, &t->tenant);
+		put_str(out, &t->key);
+		put64(out, t->size);
+		put_uuid(out, &t->src_seg);
+		put64(out, t->src_addr);
+		put_uuid(out, &t->client);
+		put64(out, t->created);
+		put64(out, t->updated);
+		put_names(out, &t->targets);
+		put_str(out, &t->msg);
+		break;
+	}
+	case MC_WALREC_JOB: {
+		const struct mc_walrec_job *j = &r->u.job;
+
+		put_uuid(out, &j->id);
+		put8(out, j->status);
+		put32(out, j->max_conc);
+		put64(out, j->created);
+		put64(out, j->updated);
+		put64(out, j->succeeded);
+		put64(out, j->failed);
+		put64(out, j->blocked);
+		put64(out, j->bytes);
+		put_names(out, &j->segs);
+		put_names(out, &j->targets);
+		put_str(out, &j->msg);
+		break;
+	}
+	case MC_WALREC_TASK_SEQ:
+		put64(out, r->u.seq);
+		break;
+	case MC_WALREC_SEG_GRACEFUL:
+		put_uuid(out, &r->u.grace.seg);
+		put64(out, r->u.grace.deadline_epoch_ms);
 		break;
 	default:
 		break;
@@ -184,6 +256,46 @@ static void get_uuid(struct rd *d, struct mc_store_uuid *u, const char *field)
 	u->second = get64(d, field);
 }
 
+/* A list of names: each one non-empty. */
+static void get_names(struct rd *d, struct mc_walrec_names *l, const char *field)
+{
+	size_t start;
+
+	l->n = 0;
+	if (!need(d, 2, field))
+		return;
+	l->n = mc_get_le16(d->p + d->off);
+	d->off += 2;
+	start = d->off;
+	for (uint32_t i = 0; i < l->n && !d->bad; i++) {
+		struct mc_walrec_str s;
+
+		get_str(d, &s, field);
+		if (!d->bad && s.len == 0)
+			d->bad = field;
+	}
+	if (d->bad)
+		return;
+	l->raw = d->p + start;
+	l->raw_len = (uint32_t)(d->off - start);
+}
+
+bool mc_walrec_names_next(const struct mc_walrec_names *l, const uint8_t **pos,
+			  struct mc_walrec_str *out)
+{
+	uint16_t n;
+
+	if (!l->raw || *pos < l->raw || *pos + 2 > l->raw + l->raw_len)
+		return false;
+	n = mc_get_le16(*pos);
+	if (*pos + 2 + n > l->raw + l->raw_len)
+		return false;
+	out->p = (const char *)*pos + 2;
+	out->len = n;
+	*pos += 2 + (size_t)n;
+	return true;
+}
+
 mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct mc_walrec *r)
 {
 	struct rd d = {p, len, 0, NULL};
@@ -214,7 +326,7 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && !(o->flags & MC_WALREC_F_CKSUM))
 			d.bad = "flags";
 		/* each record has the lowest version that can say it */
-		if (!d.bad && (ver == 2) != ((o->flags & MC_WALREC_F_CHUNKS) != 0))
+		if (!d.bad && ver != ((o->flags & MC_WALREC_F_CHUNKS) ? 2 : 1))
 			d.bad = "version";
 		if (o->flags & MC_WALREC_F_CKSUM)
 			o->checksum = get64(&d, "checksum");
@@ -278,6 +390,70 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 			d.bad = "version";
 		r->u.view.version = get64(&d, "view version");
 		get_str(&d, &r->u.view.leader, "leader");
+		break;
+	case MC_WALREC_TASK: {
+		struct mc_walrec_task *t = &r->u.task;
+
+		if (ver != 3)
+			d.bad = "version";
+		get_uuid(&d, &t->id, "task id");
+		t->type = get8(&d, "task type");
+		if (!d.bad && t->type != MC_STORE_TASK_REPLICA_COPY &&
+		    t->type != MC_STORE_TASK_REPLICA_MOVE)
+			d.bad = "task type";
+		t->status = get8(&d, "task status");
+		if (!d.bad && t->status > MC_STORE_TASK_SUCCESS)
+			d.bad = "task status";
+		t->tries = get32(&d, "tries");
+		get_str(&d, &t->tenant, "tenant");
+		get_str(&d, &t->key, "key");
+		if (!d.bad && t->key.len == 0)
+			d.bad = "key";
+		t->size = get64(&d, "size");
+		get_uuid(&d, &t->src_seg, "source segment");
+		t->src_addr = get64(&d, "source address");
+		get_uuid(&d, &t->client, "source client");
+		t->created = get64(&d, "created");
+		t->updated = get64(&d, "updated");
+		get_names(&d, &t->targets, "targets");
+		if (!d.bad && t->targets.n == 0)
+			d.bad = "targets";
+		get_str(&d, &t->msg, "message");
+		break;
+	}
+	case MC_WALREC_JOB: {
+		struct mc_walrec_job *j = &r->u.job;
+
+		if (ver != 3)
+			d.bad = "version";
+		get_uuid(&d, &j->id, "job id");
+		j->status = get8(&d, "job status");
+		if (!d.bad && j->status > 5) /* MC_JOB_CANCELED */
+			d.bad = "job status";
+		j->max_conc = get32(&d, "max_concurrency");
+		j->created = get64(&d, "created");
+		j->updated = get64(&d, "updated");
+		j->succeeded = get64(&d, "succeeded");
+		j->failed = get64(&d, "failed");
+		j->blocked = get64(&d, "blocked");
+		j->bytes = get64(&d, "bytes");
+		get_names(&d, &j->segs, "segments");
+		if (!d.bad && j->segs.n == 0)
+			d.bad = "segments";
+		get_names(&d, &j->targets, "targets");
+		get_str(&d, &j->msg, "message");
+		break;
+	}
+	case MC_WALREC_TASK_SEQ:
+		if (ver != 3)
+			d.bad = "version";
+		r->u.seq = get64(&d, "task seq");
+		break;
+	case MC_WALREC_SEG_GRACEFUL:
+		if (ver != 3)
+			d.bad = "version";
+		get_uuid(&d, &r->u.grace.seg, "segment id");
+		r->u.grace.deadline_epoch_ms = get64(&d, "deadline");
 		break;
 	default:
 		return mc_set_error(MC_ERR_NOT_SUPPORTED, "wal record type %u is unknown", type);

@@ -24,6 +24,24 @@
  *   VIEW      a leader took over (master/ha.c): u64 view version, leader
  *             address; written once after recovery, before it serves, so
  *             every later record of the log belongs to that view
+ *   TASK      (version 3) an operator's copy or move task (master/tasks_wal.c)
+ *             created or changed: uuid id, u8 type, u8 status, u32 tries,
+ *             tenant, key, u64 size, uuid source segment, u64 source
+ *             address, uuid source client, u64 created, u64 updated,
+ *             targets (u16 n >= 1, n names), message
+ *   JOB       (version 3) a drain job created or changed: uuid id, u8
+ *             status, u32 max_concurrency, u64 created, updated, succeeded,
+ *             failed, blocked, bytes, segments (u16 n >= 1, n names),
+ *             targets (u16 n, n names), message
+ *   TASK_SEQ  (version 3) the task-id sequence reached u64 seq: a task of
+ *             the master's own (a repair, a drain's move), which is not kept
+ *   SEG_GRACEFUL (version 3) a segment is to be unmounted at a deadline
+ *             (GracefulUnmountSegment): uuid segment, u64 deadline in ms
+ *             of the Unix epoch (UINT64_MAX: never), so that a restart
+ *             counts the time it was down
+ *
+ * Version 3 records are new types: a master before them refuses the log
+ * with INVALID_VERSION (a newer master wrote it) rather than guessing.
  *
  * Decoding is a parser of on-disk bytes (tests/fuzz/fuzz_wal.c drives it):
  * it checks every length against the payload and points into it.
@@ -40,7 +58,7 @@
 #include "mooncake/status.h"
 #include "store/proto.h"
 
-#define MC_WALREC_VERSION  2u
+#define MC_WALREC_VERSION  3u
 #define MC_WALREC_MAX_REPS 64u
 
 enum mc_walrec_type {
@@ -49,6 +67,10 @@ enum mc_walrec_type {
 	MC_WALREC_SEG_MOUNT = 3,
 	MC_WALREC_SEG_UNMOUNT = 4,
 	MC_WALREC_VIEW = 5,
+	MC_WALREC_TASK = 6,
+	MC_WALREC_JOB = 7,
+	MC_WALREC_TASK_SEQ = 8,
+	MC_WALREC_SEG_GRACEFUL = 9,
 };
 
 enum mc_walrec_rep_kind {
@@ -92,9 +114,43 @@ struct mc_walrec_seg {
 	struct mc_walrec_str name, te_endpoint, protocol;
 };
 
+struct mc_walrec_grace {
+	struct mc_store_uuid seg;
+	uint64_t deadline_epoch_ms;
+};
+
 struct mc_walrec_view {
 	uint64_t version;
 	struct mc_walrec_str leader;
+};
+
+/* A list of names: encode from v (n NUL-terminated strings); decode
+ * points raw at the n (u16 length, bytes) items, walked with
+ * mc_walrec_names_next. */
+struct mc_walrec_names {
+	uint16_t n;
+	const char *const *v; /* encode */
+	const uint8_t *raw;   /* decode: into the payload */
+	uint32_t raw_len;
+};
+
+struct mc_walrec_task {
+	struct mc_store_uuid id, src_seg, client;
+	uint8_t type;	/* enum mc_store_task_type */
+	uint8_t status; /* enum mc_store_task_status */
+	uint32_t tries;
+	struct mc_walrec_str tenant, key, msg;
+	uint64_t size, src_addr, created, updated;
+	struct mc_walrec_names targets;
+};
+
+struct mc_walrec_job {
+	struct mc_store_uuid id;
+	uint8_t status; /* enum mc_job_status (master.h) */
+	uint32_t max_conc;
+	uint64_t created, updated, succeeded, failed, blocked, bytes;
+	struct mc_walrec_names segs, targets;
+	struct mc_walrec_str msg;
 };
 
 /* One decoded payload: the member of its type is valid. */
@@ -104,6 +160,10 @@ struct mc_walrec {
 		struct mc_walrec_obj obj;   /* OBJ_PUT; OBJ_DEL uses tenant and key */
 		struct mc_walrec_seg seg;   /* SEG_MOUNT; SEG_UNMOUNT uses id */
 		struct mc_walrec_view view; /* VIEW */
+		struct mc_walrec_task task; /* TASK */
+		struct mc_walrec_job job;   /* JOB */
+		uint64_t seq;		    /* TASK_SEQ */
+		struct mc_walrec_grace grace; /* SEG_GRACEFUL */
 	} u;
 };
 
@@ -115,11 +175,20 @@ static inline void mc_walrec_clear(struct mc_walrec *r)
 	size_t n = offsetof(struct mc_walrec, u.obj.reps);
 	size_t seg = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_seg);
 	size_t view = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_view);
+	size_t task = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_task);
+	size_t job = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_job);
+	size_t grace = offsetof(struct mc_walrec, u) + sizeof(struct mc_walrec_grace);
 
 	if (n < seg)
 		n = seg;
 	if (n < view)
 		n = view;
+	if (n < task)
+		n = task;
+	if (n < job)
+		n = job;
+	if (n < grace)
+		n = grace;
 	memset(r, 0, n);
 }
 
@@ -130,5 +199,8 @@ void mc_walrec_encode(struct mc_buf *out, const struct mc_walrec *r);
  * type; MALFORMED_JSON (the log's "malformed") for bytes that are not such a payload (mc_last_error
  * says which field). */
 mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct mc_walrec *r);
+/* The next name of a decoded list: *pos starts at l->raw; false at the end. */
+bool mc_walrec_names_next(const struct mc_walrec_names *l, const uint8_t **pos,
+			  struct mc_walrec_str *out);
 
 #endif

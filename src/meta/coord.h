@@ -15,6 +15,20 @@
  * Connection strings: "etcd://h:p[;h:p...]" (or ',' separated) and
  * "redis://[[user]:password@]host[:port]", as meta/meta.h's.
  *
+ * Candidates.  Before a master campaigns it posts how far its copy of the
+ * leader's log reaches, so the most caught-up one can be chosen
+ * (master/ha.c).  One entry per master, named by its RPC address, alive
+ * for ttl seconds unless posted again:
+ *   etcd   the key "<view key>/candidates/<addr>" under a lease of the
+ *          coordinator client's own (kept alive by each post); listed with
+ *          a prefix read.
+ *   redis  the field <addr> of the hash "<view key>/candidates", its value
+ *          "<deadline ms> <entry>"; the deadline is the server's TIME plus
+ *          ttl, set and checked by Lua scripts, so a listing drops the
+ *          lapsed fields in the same atomic step.
+ * The entry's bytes (mc_coord_cand_encode) are "1 <view> <seq> <electing>"
+ * in decimal; mc_coord_cand_decode checks every byte of them.
+ *
  * Threads: one struct mc_coord is used by one thread at a time.
  */
 #ifndef MC_META_COORD_H
@@ -71,6 +85,50 @@ mc_status mc_coord_read(struct mc_coord *c, const char *key, struct mc_coord_vie
  */
 mc_status mc_coord_evict(struct mc_coord *c, const char *key, uint64_t version, bool *ended_out);
 
+/* ---- candidates ---- */
+
+#define MC_COORD_CAND_LEN 80 /* an encoded entry, NUL included, at most */
+#define MC_COORD_CAND_MAX 64 /* entries a listing returns at most */
+
+struct mc_coord_cand {
+	char addr[256]; /* its RPC address "host:port" */
+	uint64_t view;	/* the view whose leader's log it holds (0: none) */
+	uint64_t seq;	/* that log applied through */
+	bool electing;	/* it saw the view end and is choosing a leader */
+};
+
+/* Is a more caught up than b (view, then seq; the lower address on a tie)? */
+bool mc_coord_cand_better(const struct mc_coord_cand *a, const struct mc_coord_cand *b);
+/* The entry's bytes (not the address) into buf[MC_COORD_CAND_LEN]. */
+void mc_coord_cand_encode(const struct mc_coord_cand *c, char *buf, size_t len);
+/*
+ * Decode an entry read from the coordinator: name (len nlen) is the
+ * address it is posted under, val (len vlen) its bytes.  Pure; every byte
+ * is checked: MC_ERR_METADATA with a message for an empty, too long or
+ * unprintable name, and for bytes other than "1 <view> <seq> <0|1>"
+ * (decimal u64s without sign, spaces or leading zeros).
+ */
+mc_status mc_coord_cand_decode(const char *name, size_t nlen, const char *val, size_t vlen,
+			       struct mc_coord_cand *out);
+/* The key entries are posted under: "<view key>/candidates". */
+void mc_coord_cand_key(const char *view_key, char *buf, size_t len);
+/*
+ * Post (or refresh) this master's entry under the view key, alive for
+ * ttl_s from now unless posted again.  An error when the coordinator
+ * failed.
+ */
+mc_status mc_coord_cand_post(struct mc_coord *c, const char *key, const struct mc_coord_cand *me,
+			     int64_t ttl_s);
+/*
+ * The live entries under the view key (at most max, the rest ignored),
+ * in no order.  Entries that do not decode are skipped with a warning
+ * (another version's, or damaged): they never stop an election.
+ */
+mc_status mc_coord_cand_list(struct mc_coord *c, const char *key, struct mc_coord_cand *out,
+			     size_t max, size_t *n_out);
+/* Remove this master's entry (best effort: it lapses anyway). */
+void mc_coord_cand_drop(struct mc_coord *c, const char *key, const char *addr);
+
 /* ---- the backends (coord.c dispatches; their files implement) ---- */
 struct mc_coord_ops {
 	mc_status (*campaign)(struct mc_coord *c, const char *key, const char *addr, int64_t ttl_s,
@@ -79,6 +137,14 @@ struct mc_coord_ops {
 	void (*resign)(struct mc_coord *c);
 	mc_status (*read)(struct mc_coord *c, const char *key, struct mc_coord_view *out);
 	mc_status (*evict)(struct mc_coord *c, const char *key, uint64_t version, bool *ended_out);
+	mc_status (*cand_post)(struct mc_coord *c, const char *key, const char *addr,
+			       const char *entry, int64_t ttl_s);
+	/* calls add(arg, name, nlen, val, vlen) for each live entry */
+	mc_status (*cand_list)(struct mc_coord *c, const char *key,
+			       void (*add)(void *arg, const char *name, size_t nlen,
+					   const char *val, size_t vlen),
+			       void *arg);
+	void (*cand_drop)(struct mc_coord *c, const char *key, const char *addr);
 	void (*close)(struct mc_coord *c);
 };
 

@@ -1225,11 +1225,17 @@ static const struct mc_meta_ops etcd_ops = {
  * later leader always has a larger one.  Renewing is a lease keep-alive;
  * resigning revokes the lease, which deletes the key at once.  The client
  * has no lease of its own and no thread: the caller drives every request.
+ *
+ * A candidate entry is a key under "<view key>/candidates/" put under a
+ * second lease (cand_lease, the entry's ttl), which every post keeps alive
+ * before it writes the entry; a master that stops posting loses its entry
+ * within the ttl.  The listing is one prefix range; dropping revokes.
  */
 struct etcd_coord {
 	struct mc_coord base; /* must be first */
 	struct etcd_client *c;
-	int64_t lease; /* the lease campaign won under; 0: none */
+	int64_t lease;	    /* the lease campaign won under; 0: none */
+	int64_t cand_lease; /* the candidate entry's lease; 0: none */
 };
 
 static const struct mc_coord_ops etcd_coord_ops;
@@ -1397,10 +1403,80 @@ out:
 	return st;
 }
 
+static mc_status etcd_cand_post(struct mc_coord *m, const char *key, const char *addr,
+				const char *entry, int64_t ttl_s)
+{
+	struct etcd_coord *e = coord_of(m);
+	char k[600];
+	int64_t left = 0, ttl;
+	int grpc = -1;
+	mc_status st;
+
+	snprintf(k, sizeof(k), "%s/candidates/%s", key, addr);
+	if (e->cand_lease) {
+		st = lease_keepalive(e->c, e->cand_lease, &left, &grpc);
+		if (st != MC_OK && grpc != GRPC_NOT_FOUND)
+			return st;
+		if (st != MC_OK || left <= 0)
+			e->cand_lease = 0; /* lapsed: the entry went with it */
+	}
+	if (!e->cand_lease) {
+		st = lease_grant(e->c, ttl_s, &e->cand_lease, &ttl);
+		if (st != MC_OK) {
+			e->cand_lease = 0;
+			return st;
+		}
+	}
+	st = put_raw(e->c, k, entry, strlen(entry), e->cand_lease, &grpc);
+	if (st != MC_OK && grpc == GRPC_NOT_FOUND)
+		e->cand_lease = 0; /* the lease lapsed in between: a new one next time */
+	return st;
+}
+
+static mc_status etcd_cand_list(struct mc_coord *m, const char *key,
+				void (*add)(void *arg, const char *name, size_t nlen,
+					    const char *val, size_t vlen),
+				void *arg)
+{
+	struct etcd_coord *e = coord_of(m);
+	struct mc_etcd_kv *kvs = NULL;
+	char prefix[600], end[600];
+	size_t n = 0, plen;
+	mc_status st;
+
+	snprintf(prefix, sizeof(prefix), "%s/candidates/", key);
+	plen = strlen(prefix);
+	memcpy(end, prefix, plen + 1);
+	end[plen - 1]++; /* '/' + 1: every key under the prefix, nothing else */
+	st = mc_meta_etcd_range(&e->c->base, prefix, end, &kvs, &n, NULL);
+	if (st != MC_OK)
+		return st;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(kvs[i].key, prefix, plen) == 0)
+			add(arg, kvs[i].key + plen, strlen(kvs[i].key + plen), kvs[i].value,
+			    kvs[i].len);
+	mc_etcd_kvs_free(kvs, n);
+	return MC_OK;
+}
+
+static void etcd_cand_drop(struct mc_coord *m, const char *key, const char *addr)
+{
+	struct etcd_coord *e = coord_of(m);
+
+	(void)key;
+	(void)addr;
+	/* revoking deletes the one key under it */
+	if (e->cand_lease && lease_revoke(e->c, e->cand_lease) != MC_OK)
+		mc_warn("cannot revoke the candidate lease %" PRIx64 ": %s",
+			(uint64_t)e->cand_lease, mc_last_error());
+	e->cand_lease = 0;
+}
+
 static void etcd_coord_close(struct mc_coord *m)
 {
 	struct etcd_coord *e = coord_of(m);
 
+	etcd_cand_drop(m, NULL, NULL);
 	etcd_coord_resign(m);
 	client_free(e->c);
 	mc_free(e);
@@ -1412,6 +1488,9 @@ static const struct mc_coord_ops etcd_coord_ops = {
 	.resign = etcd_coord_resign,
 	.read = etcd_coord_read,
 	.evict = etcd_coord_evict,
+	.cand_post = etcd_cand_post,
+	.cand_list = etcd_cand_list,
+	.cand_drop = etcd_cand_drop,
 	.close = etcd_coord_close,
 };
 

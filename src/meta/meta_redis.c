@@ -966,12 +966,47 @@ static const char evict_lua[] = "if redis.call('HGET', KEYS[1], 'view_version') 
 static const char release_lua[] = "if redis.call('HGET', KEYS[1], 'owner_token') == ARGV[1] then "
 				  "redis.call('DEL', KEYS[1]) return 1 end return 0";
 
+/*
+ * Candidate entries: one hash per view key, a field per master whose value
+ * is "<deadline ms> <entry>".  The deadline is the server's own TIME plus
+ * the ttl, so the masters' clocks never meet; posting sets it, listing
+ * deletes the lapsed fields and returns the others, each in one script.
+ * The hash itself lapses a ttl after the last post.
+ */
+static const char cand_post_lua[] =
+	"if redis.replicate_commands then redis.replicate_commands() end "
+	"local t = redis.call('TIME') "
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+	"redis.call('HSET', KEYS[1], ARGV[1], (now + tonumber(ARGV[3])) .. ' ' .. ARGV[2]) "
+	"redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
+	"return 1";
+static const char cand_list_lua[] =
+	"if redis.replicate_commands then redis.replicate_commands() end "
+	"local t = redis.call('TIME') "
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+	"local all = redis.call('HGETALL', KEYS[1]) "
+	"local out = {} "
+	"for i = 1, #all, 2 do "
+	"  local v = all[i + 1] "
+	"  local sp = string.find(v, ' ', 1, true) "
+	"  local dl = sp and tonumber(string.sub(v, 1, sp - 1)) "
+	"  if dl and dl > now then "
+	"    out[#out + 1] = all[i] "
+	"    out[#out + 1] = string.sub(v, sp + 1) "
+	"  else "
+	"    redis.call('HDEL', KEYS[1], all[i]) "
+	"  end "
+	"end "
+	"return out";
+
 struct redis_coord {
 	struct mc_coord base; /* must be first */
 	struct redis_client *c;
-	char key[256];	 /* the view held; "" none */
-	char token[40];	 /* its owner_token */
-	char ttl_ms[24]; /* its TTL */
+	char key[256];	     /* the view held; "" none */
+	char token[40];	     /* its owner_token */
+	char ttl_ms[24];     /* its TTL */
+	char cand_key[300];  /* the candidates' hash last posted to; "" none */
+	char cand_addr[256]; /* the field posted */
 };
 
 static struct redis_coord *rcoord_of(struct mc_coord *m)
@@ -1154,10 +1189,88 @@ static mc_status redis_coord_evict(struct mc_coord *m, const char *key, uint64_t
 	return MC_OK;
 }
 
+static mc_status redis_cand_post(struct mc_coord *m, const char *key, const char *addr,
+				 const char *entry, int64_t ttl_s)
+{
+	struct redis_coord *e = rcoord_of(m);
+	char hk[300], ttl[24];
+	redisReply *r;
+	mc_status st;
+
+	mc_coord_cand_key(key, hk, sizeof(hk));
+	snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_s * 1000);
+	snprintf(e->cand_key, sizeof(e->cand_key), "%s", hk);
+	snprintf(e->cand_addr, sizeof(e->cand_addr), "%s", addr);
+	{
+		const char *argv[] = {"EVAL", cand_post_lua, "1", hk, addr, entry, ttl};
+		st = coord_cmd(e->c, 7, argv, hk, &r);
+	}
+	if (st == MC_OK)
+		freeReplyObject(r);
+	return st;
+}
+
+static mc_status redis_cand_list(struct mc_coord *m, const char *key,
+				 void (*add)(void *arg, const char *name, size_t nlen,
+					     const char *val, size_t vlen),
+				 void *arg)
+{
+	struct redis_coord *e = rcoord_of(m);
+	char hk[300];
+	redisReply *r;
+	mc_status st;
+
+	mc_coord_cand_key(key, hk, sizeof(hk));
+	{
+		const char *argv[] = {"EVAL", cand_list_lua, "1", hk};
+		st = coord_cmd(e->c, 4, argv, hk, &r);
+	}
+	if (st)
+		return st;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
+		freeReplyObject(r);
+		return mc_set_error(MC_ERR_METADATA, "%s: candidates of %s: unexpected reply",
+				    e->c->base.uri, key);
+	}
+	for (size_t i = 0; i + 1 < r->elements; i += 2) {
+		const redisReply *n = r->element[i], *v = r->element[i + 1];
+		if (n->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING)
+			add(arg, n->str, n->len, v->str, v->len);
+	}
+	freeReplyObject(r);
+	return MC_OK;
+}
+
+static void redis_cand_drop(struct mc_coord *m, const char *key, const char *addr)
+{
+	struct redis_coord *e = rcoord_of(m);
+	char hk[300];
+	redisReply *r;
+
+	if (key)
+		mc_coord_cand_key(key, hk, sizeof(hk));
+	else
+		snprintf(hk, sizeof(hk), "%s", e->cand_key);
+	if (!addr)
+		addr = e->cand_addr;
+	if (!hk[0] || !addr[0])
+		return;
+	{
+		const char *argv[] = {"HDEL", hk, addr};
+		if (coord_cmd(e->c, 3, argv, hk, &r) == MC_OK)
+			freeReplyObject(r);
+		else
+			mc_warn("cannot remove the candidate entry %s of %s: %s", addr, hk,
+				mc_last_error());
+	}
+	e->cand_key[0] = '\0';
+}
+
 static void redis_coord_close(struct mc_coord *m)
 {
 	struct redis_coord *e = rcoord_of(m);
 
+	redis_cand_drop(m, NULL, NULL);
 	redis_coord_resign(m);
 	pthread_mutex_lock(&e->c->lock);
 	drop_conn_locked(e->c);
@@ -1172,6 +1285,9 @@ static const struct mc_coord_ops redis_coord_ops = {
 	.resign = redis_coord_resign,
 	.read = redis_coord_read,
 	.evict = redis_coord_evict,
+	.cand_post = redis_cand_post,
+	.cand_list = redis_cand_list,
+	.cand_drop = redis_cand_drop,
 	.close = redis_coord_close,
 };
 

@@ -132,6 +132,9 @@ struct mc_store {
 	char *scratch;
 	uint32_t scratch_free; /* bit i: slot i is free */
 	bool scratch_failed;   /* registering it failed: per-call buffers only */
+	/* put sessions written out of order: bytes of chunks copied aside
+	 * (client_verify.c, at most MC_STORE_SESSION_STAGE) */
+	atomic_uint_fast64_t sess_staged;
 };
 
 /* One object's side of a transfer: its user buffers (scatter-gather) and
@@ -274,10 +277,20 @@ struct mc_store_chk_obj {
 	struct mc_store_chunk_sums sums; /* none: n = 0 */
 };
 struct chunk_plan;
-struct scratch;
+/* The scratch of one call: n slots of MC_STORE_CHUNK bytes, registered
+ * with the engine: the client's pooled ones first, then slots of a buffer
+ * of its own (registered for the call) when those run out.  _get (MC_OK
+ * or MC_ERR_NOMEM), then _put in either case gives them back. */
+struct mc_store_scratch {
+	char **slots;
+	size_t n, pooled, next;
+	char *own; /* registered for the call, or NULL */
+};
+mc_status mc_store_scratch_get(struct mc_store *s, struct mc_store_scratch *sc, size_t n);
+void mc_store_scratch_put(struct mc_store *s, struct mc_store_scratch *sc);
 struct mc_store_chk {
 	struct chunk_plan *plans; /* per range */
-	struct scratch *sc;
+	struct mc_store_scratch *sc;
 	size_t nslots;
 };
 mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);
@@ -406,22 +419,42 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 						size_t n, const struct mc_xfer_req *reqs,
 						const uint32_t *owner, size_t nreq);
 void mc_store_verify_task_end(void *vp, size_t task, mc_status status);
+/* The pass has reads into device memory to be checked as the engine's
+ * staging thread sees them: set mc_store_verify_task_staged as the batch's
+ * staging callback (mc_te_batch_on_task_staged), with vp. */
+bool mc_store_verify_pass_staged(const struct mc_store_vpass *vp);
+void mc_store_verify_task_staged(void *vp, size_t task, uint64_t off, const void *host,
+				 uint64_t len);
 void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp);
 
-/* A put session's object hash (client_session.c): its pieces hashed as
- * their writes succeed, as long as they come in order from offset 0 with
- * no gap, overlap, failure or device memory; otherwise the object gets no
- * checksum (as before).  NULL from _new when verification is off or
- * memory is short: the session then signs nothing.  Not thread-safe: the
- * caller serialises (sess_lock). */
+/*
+ * A put session's object checksums (client_session.c), written in any
+ * order: pieces that continue the bytes hashed so far are hashed as their
+ * writes succeed (the whole hash and each chunk's); a piece out of order
+ * gives the chunks it covers whole their sums from its source bytes (and
+ * a host copy of them, "staged", within MC_STORE_SESSION_STAGE of the
+ * client, so the whole hash can take them in order later); a chunk written
+ * in parts, by a failed write, from device memory, or never, is read back
+ * at the end (_complete).  NULL from _new when verification is off or
+ * memory is short: the session then signs nothing.  _add is not
+ * thread-safe: the caller serialises (sess_lock).
+ */
+#define MC_STORE_SESSION_STAGE (64ull << 20)
 struct mc_store_seq_hash;
 struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size);
 void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
 			   const void *p, uint64_t len, bool ok);
-/* The object's checksum when every one of its size bytes was hashed in order. */
-struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size);
-/* Its chunk sums (owned by h) when it has them and every byte was hashed
- * in order; n = 0 otherwise. */
+/* At the session's end, with no write in flight: hash what was not hashed
+ * as written, read back from reps[0] (key for the logs).  MC_OK: the sums
+ * are complete (_done, _chunks); MC_ERR_CHECKSUM_MISMATCH: a chunk read
+ * back differs from the bytes its write sent (the replica is bad); any
+ * other status (the read failed, no memory): the object goes unsigned. */
+mc_status mc_store_seq_hash_complete(struct mc_store *s, struct mc_store_seq_hash *h,
+				     struct mc_proto_str key, const struct mc_store_replica *reps);
+/* The object's checksum once _complete succeeded; absent otherwise. */
+struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h);
+/* Its chunk sums (owned by h) once _complete succeeded, when it has more
+ * than one chunk; n = 0 otherwise. */
 struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_hash *h);
 void mc_store_seq_hash_free(struct mc_store_seq_hash *h);
 

@@ -147,15 +147,7 @@ static void scratch_give(struct mc_store *s, char *const *slots, size_t n)
 	pthread_mutex_unlock(&s->scratch_lock);
 }
 
-/* The scratch of one call: slots of the client's region, then slots of a
- * buffer of its own (registered for the call) when those run out. */
-struct scratch {
-	char **slots;
-	size_t n, pooled, next;
-	char *own; /* registered for the call, or NULL */
-};
-
-static mc_status scratch_get(struct mc_store *s, struct scratch *sc, size_t n)
+mc_status mc_store_scratch_get(struct mc_store *s, struct mc_store_scratch *sc, size_t n)
 {
 	memset(sc, 0, sizeof(*sc));
 	if (!n)
@@ -178,7 +170,7 @@ static mc_status scratch_get(struct mc_store *s, struct scratch *sc, size_t n)
 	return MC_OK;
 }
 
-static void scratch_put(struct mc_store *s, struct scratch *sc)
+void mc_store_scratch_put(struct mc_store *s, struct mc_store_scratch *sc)
 {
 	if (sc->pooled)
 		scratch_give(s, sc->slots, sc->pooled);
@@ -234,7 +226,7 @@ static bool plan_range(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_
 
 /* The pieces of p: scratch for partial chunks, dst (the range's place in
  * the caller's buffer) for the rest; how many. */
-static size_t plan_bufs(struct chunk_plan *p, char *dst, struct scratch *sc)
+static size_t plan_bufs(struct chunk_plan *p, char *dst, struct mc_store_scratch *sc)
 {
 	size_t n = 0;
 	uint64_t mid_start = p->ws, mid_end = p->we;
@@ -319,7 +311,7 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 
 mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs)
 {
-	if (scratch_get(s, c->sc, c->nslots) != MC_OK)
+	if (mc_store_scratch_get(s, c->sc, c->nslots) != MC_OK)
 		return mc_set_error(MC_ERR_NOMEM, "ranged read: no memory for %zu chunks",
 				    c->nslots);
 	for (size_t k = 0; k < rs->n; k++) {
@@ -341,7 +333,7 @@ void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_range
 void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c)
 {
 	if (c->sc)
-		scratch_put(s, c->sc);
+		mc_store_scratch_put(s, c->sc);
 	mc_free(c->sc);
 	mc_free(c->plans);
 	memset(c, 0, sizeof(*c));

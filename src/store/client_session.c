@@ -50,7 +50,7 @@ struct session {
 	unsigned users;			/* ranged calls using it (sess_lock) */
 	bool detached;			/* out of its tree (sess_lock) */
 	bool awaited;			/* detached: an ender waits for users == 0 */
-	struct mc_store_seq_hash *hash; /* put: the object's checksum, written in order */
+	struct mc_store_seq_hash *hash; /* put: the object's checksums, in any order */
 	/* get: the object's checksums, to check what its ranged reads cover
 	 * (client_ranges.c, mc_store_chk_*) */
 	bool has_cksum;
@@ -601,6 +601,54 @@ out:
 	return mc_store_first_failure(results, n);
 }
 
+/*
+ * The checksums of the put sessions being ended, xs[owner[e]] for e < m
+ * (no write in flight): what was not hashed as written is read back
+ * (mc_store_seq_hash_complete).  A session whose replica did not store
+ * what was sent is revoked here, its result MC_ERR_CHECKSUM_MISMATCH, and
+ * leaves the lists; returns how many remain, kv, metas, chunks and owner
+ * packed.
+ */
+static uint32_t sign_sessions(struct mc_store *s, struct session **xs, struct mc_proto_str *kv,
+			      struct mc_store_object_meta *metas,
+			      struct mc_store_chunk_sums *chunks, uint32_t *owner, uint32_t m,
+			      mc_status *results, bool *any_chunks)
+{
+	struct mc_proto_str *bad = mc_calloc(m, sizeof(*bad));
+	uint32_t *badi = mc_calloc(m, sizeof(*badi));
+	uint32_t kept = 0, nbad = 0;
+
+	for (uint32_t e = 0; e < m; e++) {
+		struct session *x = xs[owner[e]];
+		mc_status rc = mc_store_seq_hash_complete(s, x->hash, kv[e], x->reps);
+
+		if (rc == MC_ERR_CHECKSUM_MISMATCH && bad && badi) {
+			results[owner[e]] = rc;
+			bad[nbad] = kv[e];
+			badi[nbad++] = owner[e];
+			continue; /* revoked below */
+		}
+		kv[kept] = kv[e];
+		metas[kept].key = kv[e];
+		metas[kept].checksum = mc_store_seq_hash_done(x->hash); /* absent: unsigned */
+		chunks[kept] = mc_store_seq_hash_chunks(x->hash);	/* freed with the session */
+		*any_chunks |= chunks[kept].n != 0;
+		owner[kept++] = owner[e];
+	}
+	if (nbad) {
+		struct mc_store_msg resp;
+		if (mc_store_send_put_revoke(s, bad, nbad, false, &resp) == MC_OK)
+			mc_store_msg_release(&resp);
+	}
+	for (uint32_t e = 0; e < nbad; e++) { /* ended, with the error */
+		session_free(xs[badi[e]]);
+		xs[badi[e]] = NULL;
+	}
+	mc_free(bad);
+	mc_free(badi);
+	return kept;
+}
+
 /* End (BatchPutEnd) or revoke (BatchPutRevoke) put sessions. */
 static mc_status put_session_finish(struct mc_store *s, const char *const *keys, size_t n,
 				    bool revoke, mc_status *results)
@@ -647,15 +695,16 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 		xs[i]->awaited = true;
 		kv[m] = mc_proto_str_c(xs[i]->key);
 		metas[m].key = kv[m];
-		metas[m].checksum = mc_store_seq_hash_done(xs[i]->hash, xs[i]->size);
-		chunks[m] = mc_store_seq_hash_chunks(xs[i]->hash); /* freed with the session */
-		any_chunks |= chunks[m].n != 0;
 		owner[m++] = (uint32_t)i;
 	}
 	for (uint32_t e = 0; e < m; e++)
 		while (xs[owner[e]]->users)
 			pthread_cond_wait(&s->sess_cond, &s->sess_lock);
 	pthread_mutex_unlock(&s->sess_lock);
+	if (!m)
+		goto out;
+	if (!revoke)
+		m = sign_sessions(s, xs, kv, metas, chunks, owner, m, results, &any_chunks);
 	if (!m)
 		goto out;
 	if (revoke) {

@@ -33,18 +33,21 @@
  * by chunk (hash_chunks, one pass), and a read of part of it checks the
  * chunks it touches (client_ranges.c widens it to them; judge_chunks).
  *
- * A put session signs its object too when its pieces are written in order
- * from offset 0 (mc_store_seq_hash: each piece hashed once its write
- * succeeded, under the client's sess_lock, its chunks' sums too); a gap, a
- * rewrite, a failed piece or device memory leaves that object without a
- * checksum.
+ * A put session signs its objects too, whatever the order of its pieces
+ * (mc_store_seq_hash, "put sessions" below): pieces that continue what was
+ * hashed are hashed as their writes succeed, chunks written whole out of
+ * order get their sums from the source (and a staged copy, so the whole
+ * hash takes them in order), and what is left (chunks written in parts,
+ * by failed writes, from device memory) is read back from the first
+ * replica when the session ends.
  *
  * What is not checked: ranges of objects without chunk sums (written
- * before minor 9, or by a session out of order), which cannot be checked
- * against a whole-object hash without reading the whole object; objects
- * written by put sessions out of order or from device memory, whose PutEnd
- * carries no checksum; reads into device memory (hashing them would need a
- * copy to the host of every byte).
+ * before minor 9), which cannot be checked against a whole-object hash
+ * without reading the whole object; objects written from device memory by
+ * plain puts, whose PutEnd carries no checksum; reads into device memory
+ * that do not pass through the engine's pinned staging buffers (own
+ * segment, ranges, mixed buffer lists): whole reads from another holder
+ * are hashed there ("reads into device memory" below).
  * With verification off (MC_STORE_VERIFY=0 or the setup option), this
  * client neither signs its puts nor checks its reads.  docs/security.md
  * lists all of this.
@@ -197,6 +200,30 @@ static bool to_stream(struct mc_store *s, const struct mc_store_io *io)
 	return !io->chunk_want && to_check(s, io);
 }
 
+/* The bytes of io are all in device memory. */
+static bool device_only(struct mc_store *s, const struct mc_store_io *io)
+{
+	uint64_t off = 0;
+
+	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+		uint64_t n = MC_MIN((uint64_t)io->lens[b], io->len - off);
+
+		if (n && mc_te_local_device(s->te, io->bufs[b], n) < 0)
+			return false;
+		off += n;
+	}
+	return io->len != 0;
+}
+
+/* A read of a whole object into device memory, to be checked as the
+ * staging thread sees its bytes in the pinned buffers ("reads into device
+ * memory" below). */
+static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
+{
+	return io->check && !io->checked && io->status == MC_OK && s->verify && !io->chunk_want &&
+	       device_only(s, io);
+}
+
 /* Fail io, whose bytes hashed to got where want was expected. */
 static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want)
 {
@@ -304,14 +331,27 @@ mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const
  * mc_te_batch_wait meanwhile, and every piece has been hashed before the
  * wait returns. */
 
+/* A chunk of a device-memory read that the staging thread showed ahead
+ * of the bytes hashed: a copy, until those in front of it are. */
+struct held {
+	struct held *next;
+	uint64_t pos, len;
+	char bytes[];
+};
+
 struct vio {
 	struct mc_store_io *io; /* NULL: not checked here */
 	uint32_t first, end;	/* its requests */
 	uint32_t next;		/* the next piece to hash; under busy */
 	atomic_bool busy;
 	atomic_bool failed;
-	XXH3_state_t *st; /* more than one piece; else sum */
+	XXH3_state_t *st; /* more than one piece, or staged; else sum */
 	uint64_t sum;
+	/* staged (device memory): bytes hashed, chunks held; the staging
+	 * thread's alone until the wait returns */
+	bool staged, lost;
+	uint64_t pos;
+	struct held *held;
 };
 
 struct mc_store_vpass {
@@ -320,15 +360,24 @@ struct mc_store_vpass {
 	struct vio *v; /* per io */
 	size_t n;
 	atomic_bool *landed; /* per request */
+	uint64_t *base;	     /* per request: its offset in its io (staged ios) */
+	bool any_staged;
 };
 
 static void vpass_free(struct mc_store_vpass *vp)
 {
-	for (size_t i = 0; i < vp->n; i++)
+	for (size_t i = 0; i < vp->n; i++) {
 		if (vp->v[i].st)
 			XXH3_freeState(vp->v[i].st);
+		while (vp->v[i].held) {
+			struct held *h = vp->v[i].held;
+			vp->v[i].held = h->next;
+			mc_free(h);
+		}
+	}
 	mc_free(vp->v);
 	mc_free(vp->landed);
+	mc_free(vp->base);
 	mc_free(vp);
 }
 
@@ -340,7 +389,7 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	bool any = false;
 
 	for (size_t k = 0; k < nreq && !any; k++)
-		any = to_stream(s, &ios[owner[k]]);
+		any = to_stream(s, &ios[owner[k]]) || to_stage(s, &ios[owner[k]]);
 	if (!any || !(vp = mc_calloc(1, sizeof(*vp))))
 		return NULL;
 	vp->reqs = reqs;
@@ -348,18 +397,33 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	vp->n = n;
 	vp->v = mc_calloc(n, sizeof(*vp->v));
 	vp->landed = mc_calloc(nreq, sizeof(*vp->landed));
-	if (!vp->v || !vp->landed)
+	vp->base = mc_calloc(nreq, sizeof(*vp->base));
+	if (!vp->v || !vp->landed || !vp->base)
 		goto fail;
 	for (size_t k = 0, end; k < nreq; k = end) {
 		struct vio *v = &vp->v[owner[k]];
+		bool staged = false; /* host reads: one lookup, as before */
 
 		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!to_stream(s, &ios[owner[k]]))
+		if (!to_stream(s, &ios[owner[k]]) && !(staged = to_stage(s, &ios[owner[k]])))
 			continue;
 		v->io = &ios[owner[k]];
 		v->first = v->next = (uint32_t)k;
 		v->end = (uint32_t)end;
+		if (staged) {
+			uint64_t at = 0;
+
+			for (size_t j = k; j < end; j++) {
+				vp->base[j] = at;
+				at += reqs[j].length;
+			}
+			v->staged = vp->any_staged = true;
+			if (!(v->st = XXH3_createState()))
+				goto fail;
+			XXH3_64bits_reset(v->st);
+			continue;
+		}
 		if (end - k > 1) {
 			if (!(v->st = XXH3_createState())) /* 64-byte aligned */
 				goto fail;
@@ -384,6 +448,8 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 		atomic_store(&v->failed, true); /* the wait fails io */
 		return;
 	}
+	if (v->staged)
+		return; /* hashed as the staging thread saw it */
 	if (!v->st) { /* the only piece: this thread alone touches v */
 		v->sum = hash64(vp->reqs[k].source, (size_t)vp->reqs[k].length);
 		v->next = v->end;
@@ -400,6 +466,67 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 	} while (next < v->end && atomic_load(&vp->landed[next]));
 }
 
+bool mc_store_verify_pass_staged(const struct mc_store_vpass *vp)
+{
+	return vp && vp->any_staged;
+}
+
+/*
+ * Reads into device memory.  Their bytes are in host memory only in the
+ * engine's pinned staging buffers (te/stage.c), between their arrival and
+ * their copy to the device; the staging thread shows each chunk there
+ * (mc_te_batch_on_task_staged), and it is hashed then, in the object's
+ * order: a chunk ahead of the bytes hashed so far is copied aside (held)
+ * until they reach it.  What is held is bounded by the staging buffers in
+ * flight (MC_GPU_STAGE_BUFFERS of MC_GPU_STAGE_CHUNK).  One staging thread
+ * per engine sees every chunk of a batch, so a staged vio is that thread's
+ * alone until the batch's wait returns.  A read the engine moves into
+ * device memory without staging (the local transport, an own-segment
+ * replica) is not seen whole, and stays unchecked.
+ */
+static void stage_hash(struct vio *v, const void *p, uint64_t len)
+{
+	hash_update(v->st, p, (size_t)len);
+	v->pos += len;
+	for (struct held **hp = &v->held; *hp;) {
+		struct held *h = *hp;
+
+		if (h->pos != v->pos) {
+			hp = &h->next;
+			continue;
+		}
+		hash_update(v->st, h->bytes, (size_t)h->len);
+		v->pos += h->len;
+		*hp = h->next;
+		mc_free(h);
+		hp = &v->held; /* another may follow it */
+	}
+}
+
+void mc_store_verify_task_staged(void *arg, size_t k, uint64_t off, const void *host, uint64_t len)
+{
+	struct mc_store_vpass *vp = arg;
+	struct vio *v = &vp->v[vp->owner[k]];
+	uint64_t pos = vp->base[k] + off;
+	struct held *h;
+
+	if (!v->io || !v->staged || v->lost)
+		return;
+	if (pos == v->pos) {
+		stage_hash(v, host, len);
+		return;
+	}
+	if (!(h = mc_malloc(sizeof(*h) + (size_t)len))) {
+		v->lost = true; /* no memory: this read goes unchecked */
+		return;
+	}
+	h->pos = pos;
+	h->len = len;
+	memcpy(h->bytes, host, (size_t)len);
+	h->next = v->held;
+	v->held = h;
+}
+
 void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 {
 	if (!vp)
@@ -408,86 +535,265 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 		struct vio *v = &vp->v[i];
 
 		/* the wait has returned: every piece's callback is over */
-		if (!v->io || atomic_load(&v->failed) || v->next != v->end || !to_check(s, v->io))
-			continue; /* failed, or left to mc_store_verify_check */
+		if (!v->io || atomic_load(&v->failed))
+			continue;
+		if (v->staged) { /* judged when every byte was seen staged */
+			if (!v->lost && v->pos == v->io->len && to_stage(s, v->io))
+				judge(s, v->io, XXH3_64bits_digest(v->st));
+			continue;
+		}
+		if (v->next != v->end || !to_check(s, v->io))
+			continue; /* left to mc_store_verify_check */
 		judge(s, v->io, v->st ? XXH3_64bits_digest(v->st) : v->sum);
 	}
 	vpass_free(vp);
 }
 
 /* ---- put sessions -----------------------------------------------------------------------------
+ *
+ * A session's pieces may come in any order, rewrite each other, fail, or
+ * come from device memory.  What is known of each chunk (state[]):
+ * CK_SUM, its sum from the source bytes of a write that covered it whole
+ * (or of the in-order stream that completed it); CK_NONE or CK_DIRTY, not
+ * known (never written, or written in parts, by a failed write, from
+ * device memory).  The whole hash is fed in order up to `next`: by the
+ * pieces that continue it, then by the staged copies of chunks written
+ * whole ahead of it.  At the end, what lies after `next` (everything, when
+ * a write landed behind it: `rewound`) is fed from the staged copies or
+ * read back from the first replica, a chunk at a time; a chunk read back
+ * whose sum was known from its source must match it (else the replica did
+ * not store what was sent), the others take the sum of what was read.
  */
 
+enum { CK_NONE, CK_DIRTY, CK_SUM };
+
 struct mc_store_seq_hash {
-	XXH3_state_t *st;
-	XXH3_state_t *part; /* the chunk being hashed, when there are chunks */
-	uint64_t next;	    /* bytes hashed, from offset 0 */
-	uint64_t size;	    /* the object's */
-	uint64_t *sums;	    /* per chunk, when more than one */
-	bool broken;	    /* out of order, failed or device memory: no checksum */
+	XXH3_state_t *st;	      /* the whole hash, fed in order up to next */
+	XXH3_state_t *part;	      /* the chunk next lies in, fed up to next */
+	uint64_t next;		      /* bytes fed to st, from offset 0 */
+	uint64_t size;		      /* the object's */
+	uint64_t nc;		      /* chunks tracked (at least 1) */
+	uint64_t *sums;		      /* per chunk */
+	uint8_t *state;		      /* per chunk, CK_* */
+	char **stage;		      /* per chunk: a copy of a chunk written whole ahead of next */
+	atomic_uint_fast64_t *staged; /* the client's bytes staged */
+	bool rewound;		      /* a write landed behind next: all is read back */
+	bool done;		      /* _complete succeeded: cksum and sums hold */
+	uint64_t cksum;
 };
+
+static uint64_t chunk_len(const struct mc_store_seq_hash *h, uint64_t c)
+{
+	return MC_MIN((uint64_t)MC_STORE_CHUNK, h->size - c * MC_STORE_CHUNK);
+}
+
+static void unstage(struct mc_store_seq_hash *h, uint64_t c)
+{
+	if (!h->stage[c])
+		return;
+	atomic_fetch_sub(h->staged, chunk_len(h, c));
+	mc_free(h->stage[c]);
+	h->stage[c] = NULL;
+}
 
 struct mc_store_seq_hash *mc_store_seq_hash_new(struct mc_store *s, uint64_t size)
 {
 	struct mc_store_seq_hash *h;
-	uint64_t nc = mc_store_chunk_count(size);
+	uint64_t nc = size ? (size + MC_STORE_CHUNK - 1) / MC_STORE_CHUNK : 1;
 
-	if (!s->verify || !(h = mc_calloc(1, sizeof(*h))))
+	if (!s->verify || nc > UINT32_MAX || !(h = mc_calloc(1, sizeof(*h))))
 		return NULL;
 	h->size = size;
-	h->st = XXH3_createState();   /* 64-byte aligned */
-	if (nc && nc <= UINT32_MAX) { /* no memory for them: the whole hash alone */
-		h->sums = mc_malloc(nc * sizeof(uint64_t));
-		h->part = h->sums ? XXH3_createState() : NULL;
-		if (!h->part) {
-			mc_free(h->sums);
-			h->sums = NULL;
-		} else {
-			XXH3_64bits_reset(h->part);
-		}
-	}
-	if (!h->st) {
+	h->nc = nc;
+	h->staged = &s->sess_staged;
+	h->st = XXH3_createState(); /* 64-byte aligned */
+	h->part = XXH3_createState();
+	h->sums = mc_calloc(nc, sizeof(*h->sums));
+	h->state = mc_calloc(nc, sizeof(*h->state));
+	h->stage = mc_calloc(nc, sizeof(*h->stage));
+	if (!h->st || !h->part || !h->sums || !h->state || !h->stage) {
 		mc_store_seq_hash_free(h);
 		return NULL;
 	}
 	XXH3_64bits_reset(h->st);
+	XXH3_64bits_reset(h->part);
 	return h;
+}
+
+/* Feed p (len bytes at h->next) to the whole hash and its chunks'. */
+static void feed(struct mc_store_seq_hash *h, const char *p, uint64_t len)
+{
+	hash_update(h->st, p, (size_t)len);
+	while (len) {
+		uint64_t c = h->next / MC_STORE_CHUNK;
+		uint64_t k = MC_MIN(len, c * MC_STORE_CHUNK + chunk_len(h, c) - h->next);
+
+		hash_update(h->part, p, (size_t)k);
+		p += k;
+		len -= k;
+		h->next += k;
+		unstage(h, c); /* rewritten */
+		if (h->next == c * MC_STORE_CHUNK + chunk_len(h, c)) {
+			h->sums[c] = XXH3_64bits_digest(h->part);
+			h->state[c] = CK_SUM;
+			XXH3_64bits_reset(h->part);
+		} else {
+			h->state[c] = CK_DIRTY; /* in part: its sum is not known yet */
+		}
+	}
+}
+
+/* Let the whole hash take the staged chunks that now continue it. */
+static void feed_staged(struct mc_store_seq_hash *h)
+{
+	uint64_t c;
+
+	while (h->next < h->size && h->next % MC_STORE_CHUNK == 0 &&
+	       h->stage[c = h->next / MC_STORE_CHUNK]) {
+		hash_update(h->st, h->stage[c], (size_t)chunk_len(h, c));
+		h->next += chunk_len(h, c);
+		unstage(h, c);
+	}
 }
 
 void mc_store_seq_hash_add(struct mc_store *s, struct mc_store_seq_hash *h, uint64_t off,
 			   const void *p, uint64_t len, bool ok)
 {
-	if (!h || h->broken || (ok && !len))
-		return;
-	if (!ok || off != h->next || len > h->size - h->next ||
-	    (len && mc_te_local_device(s->te, p, len) >= 0)) {
-		h->broken = true; /* a rewrite, a gap or a failed piece: the hash cannot know */
-		return;
-	}
-	hash_update(h->st, p, (size_t)len);
-	while (h->sums && len) { /* each chunk's sum as it completes */
-		uint64_t c = h->next / MC_STORE_CHUNK;
-		uint64_t k = MC_MIN(len, (c + 1) * MC_STORE_CHUNK - h->next);
+	uint64_t end = off + len;
 
-		hash_update(h->part, p, (size_t)k);
-		p = (const char *)p + k;
-		len -= k;
-		h->next += k;
-		if (h->next % MC_STORE_CHUNK == 0 || h->next == h->size) {
-			h->sums[c] = XXH3_64bits_digest(h->part);
-			XXH3_64bits_reset(h->part);
-		}
+	if (!h || !len || !mc_store_range_inside(off, len, h->size))
+		return;
+	if (h->done) { /* written again after a _complete whose end failed */
+		h->done = false;
+		h->rewound = true;
 	}
-	h->next += len; /* without chunks */
+	if (off < h->next)
+		h->rewound = true; /* bytes the whole hash took are rewritten */
+	if (!ok || mc_te_local_device(s->te, p, len) >= 0) {
+		for (uint64_t c = off / MC_STORE_CHUNK; c <= (end - 1) / MC_STORE_CHUNK; c++) {
+			unstage(h, c);
+			h->state[c] = CK_DIRTY; /* read back at the end */
+		}
+		return;
+	}
+	if (!h->rewound && off == h->next) {
+		feed(h, p, len);
+		feed_staged(h);
+		return;
+	}
+	for (uint64_t c = off / MC_STORE_CHUNK; c <= (end - 1) / MC_STORE_CHUNK; c++) {
+		uint64_t cs = c * MC_STORE_CHUNK, cl = chunk_len(h, c);
+		const char *q = (const char *)p + (cs > off ? cs - off : 0);
+
+		unstage(h, c);
+		if (off > cs || end < cs + cl) {
+			h->state[c] = CK_DIRTY; /* in part */
+			continue;
+		}
+		h->sums[c] = hash64(q, (size_t)cl);
+		h->state[c] = CK_SUM;
+		if (h->rewound)
+			continue; /* all is read back at the end, checked against the sums */
+		/* ahead of the whole hash: a copy, for it to take in order */
+		if (atomic_fetch_add(h->staged, cl) + cl <= MC_STORE_SESSION_STAGE &&
+		    (h->stage[c] = mc_malloc((size_t)cl)))
+			memcpy(h->stage[c], q, (size_t)cl);
+		else /* over the budget: read back at the end, checked */
+			atomic_fetch_sub(h->staged, cl);
+	}
 }
 
-struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h, uint64_t size)
+/* Chunks read back at once at the end of a session. */
+#define READBACK_CHUNKS 8u
+
+mc_status mc_store_seq_hash_complete(struct mc_store *s, struct mc_store_seq_hash *h,
+				     struct mc_proto_str key, const struct mc_store_replica *rep)
+{
+	struct mc_store_scratch sc = {0};
+	mc_status rc = MC_OK;
+
+	if (!h || h->done)
+		return MC_OK;
+	if (h->rewound) {
+		for (uint64_t c = 0; c < h->nc; c++)
+			unstage(h, c);
+		XXH3_64bits_reset(h->st);
+		XXH3_64bits_reset(h->part);
+		h->next = 0;
+		h->rewound = false;
+	}
+	feed_staged(h);
+	if (h->next < h->size)
+		rc = mc_store_scratch_get(s, &sc, READBACK_CHUNKS);
+	while (rc == MC_OK && h->next < h->size) {
+		struct mc_store_ranges rs;
+		uint64_t c0 = h->next / MC_STORE_CHUNK, c1 = c0, at[READBACK_CHUNKS];
+		size_t nread = 0;
+
+		/* the chunks up to READBACK_CHUNKS read back, with the staged
+		 * ones between them */
+		while (c1 < h->nc && nread < READBACK_CHUNKS)
+			if (!h->stage[c1++])
+				nread++;
+		rc = mc_store_ranges_init(&rs, nread, nread);
+		nread = 0;
+		for (uint64_t c = c0; rc == MC_OK && c < c1; c++) {
+			uint64_t from = MC_MAX(h->next, c * MC_STORE_CHUNK);
+
+			if (h->stage[c] && from == c * MC_STORE_CHUNK)
+				continue;
+			at[nread] = c;
+			rs.ios[mc_store_ranges_add(&rs, sc.slots[nread], from,
+						   c * MC_STORE_CHUNK + chunk_len(h, c) - from, rep,
+						   1)]
+				.key = key;
+			nread++;
+		}
+		if (rc == MC_OK)
+			mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
+		for (size_t k = 0; rc == MC_OK && k < rs.n; k++)
+			if (rs.ios[k].status != MC_OK)
+				rc = rs.ios[k].status;
+		for (uint64_t c = c0, k = 0; rc == MC_OK && c < c1; c++) {
+			uint64_t known = h->sums[c];
+			bool was = h->state[c] == CK_SUM;
+
+			if (k < nread && at[k] == c) {
+				feed(h, sc.slots[k], rs.ios[k].len);
+				k++;
+				if (was && h->sums[c] != known) {
+					atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
+					rc = mc_set_error(
+						MC_ERR_CHECKSUM_MISMATCH,
+						"%.*s: chunk %" PRIu64
+						" read back differs from what was written",
+						(int)MC_MIN(key.len, 80u), key.ptr, c);
+					mc_warn("%s", mc_last_error());
+				}
+			} else {
+				feed_staged(h);
+			}
+		}
+		mc_store_ranges_release(&rs);
+	}
+	mc_store_scratch_put(s, &sc);
+	if (rc == MC_OK) {
+		h->cksum = XXH3_64bits_digest(h->st);
+		h->done = true;
+	} else if (rc != MC_ERR_CHECKSUM_MISMATCH) {
+		mc_debug("%.*s: the put session's checksums are not complete: %s",
+			 (int)MC_MIN(key.len, 80u), key.ptr, mc_strerror(rc));
+	}
+	return rc;
+}
+
+struct mc_proto_opt_u64 mc_store_seq_hash_done(const struct mc_store_seq_hash *h)
 {
 	struct mc_proto_opt_u64 v = {false, 0};
 
-	if (h && !h->broken && h->next == size) {
+	if (h && h->done) {
 		v.present = true;
-		v.value = XXH3_64bits_digest(h->st);
+		v.value = h->cksum;
 	}
 	return v;
 }
@@ -496,8 +802,8 @@ struct mc_store_chunk_sums mc_store_seq_hash_chunks(const struct mc_store_seq_ha
 {
 	struct mc_store_chunk_sums c = {0, NULL};
 
-	if (h && h->sums && !h->broken && h->next == h->size) {
-		c.n = (uint32_t)mc_store_chunk_count(h->size);
+	if (h && h->done && mc_store_chunk_count(h->size)) {
+		c.n = (uint32_t)h->nc;
 		c.v = h->sums;
 	}
 	return c;
@@ -507,11 +813,15 @@ void mc_store_seq_hash_free(struct mc_store_seq_hash *h)
 {
 	if (!h)
 		return;
+	for (uint64_t c = 0; h->stage && c < h->nc; c++)
+		unstage(h, c);
 	if (h->st)
 		XXH3_freeState(h->st);
 	if (h->part)
 		XXH3_freeState(h->part);
 	mc_free(h->sums);
+	mc_free(h->state);
+	mc_free(h->stage);
 	mc_free(h);
 }
 

@@ -281,7 +281,9 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	rc = mc_te_batch_new(s->te, l.n, &bid);
 	if (rc == MC_OK && opcode == MC_OP_READ &&
 	    (vp = mc_store_verify_pass_new(s, ios, n, l.v, l.owner, l.n)) &&
-	    mc_te_batch_on_task_end(s->te, bid, mc_store_verify_task_end, vp) != MC_OK) {
+	    (mc_te_batch_on_task_end(s->te, bid, mc_store_verify_task_end, vp) != MC_OK ||
+	     (mc_store_verify_pass_staged(vp) &&
+	      mc_te_batch_on_task_staged(s->te, bid, mc_store_verify_task_staged, vp) != MC_OK))) {
 		mc_store_verify_pass_end(s, vp); /* cannot be: the check after hashes */
 		vp = NULL;
 	}

@@ -910,6 +910,8 @@ static void *dec_alloc(size_t n, bool zero)
 			memset(p, 0, n);
 		return p;
 	}
+	if (a)
+		a->spilled += k;
 	return zero ? mc_calloc(1, n) : mc_malloc(n);
 }
 
@@ -1492,6 +1494,27 @@ void mc_store_msg_release(struct mc_store_msg *m)
 	free_str(&m->error);
 	mc_store_body_release(m->hdr.type, m->hdr.flags & MC_PROTO_F_RESPONSE, &m->body);
 	memset(m, 0, sizeof(*m));
+}
+
+mc_status mc_store_msg_decode_in(struct mc_store_decode_arena *a, const void *frame, size_t len,
+				 uint32_t max_payload, struct mc_store_msg *out)
+{
+	struct mc_store_decode_arena *prev = tl_arena;
+	mc_status rc;
+
+	tl_arena = a;
+	rc = mc_store_msg_decode(frame, len, max_payload, out);
+	tl_arena = prev;
+	return rc;
+}
+
+void mc_store_msg_release_in(struct mc_store_decode_arena *a, struct mc_store_msg *m)
+{
+	struct mc_store_decode_arena *prev = tl_arena;
+
+	tl_arena = a;
+	mc_store_msg_release(m);
+	tl_arena = prev;
 }
 
 bool mc_store_msg_equal(const struct mc_store_msg *a, const struct mc_store_msg *b)

@@ -1012,10 +1012,23 @@ bool mc_store_body_equal(uint16_t type, bool response, const void *a, const void
 struct mc_store_decode_arena {
 	uint8_t *base;
 	size_t cap, used;
+	size_t spilled; /* bytes malloc'ed beyond it while in use (its owner
+			 * may grow it by as much; the owner resets it) */
 };
 
 /* The calling thread's arena from now on (NULL: none, malloc as usual). */
 void mc_store_decode_arena_use(struct mc_store_decode_arena *a);
+
+/*
+ * mc_store_msg_decode and mc_store_msg_release with a in use for the call
+ * only (the thread's arena before it is restored after): for a caller that
+ * decodes one frame, acts on it with code that may decode for itself (the
+ * master's handlers), and releases it.  A message decoded _in(a) is
+ * released _in(a) on the same thread, before a->used is reset.
+ */
+mc_status mc_store_msg_decode_in(struct mc_store_decode_arena *a, const void *frame, size_t len,
+				 uint32_t max_payload, struct mc_store_msg *out);
+void mc_store_msg_release_in(struct mc_store_decode_arena *a, struct mc_store_msg *m);
 
 #define MC__STORE_BODY_DECL(name)                                     \
 	void mc_store_##name##_release(struct mc_store_##name *m);    \

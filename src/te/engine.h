@@ -57,6 +57,12 @@ struct mc_batch;
 /* Told that task `task` of a batch ended with `status`, before anyone can
  * see it end (mc_te_batch_on_task_end). */
 typedef void (*mc_task_end_cb)(void *arg, size_t task, mc_status status);
+/* Told, on the staging thread (te/stage.c), that bytes [off, off + len) of
+ * task `task`'s request, a read into device memory, are in the pinned
+ * buffer at host and about to be copied to the device
+ * (mc_te_batch_on_task_staged). */
+typedef void (*mc_task_staged_cb)(void *arg, size_t task, uint64_t off, const void *host,
+				  uint64_t len);
 
 struct mc_task {
 	struct mc_batch *batch;
@@ -88,6 +94,10 @@ struct mc_batch {
 	/* mc_te_batch_on_task_end: run on the thread that ends each task */
 	mc_task_end_cb task_end;
 	void *task_end_arg;
+	/* mc_te_batch_on_task_staged: run on the staging thread for each
+	 * chunk of a device-memory read, before its copy to the device */
+	mc_task_staged_cb task_staged;
+	void *task_staged_arg;
 	char *notify_name;
 	char *notify_msg;
 	mc_segment_id notify_target;
@@ -170,6 +180,17 @@ mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct 
  * there, while they are still in that core's cache.  Set before the first
  * submit; cb must be short and must not call into the engine. */
 mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_cb cb, void *arg);
+/* Have cb(arg, task, off, host, len) run for each chunk of a read into
+ * device memory that moves through the pinned staging buffers (te/stage.c),
+ * on the staging thread, once its bytes are in the pinned buffer and
+ * before they are copied to the device: the store hashes them there.
+ * Chunks of one task may come in any order; each is seen once, and all of
+ * them before the task ends.  A read the transport moves into device
+ * memory itself (the local transport) is not staged, so not seen.  Set
+ * before the first submit; cb must be short and must not call into the
+ * engine. */
+mc_status mc_te_batch_on_task_staged(struct mc_te *te, mc_batch_id id, mc_task_staged_cb cb,
+				     void *arg);
 
 /* ---- te/segment.c --------------------------------------------------------- */
 

@@ -30,6 +30,11 @@
  * copy is bounded (one chunk at PCIe speed), so blocking on it delays the handling of a transport
  * completion by at most that much.
  *
+ * A read chunk's bytes are shown to the batch's staging callback, when it
+ * has one (mc_te_batch_on_task_staged), in the pinned buffer before the
+ * copy to the device: the store's integrity check hashes them there, the
+ * only place a device-memory read's bytes are in host memory.
+ *
  * The user's task has one slice, task->first, completed when the last
  * chunk ended; a failed chunk fails the task, after the chunks still in
  * flight came back (their buffers are not reused before).
@@ -163,6 +168,11 @@ static void chunk_back(struct mc_stager *sg, struct stage_chunk *ch)
 	if (r->opcode == MC_OP_WRITE || r->error != MC_OK) {
 		chunk_free(sg, ch);
 		return;
+	}
+	if (r->task->batch->task_staged) { /* the store checks the bytes here */
+		struct mc_batch *b = r->task->batch;
+		b->task_staged(b->task_staged_arg, (size_t)(r->task - b->tasks), ch->off,
+			       mc_devstage_host(&sg->stage, ch->buf), ch->slice.len);
 	}
 	rc = mc_devstage_copy(&sg->stage, ch->buf, r->dev, r->dptr + ch->off,
 			      mc_devstage_host(&sg->stage, ch->buf), (size_t)ch->slice.len);

@@ -313,6 +313,25 @@ mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_
 	return MC_OK;
 }
 
+mc_status mc_te_batch_on_task_staged(struct mc_te *te, mc_batch_id id, mc_task_staged_cb cb,
+				     void *arg)
+{
+	struct mc_batch *b;
+
+	if (!te)
+		return MC_ERR_INVALID_PARAMS;
+	b = find_batch(te, id);
+	if (!b)
+		return MC_ERR_BATCH_NOT_FOUND;
+	if (b->ntasks)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "batch 0x%llx: a staging callback is set before any submit",
+				    (unsigned long long)id);
+	b->task_staged = cb;
+	b->task_staged_arg = arg;
+	return MC_OK;
+}
+
 mc_status mc_te_submit_with_notify(struct mc_te *te, mc_batch_id id, const struct mc_xfer_req *reqs,
 				   size_t n, const char *notify_name, const char *notify_msg)
 {

@@ -7,7 +7,8 @@
  *      after another, as a pipelining peer sends them.  Peek and decode
  *      must agree; a frame that decodes is re-encoded, and must give back
  *      the same payload bytes (the decoder accepts canonical encodings
- *      only) and decode to an equal message;
+ *      only) and decode to an equal message; each frame is decoded again
+ *      in an arena, as the master's RPC loop does, with the same outcome;
  *   2. as a bare payload (after the first 32 bytes when there are that
  *      many, so seed frames give real payloads), decoded as the request
  *      and the response of every message type, with the same re-encoding
@@ -74,6 +75,25 @@ static void frame_round_trip(const uint8_t *frame, size_t len, const struct mc_s
 	mc_buf_release(&b);
 }
 
+/* The frame decoded as the master's RPC loop does, in an arena (a small
+ * one, so that all but the shortest frames also spill to malloc): the same
+ * outcome and the same message as rc and m of the plain decode, and a
+ * release that frees only what was malloc'ed (LeakSanitizer, ASan). */
+static void in_arena(const uint8_t *frame, size_t len, mc_status rc, const struct mc_store_msg *m)
+{
+	static uint8_t buf[256];
+	struct mc_store_decode_arena a = {.base = buf, .cap = sizeof(buf)};
+	struct mc_store_msg m2;
+	mc_status rc2 = mc_store_msg_decode_in(&a, frame, len, FUZZ_MAX_PAYLOAD, &m2);
+
+	check(rc2 == rc || rc2 == MC_ERR_NOMEM || rc == MC_ERR_NOMEM);
+	check(a.used <= a.cap);
+	if (rc2 == MC_OK && rc == MC_OK)
+		check(mc_store_msg_equal(&m2, m));
+	if (rc2 == MC_OK)
+		mc_store_msg_release_in(&a, &m2);
+}
+
 static void stream(const uint8_t *data, size_t size)
 {
 	size_t off = 0;
@@ -106,10 +126,11 @@ static void stream(const uint8_t *data, size_t size)
 		check(m.hdr.req_id == h.req_id && m.hdr.type == h.type);
 		if (rc == MC_ERR_NOT_SUPPORTED)
 			check(!mc_store_msg_known(h.type));
-		if (rc == MC_OK) {
+		if (rc == MC_OK)
 			frame_round_trip(data + off, flen, &m);
+		in_arena(data + off, flen, rc, &m);
+		if (rc == MC_OK)
 			mc_store_msg_release(&m);
-		}
 		off += flen;
 	}
 }

@@ -357,6 +357,41 @@ def test_unmounted_segment_stops_counting(store, conductor):
     assert st == 200 and r["matches"] == {"pc": 0, "pa": 0}, r
 
 
+def test_restarted_conductor_sees_the_store_again(store, conductor):
+    """The conductor keeps no copy of where blocks live, only its instances:
+    a new one knows no instance until they register again (503, 404), and
+    then matches what the store holds now, changes made while it was down
+    included: its view is rebuilt from the store, not from its own past."""
+    keys = [f"t10_b{i}" for i in range(4)]
+    put_blocks(store.a, keys)
+    try:
+        c = conductor()
+        c.register("pa", "prefill", store.a.hostname)
+        c.register("pb", "prefill", store.b.hostname)
+        st, r = sched(c, keys)
+        assert st == 200 and r["matches"] == {"pa": 4, "pb": 0}, r
+        assert not c.halt()
+        remove_blocks(store.a, keys[3:])  # the store moves on meanwhile
+        put_blocks(store.b, ["t10_x"])
+
+        c = conductor()
+        assert c.instances() == {}
+        st, r = sched(c, keys)
+        assert st == 503 and "no prefill instance" in r["error"], r
+        st, r = c.call("POST", "/instances/pa/load", {"queue_s": 0})
+        assert st == 404, r
+        c.register("pa", "prefill", store.a.hostname)
+        c.register("pb", "prefill", store.b.hostname)
+        st, r = sched(c, keys)
+        assert st == 200 and r["matches"] == {"pa": 3, "pb": 0}, r
+        assert r["prefill"]["id"] == "pa" and r["prefix_blocks"] == 3
+        st, r = sched(c, ["t10_x"])
+        assert st == 200 and r["matches"] == {"pa": 0, "pb": 1}, r
+    finally:
+        remove_blocks(store.a, keys)
+        remove_blocks(store.b, ["t10_x"])
+
+
 def test_master_gone_is_502(store, conductor, tmp_path_factory):
     other = StoreCluster(SimpleNamespace(node=SimpleNamespace(name="gone")), tmp_path_factory)
     try:

@@ -323,6 +323,89 @@ def test_redis_failover_after_kill9(hc, redis_uri):
     failover_kill9(hc, "redis", redis_uri, redis_uri)
 
 
+def behind_standby_loses(hc, backend, connstring, client_addr):
+    """Three masters; the standby that fell behind must not lead.
+
+    One standby is paused (SIGSTOP) while puts continue: the leader drops
+    its stream after a lease, and what is put after that never reaches it.
+    The other standby is paused too, then the leader is killed and the one
+    behind runs first, alone: before most-caught-up elections it ended the
+    dead leader's view and took it at once, losing every put it missed.
+    Now it finds the other's candidate entry further on and stands back;
+    resumed, the caught-up standby leads and every acknowledged put is
+    readable."""
+    m1 = hc.ha_master(backend, connstring)
+    wait_serving(m1)
+    ahead = hc.ha_master(backend, connstring)
+    behind = hc.ha_master(backend, connstring)
+    for m in (ahead, behind):
+        wait_until(lambda: ha_status(m) == "standby" and m.metric("ha_stream_synced") == 1,
+                   START_TIMEOUT, f"{m.label} streaming the leader's log")
+    wait_until(lambda: m1.metric("ha_standbys_streaming") == 2, START_TIMEOUT,
+               "the leader counting both standbys")
+    node = hc.ha_node(client_addr, client_addr)
+    hc.procs.remove(node)  # stopped before the masters at teardown (it unmounts)
+    hc.procs.append(node)
+    acked = {"a": (100000, node.put("a", 100000, 1))}
+    sigstop(behind.pid)
+    try:
+        # owed an ACK for a lease, the paused standby is dropped
+        acked["b"] = (1000, node.put("b", 1000, 2))
+        wait_until(lambda: m1.metric("ha_stream_dropped_total") == 1, FAILOVER_S,
+                   "the leader dropping the paused standby")
+        for i in range(6):
+            acked[f"k{i}"] = (4096 * (i + 1), node.put(f"k{i}", 4096 * (i + 1), 10 + i))
+        seq = m1.metric("ha_log_seq")
+        # the caught-up standby has them, and its candidate entry says so
+        wait_until(lambda: ahead.metric("ha_candidate_seq") == seq, START_TIMEOUT,
+                   "the caught-up standby posting its position")
+        sigstop(ahead.pid)
+        try:
+            m1.p.send_signal(signal.SIGKILL)
+            m1.killed = True
+            m1.p.wait(timeout=30)
+        except BaseException:
+            os.kill(ahead.pid, signal.SIGCONT)
+            raise
+    finally:
+        os.kill(behind.pid, signal.SIGCONT)
+    try:
+        # the standby behind runs alone: it may end the dead leader's view,
+        # but it stands back (or, as before, takes the view)
+        wait_until(lambda: behind.metric("ha_elections_deferred_total") or
+                   ha_status(behind) in ("leader_warmup", "recovering", "serving"),
+                   FAILOVER_S, "the standby behind standing back or leading")
+        assert behind.metric("ha_elections_won_total") == 0, \
+            "the standby behind took the view"
+    finally:
+        os.kill(ahead.pid, signal.SIGCONT)
+    wait_serving(ahead)
+    assert ahead.metric("ha_elections_won_total") == 1
+    assert behind.metric("ha_elections_won_total") == 0
+    assert behind.metric("ha_elections_deferred_total") == 1
+    # the one behind follows the new leader, and loads its tables
+    wait_until(lambda: ha_status(behind) == "standby" and
+               str(ahead.rpc) in behind.http("/leader")[1] and
+               behind.metric("ha_stream_synced") == 1 and
+               ahead.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the standby behind streaming from the new leader")
+    get_eventually(node, "a")
+    for key, want in acked.items():
+        r = node.cmd(f"get {key}")
+        assert r.startswith("OK"), (key, r)
+        assert (int(node.fields(r)["size"]), node.fields(r)["xxh3"]) == want, (key, r)
+    s = node.put("after", 2000, 9)
+    assert node.get("after") == (2000, s)
+
+
+def test_etcd_behind_standby_loses_the_election(hc, etcd_ep):
+    behind_standby_loses(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}")
+
+
+def test_redis_behind_standby_loses_the_election(hc, redis_uri):
+    behind_standby_loses(hc, "redis", redis_uri, redis_uri)
+
+
 def test_deposed_leader_refuses_writes(hc, etcd_ep):
     m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
     direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
@@ -610,3 +693,40 @@ def test_partition_from_etcd_leaves_one_leader(hc, part, tmp_path):
     finally:
         etcd.kill()
         etcd.wait(timeout=30)
+
+
+def task_status(node, tid):
+    return int(node.fields(node.ok(f"task {tid}"))["status"])
+
+
+def test_tasks_follow_a_failover(hc, etcd_ep):
+    """Copy tasks are in the log the standby streams (master/tasks_wal.c):
+    after a kill -9 of the leader the new leader answers QueryTask for a
+    finished task and a pending one (its source's holder SIGSTOPped over
+    the kill), and runs the pending one once the holder remounts on it."""
+    addr = f"etcd://{etcd_ep}"
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep, extra=("--client_ttl=10",))
+    holder, q = hc.ha_node(addr, addr), hc.ha_node(addr, addr)
+    want_done = holder.put("t-done", 65536, 5, f"seg={holder.hostname}")
+    done = q.fields(q.ok(f"copy t-done {q.hostname}"))["id"]
+    wait_until(lambda: task_status(q, done) == 3, 15.0, "the first copy", 0.1)
+    want_pend = holder.put("t-pend", 65536, 6, f"seg={holder.hostname}")
+    sigstop(holder.p.pid)
+    try:
+        pend = q.fields(q.ok(f"copy t-pend {q.hostname}"))["id"]
+        assert task_status(q, pend) == 0
+        # the standby has the task's record before the answer came back
+        assert m2.metric("ha_log_seq") == m1.metric("ha_log_seq")
+        m1.p.send_signal(signal.SIGKILL)
+        m1.killed = True
+        m1.p.wait(timeout=30)
+        wait_serving(m2)
+        assert task_status(q, done) == 3  # q follows the new leader
+        assert task_status(q, pend) == 0
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    wait_until(lambda: task_status(q, pend) == 3, FAILOVER_S, "the pending copy on m2", 0.2)
+    assert q.get("t-pend") == (65536, want_pend)
+    assert q.get("t-done") == (65536, want_done)
+    new = q.fields(q.ok(f"copy t-done {holder.hostname}"))["id"]
+    assert new not in (done, pend)

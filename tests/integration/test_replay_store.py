@@ -167,6 +167,57 @@ def test_store_replica_counts_match_the_cache_only_ones(tmp_path):
     assert store["read_short"] == 0 and store["put_failed"] == 0
 
 
+def hot_prefix_trace(tmp_path):
+    """Blocks 1-12 stored once on node 0, then asked for twice while every
+    node that holds them is busy with a long unrelated request: each time
+    Algorithm 1 fetches them to an idle node rather than wait (fetching 12
+    blocks takes 23 ms, the queue seconds)."""
+    def req(t_ms, keys):
+        return json.dumps({"timestamp": t_ms, "input_length": 512 * len(keys),
+                           "output_length": 1, "hash_ids": keys}) + "\n"
+    hot = list(range(1, 13))
+    t = tmp_path / "hot.jsonl"
+    t.write_text(req(0, hot)                          # node 0 computes and stores 1-12
+                 + req(1000, list(range(200, 261)))   # node 0 busy for 4.1 s
+                 + req(1010, hot + [13])              # node 1 fetches 1-12 from node 0
+                 + req(2000, list(range(300, 361)))   # node 1 busy for 4.1 s
+                 + req(2010, hot + [14]))             # node 2 fetches 1-12
+    return t
+
+
+def test_a_hot_block_gains_a_replica_on_each_fetch(tmp_path):
+    """Hot-block replication as a side effect of fetching (paper 4.4): the
+    node that fetches a prefix keeps a copy through the store's own calls,
+    so each fetch of a hot block adds one memory replica in the master,
+    counted there (its admin pages) at each snapshot: 0, 1, 2, 3."""
+    trace = hot_prefix_trace(tmp_path)
+    common = ["--nodes", "4", "--capacity-tokens", "1e6", "--policy", "global",
+              "--output-length-one", "--snapshot-every", "1"]
+    cache, _ = replay(tmp_path, trace, *common, "--replicas-csv", str(tmp_path / "c.csv"),
+                      "--csv", str(tmp_path / "cache.csv"))
+    store, _ = replay(tmp_path, trace, "--store", *common,
+                      "--replicas-csv", str(tmp_path / "s.csv"),
+                      "--csv", str(tmp_path / "store.csv"))
+    rows = assert_same_rows(tmp_path / "store.csv", tmp_path / "cache.csv")
+    # who ran what: the two hot requests fetched all 12 blocks to nodes 1 and 2
+    assert [(r["prefill"], r["fetch_from"], r["local_blocks"], r["prefix_blocks"])
+            for r in rows] == [("0", "-1", "0", "0"), ("0", "-1", "0", "0"),
+                               ("1", "0", "0", "12"), ("1", "-1", "0", "0"),
+                               ("2", rows[4]["fetch_from"], "0", "12")]
+    assert rows[4]["fetch_from"] in ("0", "1")
+    # the master's count of block 10 (rank 10: blocks 1-12 are the most
+    # replicated), one snapshot a second of trace time: one more per fetch
+    srows = (tmp_path / "s.csv").read_text().splitlines()
+    assert [r.split(",")[:2] for r in srows[1:]] == [["0", "0"], ["1", "1"], ["2", "2"],
+                                                     ["3", "3"]]
+    assert srows == (tmp_path / "c.csv").read_text().splitlines()
+    assert store["fetches"] == cache["fetches"] == 2
+    assert store["fetched_read_blocks"] == store["fetched_blocks"] == 24
+    assert store["copied_blocks"] == 24  # one copy of each fetched block, no more
+    assert store["read_short"] == 0 and store["put_failed"] == 0
+    assert store["bad_contents"] == 0
+
+
 def test_store_flags_and_faults(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 1, '
@@ -220,4 +271,85 @@ def test_store_replay_against_running_services(tmp_path, tmp_path_factory):
     finally:
         if c is not None:
             assert not c.halt()
+        cluster.teardown()
+
+
+def test_store_replay_survives_a_conductor_restart(tmp_path, tmp_path_factory):
+    """Issue 17: a conductor restarted mid-replay rebuilds its view from the store.
+    The replay is stopped (SIGSTOP) once the running conductor has scheduled 50
+    requests, the conductor is replaced by a new one on the same port, and the
+    replay resumed: its next call fails (no answer, unknown instance or no
+    instance), it registers its nodes again and reports their queues, and every
+    request is scheduled as without the restart (the new conductor's matches
+    come from the store), request by request."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from test_conductor import Conductor, conductor_path
+    from test_store_processes import StoreCluster, wait_until
+
+    if conductor_path() is None:
+        pytest.skip("mooncake_conductor not built")
+    src = os.path.join(TRACES, "synthetic_trace.jsonl")
+    if not os.path.exists(src):
+        pytest.skip("no shipped traces")
+    with open(src) as f:
+        head = [next(f) for _ in range(600)]
+    trace = tmp_path / "s600.jsonl"
+    trace.write_text("".join(head))
+    common = ["--nodes", "3", "--capacity-tokens", "1e7", "--policy", "global"]
+    cache, _ = replay(tmp_path, trace, *common, "--csv", str(tmp_path / "cache.csv"))
+
+    cluster = StoreCluster(SimpleNamespace(node=SimpleNamespace(name="replay_restart")),
+                           tmp_path_factory)
+    conductors, p = [], None
+    try:
+        cluster.start_master()
+
+        def start(port):
+            c = Conductor([conductor_path(), f"--port={port}", "--host=127.0.0.1",
+                           "--reject=false", "--virtual_clock=true",
+                           f"--master_server_address=127.0.0.1:{cluster.master.rpc}"],
+                          f"conductor{len(conductors)}", tmp_path)
+            conductors.append(c)
+            c.wait_listening()
+            return c
+
+        c = start(0)
+        out = tmp_path / "store.json"
+        p = subprocess.Popen([REPLAY, "--quiet", "--trace", str(trace), "--store", *common,
+                              "--master", f"127.0.0.1:{cluster.master.rpc}",
+                              "--metadata", cluster.master.meta_uri,
+                              "--conductor", f"127.0.0.1:{c.port}", "--json", str(out),
+                              "--csv", str(tmp_path / "store.csv")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def scheduled():
+            assert p.poll() is None, p.communicate()
+            inst = c.instances()
+            return sum(i["scheduled"] for i in inst.values() if i["role"] == "prefill") >= 50
+
+        wait_until(scheduled, 60, "the replay's first 50 requests")
+        p.send_signal(signal.SIGSTOP)
+        assert not c.halt()
+        c = start(c.port)
+        assert c.instances() == {}
+        p.send_signal(signal.SIGCONT)
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+        assert "restarted: 3 nodes registered again" in stderr
+        store = json.loads(out.read_text())
+        assert store["conductor_restarts"] == 1
+        assert_same_rows(tmp_path / "store.csv", tmp_path / "cache.csv")
+        assert store["token_hit_rate"] == pytest.approx(cache["token_hit_rate"])
+        assert store["read_short"] == 0 and store["bad_contents"] == 0
+        assert c.instances() == {}  # the replay deleted its instances at the end
+    finally:
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.wait()
+        for c in conductors:
+            c.halt()
         cluster.teardown()

@@ -69,6 +69,11 @@ def test_shared_segment_refuses_what_it_cannot_do():
         SharedSegment.create("a/b", 4096, 1, 0)
     with pytest.raises(TypeError):
         SharedSegment.create("t2", "4096", 1, 0)
+    for bad in ("no", object(), []):  # were truth values: mmap="no" mapped memory
+        with pytest.raises(TypeError, match="must be a bool"):
+            SharedSegment.create("t2", 4096, 1, 0, mmap=bad)
+        with pytest.raises(TypeError, match="must be a bool"):
+            SharedSegment.create("t2", 4096, 1, 0, host_register=bad)
     peer, _ = SharedSegment.create("t2", 4096, 2, 1)
     for bad in ([b"", b""], [b"{not json", b""], [b'{"v": 1, "name": "other", '
                                                    b'"path": "/dev/shm/mc-seg-x", "size": 4096}',
@@ -91,12 +96,13 @@ batch_register_memory batch_unregister_memory get_local_topology get_first_buffe
 warmup_efa_segment get_notifies send_probe get_engine get_engine_ptr""".split()
 ENGINE_NAMES = """SUPPORT_CUDA SUPPORT_EFA SUPPORT_HIP SUPPORT_MNNVL SUPPORT_MUSA
 SUPPORT_INTRA_NVLINK TransferOpcode Read Write TransferNotify InnerTransferEngine
-SharedSegment""".split()
+SharedSegment RpcInterface CoroRPCInterface ReceivedData ReceivedTensor create_rpc_client
+create_rpc_server""".split()
 
 
 def test_every_spec_engine_method_is_there():
-    """spec transfer-engine.md 2.3; the coro-RPC helper (RpcInterface, ...) is absent on
-    purpose (docs/python.md)."""
+    """spec transfer-engine.md 2.3, with the RPC helper (RpcInterface, ...;
+    test_rpc_interface.py)."""
     missing = [m for m in ENGINE_METHODS if not hasattr(TransferEngine, m)]
     assert not missing, f"TransferEngine lacks {missing}"
     missing = [n for n in ENGINE_NAMES if not hasattr(engine, n)]

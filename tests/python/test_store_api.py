@@ -235,6 +235,44 @@ def test_argument_type_errors(store):
     assert store.health_check() == 0  # nothing above disturbed the store
 
 
+def test_bool_arguments_refuse_str_and_objects(store, k):
+    """A bool argument takes what upstream's pybind11 caster takes (bools,
+    None, ints, numpy.bool_) and refuses a str or an arbitrary object with
+    a TypeError.  Failed before: they were truth values, so
+    remove_all(object()) was a forced remove_all and removed every key."""
+    assert store.put(k("keep"), b"1") == 0
+    bad = ("yes", "", object(), [1], b"x")
+    calls = [
+        lambda v: store.remove_all(v),
+        lambda v: store.remove_all(force=v),
+        lambda v: store.remove(k("keep"), v),
+        lambda v: store.remove_by_regex("^" + k("keep"), v),
+        lambda v: store.batch_remove([k("keep")], v),
+        lambda v: store.register_buffer(1, 1, v),
+        lambda v: store.batch_get_into_multi_buffers([k("keep")], [[1]], [[1]], v),
+        lambda v: store.setup("h", "m", 1, 1, "tcp", "", "a", enable_ssd_offload=v),
+        lambda v: store.setup("h", "m", 1, 1, "tcp", "", "a", verify=v),
+    ]
+    for i, call in enumerate(calls):
+        for v in bad:
+            with pytest.raises(TypeError, match="must be a bool"):
+                call(v)
+                pytest.fail(f"call {i} took {v!r}")
+    assert store.get(k("keep")) == b"1"  # nothing above removed it
+    c = ReplicateConfig()
+    for f in ("with_hard_pin", "with_soft_pin", "prefer_alloc_in_same_node"):
+        for v in bad:
+            with pytest.raises(TypeError, match="must be a bool"):
+                setattr(c, f, v)
+        setattr(c, f, 1)  # ints are truth values, as upstream's caster
+        assert getattr(c, f) is True
+        setattr(c, f, None)
+        assert getattr(c, f) is False
+    np = pytest.importorskip("numpy")
+    assert store.remove(k("keep"), np.bool_(True)) == 0  # forced: the get above leased it
+    assert store.get(k("keep")) == b""
+
+
 # ---- copy-based API -----------------------------------------------------------------
 
 

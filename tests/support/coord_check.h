@@ -19,4 +19,13 @@
  */
 bool mc_test_coord_view(const char *uri, char *why, size_t why_len);
 
+/*
+ * Candidate entries (mc_coord_cand_*): two clients post, both are listed
+ * with what they posted; a second post replaces the first; a dropped
+ * entry is gone at once; one not posted again lapses within its TTL
+ * while the other, posted again, stays.  false with the first failed
+ * step in why.
+ */
+bool mc_test_coord_cands(const char *uri, char *why, size_t why_len);
+
 #endif

@@ -111,6 +111,57 @@ static void tiny_trace_by_hand(void **state)
 	assert_int_equal(mc_replay_run(&cfg, &t, NULL, &r), MC_ERR_INVALID_PARAMS);
 }
 
+/* Per-node against per-object recency (object_lru), two nodes of three
+ * blocks, Algorithm 1; a one-block request of 30000 tokens keeps a node
+ * busy for about 4 s:
+ *   t=0     [0]        node 0                  n0: 0
+ *   t=1     [50]  long node 0                  n0: 50 0
+ *   t=1.01  [0 2]      node 1 fetches 0        n0: 0 50 (the read touches it)  n1: 0 2
+ *   t=6     [60]  long node 0                  n0: 60 0 50
+ *   t=6.01  [0 3]      node 1, its own 0       n1: 0 3 2; object_lru: n0: 0 60 50
+ *   t=20    [70 71]    node 0 evicts two       n0: 70 71 60, or with object_lru 70 71 0
+ * so block 0 ends with one replica per node, two per object. */
+static const char lru_trace[] =
+	"{\"timestamp\": 0, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [0]}\n"
+	"{\"timestamp\": 1000, \"input_length\": 30000, \"output_length\": 1, \"hash_ids\": [50]}\n"
+	"{\"timestamp\": 1010, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [0, 2]}\n"
+	"{\"timestamp\": 6000, \"input_length\": 30000, \"output_length\": 1, \"hash_ids\": [60]}\n"
+	"{\"timestamp\": 6010, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [0, 3]}\n"
+	"{\"timestamp\": 20000, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [70, "
+	"71]}\n";
+
+static void object_lru_keeps_a_copy_used_elsewhere(void **state)
+{
+	struct mc_trace t;
+	struct mc_replay_config cfg;
+	struct mc_replay_result r;
+	struct snaps sn = {0};
+	struct mc_replay_hooks hooks = {.snapshot = on_snapshot, .snapshot_arg = &sn};
+
+	mc_trace_init(&t);
+	assert_int_equal(mc_trace_load_buffer(&t, lru_trace, strlen(lru_trace), 1, 0), MC_OK);
+	mc_replay_config_defaults(&cfg);
+	cfg.nodes = 2;
+	cfg.capacity_blocks = 3;
+	cfg.snapshot_every_s = 100; /* t = 0 and the end */
+	assert_int_equal(mc_replay_run(&cfg, &t, &hooks, &r), MC_OK);
+	assert_int_equal(r.fetches, 1);
+	assert_int_equal(r.evictions, 2);
+	assert_int_equal(sn.n, 2);
+	assert_int_equal(sn.key0[1], 1); /* node 0 let its copy go */
+	assert_int_equal(sn.keys[1], 6);  /* 70 71 60 and 0 3 2 */
+
+	memset(&sn, 0, sizeof(sn));
+	cfg.object_lru = true;
+	assert_int_equal(mc_replay_run(&cfg, &t, &hooks, &r), MC_OK);
+	assert_int_equal(r.fetches, 1);
+	assert_int_equal(r.evictions, 2);
+	assert_int_equal(sn.n, 2);
+	assert_int_equal(sn.key0[1], 2); /* used on node 1 at 6.01: kept on node 0 too */
+	assert_int_equal(sn.keys[1], 5);  /* 70 71 0 and 0 3 2 */
+	mc_trace_release(&t);
+}
+
 /* Decode instances and early rejection: one prefill node, requests of
  * 8192 tokens every 0.5 s take 0.94 s each, so the queue grows by 0.44 s
  * per request; a TTFT SLO of 2 s admits the first ones and rejects the
@@ -229,6 +280,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(tiny_trace_by_hand),
+		cmocka_unit_test(object_lru_keeps_a_copy_used_elsewhere),
 		cmocka_unit_test(rejection_by_predicted_ttft),
 		cmocka_unit_test(shipped_traces_match_the_reference_replay),
 	};

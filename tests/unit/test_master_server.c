@@ -592,6 +592,27 @@ static off_t wal_bytes(const char *dir)
 	return n;
 }
 
+/* POST body to path on the admin port: the response's first bytes. */
+static void http_post(struct mc_master_server *s, const char *path, const char *body, char *out,
+		      size_t cap)
+{
+	char req[512];
+	int fd = mc_sock_connect("127.0.0.1", mc_master_server_metrics_port(s), 5000, false);
+	size_t got = 0;
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	snprintf(req, sizeof(req),
+		 "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+		 path, strlen(body), body);
+	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while (got + 1 < cap && (n = read(fd, out + got, cap - 1 - got)) > 0)
+		got += (size_t)n;
+	out[got] = '\0';
+	close(fd);
+}
+
 static void failed_log_write_is_never_acknowledged(void **state)
 {
 	char dir[256];
@@ -632,6 +653,29 @@ static void failed_log_write_is_never_acknowledged(void **state)
 		mc_buf_release(&b);
 	}
 	assert_int_equal(mount(fd, 4, 3, 0x30000000), MC_ERR_FILE_WRITE_FAIL);
+	/* a task is logged state too (tasks_wal.c): refused before any check */
+	{
+		struct mc_proto_str tg = mc_proto_str_c("x:1");
+		struct mc_store_copy_task_req req = {mc_proto_str_c(""), mc_proto_str_c("k"), 1, &tg};
+		struct mc_store_msg resp;
+		struct mc_buf b;
+
+		mc_buf_init(&b);
+		assert_int_equal(
+			mc_store_request_encode(&b, MC_STORE_CREATE_COPY_TASK, 5, &req), MC_OK);
+		assert_int_equal(round_trip(fd, &b, &resp), MC_OK);
+		assert_int_equal(resp.hdr.status, MC_ERR_FILE_WRITE_FAIL);
+		mc_store_msg_release(&resp);
+		mc_buf_release(&b);
+	}
+	/* and so is a drain job (the admin API): refused, not created */
+	{
+		char out[2048];
+
+		http_post(s, "/api/v1/drain_jobs", "{\"segments\": [\"s\"]}", out, sizeof(out));
+		assert_null(strstr(out, "\"job_id\""));
+		assert_non_null(strstr(out, "log cannot be written"));
+	}
 	close(fd);
 	mc_master_server_stop(s);
 

@@ -547,6 +547,36 @@ static bool seg_status(void *arg, const struct mc_master_segment_info *s)
 	return true;
 }
 
+/* A drained segment that goes before its objects moved (its client
+ * unmounts it, or expires) fails the job, naming it: it used to report
+ * SUCCEEDED ("drained and unmounted") with nothing moved. */
+static void test_drain_of_a_segment_that_goes(void **state)
+{
+	struct mt *t = mt_new_default();
+	const char *a[] = {"a:1"};
+	struct mc_store_unmount_req u = {CA, SA};
+	struct mc_store_uuid job;
+	struct mc_master_drain_info info;
+	char err[256];
+
+	(void)state;
+	mount3(t);
+	put_on(t, "k", 1000, 1, "a:1");
+	assert_int_equal(
+		mc_master_drain_create(t->m, a, 1, NULL, 0, 2, t->now, &job, err, sizeof(err)),
+		MC_OK);
+	assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
+	for (int round = 0; round < 20; round++) {
+		mc_master_tick(t->m, t->now);
+		t->now += 200;
+	}
+	assert_int_equal(mc_master_drain_query(t->m, &job, &info), MC_OK);
+	assert_int_equal(info.status, MC_JOB_FAILED);
+	assert_int_equal(info.succeeded_units, 0);
+	assert_non_null(strstr(info.message, "'a:1'"));
+	mt_free(t);
+}
+
 static void test_drain(void **state)
 {
 	struct mt *t = mt_new_default();
@@ -737,6 +767,7 @@ int main(void)
 		cmocka_unit_test(test_repair_parks_until_a_mount),
 		cmocka_unit_test(test_dynamic_replication),
 		cmocka_unit_test(test_drain),
+		cmocka_unit_test(test_drain_of_a_segment_that_goes),
 		cmocka_unit_test(test_task_nomem_evicts_nothing),
 	};
 

@@ -294,6 +294,17 @@ static void leader_view_campaign_renew_resign_expire(void **state)
 		fail_msg("%s", why);
 }
 
+/* The election's candidate entries (meta/coord.h): post, list, drop, lapse. */
+static void candidate_entries_post_list_drop_lapse(void **state)
+{
+	struct fx *f = *state;
+	char why[256] = "";
+	bool ok = mc_test_coord_cands(f->uri, why, sizeof(why));
+
+	if (!ok)
+		fail_msg("%s", why);
+}
+
 static void put_get_del_and_not_found(void **state)
 {
 	struct fx *f = *state;
@@ -799,6 +810,8 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(put_get_del_and_not_found, setup_one, teardown),
 		cmocka_unit_test_setup_teardown(leader_view_campaign_renew_resign_expire,
+						setup_one_no_client, teardown),
+		cmocka_unit_test_setup_teardown(candidate_entries_post_list_drop_lapse,
 						setup_one_no_client, teardown),
 		cmocka_unit_test_setup_teardown(binary_empty_and_large_values, setup_one, teardown),
 		cmocka_unit_test_setup_teardown(keys_verbatim_under_the_client_lease, setup_one,

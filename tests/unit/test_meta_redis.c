@@ -397,6 +397,17 @@ static void leader_view_campaign_renew_resign_expire(void **state)
 		fail_msg("%s", why);
 }
 
+/* The election's candidate entries (meta/coord.h): post, list, drop, lapse. */
+static void candidate_entries_post_list_drop_lapse(void **state)
+{
+	struct server *s = *state;
+	char why[256] = "";
+	bool ok = mc_test_coord_cands(s->uri, why, sizeof(why));
+
+	if (!ok)
+		fail_msg("%s", why);
+}
+
 static void put_get_del_and_not_found(void **state)
 {
 	struct server *s = *state;
@@ -876,6 +887,8 @@ int main(void)
 		cmocka_unit_test(silent_server_at_open_times_out),
 		cmocka_unit_test_setup_teardown(put_get_del_and_not_found, server_up, server_down),
 		cmocka_unit_test_setup_teardown(leader_view_campaign_renew_resign_expire, server_up,
+						server_down),
+		cmocka_unit_test_setup_teardown(candidate_entries_post_list_drop_lapse, server_up,
 						server_down),
 		cmocka_unit_test_setup_teardown(one_mib_value_roundtrips, server_up, server_down),
 		cmocka_unit_test_setup_teardown(keys_are_gone_after_close, server_up, server_down),

@@ -1572,8 +1572,8 @@ static void decode_arena_gives_equal_bodies_and_spills_to_malloc(void **state)
 	for (size_t t = 0; t < MC_ARRAY_SIZE(types); t++) {
 		for (int resp = 0; resp < 2; resp++) {
 			static uint8_t big[1 << 16], small[64];
-			struct mc_store_decode_arena a = {big, sizeof(big), 0};
-			struct mc_store_decode_arena tiny = {small, sizeof(small), 0};
+			struct mc_store_decode_arena a = {.base = big, .cap = sizeof(big)};
+			struct mc_store_decode_arena tiny = {.base = small, .cap = sizeof(small)};
 			struct mc_store_msg m0, m1, m2;
 			struct mc_buf frame;
 			union body u;
@@ -1602,14 +1602,66 @@ static void decode_arena_gives_equal_bodies_and_spills_to_malloc(void **state)
 				mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m2),
 				MC_OK);
 			assert_true(tiny.used <= tiny.cap);
+			/* every allocation went to one or the other: spilled is what
+			 * its owner would grow it by to hold the body whole */
+			assert_int_equal(tiny.used + tiny.spilled, a.used);
 			assert_true(mc_store_msg_equal(&m0, &m2));
 			mc_store_msg_release(&m2);
 			mc_store_decode_arena_use(NULL);
+			assert_int_equal(a.spilled, 0);
 
 			mc_store_msg_release(&m0);
 			mc_buf_release(&frame);
 		}
 	}
+}
+
+/* decode_in / release_in (the master's RPC loop): the arena is in use for
+ * the call only, so what the caller decodes in between (a handler's own
+ * decode) is malloc'ed as usual, and the thread's arena before is back. */
+static void decode_in_uses_the_arena_for_the_call_only(void **state)
+{
+	static uint8_t big[1 << 16], outer_buf[1 << 12];
+	struct mc_store_decode_arena a = {.base = big, .cap = sizeof(big)};
+	struct mc_store_decode_arena outer = {.base = outer_buf, .cap = sizeof(outer_buf)};
+	struct mc_store_msg m0, m1, m2;
+	struct mc_buf frame;
+	union body u;
+	size_t used;
+
+	(void)state;
+	mc_buf_init(&frame);
+	encode_sample(&frame, MC_STORE_BATCH_PUT_START, false, 8, 1, &u);
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m0), MC_OK);
+
+	mc_alloc_fault_arm(1); /* a malloc would fail: all of it is in a */
+	assert_int_equal(mc_store_msg_decode_in(&a, frame.data, frame.len, MAX_PAYLOAD, &m1),
+			 MC_OK);
+	mc_alloc_fault_arm(0);
+	used = a.used;
+	assert_true(used > 0 && a.spilled == 0);
+	assert_true(mc_store_msg_equal(&m0, &m1));
+
+	/* between the two: no arena in use, a decode is malloc'ed */
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m2), MC_OK);
+	assert_int_equal(a.used, used);
+	assert_true(mc_store_msg_equal(&m0, &m2));
+	mc_store_msg_release(&m2);
+	mc_store_msg_release_in(&a, &m1); /* frees nothing malloc'ed (ASan) */
+
+	/* the thread's own arena is restored after a call _in another one */
+	mc_store_decode_arena_use(&outer);
+	assert_int_equal(mc_store_msg_decode_in(&a, frame.data, frame.len, MAX_PAYLOAD, &m1),
+			 MC_OK);
+	assert_int_equal(outer.used, 0);
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m2), MC_OK);
+	assert_true(outer.used > 0);
+	mc_store_msg_release(&m2);
+	mc_store_msg_release_in(&a, &m1);
+	mc_store_decode_arena_use(NULL);
+
+	mc_store_msg_release(&m0);
+	mc_buf_release(&frame);
 }
 
 int main(void)
@@ -1642,6 +1694,7 @@ int main(void)
 		cmocka_unit_test(allocation_is_bounded_by_input_size),
 		cmocka_unit_test(allocation_failures_are_clean),
 		cmocka_unit_test(decode_arena_gives_equal_bodies_and_spills_to_malloc),
+		cmocka_unit_test(decode_in_uses_the_arena_for_the_call_only),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

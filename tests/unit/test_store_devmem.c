@@ -7,6 +7,13 @@
  * copies move them.  The emulated backend (tests/support/devmem_emu.c)
  * maps its "device memory" PROT_NONE, so a memcpy of it faults.  One
  * in-process master, one client whose own segment holds every replica.
+ *
+ * Reads into device memory are checked (client_verify.c, "reads into
+ * device memory"): their bytes are hashed in the engine's pinned staging
+ * buffers before the copy to the device.  The same program, built with
+ * -DMC_TEST_CUDA=1, is gpu_store_verify: the real CUDA backend with
+ * cudaMalloc'ed buffers, exit 77 without a device; only the checked reads
+ * run there.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,18 +26,24 @@
 #include <cmocka.h>
 
 #include "base/alloc.h"
-#include "devmem_emu.h"
 #include "master/server.h"
+#include "mem/devmem.h"
 #include "mooncake/store.h"
+#include "store/client_int.h" /* the holder's segment, the client's metrics */
+#include "store/client_metrics.h"
 #include "support.h"
+#ifndef MC_TEST_CUDA
+#include "devmem_emu.h"
+#endif
 
 static struct mc_master_server *master;
 static struct mc_store *S;
-static const struct mc_devmem_ops *dm = &mc_devmem_emu_ops;
+static const struct mc_devmem_ops *dm;
+
+static char addr[64], meta[128];
 
 static int group_setup(void **state)
 {
-	char addr[64], meta[128];
 	struct mc_store_params p = {
 		.local_hostname = "127.0.0.1",
 		.metadata_server = meta,
@@ -40,7 +53,10 @@ static int group_setup(void **state)
 		.master_server_addr = addr,
 	};
 	(void)state;
+#ifndef MC_TEST_CUDA
+	dm = &mc_devmem_emu_ops;
 	mc_devmem_set_backend(dm); /* before any engine */
+#endif
 	master = mc_test_master_start(NULL, addr, sizeof(addr), meta, sizeof(meta));
 	if (!master)
 		return -1;
@@ -57,6 +73,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+#ifndef MC_TEST_CUDA /* device 1, and the emulation's own checks */
 /* Device memory in and out of the client's own segment: put_from,
  * get_into, the multi-buffer and ranged reads, and a put session. */
 static void device_buffers_skip_the_memcpy_shortcut(void **state)
@@ -145,10 +162,121 @@ static void device_buffers_skip_the_memcpy_shortcut(void **state)
 	free(back);
 }
 
+#endif
+/* A client with a segment of its own, beside S, to hold replicas that S
+ * reads through the engine. */
+static struct mc_store *holder_new(void)
+{
+	struct mc_store_params p = {
+		.local_hostname = "127.0.0.1",
+		.metadata_server = meta,
+		.global_segment_size = 32 << 20,
+		.local_buffer_size = 4 << 20,
+		.protocol = "tcp",
+		.master_server_addr = addr,
+	};
+	struct mc_store *h = NULL;
+
+	assert_int_equal(mc_store_new(&h), MC_OK);
+	if (mc_store_setup(h, &p) != MC_OK)
+		fail_msg("setup: %s", mc_last_error());
+	return h;
+}
+
+/* Flip a byte of key's first replica, through its holder's mapping (in
+ * this process). */
+static void flip_first_replica(const char *key, size_t at)
+{
+	struct mc_store_replica_desc d[2];
+
+	assert_true(mc_store_get_replica_desc(S, key, d, 2) >= 1);
+	((volatile char *)(uintptr_t)d[0].address)[at] ^= 0x10;
+}
+
+/*
+ * A whole read into device memory from another holder (over TCP, so
+ * through the staging buffers) is checked: its bytes are hashed in the
+ * pinned buffers before their copy to the device.  Good objects of one and
+ * of many staging chunks arrive exact; a byte flipped in the holder's copy
+ * fails get_into and batch_get_into with MC_ERR_CHECKSUM_MISMATCH (one
+ * replica), counted; with two replicas the good one is served, exact.
+ */
+static void device_reads_are_checked_in_the_staging_buffers(void **state)
+{
+	enum { BIG = (3 << 20) + 4099, SMALL = 5000 };
+	struct mc_store *H = holder_new(), *H2 = holder_new();
+	const char *two_names[2] = {mc_store_hostname(H), mc_store_hostname(H2)};
+	struct mc_store_config on_h = {.replica_num = 1, .preferred_segment = mc_store_hostname(H)};
+	struct mc_store_config two = {
+		.replica_num = 2, .preferred_segments = two_names, .n_preferred_segments = 2};
+	char *host = malloc(BIG), *back = malloc(BIG);
+	void *dst = NULL;
+	uint64_t bad0 = atomic_load(&S->metrics->checksum_mismatches);
+	const char *keys[4] = {"dv-small", "dv-big", "dv-bad", "dv-two"};
+
+	(void)state;
+	assert_int_equal(dm->dev_alloc(0, 2 * (size_t)BIG, &dst), MC_OK);
+	assert_int_equal(mc_store_register_buffer(S, dst, 2 * (size_t)BIG), MC_OK);
+	mc_test_fill(host, BIG, 77);
+	assert_int_equal(mc_store_put(S, keys[0], host, SMALL, &on_h), MC_OK);
+	assert_int_equal(mc_store_put(S, keys[1], host, BIG, &on_h), MC_OK);
+	assert_int_equal(mc_store_put(S, keys[2], host, BIG, &on_h), MC_OK);
+	assert_int_equal(mc_store_put(S, keys[3], host, BIG, &two), MC_OK);
+	/* good ones arrive exact */
+	for (int i = 0; i < 2; i++) {
+		size_t len = i ? BIG : SMALL;
+
+		assert_int_equal(mc_store_get_into(S, keys[i], dst, BIG), len);
+		memset(back, 0, BIG);
+		assert_int_equal(dm->copy(back, dst, len), MC_OK);
+		assert_memory_equal(back, host, len);
+	}
+	assert_int_equal(atomic_load(&S->metrics->checksum_mismatches), bad0);
+	/* one replica, flipped: the distinct code */
+	flip_first_replica(keys[2], BIG - 7);
+	assert_int_equal(mc_store_get_into(S, keys[2], dst, BIG), MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(atomic_load(&S->metrics->checksum_mismatches), bad0 + 1);
+	/* two replicas, the first flipped: the other is served, exact, in a
+	 * batch beside a good one */
+	flip_first_replica(keys[3], 1 << 20);
+	{
+		const char *k[2] = {keys[1], keys[3]};
+		void *bufs[2] = {dst, (char *)dst + BIG};
+		size_t caps[2] = {BIG, BIG};
+		int64_t res[2];
+
+		assert_int_equal(mc_store_batch_get_into(S, k, bufs, caps, 2, res), MC_OK);
+		assert_int_equal(res[0], BIG);
+		assert_int_equal(res[1], BIG);
+		for (int i = 0; i < 2; i++) {
+			memset(back, 0, BIG);
+			assert_int_equal(dm->copy(back, bufs[i], BIG), MC_OK);
+			assert_memory_equal(back, host, BIG);
+		}
+	}
+	assert_int_equal(atomic_load(&S->metrics->checksum_mismatches), bad0 + 2);
+	assert_int_equal(mc_store_unregister_buffer(S, dst), MC_OK);
+	dm->dev_free(dst);
+	mc_store_free(H);
+	mc_store_free(H2);
+	free(host);
+	free(back);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+#ifndef MC_TEST_CUDA
 		cmocka_unit_test(device_buffers_skip_the_memcpy_shortcut),
+#endif
+		cmocka_unit_test(device_reads_are_checked_in_the_staging_buffers),
 	};
+#ifdef MC_TEST_CUDA
+	dm = mc_devmem();
+	if (!dm) {
+		printf("1..0 # SKIP no CUDA device (or no CUDA runtime)\n");
+		return 77;
+	}
+#endif
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

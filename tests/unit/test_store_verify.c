@@ -460,12 +460,167 @@ static void flipped_byte_in_any_piece_is_caught(void **state)
 	free(dst);
 }
 
+/*
+ * A put session written out of order signs its object too
+ * (client_verify.c, "put sessions"): chunks written whole ahead of the
+ * bytes hashed are staged, chunks written in parts are read back at the
+ * end.  Reverse order in whole chunks, random order in unaligned pieces,
+ * a rewrite behind what was hashed, a piece from the middle of a chunk
+ * only: each object gets the same checksum and chunk sums a plain put
+ * gets (a flipped byte is then caught by a whole read and by a range),
+ * and a replica that no longer holds what was written when the session
+ * ends fails the end with MC_ERR_CHECKSUM_MISMATCH.
+ */
+static void session_put(struct mc_store *s, const char *key, char *src, uint64_t size,
+			const uint64_t *offs, const size_t *lens, size_t n,
+			const struct mc_store_config *cfg, struct mc_store *holder,
+			mc_status want_end)
+{
+	const char *k[1] = {key};
+	uint64_t sz[1] = {size};
+	mc_status st[1];
+
+	assert_int_equal(mc_store_batch_put_session_start(s, k, sz, 1, cfg, st), MC_OK);
+	for (size_t i = 0; i < n; i++) { /* one call per piece: their order is the test */
+		void *bb[1] = {src + offs[i]};
+		size_t ll[1] = {lens[i]};
+		uint64_t oo[1] = {offs[i]};
+		void *const *bp[1] = {bb};
+		const size_t *lp[1] = {ll};
+		const uint64_t *op[1] = {oo};
+		size_t nb[1] = {1};
+		int64_t res[1];
+
+		assert_int_equal(
+			mc_store_batch_put_from_multi_buffer_ranges(s, k, bp, lp, op, nb, 1, res),
+			MC_OK);
+		assert_int_equal(res[0], (int64_t)lens[i]);
+	}
+	if (want_end == MC_ERR_CHECKSUM_MISMATCH) { /* the replica changed under the session */
+		/* not listed before its end: found by its bytes in the holder */
+		char *at = memmem(holder->seg, holder->seg_size, src, 4096);
+
+		assert_non_null(at);
+		at[size / 2] ^= 0x10;
+	}
+	assert_int_equal(mc_store_batch_put_session_end(s, k, 1, st), want_end);
+}
+
+static void out_of_order_sessions_are_signed(void **state)
+{
+	enum { C = MC_STORE_CHUNK, OBJ = 6 * C + 777, DST = OBJ + 2 * RG_GUARD, NP = 24 };
+	struct mc_store *D = client_new(32 << 20, 4 << 20);
+	struct mc_store_config only_d = {.replica_num = 1,
+					 .preferred_segment = mc_store_hostname(D)};
+	char *obj = malloc(OBJ), *src = malloc(OBJ), *dst = malloc(DST);
+	uint64_t offs[NP];
+	size_t lens[NP], np;
+	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
+	unsigned seed = 99;
+
+	(void)state;
+	mc_test_fill(obj, OBJ, 31);
+	memcpy(src, obj, OBJ);
+	assert_int_equal(mc_store_register_buffer(A, src, OBJ), MC_OK);
+	assert_int_equal(mc_store_register_buffer(A, dst, DST), MC_OK);
+	/* reverse order, whole chunks (the short last one first): staged */
+	for (np = 0; np < 7; np++) {
+		offs[np] = (uint64_t)(6 - np) * C;
+		lens[np] = np ? C : 777;
+	}
+	session_put(A, "oo-rev", src, OBJ, offs, lens, np, &only_d, D, MC_OK);
+	/* random order, unaligned pieces of 100000 bytes or less: read back */
+	np = 0;
+	for (uint64_t o = 0; o < OBJ; np++) {
+		offs[np] = o;
+		lens[np] = (size_t)MC_MIN((uint64_t)(100000 - 1000 * np), OBJ - o);
+		o += lens[np];
+	}
+	assert_true(np <= NP);
+	for (size_t i = np - 1; i > 0; i--) { /* Fisher-Yates */
+		size_t j = (size_t)rand_r(&seed) % (i + 1);
+		uint64_t to = offs[i];
+		size_t tl = lens[i];
+
+		offs[i] = offs[j], lens[i] = lens[j];
+		offs[j] = to, lens[j] = tl;
+	}
+	session_put(A, "oo-rand", src, OBJ, offs, lens, np, &only_d, D, MC_OK);
+	/* in order to the middle, a rewrite behind it, then the rest: all read back */
+	{
+		const uint64_t o[] = {0, 3 * C, C + 5, 3 * C};
+		const size_t l[] = {3 * C, OBJ - 3 * C, 1000, OBJ - 3 * C};
+		session_put(A, "oo-back", src, OBJ, o, l, 4, &only_d, D, MC_OK);
+	}
+	/* every one reads back exactly, checked whole and by range */
+	{
+		const char *keys[] = {"oo-rev", "oo-rand", "oo-back"};
+		for (size_t i = 0; i < MC_ARRAY_SIZE(keys); i++) {
+			expect_get(A, keys[i], obj, OBJ);
+			range_expect(A, keys[i], 2 * C - 9, C + 20, obj, dst, C + 20);
+		}
+	}
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0);
+	/* a flipped byte is caught by a range and by a whole read */
+	flip_first_replica(A, "oo-rev", 4 * C + 3);
+	range_expect(A, "oo-rev", 4 * C, 10, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_into(A, "oo-rand", dst, OBJ), OBJ);
+	flip_first_replica(A, "oo-rand", 5 * C + 100);
+	assert_int_equal(mc_store_get_into(A, "oo-rand", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	flip_first_replica(A, "oo-back", C + 5);
+	range_expect(A, "oo-back", C + 4, 3, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 3);
+	/* the chunks a rewrite left to be read back, checked against what
+	 * was sent: the replica changed before the end, the session fails */
+	{
+		const uint64_t o[] = {0, 0};
+		const size_t l[] = {OBJ, OBJ};
+		struct mc_store_replica_desc d[1];
+
+		mc_test_fill(src, OBJ, 37); /* bytes no other object has */
+		session_put(A, "oo-flip", src, OBJ, o, l, 2, &only_d, D, MC_ERR_CHECKSUM_MISMATCH);
+		assert_int_equal(mc_store_get_replica_desc(A, "oo-flip", d, 1),
+				 MC_ERR_OBJECT_NOT_FOUND);
+	}
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 4);
+	assert_int_equal(atomic_load(&A->sess_staged), 0);
+	/* the client's staging budget nearly spent (as if other sessions held
+	 * it): one chunk is staged, the others written whole are read back
+	 * and checked against the sums of what was sent */
+	atomic_fetch_add(&A->sess_staged, MC_STORE_SESSION_STAGE - C);
+	for (np = 0; np < 7; np++) {
+		offs[np] = (uint64_t)(6 - np) * C;
+		lens[np] = np ? C : 777;
+	}
+	session_put(A, "oo-budget", src, OBJ, offs, lens, np, &only_d, D, MC_OK);
+	{
+		char *got = malloc(OBJ);
+
+		memcpy(got, src, OBJ);
+		expect_get(A, "oo-budget", got, OBJ);
+		mc_test_fill(src, OBJ, 41); /* bytes no other object has */
+		session_put(A, "oo-budget-flip", src, OBJ, offs, lens, np, &only_d, D,
+			    MC_ERR_CHECKSUM_MISMATCH);
+		free(got);
+	}
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 5);
+	assert_int_equal(atomic_load(&A->sess_staged), MC_STORE_SESSION_STAGE - C);
+	atomic_fetch_sub(&A->sess_staged, MC_STORE_SESSION_STAGE - C);
+	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	mc_store_free(D);
+	free(obj);
+	free(src);
+	free(dst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(flipped_bytes_are_caught_and_the_replica_dropped),
 		cmocka_unit_test(flipped_byte_in_any_piece_is_caught),
 		cmocka_unit_test(ranges_are_checked_chunk_by_chunk),
+		cmocka_unit_test(out_of_order_sessions_are_signed),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

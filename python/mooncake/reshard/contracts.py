@@ -63,6 +63,15 @@ class StoredResourceManifest:
     resource_id, revision, manifest_key, to_json(), manifest_identity()."""
 
 
-# the binding contracts live in binding.py; named here as upstream's module does
-from mooncake.reshard.binding import (RuntimeBindingFragment,  # noqa: E402,F401
-                                      validate_resource_binding_identity)
+# The binding contracts live in binding.py; named here as upstream's module
+# does, resolved on first use: binding.py imports this module's checks, so
+# importing it here at load time made `import mooncake.reshard.binding`
+# (binding first) fail on a partially initialised module.
+_FROM_BINDING = ("RuntimeBindingFragment", "validate_resource_binding_identity")
+
+
+def __getattr__(name):
+    if name in _FROM_BINDING:
+        from mooncake.reshard import binding
+        return getattr(binding, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
