@@ -44,7 +44,7 @@
  * (capped at 200 us); the machine it runs on has more processes than cores.
  *
  * Failure: a data WRITE that fails marks its peer failed.  A peer that makes
- * no progress for PROBE_EVERY_US is probed (mc_te_probe); a probe refused
+ * no progress for PROBE_EVERY_US is probed (mc_te_probe_within, PROBE_PROOF_MS); a probe refused
  * or dropped marks it failed (one that times out does not, yet).  After timeout_us without progress
  * every peer of the group is probed, and those that fail are reported; if none fails, the wait goes
  * on (a slow rank is not a dead one; a rank that gave up on this operation has sent a notice).  A
@@ -66,11 +66,20 @@
  * a departed rank (a message it never took, or one it would send) ends at once
  * with that rank failed, without the probes and notices a failure brings.
  * Departed ranks are neither probed nor sent notices again.
+ *
+ * Abort (abort(), the first step of a group's shutdown): a run() in progress
+ * on another thread (a send or recv blocked on a peer that says nothing)
+ * sees the flag at its next pass, a few hundred microseconds at most, and
+ * raises RuntimeError instead of returning; later run()s raise at once.  It
+ * sends no notice (nobody failed); the streams are out of step afterwards,
+ * which does not matter: the group is leaving.  The caller waits for the
+ * run()s to end before depart() and before the region goes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -83,6 +92,10 @@
 #define MAX_RANKS      64
 #define MAX_SLOTS      8
 #define PROBE_EVERY_US 200000
+/* Probe bounds: a probe for proof (a refusal) of a silent peer, and the
+ * verdict probe after the collective's timeout, where no answer means dead. */
+#define PROBE_PROOF_MS	 200
+#define PROBE_VERDICT_MS 1000
 #define MAX_SLEEP_NS   200000
 #define INLINE_MAX     8192 /* messages up to this size carry their own check */
 
@@ -114,6 +127,7 @@ typedef struct {
 	uint64_t notice_sent;
 	bool registered;
 	bool departed;	 /* depart() ran: no more run() */
+	atomic_bool aborted; /* abort(): a run() on another thread ends at its next pass */
 	PyObject *owner; /* keeps the engine's Python object alive */
 } Mailbox;
 
@@ -533,7 +547,10 @@ static bool probe_dead(Mailbox *m, int r, bool proof_only)
 
 	if (!m->segname[r])
 		return false;
-	rc = mc_te_probe(m->te, m->segname[r]);
+	/* bounded: the run loop waits for it, and the collective's promise is its
+	 * timeout (mc_te_probe alone waits up to twice the handshake timeout) */
+	rc = mc_te_probe_within(m->te, m->segname[r],
+				proof_only ? PROBE_PROOF_MS : PROBE_VERDICT_MS);
 	if (rc == MC_OK)
 		return false;
 	return !proof_only || rc == MC_ERR_CONN_REFUSED || rc == MC_ERR_CONN_CLOSED ||
@@ -640,10 +657,16 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "run: this rank has left the group (depart)");
 		return NULL;
 	}
+	if (atomic_load(&m->aborted)) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"run: the group was shut down on this rank (shutdown)");
+		return NULL;
+	}
 	if (parse_items(m, sl, false, &sv, &ns) || parse_items(m, rl, true, &rv, &nr)) {
 		PyMem_Free(sv);
 		return NULL;
 	}
+	bool aborted = false;
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t t0 = now_us(), seen = 0, last_probe = t0;
 	unsigned idle = 0;
@@ -685,6 +708,10 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		if (failed || !pending)
 			break;
+		if (atomic_load_explicit(&m->aborted, memory_order_relaxed)) {
+			aborted = true;
+			break;
+		}
 		if (any) {
 			idle = 0;
 			continue;
@@ -748,11 +775,17 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (failed & ~departed_set(m))
+	if (!aborted && (failed & ~departed_set(m)))
 		send_notice(m, group, failed & ~departed_set(m));
 	Py_END_ALLOW_THREADS;
 	PyMem_Free(sv);
 	PyMem_Free(rv);
+	if (aborted) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"run: the group was shut down on this rank while this operation "
+				"waited (shutdown)");
+		return NULL;
+	}
 	return Py_BuildValue("(OK)", failed ? Py_False : Py_True, (unsigned long long)failed);
 }
 
@@ -825,6 +858,14 @@ static PyObject *mailbox_depart(Mailbox *m, PyObject *args)
 	return out;
 }
 
+/* abort(): make run()s in progress on other threads, and later ones, raise. */
+static PyObject *mailbox_abort(Mailbox *m, PyObject *unused)
+{
+	(void)unused;
+	atomic_store(&m->aborted, true);
+	Py_RETURN_NONE;
+}
+
 /* departed() -> bitmap of the peers that left (depart() on their side) */
 static PyObject *mailbox_departed(Mailbox *m, PyObject *unused)
 {
@@ -880,6 +921,8 @@ static PyMethodDef mailbox_methods[] = {
 	 "run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)"},
 	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
 	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
+	{"abort", (PyCFunction)mailbox_abort, METH_NOARGS,
+	 "abort(): run()s in progress on other threads, and later ones, raise RuntimeError"},
 	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,
 	 "departed() -> bitmap of the peers that left"},
 	{NULL, NULL, 0, NULL},

@@ -233,8 +233,15 @@ MC_API mc_status mc_te_notify_recv(struct mc_te *te, struct mc_te_notify **list_
 				   size_t *count_out);
 MC_API void mc_te_notify_free(struct mc_te_notify *list, size_t count);
 
-/* Probe a peer's RPC listener: MC_OK if it answers. */
+/* Probe a peer's RPC listener: MC_OK if it answers.  Waits at most
+ * MC_HANDSHAKE_CONNECT_TIMEOUT seconds for the connect and as long again for
+ * the answer. */
 MC_API mc_status mc_te_probe(struct mc_te *te, const char *segment_name);
+/* The same within timeout_ms for the connect and for the answer (<= 0: as
+ * mc_te_probe); MC_ERR_TIMEOUT (or the connect's error) past it.  For
+ * failure detectors that must answer within their own deadline (mooncake.pg);
+ * the segment's address may still be looked up in the metadata first. */
+MC_API mc_status mc_te_probe_within(struct mc_te *te, const char *segment_name, int timeout_ms);
 
 #ifdef __cplusplus
 }

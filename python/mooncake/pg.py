@@ -45,6 +45,7 @@ import warnings
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from datetime import timedelta
 from enum import IntEnum
 
@@ -515,6 +516,7 @@ class MooncakeProcessGroup(ProcessGroup):
         self._ready_gen = 0        # our readiness declaration awaiting activation
         self._old = []             # mailboxes of earlier epochs (writes may still read them)
         self._p2p_workers = {}     # ("send"|"recv", peer) -> one-thread executor
+        self._p2p_futs = set()     # send/recv submitted and not yet done (shutdown waits)
         self._p2p_broken = 0       # peers whose send/recv stream failed
         self._pending = 0          # bitmap of ranks seen failing, not yet synced
         self._broken = False       # the mailboxes' streams are out of step
@@ -541,16 +543,27 @@ class MooncakeProcessGroup(ProcessGroup):
         took and wait (at most MOONCAKE_PG_DEPART_TIMEOUT_MS, default 3 s) until
         their engines have that word, so a peer's WRITE still waiting for this
         process's answer is not failed by its exit.  Runs once, after the
-        operation in progress; later operations raise.  Called at process exit
-        (atexit) and when the group object is collected (destroy_process_group);
-        returns the ranks that did not answer in time."""
+        collective in progress; a send or recv running on another thread is
+        stopped first (its wait() raises RuntimeError) and waited for, within
+        the same bound, so none still uses the mailboxes when they go; later
+        operations raise.  Called at process exit (atexit) and when the group
+        object is collected (destroy_process_group); returns the ranks that did
+        not answer in time."""
         if timeout_ms is None:
             timeout_ms = _env_ms("MOONCAKE_PG_DEPART_TIMEOUT_MS", DEPART_TIMEOUT_MS)
         deadline = time.monotonic() + timeout_ms / 1000
-        with self._lock:
+        with self._wlock:
             if self._shut:
                 return []
-            self._shut = True
+            self._shut = True  # send/recv issued from now on refuse (_check_usable)
+            running = list(self._p2p_futs)
+        p2p = getattr(self, "_p2p", None)
+        if p2p is not None:
+            p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
+        mine = threading.current_thread().name.startswith("mooncake-pg-")
+        if running and not mine:  # (a finaliser on a worker thread cannot wait for itself)
+            futures_wait(running, max(0.0, deadline - time.monotonic()))
+        with self._lock:
             late = set()
             for mb in [getattr(self, "_coll", None), getattr(self, "_p2p", None)] + self._old:
                 if mb is not None:
@@ -1094,7 +1107,16 @@ class MooncakeProcessGroup(ProcessGroup):
         return ex
 
     def _p2p_submit(self, key, fn, source=-1):
-        return MooncakeP2PWork(self._executor(key).submit(fn), self._max, source)
+        ex = self._executor(key)
+        with self._wlock:
+            fut = ex.submit(fn)
+            self._p2p_futs.add(fut)
+        fut.add_done_callback(self._p2p_done)  # at once when it is done already
+        return MooncakeP2PWork(fut, self._max, source)
+
+    def _p2p_done(self, fut):
+        with self._wlock:
+            self._p2p_futs.discard(fut)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("mooncake-cpu: recv from any source is not supported (give src=)")

@@ -7,6 +7,16 @@
  * requests touching it; deregistration unlinks the entry first (so no new
  * request can find it) and then waits on a condition variable until the
  * count drops to zero, so memory is never unmapped under an in-flight copy.
+ * The count covers both sides: requests this process serves (taken by the
+ * transports, mc_memreg_acquire) and the local buffers of its own tasks
+ * (taken by the engine at submit, mc_memreg_hold, dropped when the task
+ * ends).  The wait is bounded (MC_TE_DEREGISTER_WAIT_MS): past its
+ * deadline the entry goes on the cut list, and each transport worker, at
+ * its next tick, closes the connections still using a cut entry (their
+ * slices fail, their served requests end); the remover then waits for
+ * those users to drain, which no longer depends on any peer.  Copies that
+ * do not use a connection (the local and same-host transports' memcpy)
+ * are bounded by themselves and are not cut.
  *
  * Before a host range goes in, mc_memreg_check_mapped makes sure the
  * process can read and write all of it: a registration is published to
@@ -35,15 +45,21 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "mem/devmem.h"
 #include "meta/desc.h"
 
 void mc_memreg_init(struct mc_memreg *r)
 {
+	pthread_condattr_t ca;
+
 	memset(r, 0, sizeof(*r));
 	pthread_rwlock_init(&r->lock, NULL);
 	pthread_mutex_init(&r->wait_lock, NULL);
-	pthread_cond_init(&r->wait_cond, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->wait_cond, &ca);
+	pthread_condattr_destroy(&ca);
 }
 
 void mc_memreg_release(struct mc_memreg *r)
@@ -120,10 +136,32 @@ out_unlock:
 	return rc;
 }
 
-mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
+/* Wait on wait_cond until e has no users or deadline_ms passes (0: no
+ * deadline); true when it has none.  Caller holds wait_lock. */
+static bool wait_drained_locked(struct mc_memreg *r, struct mc_memreg_entry *e,
+				uint64_t deadline_ms)
+{
+	while (atomic_load(&e->users) > 0) {
+		struct timespec ts;
+		if (!deadline_ms) {
+			pthread_cond_wait(&r->wait_cond, &r->wait_lock);
+			continue;
+		}
+		if (mc_now_ms() >= deadline_ms)
+			return false;
+		ts.tv_sec = (time_t)(deadline_ms / 1000);
+		ts.tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+		pthread_cond_timedwait(&r->wait_cond, &r->wait_lock, &ts);
+	}
+	return true;
+}
+
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms,
+			   int *cut_out)
 {
 	struct mc_memreg_entry *e = NULL;
 	size_t pos;
+	int cut = 0;
 
 	pthread_rwlock_wrlock(&r->lock);
 	pos = upper_bound_locked(r, addr);
@@ -133,6 +171,8 @@ mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 		r->n--;
 	}
 	pthread_rwlock_unlock(&r->lock);
+	if (cut_out)
+		*cut_out = 0;
 	if (!e)
 		return mc_set_error(MC_ERR_ADDRESS_NOT_REGISTERED,
 				    "deregister: no range starts at 0x%llx",
@@ -140,12 +180,62 @@ mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr)
 
 	pthread_mutex_lock(&r->wait_lock);
 	atomic_fetch_add(&r->ndying, 1);
-	while (atomic_load(&e->users) > 0)
-		pthread_cond_wait(&r->wait_cond, &r->wait_lock);
+	if (!wait_drained_locked(r, e, deadline_ms)) {
+		struct mc_memreg_entry **pp;
+		cut = atomic_load(&e->users);
+		atomic_store(&e->cut, true);
+		e->next_cut = r->cut_list;
+		r->cut_list = e;
+		atomic_fetch_add_explicit(&r->ncut, 1, memory_order_release);
+		(void)wait_drained_locked(r, e, 0);
+		for (pp = &r->cut_list; *pp != e; pp = &(*pp)->next_cut)
+			;
+		*pp = e->next_cut;
+		atomic_fetch_sub(&r->ncut, 1);
+	}
 	atomic_fetch_sub(&r->ndying, 1);
 	pthread_mutex_unlock(&r->wait_lock);
+	if (cut)
+		mc_warn("deregister 0x%llx+%llu: %d transfer(s) still used it at the deadline; "
+			"their connections were cut",
+			(unsigned long long)e->addr, (unsigned long long)e->length, cut);
+	if (cut_out)
+		*cut_out = cut;
 	mc_free(e);
 	return MC_OK;
+}
+
+bool mc_memreg_cut_overlaps(struct mc_memreg *r, uint64_t addr, uint64_t len)
+{
+	bool hit = false;
+
+	if (!mc_memreg_cut_pending(r))
+		return false;
+	pthread_mutex_lock(&r->wait_lock);
+	for (struct mc_memreg_entry *e = r->cut_list; e && !hit; e = e->next_cut)
+		hit = addr < e->addr + e->length && e->addr < addr + len;
+	pthread_mutex_unlock(&r->wait_lock);
+	return hit;
+}
+
+struct mc_memreg_entry *mc_memreg_hold(struct mc_memreg *r, uint64_t addr, uint64_t len)
+{
+	struct mc_memreg_entry *e = NULL;
+	size_t pos;
+
+	if (!len || addr + len < addr)
+		return NULL;
+	pthread_rwlock_rdlock(&r->lock);
+	pos = upper_bound_locked(r, addr);
+	if (pos > 0) {
+		struct mc_memreg_entry *c = r->v[pos - 1];
+		if (addr >= c->addr && addr + len <= c->addr + c->length) {
+			e = c;
+			atomic_fetch_add(&e->users, 1);
+		}
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return e;
 }
 
 struct mc_memreg_entry *mc_memreg_acquire(struct mc_memreg *r, uint64_t addr, uint64_t len,

@@ -4,8 +4,13 @@
  * The engine adds and removes ranges (mc_te_register and friends, on the
  * caller's thread); the transports look a target range up before a byte
  * of an incoming request is touched (mc_memreg_acquire, on their worker
- * threads) and hold a user reference on the entry while they copy, so
- * deregistration waits for in-flight copies instead of racing them.
+ * threads) and hold a user reference on the entry while they copy; the
+ * engine holds one for the local side of each of its own tasks
+ * (mc_memreg_hold).  So deregistration waits for in-flight copies instead
+ * of racing them: until a deadline, after which the entry is marked cut
+ * (the transports close the connections still using it, at their next
+ * tick: mc_memreg_cut_pending, mc_memreg_cut_overlaps) and the remover
+ * waits for those to let go.
  * Entries say which device a range belongs to (mem/devmem.h), -1 for host
  * memory.  The engine checks that host ranges are mapped and writable
  * before adding them (mc_memreg_check_mapped) and that the local side of
@@ -32,7 +37,9 @@ struct mc_memreg_entry {
 	int dev; /* device memory of device dev (mem/devmem.h), or -1: host memory */
 	bool remote_accessible;
 	bool read_only;	  /* peers may read it, never write it (MC_TE_REGISTER_READ_ONLY) */
-	atomic_int users; /* incoming requests touching it right now */
+	atomic_int users; /* requests touching it right now: served, or our own tasks' */
+	atomic_bool cut;  /* its deadline passed: transports close connections using it */
+	struct mc_memreg_entry *next_cut; /* on the registry's cut list (wait_lock) */
 	/* the end (an address) of the highest incoming write so far: what the
 	 * segment pre-fault follows (mem/hostmem.h); 0 before the first */
 	atomic_uint_fast64_t write_end;
@@ -45,14 +52,31 @@ struct mc_memreg {
 	pthread_mutex_t wait_lock;
 	pthread_cond_t wait_cond;
 	atomic_uint ndying; /* removers waiting for an entry's users to drain */
+	atomic_uint ncut;   /* entries on the cut list: transports look when non-zero */
+	struct mc_memreg_entry *cut_list; /* unlinked, cut, users not yet drained (wait_lock) */
 };
 
 void mc_memreg_init(struct mc_memreg *r);
 void mc_memreg_release(struct mc_memreg *r);
 mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const char *location,
 			int dev, bool remote, bool read_only);
-/* Unlink the range starting at addr, then wait until no request uses it. */
-mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr);
+/* Unlink the range starting at addr, then wait until no request uses it:
+ * until deadline_ms (mc_now_ms clock; 0 = no bound), then mark it cut and
+ * wait for the transports to close what still uses it.  Returns MC_OK when
+ * it is gone; *cut_out (may be NULL) counts the users it had to cut. */
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms,
+			   int *cut_out);
+/* Any entry (remotely accessible or not) holding [addr, addr+len), with a
+ * user reference taken (drop it with mc_memreg_put); NULL when none does or
+ * len is 0.  For the local side of the engine's own tasks. */
+struct mc_memreg_entry *mc_memreg_hold(struct mc_memreg *r, uint64_t addr, uint64_t len);
+/* Some entry is cut and still used: the transports must look (one load). */
+static inline bool mc_memreg_cut_pending(struct mc_memreg *r)
+{
+	return atomic_load_explicit(&r->ncut, memory_order_acquire) != 0;
+}
+/* [addr, addr+len) overlaps an entry that is cut. */
+bool mc_memreg_cut_overlaps(struct mc_memreg *r, uint64_t addr, uint64_t len);
 /* If [addr, addr+len) lies inside one remotely accessible entry, and write
  * is false or the entry is not read-only, take a user reference on it and
  * return it; NULL otherwise (len 0 or overflow too).  *why_out (may be

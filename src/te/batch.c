@@ -100,11 +100,18 @@ static void wait_not_busy(struct mc_batch *b)
 static void task_finish(struct mc_task *t)
 {
 	struct mc_batch *b = t->batch;
+	struct mc_memreg_entry *ent = t->local_ent;
 	int err = atomic_load(&t->error);
+	t->local_ent = NULL;
 	if (b->task_end)
 		b->task_end(b->task_end_arg, (size_t)(t - b->tasks), err);
 	atomic_store_explicit(&t->state, err ? MC_XFER_FAILED : MC_XFER_COMPLETED,
 			      memory_order_release);
+	/* After the state (a deregistration this lets return finds the task
+	 * ended) and before inflight drops (so a batch wait's caller finds the
+	 * range free, and b is still ours: no releaser frees it before then). */
+	if (ent)
+		mc_memreg_put(&b->te->memreg, ent);
 	atomic_fetch_add(&b->busy, 1);
 	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
 		futex_wake_all(&b->inflight);

@@ -63,6 +63,11 @@ const struct mc_config_entry mc_te_config_table[] = {
 	{.f = {"rpc_max_conns", "MC_RPC_MAX_CONNS", "1024",
 	       "RPC server: connections open at most; more are accepted and closed at once",
 	       CFG(rpc_max_conns), MC_CONFIG_INT, 1, 1000000}},
+	{.f = {"deregister_wait_ms", "MC_TE_DEREGISTER_WAIT_MS", "10000",
+	       "deregistration waits this long (ms) for transfers still reading or writing the "
+	       "range (served, or this engine's own), then cuts their connections (they fail) "
+	       "and returns; 0 = cut at once",
+	       CFG(deregister_wait_ms), MC_CONFIG_INT, 0, 3600000}},
 	{.f = {"disable_metacache", "MC_DISABLE_METACACHE", NULL,
 	       "refetch descriptors on every open", CFG(disable_metacache), MC_CONFIG_PRESENCE, 0,
 	       0}},
@@ -791,7 +796,7 @@ mc_status mc_te_register_flags(struct mc_te *te, void *addr, size_t length, cons
 	if (rc != MC_OK) {
 		char why[400];
 		snprintf(why, sizeof(why), "%s", mc_last_error());
-		mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
+		mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr, 0, NULL);
 		/* a failed put may still have landed: publish the rolled-back state */
 		mc_te_publish(te);
 		mc_restore_error(why);
@@ -799,12 +804,19 @@ mc_status mc_te_register_flags(struct mc_te *te, void *addr, size_t length, cons
 	return rc;
 }
 
+/* When a deregistration called now stops waiting for the range's users. */
+static uint64_t deregister_deadline(const struct mc_te *te)
+{
+	return mc_now_ms() + (uint64_t)te->cfg.deregister_wait_ms + 1; /* never 0: bounded */
+}
+
 mc_status mc_te_deregister(struct mc_te *te, void *addr)
 {
 	mc_status rc;
 	if (!te)
 		return MC_ERR_INVALID_PARAMS;
-	rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr);
+	rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addr, deregister_deadline(te),
+			      NULL);
 	if (rc != MC_OK)
 		return rc;
 	return mc_te_publish(te);
@@ -834,7 +846,7 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 		bool published = i == n;
 		snprintf(why, sizeof(why), "%s", mc_last_error());
 		while (i-- > 0)
-			mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr);
+			mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)bufs[i].addr, 0, NULL);
 		if (published)
 			mc_te_publish(te); /* a failed put may still have landed */
 		mc_restore_error(why);
@@ -845,10 +857,13 @@ mc_status mc_te_register_batch(struct mc_te *te, const struct mc_te_buffer *bufs
 mc_status mc_te_deregister_batch(struct mc_te *te, void *const *addrs, size_t n)
 {
 	mc_status first = MC_OK;
+	uint64_t deadline;
 	if (!te || (!addrs && n))
 		return MC_ERR_INVALID_PARAMS;
+	deadline = deregister_deadline(te); /* one bound for the whole batch */
 	for (size_t i = 0; i < n; i++) {
-		mc_status rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addrs[i]);
+		mc_status rc = mc_memreg_remove(&te->memreg, (uint64_t)(uintptr_t)addrs[i],
+						deadline, NULL);
 		if (rc != MC_OK && first == MC_OK)
 			first = rc;
 	}
@@ -962,17 +977,23 @@ void mc_te_notify_free(struct mc_te_notify *list, size_t count)
 	mc_free(list);
 }
 
-mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
+mc_status mc_te_probe_within(struct mc_te *te, const char *segment_name, int timeout_ms)
 {
 	char host[256];
 	uint16_t port = 0;
 	mc_status rc;
 	if (!te || !segment_name)
 		return MC_ERR_INVALID_PARAMS;
+	if (timeout_ms <= 0)
+		timeout_ms = (int)te->cfg.handshake_connect_timeout_s * 1000;
 	rc = rpc_endpoint_by_name(te, segment_name, host, sizeof(host), &port);
 	if (rc != MC_OK)
 		return rc;
-	/* a live peer answers a probe at once: the connect timeout bounds both */
-	return probe_endpoint(te, host, port, (int)te->cfg.handshake_connect_timeout_s * 1000,
-			      (int)te->cfg.handshake_connect_timeout_s * 1000);
+	/* a live peer answers a probe at once: one bound for the connect and the answer */
+	return probe_endpoint(te, host, port, timeout_ms, timeout_ms);
+}
+
+mc_status mc_te_probe(struct mc_te *te, const char *segment_name)
+{
+	return mc_te_probe_within(te, segment_name, 0);
 }

@@ -36,6 +36,7 @@ struct mc_te_config {
 	int64_t rpc_io_timeout_ms;
 	int64_t rpc_recv_timeout_ms;
 	int64_t rpc_max_conns;
+	int64_t deregister_wait_ms;
 	bool disable_metacache;
 	bool legacy_rpc_port_binding;
 	char *tcp_bind_address; /* the engine's advertised host (upstream's name) */
@@ -74,6 +75,10 @@ struct mc_task {
 	struct mc_slice first;	/* most requests need exactly one slice */
 	struct mc_slice *extra; /* further slices of a split request */
 	unsigned nslices;
+	/* the registration holding the local buffer, referenced while the
+	 * task runs so deregistration waits for it (mem/memreg.h); NULL for
+	 * an unregistered buffer (mc_te_submit_unchecked) */
+	struct mc_memreg_entry *local_ent;
 };
 
 struct mc_batch {

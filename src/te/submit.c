@@ -199,6 +199,19 @@ static mc_status do_submit(struct mc_te *te, mc_batch_id id, const struct mc_xfe
 		t->length = r->length;
 		t->target = r->target_id;
 		atomic_store(&t->state, MC_XFER_WAITING);
+		if (r->length) {
+			/* held until the task ends: a deregistration waits for it */
+			t->local_ent = mc_memreg_hold(&te->memreg, (uint64_t)(uintptr_t)r->source,
+						      r->length);
+			if (!t->local_ent && check_local) {
+				/* deregistered since submit_checks */
+				mc_set_error(MC_ERR_ADDRESS_NOT_REGISTERED,
+					     "request %zu: local range %p+%llu was deregistered", i,
+					     r->source, (unsigned long long)r->length);
+				mc_task_fail_now(t, MC_ERR_ADDRESS_NOT_REGISTERED);
+				continue;
+			}
+		}
 		if (r->length == 0) {
 			atomic_store(&t->slices_left, 1);
 			mc_task_slice_init(t, &t->first);

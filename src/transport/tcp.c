@@ -29,6 +29,11 @@
  * "server connections: device memory" below.  (The initiator never sees
  * device memory: the engine stages it, te/stage.c.)
  *
+ * Deregistration: a connection still using a registration whose bounded
+ * wait ran out (mem/memreg.h, MC_TE_DEREGISTER_WAIT_MS) is closed at the
+ * worker's next tick, client side (its slices fail, no retry elsewhere) or
+ * server side; the deregistration returns once they let go.
+ *
  * Failure: a connection that fails, closes or makes no progress for
  * MC_TCP_IO_TIMEOUT_MS fails its in-flight slices (typed status) and is
  * re-established on next use; a rejection requeues the slices behind the
@@ -224,12 +229,36 @@ static uint64_t conn_timeout_ms(const struct tcp_transport *tp, const struct tcp
 	return tp->io_timeout_ms;
 }
 
+/* A deregistration's deadline passed (mem/memreg.h): close every connection
+ * of this worker still reading or writing a cut registration. */
+static void worker_cut(struct tcp_worker *w)
+{
+	struct mc_list *pos, *tmp;
+
+	for (size_t i = 0; i < w->nscan; i++) {
+		struct tcp_conn *c = w->scan[i];
+		if (c->state != CONN_DOWN && mc_tcp_conn_uses_cut(c))
+			mc_tcp_conn_cut(c);
+	}
+	mc_list_for_each_safe(pos, tmp, &w->sconns) {
+		struct tcp_sconn *sc = mc_list_entry(pos, struct tcp_sconn, node);
+		if (mc_tcp_sconn_uses_cut(sc)) {
+			mc_info("closing data connection from %s: it serves memory being "
+				"deregistered",
+				sc->peer_name);
+			mc_tcp_sconn_free(sc);
+		}
+	}
+}
+
 static void worker_tick(struct tcp_worker *w, uint64_t now)
 {
 	struct tcp_transport *tp = w->tp;
 	struct mc_list *pos, *tmp;
 
 	worker_sync_conns(w);
+	if (mc_memreg_cut_pending(tp->memreg))
+		worker_cut(w);
 	for (size_t i = 0; i < w->nscan; i++) {
 		struct tcp_conn *c = w->scan[i];
 		bool busy = !mc_list_empty(&c->sendq) || !mc_list_empty(&c->recvq);

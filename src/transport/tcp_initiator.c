@@ -148,6 +148,34 @@ void mc_tcp_conn_fail(struct tcp_conn *c, int status, const char *why)
 	mc_tcp_fail_list(&c->sendq, status);
 }
 
+/* A slice on c (sent or being sent) reads or writes a registration whose
+ * deregistration deadline passed (mem/memreg.h). */
+bool mc_tcp_conn_uses_cut(struct tcp_conn *c)
+{
+	struct mc_memreg *reg = c->w->tp->memreg;
+	struct mc_list *lists[2] = {&c->sendq, &c->recvq}, *pos;
+
+	for (int i = 0; i < 2; i++)
+		mc_list_for_each(pos, lists[i]) {
+			struct mc_slice *s = mc_list_entry(pos, struct mc_slice, node);
+			if (mc_memreg_cut_overlaps(reg, (uint64_t)(uintptr_t)s->local, s->len))
+				return true;
+		}
+	return false;
+}
+
+/* Close c and fail what it carries, without a retry on another path and
+ * without blaming the peer or the path: our own memory is going away. */
+void mc_tcp_conn_cut(struct tcp_conn *c)
+{
+	mc_info("cutting a connection to %s:%u: a local buffer it uses is being deregistered",
+		c->peer->paths[c->path].host, c->peer->port);
+	conn_abort_fd(c);
+	c->fail_streak = 0;
+	mc_tcp_fail_list(&c->recvq, MC_ERR_TRANSFER_FAIL);
+	mc_tcp_fail_list(&c->sendq, MC_ERR_TRANSFER_FAIL);
+}
+
 /* After a rejection the server closes; requeue what it never looked at. */
 static void conn_reset_requeue(struct tcp_conn *c)
 {

@@ -256,6 +256,10 @@ unsigned mc_tcp_path_pick(const struct tcp_conn *c, unsigned after, bool avoid_a
 void mc_tcp_conn_connect(struct tcp_conn *c);
 void mc_tcp_conn_fail(struct tcp_conn *c, int status, const char *why);
 void mc_tcp_conn_send(struct tcp_conn *c);
+/* Deregistration (mem/memreg.h): c carries a slice over a cut registration;
+ * close it and fail its slices (no retry elsewhere). */
+bool mc_tcp_conn_uses_cut(struct tcp_conn *c);
+void mc_tcp_conn_cut(struct tcp_conn *c);
 /* Read what fits into rbuf (compacting it first); also used by the target. */
 ssize_t mc_tcp_sock_fill(int fd, uint8_t *rbuf, size_t *rpos, size_t *rlen, size_t max);
 /* epoll events of a client connection, on its worker. */
@@ -272,6 +276,8 @@ unsigned mc_tcp_split(struct mc_transport *base, uint64_t len);
 /* ---- tcp_target.c ------------------------------------------------------------- */
 
 void mc_tcp_sconn_free(struct tcp_sconn *sc);
+/* sc is serving a request on a cut registration (mem/memreg.h). */
+bool mc_tcp_sconn_uses_cut(const struct tcp_sconn *sc);
 /* Put the listener back into w's epoll once its accept pause is over. */
 void mc_tcp_worker_accept_resume(struct tcp_worker *w, uint64_t now);
 bool mc_tcp_sconn_flush(struct tcp_sconn *sc);

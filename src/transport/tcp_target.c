@@ -242,6 +242,18 @@ void mc_tcp_sconn_free(struct tcp_sconn *sc)
 	mc_free(sc);
 }
 
+bool mc_tcp_sconn_uses_cut(const struct tcp_sconn *sc)
+{
+	if (sc->cur_ent && atomic_load(&sc->cur_ent->cut))
+		return true;
+	for (size_t i = 0; i < sc->out_n; i++) {
+		const struct out_item *it = &sc->out[(sc->out_head + i) % sc->out_cap];
+		if (it->ent && atomic_load(&it->ent->cut))
+			return true;
+	}
+	return false;
+}
+
 static bool sconn_push(struct tcp_sconn *sc, const uint8_t *ptr, uint64_t len,
 		       struct mc_memreg_entry *ent, int status_code)
 {

@@ -430,6 +430,40 @@ def test_plan_from_stored_snapshot():
         assert np.array_equal(out.view(np.float32).reshape(f.local_shape), full["w"][sl])
 
 
+def test_plan_revalidate_snapshot():
+    """A plan is re-checked against a fresh catalog snapshot before it runs:
+    the same manifest passes (and the plan pickles with its snapshot); a
+    changed one (another revision's content, a rewritten fragment) is refused
+    naming what changed; a plan between placements checks the placement id."""
+    tens = [tensor("w", (8, 6), 1)]
+    w = stored(tens)
+    dst = manifest(tens, tp=3)
+    plan = plan_stored_transfer_to_target_placement(w, dst)
+    assert plan.revalidate_snapshot(WeightManifest.from_json(w.to_json())) is plan
+    assert plan.revalidate_snapshot(w.manifest_identity()) is plan
+    assert pickle.loads(pickle.dumps(plan)).revalidate_snapshot(w) == plan
+    # the writer replaced the object: same key, other bytes layout
+    moved = tuple(StoredFragment(f.fragment_id, f.tensor_id, f.global_offset, f.local_shape,
+                                 f.object_key, f.object_offset + 4096, f.nbytes)
+                  for f in w.fragments)
+    fresh = WeightManifest(w.namespace, w.resource_id, w.revision, w.weight_generation,
+                           w.group_id, w.manifest_key, w.tensors, moved, w.created_at)
+    with pytest.raises(ValueError, match=r"stale plan: .*content_sha256"):
+        plan.revalidate_snapshot(fresh)
+    later = WeightManifest(w.namespace, w.resource_id, w.revision, w.weight_generation + 1,
+                           w.group_id, w.manifest_key, w.tensors, w.fragments, w.created_at)
+    with pytest.raises(ValueError, match=r"stale plan: .*weight_generation: planned 1, now 2"):
+        plan.revalidate_snapshot(later)
+    with pytest.raises(TypeError, match="WeightManifest or StoredManifestIdentity"):
+        plan.revalidate_snapshot(dst)
+    # between placements: the source placement's content id
+    src = manifest(tens, tp=2)
+    p2 = plan_placement_transfer(src, dst)
+    assert p2.source_snapshot is None and p2.revalidate_snapshot(src) is p2
+    with pytest.raises(ValueError, match="stale plan: source placement changed"):
+        p2.revalidate_snapshot(manifest(tens, tp=1))  # re-laid out since
+
+
 def test_local_target_and_pipeline_routes():
     from mooncake.reshard.weight import plan_placement_transfer_to_local_target
     tens = [tensor("w", (8, 6), 0), tensor("b", (6,))]

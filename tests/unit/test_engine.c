@@ -4,7 +4,6 @@
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/userfaultfd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -29,6 +28,7 @@
 #include "meta/desc.h"
 #include "meta/meta.h"
 #include "mooncake/te.h"
+#include "slow_mem.h"
 #include "support.h"
 #include "te/engine.h"
 #include "transport/tcp.h"
@@ -458,6 +458,32 @@ static void notify_and_probe(void **state)
 	assert_int_equal(mc_te_probe(p->a, mc_te_local_name(p->b)), MC_OK);
 }
 
+/* mc_te_probe_within: a listener that accepts but never answers is given up
+ * on after the caller's bound, not the handshake timeout (5 s here). */
+static void probe_within_is_bounded(void **state)
+{
+	struct pair *p = *state;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof(sa);
+	char name[64];
+	struct timespec t0, t1;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	long ms;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 4), 0); /* the kernel accepts; nobody answers */
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(name, sizeof(name), "127.0.0.1:%u", ntohs(sa.sin_port));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_not_equal(mc_te_probe_within(p->a, name, 200), MC_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms < 4000); /* 200 ms, with a loaded machine's slack; not 5 s */
+	assert_int_equal(mc_te_probe_within(p->a, mc_te_local_name(p->b), 1000), MC_OK);
+	close(fd);
+}
+
 static void registration_rules(void **state)
 {
 	struct pair *p = *state;
@@ -658,66 +684,6 @@ out:
 	return NULL;
 }
 
-/* Memory whose pages come in slowly: a userfaultfd handler supplies each
- * page on first touch after a pause, so whoever writes there (the target's
- * recv()) is slower than any sender, deterministically. */
-struct slow_mem {
-	char *base;
-	size_t len;
-	int uffd;
-	atomic_bool stop;
-	pthread_t th;
-};
-
-static void *slow_mem_serve(void *arg)
-{
-	struct slow_mem *m = arg;
-	while (!atomic_load(&m->stop)) {
-		struct pollfd pfd = {.fd = m->uffd, .events = POLLIN};
-		struct uffd_msg msg;
-		if (poll(&pfd, 1, 50) <= 0 || read(m->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
-		    msg.event != UFFD_EVENT_PAGEFAULT)
-			continue;
-		usleep(20);
-		struct uffdio_zeropage z = {
-			.range = {.start = msg.arg.pagefault.address & ~(uint64_t)4095,
-				  .len = 4096}};
-		ioctl(m->uffd, UFFDIO_ZEROPAGE, &z);
-	}
-	return NULL;
-}
-
-/* false: userfaultfd is not permitted here (the caller skips) */
-static bool slow_mem_open(struct slow_mem *m, size_t len)
-{
-	struct uffdio_api api = {.api = UFFD_API};
-	struct uffdio_register reg = {.mode = UFFDIO_REGISTER_MODE_MISSING};
-	memset(m, 0, sizeof(*m));
-	m->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-	if (m->uffd < 0)
-		return false;
-	if (ioctl(m->uffd, UFFDIO_API, &api) < 0) {
-		close(m->uffd);
-		return false;
-	}
-	m->len = len;
-	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(m->base != MAP_FAILED);
-	reg.range.start = (uint64_t)(uintptr_t)m->base;
-	reg.range.len = len;
-	assert_int_equal(ioctl(m->uffd, UFFDIO_REGISTER, &reg), 0);
-	assert_int_equal(pthread_create(&m->th, NULL, slow_mem_serve, m), 0);
-	return true;
-}
-
-static void slow_mem_close(struct slow_mem *m)
-{
-	atomic_store(&m->stop, true);
-	pthread_join(m->th, NULL);
-	close(m->uffd);
-	munmap(m->base, m->len);
-}
-
 /* Regression: a connection whose peer sent faster than the target's worker
  * copied kept that worker reading it until the peer stopped, so every other
  * connection of the worker waited (and one waiting mid-request was then
@@ -733,12 +699,12 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 	uint64_t base = (uint64_t)(uintptr_t)p->bbuf;
 	uint8_t hdr[MC_TCP_HDR_LEN];
 	char small[4096];
-	struct slow_mem slow;
+	struct mc_test_slow_mem slow;
 	pthread_t th;
 	bool streaming_when_answered;
 	int b;
 
-	if (!slow_mem_open(&slow, (size_t)BLK * COUNT))
+	if (!mc_test_slow_mem_open(&slow, (size_t)BLK * COUNT, 0))
 		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
 	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
 	st.memfd = memfd_create("stream", 0);
@@ -765,8 +731,101 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
 	close(st.fd);
 	close(st.memfd);
 	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
-	slow_mem_close(&slow);
+	mc_test_slow_mem_close(&slow);
 	assert_true(streaming_when_answered);
+}
+
+/* Deregistration waits a bounded time (MC_TE_DEREGISTER_WAIT_MS, 200 ms
+ * here) for transfers using the range, then cuts their connections. */
+static int setup_dereg_wait(void **state)
+{
+	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TE_DEREGISTER_WAIT_MS",
+					  "200", NULL};
+	return setup_pair_env(state, "mem://test_engine_dereg", env);
+}
+
+enum { SLOW_LEN = 16 << 20, SLOW_PAGE_US = 500 }; /* >= 2 s to read it all */
+
+/* Start a read of b's slow range into dst (registered with a); the task id. */
+static mc_batch_id start_slow_read(struct pair *p, struct mc_test_slow_mem *slow, char *dst)
+{
+	struct mc_xfer_req r = {.opcode = MC_OP_READ,
+				.source = dst,
+				.target_id = p->b_id,
+				.target_offset = (uint64_t)(uintptr_t)slow->base,
+				.length = SLOW_LEN};
+	mc_batch_id id;
+	assert_int_equal(mc_te_batch_new(p->a, 1, &id), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, &r, 1), MC_OK);
+	return id;
+}
+
+/* Regression (failed before: the local side of a task held no reference, so
+ * mc_te_deregister returned at once and the worker went on writing the read's
+ * bytes into memory the caller then unmapped).  Deregistering the local
+ * buffer of a slow read waits for it, then cuts it: when the call returns
+ * the task has ended (and, since a fix of the completion order, its state
+ * says so: the registration was dropped before the state was stored, and a
+ * zero-copy run once saw WAITING here). */
+static void deregister_during_a_slow_read_waits_then_cuts(void **state)
+{
+	struct pair *p = *state;
+	struct mc_test_slow_mem slow;
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	char *dst;
+
+	if (!mc_test_slow_mem_open(&slow, SLOW_LEN, SLOW_PAGE_US))
+		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
+	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
+	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(dst != MAP_FAILED);
+	reg_local(p->a, dst, SLOW_LEN);
+	id = start_slow_read(p, &slow, dst);
+
+	assert_int_equal(mc_te_deregister(p->a, dst), MC_OK);
+	assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
+	/* ended: cut (the usual case, the read needs seconds) or, when the
+	 * target could send faster than the pages come (zero-copy may map them
+	 * without a fault), finished within the wait */
+	assert_true(st.state == MC_XFER_FAILED || st.state == MC_XFER_COMPLETED);
+	munmap(dst, SLOW_LEN); /* safe now: nothing writes there any more */
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+
+	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
+	mc_test_slow_mem_close(&slow);
+}
+
+/* Regression (failed before: the target's deregistration waited for the
+ * whole read, however long the peer took).  Deregistering memory a peer is
+ * reading returns after the bounded wait; the peer's read fails. */
+static void deregister_of_memory_being_served_is_bounded(void **state)
+{
+	struct pair *p = *state;
+	struct mc_test_slow_mem slow;
+	struct mc_xfer_status st;
+	mc_batch_id id;
+	char *dst;
+
+	if (!mc_test_slow_mem_open(&slow, SLOW_LEN, SLOW_PAGE_US))
+		skip();
+	assert_int_equal(mc_te_register(p->b, slow.base, slow.len, "cpu:0", true), MC_OK);
+	dst = mmap(NULL, SLOW_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(dst != MAP_FAILED);
+	reg_local(p->a, dst, SLOW_LEN);
+	id = start_slow_read(p, &slow, dst);
+	/* the target is serving it once its first bytes arrive */
+	do {
+		assert_int_equal(mc_te_task_status(p->a, id, 0, &st), MC_OK);
+	} while (st.state == MC_XFER_WAITING && mc_test_slow_mem_served(&slow) == 0);
+
+	assert_int_equal(mc_te_deregister(p->b, slow.base), MC_OK);
+	mc_test_slow_mem_close(&slow); /* b serves none of it any more */
+	assert_int_not_equal(mc_te_batch_wait(p->a, id, 30000, &st), MC_OK);
+	assert_int_equal(st.state, MC_XFER_FAILED);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	unreg_local(p->a, dst);
+	munmap(dst, SLOW_LEN);
 }
 
 /* Regression: a task could show COMPLETED before the batch's in-flight
@@ -880,6 +939,7 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(notify_and_probe, setup_p2p, teardown_pair),
+		cmocka_unit_test_setup_teardown(probe_within_is_bounded, setup_p2p, teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_rules, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(unknown_segment_fails_fast, setup_mem,
 						teardown_pair),
@@ -903,6 +963,10 @@ int main(void)
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(a_saturating_connection_does_not_starve_the_others,
 						setup_one_worker, teardown_pair),
+		cmocka_unit_test_setup_teardown(deregister_during_a_slow_read_waits_then_cuts,
+						setup_dereg_wait, teardown_pair),
+		cmocka_unit_test_setup_teardown(deregister_of_memory_being_served_is_bounded,
+						setup_dereg_wait, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

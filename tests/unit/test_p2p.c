@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "etcd_cluster.h"
@@ -26,6 +27,7 @@
 #include "mooncake/log.h"
 #include "mooncake/p2p_store.h"
 #include "p2p/payload.h"
+#include "slow_mem.h"
 #include "support.h"
 
 #define MiB	 (1u << 20)
@@ -200,6 +202,74 @@ static void test_gold_is_reached_behind_dead_replicas(void **state)
 	free(dst);
 }
 
+struct slow_reader {
+	pthread_t thread;
+	void *buf;
+	uint64_t size;
+	mc_status st;
+};
+
+static void *slow_read_main(void *arg)
+{
+	struct slow_reader *r = arg;
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	struct mc_p2p_store *s;
+
+	r->st = mc_p2p_store_new(&p, &s);
+	if (r->st)
+		return NULL;
+	r->st = mc_p2p_get_replica(s, "unit/slow", (void *const[]){r->buf}, &r->size, 1);
+	mc_p2p_store_free(s);
+	return NULL;
+}
+
+/* The holder leaves while a reader pulls from it: its close deregisters
+ * the memory, which waits for the read it serves for MC_TE_DEREGISTER_WAIT_MS
+ * (300 ms here, set before its engine starts), then cuts it; when close
+ * returns nothing reads the memory any more, so the test unmaps it at once
+ * (the pages come in at 500 us each: the whole read would need 2 s).  The
+ * reader has no other holder and fails.  (Not a regression test: a reader
+ * queues one wave, an eighth of the object, so the unbounded wait of before
+ * also ended soon; this pins the behaviour down over TCP.) */
+static void test_close_waits_bounded_for_served_reads(void **state)
+{
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	enum { LEN = 16 << 20 };
+	struct mc_test_slow_mem slow;
+	struct slow_reader r = {.size = LEN};
+	struct mc_p2p_store *gold;
+	uint64_t size = LEN;
+
+	if (!mc_test_slow_mem_open(&slow, LEN, 500))
+		skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
+	/* over TCP, where a served read holds the memory for as long as the
+	 * reader's queued requests take (same-host copies end by themselves) */
+	setenv("MC_SHM_DISABLE", "1", 1);
+	setenv("MC_TE_DEREGISTER_WAIT_MS", "300", 1);
+	assert_int_equal(mc_p2p_store_new(&p, &gold), MC_OK);
+	unsetenv("MC_TE_DEREGISTER_WAIT_MS");
+	assert_int_equal(mc_p2p_register(gold, "unit/slow", (void *const[]){slow.base}, &size, 1,
+					 LEN, NULL, false),
+			 MC_OK);
+	r.buf = calloc(1, LEN);
+	assert_int_equal(pthread_create(&r.thread, NULL, slow_read_main, &r), 0);
+	/* the holder is serving it once its first pages are being supplied */
+	while (mc_test_slow_mem_served(&slow) == 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	mc_p2p_store_free(gold);
+	mc_test_slow_mem_close(&slow); /* unmapped: a read still served would crash us */
+	pthread_join(r.thread, NULL);
+	unsetenv("MC_SHM_DISABLE");
+	assert_int_not_equal(r.st, MC_OK);
+	free(r.buf);
+}
+
 static void test_catalog_needs_etcd(void **state)
 {
 	struct mc_p2p_params p = {.metadata_uri = "mem://p2p", .local_server_name = "127.0.0.1:0"};
@@ -215,6 +285,7 @@ int main(void)
 		cmocka_unit_test(test_codec_round_trip_is_byte_exact),
 		cmocka_unit_test(test_concurrent_readers_in_one_process),
 		cmocka_unit_test(test_gold_is_reached_behind_dead_replicas),
+		cmocka_unit_test(test_close_waits_bounded_for_served_reads),
 		cmocka_unit_test(test_catalog_needs_etcd),
 	};
 	int rc;

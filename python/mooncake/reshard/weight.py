@@ -643,10 +643,46 @@ class LogicalTransferPlan:
     source_executors: Tuple[PlacementExecutorPlan, ...]
     target_executors: Tuple[PlacementExecutorPlan, ...]
     pipeline_routes: tuple = ()
+    # a plan from a stored snapshot: the identity (with content digest) of the
+    # manifest it was planned from; None for a plan between placements
+    source_snapshot: Optional["StoredManifestIdentity"] = None
 
     @property
     def total_bytes(self):
         return sum(r.total_bytes for r in self.operations)
+
+    def revalidate_snapshot(self, snapshot):
+        """Check, right before executing, that the source this plan was made
+        from is still what the catalog holds: snapshot is a fresh read of it (a
+        WeightManifest or its StoredManifestIdentity for a plan from a stored
+        snapshot; a WeightPlacementManifest for a plan between placements).
+        Returns the plan; a stale plan raises ValueError naming the first field
+        that changed ("stale plan: ..."), since its offsets and fragment ids may
+        point at bytes that are no longer there: plan again."""
+        if self.source_snapshot is None:
+            if not isinstance(snapshot, WeightPlacementManifest):
+                raise TypeError(f"revalidate_snapshot: a plan between placements is checked "
+                                f"against a WeightPlacementManifest, not "
+                                f"{type(snapshot).__name__}")
+            if snapshot.placement_id != self.source_placement_id:
+                raise ValueError(f"stale plan: source placement changed since planning "
+                                 f"(placement_id: planned {self.source_placement_id!r}, now "
+                                 f"{snapshot.placement_id!r}); plan again")
+            return self
+        if isinstance(snapshot, WeightManifest):
+            snapshot = snapshot.manifest_identity()
+        if not isinstance(snapshot, StoredManifestIdentity):
+            raise TypeError(f"revalidate_snapshot: a plan from a stored snapshot is checked "
+                            f"against a WeightManifest or StoredManifestIdentity, not "
+                            f"{type(snapshot).__name__}")
+        for k in ("namespace", "resource_id", "revision", "weight_generation", "group_id",
+                  "manifest_key", "content_sha256"):
+            was, now = getattr(self.source_snapshot, k), getattr(snapshot, k)
+            if was != now:
+                raise ValueError(f"stale plan: the catalog's manifest "
+                                 f"{self.source_snapshot.manifest_key!r} changed since planning "
+                                 f"({k}: planned {was!r}, now {now!r}); plan again")
+        return self
 
     def operation_indices_for_executor(self, participant_id, side="target"):
         execs = self.target_executors if side == "target" else self.source_executors
@@ -812,7 +848,8 @@ def plan_stored_transfer_to_target_placement(weight_manifest, dst, *, planning_l
         raise ValueError(f"max_total_lowered_segments ({lim.max_total_lowered_segments}) exceeded")
     ops.sort(key=lambda r: (r.target, r.target_base_offset, r.source, r.source_base_offset))
     return LogicalTransferPlan(weight_manifest.manifest_key, dst.placement_id, tuple(ops), (),
-                               _executors(dst, used))
+                               _executors(dst, used),
+                               source_snapshot=weight_manifest.manifest_identity())
 
 
 from mooncake.reshard.binding import (RuntimeBindingFragment,  # noqa: E402
