@@ -683,9 +683,8 @@ static void dst_release(struct mc_master *m, struct mc_task *t)
 	}
 }
 
-/* Take t off the active list (index i) into the finished ring. */
-static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const char *why,
-			uint64_t now)
+/* t (active, index i) leaves the active list; its counters follow. */
+void mc_master_task_active_drop(struct mc_master *m, uint32_t i)
 {
 	struct mc_tasks *k = m->tasks;
 	struct mc_task *t = k->active[i];
@@ -697,6 +696,15 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 	memmove(k->active + i, k->active + i + 1, (k->nactive - i - 1) * sizeof(*k->active));
 	k->nactive--;
 	m->met.tasks_active = k->nactive;
+}
+
+/* Take t off the active list (index i) into the finished ring. */
+static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const char *why,
+			uint64_t now)
+{
+	struct mc_task *t = m->tasks->active[i];
+
+	mc_master_task_active_drop(m, i);
 	dst_release(m, t); /* what a commit took is 0 by now */
 	t->status = st == MC_OK ? MC_STORE_TASK_SUCCESS : MC_STORE_TASK_FAILED;
 	t->updated = now;
@@ -710,7 +718,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 	else
 		m->met.tasks_failed++;
 	if (t->repair) {
-		k->repair_inflight--;
+		m->tasks->repair_inflight--;
 		if (st == MC_OK) {
 			m->met.repair_done++;
 			m->met.repair_bytes += t->size;

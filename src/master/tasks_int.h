@@ -104,6 +104,8 @@ struct mc_tasks {
 /* ---- tasks.c, for tasks_wal.c ---- */
 
 void mc_master_task_free(struct mc_task *t);
+/* Take the task at index i off the active list, keeping the counters. */
+void mc_master_task_active_drop(struct mc_master *m, uint32_t i);
 /* t (finished) into the ring of finished tasks, which owns it now. */
 void mc_master_task_done_push(struct mc_master *m, struct mc_task *t);
 /* The task of id, active (*active_idx its index) or finished

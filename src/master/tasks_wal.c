@@ -186,21 +186,6 @@ static bool names_dup(const struct mc_walrec_names *l, char **v)
 	return true;
 }
 
-/* t (active, index i) leaves the active list; its counters follow. */
-static void active_drop(struct mc_master *m, uint32_t i)
-{
-	struct mc_tasks *k = m->tasks;
-	struct mc_task *t = k->active[i];
-
-	if (t->status == MC_STORE_TASK_PENDING)
-		k->npending--;
-	else
-		k->nprocessing--;
-	memmove(k->active + i, k->active + i + 1, (k->nactive - i - 1) * sizeof(*k->active));
-	k->nactive--;
-	m->met.tasks_active = k->nactive;
-}
-
 static mc_status replay_task(struct mc_master *m, const struct mc_walrec_task *in, uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
@@ -212,7 +197,7 @@ static mc_status replay_task(struct mc_master *m, const struct mc_walrec_task *i
 
 	seq_past(m, in->id.second);
 	if (t && idx != UINT32_MAX) {
-		active_drop(m, idx); /* made again from the record below */
+		mc_master_task_active_drop(m, idx); /* made again from the record below */
 		mc_master_task_free(t);
 	} else if (t) {
 		/* finished already: a finished task does not change */

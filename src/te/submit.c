@@ -295,7 +295,10 @@ mc_status mc_te_submit_unchecked(struct mc_te *te, mc_batch_id id, const struct 
 	return do_submit(te, id, reqs, n, false, NULL, NULL);
 }
 
-mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_cb cb, void *arg)
+/* The batch of id, for a callback `what` that may only be set before its
+ * first submit. */
+static mc_status batch_before_submit(struct mc_te *te, mc_batch_id id, const char *what,
+				     struct mc_batch **b_out)
 {
 	struct mc_batch *b;
 
@@ -306,8 +309,19 @@ mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_
 		return MC_ERR_BATCH_NOT_FOUND;
 	if (b->ntasks)
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "batch 0x%llx: a task-end callback is set before any submit",
-				    (unsigned long long)id);
+				    "batch 0x%llx: a %s callback is set before any submit",
+				    (unsigned long long)id, what);
+	*b_out = b;
+	return MC_OK;
+}
+
+mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_cb cb, void *arg)
+{
+	struct mc_batch *b = NULL;
+	mc_status st = batch_before_submit(te, id, "task-end", &b);
+
+	if (st != MC_OK)
+		return st;
 	b->task_end = cb;
 	b->task_end_arg = arg;
 	return MC_OK;
@@ -316,17 +330,11 @@ mc_status mc_te_batch_on_task_end(struct mc_te *te, mc_batch_id id, mc_task_end_
 mc_status mc_te_batch_on_task_staged(struct mc_te *te, mc_batch_id id, mc_task_staged_cb cb,
 				     void *arg)
 {
-	struct mc_batch *b;
+	struct mc_batch *b = NULL;
+	mc_status st = batch_before_submit(te, id, "staging", &b);
 
-	if (!te)
-		return MC_ERR_INVALID_PARAMS;
-	b = find_batch(te, id);
-	if (!b)
-		return MC_ERR_BATCH_NOT_FOUND;
-	if (b->ntasks)
-		return mc_set_error(MC_ERR_INVALID_PARAMS,
-				    "batch 0x%llx: a staging callback is set before any submit",
-				    (unsigned long long)id);
+	if (st != MC_OK)
+		return st;
 	b->task_staged = cb;
 	b->task_staged_arg = arg;
 	return MC_OK;
