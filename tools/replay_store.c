@@ -952,7 +952,8 @@ static mc_status conductor_back(struct run *r, struct mc_replay_store_stats *sta
 		if ((st = register_node(r, &r->dnodes[i], false)) != MC_OK)
 			return st;
 	stats->conductor_restarts++;
-	fprintf(stderr, "mooncake_replay: the conductor at %s restarted: %u nodes registered again\n",
+	fprintf(stderr,
+		"mooncake_replay: the conductor at %s restarted: %u nodes registered again\n",
 		stats->conductor, r->cfg->nodes + r->cfg->decode_nodes);
 	return MC_OK;
 }

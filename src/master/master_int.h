@@ -123,7 +123,7 @@ struct mc_seg {
 	struct mc_offset_alloc *alloc;
 	uint64_t used;	   /* requested bytes of live replicas here */
 	uint64_t deadline; /* GRACEFUL: unmount at this time (ms) */
-	uint64_t grace_epoch_ms; /* GRACEFUL (or WAIT, was): its deadline in Unix time (ms; 0: none) */
+	uint64_t grace_epoch_ms; /* GRACEFUL (or WAIT, was): deadline, Unix ms (0: none) */
 	uint64_t mount_seq;
 	uint32_t gen;
 	uint32_t client;  /* client slot */

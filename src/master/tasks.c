@@ -349,7 +349,7 @@ void mc_master_task_done_push(struct mc_master *m, struct mc_task *t)
 }
 
 struct mc_task *mc_master_task_find(struct mc_master *m, const struct mc_store_uuid *id,
-				 uint32_t *active_idx)
+				    uint32_t *active_idx)
 {
 	struct mc_tasks *k = m->tasks;
 
@@ -1451,8 +1451,8 @@ static bool job_conclude(struct mc_master *m, struct mc_drain_job *j, uint64_t n
 			mc_info("drain job %" PRIu64 "-%" PRIu64
 				": waiting for segment '%s' to be mounted again",
 				j->id.first, j->id.second, wait);
-		snprintf(j->msg, sizeof(j->msg),
-			 "waiting for segment '%.80s' to be mounted again", wait);
+		snprintf(j->msg, sizeof(j->msg), "waiting for segment '%.80s' to be mounted again",
+			 wait);
 		return false;
 	}
 	if (gone) {
@@ -1526,7 +1526,8 @@ static void job_collect(struct mc_master *m, struct mc_drain_job *j)
 }
 
 /* Start the move of one queued unit, if it still has a replica to move. */
-static void job_start(struct mc_master *m, struct mc_drain_job *j, struct mc_repair_ent *u, uint64_t now)
+static void job_start(struct mc_master *m, struct mc_drain_job *j, struct mc_repair_ent *u,
+		      uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
 	struct mc_obj *o = mc_master_obj_find_live(m, u->tenant, u->key, u->key_len);

@@ -156,8 +156,7 @@ static bool wait_drained_locked(struct mc_memreg *r, struct mc_memreg_entry *e,
 	return true;
 }
 
-mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms,
-			   int *cut_out)
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms, int *cut_out)
 {
 	struct mc_memreg_entry *e = NULL;
 	size_t pos;

@@ -64,8 +64,7 @@ mc_status mc_memreg_add(struct mc_memreg *r, uint64_t addr, uint64_t len, const 
  * until deadline_ms (mc_now_ms clock; 0 = no bound), then mark it cut and
  * wait for the transports to close what still uses it.  Returns MC_OK when
  * it is gone; *cut_out (may be NULL) counts the users it had to cut. */
-mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms,
-			   int *cut_out);
+mc_status mc_memreg_remove(struct mc_memreg *r, uint64_t addr, uint64_t deadline_ms, int *cut_out);
 /* Any entry (remotely accessible or not) holding [addr, addr+len), with a
  * user reference taken (drop it with mc_memreg_put); NULL when none does or
  * len is 0.  For the local side of the engine's own tasks. */

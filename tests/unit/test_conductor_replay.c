@@ -149,7 +149,7 @@ static void object_lru_keeps_a_copy_used_elsewhere(void **state)
 	assert_int_equal(r.evictions, 2);
 	assert_int_equal(sn.n, 2);
 	assert_int_equal(sn.key0[1], 1); /* node 0 let its copy go */
-	assert_int_equal(sn.keys[1], 6);  /* 70 71 60 and 0 3 2 */
+	assert_int_equal(sn.keys[1], 6); /* 70 71 60 and 0 3 2 */
 
 	memset(&sn, 0, sizeof(sn));
 	cfg.object_lru = true;
@@ -158,7 +158,7 @@ static void object_lru_keeps_a_copy_used_elsewhere(void **state)
 	assert_int_equal(r.evictions, 2);
 	assert_int_equal(sn.n, 2);
 	assert_int_equal(sn.key0[1], 2); /* used on node 1 at 6.01: kept on node 0 too */
-	assert_int_equal(sn.keys[1], 5);  /* 70 71 0 and 0 3 2 */
+	assert_int_equal(sn.keys[1], 5); /* 70 71 0 and 0 3 2 */
 	mc_trace_release(&t);
 }
 

@@ -739,8 +739,8 @@ static void a_saturating_connection_does_not_starve_the_others(void **state)
  * here) for transfers using the range, then cuts their connections. */
 static int setup_dereg_wait(void **state)
 {
-	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TE_DEREGISTER_WAIT_MS",
-					  "200", NULL};
+	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TE_DEREGISTER_WAIT_MS", "200",
+					  NULL};
 	return setup_pair_env(state, "mem://test_engine_dereg", env);
 }
 

@@ -656,13 +656,14 @@ static void failed_log_write_is_never_acknowledged(void **state)
 	/* a task is logged state too (tasks_wal.c): refused before any check */
 	{
 		struct mc_proto_str tg = mc_proto_str_c("x:1");
-		struct mc_store_copy_task_req req = {mc_proto_str_c(""), mc_proto_str_c("k"), 1, &tg};
+		struct mc_store_copy_task_req req = {mc_proto_str_c(""), mc_proto_str_c("k"), 1,
+						     &tg};
 		struct mc_store_msg resp;
 		struct mc_buf b;
 
 		mc_buf_init(&b);
-		assert_int_equal(
-			mc_store_request_encode(&b, MC_STORE_CREATE_COPY_TASK, 5, &req), MC_OK);
+		assert_int_equal(mc_store_request_encode(&b, MC_STORE_CREATE_COPY_TASK, 5, &req),
+				 MC_OK);
 		assert_int_equal(round_trip(fd, &b, &resp), MC_OK);
 		assert_int_equal(resp.hdr.status, MC_ERR_FILE_WRITE_FAIL);
 		mc_store_msg_release(&resp);
