@@ -119,6 +119,7 @@ struct mc_master_conn {
 	void *segments_arg;
 	struct mc_store_uuid client_id;
 	atomic_uint_fast64_t new_leader_ms; /* when a connect last reached a new view */
+	atomic_uint_fast64_t leader_changes; /* connects that reached a new view */
 	int64_t failover_ms;		    /* how long a connect waits for a leader */
 	int64_t timeout_ms;		    /* per call; < 0 = none */
 	int64_t connect_timeout_ms;	    /* connect + ServiceReady */
@@ -472,8 +473,10 @@ static mc_status do_connect(struct mc_master_conn *c)
 					c->segments_fn && c->view_version &&
 						v.version != c->view_version);
 		if (rc == MC_OK) {
-			if (c->view_version && v.version != c->view_version)
+			if (c->view_version && v.version != c->view_version) {
 				atomic_store(&c->new_leader_ms, mc_now_ms());
+				atomic_fetch_add(&c->leader_changes, 1);
+			}
 			if (v.version != c->view_version)
 				mc_info("following the master leader %s (view %" PRIu64 ")", v.addr,
 					v.version);
@@ -1133,6 +1136,11 @@ bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms)
 	uint64_t t = atomic_load(&c->new_leader_ms);
 
 	return t && mc_now_ms() - t < ms;
+}
+
+uint64_t mc_master_conn_leader_changes(struct mc_master_conn *c)
+{
+	return atomic_load(&c->leader_changes);
 }
 
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)

@@ -200,14 +200,14 @@ class HaCluster(StoreCluster):
         self.nwal += 1
         return self.logdir / f"wal{self.nwal}"
 
-    def ha_node(self, master_addr, metadata):
+    def ha_node(self, master_addr, metadata, env=None):
         exe = store_node_path()
         if exe is None:
             pytest.fail(f"store_node not found under {BUILD}")
         self.n += 1
         argv = [exe, "--master", master_addr, "--metadata", metadata, "--host", "127.0.0.1",
                 "--segment", "32m", "--buffer", "8m", "--zbuf", "8m"]
-        n = StoreNode(argv, f"store_node{self.n}", self.logdir, NODE_ENV)
+        n = StoreNode(argv, f"store_node{self.n}", self.logdir, {**NODE_ENV, **(env or {})})
         self.procs.append(n)
         n.wait_ready()
         return n
@@ -532,6 +532,38 @@ def test_a_stalled_standby_is_dropped_then_rejoins(hc, etcd_ep):
     wait_until(lambda: m1.metric("ha_standbys_streaming") == 1 and
                m2.metric("ha_log_seq") == m1.metric("ha_log_seq"), START_TIMEOUT,
                "the standby caught up")
+
+
+def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
+    # the put's Start reaches the leader, its write stalls (the holder is
+    # stopped), the leader dies: the End reaches the new leader, which never
+    # heard of the put (OBJECT_NOT_FOUND), so the client puts it again
+    # instead of failing a call the caller would have to repeat
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    addr = f"etcd://{etcd_ep}"
+    tcp = {"MC_SHM_DISABLE": "1"}  # the write goes through the holder's worker
+    holder = hc.ha_node(addr, addr, tcp)
+    client = hc.ha_node(addr, addr, {**tcp, "MC_LOG_LEVEL": "info"})
+    for n in (holder, client):  # stopped before the masters at teardown
+        hc.procs.remove(n)
+        hc.procs.append(n)
+    starts = m1.metric("master_put_start_requests_total")
+    sigstop(holder.p.pid)
+    try:
+        client.p.stdin.write(f"put k 1000000 7 seg={holder.hostname}\n")
+        client.p.stdin.flush()
+        wait_until(lambda: m1.metric("master_put_start_requests_total") > starts,
+                   START_TIMEOUT, "the put's Start at the leader", 0.05)
+        m1.p.send_signal(signal.SIGKILL)
+        m1.killed = True
+        m1.p.wait(timeout=30)
+        wait_serving(m2)
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    r = client.readline(60)
+    assert r.startswith("OK"), f"{r}; {client.stderr_tail()}"
+    assert get_eventually(holder, "k") == (1000000, StoreNode.fields(r)["xxh3"])
+    assert "putting it again" in client.stderr_tail()
 
 
 def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
