@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -532,6 +533,55 @@ def test_a_stalled_standby_is_dropped_then_rejoins(hc, etcd_ep):
     wait_until(lambda: m1.metric("ha_standbys_streaming") == 1 and
                m2.metric("ha_log_seq") == m1.metric("ha_log_seq"), START_TIMEOUT,
                "the standby caught up")
+
+
+def test_kill9_of_the_standby_under_load(hc, etcd_ep):
+    # puts run while the only standby is killed -9: the leader goes on
+    # (the standby's closed stream drops it at once, no lease to wait),
+    # a new standby joins and catches up, and after the leader's kill -9
+    # it serves every put acknowledged before, during and after
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    node = hc.ha_node(f"etcd://{etcd_ep}", f"etcd://{etcd_ep}")
+    hc.procs.remove(node)  # stopped before the masters at teardown
+    hc.procs.append(node)
+    acked = {}
+    stop = threading.Event()
+
+    def load():
+        i = 0
+        while not stop.is_set():
+            acked[f"s{i}"] = node.put(f"s{i}", 4000, i)  # each must succeed
+            i += 1
+            time.sleep(0.005)  # a steady rate, not a fill of the segment
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        wait_until(lambda: len(acked) >= 5, START_TIMEOUT, "puts before the kill", 0.02)
+        m2.p.send_signal(signal.SIGKILL)
+        m2.killed = True
+        m2.p.wait(timeout=30)
+        n = len(acked)
+        wait_until(lambda: len(acked) >= n + 20, START_TIMEOUT, "puts after the kill", 0.02)
+        assert ha_status(m1) == "serving"
+        m3 = hc.ha_master("etcd", etcd_ep)
+        hc.procs.remove(node)  # still stopped before the masters
+        hc.procs.append(node)
+        wait_until(lambda: m3.metric("ha_stream_synced") == 1 and
+                   m1.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+                   "a new standby streaming")
+        n = len(acked)
+        wait_until(lambda: len(acked) >= n + 5, START_TIMEOUT, "puts with the new standby", 0.02)
+    finally:
+        stop.set()
+        t.join(120)
+    assert not t.is_alive()
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m3)
+    for key, x in acked.items():
+        assert get_eventually(node, key) == (4000, x), key
 
 
 def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
