@@ -275,6 +275,38 @@ def test_options_are_checked(world_of_one, monkeypatch):
     assert mpg.get_active_ranks(None) is active
 
 
+def test_environment_of_spec_1_7(world_of_one, monkeypatch):
+    """Every variable of spec 1.7 is honoured or refused with its name, never
+    ignored.  The GPU-only ones (MC_USE_NVLINK_IPC, MC_MACA_HOST_TRANSPORT)
+    are refused: this build has no GPU backend (failed before: the init
+    succeeded and the setting silently did nothing).  The P2P pool sizes are
+    checked (the chunk at most 4 GiB).  MOONCAKE_PG_AUTO_*:
+    test_options_are_checked; MC_FORCE_TCP: the 2-rank test;
+    MOONCAKE_PGTEST_*: the harness (run_ranks, pg_worker.main)."""
+    import torch.distributed as dist
+    for name in ("MC_USE_NVLINK_IPC", "MC_MACA_HOST_TRANSPORT"):
+        for value in ("0", "1"):
+            monkeypatch.setenv(name, value)
+            with pytest.raises(RuntimeError, match=f"{name}='{value}' is .*no GPU backend.*"
+                                                   f"unset it"):
+                world_of_one()
+            assert not dist.is_initialized()
+        monkeypatch.setenv(name, "")  # empty is unset
+    for name, value, why in (("MOONCAKE_P2P_CHUNK_SIZE", "8G", "out of range"),
+                             ("MOONCAKE_P2P_CHUNK_SIZE", "lots", "not a size"),
+                             ("MOONCAKE_P2P_POOL_SIZE", "0", "out of range")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=f"{name}='{value}' is {why}"):
+            world_of_one()
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MOONCAKE_P2P_CHUNK_SIZE", "64k")
+    monkeypatch.setenv("MOONCAKE_P2P_POOL_SIZE", "256K")
+    world_of_one()
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [1.0, 1.0]
+
+
 def test_unsupported_calls_refuse(world_of_one):
     import torch.distributed as dist
     import mooncake.pg as mpg
