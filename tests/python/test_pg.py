@@ -77,12 +77,30 @@ def test_collectives_2_ranks_over_tcp():
 
 def test_collectives_p2p_groups_4_ranks():
     """The same on 4 ranks; then ring, ordered and batched send/recv with
-    several chunks per message; then new_group subgroups (one process start
-    for the three: starting torch dominates on a small machine)."""
-    res = run_ranks("collectives+p2p+groups", 4,
+    several chunks per message; then new_group subgroups; then the algorithm
+    each size takes (pg_worker.algorithms: a ring for large tensors, one
+    direct exchange for small ones); one process start for them all:
+    starting torch dominates on a small machine."""
+    res = run_ranks("collectives+p2p+groups+algorithms", 4,
                     {"MOONCAKE_P2P_CHUNK_SIZE": "64K", "MOONCAKE_P2P_POOL_SIZE": "256K"})
     for rank, (rc, out) in enumerate(res):
-        assert rc == 0 and f"rank {rank} collectives+p2p+groups ok" in out, f"rank {rank}:\n{out}"
+        assert rc == 0 and f"rank {rank} collectives+p2p+groups+algorithms ok" in out, \
+            f"rank {rank}:\n{out}"
+
+
+def test_p2p_peer_killed_mid_recv():
+    """Rank 1 of 2 is SIGKILLed while rank 0 waits in a recv from it: the recv
+    returns within the P2P timeout (2 s here) plus the verdict probe and
+    slack, with rank 1 in failed_ranks_hint, and later send/recv with it
+    refuse (pg_worker.p2p_peer_dies; upstream's test_pg_p2p fault
+    detection).  Run with upstream's harness variables set, which the
+    workers honour: the store's address and a device filter."""
+    res = run_ranks("p2p_peer_dies", 2, {"MOONCAKE_PGTEST_MASTER_ADDR": "127.0.0.1",
+                                         "MOONCAKE_PGTEST_DEVICE_FILTERS": "dummy0"})
+    assert res[1][0] == -9, f"the victim was not killed:\n{res[1][1]}"
+    rc, out = res[0]
+    assert rc == 0 and "rank 0 p2p_peer_dies ok" in out, out
+    assert "rank 0: device filter ['dummy0']" in out, out
 
 
 def test_rank_killed_mid_all_reduce():
@@ -253,7 +271,6 @@ def test_reductions_every_op_and_dtype():
 
 
 
-
 @pytest.fixture
 def world_of_one():
     import torch.distributed as dist
@@ -299,6 +316,9 @@ def test_options_are_checked(world_of_one, monkeypatch):
         world_of_one(pg_options=mpg.MooncakeBackendOptions(4, False, False, True))
     with pytest.raises(RuntimeError, match=r"max_group_size \(65\) <= 64"):
         world_of_one(pg_options=mpg.MooncakeBackendOptions(65))
+    world_of_one(pg_options=mpg.MooncakeBackendOptions(64))  # the most rank slots
+    assert mpg.get_active_ranks(None).tolist() == [1] + [0] * 63
+    torch.distributed.destroy_process_group()
     with pytest.raises(ValueError, match="int32"):
         mpg.MooncakeBackendOptions(torch.zeros(4, dtype=torch.int64))
     monkeypatch.setenv("MOONCAKE_PG_AUTO_SYNC_ON_FAILURE", "maybe")
@@ -361,6 +381,8 @@ def test_unsupported_calls_refuse(world_of_one):
         mpg.deactivate_ranks(None, [0])
     with pytest.raises(RuntimeError, match="Expecting one tensor only"):
         dist.distributed_c10d._get_default_group().allreduce([torch.ones(1), torch.ones(1)])
+    with pytest.raises(RuntimeError, match="sparse tensors are not supported"):
+        dist.all_reduce(torch.eye(2).to_sparse())
     with pytest.raises(RuntimeError, match="not supported"):
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG) if hasattr(dist.ReduceOp, "AVG") \
             else dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
