@@ -295,8 +295,8 @@ static mc_status read_frame(int fd, uint64_t deadline, uint8_t **frame_out, size
  * a failure was in decoding a whole answer rather than in sending or
  * reading it.
  */
-static mc_status exchange(int fd, const struct mc_buf *b, uint64_t deadline,
-			  struct mc_proto_hdr *h, struct mc_store_msg *m, bool *decoding)
+static mc_status exchange(int fd, const struct mc_buf *b, uint64_t deadline, struct mc_proto_hdr *h,
+			  struct mc_store_msg *m, bool *decoding)
 {
 	uint8_t *frame = NULL;
 	size_t len = 0;

@@ -15,9 +15,9 @@
 
 #include <stdint.h>
 
-#include "master_t.h"
 #include "master/snap.h"
 #include "master/wal.h"
+#include "master_t.h"
 
 /* The replay callbacks' argument: records are applied to m at now.  With
  * si, a snapshot's load is a bulk one, as the daemon's

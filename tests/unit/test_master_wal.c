@@ -372,8 +372,8 @@ static void snapshot_then_puts_then_crash_restores_all(void **state)
 		mt_cfg_init(&cfg);
 		t2 = mt_new(&cfg);
 		mt_replay_init(&x, t2, NULL);
-		assert_int_not_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, mt_replay_log, &x, &w2, NULL),
-				     MC_OK);
+		assert_int_not_equal(
+			mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, mt_replay_log, &x, &w2, NULL), MC_OK);
 		mt_free(t2);
 	}
 	mc_test_rmtree(dir);
@@ -804,7 +804,8 @@ static void corrupt_newest_snapshot_falls_back(void **state)
 	mt_wal_commit(w);
 	mt_wal_crash(t, w);
 	snap_file(dir, s2, path, sizeof(path));
-	assert_true(mc_test_flip_byte(path, MC_SNAP_HDR_LEN + 10)); /* in the body: its checksum fails */
+	/* in the body: its checksum fails */
+	assert_true(mc_test_flip_byte(path, MC_SNAP_HDR_LEN + 10));
 
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
