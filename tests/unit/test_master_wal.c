@@ -386,6 +386,41 @@ static void snap_file(const char *dir, uint64_t seq, char *path, size_t len)
 	snprintf(path, len, "%s/snap-%016llx.snap", dir, (unsigned long long)seq);
 }
 
+/* A snapshot names the view of the log it continues: the VIEW record's file
+ * is cut with the rest, and an HA master's directory still says which view
+ * it holds (server_ha.c, the candidate position). */
+static void view_survives_a_snapshot(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mview", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	mc_master_wal_view(t->m, 7, "127.0.0.1:50051");
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	commit(w);
+	(void)snapshot(t, w, dir, 1, &dropped);
+	assert_int_equal(dropped, 1); /* the VIEW record's file is gone */
+	crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	/* and the next snapshot names it again */
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k2", 1000);
+	commit(w);
+	(void)snapshot(t, w, dir, 1, &dropped);
+	crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void snapshot_then_puts_then_crash_restores_all(void **state)
 {
 	char dir[256];
@@ -1141,6 +1176,7 @@ int main(void)
 		cmocka_unit_test(torn_tail_is_cut_and_the_rest_kept),
 		cmocka_unit_test(newer_payload_version_is_refused),
 		cmocka_unit_test(view_record_replays),
+		cmocka_unit_test(view_survives_a_snapshot),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
