@@ -421,6 +421,77 @@ static void view_survives_a_snapshot(void **state)
 	mc_test_rmtree(dir);
 }
 
+struct truncating {
+	struct replay_arg x;
+	const char *path;
+	bool done;
+};
+
+/* Apply an entry, then cut the file under the loader's mapping. */
+static mc_status apply_then_truncate(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct truncating *a = arg;
+	mc_status st = mc_master_wal_replay(a->x.m, type, p, len, a->x.now);
+
+	if (!a->done) {
+		a->done = true;
+		assert_int_equal(truncate(a->path, 0), 0);
+	}
+	return st;
+}
+
+/* A mapped snapshot whose file shrinks while it is read (or hits an I/O
+ * error) faults with SIGBUS: the load fails with an error naming it, not
+ * the process, and the next start falls back to the previous snapshot. */
+static void snapshot_truncated_while_read_falls_back(void **state)
+{
+	char dir[256], path[300], bad[320];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	struct mc_master_config cfg;
+	struct truncating a = {0};
+	uint64_t s1, s2;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mbus", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	commit(w);
+	s1 = snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k2", 1000);
+	mt_put_ok(t, C1, "k3", 1000);
+	commit(w);
+	s2 = snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k4", 1000);
+	commit(w);
+	crash(t, w);
+
+	snap_file(dir, s2, path, sizeof(path));
+	mt_cfg_init(&cfg);
+	t = mt_new(&cfg);
+	a.x.m = t->m;
+	a.x.now = t->now;
+	a.path = path;
+	assert_int_equal(mc_snap_load(dir, apply_then_truncate, &a, &si), MC_ERR_FILE_READ_FAIL);
+	assert_non_null(strstr(mc_last_error(), "SIGBUS"));
+	assert_true(a.done);
+	mt_free(t);
+	snprintf(bad, sizeof(bad), "%s.bad", path);
+	assert_int_equal(access(bad, F_OK), 0);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, s1);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_get(t, "k1"), MC_OK);
+	assert_int_equal(mt_get(t, "k3"), MC_OK);
+	assert_int_equal(mt_get(t, "k4"), MC_OK);
+	crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void snapshot_then_puts_then_crash_restores_all(void **state)
 {
 	char dir[256];
@@ -1177,6 +1248,7 @@ int main(void)
 		cmocka_unit_test(newer_payload_version_is_refused),
 		cmocka_unit_test(view_record_replays),
 		cmocka_unit_test(view_survives_a_snapshot),
+		cmocka_unit_test(snapshot_truncated_while_read_falls_back),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
