@@ -517,17 +517,15 @@ def restarted_whole(hc, backend, connstring, client, forget):
     assert ha_status(first) != "serving", "the master with the shortest log leads"
     for key, want in acked.items():
         assert get_eventually(node, key) == want, key
+    # it won the view alone and gave it up unserved (counted as deferred)
+    assert first.metric("ha_elections_won_total") >= 1
     assert first.metric("ha_elections_deferred_total") >= 1
-    log = first.log_path.read_bytes().decode(errors="replace")
-    assert "giving up the view before serving" in log, log
     new = second if ha_status(second) == "serving" else third
     # the others follow it, their directories replaced by its snapshot
     for m in masters:
         if m is not new:
             wait_until(lambda: m.metric("ha_stream_synced") == 1, START_TIMEOUT,
                        f"{m.label} streaming from the new leader")
-    assert "is replaced by the leader's snapshot" in \
-        first.log_path.read_bytes().decode(errors="replace")
     s = node.put("after", 2000, 9)
     assert node.get("after") == (2000, s)
 
