@@ -17,6 +17,7 @@ The lease is 3 s (--ha_lease_ttl_seconds) to keep the file short; every
 wait is a bounded poll of /ha_status or of a client's reply.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -182,11 +183,11 @@ class HaCluster(StoreCluster):
         super().__init__(request, tmp_path_factory)
         self.nwal = 0
 
-    def ha_master(self, backend, connstring, wal=None, extra=()):
+    def ha_master(self, backend, connstring, wal=None, extra=(), port=0, wait=True):
         exe = master_path()
         if exe is None:
             pytest.skip(f"mooncake_master not built under {BUILD}")
-        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1",
+        argv = [exe, f"--rpc_port={port}", "--rpc_address=127.0.0.1",
                 "--metrics_port=0", "--metrics_host=127.0.0.1",
                 f"--client_ttl={CLIENT_TTL_S}", "--enable_ha",
                 f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
@@ -194,7 +195,8 @@ class HaCluster(StoreCluster):
                 *extra]
         m = Master(argv, f"master{len(self.procs)}", self.logdir)
         self.procs.append(m)
-        m.wait_listening()
+        if wait:
+            m.wait_listening()
         return m
 
     def new_wal(self):
@@ -433,6 +435,108 @@ def test_etcd_behind_standby_loses_the_election(hc, etcd_ep):
 
 def test_redis_behind_standby_loses_the_election(hc, redis_uri):
     behind_standby_loses(hc, "redis", redis_uri, redis_uri)
+
+
+VIEW_KEY = "mooncake-store/mooncake_cluster/master_view"
+
+
+def etcd_forget(ep):
+    """Delete the view and the candidate entries (the keys under it), as
+    their leases lapse within two TTLs of every master's death (6 s)."""
+    key = VIEW_KEY.encode()
+    body = json.dumps({"key": base64.b64encode(key).decode(),
+                       "range_end": base64.b64encode(key[:-1] + b"x").decode()})
+    req = urllib.request.Request(f"http://{ep}/v3/kv/deleterange", data=body.encode(),
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.status == 200
+
+
+def redis_forget(uri):
+    """The same on Redis: the view's hash and the candidates' hash."""
+    host, port = uri[len("redis://"):].rsplit(":", 1)
+    args = ["DEL", VIEW_KEY, VIEW_KEY + "/candidates"]
+    cmd = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+    with socket.create_connection((host, int(port)), timeout=5) as c:
+        c.sendall(cmd.encode())
+        assert c.recv(64).startswith(b":")
+
+
+def restarted_whole(hc, backend, connstring, client, forget):
+    """Every master killed, then each started again on its own --wal_dir:
+    the one whose directory holds the most leads.  The lowest address
+    (which wins ties) led first and was killed first, so its log is the
+    shortest (an older view); the next one took over and acknowledged more
+    puts with the third streaming.  Restarted first, alone, the lowest
+    wins the view, sees the others' later view in their candidate entries
+    during its warm-up and gives the view up unserved; one of them leads
+    from its own directory (its leader's snapshot restored) and every
+    acknowledged put reads back.  Before, a master that had loaded no
+    leader's snapshot posted 0 0 whatever its directory held: the lowest
+    led with its short log, the later puts were not found, and the others'
+    directories were emptied for its snapshot."""
+    ports = set()
+    while len(ports) < 3:  # ephemeral ports: five digits, so text order is number order
+        ports.add(free_port())
+    low, mid, high = sorted(ports)
+    wals = {p: hc.new_wal() for p in ports}
+
+    def start(port, wait=True):
+        return hc.ha_master(backend, connstring, wal=wals[port], port=port, wait=wait)
+
+    first = start(low)
+    wait_serving(first)
+    second = start(mid)
+    wait_until(lambda: second.metric("ha_stream_synced") == 1, START_TIMEOUT,
+               "the second master streaming the first one's log")
+    node = hc.ha_node(client, client)
+    acked = {"a": (100000, node.put("a", 100000, 1))}
+    first.kill9()
+    wait_serving(second)
+    third = start(high)
+    wait_until(lambda: third.metric("ha_stream_synced") == 1 and
+               second.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the third master streaming the second one's log")
+    for i in range(4):  # each answered once the third had its record
+        acked[f"k{i}"] = (4096 * (i + 1), node.put(f"k{i}", 4096 * (i + 1), 10 + i))
+    third.kill9()  # the standby first: alone, the leader writes nothing more
+    second.kill9()
+    forget(connstring)
+
+    first = start(low)
+    wait_until(lambda: ha_status(first) == "leader_warmup", FAILOVER_S,
+               "the first master started, alone, winning the view")
+    second, third = start(mid, wait=False), start(high, wait=False)
+    second.wait_listening()
+    third.wait_listening()
+    hc.procs.remove(node)  # stopped before the masters at teardown (it unmounts)
+    hc.procs.append(node)
+    masters = (first, second, third)
+    wait_until(lambda: any(ha_status(m) == "serving" for m in masters), FAILOVER_S,
+               "a master serving")
+    assert ha_status(first) != "serving", "the master with the shortest log leads"
+    for key, want in acked.items():
+        assert get_eventually(node, key) == want, key
+    # it won the view alone and gave it up unserved (counted as deferred)
+    assert first.metric("ha_elections_won_total") >= 1
+    assert first.metric("ha_elections_deferred_total") >= 1
+    new = second if ha_status(second) == "serving" else third
+    # the others follow it, their directories replaced by its snapshot
+    for m in masters:
+        if m is not new:
+            wait_until(lambda: m.metric("ha_stream_synced") == 1, START_TIMEOUT,
+                       f"{m.label} streaming from the new leader")
+    s = node.put("after", 2000, 9)
+    assert node.get("after") == (2000, s)
+
+
+def test_etcd_cluster_restarted_whole_elects_the_longest_log(hc, etcd_ep):
+    restarted_whole(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}", etcd_forget)
+
+
+@slow
+def test_redis_cluster_restarted_whole_elects_the_longest_log(hc, redis_uri):
+    restarted_whole(hc, "redis", redis_uri, redis_uri, redis_forget)
 
 
 def test_deposed_leader_refuses_writes(hc, etcd_ep):

@@ -314,6 +314,111 @@ static void snap_file(const char *dir, uint64_t seq, char *path, size_t len)
 	snprintf(path, len, "%s/snap-%016llx.snap", dir, (unsigned long long)seq);
 }
 
+/* A snapshot names the view of the log it continues: the VIEW record's file
+ * is cut with the rest, and an HA master's directory still says which view
+ * it holds (server_ha.c, the candidate position). */
+static void view_survives_a_snapshot(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mview", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	mc_master_wal_view(t->m, 7, "127.0.0.1:50051");
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mt_wal_commit(w);
+	(void)mt_wal_snapshot(t, w, dir, 1, &dropped);
+	assert_int_equal(dropped, 1); /* the VIEW record's file is gone */
+	mt_wal_crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	/* and the next snapshot names it again */
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k2", 1000);
+	mt_wal_commit(w);
+	(void)mt_wal_snapshot(t, w, dir, 1, &dropped);
+	mt_wal_crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+struct truncating {
+	struct mt_replay x;
+	const char *path;
+	bool done;
+};
+
+/* Apply an entry, then cut the file under the loader's mapping. */
+static mc_status apply_then_truncate(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct truncating *a = arg;
+	mc_status st = mc_master_wal_replay(a->x.m, type, p, len, a->x.now);
+
+	if (!a->done) {
+		a->done = true;
+		assert_int_equal(truncate(a->path, 0), 0);
+	}
+	return st;
+}
+
+/* A mapped snapshot whose file shrinks while it is read (or hits an I/O
+ * error) faults with SIGBUS: the load fails with an error naming it, not
+ * the process, and the next start falls back to the previous snapshot. */
+static void snapshot_truncated_while_read_falls_back(void **state)
+{
+	char dir[256], path[300], bad[320];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	struct mc_master_config cfg;
+	struct truncating a = {0};
+	uint64_t s1, s2;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mbus", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mt_wal_commit(w);
+	s1 = mt_wal_snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k2", 1000);
+	mt_put_ok(t, C1, "k3", 1000);
+	mt_wal_commit(w);
+	s2 = mt_wal_snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k4", 1000);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
+
+	snap_file(dir, s2, path, sizeof(path));
+	mt_cfg_init(&cfg);
+	t = mt_new(&cfg);
+	mt_replay_init(&a.x, t, NULL);
+	a.path = path;
+	assert_int_equal(mc_snap_load(dir, apply_then_truncate, &a, &si), MC_ERR_FILE_READ_FAIL);
+	assert_non_null(strstr(mc_last_error(), "SIGBUS"));
+	assert_true(a.done);
+	mt_free(t);
+	snprintf(bad, sizeof(bad), "%s.bad", path);
+	assert_int_equal(access(bad, F_OK), 0);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, s1);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_get(t, "k1"), MC_OK);
+	assert_int_equal(mt_get(t, "k3"), MC_OK);
+	assert_int_equal(mt_get(t, "k4"), MC_OK);
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void snapshot_then_puts_then_crash_restores_all(void **state)
 {
 	char dir[256];
@@ -1055,6 +1160,8 @@ int main(void)
 		cmocka_unit_test(torn_tail_is_cut_and_the_rest_kept),
 		cmocka_unit_test(newer_payload_version_is_refused),
 		cmocka_unit_test(view_record_replays),
+		cmocka_unit_test(view_survives_a_snapshot),
+		cmocka_unit_test(snapshot_truncated_while_read_falls_back),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
