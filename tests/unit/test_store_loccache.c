@@ -334,12 +334,12 @@ static void upsert_in_place_is_caught(void **state)
 	free(v);
 }
 
-/* A master of 1 s leases: an entry is used until the lookup's send time
+/* A master of 2 s leases: an entry is used until the lookup's send time
  * plus the lease less the margin, then the get asks the master again; what
  * the cache cannot catch - another client's upsert to another size, whose
  * old block stays intact - is served as the previous value, exact, and no
  * longer than that. */
-#define SHORT_LEASE_MS 1000
+#define SHORT_LEASE_MS 2000
 
 static void short_lease(struct mc_master_server_config *c)
 {
@@ -376,9 +376,14 @@ static void lease_bounds_the_cache(void **state)
 	dst = reg(R);
 	mc_test_fill(v, 2 * OBJ, 19);
 	assert_int_equal(mc_store_put(W, "lc-lease", v, OBJ, &on_w), MC_OK);
-	t0 = mc_now_ms();
-	expect_into(R, dst, "lc-lease", v, OBJ);
-	e = mc_store_loc_find(R, "lc-lease", 8);
+	/* a get that outlives the usable part of the lease (a loaded machine,
+	 * a sanitizer) caches nothing: try again */
+	for (int i = 0;; i++) {
+		t0 = mc_now_ms();
+		expect_into(R, dst, "lc-lease", v, OBJ);
+		if ((e = mc_store_loc_find(R, "lc-lease", 8)) || i == 20)
+			break;
+	}
 	assert_non_null(e);
 	deadline = e->deadline_ms;
 	mc_store_loc_unref(e);
@@ -541,5 +546,11 @@ int main(void)
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
+	/* TCP between the in-process clients, as the benchmarks' tcp rows: the
+	 * last case races reads of a holder's bytes with upserts rewriting them,
+	 * on purpose (the checksum catches it), and on TCP the holder's side of
+	 * that race is the engine's user-memory send, which tests/tsan.supp
+	 * names; the same-host transport's copy is not named there */
+	setenv("MC_SHM_DISABLE", "1", 1);
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
