@@ -57,6 +57,14 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "it, falling back to the next replica on a mismatch (0: neither; also the setup "
 	       "option disable_verify)",
 	       CFG(verify), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"store_location_cache", "MC_STORE_LOCATION_CACHE", "0",
+	       "replica locations a client keeps, least recently used first out, so that a get "
+	       "of a key read within its read lease (less a margin) skips GetReplicaList and is "
+	       "one exchange with the holder; needs MC_STORE_VERIFY (every cached read is "
+	       "checked). Off by default: after another client's upsert to another size or "
+	       "force remove a cached get may return the previous value until the lease ends "
+	       "(docs/design.md, the location cache). 0 = off",
+	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
 	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
 	       "collect the client's call counters and latency histograms (the client HTTP "
 	       "server's /metrics answers 503 without them)",
