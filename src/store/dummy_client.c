@@ -17,10 +17,11 @@
  * reconnect (the pinger's) re-sends every region under the same lock, so
  * no call sees a half-restored daemon.  With a cluster secret, each
  * connect (the first and the pinger's) proves it before the HELLO
- * (base/auth_hs.h, channel "dummy").  A caller waiting for its answer
- * sleeps until shortly before the time it predicts and polls through a
- * short window (store/dummy_wait.h, MC_DUMMY_BUSY_POLL_US), so the answer
- * of a long call finds it awake.  What this file must never do: send
+ * (base/auth_hs.h, channel "dummy").  With MC_DUMMY_BUSY_POLL_US set, a
+ * caller waiting for its answer sleeps until shortly before the time it
+ * predicts and polls through a short window (store/dummy_wait.h), so the
+ * answer of a long call finds it awake; by default it sleeps until the
+ * answer wakes it.  What this file must never do: send
  * one of its own pointers to the daemon, or keep going on a socket after
  * one failed read or write (the framing is unknown then: close, and let
  * the pinger reconnect).

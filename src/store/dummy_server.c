@@ -5,9 +5,10 @@
  * One acceptor thread takes connections on @mooncake_client_<port>.sock;
  * each connection gets a detached thread that reads frames (store/proto.h
  * framing, store/dummy_proto.h payloads), runs each request on the real
- * client and answers, one request at a time; after an answer it polls
- * for the next request briefly (MC_DUMMY_CONN_BUSY_POLL_US) before it
- * sleeps, as a dummy's calls come back to back.  A connection owns its
+ * client and answers, one request at a time; with
+ * MC_DUMMY_CONN_BUSY_POLL_US set, after an answer it polls for the next
+ * request that long before it sleeps, as a dummy's calls come back to
+ * back.  A connection owns its
  * regions: memfds the dummy sent with SCM_RIGHTS, mapped MAP_SHARED here
  * and registered with the real client, so the engine moves bytes between
  * the dummy's pages and the pool with no copy in this process.  Buffers
