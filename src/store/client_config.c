@@ -83,6 +83,18 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "mooncake_client expires a dummy client silent this long (no request and no ping; "
 	       "dummies ping every second), unmapping its shared memory, milliseconds",
 	       CFG(dummy_expire_ms), MC_CONFIG_INT, 100, 86400000}},
+	{.f = {"dummy_busy_poll_us", "MC_DUMMY_BUSY_POLL_US", "0",
+	       "a dummy client sleeps until shortly before the answer it predicts (from its last "
+	       "calls of the same kind and size) and polls its socket without sleeping this long "
+	       "around that moment, so the answer finds it awake (microseconds; 0 = off, the "
+	       "default: it sleeps until the answer wakes it; polling lost on a loaded 2-core "
+	       "machine, docs/bench/issue-15-client-daemon.md)",
+	       CFG(dummy_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+	{.f = {"dummy_conn_busy_poll_us", "MC_DUMMY_CONN_BUSY_POLL_US", "0",
+	       "after answering a dummy client, mooncake_client's thread for that dummy polls its "
+	       "socket without sleeping this long for the next request before it sleeps "
+	       "(microseconds; 0 = off, the default)",
+	       CFG(dummy_conn_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
 };
 #undef CFG
 const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);

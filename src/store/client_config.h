@@ -27,6 +27,8 @@ struct mc_store_client_env {
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
 	int64_t dummy_expire_ms;  /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */
+	int64_t dummy_busy_poll_us;	 /* MC_DUMMY_BUSY_POLL_US (a dummy client's wait) */
+	int64_t dummy_conn_busy_poll_us; /* MC_DUMMY_CONN_BUSY_POLL_US (the daemon's) */
 };
 
 extern const struct mc_config_entry mc_store_client_config_table[];
