@@ -389,17 +389,20 @@ static bool table_reserve(struct mc_offset_alloc *a)
 	size_t n = (size_t)1 << a->table_bits, start = 0;
 	uint32_t *t;
 
-	table_migrate(a, migrate_step(a));
-	if ((a->nused + 1) * 2 <= n)
+	if ((a->nused + 1) * 2 <= n) {
+		table_migrate(a, migrate_step(a));
 		return true;
+	}
 	if (bits > 40)
+		return false;
+	/* first: a failure changes nothing (with one slot beyond the due
+	 * share a move can still run when an operation fails here) */
+	t = mc_calloc((size_t)1 << bits, sizeof(*t));
+	if (!t)
 		return false;
 	/* the old table drains before the new one fills (migrate_step); a
 	 * settle here finds nothing left to move */
 	table_migrate(a, SIZE_MAX);
-	t = mc_calloc((size_t)1 << bits, sizeof(*t));
-	if (!t)
-		return false;
 	while (a->table[start] != EMPTY) /* the load is at most 1/2: one is empty */
 		start++;
 	a->old = a->table;
