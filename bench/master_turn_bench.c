@@ -245,9 +245,8 @@ static void exist_run(struct mc_master *m, double parts[4])
 	uint64_t dec = 0, han = 0, rel = 0, nk = 0, t0, end;
 
 	for (int f = 0; f < NFRAMES; f++) {
-		struct mc_store_keys_req kr = {.tenant = mc_proto_str_c(""),
-					       .n_keys = FRAME_KEYS,
-					       .keys = keys};
+		struct mc_store_keys_req kr = {
+			.tenant = mc_proto_str_c(""), .n_keys = FRAME_KEYS, .keys = keys};
 
 		for (uint32_t i = 0; i < FRAME_KEYS; i++) {
 			seed = seed * 6364136223846793005ull + 1442695040888963407ull;

@@ -19,7 +19,7 @@
 
 #define TAG_SHIFT    48
 #define PTR_MASK     ((1ull << TAG_SHIFT) - 1)
-#define MIGRATE_STEP 1u /* old slots moved per insert while resizing, beyond the due share */
+#define MIGRATE_STEP  1u /* old slots moved per insert while resizing, beyond the due share */
 #define MIGRATE_AHEAD 8u /* objects of old slots prefetched this far ahead of the move */
 
 /* ------------------------------------------------------------------------ */

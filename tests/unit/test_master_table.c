@@ -370,8 +370,8 @@ static void test_resize_spreads_its_move(void **state)
 	}
 	print_message("move of 16384 slots ended at %d objects, %d inserts after the doubling\n",
 		      ended, ended - FIRST);
-	assert_true(ended > 0);					 /* before the next doubling */
-	assert_true(ended - FIRST > (NEXT - FIRST) / 3);	 /* spread out */
+	assert_true(ended > 0);				 /* before the next doubling */
+	assert_true(ended - FIRST > (NEXT - FIRST) / 3); /* spread out */
 	for (int i = 0; i < ended; i += 97) {
 		char k[32];
 
