@@ -6,6 +6,9 @@ Runs build/tools/mooncake_replay over both shipped traces for
   fig9   one global cache, hit rate against capacity (paper.md 3.1)
   fig10  ten prefill nodes of 3M tokens, output length 1, every router
          beside the global pool (paper.md 3.2)
+  fig8   prefill time per request without a prefix cache (vLLM's column,
+         the cost model over every whole prompt) against Mooncake's pool
+         and Algorithm 1, and the cut (paper.md A11, A12)
   fig5   eight prefill nodes of 3M tokens, average / p50 / p90 TTFT per
          scheduler (paper.md 3.3)
   fig11  replica counts of the keys ranked 10 / 100 / 1000 / 10000 under
@@ -27,11 +30,11 @@ capacities (a store-backed point takes 10-60 s); --lease-ms is the started
 master's read lease (20 ms here: a 500 ms one pins much of a small segment).
 
 With --png DIR each figure is also drawn, ours beside the reference, as
-DIR/fig9.png, fig10.png, fig5.png and fig11.png (matplotlib: Debian's
+DIR/fig9.png, fig10.png, fig8.png, fig5.png and fig11.png (matplotlib: Debian's
 python3-matplotlib, `scripts/install-deps.sh --bench`).
 
 usage: bench/replay_figures.py [--build build] [--traces ../shared/traces]
-                               [--only fig9,fig10,fig5,fig11] [--json FILE]
+                               [--only fig9,fig10,fig8,fig5,fig11] [--json FILE]
                                [--png DIR] [--store [--block-bytes 1k] [--lease-ms 20]]
                                [--caps 1e6,3e6,...]
 """
@@ -61,6 +64,19 @@ FIG10 = [
     ("random", 10, "local", "random", (.104, 1.453, .191, 1.686)),
     ("global-cache-aware (Alg. 1, fetch)", 10, "local", "global", (.362, 1.043, .634, .748)),
 ]
+# paper.md A11, A12 (Fig. 8): setup, flags, (conv s, synth s) of the reference
+# replay, the paper's read-offs, and whether --store applies: "no prefix cache"
+# runs cache-only always (there is nothing to store); over the store the pool
+# is one node's segment of 30M tokens, as in Figure 10
+FIG8 = [
+    ("vLLM, no prefix cache", ["--nodes", "16", "--capacity-tokens", "0", "--policy", "load"],
+     (1.608, 2.102), (1.65, 2.02), False),
+    ("Mooncake, one 30M pool", ["--nodes", "10", "--pool", "global", "--policy", "load",
+                                "--capacity-tokens", "3e6"], (1.035, .711), (1.06, .73), True),
+    ("Mooncake, Alg. 1 on ten 3M nodes", ["--nodes", "10", "--policy", "global",
+                                          "--capacity-tokens", "3e6"], (1.043, .748),
+     (1.06, .73), True),
+]
 # paper.md 3.3: conversation TTFT avg / p50 / p90, synthetic avg; the paper's avg
 FIG5 = [
     ("global", (1.18, .48, 2.66, .79), 3.07),
@@ -74,11 +90,11 @@ FIG11_REF = {"conversation": "5.4 (6) / 3.0 (4) / 1.0 (3) / 0.1 (2)",
 TRACES = ("conversation", "synthetic")
 
 
-def replay(args, trace, *flags):
+def replay(args, trace, *flags, store=True):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [os.path.join(args.build, "tools", "mooncake_replay"), "--quiet", "--trace",
                os.path.join(args.traces, trace + "_trace.jsonl"), "--json", out.name, *flags]
-        if args.store:
+        if args.store and store:
             cmd += ["--store", "--block-bytes", args.block_bytes, "--lease-ms", args.lease_ms]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(out.name) as f:
@@ -118,6 +134,28 @@ def fig10(args, results):
                       f"{ref[2 * k + 1]:.3f} / {r['prefill_s_per_request']:.3f}"]
         print(f"| {name} (`--nodes {nodes} --pool {pool} --policy {policy}`) | "
               + " | ".join(cells) + " |")
+
+
+def fig8(args, results):
+    print("| system | conv prefill s ref / ours | synth prefill s ref / ours "
+          "| paper conv / synth | ours: cut against no cache, conv / synth |")
+    print("|---|---:|---:|---:|---:|")
+    base = {}
+    for name, flags, ref, paper, over_store in FIG8:
+        flags = list(flags)
+        if args.store and "--pool" in flags:
+            flags[flags.index("--nodes") + 1] = "1"  # one segment holds the pool
+            flags[flags.index("--capacity-tokens") + 1] = "3e7"
+        cells, cuts = [], []
+        for k, t in enumerate(TRACES):
+            r = replay(args, t, *flags, "--output-length-one", store=over_store)
+            results.append({**r, "figure": "fig8", "trace": t, "setup": name})
+            s = r["prefill_s_per_request"]
+            cells.append(f"{ref[k]:.3f} / {s:.3f}")
+            cuts.append(f"{(1 - s / base[t]) * 100:.0f}%" if t in base else "(the base)")
+            base.setdefault(t, s)
+        print(f"| {name} (`{' '.join(flags)}`) | " + " | ".join(cells)
+              + f" | ≈{paper[0]:.2f} / ≈{paper[1]:.2f} | " + " / ".join(cuts) + " |")
 
 
 def fig5(args, results):
@@ -222,6 +260,22 @@ def draw(results, outdir):
             ax.set_xlabel("token hit rate (%)")
         axes[0].legend(fontsize=8)
         save(fig, "fig10.png")
+    if "fig8" in by:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        names = [f[0] for f in FIG8]
+        for k, (t, ax) in enumerate(zip(TRACES, axes)):
+            ours = {r["setup"]: r["prefill_s_per_request"] for r in by["fig8"]
+                    if r["trace"] == t}
+            xs = range(len(names))
+            ax.bar([x - 0.2 for x in xs], [ours.get(n, 0) for n in names], 0.4, label="ours")
+            ax.bar([x + 0.2 for x in xs], [f[3][k] for f in FIG8], 0.4, label="paper",
+                   alpha=0.6)
+            ax.set_xticks(list(xs))
+            ax.set_xticklabels([n.replace(", ", ",\n") for n in names], fontsize=7)
+            ax.set_title(f"Fig. 8, {t}")
+            ax.set_ylabel("prefill time per request (s)")
+        axes[0].legend(fontsize=8)
+        save(fig, "fig8.png")
     if "fig5" in by:
         fig, ax = plt.subplots(figsize=(7, 4.2))
         pols = [f[0] for f in FIG5]
@@ -258,7 +312,7 @@ def main():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--build", default=os.path.join(here, "build"))
     ap.add_argument("--traces", default=os.path.join(here, "..", "shared", "traces"))
-    ap.add_argument("--only", default="fig9,fig10,fig5,fig11")
+    ap.add_argument("--only", default="fig9,fig10,fig8,fig5,fig11")
     ap.add_argument("--json")
     ap.add_argument("--png", metavar="DIR", help="also draw the figures as PNG files here")
     ap.add_argument("--store", action="store_true",
@@ -274,7 +328,8 @@ def main():
     results = []
     for name in args.only.split(","):
         print(f"\n### {name}\n")
-        {"fig9": fig9, "fig10": fig10, "fig5": fig5, "fig11": fig11}[name](args, results)
+        figs = {"fig9": fig9, "fig10": fig10, "fig8": fig8, "fig5": fig5, "fig11": fig11}
+        figs[name](args, results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

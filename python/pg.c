@@ -183,7 +183,10 @@ static uint64_t now_us(void)
 #pragma GCC optimize("O3")
 #endif
 
-#define RED_LOOPS(T, NAME)                                                             \
+/* SUM and PRODUCT compute in U: an unsigned type at least as wide as int for the
+ * integers, so they wrap as torch's (and gloo's) do instead of overflowing a
+ * signed int, which is undefined (UBSan stops there); T itself for floats. */
+#define RED_LOOPS(T, U, NAME)                                                          \
 	static void NAME(int op, void *restrict d_, const void *restrict s_, size_t k) \
 	{                                                                              \
 		T *restrict d = d_;                                                    \
@@ -191,11 +194,11 @@ static uint64_t now_us(void)
 		switch (op) {                                                          \
 		case OP_SUM:                                                           \
 			for (size_t i = 0; i < k; i++)                                 \
-				d[i] = (T)(d[i] + s[i]);                               \
+				d[i] = (T)((U)d[i] + (U)s[i]);                         \
 			break;                                                         \
 		case OP_PROD:                                                          \
 			for (size_t i = 0; i < k; i++)                                 \
-				d[i] = (T)(d[i] * s[i]);                               \
+				d[i] = (T)((U)d[i] * (U)s[i]);                         \
 			break;                                                         \
 		case OP_MIN:                                                           \
 			for (size_t i = 0; i < k; i++)                                 \
@@ -208,13 +211,13 @@ static uint64_t now_us(void)
 		}                                                                      \
 	}
 
-RED_LOOPS(int8_t, red_i8)
-RED_LOOPS(uint8_t, red_u8)
-RED_LOOPS(int16_t, red_i16)
-RED_LOOPS(int32_t, red_i32)
-RED_LOOPS(int64_t, red_i64)
-RED_LOOPS(float, red_f32)
-RED_LOOPS(double, red_f64)
+RED_LOOPS(int8_t, unsigned, red_i8)
+RED_LOOPS(uint8_t, unsigned, red_u8)
+RED_LOOPS(int16_t, unsigned, red_i16)
+RED_LOOPS(int32_t, uint32_t, red_i32)
+RED_LOOPS(int64_t, uint64_t, red_i64)
+RED_LOOPS(float, float, red_f32)
+RED_LOOPS(double, double, red_f64)
 
 /* bool: SUM and MAX are OR, PRODUCT and MIN are AND (bytes are 0 or 1) */
 static void red_bool(int op, void *restrict d_, const void *restrict s_, size_t k)

@@ -1459,7 +1459,25 @@ def extend_group_size_to(pg, n):
 
 # ---------------------------------------------------------------- creators
 
+# Spec 1.7's GPU-only variables: this build has no GPU backend, so the CPU
+# backend refuses them rather than ignore them silently (a user who sets one
+# expects an effect; upstream's CPU backend ignores both).
+_GPU_ONLY_ENV = {
+    "MC_USE_NVLINK_IPC": "the NVLink (fabric handle) warm-up switch of the CUDA backend",
+    "MC_MACA_HOST_TRANSPORT": "the host transport of MACA builds",
+}
+
+
+def _refuse_gpu_env():
+    for name, what in _GPU_ONLY_ENV.items():
+        v = os.environ.get(name)
+        if v is not None and v != "":
+            raise RuntimeError(f"mooncake-cpu: {name}={v!r} is {what}; this build has no GPU "
+                               f"backend, so it would have no effect: unset it")
+
+
 def createMooncakeCpuBackend(dist_opts, pg_options=None):
+    _refuse_gpu_env()
     size, rank = dist_opts.group_size, dist_opts.group_rank
     opts = pg_options if isinstance(pg_options, MooncakeBackendOptions) else None
     if pg_options is not None and opts is None:

@@ -41,6 +41,16 @@
  * master of that view runs and no later view could have lapsed
  * meanwhile (each lives a TTL), so it serves without the warm-up.
  *
+ * A cluster started whole.  A master that never loaded a leader's
+ * snapshot posts what its own directory holds (server_ha.c), so the one
+ * whose directory holds the most leads.  Masters started one after the
+ * other do not gather together: the first finds itself alone and wins.
+ * So a winner keeps looking at the candidates through its warm-up, when
+ * nothing is served yet, and gives the view up (give_up) to one further
+ * on (a later view or a longer log; not a tie) that shows up meanwhile,
+ * unless this election already passed that one over (a dead candidate's
+ * entry outlives it by up to two TTLs).
+ *
  * What the thread must never do: hold the server's lock (the callbacks
  * take it themselves), or extend valid_until from a renewal that was not
  * acknowledged.
@@ -92,6 +102,10 @@ struct mc_master_ha {
 	uint64_t posted_ms;	     /* when (0: none is up) */
 	struct mc_coord_view prev;   /* the last view seen present */
 	uint64_t prev_ms;	     /* when it was seen */
+	/* the better candidates this election passed over (they never took
+	 * the view): the warm-up does not give it up to them */
+	char passed[MC_COORD_CAND_MAX][sizeof(((struct mc_coord_cand *)0)->addr)];
+	size_t npassed;
 
 	pthread_mutex_t lock; /* leaf: the fields below and stop */
 	pthread_cond_t cond;  /* CLOCK_MONOTONIC; signalled by stop and a poke */
@@ -212,19 +226,26 @@ static bool renew_once(struct mc_master_ha *ha, bool *failed, uint64_t *last_log
 	return mc_now_ms() < atomic_load(&ha->valid_until);
 }
 
+static bool better_listed(struct mc_master_ha *ha, uint64_t *last_log_ms);
+
 /*
  * Hold the view, renewing every TTL/3 (100 ms while renewals fail), until
  * until_ms (warm-up), until *done turns true (a take-over running beside
  * it), or for good (both unset).  Returns false when leading ended (or
- * stop), true when the end asked for came.
+ * stop), true when the end asked for came.  With yielded (the warm-up:
+ * nothing served yet) the candidates are looked at every TTL/10, and one
+ * more caught up than this master ends it: false with *yielded set.
  */
-static bool lead(struct mc_master_ha *ha, uint64_t until_ms, atomic_bool *done,
+static bool lead(struct mc_master_ha *ha, uint64_t until_ms, atomic_bool *done, bool *yielded,
 		 uint64_t *last_log_ms)
 {
 	uint64_t period = MC_MAX(ha->ttl_ms / 3, (uint64_t)50);
-	uint64_t next = mc_now_ms() + period;
+	uint64_t look = MC_MAX(ha->ttl_ms / 10, (uint64_t)100);
+	uint64_t next = mc_now_ms() + period, next_look = mc_now_ms() + look;
 	bool failed = false;
 
+	if (yielded)
+		*yielded = false;
 	for (;;) {
 		uint64_t now = mc_now_ms(), wait;
 
@@ -238,9 +259,19 @@ static bool lead(struct mc_master_ha *ha, uint64_t until_ms, atomic_bool *done,
 			next = mc_now_ms() + (failed ? MC_MIN(period, (uint64_t)100) : period);
 			continue;
 		}
+		if (yielded && now >= next_look) {
+			next_look = now + look;
+			if (better_listed(ha, last_log_ms)) {
+				*yielded = true;
+				return false;
+			}
+			continue;
+		}
 		wait = next - now;
 		if (until_ms)
 			wait = MC_MIN(wait, until_ms - now);
+		if (yielded)
+			wait = MC_MIN(wait, next_look - now);
 		if (done)
 			wait = MC_MIN(wait, (uint64_t)20);
 		if (!nap(ha, wait))
@@ -281,7 +312,7 @@ static mc_status take_over(struct mc_master_ha *ha, uint64_t version, bool *held
 		return j.st;
 	}
 	pthread_setname_np(t, "mc-ha-takeover");
-	*held_out = lead(ha, 0, &j.done, last_log_ms);
+	*held_out = lead(ha, 0, &j.done, NULL, last_log_ms);
 	pthread_join(t, NULL);
 	if (*held_out && j.st == MC_OK)
 		*held_out = renew_once(ha, &(bool){false}, last_log_ms);
@@ -383,6 +414,45 @@ static void cand_drop(struct mc_master_ha *ha)
 	ha->posted_ms = 0;
 }
 
+static bool passed_over(const struct mc_master_ha *ha, const char *addr)
+{
+	for (size_t i = 0; i < ha->npassed; i++)
+		if (strcmp(ha->passed[i], addr) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * During the warm-up: is a candidate further on than this master (a
+ * later view, or a longer log of the same one) listed, one this election
+ * did not pass over?  It came after the gathering: a master of a cluster
+ * started whole, begun later than this one, whose own directory holds
+ * more (server_ha.c).  Nothing is served yet, so the view is given up
+ * for it.  Coordinator errors say no.
+ */
+static bool better_listed(struct mc_master_ha *ha, uint64_t *last_log_ms)
+{
+	struct mc_coord_cand list[MC_COORD_CAND_MAX], me;
+	size_t n = 0;
+
+	if (mc_coord_cand_list(ha->coord, ha->key, list, MC_ARRAY_SIZE(list), &n) != MC_OK) {
+		note_error(ha, "listing the candidates", last_log_ms);
+		return false;
+	}
+	my_entry(ha, false, &me);
+	for (size_t i = 0; i < n; i++) {
+		/* strictly further on: a tie (the lower address) holds no more */
+		if (strcmp(list[i].addr, ha->cfg.advertise) == 0 || passed_over(ha, list[i].addr) ||
+		    list[i].view < me.view || (list[i].view == me.view && list[i].seq <= me.seq))
+			continue;
+		mc_info("giving up the view before serving: %s is more caught up (view %" PRIu64
+			", seq %" PRIu64 ") than this master (view %" PRIu64 ", seq %" PRIu64 ")",
+			list[i].addr, list[i].view, list[i].seq, me.view, me.seq);
+		return true;
+	}
+	return false;
+}
+
 /*
  * Is the leader last seen gone, so that a master elected now may serve
  * at once?  Only when its view was seen less than a TTL ago (no view won
@@ -412,6 +482,7 @@ static enum elect_result elect(struct mc_master_ha *ha, uint64_t *last_log_ms)
 	bool deferred = false;
 
 	ha->posted_ms = 0; /* the final position, now */
+	ha->npassed = 0;
 	if (!cand_refresh(ha, true, last_log_ms))
 		return ELECT_CAMPAIGN; /* the campaign meets the same coordinator */
 	for (;;) {
@@ -463,6 +534,10 @@ static enum elect_result elect(struct mc_master_ha *ha, uint64_t *last_log_ms)
 				mc_warn("%s, more caught up, has not taken the view in %" PRIu64
 					" ms; campaigning",
 					best->addr, now - t0);
+				for (size_t i = 0; i < n; i++)
+					if (mc_coord_cand_better(&list[i], &ha->posted))
+						memcpy(ha->passed[ha->npassed++], list[i].addr,
+						       sizeof(ha->passed[0]));
 				return ELECT_CAMPAIGN;
 			}
 		}
@@ -527,6 +602,19 @@ static void step_down(struct mc_master_ha *ha, bool was_serving)
 		ha->cfg.step_down(ha->cfg.arg);
 }
 
+/* The warm-up found a better candidate: hand the view back unserved (no
+ * step-down: nothing was led), counted as an election stood back from. */
+static void give_up(struct mc_master_ha *ha)
+{
+	pthread_mutex_lock(&ha->lock);
+	ha->seen.present = false;
+	pthread_mutex_unlock(&ha->lock);
+	atomic_store(&ha->valid_until, 0);
+	atomic_fetch_add(&ha->n_defer, 1);
+	mc_coord_resign(ha->coord);
+	set_state(ha, MC_HA_STANDBY);
+}
+
 static void *ha_main(void *arg)
 {
 	struct mc_master_ha *ha = arg;
@@ -539,7 +627,7 @@ rejoin:
 		struct mc_coord_view v = {0};
 		uint64_t t0, won_ms, ver = 0;
 		enum elect_result er;
-		bool won = false;
+		bool won = false, yielded = false;
 		mc_status st;
 
 		pthread_mutex_lock(&ha->lock);
@@ -600,7 +688,11 @@ rejoin:
 			ha->key, ver, warm);
 		set_state(ha, MC_HA_LEADER_WARMUP);
 		won_ms = mc_now_ms();
-		if (!lead(ha, won_ms + warm, NULL, &last_log_ms)) {
+		if (!lead(ha, won_ms + warm, NULL, &yielded, &last_log_ms)) {
+			if (yielded) {
+				give_up(ha);
+				continue; /* the better one campaigns; we stand back */
+			}
 			step_down(ha, false);
 			continue; /* nothing was served: campaign again */
 		}
@@ -626,7 +718,7 @@ rejoin:
 		mc_info("serving as the leader, view version %" PRIu64 " (took %" PRIu64
 			" ms from winning)",
 			ver, mc_now_ms() - won_ms);
-		if (lead(ha, 0, NULL, &last_log_ms))
+		if (lead(ha, 0, NULL, NULL, &last_log_ms))
 			return NULL; /* never: it returns when leading ended */
 		pthread_mutex_lock(&ha->lock);
 		deposed = !ha->stop;

@@ -25,7 +25,10 @@
  * 200 ms)); then only the most caught-up candidate campaigns.  The others
  * stand back and watch for its view; if none appears within one more TTL
  * (it died or cannot campaign), they
- * campaign anyway, so the cluster is never left without a leader.
+ * campaign anyway, so the cluster is never left without a leader.  A
+ * winner looks at the candidates through its warm-up too and hands the
+ * view back, unserved, to one further on (not a tie) that appeared
+ * meanwhile (a master of a cluster started whole that began later).
  *
  * Threads: the election thread runs the callbacks; mc_master_ha_may_serve
  * and mc_master_ha_info may be called from any thread (atomics and a leaf
@@ -71,8 +74,9 @@ struct mc_master_ha_config {
 	 * new leader's once more)?  Polled while fenced; NULL: never. */
 	bool (*may_campaign)(void *arg);
 	/* How far this master's copy of the leader's log reaches: the view
-	 * of the leader it streamed from and the seq applied through (0, 0
-	 * when it holds none).  Any thread; NULL: 0, 0. */
+	 * of the leader it streamed from and the seq applied through, or
+	 * what its own directory holds when it streams from none (0, 0 when
+	 * it holds nothing).  Any thread; NULL: 0, 0. */
 	void (*position)(void *arg, uint64_t *view_out, uint64_t *seq_out);
 	void *arg;
 };
@@ -89,7 +93,8 @@ struct mc_master_ha_info {
 	uint64_t transitions;	 /* state changes */
 	uint64_t backend_errors; /* coordinator requests that failed */
 	uint64_t views_ended;	 /* views of leaders that were gone, ended here */
-	uint64_t deferred;	 /* elections stood back from: a candidate more caught up */
+	uint64_t deferred;	 /* elections stood back from, or views given up in the
+				  * warm-up: a candidate more caught up */
 	uint64_t cand_seq;	 /* the log position last posted as a candidate */
 };
 

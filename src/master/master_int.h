@@ -338,6 +338,7 @@ struct mc_master {
 	struct mc_buf walbuf;  /* one record's payload being encoded */
 	bool wal_err;	       /* an append failed since the daemon last asked */
 	uint64_t wal_view;     /* the view of the last VIEW record (0: none) */
+	char wal_view_leader[256]; /* its leader's address (a snapshot's VIEW entry) */
 	uint32_t nwait;	       /* segments in MC_SEG_WAIT */
 	struct mc_obj **wdead; /* erased objects a wait list may still name */
 	uint64_t nwdead, wdead_cap;

@@ -20,11 +20,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "master/ha.h"
 #include "master/server_priv.h"
+#include "master/snap.h"
 #include "master/wal.h"
+#include "master/wal_rec.h"
 
 /* ---- HA hooks (master/ha.c calls these on its thread) ---------------------- */
 
@@ -36,8 +39,9 @@
  * wait for their clients to remount from now, as after a restart).  One
  * that never loaded a snapshot (the first master of a cluster, or every
  * master restarted) recovers from its own --wal_dir as a restarted master
- * does.  Then a VIEW record marks every later record as this leader's and
- * the log is tapped for the standbys that will stream from it.
+ * does, its snapshot always restored.  Then a VIEW record marks every
+ * later record as this leader's and the log is tapped for the standbys
+ * that will stream from it.
  */
 static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
 {
@@ -72,9 +76,18 @@ static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
 				s->master = fresh;
 			}
 		}
-		if (st == MC_OK)
-			st = mc_master_server_wal_open(s, s->ha_cfg);
+		if (st == MC_OK) {
+			struct mc_master_server_config c = *s->ha_cfg;
+
+			/* a standby's directory starts with its leader's snapshot
+			 * (server_repl.c): without it the log cannot be read */
+			c.enable_snapshot_restore = true;
+			st = mc_master_server_wal_open(s, &c);
+		}
 	}
+	/* the directory is this leader's log now, not a position to post */
+	atomic_store(&s->repl.dir_view, 0);
+	atomic_store(&s->repl.dir_seq, 0);
 	if (st == MC_OK) {
 		mc_master_wal_view(s->master, view_version, s->ha_advertise);
 		mc_master_repl_leader_start_locked(s);
@@ -108,6 +121,8 @@ static void mc_master_ha_stepped_down(void *arg)
 	 * leader's snapshot replaces them (mc_master_ha_may_campaign) */
 	atomic_store(&s->repl.synced, false);
 	atomic_store(&s->repl.applied, 0);
+	atomic_store(&s->repl.dir_view, 0);
+	atomic_store(&s->repl.dir_seq, 0);
 	if (!s->ha_stopping && mc_master_repl_standby_start(s) != MC_OK)
 		mc_error("ha: %s", mc_last_error());
 	mc_master_server_unlock(s);
@@ -123,17 +138,86 @@ static bool mc_master_ha_may_campaign(void *arg)
 }
 
 /* The candidate's position (ha.h): what a synced standby holds of the
- * leader it streams from; a master without the leader's snapshot holds
- * nothing a leader could be chosen for. */
+ * leader it streams from; a master without the leader's snapshot posts
+ * what its own directory held at start (dir_position), which its
+ * take-over would recover. */
 static void mc_master_ha_position(void *arg, uint64_t *view_out, uint64_t *seq_out)
 {
 	struct mc_master_server *s = arg;
 
-	*view_out = *seq_out = 0;
-	if (!atomic_load(&s->repl.synced))
+	if (!atomic_load(&s->repl.synced)) {
+		*view_out = atomic_load(&s->repl.dir_view);
+		*seq_out = atomic_load(&s->repl.dir_seq);
 		return;
+	}
 	*view_out = atomic_load(&s->repl.view);
 	*seq_out = atomic_load(&s->repl.applied);
+}
+
+/* ---- the directory's position (a cluster restarted whole) ---- */
+
+static void note_view(uint64_t *view, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct mc_walrec r;
+
+	if (type != MC_WALREC_VIEW)
+		return;
+	mc_walrec_clear(&r);
+	if (mc_walrec_decode(type, p, len, &r) == MC_OK)
+		*view = r.u.view.version;
+}
+
+static mc_status scan_snap_entry(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	note_view(arg, type, p, len);
+	return MC_OK;
+}
+
+static mc_status scan_rec(void *arg, const struct mc_wal_rec *r)
+{
+	note_view(arg, r->type, r->payload, r->len);
+	return MC_OK;
+}
+
+/*
+ * What the own --wal_dir holds, read as the take-over would recover it
+ * (the newest valid snapshot, then the log after it) without building
+ * tables: the view of its last VIEW record (a snapshot names its view
+ * first, wal_log.c) and the seq of its last valid record.  Until a
+ * leader's snapshot replaces the directory this is the master's candidate
+ * position, so after every master was stopped the one whose directory
+ * holds the most leads (ha.c).  The log is opened and closed to read it:
+ * a torn tail is cut here as the take-over would cut it, and an empty
+ * directory gets an empty first log file.  A directory that cannot be
+ * read posts 0 0 (its take-over would fail the same way).
+ */
+static void dir_position(struct mc_master_server *s, const struct mc_master_server_config *cfg)
+{
+	const char *env = cfg->snapshot_local_path;
+	const char *sdir = env && *env ? env : cfg->wal_dir;
+	struct mc_snap_load_info si;
+	struct mc_wal_open_info wi;
+	struct mc_wal *w = NULL;
+	uint64_t view = 0, t0 = mc_now_ms(), seq;
+	mc_status st;
+
+	st = mc_snap_load(sdir, scan_snap_entry, &view, &si);
+	if (st == MC_OK)
+		st = mc_wal_open(cfg->wal_dir, MC_WAL_FSYNC_NO, si.seq, scan_rec, &view, &w, &wi);
+	if (st != MC_OK) {
+		mc_warn("ha: --wal_dir %s cannot be read (%s): posting no position of its own",
+			cfg->wal_dir, mc_last_error());
+		return;
+	}
+	(void)mc_wal_close(w);
+	seq = MC_MAX(wi.last_seq, si.seq);
+	atomic_store(&s->repl.dir_view, view);
+	atomic_store(&s->repl.dir_seq, seq);
+	if (seq)
+		mc_info("ha: --wal_dir %s holds view %" PRIu64 " through seq %" PRIu64
+			" (snapshot at %" PRIu64 ", read in %" PRIu64
+			" ms): this master's position until a leader's snapshot replaces it",
+			cfg->wal_dir, view, seq, si.seq, mc_now_ms() - t0);
 }
 
 /* --enable_ha: the address put in the view, and the election thread. */
@@ -181,6 +265,7 @@ mc_status mc_master_server_ha_start(struct mc_master_server *s,
 					    cfg->wal_dir, path);
 	}
 	mc_master_repl_clean_dir(cfg->wal_dir); /* a killed leader's senders' leftovers */
+	dir_position(s, cfg);
 	s->repl.dir = cfg->wal_dir;
 	s->repl.sync_n = cfg->ha_sync_replicas;
 	s->repl.stall_ms = (uint64_t)cfg->ha_lease_ttl_seconds * 1000;

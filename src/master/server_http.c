@@ -647,7 +647,7 @@ static const struct metric metrics[] = {
 	SERVER_COUNTER("ha_elections_won_total", "Campaigns for the leader view this master won", ha_won),
 	SERVER_COUNTER("ha_step_downs_total", "Leaderships this master lost (lease not renewed in time) or gave up", ha_down),
 	SERVER_COUNTER("ha_views_ended_total", "Views of a leader found gone (stream ended, RPC port refusing) that this standby ended without waiting for the lease", ha_ended),
-	SERVER_COUNTER("ha_elections_deferred_total", "Elections this master stood back from: another candidate held more of the leader's log", ha_deferred),
+	SERVER_COUNTER("ha_elections_deferred_total", "Elections this master stood back from, or views it gave up in the warm-up: another candidate held more of the log", ha_deferred),
 	SERVER_COUNTER("ha_backend_errors_total", "Requests to the HA coordinator (etcd, Redis) that failed", ha_err),
 	SERVER_COUNTER("ha_stream_syncs_total", "Standbys that joined this leader's log stream (a snapshot sent to each)", ha_syncs),
 	SERVER_COUNTER("ha_stream_dropped_total", "Standby streams this leader closed (stalled, too far behind, snapshot failed)", ha_dropped),

@@ -78,6 +78,10 @@ struct mc_master_repl {
 	atomic_bool synced;	      /* a whole snapshot of the leader was loaded */
 	atomic_uint_fast64_t applied; /* the leader's seq applied through */
 	atomic_uint_fast64_t view;    /* the view of the leader streamed from */
+	/* what --wal_dir held at start, before any leader's snapshot replaced
+	 * it (server_ha.c): the view of its last VIEW record and its last seq;
+	 * 0 0 once replaced, or when it held nothing */
+	atomic_uint_fast64_t dir_view, dir_seq;
 };
 
 /* The metrics as of one moment, for rates over a window. */

@@ -719,6 +719,24 @@ static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, si
 	pthread_mutex_unlock(&s->lock);
 	if (oldw)
 		(void)mc_wal_close(oldw);
+	{
+		/* what the directory held at start (a cluster restarted whole)
+		 * goes: the leader's tables hold what the election chose */
+		uint64_t dv = atomic_exchange(&s->repl.dir_view, 0);
+		uint64_t ds = atomic_exchange(&s->repl.dir_seq, 0);
+
+		if (ds > seq)
+			mc_warn("repl: --wal_dir %s held records through seq %" PRIu64
+				" (view %" PRIu64 ") past the leader's snapshot (seq %" PRIu64
+				", view %" PRIu64 "): seqs %" PRIu64 "..%" PRIu64
+				" are discarded, the leader's tables replace them",
+				s->repl.dir, ds, dv, seq, view, seq + 1, ds);
+		else if (ds)
+			mc_info("repl: --wal_dir %s (view %" PRIu64 " through seq %" PRIu64
+				") is replaced by the leader's snapshot (seq %" PRIu64
+				", view %" PRIu64 ")",
+				s->repl.dir, dv, ds, seq, view);
+	}
 	own_dir_clear(s->repl.dir);
 	st = write_file(s->repl.dir, seq, p, n);
 	if (st == MC_OK)

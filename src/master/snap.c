@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +422,53 @@ struct snap_bytes {
 	bool mapped;
 };
 
+/*
+ * SIGBUS.  A mapped file that shrinks under its mapping (truncated by
+ * another process) or whose page cannot be read back (an I/O error)
+ * raises SIGBUS at the access where read() would have failed.  So the
+ * decode of a mapped snapshot runs under a guard: a SIGBUS at an address
+ * inside the mapping this thread decodes jumps back to the load
+ * (siglongjmp), which reports the file as unreadable.  Any other SIGBUS
+ * gets the action installed before ours, at the same access again.
+ */
+struct bus_guard {
+	sigjmp_buf jb;
+	const uint8_t *lo, *hi;
+};
+
+static _Thread_local struct bus_guard *volatile bus_armed;
+static struct sigaction bus_prev;
+static pthread_mutex_t bus_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	struct bus_guard *g = bus_armed;
+	const uint8_t *a = si->si_addr;
+
+	(void)sig;
+	(void)uc;
+	if (g && a >= g->lo && a < g->hi)
+		siglongjmp(g->jb, 1);
+	(void)sigaction(SIGBUS, &bus_prev, NULL); /* not ours: as before */
+}
+
+static void bus_install(void)
+{
+	struct sigaction cur, sa;
+
+	pthread_mutex_lock(&bus_lock);
+	if (sigaction(SIGBUS, NULL, &cur) == 0 &&
+	    !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = on_sigbus;
+		sa.sa_flags = SA_SIGINFO;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGBUS, &sa, &bus_prev) != 0)
+			mc_warn("snapshot: cannot catch SIGBUS: %s", strerror(errno));
+	}
+	pthread_mutex_unlock(&bus_lock);
+}
+
 static void bytes_free(struct snap_bytes *b)
 {
 	if (b->mapped)
@@ -471,6 +521,34 @@ static mc_status read_file(const char *path, struct snap_bytes *out)
 	return MC_OK;
 }
 
+/* decode_entries over b, under the SIGBUS guard when it is mapped: a fault
+ * in the mapping is FILE_READ_FAIL with *faulted set. */
+static mc_status decode_guarded(const struct snap_bytes *b, uint64_t *seq, uint64_t *entries,
+				mc_snap_entry_cb cb, mc_snap_entry_cb hint, void *arg,
+				bool *faulted)
+{
+	struct bus_guard g;
+	mc_status st;
+
+	*faulted = false;
+	if (!b->mapped)
+		return decode_entries(b->p, b->len, seq, entries, cb, hint, arg);
+	g.lo = b->p;
+	g.hi = b->p + b->len;
+	bus_install();
+	if (sigsetjmp(g.jb, 1)) {
+		bus_armed = NULL;
+		*faulted = true;
+		return mc_set_error(MC_ERR_FILE_READ_FAIL,
+				    "reading its mapping raised SIGBUS (the file shrank "
+				    "while read, or an I/O error)");
+	}
+	bus_armed = &g;
+	st = decode_entries(b->p, b->len, seq, entries, cb, hint, arg);
+	bus_armed = NULL;
+	return st;
+}
+
 mc_status mc_snap_load(const char *dir, mc_snap_entry_cb cb, void *arg,
 		       struct mc_snap_load_info *info)
 {
@@ -490,18 +568,15 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 	for (size_t i = 0; i < n; i++) {
 		char path[4200], bad[4300];
 		struct snap_bytes fb;
-		uint8_t *p;
-		size_t len;
 		uint64_t seq = 0;
+		bool faulted;
 
 		snap_path(dir, v[i], "snap", path, sizeof(path));
 		st = read_file(path, &fb);
-		p = fb.p;
-		len = fb.len;
 		if (st != MC_OK)
 			break;
-		/* the whole file checks out */
-		st = mc_snap_decode_n(p, len, &seq, &info->total, NULL, NULL);
+		/* the whole file checks out (a fault reading it: damaged too) */
+		st = decode_guarded(&fb, &seq, &info->total, NULL, NULL, NULL, &faulted);
 		if (st == MC_OK && seq != v[i])
 			st = mc_set_error(MC_ERR_MALFORMED_JSON,
 					  "snapshot: covers seq %" PRIu64 ", named %" PRIu64, seq,
@@ -522,12 +597,22 @@ mc_status mc_snap_load_hinted(const char *dir, mc_snap_entry_cb cb, mc_snap_entr
 			continue;
 		}
 		info->entries = 0;
-		st = decode_entries(p, len, NULL, NULL, cb, hint, arg);
-		if (st != MC_OK)
+		st = decode_guarded(&fb, NULL, NULL, cb, hint, arg, &faulted);
+		if (faulted) {
+			/* part of it is applied: no falling back in this load */
+			snprintf(bad, sizeof(bad), "%s.bad", path);
+			(void)rename(path, bad);
+			info->rejected++;
+			st = mc_set_error(st,
+					  "%s: %s after some of its entries were applied; renamed "
+					  "to %s, so the next start uses an older one",
+					  path, mc_last_error(), bad);
+		} else if (st != MC_OK) {
 			st = mc_set_error(st, "%s: %s", path, mc_last_error());
+		}
 		info->found = st == MC_OK;
 		info->seq = seq;
-		info->bytes = len;
+		info->bytes = fb.len;
 		bytes_free(&fb);
 		break;
 	}

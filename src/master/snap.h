@@ -28,10 +28,15 @@
  * use it (server_snap.c).
  *
  * Loading (mc_snap_load): the newest file whose header and body check out.
- * A damaged one (bad checksum, torn, bad header) is renamed to
- * <name>.bad with a logged reason and the next older one is tried; a file
+ * A damaged one (bad checksum, torn, bad header, or unreadable: its
+ * mapping faulted with SIGBUS, the file shrank while read or an I/O error)
+ * is renamed to <name>.bad with a logged reason and the next older one is
+ * tried; a fault while its entries are given to the callback renames it
+ * too but fails the load (FILE_READ_FAIL: part of it was applied); a file
  * of a newer version refuses (INVALID_VERSION): an older master never
- * guesses at a newer one's tables.
+ * guesses at a newer one's tables.  The SIGBUS handler is installed on the
+ * first load of a mapped file and passes any fault outside the mapping
+ * being read to the action it replaced.
  *
  * Threads: none of its own; one caller per writer.
  */

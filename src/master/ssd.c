@@ -741,6 +741,26 @@ static struct mc_disk *disk_of(struct mc_master *m, const struct mc_store_uuid *
 	     "client %" PRIu64 "-%" PRIu64 " has no local-disk segment mounted", (id).first, \
 	     (id).second)
 
+/* What a batch of n items from client's disk starts with (listed: its item
+ * list came): the disk in *d_out, its client's slot in *cl_out, and room
+ * for n statuses in *resp.  MC_ERR_INVALID_PARAMS, MC_ERR_SEGMENT_NOT_FOUND
+ * or MC_ERR_NOMEM with err written otherwise. */
+static mc_status batch_begin(struct mc_master *m, const struct mc_store_uuid *client, uint32_t n,
+			     bool listed, struct mc_disk **d_out, uint32_t *cl_out,
+			     struct mc_store_batch_status_resp *resp, char *err, size_t err_len)
+{
+	*d_out = disk_of(m, client, cl_out);
+	resp->n_items = n;
+	resp->statuses = NULL;
+	if (n && !listed)
+		return FAIL(MC_ERR_INVALID_PARAMS, "item list missing");
+	if (!*d_out)
+		return NO_DISK(*client);
+	if (!(resp->statuses = mc_master_scratch(m, (size_t)n * sizeof(int32_t) + 1)))
+		return FAIL(MC_ERR_NOMEM, "no memory for %u results", n);
+	return MC_OK;
+}
+
 static mc_status h_mount(struct mc_master *m, const struct mc_store_mount_local_disk_req *r,
 			 uint64_t now, uint64_t req_id, struct mc_buf *out, char *err,
 			 size_t err_len)
@@ -1027,15 +1047,13 @@ static mc_status h_notify(struct mc_master *m, const struct mc_store_notify_offl
 			  size_t err_len)
 {
 	uint32_t cl;
-	struct mc_disk *d = disk_of(m, &r->client_id, &cl);
-	struct mc_store_batch_status_resp resp = {r->n_items, NULL};
+	struct mc_disk *d;
+	struct mc_store_batch_status_resp resp;
+	mc_status st = batch_begin(m, &r->client_id, r->n_items, r->items != NULL, &d, &cl, &resp,
+				   err, err_len);
 
-	if (r->n_items && !r->items)
-		return FAIL(MC_ERR_INVALID_PARAMS, "item list missing");
-	if (!d)
-		return NO_DISK(r->client_id);
-	if (!(resp.statuses = mc_master_scratch(m, (size_t)r->n_items * sizeof(int32_t) + 1)))
-		return FAIL(MC_ERR_NOMEM, "no memory for %u results", r->n_items);
+	if (st != MC_OK)
+		return st;
 	struct notify_round round = {false, false};
 	for (uint32_t i = 0; i < r->n_items; i++)
 		resp.statuses[i] = notify_one(m, cl, d, &r->items[i], now, &round);
@@ -1047,20 +1065,17 @@ static mc_status h_evict(struct mc_master *m, const struct mc_store_evict_disk_r
 			 uint64_t req_id, struct mc_buf *out, char *err, size_t err_len)
 {
 	uint32_t cl, nfail = 0;
-	struct mc_disk *d = disk_of(m, &r->client_id, &cl);
-	struct mc_store_batch_status_resp resp = {r->n_items, NULL};
+	struct mc_disk *d;
+	struct mc_store_batch_status_resp resp;
+	mc_status st = batch_begin(m, &r->client_id, r->n_items, r->items != NULL, &d, &cl, &resp,
+				   err, err_len);
 
 	m->met.master_evict_disk_replica.requests++;
-	if (r->n_items && !r->items) {
-		m->met.master_evict_disk_replica.failures++;
-		return FAIL(MC_ERR_INVALID_PARAMS, "item list missing");
+	if (st != MC_OK) {
+		/* a refused request, not a lack of memory, counts as failed */
+		m->met.master_evict_disk_replica.failures += st != MC_ERR_NOMEM;
+		return st;
 	}
-	if (!d) {
-		m->met.master_evict_disk_replica.failures++;
-		return NO_DISK(r->client_id);
-	}
-	if (!(resp.statuses = mc_master_scratch(m, (size_t)r->n_items * sizeof(int32_t) + 1)))
-		return FAIL(MC_ERR_NOMEM, "no memory for %u results", r->n_items);
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		const struct mc_store_tenant_key *it = &r->items[i];
 		bool found;
@@ -1197,15 +1212,13 @@ static mc_status h_promo_notify(struct mc_master *m, const struct mc_store_notif
 				uint64_t req_id, struct mc_buf *out, char *err, size_t err_len)
 {
 	uint32_t cl;
-	struct mc_disk *d = disk_of(m, &r->client_id, &cl);
-	struct mc_store_batch_status_resp resp = {r->n_items, NULL};
+	struct mc_disk *d;
+	struct mc_store_batch_status_resp resp;
+	mc_status st = batch_begin(m, &r->client_id, r->n_items, r->items != NULL, &d, &cl, &resp,
+				   err, err_len);
 
-	if (r->n_items && !r->items)
-		return FAIL(MC_ERR_INVALID_PARAMS, "item list missing");
-	if (!d)
-		return NO_DISK(r->client_id);
-	if (!(resp.statuses = mc_master_scratch(m, (size_t)r->n_items * sizeof(int32_t) + 1)))
-		return FAIL(MC_ERR_NOMEM, "no memory for %u results", r->n_items);
+	if (st != MC_OK)
+		return st;
 	for (uint32_t i = 0; i < r->n_items; i++)
 		resp.statuses[i] = promo_one(m, cl, &r->items[i]);
 	return mc_store_notify_promotion_response_encode(out, req_id, &resp);

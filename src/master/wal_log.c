@@ -81,8 +81,10 @@ void mc_master_wal_view(struct mc_master *m, uint64_t version, const char *leade
 
 	r.u.view.version = version;
 	r.u.view.leader.p = leader;
-	r.u.view.leader.len = (uint16_t)MC_MIN(strlen(leader), (size_t)UINT16_MAX);
+	r.u.view.leader.len = (uint16_t)MC_MIN(strlen(leader), sizeof(m->wal_view_leader) - 1);
 	m->wal_view = version;
+	memcpy(m->wal_view_leader, leader, r.u.view.leader.len);
+	m->wal_view_leader[r.u.view.leader.len] = '\0';
 	if (m->wal)
 		mc_master_wal_append(m, &r);
 }
@@ -352,7 +354,17 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 	struct mc_walrec r; /* about 2 KiB */
 	mc_status st = MC_OK;
 
-	/* the segments first: replay makes waiting slots the objects then name */
+	/* the view first: whose log the snapshot continues (HA: a directory's
+	 * position, server_ha.c, outlives the log file its VIEW record was in) */
+	if (m->wal_view) {
+		mc_walrec_clear(&r);
+		r.type = MC_WALREC_VIEW;
+		r.u.view.version = m->wal_view;
+		r.u.view.leader.p = m->wal_view_leader;
+		r.u.view.leader.len = (uint16_t)strlen(m->wal_view_leader);
+		st = mc_master_snap_add(m, w, &r);
+	}
+	/* then the segments: replay makes waiting slots the objects then name */
 	for (uint32_t i = 0; i < m->nsegs_slots && st == MC_OK; i++) {
 		enum mc_seg_state k = m->segs[i].state;
 
@@ -732,6 +744,11 @@ mc_status mc_master_wal_replay(struct mc_master *m, uint16_t type, const void *p
 	}
 	case MC_WALREC_VIEW: /* who wrote what follows: nothing to apply */
 		m->wal_view = r.u.view.version;
+		r.u.view.leader.len =
+			(uint16_t)MC_MIN(r.u.view.leader.len, sizeof(m->wal_view_leader) - 1);
+		if (r.u.view.leader.len)
+			memcpy(m->wal_view_leader, r.u.view.leader.p, r.u.view.leader.len);
+		m->wal_view_leader[r.u.view.leader.len] = '\0';
 		return MC_OK;
 	case MC_WALREC_TASK:
 	case MC_WALREC_JOB:

@@ -535,8 +535,12 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 	struct mc_store_fs_job *job = NULL;
 	struct mc_store_msg resp;
 	struct mc_store_io io;
+	uint64_t views = mc_master_conn_leader_changes(s->conn);
+	int redone = 0;
 	mc_status rc;
 
+again:
+	preferred = preferred_stack;
 	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack)) {
 		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
 		if (!preferred)
@@ -596,6 +600,21 @@ static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs,
 			(void)mc_store_fs_submit(s, job);
 		else
 			mc_store_fs_job_drop(s, job, false);
+		/*
+		 * The End reached a leader of a newer view than the Start did
+		 * and it never heard of the put (the Start was not in the log
+		 * the new leader had): nothing of this write is known there,
+		 * so the whole put is done again, which the caller would
+		 * otherwise have to do.  Bounded: twice.
+		 */
+		if (rc == MC_ERR_OBJECT_NOT_FOUND && redone < 2 &&
+		    mc_master_conn_leader_changes(s->conn) != views) {
+			mc_info("put %s: the new master leader never saw its start; putting it again",
+				key);
+			views = mc_master_conn_leader_changes(s->conn);
+			redone++;
+			goto again;
+		}
 		if (rc != MC_OK)
 			revoke_put(s, key, upsert, rc);
 		return rc;
@@ -825,6 +844,46 @@ out:
 	mc_free(metas);
 	mc_free(chunks);
 	mc_free(revoke_keys);
+}
+
+/*
+ * put_many, and again for the keys whose End reached a leader of a newer
+ * view than their Start and was answered OBJECT_NOT_FOUND: that leader
+ * never heard of those writes (as put_one).  Bounded: twice.
+ */
+static void put_many_following(struct mc_store *s, const char *const *keys,
+			       void *const *const *bufs, const size_t *const *lens,
+			       const size_t *nbufs, const uint64_t *totals, size_t n,
+			       const struct mc_store_config *cfg, bool upsert, mc_status *results)
+{
+	uint64_t views = mc_master_conn_leader_changes(s->conn);
+	mc_status *again = NULL;
+
+	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, results);
+	for (int redone = 0; redone < 2 && mc_master_conn_leader_changes(s->conn) != views;
+	     redone++) {
+		size_t nagain = 0;
+
+		views = mc_master_conn_leader_changes(s->conn);
+		if (!again && !(again = mc_calloc(n ? n : 1, sizeof(*again))))
+			return;
+		for (size_t i = 0; i < n; i++) {
+			/* put_many sends the keys whose entry is MC_OK */
+			again[i] = results[i] == MC_ERR_OBJECT_NOT_FOUND ? MC_OK
+									 : MC_ERR_INVALID_PARAMS;
+			nagain += again[i] == MC_OK;
+		}
+		if (!nagain)
+			break;
+		mc_info("batch put: the new master leader never saw the start of %zu key(s); "
+			"putting them again",
+			nagain);
+		put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, again);
+		for (size_t i = 0; i < n; i++)
+			if (results[i] == MC_ERR_OBJECT_NOT_FOUND)
+				results[i] = again[i];
+	}
+	mc_free(again);
 }
 
 /* ---- get --------------------------------------------------------------------------------- */
@@ -1218,7 +1277,7 @@ static mc_status put_batch_values(struct mc_store *s, const char *const *keys,
 		nbufs[i] = 1;
 		totals[i] = lens[i];
 	}
-	put_many(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
+	put_many_following(s, keys, bufs, blens, nbufs, totals, n, config, upsert, res);
 	rc = mc_store_first_failure(res, n);
 out:
 	if (res != results)
@@ -1380,7 +1439,7 @@ static mc_status batch_put_multi(struct mc_store *s, const char *const *keys,
 		mc_free(totals);
 		return MC_ERR_NOMEM;
 	}
-	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, res);
+	put_many_following(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, res);
 	rc = mc_store_first_failure(res, n);
 	if (res != results)
 		mc_free(res);

@@ -119,6 +119,7 @@ struct mc_master_conn {
 	void *segments_arg;
 	struct mc_store_uuid client_id;
 	atomic_uint_fast64_t new_leader_ms; /* when a connect last reached a new view */
+	atomic_uint_fast64_t leader_changes; /* connects that reached a new view */
 	int64_t failover_ms;		    /* how long a connect waits for a leader */
 	int64_t timeout_ms;		    /* per call; < 0 = none */
 	int64_t connect_timeout_ms;	    /* connect + ServiceReady */
@@ -286,6 +287,33 @@ static mc_status read_frame(int fd, uint64_t deadline, uint8_t **frame_out, size
 }
 
 /*
+ * One request and its answer on fd (blocking) before the connection is
+ * published, for the handshake and the remount: send b's frame, read the
+ * answer and decode it into *m (the caller releases it on MC_OK), all by
+ * deadline.  *h gets the answer's header as far as it was read (its
+ * version too when that is refused); *decoding (may be NULL) says whether
+ * a failure was in decoding a whole answer rather than in sending or
+ * reading it.
+ */
+static mc_status exchange(int fd, const struct mc_buf *b, uint64_t deadline, struct mc_proto_hdr *h,
+			  struct mc_store_msg *m, bool *decoding)
+{
+	uint8_t *frame = NULL;
+	size_t len = 0;
+	mc_status rc = mc_sock_write_full(fd, b->data, b->len, deadline);
+
+	if (rc == MC_OK)
+		rc = read_frame(fd, deadline, &frame, &len, h);
+	if (decoding)
+		*decoding = rc == MC_OK;
+	if (rc != MC_OK)
+		return rc;
+	rc = mc_store_msg_decode(frame, len, MC_PROTO_MAX_PAYLOAD, m);
+	mc_free(frame);
+	return rc;
+}
+
+/*
  * On a new leader, before the connection is published: send the client's
  * ReMountSegment and wait for its answer on fd (blocking), so that no call
  * of this client reaches the new leader before its segments are bound
@@ -301,8 +329,6 @@ static mc_status remount_on(struct mc_master_conn *c, int fd, const char *host, 
 	struct mc_store_msg m;
 	struct mc_proto_hdr h;
 	struct mc_buf b;
-	uint8_t *frame = NULL;
-	size_t len = 0;
 	mc_status rc;
 
 	req.n_segments = (uint32_t)c->segments_fn(c->segments_arg, &segs);
@@ -316,14 +342,8 @@ static mc_status remount_on(struct mc_master_conn *c, int fd, const char *host, 
 				     &req);
 	mc_free(segs);
 	if (rc == MC_OK)
-		rc = mc_sock_write_full(fd, b.data, b.len, deadline);
+		rc = exchange(fd, &b, deadline, &h, &m, NULL);
 	mc_buf_release(&b);
-	if (rc == MC_OK)
-		rc = read_frame(fd, deadline, &frame, &len, &h);
-	if (rc == MC_OK) {
-		rc = mc_store_msg_decode(frame, len, MC_PROTO_MAX_PAYLOAD, &m);
-		mc_free(frame);
-	}
 	if (rc != MC_OK)
 		return mc_set_error(rc == MC_ERR_TIMEOUT ? MC_ERR_RPC_TIMEOUT : MC_ERR_RPC_FAIL,
 				    "remounting on the new master leader %s:%u: %s", host, port,
@@ -351,8 +371,7 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 	struct mc_store_msg m;
 	struct mc_proto_hdr h;
 	struct mc_buf b;
-	uint8_t *frame = NULL;
-	size_t len = 0;
+	bool decoding = false;
 	mc_status rc;
 	int fd;
 
@@ -383,10 +402,13 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 	mc_buf_init(&b);
 	rc = mc_store_service_ready_request_encode(&b, atomic_fetch_add(&c->next_id, 1), &hello);
 	if (rc == MC_OK)
-		rc = mc_sock_write_full(fd, b.data, b.len, deadline);
+		rc = exchange(fd, &b, deadline, &h, &m, &decoding);
 	mc_buf_release(&b);
-	if (rc == MC_OK)
-		rc = read_frame(fd, deadline, &frame, &len, &h);
+	if (rc != MC_OK && decoding) {
+		rc = mc_set_error(rc == MC_ERR_INVALID_VERSION ? rc : MC_ERR_RPC_FAIL,
+				  "bad service ready answer from master %s:%u", host, port);
+		goto err_close;
+	}
 	if (rc == MC_ERR_INVALID_VERSION) {
 		rc = mc_set_error(MC_ERR_INVALID_VERSION,
 				  "master %s:%u speaks protocol %u.%u, this client %u.%u", host,
@@ -398,13 +420,6 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 		rc = mc_set_error(rc == MC_ERR_TIMEOUT ? MC_ERR_RPC_TIMEOUT : MC_ERR_RPC_FAIL,
 				  "service ready with master %s:%u failed: %s", host, port,
 				  mc_last_error());
-		goto err_close;
-	}
-	rc = mc_store_msg_decode(frame, len, MC_PROTO_MAX_PAYLOAD, &m);
-	mc_free(frame);
-	if (rc != MC_OK) {
-		rc = mc_set_error(rc == MC_ERR_INVALID_VERSION ? rc : MC_ERR_RPC_FAIL,
-				  "bad service ready answer from master %s:%u", host, port);
 		goto err_close;
 	}
 	if (m.hdr.status != MC_OK || m.hdr.type != MC_STORE_SERVICE_READY) {
@@ -472,8 +487,10 @@ static mc_status do_connect(struct mc_master_conn *c)
 					c->segments_fn && c->view_version &&
 						v.version != c->view_version);
 		if (rc == MC_OK) {
-			if (c->view_version && v.version != c->view_version)
+			if (c->view_version && v.version != c->view_version) {
 				atomic_store(&c->new_leader_ms, mc_now_ms());
+				atomic_fetch_add(&c->leader_changes, 1);
+			}
 			if (v.version != c->view_version)
 				mc_info("following the master leader %s (view %" PRIu64 ")", v.addr,
 					v.version);
@@ -837,6 +854,20 @@ static void buf_put_locked(struct mc_master_conn *c, struct mc_buf *b)
 	mc_free(b);
 }
 
+/* A call begins: count it as a user of c, which mc_master_conn_free waits
+ * for.  Returns with c->lock held, or RPC_FAIL (unlocked) once c is
+ * closing. */
+static mc_status enter_lock(struct mc_master_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->stop) {
+		pthread_mutex_unlock(&c->lock);
+		return mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
+	}
+	c->users++;
+	return MC_OK;
+}
+
 /* A call is over: let a waiting mc_master_conn_free go on.  Unlocks;
  * c must not be touched afterwards. */
 static void leave_unlock(struct mc_master_conn *c)
@@ -868,12 +899,9 @@ static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *
 	struct call k;
 	mc_status rc;
 
-	pthread_mutex_lock(&c->lock);
-	if (c->stop) {
-		pthread_mutex_unlock(&c->lock);
-		return mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
-	}
-	c->users++;
+	rc = enter_lock(c);
+	if (rc != MC_OK)
+		return rc;
 	b = buf_get_locked(c);
 	if (!b) {
 		leave_unlock(c);
@@ -1087,12 +1115,9 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 
 	/* the retry reads c after the first try: count it as a user until
 	 * done, so that a concurrent mc_master_conn_free waits for it */
-	pthread_mutex_lock(&c->lock);
-	if (c->stop) {
-		pthread_mutex_unlock(&c->lock);
-		return mc_set_error(MC_ERR_RPC_FAIL, "master connection closed");
-	}
-	c->users++;
+	rc = enter_lock(c);
+	if (rc != MC_OK)
+		return rc;
 	pthread_mutex_unlock(&c->lock);
 	rc = call_sent(c, type, body, resp_out, &sent);
 	/* without HA, a master that could not be reached is not tried again */
@@ -1133,6 +1158,11 @@ bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms)
 	uint64_t t = atomic_load(&c->new_leader_ms);
 
 	return t && mc_now_ms() - t < ms;
+}
+
+uint64_t mc_master_conn_leader_changes(struct mc_master_conn *c)
+{
+	return atomic_load(&c->leader_changes);
 }
 
 void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metrics *m)

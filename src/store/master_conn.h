@@ -95,6 +95,11 @@ void mc_master_conn_on_new_leader(struct mc_master_conn *c, const struct mc_stor
  * ago?  (Other clients' objects stay hidden there until they remount.) */
 bool mc_master_conn_new_leader_within(struct mc_master_conn *c, uint64_t ms);
 
+/* How many times a connect reached a leader of a new view: a call that
+ * spans a change of it may have reached a leader that never saw the
+ * call's earlier steps (a put's Start). */
+uint64_t mc_master_conn_leader_changes(struct mc_master_conn *c);
+
 /* Count every call's round trip in m (client_metrics.h; NULL: none).  Set
  * before the first call; m must outlive c. */
 struct mc_client_metrics;

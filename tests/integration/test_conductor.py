@@ -241,6 +241,89 @@ def test_slo_breaks_answer_429(store, conductor):
     assert sched(c, ["t3_x"], n_blocks=64)[0] == 200
 
 
+KV_PER_TOKEN = 327680  # Table 1: 80 layers x 2 x 1024 x 2 bytes
+DEFAULT_RATE = 87e9  # min(128 GB/s, 800 Gbps x 0.87)
+
+
+def test_registered_bandwidth_threshold_and_reported_queue(store, conductor):
+    """What instances register and report reaches Algorithm 1 in the daemon:
+    a fetch runs at the slower end's registered bandwidth_Bps, the daemon's
+    --kvcache_balancing_threshold gates it, and a queue reported in tokens
+    is priced with the cost model's prefill_lin_s."""
+    keys = [f"t11_blk{i}" for i in range(5)]
+    put_blocks(store.a, keys[:1], store.b)  # block 0 on both, 1-3 on a only
+    put_blocks(store.a, keys[1:4])
+    try:
+        c = conductor()
+        c.register("pa", "prefill", store.a.hostname, bandwidth_Bps=10e9)
+        c.register("pb", "prefill", store.b.hostname)  # 0: the cost model's rate
+        c.ok("POST", "/instances/pa/load", {"queue_s": 20})
+        st, r = sched(c, keys)
+        assert st == 200 and r["prefill"]["id"] == "pb" and r["fetch_blocks"] == 3, r
+        assert r["predicted"]["transfer_s"] == pytest.approx(3 * BLOCK * KV_PER_TOKEN / 10e9)
+        # re-registered faster than the cost model's rate: the receiver's sets it
+        c.register("pa", "prefill", store.a.hostname, bandwidth_Bps=400e9)
+        c.ok("POST", "/instances/pa/load", {"queue_s": 20})
+        st, r = sched(c, keys)
+        assert st == 200 and r["fetch_blocks"] == 3, r
+        assert r["predicted"]["transfer_s"] == pytest.approx(
+            3 * BLOCK * KV_PER_TOKEN / DEFAULT_RATE)
+
+        # best / own = 4 / 1: fetched at the default threshold (1), not above 4
+        c = conductor("--kvcache_balancing_threshold=4")
+        c.register("pa", "prefill", store.a.hostname)
+        c.register("pb", "prefill", store.b.hostname)
+        c.ok("POST", "/instances/pa/load", {"queue_s": 20})
+        st, r = sched(c, keys)
+        assert st == 200 and r["prefill"]["id"] == "pb", r
+        assert r["fetch_from"] is None and r["fetch_blocks"] == 0, r
+        assert (r["prefix_blocks"], r["local_blocks"]) == (1, 1)
+        assert r["predicted"]["transfer_s"] == 0
+
+        # a queue reported in tokens: 10,000 x 1.082e-4 s
+        c.ok("POST", "/instances/pb/load", {"queue_tokens": 10000})
+        assert c.instances()["pb"]["queue_s"] == pytest.approx(1.082, abs=0.05)
+    finally:
+        remove_blocks(store.a, keys)
+
+
+def test_decode_by_predicted_tbt(store, conductor):
+    """Decode selection in the daemon: the least predicted TBT once the request
+    joins, from the reported context and the requests booked on each decode
+    instance; a silent one is passed over."""
+    tbt = lambda ctx: 8.75e-3 + 20.48e-9 * ctx  # noqa: E731 - the cost model's decode step
+    c = conductor("--instance_timeout=3s")
+    c.register("pa", "prefill", store.a.hostname)
+    c.register("d0", "decode")
+    c.register("d1", "decode")
+    c.ok("POST", "/instances/d0/load", {"ctx_tokens": 2e6, "running_requests": 30})
+    st, r = sched(c, ["t12_x"], n_blocks=4)
+    assert st == 200 and r["decode"]["id"] == "d1", r
+    assert r["tbt_s"] == pytest.approx(tbt(4 * BLOCK), rel=1e-6)
+    # the request is booked on d1 (it joins when its prefill ends): d1 now
+    # predicts 2048 tokens more, still far under d0's 2M
+    st, r = sched(c, ["t12_x"], n_blocks=4)
+    assert st == 200 and r["decode"]["id"] == "d1", r
+    assert r["tbt_s"] == pytest.approx(tbt(2 * 4 * BLOCK), rel=1e-6)
+    assert c.instances()["d1"]["booked_jobs"] == 2
+    # d1 reports a larger context than d0's: d0 is chosen, its TBT from its report
+    c.ok("POST", "/instances/d1/load", {"ctx_tokens": 3e6})
+    st, r = sched(c, ["t12_x"], n_blocks=4)
+    assert st == 200 and r["decode"]["id"] == "d0", r
+    assert r["tbt_s"] == pytest.approx(tbt(2e6 + 4 * BLOCK), rel=1e-6)
+
+    # d0 falls silent: d1 takes the requests although its predicted TBT is higher
+    def d0_down():
+        for iid in ("pa", "d1"):
+            c.ok("POST", f"/instances/{iid}/load", {})  # a heartbeat
+        inst = c.instances()
+        return not inst["d0"]["up"] and inst["d1"]["up"]
+
+    wait_until(d0_down, 15, "d0 to time out")
+    st, r = sched(c, ["t12_x"], n_blocks=4)
+    assert st == 200 and r["decode"]["id"] == "d1", r
+
+
 def test_virtual_clock_books_in_the_callers_time(store, conductor):
     """--virtual_clock: queues are booked and aged in the calls' now_s, so the
     same calls predict the same queue however much wall time passes between them."""

@@ -17,12 +17,15 @@ The lease is 3 s (--ha_lease_ttl_seconds) to keep the file short; every
 wait is a bounded poll of /ha_status or of a client's reply.
 """
 
+import base64
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -68,6 +71,30 @@ def wait_etcd(ep, deadline_s=30):
             pass
         time.sleep(0.05)  # polling a condition with a deadline
     return False
+
+
+def etcd_status(ep):
+    req = urllib.request.Request(f"http://{ep}/v3/maintenance/status", data=b"{}",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=2) as r:
+        return json.loads(r.read())
+
+
+def raft_leader(members, deadline_s=30):
+    """The "host:port" of the member that is the raft leader now."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        for proc, ep in members:
+            if proc.poll() is not None:
+                continue
+            try:
+                st = etcd_status(ep)
+            except OSError:
+                continue
+            if st.get("leader") and st["leader"] == st["header"]["member_id"]:
+                return ep
+        time.sleep(0.05)  # polling a condition with a deadline
+    raise AssertionError("no etcd member became the raft leader")
 
 
 def wait_port(port, deadline_s):
@@ -124,7 +151,10 @@ def etcd3(tmp_path):
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), f"127.0.0.1:{client}"))
         for _, ep in members:
             assert wait_etcd(ep), "an etcd member did not start"
-        yield members
+        # the raft leader last: members[0], the one every client tries
+        # first, is a follower whose loss needs no etcd election
+        lead = raft_leader(members)
+        yield [m for m in members if m[1] != lead] + [m for m in members if m[1] == lead]
     finally:
         for proc, _ in members:
             proc.kill()
@@ -153,11 +183,11 @@ class HaCluster(StoreCluster):
         super().__init__(request, tmp_path_factory)
         self.nwal = 0
 
-    def ha_master(self, backend, connstring, wal=None, extra=()):
+    def ha_master(self, backend, connstring, wal=None, extra=(), port=0, wait=True):
         exe = master_path()
         if exe is None:
             pytest.skip(f"mooncake_master not built under {BUILD}")
-        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1",
+        argv = [exe, f"--rpc_port={port}", "--rpc_address=127.0.0.1",
                 "--metrics_port=0", "--metrics_host=127.0.0.1",
                 f"--client_ttl={CLIENT_TTL_S}", "--enable_ha",
                 f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
@@ -165,21 +195,22 @@ class HaCluster(StoreCluster):
                 *extra]
         m = Master(argv, f"master{len(self.procs)}", self.logdir)
         self.procs.append(m)
-        m.wait_listening()
+        if wait:
+            m.wait_listening()
         return m
 
     def new_wal(self):
         self.nwal += 1
         return self.logdir / f"wal{self.nwal}"
 
-    def ha_node(self, master_addr, metadata):
+    def ha_node(self, master_addr, metadata, env=None):
         exe = store_node_path()
         if exe is None:
             pytest.fail(f"store_node not found under {BUILD}")
         self.n += 1
         argv = [exe, "--master", master_addr, "--metadata", metadata, "--host", "127.0.0.1",
                 "--segment", "32m", "--buffer", "8m", "--zbuf", "8m"]
-        n = StoreNode(argv, f"store_node{self.n}", self.logdir, NODE_ENV)
+        n = StoreNode(argv, f"store_node{self.n}", self.logdir, {**NODE_ENV, **(env or {})})
         self.procs.append(n)
         n.wait_ready()
         return n
@@ -406,6 +437,108 @@ def test_redis_behind_standby_loses_the_election(hc, redis_uri):
     behind_standby_loses(hc, "redis", redis_uri, redis_uri)
 
 
+VIEW_KEY = "mooncake-store/mooncake_cluster/master_view"
+
+
+def etcd_forget(ep):
+    """Delete the view and the candidate entries (the keys under it), as
+    their leases lapse within two TTLs of every master's death (6 s)."""
+    key = VIEW_KEY.encode()
+    body = json.dumps({"key": base64.b64encode(key).decode(),
+                       "range_end": base64.b64encode(key[:-1] + b"x").decode()})
+    req = urllib.request.Request(f"http://{ep}/v3/kv/deleterange", data=body.encode(),
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.status == 200
+
+
+def redis_forget(uri):
+    """The same on Redis: the view's hash and the candidates' hash."""
+    host, port = uri[len("redis://"):].rsplit(":", 1)
+    args = ["DEL", VIEW_KEY, VIEW_KEY + "/candidates"]
+    cmd = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+    with socket.create_connection((host, int(port)), timeout=5) as c:
+        c.sendall(cmd.encode())
+        assert c.recv(64).startswith(b":")
+
+
+def restarted_whole(hc, backend, connstring, client, forget):
+    """Every master killed, then each started again on its own --wal_dir:
+    the one whose directory holds the most leads.  The lowest address
+    (which wins ties) led first and was killed first, so its log is the
+    shortest (an older view); the next one took over and acknowledged more
+    puts with the third streaming.  Restarted first, alone, the lowest
+    wins the view, sees the others' later view in their candidate entries
+    during its warm-up and gives the view up unserved; one of them leads
+    from its own directory (its leader's snapshot restored) and every
+    acknowledged put reads back.  Before, a master that had loaded no
+    leader's snapshot posted 0 0 whatever its directory held: the lowest
+    led with its short log, the later puts were not found, and the others'
+    directories were emptied for its snapshot."""
+    ports = set()
+    while len(ports) < 3:  # ephemeral ports: five digits, so text order is number order
+        ports.add(free_port())
+    low, mid, high = sorted(ports)
+    wals = {p: hc.new_wal() for p in ports}
+
+    def start(port, wait=True):
+        return hc.ha_master(backend, connstring, wal=wals[port], port=port, wait=wait)
+
+    first = start(low)
+    wait_serving(first)
+    second = start(mid)
+    wait_until(lambda: second.metric("ha_stream_synced") == 1, START_TIMEOUT,
+               "the second master streaming the first one's log")
+    node = hc.ha_node(client, client)
+    acked = {"a": (100000, node.put("a", 100000, 1))}
+    first.kill9()
+    wait_serving(second)
+    third = start(high)
+    wait_until(lambda: third.metric("ha_stream_synced") == 1 and
+               second.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+               "the third master streaming the second one's log")
+    for i in range(4):  # each answered once the third had its record
+        acked[f"k{i}"] = (4096 * (i + 1), node.put(f"k{i}", 4096 * (i + 1), 10 + i))
+    third.kill9()  # the standby first: alone, the leader writes nothing more
+    second.kill9()
+    forget(connstring)
+
+    first = start(low)
+    wait_until(lambda: ha_status(first) == "leader_warmup", FAILOVER_S,
+               "the first master started, alone, winning the view")
+    second, third = start(mid, wait=False), start(high, wait=False)
+    second.wait_listening()
+    third.wait_listening()
+    hc.procs.remove(node)  # stopped before the masters at teardown (it unmounts)
+    hc.procs.append(node)
+    masters = (first, second, third)
+    wait_until(lambda: any(ha_status(m) == "serving" for m in masters), FAILOVER_S,
+               "a master serving")
+    assert ha_status(first) != "serving", "the master with the shortest log leads"
+    for key, want in acked.items():
+        assert get_eventually(node, key) == want, key
+    # it won the view alone and gave it up unserved (counted as deferred)
+    assert first.metric("ha_elections_won_total") >= 1
+    assert first.metric("ha_elections_deferred_total") >= 1
+    new = second if ha_status(second) == "serving" else third
+    # the others follow it, their directories replaced by its snapshot
+    for m in masters:
+        if m is not new:
+            wait_until(lambda: m.metric("ha_stream_synced") == 1, START_TIMEOUT,
+                       f"{m.label} streaming from the new leader")
+    s = node.put("after", 2000, 9)
+    assert node.get("after") == (2000, s)
+
+
+def test_etcd_cluster_restarted_whole_elects_the_longest_log(hc, etcd_ep):
+    restarted_whole(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}", etcd_forget)
+
+
+@slow
+def test_redis_cluster_restarted_whole_elects_the_longest_log(hc, redis_uri):
+    restarted_whole(hc, "redis", redis_uri, redis_uri, redis_forget)
+
+
 def test_deposed_leader_refuses_writes(hc, etcd_ep):
     m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
     direct = hc.ha_node(f"127.0.0.1:{m1.rpc}", f"etcd://{etcd_ep}")
@@ -506,6 +639,87 @@ def test_a_stalled_standby_is_dropped_then_rejoins(hc, etcd_ep):
                "the standby caught up")
 
 
+def test_kill9_of_the_standby_under_load(hc, etcd_ep):
+    # puts run while the only standby is killed -9: the leader goes on
+    # (the standby's closed stream drops it at once, no lease to wait),
+    # a new standby joins and catches up, and after the leader's kill -9
+    # it serves every put acknowledged before, during and after
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    node = hc.ha_node(f"etcd://{etcd_ep}", f"etcd://{etcd_ep}")
+    hc.procs.remove(node)  # stopped before the masters at teardown
+    hc.procs.append(node)
+    acked = {}
+    stop = threading.Event()
+
+    def load():
+        i = 0
+        while not stop.is_set():
+            acked[f"s{i}"] = node.put(f"s{i}", 4000, i)  # each must succeed
+            i += 1
+            time.sleep(0.005)  # a steady rate, not a fill of the segment
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        wait_until(lambda: len(acked) >= 5, START_TIMEOUT, "puts before the kill", 0.02)
+        m2.p.send_signal(signal.SIGKILL)
+        m2.killed = True
+        m2.p.wait(timeout=30)
+        n = len(acked)
+        wait_until(lambda: len(acked) >= n + 20, START_TIMEOUT, "puts after the kill", 0.02)
+        assert ha_status(m1) == "serving"
+        m3 = hc.ha_master("etcd", etcd_ep)
+        hc.procs.remove(node)  # still stopped before the masters
+        hc.procs.append(node)
+        wait_until(lambda: m3.metric("ha_stream_synced") == 1 and
+                   m1.metric("ha_standbys_streaming") == 1, START_TIMEOUT,
+                   "a new standby streaming")
+        n = len(acked)
+        wait_until(lambda: len(acked) >= n + 5, START_TIMEOUT, "puts with the new standby", 0.02)
+    finally:
+        stop.set()
+        t.join(120)
+    assert not t.is_alive()
+    m1.p.send_signal(signal.SIGKILL)
+    m1.killed = True
+    m1.p.wait(timeout=30)
+    wait_serving(m3)
+    for key, x in acked.items():
+        assert get_eventually(node, key) == (4000, x), key
+
+
+def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
+    # the put's Start reaches the leader, its write stalls (the holder is
+    # stopped), the leader dies: the End reaches the new leader, which never
+    # heard of the put (OBJECT_NOT_FOUND), so the client puts it again
+    # instead of failing a call the caller would have to repeat
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    addr = f"etcd://{etcd_ep}"
+    tcp = {"MC_SHM_DISABLE": "1"}  # the write goes through the holder's worker
+    holder = hc.ha_node(addr, addr, tcp)
+    client = hc.ha_node(addr, addr, {**tcp, "MC_LOG_LEVEL": "info"})
+    for n in (holder, client):  # stopped before the masters at teardown
+        hc.procs.remove(n)
+        hc.procs.append(n)
+    starts = m1.metric("master_put_start_requests_total")
+    sigstop(holder.p.pid)
+    try:
+        client.p.stdin.write(f"put k 1000000 7 seg={holder.hostname}\n")
+        client.p.stdin.flush()
+        wait_until(lambda: m1.metric("master_put_start_requests_total") > starts,
+                   START_TIMEOUT, "the put's Start at the leader", 0.05)
+        m1.p.send_signal(signal.SIGKILL)
+        m1.killed = True
+        m1.p.wait(timeout=30)
+        wait_serving(m2)
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    r = client.readline(60)
+    assert r.startswith("OK"), f"{r}; {client.stderr_tail()}"
+    assert get_eventually(holder, "k") == (1000000, StoreNode.fields(r)["xxh3"])
+    assert "putting it again" in client.stderr_tail()
+
+
 def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
     # a leader killed while it sent a standby its snapshot left this behind
     wal = hc.new_wal()
@@ -547,9 +761,10 @@ def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
 
 @slow
 def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
-    # kill -9 of the etcd member every client tries first: the leader keeps
-    # its lease through the others (no step-down); then kill -9 of the
-    # leader: the standby takes over on the two members left
+    # kill -9 of the etcd member every client tries first (a follower, so
+    # etcd needs no election): the leader keeps its lease through the
+    # others (no step-down); then kill -9 of the leader: the standby takes
+    # over on the two members left
     eps = ";".join(ep for _, ep in etcd3)
     m1, m2 = leader_and_standby(hc, "etcd", eps)
     node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
@@ -569,6 +784,27 @@ def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
     m1.p.wait(timeout=30)
     wait_serving(m2)
     assert get_eventually(node, "x") == (50000, sx)
+    assert node.get("y") == (50000, sy)
+
+
+@slow
+def test_three_member_etcd_loses_its_raft_leader(hc, etcd3):
+    # kill -9 of etcd's raft leader: no lease can be renewed until etcd
+    # elects another, which may outlast the master's lease on a loaded
+    # machine, so a step-down is allowed; but some master serves again on
+    # the two members left, with every acknowledged put readable
+    eps = ";".join(ep for _, ep in etcd3)
+    m1, m2 = leader_and_standby(hc, "etcd", eps)
+    node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
+    hc.procs.remove(node)  # stopped before the masters at teardown
+    hc.procs.append(node)
+    sx = node.put("x", 50000, 1)
+    etcd3[2][0].kill()
+    etcd3[2][0].wait(timeout=30)
+    wait_until(lambda: "serving" in (ha_status(m1), ha_status(m2)), FAILOVER_S,
+               "a master serving after the etcd election", 0.1)
+    assert get_eventually(node, "x") == (50000, sx)
+    sy = node.put("y", 50000, 2)
     assert node.get("y") == (50000, sy)
 
 

@@ -2,8 +2,9 @@
 
 mooncake_replay starts its own mooncake_master and mooncake_conductor on
 loopback (found beside it in the build) and runs its nodes as store clients
-with real segments in its own process.  A slice of each shipped trace is
-replayed with segments large enough that nothing is evicted: then the store
+with real segments in its own process.  A slice of each shipped trace (its
+head committed in tests/integration/traces when ../shared is absent, as in a
+fresh clone's CI) is replayed with segments large enough that nothing is evicted: then the store
 holds exactly what the cache-only replay's caches hold, so both must agree on
 every figure (hit rate, prefill and TTFT, fetches), with every reused block
 read through the store and checked.  Bad combinations of flags exit 2, an
@@ -16,8 +17,9 @@ import subprocess
 
 import pytest
 
+from trace_slices import write_head
+
 REPLAY = os.environ.get("MC_REPLAY")
-TRACES = os.environ.get("MC_TRACE_DIR", "")
 SLICE = 300
 
 pytestmark = pytest.mark.skipif(not REPLAY, reason="MC_REPLAY not set")
@@ -63,14 +65,8 @@ def assert_same_rows(store_csv, cache_csv, tbt_rel=1e-6):
 
 
 def trace_slice(tmp_path, name):
-    src = os.path.join(TRACES, name)
-    if not os.path.exists(src):
-        pytest.skip("no shipped traces")
-    with open(src) as f:
-        head = [next(f) for _ in range(SLICE)]
-    t = tmp_path / name
-    t.write_text("".join(head))
-    return t
+    """The first SLICE lines of a shipped trace (or of its committed head)."""
+    return write_head(tmp_path, name, SLICE)[0]
 
 
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
@@ -119,6 +115,29 @@ def test_store_replay_matches_the_cache_only_one(tmp_path, name, policy):
         assert store["decode_read_blocks"] * 512 >= store["input_tokens"]
     else:
         assert store["decode_read_blocks"] == 0
+
+
+def test_full_segments_evict_per_node_like_the_caches(tmp_path):
+    """Each node's segment is sized to --capacity-tokens (here 1024 blocks of
+    4 KiB), and 600 lines of conversation fill them: each then evicts its own
+    least recently used blocks for its puts (the started master's
+    --preferred_segment_lru), as each node's cache does with the master's
+    recency, one stamp per block (--object-lru).  So the hit rate falls well
+    below that of unbounded segments (7.9% against 17.2%), and the store's
+    stays within the issue's 2 points of the caches' (the store's stamps are
+    milliseconds, so the order of blocks stamped in one can differ)."""
+    trace, n = write_head(tmp_path, "conversation_trace.jsonl", 600)
+    assert n == 600
+    small = ["--nodes", "4", "--capacity-tokens", str(1024 * 512), "--policy", "global"]
+    unbounded, _ = replay(tmp_path, trace, "--nodes", "4", "--capacity-tokens", "1e7",
+                          "--policy", "global", "--object-lru")
+    cache, _ = replay(tmp_path, trace, *small, "--object-lru")
+    store, _ = replay(tmp_path, trace, "--store", "--lease-ms", "20", *small)
+    assert cache["token_hit_rate"] < unbounded["token_hit_rate"] - 0.05, (cache, unbounded)
+    assert store["token_hit_rate"] == pytest.approx(cache["token_hit_rate"], abs=0.02)
+    assert store["lru"] == cache["lru"] == "object"
+    assert store["put_blocks"] > 4 * 1024  # more than the segments hold: they evicted
+    assert store["put_failed"] == 0 and store["bad_contents"] == 0
 
 
 def test_store_csv_with_rejections_and_one_global_segment(tmp_path):
@@ -283,7 +302,6 @@ def test_store_replay_survives_a_conductor_restart(tmp_path, tmp_path_factory):
     request is scheduled as without the restart (the new conductor's matches
     come from the store), request by request."""
     import signal
-    import time
     from types import SimpleNamespace
 
     from test_conductor import Conductor, conductor_path
@@ -291,13 +309,8 @@ def test_store_replay_survives_a_conductor_restart(tmp_path, tmp_path_factory):
 
     if conductor_path() is None:
         pytest.skip("mooncake_conductor not built")
-    src = os.path.join(TRACES, "synthetic_trace.jsonl")
-    if not os.path.exists(src):
-        pytest.skip("no shipped traces")
-    with open(src) as f:
-        head = [next(f) for _ in range(600)]
-    trace = tmp_path / "s600.jsonl"
-    trace.write_text("".join(head))
+    trace, n = write_head(tmp_path, "synthetic_trace.jsonl", 600)
+    assert n == 600
     common = ["--nodes", "3", "--capacity-tokens", "1e7", "--policy", "global"]
     cache, _ = replay(tmp_path, trace, *common, "--csv", str(tmp_path / "cache.csv"))
 

@@ -2,7 +2,9 @@
 
 Bad flags exit 2 with a message, a malformed trace line exits 1 naming its
 line unless --skip-bad, --json writes the keys docs/conductor.md promises,
-and a slice of each shipped trace replays under every policy.
+the progress bar shows only on a terminal, --output-length-one books one
+token of output, and a slice of each shipped trace (or of its committed
+head, trace_slices.py) replays under every policy.
 """
 import json
 import os
@@ -10,8 +12,9 @@ import subprocess
 
 import pytest
 
+from trace_slices import NAMES, SLICE_LINES, committed_head, full_trace, write_head
+
 REPLAY = os.environ.get("MC_REPLAY")
-TRACES = os.environ.get("MC_TRACE_DIR", "")
 
 pytestmark = pytest.mark.skipif(not REPLAY, reason="MC_REPLAY not set")
 
@@ -49,6 +52,44 @@ def test_malformed_line_is_fatal_or_skipped(tmp_path):
     assert r["token_hit_rate"] == pytest.approx(1536 / 3072)
 
 
+def test_progress_bar_only_on_a_terminal(tmp_path):
+    """Issue 17: a progress bar with its rate and ETA when stderr is a
+    terminal; none with --quiet, and none into a pipe or a file."""
+    import pty
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(LINE % (i, i + 1) for i in range(5)))
+
+    def on_a_tty(*flags):
+        master, slave = pty.openpty()
+        try:
+            p = subprocess.run([REPLAY, "--trace", str(trace), "--nodes", "1", *flags],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                               timeout=60)
+        finally:
+            os.close(slave)
+        chunks = []
+        try:
+            while True:  # the child is gone: read what it left until EIO
+                data = os.read(master, 4096)
+                if not data:
+                    break
+                chunks.append(data)
+        except OSError:
+            pass
+        finally:
+            os.close(master)
+        assert p.returncode == 0, p
+        return b"".join(chunks).decode(errors="replace")
+
+    bar = on_a_tty()
+    assert "] 5/5" in bar and "req/s" in bar and "eta " in bar, bar
+    assert "req/s" not in on_a_tty("--quiet")
+    p = subprocess.run([REPLAY, "--trace", str(trace), "--nodes", "1"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "req/s" not in p.stderr, p.stderr
+
+
 def test_missing_trace_exits_1(tmp_path):
     p = run("--trace", str(tmp_path / "none.jsonl"))
     assert p.returncode == 1 and "none.jsonl" in p.stderr
@@ -57,13 +98,8 @@ def test_missing_trace_exits_1(tmp_path):
 @pytest.mark.parametrize("name", ["conversation_trace.jsonl", "synthetic_trace.jsonl"])
 @pytest.mark.parametrize("policy", ["random", "load", "prefix", "local", "global"])
 def test_trace_slice_replays(tmp_path, name, policy):
-    src = os.path.join(TRACES, name)
-    if not os.path.exists(src):
-        pytest.skip("no shipped traces")
-    with open(src) as f:
-        head = [next(f) for _ in range(2000)]
-    trace = tmp_path / name
-    trace.write_text("".join(head))
+    # 2000 lines of the shipped trace, or the 600 committed (a fresh clone)
+    trace, n = write_head(tmp_path, name, 2000)
     out = tmp_path / "r.json"
     p = run("--trace", str(trace), "--nodes", "4", "--capacity-tokens", "1e6", "--policy",
             policy, "--output-length-one", "--json", str(out))
@@ -71,17 +107,28 @@ def test_trace_slice_replays(tmp_path, name, policy):
     r = json.loads(out.read_text())
     for key in ("token_hit_rate", "prefill_s_per_request", "ttft_avg_s", "requests"):
         assert key in r
-    assert r["requests"] == 2000
+    assert r["requests"] == n >= SLICE_LINES
     assert 0 <= r["token_hit_rate"] < 1
     assert r["prefill_s_per_request"] > 0
     assert r["ttft_avg_s"] >= r["prefill_s_per_request"] - 1e-9
     assert (r["fetches"] > 0) == (policy == "global")
 
 
+def test_committed_heads_are_the_traces_own():
+    """tests/integration/traces holds the traces' first lines, unchanged."""
+    for name in NAMES:
+        src = full_trace(name)
+        if src is None:
+            pytest.skip("no shipped traces (MC_TRACE_DIR) to compare with")
+        with open(src) as f:
+            want = [next(f) for _ in range(SLICE_LINES)]
+        assert committed_head(name) == want, name
+
+
 def test_replica_csv(tmp_path):
-    src = os.path.join(TRACES, "conversation_trace.jsonl")
-    if not os.path.exists(src):
-        pytest.skip("no shipped traces")
+    src = full_trace("conversation_trace.jsonl")
+    if src is None:
+        pytest.skip("no shipped traces (a whole trace is replayed)")
     p = run("--trace", src, "--pool", "global", "--replicas-csv", str(tmp_path / "x.csv"))
     assert p.returncode == 2 and "--pool local" in p.stderr
     csv, out = tmp_path / "rep.csv", tmp_path / "r.json"
@@ -123,6 +170,31 @@ def test_scheduler_and_cost_model_flags(tmp_path):
     for bad in (["--nic-bps", "0"], ["--kvcache-balancing-threshold", "x"], ["--reject=maybe"]):
         p = run("--trace", str(trace), *bad)
         assert p.returncode == 2, (bad, p.stderr)
+
+
+def test_output_length_one(tmp_path):
+    """--output-length-one (Fig. 10): every request decodes one token, so each
+    one booked on the decode instance holds its input plus 1 token of context,
+    not plus its traced output; request k, on one prefill node, finds the k
+    before it already decoding (predicted TBT = 8.75 ms + 20.48 ns a token)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(
+        '{"timestamp": %d, "input_length": 1024, "output_length": 100000, '
+        '"hash_ids": [%d, %d]}\n' % (i, 2 * i + 1, 2 * i + 2) for i in range(10)))
+    out = tmp_path / "r.json"
+    got = {}
+    for one in (False, True):
+        p = run("--trace", str(trace), "--nodes", "1", "--decode-nodes", "1", "--json",
+                str(out), *(["--output-length-one"] if one else []))
+        assert p.returncode == 0, p.stderr
+        got[one] = json.loads(out.read_text())
+        assert got[one]["output_length_one"] is one and got[one]["rejected"] == 0
+
+    def tbt_avg(out_len):
+        return sum(8.75e-3 + 20.48e-9 * (k * (1024 + out_len) + 1024) for k in range(10)) / 10
+
+    assert got[True]["tbt_avg_s"] == pytest.approx(tbt_avg(1), rel=1e-9)
+    assert got[False]["tbt_avg_s"] == pytest.approx(tbt_avg(100000), rel=1e-9)
 
 
 def test_cost_model_file_then_flags(tmp_path):
@@ -172,23 +244,22 @@ def test_request_csv(tmp_path):
 
 
 def test_figures_drawn_as_png(tmp_path):
-    """bench/replay_figures.py --png over a slice of each trace (fig9 and fig11)."""
+    """bench/replay_figures.py --png over a slice of each trace (fig9, fig8, fig11)."""
     pytest.importorskip("matplotlib")
     import sys
-    if not TRACES:
-        pytest.skip("MC_TRACE_DIR not set")
     sl = tmp_path / "traces"
     sl.mkdir()
-    for name in ("conversation", "synthetic"):
-        with open(os.path.join(TRACES, name + "_trace.jsonl")) as f:
-            (sl / (name + "_trace.jsonl")).write_text("".join(f.readline() for _ in range(300)))
+    for name in NAMES:
+        write_head(sl, name, 300)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     build = os.path.dirname(os.path.dirname(REPLAY))
     p = subprocess.run([sys.executable, os.path.join(root, "bench", "replay_figures.py"),
-                        "--build", build, "--traces", str(sl), "--only", "fig9,fig11",
+                        "--build", build, "--traces", str(sl), "--only", "fig9,fig8,fig11",
                         "--png", str(tmp_path / "png")], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    for name in ("fig9.png", "fig11.png"):
+    # Fig. 8: prefill time per request without a cache (vLLM's) and over the pool
+    assert "| vLLM, no prefix cache" in p.stdout and "| Mooncake, one 30M pool" in p.stdout
+    for name in ("fig9.png", "fig8.png", "fig11.png"):
         data = (tmp_path / "png" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -9,8 +9,10 @@ seconds.  Each scenario restarts the service on fixed ports and then polls
 (bounded) for puts and gets across old and new clients to succeed.
 """
 
+import os
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -336,3 +338,57 @@ def test_a_failed_snapshot_keeps_the_log(rc, tmp_path, monkeypatch):
         got = wait_until(lambda: got_any(a, key), RECOVER_S, f"{a.label} to read {key}",
                          interval=0.2)
         assert got[1] == x, key
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)")
+def test_a_full_disk_refuses_puts_and_keeps_what_was_acknowledged(rc, tmp_path):
+    """Issue 14: the log's directory on a real file system that fills up
+    (a 4 MiB tmpfs and a file that takes the rest): a put whose record
+    cannot be written is answered with an error, never acknowledged; from
+    then on every change is refused with FILE_WRITE_FAIL (the tables hold
+    what the log lost, docs/durability.md "Commit order") while reads of
+    what was acknowledged go on, even once space is back; a restart brings
+    the tables back to the log: every acknowledged object is there, no
+    refused one, and puts are taken again."""
+    wal = tmp_path / "wal"
+    wal.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "mcwal", str(wal)], check=True,
+                   capture_output=True, timeout=30)
+    try:
+        rpc, metrics, meta = free_port(), free_port(), free_port()
+        argv = rc.master_argv(rpc, metrics, meta) + [f"--wal_dir={wal}", "--wal_fsync=always"]
+        m = rc.run_master(argv)
+        a, b = rc.node(), rc.node()
+        want, refused = {}, None
+        for i in range(3):
+            key = f"full-{i}"
+            want[key] = wait_until(lambda: put_on(a, key, 64 * 1024, i, b), RECOVER_S,
+                                   f"a to put {key}", interval=0.2)
+        filler = wal / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # every block of the file system but the log's
+            while os.write(fd, b"\1" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for i in range(3, 200):  # the log's last page may take a few records more
+            key = f"full-{i}"
+            r = a.cmd(f"put {key} 65536 {i} seg={b.hostname}")
+            if r.startswith("OK"):
+                want[key] = StoreNode.fields(r)["xxh3"]
+                continue
+            assert r.startswith("ERR"), r
+            refused = key
+            break
+        assert refused, "the full file system never refused a put"
+        assert "No space left on device" in m.stderr_tail(20000)
+        filler.unlink()
+        assert a.err(f"put full-later 65536 1 seg={b.hostname}")[0] == "ERR_FILE_WRITE_FAIL"
+        for key, x in want.items():  # reads go on
+            assert got_any(b, key) == (64 * 1024, x), key
+        kill9_and_check(rc, m, argv, [a, b], want, refused, "after-full")
+        assert not a.cmd("get full-later").startswith("OK")
+    finally:  # lazily: the master's files stay open until the fixture stops it
+        subprocess.run(["umount", "-l", str(wal)], capture_output=True, timeout=30)

@@ -452,6 +452,61 @@ def test_eight_dummies_in_their_own_processes_at_once(daemon):
                 p.wait()
 
 
+KILLED_DUMMY = r"""
+import ctypes, sys
+from mooncake.store import MooncakeDistributedStore, MooncakeHostMemAllocator, ReplicateConfig
+port, seg, me, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+d = MooncakeDistributedStore()
+assert d.setup_dummy(0, 2 * size, f"127.0.0.1:{port}") == 0
+cfg = ReplicateConfig()
+cfg.preferred_segment = seg
+a = MooncakeHostMemAllocator()
+buf = a.alloc(size)
+assert d.register_buffer(buf, size) == 0
+for i in range(1000):
+    v = bytes((i * 7 + j) % 256 for j in range(256)) * (size // 256)
+    ctypes.memmove(buf, v, size)
+    sys.stdout.write(f"put {i}\n")
+    sys.stdout.flush()
+    # even: copy-based (staged in the shared local buffer); odd: zero-copy
+    assert (d.put(f"{me}-{i}", v, cfg) if i % 2 == 0 else d.put_from(f"{me}-{i}", buf, size, cfg)) == 0
+"""
+
+
+def test_a_dummy_killed_mid_put_leaves_no_partial_object(mc_master, daemon):
+    # kill -9 of a dummy while its puts run in the daemon: every key it
+    # started is afterwards absent or holds exactly the bytes it put
+    port, tenant, seg, _, _ = daemon
+    import mooncake
+    size = 8 * MiB
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(mooncake.__file__))}
+    p = subprocess.Popen([sys.executable, "-c", KILLED_DUMMY, str(port), seg, "killed", str(size)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    real = MooncakeDistributedStore()
+    try:
+        started = -1
+        for _ in range(7):  # the put of "put 6" is in flight, or just done
+            line = p.stdout.readline()
+            assert line.startswith("put "), line
+            started = int(line.split()[1])
+        p.kill()
+        p.wait()
+        assert real.setup("127.0.0.1", mc_master.meta_uri, 0, 16 * MiB, "tcp", "",
+                          mc_master.addr, tenant_id=tenant) == 0
+        for i in range(started + 1):
+            want = bytes((i * 7 + j) % 256 for j in range(256)) * (size // 256)
+            got = real.get(f"killed-{i}")
+            assert got in (b"", want), f"key {i}: {len(got)} bytes, not what was put"
+            assert real.is_exist(f"killed-{i}") == (1 if got else 0)
+        for i in range(started):  # the ones whose put returned
+            assert real.is_exist(f"killed-{i}") == 1
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        real.close()
+
+
 def method_table(c, p, buf, seg):
     """The forwarded calls, on keys prefixed p; what each returned."""
     out = []

@@ -261,6 +261,80 @@ def test_fallback_order_and_dead_holders(etcd, peers, store):
         s.get_replica("t5/ckpt", q, SIZES)
 
 
+def test_replicas_come_before_gold(etcd, store):
+    """A reader takes a random replica first and then walks the replicas in
+    list order, all before the gold holder (spec 3.2).  The one live replica
+    holds other bytes than gold (B, not A), so the bytes say who served the
+    pull: behind two dead replicas it is always the live one, whichever the
+    random first pick was (three readers); with no live replica left gold
+    serves (test_fallback_order_and_dead_holders, unit_p2p)."""
+    gold, holder = store(p2p=True), store(p2p=True)
+    a, p = buffers([MiB])
+    a[0][:] = pattern(21, MiB)
+    gold.register("t10/pref", p, [MiB], MiB)
+    b, q = buffers([MiB])
+    b[0][:] = pattern(22, MiB)
+    holder.register("t10/holder", q, [MiB], MiB)  # B is registered with its engine
+    doc = stored(etcd, "t10/pref")
+    doc["shards"][0]["replica_list"] = [
+        {"segment_name": "127.0.0.1:1", "offset": 4096},  # nothing listens on these
+        {"segment_name": "127.0.0.1:2", "offset": 4096},
+        {"segment_name": holder.get_local_server_name(), "offset": q[0]}]
+    etcd.kv_put(PREFIX + "t10/pref", json.dumps(doc, separators=(",", ":")).encode())
+    for _ in range(3):
+        r = store(p2p=True)
+        c, u = buffers([MiB])
+        r.get_replica("t10/pref", u, [MiB])
+        assert digest(c) == digest(b), "gold served the pull while a live replica was listed"
+        r.delete_replica("t10/pref")
+    holder.unregister("t10/holder")
+    gold.unregister("t10/pref")
+
+
+def test_registration_in_4gib_chunks(etcd, store):
+    """A buffer over 4 GiB goes to the engine in chunks of at most 4 GiB, and
+    the same range behind a second object is counted, not registered again
+    (spec 3.4).  In etcd mode the engine publishes its buffers under
+    mooncake/ram/<name>, where the chunks show.  The 4 GiB + 1 MiB buffer is
+    address space only (MAP_NORESERVE, never touched): registration reads no
+    byte of it."""
+    import ctypes
+    import mmap
+    size = (4 << 30) + MiB
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    MAP_NORESERVE = 0x4000
+    addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        pytest.skip(f"cannot map {size} bytes of address space")
+    s = store()  # etcd mode: the engine's buffers are in etcd
+
+    def published():
+        seg = json.loads(etcd.kv_get("mooncake/ram/" + s.get_local_server_name()))
+        return sorted((b["addr"], b["length"]) for b in seg["buffers"])
+    try:
+        s.register("t11/big", [addr], [size], 1 << 30)
+        doc = stored(etcd, "t11/big")
+        assert [sh["size"] for sh in doc["shards"]] == [1 << 30] * 4 + [MiB]
+        assert [sh["gold"][0]["offset"] for sh in doc["shards"]] == \
+            [addr + i * (1 << 30) for i in range(5)]
+        assert published() == [(addr, 4 << 30), (addr + (4 << 30), MiB)]
+        s.register("t11/again", [addr], [size], 1 << 30)
+        assert len(published()) == 2
+        s.unregister("t11/big")
+        assert published() == [(addr, 4 << 30), (addr + (4 << 30), MiB)]  # still referenced
+        s.unregister("t11/again")
+        assert published() == []
+        assert stored(etcd, "t11/big") is None and stored(etcd, "t11/again") is None
+    finally:
+        s.close()
+        libc.munmap(addr, size)
+
+
 def test_p2phandshake_names_are_real(etcd, store):
     """In P2PHANDSHAKE mode the catalog names the engine's real host:port."""
     s = store(p2p=True)

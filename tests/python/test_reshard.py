@@ -495,3 +495,59 @@ def test_local_target_and_pipeline_routes():
     # every operation sits in exactly one pipeline route (one stage each side here)
     assert [g.operation_indices for g in plan.pipeline_routes] == [tuple(range(len(plan.operations)))]
     assert (plan.pipeline_routes[0].source_pp, plan.pipeline_routes[0].target_pp) == (0, 0)
+
+
+def test_plan_nd_ep_tp_to_pp_tp():
+    """The N-D planner on 3-D tensors across every kind of axis: a trainer
+    with EP=2 x TP=2 (experts split on dim 0, TP on dim 2: each fragment a
+    2x6x4 block, a Cartesian product of the two splits) to an inference
+    layout with PP=2 x TP=3 (each stage owns one layer, TP on dim 1).  Every
+    target byte comes from the right source byte, the regions are row-major
+    runs of the merged inner dims, and the pipeline routes split the
+    operations by the target's stage."""
+    def participants(**sizes):
+        kinds = ("dp", "pp", "ep", "tp")
+        ps = [TopologyParticipant("p" + "".join(map(str, c)),
+                                  ParallelRank(**dict(zip(kinds, c))))
+              for c in np.ndindex(*(sizes.get(k, 1) for k in kinds))]
+        return ParallelTopology(sizes.get("tp", 1), sizes.get("pp", 1), sizes.get("ep", 1),
+                                sizes.get("dp", 1), tuple(ps))
+    shape = (4, 6, 8)
+
+    def desc(tid, layer, axes, dims):
+        return TensorDescriptor(tid, shape, "float32", F32, dims, "row-major", axes,
+                                layer_id=layer)
+    layers = ("l0.experts", "l1.experts")
+    src_t = [desc(t, i, (SplitAxis("ep", 0), SplitAxis("tp", 2)), (0, 2))
+             for i, t in enumerate(layers)]
+    dst_t = [desc(t, i, (OwnershipAxis("pp"), SplitAxis("tp", 1)), (1,))
+             for i, t in enumerate(layers)]
+    src_frags = [PlacementFragment(t.tensor_id, (2 * e, 0, 4 * r), (2, 6, 4), 2 * 6 * 4 * F32,
+                                   ParallelRank(ep=e, tp=r))
+                 for t in src_t for e in range(2) for r in range(2)]
+    dst_frags = [PlacementFragment(t.tensor_id, (0, 2 * r, 0), (4, 2, 8), 4 * 2 * 8 * F32,
+                                   ParallelRank(pp=i, tp=r), pipeline_stage_id=i)
+                 for i, t in enumerate(dst_t) for r in range(3)]
+    src = WeightPlacementManifest.from_fragments("moe", "rev1", 1, "set", participants(ep=2, tp=2),
+                                                 src_t, src_frags)
+    dst = WeightPlacementManifest.from_fragments("moe", "rev1", 1, "set", participants(pp=2, tp=3),
+                                                 dst_t, dst_frags)
+    assert weight_placement_from_json(weight_placement_to_json(dst)).digest == dst.digest
+    plan = plan_placement_transfer(src, dst)
+    run_plan(plan, src, dst, weights(src_t, seed=5))
+    # every target block (4x2x8) meets the 4 source blocks (2x6x4) in 2x2x4
+    # pieces: 2 rows of 2 runs of 16 bytes each
+    assert len(plan.operations) == 2 * 3 * 4
+    assert all(r.inner_bytes == 4 * F32 and r.segment_count == 4 for r in plan.operations)
+    assert plan.total_bytes == 2 * 4 * 6 * 8 * F32
+    routes = {(g.source_pp, g.target_pp, g.target_stage): g.operation_indices
+              for g in plan.pipeline_routes}
+    assert set(routes) == {(0, 0, 0), (0, 1, 1)}
+    assert sorted(i for v in routes.values() for i in v) == list(range(len(plan.operations)))
+    for (_, pp, _), idx in routes.items():
+        assert {plan.operations[i].tensor_id for i in idx} == {layers[pp]}
+    # a stage missing one TP piece of its layer: the coverage rule names it
+    with pytest.raises(ValueError, match="coverage: tensor l0.experts replica .* not one "
+                                         "non-overlapping cover"):
+        WeightPlacementManifest.from_fragments("moe", "rev1", 1, "set", participants(pp=2, tp=3),
+                                               dst_t, dst_frags[:2] + dst_frags[3:])

@@ -2,6 +2,7 @@
 #include "support.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -86,4 +87,19 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
 int mc_test_rmtree(const char *dir)
 {
 	return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
+bool mc_test_flip_byte(const char *path, uint64_t at)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = pread(fd, &b, 1, (off_t)at) == 1;
+	b ^= 0x5a;
+	ok = ok && pwrite(fd, &b, 1, (off_t)at) == 1;
+	close(fd);
+	return ok;
 }

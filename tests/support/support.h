@@ -18,6 +18,10 @@ uint16_t mc_test_free_port(void);
 bool mc_test_tmpdir(const char *base, const char *prefix, char *dir, size_t len);
 /* Removes dir and everything under it: 0, or -1. */
 int mc_test_rmtree(const char *dir);
+/* XORs the byte at offset at of the file path with 0x5a, which damages a
+ * checksummed file in place (a second flip mends it); false when that byte
+ * cannot be read or written. */
+bool mc_test_flip_byte(const char *path, uint64_t at);
 
 struct mc_te;
 /* An engine on 127.0.0.1 named name, with metadata uri; NULL (cause printed)

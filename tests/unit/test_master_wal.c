@@ -33,6 +33,7 @@
 
 #include "../support/master_t.h"
 #include "../support/support.h"
+#include "../support/wal_t.h"
 #include "master/master.h"
 #include "master/snap.h"
 #include "master/wal.h"
@@ -44,51 +45,21 @@ static const struct mc_store_uuid C1 = {1, 1}, S1 = {10, 1}, S2 = {10, 2};
 #define BASE2 0x200000000ull
 #define SEGSZ (64ull << 20)
 
-struct replay_arg {
-	struct mc_master *m;
-	uint64_t now;
-	const struct mc_snap_load_info *si; /* a snapshot's load: bulk, as the daemon */
-	uint64_t n;
-};
-
-static mc_status apply(void *arg, const struct mc_wal_rec *r)
+/* A master with a 10 s client TTL on the log in dir, loaded as how says. */
+static struct mt *start_as(const char *dir, enum mt_wal_load how, struct mc_wal **w,
+			   uint64_t *replayed, struct mc_snap_load_info *si)
 {
-	struct replay_arg *x = arg;
-	return mc_master_wal_replay(x->m, r->type, r->payload, r->len, x->now);
+	struct mc_master_config cfg;
+
+	mt_cfg_init(&cfg);
+	cfg.client_ttl_ms = 10000;
+	return mt_wal_start(&cfg, dir, how, w, replayed, si);
 }
 
 /* A master on the log in dir (replayed), as the daemon starts one. */
 static struct mt *start(const char *dir, struct mc_wal **w, uint64_t *replayed)
 {
-	struct mc_master_config cfg;
-	struct mc_wal_open_info info;
-	struct mt *t;
-	struct replay_arg x;
-
-	mt_cfg_init(&cfg);
-	cfg.client_ttl_ms = 10000;
-	t = mt_new(&cfg);
-	x.m = t->m;
-	x.now = t->now;
-	x.si = NULL;
-	assert_int_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, apply, &x, w, &info), MC_OK);
-	if (replayed)
-		*replayed = info.replayed;
-	mc_master_set_wal(t->m, *w);
-	return t;
-}
-
-/* The daemon's group commit after a request. */
-static void commit(struct mc_wal *w)
-{
-	assert_int_equal(mc_wal_commit(w), MC_OK);
-}
-
-static void crash(struct mt *t, struct mc_wal *w)
-{
-	mc_master_set_wal(t->m, NULL);
-	assert_int_equal(mc_wal_close(w), MC_OK);
-	mt_free(t);
+	return start_as(dir, MT_WAL_LOG, w, replayed, NULL);
 }
 
 static void ping_alive(struct mt *t, struct mc_store_uuid c)
@@ -114,21 +85,21 @@ static void objects_come_back_after_remount(void **state)
 	t = start(dir, &w, &n);
 	assert_int_equal(n, 0);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	mt_put_ok(t, C1, "k1", 1000);
-	commit(w);
+	mt_wal_commit(w);
 	mt_put_ok(t, C1, "k2", 70000);
-	commit(w);
+	mt_wal_commit(w);
 	mt_put_ok(t, C1, "k3", 5);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_rm(t, "k3", false), MC_OK);		       /* removed: stays removed */
 	mt_put_ok(t, C1, "k3", 4096);				       /* and put again */
 	assert_int_equal(mt_put_start(t, C1, "inflight", 100), MC_OK); /* never completed */
-	commit(w);
+	mt_wal_commit(w);
 	a1 = first_addr(t, "k1");
 	a2 = first_addr(t, "k2");
 	a3 = first_addr(t, "k3");
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, &n);
 	assert_true(n >= 6);
@@ -137,7 +108,7 @@ static void objects_come_back_after_remount(void **state)
 	assert_int_equal(mt_exist(t, "inflight"), 0);
 	assert_int_equal(mt_ping(t, C1), MC_STORE_CLIENT_NEED_REMOUNT);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(first_addr(t, "k1"), a1);
 	assert_int_equal(first_addr(t, "k2"), a2);
 	assert_int_equal(first_addr(t, "k3"), a3);
@@ -151,15 +122,15 @@ static void objects_come_back_after_remount(void **state)
 		assert_true(a4 + 1000 <= a2 || a4 >= a2 + 70000);
 		assert_true(a4 + 1000 <= a3 || a4 >= a3 + 4096);
 	}
-	commit(w);
+	mt_wal_commit(w);
 	/* and a second restart sees the same, k4 included */
-	crash(t, w);
+	mt_wal_crash(t, w);
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(first_addr(t, "k1"), a1);
 	assert_int_equal(mt_get(t, "k4"), MC_OK);
 	assert_int_equal(mt_metrics(t).key_count, 4);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -177,8 +148,8 @@ static void segment_that_never_returns_drops_its_objects(void **state)
 	two.replica_num = 2;
 	assert_int_equal(mt_put_start_cfg(t, C1, NULL, "both", 100, NULL, &two, false), MC_OK);
 	assert_int_equal(mt_put_end(t, C1, "both"), MC_OK);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, NULL);
 	/* only seg2 comes back, at another size: not the same segment */
@@ -187,8 +158,8 @@ static void segment_that_never_returns_drops_its_objects(void **state)
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_get(t, "both"), MC_OK);
 	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, NULL);
 	/* seg2 was mounted as another range since: its old replica is gone */
@@ -198,8 +169,8 @@ static void segment_that_never_returns_drops_its_objects(void **state)
 	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
 	assert_int_equal(t->resp.body.replica_list.replicas[0].segment_name.len, 4);
 	assert_memory_equal(t->resp.body.replica_list.replicas[0].segment_name.ptr, "seg1", 4);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, NULL);
 	/* nothing comes back within the client TTL */
@@ -208,17 +179,17 @@ static void segment_that_never_returns_drops_its_objects(void **state)
 	mc_master_tick(t->m, t->now);
 	while (mc_master_sweep_run(t->m, 0))
 		;
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_metrics(t).key_count, 0);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_exist(t, "both"), 0);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	/* and the drop itself was logged */
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_exist(t, "both"), 0);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -250,8 +221,8 @@ static void torn_tail_is_cut_and_the_rest_kept(void **state)
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	mt_put_ok(t, C1, "k1", 1000);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	last_file(dir, path, sizeof(path));
 	fd = open(path, O_WRONLY | O_APPEND);
 	assert_true(fd >= 0);
@@ -262,13 +233,13 @@ static void torn_tail_is_cut_and_the_rest_kept(void **state)
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_get(t, "k1"), MC_OK);
 	mt_put_ok(t, C1, "k2", 1000); /* appended after the cut */
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_get(t, "k1"), MC_OK);
 	assert_int_equal(mt_get(t, "k2"), MC_OK);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -288,14 +259,14 @@ static void view_record_replays(void **state)
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	mt_put_ok(t, C1, "k1", 1000);
 	mc_master_wal_view(t->m, 9, "127.0.0.1:50052");
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	t = start(dir, &w, &n);
 	assert_int_equal(n, 4);
 	assert_int_equal(mc_master_wal_view_version(t->m), 9);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_get(t, "k1"), MC_OK);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -314,53 +285,10 @@ static void newer_payload_version_is_refused(void **state)
 
 /* ---- snapshots -------------------------------------------------------------- */
 
-static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
-{
-	struct replay_arg *x = arg;
-
-	if (x->si && x->n++ == 0)
-		mc_master_snap_load_begin(x->m, x->si->total);
-	return mc_master_wal_replay(x->m, type, p, len, x->now);
-}
-
 /* A master as the daemon starts one with --enable_snapshot_restore. */
 static struct mt *start_snap(const char *dir, struct mc_wal **w, struct mc_snap_load_info *si)
 {
-	struct mc_master_config cfg;
-	struct mt *t;
-	struct replay_arg x;
-
-	mt_cfg_init(&cfg);
-	cfg.client_ttl_ms = 10000;
-	t = mt_new(&cfg);
-	x.m = t->m;
-	x.now = t->now;
-	x.si = si;
-	x.n = 0;
-	assert_int_equal(mc_snap_load(dir, snap_apply, &x, si), MC_OK);
-	mc_master_snap_load_end(t->m);
-	x.si = NULL;
-	if (mc_wal_open(dir, MC_WAL_FSYNC_NO, si->seq, apply, &x, w, NULL) != MC_OK)
-		fail_msg("%s", mc_last_error());
-	mc_master_set_wal(t->m, *w);
-	return t;
-}
-
-/* What the daemon does for one snapshot (server_snap.c, in a child there). */
-static uint64_t snapshot(struct mt *t, struct mc_wal *w, const char *dir, unsigned keep,
-			 unsigned *dropped)
-{
-	struct mc_snap_writer *sw;
-	uint64_t seq, oldest;
-
-	assert_int_equal(mc_wal_rotate(w), MC_OK);
-	seq = mc_wal_last_seq(w);
-	assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
-	assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
-	assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
-	assert_int_equal(mc_snap_retain(dir, keep, &oldest), MC_OK);
-	assert_int_equal(mc_wal_drop_through(w, oldest, dropped), MC_OK);
-	return seq;
+	return start_as(dir, MT_WAL_SNAP_BULK, w, NULL, si);
 }
 
 static unsigned count_files(const char *dir, const char *prefix, const char *suffix)
@@ -386,6 +314,111 @@ static void snap_file(const char *dir, uint64_t seq, char *path, size_t len)
 	snprintf(path, len, "%s/snap-%016llx.snap", dir, (unsigned long long)seq);
 }
 
+/* A snapshot names the view of the log it continues: the VIEW record's file
+ * is cut with the rest, and an HA master's directory still says which view
+ * it holds (server_ha.c, the candidate position). */
+static void view_survives_a_snapshot(void **state)
+{
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mview", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	mc_master_wal_view(t->m, 7, "127.0.0.1:50051");
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mt_wal_commit(w);
+	(void)mt_wal_snapshot(t, w, dir, 1, &dropped);
+	assert_int_equal(dropped, 1); /* the VIEW record's file is gone */
+	mt_wal_crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	/* and the next snapshot names it again */
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k2", 1000);
+	mt_wal_commit(w);
+	(void)mt_wal_snapshot(t, w, dir, 1, &dropped);
+	mt_wal_crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mc_master_wal_view_version(t->m), 7);
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+struct truncating {
+	struct mt_replay x;
+	const char *path;
+	bool done;
+};
+
+/* Apply an entry, then cut the file under the loader's mapping. */
+static mc_status apply_then_truncate(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
+{
+	struct truncating *a = arg;
+	mc_status st = mc_master_wal_replay(a->x.m, type, p, len, a->x.now);
+
+	if (!a->done) {
+		a->done = true;
+		assert_int_equal(truncate(a->path, 0), 0);
+	}
+	return st;
+}
+
+/* A mapped snapshot whose file shrinks while it is read (or hits an I/O
+ * error) faults with SIGBUS: the load fails with an error naming it, not
+ * the process, and the next start falls back to the previous snapshot. */
+static void snapshot_truncated_while_read_falls_back(void **state)
+{
+	char dir[256], path[300], bad[320];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	struct mc_master_config cfg;
+	struct truncating a = {0};
+	uint64_t s1, s2;
+	unsigned dropped;
+	(void)state;
+	assert_true(mc_test_tmpdir(NULL, "mbus", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_put_ok(t, C1, "k1", 1000);
+	mt_wal_commit(w);
+	s1 = mt_wal_snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k2", 1000);
+	mt_put_ok(t, C1, "k3", 1000);
+	mt_wal_commit(w);
+	s2 = mt_wal_snapshot(t, w, dir, 2, &dropped);
+	mt_put_ok(t, C1, "k4", 1000);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
+
+	snap_file(dir, s2, path, sizeof(path));
+	mt_cfg_init(&cfg);
+	t = mt_new(&cfg);
+	mt_replay_init(&a.x, t, NULL);
+	a.path = path;
+	assert_int_equal(mc_snap_load(dir, apply_then_truncate, &a, &si), MC_ERR_FILE_READ_FAIL);
+	assert_non_null(strstr(mc_last_error(), "SIGBUS"));
+	assert_true(a.done);
+	mt_free(t);
+	snprintf(bad, sizeof(bad), "%s.bad", path);
+	assert_int_equal(access(bad, F_OK), 0);
+
+	t = start_snap(dir, &w, &si);
+	assert_true(si.found);
+	assert_int_equal(si.seq, s1);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(mt_get(t, "k1"), MC_OK);
+	assert_int_equal(mt_get(t, "k3"), MC_OK);
+	assert_int_equal(mt_get(t, "k4"), MC_OK);
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 static void snapshot_then_puts_then_crash_restores_all(void **state)
 {
 	char dir[256];
@@ -402,11 +435,11 @@ static void snapshot_then_puts_then_crash_restores_all(void **state)
 	mt_put_ok(t, C1, "k2", 70000);
 	mt_put_ok(t, C1, "k3", 5);
 	assert_int_equal(mt_put_start(t, C1, "inflight", 100), MC_OK); /* never completed */
-	commit(w);
+	mt_wal_commit(w);
 	a1 = first_addr(t, "k1");
 	a2 = first_addr(t, "k2");
 	assert_int_equal(count_files(dir, "wal-", ".log"), 1);
-	seq = snapshot(t, w, dir, 2, &dropped);
+	seq = mt_wal_snapshot(t, w, dir, 2, &dropped);
 	assert_true(seq >= 4);
 	/* the log is cut: the file the snapshot covers is gone */
 	assert_int_equal(dropped, 1);
@@ -415,9 +448,9 @@ static void snapshot_then_puts_then_crash_restores_all(void **state)
 	/* after it: one more, one removed */
 	mt_put_ok(t, C1, "k4", 4096);
 	assert_int_equal(mt_rm(t, "k3", false), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	a4 = first_addr(t, "k4");
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
@@ -425,28 +458,27 @@ static void snapshot_then_puts_then_crash_restores_all(void **state)
 	assert_int_equal(si.rejected, 0);
 	assert_int_not_equal(mt_get(t, "k1"), MC_OK); /* hidden until the remount */
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(first_addr(t, "k1"), a1);
 	assert_int_equal(first_addr(t, "k2"), a2);
 	assert_int_equal(first_addr(t, "k4"), a4);
 	assert_int_equal(mt_exist(t, "k3"), 0);
 	assert_int_equal(mt_exist(t, "inflight"), 0);
 	assert_int_equal(mt_metrics(t).key_count, 3);
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	/* without the snapshot the cut log cannot start */
 	{
 		struct mc_wal *w2;
 		struct mt *t2;
 		struct mc_master_config cfg;
-		struct replay_arg x;
+		struct mt_replay x;
 
 		mt_cfg_init(&cfg);
 		t2 = mt_new(&cfg);
-		x.m = t2->m;
-		x.now = t2->now;
-		assert_int_not_equal(mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, apply, &x, &w2, NULL),
-				     MC_OK);
+		mt_replay_init(&x, t2, NULL);
+		assert_int_not_equal(
+			mc_wal_open(dir, MC_WAL_FSYNC_NO, 0, mt_replay_log, &x, &w2, NULL), MC_OK);
 		mt_free(t2);
 	}
 	mc_test_rmtree(dir);
@@ -473,23 +505,23 @@ static void snapshot_during_a_resize(void **state)
 		snprintf(k, sizeof(k), "key-%d", i);
 		mt_put_ok(t, C1, k, 100 + (uint64_t)i);
 	}
-	commit(w);
+	mt_wal_commit(w);
 	assert_true(mc_master_table_resizing(t->m));
-	seq = snapshot(t, w, dir, 2, &dropped);
+	seq = mt_wal_snapshot(t, w, dir, 2, &dropped);
 	assert_true(mc_master_table_resizing(t->m)); /* the dump moved nothing */
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
 	assert_int_equal(si.seq, seq);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_metrics(t).key_count, N);
 	for (int i = 0; i < N; i++) {
 		snprintf(k, sizeof(k), "key-%d", i);
 		assert_int_equal(mt_exist(t, k), 1);
 	}
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -507,18 +539,18 @@ static void snapshot_keeps_waiting_segments(void **state)
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	mt_put_ok(t, C1, "k1", 1000);
-	commit(w);
+	mt_wal_commit(w);
 	a1 = first_addr(t, "k1");
-	crash(t, w);
+	mt_wal_crash(t, w);
 	t = start_snap(dir, &w, &si);
 	assert_false(si.found);
-	(void)snapshot(t, w, dir, 2, NULL); /* seg1 waiting */
-	crash(t, w);
+	(void)mt_wal_snapshot(t, w, dir, 2, NULL); /* seg1 waiting */
+	mt_wal_crash(t, w);
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(first_addr(t, "k1"), a1);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -563,9 +595,9 @@ static void remount_binds_its_list_only(void **state)
 		addr[i] = first_addr(t, key);
 	}
 	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
-	commit(w);
-	(void)snapshot(t, w, dir, 2, NULL);
-	crash(t, w);
+	mt_wal_commit(w);
+	(void)mt_wal_snapshot(t, w, dir, 2, NULL);
+	mt_wal_crash(t, w);
 
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
@@ -580,9 +612,9 @@ static void remount_binds_its_list_only(void **state)
 		snprintf(key, sizeof(key), "k%d", i);
 		mt_put_ok(t, C1, key, 2000);
 	}
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	check_after_remount(t, addr);
 	/* the bound ranges are taken: what seg1 gives now lies outside them */
 	for (int i = 0; i < 20; i++) {
@@ -595,15 +627,15 @@ static void remount_binds_its_list_only(void **state)
 			assert_true(a + 1000 <= addr[j] || a >= addr[j] + 1000 + 6 * 64);
 		assert_int_equal(mt_rm(t, key, true), MC_OK);
 	}
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	/* and the log after the snapshot replays to the same */
 	t = start_snap(dir, &w, &si);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
 	check_after_remount(t, addr);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -704,7 +736,7 @@ static void snapshot_lists_objects_in_address_order(void **state)
 		snprintf(key, sizeof(key), "k%d", i);
 		addr[i] = first_addr(t, key);
 	}
-	commit(w);
+	mt_wal_commit(w);
 
 	for (int pass = 0; pass < 2; pass++) {
 		struct mc_snap_writer *sw;
@@ -728,14 +760,14 @@ static void snapshot_lists_objects_in_address_order(void **state)
 			assert_int_equal(o.unsorted, 0);
 		else
 			assert_true(o.unsorted > 0);
-		crash(t, w);
+		mt_wal_crash(t, w);
 
 		t = start_snap(dir, &w, &si);
 		assert_true(si.found);
 		assert_int_equal(mt_metrics(t).key_count, NORD);
 		assert_int_equal(mt_mount(t, C1, S2, "seg2", BASE2, SEGSZ), MC_OK);
 		assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-		commit(w);
+		mt_wal_commit(w);
 		for (int i = 0; i < NORD; i++) {
 			snprintf(key, sizeof(key), "k%d", i);
 			assert_int_equal(first_addr(t, key), addr[i]);
@@ -749,9 +781,9 @@ static void snapshot_lists_objects_in_address_order(void **state)
 				assert_true(a + 1000 <= addr[i] || a >= addr[i] + size[i]);
 		}
 		assert_int_equal(mt_rm(t, "new", true), MC_OK);
-		commit(w);
+		mt_wal_commit(w);
 	}
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -821,14 +853,14 @@ static void remount_refuses_overlapping_and_outside_ranges(void **state)
 	assert_true(si.found);
 	assert_int_equal(mt_metrics(t).key_count, 4); /* hidden, all four */
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(first_addr(t, "ok"), BASE1);
 	assert_int_equal(first_addr(t, "ok2"), BASE1 + 8192);
 	assert_int_not_equal(mt_get(t, "over"), MC_OK);
 	assert_int_not_equal(mt_get(t, "out"), MC_OK);
 	while (mc_master_sweep_run(t->m, 0))
 		;
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_metrics(t).key_count, 2);
 	/* what the refused ones claimed stays with "ok": a new put goes elsewhere */
 	mt_put_ok(t, C1, "new", 4096);
@@ -837,21 +869,9 @@ static void remount_refuses_overlapping_and_outside_ranges(void **state)
 
 		assert_true(a >= BASE1 + 4096 && (a + 4096 <= BASE1 + 8192 || a >= BASE1 + 12288));
 	}
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
-}
-
-static void flip_byte(const char *path, off_t at)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, at), 1);
-	b ^= 0x5a;
-	assert_int_equal(pwrite(fd, &b, 1, at), 1);
-	close(fd);
 }
 
 static void corrupt_newest_snapshot_falls_back(void **state)
@@ -866,18 +886,18 @@ static void corrupt_newest_snapshot_falls_back(void **state)
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	mt_put_ok(t, C1, "k1", 1000);
-	commit(w);
-	s1 = snapshot(t, w, dir, 2, NULL);
+	mt_wal_commit(w);
+	s1 = mt_wal_snapshot(t, w, dir, 2, NULL);
 	mt_put_ok(t, C1, "k2", 1000);
-	commit(w);
-	s2 = snapshot(t, w, dir, 2, NULL);
+	mt_wal_commit(w);
+	s2 = mt_wal_snapshot(t, w, dir, 2, NULL);
 	mt_put_ok(t, C1, "k3", 1000);
-	commit(w);
+	mt_wal_commit(w);
 	/* a third: the first one goes, the log is kept from the second one */
 	mt_put_ok(t, C1, "k4", 1000);
-	commit(w);
+	mt_wal_commit(w);
 	{
-		uint64_t s3 = snapshot(t, w, dir, 2, NULL);
+		uint64_t s3 = mt_wal_snapshot(t, w, dir, 2, NULL);
 
 		assert_int_equal(count_files(dir, "snap-", ".snap"), 2);
 		snap_file(dir, s1, path, sizeof(path));
@@ -886,10 +906,11 @@ static void corrupt_newest_snapshot_falls_back(void **state)
 		s2 = s3;
 	}
 	mt_put_ok(t, C1, "k5", 1000);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	snap_file(dir, s2, path, sizeof(path));
-	flip_byte(path, MC_SNAP_HDR_LEN + 10); /* in the body: its checksum fails */
+	/* in the body: its checksum fails */
+	assert_true(mc_test_flip_byte(path, MC_SNAP_HDR_LEN + 10));
 
 	t = start_snap(dir, &w, &si);
 	assert_true(si.found);
@@ -897,27 +918,26 @@ static void corrupt_newest_snapshot_falls_back(void **state)
 	assert_int_equal(si.rejected, 1);
 	assert_int_equal(count_files(dir, "snap-", ".snap.bad"), 1);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	/* the older snapshot and the log after it: everything */
 	assert_int_equal(mt_get(t, "k1"), MC_OK);
 	assert_int_equal(mt_get(t, "k2"), MC_OK);
 	assert_int_equal(mt_get(t, "k3"), MC_OK);
 	assert_int_equal(mt_get(t, "k4"), MC_OK);
 	assert_int_equal(mt_get(t, "k5"), MC_OK);
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	/* a torn one (cut short) is set aside the same way */
 	snap_file(dir, s1, path, sizeof(path));
 	assert_int_equal(truncate(path, MC_SNAP_HDR_LEN + 3), 0);
 	{
 		struct mc_master_config cfg;
-		struct replay_arg x;
+		struct mt_replay x;
 
 		mt_cfg_init(&cfg);
 		t = mt_new(&cfg);
-		x.m = t->m;
-		x.now = t->now;
-		if (mc_snap_load(dir, snap_apply, &x, &si) != MC_OK)
+		mt_replay_init(&x, t, NULL);
+		if (mc_snap_load(dir, mt_replay_snap, &x, &si) != MC_OK)
 			fail_msg("%s", mc_last_error());
 		assert_false(si.found);
 		assert_int_equal(si.rejected, 1);
@@ -932,7 +952,7 @@ static void newer_snapshot_version_is_refused(void **state)
 	struct mc_wal *w;
 	struct mt *t;
 	struct mc_snap_load_info si;
-	struct replay_arg x;
+	struct mt_replay x;
 	struct mc_master_config cfg;
 	uint64_t seq, sum;
 	uint8_t h[MC_SNAP_HDR_LEN];
@@ -942,9 +962,9 @@ static void newer_snapshot_version_is_refused(void **state)
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	mt_put_ok(t, C1, "k1", 1000);
-	commit(w);
-	seq = snapshot(t, w, dir, 2, NULL);
-	crash(t, w);
+	mt_wal_commit(w);
+	seq = mt_wal_snapshot(t, w, dir, 2, NULL);
+	mt_wal_crash(t, w);
 	/* version 2, its header checksum made to match: a newer master's file */
 	snap_file(dir, seq, path, sizeof(path));
 	fd = open(path, O_RDWR);
@@ -959,9 +979,8 @@ static void newer_snapshot_version_is_refused(void **state)
 
 	mt_cfg_init(&cfg);
 	t = mt_new(&cfg);
-	x.m = t->m;
-	x.now = t->now;
-	assert_int_equal(mc_snap_load(dir, snap_apply, &x, &si), MC_ERR_INVALID_VERSION);
+	mt_replay_init(&x, t, NULL);
+	assert_int_equal(mc_snap_load(dir, mt_replay_snap, &x, &si), MC_ERR_INVALID_VERSION);
 	assert_non_null(strstr(mc_last_error(), "newer"));
 	/* refused, not set aside: the operator decides */
 	assert_int_equal(access(path, F_OK), 0);
@@ -1011,23 +1030,23 @@ static void repair_queue_comes_back(void **state)
 	assert_int_equal(mt_put_start_cfg(t, C1, "", "r", 4096, "", &two, false), MC_OK);
 	assert_int_equal(mt_put_end(t, C1, "r"), MC_OK);
 	mt_put_ok(t, C1, "one", 4096); /* one replica wanted: nothing to repair */
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_call(t, MC_STORE_UNMOUNT_SEGMENT, &u), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(under(t), 1);
-	crash(t, w); /* before any copy was handed out */
+	mt_wal_crash(t, w); /* before any copy was handed out */
 
 	t = start(dir, &w, NULL);
 	assert_int_equal(under(t), 1);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
 	assert_int_equal(mt_mount(t, C2, S3, "seg3", BASE2, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(mt_get(t, "r"), MC_OK);
 	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
 	t->now += 1000;
 	assert_int_equal(under(t), 1);
 	assert_int_equal(fetch_n(t, C1), 1); /* the copy of r, from seg1 */
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -1105,31 +1124,31 @@ static void chunk_checksums_survive_log_and_snapshot(void **state)
 	assert_int_equal(put_end_sums(t, "c1", 5, 1), MC_ERR_INVALID_PARAMS);
 	assert_int_equal(put_end_sums(t, "c1", 5, 0), MC_OK);
 	mt_put_ok(t, C1, "plain", 3 * C); /* no checksums at all */
-	commit(w);
+	mt_wal_commit(w);
 	expect_sums(t, "c3", 3);
 	expect_sums(t, "c1", 0);
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, NULL);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	expect_sums(t, "c3", 3);
 	assert_int_equal(t->resp.body.batch_replica_list.items[0].list.checksum.value, 77);
 	assert_int_equal(mt_get(t, "plain"), MC_OK);
 	assert_false(t->resp.body.replica_list.checksum.present);
 	/* a snapshot, then the log after it */
-	snapshot(t, w, dir, 2, NULL);
+	mt_wal_snapshot(t, w, dir, 2, NULL);
 	assert_int_equal(mt_put_start(t, C1, "c5", 4 * C + 1), MC_OK);
 	assert_int_equal(put_end_sums(t, "c5", 9, 5), MC_OK);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	t = start_snap(dir, &w, &si);
 	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	expect_sums(t, "c3", 3);
 	expect_sums(t, "c5", 5);
 	assert_int_equal(t->resp.body.batch_replica_list.items[0].list.checksum.value, 9);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -1141,6 +1160,8 @@ int main(void)
 		cmocka_unit_test(torn_tail_is_cut_and_the_rest_kept),
 		cmocka_unit_test(newer_payload_version_is_refused),
 		cmocka_unit_test(view_record_replays),
+		cmocka_unit_test(view_survives_a_snapshot),
+		cmocka_unit_test(snapshot_truncated_while_read_falls_back),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),

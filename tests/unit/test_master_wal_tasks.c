@@ -7,8 +7,8 @@
  * every logged id), a torn tail after a task record, and a drain job
  * whose segment never comes back, which fails instead of reporting success.
  *
- * The "crash" is a master freed without any shutdown of its own (as in
- * test_master_wal.c).  With MC_WAL_TASK_SEEDS=DIR the log and snapshot
+ * The "crash" is a master freed without any shutdown of its own
+ * (tests/support/wal_t.h).  With MC_WAL_TASK_SEEDS=DIR the log and snapshot
  * files of the restart tests are copied to DIR/wal/ and DIR/snap/ (how the
  * fuzz corpora's seeds of these records were made).
  */
@@ -26,6 +26,7 @@
 
 #include "../support/master_t.h"
 #include "../support/support.h"
+#include "../support/wal_t.h"
 #include "master/master.h"
 #include "master/snap.h"
 #include "master/wal.h"
@@ -204,70 +205,15 @@ static void codec_refuses_bad_fields(void **state)
 
 /* ---- a master on a log ---- */
 
-struct replay_arg {
-	struct mc_master *m;
-	uint64_t now;
-};
-
-static mc_status apply(void *arg, const struct mc_wal_rec *r)
-{
-	struct replay_arg *x = arg;
-	return mc_master_wal_replay(x->m, r->type, r->payload, r->len, x->now);
-}
-
-static mc_status snap_apply(void *arg, uint16_t type, const uint8_t *p, uint32_t len)
-{
-	struct replay_arg *x = arg;
-	return mc_master_wal_replay(x->m, type, p, len, x->now);
-}
-
 /* A master on the log in dir, after the newest snapshot there if any. */
 static struct mt *start(const char *dir, struct mc_wal **w, uint64_t ttl_ms)
 {
 	struct mc_master_config cfg;
-	struct mc_snap_load_info si;
-	struct mt *t;
-	struct replay_arg x;
 
 	mt_cfg_init(&cfg);
 	cfg.client_ttl_ms = ttl_ms;
 	cfg.max_retry_attempts = 2;
-	t = mt_new(&cfg);
-	x.m = t->m;
-	x.now = t->now;
-	assert_int_equal(mc_snap_load(dir, snap_apply, &x, &si), MC_OK);
-	if (mc_wal_open(dir, MC_WAL_FSYNC_NO, si.found ? si.seq : 0, apply, &x, w, NULL) != MC_OK)
-		fail_msg("%s", mc_last_error());
-	mc_master_set_wal(t->m, *w);
-	return t;
-}
-
-static void commit(struct mc_wal *w)
-{
-	assert_int_equal(mc_wal_commit(w), MC_OK);
-}
-
-static void crash(struct mt *t, struct mc_wal *w)
-{
-	mc_master_set_wal(t->m, NULL);
-	assert_int_equal(mc_wal_close(w), MC_OK);
-	mt_free(t);
-}
-
-static uint64_t snapshot(struct mt *t, struct mc_wal *w, const char *dir)
-{
-	struct mc_snap_writer *sw;
-	uint64_t seq, oldest;
-	unsigned dropped;
-
-	assert_int_equal(mc_wal_rotate(w), MC_OK);
-	seq = mc_wal_last_seq(w);
-	assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
-	assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
-	assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
-	assert_int_equal(mc_snap_retain(dir, 2, &oldest), MC_OK);
-	assert_int_equal(mc_wal_drop_through(w, oldest, &dropped), MC_OK);
-	return seq;
+	return mt_wal_start(&cfg, dir, MT_WAL_SNAP, w, NULL, NULL);
 }
 
 /* Copy dir's files with prefix to $MC_WAL_TASK_SEEDS/sub/name. */
@@ -390,7 +336,7 @@ static void tasks_and_job_survive(bool snap)
 	put_on(t, "done", 100, "a:1");
 	put_on(t, "cp", 100, "a:1");
 	put_on(t, "mv", 100, "a:1");
-	commit(w);
+	mt_wal_commit(w);
 	assert_int_equal(copy_task(t, "done", "b:1", &fin), MC_OK);
 	assert_int_equal(fetch(t, CA, got, 8), 1);
 	assert_int_equal(done(t, CA, fin), MC_OK);
@@ -398,7 +344,7 @@ static void tasks_and_job_survive(bool snap)
 	assert_int_equal(fetch(t, CA, got, 8), 1); /* handed out */
 	assert_int_equal(query(t, mv), MC_STORE_TASK_PROCESSING);
 	assert_int_equal(copy_task(t, "cp", "b:1", &cp), MC_OK); /* pending */
-	commit(w);
+	mt_wal_commit(w);
 	/* the drain of c:1, which holds nothing */
 	assert_int_equal(mt_mount(t, CC, SC, "c:1", 0x2000000, MIB), MC_OK);
 	{
@@ -408,14 +354,14 @@ static void tasks_and_job_survive(bool snap)
 			mc_master_drain_create(t->m, c, 1, a, 1, 2, t->now, &job, err, sizeof(err)),
 			MC_OK);
 	}
-	commit(w);
+	mt_wal_commit(w);
 	if (snap) {
-		snapshot(t, w, dir);
+		mt_wal_snapshot(t, w, dir, 2, NULL);
 		seed_out(dir, "snap-", "snap", "file_tasks_jobs");
 	} else {
 		seed_out(dir, "wal-", "wal", "master_task_job_records");
 	}
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, 60000);
 	assert_int_equal(query(t, fin), MC_STORE_TASK_SUCCESS);
@@ -440,7 +386,7 @@ static void tasks_and_job_survive(bool snap)
 	/* remounted: the owner of a:1 gets both tasks, and they finish */
 	assert_int_equal(mt_ping(t, CA), MC_STORE_CLIENT_NEED_REMOUNT);
 	mount2(t);
-	commit(w);
+	mt_wal_commit(w);
 	t->now += 200;
 	mc_master_tick(t->m, t->now);
 	{
@@ -471,15 +417,15 @@ static void tasks_and_job_survive(bool snap)
 	put_on(t, "new", 100, "a:1");
 	assert_int_equal(copy_task(t, "new", "b:1", &nid), MC_OK);
 	assert_true(nid.second > job.second && nid.second > cp.second);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	/* a second restart: the finished ones stay finished */
 	t = start(dir, &w, 60000);
 	assert_int_equal(query(t, cp), MC_STORE_TASK_SUCCESS);
 	assert_int_equal(query(t, mv), MC_STORE_TASK_SUCCESS);
 	assert_int_equal(query(t, nid), MC_STORE_TASK_PENDING);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -514,8 +460,8 @@ static void retry_bound_is_kept(void **state)
 	assert_int_equal(fetch(t, CA, got, 4), 0); /* no room on b:1: tries 1 */
 	assert_int_equal(fetch(t, CA, got, 4), 0); /* tries 2 */
 	assert_int_equal(query(t, id), MC_STORE_TASK_PENDING);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, 60000);
 	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, MIB), MC_OK);
@@ -525,8 +471,8 @@ static void retry_bound_is_kept(void **state)
 	assert_int_equal(query(t, id), MC_STORE_TASK_PENDING);
 	assert_int_equal(fetch(t, CA, got, 4), 0); /* tries 3: past the bound */
 	assert_int_equal(query(t, id), MC_STORE_TASK_FAILED);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -548,8 +494,8 @@ static void torn_tail_after_a_task(void **state)
 	mount2(t);
 	put_on(t, "k", 100, "a:1");
 	assert_int_equal(copy_task(t, "k", "b:1", &id), MC_OK);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	d = opendir(dir);
 	assert_non_null(d);
 	while ((e = readdir(d)))
@@ -563,7 +509,7 @@ static void torn_tail_after_a_task(void **state)
 
 	t = start(dir, &w, 60000);
 	assert_int_equal(query(t, id), MC_STORE_TASK_PENDING);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -587,8 +533,8 @@ static void drain_of_a_segment_that_never_returns_fails(void **state)
 	assert_int_equal(
 		mc_master_drain_create(t->m, a, 1, NULL, 0, 2, t->now, &job, err, sizeof(err)),
 		MC_OK);
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, 2000);
 	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0x900000, MIB), MC_OK); /* a:1 never */
@@ -600,13 +546,13 @@ static void drain_of_a_segment_that_never_returns_fails(void **state)
 	assert_int_equal(info.status, MC_JOB_FAILED);
 	assert_non_null(strstr(info.message, "'a:1'"));
 	assert_int_equal(mt_exist(t, "k"), 0); /* it went with its segment */
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	/* and stays failed */
 	t = start(dir, &w, 2000);
 	assert_int_equal(mc_master_drain_query(t->m, &job, &info), MC_OK);
 	assert_int_equal(info.status, MC_JOB_FAILED);
-	crash(t, w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 
@@ -634,23 +580,23 @@ static void graceful_deadline_survives(bool snap)
 	mount2(t);
 	put_on(t, "k", 100, "a:1");
 	assert_int_equal(mt_call(t, MC_STORE_GRACEFUL_UNMOUNT_SEGMENT, &g), MC_OK);
-	commit(w);
+	mt_wal_commit(w);
 	if (snap) {
-		snapshot(t, w, dir);
+		mt_wal_snapshot(t, w, dir, 2, NULL);
 		seed_out(dir, "snap-", "snap", "file_seg_graceful");
 	} else {
 		seed_out(dir, "wal-", "wal", "master_seg_graceful_records");
 	}
-	crash(t, w);
+	mt_wal_crash(t, w);
 
 	t = start(dir, &w, 120000);
 	mount2(t);
-	commit(w);
+	mt_wal_commit(w);
 	st[0] = '\0';
 	mc_master_foreach_segment(t->m, seg_status, st);
 	assert_string_equal(st, "a:1=GRACEFULLY_UNMOUNTING;b:1=OK;");
 	assert_int_equal(mt_get(t, "k"), MC_OK); /* readable meanwhile */
-	crash(t, w);
+	mt_wal_crash(t, w);
 	/* a second restart (the remount logged it again) */
 	t = start(dir, &w, 120000);
 	mount2(t);
@@ -662,8 +608,8 @@ static void graceful_deadline_survives(bool snap)
 	st[0] = '\0';
 	mc_master_foreach_segment(t->m, seg_status, st);
 	assert_string_equal(st, "b:1=OK;");
-	commit(w);
-	crash(t, w);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
 

@@ -33,6 +33,7 @@
 #include "mooncake/store.h"
 #include "store/client_int.h"
 #include "store/proto.h"
+#include "store_t.h"
 #include "support.h"
 
 #define SEG_SIZE  (16u << 20)
@@ -40,8 +41,7 @@
 #define OBJ_SIZE  (100u * 1000u) /* not a block multiple */
 #define WAIT_MS	  15000
 
-static struct mc_master_server *master;
-static char master_addr[64], meta_uri[128], dir[256];
+static char dir[256];
 
 static void with_offload(struct mc_master_server_config *c)
 {
@@ -55,15 +55,13 @@ static int group_setup(void **state)
 	setenv("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "1", 1);
 	setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "8388608", 1);
 	setenv("MC_STORE_PREFAULT", "off", 1);
-	master = mc_test_master_start(with_offload, master_addr, sizeof(master_addr), meta_uri,
-				      sizeof(meta_uri));
-	return master ? 0 : -1;
+	return st_master_start(with_offload);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	mc_master_server_stop(master);
+	st_master_stop();
 	return 0;
 }
 
@@ -81,21 +79,11 @@ static int dir_teardown(void **state)
 
 static struct mc_store *client_new(const char *ssd)
 {
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta_uri,
-		.global_segment_size = ssd ? SEG_SIZE : 0,
-		.local_buffer_size = LBUF_SIZE,
-		.protocol = "tcp",
-		.master_server_addr = master_addr,
-		.enable_ssd_offload = ssd != NULL,
-		.ssd_offload_path = ssd,
-	};
-	struct mc_store *s = NULL;
-	assert_int_equal(mc_store_new(&s), MC_OK);
-	if (mc_store_setup(s, &p) != MC_OK)
-		fail_msg("setup: %s", mc_last_error());
-	return s;
+	struct mc_store_params p = st_params(ssd ? SEG_SIZE : 0, LBUF_SIZE);
+
+	p.enable_ssd_offload = ssd != NULL;
+	p.ssd_offload_path = ssd;
+	return st_client_open(&p);
 }
 
 static void put_obj(struct mc_store *s, const char *key, uint64_t seed)

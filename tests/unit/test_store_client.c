@@ -36,14 +36,12 @@
 #include "store/client_metrics.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
+#include "store_t.h"
 #include "support.h"
 
 #define SEG_SIZE  (64ull << 20)
 #define LBUF_SIZE (32ull << 20)
 
-static struct mc_master_server *master;
-static char master_addr[64];
-static char meta_uri[128];
 static struct mc_store *A, *B;
 
 /* ---- fixture ------------------------------------------------------------------ */
@@ -54,74 +52,20 @@ static void set_str(char **field, const char *v)
 	*field = mc_strdup(v);
 }
 
-static struct mc_store_params params(uint64_t seg, uint64_t lbuf)
-{
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta_uri,
-		.global_segment_size = seg,
-		.local_buffer_size = lbuf,
-		.protocol = "tcp",
-		.master_server_addr = master_addr,
-	};
-	return p;
-}
-
-static struct mc_store *client_new(uint64_t seg, uint64_t lbuf)
-{
-	struct mc_store_params p = params(seg, lbuf);
-	struct mc_store *s = NULL;
-	assert_int_equal(mc_store_new(&s), MC_OK);
-	if (mc_store_setup(s, &p) != MC_OK)
-		fail_msg("setup: %s", mc_last_error());
-	return s;
-}
-
 /* No eviction in these tests: a deliberate -200 (errors_are_typed) would
  * otherwise make the next tick evict unleased objects that later cases
  * read back.  Eviction has its own tests in test_master.c. */
-static void no_eviction(struct mc_master_server_config *c)
-{
-	c->master.eviction_ratio = 0;
-	c->master.eviction_high_watermark_ratio = 1.0;
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
-	master = mc_test_master_start(no_eviction, master_addr, sizeof(master_addr), meta_uri,
-				      sizeof(meta_uri));
-	if (!master)
-		return -1;
-	A = client_new(SEG_SIZE, LBUF_SIZE);
-	B = client_new(SEG_SIZE, LBUF_SIZE);
-	return 0;
+	return st_setup_pair(st_no_eviction, SEG_SIZE, LBUF_SIZE, &A, &B);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	mc_store_free(A);
-	mc_store_free(B);
-	mc_master_server_stop(master);
+	st_teardown_pair(A, B);
 	return 0;
-}
-
-static struct mc_store_config prefer(struct mc_store *s)
-{
-	struct mc_store_config c = {.replica_num = 1, .preferred_segment = mc_store_hostname(s)};
-	return c;
-}
-
-static void expect_get(struct mc_store *s, const char *key, const void *want, size_t len)
-{
-	void *got = NULL;
-	int64_t n = mc_store_get(s, key, &got);
-	if (n < 0)
-		fail_msg("get %s: %lld (%s)", key, (long long)n, mc_last_error());
-	assert_int_equal(n, len);
-	assert_memory_equal(got, want, len);
-	free(got);
 }
 
 /* ---- put / get --------------------------------------------------------------------- */
@@ -136,13 +80,13 @@ static void put_get_across_clients(void **state)
 	(void)state;
 	for (int w = 0; w < 2; w++) {
 		for (int owner = 0; owner < 2; owner++) {
-			struct mc_store_config c = prefer(who[owner]);
+			struct mc_store_config c = st_prefer(who[owner]);
 			char key[64];
 			snprintf(key, sizeof(key), "across-%d-%d", w, owner);
 			mc_test_fill(v, len, (uint64_t)(w * 2 + owner + 1));
 			assert_int_equal(mc_store_put(who[w], key, v, len, &c), MC_OK);
-			expect_get(A, key, v, len);
-			expect_get(B, key, v, len);
+			st_expect_get(A, key, v, len);
+			st_expect_get(B, key, v, len);
 		}
 	}
 	free(v);
@@ -156,7 +100,7 @@ static void put_existing_key_keeps_first_value(void **state)
 	mc_test_fill(v2, sizeof(v2), 12);
 	assert_int_equal(mc_store_put(A, "keep", v1, sizeof(v1), NULL), MC_OK);
 	assert_int_equal(mc_store_put(B, "keep", v2, sizeof(v2), NULL), MC_OK);
-	expect_get(B, "keep", v1, sizeof(v1));
+	st_expect_get(B, "keep", v1, sizeof(v1));
 }
 
 static void upsert_overwrites(void **state)
@@ -167,11 +111,11 @@ static void upsert_overwrites(void **state)
 	mc_test_fill(v2, sizeof(v2), 22);
 	mc_test_fill(v3, sizeof(v3), 23);
 	assert_int_equal(mc_store_upsert(A, "ups", v1, sizeof(v1), NULL), MC_OK);
-	expect_get(B, "ups", v1, sizeof(v1));
+	st_expect_get(B, "ups", v1, sizeof(v1));
 	assert_int_equal(mc_store_upsert(B, "ups", v2, sizeof(v2), NULL), MC_OK); /* same size */
-	expect_get(A, "ups", v2, sizeof(v2));
+	st_expect_get(A, "ups", v2, sizeof(v2));
 	assert_int_equal(mc_store_upsert(A, "ups", v3, sizeof(v3), NULL), MC_OK); /* new size */
-	expect_get(B, "ups", v3, sizeof(v3));
+	st_expect_get(B, "ups", v3, sizeof(v3));
 	assert_int_equal(mc_store_get_size(A, "ups"), sizeof(v3));
 }
 
@@ -184,7 +128,7 @@ static void put_parts_concatenates(void **state)
 	memcpy(whole, a, 10);
 	memcpy(whole + 10, b, 5);
 	assert_int_equal(mc_store_put_parts(A, "parts", parts, lens, 2, NULL), MC_OK);
-	expect_get(B, "parts", whole, sizeof(whole));
+	st_expect_get(B, "parts", whole, sizeof(whole));
 }
 
 /* ---- zero copy ------------------------------------------------------------------------ */
@@ -193,7 +137,7 @@ static void put_from_get_into_registered(void **state)
 {
 	size_t len = 4 << 20;
 	char *src = malloc(len), *dst = malloc(len + 64);
-	struct mc_store_config c = prefer(B);
+	struct mc_store_config c = st_prefer(B);
 	(void)state;
 	mc_test_fill(src, len, 31);
 	assert_int_equal(mc_store_register_buffer(A, src, len), MC_OK);
@@ -224,7 +168,7 @@ static void zero_copy_buffers_must_be_registered(void **state)
 {
 	enum { PG = 4096 };
 	char *m = malloc(4 * PG), *wild = (char *)(uintptr_t)0x10;
-	struct mc_store_config c = prefer(B);
+	struct mc_store_config c = st_prefer(B);
 	const char *key = "zc-checked";
 	void *one[1] = {m}, *two[2] = {m, m + PG};
 	size_t len1[1] = {2 * PG}, len2[2] = {PG, PG}, nb2[1] = {2};
@@ -385,7 +329,7 @@ static void multi_buffer_gather_and_scatter(void **state)
 	assert_int_equal(gres[1], 1100);
 	assert_memory_equal(p0, whole1, 600);
 	assert_memory_equal(p1, whole1 + 600, 500);
-	expect_get(A, "mb-1", whole1, sizeof(whole1));
+	st_expect_get(A, "mb-1", whole1, sizeof(whole1));
 }
 
 /* ---- upsert family, batch get ------------------------------------------------------------ */
@@ -411,10 +355,10 @@ static void upsert_parts_and_batches(void **state)
 	memcpy(whole + sizeof(a), b, sizeof(b));
 	/* upsert_parts: insert, then overwrite with another size */
 	assert_int_equal(mc_store_upsert_parts(A, "up-parts", parts, plens, 2, NULL), MC_OK);
-	expect_get(B, "up-parts", whole, sizeof(whole));
+	st_expect_get(B, "up-parts", whole, sizeof(whole));
 	assert_int_equal(mc_store_upsert_parts(B, "up-parts", parts + 1, plens + 1, 1, NULL),
 			 MC_OK);
-	expect_get(A, "up-parts", b, sizeof(b));
+	st_expect_get(A, "up-parts", b, sizeof(b));
 	assert_int_equal(mc_store_upsert_parts(A, "up-parts", NULL, NULL, 0, NULL),
 			 MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_store_upsert_parts(A, "up-parts", NULL, plens, 2, NULL),
@@ -426,16 +370,16 @@ static void upsert_parts_and_batches(void **state)
 	assert_int_equal(res[0], MC_OK);
 	assert_int_equal(res[1], MC_OK);
 	assert_int_equal(res[2], MC_ERR_INVALID_PARAMS);
-	expect_get(A, "ub-0", a, sizeof(a));
-	expect_get(A, "ub-1", b, sizeof(b));
+	st_expect_get(A, "ub-0", a, sizeof(a));
+	st_expect_get(A, "ub-1", b, sizeof(b));
 	assert_int_equal(mc_store_upsert_batch(B, keys, vals, lens, 2, NULL, res), MC_OK);
 	/* batch_upsert_from: zero copy, overwrites */
 	assert_int_equal(mc_store_register_buffer(A, src, 4096), MC_OK);
 	assert_int_equal(mc_store_batch_upsert_from(A, keys, sb, sl, 2, NULL, res), MC_OK);
 	assert_int_equal(res[0], MC_OK);
 	assert_int_equal(res[1], MC_OK);
-	expect_get(B, "ub-0", src, 1000);
-	expect_get(B, "ub-1", src + 1000, 50);
+	st_expect_get(B, "ub-0", src, 1000);
+	st_expect_get(B, "ub-1", src + 1000, 50);
 	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
 	free(src);
 }
@@ -446,7 +390,7 @@ static void batch_get_one_round_trip(void **state)
 	const char *keys[4] = {"bg-0", "bg-none", "bg-1", ""};
 	void *vals[4];
 	int64_t res[4];
-	struct mc_store_config on_b = prefer(B);
+	struct mc_store_config on_b = st_prefer(B);
 	(void)state;
 	mc_test_fill(v0, sizeof(v0), 211);
 	mc_test_fill(v1, sizeof(v1), 212);
@@ -473,7 +417,7 @@ static void get_into_ranges_reads_fragments(void **state)
 {
 	enum { OBJ = 64 << 10, BUF = 16 << 10 };
 	char *obj = malloc(OBJ), *dst = malloc(BUF), *unreg = malloc(64);
-	struct mc_store_config on_a = prefer(A), on_b = prefer(B);
+	struct mc_store_config on_a = st_prefer(A), on_b = st_prefer(B);
 	struct mc_store_range r0[3] = {
 		{.dst_offset = 0, .src_offset = 100, .length = 1000},
 		{.dst_offset = 1000, .src_offset = OBJ - 24, .length = 24},
@@ -541,7 +485,7 @@ static void get_into_ranges_reads_fragments(void **state)
 static void reads_fall_back_from_an_unreadable_holder(void **state)
 {
 	enum { OBJ = 64 << 10, N = 4 };
-	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	struct mc_store *D = st_client_new(16 << 20, 4 << 20);
 	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
 	struct mc_store_config two = {
 		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
@@ -572,7 +516,7 @@ static void reads_fall_back_from_an_unreadable_holder(void **state)
 	retries = atomic_load(&A->read_retries);
 
 	obj[0] = 0;
-	expect_get(A, "fb-0", obj, OBJ);
+	st_expect_get(A, "fb-0", obj, OBJ);
 	assert_true(atomic_load(&A->read_retries) > retries);
 	assert_int_equal(mc_store_register_buffer(A, dst, N * OBJ), MC_OK);
 	obj[0] = 1;
@@ -672,8 +616,8 @@ static void put_and_get_sessions(void **state)
 	assert_int_equal(st[1], MC_OK);
 	assert_int_equal(st[2], MC_ERR_INVALID_PARAMS); /* no session */
 	assert_int_equal(mc_store_batch_put_session_end(A, keys, 1, st), MC_ERR_INVALID_PARAMS);
-	expect_get(B, "ses-0", src, OBJ);
-	expect_get(B, "ses-1", src + OBJ, OBJ);
+	st_expect_get(B, "ses-0", src, OBJ);
+	st_expect_get(B, "ses-1", src + OBJ, OBJ);
 	assert_int_equal(mc_store_get_replica_desc(B, "ses-1", NULL, 0), 2);
 
 	/* get sessions: ranged reads without master round trips */
@@ -717,7 +661,7 @@ static void put_and_get_sessions(void **state)
 	assert_int_equal(mc_store_batch_put_session_revoke(A, keys + 2, 1, st), MC_OK);
 	assert_int_equal(mc_store_is_exist(B, "ses-exists"), 0);
 	assert_int_equal(mc_store_put(B, "ses-exists", v, sizeof(v), NULL), MC_OK);
-	expect_get(A, "ses-exists", v, sizeof(v));
+	st_expect_get(A, "ses-exists", v, sizeof(v));
 	assert_int_equal(mc_store_batch_put_session_revoke(A, keys + 2, 1, st),
 			 MC_ERR_INVALID_PARAMS);
 	assert_int_equal(mc_store_unregister_buffer(A, src), MC_OK);
@@ -789,7 +733,7 @@ static void put_session_end_races_ranged_writes(void **state)
  * and drops get sessions; not set up: every result is -600. */
 static void close_drops_sessions(void **state)
 {
-	struct mc_store *s = client_new(8 << 20, 4 << 20), *t;
+	struct mc_store *s = st_client_new(8 << 20, 4 << 20), *t;
 	const char *key = "ses-closed";
 	uint64_t size = 100;
 	char v[100];
@@ -802,7 +746,7 @@ static void close_drops_sessions(void **state)
 			 MC_ERR_REPLICA_IS_NOT_READY); /* not visible yet */
 	mc_store_free(s);
 	assert_int_equal(mc_store_put(B, key, v, sizeof(v), NULL), MC_OK);
-	expect_get(A, key, v, sizeof(v));
+	st_expect_get(A, key, v, sizeof(v));
 
 	assert_int_equal(mc_store_new(&t), MC_OK);
 	assert_int_equal(mc_store_batch_put_session_start(t, &key, &size, 1, NULL, &st),
@@ -840,7 +784,7 @@ static void get_session_lease_expires(void **state)
 {
 	struct mc_master_server_config c;
 	struct mc_master_server *m = NULL;
-	struct mc_store_params p = params(8 << 20, 4 << 20);
+	struct mc_store_params p = st_params(8 << 20, 4 << 20);
 	struct mc_store *s;
 	const char *key = "lease-1";
 	char v[64], out[64], addr[64];
@@ -1035,8 +979,8 @@ static void replica_descriptors(void **state)
 	assert_true(seen_a && seen_b);
 	assert_int_equal(mc_store_get_replica_desc(B, "two-replicas", d, 1), 2);
 	assert_int_equal(mc_store_get_replica_desc(B, "no-such", d, 4), MC_ERR_OBJECT_NOT_FOUND);
-	expect_get(A, "two-replicas", v, sizeof(v));
-	expect_get(B, "two-replicas", v, sizeof(v));
+	st_expect_get(A, "two-replicas", v, sizeof(v));
+	st_expect_get(B, "two-replicas", v, sizeof(v));
 }
 
 /* ---- errors ------------------------------------------------------------------------------------
@@ -1104,7 +1048,7 @@ static void *test_alloc_fn(void *ctx, size_t size)
 
 static void get_alloc_calls_the_allocator_once(void **state)
 {
-	struct mc_store_config c = prefer(B);
+	struct mc_store_config c = st_prefer(B);
 	struct test_alloc a = {.calls = 0};
 	char v[200];
 	(void)state;
@@ -1145,7 +1089,7 @@ static void *test_nth_fn(void *ctx, size_t i, size_t size)
 
 static void batch_get_alloc_asks_once_per_found_key(void **state)
 {
-	struct mc_store_config c = prefer(B);
+	struct mc_store_config c = st_prefer(B);
 	const char *keys[3] = {"bga-0", "bga-missing", "bga-2"};
 	struct test_nth t = {.refuse = -1};
 	char v0[120], v2[250];
@@ -1209,9 +1153,9 @@ static void not_set_up_client(void **state)
 
 static void close_and_setup_again(void **state)
 {
-	struct mc_store_params p = params(16 << 20, 4 << 20);
-	struct mc_store *s = client_new(16 << 20, 4 << 20);
-	struct mc_store_config c = prefer(s);
+	struct mc_store_params p = st_params(16 << 20, 4 << 20);
+	struct mc_store *s = st_client_new(16 << 20, 4 << 20);
+	struct mc_store_config c = st_prefer(s);
 	char v[5000];
 	(void)state;
 	mc_test_fill(v, sizeof(v), 81);
@@ -1219,7 +1163,7 @@ static void close_and_setup_again(void **state)
 	assert_non_null(mc_store_engine(s));
 	assert_int_equal(mc_store_setup(s, &p), MC_ERR_INVALID_PARAMS); /* twice */
 	assert_int_equal(mc_store_put(s, "cycle-1", v, sizeof(v), &c), MC_OK);
-	expect_get(A, "cycle-1", v, sizeof(v));
+	st_expect_get(A, "cycle-1", v, sizeof(v));
 	assert_int_equal(mc_store_close(s), MC_OK);
 	assert_int_equal(mc_store_health_check(s), 1);
 	assert_int_equal(mc_store_close(s), MC_OK);
@@ -1227,40 +1171,40 @@ static void close_and_setup_again(void **state)
 	assert_int_not_equal(mc_store_get_size(A, "cycle-1"), (int64_t)sizeof(v));
 
 	assert_int_equal(mc_store_setup(s, &p), MC_OK);
-	c = prefer(s);
+	c = st_prefer(s);
 	assert_int_equal(mc_store_put(s, "cycle-2", v, sizeof(v), &c), MC_OK);
-	expect_get(B, "cycle-2", v, sizeof(v));
-	expect_get(s, "cycle-2", v, sizeof(v));
+	st_expect_get(B, "cycle-2", v, sizeof(v));
+	st_expect_get(s, "cycle-2", v, sizeof(v));
 	mc_store_free(s);
 }
 
 /* A pure client (no segment, no local buffer) and a client sharing an engine. */
 static void pure_client_and_shared_engine(void **state)
 {
-	struct mc_store *s = client_new(0, 0), *t;
-	struct mc_store_params p = params(8 << 20, 1 << 20);
+	struct mc_store *s = st_client_new(0, 0), *t;
+	struct mc_store_params p = st_params(8 << 20, 1 << 20);
 	char v[100], *buf = malloc(100);
-	struct mc_store_config c = prefer(A);
+	struct mc_store_config c = st_prefer(A);
 	(void)state;
 	mc_test_fill(v, sizeof(v), 91);
 	memcpy(buf, v, sizeof(v));
 	/* no local buffer, and none needed: put sends the value as it is */
 	assert_int_equal(mc_store_put(s, "pure-put", v, sizeof(v), &c), MC_OK);
-	expect_get(s, "pure-put", v, sizeof(v));
+	st_expect_get(s, "pure-put", v, sizeof(v));
 	assert_int_equal(mc_store_register_buffer(s, buf, 100), MC_OK);
 	assert_int_equal(mc_store_put_from(s, "pure", buf, 100, &c), MC_OK);
-	expect_get(s, "pure", v, sizeof(v));
+	st_expect_get(s, "pure", v, sizeof(v));
 
 	p.engine = mc_store_engine(s);
 	assert_int_equal(mc_store_new(&t), MC_OK);
 	assert_int_equal(mc_store_setup(t, &p), MC_OK);
 	assert_string_equal(mc_store_hostname(t), mc_store_hostname(s));
 	assert_ptr_equal(mc_store_engine(t), mc_store_engine(s));
-	c = prefer(t);
+	c = st_prefer(t);
 	assert_int_equal(mc_store_put(t, "shared", v, sizeof(v), &c), MC_OK);
-	expect_get(B, "shared", v, sizeof(v));
+	st_expect_get(B, "shared", v, sizeof(v));
 	mc_store_free(t); /* leaves the engine to s */
-	expect_get(s, "pure", v, sizeof(v));
+	st_expect_get(s, "pure", v, sizeof(v));
 	mc_store_free(s);
 	free(buf);
 }
@@ -1335,7 +1279,7 @@ static struct mc_master_server *restartable_master(uint16_t port)
 static void master_restart_remounts(void **state)
 {
 	struct mc_master_server *m;
-	struct mc_store_params p = params(16 << 20, 4 << 20);
+	struct mc_store_params p = st_params(16 << 20, 4 << 20);
 	struct mc_store *s;
 	struct mc_store_config c;
 	char addr[64], v[2000];
@@ -1349,7 +1293,7 @@ static void master_restart_remounts(void **state)
 	p.master_server_addr = addr;
 	assert_int_equal(mc_store_new(&s), MC_OK);
 	assert_int_equal(mc_store_setup(s, &p), MC_OK);
-	c = prefer(s);
+	c = st_prefer(s);
 	mc_test_fill(v, sizeof(v), 111);
 	assert_int_equal(mc_store_put(s, "restart-1", v, sizeof(v), &c), MC_OK);
 
@@ -1369,7 +1313,7 @@ static void master_restart_remounts(void **state)
 	}
 	assert_true(healthy);
 	assert_int_equal(mc_store_get_size(s, "restart-1"), MC_ERR_OBJECT_NOT_FOUND);
-	expect_get(s, "restart-2", v, sizeof(v));
+	st_expect_get(s, "restart-2", v, sizeof(v));
 	mc_store_free(s);
 	mc_master_server_stop(m);
 }
@@ -1395,8 +1339,8 @@ static void upstream_c_api(void **state)
 	assert_int_equal(mooncake_store_put(h, NULL, v, 1, NULL), -1);
 	assert_int_equal(mooncake_store_get_hostname(h, name, sizeof(name)), 0);
 	assert_string_equal(name, "");
-	assert_int_equal(mooncake_store_setup(h, "127.0.0.1", meta_uri, 16 << 20, 4 << 20, "tcp",
-					      "", master_addr),
+	assert_int_equal(mooncake_store_setup(h, "127.0.0.1", st_meta_uri, 16 << 20, 4 << 20, "tcp",
+					      "", st_master_addr),
 			 0);
 	assert_int_equal(mooncake_store_health_check(h), 0);
 	assert_int_equal(mooncake_store_get_hostname(h, name, 4), -1);
@@ -1520,7 +1464,7 @@ static void conn_foreign_version_is_refused(void **state)
 	struct fake f;
 	struct mc_master_conn *c = NULL;
 	struct mc_store *s;
-	struct mc_store_params p = params(0, 0);
+	struct mc_store_params p = st_params(0, 0);
 	char addr[64];
 	(void)state;
 	fake_start(&f, FAKE_FOREIGN_VERSION);
@@ -1605,7 +1549,7 @@ static void segment_info_reports_prefault(void **state)
 	assert_true(info.prefault_done);
 
 	setenv("MC_STORE_PREFAULT", "background", 1);
-	s = client_new(32ull << 20, 0);
+	s = st_client_new(32ull << 20, 0);
 	unsetenv("MC_STORE_PREFAULT");
 	assert_int_equal(mc_store_segment_info(s, &info), MC_OK);
 	assert_string_equal(info.prefault, "background");
@@ -1617,7 +1561,7 @@ static void segment_info_reports_prefault(void **state)
 	mc_store_free(s);
 
 	setenv("MC_STORE_PREFAULT", "off", 1);
-	s = client_new(32ull << 20, 0);
+	s = st_client_new(32ull << 20, 0);
 	unsetenv("MC_STORE_PREFAULT");
 	assert_int_equal(mc_store_segment_info(s, &info), MC_OK);
 	assert_string_equal(info.prefault, "off");
@@ -1659,7 +1603,7 @@ static void client_env_table(void **state)
 static void unreachable_master(void **state)
 {
 	struct mc_store *s;
-	struct mc_store_params p = params(0, 0);
+	struct mc_store_params p = st_params(0, 0);
 	char addr[64];
 	(void)state;
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", mc_test_free_port());

@@ -31,37 +31,25 @@
 #include "mooncake/store.h"
 #include "store/client_int.h" /* the holder's segment, the client's metrics */
 #include "store/client_metrics.h"
+#include "store_t.h"
 #include "support.h"
 #ifndef MC_TEST_CUDA
 #include "devmem_emu.h"
 #endif
 
-static struct mc_master_server *master;
 static struct mc_store *S;
 static const struct mc_devmem_ops *dm;
 
-static char addr[64], meta[128];
-
 static int group_setup(void **state)
 {
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta,
-		.global_segment_size = 16 << 20,
-		.local_buffer_size = 4 << 20,
-		.protocol = "tcp",
-		.master_server_addr = addr,
-	};
 	(void)state;
 #ifndef MC_TEST_CUDA
 	dm = &mc_devmem_emu_ops;
 	mc_devmem_set_backend(dm); /* before any engine */
 #endif
-	master = mc_test_master_start(NULL, addr, sizeof(addr), meta, sizeof(meta));
-	if (!master)
+	if (st_master_start(NULL) != 0)
 		return -1;
-	if (mc_store_new(&S) != MC_OK || mc_store_setup(S, &p) != MC_OK)
-		return -1;
+	S = st_client_new(16 << 20, 4 << 20);
 	return 0;
 }
 
@@ -69,7 +57,7 @@ static int group_teardown(void **state)
 {
 	(void)state;
 	mc_store_free(S);
-	mc_master_server_stop(master);
+	st_master_stop();
 	return 0;
 }
 
@@ -167,20 +155,7 @@ static void device_buffers_skip_the_memcpy_shortcut(void **state)
  * reads through the engine. */
 static struct mc_store *holder_new(void)
 {
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta,
-		.global_segment_size = 32 << 20,
-		.local_buffer_size = 4 << 20,
-		.protocol = "tcp",
-		.master_server_addr = addr,
-	};
-	struct mc_store *h = NULL;
-
-	assert_int_equal(mc_store_new(&h), MC_OK);
-	if (mc_store_setup(h, &p) != MC_OK)
-		fail_msg("setup: %s", mc_last_error());
-	return h;
+	return st_client_new(32 << 20, 4 << 20);
 }
 
 /* Flip a byte of key's first replica, through its holder's mapping (in

@@ -22,36 +22,21 @@
 #include "base/alloc.h"
 #include "master/server.h"
 #include "mooncake/store.h"
+#include "store_t.h"
 #include "support.h"
 
 #define SWEEP	 80
 #define SENTINEL ((mc_status)12345)
 #define LEN	 4096
 
-static struct mc_master_server *master;
-static char master_addr[64];
-static char meta_uri[128];
 static struct mc_store *S;
 
 static int group_setup(void **state)
 {
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta_uri,
-		.global_segment_size = 16ull << 20,
-		.local_buffer_size = 16ull << 20,
-		.protocol = "tcp",
-		.master_server_addr = master_addr,
-	};
 	(void)state;
-	master = mc_test_master_start(NULL, master_addr, sizeof(master_addr), meta_uri,
-				      sizeof(meta_uri));
-	if (!master)
+	if (st_master_start(NULL) != 0)
 		return -1;
-	if (mc_store_new(&S) != MC_OK || mc_store_setup(S, &p) != MC_OK) {
-		fprintf(stderr, "store setup: %s\n", mc_last_error());
-		return -1;
-	}
+	S = st_client_new(16ull << 20, 16ull << 20);
 	return 0;
 }
 
@@ -59,7 +44,7 @@ static int group_teardown(void **state)
 {
 	(void)state;
 	mc_store_free(S);
-	mc_master_server_stop(master);
+	st_master_stop();
 	return 0;
 }
 

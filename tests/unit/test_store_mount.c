@@ -27,49 +27,24 @@
 
 #include "master/server.h"
 #include "mooncake/store.h"
+#include "store_t.h"
 #include "support.h"
 
 #define MiB (1ull << 20)
 
-static struct mc_master_server *master;
-static char master_addr[64];
-static char meta_uri[128];
 static struct mc_store *W, *R;
 
-static struct mc_store *client_new(void)
-{
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta_uri,
-		.local_buffer_size = 4 * MiB,
-		.protocol = "tcp",
-		.master_server_addr = master_addr,
-	};
-	struct mc_store *s = NULL;
-	assert_int_equal(mc_store_new(&s), MC_OK);
-	if (mc_store_setup(s, &p) != MC_OK)
-		fail_msg("setup: %s", mc_last_error());
-	return s;
-}
-
+/* No global segment: every object lands in an extra one. */
 static int group_setup(void **state)
 {
 	(void)state;
-	master = mc_test_master_start(NULL, master_addr, sizeof(master_addr), meta_uri,
-				      sizeof(meta_uri));
-	if (!master)
-		return -1;
-	W = client_new();
-	R = client_new();
-	return 0;
+	return st_setup_pair(NULL, 0, 4 * MiB, &W, &R);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	mc_store_free(W);
-	mc_store_free(R);
-	mc_master_server_stop(master);
+	st_teardown_pair(W, R);
 	return 0;
 }
 
@@ -83,17 +58,6 @@ static int temp_file(uint64_t size, char *path, size_t cap)
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, (off_t)size), 0);
 	return fd;
-}
-
-static void expect_get(struct mc_store *s, const char *key, const void *want, size_t len)
-{
-	void *got = NULL;
-	int64_t n = mc_store_get(s, key, &got);
-	if (n < 0)
-		fail_msg("get %s: %lld (%s)", key, (long long)n, mc_last_error());
-	assert_int_equal(n, len);
-	assert_memory_equal(got, want, len);
-	free(got);
 }
 
 static void file_segment_holds_the_objects(void **state)
@@ -112,7 +76,7 @@ static void file_segment_holds_the_objects(void **state)
 	/* the bytes are in the file itself */
 	assert_int_equal(pread(fd, file, sizeof(file), 0), sizeof(file));
 	assert_non_null(memmem(file, sizeof(file), val, sizeof(val)));
-	expect_get(R, "fs/k", val, sizeof(val));
+	st_expect_get(R, "fs/k", val, sizeof(val));
 	assert_int_equal(mc_store_unmount_and_free_segment(W, id, 0), MC_OK);
 	assert_int_equal(mc_store_is_exist(R, "fs/k"), 0);
 	assert_int_equal(mc_store_unmount_and_free_segment(W, id, 0), MC_ERR_INVALID_PARAMS);

@@ -5,8 +5,9 @@
  * bytes flipped in a holder's memory, written straight through the
  * holder's mapping (it is in this process), are caught by whole reads, by
  * each piece of a read through the engine, and by ranged reads chunk by
- * chunk.  Split out of test_store_client.c, whose fixture it repeats: one
- * master, clients A and B for the whole run, fresh holders per case.
+ * chunk.  Split out of test_store_client.c, whose fixture it shares
+ * (tests/support/store_t.h): one master, clients A and B for the whole
+ * run, fresh holders per case.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,84 +27,28 @@
 #include "store/client_int.h" /* the holders' segments and metrics */
 #include "store/client_metrics.h"
 #include "store/proto.h"
+#include "store_t.h"
 #include "support.h"
 
 #define SEG_SIZE  (64ull << 20)
 #define LBUF_SIZE (32ull << 20)
 
-static struct mc_master_server *master;
-static char master_addr[64];
-static char meta_uri[128];
 static struct mc_store *A, *B;
 
 /* ---- fixture ------------------------------------------------------------------ */
 
-static struct mc_store_params params(uint64_t seg, uint64_t lbuf)
-{
-	struct mc_store_params p = {
-		.local_hostname = "127.0.0.1",
-		.metadata_server = meta_uri,
-		.global_segment_size = seg,
-		.local_buffer_size = lbuf,
-		.protocol = "tcp",
-		.master_server_addr = master_addr,
-	};
-	return p;
-}
-
-static struct mc_store *client_new(uint64_t seg, uint64_t lbuf)
-{
-	struct mc_store_params p = params(seg, lbuf);
-	struct mc_store *s = NULL;
-	assert_int_equal(mc_store_new(&s), MC_OK);
-	if (mc_store_setup(s, &p) != MC_OK)
-		fail_msg("setup: %s", mc_last_error());
-	return s;
-}
-
 /* No eviction: a dropped replica must be the check's doing. */
-static void no_eviction(struct mc_master_server_config *c)
-{
-	c->master.eviction_ratio = 0;
-	c->master.eviction_high_watermark_ratio = 1.0;
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
-	master = mc_test_master_start(no_eviction, master_addr, sizeof(master_addr), meta_uri,
-				      sizeof(meta_uri));
-	if (!master)
-		return -1;
-	A = client_new(SEG_SIZE, LBUF_SIZE);
-	B = client_new(SEG_SIZE, LBUF_SIZE);
-	return 0;
+	return st_setup_pair(st_no_eviction, SEG_SIZE, LBUF_SIZE, &A, &B);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	mc_store_free(A);
-	mc_store_free(B);
-	mc_master_server_stop(master);
+	st_teardown_pair(A, B);
 	return 0;
-}
-
-static struct mc_store_config prefer(struct mc_store *s)
-{
-	struct mc_store_config c = {.replica_num = 1, .preferred_segment = mc_store_hostname(s)};
-	return c;
-}
-
-static void expect_get(struct mc_store *s, const char *key, const void *want, size_t len)
-{
-	void *got = NULL;
-	int64_t n = mc_store_get(s, key, &got);
-	if (n < 0)
-		fail_msg("get %s: %lld (%s)", key, (long long)n, mc_last_error());
-	assert_int_equal(n, len);
-	assert_memory_equal(got, want, len);
-	free(got);
 }
 
 /*
@@ -126,7 +71,7 @@ static void flip_first_replica(struct mc_store *s, const char *key, size_t at)
 static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 {
 	enum { OBJ = 256 << 10, N = 3 };
-	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	struct mc_store *D = st_client_new(16 << 20, 4 << 20);
 	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
 	struct mc_store_config two = {
 		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
@@ -141,7 +86,7 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 	struct mc_store_range_read rr = {"ck-2", dst, &rg, 1, rres};
 	struct mc_store_replica_desc d[2];
 	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
-	struct mc_store_params p = params(0, 0);
+	struct mc_store_params p = st_params(0, 0);
 	struct mc_store *off = NULL;
 
 	(void)state;
@@ -155,11 +100,11 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 	/* get: the good replica, then the bad one is gone from the list */
 	flip_first_replica(A, "ck-0", OBJ / 2);
 	obj[0] = 0;
-	expect_get(A, "ck-0", obj, OBJ);
+	st_expect_get(A, "ck-0", obj, OBJ);
 	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
 	assert_int_equal(mc_store_get_replica_desc(A, "ck-0", d, 2), 1);
 	assert_string_equal(d[0].segment_name, mc_store_hostname(B));
-	expect_get(A, "ck-0", obj, OBJ); /* and reads stay good */
+	st_expect_get(A, "ck-0", obj, OBJ); /* and reads stay good */
 
 	/* get_into, batch_get_into, a whole-object range */
 	assert_int_equal(mc_store_register_buffer(A, dst, N * OBJ), MC_OK);
@@ -217,7 +162,7 @@ static void flipped_bytes_are_caught_and_the_replica_dropped(void **state)
 	assert_int_equal(mc_store_get_replica_desc(A, "ck-only", d, 2), MC_ERR_OBJECT_NOT_FOUND);
 	/* the same when the reader holds the replica (copied, not transferred) */
 	{
-		struct mc_store_config own = prefer(A);
+		struct mc_store_config own = st_prefer(A);
 		assert_int_equal(mc_store_put(A, "ck-own", obj, OBJ, &own), MC_OK);
 		assert_int_equal(mc_store_get_into(A, "ck-own", dst, OBJ), OBJ);
 		assert_memory_equal(dst, obj, OBJ);
@@ -265,13 +210,13 @@ static void range_expect(struct mc_store *s, const char *key, uint64_t off, uint
 static void ranges_are_checked_chunk_by_chunk(void **state)
 {
 	enum { C = MC_STORE_CHUNK, OBJ = 4 * C + 1000, DST = OBJ + 2 * RG_GUARD };
-	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	struct mc_store *D = st_client_new(16 << 20, 4 << 20);
 	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
 	struct mc_store_config two = {
 		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
 	struct mc_store_config only_d = {.replica_num = 1,
 					 .preferred_segment = mc_store_hostname(D)};
-	struct mc_store_config own = prefer(A);
+	struct mc_store_config own = st_prefer(A);
 	char *obj = malloc(OBJ), *dst = malloc(DST);
 	struct mc_store_replica_desc d[2];
 	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
@@ -413,7 +358,7 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
 static void flipped_byte_in_any_piece_is_caught(void **state)
 {
 	enum { BIG = (1 << 20) + 1000, SMALL = 3000, N = 5 };
-	struct mc_store *D = client_new(16 << 20, 4 << 20);
+	struct mc_store *D = st_client_new(16 << 20, 4 << 20);
 	struct mc_store_config on_d = {.replica_num = 1, .preferred_segment = mc_store_hostname(D)};
 	const char *keys[N] = {"pc-small", "pc-good", "pc-first", "pc-last", "pc-mid"};
 	const size_t len[N] = {SMALL, BIG, BIG, BIG, BIG};
@@ -509,7 +454,7 @@ static void session_put(struct mc_store *s, const char *key, char *src, uint64_t
 static void out_of_order_sessions_are_signed(void **state)
 {
 	enum { C = MC_STORE_CHUNK, OBJ = 6 * C + 777, DST = OBJ + 2 * RG_GUARD, NP = 24 };
-	struct mc_store *D = client_new(32 << 20, 4 << 20);
+	struct mc_store *D = st_client_new(32 << 20, 4 << 20);
 	struct mc_store_config only_d = {.replica_num = 1,
 					 .preferred_segment = mc_store_hostname(D)};
 	char *obj = malloc(OBJ), *src = malloc(OBJ), *dst = malloc(DST);
@@ -556,7 +501,7 @@ static void out_of_order_sessions_are_signed(void **state)
 	{
 		const char *keys[] = {"oo-rev", "oo-rand", "oo-back"};
 		for (size_t i = 0; i < MC_ARRAY_SIZE(keys); i++) {
-			expect_get(A, keys[i], obj, OBJ);
+			st_expect_get(A, keys[i], obj, OBJ);
 			range_expect(A, keys[i], 2 * C - 9, C + 20, obj, dst, C + 20);
 		}
 	}
@@ -597,7 +542,7 @@ static void out_of_order_sessions_are_signed(void **state)
 		char *got = malloc(OBJ);
 
 		memcpy(got, src, OBJ);
-		expect_get(A, "oo-budget", got, OBJ);
+		st_expect_get(A, "oo-budget", got, OBJ);
 		mc_test_fill(src, OBJ, 41); /* bytes no other object has */
 		session_put(A, "oo-budget-flip", src, OBJ, offs, lens, np, &only_d, D,
 			    MC_ERR_CHECKSUM_MISMATCH);

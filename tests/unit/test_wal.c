@@ -24,6 +24,7 @@
 
 #include "base/log.h"
 #include "master/wal.h"
+#include "support.h"
 
 struct seen {
 	uint64_t n, first, last;
@@ -249,18 +250,6 @@ static void a_torn_tail_is_cut(void **state)
 	free(dir);
 }
 
-static void flip_byte(const char *path, off_t at)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b;
-
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, at), 1);
-	b ^= 0x5a;
-	assert_int_equal(pwrite(fd, &b, 1, at), 1);
-	close(fd);
-}
-
 /* A damaged record with intact ones after it is refused, the file left as
  * it was; a damaged last record is a torn tail. */
 static void damage_in_the_middle_is_refused(void **state)
@@ -278,14 +267,14 @@ static void damage_in_the_middle_is_refused(void **state)
 	file_of(dir, 1, path, sizeof(path));
 	whole = size_of(path);
 
-	flip_byte(path, MC_WAL_HDR_LEN + 20); /* inside record 1's payload */
+	assert_true(mc_test_flip_byte(path, MC_WAL_HDR_LEN + 20)); /* inside record 1's payload */
 	assert_int_equal(reopen(dir, 0, &s, &info, NULL), MC_ERR_CHECKSUM_MISMATCH);
 	assert_non_null(strstr(mc_last_error(), "not a torn tail"));
 	assert_non_null(strstr(mc_last_error(), path));
 	assert_int_equal(size_of(path), whole);
-	flip_byte(path, MC_WAL_HDR_LEN + 20); /* mended */
+	assert_true(mc_test_flip_byte(path, MC_WAL_HDR_LEN + 20)); /* mended */
 
-	flip_byte(path, whole - 3); /* the last record's checksum */
+	assert_true(mc_test_flip_byte(path, whole - 3)); /* the last record's checksum */
 	assert_int_equal(reopen(dir, 0, &s, &info, NULL), MC_OK);
 	assert_int_equal(s.n, 29);
 	assert_int_equal(info.cut_bytes, mc_wal_rec_size(30 % 300));
