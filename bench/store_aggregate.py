@@ -39,9 +39,14 @@ under that contention; the output says how many cores there were.
 The engines are kept on TCP (MC_SHM_DISABLE=1 in every process's
 environment) unless --shm is given.
 
+--get-rounds N runs N get (read) phases after each put (write) phase, so
+most gets are of keys read before (what MC_STORE_LOCATION_CACHE serves
+without the master; it is read from the environment of every process).
+
 usage: bench/store_aggregate.py [--build build] [--clients 8] [--holders 4]
                                 [--sizes 1m,64k] [--window 32m] [--duration 3]
-                                [--runs 3] [--json] [--quick] [--shm]
+                                [--runs 3] [--get-rounds 1] [--json] [--quick]
+                                [--shm]
 """
 import argparse
 import json
@@ -136,11 +141,13 @@ def phase(clients, cmd):
     return sum(r["bytes"] for r in rs), span, max(r["p99_us"] for r in rs)
 
 
-def run_side(clients, store, duration):
-    """Phases until duration seconds of them have passed; aggregate GB/s each way."""
+def run_side(clients, store, duration, get_rounds=1):
+    """Phases until duration seconds of them have passed; aggregate GB/s each way.
+    get_rounds: get (read) phases per put (write) phase."""
     acc = {"put": [0, 0.0, 0.0], "get": [0, 0.0, 0.0]}
     while acc["put"][1] + acc["get"][1] < duration:
-        for op, cmd in (("put", "put" if store else "write"), ("get", "get" if store else "read")):
+        for op, cmd in ([("put", "put" if store else "write")] +
+                        [("get", "get" if store else "read")] * get_rounds):
             b, t, p99 = phase(clients, cmd)
             a = acc[op]
             a[0] += b
@@ -162,6 +169,8 @@ def main():
     ap.add_argument("--duration", type=float, default=3.0,
                     help="seconds of timed phases per run and side")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--get-rounds", type=int, default=1,
+                    help="get (read) phases per put (write) phase: gets of keys read before")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short run (smoke)")
     ap.add_argument("--shm", action="store_true",
@@ -219,7 +228,7 @@ def main():
                       file=sys.stderr, flush=True)
                 order = (("store", sc), ("engine", ec))
                 for side, cl in (order if r % 2 == 0 else order[::-1]):
-                    res = run_side(cl, side == "store", args.duration)
+                    res = run_side(cl, side == "store", args.duration, args.get_rounds)
                     for op, v in res.items():
                         results.setdefault((side, size, op), []).append(v)
             for c in sc + ec:
@@ -260,6 +269,8 @@ def main():
     print("store: put_from / get_into one key per call; engine: one request per synchronous "
           "call (batch new, submit, wait)")
     print("p99: the worst client's per-call p99 over the runs' phases (median over runs)")
+    print(f"get phases per put phase: {args.get_rounds}; MC_STORE_LOCATION_CACHE="
+          f"{os.environ.get('MC_STORE_LOCATION_CACHE', 'unset')}")
     if ncpu and ncpu < args.clients + args.holders:
         print(f"note: {ncpu} cores for {args.clients + args.holders + 1} processes: "
               "figures include time-slicing")

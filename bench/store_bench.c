@@ -41,7 +41,10 @@
  * from as many distinct buffers), reads them back (the first 8 bytes of
  * each object carry its round and index and are checked), then removes
  * them with one forced batch remove, so the pool never fills; rounds repeat
- * for --duration seconds.  Throughput = bytes / time spent in the timed
+ * for --duration seconds.  --get-rounds=N reads the window N times per put
+ * (the zc, copy, batch and batchcopy cases): gets of keys read before, as
+ * redis-benchmark's GETs are, which MC_STORE_LOCATION_CACHE serves
+ * without the master.  Throughput = bytes / time spent in the timed
  * calls (phase wall time for the threaded case); latency percentiles are
  * per call.  Every case runs --runs times and the median is reported.
  *
@@ -117,6 +120,7 @@ static struct options {
 	int batch;
 	int threads;
 	int meta_keys;
+	int get_rounds; /* get phases per put phase (data cases but mt, range) */
 	const char *cases;
 	bool json;
 	bool quick;
@@ -135,6 +139,7 @@ static struct options {
 	.batch = 8,
 	.threads = 2,
 	.meta_keys = 1000,
+	.get_rounds = 1,
 	.cases = "zc,copy,batch,mt,meta",
 };
 
@@ -487,11 +492,13 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 		t0 = now_s();
 		put_phase(k, &w, &pl);
 		put_t += now_s() - t0;
-		t0 = now_s();
-		get_phase(k, &w, 0, round, &gl);
-		get_t += now_s() - t0;
+		for (int g = 0; g < opt.get_rounds; g++) {
+			t0 = now_s();
+			get_phase(k, &w, 0, round, &gl);
+			get_t += now_s() - t0;
+			got += w.n * (k == X_RANGE ? rlen : size);
+		}
 		bytes += w.n * size;
-		got += w.n * (k == X_RANGE ? rlen : size);
 		window_remove(&w);
 	} while (now_s() < t_end && !stop_signal);
 	r.put_gbs = (double)bytes / put_t / 1e9;
@@ -957,7 +964,7 @@ static void usage(FILE *f)
 		"       [--host=NAME] [--target=HOLDER_HOSTNAME] [--segment=2g] [--window=64m]\n"
 		"       [--sizes=1m,4m] [--runs=5] [--duration=2] [--batch=8] [--threads=2]\n"
 		"       [--meta-keys=1000] [--cases=zc,copy,batch,batchcopy,mt,meta,cold,range]\n"
-		"       [--range-len=64k] [--json] [--quick]\n");
+		"       [--range-len=64k] [--get-rounds=1] [--json] [--quick]\n");
 }
 
 int main(int argc, char **argv)
@@ -978,6 +985,7 @@ int main(int argc, char **argv)
 		{"threads", required_argument, NULL, 't'},
 		{"meta-keys", required_argument, NULL, 'k'},
 		{"cases", required_argument, NULL, 'c'},
+		{"get-rounds", required_argument, NULL, 'g'},
 		{"json", no_argument, NULL, 'j'},
 		{"quick", no_argument, NULL, 'q'},
 		{"help", no_argument, NULL, 'h'},
@@ -1056,6 +1064,11 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			opt.cases = optarg;
+			break;
+		case 'g':
+			opt.get_rounds = atoi(optarg);
+			if (opt.get_rounds < 1 || opt.get_rounds > 1000)
+				goto bad;
 			break;
 		case 'j':
 			opt.json = true;

@@ -32,9 +32,16 @@ seconds, as each store case does.  Every figure is the
 median over --runs rounds; the ratio is the store's keys/s over Redis's
 requests/s (the same as GB/s over GB/s at one size).
 
+--get-rounds N has the store read each window N times per put (gets of keys
+read before, as redis-benchmark's GETs are; store_bench --get-rounds);
+--location-cache E adds, for every path, the store rows again with
+MC_STORE_LOCATION_CACHE=E (the others then run with it 0), in alternating
+order from round to round, labelled "tcp lc" / "shm lc".
+
 usage: bench/store_small.py [--build build] [--runs 3] [--duration 2]
                             [--sizes 4k,64k] [--keys 1024] [--batch 32]
-                            [--no-shm] [--json] [--quick]
+                            [--no-shm] [--get-rounds 1] [--location-cache E]
+                            [--json] [--quick]
 """
 import argparse
 import csv
@@ -81,14 +88,18 @@ def redis_run(port, size, depth, keys, n):
     return rows, cmd
 
 
-def store_run(build, m, size, keys, cases, batch, duration, shm):
+def store_run(build, m, size, keys, cases, batch, duration, shm, get_rounds=1, cache=None):
     bench = master_rss.find(build, "bench/store_bench")
     window = keys * size
     cmd = [bench, f"--master={m.addr}", f"--metadata={m.meta_uri}", "--runs=1",
            f"--duration={duration}", f"--sizes={size}", f"--window={window}",
            f"--segment={max(4 * window, 64 << 20)}", f"--cases={cases}", f"--batch={batch}",
            "--json"]
+    if get_rounds != 1:  # an older store_bench has no such flag
+        cmd.append(f"--get-rounds={get_rounds}")
     env = dict(os.environ)
+    if cache is not None:
+        env["MC_STORE_LOCATION_CACHE"] = str(cache)
     if shm:
         env.pop("MC_SHM_DISABLE", None)
     else:
@@ -111,6 +122,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="keys per batch call, -P of Redis")
     ap.add_argument("--no-shm", action="store_true",
                     help="skip the store's same-host transport rows")
+    ap.add_argument("--get-rounds", type=int, default=1,
+                    help="store reads of the window per put (store_bench --get-rounds)")
+    ap.add_argument("--location-cache", type=int, default=None,
+                    help="also run the store rows with MC_STORE_LOCATION_CACHE=E")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short round (smoke)")
     args = ap.parse_args()
@@ -123,6 +138,8 @@ def main():
         sys.exit("store_small: redis-server and redis-benchmark are needed "
                  "(apt-get install redis-server redis-tools)")
     paths = ["tcp"] + ([] if args.no_shm else ["shm"])
+    if args.location_cache is not None:
+        paths = [p + sfx for p in paths for sfx in ("", " lc")]
 
     store_s, redis_s, cmds = {}, {}, {}
     rd = Redis()
@@ -147,10 +164,14 @@ def main():
                         redis_s.setdefault((op, size, depth), []).append(v)
                     rps = min(rows["SET"]["rps"], rows["GET"]["rps"])
                     nreq[(size, depth)] = max(10 * args.keys, int(rps * args.duration))
-                    for path in paths:
+                    for path in (paths if i % 2 == 0 else paths[::-1]):
+                        cache = None
+                        if args.location_cache is not None:
+                            cache = args.location_cache if path.endswith(" lc") else 0
                         js, cmd = store_run(args.build, m, size, args.keys, cases, args.batch,
-                                            args.duration, path == "shm")
-                        cmds[("store", size, depth, path)] = cmd
+                                            args.duration, path.startswith("shm"),
+                                            args.get_rounds, cache)
+                        cmds[("store", size, depth, path)] = (cmd, cache)
                         for j in js:
                             j["keys_per_s"] = j["gbps"] * 1e9 / size
                             store_s.setdefault((j["case"], size, path), []).append(j)
@@ -197,11 +218,20 @@ def main():
     print("store: keys over the time inside the calls (key names, stamps and the round's one")
     print("  batch remove are outside it); Redis: requests over the test's wall time, one")
     print("  redis-benchmark thread (no --threads), SET overwriting and GET reading K keys")
+    if args.get_rounds != 1:
+        print(f"store gets: each window read {args.get_rounds} times per put (--get-rounds)")
+    if args.location_cache is not None:
+        print(f"path ... lc: MC_STORE_LOCATION_CACHE={args.location_cache} (the others 0)")
     print()
     print("commands (last round; redis-server --port PORT --bind 127.0.0.1 --save '' "
           "--appendonly no):")
     for k, cmd in cmds.items():
-        env = "MC_SHM_DISABLE=1 " if k[0] == "store" and k[3] == "tcp" else ""
+        env = ""
+        if k[0] == "store":
+            cmd, cache = cmd
+            env = "MC_SHM_DISABLE=1 " if k[3].startswith("tcp") else ""
+            if cache is not None:
+                env += f"MC_STORE_LOCATION_CACHE={cache} "
         print(f"  {env}{shlex.join(cmd)}")
 
 

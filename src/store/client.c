@@ -138,6 +138,8 @@ static mc_status remount(struct mc_store *s)
 		return MC_ERR_NOMEM;
 	}
 	req.segments = req.n_segments ? segs : NULL;
+	/* the master forgot this client: its leases may be gone with it */
+	mc_store_loc_forget_all(s);
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOUNT_SEGMENT, &req, &resp);
 	pthread_mutex_unlock(&s->remount_lock);
 	mc_free(segs);
@@ -327,6 +329,7 @@ static void teardown(struct mc_store *s)
 	s->seg_mem = NULL;
 	s->seg = NULL;
 	s->seg_size = 0;
+	mc_store_loc_free_all(s); /* before the connection its entries name */
 	mc_master_conn_free(s->conn);
 	s->conn = NULL;
 	mc_offload_pool_free(s->offload_pool);
@@ -459,7 +462,11 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		mc_store_client_env_load(&env);
 		s->local_memcpy = mc_store_client_env_memcpy(&env);
 		s->verify = env.verify && !p->disable_verify;
+		/* every cached read is checked: no cache without checksums */
+		rc = mc_store_loc_init(s, s->verify ? (uint64_t)env.location_cache : 0);
 		mc_store_client_env_release(&env);
+		if (rc != MC_OK)
+			goto err;
 	}
 	s->hb_stop = false;
 	atomic_store(&s->ping_failed, false);
@@ -790,7 +797,9 @@ mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
 	req.tenant = mc_store_tenant(s);
 	req.key = mc_proto_str_c(key);
 	req.force = force;
+	mc_store_loc_forget(s, key, strlen(key));
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE, &req, &resp);
+	mc_store_loc_forget(s, key, strlen(key)); /* a get meanwhile may have cached it */
 	if (rc == MC_OK)
 		mc_store_msg_release(&resp);
 	return rc;
@@ -813,7 +822,9 @@ int64_t mc_store_remove_by_regex(struct mc_store *s, const char *pattern, bool f
 	req.tenant = mc_store_tenant(s);
 	req.pattern = mc_proto_str_c(pattern);
 	req.force = force;
+	mc_store_loc_forget_all(s);
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE_BY_REGEX, &req, &resp);
+	mc_store_loc_forget_all(s);
 	if (rc != MC_OK)
 		return rc;
 	count = resp.body.count_resp.count;
@@ -852,7 +863,9 @@ int64_t mc_store_batch_replica_clear(struct mc_store *s, const char *const *keys
 		req.segment_name = mc_proto_str_c(segment_name ? segment_name : "");
 		req.n_keys = kr.n_keys;
 		req.keys = kv;
+		mc_store_loc_forget_keys(s, keys, n);
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_REPLICA_CLEAR, &req, &resp);
+		mc_store_loc_forget_keys(s, keys, n);
 	}
 	mc_free(kv);
 	if (rc != MC_OK)
@@ -887,7 +900,9 @@ int64_t mc_store_remove_all(struct mc_store *s, bool force)
 		return rc;
 	req.tenant = mc_store_tenant(s); /* this client's tenant, never "" (= all) */
 	req.force = force;
+	mc_store_loc_forget_all(s);
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE_ALL, &req, &resp);
+	mc_store_loc_forget_all(s);
 	if (rc != MC_OK)
 		return rc;
 	count = resp.body.count_resp.count;
@@ -922,7 +937,9 @@ mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, siz
 		req.force = force;
 		req.n_keys = kr.n_keys;
 		req.keys = kv;
+		mc_store_loc_forget_keys(s, keys, n);
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_REMOVE, &req, &resp);
+		mc_store_loc_forget_keys(s, keys, n);
 	}
 	mc_free(kv);
 	if (rc == MC_OK && resp.body.batch_status_resp.n_items != n) {

@@ -57,6 +57,14 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "it, falling back to the next replica on a mismatch (0: neither; also the setup "
 	       "option disable_verify)",
 	       CFG(verify), MC_CONFIG_BOOL, 0, 0}},
+	{.f = {"store_location_cache", "MC_STORE_LOCATION_CACHE", "0",
+	       "replica locations a client keeps, least recently used first out, so that a get "
+	       "of a key read within its read lease (less a margin) skips GetReplicaList and is "
+	       "one exchange with the holder; needs MC_STORE_VERIFY (every cached read is "
+	       "checked). Off by default: after another client's upsert to another size or "
+	       "force remove a cached get may return the previous value until the lease ends "
+	       "(docs/design.md, the location cache). 0 = off",
+	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
 	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
 	       "collect the client's call counters and latency histograms (the client HTTP "
 	       "server's /metrics answers 503 without them)",
@@ -75,6 +83,18 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "mooncake_client expires a dummy client silent this long (no request and no ping; "
 	       "dummies ping every second), unmapping its shared memory, milliseconds",
 	       CFG(dummy_expire_ms), MC_CONFIG_INT, 100, 86400000}},
+	{.f = {"dummy_busy_poll_us", "MC_DUMMY_BUSY_POLL_US", "0",
+	       "a dummy client sleeps until shortly before the answer it predicts (from its last "
+	       "calls of the same kind and size) and polls its socket without sleeping this long "
+	       "around that moment, so the answer finds it awake (microseconds; 0 = off, the "
+	       "default: it sleeps until the answer wakes it; polling lost on a loaded 2-core "
+	       "machine, docs/bench/issue-15-client-daemon.md)",
+	       CFG(dummy_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
+	{.f = {"dummy_conn_busy_poll_us", "MC_DUMMY_CONN_BUSY_POLL_US", "0",
+	       "after answering a dummy client, mooncake_client's thread for that dummy polls its "
+	       "socket without sleeping this long for the next request before it sleeps "
+	       "(microseconds; 0 = off, the default)",
+	       CFG(dummy_conn_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
 };
 #undef CFG
 const size_t mc_store_client_config_table_len = MC_ARRAY_SIZE(mc_store_client_config_table);

@@ -23,9 +23,12 @@ struct mc_store_client_env {
 	int64_t rpc_busy_poll_us; /* MC_RPC_BUSY_POLL_US */
 	bool metrics;		  /* MC_STORE_CLIENT_METRIC */
 	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
+	int64_t location_cache;	  /* MC_STORE_LOCATION_CACHE: entries, 0 = off */
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
 	int64_t dummy_expire_ms;  /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */
+	int64_t dummy_busy_poll_us;	 /* MC_DUMMY_BUSY_POLL_US (a dummy client's wait) */
+	int64_t dummy_conn_busy_poll_us; /* MC_DUMMY_CONN_BUSY_POLL_US (the daemon's) */
 };
 
 extern const struct mc_config_entry mc_store_client_config_table[];

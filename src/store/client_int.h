@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/list.h"
 #include "base/log.h"
 #include "mem/hostmem.h"
 #include "mooncake/status.h"
@@ -59,6 +60,9 @@ struct mc_store {
 	struct mc_store_uuid client_id;
 	bool local_memcpy; /* own-segment replicas by memcpy (MC_STORE_MEMCPY) */
 	bool verify;	   /* sign puts, check reads (MC_STORE_VERIFY; client_verify.c) */
+	/* replica locations under lease (MC_STORE_LOCATION_CACHE,
+	 * client_loccache.c); NULL when off */
+	struct mc_store_loccache *loc;
 
 	/* global segment */
 	void *seg;
@@ -168,6 +172,10 @@ struct mc_store_io {
 	 * bytes from a chunk's start, chunk_want[i] the sum of its i-th chunk */
 	const uint64_t *chunk_want;
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
+	/* a read from a cached location (client_loccache.c): a mismatch
+	 * means the location is stale, not the replica corrupt, so it is
+	 * neither warned about nor counted */
+	bool cached;
 };
 
 /*
@@ -381,6 +389,51 @@ static inline bool mc_store_io_retryable(const struct mc_store_io *io)
 	return (io->status == MC_ERR_TRANSFER_FAIL || io->status == MC_ERR_CHECKSUM_MISMATCH) &&
 	       io->alts && io->nreps;
 }
+
+/* ---- client_loccache.c ---- */
+
+/* One cached location: the replica a get read, its object's checksum,
+ * until when the lease keeps it there.  Referenced while a read uses it. */
+struct mc_store_loc {
+	struct mc_store_loc *hnext;
+	struct mc_list lru;
+	atomic_uint refs;
+	uint64_t hash;
+	uint64_t deadline_ms; /* mc_now_ms(): usable before this */
+	uint64_t conn_epoch;  /* the master connection it was learnt on */
+	uint64_t cksum;
+	struct mc_store_replica rep; /* strings point into key[] */
+	size_t key_len;
+	char key[]; /* then the replica's strings */
+};
+
+/* What a get samples just before it sends its lookup. */
+struct mc_store_loc_mark {
+	uint64_t sent_ms;
+	uint64_t wepoch;
+	uint64_t conn_epoch;
+};
+
+/* s->loc for cap entries (0: off, s->loc NULL). */
+mc_status mc_store_loc_init(struct mc_store *s, uint64_t cap);
+void mc_store_loc_free_all(struct mc_store *s);
+/* The part of a lease of ttl_ms that a cached location does not use. */
+uint64_t mc_store_loc_margin_ms(uint64_t ttl_ms);
+/* key's live entry, referenced (unref when done), or NULL. */
+struct mc_store_loc *mc_store_loc_find(struct mc_store *s, const char *key, size_t len);
+void mc_store_loc_unref(struct mc_store_loc *e);
+void mc_store_loc_mark(struct mc_store *s, struct mc_store_loc_mark *mk);
+/* Remember that key's object (list) was read from r, checked, with the
+ * lookup marked mk; nothing when any condition for caching fails. */
+void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, const char *key,
+		      size_t len, const struct mc_store_replica_list *l,
+		      const struct mc_store_replica *r);
+/* This client changes key (or keys, or every key): drop their entries. */
+void mc_store_loc_forget(struct mc_store *s, const char *key, size_t len);
+void mc_store_loc_forget_keys(struct mc_store *s, const char *const *keys, size_t n);
+void mc_store_loc_forget_all(struct mc_store *s);
+/* Entries held now (tests). */
+uint64_t mc_store_loc_count(struct mc_store *s);
 
 /* ---- client_verify.c ---- */
 

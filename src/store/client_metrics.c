@@ -258,6 +258,17 @@ void mc_client_metrics_prometheus(const struct mc_client_metrics *m, struct mc_b
 	mc_buf_appendf(b,
 		       "mooncake_client_checksum_mismatch_total{cluster_id=\"%s\"} %" PRIu64 "\n",
 		       cl, ld(&m->checksum_mismatches));
+	header(b, "mooncake_client_location_cache_total", "counter",
+	       "gets that found a live cached replica location (hit), found none (miss), and "
+	       "cached reads that failed or failed their checksum and asked the master (stale)");
+	mc_buf_appendf(b,
+		       "mooncake_client_location_cache_total{cluster_id=\"%s\",result=\"hit\"} "
+		       "%" PRIu64 "\n"
+		       "mooncake_client_location_cache_total{cluster_id=\"%s\",result=\"miss\"} "
+		       "%" PRIu64 "\n"
+		       "mooncake_client_location_cache_total{cluster_id=\"%s\",result=\"stale\"} "
+		       "%" PRIu64 "\n",
+		       cl, ld(&m->loc_hits), cl, ld(&m->loc_misses), cl, ld(&m->loc_stale));
 	for (size_t h = 0; h < MC_CM_NHIST; h++) {
 		header(b, hist_names[h], "histogram", "call latency, microseconds");
 		hist_lines(b, hist_names[h], cl, "", &m->hist[h]);

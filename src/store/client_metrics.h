@@ -91,6 +91,9 @@ struct mc_client_metrics {
 	struct mc_cm_hist hist[MC_CM_NHIST];
 	_Atomic uint64_t read_bytes, write_bytes;
 	_Atomic uint64_t checksum_mismatches; /* replicas read that failed their checksum */
+	/* the location cache (client_loccache.c): gets that found a live
+	 * entry, that found none, and cached reads that failed (stale) */
+	_Atomic uint64_t loc_hits, loc_misses, loc_stale;
 	struct mc_cm_rpc_stats rpc[MC_CM_RPC_TYPES];
 };
 

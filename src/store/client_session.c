@@ -722,6 +722,9 @@ static mc_status put_session_finish(struct mc_store *s, const char *const *keys,
 		};
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_PUT_END, &end, &resp);
 	}
+	/* the keys changed: a get meanwhile may have cached their old locations */
+	for (uint32_t e = 0; e < m; e++)
+		mc_store_loc_forget(s, kv[e].ptr, kv[e].len);
 	if (rc == MC_OK && resp.body.batch_status_resp.n_items != m) {
 		mc_store_msg_release(&resp);
 		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered a different number of keys");

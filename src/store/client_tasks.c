@@ -194,6 +194,7 @@ mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid
 	struct mc_store_msg resp;
 	mc_status rc;
 
+	mc_store_loc_forget_all(s); /* its objects go, their bytes stay */
 	if (grace_period_ms == 0) {
 		struct mc_store_unmount_req req = {s->client_id, *id};
 

@@ -227,6 +227,10 @@ static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
 /* Fail io, whose bytes hashed to got where want was expected. */
 static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want)
 {
+	if (io->cached) { /* a stale location (client_loccache.c), not a bad replica */
+		io->status = MC_ERR_CHECKSUM_MISMATCH;
+		return;
+	}
 	atomic_fetch_add(&s->metrics->checksum_mismatches, 1);
 	mc_warn("%.*s: replica %" PRIx64 " failed its checksum (%016" PRIx64 ", want %016" PRIx64
 		")",

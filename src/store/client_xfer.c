@@ -526,8 +526,26 @@ static void revoke_put(struct mc_store *s, const char *key, bool upsert, mc_stat
 	mc_set_error(rc, "put %s: %s", key, why);
 }
 
+static mc_status put_one_body(struct mc_store *s, const char *key, void *const *bufs,
+			      const size_t *lens, size_t nbufs, uint64_t len,
+			      const struct mc_store_config *cfg, bool upsert);
+
+/* A put changes key: its cached location goes before the put starts and
+ * again once it is over (a get meanwhile may have cached the old one). */
 static mc_status put_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
 			 size_t nbufs, uint64_t len, const struct mc_store_config *cfg, bool upsert)
+{
+	mc_status rc;
+
+	mc_store_loc_forget(s, key, strlen(key));
+	rc = put_one_body(s, key, bufs, lens, nbufs, len, cfg, upsert);
+	mc_store_loc_forget(s, key, strlen(key));
+	return rc;
+}
+
+static mc_status put_one_body(struct mc_store *s, const char *key, void *const *bufs,
+			      const size_t *lens, size_t nbufs, uint64_t len,
+			      const struct mc_store_config *cfg, bool upsert)
 {
 	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
 	struct mc_store_put_start_req req;
@@ -645,6 +663,8 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 		items[j].key = mc_proto_str_c(keys[sent[j]]);
 		items[j].value_len = totals[sent[j]];
 		items[j].group_id = mc_proto_str_c(group_of(cfg, sent[j]));
+		/* a put changes the key: its cached location goes (client_loccache.c) */
+		mc_store_loc_forget(s, keys[sent[j]], items[j].key.len);
 	}
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;
@@ -832,6 +852,9 @@ fail_all:
 	if (have_resp)
 		mc_store_msg_release(&resp);
 out:
+	/* again once the puts are over: a get meanwhile may have cached the old */
+	for (uint32_t j = 0; sent && j < nsent; j++)
+		mc_store_loc_forget(s, keys[sent[j]], strlen(keys[sent[j]]));
 	for (size_t i = 0; jobs && i < n; i++)
 		mc_store_fs_job_drop(s, jobs[i], false);
 	mc_free(jobs);
@@ -939,20 +962,103 @@ mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_m
 	return rc;
 }
 
+/*
+ * Gets from the location cache (client_loccache.c): a read of the cached
+ * replica, checked against the cached checksum, that must end before the
+ * entry's lease deadline.  A read that fails, is not checked (mixed host
+ * and device buffers) or fails its check drops the entry and the key is
+ * asked of the master as without the cache; the replica is not reported
+ * corrupt (the location is stale, the replica may be fine).  The calls
+ * that allocate the result use the cache only with this file's own
+ * allocators, which may be called again (a stale entry's size may be
+ * wrong); a caller's allocator is called once, as store.h promises.
+ */
+static void *malloc_into(void *ctx, size_t size);
+static void *malloc_nth(void *ctx, size_t i, size_t size);
+
+/* Fill io for a read of e's object into bufs. */
+static void cached_io(struct mc_store_io *io, const struct mc_store_loc *e, void *const *bufs,
+		      const size_t *lens, size_t nbufs)
+{
+	memset(io, 0, sizeof(*io));
+	io->bufs = bufs;
+	io->lens = lens;
+	io->nbufs = nbufs;
+	io->len = e->rep.size;
+	io->reps = &e->rep;
+	io->nreps = 1;
+	io->key = (struct mc_proto_str){e->key, (uint32_t)e->key_len};
+	io->check = true;
+	io->cksum = e->cksum;
+	io->cached = true;
+}
+
+/* Did the cached read io of e end well: moved, checked, within the lease?
+ * If not, e goes. */
+static bool cached_ok(struct mc_store *s, const struct mc_store_io *io, struct mc_store_loc *e)
+{
+	if (io->status == MC_OK && io->checked && mc_now_ms() < e->deadline_ms)
+		return true;
+	atomic_fetch_add(&s->metrics->loc_stale, 1);
+	mc_store_loc_forget(s, e->key, e->key_len);
+	return false;
+}
+
+/* get_one from the cache: the size, or MC_INPROGRESS (ask the master). */
+static int64_t get_cached(struct mc_store *s, const char *key, void *const *bufs,
+			  const size_t *lens, size_t nbufs, uint64_t cap, mc_store_alloc_fn alloc,
+			  void *ctx)
+{
+	struct mc_store_loc *e;
+	struct mc_store_io io;
+	void *abuf[1];
+	size_t alen[1];
+	int64_t n = MC_INPROGRESS;
+
+	if ((alloc && alloc != malloc_into) || !(e = mc_store_loc_find(s, key, strlen(key))))
+		return MC_INPROGRESS;
+	if (alloc) {
+		if (e->rep.size > SIZE_MAX || !(abuf[0] = alloc(ctx, (size_t)e->rep.size)))
+			goto out; /* the master's answer decides */
+		alen[0] = (size_t)e->rep.size;
+		bufs = abuf;
+		lens = alen;
+		nbufs = 1;
+	} else if (e->rep.size > cap) {
+		goto out;
+	}
+	cached_io(&io, e, bufs, lens, nbufs);
+	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
+	if (cached_ok(s, &io, e))
+		n = (int64_t)e->rep.size;
+out:
+	mc_store_loc_unref(e);
+	return n;
+}
+
 /* Read key into bufs (capacity cap in all), or, with alloc, into one
  * buffer alloc(ctx, size) returns once the size is known; returns the size
  * or a status. */
 static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
 		       size_t nbufs, uint64_t cap, mc_store_alloc_fn alloc, void *ctx)
 {
+	struct mc_store_loc_mark mk;
 	struct mc_store_msg resp;
 	const struct mc_store_replica *r;
 	struct mc_store_io io;
-	uint64_t t0 = mc_now_ms(), ttl;
+	uint64_t t0, ttl;
 	void *abuf[1];
 	size_t alen[1];
 	mc_status rc;
 
+	if (s->loc) {
+		int64_t n = get_cached(s, key, bufs, lens, nbufs, cap, alloc, ctx);
+
+		if (n != MC_INPROGRESS)
+			return n;
+	}
+	mc_store_loc_mark(s, &mk);
+	t0 = mk.sent_ms;
 	rc = mc_store_lookup(s, key, &resp);
 	if (rc != MC_OK)
 		return rc;
@@ -994,6 +1100,10 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 				  "read of %s outlived its %" PRIu64 " ms lease", key, ttl);
 	if (rc == MC_OK) {
 		int64_t size = (int64_t)r->size;
+
+		/* read from the replica chosen (no retry), and checked */
+		if (s->loc && io.reps == r && io.checked)
+			mc_store_loc_add(s, &mk, key, strlen(key), &resp.body.replica_list, r);
 		mc_store_msg_release(&resp);
 		return size;
 	}
@@ -1036,6 +1146,72 @@ mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, 
 }
 
 /*
+ * get_many from the cache: the keys with a live entry are read in one
+ * engine batch, and each that ends well gets its size in results[]; the
+ * others keep MC_OK, for the master.
+ */
+static void get_many_cached(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+			    const size_t *const *lens, const size_t *nbufs, size_t n,
+			    mc_store_batch_alloc_fn alloc, void *actx, int64_t *results)
+{
+	struct mc_store_loc **es = NULL;
+	struct mc_store_io *ios = NULL;
+	uint32_t *at = NULL;
+	void **abufs = NULL;
+	size_t *alens = NULL, nh = 0;
+
+	if (alloc && alloc != malloc_nth)
+		return;
+	es = mc_calloc(n, sizeof(*es));
+	ios = mc_calloc(n, sizeof(*ios));
+	at = mc_calloc(n, sizeof(*at));
+	abufs = mc_calloc(n, sizeof(*abufs));
+	alens = mc_calloc(n, sizeof(*alens));
+	if (!es || !ios || !at || !abufs || !alens)
+		goto out; /* all of them from the master */
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_loc *e;
+		uint64_t cap = 0;
+
+		if (results[i] != MC_OK || !(e = mc_store_loc_find(s, keys[i], strlen(keys[i]))))
+			continue;
+		if (alloc) {
+			abufs[nh] = e->rep.size <= SIZE_MAX ? alloc(actx, i, (size_t)e->rep.size)
+							    : NULL;
+			alens[nh] = (size_t)e->rep.size;
+			if (!abufs[nh]) {
+				mc_store_loc_unref(e);
+				continue;
+			}
+			cached_io(&ios[nh], e, &abufs[nh], &alens[nh], 1);
+		} else {
+			for (size_t b = 0; b < nbufs[i]; b++)
+				cap += lens[i][b];
+			if (e->rep.size > cap) { /* the master's answer decides */
+				mc_store_loc_unref(e);
+				continue;
+			}
+			cached_io(&ios[nh], e, bufs[i], lens[i], nbufs[i]);
+		}
+		es[nh] = e;
+		at[nh++] = (uint32_t)i;
+	}
+	if (nh)
+		mc_store_run_transfers(s, ios, nh, MC_OP_READ);
+	for (size_t j = 0; j < nh; j++) {
+		if (cached_ok(s, &ios[j], es[j]))
+			results[at[j]] = (int64_t)ios[j].len;
+		mc_store_loc_unref(es[j]);
+	}
+out:
+	mc_free(es);
+	mc_free(ios);
+	mc_free(at);
+	mc_free(abufs);
+	mc_free(alens);
+}
+
+/*
  * Batch read: one BatchGetReplicaList, one engine batch, per-key lease
  * checks, for every key whose results[] entry is MC_OK on entry.  Object i
  * lands in bufs[i] (nbufs[i] buffers of lens[i][..] bytes), or, when alloc
@@ -1051,11 +1227,14 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	uint32_t *sent = NULL;
 	void **alloc_bufs = NULL; /* per sent key: what alloc returned */
 	size_t *alloc_lens = NULL;
+	struct mc_store_loc_mark mk;
 	struct mc_store_msg resp;
 	uint32_t nsent = 0;
 	uint64_t t0;
 	mc_status rc;
 
+	if (s->loc)
+		get_many_cached(s, keys, bufs, lens, nbufs, n, alloc, actx, results);
 	kv = mc_calloc(n, sizeof(*kv));
 	ios = mc_calloc(n, sizeof(*ios));
 	sent = mc_calloc(n, sizeof(*sent));
@@ -1075,7 +1254,8 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	}
 	if (!nsent)
 		goto out;
-	t0 = mc_now_ms();
+	mc_store_loc_mark(s, &mk);
+	t0 = mk.sent_ms;
 	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
@@ -1128,12 +1308,19 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	for (uint32_t j = 0; j < nsent; j++) {
 		uint32_t i = sent[j];
 		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;
-		if (ios[j].status != MC_OK)
+		const struct mc_store_replica_list *l = &resp.body.batch_replica_list.items[j].list;
+
+		if (ios[j].status != MC_OK) {
 			results[i] = ios[j].status;
-		else if (mc_store_read_leased(ios[j].reps) && mc_now_ms() > t0 + ttl)
+		} else if (mc_store_read_leased(ios[j].reps) && mc_now_ms() > t0 + ttl) {
 			results[i] = MC_ERR_LEASE_EXPIRED;
-		else
+		} else {
 			results[i] = (int64_t)ios[j].len;
+			/* read from the replica chosen (no retry), and checked */
+			if (s->loc && ios[j].checked && ios[j].reps >= l->replicas &&
+			    ios[j].reps < l->replicas + l->n_replicas)
+				mc_store_loc_add(s, &mk, keys[i], kv[j].len, l, ios[j].reps);
+		}
 	}
 	mc_store_msg_release(&resp);
 	goto out;
@@ -1323,6 +1510,7 @@ static int64_t untimed_get_alloc(struct mc_store *s, const char *key, mc_store_a
 static void *malloc_into(void *ctx, size_t size)
 {
 	void **out = ctx;
+	free(*out); /* a second call: a stale cached size (get_cached) */
 	*out = malloc(size ? size : 1);
 	return *out;
 }
@@ -1632,6 +1820,7 @@ static mc_status untimed_batch_get_alloc(struct mc_store *s, const char *const *
 static void *malloc_nth(void *ctx, size_t i, size_t size)
 {
 	void **values = ctx;
+	free(values[i]); /* a second call: a stale cached size (get_many_cached) */
 	values[i] = malloc(size ? size : 1);
 	return values[i];
 }

@@ -17,7 +17,11 @@
  * reconnect (the pinger's) re-sends every region under the same lock, so
  * no call sees a half-restored daemon.  With a cluster secret, each
  * connect (the first and the pinger's) proves it before the HELLO
- * (base/auth_hs.h, channel "dummy").  What this file must never do: send
+ * (base/auth_hs.h, channel "dummy").  With MC_DUMMY_BUSY_POLL_US set, a
+ * caller waiting for its answer sleeps until shortly before the time it
+ * predicts and polls through a short window (store/dummy_wait.h), so the
+ * answer of a long call finds it awake; by default it sleeps until the
+ * answer wakes it.  What this file must never do: send
  * one of its own pointers to the daemon, or keep going on a socket after
  * one failed read or write (the framing is unknown then: close, and let
  * the pinger reconnect).
@@ -30,10 +34,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -46,8 +52,10 @@
 #include "base/sock.h"
 #include "base/time.h"
 #include "mooncake/version.h"
+#include "store/client_config.h"
 #include "store/dummy_proto.h"
 #include "store/dummy_server.h"
+#include "store/dummy_wait.h"
 
 #define DEFAULT_PORT 50052
 #define NO_REGION    UINT64_MAX /* names no region: the daemon refuses that key */
@@ -174,6 +182,7 @@ struct mc_dummy {
 	size_t nregions, cap;
 	struct mc_buf out;
 	struct mc_buf in; /* the answer being read */
+	struct mc_dummy_wait wait; /* when to poll for an answer (dummy_wait.h) */
 
 	/* the local buffer's allocator */
 	pthread_mutex_t alloc_lock;
@@ -200,33 +209,87 @@ static void drop_conn_locked(struct mc_dummy *d, const char *why)
 	d->fd = -1;
 }
 
-/* Read one answer frame into d->in: wait for the socket, then take the
- * header and the payload in as few reads as they arrive in (one, as a
- * rule: the daemon writes a frame at once).  Only one request is ever
- * outstanding, so nothing beyond this frame can arrive: more is a protocol
- * error. */
-static mc_status read_answer_locked(struct mc_dummy *d, uint64_t deadline, struct mc_proto_hdr *h)
+/* The calling thread's timer slack (50 us by default): a timed sleep ends
+ * up to this late, so the sleep before the window is shortened by it. */
+static uint64_t timer_slack_us(void)
+{
+	static __thread int64_t slack_us = -1;
+	if (slack_us < 0) {
+		int ns = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+		slack_us = ns > 0 ? (ns + 999) / 1000 : 0;
+	}
+	return (uint64_t)slack_us;
+}
+
+/* Wait for the first bytes of the answer the way plan says (dummy_wait.h):
+ * sleep until its window, poll the socket without sleeping through the
+ * window, then sleep until the answer wakes this thread or the deadline
+ * passes.  *phase says where it was found.  Nothing is read here. */
+static mc_status wait_answer_locked(struct mc_dummy *d, const struct mc_dummy_wait_plan *plan,
+				    uint64_t deadline, enum mc_dummy_wait_phase *phase)
+{
+	struct pollfd p = {.fd = d->fd, .events = POLLIN};
+	uint64_t now = mc_now_us();
+
+	if (plan->poll_from_us == plan->poll_until_us) { /* no window: off, or unknown */
+		*phase = MC_DUMMY_WAIT_LATE;
+		return mc_sock_wait(d->fd, POLLIN, deadline);
+	}
+	if (now + timer_slack_us() < plan->poll_from_us) {
+		uint64_t us = plan->poll_from_us - now - timer_slack_us();
+		struct timespec ts = {.tv_sec = (time_t)(us / 1000000),
+				      .tv_nsec = (long)(us % 1000000) * 1000};
+		int r = ppoll(&p, 1, &ts, NULL);
+		if (r > 0) {
+			*phase = MC_DUMMY_WAIT_SLEEPING;
+			return MC_OK;
+		}
+		if (r < 0 && errno != EINTR)
+			return mc_set_error(MC_ERR_SOCKET, "ppoll: %s", strerror(errno));
+	}
+	*phase = MC_DUMMY_WAIT_POLLING;
+	for (;;) {
+		p.revents = 0;
+		if (poll(&p, 1, 0) > 0)
+			return MC_OK;
+		if (mc_now_us() >= plan->poll_until_us)
+			break;
+		sched_yield(); /* keep the CPU awake, not away from others */
+	}
+	*phase = MC_DUMMY_WAIT_LATE;
+	return mc_sock_wait(d->fd, POLLIN, deadline);
+}
+
+/* Read one answer frame into d->in: wait for the socket (as plan says),
+ * then take the header and the payload in as few reads as they arrive in
+ * (one, as a rule: the daemon writes a frame at once), and learn when the
+ * answer came.  Only one request is ever outstanding, so nothing beyond
+ * this frame can arrive: more is a protocol error. */
+static mc_status read_answer_locked(struct mc_dummy *d, const struct mc_dummy_wait_plan *plan,
+				    uint64_t deadline, struct mc_proto_hdr *h)
 {
 	struct mc_buf *b = &d->in;
 	size_t want = 0; /* the whole frame, once the header is in */
+	enum mc_dummy_wait_phase phase;
+	mc_status rc;
 
 	mc_buf_reset(b);
 	if (mc_buf_reserve(b, 4096) != MC_OK)
 		return mc_set_error(MC_ERR_NOMEM, "out of memory");
-	while (want == 0 || b->len < want) {
+	rc = wait_answer_locked(d, plan, deadline, &phase);
+	if (rc != MC_OK)
+		return mc_set_error(rc, "no answer: %s", mc_status_name(rc));
+	mc_dummy_wait_learn(&d->wait, plan, mc_now_us(), phase);
+	for (;;) {
 		size_t room = want ? want - b->len : b->cap - b->len;
-		ssize_t n;
-		mc_status rc = mc_sock_wait(d->fd, POLLIN, deadline);
+		ssize_t n = recv(d->fd, b->data + b->len, room, MSG_DONTWAIT);
 
-		if (rc != MC_OK)
-			return mc_set_error(rc, "no answer: %s", mc_status_name(rc));
-		n = recv(d->fd, b->data + b->len, room, MSG_DONTWAIT);
 		if (n == 0)
 			return mc_set_error(MC_ERR_CONN_CLOSED, "the daemon hung up");
 		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-				continue;
-			return mc_set_error(MC_ERR_SOCKET, "recv: %s", strerror(errno));
+			if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+				return mc_set_error(MC_ERR_SOCKET, "recv: %s", strerror(errno));
+			n = 0;
 		}
 		b->len += (size_t)n;
 		if (want == 0 && b->len >= MC_PROTO_HDR_LEN) {
@@ -241,8 +304,24 @@ static mc_status read_answer_locked(struct mc_dummy *d, uint64_t deadline, struc
 			if (mc_buf_reserve(b, want - b->len) != MC_OK)
 				return mc_set_error(MC_ERR_NOMEM, "out of memory");
 		}
+		if (want && b->len == want)
+			return MC_OK;
+		if (n == 0) { /* the rest is on its way */
+			rc = mc_sock_wait(d->fd, POLLIN, deadline);
+			if (rc != MC_OK)
+				return mc_set_error(rc, "no answer: %s", mc_status_name(rc));
+		}
 	}
-	return MC_OK;
+}
+
+/* The bytes a request moves (its buffers' lengths): its size class. */
+static uint64_t req_bytes(const struct mc_dummy_req *q)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < q->n_items; i++)
+		for (uint32_t j = 0; j < q->items[i].nbufs; j++)
+			n += q->items[i].bufs[j].len;
+	return n;
 }
 
 /* Send one request (with fd beside its first byte when >= 0) and read its
@@ -253,6 +332,7 @@ static mc_status call_locked(struct mc_dummy *d, const struct mc_dummy_req *q, i
 	struct mc_proto_hdr h;
 	uint64_t id = ++d->next_id;
 	uint64_t deadline = mc_now_ms() + MC_DUMMY_CALL_TIMEOUT_MS;
+	struct mc_dummy_wait_plan plan;
 	mc_status rc;
 	ssize_t n;
 
@@ -284,6 +364,7 @@ static mc_status call_locked(struct mc_dummy *d, const struct mc_dummy_req *q, i
 			cm->cmsg_len = CMSG_LEN(sizeof(int));
 			memcpy(CMSG_DATA(cm), &fd, sizeof(int));
 		}
+		mc_dummy_wait_plan(&d->wait, q->type, req_bytes(q), mc_now_us(), &plan);
 		do
 			n = sendmsg(d->fd, &m, MSG_NOSIGNAL);
 		while (n < 0 && errno == EINTR);
@@ -297,7 +378,7 @@ static mc_status call_locked(struct mc_dummy *d, const struct mc_dummy_req *q, i
 					    d->port);
 		}
 	}
-	rc = read_answer_locked(d, deadline, &h);
+	rc = read_answer_locked(d, &plan, deadline, &h);
 	if (rc == MC_OK &&
 	    (!(h.flags & MC_PROTO_F_RESPONSE) || h.req_id != id || h.type != q->type))
 		rc = mc_set_error(MC_ERR_PROTOCOL, "an answer that is not to request %llu",
@@ -465,6 +546,12 @@ mc_status mc_dummy_open(const char *server_address, uint64_t local_buffer_size,
 	d->fd = -1;
 	d->port = port;
 	d->next_region = 1;
+	{
+		struct mc_store_client_env e;
+		mc_store_client_env_load(&e);
+		d->wait.window_us = (uint32_t)e.dummy_busy_poll_us;
+		mc_store_client_env_release(&e);
+	}
 	mc_buf_init(&d->out);
 	mc_buf_init(&d->in);
 	pthread_mutex_init(&d->lock, NULL);

@@ -5,7 +5,10 @@
  * One acceptor thread takes connections on @mooncake_client_<port>.sock;
  * each connection gets a detached thread that reads frames (store/proto.h
  * framing, store/dummy_proto.h payloads), runs each request on the real
- * client and answers, one request at a time.  A connection owns its
+ * client and answers, one request at a time; with
+ * MC_DUMMY_CONN_BUSY_POLL_US set, after an answer it polls for the next
+ * request that long before it sleeps, as a dummy's calls come back to
+ * back.  A connection owns its
  * regions: memfds the dummy sent with SCM_RIGHTS, mapped MAP_SHARED here
  * and registered with the real client, so the engine moves bytes between
  * the dummy's pages and the pool with no copy in this process.  Buffers
@@ -32,6 +35,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +88,7 @@ struct mc_dummy_server {
 	int lfd;
 	int wake; /* eventfd: stop */
 	uint32_t expire_ms;
+	uint32_t busy_poll_us; /* MC_DUMMY_CONN_BUSY_POLL_US */
 	pthread_t acceptor;
 	pthread_mutex_t lock; /* conns, nconns, stopping */
 	pthread_cond_t cond;  /* nconns fell */
@@ -995,8 +1000,9 @@ static mc_status serve_frame(struct conn *c, const struct mc_proto_hdr *h, const
 }
 
 /* Read what comes (and any descriptors), waiting up to the socket's
- * SO_RCVTIMEO; MC_ERR_CONN_CLOSED at EOF, MC_ERR_TIMEOUT when nothing came. */
-static mc_status receive(struct conn *c)
+ * SO_RCVTIMEO (not at all with MSG_DONTWAIT in flags); MC_ERR_CONN_CLOSED
+ * at EOF, MC_ERR_TIMEOUT when nothing came. */
+static mc_status receive(struct conn *c, int flags)
 {
 	union {
 		struct cmsghdr h;
@@ -1016,10 +1022,10 @@ static mc_status receive(struct conn *c)
 	m.msg_control = ctl.buf;
 	m.msg_controllen = sizeof(ctl.buf);
 	do
-		n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC);
+		n = recvmsg(c->fd, &m, MSG_CMSG_CLOEXEC | flags);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return MC_ERR_TIMEOUT; /* SO_RCVTIMEO ran out */
+		return MC_ERR_TIMEOUT; /* SO_RCVTIMEO ran out, or nothing there yet */
 	if (n < 0)
 		return mc_set_error(MC_ERR_SOCKET, "recvmsg: %s", strerror(errno));
 	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
@@ -1109,7 +1115,18 @@ static void *conn_main(void *arg)
 		}
 	}
 	for (;;) {
-		mc_status rc = receive(c);
+		mc_status rc = MC_ERR_TIMEOUT;
+		/* after an answer, poll for the next request before sleeping: a
+		 * dummy's calls come back to back, and each one that finds this
+		 * thread asleep pays its wake-up (MC_DUMMY_CONN_BUSY_POLL_US) */
+		if (srv->busy_poll_us && c->in.len == 0) {
+			uint64_t until = mc_now_us() + srv->busy_poll_us;
+			while ((rc = receive(c, MSG_DONTWAIT)) == MC_ERR_TIMEOUT &&
+			       mc_now_us() < until)
+				sched_yield();
+		}
+		if (rc == MC_ERR_TIMEOUT)
+			rc = receive(c, 0);
 		if (rc == MC_ERR_TIMEOUT) {
 			mc_warn("dummy %d: silent for %u ms: expired", c->fd, srv->expire_ms);
 			atomic_fetch_add(&srv->expired, 1);
@@ -1223,10 +1240,12 @@ mc_status mc_dummy_server_start(struct mc_store *real, uint16_t port, uint32_t e
 	if (!srv)
 		return mc_set_error(MC_ERR_NOMEM, "out of memory");
 	srv->real = real;
-	if (!expire_ms) {
+	{
 		struct mc_store_client_env e;
 		mc_store_client_env_load(&e);
-		expire_ms = (uint32_t)e.dummy_expire_ms;
+		if (!expire_ms)
+			expire_ms = (uint32_t)e.dummy_expire_ms;
+		srv->busy_poll_us = (uint32_t)e.dummy_conn_busy_poll_us;
 		mc_store_client_env_release(&e);
 	}
 	srv->expire_ms = expire_ms;

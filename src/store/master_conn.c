@@ -145,6 +145,7 @@ struct mc_master_conn {
 
 	atomic_uint_fast64_t next_id;
 	atomic_uint peer_minor; /* the master's minor version (its ServiceReady answer) */
+	atomic_uint_fast64_t connects; /* connections made (mc_master_conn_epoch) */
 	pthread_t rx;
 	bool rx_started;
 	/* the read role's holder only */
@@ -444,6 +445,7 @@ static mc_status connect_to(struct mc_master_conn *c, const char *host, uint16_t
 	}
 	c->fd = fd;
 	c->state = CONN_UP;
+	atomic_fetch_add(&c->connects, 1);
 	c->fail_status = MC_ERR_RPC_FAIL;
 	pthread_cond_broadcast(&c->state_cond);
 	pthread_mutex_unlock(&c->lock);
@@ -1173,6 +1175,16 @@ void mc_master_conn_set_metrics(struct mc_master_conn *c, struct mc_client_metri
 unsigned mc_master_conn_peer_minor(struct mc_master_conn *c)
 {
 	return atomic_load(&c->peer_minor);
+}
+
+uint64_t mc_master_conn_epoch(struct mc_master_conn *c)
+{
+	uint64_t e;
+
+	pthread_mutex_lock(&c->lock);
+	e = c->state == CONN_UP ? atomic_load(&c->connects) : 0;
+	pthread_mutex_unlock(&c->lock);
+	return e;
 }
 
 void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats *out)

@@ -76,6 +76,11 @@ void mc_master_conn_stats(struct mc_master_conn *c, struct mc_master_conn_stats 
  * the first connection): a request field appended in minor N is sent
  * only when this is at least N (docs/protocol.md, "Versions"). */
 unsigned mc_master_conn_peer_minor(struct mc_master_conn *c);
+/* Which connection this is: the number of connections made so far while
+ * one is up, 0 while none is (lost, or not made yet).  What a call learnt
+ * holds only while the epoch it was made under lasts (a new connection
+ * may reach a restarted master, or a new leader). */
+uint64_t mc_master_conn_epoch(struct mc_master_conn *c);
 
 /*
  * With an HA address: when a connect reaches a leader other than the one

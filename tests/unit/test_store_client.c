@@ -1579,17 +1579,31 @@ static void client_env_table(void **state)
 	assert_true(mc_store_client_env_memcpy(&e));
 	assert_int_equal(e.min_port, 12300);
 	assert_int_equal(e.rpc_timeout_ms, 30000);
+	assert_int_equal(e.dummy_busy_poll_us, 0); /* off unless asked for */
+	assert_int_equal(e.dummy_conn_busy_poll_us, 0);
 	mc_store_client_env_release(&e);
 	setenv("MC_STORE_MEMCPY", "disable", 1);
 	setenv("MC_STORE_CLIENT_MIN_PORT", "80", 1); /* below 1024: ignored */
 	setenv("MC_RPC_TIMEOUT_MS", "-1", 1);	     /* no deadline */
 	setenv("MC_RPC_BUSY_POLL_US", "often", 1);   /* not a number: ignored */
+	setenv("MC_DUMMY_BUSY_POLL_US", "50", 1);
+	setenv("MC_DUMMY_CONN_BUSY_POLL_US", "-5", 1); /* below 0: ignored */
 	mc_store_client_env_load(&e);
 	assert_false(mc_store_client_env_memcpy(&e));
 	assert_int_equal(e.min_port, 12300);
 	assert_int_equal(e.rpc_timeout_ms, -1);
 	assert_int_equal(e.rpc_busy_poll_us, 50);
+	assert_int_equal(e.dummy_busy_poll_us, 50);
+	assert_int_equal(e.dummy_conn_busy_poll_us, 0);
 	mc_store_client_env_release(&e);
+	setenv("MC_DUMMY_BUSY_POLL_US", "2000000", 1); /* above a second: ignored */
+	setenv("MC_DUMMY_CONN_BUSY_POLL_US", "120", 1);
+	mc_store_client_env_load(&e);
+	assert_int_equal(e.dummy_busy_poll_us, 0);
+	assert_int_equal(e.dummy_conn_busy_poll_us, 120);
+	mc_store_client_env_release(&e);
+	unsetenv("MC_DUMMY_BUSY_POLL_US");
+	unsetenv("MC_DUMMY_CONN_BUSY_POLL_US");
 	setenv("MC_STORE_MEMCPY", "sometimes", 1); /* refused by its check: auto stays */
 	mc_store_client_env_load(&e);
 	assert_true(mc_store_client_env_memcpy(&e));
