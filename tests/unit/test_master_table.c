@@ -341,6 +341,46 @@ static void test_requests_during_resize(void **state)
 	mt_free(t);
 }
 
+static void test_resize_spreads_its_move(void **state)
+{
+	/* The move after a doubling is spread over the inserts that follow:
+	 * each moves its due share (old slots left / inserts left before the
+	 * next doubling) and one more, whole runs at a time, so a batch of
+	 * puts right after a doubling pays a few slots per key, not nine (the
+	 * turns of 10-15 ms of CPU at 16 M objects).  The table doubles at
+	 * 12289 objects (3/4 of 16384 slots) and again at 24577: the move of
+	 * the 16384 old slots takes more than a third of the inserts between
+	 * (with 9 slots each it ended within a tenth) and ends before the
+	 * next doubling.  No tick runs here, so only the inserts move slots. */
+	struct mt *t = mt_new_default();
+	enum { FIRST = 12289, NEXT = 24577 };
+	static bool live[NEXT];
+	int n = 0, ended = 0;
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, 64 * MIB), MC_OK);
+	put_range(t, live, 0, FIRST - 1);
+	assert_false(mc_master_table_resizing(t->m));
+	put_range(t, live, FIRST - 1, FIRST);
+	assert_true(mc_master_table_resizing(t->m)); /* this insert doubled the table */
+	for (n = FIRST; n < NEXT - 1 && !ended; n++) {
+		put_range(t, live, n, n + 1);
+		if (!mc_master_table_resizing(t->m))
+			ended = n + 1;
+	}
+	print_message("move of 16384 slots ended at %d objects, %d inserts after the doubling\n",
+		      ended, ended - FIRST);
+	assert_true(ended > 0);				 /* before the next doubling */
+	assert_true(ended - FIRST > (NEXT - FIRST) / 3); /* spread out */
+	for (int i = 0; i < ended; i += 97) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "key-%d", i);
+		assert_int_equal(mt_exist(t, k), 1);
+	}
+	mt_free(t);
+}
+
 static void test_eviction_sees_the_old_table(void **state)
 {
 	/* A full pool while the table is being resized: the objects not moved
@@ -786,6 +826,7 @@ int main(void)
 		cmocka_unit_test(test_remove_all_in_steps),
 		cmocka_unit_test(test_table_resize_in_steps),
 		cmocka_unit_test(test_requests_during_resize),
+		cmocka_unit_test(test_resize_spreads_its_move),
 		cmocka_unit_test(test_eviction_sees_the_old_table),
 		cmocka_unit_test(test_alloc_failures),
 		cmocka_unit_test(test_random_stress),
