@@ -6,10 +6,11 @@
  * The checksum is the writer's, given at PutEnd and kept with the object
  * (objects.c, MC_OBJ_CKSUM); the master never sees the bytes, so it
  * trusts the report as it trusts a Remove from any client.  A replica is
- * named by the id GetReplicaList gave it (mc_master_rep_id): an id that no
- * longer names one of the object's replicas (dropped already, the key
- * rewritten since the read) drops nothing, so a late or repeated report is
- * harmless.  A memory block is parked, as a discarded put's is, until
+ * named by the id GetReplicaList gave it (mc_master_listed_rep_id, which
+ * mixes in the object's checksum): an id that no longer names one of the
+ * object's replicas (dropped already, the key rewritten since the read,
+ * also in place by an upsert of the same size) drops nothing, so a late,
+ * repeated or torn read's report is harmless.  A memory block is parked, as a discarded put's is, until
  * put_start_release_timeout, because other readers may still be reading
  * it under their lease (they check the bytes too); a LOCAL_DISK copy is
  * left to its owner to delete (ssd.c).  An object whose last replica goes
@@ -34,9 +35,9 @@ static uint64_t listed_id(const struct mc_master *m, const struct mc_obj *o, con
 	if (mc_master_rep_disk(m, r)) {
 		const struct mc_rep k = {(uint64_t)(uintptr_t)o, r->seg, r->gen};
 
-		return mc_master_rep_id(&k);
+		return mc_master_listed_rep_id(o, &k);
 	}
-	return mc_master_rep_id(r);
+	return mc_master_listed_rep_id(o, r);
 }
 
 /* Drop o's replica called id, if it still has one; true when it went. */

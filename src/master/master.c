@@ -74,10 +74,6 @@ static struct mc_obj *lookup_live(struct mc_master *m, const struct mc_proto_str
 	return mc_master_obj_find_live(m, tid, sp(key), key->len);
 }
 
-static uint64_t rep_id(const struct mc_rep *r)
-{
-	return mc_master_rep_id(r);
-}
 
 static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r,
 		     uint8_t status, struct mc_store_replica *d)
@@ -94,7 +90,7 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 		/* LOCAL_DISK: the owner and its offload RPC endpoint (spec 2.2) */
 		const struct mc_rep k = {(uint64_t)(uintptr_t)o, r->seg, r->gen};
 
-		d->id = rep_id(&k);
+		d->id = mc_master_listed_rep_id(o, &k);
 		d->status = MC_STORE_REPLICA_COMPLETE;
 		d->type = MC_STORE_REPLICA_LOCAL_DISK;
 		d->size = mc_obj_size(o);
@@ -103,7 +99,7 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 		d->transport_endpoint.len = s->te_len;
 		return;
 	}
-	d->id = rep_id(r);
+	d->id = mc_master_listed_rep_id(o, r);
 	d->status = status;
 	d->type = MC_STORE_REPLICA_MEMORY;
 	d->size = mc_obj_size(o);

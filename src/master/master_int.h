@@ -458,6 +458,21 @@ static inline uint64_t mc_master_rep_id(const struct mc_rep *r)
 	x *= 0x9E3779B97F4A7C15ull;
 	return (x ^ (x >> 29)) | 1;
 }
+/*
+ * The id o's replica r has in replica lists and ReportCorrupt: r's own
+ * id mixed with o's checksum, so that a rewrite of the object in place
+ * (an upsert of the same size keeps its blocks) gives its replicas new
+ * ids, and a report of a read of the earlier bytes (torn by the rewrite,
+ * or late) names no replica of the new ones (corrupt.c).
+ */
+static inline uint64_t mc_master_listed_rep_id(const struct mc_obj *o, const struct mc_rep *r)
+{
+	uint64_t id = mc_master_rep_id(r);
+
+	if ((o->flags & MC_OBJ_CKSUM) && o->ext)
+		id = (id ^ (o->ext->checksum * 0xC2B2AE3D27D4EB4Full)) | 1;
+	return id;
+}
 /* Readable = COMPLETE with at least one replica on a mounted segment. */
 bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o);
 /*

@@ -970,6 +970,56 @@ static void test_report_corrupt(void **state)
 	mt_free(t);
 }
 
+/* PutStart or UpsertStart, then End with checksum cksum, by CC. */
+static void put_with_cksum(struct mt *t, const char *key, uint64_t len, bool upsert,
+			   uint64_t cksum)
+{
+	struct mc_store_replicate_config one = mt_cfg1();
+	struct mc_store_put_end_req end = {.client_id = CC,
+					   .replica_type = MC_STORE_REPLICA_ALL,
+					   .key = mc_proto_str_c(key),
+					   .checksum = {true, cksum}};
+
+	assert_int_equal(mt_put_start_cfg(t, CC, "", key, len, "", &one, upsert), MC_OK);
+	assert_int_equal(mt_call(t, upsert ? MC_STORE_UPSERT_END : MC_STORE_PUT_END, &end), MC_OK);
+}
+
+/*
+ * A reader whose read was torn by an upsert of the same size (which
+ * rewrites the block in place) reports the replica it read; the report
+ * names the earlier bytes, so it must not drop the replica of the new
+ * ones: the listed id changes with the object's checksum.  Before, the
+ * id was the block's alone and the acknowledged upsert was dropped (its
+ * only replica: the object erased).
+ */
+static void test_report_after_an_upsert_in_place(void **state)
+{
+	struct mt *t = mt_new_default();
+	uint64_t old_id, new_id, addr;
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CA, SA, "a:1", 0x100000, 16 * MIB), MC_OK);
+	put_with_cksum(t, "k", 4096, false, 0x1111);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	old_id = t->resp.body.replica_list.replicas[0].id;
+	addr = t->resp.body.replica_list.replicas[0].address;
+	t->now += 60000; /* past the read's lease */
+	put_with_cksum(t, "k", 4096, true, 0x2222);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].address, addr); /* in place */
+	new_id = t->resp.body.replica_list.replicas[0].id;
+	assert_true(new_id != old_id);
+	assert_int_equal(report_corrupt(t, "", "k", old_id), MC_OK);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 0);
+	assert_int_equal(mt_get(t, "k"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
+	/* a report of the bytes read now still counts */
+	assert_int_equal(report_corrupt(t, "", "k", new_id), MC_OK);
+	assert_int_equal(mt_metrics(t).replicas_reported_corrupt, 1);
+	assert_int_equal(mt_get(t, "k"), MC_ERR_OBJECT_NOT_FOUND);
+	mt_free(t);
+}
+
 static mc_status mount_on(struct mt *t, struct mc_store_uuid client, uint64_t id, const char *name,
 			  const char *host, uint64_t size)
 {
@@ -1869,6 +1919,7 @@ int main(void)
 		cmocka_unit_test(test_groups),
 		cmocka_unit_test(test_unreachable_segments),
 		cmocka_unit_test(test_report_corrupt),
+		cmocka_unit_test(test_report_after_an_upsert_in_place),
 		cmocka_unit_test(test_local_first),
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_liveness_and_unmount),
