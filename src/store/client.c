@@ -459,6 +459,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		mc_store_client_env_load(&env);
 		s->local_memcpy = mc_store_client_env_memcpy(&env);
 		s->verify = env.verify && !p->disable_verify;
+		s->trailers = s->verify;
 		mc_store_client_env_release(&env);
 	}
 	s->hb_stop = false;
