@@ -539,8 +539,8 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 
 	if (r->n_keys && !r->keys)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	items = mc_master_scratch(m, isz + osz + tsz +
-					     (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
+	items = mc_master_scratch(m,
+				  isz + osz + tsz + (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
 	objs = (struct mc_obj **)(void *)((char *)items + isz);
@@ -996,8 +996,8 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
 			    "key '%.*s': value length %" PRIu64 " above 2^47 - 1", show(key->len),
 			    sp(key), value_len);
-	if (trailer && (!mc_store_trailer_fits(value_len) ||
-			trailer != mc_store_trailer_len(value_len)))
+	if (trailer &&
+	    (!mc_store_trailer_fits(value_len) || trailer != mc_store_trailer_len(value_len)))
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
 			    "key '%.*s': a trailer of %" PRIu64 " bytes for %" PRIu64
 			    " (want %" PRIu64 ", for %u to %llu bytes)",
@@ -1152,10 +1152,9 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 			nfail++;
 			continue;
 		}
-		items[i].status =
-			put_start_one(c, client, tid, &it->key, it->value_len,
-				      r->n_trailers ? r->trailers[i] : 0, &it->group_id,
-				      &r->config, upsert, &items[i].n_replicas, &pos);
+		items[i].status = put_start_one(c, client, tid, &it->key, it->value_len,
+						r->n_trailers ? r->trailers[i] : 0, &it->group_id,
+						&r->config, upsert, &items[i].n_replicas, &pos);
 		if (items[i].status != MC_OK)
 			nfail++;
 	}

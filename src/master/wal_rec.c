@@ -330,7 +330,7 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && (o->flags & MC_WALREC_F_TRAILER))
 			d.bad = "flags";
 		/* each record has the lowest version that can say it */
-		if (!d.bad && ver != ((o->flags & MC_WALREC_F_TRAILER)  ? 4
+		if (!d.bad && ver != ((o->flags & MC_WALREC_F_TRAILER)	? 4
 				      : (o->flags & MC_WALREC_F_CHUNKS) ? 2
 									: 1))
 			d.bad = "version";

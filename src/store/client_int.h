@@ -179,7 +179,7 @@ struct mc_store_io {
 	uint64_t tlen, tbl_at, tbl_first;
 	uint64_t *tsums;
 	char *tbl;
-	bool twritten; /* a write's trailer is written or queued */
+	bool twritten;	       /* a write's trailer is written or queued */
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 };
 
@@ -305,7 +305,7 @@ void mc_store_scratch_put(struct mc_store *s, struct mc_store_scratch *sc);
 struct mc_store_chk {
 	struct chunk_plan *plans; /* per range */
 	struct mc_store_scratch *sc;
-	size_t nslots;		   /* of MC_STORE_CHUNK (minor-9 plans) */
+	size_t nslots;		    /* of MC_STORE_CHUNK (minor-9 plans) */
 	size_t npieces, piece_next; /* of MC_STORE_TCHUNK (trailer plans), after them */
 };
 mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);

@@ -206,8 +206,7 @@ struct chunk_plan {
 
 /* Plan p for reading range [off, off + len) (not empty, not the whole
  * object) of an object of size bytes in chunks of C bytes. */
-static void plan_chunks(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size,
-			uint64_t C)
+static void plan_chunks(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size, uint64_t C)
 {
 	uint64_t c0 = off / C, c1 = (off + len - 1) / C;
 

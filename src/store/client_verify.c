@@ -324,7 +324,8 @@ static bool to_check(struct mc_store *s, const struct mc_store_io *io)
 {
 	/* a trailer is read from memory replicas only */
 	return io->check && !io->checked && io->status == MC_OK && s->verify &&
-	       (!io->tlen || (io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
+	       (!io->tlen ||
+		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
 	       host_only(s, io);
 }
 
@@ -363,7 +364,8 @@ static bool device_only(struct mc_store *s, const struct mc_store_io *io)
 static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
 {
 	return io->check && !io->checked && io->status == MC_OK && s->verify && !io->chunk_want &&
-	       (!io->tlen || (io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
+	       (!io->tlen ||
+		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
 	       device_only(s, io);
 }
 
@@ -586,9 +588,9 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 			uint64_t at = 0;
 
 			v->land = land && !staged;
-			v->got = mc_calloc((size_t)((v->io->len + MC_STORE_TCHUNK - 1) /
-						    MC_STORE_TCHUNK) + 1,
-					   sizeof(uint64_t));
+			v->got = mc_calloc(
+				(size_t)((v->io->len + MC_STORE_TCHUNK - 1) / MC_STORE_TCHUNK) + 1,
+				sizeof(uint64_t));
 			if (!v->got)
 				goto fail;
 			for (size_t j = k; j < end; j++) {
@@ -642,7 +644,7 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 	}
 	if (v->staged)
 		return; /* hashed as the staging thread saw it */
-	if (v->land) { /* a whole number of chunks, hashed here; any order */
+	if (v->land) {	/* a whole number of chunks, hashed here; any order */
 		uint64_t at = vp->base[k], len = vp->reqs[k].length;
 		const char *src = vp->reqs[k].source;
 

@@ -1134,8 +1134,7 @@ static void chunk_checksums_survive_log_and_snapshot(void **state)
 }
 
 /* PutStart of key (len bytes, trailer tl: 0 none) and PutEnd with checksum sum. */
-static mc_status put_trailer(struct mt *t, const char *key, uint64_t len, uint64_t tl,
-			     uint64_t sum)
+static mc_status put_trailer(struct mt *t, const char *key, uint64_t len, uint64_t tl, uint64_t sum)
 {
 	struct mc_store_put_start_req s = {.client_id = C1,
 					   .key = mc_proto_str_c(key),
@@ -1200,12 +1199,12 @@ static void trailer_objects_survive_log_and_snapshot(void **state)
 	assert_int_equal(put_trailer(t, "bad", T, 8, 1), MC_ERR_INVALID_PARAMS);
 	assert_int_equal(put_trailer(t, "t1", LEN, tl, 0x1234), MC_OK);
 	{
-		struct mc_store_put_start_req s = {.client_id = C1,
-						   .key = mc_proto_str_c("t2"),
-						   .value_len = 2 * MC_STORE_CHUNK + 1,
-						   .config = {.replica_num = 1},
-						   .trailer_len = {true, mc_store_trailer_len(
-									 2 * MC_STORE_CHUNK + 1)}};
+		struct mc_store_put_start_req s = {
+			.client_id = C1,
+			.key = mc_proto_str_c("t2"),
+			.value_len = 2 * MC_STORE_CHUNK + 1,
+			.config = {.replica_num = 1},
+			.trailer_len = {true, mc_store_trailer_len(2 * MC_STORE_CHUNK + 1)}};
 		assert_int_equal(mt_call(t, MC_STORE_PUT_START, &s), MC_OK);
 		assert_int_equal(put_end_sums(t, "t2", 7, 3), MC_ERR_INVALID_PARAMS);
 	}

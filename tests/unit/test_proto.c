@@ -319,8 +319,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else if (type == MC_STORE_BATCH_EXIST_KEY)
 			u->batch_exist_resp = (struct mc_store_batch_exist_resp){n, exist_items};
 		else
-			u->batch_replica_list =
-				(struct mc_store_batch_replica_list){.n_items = n, .items = rl_items};
+			u->batch_replica_list = (struct mc_store_batch_replica_list){
+				.n_items = n, .items = rl_items};
 		return;
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
 		if (!resp)
@@ -332,8 +332,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_UPSERT_START:
 		if (!resp)
 			u->put_start_req = (struct mc_store_put_start_req){
-				{9, 10}, S("tenant-1"), key, 1 << 20, S("g"), sample_config(),
-				{true, 8 * 64}};
+				{9, 10}, S("tenant-1"),	  key,		 1 << 20,
+				S("g"),	 sample_config(), {true, 8 * 64}};
 		else
 			u->put_start_resp = (struct mc_store_put_start_resp){3, reps};
 		return;
@@ -499,11 +499,11 @@ static void header_layout_is_pinned(void **state)
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
 		'M', 'C', 'S', 'T', 1, 10, 2, 0, /* magic, 1.10, type 2 */
-		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
-		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
-		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
-		1,   0,	  0,   0,   0, 0, 0, 0, /* client_id.first */
-		2,   0,	  0,   0,   0, 0, 0, 0, /* client_id.second */
+		0,   0,	  0,   0,   0, 0,  0, 0, /* flags, reserved, status */
+		8,   7,	  6,   5,   4, 3,  2, 1, /* request id */
+		16,  0,	  0,   0,   0, 0,  0, 0, /* payload length, reserved */
+		1,   0,	  0,   0,   0, 0,  0, 0, /* client_id.first */
+		2,   0,	  0,   0,   0, 0,  0, 0, /* client_id.second */
 	};
 	struct mc_store_client_req req = {{1, 2}};
 	struct mc_buf b;
@@ -1408,15 +1408,25 @@ static void trailer_tails_round_trip(void **state)
 {
 	uint64_t tls[2] = {0, 8 * 3};
 	struct mc_store_put_item pi[2] = {{S("a"), 10, S("")}, {S("b"), 40000, S("")}};
-	struct mc_store_batch_put_start_req bps = {
-		.client_id = {1, 2}, .tenant = S("t"), .config = {.replica_num = 1},
-		.n_items = 2, .items = pi, .n_trailers = 2, .trailers = tls};
-	struct mc_store_put_start_req ps = {.client_id = {1, 2}, .key = S("k"), .value_len = 40000,
+	struct mc_store_batch_put_start_req bps = {.client_id = {1, 2},
+						   .tenant = S("t"),
+						   .config = {.replica_num = 1},
+						   .n_items = 2,
+						   .items = pi,
+						   .n_trailers = 2,
+						   .trailers = tls};
+	struct mc_store_put_start_req ps = {.client_id = {1, 2},
+					    .key = S("k"),
+					    .value_len = 40000,
 					    .config = {.replica_num = 1}};
-	struct mc_store_replica rep = {.id = 5, .status = MC_STORE_REPLICA_COMPLETE,
-				       .type = MC_STORE_REPLICA_MEMORY, .size = 40000,
-				       .address = 4096, .segment_name = S("s"),
-				       .transport_endpoint = S("e"), .protocol = S("tcp")};
+	struct mc_store_replica rep = {.id = 5,
+				       .status = MC_STORE_REPLICA_COMPLETE,
+				       .type = MC_STORE_REPLICA_MEMORY,
+				       .size = 40000,
+				       .address = 4096,
+				       .segment_name = S("s"),
+				       .transport_endpoint = S("e"),
+				       .protocol = S("tcp")};
 	struct mc_store_replica_list rl = {.lease_ttl_ms = 1000,
 					   .n_replicas = 1,
 					   .replicas = &rep,
