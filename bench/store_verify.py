@@ -24,8 +24,9 @@ transfer to hide behind, as on an ordinary network.
 
 With --cases=range, get_range reads one --range-len range (default 64
 KiB) of each object at an unaligned offset (get_into_ranges): with
-verification on it reads the 256 KiB chunks the range touches and checks
-each against the writer's chunk checksums; GB/s counts the range's bytes.
+verification on it reads the chunks the range touches and checks each
+against the writer's sums (16 KiB chunks and the object's trailer, protocol
+minor 10; a minor-9 writer's 256 KiB chunks); GB/s counts the range's bytes.
 
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
                              [--range-len 64k] [--shm] [--netns-mbit R] [--window BYTES] [--json]

@@ -146,7 +146,7 @@ bool mc_master_fs_fill(struct mc_master *m, const struct mc_obj *o, const struct
 	d->id = r->addr >> 1;
 	d->status = (r->addr & 1) ? MC_STORE_REPLICA_COMPLETE : MC_STORE_REPLICA_PROCESSING;
 	d->type = MC_STORE_REPLICA_DISK;
-	d->size = mc_obj_size(o);
+	d->size = mc_obj_vsize(o); /* a DISK file holds no trailer */
 	d->file_path.ptr = p;
 	d->file_path.len = (uint32_t)len;
 	return true;

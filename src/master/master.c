@@ -93,7 +93,7 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 		d->id = mc_master_listed_rep_id(o, &k);
 		d->status = MC_STORE_REPLICA_COMPLETE;
 		d->type = MC_STORE_REPLICA_LOCAL_DISK;
-		d->size = mc_obj_size(o);
+		d->size = mc_obj_vsize(o); /* its disk copy holds no trailer */
 		d->client_id = m->clients[s->client].id;
 		d->transport_endpoint.ptr = s->te_endpoint;
 		d->transport_endpoint.len = s->te_len;
@@ -102,7 +102,7 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 	d->id = mc_master_listed_rep_id(o, r);
 	d->status = status;
 	d->type = MC_STORE_REPLICA_MEMORY;
-	d->size = mc_obj_size(o);
+	d->size = mc_obj_vsize(o); /* the trailer, if any, follows */
 	d->address = r->addr;
 	d->segment_name.ptr = s->name;
 	d->segment_name.len = s->name_len;
@@ -170,7 +170,10 @@ void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_
 {
 	memset(l, 0, sizeof(*l));
 	l->lease_ttl_ms = m->cfg.default_kv_lease_ttl_ms;
-	if (o->flags & MC_OBJ_CKSUM) {
+	if ((o->flags & MC_OBJ_CKSUM) && mc_obj_trailer(o)) {
+		l->table_cksum.present = true; /* the trailer's hash, never a whole one */
+		l->table_cksum.value = o->ext->checksum;
+	} else if (o->flags & MC_OBJ_CKSUM) {
 		l->checksum.present = true;
 		l->checksum.value = o->ext->checksum;
 	}
@@ -508,6 +511,8 @@ static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 	mc_master_heat_hit(m, o, c->now);
 	mc_master_list_fill(m, o, &l, &pos);
 	l.replicas = m->rscratch;
+	if (q->hdr.minor < 10)
+		l.table_cksum.present = false; /* an older reader reads it unchecked */
 	return mc_store_get_replica_list_response_encode(c->out, c->id, &l);
 }
 
@@ -515,12 +520,14 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_keys_req *r = &q->body.keys_req;
 	struct mc_master *m = c->m;
-	struct mc_store_batch_replica_list resp = {r->n_keys, NULL, 0, NULL};
+	struct mc_store_batch_replica_list resp = {.n_items = r->n_keys};
 	struct mc_store_replica_list_item *items;
 	struct mc_store_chunk_sums *chunks = NULL;
+	struct mc_proto_opt_u64 *tables;
 	struct mc_obj **objs;
-	uint32_t nfail = 0, nrep = 0, pos = 0;
+	uint32_t nfail = 0, nrep = 0, pos = 0, ntables = 0;
 	size_t isz = (size_t)r->n_keys * sizeof(*items), osz = (size_t)r->n_keys * sizeof(*objs);
+	size_t tsz = (size_t)r->n_keys * sizeof(*tables);
 	/* minor 9: the objects' chunk checksums, for ranged reads */
 	bool want = r->want.present && (r->want.value & MC_STORE_WANT_CHUNKS);
 	bool found;
@@ -528,12 +535,15 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 
 	if (r->n_keys && !r->keys)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	items = mc_master_scratch(m, isz + osz + (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
+	items = mc_master_scratch(m,
+				  isz + osz + tsz + (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
 	objs = (struct mc_obj **)(void *)((char *)items + isz);
+	tables = (struct mc_proto_opt_u64 *)(void *)((char *)items + isz + osz);
+	memset(tables, 0, tsz);
 	if (want) {
-		chunks = (struct mc_store_chunk_sums *)(void *)((char *)items + isz + osz);
+		chunks = (struct mc_store_chunk_sums *)(void *)((char *)items + isz + osz + tsz);
 		memset(chunks, 0, r->n_keys * sizeof(*chunks));
 	}
 	tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
@@ -567,6 +577,11 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 		mc_master_grant_lease(m, objs[i], c->now);
 		mc_master_heat_hit(m, objs[i], c->now);
 		mc_master_list_fill(m, objs[i], &items[i].list, &pos);
+		/* minor 10: in the batch's own tail; an older reader reads unchecked */
+		if (items[i].list.table_cksum.present && q->hdr.minor >= 10) {
+			tables[i] = items[i].list.table_cksum;
+			ntables++;
+		}
 		if (chunks) /* points into the object: encoded before anything changes it */
 			chunks[i].v =
 				(uint64_t *)(uintptr_t)mc_master_obj_chunks(objs[i], &chunks[i].n);
@@ -582,6 +597,8 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	resp.items = items;
 	resp.chunks = chunks;
 	resp.n_chunks = chunks ? r->n_keys : 0;
+	resp.tables = tables;
+	resp.n_tables = ntables ? r->n_keys : 0;
 	return mc_store_batch_get_replica_list_response_encode(c->out, c->id, &resp);
 }
 
@@ -902,7 +919,8 @@ static void begin_write(struct mc_master *m, struct mc_obj *o, uint32_t client, 
 }
 
 static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t client,
-				 uint64_t value_len, const struct mc_store_replicate_config *cfg)
+				 uint64_t value_len, uint64_t trailer,
+				 const struct mc_store_replicate_config *cfg)
 {
 	struct mc_master *m = c->m;
 	uint32_t n;
@@ -921,12 +939,13 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 	mc_master_ssd_drop_disk_reps(m, o);
 	if (o->flags & MC_OBJ_PROC) /* pre-empt the in-flight write at once */
 		mc_master_obj_discard_reps(m, o, c->now);
-	if (o->nrep && mc_obj_size(o) == value_len) { /* case B: in place */
+	if (o->nrep && mc_obj_size(o) == value_len + trailer) { /* case B: in place */
+		mc_obj_set_alloc(o, value_len + trailer, trailer != 0);
 		begin_write(m, o, client, c->now, cfg);
 		return MC_OK;
 	}
 	/* case C (or a pre-empted write): new blocks first, then park the old */
-	st = place(c, o->key, o->key_len, value_len, cfg, o, &n);
+	st = place(c, o->key, o->key_len, value_len + trailer, cfg, o, &n);
 	if (st != MC_OK) {
 		if (o->nrep == 0) { /* nothing left to keep */
 			mc_master_obj_erase(m, o);
@@ -939,7 +958,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		mc_master_obj_erase(m, o);
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
 	}
-	mc_obj_set_size(o, value_len);
+	mc_obj_set_alloc(o, value_len + trailer, trailer != 0);
 	place_install(m, o, n);
 	o->nrep = (uint8_t)n;
 	o->flags &= (uint8_t)~MC_OBJ_CKSUM;
@@ -952,7 +971,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
  * to m->rscratch at *pos (the caller reserved MC_MASTER_MAX_REPLICAS).
  */
 static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
-			       const struct mc_proto_str *key, uint64_t value_len,
+			       const struct mc_proto_str *key, uint64_t value_len, uint64_t trailer,
 			       const struct mc_proto_str *group,
 			       const struct mc_store_replicate_config *cfg, bool upsert,
 			       uint32_t *nrep_out, uint32_t *pos)
@@ -971,11 +990,19 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 			    sp(key));
 	if (value_len > MC_MASTER_MAX_VALUE)
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
-			    "key '%.*s': value length %" PRIu64 " above 2^48 - 1", show(key->len),
+			    "key '%.*s': value length %" PRIu64 " above 2^47 - 1", show(key->len),
 			    sp(key), value_len);
+	if (trailer &&
+	    (!mc_store_trailer_fits(value_len) || trailer != mc_store_trailer_len(value_len)))
+		return FAIL(c, MC_ERR_INVALID_PARAMS,
+			    "key '%.*s': a trailer of %" PRIu64 " bytes for %" PRIu64
+			    " (want %" PRIu64 ", for %u to %llu bytes)",
+			    show(key->len), sp(key), trailer, value_len,
+			    mc_store_trailer_len(value_len), MC_STORE_TCHUNK + 1,
+			    (unsigned long long)MC_STORE_TRAILER_MAX);
 	o = mc_master_obj_find_live(m, tenant, sp(key), key->len);
 	if (o && upsert) {
-		st = upsert_existing(c, o, client, value_len, cfg);
+		st = upsert_existing(c, o, client, value_len, trailer, cfg);
 		if (st != MC_OK)
 			return st;
 		goto out;
@@ -991,7 +1018,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	}
 	if (!mc_master_proc_reserve(m, 1))
 		return FAIL(c, MC_ERR_NOMEM, "no memory");
-	st = place(c, sp(key), key->len, value_len, cfg, NULL, &n);
+	st = place(c, sp(key), key->len, value_len + trailer, cfg, NULL, &n);
 	if (st != MC_OK)
 		return st;
 	o = mc_malloc(offsetof(struct mc_obj, key) + key->len);
@@ -1003,7 +1030,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	memcpy(o->key, sp(key), key->len);
 	o->key_len = (uint16_t)key->len;
 	o->tenant = tenant;
-	mc_obj_set_size(o, value_len);
+	mc_obj_set_alloc(o, value_len + trailer, trailer != 0);
 	o->aux = MC_MASTER_NO_CLIENT; /* no writer yet: proc_add sets it */
 	if (n > 1 && !mc_master_obj_ext_fit(o, n)) {
 		mc_free(o);
@@ -1073,8 +1100,9 @@ static mc_status h_put_start(struct ctx *c, const struct mc_store_msg *q)
 		return st;
 	if (mc_master_rscratch(m, MC_MASTER_MAX_REPLICAS) != MC_OK)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
-	st = put_start_one(c, client, tid, &r->key, r->value_len, &r->group_id, &r->config, upsert,
-			   &n, &pos);
+	st = put_start_one(c, client, tid, &r->key, r->value_len,
+			   r->trailer_len.present ? r->trailer_len.value : 0, &r->group_id,
+			   &r->config, upsert, &n, &pos);
 	if (st != MC_OK)
 		return st;
 	resp.n_replicas = n;
@@ -1100,6 +1128,9 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 		return st;
 	if (r->n_items && !r->items)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "item list missing");
+	if (r->n_trailers && r->n_trailers != r->n_items)
+		return FAIL(c, MC_ERR_INVALID_PARAMS, "%u trailer lengths for %u items",
+			    r->n_trailers, r->n_items);
 	if ((st = put_tenant(c, &r->tenant, &tid)) != MC_OK ||
 	    (st = put_client(c, &r->client_id, &client)) != MC_OK)
 		return st;
@@ -1117,9 +1148,9 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 			nfail++;
 			continue;
 		}
-		items[i].status =
-			put_start_one(c, client, tid, &it->key, it->value_len, &it->group_id,
-				      &r->config, upsert, &items[i].n_replicas, &pos);
+		items[i].status = put_start_one(c, client, tid, &it->key, it->value_len,
+						r->n_trailers ? r->trailers[i] : 0, &it->group_id,
+						&r->config, upsert, &items[i].n_replicas, &pos);
 		if (items[i].status != MC_OK)
 			nfail++;
 	}
@@ -1220,12 +1251,15 @@ static mc_status put_end_one(struct ctx *c, const struct mc_store_uuid *client, 
 	if ((st = put_check_writer(c, client, o, key)) != MC_OK)
 		return st;
 	pin = mc_master_proc_of(m, o)->pin;
-	if (nsums && (!cksum || !cksum->present || nsums != mc_store_chunk_count(mc_obj_size(o))))
+	/* an object with a trailer keeps its chunk sums there, and its
+	 * checksum is the trailer's */
+	if (nsums && (!cksum || !cksum->present || mc_obj_trailer(o) ||
+		      nsums != mc_store_chunk_count(mc_obj_size(o))))
 		return FAIL(c, MC_ERR_INVALID_PARAMS,
 			    "key '%.*s': %u chunk checksums for %" PRIu64 " bytes (want %" PRIu64
-			    ", with the object's checksum)",
-			    show(key->len), sp(key), nsums, mc_obj_size(o),
-			    mc_store_chunk_count(mc_obj_size(o)));
+			    ", with the object's checksum, and no trailer)",
+			    show(key->len), sp(key), nsums, mc_obj_vsize(o),
+			    mc_store_chunk_count(mc_obj_vsize(o)));
 	if (!mc_master_obj_set_sums(o, cksum && cksum->present, cksum ? cksum->value : 0, sums,
 				    nsums, false))
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the checksum");

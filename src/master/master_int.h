@@ -67,8 +67,8 @@ struct mc_obj {
 	uint32_t aux;		/* PROC: index in m->proc; SOFT: index in m->pins;
 				 * otherwise the writer's client slot (mc_master_obj_writer) */
 	uint32_t group;		/* group slot + 1; 0 = no group */
-	uint32_t size_lo;	/* value length in bytes: 48 bits, size_lo | size_hi << 32 */
-	uint16_t size_hi;
+	uint32_t size_lo;	/* bytes allocated per replica: 47 bits, size_lo | size_hi << 32 */
+	uint16_t size_hi;	/* top bit: MC_OBJ_HI_TRAILER */
 	uint16_t tenant;
 	uint16_t key_len;
 	uint8_t flags; /* enum mc_obj_flags */
@@ -76,17 +76,43 @@ struct mc_obj {
 	char key[]; /* key_len bytes, not NUL-terminated */
 };
 
-#define MC_MASTER_MAX_VALUE ((1ull << 48) - 1)
+#define MC_MASTER_MAX_VALUE ((1ull << 47) - 1)
+
+/*
+ * The object's replicas are value + trailer (minor 10, proto.h "Chunk-sum
+ * trailers"): mc_obj_size, what every replica holds and what copies,
+ * moves, repairs, the allocator, the log and the accounting use, counts
+ * the trailer; mc_obj_vsize, what readers and writers are told, does
+ * not.  With MC_OBJ_CKSUM the object's checksum is the trailer's hash.
+ * A bit of size_hi (values stay below 2^47), as flags is full.
+ */
+#define MC_OBJ_HI_TRAILER 0x8000u
 
 static inline uint64_t mc_obj_size(const struct mc_obj *o)
 {
-	return (uint64_t)o->size_lo | (uint64_t)o->size_hi << 32;
+	return (uint64_t)o->size_lo | (uint64_t)(o->size_hi & ~MC_OBJ_HI_TRAILER) << 32;
+}
+
+static inline bool mc_obj_trailer(const struct mc_obj *o)
+{
+	return o->size_hi & MC_OBJ_HI_TRAILER;
+}
+
+static inline uint64_t mc_obj_vsize(const struct mc_obj *o)
+{
+	return mc_obj_trailer(o) ? mc_store_untrailer(mc_obj_size(o)) : mc_obj_size(o);
+}
+
+/* Set the bytes of each replica (v < 2^47) and whether they end in a trailer. */
+static inline void mc_obj_set_alloc(struct mc_obj *o, uint64_t v, bool trailer)
+{
+	o->size_lo = (uint32_t)v;
+	o->size_hi = (uint16_t)((v >> 32) | (trailer ? MC_OBJ_HI_TRAILER : 0));
 }
 
 static inline void mc_obj_set_size(struct mc_obj *o, uint64_t v)
 {
-	o->size_lo = (uint32_t)v;
-	o->size_hi = (uint16_t)(v >> 32);
+	mc_obj_set_alloc(o, v, false);
 }
 
 /* An in-flight put: what is only needed while the object is PROC. */

@@ -46,7 +46,8 @@
  * a client wrote) costs no byte: aux holds it unless aux is busy as the
  * m->proc or m->pins index, and then that entry holds it; a client slot
  * stays taken while it is the writer of any object (mc_client.nobjs).
- * Values are limited to 2^48 - 1 bytes (256 TiB).
+ * Values are limited to 2^47 - 1 bytes (128 TiB): the size's top bit says
+ * whether the replicas end in a chunk-sum trailer (MC_OBJ_HI_TRAILER).
  *
  * Replicas are weak references.  A replica names a segment slot and the
  * slot's generation; unmount (explicit, graceful deadline, client expiry)

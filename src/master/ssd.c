@@ -868,7 +868,7 @@ static mc_status h_heartbeat(struct mc_master *m, const struct mc_store_offload_
 		e->handed = true;
 		e->deadline = now + m->cfg.put_start_release_timeout_ms;
 		resp.offload[resp.n_offload++] = (struct mc_store_offload_item){
-			tenant_str(m, o->tenant), {o->key, o->key_len}, mc_obj_size(o), addr};
+			tenant_str(m, o->tenant), {o->key, o->key_len}, mc_obj_vsize(o), addr};
 	}
 	for (uint32_t i = 0; i < nrm; i++) {
 		const struct mc_dkey *k = d->rm[i];
@@ -1009,7 +1009,7 @@ static int32_t notify_one(struct mc_master *m, uint32_t cl, struct mc_disk *d,
 			round->failed = true;
 			return MC_OK; /* memory stays; notify_round_end says for how long */
 		}
-		if (it->size != mc_obj_size(o)) {
+		if (it->size != mc_obj_vsize(o)) { /* a disk copy holds no trailer */
 			m->met.offload_failed++;
 			return MC_ERR_INVALID_PARAMS;
 		}
@@ -1035,7 +1035,7 @@ static int32_t notify_one(struct mc_master *m, uint32_t cl, struct mc_disk *d,
 	}
 	if (o->flags & MC_OBJ_PROC)
 		return MC_ERR_REPLICA_IS_NOT_READY;
-	if (mc_obj_size(o) != it->size)
+	if (mc_obj_vsize(o) != it->size)
 		return MC_ERR_INVALID_PARAMS;
 	st = add_disk_rep(m, o, d);
 	m->met.offload_reregistered += st == MC_OK;
@@ -1153,12 +1153,12 @@ static mc_status h_promo_heartbeat(struct mc_master *m,
 		t = &resp.tasks[resp.n_tasks++];
 		t->tenant = tenant_str(m, o->tenant);
 		t->key = (struct mc_proto_str){o->key, o->key_len};
-		t->size = mc_obj_size(o);
+		t->size = mc_obj_vsize(o); /* the disk copy's bytes, no trailer */
 		t->replica = (struct mc_store_replica){
 			.id = promo_id(&e->dst),
 			.status = MC_STORE_REPLICA_PROCESSING,
 			.type = MC_STORE_REPLICA_MEMORY,
-			.size = mc_obj_size(o),
+			.size = mc_obj_vsize(o),
 			.address = e->dst.addr,
 			.segment_name = {s->name, s->name_len},
 			.transport_endpoint = {s->te_endpoint, s->te_len},
@@ -1201,6 +1201,10 @@ static int32_t promo_one(struct mc_master *m, uint32_t cl,
 	*r = o->r0;
 	o->r0 = e->dst;
 	o->nrep++;
+	/* a disk copy holds no trailer, so the promoted block has none: the
+	 * object's checksum (the trailer's) goes, and it is read unchecked */
+	if (mc_obj_trailer(o) && (o->flags & MC_OBJ_CKSUM))
+		(void)mc_master_obj_set_sums(o, false, 0, NULL, 0, false);
 	m->met.promotion_completed++;
 	m->met.promotion_completed_bytes += mc_obj_size(o);
 	e->handed = false; /* the block is the object's now */

@@ -187,6 +187,14 @@ static mc_status block_alloc(struct mc_master *m, const char *name, size_t len, 
 	return full ? MC_ERR_NO_AVAILABLE_HANDLE : why;
 }
 
+/* The value bytes t moved, for the byte counters: t->size less the
+ * object's chunk-sum trailer, which the copy carries but is not the user's. */
+static uint64_t task_value_bytes(const struct mc_task *t)
+{
+	return t->o && mc_obj_trailer(t->o) && mc_obj_size(t->o) == t->size ? mc_obj_vsize(t->o)
+									    : t->size;
+}
+
 static void block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
 {
 	struct mc_seg *s;
@@ -721,7 +729,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 		m->tasks->repair_inflight--;
 		if (st == MC_OK) {
 			m->met.repair_done++;
-			m->met.repair_bytes += t->size;
+			m->met.repair_bytes += task_value_bytes(t);
 		} else {
 			m->met.repair_failed++;
 		}
@@ -1253,7 +1261,7 @@ static mc_status h_done(struct mc_master *m, const struct mc_store_msg *q, uint6
 	if (r->status == MC_OK) {
 		st = task_commit(m, t, &why);
 		if (st == MC_OK && t->job)
-			m->met.drain_migrated_bytes += t->size;
+			m->met.drain_migrated_bytes += task_value_bytes(t);
 	} else {
 		snprintf(buf, sizeof(buf), "the client failed: %.*s",
 			 (int)MC_MIN(r->message.len, 100), r->message.ptr ? r->message.ptr : "");
@@ -1302,7 +1310,7 @@ static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st)
 	j->active--;
 	if (st == MC_OK) {
 		j->succeeded++;
-		j->bytes += t->size;
+		j->bytes += task_value_bytes(t);
 	} else if (st == MC_ERR_NO_AVAILABLE_HANDLE) {
 		j->blocked++;
 	} else {

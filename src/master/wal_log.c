@@ -124,6 +124,8 @@ static bool obj_rec(const struct mc_master *m, struct mc_obj *o, bool waiting, s
 	w->key.len = o->key_len;
 	w->size = mc_obj_size(o);
 	w->flags = (o->flags & MC_OBJ_HARD) ? MC_WALREC_F_HARD : 0;
+	if (mc_obj_trailer(o))
+		w->flags |= MC_WALREC_F_TRAILER;
 	if (o->flags & MC_OBJ_CKSUM) {
 		w->flags |= MC_WALREC_F_CKSUM;
 		w->checksum = o->ext->checksum;
@@ -617,6 +619,10 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	struct mc_obj *o;
 	mc_status st;
 
+	if (in->size > MC_MASTER_MAX_VALUE) { /* an older master took up to 2^48 - 1 */
+		mc_warn("wal: object of %" PRIu64 " bytes, above 2^47 - 1: not kept", in->size);
+		return MC_OK;
+	}
 	for (uint32_t i = 0; i < in->nrep; i++) {
 		uint32_t slot = mc_master_wal_wait_find(m, &in->reps[i].seg);
 
@@ -639,7 +645,7 @@ static mc_status replay_put(struct mc_master *m, const struct mc_walrec_obj *in)
 	memcpy(o->key, in->key.p, in->key.len);
 	o->key_len = in->key.len;
 	o->tenant = tid;
-	mc_obj_set_size(o, in->size);
+	mc_obj_set_alloc(o, in->size, in->flags & MC_WALREC_F_TRAILER);
 	o->aux = MC_MASTER_NO_CLIENT;
 	if (in->flags & MC_WALREC_F_CKSUM)
 		o->flags |= MC_OBJ_CKSUM;

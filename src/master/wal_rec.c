@@ -72,7 +72,9 @@ static uint8_t rec_version(const struct mc_walrec *r)
 {
 	switch (r->type) {
 	case MC_WALREC_OBJ_PUT:
-		return (r->u.obj.flags & MC_WALREC_F_CHUNKS) ? 2 : 1;
+		return (r->u.obj.flags & MC_WALREC_F_TRAILER)  ? 4
+		       : (r->u.obj.flags & MC_WALREC_F_CHUNKS) ? 2
+							       : 1;
 	case MC_WALREC_TASK:
 	case MC_WALREC_JOB:
 	case MC_WALREC_TASK_SEQ:
@@ -320,14 +322,24 @@ mc_status mc_walrec_decode(uint16_t type, const uint8_t *p, size_t len, struct m
 		get_str(&d, &o->key, "key");
 		o->size = get64(&d, "size");
 		o->flags = get8(&d, "flags");
-		if (!d.bad &&
-		    (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM | MC_WALREC_F_CHUNKS)))
+		if (!d.bad && (o->flags & ~(MC_WALREC_F_HARD | MC_WALREC_F_CKSUM |
+					    MC_WALREC_F_CHUNKS | MC_WALREC_F_TRAILER)))
 			d.bad = "flags";
 		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && !(o->flags & MC_WALREC_F_CKSUM))
 			d.bad = "flags";
+		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS) && (o->flags & MC_WALREC_F_TRAILER))
+			d.bad = "flags";
 		/* each record has the lowest version that can say it */
-		if (!d.bad && ver != ((o->flags & MC_WALREC_F_CHUNKS) ? 2 : 1))
+		if (!d.bad && ver != ((o->flags & MC_WALREC_F_TRAILER)	? 4
+				      : (o->flags & MC_WALREC_F_CHUNKS) ? 2
+									: 1))
 			d.bad = "version";
+		if (!d.bad && (o->flags & MC_WALREC_F_TRAILER)) {
+			uint64_t v = mc_store_untrailer(o->size);
+
+			if (!mc_store_trailer_fits(v) || v + mc_store_trailer_len(v) != o->size)
+				d.bad = "size with a trailer";
+		}
 		if (o->flags & MC_WALREC_F_CKSUM)
 			o->checksum = get64(&d, "checksum");
 		if (!d.bad && (o->flags & MC_WALREC_F_CHUNKS)) {

@@ -11,9 +11,13 @@
  *
  *   OBJ_PUT   an object completed (PutEnd) or replaced (Upsert):
  *             tenant, key, u64 size, u8 flags (1 hard pin, 2 checksum,
- *             4 chunk checksums), [u64 checksum], [u32 nchunks, nchunks x
- *             u64: flag 4, which needs flag 2 and payload version 2, and
- *             nchunks is mc_store_chunk_count(size)], group ("" = none),
+ *             4 chunk checksums, 8 trailer), [u64 checksum], [u32 nchunks,
+ *             nchunks x u64: flag 4, which needs flag 2 and payload version
+ *             2, and nchunks is mc_store_chunk_count(size)], group ("" =
+ *             none), ...; flag 8 (payload version 4, never with flag 4):
+ *             each replica is the value and its chunk-sum trailer, size
+ *             counts both (a value of mc_store_untrailer(size) bytes), and
+ *             the checksum is the trailer's,
  *             u8 nrep, nrep x { u8 kind (enum mc_walrec_rep_kind), uuid
  *             segment, u64 addr }
  *   OBJ_DEL   an object removed, revoked after completion, evicted or
@@ -58,7 +62,7 @@
 #include "mooncake/status.h"
 #include "store/proto.h"
 
-#define MC_WALREC_VERSION  3u
+#define MC_WALREC_VERSION  4u
 #define MC_WALREC_MAX_REPS 64u
 
 enum mc_walrec_type {
@@ -82,7 +86,8 @@ enum mc_walrec_rep_kind {
 enum {
 	MC_WALREC_F_HARD = 1u << 0,
 	MC_WALREC_F_CKSUM = 1u << 1,
-	MC_WALREC_F_CHUNKS = 1u << 2, /* version 2 */
+	MC_WALREC_F_CHUNKS = 1u << 2,  /* version 2 */
+	MC_WALREC_F_TRAILER = 1u << 3, /* version 4: size counts the trailer */
 };
 
 struct mc_walrec_str {

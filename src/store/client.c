@@ -462,6 +462,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		mc_store_client_env_load(&env);
 		s->local_memcpy = mc_store_client_env_memcpy(&env);
 		s->verify = env.verify && !p->disable_verify;
+		s->trailers = s->verify && env.chunk_trailers;
 		/* every cached read is checked: no cache without checksums */
 		rc = mc_store_loc_init(s, s->verify ? (uint64_t)env.location_cache : 0);
 		mc_store_client_env_release(&env);

@@ -23,6 +23,7 @@ struct mc_store_client_env {
 	int64_t rpc_busy_poll_us; /* MC_RPC_BUSY_POLL_US */
 	bool metrics;		  /* MC_STORE_CLIENT_METRIC */
 	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
+	bool chunk_trailers;	  /* MC_STORE_CHUNK_TRAILERS: minor-10 trailers on puts */
 	int64_t location_cache;	  /* MC_STORE_LOCATION_CACHE: entries, 0 = off */
 	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */

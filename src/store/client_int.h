@@ -63,6 +63,8 @@ struct mc_store {
 	/* replica locations under lease (MC_STORE_LOCATION_CACHE,
 	 * client_loccache.c); NULL when off */
 	struct mc_store_loccache *loc;
+	bool trailers;	   /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
+			    * puts write chunk-sum trailers (tests set it directly) */
 
 	/* global segment */
 	void *seg;
@@ -171,6 +173,17 @@ struct mc_store_io {
 	/* a read checked chunk by chunk (a range, client_ranges.c): io->len
 	 * bytes from a chunk's start, chunk_want[i] the sum of its i-th chunk */
 	const uint64_t *chunk_want;
+	/* chunk-sum trailers (minor 10, client_verify.c "Trailers"): a write
+	 * with tlen puts its trailer (tsums, from the sign) after its value in
+	 * every memory replica; a read with tlen and check reads the object's
+	 * trailer too (tlen bytes at tbl_at past where io starts, into tbl,
+	 * which mc_store_run_transfers provides) and checks it against cksum
+	 * and each MC_STORE_TCHUNK of io (io starts at chunk tbl_first)
+	 * against its entry */
+	uint64_t tlen, tbl_at, tbl_first;
+	uint64_t *tsums;
+	char *tbl;
+	bool twritten;	       /* a write's trailer is written or queued */
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 	/* a read from a cached location (client_loccache.c): a mismatch
 	 * means the location is stale, not the replica corrupt, so it is
@@ -283,6 +296,7 @@ struct mc_store_chk_obj {
 	bool has_cksum;
 	uint64_t cksum;
 	struct mc_store_chunk_sums sums; /* none: n = 0 */
+	struct mc_proto_opt_u64 table;	 /* minor 10: the trailer's hash */
 };
 struct chunk_plan;
 /* The scratch of one call: n slots of MC_STORE_CHUNK bytes, registered
@@ -299,7 +313,8 @@ void mc_store_scratch_put(struct mc_store *s, struct mc_store_scratch *sc);
 struct mc_store_chk {
 	struct chunk_plan *plans; /* per range */
 	struct mc_store_scratch *sc;
-	size_t nslots;
+	size_t nslots;		    /* of MC_STORE_CHUNK (minor-9 plans) */
+	size_t npieces, piece_next; /* of MC_STORE_TCHUNK (trailer plans), after them */
 };
 mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);
 size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
@@ -340,9 +355,12 @@ mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid
  * order.
  */
 mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
-				  const uint64_t *totals, const uint32_t *sent, uint32_t nsent,
+				  const uint64_t *totals, const uint64_t *trailers,
+				  const uint32_t *sent, uint32_t nsent,
 				  const struct mc_store_config *cfg, bool upsert,
 				  struct mc_store_msg *resp);
+/* The trailer a put of len bytes writes (minor 10; 0: none). */
+uint64_t mc_store_trailer_for(struct mc_store *s, uint64_t len);
 
 /* BatchPutRevoke (BatchUpsertRevoke) of n keys; logs a failure.  On MC_OK
  * the caller releases resp. */
@@ -444,6 +462,10 @@ void mc_store_io_sums_free(struct mc_store_io *io);
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* Reads checked by a trailer: one buffer for all their trailers (each
+ * io's tbl points into it; the caller frees it), or NULL when none is
+ * (no memory: they are read unchecked). */
+char *mc_store_verify_trailers(struct mc_store *s, struct mc_store_io *ios, size_t n);
 /* Reads: every io with status MC_OK and check set, not checked yet, is
  * hashed; a mismatch sets MC_ERR_CHECKSUM_MISMATCH and is counted. */
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);

@@ -16,7 +16,11 @@
  * checked against its sum after the pass (client_verify.c), a mismatch
  * takes the retry path of whole reads, and only then are the asked bytes
  * of the partial chunks copied out.  The caller's buffer never receives a
- * byte outside its ranges.
+ * byte outside its ranges.  An object with a chunk-sum trailer (minor 10,
+ * client_verify.c "trailers") is read the same way in chunks of 16 KiB
+ * (MC_STORE_TCHUNK), its partial ones in 16 KiB pieces of the scratch
+ * slots, and its trailer beside them, so a 64 KiB range moves at most
+ * 96 KiB and the trailer.
  *
  * Threads: as client_xfer.c; a call's state is its own; the scratch slots
  * are under scratch_lock.
@@ -189,6 +193,7 @@ void mc_store_scratch_put(struct mc_store *s, struct mc_store_scratch *sc)
  * partial first chunk, the chunks it covers whole, a partial last chunk). */
 struct chunk_plan {
 	bool on;
+	uint64_t cs;	     /* the chunk: MC_STORE_CHUNK, or MC_STORE_TCHUNK (a trailer) */
 	uint64_t off, len;   /* the range asked */
 	uint64_t ws, we;     /* the chunks read */
 	bool head, tail;     /* the first / last chunk is covered in part: scratch */
@@ -199,46 +204,65 @@ struct chunk_plan {
 	char *hs, *ts; /* the scratch slots of head and tail */
 };
 
+/* Plan p for reading range [off, off + len) (not empty, not the whole
+ * object) of an object of size bytes in chunks of C bytes. */
+static void plan_chunks(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size, uint64_t C)
+{
+	uint64_t c0 = off / C, c1 = (off + len - 1) / C;
+
+	memset(p, 0, sizeof(*p));
+	p->on = true;
+	p->cs = C;
+	p->off = off;
+	p->len = len;
+	p->ws = c0 * C;
+	p->we = MC_MIN(size, (c1 + 1) * C);
+	p->head_end = MC_MIN(p->ws + C, p->we);
+	p->head = off > p->ws || off + len < p->head_end;
+	p->tail_start = c1 * C;
+	p->tail = c1 > c0 && off + len < p->we;
+}
+
 /* Plan p for reading range g of an object of size bytes into dst; false
  * when it is read as before (no chunk sums, the whole object, empty). */
 static bool plan_range(struct chunk_plan *p, uint64_t off, uint64_t len, uint64_t size,
 		       const struct mc_store_chunk_sums *cs)
 {
-	uint64_t c0, c1;
-
 	memset(p, 0, sizeof(*p));
 	if (!cs || !cs->n || cs->n != mc_store_chunk_count(size) || !len ||
 	    (off == 0 && len == size))
 		return false;
-	c0 = off / MC_STORE_CHUNK;
-	c1 = (off + len - 1) / MC_STORE_CHUNK;
-	p->on = true;
-	p->off = off;
-	p->len = len;
-	p->ws = c0 * MC_STORE_CHUNK;
-	p->we = MC_MIN(size, (c1 + 1) * MC_STORE_CHUNK);
-	p->head_end = MC_MIN(p->ws + MC_STORE_CHUNK, p->we);
-	p->head = off > p->ws || off + len < p->head_end;
-	p->tail_start = c1 * MC_STORE_CHUNK;
-	p->tail = c1 > c0 && off + len < p->we;
+	plan_chunks(p, off, len, size, MC_STORE_CHUNK);
 	return true;
+}
+
+/* Partial chunks of MC_STORE_TCHUNK share the scratch slots, this many to one. */
+#define PIECES_PER_SLOT (MC_STORE_CHUNK / MC_STORE_TCHUNK)
+
+static char *take_piece(struct mc_store_chk *c)
+{
+	size_t k = c->piece_next++;
+
+	return c->sc->slots[c->nslots + k / PIECES_PER_SLOT] +
+	       (k % PIECES_PER_SLOT) * (size_t)MC_STORE_TCHUNK;
 }
 
 /* The pieces of p: scratch for partial chunks, dst (the range's place in
  * the caller's buffer) for the rest; how many. */
-static size_t plan_bufs(struct chunk_plan *p, char *dst, struct mc_store_scratch *sc)
+static size_t plan_bufs(struct chunk_plan *p, char *dst, struct mc_store_chk *c)
 {
+	struct mc_store_scratch *sc = c->sc;
 	size_t n = 0;
 	uint64_t mid_start = p->ws, mid_end = p->we;
 
 	if (p->head) {
-		p->hs = sc->slots[sc->next++];
+		p->hs = p->cs == MC_STORE_TCHUNK ? take_piece(c) : sc->slots[sc->next++];
 		p->bufs[n] = p->hs;
 		p->lens[n++] = (size_t)(p->head_end - p->ws);
 		mid_start = p->head_end;
 	}
 	if (p->tail) {
-		p->ts = sc->slots[sc->next++];
+		p->ts = p->cs == MC_STORE_TCHUNK ? take_piece(c) : sc->slots[sc->next++];
 		mid_end = p->tail_start;
 	}
 	if (mid_end > mid_start) {
@@ -284,19 +308,35 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 {
 	struct chunk_plan p = {.on = false};
 	struct mc_store_io *io;
+	uint64_t size = o->rep->size;
+	/* minor 10: checked by its trailer, a range read in MC_STORE_TCHUNK chunks */
+	bool table = s->verify && o->table.present && mc_store_trailer_fits(size) && len &&
+		     mc_te_local_device(s->te, dst, len) < 0;
 	size_t k;
 
 	/* checked chunk by chunk: read the chunks it touches */
-	if (!s->verify || !o->has_cksum ||
-	    !plan_range(&p, off, len, o->rep->size, o->sums.n ? &o->sums : NULL) ||
-	    mc_te_local_device(s->te, dst, len) >= 0)
+	if (table && !(off == 0 && len == size))
+		plan_chunks(&p, off, len, size, MC_STORE_TCHUNK);
+	else if (table || !s->verify || !o->has_cksum ||
+		 !plan_range(&p, off, len, size, o->sums.n ? &o->sums : NULL) ||
+		 mc_te_local_device(s->te, dst, len) >= 0)
 		p.on = false;
 	k = mc_store_ranges_add(rs, dst, p.on ? p.ws : off, p.on ? p.we - p.ws : len, o->rep, 1);
 	io = &rs->ios[k];
 	io->key = o->key;
 	if (len && o->list)
 		mc_store_io_alternates(io, o->list, o->rep, p.on ? p.ws : off);
-	if (p.on) {
+	if (table) {
+		uint64_t at = p.on ? p.ws : 0; /* else the whole object */
+
+		io->check = true;
+		io->checked = false;
+		io->cksum = o->table.value;
+		io->tlen = mc_store_trailer_len(size);
+		io->tbl_at = size - at;
+		io->tbl_first = at / MC_STORE_TCHUNK;
+		c->npieces += (size_t)p.head + (size_t)p.tail;
+	} else if (p.on) {
 		io->check = true;
 		io->chunk_want = o->sums.v + p.ws / MC_STORE_CHUNK;
 		c->nslots += (size_t)p.head + (size_t)p.tail;
@@ -311,13 +351,14 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 
 mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs)
 {
-	if (mc_store_scratch_get(s, c->sc, c->nslots) != MC_OK)
-		return mc_set_error(MC_ERR_NOMEM, "ranged read: no memory for %zu chunks",
-				    c->nslots);
+	size_t n = c->nslots + (c->npieces + PIECES_PER_SLOT - 1) / PIECES_PER_SLOT;
+
+	if (mc_store_scratch_get(s, c->sc, n) != MC_OK)
+		return mc_set_error(MC_ERR_NOMEM, "ranged read: no memory for %zu chunks", n);
 	for (size_t k = 0; k < rs->n; k++) {
 		if (!c->plans[k].on)
 			continue;
-		rs->ios[k].nbufs = plan_bufs(&c->plans[k], rs->bufs[k], c->sc);
+		rs->ios[k].nbufs = plan_bufs(&c->plans[k], rs->bufs[k], c);
 		rs->ios[k].bufs = c->plans[k].bufs;
 		rs->ios[k].lens = c->plans[k].lens;
 	}
@@ -433,6 +474,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 		o.rep = rep;
 		o.has_cksum = it->list.checksum.present;
 		o.cksum = it->list.checksum.value;
+		o.table = it->list.table_cksum;
 		if (resp.body.batch_replica_list.n_chunks)
 			o.sums = resp.body.batch_replica_list.chunks[j];
 		end = registered_end(s, base);

@@ -56,6 +56,7 @@ struct session {
 	bool has_cksum;
 	uint64_t cksum;
 	struct mc_store_chunk_sums sums;
+	struct mc_proto_opt_u64 table; /* minor 10: its trailer's hash */
 	uint64_t lease_ms; /* get: the lease granted, ending at deadline_ms */
 	char *blob;
 };
@@ -291,6 +292,7 @@ mc_status mc_store_batch_get_session_start(struct mc_store *s, const char *const
 		x->lease_ms = it->list.lease_ttl_ms;
 		x->has_cksum = it->list.checksum.present;
 		x->cksum = it->list.checksum.value;
+		x->table = it->list.table_cksum;
 		if (cs && cs->n && (x->sums.v = mc_malloc((size_t)cs->n * sizeof(uint64_t)))) {
 			memcpy(x->sums.v, cs->v, (size_t)cs->n * sizeof(uint64_t));
 			x->sums.n = cs->n; /* no memory: its ranges are read unchecked */
@@ -423,7 +425,8 @@ static mc_status session_ranges(struct mc_store *s, bool put, const char *const 
 						     .rep = xs[i]->reps,
 						     .has_cksum = xs[i]->has_cksum,
 						     .cksum = xs[i]->cksum,
-						     .sums = xs[i]->sums};
+						     .sums = xs[i]->sums,
+						     .table = xs[i]->table};
 			if (put)
 				rs.ios[mc_store_ranges_add(&rs, bufs[i][b], offs[i][b], lens[i][b],
 							   xs[i]->reps, xs[i]->nreps)]
@@ -557,7 +560,8 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 	pthread_mutex_unlock(&s->sess_lock);
 	if (!nsent)
 		goto out;
-	rc = mc_store_send_put_start(s, keys, sizes, sent, nsent, config, false, &resp);
+	/* no trailer: a session's chunk sums are minor 9's (design.md) */
+	rc = mc_store_send_put_start(s, keys, sizes, NULL, sent, nsent, config, false, &resp);
 	if (rc != MC_OK)
 		goto out;
 	for (uint32_t j = 0; j < nsent; j++) {

@@ -32,6 +32,9 @@
  * An object larger than one chunk (MC_STORE_CHUNK) is also signed chunk
  * by chunk (hash_chunks, one pass), and a read of part of it checks the
  * chunks it touches (client_ranges.c widens it to them; judge_chunks).
+ * From minor 10 a plain or batch put of more than 16 KiB writes the sums
+ * of its 16 KiB chunks in a trailer after the object instead, whose hash
+ * is the object's checksum ("trailers" below).
  *
  * A put session signs its objects too, whatever the order of its pieces
  * (mc_store_seq_hash, "put sessions" below): pieces that continue what was
@@ -75,6 +78,7 @@
 #endif
 
 #include "base/alloc.h"
+#include "base/endian.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "store/client_metrics.h"
@@ -123,6 +127,125 @@ void mc_store_io_sums_free(struct mc_store_io *io)
 	mc_free(io->chunk_sums);
 	io->chunk_sums = NULL;
 	io->nchunks = 0;
+	mc_free(io->tsums);
+	io->tsums = NULL;
+}
+
+/* The hash of bytes [off, end) of io (they may span buffers); *b and *bo
+ * (the buffer holding off and its offset in io) move along. */
+static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t end, size_t *b,
+			  uint64_t *bo)
+{
+	XXH3_state_t part;
+
+	while (off - *bo >= io->lens[*b]) /* off < len: some buffer holds it */
+		*bo += io->lens[(*b)++];
+	if (io->lens[*b] - (off - *bo) >= end - off) /* in one buffer */
+		return hash64((const char *)io->bufs[*b] + (off - *bo), (size_t)(end - off));
+	XXH3_64bits_reset(&part);
+	while (off < end) {
+		size_t k;
+
+		while (off - *bo >= io->lens[*b])
+			*bo += io->lens[(*b)++];
+		k = (size_t)MC_MIN(io->lens[*b] - (off - *bo), end - off);
+		hash_update(&part, (const char *)io->bufs[*b] + (off - *bo), k);
+		off += k;
+	}
+	return XXH3_64bits_digest(&part);
+}
+
+/* ---- trailers ------------------------------------------------------------------------------
+ *
+ * An object written with minor 10 (proto.h "Chunk-sum trailers") carries
+ * the sum of each MC_STORE_TCHUNK of it in a trailer after its bytes, in
+ * every replica, and the master keeps the trailer's hash.  The writer
+ * hashes each byte once, chunk by chunk, while the batch moves them, and
+ * writes the trailer as one more request of the same batch
+ * (client_xfer.c, put_trailers).  A reader of any part of it, the whole
+ * object or a range widened to the chunks it touches (client_ranges.c),
+ * reads the trailer in the same batch, checks the trailer's hash, then
+ * each chunk it read against its entry: a 64 KiB range moves at most 96
+ * KiB and 8 bytes per chunk of the object.  A replica read from disk (the
+ * SSD tier, DISK files) has no trailer and is read unchecked; so is the
+ * object once a promotion from disk made a memory copy without one (the
+ * master drops its checksum then).
+ */
+static void hash_trailer(const struct mc_store_io *io, uint64_t *t)
+{
+	size_t b = 0;
+	uint64_t bo = 0;
+
+	for (uint64_t c = 0, off = 0; off < io->len; c++, off += MC_STORE_TCHUNK)
+		mc_put_le64((uint8_t *)&t[c],
+			    span_hash(io, off, MC_MIN(off + MC_STORE_TCHUNK, io->len), &b, &bo));
+}
+
+uint64_t mc_store_trailer_for(struct mc_store *s, uint64_t len)
+{
+	return s->verify && s->trailers && mc_store_trailer_fits(len) &&
+			       mc_master_conn_peer_minor(s->conn) >= 10
+		       ? mc_store_trailer_len(len)
+		       : 0;
+}
+
+char *mc_store_verify_trailers(struct mc_store *s, struct mc_store_io *ios, size_t n)
+{
+	uint64_t total = 0, at = 0;
+	char *tbl;
+
+	for (size_t i = 0; i < n; i++)
+		if (ios[i].tlen && ios[i].check && ios[i].status == MC_OK && s->verify)
+			total += ios[i].tlen;
+	if (!total)
+		return NULL;
+	tbl = total <= SIZE_MAX ? mc_malloc((size_t)total) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
+
+		if (!io->tlen || !io->check || io->status != MC_OK || !s->verify)
+			continue;
+		if (!tbl) { /* no memory: read unchecked */
+			io->check = false;
+			continue;
+		}
+		io->tbl = tbl + at;
+		at += io->tlen;
+	}
+	return tbl;
+}
+
+static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want);
+
+/* Check a read against its object's trailer: the trailer's hash, then
+ * each chunk's sum (sums[i] for its i-th chunk, hashed as it landed, or
+ * hashed here when sums is NULL); the first bad one fails io. */
+static void judge_table(struct mc_store *s, struct mc_store_io *io, const uint64_t *sums)
+{
+	uint64_t got = hash64(io->tbl, (size_t)io->tlen);
+	size_t b = 0;
+	uint64_t bo = 0;
+
+	io->checked = true;
+	if (got != io->cksum) {
+		mismatch(s, io, got, io->cksum);
+		return;
+	}
+	for (uint64_t c = io->tbl_first, off = 0; off < io->len; c++, off += MC_STORE_TCHUNK) {
+		uint64_t want, i = c - io->tbl_first;
+
+		if (8 * c >= io->tlen) { /* a read past the object: cannot be */
+			mismatch(s, io, 0, 0);
+			return;
+		}
+		want = mc_get_le64((const uint8_t *)io->tbl + 8 * c);
+		got = sums ? sums[i]
+			   : span_hash(io, off, MC_MIN(off + MC_STORE_TCHUNK, io->len), &b, &bo);
+		if (got != want) {
+			mismatch(s, io, got, want);
+			return;
+		}
+	}
 }
 
 /* The whole checksum of io and, when it has more than one chunk, the
@@ -176,6 +299,15 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 		io->sign = false; /* once, even if a later pass runs */
 		if (!s->verify || !host_only(s, io))
 			continue;
+		if (io->tlen) { /* minor 10: the trailer, and its hash */
+			if (io->tlen != mc_store_trailer_len(io->len) ||
+			    !(io->tsums = mc_malloc((size_t)io->tlen)))
+				continue; /* no memory: unsigned, read unchecked */
+			hash_trailer(io, io->tsums);
+			io->cksum = hash64(io->tsums, (size_t)io->tlen);
+			io->has_cksum = true;
+			continue;
+		}
 		io->chunk_sums = nc && nc <= UINT32_MAX ? mc_malloc(nc * sizeof(uint64_t)) : NULL;
 		if (io->chunk_sums) {
 			io->nchunks = (uint32_t)nc;
@@ -190,14 +322,25 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 /* A read io that is still to be checked. */
 static bool to_check(struct mc_store *s, const struct mc_store_io *io)
 {
-	return io->check && !io->checked && io->status == MC_OK && s->verify && host_only(s, io);
+	/* a trailer is read from memory replicas only */
+	return io->check && !io->checked && io->status == MC_OK && s->verify &&
+	       (!io->tlen ||
+		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
+	       host_only(s, io);
+}
+
+/* A read checked by its object's trailer: its pieces are hashed as they
+ * land, in any order, 16 KiB chunk by chunk (mc_store_verify_task_end). */
+static bool to_land(struct mc_store *s, const struct mc_store_io *io)
+{
+	return io->tlen && to_check(s, io);
 }
 
 /* A read io that is still to be checked as its pieces land: a whole
  * object (a chunked read is checked after the pass, chunk by chunk). */
 static bool to_stream(struct mc_store *s, const struct mc_store_io *io)
 {
-	return !io->chunk_want && to_check(s, io);
+	return !io->chunk_want && !io->tlen && to_check(s, io);
 }
 
 /* The bytes of io are all in device memory. */
@@ -221,6 +364,8 @@ static bool device_only(struct mc_store *s, const struct mc_store_io *io)
 static bool to_stage(struct mc_store *s, const struct mc_store_io *io)
 {
 	return io->check && !io->checked && io->status == MC_OK && s->verify && !io->chunk_want &&
+	       (!io->tlen ||
+		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
 	       device_only(s, io);
 }
 
@@ -284,7 +429,9 @@ void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n
 	for (size_t i = 0; i < n; i++) {
 		if (!to_check(s, &ios[i]))
 			continue;
-		if (ios[i].chunk_want)
+		if (ios[i].tlen)
+			judge_table(s, &ios[i], NULL);
+		else if (ios[i].chunk_want)
 			judge_chunks(s, &ios[i]);
 		else
 			judge(s, &ios[i], mc_store_io_hash(&ios[i]));
@@ -293,7 +440,7 @@ void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n
 
 uint64_t mc_store_verify_chunk(struct mc_store *s, const struct mc_store_io *io)
 {
-	return to_stream(s, io) ? MC_STORE_VERIFY_CHUNK : UINT64_MAX;
+	return to_stream(s, io) || to_land(s, io) ? MC_STORE_VERIFY_CHUNK : UINT64_MAX;
 }
 
 /* Pieces of an own-segment read copied then hashed: the piece just
@@ -305,6 +452,16 @@ mc_status mc_store_verify_copy(struct mc_store *s, struct mc_store_io *io, const
 	XXH3_state_t st;
 	uint64_t off = 0;
 
+	if (io->tlen) { /* its trailer was copied too: copied, then judged */
+		for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
+			size_t n = (size_t)MC_MIN((uint64_t)io->lens[b], io->len - off);
+
+			memcpy(io->bufs[b], src + off, n);
+			off += n;
+		}
+		judge_table(s, io, NULL);
+		return io->status;
+	}
 	XXH3_64bits_reset(&st);
 	for (size_t b = 0; b < io->nbufs && off < io->len; b++) {
 		size_t n = (size_t)MC_MIN((uint64_t)io->lens[b], io->len - off);
@@ -356,6 +513,16 @@ struct vio {
 	bool staged, lost;
 	uint64_t pos;
 	struct held *held;
+	/* checked by a trailer: the sum of each MC_STORE_TCHUNK of io (land:
+	 * by whichever thread lands the piece holding it, in any order;
+	 * staged: in order, by the staging thread), and for land the pieces
+	 * hashed; miss: one could not be (unaligned), the check after the
+	 * pass hashes them all */
+	bool land;
+	uint64_t *got;
+	atomic_uint nland;
+	atomic_bool miss;
+	uint32_t npieces;
 };
 
 struct mc_store_vpass {
@@ -364,13 +531,15 @@ struct mc_store_vpass {
 	struct vio *v; /* per io */
 	size_t n;
 	atomic_bool *landed; /* per request */
-	uint64_t *base;	     /* per request: its offset in its io (staged ios) */
+	uint64_t *base;	     /* per request: its offset in its io (staged and land
+			      * ios; UINT64_MAX: a trailer's) */
 	bool any_staged;
 };
 
 static void vpass_free(struct mc_store_vpass *vp)
 {
 	for (size_t i = 0; i < vp->n; i++) {
+		mc_free(vp->v[i].got);
 		if (vp->v[i].st)
 			XXH3_freeState(vp->v[i].st);
 		while (vp->v[i].held) {
@@ -393,7 +562,8 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	bool any = false;
 
 	for (size_t k = 0; k < nreq && !any; k++)
-		any = to_stream(s, &ios[owner[k]]) || to_stage(s, &ios[owner[k]]);
+		any = to_stream(s, &ios[owner[k]]) || to_stage(s, &ios[owner[k]]) ||
+		      to_land(s, &ios[owner[k]]);
 	if (!any || !(vp = mc_calloc(1, sizeof(*vp))))
 		return NULL;
 	vp->reqs = reqs;
@@ -407,18 +577,42 @@ struct mc_store_vpass *mc_store_verify_pass_new(struct mc_store *s, struct mc_st
 	for (size_t k = 0, end; k < nreq; k = end) {
 		struct vio *v = &vp->v[owner[k]];
 		bool staged = false; /* host reads: one lookup, as before */
+		bool land;
 
 		for (end = k; end < nreq && owner[end] == owner[k];)
 			end++;
-		if (!to_stream(s, &ios[owner[k]]) && !(staged = to_stage(s, &ios[owner[k]])))
+		land = to_land(s, &ios[owner[k]]);
+		if (!to_stream(s, &ios[owner[k]]) && !(staged = to_stage(s, &ios[owner[k]])) &&
+		    !land)
 			continue;
 		v->io = &ios[owner[k]];
 		v->first = v->next = (uint32_t)k;
 		v->end = (uint32_t)end;
+		if (v->io->tlen) { /* the sums of its chunks */
+			uint64_t at = 0;
+
+			v->land = land && !staged;
+			v->got = mc_calloc(
+				(size_t)((v->io->len + MC_STORE_TCHUNK - 1) / MC_STORE_TCHUNK) + 1,
+				sizeof(uint64_t));
+			if (!v->got)
+				goto fail;
+			for (size_t j = k; j < end; j++) {
+				if (reqs[j].source == v->io->tbl) {
+					vp->base[j] = UINT64_MAX;
+					continue;
+				}
+				vp->base[j] = at;
+				at += reqs[j].length;
+				v->npieces++;
+			}
+			if (v->land)
+				continue;
+		}
 		if (staged) {
 			uint64_t at = 0;
 
-			for (size_t j = k; j < end; j++) {
+			for (size_t j = k; j < end && !v->io->tlen; j++) {
 				vp->base[j] = at;
 				at += reqs[j].length;
 			}
@@ -454,6 +648,22 @@ void mc_store_verify_task_end(void *arg, size_t k, mc_status status)
 	}
 	if (v->staged)
 		return; /* hashed as the staging thread saw it */
+	if (v->land) {	/* a whole number of chunks, hashed here; any order */
+		uint64_t at = vp->base[k], len = vp->reqs[k].length;
+		const char *src = vp->reqs[k].source;
+
+		if (at == UINT64_MAX)
+			return; /* the trailer: hashed whole after the wait */
+		if (at % MC_STORE_TCHUNK || (len % MC_STORE_TCHUNK && at + len != v->io->len)) {
+			atomic_store(&v->miss, true);
+			return;
+		}
+		for (uint64_t o = 0; o < len; o += MC_STORE_TCHUNK)
+			v->got[(at + o) / MC_STORE_TCHUNK] =
+				hash64(src + o, (size_t)MC_MIN(len - o, (uint64_t)MC_STORE_TCHUNK));
+		atomic_fetch_add(&v->nland, 1);
+		return;
+	}
 	if (!v->st) { /* the only piece: this thread alone touches v */
 		v->sum = hash64(vp->reqs[k].source, (size_t)vp->reqs[k].length);
 		v->next = v->end;
@@ -488,10 +698,32 @@ bool mc_store_verify_pass_staged(const struct mc_store_vpass *vp)
  * device memory without staging (the local transport, an own-segment
  * replica) is not seen whole, and stays unchecked.
  */
+/* Feed the next len bytes of v's io, in order: to the whole hash, or, for
+ * a read checked by a trailer, to each chunk's. */
+static void stage_feed(struct vio *v, const char *p, uint64_t len)
+{
+	if (!v->got) {
+		hash_update(v->st, p, (size_t)len);
+		v->pos += len;
+		return;
+	}
+	while (len) {
+		uint64_t k = MC_MIN(len, MC_STORE_TCHUNK - v->pos % MC_STORE_TCHUNK);
+
+		hash_update(v->st, p, (size_t)k);
+		v->pos += k;
+		p += k;
+		len -= k;
+		if (v->pos % MC_STORE_TCHUNK == 0 || v->pos == v->io->len) {
+			v->got[(v->pos - 1) / MC_STORE_TCHUNK] = XXH3_64bits_digest(v->st);
+			XXH3_64bits_reset(v->st);
+		}
+	}
+}
+
 static void stage_hash(struct vio *v, const void *p, uint64_t len)
 {
-	hash_update(v->st, p, (size_t)len);
-	v->pos += len;
+	stage_feed(v, p, len);
 	for (struct held **hp = &v->held; *hp;) {
 		struct held *h = *hp;
 
@@ -499,8 +731,7 @@ static void stage_hash(struct vio *v, const void *p, uint64_t len)
 			hp = &h->next;
 			continue;
 		}
-		hash_update(v->st, h->bytes, (size_t)h->len);
-		v->pos += h->len;
+		stage_feed(v, h->bytes, h->len);
 		*hp = h->next;
 		mc_free(h);
 		hp = &v->held; /* another may follow it */
@@ -514,7 +745,7 @@ void mc_store_verify_task_staged(void *arg, size_t k, uint64_t off, const void *
 	uint64_t pos = vp->base[k] + off;
 	struct held *h;
 
-	if (!v->io || !v->staged || v->lost)
+	if (!v->io || !v->staged || v->lost || vp->base[k] == UINT64_MAX)
 		return;
 	if (pos == v->pos) {
 		stage_hash(v, host, len);
@@ -542,9 +773,17 @@ void mc_store_verify_pass_end(struct mc_store *s, struct mc_store_vpass *vp)
 		if (!v->io || atomic_load(&v->failed))
 			continue;
 		if (v->staged) { /* judged when every byte was seen staged */
-			if (!v->lost && v->pos == v->io->len && to_stage(s, v->io))
+			if (!v->lost && v->pos == v->io->len && to_stage(s, v->io) && v->got)
+				judge_table(s, v->io, v->got);
+			else if (!v->lost && v->pos == v->io->len && to_stage(s, v->io))
 				judge(s, v->io, XXH3_64bits_digest(v->st));
 			continue;
+		}
+		if (v->land) { /* every piece hashed as it landed: judged here */
+			if (!atomic_load(&v->miss) && atomic_load(&v->nland) == v->npieces &&
+			    to_check(s, v->io))
+				judge_table(s, v->io, v->got);
+			continue; /* else left to mc_store_verify_check */
 		}
 		if (v->next != v->end || !to_check(s, v->io))
 			continue; /* left to mc_store_verify_check */

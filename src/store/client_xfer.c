@@ -218,7 +218,11 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 		return mc_set_error(MC_ERR_INVALID_REPLICA, "replica type %u is not memory",
 				    r->type);
 	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len) &&
-	    host_buffers(s, io)) {
+	    host_buffers(s, io) &&
+	    (!io->tbl || in_own_segment(s, r->address + io->tbl_at, io->tlen))) {
+		if (opcode == MC_OP_READ && io->tbl) /* judged after the pass */
+			memcpy(io->tbl, (const char *)(uintptr_t)(r->address + io->tbl_at),
+			       (size_t)io->tlen);
 		if (opcode == MC_OP_READ && mc_store_verify_chunk(s, io) != UINT64_MAX)
 			return mc_store_verify_copy(s, io, (const char *)(uintptr_t)r->address);
 		local_copy(io, opcode, (char *)(uintptr_t)r->address);
@@ -244,7 +248,64 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 		}
 		off += n;
 	}
+	if (opcode == MC_OP_READ && io->tbl) { /* the object's trailer, one request */
+		req.opcode = opcode;
+		req.source = io->tbl;
+		req.target_id = seg;
+		req.target_offset = r->address + io->tbl_at;
+		req.length = io->tlen;
+		return req_list_add(l, &req, idx);
+	}
 	return MC_OK;
+}
+
+/* The trailers of the writes in ios (minor 10), once signed: after the
+ * value in every memory replica, copied where the value was copied, else
+ * queued on l for the batch moving the values (TR_COPY: no batch, every
+ * value was copied).  TR_COUNT counts what TR_QUEUE may add. */
+enum { TR_COUNT, TR_QUEUE, TR_COPY };
+
+static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_store_io *ios,
+			   size_t n, int mode)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
+
+		if (io->status != MC_OK || !io->tlen || io->twritten ||
+		    (mode != TR_COUNT && !io->tsums))
+			continue; /* not signed (device memory, no memory): unchecked */
+		for (uint32_t j = 0; j < io->nreps && io->status == MC_OK; j++) {
+			const struct mc_store_replica *r = &io->reps[j];
+			struct mc_xfer_req req = {.opcode = MC_OP_WRITE, .source = io->tsums};
+
+			if (r->type != MC_STORE_REPLICA_MEMORY)
+				continue;
+			if (s->local_memcpy && is_own_segment(s, r) &&
+			    in_own_segment(s, r->address, io->len + io->tlen) &&
+			    host_buffers(s, io)) {
+				if (mode != TR_COUNT)
+					memcpy((char *)(uintptr_t)(r->address + io->len), io->tsums,
+					       (size_t)io->tlen);
+				continue;
+			}
+			k++;
+			if (mode == TR_COUNT)
+				continue;
+			if (mode == TR_COPY) { /* cannot be: its value was copied */
+				io->status = MC_ERR_TRANSFER_FAIL;
+				break;
+			}
+			req.target_offset = r->address + io->len;
+			req.length = io->tlen;
+			io->status = mc_te_open_segment(s->te, r->segment_name.ptr, &req.target_id);
+			if (io->status == MC_OK)
+				io->status = req_list_add(l, &req, (uint32_t)i);
+		}
+		io->twritten = mode != TR_COUNT;
+	}
+	return k;
 }
 
 static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
@@ -254,6 +315,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	struct req_list l;
 	mc_batch_id bid;
 	mc_status rc;
+	size_t ntr = 0, tfirst;
 
 	req_list_init(&l);
 	for (size_t i = 0; i < n; i++) {
@@ -278,7 +340,9 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	}
 	if (l.n == 0)
 		goto out;
-	rc = mc_te_batch_new(s->te, l.n, &bid);
+	if (opcode == MC_OP_WRITE)
+		ntr = put_trailers(s, NULL, ios, n, TR_COUNT);
+	rc = mc_te_batch_new(s->te, l.n + ntr, &bid);
 	if (rc == MC_OK && opcode == MC_OP_READ &&
 	    (vp = mc_store_verify_pass_new(s, ios, n, l.v, l.owner, l.n)) &&
 	    (mc_te_batch_on_task_end(s->te, bid, mc_store_verify_task_end, vp) != MC_OK ||
@@ -299,8 +363,17 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	}
 	/* checksums while the batch moves the bytes (client_verify.c): a
 	 * write's here, a read's on the threads that end its pieces */
-	if (opcode == MC_OP_WRITE)
+	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n);
+		tfirst = l.n; /* then the trailers, in the same batch */
+		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		if (l.n > tfirst &&
+		    mc_te_submit_unchecked(s->te, bid, l.v + tfirst, l.n - tfirst) != MC_OK) {
+			for (size_t k = tfirst; k < l.n; k++)
+				ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+			l.n = tfirst;
+		}
+	}
 	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
 	if (rc != MC_OK) {
 		/* find which objects failed */
@@ -315,8 +388,10 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 out:
 	mc_store_verify_pass_end(s, vp); /* judges the reads hashed in the batch */
 	req_list_release(&l);
-	if (opcode == MC_OP_WRITE)
+	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */
+		(void)put_trailers(s, NULL, ios, n, TR_COPY);
+	}
 	if (disk)
 		mc_store_disk_read(s, ios, n);
 	for (size_t i = 0; fs && i < n; i++) {
@@ -373,10 +448,19 @@ void mc_store_io_alternates(struct mc_store_io *io, const struct mc_store_replic
 	io->nalts = list->n_replicas < 64 ? list->n_replicas : 64;
 	io->alt_off = off;
 	io->lease_ttl_ms = list->lease_ttl_ms;
-	/* only a read of the whole object can be checked (client_verify.c) */
+	/* only a read of the whole object can be checked by its checksum
+	 * (client_verify.c); one with a trailer by its trailer's */
 	io->check = list->checksum.present && off == 0 && io->len == chosen->size;
 	io->checked = false;
 	io->cksum = list->checksum.value;
+	io->tlen = io->tbl_at = io->tbl_first = 0;
+	if (!io->check && list->table_cksum.present && off == 0 && io->len == chosen->size &&
+	    mc_store_trailer_fits(io->len)) {
+		io->check = true;
+		io->cksum = list->table_cksum.value;
+		io->tlen = mc_store_trailer_len(io->len);
+		io->tbl_at = io->len;
+	}
 	io->tried = 0;
 	if (chosen >= list->replicas && chosen < list->replicas + io->nalts)
 		io->tried = 1ull << (chosen - list->replicas);
@@ -488,6 +572,7 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 {
 	uint64_t t0 = mc_now_ms();
 	bool alts = false;
+	char *tbl = opcode == MC_OP_READ ? mc_store_verify_trailers(s, ios, n) : NULL;
 
 	run_pass(s, ios, n, opcode);
 	if (opcode != MC_OP_READ)
@@ -497,6 +582,9 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 		alts = mc_store_io_retryable(&ios[i]);
 	if (alts)
 		retry_reads(s, ios, n, t0);
+	for (size_t i = 0; tbl && i < n; i++)
+		ios[i].tbl = NULL;
+	mc_free(tbl);
 }
 
 /* ---- put --------------------------------------------------------------------------------- */
@@ -571,6 +659,8 @@ again:
 	req.value_len = len;
 	req.group_id = mc_proto_str_c(group_of(cfg, 0));
 	make_config(s, cfg, preferred, &req.config);
+	req.trailer_len.value = mc_store_trailer_for(s, len); /* minor 10 */
+	req.trailer_len.present = req.trailer_len.value != 0;
 	rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
 				 &resp);
 	if (preferred != preferred_stack)
@@ -588,6 +678,7 @@ again:
 	io.key = mc_proto_str_c(key);
 	io.reps = resp.body.put_start_resp.replicas;
 	io.nreps = resp.body.put_start_resp.n_replicas;
+	io.tlen = req.trailer_len.value;
 	io.sign = true;
 	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
 	if (io.status == MC_OK)
@@ -643,15 +734,24 @@ again:
 }
 
 mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
-				  const uint64_t *totals, const uint32_t *sent, uint32_t nsent,
+				  const uint64_t *totals, const uint64_t *trailers,
+				  const uint32_t *sent, uint32_t nsent,
 				  const struct mc_store_config *cfg, bool upsert,
 				  struct mc_store_msg *resp)
 {
 	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
 	struct mc_store_batch_put_start_req req;
 	struct mc_store_put_item *items;
+	uint64_t *tls = NULL;
+	bool any_trailer = false;
 	mc_status rc;
 
+	for (uint32_t j = 0; trailers && j < nsent; j++)
+		any_trailer |= trailers[sent[j]] != 0;
+	if (any_trailer && !(tls = mc_calloc(nsent, sizeof(*tls))))
+		return MC_ERR_NOMEM;
+	for (uint32_t j = 0; tls && j < nsent; j++)
+		tls[j] = trailers[sent[j]];
 	items = mc_calloc(nsent ? nsent : 1, sizeof(*items));
 	if (cfg && cfg->n_preferred_segments > MC_ARRAY_SIZE(preferred_stack))
 		preferred = mc_calloc(cfg->n_preferred_segments, sizeof(*preferred));
@@ -672,6 +772,8 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 	make_config(s, cfg, preferred, &req.config);
 	req.n_items = nsent;
 	req.items = items;
+	req.n_trailers = tls ? nsent : 0; /* minor 10 */
+	req.trailers = tls;
 	rc = mc_master_conn_call(s->conn,
 				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
 				 &req, resp);
@@ -684,6 +786,7 @@ out:
 	if (preferred && preferred != preferred_stack)
 		mc_free(preferred);
 	mc_free(items);
+	mc_free(tls);
 	return rc;
 }
 
@@ -723,12 +826,14 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	struct mc_store_fs_job **jobs = NULL, **end_job = NULL; /* DISK files to write */
 	bool any_disk = false;
 	struct mc_store_io *ios = NULL;
+	uint64_t *tls = NULL; /* per key: its trailer (minor 10) */
 	struct mc_store_msg resp;
 	bool have_resp = false;
 	uint32_t nsent = 0, nend = 0, nrev = 0;
 	mc_status rc;
 
 	sent = mc_calloc(n, sizeof(*sent));
+	tls = mc_calloc(n ? n : 1, sizeof(*tls));
 	jobs = mc_calloc(n ? n : 1, sizeof(*jobs));
 	end_job = mc_calloc(n ? n : 1, sizeof(*end_job));
 	end_owner = mc_calloc(n, sizeof(*end_owner));
@@ -736,16 +841,19 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	metas = mc_calloc(n, sizeof(*metas));
 	chunks = mc_calloc(n ? n : 1, sizeof(*chunks));
 	revoke_keys = mc_calloc(n, sizeof(*revoke_keys));
-	if (!sent || !jobs || !end_job || !end_owner || !ios || !metas || !chunks || !revoke_keys) {
+	if (!sent || !tls || !jobs || !end_job || !end_owner || !ios || !metas || !chunks ||
+	    !revoke_keys) {
 		rc = MC_ERR_NOMEM;
 		goto fail_all;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (results[i] == MC_OK)
 			sent[nsent++] = (uint32_t)i;
+		tls[i] = mc_store_trailer_for(s, totals[i]);
+	}
 	if (nsent == 0)
 		goto out;
-	rc = mc_store_send_put_start(s, keys, totals, sent, nsent, cfg, upsert, &resp);
+	rc = mc_store_send_put_start(s, keys, totals, tls, sent, nsent, cfg, upsert, &resp);
 	if (rc != MC_OK)
 		goto fail_all;
 	have_resp = true;
@@ -760,6 +868,7 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->reps = it->replicas;
 		io->nreps = it->n_replicas;
 		io->key = mc_proto_str_c(keys[i]);
+		io->tlen = tls[i];
 		io->sign = true;
 		io->status = (mc_status)it->status;
 		if (io->status == MC_OK && io->nreps == 0)
@@ -860,6 +969,7 @@ out:
 	mc_free(jobs);
 	mc_free(end_job);
 	mc_free(sent);
+	mc_free(tls);
 	mc_free(end_owner);
 	for (size_t j = 0; ios && j < nsent; j++)
 		mc_store_io_sums_free(&ios[j]);
@@ -1125,11 +1235,17 @@ static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t 
 	rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_GET_REPLICA_LIST, &req, resp);
 	if (rc != MC_OK)
 		return rc;
-	if (l->n_items != n || (l->n_chunks && l->n_chunks != n)) {
-		rc = mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u keys (%u chunk lists)",
-				  l->n_items, n, l->n_chunks);
+	if (l->n_items != n || (l->n_chunks && l->n_chunks != n) ||
+	    (l->n_tables && l->n_tables != n)) {
+		rc = mc_set_error(MC_ERR_PROTOCOL,
+				  "master answered %u of %u keys (%u chunk lists, %u trailers)",
+				  l->n_items, n, l->n_chunks, l->n_tables);
 		mc_store_msg_release(resp);
+		return rc;
 	}
+	/* minor 10: each list's trailer hash, from the batch's tail */
+	for (uint32_t j = 0; j < l->n_tables; j++)
+		resp->body.batch_replica_list.items[j].list.table_cksum = l->tables[j];
 	return rc;
 }
 

@@ -45,6 +45,7 @@
 #define MC_LOG_MODULE "store"
 #include "store/proto.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -357,6 +358,9 @@ static const struct field L_u64_item_fields[] = {{.kind = FK_U64, .off = 0, .nam
 static const struct layout L_u64_item = {"sum", sizeof(uint64_t), L_u64_item_fields, 1};
 LAYOUT(L_chunk_sums, struct mc_store_chunk_sums,
        F_LIST(struct mc_store_chunk_sums, v, n, uint64_t, L_u64_item));
+static const struct field L_opt_item_fields[] = {{.kind = FK_OPT_U64, .off = 0, .name = "sum"}};
+static const struct layout L_opt_item = {"table", sizeof(struct mc_proto_opt_u64),
+					 L_opt_item_fields, 1};
 
 LAYOUT(L_segment, struct mc_store_segment, F_UUID(struct mc_store_segment, id),
        F_STR(struct mc_store_segment, name), F_U64(struct mc_store_segment, base),
@@ -480,12 +484,16 @@ LAYOUT(L_batch_exist_resp, struct mc_store_batch_exist_resp,
        F_LIST(struct mc_store_batch_exist_resp, items, n_items, struct mc_store_exist_item,
 	      L_exist_item));
 
+/* A replica list inside another payload; GetReplicaList's answer adds a tail. */
 #define RL struct mc_store_replica_list
-LAYOUT(L_replica_list, RL, F_U64(RL, lease_ttl_ms), F_OPT(RL, checksum),
+LAYOUT(L_replica_list_in, RL, F_U64(RL, lease_ttl_ms), F_OPT(RL, checksum),
        F_LIST(RL, replicas, n_replicas, struct mc_store_replica, L_replica));
+LAYOUT(L_replica_list, RL, F_U64(RL, lease_ttl_ms), F_OPT(RL, checksum),
+       F_LIST(RL, replicas, n_replicas, struct mc_store_replica, L_replica),
+       F_TAIL(RL, table_cksum));
 #undef RL
 #define RLI struct mc_store_replica_list_item
-LAYOUT(L_replica_list_ok, RLI, F_STRUCT(RLI, list, mc_store_replica_list, L_replica_list));
+LAYOUT(L_replica_list_ok, RLI, F_STRUCT(RLI, list, mc_store_replica_list, L_replica_list_in));
 STATUS_SWITCH(replica_list_item_sw, L_replica_list_ok);
 LAYOUT(L_replica_list_item, RLI, F_I32(RLI, status), F_SWITCH(RLI, status, replica_list_item_sw));
 #undef RLI
@@ -493,10 +501,13 @@ LAYOUT(L_batch_replica_list, struct mc_store_batch_replica_list,
        F_LIST(struct mc_store_batch_replica_list, items, n_items, struct mc_store_replica_list_item,
 	      L_replica_list_item),
        F_TAIL_LIST(struct mc_store_batch_replica_list, chunks, n_chunks, struct mc_store_chunk_sums,
-		   L_chunk_sums));
+		   L_chunk_sums),
+       F_TAIL_LIST(struct mc_store_batch_replica_list, tables, n_tables, struct mc_proto_opt_u64,
+		   L_opt_item));
 LAYOUT(L_keyed_replica_list, struct mc_store_keyed_replica_list,
        F_KEY(struct mc_store_keyed_replica_list, key),
-       F_STRUCT(struct mc_store_keyed_replica_list, list, mc_store_replica_list, L_replica_list));
+       F_STRUCT(struct mc_store_keyed_replica_list, list, mc_store_replica_list,
+		L_replica_list_in));
 LAYOUT(L_regex_replica_list, struct mc_store_regex_replica_list,
        F_LIST(struct mc_store_regex_replica_list, items, n_items,
 	      struct mc_store_keyed_replica_list, L_keyed_replica_list));
@@ -504,7 +515,8 @@ LAYOUT(L_regex_replica_list, struct mc_store_regex_replica_list,
 #define PS struct mc_store_put_start_req
 LAYOUT(L_put_start_req, PS, F_UUID(PS, client_id), F_STR(PS, tenant), F_KEY(PS, key),
        F_U64(PS, value_len), F_STR(PS, group_id),
-       F_STRUCT(PS, config, mc_store_replicate_config, L_replicate_config));
+       F_STRUCT(PS, config, mc_store_replicate_config, L_replicate_config),
+       F_TAIL(PS, trailer_len));
 #undef PS
 LAYOUT(L_put_start_resp, struct mc_store_put_start_resp,
        F_LIST(struct mc_store_put_start_resp, replicas, n_replicas, struct mc_store_replica,
@@ -514,7 +526,8 @@ LAYOUT(L_put_item, struct mc_store_put_item, F_KEY(struct mc_store_put_item, key
 #define BPS struct mc_store_batch_put_start_req
 LAYOUT(L_batch_put_start_req, BPS, F_UUID(BPS, client_id), F_STR(BPS, tenant),
        F_STRUCT(BPS, config, mc_store_replicate_config, L_replicate_config),
-       F_LIST(BPS, items, n_items, struct mc_store_put_item, L_put_item));
+       F_LIST(BPS, items, n_items, struct mc_store_put_item, L_put_item),
+       F_TAIL_LIST(BPS, trailers, n_trailers, uint64_t, L_u64_item));
 #undef BPS
 #define PSI struct mc_store_put_start_item
 LAYOUT(L_put_start_ok, PSI, F_LIST(PSI, replicas, n_replicas, struct mc_store_replica, L_replica));
@@ -855,8 +868,8 @@ static mc_status write_fields(struct mc_buf *b, const struct layout *l, const ui
 		case FK_LIST: {
 			uint32_t n = *(const uint32_t *)(base + f->cnt_off);
 			const uint8_t *items = get_ptr(p);
-			if (!n && f->kind == FK_TAIL_LIST)
-				break; /* empty: nothing */
+			if (!n && f->kind == FK_TAIL_LIST && !later_tail(l, i, base))
+				break; /* empty: nothing, or a count of 0 before a later tail */
 			if (n && !items) {
 				rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 						  "store proto: %s.%s: %u items at NULL", l->name,
@@ -1071,7 +1084,9 @@ static mc_status read_fields(struct mc_reader *r, const struct layout *l, uint8_
 			if (f->kind == FK_TAIL_LIST && !r->left)
 				break; /* a sender of an older minor version, or empty */
 			rc = mc_reader_count(r, min_wire_cached(f->sub), &n);
-			if (rc == MC_OK && !n && f->kind == FK_TAIL_LIST)
+			/* 0 only before a later tail; canonical: nothing else */
+			if (rc == MC_OK && !n && f->kind == FK_TAIL_LIST &&
+			    (!r->left || i + 1 == l->n))
 				rc = mc_set_error(MC_ERR_PROTOCOL,
 						  "store proto: %s.%s: an empty tail is not sent",
 						  l->name, f->name);
@@ -1338,6 +1353,18 @@ MC_STORE_BODY_MAP(BODY_FUNCS)
 /* ------------------------------------------------------------------------ */
 /* Frames                                                                    */
 
+static atomic_uint proto_minor = MC_STORE_PROTO_MINOR;
+
+unsigned mc_store_proto_minor(void)
+{
+	return atomic_load_explicit(&proto_minor, memory_order_relaxed);
+}
+
+void mc_store_proto_minor_set(unsigned minor)
+{
+	atomic_store_explicit(&proto_minor, minor, memory_order_relaxed);
+}
+
 /* Appends header + payload; exactly one of l (with body) and text is used. */
 static mc_status frame_encode(struct mc_buf *b, uint16_t type, uint16_t flags, int32_t status,
 			      uint64_t req_id, const struct layout *l, const void *body,
@@ -1345,7 +1372,7 @@ static mc_status frame_encode(struct mc_buf *b, uint16_t type, uint16_t flags, i
 {
 	struct mc_proto_hdr h = {
 		.major = MC_STORE_PROTO_MAJOR,
-		.minor = MC_STORE_PROTO_MINOR,
+		.minor = (uint8_t)atomic_load_explicit(&proto_minor, memory_order_relaxed),
 		.type = type,
 		.flags = flags,
 		.status = status,

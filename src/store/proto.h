@@ -50,11 +50,13 @@
 
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
-#define MC_STORE_PROTO_MINOR                                                              \
-	9 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
-	   * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
-	   * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
-	   * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails) */
+#define MC_STORE_PROTO_MINOR                                                               \
+	10 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
+	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
+	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
+	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
+	    * tails) */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
@@ -68,6 +70,38 @@ static inline uint64_t mc_store_chunk_count(uint64_t size)
 {
 	return size > MC_STORE_CHUNK ? (size + MC_STORE_CHUNK - 1) / MC_STORE_CHUNK : 0;
 }
+/*
+ * Chunk-sum trailers (minor 10, docs/design.md "Integrity"): an object of
+ * more than one trailer chunk (MC_STORE_TCHUNK) and at most
+ * MC_STORE_TRAILER_MAX bytes whose writer asks for it (PutStart's
+ * trailer_len) is followed in every replica by its trailer: the XXH3-64 of
+ * each MC_STORE_TCHUNK bytes of it (the last chunk may be shorter), little-
+ * endian u64, mc_store_trailer_len(size) bytes in all.  The master
+ * allocates size + trailer, lists size, and keeps one checksum: the
+ * XXH3-64 of the trailer's bytes (a ReplicaList's table_cksum).  A read
+ * of any part is checked by the chunks it touches and the trailer.
+ */
+#define MC_STORE_TCHUNK	     (16u << 10)
+#define MC_STORE_TRAILER_MAX (448ull << 20) /* its trailer: 224 KiB */
+static inline uint64_t mc_store_trailer_len(uint64_t size)
+{
+	return 8 * ((size + MC_STORE_TCHUNK - 1) / MC_STORE_TCHUNK);
+}
+/* An object of size bytes may carry a trailer. */
+static inline bool mc_store_trailer_fits(uint64_t size)
+{
+	return size > MC_STORE_TCHUNK && size <= MC_STORE_TRAILER_MAX;
+}
+/* The object size of an allocation of n = size + mc_store_trailer_len(size)
+ * bytes: n holds ceil(n / (MC_STORE_TCHUNK + 8)) chunks and their sums. */
+static inline uint64_t mc_store_untrailer(uint64_t n)
+{
+	return n - 8 * ((n + MC_STORE_TCHUNK + 7) / (MC_STORE_TCHUNK + 8));
+}
+/* The minor version the frames this process encodes carry
+ * (MC_STORE_PROTO_MINOR); tests lower it to play an older peer. */
+unsigned mc_store_proto_minor(void);
+void mc_store_proto_minor_set(unsigned minor);
 /* Largest payload the encoders produce and the default decode limit. */
 #define MC_PROTO_MAX_PAYLOAD (64u << 20)
 /* Longest key (bytes).  Longer keys are refused by the encoder
@@ -394,6 +428,11 @@ struct mc_store_replica_list {
 	struct mc_proto_opt_u64 checksum;
 	uint32_t n_replicas;
 	struct mc_store_replica *replicas;
+	/* minor 10, a tail of GetReplicaList's answer only (a batch carries
+	 * it in its own tail, a regex list not at all): the object has a
+	 * trailer, whose XXH3-64 this is; checksum is then absent.  Listed
+	 * only to a reader of minor 10 or later. */
+	struct mc_proto_opt_u64 table_cksum;
 };
 
 struct mc_store_replica_list_item {
@@ -408,6 +447,10 @@ struct mc_store_batch_replica_list {
 	 * is n_items, or 0) the object's chunk checksums */
 	uint32_t n_chunks;
 	struct mc_store_chunk_sums *chunks;
+	/* minor 10, a tail: per item (n_tables is n_items, or 0: no item has
+	 * one) its list's table_cksum */
+	uint32_t n_tables;
+	struct mc_proto_opt_u64 *tables;
 };
 
 struct mc_store_keyed_replica_list {
@@ -427,6 +470,9 @@ struct mc_store_put_start_req {
 	uint64_t value_len;
 	struct mc_proto_str group_id; /* "" = no object group */
 	struct mc_store_replicate_config config;
+	/* minor 10, a tail: the trailer the writer will put after the value
+	 * (mc_store_trailer_len(value_len), or absent / 0: none) */
+	struct mc_proto_opt_u64 trailer_len;
 };
 
 /* One replica list per key, the descriptors the writer must fill. */
@@ -447,6 +493,10 @@ struct mc_store_batch_put_start_req {
 	struct mc_store_replicate_config config; /* shared by every item */
 	uint32_t n_items;
 	struct mc_store_put_item *items;
+	/* minor 10, a tail: per item (n_trailers is n_items, or 0: none) its
+	 * trailer_len, as PutStart's */
+	uint32_t n_trailers;
+	uint64_t *trailers;
 };
 
 struct mc_store_put_start_item {

@@ -61,6 +61,8 @@ mc_status mt_call(struct mt *t, uint16_t type, const void *body)
 	mc_buf_init(&out);
 	assert_int_equal(mc_store_request_encode(&b, type, 42, body), MC_OK);
 	assert_int_equal(mc_store_msg_decode(b.data, b.len, MC_PROTO_MAX_PAYLOAD, &req), MC_OK);
+	if (t->minor)
+		req.hdr.minor = t->minor;
 	st = mc_master_handle(t->m, &req, t->now, &out);
 	mc_store_msg_release(&req);
 	if (t->have_resp)

@@ -24,6 +24,7 @@ struct mt {
 	struct mc_store_msg resp; /* the last response, decoded */
 	bool have_resp;
 	char err[512]; /* the last error response's text ("" after a success) */
+	uint8_t minor; /* not 0: the minor version requests claim (an older client) */
 };
 
 /* A master with cfg (asserts it starts). */

@@ -383,9 +383,10 @@ static void test_put_get_exist(void **state)
 	assert_int_equal(mt_get(t, "z"), MC_ERR_OBJECT_NOT_FOUND);
 	/* bigger than the segment, or than anything */
 	assert_int_equal(mt_put_start(t, CA, "huge", 2 * MIB), MC_ERR_NO_AVAILABLE_HANDLE);
-	assert_int_equal(mt_put_start(t, CA, "huge", 1ull << 47), MC_ERR_NO_AVAILABLE_HANDLE);
+	assert_int_equal(mt_put_start(t, CA, "huge", (1ull << 47) - 1), MC_ERR_NO_AVAILABLE_HANDLE);
 	assert_int_equal(mt_put_start(t, CA, "huge", UINT64_MAX), MC_ERR_INVALID_PARAMS);
-	assert_int_equal(mt_put_start(t, CA, "huge", 1ull << 48), MC_ERR_INVALID_PARAMS);
+	/* 2^47 and up: the size's top bit marks a trailer (master_int.h) */
+	assert_int_equal(mt_put_start(t, CA, "huge", 1ull << 47), MC_ERR_INVALID_PARAMS);
 
 	{
 		struct mc_master_metrics x = mt_metrics(t);

@@ -1152,6 +1152,129 @@ static void chunk_checksums_survive_log_and_snapshot(void **state)
 	mc_test_rmtree(dir);
 }
 
+/* PutStart of key (len bytes, trailer tl: 0 none) and PutEnd with checksum sum. */
+static mc_status put_trailer(struct mt *t, const char *key, uint64_t len, uint64_t tl, uint64_t sum)
+{
+	struct mc_store_put_start_req s = {.client_id = C1,
+					   .key = mc_proto_str_c(key),
+					   .value_len = len,
+					   .config = {.replica_num = 1},
+					   .trailer_len = {tl != 0, tl}};
+	struct mc_store_put_end_req e = {.client_id = C1,
+					 .replica_type = MC_STORE_REPLICA_ALL,
+					 .key = mc_proto_str_c(key),
+					 .checksum = {true, sum}};
+	mc_status st = mt_call(t, MC_STORE_PUT_START, &s);
+
+	return st == MC_OK ? mt_call(t, MC_STORE_PUT_END, &e) : st;
+}
+
+/* key as a reader of minor 10 sees it (GetReplicaList and the batch
+ * form): its size, and the trailer's hash instead of a checksum */
+static void expect_trailer(struct mt *t, const char *key, uint64_t len, uint64_t sum)
+{
+	struct mc_proto_str k = mc_proto_str_c(key);
+	struct mc_store_keys_req r = {.n_keys = 1, .keys = &k};
+	const struct mc_store_batch_replica_list *l = &t->resp.body.batch_replica_list;
+
+	assert_int_equal(mt_get(t, key), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].size, len);
+	assert_false(t->resp.body.replica_list.checksum.present);
+	assert_true(t->resp.body.replica_list.table_cksum.present);
+	assert_int_equal(t->resp.body.replica_list.table_cksum.value, sum);
+	assert_int_equal(mt_call(t, MC_STORE_BATCH_GET_REPLICA_LIST, &r), MC_OK);
+	assert_int_equal(l->n_tables, 1);
+	assert_true(l->tables[0].present);
+	assert_int_equal(l->tables[0].value, sum);
+	assert_false(l->items[0].list.checksum.present);
+}
+
+/*
+ * Minor 10's trailers: PutStart asks for the trailer of its value; the
+ * master allocates value + trailer (the next object's block starts after
+ * it), lists the value's size and, to a reader of minor 10, the trailer's
+ * hash as table_cksum (checksum absent); a reader of minor 9 gets neither
+ * (it reads unchecked).  A wrong length, a trailer on a value of one
+ * chunk, chunk sums for an object with a trailer are refused.  The flag
+ * and the allocation come back from the log and from a snapshot (a new
+ * object after a restart does not overlap the trailer).
+ */
+static void trailer_objects_survive_log_and_snapshot(void **state)
+{
+	enum { T = MC_STORE_TCHUNK, LEN = 10 * T + 3 };
+	const uint64_t tl = mc_store_trailer_len(LEN);
+	char dir[256];
+	struct mc_wal *w;
+	struct mt *t;
+	struct mc_snap_load_info si;
+	uint64_t a1;
+	(void)state;
+	assert_int_equal(tl, 8 * 11);
+	assert_int_equal(mc_store_untrailer(LEN + tl), LEN);
+	assert_true(mc_test_tmpdir(NULL, "mwalt", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	assert_int_equal(put_trailer(t, "bad", LEN, tl + 8, 1), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(put_trailer(t, "bad", T, 8, 1), MC_ERR_INVALID_PARAMS);
+	assert_int_equal(put_trailer(t, "t1", LEN, tl, 0x1234), MC_OK);
+	{
+		struct mc_store_put_start_req s = {
+			.client_id = C1,
+			.key = mc_proto_str_c("t2"),
+			.value_len = 2 * MC_STORE_CHUNK + 1,
+			.config = {.replica_num = 1},
+			.trailer_len = {true, mc_store_trailer_len(2 * MC_STORE_CHUNK + 1)}};
+		assert_int_equal(mt_call(t, MC_STORE_PUT_START, &s), MC_OK);
+		assert_int_equal(put_end_sums(t, "t2", 7, 3), MC_ERR_INVALID_PARAMS);
+	}
+	mt_put_ok(t, C1, "plain", 1000);
+	a1 = first_addr(t, "t1");
+	assert_true(first_addr(t, "plain") >= a1 + LEN + tl || first_addr(t, "plain") + 1000 <= a1);
+	mt_wal_commit(w);
+	expect_trailer(t, "t1", LEN, 0x1234);
+	/* a reader of minor 9: no checksum at all */
+	t->minor = 9;
+	assert_int_equal(mt_get(t, "t1"), MC_OK);
+	assert_int_equal(t->resp.body.replica_list.replicas[0].size, LEN);
+	assert_false(t->resp.body.replica_list.checksum.present);
+	assert_false(t->resp.body.replica_list.table_cksum.present);
+	{
+		struct mc_proto_str k = mc_proto_str_c("t1");
+		struct mc_store_keys_req r = {.n_keys = 1, .keys = &k};
+
+		assert_int_equal(mt_call(t, MC_STORE_BATCH_GET_REPLICA_LIST, &r), MC_OK);
+		assert_int_equal(t->resp.body.batch_replica_list.n_tables, 0);
+		assert_false(t->resp.body.batch_replica_list.items[0].list.checksum.present);
+	}
+	t->minor = 0;
+	mt_wal_crash(t, w);
+
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_wal_commit(w);
+	expect_trailer(t, "t1", LEN, 0x1234);
+	assert_int_equal(first_addr(t, "t1"), a1);
+	mt_wal_snapshot(t, w, dir, 2, NULL);
+	assert_int_equal(put_trailer(t, "t3", LEN, tl, 0x77), MC_OK);
+	mt_wal_commit(w);
+	mt_wal_crash(t, w);
+	t = start_snap(dir, &w, &si);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	mt_wal_commit(w);
+	expect_trailer(t, "t1", LEN, 0x1234);
+	expect_trailer(t, "t3", LEN, 0x77);
+	/* the trailer's bytes stay the object's: a new block does not overlap */
+	for (int i = 0; i < 64; i++) {
+		char k[16];
+
+		snprintf(k, sizeof(k), "n%d", i);
+		mt_put_ok(t, C1, k, 64);
+		assert_true(first_addr(t, k) >= a1 + LEN + tl || first_addr(t, k) + 64 <= a1);
+	}
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1164,6 +1287,7 @@ int main(void)
 		cmocka_unit_test(snapshot_truncated_while_read_falls_back),
 		cmocka_unit_test(snapshot_then_puts_then_crash_restores_all),
 		cmocka_unit_test(chunk_checksums_survive_log_and_snapshot),
+		cmocka_unit_test(trailer_objects_survive_log_and_snapshot),
 		cmocka_unit_test(snapshot_keeps_waiting_segments),
 		cmocka_unit_test(snapshot_during_a_resize),
 		cmocka_unit_test(remount_binds_its_list_only),

@@ -319,8 +319,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else if (type == MC_STORE_BATCH_EXIST_KEY)
 			u->batch_exist_resp = (struct mc_store_batch_exist_resp){n, exist_items};
 		else
-			u->batch_replica_list =
-				(struct mc_store_batch_replica_list){n, rl_items, 0, NULL};
+			u->batch_replica_list = (struct mc_store_batch_replica_list){
+				.n_items = n, .items = rl_items};
 		return;
 	case MC_STORE_GET_REPLICA_LIST_BY_REGEX:
 		if (!resp)
@@ -332,7 +332,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_UPSERT_START:
 		if (!resp)
 			u->put_start_req = (struct mc_store_put_start_req){
-				{9, 10}, S("tenant-1"), key, 1 << 20, S("g"), sample_config()};
+				{9, 10}, S("tenant-1"),	  key,		 1 << 20,
+				S("g"),	 sample_config(), {true, 8 * 64}};
 		else
 			u->put_start_resp = (struct mc_store_put_start_resp){3, reps};
 		return;
@@ -340,7 +341,7 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 	case MC_STORE_BATCH_UPSERT_START:
 		if (!resp)
 			u->batch_put_start_req = (struct mc_store_batch_put_start_req){
-				{9, 10}, S(""), sample_config(), n, put_items};
+				{9, 10}, S(""), sample_config(), n, put_items, 0, NULL};
 		else
 			u->batch_put_start_resp =
 				(struct mc_store_batch_put_start_resp){n, ps_items};
@@ -497,12 +498,12 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 9, 2, 0, /* magic, 1.9, type 2 */
-		0,   0,	  0,   0,   0, 0, 0, 0, /* flags, reserved, status */
-		8,   7,	  6,   5,   4, 3, 2, 1, /* request id */
-		16,  0,	  0,   0,   0, 0, 0, 0, /* payload length, reserved */
-		1,   0,	  0,   0,   0, 0, 0, 0, /* client_id.first */
-		2,   0,	  0,   0,   0, 0, 0, 0, /* client_id.second */
+		'M', 'C', 'S', 'T', 1, 10, 2, 0, /* magic, 1.10, type 2 */
+		0,   0,	  0,   0,   0, 0,  0, 0, /* flags, reserved, status */
+		8,   7,	  6,   5,   4, 3,  2, 1, /* request id */
+		16,  0,	  0,   0,   0, 0,  0, 0, /* payload length, reserved */
+		1,   0,	  0,   0,   0, 0,  0, 0, /* client_id.first */
+		2,   0,	  0,   0,   0, 0,  0, 0, /* client_id.second */
 	};
 	struct mc_store_client_req req = {{1, 2}};
 	struct mc_buf b;
@@ -1163,6 +1164,10 @@ static void truncation_at_every_offset_is_a_protocol_error(void **state)
 				    (all_types[i] == MC_STORE_PUT_END ||
 				     all_types[i] == MC_STORE_UPSERT_END))
 					continue; /* the minor-3 payload: its replica_id absent */
+				if (!resp && len + 9 == b.len &&
+				    (all_types[i] == MC_STORE_PUT_START ||
+				     all_types[i] == MC_STORE_UPSERT_START))
+					continue; /* the minor-9 payload: no trailer_len */
 				/* a short frame */
 				assert_int_equal(mc_store_msg_decode(b.data, len, MAX_PAYLOAD, &m),
 						 MC_ERR_PROTOCOL);
@@ -1389,6 +1394,117 @@ static void chunk_sum_tails_round_trip(void **state)
 	assert_int_equal(m.body.keys_req.want.value, MC_STORE_WANT_CHUNKS);
 	mc_store_msg_release(&m);
 	mc_buf_release(&b);
+}
+
+/*
+ * Minor 10's tails: PutStart's trailer length, BatchPutStart's per-item
+ * lengths, GetReplicaList's table_cksum (a replica list inside another
+ * payload carries none), BatchReplicaList's per-item table_cksums after
+ * the chunk lists, which are then a count of 0 when there are none (only
+ * then: a 0 before nothing is refused).  And the arithmetic of trailers:
+ * an allocation gives back its object's size.
+ */
+static void trailer_tails_round_trip(void **state)
+{
+	uint64_t tls[2] = {0, 8 * 3};
+	struct mc_store_put_item pi[2] = {{S("a"), 10, S("")}, {S("b"), 40000, S("")}};
+	struct mc_store_batch_put_start_req bps = {.client_id = {1, 2},
+						   .tenant = S("t"),
+						   .config = {.replica_num = 1},
+						   .n_items = 2,
+						   .items = pi,
+						   .n_trailers = 2,
+						   .trailers = tls};
+	struct mc_store_put_start_req ps = {.client_id = {1, 2},
+					    .key = S("k"),
+					    .value_len = 40000,
+					    .config = {.replica_num = 1}};
+	struct mc_store_replica rep = {.id = 5,
+				       .status = MC_STORE_REPLICA_COMPLETE,
+				       .type = MC_STORE_REPLICA_MEMORY,
+				       .size = 40000,
+				       .address = 4096,
+				       .segment_name = S("s"),
+				       .transport_endpoint = S("e"),
+				       .protocol = S("tcp")};
+	struct mc_store_replica_list rl = {.lease_ttl_ms = 1000,
+					   .n_replicas = 1,
+					   .replicas = &rep,
+					   .table_cksum = {true, 0xfeedull}};
+	struct mc_store_replica_list_item items[2] = {{.status = MC_OK, .list = rl},
+						      {.status = MC_ERR_OBJECT_NOT_FOUND}};
+	struct mc_proto_opt_u64 tables[2] = {{true, 0xfeedull}, {false, 0}};
+	struct mc_store_batch_replica_list brl = {
+		.n_items = 2, .items = items, .n_tables = 2, .tables = tables};
+	struct mc_store_keyed_replica_list kl = {S("k"), rl};
+	struct mc_store_regex_replica_list rgx = {1, &kl};
+	struct mc_store_msg m;
+	struct mc_buf b;
+	size_t plain;
+
+	(void)state;
+	mc_buf_init(&b);
+	/* PutStart: absent is the older payload; present adds 9 bytes */
+	assert_int_equal(mc_store_put_start_request_encode(&b, 1, &ps), MC_OK);
+	plain = b.len;
+	ps.trailer_len = (struct mc_proto_opt_u64){true, 8 * 3};
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_put_start_request_encode(&b, 1, &ps), MC_OK);
+	assert_int_equal(b.len, plain + 9);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(mc_store_put_start_req_equal(&m.body.put_start_req, &ps));
+	mc_store_msg_release(&m);
+	assert_int_equal(decode_cut(b.data, plain), MC_OK);
+
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_put_start_request_encode(&b, 1, &bps), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_int_equal(m.body.batch_put_start_req.n_trailers, 2);
+	assert_true(m.body.batch_put_start_req.trailers[1] == 24);
+	assert_true(mc_store_batch_put_start_req_equal(&m.body.batch_put_start_req, &bps));
+	mc_store_msg_release(&m);
+
+	/* GetReplicaList: the tail; without it, the older answer */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_get_replica_list_response_encode(&b, 1, &rl), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(m.body.replica_list.table_cksum.present);
+	assert_true(m.body.replica_list.table_cksum.value == 0xfeedull);
+	mc_store_msg_release(&m);
+	assert_int_equal(decode_cut(b.data, b.len - 9), MC_OK);
+	/* inside another payload: no tail, so nothing of it on the wire */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_get_replica_list_by_regex_response_encode(&b, 1, &rgx), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_false(m.body.regex_replica_list.items[0].list.table_cksum.present);
+	mc_store_msg_release(&m);
+
+	/* BatchReplicaList: no chunk lists, then the tables: a count of 0 first */
+	mc_buf_reset(&b);
+	assert_int_equal(mc_store_batch_get_replica_list_response_encode(&b, 1, &brl), MC_OK);
+	assert_int_equal(mc_store_msg_decode(b.data, b.len, MAX_PAYLOAD, &m), MC_OK);
+	assert_true(mc_store_batch_replica_list_equal(&m.body.batch_replica_list, &brl));
+	assert_int_equal(m.body.batch_replica_list.n_chunks, 0);
+	assert_int_equal(m.body.batch_replica_list.n_tables, 2);
+	mc_store_msg_release(&m);
+	/* tables: 4 + (1 + 8) + 1, the chunk count of 0 before them: 4; the
+	 * 0 with nothing after it is refused, both gone is an older answer */
+	assert_int_equal(decode_cut(b.data, b.len - 14), MC_ERR_PROTOCOL);
+	assert_int_equal(decode_cut(b.data, b.len - 18), MC_OK);
+	mc_buf_release(&b);
+
+	/* an allocation of size + trailer gives back size, at every edge */
+	for (uint64_t v = 1; v < 40 * MC_STORE_TCHUNK; v += 997)
+		assert_int_equal(mc_store_untrailer(v + mc_store_trailer_len(v)), v);
+	for (uint64_t c = 1; c < 40; c++)
+		for (uint64_t v = c * MC_STORE_TCHUNK - 1; v <= c * MC_STORE_TCHUNK + 1; v++)
+			assert_int_equal(mc_store_untrailer(v + mc_store_trailer_len(v)), v);
+	assert_int_equal(mc_store_untrailer(MC_STORE_TRAILER_MAX +
+					    mc_store_trailer_len(MC_STORE_TRAILER_MAX)),
+			 MC_STORE_TRAILER_MAX);
+	assert_false(mc_store_trailer_fits(MC_STORE_TCHUNK));
+	assert_true(mc_store_trailer_fits(MC_STORE_TCHUNK + 1));
+	assert_false(mc_store_trailer_fits(MC_STORE_TRAILER_MAX + 1));
 }
 
 static void bad_flags_and_tags_are_protocol_errors(void **state)
@@ -1688,6 +1804,7 @@ int main(void)
 		cmocka_unit_test(forged_counts_and_lengths_allocate_nothing),
 		cmocka_unit_test(an_appended_field_is_absent_in_an_older_payload),
 		cmocka_unit_test(chunk_sum_tails_round_trip),
+		cmocka_unit_test(trailer_tails_round_trip),
 		cmocka_unit_test(bad_flags_and_tags_are_protocol_errors),
 		cmocka_unit_test(encoder_refuses_bad_input_and_leaves_buffer_alone),
 		cmocka_unit_test(oversize_batch_is_refused_by_the_encoder),

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -26,6 +27,7 @@
 #include "mooncake/te.h"
 #include "store/client_int.h" /* the holders' segments and metrics */
 #include "store/client_metrics.h"
+#include "store/master_conn.h" /* mc_master_conn_peer_minor */
 #include "store/proto.h"
 #include "store_t.h"
 #include "support.h"
@@ -207,6 +209,8 @@ static void range_expect(struct mc_store *s, const char *key, uint64_t off, uint
 	}
 }
 
+/* Objects here are written as a minor-9 writer does (256 KiB chunk sums
+ * kept by the master, no trailer): such objects stay readable and checked. */
 static void ranges_are_checked_chunk_by_chunk(void **state)
 {
 	enum { C = MC_STORE_CHUNK, OBJ = 4 * C + 1000, DST = OBJ + 2 * RG_GUARD };
@@ -222,6 +226,7 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
 	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
 
 	(void)state;
+	A->trailers = false;
 	mc_test_fill(obj, OBJ, 23);
 	assert_int_equal(mc_store_register_buffer(A, dst, DST), MC_OK);
 	{
@@ -342,6 +347,170 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
 		flip_first_replica(A, "rc-batch", 3 * C + 2);
 		range_expect(A, "rc-batch", 3 * C, 1, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
 	}
+	A->trailers = true;
+	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
+	mc_store_free(D);
+	free(obj);
+	free(dst);
+}
+
+/*
+ * Objects written with minor 10 carry the sums of their 16 KiB chunks in
+ * a trailer after their bytes, in every replica (proto.h "Chunk-sum
+ * trailers", client_verify.c "trailers"), and the master keeps the
+ * trailer's hash.  A byte flipped in a piece of the object, in its
+ * trailer, or in a chunk a range touches (outside the range too) is
+ * caught by whole reads and ranges alike: the other replica is served
+ * exactly and the bad one dropped; with one replica the read fails with
+ * MC_ERR_CHECKSUM_MISMATCH.  A flip in a chunk a range does not touch is
+ * not seen by it; one in the trailer is, by the trailer's hash.  Batch
+ * puts and upserts (a new trailer, in place) write theirs; the reader's
+ * own segment is copied and checked the same way.  An older reader (minor
+ * 9) is listed the object without a checksum: it reads the bytes, checked
+ * by nothing.
+ */
+static void trailers_catch_flips_in_pieces_trailer_and_ranges(void **state)
+{
+	enum { T = MC_STORE_TCHUNK, OBJ = (1 << 20) + 5, DST = OBJ + 2 * RG_GUARD };
+	struct mc_store *D = st_client_new(16 << 20, 4 << 20), *E;
+	const char *names[2] = {mc_store_hostname(D), mc_store_hostname(B)};
+	struct mc_store_config two = {
+		.replica_num = 2, .preferred_segments = names, .n_preferred_segments = 2};
+	struct mc_store_config only_d = {.replica_num = 1,
+					 .preferred_segment = mc_store_hostname(D)};
+	struct mc_store_config own = st_prefer(A);
+	char *obj = malloc(OBJ), *dst = malloc(DST);
+	struct mc_store_replica_desc d[2];
+	uint64_t bad0 = atomic_load(&A->metrics->checksum_mismatches);
+	const uint64_t tlen = mc_store_trailer_len(OBJ);
+	/* the keys and where their first replica gets a flipped byte */
+	const char *keys[] = {"tr-piece", "tr-trailer", "tr-range", "tr-far", "tr-tsum"};
+	const size_t flip[] = {OBJ / 2, OBJ + 8 * 3 + 1, 5 * T + 3, 20 * T, OBJ + 8 * 40};
+
+	(void)state;
+	assert_int_equal(tlen, 8 * 65);
+	mc_test_fill(obj, OBJ, 57);
+	assert_int_equal(mc_store_register_buffer(A, dst, DST), MC_OK);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(keys); i++) {
+		assert_int_equal(mc_store_put(A, keys[i], obj, OBJ, &two), MC_OK);
+		assert_int_equal(mc_store_get_replica_desc(A, keys[i], d, 2), 2);
+		assert_string_equal(d[0].segment_name, mc_store_hostname(D));
+		assert_int_equal(d[0].size, OBJ); /* the trailer is not the object's */
+		flip_first_replica(A, keys[i], flip[i]);
+	}
+	/* a piece, caught by a whole read */
+	st_expect_get(A, "tr-piece", obj, OBJ);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-piece", d, 2), 1);
+	assert_string_equal(d[0].segment_name, mc_store_hostname(B));
+	/* the trailer, caught by its hash */
+	assert_int_equal(mc_store_get_into(A, "tr-trailer", dst, OBJ), OBJ);
+	assert_memory_equal(dst, obj, OBJ);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-trailer", d, 2), 1);
+	/* a 64 KiB range at an unaligned offset: chunks 5 to 9; the flip is in
+	 * the partly covered first one, outside the range */
+	range_expect(A, "tr-range", 5 * T + 7, 64 << 10, obj, dst, 64 << 10);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 3);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-range", d, 2), 1);
+	/* a chunk the range does not touch: not read, not seen */
+	range_expect(A, "tr-far", 5 * T + 7, 64 << 10, obj, dst, 64 << 10);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-far", d, 2), 2);
+	/* the sum of an untouched chunk: the trailer's hash sees it */
+	range_expect(A, "tr-tsum", 5 * T + 7, 64 << 10, obj, dst, 64 << 10);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 4);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-tsum", d, 2), 1);
+	/* good replicas read well at any place: ranges of one chunk, across
+	 * many, the short last chunk, the whole object */
+	range_expect(A, "tr-piece", 0, T, obj, dst, T);
+	range_expect(A, "tr-piece", T - 1, 2, obj, dst, 2);
+	range_expect(A, "tr-piece", OBJ - 3, 3, obj, dst, 3);
+	range_expect(A, "tr-piece", 1, OBJ - 2, obj, dst, OBJ - 2);
+	range_expect(A, "tr-piece", 0, OBJ, obj, dst, OBJ);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 4);
+
+	/* one replica: the distinct code, the object goes */
+	assert_int_equal(mc_store_put(A, "tr-one", obj, OBJ, &only_d), MC_OK);
+	flip_first_replica(A, "tr-one", 9 * T + 1);
+	range_expect(A, "tr-one", 9 * T + 10, 10, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-one", d, 2), MC_ERR_OBJECT_NOT_FOUND);
+	/* the reader's own segment: copied, then checked */
+	assert_int_equal(mc_store_put(A, "tr-own", obj, OBJ, &own), MC_OK);
+	range_expect(A, "tr-own", T + 1, 5, obj, dst, 5);
+	flip_first_replica(A, "tr-own", OBJ + tlen - 1);
+	assert_int_equal(mc_store_get_into(A, "tr-own", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	/* a batch put writes its trailers */
+	{
+		const char *k[2] = {"tr-b0", "tr-b1"};
+		const void *v[2] = {obj, obj};
+		size_t l[2] = {OBJ, 3 * T};
+		mc_status r[2];
+
+		assert_int_equal(mc_store_put_batch(A, k, v, l, 2, &only_d, r), MC_OK);
+		range_expect(A, "tr-b1", T + 2, T, obj, dst, T);
+		flip_first_replica(A, "tr-b0", 3 * T + 2);
+		range_expect(A, "tr-b0", 3 * T, 1, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
+	}
+	/* an upsert in place writes a new trailer; one to a size without a
+	 * trailer too (its reads are checked whole) */
+	{
+		char *obj2 = malloc(OBJ);
+
+		mc_test_fill(obj2, OBJ, 58);
+		assert_int_equal(mc_store_put(A, "tr-ups", obj, OBJ, &only_d), MC_OK);
+		assert_int_equal(mc_store_upsert(A, "tr-ups", obj2, OBJ, &only_d), MC_OK);
+		st_expect_get(A, "tr-ups", obj2, OBJ);
+		range_expect(A, "tr-ups", 7 * T - 1, 3, obj2, dst, 3);
+		assert_int_equal(mc_store_upsert(A, "tr-ups", obj2, T, &only_d), MC_OK);
+		st_expect_get(A, "tr-ups", obj2, T);
+		free(obj2);
+	}
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 7);
+	/* a copy task copies the trailer too: the copy serves when the
+	 * original goes bad (the holder's heartbeat runs the task; polled) */
+	{
+		struct mc_store_task_uuid id;
+		struct mc_store_task_state ts = {.status = 0};
+		const char *to[1] = {mc_store_hostname(B)};
+
+		assert_int_equal(mc_store_put(A, "tr-copy", obj, OBJ, &only_d), MC_OK);
+		assert_int_equal(mc_store_create_copy_task(A, "tr-copy", to, 1, &id), MC_OK);
+		for (int i = 0; i < 600 && ts.status != 2 && ts.status != 3; i++) {
+			struct timespec nap = {0, 50 * 1000 * 1000};
+
+			assert_int_equal(mc_store_query_task(A, &id, &ts), MC_OK);
+			nanosleep(&nap, NULL);
+		}
+		assert_int_equal(ts.status, 3);
+		assert_int_equal(mc_store_get_replica_desc(A, "tr-copy", d, 2), 2);
+		assert_string_equal(d[0].segment_name, mc_store_hostname(D));
+		flip_first_replica(A, "tr-copy", OBJ / 3);
+		range_expect(A, "tr-copy", OBJ / 3 - 5, 64 << 10, obj, dst, 64 << 10);
+		st_expect_get(A, "tr-copy", obj, OBJ);
+		assert_int_equal(mc_store_get_replica_desc(A, "tr-copy", d, 2), 1);
+	}
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 8);
+
+	/* an older reader: listed no checksum, it reads what is there */
+	assert_int_equal(mc_store_put(A, "tr-old", obj, OBJ, &only_d), MC_OK);
+	flip_first_replica(A, "tr-old", 100);
+	mc_store_proto_minor_set(9);
+	E = st_client_new(16 << 20, 4 << 20);
+	assert_int_equal(mc_master_conn_peer_minor(E->conn), 9);
+	{
+		void *got = NULL;
+
+		assert_int_equal(mc_store_get(E, "tr-old", &got), OBJ);
+		assert_int_equal(((char *)got)[100], obj[100] ^ 0x10);
+		assert_memory_equal((char *)got + 101, obj + 101, OBJ - 101);
+		free(got);
+	}
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	assert_int_equal(atomic_load(&E->metrics->checksum_mismatches), 0);
+	mc_store_free(E);
+	/* a reader of minor 10 catches it */
+	assert_int_equal(mc_store_get_into(A, "tr-old", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 9);
+
 	assert_int_equal(mc_store_unregister_buffer(A, dst), MC_OK);
 	mc_store_free(D);
 	free(obj);
@@ -565,6 +734,7 @@ int main(void)
 		cmocka_unit_test(flipped_bytes_are_caught_and_the_replica_dropped),
 		cmocka_unit_test(flipped_byte_in_any_piece_is_caught),
 		cmocka_unit_test(ranges_are_checked_chunk_by_chunk),
+		cmocka_unit_test(trailers_catch_flips_in_pieces_trailer_and_ranges),
 		cmocka_unit_test(out_of_order_sessions_are_signed),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
