@@ -29,9 +29,12 @@ ranks leave the group's active set; with auto_sync the group resynchronises
 its survivors (``sync_after_failure``) before the op returns, else the next
 operation refuses until ``sync_after_failure(pg)`` is called.
 
-Membership changes (spec 1.4): a replacement initialises with is_extension
-and is activated by the members' ``recover_ranks``; ``deactivate_ranks`` and
-in-place ``join_group`` work the same way.  Differences from upstream
+Membership changes (spec 1.4): a replacement, or a joiner at a new slot
+below max_group_size (every mailbox spans all the slots), initialises with
+is_extension and is activated by the members' ``recover_ranks``;
+``deactivate_ranks`` and in-place ``join_group`` work the same way.  A
+joiner's registration (``_register_order``) that neither equals nor extends
+the group's order is rejected: its communicator is invalid (local only).  Differences from upstream
 (docs/python.md): no Coordinator process; the group's store coordinates, and
 every active member makes each membership call.
 """

@@ -576,7 +576,7 @@ def ext_grow(rank, ws, raw):
         step(rank, f"worked with slot {slot}")
     if rank == 0:
         raw.set(f"pg_test/ext/go/{EXT_MAX}", "1")
-    raw.wait([f"pg_test/ext/refused"])
+    raw.wait(["pg_test/ext/refused"])
 
 
 def extend(rank, ws, raw):
