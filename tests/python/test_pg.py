@@ -150,13 +150,23 @@ def test_extension_grows_group_to_max_group_size():
     then a fourth at slot 3 (4 ranks).  A fifth is refused: asking for slot 4
     with max_group_size 4 fails at once, and claiming capacity 5 leaves its
     communicator invalid (local all_reduce only, send refused)."""
-    import torch.distributed as dist
     port = free_port()
-    # the store lives here: the joiners wait on it for their turn before their init
-    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    res = run_ranks("extend", 2, port=port, extra=[("extender", 2, 3), ("extender", 3, 4),
-                                                   ("extender", 4, 5)])
-    del store
+    # the store lives in a process of its own (as in test_new_group_after_rank_0_dies,
+    # without the ASan runtime): the joiners wait on it for their turn before their init
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    store = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, torch.distributed as d\n"
+         f"s = d.TCPStore('127.0.0.1', {port}, 5, True, wait_for_workers=False)\n"
+         "print('ready', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert store.stdout.readline().strip() == "ready", "the TCPStore did not start"
+        res = run_ranks("extend", 2, port=port, extra=[("extender", 2, 3), ("extender", 3, 4),
+                                                       ("extender", 4, 5)])
+    finally:
+        store.stdin.close()
+        store.wait(timeout=30)
     for rank, (rc, out) in enumerate(res[:4]):
         want = "extend" if rank < 2 else "extender"
         assert rc == 0 and f"rank {rank} {want} ok" in out, f"rank {rank}:\n{out}"
