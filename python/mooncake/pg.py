@@ -34,9 +34,9 @@ below max_group_size (every mailbox spans all the slots), initialises with
 is_extension and is activated by the members' ``recover_ranks``;
 ``deactivate_ranks`` and in-place ``join_group`` work the same way.  A
 joiner's registration (``_register_order``) that neither equals nor extends
-the group's order is rejected: its communicator is invalid (local only).  Differences from upstream
-(docs/python.md): no Coordinator process; the group's store coordinates, and
-every active member makes each membership call.
+the group's order is rejected: its communicator is invalid (local only).
+Differences from upstream (docs/python.md): no Coordinator process; the
+group's store coordinates, and every active member makes each membership call.
 """
 
 import atexit
@@ -1563,11 +1563,17 @@ def _register_order(store, order, maxg, rank, ext):
     """-> (kind, reason): kind "create", "attach", "extend" or "rejected"."""
     mine = f"{maxg}|{','.join(str(g) for g in order)}"
     if not ext:
-        store.set(ORDER_KEY, mine)
+        # a founder slower than a joiner keeps the joiner's extension of its order
+        cur = store.compare_set(ORDER_KEY, "", mine).decode()
+        cmax, _, corder = cur.partition("|")
+        if cmax != str(maxg) or not (corder + ",").startswith(mine.partition("|")[2] + ","):
+            store.set(ORDER_KEY, mine)  # a new group under the same store prefix
+        # joiners wait for this key: torch's compare_set wakes no waiter
+        store.set(ORDER_KEY + "/founded", "1")
         return "create", ""
     limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
     try:
-        store.wait([ORDER_KEY], timedelta(milliseconds=limit_ms))
+        store.wait([ORDER_KEY + "/founded"], timedelta(milliseconds=limit_ms))
     except Exception:  # noqa: BLE001 (torch raises RuntimeError on a store timeout)
         return "rejected", (f"no group was founded in this store within {limit_ms / 1000:g} s "
                             f"(MOONCAKE_PG_SETUP_TIMEOUT_MS) for is_extension=True to join")

@@ -177,7 +177,8 @@ def test_extension_grows_group_to_max_group_size():
 def test_extension_order_rules():
     """AttachOrExtend (spec 1.4) against the group's registration in its store:
     an equal order attaches, a proper prefix extension with the joiner in the
-    new suffix extends, anything else is rejected with the rule named."""
+    new suffix extends, anything else is rejected with the rule named; a
+    founder (CreateOrAttach) keeps an extension of its own order."""
     import torch.distributed as dist
     import mooncake.pg as mpg
     store = dist.HashStore()
@@ -197,6 +198,12 @@ def test_extension_order_rules():
     kind, why = reg(store, [0, 1], 4, 1, True)   # the order grew past it
     assert kind == "rejected" and "proper prefix" in why, why
     assert reg(store, [0, 1, 2, 3], 4, 3, True) == ("extend", "")
+    # a founder slower than the joiners keeps their extension of its order
+    assert reg(store, [0, 1], 4, 1, False) == ("create", "")
+    assert store.get(mpg.ORDER_KEY) == b"4|0,1,2,3"
+    # another founding under the same store prefix replaces the registration
+    assert reg(store, [0, 1], 2, 0, False) == ("create", "")
+    assert store.get(mpg.ORDER_KEY) == b"2|0,1"
 
 
 def test_new_group_after_rank_0_dies():
