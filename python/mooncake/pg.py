@@ -29,11 +29,14 @@ ranks leave the group's active set; with auto_sync the group resynchronises
 its survivors (``sync_after_failure``) before the op returns, else the next
 operation refuses until ``sync_after_failure(pg)`` is called.
 
-Membership changes (spec 1.4): a replacement initialises with is_extension
-and is activated by the members' ``recover_ranks``; ``deactivate_ranks`` and
-in-place ``join_group`` work the same way.  Differences from upstream
-(docs/python.md): no Coordinator process; the group's store coordinates, and
-every active member makes each membership call.
+Membership changes (spec 1.4): a replacement, or a joiner at a new slot
+below max_group_size (every mailbox spans all the slots), initialises with
+is_extension and is activated by the members' ``recover_ranks``;
+``deactivate_ranks`` and in-place ``join_group`` work the same way.  A
+joiner's registration (``_register_order``) that neither equals nor extends
+the group's order is rejected: its communicator is invalid (local only).
+Differences from upstream (docs/python.md): no Coordinator process; the
+group's store coordinates, and every active member makes each membership call.
 """
 
 import atexit
@@ -496,7 +499,8 @@ class MooncakeProcessGroup(ProcessGroup):
     """One communicator: in-group ranks 0..size-1, rank slots up to max_group_size."""
 
     def __init__(self, store, rank, size, group_id, global_ranks, max_group_size,
-                 auto_deactivate, auto_sync, active_ranks=None, is_extension=False):
+                 auto_deactivate, auto_sync, active_ranks=None, is_extension=False,
+                 rejected=None):
         super().__init__(rank, size)
         self._store = store
         self._rank = rank
@@ -511,8 +515,10 @@ class MooncakeProcessGroup(ProcessGroup):
         self._active.zero_()
         self._epoch = 0
         self._vseq = 0             # view proposals seen (every member counts each one)
-        # "isolated": a replacement (is_extension) not yet activated; "normal" otherwise
+        # "isolated": a joiner (is_extension) not yet activated; "invalid": its
+        # registration was rejected (rejected says why); "normal" otherwise
         self._phase = "isolated" if is_extension else "normal"
+        self._rejected = rejected
         self._ready_gen = 0        # our readiness declaration awaiting activation
         self._old = []             # mailboxes of earlier epochs (writes may still read them)
         self._p2p_workers = {}     # ("send"|"recv", peer) -> one-thread executor
@@ -525,8 +531,13 @@ class MooncakeProcessGroup(ProcessGroup):
         self._lane = _Lane(self._lock)
         self._shut = False         # shutdown() ran: this rank left the group
         _ctx.ensure_engine()
-        if is_extension:
-            # a replacement: no mailboxes until the members activate it (join_group)
+        if rejected is not None:
+            # local collectives only (mask {self}); mailboxes never published
+            self._phase = "invalid"
+            self._active[rank] = 1
+            self._setup_mailboxes(publish=False)
+        elif is_extension:
+            # a joiner: no mailboxes until the members activate it (join_group)
             self._phase = "isolated"
             self._active[rank] = 1
             _declare_ready(self)
@@ -598,7 +609,7 @@ class MooncakeProcessGroup(ProcessGroup):
         return "mooncake-cpu"
 
     def _active_list(self):
-        return [r for r in range(self._declared) if self._active[r]]
+        return [r for r in range(self._max) if self._active[r]]
 
     def _bitmap(self, ranks):
         m = 0
@@ -608,8 +619,9 @@ class MooncakeProcessGroup(ProcessGroup):
 
     # --- mailboxes
 
-    def _setup_mailboxes(self):
-        n, me = self._declared, self._rank
+    def _setup_mailboxes(self, publish=True):
+        # one mailbox row per rank slot (max_group_size): a joiner's slot needs no new layout
+        n, me = self._max, self._rank
         slot = COLL_REGION // (n * COLL_SLOTS)
         slot = max(64 << 10, min(4 << 20, slot)) & ~0xFFF
         chunk = _env_size("MOONCAKE_P2P_CHUNK_SIZE", 16 << 20, 4 << 30)
@@ -621,6 +633,8 @@ class MooncakeProcessGroup(ProcessGroup):
         # the mailboxes keep the engine object alive (set_transfer_engine may drop it)
         self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS, _ctx.engine)
         self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots, _ctx.engine)
+        if not publish:
+            return
         name = _pg.local_name(_ctx.engine_ptr)
         key = f"mooncake_pg/{self._epoch}/"
         self._store.set(key + str(me),
@@ -648,8 +662,8 @@ class MooncakeProcessGroup(ProcessGroup):
         if self._shut:
             raise RuntimeError(f"mooncake-cpu: group {self._gid} was shut down on this rank "
                                f"(shutdown, destroy_process_group or process exit)")
-        if self._phase != "normal":
-            _join(self)  # a replacement's first operation waits for its activation
+        if self._phase == "isolated" or self._phase == "quiescing":
+            _join(self)  # a joiner's first operation waits for its activation
         if self._broken:
             raise RuntimeError(
                 f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
@@ -678,7 +692,7 @@ class MooncakeProcessGroup(ProcessGroup):
             self._broken = True
             if self._auto_deactivate:
                 for r in self._bits(failed):
-                    if r < self._declared:
+                    if r < self._max:
                         self._active[r] = 0
                 if self._auto_sync:
                     _sync(self)
@@ -959,7 +973,7 @@ class MooncakeProcessGroup(ProcessGroup):
                 if len(out) != self.size():
                     raise ValueError(f"gather: the gather list has {len(out)} tensors, expected "
                                      f"{self.size()}")
-                tmp = torch.empty((self._declared, t.numel()), dtype=t.dtype)
+                tmp = torch.empty((self.size(), t.numel()), dtype=t.dtype)
                 tmp[me].copy_(src.view(-1))
                 recvs = [(p, _addr(tmp[p]), nb) for p in act if p != me]
                 if self._run(self._coll, [], recvs, _ctx.collective_timeout_us, state):
@@ -1122,11 +1136,15 @@ class MooncakeProcessGroup(ProcessGroup):
         raise RuntimeError("mooncake-cpu: recv from any source is not supported (give src=)")
 
     def _check_p2p(self, peer):
+        if self._phase == "invalid":
+            raise RuntimeError(f"mooncake-cpu: send/recv refused: this communicator is invalid "
+                               f"(its registration in group {self._gid} was rejected: "
+                               f"{self._rejected}); only local collectives run")
         if self._phase != "normal":
             with self._lock:
                 _join(self)
         self._check_usable()
-        if not (0 <= peer < self._declared) or peer == self._rank or not self._active[peer]:
+        if not (0 <= peer < self._max) or peer == self._rank or not self._active[peer]:
             raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
         if self._p2p_broken >> peer & 1:
             raise RuntimeError(f"mooncake-cpu: an earlier send/recv with rank {peer} failed; "
@@ -1217,7 +1235,7 @@ def _sync(pg):
     base = f"mooncake_pg/sync/{ep}/"
     pg._store.set(base + str(me), str(pg._pending))
     union = pg._pending
-    waiting = [r for r in range(pg._declared)
+    waiting = [r for r in range(pg._max)
                if r != me and (pg._active[r] or not pg._auto_deactivate) and not union >> r & 1]
     keys = [base + str(r) for r in waiting]
     try:
@@ -1228,7 +1246,7 @@ def _sync(pg):
     for k in keys:
         union |= int(pg._store.get(k).decode())
     for r in MooncakeProcessGroup._bits(union):
-        if r < pg._declared:
+        if r < pg._max:
             pg._active[r] = 0
     pg._epoch = ep
     pg._pending = 0
@@ -1262,7 +1280,7 @@ def get_peer_state(pg, ranks):
     """True for each rank that is active or has declared readiness to join
     (asks the group's store: there is no local agent)."""
     pg = _as_pg(pg)
-    return [bool(0 <= r < pg._declared and (pg._active[r] or _ready_gen(pg, r)))
+    return [bool(0 <= r < pg._max and (pg._active[r] or _ready_gen(pg, r)))
             for r in ranks]
 
 
@@ -1316,6 +1334,9 @@ def _wait_keys(pg, keys, seconds):
 def _propose(pg, ranks, activate):
     verb = "activate_ranks" if activate else "deactivate_ranks"
     with pg._lock:
+        if pg._phase == "invalid":
+            raise RuntimeError(f"mooncake-cpu: {verb}: this communicator is invalid (its "
+                               f"registration was rejected: {pg._rejected})")
         if pg._phase != "normal":
             raise RuntimeError(f"mooncake-cpu: {verb}: this rank is not an active member yet "
                                f"(call join_group)")
@@ -1325,10 +1346,10 @@ def _propose(pg, ranks, activate):
                 reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
                               f"sync_after_failure first")
         ranks = sorted({int(r) for r in ranks})
-        bad = [r for r in ranks if not 0 <= r < pg._declared]
+        bad = [r for r in ranks if not 0 <= r < pg._max]
         if bad:
-            raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group of "
-                             f"{pg._declared}")
+            raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group's "
+                             f"{pg._max} rank slots (max_group_size)")
         if not pg._active[pg._rank]:
             raise RuntimeError("mooncake-cpu: rank is not active in this group")
         targets = [r for r in ranks if bool(pg._active[r]) != activate]
@@ -1395,7 +1416,7 @@ def _apply_view(pg, decision, targets):
 
 
 def _install_view(pg, ep, bits):
-    for r in range(pg._declared):
+    for r in range(pg._max):
         pg._active[r] = bits >> r & 1
     pg._epoch = ep
     pg._pending = 0
@@ -1448,6 +1469,9 @@ def join_group(pg):
     """Declare readiness (if not done at init) and return once an activation
     that includes this rank has been applied."""
     pg = _as_pg(pg)
+    if pg._phase == "invalid":
+        raise RuntimeError(f"mooncake-cpu: join_group: this communicator is invalid (its "
+                           f"registration in group {pg._gid} was rejected: {pg._rejected})")
     with pg._lock:
         _join(pg)
 
@@ -1514,27 +1538,87 @@ def createMooncakeCpuBackend(dist_opts, pg_options=None):
     if _ctx.store is None:
         _ctx.store = dist_opts.store
     ext = bool(opts and opts.is_extension)
-    _barrier_fixup(dist_opts, granks, rank, ext)
+    kind, reason = _register_order(dist_opts.store, granks, maxg, rank, ext)
+    if kind == "rejected":
+        warnings.warn(f"mooncake-cpu: the registration of rank {rank} in group {gid} was "
+                      f"rejected ({reason}): this communicator is invalid (local collectives "
+                      f"only, send/recv refused)", RuntimeWarning, stacklevel=2)
+    _barrier_fixup(dist_opts, granks, rank, kind, size)
     return MooncakeProcessGroup(dist_opts.store, rank, size, gid, granks, maxg, deact, sync, active,
-                                ext)
+                                ext, reason if kind == "rejected" else None)
 
 
-def _barrier_fixup(dist_opts, granks, rank, ext):
+# Group identity (spec 1.4) without a Coordinator: the group's store holds its
+# registration, "MAX|G0,G1,..." (max_group_size and the rank order: the global
+# rank of each slot) under ORDER_KEY.  Founders (is_extension=False,
+# CreateOrAttach) write theirs; a joiner (is_extension=True, AttachOrExtend)
+# attaches to an equal registration (a replacement), or extends one whose order
+# is a proper prefix of its own, of equal capacity, with its slot in the new
+# suffix (compare-and-set: a concurrent joiner makes it look again); anything
+# else is rejected and its communicator is invalid.
+ORDER_KEY = "mooncake_pg/order"
+
+
+def _register_order(store, order, maxg, rank, ext):
+    """-> (kind, reason): kind "create", "attach", "extend" or "rejected"."""
+    mine = f"{maxg}|{','.join(str(g) for g in order)}"
+    if not ext:
+        # a founder slower than a joiner keeps the joiner's extension of its order
+        cur = store.compare_set(ORDER_KEY, "", mine).decode()
+        cmax, _, corder = cur.partition("|")
+        if cmax != str(maxg) or not (corder + ",").startswith(mine.partition("|")[2] + ","):
+            store.set(ORDER_KEY, mine)  # a new group under the same store prefix
+        # joiners wait for this key: torch's compare_set wakes no waiter
+        store.set(ORDER_KEY + "/founded", "1")
+        return "create", ""
+    limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
+    try:
+        store.wait([ORDER_KEY + "/founded"], timedelta(milliseconds=limit_ms))
+    except Exception:  # noqa: BLE001 (torch raises RuntimeError on a store timeout)
+        return "rejected", (f"no group was founded in this store within {limit_ms / 1000:g} s "
+                            f"(MOONCAKE_PG_SETUP_TIMEOUT_MS) for is_extension=True to join")
+    while True:
+        cur = store.get(ORDER_KEY).decode()
+        if cur == mine:
+            return "attach", ""
+        cmax, _, corder = cur.partition("|")
+        have = [int(g) for g in corder.split(",") if g]
+        if int(cmax) != maxg:
+            return "rejected", (f"max_group_size {maxg} differs from the group's capacity "
+                                f"{cmax}")
+        if not (len(have) < len(order) and list(order[:len(have)]) == have):
+            return "rejected", (f"rank order {list(order)} is not a proper prefix extension of "
+                                f"the group's order {have}")
+        if rank < len(have):
+            return "rejected", (f"rank {rank} is not in the new suffix of the order (the group "
+                                f"has slots 0..{len(have) - 1} already)")
+        if store.compare_set(ORDER_KEY, cur, mine).decode() == mine:
+            return "extend", ""
+
+
+def _barrier_fixup(dist_opts, granks, rank, kind, size):
     """torch 1.13 ends init_process_group and new_group with a store barrier
     that waits for exactly get_world_size() check-ins of the world's processes.
     A replacement's check-in would be one too many (the rank it replaces
     checks in at the founding), and a world with holes (dead ranks below the
     highest active one) has fewer processes than its size: adjust the count
-    once per group so the barrier sees the processes that are there."""
+    once per group so the barrier sees the processes that are there.  A joiner
+    that extends the group adds the check-in its new size expects; a rejected
+    one, whose communicator is invalid, brings the count to its own size."""
     c10d = dist.distributed_c10d
     key = f"{c10d.STORE_BASED_BARRIER_PREFIX}:{c10d._group_count}"
     try:
         store = dist_opts.store.underlying_store
     except AttributeError:
         return
-    if ext:
+    if kind == "attach":
         # -1 before our +1: the count never runs ahead of the founders' check-ins
         store.add(key, -1)
+        return
+    if kind == "extend":
+        return
+    if kind == "rejected":
+        store.add(key, size - 1 - store.add(key, 0))
         return
     if not c10d.is_initialized() or rank != 0:
         return  # the default group itself, or not the group's first member

@@ -533,6 +533,102 @@ def replacement(rank, ws):
     os._exit(0)
 
 
+# --- extension (spec 1.4 rank slots): "extend" founds a group of ws ranks with
+# max_group_size EXT_MAX; "extender" processes join at slots ws, ws+1, ...
+# (is_extension=True, their world size one past their slot), each started by
+# a go key on the raw store once the one before is in; the last one
+# (slot EXT_MAX) is refused.
+
+EXT_MAX = 4
+
+
+def ext_work(rank, ws):
+    """all_reduce (direct and ring), all_gather, broadcast from the newest
+    slot, and send/recv between rank 0 and the newest slot: exact results."""
+    all_ranks_work(rank, ws)
+    b = torch.full((3,), float(rank))
+    dist.broadcast(b, src=ws - 1)
+    assert b.eq(ws - 1).all(), b
+    if rank == 0:
+        dist.send(torch.arange(10) * ws, dst=ws - 1)
+        back = torch.empty(10, dtype=torch.int64)
+        dist.recv(back, src=ws - 1)
+        assert back.tolist() == [i * ws + 1 for i in range(10)], back
+    elif rank == ws - 1:
+        got = torch.empty(10, dtype=torch.int64)
+        dist.recv(got, src=0)
+        assert got.tolist() == [i * ws for i in range(10)], got
+        dist.send(got + 1, dst=0)
+
+
+def ext_grow(rank, ws, raw):
+    """From a group of ws active ranks, admit slots ws..EXT_MAX-1 in turn (every
+    active member proposes each), work over the grown group each time, then
+    let the refused joiner (slot EXT_MAX) try and wait for its verdict."""
+    for slot in range(ws, EXT_MAX):
+        if rank == 0:
+            raw.set(f"pg_test/ext/go/{slot}", "1")
+        res = mpg.recover_ranks(None, [slot])
+        assert res.status == mpg.ProposalStatus.Applied, res
+        assert dist.get_world_size() == slot + 1, dist.get_world_size()
+        assert mpg.get_active_ranks(None).tolist() == [1] * (slot + 1) + [0] * (EXT_MAX - slot - 1)
+        ext_work(rank, slot + 1)
+        step(rank, f"worked with slot {slot}")
+    if rank == 0:
+        raw.set(f"pg_test/ext/go/{EXT_MAX}", "1")
+    raw.wait(["pg_test/ext/refused"])
+
+
+def extend(rank, ws, raw):
+    assert mpg.get_active_ranks(None).tolist() == [1] * ws + [0] * (EXT_MAX - ws)
+    ext_work(rank, ws)
+    step(rank, "founders worked")
+    ext_grow(rank, ws, raw)
+
+
+def extender(rank, ws, raw):
+    # the init declared readiness; the first collective waits for the activation
+    assert dist.get_world_size() == ws
+    ext_work(rank, ws)
+    step(rank, "joined and worked")
+    ext_grow(rank, ws, raw)
+
+
+def ext_refused(rank, ws, raw):
+    """Slot EXT_MAX of a group of capacity EXT_MAX: with that capacity the
+    options are refused at once; claiming a larger one, the registration is
+    rejected and the communicator is invalid (local collectives, no P2P)."""
+    try:
+        dist.init_process_group("mooncake-cpu", rank=rank, world_size=ws, store=raw,
+                                pg_options=mpg.MooncakeBackendOptions(EXT_MAX, True))
+        raise AssertionError("a join beyond max_group_size was accepted")
+    except RuntimeError as e:
+        assert "max_group_size" in str(e), e
+    # the failed init used up a group name: the default group's store prefix
+    # would no longer be the founders'
+    dist.distributed_c10d._group_count = 0
+    import warnings
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        dist.init_process_group("mooncake-cpu", rank=rank, world_size=ws, store=raw,
+                                pg_options=mpg.MooncakeBackendOptions(ws, True))
+    assert any("rejected" in str(w.message) and "capacity" in str(w.message)
+               for w in warned), [str(w.message) for w in warned]
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)  # local only: the mask is {self}
+    assert t.item() == rank + 1.0, t
+    try:
+        dist.send(torch.ones(1), dst=0)
+        raise AssertionError("send on an invalid communicator was accepted")
+    except RuntimeError as e:
+        assert "invalid" in str(e) and "capacity" in str(e), e
+    pg = dist.distributed_c10d._get_default_group()
+    pg.shutdown()
+    raw.set("pg_test/ext/refused", "1")
+    print(f"rank {rank} ext_refused ok", flush=True)
+    os._exit(0)
+
+
 def rank0_dies(rank, ws):
     """Rank 0 dies (the store runs in the test, not in rank 0); the survivors
     go on in the world group (a hole at slot 0, size unchanged) and in a new
@@ -632,6 +728,15 @@ def main():
     scenario, rank, ws, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     spec_defaults()
     kw = {}
+    if scenario in ("extend", "extender"):
+        # the test hosts the store (a joiner waits for its turn before init)
+        addr = os.environ.get("MOONCAKE_PGTEST_MASTER_ADDR") or "127.0.0.1"
+        raw = kw["store"] = dist.TCPStore(addr, port, ws, False)
+        kw["pg_options"] = mpg.MooncakeBackendOptions(EXT_MAX, scenario == "extender")
+        if scenario == "extender":
+            raw.wait([f"pg_test/ext/go/{rank}"])
+            if rank == EXT_MAX:
+                ext_refused(rank, ws, raw)
     if scenario == "replacement":
         kw["pg_options"] = mpg.MooncakeBackendOptions(torch.ones(ws, dtype=torch.int32), True)
     # upstream's harness variables (spec 1.7): the store's address (its port
@@ -641,7 +746,9 @@ def main():
     if filters:
         mpg.set_device_filter(filters)
         print(f"rank {rank}: device filter {filters}", flush=True)
-    if os.environ.get("PG_TEST_STORE") == "external":  # the test runs the store
+    if "store" in kw:
+        pass
+    elif os.environ.get("PG_TEST_STORE") == "external":  # the test runs the store
         kw["store"] = dist.TCPStore(addr, port, ws, False)
     else:
         kw["init_method"] = f"tcp://{addr}:{port}"
@@ -654,6 +761,8 @@ def main():
            "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap,
            "shutdown_recv": shutdown_recv, "algorithms": algorithms,
            "p2p_peer_dies": p2p_peer_dies}
+    if scenario in ("extend", "extender"):
+        fns = {scenario: lambda r, w: globals()[scenario](r, w, raw)}
     for name in scenario.split("+"):
         fns[name](rank, ws)
     dist.barrier()

@@ -21,10 +21,11 @@ torch = pytest.importorskip("torch")
 RUN_TIMEOUT = 120.0
 
 
-def run_ranks(scenario, world, env_extra=None, replace=None, port=None):
+def run_ranks(scenario, world, env_extra=None, replace=None, port=None, extra=()):
     """Start WORLD ranks of SCENARIO; with replace=R one more process, the
     "replacement" scenario as rank R (started with the others: starting torch
-    dominates on a small machine, and it only declares readiness to join)."""
+    dominates on a small machine, and it only declares readiness to join);
+    each (scenario, rank, world) of extra is one more process."""
     # upstream's harness variables (spec components.md 1.7) pick the store's port
     port = port or int(os.environ.get("MOONCAKE_PGTEST_MASTER_PORT") or free_port())
     env = dict(os.environ, MC_LOG_LEVEL="error", OMP_NUM_THREADS="1", **(env_extra or {}))
@@ -34,14 +35,15 @@ def run_ranks(scenario, world, env_extra=None, replace=None, port=None):
         # as the store's server does when the killed rank's socket goes
         env["LD_PRELOAD"] += " libstdc++.so.6"
 
-    def start(scen, r):
+    def start(scen, r, ws=world):
         return subprocess.Popen([sys.executable, str(HERE / "pg_worker.py"), scen, str(r),
-                                 str(world), str(port)],
+                                 str(ws), str(port)],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
     procs = [start(scenario, r) for r in range(world)]
     if replace is not None:
         procs.append(start("replacement", replace))
+    procs += [start(scen, r, ws) for scen, r, ws in extra]
     deadline = time.monotonic() + RUN_TIMEOUT
     outs = {}
     try:
@@ -139,6 +141,69 @@ def test_replacement_recovers_dead_rank():
         assert rc == 0 and f"rank {rank} recover ok" in out, f"rank {rank}:\n{out}"
     rc, out = res[4]
     assert rc == 0 and "rank 3 replacement ok" in out, f"replacement:\n{out}"
+
+
+def test_extension_grows_group_to_max_group_size():
+    """Two founders with max_group_size 4; a third process joins at slot 2 with
+    is_extension=True (world size 3), the members admit it and all_reduce,
+    all_gather, broadcast and send/recv over 3 ranks are exact on every rank;
+    then a fourth at slot 3 (4 ranks).  A fifth is refused: asking for slot 4
+    with max_group_size 4 fails at once, and claiming capacity 5 leaves its
+    communicator invalid (local all_reduce only, send refused)."""
+    port = free_port()
+    # the store lives in a process of its own (as in test_new_group_after_rank_0_dies,
+    # without the ASan runtime): the joiners wait on it for their turn before their init
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    store = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, torch.distributed as d\n"
+         f"s = d.TCPStore('127.0.0.1', {port}, 5, True, wait_for_workers=False)\n"
+         "print('ready', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert store.stdout.readline().strip() == "ready", "the TCPStore did not start"
+        res = run_ranks("extend", 2, port=port, extra=[("extender", 2, 3), ("extender", 3, 4),
+                                                       ("extender", 4, 5)])
+    finally:
+        store.stdin.close()
+        store.wait(timeout=30)
+    for rank, (rc, out) in enumerate(res[:4]):
+        want = "extend" if rank < 2 else "extender"
+        assert rc == 0 and f"rank {rank} {want} ok" in out, f"rank {rank}:\n{out}"
+    rc, out = res[4]
+    assert rc == 0 and "rank 4 ext_refused ok" in out, f"refused joiner:\n{out}"
+
+
+def test_extension_order_rules():
+    """AttachOrExtend (spec 1.4) against the group's registration in its store:
+    an equal order attaches, a proper prefix extension with the joiner in the
+    new suffix extends, anything else is rejected with the rule named; a
+    founder (CreateOrAttach) keeps an extension of its own order."""
+    import torch.distributed as dist
+    import mooncake.pg as mpg
+    store = dist.HashStore()
+    reg = mpg._register_order
+    assert reg(store, [0, 1], 4, 0, False) == ("create", "")
+    assert reg(store, [0, 1], 4, 1, True) == ("attach", "")          # a replacement
+    kind, why = reg(store, [0, 1, 2], 3, 2, True)
+    assert kind == "rejected" and "capacity 4" in why, why
+    kind, why = reg(store, [0, 5, 2], 4, 2, True)
+    assert kind == "rejected" and "proper prefix" in why, why
+    kind, why = reg(store, [0], 4, 0, True)
+    assert kind == "rejected" and "proper prefix" in why, why
+    kind, why = reg(store, [0, 1, 2], 4, 1, True)
+    assert kind == "rejected" and "new suffix" in why, why
+    assert reg(store, [0, 1, 2], 4, 2, True) == ("extend", "")
+    assert store.get(mpg.ORDER_KEY) == b"4|0,1,2"
+    kind, why = reg(store, [0, 1], 4, 1, True)   # the order grew past it
+    assert kind == "rejected" and "proper prefix" in why, why
+    assert reg(store, [0, 1, 2, 3], 4, 3, True) == ("extend", "")
+    # a founder slower than the joiners keeps their extension of its order
+    assert reg(store, [0, 1], 4, 1, False) == ("create", "")
+    assert store.get(mpg.ORDER_KEY) == b"4|0,1,2,3"
+    # another founding under the same store prefix replaces the registration
+    assert reg(store, [0, 1], 2, 0, False) == ("create", "")
+    assert store.get(mpg.ORDER_KEY) == b"2|0,1"
 
 
 def test_new_group_after_rank_0_dies():
