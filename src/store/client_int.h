@@ -63,8 +63,8 @@ struct mc_store {
 	/* replica locations under lease (MC_STORE_LOCATION_CACHE,
 	 * client_loccache.c); NULL when off */
 	struct mc_store_loccache *loc;
-	bool trailers;	   /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
-			    * puts write chunk-sum trailers (tests set it directly) */
+	bool trailers; /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
+			* puts write chunk-sum trailers (tests set it directly) */
 
 	/* global segment */
 	void *seg;
@@ -348,6 +348,19 @@ bool mc_store_parse_seg_id(const char *str, struct mc_store_uuid *out);
 /* UnmountSegment (grace 0) or GracefulUnmountSegment of segment id. */
 mc_status mc_store_master_unmount(struct mc_store *s, const struct mc_store_uuid *id,
 				  uint64_t grace_period_ms);
+
+/* client_put.c: a put (upsert) of key from nbufs buffers, len bytes in
+ * all: Start, the writes, End or Revoke, its cached location dropped
+ * before and after. */
+mc_status mc_store_put_one(struct mc_store *s, const char *key, void *const *bufs,
+			   const size_t *lens, size_t nbufs, uint64_t len,
+			   const struct mc_store_config *cfg, bool upsert);
+/* The batch form: the keys whose results[i] is MC_OK on entry are put,
+ * results[i] their outcome. */
+void mc_store_put_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		       const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+		       size_t n, const struct mc_store_config *cfg, bool upsert,
+		       mc_status *results);
 
 /*
  * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,
