@@ -96,8 +96,8 @@
  * verdict probe after the collective's timeout, where no answer means dead. */
 #define PROBE_PROOF_MS	 200
 #define PROBE_VERDICT_MS 1000
-#define MAX_SLEEP_NS   200000
-#define INLINE_MAX     8192 /* messages up to this size carry their own check */
+#define MAX_SLEEP_NS	 200000
+#define INLINE_MAX	 8192 /* messages up to this size carry their own check */
 
 enum { OP_COPY = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
 enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT };
@@ -126,9 +126,9 @@ typedef struct {
 	uint64_t rx[MAX_RANKS]; /* messages consumed from each peer */
 	uint64_t notice_sent;
 	bool registered;
-	bool departed;	 /* depart() ran: no more run() */
+	bool departed;	     /* depart() ran: no more run() */
 	atomic_bool aborted; /* abort(): a run() on another thread ends at its next pass */
-	PyObject *owner; /* keeps the engine's Python object alive */
+	PyObject *owner;     /* keeps the engine's Python object alive */
 } Mailbox;
 
 /* control area offsets (u64 units) */

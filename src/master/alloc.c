@@ -119,7 +119,7 @@
 #define MIN_RECORDS    16u
 #define MIN_TABLE_BITS 4u
 #define HASH_MUL       0x9E3779B97F4A7C15ull
-#define EMPTY	       0u	   /* a free table slot; others hold a record index + 1 */
+#define EMPTY	       0u /* a free table slot; others hold a record index + 1 */
 #define MIGRATE_OPS    1u /* old slots moved per operation while growing, beyond the due share */
 #define MIGRATE_AHEAD  8u /* records prefetched this many old slots ahead */
 #define FREE_OP_BYTES  (16u << 10) /* of a drained old table given back per operation */

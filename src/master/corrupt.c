@@ -10,11 +10,12 @@
  * mixes in the object's checksum): an id that no longer names one of the
  * object's replicas (dropped already, the key rewritten since the read,
  * also in place by an upsert of the same size) drops nothing, so a late,
- * repeated or torn read's report is harmless.  A memory block is parked, as a discarded put's is, until
- * put_start_release_timeout, because other readers may still be reading
- * it under their lease (they check the bytes too); a LOCAL_DISK copy is
- * left to its owner to delete (ssd.c).  An object whose last replica goes
- * is erased: every read of it would fail its check anyway.  Objects being
+ * repeated or torn read's report is harmless.  A memory block is parked,
+ * as a discarded put's is, until put_start_release_timeout, because other
+ * readers may still be reading it under their lease (they check the bytes
+ * too); a LOCAL_DISK copy is left to its owner to delete (ssd.c).  An
+ * object whose last replica goes is erased: every read of it would fail
+ * its check anyway.  Objects being
  * written or offloaded are left alone (the report raced with a rewrite, or
  * the offload reads the memory replica and its report settles it).
  *

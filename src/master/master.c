@@ -74,7 +74,6 @@ static struct mc_obj *lookup_live(struct mc_master *m, const struct mc_proto_str
 	return mc_master_obj_find_live(m, tid, sp(key), key->len);
 }
 
-
 static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r,
 		     uint8_t status, struct mc_store_replica *d)
 {

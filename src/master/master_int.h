@@ -147,8 +147,8 @@ struct mc_seg {
 	uint32_t name_len, te_len, proto_len;
 	uint64_t base, size;
 	struct mc_offset_alloc *alloc;
-	uint64_t used;	   /* requested bytes of live replicas here */
-	uint64_t deadline; /* GRACEFUL: unmount at this time (ms) */
+	uint64_t used;		 /* requested bytes of live replicas here */
+	uint64_t deadline;	 /* GRACEFUL: unmount at this time (ms) */
 	uint64_t grace_epoch_ms; /* GRACEFUL (or WAIT, was): deadline, Unix ms (0: none) */
 	uint64_t mount_seq;
 	uint32_t gen;
@@ -361,12 +361,12 @@ struct mc_master {
 
 	/* the write-ahead log (wal_log.c); NULL: none */
 	struct mc_wal *wal;
-	struct mc_buf walbuf;  /* one record's payload being encoded */
-	bool wal_err;	       /* an append failed since the daemon last asked */
-	uint64_t wal_view;     /* the view of the last VIEW record (0: none) */
+	struct mc_buf walbuf;	   /* one record's payload being encoded */
+	bool wal_err;		   /* an append failed since the daemon last asked */
+	uint64_t wal_view;	   /* the view of the last VIEW record (0: none) */
 	char wal_view_leader[256]; /* its leader's address (a snapshot's VIEW entry) */
-	uint32_t nwait;	       /* segments in MC_SEG_WAIT */
-	struct mc_obj **wdead; /* erased objects a wait list may still name */
+	uint32_t nwait;		   /* segments in MC_SEG_WAIT */
+	struct mc_obj **wdead;	   /* erased objects a wait list may still name */
 	uint64_t nwdead, wdead_cap;
 	uint64_t nwl;	    /* entries in every waiting segment's list */
 	bool wl_off;	    /* a list could not grow: remounts walk the table */

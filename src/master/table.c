@@ -17,8 +17,8 @@
 #include "base/log.h"
 #include "base/time.h"
 
-#define TAG_SHIFT    48
-#define PTR_MASK     ((1ull << TAG_SHIFT) - 1)
+#define TAG_SHIFT     48
+#define PTR_MASK      ((1ull << TAG_SHIFT) - 1)
 #define MIGRATE_STEP  1u /* old slots moved per insert while resizing, beyond the due share */
 #define MIGRATE_AHEAD 8u /* objects of old slots prefetched this far ahead of the move */
 

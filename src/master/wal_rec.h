@@ -162,12 +162,12 @@ struct mc_walrec_job {
 struct mc_walrec {
 	uint16_t type;
 	union {
-		struct mc_walrec_obj obj;   /* OBJ_PUT; OBJ_DEL uses tenant and key */
-		struct mc_walrec_seg seg;   /* SEG_MOUNT; SEG_UNMOUNT uses id */
-		struct mc_walrec_view view; /* VIEW */
-		struct mc_walrec_task task; /* TASK */
-		struct mc_walrec_job job;   /* JOB */
-		uint64_t seq;		    /* TASK_SEQ */
+		struct mc_walrec_obj obj;     /* OBJ_PUT; OBJ_DEL uses tenant and key */
+		struct mc_walrec_seg seg;     /* SEG_MOUNT; SEG_UNMOUNT uses id */
+		struct mc_walrec_view view;   /* VIEW */
+		struct mc_walrec_task task;   /* TASK */
+		struct mc_walrec_job job;     /* JOB */
+		uint64_t seq;		      /* TASK_SEQ */
 		struct mc_walrec_grace grace; /* SEG_GRACEFUL */
 	} u;
 };

@@ -14,20 +14,20 @@
 #include "base/config.h"
 
 struct mc_store_client_env {
-	char *memcpy_mode;	  /* MC_STORE_MEMCPY: auto, or a boolean */
-	int64_t min_port;	  /* MC_STORE_CLIENT_MIN_PORT */
-	int64_t max_port;	  /* MC_STORE_CLIENT_MAX_PORT */
-	int64_t setup_retries;	  /* MC_STORE_CLIENT_SETUP_RETRIES */
-	int64_t rpc_timeout_ms;	  /* MC_RPC_TIMEOUT_MS, -1 = none */
-	int64_t rpc_connect_ms;	  /* MC_RPC_CONNECT_TIMEOUT_MS, -1 = none */
-	int64_t rpc_busy_poll_us; /* MC_RPC_BUSY_POLL_US */
-	bool metrics;		  /* MC_STORE_CLIENT_METRIC */
-	bool verify;		  /* MC_STORE_VERIFY: sign puts, check reads */
-	bool chunk_trailers;	  /* MC_STORE_CHUNK_TRAILERS: minor-10 trailers on puts */
-	int64_t location_cache;	  /* MC_STORE_LOCATION_CACHE: entries, 0 = off */
-	char *cluster_id;	  /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
-	int64_t failover_ms;	  /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
-	int64_t dummy_expire_ms;  /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */
+	char *memcpy_mode;		 /* MC_STORE_MEMCPY: auto, or a boolean */
+	int64_t min_port;		 /* MC_STORE_CLIENT_MIN_PORT */
+	int64_t max_port;		 /* MC_STORE_CLIENT_MAX_PORT */
+	int64_t setup_retries;		 /* MC_STORE_CLIENT_SETUP_RETRIES */
+	int64_t rpc_timeout_ms;		 /* MC_RPC_TIMEOUT_MS, -1 = none */
+	int64_t rpc_connect_ms;		 /* MC_RPC_CONNECT_TIMEOUT_MS, -1 = none */
+	int64_t rpc_busy_poll_us;	 /* MC_RPC_BUSY_POLL_US */
+	bool metrics;			 /* MC_STORE_CLIENT_METRIC */
+	bool verify;			 /* MC_STORE_VERIFY: sign puts, check reads */
+	bool chunk_trailers;		 /* MC_STORE_CHUNK_TRAILERS: minor-10 trailers on puts */
+	int64_t location_cache;		 /* MC_STORE_LOCATION_CACHE: entries, 0 = off */
+	char *cluster_id;		 /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
+	int64_t failover_ms;		 /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
+	int64_t dummy_expire_ms;	 /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */
 	int64_t dummy_busy_poll_us;	 /* MC_DUMMY_BUSY_POLL_US (a dummy client's wait) */
 	int64_t dummy_conn_busy_poll_us; /* MC_DUMMY_CONN_BUSY_POLL_US (the daemon's) */
 };

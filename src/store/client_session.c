@@ -57,7 +57,7 @@ struct session {
 	uint64_t cksum;
 	struct mc_store_chunk_sums sums;
 	struct mc_proto_opt_u64 table; /* minor 10: its trailer's hash */
-	uint64_t lease_ms; /* get: the lease granted, ending at deadline_ms */
+	uint64_t lease_ms;	       /* get: the lease granted, ending at deadline_ms */
 	char *blob;
 };
 

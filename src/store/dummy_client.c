@@ -181,7 +181,7 @@ struct mc_dummy {
 	struct dregion *regions;    /* regions[0]: the local buffer, when there is one */
 	size_t nregions, cap;
 	struct mc_buf out;
-	struct mc_buf in; /* the answer being read */
+	struct mc_buf in;	   /* the answer being read */
 	struct mc_dummy_wait wait; /* when to poll for an answer (dummy_wait.h) */
 
 	/* the local buffer's allocator */

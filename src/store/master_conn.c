@@ -118,14 +118,14 @@ struct mc_master_conn {
 	mc_master_conn_segments_fn segments_fn;
 	void *segments_arg;
 	struct mc_store_uuid client_id;
-	atomic_uint_fast64_t new_leader_ms; /* when a connect last reached a new view */
+	atomic_uint_fast64_t new_leader_ms;  /* when a connect last reached a new view */
 	atomic_uint_fast64_t leader_changes; /* connects that reached a new view */
-	int64_t failover_ms;		    /* how long a connect waits for a leader */
-	int64_t timeout_ms;		    /* per call; < 0 = none */
-	int64_t connect_timeout_ms;	    /* connect + ServiceReady */
-	uint64_t busy_poll_us;		    /* leader polls this long before sleeping */
-	struct mc_auth_secret auth;	    /* the cluster secret: each connection opens with the
-					       handshake (base/auth_hs.h) */
+	int64_t failover_ms;		     /* how long a connect waits for a leader */
+	int64_t timeout_ms;		     /* per call; < 0 = none */
+	int64_t connect_timeout_ms;	     /* connect + ServiceReady */
+	uint64_t busy_poll_us;		     /* leader polls this long before sleeping */
+	struct mc_auth_secret auth;	     /* the cluster secret: each connection opens with the
+						handshake (base/auth_hs.h) */
 
 	pthread_mutex_t send_lock; /* connecting, writing one frame */
 	pthread_mutex_t lock;	   /* everything below */
@@ -144,7 +144,7 @@ struct mc_master_conn {
 	struct mc_client_metrics *metrics; /* set once before the first call */
 
 	atomic_uint_fast64_t next_id;
-	atomic_uint peer_minor; /* the master's minor version (its ServiceReady answer) */
+	atomic_uint peer_minor;	       /* the master's minor version (its ServiceReady answer) */
 	atomic_uint_fast64_t connects; /* connections made (mc_master_conn_epoch) */
 	pthread_t rx;
 	bool rx_started;

@@ -972,8 +972,7 @@ static void test_report_corrupt(void **state)
 }
 
 /* PutStart or UpsertStart, then End with checksum cksum, by CC. */
-static void put_with_cksum(struct mt *t, const char *key, uint64_t len, bool upsert,
-			   uint64_t cksum)
+static void put_with_cksum(struct mt *t, const char *key, uint64_t len, bool upsert, uint64_t cksum)
 {
 	struct mc_store_replicate_config one = mt_cfg1();
 	struct mc_store_put_end_req end = {.client_id = CC,
