@@ -759,20 +759,28 @@ def test_a_log_stream_is_refused_off_the_leader(hc, etcd_ep):
     assert m1.metric("ha_stream_syncs_total") == 1
 
 
-@slow
-def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
-    # kill -9 of the etcd member every client tries first (a follower, so
-    # etcd needs no election): the leader keeps its lease through the
-    # others (no step-down); then kill -9 of the leader: the standby takes
-    # over on the two members left
+def put_then_kill_an_etcd_member(hc, etcd3, i):
+    """A leader and a standby on the three members, a node's put "x"
+    acknowledged, then kill -9 of member i (etcd3 orders the raft leader
+    last): (leader, standby, node, the put's xxh3)."""
     eps = ";".join(ep for _, ep in etcd3)
     m1, m2 = leader_and_standby(hc, "etcd", eps)
     node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
     hc.procs.remove(node)  # stopped before the masters at teardown
     hc.procs.append(node)
     sx = node.put("x", 50000, 1)
-    etcd3[0][0].kill()
-    etcd3[0][0].wait(timeout=30)
+    etcd3[i][0].kill()
+    etcd3[i][0].wait(timeout=30)
+    return m1, m2, node, sx
+
+
+@slow
+def test_three_member_etcd_loses_a_member_then_the_leader(hc, etcd3):
+    # kill -9 of the etcd member every client tries first (a follower, so
+    # etcd needs no election): the leader keeps its lease through the
+    # others (no step-down); then kill -9 of the leader: the standby takes
+    # over on the two members left
+    m1, m2, node, sx = put_then_kill_an_etcd_member(hc, etcd3, 0)
     end = time.monotonic() + 2 * TTL_S
     while time.monotonic() < end:  # two leases: each renewal went elsewhere
         assert ha_status(m1) == "serving"
@@ -793,14 +801,7 @@ def test_three_member_etcd_loses_its_raft_leader(hc, etcd3):
     # elects another, which may outlast the master's lease on a loaded
     # machine, so a step-down is allowed; but some master serves again on
     # the two members left, with every acknowledged put readable
-    eps = ";".join(ep for _, ep in etcd3)
-    m1, m2 = leader_and_standby(hc, "etcd", eps)
-    node = hc.ha_node(f"etcd://{eps}", f"etcd://{eps}")
-    hc.procs.remove(node)  # stopped before the masters at teardown
-    hc.procs.append(node)
-    sx = node.put("x", 50000, 1)
-    etcd3[2][0].kill()
-    etcd3[2][0].wait(timeout=30)
+    m1, m2, node, sx = put_then_kill_an_etcd_member(hc, etcd3, 2)
     wait_until(lambda: "serving" in (ha_status(m1), ha_status(m2)), FAILOVER_S,
                "a master serving after the etcd election", 0.1)
     assert get_eventually(node, "x") == (50000, sx)
