@@ -1158,7 +1158,9 @@ static mc_status h_promo_heartbeat(struct mc_master *m,
 			.id = promo_id(&e->dst),
 			.status = MC_STORE_REPLICA_PROCESSING,
 			.type = MC_STORE_REPLICA_MEMORY,
-			.size = mc_obj_vsize(o),
+			/* the block: room for the trailer, which the client
+			 * builds from the bytes it read (client_offload.c) */
+			.size = mc_obj_size(o),
 			.address = e->dst.addr,
 			.segment_name = {s->name, s->name_len},
 			.transport_endpoint = {s->te_endpoint, s->te_len},
@@ -1201,10 +1203,9 @@ static int32_t promo_one(struct mc_master *m, uint32_t cl,
 	*r = o->r0;
 	o->r0 = e->dst;
 	o->nrep++;
-	/* a disk copy holds no trailer, so the promoted block has none: the
-	 * object's checksum (the trailer's) goes, and it is read unchecked */
-	if (mc_obj_trailer(o) && (o->flags & MC_OBJ_CKSUM))
-		(void)mc_master_obj_set_sums(o, false, 0, NULL, 0, false);
+	/* a block with a trailer got the one its promoter built from the
+	 * disk copy's bytes: the object's checksum (the trailer's hash) stays,
+	 * and a reader checks the block against it */
 	m->met.promotion_completed++;
 	m->met.promotion_completed_bytes += mc_obj_size(o);
 	e->handed = false; /* the block is the object's now */

@@ -315,12 +315,18 @@ struct mc_store_chk {
 	struct mc_store_scratch *sc;
 	size_t nslots;		    /* of MC_STORE_CHUNK (minor-9 plans) */
 	size_t npieces, piece_next; /* of MC_STORE_TCHUNK (trailer plans), after them */
+	size_t nplans, nwhole;	    /* plans; of them, disk copies read whole */
 };
 mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios);
 size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs,
 			const struct mc_store_chk_obj *o, void *dst, uint64_t off, uint64_t len);
 mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c,
 			     struct mc_store_ranges *rs);
+/* After the reads: the ranges checked by a trailer that failed on every
+ * memory replica are read once more, whole, from their object's disk copy
+ * (which holds no trailer; client_verify.c checks a whole read of it). */
+void mc_store_chk_from_disk(struct mc_store *s, struct mc_store_chk *c,
+			    struct mc_store_ranges *rs);
 void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k);
 void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c);
 
@@ -372,6 +378,9 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 				  const uint32_t *sent, uint32_t nsent,
 				  const struct mc_store_config *cfg, bool upsert,
 				  struct mc_store_msg *resp);
+/* The chunk-sum trailer of the len bytes at p into out
+ * (mc_store_trailer_len(len) bytes). */
+void mc_store_trailer_build(const void *p, uint64_t len, void *out);
 /* The trailer a put of len bytes writes (minor 10; 0: none). */
 uint64_t mc_store_trailer_for(struct mc_store *s, uint64_t len);
 
@@ -482,6 +491,8 @@ char *mc_store_verify_trailers(struct mc_store *s, struct mc_store_io *ios, size
 /* Reads: every io with status MC_OK and check set, not checked yet, is
  * hashed; a mismatch sets MC_ERR_CHECKSUM_MISMATCH and is counted. */
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* io reads a copy on disk (LOCAL_DISK or DISK), which holds no trailer. */
+bool mc_store_io_from_disk(const struct mc_store_io *io);
 /* The longest request a read of io is queued in (UINT64_MAX: no limit):
  * a read to be checked comes in pieces so that they can be hashed as they
  * land (mc_store_verify_pass_new). */

@@ -363,8 +363,8 @@ static mc_status promote_one(struct mc_store *s, const struct mc_store_promotion
 					sizeof(dk));
 	struct mc_xfer_req x;
 	mc_segment_id seg;
-	uint64_t len = 0;
-	void *tmp;
+	uint64_t len = 0, tl = 0;
+	char *tmp;
 	mc_status rc;
 
 	if (!kl)
@@ -373,17 +373,29 @@ static mc_status promote_one(struct mc_store *s, const struct mc_store_promotion
 	    r->segment_name.len >= sizeof(name))
 		return mc_set_error(MC_ERR_INVALID_REPLICA,
 				    "promotion target is not a memory block");
-	if (in_segment(s, r->address, t->size)) {
+	/* a block room for a chunk-sum trailer after the value (minor 10):
+	 * the disk copy holds none, so the trailer of the bytes read goes
+	 * there, and readers check it against the object's trailer hash */
+	if (mc_store_trailer_fits(t->size) && r->size == t->size + mc_store_trailer_len(t->size))
+		tl = mc_store_trailer_len(t->size);
+	if (in_segment(s, r->address, t->size + tl)) {
 		rc = mc_disk_store_get(s->disk, dk, kl, (void *)(uintptr_t)r->address, t->size,
 				       &len);
-		return rc == MC_OK && len != t->size ? MC_ERR_INVALID_PARAMS : rc;
+		if (rc == MC_OK && len != t->size)
+			rc = MC_ERR_INVALID_PARAMS;
+		if (rc == MC_OK && tl)
+			mc_store_trailer_build((const void *)(uintptr_t)r->address, t->size,
+					       (void *)(uintptr_t)(r->address + t->size));
+		return rc;
 	}
-	tmp = mc_malloc(t->size ? t->size : 1);
+	tmp = mc_malloc(t->size + tl ? t->size + tl : 1);
 	if (!tmp)
 		return MC_ERR_NOMEM;
 	rc = mc_disk_store_get(s->disk, dk, kl, tmp, t->size, &len);
 	if (rc == MC_OK && len != t->size)
 		rc = MC_ERR_INVALID_PARAMS;
+	if (rc == MC_OK && tl)
+		mc_store_trailer_build(tmp, t->size, tmp + t->size);
 	if (rc == MC_OK) {
 		memcpy(name, r->segment_name.ptr, r->segment_name.len);
 		name[r->segment_name.len] = '\0';
@@ -394,7 +406,7 @@ static mc_status promote_one(struct mc_store *s, const struct mc_store_promotion
 					 .source = tmp,
 					 .target_id = seg,
 					 .target_offset = r->address,
-					 .length = t->size};
+					 .length = t->size + tl};
 		mc_batch_id bid;
 		rc = mc_te_batch_new(s->te, 1, &bid);
 		if (rc == MC_OK) {

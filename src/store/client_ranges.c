@@ -202,6 +202,7 @@ struct chunk_plan {
 	void *bufs[3];
 	size_t lens[3];
 	char *hs, *ts; /* the scratch slots of head and tail */
+	char *whole;   /* a disk copy's range: the whole object, read here */
 };
 
 /* Plan p for reading range [off, off + len) (not empty, not the whole
@@ -279,6 +280,10 @@ static size_t plan_bufs(struct chunk_plan *p, char *dst, struct mc_store_chk *c)
 /* After a good read: the asked bytes of the partial chunks into dst. */
 static void plan_copy_out(const struct chunk_plan *p, char *dst)
 {
+	if (p->whole) {
+		memcpy(dst, p->whole + p->off, (size_t)p->len);
+		return;
+	}
 	if (p->head) {
 		uint64_t end = MC_MIN(p->off + p->len, p->head_end);
 
@@ -289,9 +294,35 @@ static void plan_copy_out(const struct chunk_plan *p, char *dst)
 		       (size_t)(p->off + p->len - p->tail_start));
 }
 
+/* A range of a disk copy reads the whole object into a buffer of the
+ * call, registered with the engine (the owner's staged copy is read into
+ * it), then copies its bytes out. */
+#define WHOLE_PENDING ((char *)1) /* planned, its buffer not taken yet */
+
+static bool is_disk_rep(const struct mc_store_replica *r)
+{
+	return r->type == MC_STORE_REPLICA_LOCAL_DISK || r->type == MC_STORE_REPLICA_DISK;
+}
+
+static mc_status whole_get(struct mc_store *s, struct chunk_plan *p)
+{
+	char *b = p->we <= SIZE_MAX ? mc_malloc((size_t)p->we) : NULL;
+
+	p->whole = NULL;
+	if (!b)
+		return MC_ERR_NOMEM;
+	if (mc_te_register(s->te, b, (size_t)p->we, NULL, false) != MC_OK) {
+		mc_free(b);
+		return MC_ERR_NOMEM;
+	}
+	p->whole = b;
+	return MC_OK;
+}
+
 mc_status mc_store_chk_init(struct mc_store_chk *c, size_t nios)
 {
 	memset(c, 0, sizeof(*c));
+	c->nplans = nios;
 	c->plans = mc_calloc(nios ? nios : 1, sizeof(*c->plans));
 	c->sc = mc_calloc(1, sizeof(*c->sc));
 	if (!c->plans || !c->sc) {
@@ -314,8 +345,14 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 		     mc_te_local_device(s->te, dst, len) < 0;
 	size_t k;
 
-	/* checked chunk by chunk: read the chunks it touches */
-	if (table && !(off == 0 && len == size))
+	/* checked chunk by chunk: read the chunks it touches; a disk copy
+	 * holds no trailer, so a range of it reads the whole object (the
+	 * owner stages all of it anyway), checked as a whole read is */
+	if (table && !(off == 0 && len == size) && is_disk_rep(o->rep)) {
+		p = (struct chunk_plan){.on = true, .cs = MC_STORE_TCHUNK, .off = off, .len = len,
+					.we = size, .whole = WHOLE_PENDING};
+		c->nwhole++;
+	} else if (table && !(off == 0 && len == size))
 		plan_chunks(&p, off, len, size, MC_STORE_TCHUNK);
 	else if (table || !s->verify || !o->has_cksum ||
 		 !plan_range(&p, off, len, size, o->sums.n ? &o->sums : NULL) ||
@@ -327,7 +364,7 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 	if (len && o->list)
 		mc_store_io_alternates(io, o->list, o->rep, p.on ? p.ws : off);
 	if (table) {
-		uint64_t at = p.on ? p.ws : 0; /* else the whole object */
+		uint64_t at = p.on ? p.ws : 0; /* else the whole object (a disk copy's: ws 0) */
 
 		io->check = true;
 		io->checked = false;
@@ -358,11 +395,109 @@ mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c, struct 
 	for (size_t k = 0; k < rs->n; k++) {
 		if (!c->plans[k].on)
 			continue;
+		if (c->plans[k].whole) {
+			struct chunk_plan *p = &c->plans[k];
+
+			if (whole_get(s, p) != MC_OK)
+				return mc_set_error(MC_ERR_NOMEM,
+						    "ranged read: no memory for a %" PRIu64
+						    "-byte object read from disk",
+						    p->we);
+			p->bufs[0] = p->whole;
+			p->lens[0] = (size_t)p->we;
+			rs->ios[k].nbufs = 1;
+			rs->ios[k].bufs = p->bufs;
+			rs->ios[k].lens = p->lens;
+			continue;
+		}
 		rs->ios[k].nbufs = plan_bufs(&c->plans[k], rs->bufs[k], c);
 		rs->ios[k].bufs = c->plans[k].bufs;
 		rs->ios[k].lens = c->plans[k].lens;
 	}
 	return MC_OK;
+}
+
+/* A complete disk copy among io's alternates, or NULL. */
+static const struct mc_store_replica *disk_alt(const struct mc_store_io *io)
+{
+	for (uint32_t i = 0; i < io->nalts; i++) {
+		const struct mc_store_replica *r = &io->alts[i];
+
+		if (r->status == MC_STORE_REPLICA_COMPLETE &&
+		    ((r->type == MC_STORE_REPLICA_LOCAL_DISK && r->transport_endpoint.len) ||
+		     (r->type == MC_STORE_REPLICA_DISK && r->file_path.len)))
+			return r;
+	}
+	return NULL;
+}
+
+/* Range k was read in chunks with its object's trailer, failed (every
+ * memory replica), and the object has a disk copy. */
+static bool disk_retry(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k)
+{
+	const struct mc_store_io *io = &rs->ios[k];
+
+	return c->plans[k].on && !c->plans[k].whole && io->tlen &&
+	       (io->status == MC_ERR_CHECKSUM_MISMATCH || io->status == MC_ERR_TRANSFER_FAIL) &&
+	       disk_alt(io);
+}
+
+void mc_store_chk_from_disk(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs)
+{
+	struct mc_store_io *tmp;
+	size_t *at, n = 0, m = 0;
+
+	for (size_t k = 0; k < rs->n; k++)
+		n += disk_retry(c, rs, k);
+	if (!n)
+		return;
+	tmp = mc_calloc(n, sizeof(*tmp));
+	at = mc_calloc(n, sizeof(*at));
+	for (size_t k = 0; tmp && at && k < rs->n; k++) {
+		struct chunk_plan *p = &c->plans[k];
+		const struct mc_store_replica *d;
+		struct mc_store_io *io;
+
+		if (!disk_retry(c, rs, k))
+			continue;
+		d = disk_alt(&rs->ios[k]);
+		p->we = d->size;
+		if (whole_get(s, p) != MC_OK)
+			continue; /* no memory: the range keeps its failure */
+		c->nwhole++;
+		p->bufs[0] = p->whole;
+		p->lens[0] = (size_t)d->size;
+		io = &tmp[m];
+		*io = rs->ios[k];
+		io->cur = *d;
+		io->reps = &io->cur;
+		io->nreps = 1;
+		io->alts = NULL; /* the last copy to try */
+		io->nalts = 0;
+		io->bufs = p->bufs;
+		io->lens = p->lens;
+		io->nbufs = 1;
+		io->len = d->size;
+		io->tbl = NULL;
+		io->tbl_at = d->size;
+		io->tbl_first = 0;
+		io->check = true;
+		io->checked = false;
+		io->status = MC_OK;
+		at[m++] = k;
+	}
+	if (m)
+		mc_store_run_transfers(s, tmp, m, MC_OP_READ);
+	for (size_t i = 0; i < m; i++) {
+		struct mc_store_io *io = &rs->ios[at[i]];
+
+		io->status = tmp[i].status;
+		io->cur = tmp[i].cur;
+		io->reps = &io->cur;
+		io->nreps = 1;
+	}
+	mc_free(tmp);
+	mc_free(at);
 }
 
 void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k)
@@ -373,6 +508,11 @@ void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_range
 
 void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c)
 {
+	for (size_t k = 0; c->nwhole && k < c->nplans; k++)
+		if (c->plans[k].whole && c->plans[k].whole != WHOLE_PENDING) {
+			(void)mc_te_deregister(s->te, c->plans[k].whole);
+			mc_free(c->plans[k].whole);
+		}
 	if (c->sc)
 		mc_store_scratch_put(s, c->sc);
 	mc_free(c->sc);
@@ -502,6 +642,7 @@ mc_status mc_store_get_into_ranges_untimed(struct mc_store *s,
 	if (rc != MC_OK)
 		goto fail_all;
 	mc_store_run_transfers(s, rs.ios, rs.n, MC_OP_READ);
+	mc_store_chk_from_disk(s, &chk, &rs);
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_range_read *r = &reads[sent[j]];
 		uint64_t ttl = resp.body.batch_replica_list.items[j].list.lease_ttl_ms;

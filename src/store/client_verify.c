@@ -166,10 +166,14 @@ static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t e
  * object or a range widened to the chunks it touches (client_ranges.c),
  * reads the trailer in the same batch, checks the trailer's hash, then
  * each chunk it read against its entry: a 64 KiB range moves at most 96
- * KiB and 8 bytes per chunk of the object.  A replica read from disk (the
- * SSD tier, DISK files) has no trailer and is read unchecked; so is the
- * object once a promotion from disk made a memory copy without one (the
- * master drops its checksum then).
+ * KiB and 8 bytes per chunk of the object.  A copy on disk (the SSD
+ * tier's, a DISK file) holds the value only: a read of it is always of
+ * the whole object (client_ranges.c widens a range to it), whose trailer
+ * the reader builds from the bytes that landed and checks against the
+ * trailer's hash (judge_rebuilt), so a byte that differs from what the
+ * writer hashed fails the read as it would from memory.  A promotion from
+ * disk writes the trailer it builds the same way after the bytes
+ * (client_offload.c), which the next reader checks.
  */
 static void hash_trailer(const struct mc_store_io *io, uint64_t *t)
 {
@@ -179,6 +183,13 @@ static void hash_trailer(const struct mc_store_io *io, uint64_t *t)
 	for (uint64_t c = 0, off = 0; off < io->len; c++, off += MC_STORE_TCHUNK)
 		mc_put_le64((uint8_t *)&t[c],
 			    span_hash(io, off, MC_MIN(off + MC_STORE_TCHUNK, io->len), &b, &bo));
+}
+
+void mc_store_trailer_build(const void *p, uint64_t len, void *out)
+{
+	for (uint64_t c = 0, off = 0; off < len; c++, off += MC_STORE_TCHUNK)
+		mc_put_le64((uint8_t *)out + 8 * c,
+			    hash64((const char *)p + off, (size_t)MC_MIN(MC_STORE_TCHUNK, len - off)));
 }
 
 uint64_t mc_store_trailer_for(struct mc_store *s, uint64_t len)
@@ -246,6 +257,19 @@ static void judge_table(struct mc_store *s, struct mc_store_io *io, const uint64
 			return;
 		}
 	}
+}
+
+/* Check a whole read of a copy without its trailer (a disk copy): the
+ * trailer its bytes make, against the object's trailer hash. */
+static void judge_rebuilt(struct mc_store *s, struct mc_store_io *io)
+{
+	uint64_t got;
+
+	hash_trailer(io, (uint64_t *)(void *)io->tbl);
+	got = hash64(io->tbl, (size_t)io->tlen);
+	io->checked = true;
+	if (got != io->cksum)
+		mismatch(s, io, got, io->cksum);
 }
 
 /* The whole checksum of io and, when it has more than one chunk, the
@@ -319,13 +343,27 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 	}
 }
 
-/* A read io that is still to be checked. */
+bool mc_store_io_from_disk(const struct mc_store_io *io)
+{
+	return io->nreps && (io->reps[0].type == MC_STORE_REPLICA_LOCAL_DISK ||
+			     io->reps[0].type == MC_STORE_REPLICA_DISK);
+}
+
+/* io reads the whole of an object with a trailer. */
+static bool whole_table(const struct mc_store_io *io)
+{
+	return io->tlen && io->tbl_first == 0 && io->tlen == mc_store_trailer_len(io->len);
+}
+
+/* A read io that is still to be checked.  A trailer is read from memory
+ * replicas; a disk copy has none, and only a whole read of it is checked
+ * (by the trailer it rebuilds). */
 static bool to_check(struct mc_store *s, const struct mc_store_io *io)
 {
-	/* a trailer is read from memory replicas only */
 	return io->check && !io->checked && io->status == MC_OK && s->verify &&
 	       (!io->tlen ||
-		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY)) &&
+		(io->tbl && io->nreps && io->reps[0].type == MC_STORE_REPLICA_MEMORY) ||
+		(io->tbl && mc_store_io_from_disk(io) && whole_table(io))) &&
 	       host_only(s, io);
 }
 
@@ -333,7 +371,7 @@ static bool to_check(struct mc_store *s, const struct mc_store_io *io)
  * land, in any order, 16 KiB chunk by chunk (mc_store_verify_task_end). */
 static bool to_land(struct mc_store *s, const struct mc_store_io *io)
 {
-	return io->tlen && to_check(s, io);
+	return io->tlen && !mc_store_io_from_disk(io) && to_check(s, io);
 }
 
 /* A read io that is still to be checked as its pieces land: a whole
@@ -429,7 +467,9 @@ void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n
 	for (size_t i = 0; i < n; i++) {
 		if (!to_check(s, &ios[i]))
 			continue;
-		if (ios[i].tlen)
+		if (ios[i].tlen && mc_store_io_from_disk(&ios[i]))
+			judge_rebuilt(s, &ios[i]);
+		else if (ios[i].tlen)
 			judge_table(s, &ios[i], NULL);
 		else if (ios[i].chunk_want)
 			judge_chunks(s, &ios[i]);

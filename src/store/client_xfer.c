@@ -431,10 +431,17 @@ void mc_store_io_alternates(struct mc_store_io *io, const struct mc_store_replic
 		io->tried = 1ull << (chosen - list->replicas);
 }
 
-/* The rank of alternate r in the fallback order; 0: not usable now. */
-static int alt_rank(const struct bad_segs *b, const struct mc_store_replica *r)
+/* The rank of alternate r for io in the fallback order; 0: not usable
+ * now.  A range of an object with a trailer read in chunks (client_ranges.c)
+ * needs the trailer, which a disk copy does not hold: only memory serves it. */
+static int alt_rank(const struct bad_segs *b, const struct mc_store_io *io,
+		    const struct mc_store_replica *r)
 {
+	bool part = io->tlen && (io->tbl_first || io->tlen != mc_store_trailer_len(io->len));
+
 	if (r->status != MC_STORE_REPLICA_COMPLETE)
+		return 0;
+	if (part && r->type != MC_STORE_REPLICA_MEMORY)
 		return 0;
 	if (r->type == MC_STORE_REPLICA_MEMORY)
 		return bad_has(b, &r->segment_name) ? 0 : 3;
@@ -453,7 +460,7 @@ static bool next_alternate(struct mc_store_io *io, const struct bad_segs *b)
 	uint32_t k = 0;
 
 	for (uint32_t i = 0; i < io->nalts; i++) {
-		int rank = (io->tried >> i) & 1 ? 0 : alt_rank(b, &io->alts[i]);
+		int rank = (io->tried >> i) & 1 ? 0 : alt_rank(b, io, &io->alts[i]);
 
 		if (rank > best) {
 			best = rank;

@@ -32,6 +32,7 @@
 #include "master/server.h"
 #include "mooncake/store.h"
 #include "store/client_int.h"
+#include "store/client_metrics.h"
 #include "store/proto.h"
 #include "store_t.h"
 #include "support.h"
@@ -244,6 +245,166 @@ static void restart_re_registers_and_a_reader_gets_it(void **state)
 	free(got);
 }
 
+/* Flip a byte of key's memory replica, straight through the holder's
+ * mapping (it is in this process). */
+static void flip_mem(struct mc_store *s, const char *key, size_t at)
+{
+	struct mc_store_replica_desc d[4];
+	int64_t n = mc_store_get_replica_desc(s, key, d, 4);
+
+	for (int64_t i = 0; i < n && i < 4; i++)
+		if (d[i].type == MC_STORE_REPLICA_MEMORY) {
+			((volatile char *)(uintptr_t)d[i].address)[at] ^= 0x10;
+			return;
+		}
+	fail_msg("%s has no memory replica", key);
+}
+
+/* Flip the byte at value offset at of the object whose value is v (n
+ * bytes, found nowhere else) in the .bucket file that holds it. */
+static void flip_on_disk(const char *v, size_t n, size_t at)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	bool done = false;
+
+	assert_non_null(d);
+	while (!done && (de = readdir(d)) != NULL) {
+		size_t l = strlen(de->d_name);
+		char path[512], *b;
+		const char *hit;
+		FILE *f;
+		long len;
+
+		if (l <= 7 || strcmp(de->d_name + l - 7, ".bucket") != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		assert_non_null(f = fopen(path, "r+b"));
+		assert_int_equal(fseek(f, 0, SEEK_END), 0);
+		len = ftell(f);
+		assert_true(len >= 0);
+		assert_non_null(b = malloc((size_t)len + 1));
+		rewind(f);
+		assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+		hit = memmem(b, (size_t)len, v, n);
+		if (hit) {
+			unsigned char x = (unsigned char)hit[at] ^ 0x10;
+
+			assert_int_equal(fseek(f, (long)(hit - b) + (long)at, SEEK_SET), 0);
+			assert_int_equal(fputc(x, f), x);
+			done = true;
+		}
+		assert_int_equal(fclose(f), 0);
+		free(b);
+	}
+	closedir(d);
+	assert_true(done);
+}
+
+/* How many complete replicas of type key has. */
+static size_t count_type(struct mc_store *s, const char *key, int type)
+{
+	struct mc_store_replica_desc d[4];
+	int64_t n = mc_store_get_replica_desc(s, key, d, 4);
+	size_t k = 0;
+
+	for (int64_t i = 0; i < n && i < 4; i++)
+		k += d[i].type == type && d[i].status == MC_STORE_REPLICA_COMPLETE;
+	return k;
+}
+
+#define RG_GUARD 64
+
+/* Range [off, off + len) of key into dst (guarded): its result; on
+ * success the bytes equal obj's; nothing outside the range moves. */
+static int64_t range_read(struct mc_store *s, const char *key, uint64_t off, uint64_t len,
+			  const char *obj, char *dst)
+{
+	struct mc_store_range rg = {.dst_offset = RG_GUARD, .src_offset = off, .length = len};
+	int64_t res = 0;
+	struct mc_store_range_read rr = {key, dst, &rg, 1, &res};
+
+	memset(dst, 0xEE, len + 2 * RG_GUARD);
+	(void)mc_store_get_into_ranges(s, &rr, 1);
+	if (res >= 0)
+		assert_memory_equal(dst + RG_GUARD, obj + off, len);
+	for (size_t i = 0; i < RG_GUARD; i++) {
+		assert_int_equal((unsigned char)dst[i], 0xEE);
+		assert_int_equal((unsigned char)dst[RG_GUARD + len + i], 0xEE);
+	}
+	return res;
+}
+
+/*
+ * Objects with a chunk-sum trailer (minor 10) on the SSD tier: the disk
+ * copy holds the value only, and a read of it, whole or a range (which
+ * reads the whole copy), is checked by the trailer the reader builds from
+ * the bytes against the object's trailer hash.  A byte that went bad in
+ * memory before the offload (so the record's own checksum covers it) is
+ * caught that way: -801, never the bytes; one flipped on disk is refused
+ * by the record's checksum; an intact copy serves the object, whole and
+ * ranged, once its memory replica failed.  (A whole read lands in the
+ * caller's buffer before its check, so only a range's buffer is looked at
+ * after a failure.)
+ */
+static void trailer_objects_on_disk_are_checked(void **state)
+{
+	enum { T = MC_STORE_TCHUNK, OBJ = (300 << 10) + 5, RG = 64 << 10 };
+	const char *keys[3] = {"td-good", "td-bad", "td-flip"};
+	struct mc_store *s, *r;
+	char *want[3], *got = malloc(OBJ + 2 * RG_GUARD);
+	struct mc_store_config c = {.replica_num = 1};
+	uint64_t reads0, bad0;
+	(void)state;
+	setenv("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "30", 1);
+	s = client_new(dir);
+	setenv("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "1", 1);
+	s->trailers = true;
+	c.preferred_segment = mc_store_hostname(s);
+	/* the first pass is done: the objects wait for the wake-up below */
+	assert_true(wait_for(first_pass_done, (struct cond){s, NULL, 0}) >= 0);
+	for (int i = 0; i < 3; i++) {
+		want[i] = malloc(OBJ);
+		mc_test_fill(want[i], OBJ, 4242 + (uint64_t)i);
+		assert_int_equal(mc_store_put(s, keys[i], want[i], OBJ, &c), MC_OK);
+	}
+	flip_mem(s, "td-bad", 3 * T + 9); /* before the offload copies it */
+	mc_store_offload_remount(s);
+	assert_true(wait_for(keys_on_disk, (struct cond){s, keys, 3}) >= 0);
+	for (int i = 0; i < 3; i++)
+		flip_mem(s, keys[i], 7 * T + 1); /* every memory replica fails now */
+	flip_on_disk(want[2], OBJ, 5 * T + 3);
+
+	r = client_new(NULL);
+	assert_int_equal(mc_store_register_buffer(r, got, OBJ + 2 * RG_GUARD), MC_OK);
+	reads0 = mc_store_offload_rpc_read_count(r);
+	bad0 = atomic_load(&r->metrics->checksum_mismatches);
+	/* an intact disk copy: a range (unaligned, after the memory replica
+	 * failed and went), then the whole object */
+	assert_int_equal(range_read(r, "td-good", 6 * T + 7, RG, want[0], got), RG);
+	assert_int_equal(atomic_load(&r->metrics->checksum_mismatches), bad0 + 1);
+	assert_int_equal(count_type(r, "td-good", MC_STORE_REPLICA_MEMORY), 0);
+	assert_int_equal(range_read(r, "td-good", 9 * T + 100, RG, want[0], got), RG);
+	assert_int_equal(mc_store_get_into(r, "td-good", got, OBJ), OBJ);
+	assert_memory_equal(got, want[0], OBJ);
+	assert_true(mc_store_offload_rpc_read_count(r) >= reads0 + 3);
+	/* bad before the offload: the rebuilt trailer gives it away, for a
+	 * range (its memory chunks fail, then the disk copy) far from the
+	 * byte flipped before the offload, as for the whole object */
+	assert_int_equal(range_read(r, "td-bad", 6 * T, RG, want[1], got),
+			 MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_into(r, "td-bad", got, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	/* flipped on disk: refused, never the bytes */
+	assert_true(range_read(r, "td-flip", 7 * T, RG, want[2], got) < 0);
+	assert_true(mc_store_get_into(r, "td-flip", got, OBJ) < 0);
+	mc_store_unregister_buffer(r, got);
+	mc_store_free(r);
+	mc_store_free(s);
+	for (int i = 0; i < 3; i++)
+		free(want[i]);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -253,6 +414,8 @@ int main(void)
 						dir_teardown),
 		cmocka_unit_test_setup_teardown(restart_re_registers_and_a_reader_gets_it,
 						dir_setup, dir_teardown),
+		cmocka_unit_test_setup_teardown(trailer_objects_on_disk_are_checked, dir_setup,
+						dir_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
