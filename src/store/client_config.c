@@ -57,12 +57,11 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "it, falling back to the next replica on a mismatch (0: neither; also the setup "
 	       "option disable_verify)",
 	       CFG(verify), MC_CONFIG_BOOL, 0, 0}},
-	{.f = {"store_chunk_trailers", "MC_STORE_CHUNK_TRAILERS", "0",
+	{.f = {"store_chunk_trailers", "MC_STORE_CHUNK_TRAILERS", "1",
 	       "with MC_STORE_VERIFY and a master of protocol minor 10: puts of objects over "
 	       "16 KiB write the sums of their 16 KiB chunks after the bytes, so a checked "
-	       "range moves about its own bytes (docs/design.md, chunk-sum trailers). Off by "
-	       "default until the SSD tier's copies carry the trailer: a trailer object read "
-	       "from disk is not checked",
+	       "range moves about its own bytes (docs/design.md, chunk-sum trailers); 0: such "
+	       "objects keep minor 9's 256 KiB chunk sums in the master",
 	       CFG(chunk_trailers), MC_CONFIG_BOOL, 0, 0}},
 	{.f = {"store_location_cache", "MC_STORE_LOCATION_CACHE", "0",
 	       "replica locations a client keeps, least recently used first out, so that a get "

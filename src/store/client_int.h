@@ -442,6 +442,7 @@ struct mc_store_loc {
 	uint64_t deadline_ms; /* mc_now_ms(): usable before this */
 	uint64_t conn_epoch;  /* the master connection it was learnt on */
 	uint64_t cksum;
+	bool table; /* cksum is the hash of the object's chunk-sum trailer */
 	struct mc_store_replica rep; /* strings point into key[] */
 	size_t key_len;
 	char key[]; /* then the replica's strings */

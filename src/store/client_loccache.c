@@ -15,9 +15,10 @@
  *     (LEASE_MARGIN: the master's loop clock may lag the request, clocks
  *     may run at slightly different rates), and a cached read that ends
  *     after that is thrown away as a read past its lease is.
- *   - the checksum.  Only objects with a checksum are cached (so not with
- *     MC_STORE_VERIFY=0), and every cached read is checked against it
- *     (client_verify.c); a read that was not checked, failed, or failed
+ *   - the checksum.  Only objects with a checksum, or a chunk-sum
+ *     trailer's hash, are cached (so not with MC_STORE_VERIFY=0), and
+ *     every cached read is checked against it (client_verify.c; a
+ *     trailer object's with its trailer, read beside it); a read that was not checked, failed, or failed
  *     its check drops the entry and the call asks the master as before,
  *     without reporting the replica corrupt (a stale location is not a
  *     corrupt replica).  What the lease does not cover - a force Remove,
@@ -206,7 +207,10 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	size_t extra;
 	char *at;
 
-	if (!c || !l->checksum.present || r->type != MC_STORE_REPLICA_MEMORY ||
+	bool table = !l->checksum.present && l->table_cksum.present &&
+		     mc_store_trailer_fits(r->size);
+
+	if (!c || (!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||
 	    mc_now_ms() >= mk->sent_ms + ttl - margin)
 		return;
@@ -219,7 +223,8 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	e->hash = h = XXH3_64bits(key, len);
 	e->deadline_ms = mk->sent_ms + ttl - margin;
 	e->conn_epoch = mk->conn_epoch;
-	e->cksum = l->checksum.value;
+	e->cksum = table ? l->table_cksum.value : l->checksum.value;
+	e->table = table;
 	e->rep = *r;
 	e->key_len = len;
 	at = e->key;

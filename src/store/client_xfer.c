@@ -641,6 +641,10 @@ static void cached_io(struct mc_store_io *io, const struct mc_store_loc *e, void
 	io->check = true;
 	io->cksum = e->cksum;
 	io->cached = true;
+	if (e->table) { /* checked by its trailer (client_verify.c) */
+		io->tlen = mc_store_trailer_len(io->len);
+		io->tbl_at = io->len;
+	}
 }
 
 /* Did the cached read io of e end well: moved, checked, within the lease?
