@@ -325,8 +325,7 @@ mc_status mc_store_chk_ready(struct mc_store *s, struct mc_store_chk *c,
 /* After the reads: the ranges checked by a trailer that failed on every
  * memory replica are read once more, whole, from their object's disk copy
  * (which holds no trailer; client_verify.c checks a whole read of it). */
-void mc_store_chk_from_disk(struct mc_store *s, struct mc_store_chk *c,
-			    struct mc_store_ranges *rs);
+void mc_store_chk_from_disk(struct mc_store *s, struct mc_store_chk *c, struct mc_store_ranges *rs);
 void mc_store_chk_done(const struct mc_store_chk *c, const struct mc_store_ranges *rs, size_t k);
 void mc_store_chk_release(struct mc_store *s, struct mc_store_chk *c);
 
@@ -442,7 +441,7 @@ struct mc_store_loc {
 	uint64_t deadline_ms; /* mc_now_ms(): usable before this */
 	uint64_t conn_epoch;  /* the master connection it was learnt on */
 	uint64_t cksum;
-	bool table; /* cksum is the hash of the object's chunk-sum trailer */
+	bool table;		     /* cksum is the hash of the object's chunk-sum trailer */
 	struct mc_store_replica rep; /* strings point into key[] */
 	size_t key_len;
 	char key[]; /* then the replica's strings */

@@ -18,12 +18,13 @@
  *   - the checksum.  Only objects with a checksum, or a chunk-sum
  *     trailer's hash, are cached (so not with MC_STORE_VERIFY=0), and
  *     every cached read is checked against it (client_verify.c; a
- *     trailer object's with its trailer, read beside it); a read that was not checked, failed, or failed
- *     its check drops the entry and the call asks the master as before,
- *     without reporting the replica corrupt (a stale location is not a
- *     corrupt replica).  What the lease does not cover - a force Remove,
- *     an Upsert, a move or a drain, a holder's unmount - frees or rewrites
- *     the block, and a read of memory written since then fails the check.
+ *     trailer object's with its trailer, read beside it); a read that
+ *     was not checked, failed, or failed its check drops the entry and
+ *     the call asks the master as before, without reporting the replica
+ *     corrupt (a stale location is not a corrupt replica).  What the
+ *     lease does not cover - a force Remove, an Upsert, a move or a
+ *     drain, a holder's unmount - frees or rewrites the block, and a read
+ *     of memory written since then fails the check.
  *   - this client's own writes drop their keys before they start and after
  *     they end, and bump a write epoch: a get whose lookup was sent before
  *     the last drop does not insert what it learnt.
@@ -206,9 +207,8 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	struct mc_store_loc *e, *old;
 	size_t extra;
 	char *at;
-
-	bool table = !l->checksum.present && l->table_cksum.present &&
-		     mc_store_trailer_fits(r->size);
+	bool table =
+		!l->checksum.present && l->table_cksum.present && mc_store_trailer_fits(r->size);
 
 	if (!c || (!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||

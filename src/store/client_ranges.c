@@ -349,8 +349,12 @@ size_t mc_store_chk_add(struct mc_store *s, struct mc_store_chk *c, struct mc_st
 	 * holds no trailer, so a range of it reads the whole object (the
 	 * owner stages all of it anyway), checked as a whole read is */
 	if (table && !(off == 0 && len == size) && is_disk_rep(o->rep)) {
-		p = (struct chunk_plan){.on = true, .cs = MC_STORE_TCHUNK, .off = off, .len = len,
-					.we = size, .whole = WHOLE_PENDING};
+		p = (struct chunk_plan){.on = true,
+					.cs = MC_STORE_TCHUNK,
+					.off = off,
+					.len = len,
+					.we = size,
+					.whole = WHOLE_PENDING};
 		c->nwhole++;
 	} else if (table && !(off == 0 && len == size))
 		plan_chunks(&p, off, len, size, MC_STORE_TCHUNK);

@@ -188,8 +188,9 @@ static void hash_trailer(const struct mc_store_io *io, uint64_t *t)
 void mc_store_trailer_build(const void *p, uint64_t len, void *out)
 {
 	for (uint64_t c = 0, off = 0; off < len; c++, off += MC_STORE_TCHUNK)
-		mc_put_le64((uint8_t *)out + 8 * c,
-			    hash64((const char *)p + off, (size_t)MC_MIN(MC_STORE_TCHUNK, len - off)));
+		mc_put_le64(
+			(uint8_t *)out + 8 * c,
+			hash64((const char *)p + off, (size_t)MC_MIN(MC_STORE_TCHUNK, len - off)));
 }
 
 uint64_t mc_store_trailer_for(struct mc_store *s, uint64_t len)

@@ -552,8 +552,8 @@ static void every_put_path_leaves_a_checked_object(void **state)
 	size_t plens[3] = {1000, 5 * T + 3 - 1000, OBJ - (5 * T + 3)};
 	struct mc_store_replica_desc d[2];
 	struct mc_store_task_uuid id;
-	const char *keys[] = {"pp-parts", "pp-uparts", "pp-from", "pp-multi",
-			      "pp-resize", "pp-move", "pp-minor9"};
+	const char *keys[] = {"pp-parts",  "pp-uparts", "pp-from",  "pp-multi",
+			      "pp-resize", "pp-move",	"pp-minor9"};
 
 	(void)state;
 	A->trailers = true;
@@ -575,9 +575,9 @@ static void every_put_path_leaves_a_checked_object(void **state)
 		const size_t *ll[1] = {l};
 		mc_status r[1];
 
-		assert_int_equal(mc_store_batch_put_from_multi_buffers(A, k, bb, ll, nb, 1,
-								       &only_d, r),
-				 MC_OK);
+		assert_int_equal(
+			mc_store_batch_put_from_multi_buffers(A, k, bb, ll, nb, 1, &only_d, r),
+			MC_OK);
 	}
 	assert_int_equal(mc_store_put(A, "pp-resize", obj, 3 * T + 1, &only_d), MC_OK);
 	assert_int_equal(mc_store_upsert(A, "pp-resize", obj, OBJ, &only_d), MC_OK);
