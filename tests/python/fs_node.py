@@ -11,6 +11,8 @@ reports every DISK file still queued, then unmounts its segment):
     {"op": "put_batch", "keys": [k], "size": n, "seed": s} -> {"rc": rc}
     {"op": "get", "key": k}                            -> {"rc": len or -1, "digest": hex}
     {"op": "get_into", "key": k, "size": n}            -> {"rc": rc, "digest": hex}
+    {"op": "range", "key": k, "off": o, "len": n}       -> {"rc": [[[rc]]], "digest": hex}
+                                                          (get_into_ranges, one range)
     {"op": "remove", "key": k}                         -> {"rc": rc} (forced: past a lease)
     {"op": "remove_all"}                               -> {"rc": count} (forced)
 """
@@ -55,6 +57,11 @@ def main():
             n = cmd["size"]
             reg[:n] = 0
             rc = s.get_into(cmd["key"], ptr, n)
+            out = {"rc": rc, "digest": digest(reg[:n].tobytes())}
+        elif op == "range":
+            n = cmd["len"]
+            reg[:n] = 0
+            rc = s.get_into_ranges([ptr], [[cmd["key"]]], [[[0]]], [[[cmd["off"]]]], [[[n]]])
             out = {"rc": rc, "digest": digest(reg[:n].tobytes())}
         elif op == "remove":
             out = {"rc": s.remove(cmd["key"], True)}
