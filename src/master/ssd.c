@@ -1112,7 +1112,8 @@ static mc_status h_evict(struct mc_master *m, const struct mc_store_evict_disk_r
 
 static mc_status h_promo_heartbeat(struct mc_master *m,
 				   const struct mc_store_promotion_heartbeat_req *r, uint64_t now,
-				   uint64_t req_id, struct mc_buf *out, char *err, size_t err_len)
+				   uint8_t minor, uint64_t req_id, struct mc_buf *out, char *err,
+				   size_t err_len)
 {
 	uint32_t cl;
 	struct mc_disk *d = disk_of(m, &r->client_id, &cl);
@@ -1158,9 +1159,10 @@ static mc_status h_promo_heartbeat(struct mc_master *m,
 			.id = promo_id(&e->dst),
 			.status = MC_STORE_REPLICA_PROCESSING,
 			.type = MC_STORE_REPLICA_MEMORY,
-			/* the block: room for the trailer, which the client
-			 * builds from the bytes it read (client_offload.c) */
-			.size = mc_obj_size(o),
+			/* the block: room for the trailer, which a promoter
+			 * of minor 11 builds from the bytes it read
+			 * (client_offload.c); an older one is told the value */
+			.size = minor >= 11 ? mc_obj_size(o) : mc_obj_vsize(o),
 			.address = e->dst.addr,
 			.segment_name = {s->name, s->name_len},
 			.transport_endpoint = {s->te_endpoint, s->te_len},
@@ -1174,7 +1176,7 @@ static mc_status h_promo_heartbeat(struct mc_master *m,
 	return MC_OK;
 }
 
-static int32_t promo_one(struct mc_master *m, uint32_t cl,
+static int32_t promo_one(struct mc_master *m, uint32_t cl, uint8_t minor,
 			 const struct mc_store_promotion_result *it)
 {
 	bool found;
@@ -1203,9 +1205,12 @@ static int32_t promo_one(struct mc_master *m, uint32_t cl,
 	*r = o->r0;
 	o->r0 = e->dst;
 	o->nrep++;
-	/* a block with a trailer got the one its promoter built from the
-	 * disk copy's bytes: the object's checksum (the trailer's hash) stays,
-	 * and a reader checks the block against it */
+	/* a promoter of minor 11 wrote the trailer it built from the disk
+	 * copy's bytes after them: the object's checksum (the trailer's hash)
+	 * stays, and a reader checks the block against it.  An older one
+	 * wrote none: the checksum goes, and the object is read unchecked. */
+	if (minor < 11 && mc_obj_trailer(o) && (o->flags & MC_OBJ_CKSUM))
+		(void)mc_master_obj_set_sums(o, false, 0, NULL, 0, false);
 	m->met.promotion_completed++;
 	m->met.promotion_completed_bytes += mc_obj_size(o);
 	e->handed = false; /* the block is the object's now */
@@ -1214,7 +1219,8 @@ static int32_t promo_one(struct mc_master *m, uint32_t cl,
 }
 
 static mc_status h_promo_notify(struct mc_master *m, const struct mc_store_notify_promotion_req *r,
-				uint64_t req_id, struct mc_buf *out, char *err, size_t err_len)
+				uint8_t minor, uint64_t req_id, struct mc_buf *out, char *err,
+				size_t err_len)
 {
 	uint32_t cl;
 	struct mc_disk *d;
@@ -1225,7 +1231,7 @@ static mc_status h_promo_notify(struct mc_master *m, const struct mc_store_notif
 	if (st != MC_OK)
 		return st;
 	for (uint32_t i = 0; i < r->n_items; i++)
-		resp.statuses[i] = promo_one(m, cl, &r->items[i]);
+		resp.statuses[i] = promo_one(m, cl, minor, &r->items[i]);
 	return mc_store_notify_promotion_response_encode(out, req_id, &resp);
 }
 
@@ -1258,10 +1264,11 @@ mc_status mc_master_ssd_handle(struct mc_master *m, const struct mc_store_msg *q
 	case MC_STORE_BATCH_EVICT_DISK_REPLICA:
 		return h_evict(m, &q->body.evict_disk_req, id, out, err, err_len);
 	case MC_STORE_PROMOTION_OBJECT_HEARTBEAT:
-		return h_promo_heartbeat(m, &q->body.promotion_heartbeat_req, now_ms, id, out, err,
-					 err_len);
+		return h_promo_heartbeat(m, &q->body.promotion_heartbeat_req, now_ms, q->hdr.minor,
+					 id, out, err, err_len);
 	case MC_STORE_NOTIFY_PROMOTION:
-		return h_promo_notify(m, &q->body.notify_promotion_req, id, out, err, err_len);
+		return h_promo_notify(m, &q->body.notify_promotion_req, q->hdr.minor, id, out, err,
+				      err_len);
 	default:
 		return FAIL(MC_ERR_NOT_SUPPORTED, "message %u is not an SSD tier message",
 			    q->hdr.type);

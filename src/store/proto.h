@@ -51,12 +51,12 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                               \
-	10 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	11 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
-	    * tails) */
+	    * tails); 11: a promoter writes the trailer of a promoted trailer object */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger

@@ -676,6 +676,74 @@ static void promotion_on_hit_after_threshold(void **state)
 }
 
 /*
+ * A promotion of an object with a chunk-sum trailer (protocol minor 11):
+ * its disk copy holds the value only.  A promoter of minor 11 is told the
+ * block's size with the trailer, which it writes (client_offload.c), and
+ * the object keeps its checksum, the trailer's hash; one of minor 10 is
+ * told the value's size, writes no trailer, and the checksum goes at its
+ * report, so the block is read unchecked rather than failed.
+ */
+static void trailer_object_promotion_follows_the_promoter(void **state)
+{
+	const uint64_t v = 100000, tl = mc_store_trailer_len(v);
+
+	(void)state;
+	for (int old = 0; old < 2; old++) {
+		struct mt *t = t_new_cfg(promote);
+		struct mc_store_put_start_req ps = {.client_id = CA,
+						    .key = mc_proto_str_c("tp"),
+						    .value_len = v,
+						    .config = {.replica_num = 1},
+						    .trailer_len = {true, tl}};
+		struct mc_store_put_end_req pe = {.client_id = CA,
+						  .replica_type = MC_STORE_REPLICA_ALL,
+						  .key = mc_proto_str_c("tp"),
+						  .checksum = {true, 0x77}};
+		const struct mc_store_promotion_heartbeat_resp *p;
+		struct mc_store_corrupt_item it;
+		struct mc_store_corrupt_req cr;
+		uint64_t id;
+		uint32_t mem, disk;
+
+		setup_a(t);
+		assert_int_equal(mt_call(t, MC_STORE_PUT_START, &ps), MC_OK);
+		assert_int_equal(mt_call(t, MC_STORE_PUT_END, &pe), MC_OK);
+		assert_int_equal(hb(t, CA, 0)->n_offload, 1);
+		assert_int_equal(t->resp.body.offload_heartbeat_resp.offload[0].size, v);
+		assert_int_equal(notify(t, CA, "tp", v, MC_OK), MC_OK);
+		/* the memory replica goes (reported corrupt): on disk only */
+		assert_int_equal(get(t, "tp"), MC_OK);
+		assert_true(t->resp.body.replica_list.table_cksum.present);
+		it = (struct mc_store_corrupt_item){mc_proto_str_c("tp"),
+						    t->resp.body.replica_list.replicas[0].id};
+		cr = (struct mc_store_corrupt_req){CB, mc_proto_str_c(""), 1, &it};
+		assert_int_equal(mt_call(t, MC_STORE_REPORT_CORRUPT, &cr), MC_OK);
+		assert_int_equal(get(t, "tp"), MC_OK);
+		rep_types(t, &mem, &disk);
+		assert_int_equal(mem, 0);
+		assert_int_equal(disk, 1);
+		assert_int_equal(get(t, "tp"), MC_OK); /* hit 2: admitted */
+		t->minor = old ? 10 : 0;
+		p = phb(t, CA);
+		assert_int_equal(p->n_tasks, 1);
+		assert_int_equal(p->tasks[0].size, v);
+		assert_int_equal(p->tasks[0].replica.size, old ? v : v + tl);
+		id = p->tasks[0].replica.id;
+		assert_int_equal(pnotify(t, CA, "tp", id, MC_OK), MC_OK);
+		t->minor = 0;
+		assert_int_equal(get(t, "tp"), MC_OK);
+		rep_types(t, &mem, &disk);
+		assert_int_equal(mem, 1);
+		assert_int_equal(t->resp.body.replica_list.replicas[0].size, v);
+		assert_int_equal(t->resp.body.replica_list.table_cksum.present, !old);
+		if (!old)
+			assert_int_equal(t->resp.body.replica_list.table_cksum.value, 0x77);
+		assert_false(t->resp.body.replica_list.checksum.present);
+		mt_free(t);
+	}
+}
+
+/*
  * The End rule on the disk tier.  The owner restarts its SSD tier while a
  * promotion of an object that lives on its disk only is handed out: the
  * object is gone at once (the sweep erases it later), the promotion is
@@ -1162,6 +1230,7 @@ int main(void)
 		cmocka_unit_test(handed_out_then_gone_is_not_reregistered),
 		cmocka_unit_test(upsert_drops_disk_copy),
 		cmocka_unit_test(promotion_on_hit_after_threshold),
+		cmocka_unit_test(trailer_object_promotion_follows_the_promoter),
 		cmocka_unit_test(failed_and_expired_promotions_free_their_block),
 		cmocka_unit_test(promotion_end_on_a_gone_object),
 		cmocka_unit_test(unreported_offload_expires),
