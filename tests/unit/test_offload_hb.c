@@ -371,6 +371,9 @@ static void trailer_objects_on_disk_are_checked(void **state)
 	flip_mem(s, "td-bad", 3 * T + 9); /* before the offload copies it */
 	mc_store_offload_remount(s);
 	assert_true(wait_for(keys_on_disk, (struct cond){s, keys, 3}) >= 0);
+	/* the pass that copied them is counted after it: the copies are
+	 * done (and ordered before the flips below, for TSan) */
+	assert_true(wait_for(second_pass_done, (struct cond){s, NULL, 0}) >= 0);
 	for (int i = 0; i < 3; i++)
 		flip_mem(s, keys[i], 7 * T + 1); /* every memory replica fails now */
 	flip_on_disk(want[2], OBJ, 5 * T + 3);
