@@ -235,6 +235,9 @@ static bool conn_resize(struct mc_master_server *s, struct conn *c, size_t cap)
 	c->rbuf = p;
 	c->rcap = cap;
 	s->rbuf_extra = s->rbuf_extra - before + conn_extra(c);
+	atomic_store_explicit(&s->rbuf_now, s->rbuf_extra, memory_order_relaxed);
+	if (s->rbuf_extra > atomic_load_explicit(&s->rbuf_peak, memory_order_relaxed))
+		atomic_store_explicit(&s->rbuf_peak, s->rbuf_extra, memory_order_relaxed);
 	return true;
 }
 
@@ -259,6 +262,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		c->probe = NULL;
 	}
 	s->rbuf_extra -= conn_extra(c);
+	atomic_store_explicit(&s->rbuf_now, s->rbuf_extra, memory_order_relaxed);
 	mc_list_del(&c->link);
 	s->nconns--;
 	/* not close alone: a forked child (a snapshot) holds a duplicate of
@@ -1722,6 +1726,8 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		goto err_free;
 	atomic_init(&s->n_deadline_cut, 0);
 	atomic_init(&s->n_buffer_cut, 0);
+	atomic_init(&s->rbuf_now, 0);
+	atomic_init(&s->rbuf_peak, 0);
 	atomic_init(&s->n_too_large, 0);
 	mc_list_init(&s->conns);
 	mc_list_init(&s->jobs);

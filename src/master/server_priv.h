@@ -150,6 +150,8 @@ struct mc_master_server {
 	atomic_uint_fast64_t n_deadline_cut; /* cut: a partial frame past its deadline */
 	atomic_uint_fast64_t n_buffer_cut;   /* cut: rpc_max_buffered_bytes reached */
 	atomic_uint_fast64_t n_too_large;    /* a frame refused with TOO_LARGE */
+	atomic_uint_fast64_t rbuf_now;	     /* rbuf_extra, for /metrics */
+	atomic_uint_fast64_t rbuf_peak;	     /* the most rbuf_extra has been */
 	struct mc_accept_guard accept_guard; /* its refused and paused, likewise */
 
 	/*
