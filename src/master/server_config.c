@@ -622,7 +622,8 @@ static const struct mc_config_entry env_vars[] = {
 	       "the default of --rpc_busy_poll_us (a bad value is ignored with a warning)",
 	       SF(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
 	{.f = {"snapshot_local_path", "MOONCAKE_SNAPSHOT_LOCAL_PATH", "",
-	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore; made when "
+	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore, and with "
+	       "--enable_ha the leader's snapshot a standby keeps: one per master; made when "
 	       "missing); unset or \"\": the --wal_dir",
 	       SF(snapshot_local_path), MC_CONFIG_STRING, 0, 0}},
 };

@@ -81,12 +81,20 @@ static mc_status snap_hint(void *arg, uint16_t type, const uint8_t *p, uint32_t 
 	return MC_OK;
 }
 
+const char *mc_master_server_snap_dir(const struct mc_master_server_config *cfg)
+{
+	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
+
+	if (env && *env)
+		return env;
+	return cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
+}
+
 mc_status mc_master_server_snap_init(struct mc_master_server *s,
 				     const struct mc_master_server_config *cfg, uint64_t *after)
 {
 	struct mc_master_snapper *sn = &s->snapper;
-	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
-	const char *dir = env && *env ? env : cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
+	const char *dir = mc_master_server_snap_dir(cfg);
 	struct mc_snap_load_info info;
 	struct snap_replay x = {s->master, mc_now_ms(), 0, &info};
 	mc_status st;
