@@ -203,6 +203,11 @@ void mc_master_server_unlock(struct mc_master_server *s);
  * standby's copy of its leader's snapshot (server_repl.c) and the HA
  * position of the directory (server_ha.c). */
 const char *mc_master_server_snap_dir(const struct mc_master_server_config *cfg);
+/* server_snap.c.  Whether the snapshot about to be forked (what names it in
+ * the log line) sorts its objects: not when the sort's arrays would take
+ * more than a share of the memory the process may still take
+ * (mc_master_snap_sort_fits); then one line says so.  Lock held. */
+bool mc_master_server_snap_sorted(struct mc_master_server *s, const char *what);
 /* server_snap.c.  Before the log is opened: resolve the snapshot directory
  * and, with --enable_snapshot_restore, load the newest valid snapshot into
  * s->master; *after gets the seq it covers (0: none), for mc_wal_open. */

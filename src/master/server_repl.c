@@ -278,14 +278,14 @@ void mc_master_repl_leader_start_locked(struct mc_master_server *s)
 
 /* The child: dump the tables, then send the file as SNAP frames. */
 static void sender_run(struct mc_master_server *s, struct mc_snap_writer *w, int fd, uint64_t seq,
-		       const char *dir, uint64_t deadline_ms)
+		       const char *dir, uint64_t deadline_ms, bool sorted)
 {
 	struct mc_buf b;
 	char path[SNAP_SENDER + 64];
 	uint8_t *chunk = NULL;
 	int f;
 
-	if (mc_master_snap_dump(s->master, w) != MC_OK || mc_snap_writer_finish(w) != MC_OK)
+	if (mc_master_snap_dump(s->master, w, sorted) != MC_OK || mc_snap_writer_finish(w) != MC_OK)
 		_exit(1);
 	snprintf(path, sizeof(path), "%s/snap-%016" PRIx64 ".snap", dir, seq);
 	f = open(path, O_RDONLY | O_CLOEXEC);
@@ -370,6 +370,7 @@ void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd,
 	struct mc_repl_peer *p;
 	struct mc_snap_writer *w;
 	uint64_t seq;
+	bool sorted;
 	pid_t pid;
 
 	if (!s->wal) {
@@ -393,9 +394,10 @@ void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd,
 		mc_free(p);
 		return NULL;
 	}
+	sorted = mc_master_server_snap_sorted(s, "a standby's snapshot");
 	pid = fork();
-	if (pid == 0)
-		sender_run(s, w, fd, seq, p->dir, now_ms + s->snapper.timeout_ms); /* no return */
+	if (pid == 0) /* no return */
+		sender_run(s, w, fd, seq, p->dir, now_ms + s->snapper.timeout_ms, sorted);
 	mc_snap_writer_free(w);
 	if (pid < 0) {
 		snprintf(why, why_len, "fork: %s", strerror(errno));
