@@ -1041,7 +1041,10 @@ static void print_help(FILE *out)
 	fputs("Config-file aliases:", out);
 	for (size_t i = 0; i < MC_ARRAY_SIZE(aliases); i++)
 		fprintf(out, " %s=%s", aliases[i].alias, aliases[i].name);
-	fputs("\nEnvironment: MC_LOG_LEVEL=error|warn|info|debug|trace (default info).\n", out);
+	fputs("\nEnvironment:\n  MC_LOG_LEVEL=info\n      error|warn|info|debug|trace\n", out);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(env_vars); i++)
+		fprintf(out, "  %s=%s\n      %s\n", env_vars[i].f.env, env_vars[i].f.def,
+			env_vars[i].f.doc);
 }
 
 struct arg {

@@ -162,7 +162,8 @@ def etcd3(tmp_path):
 
 
 @pytest.fixture
-def redis_uri():
+def redis_proc():
+    """A real redis-server on loopback: (proc, "redis://host:port")."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server not installed")
@@ -172,10 +173,15 @@ def redis_uri():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_port(port, 30), "redis-server did not start"
-        yield f"redis://127.0.0.1:{port}"
+        yield proc, f"redis://127.0.0.1:{port}"
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def redis_uri(redis_proc):
+    return redis_proc[1]
 
 
 class HaCluster(StoreCluster):
@@ -609,6 +615,25 @@ def test_coordinator_unreachable_at_start(hc):
                         f"--ha_backend_connstring=redis://127.0.0.1:{dead}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "unreachable" in r.stderr, r.stderr
+
+
+def test_redis_lost_later_makes_the_leader_step_down(hc, redis_proc):
+    # the coordinator gone while a leader serves (the etcd case: the
+    # partition test): it cannot renew its view, so it stops serving
+    # within its lease and refuses writes rather than risk a second leader
+    proc, uri = redis_proc
+    m = hc.ha_master("redis", uri)
+    wait_serving(m)
+    node = hc.ha_node(f"127.0.0.1:{m.rpc}", uri)
+    hc.procs.remove(node)  # stopped before the master at teardown
+    hc.procs.append(node)
+    node.put("k", 1000, 1)
+    proc.kill()
+    proc.wait(timeout=30)
+    wait_until(lambda: ha_status(m) != "serving", 2 * TTL_S + 10, "the leader stepping down")
+    assert m.metric("ha_step_downs_total") == 1
+    name, code = node.err("put k2 1000 2")
+    assert (name, code) == ("ERR_UNAVAILABLE_IN_CURRENT_MODE", -1011)
 
 
 def test_answers_wait_for_the_standbys_asked_for(hc, etcd_ep):
