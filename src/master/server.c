@@ -1742,6 +1742,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	atomic_init(&s->repl.acked, UINT64_MAX);
 	atomic_init(&s->repl.sfd, -1);
 	s->repl.lock_fd = -1;
+	s->repl.snap_lock_fd = -1;
 	mc_loop_fd_init(&s->repl.efd, -1, on_repl_efd);
 
 	st = fs_dir_open(cfg, fsdir, sizeof(fsdir), &mcfg);
@@ -1864,6 +1865,8 @@ err_master:
 	mc_master_repl_release(s);
 	if (s->repl.lock_fd >= 0)
 		close(s->repl.lock_fd);
+	if (s->repl.snap_lock_fd >= 0)
+		close(s->repl.snap_lock_fd);
 	mc_master_server_snap_stop(s);
 	if (s->wal)
 		(void)mc_wal_close(s->wal);
@@ -1934,6 +1937,8 @@ void mc_master_server_stop(struct mc_master_server *s)
 		mc_error("wal: closing the log: %s", mc_last_error());
 	if (s->repl.lock_fd >= 0)
 		close(s->repl.lock_fd); /* the directory is free for the next master */
+	if (s->repl.snap_lock_fd >= 0)
+		close(s->repl.snap_lock_fd);
 	mc_master_free(s->master);
 	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);
