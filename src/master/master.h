@@ -256,6 +256,14 @@ uint64_t mc_master_wal_view_version(const struct mc_master *m);
  * before). */
 void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms);
 /*
+ * A new leader takes over: the read leases the old one granted are in no
+ * log, so every object counts as leased for default_kv_lease_ttl_ms from
+ * now_ms (no plain remove, eviction, replica clear or cut of replicas
+ * meanwhile; forced ones as ever).  A read, or a client's location cache
+ * entry, under a lease of the old leader holds as it would have there.
+ */
+void mc_master_lease_all(struct mc_master *m, uint64_t now_ms);
+/*
  * Apply one record of the log at start (the mc_wal_open callback's work),
  * before mc_master_set_wal.  Segments come back waiting (hidden objects)
  * until a client mounts a segment of the same name, base and size; those

@@ -89,6 +89,8 @@ static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
 	atomic_store(&s->repl.dir_view, 0);
 	atomic_store(&s->repl.dir_seq, 0);
 	if (st == MC_OK) {
+		/* readers may hold leases of the old leader: honour them */
+		mc_master_lease_all(s->master, mc_now_ms());
 		mc_master_wal_view(s->master, view_version, s->ha_advertise);
 		mc_master_repl_leader_start_locked(s);
 	}
