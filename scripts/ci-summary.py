@@ -49,16 +49,21 @@ def tap_cases(entry):
 
 def digest(entry, limit=8):
     """The lines that say why a failed test failed, for the tail CI shows: its
-    "not ok" TAP lines with their "#" notes, then the last lines of stderr."""
+    "not ok" TAP lines with their "#" notes, pytest's FAILED/ERROR lines and
+    first "E" lines, then the last lines of stderr."""
     lines = []
     out = (entry.get("stdout") or "").splitlines()
     for i, line in enumerate(out):
         if line.startswith("not ok"):
             lines.append(line)
             lines.extend(l for l in out[i + 1:i + 4] if l.startswith("#"))
+    # pytest (-rfE): the short summary's FAILED/ERROR lines name the cases,
+    # the "E " lines of the tracebacks say what was asserted
+    lines.extend(l for l in out if l.startswith(("FAILED ", "ERROR ")))
+    lines.extend([l for l in out if l.startswith("E   ")][:limit])
     err = [l for l in (entry.get("stderr") or "").splitlines() if l.strip()]
     lines.extend(err[-limit:])
-    return [l[:160] for l in lines[-2 * limit:]]
+    return [l[:160] for l in lines[-3 * limit:]]
 
 
 def read_log(builddir):

@@ -381,7 +381,8 @@ bool mc_master_remove_all_step(struct mc_master *m, struct mc_master_job *j, uin
 			}
 			/* gone: erased as the sweep would; counted only when this
 			 * call's own wipe took its last replica and it was removable */
-			if (wiped_here(j, objs[i]) && (j->force || objs[i]->t <= now_ms))
+			if (wiped_here(j, objs[i]) &&
+			    (j->force || !mc_master_leased(m, objs[i], now_ms)))
 				j->count++;
 			mc_master_obj_erase(m, objs[i]);
 		}

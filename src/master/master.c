@@ -1503,8 +1503,8 @@ static mc_status h_batch_replica_clear(struct ctx *c, const struct mc_store_msg 
 		for (uint32_t i = 0; i < r->n_keys; i++) {
 			struct mc_obj *o = lookup_live(m, &r->tenant, &r->keys[i]);
 
-			if (!o || (o->flags & (MC_OBJ_PROC | MC_OBJ_OFFL)) || o->t > c->now ||
-			    mc_master_obj_writer(m, o) != writer)
+			if (!o || (o->flags & (MC_OBJ_PROC | MC_OBJ_OFFL)) ||
+			    mc_master_leased(m, o, c->now) || mc_master_obj_writer(m, o) != writer)
 				continue;
 			if (r->segment_name.len == 0) {
 				mc_master_obj_release_reps(m, o);

@@ -256,6 +256,14 @@ uint64_t mc_master_wal_view_version(const struct mc_master *m);
  * before). */
 void mc_master_wal_rewait(struct mc_master *m, uint64_t now_ms);
 /*
+ * A new leader takes over: the read leases the old one granted are in no
+ * log, so every object counts as leased for default_kv_lease_ttl_ms from
+ * now_ms (no plain remove, eviction, replica clear or cut of replicas
+ * meanwhile; forced ones as ever).  A read, or a client's location cache
+ * entry, under a lease of the old leader holds as it would have there.
+ */
+void mc_master_lease_all(struct mc_master *m, uint64_t now_ms);
+/*
  * Apply one record of the log at start (the mc_wal_open callback's work),
  * before mc_master_set_wal.  Segments come back waiting (hidden objects)
  * until a client mounts a segment of the same name, base and size; those
@@ -277,7 +285,10 @@ void mc_master_wal_hint(struct mc_master *m, uint16_t type, const void *payload,
  * back.  It walks both tables of a resize in progress and moves nothing
  * (a settle would copy both tables page by page in the child), and encodes
  * in the master's own record buffer: the daemon runs it in a forked child,
- * on the child's copy of the tables.
+ * on the child's copy of the tables.  sorted: the objects in the order of
+ * their first replica's segment and address (the remount after a load
+ * then claims in memory order), else in the table's (the loader accepts
+ * any order; the remount sorts).
  */
 struct mc_snap_writer;
 /*
@@ -294,7 +305,17 @@ void mc_master_snap_load_begin(struct mc_master *m, uint64_t entries);
  * is large enough or the memory cannot be had (it grows as it goes). */
 void mc_master_table_expect(struct mc_master *m, uint64_t n);
 void mc_master_snap_load_end(struct mc_master *m);
-mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w);
+mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w, bool sorted);
+/* The memory the sorted dump's arrays take at most (32 bytes per object),
+ * asked by the parent before it forks the writer. */
+uint64_t mc_master_snap_sort_bytes(const struct mc_master *m);
+/* The sort takes at most 1/MC_MASTER_SNAP_SORT_SHARE of what the process
+ * may still take: the child also gets a copy of every page the parent
+ * writes while it runs, and an OOM kill comes before malloc fails. */
+#define MC_MASTER_SNAP_SORT_SHARE 2
+/* Whether a sort that needs need bytes fits in headroom
+ * (mc_hostmem_headroom; UINT64_MAX: unknown, it fits). */
+bool mc_master_snap_sort_fits(uint64_t need, uint64_t headroom);
 
 /* ---- queries for the HTTP admin service ---- */
 

@@ -366,6 +366,7 @@ struct mc_master {
 	uint64_t wal_view;	   /* the view of the last VIEW record (0: none) */
 	char wal_view_leader[256]; /* its leader's address (a snapshot's VIEW entry) */
 	uint32_t nwait;		   /* segments in MC_SEG_WAIT */
+	uint64_t lease_floor_ms;   /* every object leased until (mc_master_lease_all) */
 	struct mc_obj **wdead;	   /* erased objects a wait list may still name */
 	uint64_t nwdead, wdead_cap;
 	uint64_t nwl;	    /* entries in every waiting segment's list */
@@ -518,6 +519,13 @@ uint32_t mc_master_obj_prune(struct mc_master *m, struct mc_obj *o);
 struct mc_obj *mc_master_obj_find_live(struct mc_master *m, uint16_t tenant, const char *key,
 				       size_t len);
 void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* Does a reader's lease hold complete object o at now_ms: its own, or the
+ * one every object has for a while after a take-over (mc_master_lease_all)? */
+static inline bool mc_master_leased(const struct mc_master *m, const struct mc_obj *o,
+				    uint64_t now_ms)
+{
+	return o->t > now_ms || now_ms < m->lease_floor_ms;
+}
 /* o may be evicted now: complete, unleased, not pinned (soft pins
  * included), memory to free, no disk copy owed (objects.c). */
 bool mc_master_obj_evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms);

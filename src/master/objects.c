@@ -516,6 +516,11 @@ void mc_master_grant_lease(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 	}
 }
 
+void mc_master_lease_all(struct mc_master *m, uint64_t now_ms)
+{
+	m->lease_floor_ms = now_ms + m->cfg.default_kv_lease_ttl_ms;
+}
+
 /* ---- in-flight puts ---- */
 
 void mc_master_proc_add(struct mc_master *m, struct mc_obj *o, uint32_t writer, uint64_t pin)
@@ -772,7 +777,7 @@ mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force
 {
 	if (o->flags & MC_OBJ_PROC)
 		return MC_ERR_REPLICA_IS_NOT_READY;
-	if (!force && o->t > now_ms)
+	if (!force && mc_master_leased(m, o, now_ms))
 		return MC_ERR_OBJECT_HAS_LEASE;
 	if ((o->flags & MC_OBJ_OFFL) || mc_master_task_busy(m, o))
 		return MC_ERR_OBJECT_HAS_REPLICATION_TASK; /* a copy reads its memory replica */
@@ -1226,7 +1231,7 @@ static bool memory_can_go(const struct mc_master *m, const struct mc_obj *o, uin
 /* pass 1: not soft-pinned; pass 2: soft-pinned only */
 static bool evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms, int pass)
 {
-	if (o->t > now_ms || !memory_can_go(m, o, now_ms))
+	if (mc_master_leased(m, o, now_ms) || !memory_can_go(m, o, now_ms))
 		return false;
 	return pass == 1 ? !soft_pinned(m, o, now_ms) : soft_pinned(m, o, now_ms);
 }
@@ -1288,7 +1293,7 @@ static bool mark_for_evict(struct mc_master *m, struct mc_obj *o, uint64_t now_m
 		return true;
 	}
 	for (uint32_t i = 0; i < g->nmem; i++) {
-		if (g->mem[i]->t > now_ms)
+		if (mc_master_leased(m, g->mem[i], now_ms))
 			return true; /* a leased member protects the whole group */
 	}
 	if (!mc_master_grow((void **)list, cap, *n + g->nmem, sizeof(**list)))

@@ -235,6 +235,9 @@ static bool conn_resize(struct mc_master_server *s, struct conn *c, size_t cap)
 	c->rbuf = p;
 	c->rcap = cap;
 	s->rbuf_extra = s->rbuf_extra - before + conn_extra(c);
+	atomic_store_explicit(&s->rbuf_now, s->rbuf_extra, memory_order_relaxed);
+	if (s->rbuf_extra > atomic_load_explicit(&s->rbuf_peak, memory_order_relaxed))
+		atomic_store_explicit(&s->rbuf_peak, s->rbuf_extra, memory_order_relaxed);
 	return true;
 }
 
@@ -259,6 +262,7 @@ static void conn_free(struct mc_master_server *s, struct conn *c)
 		c->probe = NULL;
 	}
 	s->rbuf_extra -= conn_extra(c);
+	atomic_store_explicit(&s->rbuf_now, s->rbuf_extra, memory_order_relaxed);
 	mc_list_del(&c->link);
 	s->nconns--;
 	/* not close alone: a forked child (a snapshot) holds a duplicate of
@@ -1722,6 +1726,8 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 		goto err_free;
 	atomic_init(&s->n_deadline_cut, 0);
 	atomic_init(&s->n_buffer_cut, 0);
+	atomic_init(&s->rbuf_now, 0);
+	atomic_init(&s->rbuf_peak, 0);
 	atomic_init(&s->n_too_large, 0);
 	mc_list_init(&s->conns);
 	mc_list_init(&s->jobs);
@@ -1736,6 +1742,7 @@ mc_status mc_master_server_start(const struct mc_master_server_config *cfg,
 	atomic_init(&s->repl.acked, UINT64_MAX);
 	atomic_init(&s->repl.sfd, -1);
 	s->repl.lock_fd = -1;
+	s->repl.snap_lock_fd = -1;
 	mc_loop_fd_init(&s->repl.efd, -1, on_repl_efd);
 
 	st = fs_dir_open(cfg, fsdir, sizeof(fsdir), &mcfg);
@@ -1858,6 +1865,8 @@ err_master:
 	mc_master_repl_release(s);
 	if (s->repl.lock_fd >= 0)
 		close(s->repl.lock_fd);
+	if (s->repl.snap_lock_fd >= 0)
+		close(s->repl.snap_lock_fd);
 	mc_master_server_snap_stop(s);
 	if (s->wal)
 		(void)mc_wal_close(s->wal);
@@ -1928,6 +1937,8 @@ void mc_master_server_stop(struct mc_master_server *s)
 		mc_error("wal: closing the log: %s", mc_last_error());
 	if (s->repl.lock_fd >= 0)
 		close(s->repl.lock_fd); /* the directory is free for the next master */
+	if (s->repl.snap_lock_fd >= 0)
+		close(s->repl.snap_lock_fd);
 	mc_master_free(s->master);
 	mc_auth_secret_release(&s->rpc_secret);
 	pthread_mutex_destroy(&s->probe_lock);

@@ -622,7 +622,8 @@ static const struct mc_config_entry env_vars[] = {
 	       "the default of --rpc_busy_poll_us (a bad value is ignored with a warning)",
 	       SF(rpc_busy_poll_us), MC_CONFIG_INT, 0, 1000000}},
 	{.f = {"snapshot_local_path", "MOONCAKE_SNAPSHOT_LOCAL_PATH", "",
-	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore; made when "
+	       "the snapshots' directory (--enable_snapshot, --enable_snapshot_restore, and with "
+	       "--enable_ha the leader's snapshot a standby keeps: one per master; made when "
 	       "missing); unset or \"\": the --wal_dir",
 	       SF(snapshot_local_path), MC_CONFIG_STRING, 0, 0}},
 };
@@ -1040,7 +1041,10 @@ static void print_help(FILE *out)
 	fputs("Config-file aliases:", out);
 	for (size_t i = 0; i < MC_ARRAY_SIZE(aliases); i++)
 		fprintf(out, " %s=%s", aliases[i].alias, aliases[i].name);
-	fputs("\nEnvironment: MC_LOG_LEVEL=error|warn|info|debug|trace (default info).\n", out);
+	fputs("\nEnvironment:\n  MC_LOG_LEVEL=info\n      error|warn|info|debug|trace\n", out);
+	for (size_t i = 0; i < MC_ARRAY_SIZE(env_vars); i++)
+		fprintf(out, "  %s=%s\n      %s\n", env_vars[i].f.env, env_vars[i].f.def,
+			env_vars[i].f.doc);
 }
 
 struct arg {

@@ -89,6 +89,8 @@ static mc_status mc_master_ha_take_over(void *arg, uint64_t view_version)
 	atomic_store(&s->repl.dir_view, 0);
 	atomic_store(&s->repl.dir_seq, 0);
 	if (st == MC_OK) {
+		/* readers may hold leases of the old leader: honour them */
+		mc_master_lease_all(s->master, mc_now_ms());
 		mc_master_wal_view(s->master, view_version, s->ha_advertise);
 		mc_master_repl_leader_start_locked(s);
 	}
@@ -180,8 +182,9 @@ static mc_status scan_rec(void *arg, const struct mc_wal_rec *r)
 }
 
 /*
- * What the own --wal_dir holds, read as the take-over would recover it
- * (the newest valid snapshot, then the log after it) without building
+ * What the own directories hold, read as the take-over would recover it
+ * (the newest valid snapshot in mc_master_server_snap_dir, then the log
+ * in the --wal_dir after it) without building
  * tables: the view of its last VIEW record (a snapshot names its view
  * first, wal_log.c) and the seq of its last valid record.  Until a
  * leader's snapshot replaces the directory this is the master's candidate
@@ -193,8 +196,7 @@ static mc_status scan_rec(void *arg, const struct mc_wal_rec *r)
  */
 static void dir_position(struct mc_master_server *s, const struct mc_master_server_config *cfg)
 {
-	const char *env = cfg->snapshot_local_path;
-	const char *sdir = env && *env ? env : cfg->wal_dir;
+	const char *sdir = mc_master_server_snap_dir(cfg);
 	struct mc_snap_load_info si;
 	struct mc_wal_open_info wi;
 	struct mc_wal *w = NULL;
@@ -205,8 +207,9 @@ static void dir_position(struct mc_master_server *s, const struct mc_master_serv
 	if (st == MC_OK)
 		st = mc_wal_open(cfg->wal_dir, MC_WAL_FSYNC_NO, si.seq, scan_rec, &view, &w, &wi);
 	if (st != MC_OK) {
-		mc_warn("ha: --wal_dir %s cannot be read (%s): posting no position of its own",
-			cfg->wal_dir, mc_last_error());
+		mc_warn("ha: --wal_dir %s (snapshots in %s) cannot be read (%s): posting no "
+			"position of its own",
+			cfg->wal_dir, sdir, mc_last_error());
 		return;
 	}
 	(void)mc_wal_close(w);
@@ -215,9 +218,45 @@ static void dir_position(struct mc_master_server *s, const struct mc_master_serv
 	atomic_store(&s->repl.dir_seq, seq);
 	if (seq)
 		mc_info("ha: --wal_dir %s holds view %" PRIu64 " through seq %" PRIu64
-			" (snapshot at %" PRIu64 ", read in %" PRIu64
+			" (snapshot at %" PRIu64 " in %s, read in %" PRIu64
 			" ms): this master's position until a leader's snapshot replaces it",
-			cfg->wal_dir, view, seq, si.seq, mc_now_ms() - t0);
+			cfg->wal_dir, view, seq, si.seq, sdir, mc_now_ms() - t0);
+}
+
+/* flock dir/LOCK into *fd (made when missing): a standby empties its
+ * directories for the leader's snapshot, so two masters must never share
+ * one.  what names the directory in the message. */
+static mc_status dir_lock(const char *dir, const char *what, int *fd)
+{
+	char path[4200];
+
+	(void)mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s/LOCK", dir);
+	*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (*fd < 0)
+		return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "%s %s: %s", what, path,
+				    strerror(errno));
+	if (flock(*fd, LOCK_EX | LOCK_NB) != 0)
+		return mc_set_error(MC_ERR_INVALID_PARAMS,
+				    "%s %s is in use by another master (%s is locked): every HA "
+				    "master needs a directory of its own",
+				    what, dir, path);
+	return MC_OK;
+}
+
+/* The snapshot directory's lock, unless it is the --wal_dir (locked). */
+static mc_status snap_dir_lock(struct mc_master_server *s, const char *sdir)
+{
+	struct stat a, b;
+	mc_status st = dir_lock(sdir, "MOONCAKE_SNAPSHOT_LOCAL_PATH", &s->repl.snap_lock_fd);
+
+	if (s->repl.snap_lock_fd >= 0 && fstat(s->repl.lock_fd, &a) == 0 &&
+	    fstat(s->repl.snap_lock_fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		close(s->repl.snap_lock_fd); /* the same file: held already */
+		s->repl.snap_lock_fd = -1;
+		return MC_OK;
+	}
+	return st;
 }
 
 /* --enable_ha: the address put in the view, and the election thread. */
@@ -247,23 +286,15 @@ mc_status mc_master_server_ha_start(struct mc_master_server *s,
 	if (!mc_wal_fsync_parse(cfg->wal_fsync ? cfg->wal_fsync : "everysec", &s->repl.policy))
 		return mc_set_error(MC_ERR_INVALID_PARAMS,
 				    "--wal_fsync %s: not always, everysec or no", cfg->wal_fsync);
-	/* a standby empties its directory for the leader's snapshot: two
-	 * masters must never share one */
-	{
-		char path[4200];
-
-		(void)mkdir(cfg->wal_dir, 0755);
-		snprintf(path, sizeof(path), "%s/LOCK", cfg->wal_dir);
-		s->repl.lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (s->repl.lock_fd < 0)
-			return mc_set_error(MC_ERR_FILE_OPEN_FAIL, "--wal_dir %s: %s", path,
-					    strerror(errno));
-		if (flock(s->repl.lock_fd, LOCK_EX | LOCK_NB) != 0)
-			return mc_set_error(MC_ERR_INVALID_PARAMS,
-					    "--wal_dir %s is in use by another master (%s is "
-					    "locked): every HA master needs a directory of its own",
-					    cfg->wal_dir, path);
-	}
+	/* the leader's snapshot a standby receives goes where its own
+	 * snapshots go, so its take-over and restart find it (one rule,
+	 * mc_master_server_snap_dir) */
+	s->repl.snap_dir = mc_master_server_snap_dir(cfg);
+	st = dir_lock(cfg->wal_dir, "--wal_dir", &s->repl.lock_fd);
+	if (st == MC_OK)
+		st = snap_dir_lock(s, s->repl.snap_dir);
+	if (st != MC_OK)
+		return st;
 	mc_master_repl_clean_dir(cfg->wal_dir); /* a killed leader's senders' leftovers */
 	dir_position(s, cfg);
 	s->repl.dir = cfg->wal_dir;

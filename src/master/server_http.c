@@ -386,6 +386,7 @@ struct port_counts {
 	uint64_t cut_room[NPORTS];	 /* HTTP: cut to keep room for new clients */
 	uint64_t rpc_buffer_cut;	 /* RPC: rpc_max_buffered_bytes reached */
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
+	uint64_t rpc_buffered, rpc_buffered_peak; /* RPC: growth of partial-frame buffers */
 	uint64_t auth_refused;		 /* handshakes failed (base/auth_hs.h) */
 	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
@@ -660,6 +661,8 @@ static const struct metric metrics[] = {
 	PORT_COUNTER("master_deadline_cuts_total", "Connections cut: a frame (rpc) or request (http) not whole by its deadline", cut_deadline, ALL_PORTS),
 	PORT_COUNTER("master_room_cuts_total", "HTTP connections that waited longest for their request, cut to keep room for new clients", cut_room, HTTP_PORTS),
 	SERVER_COUNTER("master_rpc_buffer_cuts_total", "RPC connections cut: the buffers for incomplete frames were full (--rpc_max_buffered_bytes)", rpc_buffer_cut),
+	SERVER_GAUGE("master_rpc_buffered_bytes", "Bytes the RPC read buffers hold beyond their first size for frames not yet whole (counted against --rpc_max_buffered_bytes)", rpc_buffered),
+	SERVER_GAUGE("master_rpc_buffered_bytes_peak", "The most master_rpc_buffered_bytes has been since start", rpc_buffered_peak),
 	SERVER_COUNTER("master_auth_refused_total", "Connections refused by the cluster secret's handshake (RPC port), and handshakes the master's own calls failed (docs/security.md)", auth_refused),
 	{.name = "master_loop_turn_us", .kind = MK_LOOP_TURN,
 	 .help = "Turns of the RPC loop (events handled, timers run) by wall time, microseconds"},
@@ -821,6 +824,8 @@ static void port_counts_read(struct mc_master_server *s, struct mc_http *admin,
 	}
 	out->rpc_buffer_cut = relaxed(&s->n_buffer_cut);
 	out->rpc_too_large = relaxed(&s->n_too_large);
+	out->rpc_buffered = relaxed(&s->rbuf_now);
+	out->rpc_buffered_peak = relaxed(&s->rbuf_peak);
 	out->auth_refused = relaxed(&mc_auth_refused_total);
 }
 

@@ -63,10 +63,12 @@ struct mc_master_repl {
 	uint64_t n_syncs, n_gone, n_dropped, bytes_sent;
 	/* the standby */
 	const char *dir;	      /* --wal_dir */
+	const char *snap_dir;	      /* mc_master_server_snap_dir */
 	enum mc_wal_fsync policy;     /* --wal_fsync */
 	struct mc_master_config mcfg; /* fresh tables for a snapshot */
 	char *fsdir;		      /* mcfg.fsdir's copy */
 	int lock_fd;		      /* flock of <dir>/LOCK: one master per directory */
+	int snap_lock_fd;	      /* <snap_dir>/LOCK when another directory; else -1 */
 	pthread_t thread;
 	/* the thread runs: set by whoever starts it (the starting thread, the
 	 * election thread's step-down), taken by whoever stops it (the
@@ -78,7 +80,7 @@ struct mc_master_repl {
 	atomic_bool synced;	      /* a whole snapshot of the leader was loaded */
 	atomic_uint_fast64_t applied; /* the leader's seq applied through */
 	atomic_uint_fast64_t view;    /* the view of the leader streamed from */
-	/* what --wal_dir held at start, before any leader's snapshot replaced
+	/* what the directories held at start, before any leader's snapshot replaced
 	 * it (server_ha.c): the view of its last VIEW record and its last seq;
 	 * 0 0 once replaced, or when it held nothing */
 	atomic_uint_fast64_t dir_view, dir_seq;
@@ -150,6 +152,8 @@ struct mc_master_server {
 	atomic_uint_fast64_t n_deadline_cut; /* cut: a partial frame past its deadline */
 	atomic_uint_fast64_t n_buffer_cut;   /* cut: rpc_max_buffered_bytes reached */
 	atomic_uint_fast64_t n_too_large;    /* a frame refused with TOO_LARGE */
+	atomic_uint_fast64_t rbuf_now;	     /* rbuf_extra, for /metrics */
+	atomic_uint_fast64_t rbuf_peak;	     /* the most rbuf_extra has been */
 	struct mc_accept_guard accept_guard; /* its refused and paused, likewise */
 
 	/*
@@ -195,6 +199,17 @@ struct mc_master_server {
  * it was held (every unlock of lock goes through here). */
 void mc_master_server_unlock(struct mc_master_server *s);
 
+/* server_snap.c.  Where this master's snapshots live: MOONCAKE_SNAPSHOT_LOCAL_PATH
+ * when set, else the --wal_dir; NULL: neither.  The one answer for every
+ * reader and writer of them: the periodic ones, the start-up load, a
+ * standby's copy of its leader's snapshot (server_repl.c) and the HA
+ * position of the directory (server_ha.c). */
+const char *mc_master_server_snap_dir(const struct mc_master_server_config *cfg);
+/* server_snap.c.  Whether the snapshot about to be forked (what names it in
+ * the log line) sorts its objects: not when the sort's arrays would take
+ * more than a share of the memory the process may still take
+ * (mc_master_snap_sort_fits); then one line says so.  Lock held. */
+bool mc_master_server_snap_sorted(struct mc_master_server *s, const char *what);
 /* server_snap.c.  Before the log is opened: resolve the snapshot directory
  * and, with --enable_snapshot_restore, load the newest valid snapshot into
  * s->master; *after gets the seq it covers (0: none), for mc_wal_open. */

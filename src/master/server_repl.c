@@ -34,8 +34,10 @@
  * names, sends SYNC and reads the stream with blocking reads.  A whole
  * snapshot (SNAP_END) is checked (mc_snap_decode) before anything changes;
  * then, under the state lock, fresh tables replace the old ones, the
- * standby's own log directory is emptied of logs and snapshots and gets
- * the received snapshot file, and a new log starts at S+1.  RECS records
+ * standby's own logs and snapshots are deleted, the received snapshot
+ * file goes where its own snapshots go (MOONCAKE_SNAPSHOT_LOCAL_PATH, else
+ * the --wal_dir: mc_master_server_snap_dir) and a new log starts at S+1.
+ * RECS records
  * are checked (mc_wal_decode_rec, seq by seq), applied to the tables and
  * appended to the own log with the same seqs, committed, then ACKed.  A
  * broken stream is reconnected after 200 ms and starts over from a new
@@ -276,14 +278,14 @@ void mc_master_repl_leader_start_locked(struct mc_master_server *s)
 
 /* The child: dump the tables, then send the file as SNAP frames. */
 static void sender_run(struct mc_master_server *s, struct mc_snap_writer *w, int fd, uint64_t seq,
-		       const char *dir, uint64_t deadline_ms)
+		       const char *dir, uint64_t deadline_ms, bool sorted)
 {
 	struct mc_buf b;
 	char path[SNAP_SENDER + 64];
 	uint8_t *chunk = NULL;
 	int f;
 
-	if (mc_master_snap_dump(s->master, w) != MC_OK || mc_snap_writer_finish(w) != MC_OK)
+	if (mc_master_snap_dump(s->master, w, sorted) != MC_OK || mc_snap_writer_finish(w) != MC_OK)
 		_exit(1);
 	snprintf(path, sizeof(path), "%s/snap-%016" PRIx64 ".snap", dir, seq);
 	f = open(path, O_RDONLY | O_CLOEXEC);
@@ -368,6 +370,7 @@ void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd,
 	struct mc_repl_peer *p;
 	struct mc_snap_writer *w;
 	uint64_t seq;
+	bool sorted;
 	pid_t pid;
 
 	if (!s->wal) {
@@ -391,9 +394,10 @@ void *mc_master_repl_sync_locked(struct mc_master_server *s, void *conn, int fd,
 		mc_free(p);
 		return NULL;
 	}
+	sorted = mc_master_server_snap_sorted(s, "a standby's snapshot");
 	pid = fork();
-	if (pid == 0)
-		sender_run(s, w, fd, seq, p->dir, now_ms + s->snapper.timeout_ms); /* no return */
+	if (pid == 0) /* no return */
+		sender_run(s, w, fd, seq, p->dir, now_ms + s->snapper.timeout_ms, sorted);
 	mc_snap_writer_free(w);
 	if (pid < 0) {
 		snprintf(why, why_len, "fork: %s", strerror(errno));
@@ -632,18 +636,26 @@ static mc_status snap_fill(void *arg, uint16_t type, const uint8_t *p, uint32_t 
 	return mc_master_wal_replay(x->m, type, p, len, x->now_ms);
 }
 
-static bool log_or_snapshot(const char *name)
+static bool is_log(const char *name)
 {
 	size_t l = strlen(name);
 
-	return (strncmp(name, "wal-", 4) == 0 && l > 4 && strcmp(name + l - 4, ".log") == 0) ||
-	       strncmp(name, "snap-", 5) == 0;
+	return strncmp(name, "wal-", 4) == 0 && l > 4 && strcmp(name + l - 4, ".log") == 0;
 }
 
-/* Delete dir's logs and snapshots: the leader's state replaces them. */
-static void own_dir_clear(const char *dir)
+static bool is_snapshot(const char *name)
 {
-	dir_unlink(dir, log_or_snapshot);
+	return strncmp(name, "snap-", 5) == 0;
+}
+
+/* Delete the own logs and snapshots (also damaged and partial ones): the
+ * leader's state replaces them.  An older snapshot left in the snapshot
+ * directory would be loaded after a restart under a log it does not
+ * continue. */
+static void own_dir_clear(struct mc_master_server *s)
+{
+	dir_unlink(s->repl.dir, is_log);
+	dir_unlink(s->repl.snap_dir, is_snapshot);
 }
 
 static mc_status write_file(const char *dir, uint64_t seq, const uint8_t *p, size_t n)
@@ -737,14 +749,16 @@ static mc_status apply_snapshot(struct mc_master_server *s, const uint8_t *p, si
 				", view %" PRIu64 ")",
 				s->repl.dir, dv, ds, seq, view);
 	}
-	own_dir_clear(s->repl.dir);
-	st = write_file(s->repl.dir, seq, p, n);
+	own_dir_clear(s);
+	/* where its own snapshots go (mc_master_server_snap_dir): the take-over
+	 * and a restart load it from there, then the log after it */
+	st = write_file(s->repl.snap_dir, seq, p, n);
 	if (st == MC_OK)
 		st = mc_wal_open(s->repl.dir, s->repl.policy, seq, NULL, NULL, &w, NULL);
 	if (st != MC_OK) {
 		mc_master_free(fresh);
-		return mc_set_error(st, "the standby's --wal_dir %s: %s", s->repl.dir,
-				    mc_last_error());
+		return mc_set_error(st, "the standby's --wal_dir %s (snapshots in %s): %s",
+				    s->repl.dir, s->repl.snap_dir, mc_last_error());
 	}
 	pthread_mutex_lock(&s->lock);
 	old = s->master;

@@ -53,6 +53,7 @@
 #include "master/server_priv.h"
 #include "master/snap.h"
 #include "master/wal.h"
+#include "mem/hostmem.h"
 
 struct snap_replay {
 	struct mc_master *m;
@@ -81,12 +82,20 @@ static mc_status snap_hint(void *arg, uint16_t type, const uint8_t *p, uint32_t 
 	return MC_OK;
 }
 
+const char *mc_master_server_snap_dir(const struct mc_master_server_config *cfg)
+{
+	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
+
+	if (env && *env)
+		return env;
+	return cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
+}
+
 mc_status mc_master_server_snap_init(struct mc_master_server *s,
 				     const struct mc_master_server_config *cfg, uint64_t *after)
 {
 	struct mc_master_snapper *sn = &s->snapper;
-	const char *env = cfg->snapshot_local_path; /* MOONCAKE_SNAPSHOT_LOCAL_PATH */
-	const char *dir = env && *env ? env : cfg->wal_dir && *cfg->wal_dir ? cfg->wal_dir : NULL;
+	const char *dir = mc_master_server_snap_dir(cfg);
 	struct mc_snap_load_info info;
 	struct snap_replay x = {s->master, mc_now_ms(), 0, &info};
 	mc_status st;
@@ -136,9 +145,22 @@ void mc_master_server_snap_started(struct mc_master_server *s, uint64_t after, u
 	s->snapper.next_ms = now_ms + s->snapper.every_ms;
 }
 
-static void child_run(struct mc_master *m, struct mc_snap_writer *w)
+bool mc_master_server_snap_sorted(struct mc_master_server *s, const char *what)
 {
-	mc_status st = mc_master_snap_dump(m, w);
+	uint64_t need = mc_master_snap_sort_bytes(s->master), room = mc_hostmem_headroom();
+
+	if (mc_master_snap_sort_fits(need, room))
+		return true;
+	mc_warn("snapshot: %s is written unsorted: sorting its objects would take %" PRIu64
+		" MiB, more than 1/%d of the %" PRIu64 " MiB this process may still take "
+		"(a restart's remount sorts them instead)",
+		what, need >> 20, MC_MASTER_SNAP_SORT_SHARE, room >> 20);
+	return false;
+}
+
+static void child_run(struct mc_master *m, struct mc_snap_writer *w, bool sorted)
+{
+	mc_status st = mc_master_snap_dump(m, w, sorted);
 
 	if (st == MC_OK)
 		st = mc_snap_writer_finish(w);
@@ -225,6 +247,7 @@ static void fork_one(struct mc_master_server *s, uint64_t now_ms)
 	struct mc_master_snapper *sn = &s->snapper;
 	struct mc_snap_writer *w;
 	uint64_t seq;
+	bool sorted;
 	pid_t pid;
 
 	sn->next_ms = now_ms + sn->every_ms;
@@ -246,9 +269,10 @@ static void fork_one(struct mc_master_server *s, uint64_t now_ms)
 		mc_snap_writer_abort(w);
 		return;
 	}
+	sorted = mc_master_server_snap_sorted(s, "the periodic snapshot");
 	pid = fork();
 	if (pid == 0)
-		child_run(s->master, w); /* does not return */
+		child_run(s->master, w, sorted); /* does not return */
 	mc_snap_writer_free(w);
 	if (pid < 0) {
 		sn->child_seq = seq;

@@ -1099,11 +1099,12 @@ static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg
 	if (want < have) {
 		uint32_t n = 0, kept = 0;
 
-		if (o->t > now)
+		if (mc_master_leased(m, o, now))
 			return FAILT(MC_ERR_OBJECT_HAS_LEASE,
 				     "key '%.*s' is leased to a reader for %" PRIu64
 				     " ms more: its replicas stay",
-				     (int)MC_MIN(r->key.len, 80), r->key.ptr, o->t - now);
+				     (int)MC_MIN(r->key.len, 80), r->key.ptr,
+				     MC_MAX(o->t, m->lease_floor_ms) - now);
 		for (uint32_t i = 0; i < o->nrep; i++) {
 			struct mc_rep x = *mc_master_obj_rep(o, i);
 

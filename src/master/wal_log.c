@@ -269,8 +269,23 @@ mc_status mc_master_snap_add(struct mc_master *m, struct mc_snap_writer *w,
 	return mc_snap_writer_add(w, r->type, m->walbuf.data, (uint32_t)m->walbuf.len);
 }
 
+#define RADIX_BITS 11 /* radix_sort's digit */
+
 static bool radix_sort(struct mc_wait_ref *v, uint64_t n, uint64_t base);
 static int ref_cmp(const void *pa, const void *pb);
+
+uint64_t mc_master_snap_sort_bytes(const struct mc_master *m)
+{
+	/* dump_sorted's at[] per segment slot and v[] per object, radix_sort's
+	 * copy of a segment's run (at most every object) and its counts */
+	return ((uint64_t)m->nsegs_slots + 1) * sizeof(uint64_t) +
+	       m->nobjs * 2 * sizeof(struct mc_wait_ref) + (1u << RADIX_BITS) * sizeof(uint64_t);
+}
+
+bool mc_master_snap_sort_fits(uint64_t need, uint64_t headroom)
+{
+	return headroom == UINT64_MAX || need <= headroom / MC_MASTER_SNAP_SORT_SHARE;
+}
 
 /* The segment slot of the first replica obj_rec(m, o, true) writes, and its
  * address; UINT32_MAX when it writes none (no entry). */
@@ -298,8 +313,8 @@ static uint32_t dump_key(const struct mc_master *m, struct mc_obj *o, uint64_t *
  * remount's claims walk the objects and the allocator's blocks in memory
  * order, with no sort (at 10 M objects the remount took several times
  * longer on the writer's hash order).  The cost is the writer's (a
- * forked child): 16 bytes per object twice, a sort, and a walk of the
- * objects out of table order.  false, with nothing written, when the
+ * forked child): 16 bytes per object twice (mc_master_snap_sort_bytes), a
+ * sort, and a walk of the objects out of table order.  false, with nothing written, when the
  * arrays cannot be had; else *st is the writer's status.
  */
 static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc_walrec *r,
@@ -351,7 +366,7 @@ static bool dump_sorted(struct mc_master *m, struct mc_snap_writer *w, struct mc
 	return true;
 }
 
-mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
+mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w, bool sorted)
 {
 	struct mc_walrec r; /* about 2 KiB */
 	mc_status st = MC_OK;
@@ -385,9 +400,10 @@ mc_status mc_master_snap_dump(struct mc_master *m, struct mc_snap_writer *w)
 		return st;
 	/* the move of a resize is not finished here: that would write both
 	 * tables and copy every page of them into this forked child */
-	if (dump_sorted(m, w, &r, &st))
+	if (sorted && dump_sorted(m, w, &r, &st))
 		return st == MC_OK ? mc_master_tasks_snap_dump(m, w) : st;
-	/* no memory for the order: the tables', which a remount sorts */
+	/* not asked, or no memory for the order: the tables', which a remount
+	 * sorts */
 	for (uint64_t i = 0; i < mc_master_table_span(m) && st == MC_OK; i++) {
 		struct mc_obj *o = mc_master_table_at(m, i);
 
@@ -788,7 +804,7 @@ static int ref_cmp(const void *pa, const void *pb)
  * (v unchanged) when the scratch array cannot be had. */
 static bool radix_sort(struct mc_wait_ref *v, uint64_t n, uint64_t base)
 {
-	enum { BITS = 11, NB = 1 << BITS };
+	enum { BITS = RADIX_BITS, NB = 1 << BITS };
 	struct mc_wait_ref *t = mc_malloc(n * sizeof(*t)), *a = v, *b = t;
 	uint64_t max = 0, *cnt = mc_malloc(NB * sizeof(*cnt));
 

@@ -67,9 +67,10 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "replica locations a client keeps, least recently used first out, so that a get "
 	       "of a key read within its read lease (less a margin) skips GetReplicaList and is "
 	       "one exchange with the holder; needs MC_STORE_VERIFY (every cached read is "
-	       "checked). Off by default: after another client's upsert to another size or "
-	       "force remove a cached get may return the previous value until the lease ends "
-	       "(docs/design.md, the location cache). 0 = off",
+	       "checked). Off by default: after another client's upsert to another size, a "
+	       "force remove, or an unmount (or expiry) of a holder still running, a cached get "
+	       "may return the previous value, checked and whole, until the lease ends "
+	       "(docs/design.md, the location cache: the table of every path). 0 = off",
 	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
 	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
 	       "collect the client's call counters and latency histograms (the client HTTP "

@@ -17,6 +17,7 @@ Nothing here sleeps to synchronise: every wait is for a line on a pipe or a
 condition polled against a deadline.
 """
 
+import json
 import os
 import queue
 import signal
@@ -42,6 +43,24 @@ MODES = ["http", "p2p"]
 QUICK = os.environ.get("MC_TEST_QUICK") == "1"
 slow = pytest.mark.skipif(QUICK, reason="slow case, skipped with MC_TEST_QUICK=1 "
                           "(scripts/test.sh runs it in the release stage)")
+
+
+
+def _build_sanitizer():
+    """The build's b_sanitize option ("none" when absent or unknown)."""
+    try:
+        with open(BUILD / "meson-info" / "intro-buildoptions.json") as f:
+            for o in json.load(f):
+                if o.get("name") == "b_sanitize":
+                    return o.get("value") or "none"
+    except (OSError, ValueError):
+        pass
+    return "none"
+
+
+# "address,undefined", "thread" or "none": sizes bounds that a sanitizer's
+# allocator moves (ASan keeps freed blocks in quarantine, resident).
+SANITIZER = _build_sanitizer()
 
 # A process whose stderr holds one of these fails the test at teardown.
 SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer", "runtime error:")

@@ -25,7 +25,7 @@ import time
 import pytest
 
 import mcproto as mp
-from conftest import BUILD, TeNode, _find_binary, metadata_server_path, te_node_path, Proc
+from conftest import BUILD, SANITIZER, TeNode, _find_binary, metadata_server_path, te_node_path, Proc
 from test_master_daemon import BASE_ARGS, Master, closed_by_peer
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -232,8 +232,17 @@ def test_master_bounds_memory_for_incomplete_frames():
             closed, _ = closed_by_peer(s, timeout=0.5)
             cut += closed
         assert cut >= 4, f"only {cut} of 8 connections cut with an 8 MiB global cap"
+        # the master's own count of what the partial frames hold: never past
+        # the cap, and the buffers did grow (the test reached the cap's path)
+        peak = metric(m, "master_rpc_buffered_bytes_peak")
+        assert 2 << 20 <= peak <= 8 << 20, f"buffered peak {peak}"
+        assert metric(m, "master_rpc_buffered_bytes") <= 8 << 20
+        # and in resident memory: without the cap the 8 connections would
+        # hold 8 x 4 MiB; ASan's allocator keeps every freed buffer of the
+        # doublings resident in its quarantine, so a sanitized build gets room
         grown = rss_bytes(m.p.pid) - rss0
-        assert grown < 40 << 20, f"master grew by {grown >> 20} MiB"
+        limit = (16 if SANITIZER == "none" else 80) << 20
+        assert grown < limit, f"master grew by {grown >> 20} MiB ({SANITIZER})"
         with m.conn() as c:
             assert c.ping()[1] == 2
         m.wait_line(lambda l: "rpc_max_buffered_bytes" in l, 5)

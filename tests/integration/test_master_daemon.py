@@ -178,6 +178,15 @@ def test_help_lists_flags_and_their_status():
                  "--default_kv_lease_ttl=10000", "--client_ttl=10", "--enable_ha=false",
                  "--eviction_high_watermark_ratio=0.90", "--memory_allocator=offset"):
         assert flag in r.stdout
+    # issue 14's flags (the log, snapshots, HA) and the snapshot directory
+    for flag in ("--wal_dir=", "--wal_fsync=everysec", "--enable_snapshot=false",
+                 "--snapshot_interval_seconds=600", "--snapshot_retention_count=2",
+                 "--enable_snapshot_restore=false", "--snapshot_child_timeout_seconds=300",
+                 "--ha_backend_type=etcd", "--ha_backend_connstring=",
+                 "--ha_lease_ttl_seconds=5", "--ha_sync_replicas=-1",
+                 "--rpc_address=0.0.0.0", "--cluster_id=mooncake_cluster",
+                 "MOONCAKE_SNAPSHOT_LOCAL_PATH=", "MC_LOG_LEVEL=info"):
+        assert "\n  " + flag in r.stdout, flag
     assert "accepted, no effect in this build" in r.stdout
     assert "only the default is supported in this build" in r.stdout
 

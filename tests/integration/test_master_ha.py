@@ -162,7 +162,8 @@ def etcd3(tmp_path):
 
 
 @pytest.fixture
-def redis_uri():
+def redis_proc():
+    """A real redis-server on loopback: (proc, "redis://host:port")."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server not installed")
@@ -172,10 +173,15 @@ def redis_uri():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_port(port, 30), "redis-server did not start"
-        yield f"redis://127.0.0.1:{port}"
+        yield proc, f"redis://127.0.0.1:{port}"
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def redis_uri(redis_proc):
+    return redis_proc[1]
 
 
 class HaCluster(StoreCluster):
@@ -183,7 +189,7 @@ class HaCluster(StoreCluster):
         super().__init__(request, tmp_path_factory)
         self.nwal = 0
 
-    def ha_master(self, backend, connstring, wal=None, extra=(), port=0, wait=True):
+    def ha_master(self, backend, connstring, wal=None, extra=(), port=0, wait=True, env=None):
         exe = master_path()
         if exe is None:
             pytest.skip(f"mooncake_master not built under {BUILD}")
@@ -193,7 +199,7 @@ class HaCluster(StoreCluster):
                 f"--ha_backend_type={backend}", f"--ha_backend_connstring={connstring}",
                 f"--ha_lease_ttl_seconds={TTL_S}", f"--wal_dir={wal or self.new_wal()}",
                 *extra]
-        m = Master(argv, f"master{len(self.procs)}", self.logdir)
+        m = Master(argv, f"master{len(self.procs)}", self.logdir, env)
         self.procs.append(m)
         if wait:
             m.wait_listening()
@@ -289,6 +295,7 @@ def failover_kill9(hc, backend, connstring, client_addr):
     # failover: hidden on the new leader until that client remounts
     other = hc.ha_node(client_addr, client_addr)  # after the masters: stopped first
     acked["other"] = (60000, node.put("other", 60000, 31, f"seg={other.hostname}"))
+    node.put("unread", 4096, 33)  # never read after the failover
     sigstop(other.p.pid)
 
     t0 = time.monotonic()
@@ -327,6 +334,14 @@ def failover_kill9(hc, backend, connstring, client_addr):
     first = node.readline(FAILOVER_S)
     assert first.startswith("OK") and node.fields(first)["xxh3"] == sum1, first
     assert time.monotonic() - t0 < FAILOVER_S
+    # the old leader's read leases are in no log: the new one counts every
+    # object leased for the 10 s lease TTL from its take-over (after t0), so
+    # that a read or a location cache entry learnt from the old leader stays
+    # right: a plain remove is refused meanwhile, a forced one is not
+    r = node.cmd("remove unread")
+    if time.monotonic() - t0 < 10.0:
+        assert " -706 " in r, r
+    assert node.cmd("remove unread force").startswith("OK")
     # the other client's object: the get is answered REPLICA_IS_NOT_READY
     # while its owner is frozen, asked again (this client followed a new
     # leader moments ago), and read once the owner runs and remounts
@@ -462,7 +477,7 @@ def redis_forget(uri):
         assert c.recv(64).startswith(b":")
 
 
-def restarted_whole(hc, backend, connstring, client, forget):
+def restarted_whole(hc, backend, connstring, client, forget, snap_dirs=False):
     """Every master killed, then each started again on its own --wal_dir:
     the one whose directory holds the most leads.  The lowest address
     (which wins ties) led first and was killed first, so its log is the
@@ -474,15 +489,25 @@ def restarted_whole(hc, backend, connstring, client, forget):
     acknowledged put reads back.  Before, a master that had loaded no
     leader's snapshot posted 0 0 whatever its directory held: the lowest
     led with its short log, the later puts were not found, and the others'
-    directories were emptied for its snapshot."""
+    directories were emptied for its snapshot.
+
+    snap_dirs: each master also gets a MOONCAKE_SNAPSHOT_LOCAL_PATH of its
+    own.  A standby keeps its leader's snapshot there, where the start-up
+    load and the position read it.  Before, it wrote that snapshot into the
+    --wal_dir and read snapshots from the other directory: the take-over
+    and restart found a log cut at its start and no snapshot for it, so
+    the two that held the later puts posted no position and the lowest led
+    with its short log."""
     ports = set()
     while len(ports) < 3:  # ephemeral ports: five digits, so text order is number order
         ports.add(free_port())
     low, mid, high = sorted(ports)
     wals = {p: hc.new_wal() for p in ports}
+    snaps = {p: hc.logdir / f"snaps-{p}" for p in ports} if snap_dirs else {}
 
     def start(port, wait=True):
-        return hc.ha_master(backend, connstring, wal=wals[port], port=port, wait=wait)
+        env = {"MOONCAKE_SNAPSHOT_LOCAL_PATH": str(snaps[port])} if snap_dirs else None
+        return hc.ha_master(backend, connstring, wal=wals[port], port=port, wait=wait, env=env)
 
     first = start(low)
     wait_serving(first)
@@ -526,12 +551,18 @@ def restarted_whole(hc, backend, connstring, client, forget):
         if m is not new:
             wait_until(lambda: m.metric("ha_stream_synced") == 1, START_TIMEOUT,
                        f"{m.label} streaming from the new leader")
+    if snap_dirs:  # each standby's copy of the leader's snapshot: where its own go
+        for port, m in zip((low, mid, high), masters):
+            if m is not new:
+                assert list(snaps[port].glob("snap-*.snap")), m.label
+                assert not list(wals[port].glob("snap-*")), m.label
     s = node.put("after", 2000, 9)
     assert node.get("after") == (2000, s)
 
 
 def test_etcd_cluster_restarted_whole_elects_the_longest_log(hc, etcd_ep):
-    restarted_whole(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}", etcd_forget)
+    """With a snapshot directory per master (the Redis case runs without)."""
+    restarted_whole(hc, "etcd", etcd_ep, f"etcd://{etcd_ep}", etcd_forget, snap_dirs=True)
 
 
 @slow
@@ -593,6 +624,25 @@ def test_coordinator_unreachable_at_start(hc):
                         f"--ha_backend_connstring=redis://127.0.0.1:{dead}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "unreachable" in r.stderr, r.stderr
+
+
+def test_redis_lost_later_makes_the_leader_step_down(hc, redis_proc):
+    # the coordinator gone while a leader serves (the etcd case: the
+    # partition test): it cannot renew its view, so it stops serving
+    # within its lease and refuses writes rather than risk a second leader
+    proc, uri = redis_proc
+    m = hc.ha_master("redis", uri)
+    wait_serving(m)
+    node = hc.ha_node(f"127.0.0.1:{m.rpc}", uri)
+    hc.procs.remove(node)  # stopped before the master at teardown
+    hc.procs.append(node)
+    node.put("k", 1000, 1)
+    proc.kill()
+    proc.wait(timeout=30)
+    wait_until(lambda: ha_status(m) != "serving", 2 * TTL_S + 10, "the leader stepping down")
+    assert m.metric("ha_step_downs_total") == 1
+    name, code = node.err("put k2 1000 2")
+    assert (name, code) == ("ERR_UNAVAILABLE_IN_CURRENT_MODE", -1011)
 
 
 def test_answers_wait_for_the_standbys_asked_for(hc, etcd_ep):
@@ -721,11 +771,14 @@ def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
 
 
 def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
+    """Nor a snapshot directory (MOONCAKE_SNAPSHOT_LOCAL_PATH)."""
     # a leader killed while it sent a standby its snapshot left this behind
     wal = hc.new_wal()
     (wal / "repl-3").mkdir(parents=True)
     (wal / "repl-3" / "snap-0000000000000007.tmp").write_bytes(b"x" * 100)
-    m1 = hc.ha_master("etcd", etcd_ep, wal=wal)
+    # its snapshot directory named as the --wal_dir, spelt otherwise: one lock
+    m1 = hc.ha_master("etcd", etcd_ep, wal=wal,
+                      env={"MOONCAKE_SNAPSHOT_LOCAL_PATH": f"{wal}/."})
     wait_serving(m1)
     assert not (wal / "repl-3").exists()
     exe = master_path()
@@ -733,6 +786,13 @@ def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
                         f"--ha_backend_connstring={etcd_ep}", f"--wal_dir={hc.logdir / 'wal1'}"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "in use by another master" in r.stderr, r.stderr
+    # nor one snapshot directory: a standby deletes the snapshots there
+    r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
+                        f"--ha_backend_connstring={etcd_ep}", f"--wal_dir={hc.new_wal()}"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "MOONCAKE_SNAPSHOT_LOCAL_PATH": str(wal)})
+    assert r.returncode != 0 and "MOONCAKE_SNAPSHOT_LOCAL_PATH" in r.stderr and \
+        "in use by another master" in r.stderr, r.stderr
     r = subprocess.run([exe, "--rpc_port=0", "--metrics_port=0", "--enable_ha",
                         f"--ha_backend_connstring={etcd_ep}"],
                        capture_output=True, text=True, timeout=60)

@@ -81,7 +81,7 @@ uint64_t mt_wal_snapshot(struct mt *t, struct mc_wal *w, const char *dir, unsign
 	assert_int_equal(mc_wal_rotate(w), MC_OK);
 	seq = mc_wal_last_seq(w);
 	assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
-	assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
+	assert_int_equal(mc_master_snap_dump(t->m, sw, true), MC_OK);
 	assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
 	assert_int_equal(mc_snap_retain(dir, keep, &oldest), MC_OK);
 	assert_int_equal(mc_wal_drop_through(w, oldest, dropped), MC_OK);

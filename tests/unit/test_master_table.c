@@ -818,6 +818,29 @@ static void test_random_stress(void **state)
 		stress_one(seed * 0x9E3779B97F4A7C15ull, seed % 2);
 }
 
+/* A new HA leader counts every object as leased for one TTL from its
+ * take-over (mc_master_lease_all, server_ha.c): the old leader's leases are
+ * in no log, and a reader's read or location cache entry may rest on one.
+ * Plain removes wait it out, forced ones do not. */
+static void test_take_over_leases_every_object(void **state)
+{
+	struct mt *t = mt_new_default();
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, MIB), MC_OK);
+	mt_put_ok(t, CA, "never-read", 10);
+	mt_put_ok(t, CA, "forced", 10);
+	mc_master_lease_all(t->m, t->now);
+	assert_int_equal(mt_rm(t, "never-read", false), MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(mc_master_remove_all(t->m, NULL, false, t->now), 0);
+	assert_int_equal(mt_rm(t, "forced", true), MC_OK);
+	t->now += 9999;
+	assert_int_equal(mt_rm(t, "never-read", false), MC_ERR_OBJECT_HAS_LEASE);
+	t->now += 1;
+	assert_int_equal(mt_rm(t, "never-read", false), MC_OK);
+	mt_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -830,6 +853,7 @@ int main(void)
 		cmocka_unit_test(test_eviction_sees_the_old_table),
 		cmocka_unit_test(test_alloc_failures),
 		cmocka_unit_test(test_random_stress),
+		cmocka_unit_test(test_take_over_leases_every_object),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

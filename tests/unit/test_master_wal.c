@@ -646,7 +646,8 @@ static void remount_binds_its_list_only(void **state)
  * again into the holes (so neither the table's nor the puts' order is the
  * address order).  Without memory for the order the dump writes the
  * table's order, and the remount sorts: every replica is bound again at
- * its address either way.
+ * its address either way.  The same when the daemon asks for no sort (too
+ * little memory left for it: sort_needs_a_share_of_the_headroom).
  */
 #define NORD 3000
 struct order_seen {
@@ -738,7 +739,9 @@ static void snapshot_lists_objects_in_address_order(void **state)
 	}
 	mt_wal_commit(w);
 
-	for (int pass = 0; pass < 2; pass++) {
+	/* sorted; the sort's memory not had; the sort not asked for (too
+	 * little headroom, mc_master_snap_sort_fits) */
+	for (int pass = 0; pass < 3; pass++) {
 		struct mc_snap_writer *sw;
 		struct order_seen o;
 		uint64_t seq, oldest;
@@ -748,7 +751,7 @@ static void snapshot_lists_objects_in_address_order(void **state)
 		assert_int_equal(mc_snap_writer_open(dir, seq, &sw), MC_OK);
 		if (pass == 1)
 			mc_alloc_fault_arm(1); /* the order's count: the table's order */
-		assert_int_equal(mc_master_snap_dump(t->m, sw), MC_OK);
+		assert_int_equal(mc_master_snap_dump(t->m, sw, pass != 2), MC_OK);
 		mc_alloc_fault_arm(0);
 		assert_int_equal(mc_snap_writer_finish(sw), MC_OK);
 		assert_int_equal(mc_snap_retain(dir, 1, &oldest), MC_OK);
@@ -783,6 +786,46 @@ static void snapshot_lists_objects_in_address_order(void **state)
 		assert_int_equal(mt_rm(t, "new", true), MC_OK);
 		mt_wal_commit(w);
 	}
+	mt_wal_crash(t, w);
+	mc_test_rmtree(dir);
+}
+
+/*
+ * Whether the snapshot child sorts (server_snap.c asks before it forks):
+ * its arrays, 32 bytes per object, must fit in 1/MC_MASTER_SNAP_SORT_SHARE
+ * of the memory the process may still take; an unknown headroom sorts.
+ */
+static void sort_needs_a_share_of_the_headroom(void **state)
+{
+	const uint64_t g = 1ull << 30;
+	char dir[256], key[32];
+	struct mc_wal *w;
+	struct mt *t;
+	uint64_t empty, need;
+	(void)state;
+
+	/* 100 M objects: about 3.2 GB */
+	need = 100000000ull * 32;
+	assert_true(mc_master_snap_sort_fits(need, UINT64_MAX));
+	assert_true(mc_master_snap_sort_fits(need, need * MC_MASTER_SNAP_SORT_SHARE));
+	assert_false(mc_master_snap_sort_fits(need, need * MC_MASTER_SNAP_SORT_SHARE - 1));
+	assert_false(mc_master_snap_sort_fits(need, 4 * g));
+	assert_true(mc_master_snap_sort_fits(need, 8 * g));
+	assert_false(mc_master_snap_sort_fits(1, 0));
+	assert_true(mc_master_snap_sort_fits(0, 0));
+
+	/* the estimate: 32 bytes for each object, whatever the segments */
+	assert_true(mc_test_tmpdir(NULL, "msortb", dir, sizeof(dir)));
+	t = start(dir, &w, NULL);
+	assert_int_equal(mt_mount(t, C1, S1, "seg1", BASE1, SEGSZ), MC_OK);
+	empty = mc_master_snap_sort_bytes(t->m);
+	assert_true(empty > 0 && empty < 64 * 1024);
+	for (int i = 0; i < 100; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		mt_put_ok(t, C1, key, 1000);
+	}
+	assert_int_equal(mc_master_snap_sort_bytes(t->m), empty + 100 * 32);
+	mt_wal_commit(w);
 	mt_wal_crash(t, w);
 	mc_test_rmtree(dir);
 }
@@ -1292,6 +1335,7 @@ int main(void)
 		cmocka_unit_test(snapshot_during_a_resize),
 		cmocka_unit_test(remount_binds_its_list_only),
 		cmocka_unit_test(snapshot_lists_objects_in_address_order),
+		cmocka_unit_test(sort_needs_a_share_of_the_headroom),
 		cmocka_unit_test(remount_refuses_overlapping_and_outside_ranges),
 		cmocka_unit_test(corrupt_newest_snapshot_falls_back),
 		cmocka_unit_test(newer_snapshot_version_is_refused),

@@ -536,6 +536,204 @@ static void concurrent_gets_and_upserts(void **state)
 	free(race_v);
 }
 
+/* ---- every other way a location goes stale ------------------------------------ */
+
+static uint64_t reports(struct mc_store *s)
+{
+	return rpcs(s, MC_STORE_REPORT_CORRUPT);
+}
+
+/*
+ * Removes without force while B holds the lease its get was given: Remove
+ * and BatchRemove answer OBJECT_HAS_LEASE, RemoveByRegex and RemoveAll
+ * pass it over, so the object is still there and B's cached get of it is
+ * right (and asks the master nothing).
+ */
+static void plain_removes_keep_a_leased_object(void **state)
+{
+	struct mc_store_config on_a = prefer(A);
+	const char *k[1] = {"lc-pl"};
+	char *v = malloc(OBJ), *dst = reg(B);
+	mc_status res[1];
+	uint64_t g0;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 31);
+	assert_int_equal(mc_store_put(A, "lc-pl", v, OBJ, &on_a), MC_OK);
+	expect_into(B, dst, "lc-pl", v, OBJ);
+	assert_int_equal(mc_store_remove(A, "lc-pl", false), MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(mc_store_batch_remove(A, k, 1, false, res), MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(res[0], MC_ERR_OBJECT_HAS_LEASE);
+	assert_int_equal(mc_store_remove_by_regex(A, "^lc-pl$", false), 0);
+	assert_true(mc_store_remove_all(A, false) >= 0); /* the other cases' keys */
+	g0 = lookups(B);
+	expect_into(B, dst, "lc-pl", v, OBJ);
+	assert_int_equal(lookups(B), g0);
+	assert_int_equal(mc_store_is_exist(A, "lc-pl"), 1);
+	unreg(B, dst);
+	free(v);
+}
+
+/*
+ * A force RemoveAll (on a master of its own: it takes every key) frees
+ * the block R has cached and a new object reuses it: R's cached get fails
+ * the check, asks the master and gets OBJECT_NOT_FOUND; nothing is
+ * reported corrupt (the new object's replica stays) nor counted.
+ */
+static void remove_all_and_reuse_is_caught(void **state)
+{
+	char addr[64], meta[128];
+	struct mc_master_server *m2 =
+		mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+	struct mc_store *W, *R;
+	struct mc_store_config on_w;
+	char *v = malloc(2 * OBJ), *dst;
+	uint64_t a1, mism0, g0;
+	(void)state;
+
+	assert_non_null(m2);
+	W = client_at(addr, meta, 16 << 20, true);
+	R = client_at(addr, meta, 0, true);
+	/* a client without a segment is unknown to the master until its first
+	 * heartbeat remounts it, which drops every entry (client.c, remount):
+	 * on a loaded machine that may land mid-case, so let it land first */
+	for (int i = 0; i < 2000 && rpcs(R, MC_STORE_REMOUNT_SEGMENT) == 0; i++) {
+		struct timespec nap = {0, 5 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	assert_true(rpcs(R, MC_STORE_REMOUNT_SEGMENT) > 0);
+	on_w = prefer(W);
+	dst = reg(R);
+	mc_test_fill(v, 2 * OBJ, 37);
+	assert_int_equal(mc_store_put(W, "lc-ra", v, OBJ, &on_w), MC_OK);
+	expect_into(R, dst, "lc-ra", v, OBJ);
+	a1 = replica_addr(W, "lc-ra");
+	assert_int_equal(mc_store_remove_all(W, true), 1);
+	assert_int_equal(mc_store_put(W, "lc-ra-new", v + OBJ, OBJ, &on_w), MC_OK);
+	assert_int_equal(replica_addr(W, "lc-ra-new"), a1); /* the premise: reused */
+
+	mism0 = atomic_load(&R->metrics->checksum_mismatches);
+	g0 = lookups(R);
+	assert_int_equal(mc_store_get_into(R, "lc-ra", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(atomic_load(&R->metrics->loc_stale), 1);
+	assert_int_equal(lookups(R), g0 + 1);
+	assert_int_equal(atomic_load(&R->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(R), 0);
+	expect_into(R, dst, "lc-ra-new", v + OBJ, OBJ);
+
+	unreg(R, dst);
+	mc_store_free(R);
+	mc_store_free(W);
+	mc_master_server_stop(m2);
+	free(v);
+}
+
+/*
+ * The only holder of a key B has cached closes (its segment unmounted,
+ * its memory and endpoint gone): B's cached read fails, the entry goes and
+ * the master says the key is gone; no report, no mismatch.
+ */
+static void holder_gone_is_caught(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B);
+	uint64_t stale0, mism0, rep0, g0;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 41);
+	assert_int_equal(mc_store_put(A, "lc-hg", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-hg", v, OBJ);
+	mc_store_free(D);
+
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	mism0 = atomic_load(&B->metrics->checksum_mismatches);
+	rep0 = reports(B);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_get_into(B, "lc-hg", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 1);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(B), rep0);
+	unreg(B, dst);
+	free(v);
+}
+
+/* Run the move or copy task id to its end (the source holder's heartbeat
+ * runs it; polled, as the API offers no wait). */
+static void task_done(struct mc_store *s, const struct mc_store_task_uuid *id)
+{
+	struct mc_store_task_state ts = {.status = 0};
+
+	for (int i = 0; i < 600 && ts.status != 2 && ts.status != 3; i++) {
+		struct timespec nap = {0, 20 * 1000 * 1000};
+
+		assert_int_equal(mc_store_query_task(s, id, &ts), MC_OK);
+		if (ts.status != 2 && ts.status != 3)
+			nanosleep(&nap, NULL);
+	}
+	if (ts.status != 3)
+		fail_msg("task: status %d (%s)", ts.status, ts.message);
+}
+
+/*
+ * A move task takes the replica B has cached from D1 to D2 and frees the
+ * block on D1 at commit.  Bytes never change under a move: until the block
+ * is reused B's cached get returns the value, right; once another object
+ * reuses it, the cached read fails its check and B reads D2 through the
+ * master.  A copy task adds a replica and changes nothing B has cached.
+ * No report, no mismatch.
+ */
+static void move_and_copy_keep_the_value(void **state)
+{
+	struct mc_store *D1 = client_new(16 << 20), *D2 = client_new(16 << 20);
+	struct mc_store_config on_d1 = prefer(D1);
+	const char *to_a[1] = {mc_store_hostname(A)};
+	struct mc_store_task_uuid id;
+	struct mc_store_replica_desc d[2];
+	char *v = malloc(2 * OBJ), *dst = reg(B);
+	uint64_t a1, stale0, mism0, rep0, g0;
+	(void)state;
+
+	mc_test_fill(v, 2 * OBJ, 43);
+	assert_int_equal(mc_store_put(A, "lc-mv", v, OBJ, &on_d1), MC_OK);
+	expect_into(B, dst, "lc-mv", v, OBJ);
+	a1 = replica_addr(A, "lc-mv");
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	mism0 = atomic_load(&B->metrics->checksum_mismatches);
+	rep0 = reports(B);
+
+	assert_int_equal(mc_store_create_copy_task(A, "lc-mv", to_a, 1, &id), MC_OK);
+	task_done(A, &id);
+	g0 = lookups(B);
+	expect_into(B, dst, "lc-mv", v, OBJ);
+	assert_int_equal(lookups(B), g0);
+
+	assert_int_equal(mc_store_create_move_task(A, "lc-mv", mc_store_hostname(D1),
+						   mc_store_hostname(D2), &id),
+			 MC_OK);
+	task_done(A, &id);
+	assert_int_equal(mc_store_get_replica_desc(A, "lc-mv", d, 2), 2);
+	assert_string_not_equal(d[0].segment_name, mc_store_hostname(D1));
+	assert_string_not_equal(d[1].segment_name, mc_store_hostname(D1));
+	g0 = lookups(B);
+	expect_into(B, dst, "lc-mv", v, OBJ); /* the freed block, intact: the value */
+	assert_int_equal(lookups(B), g0);
+	assert_int_equal(mc_store_put(A, "lc-mv-new", v + OBJ, OBJ, &on_d1), MC_OK);
+	assert_int_equal(replica_addr(A, "lc-mv-new"), a1); /* the premise: reused */
+	expect_into(B, dst, "lc-mv", v, OBJ);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(B), rep0);
+	expect_into(B, dst, "lc-mv-new", v + OBJ, OBJ);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D1);
+	mc_store_free(D2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -546,6 +744,10 @@ int main(void)
 		cmocka_unit_test(lease_bounds_the_cache),
 		cmocka_unit_test(settings_bound_and_reconnect),
 		cmocka_unit_test(concurrent_gets_and_upserts),
+		cmocka_unit_test(plain_removes_keep_a_leased_object),
+		cmocka_unit_test(remove_all_and_reuse_is_caught),
+		cmocka_unit_test(holder_gone_is_caught),
+		cmocka_unit_test(move_and_copy_keep_the_value),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
