@@ -40,8 +40,8 @@
 #define CREDIT_TTL_MS	   10000
 #define CREDIT_SCAN_MS	   100
 #define CREDIT_PER_CLIENT  256
-#define CREDIT_MAX_BLOCK   (64ull << 20)
-#define CREDIT_MAX_WANT	   256
+#define CREDIT_MAX_BLOCK   MC_STORE_CREDIT_MAX_BLOCK
+#define CREDIT_MAX_WANT	   MC_STORE_CREDIT_MAX_WANT
 
 /* The index of credit id in client's list, or UINT32_MAX. */
 static uint32_t credit_find(const struct mc_client *cl, uint64_t id)

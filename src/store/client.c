@@ -224,6 +224,7 @@ static void *heartbeat_main(void *arg)
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
 		heartbeat_once(s, &fails);
+		mc_store_credit_idle(s); /* unused put credits go back */
 		/* copy and move tasks (client_tasks.c); busy: ping again, no wait */
 		busy = !atomic_load(&s->ping_failed) && mc_store_tasks_poll(s);
 		until = mc_now_ms() + (busy ? 0 : HEARTBEAT_MS);

@@ -23,8 +23,9 @@
  * A credit is used only within MC_STORE_PUT_CREDIT_MS (200) of the call
  * that asked for it and only under the leader that granted it (a new
  * leader knows none and may have placed other objects over it); older
- * ones go back with the next PutCredit (release), the master parks unused
- * ones after 10 s.  The pool holds each answer (its replica descriptors'
+ * ones go back with the next PutCredit (release) or from the heartbeat
+ * thread (mc_store_credit_idle), the master parks unused ones after 10 s.
+ * A client holds at most POOL_BYTES (64 MiB) of blocks.  The pool holds each answer (its replica descriptors'
  * strings) until the last of its credits is used.
  *
  * Threads: any number of callers; the pool is under credits.lock, held
@@ -43,6 +44,11 @@
 #include "store/proto.h"
 
 #define NONE_WAIT_NS 1000000000ull /* no credits granted: ask again after 1 s */
+#define POOL_BYTES   (64ull << 20) /* credits held: at most this many bytes of blocks */
+
+static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_item *items,
+			     uint32_t n, struct mc_store_chunk_sums *chunks, const uint64_t *want,
+			     uint32_t nwant, int32_t *st);
 
 struct mc_store_credit_batch {
 	uint32_t refs; /* credits of it not yet used (under credits.lock) */
@@ -144,6 +150,21 @@ void mc_store_credit_fini(struct mc_store *s)
 	pthread_mutex_unlock(&k->lock);
 }
 
+void mc_store_credit_idle(struct mc_store *s)
+{
+	struct mc_store_credits *k = &s->credits;
+	bool any;
+
+	if (!k->max)
+		return;
+	pthread_mutex_lock(&k->lock);
+	pool_prune(s, mc_now_ns());
+	any = k->nrel != 0;
+	pthread_mutex_unlock(&k->lock);
+	if (any)
+		(void)credit_call(s, NULL, 0, NULL, NULL, 0, NULL);
+}
+
 bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, bool upsert)
 {
 	if (!s->credits.max || upsert || !s->conn || mc_master_conn_peer_minor(s->conn) < 11)
@@ -211,6 +232,16 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	k->rel = NULL;
 	k->nrel = k->rel_cap = 0;
 	room = k->max > k->n ? k->max - k->n : 0;
+	{
+		uint64_t held = 0;
+		uint32_t fit = 0;
+
+		for (uint32_t i = 0; i < k->n; i++)
+			held += k->v[i].rep.size;
+		while (fit < nwant && fit < room && held + want[fit] <= POOL_BYTES)
+			held += want[fit++];
+		room = fit;
+	}
 	pthread_mutex_unlock(&k->lock);
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;
@@ -337,6 +368,10 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys,
 		if (results[i] != MC_OK)
 			continue;
 		size = totals[i] + mc_store_trailer_for(s, totals[i]);
+		if (size > MC_STORE_CREDIT_MAX_BLOCK) {
+			fallback[i] = true; /* larger than any credit */
+			continue;
+		}
 		p.key_of[nio] = (uint32_t)i;
 		if (!pool_take(s, size, &p.cr[nio]))
 			p.sizes[nmiss++] = size; /* the sizes to ask for */

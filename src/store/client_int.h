@@ -500,6 +500,8 @@ void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms);
 /* Give every credit back (best effort) and free the pool: before the
  * connection goes. */
 void mc_store_credit_fini(struct mc_store *s);
+/* The heartbeat's: give back the credits too old to be used. */
+void mc_store_credit_idle(struct mc_store *s);
 /* Whether a put (upsert: an upsert) with cfg may go through credits. */
 bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, bool upsert);
 /* Put the keys of a batch whose results[i] is MC_OK through credits
