@@ -8,6 +8,7 @@
  * go the two-call way does: a config asking more of the placement, an
  * upsert, a master of minor 10.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +137,32 @@ static void others_go_the_two_call_way(void **state)
 	st_expect_get(B, "old", v, sizeof(v));
 }
 
+/* A credit the master does not know (as after a new leader): refused, and
+ * the put goes the two-call way and succeeds. */
+static void a_refused_credit_falls_back(void **state)
+{
+	char v[4096];
+	uint64_t start0, cr0;
+	uint32_t n;
+
+	(void)state;
+	fill(v, sizeof(v), 11);
+	assert_int_equal(mc_store_put(A, "warm", v, sizeof(v), NULL), MC_OK);
+	pthread_mutex_lock(&A->credits.lock);
+	n = A->credits.n;
+	for (uint32_t i = 0; i < n; i++)
+		A->credits.v[i].rep.id += 1u << 30; /* ids the master never gave */
+	pthread_mutex_unlock(&A->credits.lock);
+	assert_true(n >= 1);
+	start0 = rpcs(A, MC_STORE_PUT_START);
+	cr0 = rpcs(A, MC_STORE_PUT_CREDIT);
+	fill(v, sizeof(v), 12);
+	assert_int_equal(mc_store_put(A, "refused", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(rpcs(A, MC_STORE_PUT_CREDIT), cr0 + 1);
+	assert_int_equal(rpcs(A, MC_STORE_PUT_START), start0 + 1);
+	st_expect_get(B, "refused", v, sizeof(v));
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -157,6 +184,7 @@ int main(void)
 		cmocka_unit_test(one_key_puts_skip_start_and_end),
 		cmocka_unit_test(batches_skip_start_and_end),
 		cmocka_unit_test(others_go_the_two_call_way),
+		cmocka_unit_test(a_refused_credit_falls_back),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
