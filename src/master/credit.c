@@ -6,7 +6,9 @@
  * put costs one exchange with the master instead of PutStart and PutEnd.
  *
  * A credit is a block placed as a one-replica put's (the configured
- * strategy, any target), counted as used from its grant, and kept in its
+ * strategy, preferring the segment the ask names, if any; with
+ * preferred_segment_lru room is made there as for a put), counted as used
+ * from its grant, and kept in its
  * client's list (struct mc_client.credits) until a PutCredit item
  * completes an object in it, the client gives it back (release), it stays
  * unused for CREDIT_TTL_MS, or the client expires.  Completing checks the
@@ -202,8 +204,8 @@ static void credit_fill(const struct mc_master *m, const struct mc_credit *k,
 }
 
 /* Grant the sizes of want (as many as fit) into m->rscratch; *n granted. */
-static void grant(struct ctx *c, uint32_t client, const uint64_t *want, uint32_t nwant,
-		  uint32_t *n)
+static void grant(struct ctx *c, uint32_t client, const struct mc_proto_str *segment,
+		  const uint64_t *want, uint32_t nwant, uint32_t *n)
 {
 	struct mc_master *m = c->m;
 	struct mc_client *cl = &m->clients[client];
@@ -220,7 +222,7 @@ static void grant(struct ctx *c, uint32_t client, const uint64_t *want, uint32_t
 				    sizeof(*cl->credits)))
 			break;
 		k = &cl->credits[cl->ncredits];
-		if (mc_master_place_block(c, want[i], &k->rep) != MC_OK)
+		if (mc_master_place_block(c, want[i], segment, &k->rep) != MC_OK)
 			break;
 		k->id = ++m->credit_seq;
 		k->size = want[i];
@@ -284,7 +286,7 @@ mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q)
 		mc_debug("put credit: %u of %u items refused", nfail, r->n_items);
 	if (mc_master_rscratch(m, r->n_want) != MC_OK)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the credits");
-	grant(c, client, r->want, r->n_want, &resp.n_credits);
+	grant(c, client, &r->segment, r->want, r->n_want, &resp.n_credits);
 	resp.credits = m->rscratch;
 	return mc_store_response_encode(c->out, MC_STORE_PUT_CREDIT, c->id, &resp);
 }

@@ -860,9 +860,10 @@ static void place_install(struct mc_master *m, struct mc_obj *o, uint32_t n)
 	}
 }
 
-mc_status mc_master_place_block(struct ctx *c, uint64_t len, struct mc_rep *out)
+mc_status mc_master_place_block(struct ctx *c, uint64_t len, const struct mc_proto_str *segment,
+				struct mc_rep *out)
 {
-	struct mc_store_replicate_config cfg = {.replica_num = 1};
+	struct mc_store_replicate_config cfg = {.replica_num = 1, .preferred_segment = *segment};
 	struct mc_master *m = c->m;
 	uint32_t n = 0, seg;
 	mc_status st = place(c, "", 0, len, &cfg, NULL, &n);

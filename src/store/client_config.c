@@ -74,8 +74,8 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
 	{.f = {"store_put_credit", "MC_STORE_PUT_CREDIT", "0",
 	       "put credits: blocks the master reserves for this client's puts, at most this "
-	       "many held, so that a put of a size it holds a block for (one replica, no pins, "
-	       "groups or preferred segments) writes there and completes with one exchange with "
+	       "many held, so that a put of a size it holds a block for (one replica, at most a "
+	       "preferred_segment; no pins, groups or preferred-segment lists) writes there and completes with one exchange with "
 	       "the master instead of PutStart and PutEnd (a master of protocol minor 11; "
 	       "docs/design.md, put credits). 0 = off, the default",
 	       CFG(put_credit), MC_CONFIG_INT, 0, 256}},

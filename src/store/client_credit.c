@@ -14,8 +14,8 @@
  * recorded the object complete (the PutCredit's answer, logged as PutEnd's
  * is); the value's checksum and chunk sums travel as PutEnd's do.  What
  * goes the PutStart/PutEnd way: upserts, configs other than one replica
- * with nothing asked of the placement (pins, preferred segments, groups,
- * same-node placement), a master of minor 10 or older or that grants no
+ * with at most a preferred_segment asked of the placement (pins, lists of
+ * preferred segments, groups, same-node placement), a master of minor 10 or older or that grants no
  * credits (DISK tier, local_first: not asked again for a second), and any
  * key whose credit the master refuses (MC_ERR_INVALID_WRITE: a new leader
  * that never granted it, or a credit that timed out there).
@@ -47,8 +47,8 @@
 #define POOL_BYTES   (64ull << 20) /* credits held: at most this many bytes of blocks */
 
 static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_item *items,
-			     uint32_t n, struct mc_store_chunk_sums *chunks, const uint64_t *want,
-			     uint32_t nwant, int32_t *st);
+			     uint32_t n, struct mc_store_chunk_sums *chunks, const char *segment,
+			     const uint64_t *want, uint32_t nwant, int32_t *st);
 
 struct mc_store_credit_batch {
 	uint32_t refs; /* credits of it not yet used (under credits.lock) */
@@ -162,7 +162,7 @@ void mc_store_credit_idle(struct mc_store *s)
 	any = k->nrel != 0;
 	pthread_mutex_unlock(&k->lock);
 	if (any)
-		(void)credit_call(s, NULL, 0, NULL, NULL, 0, NULL);
+		(void)credit_call(s, NULL, 0, NULL, NULL, NULL, 0, NULL);
 }
 
 bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, bool upsert)
@@ -170,24 +170,28 @@ bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, b
 	if (!s->credits.max || upsert || !s->conn || mc_master_conn_peer_minor(s->conn) < 11)
 		return false;
 	if (cfg && (cfg->replica_num > 1 || cfg->with_soft_pin || cfg->with_hard_pin ||
-		    cfg->prefer_alloc_in_same_node ||
-		    (cfg->preferred_segment && *cfg->preferred_segment) ||
-		    cfg->n_preferred_segments || (cfg->group_id && *cfg->group_id) ||
-		    cfg->n_group_ids))
+		    cfg->prefer_alloc_in_same_node || cfg->n_preferred_segments ||
+		    (cfg->group_id && *cfg->group_id) || cfg->n_group_ids))
 		return false;
 	return mc_now_ns() >= __atomic_load_n(&s->credits.none_until, __ATOMIC_RELAXED);
 }
 
-/* Take a credit of size bytes from the pool into *out (true), or none. */
-static bool pool_take(struct mc_store *s, uint64_t size, struct mc_store_credit *out)
+/* Take a credit of size bytes (on segment, unless NULL or "") from the
+ * pool into *out (true), or none. */
+static bool pool_take(struct mc_store *s, uint64_t size, const char *segment,
+		      struct mc_store_credit *out)
 {
+	size_t seglen = segment ? strlen(segment) : 0;
+
 	struct mc_store_credits *k = &s->credits;
 	bool got = false;
 
 	pthread_mutex_lock(&k->lock);
 	pool_prune(s, mc_now_ns());
 	for (uint32_t i = k->n; i-- > 0;) {
-		if (k->v[i].rep.size != size)
+		if (k->v[i].rep.size != size ||
+		    (seglen && (k->v[i].rep.segment_name.len != seglen ||
+				memcmp(k->v[i].rep.segment_name.ptr, segment, seglen))))
 			continue;
 		*out = k->v[i];
 		k->v[i] = k->v[--k->n];
@@ -214,8 +218,8 @@ static void credit_done(struct mc_store *s, struct mc_store_credit *c, bool give
  * the pool (asked at t0), the items' statuses into st.
  */
 static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_item *items,
-			     uint32_t n, struct mc_store_chunk_sums *chunks, const uint64_t *want,
-			     uint32_t nwant, int32_t *st)
+			     uint32_t n, struct mc_store_chunk_sums *chunks, const char *segment,
+			     const uint64_t *want, uint32_t nwant, int32_t *st)
 {
 	struct mc_store_credits *k = &s->credits;
 	struct mc_store_put_credit_req req;
@@ -246,6 +250,7 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;
 	req.tenant = mc_store_tenant(s);
+	req.segment = mc_proto_str_c(segment);
 	req.n_items = n;
 	req.items = (struct mc_store_credit_item *)items;
 	req.n_chunks = chunks ? n : 0;
@@ -346,8 +351,10 @@ static void cput_free(struct cput *p)
 
 void mc_store_credit_put(struct mc_store *s, const char *const *keys,
 			 void *const *const *bufs, const size_t *const *lens, const size_t *nbufs,
-			 const uint64_t *totals, size_t n, mc_status *results, bool *fallback)
+			 const uint64_t *totals, size_t n, const struct mc_store_config *cfg,
+			 mc_status *results, bool *fallback)
 {
+	const char *seg = cfg && cfg->preferred_segment ? cfg->preferred_segment : "";
 	struct cput p;
 	uint32_t nio = 0, nmiss = 0, nitem = 0;
 	bool any_chunks = false;
@@ -373,18 +380,18 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys,
 			continue;
 		}
 		p.key_of[nio] = (uint32_t)i;
-		if (!pool_take(s, size, &p.cr[nio]))
+		if (!pool_take(s, size, seg, &p.cr[nio]))
 			p.sizes[nmiss++] = size; /* the sizes to ask for */
 		nio++;
 	}
 	if (nmiss)
-		(void)credit_call(s, NULL, 0, NULL, p.sizes, nmiss, p.st);
+		(void)credit_call(s, NULL, 0, NULL, seg, p.sizes, nmiss, p.st);
 	for (uint32_t j = 0; j < nio; j++) {
 		uint32_t i = p.key_of[j];
 		struct mc_store_io *io = &p.ios[j];
 
 		p.sizes[j] = totals[i] + mc_store_trailer_for(s, totals[i]);
-		if (!p.cr[j].b && !pool_take(s, p.sizes[j], &p.cr[j])) {
+		if (!p.cr[j].b && !pool_take(s, p.sizes[j], seg, &p.cr[j])) {
 			fallback[i] = true; /* none granted: the two-call way */
 			io->status = MC_ERR_INVALID_REPLICA;
 			continue;
@@ -432,8 +439,8 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys,
 		/* complete them, and ask for as many blocks of their sizes */
 		for (uint32_t e = 0; e < nitem; e++)
 			p.sizes[e] = p.items[e].value_len + p.items[e].trailer_len;
-		rc = credit_call(s, p.items, nitem, any_chunks ? p.chunks : NULL, p.sizes, nitem,
-				 p.st);
+		rc = credit_call(s, p.items, nitem, any_chunks ? p.chunks : NULL, seg, p.sizes,
+				 nitem, p.st);
 		for (uint32_t e = 0; e < nitem; e++) {
 			uint32_t j = p.item_of[e], i = p.key_of[j];
 			mc_status st = rc == MC_OK ? (mc_status)p.st[e] : rc;

@@ -101,7 +101,7 @@ mc_status mc_store_put_one(struct mc_store *s, const char *key, void *const *buf
 
 	mc_store_loc_forget(s, key, strlen(key));
 	if (mc_store_credit_on(s, cfg, upsert)) /* one exchange (client_credit.c) */
-		mc_store_credit_put(s, &key, &bufs, &lens, &nbufs, &len, 1, &rc, &fallback);
+		mc_store_credit_put(s, &key, &bufs, &lens, &nbufs, &len, 1, cfg, &rc, &fallback);
 	if (fallback)
 		rc = put_one_body(s, key, bufs, lens, nbufs, len, cfg, upsert);
 	mc_store_loc_forget(s, key, strlen(key));
@@ -474,7 +474,7 @@ void mc_store_put_many(struct mc_store *s, const char *const *keys, void *const 
 		if (fallback && (again = mc_calloc(n, sizeof(*again)))) {
 			bool any = false;
 
-			mc_store_credit_put(s, keys, bufs, lens, nbufs, totals, n, results,
+			mc_store_credit_put(s, keys, bufs, lens, nbufs, totals, n, cfg, results,
 					    fallback);
 			for (size_t i = 0; i < n; i++) {
 				again[i] = fallback[i] ? MC_OK : MC_ERR_INVALID_PARAMS;

@@ -566,7 +566,7 @@ LAYOUT(L_credit_item, CI, F_KEY(CI, key), F_U64(CI, value_len), F_U64(CI, traile
        F_U64(CI, credit), F_U64(CI, address), F_OPT(CI, checksum));
 #undef CI
 #define PC struct mc_store_put_credit_req
-LAYOUT(L_put_credit_req, PC, F_UUID(PC, client_id), F_STR(PC, tenant),
+LAYOUT(L_put_credit_req, PC, F_UUID(PC, client_id), F_STR(PC, tenant), F_STR(PC, segment),
        F_LIST(PC, items, n_items, struct mc_store_credit_item, L_credit_item),
        F_LIST(PC, chunks, n_chunks, struct mc_store_chunk_sums, L_chunk_sums),
        F_LIST(PC, release, n_release, uint64_t, L_u64_item),

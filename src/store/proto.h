@@ -563,7 +563,8 @@ struct mc_store_batch_put_revoke_req {
  * here: the master checks the block against the credit (id, address and
  * size; MC_ERR_INVALID_WRITE when this client holds no such credit) and
  * records the object complete, as PutEnd does.  The same frame hands back
- * the credits in release and asks for new ones of the sizes in want; the
+ * the credits in release and asks for new ones of the sizes in want
+ * (placed as a put preferring segment would be, when it is not ""); the
  * answer has one status per item and the granted blocks (replica
  * descriptors whose id is the credit's id, size the block's).
  */
@@ -582,6 +583,7 @@ struct mc_store_credit_item {
 struct mc_store_put_credit_req {
 	struct mc_store_uuid client_id;
 	struct mc_proto_str tenant;
+	struct mc_proto_str segment; /* want's blocks preferably there ("": any) */
 	uint32_t n_items;
 	struct mc_store_credit_item *items;
 	uint32_t n_chunks; /* per item (n_items), or 0: none */

@@ -376,8 +376,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 								UINT64_MAX, {false, 0}};
 		if (!resp)
 			u->put_credit_req = (struct mc_store_put_credit_req){
-				{9, 10}, S("t"),	   MC_MIN(n, 2), credit_items, 0, NULL, 2,
-				credit_ids, 2,	credit_sizes};
+				{9, 10}, S("t"),      S("seg:1"), MC_MIN(n, 2), credit_items, 0, NULL,
+				2,	 credit_ids, 2,	       credit_sizes};
 		else
 			u->put_credit_resp = (struct mc_store_put_credit_resp){n, statuses, 3, reps};
 		return;

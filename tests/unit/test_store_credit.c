@@ -137,6 +137,31 @@ static void others_go_the_two_call_way(void **state)
 	st_expect_get(B, "old", v, sizeof(v));
 }
 
+/* A preferred segment: the credits are asked for there, the objects land there. */
+static void preferred_segment_puts(void **state)
+{
+	char v[8192];
+	struct mc_store_config on_a = st_prefer(A), on_b = st_prefer(B);
+	uint64_t start0 = rpcs(B, MC_STORE_PUT_START), cr0 = rpcs(B, MC_STORE_PUT_CREDIT);
+	char key[32];
+
+	(void)state;
+	for (unsigned i = 0; i < 20; i++) {
+		struct mc_store_replica_desc d[2];
+		const struct mc_store_config *c = i % 2 ? &on_b : &on_a;
+
+		snprintf(key, sizeof(key), "pref-%u", i);
+		fill(v, sizeof(v), 100 + i);
+		assert_int_equal(mc_store_put(B, key, v, sizeof(v), c), MC_OK);
+		assert_int_equal(mc_store_get_replica_desc(A, key, d, 2), 1);
+		assert_string_equal(d[0].segment_name, c->preferred_segment);
+		st_expect_get(A, key, v, sizeof(v));
+	}
+	assert_int_equal(rpcs(B, MC_STORE_PUT_START), start0);
+	/* each put asks for its segment's next block: no ask alone after the first two */
+	assert_int_equal(rpcs(B, MC_STORE_PUT_CREDIT) - cr0, 22);
+}
+
 /* A credit the master does not know (as after a new leader): refused, and
  * the put goes the two-call way and succeeds. */
 static void a_refused_credit_falls_back(void **state)
@@ -185,6 +210,7 @@ int main(void)
 		cmocka_unit_test(batches_skip_start_and_end),
 		cmocka_unit_test(others_go_the_two_call_way),
 		cmocka_unit_test(a_refused_credit_falls_back),
+		cmocka_unit_test(preferred_segment_puts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
