@@ -39,11 +39,11 @@
 #include "base/log.h"
 #include "master/handler_int.h"
 
-#define CREDIT_TTL_MS	   10000
-#define CREDIT_SCAN_MS	   100
-#define CREDIT_PER_CLIENT  256
-#define CREDIT_MAX_BLOCK   MC_STORE_CREDIT_MAX_BLOCK
-#define CREDIT_MAX_WANT	   MC_STORE_CREDIT_MAX_WANT
+#define CREDIT_TTL_MS	  10000
+#define CREDIT_SCAN_MS	  100
+#define CREDIT_PER_CLIENT 256
+#define CREDIT_MAX_BLOCK  MC_STORE_CREDIT_MAX_BLOCK
+#define CREDIT_MAX_WANT	  MC_STORE_CREDIT_MAX_WANT
 
 /* The index of credit id in client's list, or UINT32_MAX. */
 static uint32_t credit_find(const struct mc_client *cl, uint64_t id)
@@ -112,8 +112,8 @@ static mc_status complete_one(struct ctx *c, uint32_t client, uint16_t tenant,
 		return FAIL(c, MC_ERR_INVALID_WRITE, "key '%.*s': no credit %" PRIu64 " held",
 			    show(key->len), sp(key), it->credit);
 	k = cl->credits[i];
-	if (it->address != k.rep.addr || it->value_len > MC_MASTER_MAX_VALUE ||
-	    total != k.size || !mc_master_rep_live(m, &k.rep))
+	if (it->address != k.rep.addr || it->value_len > MC_MASTER_MAX_VALUE || total != k.size ||
+	    !mc_master_rep_live(m, &k.rep))
 		return FAIL(c, MC_ERR_INVALID_WRITE,
 			    "key '%.*s': %" PRIu64 " bytes at 0x%" PRIx64
 			    " are outside credit %" PRIu64 " (%" PRIu64 " bytes at 0x%" PRIx64
@@ -126,17 +126,19 @@ static mc_status complete_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	    (it->trailer_len && (!mc_store_trailer_fits(it->value_len) ||
 				 it->trailer_len != mc_store_trailer_len(it->value_len)))) {
 		mc_master_block_release(m, &k.rep, k.size);
-		return FAIL(c, key->len > MC_STORE_KEY_MAX ? MC_ERR_INVALID_KEY : MC_ERR_INVALID_PARAMS,
-			    "key '%.*s': a key of %u bytes, %" PRIu64 " value bytes, a %" PRIu64
-			    "-byte trailer",
-			    show(key->len), sp(key), key->len, it->value_len, it->trailer_len);
+		return FAIL(
+			c, key->len > MC_STORE_KEY_MAX ? MC_ERR_INVALID_KEY : MC_ERR_INVALID_PARAMS,
+			"key '%.*s': a key of %u bytes, %" PRIu64 " value bytes, a %" PRIu64
+			"-byte trailer",
+			show(key->len), sp(key), key->len, it->value_len, it->trailer_len);
 	}
 	if (sums && sums->n &&
 	    (!it->checksum.present || it->trailer_len ||
 	     sums->n != mc_store_chunk_count(it->value_len))) {
 		mc_master_block_release(m, &k.rep, k.size);
-		return FAIL(c, MC_ERR_INVALID_PARAMS, "key '%.*s': %u chunk checksums for %" PRIu64
-			    " bytes", show(key->len), sp(key), sums->n, it->value_len);
+		return FAIL(c, MC_ERR_INVALID_PARAMS,
+			    "key '%.*s': %u chunk checksums for %" PRIu64 " bytes", show(key->len),
+			    sp(key), sums->n, it->value_len);
 	}
 	o = mc_master_obj_find_live(m, tenant, sp(key), key->len);
 	if (o) {
@@ -160,7 +162,7 @@ static mc_status complete_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	o->key_len = (uint16_t)key->len;
 	o->tenant = tenant;
 	mc_obj_set_alloc(o, total, it->trailer_len != 0);
-	o->aux = client; /* its writer, as PutEnd leaves it */
+	o->aux = client;		  /* its writer, as PutEnd leaves it */
 	*mc_master_obj_rep(o, 0) = k.rep; /* counted as used since the grant */
 	o->nrep = 1;
 	st = mc_master_obj_insert(m, o);
@@ -213,7 +215,7 @@ static void grant(struct ctx *c, uint32_t client, const struct mc_proto_str *seg
 
 	*n = 0;
 	if (m->fs_seg != UINT32_MAX || m->cfg.strategy == MC_ALLOC_LOCAL_FIRST)
-		return; /* a put needs more than a block anywhere: PutStart's way */
+		return;	      /* a put needs more than a block anywhere: PutStart's way */
 	c->err = scratch_err; /* a credit that does not fit is not an error */
 	for (uint32_t i = 0; i < nwant && cl->ncredits < CREDIT_PER_CLIENT; i++) {
 		struct mc_credit *k;

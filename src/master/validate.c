@@ -129,8 +129,7 @@ bool mc_master_v_put_credit(const struct mc_store_msg *q)
 	const struct mc_store_put_credit_req *r = &q->body.put_credit_req;
 
 	if (!s_ok(&r->tenant) || !s_ok(&r->segment) || (r->n_items && !r->items) ||
-	    (r->n_chunks && !r->chunks) ||
-	    (r->n_release && !r->release) || (r->n_want && !r->want))
+	    (r->n_chunks && !r->chunks) || (r->n_release && !r->release) || (r->n_want && !r->want))
 		return false;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		if (!s_ok(&r->items[i].key))

@@ -25,8 +25,8 @@
  * leader knows none and may have placed other objects over it); older
  * ones go back with the next PutCredit (release) or from the heartbeat
  * thread (mc_store_credit_idle), the master parks unused ones after 10 s.
- * A client holds at most POOL_BYTES (64 MiB) of blocks.  The pool holds each answer (its replica descriptors'
- * strings) until the last of its credits is used.
+ * A client holds at most POOL_BYTES (64 MiB) of blocks.  The pool holds each answer (its replica
+ * descriptors' strings) until the last of its credits is used.
  *
  * Threads: any number of callers; the pool is under credits.lock, held
  * for no call to the master or the engine.
@@ -349,10 +349,10 @@ static void cput_free(struct cput *p)
 	mc_free(p->item_of);
 }
 
-void mc_store_credit_put(struct mc_store *s, const char *const *keys,
-			 void *const *const *bufs, const size_t *const *lens, const size_t *nbufs,
-			 const uint64_t *totals, size_t n, const struct mc_store_config *cfg,
-			 mc_status *results, bool *fallback)
+void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+			 const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+			 size_t n, const struct mc_store_config *cfg, mc_status *results,
+			 bool *fallback)
 {
 	const char *seg = cfg && cfg->preferred_segment ? cfg->preferred_segment : "";
 	struct cput p;

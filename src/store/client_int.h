@@ -508,10 +508,10 @@ bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, b
  * (n = 1: one key; cfg's preferred_segment, if any, is where the credits
  * are asked for and taken from); those that must go the PutStart/PutEnd way instead get
  * results[i] = MC_OK and fallback[i] = true; the others their result. */
-void mc_store_credit_put(struct mc_store *s, const char *const *keys,
-			 void *const *const *bufs, const size_t *const *lens, const size_t *nbufs,
-			 const uint64_t *totals, size_t n, const struct mc_store_config *cfg,
-			 mc_status *results, bool *fallback);
+void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+			 const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+			 size_t n, const struct mc_store_config *cfg, mc_status *results,
+			 bool *fallback);
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);

@@ -481,8 +481,7 @@ void mc_store_put_many(struct mc_store *s, const char *const *keys, void *const 
 				any |= fallback[i];
 			}
 			if (any)
-				put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert,
-					 again);
+				put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, again);
 			for (size_t i = 0; i < n; i++)
 				if (fallback[i])
 					results[i] = again[i];

@@ -569,7 +569,7 @@ struct mc_store_batch_put_revoke_req {
  * descriptors whose id is the credit's id, size the block's).
  */
 #define MC_STORE_CREDIT_MAX_BLOCK (64ull << 20) /* the largest block a credit is for */
-#define MC_STORE_CREDIT_MAX_WANT  256u	       /* credits one PutCredit may ask for */
+#define MC_STORE_CREDIT_MAX_WANT  256u		/* credits one PutCredit may ask for */
 
 struct mc_store_credit_item {
 	struct mc_proto_str key;

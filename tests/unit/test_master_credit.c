@@ -152,8 +152,7 @@ static void test_refused(void **state)
 	/* another client's credit */
 	assert_int_equal(complete(t, CB, "x", &a, 4096, a.address, 1), MC_ERR_INVALID_WRITE);
 	/* a block outside the credit: another address, a larger or smaller size */
-	assert_int_equal(complete(t, CA, "x", &a, 4096, a.address + 4096, 1),
-			 MC_ERR_INVALID_WRITE);
+	assert_int_equal(complete(t, CA, "x", &a, 4096, a.address + 4096, 1), MC_ERR_INVALID_WRITE);
 	assert_int_equal(complete(t, CA, "x", &a, 8192, a.address, 1), MC_ERR_INVALID_WRITE);
 	assert_int_equal(complete(t, CA, "x", &a, 100, a.address, 1), MC_ERR_INVALID_WRITE);
 	assert_int_equal(mt_exist(t, "x"), 0);

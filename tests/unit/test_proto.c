@@ -371,15 +371,18 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
 	case MC_STORE_PUT_CREDIT:
-		credit_items[0] = (struct mc_store_credit_item){key, 4096, 0, 7, 0x1000, {true, 99}};
-		credit_items[1] = (struct mc_store_credit_item){S("k2"), 70000, 40, UINT64_MAX,
-								UINT64_MAX, {false, 0}};
+		credit_items[0] =
+			(struct mc_store_credit_item){key, 4096, 0, 7, 0x1000, {true, 99}};
+		credit_items[1] = (struct mc_store_credit_item){S("k2"),    70000,	40,
+								UINT64_MAX, UINT64_MAX, {false, 0}};
 		if (!resp)
 			u->put_credit_req = (struct mc_store_put_credit_req){
-				{9, 10}, S("t"),      S("seg:1"), MC_MIN(n, 2), credit_items, 0, NULL,
-				2,	 credit_ids, 2,	       credit_sizes};
+				{9, 10},      S("t"), S("seg:1"),  MC_MIN(n, 2),
+				credit_items, 0,      NULL,	   2,
+				credit_ids,   2,      credit_sizes};
 		else
-			u->put_credit_resp = (struct mc_store_put_credit_resp){n, statuses, 3, reps};
+			u->put_credit_resp =
+				(struct mc_store_put_credit_resp){n, statuses, 3, reps};
 		return;
 	case MC_STORE_BATCH_PUT_REVOKE:
 	case MC_STORE_BATCH_UPSERT_REVOKE:
