@@ -1649,7 +1649,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(BATCH_UPSERT_START, h_batch_put_start, mc_master_v_batch_put_start, NO_COUNTER)             \
 	X(BATCH_UPSERT_END, h_batch_put_end, mc_master_v_batch_put_end, NO_COUNTER)                   \
 	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, mc_master_v_batch_put_revoke, NO_COUNTER)          \
-	X(PUT_CREDIT, mc_master_h_put_credit, mc_master_v_put_credit, NO_COUNTER)                     \
+	X(PUT_CREDIT, mc_master_h_put_credit, mc_master_v_put_credit, COUNTER(master_put_credit))     \
 	X(REMOVE, h_remove, mc_master_v_remove, COUNTER(master_remove))                               \
 	X(REMOVE_BY_REGEX, h_remove_regex, mc_master_v_remove_regex, COUNTER(master_remove_by_regex)) \
 	X(REMOVE_ALL, h_remove_all, mc_master_v_remove_all, NO_COUNTER)                               \
