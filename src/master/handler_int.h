@@ -62,6 +62,14 @@ mc_status mc_master_job_work(struct ctx *c, struct mc_master_job *j, uint64_t en
 
 /* ReportCorrupt (corrupt.c): drop the replicas a reader found corrupt. */
 mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q);
+/* PutCredit (credit.c), and what it takes from master.c: one block of len
+ * bytes placed as a one-replica put's preferring segment ("": none),
+ * accounted as used; the value-size histogram. */
+mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q);
+bool mc_master_v_put_credit(const struct mc_store_msg *q);
+mc_status mc_master_place_block(struct ctx *c, uint64_t len, const struct mc_proto_str *segment,
+				struct mc_rep *out);
+void mc_master_observe_size(struct mc_master *m, uint64_t len);
 bool mc_master_v_report_corrupt(const struct mc_store_msg *q);
 
 /* The validators of master.c's command table (validate.c): true when every

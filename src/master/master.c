@@ -860,6 +860,27 @@ static void place_install(struct mc_master *m, struct mc_obj *o, uint32_t n)
 	}
 }
 
+mc_status mc_master_place_block(struct ctx *c, uint64_t len, const struct mc_proto_str *segment,
+				struct mc_rep *out)
+{
+	struct mc_store_replicate_config cfg = {.replica_num = 1, .preferred_segment = *segment};
+	struct mc_master *m = c->m;
+	uint32_t n = 0, seg;
+	mc_status st = place(c, "", 0, len, &cfg, NULL, &n);
+
+	if (st != MC_OK)
+		return st;
+	if (n == 0)
+		return FAIL(c, MC_ERR_NO_AVAILABLE_HANDLE, "no space for %" PRIu64 " bytes", len);
+	seg = m->tsegs[m->tstart[m->place[0].target] + m->place[0].alloc_index];
+	out->addr = m->place[0].addr;
+	out->seg = seg;
+	out->gen = m->segs[seg].gen;
+	m->segs[seg].used += len;
+	m->allocated_bytes += len;
+	return MC_OK;
+}
+
 /*
  * Record the soft-pin action of a PutStart/UpsertStart for PutEnd, which
  * commits it (spec 2.7).  Returns what the in-flight entry keeps: the TTL
@@ -884,7 +905,7 @@ static uint64_t pin_pending(struct mc_obj *o, const struct mc_store_replicate_co
 	return kept;
 }
 
-static void observe_size(struct mc_master *m, uint64_t len)
+void mc_master_observe_size(struct mc_master *m, uint64_t len)
 {
 	uint32_t b = 0;
 
@@ -1058,7 +1079,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 	o->t = c->now;
 	mc_master_proc_add(m, o, client, pin_pending(o, cfg, &m->cfg, 0));
 out:
-	observe_size(m, value_len);
+	mc_master_observe_size(m, value_len);
 	mc_master_fs_begin(m, o, c->now); /* a DISK replica with --root_fs_dir */
 	*nrep_out = reps_out(m, o, MC_STORE_REPLICA_PROCESSING, pos);
 	return MC_OK;
@@ -1628,6 +1649,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(BATCH_UPSERT_START, h_batch_put_start, mc_master_v_batch_put_start, NO_COUNTER)             \
 	X(BATCH_UPSERT_END, h_batch_put_end, mc_master_v_batch_put_end, NO_COUNTER)                   \
 	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, mc_master_v_batch_put_revoke, NO_COUNTER)          \
+	X(PUT_CREDIT, mc_master_h_put_credit, mc_master_v_put_credit, COUNTER(master_put_credit))     \
 	X(REMOVE, h_remove, mc_master_v_remove, COUNTER(master_remove))                               \
 	X(REMOVE_BY_REGEX, h_remove_regex, mc_master_v_remove_regex, COUNTER(master_remove_by_regex)) \
 	X(REMOVE_ALL, h_remove_all, mc_master_v_remove_all, NO_COUNTER)                               \

@@ -390,6 +390,7 @@ int64_t mc_master_remove_all_end(struct mc_master *m, struct mc_master_job *j);
 	X(master_put_start)                 \
 	X(master_put_end)                   \
 	X(master_put_revoke)                \
+	X(master_put_credit)                \
 	X(master_get_replica_list)          \
 	X(master_get_replica_list_by_regex) \
 	X(master_remove)                    \

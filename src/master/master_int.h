@@ -222,8 +222,18 @@ struct mc_offl {
 	bool handed;	   /* given out by a heartbeat, awaiting its report */
 };
 
+/* A put credit (credit.c): a block reserved for one client's puts. */
+struct mc_credit {
+	uint64_t id;
+	uint64_t size;
+	uint64_t expire_at; /* ms: parked when still unused then */
+	struct mc_rep rep;
+};
+
 struct mc_client {
 	struct mc_store_uuid id;
+	struct mc_credit *credits; /* its unused put credits (credit.c) */
+	uint32_t ncredits, credits_cap;
 	struct mc_disk *disk; /* NULL: no local-disk segment mounted */
 	uint64_t expiry;      /* alive: expires at this time (ms) */
 	uint32_t nproc;	      /* objects it is writing */
@@ -339,6 +349,9 @@ struct mc_master {
 	struct mc_lru_cache *lru;  /* per segment slot: preferred_segment_lru (objects.c) */
 	uint32_t nlru;
 	uint64_t last_proc_scan;
+	uint64_t credit_seq;	   /* the last put credit id given */
+	uint64_t ncredits;	   /* unused put credits, all clients */
+	uint64_t last_credit_scan; /* ms */
 	uint32_t ncursors; /* open scan cursors: the table does not shrink */
 
 	/* the unmount sweep (objects.c), run in slices by the tick and the daemon */
@@ -470,6 +483,16 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 				     size_t len);
 /* Park the blocks of o in the discarded list (released after the timeout). */
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms);
+/* A memory block of size bytes at r (no object holds it): released now,
+ * or parked until put_start_release_timeout (a late writer may still be
+ * writing it); nothing when r is not live. */
+void mc_master_block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size);
+void mc_master_block_park(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+			  uint64_t now_ms);
+/* Put credits (credit.c): park the unused ones past their time (every
+ * 100 ms), or all of client's (it expired); free the lists at the end. */
+void mc_master_credits_tick(struct mc_master *m, uint64_t now_ms);
+void mc_master_credits_drop(struct mc_master *m, uint32_t client, uint64_t now_ms);
 /* Drop o's replica i (a memory block parked as above, a LOCAL_DISK copy
  * left to its owner to delete); the later ones move down. */
 void mc_master_obj_drop_rep(struct mc_master *m, struct mc_obj *o, uint32_t i, uint64_t now_ms);

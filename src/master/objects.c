@@ -449,12 +449,38 @@ uint32_t mc_master_obj_drop_seg_reps(struct mc_master *m, struct mc_obj *o, cons
 	return dropped;
 }
 
+void mc_master_block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size)
+{
+	rep_release(m, r, size);
+}
+
+void mc_master_block_park(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+			  uint64_t now_ms)
+{
+	struct mc_discarded *d;
+
+	if (!mc_master_rep_live(m, r) || mc_master_rep_disk(m, r))
+		return;
+	if (!mc_master_grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1, sizeof(*m->disc))) {
+		/* cannot park it: release now rather than leak it */
+		rep_release(m, r, size);
+		return;
+	}
+	d = &m->disc[m->ndisc++];
+	d->addr = r->addr;
+	d->size = size;
+	d->seg = r->seg;
+	d->gen = r->gen;
+	d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
+	m->disc_bytes += size;
+}
+
 /* Let go of o's replica r: a LOCAL_DISK one is the owner's to delete, a
  * memory block is parked until put_start_release_timeout (a reader may
  * still be reading it); true when a block was parked. */
 static bool park_rep(struct mc_master *m, struct mc_obj *o, const struct mc_rep *r, uint64_t now_ms)
 {
-	struct mc_discarded *d;
+	uint64_t before = m->ndisc;
 
 	if (!mc_master_rep_live(m, r))
 		return false;
@@ -462,19 +488,8 @@ static bool park_rep(struct mc_master *m, struct mc_obj *o, const struct mc_rep 
 		mc_master_ssd_rep_gone(m, o, r);
 		return false;
 	}
-	if (!mc_master_grow((void **)&m->disc, &m->disc_cap, m->ndisc + 1, sizeof(*m->disc))) {
-		/* cannot park it: release now rather than leak it */
-		rep_release(m, r, mc_obj_size(o));
-		return false;
-	}
-	d = &m->disc[m->ndisc++];
-	d->addr = r->addr;
-	d->size = mc_obj_size(o);
-	d->seg = r->seg;
-	d->gen = r->gen;
-	d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
-	m->disc_bytes += mc_obj_size(o);
-	return true;
+	mc_master_block_park(m, r, mc_obj_size(o), now_ms);
+	return m->ndisc != before;
 }
 
 void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t now_ms)
@@ -1454,13 +1469,14 @@ static void revoke_client_puts(struct mc_master *m, uint32_t client)
 	}
 }
 
-static void expire_client(struct mc_master *m, uint32_t slot)
+static void expire_client(struct mc_master *m, uint32_t slot, uint64_t now_ms)
 {
 	struct mc_client *c = &m->clients[slot];
 
 	mc_info("client %" PRIu64 "-%" PRIu64 " expired", c->id.first, c->id.second);
 	c->alive = false;
 	mc_master_ssd_client_gone(m, slot);
+	mc_master_credits_drop(m, slot, now_ms);
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state != MC_SEG_FREE && m->segs[i].client == slot)
 			mc_master_seg_unmount(m, i);
@@ -1515,7 +1531,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		struct mc_client *c = &m->clients[i];
 
 		if (c->used && c->alive && c->expiry <= now_ms)
-			expire_client(m, i);
+			expire_client(m, i, now_ms);
 	}
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		if (m->segs[i].state == MC_SEG_GRACEFUL && m->segs[i].deadline <= now_ms)
@@ -1528,6 +1544,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 		(void)mc_master_sweep_run(m, SWEEP_TICK_US);
 	while (m->npins && m->pins[0].deadline <= now_ms)
 		mc_master_pin_del(m, m->pins[0].o);
+	mc_master_credits_tick(m, now_ms);
 	if (m->ndisc > m->disc_head)
 		release_discarded(m, now_ms);
 	if (now_ms - m->last_proc_scan >= PROC_SCAN_MS || now_ms < m->last_proc_scan) {
@@ -1548,8 +1565,13 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 	for (uint32_t i = 0; i < m->nclient_slots; i++) {
 		struct mc_client *c = &m->clients[i];
 
-		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0 && c->nobjs == 0)
+		if (c->used && !c->alive && c->nproc == 0 && c->nsegs == 0 && c->nobjs == 0 &&
+		    c->ncredits == 0) {
+			mc_free(c->credits);
+			c->credits = NULL;
+			c->credits_cap = 0;
 			c->used = false;
+		}
 	}
 	free_later_tick(m);
 	if (m->old) {
@@ -1730,6 +1752,8 @@ void mc_master_free(struct mc_master *m)
 		}
 	}
 	mc_free(m->segs);
+	for (uint32_t i = 0; i < m->nclient_slots; i++)
+		mc_free(m->clients[i].credits);
 	mc_free(m->clients);
 	for (uint32_t i = 0; m->tenants && i < m->ntenants; i++)
 		mc_free(m->tenants[i]);

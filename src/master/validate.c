@@ -124,6 +124,20 @@ bool mc_master_v_batch_put_end(const struct mc_store_msg *q)
 	return true;
 }
 
+bool mc_master_v_put_credit(const struct mc_store_msg *q)
+{
+	const struct mc_store_put_credit_req *r = &q->body.put_credit_req;
+
+	if (!s_ok(&r->tenant) || !s_ok(&r->segment) || (r->n_items && !r->items) ||
+	    (r->n_chunks && !r->chunks) || (r->n_release && !r->release) || (r->n_want && !r->want))
+		return false;
+	for (uint32_t i = 0; i < r->n_items; i++) {
+		if (!s_ok(&r->items[i].key))
+			return false;
+	}
+	return true;
+}
+
 bool mc_master_v_put_revoke(const struct mc_store_msg *q)
 {
 	return s_ok(&q->body.put_revoke_req.tenant) && s_ok(&q->body.put_revoke_req.key);

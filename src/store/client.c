@@ -224,6 +224,7 @@ static void *heartbeat_main(void *arg)
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
 		heartbeat_once(s, &fails);
+		mc_store_credit_idle(s); /* unused put credits go back */
 		/* copy and move tasks (client_tasks.c); busy: ping again, no wait */
 		busy = !atomic_load(&s->ping_failed) && mc_store_tasks_poll(s);
 		until = mc_now_ms() + (busy ? 0 : HEARTBEAT_MS);
@@ -256,6 +257,7 @@ mc_status mc_store_new(struct mc_store **out)
 	pthread_mutex_init(&s->hb_lock, NULL);
 	pthread_mutex_init(&s->sess_lock, NULL);
 	pthread_mutex_init(&s->scratch_lock, NULL);
+	pthread_mutex_init(&s->credits.lock, NULL);
 	mc_store_xsegs_init(s);
 	pthread_cond_init(&s->sess_cond, NULL);
 	pthread_condattr_init(&a);
@@ -277,6 +279,7 @@ void mc_store_free(struct mc_store *s)
 	pthread_cond_destroy(&s->ohb_cond);
 	pthread_mutex_destroy(&s->sess_lock);
 	pthread_mutex_destroy(&s->scratch_lock);
+	pthread_mutex_destroy(&s->credits.lock);
 	pthread_mutex_destroy(&s->xseg_lock);
 	pthread_cond_destroy(&s->xseg_idle);
 	pthread_mutex_destroy(&s->remount_lock);
@@ -330,6 +333,7 @@ static void teardown(struct mc_store *s)
 	s->seg = NULL;
 	s->seg_size = 0;
 	mc_store_loc_free_all(s); /* before the connection its entries name */
+	mc_store_credit_fini(s);  /* given back while the connection is there */
 	mc_master_conn_free(s->conn);
 	s->conn = NULL;
 	mc_offload_pool_free(s->offload_pool);
@@ -465,6 +469,7 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		s->trailers = s->verify && env.chunk_trailers;
 		/* every cached read is checked: no cache without checksums */
 		rc = mc_store_loc_init(s, s->verify ? (uint64_t)env.location_cache : 0);
+		mc_store_credit_init(s, env.put_credit, env.put_credit_ms);
 		mc_store_client_env_release(&env);
 		if (rc != MC_OK)
 			goto err;

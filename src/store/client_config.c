@@ -72,6 +72,17 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "may return the previous value, checked and whole, until the lease ends "
 	       "(docs/design.md, the location cache: the table of every path). 0 = off",
 	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
+	{.f = {"store_put_credit", "MC_STORE_PUT_CREDIT", "0",
+	       "put credits: blocks the master reserves for this client's puts, at most this "
+	       "many held, so that a put of a size it holds a block for (one replica, at most a "
+	       "preferred_segment; no pins, groups or preferred-segment lists) writes there and completes with one exchange with "
+	       "the master instead of PutStart and PutEnd (a master of protocol minor 12; "
+	       "docs/design.md, put credits). 0 = off, the default",
+	       CFG(put_credit), MC_CONFIG_INT, 0, 256}},
+	{.f = {"store_put_credit_ms", "MC_STORE_PUT_CREDIT_MS", "200",
+	       "a put credit is used only within this long of the call that asked for it, "
+	       "milliseconds (older ones are given back)",
+	       CFG(put_credit_ms), MC_CONFIG_INT, 1, 5000}},
 	{.f = {"store_client_metric", "MC_STORE_CLIENT_METRIC", "1",
 	       "collect the client's call counters and latency histograms (the client HTTP "
 	       "server's /metrics answers 503 without them)",

@@ -25,6 +25,8 @@ struct mc_store_client_env {
 	bool verify;			 /* MC_STORE_VERIFY: sign puts, check reads */
 	bool chunk_trailers;		 /* MC_STORE_CHUNK_TRAILERS: minor-10 trailers on puts */
 	int64_t location_cache;		 /* MC_STORE_LOCATION_CACHE: entries, 0 = off */
+	int64_t put_credit;		 /* MC_STORE_PUT_CREDIT: credits held, 0 = off */
+	int64_t put_credit_ms;		 /* MC_STORE_PUT_CREDIT_MS: a credit's use window */
 	char *cluster_id;		 /* MC_STORE_CLUSTER_ID: the metrics' cluster_id label */
 	int64_t failover_ms;		 /* MC_MASTER_FAILOVER_TIMEOUT_MS (HA master address) */
 	int64_t dummy_expire_ms;	 /* MC_DUMMY_EXPIRE_MS (mooncake_client's dummy server) */

@@ -48,8 +48,30 @@ struct mc_client_metrics;
 struct mc_http;
 struct mc_dummy;
 
+/* A put credit this client holds (client_credit.c): a block the master
+ * reserved for its puts; rep's strings live in b's answer. */
+struct mc_store_credit_batch;
+struct mc_store_credit {
+	struct mc_store_replica rep; /* id: the credit's; size: the block's */
+	struct mc_store_credit_batch *b;
+	uint64_t granted_ns;
+};
+
+struct mc_store_credits {
+	pthread_mutex_t lock; /* everything below */
+	uint32_t max;	      /* MC_STORE_PUT_CREDIT: credits held at most, 0 = off */
+	uint64_t window_ns;   /* MC_STORE_PUT_CREDIT_MS: used within this of the ask */
+	uint64_t views;	      /* the leader changes the pool's credits were granted in */
+	uint64_t none_until;  /* ns: the master granted none; ask again after this */
+	struct mc_store_credit *v;
+	uint32_t n;
+	uint64_t *rel; /* ids to give back with the next PutCredit */
+	uint32_t nrel, rel_cap;
+};
+
 struct mc_store {
 	bool ready;
+	struct mc_store_credits credits; /* put credits (client_credit.c) */
 	struct mc_master_conn *conn;
 	struct mc_te *te;
 	bool own_te;
@@ -481,6 +503,24 @@ uint64_t mc_store_loc_count(struct mc_store *s);
 uint64_t mc_store_io_hash(const struct mc_store_io *io);
 /* Free a write's chunk checksums (mc_store_verify_sign). */
 void mc_store_io_sums_free(struct mc_store_io *io);
+
+/* Put credits (client_credit.c). */
+void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms);
+/* Give every credit back (best effort) and free the pool: before the
+ * connection goes. */
+void mc_store_credit_fini(struct mc_store *s);
+/* The heartbeat's: give back the credits too old to be used. */
+void mc_store_credit_idle(struct mc_store *s);
+/* Whether a put (upsert: an upsert) with cfg may go through credits. */
+bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, bool upsert);
+/* Put the keys of a batch whose results[i] is MC_OK through credits
+ * (n = 1: one key; cfg's preferred_segment, if any, is where the credits
+ * are asked for and taken from); those that must go the PutStart/PutEnd way instead get
+ * results[i] = MC_OK and fallback[i] = true; the others their result. */
+void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+			 const size_t *const *lens, const size_t *nbufs, const uint64_t *totals,
+			 size_t n, const struct mc_store_config *cfg, mc_status *results,
+			 bool *fallback);
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);

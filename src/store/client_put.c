@@ -96,10 +96,14 @@ mc_status mc_store_put_one(struct mc_store *s, const char *key, void *const *buf
 			   const size_t *lens, size_t nbufs, uint64_t len,
 			   const struct mc_store_config *cfg, bool upsert)
 {
-	mc_status rc;
+	mc_status rc = MC_OK;
+	bool fallback = true;
 
 	mc_store_loc_forget(s, key, strlen(key));
-	rc = put_one_body(s, key, bufs, lens, nbufs, len, cfg, upsert);
+	if (mc_store_credit_on(s, cfg, upsert)) /* one exchange (client_credit.c) */
+		mc_store_credit_put(s, &key, &bufs, &lens, &nbufs, &len, 1, cfg, &rc, &fallback);
+	if (fallback)
+		rc = put_one_body(s, key, bufs, lens, nbufs, len, cfg, upsert);
 	mc_store_loc_forget(s, key, strlen(key));
 	return rc;
 }
@@ -464,6 +468,33 @@ void mc_store_put_many(struct mc_store *s, const char *const *keys, void *const 
 	uint64_t views = mc_master_conn_leader_changes(s->conn);
 	mc_status *again = NULL;
 
+	if (n && mc_store_credit_on(s, cfg, upsert)) { /* client_credit.c */
+		bool *fallback = mc_calloc(n, sizeof(*fallback));
+
+		if (fallback && (again = mc_calloc(n, sizeof(*again)))) {
+			bool any = false;
+
+			mc_store_credit_put(s, keys, bufs, lens, nbufs, totals, n, cfg, results,
+					    fallback);
+			for (size_t i = 0; i < n; i++) {
+				again[i] = fallback[i] ? MC_OK : MC_ERR_INVALID_PARAMS;
+				any |= fallback[i];
+			}
+			if (any)
+				put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, again);
+			for (size_t i = 0; i < n; i++)
+				if (fallback[i])
+					results[i] = again[i];
+			mc_free(fallback);
+			mc_free(again);
+			/* a key put the two-call way across a leader change is
+			 * not put again here: its result says what happened */
+			return;
+		}
+		mc_free(fallback);
+		mc_free(again);
+		again = NULL;
+	}
 	put_many(s, keys, bufs, lens, nbufs, totals, n, cfg, upsert, results);
 	for (int redone = 0; redone < 2 && mc_master_conn_leader_changes(s->conn) != views;
 	     redone++) {

@@ -998,6 +998,9 @@ static bool retry_safe(uint16_t type)
 	case MC_STORE_UPSERT_END:
 	case MC_STORE_BATCH_UPSERT_START:
 	case MC_STORE_BATCH_UPSERT_END:
+	/* a repeated item names a credit its first attempt used up: refused
+	 * (INVALID_WRITE), and the put goes the two-call way (client_credit.c) */
+	case MC_STORE_PUT_CREDIT:
 		return true;
 	default:
 		return false;

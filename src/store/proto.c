@@ -561,6 +561,21 @@ LAYOUT(L_batch_put_revoke_req, BPR, F_UUID(BPR, client_id), F_STR(BPR, tenant),
 #undef BPR
 LAYOUT(L_batch_status_resp, struct mc_store_batch_status_resp,
        F_LIST(struct mc_store_batch_status_resp, statuses, n_items, int32_t, L_status_item));
+#define CI struct mc_store_credit_item
+LAYOUT(L_credit_item, CI, F_KEY(CI, key), F_U64(CI, value_len), F_U64(CI, trailer_len),
+       F_U64(CI, credit), F_U64(CI, address), F_OPT(CI, checksum));
+#undef CI
+#define PC struct mc_store_put_credit_req
+LAYOUT(L_put_credit_req, PC, F_UUID(PC, client_id), F_STR(PC, tenant), F_STR(PC, segment),
+       F_LIST(PC, items, n_items, struct mc_store_credit_item, L_credit_item),
+       F_LIST(PC, chunks, n_chunks, struct mc_store_chunk_sums, L_chunk_sums),
+       F_LIST(PC, release, n_release, uint64_t, L_u64_item),
+       F_LIST(PC, want, n_want, uint64_t, L_u64_item));
+#undef PC
+LAYOUT(L_put_credit_resp, struct mc_store_put_credit_resp,
+       F_LIST(struct mc_store_put_credit_resp, statuses, n_items, int32_t, L_status_item),
+       F_LIST(struct mc_store_put_credit_resp, credits, n_credits, struct mc_store_replica,
+	      L_replica));
 
 LAYOUT(L_remove_req, struct mc_store_remove_req, F_STR(struct mc_store_remove_req, tenant),
        F_KEY(struct mc_store_remove_req, key), F_BOOL(struct mc_store_remove_req, force));

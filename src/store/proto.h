@@ -51,12 +51,13 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                               \
-	11 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	12 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
-	    * tails); 11: a promoter writes the trailer of a promoted trailer object */
+	    * tails); 11: a promoter writes the trailer of a promoted trailer object;\
+	    * 12: PutCredit (44, ours: put credits) */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
@@ -556,6 +557,51 @@ struct mc_store_batch_put_revoke_req {
 	struct mc_proto_str *keys;
 };
 
+/*
+ * PutCredit (minor 12, ours; docs/design.md "Put credits"): a client that
+ * holds credits (blocks the master reserved for it in a holder's segment)
+ * writes small objects into them itself, then completes each with one item
+ * here: the master checks the block against the credit (id, address and
+ * size; MC_ERR_INVALID_WRITE when this client holds no such credit) and
+ * records the object complete, as PutEnd does.  The same frame hands back
+ * the credits in release and asks for new ones of the sizes in want
+ * (placed as a put preferring segment would be, when it is not ""); the
+ * answer has one status per item and the granted blocks (replica
+ * descriptors whose id is the credit's id, size the block's).
+ */
+#define MC_STORE_CREDIT_MAX_BLOCK (64ull << 20) /* the largest block a credit is for */
+#define MC_STORE_CREDIT_MAX_WANT  256u		/* credits one PutCredit may ask for */
+
+struct mc_store_credit_item {
+	struct mc_proto_str key;
+	uint64_t value_len;
+	uint64_t trailer_len; /* mc_store_trailer_len(value_len), or 0 */
+	uint64_t credit;      /* the credit's id */
+	uint64_t address;     /* the credit's block */
+	struct mc_proto_opt_u64 checksum;
+};
+
+struct mc_store_put_credit_req {
+	struct mc_store_uuid client_id;
+	struct mc_proto_str tenant;
+	struct mc_proto_str segment; /* want's blocks preferably there ("": any) */
+	uint32_t n_items;
+	struct mc_store_credit_item *items;
+	uint32_t n_chunks; /* per item (n_items), or 0: none */
+	struct mc_store_chunk_sums *chunks;
+	uint32_t n_release;
+	uint64_t *release; /* credit ids given back unused */
+	uint32_t n_want;
+	uint64_t *want; /* block sizes asked for */
+};
+
+struct mc_store_put_credit_resp {
+	uint32_t n_items;
+	int32_t *statuses;
+	uint32_t n_credits;
+	struct mc_store_replica *credits;
+};
+
 /* Per-key results of BatchPutEnd/Revoke and BatchRemove, in request order. */
 struct mc_store_batch_status_resp {
 	uint32_t n_items;
@@ -866,6 +912,8 @@ struct mc_store_offload_rpc_release_req {
 	X(put_revoke_req)           \
 	X(batch_put_revoke_req)     \
 	X(batch_status_resp)        \
+	X(put_credit_req)           \
+	X(put_credit_resp)          \
 	X(remove_req)               \
 	X(remove_regex_req)         \
 	X(remove_all_req)           \
@@ -930,6 +978,7 @@ struct mc_store_offload_rpc_release_req {
 	X(BATCH_UPSERT_START, 41, batch_upsert_start, batch_put_start_req, batch_put_start_resp)   \
 	X(BATCH_UPSERT_END, 42, batch_upsert_end, batch_put_end_req, batch_status_resp)            \
 	X(BATCH_UPSERT_REVOKE, 43, batch_upsert_revoke, batch_put_revoke_req, batch_status_resp)   \
+	X(PUT_CREDIT, 44, put_credit, put_credit_req, put_credit_resp)                             \
 	X(REMOVE, 48, remove, remove_req, empty)                                                   \
 	X(REMOVE_BY_REGEX, 49, remove_by_regex, remove_regex_req, count_resp)                      \
 	X(REMOVE_ALL, 50, remove_all, remove_all_req, count_resp)                                  \

@@ -770,6 +770,41 @@ def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
     assert "putting it again" in client.stderr_tail()
 
 
+def test_a_credit_put_across_a_failover_is_carried_through(hc, etcd_ep):
+    # put credits (MC_STORE_PUT_CREDIT): the client's ask reaches the
+    # leader, its write into the granted block stalls (the holder is
+    # stopped), the leader dies: the new leader never granted that credit,
+    # refuses the put's item (INVALID_WRITE), and the client puts the key
+    # again the PutStart/PutEnd way
+    m1, m2 = leader_and_standby(hc, "etcd", etcd_ep)
+    addr = f"etcd://{etcd_ep}"
+    tcp = {"MC_SHM_DISABLE": "1"}  # the write goes through the holder's worker
+    holder = hc.ha_node(addr, addr, tcp)
+    client = hc.ha_node(addr, addr, {**tcp, "MC_LOG_LEVEL": "info", "MC_STORE_PUT_CREDIT": "8"})
+    for n in (holder, client):  # stopped before the masters at teardown
+        hc.procs.remove(n)
+        hc.procs.append(n)
+    asks = m1.metric("master_put_credit_requests_total")
+    starts = m1.metric("master_put_start_requests_total")
+    sigstop(holder.p.pid)
+    try:
+        client.p.stdin.write(f"put k 1000000 7 seg={holder.hostname}\n")
+        client.p.stdin.flush()
+        wait_until(lambda: m1.metric("master_put_credit_requests_total") > asks,
+                   START_TIMEOUT, "the put's credit ask at the leader", 0.05)
+        assert m1.metric("master_put_start_requests_total") == starts
+        m1.p.send_signal(signal.SIGKILL)
+        m1.killed = True
+        m1.p.wait(timeout=30)
+        wait_serving(m2)
+    finally:
+        os.kill(holder.p.pid, signal.SIGCONT)
+    r = client.readline(60)
+    assert r.startswith("OK"), f"{r}; {client.stderr_tail()}"
+    assert get_eventually(holder, "k") == (1000000, StoreNode.fields(r)["xxh3"])
+    assert "refused its credit; putting it again" in client.stderr_tail()
+
+
 def test_two_masters_cannot_share_a_log_dir(hc, etcd_ep):
     """Nor a snapshot directory (MOONCAKE_SNAPSHOT_LOCAL_PATH)."""
     # a leader killed while it sent a standby its snapshot left this behind

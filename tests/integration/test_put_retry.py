@@ -122,13 +122,14 @@ class LossyProxy:
             self._cut(conn)
 
 
-def start(sc):  # noqa: F811
+def start(sc, credits=0):  # noqa: F811
     m = sc.start_master()
     proxy = LossyProxy(m.rpc)
     # the client's master is the proxy; its metadata the master's own server
     real = m.rpc
     m.rpc = proxy.port
-    node = sc.node()
+    # these cases cut PutStart/PutEnd frames: no put credits unless asked
+    node = sc.node(env={"MC_STORE_PUT_CREDIT": str(credits)})
     m.rpc = real
     return proxy, node
 
@@ -178,6 +179,34 @@ def test_lost_put_answers_are_retried(sc):  # noqa: F811
         # and the key is free again at once (no in-flight write left)
         want = node.put("end-lost", SIZE, 5)
         assert node.get("end-lost") == (SIZE, want)
+    finally:
+        proxy.close()
+
+
+def test_lost_put_credit_answers_are_retried(sc):  # noqa: F811
+    """A put through a put credit whose PutCredit was lost is repeated once
+    on a new connection: a lost request completes on the repeat; a lost
+    answer's repeat names a credit the first attempt used up, is refused
+    (INVALID_WRITE), and the put goes the PutStart/PutEnd way, which finds
+    the object complete (success, insert-if-absent) - the value read back
+    is the one written."""
+    proxy, node = start(sc, credits=16)
+    try:
+        want = node.put("warm", SIZE, 1)  # asks for its first credit
+        assert node.get("warm") == (SIZE, want)
+        starts = proxy.seen.get(mcproto.PUT_START, 0)
+
+        proxy.lose(mcproto.PUT_CREDIT, "request")
+        want = node.put("credit-request", SIZE, 2)
+        assert proxy.cuts == 1 and proxy.armed() == 0
+        assert proxy.seen.get(mcproto.PUT_START, 0) == starts
+        assert node.get("credit-request") == (SIZE, want)
+
+        proxy.lose(mcproto.PUT_CREDIT, "answer")
+        want = node.put("credit-answer", SIZE, 3)
+        assert proxy.cuts == 2 and proxy.armed() == 0
+        assert proxy.seen.get(mcproto.PUT_START, 0) == starts + 1
+        assert node.get("credit-answer") == (SIZE, want)
     finally:
         proxy.close()
 

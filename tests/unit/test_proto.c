@@ -43,6 +43,8 @@ static struct mc_proto_str pref[2];
 static struct mc_store_corrupt_item corrupt_items[2];
 static struct mc_store_segment segs[2];
 static struct mc_store_replica reps[5];
+static struct mc_store_credit_item credit_items[2];
+static uint64_t credit_ids[2] = {1, UINT64_MAX}, credit_sizes[2] = {4096, 64 << 20};
 static struct mc_store_replica_list lists[2];
 
 static void samples_init(void)
@@ -368,6 +370,20 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
+	case MC_STORE_PUT_CREDIT:
+		credit_items[0] =
+			(struct mc_store_credit_item){key, 4096, 0, 7, 0x1000, {true, 99}};
+		credit_items[1] = (struct mc_store_credit_item){S("k2"),    70000,	40,
+								UINT64_MAX, UINT64_MAX, {false, 0}};
+		if (!resp)
+			u->put_credit_req = (struct mc_store_put_credit_req){
+				{9, 10},      S("t"), S("seg:1"),  MC_MIN(n, 2),
+				credit_items, 0,      NULL,	   2,
+				credit_ids,   2,      credit_sizes};
+		else
+			u->put_credit_resp =
+				(struct mc_store_put_credit_resp){n, statuses, 3, reps};
+		return;
 	case MC_STORE_BATCH_PUT_REVOKE:
 	case MC_STORE_BATCH_UPSERT_REVOKE:
 		if (!resp)
@@ -498,7 +514,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 11, 2, 0, /* magic, 1.11, type 2 */
+		'M', 'C', 'S', 'T', 1, 12, 2, 0, /* magic, 1.12, type 2 */
 		0,   0,	  0,   0,   0, 0,  0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3,  2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0,  0, 0, /* payload length, reserved */
