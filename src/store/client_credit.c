@@ -93,12 +93,14 @@ static void rel_add(struct mc_store_credits *k, uint64_t id)
 }
 
 /* Forget the pool's credits that may not be used any more (under the
- * lock): all after a leader change (that leader knows none: nothing to
- * give back), those older than the window (given back). */
+ * lock): all after a new master connection (a restarted master or a new
+ * leader knows none and may have placed other objects over them; a
+ * reconnect to the same one leaves them to its 10 s reclaim), those older
+ * than the window (given back). */
 static void pool_prune(struct mc_store *s, uint64_t now)
 {
 	struct mc_store_credits *k = &s->credits;
-	uint64_t views = mc_master_conn_leader_changes(s->conn);
+	uint64_t views = mc_master_conn_epoch(s->conn);
 	uint32_t j = 0;
 
 	for (uint32_t i = 0; i < k->n; i++) {
@@ -224,7 +226,7 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	struct mc_store_credits *k = &s->credits;
 	struct mc_store_put_credit_req req;
 	struct mc_store_credit_batch *b = mc_calloc(1, sizeof(*b));
-	uint64_t *rel = NULL, t0 = mc_now_ns(), views = mc_master_conn_leader_changes(s->conn);
+	uint64_t *rel = NULL, t0 = mc_now_ns(), views = mc_master_conn_epoch(s->conn);
 	uint32_t nrel = 0, room;
 	mc_status rc;
 
@@ -277,9 +279,9 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	pthread_mutex_lock(&k->lock);
 	if (req.n_want && b->resp.body.put_credit_resp.n_credits == 0)
 		__atomic_store_n(&k->none_until, mc_now_ns() + NONE_WAIT_NS, __ATOMIC_RELAXED);
-	if (views != k->views || views != mc_master_conn_leader_changes(s->conn)) {
-		/* granted across a leader change: not used (nothing to give back
-		 * to a leader that may not know them) */
+	if (views != k->views || views != mc_master_conn_epoch(s->conn)) {
+		/* granted across a reconnect: not used (nothing to give back
+		 * to a master that may not know them) */
 		b->refs = 1;
 	} else {
 		uint32_t nc = b->resp.body.put_credit_resp.n_credits;

@@ -22,6 +22,7 @@
 #include "mooncake/store.h"
 #include "store/client_int.h" /* s->metrics */
 #include "store/client_metrics.h"
+#include "store/master_conn.h"
 #include "store/proto.h"
 #include "store_t.h"
 
@@ -188,6 +189,39 @@ static void a_refused_credit_falls_back(void **state)
 	st_expect_get(B, "refused", v, sizeof(v));
 }
 
+/* Credits belong to the connection they were granted over: a master that
+ * restarted (or a new leader) may have placed other objects over them, so
+ * after a reconnect none of the old ones is written or named. */
+static void a_new_connection_drops_the_credits(void **state)
+{
+	char v[4096];
+	uint64_t old[64];
+	uint32_t n;
+
+	(void)state;
+	fill(v, sizeof(v), 21);
+	assert_int_equal(mc_store_put(A, "before-reset-1", v, sizeof(v), NULL), MC_OK);
+	assert_int_equal(mc_store_put(A, "before-reset-2", v, sizeof(v), NULL), MC_OK);
+	pthread_mutex_lock(&A->credits.lock);
+	n = A->credits.n < 64 ? A->credits.n : 64;
+	for (uint32_t i = 0; i < n; i++)
+		old[i] = A->credits.v[i].rep.id;
+	pthread_mutex_unlock(&A->credits.lock);
+	assert_true(n >= 1);
+	mc_master_conn_reset(A->conn);
+	fill(v, sizeof(v), 22);
+	assert_int_equal(mc_store_put(A, "after-reset", v, sizeof(v), NULL), MC_OK);
+	uint32_t kept = 0; /* old credits still in the pool (asserted unlocked) */
+
+	pthread_mutex_lock(&A->credits.lock);
+	for (uint32_t i = 0; i < A->credits.n; i++)
+		for (uint32_t j = 0; j < n; j++)
+			kept += A->credits.v[i].rep.id == old[j];
+	pthread_mutex_unlock(&A->credits.lock);
+	assert_int_equal(kept, 0);
+	st_expect_get(B, "after-reset", v, sizeof(v));
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -211,6 +245,7 @@ int main(void)
 		cmocka_unit_test(others_go_the_two_call_way),
 		cmocka_unit_test(a_refused_credit_falls_back),
 		cmocka_unit_test(preferred_segment_puts),
+		cmocka_unit_test(a_new_connection_drops_the_credits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
