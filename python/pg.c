@@ -20,6 +20,9 @@
  *   depart_in[64]      u64  written by rank s when it leaves: 1 + the number of
  *                            messages s consumed from this rank (0: still here)
  *   depart_out[64]           sources of departure writes (one per peer)
+ *   view_in[64]        u64  written by rank s when it commits a membership view:
+ *                            (epoch << 40) | first operation of the view
+ *   view_out[64]             source of view writes (view_out[me])
  *   recv[n][NS][slot]        landing slots, indexed by sender
  *   send[n][NS][slot]        staging slots, indexed by receiver (TE writes
  *                            from registered memory only)
@@ -131,6 +134,9 @@ typedef struct {
 	PyObject *owner;     /* keeps the engine's Python object alive */
 } Mailbox;
 
+static PyTypeObject MailboxType;
+static PyObject *ViewChanged; /* _pg.ViewChanged, a RuntimeError */
+
 /* control area offsets (u64 units) */
 #define CTL_FLAGS_IN   0
 #define CTL_ACKS_IN    (MAX_RANKS * MAX_SLOTS)
@@ -140,7 +146,10 @@ typedef struct {
 #define CTL_NOTICE_OUT (4 * MAX_RANKS * MAX_SLOTS + MAX_RANKS)
 #define CTL_DEPART_IN  (4 * MAX_RANKS * MAX_SLOTS + 2 * MAX_RANKS)
 #define CTL_DEPART_OUT (4 * MAX_RANKS * MAX_SLOTS + 3 * MAX_RANKS)
-#define CTL_BYTES      4096 * 5 /* (4*64*8 + 4*64) * 8 = 18432, rounded up to 20 KiB */
+#define CTL_VIEW_IN    (4 * MAX_RANKS * MAX_SLOTS + 4 * MAX_RANKS)
+#define CTL_VIEW_OUT   (4 * MAX_RANKS * MAX_SLOTS + 5 * MAX_RANKS)
+#define CTL_BYTES      4096 * 5 /* (4*64*8 + 6*64) * 8 = 19456, rounded up to 20 KiB */
+#define VIEW_OP_BITS   40	/* view word: epoch above, first operation below */
 
 static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
 {
@@ -167,6 +176,26 @@ static uint64_t departed_set(Mailbox *m)
 		if (r != m->me && departed_took(m, r))
 			gone |= 1ull << r;
 	return gone;
+}
+
+/* The newest view word posted into this region (post_view): epoch in the
+ * high bits, so the largest word is the newest view. */
+static uint64_t view_word(Mailbox *m)
+{
+	uint64_t w = 0;
+	for (int r = 0; r < m->n; r++) {
+		uint64_t v = __atomic_load_n(ctl(m, CTL_VIEW_IN + r), __ATOMIC_ACQUIRE);
+		w = v > w ? v : w;
+	}
+	return w;
+}
+
+/* Whether a view newer than epoch, starting at or before operation op, was
+ * posted into m: the operation op running on the old view is stale. */
+static bool view_stale(Mailbox *m, uint64_t epoch, uint64_t op)
+{
+	uint64_t w = view_word(m);
+	return (w >> VIEW_OP_BITS) > epoch && (w & ((1ull << VIEW_OP_BITS) - 1)) <= op;
 }
 
 static uint64_t now_us(void)
@@ -638,10 +667,13 @@ bad:
 }
 
 /*
- * run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)
+ * run(sends, recvs, timeout_us, group_bitmap[, watch, epoch, op]) -> (ok, failed_bitmap)
  *   sends: [(peer, address, nbytes)], recvs: [(peer, address, nbytes[, op, dtype])]
  * Sends and receives progress together; returns when all are done, or a
- * peer failed (then every item ends).
+ * peer failed (then every item ends).  With watch (the group's agent
+ * Mailbox), a view newer than epoch that starts at or before operation op,
+ * posted there while this waits, ends it with ViewChanged: the operation
+ * runs on a view its peers have left, and would wait for them forever.
  */
 static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 {
@@ -650,8 +682,20 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 	struct item *sv = NULL, *rv = NULL;
 	Py_ssize_t ns = 0, nr = 0;
 	uint64_t failed = 0;
-	if (!PyArg_ParseTuple(args, "OOKK", &sl, &rl, &timeout_us, &group))
+	PyObject *watch_obj = Py_None;
+	unsigned long long wepoch = 0, wop = 0;
+	if (!PyArg_ParseTuple(args, "OOKK|OKK", &sl, &rl, &timeout_us, &group, &watch_obj, &wepoch,
+			      &wop))
 		return NULL;
+	Mailbox *watch = NULL;
+	if (watch_obj != Py_None) {
+		if (!PyObject_TypeCheck(watch_obj, &MailboxType) || !((Mailbox *)watch_obj)->base) {
+			PyErr_SetString(PyExc_TypeError,
+					"run: watch must be an initialised Mailbox");
+			return NULL;
+		}
+		watch = (Mailbox *)watch_obj;
+	}
 	if (!m->base) {
 		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
 		return NULL;
@@ -669,7 +713,7 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		PyMem_Free(sv);
 		return NULL;
 	}
-	bool aborted = false;
+	bool aborted = false, stale = false;
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t t0 = now_us(), seen = 0, last_probe = t0;
 	unsigned idle = 0;
@@ -718,6 +762,10 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		if (any) {
 			idle = 0;
 			continue;
+		}
+		if (watch && view_stale(watch, wepoch, wop)) {
+			stale = true;
+			break;
 		}
 		/* idle: departed peers, notices, probes of silent peers, the timeout */
 		now = now_us();
@@ -778,11 +826,18 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (!aborted && (failed & ~departed_set(m)))
+	if (!aborted && !stale && (failed & ~departed_set(m)))
 		send_notice(m, group, failed & ~departed_set(m));
 	Py_END_ALLOW_THREADS;
 	PyMem_Free(sv);
 	PyMem_Free(rv);
+	if (stale) {
+		PyErr_Format(ViewChanged,
+			     "run: the group's membership changed (a view after epoch %llu starts "
+			     "at operation %llu) while this operation waited on the old view",
+			     wepoch, wop);
+		return NULL;
+	}
 	if (aborted) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"run: the group was shut down on this rank while this operation "
@@ -861,6 +916,110 @@ static PyObject *mailbox_depart(Mailbox *m, PyObject *args)
 	return out;
 }
 
+/*
+ * post_view(ranks, word, timeout_us) -> ranks whose engine did not answer:
+ * WRITE word into view_in[me] of each connected rank of the list and wait
+ * (bounded) for the answers.  A membership change committed by this rank
+ * reaches the others this way; they read it with view() at their next
+ * operation, and a run() watching the region ends (see run()).
+ */
+static PyObject *mailbox_post_view(Mailbox *m, PyObject *args)
+{
+	PyObject *list;
+	unsigned long long word, timeout_us;
+	mc_batch_id b[MAX_RANKS] = {0};
+	uint64_t want = 0, unanswered = 0;
+	if (!PyArg_ParseTuple(args, "OKK", &list, &word, &timeout_us))
+		return NULL;
+	if (!m->base) {
+		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
+		return NULL;
+	}
+	PyObject *seq = PySequence_Fast(list, "post_view: ranks must be a sequence");
+	if (!seq)
+		return NULL;
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+		long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+		if (r == -1 && PyErr_Occurred()) {
+			Py_DECREF(seq);
+			return NULL;
+		}
+		if (r < 0 || r >= m->n || r == m->me) {
+			Py_DECREF(seq);
+			PyErr_Format(PyExc_ValueError, "post_view: bad rank %ld", r);
+			return NULL;
+		}
+		want |= 1ull << r;
+	}
+	Py_DECREF(seq);
+	Py_BEGIN_ALLOW_THREADS;
+	volatile uint64_t *src = ctl(m, CTL_VIEW_OUT + m->me);
+	uint64_t t0 = now_us();
+	unsigned idle = 0;
+	*src = word;
+	for (int r = 0; r < m->n; r++) {
+		if (!(want >> r & 1))
+			continue;
+		if (m->rbase[r] &&
+		    write1(m, r, (void *)src, m->rbase[r] + (CTL_VIEW_IN + (uint64_t)m->me) * 8, 8,
+			   &b[r])) {
+			want &= ~(1ull << r);
+			unanswered |= 1ull << r;
+		}
+	}
+	/* want: not connected or not submitted; unanswered: in flight */
+	while (unanswered) {
+		for (int r = 0; r < m->n; r++) {
+			struct mc_xfer_status xs;
+			if (!(unanswered >> r & 1))
+				continue;
+			if (mc_te_batch_status(m->te, b[r], &xs) == MC_OK &&
+			    (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING))
+				continue;
+			if (xs.state != MC_XFER_COMPLETED)
+				want |= 1ull << r;
+			mc_te_batch_free(m->te, b[r]);
+			b[r] = 0;
+			unanswered &= ~(1ull << r);
+		}
+		if (!unanswered || now_us() - t0 >= timeout_us)
+			break;
+		if (idle++ < 64) {
+			sched_yield();
+		} else {
+			struct timespec ts = {0, MAX_SLEEP_NS};
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (int r = 0; r < m->n; r++)
+		if (unanswered >> r & 1)
+			mc_te_batch_discard(m->te, b[r]);
+	Py_END_ALLOW_THREADS;
+	want |= unanswered;
+	PyObject *out = PyList_New(0);
+	for (int r = 0; out && r < m->n; r++) {
+		if (!(want >> r & 1))
+			continue;
+		PyObject *v = PyLong_FromLong(r);
+		if (!v || PyList_Append(out, v) < 0) {
+			Py_XDECREF(v);
+			Py_CLEAR(out);
+			break;
+		}
+		Py_DECREF(v);
+	}
+	return out;
+}
+
+/* view() -> the newest view word posted into this region (0: none) */
+static PyObject *mailbox_view(Mailbox *m, PyObject *unused)
+{
+	(void)unused;
+	if (!m->base)
+		return PyLong_FromLong(0);
+	return PyLong_FromUnsignedLongLong(view_word(m));
+}
+
 /* abort(): make run()s in progress on other threads, and later ones, raise. */
 static PyObject *mailbox_abort(Mailbox *m, PyObject *unused)
 {
@@ -921,13 +1080,17 @@ static PyMethodDef mailbox_methods[] = {
 	{"connect", (PyCFunction)mailbox_connect, METH_VARARGS,
 	 "connect(rank, segment_name, region_address): the peer's region"},
 	{"run", (PyCFunction)mailbox_run, METH_VARARGS,
-	 "run(sends, recvs, timeout_us, group_bitmap) -> (ok, failed_bitmap)"},
+	 "run(sends, recvs, timeout_us, group_bitmap[, watch, epoch, op]) -> (ok, failed_bitmap)"},
 	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
 	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
 	{"abort", (PyCFunction)mailbox_abort, METH_NOARGS,
 	 "abort(): run()s in progress on other threads, and later ones, raise RuntimeError"},
 	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,
 	 "departed() -> bitmap of the peers that left"},
+	{"post_view", (PyCFunction)mailbox_post_view, METH_VARARGS,
+	 "post_view(ranks, word, timeout_us) -> ranks that did not answer: write a view word"},
+	{"view", (PyCFunction)mailbox_view, METH_NOARGS,
+	 "view() -> the newest view word posted here (epoch << 40 | first operation)"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -983,7 +1146,18 @@ PyMODINIT_FUNC PyInit__pg(void)
 		Py_DECREF(mod);
 		return NULL;
 	}
+	ViewChanged = PyErr_NewExceptionWithDoc(
+		"mooncake._pg.ViewChanged",
+		"The group's membership changed while an operation waited on the old view",
+		PyExc_RuntimeError, NULL);
+	if (!ViewChanged || PyModule_AddObject(mod, "ViewChanged", ViewChanged) < 0) {
+		Py_XDECREF(ViewChanged);
+		Py_DECREF(mod);
+		return NULL;
+	}
+	Py_INCREF(ViewChanged); /* the module's reference and ours */
 	PyModule_AddIntConstant(mod, "MAX_RANKS", MAX_RANKS);
+	PyModule_AddIntConstant(mod, "VIEW_OP_BITS", VIEW_OP_BITS);
 	PyModule_AddIntConstant(mod, "MAX_SLOTS", MAX_SLOTS);
 	return mod;
 }

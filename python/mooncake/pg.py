@@ -31,12 +31,14 @@ operation refuses until ``sync_after_failure(pg)`` is called.
 
 Membership changes (spec 1.4): a replacement, or a joiner at a new slot
 below max_group_size (every mailbox spans all the slots), initialises with
-is_extension and is activated by the members' ``recover_ranks``;
-``deactivate_ranks`` and in-place ``join_group`` work the same way.  A
-joiner's registration (``_register_order``) that neither equals nor extends
-the group's order is rejected: its communicator is invalid (local only).
-Differences from upstream (docs/python.md): no Coordinator process; the
-group's store coordinates, and every active member makes each membership call.
+is_extension and is activated by one member's ``recover_ranks``;
+``deactivate_ranks`` and in-place ``join_group`` work the same way, and the
+other members install the new view at their next collective (see
+"Membership changes" below).  A joiner's registration
+(``_register_order``) that neither equals nor extends the group's order is
+rejected: its communicator is invalid (local only).  Differences from
+upstream (docs/python.md): no Coordinator process; the group's store
+coordinates, and members install views without acknowledging them.
 """
 
 import atexit
@@ -514,7 +516,12 @@ class MooncakeProcessGroup(ProcessGroup):
             max_group_size, dtype=torch.int32)
         self._active.zero_()
         self._epoch = 0
-        self._vseq = 0             # view proposals seen (every member counts each one)
+        self._nops = 0             # collectives started (the same count on every member)
+        self._cur_op = 0           # index of the collective running now
+        self._in_op = False        # an operation body runs (size() must not install views)
+        self._agent = None         # the small region other members post views into
+        self._agent_peers = {}     # rank -> (segment name, address) of its agent region
+        self._need_connect = False  # a view was installed; connect at the next operation
         # "isolated": a joiner (is_extension) not yet activated; "invalid": its
         # registration was rejected (rejected says why); "normal" otherwise
         self._phase = "isolated" if is_extension else "normal"
@@ -540,10 +547,12 @@ class MooncakeProcessGroup(ProcessGroup):
             # a joiner: no mailboxes until the members activate it (join_group)
             self._phase = "isolated"
             self._active[rank] = 1
+            self._publish_agent(publish=False)
             _declare_ready(self)
         else:
             self._phase = "normal"
             self._active[:size] = 1
+            self._publish_agent()
             self._setup_mailboxes()
         _live.add(self)
 
@@ -593,6 +602,7 @@ class MooncakeProcessGroup(ProcessGroup):
     def size(self):
         if self._phase != "normal":
             return self._declared  # torch's rank checks in init/new_group keep working
+        _refresh(self)
         act = self._active_list()
         return act[-1] + 1 if act else 0
 
@@ -619,7 +629,21 @@ class MooncakeProcessGroup(ProcessGroup):
 
     # --- mailboxes
 
-    def _setup_mailboxes(self, publish=True):
+    def _publish_agent(self, publish=True):
+        """The rank's agent region: a member that commits a membership change
+        WRITEs the view's word into it (post_view), so this rank's next
+        operation installs the view without any call of its own.  A joiner
+        does not publish it here (the process it replaces may still be
+        founding the group and write the same key): its readiness carries
+        it, and the member that activates it publishes it."""
+        self._agent = _pg.Mailbox(_ctx.engine_ptr, self._max, self._rank, 64, 1, _ctx.engine)
+        if publish:
+            self._store.set(f"mooncake_pg/agent/{self._rank}", self._agent_value())
+
+    def _agent_value(self):
+        return f"{_pg.local_name(_ctx.engine_ptr)}|{self._agent.address}"
+
+    def _setup_mailboxes(self, publish=True, connect=True):
         # one mailbox row per rank slot (max_group_size): a joiner's slot needs no new layout
         n, me = self._max, self._rank
         slot = COLL_REGION // (n * COLL_SLOTS)
@@ -639,6 +663,15 @@ class MooncakeProcessGroup(ProcessGroup):
         key = f"mooncake_pg/{self._epoch}/"
         self._store.set(key + str(me),
                         f"{name}|{self._coll.address}|{self._p2p.address}|{n}|{slot}|{chunk}")
+        self._need_connect = True
+        if connect:
+            self._connect_mailboxes()
+
+    def _connect_mailboxes(self):
+        """Wait for the active peers' mailboxes of this epoch and connect them."""
+        n, me = self._max, self._rank
+        slot, chunk = self._coll.slot_bytes, self._p2p.slot_bytes
+        key = f"mooncake_pg/{self._epoch}/"
         peers = [r for r in self._active_list() if r != me]
         limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
         for r in peers:
@@ -655,6 +688,7 @@ class MooncakeProcessGroup(ProcessGroup):
                                    f"{n}, {slot}, {chunk}): check MOONCAKE_P2P_* on every rank")
             self._coll.connect(r, pname, int(caddr))
             self._p2p.connect(r, pname, int(paddr))
+        self._need_connect = False
 
     # --- the engine of every op
 
@@ -664,6 +698,7 @@ class MooncakeProcessGroup(ProcessGroup):
                                f"(shutdown, destroy_process_group or process exit)")
         if self._phase == "isolated" or self._phase == "quiescing":
             _join(self)  # a joiner's first operation waits for its activation
+        _refresh(self, connect=True)  # views another member committed (its post_view)
         if self._broken:
             raise RuntimeError(
                 f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
@@ -677,7 +712,12 @@ class MooncakeProcessGroup(ProcessGroup):
 
     def _run(self, mb, sends, recvs, timeout_us, state):
         group = self._bitmap(self._active_list())
-        ok, failed = mb.run(sends, recvs, timeout_us, group)
+        if mb is self._coll and self._agent is not None:
+            # a view committed by another member for this operation ends the wait
+            ok, failed = mb.run(sends, recvs, timeout_us, group, self._agent, self._epoch,
+                                self._cur_op)
+        else:
+            ok, failed = mb.run(sends, recvs, timeout_us, group)
         if not ok:
             state[0] |= failed
         return ok
@@ -707,7 +747,28 @@ class MooncakeProcessGroup(ProcessGroup):
         def run():
             self._check_usable()
             state = [0]
-            body(state)
+            self._cur_op = self._nops
+            self._nops += 1
+            self._in_op = True
+            try:
+                body(state)
+            except _pg.ViewChanged:
+                self._nops -= 1  # not counted: the caller issues it again on the new view
+                raise RuntimeError(
+                    f"mooncake-cpu: the membership of group {self._gid} changed (another "
+                    f"member committed a view from operation {self._cur_op}) while this "
+                    f"operation ran on the old view (epoch {self._epoch}); it did not "
+                    f"complete and its output tensor is undefined: issue it again (it runs "
+                    f"on the new view)") from None
+            finally:
+                self._in_op = False
+            if _stale(self, self._cur_op):
+                self._nops -= 1
+                raise RuntimeError(
+                    f"mooncake-cpu: the membership of group {self._gid} changed (another "
+                    f"member committed a view from operation {self._cur_op}) while this "
+                    f"operation ran on the old view (epoch {self._epoch}); its result is "
+                    f"not valid: issue it again (it runs on the new view)")
             return self._finish(state[0], tensors)
         if _caller_blocks():
             op = self._lane.submit(run, wake=False)
@@ -1248,6 +1309,10 @@ def _sync(pg):
     for r in MooncakeProcessGroup._bits(union):
         if r < pg._max:
             pg._active[r] = 0
+    # the view, for a member that catches up past this epoch (_catch_up); every
+    # survivor writes the same one (compare-and-set: never over a proposal's)
+    pg._store.compare_set(_view_key(ep), "",
+                          f"{ep}|{pg._bitmap(pg._active_list())}|{pg._nops}")
     pg._epoch = ep
     pg._pending = 0
     pg._broken = False
@@ -1262,30 +1327,51 @@ def _as_pg(pg):
     return pg
 
 
+def _as_live_pg(pg, verb):
+    """_as_pg for the calls that change or wait for membership: a group that
+    destroy_process_group removed, or that was shut down, refuses."""
+    if pg is None and not dist.is_initialized():
+        raise RuntimeError(f"mooncake-cpu: {verb}: no default process group (never "
+                           f"initialised, or destroyed)")
+    pg = _as_pg(pg)
+    if pg._shut or pg not in dist.distributed_c10d._pg_map:
+        raise RuntimeError(f"mooncake-cpu: {verb}: group {pg._gid} was destroyed or shut down "
+                           f"on this rank (destroy_process_group, shutdown or process exit)")
+    return pg
+
+
 def sync_after_failure(pg=None):
     pg = _as_pg(pg)
     with pg._lock:
         return _sync(pg)
 
 
+def _fresh(pg):
+    """The group, with the views other members committed installed (when no
+    operation runs and its collective count has reached them)."""
+    pg = _as_pg(pg)
+    _refresh(pg)
+    return pg
+
+
 def get_active_ranks(pg=None):
-    return _as_pg(pg)._active
+    return _fresh(pg)._active
 
 
 def get_num_synced_ranks(pg=None):
-    return int(_as_pg(pg)._active.sum())
+    return int(_fresh(pg)._active.sum())
 
 
 def get_peer_state(pg, ranks):
     """True for each rank that is active or has declared readiness to join
     (asks the group's store: there is no local agent)."""
-    pg = _as_pg(pg)
+    pg = _fresh(pg)
     return [bool(0 <= r < pg._max and (pg._active[r] or _ready_gen(pg, r)))
             for r in ranks]
 
 
 def get_current_epoch(pg=None):
-    return _as_pg(pg)._epoch
+    return _fresh(pg)._epoch
 
 
 def get_failed_ranks_hint(work):
@@ -1301,16 +1387,29 @@ def get_local_success(work):
 
 
 # Membership changes (spec 1.4) without upstream's Coordinator process: the
-# group's store is the coordinator.  A rank declares readiness by bumping its
-# counter mooncake_pg/ready/R (and setting mooncake_pg/ready/R/GEN); every
-# active member calls activate/deactivate (a proposal); the lowest member
-# decides the new view under mooncake_pg/view/SEQ (SEQ counts proposals on
-# every member, so all wait on the same key) and hands a joiner its
-# activation under mooncake_pg/activate/R/GEN; then every member of the new
-# view starts fresh mailboxes under the new epoch (as sync_after_failure does).
+# group's store is the coordinator, and one call from any active member is
+# enough.  A rank declares readiness by bumping its counter
+# mooncake_pg/ready/R (and setting mooncake_pg/ready/R/GEN).  A member that
+# activates or deactivates ranks decides the next view itself and commits it
+# with a compare-and-set of mooncake_pg/view/EPOCH = "EPOCH|BITS|FIRST" (the
+# active bitmap, and FIRST, the index of the first collective that runs on
+# it: the proposer's count of collectives, which is every member's count at
+# the same point of the group's sequence).  Two members committing the same
+# epoch at once: one wins, the other installs the winner's view and looks
+# again (so every member making the same call, the old form, is still one
+# change).  The proposer then hands joiners their activation under
+# mooncake_pg/activate/R/GEN and WRITEs the view's word (EPOCH << 40 | FIRST)
+# into every other rank's agent region (post_view); each rank installs the
+# view when its own count of collectives reaches FIRST (_catch_up, at the
+# start of an operation and in the getters): a rank behind runs the
+# operations before FIRST on the old view, as its peers did.  A collective
+# that a rank started on the old view although it is at or after FIRST (it
+# raced with the commit) sees the word while it waits, ends, and raises
+# RuntimeError: the caller issues it again, on the new view.
 
 ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
-VIEW_TIMEOUT_S = 20.0        # members that do not take part in a proposal by then
+POST_TIMEOUT_US = 2_000_000  # a rank's engine that has not taken the view's word by then
+ADMISSION_POLL_S = 0.01      # how often admission looks for readiness or a rival commit
 
 
 def _counter(pg, key):
@@ -1331,8 +1430,86 @@ def _wait_keys(pg, keys, seconds):
         return False
 
 
+def _view_key(ep):
+    return f"mooncake_pg/view/{ep}"
+
+
+def _peek(pg, key):
+    """The value of key, or None, without waiting (compare_set with a sentinel
+    expected value sets nothing and answers it when the key is missing)."""
+    v = pg._store.compare_set(key, "\x00none", "\x00none").decode()
+    return None if v == "\x00none" else v
+
+
+def _parse_view(rec):
+    ep, bits, first = (int(x) for x in rec.split("|"))
+    return ep, bits, first
+
+
+def _catch_up(pg, peek=False):
+    """Install, in order, the views committed after ours (up to the newest
+    posted into our agent region; with peek, also those the store has that
+    were not posted yet) whose first collective is at or before our next
+    one.  Returns True when a committed view waits for collectives this rank
+    has not run yet.  Caller holds pg._lock."""
+    if pg._agent is None or pg._phase != "normal":
+        return False
+    newest = pg._agent.view() >> _pg.VIEW_OP_BITS
+    while True:
+        key = _view_key(pg._epoch + 1)
+        if pg._epoch < newest:
+            rec = pg._store.get(key).decode()
+        elif peek:
+            rec = _peek(pg, key)
+            if rec is None:
+                return False
+        else:
+            return False
+        ep, bits, first = _parse_view(rec)
+        if first > pg._nops:
+            return True  # operations before it still run on the current view
+        _install_view(pg, ep, bits, first, connect=False)
+
+
+def _refresh(pg, connect=False):
+    """_catch_up when no operation runs (never inside one: a view changes
+    between operations only); connect: also connect the installed view's
+    mailboxes (at an operation's start)."""
+    if pg._in_op or pg._phase != "normal" or pg._agent is None:
+        return
+    if not pg._lock.acquire(blocking=False):
+        return  # an operation or a membership change runs: it catches up itself
+    try:
+        _catch_up(pg)
+        if connect and pg._need_connect and pg._active[pg._rank]:
+            pg._connect_mailboxes()
+    finally:
+        pg._lock.release()
+
+
+def _stale(pg, op):
+    """Whether a view newer than ours, starting at or before collective op,
+    has been posted to this rank (op then ran on the wrong view)."""
+    if pg._agent is None:
+        return False
+    w = pg._agent.view()
+    return (w >> _pg.VIEW_OP_BITS) > pg._epoch and (w & ((1 << _pg.VIEW_OP_BITS) - 1)) <= op
+
+
 def _propose(pg, ranks, activate):
     verb = "activate_ranks" if activate else "deactivate_ranks"
+    if pg._shut:
+        raise RuntimeError(f"mooncake-cpu: {verb}: group {pg._gid} was shut down on this rank "
+                           f"(shutdown, destroy_process_group or process exit)")
+    try:
+        ranks = sorted({int(r) for r in ranks})
+    except (TypeError, ValueError):
+        raise TypeError(f"mooncake-cpu: {verb}: ranks must be a list of integers, got "
+                        f"{ranks!r}") from None
+    bad = [r for r in ranks if not 0 <= r < pg._max]
+    if bad:
+        raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group's "
+                         f"{pg._max} rank slots (max_group_size)")
     with pg._lock:
         if pg._phase == "invalid":
             raise RuntimeError(f"mooncake-cpu: {verb}: this communicator is invalid (its "
@@ -1340,110 +1517,153 @@ def _propose(pg, ranks, activate):
         if pg._phase != "normal":
             raise RuntimeError(f"mooncake-cpu: {verb}: this rank is not an active member yet "
                                f"(call join_group)")
-        if pg._broken:
-            return ProposeViewUpdateResponse(
-                ProposalStatus.Rejected, pg._epoch,
-                reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
-                              f"sync_after_failure first")
-        ranks = sorted({int(r) for r in ranks})
-        bad = [r for r in ranks if not 0 <= r < pg._max]
-        if bad:
-            raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group's "
-                             f"{pg._max} rank slots (max_group_size)")
-        if not pg._active[pg._rank]:
-            raise RuntimeError("mooncake-cpu: rank is not active in this group")
-        targets = [r for r in ranks if bool(pg._active[r]) != activate]
-        if not targets:  # an equivalent call was applied already
-            return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
-        if not activate and pg._rank in targets:
-            raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
-        members = [r for r in pg._active_list() if r not in targets]
-        pg._vseq += 1
-        key = f"mooncake_pg/view/{pg._vseq}"
-        if pg._rank == members[0]:
-            decision = _decide(pg, targets, activate, members)
-            pg._store.set(key, decision)
-        elif not _wait_keys(pg, [key], ADMISSION_TIMEOUT_S + VIEW_TIMEOUT_S):
-            return ProposeViewUpdateResponse(
-                ProposalStatus.Rejected, pg._epoch,
-                reject_reason=f"rank {members[0]} (the lowest member) did not propose the "
-                              f"same view change within {ADMISSION_TIMEOUT_S + VIEW_TIMEOUT_S:.0f} s")
-        else:
-            decision = pg._store.get(key).decode()
-        return _apply_view(pg, decision, targets)
+        if not activate:
+            # a slot no process ever held is not in the group (the order key lists them)
+            held = _held_slots(pg)
+            if held is not None:
+                outside = [r for r in ranks if r >= held]
+                if outside:
+                    raise ValueError(f"mooncake-cpu: deactivate_ranks: ranks {outside} are not "
+                                     f"in group {pg._gid} (its slots 0..{held - 1} hold its "
+                                     f"ranks)")
+        for _ in range(MAX_RANKS * 4):  # one round per concurrent commit seen
+            if _catch_up(pg, peek=True):
+                return ProposeViewUpdateResponse(
+                    ProposalStatus.Rejected, pg._epoch,
+                    reject_reason="another member's membership change starts at a later "
+                                  "collective than this rank has run: run the collectives "
+                                  "before it first")
+            if pg._broken and pg._auto_deactivate:
+                return ProposeViewUpdateResponse(
+                    ProposalStatus.Rejected, pg._epoch,
+                    reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
+                                  f"sync_after_failure first")
+            if not pg._active[pg._rank]:
+                raise RuntimeError("mooncake-cpu: rank is not active in this group")
+            targets = [r for r in ranks if bool(pg._active[r]) != activate]
+            if not targets:  # an equivalent call was applied already
+                return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
+            if not activate and pg._rank in targets:
+                raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
+            members = [r for r in pg._active_list() if r not in targets]
+            gens = {}
+            if activate:
+                reason = _admit(pg, targets, gens)
+                if reason is None:
+                    continue  # another member committed the next view meanwhile
+                if reason:
+                    return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch,
+                                                     reject_reason=reason)
+            bits = pg._bitmap(members + targets if activate else members)
+            ep, first = pg._epoch + 1, pg._nops
+            rec = f"{ep}|{bits}|{first}"
+            won = pg._store.compare_set(_view_key(ep), "", rec).decode()
+            if won != rec:
+                continue  # another member committed this epoch: install it, look again
+            old = pg._bitmap(pg._active_list())
+            for r in targets if activate else ():
+                # the joiner's agent region becomes the rank's (its readiness carries it)
+                pg._store.set(f"mooncake_pg/agent/{r}",
+                              pg._store.get(f"mooncake_pg/ready/{r}/{gens[r]}").decode())
+                pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", rec)
+                pg._store.add(f"mooncake_pg/joined/{r}",
+                              gens[r] - _counter(pg, f"mooncake_pg/joined/{r}"))
+            _install_view(pg, ep, bits, first, connect=False)
+            _post_view(pg, (old | bits) & ~(1 << pg._rank), ep, first)
+            return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
+        raise RuntimeError(f"mooncake-cpu: {verb}: the group's view kept changing under this "
+                           f"call")
 
 
-def _decide(pg, targets, activate, members):
-    """On the lowest member: admit the targets, publish the view, activate joiners."""
-    if activate:
-        gens = {}
-        deadline = time.monotonic() + ADMISSION_TIMEOUT_S
-        for r in targets:
+def _held_slots(pg):
+    """How many slots of the group's order hold a rank (None: not known)."""
+    try:
+        cur = pg._store.get(ORDER_KEY).decode()
+    except Exception:  # noqa: BLE001 (a store without the key: a group of another build)
+        return None
+    return len([g for g in cur.partition("|")[2].split(",") if g])
+
+
+def _admit(pg, targets, gens):
+    """Wait (ADMISSION_TIMEOUT_S) for every target's readiness; fills gens;
+    returns the reason for a rejection, "", or None when another member
+    committed the next view meanwhile (it may have admitted the targets)."""
+    deadline = time.monotonic() + ADMISSION_TIMEOUT_S
+    nxt_view = _view_key(pg._epoch + 1)
+    for r in targets:
+        # polled: a store wait() that times out leaves torch 1.13's TCPStore
+        # client out of step with its server, so no short waits here
+        while True:
             gens[r] = _ready_gen(pg, r)
-            if not gens[r]:
-                nxt = _counter(pg, f"mooncake_pg/joined/{r}") + 1
-                left = deadline - time.monotonic()
-                if left > 0 and _wait_keys(pg, [f"mooncake_pg/ready/{r}/{nxt}"], left):
-                    gens[r] = _ready_gen(pg, r)
-            if not gens[r]:
-                return (f"rejected|rank {r} has not declared readiness (is_extension=True init "
-                        f"or join_group) within {ADMISSION_TIMEOUT_S:.0f} s")
-    bits = pg._bitmap(members + targets if activate else members)
-    ep = pg._epoch + 1
-    view = f"{ep}|{bits}|{pg._vseq}"
-    if activate:
-        for r in targets:
-            pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", view)
-            pg._store.add(f"mooncake_pg/joined/{r}", gens[r] - _counter(
-                pg, f"mooncake_pg/joined/{r}"))
-    return "applied|" + view
+            if gens[r] or time.monotonic() >= deadline:
+                break
+            if _peek(pg, nxt_view) is not None:
+                return None
+            time.sleep(ADMISSION_POLL_S)
+        if not gens[r]:
+            return (f"rank {r} has not declared readiness (is_extension=True init or "
+                    f"join_group) within {ADMISSION_TIMEOUT_S:.0f} s")
+    return ""
 
 
-def _apply_view(pg, decision, targets):
-    kind, rest = decision.split("|", 1)
-    if kind == "rejected":
-        return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch, reject_reason=rest)
-    ep, bits, _ = (int(x) for x in rest.split("|"))
-    changed = bits ^ pg._bitmap(pg._active_list())
-    _install_view(pg, ep, bits)
-    pg._p2p_broken &= ~changed
-    if changed & pg._bitmap(targets) != pg._bitmap(targets):
-        return ProposeViewUpdateResponse(
-            ProposalStatus.Rejected, ep,
-            reject_reason=f"the lowest member changed ranks {pg._bits(changed)} instead of "
-                          f"{targets}")
-    return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
+def _post_view(pg, ranks_bits, ep, first):
+    """WRITE the view's word into the agent region of each rank of ranks_bits
+    (bounded; a rank that is gone is skipped: its slot is out of the view, or
+    it will be when the survivors find it)."""
+    ranks = []
+    for r in MooncakeProcessGroup._bits(ranks_bits):
+        v = _peek(pg, f"mooncake_pg/agent/{r}")
+        if v is None:  # never published
+            continue
+        name, addr = v.split("|")
+        if pg._agent_peers.get(r) != (name, int(addr)):
+            try:
+                pg._agent.connect(r, name, int(addr))
+            except RuntimeError:  # its engine is gone
+                continue
+            pg._agent_peers[r] = (name, int(addr))
+        ranks.append(r)
+    if ranks:
+        pg._agent.post_view(ranks, ep << _pg.VIEW_OP_BITS | first, POST_TIMEOUT_US)
 
 
-def _install_view(pg, ep, bits):
+def _install_view(pg, ep, bits, first, connect=True):
     for r in range(pg._max):
         pg._active[r] = bits >> r & 1
     pg._epoch = ep
+    pg._nops = max(pg._nops, first)
     pg._pending = 0
     pg._broken = False
+    pg._p2p_broken = 0
     pg._phase = "normal"
-    pg._setup_mailboxes()
+    pg._setup_mailboxes(connect=connect)
 
 
 def activate_ranks(pg, ranks):
     """Bring ranks that declared readiness (a replacement's is_extension init, or
-    join_group) into the group.  Every active member calls it (in the same
-    order as its other membership calls); blocks until the new view is in place."""
-    return _propose(_as_pg(pg), ranks, True)
+    join_group) into the group.  One call from any active member is enough
+    (every member making it is the same change); blocks until the targets are
+    admitted and the view is committed.  The other members install the view
+    at their next collective."""
+    return _propose(_as_live_pg(pg, "activate_ranks"), ranks, True)
 
 
 recover_ranks = activate_ranks
 
 
 def deactivate_ranks(pg, ranks):
-    """Take ranks out of the group (framework-managed mode).  Every remaining
-    active member calls it; the removed ranks do not take part."""
-    return _propose(_as_pg(pg), ranks, False)
+    """Take ranks out of the group (framework-managed mode).  One call from
+    any active member is enough; the others install the view at their next
+    collective, and a live rank taken out is told (its operations then raise
+    "rank is not active in this group")."""
+    return _propose(_as_live_pg(pg, "deactivate_ranks"), ranks, False)
 
 
 def _declare_ready(pg):
+    """Readiness: the counter, then its key, which carries the agent region
+    (the activating member publishes it as the rank's)."""
     pg._ready_gen = int(pg._store.add(f"mooncake_pg/ready/{pg._rank}", 1))
-    pg._store.set(f"mooncake_pg/ready/{pg._rank}/{pg._ready_gen}", "1")
+    pg._store.set(f"mooncake_pg/ready/{pg._rank}/{pg._ready_gen}", pg._agent_value())
 
 
 def _join(pg):
@@ -1459,16 +1679,16 @@ def _join(pg):
     except Exception as e:
         raise RuntimeError(f"mooncake-cpu: join_group: rank {pg._rank} was not activated "
                            f"within the store timeout: {e}") from None
-    ep, bits, vseq = (int(x) for x in pg._store.get(key).decode().split("|"))
-    pg._vseq = vseq
-    pg._p2p_broken = 0
-    _install_view(pg, ep, bits)
+    ep, bits, first = _parse_view(pg._store.get(key).decode())
+    pg._nops = first  # the group's count of collectives where this rank comes in
+    _install_view(pg, ep, bits, first)
+    _catch_up(pg)  # views committed after the one that activated this rank
 
 
 def join_group(pg):
     """Declare readiness (if not done at init) and return once an activation
     that includes this rank has been applied."""
-    pg = _as_pg(pg)
+    pg = _as_live_pg(pg, "join_group")
     if pg._phase == "invalid":
         raise RuntimeError(f"mooncake-cpu: join_group: this communicator is invalid (its "
                            f"registration in group {pg._gid} was rejected: {pg._rejected})")

@@ -377,11 +377,13 @@ def p2p_peer_dies(rank, ws):
 
 def spec_defaults():
     """The timeouts of spec 1.3/1.4 before any setter: collective and P2P
-    10 s, fault reconciliation window 30 s, admission and view 20 s."""
+    10 s, fault reconciliation window 30 s, admission 20 s (there are no view
+    acknowledgements to time out: members install a view at their next
+    collective, docs/python.md)."""
     assert mpg._ctx.collective_timeout_us == 10_000_000, mpg._ctx.collective_timeout_us
     assert mpg._ctx.p2p_timeout_us == 10_000_000, mpg._ctx.p2p_timeout_us
     assert mpg._ctx.fault_window_us == 30_000_000, mpg._ctx.fault_window_us
-    assert mpg.ADMISSION_TIMEOUT_S == 20.0 and mpg.VIEW_TIMEOUT_S == 20.0
+    assert mpg.ADMISSION_TIMEOUT_S == 20.0
 
 
 def overlap(rank, ws):
@@ -509,7 +511,9 @@ def recover(rank, ws):
     step(rank, "recovered")
     all_ranks_work(rank, ws)
     step(rank, "worked with the replacement")
-    # then the members take it out again (framework-managed deactivation)
+    # then the members take it out again (framework-managed deactivation),
+    # once it has looked at its view (it is told of the change: epoch 3)
+    dist.distributed_c10d._get_default_store().wait(["pg_test/replacement_checked"])
     res = mpg.deactivate_ranks(None, [victim])
     assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 3, res
     assert dist.get_world_size() == ws - 1
@@ -525,6 +529,7 @@ def replacement(rank, ws):
     step(rank, "worked with the survivors")
     assert mpg.get_current_epoch(None) == 2
     assert mpg.get_active_ranks(None).tolist() == [1] * ws
+    dist.distributed_c10d._get_default_store().set("pg_test/replacement_checked", "1")
     # the members deactivate this rank next, without it; it leaves at once (the
     # departure handshake, no rendezvous); rank 0's store outlives its last call
     shut_down()
@@ -652,6 +657,213 @@ def rank0_dies(rank, ws):
     assert big.eq(ws - 1).all()
 
 
+# --- single-rank membership calls (spec 1.3: "one call from any online rank
+# is enough"): one member calls, the others only run their next collective.
+
+def group_pg(group=None):
+    return group if group is not None else dist.distributed_c10d._get_default_group()
+
+
+def solo_caller(ws):
+    """The member that deactivates (not rank 0 when there are three survivors:
+    any member may call)."""
+    return 1 if ws > 2 else 0
+
+
+def solo(rank, ws):
+    """Framework-managed mode (no auto-deactivate): the last rank dies after
+    one all_reduce; the survivors' next all_reduce fails with it in the hint;
+    ONE survivor deactivates it and the others, which make no membership call,
+    all_reduce over the survivors in the new view.  A replacement process
+    (scenario solo_replacement) is then recovered by ONE other survivor and
+    the world of ws ranks works again; another single call takes a live rank
+    out, which is told (its next collective refuses)."""
+    victim = ws - 1
+    store = dist.distributed_c10d._get_default_store()
+    if rank == victim:
+        die_after_first_all_reduce(rank, ws)
+    mpg.set_collective_timeout_us(3_000_000)
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == ws * (ws + 1) / 2, t
+    store.set(f"pg_test/first_done/{rank}", "1")
+    for _ in range(100):
+        work = dist.all_reduce(torch.ones(1), async_op=True)
+        work.wait()
+        if not mpg.get_local_success(work):
+            break
+    else:
+        raise AssertionError("the victim never died")
+    assert mpg.get_failed_ranks_hint(work).nonzero().flatten().tolist() == [victim]
+    # framework-managed: the failure changed nothing by itself
+    assert mpg.get_active_ranks(None)[victim] == 1 and mpg.get_current_epoch(None) == 0
+    step(rank, "saw the victim fail")
+    caller = solo_caller(ws)
+    if rank == caller:
+        res = mpg.deactivate_ranks(None, [victim])
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+        store.set("pg_test/solo/deactivated", "1")
+    else:
+        # ordering only (no membership call): the next collective comes after the call
+        store.wait(["pg_test/solo/deactivated"])
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == (ws - 1) * ws / 2, f"all_reduce over the survivors: {t}"
+    assert mpg.get_current_epoch(None) == 1
+    assert dist.get_world_size() == ws - 1
+    assert mpg.get_active_ranks(None).tolist() == [1] * (ws - 1) + [0]
+    step(rank, "all_reduced without the victim")
+    if ws > 2:
+        all_ranks_work(rank, ws - 1)
+    # recovery by one member (another one than the deactivation's when there is one)
+    caller = ws - 2
+    if rank == caller:
+        res = mpg.recover_ranks(None, [victim])  # admission waits for its readiness
+        assert mpg.get_peer_state(None, [victim]) == [True]
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+        store.set("pg_test/solo/recovered", "1")
+    else:
+        store.wait(["pg_test/solo/recovered"])
+    all_ranks_work(rank, ws)
+    assert mpg.get_current_epoch(None) == 2 and dist.get_world_size() == ws
+    step(rank, "worked with the replacement")
+    # the same call again, from every member now: an equivalent view, no change
+    res = mpg.recover_ranks(None, [victim])
+    assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+    store.set(f"pg_test/solo/again/{rank}", "1")
+    # one member takes a live rank (the replacement) out: it is told
+    if rank == 0:
+        # after every member's repeated call (one made after the change would
+        # be a new proposal: activate the rank again)
+        store.wait([f"pg_test/solo/again/{r}" for r in range(1, ws)])
+        res = mpg.deactivate_ranks(None, [victim])
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 3, res
+        store.set("pg_test/solo/out", "1")
+    else:
+        store.wait(["pg_test/solo/out"])
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == (ws - 1) * ws / 2, t
+    assert mpg.get_current_epoch(None) == 3
+    store.wait(["pg_test/solo/refused"])  # the replacement saw its refusal
+
+
+def solo_replacement(rank, ws):
+    """The replacement of solo: activated by one member's recover_ranks (its
+    first collective waits for that), then taken out by one member's
+    deactivate_ranks, which it learns without a call: its next collective
+    raises "rank is not active"."""
+    store = dist.distributed_c10d._get_default_store()
+    all_ranks_work(rank, ws)
+    assert mpg.get_current_epoch(None) == 2
+    step(rank, "worked with the survivors")
+    res = mpg.recover_ranks(None, [rank])  # an equivalent call from the joined rank too
+    assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+    store.set(f"pg_test/solo/again/{rank}", "1")
+    store.wait(["pg_test/solo/out"])
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        assert "not active in this group" in str(e), e
+    else:
+        raise AssertionError("a rank taken out ran a collective")
+    assert mpg.get_current_epoch(None) == 3
+    assert mpg.get_active_ranks(None)[rank] == 0
+    store.set("pg_test/solo/refused", "1")
+    shut_down()
+    store.set("pg_test/left/replacement", "1")
+    print(f"rank {rank} solo_replacement ok", flush=True)
+    os._exit(0)
+
+
+def solo_race(rank, ws):
+    """(3 ranks) Rank 2's all_reduce is already waiting on the old view when
+    rank 0 alone takes rank 1 (alive) out: rank 2's operation ends with
+    RuntimeError naming the change instead of waiting forever, and issued
+    again it runs on the new view, paired with rank 0's.  Rank 1 is told
+    (its next collective refuses), rejoins in place with join_group, and
+    rank 2 alone activates it: the three all_reduce again."""
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    if rank == 2:
+        w = dist.all_reduce(torch.tensor([3.0]), async_op=True)
+        until = time.monotonic() + 60
+        while not in_mailbox_run("mooncake-pg-coll"):
+            assert time.monotonic() < until, "the all_reduce never started"
+            time.sleep(0.001)
+        store.set("pg_test/race/waiting", "1")
+        try:
+            w.wait()
+        except RuntimeError as e:
+            assert "membership of group" in str(e) and "issue it again" in str(e), e
+        else:
+            raise AssertionError("the all_reduce on the old view returned")
+        t = torch.tensor([3.0])
+        dist.all_reduce(t)
+        assert t.item() == 4, f"re-issued all_reduce: {t}"
+    elif rank == 0:
+        store.wait(["pg_test/race/waiting"])
+        res = mpg.deactivate_ranks(None, [1])
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+        store.set("pg_test/race/out", "1")
+        t = torch.tensor([1.0])
+        dist.all_reduce(t)
+        assert t.item() == 4, t
+    else:
+        store.wait(["pg_test/race/out"])
+        try:
+            dist.all_reduce(torch.ones(1))
+        except RuntimeError as e:
+            assert "not active in this group" in str(e), e
+        else:
+            raise AssertionError("a rank taken out ran a collective")
+    assert mpg.get_current_epoch(None) == 1
+    step(rank, "after the race")
+    if rank == 0:  # looked before rank 2's activation, which it would install
+        store.set("pg_test/race/checked", "1")
+    if rank == 2:
+        store.wait(["pg_test/race/checked"])
+        res = mpg.activate_ranks(None, [1])  # admission waits for rank 1's join_group
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+        store.set("pg_test/race/back", "1")
+    elif rank == 1:
+        mpg.join_group(None)
+    else:
+        store.wait(["pg_test/race/back"])
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    assert mpg.get_current_epoch(None) == 2 and dist.get_world_size() == 3
+
+
+def manual_sync(rank, ws):
+    """auto_deactivate without auto_sync (spec 1.4's second mode): the victim's
+    death shows in the hint and leaves the local active set, the next
+    operation refuses until sync_after_failure, which reconciles the
+    survivors (a new epoch); the group then works and a second sync has
+    nothing pending."""
+    victim = ws - 1
+    if rank == victim:
+        die_after_first_all_reduce(rank, ws)
+    lose(rank, ws, victim)
+    assert mpg.get_current_epoch(None) == 0
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        assert "sync_after_failure(pg) first" in str(e), e
+    else:
+        raise AssertionError("an operation ran before sync_after_failure")
+    res = mpg.sync_after_failure(None)
+    assert res.status == mpg.SyncAfterFailureStatus.Reconciled, res
+    assert mpg.get_current_epoch(None) == 1 and dist.get_world_size() == ws - 1
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == (ws - 1) * ws / 2, t
+    assert mpg.sync_after_failure(None).status == mpg.SyncAfterFailureStatus.NoPending
+
+
 def in_mailbox_run(thread_prefix):
     """A thread named thread_prefix* is inside MooncakeProcessGroup._run."""
     frames = sys._current_frames()
@@ -737,7 +949,7 @@ def main():
             raw.wait([f"pg_test/ext/go/{rank}"])
             if rank == EXT_MAX:
                 ext_refused(rank, ws, raw)
-    if scenario == "replacement":
+    if scenario in ("replacement", "solo_replacement"):
         kw["pg_options"] = mpg.MooncakeBackendOptions(torch.ones(ws, dtype=torch.int32), True)
     # upstream's harness variables (spec 1.7): the store's address (its port
     # comes on the command line from run_ranks) and the engines' device filter
@@ -760,7 +972,8 @@ def main():
     fns = {"collectives": collectives, "p2p": p2p, "groups": groups, "failure": failure,
            "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap,
            "shutdown_recv": shutdown_recv, "algorithms": algorithms,
-           "p2p_peer_dies": p2p_peer_dies}
+           "p2p_peer_dies": p2p_peer_dies, "solo": solo, "solo_replacement": solo_replacement,
+           "solo_race": solo_race, "manual_sync": manual_sync}
     if scenario in ("extend", "extender"):
         fns = {scenario: lambda r, w: globals()[scenario](r, w, raw)}
     for name in scenario.split("+"):
@@ -789,7 +1002,7 @@ def leave(rank, scenario):
     shut_down()
     if rank == 0:
         left = [f"pg_test/left/{r}" for r in alive if r != rank]
-        if "recover" in scenario.split("+"):
+        if {"recover", "solo"} & set(scenario.split("+")):
             left.append("pg_test/left/replacement")
         store.wait(left)
     else:

@@ -21,9 +21,10 @@ torch = pytest.importorskip("torch")
 RUN_TIMEOUT = 120.0
 
 
-def run_ranks(scenario, world, env_extra=None, replace=None, port=None, extra=()):
+def run_ranks(scenario, world, env_extra=None, replace=None, port=None, extra=(),
+              replacement="replacement"):
     """Start WORLD ranks of SCENARIO; with replace=R one more process, the
-    "replacement" scenario as rank R (started with the others: starting torch
+    replacement scenario as rank R (started with the others: starting torch
     dominates on a small machine, and it only declares readiness to join);
     each (scenario, rank, world) of extra is one more process."""
     # upstream's harness variables (spec components.md 1.7) pick the store's port
@@ -42,7 +43,7 @@ def run_ranks(scenario, world, env_extra=None, replace=None, port=None, extra=()
                                 text=True)
     procs = [start(scenario, r) for r in range(world)]
     if replace is not None:
-        procs.append(start("replacement", replace))
+        procs.append(start(replacement, replace))
     procs += [start(scen, r, ws) for scen, r, ws in extra]
     deadline = time.monotonic() + RUN_TIMEOUT
     outs = {}
@@ -141,6 +142,51 @@ def test_replacement_recovers_dead_rank():
         assert rc == 0 and f"rank {rank} recover ok" in out, f"rank {rank}:\n{out}"
     rc, out = res[4]
     assert rc == 0 and "rank 3 replacement ok" in out, f"replacement:\n{out}"
+
+
+# framework-managed mode: the failure changes nothing until a member's call
+SOLO_ENV = {"MOONCAKE_PG_AUTO_DEACTIVATE_ON_FAILURE": "0", "MOONCAKE_PG_AUTO_SYNC_ON_FAILURE": "0"}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_single_rank_membership_calls(world):
+    """Spec 1.3: one call from any member is enough.  The last rank is killed;
+    the survivors see it in failed_ranks_hint; ONE survivor (rank 1 of 4,
+    rank 0 of 2) calls deactivate_ranks, and every survivor's next all_reduce
+    (the others made no membership call) runs over the survivors.  A
+    replacement process is then recovered by ONE survivor (rank 2 of 4) and
+    the ws ranks all_reduce, all_gather and send/recv exactly; the same call
+    from every member afterwards changes nothing; one member's
+    deactivate_ranks of the live replacement reaches it (its next collective
+    raises "rank is not active in this group")."""
+    res = run_ranks("solo", world, SOLO_ENV, replace=world - 1,
+                    replacement="solo_replacement")
+    assert res[world - 1][0] == -9, f"the victim was not killed:\n{res[world - 1][1]}"
+    for rank, (rc, out) in enumerate(res[:world - 1]):
+        assert rc == 0 and f"rank {rank} solo ok" in out, f"rank {rank}:\n{out}"
+    rc, out = res[world]
+    assert rc == 0 and f"rank {world - 1} solo_replacement ok" in out, f"replacement:\n{out}"
+
+
+def test_membership_change_under_a_waiting_collective():
+    """A collective already waiting on the old view when another member commits
+    a view from that operation on (rank 2's all_reduce while rank 0 alone takes
+    live rank 1 out) ends with RuntimeError instead of waiting forever; issued
+    again it runs on the new view.  The rank taken out is told, rejoins in
+    place (join_group), and one member's activate_ranks brings it back."""
+    res = run_ranks("solo_race", 3)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} solo_race ok" in out, f"rank {rank}:\n{out}"
+
+
+def test_sync_after_failure_by_hand():
+    """auto_deactivate_on_failure without auto_sync_on_failure: after rank 2 of 3
+    dies, the survivors' next operation refuses until they call
+    sync_after_failure, which reconciles them under a new epoch."""
+    res = run_ranks("manual_sync", 3, {"MOONCAKE_PG_AUTO_SYNC_ON_FAILURE": "0"})
+    assert res[2][0] == -9, f"the victim was not killed:\n{res[2][1]}"
+    for rank, (rc, out) in enumerate(res[:2]):
+        assert rc == 0 and f"rank {rank} manual_sync ok" in out, f"rank {rank}:\n{out}"
 
 
 def test_extension_grows_group_to_max_group_size():
@@ -452,6 +498,48 @@ def test_unsupported_calls_refuse(world_of_one):
         dist.all_reduce(torch.ones(2), op=dist.ReduceOp.AVG) if hasattr(dist.ReduceOp, "AVG") \
             else dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND)
     assert mpg.get_failed_ranks_hint(object()).numel() == 0
+
+
+def test_membership_calls_bad_input(world_of_one):
+    """Membership calls refuse bad input with the cause named: a rank outside
+    the slots, a slot no process holds (not in the group), not integers, a
+    group destroyed or shut down; the calls and getters that need no peer
+    answer on a world of one."""
+    import torch.distributed as dist
+    import mooncake.pg as mpg
+    world_of_one(pg_options=mpg.MooncakeBackendOptions(2))  # slots 0 and 1; 1 never held
+    for call in (mpg.deactivate_ranks, mpg.recover_ranks, mpg.activate_ranks):
+        with pytest.raises(ValueError, match=r"ranks \[64\] are outside the group's 2 rank slots"):
+            call(None, [64])
+        with pytest.raises(ValueError, match=r"ranks \[-1\] are outside"):
+            call(None, [-1])
+        with pytest.raises(TypeError, match="ranks must be a list of integers"):
+            call(None, ["x"])
+    with pytest.raises(ValueError, match=r"ranks \[1\] are not in group 0 \(its slots 0..0"):
+        mpg.deactivate_ranks(None, [1])
+    assert mpg.get_num_synced_ranks(None) == 1
+    assert mpg.get_active_ranks(None).tolist() == [1, 0]
+    assert mpg.get_current_epoch(None) == 0
+    assert mpg.sync_after_failure(None).status == mpg.SyncAfterFailureStatus.NoPending
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        mpg.extend_group_size_to(None, 2)
+    for setter in (mpg.set_collective_timeout_us, mpg.set_p2p_timeout_us,
+                   mpg.set_fault_reconciliation_window_us):
+        with pytest.raises(ValueError, match="timeout must be positive"):
+            setter(0)
+    g = dist.new_group([0])
+    assert mpg.deactivate_ranks(g, []).status == mpg.ProposalStatus.Applied
+    dist.destroy_process_group(g)
+    for call in (lambda: mpg.deactivate_ranks(g, [0]), lambda: mpg.recover_ranks(g, [0]),
+                 lambda: mpg.join_group(g)):
+        with pytest.raises(RuntimeError, match="was destroyed or shut down on this rank"):
+            call()
+    world = dist.distributed_c10d._get_default_group()
+    dist.destroy_process_group()
+    with pytest.raises(RuntimeError, match="no default process group"):
+        mpg.deactivate_ranks(None, [0])
+    with pytest.raises(RuntimeError, match="destroyed or shut down"):
+        mpg.recover_ranks(world, [0])
 
 
 def test_set_transfer_engine(world_of_one):

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/time.h"
 #include "etcd_cluster.h"
 #include "meta/meta.h"
 #include "mooncake/log.h"
@@ -207,6 +208,8 @@ struct slow_reader {
 	void *buf;
 	uint64_t size;
 	mc_status st;
+	int64_t t0, t1; /* the get's start and end (ms) */
+	char msg[512];	/* its error message */
 };
 
 static void *slow_read_main(void *arg)
@@ -270,6 +273,138 @@ static void test_close_waits_bounded_for_served_reads(void **state)
 	free(r.buf);
 }
 
+/* Point the gold location of shard 0 of key at (segment, offset), compare-and-swap,
+ * repeated while a reader's own CAS gets in between. */
+static void move_gold(struct mc_meta *meta, const char *key, const char *segment,
+		      uint64_t offset)
+{
+	for (int i = 0; i < 64; i++) {
+		struct mc_etcd_kv *kvs = NULL;
+		struct mc_p2p_payload pl;
+		size_t n = 0, len;
+		char *json;
+		mc_status st;
+
+		assert_int_equal(mc_meta_etcd_range(meta, key, NULL, &kvs, &n, NULL), MC_OK);
+		assert_int_equal(n, 1);
+		assert_int_equal(mc_p2p_payload_decode(kvs[0].value, kvs[0].len, &pl), MC_OK);
+		mc_p2p_locs_clear(&pl.shards[0].gold);
+		assert_int_equal(mc_p2p_locs_add(&pl.shards[0].gold, segment, offset), MC_OK);
+		assert_int_equal(mc_p2p_payload_encode(&pl, &json, &len), MC_OK);
+		st = mc_meta_etcd_cas_put(meta, key, json, len, kvs[0].mod_revision);
+		mc_free(json);
+		mc_p2p_payload_release(&pl);
+		mc_etcd_kvs_free(kvs, n);
+		if (st == MC_OK)
+			return;
+		assert_int_equal(st, MC_ERR_ETCD_TRANSACTION_FAIL);
+	}
+	fail_msg("move_gold: the entry kept changing");
+}
+
+static void *leave_read_main(void *arg)
+{
+	struct slow_reader *r = arg;
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	struct mc_p2p_store *s;
+
+	r->st = mc_p2p_store_new(&p, &s);
+	if (r->st)
+		return NULL;
+	r->t0 = (int64_t)mc_now_ms();
+	r->st = mc_p2p_get_replica(s, "unit/leave", (void *const[]){r->buf}, &r->size, 1);
+	r->t1 = (int64_t)mc_now_ms();
+	snprintf(r->msg, sizeof(r->msg), "%s", mc_last_error());
+	mc_p2p_store_free(s);
+	return NULL;
+}
+
+/* The re-pull's bound (spec 3.5, upstream loops forever on a stale entry):
+ * the holder a reader pulled from is gone from the catalog by the time the
+ * pull landed, every time.  The gold copy of "unit/leave" sits in slow memory
+ * (4 ms a page: a 1 MiB pull takes about 1 s), and while each pull is being
+ * served the test moves the catalog's gold location to another slow region
+ * (the holder "left" and another took its place).  The reader pulls again
+ * from the new gold, MC_P2P_PULL_ROUNDS times in all, then fails with
+ * MC_ERR_TRANSFER_FAIL ("too many retries: holders ... left during each of
+ * 3 pulls"); the region it would have pulled next is never read (no fourth
+ * round), the failed get takes its advertised replica back, and it returned
+ * within the rounds' time. */
+static void test_repull_gives_up_after_its_rounds(void **state)
+{
+	struct mc_p2p_params p = {.metadata_uri = mc_etcd_cluster_uri(etcd),
+				  .local_server_name = "127.0.0.1:0",
+				  .te_metadata_uri = "P2PHANDSHAKE"};
+	const char *key = MC_P2P_KEY_PREFIX "unit/leave";
+	enum { LEN = 1 << 20, REGIONS = MC_P2P_PULL_ROUNDS + 1 };
+	struct mc_test_slow_mem slow[REGIONS];
+	struct slow_reader r = {.size = LEN};
+	struct mc_p2p_store *gold;
+	struct mc_etcd_kv *kvs = NULL;
+	struct mc_p2p_payload pl;
+	struct mc_meta *meta;
+	uint64_t size = LEN;
+	size_t n = 0;
+
+	for (int i = 0; i < REGIONS; i++) {
+		if (!mc_test_slow_mem_open(&slow[i], LEN, 4000)) {
+			while (i--)
+				mc_test_slow_mem_close(&slow[i]);
+			skip(); /* no userfaultfd for us (vm.unprivileged_userfaultfd) */
+		}
+	}
+	setenv("MC_SHM_DISABLE", "1", 1); /* over TCP: the holder's engine reads the pages */
+	assert_int_equal(mc_p2p_store_new(&p, &gold), MC_OK);
+	/* the object, then the other regions registered with the same engine
+	 * under names of their own (so reads of them are served) */
+	assert_int_equal(mc_p2p_register(gold, "unit/leave", (void *const[]){slow[0].base}, &size,
+					 1, LEN, NULL, false),
+			 MC_OK);
+	for (int i = 1; i < REGIONS; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "unit/leave-%d", i);
+		assert_int_equal(mc_p2p_register(gold, name, (void *const[]){slow[i].base}, &size,
+						 1, LEN, NULL, false),
+				 MC_OK);
+	}
+	assert_int_equal(mc_meta_open(mc_etcd_cluster_uri(etcd), &meta), MC_OK);
+	r.buf = calloc(1, LEN);
+	assert_int_equal(pthread_create(&r.thread, NULL, leave_read_main, &r), 0);
+	for (int i = 0; i < MC_P2P_PULL_ROUNDS; i++) {
+		/* pull i is being served from region i: its holder "leaves" */
+		while (mc_test_slow_mem_served(&slow[i]) == 0) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+		}
+		move_gold(meta, key, mc_p2p_store_local_name(gold),
+			  (uint64_t)(uintptr_t)slow[i + 1].base);
+		assert_int_not_equal(mc_test_slow_mem_served(&slow[i]), LEN / 4096);
+	}
+	pthread_join(r.thread, NULL);
+	unsetenv("MC_SHM_DISABLE");
+	assert_int_equal(r.st, MC_ERR_TRANSFER_FAIL);
+	assert_non_null(strstr(r.msg, "too many retries"));
+	assert_non_null(strstr(r.msg, "left during each of 3 pulls"));
+	assert_int_equal(mc_test_slow_mem_served(&slow[MC_P2P_PULL_ROUNDS]), 0);
+	/* three pulls of about 1 s each (and an attempt's own bound is 60 s) */
+	if (r.t1 - r.t0 >= 20000)
+		fail_msg("the failed get took %lld ms", (long long)(r.t1 - r.t0));
+	/* its advertised replica was taken back */
+	assert_int_equal(mc_meta_etcd_range(meta, key, NULL, &kvs, &n, NULL), MC_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(mc_p2p_payload_decode(kvs[0].value, kvs[0].len, &pl), MC_OK);
+	assert_int_equal(pl.shards[0].replicas.n, 0);
+	mc_p2p_payload_release(&pl);
+	mc_etcd_kvs_free(kvs, n);
+	mc_meta_close(meta);
+	mc_p2p_store_free(gold);
+	for (int i = 0; i < REGIONS; i++)
+		mc_test_slow_mem_close(&slow[i]);
+	free(r.buf);
+}
+
 static void test_catalog_needs_etcd(void **state)
 {
 	struct mc_p2p_params p = {.metadata_uri = "mem://p2p", .local_server_name = "127.0.0.1:0"};
@@ -286,6 +421,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_readers_in_one_process),
 		cmocka_unit_test(test_gold_is_reached_behind_dead_replicas),
 		cmocka_unit_test(test_close_waits_bounded_for_served_reads),
+		cmocka_unit_test(test_repull_gives_up_after_its_rounds),
 		cmocka_unit_test(test_catalog_needs_etcd),
 	};
 	int rc;
