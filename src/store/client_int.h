@@ -61,7 +61,7 @@ struct mc_store_credits {
 	pthread_mutex_t lock; /* everything below */
 	uint32_t max;	      /* MC_STORE_PUT_CREDIT: credits held at most, 0 = off */
 	uint64_t window_ns;   /* MC_STORE_PUT_CREDIT_MS: used within this of the ask */
-	uint64_t views;	      /* the master connection (mc_master_conn_epoch) they were granted over */
+	uint64_t views;	      /* mc_master_conn_epoch when they were granted */
 	uint64_t none_until;  /* ns: the master granted none; ask again after this */
 	struct mc_store_credit *v;
 	uint32_t n;

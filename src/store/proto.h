@@ -56,7 +56,7 @@
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
-	    * tails); 11: a promoter writes the trailer of a promoted trailer object;\
+	    * tails); 11: a promoter writes the trailer of a promoted trailer object;      \
 	    * 12: PutCredit (44, ours: put credits) */
 #define MC_PROTO_HDR_LEN 32
 /*

@@ -275,8 +275,7 @@ static void test_close_waits_bounded_for_served_reads(void **state)
 
 /* Point the gold location of shard 0 of key at (segment, offset), compare-and-swap,
  * repeated while a reader's own CAS gets in between. */
-static void move_gold(struct mc_meta *meta, const char *key, const char *segment,
-		      uint64_t offset)
+static void move_gold(struct mc_meta *meta, const char *key, const char *segment, uint64_t offset)
 {
 	for (int i = 0; i < 64; i++) {
 		struct mc_etcd_kv *kvs = NULL;
