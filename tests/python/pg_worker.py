@@ -498,6 +498,11 @@ def recover(rank, ws):
     lose(rank, ws, victim)
     step(rank, "lost the victim")
     assert dist.get_world_size() == ws - 1 and mpg.get_current_epoch(None) == 1
+    # every survivor looks before any proposes (a faster survivor's commit
+    # would otherwise show here: epoch 2 between the two getters, seen once)
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"pg_test/lost_checked/{rank}", "1")
+    store.wait([f"pg_test/lost_checked/{r}" for r in range(ws) if r != victim])
     # every survivor proposes; admission waits for the replacement's readiness
     res = mpg.recover_ranks(None, [victim])
     assert res.status == mpg.ProposalStatus.Applied, res
