@@ -770,7 +770,11 @@ def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
     r = client.readline(60)
     assert r.startswith("OK"), f"{r}; {client.stderr_tail()}"
     assert get_eventually(holder, "k") == (1000000, StoreNode.fields(r)["xxh3"])
-    assert "putting it again" in client.stderr_tail()
+    # the new leader placed it: usually the End reached it and the client
+    # put the key again ("putting it again" in its log); in a slow,
+    # sanitized build the old leader may die between counting the Start and
+    # answering it, and the client then asks the new leader for the Start
+    assert m2.metric("master_put_start_requests_total") >= 1, client.stderr_tail(1 << 20)
 
 
 def test_a_credit_put_across_a_failover_is_carried_through(hc, etcd_ep):
