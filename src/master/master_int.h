@@ -352,7 +352,7 @@ struct mc_master {
 	uint64_t credit_seq;	   /* the last put credit id given */
 	uint64_t ncredits;	   /* unused put credits, all clients */
 	uint64_t last_credit_scan; /* ms */
-	uint32_t ncursors; /* open scan cursors: the table does not shrink */
+	uint32_t ncursors;	   /* open scan cursors: the table does not shrink */
 
 	/* the unmount sweep (objects.c), run in slices by the tick and the daemon */
 	bool need_sweep;	       /* a generation died since the running lap began */

@@ -386,7 +386,8 @@ struct port_counts {
 	uint64_t cut_room[NPORTS];	 /* HTTP: cut to keep room for new clients */
 	uint64_t rpc_buffer_cut;	 /* RPC: rpc_max_buffered_bytes reached */
 	uint64_t rpc_too_large;		 /* RPC: a frame refused with TOO_LARGE */
-	uint64_t rpc_buffered, rpc_buffered_peak; /* RPC: growth of partial-frame buffers */
+	uint64_t rpc_buffered;		 /* RPC: partial-frame buffers' growth */
+	uint64_t rpc_buffered_peak;	 /* RPC: its most since start */
 	uint64_t auth_refused;		 /* handshakes failed (base/auth_hs.h) */
 	uint64_t snap_ok, snap_fail;	 /* snapshots written, failed (server_snap.c) */
 	uint64_t snap_dur[MC_MASTER_SNAP_NBOUNDS + 1], snap_dur_sum_ms;
