@@ -703,8 +703,12 @@ def solo(rank, ws):
     # framework-managed: the failure changed nothing by itself
     assert mpg.get_active_ranks(None)[victim] == 1 and mpg.get_current_epoch(None) == 0
     step(rank, "saw the victim fail")
+    store.set(f"pg_test/solo/saw/{rank}", "1")
     caller = solo_caller(ws)
     if rank == caller:
+        # after every survivor checked epoch 0 above (a faster caller's
+        # deactivation would otherwise already show in a slower one's check)
+        store.wait([f"pg_test/solo/saw/{r}" for r in range(ws - 1)])
         res = mpg.deactivate_ranks(None, [victim])
         assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
         store.set("pg_test/solo/deactivated", "1")
