@@ -33,7 +33,7 @@
  * operation on them is then 4 KiB-aligned (headers and the last partial
  * block of each value go through aligned scratch memory, as does a value
  * whose memory is not aligned); the small .meta files stay buffered.
- * Not thread-safe on one directory: one writer owns it (docs/design.md).
+ * Not thread-safe on one directory: one writer owns it (docs/design-tiers.md).
  */
 #ifndef MC_STORE_BUCKET_H
 #define MC_STORE_BUCKET_H

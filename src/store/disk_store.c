@@ -1,6 +1,6 @@
 /*
  * store/disk_store.c - a client's local disk store over bucket files; see
- * disk_store.h for what it offers and docs/design.md for why.
+ * disk_store.h for what it offers and docs/design-tiers.md for why.
  *
  * State: a list of buckets in id order (the fifo order), each holding its
  * decoded index (struct mc_bucket_meta, whose keys the hash index points

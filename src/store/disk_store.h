@@ -14,7 +14,7 @@
  *
  * One process owns a directory: mc_disk_store_open takes an exclusive
  * flock on <dir>/mooncake-offload.lock and a second process is refused with
- * MC_ERR_FILE_LOCK_FAIL (docs/design.md says why), so the caps hold for the
+ * MC_ERR_FILE_LOCK_FAIL (docs/design-tiers.md says why), so the caps hold for the
  * directory as a whole.  Thread-safe: one mutex over the index, never held
  * across disk I/O; a reader holds a reference on its bucket, and a bucket
  * evicted or emptied while read is deleted when its last reader is done.

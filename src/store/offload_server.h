@@ -13,7 +13,7 @@
  * store protocol's framing and codec (docs/protocol.md, "Offload RPC").
  *
  * The disk store's keys are bytes; mc_offload_disk_key encodes a tenant
- * and a key into one of them (docs/design.md, "SSD tier").
+ * and a key into one of them (docs/design-tiers.md, "SSD tier").
  *
  * Threads: start and stop on any one thread; the server runs one thread of
  * its own (docs/threads.md); stats from any thread.
