@@ -34,7 +34,7 @@
  *   - drain jobs (the HTTP admin API): the drained segments leave
  *     placement (state DRAINING), a table cursor finds the objects with a
  *     replica there and each becomes a move task, max_concurrency at once;
- *     when nothing is left the segments are unmounted.
+ *     when nothing is left the segments are unmounted (master/drain.c).
  *
  * Objects and tasks: a task remembers its object by pointer; every erase
  * (remove, eviction, the sweep, a client's expiry) goes through
@@ -71,29 +71,24 @@
 #define REPAIR_TRIES	   30	/* attempts of one object's repair */
 #define REPAIR_BACKOFF_MS  1000 /* between them */
 #define SCAN_MS		   100	/* timeouts and dead sources, at most this often */
-#define DRAIN_STEP_SLOTS   256	/* table slots per drain cursor step */
-#define DRAIN_STEPS_TICK   64	/* cursor steps per tick per job at most */
-#define DRAIN_LAPS	   8	/* table laps a job makes for what it passed over */
-#define DRAIN_LAP_MS	   1000 /* between such laps */
-#define DRAIN_DEFAULT_CONC 4
 
 #include "master/tasks_int.h"
 
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                   */
 
-static bool uuid_same(const struct mc_store_uuid *a, const struct mc_store_uuid *b)
+bool mc_master_uuid_same(const struct mc_store_uuid *a, const struct mc_store_uuid *b)
 {
 	return a->first == b->first && a->second == b->second;
 }
 
-static bool seg_named(const struct mc_seg *s, const char *name, size_t len)
+bool mc_master_seg_named(const struct mc_seg *s, const char *name, size_t len)
 {
 	return s->name && s->name_len == len && memcmp(s->name, name, len) == 0;
 }
 
 /* A memory replica on a segment still mounted (any state but gone). */
-static bool mem_live(const struct mc_master *m, const struct mc_rep *r)
+bool mc_master_rep_mem_live(const struct mc_master *m, const struct mc_rep *r)
 {
 	return r->addr != 0 && !mc_master_rep_fs(m, r) && mc_master_rep_live(m, r) &&
 	       !mc_master_rep_disk(m, r);
@@ -104,7 +99,7 @@ static uint32_t mem_count(const struct mc_master *m, struct mc_obj *o)
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < o->nrep; i++)
-		n += mem_live(m, mc_master_obj_rep(o, i));
+		n += mc_master_rep_mem_live(m, mc_master_obj_rep(o, i));
 	return n;
 }
 
@@ -119,7 +114,7 @@ static uint32_t mem_kept(const struct mc_master *m, struct mc_obj *o)
 	for (uint32_t i = 0; i < o->nrep; i++) {
 		const struct mc_rep *r = mc_master_obj_rep(o, i);
 
-		n += mem_live(m, r) ||
+		n += mc_master_rep_mem_live(m, r) ||
 		     (r->addr != 0 && r->seg < m->nsegs_slots &&
 		      m->segs[r->seg].state == MC_SEG_WAIT && m->segs[r->seg].gen == r->gen);
 	}
@@ -127,25 +122,27 @@ static uint32_t mem_kept(const struct mc_master *m, struct mc_obj *o)
 }
 
 /* o has a live memory replica on a segment called name. */
-static struct mc_rep *rep_on(const struct mc_master *m, struct mc_obj *o, const char *name,
-			     size_t len)
+struct mc_rep *mc_master_rep_on(const struct mc_master *m, struct mc_obj *o, const char *name,
+				size_t len)
 {
 	for (uint32_t i = 0; i < o->nrep; i++) {
 		struct mc_rep *r = mc_master_obj_rep(o, i);
 
-		if (mem_live(m, r) && seg_named(&m->segs[r->seg], name, len))
+		if (mc_master_rep_mem_live(m, r) &&
+		    mc_master_seg_named(&m->segs[r->seg], name, len))
 			return r;
 	}
 	return NULL;
 }
 
 /* A segment called name that takes new replicas (mounted, reachable). */
-static bool name_allocatable(const struct mc_master *m, const char *name, size_t len)
+bool mc_master_seg_name_allocatable(const struct mc_master *m, const char *name, size_t len)
 {
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
 		const struct mc_seg *s = &m->segs[i];
 
-		if (s->state == MC_SEG_MOUNTED && !s->unreachable && seg_named(s, name, len))
+		if (s->state == MC_SEG_MOUNTED && !s->unreachable &&
+		    mc_master_seg_named(s, name, len))
 			return true;
 	}
 	return false;
@@ -166,7 +163,8 @@ static mc_status block_alloc(struct mc_master *m, const char *name, size_t len, 
 		uint64_t addr;
 		mc_status st;
 
-		if (s->state != MC_SEG_MOUNTED || s->unreachable || !seg_named(s, name, len))
+		if (s->state != MC_SEG_MOUNTED || s->unreachable ||
+		    !mc_master_seg_named(s, name, len))
 			continue;
 		st = mc_offset_alloc_alloc(s->alloc, size, &addr);
 		if (st == MC_ERR_NOMEM) {
@@ -189,7 +187,7 @@ static mc_status block_alloc(struct mc_master *m, const char *name, size_t len, 
 
 /* The value bytes t moved, for the byte counters: t->size less the
  * object's chunk-sum trailer, which the copy carries but is not the user's. */
-static uint64_t task_value_bytes(const struct mc_task *t)
+uint64_t mc_master_task_value_bytes(const struct mc_task *t)
 {
 	return t->o && mc_obj_trailer(t->o) && mc_obj_size(t->o) == t->size ? mc_obj_vsize(t->o)
 									    : t->size;
@@ -239,8 +237,8 @@ void mc_master_task_free(struct mc_task *t)
 	mc_free(t);
 }
 
-static struct mc_task *task_new(struct mc_master *m, uint8_t type, struct mc_obj *o,
-				uint32_t ntargets, uint64_t now)
+struct mc_task *mc_master_task_new(struct mc_master *m, uint8_t type, struct mc_obj *o,
+				   uint32_t ntargets, uint64_t now)
 {
 	struct mc_tasks *k = m->tasks;
 	struct mc_task *t;
@@ -272,7 +270,7 @@ static struct mc_task *task_new(struct mc_master *m, uint8_t type, struct mc_obj
 	return t;
 }
 
-static bool task_add_target(struct mc_task *t, const char *name, size_t len)
+bool mc_master_task_add_target(struct mc_task *t, const char *name, size_t len)
 {
 	char *c = mc_malloc(len + 1);
 
@@ -284,7 +282,7 @@ static bool task_add_target(struct mc_task *t, const char *name, size_t len)
 	return true;
 }
 
-static void task_set_source(struct mc_master *m, struct mc_task *t, const struct mc_rep *r)
+void mc_master_task_set_source(struct mc_master *m, struct mc_task *t, const struct mc_rep *r)
 {
 	t->src = *r;
 	t->client = m->segs[r->seg].client;
@@ -292,7 +290,7 @@ static void task_set_source(struct mc_master *m, struct mc_task *t, const struct
 					      : (struct mc_store_uuid){0, 0};
 }
 
-static void task_push(struct mc_master *m, struct mc_task *t)
+void mc_master_task_push(struct mc_master *m, struct mc_task *t)
 {
 	struct mc_tasks *k = m->tasks;
 
@@ -362,7 +360,7 @@ struct mc_task *mc_master_task_find(struct mc_master *m, const struct mc_store_u
 	struct mc_tasks *k = m->tasks;
 
 	for (uint32_t i = 0; i < k->nactive; i++) {
-		if (uuid_same(&k->active[i]->id, id)) {
+		if (mc_master_uuid_same(&k->active[i]->id, id)) {
 			if (active_idx)
 				*active_idx = i;
 			return k->active[i];
@@ -373,14 +371,14 @@ struct mc_task *mc_master_task_find(struct mc_master *m, const struct mc_store_u
 	for (uint32_t i = 0; i < k->ndone; i++) {
 		struct mc_task *t = k->done[(k->done_head + i) % k->done_cap];
 
-		if (uuid_same(&t->id, id))
+		if (mc_master_uuid_same(&t->id, id))
 			return t;
 	}
 	return NULL;
 }
 
 /* Any task (an operator's, a repair, a drain's move) holds o. */
-static bool any_task(const struct mc_master *m, const struct mc_obj *o)
+bool mc_master_task_any(const struct mc_master *m, const struct mc_obj *o)
 {
 	const struct mc_tasks *k = m->tasks;
 
@@ -555,7 +553,7 @@ void mc_master_heat_hit(struct mc_master *m, struct mc_obj *o, uint64_t now)
 	if (have == 0 || have >= (uint64_t)m->cfg.dynamic_replication_max_memory_replicas)
 		return;
 	m->met.dynrep_candidates++;
-	if (k->dynrep != DYNREP_ENFORCE || any_task(m, o))
+	if (k->dynrep != DYNREP_ENFORCE || mc_master_task_any(m, o))
 		return;
 	m->met.dynrep_queued++;
 	repair_push(m, o->tenant, o->key, o->key_len, mc_obj_size(o), (uint8_t)(have + 1), 0, 0);
@@ -563,7 +561,7 @@ void mc_master_heat_hit(struct mc_master *m, struct mc_obj *o, uint64_t now)
 
 /* A segment to copy o to: mounted, reachable, with room, holding none of
  * o's replicas; random start.  NULL when there is none. */
-static const struct mc_seg *repair_target(struct mc_master *m, struct mc_obj *o)
+const struct mc_seg *mc_master_repair_target(struct mc_master *m, struct mc_obj *o)
 {
 	uint32_t n = m->nsegs_slots, start;
 
@@ -575,7 +573,7 @@ static const struct mc_seg *repair_target(struct mc_master *m, struct mc_obj *o)
 
 		if (s->state != MC_SEG_MOUNTED || s->unreachable ||
 		    mc_offset_alloc_free_bytes(s->alloc) < mc_obj_size(o) ||
-		    rep_on(m, o, s->name, s->name_len))
+		    mc_master_rep_on(m, o, s->name, s->name_len))
 			continue;
 		return s;
 	}
@@ -592,8 +590,8 @@ static bool pick_source(struct mc_master *m, struct mc_obj *o, struct mc_rep *ou
 		const struct mc_rep *r = mc_master_obj_rep(o, i);
 		const struct mc_seg *s = &m->segs[r->seg];
 
-		if (!mem_live(m, r) || s->unreachable || s->client >= m->nclient_slots ||
-		    !m->clients[s->client].alive)
+		if (!mc_master_rep_mem_live(m, r) || s->unreachable ||
+		    s->client >= m->nclient_slots || !m->clients[s->client].alive)
 			continue;
 		cand[n++] = i;
 	}
@@ -647,7 +645,7 @@ static void repair_run(struct mc_master *m, uint64_t now)
 			mc_free(e); /* gone, rewritten, or whole again */
 			continue;
 		}
-		s = any_task(m, o) ? NULL : repair_target(m, o);
+		s = mc_master_task_any(m, o) ? NULL : mc_master_repair_target(m, o);
 		if (!s || !pick_source(m, o, &src)) {
 			/* again in a second (a source that waits for its segment
 			 * too); past REPAIR_TRIES parked until a mount */
@@ -656,19 +654,19 @@ static void repair_run(struct mc_master *m, uint64_t now)
 			mc_free(e);
 			continue;
 		}
-		t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, 1, now);
-		if (!t || !task_add_target(t, s->name, s->name_len)) {
+		t = mc_master_task_new(m, MC_STORE_TASK_REPLICA_COPY, o, 1, now);
+		if (!t || !mc_master_task_add_target(t, s->name, s->name_len)) {
 			mc_master_task_free(t);
 			repair_push(m, e->tenant, e->key, e->key_len, mc_obj_size(o), e->want,
 				    (uint8_t)(e->tries + 1), now + REPAIR_BACKOFF_MS);
 			mc_free(e);
 			break;
 		}
-		task_set_source(m, t, &src);
+		mc_master_task_set_source(m, t, &src);
 		t->repair = true;
 		t->want = e->want;
 		t->tries = e->tries; /* carried in the entry when it comes back */
-		task_push(m, t);
+		mc_master_task_push(m, t);
 		k->repair_inflight++;
 		k->tokens -= (double)mc_obj_size(o);
 		mc_free(e);
@@ -678,10 +676,6 @@ static void repair_run(struct mc_master *m, uint64_t now)
 
 /* ------------------------------------------------------------------------ */
 /* finishing                                                                 */
-
-static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st);
-struct mc_drain_job;
-static void job_step(struct mc_master *m, struct mc_drain_job *j, uint64_t now);
 
 static void dst_release(struct mc_master *m, struct mc_task *t)
 {
@@ -729,7 +723,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 		m->tasks->repair_inflight--;
 		if (st == MC_OK) {
 			m->met.repair_done++;
-			m->met.repair_bytes += task_value_bytes(t);
+			m->met.repair_bytes += mc_master_task_value_bytes(t);
 		} else {
 			m->met.repair_failed++;
 		}
@@ -742,7 +736,7 @@ static void task_finish(struct mc_master *m, uint32_t i, mc_status st, const cha
 		repair_gauge(m);
 	}
 	if (t->job)
-		job_unit_done(m, t, st);
+		mc_master_drain_unit_done(m, t, st);
 	t->o = NULL;
 	task_changed(m, t);
 	mc_master_task_done_push(m, t);
@@ -818,7 +812,7 @@ static mc_status task_alloc(struct mc_master *m, struct mc_task *t)
 		size_t len = strlen(t->tname[i]);
 
 		t->dst[i].addr = 0;
-		if (rep_on(m, t->o, t->tname[i], len))
+		if (mc_master_rep_on(m, t->o, t->tname[i], len))
 			continue; /* a copy is there already */
 		want++;
 		mc_status st = block_alloc(m, t->tname[i], len, t->size, &t->dst[i]);
@@ -888,7 +882,7 @@ static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint
 	/* new work first, so a client that reported a batch gets the next at once */
 	repair_run(m, now);
 	for (uint32_t j = 0; j < k->njobs; j++)
-		job_step(m, k->jobs[j], now);
+		mc_master_drain_step(m, k->jobs[j], now);
 	if (!mc_master_client_find(m, &r->client_id, &slot) || want == 0 || k->nactive == 0)
 		return mc_store_fetch_tasks_response_encode(out, q->hdr.req_id, &resp);
 	a = mc_calloc(want, sizeof(*a));
@@ -910,7 +904,7 @@ static mc_status h_fetch(struct mc_master *m, const struct mc_store_msg *q, uint
 			continue;
 		if (k->nprocessing >= (uint64_t)m->cfg.max_total_processing_tasks)
 			break;
-		if (!mem_live(m, &t->src))
+		if (!mc_master_rep_mem_live(m, &t->src))
 			continue; /* the tick finds it another source or fails it */
 		if (task_alloc(m, t) != MC_OK) {
 			if (++t->tries > (uint64_t)m->cfg.max_retry_attempts) {
@@ -961,8 +955,6 @@ out:
 /* ------------------------------------------------------------------------ */
 /* the RPCs                                                                  */
 
-#define FAILT(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
-
 static struct mc_obj *task_object(struct mc_master *m, const struct mc_proto_str *tenant,
 				  const struct mc_proto_str *key, char *err, size_t err_len,
 				  mc_status *st)
@@ -988,7 +980,7 @@ static struct mc_obj *task_object(struct mc_master *m, const struct mc_proto_str
 			    (int)MC_MIN(key->len, 80), key->ptr);
 		return NULL;
 	}
-	if (any_task(m, o)) {
+	if (mc_master_task_any(m, o)) {
 		*st = FAILT(MC_ERR_OBJECT_HAS_REPLICATION_TASK,
 			    "key '%.*s' has a copy or move task already", (int)MC_MIN(key->len, 80),
 			    key->ptr);
@@ -1024,7 +1016,7 @@ static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q
 			    !memcmp(r->targets[j].ptr, n->ptr, n->len))
 				return FAILT(MC_ERR_INVALID_PARAMS, "target '%.*s' named twice",
 					     (int)MC_MIN(n->len, 80), n->ptr);
-		if (!name_allocatable(m, n->ptr, n->len))
+		if (!mc_master_seg_name_allocatable(m, n->ptr, n->len))
 			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
 				     "target segment '%.*s' is not mounted or takes no replicas",
 				     (int)MC_MIN(n->len, 80), n->ptr);
@@ -1035,17 +1027,17 @@ static mc_status h_create_copy(struct mc_master *m, const struct mc_store_msg *q
 	if (!pick_source(m, o, &src))
 		return FAILT(MC_ERR_REPLICA_NOT_FOUND, "key '%.*s' has no readable memory replica",
 			     (int)MC_MIN(r->key.len, 80), r->key.ptr);
-	t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, r->n_targets, now);
+	t = mc_master_task_new(m, MC_STORE_TASK_REPLICA_COPY, o, r->n_targets, now);
 	if (!t)
 		return FAILT(MC_ERR_NOMEM, "no memory for the task");
 	for (uint32_t i = 0; i < r->n_targets; i++) {
-		if (!task_add_target(t, r->targets[i].ptr, r->targets[i].len)) {
+		if (!mc_master_task_add_target(t, r->targets[i].ptr, r->targets[i].len)) {
 			mc_master_task_free(t);
 			return FAILT(MC_ERR_NOMEM, "no memory for the task");
 		}
 	}
-	task_set_source(m, t, &src);
-	task_push(m, t);
+	mc_master_task_set_source(m, t, &src);
+	mc_master_task_push(m, t);
 	resp.id = t->id;
 	return mc_store_create_copy_task_response_encode(out, q->hdr.req_id, &resp);
 }
@@ -1108,7 +1100,7 @@ static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg
 		for (uint32_t i = 0; i < o->nrep; i++) {
 			struct mc_rep x = *mc_master_obj_rep(o, i);
 
-			if (mem_live(m, &x) && kept++ >= want) {
+			if (mc_master_rep_mem_live(m, &x) && kept++ >= want) {
 				block_release(m, &x, mc_obj_size(o));
 				continue;
 			}
@@ -1135,7 +1127,7 @@ static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg
 
 			if (s->state != MC_SEG_MOUNTED || s->unreachable ||
 			    mc_offset_alloc_free_bytes(s->alloc) < mc_obj_size(o) ||
-			    rep_on(m, o, s->name, s->name_len))
+			    mc_master_rep_on(m, o, s->name, s->name_len))
 				continue;
 			for (uint32_t i = 0; i < k && !dup; i++)
 				dup = len[i] == s->name_len && !memcmp(names[i], s->name, len[i]);
@@ -1145,17 +1137,17 @@ static mc_status h_change_replica(struct mc_master *m, const struct mc_store_msg
 			len[k++] = s->name_len;
 		}
 		if (k) {
-			t = task_new(m, MC_STORE_TASK_REPLICA_COPY, o, k, now);
+			t = mc_master_task_new(m, MC_STORE_TASK_REPLICA_COPY, o, k, now);
 			if (!t)
 				return FAILT(MC_ERR_NOMEM, "no memory for the task");
 			for (uint32_t i = 0; i < k; i++) {
-				if (!task_add_target(t, names[i], len[i])) {
+				if (!mc_master_task_add_target(t, names[i], len[i])) {
 					mc_master_task_free(t);
 					return FAILT(MC_ERR_NOMEM, "no memory for the task");
 				}
 			}
-			task_set_source(m, t, &src);
-			task_push(m, t);
+			mc_master_task_set_source(m, t, &src);
+			mc_master_task_push(m, t);
 		}
 		have += k;
 	}
@@ -1178,20 +1170,20 @@ static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q
 		return FAILT(MC_ERR_INVALID_PARAMS, "empty source or target segment name");
 	if (r->source.len == r->target.len && !memcmp(r->source.ptr, r->target.ptr, r->source.len))
 		return FAILT(MC_ERR_INVALID_PARAMS, "source and target are the same segment");
-	if (!name_allocatable(m, r->target.ptr, r->target.len))
+	if (!mc_master_seg_name_allocatable(m, r->target.ptr, r->target.len))
 		return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
 			     "target segment '%.*s' is not mounted or takes no replicas",
 			     (int)MC_MIN(r->target.len, 80), r->target.ptr);
 	o = task_object(m, &r->tenant, &r->key, err, err_len, &st);
 	if (!o)
 		return st;
-	src = rep_on(m, o, r->source.ptr, r->source.len);
+	src = mc_master_rep_on(m, o, r->source.ptr, r->source.len);
 	if (!src)
 		return FAILT(MC_ERR_REPLICA_NOT_FOUND,
 			     "key '%.*s' has no replica on segment '%.*s'",
 			     (int)MC_MIN(r->key.len, 80), r->key.ptr,
 			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
-	if (rep_on(m, o, r->target.ptr, r->target.len))
+	if (mc_master_rep_on(m, o, r->target.ptr, r->target.len))
 		return FAILT(MC_ERR_REPLICA_ALREADY_EXISTS,
 			     "key '%.*s' has a replica on segment '%.*s' already",
 			     (int)MC_MIN(r->key.len, 80), r->key.ptr,
@@ -1201,13 +1193,13 @@ static mc_status h_create_move(struct mc_master *m, const struct mc_store_msg *q
 		return FAILT(MC_ERR_UNAVAILABLE_IN_CURRENT_STATUS,
 			     "the owner of segment '%.*s' is not reachable",
 			     (int)MC_MIN(r->source.len, 80), r->source.ptr);
-	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
-	if (!t || !task_add_target(t, r->target.ptr, r->target.len)) {
+	t = mc_master_task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
+	if (!t || !mc_master_task_add_target(t, r->target.ptr, r->target.len)) {
 		mc_master_task_free(t);
 		return FAILT(MC_ERR_NOMEM, "no memory for the task");
 	}
-	task_set_source(m, t, src);
-	task_push(m, t);
+	mc_master_task_set_source(m, t, src);
+	mc_master_task_push(m, t);
 	resp.id = t->id;
 	return mc_store_create_move_task_response_encode(out, q->hdr.req_id, &resp);
 }
@@ -1262,7 +1254,7 @@ static mc_status h_done(struct mc_master *m, const struct mc_store_msg *q, uint6
 	if (r->status == MC_OK) {
 		st = task_commit(m, t, &why);
 		if (st == MC_OK && t->job)
-			m->met.drain_migrated_bytes += task_value_bytes(t);
+			m->met.drain_migrated_bytes += mc_master_task_value_bytes(t);
 	} else {
 		snprintf(buf, sizeof(buf), "the client failed: %.*s",
 			 (int)MC_MIN(r->message.len, 100), r->message.ptr ? r->message.ptr : "");
@@ -1295,486 +1287,6 @@ mc_status mc_master_tasks_handle(struct mc_master *m, const struct mc_store_msg 
 }
 
 /* ------------------------------------------------------------------------ */
-/* drain jobs                                                                */
-
-static struct mc_drain_job *job_of(struct mc_master *m, const struct mc_task *t)
-{
-	return t->job && t->job <= m->tasks->njobs ? m->tasks->jobs[t->job - 1] : NULL;
-}
-
-static void job_unit_done(struct mc_master *m, struct mc_task *t, mc_status st)
-{
-	struct mc_drain_job *j = job_of(m, t);
-
-	if (!j)
-		return;
-	j->active--;
-	if (st == MC_OK) {
-		j->succeeded++;
-		j->bytes += task_value_bytes(t);
-	} else if (st == MC_ERR_NO_AVAILABLE_HANDLE) {
-		j->blocked++;
-	} else {
-		j->failed++;
-	}
-	mc_master_wal_job(m, j);
-}
-
-static bool job_drains(const struct mc_drain_job *j, const struct mc_seg *s)
-{
-	for (uint32_t i = 0; i < j->nsegs; i++)
-		if (seg_named(s, j->segs[i], strlen(j->segs[i])))
-			return true;
-	return false;
-}
-
-/* The replica of o on a segment j drains, or NULL. */
-static struct mc_rep *job_rep(const struct mc_master *m, const struct mc_drain_job *j,
-			      struct mc_obj *o)
-{
-	for (uint32_t i = 0; i < o->nrep; i++) {
-		struct mc_rep *r = mc_master_obj_rep(o, i);
-
-		if (mem_live(m, r) && m->segs[r->seg].state == MC_SEG_DRAINING &&
-		    job_drains(j, &m->segs[r->seg]))
-			return r;
-	}
-	return NULL;
-}
-
-static bool drain_collect(void *arg, struct mc_obj *o)
-{
-	struct mc_master *m = arg;
-	struct mc_tasks *k = m->tasks;
-	struct mc_drain_job *j = k->scan_job;
-
-	if (!job_rep(m, j, o))
-		return true;
-	if (o->flags & MC_OBJ_PROC) {
-		j->skipped = true; /* a put placed before the drain: moved once it ends */
-		return true;
-	}
-	if (!mc_master_grow((void **)&k->found, &k->found_cap, k->nfound + 1, sizeof(*k->found))) {
-		j->skipped = true;
-		return true;
-	}
-	k->found[k->nfound++] = o;
-	return true;
-}
-
-/* A target for o's move: the job's targets in turn, else any segment
- * that takes replicas; one with room and no replica of o. */
-static const char *job_target(struct mc_master *m, struct mc_drain_job *j, struct mc_obj *o)
-{
-	for (uint32_t n = 0; n < j->ntargets; n++) {
-		const char *name = j->targets[j->next_target++ % j->ntargets];
-		size_t len = strlen(name);
-
-		if (rep_on(m, o, name, len))
-			continue;
-		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-			const struct mc_seg *s = &m->segs[i];
-
-			if (s->state == MC_SEG_MOUNTED && !s->unreachable &&
-			    seg_named(s, name, len) &&
-			    mc_offset_alloc_free_bytes(s->alloc) >= mc_obj_size(o))
-				return name;
-		}
-	}
-	if (j->ntargets)
-		return NULL;
-	{
-		const struct mc_seg *s = repair_target(m, o);
-
-		return s ? s->name : NULL;
-	}
-}
-
-static void job_segs_state(struct mc_master *m, struct mc_drain_job *j, int from, int to)
-{
-	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-		struct mc_seg *s = &m->segs[i];
-
-		if (s->state == from && job_drains(j, s))
-			s->state = to;
-	}
-	m->targets_dirty = true;
-}
-
-static void job_end(struct mc_master *m, struct mc_drain_job *j, int status, uint64_t now)
-{
-	for (uint32_t u = j->uhead; u < j->nunits; u++)
-		mc_free(j->units[u]);
-	j->uhead = j->nunits = 0;
-	if (j->cur.unit)
-		mc_master_cursor_close(m, &j->cur);
-	j->cur.unit = 0;
-	j->status = status;
-	j->updated = now;
-	if (status == MC_JOB_SUCCEEDED) {
-		for (uint32_t i = 0; i < m->nsegs_slots; i++)
-			if (m->segs[i].state == MC_SEG_DRAINING && job_drains(j, &m->segs[i]))
-				mc_master_seg_unmount(m, i);
-		snprintf(j->msg, sizeof(j->msg), "drained and unmounted");
-	} else {
-		job_segs_state(m, j, MC_SEG_DRAINING, MC_SEG_MOUNTED);
-	}
-	mc_master_wal_job(m, j);
-}
-
-/*
- * A lap found nothing more to move: the job ends, honestly.  A segment of
- * the job that waits for its remount (the master restarted) holds the job
- * RUNNING: it drains once back (mc_master_drain_seg_mounted starts a new
- * lap).  A segment that went before it was drained (unmounted, its
- * client expired, or it never came back after a restart) fails the job,
- * naming it: its objects were not moved, and those it alone held are
- * lost.  true when the job ended.
- */
-static bool job_conclude(struct mc_master *m, struct mc_drain_job *j, uint64_t now)
-{
-	const char *wait = NULL, *gone = NULL;
-	uint32_t ngone = 0;
-
-	for (uint32_t n = 0; n < j->nsegs; n++) {
-		size_t len = strlen(j->segs[n]);
-		bool draining = false, waiting = false;
-
-		for (uint32_t i = 0; i < m->nsegs_slots; i++) {
-			const struct mc_seg *s = &m->segs[i];
-
-			if (!seg_named(s, j->segs[n], len))
-				continue;
-			draining |= s->state == MC_SEG_DRAINING;
-			waiting |= s->state == MC_SEG_WAIT;
-		}
-		if (waiting && !draining && !wait)
-			wait = j->segs[n];
-		if (!waiting && !draining) {
-			gone = gone ? gone : j->segs[n];
-			ngone++;
-		}
-	}
-	if (wait && !gone) {
-		if (strncmp(j->msg, "waiting", 7) != 0)
-			mc_info("drain job %" PRIu64 "-%" PRIu64
-				": waiting for segment '%s' to be mounted again",
-				j->id.first, j->id.second, wait);
-		snprintf(j->msg, sizeof(j->msg), "waiting for segment '%.80s' to be mounted again",
-			 wait);
-		return false;
-	}
-	if (gone) {
-		snprintf(j->msg, sizeof(j->msg),
-			 "%u segment(s) went before drained ('%.40s' first): its objects "
-			 "were not moved; %" PRIu64 " unit(s) moved",
-			 ngone, gone, j->succeeded);
-		mc_warn("drain job %" PRIu64 "-%" PRIu64 " failed: %s", j->id.first, j->id.second,
-			j->msg);
-		job_end(m, j, MC_JOB_FAILED, now);
-		return true;
-	}
-	job_end(m, j, MC_JOB_SUCCEEDED, now);
-	return true;
-}
-
-void mc_master_drain_seg_mounted(struct mc_master *m, uint32_t slot)
-{
-	struct mc_tasks *k = m->tasks;
-	struct mc_seg *s = &m->segs[slot];
-
-	for (uint32_t i = 0; k && i < k->njobs; i++) {
-		struct mc_drain_job *j = k->jobs[i];
-
-		if (j->status > MC_JOB_RUNNING || s->state != MC_SEG_MOUNTED || !job_drains(j, s))
-			continue;
-		mc_info("drain job %" PRIu64 "-%" PRIu64 ": segment %s mounted again: it drains",
-			j->id.first, j->id.second, s->name);
-		s->state = MC_SEG_DRAINING;
-		m->targets_dirty = true;
-		j->msg[0] = '\0';
-		if (!j->cur.unit) {
-			j->laps = 0; /* a fresh lap finds what it holds */
-			j->skipped = false;
-			j->next_lap = 0;
-		} else {
-			j->skipped = true; /* the lap running may have passed it: one more */
-		}
-	}
-}
-
-/* Queue the units (keys) of one cursor step's objects. */
-static void job_collect(struct mc_master *m, struct mc_drain_job *j)
-{
-	struct mc_tasks *k = m->tasks;
-
-	k->nfound = 0;
-	k->scan_job = j;
-	mc_master_cursor_step(m, &j->cur, DRAIN_STEP_SLOTS, drain_collect, m);
-	if (j->uhead == j->nunits)
-		j->uhead = j->nunits = 0;
-	for (uint32_t i = 0; i < k->nfound; i++) {
-		struct mc_obj *o = k->found[i];
-		struct mc_repair_ent *u;
-
-		if (!o)
-			continue;
-		if (!mc_master_grow((void **)&j->units, &j->units_cap, j->nunits + 1,
-				    sizeof(*j->units)) ||
-		    !(u = mc_malloc(sizeof(*u) + o->key_len))) {
-			j->skipped = true; /* the next lap comes back for it */
-			continue;
-		}
-		memset(u, 0, sizeof(*u));
-		u->tenant = o->tenant;
-		u->key_len = o->key_len;
-		memcpy(u->key, o->key, o->key_len);
-		j->units[j->nunits++] = u;
-	}
-	k->nfound = 0;
-}
-
-/* Start the move of one queued unit, if it still has a replica to move. */
-static void job_start(struct mc_master *m, struct mc_drain_job *j, struct mc_repair_ent *u,
-		      uint64_t now)
-{
-	struct mc_tasks *k = m->tasks;
-	struct mc_obj *o = mc_master_obj_find_live(m, u->tenant, u->key, u->key_len);
-	struct mc_rep *r;
-	const char *target;
-	struct mc_task *t;
-
-	if (!o || (o->flags & MC_OBJ_PROC) || !(r = job_rep(m, j, o)))
-		return; /* gone, rewritten or moved off meanwhile */
-	if (any_task(m, o) || k->npending >= (uint64_t)m->cfg.max_total_pending_tasks) {
-		j->skipped = true; /* the next lap comes back for it */
-		return;
-	}
-	target = job_target(m, j, o);
-	if (!target) {
-		j->blocked++;
-		j->skipped = true;
-		return;
-	}
-	t = task_new(m, MC_STORE_TASK_REPLICA_MOVE, o, 1, now);
-	if (!t || !task_add_target(t, target, strlen(target))) {
-		mc_master_task_free(t);
-		j->skipped = true;
-		return;
-	}
-	task_set_source(m, t, r);
-	for (uint32_t x = 0; x < k->njobs; x++)
-		if (k->jobs[x] == j)
-			t->job = x + 1;
-	task_push(m, t);
-	j->active++;
-}
-
-/*
- * A job's progress at a tick: start queued units while fewer than
- * max_concurrency run; with the queue empty, the next cursor step fills
- * it; at the end of a lap (all its moves finished) either nothing was
- * passed over (busy objects, puts in flight, no room on a target) and the
- * job succeeds, or another lap comes back for what was, DRAIN_LAP_MS
- * after the last one began, DRAIN_LAPS laps at most.
- */
-static void job_step(struct mc_master *m, struct mc_drain_job *j, uint64_t now)
-{
-	if (j->status == MC_JOB_CREATED || j->status == MC_JOB_PLANNING)
-		j->status = MC_JOB_RUNNING;
-	if (j->status != MC_JOB_RUNNING)
-		return;
-	for (int steps = 0; steps < DRAIN_STEPS_TICK;) {
-		while (j->active < j->max_conc && j->uhead < j->nunits) {
-			struct mc_repair_ent *u = j->units[j->uhead++];
-
-			job_start(m, j, u, now);
-			mc_free(u);
-		}
-		if (j->active >= j->max_conc)
-			break;
-		if (j->cur.unit) {
-			if (mc_master_cursor_done(&j->cur)) {
-				mc_master_cursor_close(m, &j->cur);
-				j->cur.unit = 0;
-			} else {
-				job_collect(m, j);
-				steps++;
-			}
-			continue;
-		}
-		if (j->active)
-			break; /* the lap's moves finish first */
-		if (j->laps > 0 && !j->skipped) {
-			if (job_conclude(m, j, now)) /* a lap found nothing to move */
-				return;
-			break; /* a segment waits for its remount */
-		}
-		if (j->laps >= DRAIN_LAPS) {
-			snprintf(j->msg, sizeof(j->msg),
-				 "%" PRIu64 " unit(s) blocked (no space on a target), %" PRIu64
-				 " failed, after %u laps: the segments stay mounted",
-				 j->blocked, j->failed, DRAIN_LAPS);
-			job_end(m, j, MC_JOB_FAILED, now);
-			return;
-		}
-		if (j->laps > 0 && now < j->next_lap)
-			break; /* give what was busy or full a moment */
-		j->laps++;
-		j->next_lap = now + DRAIN_LAP_MS;
-		j->skipped = false;
-		if (j->laps > 1)
-			j->blocked = 0; /* what stays blocked is counted again */
-		mc_master_cursor_open(m, &j->cur);
-	}
-	j->updated = now;
-}
-
-mc_status mc_master_drain_create(struct mc_master *m, const char *const *segments,
-				 uint32_t nsegments, const char *const *targets, uint32_t ntargets,
-				 uint32_t max_concurrency, uint64_t now_ms,
-				 struct mc_store_uuid *id_out, char *err, size_t err_len)
-{
-	struct mc_tasks *k = m->tasks;
-	struct mc_drain_job *j;
-
-	if (nsegments == 0)
-		return FAILT(MC_ERR_INVALID_PARAMS, "no segments to drain");
-	for (uint32_t i = 0; i < nsegments; i++) {
-		bool mounted = false;
-
-		for (uint32_t s = 0; s < m->nsegs_slots; s++)
-			if (m->segs[s].state == MC_SEG_MOUNTED &&
-			    seg_named(&m->segs[s], segments[i], strlen(segments[i])))
-				mounted = true;
-		if (!mounted)
-			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
-				     "segment '%.80s' is not mounted (or drains already)",
-				     segments[i]);
-	}
-	for (uint32_t i = 0; i < ntargets; i++) {
-		for (uint32_t s = 0; s < nsegments; s++)
-			if (strcmp(targets[i], segments[s]) == 0)
-				return FAILT(MC_ERR_INVALID_PARAMS,
-					     "segment '%.80s' is both drained and a target",
-					     targets[i]);
-		if (!name_allocatable(m, targets[i], strlen(targets[i])))
-			return FAILT(MC_ERR_SEGMENT_NOT_FOUND,
-				     "target segment '%.80s' is not mounted", targets[i]);
-	}
-	if (!mc_master_grow((void **)&k->jobs, &k->jobs_cap, k->njobs + 1, sizeof(*k->jobs)))
-		return FAILT(MC_ERR_NOMEM, "no memory for the job");
-	j = mc_calloc(1, sizeof(*j));
-	if (!j)
-		return FAILT(MC_ERR_NOMEM, "no memory for the job");
-	j->segs = mc_calloc(nsegments, sizeof(char *));
-	j->targets = mc_calloc(ntargets ? ntargets : 1, sizeof(char *));
-	if (!j->segs || !j->targets)
-		goto nomem;
-	for (uint32_t i = 0; i < nsegments; i++)
-		if (!(j->segs[j->nsegs++] = mc_strdup(segments[i])))
-			goto nomem;
-	for (uint32_t i = 0; i < ntargets; i++)
-		if (!(j->targets[j->ntargets++] = mc_strdup(targets[i])))
-			goto nomem;
-	j->id.first = k->id_hi ^ 0x4a4f42ull;
-	j->id.second = ++k->seq;
-	j->status = MC_JOB_CREATED;
-	j->created = j->updated = now_ms;
-	j->max_conc = max_concurrency ? max_concurrency : DRAIN_DEFAULT_CONC;
-	k->jobs[k->njobs++] = j;
-	job_segs_state(m, j, MC_SEG_MOUNTED, MC_SEG_DRAINING);
-	mc_master_wal_job(m, j);
-	mc_info("drain job %" PRIu64 "-%" PRIu64 ": %u segment(s), %u target(s), concurrency %u",
-		j->id.first, j->id.second, nsegments, ntargets, j->max_conc);
-	*id_out = j->id;
-	return MC_OK;
-nomem:
-	for (uint32_t i = 0; i < j->nsegs; i++)
-		mc_free(j->segs[i]);
-	for (uint32_t i = 0; i < j->ntargets; i++)
-		mc_free(j->targets[i]);
-	mc_free(j->segs);
-	mc_free(j->targets);
-	mc_free(j);
-	return FAILT(MC_ERR_NOMEM, "no memory for the job");
-}
-
-void mc_master_drain_job_free(struct mc_drain_job *j)
-{
-	for (uint32_t s = 0; s < j->nsegs; s++)
-		mc_free(j->segs[s]);
-	for (uint32_t s = 0; s < j->ntargets; s++)
-		mc_free(j->targets[s]);
-	mc_free(j->segs);
-	mc_free(j->targets);
-	for (uint32_t u = j->uhead; u < j->nunits; u++)
-		mc_free(j->units[u]);
-	mc_free(j->units);
-	mc_free(j);
-}
-
-struct mc_drain_job *mc_master_drain_job_find(struct mc_master *m, const struct mc_store_uuid *id)
-{
-	for (uint32_t i = 0; i < m->tasks->njobs; i++)
-		if (uuid_same(&m->tasks->jobs[i]->id, id))
-			return m->tasks->jobs[i];
-	return NULL;
-}
-
-static void job_info(const struct mc_drain_job *j, struct mc_master_drain_info *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->id = j->id;
-	out->status = j->status;
-	out->created_at_ms = j->created;
-	out->updated_at_ms = j->updated;
-	out->succeeded_units = j->succeeded;
-	out->failed_units = j->failed;
-	out->blocked_units = j->blocked;
-	out->active_units = j->active;
-	out->migrated_bytes = j->bytes;
-	out->nsegments = j->nsegs;
-	out->segments = (const char *const *)j->segs;
-	out->message = j->msg;
-}
-
-mc_status mc_master_drain_query(struct mc_master *m, const struct mc_store_uuid *id,
-				struct mc_master_drain_info *out)
-{
-	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
-
-	if (!j)
-		return MC_ERR_JOB_NOT_FOUND;
-	job_info(j, out);
-	return MC_OK;
-}
-
-mc_status mc_master_drain_cancel(struct mc_master *m, const struct mc_store_uuid *id,
-				 uint64_t now_ms, struct mc_master_drain_info *out)
-{
-	struct mc_drain_job *j = mc_master_drain_job_find(m, id);
-
-	if (!j)
-		return MC_ERR_JOB_NOT_FOUND;
-	if (j->status == MC_JOB_CREATED || j->status == MC_JOB_PLANNING ||
-	    j->status == MC_JOB_RUNNING) {
-		snprintf(j->msg, sizeof(j->msg), "canceled");
-		job_end(m, j, MC_JOB_CANCELED, now_ms);
-	}
-	job_info(j, out);
-	return MC_OK;
-}
-
-const char *mc_master_job_status_name(int status)
-{
-	static const char *const names[] = {"CREATED",	 "PLANNING", "RUNNING",
-					    "SUCCEEDED", "FAILED",   "CANCELED"};
-
-	return status >= 0 && status < (int)MC_ARRAY_SIZE(names) ? names[status] : "UNKNOWN";
-}
-
-/* ------------------------------------------------------------------------ */
 /* tick and lifecycle                                                        */
 
 static void scan_active(struct mc_master *m, uint64_t now)
@@ -1798,12 +1310,13 @@ static void scan_active(struct mc_master *m, uint64_t now)
 				task_finish(m, i--, MC_ERR_TIMEOUT, "not handed out in time", now);
 				continue;
 			}
-			if (mem_live(m, &t->src) && !m->segs[t->src.seg].unreachable) {
+			if (mc_master_rep_mem_live(m, &t->src) &&
+			    !m->segs[t->src.seg].unreachable) {
 				uint32_t c = m->segs[t->src.seg].client;
 
 				/* restored from the log: its owner mounted it again */
 				if (c != t->client && c < m->nclient_slots && m->clients[c].alive) {
-					task_set_source(m, t, &t->src);
+					mc_master_task_set_source(m, t, &t->src);
 					task_changed(m, t);
 				}
 				if (t->client < m->nclient_slots && m->clients[t->client].alive)
@@ -1813,7 +1326,7 @@ static void scan_active(struct mc_master *m, uint64_t now)
 				continue; /* restored: its segment is not mounted again yet */
 			/* its source went: a copy takes another, a move fails */
 			if (t->type == MC_STORE_TASK_REPLICA_COPY && pick_source(m, t->o, &src)) {
-				task_set_source(m, t, &src);
+				mc_master_task_set_source(m, t, &src);
 				task_changed(m, t);
 				continue;
 			}
@@ -1839,7 +1352,7 @@ void mc_master_tasks_tick(struct mc_master *m, uint64_t now_ms)
 	if (k->rq_head < k->nrq)
 		repair_run(m, now_ms);
 	for (uint32_t i = 0; i < k->njobs; i++)
-		job_step(m, k->jobs[i], now_ms);
+		mc_master_drain_step(m, k->jobs[i], now_ms);
 }
 
 mc_status mc_master_tasks_init(struct mc_master *m)

@@ -1,7 +1,8 @@
 /*
  * master/tasks_int.h - the task manager's tables (master/tasks.c), shared
- * with their write-ahead log records (master/tasks_wal.c) and nothing
- * else: the rest of the master reaches tasks through master_int.h.
+ * with the drain jobs (master/drain.c) and their write-ahead log records
+ * (master/tasks_wal.c) and nothing else: the rest of the master reaches
+ * tasks through master_int.h.
  */
 #ifndef MC_MASTER_TASKS_INT_H
 #define MC_MASTER_TASKS_INT_H
@@ -17,6 +18,9 @@ struct mc_snap_writer;
 #define TASK_MSG  160
 #define HEAT_ROWS 4    /* dynamic replication's count-min sketch */
 #define HEAT_COLS 4096 /* 32 KiB of u16 counters */
+
+/* an error's status, with its text in err (err_len bytes) */
+#define FAILT(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
 
 enum { DYNREP_OFF, DYNREP_OBSERVE, DYNREP_ENFORCE };
 
@@ -119,9 +123,41 @@ static inline bool mc_master_task_logged(const struct mc_task *t)
 	return !t->repair && !t->job;
 }
 
+/* ---- tasks.c, for drain.c ---- */
+
+bool mc_master_uuid_same(const struct mc_store_uuid *a, const struct mc_store_uuid *b);
+bool mc_master_seg_named(const struct mc_seg *s, const char *name, size_t len);
+/* A memory replica on a segment still mounted (any state but gone). */
+bool mc_master_rep_mem_live(const struct mc_master *m, const struct mc_rep *r);
+/* o has a live memory replica on a segment called name. */
+struct mc_rep *mc_master_rep_on(const struct mc_master *m, struct mc_obj *o, const char *name,
+				size_t len);
+/* A segment called name that takes new replicas (mounted, reachable). */
+bool mc_master_seg_name_allocatable(const struct mc_master *m, const char *name, size_t len);
+/* The value bytes t moved (t->size less the object's chunk-sum trailer). */
+uint64_t mc_master_task_value_bytes(const struct mc_task *t);
+/* A new pending task of type on o for ntargets targets; NULL: no memory. */
+struct mc_task *mc_master_task_new(struct mc_master *m, uint8_t type, struct mc_obj *o,
+				   uint32_t ntargets, uint64_t now);
+bool mc_master_task_add_target(struct mc_task *t, const char *name, size_t len);
+void mc_master_task_set_source(struct mc_master *m, struct mc_task *t, const struct mc_rep *r);
+/* t onto the active list, pending. */
+void mc_master_task_push(struct mc_master *m, struct mc_task *t);
+/* Any task (an operator's, a repair, a drain's move) holds o. */
+bool mc_master_task_any(const struct mc_master *m, const struct mc_obj *o);
+/* A segment to copy o to (mounted, reachable, with room, holding none of
+ * o's replicas); NULL when there is none. */
+const struct mc_seg *mc_master_repair_target(struct mc_master *m, struct mc_obj *o);
+
+/* ---- drain.c: drain jobs ---- */
+
 void mc_master_drain_job_free(struct mc_drain_job *j);
 /* The drain job of id, or NULL. */
 struct mc_drain_job *mc_master_drain_job_find(struct mc_master *m, const struct mc_store_uuid *id);
+/* A drain's move task t finished with st: the job's counters. */
+void mc_master_drain_unit_done(struct mc_master *m, struct mc_task *t, mc_status st);
+/* j's share of the tick: collect, start moves, conclude. */
+void mc_master_drain_step(struct mc_master *m, struct mc_drain_job *j, uint64_t now);
 
 /* ---- tasks_wal.c: tasks and drain jobs in the log and snapshots ---- */
 
