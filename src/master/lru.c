@@ -3,7 +3,7 @@
  * paper 4.6, issue 17 part 3): a put whose preferred segment is full
  * makes room there by evicting that segment's least recently used
  * objects (master.c's make_room calls mc_master_evict_target), never a
- * leased or pinned one.  The master's own eviction (objects.c) is global
+ * leased or pinned one.  The master's own eviction (tick.c) is global
  * and by watermark; this one is per segment and on demand.
  */
 #define MC_LOG_MODULE "master"
@@ -13,7 +13,7 @@
 #include "base/alloc.h"
 #include "master/master_int.h"
 
-#define LRU_WINDOW (1u << 18) /* slots one scan looks at, as objects.c's rounds */
+#define LRU_WINDOW (1u << 18) /* slots one scan looks at, as tick.c's rounds */
 
 /* o has a live memory replica on a segment slot of target t */
 static bool on_target(const struct mc_master *m, const struct mc_obj *o, uint32_t t)

@@ -1,8 +1,8 @@
 /*
  * master/master_int.h - the master's private tables, shared by master.c
  * (the request handlers), jobs.c (the requests run in slices), objects.c
- * (tables, eviction, tick, queries) and ssd.c (the SSD tier).  Nothing
- * outside src/master/ includes this.
+ * (tables, queries), tick.c (eviction, the tick) and ssd.c (the SSD
+ * tier).  Nothing outside src/master/ includes this.
  *
  * The byte budget of an object and the reasons for each layout choice are
  * written at the top of objects.c.
@@ -25,6 +25,8 @@
 #define MC_MASTER_MAX_PREFERRED 64u   /* preferred segment names honoured per put */
 #define MC_MASTER_NO_CLIENT	UINT32_MAX
 #define MC_MASTER_NO_AUX	UINT32_MAX
+/* the object table's fewest slots (objects.c, tick.c) */
+#define MC_MASTER_MIN_SLOTS 1024u
 
 /* No user-space mapping ends above 2^57 (x86-64 with 5-level paging; 2^52 on arm64). */
 #define MC_MASTER_MAX_USER_ADDR (1ull << 57)
@@ -550,7 +552,7 @@ static inline bool mc_master_leased(const struct mc_master *m, const struct mc_o
 	return o->t > now_ms || now_ms < m->lease_floor_ms;
 }
 /* o may be evicted now: complete, unleased, not pinned (soft pins
- * included), memory to free, no disk copy owed (objects.c). */
+ * included), memory to free, no disk copy owed (tick.c). */
 bool mc_master_obj_evictable(const struct mc_master *m, const struct mc_obj *o, uint64_t now_ms);
 /* Per-segment LRU (lru.c): drop the want least recently used evictable
  * objects' replicas on target t (never keep's); returns how many went. */

@@ -142,7 +142,7 @@ static void table_place(uint64_t *slots, uint64_t mask, uint64_t s, uint64_t h)
  * since nothing is inserted into the old table that first slot stays empty
  * and bounds the last run.  Lookups and deletes look in the new table,
  * then the old one; inserts go to the new one, the tick moves slots for
- * a bounded time (objects.c) and each insert moves a few (migrate_step).
+ * a bounded time (tick.c) and each insert moves a few (migrate_step).
  *
  * How many per insert.  A moved slot costs two cache misses (the object,
  * to rehash its key, and its new home), 0.3-0.5 us at tens of millions of
