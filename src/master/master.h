@@ -144,7 +144,7 @@ void mc_master_job_free(struct mc_master *m, struct mc_master_job *j);
 
 /*
  * For a daemon that checks a mount before it lets the master apply it
- * (server.c's mount probe: does each new segment's transfer engine answer?).
+ * (server_probe.c's mount probe: does each new segment's transfer engine answer?).
  * The master itself never probes anything; these only read its state.
  *
  * mount_acceptable: req is a MountSegment or ReMountSegment that passes the

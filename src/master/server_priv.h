@@ -157,7 +157,7 @@ struct mc_master_server {
 	struct mc_accept_guard accept_guard; /* its refused and paused, likewise */
 
 	/*
-	 * Mount probes (server.c, "mount probes"): a MountSegment or
+	 * Mount probes (server_probe.c): a MountSegment or
 	 * ReMountSegment with a new segment waits, its connection's later
 	 * frames unread, while a probe thread checks that each new segment's
 	 * transfer engine answers a Probe; the loop applies or refuses it

@@ -225,7 +225,7 @@ static void as_msg(uint16_t type, const void *body, struct mc_buf *b, struct mc_
 	assert_int_equal(mc_store_msg_decode(b->data, b->len, MC_PROTO_MAX_PAYLOAD, out), MC_OK);
 }
 
-/* What the daemon's mount probe asks, and how it refuses (server.c). */
+/* What the daemon's mount probe asks, and how it refuses (server_probe.c). */
 static void test_mount_probe_queries_and_refuse(void **state)
 {
 	struct mt *t = mt_new_default();
