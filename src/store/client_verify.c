@@ -160,9 +160,11 @@ static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t e
  * An object written with minor 10 (proto.h "Chunk-sum trailers") carries
  * the sum of each MC_STORE_TCHUNK of it in a trailer after its bytes, in
  * every replica, and the master keeps the trailer's hash.  The writer
- * hashes each byte once, chunk by chunk, while the batch moves them, and
- * writes the trailer as one more request of the same batch
- * (client_xfer.c, put_trailers).  A reader of any part of it, the whole
+ * hashes each byte once, chunk by chunk: while its Start is in flight, as
+ * far as the answer lets it (mc_store_verify_ahead, run by
+ * mc_master_conn_call_working where the caller would poll), the rest
+ * while the batch moves them; it writes the trailer as one more request
+ * of the same batch (client_xfer.c, put_trailers).  A reader of any part of it, the whole
  * object or a range widened to the chunks it touches (client_ranges.c),
  * reads the trailer in the same batch, checks the trailer's hash, then
  * each chunk it read against its entry: a 64 KiB range moves at most 96
