@@ -20,7 +20,11 @@ kernel do not get: that figure is the CPU cost.  With --netns-mbit R (as
 root, needs `ip netns` and `tc`) the holder runs in its own network
 namespace behind a veth pair limited to R Mbit/s each way (tbf), the
 client and the master stay in this one, and the hash has a network-bound
-transfer to hide behind, as on an ordinary network.
+transfer to hide behind, as on an ordinary network.  R may be a list
+(--netns-mbit 10000,25000): every round then runs both sides at each rate
+in turn (the link's rate changed in place with `tc qdisc replace`, the
+order of the rates and of on/off flipped every round), so the figures of
+all rates come from one sitting; each row of the table names its rate.
 
 With --cases=range, get_range reads one --range-len range (default 64
 KiB) of each object at an unaligned offset (get_into_ranges): with
@@ -29,7 +33,7 @@ against the writer's sums (16 KiB chunks and the object's trailer, protocol
 minor 10; a minor-9 writer's 256 KiB chunks); GB/s counts the range's bytes.
 
 usage: bench/store_verify.py [--build build] [--runs 5] [--duration 2] [--cases zc,copy,batch]
-                             [--range-len 64k] [--shm] [--netns-mbit R] [--window BYTES] [--json]
+                             [--range-len 64k] [--shm] [--netns-mbit R[,R...]] [--window BYTES] [--json]
 """
 import argparse
 import json
@@ -52,17 +56,27 @@ def sh(cmd, check=True):
                    stderr=subprocess.DEVNULL if not check else None)
 
 
+def tbf(mbit):
+    return f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
+
+
 def netns_up(mbit):
     """NS behind a veth pair, NET.1 here and NET.2 there, each end limited
     to mbit Mbit/s (tbf)."""
     netns_down()
     a, b = VETH
-    rate = f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
     sh(f"ip netns add {NS} && ip link add {a} type veth peer name {b} && "
        f"ip link set {b} netns {NS} && ip addr add {NET}.1/24 dev {a} && ip link set {a} up && "
        f"ip netns exec {NS} ip addr add {NET}.2/24 dev {b} && "
-       f"ip netns exec {NS} ip link set {b} up && ip netns exec {NS} ip link set lo up && "
-       f"tc qdisc add dev {a} root {rate} && ip netns exec {NS} tc qdisc add dev {b} root {rate}")
+       f"ip netns exec {NS} ip link set {b} up && ip netns exec {NS} ip link set lo up")
+    netns_rate(mbit)
+
+
+def netns_rate(mbit):
+    """Both ends of the veth pair limited to mbit Mbit/s from now on."""
+    a, b = VETH
+    sh(f"tc qdisc replace dev {a} root {tbf(mbit)} && "
+       f"ip netns exec {NS} tc qdisc replace dev {b} root {tbf(mbit)}")
 
 
 def netns_down():
@@ -125,16 +139,24 @@ def main():
     ap.add_argument("--shm", action="store_true", help="let same-host engines use shm")
     ap.add_argument("--window", default="",
                     help="store_bench's --window (bytes per round; smaller for slow links)")
-    ap.add_argument("--netns-mbit", type=int, default=0,
-                    help="holder in its own network namespace, links of R Mbit/s (root)")
+    ap.add_argument("--netns-mbit", default="",
+                    help="holder in its own network namespace, links of R Mbit/s (root); "
+                         "a comma-separated list runs each rate every round")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    try:
+        rates = [int(r) for r in args.netns_mbit.split(",") if r] if args.netns_mbit else [0]
+    except ValueError:
+        sys.exit(f"--netns-mbit: {args.netns_mbit!r} is not a list of Mbit/s")
+    if not rates or (any(r <= 0 for r in rates) and rates != [0]):
+        sys.exit("--netns-mbit: every rate must be a positive number of Mbit/s")
+    args.netns_mbit = rates[0]
     if args.netns_mbit:
         if args.shm:
             sys.exit("--netns-mbit and --shm exclude each other")
         netns_up(args.netns_mbit)
 
-    got = {}  # (case, size, verify) -> [GB/s]
+    got = {}  # (mbit, case, size, verify) -> [GB/s]
     load0 = os.getloadavg()
     extra = ([f"--rpc_address={NET}.1", f"--http_metadata_server_host={NET}.1"]
              if args.netns_mbit else [])
@@ -152,46 +174,51 @@ def main():
         for i in range(args.runs):
             order = (True, False) if i % 2 == 0 else (False, True)
             print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
-            for verify in order:
-                for j in run_bench(args.build, m, verify, args.duration, args.cases, args.shm,
-                                   args.netns_mbit, args.window, args.range_len):
-                    if "gbps" in j:
-                        got.setdefault((j["case"], j["size"], verify), []).append(j["gbps"])
+            for mbit in (rates if i % 2 == 0 else rates[::-1]):
+                if len(rates) > 1:
+                    netns_rate(mbit)
+                for verify in order:
+                    for j in run_bench(args.build, m, verify, args.duration, args.cases,
+                                       args.shm, mbit, args.window, args.range_len):
+                        if "gbps" in j:
+                            got.setdefault((mbit, j["case"], j["size"], verify),
+                                           []).append(j["gbps"])
     finally:
         m.stop()
         if args.netns_mbit:
             netns_down()
 
     rows = []
-    for (case, size, verify) in sorted(got):
+    for (mbit, case, size, verify) in sorted(got):
         if not verify:
             continue
-        on = statistics.median(got[(case, size, True)])
-        off = statistics.median(got.get((case, size, False), [float("nan")]))
-        offs = got.get((case, size, False), [float("nan")])
-        rows.append({"case": case, "size": size, "on_gbps": round(on, 3),
+        ons = got[(mbit, case, size, True)]
+        offs = got.get((mbit, case, size, False), [float("nan")])
+        on, off = statistics.median(ons), statistics.median(offs)
+        rows.append({"mbit": mbit, "case": case, "size": size, "on_gbps": round(on, 3),
                      "off_gbps": round(off, 3), "ratio": round(on / off, 3),
-                     "on_min": round(min(got[(case, size, True)]), 3),
-                     "on_max": round(max(got[(case, size, True)]), 3),
+                     "on_min": round(min(ons), 3), "on_max": round(max(ons), 3),
                      "off_min": round(min(offs), 3), "off_max": round(max(offs), 3)})
     load1 = os.getloadavg()
     loaded = max(load0[0], load1[0]) > (os.cpu_count() or 1) / 2
     if args.json:
         print(json.dumps({"load_before": load0[0], "load_after": load1[0],
                           "cpus": os.cpu_count(), "runs": args.runs,
-                          "netns_mbit": args.netns_mbit,
+                          "netns_mbit": rates if rates != [0] else 0,
                           "duration": args.duration, "rows": rows}))
         return
     print(f"runs={args.runs} duration={args.duration}s (medians, min-max), "
           f"transport={'default (same-host allowed)' if args.shm else 'tcp'}"
-          + (f" across namespaces at {args.netns_mbit} Mbit/s" if args.netns_mbit
+          + (f" across namespaces at {'/'.join(map(str, rates))} Mbit/s" if args.netns_mbit
              else " over loopback") + ", "
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after on {os.cpu_count()} cpus"
           + (" (loaded: provisional)" if loaded else ""))
-    print(f"{'case':<16} {'size':>8} {'on GB/s':>9} {'(min-max)':>13} {'off GB/s':>9} "
+    print((f"{'Mbit/s':>7} " if args.netns_mbit else "") +
+          f"{'case':<16} {'size':>8} {'on GB/s':>9} {'(min-max)':>13} {'off GB/s':>9} "
           f"{'(min-max)':>13} {'on/off':>7}")
     for r in rows:
-        print(f"{r['case']:<16} {r['size'] >> 20:>6}Mi {r['on_gbps']:>9.3f} "
+        print((f"{r['mbit']:>7} " if args.netns_mbit else "") +
+              f"{r['case']:<16} {r['size'] >> 20:>6}Mi {r['on_gbps']:>9.3f} "
               f"{r['on_min']:>6.2f}-{r['on_max']:<6.2f} {r['off_gbps']:>9.3f} "
               f"{r['off_min']:>6.2f}-{r['off_max']:<6.2f} {r['ratio']:>7.3f}")
 

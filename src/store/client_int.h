@@ -204,6 +204,7 @@ struct mc_store_io {
 	 * against its entry */
 	uint64_t tlen, tbl_at, tbl_first;
 	uint64_t *tsums;
+	uint64_t tsigned; /* a write's chunks whose sums are in tsums so far */
 	char *tbl;
 	bool twritten;	       /* a write's trailer is written or queued */
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
@@ -392,13 +393,15 @@ void mc_store_put_many(struct mc_store *s, const char *const *keys, void *const 
 /*
  * BatchPutStart (BatchUpsertStart when upsert) for keys[sent[j]], j < nsent,
  * of totals[sent[j]] bytes.  On MC_OK resp holds one item per sent key, in
- * order.
+ * order.  ahead (may be NULL): writes signed while the call is in flight
+ * (mc_store_verify_ahead).
  */
+struct mc_store_ahead;
 mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 				  const uint64_t *totals, const uint64_t *trailers,
 				  const uint32_t *sent, uint32_t nsent,
 				  const struct mc_store_config *cfg, bool upsert,
-				  struct mc_store_msg *resp);
+				  struct mc_store_ahead *ahead, struct mc_store_msg *resp);
 /* The chunk-sum trailer of the len bytes at p into out
  * (mc_store_trailer_len(len) bytes). */
 void mc_store_trailer_build(const void *p, uint64_t len, void *out);
@@ -524,6 +527,16 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 /* Writes: the checksum of every io with status MC_OK that asked for one
  * (sign) and lies in host memory, when s->verify. */
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* Signing ahead: the writes ios[0..n) (bufs, lens, nbufs, len, tlen,
+ * sign, status set) hashed a piece per call of mc_store_verify_ahead
+ * while their Start is in flight (mc_master_conn_call_working); what is
+ * left, mc_store_verify_sign does. */
+struct mc_store_ahead {
+	struct mc_store *s;
+	struct mc_store_io *ios;
+	size_t n, next;
+};
+bool mc_store_verify_ahead(void *ahead);
 /* Reads checked by a trailer: one buffer for all their trailers (each
  * io's tbl points into it; the caller frees it), or NULL when none is
  * (no memory: they are read unchecked). */

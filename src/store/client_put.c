@@ -118,6 +118,7 @@ static mc_status put_one_body(struct mc_store *s, const char *key, void *const *
 	struct mc_store_fs_job *job = NULL;
 	struct mc_store_msg resp;
 	struct mc_store_io io;
+	struct mc_store_ahead ahead = {.s = s, .ios = &io, .n = 1};
 	uint64_t views = mc_master_conn_leader_changes(s->conn);
 	int redone = 0;
 	mc_status rc;
@@ -129,6 +130,15 @@ again:
 		if (!preferred)
 			return MC_ERR_NOMEM;
 	}
+	memset(&io, 0, sizeof(io));
+	io.bufs = bufs;
+	io.lens = lens;
+	io.nbufs = nbufs;
+	io.len = len;
+	io.key = mc_proto_str_c(key);
+	io.tlen = mc_store_trailer_for(s, len); /* minor 10 */
+	io.sign = true;
+	ahead.next = 0;
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;
 	req.tenant = mc_store_tenant(s);
@@ -136,27 +146,24 @@ again:
 	req.value_len = len;
 	req.group_id = mc_proto_str_c(group_of(cfg, 0));
 	make_config(s, cfg, preferred, &req.config);
-	req.trailer_len.value = mc_store_trailer_for(s, len); /* minor 10 */
+	req.trailer_len.value = io.tlen;
 	req.trailer_len.present = req.trailer_len.value != 0;
-	rc = mc_master_conn_call(s->conn, upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
-				 &resp);
+	/* the bytes are hashed while the Start is in flight, as far as it
+	 * lets them; the rest while the batch moves them (run_pass) */
+	rc = mc_master_conn_call_working(s->conn,
+					 upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
+					 &resp, mc_store_verify_ahead, &ahead);
 	if (preferred != preferred_stack)
 		mc_free(preferred);
+	if (rc != MC_OK)
+		mc_store_io_sums_free(&io);
 	if (rc == MC_ERR_OBJECT_ALREADY_EXISTS && !upsert)
 		return MC_OK; /* insert-if-absent: upstream reports success */
 	if (rc != MC_OK)
 		return rc;
 
-	memset(&io, 0, sizeof(io));
-	io.bufs = bufs;
-	io.lens = lens;
-	io.nbufs = nbufs;
-	io.len = len;
-	io.key = mc_proto_str_c(key);
 	io.reps = resp.body.put_start_resp.replicas;
 	io.nreps = resp.body.put_start_resp.n_replicas;
-	io.tlen = req.trailer_len.value;
-	io.sign = true;
 	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
 	if (io.status == MC_OK)
 		mc_store_run_transfers(s, &io, 1, MC_OP_WRITE);
@@ -214,7 +221,7 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 				  const uint64_t *totals, const uint64_t *trailers,
 				  const uint32_t *sent, uint32_t nsent,
 				  const struct mc_store_config *cfg, bool upsert,
-				  struct mc_store_msg *resp)
+				  struct mc_store_ahead *ahead, struct mc_store_msg *resp)
 {
 	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
 	struct mc_store_batch_put_start_req req;
@@ -251,9 +258,9 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 	req.items = items;
 	req.n_trailers = tls ? nsent : 0; /* minor 10 */
 	req.trailers = tls;
-	rc = mc_master_conn_call(s->conn,
-				 upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START,
-				 &req, resp);
+	rc = mc_master_conn_call_working(
+		s->conn, upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START, &req,
+		resp, ahead ? mc_store_verify_ahead : NULL, ahead);
 	if (rc == MC_OK && resp->body.batch_put_start_resp.n_items != nsent) {
 		uint32_t got = resp->body.batch_put_start_resp.n_items;
 		mc_store_msg_release(resp);
@@ -304,6 +311,7 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	bool any_disk = false;
 	struct mc_store_io *ios = NULL;
 	uint64_t *tls = NULL; /* per key: its trailer (minor 10) */
+	struct mc_store_ahead ahead;
 	struct mc_store_msg resp;
 	bool have_resp = false;
 	uint32_t nsent = 0, nend = 0, nrev = 0;
@@ -330,23 +338,28 @@ static void put_many(struct mc_store *s, const char *const *keys, void *const *c
 	}
 	if (nsent == 0)
 		goto out;
-	rc = mc_store_send_put_start(s, keys, totals, tls, sent, nsent, cfg, upsert, &resp);
-	if (rc != MC_OK)
-		goto fail_all;
-	have_resp = true;
 	for (uint32_t j = 0; j < nsent; j++) {
-		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
 		uint32_t i = sent[j];
 		struct mc_store_io *io = &ios[j];
 		io->bufs = bufs[i];
 		io->lens = lens[i];
 		io->nbufs = nbufs[i];
 		io->len = totals[i];
-		io->reps = it->replicas;
-		io->nreps = it->n_replicas;
 		io->key = mc_proto_str_c(keys[i]);
 		io->tlen = tls[i];
 		io->sign = true;
+	}
+	/* hashed while the Start is in flight, as far as it lets them */
+	ahead = (struct mc_store_ahead){.s = s, .ios = ios, .n = nsent};
+	rc = mc_store_send_put_start(s, keys, totals, tls, sent, nsent, cfg, upsert, &ahead, &resp);
+	if (rc != MC_OK)
+		goto fail_all;
+	have_resp = true;
+	for (uint32_t j = 0; j < nsent; j++) {
+		const struct mc_store_put_start_item *it = &resp.body.batch_put_start_resp.items[j];
+		struct mc_store_io *io = &ios[j];
+		io->reps = it->replicas;
+		io->nreps = it->n_replicas;
 		io->status = (mc_status)it->status;
 		if (io->status == MC_OK && io->nreps == 0)
 			io->status = MC_ERR_INVALID_REPLICA;

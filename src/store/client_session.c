@@ -561,7 +561,7 @@ mc_status mc_store_batch_put_session_start(struct mc_store *s, const char *const
 	if (!nsent)
 		goto out;
 	/* no trailer: a session's chunk sums are minor 9's (design.md) */
-	rc = mc_store_send_put_start(s, keys, sizes, NULL, sent, nsent, config, false, &resp);
+	rc = mc_store_send_put_start(s, keys, sizes, NULL, sent, nsent, config, false, NULL, &resp);
 	if (rc != MC_OK)
 		goto out;
 	for (uint32_t j = 0; j < nsent; j++) {

@@ -160,9 +160,11 @@ static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t e
  * An object written with minor 10 (proto.h "Chunk-sum trailers") carries
  * the sum of each MC_STORE_TCHUNK of it in a trailer after its bytes, in
  * every replica, and the master keeps the trailer's hash.  The writer
- * hashes each byte once, chunk by chunk, while the batch moves them, and
- * writes the trailer as one more request of the same batch
- * (client_xfer.c, put_trailers).  A reader of any part of it, the whole
+ * hashes each byte once, chunk by chunk: while its Start is in flight, as
+ * far as the answer lets it (mc_store_verify_ahead, run by
+ * mc_master_conn_call_working where the caller would poll), the rest
+ * while the batch moves them; it writes the trailer as one more request
+ * of the same batch (client_xfer.c, put_trailers).  A reader of any part of it, the whole
  * object or a range widened to the chunks it touches (client_ranges.c),
  * reads the trailer in the same batch, checks the trailer's hash, then
  * each chunk it read against its entry: a 64 KiB range moves at most 96
@@ -313,6 +315,63 @@ static uint64_t hash_chunks(const struct mc_store_io *io, uint64_t *sums)
 	return XXH3_64bits_digest(&whole);
 }
 
+/* Sign io's trailer (minor 10), at most max more of its chunks: the sum
+ * of each into tsums, then once all are, the trailer's hash, the object's
+ * checksum.  Resumes where the last call stopped (tsigned), so a write
+ * may be signed in pieces, ahead of its transfer and during it.  True
+ * when io is signed or will not be (verification off, device memory, no
+ * memory: unsigned, read unchecked). */
+static bool sign_trailer(struct mc_store *s, struct mc_store_io *io, uint64_t max)
+{
+	uint64_t nc = (io->len + MC_STORE_TCHUNK - 1) / MC_STORE_TCHUNK, end;
+	size_t b = 0;
+	uint64_t bo = 0;
+
+	if (!io->tsums) {
+		if (!s->verify || !host_only(s, io) || io->tlen != mc_store_trailer_len(io->len) ||
+		    !(io->tsums = mc_malloc((size_t)io->tlen))) {
+			io->sign = false;
+			return true;
+		}
+		io->tsigned = 0;
+	}
+	end = nc - io->tsigned > max ? io->tsigned + max : nc;
+	for (uint64_t c = io->tsigned; c < end; c++) {
+		uint64_t off = c * MC_STORE_TCHUNK;
+
+		mc_put_le64((uint8_t *)&io->tsums[c],
+			    span_hash(io, off, MC_MIN(off + MC_STORE_TCHUNK, io->len), &b, &bo));
+	}
+	io->tsigned = end;
+	if (end < nc)
+		return false;
+	io->cksum = hash64(io->tsums, (size_t)io->tlen);
+	io->has_cksum = true;
+	io->sign = false;
+	return true;
+}
+
+/* Chunks (MC_STORE_TCHUNK) a piece of signing ahead hashes: 64 KiB, a few
+ * microseconds, so that an answer that arrives meanwhile waits little. */
+#define AHEAD_CHUNKS 4
+
+bool mc_store_verify_ahead(void *arg)
+{
+	struct mc_store_ahead *a = arg;
+
+	while (a->next < a->n) {
+		struct mc_store_io *io = &a->ios[a->next];
+
+		if (!io->sign || io->status != MC_OK || !io->tlen ||
+		    sign_trailer(a->s, io, AHEAD_CHUNKS)) {
+			a->next++;
+			continue;
+		}
+		return true;
+	}
+	return false;
+}
+
 void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -321,18 +380,13 @@ void mc_store_verify_sign(struct mc_store *s, struct mc_store_io *ios, size_t n)
 
 		if (!io->sign || io->status != MC_OK)
 			continue;
+		if (io->tlen) { /* minor 10: the trailer, and its hash */
+			(void)sign_trailer(s, io, UINT64_MAX);
+			continue;
+		}
 		io->sign = false; /* once, even if a later pass runs */
 		if (!s->verify || !host_only(s, io))
 			continue;
-		if (io->tlen) { /* minor 10: the trailer, and its hash */
-			if (io->tlen != mc_store_trailer_len(io->len) ||
-			    !(io->tsums = mc_malloc((size_t)io->tlen)))
-				continue; /* no memory: unsigned, read unchecked */
-			hash_trailer(io, io->tsums);
-			io->cksum = hash64(io->tsums, (size_t)io->tlen);
-			io->has_cksum = true;
-			continue;
-		}
 		io->chunk_sums = nc && nc <= UINT32_MAX ? mc_malloc(nc * sizeof(uint64_t)) : NULL;
 		if (io->chunk_sums) {
 			io->nchunks = (uint32_t)nc;

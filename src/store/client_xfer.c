@@ -239,8 +239,9 @@ static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_sto
 		struct mc_store_io *io = &ios[i];
 
 		if (io->status != MC_OK || !io->tlen || io->twritten ||
-		    (mode != TR_COUNT && !io->tsums))
-			continue; /* not signed (device memory, no memory): unchecked */
+		    (mode != TR_COUNT && !(io->tsums && io->has_cksum)))
+			continue; /* not signed yet, or never (device memory, no
+				   * memory: unchecked) */
 		for (uint32_t j = 0; j < io->nreps && io->status == MC_OK; j++) {
 			const struct mc_store_replica *r = &io->reps[j];
 			struct mc_xfer_req req = {.opcode = MC_OP_WRITE, .source = io->tsums};
@@ -316,6 +317,10 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 		mc_store_verify_pass_end(s, vp); /* cannot be: the check after hashes */
 		vp = NULL;
 	}
+	/* the trailers of writes signed ahead (mc_store_verify_ahead) go
+	 * with their values */
+	if (rc == MC_OK && opcode == MC_OP_WRITE)
+		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
 	if (rc == MC_OK) {
 		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)

@@ -98,6 +98,8 @@ struct call {
 	struct mc_list node; /* on conn->pending while waiting */
 	uint64_t id;
 	pthread_cond_t cond; /* answer in, call failed, or the read role is free */
+	mc_master_conn_work_fn work; /* the caller's while it waits; NULL: none (left) */
+	void *work_arg;
 	bool done;
 	mc_status status; /* transport outcome once done */
 	uint8_t *frame;	  /* the answer: inline_buf or allocated */
@@ -655,6 +657,11 @@ static void lead_locked(struct mc_master_conn *c, struct call *k, uint64_t deadl
 			mark_broken_locked(c, MC_ERR_RPC_FAIL);
 			break;
 		}
+		if (k->work) { /* the caller's work instead of polling idle */
+			if (!k->work(k->work_arg))
+				k->work = NULL;
+			continue;
+		}
 		if (spin_until) {
 			if (mc_now_us() < spin_until) {
 				sched_yield(); /* keep the CPU awake, not away from others */
@@ -828,6 +835,13 @@ static void wait_answer_locked(struct mc_master_conn *c, struct call *k, uint64_
 				release_role_locked(c);
 			break;
 		}
+		if (k->work) { /* another reads: work, then look again */
+			pthread_mutex_unlock(&c->lock);
+			if (!k->work(k->work_arg))
+				k->work = NULL;
+			pthread_mutex_lock(&c->lock);
+			continue;
+		}
 		cond_wait_until(&k->cond, &c->lock, deadline);
 	}
 }
@@ -882,16 +896,18 @@ static void leave_unlock(struct mc_master_conn *c)
 /* One try; *sent (may be NULL) says whether the request was written, so
  * that a failure after it is a lost answer, not a master never reached. */
 static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
-			   struct mc_store_msg *resp_out, bool *sent);
+			   struct mc_store_msg *resp_out, bool *sent, mc_master_conn_work_fn fn,
+			   void *arg);
 
 static mc_status call_once(struct mc_master_conn *c, uint16_t type, const void *body,
 			   struct mc_store_msg *resp_out)
 {
-	return call_sent(c, type, body, resp_out, NULL);
+	return call_sent(c, type, body, resp_out, NULL, NULL, NULL);
 }
 
 static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *body,
-			   struct mc_store_msg *resp_out, bool *sent)
+			   struct mc_store_msg *resp_out, bool *sent, mc_master_conn_work_fn fn,
+			   void *arg)
 {
 	uint64_t deadline = deadline_after(c->timeout_ms);
 	/* read now: once this call has left, mc_master_conn_free may free c */
@@ -912,6 +928,8 @@ static mc_status call_sent(struct mc_master_conn *c, uint16_t type, const void *
 	pthread_mutex_unlock(&c->lock);
 	memset(&k, 0, offsetof(struct call, inline_buf));
 	k.id = atomic_fetch_add_explicit(&c->next_id, 1, memory_order_relaxed);
+	k.work = fn;
+	k.work_arg = arg;
 	rc = mc_store_request_encode(b, type, k.id, body);
 	if (rc == MC_OK) {
 		cond_init_mono(&k.cond);
@@ -1114,6 +1132,13 @@ static mc_status restart_put(struct mc_master_conn *c, uint16_t type, const void
 mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
 			      struct mc_store_msg *resp_out)
 {
+	return mc_master_conn_call_working(c, type, body, resp_out, NULL, NULL);
+}
+
+mc_status mc_master_conn_call_working(struct mc_master_conn *c, uint16_t type, const void *body,
+				      struct mc_store_msg *resp_out, mc_master_conn_work_fn fn,
+				      void *arg)
+{
 	const bool start = type == MC_STORE_PUT_START || type == MC_STORE_BATCH_PUT_START;
 	bool sent = false;
 	mc_status rc;
@@ -1124,7 +1149,7 @@ mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const voi
 	if (rc != MC_OK)
 		return rc;
 	pthread_mutex_unlock(&c->lock);
-	rc = call_sent(c, type, body, resp_out, &sent);
+	rc = call_sent(c, type, body, resp_out, &sent, fn, arg);
 	/* without HA, a master that could not be reached is not tried again */
 	if (rc != MC_OK && ((c->coord && rc == MC_ERR_UNAVAILABLE_IN_CURRENT_MODE) ||
 			    (((rc == MC_ERR_RPC_FAIL && (c->coord || sent)) ||

@@ -62,6 +62,24 @@ void mc_master_conn_free(struct mc_master_conn *c);
 mc_status mc_master_conn_call(struct mc_master_conn *c, uint16_t type, const void *body,
 			      struct mc_store_msg *resp_out);
 
+/*
+ * Work for the calling thread while a call's answer is on its way: fn(arg)
+ * does one short piece (a few microseconds) and returns whether more is
+ * left.  It runs between the request being written and its answer being
+ * read, where the caller would otherwise poll or sleep, and no lock of c
+ * is held; a piece that runs late delays the answer's pick-up by its own
+ * length at most.  What is left when the answer comes stays to the
+ * caller.  A put hashes its bytes there while its Start is in flight
+ * (client_put.c).
+ */
+typedef bool (*mc_master_conn_work_fn)(void *arg);
+
+/* mc_master_conn_call, with fn(arg) run while the answer is awaited (a
+ * repeat of the call after a lost answer runs without it). */
+mc_status mc_master_conn_call_working(struct mc_master_conn *c, uint16_t type, const void *body,
+				      struct mc_store_msg *resp_out, mc_master_conn_work_fn fn,
+				      void *arg);
+
 /* Drop the connection now (calls in flight fail); the next call reconnects. */
 void mc_master_conn_reset(struct mc_master_conn *c);
 

@@ -294,3 +294,43 @@ def test_every_program_takes_a_secret_file_and_refuses_an_open_one(prog, tmp_pat
                        capture_output=True, text=True, timeout=60, env=env,
                        stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and "No such file" in p.stderr, p.stderr[-2000:]
+
+
+# ---- the warning of a listener open to the network ----------------------------------
+
+@pytest.mark.parametrize("host,secret,warnings", [
+    ("0.0.0.0", None, 1),  # beyond loopback, no secret: one warning
+    ("0.0.0.0", "s3cret", 0),  # a secret: none
+    ("127.0.0.1", None, 0),  # loopback only: none
+])
+def test_an_open_listener_without_a_secret_warns_once(host, secret, warnings):
+    """Without a cluster secret a program that listens beyond loopback logs
+    one warning naming the port and the fix (issue 16 part 2; base/auth.c
+    mc_auth_warn_open), before it reports itself listening; with a secret,
+    or on loopback only, it logs none."""
+    import os
+    import subprocess
+    from pathlib import Path
+    exe = Path(os.environ["MC_BUILD_DIR"]) / "tools" / "mooncake_http_metadata_server"
+    if not exe.exists():
+        pytest.skip("mooncake_http_metadata_server not built")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
+    if secret:
+        env["MC_AUTH_SECRET"] = secret
+    p = subprocess.Popen([str(exe), "--host", host, "--port", "0"], env=env, text=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    import threading
+    watchdog = threading.Timer(30, p.kill)  # a program that never says it listens
+    watchdog.start()
+    try:
+        line = p.stdout.readline()  # written after the warning, on the same thread
+        assert "listening on" in line, line
+    finally:
+        watchdog.cancel()
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+    got = [l for l in err.splitlines() if "with no cluster secret" in l]
+    assert len(got) == warnings, err[-2000:]
+    if warnings:
+        assert "the HTTP metadata server" in got[0] and "MC_AUTH_SECRET_FILE" in got[0]

@@ -206,6 +206,46 @@ def test_copy_gets_of_changing_sizes(daemon):
         d.close()
 
 
+def test_a_flipped_replica_is_never_served_to_a_dummy(mc_master, daemon):
+    """Issue 16 part 1: a dummy's reads are checked like a real client's (the
+    daemon's client reads and checks them).  The replica lives in this
+    process's own store, so a byte of it is flipped through its address: a
+    dummy's get_into then fails with CHECKSUM_MISMATCH and its copy-based get
+    returns nothing, never the bytes, and the replica is dropped."""
+    port, tenant, _, _, _ = daemon
+    d = MooncakeDistributedStore()
+    holder = MooncakeDistributedStore()
+    alloc = MooncakeHostMemAllocator()
+    buf = alloc.alloc(2 * MiB)
+    try:
+        assert holder.setup("127.0.0.1", mc_master.meta_uri, 16 * MiB, 0, "tcp", "",
+                            mc_master.addr, tenant_id=tenant) == 0
+        assert d.setup_dummy(0, 4 * MiB, f"127.0.0.1:{port}") == 0
+        assert buf != 0 and d.register_buffer(buf, 2 * MiB) == 0
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = holder.get_hostname()
+        for key in ("fl-zc", "fl-copy"):
+            val = os.urandom(MiB + 7)
+            assert d.put(key, val, cfg) == 0
+            assert d.get(key) == val  # good bytes are served
+            (desc,) = holder.get_replica_desc(key)
+            mem = desc.get_memory_descriptor().buffer_descriptor
+            assert mem.segment_name == holder.get_hostname()  # ours to flip
+            p = ctypes.cast(mem.buffer_address + 54321, ctypes.POINTER(ctypes.c_uint8))
+            p[0] ^= 0x20
+            if key == "fl-zc":
+                # the call fails (what landed in buf is not the object)
+                assert d.get_into(key, buf, 2 * MiB) == -801
+            else:
+                assert d.get(key) == b""
+            assert d.is_exist(key) == 0  # its only replica was dropped
+        assert d.unregister_buffer(buf) == 0
+    finally:
+        d.close()
+        holder.close()
+        alloc.free(buf)
+
+
 def test_malformed_requests_are_refused_and_others_served(daemon):
     port, _, _, _, _ = daemon
     d = MooncakeDistributedStore()

@@ -44,6 +44,7 @@ enum fake_mode {
 	FAKE_DROP,   /* like ECHO, but for requests drop_at .. drop_at + drop_n - 1
 		      * send half an answer and close the connection */
 	FAKE_SILENT, /* answer ServiceReady only */
+	FAKE_GATED,  /* answer a Ping only once the test opens the gate */
 };
 
 struct fake {
@@ -58,6 +59,7 @@ struct fake {
 	int requests; /* Pings received, all connections */
 	int connections;
 	bool dropped; /* under mu */
+	bool gate;    /* under mu: FAKE_GATED may answer */
 };
 
 static void fake_count(struct fake *f, int *total_out)
@@ -89,6 +91,16 @@ static bool fake_answer_group(struct fake *f, int fd, struct mc_store_msg *reqs,
 			fake_count(f, &total);
 			if (f->mode == FAKE_SILENT)
 				continue;
+			if (f->mode == FAKE_GATED) { /* bounded: a failing test ends */
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += 10;
+				pthread_mutex_lock(&f->mu);
+				while (!f->gate &&
+				       pthread_cond_timedwait(&f->cv, &f->mu, &ts) != ETIMEDOUT)
+					;
+				pthread_mutex_unlock(&f->mu);
+			}
 			if (f->mode == FAKE_DROP && total >= f->drop_at &&
 			    total < f->drop_at + f->drop_n)
 				drop = true;
@@ -499,6 +511,77 @@ static void silent_master_times_out_every_caller(void **state)
 	fake_stop(&f);
 }
 
+/* ---- the caller's work while its answer is on the way ---------------------------------- */
+
+struct work {
+	struct fake *f;
+	int calls;	     /* pieces run */
+	int open_at;	     /* the piece that opens the fake's gate */
+	int more_until;	     /* pieces that say more is left (then false) */
+	int nth;	     /* the call is the master's nth Ping */
+	bool request_was_in; /* the request had reached the master at the first piece */
+};
+
+static bool work_piece(void *arg)
+{
+	struct work *w = arg;
+
+	if (++w->calls == 1) /* written before any work: the master has it */
+		w->request_was_in = fake_wait_requests(w->f, w->nth);
+	if (w->calls == w->open_at) {
+		pthread_mutex_lock(&w->f->mu);
+		w->f->gate = true;
+		pthread_cond_broadcast(&w->f->cv);
+		pthread_mutex_unlock(&w->f->mu);
+	}
+	return w->calls < w->more_until;
+}
+
+static mc_status ping_working(struct mc_master_conn *c, uint64_t i, struct work *w)
+{
+	struct mc_store_client_req req = {{7, i}};
+	struct mc_store_msg resp;
+	mc_status rc = mc_master_conn_call_working(c, MC_STORE_PING, &req, &resp, work_piece, w);
+	if (rc != MC_OK)
+		return rc;
+	if (resp.body.ping_resp.view_version != (int64_t)(7 * 1000000 + i))
+		rc = MC_ERR_PROTOCOL;
+	mc_store_msg_release(&resp);
+	return rc;
+}
+
+/* The work runs after the request is written and before the answer is
+ * read: the master answers only once a piece of it opened the gate.  Work
+ * that always has more left does not keep the caller from its answer
+ * once it is in; work that says it is done is not called again. */
+static void work_runs_while_the_answer_is_awaited(void **state)
+{
+	struct mc_master_conn *c;
+	struct work w;
+	struct fake f;
+	(void)state;
+	fake_start(&f, FAKE_GATED, 0, 0, false);
+	c = conn_new(&f);
+
+	/* never done: the answer still ends the call, after the gate opened */
+	w = (struct work){.f = &f, .open_at = 3, .more_until = 1 << 30, .nth = 1};
+	assert_int_equal(ping_working(c, 1, &w), MC_OK);
+	assert_true(w.request_was_in);
+	assert_true(w.calls >= 3);
+
+	/* done at the first piece, which opens the gate: called once */
+	pthread_mutex_lock(&f.mu);
+	f.gate = false;
+	pthread_mutex_unlock(&f.mu);
+	w = (struct work){.f = &f, .open_at = 1, .more_until = 1, .nth = 2};
+	assert_int_equal(ping_working(c, 2, &w), MC_OK);
+	assert_true(w.request_was_in);
+	assert_int_equal(w.calls, 1);
+
+	mc_master_conn_free(c);
+	fake_stop(&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -509,6 +592,7 @@ int main(void)
 		cmocka_unit_test(a_cut_answer_is_repeated_once),
 		cmocka_unit_test(free_fails_calls_in_flight),
 		cmocka_unit_test(silent_master_times_out_every_caller),
+		cmocka_unit_test(work_runs_while_the_answer_is_awaited),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -613,6 +613,89 @@ static void every_put_path_leaves_a_checked_object(void **state)
 }
 
 /*
+ * A put signs its bytes ahead, while its Start is in flight, a few chunks
+ * per piece of work (mc_store_verify_ahead), and the rest after its
+ * transfer began (mc_store_verify_sign): signed in any split, across
+ * buffers that cut chunks anywhere, the trailer and the checksum are
+ * those of the whole object signed at once, and the trailer built from
+ * contiguous bytes; a write that verification does not sign gets nothing.
+ */
+static void a_write_signed_in_pieces_is_signed_as_at_once(void **state)
+{
+	enum { T = MC_STORE_TCHUNK, OBJ = 13 * T + 777 }; /* 14 chunks */
+	char *obj = malloc(OBJ);
+	void *bufs[3] = {obj, obj + 1000, obj + 5 * T + 3};
+	size_t lens[3] = {1000, 5 * T + 3 - 1000, OBJ - (5 * T + 3)};
+	uint64_t tlen = mc_store_trailer_len(OBJ);
+	char *want = malloc(tlen);
+	struct mc_store_io whole, io;
+	struct mc_store_ahead ahead;
+
+	(void)state;
+	mc_test_fill(obj, OBJ, 17);
+	mc_store_trailer_build(obj, OBJ, want);
+	memset(&whole, 0, sizeof(whole));
+	whole.bufs = bufs;
+	whole.lens = lens;
+	whole.nbufs = 3;
+	whole.len = OBJ;
+	whole.tlen = tlen;
+	whole.sign = true;
+	mc_store_verify_sign(A, &whole, 1);
+	assert_true(whole.has_cksum);
+	assert_memory_equal(whole.tsums, want, tlen);
+
+	/* ahead until done: 4 chunks a piece, so 4 pieces, the last says done */
+	io = whole;
+	io.tsums = NULL;
+	io.has_cksum = false;
+	io.cksum = 0;
+	io.sign = true;
+	ahead = (struct mc_store_ahead){.s = A, .ios = &io, .n = 1};
+	for (int piece = 1; piece <= 3; piece++) {
+		assert_true(mc_store_verify_ahead(&ahead));
+		assert_false(io.has_cksum);
+		assert_int_equal(io.tsigned, 4 * piece);
+	}
+	assert_false(mc_store_verify_ahead(&ahead));
+	assert_true(io.has_cksum);
+	assert_false(io.sign);
+	assert_true(io.cksum == whole.cksum);
+	assert_memory_equal(io.tsums, want, tlen);
+	mc_store_verify_sign(A, &io, 1); /* signed: nothing more */
+	assert_true(io.cksum == whole.cksum);
+	mc_store_io_sums_free(&io);
+
+	/* one piece ahead, the rest after */
+	io.sign = true;
+	io.has_cksum = false;
+	io.cksum = 0;
+	ahead = (struct mc_store_ahead){.s = A, .ios = &io, .n = 1};
+	assert_true(mc_store_verify_ahead(&ahead));
+	assert_int_equal(io.tsigned, 4);
+	mc_store_verify_sign(A, &io, 1);
+	assert_true(io.has_cksum);
+	assert_true(io.cksum == whole.cksum);
+	assert_memory_equal(io.tsums, want, tlen);
+	mc_store_io_sums_free(&io);
+
+	/* verification off: not signed, ahead or after */
+	A->verify = false;
+	io.sign = true;
+	io.has_cksum = false;
+	ahead = (struct mc_store_ahead){.s = A, .ios = &io, .n = 1};
+	assert_false(mc_store_verify_ahead(&ahead));
+	mc_store_verify_sign(A, &io, 1);
+	A->verify = true;
+	assert_false(io.has_cksum);
+	assert_null(io.tsums);
+
+	mc_store_io_sums_free(&whole);
+	free(want);
+	free(obj);
+}
+
+/*
  * A checked read through the engine moves in 128 KiB pieces, each hashed
  * in order by the thread that ends it (client_verify.c): a byte flipped in
  * the first piece, in a middle one or in the short last one is caught, in
@@ -832,6 +915,7 @@ int main(void)
 		cmocka_unit_test(trailers_catch_flips_in_pieces_trailer_and_ranges),
 		cmocka_unit_test(every_put_path_leaves_a_checked_object),
 		cmocka_unit_test(out_of_order_sessions_are_signed),
+		cmocka_unit_test(a_write_signed_in_pieces_is_signed_as_at_once),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
