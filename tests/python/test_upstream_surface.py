@@ -1,0 +1,261 @@
+"""Issue 18 as an upstream user's script meets the package (docs/python.md,
+"Issue 18 checklist"):
+
+- a script written for upstream that imports any module of spec
+  components.md section 5 (and the names python-api-and-integrations.md's
+  integrations import) runs unchanged; the GPU/NPU-only modules this build
+  does not have fail with ImportError, which upstream's integrations catch;
+- the core modules import with aiohttp, fastapi, msgpack, pillow, torch,
+  httpx and numpy all blocked, and each feature that needs one of them
+  raises ImportError naming the Debian package;
+- scripts/install-deps.sh installs the Debian package of every optional
+  dependency the package imports;
+- every method of spec store.md 9.3 and of transfer-engine.md 2.3 refuses
+  arguments of the wrong type with TypeError (or ValueError), never a crash,
+  and the client keeps working.
+"""
+
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import ROOT
+
+import mooncake.store as ms
+from mooncake.engine import TransferEngine
+
+PY = sys.executable
+MiB = 1 << 20
+
+
+def run_py(code, timeout=120):
+    return subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=timeout)
+
+
+# spec components.md section 5 (and section 2 for reshard, 1 for pg), with the
+# names an upstream script takes from each.  A module upstream has only in GPU
+# or NPU builds is in ABSENT instead.
+UPSTREAM_IMPORTS = {
+    "mooncake": "BufferPool RegisteredBufferPool __version__",
+    "mooncake.engine": "TransferEngine TransferOpcode TransferNotify InnerTransferEngine "
+                       "SharedSegment RpcInterface CoroRPCInterface ReceivedData ReceivedTensor "
+                       "create_rpc_client create_rpc_server SUPPORT_CUDA",
+    "mooncake.store": "MooncakeDistributedStore ReplicateConfig SoftPinAction ObjectDataType "
+                      "ReplicaStatus ReplicaDescriptor MemoryDescriptor DiskDescriptor Descriptor "
+                      "TaskType TaskStatus QueryTaskResponse BufferHandle BufferPool BufferLease "
+                      "BufferLeaseView MooncakeHostMemAllocator ParallelAxis TensorParallelism "
+                      "ReadTarget MooncakeDistributedNoFRegister bind_to_numa_node "
+                      "get_alloc_func_addr get_free_func_addr",
+    "mooncake.async_store": "MooncakeDistributedStoreAsync",
+    "mooncake.buffer_pool": "BufferPool RegisteredBufferPool",
+    "mooncake.mooncake_config": "MooncakeConfig",
+    "mooncake.http_metadata_server": "main",
+    "mooncake._fast_copy": "concat_arrays_into",
+    "mooncake.structured_object_store": "MooncakeBundleTransfer BundleTransferPolicy "
+                                        "MooncakeDataProtoRef StructuredObjectPayload "
+                                        "StructuredObjectRef StructuredMemberSlice "
+                                        "StructuredObjectError",
+    "mooncake.dataproto_catalog": "DataProtoCatalog",
+    "mooncake.mooncake_store_service": "MooncakeStoreService main sync_main",
+    "mooncake.vllm_v1_proxy_server": "main",
+    "mooncake.shared_segment": "create_shared_segment SharedSegment SharedSegmentError "
+                               "shared_segment_supported",
+    "mooncake.transfer_engine_topology_dump": "main",
+    "mooncake.cli": "mooncake_master mooncake_client transfer_engine_bench",
+    "mooncake.cli_client": "main",
+    "mooncake.cli_bench": "main",
+    "mooncake.pg": "",
+    "mooncake.reshard": "",
+    "mooncake.reshard.contracts": "",
+    "mooncake.reshard.geometry": "",
+    "mooncake.reshard.weight": "",
+}
+ABSENT = ["mooncake.ep", "mooncake.mooncake_ep_buffer", "mooncake.mooncake_elastic_buffer",
+          "mooncake.allocator", "mooncake.allocator_ascend_npu",
+          "mooncake.fabric_allocator_utils", "mooncake.mooncake_connector_v1",
+          "mooncake.spdk_tgt_create", "mooncake.mooncake_ssd_register",
+          "mooncake.mooncake_ssd_unregister"]
+NEEDS_AIOHTTP = {"mooncake.mooncake_store_service", "mooncake.vllm_v1_proxy_server"}
+
+
+def upstream_script():
+    lines = ["import importlib.util",
+             "HAVE_AIOHTTP = importlib.util.find_spec('aiohttp') is not None"]
+    for mod, names in UPSTREAM_IMPORTS.items():
+        stmt = (f"from {mod} import {', '.join(names.split())}" if names
+                else f"import {mod}")
+        if mod in NEEDS_AIOHTTP:
+            stmt = f"if HAVE_AIOHTTP:\n    {stmt}"
+        lines.append(stmt)
+    lines.append("from mooncake import pg  # components.md 1.3's spelling")
+    for mod in ABSENT:  # upstream's integrations wrap these in try/except ImportError
+        lines += ["try:", f"    import {mod}", "except ImportError:", "    pass", "else:",
+                  f"    raise SystemExit('{mod} imported: docs/python.md says absent')"]
+    lines.append("print('ran unchanged')")
+    return "\n".join(lines)
+
+
+def test_upstream_script_importing_every_module_runs_unchanged():
+    r = run_py(upstream_script())
+    assert r.returncode == 0 and r.stdout.strip() == "ran unchanged", r.stderr[-3000:]
+
+
+def test_docs_mark_the_absent_modules_absent():
+    """docs/python.md's module table has an 'absent' row naming each (its
+    first cell lists names, `allocator*` and `mooncake_ssd_[un]register`
+    style patterns allowed)."""
+    import fnmatch
+    doc = (ROOT / "docs" / "python.md").read_text()
+    status = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`mooncake"):
+            for name in cells[1].replace("`", "").split(","):
+                name = name.strip().removeprefix("mooncake.")
+                for n in (name.replace("[un]", ""), name.replace("[un]", "un")):
+                    status[n] = cells[2]
+    for mod in ABSENT:
+        short = mod.removeprefix("mooncake.")
+        hit = [st for pat, st in status.items() if fnmatch.fnmatchcase(short, pat)]
+        assert hit and all(st == "absent" for st in hit), f"{mod}: docs/python.md says {hit}"
+
+
+# ---- optional dependencies -------------------------------------------------------------
+
+BLOCK = r"""
+import sys
+BLOCKED = {"aiohttp", "fastapi", "msgpack", "PIL", "torch", "httpx", "numpy"}
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked by the test")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_core_modules_import_with_every_optional_dependency_blocked():
+    code = BLOCK + (
+        "import mooncake, mooncake.store, mooncake.engine, mooncake.async_store, "
+        "mooncake.buffer_pool, mooncake.mooncake_config, mooncake.cli, mooncake.cli_client, "
+        "mooncake.cli_bench, mooncake.http_metadata_server, mooncake._fast_copy, "
+        "mooncake.transfer_engine_topology_dump\n"
+        "from mooncake.store import MooncakeDistributedStore, ReplicateConfig\n"
+        "s = MooncakeDistributedStore(); c = ReplicateConfig(); c.replica_num = 1\n"
+        "print(sorted(m for m in BLOCKED if m in sys.modules))\n")
+    r = run_py(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("stmt,module", [
+    ("import mooncake.mooncake_store_service", "aiohttp"),
+    ("import mooncake.vllm_v1_proxy_server", "aiohttp"),
+    ("import mooncake.structured_object_store", "numpy"),
+    ("import mooncake.pg", "torch"),
+    ("from mooncake.shared_segment import create_shared_segment\n"
+     "create_shared_segment('x', {'b': {'count': 1, 'shape': [4], 'dtype': 'float32'}}, 1, 0)",
+     "numpy"),
+    ("from mooncake.store import MooncakeDistributedStore\n"
+     "MooncakeDistributedStore().put_tensor_with_parallelism('k', None)", "torch"),
+])
+def test_a_feature_without_its_dependency_names_the_debian_package(stmt, module):
+    deb = {"aiohttp": "python3-aiohttp", "numpy": "python3-numpy", "torch": "python3-torch"}
+    r = run_py(BLOCK + stmt)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert "ImportError" in last and f"apt-get install {deb[module]}" in last, r.stderr[-2000:]
+
+
+def test_install_deps_installs_every_optional_dependency_debian_has():
+    """Each module the package imports through _optional.require (or by
+    hand, as aiohttp) has its Debian package in scripts/install-deps.sh."""
+    from mooncake import _optional
+    script = (ROOT / "scripts" / "install-deps.sh").read_text()
+    pkgs = set(re.search(r'PKGS="([^"]*)"', script).group(1).split())
+    src = "\n".join(p.read_text() for p in (ROOT / "python" / "mooncake").rglob("*.py")
+                    if p.name != "_optional.py")
+    used = set(re.findall(r'require\("([A-Za-z_]+)"', src))
+    used |= {m for m in _optional.DEBIAN if re.search(rf"^\s*(import|from) {m}\b", src, re.M)}
+    assert {"aiohttp", "numpy", "torch"} <= used
+    missing = sorted(_optional.DEBIAN[m][0] for m in used if _optional.DEBIAN[m][0] not in pkgs)
+    assert not missing, f"scripts/install-deps.sh does not install {missing}"
+
+
+# ---- wrong types, every method ---------------------------------------------------------
+
+# 9.3's methods that take no argument, or only optional ones (called elsewhere)
+NO_REQUIRED_ARGS = {"close", "health_check", "get_hostname", "get_offload_rpc_read_count",
+                    "remove_all", "unmount_local_disk_segment", "setup"}
+
+
+class Junk:
+    """An object no argument of any method accepts."""
+
+
+def spec_store_methods():
+    import test_store_parallelism as tsp
+    return [m for m in tsp.SPEC_METHODS if m not in NO_REQUIRED_ARGS]
+
+
+@pytest.fixture(scope="module")
+def store(mc_master):
+    s = ms.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", mc_master.meta_uri, 32 * MiB, 16 * MiB, "tcp", "",
+                   mc_master.addr, tenant_id="types") == 0
+    yield s
+    assert s.close() == 0
+
+
+def test_every_store_method_refuses_wrong_types(store):
+    """Each method of spec store.md 9.3, called with 1 to 6 arguments that
+    are none of the types it takes, raises TypeError or ValueError: it never
+    crashes, returns success, or takes the junk for a value."""
+    key = f"types-{uuid.uuid4().hex}"
+    assert store.put(key, b"v") == 0
+    wrong = []
+    for name in spec_store_methods():
+        m = getattr(store, name)
+        for n in range(1, 7):
+            try:
+                got = m(*[Junk()] * n)
+            except (TypeError, ValueError):
+                continue
+            wrong.append(f"{name} with {n} junk argument(s) returned {got!r}")
+    assert not wrong, "\n".join(wrong)
+    with pytest.raises(TypeError):
+        store.remove_all(Junk())
+    with pytest.raises(TypeError):
+        store.unmount_local_disk_segment(Junk())
+    assert store.health_check() == 0
+    assert store.get(key) == b"v"  # nothing above disturbed the client
+
+
+ENGINE_NO_REQUIRED_ARGS = {"get_rpc_port", "get_engine", "get_engine_ptr", "get_local_topology",
+                           "get_notifies", "initialize",
+                           "initialize_ext"}
+
+
+def test_every_engine_method_refuses_wrong_types(local):
+    import test_engine_extra as tee
+    te = local.te
+    wrong = []
+    for name in tee.ENGINE_METHODS:
+        if name in ENGINE_NO_REQUIRED_ARGS:
+            continue
+        m = getattr(te, name)
+        for n in range(1, 7):
+            try:
+                got = m(*[Junk()] * n)
+            except (TypeError, ValueError):
+                continue
+            except RuntimeError as e:  # the *_on_cuda calls without CUDA say so first
+                if "cuda" in name and "CUDA" in str(e):
+                    continue
+                raise
+            wrong.append(f"{name} with {n} junk argument(s) returned {got!r}")
+    assert not wrong, "\n".join(wrong)
+    assert te.get_rpc_port() > 0
