@@ -273,3 +273,54 @@ def test_every_spec_method_is_called_by_a_test():
     uncalled = [m for m in tsp.SPEC_METHODS + tee.ENGINE_METHODS
                 if f".{m}(" not in text and f'"{m}"' not in text]
     assert not uncalled, f"no test calls {uncalled}"
+
+
+def refusals(label, fn, ns=range(1, 7)):
+    """What fn answers to 1..6 junk arguments other than TypeError/ValueError."""
+    wrong = []
+    for n in ns:
+        try:
+            got = fn(*[Junk()] * n)
+        except (TypeError, ValueError):
+            continue
+        except Exception as e:  # noqa: BLE001 - what else it raised is the finding
+            wrong.append(f"{label} with {n} junk argument(s) raised {type(e).__name__}: {e}")
+        else:
+            wrong.append(f"{label} with {n} junk argument(s) returned {got!r}")
+    return wrong
+
+
+def public_methods(obj, skip=()):
+    return [(n, getattr(obj, n)) for n in dir(obj)
+            if not n.startswith("_") and n not in skip and callable(getattr(obj, n))]
+
+
+def test_every_module_function_refuses_wrong_types(store):
+    """The callables of part 3's modules (the catalog, the bundle transfer,
+    shared segments, _fast_copy, the RPC helper, engine.SharedSegment):
+    junk arguments are TypeError or ValueError, never an AttributeError from
+    deep inside or a junk answer."""
+    from mooncake import _fast_copy, dataproto_catalog, shared_segment
+    from mooncake import structured_object_store as sos
+    from mooncake.engine import RpcInterface, SharedSegment
+    wrong = []
+    cat = dataproto_catalog.DataProtoCatalog()
+    for n, m in public_methods(cat):
+        wrong += refusals(f"DataProtoCatalog.{n}", m)
+    wrong += refusals("dataproto_catalog.materialize", dataproto_catalog.materialize)
+    wrong += refusals("MooncakeBundleTransfer()", sos.MooncakeBundleTransfer)
+    bt = sos.MooncakeBundleTransfer(store, key_prefix=f"types-{uuid.uuid4().hex[:8]}")
+    for n, m in public_methods(bt):
+        wrong += refusals(f"MooncakeBundleTransfer.{n}", m)
+    wrong += refusals("create_shared_segment", shared_segment.create_shared_segment)
+    wrong += refusals("SharedSegment.create", SharedSegment.create)
+    wrong += refusals("concat_arrays_into", _fast_copy.concat_arrays_into)
+    rpc = RpcInterface()
+    try:  # start_server serves on the calling thread: left out
+        for n, m in public_methods(rpc, skip={"start_server"}):
+            wrong += refusals(f"RpcInterface.{n}", m, range(1, 5))
+    finally:
+        rpc.close()
+    assert not wrong, "\n".join(wrong)
+    with pytest.raises(shared_segment.SharedSegmentError):  # upstream's callers catch this
+        shared_segment.create_shared_segment(5, {}, 1, 0)
