@@ -324,3 +324,19 @@ def test_every_module_function_refuses_wrong_types(store):
     assert not wrong, "\n".join(wrong)
     with pytest.raises(shared_segment.SharedSegmentError):  # upstream's callers catch this
         shared_segment.create_shared_segment(5, {}, 1, 0)
+
+
+def test_docs_give_every_method_a_status():
+    """docs/python.md's "Method status" has a row with a status for each
+    method of store.md 9.3 and transfer-engine.md 2.3."""
+    import test_engine_extra as tee
+    import test_store_parallelism as tsp
+    doc = (ROOT / "docs" / "python.md").read_text()
+    sec = doc[doc.index("## Method status"):doc.index("## Issue 18 checklist")]
+    rows = {}
+    for line in sec.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 3 and cells[1].startswith("`") and cells[1].endswith("`"):
+            rows[cells[1].strip("`")] = cells[2]
+    missing = [m for m in tsp.SPEC_METHODS + tee.ENGINE_METHODS if not rows.get(m)]
+    assert not missing, f"docs/python.md 'Method status' has no status for {missing}"
