@@ -182,7 +182,9 @@ def init_all(store, protocol, device_name, mount_segment_size=16777216):
     (P2PHANDSHAKE and 127.0.0.1:50051 when unset), a 16 MiB local buffer."""
     if not isinstance(protocol, str) or not isinstance(device_name, str):
         raise TypeError("protocol and device_name must be str")
-    if not isinstance(mount_segment_size, int) or mount_segment_size < 0:
+    if not isinstance(mount_segment_size, int) or isinstance(mount_segment_size, bool):
+        raise TypeError("mount_segment_size must be an int")
+    if mount_segment_size < 0:
         return ERR_INVALID_PARAMS
     return store.setup(os.environ.get("MC_LOCAL_HOSTNAME", "localhost"),
                        os.environ.get("MC_METADATA_SERVER", "P2PHANDSHAKE"),

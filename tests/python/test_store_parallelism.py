@@ -367,6 +367,9 @@ def test_init_all_sets_up_from_the_environment(mc_master, monkeypatch):
         assert s.close() == 0
     with pytest.raises(TypeError):
         MooncakeDistributedStore().init_all(1, "")
+    with pytest.raises(TypeError):  # was -600, as an impossible value
+        MooncakeDistributedStore().init_all("tcp", "", 1.5)
+    assert MooncakeDistributedStore().init_all("tcp", "", -1) == INVALID_PARAMS
 
 
 def test_cuda_calls_refuse_cpu_tensors(store, k):
