@@ -25,7 +25,7 @@ import pytest
 from conftest import ROOT
 
 import mooncake.store as ms
-from mooncake.engine import TransferEngine
+from mooncake.engine import TransferEngine, TransferOpcode
 
 PY = sys.executable
 MiB = 1 << 20
@@ -340,3 +340,98 @@ def test_docs_give_every_method_a_status():
             rows[cells[1].strip("`")] = cells[2]
     missing = [m for m in tsp.SPEC_METHODS + tee.ENGINE_METHODS if not rows.get(m)]
     assert not missing, f"docs/python.md 'Method status' has no status for {missing}"
+
+
+def doc_params(f):
+    """The parameter names of a method from its docstring's first call
+    form ("name(a, b=1, *parts, /)")."""
+    doc = " ".join((f.__doc__ or "").split())
+    m = re.match(r"\w+\((.*?)\)", doc)
+    assert m, f"{f.__name__}: no signature in its docstring"
+    return [p.split("=")[0].strip() for p in m.group(1).split(",")
+            if p.strip() and p.strip() not in ("/", "...")]
+
+
+def wrong_argument_findings(obj, cls, methods, valid, overrides=None, skip=()):
+    """For each method and each parameter: every other argument valid, that
+    one junk; anything but TypeError or ValueError is a finding."""
+    found, checked = [], 0
+    for name in methods:
+        if name in skip:
+            continue
+        ps = doc_params(getattr(cls, name))
+        vals = [(overrides or {}).get(name, {}).get(p, valid.get(p, KeyError)) for p in ps]
+        assert KeyError not in vals, f"{name}{ps}: a parameter without a valid value here"
+        for i, p in enumerate(ps):
+            args = list(vals)
+            args[i] = Junk()
+            checked += 1
+            try:
+                got = getattr(obj, name)(*args)
+            except (TypeError, ValueError):
+                continue
+            except Exception as e:  # noqa: BLE001
+                found.append(f"{name}: a junk {p} raised {type(e).__name__}: {e}")
+            else:
+                found.append(f"{name}: a junk {p} returned {got!r}")
+    return found, checked
+
+
+def test_every_store_argument_refuses_wrong_types(store):
+    """Each parameter of each 9.3 method (the others given valid values):
+    a wrong type is TypeError or ValueError; the junk-first test above
+    reaches only the first parameter."""
+    import numpy as np
+    import test_store_parallelism as tsp
+    torch = pytest.importorskip("torch")
+    buf = np.zeros(MiB, np.uint8)
+    ptr = buf.ctypes.data
+    assert store.register_buffer(ptr, buf.nbytes) == 0
+    t = torch.zeros(4)
+    valid = dict(
+        key="kpos", keys=["kpos"], base_keys=["kpos"], value=b"v", values=[b"v"], config=None,
+        force=False, regex_pattern="^no-such-key$", buffer_ptr=ptr, buffer_ptrs=[ptr], size=64,
+        sizes=[64], metadata_buffer_ptr=ptr, metadata_size=8, all_buffer_ptrs=[[ptr]],
+        all_sizes=[[64]], all_keys=[["kpos"]], all_dst_offsets=[[[0]]],
+        all_src_offsets=[[[0]]], prefer_alloc_in_same_node=False, segment_ids=["no-such-id"],
+        grace_period_seconds=0, segment_name="", targets=["no-such-segment"], source="a",
+        target="b", task_id=(1, 2), tensor=t, tensors_list=[t], tp_rank=0, tp_size=1,
+        split_dim=0, parallelism=None, parallelisms=None, writer_partition=None,
+        writer_partitions=None, path="/nonexistent", offset=0, protocol="tcp", location="",
+        file_name="/nonexistent/x.safetensors", read_only=False, **{"*parts": b"a"})
+    overrides = {m: {"target": None, "targets": None} for m in tsp.SPEC_METHODS
+                 if "with_parallelism" in m and m.startswith(("get", "batch_get"))}
+    skip = {"setup", "setup_dummy", "close", "health_check", "get_hostname",
+            "get_offload_rpc_read_count", "init_all",  # its own test
+            "get_tensor_into_cuda", "batch_get_tensor_into_cuda"}  # test_cuda_calls_...
+    try:
+        found, checked = wrong_argument_findings(store, ms.MooncakeDistributedStore,
+                                                 tsp.SPEC_METHODS, valid, overrides, skip)
+    finally:
+        assert store.unregister_buffer(ptr) == 0
+    assert checked > 250
+    assert not found, "\n".join(found)
+    assert store.health_check() == 0
+
+
+def test_every_engine_argument_refuses_wrong_types(local):
+    import test_engine_extra as tee
+    a, name = local.addr, local.name
+    valid = dict(local_hostname="127.0.0.1", metadata_server="P2PHANDSHAKE", protocol="tcp",
+                 device_name="", metadata_type="p2p", length=64, buffer_addr=a,
+                 target_hostname=name, buffer=a, peer_buffer_address=a + 4096,
+                 transport_hint="", opcode=TransferOpcode.Write, notify=None, buffers=[a],
+                 peer_buffer_addresses=[a + 4096], lengths=[64], batch_ids=[],
+                 batch_id=0, stream_ptr=0, dest_address=a, src=b"x" * 64, source_address=a,
+                 capacity=64, location="*", read_only=False, buffer_addresses=[a],
+                 capacities=[64], segment_name=name, peer_server_name=name)
+    skip = {"initialize", "initialize_ext",  # set up already; test_engine_api.py
+            "get_local_topology", "batch_transfer_async_read",  # no docstring form
+            "register_memory", "batch_register_memory", "unregister_memory",
+            "batch_unregister_memory",  # local's buffer: test_engine_api.py covers them
+            "free_managed_buffer"}
+    found, checked = wrong_argument_findings(local.te, TransferEngine, tee.ENGINE_METHODS,
+                                             valid, skip=skip)
+    assert 60 < checked, checked
+    assert not found, "\n".join(found)
+    assert local.te.get_rpc_port() > 0
