@@ -732,7 +732,8 @@ PyTypeObject mc_py_store_type = {
 /* ---- module ----------------------------------------------------------------------- */
 
 /* An IntEnum named name with the given members; also added to the module,
- * and each member as a module-level alias when export is set. */
+ * and each member as a module-level alias when export is set, unless an
+ * earlier enum's member holds that name. */
 static PyObject *add_enum(PyObject *m, const char *name, const char *const *members,
 			  const int *values, int n, bool export)
 {
@@ -756,7 +757,11 @@ static PyObject *add_enum(PyObject *m, const char *name, const char *const *memb
 	if (e && PyModule_AddObjectRef(m, name, e) < 0)
 		Py_CLEAR(e);
 	for (int i = 0; e && export && i < n; i++) {
-		PyObject *v = PyObject_GetAttrString(e, members[i]);
+		PyObject *v;
+
+		if (PyObject_HasAttrString(m, members[i]))
+			continue;
+		v = PyObject_GetAttrString(e, members[i]);
 		if (!v || PyModule_AddObjectRef(m, members[i], v) < 0)
 			Py_CLEAR(e);
 		Py_XDECREF(v);
@@ -895,9 +900,10 @@ PyMODINIT_FUNC PyInit_store(void)
 	if (!mc_py_task_type_enum &&
 	    !(mc_py_task_type_enum = add_enum(m, "TaskType", tt, tt_v, 2, true)))
 		goto err;
-	/* "PROCESSING"/"FAILED" of TaskStatus are not exported: ReplicaStatus's win */
+	/* TaskStatus's PENDING and SUCCESS are exported; PROCESSING and FAILED
+	 * stay ReplicaStatus's */
 	if (!mc_py_task_status_enum &&
-	    !(mc_py_task_status_enum = add_enum(m, "TaskStatus", ts, ts_v, 4, false)))
+	    !(mc_py_task_status_enum = add_enum(m, "TaskStatus", ts, ts_v, 4, true)))
 		goto err;
 	if (PyModule_AddIntConstant(m, "TENSOR_METADATA_SIZE", MC_TENSOR_HDR_SIZE) < 0 ||
 	    mc_py_pool_add_exceptions(m) < 0)
@@ -907,7 +913,7 @@ PyMODINIT_FUNC PyInit_store(void)
 					   NULL}) < 0 ||
 	    add_from(m, "mooncake._store_extra",
 		     (const char *const[]){"bind_to_numa_node", "MooncakeDistributedNoFRegister",
-					   NULL}) < 0)
+					   "QueryTaskResponse", "DiskDescriptor", NULL}) < 0)
 		goto err;
 	return m;
 err:

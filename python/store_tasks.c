@@ -143,10 +143,10 @@ static int task_id_from(PyObject *o, struct mc_store_task_uuid *out)
 
 static PyObject *task_response(const struct mc_store_task_state *t)
 {
-	PyObject *types = PyImport_ImportModule("types"), *cls = NULL, *kw = NULL, *args = NULL;
-	PyObject *out = NULL;
+	PyObject *mod = PyImport_ImportModule("mooncake._store_extra"), *cls = NULL, *kw = NULL;
+	PyObject *args = NULL, *out = NULL;
 
-	cls = types ? PyObject_GetAttrString(types, "SimpleNamespace") : NULL;
+	cls = mod ? PyObject_GetAttrString(mod, "QueryTaskResponse") : NULL;
 	kw = cls ? Py_BuildValue("{s:N,s:N,s:N,s:K,s:K,s:N,s:s}", "id",
 				 id_tuple(t->id.first, t->id.second), "type",
 				 enum_value(mc_py_task_type_enum, t->type), "status",
@@ -162,7 +162,7 @@ static PyObject *task_response(const struct mc_store_task_state *t)
 	Py_XDECREF(args);
 	Py_XDECREF(kw);
 	Py_XDECREF(cls);
-	Py_XDECREF(types);
+	Py_XDECREF(mod);
 	return out;
 }
 

@@ -45,8 +45,31 @@ def _wait_stream(fname, stream_ptr):
         torch.cuda.synchronize()  # the legacy default stream waits for the device
 
 
+def _is_uint(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _check_args(fname, batch, target_hostname, buffer, peer_buffer_address, length,
+                transport_hint):
+    """TypeError for an argument of the wrong type, before anything looks for
+    CUDA (as the engine's own calls, and upstream's casts, check first)."""
+    if not isinstance(target_hostname, str) or not isinstance(transport_hint, str):
+        raise TypeError("%s(): target_hostname and transport_hint must be str" % fname)
+    named = (("buffer", buffer), ("peer_buffer_address", peer_buffer_address),
+             ("length", length))
+    for name, v in named:
+        if batch:
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or \
+                    not all(_is_uint(x) for x in v):
+                raise TypeError("%s(): %ss must be a list of ints >= 0" % (fname, name))
+        elif not _is_uint(v):
+            raise TypeError("%s(): %s must be an int >= 0" % (fname, name))
+
+
 def _on_cuda(engine, fname, write, batch, target_hostname, buffer, peer_buffer_address,
              length, stream_ptr=0, transport_hint=""):
+    _check_args(fname, batch, target_hostname, buffer, peer_buffer_address, length,
+                transport_hint)
     _wait_stream(fname, stream_ptr)
     if batch:
         fn = engine.batch_transfer_sync_write if write else engine.batch_transfer_sync_read

@@ -1,6 +1,6 @@
 """Optional third-party dependencies, imported only where a feature uses one.
 
-``require("msgpack", "python3-msgpack", "mooncake.structured_object_store")``
+``require("numpy", "mooncake.structured_object_store")``
 returns the module or raises ImportError naming the Debian package (and the
 pip one), so a missing dependency says what to install instead of failing
 deep inside a call.  Nothing here is imported by ``mooncake.store`` or

@@ -788,9 +788,11 @@ class RpcInterface:
         return True
 
     def remove_remote_connection(self, remote_address):
+        parse_address(remote_address, "remove_remote_connection")
         self._drop_idle(remote_address)
 
     def is_connected(self, remote_address):
+        parse_address(remote_address, "is_connected")
         with self._lock:
             return bool(self._idle.get(remote_address))
 

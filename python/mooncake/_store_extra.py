@@ -182,7 +182,9 @@ def init_all(store, protocol, device_name, mount_segment_size=16777216):
     (P2PHANDSHAKE and 127.0.0.1:50051 when unset), a 16 MiB local buffer."""
     if not isinstance(protocol, str) or not isinstance(device_name, str):
         raise TypeError("protocol and device_name must be str")
-    if not isinstance(mount_segment_size, int) or mount_segment_size < 0:
+    if not isinstance(mount_segment_size, int) or isinstance(mount_segment_size, bool):
+        raise TypeError("mount_segment_size must be an int")
+    if mount_segment_size < 0:
         return ERR_INVALID_PARAMS
     return store.setup(os.environ.get("MC_LOCAL_HOSTNAME", "localhost"),
                        os.environ.get("MC_METADATA_SERVER", "P2PHANDSHAKE"),
@@ -290,3 +292,40 @@ class MooncakeDistributedNoFRegister:
     def real_unregister_by_endpoint(self, *args, **kwargs):
         logging.getLogger("mooncake.store").error("real_unregister_by_endpoint: %s", self._WHY)
         return self.INVALID_PARAMS
+
+
+class _ReadOnly:
+    """Attributes set once by the constructor, read-only afterwards (as
+    upstream's pybind11 ``def_readonly`` fields)."""
+
+    __slots__ = ()
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            object.__setattr__(self, name, fields.pop(name))
+        if fields:
+            raise TypeError("%s() got unexpected fields %s" % (type(self).__name__,
+                                                               sorted(fields)))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("%s.%s is read-only" % (type(self).__name__, name))
+
+    def __repr__(self):
+        return "<%s %s>" % (type(self).__name__,
+                            " ".join("%s=%r" % (n, getattr(self, n)) for n in self.__slots__))
+
+
+class QueryTaskResponse(_ReadOnly):
+    """What ``query_task`` answers for a known task (spec store.md 9.4)."""
+
+    __slots__ = ("id", "type", "status", "created_at_ms_epoch", "last_updated_at_ms_epoch",
+                 "assigned_client", "message")
+
+
+class DiskDescriptor(_ReadOnly):
+    """A replica on the shared-filesystem (DFS) tier (spec store.md 9.4).
+    This build has no such tier, so no replica carries one:
+    ``ReplicaDescriptor.get_disk_descriptor()`` raises; the class is here so
+    that code naming it imports and type-checks."""
+
+    __slots__ = ("file_path", "object_size")

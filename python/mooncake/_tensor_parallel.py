@@ -276,9 +276,16 @@ def _put_manifest(store, key, data, config, upsert):
     return rc
 
 
-def _check_excl(parallelism, writer_partition):
-    if parallelism is not None and writer_partition is not None:
-        return ERR_INVALID_PARAMS
+def _check_excl(key, config, parallelism, writer_partition):
+    """TypeError for an argument of the wrong type (checked first, as
+    upstream's pybind11 casts do), then -600 for impossible values: both
+    parallelism and writer_partition, or a partition outside its range."""
+    from mooncake.store import ReplicateConfig
+
+    if not isinstance(key, str):
+        raise TypeError("key must be a str, got %s" % type(key).__name__)
+    if config is not None and not isinstance(config, ReplicateConfig):
+        raise TypeError("config must be a ReplicateConfig or None")
     if parallelism is not None and not isinstance(parallelism, TensorParallelism):
         raise TypeError("parallelism must be a TensorParallelism or None")
     if writer_partition is not None:
@@ -288,14 +295,18 @@ def _check_excl(parallelism, writer_partition):
             raise TypeError("writer_partition must be (rank, size, split_dim)") from None
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in (r, n, d)):
             raise TypeError("writer_partition must be (rank, size, split_dim) of ints")
-        if n < 1 or not 0 <= r < n or d < 0:
-            return ERR_INVALID_PARAMS
+    if parallelism is not None and writer_partition is not None:
+        return ERR_INVALID_PARAMS
+    if writer_partition is not None and (n < 1 or not 0 <= r < n or d < 0):
+        return ERR_INVALID_PARAMS
     return 0
 
 
 def _put_one(store, key, tensor, parallelism, config, writer_partition, upsert):
     torch = _torch()
-    rc = _check_excl(parallelism, writer_partition)
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("expected a torch.Tensor, got %s" % type(tensor).__name__)
+    rc = _check_excl(key, config, parallelism, writer_partition)
     if rc:
         return rc
     t, code = _prepare(torch, tensor)
@@ -402,7 +413,7 @@ def batch_upsert_tensor_with_parallelism(store, keys, tensors_list, parallelisms
 def _from_one(store, key, buffer_ptr, size, parallelism, config, writer_partition, upsert):
     if not isinstance(buffer_ptr, int) or not isinstance(size, int):
         raise TypeError("buffer_ptr and size must be ints")
-    rc = _check_excl(parallelism, writer_partition)
+    rc = _check_excl(key, config, parallelism, writer_partition)
     if rc:
         return rc
     if parallelism is None and writer_partition is None:

@@ -37,6 +37,7 @@ class DataProtoCatalog:
 
     # ---- writing ----
     def update(self, partition, keys, tags=None, handle=None):
+        _partition(partition)
         keys = _keys(keys)
         if isinstance(tags, dict) or tags is None:
             tag_list = [dict(tags or {}) for _ in keys]
@@ -85,6 +86,7 @@ class DataProtoCatalog:
         return None
 
     def remove(self, partition, keys):
+        _partition(partition)
         keys = _keys(keys)
         part = self._parts.get(partition, {})
         missing = [k for k in keys if k not in part]
@@ -102,11 +104,14 @@ class DataProtoCatalog:
 
     # ---- reading ----
     def list(self, partition=None):
+        if partition is not None:
+            _partition(partition)
         if partition is None:
             return sorted(self._parts)
         return sorted(self._parts.get(partition, {}))
 
     def resolve(self, partition, keys, fields=None):
+        _partition(partition)
         keys = _keys(keys)
         part = self._parts.get(partition, {})
         missing = [k for k in keys if k not in part]
@@ -158,9 +163,17 @@ def _empty_like(arr, n):
     return np.empty((n, *arr.shape[1:]), dtype=arr.dtype)
 
 
+def _partition(partition):
+    if not isinstance(partition, str):
+        raise TypeError("partition must be a str, not %s" % type(partition).__name__)
+    return partition
+
+
 def _keys(keys):
     keys = [keys] if isinstance(keys, str) else list(keys)
-    if not keys or not all(isinstance(k, str) and k for k in keys):
+    if not all(isinstance(k, str) for k in keys):
+        raise TypeError("keys must be strings")
+    if not keys or not all(keys):
         raise ValueError("keys must be a non-empty list of non-empty strings")
     if len(set(keys)) != len(keys):
         raise ValueError("keys must be distinct")

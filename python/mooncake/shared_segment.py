@@ -41,6 +41,11 @@ class SharedSegmentError(RuntimeError):
     pass
 
 
+class SharedSegmentTypeError(SharedSegmentError, TypeError):
+    """An argument of the wrong type: a SharedSegmentError (as upstream's
+    callers catch) that is also the TypeError wrong types raise."""
+
+
 def shared_segment_supported():
     """True where host shared memory can be created (a writable /dev/shm)."""
     return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
@@ -55,7 +60,9 @@ def _itemsize(dtype):
 
 
 def _layout(blocks):
-    if not isinstance(blocks, dict) or not blocks:
+    if not isinstance(blocks, dict):
+        raise SharedSegmentTypeError("blocks must be a dict name -> {count, shape, dtype}")
+    if not blocks:
         raise SharedSegmentError("blocks must be a non-empty dict name -> {count, shape, dtype}")
     layout, off = {}, 0
     for name, b in blocks.items():
@@ -141,6 +148,11 @@ def create_shared_segment(name, blocks, world_size, rank_id, owner_rank=0, devic
                           comm_group=None, mmap=True):
     """Collective: every rank of ``comm_group`` calls it with the same
     arguments (but its own ``rank_id``); returns this rank's SharedSegment."""
+    if not isinstance(name, str):
+        raise SharedSegmentTypeError(f"name must be a str, not {type(name).__name__}")
+    if not all(isinstance(v, int) and not isinstance(v, bool)
+               for v in (world_size, rank_id, owner_rank)):
+        raise SharedSegmentTypeError("world_size, rank_id and owner_rank must be ints")
     if device_id is not None:
         raise SharedSegmentError("device memory (device_id) needs a CUDA build; "
                                  "this build has host shared segments only")

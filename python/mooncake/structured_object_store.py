@@ -33,6 +33,7 @@ numpy is needed (Debian: python3-numpy); torch only for torch members.
 """
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Dict, Sequence, Tuple
 
@@ -215,8 +216,16 @@ class MooncakeBundleTransfer:
     (``mooncake.store.MooncakeDistributedStore``, set up) under ``key_prefix``."""
 
     def __init__(self, store, key_prefix="mooncake/structured", policy=None):
-        if not isinstance(key_prefix, str) or not key_prefix:
+        if not isinstance(key_prefix, str):
+            raise TypeError("key_prefix must be a str")
+        if not key_prefix:
             raise ValueError("key_prefix must be a non-empty string")
+        missing = [m for m in _STORE_CALLS if not callable(getattr(store, m, None))]
+        if missing:
+            raise TypeError("store must be a set-up MooncakeDistributedStore (%s has no %s)"
+                            % (type(store).__name__, ", ".join(missing)))
+        if policy is not None and not isinstance(policy, BundleTransferPolicy):
+            raise TypeError("policy must be a BundleTransferPolicy or None")
         self.store = store
         self.key_prefix = key_prefix.rstrip("/")
         self.policy = policy or BundleTransferPolicy()
@@ -227,7 +236,9 @@ class MooncakeBundleTransfer:
         returns a StructuredObjectRef.  An existing object of that name is
         refused (the store's put keeps an existing key's value and reports
         success, so a second writer would otherwise get the first's object)."""
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str):
+            raise TypeError("name must be a str")
+        if not name:
             raise ValueError("name must be a non-empty string")
         if isinstance(payload, dict):
             payload = StructuredObjectPayload(payload, dict(meta or {}))
@@ -322,6 +333,7 @@ class MooncakeBundleTransfer:
 
     def materialize(self, spec, policy=None):
         """``{member: array}`` for the spec's selection (see the module doc)."""
+        _check_spec(spec, policy)
         mode = (policy or self.policy).copy_mode
         if mode == "zero_copy" and spec.rows is not None:
             raise ValueError("zero_copy cannot select a row list; use copy or auto")
@@ -331,6 +343,9 @@ class MooncakeBundleTransfer:
     def materialize_into(self, spec, out):
         """Copy the selection into ``out[name]`` (arrays or tensors of the
         selection's shape and dtype); returns the bytes copied."""
+        _check_spec(spec)
+        if not isinstance(out, Mapping):
+            raise TypeError("out must be a mapping of member -> array")
         total = 0
         for name, arr in self._select(spec, self._fetch(spec), copy=False).items():
             if name not in out:
@@ -352,6 +367,8 @@ class MooncakeBundleTransfer:
         ``(batch, meta_info)``.  Several stages concatenate their rows."""
         if isinstance(ref, DataProtoStage):
             ref = MooncakeDataProtoRef((ref,))
+        if not isinstance(ref, MooncakeDataProtoRef):
+            raise TypeError("ref must be a MooncakeDataProtoRef or a DataProtoStage")
         parts, meta = [], {}
         for st in ref.stages:
             spec = self.read_spec(st)
@@ -377,11 +394,24 @@ class MooncakeBundleTransfer:
 
     def remove_bundle(self, ref, force=False):
         stages = ref.stages if isinstance(ref, MooncakeDataProtoRef) else (ref,)
+        if not all(isinstance(st, DataProtoStage) for st in stages):
+            raise TypeError("ref must be a MooncakeDataProtoRef or a DataProtoStage")
         rc = 0
         for st in stages:
             r = self.remove_structured_object(st, force)
             rc = rc or r
         return rc
+
+
+_STORE_CALLS = ("put", "put_batch", "get", "batch_get_buffer", "remove", "batch_remove")
+
+
+def _check_spec(spec, policy=None):
+    if not isinstance(spec, StructuredReadSpec):
+        raise TypeError("spec must be a StructuredReadSpec (from read_spec), not %s"
+                        % type(spec).__name__)
+    if policy is not None and not isinstance(policy, BundleTransferPolicy):
+        raise TypeError("policy must be a BundleTransferPolicy or None")
 
 
 def _torch_np(info):

@@ -17,15 +17,18 @@ def test_on_cuda_calls_say_what_is_missing():
     for name in ("transfer_write_on_cuda", "transfer_read_on_cuda",
                  "batch_transfer_write_on_cuda", "batch_transfer_read_on_cuda"):
         fn = getattr(te, name)
+        args = ("peer", [0], [0], [16]) if name.startswith("batch") else ("peer", 0, 0, 16)
         with pytest.raises(RuntimeError) as e:
-            fn("peer", 0, 0, 16)
+            fn(*args)
         msg = str(e.value)
         if not engine.SUPPORT_CUDA:
             assert "SUPPORT_CUDA is False" in msg
         else:  # a CUDA build; this machine's torch or device is what lacks
             assert "CUDA" in msg
         with pytest.raises(TypeError):
-            fn("peer", 0, 0, 16, stream_ptr="s")
+            fn(*args, stream_ptr="s")
+        with pytest.raises(TypeError):  # the types are checked before CUDA is looked for
+            fn("peer", 0, 0, 16) if name.startswith("batch") else fn("peer", "0", 0, 16)
     assert isinstance(engine.SUPPORT_CUDA, bool)
     assert engine.SUPPORT_EFA is False and engine.SUPPORT_HIP is False
 

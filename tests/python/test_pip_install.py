@@ -11,8 +11,9 @@ runs everything from outside the source and build trees with no PYTHONPATH:
   transfer_engine_topology_dump --compact,
   mooncake_http_metadata_server --help (and serving), transfer_engine_bench
   --help, mc_store_rest_server --help (where aiohttp is installed);
-- `import mooncake.engine`, `mooncake._fast_copy` (and the pure-Python
-  modules) from the installed location, with libmooncake.so taken from
+- every module of the source tree (python/mooncake/**/*.py and the
+  extensions) imports from the installed location;
+- `import mooncake.engine`, `mooncake._fast_copy` from there, with libmooncake.so taken from
   the wheel's bundled copy, and a loopback transfer through it;
 - the installed metadata's version satisfies `mooncake-transfer-engine>=0.3.5`
   (checkpoint-engine's requirement) and equals `mooncake.__version__`.
@@ -148,6 +149,49 @@ print(json.dumps({"engine": mooncake.engine.__file__, "pkg": mooncake.__file__, 
                   "version": mooncake.__version__,
                   "master": mooncake.cli.find_program("mooncake_master")}))
 """
+
+
+def source_modules():
+    """Every module of the source tree: python/mooncake/**/*.py and the
+    extensions python/mooncake/meson.build builds."""
+    pkg = ROOT / "python" / "mooncake"
+    mods = set()
+    for p in pkg.rglob("*.py"):
+        parts = p.relative_to(pkg.parent).with_suffix("").parts
+        mods.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    import re
+    build = (ROOT / "python" / "mooncake" / "meson.build").read_text()
+    exts = set(re.findall(r"extension_module\(\s*'([A-Za-z0-9_]+)'", build))
+    assert {"engine", "store", "_fast_copy"} <= exts, exts
+    return sorted(mods | {f"mooncake.{e}" for e in exts})
+
+
+EVERY = r"""
+import importlib, json, sys
+bad = {}
+for m in sys.argv[1:]:
+    try:
+        mod = importlib.import_module(m)
+    except ImportError as e:
+        if "(Debian: apt-get install" in str(e):
+            continue  # an optional dependency this host lacks, named
+        bad[m] = repr(e)
+    else:
+        if not mod.__file__.startswith(sys.prefix):
+            bad[m] = "imported from " + mod.__file__
+print(json.dumps(bad))
+"""
+
+
+def test_every_module_is_installed(venv):
+    """Each module of the source tree imports from the installed location
+    (issue 18 part 4: every module installed by pip install)."""
+    mods = source_modules()
+    assert {"mooncake.store", "mooncake.mooncake_store_service",
+            "mooncake.vllm_v1_proxy_server", "mooncake.reshard.weight"} <= set(mods)
+    r = run(venv, [str(venv / "bin" / "python"), "-c", EVERY, *mods], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {}
 
 
 def test_import_from_installed_location(venv):

@@ -55,9 +55,36 @@ batch_get_tensor_with_parallelism_into save_tensor_to_safetensor load_tensor_fro
 """.split()
 PENDING = set()
 SPEC_MODULE_NAMES = """ReplicateConfig SoftPinAction ObjectDataType ReplicaStatus
-ReplicaDescriptor MemoryDescriptor Descriptor TaskType TaskStatus BufferHandle BufferPool
-MooncakeHostMemAllocator ParallelAxis TensorParallelism ReadTarget bind_to_numa_node
-get_alloc_func_addr get_free_func_addr""".split()
+ReplicaDescriptor MemoryDescriptor DiskDescriptor Descriptor TaskType TaskStatus
+QueryTaskResponse BufferHandle BufferPool BufferLease BufferLeaseView MooncakeHostMemAllocator
+ParallelAxis TensorParallelism ReadTarget MooncakeDistributedNoFRegister bind_to_numa_node
+get_alloc_func_addr get_free_func_addr""".split() + [
+    # the enums' values exported at module level (TaskStatus's PROCESSING and
+    # FAILED are ReplicaStatus's, as both enums spell them)
+    "UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION", "GRADIENT",
+    "OPTIMIZER_STATE", "METADATA", "GENERAL", "UNDEFINED", "INITIALIZED", "PROCESSING",
+    "COMPLETE", "REMOVED", "FAILED", "REPLICA_COPY", "REPLICA_MOVE", "PENDING", "SUCCESS"]
+# 9.4's members of each class
+SPEC_MEMBERS = {
+    "ReplicateConfig": "replica_num nof_replica_num dfs_replica_num soft_pin_action "
+                       "soft_pin_ttl_ms with_hard_pin preferred_segments preferred_nof_segments "
+                       "preferred_segment prefer_alloc_in_same_node data_type group_ids",
+    "ReplicaDescriptor": "status is_memory_replica is_disk_replica is_local_disk_replica "
+                         "get_memory_descriptor get_disk_descriptor",
+    "MemoryDescriptor": "buffer_descriptor",
+    "DiskDescriptor": "file_path object_size",
+    "Descriptor": "size buffer_address transport_endpoint",
+    "QueryTaskResponse": "id type status created_at_ms_epoch last_updated_at_ms_epoch "
+                         "assigned_client message",
+    "BufferHandle": "ptr size len",
+    "BufferPool": "acquire buffer prewarm close",
+    "BufferLease": "ptr size buffer release __enter__ __exit__",
+    "MooncakeHostMemAllocator": "alloc free",
+    "ParallelAxis": "kind rank size split_dim expert_id stage_id",
+    "TensorParallelism": "axes",
+    "ReadTarget": "mode parallelism",
+    "MooncakeDistributedNoFRegister": "real_register real_unregister_by_endpoint",
+}
 
 
 def test_every_spec_method_is_there_or_pending():
@@ -68,6 +95,29 @@ def test_every_spec_method_is_there_or_pending():
     assert not landed, f"now in the class, drop from PENDING and docs/python.md: {landed}"
     gone = sorted(n for n in SPEC_MODULE_NAMES if not hasattr(ms, n))
     assert not gone, f"spec store.md 9.4 names missing from mooncake.store: {gone}"
+    assert ms.PENDING is ms.TaskStatus.PENDING and ms.SUCCESS is ms.TaskStatus.SUCCESS
+    assert ms.PROCESSING is ms.ReplicaStatus.PROCESSING
+
+
+def test_every_spec_class_member_is_there():
+    """The members 9.4 lists per class: on the class, or (the attributes
+    set per instance) on an instance."""
+    probe = {"ParallelAxis": lambda c: c("tp", 0, 1),
+             "TensorParallelism": lambda c: c([]),
+             "ReadTarget": lambda c: c("full"),
+             "ReplicateConfig": lambda c: c(),
+             "QueryTaskResponse": lambda c: c(**{n: 0 for n in c.__slots__}),
+             "DiskDescriptor": lambda c: c(file_path="", object_size=0)}
+    missing = []
+    for cls, members in SPEC_MEMBERS.items():
+        c = getattr(ms, cls)
+        obj = probe[cls](c) if cls in probe else None
+        missing += [f"{cls}.{m}" for m in members.split()
+                    if not hasattr(c, m) and not (obj is not None and hasattr(obj, m))]
+    assert not missing, f"spec store.md 9.4 members missing: {missing}"
+    r = ms.QueryTaskResponse(**{n: 1 for n in ms.QueryTaskResponse.__slots__})
+    with pytest.raises(AttributeError, match="read-only"):
+        r.status = 2  # read-only, as upstream's
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +220,28 @@ def test_missing_shard_reads_none_not_partial(store, k):
     assert torch.equal(store.get_tensor_with_parallelism(k, ReadTarget("shard", tp(0, 2, 0))),
                        t[:4])
     assert store.get_tensor_with_parallelism(k + "-never") is None
+    assert store.batch_get_tensor_with_parallelism(
+        [k, k], [ReadTarget("full"), ReadTarget("shard", tp(0, 2, 0))])[0] is None
+    buf = np.zeros(MiB, np.uint8)
+    assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    try:
+        assert store.get_tensor_with_parallelism_into(k, buf.ctypes.data, buf.nbytes,
+                                                      ReadTarget("full")) is None
+        assert store.batch_get_tensor_with_parallelism_into(
+            [k], [buf.ctypes.data], [buf.nbytes], [ReadTarget("full")]) == [None]
+    finally:
+        assert store.unregister_buffer(buf.ctypes.data) == 0
+
+
+def test_missing_writer_partition_reads_none_not_partial(store, k):
+    t = full_tensor((9, 3))
+    for r in (0, 2):  # partition 1 of 3 never written
+        assert store.put_tensor_with_parallelism(k, t, writer_partition=(r, 3, 0)) == 0
+    assert store.get_tensor_with_parallelism(k) is None
+    assert store.get_tensor_with_parallelism(k, ReadTarget("full")) is None
+    assert store.get_tensor_with_parallelism(k, ReadTarget("shard", tp(0, 3, 1))) is None
+    assert torch.equal(store.get_tensor_with_parallelism(k, ReadTarget("shard", tp(2, 3, 0))),
+                       t[6:])
 
 
 def test_bad_arguments(store, k):
@@ -184,6 +256,13 @@ def test_bad_arguments(store, k):
         store.put_tensor_with_parallelism(k, t, writer_partition="0,2,0")
     with pytest.raises(TypeError):
         store.get_tensor_with_parallelism(k, "full")
+    # a wrong type is TypeError even when the values are impossible too
+    with pytest.raises(TypeError):
+        store.put_tensor_with_parallelism(k, t, tp(0, 2, 0), 5, (0, 2, 0))
+    with pytest.raises(TypeError):
+        store.put_tensor_with_parallelism(7, t, tp(0, 2, 0), writer_partition=(0, 2, 0))
+    with pytest.raises(TypeError):
+        store.upsert_tensor_with_parallelism(k, "t", tp(0, 2, 0), writer_partition=(0, 2, 0))
     assert store.is_exist(k) == 0
 
 
@@ -288,6 +367,9 @@ def test_init_all_sets_up_from_the_environment(mc_master, monkeypatch):
         assert s.close() == 0
     with pytest.raises(TypeError):
         MooncakeDistributedStore().init_all(1, "")
+    with pytest.raises(TypeError):  # was -600, as an impossible value
+        MooncakeDistributedStore().init_all("tcp", "", 1.5)
+    assert MooncakeDistributedStore().init_all("tcp", "", -1) == INVALID_PARAMS
 
 
 def test_cuda_calls_refuse_cpu_tensors(store, k):

@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from mooncake.store import MooncakeDistributedStore, ReplicateConfig, TaskStatus, TaskType
+from mooncake.store import (MooncakeDistributedStore, QueryTaskResponse, ReplicateConfig,
+                            TaskStatus, TaskType)
 
 from conftest import MasterDaemon, MiB
 
@@ -32,6 +33,9 @@ def finished(store, tid, timeout=15.0):
     while True:
         resp, err = store.query_task(tid)
         assert err == 0, err
+        assert isinstance(resp, QueryTaskResponse)
+        with pytest.raises(AttributeError):
+            resp.status = TaskStatus.SUCCESS  # read-only, as upstream's
         if resp.status in (TaskStatus.SUCCESS, TaskStatus.FAILED):
             return resp
         assert time.monotonic() < deadline, f"task {tid} still {resp.status}"
