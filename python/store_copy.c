@@ -8,7 +8,8 @@
  * protocol and held until the call returns), and a get reads into a bytes
  * object made under the GIL by mc_store_get_alloc's allocator, or into a
  * malloc'ed copy wrapped by a BufferHandle (which offers the buffer
- * protocol and frees the copy when it dies).
+ * protocol and frees the copy when it dies; batch_get_buffer's handles
+ * share one allocation per call, a slab, below).
  */
 #include "store_int.h"
 
@@ -342,27 +343,77 @@ out:
 
 /* ---- BufferHandle -------------------------------------------------------------------- */
 
+/*
+ * A slab: the bytes of the objects of one batch_get_buffer call, in one
+ * allocation shared by its handles (sized, at each object that does not
+ * fit, for the rest of the batch at that object's size), freed with the
+ * last of them.  One freed slab is kept for the next call (spare_slab),
+ * so a loop of batch reads reuses memory already faulted in rather than
+ * allocating and freeing a buffer per object, which the C allocator may
+ * return to the system and fault in again at every call.  Its handles
+ * keep the whole slab alive.  refs and spare_slab change under the GIL
+ * only; the allocator (slab_alloc) runs without it, on the call's own
+ * slabs.
+ */
+struct bh_slab {
+	Py_ssize_t refs; /* handles in it, and the filling call's own reference */
+	size_t cap, used;
+	struct bh_slab *next; /* the filling call's list */
+};
+
+#define SLAB_ALIGN     64
+#define SLAB_HDR       ((sizeof(struct bh_slab) + SLAB_ALIGN - 1) & ~(size_t)(SLAB_ALIGN - 1))
+#define SLAB_SPARE_MAX (256ull << 20) /* larger slabs are not kept */
+
+static struct bh_slab *spare_slab;
+
+static void slab_unref(struct bh_slab *sl)
+{
+	if (--sl->refs > 0)
+		return;
+	if (!spare_slab && sl->cap <= SLAB_SPARE_MAX) {
+		spare_slab = sl;
+		return;
+	}
+	free(sl);
+}
+
 struct bh_obj {
 	PyObject ob_base;
-	void *buf; /* malloc'ed */
+	void *buf; /* malloc'ed, or in slab */
 	size_t size;
+	struct bh_slab *slab; /* NULL: buf is the handle's own */
 };
+
+static PyObject *handle_new(void *buf, size_t size, struct bh_slab *slab)
+{
+	struct bh_obj *h = PyObject_New(struct bh_obj, &mc_py_handle_type);
+	if (!h)
+		return NULL;
+	h->buf = buf;
+	h->size = size;
+	h->slab = slab;
+	if (slab)
+		slab->refs++;
+	return (PyObject *)h;
+}
 
 static PyObject *handle_wrap(void *buf, size_t size)
 {
-	struct bh_obj *h = PyObject_New(struct bh_obj, &mc_py_handle_type);
-	if (!h) {
+	PyObject *h = handle_new(buf, size, NULL);
+	if (!h)
 		free(buf);
-		return NULL;
-	}
-	h->buf = buf;
-	h->size = size;
-	return (PyObject *)h;
+	return h;
 }
 
 static void bh_dealloc(PyObject *self)
 {
-	free(((struct bh_obj *)self)->buf);
+	struct bh_obj *h = (struct bh_obj *)self;
+
+	if (h->slab)
+		slab_unref(h->slab);
+	else
+		free(h->buf);
 	PyObject_Free(self);
 }
 
@@ -434,45 +485,105 @@ PyObject *mc_py_store_get_buffer(DEFARGS)
 	return handle_wrap(buf, (size_t)n);
 }
 
+/* One batch_get_buffer call's slabs: the allocator of mc_store_batch_get_alloc. */
+struct slab_fill {
+	size_t n;		/* keys in the call */
+	struct bh_slab *spare;	/* taken from spare_slab, not yet used */
+	struct bh_slab *slabs;	/* in use, newest first */
+	void **bufs;		/* per key: where it reads to */
+	struct bh_slab **owner; /* per key: in which slab */
+};
+
+static void *slab_alloc(void *ctx, size_t i, size_t size)
+{
+	struct slab_fill *f = ctx;
+	struct bh_slab *sl = f->slabs;
+	size_t need = ((size ? size : 1) + SLAB_ALIGN - 1) & ~(size_t)(SLAB_ALIGN - 1);
+	void *p;
+
+	if (need < size)
+		return NULL;
+	if (!sl || sl->cap - sl->used < need) {
+		/* room for the rest of the batch at this size */
+		size_t rest = f->n - i, cap = need;
+
+		if (rest <= (SIZE_MAX - SLAB_HDR) / need)
+			cap = need * rest;
+		if (f->spare && f->spare->cap >= cap && f->spare->cap / 2 <= cap) {
+			sl = f->spare;
+			f->spare = NULL;
+		} else {
+			sl = aligned_alloc(SLAB_ALIGN, SLAB_HDR + cap);
+			if (!sl && cap > need) /* the rest may not need it: this one */
+				sl = aligned_alloc(SLAB_ALIGN, SLAB_HDR + (cap = need));
+			if (!sl)
+				return NULL;
+			sl->cap = cap;
+		}
+		sl->refs = 1; /* the call's */
+		sl->used = 0;
+		sl->next = f->slabs;
+		f->slabs = sl;
+	}
+	p = (char *)sl + SLAB_HDR + sl->used;
+	sl->used += need;
+	f->bufs[i] = p;
+	f->owner[i] = sl;
+	return p;
+}
+
 PyObject *mc_py_store_batch_get_buffer(DEFARGS)
 {
 	struct keys k;
+	struct slab_fill f = {0};
 	PyObject *out;
-	void **bufs;
 	int64_t *sizes;
 	struct call c;
 	PARSE("batch_get_buffer", 1, "keys");
 
 	if (keys_from(a[0], "batch_get_buffer", &k) < 0)
 		return NULL;
-	bufs = PyMem_Calloc(k.n ? k.n : 1, sizeof(*bufs));
+	f.n = k.n;
+	f.bufs = PyMem_Calloc(k.n ? k.n : 1, sizeof(*f.bufs));
+	f.owner = PyMem_Calloc(k.n ? k.n : 1, sizeof(*f.owner));
 	sizes = PyMem_Calloc(k.n ? k.n : 1, sizeof(*sizes));
-	if (!bufs || !sizes) {
-		PyMem_Free(bufs);
+	if (!f.bufs || !f.owner || !sizes) {
+		PyMem_Free(f.bufs);
+		PyMem_Free(f.owner);
 		PyMem_Free(sizes);
 		keys_release(&k);
 		return PyErr_NoMemory();
 	}
+	f.spare = spare_slab; /* under the GIL */
+	spare_slab = NULL;
 	call_begin(&c, ST(self), false);
-	mc_store_batch_get(ST(self)->s, k.v, k.n, bufs, sizes);
+	mc_store_batch_get_alloc(ST(self)->s, k.v, k.n, slab_alloc, &f, sizes);
 	call_end(&c);
 	out = PyList_New((Py_ssize_t)k.n);
 	for (size_t i = 0; i < k.n; i++) {
-		PyObject *h;
-		if (sizes[i] < 0) {
-			h = Py_NewRef(Py_None);
-		} else {
-			h = handle_wrap(bufs[i], (size_t)sizes[i]); /* owns (or frees) bufs[i] */
+		PyObject *h = NULL;
+		if (sizes[i] >= 0 && f.owner[i]) {
+			h = handle_new(f.bufs[i], (size_t)sizes[i], f.owner[i]);
 			if (!h)
 				PyErr_Clear();
-			h = h ? h : Py_NewRef(Py_None);
 		}
+		h = h ? h : Py_NewRef(Py_None);
 		if (out)
 			PyList_SET_ITEM(out, (Py_ssize_t)i, h);
 		else
 			Py_DECREF(h);
 	}
-	PyMem_Free(bufs);
+	while (f.slabs) { /* the call's references: a slab no handle took goes */
+		struct bh_slab *sl = f.slabs;
+		f.slabs = sl->next;
+		slab_unref(sl);
+	}
+	if (f.spare) { /* not used: back, or freed if another came back meanwhile */
+		f.spare->refs = 1;
+		slab_unref(f.spare);
+	}
+	PyMem_Free(f.bufs);
+	PyMem_Free(f.owner);
 	PyMem_Free(sizes);
 	keys_release(&k);
 	return out;

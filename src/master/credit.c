@@ -218,14 +218,22 @@ static void grant(struct ctx *c, uint32_t client, const struct mc_proto_str *seg
 		return;	      /* a put needs more than a block anywhere: PutStart's way */
 	c->err = scratch_err; /* a credit that does not fit is not an error */
 	for (uint32_t i = 0; i < nwant && cl->ncredits < CREDIT_PER_CLIENT; i++) {
+		bool need_evict = m->need_evict;
+		uint64_t fails = m->met.put_start_alloc_failures;
 		struct mc_credit *k;
 
 		if (!mc_master_grow((void **)&cl->credits, &cl->credits_cap, cl->ncredits + 1,
 				    sizeof(*cl->credits)))
 			break;
 		k = &cl->credits[cl->ncredits];
-		if (mc_master_place_block(c, want[i], segment, &k->rep) != MC_OK)
+		if (mc_master_place_block(c, want[i], segment, &k->rep) != MC_OK) {
+			/* a block asked ahead is no put that needs room: no
+			 * eviction round for it, nor a put's failure counted (a
+			 * put that finds no credit asks PutStart, which does both) */
+			m->need_evict = need_evict;
+			m->met.put_start_alloc_failures = fails;
 			break;
+		}
 		k->id = ++m->credit_seq;
 		k->size = want[i];
 		k->expire_at = c->now + CREDIT_TTL_MS;

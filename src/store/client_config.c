@@ -72,12 +72,13 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "may return the previous value, checked and whole, until the lease ends "
 	       "(docs/design.md, the location cache: the table of every path). 0 = off",
 	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
-	{.f = {"store_put_credit", "MC_STORE_PUT_CREDIT", "0",
+	{.f = {"store_put_credit", "MC_STORE_PUT_CREDIT", "64",
 	       "put credits: blocks the master reserves for this client's puts, at most this "
-	       "many held, so that a put of a size it holds a block for (one replica, at most a "
-	       "preferred_segment; no pins, groups or preferred-segment lists) writes there and completes with one exchange with "
-	       "the master instead of PutStart and PutEnd (a master of protocol minor 12; "
-	       "docs/design.md, put credits). 0 = off, the default",
+	       "many held (and at most 64 MiB of them), so that a put of a size it holds a "
+	       "block for (one replica, at most a preferred_segment; no pins, groups or "
+	       "preferred-segment lists) writes there and completes with one exchange with the "
+	       "master instead of PutStart and PutEnd (a master of protocol minor 12; "
+	       "docs/design.md, put credits). 64: two batches of 32 keys; 0 = off",
 	       CFG(put_credit), MC_CONFIG_INT, 0, 256}},
 	{.f = {"store_put_credit_ms", "MC_STORE_PUT_CREDIT_MS", "200",
 	       "a put credit is used only within this long of the call that asked for it, "

@@ -1,8 +1,8 @@
 /*
  * store/client_credit.c - puts through put credits (PutCredit, protocol
  * minor 12; the master's side is master/credit.c, the design
- * docs/design.md "Put credits").  With MC_STORE_PUT_CREDIT=N (0, the
- * default: off) a client keeps up to N blocks the master reserved for it;
+ * docs/design.md "Put credits").  With MC_STORE_PUT_CREDIT=N (64 by
+ * default; 0: off) a client keeps up to N blocks the master reserved for it;
  * a put of a value that fits one (the same size with its trailer) writes
  * it there and completes it with one PutCredit, which also asks for a
  * block of the same size for the next put.  So a stream of same-sized

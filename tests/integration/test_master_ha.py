@@ -781,8 +781,9 @@ def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
     # the put's Start reaches the leader, its write stalls (the holder is
     # stopped), the leader dies: the End reaches the new leader, which never
     # heard of the put (OBJECT_NOT_FOUND), so the client puts it again
-    # instead of failing a call the caller would have to repeat
-    _, m2, _, client, _ = put_across_a_leader_kill(hc, etcd_ep, {},
+    # instead of failing a call the caller would have to repeat; the
+    # two-call path, so put credits off (the next test is their case)
+    _, m2, _, client, _ = put_across_a_leader_kill(hc, etcd_ep, {"MC_STORE_PUT_CREDIT": "0"},
                                                    "master_put_start_requests_total")
     # the new leader placed it: usually the End reached it and the client
     # put the key again ("putting it again" in its log); in a slow,
@@ -792,7 +793,7 @@ def test_a_put_across_a_failover_is_carried_through(hc, etcd_ep):
 
 
 def test_a_credit_put_across_a_failover_is_carried_through(hc, etcd_ep):
-    # put credits (MC_STORE_PUT_CREDIT): the client's ask reaches the
+    # put credits (MC_STORE_PUT_CREDIT, on by default): the client's ask reaches the
     # leader, its write into the granted block stalls (the holder is
     # stopped), the leader dies: the new leader never granted that credit,
     # refuses the put's item (INVALID_WRITE), and the client puts the key

@@ -425,6 +425,38 @@ def test_get_buffer(store, k):
     del mv, t, h
 
 
+def test_batch_get_buffer_handles_share_one_reused_allocation(store, k):
+    """batch_get_buffer reads a call's objects into one allocation its
+    handles share (python/store_copy.c, slabs) and reuses a freed one: the
+    bytes of handles still alive never change under later calls, a handle
+    outlives its siblings, sizes that outgrow the first slab and misses
+    are handled, and every handle is 64-byte aligned."""
+    sizes = [4096, 100, 65536, 1, 300000, 4096]  # 300000 outgrows the slab
+    vals = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    keys = [k(f"s{i}") for i in range(len(sizes))]
+    for key, v in zip(keys, vals):
+        assert store.put(key, v) == 0
+    first = store.batch_get_buffer(keys + [k("missing")])
+    assert first[-1] is None
+    assert [bytes(h) for h in first[:-1]] == vals
+    assert all(h.ptr() % 64 == 0 for h in first[:-1])
+    for rnd in range(3):  # other values, read while the first handles live
+        other = [k(f"o{rnd}-{i}") for i in range(4)]
+        for i, key in enumerate(other):
+            assert store.put(key, bytes([0x80 + i]) * 65536) == 0
+        hs = store.batch_get_buffer(other)
+        assert [bytes(h) for h in hs] == [bytes([0x80 + i]) * 65536 for i in range(4)]
+        assert [bytes(h) for h in first[:-1]] == vals
+        del hs  # freed: the next call may reuse it
+    keep = first[2]
+    del first  # the siblings go; keep holds the slab
+    again = store.batch_get_buffer(keys)
+    assert [bytes(h) for h in again] == vals
+    assert bytes(keep) == vals[2] and keep.size() == 65536
+    del again
+    assert bytes(memoryview(keep)) == vals[2]
+
+
 def test_exist_and_batch_exist(store, k):
     assert store.put(k("e"), b"1") == 0
     assert store.batch_is_exist([k("e"), k("nope")]) == [1, 0]

@@ -104,8 +104,12 @@ def test_metrics_count_calls_and_bytes(served):
     n = series(text, "mooncake_transfer_put_latency_count")
     assert n >= 2
     assert series(text, "mooncake_transfer_put_latency_bucket", le="+Inf") == n
-    assert series(text, "mooncake_client_rpc_count", rpc_name="PUT_START") >= 2
-    assert series(text, "mooncake_client_rpc_latency_count", rpc_name="PUT_END") >= 2
+    # both puts through put credits (MC_STORE_PUT_CREDIT's default): each
+    # size first asks for a block, then completes with one PutCredit; no
+    # PutStart or PutEnd (a series appears once its message was sent)
+    assert series(text, "mooncake_client_rpc_count", rpc_name="PUT_CREDIT") >= 4
+    assert series(text, "mooncake_client_rpc_latency_count", rpc_name="PUT_CREDIT") >= 4
+    assert 'rpc_name="PUT_START"' not in text and 'rpc_name="PUT_END"' not in text
     # the global segment: mapped, populated at mount (MC_STORE_PREFAULT's default)
     assert series(text, "mooncake_client_segment_bytes") == 32 * MiB
     assert series(text, "mooncake_client_segment_populated_bytes") == 32 * MiB

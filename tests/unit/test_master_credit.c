@@ -80,6 +80,42 @@ static mc_status complete(struct mt *t, struct mc_store_uuid client, const char 
 	return t->resp.body.put_credit_resp.statuses[0];
 }
 
+/*
+ * A want that does not fit is not a put that needs room: the completion of
+ * an object that fills most of the segment asks for another block of its
+ * size, none is granted, and the next tick evicts nothing (it used to
+ * evict the object just completed, unleased, as a failed PutStart's room).
+ */
+static void test_want_that_does_not_fit_evicts_nothing(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_store_replica a;
+	struct mc_store_credit_item it = {
+		.key = mc_proto_str_c("big"),
+		.value_len = 600000,
+		.checksum = {true, 7},
+	};
+	uint64_t want = 600000;
+	uint64_t fails0;
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CB, SA, "a:1", BASE, MIB), MC_OK);
+	grant1(t, CA, 600000, &a);
+	it.credit = a.id;
+	it.address = a.address;
+	fails0 = mt_metrics(t).put_start_alloc_failures;
+	assert_int_equal(credit_call(t, CA, &it, 1, NULL, 0, &want, 1), MC_OK);
+	assert_int_equal(t->resp.body.put_credit_resp.statuses[0], MC_OK);
+	assert_int_equal(t->resp.body.put_credit_resp.n_credits, 0);
+	t->now += 100;
+	mc_master_tick(t->m, t->now);
+	assert_int_equal(mt_get(t, "big"), MC_OK);
+	assert_int_equal(mt_metrics(t).key_count, 1);
+	/* not a put's failure either */
+	assert_int_equal(mt_metrics(t).put_start_alloc_failures, fails0);
+	mt_free(t);
+}
+
 static void test_grant_and_complete(void **state)
 {
 	struct mt *t = mt_new_default();
@@ -303,6 +339,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_grant_and_complete),
+		cmocka_unit_test(test_want_that_does_not_fit_evicts_nothing),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_reclaimed),
 		cmocka_unit_test(test_none_granted_with_local_first),
