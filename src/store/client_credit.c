@@ -25,7 +25,8 @@
  * leader knows none and may have placed other objects over it); older
  * ones go back with the next PutCredit (release) or from the heartbeat
  * thread (mc_store_credit_idle), the master parks unused ones after 10 s.
- * A client holds at most POOL_BYTES (64 MiB) of blocks.  The pool holds each answer (its replica
+ * A client holds at most POOL_BYTES (64 MiB) of blocks, and uses credits
+ * for values of at most VALUE_MAX (4 MiB) only.  The pool holds each answer (its replica
  * descriptors' strings) until the last of its credits is used.
  *
  * Threads: any number of callers; the pool is under credits.lock, held
@@ -45,6 +46,10 @@
 
 #define NONE_WAIT_NS 1000000000ull /* no credits granted: ask again after 1 s */
 #define POOL_BYTES   (64ull << 20) /* credits held: at most this many bytes of blocks */
+/* Values above this go the PutStart/PutEnd way: the saved exchange is a
+ * few percent of their transfer, and a block held ahead for them would
+ * keep that much of a nearly full pool reserved for up to the window. */
+#define VALUE_MAX (4ull << 20)
 
 static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_item *items,
 			     uint32_t n, struct mc_store_chunk_sums *chunks, const char *segment,
@@ -377,8 +382,8 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 		if (results[i] != MC_OK)
 			continue;
 		size = totals[i] + mc_store_trailer_for(s, totals[i]);
-		if (size > MC_STORE_CREDIT_MAX_BLOCK) {
-			fallback[i] = true; /* larger than any credit */
+		if (totals[i] > VALUE_MAX || size > MC_STORE_CREDIT_MAX_BLOCK) {
+			fallback[i] = true; /* a large value: the two calls */
 			continue;
 		}
 		p.key_of[nio] = (uint32_t)i;

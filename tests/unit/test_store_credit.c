@@ -136,6 +136,23 @@ static void others_go_the_two_call_way(void **state)
 	}
 	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
 	st_expect_get(B, "old", v, sizeof(v));
+
+	/* a value over 4 MiB takes the two calls and leaves no block held for it */
+	{
+		size_t big_len = (4u << 20) + 1;
+		char *big = malloc(big_len);
+
+		assert_non_null(big);
+		fill(big, big_len, 9);
+		start0 = rpcs(A, MC_STORE_PUT_START);
+		cr0 = rpcs(A, MC_STORE_PUT_CREDIT);
+		assert_int_equal(mc_store_put(A, "big", big, big_len, NULL), MC_OK);
+		assert_int_equal(mc_store_put(A, "big2", big, big_len, NULL), MC_OK);
+		assert_int_equal(rpcs(A, MC_STORE_PUT_START), start0 + 2);
+		assert_int_equal(rpcs(A, MC_STORE_PUT_CREDIT), cr0);
+		st_expect_get(B, "big2", big, big_len);
+		free(big);
+	}
 }
 
 /* A preferred segment: the credits are asked for there, the objects land there. */
