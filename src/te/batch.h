@@ -21,6 +21,7 @@ static inline void mc_task_slice_init(struct mc_task *t, struct mc_slice *s)
 {
 	s->complete = mc_task_slice_done;
 	s->owner = t;
+	s->group = t->batch->id;
 }
 
 /* Fail a task that never reached a transport. */

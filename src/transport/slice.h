@@ -36,6 +36,10 @@ struct mc_slice {
 	uint64_t remote_addr;
 	uint64_t len;
 	uint8_t opcode; /* MC_OP_READ or MC_OP_WRITE */
+	/* Slices with the same nonzero group came from one batch (0: none);
+	 * a transport may keep a small one beside its group's last slice
+	 * (transport/tcp.c, "Lanes") */
+	uint64_t group;
 	/* transport-private progress */
 	uint64_t done;
 	uint32_t hdr_done;

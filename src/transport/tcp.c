@@ -11,12 +11,16 @@
  * Client side: per peer (host, data port) a fixed set of persistent
  * connections (MC_TCP_LANES_PER_PEER, default 4) spread over the workers;
  * slices are dealt round-robin, so a split request runs on several
- * connections at once.  Each connection pipelines: many requests are on the
- * wire at once (sendq: not fully sent; recvq: sent, awaiting status/data, in
- * order).  Headers and write payloads leave with one sendmsg() gathering
- * many requests, straight from the caller's memory; read payloads land
- * straight in the caller's memory (small ones through a 64 KiB staging
- * buffer that also batches status frames).
+ * connections at once.  Lanes: a slice under 4 KiB of the batch whose slice
+ * was dealt last rides that slice's connection instead (a store value's
+ * checksum trailer, in the same submit or the next): dealt to the next
+ * lane, 32 bytes would wake a second worker on each side for every object.
+ * Each connection pipelines: many requests are on the wire at once
+ * (sendq: not fully sent; recvq: sent, awaiting status/data, in order).
+ * Headers and write payloads leave with one sendmsg() gathering many
+ * requests, straight from the caller's memory; read payloads land straight
+ * in the caller's memory (small ones through a 64 KiB staging buffer that
+ * also batches status frames).
  *
  * Server side: headers are parsed from a staging buffer; every request is
  * checked against registered memory (mc_memreg_acquire) before a byte is

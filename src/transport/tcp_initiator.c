@@ -771,19 +771,57 @@ void mc_tcp_peer_reset(struct mc_peer *peer)
 	atomic_store(&mc_container_of(peer, struct tcp_peer, base)->failed, false);
 }
 
+/* A slice this small of the group dealt last rides that slice's lane. */
+#define RIDE_MAX 4095u
+
+static bool rides(const struct mc_slice *s, uint64_t prev)
+{
+	return s->len <= RIDE_MAX && s->group && s->group == prev;
+}
+
+/* Each slice's lane, before any is handed over (a worker may end a slice,
+ * and its owner free it, as soon as it has it): dealt round-robin, or
+ * riding its predecessor's lane.  lanes NULL (no memory): the deal alone. */
+static void deal_lanes(struct tcp_peer *p, struct mc_slice **slices, size_t n, uint16_t *lanes,
+		       unsigned *start)
+{
+	uint64_t g = atomic_load(&p->last_group);
+	unsigned lane = atomic_load(&p->last_lane) % p->nconns, dealt = 0, next;
+
+	for (size_t i = 0; lanes && i < n; i++) {
+		dealt += !rides(slices[i], g);
+		g = slices[i]->group;
+	}
+	next = *start = atomic_fetch_add(&p->rr, lanes ? dealt : (unsigned)n);
+	g = atomic_load(&p->last_group);
+	for (size_t i = 0; lanes && i < n; i++) {
+		if (!rides(slices[i], g))
+			lane = next++ % p->nconns;
+		g = slices[i]->group;
+		lanes[i] = (uint16_t)lane;
+	}
+	atomic_store(&p->last_group, lanes ? g : 0);
+	atomic_store(&p->last_lane, lane);
+}
+
 mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct mc_slice **slices,
 			size_t n)
 {
 	struct tcp_transport *tp = to_tcp(base);
 	struct tcp_peer *p = mc_container_of(peer, struct tcp_peer, base);
-	unsigned start = atomic_fetch_add(&p->rr, (unsigned)n);
+	uint16_t lane_stack[256], *lanes = lane_stack;
+	unsigned start;
 
+	if (n > MC_ARRAY_SIZE(lane_stack))
+		lanes = mc_malloc(n * sizeof(*lanes));
+	deal_lanes(p, slices, n, lanes, &start);
 	/* one pass per worker so each worker's lock is taken once */
 	for (unsigned wi = 0; wi < tp->nworkers; wi++) {
 		struct tcp_worker *w = &tp->workers[wi];
 		bool any = false;
 		for (size_t i = 0; i < n; i++) {
-			struct tcp_conn *c = p->conns[(start + i) % p->nconns];
+			struct tcp_conn *c =
+				p->conns[lanes ? lanes[i] : (start + (unsigned)i) % p->nconns];
 			if (c->w != w)
 				continue;
 			if (!any) {
@@ -804,6 +842,8 @@ mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct 
 				mc_tcp_worker_wake(w);
 		}
 	}
+	if (lanes != lane_stack)
+		mc_free(lanes);
 	return MC_OK;
 }
 

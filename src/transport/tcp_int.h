@@ -94,6 +94,10 @@ struct tcp_peer {
 	int version;
 	atomic_bool failed;
 	atomic_uint rr;
+	/* the group and lane of the slice dealt last ("Lanes", tcp.c); read
+	 * and written apart: a race only places a slice less well */
+	_Atomic uint64_t last_group;
+	atomic_uint last_lane;
 	unsigned npaths; /* >= 1; paths[0] is host when the target publishes no list */
 	struct tcp_path *paths;
 	unsigned nconns;

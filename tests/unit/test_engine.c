@@ -591,6 +591,62 @@ static void accepted_connections_are_spread_over_workers(void **state)
 	free(src);
 }
 
+static unsigned target_sconns(struct pair *p)
+{
+	struct mc_transport *tp = mc_te_transport(p->b, "tcp");
+
+	return mc_tcp_worker_sconns(tp, 0) + mc_tcp_worker_sconns(tp, 1);
+}
+
+/* A small request of the batch whose slice was dealt last goes on that
+ * slice's connection (the store's 32-byte trailer beside its 64 KiB value),
+ * whether it comes in the same submit or the next one; one of another batch,
+ * or a large one, takes the next lane.  Each lane opens its own connection
+ * on first use, so the target's count of connections tells the lanes used. */
+static void a_small_slice_rides_its_batchs_lane(void **state)
+{
+	struct pair *p = *state;
+	const size_t big = 64 << 10;
+	char *src = malloc(2 * big);
+	uint64_t at = (uint64_t)(uintptr_t)p->bbuf;
+	struct mc_xfer_req req[2] = {
+		{.opcode = MC_OP_WRITE,
+		 .source = src,
+		 .target_id = p->b_id,
+		 .target_offset = at,
+		 .length = big},
+		{.opcode = MC_OP_WRITE,
+		 .source = src + big,
+		 .target_id = p->b_id,
+		 .target_offset = at + big,
+		 .length = 32},
+	};
+	mc_batch_id id;
+
+	mc_test_fill(src, 2 * big, 9);
+	reg_local(p->a, src, 2 * big);
+	/* value and trailer in one submit: one lane */
+	assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
+	assert_int_equal(target_sconns(p), 1);
+	/* the value, then the trailer in a second submit of the same batch */
+	assert_int_equal(mc_te_batch_new(p->a, 2, &id), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, &req[0], 1), MC_OK);
+	assert_int_equal(mc_te_submit(p->a, id, &req[1], 1), MC_OK);
+	assert_int_equal(mc_te_batch_wait(p->a, id, 20000, NULL), MC_OK);
+	assert_int_equal(mc_te_batch_free(p->a, id), MC_OK);
+	assert_int_equal(target_sconns(p), 2);
+	/* a small request alone, of a new batch: dealt, a third lane */
+	assert_int_equal(mc_te_transfer_sync(p->a, &req[1], 1, 20000), MC_OK);
+	assert_int_equal(target_sconns(p), 3);
+	/* two large ones of one batch: dealt, the fourth lane and the first */
+	req[1].length = big;
+	assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
+	assert_int_equal(target_sconns(p), 4);
+	assert_memory_equal(p->bbuf, src, 2 * big);
+	unreg_local(p->a, src);
+	free(src);
+}
+
 /* A raw data connection to te's TCP port, for hand-made frames. */
 static int raw_connect(struct mc_te *te)
 {
@@ -948,6 +1004,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(free_right_after_polling_completed, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(accepted_connections_are_spread_over_workers,
+						setup_tcp_lanes, teardown_pair),
+		cmocka_unit_test_setup_teardown(a_small_slice_rides_its_batchs_lane,
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
 						teardown_pair),
