@@ -150,7 +150,7 @@ struct tcp_sconn {
 	enum { S_AUTH, S_HDR, S_WPAYLOAD, S_CLOSING } state; /* S_AUTH: with a secret, first */
 	struct mc_tcp_hdr cur;
 	bool cur_v2;
-	bool last_large; /* the last request was a large write */
+	uint8_t large_run; /* 2 after a large write, less 1 per other request */
 	struct mc_memreg_entry *cur_ent;
 	uint64_t cur_done;
 	uint8_t *rbuf;

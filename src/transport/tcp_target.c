@@ -502,7 +502,12 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				mc_tcp_sconn_free(sc);
 				return false;
 			}
-			sc->last_large = write && h.size >= DIRECT_MIN;
+			/* a large write, or one request after it (its checksum
+			 * trailer, which rides the same connection) */
+			if (write && h.size >= DIRECT_MIN)
+				sc->large_run = 2;
+			else if (sc->large_run)
+				sc->large_run--;
 			if (write) {
 				sc->cur = h;
 				sc->cur_v2 = v2;
@@ -577,9 +582,10 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 			}
 		}
 	fill : {
-		/* after a large write, fetch just the next header so that its payload
-		 * can go straight to its destination rather than through rbuf */
-		size_t max = sc->state == S_HDR && sc->last_large && sc->rpos == sc->rlen
+		/* after a large write, or a small request right after one, fetch
+		 * just the next header so that the payload of a next large write
+		 * goes straight to its destination rather than through rbuf */
+		size_t max = sc->state == S_HDR && sc->large_run && sc->rpos == sc->rlen
 				     ? MC_TCP_HDR_LEN
 				     : RBUF_SIZE;
 		ssize_t n;
