@@ -15,7 +15,16 @@ The engine side: --holders targets (bench/te_call_bench --serve) and
 reading its own --window bytes of target i % holders in SIZE-byte requests,
 one request per synchronous call, as a store client's put_from and get_into
 move one object per call.  Same processes per side, same bytes per call,
-same bytes per phase, same working set.
+same bytes per phase, same working set, the same connections (each client
+or initiator its own engine, MC_TCP_LANES_PER_PEER lanes to its one holder
+or target) and target memory faulted in before the first phase on both
+sides (a holder's segment by MC_STORE_PREFAULT=mount, the default; a
+target's buffer by a memset).  What the engine side does not mirror is the
+store's own work per object, which is what the ratio measures: its master
+exchanges (PutStart and PutEnd, or one PutCredit with MC_STORE_PUT_CREDIT;
+GetReplicaList), the checksum of the bytes (MC_STORE_VERIFY) and the
+trailer of chunk sums each object carries (a second request of a few
+bytes beside the value, riding the value's connection).
 
 Both sides run the same phases, started in every client at once by this
 driver (one line to each client's stdin, then one answer from each):

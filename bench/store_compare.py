@@ -35,9 +35,11 @@ The engines are kept on TCP (MC_SHM_DISABLE=1 in their environment) unless
 --shm is given, so the store's bytes cross loopback TCP as the targets assume.
 
 With --cold MODES only the first-fill rows run: per round Redis's one-key
-SET, then store_bench --cases=cold once per MC_STORE_PREFAULT mode listed
-(their order rotated every round), reported as first fill against refill
-and against Redis SET.
+SET and Redis's own first fill (a fresh redis-server per size taking 512 MiB
+of distinct keys, -r 10^9), then store_bench --cases=cold once per
+MC_STORE_PREFAULT mode listed (their order rotated every round), reported as
+first fill against refill, against Redis SET (one key overwritten: memory
+reused, Redis's refill) and against Redis's first fill.
 
 usage: bench/store_compare.py [--build build] [--runs 3] [--duration 2]
                               [--objects N] [--json] [--quick] [--shm]
@@ -63,6 +65,7 @@ import master_rss  # noqa: E402
 MIB = 1 << 20
 SIZES = [1 * MIB, 4 * MIB]
 WINDOW = 64 * MIB  # store_bench's default --window: the bytes of keys a round walks
+COLD_WINDOW, COLD_WINDOW_QUICK = 512 * MIB, 128 * MIB  # --cold: bytes of one first fill
 
 
 def free_port():
@@ -114,6 +117,21 @@ class Redis:
                     out.setdefault((op, size, mode), []).append(
                         {"rps": rps, "gbps": rps * size / 1e9,
                          "p99_us": float(rows[op][6]) * 1e3})
+
+    def first_fill(self, out, size, window):
+        """Redis's own first fill: window bytes of distinct SIZE-byte keys
+        into this (fresh) server, one at a time (-c 1, no pipelining), as
+        store_bench --cases=cold puts window bytes into a fresh segment.
+        -r 10^9: random keys, so almost surely every SET makes a new key
+        and its value lands in memory the server never touched."""
+        n = max(1, window // size)
+        r = subprocess.run(["redis-benchmark", "-p", str(self.port), "-d", str(size),
+                            "-c", "1", "-n", str(n), "-r", "1000000000", "-t", "set",
+                            "--csv"], capture_output=True, text=True, timeout=600)
+        rows = {row[0]: row for row in csv.reader(io.StringIO(r.stdout)) if row}
+        rps = float(rows["SET"][1])
+        out.setdefault(("SET", size, "first"), []).append(
+            {"rps": rps, "gbps": rps * size / 1e9, "p99_us": float(rows["SET"][6]) * 1e3})
 
     def stop(self):
         subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"],
@@ -197,7 +215,7 @@ def cold_round(build, m, data, modes, quick):
     """--cold: store_bench --cases=cold once per MC_STORE_PREFAULT mode, in
     the order given (the caller rotates it between rounds)."""
     bench = master_rss.find(build, "bench/store_bench")
-    window = "128m" if quick else "512m"
+    window = f"{(COLD_WINDOW_QUICK if quick else COLD_WINDOW) >> 20}m"
     for mode in modes:
         os.environ["MC_STORE_PREFAULT"] = mode  # read by the holder store_bench starts
         for j in json_lines([bench, f"--master={m.addr}", f"--metadata={m.meta_uri}",
@@ -215,11 +233,13 @@ def cold_report(args, redis_s, data_s):
           f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
     print()
     print("| size | MC_STORE_PREFAULT | first fill GB/s | refill GB/s | first/refill | "
-          "Redis SET GB/s | first x Redis | refill x Redis |")
-    print("|" + "---|" * 8)
+          "Redis SET GB/s | first x Redis | refill x Redis | Redis first fill GB/s | "
+          "first x Redis first fill |")
+    print("|" + "---|" * 10)
     rows = {}
     for size in SIZES:
         rd = redis.get(("SET", size, "one"))
+        rf = redis.get(("SET", size, "first"))
         for mode in modes:
             c = data_s.get(("put_from_cold", size, mode))
             w = data_s.get(("put_from_warm", size, mode))
@@ -229,14 +249,20 @@ def cold_report(args, redis_s, data_s):
             wg = med([j["gbps"] for j in w])
             rows[f"{size >> 20}m/{mode}"] = {"first": cg, "refill": wg,
                                              "redis_set": rd["gbps"] if rd else None,
+                                             "redis_first_fill": rf["gbps"] if rf else None,
                                              "first_samples": [j["gbps"] for j in c],
                                              "refill_samples": [j["gbps"] for j in w]}
             print(f"| {size >> 20} MiB | {mode} | {cg:.2f} | {wg:.2f} | {100 * cg / wg:.0f}% | "
                   + (f"{rd['gbps']:.2f} | {cg / rd['gbps']:.2f}x | {wg / rd['gbps']:.2f}x |"
-                     if rd else "- | - | - |"))
+                     if rd else "- | - | - |")
+                  + (f" {rf['gbps']:.2f} | {cg / rf['gbps']:.2f}x |" if rf else " - | - |"))
     print()
     print("targets: first fill >= 80% of the refill and >= 1.5x Redis SET (one key, "
           "redis-benchmark -c 1)")
+    print(f"Redis first fill: a fresh redis-server per size, {COLD_WINDOW >> 20} MiB of distinct "
+          "keys (redis-benchmark -c 1 -r 1000000000 -n WINDOW/SIZE -t set), as the store's "
+          "first fill puts that window into a fresh segment; Redis SET above is one key "
+          "overwritten (its memory reused: a refill)")
     if args.json:
         print(json.dumps(rows))
 
@@ -294,6 +320,13 @@ def main():
                 print(f"store_compare: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
                 if rd:
                     rd.round(redis_s, args.quick, ("one",))
+                    for size in SIZES:  # a fresh server per size, as a fresh holder
+                        fresh = Redis()
+                        try:
+                            fresh.first_fill(redis_s, size, COLD_WINDOW_QUICK if args.quick
+                                             else COLD_WINDOW)
+                        finally:
+                            fresh.stop()
                 k = i % len(modes)
                 cold_round(args.build, m, data_s, modes[k:] + modes[:k], args.quick)
         finally:
