@@ -58,6 +58,7 @@
 
 #define RBUF_SIZE      (64 * 1024)
 #define DIRECT_MIN     (32 * 1024) /* payloads at least this large bypass the staging buffer */
+#define LONE_TAIL      2048	   /* after a large write: bytes fetched past the next header */
 #define IOV_BATCH      64
 #define OUT_HIGH_WATER (16u << 20) /* stop parsing requests above this much queued output */
 #define TICK_MS	       100

@@ -559,7 +559,7 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				}
 				continue;
 			}
-			if (want >= DIRECT_MIN) {
+			if (want >= DIRECT_MIN || sc->cur.size >= DIRECT_MIN) {
 				ssize_t n;
 				if (got >= READ_BUDGET)
 					break;
@@ -583,10 +583,11 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 		}
 	fill : {
 		/* after a large write, or a small request right after one, fetch
-		 * just the next header so that the payload of a next large write
-		 * goes straight to its destination rather than through rbuf */
+		 * just the next header and LONE_TAIL bytes, so that the payload of
+		 * a next large write goes straight to its destination rather than
+		 * through rbuf, and a small one (a value's trailer) comes whole */
 		size_t max = sc->state == S_HDR && sc->large_run && sc->rpos == sc->rlen
-				     ? MC_TCP_HDR_LEN
+				     ? MC_TCP_HDR_LEN + LONE_TAIL
 				     : RBUF_SIZE;
 		ssize_t n;
 		if (got >= READ_BUDGET)
