@@ -785,7 +785,8 @@ static bool rides(const struct mc_slice *s, uint64_t prev)
 static void deal_lanes(struct tcp_peer *p, struct mc_slice **slices, size_t n, uint16_t *lanes,
 		       unsigned *start)
 {
-	uint64_t g = atomic_load(&p->last_group);
+	const uint64_t g0 = atomic_load(&p->last_group);
+	uint64_t g = g0;
 	unsigned lane = atomic_load(&p->last_lane) % p->nconns, dealt = 0, next;
 
 	for (size_t i = 0; lanes && i < n; i++) {
@@ -793,7 +794,7 @@ static void deal_lanes(struct tcp_peer *p, struct mc_slice **slices, size_t n, u
 		g = slices[i]->group;
 	}
 	next = *start = atomic_fetch_add(&p->rr, lanes ? dealt : (unsigned)n);
-	g = atomic_load(&p->last_group);
+	g = g0; /* the same chain as the count's: exactly `dealt` lanes are dealt */
 	for (size_t i = 0; lanes && i < n; i++) {
 		if (!rides(slices[i], g))
 			lane = next++ % p->nconns;
