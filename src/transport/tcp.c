@@ -422,6 +422,16 @@ void mc_tcp_timeouts(struct mc_transport *base, uint64_t *io_ms_out, uint64_t *c
 	*connect_ms_out = to_tcp(base)->connect_timeout_ms;
 }
 
+uint64_t mc_tcp_staged_in(struct mc_transport *base)
+{
+	struct tcp_transport *tp = base ? to_tcp(base) : NULL;
+	uint64_t n = 0;
+
+	for (unsigned i = 0; tp && i < tp->nworkers; i++)
+		n += atomic_load_explicit(&tp->workers[i].staged_in, memory_order_relaxed);
+	return n;
+}
+
 unsigned mc_tcp_worker_sconns(struct mc_transport *base, unsigned worker)
 {
 	struct tcp_transport *tp = base ? to_tcp(base) : NULL;

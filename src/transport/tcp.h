@@ -17,5 +17,9 @@ void mc_tcp_timeouts(struct mc_transport *tp, uint64_t *io_ms_out, uint64_t *con
 /* How many incoming data connections worker serves now (tests, diagnostics):
  * accepted connections are dealt to the workers round-robin. */
 unsigned mc_tcp_worker_sconns(struct mc_transport *tp, unsigned worker);
+/* Write payload bytes the target side of tp received through a
+ * connection's staging buffer and copied into memory, rather than straight
+ * into it (tests, diagnostics). */
+uint64_t mc_tcp_staged_in(struct mc_transport *tp);
 
 #endif

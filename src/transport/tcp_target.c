@@ -544,6 +544,8 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 			if (avail && want) {
 				size_t k = (size_t)MC_MIN((uint64_t)avail, want);
 				user_mem_copy_in(dst, sc->rbuf + sc->rpos, k);
+				atomic_fetch_add_explicit(&sc->w->staged_in, k,
+							  memory_order_relaxed);
 				sc->rpos += k;
 				sc->cur_done += k;
 				want -= k;

@@ -558,6 +558,14 @@ static void many_large_reads_in_flight_complete(void **state)
 	free(local);
 }
 
+/* TCP only, one connection per peer. */
+static int setup_one_lane(void **state)
+{
+	static const char *const env[] = {"MC_SHM_DISABLE", "1", "MC_TCP_LANES_PER_PEER", "1",
+					  NULL};
+	return setup_pair_env(state, "mem://test_engine_one_lane", env);
+}
+
 /* TCP only, 2 workers and 4 connections per peer on both sides. */
 static int setup_tcp_lanes(void **state)
 {
@@ -643,6 +651,45 @@ static void a_small_slice_rides_its_batchs_lane(void **state)
 	assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
 	assert_int_equal(target_sconns(p), 4);
 	assert_memory_equal(p->bbuf, src, 2 * big);
+	unreg_local(p->a, src);
+	free(src);
+}
+
+/* A large write followed by a small one on the same connection (a value
+ * and its trailer, one lane here) and then the next large one: the target
+ * fetches a header with at most LONE_TAIL (2 KiB) after it following a large
+ * write and the small request after it, so of each further pair no more
+ * than those 2 KiB and the small payload pass its staging buffer; the rest
+ * lands straight in memory.  The first pair, on a fresh connection, may be
+ * staged whole. */
+static void large_writes_skip_the_staging_buffer_past_a_small_one(void **state)
+{
+	struct pair *p = *state;
+	struct mc_transport *tp = mc_te_transport(p->b, "tcp");
+	const size_t big = 64 << 10, small = 32;
+	char *src = malloc(big + small);
+	uint64_t at = (uint64_t)(uintptr_t)p->bbuf, before;
+	struct mc_xfer_req req[2] = {
+		{.opcode = MC_OP_WRITE,
+		 .source = src,
+		 .target_id = p->b_id,
+		 .target_offset = at,
+		 .length = big},
+		{.opcode = MC_OP_WRITE,
+		 .source = src + big,
+		 .target_id = p->b_id,
+		 .target_offset = at + big,
+		 .length = small},
+	};
+
+	mc_test_fill(src, big + small, 11);
+	reg_local(p->a, src, big + small);
+	assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
+	before = mc_tcp_staged_in(tp);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
+	assert_true(mc_tcp_staged_in(tp) - before <= 8 * (2048 + small));
+	assert_memory_equal(p->bbuf, src, big + small);
 	unreg_local(p->a, src);
 	free(src);
 }
@@ -1007,6 +1054,9 @@ int main(void)
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(a_small_slice_rides_its_batchs_lane,
 						setup_tcp_lanes, teardown_pair),
+		cmocka_unit_test_setup_teardown(
+			large_writes_skip_the_staging_buffer_past_a_small_one, setup_one_lane,
+			teardown_pair),
 		cmocka_unit_test_setup_teardown(many_large_reads_in_flight_complete, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(local_ranges_must_be_registered, setup_mem,
