@@ -36,9 +36,11 @@ is_extension and is activated by one member's ``recover_ranks``;
 other members install the new view at their next collective (see
 "Membership changes" below).  A joiner's registration
 (``_register_order``) that neither equals nor extends the group's order is
-rejected: its communicator is invalid (local only).  Differences from
-upstream (docs/python.md): no Coordinator process; the group's store
-coordinates, and members install views without acknowledging them.
+rejected: its communicator is invalid (local only).  Each member
+acknowledges a posted view at once (a watcher thread per group, python/pg.c);
+members that do not within the acknowledgement timeout are dropped from the
+view and named in ``dropped_ranks``.  Differences from upstream
+(docs/python.md): no Coordinator process; the group's store coordinates.
 """
 
 import atexit
@@ -577,6 +579,9 @@ class MooncakeProcessGroup(ProcessGroup):
                 return []
             self._shut = True  # send/recv issued from now on refuse (_check_usable)
             running = list(self._p2p_futs)
+        agent = getattr(self, "_agent", None)
+        if agent is not None:
+            agent.stop_acks()  # a view posted from now on finds this rank gone
         p2p = getattr(self, "_p2p", None)
         if p2p is not None:
             p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
@@ -637,6 +642,7 @@ class MooncakeProcessGroup(ProcessGroup):
         founding the group and write the same key): its readiness carries
         it, and the member that activates it publishes it."""
         self._agent = _pg.Mailbox(_ctx.engine_ptr, self._max, self._rank, 64, 1, _ctx.engine)
+        self._agent.serve_acks()  # acknowledges posted views from now on (python/pg.c)
         if publish:
             self._store.set(f"mooncake_pg/agent/{self._rank}", self._agent_value())
 
@@ -1406,9 +1412,23 @@ def get_local_success(work):
 # that a rank started on the old view although it is at or after FIRST (it
 # raced with the commit) sees the word while it waits, ends, and raises
 # RuntimeError: the caller issues it again, on the new view.
+#
+# Acknowledgements (spec 1.4: "view acknowledgements have a 20 s timeout";
+# ranks that fail to acknowledge are reported in dropped_ranks with status
+# AppliedWithDroppedRanks): every rank's watcher thread (Mailbox.serve_acks)
+# copies the newest word posted into its agent region into its "seen" word at
+# once, whatever its Python is doing; the proposer READs the seen word of
+# every other member of the new view until it reaches the view's word, for at
+# most the acknowledgement timeout.  The members that did not acknowledge are
+# dropped: the proposer commits one more view without them (a deactivation,
+# from the same FIRST, acknowledged the same way), so the group never waits
+# in a collective for a rank that does not know its view; a dropped rank that
+# comes back finds itself out at its next operation and rejoins with
+# join_group.
 
 ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
 POST_TIMEOUT_US = 2_000_000  # a rank's engine that has not taken the view's word by then
+VIEW_ACK_TIMEOUT_MS = 20000  # spec 1.4; MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS overrides it
 ADMISSION_POLL_S = 0.01      # how often admission looks for readiness or a rival commit
 
 
@@ -1417,9 +1437,14 @@ def _counter(pg, key):
 
 
 def _ready_gen(pg, r):
-    """The newest readiness declaration of rank r not yet activated, or 0."""
+    """The newest readiness declaration of rank r not yet activated, or 0.  A
+    declaration counts once its key is there too (the counter comes first):
+    an activation reads the key, and must not wait on a joiner stopped
+    between the two."""
     gen = _counter(pg, f"mooncake_pg/ready/{r}")
-    return gen if gen > _counter(pg, f"mooncake_pg/joined/{r}") else 0
+    if gen <= _counter(pg, f"mooncake_pg/joined/{r}"):
+        return 0
+    return gen if _peek(pg, f"mooncake_pg/ready/{r}/{gen}") is not None else 0
 
 
 def _wait_keys(pg, keys, seconds):
@@ -1510,6 +1535,7 @@ def _propose(pg, ranks, activate):
     if bad:
         raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group's "
                          f"{pg._max} rank slots (max_group_size)")
+    ack_us = _env_ms("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", VIEW_ACK_TIMEOUT_MS) * 1000
     with pg._lock:
         if pg._phase == "invalid":
             raise RuntimeError(f"mooncake-cpu: {verb}: this communicator is invalid (its "
@@ -1526,53 +1552,83 @@ def _propose(pg, ranks, activate):
                     raise ValueError(f"mooncake-cpu: deactivate_ranks: ranks {outside} are not "
                                      f"in group {pg._gid} (its slots 0..{held - 1} hold its "
                                      f"ranks)")
-        for _ in range(MAX_RANKS * 4):  # one round per concurrent commit seen
-            if _catch_up(pg, peek=True):
-                return ProposeViewUpdateResponse(
-                    ProposalStatus.Rejected, pg._epoch,
-                    reject_reason="another member's membership change starts at a later "
-                                  "collective than this rank has run: run the collectives "
-                                  "before it first")
-            if pg._broken and pg._auto_deactivate:
-                return ProposeViewUpdateResponse(
-                    ProposalStatus.Rejected, pg._epoch,
-                    reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
-                                  f"sync_after_failure first")
-            if not pg._active[pg._rank]:
-                raise RuntimeError("mooncake-cpu: rank is not active in this group")
-            targets = [r for r in ranks if bool(pg._active[r]) != activate]
-            if not targets:  # an equivalent call was applied already
-                return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
-            if not activate and pg._rank in targets:
-                raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
-            members = [r for r in pg._active_list() if r not in targets]
-            gens = {}
-            if activate:
-                reason = _admit(pg, targets, gens)
-                if reason is None:
-                    continue  # another member committed the next view meanwhile
-                if reason:
-                    return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch,
-                                                     reject_reason=reason)
-            bits = pg._bitmap(members + targets if activate else members)
-            ep, first = pg._epoch + 1, pg._nops
-            rec = f"{ep}|{bits}|{first}"
-            won = pg._store.compare_set(_view_key(ep), "", rec).decode()
-            if won != rec:
-                continue  # another member committed this epoch: install it, look again
-            old = pg._bitmap(pg._active_list())
-            for r in targets if activate else ():
-                # the joiner's agent region becomes the rank's (its readiness carries it)
-                pg._store.set(f"mooncake_pg/agent/{r}",
-                              pg._store.get(f"mooncake_pg/ready/{r}/{gens[r]}").decode())
-                pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", rec)
-                pg._store.add(f"mooncake_pg/joined/{r}",
-                              gens[r] - _counter(pg, f"mooncake_pg/joined/{r}"))
-            _install_view(pg, ep, bits, first, connect=False)
-            _post_view(pg, (old | bits) & ~(1 << pg._rank), ep, first)
-            return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
-        raise RuntimeError(f"mooncake-cpu: {verb}: the group's view kept changing under this "
-                           f"call")
+        return _change(pg, ranks, activate, ack_us)
+
+
+def _change(pg, ranks, activate, ack_us, silent=0):
+    """Commit the view with ranks activated or deactivated (the caller holds
+    pg._lock and checked its arguments), post it and await the other members'
+    acknowledgements for up to ack_us; members that do not acknowledge are
+    dropped (_drop).  silent: ranks already known not to answer (their word
+    goes out without waiting for their engine)."""
+    verb = "activate_ranks" if activate else "deactivate_ranks"
+    for _ in range(MAX_RANKS * 4):  # one round per concurrent commit seen
+        if _catch_up(pg, peek=True):
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason="another member's membership change starts at a later "
+                              "collective than this rank has run: run the collectives "
+                              "before it first")
+        if pg._broken and pg._auto_deactivate:
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
+                              f"sync_after_failure first")
+        if not pg._active[pg._rank]:
+            raise RuntimeError("mooncake-cpu: rank is not active in this group")
+        targets = [r for r in ranks if bool(pg._active[r]) != activate]
+        if not targets:  # an equivalent call was applied already
+            return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
+        if not activate and pg._rank in targets:
+            raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
+        members = [r for r in pg._active_list() if r not in targets]
+        gens = {}
+        if activate:
+            reason = _admit(pg, targets, gens)
+            if reason is None:
+                continue  # another member committed the next view meanwhile
+            if reason:
+                return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch,
+                                                 reject_reason=reason)
+        bits = pg._bitmap(members + targets if activate else members)
+        ep, first = pg._epoch + 1, pg._nops
+        rec = f"{ep}|{bits}|{first}"
+        won = pg._store.compare_set(_view_key(ep), "", rec).decode()
+        if won != rec:
+            continue  # another member committed this epoch: install it, look again
+        old = pg._bitmap(pg._active_list())
+        for r in targets if activate else ():
+            # the joiner's agent region becomes the rank's (its readiness carries it)
+            pg._store.set(f"mooncake_pg/agent/{r}",
+                          pg._store.get(f"mooncake_pg/ready/{r}/{gens[r]}").decode())
+            pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", rec)
+            pg._store.add(f"mooncake_pg/joined/{r}",
+                          gens[r] - _counter(pg, f"mooncake_pg/joined/{r}"))
+        _install_view(pg, ep, bits, first, connect=False)
+        me = 1 << pg._rank
+        missed = _post_view(pg, (old | bits) & ~me, ep, first, bits & ~me, ack_us, silent)
+        if missed:
+            return _drop(pg, ep, missed, ack_us, silent)
+        return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
+    raise RuntimeError(f"mooncake-cpu: {verb}: the group's view kept changing under this "
+                       f"call")
+
+
+def _drop(pg, ep, missed, ack_us, silent):
+    """The members of view ep that did not acknowledge it (bitmap missed)
+    leave it: one more view without them, committed, posted and acknowledged
+    as any deactivation (its own laggards are dropped the same way; each
+    round drops at least one rank).  AppliedWithDroppedRanks, with the newest
+    epoch and every rank dropped."""
+    res = _change(pg, pg._bits(missed), False, ack_us, silent | missed)
+    dropped = sorted(set(pg._bits(missed)) | set(res.dropped_ranks))
+    if res.status == ProposalStatus.Rejected:  # another member's view came first
+        return ProposeViewUpdateResponse(
+            ProposalStatus.AppliedWithDroppedRanks, res.new_epoch, dropped,
+            reject_reason=f"ranks {pg._bits(missed)} did not acknowledge epoch {ep} but could "
+                          f"not be taken out of it: {res.reject_reason}")
+    return ProposeViewUpdateResponse(ProposalStatus.AppliedWithDroppedRanks, res.new_epoch,
+                                     dropped)
 
 
 def _held_slots(pg):
@@ -1606,11 +1662,14 @@ def _admit(pg, targets, gens):
     return ""
 
 
-def _post_view(pg, ranks_bits, ep, first):
+def _post_view(pg, ranks_bits, ep, first, expect, ack_us, silent=0):
     """WRITE the view's word into the agent region of each rank of ranks_bits
-    (bounded; a rank that is gone is skipped: its slot is out of the view, or
-    it will be when the survivors find it)."""
-    ranks = []
+    (bounded by POST_TIMEOUT_US; not awaited for the ranks of silent) and
+    await, for up to ack_us, the acknowledgement of each rank of expect
+    (bitmaps).  Returns the bitmap of the expected ranks that did not
+    acknowledge: silent, stopped or dead ones, and those that cannot be
+    reached at all (agent region never published, or the engine gone)."""
+    posted = 0
     for r in MooncakeProcessGroup._bits(ranks_bits):
         v = _peek(pg, f"mooncake_pg/agent/{r}")
         if v is None:  # never published
@@ -1622,9 +1681,12 @@ def _post_view(pg, ranks_bits, ep, first):
             except RuntimeError:  # its engine is gone
                 continue
             pg._agent_peers[r] = (name, int(addr))
-        ranks.append(r)
-    if ranks:
-        pg._agent.post_view(ranks, ep << _pg.VIEW_OP_BITS | first, POST_TIMEOUT_US)
+        posted |= 1 << r
+    missed = 0
+    if posted:
+        _, missed = pg._agent.post_view(posted, ep << _pg.VIEW_OP_BITS | first, POST_TIMEOUT_US,
+                                        expect & posted, ack_us, silent & posted)
+    return missed | (expect & ~posted)
 
 
 def _install_view(pg, ep, bits, first, connect=True):
@@ -1643,8 +1705,10 @@ def activate_ranks(pg, ranks):
     """Bring ranks that declared readiness (a replacement's is_extension init, or
     join_group) into the group.  One call from any active member is enough
     (every member making it is the same change); blocks until the targets are
-    admitted and the view is committed.  The other members install the view
-    at their next collective."""
+    admitted, the view is committed and the other members of the new view
+    acknowledged it (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS, default 20 s; the
+    silent ones are dropped by one more view: AppliedWithDroppedRanks).  The
+    other members install the view at their next collective."""
     return _propose(_as_live_pg(pg, "activate_ranks"), ranks, True)
 
 
@@ -1653,9 +1717,10 @@ recover_ranks = activate_ranks
 
 def deactivate_ranks(pg, ranks):
     """Take ranks out of the group (framework-managed mode).  One call from
-    any active member is enough; the others install the view at their next
-    collective, and a live rank taken out is told (its operations then raise
-    "rank is not active in this group")."""
+    any active member is enough; the remaining members acknowledge the view
+    (as for activate_ranks) and install it at their next collective, and a
+    live rank taken out is told (its operations then raise "rank is not
+    active in this group")."""
     return _propose(_as_live_pg(pg, "deactivate_ranks"), ranks, False)
 
 
@@ -1681,8 +1746,12 @@ def _join(pg):
                            f"within the store timeout: {e}") from None
     ep, bits, first = _parse_view(pg._store.get(key).decode())
     pg._nops = first  # the group's count of collectives where this rank comes in
-    _install_view(pg, ep, bits, first)
-    _catch_up(pg)  # views committed after the one that activated this rank
+    _install_view(pg, ep, bits, first, connect=False)
+    # views committed after the one that activated this rank, posted or not (a
+    # rank stopped past the acknowledgement timeout was dropped by the next one)
+    _catch_up(pg, peek=True)
+    if pg._active[pg._rank]:
+        pg._connect_mailboxes()
 
 
 def join_group(pg):

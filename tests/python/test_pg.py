@@ -179,6 +179,20 @@ def test_membership_change_under_a_waiting_collective():
         assert rc == 0 and f"rank {rank} solo_race ok" in out, f"rank {rank}:\n{out}"
 
 
+def test_view_acknowledgements():
+    """Spec 1.4: members acknowledge a view (20 s timeout); those that do not
+    are reported in dropped_ranks with AppliedWithDroppedRanks.  One member's
+    deactivate_ranks of a live rank, the other member idle in a store wait:
+    Applied, nothing dropped, well under the timeout.  An activation of a
+    rank SIGSTOPped while it waits in join_group, with the timeout lowered to
+    2 s (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS): AppliedWithDroppedRanks naming it,
+    between 2 s and a bound, and the view without it is committed; resumed,
+    it finds itself out and rejoins (pg_worker.acks)."""
+    res = run_ranks("acks", 3)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} acks ok" in out, f"rank {rank}:\n{out}"
+
+
 def test_sync_after_failure_by_hand():
     """auto_deactivate_on_failure without auto_sync_on_failure: after rank 2 of 3
     dies, the survivors' next operation refuses until they call
@@ -500,11 +514,12 @@ def test_unsupported_calls_refuse(world_of_one):
     assert mpg.get_failed_ranks_hint(object()).numel() == 0
 
 
-def test_membership_calls_bad_input(world_of_one):
+def test_membership_calls_bad_input(world_of_one, monkeypatch):
     """Membership calls refuse bad input with the cause named: a rank outside
     the slots, a slot no process holds (not in the group), not integers, a
-    group destroyed or shut down; the calls and getters that need no peer
-    answer on a world of one."""
+    bad acknowledgement timeout (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS), a group
+    destroyed or shut down; the calls and getters that need no peer answer
+    on a world of one."""
     import torch.distributed as dist
     import mooncake.pg as mpg
     world_of_one(pg_options=mpg.MooncakeBackendOptions(2))  # slots 0 and 1; 1 never held
@@ -515,6 +530,12 @@ def test_membership_calls_bad_input(world_of_one):
             call(None, [-1])
         with pytest.raises(TypeError, match="ranks must be a list of integers"):
             call(None, ["x"])
+    for value, why in (("0", "must be positive"), ("soon", "is not a whole number")):
+        monkeypatch.setenv("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", value)
+        with pytest.raises(ValueError, match=f"MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS='{value}' {why}"):
+            mpg.recover_ranks(None, [0])  # (an equivalent call: Applied, were it not refused)
+    monkeypatch.delenv("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS")
+    assert mpg.recover_ranks(None, [0]).status == mpg.ProposalStatus.Applied
     with pytest.raises(ValueError, match=r"ranks \[1\] are not in group 0 \(its slots 0..0"):
         mpg.deactivate_ranks(None, [1])
     assert mpg.get_num_synced_ranks(None) == 1
