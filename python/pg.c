@@ -28,6 +28,10 @@
  *   seen               u64  this rank's acknowledgement: the newest view word
  *                            its watcher thread found in view_in (serve_acks)
  *   ack_in[64]               where a proposer READs each peer's seen word
+ *   sent_in[64]        u64  written by rank s when it moves its send/recv to
+ *                            this region from its earlier one (announce()):
+ *                            (epoch << 40) | 1 + messages s sent us there
+ *   sent_out[64]             sources of those writes
  *   recv[n][NS][slot]        landing slots, indexed by sender
  *   send[n][NS][slot]        staging slots, indexed by receiver (TE writes
  *                            from registered memory only)
@@ -87,6 +91,22 @@
  * and a stopped or dead process (its watcher does not run) never
  * acknowledges, whatever the transport.
  *
+ * Send/recv across a membership change (announce(), on the region of the
+ * new view, once it is connected): a rank moves its send/recv to the new
+ * view's region only after its run()s on the old one ended (aborted: they
+ * raise RuntimeError, and the caller issues them again), then WRITEs into
+ * each peer's new region how many messages it had sent that peer on the old
+ * one, and waits for those WRITEs to land before it sends anything on the
+ * new region.  The new region keeps how many messages this rank consumed
+ * from each peer on the old one (and the earlier ones, PREV_VIEWS deep).  A
+ * recv from p on the new region compares the two before it takes a message
+ * and while it waits: p sent more on an older view than this rank consumed
+ * there, so those messages are lost and the next one is not the one the
+ * caller expects; run() raises CrossedView(p, lost, epoch) instead of
+ * taking it (once: the word is cleared).  The word lands before any of p's
+ * messages on the new region, so a recv that sees such a message sees the
+ * word too.
+ *
  * Abort (abort(), the first step of a group's shutdown): a run() in progress
  * on another thread (a send or recv blocked on a peer that says nothing)
  * sees the flag at its next pass, a few hundred microseconds at most, and
@@ -123,6 +143,7 @@
  * proposer's pause before it READs again a seen word that was not enough. */
 #define ACK_POLL_NS 2000000
 #define ACK_READ_US 1000
+#define PREV_VIEWS  4 /* earlier send/recv regions whose counts a region keeps */
 
 enum { OP_COPY = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
 enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT };
@@ -157,10 +178,16 @@ typedef struct {
 	pthread_t acker;     /* serve_acks(): the watcher that acknowledges views */
 	bool acking;	     /* acker runs (started, not yet joined) */
 	atomic_bool ack_stop;
+	atomic_int running; /* run()s in progress (announce() waits for them) */
+	/* announce(): the earlier regions' epochs + 1 (0: none), newest first,
+	 * and the messages this rank consumed from each peer there */
+	uint64_t prev_epoch[PREV_VIEWS];
+	uint64_t prev_rx[PREV_VIEWS][MAX_RANKS];
 } Mailbox;
 
 static PyTypeObject MailboxType;
 static PyObject *ViewChanged; /* _pg.ViewChanged, a RuntimeError */
+static PyObject *CrossedView; /* _pg.CrossedView, a RuntimeError */
 
 /* control area offsets (u64 units) */
 #define CTL_FLAGS_IN   0
@@ -175,10 +202,13 @@ static PyObject *ViewChanged; /* _pg.ViewChanged, a RuntimeError */
 #define CTL_VIEW_OUT   (4 * MAX_RANKS * MAX_SLOTS + 5 * MAX_RANKS)
 #define CTL_SEEN       (4 * MAX_RANKS * MAX_SLOTS + 6 * MAX_RANKS)
 #define CTL_ACK_IN     (4 * MAX_RANKS * MAX_SLOTS + 6 * MAX_RANKS + 1)
-#define CTL_END	       (4 * MAX_RANKS * MAX_SLOTS + 7 * MAX_RANKS + 1)
-#define CTL_BYTES      (4096 * 5) /* (4*64*8 + 7*64 + 1) * 8 = 19976, rounded up to 20 KiB */
+#define CTL_SENT_IN    (4 * MAX_RANKS * MAX_SLOTS + 7 * MAX_RANKS + 1)
+#define CTL_SENT_OUT   (4 * MAX_RANKS * MAX_SLOTS + 8 * MAX_RANKS + 1)
+#define CTL_END	       (4 * MAX_RANKS * MAX_SLOTS + 9 * MAX_RANKS + 1)
+#define CTL_BYTES      (4096 * 6) /* (4*64*8 + 9*64 + 1) * 8 = 21000, rounded up to 24 KiB */
 _Static_assert(CTL_END * 8 <= CTL_BYTES, "the control area outgrew CTL_BYTES");
 #define VIEW_OP_BITS   40	/* view word: epoch above, first operation below */
+#define VIEW_OP_MASK   ((1ull << VIEW_OP_BITS) - 1)
 
 static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
 {
@@ -225,6 +255,23 @@ static bool view_stale(Mailbox *m, uint64_t epoch, uint64_t op)
 {
 	uint64_t w = view_word(m);
 	return (w >> VIEW_OP_BITS) > epoch && (w & ((1ull << VIEW_OP_BITS) - 1)) <= op;
+}
+
+/* How many messages peer p sent us on an earlier view that this rank never
+ * consumed there (announce()); 0 when none or not known.  *ep: that view. */
+static uint64_t lost_from(Mailbox *m, int p, uint64_t *ep)
+{
+	if (!m->prev_epoch[0])
+		return 0; /* not a region that took over from another */
+	uint64_t w = __atomic_load_n(ctl(m, CTL_SENT_IN + p), __ATOMIC_ACQUIRE);
+	if (!w)
+		return 0;
+	uint64_t sent = (w & VIEW_OP_MASK) - 1;
+	*ep = w >> VIEW_OP_BITS;
+	for (int i = 0; i < PREV_VIEWS; i++)
+		if (m->prev_epoch[i] == *ep + 1)
+			return sent > m->prev_rx[i][p] ? sent - m->prev_rx[i][p] : 0;
+	return 0; /* older than this region remembers: not judged */
 }
 
 static uint64_t now_us(void)
@@ -583,7 +630,8 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 	return moved;
 }
 
-static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
+static bool progress_recv(Mailbox *m, struct item *it, bool *fail, uint64_t *lost,
+			  uint64_t *lost_ep)
 {
 	int p = it->peer, ns = m->ns;
 	bool moved = false;
@@ -604,6 +652,9 @@ static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
 					   __ATOMIC_ACQUIRE) < q + 1) {
 			break;
 		}
+		/* a message has landed: a word p wrote before it is visible now */
+		if ((*lost = lost_from(m, p, lost_ep)))
+			break;
 		if (it->op == OP_COPY)
 			memcpy(it->ptr + it->moved, src, len);
 		else
@@ -726,7 +777,9 @@ bad:
  * peer failed (then every item ends).  With watch (the group's agent
  * Mailbox), a view newer than epoch that starts at or before operation op,
  * posted there while this waits, ends it with ViewChanged: the operation
- * runs on a view its peers have left, and would wait for them forever.
+ * runs on a view its peers have left, and would wait for them forever.  A
+ * recv from a peer that sent messages on an earlier view which this rank
+ * never took there raises CrossedView(peer, lost, epoch) (see announce()).
  */
 static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 {
@@ -757,16 +810,23 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "run: this rank has left the group (depart)");
 		return NULL;
 	}
+	/* counted before the abort flag is read: announce() sets the flag, then
+	 * waits for the count, so a run() it does not wait for sees the flag */
+	atomic_fetch_add(&m->running, 1);
 	if (atomic_load(&m->aborted)) {
+		atomic_fetch_sub(&m->running, 1);
 		PyErr_SetString(PyExc_RuntimeError,
 				"run: the group was shut down on this rank (shutdown)");
 		return NULL;
 	}
 	if (parse_items(m, sl, false, &sv, &ns) || parse_items(m, rl, true, &rv, &nr)) {
+		atomic_fetch_sub(&m->running, 1);
 		PyMem_Free(sv);
 		return NULL;
 	}
 	bool aborted = false, stale = false;
+	int crossed = -1; /* a peer that sent on an earlier view what we never took */
+	uint64_t lost = 0, lost_ep = 0;
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t t0 = now_us(), seen = 0, last_probe = t0;
 	unsigned idle = 0;
@@ -797,16 +857,20 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			bool fail = false;
 			if (it->moved >= it->len || (failed >> it->peer & 1))
 				continue;
-			if (progress_recv(m, it, &fail)) {
+			if (progress_recv(m, it, &fail, &lost, &lost_ep)) {
 				any = true;
 				it->last = now_us();
+			}
+			if (lost) {
+				crossed = it->peer;
+				break;
 			}
 			if (fail)
 				failed |= 1ull << it->peer;
 			else if (it->moved < it->len)
 				pending = true;
 		}
-		if (failed || !pending)
+		if (crossed >= 0 || failed || !pending)
 			break;
 		if (atomic_load_explicit(&m->aborted, memory_order_relaxed)) {
 			aborted = true;
@@ -820,6 +884,11 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			stale = true;
 			break;
 		}
+		for (Py_ssize_t i = 0; crossed < 0 && i < nr; i++)
+			if (rv[i].moved < rv[i].len && (lost = lost_from(m, rv[i].peer, &lost_ep)))
+				crossed = rv[i].peer;
+		if (crossed >= 0)
+			break;
 		/* idle: departed peers, notices, probes of silent peers, the timeout */
 		now = now_us();
 		if (gone) {
@@ -879,11 +948,23 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (!aborted && !stale && (failed & ~departed_set(m)))
+	if (crossed >= 0) /* reported once: the next recv from it goes on */
+		__atomic_store_n(ctl(m, CTL_SENT_IN + crossed), 0, __ATOMIC_RELEASE);
+	else if (!aborted && !stale && (failed & ~departed_set(m)))
 		send_notice(m, group, failed & ~departed_set(m));
+	atomic_fetch_sub(&m->running, 1);
 	Py_END_ALLOW_THREADS;
 	PyMem_Free(sv);
 	PyMem_Free(rv);
+	if (crossed >= 0) {
+		PyObject *a = Py_BuildValue("(iKK)", crossed, (unsigned long long)lost,
+					    (unsigned long long)lost_ep);
+		if (a) {
+			PyErr_SetObject(CrossedView, a);
+			Py_DECREF(a);
+		}
+		return NULL;
+	}
 	if (stale) {
 		PyErr_Format(ViewChanged,
 			     "run: the group's membership changed (a view after epoch %llu starts "
@@ -1149,6 +1230,73 @@ static PyObject *mailbox_stop_acks(Mailbox *m, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+/*
+ * announce(old, epoch, timeout_us) -> whether old's run()s ended in time:
+ * this region takes over this rank's send/recv from old (the region of view
+ * epoch; see "Send/recv across a membership change" above).  Aborts old,
+ * waits (bounded) until its run()s ended, keeps how many messages this rank
+ * consumed from each peer there, and WRITEs into each peer connected in both
+ * regions how many it sent that peer there, waiting (bounded) until those
+ * WRITEs are answered.  Call it once this region is connected, before any
+ * run() on it.
+ */
+static PyObject *mailbox_announce(Mailbox *m, PyObject *args)
+{
+	PyObject *o;
+	unsigned long long epoch, timeout_us;
+	mc_batch_id b[MAX_RANKS] = {0};
+	uint64_t writing = 0;
+	bool ended;
+	if (!PyArg_ParseTuple(args, "O!KK", &MailboxType, &o, &epoch, &timeout_us))
+		return NULL;
+	Mailbox *old = (Mailbox *)o;
+	if (!m->base || !old->base || old == m || old->n != m->n || old->me != m->me ||
+	    epoch >> (64 - VIEW_OP_BITS)) {
+		PyErr_SetString(PyExc_ValueError,
+				"announce: old must be another initialised Mailbox of the same "
+				"rank and size, and epoch below 2**24");
+		return NULL;
+	}
+	atomic_store(&old->aborted, true);
+	Py_BEGIN_ALLOW_THREADS;
+	uint64_t t0 = now_us();
+	while (atomic_load(&old->running) && now_us() - t0 < timeout_us) {
+		struct timespec ts = {0, MAX_SLEEP_NS};
+		nanosleep(&ts, NULL);
+	}
+	ended = !atomic_load(&old->running);
+	/* old's record of the regions before it, one place further back */
+	memcpy(&m->prev_epoch[1], &old->prev_epoch[0], (PREV_VIEWS - 1) * sizeof(uint64_t));
+	memcpy(&m->prev_rx[1], &old->prev_rx[0], (PREV_VIEWS - 1) * sizeof(m->prev_rx[0]));
+	memcpy(m->prev_rx[0], old->rx, sizeof(m->prev_rx[0]));
+	m->prev_epoch[0] = epoch + 1;
+	for (int r = 0; r < m->n; r++) {
+		if (r == m->me || !m->rbase[r] || !old->rbase[r])
+			continue;
+		volatile uint64_t *src = ctl(m, CTL_SENT_OUT + r);
+		*src = (uint64_t)epoch << VIEW_OP_BITS | (old->tx[r].posted + 1);
+		if (write1(m, r, (void *)src, m->rbase[r] + (CTL_SENT_IN + (uint64_t)m->me) * 8, 8,
+			   &b[r]))
+			writing |= 1ull << r;
+	}
+	uint64_t t1 = now_us();
+	while (writing && now_us() - t1 < timeout_us) {
+		bool ok;
+		for (int r = 0; r < m->n; r++)
+			if ((writing >> r & 1) && !batch_busy(m, &b[r], &ok))
+				writing &= ~(1ull << r); /* a peer that is gone needs no word */
+		if (writing) {
+			struct timespec ts = {0, MAX_SLEEP_NS};
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (int r = 0; r < m->n; r++)
+		if (writing >> r & 1)
+			mc_te_batch_discard(m->te, b[r]);
+	Py_END_ALLOW_THREADS;
+	return PyBool_FromLong(ended);
+}
+
 /* abort(): make run()s in progress on other threads, and later ones, raise. */
 static PyObject *mailbox_abort(Mailbox *m, PyObject *unused)
 {
@@ -1212,6 +1360,8 @@ static PyMethodDef mailbox_methods[] = {
 	 "run(sends, recvs, timeout_us, group_bitmap[, watch, epoch, op]) -> (ok, failed_bitmap)"},
 	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
 	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
+	{"announce", (PyCFunction)mailbox_announce, METH_VARARGS,
+	 "announce(old, epoch, timeout_us) -> bool: take over send/recv from old's region"},
 	{"abort", (PyCFunction)mailbox_abort, METH_NOARGS,
 	 "abort(): run()s in progress on other threads, and later ones, raise RuntimeError"},
 	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,
@@ -1290,6 +1440,17 @@ PyMODINIT_FUNC PyInit__pg(void)
 		return NULL;
 	}
 	Py_INCREF(ViewChanged); /* the module's reference and ours */
+	CrossedView = PyErr_NewExceptionWithDoc(
+		"mooncake._pg.CrossedView",
+		"A peer sent messages on an earlier view that this rank never received there: "
+		"args (peer, lost, epoch)",
+		PyExc_RuntimeError, NULL);
+	if (!CrossedView || PyModule_AddObject(mod, "CrossedView", CrossedView) < 0) {
+		Py_XDECREF(CrossedView);
+		Py_DECREF(mod);
+		return NULL;
+	}
+	Py_INCREF(CrossedView);
 	PyModule_AddIntConstant(mod, "MAX_RANKS", MAX_RANKS);
 	PyModule_AddIntConstant(mod, "VIEW_OP_BITS", VIEW_OP_BITS);
 	PyModule_AddIntConstant(mod, "MAX_SLOTS", MAX_SLOTS);

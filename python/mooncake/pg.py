@@ -582,9 +582,9 @@ class MooncakeProcessGroup(ProcessGroup):
         agent = getattr(self, "_agent", None)
         if agent is not None:
             agent.stop_acks()  # a view posted from now on finds this rank gone
-        p2p = getattr(self, "_p2p", None)
-        if p2p is not None:
-            p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
+        for p2p in {getattr(self, "_p2p", None), getattr(self, "_p2p_view", (None,))[0]}:
+            if p2p is not None:
+                p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
         mine = threading.current_thread().name.startswith("mooncake-pg-")
         if running and not mine:  # (a finaliser on a worker thread cannot wait for itself)
             futures_wait(running, max(0.0, deadline - time.monotonic()))
@@ -663,6 +663,8 @@ class MooncakeProcessGroup(ProcessGroup):
         # the mailboxes keep the engine object alive (set_transfer_engine may drop it)
         self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS, _ctx.engine)
         self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots, _ctx.engine)
+        if not hasattr(self, "_p2p_view"):
+            self._p2p_view = (self._p2p, self._epoch)  # the first: nothing to take over
         if not publish:
             return
         name = _pg.local_name(_ctx.engine_ptr)
@@ -695,6 +697,12 @@ class MooncakeProcessGroup(ProcessGroup):
             self._coll.connect(r, pname, int(caddr))
             self._p2p.connect(r, pname, int(paddr))
         self._need_connect = False
+        old, old_ep = self._p2p_view
+        if old is not self._p2p:
+            # send/recv move to this view's region (python/pg.c announce): the
+            # ones still running on the old one end first (_p2p_run)
+            self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US)
+            self._p2p_view = (self._p2p, self._epoch)
 
     # --- the engine of every op
 
@@ -716,9 +724,14 @@ class MooncakeProcessGroup(ProcessGroup):
     def _bits(m):
         return [r for r in range(MAX_RANKS) if m >> r & 1]
 
-    def _run(self, mb, sends, recvs, timeout_us, state):
+    def _run(self, mb, sends, recvs, timeout_us, state, p2p_epoch=None):
         group = self._bitmap(self._active_list())
-        if mb is self._coll and self._agent is not None:
+        if p2p_epoch is not None:
+            # a view posted for this rank's next operation ends a send/recv waiting
+            # on an older one (_p2p_run)
+            ok, failed = mb.run(sends, recvs, timeout_us, group, self._agent, p2p_epoch,
+                                self._nops)
+        elif mb is self._coll and self._agent is not None:
             # a view committed by another member for this operation ends the wait
             ok, failed = mb.run(sends, recvs, timeout_us, group, self._agent, self._epoch,
                                 self._cur_op)
@@ -1166,7 +1179,25 @@ class MooncakeProcessGroup(ProcessGroup):
     def _p2p_run(self, sends, recvs, peer, keep):
         state = [0]
         if (sends and sends[0][2]) or (recvs and recvs[0][2]):
-            self._run(self._p2p, sends, recvs, _ctx.p2p_timeout_us, state)
+            mb, ep = self._p2p_view
+            try:
+                self._run(mb, sends, recvs, _ctx.p2p_timeout_us, state, p2p_epoch=ep)
+            except _pg.CrossedView as e:
+                _, lost, old_ep = e.args
+                raise RuntimeError(
+                    f"mooncake-cpu: recv from rank {peer}: rank {peer} sent {lost} message "
+                    f"chunk(s) on the group's earlier view (epoch {old_ep}) that this rank did "
+                    f"not receive before the membership changed (epoch {ep} now): they are "
+                    f"lost, and this recv did not take the next message in their place.  "
+                    f"Send/recv do not cross a membership change: order a pair's send and "
+                    f"recv on the same side of it (reported once; the next recv from rank "
+                    f"{peer} takes its next message)") from None
+            except _pg.ViewChanged:
+                raise RuntimeError(self._p2p_moved(peer, ep)) from None
+            except RuntimeError:  # aborted: shutdown, or the move to a newer region
+                if self._shut or mb is self._p2p:
+                    raise
+                raise RuntimeError(self._p2p_moved(peer, ep)) from None
         hint = torch.zeros(self._max, dtype=torch.int32)
         if state[0]:
             # the pair's stream is out of step: no more send/recv with this peer
@@ -1177,6 +1208,14 @@ class MooncakeProcessGroup(ProcessGroup):
                 if r < self._max:
                     hint[r] = 1
         return MooncakeWork(hint, keep[:1])
+
+    def _p2p_moved(self, peer, ep):
+        return (f"mooncake-cpu: send/recv with rank {peer}: the membership of group "
+                f"{self._gid} changed (a view after epoch {ep}) while it waited on the old "
+                f"view; it did not complete: issue it again (it runs on the new view; a "
+                f"message it moved part of is lost, and the receiver's next recv says so).  "
+                f"Send/recv do not cross a membership change: order a pair's send and recv "
+                f"on the same side of it")
 
     def _executor(self, key):
         """The one-thread executor of key (("coll", -1), or (direction, peer))."""
@@ -1428,6 +1467,7 @@ def get_local_success(work):
 
 ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
 POST_TIMEOUT_US = 2_000_000  # a rank's engine that has not taken the view's word by then
+ANNOUNCE_TIMEOUT_US = 2_000_000  # send/recv moving to a new view's region (pg.c announce)
 VIEW_ACK_TIMEOUT_MS = 20000  # spec 1.4; MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS overrides it
 ADMISSION_POLL_S = 0.01      # how often admission looks for readiness or a rival commit
 
@@ -1762,6 +1802,7 @@ def join_group(pg):
         raise RuntimeError(f"mooncake-cpu: join_group: this communicator is invalid (its "
                            f"registration in group {pg._gid} was rejected: {pg._rejected})")
     with pg._lock:
+        _catch_up(pg)  # a view that took this rank out, posted but not yet installed
         _join(pg)
 
 

@@ -965,6 +965,8 @@ def acks(rank, ws):
             assert t.item() == 3, t
         finally:
             os.kill(pid, signal.SIGCONT)
+            # the default again: the activation below must not drop a slow rank
+            os.environ.pop("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", None)
         until = time.monotonic() + 60
         while not mpg.get_peer_state(None, [2])[0]:  # resumed, it rejoins
             assert time.monotonic() < until, "rank 2 never rejoined"
@@ -978,6 +980,75 @@ def acks(rank, ws):
     assert t.item() == 6, t
     assert mpg.get_current_epoch(None) == 4 and dist.get_world_size() == 3
 
+
+
+def expect_p2p_error(work, *words):
+    """work.wait() raises RuntimeError naming every one of words."""
+    try:
+        work.wait()
+    except RuntimeError as e:
+        for w in words:
+            assert w in str(e), f"{w!r} not in: {e}"
+        return str(e)
+    raise AssertionError(f"no error, expected one naming {words}")
+
+
+def p2p_views(rank, ws):
+    """(3 ranks) Send/recv across membership changes end with a clear error,
+    never a hang or another message in place of a lost one.  1. Ranks 1 and
+    2 each wait in an irecv from the other on epoch 0 when rank 1 takes rank
+    0 out: rank 2's ends when the view reaches it, rank 1's when its next
+    send/recv moves to the new view; both say "issue it again", and the pair
+    then exchanges on epoch 1.  2. Rank 1 sends 30 on epoch 1 that rank 2 does
+    not take before rank 1 brings rank 0 back (epoch 2), then sends 40: rank
+    2's next recv from rank 1 says one message of epoch 1 was lost, and the
+    one after it takes 40."""
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    again = ("changed", "issue it again", "do not cross a membership change")
+    if rank == 1:
+        w = dist.irecv(torch.zeros(1), src=2)
+        store.wait(["pg_test/p2pv/waiting"])
+        res = mpg.deactivate_ranks(None, [0])
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+        store.set("pg_test/p2pv/out", "1")
+        assert not w.is_completed()  # still waiting on epoch 0 (this rank's send/recv moves at its next one)
+        s = dist.isend(torch.tensor([10.0]), dst=2)  # moves them to epoch 1: w ends
+        step(rank, "irecv ended: " + expect_p2p_error(w, *again, "with rank 2"))
+        s.wait()
+        t = torch.zeros(1)
+        dist.recv(t, src=2)
+        assert t.item() == 20, t
+        dist.send(torch.tensor([30.0]), dst=2)  # rank 2 takes it only after the next change
+        res = mpg.activate_ranks(None, [0])  # rank 0 rejoins in place
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+        store.set("pg_test/p2pv/back", "1")
+        dist.send(torch.tensor([40.0]), dst=2)  # on epoch 2, after telling rank 2 it sent 2 on epoch 1
+    elif rank == 2:
+        w = dist.irecv(torch.zeros(1), src=1)
+        store.set("pg_test/p2pv/waiting", "1")
+        step(rank, "irecv ended: " + expect_p2p_error(w, *again, "with rank 1"))
+        assert mpg.get_current_epoch(None) == 1
+        t = torch.zeros(1)
+        dist.recv(t, src=1)
+        assert t.item() == 10, t
+        dist.send(torch.tensor([20.0]), dst=1)
+        store.wait(["pg_test/p2pv/back"])
+        t = torch.zeros(1)
+        msg = expect_p2p_error(dist.irecv(t, src=1), "recv from rank 1", "sent 1 message",
+                               "earlier view (epoch 1)", "lost", "do not cross a membership change")
+        step(rank, "recv refused: " + msg)
+        dist.recv(t, src=1)
+        assert t.item() == 40, f"the message after the lost one: {t}"
+    else:
+        store.wait(["pg_test/p2pv/out"])
+        mpg.join_group(None)  # rank 1 brings it back
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    assert mpg.get_current_epoch(None) == 2 and dist.get_world_size() == 3
 
 def manual_sync(rank, ws):
     """auto_deactivate without auto_sync (spec 1.4's second mode): the victim's
@@ -1114,7 +1185,8 @@ def main():
            "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap,
            "shutdown_recv": shutdown_recv, "algorithms": algorithms,
            "p2p_peer_dies": p2p_peer_dies, "solo": solo, "solo_replacement": solo_replacement,
-           "solo_race": solo_race, "manual_sync": manual_sync, "acks": acks}
+           "solo_race": solo_race, "manual_sync": manual_sync, "acks": acks,
+           "p2p_views": p2p_views}
     if scenario in ("extend", "extender"):
         fns = {scenario: lambda r, w: globals()[scenario](r, w, raw)}
     for name in scenario.split("+"):

@@ -193,6 +193,20 @@ def test_view_acknowledgements():
         assert rc == 0 and f"rank {rank} acks ok" in out, f"rank {rank}:\n{out}"
 
 
+
+def test_send_recv_across_membership_changes():
+    """Send/recv do not cross a membership change, and one that does ends
+    with a RuntimeError that says so, never a hang or a wrong message: an
+    irecv waiting on the old view when the view reaches its rank, or when its
+    rank's send/recv move to the new view, says "issue it again", and the
+    pair then exchanges on the new view; a message sent on the old view that
+    the receiver had not taken makes its next recv from that sender fail once,
+    naming the lost count, and the recv after it takes the sender's next
+    message (pg_worker.p2p_views)."""
+    res = run_ranks("p2p_views", 3)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} p2p_views ok" in out, f"rank {rank}:\n{out}"
+
 def test_sync_after_failure_by_hand():
     """auto_deactivate_on_failure without auto_sync_on_failure: after rank 2 of 3
     dies, the survivors' next operation refuses until they call
