@@ -95,17 +95,20 @@
  * new view, once it is connected): a rank moves its send/recv to the new
  * view's region only after its run()s on the old one ended (aborted: they
  * raise RuntimeError, and the caller issues them again), then WRITEs into
- * each peer's new region how many messages it had sent that peer on the old
- * one, and waits for those WRITEs to land before it sends anything on the
- * new region.  The new region keeps how many messages this rank consumed
- * from each peer on the old one (and the earlier ones, PREV_VIEWS deep).  A
+ * each peer's new region how many messages it had sent that peer on all its
+ * earlier regions, and waits for those WRITEs to land before it sends
+ * anything on the new region.  The new region keeps how many messages this
+ * rank consumed from each peer on all its earlier regions.  Both counts run
+ * over every region a rank had, used or skipped (two views installed at
+ * once), so they compare whichever views each side used; they start again
+ * for a peer whose process changed (a replacement: announce()'s fresh).  A
  * recv from p on the new region compares the two before it takes a message
- * and while it waits: p sent more on an older view than this rank consumed
- * there, so those messages are lost and the next one is not the one the
- * caller expects; run() raises CrossedView(p, lost, epoch) instead of
- * taking it (once: the word is cleared).  The word lands before any of p's
- * messages on the new region, so a recv that sees such a message sees the
- * word too.
+ * and while it waits: p sent more on older views than this rank consumed,
+ * so those messages are lost and the next one is not the one the caller
+ * expects; run() raises CrossedView(p, lost, epoch) instead of taking it
+ * (once: the lost ones then count as taken).  The word lands before any of
+ * p's messages on the new region, so a recv that sees such a message sees
+ * the word too.
  *
  * Abort (abort(), the first step of a group's shutdown): a run() in progress
  * on another thread (a send or recv blocked on a peer that says nothing)
@@ -143,7 +146,6 @@
  * proposer's pause before it READs again a seen word that was not enough. */
 #define ACK_POLL_NS 2000000
 #define ACK_READ_US 1000
-#define PREV_VIEWS  4 /* earlier send/recv regions whose counts a region keeps */
 
 enum { OP_COPY = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
 enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT };
@@ -179,10 +181,10 @@ typedef struct {
 	bool acking;	     /* acker runs (started, not yet joined) */
 	atomic_bool ack_stop;
 	atomic_int running; /* run()s in progress (announce() waits for them) */
-	/* announce(): the earlier regions' epochs + 1 (0: none), newest first,
-	 * and the messages this rank consumed from each peer there */
-	uint64_t prev_epoch[PREV_VIEWS];
-	uint64_t prev_rx[PREV_VIEWS][MAX_RANKS];
+	/* announce(): this region took over from earlier ones, where this rank
+	 * sent and consumed these many messages to and from each peer */
+	bool took_over;
+	uint64_t sent_before[MAX_RANKS], took_before[MAX_RANKS];
 } Mailbox;
 
 static PyTypeObject MailboxType;
@@ -257,21 +259,18 @@ static bool view_stale(Mailbox *m, uint64_t epoch, uint64_t op)
 	return (w >> VIEW_OP_BITS) > epoch && (w & ((1ull << VIEW_OP_BITS) - 1)) <= op;
 }
 
-/* How many messages peer p sent us on an earlier view that this rank never
- * consumed there (announce()); 0 when none or not known.  *ep: that view. */
+/* How many messages peer p sent us on earlier views that this rank never
+ * consumed (announce()); 0 when none or not known.  *ep: p's last view. */
 static uint64_t lost_from(Mailbox *m, int p, uint64_t *ep)
 {
-	if (!m->prev_epoch[0])
-		return 0; /* not a region that took over from another */
+	if (!m->took_over)
+		return 0; /* p's word, if any, counts from a region this one never had */
 	uint64_t w = __atomic_load_n(ctl(m, CTL_SENT_IN + p), __ATOMIC_ACQUIRE);
 	if (!w)
 		return 0;
 	uint64_t sent = (w & VIEW_OP_MASK) - 1;
 	*ep = w >> VIEW_OP_BITS;
-	for (int i = 0; i < PREV_VIEWS; i++)
-		if (m->prev_epoch[i] == *ep + 1)
-			return sent > m->prev_rx[i][p] ? sent - m->prev_rx[i][p] : 0;
-	return 0; /* older than this region remembers: not judged */
+	return sent > m->took_before[p] ? sent - m->took_before[p] : 0;
 }
 
 static uint64_t now_us(void)
@@ -948,8 +947,8 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (crossed >= 0) /* reported once: the next recv from it goes on */
-		__atomic_store_n(ctl(m, CTL_SENT_IN + crossed), 0, __ATOMIC_RELEASE);
+	if (crossed >= 0) /* reported once: they count as taken from now on */
+		m->took_before[crossed] += lost;
 	else if (!aborted && !stale && (failed & ~departed_set(m)))
 		send_notice(m, group, failed & ~departed_set(m));
 	atomic_fetch_sub(&m->running, 1);
@@ -1231,23 +1230,24 @@ static PyObject *mailbox_stop_acks(Mailbox *m, PyObject *unused)
 }
 
 /*
- * announce(old, epoch, timeout_us) -> whether old's run()s ended in time:
- * this region takes over this rank's send/recv from old (the region of view
- * epoch; see "Send/recv across a membership change" above).  Aborts old,
- * waits (bounded) until its run()s ended, keeps how many messages this rank
- * consumed from each peer there, and WRITEs into each peer connected in both
- * regions how many it sent that peer there, waiting (bounded) until those
- * WRITEs are answered.  Call it once this region is connected, before any
- * run() on it.
+ * announce(old, epoch, timeout_us, fresh=0) -> whether old's run()s ended
+ * in time: this region takes over this rank's send/recv from old (the region
+ * of view epoch; see "Send/recv across a membership change" above).  Aborts
+ * old, waits (bounded) until its run()s ended, adds what this rank sent to
+ * and consumed from each peer there to old's counts of the regions before
+ * it (the peers of bitmap fresh, new processes, start from 0), and WRITEs
+ * into each connected peer not fresh how many it sent that peer in all,
+ * waiting (bounded) until those WRITEs are answered.  Call it once this
+ * region is connected, before any run() on it.
  */
 static PyObject *mailbox_announce(Mailbox *m, PyObject *args)
 {
 	PyObject *o;
-	unsigned long long epoch, timeout_us;
+	unsigned long long epoch, timeout_us, fresh = 0;
 	mc_batch_id b[MAX_RANKS] = {0};
 	uint64_t writing = 0;
 	bool ended;
-	if (!PyArg_ParseTuple(args, "O!KK", &MailboxType, &o, &epoch, &timeout_us))
+	if (!PyArg_ParseTuple(args, "O!KK|K", &MailboxType, &o, &epoch, &timeout_us, &fresh))
 		return NULL;
 	Mailbox *old = (Mailbox *)o;
 	if (!m->base || !old->base || old == m || old->n != m->n || old->me != m->me ||
@@ -1265,16 +1265,16 @@ static PyObject *mailbox_announce(Mailbox *m, PyObject *args)
 		nanosleep(&ts, NULL);
 	}
 	ended = !atomic_load(&old->running);
-	/* old's record of the regions before it, one place further back */
-	memcpy(&m->prev_epoch[1], &old->prev_epoch[0], (PREV_VIEWS - 1) * sizeof(uint64_t));
-	memcpy(&m->prev_rx[1], &old->prev_rx[0], (PREV_VIEWS - 1) * sizeof(m->prev_rx[0]));
-	memcpy(m->prev_rx[0], old->rx, sizeof(m->prev_rx[0]));
-	m->prev_epoch[0] = epoch + 1;
+	m->took_over = true;
 	for (int r = 0; r < m->n; r++) {
-		if (r == m->me || !m->rbase[r] || !old->rbase[r])
+		if (fresh >> r & 1)
+			continue; /* a new process: nothing before this region counts */
+		m->sent_before[r] = old->sent_before[r] + old->tx[r].posted;
+		m->took_before[r] = old->took_before[r] + old->rx[r];
+		if (r == m->me || !m->rbase[r])
 			continue;
 		volatile uint64_t *src = ctl(m, CTL_SENT_OUT + r);
-		*src = (uint64_t)epoch << VIEW_OP_BITS | (old->tx[r].posted + 1);
+		*src = (uint64_t)epoch << VIEW_OP_BITS | ((m->sent_before[r] + 1) & VIEW_OP_MASK);
 		if (write1(m, r, (void *)src, m->rbase[r] + (CTL_SENT_IN + (uint64_t)m->me) * 8, 8,
 			   &b[r]))
 			writing |= 1ull << r;
@@ -1361,7 +1361,7 @@ static PyMethodDef mailbox_methods[] = {
 	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
 	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
 	{"announce", (PyCFunction)mailbox_announce, METH_VARARGS,
-	 "announce(old, epoch, timeout_us) -> bool: take over send/recv from old's region"},
+	 "announce(old, epoch, timeout_us, fresh=0) -> bool: take over send/recv from old's region"},
 	{"abort", (PyCFunction)mailbox_abort, METH_NOARGS,
 	 "abort(): run()s in progress on other threads, and later ones, raise RuntimeError"},
 	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,

@@ -539,6 +539,7 @@ class MooncakeProcessGroup(ProcessGroup):
         self._wlock = threading.Lock()   # the worker table
         self._lane = _Lane(self._lock)
         self._shut = False         # shutdown() ran: this rank left the group
+        self._peer_names = {}      # rank -> the segment name its mailboxes were last in
         _ctx.ensure_engine()
         if rejected is not None:
             # local collectives only (mask {self}); mailboxes never published
@@ -682,6 +683,7 @@ class MooncakeProcessGroup(ProcessGroup):
         key = f"mooncake_pg/{self._epoch}/"
         peers = [r for r in self._active_list() if r != me]
         limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
+        fresh = 0
         for r in peers:
             if not _wait_keys(self, [key + str(r)], limit_ms / 1000):
                 raise RuntimeError(
@@ -696,12 +698,15 @@ class MooncakeProcessGroup(ProcessGroup):
                                    f"{n}, {slot}, {chunk}): check MOONCAKE_P2P_* on every rank")
             self._coll.connect(r, pname, int(caddr))
             self._p2p.connect(r, pname, int(paddr))
+            if self._peer_names.setdefault(r, pname) != pname:
+                fresh |= 1 << r  # another process holds slot r now (a replacement)
+                self._peer_names[r] = pname
         self._need_connect = False
         old, old_ep = self._p2p_view
         if old is not self._p2p:
             # send/recv move to this view's region (python/pg.c announce): the
             # ones still running on the old one end first (_p2p_run)
-            self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US)
+            self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US, fresh)
             self._p2p_view = (self._p2p, self._epoch)
 
     # --- the engine of every op
@@ -1186,9 +1191,10 @@ class MooncakeProcessGroup(ProcessGroup):
                 _, lost, old_ep = e.args
                 raise RuntimeError(
                     f"mooncake-cpu: recv from rank {peer}: rank {peer} sent {lost} message "
-                    f"chunk(s) on the group's earlier view (epoch {old_ep}) that this rank did "
-                    f"not receive before the membership changed (epoch {ep} now): they are "
-                    f"lost, and this recv did not take the next message in their place.  "
+                    f"chunk(s) on the group's earlier views (up to epoch {old_ep}) that this "
+                    f"rank did not receive before the membership changed (epoch {ep} now): "
+                    f"they are lost, and this recv did not take the next message in their "
+                    f"place.  "
                     f"Send/recv do not cross a membership change: order a pair's send and "
                     f"recv on the same side of it (reported once; the next recv from rank "
                     f"{peer} takes its next message)") from None

@@ -1038,7 +1038,7 @@ def p2p_views(rank, ws):
         store.wait(["pg_test/p2pv/back"])
         t = torch.zeros(1)
         msg = expect_p2p_error(dist.irecv(t, src=1), "recv from rank 1", "sent 1 message",
-                               "earlier view (epoch 1)", "lost", "do not cross a membership change")
+                               "earlier views (up to epoch 1)", "lost", "do not cross a membership change")
         step(rank, "recv refused: " + msg)
         dist.recv(t, src=1)
         assert t.item() == 40, f"the message after the lost one: {t}"

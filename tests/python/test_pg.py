@@ -623,3 +623,58 @@ def test_blocking_collective_runs_on_the_caller(world_of_one):
     assert all(w.is_completed() for w in works)
     for w in works:
         w.wait()
+
+
+def test_send_recv_counts_over_skipped_views_and_replacements(world_of_one):
+    """python/pg.c announce() and CrossedView without processes: two ranks'
+    send/recv regions for successive views, in one process over its engine.
+    Rank 0 sends X on view 0 and Y on view 1, rank 1 takes neither and moves
+    from view 0 straight to view 2 (two views installed at once): its first
+    recv on view 2 reports both lost (counted over every view, used or
+    skipped), once, and the next takes Z.  Then slot 0 holds a new process
+    (fresh regions): rank 1's count of what it sent the old one does not
+    make the new one's recv report losses (announce's fresh)."""
+    import mooncake.pg as mpg
+    from mooncake import _pg
+    world_of_one()
+    eng, name = mpg._ctx.engine_ptr, _pg.local_name(mpg._ctx.engine_ptr)
+    timeout, group = 2_000_000, 0b11
+
+    def view():
+        a, b = (_pg.Mailbox(eng, 2, me, 4096, 2, mpg._ctx.engine) for me in (0, 1))
+        a.connect(1, name, b.address)
+        b.connect(0, name, a.address)
+        return a, b
+
+    def send(mb, value):
+        t = torch.tensor([value], dtype=torch.float64)
+        assert mb.run([(1 - mb_rank[id(mb)], t.data_ptr(), 8)], [], timeout, group) == (True, 0)
+
+    def recv(mb):
+        t = torch.zeros(1, dtype=torch.float64)
+        assert mb.run([], [(1 - mb_rank[id(mb)], t.data_ptr(), 8)], timeout, group) == (True, 0)
+        return t.item()
+
+    views = [view() for _ in range(5)]
+    mb_rank = {id(mb): r for pair in views for r, mb in enumerate(pair)}
+    (a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4) = views
+    send(a0, 1.0)                      # X, on view 0; rank 1 never takes it
+    assert a1.announce(a0, 0, timeout)
+    send(a1, 2.0)                      # Y, on view 1, which rank 1 skips
+    assert a2.announce(a1, 1, timeout)
+    assert b2.announce(b0, 0, timeout)  # rank 1: view 0 -> view 2
+    send(a2, 3.0)                      # Z
+    with pytest.raises(_pg.CrossedView) as e:
+        recv(b2)
+    assert e.value.args == (0, 2, 1)   # from rank 0: 2 lost, its last view was 1
+    assert recv(b2) == 3.0             # reported once; the next message
+    send(b2, 4.0)                      # rank 1 sends the old rank 0 one it never takes
+    # slot 0 holds a new process: its first region is a3 (nothing to take over)
+    assert b3.announce(b2, 2, timeout, 0b01)
+    send(b3, 5.0)
+    assert recv(a3) == 5.0
+    assert a4.announce(a3, 3, timeout) and b4.announce(b3, 3, timeout)
+    send(b4, 6.0)
+    assert recv(a4) == 6.0             # the old process's lost 4.0 is not counted against it
+    with pytest.raises(RuntimeError, match="shut down"):
+        recv(b0)                       # a region a rank moved away from refuses
