@@ -540,6 +540,7 @@ class MooncakeProcessGroup(ProcessGroup):
         self._lane = _Lane(self._lock)
         self._shut = False         # shutdown() ran: this rank left the group
         self._peer_names = {}      # rank -> the segment name its mailboxes were last in
+        self._p2p_fresh = 0        # peers whose process changed since the last move
         _ctx.ensure_engine()
         if rejected is not None:
             # local collectives only (mask {self}); mailboxes never published
@@ -665,7 +666,8 @@ class MooncakeProcessGroup(ProcessGroup):
         self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS, _ctx.engine)
         self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots, _ctx.engine)
         if not hasattr(self, "_p2p_view"):
-            self._p2p_view = (self._p2p, self._epoch)  # the first: nothing to take over
+            # the region send/recv use, its epoch and the peers connected in it
+            self._p2p_view = (self._p2p, self._epoch, self._bitmap(self._active_list()))
         if not publish:
             return
         name = _pg.local_name(_ctx.engine_ptr)
@@ -683,7 +685,6 @@ class MooncakeProcessGroup(ProcessGroup):
         key = f"mooncake_pg/{self._epoch}/"
         peers = [r for r in self._active_list() if r != me]
         limit_ms = _env_ms("MOONCAKE_PG_SETUP_TIMEOUT_MS", SETUP_TIMEOUT_MS)
-        fresh = 0
         for r in peers:
             if not _wait_keys(self, [key + str(r)], limit_ms / 1000):
                 raise RuntimeError(
@@ -699,25 +700,33 @@ class MooncakeProcessGroup(ProcessGroup):
             self._coll.connect(r, pname, int(caddr))
             self._p2p.connect(r, pname, int(paddr))
             if self._peer_names.setdefault(r, pname) != pname:
-                fresh |= 1 << r  # another process holds slot r now (a replacement)
+                self._p2p_fresh |= 1 << r  # another process holds slot r now (a replacement)
                 self._peer_names[r] = pname
         self._need_connect = False
-        old, old_ep = self._p2p_view
-        if old is not self._p2p:
-            # send/recv move to this view's region (python/pg.c announce): the
-            # ones still running on the old one end first (_p2p_run)
-            self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US, fresh)
-            self._p2p_view = (self._p2p, self._epoch)
+
+    def _move_p2p(self):
+        """Send/recv move to the newest view's region at its first collective (a
+        pair's send and recv on the same side of it meet), sync and rejoin; those
+        issued before get a bounded wait, then the rest are aborted (pg.c announce)."""
+        old, old_ep, _ = self._p2p_view
+        if old is self._p2p:
+            return
+        with self._wlock:
+            earlier = [f for f in self._p2p_futs if getattr(f, "mc_region", None) is old]
+        futures_wait(earlier, ANNOUNCE_TIMEOUT_US / 1e6)
+        self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US, self._p2p_fresh)
+        self._p2p_fresh = 0
+        self._p2p_view = (self._p2p, self._epoch, self._bitmap(self._active_list()))
 
     # --- the engine of every op
 
-    def _check_usable(self):
+    def _check_usable(self, connect=True):
         if self._shut:
             raise RuntimeError(f"mooncake-cpu: group {self._gid} was shut down on this rank "
                                f"(shutdown, destroy_process_group or process exit)")
         if self._phase == "isolated" or self._phase == "quiescing":
             _join(self)  # a joiner's first operation waits for its activation
-        _refresh(self, connect=True)  # views another member committed (its post_view)
+        _refresh(self, connect=connect)  # views another member committed (its post_view)
         if self._broken:
             raise RuntimeError(
                 f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
@@ -729,14 +738,9 @@ class MooncakeProcessGroup(ProcessGroup):
     def _bits(m):
         return [r for r in range(MAX_RANKS) if m >> r & 1]
 
-    def _run(self, mb, sends, recvs, timeout_us, state, p2p_epoch=None):
+    def _run(self, mb, sends, recvs, timeout_us, state):
         group = self._bitmap(self._active_list())
-        if p2p_epoch is not None:
-            # a view posted for this rank's next operation ends a send/recv waiting
-            # on an older one (_p2p_run)
-            ok, failed = mb.run(sends, recvs, timeout_us, group, self._agent, p2p_epoch,
-                                self._nops)
-        elif mb is self._coll and self._agent is not None:
+        if mb is self._coll and self._agent is not None:
             # a view committed by another member for this operation ends the wait
             ok, failed = mb.run(sends, recvs, timeout_us, group, self._agent, self._epoch,
                                 self._cur_op)
@@ -770,6 +774,7 @@ class MooncakeProcessGroup(ProcessGroup):
         completed handle."""
         def run():
             self._check_usable()
+            self._move_p2p()  # the first collective on a new view: send/recv follow it
             state = [0]
             self._cur_op = self._nops
             self._nops += 1
@@ -1164,42 +1169,37 @@ class MooncakeProcessGroup(ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         t = _one(tensors)
-        self._check_p2p(dst)
+        region = self._check_p2p(dst)
         src = t.contiguous()
         return self._p2p_submit(("send", dst), lambda: self._p2p_run(
-            [(dst, _addr(src), _nbytes(src))], [], dst, [t, src]))
+            [(dst, _addr(src), _nbytes(src))], [], dst, [t, src], region), region=region)
 
     def recv(self, tensors, src, tag=0):
         t = _one(tensors)
-        self._check_p2p(src)
+        region = self._check_p2p(src)
         c = t if t.is_contiguous() else t.contiguous()
 
         def work():
-            w = self._p2p_run([], [(src, _addr(c), _nbytes(c))], src, [t])
+            w = self._p2p_run([], [(src, _addr(c), _nbytes(c))], src, [t], region)
             if c is not t and w.local_success:
                 t.copy_(c)
             return w
-        return self._p2p_submit(("recv", src), work, src)
+        return self._p2p_submit(("recv", src), work, src, region)
 
-    def _p2p_run(self, sends, recvs, peer, keep):
+    def _p2p_run(self, sends, recvs, peer, keep, region):
         state = [0]
         if (sends and sends[0][2]) or (recvs and recvs[0][2]):
-            mb, ep = self._p2p_view
+            mb, ep = region  # chosen at issue (_check_p2p)
             try:
-                self._run(mb, sends, recvs, _ctx.p2p_timeout_us, state, p2p_epoch=ep)
+                self._run(mb, sends, recvs, _ctx.p2p_timeout_us, state)
             except _pg.CrossedView as e:
                 _, lost, old_ep = e.args
                 raise RuntimeError(
                     f"mooncake-cpu: recv from rank {peer}: rank {peer} sent {lost} message "
                     f"chunk(s) on the group's earlier views (up to epoch {old_ep}) that this "
                     f"rank did not receive before the membership changed (epoch {ep} now): "
-                    f"they are lost, and this recv did not take the next message in their "
-                    f"place.  "
-                    f"Send/recv do not cross a membership change: order a pair's send and "
-                    f"recv on the same side of it (reported once; the next recv from rank "
-                    f"{peer} takes its next message)") from None
-            except _pg.ViewChanged:
-                raise RuntimeError(self._p2p_moved(peer, ep)) from None
+                    f"they are lost, and this recv took nothing in their place (reported "
+                    f"once: the next recv takes rank {peer}'s next message).  {_CROSS}") from None
             except RuntimeError:  # aborted: shutdown, or the move to a newer region
                 if self._shut or mb is self._p2p:
                     raise
@@ -1216,12 +1216,11 @@ class MooncakeProcessGroup(ProcessGroup):
         return MooncakeWork(hint, keep[:1])
 
     def _p2p_moved(self, peer, ep):
-        return (f"mooncake-cpu: send/recv with rank {peer}: the membership of group "
-                f"{self._gid} changed (a view after epoch {ep}) while it waited on the old "
-                f"view; it did not complete: issue it again (it runs on the new view; a "
-                f"message it moved part of is lost, and the receiver's next recv says so).  "
-                f"Send/recv do not cross a membership change: order a pair's send and recv "
-                f"on the same side of it")
+        return (f"mooncake-cpu: send/recv with rank {peer}: this rank's first collective on "
+                f"a view after epoch {ep} of group {self._gid} started while it still waited "
+                f"on that epoch; it did not complete: issue it again (it runs on the new view; "
+                f"a message it moved part of is lost, the receiver's next recv says so).  "
+                f"{_CROSS}")
 
     def _executor(self, key):
         """The one-thread executor of key (("coll", -1), or (direction, peer))."""
@@ -1232,10 +1231,11 @@ class MooncakeProcessGroup(ProcessGroup):
                 self._p2p_workers[key] = ex
         return ex
 
-    def _p2p_submit(self, key, fn, source=-1):
+    def _p2p_submit(self, key, fn, source=-1, region=(None, 0)):
         ex = self._executor(key)
         with self._wlock:
             fut = ex.submit(fn)
+            fut.mc_region = region[0]  # the move to a newer region waits for it (_move_p2p)
             self._p2p_futs.add(fut)
         fut.add_done_callback(self._p2p_done)  # at once when it is done already
         return MooncakeP2PWork(fut, self._max, source)
@@ -1255,12 +1255,22 @@ class MooncakeProcessGroup(ProcessGroup):
         if self._phase != "normal":
             with self._lock:
                 _join(self)
-        self._check_usable()
+        self._check_usable(connect=False)
         if not (0 <= peer < self._max) or peer == self._rank or not self._active[peer]:
             raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
         if self._p2p_broken >> peer & 1:
             raise RuntimeError(f"mooncake-cpu: an earlier send/recv with rank {peer} failed; "
                                f"the pair's stream is closed")
+        # (region, epoch) of this operation: the pair's region until this rank's
+        # first collective on a newer view (_move_p2p), whatever it installed
+        # meanwhile, unless the peer is new in that view (only its region has it)
+        mb, ep, peers = self._p2p_view
+        if peers >> peer & 1:
+            return mb, ep
+        with self._lock:
+            if self._need_connect:
+                self._connect_mailboxes()
+            return self._p2p, self._epoch
 
     # --- coalescing (torch 1.13 batch_isend_irecv): ops run as they come
 
@@ -1368,6 +1378,7 @@ def _sync(pg):
     pg._pending = 0
     pg._broken = False
     pg._setup_mailboxes()
+    pg._move_p2p()
     return SyncAfterFailureResponse(SyncAfterFailureStatus.Reconciled)
 
 
@@ -1474,6 +1485,8 @@ def get_local_success(work):
 ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
 POST_TIMEOUT_US = 2_000_000  # a rank's engine that has not taken the view's word by then
 ANNOUNCE_TIMEOUT_US = 2_000_000  # send/recv moving to a new view's region (pg.c announce)
+_CROSS = ("Send/recv do not cross a membership change: order a pair's send and recv on the "
+          "same side of it (of the new view's first collective)")
 VIEW_ACK_TIMEOUT_MS = 20000  # spec 1.4; MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS overrides it
 ADMISSION_POLL_S = 0.01      # how often admission looks for readiness or a rival commit
 
@@ -1798,6 +1811,7 @@ def _join(pg):
     _catch_up(pg, peek=True)
     if pg._active[pg._rank]:
         pg._connect_mailboxes()
+        pg._move_p2p()  # its older region is from before it left: nothing pends there
 
 
 def join_group(pg):

@@ -994,57 +994,79 @@ def expect_p2p_error(work, *words):
 
 
 def p2p_views(rank, ws):
-    """(3 ranks) Send/recv across membership changes end with a clear error,
-    never a hang or another message in place of a lost one.  1. Ranks 1 and
-    2 each wait in an irecv from the other on epoch 0 when rank 1 takes rank
-    0 out: rank 2's ends when the view reaches it, rank 1's when its next
-    send/recv moves to the new view; both say "issue it again", and the pair
-    then exchanges on epoch 1.  2. Rank 1 sends 30 on epoch 1 that rank 2 does
-    not take before rank 1 brings rank 0 back (epoch 2), then sends 40: rank
-    2's next recv from rank 1 says one message of epoch 1 was lost, and the
-    one after it takes 40."""
+    """(3 ranks) Send/recv follow a membership change at the new view's first
+    collective: a pair's send and recv issued on the same side of it meet,
+    and one that crosses it ends with a clear error, never a hang or another
+    message in place of a lost one.  1. Before rank 1 takes rank 0 out, rank
+    1 isends 1.5 to rank 2, which irecvs it, and each also waits in an irecv
+    from the other that nothing matches: after the first all_reduce on epoch
+    1 the first pair completed, the others say "issue it again", and the
+    pair then exchanges on epoch 1.  2. Rank 1 sends 30 on epoch 1 that rank
+    2 does not take before rank 1 brings rank 0 back (epoch 2); after the
+    first all_reduce on epoch 2 rank 1 sends 40: rank 2's recv from rank 1
+    says one message was lost, and the one after it takes 40."""
     store = dist.distributed_c10d._get_default_store()
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)
     assert t.item() == 6, t
-    again = ("changed", "issue it again", "do not cross a membership change")
+    again = ("first collective on a view after epoch 0", "issue it again",
+             "do not cross a membership change")
+    if rank == 0:
+        store.wait(["pg_test/p2pv/out"])
+        mpg.join_group(None)  # rank 1 brings it back (part 2)
+    else:
+        other = 3 - rank
+        if rank == 1:
+            pre = dist.isend(torch.tensor([1.5]), dst=2)
+        else:
+            got = torch.zeros(1)
+            pre = dist.irecv(got, src=1)
+        w = dist.irecv(torch.zeros(1), src=other)  # nothing matches it before the change
+        if rank == 1:
+            store.wait(["pg_test/p2pv/waiting"])
+            res = mpg.deactivate_ranks(None, [0])
+            assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+            assert not w.is_completed()  # send/recv move at the next collective
+            store.set("pg_test/p2pv/out", "1")
+        else:
+            store.set("pg_test/p2pv/waiting", "1")
+            store.wait(["pg_test/p2pv/out"])
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the first collective on epoch 1 (ranks 1 and 2)
+        assert t.item() == 2 and mpg.get_current_epoch(None) == 1, t
+        pre.wait()
+        assert mpg.get_local_success(pre)
+        if rank == 2:
+            assert got.item() == 1.5, got
+        step(rank, "irecv ended: " + expect_p2p_error(w, *again, f"with rank {other}"))
+        if rank == 1:
+            dist.send(torch.tensor([10.0]), dst=2)
+            t = torch.zeros(1)
+            dist.recv(t, src=2)
+            assert t.item() == 20, t
+            dist.send(torch.tensor([30.0]), dst=2)  # rank 2 never takes it on epoch 1
+            res = mpg.activate_ranks(None, [0])  # rank 0 rejoins in place
+            assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+            store.set("pg_test/p2pv/back", "1")
+        else:
+            t = torch.zeros(1)
+            dist.recv(t, src=1)
+            assert t.item() == 10, t
+            dist.send(torch.tensor([20.0]), dst=1)
+            store.wait(["pg_test/p2pv/back"])  # its next collective comes after the call
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)  # the first collective on epoch 2: send/recv move
+    assert t.item() == 6 and mpg.get_current_epoch(None) == 2, t
     if rank == 1:
-        w = dist.irecv(torch.zeros(1), src=2)
-        store.wait(["pg_test/p2pv/waiting"])
-        res = mpg.deactivate_ranks(None, [0])
-        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
-        store.set("pg_test/p2pv/out", "1")
-        assert not w.is_completed()  # still waiting on epoch 0 (this rank's send/recv moves at its next one)
-        s = dist.isend(torch.tensor([10.0]), dst=2)  # moves them to epoch 1: w ends
-        step(rank, "irecv ended: " + expect_p2p_error(w, *again, "with rank 2"))
-        s.wait()
-        t = torch.zeros(1)
-        dist.recv(t, src=2)
-        assert t.item() == 20, t
-        dist.send(torch.tensor([30.0]), dst=2)  # rank 2 takes it only after the next change
-        res = mpg.activate_ranks(None, [0])  # rank 0 rejoins in place
-        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
-        store.set("pg_test/p2pv/back", "1")
-        dist.send(torch.tensor([40.0]), dst=2)  # on epoch 2, after telling rank 2 it sent 2 on epoch 1
+        dist.send(torch.tensor([40.0]), dst=2)
     elif rank == 2:
-        w = dist.irecv(torch.zeros(1), src=1)
-        store.set("pg_test/p2pv/waiting", "1")
-        step(rank, "irecv ended: " + expect_p2p_error(w, *again, "with rank 1"))
-        assert mpg.get_current_epoch(None) == 1
-        t = torch.zeros(1)
-        dist.recv(t, src=1)
-        assert t.item() == 10, t
-        dist.send(torch.tensor([20.0]), dst=1)
-        store.wait(["pg_test/p2pv/back"])
         t = torch.zeros(1)
         msg = expect_p2p_error(dist.irecv(t, src=1), "recv from rank 1", "sent 1 message",
-                               "earlier views (up to epoch 1)", "lost", "do not cross a membership change")
+                               "earlier views (up to epoch 1)", "lost",
+                               "do not cross a membership change")
         step(rank, "recv refused: " + msg)
         dist.recv(t, src=1)
         assert t.item() == 40, f"the message after the lost one: {t}"
-    else:
-        store.wait(["pg_test/p2pv/out"])
-        mpg.join_group(None)  # rank 1 brings it back
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)
     assert t.item() == 6, t
