@@ -20,9 +20,18 @@
  *   depart_in[64]      u64  written by rank s when it leaves: 1 + the number of
  *                            messages s consumed from this rank (0: still here)
  *   depart_out[64]           sources of departure writes (one per peer)
- *   view_in[64]        u64  written by rank s when it commits a membership view:
- *                            (epoch << 40) | first operation of the view
- *   view_out[64]             source of view writes (view_out[me])
+ *   view_in[64]        u64  written by the rank that commits a membership view,
+ *                            at index epoch % 64: (epoch << 40) | first operation
+ *                            of the view (consecutive views use different words,
+ *                            so a late write of an older one never hides a newer)
+ *   view_out[64]             sources of view writes (the same index)
+ *   seen               u64  this rank's acknowledgement: the newest view word
+ *                            its watcher thread found in view_in (serve_acks)
+ *   ack_in[64]               where a proposer READs each peer's seen word
+ *   sent_in[64]        u64  written by rank s when it moves its send/recv to
+ *                            this region from its earlier one (announce()):
+ *                            (epoch << 40) | 1 + messages s sent us there
+ *   sent_out[64]             sources of those writes
  *   recv[n][NS][slot]        landing slots, indexed by sender
  *   send[n][NS][slot]        staging slots, indexed by receiver (TE writes
  *                            from registered memory only)
@@ -70,6 +79,37 @@
  * with that rank failed, without the probes and notices a failure brings.
  * Departed ranks are neither probed nor sent notices again.
  *
+ * Views and their acknowledgements (a group's small agent Mailbox): a rank
+ * that commits a membership view WRITEs its word into view_in[epoch % 64] of every
+ * other rank (post_view); their next operation reads it (view()).  Each rank
+ * runs one watcher thread per agent region (serve_acks) that copies the
+ * newest word it finds there into its own seen word, a local store and no
+ * I/O, so it cannot block, and it runs without the GIL while the rank's
+ * Python is busy.  The proposer READs seen from every rank that must
+ * acknowledge until it holds the view's word or the acknowledgement timeout
+ * passes: nothing the acknowledging rank does needs the proposer's address,
+ * and a stopped or dead process (its watcher does not run) never
+ * acknowledges, whatever the transport.
+ *
+ * Send/recv across a membership change (announce(), on the region of the
+ * new view, once it is connected): a rank moves its send/recv to the new
+ * view's region only after its run()s on the old one ended (aborted: they
+ * raise RuntimeError, and the caller issues them again), then WRITEs into
+ * each peer's new region how many messages it had sent that peer on all its
+ * earlier regions, and waits for those WRITEs to land before it sends
+ * anything on the new region.  The new region keeps how many messages this
+ * rank consumed from each peer on all its earlier regions.  Both counts run
+ * over every region a rank had, used or skipped (two views installed at
+ * once), so they compare whichever views each side used; they start again
+ * for a peer whose process changed (a replacement: announce()'s fresh).  A
+ * recv from p on the new region compares the two before it takes a message
+ * and while it waits: p sent more on older views than this rank consumed,
+ * so those messages are lost and the next one is not the one the caller
+ * expects; run() raises CrossedView(p, lost, epoch) instead of taking it
+ * (once: the lost ones then count as taken).  The word lands before any of
+ * p's messages on the new region, so a recv that sees such a message sees
+ * the word too.
+ *
  * Abort (abort(), the first step of a group's shutdown): a run() in progress
  * on another thread (a send or recv blocked on a peer that says nothing)
  * sees the flag at its next pass, a few hundred microseconds at most, and
@@ -81,6 +121,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -101,6 +142,10 @@
 #define PROBE_VERDICT_MS 1000
 #define MAX_SLEEP_NS	 200000
 #define INLINE_MAX	 8192 /* messages up to this size carry their own check */
+/* View acknowledgements: the watcher's pause between looks at view_in, and a
+ * proposer's pause before it READs again a seen word that was not enough. */
+#define ACK_POLL_NS 2000000
+#define ACK_READ_US 1000
 
 enum { OP_COPY = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
 enum { DT_I8, DT_U8, DT_I16, DT_I32, DT_I64, DT_F32, DT_F64, DT_BOOL, DT_COUNT };
@@ -132,10 +177,19 @@ typedef struct {
 	bool departed;	     /* depart() ran: no more run() */
 	atomic_bool aborted; /* abort(): a run() on another thread ends at its next pass */
 	PyObject *owner;     /* keeps the engine's Python object alive */
+	pthread_t acker;     /* serve_acks(): the watcher that acknowledges views */
+	bool acking;	     /* acker runs (started, not yet joined) */
+	atomic_bool ack_stop;
+	atomic_int running; /* run()s in progress (announce() waits for them) */
+	/* announce(): this region took over from earlier ones, where this rank
+	 * sent and consumed these many messages to and from each peer */
+	bool took_over;
+	uint64_t sent_before[MAX_RANKS], took_before[MAX_RANKS];
 } Mailbox;
 
 static PyTypeObject MailboxType;
 static PyObject *ViewChanged; /* _pg.ViewChanged, a RuntimeError */
+static PyObject *CrossedView; /* _pg.CrossedView, a RuntimeError */
 
 /* control area offsets (u64 units) */
 #define CTL_FLAGS_IN   0
@@ -148,8 +202,15 @@ static PyObject *ViewChanged; /* _pg.ViewChanged, a RuntimeError */
 #define CTL_DEPART_OUT (4 * MAX_RANKS * MAX_SLOTS + 3 * MAX_RANKS)
 #define CTL_VIEW_IN    (4 * MAX_RANKS * MAX_SLOTS + 4 * MAX_RANKS)
 #define CTL_VIEW_OUT   (4 * MAX_RANKS * MAX_SLOTS + 5 * MAX_RANKS)
-#define CTL_BYTES      4096 * 5 /* (4*64*8 + 6*64) * 8 = 19456, rounded up to 20 KiB */
+#define CTL_SEEN       (4 * MAX_RANKS * MAX_SLOTS + 6 * MAX_RANKS)
+#define CTL_ACK_IN     (4 * MAX_RANKS * MAX_SLOTS + 6 * MAX_RANKS + 1)
+#define CTL_SENT_IN    (4 * MAX_RANKS * MAX_SLOTS + 7 * MAX_RANKS + 1)
+#define CTL_SENT_OUT   (4 * MAX_RANKS * MAX_SLOTS + 8 * MAX_RANKS + 1)
+#define CTL_END	       (4 * MAX_RANKS * MAX_SLOTS + 9 * MAX_RANKS + 1)
+#define CTL_BYTES      (4096 * 6) /* (4*64*8 + 9*64 + 1) * 8 = 21000, rounded up to 24 KiB */
+_Static_assert(CTL_END * 8 <= CTL_BYTES, "the control area outgrew CTL_BYTES");
 #define VIEW_OP_BITS   40	/* view word: epoch above, first operation below */
+#define VIEW_OP_MASK   ((1ull << VIEW_OP_BITS) - 1)
 
 static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
 {
@@ -183,8 +244,8 @@ static uint64_t departed_set(Mailbox *m)
 static uint64_t view_word(Mailbox *m)
 {
 	uint64_t w = 0;
-	for (int r = 0; r < m->n; r++) {
-		uint64_t v = __atomic_load_n(ctl(m, CTL_VIEW_IN + r), __ATOMIC_ACQUIRE);
+	for (int k = 0; k < MAX_RANKS; k++) { /* indexed by epoch, not by rank */
+		uint64_t v = __atomic_load_n(ctl(m, CTL_VIEW_IN + k), __ATOMIC_ACQUIRE);
 		w = v > w ? v : w;
 	}
 	return w;
@@ -196,6 +257,20 @@ static bool view_stale(Mailbox *m, uint64_t epoch, uint64_t op)
 {
 	uint64_t w = view_word(m);
 	return (w >> VIEW_OP_BITS) > epoch && (w & ((1ull << VIEW_OP_BITS) - 1)) <= op;
+}
+
+/* How many messages peer p sent us on earlier views that this rank never
+ * consumed (announce()); 0 when none or not known.  *ep: p's last view. */
+static uint64_t lost_from(Mailbox *m, int p, uint64_t *ep)
+{
+	if (!m->took_over)
+		return 0; /* p's word, if any, counts from a region this one never had */
+	uint64_t w = __atomic_load_n(ctl(m, CTL_SENT_IN + p), __ATOMIC_ACQUIRE);
+	if (!w)
+		return 0;
+	uint64_t sent = (w & VIEW_OP_MASK) - 1;
+	*ep = w >> VIEW_OP_BITS;
+	return sent > m->took_before[p] ? sent - m->took_before[p] : 0;
 }
 
 static uint64_t now_us(void)
@@ -270,8 +345,32 @@ static void (*const red_fn[DT_COUNT])(int, void *restrict, const void *restrict,
 
 /* ---- Mailbox ---- */
 
+/* The watcher of serve_acks(): seen = the newest view word posted here. */
+static void *ack_watch(void *arg)
+{
+	Mailbox *m = arg;
+	struct timespec ts = {0, ACK_POLL_NS};
+	while (!atomic_load_explicit(&m->ack_stop, memory_order_acquire)) {
+		uint64_t w = view_word(m);
+		if (w > __atomic_load_n(ctl(m, CTL_SEEN), __ATOMIC_RELAXED))
+			__atomic_store_n(ctl(m, CTL_SEEN), w, __ATOMIC_RELEASE);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void stop_acks(Mailbox *m)
+{
+	if (!m->acking)
+		return;
+	atomic_store_explicit(&m->ack_stop, true, memory_order_release);
+	pthread_join(m->acker, NULL);
+	m->acking = false;
+}
+
 static void mailbox_dealloc(Mailbox *m)
 {
+	stop_acks(m); /* before the region goes */
 	if (m->registered)
 		mc_te_deregister(m->te, m->base);
 	if (m->base)
@@ -530,7 +629,8 @@ static bool progress_send(Mailbox *m, struct item *it, bool *fail)
 	return moved;
 }
 
-static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
+static bool progress_recv(Mailbox *m, struct item *it, bool *fail, uint64_t *lost,
+			  uint64_t *lost_ep)
 {
 	int p = it->peer, ns = m->ns;
 	bool moved = false;
@@ -551,6 +651,9 @@ static bool progress_recv(Mailbox *m, struct item *it, bool *fail)
 					   __ATOMIC_ACQUIRE) < q + 1) {
 			break;
 		}
+		/* a message has landed: a word p wrote before it is visible now */
+		if ((*lost = lost_from(m, p, lost_ep)))
+			break;
 		if (it->op == OP_COPY)
 			memcpy(it->ptr + it->moved, src, len);
 		else
@@ -673,7 +776,9 @@ bad:
  * peer failed (then every item ends).  With watch (the group's agent
  * Mailbox), a view newer than epoch that starts at or before operation op,
  * posted there while this waits, ends it with ViewChanged: the operation
- * runs on a view its peers have left, and would wait for them forever.
+ * runs on a view its peers have left, and would wait for them forever.  A
+ * recv from a peer that sent messages on an earlier view which this rank
+ * never took there raises CrossedView(peer, lost, epoch) (see announce()).
  */
 static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 {
@@ -704,16 +809,23 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		PyErr_SetString(PyExc_RuntimeError, "run: this rank has left the group (depart)");
 		return NULL;
 	}
+	/* counted before the abort flag is read: announce() sets the flag, then
+	 * waits for the count, so a run() it does not wait for sees the flag */
+	atomic_fetch_add(&m->running, 1);
 	if (atomic_load(&m->aborted)) {
+		atomic_fetch_sub(&m->running, 1);
 		PyErr_SetString(PyExc_RuntimeError,
 				"run: the group was shut down on this rank (shutdown)");
 		return NULL;
 	}
 	if (parse_items(m, sl, false, &sv, &ns) || parse_items(m, rl, true, &rv, &nr)) {
+		atomic_fetch_sub(&m->running, 1);
 		PyMem_Free(sv);
 		return NULL;
 	}
 	bool aborted = false, stale = false;
+	int crossed = -1; /* a peer that sent on an earlier view what we never took */
+	uint64_t lost = 0, lost_ep = 0;
 	Py_BEGIN_ALLOW_THREADS;
 	uint64_t t0 = now_us(), seen = 0, last_probe = t0;
 	unsigned idle = 0;
@@ -744,16 +856,20 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			bool fail = false;
 			if (it->moved >= it->len || (failed >> it->peer & 1))
 				continue;
-			if (progress_recv(m, it, &fail)) {
+			if (progress_recv(m, it, &fail, &lost, &lost_ep)) {
 				any = true;
 				it->last = now_us();
+			}
+			if (lost) {
+				crossed = it->peer;
+				break;
 			}
 			if (fail)
 				failed |= 1ull << it->peer;
 			else if (it->moved < it->len)
 				pending = true;
 		}
-		if (failed || !pending)
+		if (crossed >= 0 || failed || !pending)
 			break;
 		if (atomic_load_explicit(&m->aborted, memory_order_relaxed)) {
 			aborted = true;
@@ -767,6 +883,11 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 			stale = true;
 			break;
 		}
+		for (Py_ssize_t i = 0; crossed < 0 && i < nr; i++)
+			if (rv[i].moved < rv[i].len && (lost = lost_from(m, rv[i].peer, &lost_ep)))
+				crossed = rv[i].peer;
+		if (crossed >= 0)
+			break;
 		/* idle: departed peers, notices, probes of silent peers, the timeout */
 		now = now_us();
 		if (gone) {
@@ -826,11 +947,23 @@ static PyObject *mailbox_run(Mailbox *m, PyObject *args)
 		}
 		idle++;
 	}
-	if (!aborted && !stale && (failed & ~departed_set(m)))
+	if (crossed >= 0) /* reported once: they count as taken from now on */
+		m->took_before[crossed] += lost;
+	else if (!aborted && !stale && (failed & ~departed_set(m)))
 		send_notice(m, group, failed & ~departed_set(m));
+	atomic_fetch_sub(&m->running, 1);
 	Py_END_ALLOW_THREADS;
 	PyMem_Free(sv);
 	PyMem_Free(rv);
+	if (crossed >= 0) {
+		PyObject *a = Py_BuildValue("(iKK)", crossed, (unsigned long long)lost,
+					    (unsigned long long)lost_ep);
+		if (a) {
+			PyErr_SetObject(CrossedView, a);
+			Py_DECREF(a);
+		}
+		return NULL;
+	}
 	if (stale) {
 		PyErr_Format(ViewChanged,
 			     "run: the group's membership changed (a view after epoch %llu starts "
@@ -916,73 +1049,132 @@ static PyObject *mailbox_depart(Mailbox *m, PyObject *args)
 	return out;
 }
 
+/* Whether a batch is still in flight; otherwise frees it and says in *ok
+ * whether it completed. */
+static bool batch_busy(Mailbox *m, mc_batch_id *b, bool *ok)
+{
+	struct mc_xfer_status xs;
+	bool known = mc_te_batch_status(m->te, *b, &xs) == MC_OK;
+	if (known && (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING))
+		return true;
+	*ok = known && xs.state == MC_XFER_COMPLETED;
+	mc_te_batch_free(m->te, *b);
+	*b = 0;
+	return false;
+}
+
 /*
- * post_view(ranks, word, timeout_us) -> ranks whose engine did not answer:
- * WRITE word into view_in[me] of each connected rank of the list and wait
- * (bounded) for the answers.  A membership change committed by this rank
- * reaches the others this way; they read it with view() at their next
- * operation, and a run() watching the region ends (see run()).
+ * post_view(ranks, word, timeout_us, expect=0, ack_timeout_us=0, nowait=0)
+ *   -> (unanswered, unacknowledged), all bitmaps of in-group ranks:
+ * WRITE word into view_in[epoch % 64] of each connected rank of ranks, and wait, up
+ * to timeout_us, for the answers of those not in nowait (the ranks already
+ * known silent get theirs fire-and-forget).  Each rank of expect (connected
+ * ones; the others are unacknowledged at once) must acknowledge the view:
+ * its seen word, READ here every ACK_READ_US, must reach word within
+ * ack_timeout_us; a READ that fails counts as a refusal when a probe proves
+ * the rank dead (refused or closed), so a dead rank does not hold the wait.
+ * A membership change committed by this rank reaches the others this way;
+ * they read it with view() at their next operation, and a run() watching
+ * the region ends (see run()).
  */
 static PyObject *mailbox_post_view(Mailbox *m, PyObject *args)
 {
-	PyObject *list;
-	unsigned long long word, timeout_us;
-	mc_batch_id b[MAX_RANKS] = {0};
-	uint64_t want = 0, unanswered = 0;
-	if (!PyArg_ParseTuple(args, "OKK", &list, &word, &timeout_us))
+	unsigned long long ranks, word, timeout_us, expect = 0, ack_us = 0, nowait = 0;
+	mc_batch_id wb[MAX_RANKS] = {0}, rb[MAX_RANKS] = {0};
+	uint64_t next_read[MAX_RANKS] = {0};
+	uint64_t unanswered = 0, writing = 0, unacked = 0;
+	if (!PyArg_ParseTuple(args, "KKK|KKK", &ranks, &word, &timeout_us, &expect, &ack_us,
+			      &nowait))
 		return NULL;
 	if (!m->base) {
 		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
 		return NULL;
 	}
-	PyObject *seq = PySequence_Fast(list, "post_view: ranks must be a sequence");
-	if (!seq)
+	uint64_t mask = (m->n == 64 ? ~0ull : (1ull << m->n) - 1) & ~(1ull << m->me);
+	if ((ranks | expect | nowait) & ~mask) {
+		PyErr_Format(PyExc_ValueError,
+			     "post_view: a rank outside 0..%d or this rank (%d) in ranks %llx, "
+			     "expect %llx or nowait %llx",
+			     m->n - 1, m->me, ranks, expect, nowait);
 		return NULL;
-	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-		long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-		if (r == -1 && PyErr_Occurred()) {
-			Py_DECREF(seq);
-			return NULL;
-		}
-		if (r < 0 || r >= m->n || r == m->me) {
-			Py_DECREF(seq);
-			PyErr_Format(PyExc_ValueError, "post_view: bad rank %ld", r);
-			return NULL;
-		}
-		want |= 1ull << r;
 	}
-	Py_DECREF(seq);
 	Py_BEGIN_ALLOW_THREADS;
-	volatile uint64_t *src = ctl(m, CTL_VIEW_OUT + m->me);
-	uint64_t t0 = now_us();
+	uint64_t k = (word >> VIEW_OP_BITS) % MAX_RANKS;
+	volatile uint64_t *src = ctl(m, CTL_VIEW_OUT + k);
+	uint64_t t0 = now_us(), waiting = 0;
 	unsigned idle = 0;
 	*src = word;
 	for (int r = 0; r < m->n; r++) {
-		if (!(want >> r & 1))
+		if (!(ranks >> r & 1))
 			continue;
-		if (m->rbase[r] &&
-		    write1(m, r, (void *)src, m->rbase[r] + (CTL_VIEW_IN + (uint64_t)m->me) * 8, 8,
-			   &b[r])) {
-			want &= ~(1ull << r);
-			unanswered |= 1ull << r;
+		if (!m->rbase[r] ||
+		    !write1(m, r, (void *)src, m->rbase[r] + (CTL_VIEW_IN + k) * 8, 8, &wb[r])) {
+			unanswered |= 1ull << r; /* not connected, or not submitted */
+		} else if (nowait >> r & 1) {
+			mc_te_batch_discard(m->te, wb[r]);
+			wb[r] = 0;
+		} else {
+			writing |= 1ull << r;
 		}
 	}
-	/* want: not connected or not submitted; unanswered: in flight */
-	while (unanswered) {
+	for (int r = 0; r < m->n; r++)
+		if ((expect >> r & 1) && !m->rbase[r])
+			unacked |= 1ull << r; /* no region to READ: it cannot acknowledge */
+	waiting = expect & ~unacked;
+	while (writing || waiting) {
+		uint64_t now = now_us();
+		bool ok;
 		for (int r = 0; r < m->n; r++) {
-			struct mc_xfer_status xs;
-			if (!(unanswered >> r & 1))
+			if ((writing >> r & 1) && !batch_busy(m, &wb[r], &ok)) {
+				writing &= ~(1ull << r);
+				if (!ok)
+					unanswered |= 1ull << r;
+			}
+			if (!(waiting >> r & 1))
 				continue;
-			if (mc_te_batch_status(m->te, b[r], &xs) == MC_OK &&
-			    (xs.state == MC_XFER_WAITING || xs.state == MC_XFER_PENDING))
-				continue;
-			if (xs.state != MC_XFER_COMPLETED)
-				want |= 1ull << r;
-			mc_te_batch_free(m->te, b[r]);
-			b[r] = 0;
-			unanswered &= ~(1ull << r);
+			volatile uint64_t *seen = ctl(m, CTL_ACK_IN + r);
+			if (rb[r]) {
+				if (batch_busy(m, &rb[r], &ok))
+					continue;
+				if (ok && __atomic_load_n(seen, __ATOMIC_ACQUIRE) >= word) {
+					waiting &= ~(1ull << r);
+				} else if (!ok && probe_dead(m, r, true)) {
+					waiting &= ~(1ull << r);
+					unacked |= 1ull << r;
+				}
+				next_read[r] = now + ACK_READ_US;
+			} else if (now >= next_read[r]) {
+				struct mc_xfer_req req = {MC_OP_READ, (void *)seen, m->seg[r],
+							  m->rbase[r] + CTL_SEEN * 8, 8};
+				*seen = 0;
+				if (mc_te_batch_new(m->te, 1, &rb[r]) != MC_OK) {
+					rb[r] = 0;
+				} else if (mc_te_submit(m->te, rb[r], &req, 1) != MC_OK) {
+					mc_te_batch_free(m->te, rb[r]);
+					rb[r] = 0;
+				}
+				if (!rb[r])
+					next_read[r] = now + ACK_READ_US;
+			}
 		}
-		if (!unanswered || now_us() - t0 >= timeout_us)
+		now = now_us();
+		if (now - t0 >= timeout_us && writing) {
+			for (int r = 0; r < m->n; r++)
+				if (writing >> r & 1)
+					mc_te_batch_discard(m->te, wb[r]);
+			unanswered |= writing;
+			writing = 0;
+		}
+		if (now - t0 >= ack_us && waiting) {
+			for (int r = 0; r < m->n; r++)
+				if (rb[r]) {
+					mc_te_batch_discard(m->te, rb[r]);
+					rb[r] = 0;
+				}
+			unacked |= waiting;
+			waiting = 0;
+		}
+		if (!writing && !waiting)
 			break;
 		if (idle++ < 64) {
 			sched_yield();
@@ -991,24 +1183,8 @@ static PyObject *mailbox_post_view(Mailbox *m, PyObject *args)
 			nanosleep(&ts, NULL);
 		}
 	}
-	for (int r = 0; r < m->n; r++)
-		if (unanswered >> r & 1)
-			mc_te_batch_discard(m->te, b[r]);
 	Py_END_ALLOW_THREADS;
-	want |= unanswered;
-	PyObject *out = PyList_New(0);
-	for (int r = 0; out && r < m->n; r++) {
-		if (!(want >> r & 1))
-			continue;
-		PyObject *v = PyLong_FromLong(r);
-		if (!v || PyList_Append(out, v) < 0) {
-			Py_XDECREF(v);
-			Py_CLEAR(out);
-			break;
-		}
-		Py_DECREF(v);
-	}
-	return out;
+	return Py_BuildValue("(KK)", (unsigned long long)unanswered, (unsigned long long)unacked);
 }
 
 /* view() -> the newest view word posted into this region (0: none) */
@@ -1018,6 +1194,107 @@ static PyObject *mailbox_view(Mailbox *m, PyObject *unused)
 	if (!m->base)
 		return PyLong_FromLong(0);
 	return PyLong_FromUnsignedLongLong(view_word(m));
+}
+
+/* serve_acks(): start this region's watcher (see "Views and their
+ * acknowledgements" above); idempotent. */
+static PyObject *mailbox_serve_acks(Mailbox *m, PyObject *unused)
+{
+	(void)unused;
+	if (!m->base) {
+		PyErr_SetString(PyExc_RuntimeError, "Mailbox not initialised");
+		return NULL;
+	}
+	if (m->acking)
+		Py_RETURN_NONE;
+	atomic_store(&m->ack_stop, false);
+	int rc = pthread_create(&m->acker, NULL, ack_watch, m);
+	if (rc) {
+		PyErr_Format(PyExc_RuntimeError, "serve_acks: cannot start the watcher: %s",
+			     strerror(rc));
+		return NULL;
+	}
+	pthread_setname_np(m->acker, "mc-pg-ack");
+	m->acking = true;
+	Py_RETURN_NONE;
+}
+
+/* stop_acks(): stop the watcher (views posted later are not acknowledged).
+ * The GIL stays held (at most one pause of the watcher), so two callers
+ * cannot join the thread twice. */
+static PyObject *mailbox_stop_acks(Mailbox *m, PyObject *unused)
+{
+	(void)unused;
+	stop_acks(m);
+	Py_RETURN_NONE;
+}
+
+/*
+ * announce(old, epoch, timeout_us, fresh=0) -> whether old's run()s ended
+ * in time: this region takes over this rank's send/recv from old (the region
+ * of view epoch; see "Send/recv across a membership change" above).  Aborts
+ * old, waits (bounded) until its run()s ended, adds what this rank sent to
+ * and consumed from each peer there to old's counts of the regions before
+ * it (the peers of bitmap fresh, new processes, start from 0), and WRITEs
+ * into each connected peer not fresh how many it sent that peer in all,
+ * waiting (bounded) until those WRITEs are answered.  Call it once this
+ * region is connected, before any run() on it.
+ */
+static PyObject *mailbox_announce(Mailbox *m, PyObject *args)
+{
+	PyObject *o;
+	unsigned long long epoch, timeout_us, fresh = 0;
+	mc_batch_id b[MAX_RANKS] = {0};
+	uint64_t writing = 0;
+	bool ended;
+	if (!PyArg_ParseTuple(args, "O!KK|K", &MailboxType, &o, &epoch, &timeout_us, &fresh))
+		return NULL;
+	Mailbox *old = (Mailbox *)o;
+	if (!m->base || !old->base || old == m || old->n != m->n || old->me != m->me ||
+	    epoch >> (64 - VIEW_OP_BITS)) {
+		PyErr_SetString(PyExc_ValueError,
+				"announce: old must be another initialised Mailbox of the same "
+				"rank and size, and epoch below 2**24");
+		return NULL;
+	}
+	atomic_store(&old->aborted, true);
+	Py_BEGIN_ALLOW_THREADS;
+	uint64_t t0 = now_us();
+	while (atomic_load(&old->running) && now_us() - t0 < timeout_us) {
+		struct timespec ts = {0, MAX_SLEEP_NS};
+		nanosleep(&ts, NULL);
+	}
+	ended = !atomic_load(&old->running);
+	m->took_over = true;
+	for (int r = 0; r < m->n; r++) {
+		if (fresh >> r & 1)
+			continue; /* a new process: nothing before this region counts */
+		m->sent_before[r] = old->sent_before[r] + old->tx[r].posted;
+		m->took_before[r] = old->took_before[r] + old->rx[r];
+		if (r == m->me || !m->rbase[r])
+			continue;
+		volatile uint64_t *src = ctl(m, CTL_SENT_OUT + r);
+		*src = (uint64_t)epoch << VIEW_OP_BITS | ((m->sent_before[r] + 1) & VIEW_OP_MASK);
+		if (write1(m, r, (void *)src, m->rbase[r] + (CTL_SENT_IN + (uint64_t)m->me) * 8, 8,
+			   &b[r]))
+			writing |= 1ull << r;
+	}
+	uint64_t t1 = now_us();
+	while (writing && now_us() - t1 < timeout_us) {
+		bool ok;
+		for (int r = 0; r < m->n; r++)
+			if ((writing >> r & 1) && !batch_busy(m, &b[r], &ok))
+				writing &= ~(1ull << r); /* a peer that is gone needs no word */
+		if (writing) {
+			struct timespec ts = {0, MAX_SLEEP_NS};
+			nanosleep(&ts, NULL);
+		}
+	}
+	for (int r = 0; r < m->n; r++)
+		if (writing >> r & 1)
+			mc_te_batch_discard(m->te, b[r]);
+	Py_END_ALLOW_THREADS;
+	return PyBool_FromLong(ended);
 }
 
 /* abort(): make run()s in progress on other threads, and later ones, raise. */
@@ -1083,12 +1360,19 @@ static PyMethodDef mailbox_methods[] = {
 	 "run(sends, recvs, timeout_us, group_bitmap[, watch, epoch, op]) -> (ok, failed_bitmap)"},
 	{"depart", (PyCFunction)mailbox_depart, METH_VARARGS,
 	 "depart(timeout_us) -> ranks that did not answer: tell the peers this rank leaves"},
+	{"announce", (PyCFunction)mailbox_announce, METH_VARARGS,
+	 "announce(old, epoch, timeout_us, fresh=0) -> bool: take over send/recv from old's region"},
 	{"abort", (PyCFunction)mailbox_abort, METH_NOARGS,
 	 "abort(): run()s in progress on other threads, and later ones, raise RuntimeError"},
 	{"departed", (PyCFunction)mailbox_departed, METH_NOARGS,
 	 "departed() -> bitmap of the peers that left"},
 	{"post_view", (PyCFunction)mailbox_post_view, METH_VARARGS,
-	 "post_view(ranks, word, timeout_us) -> ranks that did not answer: write a view word"},
+	 "post_view(ranks, word, timeout_us, expect=0, ack_timeout_us=0, nowait=0) -> "
+	 "(unanswered, unacknowledged): write a view word, await acknowledgements (bitmaps)"},
+	{"serve_acks", (PyCFunction)mailbox_serve_acks, METH_NOARGS,
+	 "serve_acks(): start the thread that acknowledges the views posted here"},
+	{"stop_acks", (PyCFunction)mailbox_stop_acks, METH_NOARGS,
+	 "stop_acks(): stop acknowledging views (the group leaves)"},
 	{"view", (PyCFunction)mailbox_view, METH_NOARGS,
 	 "view() -> the newest view word posted here (epoch << 40 | first operation)"},
 	{NULL, NULL, 0, NULL},
@@ -1156,6 +1440,17 @@ PyMODINIT_FUNC PyInit__pg(void)
 		return NULL;
 	}
 	Py_INCREF(ViewChanged); /* the module's reference and ours */
+	CrossedView = PyErr_NewExceptionWithDoc(
+		"mooncake._pg.CrossedView",
+		"A peer sent messages on an earlier view that this rank never received there: "
+		"args (peer, lost, epoch)",
+		PyExc_RuntimeError, NULL);
+	if (!CrossedView || PyModule_AddObject(mod, "CrossedView", CrossedView) < 0) {
+		Py_XDECREF(CrossedView);
+		Py_DECREF(mod);
+		return NULL;
+	}
+	Py_INCREF(CrossedView);
 	PyModule_AddIntConstant(mod, "MAX_RANKS", MAX_RANKS);
 	PyModule_AddIntConstant(mod, "VIEW_OP_BITS", VIEW_OP_BITS);
 	PyModule_AddIntConstant(mod, "MAX_SLOTS", MAX_SLOTS);

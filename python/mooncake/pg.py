@@ -36,9 +36,11 @@ is_extension and is activated by one member's ``recover_ranks``;
 other members install the new view at their next collective (see
 "Membership changes" below).  A joiner's registration
 (``_register_order``) that neither equals nor extends the group's order is
-rejected: its communicator is invalid (local only).  Differences from
-upstream (docs/python.md): no Coordinator process; the group's store
-coordinates, and members install views without acknowledging them.
+rejected: its communicator is invalid (local only).  Each member
+acknowledges a posted view at once (a watcher thread per group, python/pg.c);
+members that do not within the acknowledgement timeout are dropped from the
+view and named in ``dropped_ranks``.  Differences from upstream
+(docs/python.md): no Coordinator process; the group's store coordinates.
 """
 
 import atexit
@@ -537,6 +539,8 @@ class MooncakeProcessGroup(ProcessGroup):
         self._wlock = threading.Lock()   # the worker table
         self._lane = _Lane(self._lock)
         self._shut = False         # shutdown() ran: this rank left the group
+        self._peer_names = {}      # rank -> the segment name its mailboxes were last in
+        self._p2p_fresh = 0        # peers whose process changed since the last move
         _ctx.ensure_engine()
         if rejected is not None:
             # local collectives only (mask {self}); mailboxes never published
@@ -577,9 +581,12 @@ class MooncakeProcessGroup(ProcessGroup):
                 return []
             self._shut = True  # send/recv issued from now on refuse (_check_usable)
             running = list(self._p2p_futs)
-        p2p = getattr(self, "_p2p", None)
-        if p2p is not None:
-            p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
+        agent = getattr(self, "_agent", None)
+        if agent is not None:
+            agent.stop_acks()  # a view posted from now on finds this rank gone
+        for p2p in {getattr(self, "_p2p", None), getattr(self, "_p2p_view", (None,))[0]}:
+            if p2p is not None:
+                p2p.abort()  # a send/recv blocked on a silent peer ends at its next pass
         mine = threading.current_thread().name.startswith("mooncake-pg-")
         if running and not mine:  # (a finaliser on a worker thread cannot wait for itself)
             futures_wait(running, max(0.0, deadline - time.monotonic()))
@@ -637,6 +644,7 @@ class MooncakeProcessGroup(ProcessGroup):
         founding the group and write the same key): its readiness carries
         it, and the member that activates it publishes it."""
         self._agent = _pg.Mailbox(_ctx.engine_ptr, self._max, self._rank, 64, 1, _ctx.engine)
+        self._agent.serve_acks()  # acknowledges posted views from now on (python/pg.c)
         if publish:
             self._store.set(f"mooncake_pg/agent/{self._rank}", self._agent_value())
 
@@ -657,6 +665,9 @@ class MooncakeProcessGroup(ProcessGroup):
         # the mailboxes keep the engine object alive (set_transfer_engine may drop it)
         self._coll = _pg.Mailbox(_ctx.engine_ptr, n, me, slot, COLL_SLOTS, _ctx.engine)
         self._p2p = _pg.Mailbox(_ctx.engine_ptr, n, me, chunk, p2p_slots, _ctx.engine)
+        if not hasattr(self, "_p2p_view"):
+            # the region send/recv use, its epoch and the peers connected in it
+            self._p2p_view = (self._p2p, self._epoch, self._bitmap(self._active_list()))
         if not publish:
             return
         name = _pg.local_name(_ctx.engine_ptr)
@@ -688,17 +699,34 @@ class MooncakeProcessGroup(ProcessGroup):
                                    f"{n}, {slot}, {chunk}): check MOONCAKE_P2P_* on every rank")
             self._coll.connect(r, pname, int(caddr))
             self._p2p.connect(r, pname, int(paddr))
+            if self._peer_names.setdefault(r, pname) != pname:
+                self._p2p_fresh |= 1 << r  # another process holds slot r now (a replacement)
+                self._peer_names[r] = pname
         self._need_connect = False
+
+    def _move_p2p(self):
+        """Send/recv move to the newest view's region at its first collective (a
+        pair's send and recv on the same side of it meet), sync and rejoin; those
+        issued before get a bounded wait, then the rest are aborted (pg.c announce)."""
+        old, old_ep, _ = self._p2p_view
+        if old is self._p2p:
+            return
+        with self._wlock:
+            earlier = [f for f in self._p2p_futs if getattr(f, "mc_region", None) is old]
+        futures_wait(earlier, ANNOUNCE_TIMEOUT_US / 1e6)
+        self._p2p.announce(old, old_ep, ANNOUNCE_TIMEOUT_US, self._p2p_fresh)
+        self._p2p_fresh = 0
+        self._p2p_view = (self._p2p, self._epoch, self._bitmap(self._active_list()))
 
     # --- the engine of every op
 
-    def _check_usable(self):
+    def _check_usable(self, connect=True):
         if self._shut:
             raise RuntimeError(f"mooncake-cpu: group {self._gid} was shut down on this rank "
                                f"(shutdown, destroy_process_group or process exit)")
         if self._phase == "isolated" or self._phase == "quiescing":
             _join(self)  # a joiner's first operation waits for its activation
-        _refresh(self, connect=True)  # views another member committed (its post_view)
+        _refresh(self, connect=connect)  # views another member committed (its post_view)
         if self._broken:
             raise RuntimeError(
                 f"mooncake-cpu: group {self._gid} lost ranks {self._bits(self._pending)} in an "
@@ -746,6 +774,7 @@ class MooncakeProcessGroup(ProcessGroup):
         completed handle."""
         def run():
             self._check_usable()
+            self._move_p2p()  # the first collective on a new view: send/recv follow it
             state = [0]
             self._cur_op = self._nops
             self._nops += 1
@@ -1140,27 +1169,41 @@ class MooncakeProcessGroup(ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         t = _one(tensors)
-        self._check_p2p(dst)
+        region = self._check_p2p(dst)
         src = t.contiguous()
         return self._p2p_submit(("send", dst), lambda: self._p2p_run(
-            [(dst, _addr(src), _nbytes(src))], [], dst, [t, src]))
+            [(dst, _addr(src), _nbytes(src))], [], dst, [t, src], region), region=region)
 
     def recv(self, tensors, src, tag=0):
         t = _one(tensors)
-        self._check_p2p(src)
+        region = self._check_p2p(src)
         c = t if t.is_contiguous() else t.contiguous()
 
         def work():
-            w = self._p2p_run([], [(src, _addr(c), _nbytes(c))], src, [t])
+            w = self._p2p_run([], [(src, _addr(c), _nbytes(c))], src, [t], region)
             if c is not t and w.local_success:
                 t.copy_(c)
             return w
-        return self._p2p_submit(("recv", src), work, src)
+        return self._p2p_submit(("recv", src), work, src, region)
 
-    def _p2p_run(self, sends, recvs, peer, keep):
+    def _p2p_run(self, sends, recvs, peer, keep, region):
         state = [0]
         if (sends and sends[0][2]) or (recvs and recvs[0][2]):
-            self._run(self._p2p, sends, recvs, _ctx.p2p_timeout_us, state)
+            mb, ep = region  # chosen at issue (_check_p2p)
+            try:
+                self._run(mb, sends, recvs, _ctx.p2p_timeout_us, state)
+            except _pg.CrossedView as e:
+                _, lost, old_ep = e.args
+                raise RuntimeError(
+                    f"mooncake-cpu: recv from rank {peer}: rank {peer} sent {lost} message "
+                    f"chunk(s) on the group's earlier views (up to epoch {old_ep}) that this "
+                    f"rank did not receive before the membership changed (epoch {ep} now): "
+                    f"they are lost, and this recv took nothing in their place (reported "
+                    f"once: the next recv takes rank {peer}'s next message).  {_CROSS}") from None
+            except RuntimeError:  # aborted: shutdown, or the move to a newer region
+                if self._shut or mb is self._p2p:
+                    raise
+                raise RuntimeError(self._p2p_moved(peer, ep)) from None
         hint = torch.zeros(self._max, dtype=torch.int32)
         if state[0]:
             # the pair's stream is out of step: no more send/recv with this peer
@@ -1172,6 +1215,13 @@ class MooncakeProcessGroup(ProcessGroup):
                     hint[r] = 1
         return MooncakeWork(hint, keep[:1])
 
+    def _p2p_moved(self, peer, ep):
+        return (f"mooncake-cpu: send/recv with rank {peer}: this rank's first collective on "
+                f"a view after epoch {ep} of group {self._gid} started while it still waited "
+                f"on that epoch; it did not complete: issue it again (it runs on the new view; "
+                f"a message it moved part of is lost, the receiver's next recv says so).  "
+                f"{_CROSS}")
+
     def _executor(self, key):
         """The one-thread executor of key (("coll", -1), or (direction, peer))."""
         with self._wlock:  # not self._lock: a running collective holds that one
@@ -1181,10 +1231,11 @@ class MooncakeProcessGroup(ProcessGroup):
                 self._p2p_workers[key] = ex
         return ex
 
-    def _p2p_submit(self, key, fn, source=-1):
+    def _p2p_submit(self, key, fn, source=-1, region=(None, 0)):
         ex = self._executor(key)
         with self._wlock:
             fut = ex.submit(fn)
+            fut.mc_region = region[0]  # the move to a newer region waits for it (_move_p2p)
             self._p2p_futs.add(fut)
         fut.add_done_callback(self._p2p_done)  # at once when it is done already
         return MooncakeP2PWork(fut, self._max, source)
@@ -1204,12 +1255,22 @@ class MooncakeProcessGroup(ProcessGroup):
         if self._phase != "normal":
             with self._lock:
                 _join(self)
-        self._check_usable()
+        self._check_usable(connect=False)
         if not (0 <= peer < self._max) or peer == self._rank or not self._active[peer]:
             raise ValueError(f"mooncake-cpu: peer {peer} is not another active rank of the group")
         if self._p2p_broken >> peer & 1:
             raise RuntimeError(f"mooncake-cpu: an earlier send/recv with rank {peer} failed; "
                                f"the pair's stream is closed")
+        # (region, epoch) of this operation: the pair's region until this rank's
+        # first collective on a newer view (_move_p2p), whatever it installed
+        # meanwhile, unless the peer is new in that view (only its region has it)
+        mb, ep, peers = self._p2p_view
+        if peers >> peer & 1:
+            return mb, ep
+        with self._lock:
+            if self._need_connect:
+                self._connect_mailboxes()
+            return self._p2p, self._epoch
 
     # --- coalescing (torch 1.13 batch_isend_irecv): ops run as they come
 
@@ -1317,6 +1378,7 @@ def _sync(pg):
     pg._pending = 0
     pg._broken = False
     pg._setup_mailboxes()
+    pg._move_p2p()
     return SyncAfterFailureResponse(SyncAfterFailureStatus.Reconciled)
 
 
@@ -1406,9 +1468,26 @@ def get_local_success(work):
 # that a rank started on the old view although it is at or after FIRST (it
 # raced with the commit) sees the word while it waits, ends, and raises
 # RuntimeError: the caller issues it again, on the new view.
+#
+# Acknowledgements (spec 1.4: "view acknowledgements have a 20 s timeout";
+# ranks that fail to acknowledge are reported in dropped_ranks with status
+# AppliedWithDroppedRanks): every rank's watcher thread (Mailbox.serve_acks)
+# copies the newest word posted into its agent region into its "seen" word at
+# once, whatever its Python is doing; the proposer READs the seen word of
+# every other member of the new view until it reaches the view's word, for at
+# most the acknowledgement timeout.  The members that did not acknowledge are
+# dropped: the proposer commits one more view without them (a deactivation,
+# from the same FIRST, acknowledged the same way), so the group never waits
+# in a collective for a rank that does not know its view; a dropped rank that
+# comes back finds itself out at its next operation and rejoins with
+# join_group.
 
 ADMISSION_TIMEOUT_S = 20.0   # a target that is not ready by then is rejected (spec 1.4)
 POST_TIMEOUT_US = 2_000_000  # a rank's engine that has not taken the view's word by then
+ANNOUNCE_TIMEOUT_US = 2_000_000  # send/recv moving to a new view's region (pg.c announce)
+_CROSS = ("Send/recv do not cross a membership change: order a pair's send and recv on the "
+          "same side of it (of the new view's first collective)")
+VIEW_ACK_TIMEOUT_MS = 20000  # spec 1.4; MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS overrides it
 ADMISSION_POLL_S = 0.01      # how often admission looks for readiness or a rival commit
 
 
@@ -1417,9 +1496,14 @@ def _counter(pg, key):
 
 
 def _ready_gen(pg, r):
-    """The newest readiness declaration of rank r not yet activated, or 0."""
+    """The newest readiness declaration of rank r not yet activated, or 0.  A
+    declaration counts once its key is there too (the counter comes first):
+    an activation reads the key, and must not wait on a joiner stopped
+    between the two."""
     gen = _counter(pg, f"mooncake_pg/ready/{r}")
-    return gen if gen > _counter(pg, f"mooncake_pg/joined/{r}") else 0
+    if gen <= _counter(pg, f"mooncake_pg/joined/{r}"):
+        return 0
+    return gen if _peek(pg, f"mooncake_pg/ready/{r}/{gen}") is not None else 0
 
 
 def _wait_keys(pg, keys, seconds):
@@ -1510,6 +1594,7 @@ def _propose(pg, ranks, activate):
     if bad:
         raise ValueError(f"mooncake-cpu: {verb}: ranks {bad} are outside the group's "
                          f"{pg._max} rank slots (max_group_size)")
+    ack_us = _env_ms("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", VIEW_ACK_TIMEOUT_MS) * 1000
     with pg._lock:
         if pg._phase == "invalid":
             raise RuntimeError(f"mooncake-cpu: {verb}: this communicator is invalid (its "
@@ -1526,53 +1611,83 @@ def _propose(pg, ranks, activate):
                     raise ValueError(f"mooncake-cpu: deactivate_ranks: ranks {outside} are not "
                                      f"in group {pg._gid} (its slots 0..{held - 1} hold its "
                                      f"ranks)")
-        for _ in range(MAX_RANKS * 4):  # one round per concurrent commit seen
-            if _catch_up(pg, peek=True):
-                return ProposeViewUpdateResponse(
-                    ProposalStatus.Rejected, pg._epoch,
-                    reject_reason="another member's membership change starts at a later "
-                                  "collective than this rank has run: run the collectives "
-                                  "before it first")
-            if pg._broken and pg._auto_deactivate:
-                return ProposeViewUpdateResponse(
-                    ProposalStatus.Rejected, pg._epoch,
-                    reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
-                                  f"sync_after_failure first")
-            if not pg._active[pg._rank]:
-                raise RuntimeError("mooncake-cpu: rank is not active in this group")
-            targets = [r for r in ranks if bool(pg._active[r]) != activate]
-            if not targets:  # an equivalent call was applied already
-                return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
-            if not activate and pg._rank in targets:
-                raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
-            members = [r for r in pg._active_list() if r not in targets]
-            gens = {}
-            if activate:
-                reason = _admit(pg, targets, gens)
-                if reason is None:
-                    continue  # another member committed the next view meanwhile
-                if reason:
-                    return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch,
-                                                     reject_reason=reason)
-            bits = pg._bitmap(members + targets if activate else members)
-            ep, first = pg._epoch + 1, pg._nops
-            rec = f"{ep}|{bits}|{first}"
-            won = pg._store.compare_set(_view_key(ep), "", rec).decode()
-            if won != rec:
-                continue  # another member committed this epoch: install it, look again
-            old = pg._bitmap(pg._active_list())
-            for r in targets if activate else ():
-                # the joiner's agent region becomes the rank's (its readiness carries it)
-                pg._store.set(f"mooncake_pg/agent/{r}",
-                              pg._store.get(f"mooncake_pg/ready/{r}/{gens[r]}").decode())
-                pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", rec)
-                pg._store.add(f"mooncake_pg/joined/{r}",
-                              gens[r] - _counter(pg, f"mooncake_pg/joined/{r}"))
-            _install_view(pg, ep, bits, first, connect=False)
-            _post_view(pg, (old | bits) & ~(1 << pg._rank), ep, first)
-            return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
-        raise RuntimeError(f"mooncake-cpu: {verb}: the group's view kept changing under this "
-                           f"call")
+        return _change(pg, ranks, activate, ack_us)
+
+
+def _change(pg, ranks, activate, ack_us, silent=0):
+    """Commit the view with ranks activated or deactivated (the caller holds
+    pg._lock and checked its arguments), post it and await the other members'
+    acknowledgements for up to ack_us; members that do not acknowledge are
+    dropped (_drop).  silent: ranks already known not to answer (their word
+    goes out without waiting for their engine)."""
+    verb = "activate_ranks" if activate else "deactivate_ranks"
+    for _ in range(MAX_RANKS * 4):  # one round per concurrent commit seen
+        if _catch_up(pg, peek=True):
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason="another member's membership change starts at a later "
+                              "collective than this rank has run: run the collectives "
+                              "before it first")
+        if pg._broken and pg._auto_deactivate:
+            return ProposeViewUpdateResponse(
+                ProposalStatus.Rejected, pg._epoch,
+                reject_reason=f"failed ranks {pg._bits(pg._pending)} are pending: call "
+                              f"sync_after_failure first")
+        if not pg._active[pg._rank]:
+            raise RuntimeError("mooncake-cpu: rank is not active in this group")
+        targets = [r for r in ranks if bool(pg._active[r]) != activate]
+        if not targets:  # an equivalent call was applied already
+            return ProposeViewUpdateResponse(ProposalStatus.Applied, pg._epoch)
+        if not activate and pg._rank in targets:
+            raise ValueError("mooncake-cpu: deactivate_ranks: a rank cannot deactivate itself")
+        members = [r for r in pg._active_list() if r not in targets]
+        gens = {}
+        if activate:
+            reason = _admit(pg, targets, gens)
+            if reason is None:
+                continue  # another member committed the next view meanwhile
+            if reason:
+                return ProposeViewUpdateResponse(ProposalStatus.Rejected, pg._epoch,
+                                                 reject_reason=reason)
+        bits = pg._bitmap(members + targets if activate else members)
+        ep, first = pg._epoch + 1, pg._nops
+        rec = f"{ep}|{bits}|{first}"
+        won = pg._store.compare_set(_view_key(ep), "", rec).decode()
+        if won != rec:
+            continue  # another member committed this epoch: install it, look again
+        old = pg._bitmap(pg._active_list())
+        for r in targets if activate else ():
+            # the joiner's agent region becomes the rank's (its readiness carries it)
+            pg._store.set(f"mooncake_pg/agent/{r}",
+                          pg._store.get(f"mooncake_pg/ready/{r}/{gens[r]}").decode())
+            pg._store.set(f"mooncake_pg/activate/{r}/{gens[r]}", rec)
+            pg._store.add(f"mooncake_pg/joined/{r}",
+                          gens[r] - _counter(pg, f"mooncake_pg/joined/{r}"))
+        _install_view(pg, ep, bits, first, connect=False)
+        me = 1 << pg._rank
+        missed = _post_view(pg, (old | bits) & ~me, ep, first, bits & ~me, ack_us, silent)
+        if missed:
+            return _drop(pg, ep, missed, ack_us, silent)
+        return ProposeViewUpdateResponse(ProposalStatus.Applied, ep)
+    raise RuntimeError(f"mooncake-cpu: {verb}: the group's view kept changing under this "
+                       f"call")
+
+
+def _drop(pg, ep, missed, ack_us, silent):
+    """The members of view ep that did not acknowledge it (bitmap missed)
+    leave it: one more view without them, committed, posted and acknowledged
+    as any deactivation (its own laggards are dropped the same way; each
+    round drops at least one rank).  AppliedWithDroppedRanks, with the newest
+    epoch and every rank dropped."""
+    res = _change(pg, pg._bits(missed), False, ack_us, silent | missed)
+    dropped = sorted(set(pg._bits(missed)) | set(res.dropped_ranks))
+    if res.status == ProposalStatus.Rejected:  # another member's view came first
+        return ProposeViewUpdateResponse(
+            ProposalStatus.AppliedWithDroppedRanks, res.new_epoch, dropped,
+            reject_reason=f"ranks {pg._bits(missed)} did not acknowledge epoch {ep} but could "
+                          f"not be taken out of it: {res.reject_reason}")
+    return ProposeViewUpdateResponse(ProposalStatus.AppliedWithDroppedRanks, res.new_epoch,
+                                     dropped)
 
 
 def _held_slots(pg):
@@ -1606,11 +1721,14 @@ def _admit(pg, targets, gens):
     return ""
 
 
-def _post_view(pg, ranks_bits, ep, first):
+def _post_view(pg, ranks_bits, ep, first, expect, ack_us, silent=0):
     """WRITE the view's word into the agent region of each rank of ranks_bits
-    (bounded; a rank that is gone is skipped: its slot is out of the view, or
-    it will be when the survivors find it)."""
-    ranks = []
+    (bounded by POST_TIMEOUT_US; not awaited for the ranks of silent) and
+    await, for up to ack_us, the acknowledgement of each rank of expect
+    (bitmaps).  Returns the bitmap of the expected ranks that did not
+    acknowledge: silent, stopped or dead ones, and those that cannot be
+    reached at all (agent region never published, or the engine gone)."""
+    posted = 0
     for r in MooncakeProcessGroup._bits(ranks_bits):
         v = _peek(pg, f"mooncake_pg/agent/{r}")
         if v is None:  # never published
@@ -1622,9 +1740,12 @@ def _post_view(pg, ranks_bits, ep, first):
             except RuntimeError:  # its engine is gone
                 continue
             pg._agent_peers[r] = (name, int(addr))
-        ranks.append(r)
-    if ranks:
-        pg._agent.post_view(ranks, ep << _pg.VIEW_OP_BITS | first, POST_TIMEOUT_US)
+        posted |= 1 << r
+    missed = 0
+    if posted:
+        _, missed = pg._agent.post_view(posted, ep << _pg.VIEW_OP_BITS | first, POST_TIMEOUT_US,
+                                        expect & posted, ack_us, silent & posted)
+    return missed | (expect & ~posted)
 
 
 def _install_view(pg, ep, bits, first, connect=True):
@@ -1643,8 +1764,10 @@ def activate_ranks(pg, ranks):
     """Bring ranks that declared readiness (a replacement's is_extension init, or
     join_group) into the group.  One call from any active member is enough
     (every member making it is the same change); blocks until the targets are
-    admitted and the view is committed.  The other members install the view
-    at their next collective."""
+    admitted, the view is committed and the other members of the new view
+    acknowledged it (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS, default 20 s; the
+    silent ones are dropped by one more view: AppliedWithDroppedRanks).  The
+    other members install the view at their next collective."""
     return _propose(_as_live_pg(pg, "activate_ranks"), ranks, True)
 
 
@@ -1653,9 +1776,10 @@ recover_ranks = activate_ranks
 
 def deactivate_ranks(pg, ranks):
     """Take ranks out of the group (framework-managed mode).  One call from
-    any active member is enough; the others install the view at their next
-    collective, and a live rank taken out is told (its operations then raise
-    "rank is not active in this group")."""
+    any active member is enough; the remaining members acknowledge the view
+    (as for activate_ranks) and install it at their next collective, and a
+    live rank taken out is told (its operations then raise "rank is not
+    active in this group")."""
     return _propose(_as_live_pg(pg, "deactivate_ranks"), ranks, False)
 
 
@@ -1681,8 +1805,13 @@ def _join(pg):
                            f"within the store timeout: {e}") from None
     ep, bits, first = _parse_view(pg._store.get(key).decode())
     pg._nops = first  # the group's count of collectives where this rank comes in
-    _install_view(pg, ep, bits, first)
-    _catch_up(pg)  # views committed after the one that activated this rank
+    _install_view(pg, ep, bits, first, connect=False)
+    # views committed after the one that activated this rank, posted or not (a
+    # rank stopped past the acknowledgement timeout was dropped by the next one)
+    _catch_up(pg, peek=True)
+    if pg._active[pg._rank]:
+        pg._connect_mailboxes()
+        pg._move_p2p()  # its older region is from before it left: nothing pends there
 
 
 def join_group(pg):
@@ -1693,6 +1822,7 @@ def join_group(pg):
         raise RuntimeError(f"mooncake-cpu: join_group: this communicator is invalid (its "
                            f"registration in group {pg._gid} was rejected: {pg._rejected})")
     with pg._lock:
+        _catch_up(pg)  # a view that took this rank out, posted but not yet installed
         _join(pg)
 
 

@@ -9,6 +9,7 @@ checks pass (an AssertionError names the first that failed).
 
 import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -847,6 +848,230 @@ def solo_race(rank, ws):
     assert mpg.get_current_epoch(None) == 2 and dist.get_world_size() == 3
 
 
+# --- view acknowledgements (spec 1.4: a 20 s timeout; ranks that fail to
+# acknowledge are reported in dropped_ranks with AppliedWithDroppedRanks)
+
+ACK_SHORT_MS = 2000  # the acknowledgement timeout of the stopped-rank call
+
+
+def stopped(pid):
+    """Whether process pid is stopped (SIGSTOP took effect: state T)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] == "T"
+
+
+# x86-64 system calls a process blocked in a store wait sleeps in: read,
+# poll, recvfrom, ppoll
+BLOCKING_SYSCALLS = {"0", "7", "45", "271"}
+
+
+def stop_while_blocked(pid):
+    """SIGSTOP pid once its main thread sleeps in a blocking call (the store
+    wait of its join_group): stopped between the sends of a store request,
+    it would leave the store's server (one thread in torch 1.13) waiting for
+    the rest, and every rank's store calls with it.  Where /proc/PID/syscall
+    is unreadable the first stop is taken."""
+    until = time.monotonic() + 60
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while not stopped(pid):
+            assert time.monotonic() < until, "rank 2 never stopped"
+            time.sleep(0.001)
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                nr = f.read().split()[0]
+        except OSError:
+            return
+        if nr in BLOCKING_SYSCALLS:
+            return
+        os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() < until, f"rank 2 never blocked (system call {nr})"
+        time.sleep(0.001)
+
+
+def acks(rank, ws):
+    """(3 ranks) Rank 0 alone takes live rank 2 out: rank 1, blocked in a store
+    wait (no collective, no pg call), acknowledges through its watcher, so
+    the call is Applied with nothing dropped, well under the 20 s timeout.
+    Rank 2 rejoins in place (join_group) and is SIGSTOPped while it waits;
+    rank 0 activates it with the timeout lowered to 2 s: AppliedWithDroppedRanks
+    naming rank 2, after the timeout and within a bound, and the view without
+    it is committed (epoch 3): ranks 0 and 1 all_reduce in it.  Resumed, rank
+    2 finds itself out, rejoins, and one more activation (Applied) brings the
+    three together."""
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    if rank == 0:
+        t0 = time.monotonic()
+        res = mpg.deactivate_ranks(None, [2])
+        took = time.monotonic() - t0
+        step(rank, f"deactivated live rank 2 in {took:.3f} s: {res}")
+        assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+        assert res.dropped_ranks == [] and res.reject_reason == "", res
+        # no wait for the timeout (slack for a loaded machine and ASan)
+        assert took < mpg.VIEW_ACK_TIMEOUT_MS / 1000 / 2, f"took {took:.1f} s"
+        store.set("pg_test/acks/out", "1")
+    else:
+        store.wait(["pg_test/acks/out"])
+    if rank == 2:
+        try:
+            dist.all_reduce(torch.ones(1))
+        except RuntimeError as e:
+            assert "not active in this group" in str(e), e
+        else:
+            raise AssertionError("a rank taken out ran a collective")
+        store.set("pg_test/acks/pid", str(os.getpid()))
+        mpg.join_group(None)  # stopped in here; returns after SIGCONT
+        # activated (epoch 2), then dropped for not acknowledging (epoch 3)
+        assert mpg.get_current_epoch(None) == 3, mpg.get_current_epoch(None)
+        assert mpg.get_active_ranks(None).tolist() == [1, 1, 0]
+        step(rank, "resumed: dropped")
+        mpg.join_group(None)  # rejoins; rank 0 activates it again
+    elif rank == 1:
+        t = torch.tensor([2.0])
+        dist.all_reduce(t)
+        assert t.item() == 3, t
+        store.wait(["pg_test/acks/dropped"])
+        t = torch.tensor([2.0])
+        dist.all_reduce(t)  # on epoch 3 (it installs 2, then 3)
+        assert t.item() == 3 and mpg.get_current_epoch(None) == 3, t
+        store.wait(["pg_test/acks/back"])
+    else:
+        t = torch.tensor([1.0])
+        dist.all_reduce(t)
+        assert t.item() == 3, t
+        pid = int(store.get("pg_test/acks/pid"))
+        until = time.monotonic() + 60
+        while not mpg.get_peer_state(None, [2])[0]:  # its join_group declared readiness
+            assert time.monotonic() < until, "rank 2 never declared readiness"
+            time.sleep(0.001)
+        try:
+            stop_while_blocked(pid)
+            os.environ["MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS"] = str(ACK_SHORT_MS)
+            t0 = time.monotonic()
+            res = mpg.activate_ranks(None, [2])
+            took = time.monotonic() - t0
+            step(rank, f"activated stopped rank 2 in {took:.3f} s: {res}")
+            assert res.status == mpg.ProposalStatus.AppliedWithDroppedRanks, res
+            assert res.dropped_ranks == [2] and res.new_epoch == 3, res
+            # the wait is the timeout; the bound leaves slack for a loaded machine
+            assert ACK_SHORT_MS / 1000 <= took < ACK_SHORT_MS / 1000 + 6, f"took {took:.1f} s"
+            assert mpg.get_active_ranks(None).tolist() == [1, 1, 0]
+            store.set("pg_test/acks/dropped", "1")
+            t = torch.tensor([1.0])
+            dist.all_reduce(t)
+            assert t.item() == 3, t
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            # the default again: the activation below must not drop a slow rank
+            os.environ.pop("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", None)
+        until = time.monotonic() + 60
+        while not mpg.get_peer_state(None, [2])[0]:  # resumed, it rejoins
+            assert time.monotonic() < until, "rank 2 never rejoined"
+            time.sleep(0.001)
+        res = mpg.activate_ranks(None, [2])
+        assert res.status == mpg.ProposalStatus.Applied and res.dropped_ranks == [], res
+        assert res.new_epoch == 4, res
+        store.set("pg_test/acks/back", "1")
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    assert mpg.get_current_epoch(None) == 4 and dist.get_world_size() == 3
+
+
+
+def expect_p2p_error(work, *words):
+    """work.wait() raises RuntimeError naming every one of words."""
+    try:
+        work.wait()
+    except RuntimeError as e:
+        for w in words:
+            assert w in str(e), f"{w!r} not in: {e}"
+        return str(e)
+    raise AssertionError(f"no error, expected one naming {words}")
+
+
+def p2p_views(rank, ws):
+    """(3 ranks) Send/recv follow a membership change at the new view's first
+    collective: a pair's send and recv issued on the same side of it meet,
+    and one that crosses it ends with a clear error, never a hang or another
+    message in place of a lost one.  1. Before rank 1 takes rank 0 out, rank
+    1 isends 1.5 to rank 2, which irecvs it, and each also waits in an irecv
+    from the other that nothing matches: after the first all_reduce on epoch
+    1 the first pair completed, the others say "issue it again", and the
+    pair then exchanges on epoch 1.  2. Rank 1 sends 30 on epoch 1 that rank
+    2 does not take before rank 1 brings rank 0 back (epoch 2); after the
+    first all_reduce on epoch 2 rank 1 sends 40: rank 2's recv from rank 1
+    says one message was lost, and the one after it takes 40."""
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    again = ("first collective on a view after epoch 0", "issue it again",
+             "do not cross a membership change")
+    if rank == 0:
+        store.wait(["pg_test/p2pv/out"])
+        mpg.join_group(None)  # rank 1 brings it back (part 2)
+    else:
+        other = 3 - rank
+        if rank == 1:
+            pre = dist.isend(torch.tensor([1.5]), dst=2)
+        else:
+            got = torch.zeros(1)
+            pre = dist.irecv(got, src=1)
+        w = dist.irecv(torch.zeros(1), src=other)  # nothing matches it before the change
+        if rank == 1:
+            store.wait(["pg_test/p2pv/waiting"])
+            res = mpg.deactivate_ranks(None, [0])
+            assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 1, res
+            assert not w.is_completed()  # send/recv move at the next collective
+            store.set("pg_test/p2pv/out", "1")
+        else:
+            store.set("pg_test/p2pv/waiting", "1")
+            store.wait(["pg_test/p2pv/out"])
+        t = torch.ones(1)
+        dist.all_reduce(t)  # the first collective on epoch 1 (ranks 1 and 2)
+        assert t.item() == 2 and mpg.get_current_epoch(None) == 1, t
+        pre.wait()
+        assert mpg.get_local_success(pre)
+        if rank == 2:
+            assert got.item() == 1.5, got
+        step(rank, "irecv ended: " + expect_p2p_error(w, *again, f"with rank {other}"))
+        if rank == 1:
+            dist.send(torch.tensor([10.0]), dst=2)
+            t = torch.zeros(1)
+            dist.recv(t, src=2)
+            assert t.item() == 20, t
+            dist.send(torch.tensor([30.0]), dst=2)  # rank 2 never takes it on epoch 1
+            res = mpg.activate_ranks(None, [0])  # rank 0 rejoins in place
+            assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
+            store.set("pg_test/p2pv/back", "1")
+        else:
+            t = torch.zeros(1)
+            dist.recv(t, src=1)
+            assert t.item() == 10, t
+            dist.send(torch.tensor([20.0]), dst=1)
+            store.wait(["pg_test/p2pv/back"])  # its next collective comes after the call
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)  # the first collective on epoch 2: send/recv move
+    assert t.item() == 6 and mpg.get_current_epoch(None) == 2, t
+    if rank == 1:
+        dist.send(torch.tensor([40.0]), dst=2)
+    elif rank == 2:
+        t = torch.zeros(1)
+        msg = expect_p2p_error(dist.irecv(t, src=1), "recv from rank 1", "sent 1 message",
+                               "earlier views (up to epoch 1)", "lost",
+                               "do not cross a membership change")
+        step(rank, "recv refused: " + msg)
+        dist.recv(t, src=1)
+        assert t.item() == 40, f"the message after the lost one: {t}"
+    t = torch.tensor([rank + 1.0])
+    dist.all_reduce(t)
+    assert t.item() == 6, t
+    assert mpg.get_current_epoch(None) == 2 and dist.get_world_size() == 3
+
 def manual_sync(rank, ws):
     """auto_deactivate without auto_sync (spec 1.4's second mode): the victim's
     death shows in the hint and leaves the local active set, the next
@@ -982,7 +1207,8 @@ def main():
            "recover": recover, "replacement": replacement, "rank0_dies": rank0_dies, "overlap": overlap,
            "shutdown_recv": shutdown_recv, "algorithms": algorithms,
            "p2p_peer_dies": p2p_peer_dies, "solo": solo, "solo_replacement": solo_replacement,
-           "solo_race": solo_race, "manual_sync": manual_sync}
+           "solo_race": solo_race, "manual_sync": manual_sync, "acks": acks,
+           "p2p_views": p2p_views}
     if scenario in ("extend", "extender"):
         fns = {scenario: lambda r, w: globals()[scenario](r, w, raw)}
     for name in scenario.split("+"):

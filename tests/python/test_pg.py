@@ -179,6 +179,34 @@ def test_membership_change_under_a_waiting_collective():
         assert rc == 0 and f"rank {rank} solo_race ok" in out, f"rank {rank}:\n{out}"
 
 
+def test_view_acknowledgements():
+    """Spec 1.4: members acknowledge a view (20 s timeout); those that do not
+    are reported in dropped_ranks with AppliedWithDroppedRanks.  One member's
+    deactivate_ranks of a live rank, the other member idle in a store wait:
+    Applied, nothing dropped, well under the timeout.  An activation of a
+    rank SIGSTOPped while it waits in join_group, with the timeout lowered to
+    2 s (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS): AppliedWithDroppedRanks naming it,
+    between 2 s and a bound, and the view without it is committed; resumed,
+    it finds itself out and rejoins (pg_worker.acks)."""
+    res = run_ranks("acks", 3)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} acks ok" in out, f"rank {rank}:\n{out}"
+
+
+
+def test_send_recv_across_membership_changes():
+    """Send/recv do not cross a membership change, and one that does ends
+    with a RuntimeError that says so, never a hang or a wrong message: an
+    irecv waiting on the old view when the view reaches its rank, or when its
+    rank's send/recv move to the new view, says "issue it again", and the
+    pair then exchanges on the new view; a message sent on the old view that
+    the receiver had not taken makes its next recv from that sender fail once,
+    naming the lost count, and the recv after it takes the sender's next
+    message (pg_worker.p2p_views)."""
+    res = run_ranks("p2p_views", 3)
+    for rank, (rc, out) in enumerate(res):
+        assert rc == 0 and f"rank {rank} p2p_views ok" in out, f"rank {rank}:\n{out}"
+
 def test_sync_after_failure_by_hand():
     """auto_deactivate_on_failure without auto_sync_on_failure: after rank 2 of 3
     dies, the survivors' next operation refuses until they call
@@ -500,11 +528,12 @@ def test_unsupported_calls_refuse(world_of_one):
     assert mpg.get_failed_ranks_hint(object()).numel() == 0
 
 
-def test_membership_calls_bad_input(world_of_one):
+def test_membership_calls_bad_input(world_of_one, monkeypatch):
     """Membership calls refuse bad input with the cause named: a rank outside
     the slots, a slot no process holds (not in the group), not integers, a
-    group destroyed or shut down; the calls and getters that need no peer
-    answer on a world of one."""
+    bad acknowledgement timeout (MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS), a group
+    destroyed or shut down; the calls and getters that need no peer answer
+    on a world of one."""
     import torch.distributed as dist
     import mooncake.pg as mpg
     world_of_one(pg_options=mpg.MooncakeBackendOptions(2))  # slots 0 and 1; 1 never held
@@ -515,6 +544,12 @@ def test_membership_calls_bad_input(world_of_one):
             call(None, [-1])
         with pytest.raises(TypeError, match="ranks must be a list of integers"):
             call(None, ["x"])
+    for value, why in (("0", "must be positive"), ("soon", "is not a whole number")):
+        monkeypatch.setenv("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS", value)
+        with pytest.raises(ValueError, match=f"MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS='{value}' {why}"):
+            mpg.recover_ranks(None, [0])  # (an equivalent call: Applied, were it not refused)
+    monkeypatch.delenv("MOONCAKE_PG_VIEW_ACK_TIMEOUT_MS")
+    assert mpg.recover_ranks(None, [0]).status == mpg.ProposalStatus.Applied
     with pytest.raises(ValueError, match=r"ranks \[1\] are not in group 0 \(its slots 0..0"):
         mpg.deactivate_ranks(None, [1])
     assert mpg.get_num_synced_ranks(None) == 1
@@ -588,3 +623,58 @@ def test_blocking_collective_runs_on_the_caller(world_of_one):
     assert all(w.is_completed() for w in works)
     for w in works:
         w.wait()
+
+
+def test_send_recv_counts_over_skipped_views_and_replacements(world_of_one):
+    """python/pg.c announce() and CrossedView without processes: two ranks'
+    send/recv regions for successive views, in one process over its engine.
+    Rank 0 sends X on view 0 and Y on view 1, rank 1 takes neither and moves
+    from view 0 straight to view 2 (two views installed at once): its first
+    recv on view 2 reports both lost (counted over every view, used or
+    skipped), once, and the next takes Z.  Then slot 0 holds a new process
+    (fresh regions): rank 1's count of what it sent the old one does not
+    make the new one's recv report losses (announce's fresh)."""
+    import mooncake.pg as mpg
+    from mooncake import _pg
+    world_of_one()
+    eng, name = mpg._ctx.engine_ptr, _pg.local_name(mpg._ctx.engine_ptr)
+    timeout, group = 2_000_000, 0b11
+
+    def view():
+        a, b = (_pg.Mailbox(eng, 2, me, 4096, 2, mpg._ctx.engine) for me in (0, 1))
+        a.connect(1, name, b.address)
+        b.connect(0, name, a.address)
+        return a, b
+
+    def send(mb, value):
+        t = torch.tensor([value], dtype=torch.float64)
+        assert mb.run([(1 - mb_rank[id(mb)], t.data_ptr(), 8)], [], timeout, group) == (True, 0)
+
+    def recv(mb):
+        t = torch.zeros(1, dtype=torch.float64)
+        assert mb.run([], [(1 - mb_rank[id(mb)], t.data_ptr(), 8)], timeout, group) == (True, 0)
+        return t.item()
+
+    views = [view() for _ in range(5)]
+    mb_rank = {id(mb): r for pair in views for r, mb in enumerate(pair)}
+    (a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4) = views
+    send(a0, 1.0)                      # X, on view 0; rank 1 never takes it
+    assert a1.announce(a0, 0, timeout)
+    send(a1, 2.0)                      # Y, on view 1, which rank 1 skips
+    assert a2.announce(a1, 1, timeout)
+    assert b2.announce(b0, 0, timeout)  # rank 1: view 0 -> view 2
+    send(a2, 3.0)                      # Z
+    with pytest.raises(_pg.CrossedView) as e:
+        recv(b2)
+    assert e.value.args == (0, 2, 1)   # from rank 0: 2 lost, its last view was 1
+    assert recv(b2) == 3.0             # reported once; the next message
+    send(b2, 4.0)                      # rank 1 sends the old rank 0 one it never takes
+    # slot 0 holds a new process: its first region is a3 (nothing to take over)
+    assert b3.announce(b2, 2, timeout, 0b01)
+    send(b3, 5.0)
+    assert recv(a3) == 5.0
+    assert a4.announce(a3, 3, timeout) and b4.announce(b3, 3, timeout)
+    send(b4, 6.0)
+    assert recv(a4) == 6.0             # the old process's lost 4.0 is not counted against it
+    with pytest.raises(RuntimeError, match="shut down"):
+        recv(b0)                       # a region a rank moved away from refuses
