@@ -368,7 +368,7 @@ static void test_resize_spreads_its_move(void **state)
 		if (!mc_master_table_resizing(t->m))
 			ended = n + 1;
 	}
-	print_message("move of 16384 slots ended at %d objects, %d inserts after the doubling\n",
+	print_message("# move of 16384 slots ended at %d objects, %d inserts after the doubling\n",
 		      ended, ended - FIRST);
 	assert_true(ended > 0);				 /* before the next doubling */
 	assert_true(ended - FIRST > (NEXT - FIRST) / 3); /* spread out */
