@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 
 MiB = 1 << 20
 INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
 
 # Every method of spec store.md 9.3.  PENDING: not in the class yet, each named in
 # docs/python.md with the issue that brings it.
@@ -380,6 +381,25 @@ def test_cuda_calls_refuse_cpu_tensors(store, k):
         assert store.batch_get_tensor_into_cuda([k], [torch.empty(4)]) == [INVALID_PARAMS]
     with pytest.raises(TypeError):
         store.get_tensor_into_cuda(k, b"x")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA torch and a GPU (Debian's torch is CPU-only)")
+def test_cuda_calls_fill_device_tensors(store, k):
+    """The working path of get_tensor_into_cuda and its batch form: the
+    bytes land in the device tensor, the answer is their count, a device
+    tensor too small is INVALID_PARAMS and a missing key OBJECT_NOT_FOUND."""
+    src = full_tensor((8, 4))
+    assert store.put_tensor(k, src) == 0
+    dst = torch.zeros(32, device="cuda")
+    assert store.get_tensor_into_cuda(k, dst) == src.numel() * src.element_size()
+    assert torch.equal(dst.cpu(), src.reshape(-1))
+    assert store.get_tensor_into_cuda(k, torch.zeros(4, device="cuda")) == INVALID_PARAMS
+    assert store.get_tensor_into_cuda(k + "-none", dst) == OBJECT_NOT_FOUND
+    outs = [torch.zeros(32, device="cuda"), torch.zeros(32, device="cuda")]
+    assert store.batch_get_tensor_into_cuda([k, k + "-none"], outs) == \
+        [src.numel() * src.element_size(), OBJECT_NOT_FOUND]
+    assert torch.equal(outs[0].cpu(), src.reshape(-1))
 
 
 def test_bind_to_numa_node_warns_not_raises():
