@@ -244,6 +244,36 @@ static void grant(struct ctx *c, uint32_t client, const struct mc_proto_str *seg
 	c->err = keep;
 }
 
+/*
+ * Upstream's put series count credit puts too (dashboards count puts by
+ * them, and /metrics/summary shows only those): a call's one item as a
+ * PutStart and a PutEnd, more items as one batch of each.  A refused item
+ * is a failed End: its Start was the grant.
+ */
+static void count_items(struct mc_master *m, uint32_t n, uint32_t nfail)
+{
+	struct mc_master_batch_counter *bs = &m->met.master_batch_put_start;
+	struct mc_master_batch_counter *be = &m->met.master_batch_put_end;
+
+	if (n == 1) {
+		m->met.master_put_start.requests++;
+		m->met.master_put_end.requests++;
+		m->met.master_put_end.failures += nfail;
+		return;
+	}
+	if (n == 0)
+		return;
+	bs->requests++;
+	bs->items += n;
+	be->requests++;
+	be->items += n;
+	be->failed_items += nfail;
+	if (nfail == n)
+		be->failures++;
+	else if (nfail)
+		be->partial_successes++;
+}
+
 mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_put_credit_req *r = &q->body.put_credit_req;
@@ -292,6 +322,7 @@ mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q)
 		}
 	}
 	c->err = keep;
+	count_items(m, r->n_items, nfail);
 	if (nfail)
 		mc_debug("put credit: %u of %u items refused", nfail, r->n_items);
 	if (mc_master_rscratch(m, r->n_want) != MC_OK)

@@ -120,13 +120,17 @@ static void test_grant_and_complete(void **state)
 {
 	struct mt *t = mt_new_default();
 	struct mc_store_replica a, b;
+	struct mc_master_req_counter ps0, pe0;
 	uint64_t want[2] = {1000, 1000};
 
 	(void)state;
 	assert_int_equal(mt_mount(t, CB, SA, "a:1", BASE, MIB), MC_OK);
+	ps0 = mt_metrics(t).master_put_start;
 	assert_int_equal(credit_call(t, CA, NULL, 0, NULL, 0, want, 2), MC_OK);
 	assert_int_equal(t->resp.body.put_credit_resp.n_items, 0);
 	assert_int_equal(t->resp.body.put_credit_resp.n_credits, 2);
+	/* an ask alone is no put */
+	assert_int_equal(mt_metrics(t).master_put_start.requests, ps0.requests);
 	a = t->resp.body.put_credit_resp.credits[0];
 	b = t->resp.body.put_credit_resp.credits[1];
 	assert_int_equal(a.type, MC_STORE_REPLICA_MEMORY);
@@ -141,7 +145,13 @@ static void test_grant_and_complete(void **state)
 	assert_int_equal(mt_metrics(t).allocated_bytes, 2000);
 	assert_int_equal(mt_metrics(t).key_count, 0);
 
+	ps0 = mt_metrics(t).master_put_start;
+	pe0 = mt_metrics(t).master_put_end;
 	assert_int_equal(complete(t, CA, "k1", &a, 1000, a.address, 0x1234), MC_OK);
+	/* upstream's put series count it: one PutStart and one PutEnd */
+	assert_int_equal(mt_metrics(t).master_put_start.requests, ps0.requests + 1);
+	assert_int_equal(mt_metrics(t).master_put_end.requests, pe0.requests + 1);
+	assert_int_equal(mt_metrics(t).master_put_end.failures, pe0.failures);
 	assert_int_equal(mt_get(t, "k1"), MC_OK);
 	assert_int_equal(t->resp.body.replica_list.n_replicas, 1);
 	assert_int_equal(t->resp.body.replica_list.replicas[0].status, MC_STORE_REPLICA_COMPLETE);
@@ -149,8 +159,9 @@ static void test_grant_and_complete(void **state)
 	assert_int_equal(t->resp.body.replica_list.replicas[0].size, 1000);
 	assert_true(t->resp.body.replica_list.checksum.present);
 	assert_int_equal(t->resp.body.replica_list.checksum.value, 0x1234);
-	/* a credit completes one object only */
+	/* a credit completes one object only (a failed PutEnd in the series) */
 	assert_int_equal(complete(t, CA, "k1b", &a, 1000, a.address, 1), MC_ERR_INVALID_WRITE);
+	assert_int_equal(mt_metrics(t).master_put_end.failures, pe0.failures + 1);
 	/* the second, and a new one in the same frame */
 	{
 		struct mc_store_credit_item it = {.key = mc_proto_str_c("k2"),
