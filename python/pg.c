@@ -209,8 +209,8 @@ static PyObject *CrossedView; /* _pg.CrossedView, a RuntimeError */
 #define CTL_END	       (4 * MAX_RANKS * MAX_SLOTS + 9 * MAX_RANKS + 1)
 #define CTL_BYTES      (4096 * 6) /* (4*64*8 + 9*64 + 1) * 8 = 21000, rounded up to 24 KiB */
 _Static_assert(CTL_END * 8 <= CTL_BYTES, "the control area outgrew CTL_BYTES");
-#define VIEW_OP_BITS   40	/* view word: epoch above, first operation below */
-#define VIEW_OP_MASK   ((1ull << VIEW_OP_BITS) - 1)
+#define VIEW_OP_BITS 40 /* view word: epoch above, first operation below */
+#define VIEW_OP_MASK ((1ull << VIEW_OP_BITS) - 1)
 
 static inline volatile uint64_t *ctl(Mailbox *m, size_t idx)
 {

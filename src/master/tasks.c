@@ -67,10 +67,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define FETCH_MAX	   256	/* tasks one FetchTasks hands out at most */
-#define REPAIR_TRIES	   30	/* attempts of one object's repair */
-#define REPAIR_BACKOFF_MS  1000 /* between them */
-#define SCAN_MS		   100	/* timeouts and dead sources, at most this often */
+#define FETCH_MAX	  256  /* tasks one FetchTasks hands out at most */
+#define REPAIR_TRIES	  30   /* attempts of one object's repair */
+#define REPAIR_BACKOFF_MS 1000 /* between them */
+#define SCAN_MS		  100  /* timeouts and dead sources, at most this often */
 
 #include "master/tasks_int.h"
 

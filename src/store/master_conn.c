@@ -97,7 +97,7 @@ enum reader {
 struct call {
 	struct mc_list node; /* on conn->pending while waiting */
 	uint64_t id;
-	pthread_cond_t cond; /* answer in, call failed, or the read role is free */
+	pthread_cond_t cond;	     /* answer in, call failed, or the read role is free */
 	mc_master_conn_work_fn work; /* the caller's while it waits; NULL: none (left) */
 	void *work_arg;
 	bool done;

@@ -185,9 +185,9 @@ struct tcp_worker {
 	atomic_bool sleeping;
 	atomic_bool stop;
 	struct mc_list sconns;
-	atomic_uint nsconns;	 /* adopted server connections (mc_tcp_worker_sconns) */
+	atomic_uint nsconns;		/* adopted server connections (mc_tcp_worker_sconns) */
 	atomic_uint_fast64_t staged_in; /* write payload bytes copied via rbuf (mc_tcp_staged_in) */
-	struct tcp_conn **conns; /* client conns owned (appended under lock) */
+	struct tcp_conn **conns;	/* client conns owned (appended under lock) */
 	size_t nconns, conns_cap;
 	struct tcp_conn **scan; /* the worker's private copy, for deadline scans */
 	size_t nscan, scan_cap;

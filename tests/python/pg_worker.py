@@ -758,6 +758,16 @@ def solo(rank, ws):
     store.wait(["pg_test/solo/refused"])  # the replacement saw its refusal
 
 
+def refused_as_taken_out():
+    """On a rank another member took out: its next collective refuses."""
+    try:
+        dist.all_reduce(torch.ones(1))
+    except RuntimeError as e:
+        assert "not active in this group" in str(e), e
+    else:
+        raise AssertionError("a rank taken out ran a collective")
+
+
 def solo_replacement(rank, ws):
     """The replacement of solo: activated by one member's recover_ranks (its
     first collective waits for that), then taken out by one member's
@@ -771,12 +781,7 @@ def solo_replacement(rank, ws):
     assert res.status == mpg.ProposalStatus.Applied and res.new_epoch == 2, res
     store.set(f"pg_test/solo/again/{rank}", "1")
     store.wait(["pg_test/solo/out"])
-    try:
-        dist.all_reduce(torch.ones(1))
-    except RuntimeError as e:
-        assert "not active in this group" in str(e), e
-    else:
-        raise AssertionError("a rank taken out ran a collective")
+    refused_as_taken_out()
     assert mpg.get_current_epoch(None) == 3
     assert mpg.get_active_ranks(None)[rank] == 0
     store.set("pg_test/solo/refused", "1")
@@ -823,12 +828,7 @@ def solo_race(rank, ws):
         assert t.item() == 4, t
     else:
         store.wait(["pg_test/race/out"])
-        try:
-            dist.all_reduce(torch.ones(1))
-        except RuntimeError as e:
-            assert "not active in this group" in str(e), e
-        else:
-            raise AssertionError("a rank taken out ran a collective")
+        refused_as_taken_out()
     assert mpg.get_current_epoch(None) == 1
     step(rank, "after the race")
     if rank == 0:  # looked before rank 2's activation, which it would install
@@ -916,12 +916,7 @@ def acks(rank, ws):
     else:
         store.wait(["pg_test/acks/out"])
     if rank == 2:
-        try:
-            dist.all_reduce(torch.ones(1))
-        except RuntimeError as e:
-            assert "not active in this group" in str(e), e
-        else:
-            raise AssertionError("a rank taken out ran a collective")
+        refused_as_taken_out()
         store.set("pg_test/acks/pid", str(os.getpid()))
         mpg.join_group(None)  # stopped in here; returns after SIGCONT
         # activated (epoch 2), then dropped for not acknowledging (epoch 3)

@@ -606,6 +606,25 @@ static unsigned target_sconns(struct pair *p)
 	return mc_tcp_worker_sconns(tp, 0) + mc_tcp_worker_sconns(tp, 1);
 }
 
+/* A value of big bytes and its small trailer right after it, written from
+ * src to the start of b's buffer: the two requests of a store put. */
+static void value_and_trailer(const struct pair *p, char *src, size_t big, size_t small,
+			      struct mc_xfer_req req[2])
+{
+	uint64_t at = (uint64_t)(uintptr_t)p->bbuf;
+
+	req[0] = (struct mc_xfer_req){.opcode = MC_OP_WRITE,
+				      .source = src,
+				      .target_id = p->b_id,
+				      .target_offset = at,
+				      .length = big};
+	req[1] = (struct mc_xfer_req){.opcode = MC_OP_WRITE,
+				      .source = src + big,
+				      .target_id = p->b_id,
+				      .target_offset = at + big,
+				      .length = small};
+}
+
 /* A small request of the batch whose slice was dealt last goes on that
  * slice's connection (the store's 32-byte trailer beside its 64 KiB value),
  * whether it comes in the same submit or the next one; one of another batch,
@@ -616,21 +635,10 @@ static void a_small_slice_rides_its_batchs_lane(void **state)
 	struct pair *p = *state;
 	const size_t big = 64 << 10;
 	char *src = malloc(2 * big);
-	uint64_t at = (uint64_t)(uintptr_t)p->bbuf;
-	struct mc_xfer_req req[2] = {
-		{.opcode = MC_OP_WRITE,
-		 .source = src,
-		 .target_id = p->b_id,
-		 .target_offset = at,
-		 .length = big},
-		{.opcode = MC_OP_WRITE,
-		 .source = src + big,
-		 .target_id = p->b_id,
-		 .target_offset = at + big,
-		 .length = 32},
-	};
+	struct mc_xfer_req req[2];
 	mc_batch_id id;
 
+	value_and_trailer(p, src, big, 32, req);
 	mc_test_fill(src, 2 * big, 9);
 	reg_local(p->a, src, 2 * big);
 	/* value and trailer in one submit: one lane */
@@ -668,20 +676,10 @@ static void large_writes_skip_the_staging_buffer_past_a_small_one(void **state)
 	struct mc_transport *tp = mc_te_transport(p->b, "tcp");
 	const size_t big = 64 << 10, small = 32;
 	char *src = malloc(big + small);
-	uint64_t at = (uint64_t)(uintptr_t)p->bbuf, before;
-	struct mc_xfer_req req[2] = {
-		{.opcode = MC_OP_WRITE,
-		 .source = src,
-		 .target_id = p->b_id,
-		 .target_offset = at,
-		 .length = big},
-		{.opcode = MC_OP_WRITE,
-		 .source = src + big,
-		 .target_id = p->b_id,
-		 .target_offset = at + big,
-		 .length = small},
-	};
+	uint64_t before;
+	struct mc_xfer_req req[2];
 
+	value_and_trailer(p, src, big, small, req);
 	mc_test_fill(src, big + small, 11);
 	reg_local(p->a, src, big + small);
 	assert_int_equal(mc_te_transfer_sync(p->a, req, 2, 20000), MC_OK);
