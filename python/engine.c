@@ -588,6 +588,25 @@ static PyObject *engine_get_rpc_port(PyObject *self, PyObject *unused)
 	return PyLong_FromLong(te ? (long)mc_te_rpc_port(te) : -1);
 }
 
+/* set_checksum(on): per-transfer checksums for batches made from now on. */
+static PyObject *engine_set_checksum(PyObject *self, PyObject *arg)
+{
+	struct mc_te *te = ENGINE(self);
+	int on = PyObject_IsTrue(arg);
+	if (on < 0)
+		return NULL;
+	if (!te)
+		return PyLong_FromLong(-1);
+	mc_te_set_checksum(te, on != 0);
+	return PyLong_FromLong(0);
+}
+
+static PyObject *engine_get_checksum(PyObject *self, PyObject *unused)
+{
+	struct mc_te *te = ENGINE(self);
+	return PyBool_FromLong(te && mc_te_checksum(te));
+}
+
 /* ---- registration ---- */
 
 static const char *const kw_register[] = {"buffer_addr", "capacity", "location", "read_only"};
@@ -958,6 +977,8 @@ static int xfer_sync(struct mc_te *te, const char *peer, struct mc_xfer_req *req
 		rc = mc_te_batch_wait(te, id, timeout_ms, NULL);
 	/* on timeout the tasks keep running; the batch goes when they end */
 	mc_te_batch_discard(te, id);
+	if (rc == MC_ERR_CHECKSUM_MISMATCH || rc == MC_ERR_NOT_SUPPORTED)
+		return rc; /* only with set_checksum(True): -801, or -1012 (peer cannot check) */
 	return rc == MC_OK ? 0 : -1;
 }
 
@@ -1519,6 +1540,13 @@ static PyMethodDef engine_methods[] = {
 	 "metadata_type + '://'."},
 	{"get_rpc_port", engine_get_rpc_port, METH_NOARGS,
 	 "get_rpc_port() -> int: the handshake/RPC port (-1 before initialize)."},
+	{"set_checksum", engine_set_checksum, METH_O,
+	 "set_checksum(on, /) -> int\n\nPer-transfer XXH3-64 checksums (default: "
+	 "MC_TE_CHECKSUM, off) for transfers\nsubmitted from now on; a mismatch fails a "
+	 "synchronous transfer with -801, a peer\nthat cannot check with -1012.  0, or -1 "
+	 "before initialize."},
+	{"get_checksum", engine_get_checksum, METH_NOARGS,
+	 "get_checksum() -> bool: whether new transfers are checksummed."},
 	{"register_memory", FASTKW(engine_register_memory),
 	 "register_memory(buffer_addr, capacity, location='*', read_only=False) -> int\n\n"
 	 "Register [buffer_addr, buffer_addr+capacity) for remote access; 0 or upstream's "

@@ -143,6 +143,14 @@ MC_API const char *mc_te_local_host(const struct mc_te *te);
 MC_API uint16_t mc_te_rpc_port(const struct mc_te *te);
 MC_API uint16_t mc_te_tcp_port(const struct mc_te *te);
 
+/* Per-transfer checksums (off unless MC_TE_CHECKSUM=1): batches allocated
+ * after mc_te_set_checksum(te, true) check every transfer's bytes end to end
+ * with XXH3-64; a mismatch fails the transfer with MC_ERR_CHECKSUM_MISMATCH
+ * (-801), and a peer that cannot check fails it with
+ * MC_ERR_TRANSPORT_UNSUPPORTED rather than moving it unchecked. */
+MC_API void mc_te_set_checksum(struct mc_te *te, bool on);
+MC_API bool mc_te_checksum(const struct mc_te *te);
+
 /* Host memory for buffers to register, mapped as the store's segments are:
  * huge pages where MC_STORE_USE_HUGEPAGE asks and the system has them,
  * otherwise pages advised for transparent huge pages.  It stays lazy (an

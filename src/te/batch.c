@@ -183,6 +183,7 @@ mc_status mc_batch_alloc(struct mc_te *te, size_t capacity, struct mc_batch **ou
 	}
 	b->capacity = capacity;
 	b->te = te;
+	b->checksum = atomic_load(&te->checksum);
 
 	pthread_mutex_lock(&te->batch_lock);
 	if (te->nbatch_free == 0) {

@@ -22,6 +22,7 @@ static inline void mc_task_slice_init(struct mc_task *t, struct mc_slice *s)
 	s->complete = mc_task_slice_done;
 	s->owner = t;
 	s->group = t->batch->id;
+	s->checksum = t->batch->checksum;
 }
 
 /* Fail a task that never reached a transport. */

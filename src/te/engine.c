@@ -68,6 +68,11 @@ const struct mc_config_entry mc_te_config_table[] = {
 	       "range (served, or this engine's own), then cuts their connections (they fail) "
 	       "and returns; 0 = cut at once",
 	       CFG(deregister_wait_ms), MC_CONFIG_INT, 0, 3600000}},
+	{.f = {"te_checksum", "MC_TE_CHECKSUM", "0",
+	       "1: every transfer of a batch allocated from then on is checked end to end with "
+	       "XXH3-64 (a mismatch fails it with -801); peers must support it (docs/design.md, "
+	       "\"Transfer checksums\")",
+	       CFG(checksum), MC_CONFIG_INT, 0, 1}},
 	{.f = {"disable_metacache", "MC_DISABLE_METACACHE", NULL,
 	       "refetch descriptors on every open", CFG(disable_metacache), MC_CONFIG_PRESENCE, 0,
 	       0}},
@@ -540,6 +545,7 @@ mc_status mc_te_new(const struct mc_te_params *params, struct mc_te **te_out)
 		return MC_ERR_NOMEM;
 	mc_config_entry_defaults(mc_te_config_table, mc_te_config_table_len, &te->cfg);
 	mc_config_entry_load_env(mc_te_config_table, mc_te_config_table_len, &te->cfg);
+	atomic_init(&te->checksum, te->cfg.checksum != 0);
 	mc_config_entry_defaults(mc_devmem_config_table, mc_devmem_config_table_len,
 				 &te->stage_cfg);
 	mc_config_entry_load_env(mc_devmem_config_table, mc_devmem_config_table_len,
@@ -691,6 +697,17 @@ const char *mc_te_local_host(const struct mc_te *te)
 uint16_t mc_te_rpc_port(const struct mc_te *te)
 {
 	return te ? te->rpc_port : 0;
+}
+
+void mc_te_set_checksum(struct mc_te *te, bool on)
+{
+	if (te)
+		atomic_store(&te->checksum, on);
+}
+
+bool mc_te_checksum(const struct mc_te *te)
+{
+	return te && atomic_load(&((struct mc_te *)te)->checksum);
 }
 
 /* The first data port a transport publishes (upstream's name: TCP's). */

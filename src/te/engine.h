@@ -37,6 +37,7 @@ struct mc_te_config {
 	int64_t rpc_recv_timeout_ms;
 	int64_t rpc_max_conns;
 	int64_t deregister_wait_ms;
+	int64_t checksum; /* MC_TE_CHECKSUM: 1 = new batches are checksummed */
 	bool disable_metacache;
 	bool legacy_rpc_port_binding;
 	char *tcp_bind_address; /* the engine's advertised host (upstream's name) */
@@ -102,6 +103,7 @@ struct mc_batch {
 	char *notify_msg;
 	mc_segment_id notify_target;
 	atomic_bool notify_sent;
+	bool checksum; /* the engine's setting when allocated (mc_te_set_checksum) */
 };
 
 /* ---- segments ---------------------------------------------------------- */
@@ -125,6 +127,7 @@ struct mc_te {
 	char bind_host[256];	    /* where the RPC and data ports listen; "" = every interface */
 	struct mc_auth_secret auth; /* the cluster secret, or none (base/auth.h) */
 	uint16_t rpc_port;
+	atomic_bool checksum; /* new batches check their bytes (mc_te_set_checksum) */
 	bool p2p;
 	char *metadata_uri;
 	char *devices; /* mc_te_params.devices or cfg.filters; NULL = all */

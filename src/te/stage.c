@@ -208,6 +208,7 @@ static bool start_chunks(struct mc_stager *sg)
 			mc_list_init(&ch->slice.node);
 			ch->slice.complete = chunk_slice_done;
 			ch->slice.opcode = r->opcode;
+			ch->slice.checksum = r->task->batch->checksum;
 			ch->slice.local = (char *)mc_devstage_host(&sg->stage, b);
 			ch->slice.remote_addr = r->remote + ch->off;
 			ch->slice.len = len;

@@ -224,6 +224,7 @@ struct shm_peer {
 	struct shm_transport *st;
 	char ep[MC_SHM_EP_MAX + 1];
 	struct mc_peer *tcp_peer; /* the fallback's peer of the same target */
+	atomic_bool sum_said;	  /* "checksummed transfers go over TCP" logged */
 	pthread_mutex_t lock;	  /* mode, connecting lanes */
 	atomic_int mode;
 	atomic_bool denied;	       /* the kernel or the handshake refused: TCP for good */
@@ -1339,6 +1340,29 @@ static void lane_send(struct shm_transport *st, struct shm_lane *l, struct mc_sl
 	pthread_mutex_unlock(&l->send_lock);
 }
 
+/* Checksummed slices go to TCP, whose requests carry the sums (this
+ * protocol has no room for them; docs/design.md, "Transfer checksums"):
+ * moved to the end of slices and handed over.  Returns how many are left. */
+static size_t sum_to_tcp(struct shm_transport *st, struct shm_peer *p, struct mc_slice **slices,
+			 size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!slices[i]->checksum) {
+			struct mc_slice *t = slices[k];
+			slices[k++] = slices[i];
+			slices[i] = t;
+		}
+	}
+	if (k == n)
+		return n;
+	if (!atomic_exchange(&p->sum_said, true))
+		mc_info("checksummed transfers to %s go over TCP", p->ep);
+	atomic_fetch_add(&st->n_fallback, n - k);
+	mc_transport_submit(st->tcp, p->tcp_peer, slices + k, n - k);
+	return k;
+}
+
 static mc_status shm_submit(struct mc_transport *base, struct mc_peer *peer,
 			    struct mc_slice **slices, size_t n)
 {
@@ -1351,6 +1375,9 @@ static mc_status shm_submit(struct mc_transport *base, struct mc_peer *peer,
 		atomic_fetch_add(&st->n_fallback, n);
 		return mc_transport_submit(st->tcp, p->tcp_peer, slices, n);
 	}
+	n = sum_to_tcp(st, p, slices, n);
+	if (!n)
+		return MC_OK;
 	nl = p->nlanes;
 	start = atomic_fetch_add(&p->rr, (unsigned)n);
 	for (unsigned lane = 0; lane < nl; lane++) {

@@ -17,6 +17,7 @@
 #ifndef MC_TRANSPORT_SLICE_H
 #define MC_TRANSPORT_SLICE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/list.h"
@@ -40,10 +41,14 @@ struct mc_slice {
 	 * a transport may keep a small one beside its group's last slice
 	 * (transport/tcp.c, "Lanes") */
 	uint64_t group;
+	/* check the bytes end to end with XXH3-64 (docs/design.md, "Transfer
+	 * checksums"); a mismatch ends the slice with MC_ERR_CHECKSUM_MISMATCH */
+	bool checksum;
 	/* transport-private progress */
 	uint64_t done;
 	uint32_t hdr_done;
 	uint32_t flags;
+	uint8_t sum[8]; /* tcp: a write's checksum trailer, little-endian */
 };
 
 /* Called by transports when a slice ends. */

@@ -446,7 +446,7 @@ static mc_status tcp_fill_desc(struct mc_transport *base, struct mc_seg_desc *d)
 	if (!d->protocol && !(d->protocol = mc_strdup("tcp")))
 		return MC_ERR_NOMEM;
 	d->tcp_data_port = tp->port;
-	d->tcp_proto_version = 2;
+	d->tcp_proto_version = MC_TCP_PROTO_SUM; /* v2, and checksummed requests */
 	if (!tp->naddrs || d->tcp_addrs)
 		return MC_OK;
 	d->tcp_addrs = mc_calloc(tp->naddrs, sizeof(*d->tcp_addrs));

@@ -2,7 +2,8 @@
  * transport/tcp_codec.c - the 24-byte request header and the 8-byte status
  * frame of the TCP data protocol (spec transfer-engine.md 4.2).  Fields are
  * little-endian whatever the host; the 7 padding bytes are sent as zeros
- * and ignored on receipt.
+ * and ignored on receipt.  Our extension: the checksum bit of the opcode
+ * and the 8-byte checksum trailer (docs/design.md, "Transfer checksums").
  */
 #include "transport/transport.h"
 
@@ -46,6 +47,25 @@ mc_status mc_tcp_status_decode(const uint8_t in[8], uint32_t *code_out)
 		return MC_ERR_PROTOCOL;
 	*code_out = (uint32_t)v;
 	return MC_OK;
+}
+
+struct mc_tcp_op mc_tcp_op_parse(uint8_t opcode)
+{
+	return (struct mc_tcp_op){
+		.write = (opcode & (uint8_t) ~(MC_TCP_OP_V2 | MC_TCP_OP_SUM)) == MC_TCP_OP_WRITE,
+		.v2 = (opcode & MC_TCP_OP_V2) != 0,
+		.sum = (opcode & MC_TCP_OP_SUM) != 0,
+	};
+}
+
+void mc_tcp_sum_encode(uint64_t sum, uint8_t out[MC_TCP_SUM_LEN])
+{
+	put_le64(out, sum);
+}
+
+uint64_t mc_tcp_sum_decode(const uint8_t in[MC_TCP_SUM_LEN])
+{
+	return get_le64(in);
 }
 
 void mc_tcp_status_encode(uint32_t code, uint8_t out[8])

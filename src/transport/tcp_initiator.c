@@ -11,6 +11,8 @@
 #define MC_LOG_MODULE "tcp"
 #include "transport/tcp_int.h"
 
+#include "base/xsum.h"
+
 /* ---- client connections ----------------------------------------------------- */
 
 static void conn_set_events(struct tcp_conn *c, bool out)
@@ -241,7 +243,9 @@ void mc_tcp_conn_connect(struct tcp_conn *c)
 static bool conn_zc(const struct tcp_conn *c, const struct mc_slice *s)
 {
 	uint64_t min = c->w->tp->zc_min;
-	return min && c->v2 && !c->zc_off && s->opcode == MC_OP_WRITE && s->len >= min;
+	/* a checksummed write is copied: its trailer follows its payload */
+	return min && c->v2 && !c->zc_off && s->opcode == MC_OP_WRITE && !s->checksum &&
+	       s->len >= min;
 }
 
 /* The head of sendq is a spliced write whose header is out: take the next
@@ -269,7 +273,7 @@ static uint64_t conn_send_zc(struct tcp_conn *c, struct mc_slice *s)
 void mc_tcp_conn_send(struct tcp_conn *c)
 {
 	uint8_t hdrs[IOV_BATCH][MC_TCP_HDR_LEN];
-	struct iovec iov[IOV_BATCH * 2];
+	struct iovec iov[IOV_BATCH * 3];
 	struct msghdr msg = {.msg_iov = iov};
 	uint64_t put = 0; /* bytes sent this call (SEND_BUDGET) */
 
@@ -310,8 +314,14 @@ void mc_tcp_conn_send(struct tcp_conn *c)
 					.opcode = (uint8_t)((s->opcode == MC_OP_WRITE
 								     ? MC_TCP_OP_WRITE
 								     : MC_TCP_OP_READ) |
-							    (c->v2 ? MC_TCP_OP_V2 : 0)),
+							    (c->v2 ? MC_TCP_OP_V2 : 0) |
+							    (s->checksum ? MC_TCP_OP_SUM : 0)),
 				};
+				/* hashed as the header first leaves (submit made sure
+				 * the peer takes checksums, so c->v2) */
+				if (s->checksum && s->opcode == MC_OP_WRITE && !s->hdr_done)
+					mc_tcp_sum_encode(mc_xsum_sent(s->local, (size_t)s->len),
+							  s->sum);
 				mc_tcp_hdr_encode(&h, hdrs[nh]);
 				iov[niov].iov_base = hdrs[nh] + s->hdr_done;
 				iov[niov].iov_len = MC_TCP_HDR_LEN - s->hdr_done;
@@ -320,9 +330,15 @@ void mc_tcp_conn_send(struct tcp_conn *c)
 			nh++;
 			if (conn_zc(c, s))
 				break; /* its payload follows by reference */
-			if (s->opcode == MC_OP_WRITE) {
+			if (s->opcode == MC_OP_WRITE && s->done < s->len) {
 				iov[niov].iov_base = s->local + s->done;
 				iov[niov].iov_len = (size_t)(s->len - s->done);
+				total += iov[niov++].iov_len;
+			}
+			if (s->opcode == MC_OP_WRITE && s->checksum) {
+				uint64_t at = s->done > s->len ? s->done - s->len : 0;
+				iov[niov].iov_base = s->sum + at;
+				iov[niov].iov_len = (size_t)(MC_TCP_SUM_LEN - at);
 				total += iov[niov++].iov_len;
 			}
 		}
@@ -350,13 +366,15 @@ void mc_tcp_conn_send(struct tcp_conn *c)
 				s->hdr_done += (uint32_t)k;
 				n -= (ssize_t)k;
 			}
+			/* a checksummed write: done runs over its trailer too */
+			uint64_t wire = s->len + (s->checksum ? MC_TCP_SUM_LEN : 0);
 			if (s->opcode == MC_OP_WRITE && s->hdr_done == MC_TCP_HDR_LEN) {
-				uint64_t k = MC_MIN((uint64_t)n, s->len - s->done);
+				uint64_t k = MC_MIN((uint64_t)n, wire - s->done);
 				s->done += k;
 				n -= (ssize_t)k;
 			}
 			if (s->hdr_done == MC_TCP_HDR_LEN &&
-			    (s->opcode != MC_OP_WRITE || s->done == s->len)) {
+			    (s->opcode != MC_OP_WRITE || s->done == wire)) {
 				mc_list_del(&s->node);
 				if (s->opcode == MC_OP_WRITE && !c->v2) {
 					c->fail_streak = 0;
@@ -422,6 +440,17 @@ static int direct_recv_error(struct tcp_conn *c, ssize_t n)
 	return RECV_STOP;
 }
 
+/* A checksummed read landed whole in s->local; sum is the target's. */
+static mc_status read_sum_check(struct tcp_conn *c, struct mc_slice *s, const uint8_t *sum)
+{
+	if (mc_xsum(s->local, (size_t)s->len) == mc_tcp_sum_decode(sum))
+		return MC_OK;
+	mc_error("%s:%u: checksum mismatch on a read of %llu bytes at 0x%llx",
+		 c->peer->paths[c->path].host, c->peer->port, (unsigned long long)s->len,
+		 (unsigned long long)s->remote_addr);
+	return MC_ERR_CHECKSUM_MISMATCH;
+}
+
 static void conn_recv(struct tcp_conn *c)
 {
 	uint64_t got = 0; /* bytes read this call (READ_BUDGET) */
@@ -472,6 +501,20 @@ static void conn_recv(struct tcp_conn *c)
 				return;
 			}
 			c->rpos += 8;
+			if (code == MC_TCP_STATUS_SUM && s->checksum && !from_sendq &&
+			    s->opcode == MC_OP_WRITE) {
+				/* the target had every byte and found them changed:
+				 * the stream is in step, only this write fails */
+				mc_error("%s:%u: checksum mismatch on a write of %llu bytes at "
+					 "0x%llx (seen by the target)",
+					 c->peer->paths[c->path].host, c->peer->port,
+					 (unsigned long long)s->len,
+					 (unsigned long long)s->remote_addr);
+				mc_list_del(&s->node);
+				mc_slice_done(s, MC_ERR_CHECKSUM_MISMATCH);
+				c->last_progress_ms = mc_now_ms();
+				continue;
+			}
 			if (code != MC_TCP_STATUS_OK) {
 				mc_info("%s:%u rejected %s of %llu bytes at 0x%llx",
 					c->peer->paths[c->path].host, c->peer->port,
@@ -508,10 +551,18 @@ static void conn_recv(struct tcp_conn *c)
 				want -= k;
 			}
 			if (want == 0) {
+				mc_status rc = MC_OK;
+				if (s->checksum) {
+					/* the target's sum of what it sent follows */
+					if (c->rlen - c->rpos < MC_TCP_SUM_LEN)
+						goto fill;
+					rc = read_sum_check(c, s, c->rbuf + c->rpos);
+					c->rpos += MC_TCP_SUM_LEN;
+				}
 				mc_list_del(&s->node);
 				c->got_status = false;
 				c->fail_streak = 0;
-				mc_slice_done(s, MC_OK);
+				mc_slice_done(s, rc);
 				c->last_progress_ms = mc_now_ms();
 				continue;
 			}
@@ -813,6 +864,25 @@ mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct 
 	uint16_t lane_stack[256], *lanes = lane_stack;
 	unsigned start;
 
+	if (p->version < MC_TCP_PROTO_SUM || tp->force_v1) {
+		/* checksummed slices need a target that checks: fail them
+		 * rather than move them unchecked */
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (!slices[i]->checksum) {
+				slices[k++] = slices[i];
+				continue;
+			}
+			mc_error("%s:%u cannot check transfers (tcp_proto_version %d%s); "
+				 "failing a checksummed %s",
+				 p->host, p->port, p->version,
+				 tp->force_v1 ? ", MC_TCP_PROTO=v1" : "",
+				 slices[i]->opcode == MC_OP_WRITE ? "write" : "read");
+			mc_slice_done(slices[i], MC_ERR_NOT_SUPPORTED);
+		}
+		if (!(n = k))
+			return MC_OK;
+	}
 	if (n > MC_ARRAY_SIZE(lane_stack))
 		lanes = mc_malloc(n * sizeof(*lanes));
 	deal_lanes(p, slices, n, lanes, &start);

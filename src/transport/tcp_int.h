@@ -151,6 +151,7 @@ struct tcp_sconn {
 	enum { S_AUTH, S_HDR, S_WPAYLOAD, S_CLOSING } state; /* S_AUTH: with a secret, first */
 	struct mc_tcp_hdr cur;
 	bool cur_v2;
+	bool cur_sum;	   /* MC_TCP_OP_SUM: an 8-byte checksum follows the payload */
 	uint8_t large_run; /* 2 after a large write, less 1 per other request */
 	struct mc_memreg_entry *cur_ent;
 	uint64_t cur_done;

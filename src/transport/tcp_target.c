@@ -10,6 +10,8 @@
 #define MC_LOG_MODULE "tcp"
 #include "transport/tcp_int.h"
 
+#include "base/xsum.h"
+
 static uint16_t fd_port_str(int fd, char *buf, size_t len)
 {
 	struct sockaddr_storage ss;
@@ -287,6 +289,25 @@ static bool sconn_push(struct tcp_sconn *sc, const uint8_t *ptr, uint64_t len,
 	return true;
 }
 
+/* A read's checksum trailer: an 8-byte item after its data. */
+static bool sconn_push_sum(struct tcp_sconn *sc, uint64_t sum)
+{
+	if (!sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK))
+		return false;
+	mc_tcp_sum_encode(sum, sc->out[(sc->out_head + sc->out_n - 1) % sc->out_cap].status);
+	return true;
+}
+
+/* The end of a checksummed write: the target's verdict on its bytes. */
+static uint32_t sconn_sum_verdict(struct tcp_sconn *sc, const void *bytes, const uint8_t *trailer)
+{
+	if (mc_xsum(bytes, (size_t)sc->cur.size) == mc_tcp_sum_decode(trailer))
+		return MC_TCP_STATUS_OK;
+	mc_error("checksum mismatch on a write of %llu bytes at 0x%llx from %s: failed",
+		 (unsigned long long)sc->cur.size, (unsigned long long)sc->cur.addr, sc->peer_name);
+	return MC_TCP_STATUS_SUM;
+}
+
 static void sconn_set_events(struct tcp_sconn *sc)
 {
 	uint32_t ev = 0;
@@ -480,12 +501,15 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 		if (sc->state == S_HDR) {
 			struct mc_tcp_hdr h;
 			const char *why;
-			bool v2, write;
+			struct mc_tcp_op op;
+			bool v2, write, sum;
 			if (avail < MC_TCP_HDR_LEN)
 				goto fill;
 			mc_tcp_hdr_decode(sc->rbuf + sc->rpos, &h);
-			v2 = (h.opcode & MC_TCP_OP_V2) != 0;
-			write = (h.opcode & 0x7f) == MC_TCP_OP_WRITE;
+			op = mc_tcp_op_parse(h.opcode);
+			v2 = op.v2;
+			sum = op.sum;
+			write = op.write;
 			if (write && sc->reads_pending) {
 				/* keep order: earlier reads must leave first */
 				if (!mc_tcp_sconn_flush(sc))
@@ -498,6 +522,13 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 			sc->cur_ent = mc_memreg_acquire(reg, h.addr, h.size, write, &why);
 			if (!sc->cur_ent)
 				return sconn_reject(sc, &h, v2, why);
+			if (sum && (!v2 || sc->cur_ent->dev >= 0)) {
+				mc_memreg_put(reg, sc->cur_ent);
+				sc->cur_ent = NULL;
+				return sconn_reject(sc, &h, v2,
+						    v2 ? "checksums are not taken on device memory"
+						       : "a checksum without the v2 bit");
+			}
 			if (sc->cur_ent->dev >= 0 && !sconn_dev_open(sc)) {
 				mc_tcp_sconn_free(sc);
 				return false;
@@ -511,13 +542,17 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 			if (write) {
 				sc->cur = h;
 				sc->cur_v2 = v2;
+				sc->cur_sum = sum;
 				sc->cur_done = 0;
 				sc->state = S_WPAYLOAD;
 				continue;
 			}
 			if ((v2 && !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) ||
 			    !sconn_push(sc, (const uint8_t *)(uintptr_t)h.addr, h.size, sc->cur_ent,
-					-1)) {
+					-1) ||
+			    (sum &&
+			     !sconn_push_sum(sc, mc_xsum_sent((const void *)(uintptr_t)h.addr,
+							      (size_t)h.size)))) {
 				mc_error("out of memory queueing a read response");
 				mc_tcp_sconn_free(sc);
 				return false;
@@ -538,6 +573,31 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				break;
 			/* DEV_DONE: the payload is complete, finished below */
 		}
+		if (sc->cur_sum && sc->cur.size < DIRECT_MIN) {
+			/* a small checksummed write is checked in rbuf, before a
+			 * byte of it reaches the destination */
+			uint64_t need = sc->cur.size + MC_TCP_SUM_LEN;
+			const uint8_t *pay = sc->rbuf + sc->rpos;
+			uint32_t code;
+			if (avail < need)
+				goto fill;
+			code = sconn_sum_verdict(sc, pay, pay + sc->cur.size);
+			if (code == MC_TCP_STATUS_OK) {
+				user_mem_copy_in((void *)(uintptr_t)sc->cur.addr, pay,
+						 (size_t)sc->cur.size);
+				atomic_fetch_add_explicit(&sc->w->staged_in, sc->cur.size,
+							  memory_order_relaxed);
+			}
+			sc->rpos += (size_t)need;
+			mc_memreg_put(reg, sc->cur_ent);
+			sc->cur_ent = NULL;
+			sc->state = S_HDR;
+			if (!sconn_push(sc, NULL, 0, NULL, (int)code)) {
+				mc_tcp_sconn_free(sc);
+				return false;
+			}
+			continue;
+		}
 		{
 			uint64_t want = sc->cur.size - sc->cur_done;
 			uint8_t *dst = (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done;
@@ -551,11 +611,21 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				want -= k;
 			}
 			if (want == 0) {
+				uint32_t code = MC_TCP_STATUS_OK;
+				if (sc->cur_sum) {
+					/* a large one landed where it goes: its
+					 * bytes there are checked against the sum */
+					if (sc->rlen - sc->rpos < MC_TCP_SUM_LEN)
+						goto fill;
+					code = sconn_sum_verdict(
+						sc, (const void *)(uintptr_t)sc->cur.addr,
+						sc->rbuf + sc->rpos);
+					sc->rpos += MC_TCP_SUM_LEN;
+				}
 				mc_memreg_put(reg, sc->cur_ent);
 				sc->cur_ent = NULL;
 				sc->state = S_HDR;
-				if (sc->cur_v2 &&
-				    !sconn_push(sc, NULL, 0, NULL, MC_TCP_STATUS_OK)) {
+				if (sc->cur_v2 && !sconn_push(sc, NULL, 0, NULL, (int)code)) {
 					mc_tcp_sconn_free(sc);
 					return false;
 				}

@@ -188,9 +188,19 @@ static inline void mc_transport_close(struct mc_transport *tp)
 #define MC_TCP_OP_READ	    0x00
 #define MC_TCP_OP_WRITE	    0x01
 #define MC_TCP_OP_V2	    0x80
+/* Our extension, only with MC_TCP_OP_V2, only toward a target that publishes
+ * tcp_proto_version >= MC_TCP_PROTO_SUM (docs/design.md, "Transfer
+ * checksums"): the request's bytes carry an 8-byte little-endian XXH3-64
+ * after them (a write's after its payload, a read's after the data the
+ * target returns), and a write whose sum does not match is answered with
+ * MC_TCP_STATUS_SUM. */
+#define MC_TCP_OP_SUM	    0x40
+#define MC_TCP_PROTO_SUM    3
+#define MC_TCP_SUM_LEN	    8
 #define MC_TCP_STATUS_MAGIC 0x4D435456u
 #define MC_TCP_STATUS_OK    0u
 #define MC_TCP_STATUS_REJ   1u
+#define MC_TCP_STATUS_SUM   2u
 
 struct mc_tcp_hdr {
 	uint64_t size;
@@ -204,5 +214,14 @@ void mc_tcp_hdr_decode(const uint8_t in[MC_TCP_HDR_LEN], struct mc_tcp_hdr *h);
 /* Status frame: MC_OK and *code_out, or MC_ERR_PROTOCOL for a bad magic. */
 mc_status mc_tcp_status_decode(const uint8_t in[8], uint32_t *code_out);
 void mc_tcp_status_encode(uint32_t code, uint8_t out[8]);
+/* What a request's opcode asks for: a write (else a read: upstream treats
+ * any other opcode as one), v2 framing, a checksum trailer. */
+struct mc_tcp_op {
+	bool write, v2, sum;
+};
+struct mc_tcp_op mc_tcp_op_parse(uint8_t opcode);
+/* The checksum trailer of MC_TCP_OP_SUM requests. */
+void mc_tcp_sum_encode(uint64_t sum, uint8_t out[MC_TCP_SUM_LEN]);
+uint64_t mc_tcp_sum_decode(const uint8_t in[MC_TCP_SUM_LEN]);
 
 #endif

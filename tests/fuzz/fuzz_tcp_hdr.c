@@ -6,7 +6,8 @@
  * range looked up in a registry holding two small heap regions, exactly as
  * the server does before touching memory; an accepted range is then read
  * and written in full, so ASan flags any range the check wrongly lets
- * through.  The tail of the input is decoded as status frames.
+ * through; its opcode is parsed as the target does (write, v2, checksum).
+ * The tail of the input is decoded as status frames and checksum trailers.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,8 +27,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct mc_tcp_hdr h;
 		uint8_t again[MC_TCP_HDR_LEN];
 
+		struct mc_tcp_op op;
+
 		mc_tcp_hdr_decode(data + off, &h);
 		mc_tcp_hdr_encode(&h, again);
+		/* the opcode's bits: a write is 0x01 with any of v2 and sum */
+		op = mc_tcp_op_parse(h.opcode);
+		if (op.write != ((h.opcode & 0x3f) == MC_TCP_OP_WRITE) ||
+		    op.v2 != ((h.opcode & MC_TCP_OP_V2) != 0) ||
+		    op.sum != ((h.opcode & MC_TCP_OP_SUM) != 0))
+			abort();
 		/* the codec round-trips every field it carries */
 		if (memcmp(again, data + off, 17) != 0)
 			abort();
@@ -46,6 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (memcmp(again, data + off, 8) != 0)
 				abort();
 		}
+		/* the same 8 bytes as a checksum trailer round-trip */
+		mc_tcp_sum_encode(mc_tcp_sum_decode(data + off), again);
+		if (memcmp(again, data + off, 8) != 0)
+			abort();
 		off += 8;
 	}
 	return 0;
