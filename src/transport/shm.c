@@ -55,6 +55,9 @@
  * for MC_SHM_IO_TIMEOUT_MS fails its in-flight slices (typed status), marks the peer failed (the
  * engine then refetches the descriptor) and is reconnected on next use.
  *
+ * Checksummed slices (slice.checksum) go to the TCP peer (sum_to_tcp): this
+ * protocol has no room for their sums (docs/design.md, "Transfer checksums").
+ *
  * Lock order: peer->lock, then a lane's send_lock, then the lane's lock;
  * st->peers_lock before a lane's locks (the receiver's timeout scan).
  */

@@ -13,6 +13,9 @@
 
 #include "base/xsum.h"
 
+/* slice.flags: a checksummed write's sum is in slice.sum */
+#define SLICE_SUMMED 1u
+
 /* ---- client connections ----------------------------------------------------- */
 
 static void conn_set_events(struct tcp_conn *c, bool out)
@@ -317,11 +320,15 @@ void mc_tcp_conn_send(struct tcp_conn *c)
 							    (c->v2 ? MC_TCP_OP_V2 : 0) |
 							    (s->checksum ? MC_TCP_OP_SUM : 0)),
 				};
-				/* hashed as the header first leaves (submit made sure
-				 * the peer takes checksums, so c->v2) */
-				if (s->checksum && s->opcode == MC_OP_WRITE && !s->hdr_done)
+				/* hashed once, as the header is first offered
+				 * (submit made sure the peer takes checksums, so
+				 * c->v2) */
+				if (s->checksum && s->opcode == MC_OP_WRITE &&
+				    !(s->flags & SLICE_SUMMED)) {
 					mc_tcp_sum_encode(mc_xsum_sent(s->local, (size_t)s->len),
 							  s->sum);
+					s->flags |= SLICE_SUMMED;
+				}
 				mc_tcp_hdr_encode(&h, hdrs[nh]);
 				iov[niov].iov_base = hdrs[nh] + s->hdr_done;
 				iov[niov].iov_len = MC_TCP_HDR_LEN - s->hdr_done;
@@ -901,6 +908,7 @@ mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct 
 			}
 			slices[i]->done = 0;
 			slices[i]->hdr_done = 0;
+			slices[i]->flags = 0;
 			mc_list_add_tail(&c->incoming, &slices[i]->node);
 			if (!c->queued) {
 				c->queued = true;
