@@ -977,8 +977,9 @@ static int xfer_sync(struct mc_te *te, const char *peer, struct mc_xfer_req *req
 		rc = mc_te_batch_wait(te, id, timeout_ms, NULL);
 	/* on timeout the tasks keep running; the batch goes when they end */
 	mc_te_batch_discard(te, id);
-	if (rc == MC_ERR_CHECKSUM_MISMATCH || rc == MC_ERR_NOT_SUPPORTED)
-		return rc; /* only with set_checksum(True): -801, or -1012 (peer cannot check) */
+	/* with set_checksum(True): -801, or -1012 (the peer cannot check) */
+	if (rc == MC_ERR_CHECKSUM_MISMATCH || (rc == MC_ERR_NOT_SUPPORTED && mc_te_checksum(te)))
+		return rc;
 	return rc == MC_OK ? 0 : -1;
 }
 

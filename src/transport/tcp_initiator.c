@@ -874,18 +874,19 @@ mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct 
 	if (p->version < MC_TCP_PROTO_SUM || tp->force_v1) {
 		/* checksummed slices need a target that checks: fail them
 		 * rather than move them unchecked */
-		size_t k = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (!slices[i]->checksum) {
-				slices[k++] = slices[i];
-				continue;
-			}
+		size_t k = 0, refused = 0;
+		for (size_t i = 0; i < n; i++)
+			refused += slices[i]->checksum;
+		if (refused)
 			mc_error("%s:%u cannot check transfers (tcp_proto_version %d%s); "
-				 "failing a checksummed %s",
+				 "failing %zu checksummed slice(s)",
 				 p->host, p->port, p->version,
-				 tp->force_v1 ? ", MC_TCP_PROTO=v1" : "",
-				 slices[i]->opcode == MC_OP_WRITE ? "write" : "read");
-			mc_slice_done(slices[i], MC_ERR_NOT_SUPPORTED);
+				 tp->force_v1 ? ", MC_TCP_PROTO=v1" : "", refused);
+		for (size_t i = 0; i < n; i++) {
+			if (slices[i]->checksum)
+				mc_slice_done(slices[i], MC_ERR_NOT_SUPPORTED);
+			else
+				slices[k++] = slices[i];
 		}
 		if (!(n = k))
 			return MC_OK;

@@ -658,9 +658,13 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 		 * just the next header and LONE_TAIL bytes, so that the payload of
 		 * a next large write goes straight to its destination rather than
 		 * through rbuf, and a small one (a value's trailer) comes whole */
-		size_t max = sc->state == S_HDR && sc->large_run && sc->rpos == sc->rlen
-				     ? MC_TCP_HDR_LEN + LONE_TAIL
-				     : RBUF_SIZE;
+		bool lone = sc->state == S_HDR && sc->large_run && sc->rpos == sc->rlen;
+		/* the same for a large checksummed write's trailer */
+		bool sum_tail = sc->state == S_WPAYLOAD && sc->cur_sum &&
+				sc->cur.size >= DIRECT_MIN && sc->cur_done == sc->cur.size;
+		size_t max = sum_tail ? MC_TCP_SUM_LEN + MC_TCP_HDR_LEN + LONE_TAIL
+			     : lone   ? MC_TCP_HDR_LEN + LONE_TAIL
+				      : RBUF_SIZE;
 		ssize_t n;
 		if (got >= READ_BUDGET)
 			break;

@@ -1,13 +1,15 @@
 """Per-transfer checksums of the Transfer Engine (issue 16 part 1, the raw
 engine's option): off by default, on through MC_TE_CHECKSUM=1 or
-set_checksum(True); checked transfers move the same bytes.  Flipped bytes
-and peers that cannot check are covered in C (tests/unit/test_te_checksum.c),
-which can reach the test hook."""
+set_checksum(True); checked transfers move the same bytes, and a peer that
+cannot check is refused with -1012.  Flipped bytes are covered in C
+(tests/unit/test_te_checksum.c), which can reach the test hook."""
 
 import numpy as np
 
 from conftest import MiB, Local
 from mooncake.engine import TransferEngine
+
+NOT_SUPPORTED = -1012  # the peer cannot check (MC_ERR_NOT_SUPPORTED)
 
 
 def _roundtrip(a, b, n, seed):
@@ -47,6 +49,26 @@ def test_checksums_on_from_the_environment(monkeypatch):
         for n in (1, 32768, 4 * MiB):
             _roundtrip(a, b, n, n)
             _roundtrip(b, a, n, n + 1)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_peer_that_cannot_check_is_refused_with_its_code(monkeypatch):
+    # an initiator held to upstream's v1 framing has no room for sums
+    monkeypatch.setenv("MC_TCP_PROTO", "1")
+    a = Local(size=MiB)
+    monkeypatch.delenv("MC_TCP_PROTO")
+    b = Local(size=MiB)
+    try:
+        b.buf[:4096] = 0x5A
+        assert a.te.set_checksum(True) == 0
+        assert a.te.transfer_sync_write(b.name, a.addr, b.addr, 4096) == NOT_SUPPORTED
+        assert a.te.transfer_sync_read(b.name, a.addr, b.addr, 4096) == NOT_SUPPORTED
+        assert (b.buf[:4096] == 0x5A).all()
+        assert a.te.set_checksum(False) == 0
+        assert a.te.transfer_sync_read(b.name, a.addr, b.addr, 4096) == 0
+        assert (a.buf[:4096] == 0x5A).all()
     finally:
         a.close()
         b.close()
