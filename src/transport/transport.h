@@ -184,10 +184,10 @@ static inline void mc_transport_close(struct mc_transport *tp)
 }
 
 /* TCP wire format (spec transfer-engine.md 4.2). */
-#define MC_TCP_HDR_LEN	    24
-#define MC_TCP_OP_READ	    0x00
-#define MC_TCP_OP_WRITE	    0x01
-#define MC_TCP_OP_V2	    0x80
+#define MC_TCP_HDR_LEN	24
+#define MC_TCP_OP_READ	0x00
+#define MC_TCP_OP_WRITE 0x01
+#define MC_TCP_OP_V2	0x80
 /* Our extension, only with MC_TCP_OP_V2, only toward a target that publishes
  * tcp_proto_version >= MC_TCP_PROTO_SUM (docs/design.md, "Transfer
  * checksums"): the request's bytes carry an 8-byte little-endian XXH3-64
