@@ -2,8 +2,8 @@
 group's store), views (commit, post, acknowledge, install, catch up), joins
 and activation, and the resynchronisation after a failure (spec 1.4).
 
-The functions take the group (a MooncakeProcessGroup, python/mooncake/
-_pg_group.py) as their first argument; the public calls over them
+The functions take the group (a MooncakeProcessGroup, _pg_group.py) as
+their first argument; the public calls over them
 (activate_ranks, join_group, sync_after_failure, the getters) are in pg.py.
 Split out of pg.py (python/mooncake/pg.py lists the modules).
 """
