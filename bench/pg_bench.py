@@ -16,7 +16,7 @@ all_reduce and * (n-1)/n for all_gather.  ratio = gloo time / mooncake time
 
 A/B of two mooncake packages in the same run: a backend written NAME@DIR runs
 its ranks with PYTHONPATH=DIR (a directory holding a `mooncake` package, e.g.
-a copy of build/python with another pg.py), e.g.
+a copy of build/python with another pg.py and _pg_*.py), e.g.
     --backends mooncake-cpu@/tmp/old,mooncake-cpu,gloo
 With gloo among three or more backends, one ratio column per other backend
 (gloo time / its time).

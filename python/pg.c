@@ -63,7 +63,7 @@
  * rank that finds a dead peer writes the bitmap into the notice_in of every other rank of the
  * group, whose run() then probes the named ranks and ends too, so survivors return together.  run()
  * returns (ok, failed_bitmap); after a failure the streams of this Mailbox are out of step and the
- * caller must not use it again (pg.py refuses).
+ * caller must not use it again (_pg_group.py _check_usable refuses).
  *
  * Departure (depart(), at a group's shutdown or the process's exit): a rank's
  * operation ends once its own WRITEs were answered and its peers' messages

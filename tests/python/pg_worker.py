@@ -1096,10 +1096,11 @@ def manual_sync(rank, ws):
 def in_mailbox_run(thread_prefix):
     """A thread named thread_prefix* is inside MooncakeProcessGroup._run."""
     frames = sys._current_frames()
+    where = mpg.MooncakeProcessGroup.__module__  # _run's module (pg.py lists them)
     for th in threading.enumerate():
         f = frames.get(th.ident) if th.name.startswith(thread_prefix) else None
         while f is not None:
-            if f.f_code.co_name == "_run" and f.f_globals.get("__name__") == mpg.__name__:
+            if f.f_code.co_name == "_run" and f.f_globals.get("__name__") == where:
                 return True
             f = f.f_back
     return False
