@@ -14,6 +14,9 @@
  *       mooncake.engine makes for
  *         read_4k:    transfer_sync_read of 4 KiB
  *         batch_128x64k: batch_transfer_sync_read of 128 x 64 KiB
+ *         batch_32x4k: one batch of the reads a store batch get of 32 x 4 KiB
+ *                      makes (each value and its 32-byte trailer), the
+ *                      floor under store_bench's batch_get_into at 4 KiB
  *       i.e. per call: mc_te_open_segment (a cache hit), mc_te_batch_new,
  *       mc_te_submit, mc_te_batch_wait, mc_te_batch_discard.  Each op is
  *       warmed up, then timed as one loop; one line per op:
@@ -60,6 +63,8 @@
 #define BATCH_N	    128
 #define BATCH_PIECE (64u << 10)
 #define SMALL	    4096u
+#define SMALL_N	    32
+#define TRAILER	    32u
 #define TIMEOUT_MS  30000
 
 static void *buffer_alloc(uint64_t size)
@@ -157,7 +162,7 @@ static int initiate(const char *peer, uint64_t raddr, unsigned iters, unsigned b
 	struct mc_te *te = engine_new();
 	uint64_t size = (uint64_t)BATCH_N * BATCH_PIECE;
 	char *buf = buffer_alloc(size);
-	struct mc_xfer_req small, batch[BATCH_N];
+	struct mc_xfer_req small, batch[BATCH_N], smalls[2 * SMALL_N];
 	mc_status st = mc_te_register(te, buf, size, "cpu:0", true);
 
 	if (st != MC_OK)
@@ -169,8 +174,16 @@ static int initiate(const char *peer, uint64_t raddr, unsigned iters, unsigned b
 						.source = buf + i * BATCH_PIECE,
 						.target_offset = raddr + i * BATCH_PIECE,
 						.length = BATCH_PIECE};
+	for (size_t i = 0; i < 2 * SMALL_N; i++) {
+		uint64_t off = (i / 2) * (SMALL + TRAILER) + (i % 2 ? SMALL : 0);
+		smalls[i] = (struct mc_xfer_req){.opcode = MC_OP_READ,
+						 .source = buf + off,
+						 .target_offset = raddr + off,
+						 .length = i % 2 ? TRAILER : SMALL};
+	}
 	if (!interactive) {
 		time_op(te, peer, "read_4k", &small, 1, iters, iters / 10 + 1);
+		time_op(te, peer, "batch_32x4k", smalls, 2 * SMALL_N, iters, iters / 10 + 1);
 		time_op(te, peer, "batch_128x64k", batch, BATCH_N, batch_iters,
 			batch_iters / 10 + 1);
 	} else {
@@ -184,6 +197,8 @@ static int initiate(const char *peer, uint64_t raddr, unsigned iters, unsigned b
 				continue;
 			if (strcmp(op, "read_4k") == 0)
 				time_op(te, peer, op, &small, 1, n, 0);
+			else if (strcmp(op, "batch_32x4k") == 0)
+				time_op(te, peer, op, smalls, 2 * SMALL_N, n, 0);
 			else if (strcmp(op, "batch_128x64k") == 0)
 				time_op(te, peer, op, batch, BATCH_N, n, 0);
 			else

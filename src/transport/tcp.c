@@ -15,6 +15,9 @@
  * was dealt last rides that slice's connection instead (a store value's
  * checksum trailer, in the same submit or the next): dealt to the next
  * lane, 32 bytes would wake a second worker on each side for every object.
+ * So does a slice under 64 KiB while that lane holds less than
+ * MC_TCP_LANE_FILL (128 KiB) of the batch: a batch of 32 x 4 KiB goes on
+ * one lane, waking one worker a side rather than every lane's.
  * Each connection pipelines: many requests are on the wire at once
  * (sendq: not fully sent; recvq: sent, awaiting status/data, in order).
  * Headers and write payloads leave with one sendmsg() gathering many
@@ -91,6 +94,11 @@ static const struct mc_config_entry tcp_config_table[] = {
 	       "requests larger than this are split across connections (256 KiB: one large "
 	       "request keeps both cores copying)",
 	       CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40}},
+	{.f = {"tcp_lane_fill", "MC_TCP_LANE_FILL", "128k",
+	       "a batch's slices under 64 KiB ride the lane of its slice dealt last until that lane "
+	       "holds this many of its bytes (128 KiB: a store batch of 32 x 4 KiB wakes one worker "
+	       "a side, not four); 0 = only slices under 4 KiB ride",
+	       CFG(lane_fill), MC_CONFIG_SIZE, 0, 1ll << 30}},
 	{.f = {"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
 	       "TCP workers poll without sleeping this long after work, so back-to-back requests "
 	       "find them awake (waking an idle virtual CPU costs tens of microseconds); 0 = off",
@@ -661,6 +669,7 @@ static mc_status tcp_open(const struct mc_transport_env *env, struct mc_transpor
 	tp->nworkers = (unsigned)cfg->workers;
 	tp->conns_per_peer = (unsigned)cfg->conns_per_peer;
 	tp->split_size = cfg->split_size;
+	tp->lane_fill = cfg->lane_fill;
 	tp->zc_min = cfg->zerocopy_min;
 	tp->busy_poll_us = (uint64_t)cfg->busy_poll_us;
 	tp->io_timeout_ms = (uint64_t)cfg->io_timeout_ms;

@@ -829,12 +829,18 @@ void mc_tcp_peer_reset(struct mc_peer *peer)
 	atomic_store(&mc_container_of(peer, struct tcp_peer, base)->failed, false);
 }
 
-/* A slice this small of the group dealt last rides that slice's lane. */
+/* A slice this small of the group dealt last rides that slice's lane; so
+ * does one under RIDE_BIG while that lane holds under fill (MC_TCP_LANE_FILL)
+ * bytes of the group: a batch of small objects wakes a worker a side per
+ * lane filled, not one per lane, and large slices still spread. */
 #define RIDE_MAX 4095u
+#define RIDE_BIG (64u << 10)
 
-static bool rides(const struct mc_slice *s, uint64_t prev)
+static bool rides(const struct mc_slice *s, uint64_t prev, uint64_t fill, uint64_t lane_fill)
 {
-	return s->len <= RIDE_MAX && s->group && s->group == prev;
+	if (!s->group || s->group != prev)
+		return false;
+	return s->len <= RIDE_MAX || (s->len < RIDE_BIG && fill < lane_fill);
 }
 
 /* Each slice's lane, before any is handed over (a worker may end a slice,
@@ -843,24 +849,34 @@ static bool rides(const struct mc_slice *s, uint64_t prev)
 static void deal_lanes(struct tcp_peer *p, struct mc_slice **slices, size_t n, uint16_t *lanes,
 		       unsigned *start)
 {
-	const uint64_t g0 = atomic_load(&p->last_group);
-	uint64_t g = g0;
+	const uint64_t g0 = atomic_load(&p->last_group), f0 = atomic_load(&p->last_fill);
+	const uint64_t lf = to_tcp(p->base.tp)->lane_fill;
+	uint64_t g = g0, fill = f0;
 	unsigned lane = atomic_load(&p->last_lane) % p->nconns, dealt = 0, next;
 
 	for (size_t i = 0; lanes && i < n; i++) {
-		dealt += !rides(slices[i], g);
+		bool r = rides(slices[i], g, fill, lf);
+		dealt += !r;
+		fill = r ? fill + slices[i]->len : slices[i]->len;
 		g = slices[i]->group;
 	}
 	next = *start = atomic_fetch_add(&p->rr, lanes ? dealt : (unsigned)n);
-	g = g0; /* the same chain as the count's: exactly `dealt` lanes are dealt */
+	/* the same chain as the count's: exactly `dealt` lanes are dealt */
+	g = g0;
+	fill = f0;
 	for (size_t i = 0; lanes && i < n; i++) {
-		if (!rides(slices[i], g))
+		if (rides(slices[i], g, fill, lf)) {
+			fill += slices[i]->len;
+		} else {
 			lane = next++ % p->nconns;
+			fill = slices[i]->len;
+		}
 		g = slices[i]->group;
 		lanes[i] = (uint16_t)lane;
 	}
 	atomic_store(&p->last_group, lanes ? g : 0);
 	atomic_store(&p->last_lane, lane);
+	atomic_store(&p->last_fill, fill);
 }
 
 mc_status mc_tcp_submit(struct mc_transport *base, struct mc_peer *peer, struct mc_slice **slices,

@@ -99,6 +99,7 @@ struct tcp_peer {
 	 * and written apart: a race only places a slice less well */
 	_Atomic uint64_t last_group;
 	atomic_uint last_lane;
+	_Atomic uint64_t last_fill; /* bytes of last_group dealt to last_lane */
 	unsigned npaths; /* >= 1; paths[0] is host when the target publishes no list */
 	struct tcp_path *paths;
 	unsigned nconns;
@@ -206,6 +207,7 @@ struct tcp_config {
 	int64_t io_timeout_ms;
 	int64_t connect_timeout_ms;
 	uint64_t split_size;
+	uint64_t lane_fill;
 	int64_t busy_poll_us;
 	uint64_t zerocopy_min;
 	uint64_t sockbuf;
@@ -237,6 +239,7 @@ struct tcp_transport {
 	const struct mc_auth_secret *auth; /* borrowed from the engine; NULL or off: no handshake */
 	bool force_v1;
 	uint64_t split_size;
+	uint64_t lane_fill; /* a batch's small slices fill a lane this far ("Lanes") */
 	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */
 	uint64_t busy_poll_us;
 	unsigned conns_per_peer;

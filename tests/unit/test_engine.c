@@ -663,6 +663,59 @@ static void a_small_slice_rides_its_batchs_lane(void **state)
 	free(src);
 }
 
+/* n objects of 4 KiB, each with its 32-byte trailer, read from b's buffer
+ * into dst in one batch (a store batch get's requests). */
+static void read_small_objects(struct pair *p, char *dst, size_t n)
+{
+	enum { VAL = 4096, TR = 32 };
+	struct mc_xfer_req *req = calloc(2 * n, sizeof(*req));
+	uint64_t at = (uint64_t)(uintptr_t)p->bbuf;
+
+	for (size_t i = 0; i < 2 * n; i++) {
+		size_t off = (i / 2) * (VAL + TR) + (i % 2 ? VAL : 0);
+		req[i] = (struct mc_xfer_req){.opcode = MC_OP_READ,
+					      .source = dst + off,
+					      .target_id = p->b_id,
+					      .target_offset = at + off,
+					      .length = i % 2 ? TR : VAL};
+	}
+	assert_int_equal(mc_te_transfer_sync(p->a, req, 2 * n, 20000), MC_OK);
+	assert_memory_equal(dst, p->bbuf, n * (VAL + TR));
+	free(req);
+}
+
+/* A batch's small slices fill a lane with MC_TCP_LANE_FILL (128 KiB) of
+ * its bytes before the next lane is dealt: a store batch get of 32 x 4 KiB
+ * (32 x 4,128 bytes with the trailers) wakes one worker a side, not four;
+ * one of 64 uses two lanes; 64 KiB values are still spread over every lane.
+ * Each lane opens its own connection on first use. */
+static void small_slices_fill_a_lane_before_the_next(void **state)
+{
+	struct pair *p = *state;
+	const size_t big = 64 << 10;
+	char *dst = malloc(8 * big);
+	struct mc_xfer_req req[4];
+
+	mc_test_fill(p->bbuf, 8 * big, 13);
+	reg_local(p->a, dst, 8 * big);
+	read_small_objects(p, dst, 32);
+	assert_int_equal(target_sconns(p), 1);
+	read_small_objects(p, dst, 64); /* the next lane, filled, and one more */
+	assert_int_equal(target_sconns(p), 3);
+	for (size_t i = 0; i < 4; i++)
+		req[i] = (struct mc_xfer_req){.opcode = MC_OP_READ,
+					      .source = dst + i * big,
+					      .target_id = p->b_id,
+					      .target_offset =
+						      (uint64_t)(uintptr_t)p->bbuf + i * big,
+					      .length = big};
+	assert_int_equal(mc_te_transfer_sync(p->a, req, 4, 20000), MC_OK);
+	assert_memory_equal(dst, p->bbuf, 4 * big);
+	assert_int_equal(target_sconns(p), 4);
+	unreg_local(p->a, dst);
+	free(dst);
+}
+
 /* A large write followed by a small one on the same connection (a value
  * and its trailer, one lane here) and then the next large one: the target
  * fetches a header with at most LONE_TAIL (2 KiB) after it following a large
@@ -1051,6 +1104,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(accepted_connections_are_spread_over_workers,
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(a_small_slice_rides_its_batchs_lane,
+						setup_tcp_lanes, teardown_pair),
+		cmocka_unit_test_setup_teardown(small_slices_fill_a_lane_before_the_next,
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(
 			large_writes_skip_the_staging_buffer_past_a_small_one, setup_one_lane,
