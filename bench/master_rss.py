@@ -58,10 +58,12 @@ def find(build, *rel):
 class Master:
     """mooncake_master on free ports; stop() sends SIGTERM and waits."""
 
-    def __init__(self, exe, extra=(), timeout=20.0):
+    def __init__(self, exe, extra=(), timeout=20.0, prefix=()):
+        """prefix: argv words before exe (bench_netns.Link.exec([]): run
+        it in a network namespace)."""
         self.log = tempfile.NamedTemporaryFile(prefix="mooncake_master.", suffix=".log",
                                                delete=False)
-        argv = [exe, "--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
+        argv = [*prefix, exe, "--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
                 "--metrics_host=127.0.0.1", "--enable_http_metadata_server=true",
                 "--http_metadata_server_port=0", "--http_metadata_server_host=127.0.0.1",
                 "--enable_metric_reporting=false",

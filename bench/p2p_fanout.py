@@ -41,15 +41,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from etcd_proc import EtcdServer  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_netns import require, sh, tbf  # noqa: E402
 
 
 NET = "10.214.0"   # the bench's bridge subnet (--netns-mbit)
 BRIDGE = "mcfanbr"
-
-
-def sh(cmd, check=True):
-    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL if not check else None)
 
 
 def netns_up(n, mbit):
@@ -58,7 +55,7 @@ def netns_up(n, mbit):
     netns_down(n)
     sh(f"ip link add {BRIDGE} type bridge && ip addr add {NET}.1/24 dev {BRIDGE} && "
        f"ip link set {BRIDGE} up")
-    rate = f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
+    rate = tbf(mbit)
     for i in range(n):
         ns, a, b = f"mcfan{i}", f"mcfanv{i}", f"mcfane{i}"
         sh(f"ip netns add {ns} && ip link add {a} type veth peer name {b} && "
@@ -146,6 +143,7 @@ def main():
     size = a.size_mib << 20
     sizes = [size // a.buffers] * (a.buffers - 1) + [size - size // a.buffers * (a.buffers - 1)]
     if a.netns_mbit:
+        require("p2p_fanout")
         netns_up(4, a.netns_mbit)
     with tempfile.TemporaryDirectory() as tmp:
         etcd = EtcdServer(tmp, extra_hosts=[f"{NET}.1"] if a.netns_mbit else ())

@@ -48,6 +48,25 @@ under that contention; the output says how many cores there were.
 The engines are kept on TCP (MC_SHM_DISABLE=1 in every process's
 environment) unless --shm is given.
 
+CPU per object: the utime + stime (/proc/PID/stat) of a side's processes
+(store: clients, holders and the master; engine: initiators and targets)
+over its timed phases, divided by the objects (requests) those phases moved,
+per size and direction; the store's untimed remove phases are not counted.
+On a small host where every process shares the cores, the loopback
+aggregate's ratio is about the inverse of this ratio.
+
+--netns-mbit R[,R...] (root; needs `ip` and `tc`) measures the same shape a
+second time with a network as the bound rather than this host's cores: the
+master, the holders and the engine's targets run in their own network
+namespace (bench/bench_netns.py), the clients and the initiators stay in
+this one, and the two are joined by one veth pair limited to R Mbit/s each
+way (tbf), the same link for both sides.  With a list, every run measures
+both sides at each rate in turn (the rate changed in place, the order of
+the rates flipped every run).  The loopback figures come first, as without
+the option; the table of rates follows them.  On a 2-core host a rate is
+the bound only where it is below what the cores allow (at 64 KiB a few
+Gbit/s); the output prints each rate in GB/s beside the figures.
+
 --get-rounds N runs N get (read) phases after each put (write) phase, so
 most gets are of keys read before (what MC_STORE_LOCATION_CACHE serves
 without the master; it is read from the environment of every process).
@@ -55,7 +74,7 @@ without the master; it is read from the environment of every process).
 usage: bench/store_aggregate.py [--build build] [--clients 8] [--holders 4]
                                 [--sizes 1m,64k] [--window 32m] [--duration 3]
                                 [--runs 3] [--get-rounds 1] [--json] [--quick]
-                                [--shm]
+                                [--shm] [--netns-mbit R[,R...]]
 """
 import argparse
 import json
@@ -67,9 +86,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_netns  # noqa: E402
 import master_rss  # noqa: E402
 
 MIB = 1 << 20
+# --netns-mbit: the servers' namespace; NET.1 the clients' end, NET.2 the servers'
+LINK = bench_netns.Link("mcag0", "10.216.0", ("mcagh", "mcagn"))
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def parse_size(s):
@@ -138,8 +161,20 @@ class Proc:
         self.err.close()
 
 
-def phase(clients, cmd):
-    """Start cmd in every client, then collect: (bytes, seconds, worst p99 us)."""
+def cpu_s(pids):
+    """utime + stime of the processes pids (all their threads), in seconds."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        ticks += int(rest[11]) + int(rest[12])  # fields 14 and 15
+    return ticks / TICK
+
+
+def phase(clients, cmd, pids=()):
+    """Start cmd in every client, then collect: (bytes, seconds, worst p99 us,
+    CPU seconds of the processes pids meanwhile)."""
+    c0 = cpu_s(pids)
     for c in clients:
         c.p.stdin.write(cmd + "\n")
         c.p.stdin.flush()
@@ -147,25 +182,114 @@ def phase(clients, cmd):
     if "bytes" not in rs[0]:
         return None
     span = max(r["t1"] for r in rs) - min(r["t0"] for r in rs)
-    return sum(r["bytes"] for r in rs), span, max(r["p99_us"] for r in rs)
+    return (sum(r["bytes"] for r in rs), span, max(r["p99_us"] for r in rs),
+            cpu_s(pids) - c0)
 
 
-def run_side(clients, store, duration, get_rounds=1):
-    """Phases until duration seconds of them have passed; aggregate GB/s each way.
+def run_side(clients, store, duration, get_rounds=1, pids=(), size=1):
+    """Phases until duration seconds of them have passed; aggregate GB/s each way
+    and the CPU time of the processes pids per size-byte object.
     get_rounds: get (read) phases per put (write) phase."""
-    acc = {"put": [0, 0.0, 0.0], "get": [0, 0.0, 0.0]}
+    acc = {"put": [0, 0.0, 0.0, 0.0], "get": [0, 0.0, 0.0, 0.0]}
     while acc["put"][1] + acc["get"][1] < duration:
         for op, cmd in ([("put", "put" if store else "write")] +
                         [("get", "get" if store else "read")] * get_rounds):
-            b, t, p99 = phase(clients, cmd)
+            b, t, p99, cpu = phase(clients, cmd, pids)
             a = acc[op]
             a[0] += b
             a[1] += t
             a[2] = max(a[2], p99)
+            a[3] += cpu
         if store:
             phase(clients, "remove")
-    return {op: {"gbps": a[0] / a[1] / 1e9, "p99_us": a[2], "bytes": a[0]}
+    return {op: {"gbps": a[0] / a[1] / 1e9, "p99_us": a[2], "bytes": a[0],
+                 "cpu_us": a[3] * 1e6 / (a[0] / size)}
             for op, a in acc.items()}
+
+
+def measure(args, sizes, window, rates=(0,)):
+    """One sitting of both sides: {(mbit, side, size, op): [run results]}, the
+    commands.  rates (0,): every process here, over loopback; else the
+    servers in LINK's namespace behind a link of each rate in turn."""
+    netns = rates != (0,)
+    far = LINK.exec if netns else (lambda argv: argv)
+    host = [f"--host={LINK.here}"] if netns else []
+    far_host = [f"--host={LINK.there}"] if netns else []
+    per_holder = -(-args.clients // args.holders)  # clients per holder, rounded up
+    region = per_holder * window  # bytes each holder or target serves at once
+    sb = master_rss.find(args.build, "bench/store_bench")
+    tb = master_rss.find(args.build, "bench/te_call_bench")
+    exe = master_rss.find(args.build, "tools/mooncake_master", "src/master/mooncake_master")
+    if netns:
+        m = master_rss.Master(exe, [f"--rpc_address={LINK.there}",
+                                    f"--http_metadata_server_host={LINK.there}"],
+                              prefix=LINK.exec([]))
+        m.addr = f"{LINK.there}:{m.rpc}"
+        m.meta_uri = f"http://{LINK.there}:{m.meta}/metadata"
+    else:
+        m = master_rss.Master(exe)
+    procs, results, cmds = [], {}, {}
+    try:
+        common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
+        # twice the live bytes: the allocator never runs short on a removed round
+        holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={2 * region}",
+                             *far_host]), "READY hostname=") for _ in range(args.holders)]
+        targets = [Proc(far([tb, "--serve", f"--size={region}", *far_host]), "READY name=")
+                   for _ in range(args.holders)]
+        procs += holders + targets
+        cmds["holder"] = shlex.join(holders[0].argv)
+        cmds["target"] = shlex.join(targets[0].argv)
+        for size in sizes:
+            n = window // size * size
+            sc = [Proc([sb, "--mode=agg", *common,
+                        f"--target={holders[i % args.holders].field('hostname')}",
+                        f"--sizes={size}", f"--window={n}", *host], "READY keys=")
+                  for i in range(args.clients)]
+            procs += sc
+            ec = []
+            for i in range(args.clients):
+                t = targets[i % args.holders]
+                addr = int(t.field("addr"), 16) + (i // args.holders) * n
+                ec.append(Proc([tb, "--agg", f"--peer={t.field('name')}", f"--addr={addr:#x}",
+                                f"--block={size}", f"--window={n}", *host], "READY"))
+            procs += ec
+            cmds[f"store {size}"] = shlex.join(sc[0].argv)
+            cmds[f"engine {size}"] = shlex.join(ec[0].argv)
+            pids = {"store": [c.p.pid for c in sc + holders] + [m.p.pid],
+                    "engine": [c.p.pid for c in ec + targets]}
+            # one untimed round of each side first: connections, first touches
+            for side, cl in (("store", sc), ("engine", ec)):
+                for cmd in (("put", "get", "remove") if side == "store" else ("write", "read")):
+                    phase(cl, cmd)
+            for r in range(args.runs):
+                print(f"store_aggregate: {size_label(size)} run {r + 1}/{args.runs}"
+                      + (f" (links of {'/'.join(map(str, rates))} Mbit/s)" if netns else ""),
+                      file=sys.stderr, flush=True)
+                order = (("store", sc), ("engine", ec))
+                for mbit in (rates if r % 2 == 0 else rates[::-1]):
+                    if len(rates) > 1:
+                        LINK.rate(mbit)
+                    for side, cl in (order if r % 2 == 0 else order[::-1]):
+                        res = run_side(cl, side == "store", args.duration, args.get_rounds,
+                                       pids[side], size)
+                        for op, v in res.items():
+                            results.setdefault((mbit, side, size, op), []).append(v)
+            for c in sc + ec:
+                c.stop()
+                procs.remove(c)
+    finally:
+        for p in procs:
+            p.stop()
+        m.stop()
+    return results, cmds
+
+
+def medians(results):
+    return {k: {"gbps": statistics.median(x["gbps"] for x in v),
+                "p99_us": statistics.median(x["p99_us"] for x in v),
+                "cpu_us": statistics.median(x["cpu_us"] for x in v),
+                "runs": [round(x["gbps"], 4) for x in v]}
+            for k, v in results.items()}
 
 
 def main():
@@ -184,94 +308,92 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one short run (smoke)")
     ap.add_argument("--shm", action="store_true",
                     help="let the engines use the same-host transport (default: TCP only)")
+    ap.add_argument("--netns-mbit", default="",
+                    help="also run with the servers in their own network namespace behind "
+                         "a link of R Mbit/s (root; a comma-separated list: each rate)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.duration = 1, 0.5
+    rates = bench_netns.parse_rates(args.netns_mbit)
+    if rates:
+        if args.shm:
+            sys.exit("store_aggregate: --netns-mbit and --shm exclude each other")
+        bench_netns.require("store_aggregate")
     if not args.shm:
         os.environ["MC_SHM_DISABLE"] = "1"  # inherited by every process below
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     window = parse_size(args.window)
     if args.clients < 1 or args.holders < 1 or min(sizes) < 8 or window < max(sizes):
         sys.exit("store_aggregate: bad --clients, --holders, --sizes or --window")
-    per_holder = -(-args.clients // args.holders)  # clients per holder, rounded up
-    region = per_holder * window  # bytes each holder or target serves at once
-    sb = master_rss.find(args.build, "bench/store_bench")
-    tb = master_rss.find(args.build, "bench/te_call_bench")
     ncpu = os.cpu_count()
+    load0 = os.getloadavg()[0]
 
-    m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
-                                          "src/master/mooncake_master"))
-    procs, results, cmds = [], {}, {}
-    try:
-        common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
-        # twice the live bytes: the allocator never runs short on a removed round
-        holders = [Proc([sb, "--mode=holder", *common, f"--segment={2 * region}"],
-                        "READY hostname=") for _ in range(args.holders)]
-        targets = [Proc([tb, "--serve", f"--size={region}"], "READY name=")
-                   for _ in range(args.holders)]
-        procs += holders + targets
-        cmds["holder"] = shlex.join(holders[0].argv)
-        cmds["target"] = shlex.join(targets[0].argv)
-        for size in sizes:
-            n = window // size * size
-            sc = [Proc([sb, "--mode=agg", *common,
-                        f"--target={holders[i % args.holders].field('hostname')}",
-                        f"--sizes={size}", f"--window={n}"], "READY keys=")
-                  for i in range(args.clients)]
-            procs += sc
-            ec = []
-            for i in range(args.clients):
-                t = targets[i % args.holders]
-                addr = int(t.field("addr"), 16) + (i // args.holders) * n
-                ec.append(Proc([tb, "--agg", f"--peer={t.field('name')}", f"--addr={addr:#x}",
-                                f"--block={size}", f"--window={n}"], "READY"))
-            procs += ec
-            cmds[f"store {size}"] = shlex.join(sc[0].argv)
-            cmds[f"engine {size}"] = shlex.join(ec[0].argv)
-            # one untimed round of each side first: connections, first touches
-            for side, cl in (("store", sc), ("engine", ec)):
-                for cmd in (("put", "get", "remove") if side == "store" else ("write", "read")):
-                    phase(cl, cmd)
-            for r in range(args.runs):
-                print(f"store_aggregate: {size_label(size)} run {r + 1}/{args.runs}",
-                      file=sys.stderr, flush=True)
-                order = (("store", sc), ("engine", ec))
-                for side, cl in (order if r % 2 == 0 else order[::-1]):
-                    res = run_side(cl, side == "store", args.duration, args.get_rounds)
-                    for op, v in res.items():
-                        results.setdefault((side, size, op), []).append(v)
-            for c in sc + ec:
-                c.stop()
-                procs.remove(c)
-    finally:
-        for p in procs:
-            p.stop()
-        m.stop()
+    results, cmds = measure(args, sizes, window)
+    if rates:
+        with LINK.up(rates[0]):
+            more, cmds_ns = measure(args, sizes, window, tuple(rates))
+        results.update(more)
+        cmds.update({f"{k} (--netns-mbit)": v for k, v in cmds_ns.items()})
+    med = medians(results)
+    load1 = os.getloadavg()[0]
 
-    med = {k: {"gbps": statistics.median(x["gbps"] for x in v),
-               "p99_us": statistics.median(x["p99_us"] for x in v),
-               "runs": [round(x["gbps"], 4) for x in v]}
-           for k, v in results.items()}
     if args.json:
         print(json.dumps({"cpus": ncpu, "clients": args.clients, "holders": args.holders,
                           "window": window, "duration": args.duration,
                           "transport": "default" if args.shm else "tcp",
-                          "results": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in med.items()}}))
+                          "load_before": load0, "load_after": load1,
+                          "netns_mbit": rates,
+                          "results": {f"{k[1]}/{k[2]}/{k[3]}": v for k, v in med.items()
+                                      if k[0] == 0},
+                          "netns": {f"{k[0]}/{k[1]}/{k[2]}/{k[3]}": v for k, v in med.items()
+                                    if k[0]}}))
         return
     print(f"{args.clients} clients x {args.holders} holders on one host with {ncpu} CPU cores "
           f"(every process shares them), window {window >> 20} MiB per client, "
           f"{args.duration:g} s of phases per run, medians of {args.runs} alternating runs, "
-          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}")
+          f"transport={'default (same-host allowed)' if args.shm else 'tcp'}, "
+          f"load average {load0:.2f} before, {load1:.2f} after")
     print()
     print("| size | op | store GB/s | engine GB/s | % of engine | store p99 us | "
           "engine p99 us |")
     print("|---|---|---|---|---|---|---|")
     for size in sizes:
         for op, eop in (("put", "write"), ("get", "read")):
-            s, e = med[("store", size, op)], med[("engine", size, op)]
+            s, e = med[(0, "store", size, op)], med[(0, "engine", size, op)]
             print(f"| {size_label(size)} | {op} / {eop} | {s['gbps']:.2f} | {e['gbps']:.2f} | "
                   f"{100 * s['gbps'] / e['gbps']:.0f}% | {s['p99_us']:.0f} | "
                   f"{e['p99_us']:.0f} |")
+    print()
+    print("CPU per object over loopback (utime + stime of every process of the side over "
+          "its timed phases / objects moved; store: clients, holders, master; engine: "
+          "initiators, targets):")
+    print()
+    print("| size | op | store CPU us/object | engine CPU us/object | store / engine |")
+    print("|---|---|---|---|---|")
+    for size in sizes:
+        for op, eop in (("put", "write"), ("get", "read")):
+            s, e = med[(0, "store", size, op)], med[(0, "engine", size, op)]
+            print(f"| {size_label(size)} | {op} / {eop} | {s['cpu_us']:.1f} | "
+                  f"{e['cpu_us']:.1f} | {s['cpu_us'] / e['cpu_us']:.2f}x |")
+    if rates:
+        print()
+        print("Across network namespaces (master, holders and targets behind one veth pair "
+              "limited to R Mbit/s each way; clients and initiators on this side), "
+              "beside loopback (CPU per object only in --json: behind a link it counts "
+              "the busy polls that wait on it):")
+        print()
+        print("| size | op | Mbit/s (GB/s) | store GB/s | engine GB/s | % of engine | "
+              "loopback % |")
+        print("|---|---|---|---|---|---|---|")
+        for size in sizes:
+            for op, eop in (("put", "write"), ("get", "read")):
+                lo = (med[(0, "store", size, op)]["gbps"] /
+                      med[(0, "engine", size, op)]["gbps"])
+                for mbit in rates:
+                    s, e = med[(mbit, "store", size, op)], med[(mbit, "engine", size, op)]
+                    print(f"| {size_label(size)} | {op} / {eop} | {mbit} ({mbit / 8000:.2f}) | "
+                          f"{s['gbps']:.2f} | {e['gbps']:.2f} | "
+                          f"{100 * s['gbps'] / e['gbps']:.0f}% | {100 * lo:.0f}% |")
     print()
     print("target: store aggregate >= 80% of the engine's (same processes, bytes per call, "
           "bytes per phase)")
@@ -283,6 +405,8 @@ def main():
     if ncpu and ncpu < args.clients + args.holders:
         print(f"note: {ncpu} cores for {args.clients + args.holders + 1} processes: "
               "figures include time-slicing")
+    if load0 > (ncpu or 1) / 2 or load1 > (ncpu or 1) / 2:
+        print("note: load average above half the cores: figures are provisional")
     print()
     print("commands (one of each; client i targets holder i % holders; "
           "MC_SHM_DISABLE=1 unless --shm):")

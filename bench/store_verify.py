@@ -46,51 +46,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import master_rss  # noqa: E402
 
 
-NS = "mcsv0"          # the holder's namespace (--netns-mbit)
-NET = "10.215.0"      # .1 this namespace's end, .2 the holder's
-VETH = ("mcsvh", "mcsvn")
+import bench_netns  # noqa: E402
 
-
-def sh(cmd, check=True):
-    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL if not check else None)
-
-
-def tbf(mbit):
-    return f"tbf rate {mbit}mbit burst {max(64, mbit // 8)}kb latency 100ms"
-
-
-def netns_up(mbit):
-    """NS behind a veth pair, NET.1 here and NET.2 there, each end limited
-    to mbit Mbit/s (tbf)."""
-    netns_down()
-    a, b = VETH
-    sh(f"ip netns add {NS} && ip link add {a} type veth peer name {b} && "
-       f"ip link set {b} netns {NS} && ip addr add {NET}.1/24 dev {a} && ip link set {a} up && "
-       f"ip netns exec {NS} ip addr add {NET}.2/24 dev {b} && "
-       f"ip netns exec {NS} ip link set {b} up && ip netns exec {NS} ip link set lo up")
-    netns_rate(mbit)
-
-
-def netns_rate(mbit):
-    """Both ends of the veth pair limited to mbit Mbit/s from now on."""
-    a, b = VETH
-    sh(f"tc qdisc replace dev {a} root {tbf(mbit)} && "
-       f"ip netns exec {NS} tc qdisc replace dev {b} root {tbf(mbit)}")
-
-
-def netns_down():
-    sh(f"ip netns del {NS}", check=False)
-    sh(f"ip link del {VETH[0]}", check=False)
+# the holder's namespace (--netns-mbit): NET.1 this namespace's end, NET.2 the holder's
+LINK = bench_netns.Link("mcsv0", "10.215.0", ("mcsvh", "mcsvn"))
+NS, NET = LINK.ns, LINK.net
 
 
 class Holder:
     """store_bench --mode=holder in NS: its segment is where every object goes."""
 
     def __init__(self, build, m, env):
-        argv = ["ip", "netns", "exec", NS, master_rss.find(build, "bench/store_bench"),
-                "--mode=holder", f"--master={m.addr}", f"--metadata={m.meta_uri}",
-                f"--host={NET}.2"]
+        argv = LINK.exec([master_rss.find(build, "bench/store_bench"), "--mode=holder",
+                          f"--master={m.addr}", f"--metadata={m.meta_uri}", f"--host={NET}.2"])
         self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True)
         line = self.p.stdout.readline()
@@ -144,17 +112,13 @@ def main():
                          "a comma-separated list runs each rate every round")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    try:
-        rates = [int(r) for r in args.netns_mbit.split(",") if r] if args.netns_mbit else [0]
-    except ValueError:
-        sys.exit(f"--netns-mbit: {args.netns_mbit!r} is not a list of Mbit/s")
-    if not rates or (any(r <= 0 for r in rates) and rates != [0]):
-        sys.exit("--netns-mbit: every rate must be a positive number of Mbit/s")
+    rates = bench_netns.parse_rates(args.netns_mbit) or [0]
     args.netns_mbit = rates[0]
     if args.netns_mbit:
         if args.shm:
             sys.exit("--netns-mbit and --shm exclude each other")
-        netns_up(args.netns_mbit)
+        bench_netns.require("store_verify")
+        LINK.up(args.netns_mbit)
 
     got = {}  # (mbit, case, size, verify) -> [GB/s]
     load0 = os.getloadavg()
@@ -165,7 +129,7 @@ def main():
                                               "src/master/mooncake_master"), extra)
     except BaseException:
         if args.netns_mbit:
-            netns_down()
+            LINK.down()
         raise
     if args.netns_mbit:
         m.addr = f"{NET}.1:{m.rpc}"
@@ -176,7 +140,7 @@ def main():
             print(f"store_verify: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
             for mbit in (rates if i % 2 == 0 else rates[::-1]):
                 if len(rates) > 1:
-                    netns_rate(mbit)
+                    LINK.rate(mbit)
                 for verify in order:
                     for j in run_bench(args.build, m, verify, args.duration, args.cases,
                                        args.shm, mbit, args.window, args.range_len):
@@ -186,7 +150,7 @@ def main():
     finally:
         m.stop()
         if args.netns_mbit:
-            netns_down()
+            LINK.down()
 
     rows = []
     for (mbit, case, size, verify) in sorted(got):

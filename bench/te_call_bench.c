@@ -4,8 +4,8 @@
  *
  * Two roles:
  *
- *   te_call_bench --serve [--size N]
- *       a P2P target on 127.0.0.1: registers N bytes (default 16 MiB,
+ *   te_call_bench --serve [--size N] [--host ADDR]
+ *       a P2P target on 127.0.0.1 (or ADDR): registers N bytes (default 16 MiB,
  *       prefaulted), prints "READY name=<host:port> addr=0x... size=N" and
  *       serves until stdin closes;
  *
@@ -42,6 +42,10 @@
  *       comparable between processes on one host.  It prints READY once
  *       connected.
  *
+ * --host ADDR (any role) names the engine ADDR rather than 127.0.0.1, as
+ * when bench/store_aggregate.py --netns-mbit puts the targets and the
+ * initiators in different network namespaces.
+ *
  * Only the public API is used.
  */
 #include <mooncake/mooncake.h>
@@ -75,12 +79,15 @@ static void *buffer_alloc(uint64_t size)
 	return p;
 }
 
+/* --host: the address this engine listens on and names itself by. */
+static const char *local_host = "127.0.0.1";
+
 static struct mc_te *engine_new(void)
 {
 	struct mc_te_params p = {
 		.field_mask = MC_TE_PARAM_METADATA | MC_TE_PARAM_LOCAL_NAME | MC_TE_PARAM_PROTOCOL,
 		.metadata_uri = "P2PHANDSHAKE",
-		.local_name = "127.0.0.1",
+		.local_name = local_host,
 		.protocol = "tcp",
 	};
 	struct mc_te *te = NULL;
@@ -281,10 +288,10 @@ static int aggregate(const char *peer, uint64_t raddr, uint64_t block, uint64_t 
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: %s --serve [--size N]\n"
+		"usage: %s --serve [--size N] [--host ADDR]\n"
 		"       %s --peer NAME --addr A [--iters N] [--batch-iters M] "
 		"[--interactive]\n"
-		"       %s --agg --peer NAME --addr A --block B --window W\n",
+		"       %s --agg --peer NAME --addr A --block B --window W [--host ADDR]\n",
 		PROG, PROG, PROG);
 	exit(2);
 }
@@ -302,6 +309,7 @@ int main(int argc, char **argv)
 		{"agg", no_argument, NULL, 'g'},
 		{"block", required_argument, NULL, 'B'},
 		{"window", required_argument, NULL, 'w'},
+		{"host", required_argument, NULL, 'H'},
 		{NULL, 0, NULL, 0},
 	};
 	uint64_t size = 16ull << 20, addr = 0, block = 0, window = 0;
@@ -340,6 +348,9 @@ int main(int argc, char **argv)
 			break;
 		case 'w':
 			window = strtoull(optarg, NULL, 0);
+			break;
+		case 'H':
+			local_host = optarg;
 			break;
 		default:
 			usage();
