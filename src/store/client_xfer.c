@@ -287,12 +287,16 @@ static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_sto
  * at most SIGN_FIRST bytes is signed before its submit, so that its
  * trailer goes in the same submit, right behind its value (one hand-over
  * to the lane's worker, which sends both with one sendmsg; the holder
- * reads both at once); the objects go in groups that double in bytes, so
- * that the hash of a group overlaps the transfer of those before it.  A
- * larger write is signed while its bytes move, and its trailer follows in
- * a last submit.  False: nothing was submitted (the batch is unused).
+ * reads both at once).  The objects go in groups of SIGN_GROUP bytes
+ * signed first: one submit for a batch of 32 x 64 KiB, whose workers then
+ * have the whole batch to send without sleeping in between (groups
+ * doubling from one object woke them 4 times as often), and a larger
+ * batch's later groups are hashed while the earlier ones move.  A larger
+ * write is signed while its bytes move, and its trailer follows in a last
+ * submit.  False: nothing was submitted (the batch is unused).
  */
 #define SIGN_FIRST (256u << 10)
+#define SIGN_GROUP (2u << 20)
 
 static mc_status write_submit(struct mc_store *s, mc_batch_id bid, const struct req_list *sub,
 			      size_t first)
@@ -304,28 +308,27 @@ static mc_status write_submit(struct mc_store *s, mc_batch_id bid, const struct 
 static bool submit_writes(struct mc_store *s, mc_batch_id bid, struct mc_store_io *ios, size_t n,
 			  const struct req_list *vals, struct req_list *sub)
 {
-	uint64_t sent = 0;
 	size_t k = 0, first;
 
 	while (k < vals->n) {
-		uint64_t bytes = 0;
+		uint64_t signed_first = 0;
 
 		first = sub->n;
-		while (k < vals->n && (bytes == 0 || bytes < sent)) {
+		while (k < vals->n && signed_first < SIGN_GROUP) {
 			uint32_t i = vals->owner[k];
 			struct mc_store_io *io = &ios[i];
 
-			if (io->len <= SIGN_FIRST)
+			if (io->len <= SIGN_FIRST) {
 				mc_store_verify_sign(s, io, 1);
+				signed_first += io->len;
+			}
 			for (; k < vals->n && vals->owner[k] == i; k++)
 				if (io->status == MC_OK)
 					io->status = req_list_add(sub, &vals->v[k], i);
 			(void)put_trailer(s, sub, ios, i, TR_QUEUE);
-			bytes += io->len;
 		}
 		if (sub->n > first && write_submit(s, bid, sub, first) != MC_OK)
 			goto fail;
-		sent += bytes;
 	}
 	/* the larger writes: signed now, while they move */
 	mc_store_verify_sign(s, ios, n);

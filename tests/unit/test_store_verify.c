@@ -616,12 +616,11 @@ static void every_put_path_leaves_a_checked_object(void **state)
  * A write of at most 256 KiB is signed before its submit, and its trailer
  * leaves in the same submit, right behind its value (client_xfer.c,
  * submit_writes): one submit for a 64 KiB put, where signing while the
- * value moved took two; a batch in groups doubling in bytes (1, 1, 2, 4,
- * 8 and 16 of 32 objects), so that hashing overlaps the earlier groups'
- * transfer; a larger write is signed while it moves, its trailer in a
- * submit of its own.  Every object of a batch mixing them (no trailer, at
- * the bound, past it, several MiB) reads back checked, and a byte flipped
- * in any of them is caught.
+ * value moved took two; a batch in groups of 2 MiB signed first (32 x 64
+ * KiB in one submit, 40 in two); a larger write is signed while it moves,
+ * its trailer in a submit of its own.  Every object of a batch mixing
+ * them (no trailer, at the bound, past it, several MiB) reads back
+ * checked, and a byte flipped in any of them is caught.
  */
 static uint64_t write_submits(struct mc_store *s)
 {
@@ -630,7 +629,7 @@ static uint64_t write_submits(struct mc_store *s)
 
 static void small_writes_leave_with_their_trailers(void **state)
 {
-	enum { N = 32, S = 64 << 10, BIG = 1 << 20, NMIX = 6 };
+	enum { N = 40, S = 64 << 10, BIG = 1 << 20, NMIX = 6 };
 	struct mc_store_config on_b = st_prefer(B);
 	const size_t mix[NMIX] = {100, S, 256 << 10, (256 << 10) + 1, BIG, 3 * BIG};
 	char *v = malloc(N * S), *big = malloc(3 * BIG + 5);
@@ -660,8 +659,17 @@ static void small_writes_leave_with_their_trailers(void **state)
 		lens[i] = S;
 	}
 	s0 = write_submits(A);
+	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, 32, &on_b, res), MC_OK);
+	assert_int_equal(write_submits(A) - s0, 1);
+	for (size_t i = 0; i < 32; i++) {
+		assert_int_equal(res[i], MC_OK);
+		st_expect_get(B, keys[i], vals[i], S);
+	}
+	for (size_t i = 0; i < N; i++) /* new keys for the next batch */
+		names[i][3] = 'c';
+	s0 = write_submits(A);
 	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, N, &on_b, res), MC_OK);
-	assert_int_equal(write_submits(A) - s0, 6);
+	assert_int_equal(write_submits(A) - s0, 2);
 	for (size_t i = 0; i < N; i++) {
 		assert_int_equal(res[i], MC_OK);
 		st_expect_get(B, keys[i], vals[i], S);
