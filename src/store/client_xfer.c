@@ -231,8 +231,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 enum { TR_COUNT, TR_QUEUE, TR_COPY };
 
 /* put_trailers for ios[i] alone. */
-static size_t put_trailer(struct mc_store *s, struct req_list *l, struct mc_store_io *ios,
-			  size_t i, int mode)
+static size_t put_trailer(struct mc_store *s, struct req_list *l, struct mc_store_io *ios, size_t i,
+			  int mode)
 {
 	struct mc_store_io *io = &ios[i];
 	size_t k = 0;
@@ -289,11 +289,11 @@ static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_sto
  * to the lane's worker, which sends both with one sendmsg; the holder
  * reads both at once).  The objects go in groups of SIGN_GROUP bytes
  * signed first: one submit for a batch of 32 x 64 KiB, whose workers then
- * have the whole batch to send without sleeping in between (groups
- * doubling from one object woke them 4 times as often), and a larger
- * batch's later groups are hashed while the earlier ones move.  A larger
- * write is signed while its bytes move, and its trailer follows in a last
- * submit.  False: nothing was submitted (the batch is unused).
+ * have the whole batch to send without sleeping in between (after a
+ * small group they would, and the next submit would wake them), and a
+ * larger batch's later groups are hashed while the earlier ones move.  A
+ * larger write is signed while its bytes move, and its trailer follows in
+ * a last submit.  False: nothing was submitted (the batch is unused).
  */
 #define SIGN_FIRST (256u << 10)
 #define SIGN_GROUP (2u << 20)
@@ -336,7 +336,7 @@ static bool submit_writes(struct mc_store *s, mc_batch_id bid, struct mc_store_i
 	(void)put_trailers(s, sub, ios, n, TR_QUEUE);
 	if (sub->n > first && write_submit(s, bid, sub, first) != MC_OK)
 		goto fail;
-	return true;
+	return sub->n > 0; /* none: every request failed to queue */
 fail:
 	for (size_t j = first; j < sub->n; j++)
 		ios[sub->owner[j]].status = MC_ERR_TRANSFER_FAIL;
