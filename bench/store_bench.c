@@ -68,6 +68,7 @@
  * size=B" and answers each line with one line:
  *
  *   put      put_from every key of the window -> OK bytes=B t0=S t1=S p99_us=X
+ *   putb     batch_put_from of --batch keys per call, the same keys -> the same
  *   get      get_into every key (data checked) -> the same
  *   remove   one forced batch remove, next round's keys -> OK
  *   quit     (or end of input) exit
@@ -776,13 +777,13 @@ static int holder_main(void)
 }
 
 /* One phase of an aggregate client: "OK bytes=B t0=S t1=S p99_us=X". */
-static void agg_phase(bool put, struct window *w, uint64_t round)
+static void agg_phase(bool put, bool batch, struct window *w, uint64_t round)
 {
 	struct samples lat = {0};
 	double t0 = now_s(), t1;
 
 	if (put)
-		put_phase(X_ZC, w, &lat);
+		put_phase(batch ? X_BATCH : X_ZC, w, &lat);
 	else
 		get_phase(X_ZC, w, 0, round, &lat);
 	t1 = now_s();
@@ -808,9 +809,11 @@ static int agg_main(void)
 	while (!stop_signal && fgets(line, sizeof(line), stdin)) {
 		line[strcspn(line, "\r\n")] = '\0';
 		if (!strcmp(line, "put")) {
-			agg_phase(true, &w, round);
+			agg_phase(true, false, &w, round);
+		} else if (!strcmp(line, "putb")) {
+			agg_phase(true, true, &w, round);
 		} else if (!strcmp(line, "get")) {
-			agg_phase(false, &w, round);
+			agg_phase(false, false, &w, round);
 		} else if (!strcmp(line, "remove")) {
 			window_remove(&w);
 			window_keys(&w, 0, ++round);

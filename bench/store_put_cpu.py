@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""CPU per object of the store's put path: client, holder and master.
+
+Issue 12 part 4 measures the many-holder aggregate against the engine's,
+and on a machine with few cores what bounds it is the CPU each put costs
+every process on the way.  This counts it, phase by phase, where a
+throughput figure on a loaded machine says little: one master, one holder
+(store_bench --mode=holder) and one client (store_bench --mode=agg, a
+registered window of --window bytes of --size objects, all on the holder,
+TCP only) run --rounds rounds of "put" (put_from, one key per call) or
+"putb" (batch_put_from, --batch keys per call) then "remove"; the
+utime + stime of each process (all its threads, /proc/PID/stat) is summed
+over the put phases only, and divided by the objects put.
+
+--build takes several builds, comma-separated: each run starts a fresh set
+of processes from one build, and the builds alternate run by run (A/B on a
+shared machine).  --env NAME=VALUE (repeatable) applies to every process;
+--env-b NAME=VALUE only to the second build's (a switch A/B with one build
+given twice).  --attach CMD runs CMD (a shell command; {client},
+{holder}, {master} and {pids}, comma-separated, stand for the processes'
+ids) from after the untimed first round to after the last, then sends it
+SIGINT: for example 'strace -c -f -o /tmp/c.txt -p {client}' or
+'perf record -g -o /tmp/p.data -p {pids}'.
+
+usage: bench/store_put_cpu.py [--build build] [--runs 3] [--rounds 20]
+                              [--size 64k] [--window 32m] [--mode putb]
+                              [--batch 32] [--env N=V] [--env-b N=V]
+                              [--attach CMD]
+"""
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import master_rss  # noqa: E402
+from store_aggregate import Proc, parse_size  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid):
+    """utime + stime of every thread of pid, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def one_run(build, args, env):
+    old = dict(os.environ)
+    os.environ.update(env)
+    os.environ["MC_SHM_DISABLE"] = "1"
+    sb = master_rss.find(build, "bench/store_bench")
+    m = master_rss.Master(master_rss.find(build, "tools/mooncake_master",
+                                          "src/master/mooncake_master"))
+    procs = []
+    try:
+        common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
+        h = Proc([sb, "--mode=holder", *common, f"--segment={2 * args.window}"],
+                 "READY hostname=")
+        procs.append(h)
+        c = Proc([sb, "--mode=agg", *common, f"--target={h.field('hostname')}",
+                  f"--sizes={args.size}", f"--window={args.window}", f"--batch={args.batch}"],
+                 "READY keys=")
+        procs.append(c)
+        keys = int(c.field("keys"))
+        pids = {"client": c.p.pid, "holder": h.p.pid, "master": m.p.pid}
+        spent = dict.fromkeys(pids, 0.0)
+        wall = 0.0
+        att = None
+        for r in range(args.rounds + 1):  # the first untimed: connections, first touches
+            if r == 1 and args.attach:
+                att = subprocess.Popen(args.attach.format(
+                    pids=",".join(str(p) for p in pids.values()), **pids), shell=True,
+                    start_new_session=True)
+            before = {k: cpu_s(p) for k, p in pids.items()}
+            c.p.stdin.write(args.mode + "\n")
+            line = c.readline()
+            if not line.startswith("OK"):
+                c.fail(f"answered {line.strip()!r}")
+            after = {k: cpu_s(p) for k, p in pids.items()}
+            if r:
+                f = dict(t.split("=") for t in line.split()[1:])
+                wall += float(f["t1"]) - float(f["t0"])
+                for k in pids:
+                    spent[k] += after[k] - before[k]
+            c.p.stdin.write("remove\n")
+            c.readline()
+        if att:
+            os.killpg(att.pid, signal.SIGINT)
+            att.wait(timeout=60)
+        n = keys * args.rounds
+        out = {k: v / n * 1e6 for k, v in spent.items()}
+        out["total"] = sum(out.values())
+        out["gbps"] = n * args.size / wall / 1e9
+        return out
+    finally:
+        for p in procs:
+            p.p.stdin.close()
+            p.p.wait(timeout=30)
+        m.stop()
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build", help="builds, comma-separated (A/B)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=20, help="put phases per run")
+    ap.add_argument("--size", default="64k")
+    ap.add_argument("--window", default="32m")
+    ap.add_argument("--mode", default="putb", choices=("put", "putb"))
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--env", action="append", default=[])
+    ap.add_argument("--env-b", action="append", default=[])
+    ap.add_argument("--attach", help="a command run beside the timed rounds (see above)")
+    args = ap.parse_args()
+    args.size = parse_size(args.size)
+    args.window = parse_size(args.window) // args.size * args.size
+    if args.window // args.size % args.batch:
+        sys.exit("store_put_cpu: --window must hold a multiple of --batch objects")
+    builds = args.build.split(",")
+    env = dict(e.split("=", 1) for e in args.env)
+    env_b = dict(env, **dict(e.split("=", 1) for e in args.env_b))
+    res = {}
+    for r in range(args.runs):
+        order = list(enumerate(builds))
+        for i, b in (order if r % 2 == 0 else order[::-1]):
+            o = one_run(b, args, env_b if i == 1 else env)
+            res.setdefault(i, []).append(o)
+            print(f"run {r + 1} {b}{' (env-b)' if i == 1 and args.env_b else ''}: "
+                  + " ".join(f"{k} {v:.1f}" for k, v in o.items() if k != "gbps")
+                  + f" us/object, {o['gbps']:.2f} GB/s, load {os.getloadavg()[0]:.1f}",
+                  file=sys.stderr, flush=True)
+    print(f"{args.mode} of {args.size} B objects, {args.rounds} x {args.window // args.size} "
+          f"per run, medians of {args.runs} runs (CPU us per object)")
+    print("| build | client | holder | master | total | GB/s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for i, b in enumerate(builds):
+        med = {k: statistics.median(o[k] for o in res[i]) for k in res[i][0]}
+        print(f"| {b}{' ' + ' '.join(args.env_b) if i == 1 and args.env_b else ''} | "
+              f"{med['client']:.1f} | {med['holder']:.1f} | {med['master']:.1f} | "
+              f"{med['total']:.1f} | {med['gbps']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
