@@ -223,16 +223,22 @@ static void *heartbeat_main(void *arg)
 		struct timespec ts;
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
+		(void)mc_store_unmounted_dereg(s); /* unmounted memory due out */
 		heartbeat_once(s, &fails);
 		mc_store_credit_idle(s); /* unused put credits go back */
 		/* copy and move tasks (client_tasks.c); busy: ping again, no wait */
 		busy = !atomic_load(&s->ping_failed) && mc_store_tasks_poll(s);
 		until = mc_now_ms() + (busy ? 0 : HEARTBEAT_MS);
-		ts.tv_sec = (time_t)(until / 1000);
-		ts.tv_nsec = (long)(until % 1000) * 1000000L;
 		pthread_mutex_lock(&s->hb_lock);
-		while (!s->hb_stop && mc_now_ms() < until)
+		for (;;) { /* an unmount's deregistration may come due first */
+			uint64_t due = MC_MIN(until, (uint64_t)atomic_load(&s->dereg_due));
+
+			if (s->hb_stop || mc_now_ms() >= due)
+				break;
+			ts.tv_sec = (time_t)(due / 1000);
+			ts.tv_nsec = (long)(due % 1000) * 1000000L;
 			pthread_cond_timedwait(&s->hb_cond, &s->hb_lock, &ts);
+		}
 	}
 	pthread_mutex_unlock(&s->hb_lock);
 	return NULL;

@@ -12,6 +12,7 @@
  * test_store_client.c's: one master, clients A and B for the whole run
  * (cache on in both), fresh holders or masters where a case needs them.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -660,6 +661,85 @@ static void holder_gone_is_caught(void **state)
 	free(v);
 }
 
+/*
+ * The only holder of a key B has cached unmounts its global segment at
+ * once and stays up: its memory, still mapped and intact, leaves its
+ * engine before the unmount returns, so B's cached read is refused, the
+ * entry goes and the master says the key is gone (before: B got the
+ * value back, checked).  No report, no mismatch.
+ */
+static void unmount_refuses_cached_reads(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B), sid[MC_STORE_SEGMENT_ID_MAX];
+	uint64_t stale0, mism0, rep0, g0;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 44);
+	assert_int_equal(mc_store_put(A, "lc-um", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-um", v, OBJ);
+	snprintf(sid, sizeof(sid), "%" PRIu64 "-%" PRIu64, D->seg_id.first, D->seg_id.second);
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	mism0 = atomic_load(&B->metrics->checksum_mismatches);
+	rep0 = reports(B);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_unmount_segment(D, sid, 0), MC_OK);
+	assert_int_equal(mc_store_get_into(B, "lc-um", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 1);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(B), rep0);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/*
+ * The same for an extra segment unmounted with a grace period: B's cached
+ * get reads the value during the grace (the segment is readable), and once
+ * the holder's heartbeat took the memory out of its engine at the grace's
+ * end, no get of B returns the value (before: B's cached get kept
+ * returning it until its entry's lease deadline, seconds later).
+ */
+static void unmount_after_grace_refuses_cached_reads(void **state)
+{
+	struct mc_store *D = client_new(0);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B), xid[MC_STORE_SEGMENT_ID_MAX];
+	uint64_t alloc = 0, g0, end;
+	int64_t n;
+	(void)state;
+
+	assert_int_equal(mc_store_allocate_and_mount_segment(D, 16 << 20, NULL, NULL, xid, &alloc),
+			 MC_OK);
+	mc_test_fill(v, OBJ, 45);
+	assert_int_equal(mc_store_put(A, "lc-umg", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-umg", v, OBJ);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_unmount_segment(D, xid, 300), MC_OK);
+	assert_int_not_equal(atomic_load(&D->dereg_due), UINT64_MAX); /* due at the grace's end */
+	expect_into(B, dst, "lc-umg", v, OBJ); /* in the grace: readable, from the cache */
+	assert_int_equal(lookups(B), g0);
+	/* the event: D's heartbeat deregistered it (bounded wait, polled) */
+	end = mc_now_ms() + 5000;
+	while (atomic_load(&D->dereg_due) != UINT64_MAX && mc_now_ms() < end) {
+		struct timespec nap = {0, 10 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	assert_int_equal(atomic_load(&D->dereg_due), UINT64_MAX);
+	assert_false(D->xsegs[0].registered);
+	memset(dst, 0, OBJ);
+	n = mc_store_get_into(B, "lc-umg", dst, OBJ);
+	assert_true(n < 0); /* not found, or a listed replica refused: never the value */
+	assert_true(lookups(B) > g0);
+	assert_int_equal(mc_store_unmount_and_free_segment(D, xid, 0), MC_OK);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
 /* Run the move or copy task id to its end (the source holder's heartbeat
  * runs it; polled, as the API offers no wait). */
 static void task_done(struct mc_store *s, const struct mc_store_task_uuid *id)
@@ -748,6 +828,8 @@ int main(void)
 		cmocka_unit_test(remove_all_and_reuse_is_caught),
 		cmocka_unit_test(holder_gone_is_caught),
 		cmocka_unit_test(move_and_copy_keep_the_value),
+		cmocka_unit_test(unmount_refuses_cached_reads),
+		cmocka_unit_test(unmount_after_grace_refuses_cached_reads),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
