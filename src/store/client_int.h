@@ -501,6 +501,10 @@ void mc_store_loc_mark(struct mc_store *s, struct mc_store_loc_mark *mk);
 void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, const char *key,
 		      size_t len, const struct mc_store_replica_list *l,
 		      const struct mc_store_replica *r);
+/* An override's spoil tails (proto.h): spoil the listed blocks, a request
+ * sent at sent_ms (client_loccache.c). */
+void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uint32_t n,
+		    const struct mc_proto_opt_u64 *spoil_ms, uint64_t sent_ms);
 /* This client changes key (or keys, or every key): drop their entries. */
 void mc_store_loc_forget(struct mc_store *s, const char *key, size_t len);
 void mc_store_loc_forget_keys(struct mc_store *s, const char *const *keys, size_t n);
