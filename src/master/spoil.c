@@ -144,6 +144,8 @@ void mc_master_spoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_re
 		m->nspoil++;
 		m->spoil_until = MC_MIN(m->spoil_until, until);
 	}
+	if (min_release && k < o->nrep)
+		m->met.put_start_discard_cnt++; /* as mc_master_obj_discard_reps counts */
 	o->nrep = (uint8_t)k;
 }
 
