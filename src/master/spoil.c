@@ -62,8 +62,7 @@ static void fill(const struct mc_master *m, const struct mc_obj *o, const struct
 
 /* A force remove's block: parked in m->spoiled under a new id, which
  * SpoilDone names once the remover wrote it; false: no memory. */
-static bool park_spoiled(struct mc_master *m, const struct mc_rep *r, uint64_t size,
-			 uint64_t until)
+static bool park_spoiled(struct mc_master *m, const struct mc_rep *r, uint64_t size, uint64_t until)
 {
 	struct mc_spoiled *d;
 

@@ -96,8 +96,8 @@ struct mc_store {
 	void *seg;
 	uint64_t seg_size;
 	struct mc_hostmem *seg_mem; /* the mapping behind seg (mem/hostmem.h) */
-	bool seg_registered; /* under xseg_lock once set up (an unmount clears it) */
-	uint64_t seg_dereg_at; /* as an extra segment's dereg_at (xseg_lock) */
+	bool seg_registered;	    /* under xseg_lock once set up (an unmount clears it) */
+	uint64_t seg_dereg_at;	    /* as an extra segment's dereg_at (xseg_lock) */
 	bool seg_mounted;
 	atomic_bool seg_unmounted; /* mc_store_unmount_segment took it off (any thread) */
 	struct mc_store_uuid seg_id;

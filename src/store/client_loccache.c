@@ -374,12 +374,16 @@ void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uin
 		reps[i].size = MC_MIN(reps[i].size, (uint64_t)MC_STORE_SPOIL_LEN);
 		bufs[i] = heads + (size_t)i * MC_STORE_SPOIL_LEN;
 		lens[i] = reps[i].size;
-		ios[i] = (struct mc_store_io){.bufs = &bufs[i], .lens = &lens[i], .nbufs = 1,
-					      .len = reps[i].size, .reps = &reps[i], .nreps = 1,
+		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
+					      .lens = &lens[i],
+					      .nbufs = 1,
+					      .len = reps[i].size,
+					      .reps = &reps[i],
+					      .nreps = 1,
 					      .status = reps[i].type == MC_STORE_REPLICA_MEMORY &&
-								reps[i].size
-							? MC_OK
-							: MC_ERR_INVALID_REPLICA};
+									reps[i].size
+								? MC_OK
+								: MC_ERR_INVALID_REPLICA};
 	}
 	mc_store_run_transfers(s, ios, n, MC_OP_READ);
 	for (uint32_t i = 0; i < n; i++) {
@@ -387,8 +391,12 @@ void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uin
 			continue;
 		for (uint64_t k = 0; k < lens[i]; k++)
 			heads[(size_t)i * MC_STORE_SPOIL_LEN + k] ^= 0xff;
-		ios[i] = (struct mc_store_io){.bufs = &bufs[i], .lens = &lens[i], .nbufs = 1,
-					      .len = reps[i].size, .reps = &reps[i], .nreps = 1,
+		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
+					      .lens = &lens[i],
+					      .nbufs = 1,
+					      .len = reps[i].size,
+					      .reps = &reps[i],
+					      .nreps = 1,
 					      .status = MC_OK};
 		done++;
 	}

@@ -519,8 +519,7 @@ LAYOUT(L_put_start_req, PS, F_UUID(PS, client_id), F_STR(PS, tenant), F_KEY(PS, 
        F_TAIL(PS, trailer_len));
 #undef PS
 #define PSR struct mc_store_put_start_resp
-LAYOUT(L_put_start_resp, PSR,
-       F_LIST(PSR, replicas, n_replicas, struct mc_store_replica, L_replica),
+LAYOUT(L_put_start_resp, PSR, F_LIST(PSR, replicas, n_replicas, struct mc_store_replica, L_replica),
        F_TAIL_LIST(PSR, spoil, n_spoil, struct mc_store_replica, L_replica), F_TAIL(PSR, spoil_ms));
 #undef PSR
 LAYOUT(L_put_item, struct mc_store_put_item, F_KEY(struct mc_store_put_item, key),

@@ -57,7 +57,7 @@
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
 	    * tails); 11: a promoter writes the trailer of a promoted trailer object;      \
-	    * 12: PutCredit (44, ours: put credits); 13: the spoil tails of Remove,     \
+	    * 12: PutCredit (44, ours: put credits); 13: the spoil tails of Remove,        \
 	    * BatchRemove, UpsertStart and BatchUpsertStart answers, SpoilDone (45)  */
 #define MC_PROTO_HDR_LEN 32
 /*

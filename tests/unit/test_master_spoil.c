@@ -78,7 +78,7 @@ static void leased_force_remove_parks_until_spoil_done(void **state)
 	assert_int_not_equal(id, 0);
 	assert_int_equal(mt_exist(t, "k"), 0);
 	assert_int_equal(mt_metrics(t).allocated_bytes, alloc); /* parked */
-	assert_int_equal(spoil_done(t, id + 1000), MC_OK);	 /* unknown: ignored */
+	assert_int_equal(spoil_done(t, id + 1000), MC_OK);	/* unknown: ignored */
 	assert_int_equal(mt_metrics(t).allocated_bytes, alloc);
 	assert_int_equal(spoil_done(t, id), MC_OK);
 	assert_true(mt_metrics(t).allocated_bytes < alloc);

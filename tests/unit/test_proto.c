@@ -404,7 +404,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		return;
 	case MC_STORE_SPOIL_DONE:
 		if (!resp)
-			u->spoil_done_req = (struct mc_store_spoil_done_req){MC_MIN(n, 2), credit_ids};
+			u->spoil_done_req =
+				(struct mc_store_spoil_done_req){MC_MIN(n, 2), credit_ids};
 		return;
 	case MC_STORE_REMOVE:
 		if (!resp)
