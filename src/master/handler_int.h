@@ -66,6 +66,8 @@ mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q
  * bytes placed as a one-replica put's preferring segment ("": none),
  * accounted as used; the value-size histogram. */
 mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q);
+/* SpoilDone (spoil.c) */
+mc_status mc_master_h_spoil_done(struct ctx *c, const struct mc_store_msg *q);
 bool mc_master_v_put_credit(const struct mc_store_msg *q);
 mc_status mc_master_place_block(struct ctx *c, uint64_t len, const struct mc_proto_str *segment,
 				struct mc_rep *out);

@@ -972,6 +972,7 @@ static mc_status upsert_existing(struct ctx *c, struct mc_obj *o, uint32_t clien
 		}
 		return st;
 	}
+	mc_master_spoil_park(m, o, c->now + m->cfg.put_start_release_timeout_ms, c->now);
 	mc_master_obj_discard_reps(m, o, c->now);
 	if (!mc_master_obj_ext_fit(o, n)) {
 		place_undo(m, n);
@@ -1120,9 +1121,12 @@ static mc_status h_put_start(struct ctx *c, const struct mc_store_msg *q)
 		return st;
 	if (mc_master_rscratch(m, MC_MASTER_MAX_REPLICAS) != MC_OK)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for the replica list");
+	mc_master_spoil_begin(m, upsert ? q->hdr.minor : 0);
 	st = put_start_one(c, client, tid, &r->key, r->value_len,
 			   r->trailer_len.present ? r->trailer_len.value : 0, &r->group_id,
 			   &r->config, upsert, &n, &pos);
+	memset(&resp, 0, sizeof(resp));
+	mc_master_spoil_out(m, c->now, &resp.n_spoil, &resp.spoil, &resp.spoil_ms);
 	if (st != MC_OK)
 		return st;
 	resp.n_replicas = n;
@@ -1136,7 +1140,7 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 	const struct mc_store_batch_put_start_req *r = &q->body.batch_put_start_req;
 	const bool upsert = q->hdr.type == MC_STORE_BATCH_UPSERT_START;
 	struct mc_master *m = c->m;
-	struct mc_store_batch_put_start_resp resp = {r->n_items, NULL};
+	struct mc_store_batch_put_start_resp resp = {.n_items = r->n_items};
 	struct mc_store_put_start_item *items;
 	uint32_t client, pos = 0, nfail = 0;
 	uint16_t tid;
@@ -1158,6 +1162,7 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_items);
 	c->err = scratch_err; /* per-item causes are not reported */
+	mc_master_spoil_begin(m, upsert ? q->hdr.minor : 0);
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		const struct mc_store_put_item *it = &r->items[i];
 
@@ -1184,6 +1189,7 @@ static mc_status h_batch_put_start(struct ctx *c, const struct mc_store_msg *q)
 	}
 	batch_count(&m->met.master_batch_put_start, r->n_items, nfail);
 	resp.items = items;
+	mc_master_spoil_out(m, c->now, &resp.n_spoil, &resp.spoil, &resp.spoil_ms);
 	return mc_store_response_encode(
 		c->out, upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START, c->id,
 		&resp);
@@ -1477,25 +1483,31 @@ static mc_status remove_one(struct ctx *c, const struct mc_proto_str *tenant,
 static mc_status h_remove(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_remove_req *r = &q->body.remove_req;
-	mc_status st = remove_one(c, &r->tenant, &r->key, r->force);
+	struct mc_store_remove_resp resp = {0};
+	mc_status st;
 
+	mc_master_spoil_begin(c->m, q->hdr.minor);
+	st = remove_one(c, &r->tenant, &r->key, r->force);
+	mc_master_spoil_out(c->m, c->now, &resp.n_spoil, &resp.spoil, &resp.spoil_ms);
 	if (st != MC_OK)
 		return st;
-	return mc_store_remove_response_encode(c->out, c->id, NULL);
+	return mc_store_remove_response_encode(c->out, c->id, &resp);
 }
 
 static mc_status h_batch_remove(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_batch_remove_req *r = &q->body.batch_remove_req;
-	struct mc_store_batch_status_resp resp = {r->n_keys, NULL};
+	struct mc_store_batch_remove_resp resp = {.n_items = r->n_keys};
 	char *keep = c->err, scratch_err[ERR_LEN];
 	mc_status st = status_list(c, r->n_keys, r->keys, "key", &resp.statuses);
 
 	if (st != MC_OK)
 		return st;
 	c->err = scratch_err;
+	mc_master_spoil_begin(c->m, q->hdr.minor);
 	for (uint32_t i = 0; i < r->n_keys; i++)
 		resp.statuses[i] = remove_one(c, &r->tenant, &r->keys[i], r->force);
+	mc_master_spoil_out(c->m, c->now, &resp.n_spoil, &resp.spoil, &resp.spoil_ms);
 	c->err = keep;
 	return mc_store_batch_remove_response_encode(c->out, c->id, &resp);
 }
@@ -1650,6 +1662,7 @@ static mc_status h_client_only(struct ctx *c, const struct mc_store_msg *q)
 	X(BATCH_UPSERT_END, h_batch_put_end, mc_master_v_batch_put_end, NO_COUNTER)                   \
 	X(BATCH_UPSERT_REVOKE, h_batch_put_revoke, mc_master_v_batch_put_revoke, NO_COUNTER)          \
 	X(PUT_CREDIT, mc_master_h_put_credit, mc_master_v_put_credit, COUNTER(master_put_credit))     \
+	X(SPOIL_DONE, mc_master_h_spoil_done, NULL, NO_COUNTER)                                       \
 	X(REMOVE, h_remove, mc_master_v_remove, COUNTER(master_remove))                               \
 	X(REMOVE_BY_REGEX, h_remove_regex, mc_master_v_remove_regex, COUNTER(master_remove_by_regex)) \
 	X(REMOVE_ALL, h_remove_all, mc_master_v_remove_all, NO_COUNTER)                               \

@@ -257,6 +257,16 @@ struct mc_group {
 	char name[];
 };
 
+/* A block a force remove parked for its remover to spoil (spoil.c). */
+struct mc_spoiled {
+	uint64_t id;
+	uint64_t addr;
+	uint64_t size;
+	uint64_t release_at;
+	uint32_t seg;
+	uint32_t gen;
+};
+
 /* PutStart space parked after a pre-emption, released at release_at. */
 struct mc_discarded {
 	uint64_t addr;
@@ -307,6 +317,19 @@ struct mc_master {
 	struct mc_discarded *disc;
 	uint32_t disc_head, ndisc, disc_cap; /* live entries: [disc_head, ndisc) */
 	uint64_t disc_bytes;
+
+	/* spoil lists (spoil.c, minor 13): while a handler of an override
+	 * runs for a writer that spoils (spoil_on), the memory blocks of
+	 * leased objects it parked, for its answer */
+	bool spoil_on;
+	struct mc_store_replica *spoil;
+	uint32_t nspoil, spoil_cap;
+	uint64_t spoil_until; /* the earliest release_at of those */
+	/* a force remove's parked blocks, until SpoilDone names them or
+	 * their release_at (the lease's end) passes (mc_master_spoil_tick) */
+	struct mc_spoiled *spoiled;
+	uint32_t nspoiled, spoiled_cap;
+	uint64_t spoil_seq; /* the last id handed out */
 
 	char **tenants; /* tenants[0] = "default" */
 	uint32_t *tenant_lens;
@@ -491,6 +514,24 @@ void mc_master_obj_discard_reps(struct mc_master *m, struct mc_obj *o, uint64_t 
 void mc_master_block_release(struct mc_master *m, const struct mc_rep *r, uint64_t size);
 void mc_master_block_park(struct mc_master *m, const struct mc_rep *r, uint64_t size,
 			  uint64_t now_ms);
+/* The same, parked until release_at. */
+void mc_master_block_park_until(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+				uint64_t release_at);
+/* Spoil lists (spoil.c; proto.h "Spoil tails"): begin one for a request of
+ * the sender's minor (on only from 13); park: o, under a lease and
+ * overridden (force removed, upserted to another size) while one is on,
+ * has its memory replicas parked until its lease ends (and not before
+ * min_release) and listed, and taken off its list (any other replica stays
+ * for the caller); out: the list for the answer (until the next begin),
+ * spoil_ms from now; end: off. */
+void mc_master_spoil_begin(struct mc_master *m, unsigned minor);
+void mc_master_spoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_release,
+			  uint64_t now_ms);
+void mc_master_spoil_out(struct mc_master *m, uint64_t now_ms, uint32_t *n,
+			 struct mc_store_replica **list, struct mc_proto_opt_u64 *spoil_ms);
+void mc_master_spoil_free(struct mc_master *m);
+/* Release the force removes' parked blocks whose time is over. */
+void mc_master_spoil_tick(struct mc_master *m, uint64_t now_ms);
 /* Put credits (credit.c): park the unused ones past their time (every
  * 100 ms), or all of client's (it expired); free the lists at the end. */
 void mc_master_credits_tick(struct mc_master *m, uint64_t now_ms);

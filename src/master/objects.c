@@ -428,6 +428,12 @@ void mc_master_block_release(struct mc_master *m, const struct mc_rep *r, uint64
 void mc_master_block_park(struct mc_master *m, const struct mc_rep *r, uint64_t size,
 			  uint64_t now_ms)
 {
+	mc_master_block_park_until(m, r, size, now_ms + m->cfg.put_start_release_timeout_ms);
+}
+
+void mc_master_block_park_until(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+				uint64_t release_at)
+{
 	struct mc_discarded *d;
 
 	if (!mc_master_rep_live(m, r) || mc_master_rep_disk(m, r))
@@ -442,7 +448,7 @@ void mc_master_block_park(struct mc_master *m, const struct mc_rep *r, uint64_t 
 	d->size = size;
 	d->seg = r->seg;
 	d->gen = r->gen;
-	d->release_at = now_ms + m->cfg.put_start_release_timeout_ms;
+	d->release_at = release_at; /* the FIFO's order may lag: later is safe */
 	m->disc_bytes += size;
 }
 
@@ -767,6 +773,7 @@ mc_status mc_master_remove_obj(struct mc_master *m, struct mc_obj *o, bool force
 		return MC_ERR_OBJECT_HAS_LEASE;
 	if ((o->flags & MC_OBJ_OFFL) || mc_master_task_busy(m, o))
 		return MC_ERR_OBJECT_HAS_REPLICATION_TASK; /* a copy reads its memory replica */
+	mc_master_spoil_park(m, o, 0, now_ms); /* leased: parked for the remover to spoil */
 	mc_master_obj_release_reps(m, o);
 	mc_master_obj_erase(m, o);
 	return MC_OK;
@@ -1309,6 +1316,7 @@ void mc_master_free(struct mc_master *m)
 	mc_free(m->proc);
 	mc_free(m->pins);
 	mc_free(m->disc);
+	mc_master_spoil_free(m);
 	mc_free(m->targets);
 	mc_free(m->tallocs);
 	mc_free(m->tsegs);

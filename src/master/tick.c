@@ -394,6 +394,8 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 	mc_master_credits_tick(m, now_ms);
 	if (m->ndisc > m->disc_head)
 		release_discarded(m, now_ms);
+	if (m->nspoiled)
+		mc_master_spoil_tick(m, now_ms);
 	if (now_ms - m->last_proc_scan >= PROC_SCAN_MS || now_ms < m->last_proc_scan) {
 		m->last_proc_scan = now_ms;
 		expire_zombies(m, now_ms);

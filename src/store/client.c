@@ -223,16 +223,22 @@ static void *heartbeat_main(void *arg)
 		struct timespec ts;
 		uint64_t until;
 		pthread_mutex_unlock(&s->hb_lock);
+		(void)mc_store_unmounted_dereg(s); /* unmounted memory due out */
 		heartbeat_once(s, &fails);
 		mc_store_credit_idle(s); /* unused put credits go back */
 		/* copy and move tasks (client_tasks.c); busy: ping again, no wait */
 		busy = !atomic_load(&s->ping_failed) && mc_store_tasks_poll(s);
 		until = mc_now_ms() + (busy ? 0 : HEARTBEAT_MS);
-		ts.tv_sec = (time_t)(until / 1000);
-		ts.tv_nsec = (long)(until % 1000) * 1000000L;
 		pthread_mutex_lock(&s->hb_lock);
-		while (!s->hb_stop && mc_now_ms() < until)
+		for (;;) { /* an unmount's deregistration may come due first */
+			uint64_t due = MC_MIN(until, (uint64_t)atomic_load(&s->dereg_due));
+
+			if (s->hb_stop || mc_now_ms() >= due)
+				break;
+			ts.tv_sec = (time_t)(due / 1000);
+			ts.tv_nsec = (long)(due % 1000) * 1000000L;
 			pthread_cond_timedwait(&s->hb_cond, &s->hb_lock, &ts);
+		}
 	}
 	pthread_mutex_unlock(&s->hb_lock);
 	return NULL;
@@ -795,6 +801,7 @@ mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
 	}
 	struct mc_store_remove_req req;
 	struct mc_store_msg resp;
+	uint64_t sent;
 	mc_status rc = mc_store_check_ready(s);
 	if (rc == MC_OK)
 		rc = mc_store_check_key(key);
@@ -804,10 +811,14 @@ mc_status mc_store_remove(struct mc_store *s, const char *key, bool force)
 	req.key = mc_proto_str_c(key);
 	req.force = force;
 	mc_store_loc_forget(s, key, strlen(key));
+	sent = mc_now_ms();
 	rc = mc_master_conn_call(s->conn, MC_STORE_REMOVE, &req, &resp);
 	mc_store_loc_forget(s, key, strlen(key)); /* a get meanwhile may have cached it */
-	if (rc == MC_OK)
+	if (rc == MC_OK) { /* a leased object's old blocks: spoiled before we return */
+		mc_store_spoil(s, resp.body.remove_resp.spoil, resp.body.remove_resp.n_spoil,
+			       &resp.body.remove_resp.spoil_ms, sent);
 		mc_store_msg_release(&resp);
+	}
 	return rc;
 }
 
@@ -925,6 +936,7 @@ mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, siz
 	struct mc_store_keys_req kr;
 	struct mc_store_msg resp;
 	struct mc_proto_str *kv;
+	uint64_t sent = 0;
 	mc_status rc = mc_store_check_ready(s), first = MC_OK;
 
 	if (rc == MC_OK && n && !keys)
@@ -944,11 +956,12 @@ mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, siz
 		req.n_keys = kr.n_keys;
 		req.keys = kv;
 		mc_store_loc_forget_keys(s, keys, n);
+		sent = mc_now_ms();
 		rc = mc_master_conn_call(s->conn, MC_STORE_BATCH_REMOVE, &req, &resp);
 		mc_store_loc_forget_keys(s, keys, n);
 	}
 	mc_free(kv);
-	if (rc == MC_OK && resp.body.batch_status_resp.n_items != n) {
+	if (rc == MC_OK && resp.body.batch_remove_resp.n_items != n) {
 		mc_store_msg_release(&resp);
 		rc = mc_set_error(MC_ERR_PROTOCOL, "batch remove: wrong item count");
 	}
@@ -957,8 +970,10 @@ mc_status mc_store_batch_remove(struct mc_store *s, const char *const *keys, siz
 			results[i] = rc;
 		return rc;
 	}
+	mc_store_spoil(s, resp.body.batch_remove_resp.spoil, resp.body.batch_remove_resp.n_spoil,
+		       &resp.body.batch_remove_resp.spoil_ms, sent);
 	for (size_t i = 0; i < n; i++) {
-		mc_status st = (mc_status)resp.body.batch_status_resp.statuses[i];
+		mc_status st = (mc_status)resp.body.batch_remove_resp.statuses[i];
 		if (results)
 			results[i] = st;
 		if (st != MC_OK && first == MC_OK)

@@ -40,8 +40,12 @@ struct mc_store_xseg {
 	void *map; /* munmap(map, map_len); NULL when mem */
 	size_t map_len;
 	struct mc_hostmem *mem;
-	bool unmounted; /* taken off the master: the remount leaves it out */
-	bool freeing;	/* an unmount_and_free owns it */
+	bool unmounted;	 /* taken off the master: the remount leaves it out */
+	bool freeing;	 /* an unmount_and_free owns it */
+	bool registered; /* with the engine (an unmount takes it out) */
+	/* an unmount with a grace period: deregister at this mc_now_ms()
+	 * (the heartbeat does, client_mount.c), 0: none */
+	uint64_t dereg_at;
 	unsigned busy;	/* task batches reading from it (mc_store_xseg_hold) */
 };
 struct mc_client_metrics;
@@ -94,7 +98,8 @@ struct mc_store {
 	void *seg;
 	uint64_t seg_size;
 	struct mc_hostmem *seg_mem; /* the mapping behind seg (mem/hostmem.h) */
-	bool seg_registered;
+	bool seg_registered;	    /* under xseg_lock once set up (an unmount clears it) */
+	uint64_t seg_dereg_at;	    /* as an extra segment's dereg_at (xseg_lock) */
 	bool seg_mounted;
 	atomic_bool seg_unmounted; /* mc_store_unmount_segment took it off (any thread) */
 	struct mc_store_uuid seg_id;
@@ -108,6 +113,9 @@ struct mc_store {
 	pthread_mutex_t remount_lock;
 	struct mc_store_xseg *xsegs;
 	size_t n_xsegs;
+	/* the earliest dereg_at of any segment (UINT64_MAX: none): the
+	 * heartbeat wakes then (client_mount.c, "Unmounted memory") */
+	atomic_uint_fast64_t dereg_due;
 
 	/* sessions (spec store.md 1.11): tsearch trees of struct session by key */
 	pthread_mutex_t sess_lock; /* the trees and every session's users/detached */
@@ -495,6 +503,10 @@ void mc_store_loc_mark(struct mc_store *s, struct mc_store_loc_mark *mk);
 void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, const char *key,
 		      size_t len, const struct mc_store_replica_list *l,
 		      const struct mc_store_replica *r);
+/* An override's spoil tails (proto.h): spoil the listed blocks, a request
+ * sent at sent_ms (client_loccache.c). */
+void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uint32_t n,
+		    const struct mc_proto_opt_u64 *spoil_ms, uint64_t sent_ms);
 /* This client changes key (or keys, or every key): drop their entries. */
 void mc_store_loc_forget(struct mc_store *s, const char *key, size_t len);
 void mc_store_loc_forget_keys(struct mc_store *s, const char *const *keys, size_t n);
@@ -705,6 +717,14 @@ size_t mc_store_xsegs_mounted(struct mc_store *s, struct mc_store_segment **out)
  * mc_store_xseg_release; false when no such segment holds all of it. */
 bool mc_store_xseg_hold(struct mc_store *s, uint64_t addr, uint64_t len, struct mc_store_uuid *id);
 void mc_store_xseg_release(struct mc_store *s, const struct mc_store_uuid *id);
+/* An unmount of the global segment (x NULL) or extra segment x, answered
+ * by the master, whose request was sent at sent_ms: its memory leaves the
+ * engine now (grace 0) or at sent_ms + grace (mc_store_unmounted_dereg).
+ * xseg_lock held. */
+void mc_store_unmounted_locked(struct mc_store *s, struct mc_store_xseg *x, uint64_t sent_ms,
+			       uint64_t grace_period_ms);
+/* The heartbeat: deregister what is due; the next deadline (or UINT64_MAX). */
+uint64_t mc_store_unmounted_dereg(struct mc_store *s);
 /* unmount_segment of an extra segment: INVALID_PARAMS when id is none. */
 mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *id,
 				uint64_t grace_period_ms);

@@ -33,12 +33,15 @@
  *     is used only on the connection it was learnt on, and only while that
  *     connection is up.
  *
- * What is NOT caught: a block left intact after the object moved on (an
- * Upsert to another size parks the old blocks, a force Remove frees a
- * block that nothing reuses) still holds the old value, which checks out,
- * so a get from the cache can return the value the key had before another
- * client's upsert or force remove, until the entry's lease deadline.  That
- * is why the cache is off by default (docs/design.md).
+ *   - spoils (minor 13): a block left intact after another client's
+ *     override (an Upsert to another size parks the old blocks, a force
+ *     Remove frees them) would still hold the old value, which checks out.
+ *     The master parks such blocks of a leased object until the lease
+ *     ends and lists them to the overrider, which overwrites each one's
+ *     head before its call returns (mc_store_spoil, below), so the check
+ *     fails.  Only a master of minor 13 or later lists them: against an
+ *     older one nothing is cached.  An overrider of an older minor (or
+ *     upstream's) spoils nothing: docs/design.md says what that leaves.
  *
  * Memory: at most cap entries (one allocation each: header, key, the
  * replica's strings), least recently used first out; a hash table of
@@ -210,7 +213,11 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	bool table =
 		!l->checksum.present && l->table_cksum.present && mc_store_trailer_fits(r->size);
 
-	if (!c || (!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
+	/* a master older than minor 13 lists no spoils: another client's
+	 * override would leave the old value readable (docs/design.md) */
+	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_SPOIL_MINOR)
+		return;
+	if ((!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||
 	    mc_now_ms() >= mk->sent_ms + ttl - margin)
 		return;
@@ -302,4 +309,110 @@ uint64_t mc_store_loc_count(struct mc_store *s)
 	n = s->loc->n;
 	pthread_mutex_unlock(&s->loc->lock);
 	return n;
+}
+
+/* Tell the master the force remove's blocks among list (id not 0) may go
+ * back into use (SpoilDone); best effort: their lease's end does it too. */
+static void spoil_done(struct mc_store *s, const struct mc_store_replica *list, uint32_t n)
+{
+	struct mc_store_spoil_done_req req = {0, NULL};
+	struct mc_store_msg resp;
+	uint64_t *ids = mc_calloc(n, sizeof(*ids));
+
+	for (uint32_t i = 0; ids && i < n; i++)
+		if (list[i].id)
+			ids[req.n_ids++] = list[i].id;
+	req.ids = ids;
+	if (req.n_ids && mc_master_conn_call(s->conn, MC_STORE_SPOIL_DONE, &req, &resp) == MC_OK)
+		mc_store_msg_release(&resp);
+	mc_free(ids);
+}
+
+/*
+ * Spoil the blocks an override of this client's parked (the spoil tails of
+ * its Remove, BatchRemove, UpsertStart or BatchUpsertStart answer): read
+ * each one's first min(MC_STORE_SPOIL_LEN, size) bytes and write their
+ * complement back, so those bytes differ from the old value's and any
+ * cached read of the block fails its check.  Only while the master keeps
+ * them parked: until sent_ms (when the request was sent, before the
+ * master's clock started the count) + spoil_ms, less a margin for the
+ * write in flight; later the lease is over (no cached location is used)
+ * and the block may be reused, so nothing is written.  Best effort: a
+ * holder that cannot be reached cannot serve the old value either.
+ */
+void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uint32_t n,
+		    const struct mc_proto_opt_u64 *spoil_ms, uint64_t sent_ms)
+{
+	struct mc_store_io *ios;
+	struct mc_store_replica *reps;
+	unsigned char *heads;
+	void **bufs;
+	size_t *lens;
+	uint64_t ms = spoil_ms->present ? spoil_ms->value : 0;
+	uint64_t until = sent_ms + ms - MC_MIN(ms, mc_store_loc_margin_ms(ms));
+	uint32_t done = 0;
+
+	if (n == 0)
+		return;
+	if (mc_now_ms() >= until) {
+		spoil_done(s, list, n);
+		return;
+	}
+	ios = mc_calloc(n, sizeof(*ios));
+	reps = mc_calloc(n, sizeof(*reps));
+	heads = mc_calloc(n, MC_STORE_SPOIL_LEN);
+	bufs = mc_calloc(n, sizeof(*bufs));
+	lens = mc_calloc(n, sizeof(*lens));
+	if (!ios || !reps || !heads || !bufs || !lens) {
+		mc_warn("no memory to spoil %u parked blocks: cached locations of them stay "
+			"readable until their leases end",
+			n);
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		reps[i] = list[i];
+		reps[i].size = MC_MIN(reps[i].size, (uint64_t)MC_STORE_SPOIL_LEN);
+		bufs[i] = heads + (size_t)i * MC_STORE_SPOIL_LEN;
+		lens[i] = reps[i].size;
+		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
+					      .lens = &lens[i],
+					      .nbufs = 1,
+					      .len = reps[i].size,
+					      .reps = &reps[i],
+					      .nreps = 1,
+					      .status = reps[i].type == MC_STORE_REPLICA_MEMORY &&
+									reps[i].size
+								? MC_OK
+								: MC_ERR_INVALID_REPLICA};
+	}
+	mc_store_run_transfers(s, ios, n, MC_OP_READ);
+	for (uint32_t i = 0; i < n; i++) {
+		if (ios[i].status != MC_OK)
+			continue;
+		for (uint64_t k = 0; k < lens[i]; k++)
+			heads[(size_t)i * MC_STORE_SPOIL_LEN + k] ^= 0xff;
+		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
+					      .lens = &lens[i],
+					      .nbufs = 1,
+					      .len = reps[i].size,
+					      .reps = &reps[i],
+					      .nreps = 1,
+					      .status = MC_OK};
+		done++;
+	}
+	if (done == 0 || mc_now_ms() >= until) /* too late to write: may be reused */
+		goto out;
+	mc_store_run_transfers(s, ios, n, MC_OP_WRITE);
+	for (uint32_t i = 0; i < n; i++)
+		if (ios[i].status != MC_OK && lens[i])
+			mc_debug("spoiling a parked block at %s:0x%" PRIx64 " failed: %s",
+				 reps[i].segment_name.ptr ? reps[i].segment_name.ptr : "?",
+				 reps[i].address, mc_status_name(ios[i].status));
+out:
+	mc_free(ios);
+	mc_free(reps);
+	mc_free(heads);
+	mc_free(bufs);
+	mc_free(lens);
+	spoil_done(s, list, n);
 }

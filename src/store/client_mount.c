@@ -19,6 +19,15 @@
  * lies in an extra segment holds it (`busy`) for its transfer; the free
  * waits on xseg_idle until no task reads from it.
  *
+ * Unmounted memory leaves the engine (docs/design.md, "Gets without the
+ * master"): an unmount, of an extra segment or of the global one
+ * (client_tasks.c), deregisters the segment's memory before it returns
+ * (grace 0), or at its send time + the grace period, by the heartbeat
+ * (mc_store_unmounted_dereg: before the master's own grace ends, which it
+ * counts from later); the memory stays mapped until freed.  A reader's
+ * location cache may still name a block there, intact: its read is now
+ * refused by this engine's address check and it asks the master.
+ *
  * Never: map past a file's end (a read there is SIGBUS), unmap memory the
  * engine still has registered, or free the global segment here.
  */
@@ -35,6 +44,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "mem/hostmem.h"
 #include "store/client_int.h"
 #include "store/dummy_proto.h"
@@ -46,6 +56,8 @@
 void mc_store_xsegs_init(struct mc_store *s)
 {
 	pthread_mutex_init(&s->xseg_lock, NULL);
+	atomic_init(&s->dereg_due, UINT64_MAX);
+	s->seg_dereg_at = 0;
 	pthread_cond_init(&s->xseg_idle, NULL);
 	pthread_mutex_init(&s->remount_lock, NULL);
 	s->xsegs = NULL;
@@ -79,7 +91,7 @@ static void fill_segment(struct mc_store *s, const struct mc_store_xseg *x,
 
 static void release_memory(struct mc_store *s, struct mc_store_xseg *x, bool registered)
 {
-	if (registered && mc_te_deregister(s->te, x->base) != MC_OK)
+	if (registered && x->registered && mc_te_deregister(s->te, x->base) != MC_OK)
 		mc_warn("deregistering segment memory %p: %s", x->base, mc_last_error());
 	if (x->map)
 		munmap(x->map, x->map_len);
@@ -118,6 +130,7 @@ static mc_status add_segment(struct mc_store *s, struct mc_store_xseg *x, const 
 		release_memory(s, x, false);
 		return rc;
 	}
+	x->registered = true;
 	x->id = mc_store_random_uuid();
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;
@@ -237,6 +250,7 @@ mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *
 				uint64_t grace_period_ms)
 {
 	struct mc_store_xseg *x;
+	uint64_t sent;
 	mc_status rc;
 
 	pthread_mutex_lock(&s->remount_lock);
@@ -252,16 +266,76 @@ mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *
 	}
 	x->unmounted = true; /* the remount leaves it out from now */
 	pthread_mutex_unlock(&s->xseg_lock);
+	sent = mc_now_ms();
 	rc = mc_store_master_unmount(s, id, grace_period_ms);
-	if (rc != MC_OK) {
-		pthread_mutex_lock(&s->xseg_lock);
-		x = find(s, id);
-		if (x)
-			x->unmounted = false;
-		pthread_mutex_unlock(&s->xseg_lock);
-	}
+	pthread_mutex_lock(&s->xseg_lock);
+	x = find(s, id);
+	if (x && rc != MC_OK)
+		x->unmounted = false;
+	else if (x && !x->freeing)
+		mc_store_unmounted_locked(s, x, sent, grace_period_ms);
+	pthread_mutex_unlock(&s->xseg_lock);
 	pthread_mutex_unlock(&s->remount_lock);
 	return rc;
+}
+
+static void dereg_locked(struct mc_store *s, void *base, bool *registered)
+{
+	if (*registered && mc_te_deregister(s->te, base) != MC_OK)
+		mc_warn("deregistering unmounted segment memory %p: %s", base, mc_last_error());
+	*registered = false;
+}
+
+void mc_store_unmounted_locked(struct mc_store *s, struct mc_store_xseg *x, uint64_t sent_ms,
+			       uint64_t grace_period_ms)
+{
+	uint64_t at = sent_ms + grace_period_ms;
+
+	if (grace_period_ms == 0) {
+		if (x)
+			dereg_locked(s, x->base, &x->registered);
+		else
+			dereg_locked(s, s->seg, &s->seg_registered);
+		return;
+	}
+	if (x)
+		x->dereg_at = at;
+	else
+		s->seg_dereg_at = at;
+	if (at < atomic_load(&s->dereg_due)) {
+		atomic_store(&s->dereg_due, at);
+		pthread_mutex_lock(&s->hb_lock); /* wake the heartbeat to wait for it */
+		pthread_cond_broadcast(&s->hb_cond);
+		pthread_mutex_unlock(&s->hb_lock);
+	}
+}
+
+uint64_t mc_store_unmounted_dereg(struct mc_store *s)
+{
+	uint64_t now = mc_now_ms(), next = UINT64_MAX;
+
+	if (atomic_load(&s->dereg_due) > now)
+		return atomic_load(&s->dereg_due);
+	pthread_mutex_lock(&s->xseg_lock);
+	if (s->seg_dereg_at && s->seg_dereg_at <= now) {
+		dereg_locked(s, s->seg, &s->seg_registered);
+		s->seg_dereg_at = 0;
+	}
+	if (s->seg_dereg_at)
+		next = s->seg_dereg_at;
+	for (size_t i = 0; i < s->n_xsegs; i++) {
+		struct mc_store_xseg *x = &s->xsegs[i];
+
+		if (x->dereg_at && x->dereg_at <= now && !x->freeing) {
+			dereg_locked(s, x->base, &x->registered);
+			x->dereg_at = 0;
+		}
+		if (x->dereg_at && x->dereg_at < next)
+			next = x->dereg_at;
+	}
+	atomic_store(&s->dereg_due, next);
+	pthread_mutex_unlock(&s->xseg_lock);
+	return next;
 }
 
 static void wait_ms(uint64_t ms)
@@ -277,6 +351,7 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 {
 	struct mc_store_uuid id;
 	struct mc_store_xseg *x, copy;
+	uint64_t sent = 0;
 	bool was_mounted;
 	mc_status rc = mc_store_check_ready(s);
 
@@ -305,6 +380,7 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 	was_mounted = !x->unmounted;
 	x->unmounted = true;
 	pthread_mutex_unlock(&s->xseg_lock);
+	sent = mc_now_ms();
 	if (was_mounted)
 		rc = mc_store_master_unmount(s, &id, grace_period_ms);
 	if (rc != MC_OK) {
@@ -318,12 +394,21 @@ static mc_status do_unmount_and_free_segment(struct mc_store *s, const char *seg
 	if (rc != MC_OK)
 		return rc;
 	if (was_mounted) {
-		if (grace_period_ms) {
-			wait_ms(grace_period_ms); /* readable until then: keep it mapped */
-			/* now, not at the master's next sweep: no replica list may
-			 * name it once it is unmapped (an unknown id is no error) */
+		uint64_t now = mc_now_ms();
+
+		if (grace_period_ms && now < sent + grace_period_ms)
+			wait_ms(sent + grace_period_ms - now); /* readable until then */
+		/* out of the engine first (a cached location is refused from
+		 * now), then out of the master now, not at its next sweep: no
+		 * replica list may name it once it is unmapped (an unknown id
+		 * is no error) */
+		pthread_mutex_lock(&s->xseg_lock);
+		while ((x = find(s, &id))->busy) /* a task still reads it */
+			pthread_cond_wait(&s->xseg_idle, &s->xseg_lock);
+		dereg_locked(s, x->base, &x->registered);
+		pthread_mutex_unlock(&s->xseg_lock);
+		if (grace_period_ms)
 			(void)mc_store_master_unmount(s, &id, 0);
-		}
 	}
 	pthread_mutex_lock(&s->xseg_lock);
 	while ((x = find(s, &id))->busy)

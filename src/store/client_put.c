@@ -19,6 +19,7 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "store/master_conn.h"
 #include "store/proto.h"
 
@@ -119,7 +120,7 @@ static mc_status put_one_body(struct mc_store *s, const char *key, void *const *
 	struct mc_store_msg resp;
 	struct mc_store_io io;
 	struct mc_store_ahead ahead = {.s = s, .ios = &io, .n = 1};
-	uint64_t views = mc_master_conn_leader_changes(s->conn);
+	uint64_t views = mc_master_conn_leader_changes(s->conn), sent;
 	int redone = 0;
 	mc_status rc;
 
@@ -150,6 +151,7 @@ again:
 	req.trailer_len.present = req.trailer_len.value != 0;
 	/* the bytes are hashed while the Start is in flight, as far as it
 	 * lets them; the rest while the batch moves them (run_pass) */
+	sent = mc_now_ms();
 	rc = mc_master_conn_call_working(s->conn,
 					 upsert ? MC_STORE_UPSERT_START : MC_STORE_PUT_START, &req,
 					 &resp, mc_store_verify_ahead, &ahead);
@@ -162,6 +164,9 @@ again:
 	if (rc != MC_OK)
 		return rc;
 
+	/* the old blocks of a leased object upserted to another size */
+	mc_store_spoil(s, resp.body.put_start_resp.spoil, resp.body.put_start_resp.n_spoil,
+		       &resp.body.put_start_resp.spoil_ms, sent);
 	io.reps = resp.body.put_start_resp.replicas;
 	io.nreps = resp.body.put_start_resp.n_replicas;
 	io.status = io.nreps ? MC_OK : mc_set_error(MC_ERR_INVALID_REPLICA, "no replica allocated");
@@ -226,7 +231,7 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 	struct mc_proto_str preferred_stack[8], *preferred = preferred_stack;
 	struct mc_store_batch_put_start_req req;
 	struct mc_store_put_item *items;
-	uint64_t *tls = NULL;
+	uint64_t *tls = NULL, sent_ms;
 	bool any_trailer = false;
 	mc_status rc;
 
@@ -258,9 +263,14 @@ mc_status mc_store_send_put_start(struct mc_store *s, const char *const *keys,
 	req.items = items;
 	req.n_trailers = tls ? nsent : 0; /* minor 10 */
 	req.trailers = tls;
+	sent_ms = mc_now_ms();
 	rc = mc_master_conn_call_working(
 		s->conn, upsert ? MC_STORE_BATCH_UPSERT_START : MC_STORE_BATCH_PUT_START, &req,
 		resp, ahead ? mc_store_verify_ahead : NULL, ahead);
+	if (rc == MC_OK) /* the old blocks of leased objects upserted to another size */
+		mc_store_spoil(s, resp->body.batch_put_start_resp.spoil,
+			       resp->body.batch_put_start_resp.n_spoil,
+			       &resp->body.batch_put_start_resp.spoil_ms, sent_ms);
 	if (rc == MC_OK && resp->body.batch_put_start_resp.n_items != nsent) {
 		uint32_t got = resp->body.batch_put_start_resp.n_items;
 		mc_store_msg_release(resp);

@@ -216,6 +216,7 @@ mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 		return mc_store_dummy_segment(s, MC_DUMMY_MSG_UNMOUNT_SEGMENT, segment_id,
 					      grace_period_ms, 0, NULL, NULL, NULL, NULL);
 	struct mc_store_uuid id;
+	uint64_t sent;
 	mc_status rc = mc_store_check_ready(s);
 
 	if (rc != MC_OK)
@@ -233,9 +234,15 @@ mc_status mc_store_unmount_segment(struct mc_store *s, const char *segment_id,
 				    "unmount_segment: %s is not a segment this client has mounted",
 				    segment_id);
 	}
+	sent = mc_now_ms();
 	rc = mc_store_master_unmount(s, &id, grace_period_ms);
-	if (rc != MC_OK)
+	if (rc != MC_OK) {
 		atomic_store(&s->seg_unmounted, false);
+	} else { /* its memory leaves the engine (client_mount.c) */
+		pthread_mutex_lock(&s->xseg_lock);
+		mc_store_unmounted_locked(s, NULL, sent, grace_period_ms);
+		pthread_mutex_unlock(&s->xseg_lock);
+	}
 	pthread_mutex_unlock(&s->remount_lock);
 	return rc;
 }

@@ -518,9 +518,10 @@ LAYOUT(L_put_start_req, PS, F_UUID(PS, client_id), F_STR(PS, tenant), F_KEY(PS, 
        F_STRUCT(PS, config, mc_store_replicate_config, L_replicate_config),
        F_TAIL(PS, trailer_len));
 #undef PS
-LAYOUT(L_put_start_resp, struct mc_store_put_start_resp,
-       F_LIST(struct mc_store_put_start_resp, replicas, n_replicas, struct mc_store_replica,
-	      L_replica));
+#define PSR struct mc_store_put_start_resp
+LAYOUT(L_put_start_resp, PSR, F_LIST(PSR, replicas, n_replicas, struct mc_store_replica, L_replica),
+       F_TAIL_LIST(PSR, spoil, n_spoil, struct mc_store_replica, L_replica), F_TAIL(PSR, spoil_ms));
+#undef PSR
 LAYOUT(L_put_item, struct mc_store_put_item, F_KEY(struct mc_store_put_item, key),
        F_U64(struct mc_store_put_item, value_len), F_STR(struct mc_store_put_item, group_id));
 #define BPS struct mc_store_batch_put_start_req
@@ -534,9 +535,12 @@ LAYOUT(L_put_start_ok, PSI, F_LIST(PSI, replicas, n_replicas, struct mc_store_re
 STATUS_SWITCH(put_start_item_sw, L_put_start_ok);
 LAYOUT(L_put_start_item, PSI, F_I32(PSI, status), F_SWITCH(PSI, status, put_start_item_sw));
 #undef PSI
-LAYOUT(L_batch_put_start_resp, struct mc_store_batch_put_start_resp,
-       F_LIST(struct mc_store_batch_put_start_resp, items, n_items, struct mc_store_put_start_item,
-	      L_put_start_item));
+#define BPSR struct mc_store_batch_put_start_resp
+LAYOUT(L_batch_put_start_resp, BPSR,
+       F_LIST(BPSR, items, n_items, struct mc_store_put_start_item, L_put_start_item),
+       F_TAIL_LIST(BPSR, spoil, n_spoil, struct mc_store_replica, L_replica),
+       F_TAIL(BPSR, spoil_ms));
+#undef BPSR
 
 #define PE struct mc_store_put_end_req
 LAYOUT(L_put_end_req, PE, F_UUID(PE, client_id), F_STR(PE, tenant), F_U8(PE, replica_type),
@@ -591,6 +595,16 @@ LAYOUT(L_batch_remove_req, struct mc_store_batch_remove_req,
        F_BOOL(struct mc_store_batch_remove_req, force),
        F_LIST(struct mc_store_batch_remove_req, keys, n_keys, struct mc_proto_str, L_key_item));
 LAYOUT(L_count_resp, struct mc_store_count_resp, F_I64(struct mc_store_count_resp, count));
+LAYOUT(L_spoil_done_req, struct mc_store_spoil_done_req,
+       F_LIST(struct mc_store_spoil_done_req, ids, n_ids, uint64_t, L_u64_item));
+#define RMR struct mc_store_remove_resp
+LAYOUT(L_remove_resp, RMR, F_TAIL_LIST(RMR, spoil, n_spoil, struct mc_store_replica, L_replica),
+       F_TAIL(RMR, spoil_ms));
+#undef RMR
+#define BRR struct mc_store_batch_remove_resp
+LAYOUT(L_batch_remove_resp, BRR, F_LIST(BRR, statuses, n_items, int32_t, L_status_item),
+       F_TAIL_LIST(BRR, spoil, n_spoil, struct mc_store_replica, L_replica), F_TAIL(BRR, spoil_ms));
+#undef BRR
 #define RCR struct mc_store_replica_clear_req
 LAYOUT(L_replica_clear_req, RCR, F_UUID(RCR, client_id), F_STR(RCR, tenant),
        F_STR(RCR, segment_name), F_LIST(RCR, keys, n_keys, struct mc_proto_str, L_key_item));

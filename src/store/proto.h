@@ -51,13 +51,14 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                               \
-	12 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	13 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
 	    * tails); 11: a promoter writes the trailer of a promoted trailer object;      \
-	    * 12: PutCredit (44, ours: put credits) */
+	    * 12: PutCredit (44, ours: put credits); 13: the spoil tails of Remove,        \
+	    * BatchRemove, UpsertStart and BatchUpsertStart answers, SpoilDone (45)  */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
@@ -476,10 +477,28 @@ struct mc_store_put_start_req {
 	struct mc_proto_opt_u64 trailer_len;
 };
 
+/*
+ * Spoil tails (minor 13, ours; docs/design.md "Gets without the master"):
+ * an override (a force Remove or BatchRemove, an UpsertStart or
+ * BatchUpsertStart to another size) of an object under a read lease, from
+ * a writer of minor 13 or later, parks the old memory blocks until the
+ * lease ends and lists them here; the writer overwrites the first
+ * min(8, size) bytes of each (their complement) before its call returns,
+ * within spoil_ms of the master's answer (the blocks stay parked that
+ * long), so a location cached by another client fails its check.
+ * Listed to a writer of minor 13 or later only; empty: nothing to spoil.
+ */
+#define MC_STORE_SPOIL_LEN   8u
+#define MC_STORE_SPOIL_MINOR 13u
+
 /* One replica list per key, the descriptors the writer must fill. */
 struct mc_store_put_start_resp {
 	uint32_t n_replicas;
 	struct mc_store_replica *replicas;
+	/* minor 13, UpsertStart only: the spoil tails */
+	uint32_t n_spoil;
+	struct mc_store_replica *spoil;
+	struct mc_proto_opt_u64 spoil_ms;
 };
 
 struct mc_store_put_item {
@@ -509,6 +528,10 @@ struct mc_store_put_start_item {
 struct mc_store_batch_put_start_resp {
 	uint32_t n_items;
 	struct mc_store_put_start_item *items;
+	/* minor 13, BatchUpsertStart only: the spoil tails, every item's */
+	uint32_t n_spoil;
+	struct mc_store_replica *spoil;
+	struct mc_proto_opt_u64 spoil_ms;
 };
 
 struct mc_store_put_end_req {
@@ -602,7 +625,7 @@ struct mc_store_put_credit_resp {
 	struct mc_store_replica *credits;
 };
 
-/* Per-key results of BatchPutEnd/Revoke and BatchRemove, in request order. */
+/* Per-key results of BatchPutEnd/Revoke, in request order. */
 struct mc_store_batch_status_resp {
 	uint32_t n_items;
 	int32_t *statuses;
@@ -630,6 +653,32 @@ struct mc_store_batch_remove_req {
 	bool force;
 	uint32_t n_keys;
 	struct mc_proto_str *keys;
+};
+
+/* SpoilDone (45, minor 13, ours): the writer spoiled (or gave up on) the
+ * blocks of these ids (a force remove's spoil list, Replica.id; an
+ * upsert's are 0 and never sent): the master may reuse them now rather
+ * than at the lease's end.  Unknown ids are ignored. */
+struct mc_store_spoil_done_req {
+	uint32_t n_ids;
+	uint64_t *ids;
+};
+
+/* Remove's answer: nothing, or (minor 13) the spoil tails. */
+struct mc_store_remove_resp {
+	uint32_t n_spoil;
+	struct mc_store_replica *spoil;
+	struct mc_proto_opt_u64 spoil_ms;
+};
+
+/* BatchRemove's: per-key results in request order, then (minor 13) the
+ * spoil tails, every key's. */
+struct mc_store_batch_remove_resp {
+	uint32_t n_items;
+	int32_t *statuses;
+	uint32_t n_spoil;
+	struct mc_store_replica *spoil;
+	struct mc_proto_opt_u64 spoil_ms;
 };
 
 struct mc_store_count_resp {
@@ -913,12 +962,15 @@ struct mc_store_offload_rpc_release_req {
 	X(batch_put_revoke_req)     \
 	X(batch_status_resp)        \
 	X(put_credit_req)           \
+	X(spoil_done_req)           \
 	X(put_credit_resp)          \
 	X(remove_req)               \
 	X(remove_regex_req)         \
 	X(remove_all_req)           \
 	X(batch_remove_req)         \
 	X(count_resp)               \
+	X(remove_resp)              \
+	X(batch_remove_resp)        \
 	X(replica_clear_req)        \
 	X(keys_resp)                \
 	X(mount_local_disk_req)     \
@@ -979,10 +1031,11 @@ struct mc_store_offload_rpc_release_req {
 	X(BATCH_UPSERT_END, 42, batch_upsert_end, batch_put_end_req, batch_status_resp)            \
 	X(BATCH_UPSERT_REVOKE, 43, batch_upsert_revoke, batch_put_revoke_req, batch_status_resp)   \
 	X(PUT_CREDIT, 44, put_credit, put_credit_req, put_credit_resp)                             \
-	X(REMOVE, 48, remove, remove_req, empty)                                                   \
+	X(SPOIL_DONE, 45, spoil_done, spoil_done_req, empty)                                       \
+	X(REMOVE, 48, remove, remove_req, remove_resp)                                             \
 	X(REMOVE_BY_REGEX, 49, remove_by_regex, remove_regex_req, count_resp)                      \
 	X(REMOVE_ALL, 50, remove_all, remove_all_req, count_resp)                                  \
-	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_status_resp)                     \
+	X(BATCH_REMOVE, 51, batch_remove, batch_remove_req, batch_remove_resp)                     \
 	X(BATCH_REPLICA_CLEAR, 52, batch_replica_clear, replica_clear_req, keys_resp)              \
 	X(MOUNT_LOCAL_DISK_SEGMENT, 64, mount_local_disk_segment, mount_local_disk_req, empty)     \
 	X(UNMOUNT_LOCAL_DISK_SEGMENT, 65, unmount_local_disk_segment, client_req, empty)           \

@@ -337,7 +337,13 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 				{9, 10}, S("tenant-1"),	  key,		 1 << 20,
 				S("g"),	 sample_config(), {true, 8 * 64}};
 		else
-			u->put_start_resp = (struct mc_store_put_start_resp){3, reps};
+			u->put_start_resp = (struct mc_store_put_start_resp){
+				.n_replicas = 3,
+				.replicas = reps,
+				/* minor 13: UpsertStart's spoil tails */
+				.n_spoil = type == MC_STORE_UPSERT_START ? 2 : 0,
+				.spoil = type == MC_STORE_UPSERT_START ? reps : NULL,
+				.spoil_ms = {type == MC_STORE_UPSERT_START, 9000}};
 		return;
 	case MC_STORE_BATCH_PUT_START:
 	case MC_STORE_BATCH_UPSERT_START:
@@ -345,8 +351,12 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 			u->batch_put_start_req = (struct mc_store_batch_put_start_req){
 				{9, 10}, S(""), sample_config(), n, put_items, 0, NULL};
 		else
-			u->batch_put_start_resp =
-				(struct mc_store_batch_put_start_resp){n, ps_items};
+			u->batch_put_start_resp = (struct mc_store_batch_put_start_resp){
+				.n_items = n,
+				.items = ps_items,
+				.n_spoil = type == MC_STORE_BATCH_UPSERT_START ? 3 : 0,
+				.spoil = type == MC_STORE_BATCH_UPSERT_START ? reps : NULL,
+				.spoil_ms = {type == MC_STORE_BATCH_UPSERT_START, 1}};
 		return;
 	case MC_STORE_PUT_END:
 	case MC_STORE_UPSERT_END:
@@ -392,9 +402,16 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 		else
 			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
 		return;
+	case MC_STORE_SPOIL_DONE:
+		if (!resp)
+			u->spoil_done_req =
+				(struct mc_store_spoil_done_req){MC_MIN(n, 2), credit_ids};
+		return;
 	case MC_STORE_REMOVE:
 		if (!resp)
 			u->remove_req = (struct mc_store_remove_req){S("t"), key, true};
+		else /* minor 13: the spoil tails */
+			u->remove_resp = (struct mc_store_remove_resp){1, reps, {true, 10000}};
 		return;
 	case MC_STORE_REMOVE_BY_REGEX:
 		if (!resp)
@@ -414,7 +431,8 @@ static void fill(uint16_t type, bool resp, uint32_t n, union body *u)
 			u->batch_remove_req =
 				(struct mc_store_batch_remove_req){S("t"), true, n, many_keys};
 		else
-			u->batch_status_resp = (struct mc_store_batch_status_resp){n, statuses};
+			u->batch_remove_resp = (struct mc_store_batch_remove_resp){
+				n, statuses, 2, reps, {true, 50}};
 		return;
 	case MC_STORE_BATCH_REPLICA_CLEAR:
 		if (!resp)
@@ -514,7 +532,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 12, 2, 0, /* magic, 1.12, type 2 */
+		'M', 'C', 'S', 'T', 1, 13, 2, 0, /* magic, 1.13, type 2 */
 		0,   0,	  0,   0,   0, 0,  0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3,  2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0,  0, 0, /* payload length, reserved */
@@ -1160,6 +1178,39 @@ static void keys_with_nul_empty_and_maximum_length(void **state)
 /* ------------------------------------------------------------------------ */
 /* Malformed input                                                           */
 
+/* The lengths of a response sample of type without its minor-13 spoil
+ * tails (*base) and with the list but no spoil_ms (*mid): prefixes a
+ * decoder takes; 0 for types without them. */
+static void spoil_prefixes(uint16_t type, size_t *base, size_t *mid)
+{
+	struct mc_proto_opt_u64 *ms = NULL;
+	uint32_t *n = NULL;
+	struct mc_buf b;
+	union body u;
+
+	*base = *mid = 0;
+	fill(type, true, 2, &u);
+	if (type == MC_STORE_REMOVE)
+		n = &u.remove_resp.n_spoil, ms = &u.remove_resp.spoil_ms;
+	else if (type == MC_STORE_BATCH_REMOVE)
+		n = &u.batch_remove_resp.n_spoil, ms = &u.batch_remove_resp.spoil_ms;
+	else if (type == MC_STORE_UPSERT_START)
+		n = &u.put_start_resp.n_spoil, ms = &u.put_start_resp.spoil_ms;
+	else if (type == MC_STORE_BATCH_UPSERT_START)
+		n = &u.batch_put_start_resp.n_spoil, ms = &u.batch_put_start_resp.spoil_ms;
+	if (!n)
+		return;
+	mc_buf_init(&b);
+	ms->present = false;
+	assert_int_equal(mc_store_response_encode(&b, type, 1, &u), MC_OK);
+	*mid = b.len;
+	mc_buf_reset(&b);
+	*n = 0;
+	assert_int_equal(mc_store_response_encode(&b, type, 1, &u), MC_OK);
+	*base = b.len;
+	mc_buf_release(&b);
+}
+
 /* Every strict prefix of every sample frame and payload is refused. */
 static void truncation_at_every_offset_is_a_protocol_error(void **state)
 {
@@ -1169,12 +1220,19 @@ static void truncation_at_every_offset_is_a_protocol_error(void **state)
 			union body u;
 			uint8_t *copy;
 
+			size_t base = 0, mid = 0;
+
+			if (resp)
+				spoil_prefixes(all_types[i], &base, &mid);
 			mc_buf_init(&b);
 			encode_sample(&b, all_types[i], resp, 2, 1, &u);
 			copy = mc_malloc(b.len);
 			for (size_t len = 0; len < b.len; len++) {
 				struct mc_store_msg m;
 				union body v;
+
+				if (base && (len == base || len == mid))
+					continue; /* minor 12, or no spoil_ms: no spoils */
 
 				if (!resp && len + 9 == b.len &&
 				    (all_types[i] == MC_STORE_PUT_END ||
@@ -1527,7 +1585,7 @@ static void bad_flags_and_tags_are_protocol_errors(void **state)
 {
 	struct mc_store_exist_resp e = {true};
 	struct mc_store_put_end_req pe = {{1, 2}, S(""), 0, S("k"), {true, 9}, {false, 0}, 0, NULL};
-	struct mc_store_put_start_resp ps = {1, reps};
+	struct mc_store_put_start_resp ps = {.n_replicas = 1, .replicas = reps};
 	struct mc_store_replica bad = reps[0];
 	struct mc_store_msg m;
 	struct mc_buf b;

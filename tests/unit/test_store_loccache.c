@@ -12,6 +12,7 @@
  * test_store_client.c's: one master, clients A and B for the whole run
  * (cache on in both), fresh holders or masters where a case needs them.
  */
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -274,6 +275,7 @@ static void own_writes_drop_their_keys(void **state)
  * the checksum, drops the entry and asks the master, which says the key is
  * gone.  The mismatch is not reported (the new object keeps its replica)
  * nor counted as a checksum failure.  The same with the key put again.
+ * The remover is of minor 12, which the master lets reuse the block at once.
  */
 static void force_remove_and_reuse_is_caught(void **state)
 {
@@ -287,7 +289,11 @@ static void force_remove_and_reuse_is_caught(void **state)
 	assert_int_equal(mc_store_put(A, "lc-fr", v, OBJ, &on_d), MC_OK);
 	expect_into(B, dst, "lc-fr", v, OBJ);
 	a1 = replica_addr(A, "lc-fr");
+	/* a remover of minor 12 (upstream's): the leased block is freed at
+	 * once, nothing spoiled (a newer one's is parked: force_remove_spoils) */
+	mc_store_proto_minor_set(12);
 	assert_int_equal(mc_store_remove(A, "lc-fr", true), MC_OK);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
 	assert_int_equal(mc_store_put(A, "lc-fr-new", v + OBJ, OBJ, &on_d), MC_OK);
 	assert_int_equal(replica_addr(A, "lc-fr-new"), a1); /* the premise: reused */
 
@@ -301,7 +307,9 @@ static void force_remove_and_reuse_is_caught(void **state)
 	expect_into(B, dst, "lc-fr-new", v + OBJ, OBJ); /* intact, not reported */
 
 	/* the same key again, other bytes, the same block */
+	mc_store_proto_minor_set(12);
 	assert_int_equal(mc_store_remove(A, "lc-fr-new", true), MC_OK);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
 	assert_int_equal(mc_store_put(A, "lc-fr-new", v + 2 * OBJ, OBJ, &on_d), MC_OK);
 	assert_int_equal(replica_addr(A, "lc-fr-new"), a1);
 	expect_into(B, dst, "lc-fr-new", v + 2 * OBJ, OBJ);
@@ -392,9 +400,12 @@ static void lease_bounds_the_cache(void **state)
 	assert_true(deadline >= t0 + SHORT_LEASE_MS - mc_store_loc_margin_ms(SHORT_LEASE_MS));
 	assert_true(deadline <= t1 + SHORT_LEASE_MS - mc_store_loc_margin_ms(SHORT_LEASE_MS));
 
-	/* an upsert to another size by W: R may serve the old value, whole,
-	 * but only before the deadline */
+	/* an upsert to another size by W of minor 12 (it spoils nothing: a
+	 * newer one does, overrides_spoil_the_old_blocks): R may serve the old
+	 * value, whole, but only before the deadline */
+	mc_store_proto_minor_set(12);
 	assert_int_equal(mc_store_upsert(W, "lc-lease", v + OBJ, OBJ / 2, &on_w), MC_OK);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
 	memset(dst, 0, OBJ);
 	t1 = mc_now_ms();
 	n = mc_store_get_into(R, "lc-lease", dst, OBJ);
@@ -660,6 +671,207 @@ static void holder_gone_is_caught(void **state)
 	free(v);
 }
 
+/*
+ * The only holder of a key B has cached unmounts its global segment at
+ * once and stays up: its memory, still mapped and intact, leaves its
+ * engine before the unmount returns, so B's cached read is refused, the
+ * entry goes and the master says the key is gone (before: B got the
+ * value back, checked).  No report, no mismatch.
+ */
+static void unmount_refuses_cached_reads(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B), sid[MC_STORE_SEGMENT_ID_MAX];
+	uint64_t stale0, mism0, rep0, g0;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 44);
+	assert_int_equal(mc_store_put(A, "lc-um", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-um", v, OBJ);
+	snprintf(sid, sizeof(sid), "%" PRIu64 "-%" PRIu64, D->seg_id.first, D->seg_id.second);
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	mism0 = atomic_load(&B->metrics->checksum_mismatches);
+	rep0 = reports(B);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_unmount_segment(D, sid, 0), MC_OK);
+	assert_int_equal(mc_store_get_into(B, "lc-um", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 1);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(B), rep0);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/*
+ * The same for an extra segment unmounted with a grace period: B's cached
+ * get reads the value during the grace (the segment is readable), and once
+ * the holder's heartbeat took the memory out of its engine at the grace's
+ * end, no get of B returns the value (before: B's cached get kept
+ * returning it until its entry's lease deadline, seconds later).
+ */
+static void unmount_after_grace_refuses_cached_reads(void **state)
+{
+	struct mc_store *D = client_new(0);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B), xid[MC_STORE_SEGMENT_ID_MAX];
+	uint64_t alloc = 0, g0, end;
+	int64_t n;
+	(void)state;
+
+	assert_int_equal(mc_store_allocate_and_mount_segment(D, 16 << 20, NULL, NULL, xid, &alloc),
+			 MC_OK);
+	mc_test_fill(v, OBJ, 45);
+	assert_int_equal(mc_store_put(A, "lc-umg", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-umg", v, OBJ);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_unmount_segment(D, xid, 300), MC_OK);
+	assert_int_not_equal(atomic_load(&D->dereg_due), UINT64_MAX); /* due at the grace's end */
+	expect_into(B, dst, "lc-umg", v, OBJ); /* in the grace: readable, from the cache */
+	assert_int_equal(lookups(B), g0);
+	/* the event: D's heartbeat deregistered it (bounded wait, polled) */
+	end = mc_now_ms() + 5000;
+	while (atomic_load(&D->dereg_due) != UINT64_MAX && mc_now_ms() < end) {
+		struct timespec nap = {0, 10 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	assert_int_equal(atomic_load(&D->dereg_due), UINT64_MAX);
+	assert_false(D->xsegs[0].registered);
+	memset(dst, 0, OBJ);
+	n = mc_store_get_into(B, "lc-umg", dst, OBJ);
+	assert_true(n < 0); /* not found, or a listed replica refused: never the value */
+	assert_true(lookups(B) > g0);
+	assert_int_equal(mc_store_unmount_and_free_segment(D, xid, 0), MC_OK);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/*
+ * Overrides by a writer of minor 13 (master/spoil.c, mc_store_spoil): a
+ * force remove of a key B has cached (leased by B's get), its block not
+ * reused, and an upsert of another to another size.  Each parks the old
+ * block until the lease ends and overwrites its head before returning, so
+ * B's cached get fails its check at once and asks the master: not found,
+ * and the new value (before: B got the old value back, checked).  The
+ * removed block comes back into use once spoiled (SpoilDone).  No report,
+ * no mismatch.
+ */
+static void overrides_spoil_the_old_blocks(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(3 * OBJ), *dst = reg(B);
+	uint64_t a1, stale0, mism0, rep0, g0;
+	(void)state;
+
+	mc_test_fill(v, 3 * OBJ, 46);
+	assert_int_equal(mc_store_put(A, "lc-sp", v, OBJ, &on_d), MC_OK);
+	assert_int_equal(mc_store_put(A, "lc-sp2", v + OBJ, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-sp", v, OBJ);
+	expect_into(B, dst, "lc-sp2", v + OBJ, OBJ);
+	a1 = replica_addr(A, "lc-sp");
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	mism0 = atomic_load(&B->metrics->checksum_mismatches);
+	rep0 = reports(B);
+
+	assert_int_equal(mc_store_remove(A, "lc-sp", true), MC_OK);
+	g0 = lookups(B);
+	assert_int_equal(mc_store_get_into(B, "lc-sp", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 1);
+	/* spoiled, the remover's SpoilDone gave the block back at once (not
+	 * at the lease's end): the next put takes it, and B reads it right */
+	assert_int_equal(mc_store_put(A, "lc-sp3", v + 2 * OBJ, OBJ, &on_d), MC_OK);
+	assert_int_equal(replica_addr(A, "lc-sp3"), a1);
+	assert_int_equal(mc_store_get_into(B, "lc-sp", dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+	expect_into(B, dst, "lc-sp3", v + 2 * OBJ, OBJ);
+
+	assert_int_equal(mc_store_upsert(A, "lc-sp2", v + 2 * OBJ, OBJ / 2, &on_d), MC_OK);
+	g0 = lookups(B);
+	expect_into(B, dst, "lc-sp2", v + 2 * OBJ, OBJ / 2);
+	assert_int_equal(lookups(B), g0 + 1);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 2);
+	assert_int_equal(atomic_load(&B->metrics->checksum_mismatches), mism0);
+	assert_int_equal(reports(B), rep0);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/* The batch forms: BatchRemove with force and BatchUpsertStart to another
+ * size spoil every leased key's old block the same way. */
+static void batch_overrides_spoil_the_old_blocks(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	const char *rm[2] = {"lc-bsp-a", "lc-bsp-b"}, *up[2] = {"lc-bsp-c", "lc-bsp-d"};
+	char *v = malloc(6 * OBJ), *dst = reg(B);
+	const void *vals[2];
+	size_t lens[2] = {OBJ / 2, OBJ / 4};
+	mc_status res[2];
+	uint64_t stale0, g0;
+	(void)state;
+
+	mc_test_fill(v, 6 * OBJ, 47);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(mc_store_put(A, rm[i], v + i * OBJ, OBJ, &on_d), MC_OK);
+		assert_int_equal(mc_store_put(A, up[i], v + (2 + i) * OBJ, OBJ, &on_d), MC_OK);
+		expect_into(B, dst, rm[i], v + i * OBJ, OBJ);
+		expect_into(B, dst, up[i], v + (2 + i) * OBJ, OBJ);
+	}
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	assert_int_equal(mc_store_batch_remove(A, rm, 2, true, res), MC_OK);
+	vals[0] = v + 4 * OBJ;
+	vals[1] = v + 5 * OBJ;
+	assert_int_equal(mc_store_upsert_batch(A, up, vals, lens, 2, &on_d, res), MC_OK);
+	g0 = lookups(B);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(mc_store_get_into(B, rm[i], dst, OBJ), MC_ERR_OBJECT_NOT_FOUND);
+		expect_into(B, dst, up[i], v + (4 + i) * OBJ, lens[i]);
+	}
+	assert_int_equal(lookups(B), g0 + 4);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 4);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/* A master of minor 12 lists no spoils: a client caches nothing from it
+ * (every get asks), so another client's override cannot be served stale. */
+static void old_master_caches_nothing(void **state)
+{
+	char addr[64], meta[128];
+	struct mc_master_server *m2;
+	struct mc_store *R;
+	char *v = malloc(OBJ), *dst;
+	uint64_t g0;
+	(void)state;
+
+	mc_store_proto_minor_set(12); /* the master answers as minor 12 */
+	m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+	assert_non_null(m2);
+	R = client_at(addr, meta, 16 << 20, true);
+	struct mc_store_config on_r = prefer(R);
+	dst = reg(R);
+	mc_test_fill(v, OBJ, 48);
+	assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
+	assert_int_equal(mc_master_conn_peer_minor(R->conn), 12);
+	g0 = lookups(R);
+	expect_into(R, dst, "lc-old", v, OBJ);
+	expect_into(R, dst, "lc-old", v, OBJ);
+	assert_int_equal(lookups(R), g0 + 2);
+	assert_int_equal(mc_store_loc_count(R), 0);
+	unreg(R, dst);
+	mc_store_free(R);
+	mc_master_server_stop(m2);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	free(v);
+}
+
 /* Run the move or copy task id to its end (the source holder's heartbeat
  * runs it; polled, as the API offers no wait). */
 static void task_done(struct mc_store *s, const struct mc_store_task_uuid *id)
@@ -748,6 +960,11 @@ int main(void)
 		cmocka_unit_test(remove_all_and_reuse_is_caught),
 		cmocka_unit_test(holder_gone_is_caught),
 		cmocka_unit_test(move_and_copy_keep_the_value),
+		cmocka_unit_test(unmount_refuses_cached_reads),
+		cmocka_unit_test(unmount_after_grace_refuses_cached_reads),
+		cmocka_unit_test(overrides_spoil_the_old_blocks),
+		cmocka_unit_test(batch_overrides_spoil_the_old_blocks),
+		cmocka_unit_test(old_master_caches_nothing),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
