@@ -46,7 +46,7 @@ struct mc_store_xseg {
 	/* an unmount with a grace period: deregister at this mc_now_ms()
 	 * (the heartbeat does, client_mount.c), 0: none */
 	uint64_t dereg_at;
-	unsigned busy;	/* task batches reading from it (mc_store_xseg_hold) */
+	unsigned busy; /* task batches reading from it (mc_store_xseg_hold) */
 };
 struct mc_client_metrics;
 struct mc_http;
@@ -89,8 +89,8 @@ struct mc_store {
 	/* replica locations under lease (MC_STORE_LOCATION_CACHE,
 	 * client_loccache.c); NULL when off */
 	struct mc_store_loccache *loc;
-	bool trailers; /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
-			* puts write chunk-sum trailers (tests set it directly) */
+	bool trailers;		/* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
+				 * puts write chunk-sum trailers (tests set it directly) */
 	uint64_t write_submits; /* engine submits of writes (client_xfer.c's
 				 * submit_writes; tests count them), atomic */
 

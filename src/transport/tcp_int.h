@@ -100,7 +100,7 @@ struct tcp_peer {
 	_Atomic uint64_t last_group;
 	atomic_uint last_lane;
 	_Atomic uint64_t last_fill; /* bytes of last_group dealt to last_lane */
-	unsigned npaths; /* >= 1; paths[0] is host when the target publishes no list */
+	unsigned npaths;	    /* >= 1; paths[0] is host when the target publishes no list */
 	struct tcp_path *paths;
 	unsigned nconns;
 	struct tcp_conn **conns;
@@ -240,7 +240,7 @@ struct tcp_transport {
 	bool force_v1;
 	uint64_t split_size;
 	uint64_t lane_fill; /* a batch's small slices fill a lane this far ("Lanes") */
-	uint64_t zc_min; /* payloads at least this large are spliced; 0: never */
+	uint64_t zc_min;    /* payloads at least this large are spliced; 0: never */
 	uint64_t busy_poll_us;
 	unsigned conns_per_peer;
 	uint64_t io_timeout_ms;
