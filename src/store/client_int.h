@@ -89,10 +89,8 @@ struct mc_store {
 	/* replica locations under lease (MC_STORE_LOCATION_CACHE,
 	 * client_loccache.c); NULL when off */
 	struct mc_store_loccache *loc;
-	bool trailers;		/* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
-				 * puts write chunk-sum trailers (tests set it directly) */
-	uint64_t write_submits; /* engine submits of writes (client_xfer.c's
-				 * submit_writes; tests count them), atomic */
+	bool trailers; /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
+			* puts write chunk-sum trailers (tests set it directly) */
 
 	/* global segment */
 	void *seg;

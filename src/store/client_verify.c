@@ -3,10 +3,9 @@
  * part 1): the writer's checksum of each object, the readers' check of it.
  *
  * A put computes XXH3-64 of the object's bytes, over its scatter-gather
- * buffers in order, before its part of the engine batch that writes its
- * replicas is submitted (an object of at most 256 KiB) or while it is in
- * flight (client_xfer.c's submit_writes calls mc_store_verify_sign), and
- * PutEnd hands it to the master, which keeps it with
+ * buffers in order, while the engine batch that writes its replicas is in
+ * flight (client_xfer.c's run_pass calls mc_store_verify_sign between
+ * submit and wait), and PutEnd hands it to the master, which keeps it with
  * the object and lists it in every GetReplicaList answer.  A read that
  * covers a whole object whose list carries a checksum (get, get_into, the
  * batch and multi-buffer forms, whole-object ranges, tensors, which are
@@ -164,10 +163,8 @@ static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t e
  * hashes each byte once, chunk by chunk: while its Start is in flight, as
  * far as the answer lets it (mc_store_verify_ahead, run by
  * mc_master_conn_call_working where the caller would poll), the rest
- * before the object's submit or, for one over 256 KiB, while the batch
- * moves it; it writes the trailer as one more request of the same batch,
- * right behind the value when signed first (client_xfer.c,
- * submit_writes, put_trailers).  A reader of any part of it, the whole
+ * while the batch moves them; it writes the trailer as one more request
+ * of the same batch (client_xfer.c, put_trailers).  A reader of any part of it, the whole
  * object or a range widened to the chunks it touches (client_ranges.c),
  * reads the trailer in the same batch, checks the trailer's hash, then
  * each chunk it read against its entry: a 64 KiB range moves at most 96

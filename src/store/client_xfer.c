@@ -230,133 +230,60 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
  * value was copied).  TR_COUNT counts what TR_QUEUE may add. */
 enum { TR_COUNT, TR_QUEUE, TR_COPY };
 
-/* put_trailers for ios[i] alone. */
-static size_t put_trailer(struct mc_store *s, struct req_list *l, struct mc_store_io *ios, size_t i,
-			  int mode)
-{
-	struct mc_store_io *io = &ios[i];
-	size_t k = 0;
-
-	if (io->status != MC_OK || !io->tlen || io->twritten ||
-	    (mode != TR_COUNT && !(io->tsums && io->has_cksum)))
-		return 0; /* not signed yet, or never (device memory, no memory:
-			   * unchecked) */
-	for (uint32_t j = 0; j < io->nreps && io->status == MC_OK; j++) {
-		const struct mc_store_replica *r = &io->reps[j];
-		struct mc_xfer_req req = {.opcode = MC_OP_WRITE, .source = io->tsums};
-
-		if (r->type != MC_STORE_REPLICA_MEMORY)
-			continue;
-		if (s->local_memcpy && is_own_segment(s, r) &&
-		    in_own_segment(s, r->address, io->len + io->tlen) && host_buffers(s, io)) {
-			if (mode != TR_COUNT)
-				memcpy((char *)(uintptr_t)(r->address + io->len), io->tsums,
-				       (size_t)io->tlen);
-			continue;
-		}
-		k++;
-		if (mode == TR_COUNT)
-			continue;
-		if (mode == TR_COPY) { /* cannot be: its value was copied */
-			io->status = MC_ERR_TRANSFER_FAIL;
-			break;
-		}
-		req.target_offset = r->address + io->len;
-		req.length = io->tlen;
-		io->status = mc_te_open_segment(s->te, r->segment_name.ptr, &req.target_id);
-		if (io->status == MC_OK)
-			io->status = req_list_add(l, &req, (uint32_t)i);
-	}
-	io->twritten = mode != TR_COUNT;
-	return k;
-}
-
 static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_store_io *ios,
 			   size_t n, int mode)
 {
 	size_t k = 0;
 
-	for (size_t i = 0; i < n; i++)
-		k += put_trailer(s, l, ios, i, mode);
-	return k;
-}
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
 
-/*
- * Submit the writes whose requests are on vals (each object's together, in
- * the order of ios) to batch bid, in submission order on sub: a write of
- * at most SIGN_FIRST bytes is signed before its submit, so that its
- * trailer goes in the same submit, right behind its value (one hand-over
- * to the lane's worker, which sends both with one sendmsg; the holder
- * reads both at once).  The objects go in groups of SIGN_GROUP bytes
- * signed first: one submit for a batch of 32 x 64 KiB, whose workers then
- * have the whole batch to send without sleeping in between (after a
- * small group they would, and the next submit would wake them), and a
- * larger batch's later groups are hashed while the earlier ones move.  A
- * larger write is signed while its bytes move, and its trailer follows in
- * a last submit.  False: nothing was submitted (the batch is unused).
- */
-#define SIGN_FIRST (256u << 10)
-#define SIGN_GROUP (2u << 20)
+		if (io->status != MC_OK || !io->tlen || io->twritten ||
+		    (mode != TR_COUNT && !(io->tsums && io->has_cksum)))
+			continue; /* not signed yet, or never (device memory, no
+				   * memory: unchecked) */
+		for (uint32_t j = 0; j < io->nreps && io->status == MC_OK; j++) {
+			const struct mc_store_replica *r = &io->reps[j];
+			struct mc_xfer_req req = {.opcode = MC_OP_WRITE, .source = io->tsums};
 
-static mc_status write_submit(struct mc_store *s, mc_batch_id bid, const struct req_list *sub,
-			      size_t first)
-{
-	__atomic_add_fetch(&s->write_submits, 1, __ATOMIC_RELAXED);
-	return mc_te_submit_unchecked(s->te, bid, sub->v + first, sub->n - first);
-}
-
-static bool submit_writes(struct mc_store *s, mc_batch_id bid, struct mc_store_io *ios, size_t n,
-			  const struct req_list *vals, struct req_list *sub)
-{
-	size_t k = 0, first;
-
-	while (k < vals->n) {
-		uint64_t signed_first = 0;
-
-		first = sub->n;
-		while (k < vals->n && signed_first < SIGN_GROUP) {
-			uint32_t i = vals->owner[k];
-			struct mc_store_io *io = &ios[i];
-
-			if (io->len <= SIGN_FIRST) {
-				mc_store_verify_sign(s, io, 1);
-				signed_first += io->len;
+			if (r->type != MC_STORE_REPLICA_MEMORY)
+				continue;
+			if (s->local_memcpy && is_own_segment(s, r) &&
+			    in_own_segment(s, r->address, io->len + io->tlen) &&
+			    host_buffers(s, io)) {
+				if (mode != TR_COUNT)
+					memcpy((char *)(uintptr_t)(r->address + io->len), io->tsums,
+					       (size_t)io->tlen);
+				continue;
 			}
-			for (; k < vals->n && vals->owner[k] == i; k++)
-				if (io->status == MC_OK)
-					io->status = req_list_add(sub, &vals->v[k], i);
-			(void)put_trailer(s, sub, ios, i, TR_QUEUE);
+			k++;
+			if (mode == TR_COUNT)
+				continue;
+			if (mode == TR_COPY) { /* cannot be: its value was copied */
+				io->status = MC_ERR_TRANSFER_FAIL;
+				break;
+			}
+			req.target_offset = r->address + io->len;
+			req.length = io->tlen;
+			io->status = mc_te_open_segment(s->te, r->segment_name.ptr, &req.target_id);
+			if (io->status == MC_OK)
+				io->status = req_list_add(l, &req, (uint32_t)i);
 		}
-		if (sub->n > first && write_submit(s, bid, sub, first) != MC_OK)
-			goto fail;
+		io->twritten = mode != TR_COUNT;
 	}
-	/* the larger writes: signed now, while they move */
-	mc_store_verify_sign(s, ios, n);
-	first = sub->n;
-	(void)put_trailers(s, sub, ios, n, TR_QUEUE);
-	if (sub->n > first && write_submit(s, bid, sub, first) != MC_OK)
-		goto fail;
-	return sub->n > 0; /* none: every request failed to queue */
-fail:
-	for (size_t j = first; j < sub->n; j++)
-		ios[sub->owner[j]].status = MC_ERR_TRANSFER_FAIL;
-	for (; k < vals->n; k++) /* never submitted */
-		ios[vals->owner[k]].status = MC_ERR_TRANSFER_FAIL;
-	sub->n = first;
-	return first > 0;
+	return k;
 }
 
 static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
 	struct mc_store_vpass *vp = NULL;
 	bool disk = false, fs = false;
-	struct req_list l, sub, *done = &l; /* done: the batch's tasks in order */
+	struct req_list l;
 	mc_batch_id bid;
 	mc_status rc;
-	size_t ntr = 0;
+	size_t ntr = 0, tfirst;
 
 	req_list_init(&l);
-	req_list_init(&sub);
 	for (size_t i = 0; i < n; i++) {
 		struct mc_store_io *io = &ios[i];
 		size_t first = l.n;
@@ -390,16 +317,11 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 		mc_store_verify_pass_end(s, vp); /* cannot be: the check after hashes */
 		vp = NULL;
 	}
-	if (rc == MC_OK && opcode == MC_OP_WRITE) {
-		/* checksums before or while the batch moves the bytes
-		 * (client_verify.c), trailers with their values */
-		done = &sub;
-		if (!submit_writes(s, bid, ios, n, &l, &sub)) {
-			mc_te_batch_free(s->te, bid);
-			goto out;
-		}
-	} else if (rc == MC_OK) {
-		/* a read's checksums on the threads that end its pieces */
+	/* the trailers of writes signed ahead (mc_store_verify_ahead) go
+	 * with their values */
+	if (rc == MC_OK && opcode == MC_OP_WRITE)
+		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+	if (rc == MC_OK) {
 		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)
 			mc_te_batch_free(s->te, bid);
@@ -409,21 +331,33 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 			ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
 		goto out;
 	}
+	/* checksums while the batch moves the bytes (client_verify.c): a
+	 * write's here, a read's on the threads that end its pieces */
+	if (opcode == MC_OP_WRITE) {
+		mc_store_verify_sign(s, ios, n);
+		tfirst = l.n; /* then the trailers, in the same batch */
+		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		if (l.n > tfirst &&
+		    mc_te_submit_unchecked(s->te, bid, l.v + tfirst, l.n - tfirst) != MC_OK) {
+			for (size_t k = tfirst; k < l.n; k++)
+				ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
+			l.n = tfirst;
+		}
+	}
 	rc = mc_te_batch_wait(s->te, bid, -1, NULL);
 	if (rc != MC_OK) {
 		/* find which objects failed */
-		for (size_t k = 0; k < done->n; k++) {
+		for (size_t k = 0; k < l.n; k++) {
 			struct mc_xfer_status st;
 			if (mc_te_task_status(s->te, bid, k, &st) != MC_OK ||
 			    st.state != MC_XFER_COMPLETED)
-				ios[done->owner[k]].status = MC_ERR_TRANSFER_FAIL;
+				ios[l.owner[k]].status = MC_ERR_TRANSFER_FAIL;
 		}
 	}
 	mc_te_batch_free(s->te, bid);
 out:
 	mc_store_verify_pass_end(s, vp); /* judges the reads hashed in the batch */
 	req_list_release(&l);
-	req_list_release(&sub);
 	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */
 		(void)put_trailers(s, NULL, ios, n, TR_COPY);

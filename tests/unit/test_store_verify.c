@@ -613,91 +613,6 @@ static void every_put_path_leaves_a_checked_object(void **state)
 }
 
 /*
- * A write of at most 256 KiB is signed before its submit, and its trailer
- * leaves in the same submit, right behind its value (client_xfer.c,
- * submit_writes): one submit for a 64 KiB put, where signing while the
- * value moved took two; a batch in groups of 2 MiB signed first (32 x 64
- * KiB in one submit, 40 in two); a larger write is signed while it moves,
- * its trailer in a submit of its own.  Every object of a batch mixing
- * them (no trailer, at the bound, past it, several MiB) reads back
- * checked, and a byte flipped in any of them is caught.
- */
-static uint64_t write_submits(struct mc_store *s)
-{
-	return __atomic_load_n(&s->write_submits, __ATOMIC_RELAXED);
-}
-
-static void small_writes_leave_with_their_trailers(void **state)
-{
-	enum { N = 40, S = 64 << 10, BIG = 1 << 20, NMIX = 6 };
-	struct mc_store_config on_b = st_prefer(B);
-	const size_t mix[NMIX] = {100, S, 256 << 10, (256 << 10) + 1, BIG, 3 * BIG};
-	char *v = malloc(N * S), *big = malloc(3 * BIG + 5);
-	const char *keys[N];
-	const void *vals[N];
-	size_t lens[N];
-	mc_status res[N];
-	char names[N][16];
-	uint64_t s0;
-
-	(void)state;
-	assert_non_null(v);
-	assert_non_null(big);
-	A->trailers = true;
-	mc_test_fill(v, N * S, 5);
-	mc_test_fill(big, 3 * BIG + 5, 6);
-	s0 = write_submits(A);
-	assert_int_equal(mc_store_put(A, "sw-one", v, S, &on_b), MC_OK);
-	assert_int_equal(write_submits(A) - s0, 1);
-	s0 = write_submits(A);
-	assert_int_equal(mc_store_put(A, "sw-big", big, BIG, &on_b), MC_OK);
-	assert_int_equal(write_submits(A) - s0, 2);
-	for (size_t i = 0; i < N; i++) {
-		snprintf(names[i], sizeof(names[i]), "sw-b%zu", i);
-		keys[i] = names[i];
-		vals[i] = v + i * S;
-		lens[i] = S;
-	}
-	s0 = write_submits(A);
-	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, 32, &on_b, res), MC_OK);
-	assert_int_equal(write_submits(A) - s0, 1);
-	for (size_t i = 0; i < 32; i++) {
-		assert_int_equal(res[i], MC_OK);
-		st_expect_get(B, keys[i], vals[i], S);
-	}
-	for (size_t i = 0; i < N; i++) /* new keys for the next batch */
-		names[i][3] = 'c';
-	s0 = write_submits(A);
-	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, N, &on_b, res), MC_OK);
-	assert_int_equal(write_submits(A) - s0, 2);
-	for (size_t i = 0; i < N; i++) {
-		assert_int_equal(res[i], MC_OK);
-		st_expect_get(B, keys[i], vals[i], S);
-	}
-	st_expect_get(B, "sw-one", v, S);
-	st_expect_get(B, "sw-big", big, BIG);
-
-	/* mixed sizes in one batch, then a flip in each */
-	for (size_t i = 0; i < NMIX; i++) {
-		snprintf(names[i], sizeof(names[i]), "sw-m%zu", i);
-		vals[i] = big + i; /* unaligned, and each its own bytes */
-		lens[i] = mix[i];
-	}
-	assert_int_equal(mc_store_put_batch(A, keys, vals, lens, NMIX, &on_b, res), MC_OK);
-	for (size_t i = 0; i < NMIX; i++) {
-		void *got = NULL;
-
-		assert_int_equal(res[i], MC_OK);
-		st_expect_get(B, keys[i], vals[i], lens[i]);
-		flip_first_replica(A, keys[i], lens[i] / 2);
-		assert_int_equal(mc_store_get(B, keys[i], &got), MC_ERR_CHECKSUM_MISMATCH);
-		assert_null(got);
-	}
-	free(v);
-	free(big);
-}
-
-/*
  * A put signs its bytes ahead, while its Start is in flight, a few chunks
  * per piece of work (mc_store_verify_ahead), and the rest after its
  * transfer began (mc_store_verify_sign): signed in any split, across
@@ -1001,7 +916,6 @@ int main(void)
 		cmocka_unit_test(every_put_path_leaves_a_checked_object),
 		cmocka_unit_test(out_of_order_sessions_are_signed),
 		cmocka_unit_test(a_write_signed_in_pieces_is_signed_as_at_once),
-		cmocka_unit_test(small_writes_leave_with_their_trailers),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
