@@ -15,9 +15,11 @@
  * was dealt last rides that slice's connection instead (a store value's
  * checksum trailer, in the same submit or the next): dealt to the next
  * lane, 32 bytes would wake a second worker on each side for every object.
- * So does a slice under 64 KiB while that lane holds less than
- * MC_TCP_LANE_FILL (128 KiB) of the batch: a batch of 32 x 4 KiB goes on
- * one lane, waking one worker a side rather than every lane's.
+ * With MC_TCP_LANE_FILL set (off by default), so does a slice under 64 KiB
+ * while that lane holds less than that many bytes of the batch: a batch of
+ * 32 x 4 KiB then goes on one lane, waking one worker a side rather than
+ * every lane's, which helps a loaded host; on a quiet 2-core host the lanes
+ * working in parallel won (docs/bench/issue-12-scale.md, session 22).
  * Each connection pipelines: many requests are on the wire at once
  * (sendq: not fully sent; recvq: sent, awaiting status/data, in order).
  * Headers and write payloads leave with one sendmsg() gathering many
@@ -94,10 +96,11 @@ static const struct mc_config_entry tcp_config_table[] = {
 	       "requests larger than this are split across connections (256 KiB: one large "
 	       "request keeps both cores copying)",
 	       CFG(split_size), MC_CONFIG_SIZE, 4096, 1ll << 40}},
-	{.f = {"tcp_lane_fill", "MC_TCP_LANE_FILL", "128k",
+	{.f = {"tcp_lane_fill", "MC_TCP_LANE_FILL", "0",
 	       "a batch's slices under 64 KiB ride the lane of its slice dealt last until that lane "
-	       "holds this many of its bytes (128 KiB: a store batch of 32 x 4 KiB wakes one worker "
-	       "a side, not four); 0 = only slices under 4 KiB ride",
+	       "holds this many of its bytes (128k: a store batch of 32 x 4 KiB wakes one worker "
+	       "a side, not four; fewer wake-ups on a loaded host, less parallelism on an idle "
+	       "one); 0 = only slices under 4 KiB ride",
 	       CFG(lane_fill), MC_CONFIG_SIZE, 0, 1ll << 30}},
 	{.f = {"tcp_busy_poll_us", "MC_TCP_BUSY_POLL_US", "100",
 	       "TCP workers poll without sleeping this long after work, so back-to-back requests "

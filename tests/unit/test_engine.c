@@ -574,6 +574,21 @@ static int setup_tcp_lanes(void **state)
 	return setup_pair_env(state, "mem://test_engine_lanes", env);
 }
 
+/* The same with MC_TCP_LANE_FILL=128k (off by default). */
+static int setup_tcp_lanes_fill(void **state)
+{
+	static const char *const env[] = {"MC_SHM_DISABLE",
+					  "1",
+					  "MC_TCP_WORKERS",
+					  "2",
+					  "MC_TCP_LANES_PER_PEER",
+					  "4",
+					  "MC_TCP_LANE_FILL",
+					  "128k",
+					  NULL};
+	return setup_pair_env(state, "mem://test_engine_lanes_fill", env);
+}
+
 /* Regression: the target's worker that woke first accepted a peer's whole
  * burst of connections, so one core did all the receiving for that peer.
  * One 1 MiB write opens all 4 lanes at once; the target deals them out. */
@@ -684,8 +699,8 @@ static void read_small_objects(struct pair *p, char *dst, size_t n)
 	free(req);
 }
 
-/* A batch's small slices fill a lane with MC_TCP_LANE_FILL (128 KiB) of
- * its bytes before the next lane is dealt: a store batch get of 32 x 4 KiB
+/* With MC_TCP_LANE_FILL=128k a batch's small slices fill a lane with 128 KiB
+ * of its bytes before the next lane is dealt: a store batch get of 32 x 4 KiB
  * (32 x 4,128 bytes with the trailers) wakes one worker a side, not four;
  * one of 64 uses two lanes; 64 KiB values are still spread over every lane.
  * Each lane opens its own connection on first use. */
@@ -1106,7 +1121,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(a_small_slice_rides_its_batchs_lane,
 						setup_tcp_lanes, teardown_pair),
 		cmocka_unit_test_setup_teardown(small_slices_fill_a_lane_before_the_next,
-						setup_tcp_lanes, teardown_pair),
+						setup_tcp_lanes_fill, teardown_pair),
 		cmocka_unit_test_setup_teardown(
 			large_writes_skip_the_staging_buffer_past_a_small_one, setup_one_lane,
 			teardown_pair),
