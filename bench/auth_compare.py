@@ -15,15 +15,13 @@ of TCP.  Figures: docs/benchmarks.md.
 usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3] [--shm] [--json]
 """
 import argparse
-import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from te_compare import bench  # noqa: E402
+from te_compare import ab_compare  # noqa: E402
 
 SECRET = "bench-cluster-secret"
 
@@ -56,44 +54,9 @@ def main():
     auth_env = dict(plain_env, MC_AUTH_SECRET=SECRET)
     tp, seg_p = start_target(exe, args.buffer_size, plain_env)
     ta, seg_a = start_target(exe, args.buffer_size, auth_env)
-    cases = [("write", 4096, 128, 1), ("read", 4096, 128, 1),
-             ("write", 4 << 20, 16, 1), ("read", 4 << 20, 16, 1)]
     try:
-        for op, block, batch, threads in cases:
-            res = {"plain": [], "secret": []}
-            for i in range(args.runs):
-                order = [("plain", seg_p, plain_env), ("secret", seg_a, auth_env)]
-                if i % 2:
-                    order.reverse()
-                for name, seg, env in order:
-                    old = dict(os.environ)
-                    os.environ.clear()
-                    os.environ.update(env)
-                    try:
-                        res[name].append(bench(exe, seg, op, block, batch, threads,
-                                               args.duration, args.buffer_size, extra))
-                    finally:
-                        os.environ.clear()
-                        os.environ.update(old)
-            col = 3 if block < 65536 else 0  # requests/s for small blocks, else GB/s
-            unit = "req/s" if col else "GB/s"
-            v = {k: [r[col] for r in rs] for k, rs in res.items()}
-            med = {k: statistics.median(x) for k, x in v.items()}
-            row = {"op": op, "block": block, "batch": batch, "threads": threads,
-                   "unit": unit, "runs": args.runs, "transport": "shm" if args.shm else "tcp",
-                   "plain": round(med["plain"], 3), "secret": round(med["secret"], 3),
-                   "plain_min": round(min(v["plain"]), 3), "plain_max": round(max(v["plain"]), 3),
-                   "secret_min": round(min(v["secret"]), 3),
-                   "secret_max": round(max(v["secret"]), 3),
-                   "ratio": round(med["secret"] / med["plain"], 3)}
-            if args.json:
-                print(json.dumps(row), flush=True)
-            else:
-                print(f"case op={op} block={block} batch={batch} threads={threads} "
-                      f"plain_{unit}={row['plain']:.2f} ({row['plain_min']:.2f}-"
-                      f"{row['plain_max']:.2f}) secret_{unit}={row['secret']:.2f} "
-                      f"({row['secret_min']:.2f}-{row['secret_max']:.2f}) "
-                      f"ratio={row['ratio']:.3f}", flush=True)
+        ab_compare(exe, [("plain", seg_p, plain_env), ("secret", seg_a, auth_env)], args, extra,
+                   {"transport": "shm" if args.shm else "tcp"})
     finally:
         for t in (tp, ta):
             t.send_signal(signal.SIGTERM)

@@ -14,15 +14,13 @@ docs/bench/issue-16-trust.md.
 usage: bench/te_checksum_compare.py [--build build] [--runs 5] [--duration 3] [--json]
 """
 import argparse
-import json
 import os
 import signal
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from auth_compare import start_target  # noqa: E402
-from te_compare import bench  # noqa: E402
+from te_compare import ab_compare  # noqa: E402
 
 
 def main():
@@ -40,40 +38,8 @@ def main():
     base = {k: v for k, v in os.environ.items() if k != "MC_TE_CHECKSUM"}
     envs = {"off": dict(base, MC_TE_CHECKSUM="0"), "on": dict(base, MC_TE_CHECKSUM="1")}
     target, seg = start_target(exe, args.buffer_size, envs["off"])
-    cases = [("write", 4096, 128, 1), ("read", 4096, 128, 1),
-             ("write", 4 << 20, 16, 1), ("read", 4 << 20, 16, 1)]
     try:
-        for op, block, batch, threads in cases:
-            res = {"off": [], "on": []}
-            for i in range(args.runs):
-                order = ["off", "on"] if i % 2 == 0 else ["on", "off"]
-                for name in order:
-                    old = dict(os.environ)
-                    os.environ.clear()
-                    os.environ.update(envs[name])
-                    try:
-                        res[name].append(bench(exe, seg, op, block, batch, threads,
-                                               args.duration, args.buffer_size))
-                    finally:
-                        os.environ.clear()
-                        os.environ.update(old)
-            col = 3 if block < 65536 else 0  # requests/s for small blocks, else GB/s
-            unit = "req/s" if col else "GB/s"
-            v = {k: [r[col] for r in rs] for k, rs in res.items()}
-            med = {k: statistics.median(x) for k, x in v.items()}
-            row = {"op": op, "block": block, "batch": batch, "threads": threads,
-                   "unit": unit, "runs": args.runs,
-                   "off": round(med["off"], 3), "on": round(med["on"], 3),
-                   "off_min": round(min(v["off"]), 3), "off_max": round(max(v["off"]), 3),
-                   "on_min": round(min(v["on"]), 3), "on_max": round(max(v["on"]), 3),
-                   "ratio": round(med["on"] / med["off"], 3)}
-            if args.json:
-                print(json.dumps(row), flush=True)
-            else:
-                print(f"case op={op} block={block} batch={batch} threads={threads} "
-                      f"off_{unit}={row['off']:.2f} ({row['off_min']:.2f}-{row['off_max']:.2f}) "
-                      f"on_{unit}={row['on']:.2f} ({row['on_min']:.2f}-{row['on_max']:.2f}) "
-                      f"ratio={row['ratio']:.3f}", flush=True)
+        ab_compare(exe, [("off", seg, envs["off"]), ("on", seg, envs["on"])], args)
     finally:
         target.send_signal(signal.SIGTERM)
         target.wait(timeout=30)

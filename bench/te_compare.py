@@ -42,6 +42,50 @@ def bench(exe, seg, op, block, batch, threads, duration, bufsize, extra=()):
     return gbs, float(lat.group(1)), float(lat.group(2)), float(lat.group(3))
 
 
+# The A/B cases of auth_compare.py and te_checksum_compare.py: small and
+# large blocks, written and read, one thread.
+AB_CASES = [("write", 4096, 128, 1), ("read", 4096, 128, 1),
+            ("write", 4 << 20, 16, 1), ("read", 4 << 20, 16, 1)]
+
+
+def ab_compare(exe, sides, args, extra=(), tag=None):
+    """Alternate two initiators (sides: [(name, segment, environment)] x 2,
+    the order flipped every run) over AB_CASES, --runs times each, and print
+    one line (or JSON object) per case: each side's median and min-max and
+    the ratio of the second side's median to the first's."""
+    a, b = sides[0][0], sides[1][0]
+    for op, block, batch, threads in AB_CASES:
+        res = {a: [], b: []}
+        for i in range(args.runs):
+            for name, seg, env in (sides if i % 2 == 0 else sides[::-1]):
+                old = dict(os.environ)
+                os.environ.clear()
+                os.environ.update(env)
+                try:
+                    res[name].append(bench(exe, seg, op, block, batch, threads,
+                                           args.duration, args.buffer_size, extra))
+                finally:
+                    os.environ.clear()
+                    os.environ.update(old)
+        col = 3 if block < 65536 else 0  # requests/s for small blocks, else GB/s
+        unit = "req/s" if col else "GB/s"
+        v = {k: [r[col] for r in rs] for k, rs in res.items()}
+        med = {k: statistics.median(x) for k, x in v.items()}
+        row = {"op": op, "block": block, "batch": batch, "threads": threads,
+               "unit": unit, "runs": args.runs, **(tag or {})}
+        for k in (a, b):
+            row.update({k: round(med[k], 3), f"{k}_min": round(min(v[k]), 3),
+                        f"{k}_max": round(max(v[k]), 3)})
+        row["ratio"] = round(med[b] / med[a], 3)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(f"case op={op} block={block} batch={batch} threads={threads} "
+                  + " ".join(f"{k}_{unit}={row[k]:.2f} ({row[k + '_min']:.2f}-"
+                             f"{row[k + '_max']:.2f})" for k in (a, b))
+                  + f" ratio={row['ratio']:.3f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
