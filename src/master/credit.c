@@ -189,20 +189,8 @@ static mc_status complete_one(struct ctx *c, uint32_t client, uint16_t tenant,
 static void credit_fill(const struct mc_master *m, const struct mc_credit *k,
 			struct mc_store_replica *d)
 {
-	const struct mc_seg *s = &m->segs[k->rep.seg];
-
-	memset(d, 0, sizeof(*d));
+	mc_master_mem_desc(m, k->rep.seg, k->rep.addr, k->size, MC_STORE_REPLICA_PROCESSING, d);
 	d->id = k->id;
-	d->status = MC_STORE_REPLICA_PROCESSING;
-	d->type = MC_STORE_REPLICA_MEMORY;
-	d->size = k->size;
-	d->address = k->rep.addr;
-	d->segment_name.ptr = s->name;
-	d->segment_name.len = s->name_len;
-	d->transport_endpoint.ptr = s->te_endpoint;
-	d->transport_endpoint.len = s->te_len;
-	d->protocol.ptr = s->protocol;
-	d->protocol.len = s->proto_len;
 }
 
 /* Grant the sizes of want (as many as fit) into m->rscratch; *n granted. */

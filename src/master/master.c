@@ -98,17 +98,9 @@ static void rep_fill(const struct mc_master *m, const struct mc_obj *o, const st
 		d->transport_endpoint.len = s->te_len;
 		return;
 	}
+	/* the trailer, if any, follows the value */
+	mc_master_mem_desc(m, r->seg, r->addr, mc_obj_vsize(o), status, d);
 	d->id = mc_master_listed_rep_id(o, r);
-	d->status = status;
-	d->type = MC_STORE_REPLICA_MEMORY;
-	d->size = mc_obj_vsize(o); /* the trailer, if any, follows */
-	d->address = r->addr;
-	d->segment_name.ptr = s->name;
-	d->segment_name.len = s->name_len;
-	d->transport_endpoint.ptr = s->te_endpoint;
-	d->transport_endpoint.len = s->te_len;
-	d->protocol.ptr = s->protocol;
-	d->protocol.len = s->proto_len;
 }
 
 /* Append o's live replicas to rscratch at *pos (room reserved by caller):

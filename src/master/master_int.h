@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "master/alloc.h"
@@ -565,6 +566,22 @@ static inline uint64_t mc_master_listed_rep_id(const struct mc_obj *o, const str
 	if ((o->flags & MC_OBJ_CKSUM) && o->ext)
 		id = (id ^ (o->ext->checksum * 0xC2B2AE3D27D4EB4Full)) | 1;
 	return id;
+}
+/* d := a MEMORY replica descriptor of the block at addr on segment seg
+ * (every field but the id, which each caller derives its own way). */
+static inline void mc_master_mem_desc(const struct mc_master *m, uint32_t seg, uint64_t addr,
+				      uint64_t size, uint8_t status, struct mc_store_replica *d)
+{
+	const struct mc_seg *s = &m->segs[seg];
+
+	memset(d, 0, sizeof(*d));
+	d->status = status;
+	d->type = MC_STORE_REPLICA_MEMORY;
+	d->size = size;
+	d->address = addr;
+	d->segment_name = (struct mc_proto_str){.ptr = s->name, .len = s->name_len};
+	d->transport_endpoint = (struct mc_proto_str){.ptr = s->te_endpoint, .len = s->te_len};
+	d->protocol = (struct mc_proto_str){.ptr = s->protocol, .len = s->proto_len};
 }
 /* Readable = COMPLETE with at least one replica on a mounted segment. */
 bool mc_master_obj_readable(const struct mc_master *m, const struct mc_obj *o);

@@ -45,19 +45,7 @@ void mc_master_spoil_begin(struct mc_master *m, unsigned minor)
 static void fill(const struct mc_master *m, const struct mc_obj *o, const struct mc_rep *r,
 		 struct mc_store_replica *d)
 {
-	const struct mc_seg *s = &m->segs[r->seg];
-
-	memset(d, 0, sizeof(*d));
-	d->status = MC_STORE_REPLICA_COMPLETE;
-	d->type = MC_STORE_REPLICA_MEMORY;
-	d->size = mc_obj_vsize(o);
-	d->address = r->addr;
-	d->segment_name.ptr = s->name;
-	d->segment_name.len = s->name_len;
-	d->transport_endpoint.ptr = s->te_endpoint;
-	d->transport_endpoint.len = s->te_len;
-	d->protocol.ptr = s->protocol;
-	d->protocol.len = s->proto_len;
+	mc_master_mem_desc(m, r->seg, r->addr, mc_obj_vsize(o), MC_STORE_REPLICA_COMPLETE, d);
 }
 
 /* A force remove's block: parked in m->spoiled under a new id, which

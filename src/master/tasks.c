@@ -209,17 +209,8 @@ static void block_release(struct mc_master *m, const struct mc_rep *r, uint64_t 
 static void fill_desc(const struct mc_master *m, const struct mc_rep *r, uint64_t size,
 		      uint8_t status, struct mc_store_replica *d)
 {
-	const struct mc_seg *s = &m->segs[r->seg];
-
-	memset(d, 0, sizeof(*d));
+	mc_master_mem_desc(m, r->seg, r->addr, size, status, d);
 	d->id = r->addr ^ ((uint64_t)r->seg << 40) ^ ((uint64_t)r->gen << 20);
-	d->status = status;
-	d->type = MC_STORE_REPLICA_MEMORY;
-	d->size = size;
-	d->address = r->addr;
-	d->segment_name = (struct mc_proto_str){.ptr = s->name, .len = s->name_len};
-	d->transport_endpoint = (struct mc_proto_str){.ptr = s->te_endpoint, .len = s->te_len};
-	d->protocol = (struct mc_proto_str){.ptr = s->protocol, .len = s->proto_len};
 }
 
 /* ------------------------------------------------------------------------ */

@@ -328,6 +328,19 @@ static void spoil_done(struct mc_store *s, const struct mc_store_replica *list, 
 	mc_free(ids);
 }
 
+/* One head of a parked block, read then written back (mc_store_spoil). */
+static struct mc_store_io spoil_io(void **buf, size_t *len, struct mc_store_replica *rep,
+				   mc_status status)
+{
+	return (struct mc_store_io){.bufs = buf,
+				    .lens = len,
+				    .nbufs = 1,
+				    .len = rep->size,
+				    .reps = rep,
+				    .nreps = 1,
+				    .status = status};
+}
+
 /*
  * Spoil the blocks an override of this client's parked (the spoil tails of
  * its Remove, BatchRemove, UpsertStart or BatchUpsertStart answer): read
@@ -374,16 +387,10 @@ void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uin
 		reps[i].size = MC_MIN(reps[i].size, (uint64_t)MC_STORE_SPOIL_LEN);
 		bufs[i] = heads + (size_t)i * MC_STORE_SPOIL_LEN;
 		lens[i] = reps[i].size;
-		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
-					      .lens = &lens[i],
-					      .nbufs = 1,
-					      .len = reps[i].size,
-					      .reps = &reps[i],
-					      .nreps = 1,
-					      .status = reps[i].type == MC_STORE_REPLICA_MEMORY &&
-									reps[i].size
-								? MC_OK
-								: MC_ERR_INVALID_REPLICA};
+		ios[i] = spoil_io(&bufs[i], &lens[i], &reps[i],
+				  reps[i].type == MC_STORE_REPLICA_MEMORY && reps[i].size
+					  ? MC_OK
+					  : MC_ERR_INVALID_REPLICA);
 	}
 	mc_store_run_transfers(s, ios, n, MC_OP_READ);
 	for (uint32_t i = 0; i < n; i++) {
@@ -391,13 +398,7 @@ void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uin
 			continue;
 		for (uint64_t k = 0; k < lens[i]; k++)
 			heads[(size_t)i * MC_STORE_SPOIL_LEN + k] ^= 0xff;
-		ios[i] = (struct mc_store_io){.bufs = &bufs[i],
-					      .lens = &lens[i],
-					      .nbufs = 1,
-					      .len = reps[i].size,
-					      .reps = &reps[i],
-					      .nreps = 1,
-					      .status = MC_OK};
+		ios[i] = spoil_io(&bufs[i], &lens[i], &reps[i], MC_OK);
 		done++;
 	}
 	if (done == 0 || mc_now_ms() >= until) /* too late to write: may be reused */
