@@ -10,9 +10,19 @@ and prints the medians, each side's spread (min-max) and the ratio
 setup time.  The load average is printed before and after: a figure taken
 with a load above half the cores is provisional.  --shm runs the
 initiators over the same-host transport (which also authenticates) instead
-of TCP.  Figures: docs/benchmarks.md.
+of TCP.
 
-usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3] [--shm] [--json]
+Two targets are two processes, and on a small machine two processes of the
+same program can differ by a few percent (where their threads and memory
+landed).  --aa adds a second target without a secret (side "plain2") as
+the control: its ratio to "plain" is what the setup alone gives, and a
+secret's cost is only what lies outside it.  --fresh starts new targets
+before every run (the first target started alternating), so that no one
+process's placement weighs on every run of a side.  Figures:
+docs/benchmarks.md.
+
+usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3] [--shm] [--aa]
+                             [--fresh] [--json]
 """
 import argparse
 import os
@@ -43,6 +53,9 @@ def main():
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--buffer-size", type=int, default=256 << 20)
     ap.add_argument("--shm", action="store_true", help="same-host transport instead of TCP")
+    ap.add_argument("--aa", action="store_true",
+                    help="a second target without a secret as the A/A control")
+    ap.add_argument("--fresh", action="store_true", help="new targets before every run")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     args = ap.parse_args()
     extra = ("--shm",) if args.shm else ()  # after te_compare's --noshm: the last one wins
@@ -52,15 +65,30 @@ def main():
     exe = os.path.join(args.build, "tools", "transfer_engine_bench")
     plain_env = {k: v for k, v in os.environ.items() if not k.startswith("MC_AUTH_")}
     auth_env = dict(plain_env, MC_AUTH_SECRET=SECRET)
-    tp, seg_p = start_target(exe, args.buffer_size, plain_env)
-    ta, seg_a = start_target(exe, args.buffer_size, auth_env)
-    try:
-        ab_compare(exe, [("plain", seg_p, plain_env), ("secret", seg_a, auth_env)], args, extra,
-                   {"transport": "shm" if args.shm else "tcp"})
-    finally:
-        for t in (tp, ta):
+    sides = [("plain", plain_env), ("secret", auth_env)]
+    if args.aa:
+        sides.insert(1, ("plain2", plain_env))
+    targets = {}
+
+    def stop_all():
+        for t, _ in targets.values():
             t.send_signal(signal.SIGTERM)
             t.wait(timeout=30)
+        targets.clear()
+
+    def start_all(i):
+        stop_all()
+        for name, env in (sides if i % 2 == 0 else sides[::-1]):
+            targets[name] = start_target(exe, args.buffer_size, env)
+        return {name: seg for name, (_, seg) in targets.items()}
+
+    try:
+        segs = start_all(0)
+        ab_compare(exe, [(name, segs[name], env) for name, env in sides], args, extra,
+                   {"transport": "shm" if args.shm else "tcp", "fresh": args.fresh},
+                   per_run=(lambda i: start_all(i)) if args.fresh else None)
+    finally:
+        stop_all()
     out = subprocess.run([os.path.join(args.build, "bench", "auth_connect_bench"),
                           "--conns", "2000", "--rounds", str(args.runs)],
                          capture_output=True, text=True, timeout=600)

@@ -48,22 +48,26 @@ AB_CASES = [("write", 4096, 128, 1), ("read", 4096, 128, 1),
             ("write", 4 << 20, 16, 1), ("read", 4 << 20, 16, 1)]
 
 
-def ab_compare(exe, sides, args, extra=(), tag=None):
-    """Alternate two initiators (sides: [(name, segment, environment)] x 2,
-    the order flipped every run) over AB_CASES, --runs times each, and print
-    one line (or JSON object) per case: each side's median and min-max and
-    the ratio of the second side's median to the first's."""
-    a, b = sides[0][0], sides[1][0]
+def ab_compare(exe, sides, args, extra=(), tag=None, per_run=None):
+    """Alternate initiators (sides: [(name, segment, environment)], two or
+    more; the order reversed every other run) over AB_CASES, --runs times
+    each, and print one line (or JSON object) per case: each side's median
+    and min-max and the ratio of every other side's median to the first's
+    ("ratio" for the last side, "ratio_<name>" for each).  per_run, if
+    given, is called before each run (of every side) with the run's index
+    and returns {name: segment} to use in it (fresh targets per run)."""
+    names = [s[0] for s in sides]
     for op, block, batch, threads in AB_CASES:
-        res = {a: [], b: []}
+        res = {n: [] for n in names}
         for i in range(args.runs):
+            segs = per_run(i) if per_run else {}
             for name, seg, env in (sides if i % 2 == 0 else sides[::-1]):
                 old = dict(os.environ)
                 os.environ.clear()
                 os.environ.update(env)
                 try:
-                    res[name].append(bench(exe, seg, op, block, batch, threads,
-                                           args.duration, args.buffer_size, extra))
+                    res[name].append(bench(exe, segs.get(name, seg), op, block, batch,
+                                           threads, args.duration, args.buffer_size, extra))
                 finally:
                     os.environ.clear()
                     os.environ.update(old)
@@ -73,17 +77,20 @@ def ab_compare(exe, sides, args, extra=(), tag=None):
         med = {k: statistics.median(x) for k, x in v.items()}
         row = {"op": op, "block": block, "batch": batch, "threads": threads,
                "unit": unit, "runs": args.runs, **(tag or {})}
-        for k in (a, b):
+        for k in names:
             row.update({k: round(med[k], 3), f"{k}_min": round(min(v[k]), 3),
                         f"{k}_max": round(max(v[k]), 3)})
-        row["ratio"] = round(med[b] / med[a], 3)
+        for k in names[1:]:
+            row[f"ratio_{k}"] = round(med[k] / med[names[0]], 3)
+        row["ratio"] = row[f"ratio_{names[-1]}"]
         if args.json:
             print(json.dumps(row), flush=True)
         else:
             print(f"case op={op} block={block} batch={batch} threads={threads} "
                   + " ".join(f"{k}_{unit}={row[k]:.2f} ({row[k + '_min']:.2f}-"
-                             f"{row[k + '_max']:.2f})" for k in (a, b))
-                  + f" ratio={row['ratio']:.3f}", flush=True)
+                             f"{row[k + '_max']:.2f})" for k in names)
+                  + "".join(f" ratio_{k}={row['ratio_' + k]:.3f}" for k in names[1:]),
+                  flush=True)
 
 
 def main():
