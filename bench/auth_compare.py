@@ -22,7 +22,7 @@ process's placement weighs on every run of a side.  Figures:
 docs/benchmarks.md.
 
 usage: bench/auth_compare.py [--build build] [--runs 5] [--duration 3] [--shm] [--aa]
-                             [--fresh] [--json]
+                             [--fresh] [--blocks 4096] [--json]
 """
 import argparse
 import os
@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--aa", action="store_true",
                     help="a second target without a secret as the A/A control")
     ap.add_argument("--fresh", action="store_true", help="new targets before every run")
+    ap.add_argument("--blocks", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="only the cases of these block sizes (bytes, comma-separated)")
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     args = ap.parse_args()
     extra = ("--shm",) if args.shm else ()  # after te_compare's --noshm: the last one wins

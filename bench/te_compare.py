@@ -57,7 +57,10 @@ def ab_compare(exe, sides, args, extra=(), tag=None, per_run=None):
     given, is called before each run (of every side) with the run's index
     and returns {name: segment} to use in it (fresh targets per run)."""
     names = [s[0] for s in sides]
+    blocks = getattr(args, "blocks", None)  # only these block sizes (None: all)
     for op, block, batch, threads in AB_CASES:
+        if blocks and block not in blocks:
+            continue
         res = {n: [] for n in names}
         for i in range(args.runs):
             segs = per_run(i) if per_run else {}
