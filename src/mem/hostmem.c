@@ -204,6 +204,42 @@ static int populate(uint8_t *p, size_t n)
 	return 0;
 }
 
+/* A run shorter than this is left to fault: the call costs a few
+ * microseconds even when every page is there, about what a few faults
+ * cost, and glibc seldom trims so little (it keeps M_TRIM_THRESHOLD at
+ * the top of its heap), so small-object batches (32 x 4 KiB) stay free of
+ * it. */
+#define POPULATE_BUFS_MIN (256u << 10)
+
+static void populate_run(uintptr_t lo, uintptr_t hi)
+{
+	if (hi - lo >= POPULATE_BUFS_MIN)
+		(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
+
+void mc_hostmem_populate_bufs(void *const *bufs, const size_t *lens, size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = 0, hi = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t a, b;
+
+		if (!bufs[i] || !lens[i])
+			continue;
+		a = (uintptr_t)bufs[i] & ~(page - 1);
+		b = ((uintptr_t)bufs[i] + lens[i] + page - 1) & ~(page - 1);
+		if (hi > lo && a <= hi && b >= lo) { /* touches the run: grows it */
+			lo = MC_MIN(lo, a);
+			hi = MC_MAX(hi, b);
+			continue;
+		}
+		populate_run(lo, hi);
+		lo = a;
+		hi = b;
+	}
+	populate_run(lo, hi);
+}
+
 /* How many more bytes may be populated now, at most want: all but what
  * is left to everything else (HEADROOM_KEEP, or an eighth of the
  * machine's memory when that is more). */
