@@ -108,16 +108,17 @@ void mc_hostmem_unmap(struct mc_hostmem *m);
 
 /*
  * Faults in the pages under n buffers of host memory the caller just took
- * from its allocator to read into (a copying get's destinations), in one
- * MADV_POPULATE_WRITE per run of buffers whose pages touch.  Memory that
- * was freed and trimmed back to the kernel (glibc returns the top of its
- * heap on free once it exceeds M_TRIM_THRESHOLD, 128 KiB by default) is
- * lazily mapped again, and a read landing in it took one fault per 4 KiB
- * page inside the transport's receive: populating it in one call first
- * costs about half as much, and about a page-table walk when the pages
+ * from its allocator to read into (a copying get's destinations): the
+ * pages of each run of buffers whose pages touch that mincore finds
+ * missing, one MADV_POPULATE_WRITE per missing span.  Memory that was
+ * freed and trimmed back to the kernel (glibc returns the top of its heap
+ * on free once it exceeds M_TRIM_THRESHOLD, 128 KiB by default) is lazily
+ * mapped again, and a read landing in it took one fault per 4 KiB page
+ * inside the transport's receive: populating it in one call first costs
+ * about half as much, and the mincore about 2 us per 2 MiB when the pages
  * are still there.  Runs under 256 KiB are left alone.  Best effort: a
- * run the kernel refuses (before 5.14, or memory it cannot populate) is
- * left to fault as before.  Contents are never changed, so pages other
+ * run the kernel refuses (before 5.14, a hole, memory it cannot populate)
+ * is left to fault as before.  Contents are never changed, so pages other
  * threads use may share a run.
  */
 void mc_hostmem_populate_bufs(void *const *bufs, const size_t *lens, size_t n);
