@@ -210,6 +210,11 @@ static int populate(uint8_t *p, size_t n)
  * the top of its heap), so small-object batches (32 x 4 KiB) stay free of
  * them. */
 #define POPULATE_BUFS_MIN (256u << 10)
+/* A run longer than this is left to the receive too: populating it here
+ * would hold the calling thread before any byte moves, where the
+ * transport's workers fault it in on several lanes at once while the
+ * bytes come. */
+#define POPULATE_BUFS_MAX (64ull << 20)
 
 /* Populates the pages of [lo, hi) that are not resident.  mincore first:
  * MADV_POPULATE_WRITE walks every page it is given one at a time, which
@@ -218,7 +223,7 @@ static void populate_run(uintptr_t lo, uintptr_t hi, uintptr_t page)
 {
 	unsigned char vec[1024];
 
-	if (hi - lo < POPULATE_BUFS_MIN)
+	if (hi - lo < POPULATE_BUFS_MIN || hi - lo > POPULATE_BUFS_MAX)
 		return;
 	for (uintptr_t at = lo; at < hi;) {
 		size_t np = MC_MIN((size_t)((hi - at) / page), sizeof(vec));

@@ -116,10 +116,11 @@ void mc_hostmem_unmap(struct mc_hostmem *m);
  * mapped again, and a read landing in it took one fault per 4 KiB page
  * inside the transport's receive: populating it in one call first costs
  * about half as much, and the mincore about 2 us per 2 MiB when the pages
- * are still there.  Runs under 256 KiB are left alone.  Best effort: a
- * run the kernel refuses (before 5.14, a hole, memory it cannot populate)
- * is left to fault as before.  Contents are never changed, so pages other
- * threads use may share a run.
+ * are still there.  Runs under 256 KiB or over 64 MiB are left alone
+ * (mem/hostmem.c says why).  Best effort: a run the kernel refuses
+ * (before 5.14, a hole, memory it cannot populate) is left to fault as
+ * before.  Contents are never changed, so pages other threads use may
+ * share a run.
  */
 void mc_hostmem_populate_bufs(void *const *bufs, const size_t *lens, size_t n);
 

@@ -417,9 +417,9 @@ static size_t pages_in(const uint8_t *p, size_t len)
  * mc_hostmem_populate_bufs, on buffers laid out as glibc's heap lays out
  * a batch (64 KiB + a 16-byte header apart): the pages under a run of
  * them are faulted in, bytes already there survive, a run under 256 KiB
- * and the pages between runs are left alone, NULL and empty buffers are
- * skipped, and a run the kernel refuses (an unmapped hole) costs only
- * itself.
+ * or over 64 MiB and the pages between runs are left alone, NULL and
+ * empty buffers are skipped, and a run the kernel refuses (an unmapped
+ * hole) costs only itself.
  */
 static void populate_bufs_faults_in_runs(void **state)
 {
@@ -469,6 +469,17 @@ static void populate_bufs_faults_in_runs(void **state)
 	mc_hostmem_populate_bufs(bufs, lens, 2);
 	assert_int_equal(pages_in(p + 3 * MiB, 512 * 1024), 128);
 	munmap(p + 1 * MiB, len - 1 * MiB);
+
+	/* a run over 64 MiB is left to the receive */
+	p = mmap(NULL, 66 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	(void)madvise(p, 66 * MiB, MADV_NOHUGEPAGE);
+	bufs[0] = p;
+	lens[0] = 65 * MiB;
+	mc_hostmem_populate_bufs(bufs, lens, 1);
+	assert_int_equal(pages_in(p, 4 * MiB), 0);
+	assert_int_equal(pages_in(p + 62 * MiB, 3 * MiB), 0);
+	munmap(p, 66 * MiB);
 }
 
 int main(void)
