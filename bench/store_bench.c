@@ -92,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -199,7 +200,22 @@ static double percentile(struct samples *s, double p)
 struct xfer_result {
 	double put_gbs, get_gbs;
 	double put_p50, put_p99, get_p50, get_p99; /* us per call */
+	/* this process's CPU time (calling thread and engine workers) per GB
+	 * and minor page faults per MiB moved; 0: not measured (steadier
+	 * than GB/s on a loaded host; the holder is not counted) */
+	double put_cpu, get_cpu, put_flt, get_flt;
 };
+
+/* This process's CPU seconds and minor faults so far. */
+static void usage_now(double *cpu, double *flt)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	*cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+	       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+	*flt = (double)ru.ru_minflt;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Data cases                                                                */
@@ -476,7 +492,8 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 {
 	struct window w;
 	struct samples pl = {0}, gl = {0};
-	double put_t = 0, get_t = 0, t_end;
+	double put_t = 0, get_t = 0, t_end, c0, f0, c1, f1;
+	double put_c = 0, get_c = 0, put_f = 0, get_f = 0;
 	uint64_t bytes = 0, got = 0, roff, rlen;
 	struct xfer_result r;
 	static uint64_t round;
@@ -490,13 +507,21 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 		double t0;
 
 		window_keys(&w, 0, ++round);
+		usage_now(&c0, &f0);
 		t0 = now_s();
 		put_phase(k, &w, &pl);
 		put_t += now_s() - t0;
+		usage_now(&c1, &f1);
+		put_c += c1 - c0;
+		put_f += f1 - f0;
 		for (int g = 0; g < opt.get_rounds; g++) {
+			usage_now(&c0, &f0);
 			t0 = now_s();
 			get_phase(k, &w, 0, round, &gl);
 			get_t += now_s() - t0;
+			usage_now(&c1, &f1);
+			get_c += c1 - c0;
+			get_f += f1 - f0;
 			got += w.n * (k == X_RANGE ? rlen : size);
 		}
 		bytes += w.n * size;
@@ -504,6 +529,10 @@ static struct xfer_result run_single(enum xfer_kind k, size_t size)
 	} while (now_s() < t_end && !stop_signal);
 	r.put_gbs = (double)bytes / put_t / 1e9;
 	r.get_gbs = (double)got / get_t / 1e9;
+	r.put_cpu = put_c * 1e3 / ((double)bytes / 1e9);
+	r.get_cpu = get_c * 1e3 / ((double)got / 1e9);
+	r.put_flt = put_f / ((double)bytes / (1 << 20));
+	r.get_flt = get_f / ((double)got / (1 << 20));
 	r.put_p50 = percentile(&pl, 50);
 	r.put_p99 = percentile(&pl, 99);
 	r.get_p50 = percentile(&gl, 50);
@@ -571,7 +600,7 @@ static struct xfer_result run_mt(size_t size)
 	struct mt_arg args[MAX_THREADS];
 	pthread_t th[MAX_THREADS];
 	struct samples pl = {0}, gl = {0};
-	struct xfer_result r;
+	struct xfer_result r = {0};
 	double t_end;
 	int n = opt.threads;
 
@@ -617,7 +646,7 @@ static struct xfer_result run_mt(size_t size)
 static void report_xfer(const char *put_name, const char *get_name, size_t size, int batch,
 			int threads, struct xfer_result *rs, int n)
 {
-	double v[6][MAX_RUNS];
+	double v[10][MAX_RUNS];
 	const char *names[2] = {put_name, get_name};
 
 	for (int i = 0; i < n; i++) {
@@ -627,23 +656,33 @@ static void report_xfer(const char *put_name, const char *get_name, size_t size,
 		v[3][i] = rs[i].put_p99;
 		v[4][i] = rs[i].get_p50;
 		v[5][i] = rs[i].get_p99;
+		v[6][i] = rs[i].put_cpu;
+		v[7][i] = rs[i].get_cpu;
+		v[8][i] = rs[i].put_flt;
+		v[9][i] = rs[i].get_flt;
 	}
 	for (int k = 0; k < 2; k++) {
 		double gbs = median(v[k], n), p50 = median(v[2 + 2 * k], n),
-		       p99 = median(v[3 + 2 * k], n);
+		       p99 = median(v[3 + 2 * k], n), cpu = median(v[6 + k], n),
+		       flt = median(v[8 + k], n);
 
 		if (opt.json) {
 			printf("{\"case\":\"%s\",\"size\":%zu,\"batch\":%d,\"threads\":%d,"
-			       "\"runs\":%d,\"gbps\":%.4f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-			       "\"gbps_runs\":[",
+			       "\"runs\":%d,\"gbps\":%.4f,\"p50_us\":%.1f,\"p99_us\":%.1f,",
 			       names[k], size, batch, threads, n, gbs, p50, p99);
+			if (cpu > 0)
+				printf("\"cpu_ms_per_gb\":%.1f,\"faults_per_mib\":%.2f,", cpu, flt);
+			printf("\"gbps_runs\":[");
 			for (int i = 0; i < n; i++)
 				printf("%s%.4f", i ? "," : "", v[k][i]);
 			printf("]}\n");
 		} else {
 			printf("case=%s size=%zu batch=%d threads=%d GB/s=%.3f p50_us=%.1f "
-			       "p99_us=%.1f runs=%d\n",
-			       names[k], size, batch, threads, gbs, p50, p99, n);
+			       "p99_us=%.1f",
+			       names[k], size, batch, threads, gbs, p50, p99);
+			if (cpu > 0)
+				printf(" cpu_ms/GB=%.1f faults/MiB=%.2f", cpu, flt);
+			printf(" runs=%d\n", n);
 		}
 		fflush(stdout);
 	}
@@ -894,7 +933,7 @@ static struct xfer_result run_cold(size_t size)
 {
 	struct window w;
 	struct samples cl = {0}, wl = {0}, gl = {0};
-	struct xfer_result r;
+	struct xfer_result r = {0};
 	double t0, cold_t, warm_t;
 	static uint64_t round;
 

@@ -34,6 +34,10 @@ requests/s (the same as GB/s over GB/s at one size).
 
 --get-rounds N has the store read each window N times per put (gets of keys
 read before, as redis-benchmark's GETs are; store_bench --get-rounds);
+--only CASES runs only those store_bench case groups (zc, copy, batch,
+batchcopy; e.g. --only batchcopy for put_batch/batch_get) and the Redis
+runs at their depths.
+
 --location-cache E adds, for every path, the store rows again with
 MC_STORE_LOCATION_CACHE=E (the others then run with it 0), in alternating
 order from round to round, labelled "tcp lc" / "shm lc".
@@ -41,7 +45,7 @@ order from round to round, labelled "tcp lc" / "shm lc".
 usage: bench/store_small.py [--build build] [--runs 3] [--duration 2]
                             [--sizes 4k,64k] [--keys 1024] [--batch 32]
                             [--no-shm] [--get-rounds 1] [--location-cache E]
-                            [--json] [--quick]
+                            [--only zc,copy,batch,batchcopy] [--json] [--quick]
 """
 import argparse
 import csv
@@ -126,12 +130,20 @@ def main():
                     help="store reads of the window per put (store_bench --get-rounds)")
     ap.add_argument("--location-cache", type=int, default=None,
                     help="also run the store rows with MC_STORE_LOCATION_CACHE=E")
+    ap.add_argument("--only", default="zc,copy,batch,batchcopy",
+                    help="store_bench case groups to run (zc, copy, batch, batchcopy)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short round (smoke)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.duration = 1, 0.3
     sizes = [parse_size(s) for s in args.sizes.split(",")]
+    only = args.only.split(",")
+    if not set(only) <= {"zc", "copy", "batch", "batchcopy"}:
+        sys.exit("store_small: --only takes zc, copy, batch and batchcopy")
+    groups = [(d, ",".join(c for c in cs if c in only))
+              for d, cs in ((1, ("zc", "copy")), (args.batch, ("batch", "batchcopy")))]
+    groups = [(d, c) for d, c in groups if c]
     if args.keys < args.batch or args.keys % args.batch:
         sys.exit("store_small: --keys must be a multiple of --batch")
     if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
@@ -150,14 +162,14 @@ def main():
         # (which also fills the K keys), then re-sized from each run's rate.
         nreq = {}
         for size in sizes:
-            for depth in (1, args.batch):
+            for depth, _ in groups:
                 rows, _ = redis_run(rd.port, size, depth, args.keys, 10 * args.keys)
                 rps = min(rows["SET"]["rps"], rows["GET"]["rps"])
                 nreq[(size, depth)] = max(10 * args.keys, int(rps * args.duration))
         for i in range(args.runs):
             print(f"store_small: round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
             for size in sizes:
-                for depth, cases in ((1, "zc,copy"), (args.batch, "batch,batchcopy")):
+                for depth, cases in groups:
                     rows, cmd = redis_run(rd.port, size, depth, args.keys, nreq[(size, depth)])
                     cmds[("redis", size, depth)] = cmd
                     for op, v in rows.items():
@@ -195,8 +207,8 @@ def main():
           f"one connection / one calling thread, {os.cpu_count()} CPU cores")
     print()
     print("| size | depth | store call | path | store keys/s | store GB/s | store p99 us/call | "
-          "Redis | Redis req/s | Redis p99 us | x Redis |")
-    print("|" + "---|" * 11)
+          "store CPU ms/GB | store faults/MiB | Redis | Redis req/s | Redis p99 us | x Redis |")
+    print("|" + "---|" * 13)
     for size in sizes:
         for path in paths:
             for case in ORDER:
@@ -205,8 +217,11 @@ def main():
                     continue
                 depth = st["batch"]
                 r = redis[(REDIS_OP[case], size, depth)]
+                cpu = f"{st['cpu_ms_per_gb']:.0f}" if "cpu_ms_per_gb" in st else "-"
+                flt = f"{st['faults_per_mib']:.1f}" if "faults_per_mib" in st else "-"
                 print(f"| {size_label(size)} | {depth} | {case} | {path} | "
                       f"{st['keys_per_s']:.0f} | {st['gbps']:.3f} | {st['p99_us']:.0f} | "
+                      f"{cpu} | {flt} | "
                       f"{REDIS_OP[case]} -P {depth} | {r['rps']:.0f} | {r['p99_us']:.0f} | "
                       f"{st['keys_per_s'] / r['rps']:.2f}x |")
     print()
@@ -215,6 +230,8 @@ def main():
     print("  32 pipelined requests; Redis p99 is per request as redis-benchmark reports it")
     print("path tcp: MC_SHM_DISABLE=1 (as Redis, over loopback TCP); shm: the store's default")
     print("  same-host transport between two processes on one host")
+    print("store CPU: the calling process's (calling thread and engine workers, not the")
+    print("  holder's) per GB moved; faults: its minor page faults per MiB moved")
     print("store: keys over the time inside the calls (key names, stamps and the round's one")
     print("  batch remove are outside it); Redis: requests over the test's wall time, one")
     print("  redis-benchmark thread (no --threads), SET overwriting and GET reading K keys")

@@ -204,6 +204,68 @@ static int populate(uint8_t *p, size_t n)
 	return 0;
 }
 
+/* A run shorter than this is left to fault: the calls cost a few
+ * microseconds even when every page is there, about what a few faults
+ * cost, and glibc seldom trims so little (it keeps M_TRIM_THRESHOLD at
+ * the top of its heap), so small-object batches (32 x 4 KiB) stay free of
+ * them. */
+#define POPULATE_BUFS_MIN (256u << 10)
+/* A run longer than this is left to the receive too: populating it here
+ * would hold the calling thread before any byte moves, where the
+ * transport's workers fault it in on several lanes at once while the
+ * bytes come. */
+#define POPULATE_BUFS_MAX (64ull << 20)
+
+/* Populates the pages of [lo, hi) that are not resident.  mincore first:
+ * MADV_POPULATE_WRITE walks every page it is given one at a time, which
+ * cost a 2 MiB run about 20 us when all were there, mincore about 2. */
+static void populate_run(uintptr_t lo, uintptr_t hi, uintptr_t page)
+{
+	unsigned char vec[1024];
+
+	if (hi - lo < POPULATE_BUFS_MIN || hi - lo > POPULATE_BUFS_MAX)
+		return;
+	for (uintptr_t at = lo; at < hi;) {
+		size_t np = MC_MIN((size_t)((hi - at) / page), sizeof(vec));
+
+		if (mincore((void *)at, np * page, vec) != 0)
+			return; /* a hole: the read will say */
+		for (size_t p = 0, q; p < np; p = q) {
+			for (q = p; q < np && !(vec[q] & 1); q++)
+				;
+			if (q > p)
+				(void)madvise((void *)(at + p * page), (q - p) * page,
+					      MADV_POPULATE_WRITE);
+			else
+				q++;
+		}
+		at += np * page;
+	}
+}
+
+void mc_hostmem_populate_bufs(void *const *bufs, const size_t *lens, size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = 0, hi = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t a, b;
+
+		if (!bufs[i] || !lens[i])
+			continue;
+		a = (uintptr_t)bufs[i] & ~(page - 1);
+		b = ((uintptr_t)bufs[i] + lens[i] + page - 1) & ~(page - 1);
+		if (hi > lo && a <= hi && b >= lo) { /* touches the run: grows it */
+			lo = MC_MIN(lo, a);
+			hi = MC_MAX(hi, b);
+			continue;
+		}
+		populate_run(lo, hi, page);
+		lo = a;
+		hi = b;
+	}
+	populate_run(lo, hi, page);
+}
+
 /* How many more bytes may be populated now, at most want: all but what
  * is left to everything else (HEADROOM_KEEP, or an eighth of the
  * machine's memory when that is more). */

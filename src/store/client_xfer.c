@@ -47,6 +47,7 @@
 #include "base/compiler.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "mem/hostmem.h" /* mc_hostmem_populate_bufs */
 #include "mooncake/te.h"
 #include "store/client_metrics.h"
 #include "store/master_conn.h"
@@ -737,6 +738,7 @@ static int64_t get_one(struct mc_store *s, const char *key, void *const *bufs, c
 		bufs = abuf;
 		lens = alen;
 		nbufs = 1;
+		mc_hostmem_populate_bufs(abuf, alen, 1); /* fresh from the allocator */
 	} else if (r->size > cap) {
 		rc = mc_set_error(MC_ERR_INVALID_PARAMS,
 				  "%s is %" PRIu64 " bytes, the buffer holds %" PRIu64, key,
@@ -861,8 +863,11 @@ static void get_many_cached(struct mc_store *s, const char *const *keys, void *c
 		es[nh] = e;
 		at[nh++] = (uint32_t)i;
 	}
-	if (nh)
+	if (nh) {
+		if (alloc)
+			mc_hostmem_populate_bufs(abufs, alens, nh);
 		mc_store_run_transfers(s, ios, nh, MC_OP_READ);
+	}
 	for (size_t j = 0; j < nh; j++) {
 		if (cached_ok(s, &ios[j], es[j]))
 			results[at[j]] = (int64_t)ios[j].len;
@@ -969,6 +974,10 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		io->key = kv[j];
 		mc_store_io_alternates(io, &it->list, r, 0);
 	}
+	/* what alloc returned may be lazily mapped: fault it in at once
+	 * rather than a page at a time in the receive (mem/hostmem.h) */
+	if (alloc)
+		mc_hostmem_populate_bufs(alloc_bufs, alloc_lens, nsent);
 	mc_store_run_transfers(s, ios, nsent, MC_OP_READ);
 	for (uint32_t j = 0; j < nsent; j++) {
 		uint32_t i = sent[j];

@@ -784,6 +784,42 @@ def test_two_stores_share_objects(mc_master, k):
         owner.close()
 
 
+def test_copying_gets_into_fresh_memory(mc_master, k):
+    """get and get_batch read into memory fresh from the allocator, which the
+    client faults in ahead of the read in runs (mem/hostmem.h): every size
+    (under a page, a 64 KiB batch as glibc lays it out, one past it, runs
+    too small to populate, 1 MiB and over) and missing keys anywhere come
+    back as before, through the owner's own segment (memcpy) and through a
+    client that holds nothing (the engine), and again after the previous
+    lists are freed (glibc trims the heap, so the next batch lands in
+    pages it must fault in again)."""
+    owner = new_store(mc_master, seg=96 * MiB, tenant_id="fresh")
+    client = new_store(mc_master, seg=0, tenant_id="fresh")
+    try:
+        c = ReplicateConfig()
+        c.preferred_segment = owner.get_hostname()
+        sizes = [1, 100, 4 * KiB, 64 * KiB, 64 * KiB + 1, 300 * KiB, MiB + 7, 3 * MiB]
+        sizes += [64 * KiB] * 40  # 2.5 MiB of 64 KiB objects in one batch
+        keys = [k(f"v{i}") for i in range(len(sizes))]
+        vals = [rnd(n, i) for i, n in enumerate(sizes)]
+        assert client.put_batch(keys, vals, c) == 0
+        ask = keys[:3] + [k("missing0")] + keys[3:20] + [k("missing1")] + keys[20:]
+        want = vals[:3] + [b""] + vals[3:20] + [b""] + vals[20:]
+        for s in (owner, client):
+            for _ in range(3):
+                got = s.get_batch(ask)
+                assert [len(v) for v in got] == [len(v) for v in want]
+                assert got == want
+                del got
+            for key, val in zip(keys[:8], vals[:8]):
+                assert s.get(key) == val
+            assert s.get(k("missing0")) == b""
+            assert s.get_batch([k("missing0"), k("missing1")]) == [b"", b""]
+    finally:
+        client.close()
+        owner.close()
+
+
 def test_concurrent_put_get(store, k):
     errors = []
 

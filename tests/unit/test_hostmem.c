@@ -3,7 +3,8 @@
  * pre-fault mode populates what it promises and nothing more (checked
  * with the kernel's own accounting in /proc/self/smaps), background
  * populating leaves bytes written meanwhile intact, and a huge-page
- * request the system cannot meet falls back instead of failing.
+ * request the system cannot meet falls back instead of failing; a copying
+ * get's destinations are populated in runs (mc_hostmem_populate_bufs).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -399,6 +400,88 @@ static void engine_host_buffers(void **state)
 	assert_int_equal(mc_te_host_free(p), MC_ERR_INVALID_PARAMS);
 }
 
+/* Resident pages of [p, p+len) (len a multiple of the page size). */
+static size_t pages_in(const uint8_t *p, size_t len)
+{
+	unsigned char v[1024];
+	size_t n = 0;
+
+	assert_true(len / 4096 <= sizeof(v));
+	assert_int_equal(mincore((void *)p, len, v), 0);
+	for (size_t i = 0; i < len / 4096; i++)
+		n += v[i] & 1;
+	return n;
+}
+
+/*
+ * mc_hostmem_populate_bufs, on buffers laid out as glibc's heap lays out
+ * a batch (64 KiB + a 16-byte header apart): the pages under a run of
+ * them are faulted in, bytes already there survive, a run under 256 KiB
+ * or over 64 MiB and the pages between runs are left alone, NULL and
+ * empty buffers are skipped, and a run the kernel refuses (an unmapped
+ * hole) costs only itself.
+ */
+static void populate_bufs_faults_in_runs(void **state)
+{
+	size_t len = 4 * MiB, chunk = 64 * 1024 + 16;
+	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *bufs[40];
+	size_t lens[40], nb = 0;
+	uint8_t want[100];
+	(void)state;
+	assert_true(p != MAP_FAILED);
+	if (madvise(p + len - 4096, 4096, 23 /* MADV_POPULATE_WRITE */) != 0) {
+		munmap(p, len);
+		skip(); /* before Linux 5.14 it is a no-op by design */
+	}
+	(void)madvise(p, len, MADV_NOHUGEPAGE); /* page-exact residency */
+	/* [1 MiB, 1 MiB + 32 chunks): one run, with bytes already in it */
+	mc_test_fill(want, sizeof(want), 7);
+	memcpy(p + 1 * MiB + 16 + 5 * chunk, want, sizeof(want));
+	for (size_t i = 0; i < 32; i++) {
+		bufs[nb] = p + 1 * MiB + 16 + i * chunk;
+		lens[nb++] = 64 * 1024;
+		if (i == 3) { /* a miss and an empty one between them */
+			bufs[nb] = NULL;
+			lens[nb++] = 64 * 1024;
+			bufs[nb] = p + 3 * MiB;
+			lens[nb++] = 0;
+		}
+	}
+	/* 128 KiB at 3.5 MiB: too small a run */
+	bufs[nb] = p + 3 * MiB + MiB / 2;
+	lens[nb++] = 128 * 1024;
+	assert_int_equal(pages_in(p, len), 2); /* the probe's page, the bytes' */
+	mc_hostmem_populate_bufs(bufs, lens, nb);
+	/* 32 chunks from offset 16: pages [256, 256 + 513) */
+	assert_int_equal(pages_in(p + 1 * MiB, 513 * 4096), 513);
+	assert_int_equal(pages_in(p, 1 * MiB), 0);
+	assert_int_equal(pages_in(p + 1 * MiB + 513 * 4096, 3 * MiB - 513 * 4096 - 4096), 0);
+	assert_memory_equal(p + 1 * MiB + 16 + 5 * chunk, want, sizeof(want));
+	assert_int_equal(p[1 * MiB + 16 + 6 * chunk], 0);
+
+	/* an unmapped hole: refused, and the run after it still populated */
+	assert_int_equal(munmap(p, 1 * MiB), 0);
+	bufs[0] = p;
+	lens[0] = 512 * 1024;
+	bufs[1] = p + 3 * MiB;
+	lens[1] = 512 * 1024;
+	mc_hostmem_populate_bufs(bufs, lens, 2);
+	assert_int_equal(pages_in(p + 3 * MiB, 512 * 1024), 128);
+	munmap(p + 1 * MiB, len - 1 * MiB);
+
+	/* a run over 64 MiB is left to the receive */
+	p = mmap(NULL, 66 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	(void)madvise(p, 66 * MiB, MADV_NOHUGEPAGE);
+	bufs[0] = p;
+	lens[0] = 65 * MiB;
+	mc_hostmem_populate_bufs(bufs, lens, 1);
+	assert_int_equal(pages_in(p, 4 * MiB), 0);
+	assert_int_equal(pages_in(p + 62 * MiB, 3 * MiB), 0);
+	munmap(p, 66 * MiB);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -412,6 +495,7 @@ int main(void)
 		cmocka_unit_test(settings_are_checked),
 		cmocka_unit_test(engine_host_buffers),
 		cmocka_unit_test(mapped_check_holds_while_mappings_change),
+		cmocka_unit_test(populate_bufs_faults_in_runs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
