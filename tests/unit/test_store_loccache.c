@@ -8,7 +8,9 @@
  * block a new object reuses, an upsert in place - is caught by the
  * checksum and the get asks the master, and what the cache cannot catch
  * (the previous value of a key upserted to another size, its old block
- * parked intact) is served no longer than the lease.  The fixture is
+ * parked intact) is served no longer than the lease; a holder whose pings
+ * stop fences its memory before the master can expire it (client_fence.c)
+ * and puts it back when answered.  The fixture is
  * test_store_client.c's: one master, clients A and B for the whole run
  * (cache on in both), fresh holders or masters where a case needs them.
  */
@@ -1002,6 +1004,49 @@ static void expired_holder_fences_itself(void **state)
 	free(v);
 }
 
+/*
+ * A fence on pings that were only slow: the master (client_ttl 10 s here)
+ * never expired the holder, so the next ping answered OK puts its memory
+ * back at once.  The test makes D believe in a short TTL (a master's
+ * answer would set it; D's pings are held, so none does): fenced, B's
+ * cached get of a key in D is refused and asks the master, which still
+ * lists D; once D's pings go out again, gets of D read from it again.
+ */
+static void fence_lifts_on_an_answered_ping(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B);
+	uint64_t stale0, f0;
+	int64_t n;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 50);
+	assert_true(poll_until(ttl_known, D, 5000));
+	assert_int_equal(mc_store_put(A, "lc-fl", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-fl", v, OBJ);
+	f0 = atomic_load(&D->fences);
+	atomic_store(&D->pings_held, true);
+	atomic_store(&D->fence_ttl_ms, 400);
+	assert_true(poll_until(is_fenced, D, 5000));
+	assert_int_equal(atomic_load(&D->fences), f0 + 1);
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	memset(dst, 0, OBJ);
+	n = mc_store_get_into(B, "lc-fl", dst, OBJ);
+	assert_true(n < 0); /* the only replica, in fenced memory: refused */
+	assert_true(atomic_load(&B->metrics->loc_stale) >= stale0 + 1);
+
+	atomic_store(&D->pings_held, false);
+	assert_true(poll_until(is_back, D, 5000));
+	assert_int_equal(atomic_load(&D->fence_ttl_ms), 10000); /* the master's again */
+	expect_into(B, dst, "lc-fl", v, OBJ);
+	assert_int_equal(atomic_load(&D->fences), f0 + 1);
+	assert_int_equal(mc_store_remove(A, "lc-fl", true), MC_OK);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
 /* Run the move or copy task id to its end (the source holder's heartbeat
  * runs it; polled, as the API offers no wait). */
 static void task_done(struct mc_store *s, const struct mc_store_task_uuid *id)
@@ -1096,6 +1141,7 @@ int main(void)
 		cmocka_unit_test(batch_overrides_spoil_the_old_blocks),
 		cmocka_unit_test(old_master_caches_nothing),
 		cmocka_unit_test(expired_holder_fences_itself),
+		cmocka_unit_test(fence_lifts_on_an_answered_ping),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
