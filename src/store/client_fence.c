@@ -191,11 +191,13 @@ bool mc_store_fence_answered(struct mc_store *s, uint64_t sent_ms,
 	if (r->client_status == MC_STORE_CLIENT_OK) {
 		atomic_store(&s->ping_ok_ms, sent_ms);
 		unfence_locked(s);
-	} else if (atomic_load(&s->fenced)) {
-		go = !r->remount_wait_ms.present || r->remount_wait_ms.value == 0;
+	} else {
+		if (atomic_load(&s->fenced))
+			go = !r->remount_wait_ms.present || r->remount_wait_ms.value == 0;
 		if (go) {
 			unfence_locked(s);
-			/* the remount counts as a ping */
+			/* the remount that follows counts as a ping: pings missed
+			 * while the master was away must not fence it at once */
 			atomic_store(&s->ping_ok_ms, mc_now_ms());
 		}
 	}
@@ -208,8 +210,7 @@ bool mc_store_fence_answered(struct mc_store *s, uint64_t sent_ms,
 void mc_store_fence_lift(struct mc_store *s)
 {
 	pthread_mutex_lock(&s->xseg_lock);
-	if (atomic_load(&s->fenced)) /* the remount counts as a ping */
-		atomic_store(&s->ping_ok_ms, mc_now_ms());
+	atomic_store(&s->ping_ok_ms, mc_now_ms()); /* the remount counts as a ping */
 	unfence_locked(s);
 	pthread_mutex_unlock(&s->xseg_lock);
 }
