@@ -27,10 +27,12 @@
  * out) answers NEED_REMOUNT, and the heartbeat mounts the segment again
  * under the same ids and has the engine put back the metadata entries its
  * metadata service lost (a master that embeds the HTTP metadata server
- * restarts empty).
+ * restarts empty).  Pings unanswered for nearly the master's client_ttl
+ * take the segments' memory out of the engine until answered again (the
+ * fence, client_fence.c, with a thread of its own).
  *
- * Threads: the caller's threads, the master connection's receiver, and the
- * heartbeat.  Locks: hb_lock guards the heartbeat's sleep, so close wakes
+ * Threads: the caller's threads, the master connection's receiver, the
+ * heartbeat and the fence.  Locks: hb_lock guards the heartbeat's sleep, so close wakes
  * it at once; sess_lock the session tables (client_session.c).  None is
  * held across a call into another module, so calls from many threads
  * overlap (docs/threads.md).
