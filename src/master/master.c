@@ -278,6 +278,12 @@ static mc_status h_ping(struct ctx *c, const struct mc_store_msg *q)
 		client_alive(c->m, slot, c->now);
 		resp.client_status = MC_STORE_CLIENT_OK;
 	}
+	if (q->hdr.minor >= MC_STORE_FENCE_MINOR) { /* for the pinger's fence */
+		resp.client_ttl_ms = (struct mc_proto_opt_u64){true, c->m->cfg.client_ttl_ms};
+		resp.remount_wait_ms = (struct mc_proto_opt_u64){
+			true,
+			c->m->expired_leases_end > c->now ? c->m->expired_leases_end - c->now : 0};
+	}
 	return mc_store_ping_response_encode(c->out, c->id, &resp);
 }
 

@@ -406,6 +406,9 @@ struct mc_master {
 	char wal_view_leader[256]; /* its leader's address (a snapshot's VIEW entry) */
 	uint32_t nwait;		   /* segments in MC_SEG_WAIT */
 	uint64_t lease_floor_ms;   /* every object leased until (mc_master_lease_all) */
+	/* the end of the leases granted before the latest client expiry (ms;
+	 * 0: none expired): a fenced client remounts after it (tick.c, h_ping) */
+	uint64_t expired_leases_end;
 	struct mc_obj **wdead;	   /* erased objects a wait list may still name */
 	uint64_t nwdead, wdead_cap;
 	uint64_t nwl;	    /* entries in every waiting segment's list */

@@ -322,6 +322,10 @@ static void expire_client(struct mc_master *m, uint32_t slot, uint64_t now_ms)
 
 	mc_info("client %" PRIu64 "-%" PRIu64 " expired", c->id.first, c->id.second);
 	c->alive = false;
+	/* leases granted until now end by then: the client's fence holds
+	 * until then (Ping's remount_wait_ms, store/client_fence.c) */
+	m->expired_leases_end =
+		MC_MAX(m->expired_leases_end, now_ms + m->cfg.default_kv_lease_ttl_ms);
 	mc_master_ssd_client_gone(m, slot);
 	mc_master_credits_drop(m, slot, now_ms);
 	for (uint32_t i = 0; i < m->nsegs_slots; i++) {

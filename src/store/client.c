@@ -27,10 +27,12 @@
  * out) answers NEED_REMOUNT, and the heartbeat mounts the segment again
  * under the same ids and has the engine put back the metadata entries its
  * metadata service lost (a master that embeds the HTTP metadata server
- * restarts empty).
+ * restarts empty).  Pings unanswered for nearly the master's client_ttl
+ * take the segments' memory out of the engine until answered again (the
+ * fence, client_fence.c, with a thread of its own).
  *
- * Threads: the caller's threads, the master connection's receiver, and the
- * heartbeat.  Locks: hb_lock guards the heartbeat's sleep, so close wakes
+ * Threads: the caller's threads, the master connection's receiver, the
+ * heartbeat and the fence.  Locks: hb_lock guards the heartbeat's sleep, so close wakes
  * it at once; sess_lock the session tables (client_session.c).  None is
  * held across a call into another module, so calls from many threads
  * overlap (docs/threads.md).
@@ -164,6 +166,7 @@ static size_t segments_for_new_leader(void *arg, struct mc_store_segment **out)
 	size_t n;
 
 	mc_te_meta_resync(s->te);
+	mc_store_fence_lift(s); /* its readers reconnect too: their caches are gone */
 	n = segments_mounted(s, out);
 	if (locked)
 		pthread_mutex_unlock(&s->remount_lock);
@@ -177,7 +180,10 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 {
 	struct mc_store_client_req req = {s->client_id};
 	struct mc_store_msg resp;
-	mc_status rc = mc_master_conn_call(s->conn, MC_STORE_PING, &req, &resp);
+	uint64_t sent = mc_now_ms();
+	mc_status rc = atomic_load(&s->pings_held)
+			       ? mc_set_error(MC_ERR_RPC_FAIL, "ping held (a test)")
+			       : mc_master_conn_call(s->conn, MC_STORE_PING, &req, &resp);
 
 	if (rc != MC_OK) {
 		atomic_store(&s->ping_failed, true);
@@ -190,6 +196,13 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 	}
 	*fails = 0;
 	atomic_store(&s->ping_failed, false);
+	if (!mc_store_fence_answered(s, sent, &resp.body.ping_resp)) {
+		/* fenced and forgotten: the remount waits for the readers' leases */
+		mc_debug("remount of %s waits %" PRIu64 " ms (fenced)", s->name,
+			 resp.body.ping_resp.remount_wait_ms.value);
+		mc_store_msg_release(&resp);
+		return;
+	}
 	if (atomic_exchange(&s->remount_again, false) &&
 	    resp.body.ping_resp.client_status != MC_STORE_CLIENT_NEED_REMOUNT) {
 		rc = remount(s);
@@ -318,6 +331,7 @@ static void teardown(struct mc_store *s)
 		pthread_join(s->hb, NULL);
 		s->hb_started = false;
 	}
+	mc_store_fence_join(s); /* woken with the heartbeat */
 	mc_store_sessions_drop_all(s);
 	mc_store_fs_stop(s); /* its files written and reported while the master is there */
 	mc_store_offload_stop(s);
@@ -545,6 +559,9 @@ mc_status mc_store_setup(struct mc_store *s, const struct mc_store_params *p)
 		goto err;
 	}
 	s->hb_started = true;
+	rc = mc_store_fence_start(s);
+	if (rc != MC_OK)
+		goto err;
 	s->ready = true;
 	if (p->enable_http_server) {
 		rc = mc_store_http_open(s, p->http_port);

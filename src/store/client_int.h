@@ -43,6 +43,8 @@ struct mc_store_xseg {
 	bool unmounted;	 /* taken off the master: the remount leaves it out */
 	bool freeing;	 /* an unmount_and_free owns it */
 	bool registered; /* with the engine (an unmount takes it out) */
+	bool fenced;	 /* taken out by the fence (client_fence.c): put back with it */
+	char *location;	 /* the engine's location it was registered with, or NULL */
 	/* an unmount with a grace period: deregister at this mc_now_ms()
 	 * (the heartbeat does, client_mount.c), 0: none */
 	uint64_t dereg_at;
@@ -97,6 +99,7 @@ struct mc_store {
 	uint64_t seg_size;
 	struct mc_hostmem *seg_mem; /* the mapping behind seg (mem/hostmem.h) */
 	bool seg_registered;	    /* under xseg_lock once set up (an unmount clears it) */
+	bool seg_fenced;	    /* the fence took it out (client_fence.c; xseg_lock) */
 	uint64_t seg_dereg_at;	    /* as an extra segment's dereg_at (xseg_lock) */
 	bool seg_mounted;
 	atomic_bool seg_unmounted; /* mc_store_unmount_segment took it off (any thread) */
@@ -131,6 +134,17 @@ struct mc_store {
 	/* the remount on a new master leader (master_conn.c) ran while a mount
 	 * or unmount was under way: the heartbeat remounts again */
 	atomic_bool remount_again;
+	/* the fence (client_fence.c): its thread, the send time of the last
+	 * ping answered OK (0: none), the master's client_ttl (0: unknown, an
+	 * older master: no fence), whether the segments are out (set under
+	 * xseg_lock), how many times they went out */
+	pthread_t fence_th;
+	bool fence_started;
+	atomic_uint_fast64_t ping_ok_ms;
+	atomic_uint_fast64_t fence_ttl_ms;
+	atomic_bool fenced;
+	atomic_uint_fast64_t fences;
+	atomic_bool pings_held; /* tests: the heartbeat sends no ping (a cut-off master) */
 
 	/* SSD tier: readers of LOCAL_DISK replicas (client_disk_read.c) */
 	struct mc_offload_pool *offload_pool;
@@ -723,6 +737,16 @@ void mc_store_unmounted_locked(struct mc_store *s, struct mc_store_xseg *x, uint
 			       uint64_t grace_period_ms);
 /* The heartbeat: deregister what is due; the next deadline (or UINT64_MAX). */
 uint64_t mc_store_unmounted_dereg(struct mc_store *s);
+
+/* The holder's fence (client_fence.c): its thread (stopped with the
+ * heartbeat: hb_stop, hb_cond); a ping sent at sent_ms was answered r:
+ * whether a NEED_REMOUNT may remount now (false: fenced, wait); a new
+ * leader was reached: the memory goes back now. */
+mc_status mc_store_fence_start(struct mc_store *s);
+void mc_store_fence_join(struct mc_store *s);
+bool mc_store_fence_answered(struct mc_store *s, uint64_t sent_ms,
+			     const struct mc_store_ping_resp *r);
+void mc_store_fence_lift(struct mc_store *s);
 /* unmount_segment of an extra segment: INVALID_PARAMS when id is none. */
 mc_status mc_store_xseg_unmount(struct mc_store *s, const struct mc_store_uuid *id,
 				uint64_t grace_period_ms);

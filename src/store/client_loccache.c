@@ -39,9 +39,14 @@
  *     The master parks such blocks of a leased object until the lease
  *     ends and lists them to the overrider, which overwrites each one's
  *     head before its call returns (mc_store_spoil, below), so the check
- *     fails.  Only a master of minor 13 or later lists them: against an
- *     older one nothing is cached.  An overrider of an older minor (or
- *     upstream's) spoils nothing: docs/design.md says what that leaves.
+ *     fails.  Only a master of minor 13 or later lists them.  An
+ *     overrider of an older minor (or upstream's) spoils nothing:
+ *     docs/design.md says what that leaves.
+ *   - the fence (minor 14, client_fence.c): a holder whose pings stop
+ *     reaching the master takes its memory out of its engine before the
+ *     master can expire it and drop its replicas, so a cached read of it
+ *     is refused.  Only a master of minor 14 or later tells holders its
+ *     client_ttl: against an older one nothing is cached.
  *
  * Memory: at most cap entries (one allocation each: header, key, the
  * replica's strings), least recently used first out; a hash table of
@@ -213,9 +218,12 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	bool table =
 		!l->checksum.present && l->table_cksum.present && mc_store_trailer_fits(r->size);
 
-	/* a master older than minor 13 lists no spoils: another client's
-	 * override would leave the old value readable (docs/design.md) */
-	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_SPOIL_MINOR)
+	/* a master older than minor 13 lists no spoils (another client's
+	 * override would leave the old value readable), one older than 14
+	 * tells holders no client_ttl (an expired holder would not fence
+	 * itself, client_fence.c): docs/design.md */
+	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_FENCE_MINOR ||
+	    atomic_load(&s->fenced)) /* fenced: its own segment may be expired */
 		return;
 	if ((!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||

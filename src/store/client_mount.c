@@ -96,8 +96,10 @@ static void release_memory(struct mc_store *s, struct mc_store_xseg *x, bool reg
 	if (x->map)
 		munmap(x->map, x->map_len);
 	mc_hostmem_unmap(x->mem);
+	mc_free(x->location);
 	x->map = NULL;
 	x->mem = NULL;
+	x->location = NULL;
 }
 
 static mc_status check_args(struct mc_store *s, const char *what, const char *protocol,
@@ -131,6 +133,10 @@ static mc_status add_segment(struct mc_store *s, struct mc_store_xseg *x, const 
 		return rc;
 	}
 	x->registered = true;
+	if (location && *location && !(x->location = mc_strdup(location))) {
+		release_memory(s, x, true);
+		return MC_ERR_NOMEM;
+	}
 	x->id = mc_store_random_uuid();
 	memset(&req, 0, sizeof(req));
 	req.client_id = s->client_id;

@@ -454,7 +454,9 @@ LAYOUT(L_task_done_req, TD, F_UUID(TD, client_id), F_UUID(TD, task_id), F_I32(TD
        F_STR(TD, message));
 #undef TD
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
-       F_U8(struct mc_store_ping_resp, client_status));
+       F_U8(struct mc_store_ping_resp, client_status),
+       F_TAIL(struct mc_store_ping_resp, client_ttl_ms),
+       F_TAIL(struct mc_store_ping_resp, remount_wait_ms));
 LAYOUT(L_mount_req, struct mc_store_mount_req, F_UUID(struct mc_store_mount_req, client_id),
        F_STRUCT(struct mc_store_mount_req, segment, mc_store_segment, L_segment));
 LAYOUT(L_remount_req, struct mc_store_remount_req, F_UUID(struct mc_store_remount_req, client_id),

@@ -51,14 +51,15 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                               \
-	13 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	14 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
 	    * trailers (PutStart, BatchPutStart, GetReplicaList, BatchGetReplicaList       \
 	    * tails); 11: a promoter writes the trailer of a promoted trailer object;      \
 	    * 12: PutCredit (44, ours: put credits); 13: the spoil tails of Remove,        \
-	    * BatchRemove, UpsertStart and BatchUpsertStart answers, SpoilDone (45)  */
+	    * BatchRemove, UpsertStart and BatchUpsertStart answers, SpoilDone (45);       \
+	    * 14: Ping's answer names client_ttl and a remount wait (the holder's fence) */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
@@ -355,9 +356,23 @@ struct mc_store_corrupt_req {
 	struct mc_store_corrupt_item *items;
 };
 
+/*
+ * The holder's fence (minor 14, ours; docs/design.md "Gets without the
+ * master"): Ping's answer to a pinger of minor 14 or later names the
+ * master's client_ttl, so a client whose pings stop being answered takes
+ * its segments' memory out of its engine before the master can expire it
+ * (client_fence.c), and how long until every lease this master granted
+ * before it last expired a client has ended: a fenced client told
+ * NEED_REMOUNT puts its memory back and remounts only then.
+ */
+#define MC_STORE_FENCE_MINOR 14u
 struct mc_store_ping_resp {
 	int64_t view_version;
 	uint8_t client_status; /* enum mc_store_client_status */
+	/* minor 14, tails: the master's client_ttl, and the ms until the
+	 * leases granted before its latest client expiry end (0: none left) */
+	struct mc_proto_opt_u64 client_ttl_ms;
+	struct mc_proto_opt_u64 remount_wait_ms;
 };
 
 struct mc_store_mount_req {

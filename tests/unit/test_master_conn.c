@@ -86,8 +86,9 @@ static bool fake_answer_group(struct fake *f, int fd, struct mc_store_msg *reqs,
 			mc_store_service_ready_response_encode(&out, m->hdr.req_id, &hello);
 		} else if (m->hdr.type == MC_STORE_PING) {
 			const struct mc_store_uuid *id = &m->body.client_req.client_id;
-			struct mc_store_ping_resp pr = {(int64_t)(id->first * 1000000 + id->second),
-							MC_STORE_CLIENT_OK};
+			struct mc_store_ping_resp pr = {
+				.view_version = (int64_t)(id->first * 1000000 + id->second),
+				.client_status = MC_STORE_CLIENT_OK};
 			fake_count(f, &total);
 			if (f->mode == FAKE_SILENT)
 				continue;

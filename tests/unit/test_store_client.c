@@ -1412,7 +1412,8 @@ static bool fake_answer(int fd, enum fake_mode mode, int *answered)
 		if (mode == FAKE_FOREIGN_VERSION)
 			out.data[4] = MC_STORE_PROTO_MAJOR + 1;
 	} else if (h.type == MC_STORE_PING && mode == FAKE_DROP_AFTER_PING) {
-		struct mc_store_ping_resp pr = {1, MC_STORE_CLIENT_OK};
+		struct mc_store_ping_resp pr = {.view_version = 1,
+						.client_status = MC_STORE_CLIENT_OK};
 		mc_store_ping_response_encode(&out, h.req_id, &pr);
 		(*answered)++;
 	}

@@ -8,7 +8,9 @@
  * block a new object reuses, an upsert in place - is caught by the
  * checksum and the get asks the master, and what the cache cannot catch
  * (the previous value of a key upserted to another size, its old block
- * parked intact) is served no longer than the lease.  The fixture is
+ * parked intact) is served no longer than the lease; a holder whose pings
+ * stop fences its memory before the master can expire it (client_fence.c)
+ * and puts it back when answered.  The fixture is
  * test_store_client.c's: one master, clients A and B for the whole run
  * (cache on in both), fresh holders or masters where a case needs them.
  */
@@ -840,8 +842,9 @@ static void batch_overrides_spoil_the_old_blocks(void **state)
 	mc_store_free(D);
 }
 
-/* A master of minor 12 lists no spoils: a client caches nothing from it
- * (every get asks), so another client's override cannot be served stale. */
+/* A master of minor 13 lists spoils but tells holders no client_ttl (an
+ * expired holder would not fence itself), and one of minor 12 not even
+ * spoils: a client caches nothing from either (every get asks). */
 static void old_master_caches_nothing(void **state)
 {
 	char addr[64], meta[128];
@@ -851,7 +854,7 @@ static void old_master_caches_nothing(void **state)
 	uint64_t g0;
 	(void)state;
 
-	mc_store_proto_minor_set(12); /* the master answers as minor 12 */
+	mc_store_proto_minor_set(13); /* the master answers as minor 13 */
 	m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
 	assert_non_null(m2);
 	R = client_at(addr, meta, 16 << 20, true);
@@ -859,7 +862,7 @@ static void old_master_caches_nothing(void **state)
 	dst = reg(R);
 	mc_test_fill(v, OBJ, 48);
 	assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
-	assert_int_equal(mc_master_conn_peer_minor(R->conn), 12);
+	assert_int_equal(mc_master_conn_peer_minor(R->conn), 13);
 	g0 = lookups(R);
 	expect_into(R, dst, "lc-old", v, OBJ);
 	expect_into(R, dst, "lc-old", v, OBJ);
@@ -870,6 +873,188 @@ static void old_master_caches_nothing(void **state)
 	mc_master_server_stop(m2);
 	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
 	free(v);
+}
+
+#define FENCE_TTL_MS   2000
+#define FENCE_LEASE_MS 6000
+
+static void short_client_ttl(struct mc_master_server_config *c)
+{
+	no_eviction(c);
+	c->master.client_ttl_ms = FENCE_TTL_MS;
+	c->master.default_kv_lease_ttl_ms = FENCE_LEASE_MS;
+}
+
+/* Poll cond(s) every 10 ms for at most ms (the events have no waiter). */
+static bool poll_until(bool (*cond)(struct mc_store *), struct mc_store *s, uint64_t ms)
+{
+	uint64_t end = mc_now_ms() + ms;
+
+	while (!cond(s) && mc_now_ms() < end) {
+		struct timespec nap = {0, 10 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	return cond(s);
+}
+
+static bool is_fenced(struct mc_store *s)
+{
+	return atomic_load(&s->fenced);
+}
+
+static bool is_back(struct mc_store *s)
+{
+	bool back;
+
+	pthread_mutex_lock(&s->xseg_lock);
+	back = !atomic_load(&s->fenced) && s->seg_registered;
+	pthread_mutex_unlock(&s->xseg_lock);
+	return back;
+}
+
+static uint64_t remounts_before;
+
+/* Back and mounted again: the remount that follows the fence's lifting
+ * has been answered (counted once answered) */
+static bool remounted(struct mc_store *s)
+{
+	return is_back(s) && rpcs(s, MC_STORE_REMOUNT_SEGMENT) > remounts_before;
+}
+
+static bool ttl_known(struct mc_store *s)
+{
+	return atomic_load(&s->fence_ttl_ms) != 0;
+}
+
+static bool key_gone(struct mc_store *s)
+{
+	return mc_store_is_exist(s, "lc-fx") == 0;
+}
+
+/*
+ * A holder whose pings stop reaching the master (a test hook holds them)
+ * while its readers still reach it: before the master's client_ttl runs
+ * out it takes its segment's memory out of its engine (client_fence.c),
+ * the master expires it and drops the key, the key is put again
+ * elsewhere, and R's cached get of it, its lease still running, is
+ * refused by the holder and asks the master: the new value (before: R got
+ * the old value back, whole and checked, from the expired holder's intact
+ * memory).  Its pings answered again (NEED_REMOUNT), the holder puts the
+ * memory back and remounts only once every lease the master granted
+ * before the expiry has ended, R's entry's deadline among them, and then
+ * serves puts and gets again.
+ */
+static void expired_holder_fences_itself(void **state)
+{
+	char addr[64], meta[128];
+	struct mc_master_server *m2 =
+		mc_test_master_start(short_client_ttl, addr, sizeof(addr), meta, sizeof(meta));
+	struct mc_store *W, *R, *D;
+	struct mc_store_config on_w, on_d;
+	struct mc_store_loc *e = NULL;
+	uint64_t deadline, stale0, a;
+	char *v = malloc(3 * OBJ), *dst, *dd;
+	(void)state;
+
+	assert_non_null(m2);
+	W = client_at(addr, meta, 16 << 20, true);
+	R = client_at(addr, meta, 0, true);
+	D = client_at(addr, meta, 16 << 20, true);
+	on_w = prefer(W);
+	on_d = prefer(D);
+	dst = reg(R);
+	dd = reg(D);
+	mc_test_fill(v, 3 * OBJ, 49);
+	/* D learns the master's client_ttl from its first answered ping */
+	assert_true(poll_until(ttl_known, D, 5000));
+	assert_int_equal(atomic_load(&D->fence_ttl_ms), FENCE_TTL_MS);
+	assert_int_equal(mc_store_put(W, "lc-fx", v, OBJ, &on_d), MC_OK);
+	for (int i = 0; !e && i < 20; i++) {
+		expect_into(R, dst, "lc-fx", v, OBJ);
+		e = mc_store_loc_find(R, "lc-fx", 5);
+	}
+	assert_non_null(e);
+	deadline = e->deadline_ms;
+	mc_store_loc_unref(e);
+	for (int i = 0; !mc_store_loc_count(D) && i < 20; i++) /* D's own, read by memcpy */
+		expect_into(D, dd, "lc-fx", v, OBJ);
+	assert_int_equal(mc_store_loc_count(D), 1);
+
+	atomic_store(&D->pings_held, true);
+	assert_true(poll_until(is_fenced, D, 2 * FENCE_TTL_MS));
+	assert_false(D->seg_registered);
+	assert_int_equal(atomic_load(&D->fences), 1);
+	assert_int_equal(mc_store_loc_count(D), 0);		/* its own entries went too */
+	assert_true(poll_until(key_gone, W, 4 * FENCE_TTL_MS)); /* the master expired D */
+	assert_int_equal(mc_store_put(W, "lc-fx", v + OBJ, OBJ / 2, &on_w), MC_OK);
+	assert_true(mc_now_ms() < deadline); /* R's entry still names D's block */
+	stale0 = atomic_load(&R->metrics->loc_stale);
+	expect_into(R, dst, "lc-fx", v + OBJ, OBJ / 2);
+	assert_int_equal(atomic_load(&R->metrics->loc_stale), stale0 + 1);
+
+	remounts_before = rpcs(D, MC_STORE_REMOUNT_SEGMENT);
+	atomic_store(&D->pings_held, false);
+	assert_true(poll_until(remounted, D, 3 * FENCE_LEASE_MS));
+	assert_true(mc_now_ms() >= deadline); /* no entry learnt before the expiry is left */
+	assert_int_equal(mc_store_put(W, "lc-fx2", v + 2 * OBJ, OBJ, &on_d), MC_OK);
+	a = replica_addr(W, "lc-fx2"); /* in D's segment, back in use */
+	assert_true(a >= (uint64_t)(uintptr_t)D->seg &&
+		    a < (uint64_t)(uintptr_t)D->seg + D->seg_size);
+	expect_into(R, dst, "lc-fx2", v + 2 * OBJ, OBJ);
+	expect_into(R, dst, "lc-fx", v + OBJ, OBJ / 2);
+	assert_int_equal(atomic_load(&D->fences), 1);
+
+	unreg(R, dst);
+	unreg(D, dd);
+	mc_store_free(D);
+	mc_store_free(R);
+	mc_store_free(W);
+	mc_master_server_stop(m2);
+	free(v);
+}
+
+/*
+ * A fence on pings that were only slow: the master (client_ttl 10 s here)
+ * never expired the holder, so the next ping answered OK puts its memory
+ * back at once.  The test makes D believe in a short TTL (a master's
+ * answer would set it; D's pings are held, so none does): fenced, B's
+ * cached get of a key in D is refused and asks the master, which still
+ * lists D; once D's pings go out again, gets of D read from it again.
+ */
+static void fence_lifts_on_an_answered_ping(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_d = prefer(D);
+	char *v = malloc(OBJ), *dst = reg(B);
+	uint64_t stale0, f0;
+	int64_t n;
+	(void)state;
+
+	mc_test_fill(v, OBJ, 50);
+	assert_true(poll_until(ttl_known, D, 5000));
+	assert_int_equal(mc_store_put(A, "lc-fl", v, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "lc-fl", v, OBJ);
+	f0 = atomic_load(&D->fences);
+	atomic_store(&D->pings_held, true);
+	atomic_store(&D->fence_ttl_ms, 400);
+	assert_true(poll_until(is_fenced, D, 5000));
+	assert_int_equal(atomic_load(&D->fences), f0 + 1);
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	memset(dst, 0, OBJ);
+	n = mc_store_get_into(B, "lc-fl", dst, OBJ);
+	assert_true(n < 0); /* the only replica, in fenced memory: refused */
+	assert_true(atomic_load(&B->metrics->loc_stale) >= stale0 + 1);
+
+	atomic_store(&D->pings_held, false);
+	assert_true(poll_until(is_back, D, 5000));
+	assert_int_equal(atomic_load(&D->fence_ttl_ms), 10000); /* the master's again */
+	expect_into(B, dst, "lc-fl", v, OBJ);
+	assert_int_equal(atomic_load(&D->fences), f0 + 1);
+	assert_int_equal(mc_store_remove(A, "lc-fl", true), MC_OK);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
 }
 
 /* Run the move or copy task id to its end (the source holder's heartbeat
@@ -965,6 +1150,8 @@ int main(void)
 		cmocka_unit_test(overrides_spoil_the_old_blocks),
 		cmocka_unit_test(batch_overrides_spoil_the_old_blocks),
 		cmocka_unit_test(old_master_caches_nothing),
+		cmocka_unit_test(expired_holder_fences_itself),
+		cmocka_unit_test(fence_lifts_on_an_answered_ping),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
