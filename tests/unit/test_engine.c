@@ -30,6 +30,7 @@
 #include "mooncake/te.h"
 #include "slow_mem.h"
 #include "support.h"
+#include "te/batch.h"
 #include "te/engine.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
@@ -1086,6 +1087,32 @@ static void read_only_region_refuses_writes(void **state)
 	free(copy);
 }
 
+/* A batch wait polls only while what is left to move could end within its
+ * polling window: 1 MiB or less of the tasks not yet ended (te/batch.c). */
+static void a_wait_polls_only_for_little_left(void **state)
+{
+	struct mc_task t[3];
+	struct mc_batch b = {.ntasks = 3, .tasks = t};
+	(void)state;
+
+	memset(t, 0, sizeof(t));
+	for (int i = 0; i < 3; i++) {
+		atomic_store(&t[i].state, MC_XFER_WAITING);
+		t[i].length = 512u << 10;
+	}
+	assert_false(mc_batch_wait_spins(&b)); /* 1.5 MiB left */
+	atomic_store(&t[0].bytes, 256u << 10);
+	assert_false(mc_batch_wait_spins(&b)); /* 1.25 MiB */
+	atomic_store(&t[1].state, MC_XFER_COMPLETED);
+	assert_true(mc_batch_wait_spins(&b)); /* 768 KiB: one ended */
+	t[2].length = 800u << 10;
+	assert_false(mc_batch_wait_spins(&b)); /* 1,056 KiB */
+	atomic_store(&t[2].state, MC_XFER_FAILED);
+	assert_true(mc_batch_wait_spins(&b));
+	b.ntasks = 0;
+	assert_true(mc_batch_wait_spins(&b));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1096,6 +1123,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_v1,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_v1, teardown_pair),
+		cmocka_unit_test(a_wait_polls_only_for_little_left),
 		cmocka_unit_test_setup_teardown(out_of_range_write_is_rejected_and_memory_untouched,
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_mem, teardown_pair),
