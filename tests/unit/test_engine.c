@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "base/xsum.h"
 #include "meta/desc.h"
 #include "meta/meta.h"
 #include "mooncake/te.h"
@@ -781,6 +782,73 @@ static void v2_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint8_t op, uint64_t size, uint6
 	mc_tcp_hdr_encode(&h, hdr);
 }
 
+/* Writes back to back on one data connection, large and small, some with
+ * a checksum trailer, in one stream: the target receives the rest of a large payload and what
+ * follows it (the next header, a few KiB of the next payload) in one call, so a request's bytes
+ * split anywhere between its destination and the staging buffer must still land whole.  The stream
+ * goes out at once, then cut in pieces of odd sizes. */
+static void writes_back_to_back_land_whole(void **state)
+{
+	struct pair *p = *state;
+	const uint64_t sizes[] = {65536 + 100, 32, 40960, 56, 102400, 65536, 65536, 7, 33000};
+	const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+	const size_t cuts[] = {0, 1000, 4093, 65559};
+	uint64_t base = (uint64_t)(uintptr_t)p->bbuf, total = 0;
+	char *src, *stream;
+
+	for (size_t i = 0; i < n; i++)
+		total += sizes[i];
+	src = malloc(total);
+	stream = malloc(total + n * (MC_TCP_HDR_LEN + MC_TCP_SUM_LEN));
+	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+		int fd = raw_connect(p->b);
+		size_t len = 0, off = 0;
+
+		memset(p->bbuf, 0, total);
+		mc_test_fill(src, total, (uint32_t)(31 + c));
+		for (size_t i = 0; i < n; i++) {
+			bool sum = (i + c) % 3 == 1; /* some carry a checksum trailer */
+
+			v2_hdr((uint8_t *)stream + len,
+			       (uint8_t)(MC_TCP_OP_WRITE | (sum ? MC_TCP_OP_SUM : 0)), sizes[i],
+			       base + off);
+			len += MC_TCP_HDR_LEN;
+			memcpy(stream + len, src + off, sizes[i]);
+			len += sizes[i];
+			if (sum) {
+				mc_tcp_sum_encode(mc_xsum(src + off, sizes[i]),
+						  (uint8_t *)stream + len);
+				len += MC_TCP_SUM_LEN;
+			}
+			off += sizes[i];
+		}
+		for (size_t at = 0; at < len;) {
+			size_t k = cuts[c] ? MC_MIN(cuts[c], len - at) : len - at;
+			ssize_t w = send(fd, stream + at, k, MSG_NOSIGNAL);
+
+			assert_true(w > 0);
+			at += (size_t)w;
+		}
+		for (size_t i = 0; i < n; i++) {
+			uint8_t st[8];
+			uint32_t code = UINT32_MAX;
+			size_t got = 0;
+
+			while (got < sizeof(st)) {
+				ssize_t r = recv(fd, st + got, sizeof(st) - got, 0);
+				assert_true(r > 0);
+				got += (size_t)r;
+			}
+			assert_int_equal(mc_tcp_status_decode(st, &code), MC_OK);
+			assert_int_equal(code, MC_TCP_STATUS_OK);
+		}
+		assert_memory_equal(p->bbuf, src, total);
+		close(fd);
+	}
+	free(stream);
+	free(src);
+}
+
 /* Regression: a client that asks for a large read and hangs up must not
  * kill the target with SIGPIPE; the target keeps serving. */
 static void client_hangup_during_read_does_not_kill_target(void **state)
@@ -1162,6 +1230,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(read_only_region_refuses_writes, setup_one_worker,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_refuses_unmapped_memory, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_one_worker,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
 						setup_mem, teardown_pair),
