@@ -114,7 +114,11 @@ static void task_finish(struct mc_task *t)
 		mc_memreg_put(&b->te->memreg, ent);
 	atomic_fetch_add(&b->busy, 1);
 	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
-		futex_wake_all(&b->inflight);
+		/* no system call when nobody sleeps (a waiter polling, or none
+		 * yet): a sleeper counts itself before its futex wait, which
+		 * then finds inflight changed if this load missed it */
+		if (atomic_load(&b->sleepers))
+			futex_wake_all(&b->inflight);
 		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
 			atomic_fetch_sub(&b->busy, 1);
 			/* a releasing thread may still be inside (it holds busy
@@ -341,6 +345,8 @@ mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
 			rel.tv_nsec = (long)((deadline - now) % 1000000000ull);
 			relp = &rel;
 		}
+		atomic_fetch_add(&b->sleepers, 1);
 		futex_wait(&b->inflight, v, relp);
+		atomic_fetch_sub(&b->sleepers, 1);
 	}
 }

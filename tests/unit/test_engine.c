@@ -782,6 +782,29 @@ static void v2_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint8_t op, uint64_t size, uint6
 	mc_tcp_hdr_encode(&h, hdr);
 }
 
+/* Waits on batches of more than 1 MiB sleep on the futex at once, and
+ * small ones poll first; either way every wait is woken by the last
+ * task's end (which skips the wake-up call when nobody sleeps), never
+ * left to its timeout.  Reads and writes alternate so both sides' workers
+ * end tasks. */
+static void every_wait_is_woken(void **state)
+{
+	struct pair *p = *state;
+	uint64_t addr = (uint64_t)(uintptr_t)p->bbuf;
+	const uint64_t lens[] = {(2u << 20) + 1, 4096, (1u << 20) + 4096, 1};
+
+	mc_test_fill(p->abuf, 4u << 20, 17);
+	for (int i = 0; i < 200; i++) {
+		uint64_t len = lens[i % 4];
+
+		/* a wake-up lost would end in MC_ERR_TIMEOUT after 10 s */
+		assert_int_equal(
+			xfer(p->a, i & 1 ? MC_OP_READ : MC_OP_WRITE, p->abuf, p->b_id, addr, len),
+			MC_OK);
+	}
+	assert_memory_equal(p->abuf, p->bbuf, (2u << 20) + 1);
+}
+
 /* Writes back to back on one data connection, large and small, some with
  * a checksum trailer, in one stream: the target receives the rest of a large payload and what
  * follows it (the next header, a few KiB of the next payload) in one call, so a request's bytes
@@ -1231,6 +1254,7 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_refuses_unmapped_memory, setup_mem,
 						teardown_pair),
+		cmocka_unit_test_setup_teardown(every_wait_is_woken, setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_mem,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_one_worker,
