@@ -22,10 +22,17 @@ ids) from after the untimed first round to after the last, then sends it
 SIGINT: for example 'strace -c -f -o /tmp/c.txt -p {client}' or
 'perf record -g -o /tmp/p.data -p {pids}'.
 
+--count EVENTS (perf's event list, e.g. 'context-switches,raw_syscalls:sys_enter,
+syscalls:sys_enter_futex' or 'instructions' where the CPU has counters)
+attaches one perf stat per process, started disabled and enabled only
+around the timed put phases (perf's --control fifo, acknowledged), and
+prints each event's count per object put, per process: counts, unlike CPU
+time, do not grow with a loaded machine's contention (wake-ups aside).
+
 usage: bench/store_put_cpu.py [--build build] [--runs 3] [--rounds 20]
                               [--size 64k] [--window 32m] [--mode putb]
                               [--batch 32] [--env N=V] [--env-b N=V]
-                              [--attach CMD]
+                              [--attach CMD] [--count EVENTS]
 """
 import argparse
 import os
@@ -33,6 +40,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import master_rss  # noqa: E402
@@ -46,6 +54,52 @@ def cpu_s(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Counter:
+    """perf stat on one process, counting only between enable() and disable()."""
+
+    def __init__(self, pid, events):
+        self.dir = tempfile.mkdtemp(prefix="put_cpu_")
+        self.out = os.path.join(self.dir, "stat.csv")
+        ctl, ack = (os.path.join(self.dir, n) for n in ("ctl", "ack"))
+        os.mkfifo(ctl)
+        os.mkfifo(ack)
+        self.p = subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p", str(pid),
+                                   "--delay=-1", f"--control=fifo:{ctl},{ack}", "-o", self.out],
+                                  start_new_session=True)
+        self.ctl = open(ctl, "w")
+        self.ack = open(ack)
+
+    def _say(self, what):
+        self.ctl.write(what + "\n")
+        self.ctl.flush()
+        a = self.ack.readline()
+        if "ack" not in a:  # perf writes "ack\n" and its NUL
+            sys.exit(f"store_put_cpu: perf stat did not acknowledge {what}: {a!r}")
+
+    def enable(self):
+        self._say("enable")
+
+    def disable(self):
+        self._say("disable")
+
+    def result(self):
+        """{event: count} once perf has stopped."""
+        os.kill(self.p.pid, signal.SIGINT)
+        self.p.wait(timeout=60)
+        self.ctl.close()
+        self.ack.close()
+        out = {}
+        with open(self.out) as f:
+            for line in f:
+                t = line.strip().split(",")
+                if len(t) > 2 and not line.startswith("#"):
+                    try:
+                        out[t[2]] = float(t[0])
+                    except ValueError:
+                        out[t[2]] = float("nan")  # <not supported>
+        return out
 
 
 def one_run(build, args, env):
@@ -70,17 +124,22 @@ def one_run(build, args, env):
         spent = dict.fromkeys(pids, 0.0)
         wall = 0.0
         att = None
+        ctrs = {k: Counter(p, args.count) for k, p in pids.items()} if args.count else {}
         for r in range(args.rounds + 1):  # the first untimed: connections, first touches
             if r == 1 and args.attach:
                 att = subprocess.Popen(args.attach.format(
                     pids=",".join(str(p) for p in pids.values()), **pids), shell=True,
                     start_new_session=True)
+            for k in ctrs if r else ():
+                ctrs[k].enable()
             before = {k: cpu_s(p) for k, p in pids.items()}
             c.p.stdin.write(args.mode + "\n")
             line = c.readline()
             if not line.startswith("OK"):
                 c.fail(f"answered {line.strip()!r}")
             after = {k: cpu_s(p) for k, p in pids.items()}
+            for k in ctrs if r else ():
+                ctrs[k].disable()
             if r:
                 f = dict(t.split("=") for t in line.split()[1:])
                 wall += float(f["t1"]) - float(f["t0"])
@@ -95,6 +154,9 @@ def one_run(build, args, env):
         out = {k: v / n * 1e6 for k, v in spent.items()}
         out["total"] = sum(out.values())
         out["gbps"] = n * args.size / wall / 1e9
+        for k, ctr in ctrs.items():
+            for ev, v in ctr.result().items():
+                out[f"{k}:{ev}"] = v / n
         return out
     finally:
         for p in procs:
@@ -117,6 +179,7 @@ def main():
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--env-b", action="append", default=[])
     ap.add_argument("--attach", help="a command run beside the timed rounds (see above)")
+    ap.add_argument("--count", help="perf events counted per object, per process (see above)")
     args = ap.parse_args()
     args.size = parse_size(args.size)
     args.window = parse_size(args.window) // args.size * args.size
@@ -132,7 +195,7 @@ def main():
             o = one_run(b, args, env_b if i == 1 else env)
             res.setdefault(i, []).append(o)
             print(f"run {r + 1} {b}{' (env-b)' if i == 1 and args.env_b else ''}: "
-                  + " ".join(f"{k} {v:.1f}" for k, v in o.items() if k != "gbps")
+                  + " ".join(f"{k} {v:.1f}" for k, v in o.items() if k != "gbps" and ":" not in k)
                   + f" us/object, {o['gbps']:.2f} GB/s, load {os.getloadavg()[0]:.1f}",
                   file=sys.stderr, flush=True)
     print(f"{args.mode} of {args.size} B objects, {args.rounds} x {args.window // args.size} "
@@ -144,6 +207,17 @@ def main():
         print(f"| {b}{' ' + ' '.join(args.env_b) if i == 1 and args.env_b else ''} | "
               f"{med['client']:.1f} | {med['holder']:.1f} | {med['master']:.1f} | "
               f"{med['total']:.1f} | {med['gbps']:.2f} |")
+    if not args.count:
+        return
+    print(f"\nevents per object put (medians of {args.runs} runs)")
+    print("| build | event | client | holder | master |")
+    print("|---|---|---:|---:|---:|")
+    for i, b in enumerate(builds):
+        evs = [k.split(":", 1)[1] for k in res[i][0] if k.startswith("client:")]
+        for ev in evs:
+            med = [statistics.median(o.get(f"{p}:{ev}", float("nan")) for o in res[i])
+                   for p in ("client", "holder", "master")]
+            print(f"| {b} | {ev} | " + " | ".join(f"{v:.3f}" for v in med) + " |")
 
 
 if __name__ == "__main__":

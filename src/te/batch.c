@@ -114,7 +114,11 @@ static void task_finish(struct mc_task *t)
 		mc_memreg_put(&b->te->memreg, ent);
 	atomic_fetch_add(&b->busy, 1);
 	if (atomic_fetch_sub(&b->inflight, 1) == 1) {
-		futex_wake_all(&b->inflight);
+		/* no system call when nobody sleeps (a waiter polling, or none
+		 * yet): a sleeper counts itself before its futex wait, which
+		 * then finds inflight changed if this load missed it */
+		if (atomic_load(&b->sleepers))
+			futex_wake_all(&b->inflight);
 		if (atomic_load(&b->discard) && !atomic_exchange(&b->freed, true)) {
 			atomic_fetch_sub(&b->busy, 1);
 			/* a releasing thread may still be inside (it holds busy
@@ -290,19 +294,44 @@ mc_status mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard)
  * A futex wake-up costs tens of microseconds on a virtual machine, more than
  * a small request's whole round trip, so short transfers finish inside the
  * polling window; long ones sleep and leave the cores to the workers.
+ *
+ * A wait that finds more than WAIT_SPIN_BYTES still to move sleeps at once:
+ * that much outlasts the window at any rate the transports reach (10 GB/s
+ * would be needed), so the poll would end in the same sleep and the same
+ * wake-up, having cost a system call or two per microsecond of it (a store
+ * batch put of 32 x 64 KiB made about 4 sched_yield calls per object).
  */
-#define WAIT_SPIN_NS 100000ull
+#define WAIT_SPIN_NS	100000ull
+#define WAIT_SPIN_BYTES (1ull << 20)
+
+bool mc_batch_wait_spins(struct mc_batch *b)
+{
+	uint64_t left = 0;
+
+	for (size_t i = 0; i < b->ntasks; i++) {
+		struct mc_task *t = &b->tasks[i];
+		uint64_t done = atomic_load_explicit(&t->bytes, memory_order_relaxed);
+
+		if (atomic_load_explicit(&t->state, memory_order_relaxed) > MC_XFER_PENDING)
+			continue; /* ended (or never started: nothing to wait for) */
+		left += t->length > done ? t->length - done : 0;
+		if (left > WAIT_SPIN_BYTES)
+			return false;
+	}
+	return true;
+}
 
 mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
 {
 	uint64_t start = mc_now_ns();
 	uint64_t deadline = timeout_ms >= 0 ? start + (uint64_t)timeout_ms * 1000000ull : 0;
+	bool spin = atomic_load(&b->inflight) && mc_batch_wait_spins(b);
 	for (;;) {
 		unsigned v = atomic_load(&b->inflight);
 		struct timespec rel, *relp = NULL;
 		if (v == 0)
 			return MC_OK;
-		if (mc_now_ns() - start < WAIT_SPIN_NS) {
+		if (spin && mc_now_ns() - start < WAIT_SPIN_NS) {
 			for (int i = 0; i < 16 && atomic_load(&b->inflight); i++)
 				mc_cpu_relax();
 			sched_yield();
@@ -316,6 +345,8 @@ mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms)
 			rel.tv_nsec = (long)((deadline - now) % 1000000000ull);
 			relp = &rel;
 		}
+		atomic_fetch_add(&b->sleepers, 1);
 		futex_wait(&b->inflight, v, relp);
+		atomic_fetch_sub(&b->sleepers, 1);
 	}
 }

@@ -13,6 +13,9 @@ struct mc_batch *mc_batch_lookup(struct mc_te *te, mc_batch_id id);
 mc_status mc_batch_release(struct mc_te *te, mc_batch_id id, bool discard);
 void mc_batch_destroy(struct mc_batch *b);
 mc_status mc_batch_wait_inflight(struct mc_batch *b, int64_t timeout_ms);
+/* Whether a wait on b polls before it sleeps: not while more than 1 MiB of
+ * its tasks is still to move (te/batch.c, "Waiting"). */
+bool mc_batch_wait_spins(struct mc_batch *b);
 /* The completion callback of a task's slices (owner: the task); runs on
  * the thread that finished the slice. */
 void mc_task_slice_done(struct mc_slice *s, mc_status status);

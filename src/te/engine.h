@@ -89,6 +89,7 @@ struct mc_batch {
 	size_t ntasks;
 	struct mc_task *tasks;
 	atomic_uint inflight; /* tasks not yet terminal; futex word */
+	atomic_uint sleepers; /* waiters in (or entering) a futex wait on inflight */
 	atomic_bool discard;  /* free when inflight reaches 0 */
 	atomic_bool freed;
 	atomic_uint busy; /* completers still touching the batch */

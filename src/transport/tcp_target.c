@@ -37,9 +37,9 @@ __attribute__((noinline)) static void user_mem_copy_in(void *dst, const void *sr
 	memcpy(dst, src, n);
 }
 
-__attribute__((noinline)) static ssize_t user_mem_recv(int fd, void *dst, size_t n)
+__attribute__((noinline)) static ssize_t user_mem_recv(int fd, struct msghdr *msg)
 {
-	return recv(fd, dst, n, MSG_DONTWAIT);
+	return recvmsg(fd, msg, MSG_DONTWAIT);
 }
 
 __attribute__((noinline)) static ssize_t user_mem_send(int fd, const struct msghdr *msg)
@@ -632,15 +632,28 @@ bool mc_tcp_sconn_readable(struct tcp_sconn *sc)
 				continue;
 			}
 			if (want >= DIRECT_MIN || sc->cur.size >= DIRECT_MIN) {
+				/* the rest of the payload where it goes, and in the
+				 * same call what follows it into the emptied rbuf: the
+				 * sum, the next header and LONE_TAIL bytes (the small
+				 * request after a value, its trailer, comes whole), as
+				 * the fill below would fetch them next */
+				struct iovec iov[2] = {
+					{(uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
+					 (size_t)want},
+					{sc->rbuf, (sc->cur_sum ? MC_TCP_SUM_LEN : 0) +
+							   MC_TCP_HDR_LEN + LONE_TAIL},
+				};
+				struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
 				ssize_t n;
 				if (got >= READ_BUDGET)
 					break;
-				n = user_mem_recv(sc->fd,
-						  (uint8_t *)(uintptr_t)sc->cur.addr + sc->cur_done,
-						  (size_t)want);
+				sc->rpos = sc->rlen = 0; /* avail was 0 or taken above */
+				n = user_mem_recv(sc->fd, &msg);
 				if (n > 0) {
+					uint64_t k = MC_MIN((uint64_t)n, want);
 					got += (uint64_t)n;
-					sc->cur_done += (uint64_t)n;
+					sc->cur_done += k;
+					sc->rlen = (size_t)((uint64_t)n - k);
 					sc->last_progress_ms = mc_now_ms();
 					continue;
 				}

@@ -25,11 +25,13 @@
 
 #include <cmocka.h>
 
+#include "base/xsum.h"
 #include "meta/desc.h"
 #include "meta/meta.h"
 #include "mooncake/te.h"
 #include "slow_mem.h"
 #include "support.h"
+#include "te/batch.h"
 #include "te/engine.h"
 #include "transport/tcp.h"
 #include "transport/transport.h"
@@ -780,6 +782,96 @@ static void v2_hdr(uint8_t hdr[MC_TCP_HDR_LEN], uint8_t op, uint64_t size, uint6
 	mc_tcp_hdr_encode(&h, hdr);
 }
 
+/* Waits on batches of more than 1 MiB sleep on the futex at once, and
+ * small ones poll first; either way every wait is woken by the last
+ * task's end (which skips the wake-up call when nobody sleeps), never
+ * left to its timeout.  Reads and writes alternate so both sides' workers
+ * end tasks. */
+static void every_wait_is_woken(void **state)
+{
+	struct pair *p = *state;
+	uint64_t addr = (uint64_t)(uintptr_t)p->bbuf;
+	const uint64_t lens[] = {(2u << 20) + 1, 4096, (1u << 20) + 4096, 1};
+
+	mc_test_fill(p->abuf, 4u << 20, 17);
+	for (int i = 0; i < 200; i++) {
+		uint64_t len = lens[i % 4];
+
+		/* a wake-up lost would end in MC_ERR_TIMEOUT after 10 s */
+		assert_int_equal(
+			xfer(p->a, i & 1 ? MC_OP_READ : MC_OP_WRITE, p->abuf, p->b_id, addr, len),
+			MC_OK);
+	}
+	assert_memory_equal(p->abuf, p->bbuf, (2u << 20) + 1);
+}
+
+/* Writes back to back on one data connection, large and small, some with
+ * a checksum trailer, in one stream: the target receives the rest of a large payload and what
+ * follows it (the next header, a few KiB of the next payload) in one call, so a request's bytes
+ * split anywhere between its destination and the staging buffer must still land whole.  The stream
+ * goes out at once, then cut in pieces of odd sizes. */
+static void writes_back_to_back_land_whole(void **state)
+{
+	struct pair *p = *state;
+	const uint64_t sizes[] = {65536 + 100, 32, 40960, 56, 102400, 65536, 65536, 7, 33000};
+	const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+	const size_t cuts[] = {0, 1000, 4093, 65559};
+	uint64_t base = (uint64_t)(uintptr_t)p->bbuf, total = 0;
+	char *src, *stream;
+
+	for (size_t i = 0; i < n; i++)
+		total += sizes[i];
+	src = malloc(total);
+	stream = malloc(total + n * (MC_TCP_HDR_LEN + MC_TCP_SUM_LEN));
+	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+		int fd = raw_connect(p->b);
+		size_t len = 0, off = 0;
+
+		memset(p->bbuf, 0, total);
+		mc_test_fill(src, total, (uint32_t)(31 + c));
+		for (size_t i = 0; i < n; i++) {
+			bool sum = (i + c) % 3 == 1; /* some carry a checksum trailer */
+
+			v2_hdr((uint8_t *)stream + len,
+			       (uint8_t)(MC_TCP_OP_WRITE | (sum ? MC_TCP_OP_SUM : 0)), sizes[i],
+			       base + off);
+			len += MC_TCP_HDR_LEN;
+			memcpy(stream + len, src + off, sizes[i]);
+			len += sizes[i];
+			if (sum) {
+				mc_tcp_sum_encode(mc_xsum(src + off, sizes[i]),
+						  (uint8_t *)stream + len);
+				len += MC_TCP_SUM_LEN;
+			}
+			off += sizes[i];
+		}
+		for (size_t at = 0; at < len;) {
+			size_t k = cuts[c] ? MC_MIN(cuts[c], len - at) : len - at;
+			ssize_t w = send(fd, stream + at, k, MSG_NOSIGNAL);
+
+			assert_true(w > 0);
+			at += (size_t)w;
+		}
+		for (size_t i = 0; i < n; i++) {
+			uint8_t st[8];
+			uint32_t code = UINT32_MAX;
+			size_t got = 0;
+
+			while (got < sizeof(st)) {
+				ssize_t r = recv(fd, st + got, sizeof(st) - got, 0);
+				assert_true(r > 0);
+				got += (size_t)r;
+			}
+			assert_int_equal(mc_tcp_status_decode(st, &code), MC_OK);
+			assert_int_equal(code, MC_TCP_STATUS_OK);
+		}
+		assert_memory_equal(p->bbuf, src, total);
+		close(fd);
+	}
+	free(stream);
+	free(src);
+}
+
 /* Regression: a client that asks for a large read and hangs up must not
  * kill the target with SIGPIPE; the target keeps serving. */
 static void client_hangup_during_read_does_not_kill_target(void **state)
@@ -1086,6 +1178,32 @@ static void read_only_region_refuses_writes(void **state)
 	free(copy);
 }
 
+/* A batch wait polls only while what is left to move could end within its
+ * polling window: 1 MiB or less of the tasks not yet ended (te/batch.c). */
+static void a_wait_polls_only_for_little_left(void **state)
+{
+	struct mc_task t[3];
+	struct mc_batch b = {.ntasks = 3, .tasks = t};
+	(void)state;
+
+	memset(t, 0, sizeof(t));
+	for (int i = 0; i < 3; i++) {
+		atomic_store(&t[i].state, MC_XFER_WAITING);
+		t[i].length = 512u << 10;
+	}
+	assert_false(mc_batch_wait_spins(&b)); /* 1.5 MiB left */
+	atomic_store(&t[0].bytes, 256u << 10);
+	assert_false(mc_batch_wait_spins(&b)); /* 1.25 MiB */
+	atomic_store(&t[1].state, MC_XFER_COMPLETED);
+	assert_true(mc_batch_wait_spins(&b)); /* 768 KiB: one ended */
+	t[2].length = 800u << 10;
+	assert_false(mc_batch_wait_spins(&b)); /* 1,056 KiB */
+	atomic_store(&t[2].state, MC_XFER_FAILED);
+	assert_true(mc_batch_wait_spins(&b));
+	b.ntasks = 0;
+	assert_true(mc_batch_wait_spins(&b));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1096,6 +1214,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(write_read_roundtrip_sizes, setup_v1,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_v1, teardown_pair),
+		cmocka_unit_test(a_wait_polls_only_for_little_left),
 		cmocka_unit_test_setup_teardown(out_of_range_write_is_rejected_and_memory_untouched,
 						setup_mem, teardown_pair),
 		cmocka_unit_test_setup_teardown(batch_of_mixed_requests, setup_mem, teardown_pair),
@@ -1134,6 +1253,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(read_only_region_refuses_writes, setup_one_worker,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(registration_refuses_unmapped_memory, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(every_wait_is_woken, setup_mem, teardown_pair),
+		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_mem,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(writes_back_to_back_land_whole, setup_one_worker,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(client_hangup_during_read_does_not_kill_target,
 						setup_mem, teardown_pair),
