@@ -20,6 +20,7 @@
 #include <openssl/hmac.h>
 
 #include "base/log.h"
+#include "base/sock.h"
 #include "base/time.h"
 
 static const uint8_t magic[4] = {'M', 'C', 'A', 'U'};
@@ -258,8 +259,12 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 					    "the peer closed the connection during the handshake");
 			h->out_pos += (size_t)n;
 		}
-		if (h->step == ST_DONE)
+		if (h->step == ST_DONE) {
+			/* the exchange left the socket in delayed-ACK mode: the
+			 * client's first burst would wait for its ACKs */
+			mc_sock_quickack(fd);
 			return MC_AUTH_DONE;
+		}
 		if (h->step == ST_FAILED)
 			return MC_AUTH_FAIL;
 		need = mc_auth_hs_need(h);

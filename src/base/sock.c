@@ -83,6 +83,12 @@ mc_status mc_sock_set_nodelay(int fd)
 									       : MC_OK;
 }
 
+void mc_sock_quickack(int fd)
+{
+	int one = 1;
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
 mc_status mc_sock_set_bufsize(int fd, int bytes)
 {
 	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) < 0 ||

@@ -50,6 +50,10 @@ int mc_sock_connect(const char *host, uint16_t port, int timeout_ms, bool nonblo
 mc_status mc_sock_set_nonblock(int fd, bool on);
 mc_status mc_sock_set_nodelay(int fd);
 mc_status mc_sock_set_bufsize(int fd, int bytes);
+/* Acknowledge what came in now and leave delayed-ACK ("ping-pong") mode, as
+ * after a short exchange the kernel would delay the ACKs of the bulk that
+ * follows (docs/security.md, the handshake's cost).  Not TCP: no-op. */
+void mc_sock_quickack(int fd);
 
 /* Blocking I/O of exactly len bytes with a deadline (absolute CLOCK_MONOTONIC
  * milliseconds, 0 = none), on a socket in either mode.  MC_OK, MC_ERR_TIMEOUT,
