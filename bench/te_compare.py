@@ -85,6 +85,10 @@ def ab_compare(exe, sides, args, extra=(), tag=None, per_run=None):
                         f"{k}_max": round(max(v[k]), 3)})
         for k in names[1:]:
             row[f"ratio_{k}"] = round(med[k] / med[names[0]], 3)
+            # the same run's pair (adjacent in time, the same targets with
+            # --fresh): slow drifts of the machine cancel
+            row[f"pair_{k}"] = round(statistics.median(
+                x / y for x, y in zip(v[k], v[names[0]])), 3)
         row["ratio"] = row[f"ratio_{names[-1]}"]
         if args.json:
             print(json.dumps(row), flush=True)
@@ -92,7 +96,8 @@ def ab_compare(exe, sides, args, extra=(), tag=None, per_run=None):
             print(f"case op={op} block={block} batch={batch} threads={threads} "
                   + " ".join(f"{k}_{unit}={row[k]:.2f} ({row[k + '_min']:.2f}-"
                              f"{row[k + '_max']:.2f})" for k in names)
-                  + "".join(f" ratio_{k}={row['ratio_' + k]:.3f}" for k in names[1:]),
+                  + "".join(f" ratio_{k}={row['ratio_' + k]:.3f} pair_{k}={row['pair_' + k]:.3f}"
+                            for k in names[1:]),
                   flush=True)
 
 
