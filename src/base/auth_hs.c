@@ -245,6 +245,7 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 	for (;;) {
 		size_t need;
 		ssize_t n;
+		bool sent = false;
 		while (h->out_pos < h->out_len) {
 			n = send(fd, h->out + h->out_pos, h->out_len - h->out_pos,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -258,13 +259,18 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 				return fail(h,
 					    "the peer closed the connection during the handshake");
 			h->out_pos += (size_t)n;
+			sent = true;
 		}
-		if (h->step == ST_DONE) {
-			/* the exchange left the socket in delayed-ACK mode: the
-			 * client's first burst would wait for its ACKs */
+		/* each side answers the other at once, which puts its socket
+		 * in the kernel's delayed-ACK ("ping-pong") mode: leave it
+		 * after every frame, so that the next frame and the bulk that
+		 * follows the handshake are acknowledged as they come (a late
+		 * ACK there is taken by BBR for a full link); the server's
+		 * last frame (PROOF) is acknowledged when it is done */
+		if (sent || h->step == ST_DONE)
 			mc_sock_quickack(fd);
+		if (h->step == ST_DONE)
 			return MC_AUTH_DONE;
-		}
 		if (h->step == ST_FAILED)
 			return MC_AUTH_FAIL;
 		need = mc_auth_hs_need(h);
