@@ -409,7 +409,7 @@ struct mc_master {
 	/* the end of the leases granted before the latest client expiry (ms;
 	 * 0: none expired): a fenced client remounts after it (tick.c, h_ping) */
 	uint64_t expired_leases_end;
-	struct mc_obj **wdead;	   /* erased objects a wait list may still name */
+	struct mc_obj **wdead; /* erased objects a wait list may still name */
 	uint64_t nwdead, wdead_cap;
 	uint64_t nwl;	    /* entries in every waiting segment's list */
 	bool wl_off;	    /* a list could not grow: remounts walk the table */
