@@ -85,10 +85,11 @@ def main():
         return {name: seg for name, (_, seg) in targets.items()}
 
     try:
-        segs = start_all(0)
-        ab_compare(exe, [(name, segs[name], env) for name, env in sides], args, extra,
+        # with --fresh every run starts its own (ab_compare's per-run hook)
+        segs = {} if args.fresh else start_all(0)
+        ab_compare(exe, [(name, segs.get(name), env) for name, env in sides], args, extra,
                    {"transport": "shm" if args.shm else "tcp", "fresh": args.fresh},
-                   per_run=(lambda i: start_all(i)) if args.fresh else None)
+                   per_run=start_all if args.fresh else None)
     finally:
         stop_all()
     out = subprocess.run([os.path.join(args.build, "bench", "auth_connect_bench"),
