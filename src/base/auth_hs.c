@@ -269,8 +269,10 @@ enum mc_auth_result mc_auth_hs_io(struct mc_auth_hs *h, int fd, bool *want_out)
 		 * last frame (PROOF) is acknowledged when it is done */
 		if (sent || h->step == ST_DONE)
 			mc_sock_quickack(fd);
-		if (h->step == ST_DONE)
+		if (h->step == ST_DONE) {
+			mc_sock_restart_cc(fd);
 			return MC_AUTH_DONE;
+		}
 		if (h->step == ST_FAILED)
 			return MC_AUTH_FAIL;
 		need = mc_auth_hs_need(h);

@@ -13,6 +13,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +90,56 @@ void mc_sock_quickack(int fd)
 {
 	int one = 1;
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+}
+
+static char cc_allowed_list[256];
+
+static void cc_read_allowed(void)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/tcp_allowed_congestion_control", "re");
+	size_t n = 0;
+
+	if (f) {
+		n = fread(cc_allowed_list, 1, sizeof(cc_allowed_list) - 1, f);
+		fclose(f);
+	}
+	cc_allowed_list[n] = '\0';
+	if (n && cc_allowed_list[n - 1] == '\n')
+		cc_allowed_list[n - 1] = '\0';
+}
+
+/* Whether name is in the kernel's list of congestion controls that any
+ * process may choose (read once; empty when the file cannot be read). */
+static bool cc_allowed(const char *name)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const char *list = cc_allowed_list;
+	size_t n = strlen(name);
+
+	pthread_once(&once, cc_read_allowed);
+	for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+static atomic_bool cc_warned;
+
+void mc_sock_restart_cc(int fd)
+{
+	char name[17] = ""; /* the kernel's TCP_CA_NAME_MAX is 16 */
+	socklen_t l = sizeof(name) - 1;
+
+	if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &l) < 0 || !name[0] ||
+	    !strcmp(name, "reno") || !cc_allowed(name) || !cc_allowed("reno"))
+		return;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4) < 0)
+		return;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) < 0 &&
+	    !atomic_exchange(&cc_warned, true))
+		mc_warn("a connection stays on reno: cannot set its congestion control back to "
+			"%s: %s",
+			name, strerror(errno));
 }
 
 mc_status mc_sock_set_bufsize(int fd, int bytes)

@@ -54,6 +54,14 @@ mc_status mc_sock_set_bufsize(int fd, int bytes);
  * after a short exchange the kernel would delay the ACKs of the bulk that
  * follows (docs/security.md, the handshake's cost).  Not TCP: no-op. */
 void mc_sock_quickack(int fd);
+/* Start the socket's congestion control afresh (its name set to reno and
+ * back), so that a connection's first exchanges, a handshake's few small
+ * frames, leave no bandwidth or round count behind for the bulk that
+ * follows: with BBR they made one connection in a few leave start-up at
+ * once and pace the bulk at the handshake's rate (docs/security.md).  Only
+ * where the kernel lets any process choose both (tcp_allowed_congestion_
+ * control), so it always gets its own back.  Not TCP: no-op. */
+void mc_sock_restart_cc(int fd);
 
 /* Blocking I/O of exactly len bytes with a deadline (absolute CLOCK_MONOTONIC
  * milliseconds, 0 = none), on a socket in either mode.  MC_OK, MC_ERR_TIMEOUT,
