@@ -570,6 +570,9 @@ char *mc_store_verify_trailers(struct mc_store *s, struct mc_store_io *ios, size
 /* Reads: every io with status MC_OK and check set, not checked yet, is
  * hashed; a mismatch sets MC_ERR_CHECKSUM_MISMATCH and is counted. */
 void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n);
+/* A read of io reads its object's trailer (a range of an object with one);
+ * a whole read does not: it is checked by the trailer its bytes make. */
+bool mc_store_verify_reads_trailer(const struct mc_store_io *io);
 /* io reads a copy on disk (LOCAL_DISK or DISK), which holds no trailer. */
 bool mc_store_io_from_disk(const struct mc_store_io *io);
 /* The longest request a read of io is queued in (UINT64_MAX: no limit):

@@ -164,16 +164,20 @@ static uint64_t span_hash(const struct mc_store_io *io, uint64_t off, uint64_t e
  * far as the answer lets it (mc_store_verify_ahead, run by
  * mc_master_conn_call_working where the caller would poll), the rest
  * while the batch moves them; it writes the trailer as one more request
- * of the same batch (client_xfer.c, put_trailers).  A reader of any part of it, the whole
- * object or a range widened to the chunks it touches (client_ranges.c),
- * reads the trailer in the same batch, checks the trailer's hash, then
- * each chunk it read against its entry: a 64 KiB range moves at most 96
- * KiB and 8 bytes per chunk of the object.  A copy on disk (the SSD
- * tier's, a DISK file) holds the value only: a read of it is always of
- * the whole object (client_ranges.c widens a range to it), whose trailer
- * the reader builds from the bytes that landed and checks against the
- * trailer's hash (judge_rebuilt), so a byte that differs from what the
- * writer hashed fails the read as it would from memory.  A promotion from
+ * of the same batch (client_xfer.c, put_trailers).  A reader of a range,
+ * widened to the chunks it touches (client_ranges.c), reads the trailer
+ * in the same batch, checks the trailer's hash, then each chunk it read
+ * against its entry: a 64 KiB range moves at most 96 KiB and 8 bytes per
+ * chunk of the object.  A reader of the whole object does not read the
+ * trailer: it builds the trailer from the sums of the chunks that landed
+ * and checks that against the trailer's hash (judge_rebuilt), which holds
+ * only if every chunk is the one the writer hashed; this saves a request
+ * per object, and a trailer gone bad with its value intact is left to
+ * the next range read to catch.  A copy on disk (the SSD tier's, a DISK
+ * file) holds the value only: a read of it is always of the whole object
+ * (client_ranges.c widens a range to it), checked the same way, so a
+ * byte that differs from what the writer hashed fails the read as it
+ * would from memory.  A promotion from
  * disk writes the trailer it builds the same way after the bytes
  * (client_offload.c), which the next reader checks.
  */
@@ -230,16 +234,29 @@ char *mc_store_verify_trailers(struct mc_store *s, struct mc_store_io *ios, size
 }
 
 static void mismatch(struct mc_store *s, struct mc_store_io *io, uint64_t got, uint64_t want);
+static bool whole_table(const struct mc_store_io *io);
+static void judge_rebuilt(struct mc_store *s, struct mc_store_io *io, const uint64_t *sums);
+
+bool mc_store_verify_reads_trailer(const struct mc_store_io *io)
+{
+	return io->tbl && !whole_table(io);
+}
 
 /* Check a read against its object's trailer: the trailer's hash, then
  * each chunk's sum (sums[i] for its i-th chunk, hashed as it landed, or
- * hashed here when sums is NULL); the first bad one fails io. */
+ * hashed here when sums is NULL); the first bad one fails io.  A whole
+ * read did not read the trailer: the one its bytes make is judged. */
 static void judge_table(struct mc_store *s, struct mc_store_io *io, const uint64_t *sums)
 {
-	uint64_t got = hash64(io->tbl, (size_t)io->tlen);
+	uint64_t got;
 	size_t b = 0;
 	uint64_t bo = 0;
 
+	if (whole_table(io)) {
+		judge_rebuilt(s, io, sums);
+		return;
+	}
+	got = hash64(io->tbl, (size_t)io->tlen);
 	io->checked = true;
 	if (got != io->cksum) {
 		mismatch(s, io, got, io->cksum);
@@ -262,13 +279,20 @@ static void judge_table(struct mc_store *s, struct mc_store_io *io, const uint64
 	}
 }
 
-/* Check a whole read of a copy without its trailer (a disk copy): the
- * trailer its bytes make, against the object's trailer hash. */
-static void judge_rebuilt(struct mc_store *s, struct mc_store_io *io)
+/* Check a whole read (of memory, or of a disk copy, which has no trailer):
+ * the trailer its bytes make (sums[c], hashed as chunk c landed, or hashed
+ * here when sums is NULL), against the object's trailer hash.  It matches
+ * only if every chunk is the one the writer hashed (but with probability
+ * 2^-64), as the trailer read and checked entry by entry would. */
+static void judge_rebuilt(struct mc_store *s, struct mc_store_io *io, const uint64_t *sums)
 {
 	uint64_t got;
 
-	hash_trailer(io, (uint64_t *)(void *)io->tbl);
+	if (sums)
+		for (uint64_t c = 0; 8 * c < io->tlen; c++)
+			mc_put_le64((uint8_t *)io->tbl + 8 * c, sums[c]);
+	else
+		hash_trailer(io, (uint64_t *)(void *)io->tbl);
 	got = hash64(io->tbl, (size_t)io->tlen);
 	io->checked = true;
 	if (got != io->cksum)
@@ -404,10 +428,12 @@ bool mc_store_io_from_disk(const struct mc_store_io *io)
 			     io->reps[0].type == MC_STORE_REPLICA_DISK);
 }
 
-/* io reads the whole of an object with a trailer. */
+/* io reads the whole of an object with a trailer (the trailer starts
+ * where the read ends, and has one sum per chunk of the read). */
 static bool whole_table(const struct mc_store_io *io)
 {
-	return io->tlen && io->tbl_first == 0 && io->tlen == mc_store_trailer_len(io->len);
+	return io->tlen && io->tbl_first == 0 && io->tbl_at == io->len &&
+	       io->tlen == mc_store_trailer_len(io->len);
 }
 
 /* A read io that is still to be checked.  A trailer is read from memory
@@ -522,9 +548,7 @@ void mc_store_verify_check(struct mc_store *s, struct mc_store_io *ios, size_t n
 	for (size_t i = 0; i < n; i++) {
 		if (!to_check(s, &ios[i]))
 			continue;
-		if (ios[i].tlen && mc_store_io_from_disk(&ios[i]))
-			judge_rebuilt(s, &ios[i]);
-		else if (ios[i].tlen)
+		if (ios[i].tlen)
 			judge_table(s, &ios[i], NULL);
 		else if (ios[i].chunk_want)
 			judge_chunks(s, &ios[i]);

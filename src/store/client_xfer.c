@@ -185,8 +185,9 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 				    r->type);
 	if (s->local_memcpy && is_own_segment(s, r) && in_own_segment(s, r->address, io->len) &&
 	    host_buffers(s, io) &&
-	    (!io->tbl || in_own_segment(s, r->address + io->tbl_at, io->tlen))) {
-		if (opcode == MC_OP_READ && io->tbl) /* judged after the pass */
+	    (!mc_store_verify_reads_trailer(io) ||
+	     in_own_segment(s, r->address + io->tbl_at, io->tlen))) {
+		if (opcode == MC_OP_READ && mc_store_verify_reads_trailer(io)) /* judged after */
 			memcpy(io->tbl, (const char *)(uintptr_t)(r->address + io->tbl_at),
 			       (size_t)io->tlen);
 		if (opcode == MC_OP_READ && mc_store_verify_chunk(s, io) != UINT64_MAX)
@@ -214,7 +215,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 		}
 		off += n;
 	}
-	if (opcode == MC_OP_READ && io->tbl) { /* the object's trailer, one request */
+	if (opcode == MC_OP_READ && mc_store_verify_reads_trailer(io)) { /* one request */
 		req.opcode = opcode;
 		req.source = io->tbl;
 		req.target_id = seg;

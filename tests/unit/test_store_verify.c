@@ -358,12 +358,15 @@ static void ranges_are_checked_chunk_by_chunk(void **state)
  * Objects written with minor 10 carry the sums of their 16 KiB chunks in
  * a trailer after their bytes, in every replica (proto.h "Chunk-sum
  * trailers", client_verify.c "trailers"), and the master keeps the
- * trailer's hash.  A byte flipped in a piece of the object, in its
- * trailer, or in a chunk a range touches (outside the range too) is
- * caught by whole reads and ranges alike: the other replica is served
- * exactly and the bad one dropped; with one replica the read fails with
- * MC_ERR_CHECKSUM_MISMATCH.  A flip in a chunk a range does not touch is
- * not seen by it; one in the trailer is, by the trailer's hash.  Batch
+ * trailer's hash.  A byte flipped in a piece of the object, or in a
+ * chunk a range touches (outside the range too) is caught by whole reads
+ * and ranges alike: the other replica is served exactly and the bad one
+ * dropped; with one replica the read fails with MC_ERR_CHECKSUM_MISMATCH.
+ * A whole read (into one buffer or into buffers that cut chunks anywhere)
+ * does not read the trailer: it judges the one its bytes make, so a flip
+ * in the stored trailer leaves it exact and the replica kept, and the
+ * next range read catches it by the trailer's hash.  A flip in a chunk a
+ * range does not touch is not seen by it; one in the trailer is.  Batch
  * puts and upserts (a new trailer, in place) write theirs; the reader's
  * own segment is copied and checked the same way.  An older reader (minor
  * 9) is listed the object without a checksum: it reads the bytes, checked
@@ -403,10 +406,38 @@ static void trailers_catch_flips_in_pieces_trailer_and_ranges(void **state)
 	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
 	assert_int_equal(mc_store_get_replica_desc(A, "tr-piece", d, 2), 1);
 	assert_string_equal(d[0].segment_name, mc_store_hostname(B));
-	/* the trailer, caught by its hash */
+	/* the trailer: not read by a whole read, which is exact and keeps
+	 * the replica; a range reads it and catches it by its hash */
 	assert_int_equal(mc_store_get_into(A, "tr-trailer", dst, OBJ), OBJ);
 	assert_memory_equal(dst, obj, OBJ);
+	assert_int_equal(mc_store_get_replica_desc(A, "tr-trailer", d, 2), 2);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 1);
+	range_expect(A, "tr-trailer", 3 * T + 1, 100, obj, dst, 100);
 	assert_int_equal(mc_store_get_replica_desc(A, "tr-trailer", d, 2), 1);
+	assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 2);
+	/* a whole read into buffers that cut chunks anywhere: the sums are
+	 * hashed after the pass, the flip caught, the other replica served */
+	{
+		const char *k[1] = {"tr-sg"};
+		void *bb[3] = {dst, dst + T + 5, dst + 3 * T + 1000};
+		size_t ll[3] = {T + 5, 2 * T + 995, OBJ - (3 * T + 1000)};
+		void *const *bp[1] = {bb};
+		const size_t *lp[1] = {ll};
+		size_t nb[1] = {3};
+		int64_t res[1];
+
+		assert_int_equal(mc_store_put(A, "tr-sg", obj, OBJ, &two), MC_OK);
+		flip_first_replica(A, "tr-sg", 2 * T + 9);
+		memset(dst, 0, OBJ);
+		assert_int_equal(mc_store_batch_get_into_multi_buffers(A, k, bp, lp, nb, 1, res),
+				 MC_OK);
+		assert_int_equal(res[0], OBJ);
+		assert_memory_equal(dst, obj, OBJ);
+		assert_int_equal(mc_store_get_replica_desc(A, "tr-sg", d, 2), 1);
+		assert_string_equal(d[0].segment_name, mc_store_hostname(B));
+		assert_int_equal(atomic_load(&A->metrics->checksum_mismatches), bad0 + 3);
+		bad0++; /* tr-sg's: the counts below are of the others */
+	}
 	/* a 64 KiB range at an unaligned offset: chunks 5 to 9; the flip is in
 	 * the partly covered first one, outside the range */
 	range_expect(A, "tr-range", 5 * T + 7, 64 << 10, obj, dst, 64 << 10);
@@ -437,7 +468,9 @@ static void trailers_catch_flips_in_pieces_trailer_and_ranges(void **state)
 	assert_int_equal(mc_store_put(A, "tr-own", obj, OBJ, &own), MC_OK);
 	range_expect(A, "tr-own", T + 1, 5, obj, dst, 5);
 	flip_first_replica(A, "tr-own", OBJ + tlen - 1);
-	assert_int_equal(mc_store_get_into(A, "tr-own", dst, OBJ), MC_ERR_CHECKSUM_MISMATCH);
+	assert_int_equal(mc_store_get_into(A, "tr-own", dst, OBJ), OBJ); /* trailer not read */
+	assert_memory_equal(dst, obj, OBJ);
+	range_expect(A, "tr-own", T + 1, 5, obj, dst, MC_ERR_CHECKSUM_MISMATCH);
 	/* a batch put writes its trailers */
 	{
 		const char *k[2] = {"tr-b0", "tr-b1"};
