@@ -422,6 +422,7 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 		io->key = mc_proto_str_c(keys[i]);
 		io->tlen = p.sizes[j] - totals[i];
 		io->sign = true;
+		io->credit = true;
 		io->status = MC_OK;
 	}
 	mc_store_run_transfers(s, p.ios, nio, MC_OP_WRITE);
@@ -432,8 +433,16 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 		if (!p.cr[j].b)
 			continue;
 		if (p.ios[j].status != MC_OK) {
-			/* a failed write: the block goes back, the put failed */
-			results[i] = p.ios[j].status;
+			/* a failed write: the block goes back; one that did not
+			 * move (its holder went, or restarted under its name
+			 * and no longer has the block's memory) is put again
+			 * the two-call way, else the put failed */
+			fallback[i] = p.ios[j].status == MC_ERR_TRANSFER_FAIL;
+			results[i] = fallback[i] ? MC_OK : p.ios[j].status;
+			if (fallback[i])
+				mc_info("put %s: its credit's block could not be written; putting "
+					"it again",
+					keys[i]);
 			credit_done(s, &p.cr[j], true);
 			p.cr[j].b = NULL;
 			continue;

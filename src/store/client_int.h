@@ -229,6 +229,8 @@ struct mc_store_io {
 	uint64_t tsigned; /* a write's chunks whose sums are in tsums so far */
 	char *tbl;
 	bool twritten;	       /* a write's trailer is written or queued */
+	bool renew;	       /* run again: its holder restarted (client_xfer.c) */
+	bool credit;	       /* a write into a put credit's block: never run again */
 	uint64_t lease_ttl_ms; /* a read's lease, from its replica list */
 	/* a read from a cached location (client_loccache.c): a mismatch
 	 * means the location is stale, not the replica corrupt, so it is

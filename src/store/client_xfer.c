@@ -547,6 +547,63 @@ static void retry_reads(struct mc_store *s, struct mc_store_io *ios, size_t n, u
 	mc_store_report_corrupt(s, &corrupt);
 }
 
+/*
+ * A holder that restarted under its name (host:port) has another data port
+ * and other memory than the descriptor this engine keeps of it, and the
+ * first transfer to it fails on the old one (the master already lists the
+ * new mount).  The objects that failed to move to or from such a segment
+ * (its descriptor was found changed since the call began, refetched here
+ * when its peer failed and nothing refetched it yet: the owner restarted
+ * or published again) are run once more, against the new one.  Not a
+ * write into a put credit's block: the credit names memory of the old
+ * mount, which the new one may have given to another object; its put goes
+ * the two-call way instead (client_credit.c).
+ */
+static void retry_renewed(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode,
+			  uint64_t t0)
+{
+	struct bad_segs seen = {.n = 0}, renewed = {.n = 0};
+	size_t again = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_io *io = &ios[i];
+		bool retry = false;
+
+		for (uint32_t r = 0; io->status == MC_ERR_TRANSFER_FAIL && !io->credit && r < io->nreps;
+		     r++) {
+			const struct mc_store_replica *rep = &io->reps[r];
+
+			if (rep->type != MC_STORE_REPLICA_MEMORY || !rep->segment_name.len ||
+			    is_own_segment(s, rep))
+				continue;
+			if (!bad_has(&seen, &rep->segment_name) && seen.n < BAD_SEGS_MAX) {
+				seen.v[seen.n++] = rep->segment_name;
+				if (mc_te_segment_renewed(s->te, rep->segment_name.ptr, t0))
+					renewed.v[renewed.n++] = rep->segment_name;
+			}
+			retry |= bad_has(&renewed, &rep->segment_name);
+		}
+		io->renew = retry;
+		again += retry;
+	}
+	if (!again)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (ios[i].renew) {
+			ios[i].status = MC_OK;
+			ios[i].checked = false;
+			ios[i].twritten = false;
+		} else if (ios[i].status == MC_OK) {
+			ios[i].status = MC_INPROGRESS; /* done: out of this pass */
+		}
+	}
+	mc_debug("running %zu transfers again: their holder restarted under its name", again);
+	run_pass(s, ios, n, opcode);
+	for (size_t i = 0; i < n; i++)
+		if (ios[i].status == MC_INPROGRESS)
+			ios[i].status = MC_OK;
+}
+
 void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t n, int opcode)
 {
 	uint64_t t0 = mc_now_ms();
@@ -554,6 +611,7 @@ void mc_store_run_transfers(struct mc_store *s, struct mc_store_io *ios, size_t 
 	char *tbl = opcode == MC_OP_READ ? mc_store_verify_trailers(s, ios, n) : NULL;
 
 	run_pass(s, ios, n, opcode);
+	retry_renewed(s, ios, n, opcode, t0);
 	if (opcode != MC_OP_READ)
 		return;
 	mc_store_verify_check(s, ios, n); /* what the batch left, and disk reads */

@@ -117,6 +117,8 @@ struct mc_segment {
 	uint16_t rpc_port;
 	struct mc_peer *peer; /* the first transport that reaches it, or NULL */
 	atomic_bool stale;    /* refetch the descriptor before next use */
+	/* when a refetch last found another descriptor (mc_now_ms; 0: never) */
+	_Atomic uint64_t renewed_ms;
 };
 
 /* ---- the engine -------------------------------------------------------- */
@@ -202,6 +204,13 @@ mc_status mc_te_batch_on_task_staged(struct mc_te *te, mc_batch_id id, mc_task_s
 struct mc_segment *mc_te_segment_get(struct mc_te *te, mc_segment_id id);
 /* Refetch seg's descriptor, swap it in and pick its peer again. */
 mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg);
+/* After a transfer to the segment called name failed: whether its
+ * descriptor was found changed (endpoint or publication time: its owner
+ * restarted under the same name, or published again) at or after since_ms
+ * (mc_now_ms), refetching it first when its peer has failed; that is
+ * whether running the transfer again may succeed.  false for a segment
+ * not open. */
+bool mc_te_segment_renewed(struct mc_te *te, const char *name, uint64_t since_ms);
 /* Where the segment called name has its RPC listener (rpc_meta record). */
 mc_status mc_te_rpc_meta_lookup(struct mc_te *te, const char *name, char *host, size_t host_len,
 				uint16_t *port);

@@ -22,6 +22,7 @@
 #include "base/alloc.h"
 #include "base/log.h"
 #include "base/sock.h"
+#include "base/time.h"
 #include "meta/meta.h"
 #include "te/rpc.h"
 #include "transport/transport.h"
@@ -145,6 +146,14 @@ static struct mc_segment *find_segment_locked(struct mc_te *te, const char *name
 	return NULL;
 }
 
+/* Whether b names another endpoint or publication than a. */
+static bool desc_differs(const struct mc_seg_desc *a, const struct mc_seg_desc *b)
+{
+	return a->tcp_data_port != b->tcp_data_port ||
+	       strcmp(a->timestamp ? a->timestamp : "", b->timestamp ? b->timestamp : "") != 0 ||
+	       strcmp(a->shm_ep ? a->shm_ep : "", b->shm_ep ? b->shm_ep : "") != 0;
+}
+
 /* Refetch seg's descriptor and swap it in. */
 mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg)
 {
@@ -156,6 +165,8 @@ mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg)
 		return rc;
 	pthread_rwlock_wrlock(&te->seg_lock);
 	old = seg->desc;
+	if (desc_differs(old, d) || seg->rpc_port != port || strcmp(seg->host, host) != 0)
+		atomic_store(&seg->renewed_ms, mc_now_ms());
 	seg->desc = d;
 	snprintf(seg->host, sizeof(seg->host), "%s", host);
 	seg->rpc_port = port;
@@ -167,6 +178,22 @@ mc_status mc_te_segment_refresh(struct mc_te *te, struct mc_segment *seg)
 	/* every reader of seg->desc holds seg_lock, so the old one is unused now */
 	mc_seg_desc_free(old);
 	return MC_OK;
+}
+
+bool mc_te_segment_renewed(struct mc_te *te, const char *name, uint64_t since_ms)
+{
+	struct mc_segment *seg;
+	bool failed;
+
+	pthread_rwlock_rdlock(&te->seg_lock);
+	seg = find_segment_locked(te, name);
+	failed = seg && seg->peer && mc_peer_failed(seg->peer);
+	pthread_rwlock_unlock(&te->seg_lock);
+	if (!seg)
+		return false;
+	if (failed && mc_te_segment_refresh(te, seg) != MC_OK)
+		return false;
+	return atomic_load(&seg->renewed_ms) >= since_ms && atomic_load(&seg->renewed_ms);
 }
 
 static mc_status open_segment(struct mc_te *te, const char *name, bool nocache,
