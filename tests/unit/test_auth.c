@@ -196,6 +196,18 @@ static void *tcp_client_main(void *arg)
 	return NULL;
 }
 
+/* A listener on loopback, a client socket connected to it and the server's
+ * end of that connection. */
+static void tcp_pair(int *lfd, int *cfd, int *sfd)
+{
+	*lfd = mc_sock_listen_on("127.0.0.1", 0, 4);
+	assert_true(*lfd >= 0);
+	*cfd = mc_sock_connect("127.0.0.1", mc_sock_local_port(*lfd), 2000, false);
+	assert_true(*cfd >= 0);
+	*sfd = accept(*lfd, NULL, NULL);
+	assert_true(*sfd >= 0);
+}
+
 /* Over TCP the exchange (each side answering at once) puts both sockets in
  * the kernel's delayed-ACK ("ping-pong") mode, and the ACKs of the bulk the
  * client sends next came late: its congestion control judged the link full
@@ -205,16 +217,12 @@ static void *tcp_client_main(void *arg)
  * mode). */
 static void tcp_handshake_acks_at_once(void **state)
 {
-	int lfd = mc_sock_listen_on("127.0.0.1", 0, 4), sfd;
+	int lfd, sfd;
 	struct tcp_side c = {-1, 0, 0}, s = {-1, 0, 0};
 	socklen_t l = sizeof(s.quickack);
 	pthread_t t;
 	(void)state;
-	assert_true(lfd >= 0);
-	c.fd = mc_sock_connect("127.0.0.1", mc_sock_local_port(lfd), 2000, false);
-	assert_true(c.fd >= 0);
-	sfd = accept(lfd, NULL, NULL);
-	assert_true(sfd >= 0);
+	tcp_pair(&lfd, &c.fd, &sfd);
 	pthread_create(&t, NULL, tcp_client_main, &c);
 	s.st = mc_auth_hs_run(sfd, &s1, MC_AUTH_SERVER, "te-data", 2000);
 	assert_int_equal(getsockopt(sfd, IPPROTO_TCP, TCP_QUICKACK, &s.quickack, &l), 0);
@@ -237,7 +245,7 @@ static void tcp_handshake_acks_at_once(void **state)
  * bbr cannot be chosen. */
 static void tcp_handshake_restarts_congestion_control(void **state)
 {
-	int lfd = mc_sock_listen_on("127.0.0.1", 0, 4), sfd;
+	int lfd, sfd;
 	struct tcp_side c = {-1, 0, 0};
 	struct {
 		uint32_t bw_lo, bw_hi, min_rtt, pacing_gain, cwnd_gain;
@@ -246,11 +254,7 @@ static void tcp_handshake_restarts_congestion_control(void **state)
 	pthread_t t;
 	mc_status st;
 	(void)state;
-	assert_true(lfd >= 0);
-	c.fd = mc_sock_connect("127.0.0.1", mc_sock_local_port(lfd), 2000, false);
-	assert_true(c.fd >= 0);
-	sfd = accept(lfd, NULL, NULL);
-	assert_true(sfd >= 0);
+	tcp_pair(&lfd, &c.fd, &sfd);
 	if (setsockopt(c.fd, IPPROTO_TCP, TCP_CONGESTION, "bbr", 3) < 0 ||
 	    setsockopt(sfd, IPPROTO_TCP, TCP_CONGESTION, "bbr", 3) < 0) {
 		close(c.fd);
