@@ -865,9 +865,10 @@ static void batch_overrides_spoil_the_old_blocks(void **state)
 	mc_store_free(D);
 }
 
-/* A master of minor 13 lists spoils but tells holders no client_ttl (an
- * expired holder would not fence itself), and one of minor 12 not even
- * spoils: a client caches nothing from either (every get asks). */
+/* A master of minor 14 neither lists holders' spoils nor marks old
+ * holders' replicas, one of 13 also tells holders no client_ttl (an
+ * expired holder would not fence itself), and one of 12 not even spoils:
+ * a client caches nothing from any of them (every get asks). */
 static void old_master_caches_nothing(void **state)
 {
 	char addr[64], meta[128];
@@ -877,24 +878,26 @@ static void old_master_caches_nothing(void **state)
 	uint64_t g0;
 	(void)state;
 
-	mc_store_proto_minor_set(13); /* the master answers as minor 13 */
-	m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
-	assert_non_null(m2);
-	R = client_at(addr, meta, 16 << 20, true);
-	struct mc_store_config on_r = prefer(R);
-	dst = reg(R);
-	mc_test_fill(v, OBJ, 48);
-	assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
-	assert_int_equal(mc_master_conn_peer_minor(R->conn), 13);
-	g0 = lookups(R);
-	expect_into(R, dst, "lc-old", v, OBJ);
-	expect_into(R, dst, "lc-old", v, OBJ);
-	assert_int_equal(lookups(R), g0 + 2);
-	assert_int_equal(mc_store_loc_count(R), 0);
-	unreg(R, dst);
-	mc_store_free(R);
-	mc_master_server_stop(m2);
-	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	for (unsigned minor = 13; minor <= 14; minor++) {
+		mc_store_proto_minor_set(minor); /* the master answers as this minor */
+		m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+		assert_non_null(m2);
+		R = client_at(addr, meta, 16 << 20, true);
+		struct mc_store_config on_r = prefer(R);
+		dst = reg(R);
+		mc_test_fill(v, OBJ, 48);
+		assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
+		assert_int_equal(mc_master_conn_peer_minor(R->conn), minor);
+		g0 = lookups(R);
+		expect_into(R, dst, "lc-old", v, OBJ);
+		expect_into(R, dst, "lc-old", v, OBJ);
+		assert_int_equal(lookups(R), g0 + 2);
+		assert_int_equal(mc_store_loc_count(R), 0);
+		unreg(R, dst);
+		mc_store_free(R);
+		mc_master_server_stop(m2);
+		mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	}
 	free(v);
 }
 
