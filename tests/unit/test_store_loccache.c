@@ -448,8 +448,9 @@ static void lease_bounds_the_cache(void **state)
 	free(v);
 }
 
-/* Off without verification and by default; bounded by its size, least
- * recently used first out; a new master connection empties it. */
+/* Off without verification and with MC_STORE_LOCATION_CACHE=0, on by
+ * default (4096 entries); bounded by its size, least recently used first
+ * out; a new master connection empties it. */
 static void settings_bound_and_reconnect(void **state)
 {
 	struct mc_store_config on_a = prefer(A);
@@ -462,9 +463,13 @@ static void settings_bound_and_reconnect(void **state)
 	S = client_at(master_addr, meta_uri, 0, false);
 	assert_null(S->loc); /* no checksums, no cache */
 	mc_store_free(S);
+	setenv("MC_STORE_LOCATION_CACHE", "0", 1);
+	S = client_new(0);
+	assert_null(S->loc); /* turned off */
+	mc_store_free(S);
 	unsetenv("MC_STORE_LOCATION_CACHE");
 	S = client_new(0);
-	assert_null(S->loc); /* off by default */
+	assert_non_null(S->loc); /* on by default */
 	mc_store_free(S);
 	setenv("MC_STORE_LOCATION_CACHE", "4", 1);
 	S = client_new(0);
