@@ -131,7 +131,8 @@ static bool skip_unreachable(const struct mc_master *m, struct mc_obj *o, uint8_
 	return any && other;
 }
 
-static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, uint32_t *pos)
+static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, uint32_t *pos,
+			 uint64_t *nocache)
 {
 	uint32_t n = 0;
 	bool skip = skip_unreachable(m, o, status);
@@ -149,6 +150,8 @@ static uint32_t reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, 
 			rep_fill(m, o, r, status, &m->rscratch[*pos + n]);
 			if (mc_master_rep_fs(m, r) && !m->rscratch[*pos + n].file_path.ptr)
 				continue; /* no memory for its path: not listed */
+			if (nocache && n < 64 && mc_master_rep_nocache(m, r))
+				*nocache |= 1ull << n; /* minor 15: its owner cannot spoil */
 			n++;
 		}
 	}
@@ -168,7 +171,8 @@ void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_
 		l->checksum.present = true;
 		l->checksum.value = o->ext->checksum;
 	}
-	l->n_replicas = reps_out(m, o, MC_STORE_REPLICA_COMPLETE, pos);
+	l->n_replicas = reps_out(m, o, MC_STORE_REPLICA_COMPLETE, pos, &l->nocache.value);
+	l->nocache.present = l->nocache.value != 0;
 }
 
 /* Status of a get on o (NULL = absent); counts get metrics. */
@@ -277,6 +281,9 @@ static mc_status h_ping(struct ctx *c, const struct mc_store_msg *q)
 	if (cl && cl->alive) {
 		client_alive(c->m, slot, c->now);
 		resp.client_status = MC_STORE_CLIENT_OK;
+		mc_master_client_minor(c->m, slot, q->hdr.minor);
+		if (q->hdr.minor >= MC_STORE_HSPOIL_MINOR) /* blocks for it to spoil */
+			mc_master_hspoil_out(c->m, slot, c->now, &resp);
 	}
 	if (q->hdr.minor >= MC_STORE_FENCE_MINOR) { /* for the pinger's fence */
 		resp.client_ttl_ms = (struct mc_proto_opt_u64){true, c->m->cfg.client_ttl_ms};
@@ -335,6 +342,7 @@ static mc_status h_mount(struct ctx *c, const struct mc_store_msg *q)
 	st = mc_master_client_intern(c->m, &r->client_id, &client);
 	if (st != MC_OK)
 		return FAIL(c, st, "cannot record client");
+	mc_master_client_minor(c->m, client, q->hdr.minor);
 	st = mount_one(c, client, &r->segment);
 	if (st != MC_OK)
 		return st;
@@ -358,6 +366,7 @@ static mc_status h_remount(struct ctx *c, const struct mc_store_msg *q)
 	st = mc_master_client_intern(c->m, &r->client_id, &client);
 	if (st != MC_OK)
 		return FAIL(c, st, "cannot record client");
+	mc_master_client_minor(c->m, client, q->hdr.minor);
 	for (uint32_t i = 0; i < r->n_segments; i++) {
 		st = mount_one(c, client, &r->segments[i]);
 		if (st != MC_OK)
@@ -510,6 +519,8 @@ static mc_status h_get(struct ctx *c, const struct mc_store_msg *q)
 	l.replicas = m->rscratch;
 	if (q->hdr.minor < 10)
 		l.table_cksum.present = false; /* an older reader reads it unchecked */
+	if (q->hdr.minor < MC_STORE_HSPOIL_MINOR)
+		l.nocache.present = false; /* an older reader refuses the tail */
 	return mc_store_get_replica_list_response_encode(c->out, c->id, &l);
 }
 
@@ -525,6 +536,8 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	uint32_t nfail = 0, nrep = 0, pos = 0, ntables = 0;
 	size_t isz = (size_t)r->n_keys * sizeof(*items), osz = (size_t)r->n_keys * sizeof(*objs);
 	size_t tsz = (size_t)r->n_keys * sizeof(*tables);
+	uint64_t *nocache;
+	uint32_t nnocache = 0;
 	/* minor 9: the objects' chunk checksums, for ranged reads */
 	bool want = r->want.present && (r->want.value & MC_STORE_WANT_CHUNKS);
 	bool found;
@@ -532,15 +545,18 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 
 	if (r->n_keys && !r->keys)
 		return FAIL(c, MC_ERR_INVALID_PARAMS, "key list missing");
-	items = mc_master_scratch(m,
-				  isz + osz + tsz + (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
+	items = mc_master_scratch(m, isz + osz + 2 * tsz +
+					     (want ? r->n_keys * sizeof(*chunks) : 0) + 1);
 	if (!items)
 		return FAIL(c, MC_ERR_NOMEM, "no memory for %u results", r->n_keys);
 	objs = (struct mc_obj **)(void *)((char *)items + isz);
 	tables = (struct mc_proto_opt_u64 *)(void *)((char *)items + isz + osz);
 	memset(tables, 0, tsz);
+	nocache = (uint64_t *)(void *)((char *)items + isz + osz + tsz); /* tsz: room enough */
+	memset(nocache, 0, (size_t)r->n_keys * sizeof(*nocache));
 	if (want) {
-		chunks = (struct mc_store_chunk_sums *)(void *)((char *)items + isz + osz + tsz);
+		chunks =
+			(struct mc_store_chunk_sums *)(void *)((char *)items + isz + osz + 2 * tsz);
 		memset(chunks, 0, r->n_keys * sizeof(*chunks));
 	}
 	tid = mc_master_tenant_find(m, sp(&r->tenant), r->tenant.len, &found);
@@ -579,6 +595,11 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 			tables[i] = items[i].list.table_cksum;
 			ntables++;
 		}
+		/* minor 15: which replicas the reader must not cache */
+		if (items[i].list.nocache.present && q->hdr.minor >= MC_STORE_HSPOIL_MINOR) {
+			nocache[i] = items[i].list.nocache.value;
+			nnocache++;
+		}
 		if (chunks) /* points into the object: encoded before anything changes it */
 			chunks[i].v =
 				(uint64_t *)(uintptr_t)mc_master_obj_chunks(objs[i], &chunks[i].n);
@@ -596,6 +617,8 @@ static mc_status h_batch_get(struct ctx *c, const struct mc_store_msg *q)
 	resp.n_chunks = chunks ? r->n_keys : 0;
 	resp.tables = tables;
 	resp.n_tables = ntables ? r->n_keys : 0;
+	resp.nocache = nocache;
+	resp.n_nocache = nnocache ? r->n_keys : 0;
 	return mc_store_batch_get_replica_list_response_encode(c->out, c->id, &resp);
 }
 
@@ -1080,7 +1103,7 @@ static mc_status put_start_one(struct ctx *c, uint32_t client, uint16_t tenant,
 out:
 	mc_master_observe_size(m, value_len);
 	mc_master_fs_begin(m, o, c->now); /* a DISK replica with --root_fs_dir */
-	*nrep_out = reps_out(m, o, MC_STORE_REPLICA_PROCESSING, pos);
+	*nrep_out = reps_out(m, o, MC_STORE_REPLICA_PROCESSING, pos, NULL);
 	return MC_OK;
 }
 

@@ -245,6 +245,11 @@ struct mc_client {
 	bool used;	      /* slot in use */
 	bool alive;	      /* in the alive set (mounted or remounted, not expired) */
 	bool unreachable;     /* some segment of its is marked unreachable */
+	uint8_t minor;	      /* the highest protocol minor of its pings and mounts */
+	/* blocks of its segments for it to spoil (hspoil.c, minor 15), listed
+	 * in its next Ping answers: [hq_head, nhq); size is the value's */
+	struct mc_spoiled *hq;
+	uint32_t hq_head, nhq, hq_cap;
 };
 
 struct mc_group {
@@ -536,6 +541,25 @@ void mc_master_spoil_out(struct mc_master *m, uint64_t now_ms, uint32_t *n,
 void mc_master_spoil_free(struct mc_master *m);
 /* Release the force removes' parked blocks whose time is over. */
 void mc_master_spoil_tick(struct mc_master *m, uint64_t now_ms);
+/* Park r's block in m->spoiled under a new id (m->spoil_seq) until
+ * until; false: no memory (spoil.c). */
+bool mc_master_spoil_keep(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+			  uint64_t until);
+/* Holders spoil (hspoil.c, minor 15): an override of the leased, checked o
+ * by a writer that spoils nothing parks the blocks whose owners spoil
+ * (minor 15) and queues them for those owners; the others stay o's for
+ * the caller to release as before. */
+void mc_master_hspoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_release,
+			   uint64_t until);
+/* A request of client (a slot) was of this minor. */
+void mc_master_client_minor(struct mc_master *m, uint32_t client, unsigned minor);
+/* r's owner neither fences nor spoils (older than minor 15, or unknown):
+ * a reader must not cache r. */
+bool mc_master_rep_nocache(const struct mc_master *m, const struct mc_rep *r);
+/* The next blocks queued for client to spoil, into its Ping answer. */
+void mc_master_hspoil_out(struct mc_master *m, uint32_t client, uint64_t now_ms,
+			  struct mc_store_ping_resp *resp);
+void mc_master_hspoil_client_free(struct mc_client *cl);
 /* Put credits (credit.c): park the unused ones past their time (every
  * 100 ms), or all of client's (it expired); free the lists at the end. */
 void mc_master_credits_tick(struct mc_master *m, uint64_t now_ms);

@@ -1306,8 +1306,10 @@ void mc_master_free(struct mc_master *m)
 		}
 	}
 	mc_free(m->segs);
-	for (uint32_t i = 0; i < m->nclient_slots; i++)
+	for (uint32_t i = 0; i < m->nclient_slots; i++) {
 		mc_free(m->clients[i].credits);
+		mc_master_hspoil_client_free(&m->clients[i]);
+	}
 	mc_free(m->clients);
 	for (uint32_t i = 0; m->tenants && i < m->ntenants; i++)
 		mc_free(m->tenants[i]);

@@ -29,6 +29,7 @@
  * answer is encoded, in the same loop iteration.
  */
 #define MC_LOG_MODULE "master"
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -49,8 +50,10 @@ static void fill(const struct mc_master *m, const struct mc_obj *o, const struct
 }
 
 /* A force remove's block: parked in m->spoiled under a new id, which
- * SpoilDone names once the remover wrote it; false: no memory. */
-static bool park_spoiled(struct mc_master *m, const struct mc_rep *r, uint64_t size, uint64_t until)
+ * SpoilDone names once the remover (or, hspoil.c, the holder) wrote it;
+ * false: no memory. */
+bool mc_master_spoil_keep(struct mc_master *m, const struct mc_rep *r, uint64_t size,
+			  uint64_t until)
 {
 	struct mc_spoiled *d;
 
@@ -86,20 +89,34 @@ void mc_master_spoil_tick(struct mc_master *m, uint64_t now_ms)
 	}
 }
 
-/* SpoilDone: the listed blocks are spoiled, reusable now.  The list is
- * short (blocks whose removers have not answered yet, milliseconds each). */
+static int id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* SpoilDone: the listed blocks are spoiled, reusable now.  The parked list
+ * may be long (a force RemoveAll's, hspoil.c): the ids are sorted and the
+ * list walked once. */
 mc_status mc_master_h_spoil_done(struct ctx *c, const struct mc_store_msg *q)
 {
 	const struct mc_store_spoil_done_req *r = &q->body.spoil_done_req;
 	struct mc_master *m = c->m;
+	uint64_t *ids;
 
-	for (uint32_t k = 0; k < r->n_ids; k++) {
-		for (uint32_t i = 0; i < m->nspoiled; i++) {
-			if (m->spoiled[i].id == r->ids[k]) {
-				release_spoiled(m, i);
-				break;
-			}
-		}
+	if (r->n_ids == 0 || m->nspoiled == 0)
+		return mc_store_spoil_done_response_encode(c->out, c->id, NULL);
+	ids = mc_master_scratch(m, (size_t)r->n_ids * sizeof(*ids));
+	if (!ids)
+		return FAIL(c, MC_ERR_NOMEM, "no memory for %u ids", r->n_ids);
+	memcpy(ids, r->ids, (size_t)r->n_ids * sizeof(*ids));
+	qsort(ids, r->n_ids, sizeof(*ids), id_cmp);
+	for (uint32_t i = 0; i < m->nspoiled;) {
+		if (bsearch(&m->spoiled[i].id, ids, r->n_ids, sizeof(*ids), id_cmp))
+			release_spoiled(m, i); /* the last one moved into i */
+		else
+			i++;
 	}
 	return mc_store_spoil_done_response_encode(c->out, c->id, NULL);
 }
@@ -110,9 +127,12 @@ void mc_master_spoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_re
 	uint64_t until = MC_MAX(MC_MAX(o->t, m->lease_floor_ms), min_release);
 	uint32_t k = 0;
 
-	if (!m->spoil_on || !mc_master_leased(m, o, now_ms) || mc_obj_vsize(o) == 0 ||
-	    !(o->flags & MC_OBJ_CKSUM))
+	if (!mc_master_leased(m, o, now_ms) || mc_obj_vsize(o) == 0 || !(o->flags & MC_OBJ_CKSUM))
 		return; /* nothing a cache holds (only checked objects are cached) */
+	if (!m->spoil_on) { /* the writer spoils nothing: the holders do */
+		mc_master_hspoil_park(m, o, min_release, until);
+		return;
+	}
 	if (!mc_master_grow((void **)&m->spoil, &m->spoil_cap, m->nspoil + o->nrep,
 			    sizeof(*m->spoil)))
 		return; /* no memory: released as before (logged by the caller's metrics) */
@@ -124,7 +144,7 @@ void mc_master_spoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_re
 			continue;
 		}
 		fill(m, o, &r, &m->spoil[m->nspoil]);
-		if (min_release == 0 && park_spoiled(m, &r, mc_obj_size(o), until))
+		if (min_release == 0 && mc_master_spoil_keep(m, &r, mc_obj_size(o), until))
 			m->spoil[m->nspoil].id = m->spoil_seq; /* SpoilDone releases it early */
 		else
 			mc_master_block_park_until(m, &r, mc_obj_size(o), until);

@@ -423,6 +423,7 @@ uint64_t mc_master_tick(struct mc_master *m, uint64_t now_ms)
 			mc_free(c->credits);
 			c->credits = NULL;
 			c->credits_cap = 0;
+			mc_master_hspoil_client_free(c);
 			c->used = false;
 		}
 	}

@@ -196,6 +196,7 @@ static void heartbeat_once(struct mc_store *s, unsigned *fails)
 	}
 	*fails = 0;
 	atomic_store(&s->ping_failed, false);
+	mc_store_holder_spoil(s, sent, &resp.body.ping_resp); /* minor 15 */
 	if (!mc_store_fence_answered(s, sent, &resp.body.ping_resp)) {
 		/* fenced and forgotten: the remount waits for the readers' leases */
 		mc_debug("remount of %s waits %" PRIu64 " ms (fenced)", s->name,

@@ -63,18 +63,19 @@ const struct mc_config_entry mc_store_client_config_table[] = {
 	       "range moves about its own bytes (docs/design.md, chunk-sum trailers); 0: such "
 	       "objects keep minor 9's 256 KiB chunk sums in the master",
 	       CFG(chunk_trailers), MC_CONFIG_BOOL, 0, 0}},
-	{.f = {"store_location_cache", "MC_STORE_LOCATION_CACHE", "0",
+	{.f = {"store_location_cache", "MC_STORE_LOCATION_CACHE", "4096",
 	       "replica locations a client keeps, least recently used first out, so that a get "
 	       "of a key read within its read lease (less a margin) skips GetReplicaList and is "
 	       "one exchange with the holder; needs MC_STORE_VERIFY (every cached read is "
-	       "checked). Used only against a master of protocol minor 14, whose overriders "
-	       "(minor 13 or later) spoil a leased object's old blocks and whose holders "
-	       "deregister unmounted memory and fence themselves before the master can expire "
-	       "them. Off by default: after an override by a client that does not spoil (minor "
-	       "12 or older, upstream's), a force RemoveByRegex or RemoveAll, or the master's "
-	       "expiry of a running holder that does not fence (minor 13 or older, upstream's), "
-	       "a cached get may return the previous value, checked and whole, until the lease "
-	       "ends (docs/design.md, the location cache: the table of every path). 0 = off",
+	       "checked). Used only against a master of protocol minor 15, whose overriders "
+	       "(minor 13 or later) spoil a leased object's old blocks, whose holders (minor 15) "
+	       "spoil the blocks other overrides leave, deregister unmounted memory and fence "
+	       "themselves before the master can expire them, and which marks replicas of older "
+	       "holders not to be cached. What is left: after an override by a client that does "
+	       "not spoil (minor 12 or older, upstream's) or a force RemoveByRegex or RemoveAll, "
+	       "a cached get may return the previous value, checked and whole, until the "
+	       "holder's next ping, about a second (docs/design.md, the location cache: the "
+	       "table of every path). 0 = off",
 	       CFG(location_cache), MC_CONFIG_INT, 0, 16777216}},
 	{.f = {"store_put_credit", "MC_STORE_PUT_CREDIT", "64",
 	       "put credits: blocks the master reserves for this client's puts, at most this "

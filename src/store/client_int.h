@@ -145,6 +145,9 @@ struct mc_store {
 	atomic_bool fenced;
 	atomic_uint_fast64_t fences;
 	atomic_bool pings_held; /* tests: the heartbeat sends no ping (a cut-off master) */
+	/* holders spoil (client_hspoil.c): blocks of ours spoiled, counted
+	 * once the SpoilDone naming them was answered (or none was due) */
+	atomic_uint_fast64_t hspoils;
 
 	/* SSD tier: readers of LOCAL_DISK replicas (client_disk_read.c) */
 	struct mc_offload_pool *offload_pool;
@@ -521,6 +524,10 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
  * sent at sent_ms (client_loccache.c). */
 void mc_store_spoil(struct mc_store *s, const struct mc_store_replica *list, uint32_t n,
 		    const struct mc_proto_opt_u64 *spoil_ms, uint64_t sent_ms);
+/* A Ping answer's holder spoil tails (minor 15, client_hspoil.c): spoil the
+ * listed blocks of this client's own segments, the ping sent at sent_ms. */
+void mc_store_holder_spoil(struct mc_store *s, uint64_t sent_ms,
+			   const struct mc_store_ping_resp *p);
 /* This client changes key (or keys, or every key): drop their entries. */
 void mc_store_loc_forget(struct mc_store *s, const char *key, size_t len);
 void mc_store_loc_forget_keys(struct mc_store *s, const char *const *keys, size_t n);

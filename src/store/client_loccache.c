@@ -39,14 +39,18 @@
  *     The master parks such blocks of a leased object until the lease
  *     ends and lists them to the overrider, which overwrites each one's
  *     head before its call returns (mc_store_spoil, below), so the check
- *     fails.  Only a master of minor 13 or later lists them.  An
- *     overrider of an older minor (or upstream's) spoils nothing:
- *     docs/design.md says what that leaves.
+ *     fails.  Only a master of minor 13 or later lists them.
  *   - the fence (minor 14, client_fence.c): a holder whose pings stop
  *     reaching the master takes its memory out of its engine before the
  *     master can expire it and drop its replicas, so a cached read of it
- *     is refused.  Only a master of minor 14 or later tells holders its
- *     client_ttl: against an older one nothing is cached.
+ *     is refused.
+ *   - holders spoil (minor 15, client_hspoil.c): the blocks an overrider
+ *     of an older minor (or upstream's) or a force RemoveByRegex or
+ *     RemoveAll leaves are spoiled by their holder after its next ping;
+ *     a replica whose holder is older than 15 (it neither spoils nor
+ *     surely fences) is marked in the replica list and not cached.  Only
+ *     a master of minor 15 or later does both: against an older one
+ *     nothing is cached.  docs/design.md says what window is left.
  *
  * Memory: at most cap entries (one allocation each: header, key, the
  * replica's strings), least recently used first out; a hash table of
@@ -218,12 +222,19 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	bool table =
 		!l->checksum.present && l->table_cksum.present && mc_store_trailer_fits(r->size);
 
+	size_t idx = (size_t)(r - l->replicas);
+
 	/* a master older than minor 13 lists no spoils (another client's
 	 * override would leave the old value readable), one older than 14
 	 * tells holders no client_ttl (an expired holder would not fence
-	 * itself, client_fence.c): docs/design.md */
-	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_FENCE_MINOR ||
+	 * itself, client_fence.c), one older than 15 neither has holders
+	 * spoil nor says which holders cannot (client_hspoil.c): those
+	 * replicas are marked in the list's nocache: docs/design.md */
+	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_HSPOIL_MINOR ||
 	    atomic_load(&s->fenced)) /* fenced: its own segment may be expired */
+		return;
+	if (r < l->replicas || idx >= l->n_replicas || idx >= 64 ||
+	    (l->nocache.present && (l->nocache.value >> idx & 1)))
 		return;
 	if ((!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||

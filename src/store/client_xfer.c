@@ -846,7 +846,7 @@ static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t 
 	if (rc != MC_OK)
 		return rc;
 	if (l->n_items != n || (l->n_chunks && l->n_chunks != n) ||
-	    (l->n_tables && l->n_tables != n)) {
+	    (l->n_tables && l->n_tables != n) || (l->n_nocache && l->n_nocache != n)) {
 		rc = mc_set_error(MC_ERR_PROTOCOL,
 				  "master answered %u of %u keys (%u chunk lists, %u trailers)",
 				  l->n_items, n, l->n_chunks, l->n_tables);
@@ -856,6 +856,10 @@ static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t 
 	/* minor 10: each list's trailer hash, from the batch's tail */
 	for (uint32_t j = 0; j < l->n_tables; j++)
 		resp->body.batch_replica_list.items[j].list.table_cksum = l->tables[j];
+	/* minor 15: the replicas not to cache, from the batch's tail */
+	for (uint32_t j = 0; j < l->n_nocache; j++)
+		resp->body.batch_replica_list.items[j].list.nocache =
+			(struct mc_proto_opt_u64){l->nocache[j] != 0, l->nocache[j]};
 	return rc;
 }
 

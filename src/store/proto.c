@@ -27,14 +27,14 @@
  *     smallest wire size of one item, before the list is allocated, so
  *     what it allocates is bounded by a small multiple of the input size.
  *     The multiple is the largest ratio of an item's C size to its
- *     smallest wire size: 12 for a BatchGetReplicaList item (48 bytes
- *     from a 4-byte failed status), about 6 for a replica (136 from 22)
- *     or a BatchPutEnd item (32 from 5), at most 1 for strings.  A
- *     successful decode consumed every item, so it allocates at most ~13
- *     bytes per input byte; a failed one may hold the speculative
- *     allocation of each enclosing list at once, at most the sum along
- *     the deepest nesting, ~20 (the fuzz target checks 16 and 24, plus a
- *     constant);
+ *     smallest wire size: 20 for a BatchGetReplicaList item (80 bytes,
+ *     with the minor-10 and minor-15 tails' fields, from a 4-byte failed
+ *     status), about 6 for a replica (136 from 22) or a BatchPutEnd item
+ *     (32 from 5), at most 1 for strings.  A successful decode consumed
+ *     every item, so it allocates at most ~20 bytes per input byte; a
+ *     failed one may hold the speculative allocation of each enclosing
+ *     list at once, at most the sum along the deepest nesting, ~27 (the
+ *     fuzz target checks 21 and 28, plus a constant);
  *   - on failure everything it allocated is freed and the output struct
  *     is zero again;
  *   - what it accepts is canonical: encoding the result gives back the
@@ -453,10 +453,15 @@ LAYOUT(L_fetch_tasks_req, struct mc_store_fetch_tasks_req,
 LAYOUT(L_task_done_req, TD, F_UUID(TD, client_id), F_UUID(TD, task_id), F_I32(TD, status),
        F_STR(TD, message));
 #undef TD
+#define HS struct mc_store_hspoil
+LAYOUT(L_hspoil, HS, F_U64(HS, id), F_U64(HS, address), F_U64(HS, size));
+#undef HS
 LAYOUT(L_ping_resp, struct mc_store_ping_resp, F_I64(struct mc_store_ping_resp, view_version),
        F_U8(struct mc_store_ping_resp, client_status),
        F_TAIL(struct mc_store_ping_resp, client_ttl_ms),
-       F_TAIL(struct mc_store_ping_resp, remount_wait_ms));
+       F_TAIL(struct mc_store_ping_resp, remount_wait_ms),
+       F_TAIL_LIST(struct mc_store_ping_resp, spoil, n_spoil, struct mc_store_hspoil, L_hspoil),
+       F_TAIL(struct mc_store_ping_resp, spoil_ms));
 LAYOUT(L_mount_req, struct mc_store_mount_req, F_UUID(struct mc_store_mount_req, client_id),
        F_STRUCT(struct mc_store_mount_req, segment, mc_store_segment, L_segment));
 LAYOUT(L_remount_req, struct mc_store_remount_req, F_UUID(struct mc_store_remount_req, client_id),
@@ -492,7 +497,7 @@ LAYOUT(L_replica_list_in, RL, F_U64(RL, lease_ttl_ms), F_OPT(RL, checksum),
        F_LIST(RL, replicas, n_replicas, struct mc_store_replica, L_replica));
 LAYOUT(L_replica_list, RL, F_U64(RL, lease_ttl_ms), F_OPT(RL, checksum),
        F_LIST(RL, replicas, n_replicas, struct mc_store_replica, L_replica),
-       F_TAIL(RL, table_cksum));
+       F_TAIL(RL, table_cksum), F_TAIL(RL, nocache));
 #undef RL
 #define RLI struct mc_store_replica_list_item
 LAYOUT(L_replica_list_ok, RLI, F_STRUCT(RLI, list, mc_store_replica_list, L_replica_list_in));
@@ -505,7 +510,8 @@ LAYOUT(L_batch_replica_list, struct mc_store_batch_replica_list,
        F_TAIL_LIST(struct mc_store_batch_replica_list, chunks, n_chunks, struct mc_store_chunk_sums,
 		   L_chunk_sums),
        F_TAIL_LIST(struct mc_store_batch_replica_list, tables, n_tables, struct mc_proto_opt_u64,
-		   L_opt_item));
+		   L_opt_item),
+       F_TAIL_LIST(struct mc_store_batch_replica_list, nocache, n_nocache, uint64_t, L_u64_item));
 LAYOUT(L_keyed_replica_list, struct mc_store_keyed_replica_list,
        F_KEY(struct mc_store_keyed_replica_list, key),
        F_STRUCT(struct mc_store_keyed_replica_list, list, mc_store_replica_list,

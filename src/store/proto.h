@@ -51,7 +51,7 @@
 #define MC_PROTO_MAGIC	     0x5453434Du /* "MCST" on the wire */
 #define MC_STORE_PROTO_MAJOR 1
 #define MC_STORE_PROTO_MINOR                                                               \
-	14 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
+	15 /* 1: BatchReplicaClear; 2: the SSD tier (64..71); 3: GetFsdir; 4: PutEnd and   \
 	    * PutRevoke(DISK) name the replica id; 5: ReportUnreachable; 6: ReportCorrupt; \
 	    * 7: copy and move tasks (10..14); 8: ChangeReplica (80, ours); 9: chunk       \
 	    * checksums (PutEnd, BatchPutEnd, BatchGetReplicaList tails); 10: chunk-sum    \
@@ -59,7 +59,9 @@
 	    * tails); 11: a promoter writes the trailer of a promoted trailer object;      \
 	    * 12: PutCredit (44, ours: put credits); 13: the spoil tails of Remove,        \
 	    * BatchRemove, UpsertStart and BatchUpsertStart answers, SpoilDone (45);       \
-	    * 14: Ping's answer names client_ttl and a remount wait (the holder's fence) */
+	    * 14: Ping's answer names client_ttl and a remount wait (the holder's fence);  \
+	    * 15: holders spoil (Ping's answer lists blocks), replica lists mark the       \
+	    * replicas a reader must not cache (GetReplicaList, BatchGetReplicaList) */
 #define MC_PROTO_HDR_LEN 32
 /*
  * Chunk checksums (minor 9, docs/design.md "Integrity"): an object larger
@@ -366,6 +368,25 @@ struct mc_store_corrupt_req {
  * NEED_REMOUNT puts its memory back and remounts only then.
  */
 #define MC_STORE_FENCE_MINOR 14u
+/*
+ * Holders spoil (minor 15, ours; docs/design.md "Gets without the
+ * master"): an override whose writer spoils nothing (minor 12 or older,
+ * upstream's) or a force RemoveByRegex / RemoveAll parks a leased
+ * object's memory blocks and lists each to its segment's owner in its
+ * next Ping answer, at most MC_STORE_HSPOIL_MAX an answer (the rest in the
+ * next ones); the owner complements the first min(MC_STORE_SPOIL_LEN,
+ * size) bytes in its own memory, within spoil_ms of its ping's send less
+ * a margin, and names the ids (not 0) in a SpoilDone.  A replica list to a
+ * reader of minor 15 marks the replicas whose owner is older than 15
+ * (neither fences nor spoils): the reader does not cache them.
+ */
+#define MC_STORE_HSPOIL_MINOR 15u
+#define MC_STORE_HSPOIL_MAX   1024u
+struct mc_store_hspoil {
+	uint64_t id; /* for SpoilDone; 0: none needed (an upsert's block) */
+	uint64_t address;
+	uint64_t size; /* the value's */
+};
 struct mc_store_ping_resp {
 	int64_t view_version;
 	uint8_t client_status; /* enum mc_store_client_status */
@@ -373,6 +394,11 @@ struct mc_store_ping_resp {
 	 * leases granted before its latest client expiry end (0: none left) */
 	struct mc_proto_opt_u64 client_ttl_ms;
 	struct mc_proto_opt_u64 remount_wait_ms;
+	/* minor 15, tails: blocks of this client's own segments to spoil
+	 * (holders spoil, below) and how long the master keeps them parked */
+	uint32_t n_spoil;
+	struct mc_store_hspoil *spoil;
+	struct mc_proto_opt_u64 spoil_ms;
 };
 
 struct mc_store_mount_req {
@@ -450,6 +476,11 @@ struct mc_store_replica_list {
 	 * trailer, whose XXH3-64 this is; checksum is then absent.  Listed
 	 * only to a reader of minor 10 or later. */
 	struct mc_proto_opt_u64 table_cksum;
+	/* minor 15, a tail of GetReplicaList's answer only (a batch carries
+	 * it in its own tail): bit i set, replicas[i] must not be cached (its
+	 * owner is older than MC_STORE_HSPOIL_MINOR); a reader caches no
+	 * replica at index 64 or later.  Listed to a reader of minor 15. */
+	struct mc_proto_opt_u64 nocache;
 };
 
 struct mc_store_replica_list_item {
@@ -468,6 +499,10 @@ struct mc_store_batch_replica_list {
 	 * one) its list's table_cksum */
 	uint32_t n_tables;
 	struct mc_proto_opt_u64 *tables;
+	/* minor 15, a tail: per item (n_nocache is n_items, or 0: every
+	 * replica may be cached) its list's nocache mask */
+	uint32_t n_nocache;
+	uint64_t *nocache;
 };
 
 struct mc_store_keyed_replica_list {

@@ -41,13 +41,13 @@ union body {
 
 /*
  * What a decoder may allocate for n input bytes (proto.c explains the
- * numbers): a decode that succeeds allocates at most ~13 bytes per byte it
+ * numbers): a decode that succeeds allocates at most ~20 bytes per byte it
  * consumed; one that fails may also hold speculative list allocations at
- * every nesting level, at most ~20 bytes per byte.
+ * every nesting level, at most ~27 bytes per byte.
  */
 static size_t alloc_bound(size_t n, bool ok)
 {
-	return (ok ? 16 : 24) * n + 64;
+	return (ok ? 21 : 28) * n + 64;
 }
 
 static void frame_round_trip(const uint8_t *frame, size_t len, const struct mc_store_msg *m)

@@ -177,12 +177,19 @@ static void test_grant_and_complete(void **state)
 	assert_int_equal(mt_exist(t, "k2"), 1);
 	assert_int_equal(mt_metrics(t).key_count, 2);
 	assert_int_equal(mt_metrics(t).allocated_bytes, 3000);
-	/* the object is a plain one: removed, its block is free again (a
-	 * remover of minor 12: a leased object's block is not parked for
-	 * it to spoil, master/spoil.c) */
-	mc_store_proto_minor_set(12);
+	/* the object is a plain one: removed, its block is free again once
+	 * the remover spoiled it (a leased object's, master/spoil.c) */
 	assert_int_equal(mt_rm(t, "k1", true), MC_OK);
-	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	{
+		struct mc_store_spoil_done_req d = {0, NULL};
+		uint64_t id = 0;
+
+		if (t->resp.body.remove_resp.n_spoil) {
+			id = t->resp.body.remove_resp.spoil[0].id;
+			d = (struct mc_store_spoil_done_req){1, &id};
+		}
+		assert_int_equal(mt_call(t, MC_STORE_SPOIL_DONE, &d), MC_OK);
+	}
 	assert_int_equal(mt_metrics(t).allocated_bytes, 2000);
 	mt_free(t);
 }

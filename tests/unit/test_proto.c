@@ -536,7 +536,7 @@ static void header_layout_is_pinned(void **state)
 {
 	/* a Ping request, id 0x0102030405060708, client id {1, 2} */
 	static const uint8_t want[] = {
-		'M', 'C', 'S', 'T', 1, 14, 2, 0, /* magic, 1.14, type 2 */
+		'M', 'C', 'S', 'T', 1, 15, 2, 0, /* magic, 1.15, type 2 */
 		0,   0,	  0,   0,   0, 0,  0, 0, /* flags, reserved, status */
 		8,   7,	  6,   5,   4, 3,  2, 1, /* request id */
 		16,  0,	  0,   0,   0, 0,  0, 0, /* payload length, reserved */

@@ -164,6 +164,21 @@ static void *count_alloc(void *ctx, size_t size)
 	return *out;
 }
 
+/* Wait (polled: the heartbeat signals nothing) until holder h has spoiled
+ * at least want blocks listed in its Ping answers (client_hspoil.c,
+ * counted once its SpoilDone was answered: the blocks are free again). */
+static void await_hspoils(struct mc_store *h, uint64_t want)
+{
+	uint64_t end = mc_now_ms() + 10000;
+
+	while (atomic_load(&h->hspoils) < want && mc_now_ms() < end) {
+		struct timespec nap = {0, 5 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	assert_true(atomic_load(&h->hspoils) >= want);
+}
+
 /* ---- cases -------------------------------------------------------------------- */
 
 /* A repeated get, get_into, batch_get_into and batch_get asks the master
@@ -284,18 +299,20 @@ static void force_remove_and_reuse_is_caught(void **state)
 	struct mc_store *D = client_new(16 << 20); /* an empty holder: the block is reused */
 	struct mc_store_config on_d = prefer(D);
 	char *v = malloc(3 * OBJ), *dst = reg(B);
-	uint64_t a1, stale0, mism0, g0;
+	uint64_t a1, stale0, mism0, g0, h0 = atomic_load(&D->hspoils);
 	(void)state;
 
 	mc_test_fill(v, 3 * OBJ, 13);
 	assert_int_equal(mc_store_put(A, "lc-fr", v, OBJ, &on_d), MC_OK);
 	expect_into(B, dst, "lc-fr", v, OBJ);
 	a1 = replica_addr(A, "lc-fr");
-	/* a remover of minor 12 (upstream's): the leased block is freed at
-	 * once, nothing spoiled (a newer one's is parked: force_remove_spoils) */
+	/* a remover of minor 12 (upstream's) spoils nothing: the leased block
+	 * is parked for its holder D, which spoils it after its next ping and
+	 * gives it back (holders_spoil_old_writers_overrides) */
 	mc_store_proto_minor_set(12);
 	assert_int_equal(mc_store_remove(A, "lc-fr", true), MC_OK);
 	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	await_hspoils(D, h0 + 1);
 	assert_int_equal(mc_store_put(A, "lc-fr-new", v + OBJ, OBJ, &on_d), MC_OK);
 	assert_int_equal(replica_addr(A, "lc-fr-new"), a1); /* the premise: reused */
 
@@ -312,6 +329,7 @@ static void force_remove_and_reuse_is_caught(void **state)
 	mc_store_proto_minor_set(12);
 	assert_int_equal(mc_store_remove(A, "lc-fr-new", true), MC_OK);
 	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	await_hspoils(D, h0 + 2);
 	assert_int_equal(mc_store_put(A, "lc-fr-new", v + 2 * OBJ, OBJ, &on_d), MC_OK);
 	assert_int_equal(replica_addr(A, "lc-fr-new"), a1);
 	expect_into(B, dst, "lc-fr-new", v + 2 * OBJ, OBJ);
@@ -430,8 +448,9 @@ static void lease_bounds_the_cache(void **state)
 	free(v);
 }
 
-/* Off without verification and by default; bounded by its size, least
- * recently used first out; a new master connection empties it. */
+/* Off without verification and with MC_STORE_LOCATION_CACHE=0, on by
+ * default (4096 entries); bounded by its size, least recently used first
+ * out; a new master connection empties it. */
 static void settings_bound_and_reconnect(void **state)
 {
 	struct mc_store_config on_a = prefer(A);
@@ -444,9 +463,13 @@ static void settings_bound_and_reconnect(void **state)
 	S = client_at(master_addr, meta_uri, 0, false);
 	assert_null(S->loc); /* no checksums, no cache */
 	mc_store_free(S);
+	setenv("MC_STORE_LOCATION_CACHE", "0", 1);
+	S = client_new(0);
+	assert_null(S->loc); /* turned off */
+	mc_store_free(S);
 	unsetenv("MC_STORE_LOCATION_CACHE");
 	S = client_new(0);
-	assert_null(S->loc); /* off by default */
+	assert_non_null(S->loc); /* on by default */
 	mc_store_free(S);
 	setenv("MC_STORE_LOCATION_CACHE", "4", 1);
 	S = client_new(0);
@@ -622,7 +645,12 @@ static void remove_all_and_reuse_is_caught(void **state)
 	assert_int_equal(mc_store_put(W, "lc-ra", v, OBJ, &on_w), MC_OK);
 	expect_into(R, dst, "lc-ra", v, OBJ);
 	a1 = replica_addr(W, "lc-ra");
-	assert_int_equal(mc_store_remove_all(W, true), 1);
+	{
+		uint64_t h0 = atomic_load(&W->hspoils);
+
+		assert_int_equal(mc_store_remove_all(W, true), 1);
+		await_hspoils(W, h0 + 1); /* parked for W to spoil, then given back */
+	}
 	assert_int_equal(mc_store_put(W, "lc-ra-new", v + OBJ, OBJ, &on_w), MC_OK);
 	assert_int_equal(replica_addr(W, "lc-ra-new"), a1); /* the premise: reused */
 
@@ -842,9 +870,10 @@ static void batch_overrides_spoil_the_old_blocks(void **state)
 	mc_store_free(D);
 }
 
-/* A master of minor 13 lists spoils but tells holders no client_ttl (an
- * expired holder would not fence itself), and one of minor 12 not even
- * spoils: a client caches nothing from either (every get asks). */
+/* A master of minor 14 neither lists holders' spoils nor marks old
+ * holders' replicas, one of 13 also tells holders no client_ttl (an
+ * expired holder would not fence itself), and one of 12 not even spoils:
+ * a client caches nothing from any of them (every get asks). */
 static void old_master_caches_nothing(void **state)
 {
 	char addr[64], meta[128];
@@ -854,24 +883,26 @@ static void old_master_caches_nothing(void **state)
 	uint64_t g0;
 	(void)state;
 
-	mc_store_proto_minor_set(13); /* the master answers as minor 13 */
-	m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
-	assert_non_null(m2);
-	R = client_at(addr, meta, 16 << 20, true);
-	struct mc_store_config on_r = prefer(R);
-	dst = reg(R);
-	mc_test_fill(v, OBJ, 48);
-	assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
-	assert_int_equal(mc_master_conn_peer_minor(R->conn), 13);
-	g0 = lookups(R);
-	expect_into(R, dst, "lc-old", v, OBJ);
-	expect_into(R, dst, "lc-old", v, OBJ);
-	assert_int_equal(lookups(R), g0 + 2);
-	assert_int_equal(mc_store_loc_count(R), 0);
-	unreg(R, dst);
-	mc_store_free(R);
-	mc_master_server_stop(m2);
-	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	for (unsigned minor = 13; minor <= 14; minor++) {
+		mc_store_proto_minor_set(minor); /* the master answers as this minor */
+		m2 = mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+		assert_non_null(m2);
+		R = client_at(addr, meta, 16 << 20, true);
+		struct mc_store_config on_r = prefer(R);
+		dst = reg(R);
+		mc_test_fill(v, OBJ, 48);
+		assert_int_equal(mc_store_put(R, "lc-old", v, OBJ, &on_r), MC_OK);
+		assert_int_equal(mc_master_conn_peer_minor(R->conn), minor);
+		g0 = lookups(R);
+		expect_into(R, dst, "lc-old", v, OBJ);
+		expect_into(R, dst, "lc-old", v, OBJ);
+		assert_int_equal(lookups(R), g0 + 2);
+		assert_int_equal(mc_store_loc_count(R), 0);
+		unreg(R, dst);
+		mc_store_free(R);
+		mc_master_server_stop(m2);
+		mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	}
 	free(v);
 }
 
@@ -1131,6 +1162,195 @@ static void move_and_copy_keep_the_value(void **state)
 	mc_store_free(D2);
 }
 
+/*
+ * Holders spoil (protocol minor 15, master/hspoil.c, client_hspoil.c):
+ * overrides whose writer spoils nothing.  A force RemoveAll and a force
+ * RemoveByRegex (jobs: no answer lists anything) of a key R has cached,
+ * on a master of their own (they take every key): the master parks the
+ * leased block and lists it in its holder W's next Ping answer, W
+ * complements its head and gives it back (SpoilDone); the key is put
+ * again elsewhere (X) and R's cached get, its entry still live, fails its
+ * check and reads the new value (before: the removed value, whole and
+ * checked, from W's intact block, until the lease's end).
+ */
+static void holders_spoil_force_remove_jobs(void **state)
+{
+	char addr[64], meta[128];
+	struct mc_master_server *m2 =
+		mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+	struct mc_store *W, *X, *R;
+	struct mc_store_config on_w, on_x;
+	struct mc_store_loc *e;
+	char *v = malloc(4 * OBJ), *dst;
+	const char *keys[2] = {"hs-ra", "hs-rx"};
+	uint64_t h0, stale0, mism0;
+	(void)state;
+
+	assert_non_null(m2);
+	W = client_at(addr, meta, 16 << 20, true);
+	X = client_at(addr, meta, 16 << 20, true);
+	R = client_at(addr, meta, 16 << 20, true); /* mounted: no remount drops its entries */
+	on_w = prefer(W);
+	on_x = prefer(X);
+	dst = reg(R);
+	mc_test_fill(v, 4 * OBJ, 51);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(mc_store_put(W, keys[k], v + 2 * k * OBJ, OBJ, &on_w), MC_OK);
+		e = NULL;
+		for (int i = 0; !e && i < 20; i++) {
+			expect_into(R, dst, keys[k], v + 2 * k * OBJ, OBJ);
+			e = mc_store_loc_find(R, keys[k], strlen(keys[k]));
+		}
+		assert_non_null(e);
+		mc_store_loc_unref(e);
+		h0 = atomic_load(&W->hspoils);
+		if (k == 0)
+			assert_int_equal(mc_store_remove_all(W, true), 1);
+		else
+			assert_int_equal(mc_store_remove_by_regex(W, "^hs-rx$", true), 1);
+		await_hspoils(W, h0 + 1);
+		assert_int_equal(mc_store_put(X, keys[k], v + (2 * k + 1) * OBJ, OBJ / 2, &on_x),
+				 MC_OK);
+		/* R's entry names W's spoiled block: its check fails, the master
+		 * says X holds the new value */
+		e = mc_store_loc_find(R, keys[k], strlen(keys[k]));
+		assert_non_null(e);
+		mc_store_loc_unref(e);
+		stale0 = atomic_load(&R->metrics->loc_stale);
+		mism0 = atomic_load(&R->metrics->checksum_mismatches);
+		expect_into(R, dst, keys[k], v + (2 * k + 1) * OBJ, OBJ / 2);
+		assert_int_equal(atomic_load(&R->metrics->loc_stale), stale0 + 1);
+		assert_int_equal(atomic_load(&R->metrics->checksum_mismatches), mism0);
+	}
+	unreg(R, dst);
+	mc_store_free(R);
+	mc_store_free(X);
+	mc_store_free(W);
+	mc_master_server_stop(m2);
+	free(v);
+}
+
+/*
+ * A writer of minor 12 (upstream's) force-removes a key B has cached, and
+ * upserts another to another size: neither answer lists it anything, so
+ * the holder D spoils both old blocks after its next ping (the remove's
+ * given back by D's SpoilDone, the upsert's parked as before).  The
+ * removed key is put again on A: B's cached gets, entries live, fail
+ * their checks and read the new values (before: the old values).
+ */
+static void holders_spoil_old_writers_overrides(void **state)
+{
+	struct mc_store *D = client_new(16 << 20);
+	struct mc_store_config on_a = prefer(A), on_d = prefer(D);
+	char *v = malloc(4 * OBJ), *dst = reg(B);
+	uint64_t h0, stale0, a1;
+	(void)state;
+
+	mc_test_fill(v, 4 * OBJ, 52);
+	assert_int_equal(mc_store_put(A, "hs-o", v, OBJ, &on_d), MC_OK);
+	assert_int_equal(mc_store_put(A, "hs-u", v + OBJ, OBJ, &on_d), MC_OK);
+	expect_into(B, dst, "hs-o", v, OBJ);
+	expect_into(B, dst, "hs-u", v + OBJ, OBJ);
+	a1 = replica_addr(A, "hs-o");
+	h0 = atomic_load(&D->hspoils);
+	mc_store_proto_minor_set(12);
+	assert_int_equal(mc_store_remove(A, "hs-o", true), MC_OK);
+	assert_int_equal(mc_store_upsert(A, "hs-u", v + 2 * OBJ, OBJ / 2, &on_d), MC_OK);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	await_hspoils(D, h0 + 2);
+	assert_int_equal(mc_store_put(A, "hs-o", v + 3 * OBJ, OBJ / 4, &on_a), MC_OK);
+	assert_true(replica_addr(A, "hs-o") != a1);
+	stale0 = atomic_load(&B->metrics->loc_stale);
+	expect_into(B, dst, "hs-o", v + 3 * OBJ, OBJ / 4);
+	expect_into(B, dst, "hs-u", v + 2 * OBJ, OBJ / 2);
+	assert_int_equal(atomic_load(&B->metrics->loc_stale), stale0 + 2);
+	assert_int_equal(mc_store_remove(A, "hs-o", true), MC_OK);
+	assert_int_equal(mc_store_remove(A, "hs-u", true), MC_OK);
+	unreg(B, dst);
+	free(v);
+	mc_store_free(D);
+}
+
+/*
+ * A holder of minor 14 (it fences but does not spoil) and one of minor
+ * 15: R, of minor 15, caches the latter's replica and not the former's,
+ * whose every get asks the master (the master marks it in the replica
+ * list's nocache tail), single and batch gets alike.  The old holder O is
+ * set up while the process speaks minor 14, then its pings are held so
+ * that it never speaks 15 to the master.
+ */
+static void old_holders_replicas_are_not_cached(void **state)
+{
+	char addr[64], meta[128];
+	struct mc_master_server *m2 =
+		mc_test_master_start(no_eviction, addr, sizeof(addr), meta, sizeof(meta));
+	struct mc_store *O, *W, *R;
+	struct mc_store_config on_o, on_w;
+	const char *keys[2] = {"hs-old", "hs-new"};
+	char *v = malloc(2 * OBJ), *dst, *bb[2];
+	void *bufs[2];
+	size_t caps[2] = {OBJ, OBJ};
+	int64_t res[2];
+	uint64_t g0, bg0;
+	(void)state;
+
+	assert_non_null(m2);
+	mc_store_proto_minor_set(14);
+	O = client_at(addr, meta, 16 << 20, true);
+	atomic_store(&O->pings_held, true);
+	mc_store_proto_minor_set(MC_STORE_PROTO_MINOR);
+	W = client_at(addr, meta, 16 << 20, true);
+	R = client_at(addr, meta, 16 << 20, true);
+	on_o = prefer(O);
+	on_w = prefer(W);
+	dst = reg(R);
+	mc_test_fill(v, 2 * OBJ, 53);
+	assert_int_equal(mc_store_put(W, "hs-old", v, OBJ, &on_o), MC_OK);
+	assert_int_equal(mc_store_put(W, "hs-new", v + OBJ, OBJ, &on_w), MC_OK);
+	g0 = lookups(R);
+	for (int i = 0; i < 3; i++)
+		expect_into(R, dst, "hs-old", v, OBJ);
+	assert_int_equal(lookups(R), g0 + 3);
+	assert_null(mc_store_loc_find(R, "hs-old", 6));
+	for (int i = 0; i < 20 && !mc_store_loc_count(R); i++)
+		expect_into(R, dst, "hs-new", v + OBJ, OBJ);
+	assert_int_equal(mc_store_loc_count(R), 1);
+	g0 = lookups(R);
+	expect_into(R, dst, "hs-new", v + OBJ, OBJ); /* cached */
+	assert_int_equal(lookups(R), g0);
+
+	/* the batch form: the tail per item */
+	assert_int_equal(mc_store_remove(W, "hs-new", true), MC_OK); /* R's entry goes */
+	assert_int_equal(mc_store_put(W, "hs-new", v + OBJ, OBJ, &on_w), MC_OK);
+	for (int i = 0; i < 2; i++)
+		bufs[i] = bb[i] = reg(R);
+	bg0 = rpcs(R, MC_STORE_BATCH_GET_REPLICA_LIST);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(mc_store_batch_get_into(R, keys, bufs, caps, 2, res), MC_OK);
+		for (int i = 0; i < 2; i++) {
+			assert_int_equal(res[i], OBJ);
+			assert_memory_equal(bb[i], v + (size_t)i * OBJ, OBJ);
+		}
+	}
+	/* both rounds asked for hs-old; hs-new came from the cache the second */
+	assert_int_equal(rpcs(R, MC_STORE_BATCH_GET_REPLICA_LIST), bg0 + 2);
+	assert_null(mc_store_loc_find(R, "hs-old", 6));
+	{
+		struct mc_store_loc *e = mc_store_loc_find(R, "hs-new", 6);
+
+		assert_non_null(e);
+		mc_store_loc_unref(e);
+	}
+	for (int i = 0; i < 2; i++)
+		unreg(R, bb[i]);
+	unreg(R, dst);
+	mc_store_free(R);
+	mc_store_free(W);
+	mc_store_free(O);
+	mc_master_server_stop(m2);
+	free(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1152,6 +1372,9 @@ int main(void)
 		cmocka_unit_test(old_master_caches_nothing),
 		cmocka_unit_test(expired_holder_fences_itself),
 		cmocka_unit_test(fence_lifts_on_an_answered_ping),
+		cmocka_unit_test(holders_spoil_force_remove_jobs),
+		cmocka_unit_test(holders_spoil_old_writers_overrides),
+		cmocka_unit_test(old_holders_replicas_are_not_cached),
 	};
 
 	setenv("MC_STORE_LOCATION_CACHE", "1024", 1);
