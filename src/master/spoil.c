@@ -128,7 +128,7 @@ void mc_master_spoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_re
 	uint32_t k = 0;
 
 	if (!mc_master_leased(m, o, now_ms) || mc_obj_vsize(o) == 0 || !(o->flags & MC_OBJ_CKSUM))
-		return; /* nothing a cache holds (only checked objects are cached) */
+		return;	    /* nothing a cache holds (only checked objects are cached) */
 	if (!m->spoil_on) { /* the writer spoils nothing: the holders do */
 		mc_master_hspoil_park(m, o, min_release, until);
 		return;

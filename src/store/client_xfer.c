@@ -569,8 +569,8 @@ static void retry_renewed(struct mc_store *s, struct mc_store_io *ios, size_t n,
 		struct mc_store_io *io = &ios[i];
 		bool retry = false;
 
-		for (uint32_t r = 0; io->status == MC_ERR_TRANSFER_FAIL && !io->credit && r < io->nreps;
-		     r++) {
+		for (uint32_t r = 0;
+		     io->status == MC_ERR_TRANSFER_FAIL && !io->credit && r < io->nreps; r++) {
 			const struct mc_store_replica *rep = &io->reps[r];
 
 			if (rep->type != MC_STORE_REPLICA_MEMORY || !rep->segment_name.len ||
