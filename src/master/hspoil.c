@@ -57,18 +57,15 @@ bool mc_master_rep_nocache(const struct mc_master *m, const struct mc_rep *r)
 	return !cl || cl->minor < MC_STORE_HSPOIL_MINOR;
 }
 
-static bool queue(struct mc_master *m, struct mc_client *cl, const struct mc_spoiled *d)
+/* Append d to cl's queue; the caller grew it for one more. */
+static void queue(struct mc_client *cl, const struct mc_spoiled *d)
 {
 	if (cl->hq_head && cl->hq_head >= cl->nhq / 2) { /* compact: the listed half */
 		memmove(cl->hq, cl->hq + cl->hq_head, (cl->nhq - cl->hq_head) * sizeof(*cl->hq));
 		cl->nhq -= cl->hq_head;
 		cl->hq_head = 0;
 	}
-	if (!mc_master_grow((void **)&cl->hq, &cl->hq_cap, cl->nhq + 1, sizeof(*cl->hq)))
-		return false;
 	cl->hq[cl->nhq++] = *d;
-	(void)m;
-	return true;
 }
 
 void mc_master_hspoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_release,
@@ -95,7 +92,7 @@ void mc_master_hspoil_park(struct mc_master *m, struct mc_obj *o, uint64_t min_r
 		} else { /* an upsert's: parked for put_start_release_timeout anyway */
 			mc_master_block_park_until(m, &r, mc_obj_size(o), until);
 		}
-		(void)queue(m, cl, &d); /* room grown above */
+		queue(cl, &d); /* room grown above */
 		parked++;
 	}
 	if (min_release && parked)

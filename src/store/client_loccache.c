@@ -222,8 +222,6 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	bool table =
 		!l->checksum.present && l->table_cksum.present && mc_store_trailer_fits(r->size);
 
-	size_t idx = (size_t)(r - l->replicas);
-
 	/* a master older than minor 13 lists no spoils (another client's
 	 * override would leave the old value readable), one older than 14
 	 * tells holders no client_ttl (an expired holder would not fence
@@ -233,8 +231,8 @@ void mc_store_loc_add(struct mc_store *s, const struct mc_store_loc_mark *mk, co
 	if (!c || r->size == 0 || mc_master_conn_peer_minor(s->conn) < MC_STORE_HSPOIL_MINOR ||
 	    atomic_load(&s->fenced)) /* fenced: its own segment may be expired */
 		return;
-	if (r < l->replicas || idx >= l->n_replicas || idx >= 64 ||
-	    (l->nocache.present && (l->nocache.value >> idx & 1)))
+	if (r < l->replicas || r >= l->replicas + MC_MIN(l->n_replicas, 64u) ||
+	    (l->nocache.present && (l->nocache.value >> (r - l->replicas) & 1)))
 		return;
 	if ((!l->checksum.present && !table) || r->type != MC_STORE_REPLICA_MEMORY ||
 	    r->status != MC_STORE_REPLICA_COMPLETE || ttl <= 2 * margin || mk->conn_epoch == 0 ||

@@ -184,6 +184,7 @@ bool mc_te_segment_renewed(struct mc_te *te, const char *name, uint64_t since_ms
 {
 	struct mc_segment *seg;
 	bool failed;
+	uint64_t at;
 
 	pthread_rwlock_rdlock(&te->seg_lock);
 	seg = find_segment_locked(te, name);
@@ -193,7 +194,8 @@ bool mc_te_segment_renewed(struct mc_te *te, const char *name, uint64_t since_ms
 		return false;
 	if (failed && mc_te_segment_refresh(te, seg) != MC_OK)
 		return false;
-	return atomic_load(&seg->renewed_ms) >= since_ms && atomic_load(&seg->renewed_ms);
+	at = atomic_load(&seg->renewed_ms);
+	return at && at >= since_ms;
 }
 
 static mc_status open_segment(struct mc_te *te, const char *name, bool nocache,
