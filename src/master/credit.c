@@ -210,6 +210,13 @@ static void grant(struct ctx *c, uint32_t client, const struct mc_proto_str *seg
 		uint64_t fails = m->met.put_start_alloc_failures;
 		struct mc_credit *k;
 
+		/* nor one that takes the pool over the eviction watermark: the
+		 * next tick would evict live objects to make room that no put
+		 * has asked for yet */
+		if (m->capacity_bytes &&
+		    (double)(m->allocated_bytes + want[i]) >
+			    m->cfg.eviction_high_watermark_ratio * (double)m->capacity_bytes)
+			break;
 		if (!mc_master_grow((void **)&cl->credits, &cl->credits_cap, cl->ncredits + 1,
 				    sizeof(*cl->credits)))
 			break;

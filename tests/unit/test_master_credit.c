@@ -116,6 +116,43 @@ static void test_want_that_does_not_fit_evicts_nothing(void **state)
 	mt_free(t);
 }
 
+/*
+ * Blocks asked ahead stop at the eviction watermark (0.90 by default): a
+ * client that completes an object and asks for more blocks than the pool
+ * holds below it gets only those below, and the next tick evicts nothing
+ * (before, its credits took the pool over the watermark and the tick
+ * evicted the object just completed).
+ */
+static void test_credits_stop_at_the_eviction_watermark(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_store_replica a;
+	struct mc_store_credit_item it = {
+		.key = mc_proto_str_c("live"),
+		.value_len = 100000,
+		.checksum = {true, 7},
+	};
+	uint64_t want[16];
+
+	(void)state;
+	for (int i = 0; i < 16; i++)
+		want[i] = 100000;
+	assert_int_equal(mt_mount(t, CB, SA, "a:1", BASE, MIB), MC_OK);
+	grant1(t, CA, 100000, &a);
+	it.credit = a.id;
+	it.address = a.address;
+	assert_int_equal(credit_call(t, CA, &it, 1, NULL, 0, want, 16), MC_OK);
+	assert_int_equal(t->resp.body.put_credit_resp.statuses[0], MC_OK);
+	/* 1 MiB * 0.90 = 943,718 bytes: the object and 8 blocks of 100,000 */
+	assert_int_equal(t->resp.body.put_credit_resp.n_credits, 8);
+	assert_int_equal(mt_metrics(t).allocated_bytes, 900000);
+	t->now += 100;
+	mc_master_tick(t->m, t->now);
+	assert_int_equal(mt_get(t, "live"), MC_OK);
+	assert_int_equal(mt_metrics(t).key_count, 1);
+	mt_free(t);
+}
+
 static void test_grant_and_complete(void **state)
 {
 	struct mt *t = mt_new_default();
@@ -362,6 +399,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_grant_and_complete),
 		cmocka_unit_test(test_want_that_does_not_fit_evicts_nothing),
+		cmocka_unit_test(test_credits_stop_at_the_eviction_watermark),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_reclaimed),
 		cmocka_unit_test(test_none_granted_with_local_first),
