@@ -224,6 +224,24 @@ def run_side(clients, store, duration, get_rounds=1, pids=(), size=1, batch=1):
             for op, a in acc.items()}
 
 
+def segment_bytes(args, sizes, region):
+    """A holder's segment: twice the live bytes it serves (region), so that the
+    allocator never runs short on a removed round; with --batch, also room
+    for the put credits its clients may hold (MC_STORE_PUT_CREDIT blocks of
+    each size, 64 by default, granted 32 at a time by a batch put): granted
+    blocks count as used, and above the master's eviction watermark (0.90)
+    they would make it evict the objects just put."""
+    seg = 2 * region
+    if args.batch > 1:
+        try:
+            credit = int(os.environ.get("MC_STORE_PUT_CREDIT", "64"))
+        except ValueError:
+            credit = 64
+        per_holder = -(-args.clients // args.holders)
+        seg += per_holder * max(credit, 0) * sum(s + 4096 for s in sizes)
+    return seg
+
+
 def measure(args, sizes, window, rates=(0,)):
     """One sitting of both sides: {(mbit, side, size, op): [run results]}, the
     commands.  rates (0,): every process here, over loopback; else the
@@ -249,8 +267,8 @@ def measure(args, sizes, window, rates=(0,)):
     procs, results, cmds = [], {}, {}
     try:
         common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
-        # twice the live bytes: the allocator never runs short on a removed round
-        holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={2 * region}",
+        seg = segment_bytes(args, sizes, region)
+        holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={seg}",
                              *far_host]), "READY hostname=") for _ in range(args.holders)]
         targets = [Proc(far([tb, "--serve", f"--size={region}", *far_host]), "READY name=")
                    for _ in range(args.holders)]
