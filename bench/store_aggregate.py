@@ -14,7 +14,12 @@ The engine side: --holders targets (bench/te_call_bench --serve) and
 --clients initiators (bench/te_call_bench --agg), initiator i writing and
 reading its own --window bytes of target i % holders in SIZE-byte requests,
 one request per synchronous call, as a store client's put_from and get_into
-move one object per call.  Same processes per side, same bytes per call,
+move one object per call.  With --batch N (N > 1) every store client puts
+with batch_put_from and gets with batch_get_into of N keys per call
+(store_bench's "putb" and "getb") and every initiator moves N SIZE-byte
+requests per synchronous call (one batch of N requests: te_call_bench
+--batch N), walking its window the same way; the window must then hold a
+multiple of N objects.  Same processes per side, same bytes per call,
 same bytes per phase, same working set, the same connections (each client
 or initiator its own engine, MC_TCP_LANES_PER_PEER lanes to its one holder
 or target) and target memory faulted in before the first phase on both
@@ -24,12 +29,16 @@ store's own work per object, which is what the ratio measures: its master
 exchanges (PutStart and PutEnd, or one PutCredit with MC_STORE_PUT_CREDIT;
 GetReplicaList), the checksum of the bytes (MC_STORE_VERIFY) and the
 trailer of chunk sums each object carries (a second request of a few
-bytes beside the value, riding the value's connection).
+bytes beside the value, riding the value's connection).  One object per
+call, those master exchanges are a round trip per object; batched, one
+per call of N objects, as a KV-cache connector moving a request's blocks
+pays them.
 
 Both sides run the same phases, started in every client at once by this
 driver (one line to each client's stdin, then one answer from each):
 
   store:  put (put_from every key)   get (get_into every key, data checked)
+          (--batch N: putb and getb, N keys per batch call)
           remove (one forced batch remove: untimed; the next round's keys)
   engine: write (every block)        read (every block)
 
@@ -73,8 +82,8 @@ without the master; it is read from the environment of every process).
 
 usage: bench/store_aggregate.py [--build build] [--clients 8] [--holders 4]
                                 [--sizes 1m,64k] [--window 32m] [--duration 3]
-                                [--runs 3] [--get-rounds 1] [--json] [--quick]
-                                [--shm] [--netns-mbit R[,R...]]
+                                [--runs 3] [--get-rounds 1] [--batch 1] [--json]
+                                [--quick] [--shm] [--netns-mbit R[,R...]]
 """
 import argparse
 import json
@@ -119,11 +128,11 @@ def parse_reply(line):
 class Proc:
     """A child with a line protocol on stdin/stdout; stderr to a temp file."""
 
-    def __init__(self, argv, ready):
+    def __init__(self, argv, ready, env=None):
         self.argv = argv
         self.err = tempfile.TemporaryFile()
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self.err, text=True, bufsize=1)
+                                  stderr=self.err, text=True, bufsize=1, env=env)
         self.ready = self.readline()
         if not self.ready.startswith(ready):
             self.fail(f"did not print {ready}")
@@ -186,14 +195,22 @@ def phase(clients, cmd, pids=()):
             cpu_s(pids) - c0)
 
 
-def run_side(clients, store, duration, get_rounds=1, pids=(), size=1):
+def side_cmds(store, batch=1):
+    """The put (write) and get (read) commands of a side's clients."""
+    if not store:
+        return "write", "read"
+    return ("putb", "getb") if batch > 1 else ("put", "get")
+
+
+def run_side(clients, store, duration, get_rounds=1, pids=(), size=1, batch=1):
     """Phases until duration seconds of them have passed; aggregate GB/s each way
     and the CPU time of the processes pids per size-byte object.
-    get_rounds: get (read) phases per put (write) phase."""
+    get_rounds: get (read) phases per put (write) phase; batch: keys per store
+    call (the engine's initiators take theirs from the command line)."""
     acc = {"put": [0, 0.0, 0.0, 0.0], "get": [0, 0.0, 0.0, 0.0]}
+    put, get = side_cmds(store, batch)
     while acc["put"][1] + acc["get"][1] < duration:
-        for op, cmd in ([("put", "put" if store else "write")] +
-                        [("get", "get" if store else "read")] * get_rounds):
+        for op, cmd in [("put", put)] + [("get", get)] * get_rounds:
             b, t, p99, cpu = phase(clients, cmd, pids)
             a = acc[op]
             a[0] += b
@@ -207,6 +224,24 @@ def run_side(clients, store, duration, get_rounds=1, pids=(), size=1):
             for op, a in acc.items()}
 
 
+def segment_bytes(args, sizes, region):
+    """A holder's segment: twice the live bytes it serves (region), so that the
+    allocator never runs short on a removed round; with --batch, also room
+    for the put credits its clients may hold (MC_STORE_PUT_CREDIT blocks of
+    each size, 64 by default, granted 32 at a time by a batch put): granted
+    blocks count as used, and above the master's eviction watermark (0.90)
+    they would make it evict the objects just put."""
+    seg = 2 * region
+    if args.batch > 1:
+        try:
+            credit = int(os.environ.get("MC_STORE_PUT_CREDIT", "64"))
+        except ValueError:
+            credit = 64
+        per_holder = -(-args.clients // args.holders)
+        seg += per_holder * max(credit, 0) * sum(s + 4096 for s in sizes)
+    return seg
+
+
 def measure(args, sizes, window, rates=(0,)):
     """One sitting of both sides: {(mbit, side, size, op): [run results]}, the
     commands.  rates (0,): every process here, over loopback; else the
@@ -214,6 +249,7 @@ def measure(args, sizes, window, rates=(0,)):
     netns = rates != (0,)
     far = LINK.exec if netns else (lambda argv: argv)
     host = [f"--host={LINK.here}"] if netns else []
+    bat = [f"--batch={args.batch}"] if args.batch > 1 else []
     far_host = [f"--host={LINK.there}"] if netns else []
     per_holder = -(-args.clients // args.holders)  # clients per holder, rounded up
     region = per_holder * window  # bytes each holder or target serves at once
@@ -231,8 +267,8 @@ def measure(args, sizes, window, rates=(0,)):
     procs, results, cmds = [], {}, {}
     try:
         common = [f"--master={m.addr}", f"--metadata={m.meta_uri}"]
-        # twice the live bytes: the allocator never runs short on a removed round
-        holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={2 * region}",
+        seg = segment_bytes(args, sizes, region)
+        holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={seg}",
                              *far_host]), "READY hostname=") for _ in range(args.holders)]
         targets = [Proc(far([tb, "--serve", f"--size={region}", *far_host]), "READY name=")
                    for _ in range(args.holders)]
@@ -243,7 +279,7 @@ def measure(args, sizes, window, rates=(0,)):
             n = window // size * size
             sc = [Proc([sb, "--mode=agg", *common,
                         f"--target={holders[i % args.holders].field('hostname')}",
-                        f"--sizes={size}", f"--window={n}", *host], "READY keys=")
+                        f"--sizes={size}", f"--window={n}", *bat, *host], "READY keys=")
                   for i in range(args.clients)]
             procs += sc
             ec = []
@@ -251,7 +287,7 @@ def measure(args, sizes, window, rates=(0,)):
                 t = targets[i % args.holders]
                 addr = int(t.field("addr"), 16) + (i // args.holders) * n
                 ec.append(Proc([tb, "--agg", f"--peer={t.field('name')}", f"--addr={addr:#x}",
-                                f"--block={size}", f"--window={n}", *host], "READY"))
+                                f"--block={size}", f"--window={n}", *bat, *host], "READY"))
             procs += ec
             cmds[f"store {size}"] = shlex.join(sc[0].argv)
             cmds[f"engine {size}"] = shlex.join(ec[0].argv)
@@ -259,7 +295,8 @@ def measure(args, sizes, window, rates=(0,)):
                     "engine": [c.p.pid for c in ec + targets]}
             # one untimed round of each side first: connections, first touches
             for side, cl in (("store", sc), ("engine", ec)):
-                for cmd in (("put", "get", "remove") if side == "store" else ("write", "read")):
+                for cmd in side_cmds(side == "store", args.batch) + (
+                        ("remove",) if side == "store" else ()):
                     phase(cl, cmd)
             for r in range(args.runs):
                 print(f"store_aggregate: {size_label(size)} run {r + 1}/{args.runs}"
@@ -271,7 +308,7 @@ def measure(args, sizes, window, rates=(0,)):
                         LINK.rate(mbit)
                     for side, cl in (order if r % 2 == 0 else order[::-1]):
                         res = run_side(cl, side == "store", args.duration, args.get_rounds,
-                                       pids[side], size)
+                                       pids[side], size, args.batch)
                         for op, v in res.items():
                             results.setdefault((mbit, side, size, op), []).append(v)
             for c in sc + ec:
@@ -304,6 +341,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--get-rounds", type=int, default=1,
                     help="get (read) phases per put (write) phase: gets of keys read before")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="objects per call on both sides: store batch_put_from / "
+                         "batch_get_into of N keys, engine N requests per synchronous call")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short run (smoke)")
     ap.add_argument("--shm", action="store_true",
@@ -325,6 +365,12 @@ def main():
     window = parse_size(args.window)
     if args.clients < 1 or args.holders < 1 or min(sizes) < 8 or window < max(sizes):
         sys.exit("store_aggregate: bad --clients, --holders, --sizes or --window")
+    if args.batch < 1:
+        sys.exit("store_aggregate: --batch must be at least 1")
+    for size in sizes:
+        if window // size % args.batch:
+            sys.exit(f"store_aggregate: --window {window} holds {window // size} objects of "
+                     f"{size} bytes, not a multiple of --batch {args.batch}")
     ncpu = os.cpu_count()
     load0 = os.getloadavg()[0]
 
@@ -339,7 +385,7 @@ def main():
 
     if args.json:
         print(json.dumps({"cpus": ncpu, "clients": args.clients, "holders": args.holders,
-                          "window": window, "duration": args.duration,
+                          "window": window, "duration": args.duration, "batch": args.batch,
                           "transport": "default" if args.shm else "tcp",
                           "load_before": load0, "load_after": load1,
                           "netns_mbit": rates,
@@ -351,6 +397,7 @@ def main():
     print(f"{args.clients} clients x {args.holders} holders on one host with {ncpu} CPU cores "
           f"(every process shares them), window {window >> 20} MiB per client, "
           f"{args.duration:g} s of phases per run, medians of {args.runs} alternating runs, "
+          + (f"{args.batch} objects per call, " if args.batch > 1 else "") +
           f"transport={'default (same-host allowed)' if args.shm else 'tcp'}, "
           f"load average {load0:.2f} before, {load1:.2f} after")
     print()
@@ -397,8 +444,13 @@ def main():
     print()
     print("target: store aggregate >= 80% of the engine's (same processes, bytes per call, "
           "bytes per phase)")
-    print("store: put_from / get_into one key per call; engine: one request per synchronous "
-          "call (batch new, submit, wait)")
+    if args.batch > 1:
+        print(f"store: batch_put_from / batch_get_into of {args.batch} keys per call; engine: "
+              f"{args.batch} requests per synchronous call (one batch: new, submit, wait, "
+              "discard)")
+    else:
+        print("store: put_from / get_into one key per call; engine: one request per "
+              "synchronous call (batch new, submit, wait)")
     print("p99: the worst client's per-call p99 over the runs' phases (median over runs)")
     print(f"get phases per put phase: {args.get_rounds}; MC_STORE_LOCATION_CACHE="
           f"{os.environ.get('MC_STORE_LOCATION_CACHE', 'unset')}")

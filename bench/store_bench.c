@@ -70,6 +70,8 @@
  *   put      put_from every key of the window -> OK bytes=B t0=S t1=S p99_us=X
  *   putb     batch_put_from of --batch keys per call, the same keys -> the same
  *   get      get_into every key (data checked) -> the same
+ *   getb     batch_get_into of --batch keys per call (data checked as the
+ *            batch case checks it) -> the same
  *   remove   one forced batch remove, next round's keys -> OK
  *   quit     (or end of input) exit
  *
@@ -824,7 +826,7 @@ static void agg_phase(bool put, bool batch, struct window *w, uint64_t round)
 	if (put)
 		put_phase(batch ? X_BATCH : X_ZC, w, &lat);
 	else
-		get_phase(X_ZC, w, 0, round, &lat);
+		get_phase(batch ? X_BATCH : X_ZC, w, 0, round, &lat);
 	t1 = now_s();
 	printf("OK bytes=%zu t0=%.6f t1=%.6f p99_us=%.1f\n", w->n * w->size, t0, t1,
 	       percentile(&lat, 99));
@@ -847,12 +849,17 @@ static int agg_main(void)
 	fflush(stdout);
 	while (!stop_signal && fgets(line, sizeof(line), stdin)) {
 		line[strcspn(line, "\r\n")] = '\0';
-		if (!strcmp(line, "put")) {
+		if ((!strcmp(line, "putb") || !strcmp(line, "getb")) && w.n % (size_t)opt.batch) {
+			printf("ERR window of %zu keys is not a multiple of --batch=%d\n", w.n,
+			       opt.batch);
+		} else if (!strcmp(line, "put")) {
 			agg_phase(true, false, &w, round);
 		} else if (!strcmp(line, "putb")) {
 			agg_phase(true, true, &w, round);
 		} else if (!strcmp(line, "get")) {
 			agg_phase(false, false, &w, round);
+		} else if (!strcmp(line, "getb")) {
+			agg_phase(false, true, &w, round);
 		} else if (!strcmp(line, "remove")) {
 			window_remove(&w);
 			window_keys(&w, 0, ++round);

@@ -18,7 +18,14 @@ Each round, for every --sizes entry, alternates:
 4. the store's 32-key calls: store_bench ... --cases=batch,batchcopy
    --batch=32 (batch_put_from/batch_get_into and put_batch/batch_get);
 5. unless --no-shm, 2 and 4 again without MC_SHM_DISABLE=1: the same-host
-   transport the store uses by default between processes on one host.
+   transport the store uses by default between processes on one host;
+6. unless --no-engine, after (or, every other round, before) the store rows
+   of each depth, the Transfer Engine alone at that size and depth: one
+   bench/te_call_bench --serve target (started once, its memory faulted in)
+   and one te_call_bench --agg --block=SIZE --window=K*SIZE --batch=DEPTH
+   initiator (one per size and depth, kept for the sitting): write phases
+   (every block, DEPTH requests per synchronous call) and read phases
+   (--get-rounds per write) for --duration seconds, MC_SHM_DISABLE=1.
 
 Fair by construction: the same value size; the same depth (one request
 in flight against one call, 32 pipelined requests against one 32-key call);
@@ -32,6 +39,14 @@ seconds, as each store case does.  Every figure is the
 median over --runs rounds; the ratio is the store's keys/s over Redis's
 requests/s (the same as GB/s over GB/s at one size).
 
+The engine rows are the transport's own ceiling in the same sitting: the
+same bytes per call (one request per call at depth 1, DEPTH requests per
+call at depth DEPTH) with none of the store's work per object (master
+exchanges, checksums, trailers, key bookkeeping).  Beside each tcp store
+row the table shows the engine's keys/s (blocks over the phases' wall
+time) for the same size and depth, writes against the put calls and reads
+against the get calls, and the store's keys/s over them ("x engine").
+
 --get-rounds N has the store read each window N times per put (gets of keys
 read before, as redis-benchmark's GETs are; store_bench --get-rounds);
 --only CASES runs only those store_bench case groups (zc, copy, batch,
@@ -44,8 +59,9 @@ order from round to round, labelled "tcp lc" / "shm lc".
 
 usage: bench/store_small.py [--build build] [--runs 3] [--duration 2]
                             [--sizes 4k,64k] [--keys 1024] [--batch 32]
-                            [--no-shm] [--get-rounds 1] [--location-cache E]
-                            [--only zc,copy,batch,batchcopy] [--json] [--quick]
+                            [--no-shm] [--no-engine] [--get-rounds 1]
+                            [--location-cache E] [--only zc,copy,batch,batchcopy]
+                            [--json] [--quick]
 """
 import argparse
 import csv
@@ -60,7 +76,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import master_rss  # noqa: E402
-from store_aggregate import parse_size, size_label  # noqa: E402
+from store_aggregate import Proc, parse_size, phase, run_side, size_label  # noqa: E402
 from store_compare import Redis  # noqa: E402
 
 # store case -> the Redis test it is held against
@@ -114,6 +130,37 @@ def store_run(build, m, size, keys, cases, batch, duration, shm, get_rounds=1, c
     return [json.loads(line) for line in r.stdout.splitlines()], cmd
 
 
+class Engine:
+    """The Transfer Engine alone over TCP: one te_call_bench --serve target of
+    span bytes and one te_call_bench --agg initiator per (size, depth)."""
+
+    def __init__(self, build, span):
+        self.tb = master_rss.find(build, "bench/te_call_bench")
+        self.env = dict(os.environ, MC_SHM_DISABLE="1")
+        self.target = Proc([self.tb, "--serve", f"--size={span}"], "READY name=", self.env)
+        self.init = {}
+
+    def run(self, size, depth, keys, duration, get_rounds):
+        """Write and read phases of keys size-byte blocks, depth per call, for
+        duration seconds: ({"put"|"get": run_side's figures}, argv)."""
+        c = self.init.get((size, depth))
+        if c is None:
+            t = self.target
+            c = Proc([self.tb, "--agg", f"--peer={t.field('name')}", f"--addr={t.field('addr')}",
+                      f"--block={size}", f"--window={keys * size}", f"--batch={depth}"],
+                     "READY", self.env)
+            self.init[(size, depth)] = c
+            for cmd in ("write", "read"):  # untimed: first touches
+                phase([c], cmd)
+        res = run_side([c], False, duration, get_rounds, (c.p.pid, self.target.p.pid), size)
+        return res, c.argv
+
+    def stop(self):
+        for c in self.init.values():
+            c.stop()
+        self.target.stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build")
@@ -126,6 +173,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32, help="keys per batch call, -P of Redis")
     ap.add_argument("--no-shm", action="store_true",
                     help="skip the store's same-host transport rows")
+    ap.add_argument("--no-engine", action="store_true",
+                    help="skip the engine's own rate (te_call_bench) beside the tcp rows")
     ap.add_argument("--get-rounds", type=int, default=1,
                     help="store reads of the window per put (store_bench --get-rounds)")
     ap.add_argument("--location-cache", type=int, default=None,
@@ -153,11 +202,16 @@ def main():
     if args.location_cache is not None:
         paths = [p + sfx for p in paths for sfx in ("", " lc")]
 
-    store_s, redis_s, cmds = {}, {}, {}
+    store_s, redis_s, engine_s, cmds = {}, {}, {}, {}
+    units = paths + ([] if args.no_engine else ["engine"])
     rd = Redis()
     m = master_rss.Master(master_rss.find(args.build, "tools/mooncake_master",
                                           "src/master/mooncake_master"))
+    eng = None
     try:
+        if not args.no_engine:
+            eng = Engine(args.build, args.keys * max(sizes))
+            cmds[("engine target",)] = eng.target.argv
         # Requests per redis-benchmark run: sized by an unrecorded first run
         # (which also fills the K keys), then re-sized from each run's rate.
         nreq = {}
@@ -176,7 +230,15 @@ def main():
                         redis_s.setdefault((op, size, depth), []).append(v)
                     rps = min(rows["SET"]["rps"], rows["GET"]["rps"])
                     nreq[(size, depth)] = max(10 * args.keys, int(rps * args.duration))
-                    for path in (paths if i % 2 == 0 else paths[::-1]):
+                    for path in (units if i % 2 == 0 else units[::-1]):
+                        if path == "engine":
+                            res, cmd = eng.run(size, depth, args.keys, args.duration,
+                                               args.get_rounds)
+                            cmds[("engine", size, depth)] = cmd
+                            for op, v in res.items():
+                                v["keys_per_s"] = v["gbps"] * 1e9 / size
+                                engine_s.setdefault((op, size, depth), []).append(v)
+                            continue
                         cache = None
                         if args.location_cache is not None:
                             cache = args.location_cache if path.endswith(" lc") else 0
@@ -188,6 +250,8 @@ def main():
                             j["keys_per_s"] = j["gbps"] * 1e9 / size
                             store_s.setdefault((j["case"], size, path), []).append(j)
     finally:
+        if eng:
+            eng.stop()
         m.stop()
         rd.stop()
 
@@ -197,18 +261,21 @@ def main():
 
     store = {k: dict(v[0], **med(v)) for k, v in store_s.items()}
     redis = {k: med(v) for k, v in redis_s.items()}
+    engine = {k: med(v) for k, v in engine_s.items()}
     if args.json:
         print(json.dumps({
             "store": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in store.items()},
-            "redis": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in redis.items()}}))
+            "redis": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in redis.items()},
+            "engine": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in engine.items()}}))
         return
 
     print(f"runs={args.runs} duration={args.duration:g}s (medians), keys={args.keys}, "
           f"one connection / one calling thread, {os.cpu_count()} CPU cores")
     print()
     print("| size | depth | store call | path | store keys/s | store GB/s | store p99 us/call | "
-          "store CPU ms/GB | store faults/MiB | Redis | Redis req/s | Redis p99 us | x Redis |")
-    print("|" + "---|" * 13)
+          "store CPU ms/GB | store faults/MiB | Redis | Redis req/s | Redis p99 us | x Redis |"
+          + ("" if args.no_engine else " engine keys/s | x engine |"))
+    print("|" + "---|" * (13 if args.no_engine else 15))
     for size in sizes:
         for path in paths:
             for case in ORDER:
@@ -223,7 +290,15 @@ def main():
                       f"{st['keys_per_s']:.0f} | {st['gbps']:.3f} | {st['p99_us']:.0f} | "
                       f"{cpu} | {flt} | "
                       f"{REDIS_OP[case]} -P {depth} | {r['rps']:.0f} | {r['p99_us']:.0f} | "
-                      f"{st['keys_per_s'] / r['rps']:.2f}x |")
+                      f"{st['keys_per_s'] / r['rps']:.2f}x |", end="")
+                if args.no_engine:
+                    print()
+                    continue
+                e = engine.get(("put" if REDIS_OP[case] == "SET" else "get", size, depth))
+                if e and path.startswith("tcp"):
+                    print(f" {e['keys_per_s']:.0f} | {st['keys_per_s'] / e['keys_per_s']:.2f}x |")
+                else:
+                    print(" - | - |")
     print()
     print("target: 4 KiB and 64 KiB put and get >= 1.5x Redis at the same depth (tcp rows)")
     print("depth 1: one call, one key / one request in flight; depth 32: one call of 32 keys /")
@@ -235,6 +310,11 @@ def main():
     print("store: keys over the time inside the calls (key names, stamps and the round's one")
     print("  batch remove are outside it); Redis: requests over the test's wall time, one")
     print("  redis-benchmark thread (no --threads), SET overwriting and GET reading K keys")
+    if not args.no_engine:
+        print("engine (tcp rows): te_call_bench --agg against --serve, MC_SHM_DISABLE=1, one")
+        print("  initiator, the same K blocks of SIZE bytes, DEPTH requests per synchronous call")
+        print("  (one batch: new, submit, wait, discard); writes beside puts, reads beside gets;")
+        print("  blocks over the phases' wall time; x engine = store keys/s / engine keys/s")
     if args.get_rounds != 1:
         print(f"store gets: each window read {args.get_rounds} times per put (--get-rounds)")
     if args.location_cache is not None:
@@ -244,6 +324,8 @@ def main():
           "--appendonly no):")
     for k, cmd in cmds.items():
         env = ""
+        if k[0].startswith("engine"):
+            env = "MC_SHM_DISABLE=1 "
         if k[0] == "store":
             cmd, cache = cmd
             env = "MC_SHM_DISABLE=1 " if k[3].startswith("tcp") else ""

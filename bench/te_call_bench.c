@@ -28,19 +28,20 @@
  *       (bench/py_overhead.py) can interleave short C and Python loops and
  *       both see the same machine load.
  *
- *   te_call_bench --agg --peer NAME --addr A --block B --window W
+ *   te_call_bench --agg --peer NAME --addr A --block B --window W [--batch N]
  *       one initiator of bench/store_aggregate.py's engine reference: it
- *       registers W bytes and, per stdin line, moves them in W / B
- *       synchronous calls of one B-byte request each (the calls above),
- *       walking [A, A + W) of the target as a store client's single-key
- *       calls walk its keys:
+ *       registers W bytes and, per stdin line, moves them in W / B / N
+ *       synchronous calls of N B-byte requests each (one batch per call:
+ *       the calls above), walking [A, A + W) of the target as a store
+ *       client's single-key (N = 1, the default) or N-key batch calls walk
+ *       its keys; W / B must be a multiple of N:
  *
  *         write | read  -> OK bytes=N t0=S t1=S p99_us=X
  *         quit (or end of input) exits
  *
  *       t0 and t1 are CLOCK_MONOTONIC seconds around the phase,
- *       comparable between processes on one host.  It prints READY once
- *       connected.
+ *       comparable between processes on one host; p99_us is per call.  It
+ *       prints READY once connected.
  *
  * --host ADDR (any role) names the engine ADDR rather than 127.0.0.1, as
  * when bench/store_aggregate.py --netns-mbit puts the targets and the
@@ -226,24 +227,26 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* --agg: phases of window / block one-request calls, on command. */
-static int aggregate(const char *peer, uint64_t raddr, uint64_t block, uint64_t window)
+/* --agg: phases of window / block / batch calls of batch requests each, on
+ * command. */
+static int aggregate(const char *peer, uint64_t raddr, uint64_t block, uint64_t window,
+		     size_t batch)
 {
 	struct mc_te *te = engine_new();
-	size_t n = (size_t)(window / block);
+	size_t calls = (size_t)(window / block) / batch;
 	char *buf = buffer_alloc(window);
-	uint64_t *lat = calloc(n, sizeof(*lat));
-	struct mc_xfer_req req;
+	uint64_t *lat = calloc(calls, sizeof(*lat));
+	struct mc_xfer_req *reqs = calloc(batch, sizeof(*reqs));
 	char line[64];
 	mc_status st = mc_te_register(te, buf, window, "cpu:0", true);
 
 	if (st != MC_OK)
 		die_status("mc_te_register", st);
-	if (!lat)
+	if (!lat || !reqs)
 		die("out of memory");
-	req = (struct mc_xfer_req){
+	reqs[0] = (struct mc_xfer_req){
 		.opcode = MC_OP_READ, .source = buf, .target_offset = raddr, .length = block};
-	st = sync_call(te, peer, &req, 1); /* connect */
+	st = sync_call(te, peer, reqs, 1); /* connect */
 	if (st != MC_OK)
 		die_status("first read", st);
 	printf("READY\n");
@@ -260,25 +263,32 @@ static int aggregate(const char *peer, uint64_t raddr, uint64_t block, uint64_t 
 			continue;
 		}
 		t0 = now_s();
-		for (size_t i = 0; i < n; i++) {
+		for (size_t c = 0; c < calls; c++) {
 			uint64_t c0 = now_ns();
 
-			req = (struct mc_xfer_req){.opcode = wr ? MC_OP_WRITE : MC_OP_READ,
-						   .source = buf + i * block,
-						   .target_offset = raddr + i * block,
-						   .length = block};
-			st = sync_call(te, peer, &req, 1);
+			for (size_t j = 0; j < batch; j++) {
+				uint64_t off = (c * batch + j) * block;
+
+				reqs[j] = (struct mc_xfer_req){.opcode = wr ? MC_OP_WRITE
+									    : MC_OP_READ,
+							       .source = buf + off,
+							       .target_offset = raddr + off,
+							       .length = block};
+			}
+			st = sync_call(te, peer, reqs, batch);
 			if (st != MC_OK)
 				die_status(wr ? "write" : "read", st);
-			lat[i] = now_ns() - c0;
+			lat[c] = now_ns() - c0;
 		}
 		t1 = now_s();
-		qsort(lat, n, sizeof(*lat), cmp_u64);
-		printf("OK bytes=%" PRIu64 " t0=%.6f t1=%.6f p99_us=%.1f\n", (uint64_t)n * block,
-		       t0, t1, (double)lat[(n * 99 + 99) / 100 - 1] / 1000.0);
+		qsort(lat, calls, sizeof(*lat), cmp_u64);
+		printf("OK bytes=%" PRIu64 " t0=%.6f t1=%.6f p99_us=%.1f\n",
+		       (uint64_t)(calls * batch) * block, t0, t1,
+		       (double)lat[(calls * 99 + 99) / 100 - 1] / 1000.0);
 		fflush(stdout);
 	}
 	free(lat);
+	free(reqs);
 	mc_te_deregister(te, buf);
 	mc_te_free(te);
 	munmap(buf, window);
@@ -291,7 +301,8 @@ static void usage(void)
 		"usage: %s --serve [--size N] [--host ADDR]\n"
 		"       %s --peer NAME --addr A [--iters N] [--batch-iters M] "
 		"[--interactive]\n"
-		"       %s --agg --peer NAME --addr A --block B --window W [--host ADDR]\n",
+		"       %s --agg --peer NAME --addr A --block B --window W [--batch N] "
+		"[--host ADDR]\n",
 		PROG, PROG, PROG);
 	exit(2);
 }
@@ -310,10 +321,12 @@ int main(int argc, char **argv)
 		{"block", required_argument, NULL, 'B'},
 		{"window", required_argument, NULL, 'w'},
 		{"host", required_argument, NULL, 'H'},
+		{"batch", required_argument, NULL, 'N'},
 		{NULL, 0, NULL, 0},
 	};
 	uint64_t size = 16ull << 20, addr = 0, block = 0, window = 0;
 	unsigned iters = 2000, batch_iters = 100;
+	uint64_t agg_batch = 1;
 	const char *peer = NULL;
 	int serve_mode = 0, interactive = 0, agg = 0, c;
 
@@ -352,6 +365,9 @@ int main(int argc, char **argv)
 		case 'H':
 			local_host = optarg;
 			break;
+		case 'N':
+			agg_batch = strtoull(optarg, NULL, 0);
+			break;
 		default:
 			usage();
 		}
@@ -364,7 +380,12 @@ int main(int argc, char **argv)
 	if (agg) {
 		if (!peer || !addr || !block || window < block)
 			usage();
-		return aggregate(peer, addr, block, window);
+		if (agg_batch < 1)
+			die("--batch must be at least 1");
+		if ((window / block) % agg_batch)
+			die("--window of %" PRIu64 " blocks is not a multiple of --batch=%" PRIu64,
+			    window / block, agg_batch);
+		return aggregate(peer, addr, block, window, (size_t)agg_batch);
 	}
 	if (!peer || !addr || !iters || !batch_iters)
 		usage();
