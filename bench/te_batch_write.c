@@ -82,8 +82,7 @@ static void serve(int wfd, int rfd)
 
 	if (st != MC_OK)
 		die_status("mc_te_register", st);
-	n = snprintf(line, sizeof(line), "%s %" PRIuPTR "\n", mc_te_local_name(te),
-		     (uintptr_t)buf);
+	n = snprintf(line, sizeof(line), "%s %" PRIuPTR "\n", mc_te_local_name(te), (uintptr_t)buf);
 	if (write(wfd, line, (size_t)n) != n)
 		die("pipe: %s", strerror(errno));
 	while (read(rfd, &c, 1) > 0)
@@ -113,13 +112,14 @@ static double cpu_s_of(pid_t pid)
 		die("%s: %s", path, strerror(errno));
 	fclose(f);
 	p = strrchr(buf, ')'); /* fields after the command's name */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		die("%s: cannot parse", path);
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static uint64_t one_batch(struct mc_te *te, mc_segment_id seg, struct mc_xfer_req *reqs,
-			  char *buf, uint64_t raddr, uint64_t *at)
+static uint64_t one_batch(struct mc_te *te, mc_segment_id seg, struct mc_xfer_req *reqs, char *buf,
+			  uint64_t raddr, uint64_t *at)
 {
 	uint64_t obj = size + trailer, sink = 0;
 	mc_batch_id id;
@@ -211,15 +211,18 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{"count", required_argument, NULL, 'n'},   {"size", required_argument, NULL, 'z'},
-		{"trailer", required_argument, NULL, 't'}, {"seconds", required_argument, NULL, 's'},
-		{"window", required_argument, NULL, 'w'},  {"hash", no_argument, NULL, 'h'},
-		{"runs", required_argument, NULL, 'r'},	   {NULL, 0, NULL, 0},
+		{"count", required_argument, NULL, 'n'},
+		{"size", required_argument, NULL, 'z'},
+		{"trailer", required_argument, NULL, 't'},
+		{"seconds", required_argument, NULL, 's'},
+		{"window", required_argument, NULL, 'w'},
+		{"hash", no_argument, NULL, 'h'},
+		{"runs", required_argument, NULL, 'r'},
+		{NULL, 0, NULL, 0},
 	};
 	int c, up[2], down[2], status;
 	char line[256], peer[200];
 	uintptr_t raddr;
-	ssize_t got;
 	pid_t pid;
 	FILE *f;
 
@@ -270,8 +273,7 @@ int main(int argc, char **argv)
 		die("the target did not start");
 	initiate(peer, raddr, pid);
 	close(down[1]); /* the target ends */
-	got = waitpid(pid, &status, 0);
-	(void)got;
+	(void)waitpid(pid, &status, 0);
 	fclose(f);
 	return 0;
 }
