@@ -58,7 +58,15 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 struct mc_store_credit_batch {
 	uint32_t refs; /* credits of it not yet used (under credits.lock) */
 	struct mc_store_msg resp;
+	struct mc_store_decode_arena arena; /* resp's strings and lists */
 };
+
+static void batch_free(struct mc_store_credit_batch *b)
+{
+	mc_store_msg_release_in(&b->arena, &b->resp);
+	mc_store_decode_arena_free(&b->arena);
+	mc_free(b);
+}
 
 void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms)
 {
@@ -75,10 +83,8 @@ void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms)
 /* Drop one reference to b (under the lock); the last frees the answer. */
 static void batch_unref(struct mc_store_credit_batch *b)
 {
-	if (--b->refs == 0) {
-		mc_store_msg_release(&b->resp);
-		mc_free(b);
-	}
+	if (--b->refs == 0)
+		batch_free(b);
 }
 
 /* Queue id to be given back (under the lock); lost when out of memory:
@@ -231,6 +237,7 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	struct mc_store_credits *k = &s->credits;
 	struct mc_store_put_credit_req req;
 	struct mc_store_credit_batch *b = mc_calloc(1, sizeof(*b));
+	struct mc_store_decode_arena *prev;
 	uint64_t *rel = NULL, t0 = mc_now_ns(), views = mc_master_conn_epoch(s->conn);
 	uint32_t nrel = 0, room;
 	mc_status rc;
@@ -266,17 +273,23 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	req.release = rel;
 	req.n_want = nwant < room ? nwant : room;
 	req.want = (uint64_t *)want;
+	/* an answer's credits are used by later calls, maybe on other
+	 * threads: its arena is its own, freed with it (batch_free) */
+	mc_store_answer_arena(s, MC_STORE_ANSWER_CREDIT, n + req.n_want, &b->arena);
+	prev = mc_store_decode_arena_use(&b->arena);
 	rc = mc_master_conn_call(s->conn, MC_STORE_PUT_CREDIT, &req, &b->resp);
+	mc_store_decode_arena_use(prev);
 	mc_free(rel);
-	if (rc != MC_OK) {
+	if (rc != MC_OK) { /* no answer to release */
+		mc_store_decode_arena_free(&b->arena);
 		mc_free(b);
 		return rc;
 	}
+	mc_store_answer_learn(s, MC_STORE_ANSWER_CREDIT, n + req.n_want, &b->arena);
 	if (b->resp.body.put_credit_resp.n_items != n) {
 		uint32_t got = b->resp.body.put_credit_resp.n_items;
 
-		mc_store_msg_release(&b->resp);
-		mc_free(b);
+		batch_free(b);
 		return mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items", got, n);
 	}
 	for (uint32_t i = 0; i < n; i++)

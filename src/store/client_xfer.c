@@ -712,11 +712,12 @@ static void cached_io(struct mc_store_io *io, const struct mc_store_loc *e, void
 	}
 }
 
-/* Did the cached read io of e end well: moved, checked, within the lease?
- * If not, e goes. */
-static bool cached_ok(struct mc_store *s, const struct mc_store_io *io, struct mc_store_loc *e)
+/* Did the cached read io of e end well: moved, checked, within the lease
+ * at now_ms (read after it ended)?  If not, e goes. */
+static bool cached_ok(struct mc_store *s, const struct mc_store_io *io, struct mc_store_loc *e,
+		      uint64_t now_ms)
 {
-	if (io->status == MC_OK && io->checked && mc_now_ms() < e->deadline_ms)
+	if (io->status == MC_OK && io->checked && now_ms < e->deadline_ms)
 		return true;
 	atomic_fetch_add(&s->metrics->loc_stale, 1);
 	mc_store_loc_forget(s, e->key, e->key_len);
@@ -748,7 +749,7 @@ static int64_t get_cached(struct mc_store *s, const char *key, void *const *bufs
 	}
 	cached_io(&io, e, bufs, lens, nbufs);
 	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
-	if (cached_ok(s, &io, e))
+	if (cached_ok(s, &io, e, mc_now_ms()))
 		n = (int64_t)e->rep.size;
 out:
 	mc_store_loc_unref(e);
@@ -863,16 +864,20 @@ static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t 
 	return rc;
 }
 
-mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
-				struct mc_store_msg *resp)
-{
-	return lookup(s, keys, n, resp, false);
-}
-
 mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				 struct mc_store_msg *resp)
 {
 	return lookup(s, keys, n, resp, true);
+}
+
+mc_status mc_store_lookup_batch_in(struct mc_store *s, struct mc_store_decode_arena *a,
+				   struct mc_proto_str *keys, uint32_t n, struct mc_store_msg *resp)
+{
+	struct mc_store_decode_arena *prev = mc_store_decode_arena_use(a);
+	mc_status rc = lookup(s, keys, n, resp, false);
+
+	mc_store_decode_arena_use(prev);
+	return rc;
 }
 
 /*
@@ -884,64 +889,70 @@ static void get_many_cached(struct mc_store *s, const char *const *keys, void *c
 			    const size_t *const *lens, const size_t *nbufs, size_t n,
 			    mc_store_batch_alloc_fn alloc, void *actx, int64_t *results)
 {
-	struct mc_store_loc **es = NULL;
-	struct mc_store_io *ios = NULL;
-	uint32_t *at = NULL;
-	void **abufs = NULL;
-	size_t *alens = NULL, nh = 0;
+	struct mc_store_loc **es;
+	struct mc_store_io *ios;
+	uint32_t *at;
+	void **abufs;
+	size_t *alens, nh = 0;
+	/* one allocation for the five arrays, each of n (ios first: the
+	 * strictest alignment) */
+	size_t each = sizeof(*ios) + sizeof(*es) + sizeof(*abufs) + sizeof(*alens) + sizeof(*at);
+	void *scratch;
 
 	if (alloc && alloc != malloc_nth)
 		return;
-	es = mc_calloc(n, sizeof(*es));
-	ios = mc_calloc(n, sizeof(*ios));
-	at = mc_calloc(n, sizeof(*at));
-	abufs = mc_calloc(n, sizeof(*abufs));
-	alens = mc_calloc(n, sizeof(*alens));
-	if (!es || !ios || !at || !abufs || !alens)
-		goto out; /* all of them from the master */
+	if (n > SIZE_MAX / each || !(scratch = mc_calloc(n, each)))
+		return; /* all of them from the master */
+	ios = scratch;
+	es = (struct mc_store_loc **)(ios + n);
+	abufs = (void **)(es + n);
+	alens = (size_t *)(abufs + n);
+	at = (uint32_t *)(alens + n);
+	if (!mc_store_loc_find_many(s, keys, results, n, es))
+		goto out;
 	for (size_t i = 0; i < n; i++) {
-		struct mc_store_loc *e;
+		struct mc_store_loc *e = es[i];
 		uint64_t cap = 0;
+		bool fits;
 
-		if (results[i] != MC_OK || !(e = mc_store_loc_find(s, keys[i], strlen(keys[i]))))
+		if (!e)
 			continue;
 		if (alloc) {
 			abufs[nh] = e->rep.size <= SIZE_MAX ? alloc(actx, i, (size_t)e->rep.size)
 							    : NULL;
 			alens[nh] = (size_t)e->rep.size;
-			if (!abufs[nh]) {
-				mc_store_loc_unref(e);
-				continue;
-			}
-			cached_io(&ios[nh], e, &abufs[nh], &alens[nh], 1);
+			fits = abufs[nh] != NULL;
+			if (fits)
+				cached_io(&ios[nh], e, &abufs[nh], &alens[nh], 1);
 		} else {
 			for (size_t b = 0; b < nbufs[i]; b++)
 				cap += lens[i][b];
-			if (e->rep.size > cap) { /* the master's answer decides */
-				mc_store_loc_unref(e);
-				continue;
-			}
-			cached_io(&ios[nh], e, bufs[i], lens[i], nbufs[i]);
+			fits = e->rep.size <= cap; /* if not, the master's answer decides */
+			if (fits)
+				cached_io(&ios[nh], e, bufs[i], lens[i], nbufs[i]);
 		}
-		es[nh] = e;
+		if (!fits) {
+			mc_store_loc_unref(e);
+			es[i] = NULL;
+			continue;
+		}
 		at[nh++] = (uint32_t)i;
 	}
 	if (nh) {
+		uint64_t now;
+
 		if (alloc)
 			mc_hostmem_populate_bufs(abufs, alens, nh);
 		mc_store_run_transfers(s, ios, nh, MC_OP_READ);
+		now = mc_now_ms(); /* after every read of the batch ended */
+		for (size_t j = 0; j < nh; j++)
+			if (cached_ok(s, &ios[j], es[at[j]], now))
+				results[at[j]] = (int64_t)ios[j].len;
 	}
-	for (size_t j = 0; j < nh; j++) {
-		if (cached_ok(s, &ios[j], es[j]))
-			results[at[j]] = (int64_t)ios[j].len;
-		mc_store_loc_unref(es[j]);
-	}
+	for (size_t i = 0; i < n; i++)
+		mc_store_loc_unref(es[i]);
 out:
-	mc_free(es);
-	mc_free(ios);
-	mc_free(at);
-	mc_free(abufs);
-	mc_free(alens);
+	mc_free(scratch);
 }
 
 /*
@@ -961,13 +972,19 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	void **alloc_bufs = NULL; /* per sent key: what alloc returned */
 	size_t *alloc_lens = NULL;
 	struct mc_store_loc_mark mk;
+	struct mc_store_decode_arena arena;
 	struct mc_store_msg resp;
 	uint32_t nsent = 0;
+	size_t left = 0; /* keys for the master */
 	uint64_t t0;
 	mc_status rc;
 
 	if (s->loc)
 		get_many_cached(s, keys, bufs, lens, nbufs, n, alloc, actx, results);
+	for (size_t i = 0; i < n; i++)
+		left += results[i] == MC_OK;
+	if (!left)
+		return; /* all read from the cache */
 	kv = mc_calloc(n, sizeof(*kv));
 	ios = mc_calloc(n, sizeof(*ios));
 	sent = mc_calloc(n, sizeof(*sent));
@@ -989,9 +1006,13 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		goto out;
 	mc_store_loc_mark(s, &mk);
 	t0 = mk.sent_ms;
-	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
-	if (rc != MC_OK)
+	mc_store_answer_arena(s, MC_STORE_ANSWER_LOOKUP, nsent, &arena);
+	rc = mc_store_lookup_batch_in(s, &arena, kv, nsent, &resp);
+	if (rc != MC_OK) {
+		mc_store_decode_arena_free(&arena);
 		goto fail_all;
+	}
+	mc_store_answer_learn(s, MC_STORE_ANSWER_LOOKUP, nsent, &arena);
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_replica_list_item *it =
 			&resp.body.batch_replica_list.items[j];
@@ -1059,7 +1080,8 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 				mc_store_loc_add(s, &mk, keys[i], kv[j].len, l, ios[j].reps);
 		}
 	}
-	mc_store_msg_release(&resp);
+	mc_store_msg_release_in(&arena, &resp);
+	mc_store_decode_arena_free(&arena);
 	goto out;
 fail_all:
 	for (size_t i = 0; i < n; i++)
