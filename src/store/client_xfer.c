@@ -169,9 +169,37 @@ static bool host_buffers(struct mc_store *s, const struct mc_store_io *io)
 	return true;
 }
 
+/*
+ * The segment a pass's last request went to: a batch's replicas are mostly
+ * on one holder, and opening a name scans the engine's segments under its
+ * lock, twice.  name points into the pass's replicas.
+ */
+struct seg_memo {
+	const char *name;
+	mc_segment_id id;
+};
+
+static mc_status open_memo(struct mc_store *s, struct seg_memo *m, const char *name,
+			   mc_segment_id *id_out)
+{
+	mc_status rc;
+
+	if (m->name && (m->name == name || strcmp(m->name, name) == 0)) {
+		*id_out = m->id;
+		return MC_OK;
+	}
+	rc = mc_te_open_segment(s->te, name, id_out);
+	if (rc == MC_OK) {
+		m->name = name;
+		m->id = *id_out;
+	}
+	return rc;
+}
+
 /* Queue the requests that move io to or from replica r. */
-static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc_store_io *io,
-			       uint32_t idx, int opcode, const struct mc_store_replica *r)
+static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct seg_memo *m,
+			       struct mc_store_io *io, uint32_t idx, int opcode,
+			       const struct mc_store_replica *r)
 {
 	struct mc_xfer_req req;
 	mc_segment_id seg;
@@ -197,7 +225,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 	}
 	/* anything else, own name included, goes through the engine, which
 	 * checks the range against registered memory */
-	rc = mc_te_open_segment(s->te, r->segment_name.ptr, &seg);
+	rc = open_memo(s, m, r->segment_name.ptr, &seg);
 	if (rc != MC_OK)
 		return rc;
 	/* a read to be checked comes in pieces, hashed as they land */
@@ -232,8 +260,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
  * value was copied).  TR_COUNT counts what TR_QUEUE may add. */
 enum { TR_COUNT, TR_QUEUE, TR_COPY };
 
-static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_store_io *ios,
-			   size_t n, int mode)
+static size_t put_trailers(struct mc_store *s, struct req_list *l, struct seg_memo *m,
+			   struct mc_store_io *ios, size_t n, int mode)
 {
 	size_t k = 0;
 
@@ -267,7 +295,7 @@ static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_sto
 			}
 			req.target_offset = r->address + io->len;
 			req.length = io->tlen;
-			io->status = mc_te_open_segment(s->te, r->segment_name.ptr, &req.target_id);
+			io->status = open_memo(s, m, r->segment_name.ptr, &req.target_id);
 			if (io->status == MC_OK)
 				io->status = req_list_add(l, &req, (uint32_t)i);
 		}
@@ -280,6 +308,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 {
 	struct mc_store_vpass *vp = NULL;
 	bool disk = false, fs = false;
+	struct seg_memo m = {NULL, 0};
 	struct req_list l;
 	mc_batch_id bid;
 	mc_status rc;
@@ -302,14 +331,15 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 			continue;
 		}
 		for (uint32_t r = 0; r < io->nreps && io->status == MC_OK; r++)
-			io->status = queue_replica(s, &l, io, (uint32_t)i, opcode, &io->reps[r]);
+			io->status =
+				queue_replica(s, &l, &m, io, (uint32_t)i, opcode, &io->reps[r]);
 		if (io->status != MC_OK)
 			l.n = first; /* drop what was queued for it */
 	}
 	if (l.n == 0)
 		goto out;
 	if (opcode == MC_OP_WRITE)
-		ntr = put_trailers(s, NULL, ios, n, TR_COUNT);
+		ntr = put_trailers(s, NULL, &m, ios, n, TR_COUNT);
 	rc = mc_te_batch_new(s->te, l.n + ntr, &bid);
 	if (rc == MC_OK && opcode == MC_OP_READ &&
 	    (vp = mc_store_verify_pass_new(s, ios, n, l.v, l.owner, l.n)) &&
@@ -322,7 +352,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	/* the trailers of writes signed ahead (mc_store_verify_ahead) go
 	 * with their values */
 	if (rc == MC_OK && opcode == MC_OP_WRITE)
-		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		(void)put_trailers(s, &l, &m, ios, n, TR_QUEUE);
 	if (rc == MC_OK) {
 		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)
@@ -338,7 +368,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n);
 		tfirst = l.n; /* then the trailers, in the same batch */
-		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		(void)put_trailers(s, &l, &m, ios, n, TR_QUEUE);
 		if (l.n > tfirst &&
 		    mc_te_submit_unchecked(s->te, bid, l.v + tfirst, l.n - tfirst) != MC_OK) {
 			for (size_t k = tfirst; k < l.n; k++)
@@ -362,7 +392,7 @@ out:
 	req_list_release(&l);
 	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */
-		(void)put_trailers(s, NULL, ios, n, TR_COPY);
+		(void)put_trailers(s, NULL, &m, ios, n, TR_COPY);
 	}
 	if (disk)
 		mc_store_disk_read(s, ios, n);

@@ -257,6 +257,7 @@ static void batch_lookups_find_the_live_entries(void **state)
 	struct mc_store_config on_a = prefer(A);
 	const char *keys[4] = {"lc-m0", "lc-m1", "lc-mx", "lc-m2"}, *many[70];
 	const char *put_keys[3] = {"lc-m0", "lc-m1", "lc-m2"};
+	struct mc_store_config on_b = prefer(B);
 	const void *vals[3];
 	size_t lens[3] = {OBJ, OBJ, OBJ};
 	int32_t put_res[3];
@@ -271,16 +272,27 @@ static void batch_lookups_find_the_live_entries(void **state)
 	mc_test_fill(v, 3 * OBJ, 23);
 	for (int i = 0; i < 3; i++)
 		vals[i] = v + (size_t)i * OBJ;
-	assert_int_equal(mc_store_put_batch(A, put_keys, vals, lens, 3, &on_a, put_res), MC_OK);
+	/* on A, B, A: a batch's requests go to the segment each names */
+	vals[1] = v + 2 * OBJ;
+	put_keys[1] = "lc-m2";
+	assert_int_equal(mc_store_put_batch(A, put_keys, vals, lens, 2, &on_a, put_res), MC_OK);
+	put_keys[1] = "lc-m1";
+	assert_int_equal(mc_store_put(A, "lc-m1", v + OBJ, OBJ, &on_b), MC_OK);
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(put_res[i], MC_OK);
+		if (i < 2)
+			assert_int_equal(put_res[i], MC_OK);
 		bufs[i] = bb[i] = reg(B);
 	}
-	/* the first batch get asks the master and fills the cache */
-	assert_int_equal(mc_store_batch_get_into(B, put_keys, bufs, caps, 3, res), MC_OK);
-	for (int i = 0; i < 3; i++) {
-		assert_int_equal(res[i], OBJ);
-		assert_memory_equal(bb[i], v + (size_t)i * OBJ, OBJ);
+	/* the first batch get asks the master and fills the cache, the
+	 * second reads from it */
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++)
+			memset(bb[i], 0, OBJ);
+		assert_int_equal(mc_store_batch_get_into(B, put_keys, bufs, caps, 3, res), MC_OK);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(res[i], OBJ);
+			assert_memory_equal(bb[i], v + (size_t)i * OBJ, OBJ);
+		}
 	}
 	assert_true(atomic_load(&B->answer_per_key[MC_STORE_ANSWER_LOOKUP]) > 0);
 
