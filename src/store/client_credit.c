@@ -189,30 +189,37 @@ bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, b
 	return mc_now_ns() >= __atomic_load_n(&s->credits.none_until, __ATOMIC_RELAXED);
 }
 
-/* Take a credit of size bytes (on segment, unless NULL or "") from the
- * pool into *out (true), or none. */
-static bool pool_take(struct mc_store *s, uint64_t size, const char *segment,
-		      struct mc_store_credit *out)
+/* Take a credit of size on segment ("" or NULL: any) for each out[j]
+ * (j < n) that holds none yet (out[j].b NULL), under one lock and one
+ * prune for the batch; returns how many found none. */
+static uint32_t pool_take_many(struct mc_store *s, const uint64_t *sizes, uint32_t n,
+			       const char *segment, struct mc_store_credit *out)
 {
 	size_t seglen = segment ? strlen(segment) : 0;
-
 	struct mc_store_credits *k = &s->credits;
-	bool got = false;
+	uint32_t miss = 0;
 
 	pthread_mutex_lock(&k->lock);
 	pool_prune(s, mc_now_ns());
-	for (uint32_t i = k->n; i-- > 0;) {
-		if (k->v[i].rep.size != size ||
-		    (seglen && (k->v[i].rep.segment_name.len != seglen ||
-				memcmp(k->v[i].rep.segment_name.ptr, segment, seglen))))
+	for (uint32_t j = 0; j < n; j++) {
+		bool got = false;
+
+		if (out[j].b)
 			continue;
-		*out = k->v[i];
-		k->v[i] = k->v[--k->n];
-		got = true;
-		break;
+		for (uint32_t i = k->n; i-- > 0;) {
+			if (k->v[i].rep.size != sizes[j] ||
+			    (seglen && (k->v[i].rep.segment_name.len != seglen ||
+					memcmp(k->v[i].rep.segment_name.ptr, segment, seglen))))
+				continue;
+			out[j] = k->v[i];
+			k->v[i] = k->v[--k->n];
+			got = true;
+			break;
+		}
+		miss += !got;
 	}
 	pthread_mutex_unlock(&k->lock);
-	return got;
+	return miss;
 }
 
 /* Done with a taken credit's descriptor; give it back too (unused). */
@@ -409,18 +416,25 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 			continue;
 		}
 		p.key_of[nio] = (uint32_t)i;
-		if (!pool_take(s, size, seg, &p.cr[nio]))
-			p.sizes[nmiss++] = size; /* the sizes to ask for */
-		nio++;
+		p.sizes[nio++] = size;
 	}
-	if (nmiss)
+	if (nio && pool_take_many(s, p.sizes, nio, seg, p.cr)) {
+		for (uint32_t j = 0; j < nio; j++)
+			if (!p.cr[j].b)
+				p.sizes[nmiss++] = p.sizes[j]; /* the sizes to ask for */
 		(void)credit_call(s, NULL, 0, NULL, seg, p.sizes, nmiss, p.st);
+		for (uint32_t j = 0; j < nio; j++) {
+			uint32_t i = p.key_of[j];
+
+			p.sizes[j] = totals[i] + mc_store_trailer_for(s, totals[i]);
+		}
+		(void)pool_take_many(s, p.sizes, nio, seg, p.cr);
+	}
 	for (uint32_t j = 0; j < nio; j++) {
 		uint32_t i = p.key_of[j];
 		struct mc_store_io *io = &p.ios[j];
 
-		p.sizes[j] = totals[i] + mc_store_trailer_for(s, totals[i]);
-		if (!p.cr[j].b && !pool_take(s, p.sizes[j], seg, &p.cr[j])) {
+		if (!p.cr[j].b) {
 			fallback[i] = true; /* none granted: the two-call way */
 			io->status = MC_ERR_INVALID_REPLICA;
 			continue;
