@@ -10,7 +10,11 @@ registered window of --window bytes of --size objects, all on the holder,
 TCP only) run --rounds rounds of "put" (put_from, one key per call) or
 "putb" (batch_put_from, --batch keys per call) then "remove"; the
 utime + stime of each process (all its threads, /proc/PID/stat) is summed
-over the put phases only, and divided by the objects put.
+over the put phases only, and divided by the objects put.  --mode getb
+measures batch gets instead (batch_get_into, --batch keys per call): each
+round puts the window untimed (putb), then times --get-rounds get phases
+(4, as bench/store_small.py: the first asks the master for the window's
+locations, the others find them in the client's location cache).
 
 --build takes several builds, comma-separated: each run starts a fresh set
 of processes from one build, and the builds alternate run by run (A/B on a
@@ -130,19 +134,26 @@ def one_run(build, args, env):
                 att = subprocess.Popen(args.attach.format(
                     pids=",".join(str(p) for p in pids.values()), **pids), shell=True,
                     start_new_session=True)
+            if args.mode == "getb":  # the window to read, untimed
+                c.p.stdin.write("putb\n")
+                if not c.readline().startswith("OK"):
+                    c.fail("untimed putb failed")
             for k in ctrs if r else ():
                 ctrs[k].enable()
             before = {k: cpu_s(p) for k, p in pids.items()}
-            c.p.stdin.write(args.mode + "\n")
-            line = c.readline()
-            if not line.startswith("OK"):
-                c.fail(f"answered {line.strip()!r}")
+            t0 = None
+            for _ in range(args.get_rounds if args.mode == "getb" else 1):
+                c.p.stdin.write(args.mode + "\n")
+                line = c.readline()
+                if not line.startswith("OK"):
+                    c.fail(f"answered {line.strip()!r}")
+                f = dict(t.split("=") for t in line.split()[1:])
+                t0 = t0 if t0 is not None else float(f["t0"])
             after = {k: cpu_s(p) for k, p in pids.items()}
             for k in ctrs if r else ():
                 ctrs[k].disable()
             if r:
-                f = dict(t.split("=") for t in line.split()[1:])
-                wall += float(f["t1"]) - float(f["t0"])
+                wall += float(f["t1"]) - t0
                 for k in pids:
                     spent[k] += after[k] - before[k]
             c.p.stdin.write("remove\n")
@@ -150,7 +161,7 @@ def one_run(build, args, env):
         if att:
             os.killpg(att.pid, signal.SIGINT)
             att.wait(timeout=60)
-        n = keys * args.rounds
+        n = keys * args.rounds * (args.get_rounds if args.mode == "getb" else 1)
         out = {k: v / n * 1e6 for k, v in spent.items()}
         out["total"] = sum(out.values())
         out["gbps"] = n * args.size / wall / 1e9
@@ -174,8 +185,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=20, help="put phases per run")
     ap.add_argument("--size", default="64k")
     ap.add_argument("--window", default="32m")
-    ap.add_argument("--mode", default="putb", choices=("put", "putb"))
+    ap.add_argument("--mode", default="putb", choices=("put", "putb", "getb"))
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--get-rounds", type=int, default=4,
+                    help="getb: batch get phases per put (the first asks the master)")
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--env-b", action="append", default=[])
     ap.add_argument("--attach", help="a command run beside the timed rounds (see above)")
@@ -209,7 +222,7 @@ def main():
               f"{med['total']:.1f} | {med['gbps']:.2f} |")
     if not args.count:
         return
-    print(f"\nevents per object put (medians of {args.runs} runs)")
+    print(f"\nevents per object {'read' if args.mode == 'getb' else 'put'} (medians of {args.runs} runs)")
     print("| build | event | client | holder | master |")
     print("|---|---|---:|---:|---:|")
     for i, b in enumerate(builds):

@@ -1043,3 +1043,31 @@ int64_t mc_store_get_replica_desc(struct mc_store *s, const char *key,
 	mc_store_msg_release(&resp);
 	return n;
 }
+
+/* ---- the master's answers, each in an arena of its own (client_int.h) ---- */
+
+#define ANSWER_SLACK	   256	      /* beside n keys' worth: a larger answer's strings */
+#define ANSWER_PER_KEY_MAX 4096u      /* a wrong guess costs a malloc, not more */
+#define ANSWER_ARENA_MAX   (1u << 20) /* a larger answer's rest is malloc'ed */
+
+void mc_store_answer_arena(struct mc_store *s, enum mc_store_answer_kind kind, uint32_t n,
+			   struct mc_store_decode_arena *a)
+{
+	size_t per = atomic_load_explicit(&s->answer_per_key[kind], memory_order_relaxed);
+
+	/* the first answer of a kind learns its size: malloc as usual */
+	mc_store_decode_arena_init(
+		a, per ? MC_MIN(ANSWER_SLACK + per * (size_t)n, (size_t)ANSWER_ARENA_MAX) : 0);
+}
+
+void mc_store_answer_learn(struct mc_store *s, enum mc_store_answer_kind kind, uint32_t n,
+			   const struct mc_store_decode_arena *a)
+{
+	size_t took = a->used + a->spilled, per;
+
+	if (!n || !took)
+		return;
+	per = MC_MIN((took + n - 1) / n, (size_t)ANSWER_PER_KEY_MAX);
+	if (per > atomic_load_explicit(&s->answer_per_key[kind], memory_order_relaxed))
+		atomic_store_explicit(&s->answer_per_key[kind], per, memory_order_relaxed);
+}

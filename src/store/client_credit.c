@@ -58,7 +58,15 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 struct mc_store_credit_batch {
 	uint32_t refs; /* credits of it not yet used (under credits.lock) */
 	struct mc_store_msg resp;
+	struct mc_store_decode_arena arena; /* resp's strings and lists */
 };
+
+static void batch_free(struct mc_store_credit_batch *b)
+{
+	mc_store_msg_release_in(&b->arena, &b->resp);
+	mc_store_decode_arena_free(&b->arena);
+	mc_free(b);
+}
 
 void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms)
 {
@@ -75,10 +83,8 @@ void mc_store_credit_init(struct mc_store *s, int64_t max, int64_t window_ms)
 /* Drop one reference to b (under the lock); the last frees the answer. */
 static void batch_unref(struct mc_store_credit_batch *b)
 {
-	if (--b->refs == 0) {
-		mc_store_msg_release(&b->resp);
-		mc_free(b);
-	}
+	if (--b->refs == 0)
+		batch_free(b);
 }
 
 /* Queue id to be given back (under the lock); lost when out of memory:
@@ -183,30 +189,37 @@ bool mc_store_credit_on(struct mc_store *s, const struct mc_store_config *cfg, b
 	return mc_now_ns() >= __atomic_load_n(&s->credits.none_until, __ATOMIC_RELAXED);
 }
 
-/* Take a credit of size bytes (on segment, unless NULL or "") from the
- * pool into *out (true), or none. */
-static bool pool_take(struct mc_store *s, uint64_t size, const char *segment,
-		      struct mc_store_credit *out)
+/* Take a credit of size on segment ("" or NULL: any) for each out[j]
+ * (j < n) that holds none yet (out[j].b NULL), under one lock and one
+ * prune for the batch; returns how many found none. */
+static uint32_t pool_take_many(struct mc_store *s, const uint64_t *sizes, uint32_t n,
+			       const char *segment, struct mc_store_credit *out)
 {
 	size_t seglen = segment ? strlen(segment) : 0;
-
 	struct mc_store_credits *k = &s->credits;
-	bool got = false;
+	uint32_t miss = 0;
 
 	pthread_mutex_lock(&k->lock);
 	pool_prune(s, mc_now_ns());
-	for (uint32_t i = k->n; i-- > 0;) {
-		if (k->v[i].rep.size != size ||
-		    (seglen && (k->v[i].rep.segment_name.len != seglen ||
-				memcmp(k->v[i].rep.segment_name.ptr, segment, seglen))))
+	for (uint32_t j = 0; j < n; j++) {
+		bool got = false;
+
+		if (out[j].b)
 			continue;
-		*out = k->v[i];
-		k->v[i] = k->v[--k->n];
-		got = true;
-		break;
+		for (uint32_t i = k->n; i-- > 0;) {
+			if (k->v[i].rep.size != sizes[j] ||
+			    (seglen && (k->v[i].rep.segment_name.len != seglen ||
+					memcmp(k->v[i].rep.segment_name.ptr, segment, seglen))))
+				continue;
+			out[j] = k->v[i];
+			k->v[i] = k->v[--k->n];
+			got = true;
+			break;
+		}
+		miss += !got;
 	}
 	pthread_mutex_unlock(&k->lock);
-	return got;
+	return miss;
 }
 
 /* Done with a taken credit's descriptor; give it back too (unused). */
@@ -231,6 +244,7 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	struct mc_store_credits *k = &s->credits;
 	struct mc_store_put_credit_req req;
 	struct mc_store_credit_batch *b = mc_calloc(1, sizeof(*b));
+	struct mc_store_decode_arena *prev;
 	uint64_t *rel = NULL, t0 = mc_now_ns(), views = mc_master_conn_epoch(s->conn);
 	uint32_t nrel = 0, room;
 	mc_status rc;
@@ -266,17 +280,23 @@ static mc_status credit_call(struct mc_store *s, const struct mc_store_credit_it
 	req.release = rel;
 	req.n_want = nwant < room ? nwant : room;
 	req.want = (uint64_t *)want;
+	/* an answer's credits are used by later calls, maybe on other
+	 * threads: its arena is its own, freed with it (batch_free) */
+	mc_store_answer_arena(s, MC_STORE_ANSWER_CREDIT, n + req.n_want, &b->arena);
+	prev = mc_store_decode_arena_use(&b->arena);
 	rc = mc_master_conn_call(s->conn, MC_STORE_PUT_CREDIT, &req, &b->resp);
+	mc_store_decode_arena_use(prev);
 	mc_free(rel);
-	if (rc != MC_OK) {
+	if (rc != MC_OK) { /* no answer to release */
+		mc_store_decode_arena_free(&b->arena);
 		mc_free(b);
 		return rc;
 	}
+	mc_store_answer_learn(s, MC_STORE_ANSWER_CREDIT, n + req.n_want, &b->arena);
 	if (b->resp.body.put_credit_resp.n_items != n) {
 		uint32_t got = b->resp.body.put_credit_resp.n_items;
 
-		mc_store_msg_release(&b->resp);
-		mc_free(b);
+		batch_free(b);
 		return mc_set_error(MC_ERR_PROTOCOL, "master answered %u of %u items", got, n);
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -396,18 +416,25 @@ void mc_store_credit_put(struct mc_store *s, const char *const *keys, void *cons
 			continue;
 		}
 		p.key_of[nio] = (uint32_t)i;
-		if (!pool_take(s, size, seg, &p.cr[nio]))
-			p.sizes[nmiss++] = size; /* the sizes to ask for */
-		nio++;
+		p.sizes[nio++] = size;
 	}
-	if (nmiss)
+	if (nio && pool_take_many(s, p.sizes, nio, seg, p.cr)) {
+		for (uint32_t j = 0; j < nio; j++)
+			if (!p.cr[j].b)
+				p.sizes[nmiss++] = p.sizes[j]; /* the sizes to ask for */
 		(void)credit_call(s, NULL, 0, NULL, seg, p.sizes, nmiss, p.st);
+		for (uint32_t j = 0; j < nio; j++) {
+			uint32_t i = p.key_of[j];
+
+			p.sizes[j] = totals[i] + mc_store_trailer_for(s, totals[i]);
+		}
+		(void)pool_take_many(s, p.sizes, nio, seg, p.cr);
+	}
 	for (uint32_t j = 0; j < nio; j++) {
 		uint32_t i = p.key_of[j];
 		struct mc_store_io *io = &p.ios[j];
 
-		p.sizes[j] = totals[i] + mc_store_trailer_for(s, totals[i]);
-		if (!p.cr[j].b && !pool_take(s, p.sizes[j], seg, &p.cr[j])) {
+		if (!p.cr[j].b) {
 			fallback[i] = true; /* none granted: the two-call way */
 			io->status = MC_ERR_INVALID_REPLICA;
 			continue;

@@ -93,6 +93,9 @@ struct mc_store {
 	struct mc_store_loccache *loc;
 	bool trailers; /* with verify, MC_STORE_CHUNK_TRAILERS and a minor-10 master:
 			* puts write chunk-sum trailers (tests set it directly) */
+	/* bytes per key that the master's answers of each kind decoded to,
+	 * the most seen: the next answer's arena (mc_store_answer_arena) */
+	atomic_size_t answer_per_key[2];
 
 	/* global segment */
 	void *seg;
@@ -451,14 +454,33 @@ const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
  * releases resp. */
 mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp);
 
-/* One BatchGetReplicaList for keys[0..n); an answer that does not hold
- * exactly n items is released and refused (MC_ERR_PROTOCOL). */
-/* mc_store_lookup_batch asking also for the chunk checksums (minor 9, with
- * verification on); resp's batch_replica_list.n_chunks is n or 0. */
+/* One BatchGetReplicaList for keys[0..n), decoded into a (NULL: malloc;
+ * in use for the call only: the caller releases resp with
+ * mc_store_msg_release_in(a, resp)); an answer that does not hold exactly
+ * n items is released and refused (MC_ERR_PROTOCOL). */
+mc_status mc_store_lookup_batch_in(struct mc_store *s, struct mc_store_decode_arena *a,
+				   struct mc_proto_str *keys, uint32_t n,
+				   struct mc_store_msg *resp);
+/* mc_store_lookup_batch_in asking also for the chunk checksums (minor 9,
+ * with verification on; no arena); resp's batch_replica_list.n_chunks is
+ * n or 0. */
 mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				 struct mc_store_msg *resp);
-mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
-				struct mc_store_msg *resp);
+
+/*
+ * The master's answer to a batch call decodes into one arena of its own
+ * (proto.h) rather than a malloc per string and list (a PutCredit answer
+ * holds three strings per credit, a BatchGetReplicaList three per replica):
+ * mc_store_answer_arena sizes a for n keys from what answers of kind
+ * decoded to before; mc_store_answer_learn records what this one took.
+ * The answer is released with mc_store_msg_release_in(a, ..), then a freed
+ * (mc_store_decode_arena_free).
+ */
+enum mc_store_answer_kind { MC_STORE_ANSWER_CREDIT, MC_STORE_ANSWER_LOOKUP };
+void mc_store_answer_arena(struct mc_store *s, enum mc_store_answer_kind kind, uint32_t n,
+			   struct mc_store_decode_arena *a);
+void mc_store_answer_learn(struct mc_store *s, enum mc_store_answer_kind kind, uint32_t n,
+			   const struct mc_store_decode_arena *a);
 
 /* Room for nios ranges with nreps replica copies in all. */
 mc_status mc_store_ranges_init(struct mc_store_ranges *rs, size_t nios, size_t nreps);
@@ -513,6 +535,11 @@ void mc_store_loc_free_all(struct mc_store *s);
 uint64_t mc_store_loc_margin_ms(uint64_t ttl_ms);
 /* key's live entry, referenced (unref when done), or NULL. */
 struct mc_store_loc *mc_store_loc_find(struct mc_store *s, const char *key, size_t len);
+/* mc_store_loc_find of keys[0..n) but those whose skip[i] is not MC_OK
+ * (skip may be NULL), under one lock and one clock reading: out[i] the
+ * entry or NULL; returns how many were found. */
+size_t mc_store_loc_find_many(struct mc_store *s, const char *const *keys, const int64_t *skip,
+			      size_t n, struct mc_store_loc **out);
 void mc_store_loc_unref(struct mc_store_loc *e);
 void mc_store_loc_mark(struct mc_store *s, struct mc_store_loc_mark *mk);
 /* Remember that key's object (list) was read from r, checked, with the

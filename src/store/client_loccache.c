@@ -163,6 +163,71 @@ void mc_store_loc_free_all(struct mc_store *s)
 	s->loc = NULL;
 }
 
+/* Is e live at now under connection epoch? If not, it goes (lock held). */
+static bool live_locked(struct mc_store_loccache *c, struct mc_store_loc *e, uint64_t now,
+			uint64_t epoch)
+{
+	if (now >= e->deadline_ms || e->conn_epoch != epoch) {
+		unlink_locked(c, e); /* its lease is over, or its connection */
+		return false;
+	}
+	mc_list_del(&e->lru);
+	mc_list_add_head(&c->lru, &e->lru);
+	atomic_fetch_add(&e->refs, 1);
+	return true;
+}
+
+size_t mc_store_loc_find_many(struct mc_store *s, const char *const *keys, const int64_t *skip,
+			      size_t n, struct mc_store_loc **out)
+{
+	struct mc_store_loccache *c = s->loc;
+	struct hashed {
+		uint64_t h;
+		size_t len;
+	} hbuf[64], *h;
+	uint64_t now, epoch, hits = 0, asked = 0;
+
+	memset(out, 0, n * sizeof(*out));
+	if (!c)
+		return 0;
+	h = n <= 64 ? hbuf : mc_malloc(n * sizeof(*h));
+	if (!h) { /* one at a time */
+		for (size_t i = 0; i < n; i++)
+			if (!skip || skip[i] == MC_OK)
+				hits += !!(out[i] = mc_store_loc_find(s, keys[i], strlen(keys[i])));
+		return hits;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (skip && skip[i] != MC_OK)
+			continue;
+		h[i].len = strlen(keys[i]);
+		h[i].h = XXH3_64bits(keys[i], h[i].len);
+	}
+	now = mc_now_ms();
+	epoch = mc_master_conn_epoch(s->conn);
+	pthread_mutex_lock(&c->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct mc_store_loc *e;
+
+		if (skip && skip[i] != MC_OK)
+			continue;
+		asked++;
+		e = find_locked(c, h[i].h, keys[i], h[i].len);
+		if (e && live_locked(c, e, now, epoch)) {
+			out[i] = e;
+			hits++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (h != hbuf)
+		mc_free(h);
+	if (s->metrics) {
+		atomic_fetch_add(&s->metrics->loc_hits, hits);
+		atomic_fetch_add(&s->metrics->loc_misses, asked - hits);
+	}
+	return hits;
+}
+
 struct mc_store_loc *mc_store_loc_find(struct mc_store *s, const char *key, size_t len)
 {
 	struct mc_store_loccache *c = s->loc;
@@ -176,15 +241,8 @@ struct mc_store_loc *mc_store_loc_find(struct mc_store *s, const char *key, size
 	epoch = mc_master_conn_epoch(s->conn);
 	pthread_mutex_lock(&c->lock);
 	e = find_locked(c, h, key, len);
-	if (e && (now >= e->deadline_ms || e->conn_epoch != epoch)) {
-		unlink_locked(c, e); /* its lease is over, or its connection */
+	if (e && !live_locked(c, e, now, epoch))
 		e = NULL;
-	}
-	if (e) {
-		mc_list_del(&e->lru);
-		mc_list_add_head(&c->lru, &e->lru);
-		atomic_fetch_add(&e->refs, 1);
-	}
 	pthread_mutex_unlock(&c->lock);
 	if (s->metrics)
 		atomic_fetch_add(e ? &s->metrics->loc_hits : &s->metrics->loc_misses, 1);

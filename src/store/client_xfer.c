@@ -169,9 +169,37 @@ static bool host_buffers(struct mc_store *s, const struct mc_store_io *io)
 	return true;
 }
 
+/*
+ * The segment a pass's last request went to: a batch's replicas are mostly
+ * on one holder, and opening a name scans the engine's segments under its
+ * lock, twice.  name points into the pass's replicas.
+ */
+struct seg_memo {
+	const char *name;
+	mc_segment_id id;
+};
+
+static mc_status open_memo(struct mc_store *s, struct seg_memo *m, const char *name,
+			   mc_segment_id *id_out)
+{
+	mc_status rc;
+
+	if (m->name && (m->name == name || strcmp(m->name, name) == 0)) {
+		*id_out = m->id;
+		return MC_OK;
+	}
+	rc = mc_te_open_segment(s->te, name, id_out);
+	if (rc == MC_OK) {
+		m->name = name;
+		m->id = *id_out;
+	}
+	return rc;
+}
+
 /* Queue the requests that move io to or from replica r. */
-static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc_store_io *io,
-			       uint32_t idx, int opcode, const struct mc_store_replica *r)
+static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct seg_memo *m,
+			       struct mc_store_io *io, uint32_t idx, int opcode,
+			       const struct mc_store_replica *r)
 {
 	struct mc_xfer_req req;
 	mc_segment_id seg;
@@ -197,7 +225,7 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
 	}
 	/* anything else, own name included, goes through the engine, which
 	 * checks the range against registered memory */
-	rc = mc_te_open_segment(s->te, r->segment_name.ptr, &seg);
+	rc = open_memo(s, m, r->segment_name.ptr, &seg);
 	if (rc != MC_OK)
 		return rc;
 	/* a read to be checked comes in pieces, hashed as they land */
@@ -232,8 +260,8 @@ static mc_status queue_replica(struct mc_store *s, struct req_list *l, struct mc
  * value was copied).  TR_COUNT counts what TR_QUEUE may add. */
 enum { TR_COUNT, TR_QUEUE, TR_COPY };
 
-static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_store_io *ios,
-			   size_t n, int mode)
+static size_t put_trailers(struct mc_store *s, struct req_list *l, struct seg_memo *m,
+			   struct mc_store_io *ios, size_t n, int mode)
 {
 	size_t k = 0;
 
@@ -267,7 +295,7 @@ static size_t put_trailers(struct mc_store *s, struct req_list *l, struct mc_sto
 			}
 			req.target_offset = r->address + io->len;
 			req.length = io->tlen;
-			io->status = mc_te_open_segment(s->te, r->segment_name.ptr, &req.target_id);
+			io->status = open_memo(s, m, r->segment_name.ptr, &req.target_id);
 			if (io->status == MC_OK)
 				io->status = req_list_add(l, &req, (uint32_t)i);
 		}
@@ -280,6 +308,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 {
 	struct mc_store_vpass *vp = NULL;
 	bool disk = false, fs = false;
+	struct seg_memo m = {NULL, 0};
 	struct req_list l;
 	mc_batch_id bid;
 	mc_status rc;
@@ -302,14 +331,15 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 			continue;
 		}
 		for (uint32_t r = 0; r < io->nreps && io->status == MC_OK; r++)
-			io->status = queue_replica(s, &l, io, (uint32_t)i, opcode, &io->reps[r]);
+			io->status =
+				queue_replica(s, &l, &m, io, (uint32_t)i, opcode, &io->reps[r]);
 		if (io->status != MC_OK)
 			l.n = first; /* drop what was queued for it */
 	}
 	if (l.n == 0)
 		goto out;
 	if (opcode == MC_OP_WRITE)
-		ntr = put_trailers(s, NULL, ios, n, TR_COUNT);
+		ntr = put_trailers(s, NULL, &m, ios, n, TR_COUNT);
 	rc = mc_te_batch_new(s->te, l.n + ntr, &bid);
 	if (rc == MC_OK && opcode == MC_OP_READ &&
 	    (vp = mc_store_verify_pass_new(s, ios, n, l.v, l.owner, l.n)) &&
@@ -322,7 +352,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	/* the trailers of writes signed ahead (mc_store_verify_ahead) go
 	 * with their values */
 	if (rc == MC_OK && opcode == MC_OP_WRITE)
-		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		(void)put_trailers(s, &l, &m, ios, n, TR_QUEUE);
 	if (rc == MC_OK) {
 		rc = mc_te_submit_unchecked(s->te, bid, l.v, l.n);
 		if (rc != MC_OK)
@@ -338,7 +368,7 @@ static void run_pass(struct mc_store *s, struct mc_store_io *ios, size_t n, int 
 	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n);
 		tfirst = l.n; /* then the trailers, in the same batch */
-		(void)put_trailers(s, &l, ios, n, TR_QUEUE);
+		(void)put_trailers(s, &l, &m, ios, n, TR_QUEUE);
 		if (l.n > tfirst &&
 		    mc_te_submit_unchecked(s->te, bid, l.v + tfirst, l.n - tfirst) != MC_OK) {
 			for (size_t k = tfirst; k < l.n; k++)
@@ -362,7 +392,7 @@ out:
 	req_list_release(&l);
 	if (opcode == MC_OP_WRITE) {
 		mc_store_verify_sign(s, ios, n); /* what was copied, or no batch */
-		(void)put_trailers(s, NULL, ios, n, TR_COPY);
+		(void)put_trailers(s, NULL, &m, ios, n, TR_COPY);
 	}
 	if (disk)
 		mc_store_disk_read(s, ios, n);
@@ -712,11 +742,12 @@ static void cached_io(struct mc_store_io *io, const struct mc_store_loc *e, void
 	}
 }
 
-/* Did the cached read io of e end well: moved, checked, within the lease?
- * If not, e goes. */
-static bool cached_ok(struct mc_store *s, const struct mc_store_io *io, struct mc_store_loc *e)
+/* Did the cached read io of e end well: moved, checked, within the lease
+ * at now_ms (read after it ended)?  If not, e goes. */
+static bool cached_ok(struct mc_store *s, const struct mc_store_io *io, struct mc_store_loc *e,
+		      uint64_t now_ms)
 {
-	if (io->status == MC_OK && io->checked && mc_now_ms() < e->deadline_ms)
+	if (io->status == MC_OK && io->checked && now_ms < e->deadline_ms)
 		return true;
 	atomic_fetch_add(&s->metrics->loc_stale, 1);
 	mc_store_loc_forget(s, e->key, e->key_len);
@@ -748,7 +779,7 @@ static int64_t get_cached(struct mc_store *s, const char *key, void *const *bufs
 	}
 	cached_io(&io, e, bufs, lens, nbufs);
 	mc_store_run_transfers(s, &io, 1, MC_OP_READ);
-	if (cached_ok(s, &io, e))
+	if (cached_ok(s, &io, e, mc_now_ms()))
 		n = (int64_t)e->rep.size;
 out:
 	mc_store_loc_unref(e);
@@ -863,16 +894,20 @@ static mc_status lookup(struct mc_store *s, struct mc_proto_str *keys, uint32_t 
 	return rc;
 }
 
-mc_status mc_store_lookup_batch(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
-				struct mc_store_msg *resp)
-{
-	return lookup(s, keys, n, resp, false);
-}
-
 mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				 struct mc_store_msg *resp)
 {
 	return lookup(s, keys, n, resp, true);
+}
+
+mc_status mc_store_lookup_batch_in(struct mc_store *s, struct mc_store_decode_arena *a,
+				   struct mc_proto_str *keys, uint32_t n, struct mc_store_msg *resp)
+{
+	struct mc_store_decode_arena *prev = mc_store_decode_arena_use(a);
+	mc_status rc = lookup(s, keys, n, resp, false);
+
+	mc_store_decode_arena_use(prev);
+	return rc;
 }
 
 /*
@@ -884,64 +919,70 @@ static void get_many_cached(struct mc_store *s, const char *const *keys, void *c
 			    const size_t *const *lens, const size_t *nbufs, size_t n,
 			    mc_store_batch_alloc_fn alloc, void *actx, int64_t *results)
 {
-	struct mc_store_loc **es = NULL;
-	struct mc_store_io *ios = NULL;
-	uint32_t *at = NULL;
-	void **abufs = NULL;
-	size_t *alens = NULL, nh = 0;
+	struct mc_store_loc **es;
+	struct mc_store_io *ios;
+	uint32_t *at;
+	void **abufs;
+	size_t *alens, nh = 0;
+	/* one allocation for the five arrays, each of n (ios first: the
+	 * strictest alignment) */
+	size_t each = sizeof(*ios) + sizeof(*es) + sizeof(*abufs) + sizeof(*alens) + sizeof(*at);
+	void *scratch;
 
 	if (alloc && alloc != malloc_nth)
 		return;
-	es = mc_calloc(n, sizeof(*es));
-	ios = mc_calloc(n, sizeof(*ios));
-	at = mc_calloc(n, sizeof(*at));
-	abufs = mc_calloc(n, sizeof(*abufs));
-	alens = mc_calloc(n, sizeof(*alens));
-	if (!es || !ios || !at || !abufs || !alens)
-		goto out; /* all of them from the master */
+	if (n > SIZE_MAX / each || !(scratch = mc_calloc(n, each)))
+		return; /* all of them from the master */
+	ios = scratch;
+	es = (struct mc_store_loc **)(ios + n);
+	abufs = (void **)(es + n);
+	alens = (size_t *)(abufs + n);
+	at = (uint32_t *)(alens + n);
+	if (!mc_store_loc_find_many(s, keys, results, n, es))
+		goto out;
 	for (size_t i = 0; i < n; i++) {
-		struct mc_store_loc *e;
+		struct mc_store_loc *e = es[i];
 		uint64_t cap = 0;
+		bool fits;
 
-		if (results[i] != MC_OK || !(e = mc_store_loc_find(s, keys[i], strlen(keys[i]))))
+		if (!e)
 			continue;
 		if (alloc) {
 			abufs[nh] = e->rep.size <= SIZE_MAX ? alloc(actx, i, (size_t)e->rep.size)
 							    : NULL;
 			alens[nh] = (size_t)e->rep.size;
-			if (!abufs[nh]) {
-				mc_store_loc_unref(e);
-				continue;
-			}
-			cached_io(&ios[nh], e, &abufs[nh], &alens[nh], 1);
+			fits = abufs[nh] != NULL;
+			if (fits)
+				cached_io(&ios[nh], e, &abufs[nh], &alens[nh], 1);
 		} else {
 			for (size_t b = 0; b < nbufs[i]; b++)
 				cap += lens[i][b];
-			if (e->rep.size > cap) { /* the master's answer decides */
-				mc_store_loc_unref(e);
-				continue;
-			}
-			cached_io(&ios[nh], e, bufs[i], lens[i], nbufs[i]);
+			fits = e->rep.size <= cap; /* if not, the master's answer decides */
+			if (fits)
+				cached_io(&ios[nh], e, bufs[i], lens[i], nbufs[i]);
 		}
-		es[nh] = e;
+		if (!fits) {
+			mc_store_loc_unref(e);
+			es[i] = NULL;
+			continue;
+		}
 		at[nh++] = (uint32_t)i;
 	}
 	if (nh) {
+		uint64_t now;
+
 		if (alloc)
 			mc_hostmem_populate_bufs(abufs, alens, nh);
 		mc_store_run_transfers(s, ios, nh, MC_OP_READ);
+		now = mc_now_ms(); /* after every read of the batch ended */
+		for (size_t j = 0; j < nh; j++)
+			if (cached_ok(s, &ios[j], es[at[j]], now))
+				results[at[j]] = (int64_t)ios[j].len;
 	}
-	for (size_t j = 0; j < nh; j++) {
-		if (cached_ok(s, &ios[j], es[j]))
-			results[at[j]] = (int64_t)ios[j].len;
-		mc_store_loc_unref(es[j]);
-	}
+	for (size_t i = 0; i < n; i++)
+		mc_store_loc_unref(es[i]);
 out:
-	mc_free(es);
-	mc_free(ios);
-	mc_free(at);
-	mc_free(abufs);
-	mc_free(alens);
+	mc_free(scratch);
 }
 
 /*
@@ -961,13 +1002,19 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 	void **alloc_bufs = NULL; /* per sent key: what alloc returned */
 	size_t *alloc_lens = NULL;
 	struct mc_store_loc_mark mk;
+	struct mc_store_decode_arena arena;
 	struct mc_store_msg resp;
 	uint32_t nsent = 0;
+	size_t left = 0; /* keys for the master */
 	uint64_t t0;
 	mc_status rc;
 
 	if (s->loc)
 		get_many_cached(s, keys, bufs, lens, nbufs, n, alloc, actx, results);
+	for (size_t i = 0; i < n; i++)
+		left += results[i] == MC_OK;
+	if (!left)
+		return; /* all read from the cache */
 	kv = mc_calloc(n, sizeof(*kv));
 	ios = mc_calloc(n, sizeof(*ios));
 	sent = mc_calloc(n, sizeof(*sent));
@@ -989,9 +1036,13 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 		goto out;
 	mc_store_loc_mark(s, &mk);
 	t0 = mk.sent_ms;
-	rc = mc_store_lookup_batch(s, kv, nsent, &resp);
-	if (rc != MC_OK)
+	mc_store_answer_arena(s, MC_STORE_ANSWER_LOOKUP, nsent, &arena);
+	rc = mc_store_lookup_batch_in(s, &arena, kv, nsent, &resp);
+	if (rc != MC_OK) {
+		mc_store_decode_arena_free(&arena);
 		goto fail_all;
+	}
+	mc_store_answer_learn(s, MC_STORE_ANSWER_LOOKUP, nsent, &arena);
 	for (uint32_t j = 0; j < nsent; j++) {
 		const struct mc_store_replica_list_item *it =
 			&resp.body.batch_replica_list.items[j];
@@ -1059,7 +1110,8 @@ static void get_many(struct mc_store *s, const char *const *keys, void *const *c
 				mc_store_loc_add(s, &mk, keys[i], kv[j].len, l, ios[j].reps);
 		}
 	}
-	mc_store_msg_release(&resp);
+	mc_store_msg_release_in(&arena, &resp);
+	mc_store_decode_arena_free(&arena);
 	goto out;
 fail_all:
 	for (size_t i = 0; i < n; i++)

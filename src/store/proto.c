@@ -942,9 +942,25 @@ static const char empty_str[1] = "";
 
 static _Thread_local struct mc_store_decode_arena *tl_arena;
 
-void mc_store_decode_arena_use(struct mc_store_decode_arena *a)
+struct mc_store_decode_arena *mc_store_decode_arena_use(struct mc_store_decode_arena *a)
 {
+	struct mc_store_decode_arena *prev = tl_arena;
+
 	tl_arena = a;
+	return prev;
+}
+
+void mc_store_decode_arena_init(struct mc_store_decode_arena *a, size_t cap)
+{
+	memset(a, 0, sizeof(*a));
+	if (cap && (a->base = mc_malloc(cap)))
+		a->cap = cap;
+}
+
+void mc_store_decode_arena_free(struct mc_store_decode_arena *a)
+{
+	mc_free(a->base);
+	memset(a, 0, sizeof(*a));
 }
 
 /* n bytes (zeroed when zero), 16-aligned from the arena while it has room. */

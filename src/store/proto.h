@@ -1218,8 +1218,18 @@ struct mc_store_decode_arena {
 			 * may grow it by as much; the owner resets it) */
 };
 
-/* The calling thread's arena from now on (NULL: none, malloc as usual). */
-void mc_store_decode_arena_use(struct mc_store_decode_arena *a);
+/* The calling thread's arena from now on (NULL: none, malloc as usual);
+ * returns the one in use before, to be put back. */
+struct mc_store_decode_arena *mc_store_decode_arena_use(struct mc_store_decode_arena *a);
+
+/*
+ * An arena of its own for one message (a client's answer from the master
+ * that it keeps a while): cap bytes from one malloc, none when cap is 0
+ * or the malloc fails (the decode then mallocs as usual).  Free it after
+ * the message's mc_store_msg_release_in(a, ...).
+ */
+void mc_store_decode_arena_init(struct mc_store_decode_arena *a, size_t cap);
+void mc_store_decode_arena_free(struct mc_store_decode_arena *a);
 
 /*
  * mc_store_msg_decode and mc_store_msg_release with a in use for the call

@@ -5,6 +5,7 @@
  * NUL bytes, empty and maximum-length keys), and rejection of truncated,
  * padded, forged and foreign frames without large allocations or leaks.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1861,6 +1862,65 @@ static void decode_in_uses_the_arena_for_the_call_only(void **state)
 	mc_buf_release(&frame);
 }
 
+/* An arena of its own (a client's answer that later calls use, on any
+ * thread): use() gives back the arena it replaces; with room, no malloc;
+ * released _in it on another thread, then freed (ASan checks both); one
+ * of no room mallocs all and counts it as spilled. */
+static void *release_elsewhere(void *arg)
+{
+	struct mc_store_decode_arena *a = ((void **)arg)[0];
+
+	mc_store_msg_release_in(a, ((void **)arg)[1]);
+	return NULL;
+}
+
+static void own_arena_is_released_on_any_thread(void **state)
+{
+	struct mc_store_decode_arena a, none, *prev;
+	struct mc_store_msg m0, m1, m2;
+	struct mc_buf frame;
+	union body u;
+	void *arg[2] = {&a, &m1};
+	pthread_t t;
+	size_t used;
+
+	(void)state;
+	mc_buf_init(&frame);
+	encode_sample(&frame, MC_STORE_BATCH_GET_REPLICA_LIST, true, 8, 1, &u);
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m0), MC_OK);
+
+	mc_store_decode_arena_init(&a, 1 << 16);
+	assert_non_null(a.base);
+	assert_int_equal(a.cap, 1 << 16);
+	assert_null(mc_store_decode_arena_use(&a));
+	mc_alloc_fault_arm(1); /* a malloc would fail: all of it is in a */
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m1), MC_OK);
+	mc_alloc_fault_arm(0);
+	prev = mc_store_decode_arena_use(NULL);
+	assert_ptr_equal(prev, &a);
+	assert_true(a.used > 0 && a.spilled == 0);
+	used = a.used;
+	assert_true(mc_store_msg_equal(&m0, &m1));
+	assert_int_equal(pthread_create(&t, NULL, release_elsewhere, arg), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	mc_store_decode_arena_free(&a);
+	assert_null(a.base);
+
+	mc_store_decode_arena_init(&none, 0);
+	assert_null(none.base);
+	mc_store_decode_arena_use(&none);
+	assert_int_equal(mc_store_msg_decode(frame.data, frame.len, MAX_PAYLOAD, &m2), MC_OK);
+	mc_store_decode_arena_use(NULL);
+	assert_int_equal(none.used, 0);
+	assert_int_equal(none.spilled, used); /* what an arena of its size would hold */
+	assert_true(mc_store_msg_equal(&m0, &m2));
+	mc_store_msg_release_in(&none, &m2);
+	mc_store_decode_arena_free(&none);
+
+	mc_store_msg_release(&m0);
+	mc_buf_release(&frame);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1893,6 +1953,7 @@ int main(void)
 		cmocka_unit_test(allocation_failures_are_clean),
 		cmocka_unit_test(decode_arena_gives_equal_bodies_and_spills_to_malloc),
 		cmocka_unit_test(decode_in_uses_the_arena_for_the_call_only),
+		cmocka_unit_test(own_arena_is_released_on_any_thread),
 	};
 	return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -105,6 +105,9 @@ static void batches_skip_start_and_end(void **state)
 	assert_int_equal(rpcs(A, MC_STORE_BATCH_PUT_START), bs0);
 	/* the first batch asks for its blocks first: 4 exchanges for 3 batches */
 	assert_int_equal(rpcs(A, MC_STORE_PUT_CREDIT) - cr0, 4);
+	/* each answer decoded into an arena sized from the ones before, which
+	 * holds its credits' strings until a later batch has used them */
+	assert_true(atomic_load(&A->answer_per_key[MC_STORE_ANSWER_CREDIT]) > 0);
 	free(vals);
 }
 

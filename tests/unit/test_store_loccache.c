@@ -247,6 +247,81 @@ static void repeated_gets_hit_the_cache(void **state)
 	free(v);
 }
 
+/* A batch's lookups (mc_store_loc_find_many, one lock and one clock
+ * reading): the live entries, NULL for a key not cached and for one the
+ * caller skips (its result already set); the hits and misses counted as
+ * one at a time; a batch of more than 64 keys as well; and the batch
+ * get's answer learnt the size of the next one's arena. */
+static void batch_lookups_find_the_live_entries(void **state)
+{
+	struct mc_store_config on_a = prefer(A);
+	const char *keys[4] = {"lc-m0", "lc-m1", "lc-mx", "lc-m2"}, *many[70];
+	const char *put_keys[3] = {"lc-m0", "lc-m1", "lc-m2"};
+	struct mc_store_config on_b = prefer(B);
+	const void *vals[3];
+	size_t lens[3] = {OBJ, OBJ, OBJ};
+	int32_t put_res[3];
+	int64_t skip[4] = {MC_OK, MC_OK, MC_OK, 5}, res[3];
+	struct mc_store_loc *out[70];
+	char *v = malloc(3 * OBJ), *bb[3];
+	void *bufs[3];
+	size_t caps[3] = {OBJ, OBJ, OBJ};
+	uint64_t h0, m0;
+	(void)state;
+
+	mc_test_fill(v, 3 * OBJ, 23);
+	for (int i = 0; i < 3; i++)
+		vals[i] = v + (size_t)i * OBJ;
+	/* on A, B, A: a batch's requests go to the segment each names */
+	vals[1] = v + 2 * OBJ;
+	put_keys[1] = "lc-m2";
+	assert_int_equal(mc_store_put_batch(A, put_keys, vals, lens, 2, &on_a, put_res), MC_OK);
+	put_keys[1] = "lc-m1";
+	assert_int_equal(mc_store_put(A, "lc-m1", v + OBJ, OBJ, &on_b), MC_OK);
+	for (int i = 0; i < 3; i++) {
+		if (i < 2)
+			assert_int_equal(put_res[i], MC_OK);
+		bufs[i] = bb[i] = reg(B);
+	}
+	/* the first batch get asks the master and fills the cache, the
+	 * second reads from it */
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++)
+			memset(bb[i], 0, OBJ);
+		assert_int_equal(mc_store_batch_get_into(B, put_keys, bufs, caps, 3, res), MC_OK);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(res[i], OBJ);
+			assert_memory_equal(bb[i], v + (size_t)i * OBJ, OBJ);
+		}
+	}
+	assert_true(atomic_load(&B->answer_per_key[MC_STORE_ANSWER_LOOKUP]) > 0);
+
+	h0 = atomic_load(&B->metrics->loc_hits);
+	m0 = atomic_load(&B->metrics->loc_misses);
+	assert_int_equal(mc_store_loc_find_many(B, keys, skip, 4, out), 2);
+	assert_non_null(out[0]);
+	assert_non_null(out[1]);
+	assert_null(out[2]); /* never cached */
+	assert_null(out[3]); /* skipped */
+	assert_string_equal(out[0]->key, "lc-m0");
+	assert_string_equal(out[1]->key, "lc-m1");
+	assert_int_equal(atomic_load(&B->metrics->loc_hits), h0 + 2);
+	assert_int_equal(atomic_load(&B->metrics->loc_misses), m0 + 1);
+	for (int i = 0; i < 4; i++)
+		mc_store_loc_unref(out[i]);
+
+	for (int i = 0; i < 70; i++)
+		many[i] = put_keys[i % 3];
+	assert_int_equal(mc_store_loc_find_many(B, many, NULL, 70, out), 70);
+	for (int i = 0; i < 70; i++) {
+		assert_string_equal(out[i]->key, put_keys[i % 3]);
+		mc_store_loc_unref(out[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		unreg(B, bb[i]);
+	free(v);
+}
+
 /* The client's own remove and upsert drop the key: the next get asks the
  * master and never serves the old bytes. */
 static void own_writes_drop_their_keys(void **state)
@@ -1355,6 +1430,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(repeated_gets_hit_the_cache),
+		cmocka_unit_test(batch_lookups_find_the_live_entries),
 		cmocka_unit_test(own_writes_drop_their_keys),
 		cmocka_unit_test(force_remove_and_reuse_is_caught),
 		cmocka_unit_test(upsert_in_place_is_caught),
