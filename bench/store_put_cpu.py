@@ -7,8 +7,9 @@ every process on the way.  This counts it, phase by phase, where a
 throughput figure on a loaded machine says little: one master, one holder
 (store_bench --mode=holder) and one client (store_bench --mode=agg, a
 registered window of --window bytes of --size objects, all on the holder,
-TCP only) run --rounds rounds of "put" (put_from, one key per call) or
-"putb" (batch_put_from, --batch keys per call) then "remove"; the
+TCP unless --env MC_SHM_DISABLE=0) run --rounds rounds of "put" (put_from,
+one key per call), "putb" (batch_put_from, --batch keys per call) or "get"
+(get_into, one key per call, of keys put untimed first) then "remove"; the
 utime + stime of each process (all its threads, /proc/PID/stat) is summed
 over the put phases only, and divided by the objects put.
 
@@ -28,6 +29,8 @@ attaches one perf stat per process, started disabled and enabled only
 around the timed put phases (perf's --control fifo, acknowledged), and
 prints each event's count per object put, per process: counts, unlike CPU
 time, do not grow with a loaded machine's contention (wake-ups aside).
+The pseudo-event "sleeps" counts the times a thread of the process blocked
+(sched:sched_switch with prev_state != 0): each costs a wake-up later.
 
 usage: bench/store_put_cpu.py [--build build] [--runs 3] [--rounds 20]
                               [--size 64k] [--window 32m] [--mode putb]
@@ -65,7 +68,12 @@ class Counter:
         ctl, ack = (os.path.join(self.dir, n) for n in ("ctl", "ack"))
         os.mkfifo(ctl)
         os.mkfifo(ack)
-        self.p = subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p", str(pid),
+        self.names = events.split(",")
+        sel = []
+        for ev in self.names:  # "sleeps": switches out of a thread that blocks
+            sel += (["-e", "sched:sched_switch", "--filter", "prev_state != 0"]
+                    if ev == "sleeps" else ["-e", ev])
+        self.p = subprocess.Popen(["perf", "stat", "-x,", *sel, "-p", str(pid),
                                    "--delay=-1", f"--control=fifo:{ctl},{ack}", "-o", self.out],
                                   start_new_session=True)
         self.ctl = open(ctl, "w")
@@ -92,20 +100,19 @@ class Counter:
         self.ack.close()
         out = {}
         with open(self.out) as f:
-            for line in f:
-                t = line.strip().split(",")
-                if len(t) > 2 and not line.startswith("#"):
-                    try:
-                        out[t[2]] = float(t[0])
-                    except ValueError:
-                        out[t[2]] = float("nan")  # <not supported>
+            rows = [ln.strip().split(",") for ln in f if not ln.startswith("#")]
+        for name, t in zip(self.names, [t for t in rows if len(t) > 2]):
+            try:  # perf prints the events in the order asked
+                out[name] = float(t[0])
+            except ValueError:
+                out[name] = float("nan")  # <not supported>
         return out
 
 
 def one_run(build, args, env):
     old = dict(os.environ)
+    os.environ["MC_SHM_DISABLE"] = "1"  # TCP unless --env MC_SHM_DISABLE=0
     os.environ.update(env)
-    os.environ["MC_SHM_DISABLE"] = "1"
     sb = master_rss.find(build, "bench/store_bench")
     m = master_rss.Master(master_rss.find(build, "tools/mooncake_master",
                                           "src/master/mooncake_master"))
@@ -130,6 +137,10 @@ def one_run(build, args, env):
                 att = subprocess.Popen(args.attach.format(
                     pids=",".join(str(p) for p in pids.values()), **pids), shell=True,
                     start_new_session=True)
+            if args.mode == "get":  # the keys to get, put untimed
+                c.p.stdin.write("putb\n")
+                if not c.readline().startswith("OK"):
+                    c.fail("put before get failed")
             for k in ctrs if r else ():
                 ctrs[k].enable()
             before = {k: cpu_s(p) for k, p in pids.items()}
@@ -174,7 +185,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=20, help="put phases per run")
     ap.add_argument("--size", default="64k")
     ap.add_argument("--window", default="32m")
-    ap.add_argument("--mode", default="putb", choices=("put", "putb"))
+    ap.add_argument("--mode", default="putb", choices=("put", "putb", "get"))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--env-b", action="append", default=[])

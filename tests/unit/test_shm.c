@@ -4,6 +4,7 @@
  * exercises the same kernel path as two processes), bounds checks, the
  * switch, the fallbacks to TCP, and a raw client that sends garbage.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -65,6 +66,26 @@ static int setup_on(void **state)
 	return setup_with(state, "mem://test_shm_on", NULL, NULL);
 }
 
+static int setup_busy_poll(void **state, const char *us)
+{
+	int rc;
+	setenv("MC_SHM_BUSY_POLL_US", us, 1);
+	rc = setup_on(state);
+	unsetenv("MC_SHM_BUSY_POLL_US");
+	return rc;
+}
+
+/* one second: far longer than any gap between two requests of the test */
+static int setup_busy_poll_long(void **state)
+{
+	return setup_busy_poll(state, "1000000");
+}
+
+static int setup_busy_poll_off(void **state)
+{
+	return setup_busy_poll(state, "0");
+}
+
 static int setup_switch_off(void **state)
 {
 	return setup_with(state, "mem://test_shm_off", "MC_SHM_DISABLE", NULL);
@@ -117,6 +138,46 @@ static struct mc_peer *seg_shm_peer(struct mc_te *te, mc_segment_id id)
 }
 
 /* Sizes 1 B .. 16 MiB - 64 at unaligned offsets, both directions, every byte checked. */
+/* How often the same-host transport's threads (mc-shm-*) of this process
+ * blocked so far: the sum of their voluntary context switches (a
+ * sched_yield or a preemption is not counted there). */
+static long shm_thread_sleeps(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	long sum = 0;
+	int found = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "", line[128];
+		FILE *f;
+		long v;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue; /* the thread ended */
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strncmp(comm, "mc-shm-", 7) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+				sum += v;
+		fclose(f);
+		found++;
+	}
+	closedir(d);
+	/* two engines: a receiver and MC_SHM_WORKERS workers each */
+	assert_true(found >= 4);
+	return sum;
+}
+
 static void roundtrip_sizes(struct pair *p)
 {
 	static const size_t sizes[] = {
@@ -406,6 +467,48 @@ static void malformed_request_closes_connection(void **state)
 	assert_memory_equal(p->abuf, p->bbuf + 5, 4096);
 }
 
+/* n one-key writes of 4 KiB back to back; returns the blocks of the
+ * same-host threads meanwhile */
+static long sleeps_over_small_writes(struct pair *p, int n)
+{
+	long before;
+	mc_test_fill(p->abuf, 4096, 9);
+	/* the first connects the lanes and wakes every thread once */
+	assert_int_equal(
+		xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, (uint64_t)(uintptr_t)p->bbuf, 4096),
+		MC_OK);
+	before = shm_thread_sleeps();
+	for (int i = 0; i < n; i++)
+		assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id,
+				      (uint64_t)(uintptr_t)p->bbuf + 4096 * (uint64_t)(i % 64),
+				      4096),
+				 MC_OK);
+	assert_memory_equal(p->abuf, p->bbuf + 4096 * ((n - 1) % 64), 4096);
+	return shm_thread_sleeps() - before;
+}
+
+/* Back-to-back small requests find the target's worker and the initiator's
+ * receiver awake (MC_SHM_BUSY_POLL_US): neither sleeps per request, where
+ * each wake-up costs more than the copy. */
+static void busy_poll_keeps_threads_awake(void **state)
+{
+	enum { N = 200 };
+	long sleeps = sleeps_over_small_writes(*state, N);
+	assert_true(copied(((struct pair *)*state)->a) >= N);
+	if (sleeps >= N / 4)
+		fail_msg("same-host threads blocked %ld times over %d requests", sleeps, N);
+}
+
+/* ... and with it 0 they sleep between requests: the receiver at least
+ * once per answer (the counter above does count blocking) */
+static void no_busy_poll_sleeps_per_request(void **state)
+{
+	enum { N = 200 };
+	long sleeps = sleeps_over_small_writes(*state, N);
+	if (sleeps < N / 2)
+		fail_msg("same-host threads blocked only %ld times over %d requests", sleeps, N);
+}
+
 static void deregistration_waits_for_copies(void **state)
 {
 	struct pair *p = *state;
@@ -452,6 +555,10 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(deregistration_waits_for_copies, setup_on,
 						teardown_pair),
+		cmocka_unit_test_setup_teardown(busy_poll_keeps_threads_awake, setup_busy_poll_long,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(no_busy_poll_sleeps_per_request,
+						setup_busy_poll_off, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
