@@ -27,9 +27,11 @@
  * listening socket "<ep>.<i>" (so connections are spread over the workers
  * by construction) and the connections it accepted.  Requests are processed
  * in order per connection; answers are batched into one write.  A malformed
- * frame closes the connection with a logged reason.  After a turn that did
- * work a worker polls its epoll set without sleeping for
- * MC_SHM_BUSY_POLL_US, as the receiver does (busy_spinning).
+ * frame closes the connection with a logged reason.  Consecutive small
+ * requests of one direction read at once are copied by one process_vm_*
+ * call (a run: struct run), each range still checked and answered on its
+ * own.  After a turn that did work a worker polls its epoll set without
+ * sleeping for MC_SHM_BUSY_POLL_US, as the receiver does (busy_spinning).
  *
  * Initiator side: per same-host peer, MC_SHM_LANES connections (lane i goes
  * to the target's worker i mod its worker count), opened on first use with
@@ -103,6 +105,8 @@
 #define RBUF_FRAMES  512		/* request frames a target reads at once */
 #define OBUF_HIGH    (1u << 20)		/* stop reading requests above this much unsent output */
 #define COPY_CHUNK   ((size_t)64 << 20) /* bytes per process_vm_* call */
+#define RUN_MAX	     64			/* requests one process_vm_* call may carry (a run) */
+#define RUN_REQ_MAX  ((uint64_t)256 << 10) /* larger requests are copied alone */
 #define TICK_MS	     100
 #define SHM_RETRY_MS 1000 /* a peer we could not connect to is retried this often */
 
@@ -612,28 +616,99 @@ static uint32_t serve_copy_dev(struct shm_sconn *sc, const struct mc_shm_req *r,
 	return st;
 }
 
-/* Copy one request; returns the wire status. */
-static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r)
+/* The registered entry holding r's target range, held; NULL (logged) when
+ * the range is not inside registered memory. */
+static struct mc_memreg_entry *serve_acquire(struct shm_sconn *sc, const struct mc_shm_req *r)
 {
-	struct mc_memreg *reg = sc->w->st->memreg;
 	const char *why;
-	struct mc_memreg_entry *e =
-		mc_memreg_acquire(reg, r->remote, r->len, r->opcode == MC_SHM_OP_WRITE, &why);
-	uint32_t st;
-
-	if (!e) {
+	struct mc_memreg_entry *e = mc_memreg_acquire(sc->w->st->memreg, r->remote, r->len,
+						      r->opcode == MC_SHM_OP_WRITE, &why);
+	if (!e)
 		mc_info("same-host %s of %llu bytes at 0x%llx from pid %d rejected: %s",
 			r->opcode == MC_SHM_OP_WRITE ? "write" : "read", (unsigned long long)r->len,
 			(unsigned long long)r->remote, (int)sc->pid, why);
-		return MC_SHM_ST_REJECTED;
-	}
+	return e;
+}
+
+/* Copy one request whose range e holds; returns the wire status. */
+static uint32_t serve_copy(struct shm_sconn *sc, const struct mc_shm_req *r,
+			   const struct mc_memreg_entry *e)
+{
 	if (e->dev >= 0)
-		st = serve_copy_dev(sc, r, e->dev);
-	else
-		st = pvm_copy(sc, r->opcode == MC_SHM_OP_WRITE, (char *)(uintptr_t)r->remote,
-			      r->local, r->len);
-	mc_memreg_put(reg, e);
-	return st;
+		return serve_copy_dev(sc, r, e->dev);
+	return pvm_copy(sc, r->opcode == MC_SHM_OP_WRITE, (char *)(uintptr_t)r->remote, r->local,
+			r->len);
+}
+
+/*
+ * A run: consecutive small requests of one direction into host memory,
+ * copied by one process_vm_* call with an iovec pair per request, where a
+ * call each cost a system call and the kernel's lookup of the initiator's
+ * mm per request (a batch of 32 x 4 KiB is 32 requests).  Every range is
+ * still checked and held one by one (e[i], NULL: rejected), and the
+ * answers leave in request order.  A call that moved less than all the
+ * run's bytes is redone request by request, which names the failing one
+ * (moving the same bytes again is harmless).  A run holds at most
+ * RUN_MAX * RUN_REQ_MAX bytes, under one COPY_CHUNK, so the copy still
+ * ends within one piece of the initiator leaving.
+ */
+struct run {
+	size_t n;
+	bool write;
+	struct mc_shm_req r[RUN_MAX];
+	struct mc_memreg_entry *e[RUN_MAX];
+};
+
+static void run_copy(struct shm_sconn *sc, struct run *run, uint32_t *st)
+{
+	struct iovec mine[RUN_MAX], theirs[RUN_MAX];
+	uint64_t total = 0;
+	size_t k = 0;
+	ssize_t n;
+
+	for (size_t i = 0; i < run->n; i++) {
+		st[i] = run->e[i] ? MC_SHM_ST_OK : MC_SHM_ST_REJECTED;
+		if (!run->e[i])
+			continue;
+		mine[k] = (struct iovec){(void *)(uintptr_t)run->r[i].remote, run->r[i].len};
+		theirs[k] = (struct iovec){(void *)(uintptr_t)run->r[i].local, run->r[i].len};
+		total += run->r[i].len;
+		k++;
+	}
+	if (k < 2) {
+		n = -1; /* none, or one: pvm_copy below */
+	} else {
+		do {
+			n = run->write ? process_vm_readv(sc->pid, mine, k, theirs, k, 0)
+				       : process_vm_writev(sc->pid, mine, k, theirs, k, 0);
+		} while (n < 0 && errno == EINTR);
+	}
+	if (n >= 0 && (uint64_t)n == total)
+		return;
+	for (size_t i = 0; i < run->n; i++)
+		if (run->e[i])
+			st[i] = pvm_copy(sc, run->write, (char *)(uintptr_t)run->r[i].remote,
+					 run->r[i].local, run->r[i].len);
+}
+
+/* Copy the run, release its entries, queue its answers; false if the
+ * connection must close (no memory for answers). */
+static bool run_flush(struct shm_sconn *sc, struct run *run)
+{
+	struct mc_memreg *reg = sc->w->st->memreg;
+	uint32_t st[RUN_MAX];
+	bool ok = true;
+
+	if (!run->n)
+		return true;
+	run_copy(sc, run, st);
+	for (size_t i = 0; i < run->n; i++) {
+		if (run->e[i])
+			mc_memreg_put(reg, run->e[i]);
+		ok = ok && sconn_answer(sc, run->r[i].id, st[i]);
+	}
+	run->n = 0;
+	return ok;
 }
 
 static uint32_t serve_hello(struct shm_sconn *sc, const struct mc_shm_req *r)
@@ -650,9 +725,30 @@ static uint32_t serve_hello(struct shm_sconn *sc, const struct mc_shm_req *r)
 	return MC_SHM_ST_FAILED;
 }
 
-/* Serve every complete frame in rbuf; false if the connection closed. */
+/* One request outside a run (a hello, a large or a device-memory copy);
+ * e holds r's range (copies only: NULL there means rejected). */
+static bool serve_one(struct shm_sconn *sc, struct mc_shm_req *r, struct mc_memreg_entry *e)
+{
+	uint32_t st;
+
+	if (r->opcode == MC_SHM_OP_HELLO) {
+		st = serve_hello(sc, r);
+		if (st == MC_SHM_ST_OK)
+			r->id = sc->w->st->nworkers; /* tells the initiator how many lanes pay */
+	} else if (!e) {
+		st = MC_SHM_ST_REJECTED;
+	} else {
+		st = serve_copy(sc, r, e);
+		mc_memreg_put(sc->w->st->memreg, e);
+	}
+	return sconn_answer(sc, r->id, st);
+}
+
+/* Serve every complete frame in rbuf, small host-memory copies in runs;
+ * false if the connection closed. */
 static bool sconn_serve(struct shm_sconn *sc)
 {
+	struct run run;
 	size_t off = 0;
 	bool alive = initiator_waiting(sc);
 
@@ -660,26 +756,42 @@ static bool sconn_serve(struct shm_sconn *sc)
 		sconn_close(sc, NULL); /* nobody to answer, nothing to copy for */
 		return false;
 	}
+	run.n = 0;
+	run.write = false;
 	for (; sc->rlen - off >= MC_SHM_REQ_LEN; off += MC_SHM_REQ_LEN) {
 		struct mc_shm_req r;
+		struct mc_memreg_entry *e = NULL;
 		const char *why = NULL;
-		uint32_t st;
+		bool write;
 
 		if (mc_shm_req_decode(sc->rbuf + off, &r, &why) != MC_OK) {
+			run_flush(sc, &run); /* its entries go back; the answers go nowhere */
 			sconn_close(sc, why);
 			return false;
 		}
-		if (r.opcode == MC_SHM_OP_HELLO)
-			st = serve_hello(sc, &r);
-		else
-			st = serve_copy(sc, &r);
-		if (r.opcode == MC_SHM_OP_HELLO && st == MC_SHM_ST_OK)
-			r.id = sc->w->st->nworkers; /* tells the initiator how many lanes pay */
-		if (!sconn_answer(sc, r.id, st)) {
-			sconn_close(sc, "out of memory for answers");
-			return false;
+		write = r.opcode == MC_SHM_OP_WRITE;
+		if (run.n &&
+		    (run.n == RUN_MAX || run.write != write || r.opcode == MC_SHM_OP_HELLO) &&
+		    !run_flush(sc, &run))
+			goto nomem;
+		if (r.opcode != MC_SHM_OP_HELLO)
+			e = serve_acquire(sc, &r);
+		if (r.opcode != MC_SHM_OP_HELLO && r.len <= RUN_REQ_MAX && (!e || e->dev < 0)) {
+			run.write = run.n ? run.write : write;
+			run.r[run.n] = r;
+			run.e[run.n++] = e;
+			continue;
 		}
+		if (!run_flush(sc, &run)) { /* in order: what came before first */
+			if (e)
+				mc_memreg_put(sc->w->st->memreg, e);
+			goto nomem;
+		}
+		if (!serve_one(sc, &r, e))
+			goto nomem;
 	}
+	if (!run_flush(sc, &run))
+		goto nomem;
 	memmove(sc->rbuf, sc->rbuf + off, sc->rlen - off);
 	sc->rlen -= off;
 	if (!sconn_flush(sc)) {
@@ -687,6 +799,9 @@ static bool sconn_serve(struct shm_sconn *sc)
 		return false;
 	}
 	return true;
+nomem:
+	sconn_close(sc, "out of memory for answers");
+	return false;
 }
 
 /* Move the handshake on; false when the connection was refused (and

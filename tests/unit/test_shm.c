@@ -467,6 +467,65 @@ static void malformed_request_closes_connection(void **state)
 	assert_memory_equal(p->abuf, p->bbuf + 5, 4096);
 }
 
+/*
+ * Many requests in one send: the target copies consecutive small ones of
+ * one direction with one process_vm_* call (a run), yet checks each range,
+ * answers each in order with its own status, and a failing one (the
+ * initiator's page unmapped, the target range unregistered) neither stops
+ * nor spoils its neighbours.
+ */
+static void requests_in_one_send_answered_in_order(void **state)
+{
+	struct pair *p = *state;
+	enum { SMALL = 70, N = 7 + SMALL };
+	uint64_t a = (uint64_t)(uintptr_t)p->abuf, b = (uint64_t)(uintptr_t)p->bbuf;
+	char *hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct mc_shm_req r[N] = {
+		{MC_SHM_OP_WRITE, 0, a, b + 100, 4096},
+		{MC_SHM_OP_WRITE, 0, (uint64_t)(uintptr_t)hole, b + 8192, 4096},
+		{MC_SHM_OP_WRITE, 0, a, b + BUF - 10, 4096},
+		{MC_SHM_OP_WRITE, 0, a + 4096, b + 16384, 300},
+		{MC_SHM_OP_READ, 0, a + (1 << 20), b + 100, 4096},
+		{MC_SHM_OP_WRITE, 0, a + (2 << 20), b + (4 << 20), 512 << 10},
+		{MC_SHM_OP_READ, 0, a + (3 << 20), b + 16384, 300},
+	};
+	static const uint32_t want[7] = {MC_SHM_ST_OK, MC_SHM_ST_FAULT, MC_SHM_ST_REJECTED,
+					 MC_SHM_ST_OK, MC_SHM_ST_OK,	MC_SHM_ST_OK,
+					 MC_SHM_ST_OK};
+	uint8_t *f = calloc(N, MC_SHM_REQ_LEN), resp[N * MC_SHM_RESP_LEN];
+	int fd = raw_connect(p);
+
+	munmap(hole, 4096);
+	mc_test_fill(p->abuf, 4 << 20, 21);
+	memset(p->bbuf, 0, 8 << 20);
+	for (int i = 0; i < SMALL; i++) /* more than one run holds */
+		r[7 + i] = (struct mc_shm_req){MC_SHM_OP_WRITE, 0, a + (5 << 20) + 64 * (uint64_t)i,
+					       b + (6 << 20) + 64 * (uint64_t)i, 64};
+	for (int i = 0; i < N; i++) {
+		r[i].id = 1000 + (uint64_t)i;
+		mc_shm_req_encode(&r[i], f + i * MC_SHM_REQ_LEN);
+	}
+	assert_int_equal(send(fd, f, N * MC_SHM_REQ_LEN, 0), (ssize_t)(N * MC_SHM_REQ_LEN));
+	assert_int_equal(recv(fd, resp, sizeof(resp), MSG_WAITALL), (ssize_t)sizeof(resp));
+	for (int i = 0; i < N; i++) {
+		uint64_t id;
+		uint32_t st;
+		assert_int_equal(mc_shm_resp_decode(resp + i * MC_SHM_RESP_LEN, &id, &st), MC_OK);
+		assert_int_equal(id, 1000 + (uint64_t)i);
+		assert_int_equal(st, i < 7 ? want[i] : MC_SHM_ST_OK);
+	}
+	assert_memory_equal(p->bbuf + 100, p->abuf, 4096);
+	for (int g = 0; g < 4096; g++) /* the failed ones wrote nothing */
+		assert_int_equal(p->bbuf[8192 + g], 0);
+	assert_memory_equal(p->bbuf + 16384, p->abuf + 4096, 300);
+	assert_memory_equal(p->abuf + (1 << 20), p->abuf, 4096); /* read back */
+	assert_memory_equal(p->bbuf + (4 << 20), p->abuf + (2 << 20), 512 << 10);
+	assert_memory_equal(p->abuf + (3 << 20), p->abuf + 4096, 300);
+	assert_memory_equal(p->bbuf + (6 << 20), p->abuf + (5 << 20), 64 * SMALL);
+	close(fd);
+	free(f);
+}
+
 /* n one-key writes of 4 KiB back to back; returns the blocks of the
  * same-host threads meanwhile */
 static long sleeps_over_small_writes(struct pair *p, int n)
@@ -554,6 +613,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(malformed_request_closes_connection, setup_on,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(deregistration_waits_for_copies, setup_on,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(requests_in_one_send_answered_in_order, setup_on,
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(busy_poll_keeps_threads_awake, setup_busy_poll_long,
 						teardown_pair),
