@@ -7,8 +7,9 @@ every process on the way.  This counts it, phase by phase, where a
 throughput figure on a loaded machine says little: one master, one holder
 (store_bench --mode=holder) and one client (store_bench --mode=agg, a
 registered window of --window bytes of --size objects, all on the holder,
-TCP only) run --rounds rounds of "put" (put_from, one key per call) or
-"putb" (batch_put_from, --batch keys per call) then "remove"; the
+TCP unless --env MC_SHM_DISABLE=0) run --rounds rounds of "put" (put_from,
+one key per call), "putb" (batch_put_from, --batch keys per call) or "get"
+(get_into, one key per call, of keys put untimed first) then "remove"; the
 utime + stime of each process (all its threads, /proc/PID/stat) is summed
 over the put phases only, and divided by the objects put.  --mode getb
 measures batch gets instead (batch_get_into, --batch keys per call): each
@@ -32,6 +33,8 @@ attaches one perf stat per process, started disabled and enabled only
 around the timed put phases (perf's --control fifo, acknowledged), and
 prints each event's count per object put, per process: counts, unlike CPU
 time, do not grow with a loaded machine's contention (wake-ups aside).
+The pseudo-event "sleeps" counts the times a thread of the process blocked
+(sched:sched_switch with prev_state != 0): each costs a wake-up later.
 
 usage: bench/store_put_cpu.py [--build build] [--runs 3] [--rounds 20]
                               [--size 64k] [--window 32m] [--mode putb]
@@ -69,7 +72,12 @@ class Counter:
         ctl, ack = (os.path.join(self.dir, n) for n in ("ctl", "ack"))
         os.mkfifo(ctl)
         os.mkfifo(ack)
-        self.p = subprocess.Popen(["perf", "stat", "-x,", "-e", events, "-p", str(pid),
+        self.names = events.split(",")
+        sel = []
+        for ev in self.names:  # "sleeps": switches out of a thread that blocks
+            sel += (["-e", "sched:sched_switch", "--filter", "prev_state != 0"]
+                    if ev == "sleeps" else ["-e", ev])
+        self.p = subprocess.Popen(["perf", "stat", "-x,", *sel, "-p", str(pid),
                                    "--delay=-1", f"--control=fifo:{ctl},{ack}", "-o", self.out],
                                   start_new_session=True)
         self.ctl = open(ctl, "w")
@@ -96,20 +104,19 @@ class Counter:
         self.ack.close()
         out = {}
         with open(self.out) as f:
-            for line in f:
-                t = line.strip().split(",")
-                if len(t) > 2 and not line.startswith("#"):
-                    try:
-                        out[t[2]] = float(t[0])
-                    except ValueError:
-                        out[t[2]] = float("nan")  # <not supported>
+            rows = [ln.strip().split(",") for ln in f if not ln.startswith("#")]
+        for name, t in zip(self.names, [t for t in rows if len(t) > 2]):
+            try:  # perf prints the events in the order asked
+                out[name] = float(t[0])
+            except ValueError:
+                out[name] = float("nan")  # <not supported>
         return out
 
 
 def one_run(build, args, env):
     old = dict(os.environ)
+    os.environ["MC_SHM_DISABLE"] = "1"  # TCP unless --env MC_SHM_DISABLE=0
     os.environ.update(env)
-    os.environ["MC_SHM_DISABLE"] = "1"
     sb = master_rss.find(build, "bench/store_bench")
     m = master_rss.Master(master_rss.find(build, "tools/mooncake_master",
                                           "src/master/mooncake_master"))
@@ -134,7 +141,7 @@ def one_run(build, args, env):
                 att = subprocess.Popen(args.attach.format(
                     pids=",".join(str(p) for p in pids.values()), **pids), shell=True,
                     start_new_session=True)
-            if args.mode == "getb":  # the window to read, untimed
+            if args.mode in ("get", "getb"):  # the window to read, put untimed
                 c.p.stdin.write("putb\n")
                 if not c.readline().startswith("OK"):
                     c.fail("untimed putb failed")
@@ -185,7 +192,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=20, help="put phases per run")
     ap.add_argument("--size", default="64k")
     ap.add_argument("--window", default="32m")
-    ap.add_argument("--mode", default="putb", choices=("put", "putb", "getb"))
+    ap.add_argument("--mode", default="putb", choices=("put", "putb", "get", "getb"))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--get-rounds", type=int, default=4,
                     help="getb: batch get phases per put (the first asks the master)")
@@ -222,7 +229,7 @@ def main():
               f"{med['total']:.1f} | {med['gbps']:.2f} |")
     if not args.count:
         return
-    print(f"\nevents per object {'read' if args.mode == 'getb' else 'put'} (medians of {args.runs} runs)")
+    print(f"\nevents per object {'read' if args.mode in ('get', 'getb') else 'put'} (medians of {args.runs} runs)")
     print("| build | event | client | holder | master |")
     print("|---|---|---:|---:|---:|")
     for i, b in enumerate(builds):

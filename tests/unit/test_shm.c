@@ -4,6 +4,7 @@
  * exercises the same kernel path as two processes), bounds checks, the
  * switch, the fallbacks to TCP, and a raw client that sends garbage.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -65,6 +66,26 @@ static int setup_on(void **state)
 	return setup_with(state, "mem://test_shm_on", NULL, NULL);
 }
 
+static int setup_busy_poll(void **state, const char *us)
+{
+	int rc;
+	setenv("MC_SHM_BUSY_POLL_US", us, 1);
+	rc = setup_on(state);
+	unsetenv("MC_SHM_BUSY_POLL_US");
+	return rc;
+}
+
+/* one second: far longer than any gap between two requests of the test */
+static int setup_busy_poll_long(void **state)
+{
+	return setup_busy_poll(state, "1000000");
+}
+
+static int setup_busy_poll_off(void **state)
+{
+	return setup_busy_poll(state, "0");
+}
+
 static int setup_switch_off(void **state)
 {
 	return setup_with(state, "mem://test_shm_off", "MC_SHM_DISABLE", NULL);
@@ -117,6 +138,46 @@ static struct mc_peer *seg_shm_peer(struct mc_te *te, mc_segment_id id)
 }
 
 /* Sizes 1 B .. 16 MiB - 64 at unaligned offsets, both directions, every byte checked. */
+/* How often the same-host transport's threads (mc-shm-*) of this process
+ * blocked so far: the sum of their voluntary context switches (a
+ * sched_yield or a preemption is not counted there). */
+static long shm_thread_sleeps(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	long sum = 0;
+	int found = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "", line[128];
+		FILE *f;
+		long v;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue; /* the thread ended */
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strncmp(comm, "mc-shm-", 7) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
+				sum += v;
+		fclose(f);
+		found++;
+	}
+	closedir(d);
+	/* two engines: a receiver and MC_SHM_WORKERS workers each */
+	assert_true(found >= 4);
+	return sum;
+}
+
 static void roundtrip_sizes(struct pair *p)
 {
 	static const size_t sizes[] = {
@@ -406,6 +467,107 @@ static void malformed_request_closes_connection(void **state)
 	assert_memory_equal(p->abuf, p->bbuf + 5, 4096);
 }
 
+/*
+ * Many requests in one send: the target copies consecutive small ones of
+ * one direction with one process_vm_* call (a run), yet checks each range,
+ * answers each in order with its own status, and a failing one (the
+ * initiator's page unmapped, the target range unregistered) neither stops
+ * nor spoils its neighbours.
+ */
+static void requests_in_one_send_answered_in_order(void **state)
+{
+	struct pair *p = *state;
+	enum { SMALL = 70, N = 7 + SMALL };
+	uint64_t a = (uint64_t)(uintptr_t)p->abuf, b = (uint64_t)(uintptr_t)p->bbuf;
+	char *hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct mc_shm_req r[N] = {
+		{MC_SHM_OP_WRITE, 0, a, b + 100, 4096},
+		{MC_SHM_OP_WRITE, 0, (uint64_t)(uintptr_t)hole, b + 8192, 4096},
+		{MC_SHM_OP_WRITE, 0, a, b + BUF - 10, 4096},
+		{MC_SHM_OP_WRITE, 0, a + 4096, b + 16384, 300},
+		{MC_SHM_OP_READ, 0, a + (1 << 20), b + 100, 4096},
+		{MC_SHM_OP_WRITE, 0, a + (2 << 20), b + (4 << 20), 512 << 10},
+		{MC_SHM_OP_READ, 0, a + (3 << 20), b + 16384, 300},
+	};
+	static const uint32_t want[7] = {MC_SHM_ST_OK, MC_SHM_ST_FAULT, MC_SHM_ST_REJECTED,
+					 MC_SHM_ST_OK, MC_SHM_ST_OK,	MC_SHM_ST_OK,
+					 MC_SHM_ST_OK};
+	uint8_t *f = calloc(N, MC_SHM_REQ_LEN), resp[N * MC_SHM_RESP_LEN];
+	int fd = raw_connect(p);
+
+	munmap(hole, 4096);
+	mc_test_fill(p->abuf, 4 << 20, 21);
+	memset(p->bbuf, 0, 8 << 20);
+	for (int i = 0; i < SMALL; i++) /* more than one run holds */
+		r[7 + i] = (struct mc_shm_req){MC_SHM_OP_WRITE, 0, a + (5 << 20) + 64 * (uint64_t)i,
+					       b + (6 << 20) + 64 * (uint64_t)i, 64};
+	for (int i = 0; i < N; i++) {
+		r[i].id = 1000 + (uint64_t)i;
+		mc_shm_req_encode(&r[i], f + i * MC_SHM_REQ_LEN);
+	}
+	assert_int_equal(send(fd, f, N * MC_SHM_REQ_LEN, 0), (ssize_t)(N * MC_SHM_REQ_LEN));
+	assert_int_equal(recv(fd, resp, sizeof(resp), MSG_WAITALL), (ssize_t)sizeof(resp));
+	for (int i = 0; i < N; i++) {
+		uint64_t id;
+		uint32_t st;
+		assert_int_equal(mc_shm_resp_decode(resp + i * MC_SHM_RESP_LEN, &id, &st), MC_OK);
+		assert_int_equal(id, 1000 + (uint64_t)i);
+		assert_int_equal(st, i < 7 ? want[i] : MC_SHM_ST_OK);
+	}
+	assert_memory_equal(p->bbuf + 100, p->abuf, 4096);
+	for (int g = 0; g < 4096; g++) /* the failed ones wrote nothing */
+		assert_int_equal(p->bbuf[8192 + g], 0);
+	assert_memory_equal(p->bbuf + 16384, p->abuf + 4096, 300);
+	assert_memory_equal(p->abuf + (1 << 20), p->abuf, 4096); /* read back */
+	assert_memory_equal(p->bbuf + (4 << 20), p->abuf + (2 << 20), 512 << 10);
+	assert_memory_equal(p->abuf + (3 << 20), p->abuf + 4096, 300);
+	assert_memory_equal(p->bbuf + (6 << 20), p->abuf + (5 << 20), 64 * SMALL);
+	close(fd);
+	free(f);
+}
+
+/* n one-key writes of 4 KiB back to back; returns the blocks of the
+ * same-host threads meanwhile */
+static long sleeps_over_small_writes(struct pair *p, int n)
+{
+	long before;
+	mc_test_fill(p->abuf, 4096, 9);
+	/* the first connects the lanes and wakes every thread once */
+	assert_int_equal(
+		xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id, (uint64_t)(uintptr_t)p->bbuf, 4096),
+		MC_OK);
+	before = shm_thread_sleeps();
+	for (int i = 0; i < n; i++)
+		assert_int_equal(xfer(p->a, MC_OP_WRITE, p->abuf, p->b_id,
+				      (uint64_t)(uintptr_t)p->bbuf + 4096 * (uint64_t)(i % 64),
+				      4096),
+				 MC_OK);
+	assert_memory_equal(p->abuf, p->bbuf + 4096 * ((n - 1) % 64), 4096);
+	return shm_thread_sleeps() - before;
+}
+
+/* Back-to-back small requests find the target's worker and the initiator's
+ * receiver awake (MC_SHM_BUSY_POLL_US): neither sleeps per request, where
+ * each wake-up costs more than the copy. */
+static void busy_poll_keeps_threads_awake(void **state)
+{
+	enum { N = 200 };
+	long sleeps = sleeps_over_small_writes(*state, N);
+	assert_true(copied(((struct pair *)*state)->a) >= N);
+	if (sleeps >= N / 4)
+		fail_msg("same-host threads blocked %ld times over %d requests", sleeps, N);
+}
+
+/* ... and with it 0 they sleep between requests: the receiver at least
+ * once per answer (the counter above does count blocking) */
+static void no_busy_poll_sleeps_per_request(void **state)
+{
+	enum { N = 200 };
+	long sleeps = sleeps_over_small_writes(*state, N);
+	if (sleeps < N / 2)
+		fail_msg("same-host threads blocked only %ld times over %d requests", sleeps, N);
+}
+
 static void deregistration_waits_for_copies(void **state)
 {
 	struct pair *p = *state;
@@ -452,6 +614,12 @@ int main(void)
 						teardown_pair),
 		cmocka_unit_test_setup_teardown(deregistration_waits_for_copies, setup_on,
 						teardown_pair),
+		cmocka_unit_test_setup_teardown(requests_in_one_send_answered_in_order, setup_on,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(busy_poll_keeps_threads_awake, setup_busy_poll_long,
+						teardown_pair),
+		cmocka_unit_test_setup_teardown(no_busy_poll_sleeps_per_request,
+						setup_busy_poll_off, teardown_pair),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
