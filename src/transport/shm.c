@@ -101,11 +101,11 @@
 #include "transport/transport.h"
 
 #define MAX_LANES    16
-#define SEND_BATCH   64			/* frames encoded per send() */
-#define RBUF_FRAMES  512		/* request frames a target reads at once */
-#define OBUF_HIGH    (1u << 20)		/* stop reading requests above this much unsent output */
-#define COPY_CHUNK   ((size_t)64 << 20) /* bytes per process_vm_* call */
-#define RUN_MAX	     64			/* requests one process_vm_* call may carry (a run) */
+#define SEND_BATCH   64			   /* frames encoded per send() */
+#define RBUF_FRAMES  512		   /* request frames a target reads at once */
+#define OBUF_HIGH    (1u << 20)		   /* stop reading requests above this much unsent output */
+#define COPY_CHUNK   ((size_t)64 << 20)	   /* bytes per process_vm_* call */
+#define RUN_MAX	     64			   /* requests one process_vm_* call may carry (a run) */
 #define RUN_REQ_MAX  ((uint64_t)256 << 10) /* larger requests are copied alone */
 #define TICK_MS	     100
 #define SHM_RETRY_MS 1000 /* a peer we could not connect to is retried this often */
