@@ -102,10 +102,9 @@ void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us)
 
 uint64_t mc_loop_spin_window(uint64_t spin_us, uint64_t gap_us)
 {
-	uint64_t cap = MC_MAX(spin_us, MC_MIN(spin_us * MC_LOOP_SPIN_STRETCH,
-					      MC_LOOP_SPIN_STRETCH_MAX_US)),
-		 win;
+	uint64_t cap = MC_MIN(spin_us * MC_LOOP_SPIN_STRETCH, MC_LOOP_SPIN_STRETCH_MAX_US), win;
 
+	cap = MC_MAX(cap, spin_us);
 	if (gap_us > cap)
 		return spin_us; /* none before, or too long ago: the base poll */
 	win = gap_us + gap_us / 2;
