@@ -100,6 +100,17 @@ void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us)
 	l->spin_us = us;
 }
 
+uint64_t mc_loop_spin_window(uint64_t spin_us, uint64_t gap_us)
+{
+	uint64_t cap = MC_MIN(spin_us * MC_LOOP_SPIN_STRETCH, MC_LOOP_SPIN_STRETCH_MAX_US), win;
+
+	cap = MC_MAX(cap, spin_us);
+	if (gap_us > cap)
+		return spin_us; /* none before, or too long ago: the base poll */
+	win = gap_us + gap_us / 2;
+	return MC_MIN(MC_MAX(win, spin_us), cap);
+}
+
 uint64_t mc_loop_now_ms(const struct mc_loop *l)
 {
 	return l->now_ms;
@@ -267,7 +278,7 @@ void mc_loop_turn_stats_read(struct mc_loop *l, struct mc_loop_turn_stats *out, 
 mc_status mc_loop_run(struct mc_loop *l)
 {
 	struct epoll_event events[MC_LOOP_MAX_EVENTS];
-	uint64_t spin_until = 0;
+	uint64_t spin_until = 0, burst_us = 0, win = 0;
 
 	while (!atomic_load_explicit(&l->stopping, memory_order_acquire)) {
 		uint64_t now = mc_now_ms(), deadline = now + MC_LOOP_MAX_WAIT_MS;
@@ -287,9 +298,18 @@ mc_status mc_loop_run(struct mc_loop *l)
 		n = epoll_wait(l->epfd, events, MC_LOOP_MAX_EVENTS, timeout);
 		if (n < 0 && errno != EINTR)
 			return mc_set_error(MC_ERR_SOCKET, "loop: epoll_wait: %s", strerror(errno));
-		if (n > 0 && l->spin_us)
-			spin_until = mc_now_us() + l->spin_us;
-		else if (n == 0 && spinning)
+		if (n > 0 && l->spin_us) {
+			uint64_t t = mc_now_us();
+
+			/* a round more than half the poll after the last burst's
+			 * first starts a new burst: its gap sets the window */
+			if (!burst_us || t - burst_us >= l->spin_us / 2) {
+				win = mc_loop_spin_window(l->spin_us,
+							  burst_us ? t - burst_us : UINT64_MAX);
+				burst_us = t;
+			}
+			spin_until = MC_MAX(spin_until, t + win);
+		} else if (n == 0 && spinning)
 			l->spin_polls++;
 		if (n == 0 && timeout == 0)
 			sched_yield(); /* polling must not keep a runnable thread off this CPU */

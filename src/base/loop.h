@@ -14,7 +14,13 @@
  * (mc_loop_set_busy_poll), a round that found events makes the next
  * rounds poll without sleeping for that many microseconds, yielding the
  * CPU between empty polls: a reply's next request usually arrives within
- * microseconds, and waking a sleeping thread costs more than that.
+ * microseconds, and waking a sleeping thread costs more than that.  When
+ * the bursts of events come close together (a client whose calls are a
+ * batch's transfer apart, 60-200 us), the loop polls for 1.5 times the
+ * last gap instead, at most MC_LOOP_SPIN_STRETCH polls and
+ * MC_LOOP_SPIN_STRETCH_MAX_US, so that the next burst finds it awake
+ * (mc_loop_spin_window); further apart, or none before, it polls for the
+ * base time only.
  *
  * Timers sit in a list, not a heap: our loops keep a handful of them.
  *
@@ -85,6 +91,15 @@ void mc_loop_free(struct mc_loop *l);
 
 /* Microseconds to keep polling after a round with events (0 = off, the default). */
 void mc_loop_set_busy_poll(struct mc_loop *l, uint64_t us);
+/* The longest poll that bursts close together stretch it to: this many
+ * base polls, and this many microseconds (a longer base poll stays as it is). */
+#define MC_LOOP_SPIN_STRETCH	    4
+#define MC_LOOP_SPIN_STRETCH_MAX_US 200
+/* The poll after a burst of events gap_us after the last burst (UINT64_MAX:
+ * none before) with a base poll of spin_us: 1.5 x gap_us within [spin_us,
+ * cap] when the gap is within cap, else spin_us; cap is
+ * min(MC_LOOP_SPIN_STRETCH x spin_us, MC_LOOP_SPIN_STRETCH_MAX_US), at least spin_us. */
+uint64_t mc_loop_spin_window(uint64_t spin_us, uint64_t gap_us);
 /* Time each turn (wall), and its CPU time too when cpu; before mc_loop_run. */
 void mc_loop_set_turn_stats(struct mc_loop *l, bool on, bool cpu);
 /* From any thread: the turn statistics so far; reset_max restarts both maxima. */

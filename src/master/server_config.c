@@ -131,7 +131,9 @@ static const struct mc_config_entry flags[] = {
 	     "set TCP_NODELAY on RPC connections"),
 	INT("rpc_busy_poll_us", "50", SF(rpc_busy_poll_us), 0, 1000000, 0,
 	    "after a wake-up with work the RPC loop polls this long (us) before it sleeps (0: "
-	    "off); default MC_MASTER_BUSY_POLL_US, else 50.  Behind a mooncake_conductor run "
+	    "off), up to 1.5 times the gap since the last wake-up when requests come at most "
+	    "min(4 polls, 200 us) apart; default MC_MASTER_BUSY_POLL_US, else 50.  Behind a "
+	    "mooncake_conductor run "
 	    "300: its lookups come 50-100 us apart, and each one that finds the loop asleep pays "
 	    "its wake-up (docs/conductor.md)"),
 	BOOL("loop_turn_cpu_stats", "false", SF(loop_turn_cpu_stats), 0,

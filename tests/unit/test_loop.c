@@ -335,6 +335,30 @@ static void busy_poll_spins_after_events(void **state)
 	assert_true(spins_after_one_event(1000 * 1000) >= 1);
 }
 
+static void busy_poll_stretches_to_close_bursts(void **state)
+{
+	(void)state;
+
+	/* bursts 60-200 us apart (a client's batches with their transfers
+	 * between them) are polled through; a first burst, one further apart
+	 * or polling off keeps the base poll */
+	assert_int_equal(mc_loop_spin_window(50, UINT64_MAX), 50);
+	assert_int_equal(mc_loop_spin_window(50, 10), 50);
+	assert_int_equal(mc_loop_spin_window(50, 60), 90);
+	assert_int_equal(mc_loop_spin_window(50, 100), 150);
+	assert_int_equal(mc_loop_spin_window(50, 180), 200);
+	assert_int_equal(mc_loop_spin_window(50, 200), 200);
+	assert_int_equal(mc_loop_spin_window(50, 201), 50);
+	assert_int_equal(mc_loop_spin_window(50, 850), 50);
+	assert_int_equal(mc_loop_spin_window(20, 60), 80); /* 4 base polls */
+	assert_int_equal(mc_loop_spin_window(20, 81), 20);
+	/* a long base poll (a conductor's 300) is not stretched */
+	assert_int_equal(mc_loop_spin_window(300, 250), 300);
+	assert_int_equal(mc_loop_spin_window(300, 1000), 300);
+	assert_int_equal(mc_loop_spin_window(0, 100), 0);
+	assert_int_equal(mc_loop_spin_window(0, 0), 0);
+}
+
 /* ---- turn statistics: a turn that works and one that waits ---- */
 
 static uint64_t cpu_us_now(void)
@@ -465,6 +489,7 @@ int main(void)
 		cmocka_unit_test(restarting_an_armed_timer_moves_it),
 		cmocka_unit_test(stop_and_wake_from_another_thread),
 		cmocka_unit_test(busy_poll_spins_after_events),
+		cmocka_unit_test(busy_poll_stretches_to_close_bursts),
 		cmocka_unit_test(turn_stats_tell_work_from_waiting),
 		cmocka_unit_test(turn_stats_off_by_default),
 	};
