@@ -479,7 +479,9 @@ static void requests_in_one_send_answered_in_order(void **state)
 	struct pair *p = *state;
 	enum { SMALL = 70, N = 7 + SMALL };
 	uint64_t a = (uint64_t)(uintptr_t)p->abuf, b = (uint64_t)(uintptr_t)p->bbuf;
-	char *hole = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* a page no access may touch: PROT_NONE, not unmapped, so that no other
+	 * mapping of this process (the sanitizers' own) can land there meanwhile */
+	char *hole = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct mc_shm_req r[N] = {
 		{MC_SHM_OP_WRITE, 0, a, b + 100, 4096},
 		{MC_SHM_OP_WRITE, 0, (uint64_t)(uintptr_t)hole, b + 8192, 4096},
@@ -495,7 +497,7 @@ static void requests_in_one_send_answered_in_order(void **state)
 	uint8_t *f = calloc(N, MC_SHM_REQ_LEN), resp[N * MC_SHM_RESP_LEN];
 	int fd = raw_connect(p);
 
-	munmap(hole, 4096);
+	assert_true(hole != MAP_FAILED);
 	mc_test_fill(p->abuf, 4 << 20, 21);
 	memset(p->bbuf, 0, 8 << 20);
 	for (int i = 0; i < SMALL; i++) /* more than one run holds */
@@ -524,6 +526,7 @@ static void requests_in_one_send_answered_in_order(void **state)
 	assert_memory_equal(p->bbuf + (6 << 20), p->abuf + (5 << 20), 64 * SMALL);
 	close(fd);
 	free(f);
+	munmap(hole, 4096);
 }
 
 /* n one-key writes of 4 KiB back to back; returns the blocks of the
