@@ -536,8 +536,8 @@ uint64_t mc_store_loc_margin_ms(uint64_t ttl_ms);
 /* key's live entry, referenced (unref when done), or NULL. */
 struct mc_store_loc *mc_store_loc_find(struct mc_store *s, const char *key, size_t len);
 /* mc_store_loc_find of keys[0..n) but those whose skip[i] is not MC_OK
- * (skip may be NULL), under one lock and one clock reading: out[i] the
- * entry or NULL; returns how many were found. */
+ * (skip may be NULL), under one lock and one clock reading per 64 keys:
+ * out[i] the entry or NULL; returns how many were found. */
 size_t mc_store_loc_find_many(struct mc_store *s, const char *const *keys, const int64_t *skip,
 			      size_t n, struct mc_store_loc **out);
 void mc_store_loc_unref(struct mc_store_loc *e);

@@ -177,50 +177,46 @@ static bool live_locked(struct mc_store_loccache *c, struct mc_store_loc *e, uin
 	return true;
 }
 
+/* Keys are hashed outside the lock, this many at a time. */
+#define FIND_BLOCK 64
+
 size_t mc_store_loc_find_many(struct mc_store *s, const char *const *keys, const int64_t *skip,
 			      size_t n, struct mc_store_loc **out)
 {
 	struct mc_store_loccache *c = s->loc;
-	struct hashed {
-		uint64_t h;
-		size_t len;
-	} hbuf[64], *h;
-	uint64_t now, epoch, hits = 0, asked = 0;
+	uint64_t h[FIND_BLOCK], hits = 0, asked = 0;
+	size_t len[FIND_BLOCK];
 
 	memset(out, 0, n * sizeof(*out));
 	if (!c)
 		return 0;
-	h = n <= 64 ? hbuf : mc_malloc(n * sizeof(*h));
-	if (!h) { /* one at a time */
-		for (size_t i = 0; i < n; i++)
-			if (!skip || skip[i] == MC_OK)
-				hits += !!(out[i] = mc_store_loc_find(s, keys[i], strlen(keys[i])));
-		return hits;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (skip && skip[i] != MC_OK)
-			continue;
-		h[i].len = strlen(keys[i]);
-		h[i].h = XXH3_64bits(keys[i], h[i].len);
-	}
-	now = mc_now_ms();
-	epoch = mc_master_conn_epoch(s->conn);
-	pthread_mutex_lock(&c->lock);
-	for (size_t i = 0; i < n; i++) {
-		struct mc_store_loc *e;
+	for (size_t b = 0; b < n; b += FIND_BLOCK) {
+		size_t m = MC_MIN(n - b, (size_t)FIND_BLOCK);
+		uint64_t now, epoch;
 
-		if (skip && skip[i] != MC_OK)
-			continue;
-		asked++;
-		e = find_locked(c, h[i].h, keys[i], h[i].len);
-		if (e && live_locked(c, e, now, epoch)) {
-			out[i] = e;
-			hits++;
+		for (size_t i = 0; i < m; i++) {
+			if (skip && skip[b + i] != MC_OK)
+				continue;
+			len[i] = strlen(keys[b + i]);
+			h[i] = XXH3_64bits(keys[b + i], len[i]);
 		}
+		now = mc_now_ms();
+		epoch = mc_master_conn_epoch(s->conn);
+		pthread_mutex_lock(&c->lock);
+		for (size_t i = 0; i < m; i++) {
+			struct mc_store_loc *e;
+
+			if (skip && skip[b + i] != MC_OK)
+				continue;
+			asked++;
+			e = find_locked(c, h[i], keys[b + i], len[i]);
+			if (e && live_locked(c, e, now, epoch)) {
+				out[b + i] = e;
+				hits++;
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
 	}
-	pthread_mutex_unlock(&c->lock);
-	if (h != hbuf)
-		mc_free(h);
 	if (s->metrics) {
 		atomic_fetch_add(&s->metrics->loc_hits, hits);
 		atomic_fetch_add(&s->metrics->loc_misses, asked - hits);
