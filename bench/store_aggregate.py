@@ -76,6 +76,13 @@ the option; the table of rates follows them.  On a 2-core host a rate is
 the bound only where it is below what the cores allow (at 64 KiB a few
 Gbit/s); the output prints each rate in GB/s beside the figures.
 
+--engine-checksum runs the engine's side with its own end-to-end check
+(MC_TE_CHECKSUM=1 in the targets' and initiators' environment only: the
+initiator hashes each request's bytes, the target checks them, XXH3-64),
+so that both sides hash every byte they move, as the store does with
+MC_STORE_VERIFY on (its default): the ratio then compares the two with
+the same integrity work rather than the store's checksum against none.
+
 --get-rounds N runs N get (read) phases after each put (write) phase, so
 most gets are of keys read before (what MC_STORE_LOCATION_CACHE serves
 without the master; it is read from the environment of every process).
@@ -84,6 +91,7 @@ usage: bench/store_aggregate.py [--build build] [--clients 8] [--holders 4]
                                 [--sizes 1m,64k] [--window 32m] [--duration 3]
                                 [--runs 3] [--get-rounds 1] [--batch 1] [--json]
                                 [--quick] [--shm] [--netns-mbit R[,R...]]
+                                [--engine-checksum]
 """
 import argparse
 import json
@@ -270,8 +278,9 @@ def measure(args, sizes, window, rates=(0,)):
         seg = segment_bytes(args, sizes, region)
         holders = [Proc(far([sb, "--mode=holder", *common, f"--segment={seg}",
                              *far_host]), "READY hostname=") for _ in range(args.holders)]
-        targets = [Proc(far([tb, "--serve", f"--size={region}", *far_host]), "READY name=")
-                   for _ in range(args.holders)]
+        eng_env = dict(os.environ, MC_TE_CHECKSUM="1") if args.engine_checksum else None
+        targets = [Proc(far([tb, "--serve", f"--size={region}", *far_host]), "READY name=",
+                        env=eng_env) for _ in range(args.holders)]
         procs += holders + targets
         cmds["holder"] = shlex.join(holders[0].argv)
         cmds["target"] = shlex.join(targets[0].argv)
@@ -287,7 +296,8 @@ def measure(args, sizes, window, rates=(0,)):
                 t = targets[i % args.holders]
                 addr = int(t.field("addr"), 16) + (i // args.holders) * n
                 ec.append(Proc([tb, "--agg", f"--peer={t.field('name')}", f"--addr={addr:#x}",
-                                f"--block={size}", f"--window={n}", *bat, *host], "READY"))
+                                f"--block={size}", f"--window={n}", *bat, *host], "READY",
+                                env=eng_env))
             procs += ec
             cmds[f"store {size}"] = shlex.join(sc[0].argv)
             cmds[f"engine {size}"] = shlex.join(ec[0].argv)
@@ -344,6 +354,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1,
                     help="objects per call on both sides: store batch_put_from / "
                          "batch_get_into of N keys, engine N requests per synchronous call")
+    ap.add_argument("--engine-checksum", action="store_true",
+                    help="the engine's side with MC_TE_CHECKSUM=1 (both sides hash every byte)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one short run (smoke)")
     ap.add_argument("--shm", action="store_true",
@@ -452,6 +464,9 @@ def main():
         print("store: put_from / get_into one key per call; engine: one request per "
               "synchronous call (batch new, submit, wait)")
     print("p99: the worst client's per-call p99 over the runs' phases (median over runs)")
+    print("checksums: store MC_STORE_VERIFY=" + os.environ.get("MC_STORE_VERIFY", "1 (default)")
+          + "; engine MC_TE_CHECKSUM=" + ("1" if args.engine_checksum
+                                          else os.environ.get("MC_TE_CHECKSUM", "0 (default)")))
     print(f"get phases per put phase: {args.get_rounds}; MC_STORE_LOCATION_CACHE="
           f"{os.environ.get('MC_STORE_LOCATION_CACHE', 'unset')}")
     if ncpu and ncpu < args.clients + args.holders:

@@ -319,6 +319,8 @@ def main():
         print(f"store gets: each window read {args.get_rounds} times per put (--get-rounds)")
     if args.location_cache is not None:
         print(f"path ... lc: MC_STORE_LOCATION_CACHE={args.location_cache} (the others 0)")
+    print("checksums: store MC_STORE_VERIFY=" + os.environ.get("MC_STORE_VERIFY", "1 (default)")
+          + " (puts hash every byte, reads check it); Redis: none")
     print()
     print("commands (last round; redis-server --port PORT --bind 127.0.0.1 --save '' "
           "--appendonly no):")
