@@ -19,7 +19,7 @@
  * batch items carry a body only when their status is MC_OK.  The cases
  * are field lists over the same struct.
  *
- * Invariants of the decoder (checked by tests/unit/test_proto.c and
+ * Invariants of the decoder (checked by tests/unit/test_proto_decode.c and
  * tests/fuzz/fuzz_store_proto.c):
  *   - it never reads outside the bytes it was given (every read goes
  *     through struct mc_reader, which checks what is left);
