@@ -1046,7 +1046,7 @@ static int worker_start(struct shm_transport *st, struct shm_worker *w, unsigned
 	if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
 		return mc_set_error(MC_ERR_INTERNAL, "cannot start a same-host worker");
 	w->started = true;
-	snprintf(name, sizeof(name), "mc-shm-w%u", index);
+	snprintf(name, sizeof(name), "mc-shm-w%u", index % 1000u); /* fits a thread name */
 	pthread_setname_np(w->thread, name);
 	return MC_OK;
 }

@@ -4,8 +4,8 @@
  * holder to spoil after the fence's two tails, GetReplicaList's answer
  * and BatchReplicaList carry the replicas a reader must not cache.  Each
  * round-trips, an answer cut before the new tails is the older answer,
- * and the bytes are pinned.  Kept apart from test_proto.c (near the
- * file-size limit).  With MC_PROTO_SEED_DIR set, the pinned frames are
+ * and the bytes are pinned (a program of its own, as test_proto_decode.c
+ * is beside test_proto.c).  With MC_PROTO_SEED_DIR set, the pinned frames are
  * also written there (how tests/fuzz/corpus/store_proto's hspoil seeds
  * were made).
  */
