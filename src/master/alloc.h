@@ -132,7 +132,7 @@ enum mc_alloc_strategy {
 	MC_ALLOC_RANDOM,	   /* upstream default */
 	MC_ALLOC_FREE_RATIO_FIRST, /* emptiest sampled segments first */
 	MC_ALLOC_LOCAL_FIRST,	   /* random here; the master prefers the writer's host
-				    * (its preferred list, master.c) for one replica */
+				    * (its preferred list, put.c) for one replica */
 };
 
 /* "random" / "free_ratio_first" / "local_first" (case-sensitive, as upstream's

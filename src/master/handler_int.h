@@ -1,9 +1,10 @@
 /*
- * master/handler_int.h - what the request handlers of master.c share with
- * the jobs of jobs.c (the regex scans and RemoveAll, run in slices), the
- * ReportCorrupt handler (corrupt.c) and the validators (validate.c): the
- * handler context, the error-text helpers, the job entry points and the
- * validators.  Nothing outside those files includes this.
+ * master/handler_int.h - what the request handlers of master.c and put.c
+ * share with each other, with the jobs of jobs.c (the regex scans and
+ * RemoveAll, run in slices), the ReportCorrupt handler (corrupt.c) and the
+ * validators (validate.c): the handler context, the error-text helpers,
+ * the job entry points and the validators.  Nothing outside those files
+ * includes this.
  */
 #ifndef MC_MASTER_HANDLER_INT_H
 #define MC_MASTER_HANDLER_INT_H
@@ -62,7 +63,7 @@ mc_status mc_master_job_work(struct ctx *c, struct mc_master_job *j, uint64_t en
 
 /* ReportCorrupt (corrupt.c): drop the replicas a reader found corrupt. */
 mc_status mc_master_h_report_corrupt(struct ctx *c, const struct mc_store_msg *q);
-/* PutCredit (credit.c), and what it takes from master.c: one block of len
+/* PutCredit (credit.c), and what it takes from put.c: one block of len
  * bytes placed as a one-replica put's preferring segment ("": none),
  * accounted as used; the value-size histogram. */
 mc_status mc_master_h_put_credit(struct ctx *c, const struct mc_store_msg *q);
@@ -103,5 +104,22 @@ bool mc_master_v_task_done(const struct mc_store_msg *q);
  * master's rscratch at *pos (room reserved by the caller). */
 void mc_master_list_fill(struct mc_master *m, struct mc_obj *o, struct mc_store_replica_list *l,
 			 uint32_t *pos);
+/* o's live replicas with status into rscratch at *pos, memory first; their count (master.c). */
+uint32_t mc_master_reps_out(struct mc_master *m, struct mc_obj *o, uint8_t status, uint32_t *pos,
+			    uint64_t *nocache);
+/* Count a batch of n items, nfail of them failed, in bc (master.c). */
+void mc_master_batch_count(struct mc_master_batch_counter *bc, uint32_t n, uint32_t nfail);
+/* Room for one status per entry of list (n long, named what in the error) (master.c). */
+mc_status mc_master_status_list(struct ctx *c, uint32_t n, const void *list, const char *what,
+				int32_t **out);
+
+/* The put handlers (put.c): PutStart and UpsertStart, their batch forms,
+ * then End and Revoke, single and batch, of a put or an upsert. */
+mc_status mc_master_h_put_start(struct ctx *c, const struct mc_store_msg *q);
+mc_status mc_master_h_batch_put_start(struct ctx *c, const struct mc_store_msg *q);
+mc_status mc_master_h_put_end(struct ctx *c, const struct mc_store_msg *q);
+mc_status mc_master_h_put_revoke(struct ctx *c, const struct mc_store_msg *q);
+mc_status mc_master_h_batch_put_end(struct ctx *c, const struct mc_store_msg *q);
+mc_status mc_master_h_batch_put_revoke(struct ctx *c, const struct mc_store_msg *q);
 
 #endif

@@ -2,7 +2,7 @@
  * master/lru.c - the per-segment LRU (ours, --preferred_segment_lru;
  * paper 4.6, issue 17 part 3): a put whose preferred segment is full
  * makes room there by evicting that segment's least recently used
- * objects (master.c's make_room calls mc_master_evict_target), never a
+ * objects (put.c's make_room calls mc_master_evict_target), never a
  * leased or pinned one.  The master's own eviction (tick.c) is global
  * and by watermark; this one is per segment and on demand.
  */

@@ -1,8 +1,8 @@
 /*
  * master/master_int.h - the master's private tables, shared by master.c
- * (the request handlers), jobs.c (the requests run in slices), objects.c
- * (tables, queries), tick.c (eviction, the tick) and ssd.c (the SSD
- * tier).  Nothing outside src/master/ includes this.
+ * and put.c (the request handlers), jobs.c (the requests run in slices),
+ * objects.c (tables, queries), tick.c (eviction, the tick) and ssd.c (the
+ * SSD tier).  Nothing outside src/master/ includes this.
  *
  * The byte budget of an object and the reasons for each layout choice are
  * written at the top of objects.c.

@@ -3,7 +3,7 @@
  * tenants, groups, in-flight puts, soft pins and parked (discarded) space;
  * plus what runs over them: the unmount sweep, the admin queries and the
  * metrics snapshot (eviction and mc_master_tick are in tick.c).  The
- * request handlers are in master.c.
+ * request handlers are in master.c and put.c.
  *
  * Object table.  One open-addressing hash table (linear probing, load kept
  * at or below 3/4, backward-shift deletion, so no tombstones) of 8-byte

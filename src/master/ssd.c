@@ -296,7 +296,7 @@ static void disk_free(struct mc_disk *d)
 }
 
 /* ------------------------------------------------------------------------ */
-/* hooks called by objects.c and master.c                                    */
+/* hooks called by objects.c, master.c and put.c                            */
 
 static bool has_disk_rep(const struct mc_master *m, struct mc_obj *o)
 {

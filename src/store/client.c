@@ -15,10 +15,11 @@
  *
  * The client's other two parts live next door and share struct mc_store
  * through client_int.h: client_xfer.c moves objects (put and get, their
- * batch, zero-copy and ranged forms), client_session.c keeps batch
- * sessions.  This file owns the fields of struct mc_store: only setup and
- * teardown write them (the session trees and the heartbeat's flags
- * aside), and those two never race with other calls (store.h).
+ * batch, zero-copy and ranged forms; the calls are client_calls.c and
+ * client_get.c), client_session.c keeps batch sessions.  This file owns
+ * the fields of struct mc_store: only setup and teardown write them (the
+ * session trees and the heartbeat's flags aside), and those two never race
+ * with other calls (store.h).
  *
  * Liveness: a heartbeat thread pings the master every second.  A failed
  * ping marks the client unhealthy for mc_store_health_check, and three in a

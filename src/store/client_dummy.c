@@ -2,7 +2,7 @@
  * store/client_dummy.c - what a struct mc_store set up as a dummy client
  * does in the store's public calls (mooncake/store.h): the checks a real
  * client makes before asking anyone, then the call through the daemon
- * (store/dummy_client.c).  The public calls in client_xfer.c branch here
+ * (store/dummy_client.c).  The public calls in client_calls.c branch here
  * when s->dummy is set; nothing here touches the master or the engine.
  */
 #include <stdbool.h>

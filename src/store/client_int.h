@@ -1,9 +1,10 @@
 /*
  * store/client_int.h - what the three files of the store client share:
  * client.c (set-up and close, the global segment, the heartbeat, the
- * metadata calls), client_xfer.c (the put and get paths and their batch
- * and ranged forms) and client_session.c (batch sessions).  Nothing
- * outside those three files includes this; the API is mooncake/store.h.
+ * metadata calls), client_xfer.c with client_get.c and client_calls.c
+ * (the put and get paths and their batch and ranged forms) and
+ * client_session.c (batch sessions).  Nothing outside those three files
+ * includes this; the API is mooncake/store.h.
  *
  * struct mc_store is here because all three read it.  Its fields are set
  * by mc_store_setup and cleared by teardown (client.c), which never race
@@ -451,7 +452,7 @@ const struct mc_store_replica *mc_store_choose_replica(const struct mc_store *s,
 						       const struct mc_store_replica_list *l);
 
 /* GetReplicaList of key (which grants a read lease); on MC_OK the caller
- * releases resp. */
+ * releases resp (client_get.c). */
 mc_status mc_store_lookup(struct mc_store *s, const char *key, struct mc_store_msg *resp);
 
 /* One BatchGetReplicaList for keys[0..n), decoded into a (NULL: malloc;
@@ -466,6 +467,13 @@ mc_status mc_store_lookup_batch_in(struct mc_store *s, struct mc_store_decode_ar
  * n or 0. */
 mc_status mc_store_lookup_chunks(struct mc_store *s, struct mc_proto_str *keys, uint32_t n,
 				 struct mc_store_msg *resp);
+/* One key's read into bufs or alloc's buffer: its size or a status (client_get.c). */
+int64_t mc_store_get_one(struct mc_store *s, const char *key, void *const *bufs, const size_t *lens,
+			 size_t nbufs, uint64_t cap, mc_store_alloc_fn alloc, void *ctx);
+/* Batch read of every key whose results[i] is MC_OK on entry (client_get.c). */
+void mc_store_get_many(struct mc_store *s, const char *const *keys, void *const *const *bufs,
+		       const size_t *const *lens, const size_t *nbufs, size_t n,
+		       mc_store_batch_alloc_fn alloc, void *actx, int64_t *results);
 
 /*
  * The master's answer to a batch call decodes into one arena of its own

@@ -6,7 +6,7 @@
  * or upsert.  An End that reaches a leader of a newer view than its Start
  * and is answered OBJECT_NOT_FOUND (that leader never heard of the put)
  * does the put again, at most twice.  The value and zero-copy calls that
- * use these are client_xfer.c.
+ * use these are client_calls.c.
  *
  * Threads: as client_xfer.c, any number of callers at once, no lock.
  */
