@@ -241,15 +241,21 @@ static void tcp_handshake_acks_at_once(void **state)
  * BBR's start-up within the first batches and paced the bulk at that rate:
  * the engine's 4 KiB writes with a secret ran at 0.94-0.96 of plain
  * (docs/security.md).  A finished handshake starts the congestion control
- * afresh: BBR reports no bandwidth sample yet (TCP_CC_INFO).  Skipped where
- * bbr cannot be chosen. */
+ * afresh: BBR reports no bandwidth sample yet (TCP_CC_INFO).  Checked on
+ * the server's socket, whose last frame (CHALLENGE) the client's PROOF
+ * acknowledged before the server restarts: nothing is in flight then.
+ * The client restarts right after sending PROOF, and the server's ACK of
+ * it comes before or after that as the two threads are scheduled (after
+ * in 25 of 600 runs under ASan, four at once), leaving the client's BBR
+ * that one frame's sample or none: its socket is not checked.  Skipped
+ * where bbr cannot be chosen. */
 static void tcp_handshake_restarts_congestion_control(void **state)
 {
 	int lfd, sfd;
 	struct tcp_side c = {-1, 0, 0};
 	struct {
 		uint32_t bw_lo, bw_hi, min_rtt, pacing_gain, cwnd_gain;
-	} info[2];
+	} info;
 	socklen_t l;
 	pthread_t t;
 	mc_status st;
@@ -267,13 +273,12 @@ static void tcp_handshake_restarts_congestion_control(void **state)
 	pthread_join(t, NULL);
 	assert_int_equal(st, MC_OK);
 	assert_int_equal(c.st, MC_OK);
-	for (int i = 0; i < 2; i++) {
-		l = sizeof(info[i]);
-		assert_int_equal(getsockopt(i ? sfd : c.fd, IPPROTO_TCP, TCP_CC_INFO, &info[i], &l),
-				 0);
-		assert_int_equal(l, sizeof(info[i]));
-		assert_int_equal(info[i].bw_lo | info[i].bw_hi, 0);
-	}
+	l = sizeof(info);
+	assert_int_equal(getsockopt(sfd, IPPROTO_TCP, TCP_CC_INFO, &info, &l), 0);
+	assert_int_equal(l, sizeof(info));
+	if (info.bw_lo | info.bw_hi)
+		fail_msg("the server's BBR has a bandwidth sample (%u, %u) after the handshake",
+			 info.bw_lo, info.bw_hi);
 	close(c.fd);
 	close(sfd);
 	close(lfd);
