@@ -207,6 +207,27 @@ int main(int argc, char **argv)
 	printf("rss before         %.1f MiB\n", rss0 / 1048576.0);
 	printf("rss after          %.1f MiB\n", rss1 / 1048576.0);
 	printf("bytes per object   %.1f\n", (double)(rss1 - rss0) / (double)nobj);
+	{
+		struct mc_master_mem_usage u;
+		double n = (double)nobj, rec, known;
+
+		mc_master_mem_usage(m, &u);
+		rec = (double)u.record_heap / n;
+		known = (double)(u.record_heap + u.ext_heap + u.table_bytes + u.alloc_meta) / n;
+		printf("  object records   %.1f (header %.1f, key %.1f, malloc's header and "
+		       "rounding %.1f)\n",
+		       rec, (double)u.header_bytes / n, (double)u.key_bytes / n,
+		       rec - (double)(u.header_bytes + u.key_bytes) / n);
+		printf("  more replicas    %.1f (further replicas, checksums)\n",
+		       (double)u.ext_heap / n);
+		printf("  object table     %.1f (%.2f slots per object)\n",
+		       (double)u.table_bytes / n, (double)u.table_bytes / 8.0 / n);
+		printf("  allocator        %.1f (the segment's block records)\n",
+		       (double)u.alloc_meta / n);
+		printf("  the rest         %.1f (RSS not in the above: heap free lists, "
+		       "request buffers)\n",
+		       (double)(rss1 - rss0) / n - known);
+	}
 	printf("put rate           %.0f objects/s (batches of %u; slowest batch %.1f ms)\n",
 	       nobj / ((t1 - t0) / 1e9), batch, worst / 1e6);
 

@@ -535,4 +535,20 @@ void mc_master_table_reseed(struct mc_master *m, uint64_t salt);
  * into the new one, table.c): what the tests run requests during. */
 bool mc_master_table_resizing(const struct mc_master *m);
 
+/* Where the master's memory for its objects goes: issue 12's breakdown of
+ * bytes per object (bench/master_mem_bench.c).  Walks the whole table, so
+ * O(objects): for benches and diagnostics, not for the daemon's loop.
+ * Heap figures count each chunk as glibc holds it (usable size plus its
+ * 8-byte header). */
+struct mc_master_mem_usage {
+	uint64_t objects;
+	uint64_t key_bytes;    /* the keys' own bytes */
+	uint64_t header_bytes; /* the fixed part of every object record */
+	uint64_t record_heap;  /* the records' heap chunks: header, key, rounding */
+	uint64_t ext_heap;     /* further replicas and checksums, heap chunks */
+	uint64_t table_bytes;  /* the object table's slots (both tables while resizing) */
+	uint64_t alloc_meta;   /* the segments' allocators' own records */
+};
+void mc_master_mem_usage(const struct mc_master *m, struct mc_master_mem_usage *out);
+
 #endif

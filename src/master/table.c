@@ -6,6 +6,7 @@
 #define MC_LOG_MODULE "master"
 #include "master/master_int.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -218,6 +219,43 @@ void mc_master_table_settle(struct mc_master *m)
 bool mc_master_table_resizing(const struct mc_master *m)
 {
 	return m->old != NULL;
+}
+
+/* glibc's chunk for an allocation: its usable size and its size field */
+static uint64_t heap_chunk(const void *p)
+{
+	return p ? (uint64_t)malloc_usable_size((void *)(uintptr_t)p) + sizeof(size_t) : 0;
+}
+
+static void usage_walk(const uint64_t *slots, uint64_t mask, struct mc_master_mem_usage *u)
+{
+	for (uint64_t i = 0; slots && i <= mask; i++) {
+		const struct mc_obj *o = (const struct mc_obj *)(uintptr_t)(slots[i] & PTR_MASK);
+
+		if (!o)
+			continue;
+		u->objects++;
+		u->key_bytes += o->key_len;
+		u->header_bytes += sizeof(*o);
+		u->record_heap += heap_chunk(o);
+		u->ext_heap += heap_chunk(o->ext);
+	}
+	u->table_bytes += slots ? (mask + 1) * sizeof(*slots) : 0;
+}
+
+void mc_master_mem_usage(const struct mc_master *m, struct mc_master_mem_usage *out)
+{
+	memset(out, 0, sizeof(*out));
+	usage_walk(m->slots, m->mask, out);
+	usage_walk(m->old, m->old_mask, out);
+	for (uint32_t i = 0; i < m->nsegs_slots; i++) {
+		struct mc_offset_alloc_stats st;
+
+		if (!m->segs[i].alloc)
+			continue;
+		mc_offset_alloc_stats(m->segs[i].alloc, &st);
+		out->alloc_meta += st.meta_bytes;
+	}
 }
 
 void mc_master_table_reseed(struct mc_master *m, uint64_t salt)

@@ -822,6 +822,49 @@ static void test_random_stress(void **state)
  * take-over (mc_master_lease_all, server_ha.c): the old leader's leases are
  * in no log, and a reader's read or location cache entry may rest on one.
  * Plain removes wait it out, forced ones do not. */
+/* mc_master_mem_usage (issue 12's breakdown of bytes per object) counts
+ * every object once, in either table while a resize is under way, with its
+ * key's bytes, and the table and the allocator beside them. */
+static void test_mem_usage_counts_every_object(void **state)
+{
+	struct mt *t = mt_new_default();
+	struct mc_master_mem_usage u;
+	uint64_t keys = 0, hdr;
+	bool seen_resizing = false;
+	enum { N = 3000 };
+
+	(void)state;
+	assert_int_equal(mt_mount(t, CB, SB, "b:1", 0, 64 * MIB), MC_OK);
+	mc_master_mem_usage(t->m, &u);
+	assert_int_equal(u.objects, 0);
+	assert_true(u.alloc_meta > 0);
+	for (int i = 0; i < N; i++) {
+		char k[32];
+
+		keys += (uint64_t)snprintf(k, sizeof(k), "key-%d", i);
+		mt_put_ok(t, CA, k, 64);
+		if (!mc_master_table_resizing(t->m) && i != N - 1)
+			continue;
+		seen_resizing |= mc_master_table_resizing(t->m);
+		mc_master_mem_usage(t->m, &u);
+		assert_int_equal(u.objects, (uint64_t)i + 1);
+		assert_int_equal(u.key_bytes, keys);
+	}
+	assert_true(seen_resizing);
+	hdr = u.header_bytes / u.objects;
+	assert_int_equal(u.header_bytes, hdr * N);
+	assert_true(hdr >= 40);
+	assert_true(u.record_heap >= u.header_bytes + u.key_bytes);
+	assert_true(u.table_bytes >= (uint64_t)N * sizeof(uint64_t));
+	assert_int_equal(u.ext_heap, 0); /* one replica, no checksum */
+	assert_int_equal(mc_master_remove_all(t->m, NULL, true, t->now), N);
+	mc_master_mem_usage(t->m, &u);
+	assert_int_equal(u.objects, 0);
+	assert_int_equal(u.key_bytes, 0);
+	assert_int_equal(u.record_heap, 0);
+	mt_free(t);
+}
+
 static void test_take_over_leases_every_object(void **state)
 {
 	struct mt *t = mt_new_default();
@@ -854,6 +897,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_failures),
 		cmocka_unit_test(test_random_stress),
 		cmocka_unit_test(test_take_over_leases_every_object),
+		cmocka_unit_test(test_mem_usage_counts_every_object),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
