@@ -221,7 +221,8 @@ int main(int argc, char **argv)
 		printf("  more replicas    %.1f (further replicas, checksums)\n",
 		       (double)u.ext_heap / n);
 		printf("  object table     %.1f (%.2f slots per object)\n",
-		       (double)u.table_bytes / n, (double)u.table_bytes / 8.0 / n);
+		       (double)u.table_bytes / n,
+		       (double)u.table_bytes / (double)sizeof(uint64_t) / n);
 		printf("  allocator        %.1f (the segment's block records)\n",
 		       (double)u.alloc_meta / n);
 		printf("  the rest         %.1f (RSS not in the above: heap free lists, "

@@ -546,7 +546,7 @@ struct mc_master_mem_usage {
 	uint64_t header_bytes; /* the fixed part of every object record */
 	uint64_t record_heap;  /* the records' heap chunks: header, key, rounding */
 	uint64_t ext_heap;     /* further replicas and checksums, heap chunks */
-	uint64_t table_bytes;  /* the object table's slots (both tables while resizing) */
+	uint64_t table_bytes;  /* the object table's 8-byte slots (both tables while resizing) */
 	uint64_t alloc_meta;   /* the segments' allocators' own records */
 };
 void mc_master_mem_usage(const struct mc_master *m, struct mc_master_mem_usage *out);
